@@ -1,0 +1,38 @@
+# Two commands on a fresh machine:
+#   make demo   set up, then build shards from bundled photos and run the loader on the CPU
+#   make test   set up, then run every test (what .ci/run runs)
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: setup demo test test-sim bench sysdeps clean
+
+# libjpeg-turbo's headers are needed to build gpudecode._native.
+sysdeps:
+	@if [ ! -f /usr/include/jpeglib.h ] && ! ls /usr/include/*/jpeglib.h >/dev/null 2>&1; then \
+	  if command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -q && apt-get install -y -q libjpeg62-turbo-dev || apt-get install -y -q libjpeg-turbo8-dev; \
+	  else echo "install libjpeg-turbo's development headers (libjpeg-turbo-devel / libjpeg62-turbo-dev)"; exit 1; fi; \
+	fi
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# A real install (not editable): the tests import what `pip install .` produced.
+setup: sysdeps $(BIN)/python
+	$(BIN)/pip install -q ".[test]"
+
+demo: setup
+	$(BIN)/gpudecode demo --workdir demo_data
+
+test: setup
+	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: setup
+	$(BIN)/python bench/reader.py
+	$(BIN)/python bench/kernels.py
+	$(BIN)/python bench/loader.py
+
+clean:
+	rm -rf build dist *.egg-info demo_data bench/_out

@@ -1,0 +1,33 @@
+// Crop-window JPEG decoding over libjpeg-turbo.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace gpudecode {
+
+struct Box {
+  int top, left, height, width;
+};
+
+struct DecodeOptions {
+  // Exact mode (fast == false): accurate integer IDCT and fancy upsampling, and the
+  // window grown by one pixel so chroma upsampling sees its neighbours: the output
+  // equals a full decode cropped to the box, bit for bit.
+  // Fast mode: fast integer IDCT, plain upsampling, no grown window.
+  bool fast = false;
+  // 1, 2, 4 or 8: DCT-domain downscaling; the box is in scaled coordinates then.
+  int scale_denom = 1;
+  // Refuse images with more pixels than this (decompression bombs); 0 means no limit.
+  int64_t max_pixels = 0;
+};
+
+// Decodes the box of a JPEG into `out` (box.height * box.width * 3 bytes, RGB, HWC).
+// Returns "" on success, otherwise what went wrong (and `out` is unspecified).
+// The libjpeg API version the module was built against (62 for libjpeg62-turbo).
+int libjpeg_api_version();
+
+std::string decode_jpeg_crop(const uint8_t* data, size_t size, const Box& box, const DecodeOptions& opt,
+                             uint8_t* out);
+
+}  // namespace gpudecode

@@ -1,0 +1,28 @@
+// Image header probe: size and encoding facts of a JPEG or PNG without decoding pixels.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace gpudecode {
+
+struct ImageInfo {
+  std::string format;       // "jpeg" | "png"
+  int height = 0;
+  int width = 0;
+  int channels = 0;         // components stored in the file (JPEG: 1, 3, 4; PNG: 1, 2, 3, 4; palette: 1)
+  // JPEG only
+  std::string subsampling;  // "4:4:4", "4:2:2", "4:2:0", "4:4:0", "4:1:1", "4:1:0", "gray", "other"
+  std::string color_space;  // "gray", "ycbcr", "rgb", "cmyk", "ycck" (PNG: "gray", "rgb", "palette")
+  bool progressive = false;
+  bool arithmetic = false;
+  // PNG only (0 for JPEG except bit_depth = sample precision)
+  int bit_depth = 0;
+  int color_type = -1;      // PNG colour type (0, 2, 3, 4, 6); -1 for JPEG
+  bool interlaced = false;
+};
+
+// Fills `info` and returns "" on success; otherwise returns what is wrong with the data.
+std::string probe_image(const uint8_t* data, size_t size, ImageInfo& info);
+
+}  // namespace gpudecode

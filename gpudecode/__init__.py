@@ -1,0 +1,49 @@
+"""gpudecode: read compressed images from tar shards on CPU threads, decode on the GPU
+(nvJPEG via DALI, or torchvision), augment with fused numba kernels.
+
+Heavy and optional parts (torch, numba, DALI) load on first use of what needs them.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ._version import __version__
+from .errors import (BackendUnavailableError, DecodeError, GpuDecodeError, KernelLaunchError, LabelError,
+                     ShardFormatError, ShardReadError, TransformError)
+
+if TYPE_CHECKING:
+    from .io.reader import Sample, ShardReader
+    from .probe import ImageInfo, probe
+
+_LAZY = {
+    "ShardReader": ("gpudecode.io.reader", "ShardReader"),
+    "Sample": ("gpudecode.io.reader", "Sample"),
+    "probe": ("gpudecode.probe", "probe"),
+    "ImageInfo": ("gpudecode.probe", "ImageInfo"),
+    "expand_urls": ("gpudecode.io.shards", "expand_urls"),
+    "Loader": ("gpudecode.loader", "Loader"),
+    "Batch": ("gpudecode.loader", "Batch"),
+    "transforms": ("gpudecode.transforms", None),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        mod = importlib.import_module(module)
+        value = mod if attr is None else getattr(mod, attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'gpudecode' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_LAZY))
+
+
+__all__ = [
+    "__version__", "GpuDecodeError", "ShardFormatError", "ShardReadError", "DecodeError", "LabelError",
+    "BackendUnavailableError", "KernelLaunchError", "TransformError", *_LAZY,
+]

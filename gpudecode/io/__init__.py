@@ -1,0 +1,1 @@
+"""Shard I/O: shard lists, the tar parser and the threaded reader."""

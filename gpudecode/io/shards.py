@@ -1,0 +1,113 @@
+"""Shard lists: expansion of the ways users name their shards, and the split of one
+epoch's shards over ranks and DataLoader workers."""
+from __future__ import annotations
+
+import os
+import random
+import re
+import sys
+from pathlib import Path
+from typing import Iterable, Sequence, Union
+
+import braceexpand
+
+from ..errors import ShardReadError
+
+ShardSpec = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
+
+SHARD_SUFFIXES = (".tar", ".tgz", ".tar.gz")
+_LIST_SUFFIXES = (".txt", ".list", ".lst", ".shards")
+_AT_PATTERN = re.compile(r"^(.*)@(\d+)([^/]*)$")
+
+
+def is_local(url: str) -> bool:
+    return "://" not in url or url.startswith("file://")
+
+
+def local_path(url: str) -> str:
+    return url[len("file://"):] if url.startswith("file://") else url
+
+
+def _expand_one(spec: str) -> list[str]:
+    if "::" in spec:  # webdataset's separator of several patterns in one string
+        return [u for part in spec.split("::") for u in _expand_one(part)]
+    m = _AT_PATTERN.match(spec)
+    if m and "://" not in m.group(3):
+        # dlinputs' shard-count pattern: imagenet-@001000.tgz -> imagenet-000000.tgz .. -000999.tgz
+        prefix, digits, suffix = m.groups()
+        return [f"{prefix}{i:0{len(digits)}d}{suffix}" for i in range(int(digits))]
+    urls = list(braceexpand.braceexpand(spec))
+    if len(urls) != 1:
+        return urls
+    url = urls[0]
+    if is_local(url):
+        path = Path(local_path(url))
+        if path.is_dir():
+            found = sorted(str(p) for p in path.iterdir() if p.name.endswith(SHARD_SUFFIXES) and p.is_file())
+            if not found:
+                raise ShardReadError("directory holds no .tar/.tgz/.tar.gz shards", shard=url)
+            return found
+        if path.suffix in _LIST_SUFFIXES and path.is_file():
+            out = []
+            for line in path.read_text().splitlines():
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                if is_local(line) and not os.path.isabs(local_path(line)):
+                    line = str(path.parent / local_path(line))
+                out.extend(_expand_one(line))
+            return out
+    return [url]
+
+
+def expand_urls(urls: ShardSpec) -> list[str]:
+    """All shard URLs named by `urls`.
+
+    Accepts a list of URLs or paths; a brace pattern (`train-{000000..000099}.tar`); the
+    dlinputs shard-count pattern (`imagenet-@001000.tgz`: 1000 shards 000000..000999); a
+    directory (its .tar/.tgz/.tar.gz files, sorted); a text file (.txt/.list/.lst/.shards)
+    of URLs, one a line, relative paths taken from the file's folder; several patterns
+    joined by `::`. Local paths, `file://` and any fsspec URL (`http://`, `s3://`, ...).
+    """
+    if isinstance(urls, (str, os.PathLike)):
+        specs: Iterable = [os.fspath(urls)]
+    else:
+        specs = [os.fspath(u) for u in urls]
+    out: list[str] = []
+    for spec in specs:
+        out.extend(_expand_one(spec))
+    return out
+
+
+def detect_rank() -> tuple[int, int]:
+    """(rank, world_size) from torch.distributed when initialized, else torchrun's RANK and
+    WORLD_SIZE, else SLURM's SLURM_PROCID and SLURM_NTASKS, else (0, 1)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return int(env["RANK"]), int(env["WORLD_SIZE"])
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"])
+    return 0, 1
+
+
+def detect_worker() -> tuple[int, int]:
+    """(worker id, number of workers) inside a torch DataLoader worker, else (0, 1)."""
+    data = sys.modules.get("torch.utils.data")
+    info = data.get_worker_info() if data is not None else None
+    return (info.id, info.num_workers) if info is not None else (0, 1)
+
+
+def epoch_order(shards: Sequence[str], *, shuffle: bool, seed: int, epoch: int) -> list[str]:
+    """The epoch's shard order: as given, or shuffled from (seed, epoch) alone."""
+    order = list(shards)
+    if shuffle:
+        random.Random(f"gpudecode-shards:{seed}:{epoch}").shuffle(order)
+    return order
+
+
+def split(items: Sequence, index: int, count: int) -> list:
+    """Every count-th item starting at index: rank i of N gets items i, i+N, i+2N, ..."""
+    return list(items[index::count])

@@ -1,0 +1,54 @@
+"""Shared fixtures: real photographs (scikit-image's bundled ones, offline) and shard
+builders. Kernel tests run under the numba CUDA simulator when there is no GPU."""
+from __future__ import annotations
+
+import io
+import os
+
+# The simulator must be chosen before numba is imported; on a machine with a GPU the
+# same tests run on the real device (set NUMBA_ENABLE_CUDASIM=1 to force the simulator).
+if "NUMBA_ENABLE_CUDASIM" not in os.environ:
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+
+import numpy as np
+import pytest
+from PIL import Image
+
+PHOTO_NAMES = ["astronaut", "coffee", "chelsea", "rocket", "camera", "hubble_deep_field", "immunohistochemistry"]
+
+
+def _load(name: str) -> np.ndarray:
+    from skimage import data
+
+    img = getattr(data, name)()
+    if img.ndim == 2:
+        img = np.stack([img] * 3, axis=-1)
+    return np.ascontiguousarray(img[..., :3].astype(np.uint8))
+
+
+@pytest.fixture(scope="session")
+def photos() -> dict[str, np.ndarray]:
+    """Real photographs, HWC uint8 RGB, of several sizes and aspect ratios."""
+    return {n: _load(n) for n in PHOTO_NAMES}
+
+
+def encode(img: np.ndarray, fmt: str = "JPEG", **kw) -> bytes:
+    b = io.BytesIO()
+    mode = kw.pop("mode", None)
+    im = Image.fromarray(img)
+    if mode:
+        im = im.convert(mode)
+    im.save(b, format=fmt, **kw)
+    return b.getvalue()
+
+
+def make_shard(path, samples: list[dict]) -> str:
+    import webdataset as wds
+
+    with wds.TarWriter(str(path)) as w:
+        for s in samples:
+            w.write(s)
+    return str(path)

@@ -1,0 +1,364 @@
+"""ShardReader against Python's tarfile and webdataset, over files, gzip and HTTP."""
+from __future__ import annotations
+
+import collections
+import gzip
+import io
+import os
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+import webdataset as wds
+
+from gpudecode import Sample, ShardFormatError, ShardReader, ShardReadError
+from gpudecode.io.shards import expand_urls
+
+from conftest import make_shard
+
+
+def as_pairs(samples):
+    return [(s.key, dict(s.fields)) for s in samples]
+
+
+def tarfile_pairs(path):
+    """The reference: tarfile's regular members grouped by webdataset's key rule."""
+    out: list = []
+    with tarfile.open(path) as tf:
+        for m in tf:
+            if not m.isfile():
+                continue
+            base = m.name.rsplit("/", 1)[-1]
+            if "." not in base or base.startswith("."):
+                continue
+            dot = m.name.index(".", len(m.name) - len(base))
+            key, ext = m.name[:dot], m.name[dot + 1:].lower()
+            data = tf.extractfile(m).read()
+            if out and out[-1][0] == key:
+                out[-1][1][ext] = data
+            else:
+                out.append((key, {ext: data}))
+    return out
+
+
+def wds_pairs(url):
+    """webdataset's view of a shard (it leaves its file to the garbage collector: closed here)."""
+    import gc
+    import warnings
+
+    ds = wds.WebDataset(url, shardshuffle=False, empty_check=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ResourceWarning)
+        out = [(s["__key__"], {k: v for k, v in s.items() if not k.startswith("__")}) for s in ds]
+        gc.collect()
+    return out
+
+
+def sample_dicts(n, prefix="s"):
+    return [{"__key__": f"{prefix}{i:04d}", "jpg": os.urandom(100 + 37 * i), "cls": str(i % 5).encode(),
+             "json": b'{"label": %d}' % i} for i in range(n)]
+
+
+def test_webdataset_writer_shard(tmp_path):
+    path = make_shard(tmp_path / "a.tar", sample_dicts(50))
+    ours = as_pairs(ShardReader(path))
+    assert ours == tarfile_pairs(path) == wds_pairs(path)
+    assert len(ours) == 50
+
+
+def _tar_tree(tmp_path, names):
+    root = tmp_path / "tree"
+    for i, n in enumerate(names):
+        p = root / n
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(os.urandom(10 + i))
+    return root
+
+
+LONG = "d" * 60 + "/" + "e" * 70 + "/" + "sample_with_a_really_long_name_" + "x" * 80
+NAMES = ["a/0001.jpg", "a/0001.cls", "a/0002.JPG", "a/0002.cls", f"{LONG}.jpg", f"{LONG}.cls",
+         "b/ünï.cöde.png", "b/ünï.cöde.txt"]
+
+
+def test_gnu_tar_long_names(tmp_path):
+    root = _tar_tree(tmp_path, NAMES)
+    out = tmp_path / "gnu.tar"
+    subprocess.run(["tar", "--format=gnu", "-cf", str(out), "-C", str(root), *NAMES], check=True)
+    ours = as_pairs(ShardReader(str(out)))
+    assert ours == tarfile_pairs(out) == wds_pairs(str(out))
+    assert ours[2][0] == LONG and ours[3][1].keys() == {"cöde.png", "cöde.txt"}
+
+
+@pytest.mark.parametrize("fmt", [tarfile.PAX_FORMAT, tarfile.GNU_FORMAT])
+def test_python_tarfile_formats(tmp_path, fmt):
+    root = _tar_tree(tmp_path, NAMES)
+    out = tmp_path / "py.tar"
+    with tarfile.open(out, "w", format=fmt) as tf:
+        for n in NAMES:
+            tf.add(root / n, arcname=n)
+        tf.add(root / "a", arcname="a_dir_entry", recursive=False)  # a directory member: passed over
+    ours = as_pairs(ShardReader(str(out)))
+    assert ours == tarfile_pairs(out) == wds_pairs(str(out))
+
+
+def test_ustar_prefix_and_pax_size(tmp_path):
+    # a 150-character path fits ustar only through its prefix field
+    name = "p" * 90 + "/" + "q" * 50 + ".bin"
+    out = tmp_path / "ustar.tar"
+    with tarfile.open(out, "w", format=tarfile.USTAR_FORMAT) as tf:
+        info = tarfile.TarInfo(name)
+        info.size = 3
+        tf.addfile(info, io.BytesIO(b"abc"))
+    assert as_pairs(ShardReader(str(out))) == [(name[:-4], {"bin": b"abc"})] == tarfile_pairs(out)
+
+
+def test_gzip_and_list_file_and_directory(tmp_path):
+    (tmp_path / "d").mkdir()
+    raw = make_shard(tmp_path / "d" / "x-000.tar", sample_dicts(7))
+    gz = tmp_path / "d" / "x-001.tar.gz"
+    gz.write_bytes(gzip.compress(Path(raw).read_bytes()))
+    expected = tarfile_pairs(raw)
+    assert as_pairs(ShardReader(str(gz))) == expected
+    lst = tmp_path / "shards.txt"
+    lst.write_text("# two shards\nd/x-000.tar\n\nd/x-001.tar.gz\n")
+    assert as_pairs(ShardReader(str(lst))) == expected * 2
+    assert as_pairs(ShardReader(str(tmp_path / "d"))) == expected * 2
+
+
+def test_expand_patterns(tmp_path):
+    assert expand_urls("s-{000..003}.tar") == [f"s-{i:03d}.tar" for i in range(4)]
+    at = expand_urls("imagenet-@001000.tgz")
+    assert len(at) == 1000 and at[0] == "imagenet-000000.tgz" and at[-1] == "imagenet-000999.tgz"
+    assert expand_urls(["a.tar", "b-{1..2}.tar"]) == ["a.tar", "b-1.tar", "b-2.tar"]
+    assert expand_urls("a.tar::b.tar") == ["a.tar", "b.tar"]
+    assert expand_urls("http://h/x-{0..1}.tar") == ["http://h/x-0.tar", "http://h/x-1.tar"]
+
+
+def test_http(tmp_path):
+    make_shard(tmp_path / "web-0.tar", sample_dicts(20, "w"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
+                               "--directory", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    pytest.fail("http.server did not start")
+                time.sleep(0.05)
+        url = f"http://127.0.0.1:{port}/web-0.tar"
+        assert as_pairs(ShardReader(url)) == tarfile_pairs(tmp_path / "web-0.tar")
+        with pytest.raises(ShardReadError, match="missing.tar"):
+            list(ShardReader(f"http://127.0.0.1:{port}/missing.tar"))
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _many_shards(tmp_path, nshards=7, per=(3, 9)):
+    urls, keys = [], []
+    for j in range(nshards):
+        n = per[0] + (j * 5) % (per[1] - per[0] + 1)
+        ss = sample_dicts(n, prefix=f"sh{j}-")
+        urls.append(make_shard(tmp_path / f"s-{j:03d}.tar", ss))
+        keys += [s["__key__"] for s in ss]
+    return urls, keys
+
+
+@pytest.mark.parametrize("world_size,workers", [(1, 1), (2, 1), (3, 2), (2, 3), (7, 1)])
+def test_rank_worker_split_covers_once(tmp_path, monkeypatch, world_size, workers):
+    urls, keys = _many_shards(tmp_path)
+    import torch.utils.data as tud
+
+    seen = []
+    for rank in range(world_size):
+        for w in range(workers):
+            monkeypatch.setattr(tud, "get_worker_info", lambda w=w: type("I", (), {"id": w, "num_workers": workers}))
+            r = ShardReader(urls, shuffle=True, seed=3, buffer_size=10, rank=rank, world_size=world_size)
+            r.set_epoch(2)
+            seen += [s.key for s in r]
+    assert sorted(seen) == sorted(keys)
+    assert len(set(seen)) == len(seen)
+
+
+def test_rank_from_environment(tmp_path, monkeypatch):
+    urls, _ = _many_shards(tmp_path, 4)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert ShardReader(urls).shards_for(0) == [urls[1], urls[3]]
+    monkeypatch.delenv("RANK")
+    monkeypatch.delenv("WORLD_SIZE")
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_NTASKS", "4")
+    assert ShardReader(urls).shards_for(0) == [urls[0]]
+
+
+def test_order_is_deterministic(tmp_path):
+    urls, keys = _many_shards(tmp_path)
+    def run(threads, epoch):
+        r = ShardReader(urls, shuffle=True, seed=11, buffer_size=16, num_threads=threads)
+        r.set_epoch(epoch)
+        return [s.key for s in r]
+    a = run(1, 0)
+    assert a == run(4, 0) == run(2, 0)
+    assert a != run(2, 1) and sorted(a) == sorted(run(2, 1)) == sorted(keys)
+    assert [s.key for s in ShardReader(urls)] == keys  # no shuffle: shard order, member order
+
+
+@pytest.mark.parametrize("even", ["pad", "drop"])
+def test_even_counts(tmp_path, even):
+    urls, keys = _many_shards(tmp_path, 5)
+    counts = [len(list(ShardReader(urls, rank=r, world_size=3))) for r in range(3)]
+    assert len(set(counts)) > 1  # the shards are uneven to begin with
+    got = [[s.key for s in ShardReader(urls, rank=r, world_size=3, even=even)] for r in range(3)]
+    target = max(counts) if even == "pad" else min(counts)
+    assert [len(g) for g in got] == [target] * 3
+    if even == "pad":
+        assert set(k for g in got for k in g) == set(keys)
+
+
+def test_resume_start(tmp_path):
+    urls, _ = _many_shards(tmp_path)
+    r = ShardReader(urls, shuffle=True, seed=5)
+    full = [s.key for s in r.iter_epoch(3)]
+    assert [s.key for s in r.iter_epoch(3, start=17)] == full[17:]
+
+
+# ---- bad input ---------------------------------------------------------------------------
+
+def _good(tmp_path, name="good.tar", n=6):
+    return make_shard(tmp_path / name, sample_dicts(n, prefix=name.split(".")[0]))
+
+
+def test_truncated_tar(tmp_path):
+    path = _good(tmp_path)
+    data = Path(path).read_bytes()
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(data[: len(data) // 2 + 100])
+    with pytest.raises(ShardFormatError, match="truncated") as ei:
+        list(ShardReader(str(cut)))
+    assert ei.value.shard == str(cut) and ei.value.offset is not None
+    r = ShardReader([str(cut), path], on_error="skip")
+    got = list(r)
+    assert len(r.skipped) == 1 and r.skipped[0].shard == str(cut)
+    assert [s.key for s in got[-6:]] == [k for k, _ in tarfile_pairs(path)]  # the next shard is whole
+    # samples before the cut are kept, none after
+    assert 0 < len(got) - 6 < 6
+
+
+def test_bad_checksum(tmp_path):
+    data = bytearray(Path(_good(tmp_path)).read_bytes())
+    hdrs = [i for i in range(0, len(data), 512) if data[i + 257:i + 262] == b"ustar"]
+    data[hdrs[3] + 10] ^= 0x5A
+    bad = tmp_path / "bad.tar"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ShardFormatError, match="checksum") as ei:
+        list(ShardReader(str(bad)))
+    assert ei.value.offset == hdrs[3]
+
+
+def test_not_a_tar_and_missing(tmp_path):
+    junk = tmp_path / "junk.tar"
+    junk.write_bytes(os.urandom(5000))
+    with pytest.raises(ShardFormatError, match="junk.tar"):
+        list(ShardReader(str(junk)))
+    with pytest.raises(ShardReadError, match="nope.tar"):
+        list(ShardReader(str(tmp_path / "nope.tar")))
+    empty = tmp_path / "empty.tar"
+    empty.write_bytes(b"")
+    with pytest.raises(ShardFormatError, match="empty"):
+        list(ShardReader(str(empty)))
+    good = _good(tmp_path)
+    r = ShardReader([str(junk), str(tmp_path / "nope.tar"), good], on_error="warn")
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        got = list(r)
+    assert len(got) == 6 and {s.error for s in r.skipped} == {"ShardFormatError", "ShardReadError"}
+
+
+def test_repeated_extension(tmp_path):
+    out = tmp_path / "dup.tar"
+    with tarfile.open(out, "w") as tf:
+        for name, data in [("k1.jpg", b"a"), ("k1.cls", b"1"), ("k2.jpg", b"b"), ("k2.JPG", b"c"),
+                           ("k3.jpg", b"d")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    with pytest.raises(ShardFormatError, match="repeated extension 'jpg'") as ei:
+        list(ShardReader(str(out)))
+    assert ei.value.key == "k2"
+    r = ShardReader(str(out), on_error="skip")
+    assert [s.key for s in r] == ["k1", "k3"]
+    assert [(s.key, s.error) for s in r.skipped] == [("k2", "ShardFormatError")]
+
+
+def test_truncated_gzip(tmp_path):
+    data = gzip.compress(Path(_good(tmp_path)).read_bytes())
+    cut = tmp_path / "cut.tgz"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises((ShardReadError, ShardFormatError), match="cut.tgz"):
+        list(ShardReader(str(cut)))
+
+
+def test_early_stop_releases_threads(tmp_path):
+    import threading
+
+    urls, _ = _many_shards(tmp_path)
+    before = threading.active_count()
+    for _ in range(5):
+        it = iter(ShardReader(urls, num_threads=3))
+        next(it)
+        it.close()
+    time.sleep(0.3)
+    assert threading.active_count() <= before
+
+
+def test_samples_have_shard_and_index(tmp_path):
+    path = _good(tmp_path, n=4)
+    got = list(ShardReader(path))
+    assert [s.index for s in got] == [0, 1, 2, 3] and all(s.shard == path for s in got)
+    assert isinstance(got[0], Sample)
+
+
+def test_extension_filter(tmp_path):
+    path = _good(tmp_path, n=3)
+    got = list(ShardReader(path, extensions=["cls"]))
+    assert all(set(s.fields) == {"cls"} for s in got)
+
+
+def test_native_index_equals_stream_parser(tmp_path):
+    """The two parsers (native index over mmap, Python over streams) agree member for
+    member, and agree on where a corrupt header is."""
+    from gpudecode import _native
+    from gpudecode.io.tario import iter_stream
+
+    root = _tar_tree(tmp_path, NAMES)
+    tars = [make_shard(tmp_path / "w.tar", sample_dicts(9))]
+    for i, fmt in enumerate([tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT]):
+        out = tmp_path / f"f{i}.tar"
+        with tarfile.open(out, "w", format=fmt) as tf:
+            for n in NAMES:
+                if fmt != tarfile.USTAR_FORMAT or len(n.encode()) < 100:
+                    tf.add(root / n, arcname=n)
+        tars.append(str(out))
+    for t in tars:
+        data = Path(t).read_bytes()
+        names, offsets, sizes, err, _ = _native.index_tar(data)
+        assert err is None
+        native = [(n, data[o:o + s]) for n, o, s in zip(names, offsets, sizes)]
+        with open(t, "rb") as f:
+            assert native == list(iter_stream(f, t))
+        bad = bytearray(data)
+        bad[offsets[2] - 512 + 20] ^= 1  # the third member's header
+        _, _, _, err, where = _native.index_tar(bytes(bad))
+        with pytest.raises(ShardFormatError, match="checksum") as ei:
+            list(iter_stream(io.BytesIO(bytes(bad)), t))
+        assert "checksum" in err and where == ei.value.offset == offsets[2] - 512
