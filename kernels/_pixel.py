@@ -1,0 +1,162 @@
+"""Per-pixel math, written once as plain Python and compiled for both targets.
+
+`kernels/_compile.py` rebinds these functions' globals and compiles them as numba CUDA
+device functions (GPU kernels) or as numba CPU functions (the CPU twin). Everything is
+float32, as torchvision computes on float32 tensors. The formulas follow
+torchvision.transforms.v2.functional: `_blend` for brightness/contrast/saturation,
+`_rgb_to_hsv`/`_hsv_to_rgb` for hue, and ATen's antialiased bilinear filter
+(upsample_bilinear2d_aa, align_corners=False) for the resize.
+"""
+import math
+
+from numpy import float32, int32
+
+# Op ids, torchvision's ColorJitter fn_idx convention.
+BRIGHTNESS = 0
+CONTRAST = 1
+SATURATION = 2
+HUE = 3
+
+
+def filter_window(i, scale, in_size, antialias):
+    """Source window of output index i (0-based in the resized, uncropped frame).
+
+    Returns (center, invscale, lo, hi): input indices lo <= j < hi contribute with
+    weight tri_weight(j, center, invscale) (to be normalized by their sum)."""
+    if antialias and scale >= float32(1.0):
+        support = scale
+        invscale = float32(1.0) / scale
+    else:
+        support = float32(1.0)
+        invscale = float32(1.0)
+    center = scale * (float32(i) + float32(0.5))
+    lo = int32(center - support + float32(0.5))
+    if lo < 0:
+        lo = int32(0)
+    hi = int32(center + support + float32(0.5))
+    if hi > in_size:
+        hi = int32(in_size)
+    return center, invscale, lo, hi
+
+
+def tri_weight(j, center, invscale):
+    x = (float32(j) - center + float32(0.5)) * invscale
+    if x < float32(0.0):
+        x = -x
+    if x < float32(1.0):
+        return float32(1.0) - x
+    return float32(0.0)
+
+
+def clamp01(x):
+    if x < float32(0.0):
+        return float32(0.0)
+    if x > float32(1.0):
+        return float32(1.0)
+    return x
+
+
+def gray(r, g, b):
+    """torchvision's rgb_to_grayscale weights."""
+    return r * float32(0.2989) + g * float32(0.587) + b * float32(0.114)
+
+
+def blend(x, y, ratio):
+    """torchvision's _blend on float images: clamp(x * ratio + y * (1 - ratio), 0, 1)."""
+    return clamp01(x * ratio + y * (float32(1.0) - ratio))
+
+
+def adjust_hue(r, g, b, hue):
+    """rgb -> hsv, h = (h + hue) mod 1, hsv -> rgb, as torchvision's _rgb_to_hsv/_hsv_to_rgb."""
+    maxc = max(r, max(g, b))
+    minc = min(r, min(g, b))
+    crange = maxc - minc
+    if maxc == minc:
+        s = crange / float32(1.0)
+        div = float32(1.0)
+    else:
+        s = crange / maxc
+        div = crange
+    rc = (maxc - r) / div
+    gc = (maxc - g) / div
+    bc = (maxc - b) / div
+    if maxc == r:
+        h = bc - gc
+    elif maxc == g:
+        h = float32(2.0) + rc - bc
+    else:
+        h = float32(4.0) + gc - rc
+    h = h * float32(1.0 / 6.0) + float32(1.0)  # torchvision: fmod(h / 6 + 1, 1); h / 6 + 1 > 0
+    h = h - math.floor(h)
+    h = h + hue
+    h = h - math.floor(h)  # Python-style remainder by 1.0, in [0, 1)
+    if h >= float32(1.0):
+        h = float32(0.0)
+    v = maxc
+    h6 = h * float32(6.0)
+    fi = math.floor(h6)
+    f = h6 - fi
+    i = int32(fi) % 6
+    sxf = s * f
+    one_minus_s = float32(1.0) - s
+    q = clamp01((float32(1.0) - sxf) * v)
+    t = clamp01((sxf + one_minus_s) * v)
+    p = clamp01(one_minus_s * v)
+    if i == 0:
+        return v, t, p
+    if i == 1:
+        return q, v, p
+    if i == 2:
+        return p, v, t
+    if i == 3:
+        return p, q, v
+    if i == 4:
+        return t, p, v
+    return v, p, q
+
+
+def apply_op(op, r, g, b, factor, mean):
+    """One ColorJitter operation on one pixel; `mean` is the image's grayscale mean
+    (used by contrast only)."""
+    if op == BRIGHTNESS:
+        return clamp01(r * factor), clamp01(g * factor), clamp01(b * factor)
+    if op == CONTRAST:
+        return blend(r, mean, factor), blend(g, mean, factor), blend(b, mean, factor)
+    if op == SATURATION:
+        l = gray(r, g, b)
+        return blend(r, l, factor), blend(g, l, factor), blend(b, l, factor)
+    if op == HUE:
+        return adjust_hue(r, g, b, factor)
+    return r, g, b
+
+
+def apply_ops(r, g, b, order, factors, first, last, mean):
+    """Ops order[first:last] (op ids; -1 ends the list) with their factors[op]."""
+    for k in range(first, last):
+        op = order[k]
+        if op < 0:
+            break
+        r, g, b = apply_op(op, r, g, b, factors[op], mean)
+    return r, g, b
+
+
+def contrast_position(order):
+    """Index of contrast in a sample's op order, or the number of ops if it has none."""
+    n = 0
+    for k in range(order.shape[0]):
+        if order[k] < 0:
+            break
+        if order[k] == CONTRAST:
+            return k
+        n += 1
+    return n
+
+
+def encode_output(v, c, mean, std, normalize, to_uint8):
+    """Final value of channel c: normalized, or scaled to uint8 as torchvision's to_dtype
+    (value * (255 + 1 - 1e-3), truncated)."""
+    if normalize:
+        return (v - mean[c]) / std[c]
+    if to_uint8:
+        return float32(math.floor(v * float32(255.999)))
+    return v
