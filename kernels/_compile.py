@@ -25,12 +25,12 @@ def _rebind(fn: Callable, namespace: dict) -> Callable:
     return new
 
 
-def _namespace(jit: Callable, extra: dict | None = None) -> dict:
+def _namespace(jit: Callable, extra: dict | None = None, overrides: dict | None = None) -> dict:
     ns = dict(vars(_pixel))
     if extra:
         ns.update(extra)
     for name in HELPERS:
-        ns[name] = jit(_rebind(getattr(_pixel, name), ns))
+        ns[name] = jit(_rebind((overrides or {}).get(name, getattr(_pixel, name)), ns))
     return ns
 
 
@@ -47,7 +47,16 @@ def cpu_namespace() -> dict:
     """Helpers as numba CPU functions."""
     import numba
 
-    return _namespace(lambda f: numba.njit(cache=False, nogil=True)(f), {"prange": numba.prange})
+    import numpy as np
+
+    def floorf(x):  # float in, float out: vectorizes (math.floor goes through int64)
+        return np.floor(x)
+
+    # error_model="numpy": no ZeroDivisionError checks, whose branches stop vectorization
+    # inline="always": numba inlines the helpers itself (LLVM would not inline adjust_hue)
+    return _namespace(lambda f: numba.njit(nogil=True, error_model="numpy", inline="always")(f),
+                      {"prange": numba.prange, "np": np},
+                      overrides={"floorf": floorf})
 
 
 def for_cuda(fn: Callable) -> Callable:

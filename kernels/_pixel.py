@@ -66,53 +66,50 @@ def blend(x, y, ratio):
     return clamp01(x * ratio + y * (float32(1.0) - ratio))
 
 
+def floorf(x):
+    """floor as float32 (the CPU target swaps in np.floor, which stays vectorizable)."""
+    return float32(math.floor(x))
+
+
 def adjust_hue(r, g, b, hue):
-    """rgb -> hsv, h = (h + hue) mod 1, hsv -> rgb, as torchvision's _rgb_to_hsv/_hsv_to_rgb."""
+    """rgb -> hsv, h = (h + hue) mod 1, hsv -> rgb, with torchvision's formulas
+    (_rgb_to_hsv, _hsv_to_rgb). Branch-free (selects only), so the CPU loop vectorizes
+    and GPU warps do not diverge."""
     maxc = max(r, max(g, b))
     minc = min(r, min(g, b))
     crange = maxc - minc
-    if maxc == minc:
-        s = crange / float32(1.0)
-        div = float32(1.0)
-    else:
-        s = crange / maxc
-        div = crange
+    flat = crange == float32(0.0)
+    s = crange / (float32(1.0) if flat else maxc)
+    div = float32(1.0) if flat else crange
     rc = (maxc - r) / div
     gc = (maxc - g) / div
     bc = (maxc - b) / div
-    if maxc == r:
-        h = bc - gc
-    elif maxc == g:
-        h = float32(2.0) + rc - bc
-    else:
-        h = float32(4.0) + gc - rc
+    h_r = bc - gc
+    h_g = float32(2.0) + rc - bc
+    h_b = float32(4.0) + gc - rc
+    h = h_r if maxc == r else (h_g if maxc == g else h_b)
     h = h * float32(1.0 / 6.0) + float32(1.0)  # torchvision: fmod(h / 6 + 1, 1); h / 6 + 1 > 0
-    h = h - math.floor(h)
+    h = h - floorf(h)
     h = h + hue
-    h = h - math.floor(h)  # Python-style remainder by 1.0, in [0, 1)
-    if h >= float32(1.0):
-        h = float32(0.0)
+    h = h - floorf(h)  # torch.remainder(h, 1.0)
     v = maxc
     h6 = h * float32(6.0)
-    fi = math.floor(h6)
+    fi = floorf(h6)
     f = h6 - fi
-    i = int32(fi) % 6
+    fi = float32(0.0) if fi >= float32(6.0) else fi  # i % 6 (h may round up to 1.0)
     sxf = s * f
     one_minus_s = float32(1.0) - s
     q = clamp01((float32(1.0) - sxf) * v)
     t = clamp01((sxf + one_minus_s) * v)
     p = clamp01(one_minus_s * v)
-    if i == 0:
-        return v, t, p
-    if i == 1:
-        return q, v, p
-    if i == 2:
-        return p, v, t
-    if i == 3:
-        return p, q, v
-    if i == 4:
-        return t, p, v
-    return v, p, q
+    # sector i -> (r, g, b): 0 (v,t,p) 1 (q,v,p) 2 (p,v,t) 3 (p,q,v) 4 (t,p,v) 5 (v,p,q)
+    ro = v if (fi == float32(0.0) or fi == float32(5.0)) else (
+        q if fi == float32(1.0) else (t if fi == float32(4.0) else p))
+    go = t if fi == float32(0.0) else (
+        v if (fi == float32(1.0) or fi == float32(2.0)) else (q if fi == float32(3.0) else p))
+    bo = p if (fi == float32(0.0) or fi == float32(1.0)) else (
+        t if fi == float32(2.0) else (q if fi == float32(5.0) else v))
+    return ro, go, bo
 
 
 def apply_op(op, r, g, b, factor, mean):

@@ -171,8 +171,9 @@ def fused_cuda(src, geom, factors, order, mean, std, out, *, normalize: bool, an
 
 
 # ---------------------------------------------------------------------------------------
-# CPU twin: the same helpers, separable loops (vertical pass over contiguous rows, then
-# horizontal), one sample per prange iteration, GIL released.
+# CPU twin: the same helpers; separable passes arranged so every inner loop runs over
+# contiguous memory (vertical, transpose, horizontal), ColorJitter one op at a time over
+# the whole image; one sample per prange iteration, GIL released.
 
 def _axis_weights(out_size, vsize, voff, box, flip, antialias):
     """Per output index: first source index, tap count, and normalized weights; and a
@@ -203,7 +204,43 @@ def _axis_weights(out_size, vsize, voff, box, flip, antialias):
     return first, count, weights, valid
 
 
-def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialias, out, plane):
+# Index arithmetic below is cast to unsigned (U) or goes through per-row slices: numba
+# checks signed indices for negative wraparound, and that check stops vectorization.
+
+def _op_pass(px, count, op, factor, mean):
+    """One ColorJitter op over `count` interleaved RGB pixels in place; one loop per op
+    so each loop has a fixed body the compiler can vectorize."""
+    if op == BRIGHTNESS:
+        for i in range(count * 3):
+            px[i] = clamp01(px[i] * factor)
+    elif op == CONTRAST:
+        for i in range(count * 3):
+            px[i] = blend(px[i], mean, factor)
+    elif op == SATURATION:
+        for i in range(count):
+            j = U(3 * i)
+            l = gray(px[j], px[j + U(1)], px[j + U(2)])
+            px[j] = blend(px[j], l, factor)
+            px[j + U(1)] = blend(px[j + U(1)], l, factor)
+            px[j + U(2)] = blend(px[j + U(2)], l, factor)
+    elif op == HUE:
+        for i in range(count):
+            j = U(3 * i)
+            r, g, b = adjust_hue(px[j], px[j + U(1)], px[j + U(2)], factor)
+            px[j] = r
+            px[j + U(1)] = g
+            px[j + U(2)] = b
+
+
+def _gray_mean(px, count):
+    total = 0.0
+    for i in range(count):
+        j = U(3 * i)
+        total += gray(px[j], px[j + U(1)], px[j + U(2)])
+    return float32(total / count)
+
+
+def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialias, out, work):
     oh = out.shape[1]
     ow = out.shape[2]
     bh = g[BH]
@@ -215,8 +252,11 @@ def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialia
     sc = g[SC]
     base = g[OFFSET] + g[TOP] * sy + g[LEFT] * sx
     inv255 = float32(1.0 / 255.0)
-    # vertical pass: rows of the box resampled to oh rows, channels interleaved
-    vert = np.zeros((oh, bw * 3), np.float32)
+    n3 = bw * 3
+    # 1. vertical: the box's rows resampled to oh rows, [oh, bw*3] interleaved
+    # work buffers (this thread's, reused across samples): vert | vt | px
+    vert = work[:oh * n3].reshape((oh, n3))
+    vert[:] = 0.0
     packed = sx == 3 and sc == 1
     for y in range(oh):
         if not yv[y]:
@@ -226,57 +266,66 @@ def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialia
             w = yw[y, k] * inv255
             p = base + (yf[y] + k) * sy
             if packed:
-                for t in range(bw * 3):
-                    row[t] += w * float32(src[p + t])
+                srow = src[p:p + n3]
+                for t in range(n3):
+                    row[t] += w * float32(srow[t])
             else:
                 for i in range(bw):
-                    q = p + i * sx
-                    row[3 * i] += w * float32(src[q])
-                    row[3 * i + 1] += w * float32(src[q + sc])
-                    row[3 * i + 2] += w * float32(src[q + 2 * sc])
-    kc = contrast_position(order)
-    has_contrast = kc < 4 and order[kc] == CONTRAST
-    total = 0.0
-    # horizontal pass and the ops before contrast (all of them without contrast)
-    for y in range(oh):
-        row = vert[y]
-        for x in range(ow):
-            r = float32(0.0)
-            gg = float32(0.0)
-            b = float32(0.0)
-            if xv[x] and yv[y]:
-                f0 = xf[x]
-                for k in range(xc[x]):
-                    w = xw[x, k]
-                    t = 3 * (f0 + k)
-                    r += w * row[t]
-                    gg += w * row[t + 1]
-                    b += w * row[t + 2]
-            r, gg, b = apply_ops(r, gg, b, order, factors, 0, kc, float32(0.0))
-            if has_contrast:
-                total += gray(r, gg, b)
-                plane[0, y, x] = r
-                plane[1, y, x] = gg
-                plane[2, y, x] = b
-            else:
-                out[0, y, x] = encode_output(r, 0, mean, std, normalize, to_uint8)
-                out[1, y, x] = encode_output(gg, 1, mean, std, normalize, to_uint8)
-                out[2, y, x] = encode_output(b, 2, mean, std, normalize, to_uint8)
-    if has_contrast:
-        m = float32(total / (oh * ow))
+                    q = U(p + i * sx)
+                    j = U(3 * i)
+                    row[j] += w * float32(src[q])
+                    row[j + U(1)] += w * float32(src[q + U(sc)])
+                    row[j + U(2)] += w * float32(src[q + U(2 * sc)])
+    # 2. blocked transpose to [bw, oh*3], so the horizontal pass reads whole rows too
+    vt = work[oh * n3:2 * oh * n3].reshape((bw, oh * 3))
+    for y0 in range(0, oh, 8):
+        y1 = min(y0 + 8, oh)
+        for i in range(bw):
+            dst = vt[i]
+            j = U(3 * i)
+            for y in range(y0, y1):
+                s = vert[y]
+                d = U(3 * y)
+                dst[d] = s[j]
+                dst[d + U(1)] = s[j + U(1)]
+                dst[d + U(2)] = s[j + U(2)]
+    # 3. horizontal: [ow, oh*3], x-major, one contiguous weighted row sum per column
+    px = work[2 * oh * n3:2 * oh * n3 + ow * oh * 3].reshape((ow, oh * 3))
+    px[:] = 0.0
+    for x in range(ow):
+        if not xv[x]:
+            continue
+        col = px[x]
+        for k in range(xc[x]):
+            w = xw[x, k]
+            src_row = vt[xf[x] + k]
+            for t in range(oh * 3):
+                col[t] += w * src_row[t]
+    # 4. ColorJitter, op by op over the whole image (contrast needs the current mean)
+    flat = px.reshape(ow * oh * 3)
+    count = ow * oh
+    for k in range(order.shape[0]):
+        op = order[k]
+        if op < 0:
+            break
+        m = _gray_mean(flat, count) if op == CONTRAST else float32(0.0)
+        _op_pass(flat, count, op, factors[op], m)
+    # 5. Normalize / uint8 scaling, written transposed to [3, oh, ow]
+    stride = oh * 3
+    for c in range(3):
+        plane = out[c]
         for y in range(oh):
+            orow = plane[y]
+            b0 = 3 * y + c
             for x in range(ow):
-                r, gg, b = apply_ops(plane[0, y, x], plane[1, y, x], plane[2, y, x], order, factors, kc, 4, m)
-                out[0, y, x] = encode_output(r, 0, mean, std, normalize, to_uint8)
-                out[1, y, x] = encode_output(gg, 1, mean, std, normalize, to_uint8)
-                out[2, y, x] = encode_output(b, 2, mean, std, normalize, to_uint8)
+                orow[x] = encode_output(flat[U(x * stride + b0)], c, mean, std, normalize, to_uint8)
 
 
-def _cpu_batch(src, geom, factors, order, mean, std, normalize, to_uint8, antialias, out):
+def _cpu_batch(src, geom, factors, order, mean, std, normalize, to_uint8, antialias, out, work):
     n = out.shape[0]
     for i in prange(n):
-        plane = np.empty((3, out.shape[2], out.shape[3]), np.float32)
-        _cpu_sample(src, geom[i], factors[i], order[i], mean, std, normalize, to_uint8, antialias, out[i], plane)
+        _cpu_sample(src, geom[i], factors[i], order[i], mean, std, normalize, to_uint8, antialias, out[i],
+                    work[get_thread_id()])
 
 
 @functools.cache
@@ -288,13 +337,39 @@ def cpu_kernel():
     ns.update(GEOM_NAMES)
     ns["np"] = np
     ns["float32"] = np.float32
-    ns["_axis_weights"] = numba.njit(nogil=True)(_compile._rebind(_axis_weights, ns))
-    ns["_cpu_sample"] = numba.njit(nogil=True)(_compile._rebind(_cpu_sample, ns))
-    return numba.njit(parallel=True, nogil=True)(_compile._rebind(_cpu_batch, ns))
+    ns["U"] = np.uint64
+    ns["get_thread_id"] = numba.get_thread_id
+    for fn in (_axis_weights, _op_pass):
+        ns[fn.__name__] = numba.njit(nogil=True, error_model="numpy")(_compile._rebind(fn, ns))
+    # a reassociating reduction (float64 accumulators) so the grey mean vectorizes
+    ns["_gray_mean"] = numba.njit(nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})(
+        _compile._rebind(_gray_mean, ns))
+    ns["_cpu_sample"] = numba.njit(nogil=True, error_model="numpy")(_compile._rebind(_cpu_sample, ns))
+    return numba.njit(parallel=True, nogil=True, error_model="numpy")(_compile._rebind(_cpu_batch, ns))
 
 
 def fused_cpu(src, geom, factors, order, mean, std, out, *, normalize: bool, antialias: bool = True) -> None:
     """The CPU twin of fused_cuda on numpy arrays (out: [N, 3, H, W], any strides)."""
     if out.shape[0] == 0:
         return
-    cpu_kernel()(src, geom, factors, order, mean, std, normalize, out.dtype == np.uint8, antialias, out)
+    import numba
+
+    oh, ow = out.shape[2], out.shape[3]
+    widest = int(geom[:, BW].max())
+    work = _workspace(numba.get_num_threads(), 2 * oh * widest * 3 + ow * oh * 3)
+    cpu_kernel()(src, geom, factors, order, mean, std, normalize, out.dtype == np.uint8, antialias, out, work)
+
+
+_WORK: dict = {}
+
+
+def _workspace(threads: int, size: int) -> np.ndarray:
+    """Per-thread float32 work buffers, kept between calls (grown when needed)."""
+    import threading
+
+    key = threading.get_ident()  # callers on different threads never share buffers
+    buf = _WORK.get(key)
+    if buf is None or buf.shape[0] < threads or buf.shape[1] < size:
+        buf = np.empty((threads, size), np.float32)
+        _WORK[key] = buf
+    return buf

@@ -1,0 +1,497 @@
+"""torchvision.transforms.v2-compatible transforms that run as one fused kernel.
+
+The classes take torchvision's arguments and draw their parameters on the host with
+torchvision's algorithms; `Compose` turns a supported sequence into one call of the
+fused kernel (numba CUDA for CUDA tensors, the numba CPU twin otherwise). A sequence the
+kernel cannot express is refused when the Compose is built, never approximated.
+
+Supported shape of a pipeline:
+    geometry    RandomResizedCrop | Resize | CenterCrop | Resize, CenterCrop
+    then, in any order, at most one each of RandomHorizontalFlip and ColorJitter
+    then optionally ToDtype(float32 | float16, scale=True), Normalize, ToDtype(float16)
+Without Normalize or a float ToDtype the output is uint8, as torchvision's would be.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import random
+from dataclasses import dataclass, field
+from typing import Any, Literal, Sequence
+
+import numpy as np
+import torch
+
+from .errors import TransformError
+from .kernels import fused
+
+Layout = Literal["NCHW", "NHWC"]
+BRIGHTNESS, CONTRAST, SATURATION, HUE = range(4)
+_JITTER_NAMES = ("brightness", "contrast", "saturation", "hue")
+
+
+def _setup_size(size: Any, name: str = "size") -> tuple[int, int]:
+    if isinstance(size, numbers.Integral):
+        return int(size), int(size)
+    if isinstance(size, Sequence) and len(size) == 1 and isinstance(size[0], numbers.Integral):
+        return int(size[0]), int(size[0])
+    if isinstance(size, Sequence) and len(size) == 2 and all(isinstance(s, numbers.Integral) for s in size):
+        return int(size[0]), int(size[1])
+    raise TypeError(f"{name} must be an int or a sequence of one or two ints, not {size!r}")
+
+
+def _check_bilinear(interpolation: Any) -> None:
+    name = getattr(interpolation, "value", interpolation)
+    if str(name).lower() != "bilinear":
+        raise TransformError(f"only bilinear interpolation is fused, not {interpolation!r}")
+
+
+class Transform:
+    """Base class: a step of a Compose. `draw` returns this step's parameters for one
+    image of size (height, width), from `rng` (a random.Random)."""
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        return {}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({args})"
+
+
+class RandomResizedCrop(Transform):
+    """torchvision's RandomResizedCrop: 10 tries of area ~ U(scale)·H·W and log-uniform
+    aspect ratio, else the centred fallback; bilinear resize with antialias."""
+
+    def __init__(self, size: int | Sequence[int], scale: tuple[float, float] = (0.08, 1.0),
+                 ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0), interpolation: Any = "bilinear",
+                 antialias: bool = True) -> None:
+        self.size = _setup_size(size)
+        if not isinstance(scale, Sequence) or len(scale) != 2:
+            raise TypeError("scale must be a sequence of two floats")
+        if not isinstance(ratio, Sequence) or len(ratio) != 2:
+            raise TypeError("ratio must be a sequence of two floats")
+        if scale[0] > scale[1] or ratio[0] > ratio[1]:
+            raise ValueError("scale and ratio must be (min, max)")
+        if scale[0] < 0 or ratio[0] <= 0:
+            raise ValueError("scale must be >= 0 and ratio > 0")
+        _check_bilinear(interpolation)
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.ratio = (float(ratio[0]), float(ratio[1]))
+        self.antialias = bool(antialias)
+        self._log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        height, width = size
+        area = height * width
+        for _ in range(10):
+            target_area = area * rng.uniform(self.scale[0], self.scale[1])
+            aspect_ratio = math.exp(rng.uniform(self._log_ratio[0], self._log_ratio[1]))
+            w = int(round(math.sqrt(target_area * aspect_ratio)))
+            h = int(round(math.sqrt(target_area / aspect_ratio)))
+            if 0 < w <= width and 0 < h <= height:
+                i = rng.randint(0, height - h)
+                j = rng.randint(0, width - w)
+                return {"crop": (i, j, h, w)}
+        in_ratio = float(width) / float(height)
+        if in_ratio < min(self.ratio):
+            w = width
+            h = int(round(w / min(self.ratio)))
+        elif in_ratio > max(self.ratio):
+            h = height
+            w = int(round(h * max(self.ratio)))
+        else:
+            w, h = width, height
+        return {"crop": ((height - h) // 2, (width - w) // 2, h, w)}
+
+
+class Resize(Transform):
+    """torchvision's Resize: an int resizes the shorter side (the longer one keeps the
+    aspect ratio, capped by max_size); (h, w) resizes to exactly that."""
+
+    def __init__(self, size: int | Sequence[int], interpolation: Any = "bilinear",
+                 max_size: int | None = None, antialias: bool = True) -> None:
+        if isinstance(size, numbers.Integral) or (isinstance(size, Sequence) and len(size) == 1):
+            self.size: int | tuple[int, int] = int(size if isinstance(size, numbers.Integral) else size[0])
+        else:
+            self.size = _setup_size(size)
+        if max_size is not None and not isinstance(self.size, int):
+            raise ValueError("max_size is only allowed when size is an int")
+        _check_bilinear(interpolation)
+        self.max_size = max_size
+        self.antialias = bool(antialias)
+
+    def output_size(self, height: int, width: int) -> tuple[int, int]:
+        if not isinstance(self.size, int):
+            return self.size
+        short, long = (width, height) if width <= height else (height, width)
+        new_short, new_long = self.size, int(self.size * long / short)
+        if self.max_size is not None and new_long > self.max_size:
+            new_short, new_long = int(self.max_size * new_short / new_long), self.max_size
+        return (new_long, new_short) if width <= height else (new_short, new_long)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        return {"resize": self.output_size(*size)}
+
+
+class CenterCrop(Transform):
+    """torchvision's CenterCrop, padding with zeros where the crop is larger."""
+
+    def __init__(self, size: int | Sequence[int]) -> None:
+        self.size = _setup_size(size)
+
+    def offsets(self, height: int, width: int) -> tuple[int, int]:
+        ch, cw = self.size
+        top = -((ch - height) // 2) if ch > height else int(round((height - ch) / 2.0))
+        left = -((cw - width) // 2) if cw > width else int(round((width - cw) / 2.0))
+        return top, left
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        return {"crop": (*self.offsets(*size), *self.size)}
+
+
+class RandomHorizontalFlip(Transform):
+    def __init__(self, p: float = 0.5) -> None:
+        if not 0.0 <= p <= 1.0:
+            raise ValueError("p must be in [0, 1]")
+        self.p = float(p)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        return {"flip": rng.random() < self.p}
+
+
+def _jitter_range(value: Any, name: str, center: float, bound: tuple[float, float],
+                  clip_first_on_zero: bool) -> tuple[float, float] | None:
+    if isinstance(value, numbers.Number):
+        if value < 0:
+            raise ValueError(f"if {name} is a single number, it must be non negative")
+        lo, hi = center - float(value), center + float(value)
+        if clip_first_on_zero:
+            lo = max(lo, 0.0)
+    elif isinstance(value, Sequence) and len(value) == 2:
+        lo, hi = float(value[0]), float(value[1])
+    else:
+        raise TypeError(f"{name} should be a single number or a sequence of two numbers")
+    if not bound[0] <= lo <= hi <= bound[1]:
+        raise ValueError(f"{name} values should be between {bound}, but got {value}")
+    return None if lo == hi == center else (lo, hi)
+
+
+class ColorJitter(Transform):
+    """torchvision's ColorJitter: factors uniform in their ranges, the four operations
+    in a random order (a permutation per image)."""
+
+    def __init__(self, brightness: Any = 0, contrast: Any = 0, saturation: Any = 0, hue: Any = 0) -> None:
+        inf = float("inf")
+        self.brightness = _jitter_range(brightness, "brightness", 1.0, (0, inf), True)
+        self.contrast = _jitter_range(contrast, "contrast", 1.0, (0, inf), True)
+        self.saturation = _jitter_range(saturation, "saturation", 1.0, (0, inf), True)
+        self.hue = _jitter_range(hue, "hue", 0.0, (-0.5, 0.5), False)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        order = [0, 1, 2, 3]
+        rng.shuffle(order)
+        out: dict = {"order": order}
+        for name in _JITTER_NAMES:
+            r = getattr(self, name)
+            out[name] = None if r is None else rng.uniform(r[0], r[1])
+        return out
+
+
+class Normalize(Transform):
+    def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False) -> None:
+        if len(mean) != 3 or len(std) != 3:
+            raise TransformError("Normalize needs three means and three stds (RGB)")
+        if any(s == 0 for s in std):
+            raise ValueError("std evaluated to zero, leading to division by zero")
+        self.mean = tuple(float(m) for m in mean)
+        self.std = tuple(float(s) for s in std)
+
+
+class ToDtype(Transform):
+    """Output dtype: torch.float32 or torch.float16 (scale=True: [0, 1]) or torch.uint8."""
+
+    def __init__(self, dtype: torch.dtype, scale: bool = False) -> None:
+        if dtype not in (torch.float32, torch.float16, torch.uint8):
+            raise TransformError(f"ToDtype({dtype}) is not supported: use float32, float16 or uint8")
+        self.dtype = dtype
+        self.scale = bool(scale)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    geometry: tuple[Transform, ...]
+    out_size: tuple[int, int]
+    antialias: bool
+    flip: RandomHorizontalFlip | None
+    jitter: ColorJitter | None
+    normalize: Normalize | None
+    dtype: torch.dtype
+    steps: tuple[Transform, ...] = field(repr=False)
+
+
+def _plan(transforms: Sequence[Transform]) -> _Plan:
+    steps = list(transforms)
+    names = ", ".join(type(t).__name__ for t in steps)
+    for t in steps:
+        if not isinstance(t, Transform):
+            raise TransformError(f"{type(t).__module__}.{type(t).__qualname__} cannot be fused "
+                                 f"(use gpudecode.transforms classes, or Compose.from_torchvision)")
+    i = 0
+    geometry: list[Transform] = []
+    while i < len(steps) and isinstance(steps[i], (RandomResizedCrop, Resize, CenterCrop)):
+        geometry.append(steps[i])
+        i += 1
+    kinds = [type(g) for g in geometry]
+    if kinds not in ([RandomResizedCrop], [Resize], [CenterCrop], [Resize, CenterCrop]):
+        if not geometry:
+            first = type(steps[0]).__name__ if steps else "nothing"
+            raise TransformError(f"a fused pipeline starts with its geometry (RandomResizedCrop, Resize, "
+                                 f"CenterCrop or Resize + CenterCrop); this one starts with {first}: [{names}]")
+        raise TransformError(f"unsupported geometry {[k.__name__ for k in kinds]} in [{names}]: use one of "
+                             f"RandomResizedCrop, Resize, CenterCrop, Resize + CenterCrop")
+    if kinds == [Resize] and isinstance(geometry[0].size, int):  # type: ignore[attr-defined]
+        raise TransformError("Resize(int) alone gives differently sized images; add CenterCrop or give (h, w)")
+    out_size = geometry[-1].size  # type: ignore[attr-defined]
+    antialias = all(getattr(g, "antialias", True) for g in geometry)
+    flip = jitter = normalize = None
+    dtype: torch.dtype | None = None
+    for t in steps[i:]:
+        what = type(t).__name__
+        if isinstance(t, (RandomResizedCrop, Resize, CenterCrop)):
+            raise TransformError(f"{what} after other steps cannot be fused: geometry comes first [{names}]")
+        if normalize is not None and not (isinstance(t, ToDtype) and t.dtype in (torch.float16, torch.float32)):
+            raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
+        if isinstance(t, RandomHorizontalFlip):
+            if flip is not None:
+                raise TransformError(f"two RandomHorizontalFlips [{names}]")
+            flip = t
+        elif isinstance(t, ColorJitter):
+            if jitter is not None:
+                raise TransformError(f"two ColorJitters [{names}]")
+            if dtype == torch.uint8:
+                raise TransformError("ColorJitter after ToDtype(uint8) cannot be fused")
+            jitter = t
+        elif isinstance(t, Normalize):
+            if dtype == torch.uint8:
+                raise TransformError("Normalize needs a float dtype, not ToDtype(uint8)")
+            normalize = t
+            dtype = dtype or torch.float32
+        elif isinstance(t, ToDtype):
+            if t.dtype != torch.uint8 and normalize is None and not t.scale:
+                raise TransformError("ToDtype(float) on uint8 images needs scale=True to be fused")
+            dtype = t.dtype
+        else:
+            raise TransformError(f"{what} cannot be fused [{names}]")
+    return _Plan(tuple(geometry), tuple(out_size), antialias, flip, jitter, normalize,  # type: ignore[arg-type]
+                 dtype or torch.uint8, tuple(steps))
+
+
+def sample_rng(seed: int, epoch: int, index: int) -> random.Random:
+    """The generator of one sample's random choices, fixed by (seed, epoch, index)."""
+    return random.Random(f"gpudecode:{seed}:{epoch}:{index}")
+
+
+class Compose(Transform):
+    """A fused pipeline. Call it on a uint8 image [3, H, W] (or [1, H, W]: grey, read
+    as RGB), a list of such images of any sizes, or a batch [N, 3, H, W], on the CPU or
+    a CUDA device; it returns [N, 3, h, w] ([3, h, w] for one image; NHWC with
+    layout="NHWC") on the same device.
+
+    Args:
+        transforms: the steps (see the module docstring for what can be fused).
+        layout: "NCHW" (default) or "NHWC".
+    """
+
+    def __init__(self, transforms: Sequence[Transform], *, layout: Layout = "NCHW") -> None:
+        if layout not in ("NCHW", "NHWC"):
+            raise ValueError("layout must be 'NCHW' or 'NHWC'")
+        self.transforms = list(transforms)
+        self.layout = layout
+        self.plan = _plan(self.transforms)
+        self._rng = random.Random()
+
+    @property
+    def out_size(self) -> tuple[int, int]:
+        return self.plan.out_size
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.plan.dtype
+
+    def make_params(self, sizes: Sequence[tuple[int, int]], seed: int, *, epoch: int = 0,
+                    indices: Sequence[int] | None = None) -> list[dict]:
+        """One dict per image of size (height, width), with torchvision's names: `crop`
+        (top, left, height, width) (for Resize + CenterCrop: in the resized image, whose
+        size is `resize`), `flip`, `brightness`, `contrast`, `saturation`, `hue` (None
+        when off), `order` (torchvision's fn_idx). (seed, epoch, index) fixes each draw."""
+        if indices is None:
+            indices = range(len(sizes))
+        out = []
+        for (h, w), idx in zip(sizes, indices):
+            if h <= 0 or w <= 0:
+                raise ValueError(f"image size must be positive, got {(h, w)}")
+            rng = sample_rng(seed, epoch, idx)
+            p: dict = {"flip": False, "brightness": None, "contrast": None, "saturation": None, "hue": None,
+                       "order": [0, 1, 2, 3]}
+            size = (h, w)
+            for t in self.plan.geometry:
+                d = t.draw(rng, size)
+                if "resize" in d:
+                    size = d["resize"]
+                p.update(d)
+            if self.plan.flip is not None:
+                p.update(self.plan.flip.draw(rng, size))
+            if self.plan.jitter is not None:
+                p.update(self.plan.jitter.draw(rng, size))
+            out.append(p)
+        return out
+
+    def encode(self, params: Sequence[dict], sizes: Sequence[tuple[int, int]]) -> tuple[np.ndarray, ...]:
+        """Kernel arrays for `params`: geom int64 [N, GEOM] (the box, resize and window
+        columns and FLIP; OFFSET, H, W and strides are the caller's), factors float32 [N, 4],
+        order int32 [N, 4]."""
+        n = len(params)
+        geom = np.zeros((n, fused.GEOM), np.int64)
+        factors = np.ones((n, 4), np.float32)
+        factors[:, HUE] = 0.0
+        order = np.full((n, 4), -1, np.int32)
+        oh, ow = self.plan.out_size
+        for k, (p, (h, w)) in enumerate(zip(params, sizes)):
+            g = geom[k]
+            g[fused.H], g[fused.W] = h, w
+            if isinstance(self.plan.geometry[0], RandomResizedCrop):
+                t, l, bh, bw = p["crop"]
+                if t < 0 or l < 0 or bh <= 0 or bw <= 0 or t + bh > h or l + bw > w:
+                    raise ValueError(f"crop {p['crop']} is outside the {h}x{w} image")
+                g[fused.TOP:fused.BW + 1] = (t, l, bh, bw)
+                g[fused.VH], g[fused.VW] = oh, ow
+            else:
+                g[fused.TOP:fused.BW + 1] = (0, 0, h, w)
+                vh, vw = p.get("resize", (h, w))
+                g[fused.VH], g[fused.VW] = vh, vw
+                if "crop" in p:
+                    g[fused.OY], g[fused.OX] = p["crop"][0], p["crop"][1]
+            g[fused.FLIP] = bool(p.get("flip", False))
+            j = 0
+            for op in p.get("order", ()):
+                f = p.get(_JITTER_NAMES[op])
+                if f is not None:
+                    factors[k, op] = f
+                    order[k, j] = op
+                    j += 1
+        return geom, factors, order
+
+    def _norm_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        nz = self.plan.normalize
+        mean = np.asarray(nz.mean if nz else (0.0, 0.0, 0.0), np.float32)
+        std = np.asarray(nz.std if nz else (1.0, 1.0, 1.0), np.float32)
+        return mean, std
+
+    def new_output(self, n: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+        """(output tensor in `layout`, its [N, 3, h, w] view that the kernel writes)."""
+        oh, ow = self.plan.out_size
+        if self.layout == "NHWC":
+            out = torch.empty((n, oh, ow, 3), dtype=self.plan.dtype, device=device)
+            return out, out.permute(0, 3, 1, 2)
+        out = torch.empty((n, 3, oh, ow), dtype=self.plan.dtype, device=device)
+        return out, out
+
+    def run(self, src: torch.Tensor, geom: np.ndarray, factors: np.ndarray, order: np.ndarray,
+            view: torch.Tensor, *, stream: Any = None) -> None:
+        """Runs the fused kernel on a packed uint8 buffer `src` (1-D, CPU or CUDA) with
+        complete geom rows, writing the [N, 3, h, w] view of the output."""
+        mean, std = self._norm_arrays()
+        normalize = self.plan.normalize is not None
+        if src.is_cuda:
+            from .kernels import cuda_launch
+
+            cuda_launch.run(src, geom, factors, order, mean, std, view, normalize=normalize,
+                            antialias=self.plan.antialias, stream=stream)
+            return
+        out_np = view.numpy() if view.dtype != torch.float16 else None
+        if out_np is None:  # numba CPU has no float16 stores: compute float32, cast
+            tmp = torch.empty(view.shape, dtype=torch.float32)
+            fused.fused_cpu(src.numpy(), geom, factors, order, mean, std, tmp.numpy(), normalize=normalize,
+                            antialias=self.plan.antialias)
+            view.copy_(tmp)
+            return
+        fused.fused_cpu(src.numpy(), geom, factors, order, mean, std, out_np, normalize=normalize,
+                        antialias=self.plan.antialias)
+
+    def __call__(self, images: torch.Tensor | Sequence[torch.Tensor], params: Sequence[dict] | None = None,
+                 *, seed: int | None = None) -> torch.Tensor:
+        single = isinstance(images, torch.Tensor) and images.ndim == 3
+        if isinstance(images, torch.Tensor):
+            batch = [images] if images.ndim == 3 else list(images.unbind(0))
+            if images.ndim not in (3, 4):
+                raise ValueError(f"expected an image [C, H, W] or a batch [N, C, H, W], got shape {tuple(images.shape)}")
+        else:
+            batch = list(images)
+        for k, im in enumerate(batch):
+            if not isinstance(im, torch.Tensor) or im.dtype != torch.uint8 or im.ndim != 3 or im.shape[0] not in (1, 3):
+                raise TypeError(f"image {k}: expected a uint8 tensor [3, H, W] or [1, H, W], got "
+                                f"{getattr(im, 'dtype', type(im))} {tuple(getattr(im, 'shape', ()))}")
+        devices = {im.device for im in batch}
+        if len(devices) > 1:
+            raise ValueError(f"images are on several devices: {devices}")
+        device = batch[0].device if batch else torch.device("cpu")
+        sizes = [(int(im.shape[1]), int(im.shape[2])) for im in batch]
+        if params is None:
+            params = self.make_params(sizes, self._rng.getrandbits(63) if seed is None else seed)
+        elif len(params) != len(batch):
+            raise ValueError(f"{len(params)} params for {len(batch)} images")
+        geom, factors, order = self.encode(params, sizes)
+        flat = [im.contiguous().reshape(-1) for im in batch]
+        offset = 0
+        for k, (im, f) in enumerate(zip(batch, flat)):
+            c, h, w = im.shape
+            geom[k, fused.OFFSET] = offset
+            geom[k, fused.SY], geom[k, fused.SX], geom[k, fused.SC] = w, 1, (h * w if c == 3 else 0)
+            offset += f.numel()
+        src = torch.cat(flat) if len(flat) != 1 else flat[0]
+        if not flat:
+            src = torch.empty(0, dtype=torch.uint8, device=device)
+        out, view = self.new_output(len(batch), device)
+        self.run(src, geom, factors, order, view)
+        return out[0] if single else out
+
+    @classmethod
+    def from_torchvision(cls, tv: Any, *, layout: Layout = "NCHW") -> "Compose":
+        """The fused equivalent of a torchvision (v1 or v2) Compose, or a clear refusal.
+        ToImage/PILToTensor/ToTensor-style input conversions are dropped (the loader
+        feeds uint8 tensors); ToTensor becomes ToDtype(float32, scale=True)."""
+        steps = list(getattr(tv, "transforms", [tv]))
+        out: list[Transform] = []
+        for t in steps:
+            name = type(t).__name__
+            if name in ("ToImage", "PILToTensor", "ToPureTensor", "ToImageTensor"):
+                continue
+            if name == "ToTensor":
+                out.append(ToDtype(torch.float32, scale=True))
+            elif name == "ConvertImageDtype":
+                out.append(ToDtype(t.dtype, scale=True))
+            elif name == "ToDtype":
+                dtype = t.dtype if isinstance(t.dtype, torch.dtype) else t.dtype.get(torch.Tensor, None)
+                out.append(ToDtype(dtype, scale=t.scale))
+            elif name == "RandomResizedCrop":
+                out.append(RandomResizedCrop(t.size, t.scale, t.ratio, t.interpolation,
+                                             antialias=bool(getattr(t, "antialias", True))))
+            elif name == "Resize":
+                out.append(Resize(t.size, t.interpolation, getattr(t, "max_size", None),
+                                  antialias=bool(getattr(t, "antialias", True))))
+            elif name == "CenterCrop":
+                out.append(CenterCrop(t.size))
+            elif name == "RandomHorizontalFlip":
+                out.append(RandomHorizontalFlip(t.p))
+            elif name == "ColorJitter":
+                ranges = [getattr(t, n) for n in _JITTER_NAMES]  # (min, max) or None when off
+                out.append(ColorJitter(*(0 if r is None else tuple(r) for r in ranges)))
+            elif name == "Normalize":
+                out.append(Normalize(t.mean, t.std))
+            else:
+                raise TransformError(f"torchvision {name} cannot be fused")
+        return cls(out, layout=layout)
+
+
+__all__ = ["Compose", "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "ColorJitter",
+           "Normalize", "ToDtype", "Transform", "sample_rng"]
