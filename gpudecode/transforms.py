@@ -448,8 +448,11 @@ class Compose(Transform):
             geom[k, fused.OFFSET] = offset
             geom[k, fused.SY], geom[k, fused.SX], geom[k, fused.SC] = w, 1, (h * w if c == 3 else 0)
             offset += f.numel()
-        src = torch.cat(flat) if len(flat) != 1 else flat[0]
-        if not flat:
+        if len(flat) == 1:
+            src = flat[0]
+        elif flat:
+            src = torch.cat(flat)
+        else:
             src = torch.empty(0, dtype=torch.uint8, device=device)
         out, view = self.new_output(len(batch), device)
         self.run(src, geom, factors, order, view)

@@ -373,3 +373,30 @@ def _workspace(threads: int, size: int) -> np.ndarray:
         buf = np.empty((threads, size), np.float32)
         _WORK[key] = buf
     return buf
+
+
+def compile_ptx_all(ccs=((8, 0), (9, 0))) -> dict:
+    """Compiles both CUDA kernels to PTX for every compute capability in `ccs` and each
+    output dtype and layout, with real type inference and code generation (no GPU
+    needed; not under the simulator). Returns {(kernel, cc, variant): ptx length}."""
+    from numba import cuda, types as t
+    from numba import float32 as nb_f32, float64 as nb_f64
+
+    ns = _compile.cuda_namespace()
+    ns.update(GEOM_NAMES, float32=nb_f32, float64=nb_f64)
+    resample = _compile._rebind(_resample_body, ns)
+    finish = _compile._rebind(_finish_body, ns)
+    sizes = {}
+    r_sig = (t.uint8[::1], t.int64[:, ::1], t.float32[:, ::1], t.int32[:, ::1], t.boolean,
+             t.float32[:, :, :, :], t.float64[::1])
+    for cc in ccs:
+        ptx, _ = cuda.compile_ptx(resample, r_sig, cc=cc)
+        sizes[("resample", cc, "float32")] = len(ptx)
+        for out_t in (t.float32, t.float16, t.uint8):
+            for layout in ("C", "A"):  # contiguous NCHW, and strided (NHWC views)
+                out = out_t[:, :, :, ::1] if layout == "C" else out_t[:, :, :, :]
+                sig = (t.float32[:, :, :, :], t.float64[::1], t.float32[:, ::1], t.int32[:, ::1], t.float32[::1],
+                       t.float32[::1], t.boolean, t.boolean, out)
+                ptx, _ = cuda.compile_ptx(finish, sig, cc=cc)
+                sizes[("finish", cc, f"{out_t}-{layout}")] = len(ptx)
+    return sizes

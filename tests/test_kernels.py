@@ -1,0 +1,161 @@
+"""The fused kernels: CUDA (simulator here, or a real GPU) == CPU twin == numpy oracle,
+and every CUDA kernel compiles to PTX for sm_80 and sm_90."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from gpudecode.kernels import fused, reference
+
+MEAN = np.array([0.485, 0.456, 0.406], np.float32)
+STD = np.array([0.229, 0.224, 0.225], np.float32)
+
+
+def test_compile_ptx_sm80_sm90():
+    """Real type inference and code generation for every kernel variant (no GPU needed)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    code = ("import json; from gpudecode.kernels import fused; "
+            "print(json.dumps({'|'.join(map(str, k)): v for k, v in fused.compile_ptx_all().items()}))")
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    sizes = json.loads(res.stdout.strip().splitlines()[-1])
+    assert len(sizes) == 2 * (1 + 6)
+    assert all(v > 1000 for v in sizes.values())
+
+
+def _case(rng, h, w, oh, ow, kind, chw=False, gray=False):
+    """One sample: image, geom row (offset 0), and the oracle's geometry arguments."""
+    c = 1 if gray else 3
+    img = rng.integers(0, 256, (h, w, c), dtype=np.uint8)
+    g = np.zeros(fused.GEOM, np.int64)
+    g[fused.H], g[fused.W] = h, w
+    if chw:
+        flat = np.ascontiguousarray(img.transpose(2, 0, 1)).reshape(-1)
+        g[fused.SY], g[fused.SX], g[fused.SC] = w, 1, h * w
+    else:
+        flat = img.reshape(-1)
+        g[fused.SY], g[fused.SX], g[fused.SC] = w * c, c, 1
+    if gray:
+        g[fused.SC] = 0
+    if kind == "rrc":
+        bh, bw = rng.integers(1, h + 1), rng.integers(1, w + 1)
+        t, l = rng.integers(0, h - bh + 1), rng.integers(0, w - bw + 1)
+        box, vsize, voff = (t, l, bh, bw), (oh, ow), (0, 0)
+    else:  # resize + centre crop, possibly padding
+        vh, vw = int(rng.integers(max(1, oh - 5), oh + 9)), int(rng.integers(max(1, ow - 5), ow + 9))
+        box, vsize, voff = (0, 0, h, w), (vh, vw), ((vh - oh) // 2, (vw - ow) // 2)
+    g[fused.TOP:fused.BW + 1] = box
+    g[fused.VH], g[fused.VW] = vsize
+    g[fused.OY], g[fused.OX] = voff
+    g[fused.FLIP] = int(rng.integers(0, 2))
+    rgb = np.repeat(img, 3, axis=2) if gray else img
+    return flat, g, (rgb, box, vsize, voff)
+
+
+def _batch(seed, n, oh, ow, **kw):
+    rng = np.random.default_rng(seed)
+    flats, geoms, refs = [], [], []
+    off = 0
+    for k in range(n):
+        h, w = int(rng.integers(1, 40)), int(rng.integers(1, 40))
+        kind = "rrc" if k % 2 == 0 else "resize"
+        flat, g, ref = _case(rng, h, w, oh, ow, kind, chw=kw.get("chw", False) and k % 2 == 1,
+                             gray=kw.get("gray", False) and k == 0)
+        g[fused.OFFSET] = off
+        off += flat.size
+        flats.append(flat)
+        geoms.append(g)
+        refs.append(ref)
+    factors = np.stack([np.array([rng.uniform(0.6, 1.4), rng.uniform(0.6, 1.4), rng.uniform(0.6, 1.4),
+                                  rng.uniform(-0.1, 0.1)], np.float32) for _ in range(n)])
+    order = np.stack([rng.permutation(4).astype(np.int32) for _ in range(n)])
+    order[0, 2:] = -1  # a sample with only two ops
+    return np.concatenate(flats), np.stack(geoms), factors, order, refs
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_cpu_matches_numpy_oracle(normalize):
+    src, geom, factors, order, refs = _batch(0, 6, 13, 17, chw=True, gray=True)
+    out = np.zeros((6, 3, 13, 17), np.float32)
+    fused.fused_cpu(src, geom, factors, order, MEAN, STD, out, normalize=normalize)
+    for k, (img, box, vsize, voff) in enumerate(refs):
+        ref = reference.fused_reference(img, box, vsize, voff, (13, 17), bool(geom[k, fused.FLIP]), order[k],
+                                        factors[k], MEAN if normalize else None, STD if normalize else None)
+        np.testing.assert_allclose(out[k], ref, atol=2e-5 if normalize else 5e-6, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.float16])
+def test_cuda_kernels_equal_cpu(dtype):
+    """Under NUMBA_ENABLE_CUDASIM=1 (no GPU) the CUDA kernels run in the simulator."""
+    normalize = dtype != np.uint8
+    src, geom, factors, order, _ = _batch(1, 3, 11, 9, chw=True, gray=True)
+    cpu = np.zeros((3, 3, 11, 9), np.float32 if dtype == np.float16 else dtype)
+    fused.fused_cpu(src, geom, factors, order, MEAN, STD, cpu, normalize=normalize)
+    gpu = np.zeros((3, 3, 11, 9), dtype)
+    fused.fused_cuda(src, geom, factors, order, MEAN, STD, gpu, normalize=normalize)
+    if dtype == np.uint8:
+        assert np.abs(cpu.astype(int) - gpu.astype(int)).max() <= 1
+        assert (cpu == gpu).mean() > 0.99
+    elif dtype == np.float16:
+        np.testing.assert_allclose(gpu.astype(np.float32), cpu, atol=5e-3, rtol=1e-3)
+    else:
+        np.testing.assert_allclose(gpu, cpu, atol=1e-5, rtol=0)
+
+
+def test_nhwc_view_equals_nchw():
+    """Outputs are written through strides: an NHWC buffer is a [N, 3, H, W] view. (The
+    simulator cannot move strided host arrays; PTX for strided outputs is compiled above
+    and the GPU test covers torch views on a device.)"""
+    src, geom, factors, order, _ = _batch(2, 2, 7, 10)
+    nchw = np.zeros((2, 3, 7, 10), np.float32)
+    fused.fused_cpu(src, geom, factors, order, MEAN, STD, nchw, normalize=True)
+    nhwc = np.zeros((2, 7, 10, 3), np.float32)
+    fused.fused_cpu(src, geom, factors, order, MEAN, STD, nhwc.transpose(0, 3, 1, 2), normalize=True)
+    np.testing.assert_array_equal(nhwc.transpose(0, 3, 1, 2), nchw)
+
+
+def test_zero_batch_and_no_mutation():
+    src, geom, factors, order, _ = _batch(3, 2, 5, 5)
+    before = [a.copy() for a in (src, geom, factors, order)]
+    out = np.zeros((2, 3, 5, 5), np.float32)
+    fused.fused_cpu(src, geom, factors, order, MEAN, STD, out, normalize=True)
+    for a, b in zip(before, (src, geom, factors, order)):
+        np.testing.assert_array_equal(a, b)
+    empty = np.zeros((0, 3, 5, 5), np.float32)
+    fused.fused_cpu(src, geom[:0], factors[:0], order[:0], MEAN, STD, empty, normalize=True)
+    fused.fused_cuda(src, geom[:0], factors[:0], order[:0], MEAN, STD, empty, normalize=True)
+
+
+def test_cpu_thread_count_does_not_change_output():
+    import numba
+
+    src, geom, factors, order, _ = _batch(4, 8, 20, 24)
+    outs = []
+    for threads in (1, numba.config.NUMBA_NUM_THREADS):
+        numba.set_num_threads(threads)
+        out = np.zeros((8, 3, 20, 24), np.float32)
+        fused.fused_cpu(src, geom, factors, order, MEAN, STD, out, normalize=True)
+        outs.append(out)
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+@pytest.mark.gpu
+def test_real_gpu_equals_cpu():
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available() or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)")
+    from gpudecode.kernels import cuda_launch
+
+    src, geom, factors, order, _ = _batch(5, 4, 31, 33)
+    cpu = np.zeros((4, 3, 31, 33), np.float32)
+    fused.fused_cpu(src, geom, factors, order, MEAN, STD, cpu, normalize=True)
+    out = torch.empty((4, 3, 31, 33), device="cuda")
+    cuda_launch.run(torch.from_numpy(src).cuda(), geom, factors, order, MEAN, STD, out, normalize=True,
+                    antialias=True)
+    np.testing.assert_allclose(out.cpu().numpy(), cpu, atol=1e-5)

@@ -1,0 +1,213 @@
+"""gpudecode.transforms against torchvision.transforms.v2: same parameter distributions,
+and, given the same parameters, the same pixels (on real photographs)."""
+from __future__ import annotations
+
+import collections
+import itertools
+import pickle
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms.v2 as tv
+from scipy import stats
+
+from gpudecode import TransformError
+from gpudecode import transforms as T
+
+from tvref import torchvision_apply
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def chw(img: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(img).permute(2, 0, 1).contiguous()
+
+
+def max_err_levels(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).abs().max()) * 255
+
+
+@pytest.fixture(scope="module")
+def photo_batch(photos):
+    """Real photos at several sizes and aspect ratios, one forcing RRC's fallback."""
+    out = [chw(p) for p in photos.values()]
+    rocket = photos["rocket"]
+    out.append(chw(np.ascontiguousarray(rocket[:40])))            # 40 x 640: ratio 16, fallback
+    out.append(chw(np.ascontiguousarray(photos["coffee"][::3, ::2])))  # odd size, downscaled
+    return out
+
+
+@pytest.mark.parametrize("jitter,tol", [(None, 1.0), ((0.4, 0.4, 0.4, 0.0), 1.0), ((0.4, 0.4, 0.4, 0.1), 2.0)])
+def test_train_pipeline_matches_torchvision(photo_batch, jitter, tol):
+    steps = [T.RandomResizedCrop(224), T.RandomHorizontalFlip()]
+    if jitter:
+        steps.append(T.ColorJitter(*jitter))
+    tf = T.Compose(steps + [T.ToDtype(torch.float32, scale=True)])
+    sizes = [tuple(im.shape[1:]) for im in photo_batch]
+    for seed in range(3):
+        params = tf.make_params(sizes, seed)
+        out = tf(photo_batch, params)
+        assert out.shape == (len(photo_batch), 3, 224, 224) and out.dtype == torch.float32
+        for k, (im, p) in enumerate(zip(photo_batch, params)):
+            ref = torchvision_apply(im, p, (224, 224))
+            err = max_err_levels(out[k], ref)
+            assert err <= tol, (k, p, err)
+
+
+def test_normalize_and_fallback(photo_batch):
+    tf = T.Compose([T.RandomResizedCrop(224), T.Normalize(MEAN, STD)])
+    im = photo_batch[-2]  # 40 x 640
+    params = tf.make_params([tuple(im.shape[1:])] * 20, seed=1)
+    assert all(p["crop"] == (0, 293, 40, 53) for p in params)  # centred fallback, ratio 4/3
+    out = tf([im], params[:1])
+    ref = torchvision_apply(im, params[0], (224, 224), mean=MEAN, std=STD)
+    assert float((out[0] - ref).abs().max()) * 255 * min(STD) <= 1.0
+
+
+@pytest.mark.parametrize("steps,resize", [
+    ([T.Resize(256), T.CenterCrop(224)], True),
+    ([T.Resize((100, 150))], True),
+    ([T.CenterCrop(600)], False),  # pads the smaller photos with zeros
+])
+def test_eval_pipelines(photo_batch, steps, resize):
+    tf = T.Compose(steps + [T.Normalize(MEAN, STD)])
+    params = tf.make_params([tuple(im.shape[1:]) for im in photo_batch], seed=0)
+    out = tf(photo_batch, params)
+    for k, (im, p) in enumerate(zip(photo_batch, params)):
+        x = torch.from_numpy(np.asarray(im)).float() / 255
+        if isinstance(steps[0], T.Resize):
+            x = tv.functional.resize(x, list(p["resize"]), antialias=True)
+        if isinstance(steps[-1], T.CenterCrop):
+            x = tv.functional.center_crop(x, list(steps[-1].size))
+        ref = tv.functional.normalize(x, MEAN, STD)
+        assert float((out[k] - ref).abs().max()) * min(STD) * 255 <= 1.0
+
+
+def test_edge_sizes_and_gray():
+    rng = np.random.default_rng(0)
+    tf = T.Compose([T.RandomResizedCrop((17, 9)), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+                    T.ToDtype(torch.float32, scale=True)])
+    imgs = [torch.from_numpy(rng.integers(0, 256, (3, h, w), dtype=np.uint8)) for h, w in
+            [(1, 1), (1, 300), (300, 1), (7, 13), (2, 2)]]
+    gray = torch.from_numpy(rng.integers(0, 256, (1, 31, 23), dtype=np.uint8))
+    imgs.append(gray)
+    params = tf.make_params([tuple(i.shape[1:]) for i in imgs], seed=4)
+    out = tf(imgs, params)
+    for k, (im, p) in enumerate(zip(imgs, params)):
+        assert max_err_levels(out[k], torchvision_apply(im, p, (17, 9))) <= 2.0
+    # grey read as RGB == the same image expanded to three channels
+    expanded = tf([gray.expand(3, -1, -1).contiguous()], params[-1:])
+    torch.testing.assert_close(expanded[0], out[-1], atol=1e-6, rtol=0)
+
+
+def test_uint8_output_and_nhwc(photos):
+    im = chw(photos["chelsea"])
+    tf = T.Compose([T.RandomResizedCrop(64), T.RandomHorizontalFlip()])
+    p = tf.make_params([tuple(im.shape[1:])], seed=2)
+    out = tf(im, p)
+    assert out.dtype == torch.uint8 and out.shape == (3, 64, 64)
+    ref = tv.functional.to_dtype(torchvision_apply(im, p[0], (64, 64)), torch.uint8, scale=True)
+    assert int((out.int() - ref.int()).abs().max()) <= 1
+    nhwc = T.Compose([T.RandomResizedCrop(64), T.RandomHorizontalFlip()], layout="NHWC")(im, p)
+    assert nhwc.shape == (64, 64, 3) and torch.equal(nhwc.permute(2, 0, 1), out)
+    half = T.Compose([T.RandomResizedCrop(64), T.Normalize(MEAN, STD), T.ToDtype(torch.float16)])
+    h = half(im, p)
+    f = T.Compose([T.RandomResizedCrop(64), T.Normalize(MEAN, STD)])(im, p)
+    assert h.dtype == torch.float16 and torch.allclose(h.float(), f, atol=1e-2)
+
+
+def test_same_seed_same_output_and_no_mutation(photo_batch):
+    tf = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+                    T.Normalize(MEAN, STD)])
+    before = [im.clone() for im in photo_batch]
+    a = tf(photo_batch, seed=7)
+    b = tf(photo_batch, seed=7)
+    assert torch.equal(a, b) and not torch.equal(a, tf(photo_batch, seed=8))
+    assert all(torch.equal(x, y) for x, y in zip(before, photo_batch))
+    assert tf([], seed=0).shape == (0, 3, 32, 32)
+    tf2 = pickle.loads(pickle.dumps(tf))
+    assert torch.equal(tf2(photo_batch, seed=7), a)
+
+
+# ---- parameter distributions against torchvision's own draws -------------------------------
+
+def test_rrc_distribution_matches_torchvision():
+    torch.manual_seed(0)
+    H, W = 375, 500
+    ref = tv.RandomResizedCrop(224)
+    img = [torch.empty(3, H, W)]
+    tv_draws = [ref.make_params(img) for _ in range(3000)]
+    ours = T.Compose([T.RandomResizedCrop(224)]).make_params([(H, W)] * 3000, seed=0)
+    for key in ("area", "ratio", "top", "left"):
+        def f(h, w, t, l):
+            return {"area": h * w / (H * W), "ratio": w / h, "top": t, "left": l}[key]
+        a = [f(d["height"], d["width"], d["top"], d["left"]) for d in tv_draws]
+        b = [f(*p["crop"][2:], *p["crop"][:2]) for p in ours]
+        assert stats.ks_2samp(a, b).pvalue > 1e-3, key
+
+
+def test_rrc_fallback_frequency_matches_torchvision():
+    torch.manual_seed(1)
+    H, W = 60, 1000  # most tries fail: the fallback is frequent
+    ref = tv.RandomResizedCrop(224, scale=(0.5, 1.0))
+    n = 3000
+    full = (0, (W - 80) // 2, 60, 80)
+    tv_fb = sum((d["top"], d["left"], d["height"], d["width"]) == full
+                for d in (ref.make_params([torch.empty(3, H, W)]) for _ in range(n)))
+    ours = sum(p["crop"] == full for p in T.Compose([T.RandomResizedCrop(224, scale=(0.5, 1.0))])
+               .make_params([(H, W)] * n, seed=3))
+    assert tv_fb > 100
+    assert abs(tv_fb - ours) < 4 * np.sqrt(tv_fb)
+
+
+def test_jitter_distribution_and_order():
+    tf = T.Compose([T.RandomResizedCrop(8), T.ColorJitter(0.4, 0.3, 0.2, 0.1)])
+    params = tf.make_params([(10, 10)] * 4800, seed=0)
+    for name, (lo, hi) in [("brightness", (0.6, 1.4)), ("contrast", (0.7, 1.3)), ("saturation", (0.8, 1.2)),
+                           ("hue", (-0.1, 0.1))]:
+        v = [p[name] for p in params]
+        assert stats.kstest(v, stats.uniform(lo, hi - lo).cdf).pvalue > 1e-3
+    counts = collections.Counter(tuple(p["order"]) for p in params)
+    assert set(counts) == set(itertools.permutations(range(4)))
+    assert stats.chisquare(list(counts.values())).pvalue > 1e-3
+    flips = T.Compose([T.RandomResizedCrop(8), T.RandomHorizontalFlip(0.3)]).make_params([(9, 9)] * 4000, seed=1)
+    assert abs(np.mean([p["flip"] for p in flips]) - 0.3) < 0.03
+
+
+def test_jitter_ranges_like_torchvision():
+    for args in [(0.4, 0.4, 0.4, 0.1), ((0.5, 1.5), 0, (0.9, 1.1), (-0.2, 0.3)), (0, 0, 0, 0)]:
+        ours, ref = T.ColorJitter(*args), tv.ColorJitter(*args)
+        for name in ("brightness", "contrast", "saturation", "hue"):
+            assert getattr(ours, name) == (None if getattr(ref, name) is None else tuple(getattr(ref, name)))
+    with pytest.raises(ValueError):
+        T.ColorJitter(hue=0.7)
+    with pytest.raises(ValueError):
+        T.ColorJitter(brightness=-1)
+
+
+# ---- what cannot be fused is refused, by name --------------------------------------------
+
+@pytest.mark.parametrize("steps,match", [
+    ([T.Normalize(MEAN, STD), T.ColorJitter(0.4)], "starts with Normalize"),
+    ([T.RandomResizedCrop(8), T.Normalize(MEAN, STD), T.ColorJitter(0.4)], "ColorJitter after Normalize"),
+    ([T.RandomResizedCrop(8), T.RandomResizedCrop(8)], "RandomResizedCrop after other steps|unsupported geometry"),
+    ([T.RandomResizedCrop(8), tv.GaussianBlur(3)], "GaussianBlur"),
+    ([T.Resize(32)], "Resize\\(int\\) alone"),
+    ([T.RandomResizedCrop(8), T.ColorJitter(0.1), T.ColorJitter(0.2)], "two ColorJitters"),
+    ([T.RandomHorizontalFlip(), T.RandomResizedCrop(8)], "starts with RandomHorizontalFlip"),
+])
+def test_refusals(steps, match):
+    with pytest.raises(TransformError, match=match):
+        T.Compose(steps)
+
+
+def test_from_torchvision():
+    ref = tv.Compose([tv.RandomResizedCrop(64, antialias=True), tv.RandomHorizontalFlip(),
+                      tv.ColorJitter(0.4, 0.4, 0.4, 0.1), tv.ToDtype(torch.float32, scale=True),
+                      tv.Normalize(MEAN, STD)])
+    ours = T.Compose.from_torchvision(ref)
+    assert ours.out_size == (64, 64) and ours.dtype == torch.float32
+    assert ours.plan.jitter.brightness == (0.6, 1.4) and ours.plan.jitter.hue == (-0.1, 0.1)
+    with pytest.raises(TransformError, match="RandomRotation"):
+        T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(8), tv.RandomRotation(10)]))

@@ -1,0 +1,32 @@
+"""torchvision.transforms.v2.functional as the specification: replay gpudecode params."""
+from __future__ import annotations
+
+import torch
+import torchvision.transforms.v2.functional as F
+
+OPS = [("brightness", F.adjust_brightness), ("contrast", F.adjust_contrast),
+       ("saturation", F.adjust_saturation), ("hue", F.adjust_hue)]
+
+
+def torchvision_apply(img: torch.Tensor, p: dict, out_size, *, mean=None, std=None, resize=False,
+                      antialias=True) -> torch.Tensor:
+    """img uint8 [C, H, W] -> float32 [3, h, w] with torchvision's functional ops."""
+    x = F.to_dtype(img, torch.float32, scale=True)
+    if x.shape[0] == 1:
+        x = x.expand(3, -1, -1)
+    if resize:
+        x = F.resize(x, list(p["resize"]), antialias=antialias)
+        if "crop" in p:
+            x = F.center_crop(x, list(out_size))
+    else:
+        t, l, h, w = p["crop"]
+        x = F.resized_crop(x, t, l, h, w, list(out_size), antialias=antialias)
+    if p.get("flip"):
+        x = F.horizontal_flip(x)
+    for op in p.get("order", []):
+        name, fn = OPS[op]
+        if p.get(name) is not None:
+            x = fn(x, p[name])
+    if mean is not None:
+        x = F.normalize(x, mean, std)
+    return x
