@@ -1,0 +1,140 @@
+"""CPU decoding: JPEG through libjpeg-turbo decoding only the needed window
+(gpudecode._native, native threads, GIL released); PNG through pyspng; anything else
+through Pillow. Everything comes out RGB uint8:
+
+- grey JPEG/PNG: the grey value in all three channels;
+- CMYK/YCCK JPEG: Pillow's conversion (Adobe's inverted CMYK understood);
+- palette PNG: expanded; alpha: dropped (not composited), as Pillow's convert("RGB");
+- 16-bit PNG: the high byte of each sample (Pillow instead clips 16-bit grey to 255);
+- a PNG saved under a .jpg name: decoded by what its bytes are, not by its name.
+
+Exact mode (default) matches Pillow's full decode cropped to the same box bit for bit.
+Fast mode: fast integer IDCT, plain upsampling, and DCT-domain downscaling by 1/2, 1/4
+or 1/8 where the box is at least that many times the output size.
+"""
+from __future__ import annotations
+
+import io
+from concurrent.futures import ThreadPoolExecutor
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .. import _native
+from ._base import DecodedBatch, Request
+
+
+def _pillow_rgb(data: bytes, max_pixels: int) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        if max_pixels and im.width * im.height > max_pixels:
+            raise ValueError(f"image of {im.width}x{im.height} pixels is over the limit of {max_pixels} pixels")
+        if im.mode in ("I;16", "I;16B", "I;16L", "I"):
+            a = np.asarray(im, dtype=np.uint32) >> 8
+            return np.repeat(a.astype(np.uint8)[..., None], 3, axis=2)
+        return np.asarray(im.convert("RGB"))
+
+
+def _png_rgb(data: bytes, max_pixels: int, height: int, width: int) -> np.ndarray:
+    import pyspng
+
+    if max_pixels and height * width > max_pixels:
+        raise ValueError(f"image of {width}x{height} pixels is over the limit of {max_pixels} pixels")
+    return pyspng.load(data, format="RGB")
+
+
+def scale_for(box: tuple[int, int, int, int], out_size: tuple[int, int]) -> int:
+    """The largest DCT scaling denominator (8, 4, 2) the box allows: box >= s * output."""
+    for s in (8, 4, 2):
+        if box[2] >= s * out_size[0] and box[3] >= s * out_size[1]:
+            return s
+    return 1
+
+
+class CpuDecoder:
+    name = "cpu"
+    device = "cpu"
+
+    def __init__(self, *, num_threads: int = 2, max_pixels: int = 0, fast: bool = False,
+                 out_size: tuple[int, int] | None = None) -> None:
+        self.num_threads = max(1, num_threads)
+        self.max_pixels = max_pixels
+        self.fast = fast
+        self.out_size = out_size
+        self._buffer = np.empty(0, np.uint8)
+        self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="gpudecode-decode")
+
+    def _window(self, r: Request) -> tuple[tuple[int, int, int, int], int]:
+        """(box in the decoded image's pixels, DCT scale denominator)."""
+        if not (self.fast and self.out_size and r.format == "jpeg"):
+            return r.box, 1
+        s = scale_for(r.box, self.out_size)
+        if s == 1:
+            return r.box, 1
+        t, l, h, w = r.box
+        sh, sw = -(-r.height // s), -(-r.width // s)  # libjpeg's scaled size: ceil
+        t2, l2 = t // s, l // s
+        return (t2, l2, max(1, min(sh - t2, h // s)), max(1, min(sw - l2, w // s))), s
+
+    def decode(self, requests: Sequence[Request]) -> DecodedBatch:
+        n = len(requests)
+        errors: list[str | None] = [None] * n
+        windows = [self._window(r) for r in requests]
+        jpeg = [k for k, r in enumerate(requests) if r.format == "jpeg"]
+        other = [k for k, r in enumerate(requests) if r.format != "jpeg"]
+        # sizes: JPEG windows are known before decoding; others after
+        decoded: dict[int, np.ndarray] = {}
+
+        def decode_other(k: int) -> None:
+            r = requests[k]
+            try:
+                img = _png_rgb(r.data, self.max_pixels, r.height, r.width) if r.format == "png" else \
+                    _pillow_rgb(r.data, self.max_pixels)
+            except Exception as e:  # every decoder failure becomes this image's error
+                errors[k] = f"{type(e).__name__}: {e}"
+                return
+            if img.shape[:2] != (r.height, r.width):
+                errors[k] = f"decoded size {img.shape[:2]} differs from the header's {(r.height, r.width)}"
+                return
+            t, l, h, w = r.box
+            decoded[k] = np.ascontiguousarray(img[t:t + h, l:l + w])
+
+        futures = [self._pool.submit(decode_other, k) for k in other]
+        offsets = np.zeros(n, np.int64)
+        shapes = np.zeros((n, 2), np.int64)
+        total = 0
+        for k in jpeg:
+            box = windows[k][0]
+            offsets[k] = total
+            shapes[k] = box[2], box[3]
+            total += box[2] * box[3] * 3
+        for f in futures:
+            f.result()
+        for k in other:
+            offsets[k] = total
+            if k in decoded:
+                shapes[k] = decoded[k].shape[:2]
+                total += decoded[k].size
+        if self._buffer.size < total:
+            self._buffer = np.empty(int(total * 1.25) + 1, np.uint8)
+        buf = self._buffer
+        if jpeg:
+            boxes = np.array([windows[k][0] for k in jpeg], np.int32).reshape(-1, 4)
+            scales = np.array([windows[k][1] for k in jpeg], np.int32)
+            errs = _native.decode_jpeg_batch([requests[k].data for k in jpeg], boxes, scales, offsets[jpeg], buf,
+                                             self.fast, self.max_pixels, self.num_threads)
+            for k, e in zip(jpeg, errs):
+                if e:
+                    errors[k] = e
+        for k in other:
+            if k in decoded:
+                a = decoded[k]
+                buf[offsets[k]:offsets[k] + a.size] = a.reshape(-1)
+        boxes = np.zeros((n, 4), np.int64)
+        boxes[:, 2:] = shapes  # every image here is decoded to its window exactly
+        return DecodedBatch(torch.from_numpy(buf[:max(int(total), 1)]), offsets, shapes, boxes, errors)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)

@@ -1,0 +1,255 @@
+"""The Loader end to end on the CPU, from shards of real photos."""
+from __future__ import annotations
+
+import io
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from gpudecode import DecodeError, LabelError, Loader
+from gpudecode import transforms as T
+from gpudecode.transforms import sample_rng  # noqa: F401  (documents where draws come from)
+
+from conftest import encode, make_shard
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def train_tf(size=48):
+    return T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+                      T.Normalize(MEAN, STD)])
+
+
+@pytest.fixture(scope="module")
+def shards(photos, tmp_path_factory):
+    """3 shards, 30 samples: JPEG (several subsamplings, progressive, grey, CMYK), PNG
+    (RGB, palette, under a .jpg name), odd sizes; label = k % 5."""
+    d = tmp_path_factory.mktemp("shards")
+    names = list(photos)
+    rng = np.random.default_rng(0)
+    samples = []
+    for k in range(30):
+        img = photos[names[k % len(names)]]
+        h, w = img.shape[:2]
+        ch, cw = int(rng.integers(h // 3, h + 1)), int(rng.integers(w // 3, w + 1))
+        img = np.ascontiguousarray(img[:ch, :cw])
+        kind = k % 6
+        if kind == 0:
+            ext, data = "jpg", encode(img, "JPEG", quality=90)
+        elif kind == 1:
+            ext, data = "jpg", encode(img, "JPEG", quality=80, progressive=True, subsampling=0)
+        elif kind == 2:
+            ext, data = "png", encode(img, "PNG")
+        elif kind == 3:
+            ext, data = "jpg", encode(img, "JPEG", mode="L")
+        elif kind == 4:
+            ext, data = "jpg", encode(img, "JPEG", mode="CMYK")
+        else:
+            ext, data = "jpg", encode(img, "PNG")  # a PNG under a .jpg name
+        samples.append({"__key__": f"s{k:03d}", ext: data, "cls": str(k % 5).encode()})
+    return [make_shard(d / f"p-{j}.tar", samples[j * 10:(j + 1) * 10]) for j in range(3)], samples
+
+
+def reference_batch(tf, samples, keys, seed, epoch, positions):
+    """The transforms API on Pillow-decoded images with the loader's params."""
+    by_key = {s["__key__"]: s for s in samples}
+    imgs, sizes = [], []
+    for k in keys:
+        s = by_key[k]
+        data = s.get("jpg", s.get("png"))
+        with Image.open(io.BytesIO(data)) as im:
+            a = np.array(im.convert("RGB"))
+        imgs.append(torch.from_numpy(a).permute(2, 0, 1).contiguous())
+        sizes.append(a.shape[:2])
+    params = tf.make_params(sizes, seed, epoch=epoch, indices=positions)
+    return tf(imgs, params)
+
+
+def test_end_to_end_matches_transforms_api(shards):
+    urls, samples = shards
+    tf = train_tf()
+    loader = Loader(urls, batch_size=8, transform=tf, device="cpu", shuffle=False, seed=3)
+    loader.set_epoch(1)
+    pos = 0
+    keys_seen = []
+    for images, labels in loader:
+        assert images.shape[1:] == (3, 48, 48) and images.dtype == torch.float32
+        keys = [f"s{pos + i:03d}" for i in range(images.shape[0])]
+        ref = reference_batch(tf, samples, keys, 3, 1, list(range(pos, pos + len(keys))))
+        torch.testing.assert_close(images, ref, atol=1e-4, rtol=0)
+        assert labels.tolist() == [int(k[1:]) % 5 for k in keys]
+        pos += images.shape[0]
+        keys_seen += keys
+    assert pos == 30
+
+
+def test_batch_object_and_keys(shards):
+    urls, _ = shards
+    loader = Loader(urls, batch_size=7, transform=train_tf(), device="cpu", shuffle=True, seed=1)
+    batches = list(loader)
+    b = batches[0]
+    images, labels = b
+    assert b.images is images and b.labels is labels and b[0] is images and b[1] is labels
+    assert [int(k[1:]) % 5 for k in b.keys] == labels.tolist()
+    assert sorted(k for x in batches for k in x.keys) == [f"s{k:03d}" for k in range(30)]
+    assert [x.images.shape[0] for x in batches] == [7, 7, 7, 7, 2] and len(loader) == 5
+    loader.drop_last = True
+    assert [x.images.shape[0] for x in loader] == [7, 7, 7, 7] and len(loader) == 4
+    assert loader.describe()["decoder"] == "cpu"
+    s = loader.stats.summary()
+    assert s["batches"] == 4 and s["slowest_stage"] in ("read", "probe", "decode", "augment")
+
+
+@pytest.mark.parametrize("backend", ["dali", "nvjpeg"])
+def test_other_decoders_through_the_loader(shards, backend):
+    """The DALI pipeline (device "cpu") and torchvision's decode_jpeg (device "cpu") give
+    the batches the CPU decoder gives (the GPU versions of these paths need a GPU)."""
+    urls, _ = shards
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+        from gpudecode.decode.dali import DaliDecoder
+
+        dec = DaliDecoder(device="cpu", num_threads=1, max_batch_size=8)
+    else:
+        from gpudecode.decode.nvjpeg import NvjpegDecoder
+
+        dec = NvjpegDecoder(device="cpu")
+    kw = dict(batch_size=8, transform=train_tf(), device="cpu", shuffle=True, seed=2, image_ext="jpg;png")
+    ref = list(Loader(urls, **kw))
+    got = list(Loader(urls, decoder=dec, **kw))
+    assert [b.keys for b in got] == [b.keys for b in ref]
+    for a, b in zip(got, ref):
+        keep = [i for i, k in enumerate(a.keys) if int(k[1:]) % 6 != 4]  # CMYK: DALI/torchvision convert differently
+        torch.testing.assert_close(a.images[keep], b.images[keep], atol=2e-2 if backend == "nvjpeg" else 1e-5, rtol=0)
+
+
+def test_eval_is_deterministic_in_shard_order(shards):
+    urls, _ = shards
+    tf = T.Compose([T.Resize(64), T.CenterCrop(56), T.Normalize(MEAN, STD)])
+    a = [b.images.clone() for b in Loader(urls, batch_size=16, transform=tf, device="cpu", shuffle=False)]
+    b = Loader(urls, batch_size=16, transform=tf, device="cpu", shuffle=False, seed=99)
+    keys = [k for x in b for k in x.keys]
+    assert keys == [f"s{k:03d}" for k in range(30)]
+    assert all(torch.equal(x, y.images) for x, y in zip(a, Loader(urls, batch_size=16, transform=tf, device="cpu",
+                                                                    shuffle=False)))
+
+
+def test_same_seed_same_batches_any_threads(shards):
+    urls, _ = shards
+    def run(threads):
+        ld = Loader(urls, batch_size=8, transform=train_tf(), device="cpu", seed=5, num_threads=threads)
+        ld.set_epoch(2)
+        return [(b.keys, b.images.clone()) for b in ld]
+    a, b = run(1), run(2)
+    assert [x[0] for x in a] == [x[0] for x in b]
+    assert all(torch.equal(x[1], y[1]) for x, y in zip(a, b))
+
+
+def test_resume_mid_epoch(shards):
+    urls, _ = shards
+    kw = dict(batch_size=4, transform=train_tf(), device="cpu", seed=8)
+    full = Loader(urls, **kw)
+    full.set_epoch(3)
+    expected = [(b.keys, b.images.clone()) for b in full]
+    ld = Loader(urls, **kw)
+    ld.set_epoch(3)
+    it = iter(ld)
+    next(it), next(it), next(it)
+    state = ld.state_dict()
+    it.close()
+    again = Loader(urls, **kw)
+    again.load_state_dict(state)
+    rest = [(b.keys, b.images.clone()) for b in again]
+    assert [r[0] for r in rest] == [e[0] for e in expected[3:]]
+    assert all(torch.equal(r[1], e[1]) for r, e in zip(rest, expected[3:]))
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ranks_cover_exactly_once(shards, world):
+    urls, _ = shards
+    keys = []
+    for rank in range(world):
+        ld = Loader(urls, batch_size=4, transform=train_tf(16), device="cpu", rank=rank, world_size=world, seed=4)
+        keys += [k for b in ld for k in b.keys]
+    assert sorted(keys) == [f"s{k:03d}" for k in range(30)]
+
+
+def test_bad_samples(shards, tmp_path, photos):
+    urls, _ = shards
+    good = encode(photos["camera"][:60, :80], "JPEG")
+    bad = [{"__key__": "b0", "jpg": good[: len(good) // 2], "cls": b"1"},   # truncated JPEG
+           {"__key__": "b1", "jpg": b"not an image at all", "cls": b"1"},
+           {"__key__": "b2", "jpg": good},                                    # no label
+           {"__key__": "b3", "jpg": good, "cls": b"one"},                     # label not an int
+           {"__key__": "b4", "txt": b"no image"},
+           {"__key__": "b5", "jpg": good, "cls": b"2"}]
+    path = make_shard(tmp_path / "bad.tar", bad)
+    tf = train_tf(16)
+    for key, err in [("b0", DecodeError), ("b1", DecodeError), ("b2", LabelError), ("b3", LabelError),
+                     ("b4", DecodeError)]:
+        one = make_shard(tmp_path / f"{key}.tar", [b for b in bad if b["__key__"] == key])
+        with pytest.raises(err) as ei:
+            list(Loader(one, batch_size=4, transform=tf, device="cpu"))
+        assert ei.value.key == key and ei.value.shard == one
+    ld = Loader([path, urls[0]], batch_size=4, transform=tf, device="cpu", shuffle=False, on_error="skip")
+    keys = [k for b in ld for k in b.keys]
+    assert keys == ["b5"] + [f"s{k:03d}" for k in range(10)]
+    assert sorted(s.key for s in ld.skipped) == ["b0", "b1", "b2", "b3", "b4"]
+    with pytest.warns(RuntimeWarning, match="skipped"):
+        list(Loader(path, batch_size=4, transform=tf, device="cpu", on_error="warn"))
+    with pytest.raises(DecodeError, match="over the limit"):
+        list(Loader(urls, batch_size=4, transform=tf, device="cpu", max_pixels=1000))
+
+
+def test_labels_off_and_json(tmp_path, photos):
+    good = encode(photos["coffee"][:40, :60], "JPEG")
+    path = make_shard(tmp_path / "j.tar", [{"__key__": f"j{k}", "jpg": good, "json": b'{"label": %d}' % k}
+                                           for k in range(3)])
+    ld = Loader(path, batch_size=3, transform=train_tf(16), device="cpu", label_ext="cls;json", shuffle=False)
+    assert next(iter(ld)).labels.tolist() == [0, 1, 2]
+    ld = Loader(path, batch_size=3, transform=train_tf(16), device="cpu", labels=False)
+    assert next(iter(ld)).labels is None
+
+
+def test_memory_is_bounded_over_epochs(shards):
+    psutil = pytest.importorskip("psutil")
+    urls, _ = shards
+    ld = Loader(urls, batch_size=8, transform=train_tf(64), device="cpu")
+    proc = psutil.Process()
+    rss = []
+    for epoch in range(12):
+        ld.set_epoch(epoch)
+        for _ in ld:
+            pass
+        rss.append(proc.memory_info().rss)
+    assert rss[-1] - rss[3] < 20 * 2 ** 20, [r >> 20 for r in rss]
+
+
+def test_torchvision_compose_is_converted_or_refused(shards):
+    import torchvision.transforms.v2 as tv
+
+    urls, _ = shards
+    ld = Loader(urls, batch_size=4, device="cpu",
+                transform=tv.Compose([tv.RandomResizedCrop(32), tv.ToDtype(torch.float32, scale=True)]))
+    assert next(iter(ld)).images.shape == (4, 3, 32, 32)
+    from gpudecode import TransformError
+
+    with pytest.raises(TransformError, match="GaussianBlur"):
+        Loader(urls, batch_size=4, device="cpu", transform=tv.Compose([tv.RandomResizedCrop(32), tv.GaussianBlur(3)]))
+
+
+@pytest.mark.gpu
+def test_gpu_loader_matches_cpu(shards):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)")
+    urls, _ = shards
+    for decoder in ("dali", "nvjpeg"):
+        kw = dict(batch_size=8, transform=train_tf(), seed=1)
+        cpu = list(Loader(urls, device="cpu", **kw))
+        gpu = [(b.keys, b.images.cpu()) for b in Loader(urls, device="cuda", decoder=decoder, **kw)]
+        assert [b.keys for b in cpu] == [g[0] for g in gpu]
+        for a, (_, b) in zip(cpu, gpu):
+            torch.testing.assert_close(a.images, b, atol=0.1, rtol=0)  # nvJPEG's IDCT differs slightly
