@@ -35,7 +35,6 @@ def main() -> None:
     ap.add_argument("--images", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3)
     a = ap.parse_args()
-    import numba
     import numpy as np
     import torch
     import torchvision.transforms as v1
@@ -45,7 +44,6 @@ def main() -> None:
     from gpudecode import transforms as T
     from gpudecode.kernels import fused
 
-    numba.set_num_threads(1)
     torch.set_num_threads(1)
     imgs = imagenet_like(a.images)
     n = len(imgs)
@@ -67,7 +65,7 @@ def main() -> None:
             geom, f, o = ours.encode(ours.make_params(sizes, seed[0]), sizes)
             geom[:, fused.OFFSET] = np.arange(n) * 375 * 500 * 3
             geom[:, fused.SY], geom[:, fused.SX], geom[:, fused.SC] = 1500, 3, 1
-            ours.run(packed, geom, f, o, view)
+            ours.run(packed, geom, f, o, view, num_threads=1)
             return n
 
         tv2 = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()]
@@ -90,7 +88,7 @@ def main() -> None:
                          (f"torchvision classic PIL, {tag}", run_tv1)]:
             t, count = timeit(fn, repeat=a.repeat)
             rows[name] = count / t
-    print(f"{n} decoded 500x375 images -> 224x224, 1 core (numba and torch set to 1 thread)")
+    print(f"{n} decoded 500x375 images -> 224x224, 1 core (gpudecode num_threads=1, torch 1 thread)")
     print(f"{'pipeline':44s} {'img/s':>8s} {'x tv2':>7s} {'x PIL':>7s}")
     for tag in ("ColorJitter", "no jitter"):
         tv2r, pilr = rows[f"torchvision v2 tensors, {tag}"], rows[f"torchvision classic PIL, {tag}"]

@@ -3,8 +3,8 @@
     reader threads (bytes) -> probe (header sizes) -> params (host, seeded) ->
     decode (GPU: DALI / nvJPEG; CPU: crop-window libjpeg-turbo) -> fused kernel -> Batch
 
-A producer thread prepares batch k+1 (and up to `prefetch` batches) while the trainer
-works on batch k. On a GPU, decoding and the kernel run on a side CUDA stream; events
+Two producer threads prepare batches ahead (up to `prefetch`) while the trainer works on
+batch k: one reads, probes and decodes batch k+2 while the other runs the kernel on k+1. On a GPU, decoding and the kernel run on a side CUDA stream; events
 hand each batch over to the trainer's stream and guard the reuse of its buffer.
 """
 from __future__ import annotations
@@ -129,30 +129,35 @@ def _parse_label(sample: Sample, label_exts: list[str]) -> int:
 
 
 class _Epoch:
-    """One epoch's producer thread and the queue it fills."""
+    """One epoch's two producer threads: stage A reads, probes, draws and decodes batch
+    k+1 while stage B runs the fused kernel on batch k; B fills the queue the trainer
+    takes from."""
 
     def __init__(self, loader: "Loader", epoch: int, start: int) -> None:
         self.loader = loader
         self.queue: queue.Queue = queue.Queue(maxsize=max(1, loader.prefetch))
+        self.mid: queue.Queue = queue.Queue(maxsize=1)
         self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, args=(epoch, start), daemon=True, name="gpudecode-loader")
-        self.thread.start()
+        self.threads = [threading.Thread(target=self._stage_a, args=(epoch, start), daemon=True,
+                                         name="gpudecode-decode"),
+                        threading.Thread(target=self._stage_b, daemon=True, name="gpudecode-augment")]
+        for t in self.threads:
+            t.start()
 
-    def _put(self, item: Any) -> bool:
+    def _put(self, q: queue.Queue, item: Any) -> bool:
         while not self.stop.is_set():
             try:
-                self.queue.put(item, timeout=0.1)
+                q.put(item, timeout=0.1)
                 return True
             except queue.Full:
                 continue
         return False
 
-    def _run(self, epoch: int, start: int) -> None:
+    def _stage_a(self, epoch: int, start: int) -> None:
         ld = self.loader
         try:
             samples = ld.reader.iter_epoch(epoch, start=start)
             position = start
-            slot = 0
             while not self.stop.is_set():
                 t0 = time.perf_counter()
                 chunk: list[Sample] = []
@@ -163,20 +168,53 @@ class _Epoch:
                 t_read = time.perf_counter() - t0
                 if not chunk or (ld.drop_last and len(chunk) < ld.batch_size):
                     break
-                batch, timing = ld._make_batch(chunk, epoch, position, slot)
-                timing.read = t_read
+                prepared = ld._prepare(chunk, epoch, position)
+                prepared.timing.read = t_read
                 position += len(chunk)
+                prepared.position = position
+                if not self._put(self.mid, prepared):
+                    return
+            self._put(self.mid, None)
+        except BaseException as e:  # handed on to the trainer, which re-raises it
+            self._put(self.mid, e)
+
+    def _stage_b(self) -> None:
+        ld = self.loader
+        slot = 0
+        try:
+            while not self.stop.is_set():
+                try:
+                    item = self.mid.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if item is None or isinstance(item, BaseException):
+                    self._put(self.queue, item)
+                    return
+                batch = ld._finish(item, slot)
                 if batch is not None:
                     slot = (slot + 1) % ld._ring
-                    if not self._put((batch, timing, position)):
+                    if not self._put(self.queue, (batch, item.timing, item.position)):
                         return
-            self._put(None)
-        except BaseException as e:  # handed to the consumer, which re-raises it
-            self._put(e)
+        except BaseException as e:
+            self._put(self.queue, e)
 
     def close(self) -> None:
         self.stop.set()
-        self.thread.join(timeout=10)
+        for t in self.threads:
+            t.join(timeout=10)
+
+
+@dataclass
+class _Prepared:
+    """A batch between the two stages: decoded pixels and everything the kernel needs."""
+
+    samples: list[Sample]
+    params: list[dict]
+    sizes: list[tuple[int, int]]
+    labels: list[int]
+    decoded: DecodedBatch | None
+    timing: BatchTiming
+    position: int = 0
 
 
 class Loader:
@@ -408,8 +446,8 @@ class Loader:
         out, view = self._outputs[slot]
         return out[:n], view[:n]
 
-    def _make_batch(self, chunk: list[Sample], epoch: int, position: int, slot: int
-                    ) -> tuple[Batch | None, BatchTiming]:
+    def _prepare(self, chunk: list[Sample], epoch: int, position: int) -> _Prepared:
+        """Stage A: probe, draw the params, decode (only the windows the crops need)."""
         timing = BatchTiming(size=0)
         t0 = time.perf_counter()
         index = {id(s): position + i for i, s in enumerate(chunk)}
@@ -424,47 +462,56 @@ class Loader:
                     for d, (f, h, w), p, s in zip(datas, infos, params, samples)]
         t1 = time.perf_counter()
         timing.probe = t1 - t0
-        stream_ctx = torch.cuda.stream(self._stream) if self._stream is not None else _nullcontext()
-        with stream_ctx:
-            if self._stream is not None and self._events[slot] is not None:
-                self._stream.wait_event(self._events[slot])  # the trainer is done with this buffer
-            decoded = self._decoder.decode(requests)  # type: ignore[union-attr]
-            t2 = time.perf_counter()
-            timing.decode = t2 - t1
-            ok = []
+        decoded = None
+        if requests:
+            with torch.cuda.stream(self._stream) if self._stream is not None else _nullcontext():
+                decoded = self._decoder.decode(requests)  # type: ignore[union-attr]
+        timing.decode = time.perf_counter() - t1
+        return _Prepared(samples, params, sizes, labels, decoded, timing)
+
+    def _finish(self, p: _Prepared, slot: int) -> Batch | None:
+        """Stage B: the fused kernel into output slot `slot`, and the labels."""
+        t0 = time.perf_counter()
+        decoded = p.decoded
+        ok = []
+        if decoded is not None:
             for k, err in enumerate(decoded.errors):
                 if err is None:
                     ok.append(k)
                 else:
-                    self._fail(DecodeError(err, shard=samples[k].shard, key=samples[k].key))
-            if not ok:
-                return None, timing
-            geom, factors, order = self.transform.encode([params[k] for k in ok], [sizes[k] for k in ok])
-            for row, k in enumerate(ok):
-                h, w = decoded.shapes[k]
-                g = geom[row]
-                g[fused.OFFSET] = decoded.offsets[k]
-                g[fused.H], g[fused.W] = h, w
-                if decoded.chw:
-                    g[fused.SY], g[fused.SX], g[fused.SC] = w, 1, h * w
-                else:
-                    g[fused.SY], g[fused.SX], g[fused.SC] = 3 * w, 3, 1
-                g[fused.TOP:fused.BW + 1] = decoded.boxes[k]
+                    self._fail(DecodeError(err, shard=p.samples[k].shard, key=p.samples[k].key))
+        if not ok:
+            return None
+        geom, factors, order = self.transform.encode([p.params[k] for k in ok], [p.sizes[k] for k in ok])
+        for row, k in enumerate(ok):
+            h, w = decoded.shapes[k]
+            g = geom[row]
+            g[fused.OFFSET] = decoded.offsets[k]
+            g[fused.H], g[fused.W] = h, w
+            if decoded.chw:
+                g[fused.SY], g[fused.SX], g[fused.SC] = w, 1, h * w
+            else:
+                g[fused.SY], g[fused.SX], g[fused.SC] = 3 * w, 3, 1
+            g[fused.TOP:fused.BW + 1] = decoded.boxes[k]
+        ready = None
+        with torch.cuda.stream(self._stream) if self._stream is not None else _nullcontext():
+            if self._stream is not None and self._events[slot] is not None:
+                self._stream.wait_event(self._events[slot])  # the trainer is done with this buffer
             out, view = self._output(slot, len(ok))
-            self.transform.run(decoded.pixels, geom, factors, order, view, stream=self._stream)
-            lab = torch.tensor([labels[k] for k in ok], dtype=torch.int64) if self.labels else None
+            self.transform.run(decoded.pixels, geom, factors, order, view, stream=self._stream,
+                               num_threads=self.num_threads)
+            lab = torch.tensor([p.labels[k] for k in ok], dtype=torch.int64) if self.labels else None
             if lab is not None and self.device != "cpu":
                 lab = lab.pin_memory().to(self.device, non_blocking=True)
-            ready = None
             if self._stream is not None:
                 ready = torch.cuda.Event()
                 ready.record(self._stream)
-        timing.augment = time.perf_counter() - t2
-        timing.size = len(ok)
-        batch = Batch(out, lab, [samples[k].key for k in ok])
+        p.timing.augment = time.perf_counter() - t0
+        p.timing.size = len(ok)
+        batch = Batch(out, lab, [p.samples[k].key for k in ok])
         batch._ready = ready  # type: ignore[attr-defined]
         batch._slot = slot  # type: ignore[attr-defined]
-        return batch, timing
+        return batch
 
 
 class _nullcontext:

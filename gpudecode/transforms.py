@@ -397,9 +397,10 @@ class Compose(Transform):
         return out, out
 
     def run(self, src: torch.Tensor, geom: np.ndarray, factors: np.ndarray, order: np.ndarray,
-            view: torch.Tensor, *, stream: Any = None) -> None:
+            view: torch.Tensor, *, stream: Any = None, num_threads: int | None = None) -> None:
         """Runs the fused kernel on a packed uint8 buffer `src` (1-D, CPU or CUDA) with
-        complete geom rows, writing the [N, 3, h, w] view of the output."""
+        complete geom rows, writing the [N, 3, h, w] view of the output (on the CPU with
+        `num_threads` threads, default all cores; on CUDA on `stream`)."""
         mean, std = self._norm_arrays()
         normalize = self.plan.normalize is not None
         if src.is_cuda:
@@ -412,11 +413,11 @@ class Compose(Transform):
         if out_np is None:  # numba CPU has no float16 stores: compute float32, cast
             tmp = torch.empty(view.shape, dtype=torch.float32)
             fused.fused_cpu(src.numpy(), geom, factors, order, mean, std, tmp.numpy(), normalize=normalize,
-                            antialias=self.plan.antialias)
+                            antialias=self.plan.antialias, num_threads=num_threads)
             view.copy_(tmp)
             return
         fused.fused_cpu(src.numpy(), geom, factors, order, mean, std, out_np, normalize=normalize,
-                        antialias=self.plan.antialias)
+                        antialias=self.plan.antialias, num_threads=num_threads)
 
     def __call__(self, images: torch.Tensor | Sequence[torch.Tensor], params: Sequence[dict] | None = None,
                  *, seed: int | None = None) -> torch.Tensor:

@@ -55,7 +55,7 @@ def cpu_namespace() -> dict:
     # error_model="numpy": no ZeroDivisionError checks, whose branches stop vectorization
     # inline="always": numba inlines the helpers itself (LLVM would not inline adjust_hue)
     return _namespace(lambda f: numba.njit(nogil=True, error_model="numpy", inline="always")(f),
-                      {"prange": numba.prange, "np": np},
+                      {"np": np},
                       overrides={"floorf": floorf})
 
 

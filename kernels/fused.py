@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import threading
 
 import numpy as np
 
@@ -321,16 +323,15 @@ def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialia
                 orow[x] = encode_output(flat[U(x * stride + b0)], c, mean, std, normalize, to_uint8)
 
 
-def _cpu_batch(src, geom, factors, order, mean, std, normalize, to_uint8, antialias, out, work):
-    n = out.shape[0]
-    for i in prange(n):
-        _cpu_sample(src, geom[i], factors[i], order[i], mean, std, normalize, to_uint8, antialias, out[i],
-                    work[get_thread_id()])
+def _cpu_batch(src, geom, factors, order, mean, std, normalize, to_uint8, antialias, out, work, first, step):
+    for i in range(first, out.shape[0], step):
+        _cpu_sample(src, geom[i], factors[i], order[i], mean, std, normalize, to_uint8, antialias, out[i], work)
 
 
 @functools.cache
 def cpu_kernel():
-    """The CPU twin, compiled on first use (parallel over samples, GIL released)."""
+    """The CPU twin, compiled on first use: samples first, first+step, ... of a batch,
+    GIL released (the launcher runs one slice per thread of its pool)."""
     import numba
 
     ns = _compile.cpu_namespace()
@@ -338,41 +339,64 @@ def cpu_kernel():
     ns["np"] = np
     ns["float32"] = np.float32
     ns["U"] = np.uint64
-    ns["get_thread_id"] = numba.get_thread_id
     for fn in (_axis_weights, _op_pass):
         ns[fn.__name__] = numba.njit(nogil=True, error_model="numpy")(_compile._rebind(fn, ns))
     # a reassociating reduction (float64 accumulators) so the grey mean vectorizes
     ns["_gray_mean"] = numba.njit(nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})(
         _compile._rebind(_gray_mean, ns))
     ns["_cpu_sample"] = numba.njit(nogil=True, error_model="numpy")(_compile._rebind(_cpu_sample, ns))
-    return numba.njit(parallel=True, nogil=True, error_model="numpy")(_compile._rebind(_cpu_batch, ns))
+    return numba.njit(nogil=True, error_model="numpy")(_compile._rebind(_cpu_batch, ns))
 
 
-def fused_cpu(src, geom, factors, order, mean, std, out, *, normalize: bool, antialias: bool = True) -> None:
-    """The CPU twin of fused_cuda on numpy arrays (out: [N, 3, H, W], any strides)."""
-    if out.shape[0] == 0:
-        return
-    import numba
-
-    oh, ow = out.shape[2], out.shape[3]
-    widest = int(geom[:, BW].max())
-    work = _workspace(numba.get_num_threads(), 2 * oh * widest * 3 + ow * oh * 3)
-    cpu_kernel()(src, geom, factors, order, mean, std, normalize, out.dtype == np.uint8, antialias, out, work)
-
-
+# The CPU twin runs on this pool rather than numba's parallel layer: numba's OpenMP
+# layer shares libgomp with torch, whose idle workers spin and took the cores the
+# decoder threads need (the CPU loader ran about 10-30% slower that way); these
+# threads sleep when idle, and concurrent callers are safe.
+_POOL = None
+_POOL_LOCK = threading.Lock()
 _WORK: dict = {}
 
 
-def _workspace(threads: int, size: int) -> np.ndarray:
-    """Per-thread float32 work buffers, kept between calls (grown when needed)."""
-    import threading
+def _pool():
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            from concurrent.futures import ThreadPoolExecutor
 
-    key = threading.get_ident()  # callers on different threads never share buffers
+            _POOL = ThreadPoolExecutor(max(1, os.cpu_count() or 1), thread_name_prefix="gpudecode-kernel")
+        return _POOL
+
+
+def _workspace(threads: int, size: int) -> np.ndarray:
+    """Float32 work buffers, one row per task, kept between calls (grown when needed);
+    a separate set for each calling thread, so concurrent callers never share."""
+    key = threading.get_ident()
     buf = _WORK.get(key)
     if buf is None or buf.shape[0] < threads or buf.shape[1] < size:
         buf = np.empty((threads, size), np.float32)
         _WORK[key] = buf
     return buf
+
+
+def fused_cpu(src, geom, factors, order, mean, std, out, *, normalize: bool, antialias: bool = True,
+              num_threads: int | None = None) -> None:
+    """The CPU twin of fused_cuda on numpy arrays (out: [N, 3, H, W], any strides), on
+    `num_threads` threads (default: all cores). Output does not depend on num_threads."""
+    n = out.shape[0]
+    if n == 0:
+        return
+    threads = max(1, min(num_threads or os.cpu_count() or 1, n))
+    oh, ow = out.shape[2], out.shape[3]
+    size = 2 * oh * int(geom[:, BW].max()) * 3 + ow * oh * 3
+    work = _workspace(threads, size)
+    kernel = cpu_kernel()
+    args = (src, geom, factors, order, mean, std, normalize, out.dtype == np.uint8, antialias, out)
+    if threads == 1:
+        kernel(*args, work[0], 0, 1)
+        return
+    futures = [_pool().submit(kernel, *args, work[t], t, threads) for t in range(threads)]
+    for f in futures:
+        f.result()
 
 
 def compile_ptx_all(ccs=((8, 0), (9, 0))) -> dict:

@@ -132,17 +132,38 @@ def test_zero_batch_and_no_mutation():
 
 
 def test_cpu_thread_count_does_not_change_output():
-    import numba
-
     src, geom, factors, order, _ = _batch(4, 8, 20, 24)
     outs = []
-    for threads in (1, numba.config.NUMBA_NUM_THREADS):
-        numba.set_num_threads(threads)
+    for threads in (1, 2, 3, 8):
         out = np.zeros((8, 3, 20, 24), np.float32)
-        fused.fused_cpu(src, geom, factors, order, MEAN, STD, out, normalize=True)
+        fused.fused_cpu(src, geom, factors, order, MEAN, STD, out, normalize=True, num_threads=threads)
         outs.append(out)
-    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
-    np.testing.assert_array_equal(outs[0], outs[1])
+    for o in outs[1:]:
+        np.testing.assert_array_equal(outs[0], o)
+
+
+def test_concurrent_callers():
+    """Two threads running the CPU twin at once get what each gets alone."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [_batch(s, 6, 15, 12) for s in (10, 11)]
+    alone = []
+    for src, geom, factors, order, _ in jobs:
+        out = np.zeros((6, 3, 15, 12), np.float32)
+        fused.fused_cpu(src, geom, factors, order, MEAN, STD, out, normalize=True)
+        alone.append(out)
+
+    def run(job):
+        src, geom, factors, order, _ = job
+        out = np.zeros((6, 3, 15, 12), np.float32)
+        for _ in range(5):
+            fused.fused_cpu(src, geom, factors, order, MEAN, STD, out, normalize=True, num_threads=2)
+        return out
+
+    with ThreadPoolExecutor(2) as ex:
+        together = list(ex.map(run, jobs))
+    for a, b in zip(alone, together):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.mark.gpu

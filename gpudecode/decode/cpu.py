@@ -54,6 +54,9 @@ def scale_for(box: tuple[int, int, int, int], out_size: tuple[int, int]) -> int:
 
 
 class CpuDecoder:
+    """Decodes into one of three rotating buffers: a DecodedBatch's pixels stay valid
+    until two more batches have been decoded."""
+
     name = "cpu"
     device = "cpu"
 
@@ -63,7 +66,9 @@ class CpuDecoder:
         self.max_pixels = max_pixels
         self.fast = fast
         self.out_size = out_size
-        self._buffer = np.empty(0, np.uint8)
+        # a ring of output buffers: the loader decodes batch k+2 while the kernel reads k+1
+        self._buffers = [np.empty(0, np.uint8) for _ in range(3)]
+        self._turn = 0
         self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="gpudecode-decode")
 
     def _window(self, r: Request) -> tuple[tuple[int, int, int, int], int]:
@@ -117,9 +122,10 @@ class CpuDecoder:
             if k in decoded:
                 shapes[k] = decoded[k].shape[:2]
                 total += decoded[k].size
-        if self._buffer.size < total:
-            self._buffer = np.empty(int(total * 1.25) + 1, np.uint8)
-        buf = self._buffer
+        self._turn = (self._turn + 1) % len(self._buffers)
+        if self._buffers[self._turn].size < total:
+            self._buffers[self._turn] = np.empty(int(total * 1.25) + 1, np.uint8)
+        buf = self._buffers[self._turn]
         if jpeg:
             boxes = np.array([windows[k][0] for k in jpeg], np.int32).reshape(-1, 4)
             scales = np.array([windows[k][1] for k in jpeg], np.int32)
