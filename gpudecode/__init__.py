@@ -13,13 +13,14 @@ from .errors import (BackendUnavailableError, DecodeError, GpuDecodeError, Kerne
 
 if TYPE_CHECKING:
     from .io.reader import Sample, ShardReader
-    from .probe import ImageInfo, probe
+    from ._probe import ImageInfo, probe, probe_batch
 
 _LAZY = {
     "ShardReader": ("gpudecode.io.reader", "ShardReader"),
     "Sample": ("gpudecode.io.reader", "Sample"),
-    "probe": ("gpudecode.probe", "probe"),
-    "ImageInfo": ("gpudecode.probe", "ImageInfo"),
+    "probe": ("gpudecode._probe", "probe"),
+    "probe_batch": ("gpudecode._probe", "probe_batch"),
+    "ImageInfo": ("gpudecode._probe", "ImageInfo"),
     "expand_urls": ("gpudecode.io.shards", "expand_urls"),
     "Loader": ("gpudecode.loader", "Loader"),
     "Batch": ("gpudecode.loader", "Batch"),

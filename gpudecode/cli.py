@@ -21,7 +21,7 @@ def _cmd_shard(a: argparse.Namespace) -> int:
 
 def _cmd_inspect(a: argparse.Namespace) -> int:
     from .io.reader import ShardReader
-    from .probe import probe_batch
+    from ._probe import probe_batch
 
     reader = ShardReader(a.shards, on_error="warn" if a.keep_going else "raise")
     exts: collections.Counter = collections.Counter()

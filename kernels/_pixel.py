@@ -81,12 +81,12 @@ def adjust_hue(r, g, b, hue):
     flat = crange == float32(0.0)
     s = crange / (float32(1.0) if flat else maxc)
     div = float32(1.0) if flat else crange
-    rc = (maxc - r) / div
-    gc = (maxc - g) / div
-    bc = (maxc - b) / div
-    h_r = bc - gc
-    h_g = float32(2.0) + rc - bc
-    h_b = float32(4.0) + gc - rc
+    # torchvision's bc - gc, 2 + rc - bc, 4 + gc - rc with rc = (maxc - r) / div etc.:
+    # the same values (to an ulp) with one reciprocal instead of three divisions
+    inv = float32(1.0) / div
+    h_r = (g - b) * inv
+    h_g = float32(2.0) + (b - r) * inv
+    h_b = float32(4.0) + (r - g) * inv
     h = h_r if maxc == r else (h_g if maxc == g else h_b)
     h = h * float32(1.0 / 6.0) + float32(1.0)  # torchvision: fmod(h / 6 + 1, 1); h / 6 + 1 > 0
     h = h - floorf(h)

@@ -242,6 +242,58 @@ def _gray_mean(px, count):
     return float32(total / count)
 
 
+def _rows_u8(dst, src, p, step, w, count, n):
+    """dst[t] = sum_k w[k] * src[p + k*step + t] for t < n: up to three taps in one store
+    per element (the order of the sum is that of accumulating tap by tap)."""
+    s0 = src[p:p + n]
+    w0 = w[0]
+    if count == 1:
+        for t in range(n):
+            dst[t] = w0 * float32(s0[t])
+        return
+    s1 = src[p + step:p + step + n]
+    w1 = w[1]
+    if count == 2:
+        for t in range(n):
+            dst[t] = w0 * float32(s0[t]) + w1 * float32(s1[t])
+        return
+    s2 = src[p + 2 * step:p + 2 * step + n]
+    w2 = w[2]
+    for t in range(n):
+        dst[t] = w0 * float32(s0[t]) + w1 * float32(s1[t]) + w2 * float32(s2[t])
+    for k in range(3, count):
+        sk = src[p + k * step:p + k * step + n]
+        wk = w[k]
+        for t in range(n):
+            dst[t] += wk * float32(sk[t])
+
+
+def _rows_f32(dst, rows, first, w, count):
+    """dst[t] = sum_k w[k] * rows[first + k, t]: the float twin of _rows_u8."""
+    n = dst.shape[0]
+    s0 = rows[first]
+    w0 = w[0]
+    if count == 1:
+        for t in range(n):
+            dst[t] = w0 * s0[t]
+        return
+    s1 = rows[first + 1]
+    w1 = w[1]
+    if count == 2:
+        for t in range(n):
+            dst[t] = w0 * s0[t] + w1 * s1[t]
+        return
+    s2 = rows[first + 2]
+    w2 = w[2]
+    for t in range(n):
+        dst[t] = w0 * s0[t] + w1 * s1[t] + w2 * s2[t]
+    for k in range(3, count):
+        sk = rows[first + k]
+        wk = w[k]
+        for t in range(n):
+            dst[t] += wk * sk[t]
+
+
 def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialias, out, work):
     oh = out.shape[1]
     ow = out.shape[2]
@@ -256,24 +308,25 @@ def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialia
     inv255 = float32(1.0 / 255.0)
     n3 = bw * 3
     # 1. vertical: the box's rows resampled to oh rows, [oh, bw*3] interleaved
-    # work buffers (this thread's, reused across samples): vert | vt | px
     vert = work[:oh * n3].reshape((oh, n3))
-    vert[:] = 0.0
     packed = sx == 3 and sc == 1
+    wrow = np.empty(yw.shape[1], np.float32)
     for y in range(oh):
-        if not yv[y]:
-            continue
         row = vert[y]
+        if not yv[y]:
+            row[:] = 0.0
+            continue
         for k in range(yc[y]):
-            w = yw[y, k] * inv255
-            p = base + (yf[y] + k) * sy
-            if packed:
-                srow = src[p:p + n3]
-                for t in range(n3):
-                    row[t] += w * float32(srow[t])
-            else:
+            wrow[k] = yw[y, k] * inv255
+        p = base + yf[y] * sy
+        if packed:
+            _rows_u8(row, src, p, sy, wrow, yc[y], n3)
+        else:
+            row[:] = 0.0
+            for k in range(yc[y]):
+                w = wrow[k]
                 for i in range(bw):
-                    q = U(p + i * sx)
+                    q = U(p + k * sy + i * sx)
                     j = U(3 * i)
                     row[j] += w * float32(src[q])
                     row[j + U(1)] += w * float32(src[q + U(sc)])
@@ -293,16 +346,11 @@ def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialia
                 dst[d + U(2)] = s[j + U(2)]
     # 3. horizontal: [ow, oh*3], x-major, one contiguous weighted row sum per column
     px = work[2 * oh * n3:2 * oh * n3 + ow * oh * 3].reshape((ow, oh * 3))
-    px[:] = 0.0
     for x in range(ow):
-        if not xv[x]:
-            continue
-        col = px[x]
-        for k in range(xc[x]):
-            w = xw[x, k]
-            src_row = vt[xf[x] + k]
-            for t in range(oh * 3):
-                col[t] += w * src_row[t]
+        if xv[x]:
+            _rows_f32(px[x], vt, xf[x], xw[x], xc[x])
+        else:
+            px[x, :] = 0.0
     # 4. ColorJitter, op by op over the whole image (contrast needs the current mean)
     flat = px.reshape(ow * oh * 3)
     count = ow * oh
@@ -339,7 +387,7 @@ def cpu_kernel():
     ns["np"] = np
     ns["float32"] = np.float32
     ns["U"] = np.uint64
-    for fn in (_axis_weights, _op_pass):
+    for fn in (_axis_weights, _op_pass, _rows_u8, _rows_f32):
         ns[fn.__name__] = numba.njit(nogil=True, error_model="numpy")(_compile._rebind(fn, ns))
     # a reassociating reduction (float64 accumulators) so the grey mean vectorizes
     ns["_gray_mean"] = numba.njit(nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})(

@@ -11,7 +11,7 @@ from PIL import Image
 from gpudecode import _native
 from gpudecode.decode import Request
 from gpudecode.decode.cpu import CpuDecoder
-from gpudecode.probe import probe
+from gpudecode import probe
 
 from conftest import encode
 

@@ -6,7 +6,7 @@ import pytest
 from PIL import Image, JpegImagePlugin
 
 from gpudecode import DecodeError, probe
-from gpudecode.probe import probe_batch
+from gpudecode import probe_batch
 
 from conftest import encode
 
