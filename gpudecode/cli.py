@@ -29,7 +29,7 @@ def _cmd_inspect(a: argparse.Namespace) -> int:
     n = 0
     for s in reader:
         n += 1
-        exts.update(s.fields)
+        exts.update(s.fields.keys())
         for ext, data in s.fields.items():
             if ext in ("jpg", "jpeg", "png"):
                 info = probe_batch([data])[0]

@@ -1,0 +1,67 @@
+"""The gpudecode command line: shard, inspect, help."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tarfile
+
+from gpudecode import ShardReader
+from gpudecode.cli import main
+
+from conftest import encode
+
+
+def test_help_lists_subcommands():
+    out = subprocess.run([sys.executable, "-m", "gpudecode.cli", "--help"], capture_output=True, text=True, check=True)
+    for cmd in ("shard", "inspect", "demo"):
+        assert cmd in out.stdout
+    assert out.stderr == ""
+
+
+def test_shard_an_imagefolder(tmp_path, photos, capsys):
+    src = tmp_path / "train"
+    files = {}
+    for c, name in enumerate(["chelsea", "coffee"]):
+        d = src / f"class_{name}"
+        d.mkdir(parents=True)
+        for k in range(5):
+            img = photos[name][k * 7:, k * 5:]
+            data = encode(img, "JPEG") if k != 4 else encode(img, "PNG")
+            (d / f"img{k}.jpg").write_bytes(data)  # k == 4: a PNG under a .jpg name
+            files[data] = c
+    (src / "class_coffee" / "notes.txt").write_text("not an image")
+    rc = main(["shard", str(src), str(tmp_path / "out" / "train-%06d.tar"), "--shard-size", "4", "--quiet"])
+    assert rc == 0
+    out = capsys.readouterr()
+    assert "wrote 10 samples in 3 shards, 2 classes" in out.out
+    assert "notes.txt: not an image" in out.err
+    classes = json.loads((tmp_path / "out" / "classes.json").read_text())
+    assert classes == {"class_chelsea": 0, "class_coffee": 1}
+    shards = sorted(str(p) for p in (tmp_path / "out").glob("train-*.tar"))
+    assert len(shards) == 3 and not list((tmp_path / "out").glob("*.partial"))
+    samples = list(ShardReader(shards))
+    assert len(samples) == 10
+    for s in samples:
+        (ext,) = set(s.fields) - {"cls"}
+        data = s.fields[ext]
+        assert int(s.fields["cls"]) == files[data]
+        assert ext == ("png" if data.startswith(b"\x89PNG") else "jpg")
+    with tarfile.open(shards[0]) as tf:  # plain tars that any tool reads
+        assert len(tf.getnames()) == 8
+
+
+def test_inspect(tmp_path, photos, capsys):
+    from conftest import make_shard
+
+    path = make_shard(tmp_path / "i.tar", [{"__key__": f"k{i}", "jpg": encode(photos["camera"][:30, :40], "JPEG"),
+                                            "cls": b"1"} for i in range(3)])
+    assert main(["inspect", path]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["samples"] == 3 and report["extensions"] == {"jpg": 3, "cls": 3}
+    assert report["images"] == {"jpeg 4:2:0": 3}
+
+
+def test_errors_exit_nonzero(tmp_path, capsys):
+    assert main(["inspect", str(tmp_path / "missing.tar")]) == 1
+    assert "missing.tar" in capsys.readouterr().err
