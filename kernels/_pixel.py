@@ -79,7 +79,6 @@ def adjust_hue(r, g, b, hue):
     minc = min(r, min(g, b))
     crange = maxc - minc
     flat = crange == float32(0.0)
-    s = crange / (float32(1.0) if flat else maxc)
     div = float32(1.0) if flat else crange
     # torchvision's bc - gc, 2 + rc - bc, 4 + gc - rc with rc = (maxc - r) / div etc.:
     # the same values (to an ulp) with one reciprocal instead of three divisions
@@ -92,24 +91,22 @@ def adjust_hue(r, g, b, hue):
     h = h - floorf(h)
     h = h + hue
     h = h - floorf(h)  # torch.remainder(h, 1.0)
-    v = maxc
+    # hsv -> rgb. torchvision picks (v, p, q, t) by sector, with p = v(1-s), q = v(1-sf),
+    # t = v(1-s+sf); the closed form channel_n = v - C * clamp(min(k, 4 - k), 0, 1),
+    # k = (n + 6h) mod 6, n = 5, 3, 1 for r, g, b and chroma C = v*s = max - min, gives
+    # the same values in every sector with fewer operations and no select chains
+    # (torchvision's clamps of p, q, t are implied: results lie in [min, max]).
     h6 = h * float32(6.0)
-    fi = floorf(h6)
-    f = h6 - fi
-    fi = float32(0.0) if fi >= float32(6.0) else fi  # i % 6 (h may round up to 1.0)
-    sxf = s * f
-    one_minus_s = float32(1.0) - s
-    q = clamp01((float32(1.0) - sxf) * v)
-    t = clamp01((sxf + one_minus_s) * v)
-    p = clamp01(one_minus_s * v)
-    # sector i -> (r, g, b): 0 (v,t,p) 1 (q,v,p) 2 (p,v,t) 3 (p,q,v) 4 (t,p,v) 5 (v,p,q)
-    ro = v if (fi == float32(0.0) or fi == float32(5.0)) else (
-        q if fi == float32(1.0) else (t if fi == float32(4.0) else p))
-    go = t if fi == float32(0.0) else (
-        v if (fi == float32(1.0) or fi == float32(2.0)) else (q if fi == float32(3.0) else p))
-    bo = p if (fi == float32(0.0) or fi == float32(1.0)) else (
-        t if fi == float32(2.0) else (q if fi == float32(5.0) else v))
-    return ro, go, bo
+    return hue_channel(float32(5.0), h6, maxc, crange), hue_channel(float32(3.0), h6, maxc, crange), \
+        hue_channel(float32(1.0), h6, maxc, crange)
+
+
+def hue_channel(n, h6, v, chroma):
+    k = n + h6
+    k = k - float32(6.0) if k >= float32(6.0) else k
+    m = min(k, float32(4.0) - k)
+    m = max(float32(0.0), min(m, float32(1.0)))
+    return v - chroma * m
 
 
 def apply_op(op, r, g, b, factor, mean):
