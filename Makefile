@@ -27,6 +27,8 @@ demo: setup
 	$(BIN)/gpudecode demo --workdir demo_data
 
 test: setup
+	$(BIN)/ruff check gpudecode kernels tests bench
+	$(BIN)/mypy gpudecode kernels
 	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: setup

@@ -51,7 +51,7 @@ setup(
     python_requires=">=3.10",
     packages=["gpudecode", "gpudecode.io", "gpudecode.decode", "gpudecode.kernels"],
     package_dir={"gpudecode.kernels": "kernels"},
-    package_data={"gpudecode": ["py.typed"]},
+    package_data={"gpudecode": ["py.typed", "_native.pyi"]},
     ext_modules=[CMakeExtension("gpudecode._native")],
     cmdclass={"build_ext": CMakeBuild},
     install_requires=[
@@ -69,7 +69,7 @@ setup(
     ],
     extras_require={
         "gpu": ["cupy-cuda13x>=13"],
-        "test": ["pytest>=8", "webdataset>=0.2.90", "scikit-image>=0.22", "scipy>=1.10", "psutil>=5.9"],
+        "test": ["pytest>=8", "webdataset>=0.2.90", "scikit-image>=0.22", "scipy>=1.10", "psutil>=5.9", "ruff>=0.5", "mypy>=1.8"],
     },
     entry_points={"console_scripts": ["gpudecode=gpudecode.cli:main"]},
     zip_safe=False,

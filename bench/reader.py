@@ -37,7 +37,7 @@ def run_ours(urls, threads):
 
     def go():
         n = 0
-        for s in ShardReader(urls, num_threads=threads):
+        for _ in ShardReader(urls, num_threads=threads):
             n += 1
         return n
     return go

@@ -7,7 +7,7 @@ class GpuDecodeError(Exception):
     """Base class of every error gpudecode raises on purpose."""
 
 
-class _Located(GpuDecodeError):
+class LocatedError(GpuDecodeError):
     """An error about one shard, and where in it: byte offset and/or sample key."""
 
     def __init__(self, message: str, *, shard: str | None = None, key: str | None = None,
@@ -33,20 +33,20 @@ def _rebuild(cls, reason, shard, key, offset):
     return cls(reason, shard=shard, key=key, offset=offset)
 
 
-class ShardFormatError(_Located, ValueError):
+class ShardFormatError(LocatedError, ValueError):
     """A shard is not a readable tar: truncated, bad header checksum, not a tar at all,
     an unsupported member type, or a sample with a repeated extension."""
 
 
-class ShardReadError(_Located, OSError):
+class ShardReadError(LocatedError, OSError):
     """A shard could not be opened or read (missing file, permission, network)."""
 
 
-class DecodeError(_Located, ValueError):
+class DecodeError(LocatedError, ValueError):
     """An image could not be decoded (corrupt data, unsupported format, over the pixel limit)."""
 
 
-class LabelError(_Located, ValueError):
+class LabelError(LocatedError, ValueError):
     """A sample has no label, or a label that is not an integer."""
 
 
@@ -63,6 +63,6 @@ class TransformError(GpuDecodeError, ValueError):
 
 
 __all__ = [
-    "GpuDecodeError", "ShardFormatError", "ShardReadError", "DecodeError", "LabelError",
+    "GpuDecodeError", "LocatedError", "ShardFormatError", "ShardReadError", "DecodeError", "LabelError",
     "BackendUnavailableError", "KernelLaunchError", "TransformError",
 ]

@@ -19,12 +19,11 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Literal, Sequence
 
-import numpy as np
 import torch
 
 from . import _native
 from .decode import DecodedBatch, Request, make_decoder
-from .errors import DecodeError, GpuDecodeError, LabelError, TransformError
+from .errors import DecodeError, LabelError, LocatedError
 from .io.reader import OnError, Sample, ShardReader, Skipped, check_on_error
 from .kernels import fused
 from .transforms import Compose, RandomResizedCrop
@@ -91,7 +90,7 @@ class LoaderStats:
         return {
             "batches": len(self.batches), "images": images,
             "median_s": {**med, "wait": med_wait},
-            "slowest_stage": max(med, key=med.get),
+            "slowest_stage": max(med, key=lambda k: med[k]),
             "producer_images_per_s": images / total if total > 0 else float("inf"),
             "stalls": stalls,
             "stall_threshold_s": threshold,
@@ -284,11 +283,11 @@ class Loader:
                                   extensions=self.image_exts + self.label_exts, even=even)
         self.epoch = 0
         self.stats = LoaderStats()
-        self._decoder = None  # created on first use: no CUDA context before workers fork
+        self._decoder: Any = None  # created on first use: no CUDA context before workers fork
         self._ring = prefetch + 3
         self._outputs: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * self._ring
         self._events: list[Any] = [None] * self._ring
-        self._stream = None
+        self._stream: Any = None
         self._position = 0
         self._resume: int | None = None
         self._skipped: list[Skipped] = []
@@ -389,7 +388,7 @@ class Loader:
             if dev.startswith("cuda"):
                 self._stream = torch.cuda.Stream(device=dev)
 
-    def _fail(self, err: GpuDecodeError) -> None:
+    def _fail(self, err: LocatedError) -> None:
         if self.on_error == "raise":
             raise err
         self._skipped.append(Skipped(err.shard or "", err.key, err.offset, err.reason, type(err).__name__))
@@ -419,7 +418,7 @@ class Loader:
                     raise DecodeError(f"image of {fmt_hw[2]}x{fmt_hw[1]} pixels is over the limit of "
                                       f"{self.max_pixels} pixels", shard=s.shard, key=s.key)
                 label = _parse_label(s, self.label_exts) if self.labels else 0
-            except GpuDecodeError as e:
+            except LocatedError as e:
                 self._fail(e)
                 continue
             out_s.append(s)
@@ -441,9 +440,10 @@ class Loader:
             raise DecodeError(f"not a readable image ({why})", shard=s.shard, key=s.key) from None
 
     def _output(self, slot: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if self._outputs[slot] is None:
-            self._outputs[slot] = self.transform.new_output(self.batch_size, self.device)
-        out, view = self._outputs[slot]
+        pair = self._outputs[slot]
+        if pair is None:
+            pair = self._outputs[slot] = self.transform.new_output(self.batch_size, self.device)
+        out, view = pair
         return out[:n], view[:n]
 
     def _prepare(self, chunk: list[Sample], epoch: int, position: int) -> _Prepared:
@@ -473,14 +473,14 @@ class Loader:
         """Stage B: the fused kernel into output slot `slot`, and the labels."""
         t0 = time.perf_counter()
         decoded = p.decoded
-        ok = []
+        ok: list[int] = []
         if decoded is not None:
             for k, err in enumerate(decoded.errors):
                 if err is None:
                     ok.append(k)
                 else:
                     self._fail(DecodeError(err, shard=p.samples[k].shard, key=p.samples[k].key))
-        if not ok:
+        if not ok or decoded is None:
             return None
         geom, factors, order = self.transform.encode([p.params[k] for k in ok], [p.sizes[k] for k in ok])
         for row, k in enumerate(ok):

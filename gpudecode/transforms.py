@@ -161,7 +161,7 @@ class RandomHorizontalFlip(Transform):
 
 def _jitter_range(value: Any, name: str, center: float, bound: tuple[float, float],
                   clip_first_on_zero: bool) -> tuple[float, float] | None:
-    if isinstance(value, numbers.Number):
+    if isinstance(value, numbers.Real):
         if value < 0:
             raise ValueError(f"if {name} is a single number, it must be non negative")
         lo, hi = center - float(value), center + float(value)

@@ -20,7 +20,6 @@ Resize+CenterCrop is box=whole image, V=resized size, O=crop offset. FLIP mirror
 from __future__ import annotations
 
 import functools
-import math
 import os
 import threading
 

@@ -1,7 +1,6 @@
 """ShardReader against Python's tarfile and webdataset, over files, gzip and HTTP."""
 from __future__ import annotations
 
-import collections
 import gzip
 import io
 import os

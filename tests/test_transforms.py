@@ -139,12 +139,13 @@ def test_rrc_distribution_matches_torchvision():
     img = [torch.empty(3, H, W)]
     tv_draws = [ref.make_params(img) for _ in range(3000)]
     ours = T.Compose([T.RandomResizedCrop(224)]).make_params([(H, W)] * 3000, seed=0)
+    def features(h, w, t, l):
+        return {"area": h * w / (H * W), "ratio": w / h, "top": t, "left": l}
+
+    a = [features(d["height"], d["width"], d["top"], d["left"]) for d in tv_draws]
+    b = [features(*p["crop"][2:], *p["crop"][:2]) for p in ours]
     for key in ("area", "ratio", "top", "left"):
-        def f(h, w, t, l):
-            return {"area": h * w / (H * W), "ratio": w / h, "top": t, "left": l}[key]
-        a = [f(d["height"], d["width"], d["top"], d["left"]) for d in tv_draws]
-        b = [f(*p["crop"][2:], *p["crop"][:2]) for p in ours]
-        assert stats.ks_2samp(a, b).pvalue > 1e-3, key
+        assert stats.ks_2samp([x[key] for x in a], [x[key] for x in b]).pvalue > 1e-3, key
 
 
 def test_rrc_fallback_frequency_matches_torchvision():

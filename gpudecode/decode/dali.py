@@ -5,7 +5,7 @@ one). The pipeline is defined once with a device parameter: "mixed" on a GPU (CP
 in, GPU pixels out), "cpu" where there is none (tests)."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -21,7 +21,8 @@ def dali_decode_pipeline(*, device: str, batch_size: int, num_threads: int, devi
 
     extra = {"hw_decoder_load": hw_decoder_load} if device == "mixed" else {}
 
-    @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id, prefetch_queue_depth=1)
+    @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id,  # type: ignore[arg-type]
+                  prefetch_queue_depth=1)
     def pipe():
         encoded = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1)
         anchor = fn.external_source(name="anchor", dtype=types.FLOAT, ndim=1)
@@ -58,7 +59,7 @@ class DaliDecoder:
             if self.max_pixels and r.height * r.width > self.max_pixels:
                 errors[k] = f"image of {r.width}x{r.height} pixels is over the limit of {self.max_pixels} pixels"
         ok = [k for k in range(n) if errors[k] is None]
-        outs: dict[int, object] = {}
+        outs: dict[int, Any] = {}
         for start in range(0, len(ok), self.max_batch_size):
             part = ok[start:start + self.max_batch_size]
             try:

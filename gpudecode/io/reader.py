@@ -14,7 +14,7 @@ import queue
 import random
 import threading
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Iterator, Literal, Sequence
 
 import torch.utils.data
@@ -290,7 +290,7 @@ class ShardReader(torch.utils.data.IterableDataset):
         if not urls:
             return
         nthreads = min(self.num_threads, len(urls))
-        queues = [queue.Queue(maxsize=8) for _ in urls]
+        queues: list[queue.Queue] = [queue.Queue(maxsize=8) for _ in urls]
         stop = threading.Event()
         on_error, extensions = self.on_error, self.extensions
 
