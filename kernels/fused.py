@@ -401,7 +401,7 @@ def cpu_kernel():
 # threads sleep when idle, and concurrent callers are safe.
 _POOL = None
 _POOL_LOCK = threading.Lock()
-_WORK: dict = {}
+_WORK = threading.local()  # per calling thread; freed with the thread
 
 
 def _pool():
@@ -417,11 +417,10 @@ def _pool():
 def _workspace(threads: int, size: int) -> np.ndarray:
     """Float32 work buffers, one row per task, kept between calls (grown when needed);
     a separate set for each calling thread, so concurrent callers never share."""
-    key = threading.get_ident()
-    buf = _WORK.get(key)
+    buf = getattr(_WORK, "buffers", None)
     if buf is None or buf.shape[0] < threads or buf.shape[1] < size:
         buf = np.empty((threads, size), np.float32)
-        _WORK[key] = buf
+        _WORK.buffers = buf
     return buf
 
 
