@@ -380,13 +380,12 @@ class Loader:
         if self._decoder is None and not isinstance(self.decoder_name, str):
             self._decoder = self.decoder_name  # a decoder instance (e.g. DaliDecoder(device="cpu"))
         if self._decoder is None:
-            dev = self.device
-            self._decoder = make_decoder(self.decoder_name, device=dev, num_threads=self.num_threads,
+            self._decoder = make_decoder(self.decoder_name, device=self.device, num_threads=self.num_threads,
                                          max_pixels=self.max_pixels, fast=self.fast_decode)
             if hasattr(self._decoder, "out_size"):
                 self._decoder.out_size = self.transform.out_size
-            if dev.startswith("cuda"):
-                self._stream = torch.cuda.Stream(device=dev)
+        if self._stream is None and self.device.startswith("cuda"):
+            self._stream = torch.cuda.Stream(device=self.device)
 
     def _fail(self, err: LocatedError) -> None:
         if self.on_error == "raise":
