@@ -24,7 +24,7 @@ import torch
 from . import _native
 from .decode import DecodedBatch, Request, make_decoder
 from .errors import DecodeError, LabelError, LocatedError
-from .io.reader import OnError, Sample, ShardReader, Skipped, check_on_error
+from .io.reader import OnError, Sample, ShardReader, Skipped, check_on_error, put_until_stopped
 from .kernels import fused
 from .transforms import Compose, RandomResizedCrop
 
@@ -144,13 +144,7 @@ class _Epoch:
             t.start()
 
     def _put(self, q: queue.Queue, item: Any) -> bool:
-        while not self.stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+        return put_until_stopped(q, item, self.stop)
 
     def _stage_a(self, epoch: int, start: int) -> None:
         ld = self.loader

@@ -59,6 +59,18 @@ class _Failure:
 _END = object()
 
 
+def put_until_stopped(q: queue.Queue, item: object, stop: threading.Event) -> bool:
+    """Puts item on a bounded queue, waiting while it is full; False if `stop` was set
+    first (the consumer went away), so producer threads never block forever."""
+    while not stop.is_set():
+        try:
+            q.put(item, timeout=0.1)
+            return True
+        except queue.Full:
+            continue
+    return False
+
+
 def check_on_error(on_error: str) -> str:
     if on_error not in ("raise", "warn", "skip"):
         raise ValueError(f"on_error must be 'raise', 'warn' or 'skip', not {on_error!r}")
@@ -295,13 +307,7 @@ class ShardReader(torch.utils.data.IterableDataset):
         on_error, extensions = self.on_error, self.extensions
 
         def put(q: queue.Queue, item) -> bool:
-            while not stop.is_set():
-                try:
-                    q.put(item, timeout=0.1)
-                    return True
-                except queue.Full:
-                    continue
-            return False
+            return put_until_stopped(q, item, stop)
 
         def work(t: int) -> None:
             for j in range(t, len(urls), nthreads):
