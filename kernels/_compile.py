@@ -57,13 +57,3 @@ def cpu_namespace() -> dict:
     return _namespace(lambda f: numba.njit(nogil=True, error_model="numpy", inline="always")(f),
                       {"np": np},
                       overrides={"floorf": floorf})
-
-
-def for_cuda(fn: Callable) -> Callable:
-    """A kernel body rebound to the CUDA helpers (the caller applies cuda.jit)."""
-    return _rebind(fn, cuda_namespace())
-
-
-def for_cpu(fn: Callable) -> Callable:
-    """A kernel body rebound to the CPU helpers (the caller applies numba.njit)."""
-    return _rebind(fn, cpu_namespace())
