@@ -148,9 +148,11 @@ def contrast_position(order):
 
 def encode_output(v, c, mean, std, normalize, to_uint8):
     """Final value of channel c: normalized, or scaled to uint8 as torchvision's to_dtype
-    (value * (255 + 1 - 1e-3), truncated)."""
+    (value * (255 + 1 - 1e-3), truncated). Normalize multiplies by 1/std (torchvision
+    divides: the two differ by at most an ulp), which the CPU twin's vector transpose
+    applies on the way out."""
     if normalize:
-        return (v - mean[c]) / std[c]
+        return (v - mean[c]) * (float32(1.0) / std[c])
     if to_uint8:
         return float32(math.floor(v * float32(255.999)))
     return v

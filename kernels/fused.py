@@ -172,9 +172,15 @@ def fused_cuda(src, geom, factors, order, mean, std, out, *, normalize: bool, an
 
 
 # ---------------------------------------------------------------------------------------
-# CPU twin: the same helpers; separable passes arranged so every inner loop runs over
-# contiguous memory (vertical, transpose, horizontal), ColorJitter one op at a time over
-# the whole image; one sample per prange iteration, GIL released.
+# CPU twin: the same helpers, in separable passes arranged so that every inner loop runs
+# over contiguous memory and every ColorJitter loop over unit-stride channel rows:
+#   vertical    source rows -> vert [oh, bw*3]    (interleaved, as the source)
+#   transpose   vert -> vt [bw*3, oh]             (row 3*i + c: box column i, channel c)
+#   horizontal  vt -> px [ow*3, oh]               (row 3*x + c: output column x, channel c)
+#   ColorJitter op by op over px (r, g, b of column x are rows 3x, 3x+1, 3x+2)
+#   encode      Normalize / uint8 scaling in place
+#   transpose   px -> out[c] [oh, ow], one channel at a time
+# The transposes are 8x8 vector shuffles (_simd). One sample at a time, GIL released.
 
 def _axis_weights(out_size, vsize, voff, box, flip, antialias):
     """Per output index: first source index, tap count, and normalized weights; and a
@@ -208,37 +214,69 @@ def _axis_weights(out_size, vsize, voff, box, flip, antialias):
 # Index arithmetic below is cast to unsigned (U) or goes through per-row slices: numba
 # checks signed indices for negative wraparound, and that check stops vectorization.
 
-def _op_pass(px, count, op, factor, mean):
-    """One ColorJitter op over `count` interleaved RGB pixels in place; one loop per op
-    so each loop has a fixed body the compiler can vectorize."""
-    if op == BRIGHTNESS:
-        for i in range(count * 3):
-            px[i] = clamp01(px[i] * factor)
-    elif op == CONTRAST:
-        for i in range(count * 3):
-            px[i] = blend(px[i], mean, factor)
-    elif op == SATURATION:
-        for i in range(count):
-            j = U(3 * i)
-            l = gray(px[j], px[j + U(1)], px[j + U(2)])
-            px[j] = blend(px[j], l, factor)
-            px[j + U(1)] = blend(px[j + U(1)], l, factor)
-            px[j + U(2)] = blend(px[j + U(2)], l, factor)
-    elif op == HUE:
-        for i in range(count):
-            j = U(3 * i)
-            r, g, b = adjust_hue(px[j], px[j + U(1)], px[j + U(2)], factor)
-            px[j] = r
-            px[j + U(1)] = g
-            px[j + U(2)] = b
+def _op_pass(px, ow, op, factor, mean):
+    """One ColorJitter op in place over px [ow*3, n] (channel rows, see above); one
+    loop per op, so each loop has a fixed body the compiler vectorizes."""
+    n = px.shape[1]
+    if op == BRIGHTNESS or op == CONTRAST:
+        flat = px.reshape(ow * 3 * n)
+        if op == BRIGHTNESS:
+            for i in range(ow * 3 * n):
+                flat[i] = clamp01(flat[i] * factor)
+        else:
+            for i in range(ow * 3 * n):
+                flat[i] = blend(flat[i], mean, factor)
+        return
+    for x in range(ow):
+        if op == SATURATION:
+            _saturation_rows(px[3 * x], px[3 * x + 1], px[3 * x + 2], factor)
+        elif op == HUE:
+            _hue_rows(px[3 * x], px[3 * x + 1], px[3 * x + 2], factor)
 
 
-def _gray_mean(px, count):
+# The channel rows go to these as separate arguments: LLVM then checks at run time that
+# they do not overlap and vectorizes (with the three rows as slices of one array in one
+# function, it gives up and the loops run scalar, 5-10x slower).
+
+def _saturation_rows(r, g, b, factor):
+    for i in range(r.shape[0]):
+        l = gray(r[i], g[i], b[i])
+        r[i] = blend(r[i], l, factor)
+        g[i] = blend(g[i], l, factor)
+        b[i] = blend(b[i], l, factor)
+
+
+def _hue_rows(r, g, b, factor):
+    for i in range(r.shape[0]):
+        rr, gg, bb = adjust_hue(r[i], g[i], b[i], factor)
+        r[i] = rr
+        g[i] = gg
+        b[i] = bb
+
+
+def _gray_sum_rows(r, g, b):
     total = 0.0
-    for i in range(count):
-        j = U(3 * i)
-        total += gray(px[j], px[j + U(1)], px[j + U(2)])
-    return float32(total / count)
+    for i in range(r.shape[0]):
+        total += gray(r[i], g[i], b[i])
+    return total
+
+
+def _gray_mean(px, ow):
+    n = px.shape[1]
+    total = 0.0
+    for x in range(ow):
+        total += _gray_sum_rows(px[3 * x], px[3 * x + 1], px[3 * x + 2])
+    return float32(total / (ow * n))
+
+
+def _encode_pass(px, ow, mean, std, normalize, to_uint8):
+    """Normalize (or the uint8 scaling) in place over the channel rows."""
+    n = px.shape[1]
+    for x in range(ow):
+        for c in range(3):
+            row = px[3 * x + c]
+            for i in range(n):
+                row[i] = encode_output(row[i], c, mean, std, normalize, to_uint8)
 
 
 def _rows_u8(dst, src, p, step, w, count, n):
@@ -267,8 +305,8 @@ def _rows_u8(dst, src, p, step, w, count, n):
             dst[t] += wk * float32(sk[t])
 
 
-def _rows_f32(dst, rows, first, w, count):
-    """dst[t] = sum_k w[k] * rows[first + k, t]: the float twin of _rows_u8."""
+def _rows_f32(dst, rows, first, step, w, count):
+    """dst[t] = sum_k w[k] * rows[first + k*step, t]: the float twin of _rows_u8."""
     n = dst.shape[0]
     s0 = rows[first]
     w0 = w[0]
@@ -276,26 +314,25 @@ def _rows_f32(dst, rows, first, w, count):
         for t in range(n):
             dst[t] = w0 * s0[t]
         return
-    s1 = rows[first + 1]
+    s1 = rows[first + step]
     w1 = w[1]
     if count == 2:
         for t in range(n):
             dst[t] = w0 * s0[t] + w1 * s1[t]
         return
-    s2 = rows[first + 2]
+    s2 = rows[first + 2 * step]
     w2 = w[2]
     for t in range(n):
         dst[t] = w0 * s0[t] + w1 * s1[t] + w2 * s2[t]
     for k in range(3, count):
-        sk = rows[first + k]
+        sk = rows[first + k * step]
         wk = w[k]
         for t in range(n):
             dst[t] += wk * sk[t]
 
 
-def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialias, out, work):
-    oh = out.shape[1]
-    ow = out.shape[2]
+def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialias, oh, ow, dst, doff, work):
+    """One sample; writes its [3, oh, ow] float32 result contiguously at dst[doff:]."""
     bh = g[BH]
     bw = g[BW]
     yf, yc, yw, yv = _axis_weights(oh, g[VH], g[OY], bh, False, antialias)
@@ -330,49 +367,58 @@ def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialia
                     row[j] += w * float32(src[q])
                     row[j + U(1)] += w * float32(src[q + U(sc)])
                     row[j + U(2)] += w * float32(src[q + U(2 * sc)])
-    # 2. blocked transpose to [bw, oh*3], so the horizontal pass reads whole rows too
-    vt = work[oh * n3:2 * oh * n3].reshape((bw, oh * 3))
-    for y0 in range(0, oh, 8):
-        y1 = min(y0 + 8, oh)
-        for i in range(bw):
-            dst = vt[i]
-            j = U(3 * i)
-            for y in range(y0, y1):
-                s = vert[y]
-                d = U(3 * y)
-                dst[d] = s[j]
-                dst[d + U(1)] = s[j + U(1)]
-                dst[d + U(2)] = s[j + U(2)]
-    # 3. horizontal: [ow, oh*3], x-major, one contiguous weighted row sum per column
-    px = work[2 * oh * n3:2 * oh * n3 + ow * oh * 3].reshape((ow, oh * 3))
+    # 2. transpose to [bw*3, oh], so the horizontal pass reads whole rows too
+    transpose(work, 0, n3, work, oh * n3, oh, oh, n3, False, float32(0.0), float32(1.0))
+    # 3. horizontal: [ow*3, oh]. The three channel rows of a column are adjacent in vt
+    # and in px, so each output column is one contiguous weighted sum of [3*oh] blocks
+    vt = work[oh * n3:2 * oh * n3].reshape((bw, 3 * oh))
+    px3 = work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh].reshape((ow, 3 * oh))
     for x in range(ow):
         if xv[x]:
-            _rows_f32(px[x], vt, xf[x], xw[x], xc[x])
+            _rows_f32(px3[x], vt, xf[x], 1, xw[x], xc[x])
         else:
-            px[x, :] = 0.0
+            px3[x, :] = 0.0
+    px = px3.reshape((ow * 3, oh))
     # 4. ColorJitter, op by op over the whole image (contrast needs the current mean)
-    flat = px.reshape(ow * oh * 3)
-    count = ow * oh
     for k in range(order.shape[0]):
         op = order[k]
         if op < 0:
             break
-        m = _gray_mean(flat, count) if op == CONTRAST else float32(0.0)
-        _op_pass(flat, count, op, factors[op], m)
-    # 5. Normalize / uint8 scaling, written transposed to [3, oh, ow]
-    stride = oh * 3
+        m = _gray_mean(px, ow) if op == CONTRAST else float32(0.0)
+        _op_pass(px, ow, op, factors[op], m)
+    # 5. each channel transposed to [oh, ow], with Normalize as encode_output does it on
+    # the way (or after the uint8 scaling)
+    if to_uint8 and not normalize:
+        _encode_pass(px, ow, mean, std, normalize, to_uint8)
+    pxs = work[2 * oh * n3:]
     for c in range(3):
-        plane = out[c]
-        for y in range(oh):
-            orow = plane[y]
-            b0 = 3 * y + c
-            for x in range(ow):
-                orow[x] = encode_output(flat[U(x * stride + b0)], c, mean, std, normalize, to_uint8)
+        m = mean[c] if normalize else float32(0.0)
+        s = float32(1.0) / std[c] if normalize else float32(1.0)
+        transpose(pxs, c * oh, 3 * oh, dst, doff + c * oh * ow, ow, ow, oh, normalize, m, s)
 
 
-def _cpu_batch(src, geom, factors, order, mean, std, normalize, to_uint8, antialias, out, work, first, step):
+def _cpu_batch(src, geom, factors, order, mean, std, normalize, to_uint8, antialias, out, direct, flat_out, work,
+               tmp, first, step):
+    """Samples first, first + step, ... of the batch. With `direct`, flat_out is out's
+    own contiguous float32 buffer and samples are written there; otherwise each goes
+    through `tmp` and is copied (cast) into out, whatever its dtype and strides."""
+    oh = out.shape[2]
+    ow = out.shape[3]
+    size = 3 * oh * ow
     for i in range(first, out.shape[0], step):
-        _cpu_sample(src, geom[i], factors[i], order[i], mean, std, normalize, to_uint8, antialias, out[i], work)
+        if direct:
+            _cpu_sample(src, geom[i], factors[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
+                        flat_out, i * size, work)
+        else:
+            _cpu_sample(src, geom[i], factors[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
+                        tmp, 0, work)
+            o = out[i]
+            for c in range(3):
+                for y in range(oh):
+                    row = tmp[(c * oh + y) * ow:(c * oh + y + 1) * ow]
+                    orow = o[c, y]
+                    for x in range(ow):
+                        orow[x] = row[x]
 
 
 @functools.cache
@@ -381,16 +427,20 @@ def cpu_kernel():
     GIL released (the launcher runs one slice per thread of its pool)."""
     import numba
 
+    from . import _simd
+
     ns = _compile.cpu_namespace()
     ns.update(GEOM_NAMES)
     ns["np"] = np
     ns["float32"] = np.float32
     ns["U"] = np.uint64
-    for fn in (_axis_weights, _op_pass, _rows_u8, _rows_f32):
+    ns["transpose"] = _simd.transpose
+    for fn in (_saturation_rows, _hue_rows, _axis_weights, _op_pass, _encode_pass, _rows_u8, _rows_f32,
+               _gray_mean):
         ns[fn.__name__] = numba.njit(nogil=True, error_model="numpy")(_compile._rebind(fn, ns))
-    # a reassociating reduction (float64 accumulators) so the grey mean vectorizes
-    ns["_gray_mean"] = numba.njit(nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})(
-        _compile._rebind(_gray_mean, ns))
+    # a reassociating reduction (float64 accumulators) so the grey sum vectorizes
+    ns["_gray_sum_rows"] = numba.njit(nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})(
+        _compile._rebind(_gray_sum_rows, ns))
     ns["_cpu_sample"] = numba.njit(nogil=True, error_model="numpy")(_compile._rebind(_cpu_sample, ns))
     return numba.njit(nogil=True, error_model="numpy")(_compile._rebind(_cpu_batch, ns))
 
@@ -433,14 +483,21 @@ def fused_cpu(src, geom, factors, order, mean, std, out, *, normalize: bool, ant
         return
     threads = max(1, min(num_threads or os.cpu_count() or 1, n))
     oh, ow = out.shape[2], out.shape[3]
-    size = 2 * oh * int(geom[:, BW].max()) * 3 + ow * oh * 3
-    work = _workspace(threads, size)
+    main = 2 * oh * int(geom[:, BW].max()) * 3 + ow * oh * 3
+    direct = out.dtype == np.float32 and out.flags.c_contiguous
+    work = _workspace(threads, main + (0 if direct else 3 * oh * ow))
     kernel = cpu_kernel()
-    args = (src, geom, factors, order, mean, std, normalize, out.dtype == np.uint8, antialias, out)
+    args = (src, geom, factors, order, mean, std, normalize, out.dtype == np.uint8, antialias, out, direct)
+    # the float32 buffer written directly (out itself), or per thread a staging area
+    if direct:
+        parts = [(out.reshape(-1), work[t, :main], work[t, :1]) for t in range(threads)]
+    else:
+        parts = [(work[t, main:main + 3 * oh * ow],) * 1 + (work[t, :main], work[t, main:main + 3 * oh * ow])
+                 for t in range(threads)]
     if threads == 1:
-        kernel(*args, work[0], 0, 1)
+        kernel(*args, *parts[0], 0, 1)
         return
-    futures = [_pool().submit(kernel, *args, work[t], t, threads) for t in range(threads)]
+    futures = [_pool().submit(kernel, *args, *parts[t], t, threads) for t in range(threads)]
     for f in futures:
         f.result()
 
