@@ -28,6 +28,28 @@ def test_compile_ptx_sm80_sm90():
     assert all(v > 1000 for v in sizes.values())
 
 
+@pytest.mark.parametrize("rows,cols", [(1, 1), (8, 8), (8, 17), (23, 8), (13, 29), (224, 900), (64, 3)])
+def test_vector_transpose_equals_numpy(rows, cols):
+    """The CPU twin's 8x8 shuffle transpose (kernels/_simd.py), with offsets, row strides
+    wider than the matrix, and the Normalize affine, against numpy's .T."""
+    from gpudecode.kernels import _simd
+
+    rng = np.random.default_rng(rows * 1000 + cols)
+    sstride, dstride, soff, doff = cols + 3, rows + 5, 7, 11
+    src = rng.random(soff + rows * sstride).astype(np.float32)
+    mat = src[soff:soff + rows * sstride].reshape(rows, sstride)[:, :cols]
+    dst = np.full(doff + cols * dstride, -1.0, np.float32)
+    _simd.transpose(src, soff, sstride, dst, doff, dstride, rows, cols, False, np.float32(0), np.float32(1))
+    view = dst[doff:].reshape(cols, dstride)
+    np.testing.assert_array_equal(view[:, :rows], mat.T)
+    assert (dst[:doff] == -1).all() and (view[:, rows:] == -1).all()  # nothing written outside
+    sub, mul = np.float32(0.485), np.float32(1) / np.float32(0.229)
+    _simd.transpose(src, soff, sstride, dst, doff, dstride, rows, cols, True, sub, mul)
+    np.testing.assert_array_equal(view[:, :rows], (mat.T - sub) * mul)
+    with pytest.raises(IndexError):
+        _simd.transpose(src, soff, sstride, dst, doff, dstride + 1, rows, cols + 1, False, sub, mul)
+
+
 def _case(rng, h, w, oh, ow, kind, chw=False, gray=False):
     """One sample: image, geom row (offset 0), and the oracle's geometry arguments."""
     c = 1 if gray else 3
