@@ -22,7 +22,7 @@ def _shuffle(builder, a, b, lanes):
     return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_I32, 8), [ir.Constant(_I32, i) for i in lanes]))
 
 
-def _codegen(affine):
+def _codegen(affine, stream=False):
     def codegen(context, builder, signature, args):
         s, soff_v, sstride_v, d, doff_v, dstride_v = args[:6]
         s_data = context.make_array(signature.args[0])(context, builder, s).data
@@ -54,7 +54,9 @@ def _codegen(affine):
             mul = _shuffle(builder, mul, mul, [0] * 8)
             cols = [builder.fmul(builder.fsub(c, sub), mul) for c in cols]
         for j in range(8):
-            builder.store(cols[j], ptr(d_data, doff_v, dstride_v, j), align=4)
+            st = builder.store(cols[j], ptr(d_data, doff_v, dstride_v, j), align=32 if stream else 4)
+            if stream:
+                st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(_I32, 1)]))
         return context.get_dummy_value()
 
     return codegen
@@ -83,12 +85,35 @@ def transpose8x8_affine(typingctx, src, soff, sstride, dst, doff, dstride, sub, 
     return sig, _codegen(True)
 
 
+@intrinsic
+def transpose8x8_affine_stream(typingctx, src, soff, sstride, dst, doff, dstride, sub, mul):
+    """transpose8x8_affine with non-temporal stores; every destination row start must
+    be 32-byte aligned."""
+    if not _float32_arrays(src, dst):
+        return None
+    sig = types.void(src, types.int64, types.int64, dst, types.int64, types.int64, types.float32, types.float32)
+    return sig, _codegen(True, True)
+
+
+@intrinsic
+def store_fence(typingctx):
+    """A sequentially consistent fence (x86: mfence), which also orders non-temporal
+    stores before whatever the thread does next (handing the batch to another thread)."""
+    def codegen(context, builder, signature, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return types.void(), codegen
+
+
 @njit(nogil=True, error_model="numpy")
 def transpose(src, soff, sstride, dst, doff, dstride, rows, cols, affine, sub, mul):
     """dst[doff + j*dstride + i] = src[soff + i*sstride + j] for i < rows, j < cols, on
     1-D contiguous float32 arrays: a rows x cols matrix with row stride `sstride` is
     written transposed with row stride `dstride`; with `affine`, (v - sub) * mul is
-    written instead. 8x8 vector blocks, scalar edges."""
+    written instead. 8x8 vector blocks, scalar edges. The affine blocks go out with
+    non-temporal stores when the destination rows are 32-byte aligned (a final output
+    that is not read again soon): call store_fence() before another thread reads dst."""
     if rows <= 0 or cols <= 0:
         return
     if soff < 0 or doff < 0 or soff + (rows - 1) * sstride + cols > src.shape[0] \
@@ -98,9 +123,13 @@ def transpose(src, soff, sstride, dst, doff, dstride, rows, cols, affine, sub, m
     c8 = cols - cols % 8
     # column strips outermost: a strip reads 8 columns of every source row and fills 8
     # whole destination rows, which stay in L1 while they fill
+    stream = affine and (dst.ctypes.data + 4 * doff) % 32 == 0 and dstride % 8 == 0
     for j0 in range(0, c8, 8):
         for i0 in range(0, r8, 8):
-            if affine:
+            if stream:
+                transpose8x8_affine_stream(src, soff + i0 * sstride + j0, sstride, dst, doff + j0 * dstride + i0,
+                                           dstride, sub, mul)
+            elif affine:
                 transpose8x8_affine(src, soff + i0 * sstride + j0, sstride, dst, doff + j0 * dstride + i0, dstride,
                                     sub, mul)
             else:
@@ -111,4 +140,4 @@ def transpose(src, soff, sstride, dst, doff, dstride, rows, cols, affine, sub, m
             dst[doff + j * dstride + i] = (v - sub) * mul if affine else v
 
 
-__all__ = ["transpose", "transpose8x8", "transpose8x8_affine"]
+__all__ = ["store_fence", "transpose", "transpose8x8", "transpose8x8_affine", "transpose8x8_affine_stream"]

@@ -419,6 +419,7 @@ def _cpu_batch(src, geom, factors, order, mean, std, normalize, to_uint8, antial
                     orow = o[c, y]
                     for x in range(ow):
                         orow[x] = row[x]
+    store_fence()  # the output transposes may stream past the cache: order them first
 
 
 @functools.cache
@@ -435,6 +436,7 @@ def cpu_kernel():
     ns["float32"] = np.float32
     ns["U"] = np.uint64
     ns["transpose"] = _simd.transpose
+    ns["store_fence"] = _simd.store_fence
     for fn in (_saturation_rows, _hue_rows, _axis_weights, _op_pass, _encode_pass, _rows_u8, _rows_f32,
                _gray_mean):
         ns[fn.__name__] = numba.njit(nogil=True, error_model="numpy")(_compile._rebind(fn, ns))

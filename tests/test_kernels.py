@@ -141,6 +141,34 @@ def test_nhwc_view_equals_nchw():
     np.testing.assert_array_equal(nhwc.transpose(0, 3, 1, 2), nchw)
 
 
+def _at_alignment(shape, misalign):
+    """A float32 C-contiguous array whose data starts `misalign` bytes past 32."""
+    count = int(np.prod(shape))
+    raw = np.zeros(count + 16, np.float32)
+    start = (-raw.ctypes.data % 32 + misalign) // 4
+    return raw[start:start + count].reshape(shape)
+
+
+def test_streamed_output_equals_regular_stores():
+    """Rows that are 32-byte aligned go out with non-temporal vector stores; a buffer 4
+    bytes off takes ordinary stores. Same values, and both equal the numpy oracle."""
+    src, geom, factors, order, refs = _batch(5, 4, 16, 24)
+    outs = []
+    for misalign in (0, 4):
+        out = _at_alignment((4, 3, 16, 24), misalign)
+        assert out.ctypes.data % 32 == misalign
+        fused.fused_cpu(src, geom, factors, order, MEAN, STD, out, normalize=True)
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+    from gpudecode.kernels import _simd
+
+    assert any("!nontemporal" in ir for ir in _simd.transpose.inspect_llvm().values())
+    for k, (img, box, vsize, voff) in enumerate(refs):
+        ref = reference.fused_reference(img, box, vsize, voff, (16, 24), bool(geom[k, fused.FLIP]), order[k],
+                                        factors[k], MEAN, STD)
+        np.testing.assert_allclose(outs[0][k], ref, atol=2e-5, rtol=0)
+
+
 def test_zero_batch_and_no_mutation():
     src, geom, factors, order, _ = _batch(3, 2, 5, 5)
     before = [a.copy() for a in (src, geom, factors, order)]
