@@ -8,7 +8,10 @@ Compilation is lazy and cached per target.
 from __future__ import annotations
 
 import functools
+import hashlib
 import inspect
+import os
+import tempfile
 import types
 from typing import Callable
 
@@ -40,6 +43,89 @@ def cuda_namespace() -> dict:
     from numba import cuda
 
     return _namespace(lambda f: cuda.jit(device=True, inline="always")(f), {"cuda": cuda})
+
+
+# ---------------------------------------------------------------------------------------
+# On-disk cache of the CPU twin (compiling it takes about 10 s per process otherwise).
+# numba's own locators stamp a cached function with its own file only; ours inline
+# helpers from other files (_pixel, _simd), so our stamp hashes every kernels/*.py:
+# editing any of them recompiles. numba also drops caches of another numba version.
+
+KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def cache_dir() -> str | None:
+    """Where compiled CPU kernels are kept: $GPUDECODE_CACHE_DIR, else
+    $XDG_CACHE_HOME/gpudecode (~/.cache/gpudecode); GPUDECODE_CACHE_DIR=0 disables."""
+    env = os.environ.get("GPUDECODE_CACHE_DIR")
+    if env == "0":
+        return None
+    if env:
+        return env
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "gpudecode")
+
+
+@functools.cache
+def _sources_stamp() -> str:
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(KERNEL_DIR)):
+        if name.endswith(".py"):
+            with open(os.path.join(KERNEL_DIR, name), "rb") as f:
+                digest.update(name.encode() + b"\0" + f.read())
+    return digest.hexdigest()
+
+
+@functools.cache
+def _register_locator() -> bool:
+    """Puts our locator first in numba's list (it answers for kernels/ files only).
+    False when there is no writable cache directory: then nothing is cached."""
+    from numba.core import caching
+
+    root = cache_dir()
+    if root is None:
+        return False
+    try:
+        os.makedirs(root, exist_ok=True)
+        tempfile.TemporaryFile(dir=root).close()
+    except OSError:
+        return False
+
+    class KernelCacheLocator(caching._CacheLocator):
+        def __init__(self, py_func, py_file):
+            self._lineno = py_func.__code__.co_firstlineno
+            self._path = os.path.join(root, "numba", self.get_suitable_cache_subpath(py_file))
+
+        def get_cache_path(self):
+            return self._path
+
+        def get_source_stamp(self):
+            return _sources_stamp()
+
+        def get_disambiguator(self):
+            return str(self._lineno)
+
+        @classmethod
+        def from_function(cls, py_func, py_file):
+            if os.path.dirname(os.path.abspath(py_file)) != KERNEL_DIR:
+                return None
+            self = cls(py_func, py_file)
+            try:
+                self.ensure_cache_path()
+            except OSError:
+                return None
+            return self
+
+    caching.CacheImpl._locator_classes.insert(0, KernelCacheLocator)
+    return True
+
+
+def cpu_jit(**options) -> Callable:
+    """numba.njit for the CPU twin's kernels: GIL released, no division checks, cached
+    on disk by KernelCacheLocator when a cache directory is writable."""
+    import numba
+
+    return numba.njit(nogil=True, error_model="numpy", cache=_register_locator(), **options)
 
 
 @functools.cache

@@ -426,10 +426,9 @@ def _cpu_batch(src, geom, factors, order, mean, std, normalize, to_uint8, antial
 def cpu_kernel():
     """The CPU twin, compiled on first use: samples first, first+step, ... of a batch,
     GIL released (the launcher runs one slice per thread of its pool)."""
-    import numba
-
     from . import _simd
 
+    jit = _compile.cpu_jit
     ns = _compile.cpu_namespace()
     ns.update(GEOM_NAMES)
     ns["np"] = np
@@ -438,13 +437,11 @@ def cpu_kernel():
     ns["transpose"] = _simd.transpose
     ns["store_fence"] = _simd.store_fence
     for fn in (_saturation_rows, _hue_rows, _axis_weights, _op_pass, _encode_pass, _rows_u8, _rows_f32,
-               _gray_mean):
-        ns[fn.__name__] = numba.njit(nogil=True, error_model="numpy")(_compile._rebind(fn, ns))
+               _gray_mean, _cpu_sample):
+        ns[fn.__name__] = jit()(_compile._rebind(fn, ns))
     # a reassociating reduction (float64 accumulators) so the grey sum vectorizes
-    ns["_gray_sum_rows"] = numba.njit(nogil=True, error_model="numpy", fastmath={"reassoc", "contract"})(
-        _compile._rebind(_gray_sum_rows, ns))
-    ns["_cpu_sample"] = numba.njit(nogil=True, error_model="numpy")(_compile._rebind(_cpu_sample, ns))
-    return numba.njit(nogil=True, error_model="numpy")(_compile._rebind(_cpu_batch, ns))
+    ns["_gray_sum_rows"] = jit(fastmath={"reassoc", "contract"})(_compile._rebind(_gray_sum_rows, ns))
+    return jit()(_compile._rebind(_cpu_batch, ns))
 
 
 # The CPU twin runs on this pool rather than numba's parallel layer: numba's OpenMP

@@ -50,6 +50,59 @@ def test_vector_transpose_equals_numpy(rows, cols):
         _simd.transpose(src, soff, sstride, dst, doff, dstride + 1, rows, cols + 1, False, sub, mul)
 
 
+_CACHE_PROBE = """
+import json, sys, numpy as np
+sys.path.insert(0, {tests!r})
+from test_kernels import _batch, MEAN, STD
+from gpudecode.kernels import fused
+src, geom, factors, order, _ = _batch(0, 2, 16, 16)
+out = np.zeros((2, 3, 16, 16), np.float32)
+fused.fused_cpu(src, geom, factors, order, MEAN, STD, out, normalize=True)
+stats = fused.cpu_kernel().stats
+print(json.dumps([stats.cache_hits.total(), stats.cache_misses.total(), out.tolist()]))
+"""
+
+
+def test_compiled_cpu_kernel_is_cached_on_disk(tmp_path):
+    """A second process loads the CPU twin from GPUDECODE_CACHE_DIR instead of compiling
+    it (about 10 s); GPUDECODE_CACHE_DIR=0 turns the cache off."""
+    code = _CACHE_PROBE.format(tests=os.path.dirname(__file__))
+    runs = []
+    for cache in (str(tmp_path), str(tmp_path), "0"):
+        env = dict(os.environ, GPUDECODE_CACHE_DIR=cache)
+        res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        runs.append(json.loads(res.stdout.strip().splitlines()[-1]))
+    (hits0, misses0, out0), (hits1, misses1, out1), (hits2, misses2, out2) = runs
+    assert hits0 == 0 and misses0 == 1  # compiled and saved
+    assert hits1 == 1 and misses1 == 0  # loaded
+    assert hits2 == 0  # cache off
+    assert out0 == out1 == out2
+    assert any(p.suffix == ".nbc" for p in tmp_path.rglob("*"))
+
+
+def test_cache_stamp_covers_every_kernel_source(tmp_path, monkeypatch):
+    """Editing any kernels/*.py (helpers are inlined from other files) invalidates the
+    cached kernels, not only an edit of the file that defines them."""
+    import shutil
+
+    from gpudecode.kernels import _compile
+
+    for name in os.listdir(_compile.KERNEL_DIR):
+        if name.endswith(".py"):
+            shutil.copy(os.path.join(_compile.KERNEL_DIR, name), tmp_path / name)
+    monkeypatch.setattr(_compile, "KERNEL_DIR", str(tmp_path))
+    stamps = []
+    for edit in (None, "_pixel.py", "_simd.py"):
+        if edit:
+            with open(tmp_path / edit, "a") as f:
+                f.write("\n# edited\n")
+        _compile._sources_stamp.cache_clear()
+        stamps.append(_compile._sources_stamp())
+    _compile._sources_stamp.cache_clear()
+    assert len(set(stamps)) == 3
+
+
 def _case(rng, h, w, oh, ow, kind, chw=False, gray=False):
     """One sample: image, geom row (offset 0), and the oracle's geometry arguments."""
     c = 1 if gray else 3
