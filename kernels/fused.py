@@ -487,12 +487,12 @@ def fused_cpu(src, geom, factors, order, mean, std, out, *, normalize: bool, ant
     work = _workspace(threads, main + (0 if direct else 3 * oh * ow))
     kernel = cpu_kernel()
     args = (src, geom, factors, order, mean, std, normalize, out.dtype == np.uint8, antialias, out, direct)
-    # the float32 buffer written directly (out itself), or per thread a staging area
-    if direct:
-        parts = [(out.reshape(-1), work[t, :main], work[t, :1]) for t in range(threads)]
-    else:
-        parts = [(work[t, main:main + 3 * oh * ow],) * 1 + (work[t, :main], work[t, main:main + 3 * oh * ow])
-                 for t in range(threads)]
+    # per thread: the float32 buffer samples are written to (out itself when direct),
+    # the work area, and the staging area of the indirect path
+    parts = []
+    for t in range(threads):
+        stage = work[t, main:main + 3 * oh * ow] if not direct else work[t, :1]
+        parts.append((out.reshape(-1) if direct else stage, work[t, :main], stage))
     if threads == 1:
         kernel(*args, *parts[0], 0, 1)
         return
