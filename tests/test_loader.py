@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import time
 
 import numpy as np
 import pytest
@@ -88,7 +89,13 @@ def test_end_to_end_matches_transforms_api(shards):
 def test_batch_object_and_keys(shards):
     urls, _ = shards
     loader = Loader(urls, batch_size=7, transform=train_tf(), device="cpu", shuffle=True, seed=1)
+    t0 = time.perf_counter()
     batches = list(loader)
+    wall = time.perf_counter() - t0
+    s = loader.stats.summary()
+    assert s["images"] == 30 and 30 / wall <= s["images_per_s"] < float("inf")
+    assert 0 < s["producer_images_per_s"] < float("inf")
+    assert "delivered" in str(loader.stats)
     b = batches[0]
     images, labels = b
     assert b.images is images and b.labels is labels and b[0] is images and b[1] is labels
