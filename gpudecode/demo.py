@@ -71,8 +71,8 @@ def run_demo(workdir: str, *, images: int = 512, batch_size: int = 64, seed: int
             n += images_.shape[0]
             assert images_.shape[1:] == (3, 224, 224) and images_.dtype == torch.float32
         dt = time.perf_counter() - t
-        print(f"epoch {epoch}: {n} images in {dt:.2f} s = {n / dt:.0f} img/s "
-              f"(epoch 0 includes compiling the kernel); last batch mean {float(images_.mean()):+.3f}, "
-              f"labels {labels[:8].tolist()}")
+        first = " (the first epoch loads or compiles the kernel)" if epoch == 0 else ""
+        print(f"epoch {epoch}: {n} images in {dt:.2f} s = {n / dt:.0f} img/s{first}; "
+              f"last batch mean {float(images_.mean()):+.3f}, labels {labels[:8].tolist()}")
         print("  ", loader.stats)
     return 0
