@@ -45,3 +45,37 @@ def probe(data: bytes, *, shard: str | None = None, key: str | None = None) -> I
 def probe_batch(items: Sequence[bytes], *, num_threads: int = 1) -> list[ImageInfo | str]:
     """Probe many images; an entry is the ImageInfo, or the error message."""
     return [ImageInfo(**r) if isinstance(r, dict) else r for r in _native.probe_batch(list(items), num_threads)]
+
+
+def probe_format(data: bytes, *, shard: str | None = None, key: str | None = None,
+                 why: str | None = None) -> tuple[str, int, int]:
+    """(format, height, width) of any image the decoders take: "jpeg"/"png" (native
+    probe), "npy" (a tensor sample, see gpudecode.tensors) or "other" (what Pillow
+    opens). `why`: the native probe's message when the caller already ran it.
+
+    Raises:
+        DecodeError: none of them reads it; names shard and key.
+    """
+    import io
+
+    from PIL import Image, UnidentifiedImageError
+
+    from .tensors import MAGIC, npy_layout
+
+    if why is None:
+        try:
+            info = _native.probe(data)
+            return info["format"], info["height"], info["width"]
+        except ValueError as e:
+            why = str(e)
+    if bytes(data[:6]) == MAGIC:
+        try:
+            h, w, _ = npy_layout(data)
+        except ValueError as e:
+            raise DecodeError(f"not a readable tensor sample ({e})", shard=shard, key=key) from None
+        return "npy", h, w
+    try:
+        with Image.open(io.BytesIO(data)) as im:
+            return "other", im.height, im.width
+    except (UnidentifiedImageError, OSError, ValueError):
+        raise DecodeError(f"not a readable image ({why})", shard=shard, key=key) from None

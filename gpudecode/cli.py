@@ -40,6 +40,34 @@ def _cmd_inspect(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_precache(a: argparse.Namespace) -> int:
+    from .precache import precache
+
+    bar = None
+    if not a.quiet:
+        from tqdm import tqdm
+
+        bar = tqdm(unit="img", desc="precache")
+    last = [0]
+
+    def progress(n: int) -> None:
+        if bar is not None:
+            bar.update(n - last[0])
+        last[0] = n
+
+    try:
+        r = precache(a.src, a.out, size=a.size, shard_size=a.shard_size, num_threads=a.threads,
+                     on_error="warn" if a.keep_going else "raise",
+                     max_pixels=a.max_pixels, manifest=a.manifest, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    print(f"wrote {r.samples} samples in {len(r.shards)} tensor shards (shorter side at most {a.size}) -> {r.manifest}")
+    for s in r.skipped:
+        print(f"skipped: {s.shard} {s.key or ''}: {s.reason}", file=sys.stderr)
+    return 0
+
+
 def _cmd_demo(a: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -48,7 +76,7 @@ def _cmd_demo(a: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpudecode", description="GPU-side image decoding and augmentation "
-                                "for PyTorch training: shard tools, inspection and a demo.")
+                                "for PyTorch training: shard tools, precache, inspection and a demo.")
     p.add_argument("--version", action="version", version=f"gpudecode {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -64,6 +92,19 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("shards", help="shards: path, brace pattern, directory, list file or URL")
     s.add_argument("--keep-going", action="store_true", help="report bad samples instead of stopping")
     s.set_defaults(func=_cmd_inspect)
+
+    s = sub.add_parser("precache", help="write tensor shards of decoded, downsized images (read by the Loader "
+                       "like any shards; crops and jitter stay random at train time)")
+    s.add_argument("src", help="source shards: path, brace pattern, directory, list file or URL")
+    s.add_argument("out", help="output shard pattern, e.g. cache/train-%%06d.tar")
+    s.add_argument("--size", type=int, default=256, help="shorter side at most this (default 256; never upscaled)")
+    s.add_argument("--shard-size", type=int, default=1000, help="samples per shard (default 1000)")
+    s.add_argument("--threads", type=int, default=None, help="decode and resize threads (default: all cores)")
+    s.add_argument("--max-pixels", type=int, default=0, help="refuse images with more pixels (0: no limit)")
+    s.add_argument("--manifest", default=None, help="manifest path (default: beside the shards)")
+    s.add_argument("--keep-going", action="store_true", help="skip bad samples (listed in the manifest) instead of stopping")
+    s.add_argument("--quiet", action="store_true", help="no progress bar")
+    s.set_defaults(func=_cmd_precache)
 
     s = sub.add_parser("demo", help="build shards from bundled photos and run the loader on the CPU")
     s.add_argument("--workdir", default="demo_data", help="where the demo shards go")

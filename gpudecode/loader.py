@@ -22,6 +22,7 @@ from typing import Any, Iterator, Literal, Sequence
 import torch
 
 from . import _native
+from ._probe import probe_format
 from .decode import DecodedBatch, Request, make_decoder
 from .errors import DecodeError, LabelError, LocatedError
 from .io.reader import OnError, Sample, ShardReader, Skipped, check_on_error, put_until_stopped
@@ -234,6 +235,7 @@ class Loader:
             position) fixes every random choice whatever the thread count.
         image_ext, label_ext: extensions tried in order (";"-separated); `.cls` holds an
             integer as text, `.json` a {"label": int}. labels=False turns labels off.
+            `.npy` is a tensor sample written by `gpudecode precache` (decoded RGB).
         num_threads: decode and kernel threads on the CPU (default: all cores).
         prefetch: batches prepared ahead.
         drop_last: drop the last, smaller batch.
@@ -252,7 +254,7 @@ class Loader:
 
     def __init__(self, urls: Any, *, batch_size: int, transform: Any, device: str = "auto",
                  decoder: Any = "auto", shuffle: bool = True, seed: int = 0,
-                 image_ext: str | Sequence[str] = "jpg;jpeg;png;webp", label_ext: str | Sequence[str] = "cls",
+                 image_ext: str | Sequence[str] = "jpg;jpeg;png;webp;npy", label_ext: str | Sequence[str] = "cls",
                  labels: bool = True, num_threads: int | None = None, prefetch: int = 2, drop_last: bool = False,
                  on_error: OnError = "raise", rank: int | None = None, world_size: int | None = None,
                  even: Literal["pad", "drop"] | None = None, buffer_size: int = 1000,
@@ -416,7 +418,7 @@ class Loader:
                 if isinstance(info, dict):
                     fmt_hw = (info["format"], info["height"], info["width"])
                 else:
-                    fmt_hw = self._probe_other(d, s, info)
+                    fmt_hw = probe_format(d, shard=s.shard, key=s.key, why=info)
                 if self.max_pixels and fmt_hw[1] * fmt_hw[2] > self.max_pixels:
                     raise DecodeError(f"image of {fmt_hw[2]}x{fmt_hw[1]} pixels is over the limit of "
                                       f"{self.max_pixels} pixels", shard=s.shard, key=s.key)
@@ -429,18 +431,6 @@ class Loader:
             out_i.append(fmt_hw)
             out_l.append(label)
         return out_s, out_d, out_i, out_l
-
-    @staticmethod
-    def _probe_other(data: bytes, s: Sample, why: str) -> tuple[str, int, int]:
-        import io
-
-        from PIL import Image, UnidentifiedImageError
-
-        try:
-            with Image.open(io.BytesIO(data)) as im:
-                return "other", im.height, im.width
-        except (UnidentifiedImageError, OSError, ValueError):
-            raise DecodeError(f"not a readable image ({why})", shard=s.shard, key=s.key) from None
 
     def _output(self, slot: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         pair = self._outputs[slot]

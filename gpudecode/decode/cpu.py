@@ -1,6 +1,6 @@
 """CPU decoding: JPEG through libjpeg-turbo decoding only the needed window
-(gpudecode._native, native threads, GIL released); PNG through pyspng; anything else
-through Pillow. Everything comes out RGB uint8:
+(gpudecode._native, native threads, GIL released); PNG through pyspng; tensor samples
+(.npy, from `gpudecode precache`) by copying the window; anything else through Pillow. Everything comes out RGB uint8:
 
 - grey JPEG/PNG: the grey value in all three channels;
 - CMYK/YCCK JPEG: Pillow's conversion (Adobe's inverted CMYK understood);
@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from .. import _native
+from ..tensors import npy_rgb
 from ._base import DecodedBatch, Request
 
 
@@ -43,6 +44,22 @@ def _png_rgb(data: bytes, max_pixels: int, height: int, width: int) -> np.ndarra
     if max_pixels and height * width > max_pixels:
         raise ValueError(f"image of {width}x{height} pixels is over the limit of {max_pixels} pixels")
     return pyspng.load(data, format="RGB")
+
+
+def host_rgb(r: Request, max_pixels: int) -> np.ndarray:
+    """The whole image of a non-JPEG request, RGB uint8 HWC, decoded on the host: PNG
+    through pyspng, tensor samples (.npy) as a view of their bytes, the rest by Pillow.
+
+    Raises:
+        ValueError (or the decoder's own exception): unreadable, or over max_pixels.
+    """
+    if r.format == "npy":
+        if max_pixels and r.height * r.width > max_pixels:
+            raise ValueError(f"image of {r.width}x{r.height} pixels is over the limit of {max_pixels} pixels")
+        return npy_rgb(r.data)
+    if r.format == "png":
+        return _png_rgb(r.data, max_pixels, r.height, r.width)
+    return _pillow_rgb(r.data, max_pixels)
 
 
 def scale_for(box: tuple[int, int, int, int], out_size: tuple[int, int]) -> int:
@@ -95,8 +112,7 @@ class CpuDecoder:
         def decode_other(k: int) -> None:
             r = requests[k]
             try:
-                img = _png_rgb(r.data, self.max_pixels, r.height, r.width) if r.format == "png" else \
-                    _pillow_rgb(r.data, self.max_pixels)
+                img = host_rgb(r, self.max_pixels)
             except Exception as e:  # every decoder failure becomes this image's error
                 errors[k] = f"{type(e).__name__}: {e}"
                 return

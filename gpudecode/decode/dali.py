@@ -10,6 +10,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from ..tensors import npy_rgb
 from ._base import DecodedBatch, Request
 
 
@@ -34,7 +35,8 @@ def dali_decode_pipeline(*, device: str, batch_size: int, num_threads: int, devi
 
 
 class DaliDecoder:
-    """Decodes JPEG and PNG (and what else DALI reads) crop windows with DALI."""
+    """Decodes JPEG and PNG (and what else DALI reads) crop windows with DALI; tensor
+    samples (.npy) need no decoding: their window is copied."""
 
     name = "dali"
 
@@ -58,8 +60,15 @@ class DaliDecoder:
         for k, r in enumerate(requests):
             if self.max_pixels and r.height * r.width > self.max_pixels:
                 errors[k] = f"image of {r.width}x{r.height} pixels is over the limit of {self.max_pixels} pixels"
-        ok = [k for k in range(n) if errors[k] is None]
         outs: dict[int, Any] = {}
+        for k, r in enumerate(requests):  # tensor samples: nothing to decode, copy the window
+            if r.format == "npy" and errors[k] is None:
+                try:
+                    t, l, h, w = r.box
+                    outs[k] = npy_rgb(r.data)[t:t + h, l:l + w].copy()  # writable, contiguous
+                except ValueError as e:
+                    errors[k] = f"ValueError: {e}"
+        ok = [k for k in range(n) if errors[k] is None and requests[k].format != "npy"]
         for start in range(0, len(ok), self.max_batch_size):
             part = ok[start:start + self.max_batch_size]
             try:
@@ -76,14 +85,16 @@ class DaliDecoder:
         for k in range(n):
             offsets[k] = total
             if k in outs:
-                shapes[k] = outs[k].shape()[:2]
+                shapes[k] = outs[k].shape[:2] if isinstance(outs[k], np.ndarray) else outs[k].shape()[:2]
                 total += int(shapes[k, 0] * shapes[k, 1] * 3)
         dev = torch.device(self.device if self._on_gpu else "cpu")
         pixels = torch.empty(max(total, 1), dtype=torch.uint8, device=dev)
         for k, t in outs.items():
             h, w = shapes[k]
             dst = pixels[offsets[k]:offsets[k] + h * w * 3].view(int(h), int(w), 3)
-            if self._on_gpu:
+            if isinstance(t, np.ndarray):
+                dst.copy_(torch.from_numpy(t))
+            elif self._on_gpu:
                 from nvidia.dali.plugin.pytorch import feed_ndarray
 
                 feed_ndarray(t, dst, cuda_stream=torch.cuda.current_stream(dev).cuda_stream)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ._base import DecodedBatch, Request
-from .cpu import _pillow_rgb, _png_rgb
+from .cpu import host_rgb
 
 
 class NvjpegDecoder:
@@ -44,9 +44,8 @@ class NvjpegDecoder:
         for k, r in enumerate(requests):
             if r.format != "jpeg" and errors[k] is None:
                 try:
-                    a = _png_rgb(r.data, self.max_pixels, r.height, r.width) if r.format == "png" else \
-                        _pillow_rgb(r.data, self.max_pixels)
-                    images[k] = torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1))).to(self.device)
+                    a = host_rgb(r, self.max_pixels)
+                    images[k] = torch.from_numpy(np.array(a.transpose(2, 0, 1), order="C")).to(self.device)
                 except Exception as e:  # this image's error, not the batch's
                     errors[k] = f"{type(e).__name__}: {e}"
         offsets = np.zeros(n, np.int64)

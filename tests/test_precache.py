@@ -1,0 +1,210 @@
+"""gpudecode precache: tensor shards checked with tarfile, numpy and torchvision, read
+back by the Loader, and bad input named by shard and key."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms.v2.functional as F
+from PIL import Image
+
+from gpudecode import DecodeError, Loader
+from gpudecode import transforms as T
+from gpudecode.cli import main
+from gpudecode.precache import precache, stored_size
+from gpudecode.tensors import encode_npy, npy_layout
+
+from conftest import encode, make_shard
+
+SIZE = 96
+
+
+def _pil_rgb(data: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as im:
+        return np.array(im.convert("RGB"))
+
+
+@pytest.fixture(scope="module")
+def source(photos, tmp_path_factory):
+    """2 shards of real photos (JPEG, PNG, grey JPEG, one small image kept as it is),
+    each sample with a label and a JSON field that must be copied as they are."""
+    d = tmp_path_factory.mktemp("src")
+    samples = []
+    for k, (name, img) in enumerate(list(photos.items()) * 2):
+        if k == 3:
+            img = np.ascontiguousarray(img[:60, :90])  # shorter side under SIZE: stored unchanged
+        ext, data = ("png", encode(img, "PNG")) if k % 3 == 1 else ("jpg", encode(img, "JPEG", quality=92))
+        if k == 5:
+            data = encode(img, "JPEG", mode="L")
+        samples.append({"__key__": f"p{k:03d}", ext: data, "cls": str(k % 4).encode(),
+                        "json": json.dumps({"name": name}).encode()})
+    return [make_shard(d / "src-0.tar", samples[:8]), make_shard(d / "src-1.tar", samples[8:])], samples
+
+
+@pytest.fixture(scope="module")
+def cached(source, tmp_path_factory):
+    urls, _ = source
+    out = tmp_path_factory.mktemp("cache")
+    report = precache(urls, str(out / "train-%06d.tar"), size=SIZE, shard_size=5, num_threads=2)
+    return out, report
+
+
+def _members(path):
+    """{key: {ext: (member, bytes)}} in tar order, read by Python's tarfile."""
+    out: dict = {}
+    with tarfile.open(path) as tf:
+        for m in tf.getmembers():
+            key, ext = m.name.split(".", 1)
+            out.setdefault(key, {})[ext] = (m, tf.extractfile(m).read())
+    return out
+
+
+def test_tensor_shards_match_torchvision_resize(source, cached):
+    _, samples = source
+    out, report = cached
+    assert report.samples == len(samples) and not report.skipped
+    seen = {}
+    for shard in report.shards:
+        for key, fields in _members(shard).items():
+            assert set(fields) == {"npy", "cls", "json"}
+            seen[key] = (shard, fields)
+    assert list(seen) == [s["__key__"] for s in samples]  # all of them, in source order
+    for s in samples:
+        shard, fields = seen[s["__key__"]]
+        assert fields["cls"][1] == s["cls"] and fields["json"][1] == s["json"]  # copied as they are
+        member, data = fields["npy"]
+        stored = np.load(io.BytesIO(data))
+        src = _pil_rgb(s.get("jpg", s.get("png")))
+        h, w = src.shape[:2]
+        assert stored.dtype == np.uint8 and stored.shape == (*stored_size(h, w, SIZE), 3)
+        if min(h, w) <= SIZE:
+            np.testing.assert_array_equal(stored, src)
+        else:
+            assert min(stored.shape[:2]) == SIZE
+            ref = F.resize(torch.from_numpy(src).permute(2, 0, 1), [SIZE], antialias=True).permute(1, 2, 0).numpy()
+            assert np.abs(stored.astype(int) - ref.astype(int)).max() <= 1, s["__key__"]
+        # the pixels start 64-byte aligned in the shard file and map in place
+        _, _, offset = npy_layout(data)
+        assert (member.offset_data + offset) % 64 == 0
+        mm = np.memmap(shard, np.uint8, mode="r", offset=member.offset_data + offset, shape=stored.shape)
+        np.testing.assert_array_equal(mm, stored)
+
+
+def test_manifest_counts_and_checksums(cached):
+    out, report = cached
+    doc = json.loads((out / "train-manifest.json").read_text())
+    assert report.manifest == str(out / "train-manifest.json")
+    assert doc["samples"] == report.samples == sum(e["samples"] for e in doc["shards"])
+    assert doc["pixels"]["shorter_side_at_most"] == SIZE and doc["skipped"] == []
+    for entry, path in zip(doc["shards"], report.shards):
+        with open(path, "rb") as f:
+            data = f.read()
+        assert (out / entry["path"]).samefile(path)
+        assert entry["sha256"] == hashlib.sha256(data).hexdigest() and entry["bytes"] == len(data)
+        assert entry["samples"] == len(_members(path))
+    assert [e["samples"] for e in doc["shards"]] == [5, 5, 4]
+
+
+def _train_tf():
+    return T.Compose([T.RandomResizedCrop(40), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+                      T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+
+
+def test_loader_reads_tensor_shards(cached):
+    """The Loader on tensor shards equals the transforms API on the stored arrays with
+    the loader's params; labels come through."""
+    _, report = cached
+    stored = {key: np.load(io.BytesIO(f["npy"][1])) for p in report.shards for key, f in _members(p).items()}
+    tf = _train_tf()
+    loader = Loader(report.shards, batch_size=4, transform=tf, device="cpu", shuffle=False, seed=5)
+    loader.set_epoch(2)
+    pos = 0
+    for images, labels in loader:
+        keys = [f"p{pos + i:03d}" for i in range(images.shape[0])]
+        imgs = [torch.from_numpy(stored[k]).permute(2, 0, 1).contiguous() for k in keys]
+        params = tf.make_params([tuple(i.shape[1:]) for i in imgs], 5, epoch=2, indices=list(range(pos, pos + len(keys))))
+        torch.testing.assert_close(images, tf(imgs, params), atol=1e-5, rtol=0)
+        assert labels.tolist() == [int(k[1:]) % 4 for k in keys]
+        pos += len(keys)
+    assert pos == report.samples
+
+
+@pytest.mark.parametrize("backend", ["dali", "nvjpeg"])
+def test_tensor_shards_through_the_other_decoders(cached, backend):
+    _, report = cached
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+        from gpudecode.decode.dali import DaliDecoder
+
+        dec = DaliDecoder(device="cpu", num_threads=1, max_batch_size=4)
+    else:
+        from gpudecode.decode.nvjpeg import NvjpegDecoder
+
+        dec = NvjpegDecoder(device="cpu")
+    kw = dict(batch_size=4, transform=_train_tf(), device="cpu", seed=1)
+    ref = list(Loader(report.shards, **kw))
+    got = list(Loader(report.shards, decoder=dec, **kw))
+    assert [b.keys for b in got] == [b.keys for b in ref]
+    for a, b in zip(got, ref):
+        torch.testing.assert_close(a.images, b.images, atol=1e-6, rtol=0)
+
+
+def test_bad_source_image_names_shard_and_key(source, tmp_path):
+    urls, samples = source
+    bad = [dict(s) for s in samples[:4]]
+    bad[2] = {"__key__": bad[2]["__key__"], "jpg": bad[0].get("jpg", b"")[:300] or b"\xff\xd8junk", "cls": b"1"}
+    src = make_shard(tmp_path / "bad.tar", bad)
+    with pytest.raises(DecodeError) as e:
+        precache(src, str(tmp_path / "a" / "t-%06d.tar"), size=SIZE)
+    assert "bad.tar" in str(e.value) and "p002" in str(e.value)
+    with pytest.warns(RuntimeWarning, match="p002"):
+        report = precache(src, str(tmp_path / "b" / "t-%06d.tar"), size=SIZE, on_error="warn")
+    assert report.samples == 3 and [s.key for s in report.skipped] == ["p002"]
+    with open(report.manifest) as f:
+        doc = json.load(f)
+    assert doc["samples"] == 3 and doc["skipped"][0]["key"] == "p002" and "bad.tar" in doc["skipped"][0]["shard"]
+    assert sorted(_members(report.shards[0])) == ["p000", "p001", "p003"]
+
+
+@pytest.mark.parametrize("what", ["float32", "four channels", "truncated", "not npy"])
+def test_bad_tensor_sample_names_shard_and_key(tmp_path, what):
+    good = encode_npy(np.zeros((20, 30, 3), np.uint8))
+    buf = io.BytesIO()
+    if what == "float32":
+        np.save(buf, np.zeros((20, 30, 3), np.float32))
+        data = buf.getvalue()
+    elif what == "four channels":
+        np.save(buf, np.zeros((20, 30, 4), np.uint8))
+        data = buf.getvalue()
+    elif what == "truncated":
+        data = good[:-100]
+    else:
+        data = b"\x93NUMPY junk"
+    samples = [{"__key__": f"t{k}", "npy": good, "cls": b"0"} for k in range(3)]
+    samples[1]["npy"] = data
+    shard = make_shard(tmp_path / "tensors.tar", samples)
+    loader = Loader(shard, batch_size=4, transform=_train_tf(), device="cpu")
+    with pytest.raises(DecodeError) as e:
+        list(loader)
+    assert "tensors.tar" in str(e.value) and "t1" in str(e.value) and "tensor sample" in str(e.value)
+    loader = Loader(shard, batch_size=4, transform=_train_tf(), device="cpu", shuffle=False, on_error="skip")
+    assert [b.keys for b in loader] == [["t0", "t2"]]
+    assert [s.key for s in loader.skipped] == ["t1"]
+
+
+def test_cli_precache(source, tmp_path, capsys):
+    urls, samples = source
+    rc = main(["precache", urls[0], str(tmp_path / "c" / "v-%06d.tar"), "--size", "64", "--quiet", "--threads", "1"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "wrote 8 samples in 1 tensor shards (shorter side at most 64)" in out
+    doc = json.loads((tmp_path / "c" / "v-manifest.json").read_text())
+    assert doc["samples"] == 8 and doc["shards"][0]["path"] == "v-000000.tar"
+    rc = main(["precache", str(tmp_path / "missing.tar"), str(tmp_path / "d" / "v-%06d.tar"), "--quiet"])
+    assert rc == 1
+    assert "missing.tar" in capsys.readouterr().err
