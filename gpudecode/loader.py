@@ -75,7 +75,8 @@ class BatchTiming:
 @dataclass
 class LoaderStats:
     """Per-batch timings of the last epoch, and a summary naming the slowest stage and
-    the stalls (batches the trainer waited for many times longer than the median)."""
+    the stalls (batches the trainer waited for many times longer than the median; the
+    first batch of an epoch, which waits for the pipeline to fill, is not one)."""
 
     batches: list[BatchTiming] = field(default_factory=list)
     stall_factor: float = 5.0
@@ -89,7 +90,7 @@ class LoaderStats:
         waits = [b.wait for b in self.batches]
         med_wait = statistics.median(waits)
         threshold = max(self.stall_factor * med_wait, 0.005)
-        stalls = [i for i, w in enumerate(waits) if w > threshold]
+        stalls = [i for i, w in enumerate(waits) if w > threshold and i > 0]
         images = sum(b.size for b in self.batches)
         total = sum(b.produce for b in self.batches)
         elapsed = self.batches[-1].delivered - self.started

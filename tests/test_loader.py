@@ -259,3 +259,14 @@ def test_gpu_loader_matches_cpu(shards):
         assert [b.keys for b in cpu] == [g[0] for g in gpu]
         for a, (_, b) in zip(cpu, gpu):
             torch.testing.assert_close(a.images, b, atol=0.1, rtol=0)  # nvJPEG's IDCT differs slightly
+
+
+def test_stats_flag_stalls_but_not_the_pipeline_fill():
+    from gpudecode.loader import BatchTiming, LoaderStats
+
+    stats = LoaderStats(started=0.0)
+    for k, wait in enumerate([0.5, 0.01, 0.012, 0.3, 0.011]):
+        stats.batches.append(BatchTiming(size=8, wait=wait, decode=0.02, augment=0.01, delivered=0.1 * (k + 1)))
+    s = stats.summary()
+    assert s["stalls"] == [3] and s["slowest_stage"] == "decode"
+    assert s["images_per_s"] == pytest.approx(40 / 0.5) and s["producer_images_per_s"] == pytest.approx(40 / 0.1)
