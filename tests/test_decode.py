@@ -181,3 +181,24 @@ def test_native_batch_validates_arguments():
     with pytest.raises(ValueError, match="too small"):
         _native.decode_jpeg_batch([b"x"], np.array([[0, 0, 10, 10]], np.int32), np.array([1], np.int32),
                                   np.zeros(1, np.int64), np.zeros(10, np.uint8))
+
+
+def test_tensor_samples_decode_to_their_windows(photos):
+    """.npy tensor samples (gpudecode precache) next to JPEGs in one batch: each comes
+    out as exactly its window; a corrupt one is that sample's error, not the batch's."""
+    from gpudecode.tensors import encode_npy
+
+    img = photos["coffee"]
+    npy = encode_npy(img)
+    jpg = encode(img, "JPEG", quality=95)
+    h, w = img.shape[:2]
+    boxes = [(0, 0, h, w), (17, 33, 101, 57), (h - 1, w - 1, 1, 1)]
+    reqs = [Request(npy, "npy", h, w, b) for b in boxes] + [req(jpg, (5, 6, 40, 50)),
+                                                          Request(npy[:-10], "npy", h, w, (0, 0, 4, 4))]
+    out = CpuDecoder(num_threads=2).decode(reqs)
+    for k, (t, l, bh, bw) in enumerate(boxes):
+        assert out.errors[k] is None
+        got = out.pixels[out.offsets[k]:out.offsets[k] + bh * bw * 3].numpy().reshape(bh, bw, 3)
+        np.testing.assert_array_equal(got, img[t:t + bh, l:l + bw])
+    assert out.errors[3] is None
+    assert out.errors[4] is not None and "truncated" in out.errors[4]
