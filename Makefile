@@ -35,6 +35,7 @@ bench: setup
 	$(BIN)/python bench/reader.py
 	$(BIN)/python bench/kernels.py
 	$(BIN)/python bench/loader.py
+	$(BIN)/python bench/formats.py
 
 clean:
 	rm -rf build dist *.egg-info demo_data bench/_out
