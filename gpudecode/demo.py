@@ -63,7 +63,8 @@ def run_demo(workdir: str, *, images: int = 512, batch_size: int = 64, seed: int
                     T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
     loader = Loader(shards, batch_size=batch_size, transform=tf, device="cpu", seed=seed)
     print("loader:", loader.describe())
-    for epoch in range(2):
+
+    def run_epoch(loader: Loader, epoch: int, what: str) -> None:
         loader.set_epoch(epoch)
         t = time.perf_counter()
         n = 0
@@ -71,8 +72,20 @@ def run_demo(workdir: str, *, images: int = 512, batch_size: int = 64, seed: int
             n += images_.shape[0]
             assert images_.shape[1:] == (3, 224, 224) and images_.dtype == torch.float32
         dt = time.perf_counter() - t
-        first = " (the first epoch loads or compiles the kernel)" if epoch == 0 else ""
-        print(f"epoch {epoch}: {n} images in {dt:.2f} s = {n / dt:.0f} img/s{first}; "
+        print(f"{what} epoch {epoch}: {n} images in {dt:.2f} s = {n / dt:.0f} img/s; "
               f"last batch mean {float(images_.mean()):+.3f}, labels {labels[:8].tolist()}")
         print("  ", loader.stats)
+
+    print("(the first epoch also loads the compiled kernel, or compiles it once: about 10 s)")
+    for epoch in range(2):
+        run_epoch(loader, epoch, "JPEG/PNG shards,")
+    from .precache import precache
+
+    t = time.perf_counter()
+    report = precache(shards, os.path.join(workdir, "tensors", "demo-%06d.tar"), size=256)
+    print(f"precache: {report.samples} samples -> {len(report.shards)} tensor shards in "
+          f"{time.perf_counter() - t:.1f} s, manifest {report.manifest}")
+    tensors = Loader(report.shards, batch_size=batch_size, transform=tf, device="cpu", seed=seed)
+    for epoch in range(2):
+        run_epoch(tensors, epoch, "tensor shards,")
     return 0

@@ -65,3 +65,14 @@ def test_inspect(tmp_path, photos, capsys):
 def test_errors_exit_nonzero(tmp_path, capsys):
     assert main(["inspect", str(tmp_path / "missing.tar")]) == 1
     assert "missing.tar" in capsys.readouterr().err
+
+
+def test_demo_runs_end_to_end(tmp_path, capsys):
+    """`make demo`'s command on a small scale: shards, two epochs, precache, two epochs
+    on the tensor shards."""
+    assert main(["demo", "--workdir", str(tmp_path / "demo"), "--images", "48", "--batch-size", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "shards of real photos" in out and "(48 samples, JPEG and PNG)" in out
+    assert out.count("JPEG/PNG shards, epoch") == 2 and out.count("tensor shards, epoch") == 2
+    assert "precache: 48 samples -> 1 tensor shards" in out
+    assert "48 images in" in out
