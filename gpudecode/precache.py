@@ -65,30 +65,45 @@ def _sha256(path: str) -> str:
 
 
 class _Resizer:
-    """Resizes decoded HWC images with the fused kernel, a batch per output size."""
+    """Resizes decoded images in place in the decoder's packed HWC buffer with the fused
+    kernel, one launch per output size, into uint8 rounded to nearest."""
+
+    # Normalize with mean -0.5/255 and std 1/255 turns the kernel's [0, 1] result v into
+    # 255 * v + 0.5, so truncating to uint8 rounds to nearest, as torchvision's Resize on
+    # uint8 images does: one float pass and one cast, no separate scale and round passes.
+    _ROUND = T.Normalize([-0.5 / 255] * 3, [1 / 255] * 3)
 
     def __init__(self, num_threads: int) -> None:
         self.num_threads = num_threads
         self._tfs: dict[tuple[int, int], T.Compose] = {}
 
-    def __call__(self, images: list[np.ndarray], sizes: list[tuple[int, int]]) -> list[np.ndarray]:
-        out: list[np.ndarray | None] = [None] * len(images)
+    def __call__(self, pixels: torch.Tensor, offsets: Sequence[int], shapes: Sequence[tuple[int, int]],
+                 targets: Sequence[tuple[int, int]]) -> list[np.ndarray]:
+        from .kernels import fused
+
+        out: list[np.ndarray | None] = [None] * len(shapes)
         groups: dict[tuple[int, int], list[int]] = {}
-        for k, (img, size) in enumerate(zip(images, sizes)):
-            if size == img.shape[:2]:
-                out[k] = img
+        flat = pixels.numpy()
+        for k, (shape, target) in enumerate(zip(shapes, targets)):
+            if shape == target:  # kept as it is
+                h, w = shape
+                out[k] = flat[offsets[k]:offsets[k] + h * w * 3].reshape(h, w, 3).copy()
             else:
-                groups.setdefault(size, []).append(k)
-        for size, idx in groups.items():
-            tf = self._tfs.get(size)
+                groups.setdefault(target, []).append(k)
+        for target, idx in groups.items():
+            tf = self._tfs.get(target)
             if tf is None:
-                tf = self._tfs[size] = T.Compose([T.Resize(size), T.ToDtype(torch.float32, scale=True)])
-            batch = [torch.from_numpy(images[k]).permute(2, 0, 1) for k in idx]
-            res = tf(batch, [{"resize": size}] * len(idx))
-            # to uint8 by rounding, as torchvision's Resize on uint8 images does
-            res = res.mul_(255.0).round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1).contiguous()
+                tf = self._tfs[target] = T.Compose([T.Resize(target), self._ROUND], layout="NHWC")
+            sizes = [shapes[k] for k in idx]
+            geom, factors, order = tf.encode(tf.make_params(sizes, 0), sizes)
+            geom[:, fused.OFFSET] = [offsets[k] for k in idx]
+            geom[:, fused.SY] = [w * 3 for _, w in sizes]
+            geom[:, fused.SX], geom[:, fused.SC] = 3, 1
+            res, view = tf.new_output(len(idx))
+            tf.run(pixels, geom, factors, order, view, num_threads=self.num_threads)
+            u8 = res.to(torch.uint8).numpy()  # [N, h, w, 3]; values in [0.5, 255.5]: truncation rounds
             for j, k in enumerate(idx):
-                out[k] = res[j].numpy()
+                out[k] = u8[j]
         return out  # type: ignore[return-value]
 
 
@@ -147,17 +162,17 @@ def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, sha
         if not requests:
             return
         decoded = decoder.decode(requests)
-        pixels = decoded.pixels.numpy()
-        images, sizes, good = [], [], []
+        offsets, shapes, targets, good = [], [], [], []
         for k, s in enumerate(kept):
             if decoded.errors[k] is not None:
                 fail(DecodeError(f"cannot decode: {decoded.errors[k]}", shard=s.shard, key=s.key))
                 continue
             h, w = (int(v) for v in decoded.shapes[k])
-            images.append(pixels[decoded.offsets[k]:decoded.offsets[k] + h * w * 3].reshape(h, w, 3))
-            sizes.append(stored_size(h, w, size))
+            offsets.append(int(decoded.offsets[k]))
+            shapes.append((h, w))
+            targets.append(stored_size(h, w, size))
             good.append(s)
-        for s, img in zip(good, resize(images, sizes)):
+        for s, img in zip(good, resize(decoded.pixels, offsets, shapes, targets)):
             fields = {e: d for e, d in s.fields.items() if e not in exts}
             writer.write({"__key__": s.key, "npy": encode_npy(img), **fields})
             while len(counts) < len(writer.shards):
