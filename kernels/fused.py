@@ -178,9 +178,10 @@ def fused_cuda(src, geom, factors, order, mean, std, out, *, normalize: bool, an
 #   transpose   vert -> vt [bw*3, oh]             (row 3*i + c: box column i, channel c)
 #   horizontal  vt -> px [ow*3, oh]               (row 3*x + c: output column x, channel c)
 #   ColorJitter op by op over px (r, g, b of column x are rows 3x, 3x+1, 3x+2)
-#   encode      Normalize / uint8 scaling in place
-#   transpose   px -> out[c] [oh, ow], one channel at a time
-# The transposes are 8x8 vector shuffles (_simd). One sample at a time, GIL released.
+#   transpose   px -> out[c] [oh, ow], one channel at a time, applying Normalize on the
+#               way (the uint8 scaling is a pass of its own before it)
+# The transposes are 8x8 vector shuffles (_simd), the output ones with non-temporal
+# stores where aligned. One sample at a time, GIL released.
 
 def _axis_weights(out_size, vsize, voff, box, flip, antialias):
     """Per output index: first source index, tap count, and normalized weights; and a
@@ -305,8 +306,8 @@ def _rows_u8(dst, src, p, step, w, count, n):
             dst[t] += wk * float32(sk[t])
 
 
-def _rows_f32(dst, rows, first, step, w, count):
-    """dst[t] = sum_k w[k] * rows[first + k*step, t]: the float twin of _rows_u8."""
+def _rows_f32(dst, rows, first, w, count):
+    """dst[t] = sum_k w[k] * rows[first + k, t]: the float twin of _rows_u8."""
     n = dst.shape[0]
     s0 = rows[first]
     w0 = w[0]
@@ -314,18 +315,18 @@ def _rows_f32(dst, rows, first, step, w, count):
         for t in range(n):
             dst[t] = w0 * s0[t]
         return
-    s1 = rows[first + step]
+    s1 = rows[first + 1]
     w1 = w[1]
     if count == 2:
         for t in range(n):
             dst[t] = w0 * s0[t] + w1 * s1[t]
         return
-    s2 = rows[first + 2 * step]
+    s2 = rows[first + 2]
     w2 = w[2]
     for t in range(n):
         dst[t] = w0 * s0[t] + w1 * s1[t] + w2 * s2[t]
     for k in range(3, count):
-        sk = rows[first + k * step]
+        sk = rows[first + k]
         wk = w[k]
         for t in range(n):
             dst[t] += wk * sk[t]
@@ -375,7 +376,7 @@ def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialia
     px3 = work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh].reshape((ow, 3 * oh))
     for x in range(ow):
         if xv[x]:
-            _rows_f32(px3[x], vt, xf[x], 1, xw[x], xc[x])
+            _rows_f32(px3[x], vt, xf[x], xw[x], xc[x])
         else:
             px3[x, :] = 0.0
     px = px3.reshape((ow * 3, oh))
