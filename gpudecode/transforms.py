@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import numbers
 import random
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
@@ -291,6 +292,19 @@ def sample_rng(seed: int, epoch: int, index: int) -> random.Random:
     return random.Random(f"gpudecode:{seed}:{epoch}:{index}")
 
 
+_STAGING = threading.local()
+
+
+def _staging(shape: Sequence[int]) -> torch.Tensor:
+    """A float32 buffer of `shape`, kept per calling thread (a fresh 150 MB tensor per
+    batch costs its page faults every time)."""
+    count = math.prod(shape)
+    buf = getattr(_STAGING, "buf", None)
+    if buf is None or buf.numel() < count:
+        buf = _STAGING.buf = torch.empty(count, dtype=torch.float32)
+    return buf[:count].view(*shape)
+
+
 class Compose(Transform):
     """A fused pipeline. Call it on a uint8 image [3, H, W] (or [1, H, W]: grey, read
     as RGB), a list of such images of any sizes, or a batch [N, 3, H, W], on the CPU or
@@ -411,7 +425,7 @@ class Compose(Transform):
             return
         out_np = view.numpy() if view.dtype != torch.float16 else None
         if out_np is None:  # numba CPU has no float16 stores: compute float32, cast
-            tmp = torch.empty(view.shape, dtype=torch.float32)
+            tmp = _staging(view.shape)
             fused.fused_cpu(src.numpy(), geom, factors, order, mean, std, tmp.numpy(), normalize=normalize,
                             antialias=self.plan.antialias, num_threads=num_threads)
             view.copy_(tmp)

@@ -332,8 +332,9 @@ def _rows_f32(dst, rows, first, w, count):
             dst[t] += wk * sk[t]
 
 
-def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialias, oh, ow, dst, doff, work):
-    """One sample; writes its [3, oh, ow] float32 result contiguously at dst[doff:]."""
+def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialias, oh, ow, dst, doff, work, nhwc):
+    """One sample; writes its float32 result contiguously at dst[doff:], as [3, oh, ow],
+    or as [oh, ow, 3] with `nhwc`."""
     bh = g[BH]
     bw = g[BW]
     yf, yc, yw, yv = _axis_weights(oh, g[VH], g[OY], bh, False, antialias)
@@ -388,31 +389,36 @@ def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialia
         m = _gray_mean(px, ow) if op == CONTRAST else float32(0.0)
         _op_pass(px, ow, op, factors[op], m)
     # 5. each channel transposed to [oh, ow], with Normalize as encode_output does it on
-    # the way (or after the uint8 scaling)
-    if to_uint8 and not normalize:
-        _encode_pass(px, ow, mean, std, normalize, to_uint8)
+    # the way (or after the uint8 scaling); for NHWC, px [ow*3, oh] transposed as a whole
+    # is [oh, ow*3], the NHWC image: Normalize goes first, in place
     pxs = work[2 * oh * n3:]
+    if nhwc or (to_uint8 and not normalize):
+        _encode_pass(px, ow, mean, std, normalize, to_uint8)
+    if nhwc:  # the (v - 0) * 1 affine only to get the streaming stores
+        transpose(pxs, 0, oh, dst, doff, 3 * ow, 3 * ow, oh, True, float32(0.0), float32(1.0))
+        return
     for c in range(3):
         m = mean[c] if normalize else float32(0.0)
         s = float32(1.0) / std[c] if normalize else float32(1.0)
         transpose(pxs, c * oh, 3 * oh, dst, doff + c * oh * ow, ow, ow, oh, normalize, m, s)
 
 
-def _cpu_batch(src, geom, factors, order, mean, std, normalize, to_uint8, antialias, out, direct, flat_out, work,
-               tmp, first, step):
+def _cpu_batch(src, geom, factors, order, mean, std, normalize, to_uint8, antialias, out, direct, nhwc, flat_out,
+               work, tmp, first, step):
     """Samples first, first + step, ... of the batch. With `direct`, flat_out is out's
-    own contiguous float32 buffer and samples are written there; otherwise each goes
-    through `tmp` and is copied (cast) into out, whatever its dtype and strides."""
+    own contiguous float32 buffer (NCHW, or NHWC with `nhwc`) and samples are written
+    there; otherwise each goes through `tmp` and is copied (cast) into out, whatever its
+    dtype and strides."""
     oh = out.shape[2]
     ow = out.shape[3]
     size = 3 * oh * ow
     for i in range(first, out.shape[0], step):
         if direct:
             _cpu_sample(src, geom[i], factors[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
-                        flat_out, i * size, work)
+                        flat_out, i * size, work, nhwc)
         else:
             _cpu_sample(src, geom[i], factors[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
-                        tmp, 0, work)
+                        tmp, 0, work, False)
             o = out[i]
             for c in range(3):
                 for y in range(oh):
@@ -484,16 +490,18 @@ def fused_cpu(src, geom, factors, order, mean, std, out, *, normalize: bool, ant
     threads = max(1, min(num_threads or os.cpu_count() or 1, n))
     oh, ow = out.shape[2], out.shape[3]
     main = 2 * oh * int(geom[:, BW].max()) * 3 + ow * oh * 3
-    direct = out.dtype == np.float32 and out.flags.c_contiguous
+    nhwc = out.dtype == np.float32 and out.transpose(0, 2, 3, 1).flags.c_contiguous and not out.flags.c_contiguous
+    direct = nhwc or (out.dtype == np.float32 and out.flags.c_contiguous)
     work = _workspace(threads, main + (0 if direct else 3 * oh * ow))
     kernel = cpu_kernel()
-    args = (src, geom, factors, order, mean, std, normalize, out.dtype == np.uint8, antialias, out, direct)
-    # per thread: the float32 buffer samples are written to (out itself when direct),
-    # the work area, and the staging area of the indirect path
+    args = (src, geom, factors, order, mean, std, normalize, out.dtype == np.uint8, antialias, out, direct, nhwc)
+    # per thread: the float32 buffer samples are written to (out's own memory when
+    # direct), the work area, and the staging area of the indirect path
+    flat = (out.transpose(0, 2, 3, 1) if nhwc else out).reshape(-1) if direct else None
     parts = []
     for t in range(threads):
         stage = work[t, main:main + 3 * oh * ow] if not direct else work[t, :1]
-        parts.append((out.reshape(-1) if direct else stage, work[t, :main], stage))
+        parts.append((flat if flat is not None else stage, work[t, :main], stage))
     if threads == 1:
         kernel(*args, *parts[0], 0, 1)
         return

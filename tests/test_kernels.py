@@ -182,16 +182,25 @@ def test_cuda_kernels_equal_cpu(dtype):
         np.testing.assert_allclose(gpu, cpu, atol=1e-5, rtol=0)
 
 
-def test_nhwc_view_equals_nchw():
-    """Outputs are written through strides: an NHWC buffer is a [N, 3, H, W] view. (The
-    simulator cannot move strided host arrays; PTX for strided outputs is compiled above
-    and the GPU test covers torch views on a device.)"""
-    src, geom, factors, order, _ = _batch(2, 2, 7, 10)
-    nchw = np.zeros((2, 3, 7, 10), np.float32)
-    fused.fused_cpu(src, geom, factors, order, MEAN, STD, nchw, normalize=True)
-    nhwc = np.zeros((2, 7, 10, 3), np.float32)
-    fused.fused_cpu(src, geom, factors, order, MEAN, STD, nhwc.transpose(0, 3, 1, 2), normalize=True)
-    np.testing.assert_array_equal(nhwc.transpose(0, 3, 1, 2), nchw)
+@pytest.mark.parametrize("h,w", [(7, 10), (16, 24)])
+def test_nhwc_view_equals_nchw(h, w):
+    """Outputs are written through strides: an NHWC buffer is a [N, 3, H, W] view (the
+    CPU twin writes a contiguous one directly, streaming where aligned: 16x24 rows are).
+    A non-contiguous view goes through the staging path. (The simulator cannot move
+    strided host arrays; PTX for strided outputs is compiled above and the GPU test
+    covers torch views on a device.)"""
+    src, geom, factors, order, _ = _batch(2, 2, h, w)
+    for normalize in (True, False):
+        nchw = np.zeros((2, 3, h, w), np.float32)
+        fused.fused_cpu(src, geom, factors, order, MEAN, STD, nchw, normalize=normalize)
+        nhwc = _at_alignment((2, h, w, 3), 0)
+        fused.fused_cpu(src, geom, factors, order, MEAN, STD, nhwc.transpose(0, 3, 1, 2), normalize=normalize)
+        np.testing.assert_array_equal(nhwc.transpose(0, 3, 1, 2), nchw)
+        wide = np.zeros((2, h, w, 5), np.float32)  # channels padded to 5: strided, not contiguous
+        fused.fused_cpu(src, geom, factors, order, MEAN, STD, wide[..., 1:4].transpose(0, 3, 1, 2),
+                        normalize=normalize)
+        np.testing.assert_array_equal(wide[..., 1:4].transpose(0, 3, 1, 2), nchw)
+        assert (wide[..., [0, 4]] == 0).all()
 
 
 def _at_alignment(shape, misalign):
@@ -215,6 +224,8 @@ def test_streamed_output_equals_regular_stores():
     np.testing.assert_array_equal(outs[0], outs[1])
     from gpudecode.kernels import _simd
 
+    a = np.zeros(64, np.float32)  # compiled here too (the kernel itself may come from the disk cache)
+    _simd.transpose(a, 0, 8, a, 0, 8, 8, 8, True, np.float32(0), np.float32(1))
     assert any("!nontemporal" in ir for ir in _simd.transpose.inspect_llvm().values())
     for k, (img, box, vsize, voff) in enumerate(refs):
         ref = reference.fused_reference(img, box, vsize, voff, (16, 24), bool(geom[k, fused.FLIP]), order[k],
