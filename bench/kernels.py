@@ -88,6 +88,27 @@ def main() -> None:
                          (f"torchvision classic PIL, {tag}", run_tv1)]:
             t, count = timeit(fn, repeat=a.repeat)
             rows[name] = count / t
+    # output layouts and dtypes (ColorJitter on): what the other output choices cost
+    variants = {}
+    for layout in ("NCHW", "NHWC"):
+        for dtype in (torch.float32, torch.float16):
+            steps = [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+                     T.Normalize(MEAN, STD)] + ([T.ToDtype(dtype)] if dtype != torch.float32 else [])
+            tf = T.Compose(steps, layout=layout)
+            out, view = tf.new_output(n)
+            sizes = [(375, 500)] * n
+            seed = [0]
+
+            def run_variant(tf=tf, view=view, sizes=sizes, seed=seed):
+                seed[0] += 1
+                geom, f, o = tf.encode(tf.make_params(sizes, seed[0]), sizes)
+                geom[:, fused.OFFSET] = np.arange(n) * 375 * 500 * 3
+                geom[:, fused.SY], geom[:, fused.SX], geom[:, fused.SC] = 1500, 3, 1
+                tf.run(packed, geom, f, o, view, num_threads=1)
+                return n
+
+            t, count = timeit(run_variant, repeat=a.repeat)
+            variants[f"{layout} {str(dtype).replace('torch.', '')}"] = count / t
     print(f"{n} decoded 500x375 images -> 224x224, 1 core (gpudecode num_threads=1, torch 1 thread)")
     print(f"{'pipeline':44s} {'img/s':>8s} {'x tv2':>7s} {'x PIL':>7s}")
     for tag in ("ColorJitter", "no jitter"):
@@ -95,7 +116,10 @@ def main() -> None:
         for name, r in rows.items():
             if name.endswith(tag):
                 print(f"{name:44s} {r:8.0f} {r / tv2r:7.1f} {r / pilr:7.1f}")
-    save("kernels", {"machine": machine(), "args": vars(a), "img_per_s": rows})
+    print("gpudecode fused CPU with ColorJitter, by output layout and dtype:")
+    for name, r in variants.items():
+        print(f"  {name:16s} {r:8.0f} img/s")
+    save("kernels", {"machine": machine(), "args": vars(a), "img_per_s": rows, "outputs": variants})
 
 
 if __name__ == "__main__":
