@@ -16,14 +16,13 @@ import hashlib
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 import torch
 
 from ._version import __version__
-from .decode import Request
-from .decode.cpu import CpuDecoder
+from .decode import DecodedBatch, DecoderName, Request, make_decoder
 from .errors import DecodeError, LocatedError
 from .io.reader import OnError, Sample, ShardReader, Skipped, check_on_error
 from .io.writer import ShardWriter, format_pattern
@@ -77,45 +76,62 @@ class _Resizer:
         self.num_threads = num_threads
         self._tfs: dict[tuple[int, int], T.Compose] = {}
 
-    def __call__(self, pixels: torch.Tensor, offsets: Sequence[int], shapes: Sequence[tuple[int, int]],
-                 targets: Sequence[tuple[int, int]]) -> list[np.ndarray]:
+    def __call__(self, decoded: DecodedBatch, ks: Sequence[int], targets: Sequence[tuple[int, int]],
+                 stream: Any = None) -> list[np.ndarray]:
+        """Images ks of `decoded` (CPU or CUDA pixels, HWC or CHW) at their target sizes,
+        as host uint8 HWC arrays."""
         from .kernels import fused
 
-        out: list[np.ndarray | None] = [None] * len(shapes)
+        out: list[np.ndarray | None] = [None] * len(ks)
         groups: dict[tuple[int, int], list[int]] = {}
-        flat = pixels.numpy()
-        for k, (shape, target) in enumerate(zip(shapes, targets)):
-            if shape == target:  # kept as it is
-                h, w = shape
-                out[k] = flat[offsets[k]:offsets[k] + h * w * 3].reshape(h, w, 3).copy()
+        for j, (k, target) in enumerate(zip(ks, targets)):
+            t, l, h, w = (int(v) for v in decoded.boxes[k])
+            if (h, w) == target:  # kept as it is
+                out[j] = self._host_window(decoded, k)
             else:
-                groups.setdefault(target, []).append(k)
+                groups.setdefault(target, []).append(j)
         for target, idx in groups.items():
             tf = self._tfs.get(target)
             if tf is None:
                 tf = self._tfs[target] = T.Compose([T.Resize(target), self._ROUND], layout="NHWC")
-            sizes = [shapes[k] for k in idx]
+            rows = [ks[j] for j in idx]
+            sizes = [(int(decoded.boxes[k][2]), int(decoded.boxes[k][3])) for k in rows]
             geom, factors, order = tf.encode(tf.make_params(sizes, 0), sizes)
-            geom[:, fused.OFFSET] = [offsets[k] for k in idx]
-            geom[:, fused.SY] = [w * 3 for _, w in sizes]
-            geom[:, fused.SX], geom[:, fused.SC] = 3, 1
-            res, view = tf.new_output(len(idx))
-            tf.run(pixels, geom, factors, order, view, num_threads=self.num_threads)
-            u8 = res.to(torch.uint8).numpy()  # [N, h, w, 3]; values in [0.5, 255.5]: truncation rounds
-            for j, k in enumerate(idx):
-                out[k] = u8[j]
+            for g, k in zip(geom, rows):
+                h, w = (int(v) for v in decoded.shapes[k])
+                g[fused.OFFSET] = decoded.offsets[k]
+                g[fused.H], g[fused.W] = h, w
+                g[fused.SY], g[fused.SX], g[fused.SC] = (w, 1, h * w) if decoded.chw else (3 * w, 3, 1)
+                g[fused.TOP:fused.BW + 1] = decoded.boxes[k]
+            res, view = tf.new_output(len(idx), decoded.pixels.device)
+            tf.run(decoded.pixels, geom, factors, order, view, stream=stream, num_threads=self.num_threads)
+            u8 = res.to(torch.uint8).cpu().numpy()  # values in [0.5, 255.5]: truncation rounds
+            for i, j in enumerate(idx):
+                out[j] = u8[i]
         return out  # type: ignore[return-value]
+
+    @staticmethod
+    def _host_window(decoded: DecodedBatch, k: int) -> np.ndarray:
+        h, w = (int(v) for v in decoded.shapes[k])
+        t, l, bh, bw = (int(v) for v in decoded.boxes[k])
+        flat = decoded.pixels[int(decoded.offsets[k]):int(decoded.offsets[k]) + h * w * 3]
+        img = flat.view(3, h, w).permute(1, 2, 0) if decoded.chw else flat.view(h, w, 3)
+        return img[t:t + bh, l:l + bw].cpu().numpy().copy()
 
 
 def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, shard_size: int = 1000,
              image_ext: str | Sequence[str] = IMAGE_EXTS, num_threads: int | None = None,
              on_error: OnError = "raise", max_pixels: int = 0, manifest: str | None = None,
-             progress: Callable[[int], None] | None = None) -> PrecacheReport:
+             progress: Callable[[int], None] | None = None, device: str = "cpu",
+             decoder: DecoderName | Any = "auto") -> PrecacheReport:
     """Writes tensor shards (`pattern`, e.g. `out/train-%06d.tar`) of the images in
     `sources` (any shard list ShardReader takes), in source order, shorter side at most
     `size`, `shard_size` samples per shard, and the manifest (default: beside the shards,
     see manifest_path). on_error: "raise" stops at the first bad shard or image with an
     error naming shard and key; "skip"/"warn" leave it out and list it in the manifest.
+    device "cuda" decodes (decoder "auto": DALI, else torchvision's nvJPEG) and resizes
+    on the GPU; "cpu" (default) uses libjpeg-turbo and the CPU kernel. `decoder` may
+    also be a decoder instance (see gpudecode.decode).
 
     Raises:
         DecodeError, ShardFormatError, ShardReadError: bad input, with on_error="raise".
@@ -128,7 +144,8 @@ def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, sha
     threads = max(1, num_threads or os.cpu_count() or 1)
     exts = [e.strip().lower().lstrip(".") for e in (image_ext.split(";") if isinstance(image_ext, str) else image_ext)]
     reader = ShardReader(sources, shuffle=False, on_error=on_error, num_threads=min(threads, 2))
-    decoder = CpuDecoder(num_threads=threads, max_pixels=max_pixels)
+    dec: Any = decoder if not isinstance(decoder, str) else make_decoder(
+        cast(DecoderName, decoder), device=device, num_threads=threads, max_pixels=max_pixels)
     resize = _Resizer(threads)
     skipped: list[Skipped] = []
     counts: list[int] = []
@@ -161,18 +178,16 @@ def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, sha
             kept.append(s)
         if not requests:
             return
-        decoded = decoder.decode(requests)
-        offsets, shapes, targets, good = [], [], [], []
+        decoded = dec.decode(requests)
+        ks, targets, good = [], [], []
         for k, s in enumerate(kept):
             if decoded.errors[k] is not None:
                 fail(DecodeError(f"cannot decode: {decoded.errors[k]}", shard=s.shard, key=s.key))
                 continue
-            h, w = (int(v) for v in decoded.shapes[k])
-            offsets.append(int(decoded.offsets[k]))
-            shapes.append((h, w))
-            targets.append(stored_size(h, w, size))
+            ks.append(k)
+            targets.append(stored_size(int(decoded.boxes[k][2]), int(decoded.boxes[k][3]), size))
             good.append(s)
-        for s, img in zip(good, resize(decoded.pixels, offsets, shapes, targets)):
+        for s, img in zip(good, resize(decoded, ks, targets)):
             fields = {e: d for e, d in s.fields.items() if e not in exts}
             writer.write({"__key__": s.key, "npy": encode_npy(img), **fields})
             while len(counts) < len(writer.shards):
@@ -191,7 +206,8 @@ def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, sha
                 chunk = []
         flush(chunk, writer)
         shards = list(writer.shards)
-    decoder.close()
+    if isinstance(decoder, str) and hasattr(dec, "close"):
+        dec.close()
     skipped = list(reader.skipped) + skipped
     path = manifest or manifest_path(pattern)
     entries = [{"path": os.path.relpath(p, os.path.dirname(os.path.abspath(path))), "samples": n,

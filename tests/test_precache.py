@@ -208,3 +208,32 @@ def test_cli_precache(source, tmp_path, capsys):
     rc = main(["precache", str(tmp_path / "missing.tar"), str(tmp_path / "d" / "v-%06d.tar"), "--quiet"])
     assert rc == 1
     assert "missing.tar" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("backend", ["dali", "nvjpeg"])
+def test_precache_through_the_gpu_decoders_on_cpu(source, cached, tmp_path, backend):
+    """The decoders precache uses with device="cuda" (DALI, HWC; torchvision's decode_jpeg,
+    CHW), built for the CPU here: the same tensor shards as the CPU decoder's. DALI
+    matches libjpeg-turbo exactly; decode_jpeg does here too, and is allowed 3 levels
+    because it ships its own libjpeg-turbo, whose version may differ from the system's."""
+    urls, samples = source
+    _, ref = cached
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+        from gpudecode.decode.dali import DaliDecoder
+
+        dec = DaliDecoder(device="cpu", num_threads=1, max_batch_size=8)
+    else:
+        from gpudecode.decode.nvjpeg import NvjpegDecoder
+
+        dec = NvjpegDecoder(device="cpu")
+    report = precache(urls, str(tmp_path / "t-%06d.tar"), size=SIZE, shard_size=5, decoder=dec)
+    assert report.samples == ref.samples
+    want = {k: f["npy"][1] for p in ref.shards for k, f in _members(p).items()}
+    got = {k: f["npy"][1] for p in report.shards for k, f in _members(p).items()}
+    assert list(got) == list(want)
+    for key in want:
+        a, b = np.load(io.BytesIO(got[key])), np.load(io.BytesIO(want[key]))
+        assert a.shape == b.shape
+        tol = 0 if backend == "dali" else 3
+        assert np.abs(a.astype(int) - b.astype(int)).max() <= tol, key
