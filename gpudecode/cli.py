@@ -58,7 +58,8 @@ def _cmd_precache(a: argparse.Namespace) -> int:
     try:
         r = precache(a.src, a.out, size=a.size, shard_size=a.shard_size, num_threads=a.threads,
                      on_error="warn" if a.keep_going else "raise",
-                     max_pixels=a.max_pixels, manifest=a.manifest, progress=progress)
+                     max_pixels=a.max_pixels, manifest=a.manifest, progress=progress, device=a.device,
+                     decoder=a.decoder)
     finally:
         if bar is not None:
             bar.close()
@@ -102,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=None, help="decode and resize threads (default: all cores)")
     s.add_argument("--max-pixels", type=int, default=0, help="refuse images with more pixels (0: no limit)")
     s.add_argument("--manifest", default=None, help="manifest path (default: beside the shards)")
+    s.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: decode and resize on the GPU")
+    s.add_argument("--decoder", default="auto", choices=["auto", "cpu", "dali", "nvjpeg"],
+                   help="auto (default): DALI, else nvJPEG, on a GPU; libjpeg-turbo on the CPU")
     s.add_argument("--keep-going", action="store_true", help="skip bad samples (listed in the manifest) instead of stopping")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=_cmd_precache)

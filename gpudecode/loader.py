@@ -23,7 +23,7 @@ import torch
 
 from . import _native
 from ._probe import probe_format
-from .decode import DecodedBatch, Request, make_decoder
+from .decode import DecodedBatch, Request, check_device, make_decoder
 from .errors import DecodeError, LabelError, LocatedError
 from .io.reader import OnError, Sample, ShardReader, Skipped, check_on_error, put_until_stopped
 from .kernels import fused
@@ -266,10 +266,7 @@ class Loader:
             raise ValueError("prefetch must be >= 1")
         if not isinstance(transform, Compose):
             transform = Compose.from_torchvision(transform)
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        if not (device == "cpu" or device.startswith("cuda")):
-            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', not {device!r}")
+        device = check_device(device)
         self.transform = transform
         self.batch_size = batch_size
         self.device = device

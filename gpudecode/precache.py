@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ._version import __version__
-from .decode import DecodedBatch, DecoderName, Request, make_decoder
+from .decode import DecodedBatch, DecoderName, Request, check_device, make_decoder
 from .errors import DecodeError, LocatedError
 from .io.reader import OnError, Sample, ShardReader, Skipped, check_on_error
 from .io.writer import ShardWriter, format_pattern
@@ -141,6 +141,7 @@ def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, sha
         raise ValueError(f"size must be >= 1, not {size}")
     format_pattern(pattern, 0)
     check_on_error(on_error)
+    device = check_device(device)
     threads = max(1, num_threads or os.cpu_count() or 1)
     exts = [e.strip().lower().lstrip(".") for e in (image_ext.split(";") if isinstance(image_ext, str) else image_ext)]
     reader = ShardReader(sources, shuffle=False, on_error=on_error, num_threads=min(threads, 2))

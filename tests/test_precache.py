@@ -237,3 +237,17 @@ def test_precache_through_the_gpu_decoders_on_cpu(source, cached, tmp_path, back
         assert a.shape == b.shape
         tol = 0 if backend == "dali" else 3
         assert np.abs(a.astype(int) - b.astype(int)).max() <= tol, key
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_cuda_without_a_gpu_is_refused(source, tmp_path):
+    from gpudecode import BackendUnavailableError
+
+    urls, _ = source
+    with pytest.raises(BackendUnavailableError, match="no CUDA device"):
+        precache(urls, str(tmp_path / "t-%06d.tar"), device="cuda")
+    with pytest.raises(BackendUnavailableError, match="no CUDA device"):
+        Loader(urls, batch_size=4, transform=_train_tf(), device="cuda:0")
+    with pytest.raises(ValueError, match="device must be"):
+        Loader(urls, batch_size=4, transform=_train_tf(), device="gpu")
+    assert not (tmp_path / "t-000000.tar").exists()

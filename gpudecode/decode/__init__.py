@@ -33,6 +33,25 @@ def available(name: str) -> tuple[bool, str]:
     return False, f"unknown decoder {name!r}"
 
 
+def check_device(device: str) -> str:
+    """"auto" -> "cuda" or "cpu"; refuses other names, and a CUDA device that is not there.
+
+    Raises:
+        ValueError: not "auto", "cpu" or "cuda[:N]".
+        BackendUnavailableError: a CUDA device was asked for and torch sees none.
+    """
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if not (device == "cpu" or device == "cuda" or device.startswith("cuda:")):
+        raise ValueError(f"device must be 'auto', 'cpu' or 'cuda[:N]', not {device!r}")
+    if device != "cpu" and not torch.cuda.is_available():
+        raise BackendUnavailableError(f"device {device!r} asked for, but torch sees no CUDA device "
+                                      "(torch.cuda.is_available() is False)")
+    return device
+
+
 def make_decoder(name: DecoderName, *, device: str, num_threads: int, max_pixels: int, fast: bool = False) -> Decoder:
     """The decoder `name` ("auto": DALI if usable, else torchvision nvJPEG, on a GPU
     device; the CPU decoder otherwise)."""
@@ -57,4 +76,4 @@ def make_decoder(name: DecoderName, *, device: str, num_threads: int, max_pixels
     return NvjpegDecoder(device=device, max_pixels=max_pixels)
 
 
-__all__ = ["Decoder", "DecodedBatch", "Request", "make_decoder", "available", "DecoderName"]
+__all__ = ["Decoder", "DecodedBatch", "Request", "make_decoder", "available", "check_device", "DecoderName"]
