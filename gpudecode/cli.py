@@ -41,6 +41,7 @@ def _cmd_inspect(a: argparse.Namespace) -> int:
 
 
 def _cmd_precache(a: argparse.Namespace) -> int:
+    from .loader import DEFAULT_MAX_PIXELS
     from .precache import precache
 
     bar = None
@@ -58,7 +59,7 @@ def _cmd_precache(a: argparse.Namespace) -> int:
     try:
         r = precache(a.src, a.out, size=a.size, shard_size=a.shard_size, num_threads=a.threads,
                      on_error="warn" if a.keep_going else "raise",
-                     max_pixels=a.max_pixels, manifest=a.manifest, progress=progress, device=a.device,
+                     max_pixels=DEFAULT_MAX_PIXELS if a.max_pixels is None else a.max_pixels, manifest=a.manifest, progress=progress, device=a.device,
                      decoder=a.decoder)
     finally:
         if bar is not None:
@@ -101,7 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--size", type=int, default=256, help="shorter side at most this (default 256; never upscaled)")
     s.add_argument("--shard-size", type=int, default=1000, help="samples per shard (default 1000)")
     s.add_argument("--threads", type=int, default=None, help="decode and resize threads (default: all cores)")
-    s.add_argument("--max-pixels", type=int, default=0, help="refuse images with more pixels (0: no limit)")
+    s.add_argument("--max-pixels", type=int, default=None,
+                   help="refuse images with more pixels (default: the Loader's limit; 0: no limit)")
     s.add_argument("--manifest", default=None, help="manifest path (default: beside the shards)")
     s.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: decode and resize on the GPU")
     s.add_argument("--decoder", default="auto", choices=["auto", "cpu", "dali", "nvjpeg"],

@@ -26,6 +26,7 @@ from .decode import DecodedBatch, DecoderName, Request, check_device, make_decod
 from .errors import DecodeError, LocatedError
 from .io.reader import OnError, Sample, ShardReader, Skipped, check_on_error
 from .io.writer import ShardWriter, format_pattern
+from .loader import DEFAULT_MAX_PIXELS
 from ._probe import probe_format
 from .tensors import encode_npy
 from . import transforms as T
@@ -64,8 +65,9 @@ def _sha256(path: str) -> str:
 
 
 class _Resizer:
-    """Resizes decoded images in place in the decoder's packed HWC buffer with the fused
-    kernel, one launch per output size, into uint8 rounded to nearest."""
+    """Resizes decoded images straight from the decoder's packed buffer (HWC or CHW, CPU
+    or CUDA) with the fused kernel, one launch per output size, to uint8 rounded to
+    nearest."""
 
     # Normalize with mean -0.5/255 and std 1/255 turns the kernel's [0, 1] result v into
     # 255 * v + 0.5, so truncating to uint8 rounds to nearest, as torchvision's Resize on
@@ -85,8 +87,7 @@ class _Resizer:
         out: list[np.ndarray | None] = [None] * len(ks)
         groups: dict[tuple[int, int], list[int]] = {}
         for j, (k, target) in enumerate(zip(ks, targets)):
-            t, l, h, w = (int(v) for v in decoded.boxes[k])
-            if (h, w) == target:  # kept as it is
+            if (int(decoded.boxes[k][2]), int(decoded.boxes[k][3])) == target:  # kept as it is
                 out[j] = self._host_window(decoded, k)
             else:
                 groups.setdefault(target, []).append(j)
@@ -121,7 +122,7 @@ class _Resizer:
 
 def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, shard_size: int = 1000,
              image_ext: str | Sequence[str] = IMAGE_EXTS, num_threads: int | None = None,
-             on_error: OnError = "raise", max_pixels: int = 0, manifest: str | None = None,
+             on_error: OnError = "raise", max_pixels: int = DEFAULT_MAX_PIXELS, manifest: str | None = None,
              progress: Callable[[int], None] | None = None, device: str = "cpu",
              decoder: DecoderName | Any = "auto") -> PrecacheReport:
     """Writes tensor shards (`pattern`, e.g. `out/train-%06d.tar`) of the images in
@@ -131,7 +132,8 @@ def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, sha
     error naming shard and key; "skip"/"warn" leave it out and list it in the manifest.
     device "cuda" decodes (decoder "auto": DALI, else torchvision's nvJPEG) and resizes
     on the GPU; "cpu" (default) uses libjpeg-turbo and the CPU kernel. `decoder` may
-    also be a decoder instance (see gpudecode.decode).
+    also be a decoder instance (see gpudecode.decode). Images over `max_pixels` are
+    refused (default: twice Pillow's decompression-bomb limit, as the Loader).
 
     Raises:
         DecodeError, ShardFormatError, ShardReadError: bad input, with on_error="raise".

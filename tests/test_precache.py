@@ -251,3 +251,13 @@ def test_cuda_without_a_gpu_is_refused(source, tmp_path):
     with pytest.raises(ValueError, match="device must be"):
         Loader(urls, batch_size=4, transform=_train_tf(), device="gpu")
     assert not (tmp_path / "t-000000.tar").exists()
+
+
+def test_images_over_max_pixels_are_refused(source, tmp_path):
+    urls, _ = source
+    with pytest.raises(DecodeError, match="over the limit") as e:
+        precache(urls, str(tmp_path / "a" / "t-%06d.tar"), max_pixels=5000)
+    assert "src-0.tar" in str(e.value) and "p000" in str(e.value)
+    report = precache(urls, str(tmp_path / "b" / "t-%06d.tar"), size=SIZE, max_pixels=5400, on_error="skip")
+    assert report.samples == 1  # the 60x90 image fits
+    assert [s.key for s in report.skipped] == [f"p{k:03d}" for k in range(14) if k != 3]
