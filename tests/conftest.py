@@ -52,3 +52,16 @@ def make_shard(path, samples: list[dict]) -> str:
         for s in samples:
             w.write(s)
     return str(path)
+
+
+def cpu_built_decoder(backend: str, **kw):
+    """The GPU decoders built for the CPU: DALI's pipeline with device "cpu" (skips
+    where DALI is not installed) or torchvision's decode_jpeg on the CPU."""
+    if backend == "dali":
+        pytest.importorskip("nvidia.dali")
+        from gpudecode.decode.dali import DaliDecoder
+
+        return DaliDecoder(device="cpu", num_threads=1, **kw)
+    from gpudecode.decode.nvjpeg import NvjpegDecoder
+
+    return NvjpegDecoder(device="cpu")

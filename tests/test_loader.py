@@ -13,7 +13,7 @@ from gpudecode import DecodeError, LabelError, Loader
 from gpudecode import transforms as T
 from gpudecode.transforms import sample_rng  # noqa: F401  (documents where draws come from)
 
-from conftest import encode, make_shard
+from conftest import cpu_built_decoder, encode, make_shard
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -114,15 +114,7 @@ def test_other_decoders_through_the_loader(shards, backend):
     """The DALI pipeline (device "cpu") and torchvision's decode_jpeg (device "cpu") give
     the batches the CPU decoder gives (the GPU versions of these paths need a GPU)."""
     urls, _ = shards
-    if backend == "dali":
-        pytest.importorskip("nvidia.dali")
-        from gpudecode.decode.dali import DaliDecoder
-
-        dec = DaliDecoder(device="cpu", num_threads=1, max_batch_size=8)
-    else:
-        from gpudecode.decode.nvjpeg import NvjpegDecoder
-
-        dec = NvjpegDecoder(device="cpu")
+    dec = cpu_built_decoder(backend, max_batch_size=8)
     kw = dict(batch_size=8, transform=train_tf(), device="cpu", shuffle=True, seed=2, image_ext="jpg;png")
     ref = list(Loader(urls, **kw))
     got = list(Loader(urls, decoder=dec, **kw))

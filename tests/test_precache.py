@@ -19,7 +19,7 @@ from gpudecode.cli import main
 from gpudecode.precache import precache, stored_size
 from gpudecode.tensors import encode_npy, npy_layout
 
-from conftest import encode, make_shard
+from conftest import cpu_built_decoder, encode, make_shard
 
 SIZE = 96
 
@@ -137,15 +137,7 @@ def test_loader_reads_tensor_shards(cached):
 @pytest.mark.parametrize("backend", ["dali", "nvjpeg"])
 def test_tensor_shards_through_the_other_decoders(cached, backend):
     _, report = cached
-    if backend == "dali":
-        pytest.importorskip("nvidia.dali")
-        from gpudecode.decode.dali import DaliDecoder
-
-        dec = DaliDecoder(device="cpu", num_threads=1, max_batch_size=4)
-    else:
-        from gpudecode.decode.nvjpeg import NvjpegDecoder
-
-        dec = NvjpegDecoder(device="cpu")
+    dec = cpu_built_decoder(backend, max_batch_size=4)
     kw = dict(batch_size=4, transform=_train_tf(), device="cpu", seed=1)
     ref = list(Loader(report.shards, **kw))
     got = list(Loader(report.shards, decoder=dec, **kw))
@@ -218,15 +210,7 @@ def test_precache_through_the_gpu_decoders_on_cpu(source, cached, tmp_path, back
     because it ships its own libjpeg-turbo, whose version may differ from the system's."""
     urls, samples = source
     _, ref = cached
-    if backend == "dali":
-        pytest.importorskip("nvidia.dali")
-        from gpudecode.decode.dali import DaliDecoder
-
-        dec = DaliDecoder(device="cpu", num_threads=1, max_batch_size=8)
-    else:
-        from gpudecode.decode.nvjpeg import NvjpegDecoder
-
-        dec = NvjpegDecoder(device="cpu")
+    dec = cpu_built_decoder(backend, max_batch_size=8)
     report = precache(urls, str(tmp_path / "t-%06d.tar"), size=SIZE, shard_size=5, decoder=dec)
     assert report.samples == ref.samples
     want = {k: f["npy"][1] for p in ref.shards for k, f in _members(p).items()}
