@@ -15,9 +15,8 @@ import queue
 import statistics
 import threading
 import time
-import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterator, Literal, Sequence
 
 import torch
 
@@ -25,7 +24,7 @@ from . import _native
 from ._probe import probe_format
 from .decode import DecodedBatch, Request, check_device, make_decoder
 from .errors import DecodeError, LabelError, LocatedError
-from .io.reader import OnError, Sample, ShardReader, Skipped, check_on_error, put_until_stopped
+from .io.reader import OnError, Sample, ShardReader, Skipped, check_on_error, put_until_stopped, record_failure
 from .kernels import fused
 from .transforms import Compose, RandomResizedCrop
 
@@ -118,7 +117,7 @@ class LoaderStats:
                 f"{s['producer_images_per_s']:.0f}); {stalls}")
 
 
-def _split_exts(exts: str | Sequence[str]) -> list[str]:
+def split_exts(exts: str | Sequence[str]) -> list[str]:
     items = exts.split(";") if isinstance(exts, str) else list(exts)
     return [e.strip().lower().lstrip(".") for e in items if e.strip()]
 
@@ -136,6 +135,37 @@ def _parse_label(sample: Sample, label_exts: list[str]) -> int:
             raise LabelError(f"label .{ext} is not an integer ({type(e).__name__}: {data[:40]!r})",
                              shard=sample.shard, key=sample.key) from None
     raise LabelError(f"no label (looked for .{', .'.join(label_exts)})", shard=sample.shard, key=sample.key)
+
+
+def probe_samples(chunk: Sequence[Sample], image_exts: Sequence[str], max_pixels: int,
+                  fail: Callable[[LocatedError], None],
+                  extra: Callable[[Sample], Any] = lambda s: None) -> list[tuple[Sample, bytes, tuple[str, int, int], Any]]:
+    """The samples of `chunk` with a readable image (the first of `image_exts` present)
+    of at most `max_pixels` (0: any): (sample, image bytes, (format, height, width),
+    extra(sample)). Each failure, extra's LocatedErrors included, goes to `fail` (which
+    raises, or records and returns), in sample order."""
+    datas, keep = [], []
+    for s in chunk:
+        data = next((s.fields[e] for e in image_exts if e in s.fields), None)
+        if data is None:
+            fail(DecodeError(f"no image (looked for .{', .'.join(image_exts)})", shard=s.shard, key=s.key))
+            continue
+        keep.append(s)
+        datas.append(data)
+    out = []
+    for s, d, info in zip(keep, datas, _native.probe_batch(datas, 1)):
+        try:
+            if isinstance(info, dict):
+                fmt_hw = (info["format"], info["height"], info["width"])
+            else:
+                fmt_hw = probe_format(d, shard=s.shard, key=s.key, why=info)
+            if max_pixels and fmt_hw[1] * fmt_hw[2] > max_pixels:
+                raise DecodeError(f"image of {fmt_hw[2]}x{fmt_hw[1]} pixels is over the limit of "
+                                  f"{max_pixels} pixels", shard=s.shard, key=s.key)
+            out.append((s, d, fmt_hw, extra(s)))
+        except LocatedError as e:
+            fail(e)
+    return out
 
 
 class _Epoch:
@@ -272,8 +302,8 @@ class Loader:
         self.device = device
         self.decoder_name = decoder
         self.seed = seed
-        self.image_exts = _split_exts(image_ext)
-        self.label_exts = _split_exts(label_ext) if labels else []
+        self.image_exts = split_exts(image_ext)
+        self.label_exts = split_exts(label_ext) if labels else []
         self.labels = labels
         self.num_threads = num_threads or os.cpu_count() or 1
         self.prefetch = prefetch
@@ -394,41 +424,14 @@ class Loader:
     def _fail(self, err: LocatedError) -> None:
         if self.on_error == "raise":
             raise err
-        self._skipped.append(Skipped(err.shard or "", err.key, err.offset, err.reason, type(err).__name__))
-        if self.on_error == "warn":
-            warnings.warn(f"gpudecode skipped: {err}", RuntimeWarning, stacklevel=2)
+        record_failure(err, self.on_error, self._skipped, stacklevel=2)
 
     def _probe(self, chunk: list[Sample]) -> tuple[list[Sample], list[bytes], list[tuple[str, int, int]], list[int]]:
         """Keeps samples with a readable image header (and label): (samples, image bytes,
         (format, height, width), labels)."""
-        datas, keep = [], []
-        for s in chunk:
-            data = next((s.fields[e] for e in self.image_exts if e in s.fields), None)
-            if data is None:
-                self._fail(DecodeError(f"no image (looked for .{', .'.join(self.image_exts)})", shard=s.shard, key=s.key))
-                continue
-            keep.append(s)
-            datas.append(data)
-        infos = _native.probe_batch(datas, 1)
-        out_s, out_d, out_i, out_l = [], [], [], []
-        for s, d, info in zip(keep, datas, infos):
-            try:
-                if isinstance(info, dict):
-                    fmt_hw = (info["format"], info["height"], info["width"])
-                else:
-                    fmt_hw = probe_format(d, shard=s.shard, key=s.key, why=info)
-                if self.max_pixels and fmt_hw[1] * fmt_hw[2] > self.max_pixels:
-                    raise DecodeError(f"image of {fmt_hw[2]}x{fmt_hw[1]} pixels is over the limit of "
-                                      f"{self.max_pixels} pixels", shard=s.shard, key=s.key)
-                label = _parse_label(s, self.label_exts) if self.labels else 0
-            except LocatedError as e:
-                self._fail(e)
-                continue
-            out_s.append(s)
-            out_d.append(d)
-            out_i.append(fmt_hw)
-            out_l.append(label)
-        return out_s, out_d, out_i, out_l
+        label = (lambda s: _parse_label(s, self.label_exts)) if self.labels else (lambda s: 0)
+        kept = probe_samples(chunk, self.image_exts, self.max_pixels, self._fail, label)
+        return [k[0] for k in kept], [k[1] for k in kept], [k[2] for k in kept], [k[3] for k in kept]
 
     def _output(self, slot: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         pair = self._outputs[slot]

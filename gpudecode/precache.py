@@ -24,10 +24,9 @@ import torch
 from ._version import __version__
 from .decode import DecodedBatch, DecoderName, Request, check_device, make_decoder
 from .errors import DecodeError, LocatedError
-from .io.reader import OnError, Sample, ShardReader, Skipped, check_on_error
+from .io.reader import OnError, Sample, ShardReader, Skipped, check_on_error, record_failure
 from .io.writer import ShardWriter, format_pattern
-from .loader import DEFAULT_MAX_PIXELS
-from ._probe import probe_format
+from .loader import DEFAULT_MAX_PIXELS, split_exts, probe_samples
 from .tensors import encode_npy
 from . import transforms as T
 
@@ -145,40 +144,24 @@ def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, sha
     check_on_error(on_error)
     device = check_device(device)
     threads = max(1, num_threads or os.cpu_count() or 1)
-    exts = [e.strip().lower().lstrip(".") for e in (image_ext.split(";") if isinstance(image_ext, str) else image_ext)]
+    exts = split_exts(image_ext)
     reader = ShardReader(sources, shuffle=False, on_error=on_error, num_threads=min(threads, 2))
     dec: Any = decoder if not isinstance(decoder, str) else make_decoder(
         cast(DecoderName, decoder), device=device, num_threads=threads, max_pixels=max_pixels)
     resize = _Resizer(threads)
     skipped: list[Skipped] = []
-    counts: list[int] = []
     written = 0
 
     def fail(err: LocatedError) -> None:
         if on_error == "raise":
             raise err
-        skipped.append(Skipped(err.shard or "", err.key, err.offset, err.reason, type(err).__name__))
-        if on_error == "warn":
-            import warnings
-
-            warnings.warn(f"gpudecode precache skipped: {err}", RuntimeWarning, stacklevel=3)
+        record_failure(err, on_error, skipped, who="gpudecode precache", stacklevel=3)
 
     def flush(chunk: list[Sample], writer: ShardWriter) -> None:
         nonlocal written
-        requests, kept = [], []
-        for s in chunk:
-            ext = next((e for e in exts if e in s.fields), None)
-            if ext is None:
-                fail(DecodeError(f"no image (looked for .{', .'.join(exts)})", shard=s.shard, key=s.key))
-                continue
-            data = s.fields[ext]
-            try:
-                fmt, h, w = probe_format(data, shard=s.shard, key=s.key)
-            except LocatedError as e:
-                fail(e)
-                continue
-            requests.append(Request(data, fmt, h, w, (0, 0, h, w), s.shard, s.key))
-            kept.append(s)
+        probed = probe_samples(chunk, exts, max_pixels, fail)
+        requests = [Request(d, f, h, w, (0, 0, h, w), s.shard, s.key) for s, d, (f, h, w), _ in probed]
+        kept = [p[0] for p in probed]
         if not requests:
             return
         decoded = dec.decode(requests)
@@ -193,9 +176,6 @@ def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, sha
         for s, img in zip(good, resize(decoded, ks, targets)):
             fields = {e: d for e, d in s.fields.items() if e not in exts}
             writer.write({"__key__": s.key, "npy": encode_npy(img), **fields})
-            while len(counts) < len(writer.shards):
-                counts.append(0)
-            counts[-1] += 1
             written += 1
         if progress is not None:
             progress(written)
@@ -208,7 +188,7 @@ def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, sha
                 flush(chunk, writer)
                 chunk = []
         flush(chunk, writer)
-        shards = list(writer.shards)
+        shards, counts = list(writer.shards), list(writer.counts)
     if isinstance(decoder, str) and hasattr(dec, "close"):
         dec.close()
     skipped = list(reader.skipped) + skipped

@@ -71,6 +71,16 @@ def put_until_stopped(q: queue.Queue, item: object, stop: threading.Event) -> bo
     return False
 
 
+def record_failure(err: BaseException, on_error: str, skipped: list[Skipped], *, who: str = "gpudecode",
+                   stacklevel: int = 3) -> None:
+    """What on_error="skip"/"warn" do with a bad shard or sample: list it in `skipped`,
+    and warn under "warn". (on_error="raise" is the caller's: it raises instead.)"""
+    skipped.append(Skipped(getattr(err, "shard", None) or "", getattr(err, "key", None),
+                           getattr(err, "offset", None), getattr(err, "reason", str(err)), type(err).__name__))
+    if on_error == "warn":
+        warnings.warn(f"{who} skipped: {err}", RuntimeWarning, stacklevel=stacklevel + 1)
+
+
 def check_on_error(on_error: str) -> str:
     if on_error not in ("raise", "warn", "skip"):
         raise ValueError(f"on_error must be 'raise', 'warn' or 'skip', not {on_error!r}")
@@ -292,11 +302,7 @@ class ShardReader(torch.utils.data.IterableDataset):
                 n += 1
 
     def _record(self, f: _Failure) -> None:
-        e = f.error
-        self.skipped.append(Skipped(getattr(e, "shard", None) or "", getattr(e, "key", None),
-                                    getattr(e, "offset", None), getattr(e, "reason", str(e)), type(e).__name__))
-        if self.on_error == "warn":
-            warnings.warn(f"gpudecode skipped: {e}", RuntimeWarning, stacklevel=3)
+        record_failure(f.error, self.on_error, self.skipped, stacklevel=3)
 
     def _threaded(self, urls: list[str]) -> Iterator[Sample]:
         if not urls:

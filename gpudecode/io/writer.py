@@ -30,6 +30,7 @@ class ShardWriter:
         self.maxcount = maxcount
         self.maxsize = maxsize
         self.shards: list[str] = []
+        self.counts: list[int] = []  # samples per shard, as self.shards
         self._tar: tarfile.TarFile | None = None
         self._tmp = ""
         self._count = 0
@@ -42,6 +43,7 @@ class ShardWriter:
         self._tmp = path + ".partial"
         self._tar = tarfile.open(self._tmp, "w", format=tarfile.USTAR_FORMAT)
         self.shards.append(path)
+        self.counts.append(0)
         self._count = self._size = 0
 
     def _finish(self) -> None:
@@ -69,6 +71,7 @@ class ShardWriter:
             self._tar.addfile(info, io.BytesIO(data))
             self._size += 512 + (len(data) + 511) // 512 * 512
         self._count += 1
+        self.counts[-1] += 1
 
     def close(self) -> None:
         self._finish()
