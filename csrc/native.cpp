@@ -5,30 +5,24 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
-#include <atomic>
 #include <stdexcept>
-#include <thread>
 #include <vector>
 
 #include "jpeg_decode.h"
 #include "probe.h"
-#include "tar_index.h"
+#include "batch.h"
+#include "tar.h"
 
 namespace py = pybind11;
 using namespace gpudecode;
 
 namespace {
 
-struct View {
-  const uint8_t* data;
-  size_t size;
-};
-
 // Buffers are read while the GIL is released: the caller's list keeps them alive.
-View view_of(const py::buffer& b) {
+ByteView view_of(const py::buffer& b) {
   py::buffer_info info = b.request();
   if (info.itemsize != 1) throw py::type_error("expected a bytes-like object of bytes");
-  return View{static_cast<const uint8_t*>(info.ptr), size_t(info.size)};
+  return ByteView{static_cast<const uint8_t*>(info.ptr), size_t(info.size)};
 }
 
 py::dict info_to_dict(const ImageInfo& i) {
@@ -47,24 +41,22 @@ py::dict info_to_dict(const ImageInfo& i) {
   return d;
 }
 
-template <class F>
-void parallel_for(size_t n, int num_threads, F&& f) {
-  const int t = std::max(1, std::min<int>(num_threads, int(n)));
-  if (t == 1) {
-    for (size_t i = 0; i < n; ++i) f(i);
-    return;
-  }
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> pool;
-  pool.reserve(t);
-  for (int k = 0; k < t; ++k)
-    pool.emplace_back([&] {
-      for (size_t i = next++; i < n; i = next++) f(i);
-    });
-  for (auto& th : pool) th.join();
+// tar names are bytes; undecodable ones keep their bytes (as Python's tarfile does)
+py::object name_str(const std::string& n) {
+  return py::reinterpret_steal<py::object>(PyUnicode_DecodeUTF8(n.data(), Py_ssize_t(n.size()), "surrogateescape"));
 }
 
-int default_threads() { return int(std::max(1u, std::thread::hardware_concurrency())); }
+py::tuple index_to_tuple(const TarIndex& idx) {
+  py::list names;
+  for (auto& n : idx.names) names.append(name_str(n));
+  py::array_t<int64_t> offsets(idx.offsets.size()), sizes(idx.sizes.size());
+  std::copy(idx.offsets.begin(), idx.offsets.end(), offsets.mutable_data());
+  std::copy(idx.sizes.begin(), idx.sizes.end(), sizes.mutable_data());
+  py::bytes types(idx.types.data(), idx.types.size());
+  py::object err = idx.error.empty() ? py::object(py::none()) : py::object(py::str(idx.error));
+  py::object member = idx.error_member.empty() ? py::object(py::none()) : name_str(idx.error_member);
+  return py::make_tuple(names, offsets, sizes, types, err, idx.error_offset, member, idx.io_error);
+}
 
 }  // namespace
 
@@ -72,33 +64,69 @@ PYBIND11_MODULE(_native, m) {
   m.doc() = "gpudecode native codecs: image header probe and crop-window JPEG decoding (libjpeg-turbo).";
   m.attr("JPEG_LIB_VERSION") = libjpeg_api_version();
 
+  const char* index_doc =
+      "(names, offsets, sizes, types, error or None, error offset, member cut off or None, io error): every "
+      "regular member (type '0') and link ('1', '2'; size 0) before the end of the archive or the first fault.";
   m.def(
       "index_tar",
       [](py::buffer data) {
-        View v = view_of(data);
+        ByteView v = view_of(data);
         TarIndex idx;
         {
           py::gil_scoped_release nogil;
           idx = index_tar(v.data, v.size);
         }
-        py::list names;
-        for (auto& n : idx.names)  // tar names are bytes; undecodable ones keep their bytes
-          names.append(py::reinterpret_steal<py::object>(
-              PyUnicode_DecodeUTF8(n.data(), Py_ssize_t(n.size()), "surrogateescape")));
-        py::array_t<int64_t> offsets(idx.offsets.size()), sizes(idx.sizes.size());
-        std::copy(idx.offsets.begin(), idx.offsets.end(), offsets.mutable_data());
-        std::copy(idx.sizes.begin(), idx.sizes.end(), sizes.mutable_data());
-        py::object err = idx.error.empty() ? py::object(py::none()) : py::object(py::str(idx.error));
-        return py::make_tuple(names, offsets, sizes, err, idx.error_offset);
+        return index_to_tuple(idx);
       },
-      py::arg("data"),
-      "Index a tar in memory: (names, offsets, sizes, error or None, error offset). Members "
-      "before an error are returned.");
+      py::arg("data"), index_doc);
+  m.def(
+      "index_tar_fd",
+      [](int fd, int64_t size) {
+        if (size < 0) throw py::value_error("size must be >= 0");
+        TarIndex idx;
+        {
+          py::gil_scoped_release nogil;
+          idx = index_tar_fd(fd, size);
+        }
+        return index_to_tuple(idx);
+      },
+      py::arg("fd"), py::arg("size"),
+      "index_tar over a file read with pread (size: the file's size when opened; if it shrinks, io error).");
+
+  py::class_<TarParser>(m, "TarParser",
+                        "The tar state machine, one header at a time (for streams; index_tar drives the same one).")
+      .def(py::init<>())
+      .def_property_readonly("position", &TarParser::position)
+      .def(
+          "header",
+          [](TarParser& p, py::bytes block) {
+            std::string_view b = block;
+            if (b.size() != size_t(kTarBlock)) throw py::value_error("a tar header is 512 bytes");
+            const TarStep s = p.header(reinterpret_cast<const uint8_t*>(b.data()));
+            return py::make_tuple(int(s.kind), py::bytes(&s.type, 1), name_str(s.name), s.header, s.data, s.size,
+                                  s.next, s.error.empty() ? py::object(py::none()) : py::object(py::str(s.error)));
+          },
+          py::arg("block"), "(kind, type, name, header offset, data offset, size, next header offset, error)")
+      .def(
+          "extended",
+          [](TarParser& p, py::bytes payload) {
+            std::string_view b = payload;
+            const std::string err = p.extended(reinterpret_cast<const uint8_t*>(b.data()), int64_t(b.size()));
+            return err.empty() ? py::object(py::none()) : py::object(py::str(err));
+          },
+          py::arg("payload"), "Takes an extended header's payload: None, or the error.");
+  m.attr("TAR_TRUNCATED_HEADER") = kTarTruncatedHeader;
+  m.attr("TAR_NO_END") = kTarNoEnd;
+  m.attr("TAR_EMPTY") = kTarEmpty;
+  m.attr("TAR_EXTENDED_CUT") = kTarExtendedCut;
+  m.attr("TAR_TRAILING_DATA") = kTarTrailingData;
+  m.attr("TAR_MAX_SIZE") = kTarMaxSize;
+  m.def("tar_truncated_member", &tar_truncated_member, py::arg("name"), py::arg("need"), py::arg("left"));
 
   m.def(
       "probe",
       [](py::buffer data) {
-        View v = view_of(data);
+        ByteView v = view_of(data);
         ImageInfo info;
         std::string err;
         {
@@ -114,15 +142,14 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "probe_batch",
       [](const std::vector<py::buffer>& items, int num_threads) {
-        std::vector<View> views;
+        std::vector<ByteView> views;
         views.reserve(items.size());
         for (const auto& b : items) views.push_back(view_of(b));
-        std::vector<ImageInfo> infos(views.size());
-        std::vector<std::string> errs(views.size());
+        std::vector<ImageInfo> infos;
+        std::vector<std::string> errs;
         {
           py::gil_scoped_release nogil;
-          parallel_for(views.size(), num_threads > 0 ? num_threads : 1,
-                       [&](size_t i) { errs[i] = probe_image(views[i].data, views[i].size, infos[i]); });
+          errs = probe_batch(views, infos, num_threads);
         }
         py::list out;
         for (size_t i = 0; i < views.size(); ++i) {
@@ -137,7 +164,7 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "decode_jpeg_crop",
       [](py::buffer data, std::tuple<int, int, int, int> box, bool fast, int scale_denom, int64_t max_pixels) {
-        View v = view_of(data);
+        ByteView v = view_of(data);
         Box b{std::get<0>(box), std::get<1>(box), std::get<2>(box), std::get<3>(box)};
         if (b.height <= 0 || b.width <= 0) throw py::value_error("crop box must have a positive size");
         if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8)
@@ -167,28 +194,17 @@ PYBIND11_MODULE(_native, m) {
           throw py::value_error("boxes must be int32 [N, 4]");
         if (size_t(scale_denoms.size()) != n || size_t(offsets.size()) != n)
           throw py::value_error("scale_denoms and offsets need one entry per item");
-        std::vector<View> views;
+        std::vector<ByteView> views;
         views.reserve(n);
         for (const auto& b : items) views.push_back(view_of(b));
-        const int32_t* bx = boxes.data();
-        const int32_t* sc = scale_denoms.data();
-        const int64_t* off = offsets.data();
+        const std::string bad = check_jpeg_batch(n, boxes.data(), scale_denoms.data(), offsets.data(), out.size());
+        if (!bad.empty()) throw py::value_error(bad);
         uint8_t* dst = out.mutable_data();
-        const int64_t cap = out.size();
-        for (size_t i = 0; i < n; ++i) {
-          const int64_t need = int64_t(bx[4 * i + 2]) * bx[4 * i + 3] * 3;
-          if (bx[4 * i + 2] <= 0 || bx[4 * i + 3] <= 0) throw py::value_error("crop box must have a positive size");
-          if (off[i] < 0 || off[i] + need > cap) throw py::value_error("output buffer too small for item " + std::to_string(i));
-          if (sc[i] != 1 && sc[i] != 2 && sc[i] != 4 && sc[i] != 8) throw py::value_error("scale_denom must be 1, 2, 4 or 8");
-        }
-        std::vector<std::string> errs(n);
+        std::vector<std::string> errs;
         {
           py::gil_scoped_release nogil;
-          parallel_for(n, num_threads > 0 ? num_threads : default_threads(), [&](size_t i) {
-            Box b{bx[4 * i], bx[4 * i + 1], bx[4 * i + 2], bx[4 * i + 3]};
-            DecodeOptions opt{fast, sc[i], max_pixels};
-            errs[i] = decode_jpeg_crop(views[i].data, views[i].size, b, opt, dst + off[i]);
-          });
+          errs = decode_jpeg_batch(views, boxes.data(), scale_denoms.data(), offsets.data(), dst, fast, max_pixels,
+                                   num_threads);
         }
         return errs;
       },

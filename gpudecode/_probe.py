@@ -1,11 +1,18 @@
-"""Image header probe: size and encoding without decoding (native, GIL released)."""
+"""Image header probe: size and encoding without decoding (native, GIL released), and the
+sample-level probe the Loader and precache share: which field is the image, its size,
+and the pixel limit (decompression bombs are refused before any decoding)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import _native
-from .errors import DecodeError
+from .errors import DecodeError, LocatedError, wrap_data_error
+
+if TYPE_CHECKING:
+    from .io.reader import Sample
+
+DEFAULT_MAX_PIXELS = 2 * 89_478_485  # Pillow's decompression-bomb error threshold
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +78,7 @@ def probe_format(data: bytes, *, shard: str | None = None, key: str | None = Non
     if bytes(data[:6]) == MAGIC:
         try:
             h, w, _ = npy_layout(data)
-        except ValueError as e:
+        except Exception as e:  # numpy's header parser raises ValueError, SyntaxError, ...
             raise DecodeError(f"not a readable tensor sample ({e})", shard=shard, key=key) from None
         return "npy", h, w
     try:
@@ -79,3 +86,56 @@ def probe_format(data: bytes, *, shard: str | None = None, key: str | None = Non
             return "other", im.height, im.width
     except (UnidentifiedImageError, OSError, ValueError):
         raise DecodeError(f"not a readable image ({why})", shard=shard, key=key) from None
+    except Image.DecompressionBombError as e:  # Pillow's own limit, met while opening
+        raise DecodeError(f"over Pillow's decompression-bomb limit ({e})", shard=shard, key=key) from None
+    except Exception as e:  # any other failure of a Pillow plugin on hostile bytes
+        raise wrap_data_error(e, DecodeError, "not a readable image", shard=shard, key=key) from e
+
+
+@dataclass(slots=True)
+class ProbedImage:
+    """A sample whose image was probed: the image's bytes, format ("jpeg", "png",
+    "npy" or "other"), size, and what the caller's `extra` returned for the sample."""
+
+    sample: "Sample"
+    data: bytes
+    format: str
+    height: int
+    width: int
+    extra: Any = None
+
+
+def probe_samples(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixels: int,
+                  fail: Callable[[LocatedError], None],
+                  extra: Callable[["Sample"], Any] = lambda s: None) -> list[ProbedImage]:
+    """The samples of `chunk` with a readable image (the first of `image_exts` present)
+    of at most `max_pixels` (0: any), in order. Each failure, extra's errors included,
+    goes to `fail` (which raises, or records and returns) as a LocatedError naming
+    shard and key: any exception met on the data is turned into one."""
+    datas, keep = [], []
+    for s in chunk:
+        data = next((s.fields[e] for e in image_exts if e in s.fields), None)
+        if data is None:
+            fail(DecodeError(f"no image (looked for .{', .'.join(image_exts)})", shard=s.shard, key=s.key))
+            continue
+        keep.append(s)
+        datas.append(data)
+    out = []
+    for s, d, info in zip(keep, datas, _native.probe_batch(datas, 1)):
+        try:
+            try:
+                if isinstance(info, dict):
+                    fmt, h, w = info["format"], info["height"], info["width"]
+                else:
+                    fmt, h, w = probe_format(d, shard=s.shard, key=s.key, why=info)
+                if max_pixels and h * w > max_pixels:
+                    raise DecodeError(f"image of {w}x{h} pixels is over the limit of {max_pixels} pixels",
+                                      shard=s.shard, key=s.key)
+                out.append(ProbedImage(s, d, fmt, h, w, extra(s)))
+            except LocatedError:
+                raise
+            except Exception as e:
+                raise wrap_data_error(e, DecodeError, "probing the image failed", shard=s.shard, key=s.key) from e
+        except LocatedError as e:
+            fail(e)
+    return out

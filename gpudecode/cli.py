@@ -41,7 +41,7 @@ def _cmd_inspect(a: argparse.Namespace) -> int:
 
 
 def _cmd_precache(a: argparse.Namespace) -> int:
-    from .loader import DEFAULT_MAX_PIXELS
+    from ._probe import DEFAULT_MAX_PIXELS
     from .precache import precache
 
     bar = None

@@ -1,6 +1,14 @@
-"""The exception hierarchy. Every error is a `GpuDecodeError` and also the builtin it
-resembles, so `except ValueError` keeps working for callers who know nothing of us."""
+"""The exception hierarchy, and the error policy (on_error="raise" | "warn" | "skip").
+
+Every error is a `GpuDecodeError` and also the builtin it resembles, so `except
+ValueError` keeps working for callers who know nothing of us. Errors about data are
+`LocatedError`s: they name the shard and, where known, the sample key and byte offset.
+"""
 from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Literal
 
 
 class GpuDecodeError(Exception):
@@ -50,6 +58,11 @@ class LabelError(LocatedError, ValueError):
     """A sample has no label, or a label that is not an integer."""
 
 
+class ShardWriteError(LocatedError, OSError):
+    """A shard (or manifest) could not be written: disk full, permissions, ... `shard`
+    names the output; nothing partial is left under its name."""
+
+
 class BackendUnavailableError(GpuDecodeError, ImportError):
     """An optional backend (DALI, CUDA, nvJPEG) was asked for but cannot be used here."""
 
@@ -62,7 +75,57 @@ class TransformError(GpuDecodeError, ValueError):
     """A transform or composition that the fused kernel cannot express, or bad arguments."""
 
 
+class ConcurrentIterationError(GpuDecodeError, RuntimeError):
+    """A second iterator over a Loader while the first is still active (they would share
+    its output buffers): finish the first, or call its close()."""
+
+
+# -- the error policy ------------------------------------------------------------------------
+
+OnError = Literal["raise", "warn", "skip"]
+
+
+@dataclass(slots=True)
+class Skipped:
+    """Something passed over under on_error="skip" or "warn", and why."""
+
+    shard: str
+    key: str | None
+    offset: int | None
+    reason: str
+    error: str  # the exception's class name
+
+
+def check_on_error(on_error: str) -> str:
+    if on_error not in ("raise", "warn", "skip"):
+        raise ValueError(f"on_error must be 'raise', 'warn' or 'skip', not {on_error!r}")
+    return on_error
+
+
+def record_failure(err: BaseException, on_error: str, skipped: list[Skipped], *, who: str = "gpudecode",
+                   stacklevel: int = 3) -> None:
+    """What on_error="skip"/"warn" do with a bad shard or sample: list it in `skipped`,
+    and warn under "warn". (on_error="raise" is the caller's: it raises instead.)"""
+    skipped.append(Skipped(getattr(err, "shard", None) or "", getattr(err, "key", None),
+                           getattr(err, "offset", None), getattr(err, "reason", str(err)), type(err).__name__))
+    if on_error == "warn":
+        warnings.warn(f"{who} skipped: {err}", RuntimeWarning, stacklevel=stacklevel + 1)
+
+
+def wrap_data_error(err: BaseException, cls: type[LocatedError], what: str, *, shard: str | None,
+                    key: str | None = None, offset: int | None = None) -> LocatedError:
+    """`err`, met on data (a library's own exception, an overflow, MemoryError, ...), as
+    the project's `cls` naming shard and key; the original stays as __cause__."""
+    if isinstance(err, LocatedError):
+        return err
+    detail = str(err).splitlines()[0] if str(err) else ""
+    out = cls(f"{what}: {type(err).__name__}{': ' + detail if detail else ''}", shard=shard, key=key, offset=offset)
+    out.__cause__ = err
+    return out
+
+
 __all__ = [
-    "GpuDecodeError", "LocatedError", "ShardFormatError", "ShardReadError", "DecodeError", "LabelError",
-    "BackendUnavailableError", "KernelLaunchError", "TransformError",
+    "GpuDecodeError", "LocatedError", "ShardFormatError", "ShardReadError", "ShardWriteError", "DecodeError",
+    "LabelError", "BackendUnavailableError", "KernelLaunchError", "TransformError", "ConcurrentIterationError",
+    "OnError", "Skipped", "check_on_error", "record_failure", "wrap_data_error",
 ]

@@ -4,32 +4,44 @@
     decode (GPU: DALI / nvJPEG; CPU: crop-window libjpeg-turbo) -> fused kernel -> Batch
 
 Two producer threads prepare batches ahead (up to `prefetch`) while the trainer works on
-batch k: one reads, probes and decodes batch k+2 while the other runs the kernel on k+1. On a GPU, decoding and the kernel run on a side CUDA stream; events
-hand each batch over to the trainer's stream and guard the reuse of its buffer.
+batch k: the "decode" thread reads, probes and decodes batch k+2 while the "augment"
+thread runs the kernel on k+1. On a GPU, decoding and the kernel run on a side CUDA
+stream; events hand each batch over to the trainer's stream and guard the reuse of its
+buffer.
+
+Lifecycle: one iterator at a time per Loader (a second one while the first is active
+raises ConcurrentIterationError: they would share the output buffers). An iterator
+ends when exhausted, on `close()`, when it is garbage-collected, or when an exception
+(Ctrl-C included) passes through it; every thread it started is joined then.
+`Loader.close()` (or `with Loader(...) as loader:`) also releases the decoder's threads
+and the output buffers.
 """
 from __future__ import annotations
 
-import json
+import contextlib
 import os
 import queue
-import statistics
 import threading
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Literal, Sequence
+import weakref
+from dataclasses import dataclass
+from typing import Any, Literal, Sequence
 
 import torch
 
-from . import _native
-from ._probe import probe_format
+from ._probe import DEFAULT_MAX_PIXELS, ProbedImage, probe_samples
+from ._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
 from .decode import DecodedBatch, Request, check_device, make_decoder
-from .errors import DecodeError, LabelError, LocatedError
-from .io.reader import OnError, Sample, ShardReader, Skipped, check_on_error, put_until_stopped, record_failure
+from .errors import (ConcurrentIterationError, DecodeError, LocatedError, OnError, Skipped, check_on_error,
+                     record_failure)
+from .io.reader import Sample, ShardReader, split_exts
+from .io.remote import RemoteOptions
 from .kernels import fused
+from .labels import parse_label
+from .stats import BatchTiming, LoaderStats
 from .transforms import Compose, RandomResizedCrop
 
-DEFAULT_MAX_PIXELS = 2 * 89_478_485  # Pillow's decompression-bomb error threshold
-
+__all__ = ["Loader", "LoaderIterator", "Batch", "BatchTiming", "LoaderStats", "DEFAULT_MAX_PIXELS", "split_exts"]
 
 class Batch(tuple):
     """(images, labels), as a DataLoader batch unpacks, with `.images`, `.labels` and
@@ -51,193 +63,6 @@ class Batch(tuple):
         return self[1]
 
 
-@dataclass(slots=True)
-class BatchTiming:
-    """Seconds spent on one batch: `wait` is the time the trainer waited for it; the
-    others are the producer's stages (read: taking samples from the reader threads)."""
-
-    size: int
-    wait: float = 0.0
-    read: float = 0.0
-    probe: float = 0.0
-    decode: float = 0.0
-    augment: float = 0.0
-    delivered: float = 0.0  # time.perf_counter() when the trainer got it
-
-    @property
-    def produce(self) -> float:
-        """The producer's time for this batch: its two stages (read + probe + decode, and
-        augment) run on separate threads, overlapped, so the slower one bounds it."""
-        return max(self.read + self.probe + self.decode, self.augment)
-
-
-@dataclass
-class LoaderStats:
-    """Per-batch timings of the last epoch, and a summary naming the slowest stage and
-    the stalls (batches the trainer waited for many times longer than the median; the
-    first batch of an epoch, which waits for the pipeline to fill, is not one)."""
-
-    batches: list[BatchTiming] = field(default_factory=list)
-    stall_factor: float = 5.0
-    started: float = field(default_factory=time.perf_counter)  # when the epoch was asked for
-
-    def summary(self) -> dict:
-        if not self.batches:
-            return {"batches": 0}
-        stages = ("read", "probe", "decode", "augment")
-        med = {s: statistics.median(getattr(b, s) for b in self.batches) for s in stages}
-        waits = [b.wait for b in self.batches]
-        med_wait = statistics.median(waits)
-        threshold = max(self.stall_factor * med_wait, 0.005)
-        stalls = [i for i, w in enumerate(waits) if w > threshold and i > 0]
-        images = sum(b.size for b in self.batches)
-        total = sum(b.produce for b in self.batches)
-        elapsed = self.batches[-1].delivered - self.started
-        return {
-            "batches": len(self.batches), "images": images,
-            "median_s": {**med, "wait": med_wait},
-            "slowest_stage": max(med, key=lambda k: med[k]),
-            # what the trainer received (its own time between batches included), and what
-            # the producer could give with its stages overlapped and the cores to itself
-            "images_per_s": images / elapsed if elapsed > 0 else float("inf"),
-            "producer_images_per_s": images / total if total > 0 else float("inf"),
-            "stalls": stalls,
-            "stall_threshold_s": threshold,
-        }
-
-    def __str__(self) -> str:
-        s = self.summary()
-        if not s["batches"]:
-            return "no batches yet"
-        m = s["median_s"]
-        parts = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in m.items())
-        stalls = f"{len(s['stalls'])} stalls (> {s['stall_threshold_s'] * 1e3:.0f} ms wait)" if s["stalls"] else "no stalls"
-        return (f"{s['batches']} batches, {s['images']} images; median per batch: {parts}; slowest stage: "
-                f"{s['slowest_stage']}; delivered {s['images_per_s']:.0f} img/s (producer alone up to "
-                f"{s['producer_images_per_s']:.0f}); {stalls}")
-
-
-def split_exts(exts: str | Sequence[str]) -> list[str]:
-    items = exts.split(";") if isinstance(exts, str) else list(exts)
-    return [e.strip().lower().lstrip(".") for e in items if e.strip()]
-
-
-def _parse_label(sample: Sample, label_exts: list[str]) -> int:
-    for ext in label_exts:
-        data = sample.fields.get(ext)
-        if data is None:
-            continue
-        try:
-            if ext == "json":
-                return int(json.loads(data)["label"])
-            return int(data.decode().strip())
-        except (ValueError, KeyError, TypeError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise LabelError(f"label .{ext} is not an integer ({type(e).__name__}: {data[:40]!r})",
-                             shard=sample.shard, key=sample.key) from None
-    raise LabelError(f"no label (looked for .{', .'.join(label_exts)})", shard=sample.shard, key=sample.key)
-
-
-def probe_samples(chunk: Sequence[Sample], image_exts: Sequence[str], max_pixels: int,
-                  fail: Callable[[LocatedError], None],
-                  extra: Callable[[Sample], Any] = lambda s: None) -> list[tuple[Sample, bytes, tuple[str, int, int], Any]]:
-    """The samples of `chunk` with a readable image (the first of `image_exts` present)
-    of at most `max_pixels` (0: any): (sample, image bytes, (format, height, width),
-    extra(sample)). Each failure, extra's LocatedErrors included, goes to `fail` (which
-    raises, or records and returns), in sample order."""
-    datas, keep = [], []
-    for s in chunk:
-        data = next((s.fields[e] for e in image_exts if e in s.fields), None)
-        if data is None:
-            fail(DecodeError(f"no image (looked for .{', .'.join(image_exts)})", shard=s.shard, key=s.key))
-            continue
-        keep.append(s)
-        datas.append(data)
-    out = []
-    for s, d, info in zip(keep, datas, _native.probe_batch(datas, 1)):
-        try:
-            if isinstance(info, dict):
-                fmt_hw = (info["format"], info["height"], info["width"])
-            else:
-                fmt_hw = probe_format(d, shard=s.shard, key=s.key, why=info)
-            if max_pixels and fmt_hw[1] * fmt_hw[2] > max_pixels:
-                raise DecodeError(f"image of {fmt_hw[2]}x{fmt_hw[1]} pixels is over the limit of "
-                                  f"{max_pixels} pixels", shard=s.shard, key=s.key)
-            out.append((s, d, fmt_hw, extra(s)))
-        except LocatedError as e:
-            fail(e)
-    return out
-
-
-class _Epoch:
-    """One epoch's two producer threads: stage A reads, probes, draws and decodes batch
-    k+1 while stage B runs the fused kernel on batch k; B fills the queue the trainer
-    takes from."""
-
-    def __init__(self, loader: "Loader", epoch: int, start: int) -> None:
-        self.loader = loader
-        self.queue: queue.Queue = queue.Queue(maxsize=max(1, loader.prefetch))
-        self.mid: queue.Queue = queue.Queue(maxsize=1)
-        self.stop = threading.Event()
-        self.threads = [threading.Thread(target=self._stage_a, args=(epoch, start), daemon=True,
-                                         name="gpudecode-decode"),
-                        threading.Thread(target=self._stage_b, daemon=True, name="gpudecode-augment")]
-        for t in self.threads:
-            t.start()
-
-    def _put(self, q: queue.Queue, item: Any) -> bool:
-        return put_until_stopped(q, item, self.stop)
-
-    def _stage_a(self, epoch: int, start: int) -> None:
-        ld = self.loader
-        try:
-            samples = ld.reader.iter_epoch(epoch, start=start)
-            position = start
-            while not self.stop.is_set():
-                t0 = time.perf_counter()
-                chunk: list[Sample] = []
-                for s in samples:
-                    chunk.append(s)
-                    if len(chunk) == ld.batch_size:
-                        break
-                t_read = time.perf_counter() - t0
-                if not chunk or (ld.drop_last and len(chunk) < ld.batch_size):
-                    break
-                prepared = ld._prepare(chunk, epoch, position)
-                prepared.timing.read = t_read
-                position += len(chunk)
-                prepared.position = position
-                if not self._put(self.mid, prepared):
-                    return
-            self._put(self.mid, None)
-        except BaseException as e:  # handed on to the trainer, which re-raises it
-            self._put(self.mid, e)
-
-    def _stage_b(self) -> None:
-        ld = self.loader
-        slot = 0
-        try:
-            while not self.stop.is_set():
-                try:
-                    item = self.mid.get(timeout=0.1)
-                except queue.Empty:
-                    continue
-                if item is None or isinstance(item, BaseException):
-                    self._put(self.queue, item)
-                    return
-                batch = ld._finish(item, slot)
-                if batch is not None:
-                    slot = (slot + 1) % ld._ring
-                    if not self._put(self.queue, (batch, item.timing, item.position)):
-                        return
-        except BaseException as e:
-            self._put(self.queue, e)
-
-    def close(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=10)
-
-
 @dataclass
 class _Prepared:
     """A batch between the two stages: decoded pixels and everything the kernel needs."""
@@ -249,6 +74,158 @@ class _Prepared:
     decoded: DecodedBatch | None
     timing: BatchTiming
     position: int = 0
+
+
+@dataclass
+class _Ready:
+    """A finished batch on its way to the trainer: the output slot it occupies and the
+    CUDA event its pixels are ready at (None on the CPU)."""
+
+    batch: "Batch"
+    timing: BatchTiming
+    position: int
+    slot: int
+    ready: Any = None
+
+
+class _Epoch:
+    """One epoch's two producer threads: "decode" reads, probes, draws and decodes batch
+    k+1 while "augment" runs the fused kernel on batch k and fills the queue the trainer
+    takes from. Exceptions are handed on to the trainer, which re-raises them."""
+
+    def __init__(self, loader: "Loader", epoch: int, start: int) -> None:
+        self.loader = loader
+        self.queue: queue.Queue = queue.Queue(maxsize=max(1, loader.prefetch))
+        self.mid: queue.Queue = queue.Queue(maxsize=1)
+        self.group = ThreadGroup("loader")
+        self.stop = self.group.stop_event
+        self.group.start(self._decode_stage, epoch, start, name="decode")
+        self.group.start(self._augment_stage, name="augment")
+
+    def _put(self, q: queue.Queue, item: Any) -> bool:
+        return put_until_stopped(q, item, self.stop)
+
+    def _decode_stage(self, epoch: int, start: int) -> None:
+        ld = self.loader
+        samples = ld.reader.iter_epoch(epoch, start=start, stop=self.stop)
+        try:
+            position = start
+            while not self.stop.is_set():
+                t0 = time.perf_counter()
+                chunk: list[Sample] = []
+                for s in samples:
+                    chunk.append(s)
+                    if len(chunk) == ld.batch_size:
+                        break
+                t_read = time.perf_counter() - t0
+                if self.stop.is_set():
+                    return
+                if not chunk or (ld.drop_last and len(chunk) < ld.batch_size):
+                    break
+                prepared = ld._prepare(chunk, epoch, position)
+                prepared.timing.read = t_read
+                position += len(chunk)
+                prepared.position = position
+                if not self._put(self.mid, prepared):
+                    return
+            self._put(self.mid, None)
+        except BaseException as e:  # handed on to the trainer, which re-raises it
+            self._put(self.mid, e)
+        finally:
+            samples.close()  # ends the reader's threads (this thread runs its generator)
+
+    def _augment_stage(self) -> None:
+        ld = self.loader
+        slot = 0
+        try:
+            while True:
+                item = get_until_stopped(self.mid, self.stop)
+                if item is STOPPED:
+                    return
+                if item is None or isinstance(item, BaseException):
+                    self._put(self.queue, item)
+                    return
+                ready = ld._finish(item, slot)
+                if ready is not None:
+                    slot = (slot + 1) % ld._ring
+                    if not self._put(self.queue, ready):
+                        return
+        except BaseException as e:
+            self._put(self.queue, e)
+
+    def close(self) -> None:
+        self.group.stop()
+
+
+class LoaderIterator:
+    """An epoch of batches from a Loader (what `iter(loader)` returns). Ends when
+    exhausted, on close(), when garbage-collected, or when an exception (Ctrl-C
+    included) passes through `__next__`; its threads are joined then."""
+
+    def __init__(self, loader: "Loader", epoch: int, start: int) -> None:
+        self._loader = loader
+        self.epoch = epoch
+        self._handed: list[int] = []  # output slots handed to the trainer, in order
+        self._done = False
+        self._ep = _Epoch(loader, epoch, start)
+
+    @property
+    def active(self) -> bool:
+        return not self._done
+
+    def __iter__(self) -> "LoaderIterator":
+        return self
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __next__(self) -> "Batch":
+        if self._done:
+            raise StopIteration
+        try:
+            return self._next()
+        except BaseException:  # the end, an error, Ctrl-C: nothing keeps running behind the trainer
+            self.close()
+            raise
+
+    def _next(self) -> "Batch":
+        ld, ep = self._loader, self._ep
+        if ld._stream is not None and len(self._handed) >= 2:
+            # asking for batch k: the trainer's work on batch k-2 is enqueued; its buffer
+            # may be reused once that work is done (the augment stage waits on this)
+            done = torch.cuda.Event()
+            done.record(torch.cuda.current_stream(ld.device))
+            ld._events[self._handed[-2]] = done
+        t0 = time.perf_counter()
+        item = get_until_stopped(ep.queue, threading.Event(), alive=ep.group.alive)
+        wait = time.perf_counter() - t0
+        if item is STOPPED:
+            raise RuntimeError("gpudecode loader threads ended without a result (this is a bug)")
+        if item is None:
+            raise StopIteration
+        if isinstance(item, BaseException):
+            raise item
+        r: _Ready = item
+        r.timing.wait = wait
+        r.timing.delivered = t0 + wait
+        ld.stats.batches.append(r.timing)
+        ld._position = r.position
+        if r.ready is not None:  # the trainer's stream waits for the side stream
+            torch.cuda.current_stream(ld.device).wait_event(r.ready)
+        self._handed.append(r.slot)
+        return r.batch
+
+    def close(self) -> None:
+        """Stops the epoch and joins its threads (idempotent)."""
+        if not self._done:
+            self._done = True
+            self._ep.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: nothing left to release
+            pass
 
 
 class Loader:
@@ -277,6 +254,7 @@ class Loader:
         max_pixels: images with more pixels are refused (decompression bombs).
         fast_decode: CPU JPEG decoding with the fast IDCT, plain upsampling and DCT
             downscaling (not bit-exact; see the decode docs).
+        remote: timeouts and retries for remote shards (`gpudecode.io.remote.RemoteOptions`).
 
     Batches come from a ring of `prefetch + 3` output buffers: the tensors of batch k
     are still intact while you work on batch k+1 and are overwritten after that (as
@@ -289,7 +267,8 @@ class Loader:
                  labels: bool = True, num_threads: int | None = None, prefetch: int = 2, drop_last: bool = False,
                  on_error: OnError = "raise", rank: int | None = None, world_size: int | None = None,
                  even: Literal["pad", "drop"] | None = None, buffer_size: int = 1000,
-                 max_pixels: int = DEFAULT_MAX_PIXELS, fast_decode: bool = False) -> None:
+                 max_pixels: int = DEFAULT_MAX_PIXELS, fast_decode: bool = False,
+                 remote: RemoteOptions | None = None) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         if prefetch < 1:
@@ -313,7 +292,7 @@ class Loader:
         self.fast_decode = fast_decode
         self.reader = ShardReader(urls, shuffle=shuffle, seed=seed, buffer_size=buffer_size, rank=rank,
                                   world_size=world_size, num_threads=2, on_error=on_error,
-                                  extensions=self.image_exts + self.label_exts, even=even)
+                                  extensions=self.image_exts + self.label_exts, even=even, remote=remote)
         self.epoch = 0
         self.stats = LoaderStats()
         self._decoder: Any = None  # created on first use: no CUDA context before workers fork
@@ -324,6 +303,7 @@ class Loader:
         self._position = 0
         self._resume: int | None = None
         self._skipped: list[Skipped] = []
+        self._active: weakref.ref[LoaderIterator] | None = None
 
     # -- public API ---------------------------------------------------------------------
 
@@ -372,41 +352,49 @@ class Loader:
                 "dtype": str(plan.dtype), "transform": [type(t).__name__ for t in plan.steps],
                 "fast_decode": self.fast_decode}
 
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> LoaderIterator:
+        """Starts an epoch (resuming where load_state_dict said, if it was called).
+
+        Raises:
+            ConcurrentIterationError: an iterator of this Loader is still active.
+        """
+        active = self._active() if self._active is not None else None
+        if active is not None and active.active:
+            raise ConcurrentIterationError(
+                "this Loader already has an active iterator (they would share output buffers): exhaust it, "
+                "call its close(), or drop it before starting another")
         self._ensure_decoder()
         start = self._resume if self._resume is not None else 0
         self._resume = None
         self._position = start
         self._skipped = []
+        self.reader.skipped = []
         self.stats = LoaderStats()
-        ep = _Epoch(self, self.epoch, start)
-        handed: list[int] = []  # output slots handed to the trainer, in order
-        try:
-            while True:
-                if self._stream is not None and len(handed) >= 2:
-                    # asking for batch k: the trainer's work on batch k-2 is enqueued; its
-                    # buffer may be reused once that work is done (the producer waits on this)
-                    done = torch.cuda.Event()
-                    done.record(torch.cuda.current_stream(self.device))
-                    self._events[handed[-2]] = done
-                t0 = time.perf_counter()
-                item = ep.queue.get()
-                wait = time.perf_counter() - t0
-                if item is None:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                batch, timing, position = item
-                timing.wait = wait
-                timing.delivered = t0 + wait
-                self.stats.batches.append(timing)
-                self._position = position
-                if batch._ready is not None:  # the trainer's stream waits for the side stream
-                    torch.cuda.current_stream(self.device).wait_event(batch._ready)
-                handed.append(batch._slot)
-                yield batch
-        finally:
-            ep.close()
+        it = LoaderIterator(self, self.epoch, start)
+        self._active = weakref.ref(it)
+        return it
+
+    def close(self) -> None:
+        """Ends the active iterator, and releases the decoder (its threads), the output
+        buffers and the CUDA stream. The Loader can be iterated again afterwards (they are
+        made anew)."""
+        active = self._active() if self._active is not None else None
+        if active is not None:
+            active.close()
+        self._active = None
+        if self._decoder is not None and isinstance(self.decoder_name, str) and hasattr(self._decoder, "close"):
+            self._decoder.close()
+        if isinstance(self.decoder_name, str):
+            self._decoder = None
+        self._outputs = [None] * self._ring
+        self._events = [None] * self._ring
+        self._stream = None
+
+    def __enter__(self) -> "Loader":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     # -- producer side ------------------------------------------------------------------
 
@@ -426,12 +414,17 @@ class Loader:
             raise err
         record_failure(err, self.on_error, self._skipped, stacklevel=2)
 
-    def _probe(self, chunk: list[Sample]) -> tuple[list[Sample], list[bytes], list[tuple[str, int, int]], list[int]]:
-        """Keeps samples with a readable image header (and label): (samples, image bytes,
-        (format, height, width), labels)."""
-        label = (lambda s: _parse_label(s, self.label_exts)) if self.labels else (lambda s: 0)
-        kept = probe_samples(chunk, self.image_exts, self.max_pixels, self._fail, label)
-        return [k[0] for k in kept], [k[1] for k in kept], [k[2] for k in kept], [k[3] for k in kept]
+    def _probe(self, chunk: list[Sample]) -> list[ProbedImage]:
+        """Samples with a readable image header (and label; `extra` holds it)."""
+        if self.labels:
+            exts = self.label_exts
+
+            def label(s: Sample) -> int:
+                return parse_label(s.fields, exts, shard=s.shard, key=s.key)
+        else:
+            def label(s: Sample) -> int:
+                return 0
+        return probe_samples(chunk, self.image_exts, self.max_pixels, self._fail, label)
 
     def _output(self, slot: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         pair = self._outputs[slot]
@@ -445,25 +438,28 @@ class Loader:
         timing = BatchTiming(size=0)
         t0 = time.perf_counter()
         index = {id(s): position + i for i, s in enumerate(chunk)}
-        samples, datas, infos, labels = self._probe(chunk)
-        sizes = [(h, w) for _, h, w in infos]
+        probed = self._probe(chunk)
+        samples = [p.sample for p in probed]
+        sizes = [(p.height, p.width) for p in probed]
+        labels = [p.extra for p in probed]
         rank, world = self.reader._rank()
         # unique over ranks: (seed, epoch, global index) fixes each sample's draws
         params = self.transform.make_params(sizes, self.seed, epoch=epoch,
                                             indices=[index[id(s)] * world + rank for s in samples])
         rrc = isinstance(self.transform.plan.geometry[0], RandomResizedCrop)
-        requests = [Request(d, f, h, w, tuple(p["crop"]) if rrc else (0, 0, h, w), s.shard, s.key)
-                    for d, (f, h, w), p, s in zip(datas, infos, params, samples)]
+        requests = [Request(p.data, p.format, p.height, p.width,
+                            tuple(prm["crop"]) if rrc else (0, 0, p.height, p.width), p.sample.shard, p.sample.key)
+                    for p, prm in zip(probed, params)]
         t1 = time.perf_counter()
         timing.probe = t1 - t0
         decoded = None
         if requests:
-            with torch.cuda.stream(self._stream) if self._stream is not None else _nullcontext():
+            with torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext():
                 decoded = self._decoder.decode(requests)  # type: ignore[union-attr]
         timing.decode = time.perf_counter() - t1
         return _Prepared(samples, params, sizes, labels, decoded, timing)
 
-    def _finish(self, p: _Prepared, slot: int) -> Batch | None:
+    def _finish(self, p: _Prepared, slot: int) -> _Ready | None:
         """Stage B: the fused kernel into output slot `slot`, and the labels."""
         t0 = time.perf_counter()
         decoded = p.decoded
@@ -488,7 +484,7 @@ class Loader:
                 g[fused.SY], g[fused.SX], g[fused.SC] = 3 * w, 3, 1
             g[fused.TOP:fused.BW + 1] = decoded.boxes[k]
         ready = None
-        with torch.cuda.stream(self._stream) if self._stream is not None else _nullcontext():
+        with torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext():
             if self._stream is not None and self._events[slot] is not None:
                 self._stream.wait_event(self._events[slot])  # the trainer is done with this buffer
             out, view = self._output(slot, len(ok))
@@ -503,14 +499,4 @@ class Loader:
         p.timing.augment = time.perf_counter() - t0
         p.timing.size = len(ok)
         batch = Batch(out, lab, [p.samples[k].key for k in ok])
-        batch._ready = ready  # type: ignore[attr-defined]
-        batch._slot = slot  # type: ignore[attr-defined]
-        return batch
-
-
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *a: Any) -> None:
-        return None
+        return _Ready(batch, p.timing, p.position, slot, ready)

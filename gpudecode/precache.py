@@ -24,9 +24,10 @@ import torch
 from ._version import __version__
 from .decode import DecodedBatch, DecoderName, Request, check_device, make_decoder
 from .errors import DecodeError, LocatedError
-from .io.reader import OnError, Sample, ShardReader, Skipped, check_on_error, record_failure
+from ._probe import DEFAULT_MAX_PIXELS, probe_samples
+from .errors import OnError, Skipped, check_on_error, record_failure
+from .io.reader import Sample, ShardReader, split_exts
 from .io.writer import ShardWriter, format_pattern
-from .loader import DEFAULT_MAX_PIXELS, split_exts, probe_samples
 from .tensors import encode_npy
 from . import transforms as T
 
@@ -160,8 +161,9 @@ def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, sha
     def flush(chunk: list[Sample], writer: ShardWriter) -> None:
         nonlocal written
         probed = probe_samples(chunk, exts, max_pixels, fail)
-        requests = [Request(d, f, h, w, (0, 0, h, w), s.shard, s.key) for s, d, (f, h, w), _ in probed]
-        kept = [p[0] for p in probed]
+        requests = [Request(p.data, p.format, p.height, p.width, (0, 0, p.height, p.width), p.sample.shard,
+                            p.sample.key) for p in probed]
+        kept = [p.sample for p in probed]
         if not requests:
             return
         decoded = dec.decode(requests)

@@ -43,8 +43,8 @@ def npy_layout(data: bytes | memoryview) -> tuple[int, int, int]:
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
         else:
             raise ValueError(f"version {version} is not read here")
-    except (ValueError, SyntaxError, EOFError) as e:
-        raise ValueError(f"unreadable .npy header: {e}") from None
+    except Exception as e:  # numpy's header parser: ValueError, SyntaxError, TypeError, EOFError ...
+        raise ValueError(f"unreadable .npy header: {type(e).__name__}: {e}") from None
     if dtype != np.uint8 or len(shape) != 3 or shape[2] != 3 or fortran:
         order = "Fortran order" if fortran else "C order"
         raise ValueError(f"a tensor sample must be uint8 [H, W, 3] in C order, not {dtype} {list(shape)} in {order}")

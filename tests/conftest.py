@@ -65,3 +65,13 @@ def cpu_built_decoder(backend: str, **kw):
     from gpudecode.decode.nvjpeg import NvjpegDecoder
 
     return NvjpegDecoder(device="cpu")
+
+
+@pytest.fixture
+def http_server():
+    """A loopback HTTP server (tests/httpfault.py) for the test, closed afterwards."""
+    from httpfault import FaultServer
+
+    srv = FaultServer()
+    yield srv
+    srv.close()

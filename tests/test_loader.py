@@ -254,7 +254,7 @@ def test_gpu_loader_matches_cpu(shards):
 
 
 def test_stats_flag_stalls_but_not_the_pipeline_fill():
-    from gpudecode.loader import BatchTiming, LoaderStats
+    from gpudecode.stats import BatchTiming, LoaderStats
 
     stats = LoaderStats(started=0.0)
     for k, wait in enumerate([0.5, 0.01, 0.012, 0.3, 0.011]):

@@ -331,33 +331,3 @@ def test_extension_filter(tmp_path):
     path = _good(tmp_path, n=3)
     got = list(ShardReader(path, extensions=["cls"]))
     assert all(set(s.fields) == {"cls"} for s in got)
-
-
-def test_native_index_equals_stream_parser(tmp_path):
-    """The two parsers (native index over mmap, Python over streams) agree member for
-    member, and agree on where a corrupt header is."""
-    from gpudecode import _native
-    from gpudecode.io.tario import iter_stream
-
-    root = _tar_tree(tmp_path, NAMES)
-    tars = [make_shard(tmp_path / "w.tar", sample_dicts(9))]
-    for i, fmt in enumerate([tarfile.PAX_FORMAT, tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT]):
-        out = tmp_path / f"f{i}.tar"
-        with tarfile.open(out, "w", format=fmt) as tf:
-            for n in NAMES:
-                if fmt != tarfile.USTAR_FORMAT or len(n.encode()) < 100:
-                    tf.add(root / n, arcname=n)
-        tars.append(str(out))
-    for t in tars:
-        data = Path(t).read_bytes()
-        names, offsets, sizes, err, _ = _native.index_tar(data)
-        assert err is None
-        native = [(n, data[o:o + s]) for n, o, s in zip(names, offsets, sizes)]
-        with open(t, "rb") as f:
-            assert native == list(iter_stream(f, t))
-        bad = bytearray(data)
-        bad[offsets[2] - 512 + 20] ^= 1  # the third member's header
-        _, _, _, err, where = _native.index_tar(bytes(bad))
-        with pytest.raises(ShardFormatError, match="checksum") as ei:
-            list(iter_stream(io.BytesIO(bytes(bad)), t))
-        assert "checksum" in err and where == ei.value.offset == offsets[2] - 512

@@ -160,8 +160,8 @@ class CpuDecoder:
             t, l, h, w = requests[k].box
             try:
                 img = host_rgb(requests[k], self.max_pixels)
-            except ValueError as e:
-                errors[k] = f"ValueError: {e}"
+            except Exception as e:  # this image's error, not the batch's
+                errors[k] = f"{type(e).__name__}: {e}"
                 return
             buf[offsets[k]:offsets[k] + h * w * 3].reshape(h, w, 3)[:] = img[t:t + h, l:l + w]
 

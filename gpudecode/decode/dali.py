@@ -66,18 +66,18 @@ class DaliDecoder:
                 try:
                     t, l, h, w = r.box
                     outs[k] = npy_rgb(r.data)[t:t + h, l:l + w].copy()  # writable, contiguous
-                except ValueError as e:
-                    errors[k] = f"ValueError: {e}"
+                except Exception as e:  # this image's error, not the batch's
+                    errors[k] = f"{type(e).__name__}: {e}"
         ok = [k for k in range(n) if errors[k] is None and requests[k].format != "npy"]
         for start in range(0, len(ok), self.max_batch_size):
             part = ok[start:start + self.max_batch_size]
             try:
                 outs.update(zip(part, self._run(part, requests)))
-            except RuntimeError:  # one bad image fails DALI's whole batch: find it
+            except Exception:  # one bad image fails DALI's whole batch: find it
                 for k in part:
                     try:
                         outs[k] = self._run([k], requests)[0]
-                    except RuntimeError as e:
+                    except Exception as e:
                         errors[k] = f"DALI: {str(e).splitlines()[0]}"
         shapes = np.zeros((n, 2), np.int64)
         offsets = np.zeros(n, np.int64)

@@ -35,11 +35,11 @@ class NvjpegDecoder:
             try:
                 outs = decode_jpeg(data, mode=ImageReadMode.RGB, device=self.device)
                 images.update(zip(jpeg, outs))
-            except RuntimeError:  # find the bad one(s)
+            except Exception:  # find the bad one(s)
                 for k, d in zip(jpeg, data):
                     try:
                         images[k] = decode_jpeg(d, mode=ImageReadMode.RGB, device=self.device)
-                    except RuntimeError as e:
+                    except Exception as e:
                         errors[k] = f"decode_jpeg: {str(e).splitlines()[0]}"
         for k, r in enumerate(requests):
             if r.format != "jpeg" and errors[k] is None:

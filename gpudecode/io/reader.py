@@ -1,32 +1,47 @@
 """ShardReader: tar shards in, samples of compressed bytes out. No pixel is decoded here.
 
-Reader threads parse shards (local ones through mmap, others as streams through fsspec)
-and hand the consumer chunks of samples. The consumer takes the shards' samples in the
-epoch's shard order, so the order is the same whatever the number of threads, then runs
-an optional shuffle buffer seeded from (seed, epoch, rank, worker).
+Reader threads parse shards (local ones with pread, others as streams) and hand the
+consumer chunks of samples. The consumer takes the shards' samples in the epoch's shard
+order, so the order is the same whatever the number of threads, then runs an optional
+shuffle buffer seeded from (seed, epoch, rank, worker).
+
+How a shard's members become samples (the same for every way a shard is read):
+- members are grouped by key (webdataset's rule, see tario.split_key); a sample is
+  complete when a member of another key or the end of the archive follows it;
+- a sample with a repeated extension or a link among its members is bad: under
+  on_error="raise" reading stops there, otherwise it is listed in `skipped` and reading
+  goes on with the next sample;
+- a fault of the tar itself (truncation, bad header, a read error) ends the shard: every
+  complete sample before it is delivered; the sample it cut off is named in the error
+  (and in `skipped`); nothing after it can be read.
 """
 from __future__ import annotations
 
+import contextlib
 import gzip
-import mmap
 import os
 import queue
 import random
 import threading
-import warnings
+import zlib
 from dataclasses import dataclass
-from typing import Iterator, Literal, Sequence
+from typing import IO, Callable, Generator, Iterator, Literal, Sequence, cast
 
 import torch.utils.data
 
-from ..errors import GpuDecodeError, ShardFormatError, ShardReadError
+from .._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
+from ..errors import (GpuDecodeError, LocatedError, OnError, ShardFormatError, ShardReadError, Skipped,
+                      check_on_error, record_failure, wrap_data_error)
 from . import shards as _shards
-from .tario import index_members, is_metadata, iter_stream, split_key
+from .remote import RemoteOptions, open_remote
+from .tario import BLOCK, Member, TarFault, index_file, is_metadata, iter_stream, split_key
 
-OnError = Literal["raise", "warn", "skip"]
 Even = Literal["pad", "drop"]
 _CHUNK = 64  # samples handed over per queue item
 _GZIP_MAGIC = b"\x1f\x8b"
+
+__all__ = ["Sample", "Skipped", "ShardReader", "OnError", "iter_shard", "count_samples", "record_failure",
+           "check_on_error", "put_until_stopped", "split_exts"]
 
 
 @dataclass(slots=True)
@@ -40,17 +55,6 @@ class Sample:
 
 
 @dataclass(slots=True)
-class Skipped:
-    """Something passed over under on_error="skip" or "warn", and why."""
-
-    shard: str
-    key: str | None
-    offset: int | None
-    reason: str
-    error: str  # the exception's class name
-
-
-@dataclass(slots=True)
 class _Failure:
     error: GpuDecodeError
     fatal: bool  # the rest of the shard is lost
@@ -59,95 +63,123 @@ class _Failure:
 _END = object()
 
 
-def put_until_stopped(q: queue.Queue, item: object, stop: threading.Event) -> bool:
-    """Puts item on a bounded queue, waiting while it is full; False if `stop` was set
-    first (the consumer went away), so producer threads never block forever."""
-    while not stop.is_set():
-        try:
-            q.put(item, timeout=0.1)
-            return True
-        except queue.Full:
-            continue
-    return False
+def _stream_error(e: BaseException, url: str) -> LocatedError:
+    """An exception of a shard stream as the project's error naming the shard."""
+    if isinstance(e, LocatedError):
+        return e
+    if isinstance(e, (zlib.error, gzip.BadGzipFile, EOFError)):
+        return wrap_data_error(e, ShardFormatError, "corrupt or cut-off gzip stream", shard=url)
+    if isinstance(e, OSError):
+        return wrap_data_error(e, ShardReadError, "read failed", shard=url)
+    return wrap_data_error(e, ShardReadError, "reading the shard failed", shard=url)
 
 
-def record_failure(err: BaseException, on_error: str, skipped: list[Skipped], *, who: str = "gpudecode",
-                   stacklevel: int = 3) -> None:
-    """What on_error="skip"/"warn" do with a bad shard or sample: list it in `skipped`,
-    and warn under "warn". (on_error="raise" is the caller's: it raises instead.)"""
-    skipped.append(Skipped(getattr(err, "shard", None) or "", getattr(err, "key", None),
-                           getattr(err, "offset", None), getattr(err, "reason", str(err)), type(err).__name__))
-    if on_error == "warn":
-        warnings.warn(f"{who} skipped: {err}", RuntimeWarning, stacklevel=stacklevel + 1)
+def _gunzip(f: IO[bytes]) -> IO[bytes]:
+    return cast(IO[bytes], gzip.GzipFile(fileobj=f, mode="rb"))
 
 
-def check_on_error(on_error: str) -> str:
-    if on_error not in ("raise", "warn", "skip"):
-        raise ValueError(f"on_error must be 'raise', 'warn' or 'skip', not {on_error!r}")
-    return on_error
+def _open_local(path: str, url: str):
+    try:
+        return open(path, "rb")
+    except OSError as e:
+        raise ShardReadError(f"cannot open shard: {e.strerror or e}", shard=url) from e
 
 
-def _open_members(url: str) -> Iterator[tuple[str, int, object]]:
-    """(name, offset, data) for every regular member; data is bytes, or a zero-copy
-    read function over the mmap for local uncompressed shards."""
+def iter_members(url: str, *, want: Callable[[str], bool] = lambda name: True,
+                 remote: RemoteOptions | None = None,
+                 group: ThreadGroup | None = None) -> Iterator[tuple[Member, bytes | None] | TarFault]:
+    """(member, data) for every member of a shard (data None where want(name) is False,
+    or for a link), then a last TarFault if the tar is refused.
+
+    Local uncompressed shards are indexed natively and their members read with pread;
+    gzip (by content) and remote shards go through the stream driver. With `group`, its
+    stop() cancels a remote read blocked on the network.
+
+    Raises:
+        ShardReadError: the shard cannot be opened or read (names it).
+        ShardFormatError: a corrupt gzip stream (CRC, length, deflate data).
+    """
     if _shards.is_local(url):
-        path = _shards.local_path(url)
-        try:
-            f = open(path, "rb")
-        except OSError as e:
-            raise ShardReadError(f"cannot open shard: {e.strerror or e}", shard=url) from e
+        f = _open_local(_shards.local_path(url), url)
         with f:
-            head = f.read(2)
-            if head == _GZIP_MAGIC:
-                f.seek(0)
-                yield from _stream_members(gzip.GzipFile(fileobj=f), url)
-                return
-            size = os.fstat(f.fileno()).st_size
-            if size == 0:
-                raise ShardFormatError("empty file is not a tar shard", shard=url, offset=0)
-            mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
             try:
-                for m in index_members(mm, url):
-                    yield m.name, m.offset, (mm, m.offset, m.size)
-            finally:
-                mm.close()
+                head = f.read(2)
+                if head == _GZIP_MAGIC:
+                    f.seek(0)
+                    yield from iter_stream(_gunzip(f), want=want)
+                    return
+                fd = f.fileno()
+                size = os.fstat(fd).st_size
+                members, fault = index_file(fd, size)
+                for m in members:
+                    data = None
+                    if m.type == "0" and want(m.name):
+                        data = os.pread(fd, m.size, m.offset)
+                        if len(data) < m.size:
+                            yield TarFault(f"shard shrank while being read: member {m.name!r} needs {m.size} bytes "
+                                           f"at offset {m.offset}, {len(data)} left (the file was {size} bytes "
+                                           "when opened)", m.offset - BLOCK, m.name, io=True)
+                            return
+                    yield m, data
+                if fault is not None:
+                    yield fault
+            except (OSError, EOFError, zlib.error, MemoryError, OverflowError) as e:
+                raise _stream_error(e, url) from e
         return
-    import fsspec
-
-    try:
-        of = fsspec.open(url, "rb", compression="gzip" if url.endswith((".tgz", ".tar.gz")) else None)
-        stream = of.open()
-    except (OSError, ValueError) as e:
-        raise ShardReadError(f"cannot open shard: {e}", shard=url) from e
-    with stream:
-        yield from _stream_members(stream, url)
-
-
-def _stream_members(stream, url: str) -> Iterator[tuple[str, int, object]]:
-    try:
-        for i, (name, data) in enumerate(iter_stream(stream, url)):
-            yield name, i, data
-    except (OSError, EOFError, gzip.BadGzipFile) as e:  # a cut gzip stream or network error
-        raise ShardReadError(f"read failed: {e}", shard=url) from e
+    stream = open_remote(url, remote)
+    cancel = getattr(getattr(stream, "raw", None), "cancel", None)
+    with stream, (group.cancelling(cancel) if group is not None and cancel is not None else contextlib.nullcontext()):
+        try:
+            head = stream.peek(2)[:2] if hasattr(stream, "peek") else b""
+            if head == _GZIP_MAGIC or (not head and url.endswith((".tgz", ".tar.gz"))):
+                yield from iter_stream(_gunzip(stream), want=want)
+            else:
+                yield from iter_stream(stream, want=want)
+        except (OSError, EOFError, zlib.error, MemoryError, OverflowError) as e:
+            raise _stream_error(e, url) from e
 
 
-def _materialize(data) -> bytes:
-    if isinstance(data, tuple):
-        mm, off, size = data
-        return mm[off:off + size]
-    return data
+def split_exts(exts: str | Sequence[str]) -> list[str]:
+    items = exts.split(";") if isinstance(exts, str) else list(exts)
+    return [e.strip().lower().lstrip(".") for e in items if e.strip()]
 
 
-def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] | None = None) -> Iterator:
-    """Samples of one shard, in order, interleaved with _Failure records. Under "raise"
-    the first failure ends the shard; otherwise a bad sample is dropped and reading
-    goes on, and a failure of the tar itself ends the shard."""
+def _link_kind(t: str) -> str:
+    return "hard link" if t == "1" else "symbolic link"
+
+
+def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] | None = None,
+               remote: RemoteOptions | None = None, group: ThreadGroup | None = None) -> Iterator[Sample | _Failure]:
+    """Samples of one shard, in order, interleaved with _Failure records (see the module
+    doc for what is delivered around a fault). Under "raise" the first failure ends
+    the shard."""
     key: str | None = None
     fields: dict[str, bytes] = {}
     bad: GpuDecodeError | None = None
     index = 0
+
+    def want(name: str) -> bool:
+        if extensions is None:
+            return True
+        parts = split_key(name)
+        return parts is not None and parts[1] in extensions and not is_metadata(name)
+
+    def pending() -> Sample | _Failure:
+        return Sample(key, fields, url, index) if bad is None else _Failure(bad, fatal=False)  # type: ignore[arg-type]
+
     try:
-        for name, offset, data in _open_members(url):
+        for item in iter_members(url, want=want, remote=remote, group=group):
+            if isinstance(item, TarFault):
+                parts = split_key(item.member) if item.member is not None else None
+                if parts is not None and parts[0] != key:
+                    if key is not None:
+                        yield pending()  # the fault is in another sample's data: this one is complete
+                    key = parts[0]
+                cls = ShardReadError if item.io else ShardFormatError
+                yield _Failure(cls(item.message, shard=url, key=key, offset=item.offset), fatal=True)
+                return
+            member, data = item
+            name = member.name
             if is_metadata(name):
                 continue
             parts = split_key(name)
@@ -156,31 +188,45 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
             k, ext = parts
             if k != key:
                 if key is not None:
-                    if bad is None:
-                        yield Sample(key, fields, url, index)
-                    else:
-                        yield _Failure(bad, fatal=False)
+                    yield pending()
                     index += 1
                 key, fields, bad = k, {}, None
             if bad is not None:
                 continue
-            if ext in fields:
-                bad = ShardFormatError(f"repeated extension {ext!r} in one sample", shard=url, key=k, offset=offset)
-                if on_error == "raise":
-                    yield _Failure(bad, fatal=True)
-                    return
-                continue
-            if extensions is None or ext in extensions:
-                fields[ext] = _materialize(data)
+            if member.type != "0":
+                bad = ShardFormatError(f"member {name!r} is a {_link_kind(member.type)}: gpudecode reads only "
+                                       "regular files (pack the target's bytes instead)", shard=url, key=k,
+                                       offset=member.offset - BLOCK)
+            elif ext in fields:
+                bad = ShardFormatError(f"repeated extension {ext!r} in one sample", shard=url, key=k,
+                                       offset=member.offset - BLOCK)
+            elif data is not None:
+                fields[ext] = data
+            if bad is not None and on_error == "raise":
+                yield _Failure(bad, fatal=True)
+                return
         if key is not None:
-            yield Sample(key, fields, url, index) if bad is None else _Failure(bad, fatal=False)
+            yield pending()
     except GpuDecodeError as e:
+        # the shard failed under the reader (open, network, gzip): the sample being
+        # assembled may be incomplete, and is named
+        if isinstance(e, LocatedError) and e.key is None and key is not None:
+            e = type(e)(e.reason, shard=e.shard, key=key, offset=e.offset)
         yield _Failure(e, fatal=True)
 
 
-def count_samples(url: str) -> int:
-    """Samples in one shard (reads headers only for local shards)."""
-    return sum(1 for s in iter_shard(url, extensions=frozenset()) if isinstance(s, Sample))
+def count_samples(url: str, *, remote: RemoteOptions | None = None) -> int:
+    """Samples in one shard (local shards: headers only; streams are read through).
+
+    Raises:
+        ShardFormatError, ShardReadError: the shard cannot be read to its end.
+    """
+    n = 0
+    for item in iter_shard(url, extensions=frozenset(), remote=remote):
+        if isinstance(item, _Failure):
+            raise item.error
+        n += 1
+    return n
 
 
 class ShardReader(torch.utils.data.IterableDataset):
@@ -203,6 +249,7 @@ class ShardReader(torch.utils.data.IterableDataset):
             number of samples (DDP needs equal step counts): "pad" repeats a rank's first
             samples up to the largest rank's count, "drop" stops every rank at the
             smallest count. Needs the per-shard sample counts (a header scan per shard).
+        remote: timeouts and retries for remote shards (`gpudecode.io.remote.RemoteOptions`).
 
     Over one epoch with N ranks and even=None every sample is yielded exactly once across
     ranks (the split is by shard, so use at least as many shards as ranks x workers).
@@ -211,7 +258,7 @@ class ShardReader(torch.utils.data.IterableDataset):
     def __init__(self, urls, *, shuffle: bool = False, seed: int = 0, buffer_size: int = 1000,
                  rank: int | None = None, world_size: int | None = None, num_threads: int | None = None,
                  on_error: OnError = "raise", extensions: Sequence[str] | None = None,
-                 even: Even | None = None) -> None:
+                 even: Even | None = None, remote: RemoteOptions | None = None) -> None:
         super().__init__()
         self.urls = _shards.expand_urls(urls)
         if not self.urls:
@@ -233,6 +280,7 @@ class ShardReader(torch.utils.data.IterableDataset):
         self.on_error = check_on_error(on_error)
         self.extensions = frozenset(e.lower().lstrip(".") for e in extensions) if extensions is not None else None
         self.even = even
+        self.remote = remote
         self.epoch = 0
         self.skipped: list[Skipped] = []
         self._counts: dict[str, int] = {}
@@ -260,7 +308,7 @@ class ShardReader(torch.utils.data.IterableDataset):
         """Samples per shard (cached after the first call)."""
         for u in self.urls:
             if u not in self._counts:
-                self._counts[u] = count_samples(u)
+                self._counts[u] = count_samples(u, remote=self.remote)
         return dict(self._counts)
 
     def _even_target(self, epoch: int) -> int:
@@ -273,9 +321,10 @@ class ShardReader(torch.utils.data.IterableDataset):
     def __iter__(self) -> Iterator[Sample]:
         return self.iter_epoch(self.epoch)
 
-    def iter_epoch(self, epoch: int, *, start: int = 0) -> Iterator[Sample]:
-        """The samples of `epoch`, skipping the first `start` of them (to resume)."""
-        it = self._threaded(self.shards_for(epoch))
+    def iter_epoch(self, epoch: int, *, start: int = 0, stop: threading.Event | None = None) -> Generator[Sample, None, None]:
+        """The samples of `epoch`, skipping the first `start` of them (to resume). Setting
+        `stop` ends the iteration (within a fraction of a second) and its threads."""
+        it = self._threaded(self.shards_for(epoch), stop)
         if self.even is not None:
             it = self._evened(it, self._even_target(epoch))
         if self.shuffle:
@@ -304,55 +353,58 @@ class ShardReader(torch.utils.data.IterableDataset):
     def _record(self, f: _Failure) -> None:
         record_failure(f.error, self.on_error, self.skipped, stacklevel=3)
 
-    def _threaded(self, urls: list[str]) -> Iterator[Sample]:
+    def _threaded(self, urls: list[str], stop: threading.Event | None) -> Iterator[Sample]:
         if not urls:
             return
         nthreads = min(self.num_threads, len(urls))
         queues: list[queue.Queue] = [queue.Queue(maxsize=8) for _ in urls]
-        stop = threading.Event()
-        on_error, extensions = self.on_error, self.extensions
-
-        def put(q: queue.Queue, item) -> bool:
-            return put_until_stopped(q, item, stop)
+        group = ThreadGroup("reader")
+        halt = group.stop_event
+        on_error, extensions, remote = self.on_error, self.extensions, self.remote
 
         def work(t: int) -> None:
             for j in range(t, len(urls), nthreads):
                 q = queues[j]
                 chunk: list = []
                 try:
-                    for item in iter_shard(urls[j], on_error=on_error, extensions=extensions):
+                    for item in iter_shard(urls[j], on_error=on_error, extensions=extensions, remote=remote,
+                                           group=group):
+                        if halt.is_set():
+                            return
                         if isinstance(item, _Failure):
-                            if chunk and not put(q, chunk):
+                            if chunk and not put_until_stopped(q, chunk, halt):
                                 return
                             chunk = []
-                            if not put(q, item):
+                            if not put_until_stopped(q, item, halt):
                                 return
                             if item.fatal:
                                 break
                             continue
                         chunk.append(item)
                         if len(chunk) >= _CHUNK:
-                            if not put(q, chunk):
+                            if not put_until_stopped(q, chunk, halt):
                                 return
                             chunk = []
-                    if chunk and not put(q, chunk):
+                    if chunk and not put_until_stopped(q, chunk, halt):
                         return
                 except BaseException as e:  # never leave the consumer waiting
-                    err = ShardReadError(f"reader thread failed: {type(e).__name__}: {e}", shard=urls[j])
-                    err.__cause__ = e
-                    if not put(q, _Failure(err, fatal=True)):
+                    err = wrap_data_error(e, ShardReadError, "reader thread failed", shard=urls[j])
+                    if not put_until_stopped(q, _Failure(err, fatal=True), halt):
                         return
-                if not put(q, _END):
+                if not put_until_stopped(q, _END, halt):
                     return
 
-        threads = [threading.Thread(target=work, args=(t,), daemon=True, name=f"gpudecode-reader-{t}")
-                   for t in range(nthreads)]
-        for th in threads:
-            th.start()
+        for t in range(nthreads):
+            group.start(work, t, name=f"reader-{t}")
+        outer = stop if stop is not None else threading.Event()
         try:
-            for q in queues:
+            for url, q in zip(urls, queues):
                 while True:
-                    item = q.get()
+                    item = get_until_stopped(q, outer, alive=group.alive)
+                    if item is STOPPED:
+                        if outer.is_set():
+                            return
+                        raise ShardReadError("reader threads ended without finishing the shard", shard=url)
                     if item is _END:
                         break
                     if isinstance(item, _Failure):
@@ -362,9 +414,7 @@ class ShardReader(torch.utils.data.IterableDataset):
                         continue
                     yield from item
         finally:
-            stop.set()
-            for th in threads:
-                th.join(timeout=5)
+            group.stop()
 
 
 def _shuffled(it: Iterator[Sample], size: int, rng: random.Random) -> Iterator[Sample]:

@@ -1,131 +1,100 @@
-"""Tar parsing: a native index over memory-mapped files, and a parser of streams.
+"""Tar parsing: one set of rules, three ways to feed it bytes.
 
-Reads ustar, GNU (long names, 'L') and pax ('x') headers, and checks every header's
-checksum. Only regular files are yielded; directories, links and the like are passed
-over. Nothing here decodes pixels or copies member data it is not asked for.
+Every rule of the format lives in the native state machine (`gpudecode._native.TarParser`,
+csrc/tar.cpp): checksums (exact, unsigned or signed byte sums), octal and base-256
+number fields, pax ('x', 'g') and GNU long-name ('L', 'K') headers, limits (sizes under
+2^62, extended headers under 1 MiB), what ends an archive. The drivers here only move
+bytes into it, so they accept and refuse the same archives with the same message and
+offset (tests/test_tar_semantics.py runs one corpus through all of them):
+
+- `index_buffer`: a tar in memory (native, GIL released);
+- `index_file`: a local file read with pread through a read-ahead window (native, GIL
+  released); never memory-mapped, so a file that shrinks under the reader is a
+  `TarFault` with `io=True`, not a SIGBUS that kills the process;
+- `iter_stream`: a stream read sequentially (gzip, HTTP, fsspec), one header at a time.
+
+What the rules say, in short:
+- regular files ('0', NUL, '7') are members; directories, devices and fifos are passed
+  over; hard and symbolic links are listed with `type` '1'/'2' (the reader refuses them
+  by key: their bytes are not in the shard); any other type is refused;
+- the archive ends with a zero block, and everything after it must be zero bytes
+  (the second end block, record padding). Non-zero bytes there, or data that ends
+  without an end block, are faults: a shard cut at a member boundary is never taken for
+  a complete one;
+- a pax path with a NUL byte, GNU sparse members and malformed pax records are refused;
+- where Python's tarfile reads a name otherwise: the ustar prefix is read only under the
+  POSIX magic (old GNU headers keep times there); a pax path wins over a GNU long name
+  whatever their order; global pax headers are checked, not applied.
 """
 from __future__ import annotations
 
 import re
-import struct
-import zlib
 from dataclasses import dataclass
-from typing import BinaryIO, Iterator
-
-from ..errors import ShardFormatError
+from typing import IO, Callable, Iterator
 
 BLOCK = 512
-_REGULAR = (b"0", b"\0", b"7")
-_NO_DATA = (b"1", b"2", b"3", b"4", b"5", b"6")  # links, devices, directories, fifos: header only
-_EXTENDED = (b"x", b"g", b"L", b"K")
 _META = re.compile(r"__[^/]*__($|/)")
-_SPACES = b" " * 8
+_READ_CHUNK = 1 << 22  # stream reads in pieces of at most this: a size field never sizes one allocation
+
+# TarParser.header() step kinds (csrc/tar.h TarStepKind)
+_MEMBER, _EXTENDED, _NO_DATA, _END, _ERROR = range(5)
 
 
 @dataclass(slots=True)
 class Member:
-    """A regular file in a tar: its name, where its data starts and its size in bytes."""
+    """A member of a tar: its name, where its data starts, its size in bytes and its
+    type ('0' regular file; '1' hard link and '2' symbolic link, which carry no data)."""
 
     name: str
     offset: int
     size: int
+    type: str = "0"
 
 
-# name, size, chksum, typeflag, magic, prefix (mode/uid/gid, mtime, linkname, version,
-# uname/gname and device numbers are of no use here)
-_HEADER = struct.Struct("100s24x12s12x8sc100x6s2x32x32x16x155s12x")
-_ZERO_BLOCK = bytes(BLOCK)
+@dataclass(slots=True)
+class TarFault:
+    """Where a tar stops being readable. `offset` is the header the fault is about (or
+    the first non-zero block after the end of the archive); `member` names the member
+    whose data is cut off when that is the fault; `io` says the file itself failed or
+    changed under the reader (rather than holding a bad archive)."""
+
+    message: str
+    offset: int
+    member: str | None = None
+    io: bool = False
 
 
-def _number(field: bytes, what: str, shard: str, pos: int) -> int:
-    if field[:1] and field[0] & 0x80:  # GNU base-256, for sizes of 8 GiB and more
-        value = int.from_bytes(field[1:], "big")
-        return -value if field[0] & 0x40 else value
-    digits = field.rstrip(b"\0 ")
-    if not digits:
-        return 0
-    try:
-        return int(digits, 8)
-    except ValueError:
-        raise ShardFormatError(f"bad {what} field {field!r} in tar header", shard=shard, offset=pos) from None
-
-
-def _checksum_ok(hdr: bytes, chksum: bytes, stored: int) -> bool:
-    # The tar checksum is the byte sum of the header with its checksum field read as
-    # eight spaces. adler32's low half is (1 + byte sum) mod 65521: one C call decides,
-    # catching any corruption short of one that moves the sum by a multiple of 65521.
-    total = (zlib.adler32(hdr) & 0xFFFF) - 1 - sum(chksum) + 256
-    if (total - stored) % 65521 == 0:
-        return True
-    # Some old writers summed signed chars.
-    signed = sum(b - 256 if b > 127 else b for b in hdr[:148] + _SPACES + hdr[156:])
-    return signed == stored
-
-
-def _pax_records(data: bytes, shard: str, pos: int) -> dict[str, str]:
-    records: dict[str, str] = {}
-    i = 0
-    n = len(data)
-    while i < n and data[i] != 0:
-        sp = data.find(b" ", i)
-        try:
-            length = int(data[i:sp]) if sp > 0 else 0
-        except ValueError:
-            length = 0
-        if length <= 0 or i + length > n or data[i + length - 1] != 10:
-            raise ShardFormatError("bad pax extended header record", shard=shard, offset=pos)
-        k, _, v = data[sp + 1:i + length - 1].partition(b"=")
-        records[k.decode("utf-8", "surrogateescape")] = v.decode("utf-8", "surrogateescape")
-        i += length
-    return records
-
-
-def _parse_header(hdr: bytes, shard: str, pos: int) -> tuple[str, int, bytes] | None:
-    """Returns (name, size, typeflag), or None at the end-of-archive block."""
-    name, size_f, chksum, kind, magic, prefix = _HEADER.unpack(hdr)
-    if hdr[0] == 0 and hdr == _ZERO_BLOCK:
-        return None
-    stored = _number(chksum, "checksum", shard, pos)
-    if not _checksum_ok(hdr, chksum, stored):
-        raise ShardFormatError("tar header checksum mismatch (not a tar, or corrupt)", shard=shard, offset=pos)
-    size = _number(size_f, "size", shard, pos)
-    if size < 0:
-        raise ShardFormatError("negative member size", shard=shard, offset=pos)
-    nul = name.find(b"\0")
-    if nul >= 0:
-        name = name[:nul]
-    if magic == b"ustar\x00" and prefix[:1] != b"\0":  # POSIX ustar: the prefix extends the name
-        name = prefix.split(b"\0", 1)[0] + b"/" + name
-    return name.decode("utf-8", "surrogateescape"), size, kind
-
-
-def _padded(size: int) -> int:
-    return (size + BLOCK - 1) // BLOCK * BLOCK
-
-
-def index_members(buf, shard: str) -> Iterator[Member]:
-    """Regular files of a tar held in memory (bytes or mmap), without copying data.
-    The header scan is native (gpudecode._native.index_tar, GIL released); it applies
-    the same rules as `iter_stream`. Members before a fault are yielded, then the fault
-    is raised.
-
-    Raises:
-        ShardFormatError: truncated archive, bad checksum, bad header fields.
-    """
+def _native():
     from .. import _native
 
-    names, offsets, sizes, error, error_offset = _native.index_tar(buf)
-    for name, off, size in zip(names, offsets.tolist(), sizes.tolist()):
-        yield Member(name, off, size)
-    if error is not None:
-        raise ShardFormatError(error, shard=shard, offset=error_offset)
+    return _native
 
 
-def _read_exact(stream: BinaryIO, size: int) -> bytes:
+def _from_index(result) -> tuple[list[Member], TarFault | None]:
+    names, offsets, sizes, types, error, error_offset, member, io = result
+    members = [Member(n, o, s, chr(t)) for n, o, s, t in zip(names, offsets.tolist(), sizes.tolist(), types)]
+    fault = None if error is None else TarFault(error, error_offset, member, io)
+    return members, fault
+
+
+def index_buffer(buf) -> tuple[list[Member], TarFault | None]:
+    """The members of a tar held in memory (bytes, bytearray, memoryview, numpy), and
+    the fault that ended the scan (None when the archive and what follows it are whole)."""
+    return _from_index(_native().index_tar(buf))
+
+
+def index_file(fd: int, size: int) -> tuple[list[Member], TarFault | None]:
+    """As index_buffer, for an open file of `size` bytes (its size when opened), read
+    with pread: only the headers are read (through a 64 KiB read-ahead window)."""
+    return _from_index(_native().index_tar_fd(fd, size))
+
+
+def read_exact(stream: IO[bytes], size: int) -> bytes:
+    """Up to `size` bytes: fewer only at the end of the stream. Reads in bounded pieces."""
     chunks = []
     left = size
     while left > 0:
-        chunk = stream.read(left)
+        chunk = stream.read(min(left, _READ_CHUNK))
         if not chunk:
             break
         chunks.append(chunk)
@@ -133,54 +102,81 @@ def _read_exact(stream: BinaryIO, size: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def iter_stream(stream: BinaryIO, shard: str) -> Iterator[tuple[str, bytes]]:
-    """Regular files of a tar read sequentially from a stream (gzip, http, s3 ...):
-    yields (name, data)."""
-    pos = 0
-    long_name: str | None = None
-    pax: dict[str, str] = {}
+def _skip(stream: IO[bytes], size: int) -> int:
+    """Reads and drops up to `size` bytes; returns how many there were."""
+    got = 0
+    while got < size:
+        chunk = stream.read(min(size - got, _READ_CHUNK))
+        if not chunk:
+            break
+        got += len(chunk)
+    return got
+
+
+def _padded(size: int) -> int:
+    return (size + BLOCK - 1) // BLOCK * BLOCK
+
+
+def iter_stream(stream: IO[bytes], *, want: Callable[[str], bool] = lambda name: True
+                ) -> Iterator[tuple[Member, bytes | None] | TarFault]:
+    """The members of a tar read sequentially from `stream`: (member, data) pairs, data
+    None where `want(name)` is False (those bytes are read and dropped, never held), and
+    a last `TarFault` if the archive is refused. After the end-of-archive block the
+    stream is read to its end (so a gzip stream's CRC and length are checked; what
+    follows must be zero bytes). Exceptions of the stream itself (network, gzip) pass
+    through to the caller."""
+    nat = _native()
+    p = nat.TarParser()
     while True:
-        hdr = _read_exact(stream, BLOCK)
-        if not hdr:
-            return
+        pos = p.position
+        hdr = read_exact(stream, BLOCK)
         if len(hdr) < BLOCK:
-            raise ShardFormatError("truncated tar: partial header block", shard=shard, offset=pos)
-        parsed = _parse_header(hdr, shard, pos)
-        if parsed is None:
+            msg = nat.TAR_TRUNCATED_HEADER if hdr else (nat.TAR_EMPTY if pos == 0 else nat.TAR_NO_END)
+            yield TarFault(msg, pos)
             return
-        name, size, kind = parsed
-        padded = _padded(size)
-        if kind in _EXTENDED:
-            payload = _read_exact(stream, padded)
-            if len(payload) < padded:
-                raise ShardFormatError("truncated tar: extended header cut off", shard=shard, offset=pos)
-            if kind == b"x":
-                pax = _pax_records(payload[:size], shard, pos)
-            elif kind == b"L":
-                long_name = payload[:size].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
-            pos += BLOCK + padded
+        kind, type_b, name, header, data, size, _next, error = p.header(hdr)
+        if kind == _ERROR:
+            yield TarFault(error, header)
+            return
+        if kind == _END:
+            off = data
+            while True:
+                chunk = stream.read(1 << 16)
+                if not chunk:
+                    return
+                nz = len(chunk) - len(chunk.lstrip(b"\0"))
+                if nz < len(chunk):
+                    yield TarFault(nat.TAR_TRAILING_DATA, (off + nz) // BLOCK * BLOCK)
+                    return
+                off += len(chunk)
+        if kind == _EXTENDED:
+            ext = read_exact(stream, _padded(size))
+            if len(ext) < size:
+                yield TarFault(nat.TAR_EXTENDED_CUT, header)
+                return
+            error = p.extended(ext[:size])
+            if error is not None:
+                yield TarFault(error, header)
+                return
             continue
-        if "path" in pax:
-            name = pax["path"]
-        elif long_name is not None:
-            name = long_name
-        if "size" in pax:
-            size = int(pax["size"])
-            padded = _padded(size)
-        long_name = None
-        pax = {}
-        if kind in _NO_DATA:
-            pos += BLOCK
+        type_ = type_b.decode("latin-1")
+        if kind == _NO_DATA:
+            if type_ in ("1", "2"):
+                yield Member(name, data, 0, type_), None
             continue
-        if kind == b"S":
-            raise ShardFormatError(f"GNU sparse member {name!r} is not supported", shard=shard, offset=pos)
-        payload = _read_exact(stream, padded)
-        if len(payload) < size:
-            raise ShardFormatError(
-                f"truncated tar: member {name!r} needs {size} bytes, {len(payload)} left", shard=shard, offset=pos)
-        if kind in _REGULAR:
-            yield name, payload[:size] if padded != size else payload
-        pos += BLOCK + padded
+        member = Member(name, data, size, "0")
+        payload: bytes | None = None
+        if want(name):
+            payload = read_exact(stream, _padded(size))
+            got = len(payload)
+        else:
+            got = _skip(stream, _padded(size))
+        if got < size:
+            yield TarFault(nat.tar_truncated_member(name, size, got), header, name)
+            return
+        if payload is not None and len(payload) != size:
+            payload = payload[:size]
+        yield member, payload
 
 
 def split_key(name: str) -> tuple[str, str] | None:

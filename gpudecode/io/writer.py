@@ -1,12 +1,26 @@
-"""Writing WebDataset-style tar shards, atomically: each shard is written to a
-temporary name and renamed into place when complete, so a crash never leaves a
-shard that looks whole but is not."""
+"""Writing WebDataset-style tar shards, atomically.
+
+Each shard is written to `<name>.partial` and renamed into place only when complete, so
+a shard under its real name is always whole. A write that fails (disk full, permissions,
+an I/O error) raises `ShardWriteError` naming the shard and removes the partial file; a
+`.partial` left by a killed process is replaced when that shard is written again.
+
+Keys of any length are written (pax headers where a name does not fit ustar's 100+155
+bytes, as gpudecode's reader and Python's tarfile read them); a key that is empty, holds
+a NUL byte or a control character, is absolute, or has an empty, `.` or `..` path
+component is refused, as is a dot in its last component (it would move the split between
+key and extension).
+"""
 from __future__ import annotations
 
+import errno
 import io
 import os
 import tarfile
 from types import TracebackType
+from typing import BinaryIO
+
+from ..errors import ShardWriteError
 
 
 def format_pattern(pattern: str, index: int) -> str:
@@ -18,9 +32,36 @@ def format_pattern(pattern: str, index: int) -> str:
     raise ValueError(f"shard pattern {pattern!r} needs a %d or {{}} placeholder for the shard number")
 
 
+def check_key(key: object) -> str:
+    """`key` if it can be written as a sample key (see the module doc).
+
+    Raises:
+        ValueError: why it cannot.
+    """
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"sample key must be a non-empty str, not {key!r}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in key):
+        raise ValueError(f"sample key {key!r} holds a NUL or control character")
+    if key.startswith("/"):
+        raise ValueError(f"sample key {key!r} is an absolute path")
+    parts = key.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise ValueError(f"sample key {key!r} has an empty, '.' or '..' path component")
+    if "." in parts[-1]:
+        raise ValueError(f"sample key {key!r} must not contain a dot in its last component")
+    return key
+
+
+def _describe(e: OSError) -> str:
+    if e.errno == errno.ENOSPC:
+        return "no space left on device"
+    return e.strerror or str(e)
+
+
 class ShardWriter:
-    """Writes samples ({"__key__": key, ext: bytes, ...}) into shards of at most
-    `maxcount` samples or about `maxsize` bytes; a context manager."""
+    """Writes samples ({"__key__": key, ext: bytes | str, ...}) into shards of at most
+    `maxcount` samples or about `maxsize` bytes; a context manager. `shards` and
+    `counts` list the complete shards and their sample counts."""
 
     def __init__(self, pattern: str, *, maxcount: int = 10000, maxsize: int = 3 << 30) -> None:
         format_pattern(pattern, 0)
@@ -32,46 +73,101 @@ class ShardWriter:
         self.shards: list[str] = []
         self.counts: list[int] = []  # samples per shard, as self.shards
         self._tar: tarfile.TarFile | None = None
+        self._file: BinaryIO | None = None
+        self._path = ""
         self._tmp = ""
         self._count = 0
         self._size = 0
 
+    def _open(self, path: str) -> BinaryIO:
+        """The file a shard is written to (a seam for fault-injection tests)."""
+        return open(path, "wb")
+
+    def _fail(self, e: OSError, what: str) -> ShardWriteError:
+        self._discard()
+        err = ShardWriteError(f"cannot {what}: {_describe(e)}", shard=self._path or None)
+        err.__cause__ = e
+        return err
+
+    def _discard(self) -> None:
+        """Drops the shard being written: closes it and removes the partial file."""
+        tar, f, tmp = self._tar, self._file, self._tmp
+        self._tar = self._file = None
+        self._tmp = ""
+        for closer in (tar, f):
+            if closer is not None:
+                try:
+                    closer.close()
+                except OSError:
+                    pass
+        if tmp:
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+
     def _next(self) -> None:
         self._finish()
         path = format_pattern(self.pattern, len(self.shards))
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        self._tmp = path + ".partial"
-        self._tar = tarfile.open(self._tmp, "w", format=tarfile.USTAR_FORMAT)
-        self.shards.append(path)
-        self.counts.append(0)
+        self._path, self._tmp = path, path + ".partial"
+        try:
+            os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+            self._file = self._open(self._tmp)
+            self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.PAX_FORMAT)
+        except OSError as e:
+            raise self._fail(e, "start the shard") from None
         self._count = self._size = 0
 
     def _finish(self) -> None:
-        if self._tar is not None:
+        if self._tar is None:
+            return
+        try:
             self._tar.close()
-            os.replace(self._tmp, self.shards[-1])
-            self._tar = None
+            assert self._file is not None
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            os.replace(self._tmp, self._path)
+        except OSError as e:
+            raise self._fail(e, "finish the shard") from None
+        self._tar = self._file = None
+        self._tmp = ""
+        self.shards.append(self._path)
+        self.counts.append(self._count)
 
     def write(self, sample: dict) -> None:
-        key = sample["__key__"]
-        if "." in key.rsplit("/", 1)[-1]:
-            raise ValueError(f"sample key {key!r} must not contain a dot")
-        if self._tar is None or self._count >= self.maxcount or self._size >= self.maxsize:
-            self._next()
-        assert self._tar is not None
+        """Writes one sample.
+
+        Raises:
+            ValueError: a bad key or field (nothing is written).
+            ShardWriteError: the shard could not be written (it is removed).
+        """
+        key = check_key(sample.get("__key__"))
+        fields = []
         for ext, data in sample.items():
             if ext == "__key__":
                 continue
+            if not isinstance(ext, str) or not ext or "/" in ext or "\0" in ext:
+                raise ValueError(f"field name {ext!r} of sample {key!r} is not a valid extension")
             if isinstance(data, str):
                 data = data.encode()
-            info = tarfile.TarInfo(f"{key}.{ext}")
-            info.size = len(data)
-            info.mode = 0o444
-            info.uname = info.gname = "gpudecode"
-            self._tar.addfile(info, io.BytesIO(data))
-            self._size += 512 + (len(data) + 511) // 512 * 512
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise ValueError(f"field {ext!r} of sample {key!r} must be bytes or str, not {type(data).__name__}")
+            fields.append((ext, bytes(data)))
+        if self._tar is None or self._count >= self.maxcount or self._size >= self.maxsize:
+            self._next()
+        assert self._tar is not None
+        try:
+            for ext, data in fields:
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(data)
+                info.mode = 0o444
+                info.uname = info.gname = "gpudecode"
+                self._tar.addfile(info, io.BytesIO(data))
+                self._size += 512 + (len(data) + 511) // 512 * 512
+        except OSError as e:
+            raise self._fail(e, "write the shard") from None
         self._count += 1
-        self.counts[-1] += 1
 
     def close(self) -> None:
         self._finish()
@@ -82,8 +178,5 @@ class ShardWriter:
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         if et is None:
             self.close()
-        elif self._tar is not None:  # leave no partial shard behind on failure
-            self._tar.close()
-            os.unlink(self._tmp)
-            self.shards.pop()
-            self._tar = None
+        else:  # leave no partial shard behind on failure
+            self._discard()

@@ -1,0 +1,93 @@
+// Tar parsing: ONE state machine (TarParser) that decides what every header means, and
+// drivers that feed it bytes: a buffer in memory, a file read with pread (never mmap, so
+// a shard that shrinks under the reader is an error, not SIGBUS), and Python streams
+// (gzip, http, ...) through the bindings. The drivers only move bytes; every rule (checksums,
+// number fields, extended headers, limits, what ends an archive) lives in TarParser, so
+// all paths accept and refuse exactly the same archives with the same message and offset.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpudecode {
+
+constexpr int64_t kTarBlock = 512;
+// Sizes above this are refused as out of range: every offset computed from a size
+// (header + data + padding) then stays far from int64 overflow.
+constexpr int64_t kTarMaxSize = int64_t(1) << 62;
+// pax ('x', 'g') and GNU long-name ('L', 'K') payloads are held in memory: bounded.
+constexpr int64_t kTarMaxExtended = int64_t(1) << 20;
+
+enum class TarStepKind : int {
+  kMember = 0,    // a regular file: its data (size bytes, then padding) follows
+  kExtended = 1,  // an extended header: pass its size bytes of payload to extended()
+  kNoData = 2,    // a link, directory, device or fifo: header only
+  kEnd = 3,       // the end-of-archive block
+  kError = 4,     // the archive is refused here
+};
+
+struct TarStep {
+  TarStepKind kind = TarStepKind::kError;
+  char type = 0;         // the header's type flag ('0', '2', '5', ...)
+  std::string name;      // kMember: the member's full name (pax path / GNU long name applied)
+  int64_t header = 0;    // offset of the header block this step is about
+  int64_t data = 0;      // offset of the data after it
+  int64_t size = 0;      // bytes of data (member or extended payload)
+  int64_t next = 0;      // offset of the next header
+  std::string error;     // kError: why
+};
+
+class TarParser {
+ public:
+  // The offset of the next header the parser expects.
+  int64_t position() const { return pos_; }
+
+  // `block`: the 512 bytes at position(). Advances position() past the entry's data.
+  TarStep header(const uint8_t* block);
+
+  // The payload (size bytes) of the extended header header() just announced.
+  // Returns "" or the error (its offset: that extended header's).
+  std::string extended(const uint8_t* payload, int64_t size);
+
+  // Offset of the last header handed to header(): where a fault in its data is reported.
+  int64_t last_header() const { return last_header_; }
+
+ private:
+  int64_t pos_ = 0;
+  int64_t last_header_ = 0;
+  char pending_kind_ = 0;  // the extended header whose payload extended() expects
+  std::string long_name_, pax_path_;
+  bool has_long_ = false, has_path_ = false, has_size_ = false;
+  int64_t pax_size_ = 0;
+};
+
+// Messages shared by every driver, so that each reports a fault in the same words.
+std::string tar_truncated_member(const std::string& name, int64_t need, int64_t left);
+extern const char* const kTarTruncatedHeader;    // 1..511 bytes where a header should be
+extern const char* const kTarNoEnd;              // the data ends where a header should be
+extern const char* const kTarEmpty;              // nothing at all
+extern const char* const kTarExtendedCut;        // an extended header's payload is cut off
+extern const char* const kTarTrailingData;       // non-zero bytes after the end-of-archive block
+
+// What a driver found: every regular member up to the end or to the first fault.
+struct TarIndex {
+  std::vector<std::string> names;
+  std::vector<int64_t> offsets;  // where each member's data starts
+  std::vector<int64_t> sizes;
+  std::vector<char> types;       // '0': regular file; '1' / '2': hard / symbolic link (no data)
+  std::string error;             // "" when the whole archive (and what follows it) was read
+  int64_t error_offset = -1;     // the header the error is about (or the first bad trailing block)
+  std::string error_member;      // the member whose data was cut off, when that is the fault
+  bool io_error = false;         // the error is the file changing or failing under the reader
+};
+
+// A tar held in memory.
+TarIndex index_tar(const uint8_t* data, size_t size);
+
+// A tar file of `size` bytes (its size when opened) read with pread on `fd`, through a
+// read-ahead window of `window` bytes. If the file turns out shorter than `size`, the
+// result is an io_error naming where (the file shrank), never a signal.
+TarIndex index_tar_fd(int fd, int64_t size, int64_t window = 1 << 16);
+
+}  // namespace gpudecode

@@ -1,0 +1,261 @@
+"""Remote shards: HTTP(S) streams with timeouts, bounded retries and resumption; other
+fsspec protocols (s3://, gs://, ...) through fsspec with their errors named.
+
+An HTTP read that stalls longer than `read_timeout`, a connection that drops, a body
+shorter than its Content-Length, or a 5xx/408/429 answer is retried up to `retries`
+times with exponential backoff; a retry asks for the rest of the body with `Range:
+bytes=N-` (or, from a server that ignores ranges, reads the body again and drops what
+was already taken). A 4xx answer is not retried. Every error names the URL, and the
+HTTP status where there is one.
+"""
+from __future__ import annotations
+
+import http.client
+import io
+import socket
+import ssl
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from ..errors import ShardReadError
+
+_RETRY_STATUS = {408, 425, 429, 500, 502, 503, 504}
+_REDIRECT_STATUS = {301, 302, 303, 307, 308}
+_MAX_REDIRECTS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteOptions:
+    """How remote shards are read.
+
+    Args:
+        connect_timeout: seconds to wait for a connection.
+        read_timeout: seconds a read may wait for the next bytes (a stalled server).
+        retries: further tries after a failed one (connection, timeout, short body, 5xx).
+        backoff: seconds before the first retry; doubled each time, at most 30 s.
+    """
+
+    connect_timeout: float = 10.0
+    read_timeout: float = 60.0
+    retries: int = 3
+    backoff: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.connect_timeout <= 0 or self.read_timeout <= 0:
+            raise ValueError("timeouts must be positive")
+        if self.retries < 0:
+            raise ValueError("retries must be >= 0")
+        if self.backoff < 0:
+            raise ValueError("backoff must be >= 0")
+
+
+class _Retry(Exception):
+    """A failure worth another try."""
+
+
+class HttpStream(io.RawIOBase):
+    """A GET body as a readable binary stream, retried and resumed (see the module doc)."""
+
+    def __init__(self, url: str, options: RemoteOptions | None = None) -> None:
+        super().__init__()
+        self.url = url
+        self.options = options or RemoteOptions()
+        self._pos = 0           # body bytes handed to the reader
+        self._conn: http.client.HTTPConnection | None = None
+        self._sock: socket.socket | None = None
+        self._resp: http.client.HTTPResponse | None = None
+        self._skip = 0          # bytes to drop after a restart from 0
+        self._tries = 0
+        self._cancelled = False
+        self._with_retries(self._open)
+
+    def cancel(self) -> None:
+        """Ends the stream from another thread: a read blocked on the network returns and
+        raises ShardReadError("cancelled"); no retry follows."""
+        self._cancelled = True
+        sock = self._sock  # kept from connect(): a response may own the connection's socket
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _fail(self, why: str) -> ShardReadError:
+        return ShardReadError(f"HTTP read failed: {why}", shard=self.url)
+
+    def _with_retries(self, fn):
+        delay = self.options.backoff
+        while True:
+            if self._cancelled:
+                raise self._fail("cancelled")
+            try:
+                return fn()
+            except _Retry as e:
+                if self._cancelled:
+                    raise self._fail("cancelled") from None
+                self._close_conn()
+                self._tries += 1
+                if self._tries > self.options.retries:
+                    raise self._fail(f"{e} (gave up after {self._tries} tries)") from None
+                time.sleep(delay)
+                delay = min(30.0, delay * 2 if delay else 0.0)
+
+    def _connection(self, parts: urllib.parse.SplitResult) -> http.client.HTTPConnection:
+        host = parts.hostname or ""
+        port = parts.port
+        proxies = urllib.request.getproxies()
+        proxy = proxies.get(parts.scheme) if not urllib.request.proxy_bypass(host) else None
+        timeout = self.options.connect_timeout
+        if parts.scheme == "https":
+            ctx = ssl.create_default_context()
+            if proxy:
+                p = urllib.parse.urlsplit(proxy)
+                conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                    p.hostname or "", p.port, timeout=timeout, context=ctx)
+                conn.set_tunnel(host, port)
+            else:
+                conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=ctx)
+        else:
+            if proxy:
+                p = urllib.parse.urlsplit(proxy)
+                conn = http.client.HTTPConnection(p.hostname or "", p.port, timeout=timeout)
+            else:
+                conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        conn.connect()
+        if conn.sock is not None:
+            conn.sock.settimeout(self.options.read_timeout)
+            self._sock = conn.sock
+        return conn
+
+    def _open(self) -> None:
+        url = self.url
+        for _ in range(_MAX_REDIRECTS + 1):
+            parts = urllib.parse.urlsplit(url)
+            if parts.scheme not in ("http", "https"):
+                raise self._fail(f"redirected to a non-HTTP URL {url!r}")
+            conn = None
+            try:
+                conn = self._connection(parts)
+                headers = {"User-Agent": "gpudecode", "Accept-Encoding": "identity"}
+                if self._pos:
+                    headers["Range"] = f"bytes={self._pos}-"
+                proxied = parts.scheme == "http" and conn.host != parts.hostname
+                target = url if proxied else (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+                conn.request("GET", target, headers=headers)
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as e:
+                if conn is not None:
+                    conn.close()
+                raise _Retry(_describe(e)) from None
+            status = resp.status
+            if status in _REDIRECT_STATUS and resp.getheader("Location"):
+                url = urllib.parse.urljoin(url, resp.getheader("Location"))
+                _close(resp, conn)
+                continue
+            if status in _RETRY_STATUS:
+                _close(resp, conn)
+                raise _Retry(f"HTTP {status} {resp.reason}")
+            if status == 206 and self._pos:
+                start = _range_start(resp.getheader("Content-Range"))
+                if start != self._pos:
+                    _close(resp, conn)
+                    raise self._fail(f"HTTP 206 for bytes {self._pos}- answered from {start}")
+                self._skip = 0
+            elif status == 200:
+                self._skip = self._pos  # the whole body again: drop what was already read
+            elif status == 416 and self._pos:
+                self._skip = 0  # nothing left past what was read
+            else:
+                _close(resp, conn)
+                raise self._fail(f"HTTP {status} {resp.reason}")
+            self._conn, self._resp = conn, resp
+            return
+        raise self._fail(f"more than {_MAX_REDIRECTS} redirects")
+
+    def _close_conn(self) -> None:
+        # a response that will close owns the socket (http.client hands it over): close both
+        if self._resp is not None:
+            self._resp.close()
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = self._resp = None
+
+    # -- RawIOBase ---------------------------------------------------------------------------
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[override]
+        if self.closed:
+            raise ValueError("read from a closed stream")
+        if len(b) == 0:
+            return 0
+        return self._with_retries(lambda: self._readinto(b))
+
+    def _readinto(self, b) -> int:
+        if self._resp is None:
+            self._open()
+        resp = self._resp
+        assert resp is not None
+        try:
+            while self._skip:
+                dropped = resp.read(min(self._skip, 1 << 20))
+                if not dropped:
+                    raise _Retry("connection closed while skipping to the resume point")
+                self._skip -= len(dropped)
+            if resp.status == 416:
+                return 0
+            n = resp.readinto(b)
+        except (OSError, http.client.HTTPException) as e:
+            raise _Retry(_describe(e)) from None
+        if n == 0 and resp.length:  # http.client returns 0, not an error, at a short body
+            raise _Retry(f"connection closed {resp.length} bytes before the end of the body")
+        self._pos += n
+        return n
+
+    def close(self) -> None:
+        self._close_conn()
+        super().close()
+
+
+def _close(resp: http.client.HTTPResponse, conn: http.client.HTTPConnection) -> None:
+    resp.close()
+    conn.close()
+
+
+def _range_start(content_range: str | None) -> int | None:
+    try:
+        return int((content_range or "").split()[1].split("-")[0])
+    except (IndexError, ValueError):
+        return None
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, socket.timeout):
+        return "timed out"
+    if isinstance(e, http.client.IncompleteRead):
+        return f"body cut off ({e.expected} bytes missing)" if e.expected else "body cut off"
+    return f"{type(e).__name__}: {e}"
+
+
+def open_remote(url: str, options: RemoteOptions | None = None) -> BinaryIO:
+    """A buffered binary stream of a remote shard (http(s) here; other protocols through
+    fsspec).
+
+    Raises:
+        ShardReadError: cannot be opened (after the retries, for HTTP), naming the URL.
+    """
+    scheme = url.split("://", 1)[0].lower()
+    if scheme in ("http", "https"):
+        return io.BufferedReader(HttpStream(url, options), buffer_size=1 << 20)
+    import fsspec
+
+    try:
+        return fsspec.open(url, "rb").open()
+    except Exception as e:  # fsspec backends raise their own types: name the URL
+        raise ShardReadError(f"cannot open shard: {type(e).__name__}: {e}", shard=url) from e
