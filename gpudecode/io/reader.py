@@ -27,7 +27,10 @@ import zlib
 from dataclasses import dataclass
 from typing import IO, Callable, Generator, Iterator, Literal, Sequence, cast
 
+import numpy as np
 import torch.utils.data
+
+from .. import _native
 
 from .._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
 from ..errors import (GpuDecodeError, LocatedError, OnError, ShardFormatError, ShardReadError, Skipped,
@@ -38,6 +41,7 @@ from .tario import BLOCK, Member, TarFault, index_file, is_metadata, iter_stream
 
 Even = Literal["pad", "drop"]
 _CHUNK = 64  # samples handed over per queue item
+_READ_BATCH = 256  # members read from a local shard per native call
 _GZIP_MAGIC = b"\x1f\x8b"
 
 __all__ = ["Sample", "Skipped", "ShardReader", "OnError", "iter_shard", "count_samples", "record_failure",
@@ -111,16 +115,25 @@ def iter_members(url: str, *, want: Callable[[str], bool] = lambda name: True,
                 fd = f.fileno()
                 size = os.fstat(fd).st_size
                 members, fault = index_file(fd, size)
-                for m in members:
-                    data = None
-                    if m.type == "0" and want(m.name):
-                        data = os.pread(fd, m.size, m.offset)
-                        if len(data) < m.size:
-                            yield TarFault(f"shard shrank while being read: member {m.name!r} needs {m.size} bytes "
-                                           f"at offset {m.offset}, {len(data)} left (the file was {size} bytes "
-                                           "when opened)", m.offset - BLOCK, m.name, io=True)
-                            return
-                    yield m, data
+                for start in range(0, len(members), _READ_BATCH):
+                    part = members[start:start + _READ_BATCH]
+                    wanted = [m for m in part if m.type == "0" and want(m.name)]
+                    datas, got, error = _native.read_ranges(fd, np.array([m.offset for m in wanted], np.int64),
+                                                            np.array([m.size for m in wanted], np.int64))
+                    if len(datas) < len(wanted):  # the file shrank, or failed, under the reader
+                        m = wanted[len(datas)]
+                        why = error or (f"shard shrank while being read: member {m.name!r} needs {m.size} bytes "
+                                        f"at offset {m.offset}, {got} left (the file was {size} bytes when opened)")
+                        ok = {id(w) for w in wanted[:len(datas)]}
+                        for mm in part:
+                            if mm is m:
+                                break
+                            yield mm, (datas[[id(w) for w in wanted].index(id(mm))] if id(mm) in ok else None)
+                        yield TarFault(why, m.offset - BLOCK, m.name, io=True)
+                        return
+                    data_of = dict(zip((id(m) for m in wanted), datas))
+                    for m in part:
+                        yield m, data_of.get(id(m))
                 if fault is not None:
                     yield fault
             except (OSError, EOFError, zlib.error, MemoryError, OverflowError) as e:
