@@ -190,7 +190,7 @@ def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, sha
                 flush(chunk, writer)
                 chunk = []
         flush(chunk, writer)
-        shards, counts = list(writer.shards), list(writer.counts)
+    shards, counts = list(writer.shards), list(writer.counts)
     if isinstance(decoder, str) and hasattr(dec, "close"):
         dec.close()
     skipped = list(reader.skipped) + skipped
