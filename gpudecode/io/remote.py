@@ -3,10 +3,11 @@ fsspec protocols (s3://, gs://, ...) through fsspec with their errors named.
 
 An HTTP read that stalls longer than `read_timeout`, a connection that drops, a body
 shorter than its Content-Length, or a 5xx/408/429 answer is retried up to `retries`
-times with exponential backoff; a retry asks for the rest of the body with `Range:
-bytes=N-` (or, from a server that ignores ranges, reads the body again and drops what
-was already taken). A 4xx answer is not retried. Every error names the URL, and the
-HTTP status where there is one.
+times in a row with exponential backoff (bytes received reset the count: a long stream
+survives separate hiccups); a retry asks for the rest of the body with `Range: bytes=N-`
+(or, from a server that ignores ranges, reads the body again and drops what was already
+taken). A 4xx answer is not retried. Every error names the URL, and the HTTP status
+where there is one.
 """
 from __future__ import annotations
 
@@ -34,7 +35,8 @@ class RemoteOptions:
     Args:
         connect_timeout: seconds to wait for a connection.
         read_timeout: seconds a read may wait for the next bytes (a stalled server).
-        retries: further tries after a failed one (connection, timeout, short body, 5xx).
+        retries: further tries after a failed one (connection, timeout, short body, 5xx),
+            in a row: a try that receives bytes resets the count.
         backoff: seconds before the first retry; doubled each time, at most 30 s.
     """
 
@@ -210,12 +212,18 @@ class HttpStream(io.RawIOBase):
                 self._skip -= len(dropped)
             if resp.status == 416:
                 return 0
-            n = resp.readinto(b)
+            # read1: what has arrived (one recv), so progress is counted byte for byte and a
+            # stall loses nothing already received (readinto would wait to fill all of b)
+            chunk = resp.read1(len(b))
         except (OSError, http.client.HTTPException) as e:
             raise _Retry(_describe(e)) from None
-        if n == 0 and resp.length:  # http.client returns 0, not an error, at a short body
+        n = len(chunk)
+        if n == 0 and resp.length:  # http.client returns b"", not an error, at a short body
             raise _Retry(f"connection closed {resp.length} bytes before the end of the body")
+        b[:n] = chunk
         self._pos += n
+        if n:
+            self._tries = 0  # progress: a later failure gets its own retries
         return n
 
     def close(self) -> None:
