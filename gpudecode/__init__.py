@@ -8,11 +8,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
-from .errors import (BackendUnavailableError, DecodeError, GpuDecodeError, KernelLaunchError, LabelError,
-                     ShardFormatError, ShardReadError, TransformError)
+from .errors import (BackendUnavailableError, ConcurrentIterationError, DecodeError, GpuDecodeError,
+                     KernelLaunchError, LabelError, ShardFormatError, ShardReadError, ShardWriteError, Skipped,
+                     TransformError)
 
 if TYPE_CHECKING:
     from .io.reader import Sample, ShardReader
+    from .io.remote import RemoteOptions
+    from .loader import Batch, Loader, LoaderIterator
     from ._probe import ImageInfo, probe, probe_batch
 
 _LAZY = {
@@ -23,6 +26,8 @@ _LAZY = {
     "ImageInfo": ("gpudecode._probe", "ImageInfo"),
     "expand_urls": ("gpudecode.io.shards", "expand_urls"),
     "Loader": ("gpudecode.loader", "Loader"),
+    "LoaderIterator": ("gpudecode.loader", "LoaderIterator"),
+    "RemoteOptions": ("gpudecode.io.remote", "RemoteOptions"),
     "Batch": ("gpudecode.loader", "Batch"),
     "transforms": ("gpudecode.transforms", None),
 }
@@ -45,6 +50,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
-    "__version__", "GpuDecodeError", "ShardFormatError", "ShardReadError", "DecodeError", "LabelError",
-    "BackendUnavailableError", "KernelLaunchError", "TransformError", *_LAZY,
+    "__version__", "GpuDecodeError", "ShardFormatError", "ShardReadError", "ShardWriteError", "DecodeError",
+    "LabelError", "BackendUnavailableError", "KernelLaunchError", "TransformError", "ConcurrentIterationError",
+    "Skipped", *_LAZY,
 ]
