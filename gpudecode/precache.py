@@ -23,7 +23,7 @@ import torch
 
 from ._version import __version__
 from .decode import DecodedBatch, DecoderName, Request, check_device, make_decoder
-from .errors import DecodeError, LocatedError
+from .errors import DecodeError, LocatedError, ShardWriteError
 from ._probe import DEFAULT_MAX_PIXELS, probe_samples
 from .errors import OnError, Skipped, check_on_error, record_failure
 from .io.reader import Sample, ShardReader, split_exts
@@ -205,9 +205,27 @@ def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, sha
         "skipped": [{"shard": s.shard, "key": s.key, "offset": s.offset, "reason": s.reason, "error": s.error}
                     for s in skipped],
     }
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".partial"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1)
-    os.replace(tmp, path)
+    write_json_atomic(path, doc)
     return PrecacheReport(shards, written, path, skipped)
+
+
+def write_json_atomic(path: str, doc: dict) -> None:
+    """Writes `doc` to `path` through `path.partial` and a rename.
+
+    Raises:
+        ShardWriteError: it could not be written (names the path; nothing partial is left).
+    """
+    tmp = path + ".partial"
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise ShardWriteError(f"cannot write the manifest: {e.strerror or e}", shard=path) from e

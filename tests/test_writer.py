@@ -1,0 +1,105 @@
+"""ShardWriter: atomic shards, keys of any length, refused keys, and write faults (disk
+full) that leave nothing partial behind and name the output."""
+from __future__ import annotations
+
+import errno
+import io
+import os
+import tarfile
+
+import pytest
+
+from gpudecode import ShardReader, ShardWriteError
+from gpudecode.io.writer import ShardWriter
+
+
+class FullDisk(io.FileIO):
+    """A file that refuses writes past `limit` bytes with ENOSPC, as a full disk does."""
+
+    limit = 4096
+
+    def write(self, b):  # type: ignore[override]
+        if self.tell() + len(b) > self.limit:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return super().write(b)
+
+
+class FullDiskWriter(ShardWriter):
+    def _open(self, path):
+        return FullDisk(path, "wb")
+
+
+def test_long_and_unicode_keys_round_trip(tmp_path):
+    keys = ["k" * 150, "dir/" * 40 + "x", "é/ü-" + "ç" * 80, "plain"]
+    with ShardWriter(str(tmp_path / "s-%03d.tar")) as w:
+        for i, k in enumerate(keys):
+            w.write({"__key__": k, "jpg": b"x" * (i + 1), "cls": str(i)})
+    assert w.shards == [str(tmp_path / "s-000.tar")] and w.counts == [4]
+    got = [(s.key, s.fields["jpg"], s.fields["cls"]) for s in ShardReader(w.shards)]
+    assert got == [(k, b"x" * (i + 1), str(i).encode()) for i, k in enumerate(keys)]
+    with tarfile.open(w.shards[0]) as tf:  # the reference reads the same names
+        assert [m.name for m in tf][::2] == [f"{k}.jpg" for k in keys]
+
+
+@pytest.mark.parametrize("key", ["", "a\0b", "a\nb", "/abs", "a/../b", "a//b", "./a", "a/.", "x.y", "d/x.y", 7])
+def test_bad_keys_are_refused(tmp_path, key):
+    with ShardWriter(str(tmp_path / "s-%03d.tar")) as w:
+        with pytest.raises(ValueError, match="key"):
+            w.write({"__key__": key, "jpg": b"x"})
+        w.write({"__key__": "ok", "jpg": b"x"})
+    assert [s.key for s in ShardReader(w.shards)] == ["ok"]
+
+
+def test_bad_fields_are_refused(tmp_path):
+    with ShardWriter(str(tmp_path / "s-%03d.tar")) as w:
+        with pytest.raises(ValueError, match="field"):
+            w.write({"__key__": "a", "jpg": 3})
+        with pytest.raises(ValueError, match="extension"):
+            w.write({"__key__": "a", "j/pg": b"x"})
+
+
+def test_disk_full_names_the_shard_and_leaves_nothing(tmp_path):
+    pattern = str(tmp_path / "out" / "s-%03d.tar")
+    w = FullDiskWriter(pattern, maxcount=2)
+    with pytest.raises(ShardWriteError, match="no space left on device") as ei:
+        with w:
+            for i in range(10):
+                w.write({"__key__": f"k{i}", "bin": os.urandom(1500)})
+    assert ei.value.shard == str(tmp_path / "out" / "s-000.tar")
+    assert isinstance(ei.value, OSError)
+    assert sorted(os.listdir(tmp_path / "out")) == []  # no .partial, no half shard
+    assert w.shards == []
+
+
+def test_disk_full_on_a_later_shard_keeps_the_complete_ones(tmp_path):
+    pattern = str(tmp_path / "s-%03d.tar")
+
+    class Later(ShardWriter):
+        def _open(self, path):
+            return FullDisk(path, "wb") if path.endswith("001.tar.partial") else open(path, "wb")
+
+    w = Later(pattern, maxcount=1)
+    with pytest.raises(ShardWriteError) as ei:
+        with w:
+            for i in range(4):
+                w.write({"__key__": f"k{i}", "bin": os.urandom(5000)})
+    assert ei.value.shard == str(tmp_path / "s-001.tar")
+    assert sorted(os.listdir(tmp_path)) == ["s-000.tar"]
+    assert [s.key for s in ShardReader(w.shards)] == ["k0"]
+
+
+def test_a_stale_partial_is_replaced(tmp_path):
+    stale = tmp_path / "s-000.tar.partial"
+    stale.write_bytes(b"left by a killed run")
+    with ShardWriter(str(tmp_path / "s-%03d.tar")) as w:
+        w.write({"__key__": "a", "cls": "1"})
+    assert sorted(os.listdir(tmp_path)) == ["s-000.tar"]
+
+
+def test_an_exception_in_the_with_block_removes_the_partial(tmp_path):
+    with pytest.raises(RuntimeError):
+        with ShardWriter(str(tmp_path / "s-%03d.tar"), maxcount=1) as w:
+            w.write({"__key__": "a", "cls": "1"})
+            w.write({"__key__": "b", "cls": "1"})
+            raise RuntimeError("stop")
+    assert sorted(os.listdir(tmp_path)) == ["s-000.tar"]
