@@ -5,7 +5,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: setup demo test test-sim bench sysdeps clean
+FUZZ_SECONDS ?= 60
+
+.PHONY: setup demo test test-sim bench sysdeps clean fuzz fuzz-replay
 
 # libjpeg-turbo's headers are needed to build gpudecode._native.
 sysdeps:
@@ -29,7 +31,18 @@ demo: setup
 test: setup
 	$(BIN)/ruff check gpudecode kernels tests bench
 	$(BIN)/mypy gpudecode kernels
+	$(BIN)/python tests/fuzz/run.py replay
 	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The saved fuzzing inputs through the C++ harnesses under g++'s ASan + UBSan (also in `make test`).
+fuzz-replay: setup
+	$(BIN)/python tests/fuzz/run.py replay
+
+# libFuzzer (clang) and atheris harnesses, FUZZ_SECONDS each (tests/fuzz/run.py; needs clang and
+# libclang-rt-14-dev: apt-get install clang libclang-rt-14-dev).
+fuzz: setup
+	$(BIN)/pip install -q atheris
+	$(BIN)/python tests/fuzz/run.py fuzz --seconds $(FUZZ_SECONDS)
 
 bench: setup
 	$(BIN)/python bench/reader.py

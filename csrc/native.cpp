@@ -57,7 +57,7 @@ py::tuple index_to_tuple(const TarIndex& idx) {
   std::copy(idx.offsets.begin(), idx.offsets.end(), offsets.mutable_data());
   std::copy(idx.sizes.begin(), idx.sizes.end(), sizes.mutable_data());
   py::bytes types(idx.types.data(), idx.types.size());
-  py::object err = idx.error.empty() ? py::object(py::none()) : py::object(py::str(idx.error));
+  py::object err = idx.error.empty() ? py::object(py::none()) : name_str(idx.error);  // may quote a raw name
   py::object member = idx.error_member.empty() ? py::object(py::none()) : name_str(idx.error_member);
   return py::make_tuple(names, offsets, sizes, types, err, idx.error_offset, member, idx.io_error);
 }
@@ -108,7 +108,7 @@ PYBIND11_MODULE(_native, m) {
             if (b.size() != size_t(kTarBlock)) throw py::value_error("a tar header is 512 bytes");
             const TarStep s = p.header(reinterpret_cast<const uint8_t*>(b.data()));
             return py::make_tuple(int(s.kind), py::bytes(&s.type, 1), name_str(s.name), s.header, s.data, s.size,
-                                  s.next, s.error.empty() ? py::object(py::none()) : py::object(py::str(s.error)));
+                                  s.next, s.error.empty() ? py::object(py::none()) : name_str(s.error));
           },
           py::arg("block"), "(kind, type, name, header offset, data offset, size, next header offset, error)")
       .def(
@@ -116,7 +116,7 @@ PYBIND11_MODULE(_native, m) {
           [](TarParser& p, py::bytes payload) {
             std::string_view b = payload;
             const std::string err = p.extended(reinterpret_cast<const uint8_t*>(b.data()), int64_t(b.size()));
-            return err.empty() ? py::object(py::none()) : py::object(py::str(err));
+            return err.empty() ? py::object(py::none()) : name_str(err);
           },
           py::arg("payload"), "Takes an extended header's payload: None, or the error.");
   m.def(
@@ -176,7 +176,11 @@ PYBIND11_MODULE(_native, m) {
   m.attr("TAR_EXTENDED_CUT") = kTarExtendedCut;
   m.attr("TAR_TRAILING_DATA") = kTarTrailingData;
   m.attr("TAR_MAX_SIZE") = kTarMaxSize;
-  m.def("tar_truncated_member", &tar_truncated_member, py::arg("name"), py::arg("need"), py::arg("left"));
+  m.def(
+      "tar_truncated_member",
+      [](py::bytes name, int64_t need, int64_t left) { return name_str(tar_truncated_member(name, need, left)); },
+      py::arg("name"), py::arg("need"), py::arg("left"),
+      "The message of a member cut off (name: its raw bytes, as in the archive).");
 
   m.def(
       "probe",

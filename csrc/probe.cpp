@@ -81,6 +81,8 @@ std::string probe_jpeg(const uint8_t* d, size_t n, ImageInfo& info) {
       }
       return "";
     }
+    // the whole segment must be there before anything in it is read (its length is the file's word)
+    if (pos + size_t(len) > n) return "truncated JPEG: segment cut off at byte " + std::to_string(pos);
     if (marker == 0xE0 && seglen >= 5 && std::memcmp(seg, "JFIF\0", 5) == 0) jfif = true;
     if (marker == 0xEE && seglen >= 12 && std::memcmp(seg, "Adobe", 5) == 0) adobe_transform = seg[11];
     pos += size_t(len);

@@ -110,7 +110,7 @@ def iter_members(url: str, *, want: Callable[[str], bool] = lambda name: True,
                 head = f.read(2)
                 if head == _GZIP_MAGIC:
                     f.seek(0)
-                    yield from iter_stream(_gunzip(f), want=want)
+                    yield from stream_members(f, url, want=want)
                     return
                 fd = f.fileno()
                 size = os.fstat(fd).st_size
@@ -142,14 +142,22 @@ def iter_members(url: str, *, want: Callable[[str], bool] = lambda name: True,
     stream = open_remote(url, remote)
     cancel = getattr(getattr(stream, "raw", None), "cancel", None)
     with stream, (group.cancelling(cancel) if group is not None and cancel is not None else contextlib.nullcontext()):
-        try:
-            head = stream.peek(2)[:2] if hasattr(stream, "peek") else b""
-            if head == _GZIP_MAGIC or (not head and url.endswith((".tgz", ".tar.gz"))):
-                yield from iter_stream(_gunzip(stream), want=want)
-            else:
-                yield from iter_stream(stream, want=want)
-        except (OSError, EOFError, zlib.error, MemoryError, OverflowError) as e:
-            raise _stream_error(e, url) from e
+        yield from stream_members(stream, url, want=want)
+
+
+def stream_members(stream: IO[bytes], url: str, *, want: Callable[[str], bool] = lambda name: True
+                   ) -> Iterator[tuple[Member, bytes | None] | TarFault]:
+    """iter_stream over a shard stream, gunzipped when its first bytes say gzip; the
+    stream's own exceptions (network, gzip CRC/length/deflate errors) come out as
+    ShardReadError / ShardFormatError naming `url`."""
+    try:
+        head = stream.peek(2)[:2] if hasattr(stream, "peek") else b""
+        if head == _GZIP_MAGIC or (not head and url.endswith((".tgz", ".tar.gz"))):
+            yield from iter_stream(_gunzip(stream), want=want)
+        else:
+            yield from iter_stream(stream, want=want)
+    except (OSError, EOFError, zlib.error, MemoryError, OverflowError) as e:
+        raise _stream_error(e, url) from e
 
 
 def split_exts(exts: str | Sequence[str]) -> list[str]:

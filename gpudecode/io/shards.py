@@ -18,6 +18,39 @@ ShardSpec = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 SHARD_SUFFIXES = (".tar", ".tgz", ".tar.gz")
 _LIST_SUFFIXES = (".txt", ".list", ".lst", ".shards")
 _AT_PATTERN = re.compile(r"^(.*)@(\d+)([^/]*)$")
+MAX_SHARDS = 1_000_000  # a pattern naming more is refused before it is expanded
+_RANGE = re.compile(r"(-?\d+|[A-Za-z])\.\.(-?\d+|[A-Za-z])(?:\.\.(-?\d+))?")
+
+
+def _count_bound(spec: str) -> float:
+    """An upper bound of how many strings braceexpand makes of `spec`: the product of
+    every brace group's size (a range's length, a list's items), nested ones included."""
+    bound = 1.0
+    stack: list[tuple[int, int]] = []  # (position after "{", commas at that depth)
+    i = 0
+    while i < len(spec):
+        ch = spec[i]
+        if ch == "\\":
+            i += 2
+            continue
+        if ch == "{":
+            stack.append((i + 1, 0))
+        elif ch == "," and stack:
+            start, commas = stack[-1]
+            stack[-1] = (start, commas + 1)
+        elif ch == "}" and stack:
+            start, commas = stack.pop()
+            m = _RANGE.fullmatch(spec[start:i])
+            if commas:
+                bound *= commas + 1
+            elif m:
+                a, b, step = m.groups()
+                if len(a) > 18 or len(b) > 18 or (step is not None and len(step) > 18):
+                    return float("inf")
+                lo, hi = (int(a), int(b)) if a.lstrip("-").isdigit() else (ord(a), ord(b))
+                bound *= abs(hi - lo) // max(1, abs(int(step or 1))) + 1
+        i += 1
+    return bound
 
 
 def is_local(url: str) -> bool:
@@ -28,14 +61,18 @@ def local_path(url: str) -> str:
     return url[len("file://"):] if url.startswith("file://") else url
 
 
-def _expand_one(spec: str) -> list[str]:
+def _expand_one(spec: str, seen: frozenset[str] = frozenset()) -> list[str]:
     if "::" in spec:  # webdataset's separator of several patterns in one string
-        return [u for part in spec.split("::") for u in _expand_one(part)]
+        return [u for part in spec.split("::") for u in _expand_one(part, seen)]
     m = _AT_PATTERN.match(spec)
     if m and "://" not in m.group(3):
         # dlinputs' shard-count pattern: imagenet-@001000.tgz -> imagenet-000000.tgz .. -000999.tgz
         prefix, digits, suffix = m.groups()
+        if len(digits) > 7 or int(digits) > MAX_SHARDS:
+            raise ValueError(f"shard pattern {spec!r} names more than {MAX_SHARDS} shards")
         return [f"{prefix}{i:0{len(digits)}d}{suffix}" for i in range(int(digits))]
+    if _count_bound(spec) > MAX_SHARDS:
+        raise ValueError(f"shard pattern {spec!r} names more than {MAX_SHARDS} shards")
     urls = list(braceexpand.braceexpand(spec))
     if len(urls) != 1:
         return urls
@@ -48,6 +85,9 @@ def _expand_one(spec: str) -> list[str]:
                 raise ShardReadError("directory holds no .tar/.tgz/.tar.gz shards", shard=url)
             return found
         if path.suffix in _LIST_SUFFIXES and path.is_file():
+            key = os.path.realpath(path)
+            if key in seen:
+                raise ValueError(f"shard list {url!r} includes itself")
             out = []
             for line in path.read_text().splitlines():
                 line = line.strip()
@@ -55,7 +95,7 @@ def _expand_one(spec: str) -> list[str]:
                     continue
                 if is_local(line) and not os.path.isabs(local_path(line)):
                     line = str(path.parent / local_path(line))
-                out.extend(_expand_one(line))
+                out.extend(_expand_one(line, seen | {key}))
             return out
     return [url]
 
@@ -76,6 +116,8 @@ def expand_urls(urls: ShardSpec) -> list[str]:
     out: list[str] = []
     for spec in specs:
         out.extend(_expand_one(spec))
+        if len(out) > MAX_SHARDS:
+            raise ValueError(f"more than {MAX_SHARDS} shards named")
     return out
 
 

@@ -172,7 +172,7 @@ def iter_stream(stream: IO[bytes], *, want: Callable[[str], bool] = lambda name:
         else:
             got = _skip(stream, _padded(size))
         if got < size:
-            yield TarFault(nat.tar_truncated_member(name, size, got), header, name)
+            yield TarFault(nat.tar_truncated_member(name.encode("utf-8", "surrogateescape"), size, got), header, name)
             return
         if payload is not None and len(payload) != size:
             payload = payload[:size]

@@ -1,0 +1,36 @@
+"""atheris entry point for the Python fuzz targets of harness.py:
+
+    python tests/fuzz/fuzz_py.py TARGET [libFuzzer flags] [corpus dirs]
+
+TARGET is one of harness.TARGETS. gpudecode's own modules are instrumented for coverage."""
+from __future__ import annotations
+
+import os
+import sys
+
+import atheris
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+with atheris.instrument_imports(include=["gpudecode"]):
+    import gpudecode.io.reader  # noqa: F401
+    import gpudecode.io.shards  # noqa: F401
+    import gpudecode.io.tario  # noqa: F401
+    import gpudecode.labels  # noqa: F401
+    import gpudecode.tensors  # noqa: F401
+    import gpudecode._probe  # noqa: F401
+    import gpudecode.decode.cpu  # noqa: F401
+
+import harness  # noqa: E402
+
+
+def main() -> None:
+    if len(sys.argv) < 2 or sys.argv[1] not in harness.TARGETS:
+        sys.exit(f"usage: fuzz_py.py {{{'|'.join(harness.TARGETS)}}} [libFuzzer flags] [corpus dirs]")
+    target = getattr(harness, sys.argv.pop(1))
+    atheris.Setup(sys.argv, target)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

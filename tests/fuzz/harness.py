@@ -1,0 +1,146 @@
+"""Python fuzz targets: each takes bytes and fails (raises AssertionError, or lets an
+unexpected exception through) when gpudecode breaks a promise on them. atheris drives
+them (`fuzz_py.py TARGET`, `make fuzz`); the test suite replays the saved corpus and
+every regression input through them (tests/test_fuzz_corpus.py).
+
+Promises checked:
+- tar_stream: the stream parser and the native index agree exactly (members, data,
+  fault message, offset, member), plain and gzipped.
+- gzip_path: a .tar.gz stream through the reader gives members and a TarFault, or the
+  project's own ShardFormatError / ShardReadError; never another exception.
+- labels: a label is an int64 integer equal to what the text or JSON says, or LabelError.
+- shard_list: shard specs expand to a list of str, or ValueError / GpuDecodeError.
+- npy: a tensor sample is read within its bytes, or ValueError.
+- image: probe + CPU decode on hostile bytes give pixels of the probed size or the
+  project's DecodeError / a per-image error string; never another exception.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import re
+import tempfile
+
+TARGETS = ("tar_stream", "gzip_path", "labels", "shard_list", "npy", "image")
+
+
+def _stream_view(stream):
+    from gpudecode.io.tario import TarFault, iter_stream
+
+    members, fault = [], None
+    for item in iter_stream(stream):
+        if isinstance(item, TarFault):
+            fault = (item.message, item.offset, item.member, item.io)
+        else:
+            m, d = item
+            members.append((m.name, m.offset, m.type, d if d is not None else b""))
+    return members, fault
+
+
+def tar_stream(data: bytes) -> None:
+    from gpudecode.io.tario import index_buffer
+
+    idx, fault = index_buffer(data)
+    native = ([(m.name, m.offset, m.type, data[m.offset:m.offset + m.size] if m.type == "0" else b"") for m in idx],
+              None if fault is None else (fault.message, fault.offset, fault.member, fault.io))
+    assert _stream_view(io.BytesIO(data)) == native, "stream parser and native index disagree"
+    assert _stream_view(gzip.GzipFile(fileobj=io.BytesIO(gzip.compress(data, 1)))) == native, "gzip stream disagrees"
+
+
+def gzip_path(data: bytes) -> None:
+    from gpudecode.errors import ShardFormatError, ShardReadError
+    from gpudecode.io.reader import stream_members
+
+    stream = io.BufferedReader(io.BytesIO(data))  # type: ignore[arg-type]
+    try:
+        for _ in stream_members(stream, "fuzz.tar.gz"):
+            pass
+    except (ShardFormatError, ShardReadError) as e:
+        assert e.shard == "fuzz.tar.gz"
+
+
+_TEXT_INT = re.compile(rb"\s*[+-]?[0-9]+\s*")
+
+
+def labels(data: bytes) -> None:
+    from gpudecode.errors import LabelError
+    from gpudecode.labels import parse_label
+
+    for ext in ("cls", "json"):
+        try:
+            v = parse_label({ext: data}, [ext], shard="s", key="k")
+        except LabelError as e:
+            assert e.shard == "s" and e.key == "k"
+            continue
+        assert type(v) is int and -(1 << 63) <= v < (1 << 63)
+        if ext == "cls":
+            assert _TEXT_INT.fullmatch(data) and v == int(data)
+        else:
+            doc = json.loads(data)
+            assert doc["label"] == v and type(doc["label"]) is int
+
+
+def shard_list(data: bytes) -> None:
+    from gpudecode.errors import GpuDecodeError
+    from gpudecode.io.shards import expand_urls
+
+    spec = data.decode("utf-8", "surrogateescape")
+    cwd = os.getcwd()
+    with tempfile.TemporaryDirectory() as d:
+        os.chdir(d)
+        try:
+            urls = expand_urls(spec)
+            assert isinstance(urls, list) and all(isinstance(u, str) for u in urls)
+        except (ValueError, GpuDecodeError):
+            pass
+        finally:
+            os.chdir(cwd)
+
+
+def npy(data: bytes) -> None:
+    from gpudecode.tensors import npy_layout, npy_rgb
+
+    try:
+        h, w, off = npy_layout(data)
+    except ValueError:
+        return
+    assert h >= 1 and w >= 1 and off + h * w * 3 <= len(data)
+    assert npy_rgb(data).shape == (h, w, 3)
+
+
+def image(data: bytes) -> None:
+    from gpudecode._probe import probe_samples
+    from gpudecode.decode import Request
+    from gpudecode.decode.cpu import CpuDecoder
+    from gpudecode.errors import DecodeError
+    from gpudecode.io.reader import Sample
+
+    errors: list = []
+
+    def fail(e):
+        assert isinstance(e, DecodeError) and e.shard == "s" and e.key == "k", repr(e)
+        errors.append(e)
+
+    probed = probe_samples([Sample("k", {"jpg": data}, "s", 0)], ["jpg"], 1 << 22, fail)
+    if not probed:
+        return
+    p = probed[0]
+    dec = _decoder()
+    for box in ((0, 0, p.height, p.width), (p.height // 3, p.width // 4, max(1, p.height // 2), max(1, p.width // 2))):
+        out = dec.decode([Request(p.data, p.format, p.height, p.width, box, "s", "k")])
+        if out.errors[0] is None:
+            assert tuple(out.shapes[0]) == box[2:], (out.shapes[0], box)
+
+
+_DECODER = None
+
+
+def _decoder():
+    global _DECODER
+    if _DECODER is None:
+        from gpudecode.decode.cpu import CpuDecoder
+
+        _DECODER = CpuDecoder(num_threads=1, max_pixels=1 << 22)
+    return _DECODER

@@ -1,0 +1,100 @@
+"""Seed corpora for every fuzz target, from what the repository already builds: the tar
+corpus (tests/tarcorpus.py), webdataset-style shards of real photos, JPEG/PNG/WebP
+encodings of scikit-image's photographs (several subsamplings, progressive, grey, CMYK,
+palette, 16-bit), labels, shard specs and tensor samples.
+
+    python tests/fuzz/make_seeds.py OUT_DIR
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+
+def photos() -> list[np.ndarray]:
+    from skimage import data
+
+    out = []
+    for name in ("astronaut", "coffee", "chelsea", "camera"):
+        img = getattr(data, name)()
+        if img.ndim == 2:
+            img = np.stack([img] * 3, -1)
+        out.append(np.ascontiguousarray(img[::8, ::8, :3]))  # small: the fuzzers prefer short inputs
+    return out
+
+
+def images() -> dict[str, bytes]:
+    from PIL import Image
+
+    out = {}
+    for i, img in enumerate(photos()):
+        im = Image.fromarray(img)
+        for tag, fmt, kw in [("q90", "JPEG", {"quality": 90}), ("444", "JPEG", {"subsampling": 0}),
+                             ("422", "JPEG", {"subsampling": 1}), ("prog", "JPEG", {"progressive": True}),
+                             ("png", "PNG", {}), ("webp", "WEBP", {"quality": 50})]:
+            b = io.BytesIO()
+            im.save(b, fmt, **kw)
+            out[f"{i}-{tag}"] = b.getvalue()
+        for mode in ("L", "CMYK", "P"):
+            b = io.BytesIO()
+            im.convert(mode).save(b, "PNG" if mode == "P" else "JPEG")
+            out[f"{i}-{mode}"] = b.getvalue()
+    b = io.BytesIO()
+    Image.fromarray((photos()[3][..., 0].astype(np.uint16) * 257)).save(b, "PNG")
+    out["png16"] = b.getvalue()
+    return out
+
+
+def main(out: Path) -> None:
+    import tarcorpus
+
+    from gpudecode.io.writer import ShardWriter
+    from gpudecode.tensors import encode_npy
+
+    out.mkdir(parents=True, exist_ok=True)
+    imgs = images()
+    dirs = {t: out / t for t in ("tar", "probe", "jpeg", "batch", "tar_stream", "gzip_path", "labels",
+                                 "shard_list", "npy", "image")}
+    for d in dirs.values():
+        d.mkdir(exist_ok=True)
+    tars = [c.data[:1 << 15] for c in tarcorpus.cases()]
+    with ShardWriter(str(out / "shard-%d.tar")) as w:
+        for k, (name, data) in enumerate(list(imgs.items())[:3]):
+            w.write({"__key__": f"{name}", "jpg": data[:3000], "cls": str(k)})
+    tars.append(Path(w.shards[0]).read_bytes())
+    os.unlink(w.shards[0])
+    for i, t in enumerate(tars):
+        for d in ("tar", "tar_stream"):
+            (dirs[d] / f"t{i:03d}").write_bytes(t)
+        (dirs["gzip_path"] / f"t{i:03d}").write_bytes(gzip.compress(t))
+    for name, data in imgs.items():
+        (dirs["probe"] / name).write_bytes(data)
+        (dirs["image"] / name).write_bytes(data)
+        if data[:2] == b"\xff\xd8":
+            (dirs["jpeg"] / name).write_bytes(bytes([0, 10, 20, 200, 200, 0, 0, 0]) + data)
+            (dirs["jpeg"] / (name + "-fast")).write_bytes(bytes([3, 60, 60, 100, 100, 0, 0, 0]) + data)
+    jpegs = [d for d in imgs.values() if d[:2] == b"\xff\xd8"]
+    for i in range(0, len(jpegs) - 1, 2):
+        a, b = jpegs[i], jpegs[i + 1]
+        (dirs["batch"] / f"b{i}").write_bytes(bytes([1, 0x81]) + len(a).to_bytes(2, "big") + a + b)
+    for i, lab in enumerate([b"7", b"-3\n", b" 42 ", b"3.7", b"true", b"9223372036854775807", b"9223372036854775808",
+                             b'{"label": 5}', b'{"label": 5.0}', b'{"label": true}', b'[[[[1]]]]', b'{"label": 1e400}']):
+        (dirs["labels"] / f"l{i}").write_bytes(lab)
+    for i, spec in enumerate([b"train-{000000..000009}.tar", b"a.tar::b.tar", b"imagenet-@000010.tgz",
+                              b"s3://bucket/x-{0..3}.tar", b"file:///tmp/x.tar", b"shards.txt", b"{a,b}{1..3}.tar"]):
+        (dirs["shard_list"] / f"s{i}").write_bytes(spec)
+    for i, img in enumerate(photos()[:2]):
+        (dirs["npy"] / f"n{i}").write_bytes(encode_npy(img[:16, :16]))
+    print(f"seeds in {out}")
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))

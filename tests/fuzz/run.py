@@ -1,0 +1,169 @@
+"""Build and run gpudecode's fuzzers, or replay their saved inputs under sanitizers.
+
+    python tests/fuzz/run.py fuzz [--seconds N] [--targets a,b] [--jobs J]
+        libFuzzer harnesses (clang, -fsanitize=fuzzer,address,undefined) for every C++
+        entry point, and atheris harnesses for the Python parsers, N seconds each,
+        starting from seeds (make_seeds.py), the saved corpus (tests/fuzz/corpus/) and the
+        regression inputs (tests/fuzz/regressions/). Crashing inputs are written to
+        tests/fuzz/crashes/ (move each, once fixed, to regressions/<target>/). Prints and
+        writes (build/fuzz/summary.json) the executions and findings of each target.
+
+    python tests/fuzz/run.py merge
+        minimizes each target's working corpus into tests/fuzz/corpus/<target>.
+
+    python tests/fuzz/run.py replay
+        builds the C++ harnesses with g++ -fsanitize=address,undefined and a plain main
+        (no libFuzzer needed) and replays the saved corpus and regressions through them:
+        what `make test` runs. (The Python targets are replayed by pytest.)
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FUZZ = ROOT / "tests" / "fuzz"
+BUILD = ROOT / "build" / "fuzz"
+SOURCES = [ROOT / "csrc" / n for n in ("tar.cpp", "probe.cpp", "jpeg_decode.cpp", "batch.cpp")]
+CPP = {"tar": 1 << 15, "probe": 4096, "jpeg": 1 << 15, "batch": 1 << 16}  # target: -max_len
+PY = {"tar_stream": 1 << 14, "gzip_path": 1 << 14, "labels": 256, "shard_list": 256, "npy": 4096, "image": 1 << 15}
+FLAGS = ["-std=c++17", "-g", "-I", str(ROOT / "csrc")]
+LIBS = ["-ljpeg", "-lpthread"]
+
+
+def _jpeg_flags() -> list[str]:
+    out = subprocess.run(["pkg-config", "--cflags", "--libs", "libjpeg"], capture_output=True, text=True)
+    return out.stdout.split() if out.returncode == 0 else []
+
+
+def build_fuzzers(targets: list[str]) -> None:
+    cxx = shutil.which("clang++") or shutil.which("clang++-14")
+    if cxx is None:
+        sys.exit("clang++ is needed for libFuzzer (apt-get install clang libclang-rt-14-dev)")
+    BUILD.mkdir(parents=True, exist_ok=True)
+    for t in targets:
+        cmd = [cxx, *FLAGS, "-O1", "-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=all",
+               str(FUZZ / f"{t}_fuzzer.cpp"), *map(str, SOURCES), *_jpeg_flags(), *LIBS, "-o", str(BUILD / t)]
+        subprocess.run(cmd, check=True)
+
+
+def build_replay(targets: list[str]) -> dict[str, Path]:
+    cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
+    if cxx is None:
+        sys.exit("a C++ compiler is needed")
+    out = {}
+    (BUILD / "replay").mkdir(parents=True, exist_ok=True)
+    for t in targets:
+        exe = BUILD / "replay" / t
+        cmd = [cxx, *FLAGS, "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+               "-fno-omit-frame-pointer", str(FUZZ / f"{t}_fuzzer.cpp"), str(FUZZ / "replay_main.cpp"),
+               *map(str, SOURCES), *_jpeg_flags(), *LIBS, "-o", str(exe)]
+        subprocess.run(cmd, check=True)
+        out[t] = exe
+    return out
+
+
+def saved(target: str) -> list[Path]:
+    return [d for d in (FUZZ / "corpus" / target, FUZZ / "regressions" / target) if d.is_dir()]
+
+
+def _stats(log: str) -> dict:
+    runs = re.findall(r"stat::number_of_executed_units:\s*(\d+)", log)
+    done = re.findall(r"Done (\d+) runs in (\d+) second", log)
+    execs = int(runs[-1]) if runs else (int(done[-1][0]) if done else 0)
+    cov = re.findall(r"cov: (\d+)", log)
+    return {"executions": execs, "coverage": int(cov[-1]) if cov else None}
+
+
+def fuzz(targets: list[str], seconds: int, jobs: int) -> int:
+    cpp = [t for t in targets if t in CPP]
+    if cpp:
+        build_fuzzers(cpp)
+    subprocess.run([sys.executable, str(FUZZ / "make_seeds.py"), str(BUILD / "seeds")], check=True)
+    seeds = {"tar": "tar", "probe": "probe", "jpeg": "jpeg", "batch": "batch", **{t: t for t in PY}}
+    crashes = FUZZ / "crashes"
+    crashes.mkdir(exist_ok=True)
+    procs = []
+    for t in targets:
+        work = BUILD / "corpus" / t
+        work.mkdir(parents=True, exist_ok=True)
+        cmd = ([str(BUILD / t)] if t in CPP else [sys.executable, str(FUZZ / "fuzz_py.py"), t])
+        cmd += [f"-max_total_time={seconds}", f"-max_len={(CPP | PY)[t]}", "-rss_limit_mb=3072", "-timeout=20",
+                f"-artifact_prefix={crashes}/{t}-", "-print_final_stats=1", str(work),
+                str(BUILD / "seeds" / seeds[t]), *map(str, saved(t))]
+        log = open(BUILD / f"{t}.log", "w")
+        procs.append((t, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT), log, time.time()))
+        while sum(p.poll() is None for _, p, _, _ in procs) >= jobs:
+            time.sleep(1)
+    summary = {}
+    ended: dict[str, float] = {}
+    while len(ended) < len(procs):
+        for t, p, _, _ in procs:
+            if t not in ended and p.poll() is not None:
+                ended[t] = time.time()
+        time.sleep(0.5)
+    for t, p, log, started in procs:
+        rc = p.wait()
+        log.close()
+        text = (BUILD / f"{t}.log").read_text(errors="replace")
+        found = sorted(str(c.relative_to(ROOT)) for c in crashes.glob(f"{t}-*"))
+        summary[t] = {**_stats(text), "seconds": round(ended[t] - started), "exit": rc, "findings": found}
+        print(f"{t:12s} {summary[t]['executions']:>10d} runs in {summary[t]['seconds']:>5d} s  exit {rc}  "
+              f"{len(found)} finding(s)")
+    (BUILD / "summary.json").write_text(json.dumps(summary, indent=1))
+    return 0 if all(s["exit"] == 0 and not s["findings"] for s in summary.values()) else 1
+
+
+def merge(targets: list[str]) -> None:
+    cpp = [t for t in targets if t in CPP]
+    if cpp:
+        build_fuzzers(cpp)
+    for t in targets:
+        dest = FUZZ / "corpus" / t
+        dest.mkdir(parents=True, exist_ok=True)
+        cmd = ([str(BUILD / t)] if t in CPP else [sys.executable, str(FUZZ / "fuzz_py.py"), t])
+        subprocess.run(cmd + ["-merge=1", f"-max_len={(CPP | PY)[t]}", str(dest), str(BUILD / "corpus" / t)],
+                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        print(f"{t}: {len(list(dest.iterdir()))} inputs saved")
+
+
+def replay(targets: list[str]) -> int:
+    exes = build_replay([t for t in targets if t in CPP])
+    for t, exe in exes.items():
+        dirs = [str(d) for d in saved(t)]
+        r = subprocess.run([str(exe), *dirs], capture_output=True, text=True)
+        print(f"{t}: {r.stdout.strip()}{' FAILED' if r.returncode else ''}")
+        if r.returncode:
+            print(r.stderr[-4000:], file=sys.stderr)
+            return 1
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", choices=["fuzz", "merge", "replay"])
+    ap.add_argument("--seconds", type=int, default=60, help="per target (fuzz)")
+    ap.add_argument("--targets", default=",".join([*CPP, *PY]))
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="fuzzers run at once")
+    a = ap.parse_args()
+    targets = [t for t in a.targets.split(",") if t]
+    unknown = set(targets) - set(CPP) - set(PY)
+    if unknown:
+        sys.exit(f"unknown targets: {sorted(unknown)}")
+    if a.mode == "fuzz":
+        return fuzz(targets, a.seconds, a.jobs)
+    if a.mode == "merge":
+        merge(targets)
+        return 0
+    return replay(targets)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+// libFuzzer harness: the tar index over memory, and over a file read with pread through
+// read-ahead windows of two sizes. All three must agree exactly (one state machine,
+// three ways to feed it), and every result must hold the index's invariants.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "tar.h"
+
+using gpudecode::TarIndex;
+
+static void check(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "tar_fuzzer: %s\n", what);
+    std::abort();
+  }
+}
+
+static void same(const TarIndex& a, const TarIndex& b) {
+  check(a.names == b.names, "names differ between drivers");
+  check(a.offsets == b.offsets && a.sizes == b.sizes && a.types == b.types, "members differ between drivers");
+  check(a.error == b.error && a.error_offset == b.error_offset, "faults differ between drivers");
+  check(a.error_member == b.error_member, "cut-off member differs between drivers");
+  check(!a.io_error && !b.io_error, "io error on an unchanging file");
+}
+
+static int memfd() {
+  static int fd = -1;
+  if (fd < 0) fd = memfd_create("tar_fuzzer", 0);
+  return fd;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const TarIndex mem = gpudecode::index_tar(data, size);
+  int64_t last = -1;
+  for (size_t i = 0; i < mem.offsets.size(); ++i) {
+    check(mem.offsets[i] > last, "member offsets do not strictly advance");
+    check(mem.sizes[i] >= 0 && mem.offsets[i] + mem.sizes[i] <= int64_t(size), "member outside the data");
+    check(mem.offsets[i] % 512 == 0, "member data not block aligned");
+    last = mem.offsets[i];
+  }
+  check(mem.error.empty() == (mem.error_offset < 0), "error and its offset disagree");
+  const int fd = memfd();
+  check(fd >= 0, "memfd_create failed");
+  check(ftruncate(fd, 0) == 0, "ftruncate failed");
+  check(size == 0 || pwrite(fd, data, size, 0) == ssize_t(size), "pwrite failed");
+  same(mem, gpudecode::index_tar_fd(fd, int64_t(size), 512));
+  same(mem, gpudecode::index_tar_fd(fd, int64_t(size), 1 << 16));
+  // the same file, announced larger than it is: an io error, never a crash
+  const TarIndex grown = gpudecode::index_tar_fd(fd, int64_t(size) + 4096, 512);
+  check(grown.io_error || !grown.error.empty(), "a shrunken file read as whole");
+  return 0;
+}
