@@ -113,7 +113,6 @@ def npy(data: bytes) -> None:
 def image(data: bytes) -> None:
     from gpudecode._probe import probe_samples
     from gpudecode.decode import Request
-    from gpudecode.decode.cpu import CpuDecoder
     from gpudecode.errors import DecodeError
     from gpudecode.io.reader import Sample
 
