@@ -25,11 +25,24 @@ void on_error_exit(j_common_ptr cinfo) {
   longjmp(err->jump, 1);
 }
 
-// Warnings: a premature end of data means a truncated file; refuse it rather than
-// return grey-filled rows. Other warnings (extraneous bytes, ...) are tolerated,
-// as Pillow tolerates them.
+// Warnings that mean the pixels are wrong are errors: libjpeg would go on and fill the
+// rest of the image with grey (a premature end of data, a marker or a bad code inside
+// the entropy-coded data, a lost restart marker). Nothing damaged is returned as if it
+// were whole. Warnings that leave the pixels right (extraneous bytes between markers,
+// an odd JFIF version or progression) are tolerated, as Pillow tolerates them.
 void on_emit_message(j_common_ptr cinfo, int msg_level) {
-  if (msg_level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) on_error_exit(cinfo);
+  if (msg_level != -1) return;
+  switch (cinfo->err->msg_code) {
+    case JWRN_JPEG_EOF:
+    case JWRN_HIT_MARKER:
+    case JWRN_HUFF_BAD_CODE:
+    case JWRN_ARITH_BAD_CODE:
+    case JWRN_MUST_RESYNC:
+      on_error_exit(cinfo);
+      break;
+    default:
+      break;
+  }
 }
 
 // Pillow's conversion of Adobe (inverted) CMYK to RGB, so both agree exactly:

@@ -22,6 +22,7 @@ import gzip
 import os
 import queue
 import random
+import tempfile
 import threading
 import zlib
 from dataclasses import dataclass
@@ -95,9 +96,12 @@ def iter_members(url: str, *, want: Callable[[str], bool] = lambda name: True,
     """(member, data) for every member of a shard (data None where want(name) is False,
     or for a link), then a last TarFault if the tar is refused.
 
-    Local uncompressed shards are indexed natively and their members read with pread;
-    gzip (by content) and remote shards go through the stream driver. With `group`, its
-    stop() cancels a remote read blocked on the network.
+    Local uncompressed shards are indexed natively and their members read with pread.
+    A gzip shard (by content, local or remote) is first decompressed into an anonymous
+    temporary file (in GPUDECODE_TMPDIR, else the system's), reading the gzip stream to its
+    end so its CRC and length are checked before any sample is delivered; the file is then
+    read as a local shard. Remote uncompressed shards are parsed as streams. With `group`,
+    its stop() cancels a remote read blocked on the network.
 
     Raises:
         ShardReadError: the shard cannot be opened or read (names it).
@@ -106,43 +110,70 @@ def iter_members(url: str, *, want: Callable[[str], bool] = lambda name: True,
     if _shards.is_local(url):
         f = _open_local(_shards.local_path(url), url)
         with f:
-            try:
-                head = f.read(2)
-                if head == _GZIP_MAGIC:
-                    f.seek(0)
-                    yield from stream_members(f, url, want=want)
-                    return
-                fd = f.fileno()
-                size = os.fstat(fd).st_size
-                members, fault = index_file(fd, size)
-                for start in range(0, len(members), _READ_BATCH):
-                    part = members[start:start + _READ_BATCH]
-                    wanted = [m for m in part if m.type == "0" and want(m.name)]
-                    datas, got, error = _native.read_ranges(fd, np.array([m.offset for m in wanted], np.int64),
-                                                            np.array([m.size for m in wanted], np.int64))
-                    if len(datas) < len(wanted):  # the file shrank, or failed, under the reader
-                        m = wanted[len(datas)]
-                        why = error or (f"shard shrank while being read: member {m.name!r} needs {m.size} bytes "
-                                        f"at offset {m.offset}, {got} left (the file was {size} bytes when opened)")
-                        ok = {id(w) for w in wanted[:len(datas)]}
-                        for mm in part:
-                            if mm is m:
-                                break
-                            yield mm, (datas[[id(w) for w in wanted].index(id(mm))] if id(mm) in ok else None)
-                        yield TarFault(why, m.offset - BLOCK, m.name, io=True)
-                        return
-                    data_of = dict(zip((id(m) for m in wanted), datas))
-                    for m in part:
-                        yield m, data_of.get(id(m))
-                if fault is not None:
-                    yield fault
-            except (OSError, EOFError, zlib.error, MemoryError, OverflowError) as e:
-                raise _stream_error(e, url) from e
+            if f.peek(2)[:2] == _GZIP_MAGIC:
+                with _spooled(f, url) as tmp:
+                    yield from _file_members(tmp, url, want)
+            else:
+                yield from _file_members(f, url, want)
         return
     stream = open_remote(url, remote)
     cancel = getattr(getattr(stream, "raw", None), "cancel", None)
     with stream, (group.cancelling(cancel) if group is not None and cancel is not None else contextlib.nullcontext()):
-        yield from stream_members(stream, url, want=want)
+        if stream.peek(2)[:2] == _GZIP_MAGIC:
+            with _spooled(stream, url) as tmp:
+                yield from _file_members(tmp, url, want)
+        else:
+            yield from stream_members(stream, url, want=want)
+
+
+@contextlib.contextmanager
+def _spooled(stream: IO[bytes], url: str) -> Iterator[IO[bytes]]:
+    """The gunzipped bytes of `stream` in an anonymous temporary file, CRC and length checked."""
+    tmp = tempfile.TemporaryFile(dir=os.environ.get("GPUDECODE_TMPDIR") or None)
+    try:
+        try:
+            gz = _gunzip(stream)
+            while True:
+                chunk = gz.read(1 << 20)
+                if not chunk:
+                    break
+                tmp.write(chunk)
+            tmp.flush()
+        except (OSError, EOFError, zlib.error, MemoryError, OverflowError) as e:
+            raise _stream_error(e, url) from e
+        yield tmp  # type: ignore[misc]
+    finally:
+        tmp.close()
+
+
+def _file_members(f: IO[bytes], url: str, want: Callable[[str], bool]
+                  ) -> Iterator[tuple[Member, bytes | None] | TarFault]:
+    try:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        members, fault = index_file(fd, size)
+        for start in range(0, len(members), _READ_BATCH):
+            part = members[start:start + _READ_BATCH]
+            wanted = [m for m in part if m.type == "0" and want(m.name)]
+            datas, got, error = _native.read_ranges(fd, np.array([m.offset for m in wanted], np.int64),
+                                                    np.array([m.size for m in wanted], np.int64))
+            data_of = dict(zip((id(m) for m in wanted), datas))
+            if len(datas) < len(wanted):  # the file shrank, or failed, under the reader
+                m = wanted[len(datas)]
+                for mm in part:
+                    if mm is m:
+                        break
+                    yield mm, data_of.get(id(mm))
+                why = error or (f"shard shrank while being read: member {m.name!r} needs {m.size} bytes "
+                                f"at offset {m.offset}, {got} left (the file was {size} bytes when opened)")
+                yield TarFault(why, m.offset - BLOCK, m.name, io=True)
+                return
+            for m in part:
+                yield m, data_of.get(id(m))
+        if fault is not None:
+            yield fault
+    except (OSError, MemoryError, OverflowError) as e:
+        raise _stream_error(e, url) from e
 
 
 def stream_members(stream: IO[bytes], url: str, *, want: Callable[[str], bool] = lambda name: True

@@ -19,7 +19,6 @@ import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass
-from typing import BinaryIO
 
 from ..errors import ShardReadError
 
@@ -251,9 +250,9 @@ def _describe(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
 
 
-def open_remote(url: str, options: RemoteOptions | None = None) -> BinaryIO:
-    """A buffered binary stream of a remote shard (http(s) here; other protocols through
-    fsspec).
+def open_remote(url: str, options: RemoteOptions | None = None) -> io.BufferedReader:
+    """A buffered binary stream (with peek) of a remote shard (http(s) here; other
+    protocols through fsspec).
 
     Raises:
         ShardReadError: cannot be opened (after the retries, for HTTP), naming the URL.
@@ -264,6 +263,7 @@ def open_remote(url: str, options: RemoteOptions | None = None) -> BinaryIO:
     import fsspec
 
     try:
-        return fsspec.open(url, "rb").open()
+        f = fsspec.open(url, "rb").open()
     except Exception as e:  # fsspec backends raise their own types: name the URL
         raise ShardReadError(f"cannot open shard: {type(e).__name__}: {e}", shard=url) from e
+    return f if isinstance(f, io.BufferedReader) else io.BufferedReader(f, buffer_size=1 << 20)
