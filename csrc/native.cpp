@@ -59,7 +59,7 @@ py::tuple index_to_tuple(const TarIndex& idx) {
   py::bytes types(idx.types.data(), idx.types.size());
   py::object err = idx.error.empty() ? py::object(py::none()) : name_str(idx.error);  // may quote a raw name
   py::object member = idx.error_member.empty() ? py::object(py::none()) : name_str(idx.error_member);
-  return py::make_tuple(names, offsets, sizes, types, err, idx.error_offset, member, idx.io_error);
+  return py::make_tuple(names, offsets, sizes, types, err, idx.error_offset, member, idx.io_error, idx.after_end);
 }
 
 }  // namespace
@@ -69,7 +69,8 @@ PYBIND11_MODULE(_native, m) {
   m.attr("JPEG_LIB_VERSION") = libjpeg_api_version();
 
   const char* index_doc =
-      "(names, offsets, sizes, types, error or None, error offset, member cut off or None, io error): every "
+      "(names, offsets, sizes, types, error or None, error offset, member cut off or None, io error, error after "
+      "the end-of-archive block): every "
       "regular member (type '0') and link ('1', '2'; size 0) before the end of the archive or the first fault.";
   m.def(
       "index_tar",

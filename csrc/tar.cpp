@@ -284,7 +284,10 @@ TarIndex run_index(Source& src, int64_t end) {
           const uint8_t* t = src.fetch(off, n);
           if (!t) return io_fail(off);
           for (int64_t i = 0; i < n; ++i)
-            if (t[i]) return fail(kTarTrailingData, (off + i) / kTarBlock * kTarBlock);
+            if (t[i]) {
+              idx.after_end = true;
+              return fail(kTarTrailingData, (off + i) / kTarBlock * kTarBlock);
+            }
           off += n;
         }
         return idx;

@@ -11,7 +11,7 @@ TAR_EXTENDED_CUT: str
 TAR_TRAILING_DATA: str
 TAR_MAX_SIZE: int
 
-_Index = tuple[list[str], np.ndarray, np.ndarray, bytes, str | None, int, str | None, bool]
+_Index = tuple[list[str], np.ndarray, np.ndarray, bytes, str | None, int, str | None, bool, bool]
 
 def index_tar(data: Any) -> _Index: ...
 def index_tar_fd(fd: int, size: int) -> _Index: ...

@@ -13,7 +13,10 @@ How a shard's members become samples (the same for every way a shard is read):
   goes on with the next sample;
 - a fault of the tar itself (truncation, bad header, a read error) ends the shard: every
   complete sample before it is delivered; the sample it cut off is named in the error
-  (and in `skipped`); nothing after it can be read.
+  (and in `skipped`); nothing after it can be read. A sample is known complete when a
+  member of another key follows it, or the end-of-archive block: a fault in a header
+  names the sample before it (it may be missing fields), a fault after the end block
+  names no sample (every one before it was delivered).
 """
 from __future__ import annotations
 
@@ -223,7 +226,11 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
         for item in iter_members(url, want=want, remote=remote, group=group):
             if isinstance(item, TarFault):
                 parts = split_key(item.member) if item.member is not None else None
-                if parts is not None and parts[0] != key:
+                if item.after_end:  # the archive ended before the fault: its last sample is whole
+                    if key is not None:
+                        yield pending()
+                    key = None
+                elif parts is not None and parts[0] != key:
                     if key is not None:
                         yield pending()  # the fault is in another sample's data: this one is complete
                     key = parts[0]

@@ -56,12 +56,14 @@ class TarFault:
     """Where a tar stops being readable. `offset` is the header the fault is about (or
     the first non-zero block after the end of the archive); `member` names the member
     whose data is cut off when that is the fault; `io` says the file itself failed or
-    changed under the reader (rather than holding a bad archive)."""
+    changed under the reader (rather than holding a bad archive); `after_end` says the
+    fault is in what follows the end-of-archive block (so every member before it is whole)."""
 
     message: str
     offset: int
     member: str | None = None
     io: bool = False
+    after_end: bool = False
 
 
 def _native():
@@ -71,9 +73,9 @@ def _native():
 
 
 def _from_index(result) -> tuple[list[Member], TarFault | None]:
-    names, offsets, sizes, types, error, error_offset, member, io = result
+    names, offsets, sizes, types, error, error_offset, member, io, after_end = result
     members = [Member(n, o, s, chr(t)) for n, o, s, t in zip(names, offsets.tolist(), sizes.tolist(), types)]
-    fault = None if error is None else TarFault(error, error_offset, member, io)
+    fault = None if error is None else TarFault(error, error_offset, member, io, after_end)
     return members, fault
 
 
@@ -146,7 +148,7 @@ def iter_stream(stream: IO[bytes], *, want: Callable[[str], bool] = lambda name:
                     return
                 nz = len(chunk) - len(chunk.lstrip(b"\0"))
                 if nz < len(chunk):
-                    yield TarFault(nat.TAR_TRAILING_DATA, (off + nz) // BLOCK * BLOCK)
+                    yield TarFault(nat.TAR_TRAILING_DATA, (off + nz) // BLOCK * BLOCK, after_end=True)
                     return
                 off += len(chunk)
         if kind == _EXTENDED:
