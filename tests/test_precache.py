@@ -245,3 +245,49 @@ def test_images_over_max_pixels_are_refused(source, tmp_path):
     report = precache(urls, str(tmp_path / "b" / "t-%06d.tar"), size=SIZE, max_pixels=5400, on_error="skip")
     assert report.samples == 1  # the 60x90 image fits
     assert [s.key for s in report.skipped] == [f"p{k:03d}" for k in range(14) if k != 3]
+
+
+def test_disk_full_during_precache_names_the_output_and_leaves_no_partial(source, tmp_path, monkeypatch, capsys):
+    import errno
+    import os
+
+    from gpudecode import ShardWriteError
+    from gpudecode.io.writer import ShardWriter
+
+    class Full(io.FileIO):
+        def write(self, b):
+            if self.tell() + len(b) > 200_000:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return super().write(b)
+
+    monkeypatch.setattr(ShardWriter, "_open", lambda self, path: Full(path, "wb"))
+    urls, _ = source
+    out = tmp_path / "out"
+    with pytest.raises(ShardWriteError, match="no space left on device") as ei:
+        precache(urls, str(out / "t-%06d.tar"), size=SIZE, shard_size=100, num_threads=1)
+    assert ei.value.shard == str(out / "t-000000.tar")
+    assert not [p for p in os.listdir(out) if p.endswith(".partial")]
+    assert main(["precache", urls[0], str(tmp_path / "cli" / "t-%06d.tar"), "--size", "256", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "no space left on device" in err and "t-000000.tar" in err and "Traceback" not in err
+
+
+def test_long_keys_survive_precache(photos, tmp_path):
+    key = "k" * 150 + "/" + "é" * 60
+    src = make_shard(tmp_path / "src.tar", [{"__key__": key, "jpg": encode(photos["coffee"][:80, :90]), "cls": b"1"}])
+    r = precache(src, str(tmp_path / "out" / "t-%06d.tar"), size=64)
+    assert r.samples == 1
+    with tarfile.open(r.shards[0]) as tf:
+        assert sorted(m.name for m in tf) == sorted([f"{key}.npy", f"{key}.cls"])
+
+
+def test_source_key_with_nul_is_refused_by_the_reader(tmp_path):
+    import tarcorpus as tc
+
+    from gpudecode import ShardFormatError
+
+    data = tc.pax({b"path": b"a\0b.jpg"}) + tc.member(b"x.jpg", b"123") + tc.END
+    src = tmp_path / "nul.tar"
+    src.write_bytes(data)
+    with pytest.raises(ShardFormatError, match="NUL"):
+        precache(str(src), str(tmp_path / "out" / "t-%06d.tar"), size=64)
