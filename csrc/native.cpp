@@ -58,7 +58,7 @@ py::tuple index_to_tuple(const TarIndex& idx) {
   std::copy(idx.sizes.begin(), idx.sizes.end(), sizes.mutable_data());
   py::bytes types(idx.types.data(), idx.types.size());
   py::object err = idx.error.empty() ? py::object(py::none()) : name_str(idx.error);  // may quote a raw name
-  py::object member = idx.error_member.empty() ? py::object(py::none()) : name_str(idx.error_member);
+  py::object member = idx.has_error_member ? name_str(idx.error_member) : py::object(py::none());
   return py::make_tuple(names, offsets, sizes, types, err, idx.error_offset, member, idx.io_error, idx.after_end);
 }
 

@@ -311,6 +311,7 @@ TarIndex run_index(Source& src, int64_t end) {
       case TarStepKind::kMember:
         if (s.data + s.size > end) {
           idx.error_member = s.name;
+          idx.has_error_member = true;
           return fail(tar_truncated_member(s.name, s.size, end - s.data), s.header);
         }
         idx.names.push_back(s.name);

@@ -79,6 +79,7 @@ struct TarIndex {
   std::string error;             // "" when the whole archive (and what follows it) was read
   int64_t error_offset = -1;     // the header the error is about (or the first bad trailing block)
   std::string error_member;      // the member whose data was cut off, when that is the fault
+  bool has_error_member = false; // (a member's name may be empty)
   bool io_error = false;         // the error is the file changing or failing under the reader
   bool after_end = false;        // the error is in what follows the end-of-archive block
 };

@@ -32,7 +32,7 @@ def _stream_view(stream):
     members, fault = [], None
     for item in iter_stream(stream):
         if isinstance(item, TarFault):
-            fault = (item.message, item.offset, item.member, item.io)
+            fault = (item.message, item.offset, item.member, item.io, item.after_end)
         else:
             m, d = item
             members.append((m.name, m.offset, m.type, d if d is not None else b""))
@@ -44,7 +44,7 @@ def tar_stream(data: bytes) -> None:
 
     idx, fault = index_buffer(data)
     native = ([(m.name, m.offset, m.type, data[m.offset:m.offset + m.size] if m.type == "0" else b"") for m in idx],
-              None if fault is None else (fault.message, fault.offset, fault.member, fault.io))
+              None if fault is None else (fault.message, fault.offset, fault.member, fault.io, fault.after_end))
     assert _stream_view(io.BytesIO(data)) == native, "stream parser and native index disagree"
     assert _stream_view(gzip.GzipFile(fileobj=io.BytesIO(gzip.compress(data, 1)))) == native, "gzip stream disagrees"
 

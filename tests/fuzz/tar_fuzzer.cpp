@@ -22,7 +22,9 @@ static void same(const TarIndex& a, const TarIndex& b) {
   check(a.names == b.names, "names differ between drivers");
   check(a.offsets == b.offsets && a.sizes == b.sizes && a.types == b.types, "members differ between drivers");
   check(a.error == b.error && a.error_offset == b.error_offset, "faults differ between drivers");
-  check(a.error_member == b.error_member, "cut-off member differs between drivers");
+  check(a.error_member == b.error_member && a.has_error_member == b.has_error_member,
+        "cut-off member differs between drivers");
+  check(a.after_end == b.after_end, "after-end flag differs between drivers");
   check(!a.io_error && !b.io_error, "io error on an unchanging file");
 }
 
