@@ -331,3 +331,21 @@ def test_extension_filter(tmp_path):
     path = _good(tmp_path, n=3)
     got = list(ShardReader(path, extensions=["cls"]))
     assert all(set(s.fields) == {"cls"} for s in got)
+
+
+def test_huge_patterns_are_refused_before_expanding():
+    """A pattern naming more than MAX_SHARDS shards is refused at once (it used to build
+    the whole list); the bound used for that is never below braceexpand's own count."""
+    import braceexpand
+
+    from gpudecode.io.shards import MAX_SHARDS, _count_bound
+
+    for spec in ["a{0..9}b{x,y}", "{a..e}{1..3..2}", "{a,{1..3}}", "x{i..33}", "plain", "{0..-5}",
+                 "{00..10}-{a,b,c}", "{a,b}{c,{d,e}}{1..4}", "s-{000..099}.tar::t-{0..9}.tar"]:
+        for part in spec.split("::"):
+            assert _count_bound(part) >= len(list(braceexpand.braceexpand(part)))
+    t = time.monotonic()
+    for spec in ["train-{000000000..999999999}.tar", "x-@99999999.tar", "{0..1000}{0..1000}", "{0..99999999999999999999}"]:
+        with pytest.raises(ValueError, match=str(MAX_SHARDS)):
+            expand_urls(spec)
+    assert time.monotonic() - t < 1

@@ -47,7 +47,14 @@ def _count_bound(spec: str) -> float:
                 a, b, step = m.groups()
                 if len(a) > 18 or len(b) > 18 or (step is not None and len(step) > 18):
                     return float("inf")
-                lo, hi = (int(a), int(b)) if a.lstrip("-").isdigit() else (ord(a), ord(b))
+                numeric = a.lstrip("-").isdigit(), b.lstrip("-").isdigit()
+                if numeric == (True, True):
+                    lo, hi = int(a), int(b)
+                elif numeric == (False, False):  # letters, one each
+                    lo, hi = ord(a), ord(b)
+                else:  # a letter and a number: braceexpand leaves it as it is
+                    i += 1
+                    continue
                 bound *= abs(hi - lo) // max(1, abs(int(step or 1))) + 1
         i += 1
     return bound
