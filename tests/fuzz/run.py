@@ -90,7 +90,18 @@ def fuzz(targets: list[str], seconds: int, jobs: int) -> int:
     seeds = {"tar": "tar", "probe": "probe", "jpeg": "jpeg", "batch": "batch", **{t: t for t in PY}}
     crashes = FUZZ / "crashes"
     crashes.mkdir(exist_ok=True)
-    procs = []
+    procs: list = []
+    ended: dict[str, float] = {}
+
+    def poll() -> int:
+        running = 0
+        for t, p, _, _ in procs:
+            if p.poll() is None:
+                running += 1
+            elif t not in ended:
+                ended[t] = time.time()
+        return running
+
     for t in targets:
         work = BUILD / "corpus" / t
         work.mkdir(parents=True, exist_ok=True)
@@ -100,15 +111,11 @@ def fuzz(targets: list[str], seconds: int, jobs: int) -> int:
                 str(BUILD / "seeds" / seeds[t]), *map(str, saved(t))]
         log = open(BUILD / f"{t}.log", "w")
         procs.append((t, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT), log, time.time()))
-        while sum(p.poll() is None for _, p, _, _ in procs) >= jobs:
-            time.sleep(1)
-    summary = {}
-    ended: dict[str, float] = {}
-    while len(ended) < len(procs):
-        for t, p, _, _ in procs:
-            if t not in ended and p.poll() is not None:
-                ended[t] = time.time()
+        while poll() >= jobs:
+            time.sleep(0.5)
+    while poll():
         time.sleep(0.5)
+    summary = {}
     for t, p, log, started in procs:
         rc = p.wait()
         log.close()
