@@ -21,11 +21,13 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import sys
 import threading
 import time
+import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 
 import torch
 
@@ -40,6 +42,9 @@ from .kernels import fused
 from .labels import parse_label
 from .stats import BatchTiming, LoaderStats
 from .transforms import Compose, RandomResizedCrop
+
+if TYPE_CHECKING:
+    from .dataset import ShardDataset
 
 __all__ = ["Loader", "LoaderIterator", "Batch", "BatchTiming", "LoaderStats", "DEFAULT_MAX_PIXELS", "split_exts"]
 
@@ -74,6 +79,7 @@ class _Prepared:
     decoded: DecodedBatch | None
     timing: BatchTiming
     position: int = 0
+    taken: int = 0  # samples taken from the reader for this batch
 
 
 @dataclass
@@ -177,7 +183,7 @@ class LoaderIterator:
         return self
 
     def __len__(self) -> int:
-        return len(self._loader)
+        return self._loader._batches(self.epoch)
 
     def __next__(self) -> "Batch":
         if self._done:
@@ -202,10 +208,12 @@ class LoaderIterator:
         if item is STOPPED:
             raise RuntimeError("gpudecode loader threads ended without a result (this is a bug)")
         if item is None:
+            ld._finished = True
             raise StopIteration
         if isinstance(item, BaseException):
             raise item
         r: _Ready = item
+        ld._yielded += 1
         r.timing.wait = wait
         r.timing.delivered = t0 + wait
         ld.stats.batches.append(r.timing)
@@ -228,51 +236,142 @@ class LoaderIterator:
             pass
 
 
+def _default_seed(world_size: int) -> int:
+    """torch.initial_seed(), made the same on every rank: rank 0's is broadcast when
+    torch.distributed is initialized (every rank builds its Loader, as it must to read
+    its part); otherwise each rank's own is used, and a warning says they must agree."""
+    seed = int(torch.initial_seed()) % (1 << 63)
+    if world_size <= 1:
+        return seed
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        box = [seed]
+        dist.broadcast_object_list(box, src=0)
+        return int(box[0])
+    warnings.warn("gpudecode.Loader(seed=None) with several ranks and torch.distributed not initialized: every "
+                  "rank must call torch.manual_seed with the same seed (or pass seed=), or ranks disagree on the "
+                  "split", RuntimeWarning, stacklevel=3)
+    return seed
+
+
+class LoaderSampler:
+    """A Loader's share for this rank, where DistributedSampler stands beside a DataLoader:
+    `len()` is the samples this rank yields per epoch, `set_epoch(e)` sets the Loader's
+    epoch, and iteration gives this rank's dataset indices (the shards' unshuffled order)
+    for the current epoch, before the sample shuffle."""
+
+    def __init__(self, loader: "Loader") -> None:
+        self._loader = loader
+
+    def __len__(self) -> int:
+        return self._loader.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        self._loader.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        ld = self._loader
+        counts = ld.reader.sample_counts()
+        base, pos = {}, 0
+        for u in ld.reader.urls:
+            base[u] = pos
+            pos += counts[u]
+        share = ld.reader.share(ld._current_epoch())
+        n = 0
+        for seg in share.segments:
+            stop = counts[seg.url] if seg.stop is None else seg.stop
+            for i in range(seg.start, stop):
+                if share.target is not None and n >= share.target:
+                    return
+                yield base[seg.url] + i
+                n += 1
+
+
 class Loader:
-    """Batches of augmented images from tar shards, on the GPU when there is one.
+    """Batches of augmented images from tar shards, on the GPU when there is one: in place
+    of torch.utils.data.DataLoader + torchvision transforms, with DataLoader's argument
+    names where they have a meaning here.
 
     Args:
-        urls: shards (see `gpudecode.ShardReader`).
+        urls: shards (see `gpudecode.ShardReader`): a directory, a brace pattern, a list
+            file, URLs. Local shards must exist (checked here).
         batch_size: images per batch.
         transform: a `gpudecode.transforms.Compose` (a torchvision Compose is converted
             with `Compose.from_torchvision`, or refused with the reason).
         device: "auto" (CUDA if available, else CPU), "cpu", "cuda" or "cuda:N".
         decoder: "auto" | "dali" | "nvjpeg" | "cpu", or a decoder instance (see
             gpudecode.decode); `describe()` says which one runs.
-        shuffle, seed: shard order and sample shuffle per epoch; (seed, epoch, sample
-            position) fixes every random choice whatever the thread count.
-        image_ext, label_ext: extensions tried in order (";"-separated); `.cls` holds an
-            integer as text, `.json` a {"label": int}. labels=False turns labels off.
-            `.npy` is a tensor sample written by `gpudecode precache` (decoded RGB).
-        num_threads: decode and kernel threads on the CPU (default: all cores).
-        prefetch: batches prepared ahead.
+        shuffle: shard order and a sample shuffle buffer per epoch (DataLoader's meaning;
+            on by default here, as a training loader).
+        seed: fixes every random choice with (epoch, sample position), whatever the thread
+            count. None (default): `torch.initial_seed()`, so `torch.manual_seed(s)`
+            fixes the order; with several ranks rank 0's is used (broadcast when
+            torch.distributed is initialized; otherwise give every rank the same seed).
+        num_workers: CPU threads that decode and run the kernel (DataLoader's worker
+            processes become threads here; default: all cores; 0 means 1).
+        pin_memory: batches on the CPU come in pinned memory (when CUDA is present), so
+            `.to("cuda", non_blocking=True)` overlaps; no effect with device="cuda".
+        persistent_workers: accepted for DataLoader's sake; threads start per epoch in
+            milliseconds, so there is nothing to keep alive.
+        prefetch_factor: batches prepared ahead (DataLoader's meaning per worker; here for
+            the whole loader; default 2).
         drop_last: drop the last, smaller batch.
+        image_ext, label_ext: extensions tried in order (";"-separated); `.cls` holds an
+            integer as text, `.json` a {"label": int} (gpudecode.labels). labels=False
+            turns labels off. `.npy` is a tensor sample written by `gpudecode precache`.
         on_error: "raise" (default), "warn" or "skip" for bad shards, undecodable images
-            and bad labels; what was skipped is in `skipped`. A batch that lost images
-            to skip/warn is smaller than batch_size.
-        rank, world_size, even: split over processes (see ShardReader).
+            and bad labels; what was skipped is in `skipped` (see README "Robustness").
+        rank, world_size: this process's part; detected from torch.distributed, torchrun
+            or SLURM when None.
+        even: None, "pad" or "drop": every rank yields exactly `len(loader)` batches (DDP
+            needs equal step counts): "pad" repeats samples up to ceil(N / ranks) per rank,
+            "drop" leaves out the last N mod ranks samples, as DistributedSampler does. Images
+            lost to on_error="skip" are made up by repeats of others in the same batch.
+        split: "auto", "shard" or "sample": how an epoch is shared over ranks (see
+            gpudecode.ShardReader).
         max_pixels: images with more pixels are refused (decompression bombs).
         fast_decode: CPU JPEG decoding with the fast IDCT, plain upsampling and DCT
             downscaling (not bit-exact; see the decode docs).
-        remote: timeouts and retries for remote shards (`gpudecode.io.remote.RemoteOptions`).
+        remote: timeouts and retries for remote shards (`gpudecode.RemoteOptions`).
+        cache_dir, cache_limit: keep a local copy of each remote shard in `cache_dir`
+            (written atomically, size checked; later epochs read it and make no request),
+            evicting the least recently used copies past `cache_limit` bytes (None: no limit).
+        num_threads, prefetch: older names of num_workers and prefetch_factor.
 
+    Sizes: `len(loader)` (batches per epoch for this rank), `loader.num_samples` (samples
+    per epoch for this rank), `loader.total_samples` (samples in the shards); `loader.dataset`
+    (map-style view of every sample) and `loader.sampler` (this rank's share, with
+    `set_epoch` and `len`) stand where DataLoader has them.
+
+    Epochs: each new iteration starts the next epoch unless `set_epoch` chose one.
     Batches come from a ring of `prefetch + 3` output buffers: the tensors of batch k
     are still intact while you work on batch k+1 and are overwritten after that (as
     with DALI's iterators): `.clone()` what you keep longer.
     """
 
     def __init__(self, urls: Any, *, batch_size: int, transform: Any, device: str = "auto",
-                 decoder: Any = "auto", shuffle: bool = True, seed: int = 0,
+                 decoder: Any = "auto", shuffle: bool = True, seed: int | None = None,
                  image_ext: str | Sequence[str] = "jpg;jpeg;png;webp;npy", label_ext: str | Sequence[str] = "cls",
-                 labels: bool = True, num_threads: int | None = None, prefetch: int = 2, drop_last: bool = False,
+                 labels: bool = True, num_workers: int | None = None, pin_memory: bool = False,
+                 persistent_workers: bool = False, prefetch_factor: int | None = None, drop_last: bool = False,
                  on_error: OnError = "raise", rank: int | None = None, world_size: int | None = None,
-                 even: Literal["pad", "drop"] | None = None, buffer_size: int = 1000,
-                 max_pixels: int = DEFAULT_MAX_PIXELS, fast_decode: bool = False,
-                 remote: RemoteOptions | None = None) -> None:
-        if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
-        if prefetch < 1:
-            raise ValueError("prefetch must be >= 1")
+                 even: Literal["pad", "drop"] | None = None, split: Literal["auto", "shard", "sample"] = "auto",
+                 buffer_size: int = 1000, max_pixels: int = DEFAULT_MAX_PIXELS, fast_decode: bool = False,
+                 remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
+                 cache_limit: int | None = None, num_threads: int | None = None,
+                 prefetch: int | None = None) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
+        if num_workers is not None and num_threads is not None and num_workers != num_threads:
+            raise ValueError("give num_workers or num_threads (its older name), not both")
+        if prefetch_factor is not None and prefetch is not None and prefetch_factor != prefetch:
+            raise ValueError("give prefetch_factor or prefetch (its older name), not both")
+        workers = num_workers if num_workers is not None else num_threads
+        if workers is not None and workers < 0:
+            raise ValueError(f"num_workers must be >= 0, not {workers}")
+        ahead = prefetch_factor if prefetch_factor is not None else (prefetch if prefetch is not None else 2)
+        if ahead < 1:
+            raise ValueError(f"prefetch_factor must be >= 1, not {ahead}")
         if not isinstance(transform, Compose):
             transform = Compose.from_torchvision(transform)
         device = check_device(device)
@@ -280,28 +379,37 @@ class Loader:
         self.batch_size = batch_size
         self.device = device
         self.decoder_name = decoder
-        self.seed = seed
         self.image_exts = split_exts(image_ext)
         self.label_exts = split_exts(label_ext) if labels else []
         self.labels = labels
-        self.num_threads = num_threads or os.cpu_count() or 1
-        self.prefetch = prefetch
+        self.num_threads = max(1, workers) if workers is not None else (os.cpu_count() or 1)
+        self.pin_memory = bool(pin_memory)
+        self.persistent_workers = bool(persistent_workers)
+        self.prefetch = ahead
         self.drop_last = drop_last
         self.on_error = check_on_error(on_error)
         self.max_pixels = max_pixels
         self.fast_decode = fast_decode
-        self.reader = ShardReader(urls, shuffle=shuffle, seed=seed, buffer_size=buffer_size, rank=rank,
+        self._seed_given = seed is not None
+        self.reader = ShardReader(urls, shuffle=shuffle, seed=0, buffer_size=buffer_size, rank=rank,
                                   world_size=world_size, num_threads=2, on_error=on_error,
-                                  extensions=self.image_exts + self.label_exts, even=even, remote=remote)
+                                  extensions=self.image_exts + self.label_exts, even=even, split=split,
+                                  remote=remote, cache_dir=cache_dir, cache_limit=cache_limit)
+        self.seed = int(seed) if seed is not None else _default_seed(self.reader._rank()[1])
+        self.reader.seed = self.seed
         self.epoch = 0
         self.stats = LoaderStats()
         self._decoder: Any = None  # created on first use: no CUDA context before workers fork
-        self._ring = prefetch + 3
+        self._ring = self.prefetch + 3
         self._outputs: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * self._ring
         self._events: list[Any] = [None] * self._ring
         self._stream: Any = None
         self._position = 0
+        self._yielded = 0        # batches handed over in the current (or last) epoch
+        self._finished = False   # the current (or last) epoch ran to its end
         self._resume: int | None = None
+        self._epoch_chosen = True  # set_epoch (or load_state_dict) chose the next epoch
+        self._started = False
         self._skipped: list[Skipped] = []
         self._active: weakref.ref[LoaderIterator] | None = None
 
@@ -313,26 +421,116 @@ class Loader:
         return self.reader.skipped + self._skipped
 
     def set_epoch(self, epoch: int) -> None:
+        """Chooses the epoch the next iteration runs (its shard order, shuffle and draws)."""
         self.epoch = int(epoch)
         self.reader.set_epoch(epoch)
+        self._epoch_chosen = True
 
-    def __len__(self) -> int:
-        """Batches per epoch for this rank (reads the shards' headers once)."""
-        counts = self.reader.sample_counts()
-        n = sum(counts[u] for u in self.reader.shards_for(self.epoch))
-        if self.reader.even is not None:
-            n = self.reader._even_target(self.epoch)
+    def _next_epoch(self) -> int:
+        """The epoch the next iteration will run."""
+        return self.epoch if self._epoch_chosen or not self._started else self.epoch + 1
+
+    def _samples(self, epoch: int) -> int:
+        saved = self.reader.epoch
+        self.reader.epoch = epoch
+        try:
+            return self.reader.samples_per_epoch()
+        finally:
+            self.reader.epoch = saved
+
+    def _batches(self, epoch: int) -> int:
+        n = self._samples(epoch)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
+    def _current_epoch(self) -> int:
+        """The running epoch, or the one the next iteration will run."""
+        active = self._active() if self._active is not None else None
+        return active.epoch if active is not None and active.active else self._next_epoch()
+
+    @property
+    def num_samples(self) -> int:
+        """Samples this rank yields per epoch (counts the shards' headers once)."""
+        return self._samples(self._current_epoch())
+
+    @property
+    def total_samples(self) -> int:
+        """Samples in all shards, over all ranks."""
+        return self.reader.total_samples
+
+    def __len__(self) -> int:
+        """Batches per epoch for this rank: what iteration yields (under on_error="skip"
+        with even=None, batches that lose all their images are not yielded)."""
+        return self._batches(self._current_epoch())
+
+    @property
+    def dataset(self) -> "ShardDataset":
+        """Every sample, by index (the shards' order, unshuffled), as (image, label) with this
+        loader's transform applied on the CPU: DataLoader's `.dataset`, e.g. for
+        `torch.utils.data.Subset`."""
+        from .dataset import ShardDataset
+
+        return ShardDataset(self.reader, self.transform, image_exts=self.image_exts, label_exts=self.label_exts,
+                            labels=self.labels, max_pixels=self.max_pixels, seed=self.seed)
+
+    @property
+    def sampler(self) -> "LoaderSampler":
+        """This rank's share of an epoch, as DistributedSampler stands beside a DataLoader:
+        `len()` (samples per epoch), `set_epoch()`, and iteration over the dataset indices."""
+        return LoaderSampler(self)
+
+    _STATE_FORMAT = "gpudecode.Loader/1"
+
     def state_dict(self) -> dict:
-        """Where the current epoch stands (samples taken), to resume with the same order."""
-        return {"epoch": self.epoch, "position": self._position, "seed": self.seed}
+        """Where this rank stands, in the plain-dict form of torchdata's StatefulDataLoader
+        (`_num_yielded`, `_iterator_finished`, ...; gpudecode's own in `dataset_state`:
+        epoch, position in samples, seed and the split). Picklable; a job restarted with
+        the same shards, world size and batch size resumes exactly."""
+        rank, world = self.reader._rank()
+        return {
+            "_index_sampler_state": None,
+            "_sampler_iter_state": None,
+            "_sampler_iter_yielded": self._yielded,
+            "_num_yielded": self._yielded,
+            "_IterableDataset_len_called": None,
+            "_shared_seed": None,
+            "fetcher_state": {"dataset_iter_state": None, "fetcher_ended": self._finished},
+            "dataset_state": {
+                "format": self._STATE_FORMAT, "epoch": self.epoch if self._started else self._next_epoch(),
+                "position": self._position, "seed": self.seed, "rank": rank, "world_size": world,
+                "split": self.reader.mode(), "even": self.reader.even, "shuffle": self.reader.shuffle,
+                "shards": len(self.reader.urls), "batch_size": self.batch_size, "drop_last": self.drop_last,
+            },
+            "_iterator_finished": self._finished,
+        }
 
     def load_state_dict(self, state: dict) -> None:
-        if state.get("seed", self.seed) != self.seed:
-            raise ValueError(f"state was saved with seed {state['seed']}, this loader has seed {self.seed}")
-        self.set_epoch(state["epoch"])
-        self._resume = int(state["position"])
+        """Resumes from state_dict(): the next iteration continues that epoch where it stood
+        (or starts the next one, if it had finished).
+
+        Raises:
+            ValueError: a state of another kind, or saved with another seed (when this loader's
+                seed was given), world size, split, shard count or batch size.
+        """
+        ds = state.get("dataset_state") if isinstance(state, dict) else None
+        if not isinstance(ds, dict) or ds.get("format") != self._STATE_FORMAT:
+            raise ValueError("not a gpudecode Loader state (expected Loader.state_dict()'s output)")
+        rank, world = self.reader._rank()
+        checks = [("world_size", world), ("split", self.reader.mode()), ("shards", len(self.reader.urls)),
+                  ("batch_size", self.batch_size), ("even", self.reader.even), ("shuffle", self.reader.shuffle)]
+        if self._seed_given:
+            checks.append(("seed", self.seed))
+        for name, mine in checks:
+            if ds.get(name) != mine:
+                raise ValueError(f"this state was saved with {name}={ds.get(name)!r}, this loader has "
+                                 f"{name}={mine!r}: it cannot resume here")
+        self.seed = self.reader.seed = int(ds["seed"])
+        if state.get("_iterator_finished"):
+            self.set_epoch(int(ds["epoch"]) + 1)
+            self._resume = None
+        else:
+            self.set_epoch(int(ds["epoch"]))
+            self._resume = int(ds["position"])
+            self._yielded = int(state.get("_num_yielded", 0))
 
     def describe(self) -> dict:
         """What this loader does and with what (the decoder is chosen on first use)."""
@@ -363,9 +561,17 @@ class Loader:
             raise ConcurrentIterationError(
                 "this Loader already has an active iterator (they would share output buffers): exhaust it, "
                 "call its close(), or drop it before starting another")
+        epoch = self._next_epoch()
+        if epoch != self.epoch:
+            self.set_epoch(epoch)
+        self._epoch_chosen = False
+        self._started = True
         self._ensure_decoder()
         start = self._resume if self._resume is not None else 0
+        if self._resume is None:
+            self._yielded = 0
         self._resume = None
+        self._finished = False
         self._position = start
         self._skipped = []
         self.reader.skipped = []
@@ -429,7 +635,8 @@ class Loader:
     def _output(self, slot: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         pair = self._outputs[slot]
         if pair is None:
-            pair = self._outputs[slot] = self.transform.new_output(self.batch_size, self.device)
+            pair = self._outputs[slot] = self.transform.new_output(self.batch_size, self.device,
+                                                                   pin_memory=self.pin_memory)
         out, view = pair
         return out[:n], view[:n]
 
@@ -457,7 +664,7 @@ class Loader:
             with torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext():
                 decoded = self._decoder.decode(requests)  # type: ignore[union-attr]
         timing.decode = time.perf_counter() - t1
-        return _Prepared(samples, params, sizes, labels, decoded, timing)
+        return _Prepared(samples, params, sizes, labels, decoded, timing, taken=len(chunk))
 
     def _finish(self, p: _Prepared, slot: int) -> _Ready | None:
         """Stage B: the fused kernel into output slot `slot`, and the labels."""
@@ -470,7 +677,17 @@ class Loader:
                     ok.append(k)
                 else:
                     self._fail(DecodeError(err, shard=p.samples[k].shard, key=p.samples[k].key))
+        if self.reader.even is not None and ok and len(ok) < p.taken:
+            # equal steps are promised: images lost to on_error="skip" are made up by
+            # repeats of the batch's others, so every rank's batches stay full
+            ok = [ok[i % len(ok)] for i in range(p.taken)]
         if not ok or decoded is None:
+            if self.reader.even is not None and p.taken:
+                first = p.samples[0] if p.samples else None
+                raise DecodeError(f"all {p.taken} images of a batch failed (they are in loader.skipped): with "
+                                  f"even={self.reader.even!r} the batch cannot be made up, and leaving it out "
+                                  "would give this rank fewer steps than the others",
+                                  shard=first.shard if first else None, key=first.key if first else None)
             return None
         geom, factors, order = self.transform.encode([p.params[k] for k in ok], [p.sizes[k] for k in ok])
         for row, k in enumerate(ok):

@@ -401,13 +401,16 @@ class Compose(Transform):
         std = np.asarray(nz.std if nz else (1.0, 1.0, 1.0), np.float32)
         return mean, std
 
-    def new_output(self, n: int, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-        """(output tensor in `layout`, its [N, 3, h, w] view that the kernel writes)."""
+    def new_output(self, n: int, device: torch.device | str = "cpu", *,
+                   pin_memory: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """(output tensor in `layout`, its [N, 3, h, w] view that the kernel writes);
+        pinned host memory with `pin_memory` on the CPU (where CUDA is present)."""
         oh, ow = self.plan.out_size
+        pin = pin_memory and torch.device(device).type == "cpu" and torch.cuda.is_available()
         if self.layout == "NHWC":
-            out = torch.empty((n, oh, ow, 3), dtype=self.plan.dtype, device=device)
+            out = torch.empty((n, oh, ow, 3), dtype=self.plan.dtype, device=device, pin_memory=pin)
             return out, out.permute(0, 3, 1, 2)
-        out = torch.empty((n, 3, oh, ow), dtype=self.plan.dtype, device=device)
+        out = torch.empty((n, 3, oh, ow), dtype=self.plan.dtype, device=device, pin_memory=pin)
         return out, out
 
     def run(self, src: torch.Tensor, geom: np.ndarray, factors: np.ndarray, order: np.ndarray,

@@ -15,6 +15,7 @@ import tempfile
 import types
 from typing import Callable
 
+from .._cache import cache_dir
 from . import _pixel
 
 HELPERS = [name for name, fn in vars(_pixel).items()
@@ -52,18 +53,6 @@ def cuda_namespace() -> dict:
 # editing any of them recompiles. numba also drops caches of another numba version.
 
 KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def cache_dir() -> str | None:
-    """Where compiled CPU kernels are kept: $GPUDECODE_CACHE_DIR, else
-    $XDG_CACHE_HOME/gpudecode (~/.cache/gpudecode); GPUDECODE_CACHE_DIR=0 disables."""
-    env = os.environ.get("GPUDECODE_CACHE_DIR")
-    if env == "0":
-        return None
-    if env:
-        return env
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "gpudecode")
 
 
 @functools.cache

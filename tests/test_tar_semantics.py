@@ -95,7 +95,7 @@ def _reader_view(url, **kw):
             if isinstance(item, TarFault):
                 fault = item
             else:
-                m, d = item
+                m, d, _ = item
                 members.append((m.name, d if d is not None else b"", m.type))
     except (ShardFormatError, ShardReadError) as e:
         return members, e

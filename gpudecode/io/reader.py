@@ -22,12 +22,15 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
 import os
 import queue
 import random
 import tempfile
 import threading
+import warnings
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Callable, Generator, Iterator, Literal, Sequence, cast
 
@@ -36,16 +39,19 @@ import torch.utils.data
 
 from .. import _native
 
+from .._cache import cache_dir
 from .._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
 from ..errors import (GpuDecodeError, LocatedError, OnError, ShardFormatError, ShardReadError, Skipped,
                       check_on_error, record_failure, wrap_data_error)
 from . import shards as _shards
+from .cache import ShardCache
 from .remote import RemoteOptions, open_remote
 from .tario import BLOCK, Member, TarFault, index_file, is_metadata, iter_stream, split_key
 
 Even = Literal["pad", "drop"]
 _CHUNK = 64  # samples handed over per queue item
 _READ_BATCH = 256  # members read from a local shard per native call
+_PAD_HEAD = 1024  # samples kept to make up a short share under `even`
 _GZIP_MAGIC = b"\x1f\x8b"
 
 __all__ = ["Sample", "Skipped", "ShardReader", "OnError", "iter_shard", "count_samples", "record_failure",
@@ -82,6 +88,36 @@ def _stream_error(e: BaseException, url: str) -> LocatedError:
     return wrap_data_error(e, ShardReadError, "reading the shard failed", shard=url)
 
 
+class Grouper:
+    """Numbers a shard's samples as its members go by (webdataset's key rule): `group(name)`
+    is the index of the sample the member belongs to, or None for a member that is no
+    sample's field (metadata such as `__index__`, a name without an extension). The one
+    numbering counting, splitting and reading all use."""
+
+    def __init__(self) -> None:
+        self.key: str | None = None
+        self.index = -1
+
+    def group(self, name: str) -> int | None:
+        if is_metadata(name):
+            return None
+        parts = split_key(name)
+        if parts is None:
+            return None
+        if parts[0] != self.key:
+            self.key = parts[0]
+            self.index += 1
+        return self.index
+
+
+Want = Callable[[str, "int | None"], bool]
+Item = "tuple[Member, bytes | None, int | None] | TarFault"
+
+
+def _want_all(name: str, group: int | None) -> bool:
+    return True
+
+
 def _gunzip(f: IO[bytes]) -> IO[bytes]:
     return cast(IO[bytes], gzip.GzipFile(fileobj=f, mode="rb"))
 
@@ -93,25 +129,30 @@ def _open_local(path: str, url: str):
         raise ShardReadError(f"cannot open shard: {e.strerror or e}", shard=url) from e
 
 
-def iter_members(url: str, *, want: Callable[[str], bool] = lambda name: True,
-                 remote: RemoteOptions | None = None,
-                 group: ThreadGroup | None = None) -> Iterator[tuple[Member, bytes | None] | TarFault]:
-    """(member, data) for every member of a shard (data None where want(name) is False,
-    or for a link), then a last TarFault if the tar is refused.
+def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | None = None,
+                 group: ThreadGroup | None = None, cache: ShardCache | None = None
+                 ) -> Iterator[tuple[Member, bytes | None, int | None] | TarFault]:
+    """(member, data, sample index) for every member of a shard, then a last TarFault if
+    the tar is refused. data is None where want(name, sample index) is False, and for a
+    link; the sample index is Grouper's (None: not a sample's field).
 
     Local uncompressed shards are indexed natively and their members read with pread.
     A gzip shard (by content, local or remote) is first decompressed into an anonymous
     temporary file (in GPUDECODE_TMPDIR, else the system's), reading the gzip stream to its
     end so its CRC and length are checked before any sample is delivered; the file is then
-    read as a local shard. Remote uncompressed shards are parsed as streams. With `group`,
+    read as a local shard. Remote uncompressed shards are parsed as streams, or, with
+    `cache`, read from their local copy (downloaded first if there is none). With `group`,
     its stop() cancels a remote read blocked on the network.
 
     Raises:
         ShardReadError: the shard cannot be opened or read (names it).
         ShardFormatError: a corrupt gzip stream (CRC, length, deflate data).
     """
-    if _shards.is_local(url):
-        f = _open_local(_shards.local_path(url), url)
+    local = _shards.local_path(url) if _shards.is_local(url) else None
+    if local is None and cache is not None:
+        local = str(cache.fetch(url, group))
+    if local is not None:
+        f = _open_local(local, url)
         with f:
             if f.peek(2)[:2] == _GZIP_MAGIC:
                 with _spooled(f, url) as tmp:
@@ -149,47 +190,60 @@ def _spooled(stream: IO[bytes], url: str) -> Iterator[IO[bytes]]:
         tmp.close()
 
 
-def _file_members(f: IO[bytes], url: str, want: Callable[[str], bool]
-                  ) -> Iterator[tuple[Member, bytes | None] | TarFault]:
+def _file_members(f: IO[bytes], url: str, want: Want
+                  ) -> Iterator[tuple[Member, bytes | None, int | None] | TarFault]:
     try:
         fd = f.fileno()
         size = os.fstat(fd).st_size
         members, fault = index_file(fd, size)
+        grouper = Grouper()
         for start in range(0, len(members), _READ_BATCH):
             part = members[start:start + _READ_BATCH]
-            wanted = [m for m in part if m.type == "0" and want(m.name)]
+            groups = [grouper.group(m.name) for m in part]
+            wanted = [m for m, g in zip(part, groups) if m.type == "0" and want(m.name, g)]
             datas, got, error = _native.read_ranges(fd, np.array([m.offset for m in wanted], np.int64),
                                                     np.array([m.size for m in wanted], np.int64))
             data_of = dict(zip((id(m) for m in wanted), datas))
             if len(datas) < len(wanted):  # the file shrank, or failed, under the reader
                 m = wanted[len(datas)]
-                for mm in part:
+                for mm, g in zip(part, groups):
                     if mm is m:
                         break
-                    yield mm, data_of.get(id(mm))
+                    yield mm, data_of.get(id(mm)), g
                 why = error or (f"shard shrank while being read: member {m.name!r} needs {m.size} bytes "
                                 f"at offset {m.offset}, {got} left (the file was {size} bytes when opened)")
                 yield TarFault(why, m.offset - BLOCK, m.name, io=True)
                 return
-            for m in part:
-                yield m, data_of.get(id(m))
+            for m, g in zip(part, groups):
+                yield m, data_of.get(id(m)), g
         if fault is not None:
             yield fault
     except (OSError, MemoryError, OverflowError) as e:
         raise _stream_error(e, url) from e
 
 
-def stream_members(stream: IO[bytes], url: str, *, want: Callable[[str], bool] = lambda name: True
-                   ) -> Iterator[tuple[Member, bytes | None] | TarFault]:
-    """iter_stream over a shard stream, gunzipped when its first bytes say gzip; the
-    stream's own exceptions (network, gzip CRC/length/deflate errors) come out as
-    ShardReadError / ShardFormatError naming `url`."""
+def stream_members(stream: IO[bytes], url: str, *, want: Want = _want_all
+                   ) -> Iterator[tuple[Member, bytes | None, int | None] | TarFault]:
+    """iter_stream over a shard stream, gunzipped when its first bytes say gzip, with
+    Grouper's sample index; the stream's own exceptions (network, gzip CRC, length or
+    deflate errors) come out as ShardReadError / ShardFormatError naming `url`."""
+    grouper = Grouper()
+    current: list[int | None] = [None]
+
+    def want_name(name: str) -> bool:
+        current[0] = g = grouper.group(name)
+        return want(name, g)
+
     try:
         head = stream.peek(2)[:2] if hasattr(stream, "peek") else b""
-        if head == _GZIP_MAGIC or (not head and url.endswith((".tgz", ".tar.gz"))):
-            yield from iter_stream(_gunzip(stream), want=want)
-        else:
-            yield from iter_stream(stream, want=want)
+        gz = head == _GZIP_MAGIC or (not head and url.endswith((".tgz", ".tar.gz")))
+        for item in iter_stream(_gunzip(stream) if gz else stream, want=want_name):
+            if isinstance(item, TarFault):
+                yield item
+            else:
+                m, d = item
+                # links do not go through want(): number them here
+                yield m, d, current[0] if m.type == "0" else grouper.group(m.name)
     except (OSError, EOFError, zlib.error, MemoryError, OverflowError) as e:
         raise _stream_error(e, url) from e
 
@@ -204,26 +258,31 @@ def _link_kind(t: str) -> str:
 
 
 def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] | None = None,
-               remote: RemoteOptions | None = None, group: ThreadGroup | None = None) -> Iterator[Sample | _Failure]:
-    """Samples of one shard, in order, interleaved with _Failure records (see the module
-    doc for what is delivered around a fault). Under "raise" the first failure ends
-    the shard."""
+               remote: RemoteOptions | None = None, group: ThreadGroup | None = None,
+               start: int = 0, stop: int | None = None, cache: ShardCache | None = None) -> Iterator[Sample | _Failure]:
+    """Samples start..stop-1 of one shard (Grouper's numbering; stop None: to its end),
+    in order, interleaved with _Failure records (see the module doc for what is delivered
+    around a fault). Under "raise" the first failure ends the shard. Members of other
+    samples are not read."""
     key: str | None = None
+    index: int | None = None
     fields: dict[str, bytes] = {}
     bad: GpuDecodeError | None = None
-    index = 0
+    end = stop if stop is not None else float("inf")
 
-    def want(name: str) -> bool:
+    def want(name: str, g: int | None) -> bool:
+        if g is None or not start <= g < end:
+            return False
         if extensions is None:
             return True
         parts = split_key(name)
-        return parts is not None and parts[1] in extensions and not is_metadata(name)
+        return parts is not None and parts[1] in extensions
 
     def pending() -> Sample | _Failure:
         return Sample(key, fields, url, index) if bad is None else _Failure(bad, fatal=False)  # type: ignore[arg-type]
 
     try:
-        for item in iter_members(url, want=want, remote=remote, group=group):
+        for item in iter_members(url, want=want, remote=remote, group=group, cache=cache):
             if isinstance(item, TarFault):
                 parts = split_key(item.member) if item.member is not None else None
                 if item.after_end:  # the archive ended before the fault: its last sample is whole
@@ -237,19 +296,17 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
                 cls = ShardReadError if item.io else ShardFormatError
                 yield _Failure(cls(item.message, shard=url, key=key, offset=item.offset), fatal=True)
                 return
-            member, data = item
+            member, data, g = item
+            if g is None or g < start:
+                continue
+            if g >= end:  # the next sample begins: the last one of the range is complete
+                break
             name = member.name
-            if is_metadata(name):
-                continue
-            parts = split_key(name)
-            if parts is None:
-                continue
-            k, ext = parts
-            if k != key:
+            k, ext = split_key(name) or ("", "")  # g is not None: the name has a key
+            if g != index:
                 if key is not None:
                     yield pending()
-                    index += 1
-                key, fields, bad = k, {}, None
+                key, index, fields, bad = k, g, {}, None
             if bad is not None:
                 continue
             if member.type != "0":
@@ -274,54 +331,150 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
         yield _Failure(e, fatal=True)
 
 
-def count_samples(url: str, *, remote: RemoteOptions | None = None) -> int:
-    """Samples in one shard (local shards: headers only; streams are read through).
+def count_samples(url: str, *, remote: RemoteOptions | None = None, tolerant: bool = False,
+                  cache: ShardCache | None = None) -> int:
+    """Samples in one shard, in Grouper's numbering (bad samples count: they hold an
+    index); local shards: headers only, streams are read through. With `tolerant`, a
+    shard with a tar fault counts the samples before it (the one it cut off excluded),
+    as the reader will deliver them under on_error="skip".
 
     Raises:
-        ShardFormatError, ShardReadError: the shard cannot be read to its end.
+        ShardFormatError, ShardReadError: the shard cannot be read to its end (not tolerant).
     """
     n = 0
-    for item in iter_shard(url, extensions=frozenset(), remote=remote):
-        if isinstance(item, _Failure):
+    for item in iter_shard(url, on_error="skip", extensions=frozenset(), remote=remote, cache=cache):
+        if isinstance(item, _Failure) and item.fatal:
+            if tolerant:
+                return n
             raise item.error
         n += 1
     return n
+
+
+_COUNTS: dict[tuple, int] = {}
+_COUNTS_LOCK = threading.Lock()
+
+
+def _count_key(url: str) -> tuple:
+    if _shards.is_local(url):
+        path = _shards.local_path(url)
+        try:
+            st = os.stat(path)
+        except OSError as e:
+            raise ShardReadError(f"cannot open shard: {e.strerror or e}", shard=url) from e
+        return (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+    return (url,)
+
+
+def _disk_count_path(key: tuple) -> str | None:
+    root = cache_dir()
+    if root is None or len(key) != 3:
+        return None
+    digest = hashlib.sha1(key[0].encode("utf-8", "surrogateescape")).hexdigest()[:20]
+    return os.path.join(root, "counts", f"{digest}-{key[1]}-{key[2]}")
+
+
+def shard_counts(urls: Sequence[str], *, remote: RemoteOptions | None = None, tolerant: bool = False,
+                 threads: int = 4, cache: ShardCache | None = None) -> dict[str, int]:
+    """Samples per shard for every url (see count_samples), on `threads` threads. Counts of
+    whole local shards are kept in memory and on disk (cache_dir()/counts, keyed by path,
+    size and modification time), so a dataset is scanned once."""
+    out: dict[str, int] = {}
+    todo = []
+    for u in urls:
+        key = _count_key(u)
+        with _COUNTS_LOCK:
+            n = _COUNTS.get(key)
+        if n is None and (path := _disk_count_path(key)) is not None:
+            try:
+                with open(path) as f:
+                    n = int(f.read())
+            except (OSError, ValueError):
+                n = None
+        if n is None:
+            todo.append((u, key))
+        else:
+            out[u] = n
+    if todo:
+        def one(item: tuple[str, tuple]) -> tuple[str, tuple, int, bool]:
+            u, key = item
+            try:
+                return u, key, count_samples(u, remote=remote, cache=cache), True
+            except GpuDecodeError:
+                if not tolerant:
+                    raise
+                return u, key, count_samples(u, remote=remote, tolerant=True, cache=cache), False
+
+        with ThreadPoolExecutor(max(1, min(threads, len(todo))), thread_name_prefix="gpudecode-count") as pool:
+            for u, key, n, whole in pool.map(one, todo):
+                out[u] = n
+                if whole:  # a shard with a fault is counted again next time
+                    with _COUNTS_LOCK:
+                        _COUNTS[key] = n
+                    _save_count(_disk_count_path(key), n)
+    return {u: out[u] for u in urls}
+
+
+def _save_count(path: str | None, n: int) -> None:
+    if path is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.partial"
+        with open(tmp, "w") as f:
+            f.write(str(n))
+        os.replace(tmp, path)
+    except OSError:  # a read-only cache is no reason to fail
+        pass
 
 
 class ShardReader(torch.utils.data.IterableDataset):
     """Iterates over the samples of WebDataset-style tar shards.
 
     Args:
-        urls: shards, in any form `gpudecode.io.shards.expand_urls` accepts.
+        urls: shards, in any form `gpudecode.io.shards.expand_urls` accepts. Local ones
+            must exist (checked here, naming what is missing).
         shuffle: shuffle the shard order per epoch and samples in a buffer.
         seed: fixes every random choice together with the epoch.
         buffer_size: samples held by the shuffle buffer (used when shuffle is on).
         rank, world_size: this process's part; detected (torch.distributed, torchrun,
-            SLURM) when None. Inside DataLoader workers the rank's shards are split
-            again by worker.
+            SLURM) when None. Inside DataLoader workers each rank's part is split again
+            by worker: the consumers are world_size x workers.
         num_threads: reader threads (default 2).
         on_error: "raise" stops at the first bad shard or sample; "warn" and "skip"
             pass over it, count it in `skipped` ("warn" also warns).
         extensions: if given, only these extensions' bytes are read (others are left
             in the shard, and absent from `fields`).
-        even: None, "pad" or "drop": with several ranks, make every rank yield the same
-            number of samples (DDP needs equal step counts): "pad" repeats a rank's first
-            samples up to the largest rank's count, "drop" stops every rank at the
-            smallest count. Needs the per-shard sample counts (a header scan per shard).
+        even: None, "pad" or "drop": make every consumer yield the same number of samples
+            (DDP needs equal step counts): "pad" repeats samples up to ceil(N / consumers),
+            "drop" leaves out the last N mod consumers samples of the epoch; samples lost to
+            on_error="skip" are made up by repeats, so the count always holds.
+        split: how an epoch is shared (see gpudecode.io.shards.choose_mode): "auto" (whole
+            shards when there are at least as many shards as consumers and no `even`;
+            otherwise contiguous runs of samples, exact to one sample), "shard" or "sample".
         remote: timeouts and retries for remote shards (`gpudecode.io.remote.RemoteOptions`).
+        cache_dir, cache_limit: keep local copies of remote shards (gpudecode.io.cache).
 
-    Over one epoch with N ranks and even=None every sample is yielded exactly once across
-    ranks (the split is by shard, so use at least as many shards as ranks x workers).
+    Over one epoch with even=None every sample is yielded exactly once across consumers.
+    Splitting by sample and `even` need each shard's sample count: a header scan of local
+    shards (kept on disk, see shard_counts); remote shards are read through once for it.
     """
 
     def __init__(self, urls, *, shuffle: bool = False, seed: int = 0, buffer_size: int = 1000,
                  rank: int | None = None, world_size: int | None = None, num_threads: int | None = None,
                  on_error: OnError = "raise", extensions: Sequence[str] | None = None,
-                 even: Even | None = None, remote: RemoteOptions | None = None) -> None:
+                 even: Even | None = None, split: Literal["auto", "shard", "sample"] = "auto",
+                 remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
+                 cache_limit: int | None = None) -> None:
         super().__init__()
         self.urls = _shards.expand_urls(urls)
         if not self.urls:
-            raise ValueError("no shards given")
+            raise ShardReadError(f"no shards: {urls!r} names none", shard=str(urls))
+        missing = [u for u in self.urls if _shards.is_local(u) and not os.path.isfile(_shards.local_path(u))]
+        if missing:
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            raise ShardReadError(f"{len(missing)} of {len(self.urls)} shards do not exist: "
+                                 f"{', '.join(missing[:3])}{more}", shard=missing[0])
         if buffer_size < 1:
             raise ValueError("buffer_size must be >= 1")
         if (rank is None) != (world_size is None):
@@ -330,6 +483,7 @@ class ShardReader(torch.utils.data.IterableDataset):
             raise ValueError(f"rank {rank} is outside world_size {world_size}")
         if even not in (None, "pad", "drop"):
             raise ValueError(f"even must be None, 'pad' or 'drop', not {even!r}")
+        _shards.choose_mode(split, 1, 1, None)  # checks the name
         self.shuffle = shuffle
         self.seed = seed
         self.buffer_size = buffer_size
@@ -339,10 +493,13 @@ class ShardReader(torch.utils.data.IterableDataset):
         self.on_error = check_on_error(on_error)
         self.extensions = frozenset(e.lower().lstrip(".") for e in extensions) if extensions is not None else None
         self.even = even
+        self.split = split
         self.remote = remote
+        self.cache = ShardCache(cache_dir, limit=cache_limit, remote=remote) if cache_dir is not None else None
         self.epoch = 0
         self.skipped: list[Skipped] = []
-        self._counts: dict[str, int] = {}
+        self._counts: dict[str, int] | None = None
+        self._warned_even = False
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose shard order and shuffle the next iteration uses."""
@@ -353,81 +510,103 @@ class ShardReader(torch.utils.data.IterableDataset):
             return self.rank, self.world_size  # type: ignore[return-value]
         return _shards.detect_rank()
 
-    def shards_for(self, epoch: int, rank: int | None = None) -> list[str]:
-        """This rank's (and worker's) shards for `epoch`, in reading order."""
+    def consumer(self) -> tuple[int, int]:
+        """(this consumer's index, consumers): ranks x DataLoader workers."""
         r, n = self._rank()
-        if rank is not None:
-            r = rank
-        order = _shards.epoch_order(self.urls, shuffle=self.shuffle, seed=self.seed, epoch=epoch)
-        mine = _shards.split(order, r, n)
         w, nw = _shards.detect_worker()
-        return _shards.split(mine, w, nw)
+        return r * nw + w, n * nw
+
+    def mode(self) -> str:
+        """"shard" or "sample": how this reader splits an epoch (see `split`)."""
+        return _shards.choose_mode(self.split, len(self.urls), self.consumer()[1], self.even)
 
     def sample_counts(self) -> dict[str, int]:
-        """Samples per shard (cached after the first call)."""
-        for u in self.urls:
-            if u not in self._counts:
-                self._counts[u] = count_samples(u, remote=self.remote)
-        return dict(self._counts)
+        """Samples per shard (counted once; see shard_counts).
 
-    def _even_target(self, epoch: int) -> int:
+        Raises:
+            ShardFormatError, ShardReadError: a shard cannot be counted, under on_error="raise".
+        """
+        if self._counts is None:
+            self._counts = shard_counts(self.urls, remote=self.remote, tolerant=self.on_error != "raise",
+                                        cache=self.cache)
+        return self._counts
+
+    @property
+    def total_samples(self) -> int:
+        """Samples in all shards, over all consumers."""
+        return sum(self.sample_counts().values())
+
+    def share(self, epoch: int | None = None, consumer: int | None = None) -> _shards.Share:
+        """What this consumer (or `consumer`) reads in `epoch` (default: the current one)."""
+        c, n = self.consumer()
+        mode = self.mode()
+        needs_counts = mode == "sample" or self.even is not None
+        counts = self.sample_counts() if needs_counts else None
+        e = self.epoch if epoch is None else epoch
+        share = _shards.plan_share(self.urls, consumer=c if consumer is None else consumer, consumers=n, mode=mode,
+                                   even=self.even, shuffle=self.shuffle, seed=self.seed, epoch=e, counts=counts)
+        if self.even is not None and counts is not None and not self._warned_even:
+            self._warned_even = True
+            cost = _shards.even_cost(self.urls, counts, consumers=n, mode=mode, even=self.even,
+                                     shuffle=self.shuffle, seed=self.seed, epoch=e)
+            total = sum(counts.values())
+            if total and cost > max(0.02 * total, 0):
+                what = "repeats" if self.even == "pad" else "leaves out"
+                warnings.warn(f"even={self.even!r} {what} {cost} of {total} samples per epoch "
+                              f"({100 * cost / total:.1f}%) to give {n} consumers equal counts", RuntimeWarning,
+                              stacklevel=2)
+        return share
+
+    def shards_for(self, epoch: int, rank: int | None = None) -> list[str]:
+        """The shards this consumer reads in `epoch`, in reading order."""
+        return [seg.url for seg in self.share(epoch).segments]
+
+    def samples_per_epoch(self) -> int:
+        """Samples this consumer yields per epoch (before on_error="skip" under even=None)."""
+        share = self.share()
+        if share.target is not None:
+            return share.target
         counts = self.sample_counts()
-        _, n = self._rank()
-        order = _shards.epoch_order(self.urls, shuffle=self.shuffle, seed=self.seed, epoch=epoch)
-        per_rank = [sum(counts[u] for u in _shards.split(order, r, n)) for r in range(n)]
-        return max(per_rank) if self.even == "pad" else min(per_rank)
+        return sum(counts[seg.url] for seg in share.segments)
 
     def __iter__(self) -> Iterator[Sample]:
         return self.iter_epoch(self.epoch)
 
-    def iter_epoch(self, epoch: int, *, start: int = 0, stop: threading.Event | None = None) -> Generator[Sample, None, None]:
+    def iter_epoch(self, epoch: int, *, start: int = 0,
+                   stop: threading.Event | None = None) -> Generator[Sample, None, None]:
         """The samples of `epoch`, skipping the first `start` of them (to resume). Setting
         `stop` ends the iteration (within a fraction of a second) and its threads."""
-        it = self._threaded(self.shards_for(epoch), stop)
-        if self.even is not None:
-            it = self._evened(it, self._even_target(epoch))
+        share = self.share(epoch)
+        it = self._threaded(list(share.segments), stop)
+        if self.even is not None and share.target is not None:
+            it = _evened(it, share.target)
         if self.shuffle:
-            r, _ = self._rank()
-            w, _ = _shards.detect_worker()
-            it = _shuffled(it, self.buffer_size, random.Random(f"gpudecode-samples:{self.seed}:{epoch}:{r}:{w}"))
+            c, _ = self.consumer()
+            it = _shuffled(it, self.buffer_size, random.Random(f"gpudecode-samples:{self.seed}:{epoch}:{c}"))
         for i, s in enumerate(it):
             if i >= start:
                 yield s
 
-    def _evened(self, it: Iterator[Sample], target: int) -> Iterator[Sample]:
-        head: list[Sample] = []
-        n = 0
-        for s in it:
-            if n >= target:
-                break
-            if self.even == "pad" and len(head) < target:
-                head.append(s)
-            yield s
-            n += 1
-        if self.even == "pad" and head:
-            while n < target:
-                yield head[n % len(head)]
-                n += 1
-
     def _record(self, f: _Failure) -> None:
         record_failure(f.error, self.on_error, self.skipped, stacklevel=3)
 
-    def _threaded(self, urls: list[str], stop: threading.Event | None) -> Iterator[Sample]:
-        if not urls:
+    def _threaded(self, segments: list[_shards.Segment], stop: threading.Event | None) -> Iterator[Sample]:
+        if not segments:
             return
-        nthreads = min(self.num_threads, len(urls))
-        queues: list[queue.Queue] = [queue.Queue(maxsize=8) for _ in urls]
+        nthreads = min(self.num_threads, len(segments))
+        queues: list[queue.Queue] = [queue.Queue(maxsize=8) for _ in segments]
         group = ThreadGroup("reader")
         halt = group.stop_event
-        on_error, extensions, remote = self.on_error, self.extensions, self.remote
+        on_error, extensions, remote, cache = self.on_error, self.extensions, self.remote, self.cache
 
         def work(t: int) -> None:
-            for j in range(t, len(urls), nthreads):
+            for j in range(t, len(segments), nthreads):
                 q = queues[j]
+                seg = segments[j]
                 chunk: list = []
                 try:
-                    for item in iter_shard(urls[j], on_error=on_error, extensions=extensions, remote=remote,
-                                           group=group):
+                    for item in iter_shard(seg.url, on_error=on_error, extensions=extensions, remote=remote,
+                                           group=group, start=seg.start, stop=seg.stop, cache=cache):
                         if halt.is_set():
                             return
                         if isinstance(item, _Failure):
@@ -447,7 +626,7 @@ class ShardReader(torch.utils.data.IterableDataset):
                     if chunk and not put_until_stopped(q, chunk, halt):
                         return
                 except BaseException as e:  # never leave the consumer waiting
-                    err = wrap_data_error(e, ShardReadError, "reader thread failed", shard=urls[j])
+                    err = wrap_data_error(e, ShardReadError, "reader thread failed", shard=seg.url)
                     if not put_until_stopped(q, _Failure(err, fatal=True), halt):
                         return
                 if not put_until_stopped(q, _END, halt):
@@ -457,13 +636,13 @@ class ShardReader(torch.utils.data.IterableDataset):
             group.start(work, t, name=f"reader-{t}")
         outer = stop if stop is not None else threading.Event()
         try:
-            for url, q in zip(urls, queues):
+            for seg, q in zip(segments, queues):
                 while True:
                     item = get_until_stopped(q, outer, alive=group.alive)
                     if item is STOPPED:
                         if outer.is_set():
                             return
-                        raise ShardReadError("reader threads ended without finishing the shard", shard=url)
+                        raise ShardReadError("reader threads ended without finishing the shard", shard=seg.url)
                     if item is _END:
                         break
                     if isinstance(item, _Failure):
@@ -474,6 +653,25 @@ class ShardReader(torch.utils.data.IterableDataset):
                     yield from item
         finally:
             group.stop()
+
+
+def _evened(it: Iterator[Sample], target: int) -> Iterator[Sample]:
+    """Exactly `target` samples: the first `target` of `it`, then repeats of the first
+    ones where `it` runs short (samples lost to on_error="skip", or padding)."""
+    head: list[Sample] = []
+    n = 0
+    for s in it:
+        if n >= target:
+            break
+        if len(head) < _PAD_HEAD:
+            head.append(s)
+        yield s
+        n += 1
+    if n < target and not head:
+        raise ShardReadError(f"no sample could be read to make up {target - n} of {target} samples")
+    while n < target:
+        yield head[n % len(head)]
+        n += 1
 
 
 def _shuffled(it: Iterator[Sample], size: int, rng: random.Random) -> Iterator[Sample]:

@@ -71,6 +71,7 @@ class HttpStream(io.RawIOBase):
         self._skip = 0          # bytes to drop after a restart from 0
         self._tries = 0
         self._cancelled = False
+        self.expected_size: int | None = None  # the body's size, as the server announced it
         self._with_retries(self._open)
 
     def cancel(self) -> None:
@@ -169,6 +170,8 @@ class HttpStream(io.RawIOBase):
                 self._skip = 0
             elif status == 200:
                 self._skip = self._pos  # the whole body again: drop what was already read
+                if resp.length is not None:
+                    self.expected_size = resp.length
             elif status == 416 and self._pos:
                 self._skip = 0  # nothing left past what was read
             else:

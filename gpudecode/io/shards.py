@@ -6,6 +6,7 @@ import os
 import random
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence, Union
 
@@ -160,3 +161,107 @@ def epoch_order(shards: Sequence[str], *, shuffle: bool, seed: int, epoch: int) 
 def split(items: Sequence, index: int, count: int) -> list:
     """Every count-th item starting at index: rank i of N gets items i, i+N, i+2N, ..."""
     return list(items[index::count])
+
+
+# -- the split of an epoch over consumers (ranks x DataLoader workers) ---------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """Samples [start, stop) of one shard (stop None: to its end)."""
+
+    url: str
+    start: int = 0
+    stop: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Share:
+    """What one consumer reads in one epoch: its segments in reading order, how many
+    samples they hold (None when unknown: shard mode without counts), and how many it
+    yields (`target`: the count, padded or trimmed for an `even` policy)."""
+
+    segments: tuple[Segment, ...]
+    count: int | None
+    target: int | None
+
+
+def choose_mode(split: str, n_shards: int, consumers: int, even: str | None) -> str:
+    """"shard" (whole shards per consumer) or "sample" (contiguous runs of samples).
+
+    auto: whole shards when there are at least as many as consumers and no `even` policy
+    (nothing needs counting then); otherwise samples, which splits exactly (to one sample)
+    and, for even="drop", drops the tail of the epoch as DistributedSampler(drop_last=True)
+    does."""
+    if split not in ("auto", "shard", "sample"):
+        raise ValueError(f"split must be 'auto', 'shard' or 'sample', not {split!r}")
+    if split != "auto":
+        return split
+    return "shard" if n_shards >= consumers and even is None else "sample"
+
+
+def _segments(order: Sequence[str], counts: dict[str, int], a: int, b: int) -> list[Segment]:
+    """Global sample positions [a, b) of the concatenation of `order` as segments;
+    positions past the end wrap around to the start (padding)."""
+    total = sum(counts[u] for u in order)
+    out: list[Segment] = []
+    pos = a
+    while pos < b:
+        p = pos % total
+        base = 0
+        for u in order:
+            n = counts[u]
+            if p < base + n:
+                start = p - base
+                take = min(n - start, b - pos)
+                # a run to the shard's end reads to its end: a fault there is seen and reported
+                out.append(Segment(u, start, None if start + take == n else start + take))
+                pos += take
+                break
+            base += n
+    return out
+
+
+def plan_share(urls: Sequence[str], *, consumer: int, consumers: int, mode: str, even: str | None,
+               shuffle: bool, seed: int, epoch: int, counts: dict[str, int] | None) -> Share:
+    """Consumer `consumer`'s share of `epoch` (see choose_mode). `counts` (samples per
+    shard) is needed in sample mode and for `even`.
+
+    Raises:
+        ValueError: fewer samples than consumers (sample mode), or counts missing.
+    """
+    order = epoch_order(urls, shuffle=shuffle, seed=seed, epoch=epoch)
+    if mode == "shard":
+        mine = order[consumer::consumers]
+        segs = tuple(Segment(u) for u in mine)
+        if counts is None:
+            return Share(segs, None, None)
+        per = [sum(counts[u] for u in order[c::consumers]) for c in range(consumers)]
+        count = per[consumer]
+        target = count if even is None else (max(per) if even == "pad" else min(per))
+        return Share(segs, count, target)
+    if counts is None:
+        raise ValueError("sample mode needs the shards' sample counts")
+    total = sum(counts[u] for u in order)
+    if total < consumers:
+        raise ValueError(f"{total} samples cannot be split over {consumers} consumers (ranks x workers): "
+                         "each needs at least one")
+    if even == "drop":
+        q = total // consumers
+        a, b = consumer * q, (consumer + 1) * q
+    elif even == "pad":
+        q = -(-total // consumers)
+        a, b = consumer * q, (consumer + 1) * q
+    else:
+        a, b = consumer * total // consumers, (consumer + 1) * total // consumers
+    segs = tuple(_segments([u for u in order if counts[u]], counts, a, b))
+    return Share(segs, b - a, b - a)
+
+
+def even_cost(urls: Sequence[str], counts: dict[str, int], *, consumers: int, mode: str, even: str,
+              shuffle: bool, seed: int, epoch: int) -> int:
+    """Samples repeated (pad) or left out (drop) in one epoch over all consumers."""
+    shares = [plan_share(urls, consumer=c, consumers=consumers, mode=mode, even=even, shuffle=shuffle, seed=seed,
+                         epoch=epoch, counts=counts) for c in range(consumers)]
+    total = sum(counts.values())
+    return abs(sum(s.target or 0 for s in shares) - total)

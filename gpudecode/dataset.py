@@ -1,0 +1,148 @@
+"""`Loader.dataset`: the samples of a Loader's shards by index, as a map-style dataset.
+
+Index i is the i-th sample of the shards in their given (unshuffled) order, counted as
+the reader counts them. `dataset[i]` reads that sample, decodes its image on the CPU and
+applies the Loader's transform (its random draws fixed by (seed, epoch 0, i)), giving
+(image [3, h, w], label) as torchvision's ImageFolder would. It is what DataLoader code
+reaches for beside a loader: `len(loader.dataset)`, `torch.utils.data.Subset(loader.dataset,
+...)` for the remainder of a distributed evaluation, a plain DataLoader over it.
+
+Local shards are indexed once per process (the last 64 kept); a remote shard is read
+through up to the sample (give the Loader a cache_dir to make that a local read).
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import threading
+from collections import OrderedDict
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ._probe import probe_samples
+from .errors import DecodeError, LocatedError
+from .io import shards as _shards
+from .io.reader import Grouper, Sample, ShardReader, iter_shard, split_key
+from .io.tario import index_file
+from .labels import parse_label
+
+_INDEXES = 64
+
+
+class ShardDataset(torch.utils.data.Dataset):
+    """Every sample of a reader's shards by index (see the module doc)."""
+
+    def __init__(self, reader: ShardReader, transform: Any, *, image_exts: Sequence[str],
+                 label_exts: Sequence[str], labels: bool, max_pixels: int, seed: int) -> None:
+        self.reader = reader
+        self.transform = transform
+        self.image_exts = list(image_exts)
+        self.label_exts = list(label_exts)
+        self.labels = labels
+        self.max_pixels = max_pixels
+        self.seed = seed
+        counts = reader.sample_counts()
+        self._starts: list[int] = []
+        total = 0
+        for u in reader.urls:
+            self._starts.append(total)
+            total += counts[u]
+        self._total = total
+        self._local()
+
+    def _local(self) -> None:  # per-process state, made anew after unpickling
+        self._lock = threading.Lock()
+        self._indexes: OrderedDict[str, list] = OrderedDict()
+        self._decoder: Any = None
+
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_indexes", "_decoder")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._local()
+
+    def __len__(self) -> int:
+        return self._total
+
+    def locate(self, index: int) -> tuple[str, int]:
+        """(shard, sample index in that shard) of dataset index `index`."""
+        if not -self._total <= index < self._total:
+            raise IndexError(f"index {index} is out of range for {self._total} samples")
+        index %= self._total
+        k = bisect.bisect_right(self._starts, index) - 1
+        while self.reader.sample_counts()[self.reader.urls[k]] == 0:  # empty shards share a start
+            k += 1
+        return self.reader.urls[k], index - self._starts[k]
+
+    def _members(self, url: str) -> list:
+        """Per sample of a local shard: its members (name, offset, size, type)."""
+        with self._lock:
+            found = self._indexes.get(url)
+            if found is not None:
+                self._indexes.move_to_end(url)
+                return found
+        with open(_shards.local_path(url), "rb") as f:
+            members, _ = index_file(f.fileno(), os.fstat(f.fileno()).st_size)
+        grouper = Grouper()
+        by_sample: list[list] = []
+        for m in members:
+            g = grouper.group(m.name)
+            if g is None:
+                continue
+            if g == len(by_sample):
+                by_sample.append([])
+            by_sample[g].append(m)
+        with self._lock:
+            self._indexes[url] = by_sample
+            while len(self._indexes) > _INDEXES:
+                self._indexes.popitem(last=False)
+        return by_sample
+
+    def sample(self, index: int) -> Sample:
+        """The raw sample at `index` (bytes of its image and label fields)."""
+        url, j = self.locate(index)
+        wanted = set(self.image_exts) | set(self.label_exts)
+        if _shards.is_local(url) and not url.endswith((".tgz", ".tar.gz")):
+            members = self._members(url)[j]
+            fields: dict[str, bytes] = {}
+            key = split_key(members[0].name)[0]  # type: ignore[index]
+            with open(_shards.local_path(url), "rb") as f:
+                for m in members:
+                    ext = (split_key(m.name) or ("", ""))[1]
+                    if ext in wanted and m.type == "0":
+                        fields[ext] = os.pread(f.fileno(), m.size, m.offset)
+            return Sample(key, fields, url, j)
+        for item in iter_shard(url, extensions=frozenset(wanted), remote=self.reader.remote, start=j, stop=j + 1,
+                               cache=self.reader.cache):
+            if isinstance(item, Sample):
+                return item
+            raise item.error
+        raise IndexError(f"sample {j} of shard {url!r} is not there (the shard changed since it was counted)")
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        from .decode import Request
+        from .decode.cpu import CpuDecoder
+
+        s = self.sample(index)
+
+        def fail(e: LocatedError) -> None:
+            raise e
+
+        def label(smp: Sample) -> int:
+            return parse_label(smp.fields, self.label_exts, shard=smp.shard, key=smp.key) if self.labels else 0
+
+        (p,) = probe_samples([s], self.image_exts, self.max_pixels, fail, label)
+        if self._decoder is None:
+            self._decoder = CpuDecoder(num_threads=1, max_pixels=self.max_pixels)
+        out = self._decoder.decode([Request(p.data, p.format, p.height, p.width, (0, 0, p.height, p.width),
+                                            s.shard, s.key)])
+        if out.errors[0] is not None:
+            raise DecodeError(out.errors[0], shard=s.shard, key=s.key)
+        h, w = (int(v) for v in out.shapes[0])
+        hwc = out.pixels[:h * w * 3].numpy().reshape(h, w, 3)
+        img = torch.from_numpy(np.ascontiguousarray(hwc.transpose(2, 0, 1)))
+        params = self.transform.make_params([(h, w)], self.seed, epoch=0, indices=[index % self._total])
+        return self.transform(img, params), p.extra

@@ -1,0 +1,163 @@
+"""A node-local cache of remote shards (`Loader(..., cache_dir=...)`).
+
+The first time a remote shard is needed it is downloaded into `cache_dir` (under a file
+lock, so the ranks of one node share one download): written to a temporary name,
+checked against the size the server announced, flushed, and renamed into place, with a
+sidecar `<name>.json` holding its URL, size and sha256. Later epochs find the copy (its
+size checked against the sidecar) and read it as a local shard: no request is made.
+With `limit` (bytes), the least recently used copies are removed once the cache holds
+more; without it the cache grows with the dataset (node-local disks are sized for that).
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Iterator
+
+from .._threads import ThreadGroup
+from ..errors import ShardReadError, ShardWriteError
+from .remote import RemoteOptions, open_remote
+
+_CHUNK = 1 << 20
+
+
+class ShardCache:
+    """Local copies of remote shards in `root` (see the module doc)."""
+
+    def __init__(self, root: str | os.PathLike, *, limit: int | None = None,
+                 remote: RemoteOptions | None = None) -> None:
+        if limit is not None and limit <= 0:
+            raise ValueError(f"cache_limit must be positive bytes (or None), not {limit!r}")
+        self.root = Path(root)
+        self.limit = limit
+        self.remote = remote
+        self.downloads = 0  # shards fetched by this object (tests, reports)
+
+    def path_for(self, url: str) -> Path:
+        digest = hashlib.sha1(url.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+        name = url.rstrip("/").rsplit("/", 1)[-1].split("?", 1)[0] or "shard"
+        return self.root / f"{digest}-{name}"
+
+    def _complete(self, path: Path) -> bool:
+        try:
+            meta = json.loads(path.with_name(path.name + ".json").read_text())
+            return path.stat().st_size == int(meta["size"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return False
+
+    def local(self, url: str) -> Path | None:
+        """The complete local copy of `url`, or None."""
+        path = self.path_for(url)
+        if self._complete(path):
+            with contextlib.suppress(OSError):
+                os.utime(path)  # recently used: evicted last
+            return path
+        return None
+
+    @contextlib.contextmanager
+    def _locked(self, path: Path) -> Iterator[None]:
+        lock = path.with_name(path.name + ".lock")
+        with open(lock, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def fetch(self, url: str, group: ThreadGroup | None = None) -> Path:
+        """The local copy of `url`, downloaded first if there is none.
+
+        Raises:
+            ShardReadError: the download failed, or came out shorter or longer than announced.
+            ShardWriteError: the copy could not be written (names the cache path).
+        """
+        found = self.local(url)
+        if found is not None:
+            return found
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ShardWriteError(f"cannot create the shard cache: {e.strerror or e}", shard=str(self.root)) from e
+        path = self.path_for(url)
+        with self._locked(path):
+            if self._complete(path):  # another process fetched it meanwhile
+                return path
+            self._download(url, path, group)
+        self.downloads += 1
+        self._evict(keep=path)
+        return path
+
+    def _download(self, url: str, path: Path, group: ThreadGroup | None) -> None:
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        stream = open_remote(url, self.remote)
+        raw = getattr(stream, "raw", None)
+        cancel = getattr(raw, "cancel", None)
+        digest = hashlib.sha256()
+        size = 0
+        try:
+            with stream, (group.cancelling(cancel) if group is not None and cancel is not None
+                          else contextlib.nullcontext()):
+                try:
+                    out = open(tmp, "wb")
+                except OSError as e:
+                    raise ShardWriteError(f"cannot write the shard cache: {e.strerror or e}", shard=str(tmp)) from e
+                with out:
+                    while True:
+                        try:
+                            chunk = stream.read(_CHUNK)
+                        except OSError as e:  # the stream's own errors are ShardReadErrors already
+                            raise ShardReadError(f"download failed: {e}", shard=url) from e
+                        if not chunk:
+                            break
+                        try:
+                            out.write(chunk)
+                        except OSError as e:
+                            raise ShardWriteError(f"cannot write the shard cache: {e.strerror or e}",
+                                                  shard=str(tmp)) from e
+                        digest.update(chunk)
+                        size += len(chunk)
+                    expected = getattr(raw, "expected_size", None)
+                    if expected is None:
+                        expected = getattr(stream, "size", None)
+                    if isinstance(expected, int) and expected != size:
+                        raise ShardReadError(f"download of {size} bytes, but the server announced {expected}",
+                                             shard=url)
+                    out.flush()
+                    os.fsync(out.fileno())
+            os.replace(tmp, path)
+            meta = {"url": url, "size": size, "sha256": digest.hexdigest(), "fetched": time.time()}
+            side = path.with_name(path.name + ".json")
+            side_tmp = side.with_name(f"{side.name}.{os.getpid()}.partial")
+            side_tmp.write_text(json.dumps(meta))
+            os.replace(side_tmp, side)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+
+    def _evict(self, keep: Path) -> None:
+        if self.limit is None:
+            return
+        copies = []
+        for side in self.root.glob("*.json"):
+            path = side.with_name(side.name[:-5])
+            try:
+                st = path.stat()
+            except OSError:
+                continue
+            copies.append((st.st_mtime, st.st_size, path, side))
+        total = sum(c[1] for c in copies)
+        for _, size, path, side in sorted(copies, key=lambda c: c[0]):
+            if total <= self.limit:
+                break
+            if path == keep:
+                continue
+            for p in (side, path):  # the sidecar first: a copy without one is never used
+                with contextlib.suppress(OSError):
+                    p.unlink()
+            total -= size
