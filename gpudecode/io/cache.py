@@ -110,7 +110,9 @@ class ShardCache:
                     while True:
                         try:
                             chunk = stream.read(_CHUNK)
-                        except OSError as e:  # the stream's own errors are ShardReadErrors already
+                        except ShardReadError:
+                            raise
+                        except OSError as e:  # fsspec backends raise their own
                             raise ShardReadError(f"download failed: {e}", shard=url) from e
                         if not chunk:
                             break

@@ -1,0 +1,345 @@
+"""Distributed reading that cannot hang: exact shares over ranks x workers, equal counts
+where `even` promises them, len() equal to what iteration yields; DataLoader's
+conventions (epochs, seeds, state_dict, .sampler, .dataset); early errors; the
+node-local cache of remote shards."""
+from __future__ import annotations
+
+import itertools
+import os
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from gpudecode import Loader, ShardReader, ShardReadError
+from gpudecode import transforms as T
+
+from conftest import encode, make_shard
+
+
+def _shards(tmp_path, sizes, prefix="s", photo=None):
+    urls, keys = [], []
+    for j, n in enumerate(sizes):
+        samples = []
+        for i in range(n):
+            key = f"{prefix}{j:02d}-{i:03d}"
+            img = (np.full((18, 22, 3), (j * 37 + i * 11) % 256, np.uint8) if photo is None
+                   else np.ascontiguousarray(photo[i:i + 40, j:j + 50]))
+            samples.append({"__key__": key, "jpg": encode(img), "cls": b"%d" % (i % 3)})
+            keys.append(key)
+        urls.append(make_shard(tmp_path / f"{prefix}-{j:03d}.tar", samples))
+    return urls, keys
+
+
+def _workers(monkeypatch, w, nw):
+    import torch.utils.data as tud
+
+    monkeypatch.setattr(tud, "get_worker_info", lambda: None if nw == 1 else type("I", (), {"id": w, "num_workers": nw}))
+
+
+MATRIX = [  # (shard sizes, world_size, workers)
+    ([7], 2, 1),             # one shard, two ranks: split by sample
+    ([5, 6, 7, 3], 6, 1),    # four shards, six ranks
+    ([5, 6, 7, 3], 2, 1),    # more shards than ranks: whole shards (even=None)
+    ([9, 4, 8, 2, 6, 5, 7], 2, 1),  # seven shards on two ranks
+    ([9, 4, 8, 2, 6, 5, 7], 3, 2),  # with DataLoader workers
+    ([3], 3, 1),             # exactly one sample per rank
+    ([10, 0, 4], 4, 1),      # an empty shard
+]
+
+
+@pytest.mark.parametrize("sizes,world,nw", MATRIX, ids=[f"{len(m[0])}sh-{m[1]}r-{m[2]}w" for m in MATRIX])
+@pytest.mark.parametrize("even", [None, "pad", "drop"])
+def test_split_matrix(tmp_path, monkeypatch, sizes, world, nw, even):
+    urls, keys = _shards(tmp_path, sizes)
+    total = len(keys)
+    per_consumer = []
+    got = []
+    for rank in range(world):
+        for w in range(nw):
+            _workers(monkeypatch, w, nw)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # the pad/drop cost warning (tested below)
+                r = ShardReader(urls, rank=rank, world_size=world, even=even, shuffle=True, seed=5)
+                r.set_epoch(3)
+                ks = [s.key for s in r]
+                assert len(ks) == r.samples_per_epoch()  # what it says is what it yields
+            per_consumer.append(len(ks))
+            got += ks
+    consumers = world * nw
+    if even is None:
+        assert sorted(got) == sorted(keys)  # every sample exactly once
+    elif even == "pad":
+        assert per_consumer == [-(-total // consumers)] * consumers and set(got) == set(keys)
+    else:
+        assert per_consumer == [total // consumers] * consumers and len(set(got)) == len(got)
+
+
+def tf(size=16):
+    return T.Compose([T.Resize((size, size))])
+
+
+@pytest.mark.parametrize("sizes,world", [([7], 2), ([5, 6, 7, 3], 6), ([9, 4, 8, 2, 6, 5, 7], 2), ([1, 1, 1], 3)])
+@pytest.mark.parametrize("even", [None, "pad", "drop"])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_loader_len_equals_iteration_and_ranks_agree(tmp_path, sizes, world, even, drop_last):
+    urls, keys = _shards(tmp_path, sizes)
+    lens, batches, seen = [], [], []
+    for rank in range(world):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ld = Loader(urls, batch_size=2, transform=tf(), device="cpu", rank=rank, world_size=world, even=even,
+                        drop_last=drop_last, seed=1, num_workers=1)
+            lens.append(len(ld))
+            bs = list(ld)
+        batches.append(len(bs))
+        seen += [k for b in bs for k in b.keys]
+        ld.close()
+    assert lens == batches
+    if even is not None:
+        assert len(set(batches)) == 1  # equal steps on every rank: DDP cannot hang
+    if even is None and not drop_last:
+        assert sorted(seen) == sorted(keys)
+
+
+def test_pad_and_drop_warn_when_they_cost_much(tmp_path):
+    urls, _ = _shards(tmp_path, [5])
+    with pytest.warns(RuntimeWarning, match=r"even='pad' repeats 1 of 5 samples per epoch \(20.0%\)"):
+        ShardReader(urls, rank=0, world_size=2, even="pad").samples_per_epoch()
+    with pytest.warns(RuntimeWarning, match=r"even='drop' leaves out 1 of 5"):
+        ShardReader(urls, rank=0, world_size=2, even="drop").samples_per_epoch()
+    big, _ = _shards(tmp_path, [60, 41], prefix="b")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ShardReader(big, rank=0, world_size=2, even="pad").samples_per_epoch()  # 1 of 101: no warning
+
+
+def test_skipped_samples_are_made_up_under_even(tmp_path):
+    """A bad sample on one rank under on_error="skip": with even the rank still yields its
+    full count (a repeat stands in), so its step count matches the others'."""
+    urls, keys = _shards(tmp_path, [8])
+    with open(urls[0], "rb") as f:
+        data = bytearray(f.read())
+    i = data.index(b"s00-003.jpg")
+    body = i - i % 512 + 512
+    data[body:body + 300] = bytes(300)  # the image's bytes zeroed: not a JPEG any more
+    with open(urls[0], "wb") as f:
+        f.write(bytes(data))
+    counts = []
+    for rank in range(2):
+        with Loader(urls, batch_size=2, transform=tf(), device="cpu", rank=rank, world_size=2, even="pad",
+                    on_error="skip", seed=0) as ld:
+            n = [b[0].shape[0] for b in ld]
+            counts.append((len(ld), len(n), sum(n)))
+            if rank == 0:
+                assert [(s.key, s.error) for s in ld.skipped] == [("s00-003", "DecodeError")]
+    assert counts == [(2, 2, 4), (2, 2, 4)]
+
+
+def test_epochs_advance_without_set_epoch(tmp_path):
+    urls, _ = _shards(tmp_path, [6, 6, 6])
+    ld = Loader(urls, batch_size=4, transform=tf(), device="cpu", seed=3)
+    orders = [[k for b in ld for k in b.keys] for _ in range(3)]
+    assert orders[0] != orders[1] != orders[2] and sorted(orders[0]) == sorted(orders[1])
+    ld2 = Loader(urls, batch_size=4, transform=tf(), device="cpu", seed=3)
+    ld2.set_epoch(1)
+    assert [k for b in ld2 for k in b.keys] == orders[1]  # epoch 1 whichever way it is reached
+    ld2.set_epoch(1)
+    assert [k for b in ld2 for k in b.keys] == orders[1]  # set_epoch pins it
+    ld.close()
+    ld2.close()
+
+
+def test_torch_manual_seed_governs_the_order(tmp_path):
+    urls, _ = _shards(tmp_path, [6, 6, 6])
+
+    def order(seed=None):
+        with Loader(urls, batch_size=4, transform=tf(), device="cpu", seed=seed) as ld:
+            return [k for b in ld for k in b.keys]
+
+    torch.manual_seed(1)
+    a = order()
+    torch.manual_seed(1)
+    assert order() == a
+    torch.manual_seed(2)
+    assert order() != a
+    torch.manual_seed(99)
+    pinned = order(seed=7)
+    torch.manual_seed(123)
+    assert order(seed=7) == pinned  # an int seed pins it, whatever torch's seed
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_resume_from_state_dict_across_a_split(tmp_path, world):
+    """Stop each rank after 2 batches, pickle the state, build new loaders (as a restarted
+    job does) and resume: the rest of the epoch is exactly what an uninterrupted run gives,
+    and so is the next epoch."""
+    urls, _ = _shards(tmp_path, [7, 5], photo=None)
+    for rank in range(world):
+        def make():
+            return Loader(urls, batch_size=2, transform=tf(), device="cpu", rank=rank, world_size=world, seed=4,
+                          even="pad" if world > 1 else None)
+
+        with make() as full:
+            full.set_epoch(5)
+            whole = [(b.keys, b[0].clone()) for b in full]
+            nxt = [b.keys for b in full]
+        with make() as first:
+            first.set_epoch(5)
+            it = iter(first)
+            head = [(b.keys, b[0].clone()) for b in itertools.islice(it, 2)]
+            state = pickle.loads(pickle.dumps(first.state_dict()))
+            it.close()
+        assert state["_num_yielded"] == 2 and state["dataset_state"]["epoch"] == 5
+        with make() as second:
+            second.load_state_dict(state)
+            tail = [(b.keys, b[0].clone()) for b in second]
+            after = [b.keys for b in second]
+        got = head + tail
+        assert [k for k, _ in got] == [k for k, _ in whole]
+        assert all(torch.equal(a, b) for (_, a), (_, b) in zip(got, whole))
+        assert after == nxt
+
+
+def test_state_from_another_world_size_is_refused(tmp_path):
+    urls, _ = _shards(tmp_path, [6, 6])
+    with Loader(urls, batch_size=2, transform=tf(), device="cpu", rank=0, world_size=2, seed=1) as a:
+        state = a.state_dict()
+    with Loader(urls, batch_size=2, transform=tf(), device="cpu", rank=0, world_size=3, seed=1) as b:
+        with pytest.raises(ValueError, match="world_size=2"):
+            b.load_state_dict(state)
+        with pytest.raises(ValueError, match="not a gpudecode Loader state"):
+            b.load_state_dict({"epoch": 1})
+
+
+def test_a_finished_epoch_resumes_at_the_next(tmp_path):
+    urls, _ = _shards(tmp_path, [6])
+    with Loader(urls, batch_size=4, transform=tf(), device="cpu", seed=2) as a:
+        first = [b.keys for b in a]
+        state = a.state_dict()
+        second = [b.keys for b in a]
+    assert state["_iterator_finished"] and state["dataset_state"]["epoch"] == 0
+    with Loader(urls, batch_size=4, transform=tf(), device="cpu", seed=2) as b:
+        b.load_state_dict(state)
+        assert [k.keys for k in b] == second != first
+
+
+def test_early_errors(tmp_path):
+    urls, _ = _shards(tmp_path, [3, 3])
+    listing = tmp_path / "none.txt"
+    listing.write_text("# no shards listed\n")
+    with pytest.raises(ShardReadError, match="no shards"):
+        Loader(str(listing), batch_size=2, transform=tf(), device="cpu")
+    with pytest.raises(ShardReadError, match="shards do not exist"):
+        Loader(str(tmp_path / "s-{000..009}.tar"), batch_size=2, transform=tf(), device="cpu")
+    empty = tmp_path / "emptydir"
+    empty.mkdir()
+    with pytest.raises(ShardReadError, match="no .tar"):
+        Loader(str(empty), batch_size=2, transform=tf(), device="cpu")
+    ld = Loader(urls, batch_size=2, transform=tf(), device="cpu", rank=0, world_size=8, seed=0)
+    with pytest.raises(ValueError, match="6 samples cannot be split over 8"):
+        len(ld)
+
+
+def test_dataloader_arguments(tmp_path):
+    urls, _ = _shards(tmp_path, [4])
+    ld = Loader(urls, batch_size=2, transform=tf(), device="cpu", num_workers=0, pin_memory=True,
+                persistent_workers=True, prefetch_factor=3)
+    assert ld.num_threads == 1 and ld.prefetch == 3
+    assert sum(b[0].shape[0] for b in ld) == 4
+    with pytest.raises(ValueError, match="num_workers or num_threads"):
+        Loader(urls, batch_size=2, transform=tf(), device="cpu", num_workers=2, num_threads=3)
+    with pytest.raises(TypeError):
+        Loader(urls, batch_size=2, transform=tf(), device="cpu", collate_fn=None)
+    ld.close()
+
+
+def test_sampler_and_dataset_for_distributed_evaluation(tmp_path, photos):
+    """The evaluation pattern of pytorch/examples' ImageNet script: each rank evaluates
+    len(sampler) samples (even="drop"), and the remainder
+    Subset(dataset, range(len(sampler) * world, len(dataset))) is exactly what was left
+    out; dataset[i] is what the loader gives for that sample."""
+    urls, keys = _shards(tmp_path, [5, 6], photo=photos["astronaut"])
+    world = 3
+    seen = []
+    for rank in range(world):
+        with Loader(urls, batch_size=4, transform=tf(24), device="cpu", rank=rank, world_size=world, shuffle=False,
+                    even="drop", seed=0) as ld:
+            with pytest.warns(RuntimeWarning, match="leaves out 2 of 11 samples"):
+                assert len(ld.sampler) == 11 // world
+            assert len(ld.dataset) == 11 == ld.total_samples
+            out = {k: img.clone() for b in ld for k, img in zip(b.keys, b[0])}
+            assert list(ld.sampler) == [keys.index(k) for k in out]
+            seen += list(out)
+            ds = ld.dataset
+            for k, img in out.items():
+                x, label = ds[keys.index(k)]
+                assert torch.equal(x, img) and label == int(k[-3:]) % 3
+    rest = torch.utils.data.Subset(ds, range(len(ld.sampler) * world, len(ds)))
+    assert len(seen) + len(rest) == len(keys)
+    assert [keys[i] for i in rest.indices] == [k for k in keys if k not in seen]
+    dl = torch.utils.data.DataLoader(rest, batch_size=2, num_workers=0)
+    assert sum(x.shape[0] for x, _ in dl) == len(rest)
+
+
+def test_cache_dir_makes_later_epochs_local(tmp_path, http_server):
+    urls, keys = _shards(tmp_path, [5, 4])
+    for u in urls:
+        with open(u, "rb") as f:
+            http_server.files["/" + os.path.basename(u)] = f.read()
+    remote = [http_server.url("/" + os.path.basename(u)) for u in urls]
+    cache = tmp_path / "cache"
+    ld = Loader(remote, batch_size=3, transform=tf(), device="cpu", cache_dir=cache, seed=0, shuffle=False)
+    first = [k for b in ld for k in b.keys]
+    n = len(http_server.requests)
+    assert n == 2 and first == keys  # one request per shard, the whole epoch
+    second = [k for b in ld for k in b.keys]
+    assert second == keys and len(http_server.requests) == n  # no request: read from the copies
+    assert len(ld) == 3 and len(http_server.requests) == n  # counting reads the copies too
+    copies = sorted(p.name for p in cache.iterdir() if p.suffix == ".tar")
+    assert len(copies) == 2
+    ld.close()
+    # a new loader (a new process, as it were) finds the copies
+    ld2 = Loader(remote, batch_size=3, transform=tf(), device="cpu", cache_dir=cache, shuffle=False, seed=0)
+    assert [k for b in ld2 for k in b.keys] == keys and len(http_server.requests) == n
+    ld2.close()
+
+
+def test_cache_limit_evicts_least_recently_used(tmp_path, http_server):
+    from gpudecode.io.cache import ShardCache
+
+    urls, _ = _shards(tmp_path, [5, 5, 5])
+    for u in urls:
+        with open(u, "rb") as f:
+            http_server.files["/" + os.path.basename(u)] = f.read()
+    a, b, c = (http_server.url("/" + os.path.basename(u)) for u in urls)
+    cache = ShardCache(tmp_path / "cache", limit=2 * os.path.getsize(urls[0]) + 100)
+    pa = cache.fetch(a)
+    cache.fetch(b)
+    os.utime(pa, (1, 1))  # a used long ago
+    assert cache.local(b) is not None  # b used just now
+    cache.fetch(c)
+    assert cache.local(a) is None and cache.local(b) is not None and cache.local(c) is not None
+    assert cache.downloads == 3
+    assert cache.fetch(a).exists() and cache.downloads == 4  # fetched again when needed
+
+
+def test_truncated_download_is_not_cached(tmp_path, http_server):
+    from httpfault import Fault
+
+    from gpudecode import RemoteOptions
+
+    urls, _ = _shards(tmp_path, [5])
+    with open(urls[0], "rb") as f:
+        http_server.files["/s.tar"] = f.read()
+    http_server.faults["/s.tar"] = [Fault("short", after=1000)] + [Fault("short", after=0)] * 3
+    cache = tmp_path / "cache"
+    ld = Loader([http_server.url("/s.tar")], batch_size=5, transform=tf(), device="cpu", cache_dir=cache,
+                remote=RemoteOptions(retries=2, backoff=0.01, read_timeout=1))
+    with pytest.raises(ShardReadError, match="gave up after 3 tries"):
+        for _ in ld:  # (not list(): it asks len() first, which counts by downloading)
+            pass
+    assert not [p for p in cache.iterdir() if p.suffix == ".tar" or p.name.endswith(".partial")]
+    ld.close()
