@@ -178,7 +178,7 @@ def test_resume_from_state_dict_across_a_split(tmp_path, world):
     and so is the next epoch."""
     urls, _ = _shards(tmp_path, [7, 5], photo=None)
     for rank in range(world):
-        def make():
+        def make(rank=rank):
             return Loader(urls, batch_size=2, transform=tf(), device="cpu", rank=rank, world_size=world, seed=4,
                           even="pad" if world > 1 else None)
 
