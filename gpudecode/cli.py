@@ -12,7 +12,7 @@ from ._version import __version__
 def _cmd_shard(a: argparse.Namespace) -> int:
     from .folder import shard_folder
 
-    r = shard_folder(a.src, a.out, shard_size=a.shard_size, seed=a.seed, progress=not a.quiet)
+    r = shard_folder(a.src, a.out, shard_size=a.shard_size, seed=a.seed, progress=not a.quiet, key=a.key)
     print(f"wrote {r.written} samples in {len(r.shards)} shards, {len(r.classes)} classes -> {r.class_index}")
     for path, why in r.rejected:
         print(f"not packed: {path}: {why}", file=sys.stderr)
@@ -87,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("out", help="shard pattern, e.g. out/train-%%06d.tar")
     s.add_argument("--shard-size", type=int, default=1000, help="samples per shard (default 1000)")
     s.add_argument("--seed", type=int, default=0, help="seed of the sample order")
+    s.add_argument("--key", choices=["seq", "path"], default="seq",
+                   help="sample keys: seq (000000000, ...; default) or path (the file's path in the tree); "
+                        "either way <key>.json holds the path and label")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=_cmd_shard)
 

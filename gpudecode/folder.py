@@ -42,12 +42,43 @@ def image_extension(data: bytes) -> str | None:
         return None
 
 
+def class_index_path(pattern: str) -> str:
+    """`out/train-%06d.tar` -> `out/train-classes.json`: one class index per output pattern,
+    so train and val written into one folder keep their own."""
+    head = pattern.split("%", 1)[0].split("{", 1)[0]
+    if not head or head.endswith("/"):
+        return head + "classes.json"
+    return head.rstrip("-_.") + "-classes.json"
+
+
+def _path_key(rel: str) -> str:
+    """A sample key made of a file's path in the tree: the extension goes, and dots left in
+    the last component (which would move the split between key and extension) become '_'."""
+    stem, _, _ = rel.rpartition(".")
+    stem = stem or rel
+    head, _, last = stem.rpartition("/")
+    last = last.replace(".", "_")
+    return f"{head}/{last}" if head else last
+
+
 def shard_folder(src: str | os.PathLike, pattern: str, *, shard_size: int = 1000, seed: int = 0,
-                 progress: bool = True) -> ShardReport:
-    """Packs `src/<class>/<file>` into shards of `shard_size` samples (`<key>.jpg|png` +
-    `<key>.cls`), in a shuffled order fixed by `seed`, and writes `classes.json`
-    ({class name: index}, classes sorted by name as torchvision's ImageFolder does)
-    beside the shards. Files that are not images are reported, not packed."""
+                 progress: bool = True, key: str = "seq") -> ShardReport:
+    """Packs `src/<class>/<file>` into shards of `shard_size` samples, in a shuffled order
+    fixed by `seed`. Each sample holds the image (`.jpg`/`.png`/... by content), `.cls` (the
+    class index as text) and `.json` ({"path": the file's path in the tree, "label": index,
+    "class": name}), so a batch's keys lead back to the files. `key`: "seq" (000000000,
+    000000001, ...) or "path" (the file's path in the tree, without its extension). The
+    class index ({class name: index}, classes sorted by name as torchvision's ImageFolder
+    does) is written beside the shards as `<prefix>-classes.json` (see class_index_path);
+    an existing one that differs is refused. Files that are not images are reported, not
+    packed.
+
+    Raises:
+        FileNotFoundError: src is not a folder. ValueError: no class folders, a bad key
+        choice, two files with the same path key, or a different class index in the way.
+    """
+    if key not in ("seq", "path"):
+        raise ValueError(f"key must be 'seq' or 'path', not {key!r}")
     src = Path(src)
     if not src.is_dir():
         raise FileNotFoundError(f"{src} is not a directory")
@@ -56,7 +87,23 @@ def shard_folder(src: str | os.PathLike, pattern: str, *, shard_size: int = 1000
     if not classes:
         raise ValueError(f"{src} has no class subfolders")
     index = {c: i for i, c in enumerate(classes)}
+    class_file = Path(class_index_path(pattern))
+    if class_file.exists():
+        try:
+            existing = json.loads(class_file.read_text())
+        except ValueError:
+            existing = None
+        if existing != index:
+            raise ValueError(f"{class_file} holds another class index (written for other shards): remove it or "
+                             "write these shards under another name")
     files = [(p, index[c]) for c in classes for p in sorted((src / c).rglob("*")) if p.is_file()]
+    if key == "path":
+        keys: dict[str, Path] = {}
+        for p, _ in files:
+            k = _path_key(p.relative_to(src).as_posix())
+            if k in keys:
+                raise ValueError(f"{p} and {keys[k]} would both have the key {k!r}")
+            keys[k] = p
     random.Random(seed).shuffle(files)
     report = ShardReport([], 0, index)
     from tqdm import tqdm
@@ -65,13 +112,16 @@ def shard_folder(src: str | os.PathLike, pattern: str, *, shard_size: int = 1000
         for path, label in tqdm(files, desc="shard", unit="img", disable=not progress):
             data = path.read_bytes()
             ext = image_extension(data)
+            rel = path.relative_to(src).as_posix()
             if ext is None:
                 report.rejected.append((str(path), "not an image"))
                 continue
-            w.write({"__key__": f"{report.written:09d}", ext: data, "cls": str(label)})
+            k = f"{report.written:09d}" if key == "seq" else _path_key(rel)
+            meta = {"path": rel, "label": label, "class": classes[label]}
+            w.write({"__key__": k, ext: data, "cls": str(label), "json": json.dumps(meta)})
             report.written += 1
     report.shards = w.shards
-    out_dir = Path(format_pattern(pattern, 0)).parent
-    report.class_index = str(out_dir / "classes.json")
-    Path(report.class_index).write_text(json.dumps(index, indent=1))
+    class_file.parent.mkdir(parents=True, exist_ok=True)
+    class_file.write_text(json.dumps(index, indent=1))
+    report.class_index = str(class_file)
     return report

@@ -36,19 +36,21 @@ def test_shard_an_imagefolder(tmp_path, photos, capsys):
     out = capsys.readouterr()
     assert "wrote 10 samples in 3 shards, 2 classes" in out.out
     assert "notes.txt: not an image" in out.err
-    classes = json.loads((tmp_path / "out" / "classes.json").read_text())
+    classes = json.loads((tmp_path / "out" / "train-classes.json").read_text())
     assert classes == {"class_chelsea": 0, "class_coffee": 1}
     shards = sorted(str(p) for p in (tmp_path / "out").glob("train-*.tar"))
     assert len(shards) == 3 and not list((tmp_path / "out").glob("*.partial"))
     samples = list(ShardReader(shards))
     assert len(samples) == 10
     for s in samples:
-        (ext,) = set(s.fields) - {"cls"}
+        (ext,) = set(s.fields) - {"cls", "json"}
         data = s.fields[ext]
         assert int(s.fields["cls"]) == files[data]
+        meta = json.loads(s.fields["json"])
+        assert (src / meta["path"]).read_bytes() == data and meta["label"] == files[data]
         assert ext == ("png" if data.startswith(b"\x89PNG") else "jpg")
     with tarfile.open(shards[0]) as tf:  # plain tars that any tool reads
-        assert len(tf.getnames()) == 8
+        assert len(tf.getnames()) == 12  # 4 samples: image, .cls, .json
 
 
 def test_inspect(tmp_path, photos, capsys):
@@ -76,3 +78,36 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     assert out.count("JPEG/PNG shards, epoch") == 2 and out.count("tensor shards, epoch") == 2
     assert "precache: 48 samples -> 1 tensor shards" in out
     assert "48 images in" in out
+
+
+def _tree(root, photos, names=("chelsea", "coffee"), per=3):
+    for c, name in enumerate(names):
+        d = root / f"c{c}_{name}"
+        d.mkdir(parents=True)
+        for k in range(per):
+            (d / f"n{c}_{k}.v2.JPEG").write_bytes(encode(photos[name][k * 9:, k * 4:], "JPEG"))
+
+
+def test_shard_keys_are_paths(tmp_path, photos):
+    src = tmp_path / "val"
+    _tree(src, photos)
+    assert main(["shard", str(src), str(tmp_path / "out" / "val-%03d.tar"), "--key", "path", "--quiet"]) == 0
+    samples = list(ShardReader(str(tmp_path / "out" / "val-000.tar")))
+    assert sorted(s.key for s in samples) == sorted(f"c{c}_{n}/n{c}_{k}_v2" for c, n in enumerate(("chelsea", "coffee"))
+                                                    for k in range(3))
+    for s in samples:
+        meta = json.loads(s.fields["json"])
+        assert meta["path"] == s.key.replace("_v2", ".v2") + ".JPEG" and (src / meta["path"]).exists()
+
+
+def test_class_index_per_pattern_and_never_overwritten(tmp_path, photos):
+    _tree(tmp_path / "train", photos)
+    _tree(tmp_path / "val", photos)
+    out = tmp_path / "shards"
+    assert main(["shard", str(tmp_path / "train"), str(out / "train-%03d.tar"), "--quiet"]) == 0
+    assert main(["shard", str(tmp_path / "val"), str(out / "val-%03d.tar"), "--quiet"]) == 0
+    assert sorted(p.name for p in out.glob("*.json")) == ["train-classes.json", "val-classes.json"]
+    other = tmp_path / "other"
+    _tree(other, photos, names=("rocket", "coffee", "chelsea"))
+    assert main(["shard", str(other), str(out / "train-%03d.tar"), "--quiet"]) == 1  # a different index is refused
+    assert json.loads((out / "train-classes.json").read_text()) == {"c0_chelsea": 0, "c1_coffee": 1}
