@@ -1,0 +1,93 @@
+"""examples/imagenet: the gpudecode training script runs on tiny shards with a small
+model on the CPU (train, evaluate, resume), single process and under torchrun with two
+processes (gloo); its evaluation of a checkpoint equals the DataLoader script's on the
+same images; and the swap between the two scripts stays small."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpudecode.cli import main as gpudecode_cli
+
+from conftest import encode
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "imagenet"
+CLASSES = ["astronaut", "chelsea", "coffee", "rocket"]
+COMMON = ["-a", "resnet18", "-b", "4", "--image-size", "32", "--num-classes", "4", "-j", "2", "-p", "100",
+          "--seed", "0"]
+
+
+@pytest.fixture(scope="module")
+def data(photos, tmp_path_factory):
+    """images/{train,val}/<class>/*.jpg (ImageFolder), and the same as shards in data/."""
+    root = tmp_path_factory.mktemp("imagenet")
+    rng = np.random.default_rng(0)
+    for split, per in (("train", 6), ("val", 3)):
+        for name in CLASSES:
+            d = root / "images" / split / name
+            d.mkdir(parents=True)
+            img = photos[name]
+            for k in range(per):
+                h, w = img.shape[:2]
+                t, l = int(rng.integers(0, h // 3)), int(rng.integers(0, w // 3))
+                (d / f"{name}_{k}.jpg").write_bytes(encode(np.ascontiguousarray(img[t:t + h // 2, l:l + w // 2])))
+        assert gpudecode_cli(["shard", str(root / "images" / split), str(root / "data" / split / f"{split}-%03d.tar"),
+                              "--shard-size", "5", "--quiet"]) == 0
+    return root
+
+
+def run(script, *args, cwd, torchrun=False):
+    cmd = [sys.executable]
+    if torchrun:
+        cmd += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    cmd += [str(EXAMPLE / script), *map(str, args)]
+    p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p.stdout
+
+
+def accuracies(out):
+    return re.findall(r"\* Acc@1 ([\d.]+) Acc@5 ([\d.]+) Loss [\d.]+ \((\d+) images\)", out)
+
+
+def test_swap_is_small():
+    diff = subprocess.run(["diff", str(EXAMPLE / "main_dataloader.py"), str(EXAMPLE / "main.py")], capture_output=True,
+                          text=True).stdout
+    changed = [line for line in diff.splitlines() if line[:2] in ("< ", "> ")]
+    assert 0 < len(changed) <= 16, diff
+
+
+def test_train_evaluate_resume_single_process(data, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    out = run("main.py", data / "data", *COMMON, "--epochs", "1", "--checkpoint-dir", ckpt, cwd=tmp_path)
+    assert "Epoch: [0][0/6]" in out and accuracies(out)[-1][2] == "12"
+    ours = run("main.py", data / "data", *COMMON, "-e", "--resume", ckpt / "checkpoint.pth.tar", cwd=tmp_path)
+    theirs = run("main_dataloader.py", data / "images", *COMMON, "-e", "--resume", ckpt / "checkpoint.pth.tar",
+                 cwd=tmp_path)
+    assert accuracies(ours) == accuracies(theirs)  # the same checkpoint, the same verdict
+    out = run("main.py", data / "data", *COMMON, "--epochs", "2", "--resume", ckpt / "checkpoint.pth.tar",
+              "--checkpoint-dir", ckpt, cwd=tmp_path)
+    assert "loaded checkpoint" in out and "(epoch 1)" in out
+    assert "Epoch: [1][0/6]" in out and "Epoch: [0]" not in out
+
+
+def test_torchrun_two_processes(data, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    out = run("main.py", data / "data", *COMMON, "--epochs", "1", "--dist-backend", "gloo", "--checkpoint-dir", ckpt,
+              cwd=tmp_path, torchrun=True)
+    # 24 training images over 2 ranks, batch 4: 3 steps on each rank
+    assert out.count("Epoch: [0][0/3]") == 2
+    # every rank's validation covers all 12 images: its share, the others' (all_reduce), the remainder
+    assert [a[2] for a in accuracies(out)] == ["12", "12"]
+    assert (ckpt / "checkpoint.pth.tar").exists()
+    ev = run("main.py", data / "data", *COMMON, "-e", "--dist-backend", "gloo", "--resume", ckpt / "checkpoint.pth.tar",
+             cwd=tmp_path, torchrun=True)
+    single = run("main.py", data / "data", *COMMON, "-e", "--resume", ckpt / "checkpoint.pth.tar", cwd=tmp_path)
+    assert [a[:2] for a in accuracies(ev)] == [accuracies(single)[0][:2]] * 2
