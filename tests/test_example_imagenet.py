@@ -60,6 +60,10 @@ def test_swap_is_small():
                           text=True).stdout
     changed = [line for line in diff.splitlines() if line[:2] in ("< ", "> ")]
     assert 0 < len(changed) <= 16, diff
+    # the README shows exactly these lines
+    readme = (EXAMPLE.parents[1] / "README.md").read_text()
+    block = readme.split("```diff\n", 1)[1].split("```", 1)[0].splitlines()
+    assert sorted(("-" if c[0] == "<" else "+") + c[2:] for c in changed) == sorted(block)
 
 
 def test_train_evaluate_resume_single_process(data, tmp_path):
