@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """atheris entry point for the Python fuzz targets of harness.py:
 
     python tests/fuzz/fuzz_py.py TARGET [libFuzzer flags] [corpus dirs]
@@ -25,10 +26,14 @@ import harness  # noqa: E402
 
 
 def main() -> None:
-    if len(sys.argv) < 2 or sys.argv[1] not in harness.TARGETS:
+    # The target travels in the environment: libFuzzer re-runs this command line for
+    # -merge and -fork, and would take a bare name for a corpus directory.
+    if len(sys.argv) > 1 and sys.argv[1] in harness.TARGETS:
+        os.environ["GPUDECODE_FUZZ_TARGET"] = sys.argv.pop(1)
+    name = os.environ.get("GPUDECODE_FUZZ_TARGET")
+    if name not in harness.TARGETS:
         sys.exit(f"usage: fuzz_py.py {{{'|'.join(harness.TARGETS)}}} [libFuzzer flags] [corpus dirs]")
-    target = getattr(harness, sys.argv.pop(1))
-    atheris.Setup(sys.argv, target)
+    atheris.Setup(sys.argv, getattr(harness, name))
     atheris.Fuzz()
 
 

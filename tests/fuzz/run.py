@@ -43,6 +43,14 @@ def _jpeg_flags() -> list[str]:
     return out.stdout.split() if out.returncode == 0 else []
 
 
+def _env() -> dict:
+    """The environment of fuzzer processes: this Python first on PATH (libFuzzer re-runs
+    an atheris script by its own path for -merge, through its shebang)."""
+    env = dict(os.environ)
+    env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+    return env
+
+
 def build_fuzzers(targets: list[str]) -> None:
     cxx = shutil.which("clang++") or shutil.which("clang++-14")
     if cxx is None:
@@ -110,7 +118,8 @@ def fuzz(targets: list[str], seconds: int, jobs: int) -> int:
                 f"-artifact_prefix={crashes}/{t}-", "-print_final_stats=1", str(work),
                 str(BUILD / "seeds" / seeds[t]), *map(str, saved(t))]
         log = open(BUILD / f"{t}.log", "w")
-        procs.append((t, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT), log, time.time()))
+        procs.append((t, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT, env=_env()), log,
+                      time.time()))
         while poll() >= jobs:
             time.sleep(0.5)
     while poll():
@@ -135,9 +144,9 @@ def merge(targets: list[str]) -> None:
     for t in targets:
         dest = FUZZ / "corpus" / t
         dest.mkdir(parents=True, exist_ok=True)
-        cmd = ([str(BUILD / t)] if t in CPP else [sys.executable, str(FUZZ / "fuzz_py.py"), t])
+        cmd = [str(BUILD / t)] if t in CPP else [str(FUZZ / "fuzz_py.py"), t]
         subprocess.run(cmd + ["-merge=1", f"-max_len={(CPP | PY)[t]}", str(dest), str(BUILD / "corpus" / t)],
-                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                       check=True, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
         print(f"{t}: {len(list(dest.iterdir()))} inputs saved")
 
 
