@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import tarfile
+import time
 import warnings
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -135,11 +137,16 @@ def main() -> None:
     # the split over ranks: whole shards against runs of samples (7 shards over 2 ranks
     # share unevenly by shard; by sample each rank reads exactly half, cutting one shard)
     odd = urls[:7]
-    split_rows = {}
-    for split in ("shard", "sample", "shard", "sample"):  # interleaved: the machine's drift hits both
-        t, n = timeit(run_split(odd, split), repeat=3)
-        split_rows.setdefault(split, []).append(n / t)
-    split = {k: max(v) for k, v in split_rows.items()}
+    split_rows: dict[str, list[float]] = {}
+    fns = {"shard": run_split(odd, "shard"), "sample": run_split(odd, "sample")}
+    for f in fns.values():
+        f()  # warm-up: counts, page cache
+    for rnd in range(8):  # alternating which goes first: this machine slows whichever runs later in a round
+        for name in (("shard", "sample") if rnd % 2 == 0 else ("sample", "shard")):
+            t0 = time.perf_counter()
+            n = fns[name]()
+            split_rows.setdefault(name, []).append(n / (time.perf_counter() - t0))
+    split = {k: statistics.median(v) for k, v in split_rows.items()}
     ratio = split["sample"] / split["shard"]
     counting = count_time(urls)
     print(f"split over 2 ranks, 7 shards: by shard {split['shard']:.0f} samples/s, by sample {split['sample']:.0f} "

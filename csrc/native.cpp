@@ -57,9 +57,12 @@ py::tuple index_to_tuple(const TarIndex& idx) {
   std::copy(idx.offsets.begin(), idx.offsets.end(), offsets.mutable_data());
   std::copy(idx.sizes.begin(), idx.sizes.end(), sizes.mutable_data());
   py::bytes types(idx.types.data(), idx.types.size());
+  py::array_t<int64_t> chains(idx.chains.size());
+  std::copy(idx.chains.begin(), idx.chains.end(), chains.mutable_data());
   py::object err = idx.error.empty() ? py::object(py::none()) : name_str(idx.error);  // may quote a raw name
   py::object member = idx.has_error_member ? name_str(idx.error_member) : py::object(py::none());
-  return py::make_tuple(names, offsets, sizes, types, err, idx.error_offset, member, idx.io_error, idx.after_end);
+  return py::make_tuple(names, offsets, sizes, types, err, idx.error_offset, member, idx.io_error, idx.after_end,
+                        chains, idx.resume);
 }
 
 }  // namespace
@@ -70,7 +73,7 @@ PYBIND11_MODULE(_native, m) {
 
   const char* index_doc =
       "(names, offsets, sizes, types, error or None, error offset, member cut off or None, io error, error after "
-      "the end-of-archive block): every "
+      "the end-of-archive block, header-chain offsets, resume offset or -1): every "
       "regular member (type '0') and link ('1', '2'; size 0) before the end of the archive or the first fault.";
   m.def(
       "index_tar",
@@ -86,17 +89,18 @@ PYBIND11_MODULE(_native, m) {
       py::arg("data"), index_doc);
   m.def(
       "index_tar_fd",
-      [](int fd, int64_t size) {
-        if (size < 0) throw py::value_error("size must be >= 0");
+      [](int fd, int64_t size, int64_t start, int64_t max_members) {
+        if (size < 0 || start < 0) throw py::value_error("size and start must be >= 0");
         TarIndex idx;
         {
           py::gil_scoped_release nogil;
-          idx = index_tar_fd(fd, size);
+          idx = index_tar_fd(fd, size, 1 << 16, start, max_members);
         }
         return index_to_tuple(idx);
       },
-      py::arg("fd"), py::arg("size"),
-      "index_tar over a file read with pread (size: the file's size when opened; if it shrinks, io error).");
+      py::arg("fd"), py::arg("size"), py::arg("start") = 0, py::arg("max_members") = 0,
+      "index_tar over a file read with pread (size: the file's size when opened; if it shrinks, io error), "
+      "from `start` (0 or a member's chain offset), stopping after max_members (> 0) with a resume offset.");
 
   py::class_<TarParser>(m, "TarParser",
                         "The tar state machine, one header at a time (for streams; index_tar drives the same one).")

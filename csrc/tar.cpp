@@ -98,6 +98,9 @@ std::string type_name(char t) {
 TarStep TarParser::header(const uint8_t* h) {
   TarStep s;
   s.header = last_header_ = pos_;
+  if (!in_chain_) chain_ = pos_;
+  s.chain = chain_;
+  in_chain_ = false;  // set again below for an extended header
   auto fail = [&](std::string msg) {
     s.kind = TarStepKind::kError;
     s.error = std::move(msg);
@@ -127,6 +130,7 @@ TarStep TarParser::header(const uint8_t* h) {
     s.size = size;
     s.next = pos_ = s.data + padded(size);
     pending_kind_ = type;
+    in_chain_ = true;
     return s;
   }
   if (has_path_) s.name = pax_path_;
@@ -253,9 +257,9 @@ struct FileSource {
 };
 
 template <class Source>
-TarIndex run_index(Source& src, int64_t end) {
+TarIndex run_index(Source& src, int64_t end, int64_t start = 0, int64_t max_members = 0) {
   TarIndex idx;
-  TarParser p;
+  TarParser p(start);
   auto fail = [&](const std::string& msg, int64_t off) {
     idx.error = msg;
     idx.error_offset = off;
@@ -306,6 +310,7 @@ TarIndex run_index(Source& src, int64_t end) {
           idx.offsets.push_back(s.data);
           idx.sizes.push_back(0);
           idx.types.push_back(s.type);
+          idx.chains.push_back(s.chain);
         }
         break;
       case TarStepKind::kMember:
@@ -318,7 +323,13 @@ TarIndex run_index(Source& src, int64_t end) {
         idx.offsets.push_back(s.data);
         idx.sizes.push_back(s.size);
         idx.types.push_back('0');
+        idx.chains.push_back(s.chain);
         break;
+    }
+    // between entries the parser's state is clean: a later call may start here
+    if (max_members > 0 && int64_t(idx.names.size()) >= max_members && s.kind != TarStepKind::kExtended) {
+      idx.resume = p.position();
+      return idx;
     }
   }
 }
@@ -330,9 +341,9 @@ TarIndex index_tar(const uint8_t* data, size_t size) {
   return run_index(src, int64_t(size));
 }
 
-TarIndex index_tar_fd(int fd, int64_t size, int64_t window) {
+TarIndex index_tar_fd(int fd, int64_t size, int64_t window, int64_t start, int64_t max_members) {
   FileSource src{fd, size, std::max<int64_t>(window, kTarBlock), {}, 0, 0, {}};
-  return run_index(src, size);
+  return run_index(src, size, start, max_members);
 }
 
 }  // namespace gpudecode

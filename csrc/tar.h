@@ -32,6 +32,7 @@ struct TarStep {
   char type = 0;         // the header's type flag ('0', '2', '5', ...)
   std::string name;      // kMember: the member's full name (pax path / GNU long name applied)
   int64_t header = 0;    // offset of the header block this step is about
+  int64_t chain = 0;     // offset where this entry's headers begin (its extended headers, if any)
   int64_t data = 0;      // offset of the data after it
   int64_t size = 0;      // bytes of data (member or extended payload)
   int64_t next = 0;      // offset of the next header
@@ -40,6 +41,11 @@ struct TarStep {
 
 class TarParser {
  public:
+  // A parser reading from `start`: 0, or where an entry's header chain begins (see
+  // TarStep::chain; between entries the state is clean, so parsing from there gives what
+  // parsing from the start gives).
+  explicit TarParser(int64_t start = 0) : pos_(start), last_header_(start), chain_(start) {}
+
   // The offset of the next header the parser expects.
   int64_t position() const { return pos_; }
 
@@ -56,6 +62,8 @@ class TarParser {
  private:
   int64_t pos_ = 0;
   int64_t last_header_ = 0;
+  int64_t chain_ = 0;      // where the entry being read began
+  bool in_chain_ = false;  // extended headers seen, their entry not yet
   char pending_kind_ = 0;  // the extended header whose payload extended() expects
   std::string long_name_, pax_path_;
   bool has_long_ = false, has_path_ = false, has_size_ = false;
@@ -76,6 +84,8 @@ struct TarIndex {
   std::vector<int64_t> offsets;  // where each member's data starts
   std::vector<int64_t> sizes;
   std::vector<char> types;       // '0': regular file; '1' / '2': hard / symbolic link (no data)
+  std::vector<int64_t> chains;   // where each member's headers begin (a place parsing can start from)
+  int64_t resume = -1;           // stopped after max_members: where to go on from (else -1)
   std::string error;             // "" when the whole archive (and what follows it) was read
   int64_t error_offset = -1;     // the header the error is about (or the first bad trailing block)
   std::string error_member;      // the member whose data was cut off, when that is the fault
@@ -89,7 +99,9 @@ TarIndex index_tar(const uint8_t* data, size_t size);
 
 // A tar file of `size` bytes (its size when opened) read with pread on `fd`, through a
 // read-ahead window of `window` bytes. If the file turns out shorter than `size`, the
-// result is an io_error naming where (the file shrank), never a signal.
-TarIndex index_tar_fd(int fd, int64_t size, int64_t window = 1 << 16);
+// result is an io_error naming where (the file shrank), never a signal. Parsing starts
+// at `start` (0, or a member's chain offset) and, with max_members > 0, stops after that
+// many members, setting `resume` to where a next call goes on.
+TarIndex index_tar_fd(int fd, int64_t size, int64_t window = 1 << 16, int64_t start = 0, int64_t max_members = 0);
 
 }  // namespace gpudecode

@@ -85,7 +85,7 @@ class ShardDataset(torch.utils.data.Dataset):
                 self._indexes.move_to_end(url)
                 return found
         with open(_shards.local_path(url), "rb") as f:
-            members, _ = index_file(f.fileno(), os.fstat(f.fileno()).st_size)
+            members, _, _ = index_file(f.fileno(), os.fstat(f.fileno()).st_size)
         grouper = Grouper()
         by_sample: list[list] = []
         for m in members:

@@ -34,7 +34,7 @@ def run_file(data: bytes, tmp_path):
     path = tmp_path / "shard.tar"
     path.write_bytes(data)
     with open(path, "rb") as f:
-        members, fault = index_file(f.fileno(), len(data))
+        members, fault, _ = index_file(f.fileno(), len(data))
         return [(m.name, os.pread(f.fileno(), m.size, m.offset) if m.type == "0" else b"", m.type)
                 for m in members], fault
 
@@ -166,7 +166,7 @@ def test_file_that_shrinks_under_the_index(tmp_path):
     path = tmp_path / "s.tar"
     path.write_bytes(data[:1000])
     with open(path, "rb") as f:
-        members, fault = index_file(f.fileno(), len(data))
+        members, fault, _ = index_file(f.fileno(), len(data))
     assert fault is not None and fault.io and "shrank" in fault.message
 
 
@@ -192,3 +192,26 @@ def test_shard_truncated_while_read(tmp_path):
     assert all(r.fields["jpg"] == samples[i + 1]["jpg"] for i, r in enumerate(rest[:-1]))
     err = rest[-1].error
     assert isinstance(err, ShardReadError) and err.shard == path and err.key == first_lost and "shrank" in str(err)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_chunked_and_seeking_index_equal_the_whole(case, tmp_path):
+    """Indexing a few members at a time (resuming where the last call stopped), or starting
+    at any member's chain offset, gives exactly what one pass over the file gives."""
+    path = tmp_path / "s.tar"
+    path.write_bytes(case.data)
+    with open(path, "rb") as f:
+        fd, size = f.fileno(), len(case.data)
+        whole, fault, resume = index_file(fd, size)
+        assert resume is None
+        for chunk in (1, 2, 3):
+            got, last, offset = [], None, 0
+            while True:
+                part, last, offset = index_file(fd, size, start=offset, max_members=chunk)
+                got += part
+                if offset is None:
+                    break
+            assert got == whole and last == fault
+        for k, m in enumerate(whole):
+            tail, tail_fault, _ = index_file(fd, size, start=m.chain)
+            assert tail == whole[k:] and tail_fault == fault

@@ -51,6 +51,7 @@ from .tario import BLOCK, Member, TarFault, index_file, is_metadata, iter_stream
 Even = Literal["pad", "drop"]
 _CHUNK = 64  # samples handed over per queue item
 _READ_BATCH = 256  # members read from a local shard per native call
+_INDEX_CHUNK = 512  # members indexed per native call
 _PAD_HEAD = 1024  # samples kept to make up a short share under `even`
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -94,9 +95,9 @@ class Grouper:
     sample's field (metadata such as `__index__`, a name without an extension). The one
     numbering counting, splitting and reading all use."""
 
-    def __init__(self) -> None:
+    def __init__(self, first: int = 0) -> None:
         self.key: str | None = None
-        self.index = -1
+        self.index = first - 1
 
     def group(self, name: str) -> int | None:
         if is_metadata(name):
@@ -130,8 +131,8 @@ def _open_local(path: str, url: str):
 
 
 def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | None = None,
-                 group: ThreadGroup | None = None, cache: ShardCache | None = None
-                 ) -> Iterator[tuple[Member, bytes | None, int | None] | TarFault]:
+                 group: ThreadGroup | None = None, cache: ShardCache | None = None,
+                 seek: tuple[int, int] | None = None) -> Iterator[tuple[Member, bytes | None, int | None] | TarFault]:
     """(member, data, sample index) for every member of a shard, then a last TarFault if
     the tar is refused. data is None where want(name, sample index) is False, and for a
     link; the sample index is Grouper's (None: not a sample's field).
@@ -142,7 +143,8 @@ def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | No
     end so its CRC and length are checked before any sample is delivered; the file is then
     read as a local shard. Remote uncompressed shards are parsed as streams, or, with
     `cache`, read from their local copy (downloaded first if there is none). With `group`,
-    its stop() cancels a remote read blocked on the network.
+    its stop() cancels a remote read blocked on the network. `seek` = (chain offset, sample
+    index) starts a local shard at that sample (offsets recorded when it was counted).
 
     Raises:
         ShardReadError: the shard cannot be opened or read (names it).
@@ -156,9 +158,9 @@ def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | No
         with f:
             if f.peek(2)[:2] == _GZIP_MAGIC:
                 with _spooled(f, url) as tmp:
-                    yield from _file_members(tmp, url, want)
+                    yield from _file_members(tmp, url, want, seek)
             else:
-                yield from _file_members(f, url, want)
+                yield from _file_members(f, url, want, seek)
         return
     stream = open_remote(url, remote)
     cancel = getattr(getattr(stream, "raw", None), "cancel", None)
@@ -190,34 +192,42 @@ def _spooled(stream: IO[bytes], url: str) -> Iterator[IO[bytes]]:
         tmp.close()
 
 
-def _file_members(f: IO[bytes], url: str, want: Want
+def _file_members(f: IO[bytes], url: str, want: Want, seek: tuple[int, int] | None = None
                   ) -> Iterator[tuple[Member, bytes | None, int | None] | TarFault]:
+    """The members of a local tar, indexed _INDEX_CHUNK at a time (a caller that stops
+    early indexes no further) and read _READ_BATCH at a time (one native call each)."""
     try:
         fd = f.fileno()
         size = os.fstat(fd).st_size
-        members, fault = index_file(fd, size)
-        grouper = Grouper()
-        for start in range(0, len(members), _READ_BATCH):
-            part = members[start:start + _READ_BATCH]
-            groups = [grouper.group(m.name) for m in part]
-            wanted = [m for m, g in zip(part, groups) if m.type == "0" and want(m.name, g)]
-            datas, got, error = _native.read_ranges(fd, np.array([m.offset for m in wanted], np.int64),
-                                                    np.array([m.size for m in wanted], np.int64))
-            data_of = dict(zip((id(m) for m in wanted), datas))
-            if len(datas) < len(wanted):  # the file shrank, or failed, under the reader
-                m = wanted[len(datas)]
-                for mm, g in zip(part, groups):
-                    if mm is m:
-                        break
-                    yield mm, data_of.get(id(mm)), g
-                why = error or (f"shard shrank while being read: member {m.name!r} needs {m.size} bytes "
-                                f"at offset {m.offset}, {got} left (the file was {size} bytes when opened)")
-                yield TarFault(why, m.offset - BLOCK, m.name, io=True)
+        offset, first = seek if seek is not None else (0, 0)
+        grouper = Grouper(first)
+        while True:
+            members, fault, resume = index_file(fd, size, start=offset, max_members=_INDEX_CHUNK)
+            for start in range(0, len(members), _READ_BATCH):
+                part = members[start:start + _READ_BATCH]
+                groups = [grouper.group(m.name) for m in part]
+                wanted = [m for m, g in zip(part, groups) if m.type == "0" and want(m.name, g)]
+                datas, got, error = _native.read_ranges(fd, np.array([m.offset for m in wanted], np.int64),
+                                                        np.array([m.size for m in wanted], np.int64))
+                data_of = dict(zip((id(m) for m in wanted), datas))
+                if len(datas) < len(wanted):  # the file shrank, or failed, under the reader
+                    m = wanted[len(datas)]
+                    for mm, g in zip(part, groups):
+                        if mm is m:
+                            break
+                        yield mm, data_of.get(id(mm)), g
+                    why = error or (f"shard shrank while being read: member {m.name!r} needs {m.size} bytes "
+                                    f"at offset {m.offset}, {got} left (the file was {size} bytes when opened)")
+                    yield TarFault(why, m.offset - BLOCK, m.name, io=True)
+                    return
+                for m, g in zip(part, groups):
+                    yield m, data_of.get(id(m)), g
+            if fault is not None:
+                yield fault
                 return
-            for m, g in zip(part, groups):
-                yield m, data_of.get(id(m)), g
-        if fault is not None:
-            yield fault
+            if resume is None:
+                return
+            offset = resume
     except (OSError, MemoryError, OverflowError) as e:
         raise _stream_error(e, url) from e
 
@@ -259,11 +269,13 @@ def _link_kind(t: str) -> str:
 
 def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] | None = None,
                remote: RemoteOptions | None = None, group: ThreadGroup | None = None,
-               start: int = 0, stop: int | None = None, cache: ShardCache | None = None) -> Iterator[Sample | _Failure]:
+               start: int = 0, stop: int | None = None, cache: ShardCache | None = None,
+               starts: list[int] | None = None) -> Iterator[Sample | _Failure]:
     """Samples start..stop-1 of one shard (Grouper's numbering; stop None: to its end),
     in order, interleaved with _Failure records (see the module doc for what is delivered
     around a fault). Under "raise" the first failure ends the shard. Members of other
-    samples are not read."""
+    samples are not read; a local shard counted before is entered at sample `start`'s
+    headers. `starts` (a list) collects the chain offset of each sample's first member."""
     key: str | None = None
     index: int | None = None
     fields: dict[str, bytes] = {}
@@ -281,8 +293,13 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
     def pending() -> Sample | _Failure:
         return Sample(key, fields, url, index) if bad is None else _Failure(bad, fatal=False)  # type: ignore[arg-type]
 
+    seek = None
+    if start > 0 and _shards.is_local(url):
+        known = _sample_starts(url)
+        if known is not None and start < len(known):
+            seek = (int(known[start]), start)
     try:
-        for item in iter_members(url, want=want, remote=remote, group=group, cache=cache):
+        for item in iter_members(url, want=want, remote=remote, group=group, cache=cache, seek=seek):
             if isinstance(item, TarFault):
                 parts = split_key(item.member) if item.member is not None else None
                 if item.after_end:  # the archive ended before the fault: its last sample is whole
@@ -307,6 +324,8 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
                 if key is not None:
                     yield pending()
                 key, index, fields, bad = k, g, {}, None
+                if starts is not None:
+                    starts.append(member.chain)
             if bad is not None:
                 continue
             if member.type != "0":
@@ -332,26 +351,31 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
 
 
 def count_samples(url: str, *, remote: RemoteOptions | None = None, tolerant: bool = False,
-                  cache: ShardCache | None = None) -> int:
+                  cache: ShardCache | None = None, starts: list[int] | None = None) -> int:
     """Samples in one shard, in Grouper's numbering (bad samples count: they hold an
     index); local shards: headers only, streams are read through. With `tolerant`, a
     shard with a tar fault counts the samples before it (the one it cut off excluded),
-    as the reader will deliver them under on_error="skip".
+    as the reader will deliver them under on_error="skip". `starts` (a list) receives the
+    chain offset of each counted sample's first header (where reading it can begin).
 
     Raises:
         ShardFormatError, ShardReadError: the shard cannot be read to its end (not tolerant).
     """
+    found: list[int] = []
     n = 0
-    for item in iter_shard(url, on_error="skip", extensions=frozenset(), remote=remote, cache=cache):
+    for item in iter_shard(url, on_error="skip", extensions=frozenset(), remote=remote, cache=cache, starts=found):
         if isinstance(item, _Failure) and item.fatal:
             if tolerant:
-                return n
+                break
             raise item.error
         n += 1
+    if starts is not None:
+        starts.extend(found[:n])
     return n
 
 
 _COUNTS: dict[tuple, int] = {}
+_STARTS: dict[tuple, np.ndarray] = {}
 _COUNTS_LOCK = threading.Lock()
 
 
@@ -374,11 +398,30 @@ def _disk_count_path(key: tuple) -> str | None:
     return os.path.join(root, "counts", f"{digest}-{key[1]}-{key[2]}")
 
 
+def _sample_starts(url: str) -> np.ndarray | None:
+    """Where each sample of a counted local shard begins (chain offsets), or None."""
+    try:
+        key = _count_key(url)
+    except ShardReadError:
+        return None
+    with _COUNTS_LOCK:
+        found = _STARTS.get(key)
+    if found is None and (path := _disk_count_path(key)) is not None:
+        try:
+            found = np.fromfile(path + ".starts", dtype=np.int64)
+        except (OSError, ValueError):
+            return None
+        with _COUNTS_LOCK:
+            _STARTS[key] = found
+    return found
+
+
 def shard_counts(urls: Sequence[str], *, remote: RemoteOptions | None = None, tolerant: bool = False,
                  threads: int = 4, cache: ShardCache | None = None) -> dict[str, int]:
     """Samples per shard for every url (see count_samples), on `threads` threads. Counts of
     whole local shards are kept in memory and on disk (cache_dir()/counts, keyed by path,
-    size and modification time), so a dataset is scanned once."""
+    size and modification time, with where each sample begins), so a dataset is scanned
+    once and a reader can enter a shard at any sample."""
     out: dict[str, int] = {}
     todo = []
     for u in urls:
@@ -396,30 +439,39 @@ def shard_counts(urls: Sequence[str], *, remote: RemoteOptions | None = None, to
         else:
             out[u] = n
     if todo:
-        def one(item: tuple[str, tuple]) -> tuple[str, tuple, int, bool]:
+        def one(item: tuple[str, tuple]) -> tuple[str, tuple, int, bool, list[int]]:
             u, key = item
+            starts: list[int] = []
             try:
-                return u, key, count_samples(u, remote=remote, cache=cache), True
+                return u, key, count_samples(u, remote=remote, cache=cache, starts=starts), True, starts
             except GpuDecodeError:
                 if not tolerant:
                     raise
-                return u, key, count_samples(u, remote=remote, tolerant=True, cache=cache), False
+                starts.clear()
+                return u, key, count_samples(u, remote=remote, tolerant=True, cache=cache, starts=starts), False, starts
 
         with ThreadPoolExecutor(max(1, min(threads, len(todo))), thread_name_prefix="gpudecode-count") as pool:
-            for u, key, n, whole in pool.map(one, todo):
+            for u, key, n, whole, starts in pool.map(one, todo):
                 out[u] = n
                 if whole:  # a shard with a fault is counted again next time
+                    arr = np.asarray(starts, np.int64)
                     with _COUNTS_LOCK:
                         _COUNTS[key] = n
-                    _save_count(_disk_count_path(key), n)
+                        if len(key) == 3:
+                            _STARTS[key] = arr
+                    _save_count(_disk_count_path(key), n, arr if len(key) == 3 else None)
     return {u: out[u] for u in urls}
 
 
-def _save_count(path: str | None, n: int) -> None:
+def _save_count(path: str | None, n: int, starts: np.ndarray | None) -> None:
     if path is None:
         return
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        if starts is not None:  # first: a count on disk promises its starts are there too
+            tmp = f"{path}.starts.{os.getpid()}.partial"
+            starts.tofile(tmp)
+            os.replace(tmp, path + ".starts")
         tmp = f"{path}.{os.getpid()}.partial"
         with open(tmp, "w") as f:
             f.write(str(n))

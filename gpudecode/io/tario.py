@@ -42,13 +42,15 @@ _MEMBER, _EXTENDED, _NO_DATA, _END, _ERROR = range(5)
 
 @dataclass(slots=True)
 class Member:
-    """A member of a tar: its name, where its data starts, its size in bytes and its
-    type ('0' regular file; '1' hard link and '2' symbolic link, which carry no data)."""
+    """A member of a tar: its name, where its data starts, its size in bytes, its type
+    ('0' regular file; '1' hard link and '2' symbolic link, which carry no data) and where
+    its headers begin (`chain`: its extended headers, if any; parsing may start there)."""
 
     name: str
     offset: int
     size: int
     type: str = "0"
+    chain: int = -1
 
 
 @dataclass(slots=True)
@@ -72,23 +74,28 @@ def _native():
     return _native
 
 
-def _from_index(result) -> tuple[list[Member], TarFault | None]:
-    names, offsets, sizes, types, error, error_offset, member, io, after_end = result
-    members = [Member(n, o, s, chr(t)) for n, o, s, t in zip(names, offsets.tolist(), sizes.tolist(), types)]
+def _from_index(result) -> tuple[list[Member], TarFault | None, int | None]:
+    names, offsets, sizes, types, error, error_offset, member, io, after_end, chains, resume = result
+    members = [Member(n, o, s, chr(t), c) for n, o, s, t, c in
+               zip(names, offsets.tolist(), sizes.tolist(), types, chains.tolist())]
     fault = None if error is None else TarFault(error, error_offset, member, io, after_end)
-    return members, fault
+    return members, fault, (None if resume < 0 else resume)
 
 
 def index_buffer(buf) -> tuple[list[Member], TarFault | None]:
     """The members of a tar held in memory (bytes, bytearray, memoryview, numpy), and
     the fault that ended the scan (None when the archive and what follows it are whole)."""
-    return _from_index(_native().index_tar(buf))
+    members, fault, _ = _from_index(_native().index_tar(buf))
+    return members, fault
 
 
-def index_file(fd: int, size: int) -> tuple[list[Member], TarFault | None]:
+def index_file(fd: int, size: int, *, start: int = 0,
+               max_members: int = 0) -> tuple[list[Member], TarFault | None, int | None]:
     """As index_buffer, for an open file of `size` bytes (its size when opened), read
-    with pread: only the headers are read (through a 64 KiB read-ahead window)."""
-    return _from_index(_native().index_tar_fd(fd, size))
+    with pread: only the headers are read (through a 64 KiB read-ahead window). Parsing
+    starts at `start` (0, or a member's `chain`); with max_members > 0 it stops after that
+    many members and returns where to resume (else None): (members, fault, resume)."""
+    return _from_index(_native().index_tar_fd(fd, size, start, max_members))
 
 
 def read_exact(stream: IO[bytes], size: int) -> bytes:

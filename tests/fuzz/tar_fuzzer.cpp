@@ -50,6 +50,35 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(size == 0 || pwrite(fd, data, size, 0) == ssize_t(size), "pwrite failed");
   same(mem, gpudecode::index_tar_fd(fd, int64_t(size), 512));
   same(mem, gpudecode::index_tar_fd(fd, int64_t(size), 1 << 16));
+  // a few members at a time, resuming where each call stopped: the same index
+  TarIndex chunked;
+  int64_t at = 0;
+  const int64_t step = 1 + int64_t(size % 3);
+  for (int guard = 0; guard < 100000; ++guard) {
+    TarIndex part = gpudecode::index_tar_fd(fd, int64_t(size), 512, at, step);
+    chunked.names.insert(chunked.names.end(), part.names.begin(), part.names.end());
+    chunked.offsets.insert(chunked.offsets.end(), part.offsets.begin(), part.offsets.end());
+    chunked.sizes.insert(chunked.sizes.end(), part.sizes.begin(), part.sizes.end());
+    chunked.types.insert(chunked.types.end(), part.types.begin(), part.types.end());
+    check(part.resume < 0 || part.resume > at, "a resumed index did not advance");
+    if (part.resume < 0) {
+      chunked.error = part.error;
+      chunked.error_offset = part.error_offset;
+      chunked.error_member = part.error_member;
+      chunked.has_error_member = part.has_error_member;
+      chunked.after_end = part.after_end;
+      break;
+    }
+    at = part.resume;
+  }
+  same(mem, chunked);
+  // starting at any member's headers gives the rest of the index
+  if (!mem.chains.empty()) {
+    const size_t k = size % mem.chains.size();
+    const TarIndex tail = gpudecode::index_tar_fd(fd, int64_t(size), 4096, mem.chains[k], 0);
+    check(tail.names.size() == mem.names.size() - k && tail.error == mem.error && tail.error_offset == mem.error_offset,
+          "an index started at a member's chain differs from the whole");
+  }
   // the same file, announced larger than it is: an io error, never a crash
   const TarIndex grown = gpudecode::index_tar_fd(fd, int64_t(size) + 4096, 512);
   check(grown.io_error || !grown.error.empty(), "a shrunken file read as whole");
