@@ -20,10 +20,14 @@ from gpudecode import transforms as T
 from conftest import encode, make_shard
 
 
+def is_pipeline(name: str) -> bool:
+    """A Loader's or ShardReader's own threads (pools owned by decoders and the CPU kernel,
+    idle between calls like torch's, are not: they go with their owner)."""
+    return name in ("gpudecode-decode", "gpudecode-augment") or name.startswith("gpudecode-reader-")
+
+
 def pipeline_threads() -> list[str]:
-    """gpudecode's pipeline threads (the CPU kernel's idle pool, like torch's, stays)."""
-    return sorted(t.name for t in threading.enumerate()
-                  if t.name.startswith("gpudecode") and not t.name.startswith("gpudecode-kernel") and t.is_alive())
+    return sorted(t.name for t in threading.enumerate() if is_pipeline(t.name) and t.is_alive())
 
 
 def tf():
@@ -160,8 +164,8 @@ SIGINT_BODY = """
                 time.sleep({step})
     except KeyboardInterrupt:
         t = time.monotonic()
-        names = sorted(th.name for th in threading.enumerate() if th.name.startswith("gpudecode")
-                       and not th.name.startswith("gpudecode-kernel") and th.is_alive())
+        names = sorted(th.name for th in threading.enumerate() if th.is_alive() and (
+            th.name in ("gpudecode-decode", "gpudecode-augment") or th.name.startswith("gpudecode-reader-")))
         print(f"caught {{t:.6f}} {{names}}", flush=True)
     """
 

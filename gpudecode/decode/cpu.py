@@ -86,7 +86,7 @@ class CpuDecoder:
         # a ring of output buffers: the loader decodes batch k+2 while the kernel reads k+1
         self._buffers = [np.empty(0, np.uint8) for _ in range(3)]
         self._turn = 0
-        self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="gpudecode-decode")
+        self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="gpudecode-decoder-pool")
 
     def _window(self, r: Request) -> tuple[tuple[int, int, int, int], int]:
         """(box in the decoded image's pixels, DCT scale denominator)."""
