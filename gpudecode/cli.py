@@ -109,8 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="refuse images with more pixels (default: the Loader's limit; 0: no limit)")
     s.add_argument("--manifest", default=None, help="manifest path (default: beside the shards)")
     s.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: decode and resize on the GPU")
-    s.add_argument("--decoder", default="auto", choices=["auto", "cpu", "dali", "nvjpeg"],
-                   help="auto (default): DALI, else nvJPEG, on a GPU; libjpeg-turbo on the CPU")
+    s.add_argument("--decoder", default="auto", choices=["auto", "cpu", "nvimgcodec", "dali", "torchcodec"],
+                   help="auto (default): nvImageCodec, else DALI, else torchcodec on a GPU; libjpeg-turbo on the CPU")
     s.add_argument("--keep-going", action="store_true", help="skip bad samples (listed in the manifest) instead of stopping")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=_cmd_precache)

@@ -1,7 +1,8 @@
 """Loader: shards in, augmented batches out, in place of DataLoader + torchvision transforms.
 
     reader threads (bytes) -> probe (header sizes) -> params (host, seeded) ->
-    decode (GPU: DALI / nvJPEG; CPU: crop-window libjpeg-turbo) -> fused kernel -> Batch
+    decode (GPU: nvImageCodec / DALI / torchcodec; CPU: crop-window libjpeg-turbo) ->
+    fused kernel (Compose.apply) -> Batch
 
 Two producer threads prepare batches ahead (up to `prefetch`) while the trainer works on
 batch k: the "decode" thread reads, probes and decodes batch k+2 while the "augment"
@@ -33,15 +34,14 @@ import torch
 
 from ._probe import DEFAULT_MAX_PIXELS, ProbedImage, probe_samples
 from ._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
-from .decode import DecodedBatch, Request, check_device, make_decoder
+from .decode import DecodedBatch, Request, check_device, choose, make_decoder
 from .errors import (ConcurrentIterationError, DecodeError, LocatedError, OnError, Skipped, check_on_error,
                      record_failure)
 from .io.reader import Sample, ShardReader, split_exts
 from .io.remote import RemoteOptions
-from .kernels import fused
 from .labels import parse_label
 from .stats import BatchTiming, LoaderStats
-from .transforms import Compose, RandomResizedCrop
+from .transforms import Compose
 
 if TYPE_CHECKING:
     from .dataset import ShardDataset
@@ -299,8 +299,8 @@ class Loader:
         transform: a `gpudecode.transforms.Compose` (a torchvision Compose is converted
             with `Compose.from_torchvision`, or refused with the reason).
         device: "auto" (CUDA if available, else CPU), "cpu", "cuda" or "cuda:N".
-        decoder: "auto" | "dali" | "nvjpeg" | "cpu", or a decoder instance (see
-            gpudecode.decode); `describe()` says which one runs.
+        decoder: "auto" | "cpu" | "nvimgcodec" | "dali" | "torchcodec", or a decoder instance
+            (see gpudecode.decode); `describe()` says which one runs.
         shuffle: shard order and a sample shuffle buffer per epoch (DataLoader's meaning;
             on by default here, as a training loader).
         seed: fixes every random choice with (epoch, sample position), whatever the thread
@@ -533,22 +533,18 @@ class Loader:
             self._yielded = int(state.get("_num_yielded", 0))
 
     def describe(self) -> dict:
-        """What this loader does and with what (the decoder is chosen on first use)."""
+        """What this loader does and with what (the decoder is made on first use)."""
         if self._decoder is not None:
             dec = self._decoder.name
         elif not isinstance(self.decoder_name, str):
             dec = self.decoder_name.name
-        elif self.decoder_name == "auto":
-            from .decode import available
-
-            dec = "cpu" if self.device == "cpu" else next(n for n in ("dali", "nvjpeg", "cpu") if available(n)[0])
         else:
-            dec = self.decoder_name
+            dec = choose(self.decoder_name, self.device)
         plan = self.transform.plan
         return {"device": self.device, "decoder": dec, "num_threads": self.num_threads, "prefetch": self.prefetch,
-                "batch_size": self.batch_size, "shards": len(self.reader.urls), "out_size": plan.out_size,
-                "dtype": str(plan.dtype), "transform": [type(t).__name__ for t in plan.steps],
-                "fast_decode": self.fast_decode}
+                "batch_size": self.batch_size, "shards": len(self.reader.urls), "split": self.reader.mode(),
+                "out_size": plan.out_size, "dtype": str(plan.dtype),
+                "transform": [type(t).__name__ for t in plan.steps], "fast_decode": self.fast_decode}
 
     def __iter__(self) -> LoaderIterator:
         """Starts an epoch (resuming where load_state_dict said, if it was called).
@@ -604,14 +600,26 @@ class Loader:
 
     # -- producer side ------------------------------------------------------------------
 
+    # Decoded batches alive at once: one in the kernel, one queued for it, one being decoded.
+    IN_FLIGHT = 3
+
     def _ensure_decoder(self) -> None:
         if self._decoder is None and not isinstance(self.decoder_name, str):
             self._decoder = self.decoder_name  # a decoder instance (e.g. DaliDecoder(device="cpu"))
         if self._decoder is None:
-            self._decoder = make_decoder(self.decoder_name, device=self.device, num_threads=self.num_threads,
-                                         max_pixels=self.max_pixels, fast=self.fast_decode)
-            if hasattr(self._decoder, "out_size"):
-                self._decoder.out_size = self.transform.out_size
+            name = choose(self.decoder_name, self.device)
+            if name == "cpu":
+                from .decode.cpu import CpuDecoder
+
+                self._decoder = CpuDecoder(num_threads=self.num_threads, max_pixels=self.max_pixels,
+                                           fast=self.fast_decode, out_size=self.transform.out_size)
+            else:
+                self._decoder = make_decoder(name, device=self.device, num_threads=self.num_threads,
+                                             max_pixels=self.max_pixels, fast=self.fast_decode)
+        buffers = getattr(self._decoder, "buffers", None)
+        if buffers is not None and buffers < self.IN_FLIGHT:
+            raise ValueError(f"decoder {self._decoder.name!r} keeps {buffers} results valid at once; the Loader "
+                             f"holds {self.IN_FLIGHT} (give it buffers={self.IN_FLIGHT} or more)")
         if self._stream is None and self.device.startswith("cuda"):
             self._stream = torch.cuda.Stream(device=self.device)
 
@@ -653,10 +661,9 @@ class Loader:
         # unique over ranks: (seed, epoch, global index) fixes each sample's draws
         params = self.transform.make_params(sizes, self.seed, epoch=epoch,
                                             indices=[index[id(s)] * world + rank for s in samples])
-        rrc = isinstance(self.transform.plan.geometry[0], RandomResizedCrop)
-        requests = [Request(p.data, p.format, p.height, p.width,
-                            tuple(prm["crop"]) if rrc else (0, 0, p.height, p.width), p.sample.shard, p.sample.key)
-                    for p, prm in zip(probed, params)]
+        boxes = self.transform.decode_boxes(params, sizes)
+        requests = [Request(p.data, p.format, p.height, p.width, box, p.sample.shard, p.sample.key)
+                    for p, box in zip(probed, boxes)]
         t1 = time.perf_counter()
         timing.probe = t1 - t0
         decoded = None
@@ -689,24 +696,13 @@ class Loader:
                                   "would give this rank fewer steps than the others",
                                   shard=first.shard if first else None, key=first.key if first else None)
             return None
-        geom, factors, order = self.transform.encode([p.params[k] for k in ok], [p.sizes[k] for k in ok])
-        for row, k in enumerate(ok):
-            h, w = decoded.shapes[k]
-            g = geom[row]
-            g[fused.OFFSET] = decoded.offsets[k]
-            g[fused.H], g[fused.W] = h, w
-            if decoded.chw:
-                g[fused.SY], g[fused.SX], g[fused.SC] = w, 1, h * w
-            else:
-                g[fused.SY], g[fused.SX], g[fused.SC] = 3 * w, 3, 1
-            g[fused.TOP:fused.BW + 1] = decoded.boxes[k]
         ready = None
         with torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext():
             if self._stream is not None and self._events[slot] is not None:
                 self._stream.wait_event(self._events[slot])  # the trainer is done with this buffer
             out, view = self._output(slot, len(ok))
-            self.transform.run(decoded.pixels, geom, factors, order, view, stream=self._stream,
-                               num_threads=self.num_threads)
+            self.transform.apply(decoded, p.params, p.sizes, view, rows=ok, stream=self._stream,
+                                 num_threads=self.num_threads)
             lab = torch.tensor([p.labels[k] for k in ok], dtype=torch.int64) if self.labels else None
             if lab is not None and self.device != "cpu":
                 lab = lab.pin_memory().to(self.device, non_blocking=True)

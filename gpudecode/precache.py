@@ -65,9 +65,9 @@ def _sha256(path: str) -> str:
 
 
 class _Resizer:
-    """Resizes decoded images straight from the decoder's packed buffer (HWC or CHW, CPU
-    or CUDA) with the fused kernel, one launch per output size, to uint8 rounded to
-    nearest."""
+    """Resizes decoded images straight from the decoder's pixels (any layout, CPU or CUDA)
+    with the transforms' kernel (Compose.apply), one launch per output size, to uint8
+    rounded to nearest."""
 
     # Normalize with mean -0.5/255 and std 1/255 turns the kernel's [0, 1] result v into
     # 255 * v + 0.5, so truncating to uint8 rounds to nearest, as torchvision's Resize on
@@ -82,8 +82,6 @@ class _Resizer:
                  stream: Any = None) -> list[np.ndarray]:
         """Images ks of `decoded` (CPU or CUDA pixels, HWC or CHW) at their target sizes,
         as host uint8 HWC arrays."""
-        from .kernels import fused
-
         out: list[np.ndarray | None] = [None] * len(ks)
         groups: dict[tuple[int, int], list[int]] = {}
         for j, (k, target) in enumerate(zip(ks, targets)):
@@ -96,16 +94,14 @@ class _Resizer:
             if tf is None:
                 tf = self._tfs[target] = T.Compose([T.Resize(target), self._ROUND], layout="NHWC")
             rows = [ks[j] for j in idx]
-            sizes = [(int(decoded.boxes[k][2]), int(decoded.boxes[k][3])) for k in rows]
-            geom, factors, order = tf.encode(tf.make_params(sizes, 0), sizes)
-            for g, k in zip(geom, rows):
-                h, w = (int(v) for v in decoded.shapes[k])
-                g[fused.OFFSET] = decoded.offsets[k]
-                g[fused.H], g[fused.W] = h, w
-                g[fused.SY], g[fused.SX], g[fused.SC] = (w, 1, h * w) if decoded.chw else (3 * w, 3, 1)
-                g[fused.TOP:fused.BW + 1] = decoded.boxes[k]
+            sizes: list = [None] * len(decoded.boxes)  # the box (the whole image) is what is resized
+            params: list = [None] * len(decoded.boxes)
+            for k, prm in zip(rows, tf.make_params([(int(decoded.boxes[k][2]), int(decoded.boxes[k][3]))
+                                                    for k in rows], 0)):
+                sizes[k] = (int(decoded.boxes[k][2]), int(decoded.boxes[k][3]))
+                params[k] = prm
             res, view = tf.new_output(len(idx), decoded.pixels.device)
-            tf.run(decoded.pixels, geom, factors, order, view, stream=stream, num_threads=self.num_threads)
+            tf.apply(decoded, params, sizes, view, rows=rows, stream=stream, num_threads=self.num_threads)
             u8 = res.to(torch.uint8).cpu().numpy()  # values in [0.5, 255.5]: truncation rounds
             for i, j in enumerate(idx):
                 out[j] = u8[i]
@@ -113,11 +109,11 @@ class _Resizer:
 
     @staticmethod
     def _host_window(decoded: DecodedBatch, k: int) -> np.ndarray:
-        h, w = (int(v) for v in decoded.shapes[k])
         t, l, bh, bw = (int(v) for v in decoded.boxes[k])
-        flat = decoded.pixels[int(decoded.offsets[k]):int(decoded.offsets[k]) + h * w * 3]
-        img = flat.view(3, h, w).permute(1, 2, 0) if decoded.chw else flat.view(h, w, 3)
-        return img[t:t + bh, l:l + bw].cpu().numpy().copy()
+        sy, sx, sc = (int(v) for v in decoded.strides[k])
+        start = int(decoded.offsets[k]) + t * sy + l * sx
+        img = decoded.pixels[start:].as_strided((bh, bw, 3), (sy, sx, sc))  # any layout the decoder gave
+        return img.cpu().numpy().copy()
 
 
 def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, shard_size: int = 1000,
@@ -130,8 +126,8 @@ def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, sha
     `size`, `shard_size` samples per shard, and the manifest (default: beside the shards,
     see manifest_path). on_error: "raise" stops at the first bad shard or image with an
     error naming shard and key; "skip"/"warn" leave it out and list it in the manifest.
-    device "cuda" decodes (decoder "auto": DALI, else torchvision's nvJPEG) and resizes
-    on the GPU; "cpu" (default) uses libjpeg-turbo and the CPU kernel. `decoder` may
+    device "cuda" decodes (decoder "auto": nvImageCodec, else DALI, else torchcodec) and
+    resizes on the GPU; "cpu" (default) uses libjpeg-turbo and the CPU kernel. `decoder` may
     also be a decoder instance (see gpudecode.decode). Images over `max_pixels` are
     refused (default: twice Pillow's decompression-bomb limit, as the Loader).
 

@@ -23,6 +23,7 @@ from typing import Any, Literal, Sequence
 import numpy as np
 import torch
 
+from .decode._base import DecodedBatch
 from .errors import TransformError
 from .kernels import fused
 
@@ -395,6 +396,38 @@ class Compose(Transform):
                     j += 1
         return geom, factors, order
 
+    def decode_boxes(self, params: Sequence[dict], sizes: Sequence[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
+        """The window (top, left, height, width) of each image the kernel reads, for a
+        decoder to decode no more than that: RandomResizedCrop's crop; the whole image for
+        Resize/CenterCrop (every source pixel can reach the output through the filter)."""
+        if isinstance(self.plan.geometry[0], RandomResizedCrop):
+            return [tuple(p["crop"]) for p in params]  # type: ignore[misc]
+        return [(0, 0, h, w) for h, w in sizes]
+
+    def apply(self, decoded: "DecodedBatch", params: Sequence[dict], sizes: Sequence[tuple[int, int]],
+              view: torch.Tensor, *, rows: Sequence[int] | None = None, stream: Any = None,
+              num_threads: int | None = None) -> None:
+        """The fused kernel on decoded images: output i of `view` ([N, 3, h, w], any
+        strides) is image rows[i] of `decoded` (default: every image, in order; a row may
+        come more than once) transformed with params[rows[i]]; `sizes` are the full images'
+        sizes (what the params were drawn for). The geometry the kernel reads is built here,
+        once, from the decoder's offsets, strides and boxes.
+
+        Raises:
+            ValueError: params that do not fit their image (a crop outside it).
+        """
+        idx = np.arange(len(params)) if rows is None else np.asarray(rows, np.int64)
+        if len(idx) != view.shape[0]:
+            raise ValueError(f"{len(idx)} images for an output of {view.shape[0]}")
+        if len(idx) == 0:
+            return
+        geom, factors, order = self.encode([params[k] for k in idx], [sizes[k] for k in idx])
+        geom[:, fused.OFFSET] = decoded.offsets[idx]
+        geom[:, fused.H:fused.W + 1] = decoded.shapes[idx]
+        geom[:, fused.SY:fused.SC + 1] = decoded.strides[idx]
+        geom[:, fused.TOP:fused.BW + 1] = decoded.boxes[idx]
+        self.run(decoded.pixels, geom, factors, order, view, stream=stream, num_threads=num_threads)
+
     def _norm_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         nz = self.plan.normalize
         mean = np.asarray(nz.mean if nz else (0.0, 0.0, 0.0), np.float32)
@@ -458,13 +491,15 @@ class Compose(Transform):
             params = self.make_params(sizes, self._rng.getrandbits(63) if seed is None else seed)
         elif len(params) != len(batch):
             raise ValueError(f"{len(params)} params for {len(batch)} images")
-        geom, factors, order = self.encode(params, sizes)
         flat = [im.contiguous().reshape(-1) for im in batch]
+        n = len(batch)
+        offsets = np.zeros(n, np.int64)
+        strides = np.zeros((n, 3), np.int64)
         offset = 0
         for k, (im, f) in enumerate(zip(batch, flat)):
             c, h, w = im.shape
-            geom[k, fused.OFFSET] = offset
-            geom[k, fused.SY], geom[k, fused.SX], geom[k, fused.SC] = w, 1, (h * w if c == 3 else 0)
+            offsets[k] = offset
+            strides[k] = (w, 1, h * w if c == 3 else 0)  # CHW; one grey channel read as RGB
             offset += f.numel()
         if len(flat) == 1:
             src = flat[0]
@@ -472,8 +507,12 @@ class Compose(Transform):
             src = torch.cat(flat)
         else:
             src = torch.empty(0, dtype=torch.uint8, device=device)
-        out, view = self.new_output(len(batch), device)
-        self.run(src, geom, factors, order, view)
+        shapes = np.asarray(sizes, np.int64).reshape(n, 2)
+        # whole images: the box of each is the window the transform needs, inside it
+        boxes = np.asarray(self.decode_boxes(params, sizes), np.int64).reshape(n, 4)
+        decoded = DecodedBatch(src, offsets, shapes, strides, boxes, [None] * n)
+        out, view = self.new_output(n, device)
+        self.apply(decoded, params, sizes, view)
         return out[0] if single else out
 
     @classmethod

@@ -54,17 +54,27 @@ def make_shard(path, samples: list[dict]) -> str:
     return str(path)
 
 
+GPU_BACKENDS = ("nvimgcodec", "dali", "torchcodec")
+
+
 def cpu_built_decoder(backend: str, **kw):
-    """The GPU decoders built for the CPU: DALI's pipeline with device "cpu" (skips
-    where DALI is not installed) or torchvision's decode_jpeg on the CPU."""
+    """A GPU decoder built for the CPU: nvImageCodec's CPU codecs, DALI's "cpu" pipeline,
+    torchcodec's CPU decode_jpeg (the test extra installs all three)."""
+    from gpudecode.decode import make_decoder
+
     if backend == "dali":
-        pytest.importorskip("nvidia.dali")
         from gpudecode.decode.dali import DaliDecoder
 
         return DaliDecoder(device="cpu", num_threads=1, **kw)
-    from gpudecode.decode.nvjpeg import NvjpegDecoder
+    return make_decoder(backend, device="cpu", num_threads=1, max_pixels=kw.get("max_pixels", 0))
 
-    return NvjpegDecoder(device="cpu")
+
+def decoded_image(out, k: int) -> np.ndarray:
+    """Image k of a DecodedBatch as HWC uint8 (its requested box), whatever the layout."""
+    t, l, h, w = (int(v) for v in out.boxes[k])
+    sy, sx, sc = (int(v) for v in out.strides[k])
+    start = int(out.offsets[k]) + t * sy + l * sx
+    return out.pixels[start:].as_strided((h, w, 3), (sy, sx, sc)).cpu().numpy().copy()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from gpudecode import DecodeError, LabelError, Loader
 from gpudecode import transforms as T
 from gpudecode.transforms import sample_rng  # noqa: F401  (documents where draws come from)
 
-from conftest import cpu_built_decoder, encode, make_shard
+from conftest import GPU_BACKENDS, cpu_built_decoder, encode, make_shard
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -109,19 +109,19 @@ def test_batch_object_and_keys(shards):
     assert s["batches"] == 4 and s["slowest_stage"] in ("read", "probe", "decode", "augment")
 
 
-@pytest.mark.parametrize("backend", ["dali", "nvjpeg"])
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
 def test_other_decoders_through_the_loader(shards, backend):
-    """The DALI pipeline (device "cpu") and torchvision's decode_jpeg (device "cpu") give
-    the batches the CPU decoder gives (the GPU versions of these paths need a GPU)."""
+    """nvImageCodec, DALI and torchcodec built for the CPU give the batches the CPU decoder
+    gives (their pixels are the same: tests/test_decode.py), through their own layouts (a
+    view over per-image allocations, CHW tensors, DALI's packed copy)."""
     urls, _ = shards
-    dec = cpu_built_decoder(backend, max_batch_size=8)
+    dec = cpu_built_decoder(backend, max_batch_size=8) if backend == "dali" else cpu_built_decoder(backend)
     kw = dict(batch_size=8, transform=train_tf(), device="cpu", shuffle=True, seed=2, image_ext="jpg;png")
-    ref = list(Loader(urls, **kw))
-    got = list(Loader(urls, decoder=dec, **kw))
-    assert [b.keys for b in got] == [b.keys for b in ref]
-    for a, b in zip(got, ref):
-        keep = [i for i, k in enumerate(a.keys) if int(k[1:]) % 6 != 4]  # CMYK: DALI/torchvision convert differently
-        torch.testing.assert_close(a.images[keep], b.images[keep], atol=2e-2 if backend == "nvjpeg" else 1e-5, rtol=0)
+    ref = [(b.keys, b.images.clone()) for b in Loader(urls, **kw)]
+    got = [(b.keys, b.images.clone()) for b in Loader(urls, decoder=dec, **kw)]
+    assert [k for k, _ in got] == [k for k, _ in ref]
+    for (_, a), (_, b) in zip(got, ref):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
 
 
 def test_eval_is_deterministic_in_shard_order(shards):
@@ -244,13 +244,15 @@ def test_gpu_loader_matches_cpu(shards):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)")
     urls, _ = shards
-    for decoder in ("dali", "nvjpeg"):
+    from gpudecode.decode import available
+
+    for decoder in [d for d in GPU_BACKENDS if available(d)[0]]:
         kw = dict(batch_size=8, transform=train_tf(), seed=1)
-        cpu = list(Loader(urls, device="cpu", **kw))
+        cpu = [(b.keys, b.images.clone()) for b in Loader(urls, device="cpu", **kw)]
         gpu = [(b.keys, b.images.cpu()) for b in Loader(urls, device="cuda", decoder=decoder, **kw)]
-        assert [b.keys for b in cpu] == [g[0] for g in gpu]
-        for a, (_, b) in zip(cpu, gpu):
-            torch.testing.assert_close(a.images, b, atol=0.1, rtol=0)  # nvJPEG's IDCT differs slightly
+        assert [c[0] for c in cpu] == [g[0] for g in gpu]
+        for (_, a), (_, b) in zip(cpu, gpu):
+            torch.testing.assert_close(a, b, atol=0.1, rtol=0)  # nvJPEG's IDCT differs slightly
 
 
 def test_stats_flag_stalls_but_not_the_pipeline_fill():

@@ -19,7 +19,7 @@ from gpudecode.cli import main
 from gpudecode.precache import precache, stored_size
 from gpudecode.tensors import encode_npy, npy_layout
 
-from conftest import cpu_built_decoder, encode, make_shard
+from conftest import GPU_BACKENDS, cpu_built_decoder, encode, make_shard
 
 SIZE = 96
 
@@ -134,16 +134,16 @@ def test_loader_reads_tensor_shards(cached):
     assert pos == report.samples
 
 
-@pytest.mark.parametrize("backend", ["dali", "nvjpeg"])
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
 def test_tensor_shards_through_the_other_decoders(cached, backend):
     _, report = cached
-    dec = cpu_built_decoder(backend, max_batch_size=4)
+    dec = cpu_built_decoder(backend, max_batch_size=4) if backend == "dali" else cpu_built_decoder(backend)
     kw = dict(batch_size=4, transform=_train_tf(), device="cpu", seed=1)
-    ref = list(Loader(report.shards, **kw))
-    got = list(Loader(report.shards, decoder=dec, **kw))
-    assert [b.keys for b in got] == [b.keys for b in ref]
-    for a, b in zip(got, ref):
-        torch.testing.assert_close(a.images, b.images, atol=1e-6, rtol=0)
+    ref = [(b.keys, b.images.clone()) for b in Loader(report.shards, **kw)]
+    got = [(b.keys, b.images.clone()) for b in Loader(report.shards, decoder=dec, **kw)]
+    assert [k for k, _ in got] == [k for k, _ in ref]
+    for (_, a), (_, b) in zip(got, ref):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
 
 
 def test_bad_source_image_names_shard_and_key(source, tmp_path):
@@ -202,15 +202,16 @@ def test_cli_precache(source, tmp_path, capsys):
     assert "missing.tar" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("backend", ["dali", "nvjpeg"])
+@pytest.mark.parametrize("backend", GPU_BACKENDS)
 def test_precache_through_the_gpu_decoders_on_cpu(source, cached, tmp_path, backend):
-    """The decoders precache uses with device="cuda" (DALI, HWC; torchvision's decode_jpeg,
-    CHW), built for the CPU here: the same tensor shards as the CPU decoder's. DALI
-    matches libjpeg-turbo exactly; decode_jpeg does here too, and is allowed 3 levels
-    because it ships its own libjpeg-turbo, whose version may differ from the system's."""
+    """The decoders precache uses with device="cuda" (nvImageCodec's Images in place, DALI's
+    packed HWC, torchcodec's CHW tensors), built for the CPU here: the same tensor shards
+    as the CPU decoder's. nvImageCodec and DALI match libjpeg-turbo exactly; torchcodec
+    does here too, and is allowed 3 levels because it ships its own libjpeg-turbo, whose
+    version may differ from the system's."""
     urls, samples = source
     _, ref = cached
-    dec = cpu_built_decoder(backend, max_batch_size=8)
+    dec = cpu_built_decoder(backend, max_batch_size=8) if backend == "dali" else cpu_built_decoder(backend)
     report = precache(urls, str(tmp_path / "t-%06d.tar"), size=SIZE, shard_size=5, decoder=dec)
     assert report.samples == ref.samples
     want = {k: f["npy"][1] for p in ref.shards for k, f in _members(p).items()}
@@ -219,7 +220,7 @@ def test_precache_through_the_gpu_decoders_on_cpu(source, cached, tmp_path, back
     for key in want:
         a, b = np.load(io.BytesIO(got[key])), np.load(io.BytesIO(want[key]))
         assert a.shape == b.shape
-        tol = 0 if backend == "dali" else 3
+        tol = 3 if backend == "torchcodec" else 0
         assert np.abs(a.astype(int) - b.astype(int)).max() <= tol, key
 
 

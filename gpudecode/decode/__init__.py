@@ -1,36 +1,48 @@
-"""Decoders: compressed bytes in, packed RGB uint8 pixels out, behind one protocol.
+"""Decoders: compressed bytes in, RGB uint8 pixels out, behind one protocol (_base.py).
 
-Backends are imported lazily: "cpu" (libjpeg-turbo crop-window decoding in
-gpudecode._native, pyspng for PNG, Pillow for the rest), "dali" (nvJPEG through DALI's
-"mixed" decoder) and "nvjpeg" (torchvision.io.decode_jpeg on CUDA).
+- "cpu": libjpeg-turbo decoding only each crop's window (gpudecode._native, native
+  threads), pyspng for PNG, Pillow for the rest; bit-exact with Pillow. Always there.
+- "nvimgcodec": NVIDIA nvImageCodec, batched ROI decoding (nvJPEG, the hardware JPEG
+  decoder) into Images the kernel reads in place (extra `gpudecode[gpu]`).
+- "dali": NVIDIA DALI's decoders.image_slice ("mixed" on a GPU) (extra `gpudecode[dali]`).
+- "torchcodec": PyTorch's torchcodec decode_jpeg, batched, whole images (extra `gpudecode[gpu]`).
+
+Every backend also runs on the CPU (nvImageCodec's and torchcodec's CPU codecs, DALI's
+"cpu" pipeline), which is how this repository tests them without a GPU.
+
+"auto" picks, on a CUDA device, the first of nvimgcodec, dali, torchcodec that imports,
+else cpu; on the CPU, cpu (the fastest there: 1.0 ms against nvImageCodec's 1.5 ms for a
+512x512 JPEG on one core, bench/RESULTS.md). The GPU order is by design (ROI decoding and
+the hardware decoder, the lightest install), not yet by measurement: no GPU has run it.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Literal
 
 from ..errors import BackendUnavailableError
-from ._base import DecodedBatch, Decoder, Request
+from ._base import DecodedBatch, Decoder, Request, hwc_strides
 
-DecoderName = Literal["auto", "cpu", "dali", "nvjpeg"]
+DecoderName = Literal["auto", "cpu", "nvimgcodec", "dali", "torchcodec"]
+NAMES = ("cpu", "nvimgcodec", "dali", "torchcodec")
+GPU_ORDER = ("nvimgcodec", "dali", "torchcodec")
+_MODULES = {"nvimgcodec": ("nvidia.nvimgcodec", "gpu"), "dali": ("nvidia.dali", "dali"),
+            "torchcodec": ("torchcodec.decoders", "gpu")}
 
 
 def available(name: str) -> tuple[bool, str]:
-    """(usable here, why not)."""
+    """(usable here, why not): the backend's package imports (any device; a CUDA device
+    is checked by check_device)."""
     if name == "cpu":
         return True, ""
-    import torch
-
-    if not torch.cuda.is_available():
-        return False, "no CUDA device (torch.cuda.is_available() is False)"
-    if name == "dali":
-        try:
-            import nvidia.dali  # noqa: F401
-        except ImportError as e:
-            return False, f"nvidia-dali is not importable: {e}"
-        return True, ""
-    if name == "nvjpeg":
-        return True, ""
-    return False, f"unknown decoder {name!r}"
+    if name not in _MODULES:
+        return False, f"unknown decoder {name!r} (one of {', '.join(NAMES)}, or 'auto')"
+    module, extra = _MODULES[name]
+    try:
+        importlib.import_module(module)
+    except Exception as e:  # ImportError, or a library built for another torch/CUDA
+        return False, f"{module} is not importable ({type(e).__name__}: {e}); pip install 'gpudecode[{extra}]'"
+    return True, ""
 
 
 def check_device(device: str) -> str:
@@ -52,14 +64,29 @@ def check_device(device: str) -> str:
     return device
 
 
-def make_decoder(name: DecoderName, *, device: str, num_threads: int, max_pixels: int, fast: bool = False) -> Decoder:
-    """The decoder `name` ("auto": DALI if usable, else torchvision nvJPEG, on a GPU
-    device; the CPU decoder otherwise)."""
-    if name == "auto":
-        if device.startswith("cuda"):
-            name = next(n for n in ("dali", "nvjpeg", "cpu") if available(n)[0])
-        else:
-            name = "cpu"
+def choose(name: str, device: str) -> str:
+    """The backend "auto" (or `name`) means on `device`."""
+    if name != "auto":
+        return name
+    if device.startswith("cuda"):
+        return next((n for n in GPU_ORDER if available(n)[0]), "cpu")
+    return "cpu"
+
+
+def make_decoder(name: DecoderName | str, *, device: str, num_threads: int, max_pixels: int,
+                 fast: bool = False, hw_load: float = 0.65) -> Decoder:
+    """The decoder `name` for `device` (see the module doc).
+
+    Raises:
+        ValueError: an unknown name.
+        BackendUnavailableError: its package is missing (names the extra to install).
+    """
+    if name == "nvjpeg":
+        raise ValueError("decoder 'nvjpeg' (torchvision.io's, deprecated there) is gone: use 'torchcodec' "
+                         "(the same nvJPEG through PyTorch's torchcodec) or 'nvimgcodec'")
+    name = choose(name, device)
+    if name not in NAMES:
+        raise ValueError(f"unknown decoder {name!r} (one of {', '.join(NAMES)}, or 'auto')")
     ok, why = available(name)
     if not ok:
         raise BackendUnavailableError(f"decoder {name!r} cannot be used here: {why}")
@@ -67,13 +94,18 @@ def make_decoder(name: DecoderName, *, device: str, num_threads: int, max_pixels
         from .cpu import CpuDecoder
 
         return CpuDecoder(num_threads=num_threads, max_pixels=max_pixels, fast=fast)
+    if name == "nvimgcodec":
+        from .nvimgcodec import NvImageCodecDecoder
+
+        return NvImageCodecDecoder(device=device, num_threads=num_threads, max_pixels=max_pixels, hw_load=hw_load)
     if name == "dali":
         from .dali import DaliDecoder
 
-        return DaliDecoder(device=device, num_threads=num_threads, max_pixels=max_pixels)
-    from .nvjpeg import NvjpegDecoder
+        return DaliDecoder(device=device, num_threads=num_threads, max_pixels=max_pixels, hw_load=hw_load)
+    from .torchcodec import TorchcodecDecoder
 
-    return NvjpegDecoder(device=device, max_pixels=max_pixels)
+    return TorchcodecDecoder(device=device, max_pixels=max_pixels)
 
 
-__all__ = ["Decoder", "DecodedBatch", "Request", "make_decoder", "available", "check_device", "DecoderName"]
+__all__ = ["Decoder", "DecodedBatch", "Request", "hwc_strides", "make_decoder", "available", "check_device",
+           "choose", "DecoderName", "NAMES"]

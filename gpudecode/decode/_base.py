@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -24,24 +24,56 @@ class Request:
 
 @dataclass
 class DecodedBatch:
-    """Pixels of a batch, packed: image k starts at `pixels[offsets[k]]`, RGB uint8 of
-    (height, width) `shapes[k]`, HWC (or CHW when `chw`). `boxes[k]` is the requested
-    box (top, left, height, width) inside those decoded pixels: the whole of a decoded
-    crop window, or the crop inside a full decode. `errors[k]` is None, or why image k
-    could not be decoded (its slot is then unused)."""
+    """The pixels of a decoded batch, as the fused kernel reads them: image k's pixel
+    (y, x, c) is the uint8 at `pixels[offsets[k] + y*sy + x*sx + c*sc]`, (sy, sx, sc) =
+    `strides[k]` in bytes (HWC, CHW, pitched rows, or sc = 0 for grey read as RGB), for y,
+    x below `shapes[k]` (height, width). `boxes[k]` is the requested box (top, left,
+    height, width) inside those pixels: the whole of a decoded crop window, or the crop
+    inside a full decode. `errors[k]` is None, or why image k could not be decoded (its
+    row is then unused).
+
+    `pixels` may be a view spanning several allocations of the decoder's (one per image,
+    on a CUDA device one virtual address space): only the bytes of each image are ever
+    read. `owner` keeps those allocations alive as long as this object is."""
 
     pixels: torch.Tensor  # uint8, 1-D, on the decoder's device
     offsets: np.ndarray   # int64 [N]
     shapes: np.ndarray    # int64 [N, 2]
+    strides: np.ndarray   # int64 [N, 3]: bytes between rows, columns, channels
     boxes: np.ndarray     # int64 [N, 4]
     errors: list[str | None]
-    chw: bool = False
+    owner: Any = None
+
+
+def hwc_strides(shapes: np.ndarray) -> np.ndarray:
+    """Strides of packed HWC RGB images of `shapes` [N, 2]."""
+    shapes = np.asarray(shapes, np.int64).reshape(-1, 2)
+    out = np.empty((len(shapes), 3), np.int64)
+    out[:, 0] = 3 * shapes[:, 1]
+    out[:, 1] = 3
+    out[:, 2] = 1
+    return out
 
 
 class Decoder(Protocol):
+    """Compressed bytes in, pixels out.
+
+    `buffers`: how many results of decode() may be in use at once: a result stays valid
+    until `buffers` more decode() calls have returned (a decoder with a ring of output
+    buffers), or None when each result owns its memory. A caller that keeps k results
+    alive at once (the Loader keeps 3: one in the kernel, one queued, one being decoded)
+    needs buffers >= k."""
+
     name: str
     device: str
 
+    @property
+    def buffers(self) -> int | None: ...
+
     def decode(self, requests: Sequence[Request]) -> DecodedBatch:
         """Decodes every request (never raises for one bad image: see errors)."""
+        ...
+
+    def close(self) -> None:
+        """Releases the decoder's threads and buffers."""
         ...

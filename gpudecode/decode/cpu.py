@@ -23,7 +23,7 @@ import torch
 
 from .. import _native
 from ..tensors import npy_rgb
-from ._base import DecodedBatch, Request
+from ._base import DecodedBatch, Request, hwc_strides
 
 
 def _pillow_rgb(data: bytes, max_pixels: int) -> np.ndarray:
@@ -71,20 +71,22 @@ def scale_for(box: tuple[int, int, int, int], out_size: tuple[int, int]) -> int:
 
 
 class CpuDecoder:
-    """Decodes into one of three rotating buffers: a DecodedBatch's pixels stay valid
-    until two more batches have been decoded."""
+    """Decodes into a ring of `buffers` output buffers (default 3): a DecodedBatch's
+    pixels stay valid until that many more batches have been decoded."""
 
     name = "cpu"
     device = "cpu"
 
     def __init__(self, *, num_threads: int = 2, max_pixels: int = 0, fast: bool = False,
-                 out_size: tuple[int, int] | None = None) -> None:
+                 out_size: tuple[int, int] | None = None, buffers: int = 3) -> None:
+        if buffers < 1:
+            raise ValueError("buffers must be >= 1")
         self.num_threads = max(1, num_threads)
         self.max_pixels = max_pixels
         self.fast = fast
         self.out_size = out_size
-        # a ring of output buffers: the loader decodes batch k+2 while the kernel reads k+1
-        self._buffers = [np.empty(0, np.uint8) for _ in range(3)]
+        self.buffers = buffers
+        self._buffers = [np.empty(0, np.uint8) for _ in range(buffers)]
         self._turn = 0
         self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="gpudecode-decoder-pool")
 
@@ -169,7 +171,8 @@ class CpuDecoder:
             f.result()
         boxes = np.zeros((n, 4), np.int64)
         boxes[:, 2:] = shapes  # every image here is decoded to its window exactly
-        return DecodedBatch(torch.from_numpy(buf[:max(int(total), 1)]), offsets, shapes, boxes, errors)
+        return DecodedBatch(torch.from_numpy(buf[:max(int(total), 1)]), offsets, shapes, hwc_strides(shapes), boxes,
+                            errors)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

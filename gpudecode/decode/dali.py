@@ -5,13 +5,16 @@ one). The pipeline is defined once with a device parameter: "mixed" on a GPU (CP
 in, GPU pixels out), "cpu" where there is none (tests)."""
 from __future__ import annotations
 
+import ctypes
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
+from ..errors import BackendUnavailableError
+
 from ..tensors import npy_rgb
-from ._base import DecodedBatch, Request
+from ._base import DecodedBatch, Request, hwc_strides
 
 
 def dali_decode_pipeline(*, device: str, batch_size: int, num_threads: int, device_id: int | None,
@@ -36,23 +39,35 @@ def dali_decode_pipeline(*, device: str, batch_size: int, num_threads: int, devi
 
 class DaliDecoder:
     """Decodes JPEG and PNG (and what else DALI reads) crop windows with DALI; tensor
-    samples (.npy) need no decoding: their window is copied."""
+    samples (.npy) need no decoding: their window is copied. Each batch DALI returns is
+    copied in one call (`copy_to_external`, no per-image work) into a ring of `buffers`
+    buffers of ours, since DALI reuses its own output memory at its next run."""
 
     name = "dali"
 
     def __init__(self, *, device: str = "cuda", num_threads: int = 2, max_pixels: int = 0,
-                 max_batch_size: int = 256) -> None:
+                 max_batch_size: int = 256, buffers: int = 3, hw_load: float = 0.65) -> None:
+        try:
+            import nvidia.dali  # noqa: F401
+        except ImportError as e:
+            raise BackendUnavailableError(f"decoder 'dali' needs NVIDIA DALI ({e}): pip install 'gpudecode[dali]'") from e
+        if buffers < 1:
+            raise ValueError("buffers must be >= 1")
         self.device = device
         self.max_pixels = max_pixels
         self.max_batch_size = max_batch_size
+        self.buffers = buffers
         on_gpu = device.startswith("cuda")
-        device_id = torch.device(device).index if on_gpu else None
+        self._dev = torch.device(device if on_gpu else "cpu")
+        device_id = self._dev.index if on_gpu else None
         if on_gpu and device_id is None:
             device_id = torch.cuda.current_device()
         self._pipe = dali_decode_pipeline(device="mixed" if on_gpu else "cpu", batch_size=max_batch_size,
-                                          num_threads=num_threads, device_id=device_id)
+                                          num_threads=num_threads, device_id=device_id, hw_decoder_load=hw_load)
         self._pipe.build()
         self._on_gpu = on_gpu
+        self._ring = [torch.empty(0, dtype=torch.uint8, device=self._dev) for _ in range(buffers)]
+        self._turn = 0
 
     def decode(self, requests: Sequence[Request]) -> DecodedBatch:
         n = len(requests)
@@ -60,51 +75,58 @@ class DaliDecoder:
         for k, r in enumerate(requests):
             if self.max_pixels and r.height * r.width > self.max_pixels:
                 errors[k] = f"image of {r.width}x{r.height} pixels is over the limit of {self.max_pixels} pixels"
-        outs: dict[int, Any] = {}
+        windows: dict[int, np.ndarray] = {}
         for k, r in enumerate(requests):  # tensor samples: nothing to decode, copy the window
             if r.format == "npy" and errors[k] is None:
                 try:
                     t, l, h, w = r.box
-                    outs[k] = npy_rgb(r.data)[t:t + h, l:l + w].copy()  # writable, contiguous
+                    windows[k] = np.ascontiguousarray(npy_rgb(r.data)[t:t + h, l:l + w])
                 except Exception as e:  # this image's error, not the batch's
                     errors[k] = f"{type(e).__name__}: {e}"
         ok = [k for k in range(n) if errors[k] is None and requests[k].format != "npy"]
+        pieces: list[tuple[list[int], Any]] = []  # (request indices, DALI TensorList in that order)
         for start in range(0, len(ok), self.max_batch_size):
             part = ok[start:start + self.max_batch_size]
             try:
-                outs.update(zip(part, self._run(part, requests)))
+                pieces.append((part, self._run(part, requests)))
             except Exception:  # one bad image fails DALI's whole batch: find it
                 for k in part:
                     try:
-                        outs[k] = self._run([k], requests)[0]
+                        pieces.append(([k], self._run([k], requests)))
                     except Exception as e:
                         errors[k] = f"DALI: {str(e).splitlines()[0]}"
         shapes = np.zeros((n, 2), np.int64)
         offsets = np.zeros(n, np.int64)
         total = 0
-        for k in range(n):
+        for part, out in pieces:
+            for k, shape in zip(part, out.shape()):
+                shapes[k] = shape[:2]
+                offsets[k] = total
+                total += int(shape[0] * shape[1] * 3)
+        for k, win in windows.items():
+            shapes[k] = win.shape[:2]
             offsets[k] = total
-            if k in outs:
-                shapes[k] = outs[k].shape[:2] if isinstance(outs[k], np.ndarray) else outs[k].shape()[:2]
-                total += int(shapes[k, 0] * shapes[k, 1] * 3)
-        dev = torch.device(self.device if self._on_gpu else "cpu")
-        pixels = torch.empty(max(total, 1), dtype=torch.uint8, device=dev)
-        for k, t in outs.items():
-            h, w = shapes[k]
-            dst = pixels[offsets[k]:offsets[k] + h * w * 3].view(int(h), int(w), 3)
-            if isinstance(t, np.ndarray):
-                dst.copy_(torch.from_numpy(t))
-            elif self._on_gpu:
-                from nvidia.dali.plugin.pytorch import feed_ndarray
-
-                feed_ndarray(t, dst, cuda_stream=torch.cuda.current_stream(dev).cuda_stream)
+            total += win.size
+        self._turn = (self._turn + 1) % len(self._ring)
+        if self._ring[self._turn].numel() < total:
+            self._ring[self._turn] = torch.empty(int(total * 1.25) + 1, dtype=torch.uint8, device=self._dev)
+        buf = self._ring[self._turn]
+        stream = torch.cuda.current_stream(self._dev).cuda_stream if self._on_gpu else None
+        for part, out in pieces:  # one copy per DALI batch, packed in sample order
+            dst = ctypes.c_void_p(buf.data_ptr() + int(offsets[part[0]]))
+            if self._on_gpu:
+                # blocking: DALI may write this output memory again at its next run, which we
+                # cannot order after an asynchronous copy (this is the decode thread, not the trainer's)
+                out.copy_to_external(dst, cuda_stream=ctypes.c_void_p(stream), non_blocking=False)
             else:
-                dst.copy_(torch.from_numpy(np.asarray(t)))
+                out.copy_to_external(dst)
+        for k, win in windows.items():
+            buf[int(offsets[k]):int(offsets[k]) + win.size].copy_(torch.from_numpy(win.reshape(-1)))
         boxes = np.zeros((n, 4), np.int64)
-        boxes[:, 2:] = shapes
-        return DecodedBatch(pixels, offsets, shapes, boxes, errors)
+        boxes[:, 2:] = shapes  # every image is decoded to its window exactly
+        return DecodedBatch(buf[:max(total, 1)], offsets, shapes, hwc_strides(shapes), boxes, errors)
 
-    def _run(self, idx: list[int], requests: Sequence[Request]) -> list:
+    def _run(self, idx: list[int], requests: Sequence[Request]) -> Any:
         enc = [np.frombuffer(requests[k].data, np.uint8) for k in idx]
         anchor = [np.array([requests[k].box[1], requests[k].box[0]], np.float32) for k in idx]
         shape = [np.array([requests[k].box[3], requests[k].box[2]], np.float32) for k in idx]
@@ -112,4 +134,8 @@ class DaliDecoder:
         self._pipe.feed_input("anchor", anchor)
         self._pipe.feed_input("shape", shape)
         (out,) = self._pipe.run()
-        return [out[i] for i in range(len(idx))]
+        return out
+
+    def close(self) -> None:
+        self._pipe = None
+        self._ring = []
