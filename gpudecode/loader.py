@@ -20,6 +20,7 @@ and the output buffers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import queue
 import sys
@@ -254,6 +255,13 @@ def _default_seed(world_size: int) -> int:
     return seed
 
 
+def _event(stream: Any) -> Any:
+    """A timing CUDA event recorded on `stream` now."""
+    e = torch.cuda.Event(enable_timing=True)
+    e.record(stream)
+    return e
+
+
 class LoaderSampler:
     """A Loader's share for this rank, where DistributedSampler stands beside a DataLoader:
     `len()` is the samples this rank yields per epoch, `set_epoch(e)` sets the Loader's
@@ -404,6 +412,8 @@ class Loader:
         self._outputs: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * self._ring
         self._events: list[Any] = [None] * self._ring
         self._stream: Any = None
+        self._uploads: list[torch.Tensor | None] = [None] * self.IN_FLIGHT
+        self._upload_turn = 0
         self._position = 0
         self._yielded = 0        # batches handed over in the current (or last) epoch
         self._finished = False   # the current (or last) epoch ran to its end
@@ -590,6 +600,7 @@ class Loader:
             self._decoder = None
         self._outputs = [None] * self._ring
         self._events = [None] * self._ring
+        self._uploads = [None] * self.IN_FLIGHT
         self._stream = None
 
     def __enter__(self) -> "Loader":
@@ -668,10 +679,31 @@ class Loader:
         timing.probe = t1 - t0
         decoded = None
         if requests:
-            with torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext():
+            stream = self._stream
+            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+                ev = [_event(stream)] if stream is not None else []
                 decoded = self._decoder.decode(requests)  # type: ignore[union-attr]
+                if stream is not None:
+                    ev.append(_event(stream))
+                    if decoded.pixels.device.type != "cuda":  # host pixels (the CPU decoder): upload
+                        decoded = self._upload(decoded)
+                    ev.append(_event(stream))
+                    timing.gpu["decode"] = (ev[0], ev[1])
+                    timing.gpu["h2d"] = (ev[1], ev[2])
         timing.decode = time.perf_counter() - t1
         return _Prepared(samples, params, sizes, labels, decoded, timing, taken=len(chunk))
+
+    def _upload(self, decoded: DecodedBatch) -> DecodedBatch:
+        """Host pixels onto the device, into the next of IN_FLIGHT device buffers (the
+        decode thread waits for the copy, the trainer does not)."""
+        n = decoded.pixels.numel()
+        self._upload_turn = (self._upload_turn + 1) % self.IN_FLIGHT
+        buf = self._uploads[self._upload_turn]
+        if buf is None or buf.numel() < n:
+            buf = self._uploads[self._upload_turn] = torch.empty(int(n * 1.25) + 1, dtype=torch.uint8,
+                                                                 device=self.device)
+        buf[:n].copy_(decoded.pixels, non_blocking=False)
+        return dataclasses.replace(decoded, pixels=buf[:n], owner=(decoded.owner, buf))
 
     def _finish(self, p: _Prepared, slot: int) -> _Ready | None:
         """Stage B: the fused kernel into output slot `slot`, and the labels."""
@@ -701,8 +733,11 @@ class Loader:
             if self._stream is not None and self._events[slot] is not None:
                 self._stream.wait_event(self._events[slot])  # the trainer is done with this buffer
             out, view = self._output(slot, len(ok))
+            start = _event(self._stream) if self._stream is not None else None
             self.transform.apply(decoded, p.params, p.sizes, view, rows=ok, stream=self._stream,
                                  num_threads=self.num_threads)
+            if start is not None:
+                p.timing.gpu["augment"] = (start, _event(self._stream))
             lab = torch.tensor([p.labels[k] for k in ok], dtype=torch.int64) if self.labels else None
             if lab is not None and self.device != "cpu":
                 lab = lab.pin_memory().to(self.device, non_blocking=True)

@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 @dataclass(slots=True)
 class BatchTiming:
     """Seconds spent on one batch: `wait` is the time the trainer waited for it; the
-    others are the producer's stages (read: taking samples from the reader threads)."""
+    others are the producer's stages (read: taking samples from the reader threads),
+    timed on the host. On a CUDA device `gpu` holds CUDA events around the stages' GPU
+    work ("decode", "h2d": the upload of host-decoded pixels, "augment"), resolved into
+    seconds once they have completed (see resolved())."""
 
     size: int
     wait: float = 0.0
@@ -17,13 +20,34 @@ class BatchTiming:
     probe: float = 0.0
     decode: float = 0.0
     augment: float = 0.0
+    h2d: float = 0.0
     delivered: float = 0.0  # time.perf_counter() when the trainer got it
+    gpu: dict = field(default_factory=dict)  # stage -> (start event, end event), or seconds once done
+
+    def resolve(self) -> bool:
+        """Turns completed event pairs into seconds (never waits): True when all are."""
+        done = True
+        for stage, value in list(self.gpu.items()):
+            if isinstance(value, tuple):
+                start, end = value
+                if end.query():
+                    self.gpu[stage] = start.elapsed_time(end) / 1000.0
+                else:
+                    done = False
+        return done
+
+    def stage(self, name: str) -> float:
+        """A stage's time: the host's, or its GPU work's where that took longer (work
+        enqueued on a stream is done later than the call that enqueued it returns)."""
+        host = getattr(self, name)
+        gpu = self.gpu.get(name)
+        return max(host, gpu) if isinstance(gpu, float) else host
 
     @property
     def produce(self) -> float:
-        """The producer's time for this batch: its two stages (read + probe + decode, and
-        augment) run on separate threads, overlapped, so the slower one bounds it."""
-        return max(self.read + self.probe + self.decode, self.augment)
+        """The producer's time for this batch: its two stages (read + probe + decode +
+        upload, and augment) run on separate threads, overlapped, so the slower one bounds it."""
+        return max(self.read + self.probe + self.stage("decode") + self.stage("h2d"), self.stage("augment"))
 
 
 @dataclass
@@ -39,26 +63,34 @@ class LoaderStats:
     def summary(self) -> dict:
         if not self.batches:
             return {"batches": 0}
-        stages = ("read", "probe", "decode", "augment")
-        med = {s: statistics.median(getattr(b, s) for b in self.batches) for s in stages}
+        timed = [b for b in self.batches if not b.gpu or b.resolve()]  # GPU work still running: left out
+        stages = ("read", "probe", "decode", "h2d", "augment")
+        med = {s: statistics.median(b.stage(s) for b in timed) for s in stages} if timed else {}
+        if not any(b.gpu for b in self.batches):
+            med.pop("h2d", None)
         waits = [b.wait for b in self.batches]
         med_wait = statistics.median(waits)
         threshold = max(self.stall_factor * med_wait, 0.005)
         stalls = [i for i, w in enumerate(waits) if w > threshold and i > 0]
         images = sum(b.size for b in self.batches)
-        total = sum(b.produce for b in self.batches)
+        total = sum(b.produce for b in timed)
         elapsed = self.batches[-1].delivered - self.started
-        return {
+        out = {
             "batches": len(self.batches), "images": images,
             "median_s": {**med, "wait": med_wait},
-            "slowest_stage": max(med, key=lambda k: med[k]),
+            "slowest_stage": max(med, key=lambda k: med[k]) if med else None,
             # what the trainer received (its own time between batches included), and what
             # the producer could give with its stages overlapped and the cores to itself
             "images_per_s": images / elapsed if elapsed > 0 else float("inf"),
-            "producer_images_per_s": images / total if total > 0 else float("inf"),
+            "producer_images_per_s": sum(b.size for b in timed) / total if total > 0 else float("inf"),
             "stalls": stalls,
             "stall_threshold_s": threshold,
         }
+        gpu = [b for b in timed if b.gpu]
+        if gpu:  # what the GPU work itself took, as CUDA events saw it on the loader's stream
+            out["gpu_median_s"] = {s: statistics.median(float(b.gpu.get(s, 0.0)) for b in gpu)
+                                   for s in ("decode", "h2d", "augment")}
+        return out
 
     def __str__(self) -> str:
         s = self.summary()

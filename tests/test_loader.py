@@ -264,3 +264,40 @@ def test_stats_flag_stalls_but_not_the_pipeline_fill():
     s = stats.summary()
     assert s["stalls"] == [3] and s["slowest_stage"] == "decode"
     assert s["images_per_s"] == pytest.approx(40 / 0.5) and s["producer_images_per_s"] == pytest.approx(40 / 0.1)
+
+
+class _FakeEvent:
+    """A CUDA event as LoaderStats sees one: query() and elapsed_time() in milliseconds."""
+
+    def __init__(self, t_ms: float, done: bool = True) -> None:
+        self.t, self.done = t_ms, done
+
+    def query(self) -> bool:
+        return self.done
+
+    def elapsed_time(self, end: "_FakeEvent") -> float:
+        return end.t - self.t
+
+
+def test_stats_take_gpu_stage_times_from_events():
+    """On CUDA the host only enqueues: a stage's time is its GPU work's where that is longer
+    (from CUDA events, read once they are done, never waited for), so the slowest stage
+    named is the real one."""
+    from gpudecode.stats import BatchTiming, LoaderStats
+
+    st = LoaderStats(started=0.0)
+    for i in range(5):
+        b = BatchTiming(size=8, read=0.001, probe=0.002, decode=0.003, augment=0.0005, delivered=0.1 * (i + 1))
+        b.gpu = {"decode": (_FakeEvent(0), _FakeEvent(4)), "h2d": (_FakeEvent(4), _FakeEvent(4)),
+                 "augment": (_FakeEvent(5), _FakeEvent(5 + 20))}  # 20 ms of kernel behind 0.5 ms of enqueueing
+        st.batches.append(b)
+    pending = BatchTiming(size=8, delivered=0.6)
+    pending.gpu = {"augment": (_FakeEvent(0), _FakeEvent(999, done=False))}
+    st.batches.append(pending)
+    s = st.summary()
+    assert s["slowest_stage"] == "augment"
+    assert s["median_s"]["augment"] == pytest.approx(0.020) and s["median_s"]["decode"] == pytest.approx(0.004)
+    assert s["gpu_median_s"]["augment"] == pytest.approx(0.020)
+    assert s["images"] == 48 and s["batches"] == 6  # the unfinished one counts as delivered, not as timed
+    pending.gpu["augment"][1].done = True
+    assert pending.resolve() and pending.gpu["augment"] == pytest.approx(0.999)
