@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: setup demo test test-sim bench sysdeps clean fuzz fuzz-replay
+.PHONY: setup demo test test-sim bench sysdeps clean fuzz fuzz-replay gpu-check
 
 # libjpeg-turbo's headers are needed to build gpudecode._native.
 sysdeps:
@@ -49,6 +49,14 @@ bench: setup
 	$(BIN)/python bench/kernels.py
 	$(BIN)/python bench/loader.py
 	$(BIN)/python bench/formats.py
+
+# On any CUDA machine: the GPU tests and bench/gpu.py, reports in $(OUT) (or bench/_out/gpu).
+# Uses this repository's venv when `make setup` made one, else $(PYTHON) as it is (a machine
+# where gpudecode is installed already, e.g. through ../shared/gpu/on-device.sh). Without
+# CUDA it says so, runs the CPU-side checks and exits 0.
+GPU_PY := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+gpu-check:
+	$(GPU_PY) bench/gpu_check.py $(if $(OUT),--out $(OUT),)
 
 clean:
 	rm -rf build dist *.egg-info demo_data bench/_out

@@ -122,14 +122,23 @@ std::string decode_jpeg_crop(const uint8_t* data, size_t size, const Box& box, c
   const bool inverted = cinfo.saw_Adobe_marker;
   int y = int(cinfo.output_scanline);
   const int y_end = box.top + box.height;
+  // When the decoded rows are exactly the box's (full width, RGB), libjpeg writes the
+  // box's rows straight into `out`; rows outside the box (the margin) go to the scratch rows.
+  const bool direct = !cmyk && col == 0 && int(cw) == box.width;
   while (y < y_end) {
+    if (direct)
+      for (int r = 0; r < rows_at_once; ++r) {
+        const int yy = y + r;
+        rows[r] = (yy >= box.top && yy < y_end) ? out + size_t(yy - box.top) * box.width * 3
+                                                : row_storage.data() + size_t(r) * cw * comps;
+      }
     const int got = int(jpeg_read_scanlines(&cinfo, rows.data(), JDIMENSION(rows_at_once)));
     if (got <= 0) {
       jpeg_destroy_decompress(&cinfo);
       return "libjpeg: no scanline returned at row " + std::to_string(y);
     }
     for (int r = 0; r < got; ++r, ++y) {
-      if (y < box.top || y >= y_end) continue;
+      if (direct || y < box.top || y >= y_end) continue;
       uint8_t* dst = out + size_t(y - box.top) * box.width * 3;
       const uint8_t* src = rows[r] + size_t(col) * comps;
       if (cmyk) cmyk_row_to_rgb(src, dst, box.width, inverted);

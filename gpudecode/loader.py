@@ -678,6 +678,7 @@ class Loader:
         t1 = time.perf_counter()
         timing.probe = t1 - t0
         decoded = None
+        timing.encoded_bytes = sum(len(r.data) for r in requests)
         if requests:
             stream = self._stream
             with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
@@ -686,6 +687,7 @@ class Loader:
                 if stream is not None:
                     ev.append(_event(stream))
                     if decoded.pixels.device.type != "cuda":  # host pixels (the CPU decoder): upload
+                        timing.h2d_bytes = decoded.pixels.numel()
                         decoded = self._upload(decoded)
                     ev.append(_event(stream))
                     timing.gpu["decode"] = (ev[0], ev[1])

@@ -22,6 +22,8 @@ class BatchTiming:
     augment: float = 0.0
     h2d: float = 0.0
     delivered: float = 0.0  # time.perf_counter() when the trainer got it
+    encoded_bytes: int = 0  # compressed image bytes handed to the decoder
+    h2d_bytes: int = 0      # decoded pixels uploaded to the device (the CPU decoder on CUDA)
     gpu: dict = field(default_factory=dict)  # stage -> (start event, end event), or seconds once done
 
     def resolve(self) -> bool:
@@ -86,6 +88,8 @@ class LoaderStats:
             "stalls": stalls,
             "stall_threshold_s": threshold,
         }
+        out["encoded_bytes"] = sum(b.encoded_bytes for b in self.batches)
+        out["h2d_bytes"] = sum(b.h2d_bytes for b in self.batches)
         gpu = [b for b in timed if b.gpu]
         if gpu:  # what the GPU work itself took, as CUDA events saw it on the loader's stream
             out["gpu_median_s"] = {s: statistics.median(float(b.gpu.get(s, 0.0)) for b in gpu)

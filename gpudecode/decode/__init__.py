@@ -11,9 +11,11 @@ Every backend also runs on the CPU (nvImageCodec's and torchcodec's CPU codecs, 
 "cpu" pipeline), which is how this repository tests them without a GPU.
 
 "auto" picks, on a CUDA device, the first of nvimgcodec, dali, torchcodec that imports,
-else cpu; on the CPU, cpu (the fastest there: 1.0 ms against nvImageCodec's 1.5 ms for a
-512x512 JPEG on one core, bench/RESULTS.md). The GPU order is by design (ROI decoding and
-the hardware decoder, the lightest install), not yet by measurement: no GPU has run it.
+else cpu; on the CPU, cpu, the fastest measured there (one core, 500x375 JPEGs: whole
+images 1,410 img/s against nvImageCodec's 1,300 and torchcodec's 1,310; RandomResizedCrop
+windows 1,690-1,810 against 1,690-1,700 and 1,190-1,330; bench/RESULTS.md). The GPU order is
+by design (ROI decoding and the hardware decoder, the lightest install), not yet by
+measurement: no GPU has run it.
 """
 from __future__ import annotations
 

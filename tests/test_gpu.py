@@ -1,0 +1,164 @@
+"""The GPU path on a real CUDA device (`make gpu-check` runs these; without CUDA every test
+here is skipped with that reason, and their CPU-side twins run elsewhere: the kernels
+under the CUDA simulator in test_kernels.py, each GPU decoder built for the CPU in
+test_decode.py, the Loader with those decoders in test_loader.py).
+
+- the CUDA kernels against the CPU twin on real photos, and against torchvision's
+  functional ops on CUDA tensors;
+- each GPU decoder on CUDA against the CPU decoder;
+- the Loader on CUDA end to end (every decoder, the CPU decoder with an upload), with a
+  consumer slower than the producer holding on to a batch while the next is made;
+- precache with device="cuda"; stats with GPU stage times.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from gpudecode import Loader
+from gpudecode import transforms as T
+from gpudecode.decode import Request, available, make_decoder
+from gpudecode.decode.cpu import CpuDecoder
+
+from conftest import GPU_BACKENDS, decoded_image, encode, make_shard
+from tvref import torchvision_apply
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available() or os.environ.get("NUMBA_ENABLE_CUDASIM") == "1",
+                       reason="needs a CUDA GPU (torch.cuda.is_available() is False)"),
+]
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+BACKENDS = [b for b in GPU_BACKENDS if available(b)[0]]
+
+
+def train_tf(size=64):
+    return T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+                      T.Normalize(MEAN, STD)])
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(float) - b.astype(float)) ** 2)
+    return float("inf") if mse == 0 else 10 * np.log10(255 ** 2 / mse)
+
+
+def test_cuda_kernel_equals_cpu_twin_on_photos(photos):
+    tf = train_tf(96)
+    imgs = [torch.from_numpy(p).permute(2, 0, 1).contiguous() for p in photos.values()]
+    params = tf.make_params([tuple(i.shape[1:]) for i in imgs], 7)
+    cpu = tf(imgs, params)
+    gpu = tf([i.cuda() for i in imgs], params)
+    torch.testing.assert_close(gpu.cpu(), cpu, atol=2e-4, rtol=0)
+
+
+def test_cuda_kernel_against_torchvision_on_cuda_tensors(photos):
+    tf = train_tf(80)
+    imgs = [torch.from_numpy(p).permute(2, 0, 1).contiguous().cuda() for p in photos.values()]
+    params = tf.make_params([tuple(i.shape[1:]) for i in imgs], 3)
+    ours = tf(imgs, params)
+    for k, (img, p) in enumerate(zip(imgs, params)):
+        ref = torchvision_apply(img, p, (80, 80), mean=MEAN, std=STD)
+        torch.testing.assert_close(ours[k], ref, atol=2e-3, rtol=0)  # the CPU suite's bound for jitter
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gpu_decoders_against_the_cpu_decoder(photos, backend):
+    """nvJPEG on the GPU does its own IDCT and upsampling: close to libjpeg-turbo, not equal."""
+    reqs = []
+    rng = np.random.default_rng(0)
+    for name, img in photos.items():
+        for data, fmt in ((encode(img, "JPEG", quality=90), "jpeg"), (encode(img, "PNG"), "png")):
+            h, w = img.shape[:2]
+            bh, bw = int(rng.integers(h // 3, h + 1)), int(rng.integers(w // 3, w + 1))
+            box = (int(rng.integers(0, h - bh + 1)), int(rng.integers(0, w - bw + 1)), bh, bw)
+            reqs.append(Request(data, fmt, h, w, box, "s", name))
+    cpu = CpuDecoder().decode(reqs)
+    gpu = make_decoder(backend, device="cuda", num_threads=4, max_pixels=0).decode(reqs)
+    assert gpu.pixels.is_cuda
+    for k, r in enumerate(reqs):
+        assert gpu.errors[k] is None, (r.key, gpu.errors[k])
+        a, b = decoded_image(cpu, k), decoded_image(gpu, k)
+        if r.format == "png":
+            np.testing.assert_array_equal(a, b)
+        else:
+            assert psnr(a, b) > 38, (r.key, psnr(a, b))
+
+
+@pytest.fixture(scope="module")
+def shards(photos, tmp_path_factory):
+    d = tmp_path_factory.mktemp("gpu")
+    names = list(photos)
+    samples = []
+    for k in range(48):
+        img = photos[names[k % len(names)]]
+        h, w = img.shape[:2]
+        crop = np.ascontiguousarray(img[k % 7:h - k % 5, k % 11:w - k % 3])
+        ext, data = ("png", encode(crop, "PNG")) if k % 8 == 0 else ("jpg", encode(crop, "JPEG", quality=90))
+        samples.append({"__key__": f"s{k:03d}", ext: data, "cls": str(k % 5).encode()})
+    return [make_shard(d / f"g-{j}.tar", samples[j * 16:(j + 1) * 16]) for j in range(3)]
+
+
+@pytest.mark.parametrize("decoder", ["cpu", *BACKENDS])
+def test_loader_on_cuda_matches_the_cpu_loader(shards, decoder):
+    kw = dict(batch_size=8, transform=train_tf(), seed=1, shuffle=True)
+    cpu = [(b.keys, b.images.clone()) for b in Loader(shards, device="cpu", **kw)]
+    gpu = [(b.keys, b.images.cpu(), b.labels.device.type) for b in Loader(shards, device="cuda", decoder=decoder, **kw)]
+    assert [c[0] for c in cpu] == [g[0] for g in gpu] and {g[2] for g in gpu} == {"cuda"}
+    atol = 1e-4 if decoder == "cpu" else 0.1  # nvJPEG's IDCT differs slightly from libjpeg-turbo's
+    for (_, a), (_, b, _) in zip(cpu, gpu):
+        torch.testing.assert_close(b, a, atol=atol, rtol=0)
+
+
+def test_batches_survive_a_slow_consumer(shards):
+    """The trainer holds batch k while the loader makes k+1, k+2 (output ring, events on the
+    trainer's stream guard reuse): batch k must not change under it."""
+    ld = Loader(shards, batch_size=4, transform=train_tf(), device="cuda", seed=2, prefetch_factor=2)
+    prev, snapshot = None, None
+    for b in ld:
+        x = b.images
+        y = (x * 2).sum()  # work of the trainer's on batch k, on its stream
+        time.sleep(0.05)   # a slow step: the producers run ahead
+        if prev is not None:
+            torch.cuda.current_stream().synchronize()
+            torch.testing.assert_close(prev, snapshot, atol=0, rtol=0)  # batch k-1 untouched so far
+        prev, snapshot = x, x.clone()
+        del y
+
+
+def test_precache_on_cuda(photos, shards, tmp_path):
+    from gpudecode.precache import precache
+
+    a = precache(shards, str(tmp_path / "cpu" / "t-%06d.tar"), size=64, device="cpu")
+    b = precache(shards, str(tmp_path / "gpu" / "t-%06d.tar"), size=64, device="cuda")
+    assert a.samples == b.samples
+    ra = {s.key: s.fields["npy"] for s in gpudecode_reader(a.shards)}
+    rb = {s.key: s.fields["npy"] for s in gpudecode_reader(b.shards)}
+    assert ra.keys() == rb.keys()
+    for k in ra:
+        x, y = np.load(_bytes(ra[k])), np.load(_bytes(rb[k]))
+        assert x.shape == y.shape and psnr(x, y) > 38, k
+
+
+def gpudecode_reader(urls):
+    from gpudecode import ShardReader
+
+    return ShardReader(urls)
+
+
+def _bytes(b: bytes):
+    import io
+
+    return io.BytesIO(b)
+
+
+def test_stats_on_cuda_time_the_gpu_work(shards):
+    ld = Loader(shards, batch_size=8, transform=train_tf(), device="cuda", seed=0)
+    for _ in ld:
+        pass
+    torch.cuda.synchronize()
+    s = ld.stats.summary()
+    assert set(s["gpu_median_s"]) == {"decode", "h2d", "augment"} and s["gpu_median_s"]["augment"] > 0
