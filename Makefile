@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: setup demo test test-sim bench sysdeps clean fuzz fuzz-replay gpu-check
+.PHONY: setup setup-demo demo test bench sysdeps clean fuzz fuzz-replay gpu-check
 
 # libjpeg-turbo's headers are needed to build gpudecode._native.
 sysdeps:
@@ -21,15 +21,21 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-# A real install (not editable): the tests import what `pip install .` produced.
+# A real install (not editable): the tests import what `pip install .` produced, with every
+# optional backend (their CPU builds are tested here). A user's `pip install gpudecode` is the
+# CPU path alone; extras: [gpu] (numba-cuda, nvImageCodec, torchcodec), [dali].
 setup: sysdeps $(BIN)/python
-	$(BIN)/pip install -q ".[test]"
+	$(BIN)/pip install -q ".[test,gpu,dali]"
 
-demo: setup
+# The demo needs the CPU path and scikit-image's photos only.
+setup-demo: sysdeps $(BIN)/python
+	$(BIN)/pip install -q ".[demo]"
+
+demo: setup-demo
 	$(BIN)/gpudecode demo --workdir demo_data
 
 test: setup
-	$(BIN)/ruff check gpudecode kernels tests bench
+	$(BIN)/ruff check gpudecode kernels tests bench examples
 	$(BIN)/mypy gpudecode kernels
 	$(BIN)/python tests/fuzz/run.py replay
 	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider
@@ -41,7 +47,7 @@ fuzz-replay: setup
 # libFuzzer (clang) and atheris harnesses, FUZZ_SECONDS each (tests/fuzz/run.py; needs clang and
 # libclang-rt-14-dev: apt-get install clang libclang-rt-14-dev).
 fuzz: setup
-	$(BIN)/pip install -q atheris
+	$(BIN)/pip install -q ".[fuzz]"
 	$(BIN)/python tests/fuzz/run.py fuzz --seconds $(FUZZ_SECONDS)
 
 bench: setup

@@ -20,6 +20,7 @@ measurement: no GPU has run it.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Literal
 
 from ..errors import BackendUnavailableError
@@ -63,6 +64,10 @@ def check_device(device: str) -> str:
     if device != "cpu" and not torch.cuda.is_available():
         raise BackendUnavailableError(f"device {device!r} asked for, but torch sees no CUDA device "
                                       "(torch.cuda.is_available() is False)")
+    if device != "cpu" and importlib.util.find_spec("numba_cuda") is None:
+        # numba's own CUDA target is deprecated and lacks CUDA 13's NVVM: the kernels need numba-cuda
+        raise BackendUnavailableError(f"device {device!r} needs numba-cuda for its kernels: "
+                                      "pip install 'gpudecode[gpu]'")
     return device
 
 
