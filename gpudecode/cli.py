@@ -40,33 +40,72 @@ def _cmd_inspect(a: argparse.Namespace) -> int:
     return 0
 
 
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
 def _cmd_precache(a: argparse.Namespace) -> int:
     from ._probe import DEFAULT_MAX_PIXELS
-    from .precache import precache
+    from .precache import merge, precache
 
+    if a.merge is not None:
+        if a.src is not None or a.out is not None:
+            raise ValueError("--merge OUT takes no SRC/OUT")
+        print(f"manifest -> {merge(a.merge)}")
+        return 0
+    if a.src is None or a.out is None:
+        raise ValueError("give SRC and OUT (or --merge OUT)")
     bar = None
-    if not a.quiet:
-        from tqdm import tqdm
 
-        bar = tqdm(unit="img", desc="precache")
-    last = [0]
+    def progress(done: int, total: int | None) -> None:
+        nonlocal bar
+        if a.quiet or (bar is None and total == 0):
+            return
+        if bar is None:
+            from tqdm import tqdm
 
-    def progress(n: int) -> None:
-        if bar is not None:
-            bar.update(n - last[0])
-        last[0] = n
+            bar = tqdm(total=total, unit="img", desc="precache", smoothing=0.1)
+        bar.update(done - bar.n)
 
     try:
-        r = precache(a.src, a.out, size=a.size, shard_size=a.shard_size, num_threads=a.threads,
-                     on_error="warn" if a.keep_going else "raise",
-                     max_pixels=DEFAULT_MAX_PIXELS if a.max_pixels is None else a.max_pixels, manifest=a.manifest, progress=progress, device=a.device,
-                     decoder=a.decoder)
+        r = precache(a.src, a.out, size=a.size, crop=a.crop, shard_size=a.shard_size, shard_bytes=a.shard_bytes,
+                     num_threads=a.threads, on_error="warn" if a.keep_going else "raise",
+                     max_pixels=DEFAULT_MAX_PIXELS if a.max_pixels is None else a.max_pixels, device=a.device,
+                     decoder=a.decoder, rank=a.rank, world_size=a.world_size, resume=a.resume,
+                     executor="ray" if a.ray is not None else "local", ray_address=a.ray or None, progress=progress)
     finally:
         if bar is not None:
             bar.close()
-    print(f"wrote {r.samples} samples in {len(r.shards)} tensor shards (shorter side at most {a.size}) -> {r.manifest}")
+    rate = r.written / r.seconds if r.seconds > 0 else 0.0
+    print(f"wrote {r.written} samples from {len(r.units)} source shards in {r.seconds:.1f} s ({rate:.0f} img/s)"
+          + (f"; kept {r.samples - r.written} samples of {len(r.kept)} source shards done before" if r.kept else ""))
+    print(f"{r.samples} samples in {len(r.shards)} tensor shards, {_human_bytes(r.bytes)}")
     for s in r.skipped:
-        print(f"skipped: {s.shard} {s.key or ''}: {s.reason}", file=sys.stderr)
+        print(f"skipped: {s.shard} {s.key or ''}: {s.reason}: {s.error}", file=sys.stderr)
+    if r.skipped:
+        print(f"skipped {len(r.skipped)} samples (listed in the manifest)", file=sys.stderr)
+    if r.manifest is not None:
+        print(f"manifest -> {r.manifest}")
+    else:
+        print("other ranks' source shards are not done yet: the last rank to finish writes the manifest "
+              f"(or run: gpudecode precache --merge {a.out})")
+    return 0
+
+
+def _cmd_verify(a: argparse.Namespace) -> int:
+    from .precache import verify
+
+    problems = verify(a.out, checksums=not a.quick)
+    for p in problems:
+        print(f"{a.out}: {p}", file=sys.stderr)
+    if problems:
+        print(f"verify: {len(problems)} problem{'s' if len(problems) > 1 else ''} in {a.out}", file=sys.stderr)
+        return 1
+    print(f"verify: {a.out} matches its manifest")
     return 0
 
 
@@ -99,21 +138,45 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_inspect)
 
     s = sub.add_parser("precache", help="write tensor shards of decoded, downsized images (read by the Loader "
-                       "like any shards; crops and jitter stay random at train time)")
-    s.add_argument("src", help="source shards: path, brace pattern, directory, list file or URL")
-    s.add_argument("out", help="output shard pattern, e.g. cache/train-%%06d.tar")
-    s.add_argument("--size", type=int, default=256, help="shorter side at most this (default 256; never upscaled)")
-    s.add_argument("--shard-size", type=int, default=1000, help="samples per shard (default 1000)")
+                       "like any shards; crops and jitter stay random at train time)",
+                       description="Decodes every image once and stores its pixels (uint8 HWC .npy) in WebDataset "
+                       "shards with the samples' other fields. Resumable (--resume), spread over ranks (torchrun, "
+                       "SLURM, SLURM arrays; no coordinator) or a Ray cluster (--ray); `gpudecode verify OUT` checks "
+                       "the result against its manifest.")
+    s.add_argument("src", nargs="?", help="source shards: path, brace pattern, directory, list file or URL")
+    s.add_argument("out", nargs="?", help="output directory (shards named inside it) or shard pattern, e.g. "
+                   "cache/train-%%06d.tar")
+    s.add_argument("--size", default="256", help="S: shorter side at most S (never upscaled; default 256), "
+                   "or HxW: exactly that")
+    s.add_argument("--crop", choices=["none", "center"], default="none",
+                   help="center: then cut the SxS centre (train at the stored size)")
+    g = s.add_mutually_exclusive_group()
+    g.add_argument("--shard-size", type=int, default=None, help="samples per output shard "
+                   "(default: one output shard per source shard)")
+    g.add_argument("--shard-bytes", default=None, help="bytes per output shard, e.g. 1GB")
     s.add_argument("--threads", type=int, default=None, help="decode and resize threads (default: all cores)")
     s.add_argument("--max-pixels", type=int, default=None,
                    help="refuse images with more pixels (default: the Loader's limit; 0: no limit)")
-    s.add_argument("--manifest", default=None, help="manifest path (default: beside the shards)")
     s.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: decode and resize on the GPU")
     s.add_argument("--decoder", default="auto", choices=["auto", "cpu", "nvimgcodec", "dali", "torchcodec"],
                    help="auto (default): nvImageCodec, else DALI, else torchcodec on a GPU; libjpeg-turbo on the CPU")
-    s.add_argument("--keep-going", action="store_true", help="skip bad samples (listed in the manifest) instead of stopping")
+    s.add_argument("--rank", type=int, default=None, help="this process's rank (default: torchrun's RANK, SLURM's "
+                   "SLURM_PROCID or SLURM_ARRAY_TASK_ID, else 0)")
+    s.add_argument("--world-size", type=int, default=None, help="number of ranks (default: from the same variables)")
+    s.add_argument("--resume", action="store_true", help="keep the source shards already done (checked) and "
+                   "do the rest")
+    s.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run the source shards as Ray tasks on the cluster at ADDRESS (or 'auto'; none: a local Ray)")
+    s.add_argument("--merge", default=None, metavar="OUT", help="only write OUT's manifest from its ranks' records")
+    s.add_argument("--keep-going", action="store_true", help="skip bad samples (listed in the manifest) instead "
+                   "of stopping")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=_cmd_precache)
+
+    s = sub.add_parser("verify", help="check a precache output against its manifest (exit 1 on any problem)")
+    s.add_argument("out", help="the precache output: directory or shard pattern")
+    s.add_argument("--quick", action="store_true", help="skip the sha256 of the shards")
+    s.set_defaults(func=_cmd_verify)
 
     s = sub.add_parser("demo", help="build shards from bundled photos and run the loader on the CPU")
     s.add_argument("--workdir", default="demo_data", help="where the demo shards go")

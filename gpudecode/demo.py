@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -81,10 +82,11 @@ def run_demo(workdir: str, *, images: int = 512, batch_size: int = 64, seed: int
         run_epoch(loader, epoch, "JPEG/PNG shards,")
     from .precache import precache
 
-    t = time.perf_counter()
-    report = precache(shards, os.path.join(workdir, "tensors", "demo-%06d.tar"), size=256)
+    out = os.path.join(workdir, "tensors")
+    shutil.rmtree(out, ignore_errors=True)  # a fresh run each time (precache refuses a used folder)
+    report = precache(shards, out, size=256)
     print(f"precache: {report.samples} samples -> {len(report.shards)} tensor shards in "
-          f"{time.perf_counter() - t:.1f} s, manifest {report.manifest}")
+          f"{report.seconds:.1f} s, manifest {report.manifest}")
     tensors = Loader(report.shards, batch_size=batch_size, transform=tf, device="cpu", seed=seed)
     for epoch in range(2):
         run_epoch(tensors, epoch, "tensor shards,")

@@ -1,59 +1,159 @@
 """`gpudecode precache`: image shards -> tensor shards of decoded, downsized pixels.
 
-Each image is decoded once, its shorter side brought down to `size` (antialiased
-bilinear, torchvision's Resize; smaller images are kept as they are, never upscaled) and
-stored as a `.npy` field (uint8 RGB, HWC; see gpudecode.tensors) in the same
-WebDataset layout, with the sample's other fields (labels, metadata) copied as they
-are. The Loader reads these shards like any others: the random crop, flip and
-ColorJitter still happen at train time, on pixels that need no decoding.
+Each image is decoded once, brought to its stored size (antialiased bilinear as
+torchvision's Resize, rounded to uint8) and kept as a `.npy` field (uint8 RGB, HWC; see
+gpudecode.tensors) in the same WebDataset layout, with the sample's other fields (labels,
+metadata) copied as they are. The Loader reads these shards like any others: the random
+crop, flip and ColorJitter still happen at train time, on pixels that need no decoding.
 
-A manifest (JSON) beside the shards lists the sources, the stored size, each shard's
-sample count, byte size and sha256, and every skipped sample.
+Stored size: `size=S` brings the shorter side down to S (never up); with `crop="center"`
+the S x S centre is then cut (zero-padded, as torchvision's CenterCrop, where an image is
+smaller); `size=(H, W)` resizes to exactly that.
+
+The work is one unit per source shard. A unit writes its own output shards (split by
+`shard_size` samples or `shard_bytes`), named by unit and part: `OUT/shard-UUUUUU-PPP.tar`
+for a directory OUT, or a pattern such as `cache/train-%06d.tar` filled with
+unit * 1000 + part. A unit is done when its record (in a `.precache` folder beside the
+shards) is written, after its shards; so:
+
+- resume (`resume=True`) keeps every unit whose record is there and whose shards check
+  out (present, size, sha256) and redoes the others: the result is byte-identical to an
+  uninterrupted run, wherever the run was stopped (SIGKILL included);
+- ranks (given, or from torchrun / SLURM / a SLURM array) take units round-robin and need
+  no coordinator; the last to finish (or `gpudecode precache --merge OUT`) writes the
+  manifest of the whole dataset;
+- `executor="ray"` runs the same units as Ray tasks.
+
+A run's settings are kept with its records: an OUT holding another run is refused, and
+so is resuming with other settings, so shards of two runs never mix. The manifest records
+the format version, the producing transform, dtype and layout, every shard's count, bytes
+and sha256, the sources, and every skipped sample; `verify(out)` checks a folder against it.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, cast
 
 import numpy as np
 import torch
 
-from ._version import __version__
-from .decode import DecodedBatch, DecoderName, Request, check_device, make_decoder
-from .errors import DecodeError, LocatedError, ShardWriteError
+from . import transforms as T
 from ._probe import DEFAULT_MAX_PIXELS, probe_samples
-from .errors import OnError, Skipped, check_on_error, record_failure
+from ._version import __version__
+from .decode import DecodedBatch, Request, check_device, choose, make_decoder
+from .errors import (DecodeError, GpuDecodeError, LocatedError, OnError, ShardWriteError, Skipped, check_on_error,
+                     record_failure)
+from .io import shards as _shards
 from .io.reader import Sample, ShardReader, split_exts
 from .io.writer import ShardWriter, format_pattern
-from .tensors import encode_npy
-from . import transforms as T
+from .tensors import encode_npy, npy_layout
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "npy")
+FORMAT_VERSION = 2
+MAX_PARTS = 1000  # output shards per source shard (a pattern's number is unit * 1000 + part)
+_NO_LIMIT = 1 << 62
 
 
-@dataclass
-class PrecacheReport:
-    shards: list[str]
-    samples: int
-    manifest: str
-    skipped: list[Skipped] = field(default_factory=list)
+# -- settings, layout ----------------------------------------------------------------------------
+
+
+def parse_size(size: int | str | Sequence[int]) -> int | tuple[int, int]:
+    """256 / "256" (shorter side) or (224, 224) / "224x224" (exactly).
+
+    Raises:
+        ValueError: anything else, or a size below 1.
+    """
+    if isinstance(size, str):
+        m = re.fullmatch(r"\s*(\d+)\s*(?:[xX]\s*(\d+)\s*)?", size)
+        if m is None:
+            raise ValueError(f"size must be S or HxW, not {size!r}")
+        size = int(m.group(1)) if m.group(2) is None else (int(m.group(1)), int(m.group(2)))
+    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
+        if size < 1:
+            raise ValueError(f"size must be >= 1, not {size}")
+        return int(size)
+    if isinstance(size, Sequence) and len(size) == 2 and all(isinstance(s, (int, np.integer)) for s in size):
+        h, w = int(size[0]), int(size[1])
+        if h < 1 or w < 1:
+            raise ValueError(f"size must be >= 1, not {size}")
+        return h, w
+    raise ValueError(f"size must be S or (H, W), not {size!r}")
+
+
+def parse_bytes(text: str | int | None) -> int | None:
+    """"1GB", "512MiB", "2e9", 1000000 -> bytes; None stays None.
+
+    Raises:
+        ValueError: not a size.
+    """
+    if text is None or isinstance(text, int):
+        return text
+    m = re.fullmatch(r"\s*([\d.e+]+)\s*([kmgt]?i?b?)?\s*", text.lower())
+    if m is None:
+        raise ValueError(f"not a byte size: {text!r} (e.g. 1GB, 512MiB)")
+    unit = (m.group(2) or "").rstrip("b")
+    scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
+             "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}.get(unit)
+    if scale is None:
+        raise ValueError(f"not a byte size: {text!r}")
+    return int(float(m.group(1)) * scale)
+
+
+def stored_size(height: int, width: int, size: int | tuple[int, int]) -> tuple[int, int]:
+    """The size an image of (height, width) is resized to before any crop: torchvision's
+    Resize(size) where the shorter side is over `size` (never upscaled), or exactly
+    (H, W) when `size` is a pair."""
+    if not isinstance(size, int):
+        return size
+    if min(height, width) <= size:
+        return height, width
+    return T.Resize(size).output_size(height, width)
+
+
+class Layout:
+    """Where a run's files go: OUT a directory (shards named inside it) or a shard pattern."""
+
+    def __init__(self, out: str | os.PathLike) -> None:
+        out = os.fspath(out)
+        self.out = out
+        self.pattern = out if ("%" in out or "{" in out) else None
+        if self.pattern is not None:
+            format_pattern(self.pattern, 0)
+            head = os.path.basename(self.pattern.split("%", 1)[0].split("{", 1)[0]).rstrip("-_.") or "shards"
+            self.folder = os.path.dirname(os.path.abspath(self.pattern))
+            self.state = os.path.join(self.folder, f".precache-{head}")
+            self.manifest = manifest_path(self.pattern)
+        else:
+            self.folder = os.path.abspath(out)
+            self.state = os.path.join(self.folder, ".precache")
+            self.manifest = os.path.join(self.folder, "manifest.json")
+
+    def shard(self, unit: int, part: int) -> str:
+        if part >= MAX_PARTS:
+            raise ValueError(f"source shard {unit} would need more than {MAX_PARTS} output shards: give a larger "
+                             "--shard-size / --shard-bytes")
+        if self.pattern is not None:
+            return format_pattern(self.pattern, unit * MAX_PARTS + part)
+        return os.path.join(self.folder, f"shard-{unit:06d}-{part:03d}.tar")
+
+    def record(self, unit: int) -> str:
+        return os.path.join(self.state, f"unit-{unit:06d}.json")
+
+    @property
+    def run(self) -> str:
+        return os.path.join(self.state, "run.json")
 
 
 def manifest_path(pattern: str) -> str:
     """`out/train-%06d.tar` -> `out/train-manifest.json`."""
     head = pattern.split("%", 1)[0].split("{", 1)[0]
     return head + "manifest.json" if head.endswith(("-", "_", "/")) or not head else head + "-manifest.json"
-
-
-def stored_size(height: int, width: int, size: int) -> tuple[int, int]:
-    """The stored (height, width): torchvision's Resize(size) where the shorter side is
-    over `size`, else unchanged."""
-    if min(height, width) <= size:
-        return height, width
-    return T.Resize(size).output_size(height, width)
 
 
 def _sha256(path: str) -> str:
@@ -64,10 +164,42 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def write_json_atomic(path: str, doc: dict) -> None:
+    """Writes `doc` to `path` through a temporary name and a rename.
+
+    Raises:
+        ShardWriteError: it could not be written (names the path; nothing partial is left).
+    """
+    tmp = f"{path}.{os.getpid()}.partial"
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise ShardWriteError(f"cannot write {os.path.basename(path)}: {e.strerror or e}", shard=path) from e
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+        return doc if isinstance(doc, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+# -- resizing ------------------------------------------------------------------------------------
+
+
 class _Resizer:
-    """Resizes decoded images straight from the decoder's pixels (any layout, CPU or CUDA)
-    with the transforms' kernel (Compose.apply), one launch per output size, to uint8
-    rounded to nearest."""
+    """Brings decoded images to their stored pixels straight from the decoder's memory (any
+    layout, CPU or CUDA) with the transforms' kernel (Compose.apply), one launch per
+    geometry, rounded to nearest uint8."""
 
     # Normalize with mean -0.5/255 and std 1/255 turns the kernel's [0, 1] result v into
     # 255 * v + 0.5, so truncating to uint8 rounds to nearest, as torchvision's Resize on
@@ -76,30 +208,41 @@ class _Resizer:
 
     def __init__(self, num_threads: int) -> None:
         self.num_threads = num_threads
-        self._tfs: dict[tuple[int, int], T.Compose] = {}
+        self._tfs: dict[tuple, T.Compose] = {}
 
-    def __call__(self, decoded: DecodedBatch, ks: Sequence[int], targets: Sequence[tuple[int, int]],
+    def _compose(self, resize: tuple[int, int] | None, crop: tuple[int, int] | None) -> T.Compose:
+        key = (resize, crop)
+        tf = self._tfs.get(key)
+        if tf is None:
+            steps: list[T.Transform] = []
+            if resize is not None:
+                steps.append(T.Resize(resize))
+            if crop is not None:
+                steps.append(T.CenterCrop(crop))
+            tf = self._tfs[key] = T.Compose([*steps, self._ROUND], layout="NHWC")
+        return tf
+
+    def __call__(self, decoded: DecodedBatch, ks: Sequence[int],
+                 plans: Sequence[tuple[tuple[int, int] | None, tuple[int, int] | None]],
                  stream: Any = None) -> list[np.ndarray]:
-        """Images ks of `decoded` (CPU or CUDA pixels, HWC or CHW) at their target sizes,
-        as host uint8 HWC arrays."""
+        """Images ks of `decoded`, each by its plan (resize to, centre crop to; None: not
+        that step), as host uint8 HWC arrays."""
         out: list[np.ndarray | None] = [None] * len(ks)
-        groups: dict[tuple[int, int], list[int]] = {}
-        for j, (k, target) in enumerate(zip(ks, targets)):
-            if (int(decoded.boxes[k][2]), int(decoded.boxes[k][3])) == target:  # kept as it is
+        groups: dict[tuple, list[int]] = {}
+        for j, (k, plan) in enumerate(zip(ks, plans)):
+            if plan == (None, None):  # kept as it is
                 out[j] = self._host_window(decoded, k)
             else:
-                groups.setdefault(target, []).append(j)
-        for target, idx in groups.items():
-            tf = self._tfs.get(target)
-            if tf is None:
-                tf = self._tfs[target] = T.Compose([T.Resize(target), self._ROUND], layout="NHWC")
+                groups.setdefault(plan, []).append(j)
+        n = len(decoded.boxes)
+        for (resize, crop), idx in groups.items():
+            tf = self._compose(resize, crop)
             rows = [ks[j] for j in idx]
-            sizes: list = [None] * len(decoded.boxes)  # the box (the whole image) is what is resized
-            params: list = [None] * len(decoded.boxes)
-            for k, prm in zip(rows, tf.make_params([(int(decoded.boxes[k][2]), int(decoded.boxes[k][3]))
-                                                    for k in rows], 0)):
-                sizes[k] = (int(decoded.boxes[k][2]), int(decoded.boxes[k][3]))
-                params[k] = prm
+            sizes: list = [None] * n  # the box (the whole image) is what is resized
+            params: list = [None] * n
+            boxes = [(int(decoded.boxes[k][2]), int(decoded.boxes[k][3])) for k in rows]
+            for k, box, prm in zip(rows, boxes, tf.make_params(boxes, 0)):
+                sizes[k], params[k] = box, prm
             res, view = tf.new_output(len(idx), decoded.pixels.device)
             tf.apply(decoded, params, sizes, view, rows=rows, stream=stream, num_threads=self.num_threads)
             u8 = res.to(torch.uint8).cpu().numpy()  # values in [0.5, 255.5]: truncation rounds
@@ -116,69 +259,121 @@ class _Resizer:
         return img.cpu().numpy().copy()
 
 
-def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, shard_size: int = 1000,
-             image_ext: str | Sequence[str] = IMAGE_EXTS, num_threads: int | None = None,
-             on_error: OnError = "raise", max_pixels: int = DEFAULT_MAX_PIXELS, manifest: str | None = None,
-             progress: Callable[[int], None] | None = None, device: str = "cpu",
-             decoder: DecoderName | Any = "auto") -> PrecacheReport:
-    """Writes tensor shards (`pattern`, e.g. `out/train-%06d.tar`) of the images in
-    `sources` (any shard list ShardReader takes), in source order, shorter side at most
-    `size`, `shard_size` samples per shard, and the manifest (default: beside the shards,
-    see manifest_path). on_error: "raise" stops at the first bad shard or image with an
-    error naming shard and key; "skip"/"warn" leave it out and list it in the manifest.
-    device "cuda" decodes (decoder "auto": nvImageCodec, else DALI, else torchcodec) and
-    resizes on the GPU; "cpu" (default) uses libjpeg-turbo and the CPU kernel. `decoder` may
-    also be a decoder instance (see gpudecode.decode). Images over `max_pixels` are
-    refused (default: twice Pillow's decompression-bomb limit, as the Loader).
+def _plan(h: int, w: int, size: int | tuple[int, int], crop: str) -> tuple[tuple[int, int] | None,
+                                                                            tuple[int, int] | None]:
+    target = stored_size(h, w, size)
+    resize = None if target == (h, w) else target
+    cut = None
+    if crop == "center" and isinstance(size, int) and target != (size, size):
+        cut = (size, size)
+    return resize, cut
+
+
+# -- one unit ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Settings:
+    """What fixes a run's output bytes (kept with its records: a resume must match)."""
+
+    sources: list[str]
+    size: int | tuple[int, int]
+    crop: str
+    shard_size: int | None
+    shard_bytes: int | None
+    image_exts: list[str]
+    max_pixels: int
+    device: str  # "cpu" or "cuda" (not the index: any GPU gives the same bytes)
+    decoder: str
+    on_error: str
+
+    def doc(self) -> dict:
+        return {"format_version": FORMAT_VERSION, "gpudecode": __version__, "sources": self.sources,
+                "size": list(self.size) if isinstance(self.size, tuple) else self.size, "crop": self.crop,
+                "shard_size": self.shard_size, "shard_bytes": self.shard_bytes, "image_exts": self.image_exts,
+                "max_pixels": self.max_pixels, "device": self.device, "decoder": self.decoder,
+                "on_error": self.on_error}
+
+
+_DECODERS: dict[tuple, Any] = {}
+
+
+def _decoder(name: str, device: str, threads: int, max_pixels: int) -> Any:
+    """One decoder per (backend, device, threads) in a process: Ray workers and ranks reuse theirs."""
+    key = (name, device, threads, max_pixels)
+    if key not in _DECODERS:
+        _DECODERS[key] = make_decoder(name, device=device, num_threads=threads, max_pixels=max_pixels)
+    return _DECODERS[key]
+
+
+def _clear_unit(layout: Layout, unit: int) -> None:
+    """Removes whatever an earlier, unfinished attempt at `unit` left (its parts, partial files)."""
+    with contextlib.suppress(OSError):
+        os.unlink(layout.record(unit))
+    for part in range(MAX_PARTS):
+        path = layout.shard(unit, part)
+        gone = 0
+        for p in (path, path + ".partial"):
+            try:
+                os.unlink(p)
+            except FileNotFoundError:
+                gone += 1
+        if gone == 2 and part > 0:
+            break
+
+
+def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, device: str | None = None,
+             decoder: Any = None, progress: Callable[[int], None] | None = None) -> dict:
+    """Precaches source shard `unit` into its output shards and writes its record; returns the
+    record. Deterministic: the same settings give the same bytes, wherever it runs.
 
     Raises:
         DecodeError, ShardFormatError, ShardReadError: bad input, with on_error="raise".
-        ValueError: bad arguments.
+        ShardWriteError: an output could not be written.
     """
-    if size < 1:
-        raise ValueError(f"size must be >= 1, not {size}")
-    format_pattern(pattern, 0)
-    check_on_error(on_error)
-    device = check_device(device)
-    threads = max(1, num_threads or os.cpu_count() or 1)
-    exts = split_exts(image_ext)
-    reader = ShardReader(sources, shuffle=False, on_error=on_error, num_threads=min(threads, 2))
-    dec: Any = decoder if not isinstance(decoder, str) else make_decoder(
-        cast(DecoderName, decoder), device=device, num_threads=threads, max_pixels=max_pixels)
+    layout = Layout(out)
+    threads = max(1, threads or os.cpu_count() or 1)
+    dev = device or settings.device
+    dec = decoder if decoder is not None else _decoder(settings.decoder, dev, threads, settings.max_pixels)
+    _clear_unit(layout, unit)
+    url = settings.sources[unit]
+    reader = ShardReader([url], shuffle=False, on_error=cast(OnError, settings.on_error), num_threads=1, rank=0, world_size=1)
     resize = _Resizer(threads)
+    exts = settings.image_exts
     skipped: list[Skipped] = []
     written = 0
 
     def fail(err: LocatedError) -> None:
-        if on_error == "raise":
+        if settings.on_error == "raise":
             raise err
-        record_failure(err, on_error, skipped, who="gpudecode precache", stacklevel=3)
+        record_failure(err, settings.on_error, skipped, who="gpudecode precache", stacklevel=3)
 
     def flush(chunk: list[Sample], writer: ShardWriter) -> None:
         nonlocal written
-        probed = probe_samples(chunk, exts, max_pixels, fail)
+        probed = probe_samples(chunk, exts, settings.max_pixels, fail)
+        if not probed:
+            return
         requests = [Request(p.data, p.format, p.height, p.width, (0, 0, p.height, p.width), p.sample.shard,
                             p.sample.key) for p in probed]
-        kept = [p.sample for p in probed]
-        if not requests:
-            return
         decoded = dec.decode(requests)
-        ks, targets, good = [], [], []
-        for k, s in enumerate(kept):
+        ks, plans, good = [], [], []
+        for k, p in enumerate(probed):
             if decoded.errors[k] is not None:
-                fail(DecodeError(f"cannot decode: {decoded.errors[k]}", shard=s.shard, key=s.key))
+                fail(DecodeError(f"cannot decode: {decoded.errors[k]}", shard=p.sample.shard, key=p.sample.key))
                 continue
             ks.append(k)
-            targets.append(stored_size(int(decoded.boxes[k][2]), int(decoded.boxes[k][3]), size))
-            good.append(s)
-        for s, img in zip(good, resize(decoded, ks, targets)):
+            plans.append(_plan(int(decoded.boxes[k][2]), int(decoded.boxes[k][3]), settings.size, settings.crop))
+            good.append(p.sample)
+        for s, img in zip(good, resize(decoded, ks, plans)):
             fields = {e: d for e, d in s.fields.items() if e not in exts}
             writer.write({"__key__": s.key, "npy": encode_npy(img), **fields})
             written += 1
         if progress is not None:
-            progress(written)
+            progress(len(chunk))
 
-    with ShardWriter(pattern, maxcount=shard_size) as writer:
+    writer = ShardWriter(namer=lambda part: layout.shard(unit, part), maxcount=settings.shard_size or _NO_LIMIT,
+                         maxsize=settings.shard_bytes or _NO_LIMIT)
+    with writer:
         chunk: list[Sample] = []
         for sample in reader:
             chunk.append(sample)
@@ -186,42 +381,391 @@ def precache(sources: str | Sequence[str], pattern: str, *, size: int = 256, sha
                 flush(chunk, writer)
                 chunk = []
         flush(chunk, writer)
-    shards, counts = list(writer.shards), list(writer.counts)
-    if isinstance(decoder, str) and hasattr(dec, "close"):
-        dec.close()
     skipped = list(reader.skipped) + skipped
-    path = manifest or manifest_path(pattern)
-    entries = [{"path": os.path.relpath(p, os.path.dirname(os.path.abspath(path))), "samples": n,
-                "bytes": os.path.getsize(p), "sha256": _sha256(p)} for p, n in zip(shards, counts)]
-    doc = {
-        "format": "gpudecode tensor shards", "version": 1, "created_by": f"gpudecode {__version__}",
-        "pixels": {"field": "npy", "dtype": "uint8", "layout": "HWC", "channels": 3,
-                   "shorter_side_at_most": size, "resize": "bilinear, antialiased; rounded to uint8; never upscaled"},
-        "sources": list(reader.urls), "samples": written, "shards": entries,
-        "skipped": [{"shard": s.shard, "key": s.key, "offset": s.offset, "reason": s.reason, "error": s.error}
-                    for s in skipped],
-    }
-    write_json_atomic(path, doc)
-    return PrecacheReport(shards, written, path, skipped)
+    shards = [{"path": os.path.relpath(p, layout.folder), "samples": n, "bytes": os.path.getsize(p),
+               "sha256": _sha256(p)} for p, n in zip(writer.shards, writer.counts)]
+    record = {"unit": unit, "source": url, "samples": written, "shards": shards,
+              "skipped": [{"shard": s.shard, "key": s.key, "offset": s.offset, "reason": s.reason, "error": s.error}
+                          for s in skipped]}
+    write_json_atomic(layout.record(unit), record)
+    return record
 
 
-def write_json_atomic(path: str, doc: dict) -> None:
-    """Writes `doc` to `path` through `path.partial` and a rename.
+def _unit_done(layout: Layout, unit: int, *, check_sha: bool) -> dict | None:
+    """The unit's record if it is there and its shards check out (present, size, sha256)."""
+    rec = _read_json(layout.record(unit))
+    if rec is None:
+        return None
+    for s in rec.get("shards", []):
+        path = os.path.join(layout.folder, s["path"])
+        try:
+            if os.path.getsize(path) != s["bytes"]:
+                return None
+        except OSError:
+            return None
+        if check_sha and _sha256(path) != s["sha256"]:
+            return None
+    return rec
+
+
+# -- the run -------------------------------------------------------------------------------------
+
+
+@dataclass
+class PrecacheReport:
+    """What one precache call did: its share of the output (this rank's source shards,
+    those written now and those a resume kept)."""
+
+    shards: list[str]
+    samples: int
+    manifest: str | None  # None until every source shard is done (other ranks may still be running)
+    skipped: list[Skipped] = field(default_factory=list)
+    units: list[int] = field(default_factory=list)  # source shards written by this call
+    kept: list[int] = field(default_factory=list)  # source shards a resume found done (checked)
+    bytes: int = 0
+    seconds: float = 0.0
+    written: int = 0  # samples written by this call (the others were kept)
+
+
+def detect_rank() -> tuple[int, int]:
+    """(rank, world size) from torchrun's RANK/WORLD_SIZE, SLURM's SLURM_PROCID/SLURM_NTASKS
+    (tasks of one job step) or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT (an array job),
+    else (0, 1)."""
+    env = os.environ
+    if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+        # an array of jobs (each perhaps of several tasks): task t of element a is a * tasks + t
+        first = int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
+        step = int(env.get("SLURM_ARRAY_TASK_STEP", "1"))
+        element = (int(env["SLURM_ARRAY_TASK_ID"]) - first) // max(1, step)
+        count = int(env["SLURM_ARRAY_TASK_COUNT"])
+        task, tasks = int(env.get("SLURM_PROCID", "0")), int(env.get("SLURM_NTASKS", "1"))
+        return element * tasks + task, count * tasks
+    return _shards.detect_rank()
+
+
+def _start(layout: Layout, settings: Settings, units: list[int], *, resume: bool) -> None:
+    """Claims OUT for this run, or joins it: ranks started at any time (a SLURM array's
+    elements run when they run) share one run.json, the same settings. Without `resume`,
+    a rank whose source shards (`units`) were done before is refused, so that finished
+    work is never redone by accident.
 
     Raises:
-        ShardWriteError: it could not be written (names the path; nothing partial is left).
+        ValueError: OUT holds another run's output, or other files; a re-run of units
+            already done without resume.
     """
-    tmp = path + ".partial"
+    mine = settings.doc()
+    theirs = _read_json(layout.run)
+    if theirs is None:
+        taken = _foreign_files(layout)
+        theirs = _read_json(layout.run)  # another rank may have claimed it meanwhile
+        if theirs is None:
+            if taken:
+                raise ValueError(f"{layout.out} is not empty ({taken[0]}{' and more' if len(taken) > 1 else ''}): "
+                                 "precache writes into an empty folder or a shard pattern no file matches, "
+                                 "or resumes its own run")
+            write_json_atomic(layout.run, mine)
+            return
+    if theirs != mine:
+        diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        raise ValueError(f"{layout.out} holds another precache run (settings differ: {', '.join(diff)}): "
+                         "use another output, or remove it")
+    if not resume:
+        done = [u for u in units if os.path.exists(layout.record(u))]
+        if done:
+            raise ValueError(f"{layout.out} holds this run, with {len(done)} of this rank's {len(units)} source "
+                             "shards done: pass --resume to keep them and do the rest (or remove it to start over)")
+
+
+def _foreign_files(layout: Layout) -> list[str]:
+    if not os.path.isdir(layout.folder):
+        return []
+    if layout.pattern is None:
+        return sorted(n for n in os.listdir(layout.folder) if not n.startswith("."))
+    probe = os.path.basename(layout.pattern.split("%", 1)[0].split("{", 1)[0])
+    return sorted(n for n in os.listdir(layout.folder)
+                  if n.startswith(probe) and (n.endswith(".tar") or n == os.path.basename(layout.manifest)))
+
+
+def precache(sources: str | Sequence[str], out: str | os.PathLike, *, size: int | str | Sequence[int] = 256,
+             crop: str = "none", shard_size: int | None = None, shard_bytes: int | str | None = None,
+             image_ext: str | Sequence[str] = IMAGE_EXTS, num_threads: int | None = None, on_error: OnError = "raise",
+             max_pixels: int = DEFAULT_MAX_PIXELS, device: str = "cpu", decoder: Any = "auto",
+             rank: int | None = None, world_size: int | None = None, resume: bool = False,
+             executor: str = "local", ray_address: str | None = None,
+             progress: Callable[[int, int | None], None] | None = None) -> PrecacheReport:
+    """Writes tensor shards of the images in `sources` (any shard list ShardReader takes)
+    into `out` (a directory, or a shard pattern such as `cache/train-%06d.tar`), and the
+    manifest once every source shard is done (see the module doc).
+
+    Args:
+        size, crop: the stored size (module doc); crop "none" or "center".
+        shard_size, shard_bytes: split a source shard's output after this many samples or
+            bytes ("1GB"); default: one output shard per source shard.
+        num_threads: decode and resize threads (default: all cores).
+        on_error: "raise" stops at the first bad shard or image, naming shard and key;
+            "skip"/"warn" leave it out and list it in the manifest.
+        device, decoder: "cuda" decodes (decoder "auto": nvImageCodec, DALI, torchcodec)
+            and resizes on the GPU; "cpu" (default) uses libjpeg-turbo and the CPU kernel.
+            `decoder` may be a decoder instance (local executor).
+        rank, world_size: this process's share of the source shards (default: torchrun,
+            SLURM or a SLURM array's variables, else the whole).
+        resume: keep the units already done (checked) and do the rest.
+        executor: "local" (this process) or "ray" (Ray tasks on the cluster at
+            `ray_address`, or a local Ray started here; the same output).
+        progress: called as progress(done, total) with the source samples handled so far
+            and the number to do (None where not known up front: remote shards).
+
+    Raises:
+        ValueError: bad arguments; `out` holds another run; a resume with other settings.
+        DecodeError, ShardFormatError, ShardReadError: bad input, with on_error="raise".
+        ShardWriteError: an output could not be written (nothing partial is left under a
+            shard's name; resume redoes that source shard).
+    """
+    t0 = time.perf_counter()
+    stored = parse_size(size)
+    if crop not in ("none", "center"):
+        raise ValueError(f"crop must be 'none' or 'center', not {crop!r}")
+    if crop == "center" and not isinstance(stored, int):
+        raise ValueError("crop='center' goes with a shorter-side size (S), not an exact HxW")
+    if shard_size is not None and shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1, not {shard_size}")
+    limit = parse_bytes(shard_bytes)
+    if limit is not None and limit < 1:
+        raise ValueError("shard_bytes must be positive")
+    check_on_error(on_error)
+    if executor not in ("local", "ray"):
+        raise ValueError(f"executor must be 'local' or 'ray', not {executor!r}")
+    dev = check_device(device)
+    threads = max(1, num_threads or os.cpu_count() or 1)
+    urls = ShardReader(sources, shuffle=False, rank=0, world_size=1).urls
+    name = decoder.name if not isinstance(decoder, str) else choose(decoder, dev)
+    # local sources by absolute path: the same run whatever the working directory (a resume, a Ray worker)
+    sources = [os.path.abspath(_shards.local_path(u)) if _shards.is_local(u) else u for u in urls]
+    settings = Settings(sources=sources, size=stored, crop=crop, shard_size=shard_size, shard_bytes=limit,
+                        image_exts=split_exts(image_ext), max_pixels=max_pixels,
+                        device="cuda" if dev.startswith("cuda") else "cpu", decoder=name, on_error=on_error)
+    layout = Layout(out)
+    if (rank is None) != (world_size is None):
+        raise ValueError("give both rank and world_size, or neither")
+    r, w = (rank, world_size) if rank is not None else detect_rank()
+    if not 0 <= r < w:  # type: ignore[operator]
+        raise ValueError(f"rank {r} is outside world size {w}")
+    mine = list(range(r, len(urls), w))  # type: ignore[arg-type]
+    _start(layout, settings, mine, resume=resume)
+    kept: list[int] = []
+    if resume:  # every kept shard is read back and checked (sha256), on all threads
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(threads, thread_name_prefix="gpudecode-check") as pool:
+            done = pool.map(lambda u: _unit_done(layout, u, check_sha=True) is not None, mine)
+            kept = [u for u, ok in zip(mine, done) if ok]
+    todo = [u for u in mine if u not in kept]
+    tick = _Progress(progress, [urls[u] for u in todo])
+    if executor == "ray":
+        if not isinstance(decoder, str):
+            raise ValueError("executor='ray' takes a decoder name, not an instance (it runs in other processes)")
+        records = _run_ray(settings, layout.out, todo, num_threads or 1, ray_address, tick)
+    else:
+        dec = decoder if not isinstance(decoder, str) else None
+        records = [run_unit(settings, layout.out, u, threads=threads, device=dev, decoder=dec, progress=tick)
+                   for u in todo]
+    manifest = _merge_if_complete(layout)
+    recs = {int(rec["unit"]): rec for rec in records}
+    for u in kept:
+        recs[u] = _read_json(layout.record(u)) or {}
+    shard_paths = [os.path.join(layout.folder, s["path"]) for u in sorted(recs) for s in recs[u].get("shards", [])]
+    skipped = [Skipped(s["shard"], s["key"], s["offset"], s["reason"], s["error"])
+               for u in sorted(recs) for s in recs[u].get("skipped", [])]
+    return PrecacheReport(shards=shard_paths, samples=sum(int(recs[u].get("samples", 0)) for u in recs),
+                          manifest=manifest, skipped=skipped, units=todo, kept=kept,
+                          bytes=sum(os.path.getsize(p) for p in shard_paths), seconds=time.perf_counter() - t0,
+                          written=sum(int(rec["samples"]) for rec in records))
+
+
+class _Progress:
+    """Calls progress(done, total) as source samples are handled; total is the samples in
+    the shards still to do (counted up front where the shards are local, else None)."""
+
+    def __init__(self, progress: Callable[[int, int | None], None] | None, urls: list[str]) -> None:
+        self.progress = progress
+        self.done = 0
+        self.total: int | None = None
+        if progress is None:
+            return
+        if not urls:
+            self.total = 0
+        elif all(_shards.is_local(u) for u in urls):
+            from .io.reader import shard_counts
+
+            try:
+                self.total = sum(shard_counts(urls, tolerant=True).values())
+            except GpuDecodeError:
+                self.total = None
+        progress(0, self.total)
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        if self.progress is not None:
+            self.progress(self.done, self.total)
+
+
+def _run_ray(settings: Settings, out: str, units: list[int], threads: int, address: str | None,
+             tick: Callable[[int], None]) -> list[dict]:
+    """The units as Ray tasks (`threads` CPUs each, and a GPU each for device="cuda"): on the
+    cluster at `address`, on the Ray already initialized in this process, or on a local Ray
+    started (and stopped) here. Every node must see `out` (a shared file system)."""
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(tmp, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
+        import ray
+    except ImportError as e:
+        from .errors import BackendUnavailableError
+
+        raise BackendUnavailableError(f"executor='ray' needs Ray ({e}): pip install 'gpudecode[ray]'") from e
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=address, log_to_driver=False, include_dashboard=False)
+    try:
+        cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        opts: dict[str, Any] = {"num_cpus": min(threads, cpus), "max_retries": 0}
+        if settings.device == "cuda":
+            opts["num_gpus"] = 1
+        task = ray.remote(**opts)(run_unit)
+        refs = [task.remote(settings, os.path.abspath(out), u, threads=threads)  # type: ignore[call-arg]
+                for u in units]
+        records: dict[int, dict] = {}
+        pending = list(refs)
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise ShardWriteError(f"cannot write the manifest: {e.strerror or e}", shard=path) from e
+            while pending:  # in the order they finish, for the progress; the first failure is raised here
+                ready, pending = ray.wait(pending, num_returns=1)
+                try:
+                    rec = ray.get(ready[0])
+                except ray.exceptions.RayTaskError as e:  # the task's own error (DecodeError, ...), as raised there
+                    cause = e.as_instanceof_cause()
+                    raise (cause.cause if isinstance(getattr(cause, "cause", None), BaseException) else cause) from None
+                records[int(rec["unit"])] = rec
+                tick(int(rec["samples"]) + len(rec["skipped"]))
+        finally:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+        return [records[u] for u in units]
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _merge_if_complete(layout: Layout) -> str | None:
+    """Writes the manifest if every unit is done; its path, or None."""
+    try:
+        return merge(layout.out)
+    except _Incomplete:
+        return None
+
+
+class _Incomplete(ValueError):
+    pass
+
+
+def merge(out: str | os.PathLike) -> str:
+    """Assembles the manifest of a precache output from its units' records (what the last
+    rank to finish does itself); returns its path.
+
+    Raises:
+        ValueError: not a precache output, or units not done yet (named).
+    """
+    layout = Layout(out)
+    run = _read_json(layout.run)
+    if run is None:
+        raise ValueError(f"{layout.out} is not a precache output (no {os.path.relpath(layout.run, layout.folder)})")
+    n = len(run["sources"])
+    records = [_read_json(layout.record(u)) for u in range(n)]
+    missing = [u for u, rec in enumerate(records) if rec is None]
+    if missing:
+        more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+        raise _Incomplete(f"{len(missing)} of {n} source shards are not done: units "
+                          f"{', '.join(map(str, missing[:5]))}{more}")
+    size = run["size"]
+    fixed = [size, size, 3] if run["crop"] == "center" else ([*size, 3] if isinstance(size, list) else None)
+    doc = {
+        "format": "gpudecode tensor shards", "version": FORMAT_VERSION, "created_by": f"gpudecode {run['gpudecode']}",
+        "transform": {"size": size, "crop": run["crop"], "interpolation": "bilinear, antialiased (torchvision Resize)",
+                      "rounding": "to nearest uint8", "upscaled": isinstance(size, list)},
+        "pixels": {"field": "npy", "dtype": "uint8", "layout": "HWC", "channels": 3, "shape": fixed,
+                   "shorter_side_at_most": size if isinstance(size, int) else None},
+        "settings": run, "sources": run["sources"],
+        "samples": sum(int(rec["samples"]) for rec in records if rec),
+        "shards": [{**s, "unit": rec["unit"], "source": rec["source"]} for rec in records if rec for s in rec["shards"]],
+        "skipped": [s for rec in records if rec for s in rec["skipped"]],
+    }
+    write_json_atomic(layout.manifest, doc)
+    return layout.manifest
+
+
+def verify(out: str | os.PathLike, *, checksums: bool = True) -> list[str]:
+    """Checks a precache output against its manifest: every shard present, with its size,
+    sha256 (unless `checksums` is False) and sample count, no key twice in a shard, every
+    sample's pixels a valid array of the stored shape; the counts add up to the manifest's
+    total; no shard in the folder that the manifest does not list. Returns the problems
+    found (empty: all good)."""
+    from .io.reader import iter_shard
+    from .io.reader import _Failure  # noqa: PLC2701  (a failure record of iter_shard's)
+
+    layout = Layout(out)
+    doc = _read_json(layout.manifest)
+    if doc is None:
+        return [f"no readable manifest at {layout.manifest}"]
+    problems: list[str] = []
+    shape = doc.get("pixels", {}).get("shape")
+    most = doc.get("pixels", {}).get("shorter_side_at_most")
+    listed = set()
+    for s in doc.get("shards", []):
+        path = os.path.join(layout.folder, s["path"])
+        listed.add(os.path.abspath(path))
+        if not os.path.isfile(path):
+            problems.append(f"{s['path']}: missing")
+            continue
+        if os.path.getsize(path) != s["bytes"]:
+            problems.append(f"{s['path']}: {os.path.getsize(path)} bytes, the manifest says {s['bytes']}")
+            continue
+        if checksums and _sha256(path) != s["sha256"]:
+            problems.append(f"{s['path']}: sha256 differs from the manifest's")
+            continue
+        count = 0
+        keys: set[str] = set()
+        for item in iter_shard(path, on_error="skip", extensions=frozenset({"npy"})):
+            if isinstance(item, _Failure):
+                problems.append(f"{s['path']}: {item.error}")
+                break
+            count += 1
+            if item.key in keys:
+                problems.append(f"{s['path']}: sample {item.key!r} twice")
+            keys.add(item.key)
+            try:
+                h, w, _ = npy_layout(item.fields.get("npy", b""))
+            except ValueError as e:
+                problems.append(f"{s['path']}: sample {item.key!r}: {e}")
+                continue
+            if shape is not None and [h, w, 3] != list(shape):
+                problems.append(f"{s['path']}: sample {item.key!r} is {h}x{w}, the manifest says {shape[0]}x{shape[1]}")
+            elif most is not None and min(h, w) > most:
+                problems.append(f"{s['path']}: sample {item.key!r} is {h}x{w}, over the stored size {most}")
+        if count != s["samples"]:
+            problems.append(f"{s['path']}: {count} samples, the manifest says {s['samples']}")
+    total = sum(int(s.get("samples", 0)) for s in doc.get("shards", []))
+    if total != doc.get("samples"):
+        problems.append(f"the shards' counts add up to {total} samples, the manifest says {doc.get('samples')}")
+    if os.path.isdir(layout.folder):
+        extra = []
+        for n in sorted(os.listdir(layout.folder)):
+            p = os.path.abspath(os.path.join(layout.folder, n))
+            if n.endswith(".tar") and p not in listed and (layout.pattern is None or _matches(layout, n)):
+                extra.append(n)
+        problems += [f"{n}: a shard the manifest does not list (another run's?)" for n in extra]
+    return problems
+
+
+def _matches(layout: Layout, name: str) -> bool:
+    head = os.path.basename((layout.pattern or "").split("%", 1)[0].split("{", 1)[0])
+    return name.startswith(head)
+
+
+__all__ = ["precache", "merge", "verify", "run_unit", "PrecacheReport", "Settings", "Layout", "stored_size",
+           "parse_size", "parse_bytes", "manifest_path", "write_json_atomic", "GpuDecodeError"]

@@ -107,7 +107,11 @@ def test_manifest_counts_and_checksums(cached):
         assert (out / entry["path"]).samefile(path)
         assert entry["sha256"] == hashlib.sha256(data).hexdigest() and entry["bytes"] == len(data)
         assert entry["samples"] == len(_members(path))
-    assert [e["samples"] for e in doc["shards"]] == [5, 5, 4]
+    # a source shard's samples go to its own output shards: 8 -> 5 + 3, 6 -> 5 + 1
+    assert [e["samples"] for e in doc["shards"]] == [5, 3, 5, 1]
+    assert [e["path"] for e in doc["shards"]] == ["train-000000.tar", "train-000001.tar", "train-001000.tar",
+                                                  "train-001001.tar"]
+    assert [e["source"] for e in doc["shards"]] == [s for s in doc["sources"] for _ in (0, 1)]
 
 
 def _train_tf():
@@ -194,7 +198,7 @@ def test_cli_precache(source, tmp_path, capsys):
     rc = main(["precache", urls[0], str(tmp_path / "c" / "v-%06d.tar"), "--size", "64", "--quiet", "--threads", "1"])
     assert rc == 0
     out = capsys.readouterr().out
-    assert "wrote 8 samples in 1 tensor shards (shorter side at most 64)" in out
+    assert "wrote 8 samples from 1 source shards" in out and "8 samples in 1 tensor shards" in out and "manifest -> " in out
     doc = json.loads((tmp_path / "c" / "v-manifest.json").read_text())
     assert doc["samples"] == 8 and doc["shards"][0]["path"] == "v-000000.tar"
     rc = main(["precache", str(tmp_path / "missing.tar"), str(tmp_path / "d" / "v-%06d.tar"), "--quiet"])

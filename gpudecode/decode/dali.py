@@ -120,8 +120,12 @@ class DaliDecoder:
                 out.copy_to_external(dst, cuda_stream=ctypes.c_void_p(stream), non_blocking=False)
             else:
                 out.copy_to_external(dst)
-        for k, win in windows.items():
-            buf[int(offsets[k]):int(offsets[k]) + win.size].copy_(torch.from_numpy(win.reshape(-1)))
+        for k, win in windows.items():  # tensor samples: the window straight from the sample's bytes
+            dst_t = buf[int(offsets[k]):int(offsets[k]) + win.size]
+            if self._on_gpu:  # (torch takes no read-only arrays: the host side is copied once)
+                dst_t.copy_(torch.from_numpy(np.require(win.reshape(-1), requirements=["W"])))
+            else:
+                dst_t.numpy()[:] = win.reshape(-1)
         boxes = np.zeros((n, 4), np.int64)
         boxes[:, 2:] = shapes  # every image is decoded to its window exactly
         return DecodedBatch(buf[:max(total, 1)], offsets, shapes, hwc_strides(shapes), boxes, errors)

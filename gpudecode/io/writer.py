@@ -18,7 +18,7 @@ import io
 import os
 import tarfile
 from types import TracebackType
-from typing import BinaryIO
+from typing import BinaryIO, Callable
 
 from ..errors import ShardWriteError
 
@@ -58,16 +58,30 @@ def _describe(e: OSError) -> str:
     return e.strerror or str(e)
 
 
+def _file_size(members: int) -> int:
+    """A tar file's size with `members` bytes of members: the end-of-archive blocks added,
+    padded to tarfile's record size."""
+    return -(-(members + 1024) // tarfile.RECORDSIZE) * tarfile.RECORDSIZE
+
+
 class ShardWriter:
     """Writes samples ({"__key__": key, ext: bytes | str, ...}) into shards of at most
-    `maxcount` samples or about `maxsize` bytes; a context manager. `shards` and
-    `counts` list the complete shards and their sample counts."""
+    `maxcount` samples and `maxsize` bytes (a new shard starts before a sample that would
+    take the file past maxsize; a single sample larger than that gets a shard of its own);
+    a context manager. Shard i is named by `pattern`
+    (`%d` or `{}` filled with i) or by `namer(i)`. `shards` and `counts` list the complete
+    shards and their sample counts."""
 
-    def __init__(self, pattern: str, *, maxcount: int = 10000, maxsize: int = 3 << 30) -> None:
-        format_pattern(pattern, 0)
-        if maxcount < 1:
-            raise ValueError("maxcount must be >= 1")
+    def __init__(self, pattern: str | None = None, *, maxcount: int = 10000, maxsize: int = 3 << 30,
+                 namer: Callable[[int], str] | None = None) -> None:
+        if (pattern is None) == (namer is None):
+            raise ValueError("give a shard pattern or a namer, one of them")
+        if pattern is not None:
+            format_pattern(pattern, 0)
+        if maxcount < 1 or maxsize < 1:
+            raise ValueError("maxcount and maxsize must be >= 1")
         self.pattern = pattern
+        self.namer = namer
         self.maxcount = maxcount
         self.maxsize = maxsize
         self.shards: list[str] = []
@@ -108,7 +122,8 @@ class ShardWriter:
 
     def _next(self) -> None:
         self._finish()
-        path = format_pattern(self.pattern, len(self.shards))
+        i = len(self.shards)
+        path = self.namer(i) if self.namer is not None else format_pattern(self.pattern or "", i)
         self._path, self._tmp = path, path + ".partial"
         try:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
@@ -154,17 +169,24 @@ class ShardWriter:
             if not isinstance(data, (bytes, bytearray, memoryview)):
                 raise ValueError(f"field {ext!r} of sample {key!r} must be bytes or str, not {type(data).__name__}")
             fields.append((ext, bytes(data)))
-        if self._tar is None or self._count >= self.maxcount or self._size >= self.maxsize:
+        infos = []
+        need = 0
+        for ext, data in fields:
+            info = tarfile.TarInfo(f"{key}.{ext}")
+            info.size = len(data)
+            info.mode = 0o444
+            info.uname = info.gname = "gpudecode"
+            infos.append(info)
+            # the member's bytes in the file: its header blocks (pax ones included), its padded data
+            need += len(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")) + -(-len(data) // 512) * 512
+        if (self._tar is None or self._count >= self.maxcount
+                or (self._count and _file_size(self._size + need) > self.maxsize)):
             self._next()
         assert self._tar is not None
         try:
-            for ext, data in fields:
-                info = tarfile.TarInfo(f"{key}.{ext}")
-                info.size = len(data)
-                info.mode = 0o444
-                info.uname = info.gname = "gpudecode"
+            for info, (_, data) in zip(infos, fields):
                 self._tar.addfile(info, io.BytesIO(data))
-                self._size += 512 + (len(data) + 511) // 512 * 512
+            self._size += need
         except OSError as e:
             raise self._fail(e, "write the shard") from None
         self._count += 1
