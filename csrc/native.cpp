@@ -42,6 +42,7 @@ py::dict info_to_dict(const ImageInfo& i) {
   d["arithmetic"] = i.arithmetic;
   d["color_type"] = i.color_type >= 0 ? py::object(py::int_(i.color_type)) : py::object(py::none());
   d["interlaced"] = i.interlaced;
+  d["data_offset"] = i.data_offset;
   return d;
 }
 

@@ -1,5 +1,6 @@
 #include "probe.h"
 
+#include <cctype>
 #include <cstring>
 
 namespace gpudecode {
@@ -118,12 +119,151 @@ std::string probe_png(const uint8_t* d, size_t n, ImageInfo& info) {
   return "";
 }
 
+// .npy headers as numpy writes them for a uint8 [H, W, 3] C-order array: a strict subset
+// of what numpy reads (its header is a Python literal). Anything else is refused here
+// and left to the Python probe (numpy's own parser), so the two never disagree on what
+// this accepts.
+class NpyHeader {
+ public:
+  NpyHeader(const uint8_t* p, size_t n) : p_(p), n_(n) {}
+
+  // "" and the fields set, or what is wrong
+  std::string parse(int64_t& h, int64_t& w) {
+    bool have_descr = false, have_order = false, have_shape = false;
+    skip_space();
+    if (!eat('{')) return "no '{'";
+    for (;;) {
+      skip_space();
+      if (eat('}')) break;
+      std::string key;
+      if (!string(key)) return "bad key";
+      skip_space();
+      if (!eat(':')) return "no ':'";
+      skip_space();
+      if (key == "descr" && !have_descr) {
+        std::string d;
+        if (!string(d)) return "bad descr";
+        if (d != "|u1" && d != "<u1" && d != ">u1" && d != "u1") return "dtype is not uint8";
+        have_descr = true;
+      } else if (key == "fortran_order" && !have_order) {
+        if (!word("False")) return "not C order";
+        have_order = true;
+      } else if (key == "shape" && !have_shape) {
+        int64_t dims[3];
+        if (!eat('(')) return "bad shape";
+        for (int i = 0; i < 3; ++i) {
+          skip_space();
+          if (!integer(dims[i])) return "bad shape";
+          skip_space();
+          if (!eat(',') && i < 2) return "not [H, W, 3]";
+        }
+        skip_space();
+        if (!eat(')')) return "not [H, W, 3]";
+        if (dims[2] != 3) return "not [H, W, 3]";
+        h = dims[0];
+        w = dims[1];
+        have_shape = true;
+      } else {
+        return "unexpected key";
+      }
+      skip_space();
+      if (eat(',')) continue;
+      skip_space();
+      if (eat('}')) break;
+      return "bad separator";
+    }
+    skip_space();
+    if (i_ != n_) return "data after the header dict";
+    if (!(have_descr && have_order && have_shape)) return "missing key";
+    return "";
+  }
+
+ private:
+  bool eat(char c) {
+    if (i_ < n_ && p_[i_] == uint8_t(c)) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+  void skip_space() {
+    while (i_ < n_ && (p_[i_] == ' ' || p_[i_] == '\n' || p_[i_] == '\t' || p_[i_] == '\r')) ++i_;
+  }
+  bool string(std::string& out) {
+    if (i_ >= n_ || (p_[i_] != '\'' && p_[i_] != '"')) return false;
+    const uint8_t q = p_[i_++];
+    const size_t start = i_;
+    while (i_ < n_ && p_[i_] != q) {
+      if (p_[i_] == '\\' || p_[i_] < 0x20 || p_[i_] >= 0x7f) return false;  // plain ASCII only
+      ++i_;
+    }
+    if (i_ >= n_) return false;
+    out.assign(reinterpret_cast<const char*>(p_ + start), i_ - start);
+    ++i_;
+    return true;
+  }
+  bool word(const char* wd) {
+    const size_t len = std::strlen(wd);
+    if (n_ - i_ < len || std::memcmp(p_ + i_, wd, len) != 0) return false;
+    i_ += len;
+    return i_ >= n_ || !(std::isalnum(p_[i_]) || p_[i_] == '_');
+  }
+  bool integer(int64_t& v) {  // decimal, no sign, no leading zero (as Python's literals), < 2^31
+    const size_t start = i_;
+    v = 0;
+    while (i_ < n_ && p_[i_] >= '0' && p_[i_] <= '9') {
+      v = v * 10 + (p_[i_] - '0');
+      if (v >= (int64_t(1) << 31)) return false;
+      ++i_;
+    }
+    if (i_ == start || (p_[start] == '0' && i_ - start > 1)) return false;
+    return i_ >= n_ || !(std::isalnum(p_[i_]) || p_[i_] == '_' || p_[i_] == '.');
+  }
+
+  const uint8_t* p_;
+  size_t n_;
+  size_t i_ = 0;
+};
+
+std::string probe_npy(const uint8_t* d, size_t n, ImageInfo& info) {
+  if (n < 10) return "truncated .npy header";
+  const int major = d[6], minor = d[7];
+  if (major < 1 || major > 3 || minor != 0) return "unsupported .npy version";
+  size_t hlen, pre;
+  if (major == 1) {
+    hlen = size_t(d[8]) | (size_t(d[9]) << 8);
+    pre = 10;
+  } else {
+    if (n < 12) return "truncated .npy header";
+    hlen = size_t(d[8]) | (size_t(d[9]) << 8) | (size_t(d[10]) << 16) | (size_t(d[11]) << 24);
+    pre = 12;
+  }
+  if (hlen > n - pre) return "truncated .npy header";
+  int64_t h = 0, w = 0;
+  std::string err = NpyHeader(d + pre, hlen).parse(h, w);
+  if (!err.empty()) return "unsupported .npy header: " + err;
+  if (h < 1 || w < 1) return "empty image";
+  const uint64_t need = uint64_t(h) * uint64_t(w) * 3u;
+  const uint64_t offset = pre + hlen;
+  if (n - offset < need) return "truncated .npy: pixels cut off";
+  info.format = "npy";
+  info.height = int(h);
+  info.width = int(w);
+  info.channels = 3;
+  info.bit_depth = 8;
+  info.color_space = "rgb";
+  info.data_offset = int64_t(offset);
+  return "";
+}
+
 }  // namespace
 
 std::string probe_image(const uint8_t* data, size_t size, ImageInfo& info) {
   static const uint8_t png_sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  static const uint8_t npy_sig[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
   if (size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) return probe_jpeg(data, size, info);
   if (size >= 8 && std::memcmp(data, png_sig, 8) == 0) return probe_png(data, size, info);
+  if (size >= 6 && std::memcmp(data, npy_sig, 6) == 0) return probe_npy(data, size, info);
   if (size == 0) return "empty data";
   return "not a JPEG or PNG (unknown signature)";
 }

@@ -1,4 +1,5 @@
-// Image header probe: size and encoding facts of a JPEG or PNG without decoding pixels.
+// Image header probe: size and encoding facts of a JPEG or PNG without decoding pixels,
+// and the shape and pixel offset of a tensor sample (.npy, uint8 [H, W, 3]).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -7,7 +8,7 @@
 namespace gpudecode {
 
 struct ImageInfo {
-  std::string format;       // "jpeg" | "png"
+  std::string format;       // "jpeg" | "png" | "npy"
   int height = 0;
   int width = 0;
   int channels = 0;         // components stored in the file (JPEG: 1, 3, 4; PNG: 1, 2, 3, 4; palette: 1)
@@ -20,6 +21,8 @@ struct ImageInfo {
   int bit_depth = 0;
   int color_type = -1;      // PNG colour type (0, 2, 3, 4, 6); -1 for JPEG
   bool interlaced = false;
+  // npy (a tensor sample: uint8 [H, W, 3], C order) only: where the pixels start
+  int64_t data_offset = 0;
 };
 
 // Fills `info` and returns "" on success; otherwise returns what is wrong with the data.

@@ -17,11 +17,13 @@ DEFAULT_MAX_PIXELS = 2 * 89_478_485  # Pillow's decompression-bomb error thresho
 
 @dataclass(frozen=True, slots=True)
 class ImageInfo:
-    """What the first bytes of a JPEG or PNG say.
+    """What the first bytes of a JPEG, PNG or tensor sample (.npy) say.
 
     `channels` counts the components stored in the file (JPEG 1/3/4; PNG 1 gray or
-    palette, 2 gray+alpha, 3 RGB, 4 RGBA). `subsampling` is JPEG only; `color_type`
-    and `interlaced` are PNG only; `bit_depth` is the sample precision.
+    palette, 2 gray+alpha, 3 RGB, 4 RGBA; npy 3). `subsampling` is JPEG only;
+    `color_type` and `interlaced` are PNG only; `bit_depth` is the sample precision;
+    `data_offset` is npy only (where the pixels start). The native probe reads .npy
+    headers as numpy writes them for uint8 [H, W, 3]; others go to numpy's parser.
     """
 
     format: str
@@ -35,6 +37,7 @@ class ImageInfo:
     arithmetic: bool
     color_type: int | None
     interlaced: bool
+    data_offset: int = 0  # npy: where the pixels start
 
 
 def probe(data: bytes, *, shard: str | None = None, key: str | None = None) -> ImageInfo:

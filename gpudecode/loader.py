@@ -402,12 +402,15 @@ class Loader:
         self.reader = ShardReader(urls, shuffle=shuffle, seed=0, buffer_size=buffer_size, rank=rank,
                                   world_size=world_size, num_threads=2, on_error=on_error,
                                   extensions=self.image_exts + self.label_exts, even=even, split=split,
-                                  remote=remote, cache_dir=cache_dir, cache_limit=cache_limit)
+                                  remote=remote, cache_dir=cache_dir, cache_limit=cache_limit,
+                                  # tensor samples stay in the mapped shard: the kernel reads them there
+                                  map_extensions=[e for e in self.image_exts if e == "npy"])
         self.seed = int(seed) if seed is not None else _default_seed(self.reader._rank()[1])
         self.reader.seed = self.seed
         self.epoch = 0
         self.stats = LoaderStats()
         self._decoder: Any = None  # created on first use: no CUDA context before workers fork
+        self._size: tuple[int, int] | None = None  # the images' one size, for a transform without geometry
         self._ring = self.prefetch + 3
         self._outputs: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * self._ring
         self._events: list[Any] = [None] * self._ring
@@ -622,8 +625,11 @@ class Loader:
             if name == "cpu":
                 from .decode.cpu import CpuDecoder
 
+                # on the CPU the kernel reads tensor samples in place; for a GPU they are
+                # packed with the decoded images and uploaded as one block
                 self._decoder = CpuDecoder(num_threads=self.num_threads, max_pixels=self.max_pixels,
-                                           fast=self.fast_decode, out_size=self.transform.out_size)
+                                           fast=self.fast_decode, out_size=self.transform.out_size,
+                                           zero_copy=self.device == "cpu")
             else:
                 self._decoder = make_decoder(name, device=self.device, num_threads=self.num_threads,
                                              max_pixels=self.max_pixels, fast=self.fast_decode)
@@ -651,11 +657,27 @@ class Loader:
                 return 0
         return probe_samples(chunk, self.image_exts, self.max_pixels, self._fail, label)
 
+    def _one_size(self, probed: list[ProbedImage]) -> list[ProbedImage]:
+        """A transform without geometry keeps each image's size, and a batch has one: the
+        first image seen fixes it, an image of another size is a bad sample (named)."""
+        if self._size is None:
+            self._size = (probed[0].height, probed[0].width)
+        keep = []
+        for p in probed:
+            if (p.height, p.width) == self._size:
+                keep.append(p)
+            else:
+                self._fail(DecodeError(f"image is {p.height}x{p.width}, the others {self._size[0]}x{self._size[1]}: "
+                                       "the transform has no geometry step, so every image keeps its size and all "
+                                       "must have one (add CenterCrop, RandomCrop or Resize)",
+                                       shard=p.sample.shard, key=p.sample.key))
+        return keep
+
     def _output(self, slot: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         pair = self._outputs[slot]
         if pair is None:
             pair = self._outputs[slot] = self.transform.new_output(self.batch_size, self.device,
-                                                                   pin_memory=self.pin_memory)
+                                                                   pin_memory=self.pin_memory, size=self._size)
         out, view = pair
         return out[:n], view[:n]
 
@@ -665,6 +687,8 @@ class Loader:
         t0 = time.perf_counter()
         index = {id(s): position + i for i, s in enumerate(chunk)}
         probed = self._probe(chunk)
+        if self.transform.out_size is None and probed:
+            probed = self._one_size(probed)
         samples = [p.sample for p in probed]
         sizes = [(p.height, p.width) for p in probed]
         labels = [p.extra for p in probed]

@@ -6,10 +6,13 @@ fused kernel (numba CUDA for CUDA tensors, the numba CPU twin otherwise). A sequ
 kernel cannot express is refused when the Compose is built, never approximated.
 
 Supported shape of a pipeline:
-    geometry    RandomResizedCrop | Resize | CenterCrop | Resize, CenterCrop
+    geometry    RandomResizedCrop | Resize | CenterCrop | RandomCrop
+                | Resize, CenterCrop | Resize, RandomCrop | none
     then, in any order, at most one each of RandomHorizontalFlip and ColorJitter
     then optionally ToDtype(float32 | float16, scale=True), Normalize, ToDtype(float16)
 Without Normalize or a float ToDtype the output is uint8, as torchvision's would be.
+Without a geometry step the images keep their size (all of a batch must share it: tensor
+shards stored at the training size, `gpudecode precache --size 224 --crop center`).
 """
 from __future__ import annotations
 
@@ -151,6 +154,65 @@ class CenterCrop(Transform):
         return {"crop": (*self.offsets(*size), *self.size)}
 
 
+def _padding(padding: Any) -> tuple[int, int, int, int]:
+    """torchvision's padding argument as (left, top, right, bottom)."""
+    if padding is None:
+        return 0, 0, 0, 0
+    if isinstance(padding, numbers.Integral):
+        p = int(padding)
+        return p, p, p, p
+    if isinstance(padding, Sequence) and len(padding) in (1, 2, 4) and all(isinstance(v, numbers.Integral)
+                                                                           for v in padding):
+        v = [int(x) for x in padding]
+        if len(v) == 1:
+            return v[0], v[0], v[0], v[0]
+        if len(v) == 2:
+            return v[0], v[1], v[0], v[1]
+        return v[0], v[1], v[2], v[3]
+    raise TypeError(f"padding must be an int or a sequence of 1, 2 or 4 ints, not {padding!r}")
+
+
+class RandomCrop(Transform):
+    """torchvision's RandomCrop: pad (zeros, `padding` as torchvision reads it, then to the
+    crop size where pad_if_needed and the image is smaller), and cut a window of `size`
+    at a uniformly drawn position. The kernel pads with zeros: other fills and padding
+    modes are refused."""
+
+    def __init__(self, size: int | Sequence[int], padding: int | Sequence[int] | None = None,
+                 pad_if_needed: bool = False, fill: Any = 0, padding_mode: str = "constant") -> None:
+        self.size = _setup_size(size)
+        self.padding = _padding(padding)
+        if min(self.padding) < 0:
+            raise ValueError(f"padding must be >= 0, not {padding!r}")
+        if padding_mode != "constant":
+            raise TransformError(f"RandomCrop(padding_mode={padding_mode!r}) cannot be fused: only 'constant'")
+        fills = fill if isinstance(fill, Sequence) else [fill]
+        if any(not isinstance(f, numbers.Number) or f != 0 for f in fills):
+            raise TransformError(f"RandomCrop(fill={fill!r}) cannot be fused: only fill=0 (the kernel pads with zeros)")
+        self.pad_if_needed = bool(pad_if_needed)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        height, width = size
+        left, top, right, bottom = self.padding
+        th, tw = self.size
+        pw, ph = width + left + right, height + top + bottom
+        if self.pad_if_needed and pw < tw:  # torchvision pads both sides by the difference
+            left += tw - pw
+            pw += 2 * (tw - pw)
+        if self.pad_if_needed and ph < th:
+            top += th - ph
+            ph += 2 * (th - ph)
+        if ph < th or pw < tw:
+            raise ValueError(f"RandomCrop{self.size}: the image ({height}x{width}, {ph}x{pw} padded) is smaller "
+                             "than the crop (pad_if_needed=True pads it)")
+        if ph == th and pw == tw:
+            i = j = 0
+        else:
+            i = rng.randint(0, ph - th)
+            j = rng.randint(0, pw - tw)
+        return {"crop": (i - top, j - left, th, tw)}  # in the image's own coordinates: zeros outside
+
+
 class RandomHorizontalFlip(Transform):
     def __init__(self, p: float = 0.5) -> None:
         if not 0.0 <= p <= 1.0:
@@ -222,13 +284,16 @@ class ToDtype(Transform):
 @dataclass(frozen=True)
 class _Plan:
     geometry: tuple[Transform, ...]
-    out_size: tuple[int, int]
+    out_size: tuple[int, int] | None  # None: no geometry, each image keeps its size
     antialias: bool
     flip: RandomHorizontalFlip | None
     jitter: ColorJitter | None
     normalize: Normalize | None
     dtype: torch.dtype
     steps: tuple[Transform, ...] = field(repr=False)
+
+
+_GEOMETRY = (RandomResizedCrop, Resize, CenterCrop, RandomCrop)
 
 
 def _plan(transforms: Sequence[Transform]) -> _Plan:
@@ -240,26 +305,24 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
                                  f"(use gpudecode.transforms classes, or Compose.from_torchvision)")
     i = 0
     geometry: list[Transform] = []
-    while i < len(steps) and isinstance(steps[i], (RandomResizedCrop, Resize, CenterCrop)):
+    while i < len(steps) and isinstance(steps[i], _GEOMETRY):
         geometry.append(steps[i])
         i += 1
     kinds = [type(g) for g in geometry]
-    if kinds not in ([RandomResizedCrop], [Resize], [CenterCrop], [Resize, CenterCrop]):
-        if not geometry:
-            first = type(steps[0]).__name__ if steps else "nothing"
-            raise TransformError(f"a fused pipeline starts with its geometry (RandomResizedCrop, Resize, "
-                                 f"CenterCrop or Resize + CenterCrop); this one starts with {first}: [{names}]")
+    if kinds not in ([], [RandomResizedCrop], [Resize], [CenterCrop], [RandomCrop], [Resize, CenterCrop],
+                     [Resize, RandomCrop]):
         raise TransformError(f"unsupported geometry {[k.__name__ for k in kinds]} in [{names}]: use one of "
-                             f"RandomResizedCrop, Resize, CenterCrop, Resize + CenterCrop")
+                             f"RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, "
+                             f"Resize + RandomCrop, or none")
     if kinds == [Resize] and isinstance(geometry[0].size, int):  # type: ignore[attr-defined]
         raise TransformError("Resize(int) alone gives differently sized images; add CenterCrop or give (h, w)")
-    out_size = geometry[-1].size  # type: ignore[attr-defined]
+    out_size = geometry[-1].size if geometry else None  # type: ignore[attr-defined]
     antialias = all(getattr(g, "antialias", True) for g in geometry)
     flip = jitter = normalize = None
     dtype: torch.dtype | None = None
     for t in steps[i:]:
         what = type(t).__name__
-        if isinstance(t, (RandomResizedCrop, Resize, CenterCrop)):
+        if isinstance(t, _GEOMETRY):
             raise TransformError(f"{what} after other steps cannot be fused: geometry comes first [{names}]")
         if normalize is not None and not (isinstance(t, ToDtype) and t.dtype in (torch.float16, torch.float32)):
             raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
@@ -284,8 +347,8 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
             dtype = t.dtype
         else:
             raise TransformError(f"{what} cannot be fused [{names}]")
-    return _Plan(tuple(geometry), tuple(out_size), antialias, flip, jitter, normalize,  # type: ignore[arg-type]
-                 dtype or torch.uint8, tuple(steps))
+    return _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,  # type: ignore[arg-type]
+                 antialias, flip, jitter, normalize, dtype or torch.uint8, tuple(steps))
 
 
 def sample_rng(seed: int, epoch: int, index: int) -> random.Random:
@@ -326,8 +389,24 @@ class Compose(Transform):
         self._rng = random.Random()
 
     @property
-    def out_size(self) -> tuple[int, int]:
+    def out_size(self) -> tuple[int, int] | None:
+        """(h, w) of every output; None without a geometry step (images keep their size)."""
         return self.plan.out_size
+
+    def output_size(self, sizes: Sequence[tuple[int, int]]) -> tuple[int, int]:
+        """The output (h, w) for images of `sizes`.
+
+        Raises:
+            ValueError: no geometry step and the images differ in size.
+        """
+        if self.plan.out_size is not None:
+            return self.plan.out_size
+        distinct = sorted(set(map(tuple, sizes)))
+        if len(distinct) > 1:
+            raise ValueError(f"images of {len(distinct)} sizes ({distinct[0]}, {distinct[1]}, ...): without a "
+                             "geometry step each image keeps its size, so a batch needs one size (add "
+                             "CenterCrop, RandomCrop or Resize)")
+        return (int(distinct[0][0]), int(distinct[0][1])) if distinct else (1, 1)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -370,11 +449,11 @@ class Compose(Transform):
         factors = np.ones((n, 4), np.float32)
         factors[:, HUE] = 0.0
         order = np.full((n, 4), -1, np.int32)
-        oh, ow = self.plan.out_size
+        oh, ow = self.output_size(sizes)
         for k, (p, (h, w)) in enumerate(zip(params, sizes)):
             g = geom[k]
             g[fused.H], g[fused.W] = h, w
-            if isinstance(self.plan.geometry[0], RandomResizedCrop):
+            if self.plan.geometry and isinstance(self.plan.geometry[0], RandomResizedCrop):
                 t, l, bh, bw = p["crop"]
                 if t < 0 or l < 0 or bh <= 0 or bw <= 0 or t + bh > h or l + bw > w:
                     raise ValueError(f"crop {p['crop']} is outside the {h}x{w} image")
@@ -400,7 +479,7 @@ class Compose(Transform):
         """The window (top, left, height, width) of each image the kernel reads, for a
         decoder to decode no more than that: RandomResizedCrop's crop; the whole image for
         Resize/CenterCrop (every source pixel can reach the output through the filter)."""
-        if isinstance(self.plan.geometry[0], RandomResizedCrop):
+        if self.plan.geometry and isinstance(self.plan.geometry[0], RandomResizedCrop):
             return [tuple(p["crop"]) for p in params]  # type: ignore[misc]
         return [(0, 0, h, w) for h, w in sizes]
 
@@ -434,11 +513,14 @@ class Compose(Transform):
         std = np.asarray(nz.std if nz else (1.0, 1.0, 1.0), np.float32)
         return mean, std
 
-    def new_output(self, n: int, device: torch.device | str = "cpu", *,
-                   pin_memory: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def new_output(self, n: int, device: torch.device | str = "cpu", *, pin_memory: bool = False,
+                   size: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(output tensor in `layout`, its [N, 3, h, w] view that the kernel writes);
-        pinned host memory with `pin_memory` on the CPU (where CUDA is present)."""
-        oh, ow = self.plan.out_size
+        pinned host memory with `pin_memory` on the CPU (where CUDA is present). `size`:
+        the images' size, for a Compose without geometry."""
+        if self.plan.out_size is None and size is None:
+            raise ValueError("a Compose without a geometry step needs the images' size for its output")
+        oh, ow = self.plan.out_size or size  # type: ignore[misc]
         pin = pin_memory and torch.device(device).type == "cpu" and torch.cuda.is_available()
         if self.layout == "NHWC":
             out = torch.empty((n, oh, ow, 3), dtype=self.plan.dtype, device=device, pin_memory=pin)
@@ -511,7 +593,7 @@ class Compose(Transform):
         # whole images: the box of each is the window the transform needs, inside it
         boxes = np.asarray(self.decode_boxes(params, sizes), np.int64).reshape(n, 4)
         decoded = DecodedBatch(src, offsets, shapes, strides, boxes, [None] * n)
-        out, view = self.new_output(n, device)
+        out, view = self.new_output(n, device, size=self.output_size(sizes))
         self.apply(decoded, params, sizes, view)
         return out[0] if single else out
 
@@ -541,6 +623,13 @@ class Compose(Transform):
                                   antialias=bool(getattr(t, "antialias", True))))
             elif name == "CenterCrop":
                 out.append(CenterCrop(t.size))
+            elif name == "RandomCrop":
+                padding = t.padding
+                if padding is not None and type(t).__module__.startswith("torchvision.transforms.v2"):
+                    left, right, top, bottom = padding  # v2 keeps it as (left, right, top, bottom)
+                    padding = (left, top, right, bottom)
+                fill = list(t.fill.values()) if isinstance(t.fill, dict) else t.fill
+                out.append(RandomCrop(t.size, padding, t.pad_if_needed, fill, t.padding_mode))
             elif name == "RandomHorizontalFlip":
                 out.append(RandomHorizontalFlip(t.p))
             elif name == "ColorJitter":
@@ -553,5 +642,5 @@ class Compose(Transform):
         return cls(out, layout=layout)
 
 
-__all__ = ["Compose", "RandomResizedCrop", "Resize", "CenterCrop", "RandomHorizontalFlip", "ColorJitter",
+__all__ = ["Compose", "RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "ColorJitter",
            "Normalize", "ToDtype", "Transform", "sample_rng"]

@@ -403,17 +403,132 @@ def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialia
         transpose(pxs, c * oh, 3 * oh, dst, doff + c * oh * ow, ow, ow, oh, normalize, m, s)
 
 
+def _is_identity(g, order, oh, ow):
+    """The sample needs no resampling and no ColorJitter: its box is read 1:1 (a crop,
+    flip and padding at most: CenterCrop or RandomCrop of a stored image of the training
+    size, or no geometry at all), from packed HWC pixels."""
+    return (g[BH] == g[VH] and g[BW] == g[VW] and order[0] < 0 and g[SX] == 3 and g[SC] == 1
+            and g[VH] >= 1 and g[VW] >= 1)
+
+
+def _scale_row(t, src, p, n, inv255):
+    """t[i] = src[p + i] / 255 as the resampling's single unit tap computes it."""
+    s = src[p:p + n]
+    for i in range(n):
+        t[i] = inv255 * float32(s[i])
+
+
+def _fill(o, a, b, v):
+    for x in range(a, b):
+        o[x] = v
+
+
+def _channel_row(o, t, c, x0, x1, v0, sub, mul):
+    """o[x] = (t[3 * (v0 + x - x0) + c] - sub) * mul for x0 <= x < x1: one channel out of
+    an interleaved row, at a fixed stride (the loop vectorizes)."""
+    n = x1 - x0
+    oo = o[x0:x1]
+    tt = t[3 * v0 + c:]
+    for i in range(n):
+        oo[i] = (tt[U(3 * i)] - sub) * mul
+
+
+def _channel_row_flipped(o, t, c, x0, x1, v0, sub, mul):
+    """_channel_row reading t backwards from column v0 (a flip): o[x] = (t[3 * (v0 - (x -
+    x0)) + c] - sub) * mul. Its own function: one loop choosing its stride at run time
+    did not vectorize, and neither direction got the speed of a fixed one."""
+    n = x1 - x0
+    oo = o[x0:x1]
+    first = 3 * v0 + c
+    for i in range(n):
+        oo[i] = (t[U(first - 3 * i)] - sub) * mul
+
+
+def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work):
+    """The identity-geometry sample (_is_identity) straight to its NCHW float32 output:
+    each source row scaled once, then split into the three channel rows (flipped, padded)
+    with Normalize on the way. The same arithmetic as _cpu_sample on such a sample (a
+    unit tap of 1/255, then (v - mean) * (1 / std)), so the same bits, at memory speed."""
+    vh = g[VH]
+    vw = g[VW]
+    oy = g[OY]
+    ox = g[OX]
+    flip = g[FLIP] != 0
+    inv255 = float32(1.0 / 255.0)
+    # the output columns whose source column vx = (flip ? ow - 1 - x : x) + ox is inside
+    if flip:  # column x reads vx = ow - 1 - x + ox, descending from v0
+        x0 = max(0, ow - 1 + ox - (vw - 1))
+        x1 = min(ow, ow + ox)
+        v0 = ow - 1 - x0 + ox
+    else:
+        x0 = max(0, -ox)
+        x1 = min(ow, vw - ox)
+        v0 = x0 + ox
+    x1 = max(x0, x1)
+    t = work[:3 * vw]
+    subs = np.zeros(3, np.float32)
+    muls = np.ones(3, np.float32)
+    pads = np.zeros(3, np.float32)
+    for c in range(3):
+        if normalize:
+            subs[c] = mean[c]
+            muls[c] = float32(1.0) / std[c]
+        pads[c] = (float32(0.0) - subs[c]) * muls[c]  # a padded pixel: zero, normalized
+    base = g[OFFSET] + g[TOP] * g[SY] + g[LEFT] * 3
+    for y in range(oh):
+        vy = y + oy
+        inside = vy >= 0 and vy < vh and x1 > x0
+        if inside:
+            _scale_row(t, src, base + vy * g[SY], 3 * vw, inv255)
+        for c in range(3):
+            start = doff + (c * oh + y) * ow
+            o = dst[start:start + ow]
+            if not inside:
+                _fill(o, 0, ow, pads[c])
+                continue
+            if x0 > 0:  # (a slice assignment per row costs more than the row itself)
+                _fill(o, 0, x0, pads[c])
+            if x1 < ow:
+                _fill(o, x1, ow, pads[c])
+        if not inside:
+            continue
+        # eight columns at a time, all three channels at once (vector shuffles); the
+        # last n % 8 columns one channel at a time
+        n8 = (x1 - x0) // 8 * 8
+        r0 = doff + y * ow
+        for k in range(0, n8, 8):
+            if flip:
+                deinterleave3x8_affine_reversed(t, 3 * (v0 - k - 7), dst, r0 + x0 + k, r0 + oh * ow + x0 + k,
+                                                r0 + 2 * oh * ow + x0 + k, subs[0], muls[0], subs[1], muls[1],
+                                                subs[2], muls[2])
+            else:
+                deinterleave3x8_affine(t, 3 * (v0 + k), dst, r0 + x0 + k, r0 + oh * ow + x0 + k,
+                                       r0 + 2 * oh * ow + x0 + k, subs[0], muls[0], subs[1], muls[1],
+                                       subs[2], muls[2])
+        if n8 < x1 - x0:
+            for c in range(3):
+                start = doff + (c * oh + y) * ow
+                o = dst[start:start + ow]
+                if flip:
+                    _channel_row_flipped(o, t, c, x0 + n8, x1, v0 - n8, subs[c], muls[c])
+                else:
+                    _channel_row(o, t, c, x0 + n8, x1, v0 + n8, subs[c], muls[c])
+
+
 def _cpu_batch(src, geom, factors, order, mean, std, normalize, to_uint8, antialias, out, direct, nhwc, flat_out,
-               work, tmp, first, step):
+               work, tmp, first, step, fast_identity):
     """Samples first, first + step, ... of the batch. With `direct`, flat_out is out's
     own contiguous float32 buffer (NCHW, or NHWC with `nhwc`) and samples are written
     there; otherwise each goes through `tmp` and is copied (cast) into out, whatever its
-    dtype and strides."""
+    dtype and strides. With `fast_identity`, samples that need no resampling and no
+    ColorJitter take _cpu_identity where the output is NCHW float32."""
     oh = out.shape[2]
     ow = out.shape[3]
     size = 3 * oh * ow
     for i in range(first, out.shape[0], step):
-        if direct:
+        if fast_identity and direct and not nhwc and not to_uint8 and _is_identity(geom[i], order[i], oh, ow):
+            _cpu_identity(src, geom[i], mean, std, normalize, oh, ow, flat_out, i * size, work)
+        elif direct:
             _cpu_sample(src, geom[i], factors[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
                         flat_out, i * size, work, nhwc)
         else:
@@ -443,8 +558,11 @@ def cpu_kernel():
     ns["U"] = np.uint64
     ns["transpose"] = _simd.transpose
     ns["store_fence"] = _simd.store_fence
+    ns["deinterleave3x8_affine"] = _simd.deinterleave3x8_affine
+    ns["deinterleave3x8_affine_reversed"] = _simd.deinterleave3x8_affine_reversed
     for fn in (_saturation_rows, _hue_rows, _axis_weights, _op_pass, _encode_pass, _rows_u8, _rows_f32,
-               _gray_mean, _cpu_sample):
+               _gray_mean, _cpu_sample, _is_identity, _scale_row, _fill, _channel_row, _channel_row_flipped,
+               _cpu_identity):
         ns[fn.__name__] = jit()(_compile._rebind(fn, ns))
     # a reassociating reduction (float64 accumulators) so the grey sum vectorizes
     ns["_gray_sum_rows"] = jit(fastmath={"reassoc", "contract"})(_compile._rebind(_gray_sum_rows, ns))
@@ -481,9 +599,11 @@ def _workspace(threads: int, size: int) -> np.ndarray:
 
 
 def fused_cpu(src, geom, factors, order, mean, std, out, *, normalize: bool, antialias: bool = True,
-              num_threads: int | None = None) -> None:
+              num_threads: int | None = None, fast_identity: bool = True) -> None:
     """The CPU twin of fused_cuda on numpy arrays (out: [N, 3, H, W], any strides), on
-    `num_threads` threads (default: all cores). Output does not depend on num_threads."""
+    `num_threads` threads (default: all cores). Output does not depend on num_threads,
+    nor on `fast_identity` (the path for samples read 1:1, see _cpu_identity; off: every
+    sample through the general path, for tests)."""
     n = out.shape[0]
     if n == 0:
         return
@@ -495,6 +615,7 @@ def fused_cpu(src, geom, factors, order, mean, std, out, *, normalize: bool, ant
     work = _workspace(threads, main + (0 if direct else 3 * oh * ow))
     kernel = cpu_kernel()
     args = (src, geom, factors, order, mean, std, normalize, out.dtype == np.uint8, antialias, out, direct, nhwc)
+    tail = (fast_identity,)
     # per thread: the float32 buffer samples are written to (out's own memory when
     # direct), the work area, and the staging area of the indirect path
     flat = (out.transpose(0, 2, 3, 1) if nhwc else out).reshape(-1) if direct else None
@@ -503,9 +624,9 @@ def fused_cpu(src, geom, factors, order, mean, std, out, *, normalize: bool, ant
         stage = work[t, main:main + 3 * oh * ow] if not direct else work[t, :1]
         parts.append((flat if flat is not None else stage, work[t, :main], stage))
     if threads == 1:
-        kernel(*args, *parts[0], 0, 1)
+        kernel(*args, *parts[0], 0, 1, *tail)
         return
-    futures = [_pool().submit(kernel, *args, *parts[t], t, threads) for t in range(threads)]
+    futures = [_pool().submit(kernel, *args, *parts[t], t, threads, *tail) for t in range(threads)]
     for f in futures:
         f.result()
 

@@ -12,6 +12,12 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ:
 
     if not torch.cuda.is_available():
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
+        import sys
+
+        if "numba" in sys.modules:  # imported already (pytest resolves the filterwarnings categories first)
+            from numba.core import config
+
+            config.reload_config()  # else numba.cuda reads the old value unless a compile reloaded it
 
 import numpy as np
 import pytest

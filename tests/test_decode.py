@@ -238,11 +238,23 @@ def test_tensor_samples_decode_to_their_windows(photos):
     boxes = [(0, 0, h, w), (17, 33, 101, 57), (h - 1, w - 1, 1, 1)]
     reqs = [Request(npy, "npy", h, w, b) for b in boxes] + [req(jpg, (5, 6, 40, 50)),
                                                           Request(npy[:-10], "npy", h, w, (0, 0, 4, 4))]
-    out = CpuDecoder(num_threads=2).decode(reqs)
-    for k, (t, l, bh, bw) in enumerate(boxes):
-        assert out.errors[k] is None
-        got = out.pixels[out.offsets[k]:out.offsets[k] + bh * bw * 3].numpy().reshape(bh, bw, 3)
-        np.testing.assert_array_equal(got, img[t:t + bh, l:l + bw])
-    assert out.errors[3] is None
-    assert out.errors[4] is not None and "truncated" in out.errors[4]
+    for zero_copy in (True, False):  # read in place (a view over the samples' bytes), or copied
+        out = CpuDecoder(num_threads=2, zero_copy=zero_copy).decode(reqs)
+        for k, (t, l, bh, bw) in enumerate(boxes):
+            assert out.errors[k] is None
+            np.testing.assert_array_equal(_window(out, k), img[t:t + bh, l:l + bw])
+        assert out.errors[3] is None
+        assert _window(out, 3).shape == (40, 50, 3)
+        assert out.errors[4] is not None and "truncated" in out.errors[4]
+        if zero_copy:  # the pixels are the sample's own bytes
+            base = out.pixels.data_ptr() + int(out.offsets[0])
+            assert base == np.frombuffer(npy, np.uint8).ctypes.data + 128
+
+
+def _window(out, k):
+    """Image k's box read through the DecodedBatch contract: offsets, strides, boxes."""
+    t, l, bh, bw = (int(v) for v in out.boxes[k])
+    sy, sx, sc = (int(v) for v in out.strides[k])
+    start = int(out.offsets[k]) + t * sy + l * sx
+    return out.pixels[start:].as_strided((bh, bw, 3), (sy, sx, sc)).numpy().copy()
 

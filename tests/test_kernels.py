@@ -164,6 +164,61 @@ def test_cpu_matches_numpy_oracle(normalize):
         np.testing.assert_allclose(out[k], ref, atol=2e-5 if normalize else 5e-6, rtol=0)
 
 
+def _identity_batch(seed, n, oh, ow):
+    """Samples read 1:1 (no resampling, no ColorJitter): crop boxes of the output's size,
+    whole images cut at random offsets, padded where the window leaves them (CenterCrop
+    and RandomCrop with padding), flipped or not; packed HWC."""
+    rng = np.random.default_rng(seed)
+    flats, geoms, refs = [], [], []
+    off = 0
+    for k in range(n):
+        h, w = int(rng.integers(1, 40)), int(rng.integers(1, 40))
+        img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        g = np.zeros(fused.GEOM, np.int64)
+        g[fused.OFFSET], g[fused.H], g[fused.W] = off, h, w
+        g[fused.SY], g[fused.SX], g[fused.SC] = 3 * w, 3, 1
+        if k % 3 == 0 and h >= oh and w >= ow:  # a box of exactly the output's size
+            t, l = int(rng.integers(0, h - oh + 1)), int(rng.integers(0, w - ow + 1))
+            box, vsize, voff = (t, l, oh, ow), (oh, ow), (0, 0)
+        else:
+            box, vsize = (0, 0, h, w), (h, w)
+            voff = (int(rng.integers(-oh, h + 1)), int(rng.integers(-ow, w + 1)))
+        g[fused.TOP:fused.BW + 1] = box
+        g[fused.VH], g[fused.VW] = vsize
+        g[fused.OY], g[fused.OX] = voff
+        g[fused.FLIP] = k % 2
+        flats.append(img.reshape(-1))
+        geoms.append(g)
+        refs.append((img, box, vsize, voff))
+        off += img.size
+    factors = np.ones((n, 4), np.float32)
+    factors[:, 3] = 0
+    order = np.full((n, 4), -1, np.int32)
+    return np.concatenate(flats), np.stack(geoms), factors, order, refs
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_identity_fast_path_equals_general_path_and_oracle(normalize):
+    """Samples read 1:1 take the CPU twin's fast path (a row scaled, split into channels,
+    flipped and padded on the way): bit for bit what the general path (resampling with a
+    unit tap) gives, and the numpy oracle's values."""
+    src, geom, factors, order, refs = _identity_batch(3, 40, 12, 17)
+    fast = np.full((40, 3, 12, 17), np.nan, np.float32)
+    slow = np.full((40, 3, 12, 17), np.nan, np.float32)
+    fused.fused_cpu(src, geom, factors, order, MEAN, STD, fast, normalize=normalize, num_threads=2)
+    fused.fused_cpu(src, geom, factors, order, MEAN, STD, slow, normalize=normalize, num_threads=2,
+                    fast_identity=False)
+    np.testing.assert_array_equal(fast, slow)
+    for k, (img, box, vsize, voff) in enumerate(refs):
+        ref = reference.fused_reference(img, box, vsize, voff, (12, 17), bool(geom[k, fused.FLIP]), order[k],
+                                        factors[k], MEAN if normalize else None, STD if normalize else None)
+        np.testing.assert_allclose(fast[k], ref, atol=2e-6, rtol=0)
+    # the CUDA kernel (simulator) on the same samples
+    gpu = np.zeros_like(fast)
+    fused.fused_cuda(src, geom[:6], factors[:6], order[:6], MEAN, STD, gpu[:6], normalize=normalize)
+    np.testing.assert_allclose(gpu[:6], fast[:6], atol=1e-5, rtol=0)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.float16])
 def test_cuda_kernels_equal_cpu(dtype):
     """Under NUMBA_ENABLE_CUDASIM=1 (no GPU) the CUDA kernels run in the simulator."""

@@ -187,20 +187,120 @@ def test_jitter_ranges_like_torchvision():
         T.ColorJitter(brightness=-1)
 
 
+# ---- RandomCrop and no geometry: images read 1:1 (tensor shards at the training size) -----
+
+def _tv_pad_crop(im: torch.Tensor, tf: T.RandomCrop, crop) -> torch.Tensor:
+    """torchvision's RandomCrop on `im` with the window our draw chose: F.pad with its
+    padding (and pad_if_needed), then F.crop at the drawn position in the padded image."""
+    import torchvision.transforms.v2.functional as F
+
+    left, top, right, bottom = tf.padding
+    x = F.pad(im, [left, top, right, bottom], fill=0)
+    th, tw = tf.size
+    if tf.pad_if_needed and x.shape[2] < tw:
+        d = tw - x.shape[2]
+        x, left = F.pad(x, [d, 0, d, 0], fill=0), left + d
+    if tf.pad_if_needed and x.shape[1] < th:
+        d = th - x.shape[1]
+        x, top = F.pad(x, [0, d, 0, d], fill=0), top + d
+    i, j = crop[0] + top, crop[1] + left  # our window is in the image's own coordinates
+    assert 0 <= i <= x.shape[1] - th and 0 <= j <= x.shape[2] - tw
+    return F.crop(x, i, j, th, tw)
+
+
+@pytest.mark.parametrize("crop", [T.RandomCrop(64, padding=8), T.RandomCrop((40, 72), padding=(3, 5)),
+                                  T.RandomCrop(96, padding=(1, 2, 3, 4), pad_if_needed=True),
+                                  T.RandomCrop(48)])
+def test_random_crop_matches_torchvision(photos, crop):
+    """RandomCrop (+ flip + Normalize): torchvision's pad + crop + flip + normalize with the
+    same window, to float rounding; the kernel takes its 1:1 path (no resampling)."""
+    import torchvision.transforms.v2.functional as F
+
+    imgs = [chw(np.ascontiguousarray(p[:90, :120])) for p in photos.values()]
+    imgs.append(chw(np.ascontiguousarray(photos["coffee"][:50, :60])))  # smaller than some crops
+    tf = T.Compose([crop, T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
+    usable = [im for im in imgs if crop.pad_if_needed or (im.shape[1] + sum(crop.padding[1::2]) >= crop.size[0]
+                                                          and im.shape[2] + sum(crop.padding[::2]) >= crop.size[1])]
+    for seed in range(3):
+        params = tf.make_params([tuple(im.shape[1:]) for im in usable], seed)
+        out = tf(usable, params)
+        assert out.shape == (len(usable), 3, *crop.size)
+        for k, (im, p) in enumerate(zip(usable, params)):
+            ref = F.to_dtype(_tv_pad_crop(im, crop, p["crop"]), torch.float32, scale=True)
+            if p["flip"]:
+                ref = F.horizontal_flip(ref)
+            ref = F.normalize(ref, MEAN, STD)
+            torch.testing.assert_close(out[k], ref, atol=2e-6, rtol=0)
+
+
+def test_random_crop_draws_like_torchvision():
+    """Every position of the padded image equally likely, as torchvision's randint draws."""
+    tf = T.RandomCrop(4, padding=2)
+    rng = __import__("random").Random(0)
+    seen = collections.Counter(tf.draw(rng, (6, 5))["crop"][:2] for _ in range(20000))
+    assert set(seen) == {(i - 2, j - 2) for i in range(6 + 4 - 4 + 1) for j in range(5 + 4 - 4 + 1)}
+    assert stats.chisquare(list(seen.values())).pvalue > 1e-3
+    with pytest.raises(ValueError, match="smaller than the crop"):
+        T.RandomCrop(10).draw(rng, (6, 20))
+    assert T.RandomCrop(6).draw(rng, (6, 6))["crop"] == (0, 0, 6, 6)
+
+
+def test_from_torchvision_random_crop_v1_and_v2():
+    import torchvision.transforms as v1
+
+    for mod in (v1, tv):
+        ours = T.Compose.from_torchvision(mod.Compose([mod.RandomCrop(32, padding=(1, 2, 3, 4), pad_if_needed=True),
+                                                       mod.RandomHorizontalFlip()]))
+        rc = ours.plan.geometry[0]
+        assert isinstance(rc, T.RandomCrop) and rc.size == (32, 32) and rc.padding == (1, 2, 3, 4)
+        assert rc.pad_if_needed and ours.out_size == (32, 32)
+
+
+def test_no_geometry_keeps_the_size(photos):
+    """flip + Normalize alone (tensor shards stored at the training size): torchvision's
+    flip + to_dtype + normalize exactly; one size per batch."""
+    import torchvision.transforms.v2.functional as F
+
+    tf = T.Compose([T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
+    assert tf.out_size is None
+    imgs = [chw(np.ascontiguousarray(p[:56, :72])) for p in photos.values()]
+    params = tf.make_params([(56, 72)] * len(imgs), 4)
+    out = tf(imgs, params)
+    assert out.shape == (len(imgs), 3, 56, 72) and {p["flip"] for p in params} == {True, False}
+    for k, (im, p) in enumerate(zip(imgs, params)):
+        ref = F.to_dtype(im, torch.float32, scale=True)
+        ref = F.normalize(F.horizontal_flip(ref) if p["flip"] else ref, MEAN, STD)
+        torch.testing.assert_close(out[k], ref, atol=2e-6, rtol=0)
+    u8 = T.Compose([T.RandomHorizontalFlip(p=1.0)])(imgs[0])
+    assert torch.equal(u8, imgs[0].flip(-1))
+    with pytest.raises(ValueError, match="one size"):
+        tf([imgs[0], chw(np.ascontiguousarray(photos["coffee"][:50, :60]))])
+
+
 # ---- what cannot be fused is refused, by name --------------------------------------------
 
 @pytest.mark.parametrize("steps,match", [
-    ([T.Normalize(MEAN, STD), T.ColorJitter(0.4)], "starts with Normalize"),
+    ([T.Normalize(MEAN, STD), T.ColorJitter(0.4)], "ColorJitter after Normalize"),
     ([T.RandomResizedCrop(8), T.Normalize(MEAN, STD), T.ColorJitter(0.4)], "ColorJitter after Normalize"),
     ([T.RandomResizedCrop(8), T.RandomResizedCrop(8)], "RandomResizedCrop after other steps|unsupported geometry"),
     ([T.RandomResizedCrop(8), tv.GaussianBlur(3)], "GaussianBlur"),
     ([T.Resize(32)], "Resize\\(int\\) alone"),
     ([T.RandomResizedCrop(8), T.ColorJitter(0.1), T.ColorJitter(0.2)], "two ColorJitters"),
-    ([T.RandomHorizontalFlip(), T.RandomResizedCrop(8)], "starts with RandomHorizontalFlip"),
+    ([T.RandomHorizontalFlip(), T.RandomResizedCrop(8)], "RandomResizedCrop after other steps"),
+    ([T.RandomCrop(8), T.CenterCrop(8)], "unsupported geometry"),
 ])
 def test_refusals(steps, match):
     with pytest.raises(TransformError, match=match):
         T.Compose(steps)
+
+
+def test_random_crop_refuses_what_the_kernel_cannot_pad():
+    with pytest.raises(TransformError, match="padding_mode='reflect'"):
+        T.RandomCrop(8, padding=2, padding_mode="reflect")
+    with pytest.raises(TransformError, match="fill=127"):
+        T.RandomCrop(8, padding=2, fill=127)
+    with pytest.raises(TransformError, match="padding_mode='edge'"):
+        T.Compose.from_torchvision(tv.Compose([tv.RandomCrop(8, padding=2, padding_mode="edge")]))
 
 
 def test_from_torchvision():

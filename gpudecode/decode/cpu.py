@@ -1,6 +1,7 @@
 """CPU decoding: JPEG through libjpeg-turbo decoding only the needed window
 (gpudecode._native, native threads, GIL released); PNG through pyspng; tensor samples
-(.npy, from `gpudecode precache`) by copying the window; anything else through Pillow. Everything comes out RGB uint8:
+(.npy, from `gpudecode precache`) read in place (see CpuDecoder); anything else through
+Pillow. Everything comes out RGB uint8:
 
 - grey JPEG/PNG: the grey value in all three channels;
 - CMYK/YCCK JPEG: Pillow's conversion (Adobe's inverted CMYK understood);
@@ -22,8 +23,9 @@ import numpy as np
 import torch
 
 from .. import _native
-from ..tensors import npy_rgb
+from ..tensors import npy_layout, npy_rgb
 from ._base import DecodedBatch, Request, hwc_strides
+from ._span import span
 
 
 def _pillow_rgb(data: bytes, max_pixels: int) -> np.ndarray:
@@ -72,15 +74,22 @@ def scale_for(box: tuple[int, int, int, int], out_size: tuple[int, int]) -> int:
 
 class CpuDecoder:
     """Decodes into a ring of `buffers` output buffers (default 3): a DecodedBatch's
-    pixels stay valid until that many more batches have been decoded."""
+    pixels stay valid until that many more batches have been decoded.
+
+    Tensor samples are not copied (`zero_copy`, default): the batch's pixels are then a
+    view spanning the ring buffer and the samples' own bytes (a memory-mapped shard's,
+    see ShardReader's map_extensions), and the kernel reads each crop window in place.
+    zero_copy=False copies the windows into the ring buffer (for a caller that uploads
+    the pixels as one block)."""
 
     name = "cpu"
     device = "cpu"
 
     def __init__(self, *, num_threads: int = 2, max_pixels: int = 0, fast: bool = False,
-                 out_size: tuple[int, int] | None = None, buffers: int = 3) -> None:
+                 out_size: tuple[int, int] | None = None, buffers: int = 3, zero_copy: bool = True) -> None:
         if buffers < 1:
             raise ValueError("buffers must be >= 1")
+        self.zero_copy = zero_copy
         self.num_threads = max(1, num_threads)
         self.max_pixels = max_pixels
         self.fast = fast
@@ -158,6 +167,10 @@ class CpuDecoder:
                 a = decoded[k]
                 buf[offsets[k]:offsets[k] + a.size] = a.reshape(-1)
 
+        boxes = np.zeros((n, 4), np.int64)
+        if self.zero_copy and tensor:
+            return self._in_place(requests, tensor, buf, total, offsets, shapes, boxes, errors)
+
         def copy_tensor(k: int) -> None:  # the window straight from the sample's bytes
             t, l, h, w = requests[k].box
             try:
@@ -169,10 +182,46 @@ class CpuDecoder:
 
         for f in [self._pool.submit(copy_tensor, k) for k in tensor]:
             f.result()
-        boxes = np.zeros((n, 4), np.int64)
         boxes[:, 2:] = shapes  # every image here is decoded to its window exactly
         return DecodedBatch(torch.from_numpy(buf[:max(int(total), 1)]), offsets, shapes, hwc_strides(shapes), boxes,
                             errors)
+
+    def _in_place(self, requests: Sequence[Request], tensor: list[int], buf: np.ndarray, total: int,
+                  offsets: np.ndarray, shapes: np.ndarray, boxes: np.ndarray, errors: list[str | None]
+                  ) -> DecodedBatch:
+        """The batch with its tensor samples read where they are: a view spanning the ring
+        buffer (the decoded images, at `offsets`) and every tensor sample's pixels, each
+        image's offset measured from the view's start."""
+        boxes[:, 2:] = shapes
+        addresses, sizes, rows, datas = [], [], [], []
+        if total:
+            addresses.append(buf.ctypes.data)
+            sizes.append(int(total))
+        for k in tensor:
+            r = requests[k]
+            try:
+                h, w, start = npy_layout(r.data)
+                if (h, w) != (r.height, r.width):
+                    raise ValueError(f"tensor sample is {h}x{w}, its probe said {r.height}x{r.width}")
+                if self.max_pixels and h * w > self.max_pixels:
+                    raise ValueError(f"image of {w}x{h} pixels is over the limit of {self.max_pixels} pixels")
+            except Exception as e:  # this image's error, not the batch's
+                errors[k] = f"{type(e).__name__}: {e}"
+                continue
+            data = np.frombuffer(r.data, np.uint8)
+            datas.append(data)
+            addresses.append(data.ctypes.data + start)
+            sizes.append(h * w * 3)
+            rows.append(k)
+            shapes[k] = h, w
+            boxes[k] = r.box  # the window inside the whole stored image
+        pixels, rel = span(addresses, sizes, torch.device("cpu"))
+        if total:
+            mapped = set(tensor)
+            offsets[[k for k in range(len(requests)) if k not in mapped]] += rel[0]
+            rel = rel[1:]
+        offsets[rows] = rel
+        return DecodedBatch(pixels, offsets, shapes, hwc_strides(shapes), boxes, errors, owner=(buf, datas))
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

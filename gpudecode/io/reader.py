@@ -21,6 +21,7 @@ How a shard's members become samples (the same for every way a shard is read):
 from __future__ import annotations
 
 import contextlib
+import errno
 import gzip
 import hashlib
 import os
@@ -64,7 +65,7 @@ class Sample:
     """One sample: the members of a shard that share a key."""
 
     key: str
-    fields: dict[str, bytes]
+    fields: dict[str, bytes]  # (read-only memoryviews for the reader's map_extensions: bytes-like)
     shard: str
     index: int  # position of the sample in its shard
 
@@ -132,7 +133,8 @@ def _open_local(path: str, url: str):
 
 def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | None = None,
                  group: ThreadGroup | None = None, cache: ShardCache | None = None,
-                 seek: tuple[int, int] | None = None) -> Iterator[tuple[Member, bytes | None, int | None] | TarFault]:
+                 seek: tuple[int, int] | None = None, mapped: frozenset[str] = frozenset()
+                 ) -> Iterator[tuple[Member, bytes | memoryview | None, int | None] | TarFault]:
     """(member, data, sample index) for every member of a shard, then a last TarFault if
     the tar is refused. data is None where want(name, sample index) is False, and for a
     link; the sample index is Grouper's (None: not a sample's field).
@@ -145,6 +147,8 @@ def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | No
     `cache`, read from their local copy (downloaded first if there is none). With `group`,
     its stop() cancels a remote read blocked on the network. `seek` = (chain offset, sample
     index) starts a local shard at that sample (offsets recorded when it was counted).
+    Members with an extension in `mapped` are read-only memoryviews over the mapped file
+    where it is a file (local, cached or spooled), bytes otherwise.
 
     Raises:
         ShardReadError: the shard cannot be opened or read (names it).
@@ -158,16 +162,16 @@ def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | No
         with f:
             if f.peek(2)[:2] == _GZIP_MAGIC:
                 with _spooled(f, url) as tmp:
-                    yield from _file_members(tmp, url, want, seek)
+                    yield from _file_members(tmp, url, want, seek, mapped)
             else:
-                yield from _file_members(f, url, want, seek)
+                yield from _file_members(f, url, want, seek, mapped)
         return
     stream = open_remote(url, remote)
     cancel = getattr(getattr(stream, "raw", None), "cancel", None)
     with stream, (group.cancelling(cancel) if group is not None and cancel is not None else contextlib.nullcontext()):
         if stream.peek(2)[:2] == _GZIP_MAGIC:
             with _spooled(stream, url) as tmp:
-                yield from _file_members(tmp, url, want)
+                yield from _file_members(tmp, url, want, mapped=mapped)
         else:
             yield from stream_members(stream, url, want=want)
 
@@ -192,23 +196,72 @@ def _spooled(stream: IO[bytes], url: str) -> Iterator[IO[bytes]]:
         tmp.close()
 
 
-def _file_members(f: IO[bytes], url: str, want: Want, seek: tuple[int, int] | None = None
-                  ) -> Iterator[tuple[Member, bytes | None, int | None] | TarFault]:
+class _Mapping:
+    """A shard file mapped read-only, for members handed out as memoryviews (no copy).
+    For each batch of members the reader thread asks the system to read their pages ahead
+    (MADV_WILLNEED: the disk reads start here, well before the views are read; faulting
+    the pages in here with MADV_POPULATE_READ instead halved the reader's rate for data
+    already cached, more work than the faults it saves). Before every batch the file's
+    size is checked: a shard truncated in place is then a read error, as with pread,
+    rather than a SIGBUS; one truncated after its views were handed out still faults."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        import mmap
+
+        self.size = size
+        self.mm = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size else None
+        self.view = memoryview(self.mm) if self.mm is not None else memoryview(b"")
+
+    def views(self, members: list[Member]) -> list[memoryview] | None:
+        """The members' views; None if the file no longer holds them."""
+        if not members or self.mm is None:
+            return [self.view[m.offset:m.offset + m.size] for m in members]
+        import mmap
+
+        lo = members[0].offset // mmap.PAGESIZE * mmap.PAGESIZE
+        hi = max(m.offset + m.size for m in members)
+        try:
+            self.mm.madvise(mmap.MADV_WILLNEED, lo, hi - lo)
+        except OSError as e:
+            if e.errno in (errno.EFAULT, errno.ENOMEM):  # pages past the end of the file: it was truncated
+                return None
+        return [self.view[m.offset:m.offset + m.size] for m in members]
+
+
+def _file_members(f: IO[bytes], url: str, want: Want, seek: tuple[int, int] | None = None,
+                  mapped: frozenset[str] = frozenset()
+                  ) -> Iterator[tuple[Member, bytes | memoryview | None, int | None] | TarFault]:
     """The members of a local tar, indexed _INDEX_CHUNK at a time (a caller that stops
-    early indexes no further) and read _READ_BATCH at a time (one native call each)."""
+    early indexes no further) and read _READ_BATCH at a time (one native call each).
+    Members with an extension in `mapped` come as memoryviews over the mapped file."""
     try:
         fd = f.fileno()
         size = os.fstat(fd).st_size
         offset, first = seek if seek is not None else (0, 0)
         grouper = Grouper(first)
+        mapping: _Mapping | None = None
         while True:
             members, fault, resume = index_file(fd, size, start=offset, max_members=_INDEX_CHUNK)
             for start in range(0, len(members), _READ_BATCH):
                 part = members[start:start + _READ_BATCH]
                 groups = [grouper.group(m.name) for m in part]
                 wanted = [m for m, g in zip(part, groups) if m.type == "0" and want(m.name, g)]
-                datas, got, error = _native.read_ranges(fd, np.array([m.offset for m in wanted], np.int64),
-                                                        np.array([m.size for m in wanted], np.int64))
+                views: list[memoryview] = []
+                if mapped:
+                    is_mapped = [(split_key(m.name) or ("", ""))[1] in mapped for m in wanted]
+                    by_map = [m for m, y in zip(wanted, is_mapped) if y]
+                    # a file that shrank is read with pread below, which delivers what it
+                    # still holds and names the first member cut off, as for any shard
+                    if by_map and os.fstat(fd).st_size >= size:
+                        mapping = mapping or _Mapping(fd, size)
+                        got_views = mapping.views(by_map)
+                        if got_views is not None:
+                            views = got_views
+                            wanted = by_map + [m for m, y in zip(wanted, is_mapped) if not y]
+                rest = wanted[len(views):]
+                read, got, error = _native.read_ranges(fd, np.array([m.offset for m in rest], np.int64),
+                                                       np.array([m.size for m in rest], np.int64))
+                datas: list[bytes | memoryview] = [*views, *read]
                 data_of = dict(zip((id(m) for m in wanted), datas))
                 if len(datas) < len(wanted):  # the file shrank, or failed, under the reader
                     m = wanted[len(datas)]
@@ -270,7 +323,8 @@ def _link_kind(t: str) -> str:
 def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] | None = None,
                remote: RemoteOptions | None = None, group: ThreadGroup | None = None,
                start: int = 0, stop: int | None = None, cache: ShardCache | None = None,
-               starts: list[int] | None = None) -> Iterator[Sample | _Failure]:
+               starts: list[int] | None = None, mapped: frozenset[str] = frozenset()
+               ) -> Iterator[Sample | _Failure]:
     """Samples start..stop-1 of one shard (Grouper's numbering; stop None: to its end),
     in order, interleaved with _Failure records (see the module doc for what is delivered
     around a fault). Under "raise" the first failure ends the shard. Members of other
@@ -278,7 +332,7 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
     headers. `starts` (a list) collects the chain offset of each sample's first member."""
     key: str | None = None
     index: int | None = None
-    fields: dict[str, bytes] = {}
+    fields: dict[str, bytes | memoryview] = {}
     bad: GpuDecodeError | None = None
     end = stop if stop is not None else float("inf")
 
@@ -299,7 +353,7 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
         if known is not None and start < len(known):
             seek = (int(known[start]), start)
     try:
-        for item in iter_members(url, want=want, remote=remote, group=group, cache=cache, seek=seek):
+        for item in iter_members(url, want=want, remote=remote, group=group, cache=cache, seek=seek, mapped=mapped):
             if isinstance(item, TarFault):
                 parts = split_key(item.member) if item.member is not None else None
                 if item.after_end:  # the archive ended before the fault: its last sample is whole
@@ -506,6 +560,11 @@ class ShardReader(torch.utils.data.IterableDataset):
             otherwise contiguous runs of samples, exact to one sample), "shard" or "sample".
         remote: timeouts and retries for remote shards (`gpudecode.io.remote.RemoteOptions`).
         cache_dir, cache_limit: keep local copies of remote shards (gpudecode.io.cache).
+        map_extensions: these fields come as read-only memoryviews over the memory-mapped
+            shard (local, cached or gunzipped ones; no copy) instead of bytes: the Loader
+            maps tensor samples (.npy) so that its kernel reads their pixels in place. A
+            shard truncated in place while its views are in use faults (SIGBUS); files
+            replaced by a rename (as every gpudecode writer does) are safe.
 
     Over one epoch with even=None every sample is yielded exactly once across consumers.
     Splitting by sample and `even` need each shard's sample count: a header scan of local
@@ -517,7 +576,7 @@ class ShardReader(torch.utils.data.IterableDataset):
                  on_error: OnError = "raise", extensions: Sequence[str] | None = None,
                  even: Even | None = None, split: Literal["auto", "shard", "sample"] = "auto",
                  remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
-                 cache_limit: int | None = None) -> None:
+                 cache_limit: int | None = None, map_extensions: Sequence[str] = ()) -> None:
         super().__init__()
         self.urls = _shards.expand_urls(urls)
         if not self.urls:
@@ -544,6 +603,7 @@ class ShardReader(torch.utils.data.IterableDataset):
         self.num_threads = max(1, num_threads or 2)
         self.on_error = check_on_error(on_error)
         self.extensions = frozenset(e.lower().lstrip(".") for e in extensions) if extensions is not None else None
+        self.map_extensions = frozenset(e.lstrip(".") for e in map_extensions)
         self.even = even
         self.split = split
         self.remote = remote
@@ -650,6 +710,7 @@ class ShardReader(torch.utils.data.IterableDataset):
         group = ThreadGroup("reader")
         halt = group.stop_event
         on_error, extensions, remote, cache = self.on_error, self.extensions, self.remote, self.cache
+        mapped = self.map_extensions
 
         def work(t: int) -> None:
             for j in range(t, len(segments), nthreads):
@@ -658,7 +719,8 @@ class ShardReader(torch.utils.data.IterableDataset):
                 chunk: list = []
                 try:
                     for item in iter_shard(seg.url, on_error=on_error, extensions=extensions, remote=remote,
-                                           group=group, start=seg.start, stop=seg.stop, cache=cache):
+                                           group=group, start=seg.start, stop=seg.stop, cache=cache,
+                                           mapped=mapped):
                         if halt.is_set():
                             return
                         if isinstance(item, _Failure):

@@ -69,11 +69,13 @@ class ShardWriter:
     `maxcount` samples and `maxsize` bytes (a new shard starts before a sample that would
     take the file past maxsize; a single sample larger than that gets a shard of its own);
     a context manager. Shard i is named by `pattern`
-    (`%d` or `{}` filled with i) or by `namer(i)`. `shards` and `counts` list the complete
+    (`%d` or `{}` filled with i) or by `namer(i)`. A shard is renamed into place once
+    complete, after an fsync (`fsync=False` leaves the writing back to the system: for
+    callers that check what they find, as precache's resume does by sha256). `shards` and `counts` list the complete
     shards and their sample counts."""
 
     def __init__(self, pattern: str | None = None, *, maxcount: int = 10000, maxsize: int = 3 << 30,
-                 namer: Callable[[int], str] | None = None) -> None:
+                 namer: Callable[[int], str] | None = None, fsync: bool = True) -> None:
         if (pattern is None) == (namer is None):
             raise ValueError("give a shard pattern or a namer, one of them")
         if pattern is not None:
@@ -82,6 +84,7 @@ class ShardWriter:
             raise ValueError("maxcount and maxsize must be >= 1")
         self.pattern = pattern
         self.namer = namer
+        self.fsync = fsync
         self.maxcount = maxcount
         self.maxsize = maxsize
         self.shards: list[str] = []
@@ -140,7 +143,8 @@ class ShardWriter:
             self._tar.close()
             assert self._file is not None
             self._file.flush()
-            os.fsync(self._file.fileno())
+            if self.fsync:
+                os.fsync(self._file.fileno())
             self._file.close()
             os.replace(self._tmp, self._path)
         except OSError as e:

@@ -10,7 +10,8 @@ Promises checked:
   project's own ShardFormatError / ShardReadError; never another exception.
 - labels: a label is an int64 integer equal to what the text or JSON says, or LabelError.
 - shard_list: shard specs expand to a list of str, or ValueError / GpuDecodeError.
-- npy: a tensor sample is read within its bytes, or ValueError.
+- npy: a tensor sample is read within its bytes, or ValueError; where the native header
+  parser accepts, numpy's parser reads the same shape, dtype and offset.
 - image: probe + CPU decode on hostile bytes give pixels of the probed size or the
   project's DecodeError / a per-image error string; never another exception.
 """
@@ -99,12 +100,41 @@ def shard_list(data: bytes) -> None:
             os.chdir(cwd)
 
 
+def _numpy_header(data: bytes):
+    """numpy's own reading of a .npy header: (shape, fortran, dtype, offset), or None."""
+    import numpy as np
+
+    f = io.BytesIO(data)
+    try:
+        version = np.lib.format.read_magic(f)
+        read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, fortran, dtype = read(f, max_header_size=1 << 20)  # (3, 0) differs from (2, 0) in non-ASCII only
+    except Exception:  # numpy's parser: ValueError, SyntaxError, EOFError, ...
+        return None
+    return shape, fortran, dtype, f.tell()
+
+
 def npy(data: bytes) -> None:
+    import numpy as np
+
+    from gpudecode import _native
     from gpudecode.tensors import npy_layout, npy_rgb
 
+    try:  # the native header parser accepts a subset of what numpy reads, and agrees with it there
+        info = _native.probe(data)
+    except ValueError:
+        info = None
+    if info is not None:
+        ref = _numpy_header(data)
+        assert ref is not None, "native npy header parser accepts what numpy refuses"
+        shape, fortran, dtype, offset = ref
+        assert (dtype == np.uint8 and not fortran and shape == (info["height"], info["width"], 3)
+                and offset == info["data_offset"]), ("native npy header parser disagrees with numpy", info, ref)
+        assert offset + shape[0] * shape[1] * 3 <= len(data)
     try:
         h, w, off = npy_layout(data)
     except ValueError:
+        assert info is None, "npy_layout refuses what the native parser accepts"
         return
     assert h >= 1 and w >= 1 and off + h * w * 3 <= len(data)
     assert npy_rgb(data).shape == (h, w, 3)
@@ -129,8 +159,9 @@ def image(data: bytes) -> None:
     dec = _decoder()
     for box in ((0, 0, p.height, p.width), (p.height // 3, p.width // 4, max(1, p.height // 2), max(1, p.width // 2))):
         out = dec.decode([Request(p.data, p.format, p.height, p.width, box, "s", "k")])
-        if out.errors[0] is None:
-            assert tuple(out.shapes[0]) == box[2:], (out.shapes[0], box)
+        if out.errors[0] is None:  # the box's pixels, inside the decoded (or stored) image
+            t, l, h, w = (int(v) for v in out.boxes[0])
+            assert (h, w) == box[2:] and t + h <= out.shapes[0][0] and l + w <= out.shapes[0][1], (out.boxes[0], box)
 
 
 _DECODER = None

@@ -93,6 +93,7 @@ def main(out: Path) -> None:
         (dirs["shard_list"] / f"s{i}").write_bytes(spec)
     for i, img in enumerate(photos()[:2]):
         (dirs["npy"] / f"n{i}").write_bytes(encode_npy(img[:16, :16]))
+        (dirs["probe"] / f"npy{i}").write_bytes(encode_npy(img[:8, :8]))  # the native npy header parser
     print(f"seeds in {out}")
 
 
