@@ -55,6 +55,7 @@ bench: setup
 	$(BIN)/python bench/kernels.py
 	$(BIN)/python bench/loader.py
 	$(BIN)/python bench/formats.py
+	$(BIN)/python bench/tensors.py
 
 # On any CUDA machine: the GPU tests and bench/gpu.py, reports in $(OUT) (or bench/_out/gpu).
 # Uses this repository's venv when `make setup` made one, else $(PYTHON) as it is (a machine
