@@ -14,7 +14,7 @@ from conftest import encode
 
 def test_help_lists_subcommands():
     out = subprocess.run([sys.executable, "-m", "gpudecode.cli", "--help"], capture_output=True, text=True, check=True)
-    for cmd in ("shard", "inspect", "precache", "demo"):
+    for cmd in ("shard", "inspect", "precache", "verify", "demo"):
         assert cmd in out.stdout
     assert out.stderr == ""
 
