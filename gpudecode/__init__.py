@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from .io.remote import RemoteOptions
     from .loader import Batch, Loader, LoaderIterator
     from ._probe import ImageInfo, probe, probe_batch
+    from .profiling import ProfileReport, profile
 
 _LAZY = {
     "ShardReader": ("gpudecode.io.reader", "ShardReader"),
@@ -30,6 +31,8 @@ _LAZY = {
     "RemoteOptions": ("gpudecode.io.remote", "RemoteOptions"),
     "Batch": ("gpudecode.loader", "Batch"),
     "transforms": ("gpudecode.transforms", None),
+    "profile": ("gpudecode.profiling", "profile"),
+    "ProfileReport": ("gpudecode.profiling", "ProfileReport"),
 }
 
 

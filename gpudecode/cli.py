@@ -5,6 +5,7 @@ import argparse
 import collections
 import json
 import sys
+from typing import Any
 
 from ._version import __version__
 
@@ -109,6 +110,105 @@ def _cmd_verify(a: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(a: argparse.Namespace) -> int:
+    out = getattr(a, "out", None)
+    if a.bench == "make-data":
+        from .bench.data import make_data
+
+        doc = make_data(a.dir, count=a.count, size=a.size, formats=a.formats.split(","), seed=a.seed,
+                        shard_size=a.shard_size, show_progress=not a.quiet)
+        per = ", ".join(f"{f} {b / 1024:.1f} KB" for f, b in doc["bytes_per_image"].items())
+        print(f"{doc['count']} images {doc['size'][1]}x{doc['size'][0]} in {', '.join(doc['formats'])} -> {a.dir} "
+              f"(per image: {per})")
+        return 0
+    if a.bench == "formats":
+        from .bench.formats import markdown, run_formats
+
+        doc = run_formats(a.data, out, threads=a.threads, device=a.device, batch=a.batch, repeat=a.repeat,
+                          pipelines=a.pipelines.split(","), crop=a.crop, show_progress=not a.quiet)
+        print(markdown(doc))
+    elif a.bench == "train":
+        from .bench.train import run_train, train_markdown
+
+        doc = run_train(a.data, out, fmt=a.format, step_ms=a.step_ms, model=a.model,
+                        workers=[int(w) for w in a.workers.split(",")], threads=a.threads, batch=a.batch,
+                        batches=a.batches, device=a.device)
+        print(train_markdown(doc))
+    elif a.bench == "io":
+        from .bench.storage import run_io
+
+        doc = run_io(a.path, out, block=a.block_kib * 1024)
+        print(doc["markdown"])
+    else:
+        from .bench.train import run_profile
+
+        doc = run_profile(a.data, out, fmt=a.format, step_ms=a.step_ms, threads=a.threads, batch=a.batch,
+                          batches=a.batches, device=a.device)
+    plots = doc.get("plots")
+    print(f"\nresults: {out}/{doc['command']}.json" + (f"; plots: {', '.join(plots)}" if isinstance(plots, list)
+                                                          else f"; {plots}"))
+    return 0
+
+
+def _add_bench(sub: Any) -> None:
+    b = sub.add_parser("bench", help="benchmark input pipelines: datasets, formats, a trainer's view, storage, "
+                       "profile", description="Each measurement writes a markdown table to stdout and a JSON file "
+                       "(every raw figure, the machine) and PNG plots into --out.")
+    bs = b.add_subparsers(dest="bench", required=True, metavar="SUBCOMMAND")
+
+    def common(p: argparse.ArgumentParser, *, data: bool = True) -> None:
+        if data:
+            p.add_argument("data", help="a dataset made by `gpudecode bench make-data`")
+        p.add_argument("--out", default="gpudecode-bench", help="where the JSON and plots go (default ./gpudecode-bench)")
+
+    p = bs.add_parser("make-data", help="a dataset of realistic images cut from real photographs, in each format")
+    p.add_argument("dir", help="output folder (new, empty, or an earlier make-data's)")
+    p.add_argument("--count", type=int, default=2048)
+    p.add_argument("--size", default="224", help="224, 768 or WxH (default 224)")
+    p.add_argument("--formats", default="png,jpg,tensor", help="comma-separated: png, jpg, tensor")
+    p.add_argument("--shard-size", type=int, default=256)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quiet", action="store_true")
+
+    p = bs.add_parser("formats", help="img/s and MB/s of each format x pipeline, one run, same transforms")
+    common(p)
+    p.add_argument("--threads", type=int, default=2, help="threads / DataLoader workers for every pipeline")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda[:N] for gpudecode and DALI")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--repeat", type=int, default=3, help="measured epochs (after a warm-up one)")
+    p.add_argument("--crop", type=int, default=224, help="RandomResizedCrop size")
+    p.add_argument("--pipelines", default="gpudecode,classic,dali,spdl,synthetic",
+                   help="comma-separated (those not installed are reported as such)")
+    p.add_argument("--quiet", action="store_true")
+
+    p = bs.add_parser("train", help="a trainer consuming batches: wait, stalls and their period, classic "
+                      "DataLoader with 1..W workers against gpudecode")
+    common(p)
+    p.add_argument("--format", default="jpg", choices=["jpg", "png", "tensor"])
+    p.add_argument("--step-ms", type=float, default=50.0, help="the simulated step (default 50 ms)")
+    p.add_argument("--model", default=None, help="a torchvision model (e.g. resnet18): a real step on the GPU")
+    p.add_argument("--workers", default="1,2", help="DataLoader worker counts to run (default 1,2)")
+    p.add_argument("--threads", type=int, default=None, help="gpudecode's threads (default: the most workers)")
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batches", type=int, default=None, help="batches measured (default: one epoch)")
+    p.add_argument("--device", default="cpu")
+
+    p = bs.add_parser("io", help="read bandwidth of where the data lives: whole shards in order vs small files")
+    p.add_argument("path", help="a folder (shards and/or image files below it)")
+    p.add_argument("--out", default="gpudecode-bench")
+    p.add_argument("--block-kib", type=int, default=1024)
+
+    p = bs.add_parser("profile", help="gpudecode.profile on the classic pipeline and on gpudecode")
+    common(p)
+    p.add_argument("--format", default="jpg", choices=["jpg", "png", "tensor"])
+    p.add_argument("--step-ms", type=float, default=20.0)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batches", type=int, default=None)
+    p.add_argument("--device", default="cpu")
+    b.set_defaults(func=_cmd_bench)
+
+
 def _cmd_demo(a: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -177,6 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("out", help="the precache output: directory or shard pattern")
     s.add_argument("--quick", action="store_true", help="skip the sha256 of the shards")
     s.set_defaults(func=_cmd_verify)
+
+    _add_bench(sub)
 
     s = sub.add_parser("demo", help="build shards from bundled photos and run the loader on the CPU")
     s.add_argument("--workdir", default="demo_data", help="where the demo shards go")

@@ -1,0 +1,117 @@
+"""What every `gpudecode bench` subcommand shares: the machine, results on disk, tables."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import statistics
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+TRAIN = "RandomResizedCrop(224) + RandomHorizontalFlip + ColorJitter(0.4, 0.4, 0.4, 0.1) + Normalize"
+
+
+def machine() -> dict:
+    """CPU model, cores, memory, GPU (if any), and the versions of what was measured."""
+    info: dict[str, Any] = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                            "python": platform.python_version(), "platform": platform.platform()}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+        with open("/proc/meminfo") as f:
+            info["memory_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import torch
+
+        info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    except Exception:  # no torch or no driver: no GPU to name
+        info["gpu"] = None
+    versions = {}
+    for mod, name in (("gpudecode", "gpudecode"), ("torch", "torch"), ("torchvision", "torchvision"),
+                      ("numpy", "numpy"), ("numba", "numba"), ("PIL", "pillow"), ("nvidia.dali", "nvidia-dali"),
+                      ("spdl.io", "spdl"), ("matplotlib", "matplotlib")):
+        try:
+            m = __import__(mod, fromlist=["__version__"])
+            versions[name] = getattr(m, "__version__", None) or _dist_version(name)
+        except Exception:  # not installed (or broken): left out
+            continue
+    info["versions"] = versions
+    return info
+
+
+def _dist_version(name: str) -> str | None:
+    from importlib import metadata
+
+    for dist in (name, name.replace("-", "_"), f"{name}-io"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def spread(rates: Sequence[float]) -> dict:
+    """Median, min, max of repeated measurements."""
+    return {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "runs": list(rates)}
+
+
+def write_json(path: Path, doc: dict) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc, indent=1, default=_default))
+    return path
+
+
+def _default(o: Any) -> Any:
+    if isinstance(o, float) and not math.isfinite(o):
+        return None
+    if isinstance(o, Path):
+        return str(o)
+    return str(o)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A markdown table; numbers right-aligned with thousands separators."""
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            if not math.isfinite(v):
+                return "-"
+            return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
+        if isinstance(v, int):
+            return f"{v:,}"
+        return "-" if v is None else str(v)
+
+    out = ["| " + " | ".join(headers) + " |",
+           "|" + "|".join("---:" if i else "---" for i in range(len(headers))) + "|"]
+    out += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def progress(total: int | None, desc: str, *, enabled: bool = True):
+    """A tqdm bar (or a do-nothing stand-in when disabled)."""
+    if not enabled:
+        class _Null:
+            def update(self, n: int = 1) -> None:
+                pass
+
+            def set_postfix_str(self, s: str) -> None:
+                pass
+
+            def close(self) -> None:
+                pass
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *a: Any) -> None:
+                pass
+        return _Null()
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit="img", leave=False)

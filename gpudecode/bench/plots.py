@@ -1,0 +1,202 @@
+"""The plots of `gpudecode bench` and ProfileReport.plot, as PNG files (matplotlib's
+object API with the Agg canvas: no pyplot, no global backend change)."""
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+WAIT, STEP, WEAK, OK = "#d9534f", "#4a7ebb", "#d9534f", "#7aa974"
+_STAGES = ("read", "probe", "decode", "h2d", "augment")
+_COLORS = {"read": "#8c6bb1", "probe": "#f0ad4e", "decode": "#d9534f", "h2d": "#5bc0de", "augment": "#4a7ebb"}
+
+
+def _figure(w: float, h: float) -> Any:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(w, h), dpi=110)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def _save(fig: Any, path: str | Path) -> str:
+    fig.tight_layout()
+    fig.savefig(str(path))
+    return str(path)
+
+
+def formats_figure(doc: dict, path: str | Path) -> str:
+    """Images/s per format (groups) and pipeline (bars), min-max as error bars."""
+    results = doc["img_per_s"]
+    fmts = list(results)
+    names: list[str] = []
+    for rows in results.values():
+        names += [n for n in rows if n not in names]
+    fig = _figure(max(6, 1.8 * len(fmts) * max(1, len(names)) / 2), 4.2)
+    ax = fig.add_subplot(111)
+    width = 0.8 / max(1, len(names))
+    cmap = ["#4a7ebb", "#d9534f", "#7aa974", "#f0ad4e", "#8c6bb1", "#999999"]
+    for j, name in enumerate(names):
+        xs, ys, lo, hi = [], [], [], []
+        for i, f in enumerate(fmts):
+            r = results[f].get(name)
+            if r is None:
+                continue
+            xs.append(i + (j - (len(names) - 1) / 2) * width)
+            ys.append(r["median"])
+            lo.append(r["median"] - r["min"])
+            hi.append(r["max"] - r["median"])
+        if not xs:
+            continue
+        label = next(results[f][name]["label"] for f in fmts if name in results[f])
+        ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=label, color=cmap[j % len(cmap)])
+        for x, y in zip(xs, ys):
+            ax.text(x, y, f"{y:,.0f}", ha="center", va="bottom", fontsize=7, rotation=90)
+    ax.set_xticks(range(len(fmts)), fmts)
+    ax.set_yscale("log")
+    ax.set_ylabel("images/s (log)")
+    d = doc["dataset"]
+    ax.set_title(f"{d['size'][1]}x{d['size'][0]} images, {doc['args']['threads']} threads/workers: training "
+                 "transforms, img/s", fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save(fig, path)
+
+
+def stages_figure(doc: dict, path: str | Path) -> str:
+    """gpudecode's median time per batch in each stage, per format (stacked)."""
+    stats = doc.get("gpudecode_stages") or {}
+    fig = _figure(6, 3.6)
+    ax = fig.add_subplot(111)
+    fmts = list(stats)
+    for i, f in enumerate(fmts):
+        med = stats[f].get("median_s", {})
+        bottom = 0.0
+        for s in _STAGES:
+            if s in med:
+                v = med[s] * 1e3
+                ax.bar(i, v, 0.6, bottom=bottom, color=_COLORS[s], label=s if i == 0 else None)
+                bottom += v
+        ax.text(i, bottom, f"slowest: {stats[f].get('slowest_stage')}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(fmts)), fmts)
+    ax.set_ylabel("ms per batch (median)")
+    ax.set_title("gpudecode: where a batch's time goes\n(read, probe and decode on one thread, augment on another)",
+                 fontsize=8)
+    if fmts:
+        ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+def _capacities(stats: dict, batch: int) -> dict[str, float]:
+    med = stats.get("median_s", {})
+    return {s: batch / med[s] for s in _STAGES if med.get(s, 0) > 0}
+
+
+def datapath_figure(doc: dict, path: str | Path) -> str:
+    """Per format: each gpudecode stage's capacity (img/s it could sustain alone), what
+    gpudecode and the classic pipeline delivered; the weakest stage marked."""
+    stats = doc.get("gpudecode_stages") or {}
+    fmts = list(doc["img_per_s"])
+    fig = _figure(7, 1.0 + 2.0 * max(1, len(fmts)))
+    for k, f in enumerate(fmts):
+        ax = fig.add_subplot(len(fmts), 1, k + 1)
+        caps = _capacities(stats.get(f, {}), doc["args"]["batch"])
+        weakest = min(caps, key=lambda s: caps[s]) if caps else None
+        labels, values, colors = [], [], []
+        for s, v in caps.items():
+            labels.append(f"stage: {s}")
+            values.append(v)
+            colors.append(WEAK if s == weakest else OK)
+        for name, r in doc["img_per_s"][f].items():
+            labels.append(f"delivered: {r['label']}")
+            values.append(r["median"])
+            colors.append(STEP if name == "gpudecode" else "#bbbbbb")
+        ax.barh(range(len(values)), values, color=colors)
+        ax.set_yticks(range(len(values)), labels, fontsize=7)
+        ax.set_xscale("log")
+        ax.invert_yaxis()
+        for i, v in enumerate(values):
+            ax.text(v, i, f" {v:,.0f}", va="center", fontsize=7)
+        ax.set_title(f"{f}: the datapath (img/s; red: the weakest link, which sets the pace)", fontsize=8)
+    return _save(fig, path)
+
+
+def train_figure(doc: dict, path: str | Path) -> str:
+    """Per run: each batch's wait (red) and step (blue), stacked; stalls show as tall red."""
+    runs = doc["runs"]
+    fig = _figure(8, 1.2 + 1.9 * len(runs))
+    first = None
+    for k, (label, r) in enumerate(runs.items()):
+        ax = fig.add_subplot(len(runs), 1, k + 1, sharey=first)  # one scale: the runs compare at a glance
+        first = first or ax
+        idx = range(len(r["wait"]))
+        ax.bar(idx, [w * 1e3 for w in r["wait"]], color=WAIT, width=1.0, label="waiting for the batch")
+        ax.bar(idx, [s * 1e3 for s in r["step"]], bottom=[w * 1e3 for w in r["wait"]], color=STEP, width=1.0,
+               label="step")
+        per = f", stalls every {r['period']}" if r["period"] else ""
+        ax.set_title(f"{label}: {r['images_per_s']:,.0f} img/s, waiting {r['wait_fraction']:.0%}{per}", fontsize=8)
+        ax.set_ylabel("ms", fontsize=7)
+        if k == 0:
+            ax.legend(fontsize=7, loc="upper right")
+    fig.axes[-1].set_xlabel("batch")
+    return _save(fig, path)
+
+
+def io_figure(doc: dict, path: str | Path) -> str:
+    res = doc["results"]
+    fig = _figure(6.5, 3.2)
+    ax = fig.add_subplot(111)
+    labels = list(res)
+    vals = [res[k]["mb_per_s"] for k in labels]
+    ax.barh(range(len(vals)), vals, color=[STEP if "sequential" in k else WAIT for k in labels])
+    ax.set_yticks(range(len(vals)), labels, fontsize=8)
+    ax.invert_yaxis()
+    for i, k in enumerate(labels):
+        ax.text(vals[i], i, f" {vals[i]:,.0f} MB/s, {res[k]['files_per_s']:,.0f} files/s", va="center", fontsize=7)
+    ax.set_xlabel("MB/s")
+    ax.set_title(f"reading {doc['path']}: whole shards in order vs small files at random", fontsize=8)
+    return _save(fig, path)
+
+
+def profile_figure(report: Any, path: str | Path, *, max_batches: int = 80) -> str:
+    """The life of each batch on a time line (waiting for it, then the step), the
+    per-batch times with stalls marked, and a gpudecode Loader's stage capacities."""
+    n = min(report.batches, max_batches)
+    panels = 3 if report.stage_capacity else 2
+    fig = _figure(8, 2.6 * panels)
+    ax = fig.add_subplot(panels, 1, 1)
+    for i, (t0, t1, t2) in enumerate(report.timeline[:n]):
+        ax.barh(i, t1 - t0, left=t0, color=WAIT, height=0.8, label="waiting" if i == 0 else None)
+        ax.barh(i, t2 - t1, left=t1, color=STEP, height=0.8, label="step" if i == 0 else None)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("batch")
+    ax.set_title(f"{report.loader}: the life of a batch ({report.bound}-bound, waiting {report.wait_fraction:.0%})",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="upper right")
+    ax2 = fig.add_subplot(panels, 1, 2)
+    ax2.plot([w * 1e3 for w in report.wait], color=WAIT, lw=1, label="wait")
+    ax2.plot([s * 1e3 for s in report.step], color=STEP, lw=1, label="step")
+    if report.stalls:
+        ax2.scatter(report.stalls, [report.wait[i] * 1e3 for i in report.stalls], color=WAIT, s=12, zorder=3,
+                    label=f"stalls{f' (every {report.period})' if report.period else ''}")
+    ax2.axhline(report.stall_threshold * 1e3, color="#999999", lw=0.8, ls="--")
+    ax2.set_xlabel("batch")
+    ax2.set_ylabel("ms")
+    ax2.legend(fontsize=7, loc="upper right")
+    if report.stage_capacity:
+        ax3 = fig.add_subplot(panels, 1, 3)
+        caps = report.stage_capacity
+        names = list(caps)
+        ax3.barh(range(len(names)), [caps[k] for k in names],
+                 color=[WEAK if k == report.weakest else OK for k in names])
+        need = statistics.median(report.sizes) / statistics.median(report.step) if statistics.median(report.step) > 0 \
+            else None
+        if need:
+            ax3.axvline(need, color=STEP, ls="--", lw=1, label=f"the step consumes {need:,.0f} img/s")
+            ax3.legend(fontsize=7)
+        ax3.set_yticks(range(len(names)), names, fontsize=8)
+        ax3.invert_yaxis()
+        ax3.set_xscale("log")
+        ax3.set_xlabel("img/s each stage sustains (red: the weakest link)")
+    return _save(fig, path)

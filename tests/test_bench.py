@@ -1,0 +1,187 @@
+"""`gpudecode bench` end to end on a tiny dataset (tables, JSON, plots), and
+gpudecode.profile against loaders slowed on purpose."""
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from gpudecode import ShardReader, profile
+from gpudecode.bench import data as bdata
+from gpudecode.cli import main
+from gpudecode.profiling import find_period
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("benchdata") / "d"
+    doc = bdata.make_data(root, count=24, size=64, shard_size=8, show_progress=False)
+    return root, doc
+
+
+def _plots_ok(paths):
+    assert paths and isinstance(paths, list)
+    for p in paths:
+        data = Path(p).read_bytes()
+        assert data[:8] == PNG_MAGIC and len(data) > 5000, p
+
+
+def test_make_data_same_pixels_in_every_format(tiny):
+    root, doc = tiny
+    assert doc["count"] == 24 and doc["size"] == [64, 64] and doc["formats"] == ["png", "jpg", "tensor"]
+    assert json.loads((root / "dataset.json").read_text()) == doc
+    samples = {}
+    for f, ext in (("png", "png"), ("jpg", "jpg"), ("tensor", "npy")):
+        got = {s.key: s for s in ShardReader([str(root / p) for p in doc["shards"][f]])}
+        assert len(got) == 24 and all(ext in s.fields and "cls" in s.fields for s in got.values())
+        files = sorted((root / doc["files"][f]).rglob(f"*.{ext}"))
+        assert len(files) == 24
+        samples[f] = got
+    for key, s in samples["png"].items():
+        png = np.asarray(Image.open(io.BytesIO(s.fields["png"])).convert("RGB"))
+        npy = np.load(io.BytesIO(samples["tensor"][key].fields["npy"]))
+        jpg = np.asarray(Image.open(io.BytesIO(samples["jpg"][key].fields["jpg"])).convert("RGB"))
+        np.testing.assert_array_equal(png, npy)  # lossless formats: the same pixels
+        assert png.shape == (64, 64, 3) and np.abs(jpg.astype(int) - png).mean() < 6  # JPEG q90: close
+        # a photograph, not noise or a flat field: neighbours correlate, and there is detail
+        g = png.astype(float).mean(axis=2)
+        assert g.std() > 5 and np.corrcoef(g[:, :-1].ravel(), g[:, 1:].ravel())[0, 1] > 0.5
+        assert s.fields["cls"] == samples["jpg"][key].fields["cls"]
+    with pytest.raises(ValueError, match="not empty"):
+        (root.parent / "other").mkdir(exist_ok=True)
+        (root.parent / "other" / "x.txt").write_text("mine")
+        bdata.make_data(root.parent / "other", count=2, size=64, show_progress=False)
+    assert bdata.parse_size("640x480") == (480, 640) and bdata.parse_size(224) == (224, 224)
+
+
+def test_large_images_are_mosaics_of_photographs():
+    rng = np.random.default_rng(1)
+    img, label = bdata.make_image(rng, bdata._photos(), 600, 700)
+    assert img.shape == (600, 700, 3) and label >= 0
+    g = img.astype(float).mean(axis=2)
+    # detail per pixel as in a photograph: the mean gradient is not that of a smooth upscale
+    assert np.abs(np.diff(g, axis=1)).mean() > 1.0
+
+
+def test_formats_end_to_end(tiny, tmp_path, capsys):
+    root, _ = tiny
+    rc = main(["bench", "formats", str(root), "--out", str(tmp_path), "--batch", "8", "--repeat", "2",
+               "--threads", "1", "--quiet", "--pipelines", "gpudecode,classic,spdl,synthetic"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "| format | pipeline | img/s |" in out and "formats.json" in out
+    doc = json.loads((tmp_path / "formats.json").read_text())
+    assert set(doc["img_per_s"]) == {"png", "jpg", "tensor"}
+    for fmt, rows in doc["img_per_s"].items():
+        assert {"gpudecode", "classic", "synthetic"} <= set(rows)
+        assert "spdl" in rows or "spdl" in doc["skipped"].get(fmt, {})
+        for name, r in rows.items():
+            assert len(r["runs"]) == 2 and r["min"] <= r["median"] <= r["max"]
+            assert r["mb_per_s"] == pytest.approx(r["median"] * doc["dataset"]["bytes_per_image"][fmt] / 1e6)
+            # the ratios are the raw figures' ratios
+            assert doc["x_classic"][fmt][name] == pytest.approx(r["median"] / rows["classic"]["median"])
+        assert doc["gpudecode_stages"][fmt]["batches"] == 3
+    assert doc["machine"]["cores"] and "torch" in doc["machine"]["versions"]
+    assert (tmp_path / "formats.md").read_text().startswith("24 images 64x64")
+    _plots_ok(doc["plots"])
+
+
+def test_train_io_and_profile_subcommands(tiny, tmp_path, capsys):
+    root, _ = tiny
+    assert main(["bench", "train", str(root), "--out", str(tmp_path), "--batch", "4", "--step-ms", "5",
+                 "--workers", "1"]) == 0
+    doc = json.loads((tmp_path / "train.json").read_text())
+    assert set(doc["runs"]) == {"classic, 1 workers", "gpudecode, 1 threads"}
+    for r in doc["runs"].values():
+        assert r["batches"] == 5 and len(r["wait"]) == len(r["step"]) == 5  # 24 / 4 = 6, one warm-up
+        assert r["wait_fraction"] == pytest.approx(sum(r["wait"]) / r["elapsed"])
+    _plots_ok(doc["plots"])
+    assert main(["bench", "io", str(root), "--out", str(tmp_path)]) == 0
+    doc = json.loads((tmp_path / "io.json").read_text())
+    assert {r["kind"] for r in doc["results"].values()} == {"sequential shard reads", "random small-file reads"}
+    for r in doc["results"].values():
+        assert r["mb_per_s"] == pytest.approx(r["bytes"] / r["seconds"] / 1e6)
+    _plots_ok(doc["plots"])
+    assert main(["bench", "profile", str(root), "--out", str(tmp_path), "--batch", "4", "--step-ms", "2",
+                 "--threads", "1"]) == 0
+    doc = json.loads((tmp_path / "profile.json").read_text())
+    assert set(doc["runs"]) == {"classic", "gpudecode"} and doc["runs"]["gpudecode"]["stage_capacity"]
+    _plots_ok(doc["plots"])
+    out = capsys.readouterr().out
+    assert "## classic" in out and "## gpudecode" in out and "stage capacity" in out
+
+
+class _Slow(torch.utils.data.Dataset):
+    """Every sample takes 25 ms to make: a transform slowed on purpose."""
+
+    def __len__(self) -> int:
+        return 8 * 16
+
+    def __getitem__(self, i):
+        time.sleep(0.025)
+        return torch.zeros(3, 8, 8), 0
+
+
+def test_profile_finds_a_worker_bound_dataloader_and_its_period(tmp_path):
+    """2 workers, each 200 ms per batch, the step 5 ms: the workers finish in step, so
+    every 2nd batch waits for both (the talks' pattern), and the report says so."""
+    dl = torch.utils.data.DataLoader(_Slow(), batch_size=8, num_workers=2)
+    r = profile(dl, step=0.005, batches=12)
+    assert r.bound == "data" and r.wait_fraction > 0.8 and r.input_speedup_needed > 5
+    assert r.num_workers == 2 and r.period == 2, (r.stalls, [round(w, 3) for w in r.wait])
+    assert any("worker-bound" in a and "num_workers = 2" in a for a in r.advice)
+    assert "every 2 batches (num_workers = 2)" in r.summary()
+    doc = json.loads(r.to_json())
+    assert doc["period"] == 2 and doc["batches"] == 12 and doc["images"] == 96
+    _plots_ok([r.plot(str(tmp_path / "dl.png"))])
+
+
+def test_profile_names_the_slowed_stage_of_a_loader(tiny, monkeypatch):
+    from gpudecode import Loader
+    from gpudecode import transforms as T
+    from gpudecode.decode.cpu import CpuDecoder
+
+    root, doc = tiny
+    real = CpuDecoder.decode
+
+    def slow_decode(self, requests):
+        time.sleep(0.03)
+        return real(self, requests)
+
+    monkeypatch.setattr(CpuDecoder, "decode", slow_decode)
+    tf = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.Normalize([0.5] * 3, [0.25] * 3)])
+    loader = Loader([str(root / p) for p in doc["shards"]["jpg"]], batch_size=4, transform=tf, device="cpu",
+                    num_threads=1)
+    r = profile(loader, step=0.001)
+    assert r.bound == "data" and r.weakest == "decode"
+    assert set(r.stage_capacity) >= {"read", "probe", "decode", "augment"}
+    assert r.stage_capacity["decode"] < 4 / 0.03 + 1
+    assert any("decode-bound" in a for a in r.advice)
+
+
+def test_profile_compute_bound_and_plain_iterables():
+    batches = [(torch.zeros(16, 3, 4, 4), torch.zeros(16)) for _ in range(30)]
+    r = profile(batches, step=0.003)
+    assert r.bound == "compute" and r.batches == 29 and r.images == 29 * 16 and not r.stalls
+    assert r.loader == "list" and r.num_workers is None and not r.stage_capacity
+    calls = []
+    r = profile(iter(batches), step=lambda b: calls.append(len(b[0])), batches=5, warmup=2)
+    assert r.batches == 5 and calls == [16] * 7
+    with pytest.raises(ValueError, match="no batch measured"):
+        profile([], step=0.0)
+
+
+def test_find_period():
+    assert find_period([1, 3, 5, 7, 9, 11], 12) == 2
+    assert find_period([2, 5, 8, 11, 14], 16) == 3
+    assert find_period([0, 7], 20) is None  # too few
+    assert find_period([1, 2, 3, 5, 8, 13], 16) is None  # no rhythm
+    assert find_period([3, 9, 15], 40) is None  # regular, but far fewer stalls than every 6th batch would give
