@@ -111,7 +111,7 @@ def _cmd_verify(a: argparse.Namespace) -> int:
 
 
 def _cmd_bench(a: argparse.Namespace) -> int:
-    out = getattr(a, "out", None)
+    out: str = getattr(a, "out", "") or "gpudecode-bench"
     if a.bench == "make-data":
         from .bench.data import make_data
 
