@@ -9,12 +9,16 @@ FUZZ_SECONDS ?= 60
 
 .PHONY: setup setup-demo demo test bench sysdeps clean fuzz fuzz-replay gpu-check
 
-# libjpeg-turbo's headers are needed to build gpudecode._native.
+# libjpeg-turbo's headers are needed to build gpudecode._native; libpng's are used where found.
 sysdeps:
 	@if [ ! -f /usr/include/jpeglib.h ] && ! ls /usr/include/*/jpeglib.h >/dev/null 2>&1; then \
 	  if command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -q && apt-get install -y -q libjpeg62-turbo-dev || apt-get install -y -q libjpeg-turbo8-dev; \
 	  else echo "install libjpeg-turbo's development headers (libjpeg-turbo-devel / libjpeg62-turbo-dev)"; exit 1; fi; \
+	fi
+	@# libpng's headers (optional: PNG decoded natively, GIL released; else through pyspng)
+	@if [ ! -f /usr/include/png.h ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get install -y -q libpng-dev || echo "libpng-dev not installed: PNG will go through pyspng"; \
 	fi
 
 $(BIN)/python:

@@ -1,5 +1,9 @@
 #include "batch.h"
 
+#ifdef GPUDECODE_HAVE_PNG
+#include "png_decode.h"
+#endif
+
 namespace gpudecode {
 
 int default_threads() { return int(std::max(1u, std::thread::hardware_concurrency())); }
@@ -24,6 +28,38 @@ std::string check_jpeg_batch(size_t n, const int32_t* bx, const int32_t* sc, con
     if (sc[i] != 1 && sc[i] != 2 && sc[i] != 4 && sc[i] != 8) return "scale_denom must be 1, 2, 4 or 8";
   }
   return "";
+}
+
+std::vector<std::string> decode_batch(const std::vector<ByteView>& items, const uint8_t* kinds, const int32_t* bx,
+                                      const int32_t* sc, const int64_t* off, uint8_t* out, bool fast,
+                                      int64_t max_pixels, int num_threads) {
+  const size_t n = items.size();
+  std::vector<std::string> errs(n);
+  parallel_for(n, num_threads > 0 ? num_threads : default_threads(), [&](size_t i) {
+    Box b{bx[4 * i], bx[4 * i + 1], bx[4 * i + 2], bx[4 * i + 3]};
+    if (kinds[i] == kJpeg) {
+      DecodeOptions opt{fast, sc[i], max_pixels};
+      errs[i] = decode_jpeg_crop(items[i].data, items[i].size, b, opt, out + off[i]);
+    } else if (kinds[i] == kPng) {
+#ifdef GPUDECODE_HAVE_PNG
+      errs[i] = sc[i] == 1 ? decode_png_crop(items[i].data, items[i].size, b, max_pixels, out + off[i])
+                           : "PNG windows cannot be scaled (scale_denom must be 1)";
+#else
+      errs[i] = "this build of gpudecode._native has no PNG decoder (libpng was not found)";
+#endif
+    } else {
+      errs[i] = "unknown image kind " + std::to_string(int(kinds[i]));
+    }
+  });
+  return errs;
+}
+
+bool has_png() {
+#ifdef GPUDECODE_HAVE_PNG
+  return true;
+#else
+  return false;
+#endif
 }
 
 std::vector<std::string> decode_jpeg_batch(const std::vector<ByteView>& items, const int32_t* bx,

@@ -61,4 +61,16 @@ std::vector<std::string> decode_jpeg_batch(const std::vector<ByteView>& items, c
                                            const int32_t* scale_denoms, const int64_t* offsets, uint8_t* out,
                                            bool fast, int64_t max_pixels, int num_threads);
 
+// Item kinds of decode_batch.
+constexpr uint8_t kJpeg = 0, kPng = 1;
+
+// decode_jpeg_batch over JPEGs (kinds[i] == kJpeg) and PNGs (kPng: whole image decoded,
+// the box kept; scale denominator 1) alike, one pool of threads for the batch. PNG needs
+// a build with libpng (has_png()); without it those items get an error.
+std::vector<std::string> decode_batch(const std::vector<ByteView>& items, const uint8_t* kinds, const int32_t* boxes,
+                                      const int32_t* scale_denoms, const int64_t* offsets, uint8_t* out, bool fast,
+                                      int64_t max_pixels, int num_threads);
+
+bool has_png();
+
 }  // namespace gpudecode

@@ -277,4 +277,35 @@ PYBIND11_MODULE(_native, m) {
       py::arg("fast") = false, py::arg("max_pixels") = 0, py::arg("num_threads") = 0,
       "Decode item i's box into out[offsets[i]:] (RGB HWC) on native threads; returns one error "
       "message per item (\"\" when it decoded).");
+
+  m.attr("has_png") = has_png();
+  m.def(
+      "decode_batch",
+      [](const std::vector<py::buffer>& items, py::array_t<uint8_t, py::array::c_style> kinds,
+         py::array_t<int32_t, py::array::c_style> boxes, py::array_t<int32_t, py::array::c_style> scale_denoms,
+         py::array_t<int64_t, py::array::c_style> offsets, py::array_t<uint8_t, py::array::c_style> out, bool fast,
+         int64_t max_pixels, int num_threads) {
+        const size_t n = items.size();
+        if (boxes.ndim() != 2 || size_t(boxes.shape(0)) != n || boxes.shape(1) != 4)
+          throw py::value_error("boxes must be int32 [N, 4]");
+        if (size_t(kinds.size()) != n || size_t(scale_denoms.size()) != n || size_t(offsets.size()) != n)
+          throw py::value_error("kinds, scale_denoms and offsets need one entry per item");
+        std::vector<ByteView> views;
+        views.reserve(n);
+        for (const auto& b : items) views.push_back(view_of(b));
+        const std::string bad = check_jpeg_batch(n, boxes.data(), scale_denoms.data(), offsets.data(), out.size());
+        if (!bad.empty()) throw py::value_error(bad);
+        uint8_t* dst = out.mutable_data();
+        std::vector<std::string> errs;
+        {
+          py::gil_scoped_release nogil;
+          errs = decode_batch(views, kinds.data(), boxes.data(), scale_denoms.data(), offsets.data(), dst, fast,
+                              max_pixels, num_threads);
+        }
+        return errs;
+      },
+      py::arg("items"), py::arg("kinds"), py::arg("boxes"), py::arg("scale_denoms"), py::arg("offsets"),
+      py::arg("out"), py::arg("fast") = false, py::arg("max_pixels") = 0, py::arg("num_threads") = 0,
+      "decode_jpeg_batch over JPEGs (kinds[i] == 0) and PNGs (1; needs has_png) in one pool of "
+      "native threads; returns one error message per item (\"\" when it decoded).");
 }

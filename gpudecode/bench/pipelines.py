@@ -8,7 +8,8 @@
   hsv, crop_mirror_normalize), on the CPU or with the "mixed" decoder on a GPU;
 - spdl: SPDL's thread-pool pipeline (spdl.pipeline, FFmpeg decode through spdl.io, then
   torchvision's v2 transforms in the pool);
-- synthetic: batches already in memory (the upper bound of any pipeline here).
+- synthetic: batches already in memory, each copied into the output once (the ceiling of
+  any pipeline here: memory bandwidth).
 
 Each is an object with `epoch(e)` (an iterator of (images, labels) batches, images with
 len()), `close()`, and `iterable` (what gpudecode.profile should wrap).
@@ -211,6 +212,7 @@ class SpdlPipeline:
         return torch.stack([i for i, _ in items]), torch.tensor([lab for _, lab in items])
 
     def epoch(self, e: int) -> Iterator:
+        import torch
         from spdl.pipeline import PipelineBuilder
 
         order = list(self.files)
@@ -218,8 +220,15 @@ class SpdlPipeline:
         builder: Any = PipelineBuilder()
         pipeline = (builder.add_source(order).pipe(self._load, concurrency=self.threads)
                     .aggregate(self.batch).pipe(self._collate).add_sink(3).build(num_threads=self.threads))
-        with pipeline.auto_stop():
-            yield from pipeline.get_iterator()
+        # the pool's threads are the parallelism: one intra-op thread per torch call, as each
+        # DataLoader worker is given (torch's default here would oversubscribe the cores)
+        saved = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            with pipeline.auto_stop():
+                yield from pipeline.get_iterator()
+        finally:
+            torch.set_num_threads(saved)
 
     def __iter__(self) -> Iterator:
         return self.epoch(0)
@@ -229,13 +238,15 @@ class SpdlPipeline:
 
 
 class SyntheticPipeline:
-    """The same batch, already in memory, handed out as often as the dataset has batches:
-    what a trainer gets when input costs nothing."""
+    """Batches already decoded and transformed, in memory: each step copies one into the
+    output buffer the trainer receives (the least any loader does: write its output), so
+    this is the ceiling of a pipeline on this machine, set by memory bandwidth."""
 
     def __init__(self, count: int, batch: int, crop: int = 224) -> None:
         import torch
 
-        self.images = torch.randn(batch, 3, crop, crop)
+        self.sources = [torch.randn(batch, 3, crop, crop) for _ in range(4)]
+        self.outputs = [torch.empty(batch, 3, crop, crop) for _ in range(3)]
         self.labels = torch.zeros(batch, dtype=torch.int64)
         self.count = count
         self.batch = batch
@@ -243,11 +254,14 @@ class SyntheticPipeline:
         self.iterable = self
 
     def epoch(self, e: int) -> Iterator:
-        left = self.count
+        left, i = self.count, 0
         while left > 0:
             n = min(self.batch, left)
-            yield self.images[:n], self.labels[:n]
+            out = self.outputs[i % len(self.outputs)][:n]
+            out.copy_(self.sources[i % len(self.sources)][:n])
+            yield out, self.labels[:n]
             left -= n
+            i += 1
 
     def __iter__(self) -> Iterator:
         return self.epoch(0)

@@ -37,6 +37,7 @@ def formats_figure(doc: dict, path: str | Path) -> str:
     ax = fig.add_subplot(111)
     width = 0.8 / max(1, len(names))
     cmap = ["#4a7ebb", "#d9534f", "#7aa974", "#f0ad4e", "#8c6bb1", "#999999"]
+    peak = 1.0
     for j, name in enumerate(names):
         xs, ys, lo, hi = [], [], [], []
         for i, f in enumerate(fmts):
@@ -51,10 +52,13 @@ def formats_figure(doc: dict, path: str | Path) -> str:
             continue
         label = next(results[f][name]["label"] for f in fmts if name in results[f])
         ax.bar(xs, ys, width, yerr=[lo, hi], capsize=3, label=label, color=cmap[j % len(cmap)])
-        for x, y in zip(xs, ys):
-            ax.text(x, y, f"{y:,.0f}", ha="center", va="bottom", fontsize=7, rotation=90)
+        for x, y, h in zip(xs, ys, hi):
+            top = max(y + h, y) * 1.12  # above the error bar (log axis: a factor)
+            ax.text(x, top, f"{y:,.0f}", ha="center", va="bottom", fontsize=7)
+            peak = max(peak, top)
     ax.set_xticks(range(len(fmts)), fmts)
     ax.set_yscale("log")
+    ax.set_ylim(top=peak * 2.5)
     ax.set_ylabel("images/s (log)")
     d = doc["dataset"]
     ax.set_title(f"{d['size'][1]}x{d['size'][0]} images, {doc['args']['threads']} threads/workers: training "

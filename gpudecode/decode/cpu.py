@@ -1,5 +1,6 @@
-"""CPU decoding: JPEG through libjpeg-turbo decoding only the needed window
-(gpudecode._native, native threads, GIL released); PNG through pyspng; tensor samples
+"""CPU decoding: JPEG through libjpeg-turbo decoding only the needed window, PNG through
+libpng (gpudecode._native, native threads, GIL released; pyspng where the module was built
+without libpng); tensor samples
 (.npy, from `gpudecode precache`) read in place (see CpuDecoder); anything else through
 Pillow. Everything comes out RGB uint8:
 
@@ -41,16 +42,23 @@ def _pillow_rgb(data: bytes, max_pixels: int) -> np.ndarray:
 
 
 def _png_rgb(data: bytes, max_pixels: int, height: int, width: int) -> np.ndarray:
-    import pyspng
-
     if max_pixels and height * width > max_pixels:
         raise ValueError(f"image of {width}x{height} pixels is over the limit of {max_pixels} pixels")
+    if _native.has_png:  # libpng, GIL released
+        out = np.empty((height, width, 3), np.uint8)
+        err = _native.decode_batch([data], np.ones(1, np.uint8), np.array([[0, 0, height, width]], np.int32),
+                                   np.ones(1, np.int32), np.zeros(1, np.int64), out.reshape(-1), False, max_pixels, 1)
+        if err[0]:
+            raise ValueError(err[0])
+        return out
+    import pyspng
+
     return pyspng.load(data, format="RGB")
 
 
 def host_rgb(r: Request, max_pixels: int) -> np.ndarray:
     """The whole image of a non-JPEG request, RGB uint8 HWC, decoded on the host: PNG
-    through pyspng, tensor samples (.npy) as a view of their bytes, the rest by Pillow.
+    through libpng (or pyspng), tensor samples (.npy) as a view of their bytes, the rest by Pillow.
 
     Raises:
         ValueError (or the decoder's own exception): unreadable, or over max_pixels.
@@ -115,9 +123,11 @@ class CpuDecoder:
         n = len(requests)
         errors: list[str | None] = [None] * n
         windows = [self._window(r) for r in requests]
-        jpeg = [k for k, r in enumerate(requests) if r.format == "jpeg"]
+        # JPEG (and PNG where the native module has libpng): decoded on native threads
+        native = ("jpeg", "png") if _native.has_png else ("jpeg",)
+        jpeg = [k for k, r in enumerate(requests) if r.format in native]
         tensor = [k for k, r in enumerate(requests) if r.format == "npy"]
-        other = [k for k, r in enumerate(requests) if r.format not in ("jpeg", "npy")]
+        other = [k for k, r in enumerate(requests) if r.format not in native and r.format != "npy"]
         # sizes: JPEG and tensor windows are known before decoding; others after
         decoded: dict[int, np.ndarray] = {}
 
@@ -157,8 +167,9 @@ class CpuDecoder:
         if jpeg:
             boxes = np.array([windows[k][0] for k in jpeg], np.int32).reshape(-1, 4)
             scales = np.array([windows[k][1] for k in jpeg], np.int32)
-            errs = _native.decode_jpeg_batch([requests[k].data for k in jpeg], boxes, scales, offsets[jpeg], buf,
-                                             self.fast, self.max_pixels, self.num_threads)
+            kinds = np.array([requests[k].format == "png" for k in jpeg], np.uint8)  # 0 JPEG, 1 PNG
+            errs = _native.decode_batch([requests[k].data for k in jpeg], kinds, boxes, scales, offsets[jpeg], buf,
+                                        self.fast, self.max_pixels, self.num_threads)
             for k, e in zip(jpeg, errs):
                 if e:
                     errors[k] = e

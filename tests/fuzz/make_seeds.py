@@ -53,6 +53,12 @@ def images() -> dict[str, bytes]:
     return out
 
 
+def hand_pngs() -> dict[str, bytes]:
+    from test_png import variants  # PNGs written by hand: what Pillow cannot write (Adam7, 1-4 bits)
+
+    return {f"hand-{k}": v for k, v in variants(photos()[0][:24, :20]).items()}
+
+
 def main(out: Path) -> None:
     import tarcorpus
 
@@ -61,7 +67,7 @@ def main(out: Path) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     imgs = images()
-    dirs = {t: out / t for t in ("tar", "probe", "jpeg", "batch", "tar_stream", "gzip_path", "labels",
+    dirs = {t: out / t for t in ("tar", "probe", "jpeg", "png", "batch", "tar_stream", "gzip_path", "labels",
                                  "shard_list", "npy", "image")}
     for d in dirs.values():
         d.mkdir(exist_ok=True)
@@ -81,10 +87,18 @@ def main(out: Path) -> None:
         if data[:2] == b"\xff\xd8":
             (dirs["jpeg"] / name).write_bytes(bytes([0, 10, 20, 200, 200, 0, 0, 0]) + data)
             (dirs["jpeg"] / (name + "-fast")).write_bytes(bytes([3, 60, 60, 100, 100, 0, 0, 0]) + data)
+        if data[:4] == b"\x89PNG":
+            (dirs["png"] / name).write_bytes(bytes([1, 10, 20, 200, 200, 0, 0, 0]) + data)
+    for name, data in hand_pngs().items():  # colour types, bit depths, tRNS, Adam7
+        (dirs["png"] / name).write_bytes(bytes([1, 30, 40, 120, 160, 0, 0, 0]) + data)
+        (dirs["probe"] / name).write_bytes(data)
     jpegs = [d for d in imgs.values() if d[:2] == b"\xff\xd8"]
     for i in range(0, len(jpegs) - 1, 2):
         a, b = jpegs[i], jpegs[i + 1]
         (dirs["batch"] / f"b{i}").write_bytes(bytes([1, 0x81]) + len(a).to_bytes(2, "big") + a + b)
+    pngs = [d for d in imgs.values() if d[:4] == b"\x89PNG"]
+    for i, (a, b) in enumerate(zip(pngs, jpegs)):  # PNG and JPEG in one batch
+        (dirs["batch"] / f"pj{i}").write_bytes(bytes([1, 0x01]) + len(a).to_bytes(2, "big") + a + b)
     for i, lab in enumerate([b"7", b"-3\n", b" 42 ", b"3.7", b"true", b"9223372036854775807", b"9223372036854775808",
                              b'{"label": 5}', b'{"label": 5.0}', b'{"label": true}', b'[[[[1]]]]', b'{"label": 1e400}']):
         (dirs["labels"] / f"l{i}").write_bytes(lab)

@@ -38,9 +38,26 @@ FLAGS = ["-std=c++17", "-g", "-I", str(ROOT / "csrc")]
 LIBS = ["-ljpeg", "-lpthread"]
 
 
+def _pkg(name: str) -> list[str] | None:
+    try:
+        out = subprocess.run(["pkg-config", "--cflags", "--libs", name], capture_output=True, text=True)
+    except FileNotFoundError:
+        return None
+    return out.stdout.split() if out.returncode == 0 else None
+
+
+# libpng, as the module's build finds it (optional there, so here too): the png target and
+# the PNG items of the batch target
+_PNG = _pkg("libpng")
+if _PNG is not None:
+    SOURCES.append(ROOT / "csrc" / "png_decode.cpp")
+    CPP["png"] = 1 << 15
+    FLAGS += ["-DGPUDECODE_HAVE_PNG"]
+    LIBS += _PNG
+
+
 def _jpeg_flags() -> list[str]:
-    out = subprocess.run(["pkg-config", "--cflags", "--libs", "libjpeg"], capture_output=True, text=True)
-    return out.stdout.split() if out.returncode == 0 else []
+    return _pkg("libjpeg") or []
 
 
 def _env() -> dict:
@@ -95,7 +112,7 @@ def fuzz(targets: list[str], seconds: int, jobs: int) -> int:
     if cpp:
         build_fuzzers(cpp)
     subprocess.run([sys.executable, str(FUZZ / "make_seeds.py"), str(BUILD / "seeds")], check=True)
-    seeds = {"tar": "tar", "probe": "probe", "jpeg": "jpeg", "batch": "batch", **{t: t for t in PY}}
+    seeds = {t: t for t in [*CPP, *PY]}
     crashes = FUZZ / "crashes"
     crashes.mkdir(exist_ok=True)
     procs: list = []

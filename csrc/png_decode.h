@@ -1,0 +1,21 @@
+// Crop-window PNG decoding over libpng (built where libpng's headers are found: see
+// CMakeLists.txt; `_native.has_png` says whether this module has it).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "jpeg_decode.h"  // Box
+
+namespace gpudecode {
+
+// Decodes a PNG and writes the box of its pixels into `out` (box.height * box.width * 3
+// bytes, RGB, HWC), as Pillow's convert("RGB") would except for 16-bit samples:
+// grey to three equal channels, palette expanded, alpha and tRNS dropped (not
+// composited), 16-bit samples to their high byte, no gamma correction, interlacing
+// undone. Every row is decoded (so every IDAT chunk's CRC and the zlib stream's
+// checksum are checked before the pixels are trusted), only the box's are kept.
+// Returns "" on success, otherwise what went wrong (and `out` is unspecified).
+std::string decode_png_crop(const uint8_t* data, size_t size, const Box& box, int64_t max_pixels, uint8_t* out);
+
+}  // namespace gpudecode

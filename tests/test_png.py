@@ -1,0 +1,244 @@
+"""The native PNG decoder (libpng, GIL released) against pyspng (what it replaces) and
+Pillow, on real photographs in every colour type, bit depth and interlacing, full images
+and crop windows; damaged data is an error, never altered pixels."""
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+
+import numpy as np
+import pyspng
+import pytest
+from PIL import Image
+
+from gpudecode import _native
+from gpudecode.decode import Request
+from gpudecode.decode.cpu import CpuDecoder
+
+pytestmark = pytest.mark.skipif(not _native.has_png, reason="gpudecode._native was built without libpng")
+
+
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def png_bytes(px: np.ndarray, *, color: int, depth: int = 8, interlace: bool = False,
+              plte: bytes = b"", trns: bytes = b"") -> bytes:
+    """A PNG written by hand (filter 0 rows, optional Adam7), so interlaced files, low bit
+    depths and tRNS can be made: px is [H, W, C] of the stored samples."""
+    h, w = px.shape[:2]
+
+    def rows(a: np.ndarray) -> bytes:
+        out = b""
+        for r in a:
+            flat = r.reshape(-1)
+            if depth == 16:
+                data = flat.astype(">u2").tobytes()
+            elif depth == 8:
+                data = flat.astype(np.uint8).tobytes()
+            else:  # 1, 2, 4 bits, packed high bits first
+                data = np.packbits(np.unpackbits(flat.astype(np.uint8)[:, None], axis=1)[:, 8 - depth:].reshape(-1)
+                                   ).tobytes()
+            out += b"\0" + data
+        return out
+
+    if interlace:
+        raw = b""
+        for y0, x0, dy, dx in ((0, 0, 8, 8), (0, 4, 8, 8), (4, 0, 8, 4), (0, 2, 4, 4), (2, 0, 4, 2), (0, 1, 2, 2),
+                               (1, 0, 2, 1)):
+            sub = px[y0::dy, x0::dx]
+            if sub.shape[0] and sub.shape[1]:
+                raw += rows(sub)
+    else:
+        raw = rows(px)
+    ihdr = struct.pack(">IIBBBBB", w, h, depth, color, 0, 0, int(interlace))
+    out = b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr)
+    if plte:
+        out += _chunk(b"PLTE", plte)
+    if trns:
+        out += _chunk(b"tRNS", trns)
+    return out + _chunk(b"IDAT", zlib.compress(raw, 6)) + _chunk(b"IEND", b"")
+
+
+def native(data: bytes, box=None, max_pixels: int = 0) -> np.ndarray:
+    w, h = struct.unpack(">II", data[16:24])
+    t, l, bh, bw = box or (0, 0, h, w)
+    out = np.zeros(bh * bw * 3, np.uint8)
+    err = _native.decode_batch([data], np.ones(1, np.uint8), np.array([[t, l, bh, bw]], np.int32),
+                               np.ones(1, np.int32), np.zeros(1, np.int64), out, False, max_pixels, 1)
+    if err[0]:
+        raise ValueError(err[0])
+    return out.reshape(bh, bw, 3)
+
+
+def variants(img: np.ndarray) -> dict[str, bytes]:
+    """Every PNG colour type and bit depth, from one photograph."""
+    rng = np.random.default_rng(0)
+    g = img[..., 1]
+    h, w = g.shape
+    pal_img = Image.fromarray(img).quantize(200)
+    idx = np.asarray(pal_img)
+    plte = bytes(pal_img.getpalette()[:600])
+    out = {}
+    for interlace in (False, True):
+        s = "-adam7" if interlace else ""
+        out["rgb" + s] = png_bytes(img, color=2, interlace=interlace)
+        out["rgba" + s] = png_bytes(np.dstack([img, rng.integers(0, 256, (h, w), np.uint8)]), color=6,
+                                    interlace=interlace)
+        out["gray" + s] = png_bytes(g[..., None], color=0, interlace=interlace)
+        out["gray-alpha" + s] = png_bytes(np.dstack([g, g // 3]), color=4, interlace=interlace)
+        out["palette" + s] = png_bytes(idx[..., None], color=3, plte=plte, interlace=interlace)
+        out["palette-trns" + s] = png_bytes(idx[..., None], color=3, plte=plte, trns=bytes(range(0, 200, 2)),
+                                            interlace=interlace)
+        for d in (1, 2, 4):
+            out[f"gray{d}" + s] = png_bytes((g >> (8 - d))[..., None], color=0, depth=d, interlace=interlace)
+        out["palette4" + s] = png_bytes((idx % 16)[..., None], color=3, depth=4, plte=plte[:48], interlace=interlace)
+        out["gray16" + s] = png_bytes((g.astype(np.uint16) * 257 + 3)[..., None], color=0, depth=16,
+                                      interlace=interlace)
+        out["rgb16" + s] = png_bytes(img.astype(np.uint16) * 251 + 7, color=2, depth=16, interlace=interlace)
+        out["rgba16" + s] = png_bytes(np.dstack([img.astype(np.uint16) * 256, g.astype(np.uint16)]), color=6,
+                                      depth=16, interlace=interlace)
+        out["gray-trns" + s] = png_bytes(g[..., None], color=0, trns=struct.pack(">H", int(g[0, 0])),
+                                         interlace=interlace)
+    out["pillow-rgb"] = _pil(img)
+    out["pillow-palette"] = _pil(pal_img)
+    return out
+
+
+def _pil(im) -> bytes:
+    b = io.BytesIO()
+    (im if isinstance(im, Image.Image) else Image.fromarray(im)).save(b, format="PNG")
+    return b.getvalue()
+
+
+@pytest.fixture(scope="module")
+def pngs(photos):
+    img = np.ascontiguousarray(photos["chelsea"][:61, :83])  # odd sizes: partial Adam7 blocks
+    return variants(img)
+
+
+def test_every_variant_equals_pyspng(pngs):
+    for name, data in pngs.items():
+        got = native(data)
+        want = pyspng.load(data, format="RGB")
+        np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+def test_8bit_variants_equal_pillow(pngs):
+    for name, data in pngs.items():
+        if "16" in name:  # Pillow clips 16-bit grey to 255; we keep the high byte (as pyspng)
+            continue
+        with Image.open(io.BytesIO(data)) as im:
+            want = np.asarray(im.convert("RGB")) if im.mode != "P" or "trns" not in name else \
+                np.asarray(im.convert("RGBA"))[..., :3]  # palette + tRNS: transparency dropped, not composited
+        np.testing.assert_array_equal(native(data), want, err_msg=name)
+
+
+def test_crop_windows_equal_the_full_image_cropped(pngs):
+    rng = np.random.default_rng(1)
+    for name, data in pngs.items():
+        full = native(data)
+        h, w = full.shape[:2]
+        for _ in range(6):
+            t, l = int(rng.integers(0, h)), int(rng.integers(0, w))
+            bh, bw = int(rng.integers(1, h - t + 1)), int(rng.integers(1, w - l + 1))
+            np.testing.assert_array_equal(native(data, (t, l, bh, bw)), full[t:t + bh, l:l + bw], err_msg=name)
+        np.testing.assert_array_equal(native(data, (5, 0, 7, w)), full[5:12], err_msg=name)  # rows written in place
+
+
+def test_photographs_through_the_cpu_decoder(photos):
+    """Mixed JPEG and PNG requests in one batch, crop windows: the PNGs equal Pillow's."""
+    reqs, want = [], []
+    for i, name in enumerate(sorted(photos)[:4]):
+        img = photos[name]
+        h, w = img.shape[:2]
+        box = (h // 5, w // 7, h // 2, w // 2)
+        data = _pil(img)
+        reqs.append(Request(data, "png", h, w, box, "s.tar", f"k{i}"))
+        want.append(img[box[0]:box[0] + box[2], box[1]:box[3] + box[1]])
+        jpg = io.BytesIO()
+        Image.fromarray(img).save(jpg, format="JPEG")
+        reqs.append(Request(jpg.getvalue(), "jpeg", h, w, box, "s.tar", f"j{i}"))
+        want.append(None)
+    dec = CpuDecoder(num_threads=2)
+    out = dec.decode(reqs)
+    assert all(e is None for e in out.errors)
+    pix = out.pixels.numpy()
+    for k, wnt in enumerate(want):
+        if wnt is None:
+            continue
+        h, w = out.shapes[k]
+        got = pix[out.offsets[k]:out.offsets[k] + h * w * 3].reshape(h, w, 3)
+        np.testing.assert_array_equal(got, wnt)
+    dec.close()
+
+
+def _idat_span(data: bytes) -> tuple[int, int]:
+    pos = 8
+    while pos < len(data):
+        n = struct.unpack(">I", data[pos:pos + 4])[0]
+        if data[pos + 4:pos + 8] == b"IDAT":
+            return pos + 8, pos + 8 + n
+        pos += 12 + n
+    raise AssertionError("no IDAT")
+
+
+def _with_idat(data: bytes, body: bytes) -> bytes:
+    a, b = _idat_span(data)
+    return data[:a - 8] + _chunk(b"IDAT", body) + data[b + 4:]
+
+
+@pytest.mark.parametrize("interlace", [False, True])
+def test_damaged_data_is_an_error_never_other_pixels(photos, interlace):
+    img = np.ascontiguousarray(photos["astronaut"][:64, :64])
+    good = png_bytes(img, color=2, interlace=interlace)
+    a, b = _idat_span(good)
+    body = good[a:b]
+    raw = zlib.decompress(body)
+    cases = {
+        "bad IDAT CRC": good[:b] + bytes([good[b] ^ 1]) + good[b + 1:],
+        # the zlib stream's own checksum wrong (chunk CRC made right): only the adler32 says
+        "bad zlib checksum": _with_idat(good, body[:-4] + bytes([body[-4] ^ 0x40]) + body[-3:]),
+        "pixels changed, checksum kept": _with_idat(good, zlib.compress(raw[:-4] + b"\1\1\1\1")[:-4] + body[-4:]),
+        "too little data": _with_idat(good, zlib.compress(raw[:len(raw) // 2])),
+        "stream cut off": _with_idat(good, body[:len(body) // 2]),
+        "file cut off": good[:b - 100],
+        "no IDAT": good[:a - 8] + _chunk(b"IEND", b""),
+    }
+    for name, data in cases.items():
+        for box in (None, (0, 0, 8, 8)):  # even a window above the damage
+            try:
+                native(data, box)
+            except ValueError as e:
+                assert "libpng" in str(e), (name, str(e))
+            else:
+                pytest.fail(f"{name}: decoded without an error")
+    np.testing.assert_array_equal(native(good), img)
+
+
+def test_limits_and_boxes():
+    data = png_bytes(np.zeros((20, 30, 3), np.uint8), color=2)
+    with pytest.raises(ValueError, match="over the limit"):
+        native(data, max_pixels=599)
+    assert native(data, max_pixels=600).shape == (20, 30, 3)
+    for box in ((0, 0, 21, 30), (0, 1, 20, 30), (19, 29, 2, 1), (0, 0, 20, 31)):
+        with pytest.raises(ValueError, match="outside"):
+            native(data, box)
+    big = png_bytes(np.zeros((1, 1, 3), np.uint8), color=2)
+    big = big[:16] + struct.pack(">II", 1 << 20, 1 << 20) + big[24:]
+    big = big[:8] + _chunk(b"IHDR", big[16:29]) + big[33:]
+    with pytest.raises(ValueError):
+        native(big, (0, 0, 1, 1), max_pixels=1 << 30)
+
+
+def test_ancillary_damage_is_tolerated_as_pyspng_does(photos):
+    """A bad CRC on an ancillary chunk (a comment) leaves the pixels whole: decoded, as
+    pyspng decodes it (Pillow refuses the file when it opens it)."""
+    img = np.ascontiguousarray(photos["coffee"][:32, :32])
+    good = png_bytes(img, color=2)
+    a, _ = _idat_span(good)
+    text = _chunk(b"tEXt", b"Comment\0hello")
+    data = good[:a - 8] + text[:-1] + bytes([text[-1] ^ 1]) + good[a - 8:]
+    np.testing.assert_array_equal(native(data), img)
+    np.testing.assert_array_equal(pyspng.load(data, format="RGB"), img)
