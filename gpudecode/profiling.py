@@ -248,7 +248,7 @@ def _advise(report: ProfileReport) -> None:
         return
     if report.period and report.num_workers and report.period == report.num_workers:
         per_batch = report.elapsed / report.batches * report.period
-        report.advice.append(f"worker-bound: every {report.period}th batch waits and num_workers = "
+        report.advice.append(f"worker-bound: one batch in {report.period} waits and num_workers = "
                              f"{report.num_workers}: each worker needs about {per_batch:.2f} s per batch; more "
                              "workers (cores permitting) or a faster pipeline (gpudecode.Loader)")
     if report.weakest in _ADVICE:

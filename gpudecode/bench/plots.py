@@ -157,6 +157,7 @@ def io_figure(doc: dict, path: str | Path) -> str:
     ax.invert_yaxis()
     for i, k in enumerate(labels):
         ax.text(vals[i], i, f" {vals[i]:,.0f} MB/s, {res[k]['files_per_s']:,.0f} files/s", va="center", fontsize=7)
+    ax.set_xlim(0, max(vals, default=1) * 1.45)  # room for the labels
     ax.set_xlabel("MB/s")
     ax.set_title(f"reading {doc['path']}: whole shards in order vs small files at random", fontsize=8)
     return _save(fig, path)
