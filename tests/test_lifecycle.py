@@ -147,7 +147,12 @@ def _sigint_latency(path, env=None):
         time.sleep(2.0)
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
-        caught = p.stdout.readline()
+        watchdog = threading.Timer(30, p.kill)  # a lost signal fails the test, never hangs it
+        watchdog.start()
+        try:
+            caught = p.stdout.readline()
+        finally:
+            watchdog.cancel()
         out, err = p.communicate(timeout=30)
     finally:
         p.kill()
@@ -157,6 +162,10 @@ def _sigint_latency(path, env=None):
 
 
 SIGINT_BODY = """
+    import signal
+    # Python's own Ctrl-C handler, as in a terminal: a process started in the background by
+    # a shell without job control inherits SIGINT ignored, and would never see it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     print("ready", flush=True)
     try:
         for epoch in range(1000):
