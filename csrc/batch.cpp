@@ -65,14 +65,8 @@ bool has_png() {
 std::vector<std::string> decode_jpeg_batch(const std::vector<ByteView>& items, const int32_t* bx,
                                            const int32_t* sc, const int64_t* off, uint8_t* out, bool fast,
                                            int64_t max_pixels, int num_threads) {
-  const size_t n = items.size();
-  std::vector<std::string> errs(n);
-  parallel_for(n, num_threads > 0 ? num_threads : default_threads(), [&](size_t i) {
-    Box b{bx[4 * i], bx[4 * i + 1], bx[4 * i + 2], bx[4 * i + 3]};
-    DecodeOptions opt{fast, sc[i], max_pixels};
-    errs[i] = decode_jpeg_crop(items[i].data, items[i].size, b, opt, out + off[i]);
-  });
-  return errs;
+  const std::vector<uint8_t> kinds(items.size(), kJpeg);
+  return decode_batch(items, kinds.data(), bx, sc, off, out, fast, max_pixels, num_threads);
 }
 
 }  // namespace gpudecode

@@ -66,6 +66,30 @@ py::tuple index_to_tuple(const TarIndex& idx) {
                         chains, idx.resume);
 }
 
+using I32 = py::array_t<int32_t, py::array::c_style>;
+using I64 = py::array_t<int64_t, py::array::c_style>;
+using U8 = py::array_t<uint8_t, py::array::c_style>;
+
+// decode_batch with its arguments checked, the GIL released while it runs.
+std::vector<std::string> run_decode_batch(const std::vector<py::buffer>& items, const std::vector<uint8_t>& kinds,
+                                          I32 boxes, I32 scale_denoms, I64 offsets, U8 out, bool fast,
+                                          int64_t max_pixels, int num_threads) {
+  const size_t n = items.size();
+  if (boxes.ndim() != 2 || size_t(boxes.shape(0)) != n || boxes.shape(1) != 4)
+    throw py::value_error("boxes must be int32 [N, 4]");
+  if (size_t(scale_denoms.size()) != n || size_t(offsets.size()) != n)
+    throw py::value_error("scale_denoms and offsets need one entry per item");
+  std::vector<ByteView> views;
+  views.reserve(n);
+  for (const auto& b : items) views.push_back(view_of(b));
+  const std::string bad = check_jpeg_batch(n, boxes.data(), scale_denoms.data(), offsets.data(), out.size());
+  if (!bad.empty()) throw py::value_error(bad);
+  uint8_t* dst = out.mutable_data();
+  py::gil_scoped_release nogil;
+  return decode_batch(views, kinds.data(), boxes.data(), scale_denoms.data(), offsets.data(), dst, fast, max_pixels,
+                      num_threads);
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -251,27 +275,10 @@ PYBIND11_MODULE(_native, m) {
 
   m.def(
       "decode_jpeg_batch",
-      [](const std::vector<py::buffer>& items, py::array_t<int32_t, py::array::c_style> boxes,
-         py::array_t<int32_t, py::array::c_style> scale_denoms, py::array_t<int64_t, py::array::c_style> offsets,
-         py::array_t<uint8_t, py::array::c_style> out, bool fast, int64_t max_pixels, int num_threads) {
-        const size_t n = items.size();
-        if (boxes.ndim() != 2 || size_t(boxes.shape(0)) != n || boxes.shape(1) != 4)
-          throw py::value_error("boxes must be int32 [N, 4]");
-        if (size_t(scale_denoms.size()) != n || size_t(offsets.size()) != n)
-          throw py::value_error("scale_denoms and offsets need one entry per item");
-        std::vector<ByteView> views;
-        views.reserve(n);
-        for (const auto& b : items) views.push_back(view_of(b));
-        const std::string bad = check_jpeg_batch(n, boxes.data(), scale_denoms.data(), offsets.data(), out.size());
-        if (!bad.empty()) throw py::value_error(bad);
-        uint8_t* dst = out.mutable_data();
-        std::vector<std::string> errs;
-        {
-          py::gil_scoped_release nogil;
-          errs = decode_jpeg_batch(views, boxes.data(), scale_denoms.data(), offsets.data(), dst, fast, max_pixels,
-                                   num_threads);
-        }
-        return errs;
+      [](const std::vector<py::buffer>& items, I32 boxes, I32 scale_denoms, I64 offsets, U8 out, bool fast,
+         int64_t max_pixels, int num_threads) {
+        return run_decode_batch(items, std::vector<uint8_t>(items.size(), kJpeg), boxes, scale_denoms, offsets, out,
+                                fast, max_pixels, num_threads);
       },
       py::arg("items"), py::arg("boxes"), py::arg("scale_denoms"), py::arg("offsets"), py::arg("out"),
       py::arg("fast") = false, py::arg("max_pixels") = 0, py::arg("num_threads") = 0,
@@ -281,28 +288,11 @@ PYBIND11_MODULE(_native, m) {
   m.attr("has_png") = has_png();
   m.def(
       "decode_batch",
-      [](const std::vector<py::buffer>& items, py::array_t<uint8_t, py::array::c_style> kinds,
-         py::array_t<int32_t, py::array::c_style> boxes, py::array_t<int32_t, py::array::c_style> scale_denoms,
-         py::array_t<int64_t, py::array::c_style> offsets, py::array_t<uint8_t, py::array::c_style> out, bool fast,
+      [](const std::vector<py::buffer>& items, U8 kinds, I32 boxes, I32 scale_denoms, I64 offsets, U8 out, bool fast,
          int64_t max_pixels, int num_threads) {
-        const size_t n = items.size();
-        if (boxes.ndim() != 2 || size_t(boxes.shape(0)) != n || boxes.shape(1) != 4)
-          throw py::value_error("boxes must be int32 [N, 4]");
-        if (size_t(kinds.size()) != n || size_t(scale_denoms.size()) != n || size_t(offsets.size()) != n)
-          throw py::value_error("kinds, scale_denoms and offsets need one entry per item");
-        std::vector<ByteView> views;
-        views.reserve(n);
-        for (const auto& b : items) views.push_back(view_of(b));
-        const std::string bad = check_jpeg_batch(n, boxes.data(), scale_denoms.data(), offsets.data(), out.size());
-        if (!bad.empty()) throw py::value_error(bad);
-        uint8_t* dst = out.mutable_data();
-        std::vector<std::string> errs;
-        {
-          py::gil_scoped_release nogil;
-          errs = decode_batch(views, kinds.data(), boxes.data(), scale_denoms.data(), offsets.data(), dst, fast,
-                              max_pixels, num_threads);
-        }
-        return errs;
+        if (size_t(kinds.size()) != items.size()) throw py::value_error("kinds need one entry per item");
+        return run_decode_batch(items, std::vector<uint8_t>(kinds.data(), kinds.data() + kinds.size()), boxes,
+                                scale_denoms, offsets, out, fast, max_pixels, num_threads);
       },
       py::arg("items"), py::arg("kinds"), py::arg("boxes"), py::arg("scale_denoms"), py::arg("offsets"),
       py::arg("out"), py::arg("fast") = false, py::arg("max_pixels") = 0, py::arg("num_threads") = 0,

@@ -36,7 +36,8 @@ def machine() -> dict:
     versions = {}
     for mod, name in (("gpudecode", "gpudecode"), ("torch", "torch"), ("torchvision", "torchvision"),
                       ("numpy", "numpy"), ("numba", "numba"), ("PIL", "pillow"), ("nvidia.dali", "nvidia-dali"),
-                      ("spdl.io", "spdl"), ("matplotlib", "matplotlib")):
+                      ("spdl.io", "spdl"), ("matplotlib", "matplotlib"),
+                      ("webdataset", "webdataset")):
         try:
             m = __import__(mod, fromlist=["__version__"])
             versions[name] = getattr(m, "__version__", None) or _dist_version(name)

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "fuzz_box.h"
 #include "png_decode.h"
 #include "probe.h"
 
@@ -21,14 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     W = info.width;
   }
   gpudecode::Box box;
-  box.top = int(o[1] * H / 256);
-  box.left = int(o[2] * W / 256);
-  box.height = int(1 + o[3] * (H - box.top) / 256);
-  box.width = int(1 + o[4] * (W - box.left) / 256);
-  if (o[5] & 1) box.top += o[6];  // sometimes past the edge: must be refused
-  if (o[5] & 2) box.width += o[7];
-  if (o[5] & 4) box.height = -box.height;
-  if (box.height <= 0 || box.width <= 0 || int64_t(box.height) * box.width > (int64_t(1) << 22)) return 0;
+  if (!fuzz_box(o, H, W, box)) return 0;
   std::vector<uint8_t> out(size_t(box.height) * size_t(box.width) * 3);
   gpudecode::decode_png_crop(img, n, box, max_pixels, out.data());
   return 0;
