@@ -216,6 +216,8 @@ struct MemorySource {
 
 // A file read with pread through a read-ahead window. A short read where the size
 // taken at open promised bytes means the file shrank under the reader.
+constexpr int64_t kSparseRead = 4096;
+
 struct FileSource {
   int fd;
   int64_t size;
@@ -226,7 +228,13 @@ struct FileSource {
 
   const uint8_t* fetch(int64_t off, int64_t n) {
     if (off >= buf_off && off + n <= buf_off + buf_len) return buf.data() + (off - buf_off);
-    const int64_t want = std::min(std::max(n, window), size - off);
+    // Past a gap (a member's data skipped) the next header is alone: a page around it,
+    // not the whole window (a 64 KiB read per header of large members copied 128 KiB a
+    // sample that nothing looked at). Reading on from the end of the last window (runs of
+    // small members) takes the whole window.
+    const bool gap = buf_len > 0 && off > buf_off + buf_len;
+    const int64_t ahead = gap ? std::min<int64_t>(window, kSparseRead) : window;
+    const int64_t want = std::min(std::max(n, ahead), size - off);
     if (want < n) return fail_short(off, n, size - off);
     buf.resize(size_t(want));
     int64_t got = 0;

@@ -215,3 +215,31 @@ def test_chunked_and_seeking_index_equal_the_whole(case, tmp_path):
         for k, m in enumerate(whole):
             tail, tail_fault, _ = index_file(fd, size, start=m.chain)
             assert tail == whole[k:] and tail_fault == fault
+
+
+@pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_index_file_over_large_and_small_members(tmp_path, fmt):
+    """The file index reads a page around a header that follows a skipped member and a
+    whole window through runs of small ones: members of every size around both (a
+    header at the end of a window, long names, pax records) are indexed as tarfile lists
+    them, offsets and sizes included, as is a cut in the middle of a large member."""
+    sizes = [200_000, 1, 70_000, 3_000, 4_096 - 512, 65_536, 0, 511, 512, 513, 130_000, 7, 9, 4_000, 100_000]
+    path = tmp_path / "mixed.tar"
+    with tarfile.open(path, "w", format=fmt) as tf:
+        for i, n in enumerate(sizes):
+            name = f"k{i:03d}." + ("x" * 120 if i % 5 == 4 else "bin")  # long names: GNU/pax extra headers
+            info = tarfile.TarInfo(name)
+            info.size = n
+            tf.addfile(info, io.BytesIO(bytes([i]) * n))
+    data = path.read_bytes()
+    with tarfile.open(path) as tf:
+        expected = [(m.name, m.offset_data, m.size) for m in tf.getmembers()]
+    with open(path, "rb") as f:
+        members, fault, _ = index_file(f.fileno(), len(data))
+    assert fault is None and [(m.name, m.offset, m.size) for m in members] == expected
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(data[:expected[10][1] + 1000])  # inside the 130,000-byte member
+    with open(cut, "rb") as f:
+        members, fault, _ = index_file(f.fileno(), cut.stat().st_size)
+    assert [m.name for m in members] == [e[0] for e in expected[:10]]
+    assert fault is not None and fault.member == expected[10][0]
