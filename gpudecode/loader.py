@@ -601,6 +601,7 @@ class Loader:
             self._decoder.close()
         if isinstance(self.decoder_name, str):
             self._decoder = None
+        self.reader.close()
         self._outputs = [None] * self._ring
         self._events = [None] * self._ring
         self._uploads = [None] * self.IN_FLIGHT

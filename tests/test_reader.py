@@ -359,3 +359,32 @@ def test_huge_patterns_are_refused_before_expanding():
         with pytest.raises(ValueError, match=str(MAX_SHARDS)):
             expand_urls(spec)
     assert time.monotonic() - t < 1
+
+
+def test_shuffle_buffer_starts_before_it_is_full():
+    """The buffer gives out its first sample once it holds `initial` of them (webdataset's
+    convention) and fills to `size` on the way, two in for each out: nothing is lost or
+    repeated, and the order is fixed by the generator."""
+    import random
+
+    from gpudecode.io.reader import _shuffled
+
+    pulled = []
+
+    def source(n):
+        for i in range(n):
+            pulled.append(i)
+            yield i
+
+    it = _shuffled(source(1000), 200, random.Random(5), initial=20)
+    first = next(it)
+    assert len(pulled) == 20 and 0 <= first < 20  # the first came after 20 samples, not 200
+    rest = list(it)
+    assert sorted([first, *rest]) == list(range(1000))
+    again = list(_shuffled(iter(range(1000)), 200, random.Random(5), initial=20))
+    assert again == [first, *rest]
+    # shorter than `initial`, and a buffer smaller than `initial`: everything, once
+    assert sorted(_shuffled(iter(range(7)), 200, random.Random(1), initial=20)) == list(range(7))
+    assert sorted(_shuffled(iter(range(50)), 5, random.Random(1), initial=20)) == list(range(50))
+    # it does mix: the first 100 out are not the first 100 in
+    assert [first, *rest][:100] != list(range(100))

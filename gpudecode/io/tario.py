@@ -28,6 +28,7 @@ What the rules say, in short:
 """
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import IO, Callable, Iterator
@@ -188,6 +189,7 @@ def iter_stream(stream: IO[bytes], *, want: Callable[[str], bool] = lambda name:
         yield member, payload
 
 
+@functools.lru_cache(maxsize=4096)  # each name is split by grouping, filtering and assembly in turn
 def split_key(name: str) -> tuple[str, str] | None:
     """WebDataset's convention: key = path up to the first dot of the basename,
     extension = the rest, lower-cased. None for names that have no extension or whose
@@ -199,6 +201,7 @@ def split_key(name: str) -> tuple[str, str] | None:
     return name[:dot], name[dot + 1:].lower()
 
 
+@functools.lru_cache(maxsize=4096)
 def is_metadata(name: str) -> bool:
     """Members webdataset passes over: `__...__` names such as `__index__`."""
     return _META.match(name) is not None or ("/" not in name and name.startswith("__") and name.endswith("__"))
