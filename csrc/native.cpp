@@ -251,6 +251,61 @@ PYBIND11_MODULE(_native, m) {
       "Probe many images; each entry is a dict, or the error message as a str.");
 
   m.def(
+      "probe_sizes",
+      [](const std::vector<py::buffer>& items, int num_threads) {
+        std::vector<ByteView> views;
+        views.reserve(items.size());
+        for (const auto& b : items) views.push_back(view_of(b));
+        std::vector<ImageInfo> infos;
+        std::vector<std::string> errs;
+        {
+          py::gil_scoped_release nogil;
+          errs = probe_batch(views, infos, num_threads);
+        }
+        py::str jpeg("jpeg"), png("png"), npy("npy");
+        py::list out(views.size());
+        for (size_t i = 0; i < views.size(); ++i) {
+          if (!errs[i].empty()) {
+            out[i] = py::str(errs[i]);
+            continue;
+          }
+          const std::string& f = infos[i].format;
+          py::str fmt = f == "jpeg" ? jpeg : f == "png" ? png : f == "npy" ? npy : py::str(f);
+          out[i] = py::make_tuple(fmt, infos[i].height, infos[i].width);
+        }
+        return out;
+      },
+      py::arg("items"), py::arg("num_threads") = 1,
+      "probe_batch's format and size only: each entry is (format, height, width), or the error message as a "
+      "str (a tuple costs a fraction of the full dict, per image of every batch).");
+
+  m.def(
+      "tensor_layouts",
+      [](const std::vector<py::buffer>& items) {
+        const size_t n = items.size();
+        I64 addresses(n), heights(n), widths(n), offsets(n);
+        int64_t *a = addresses.mutable_data(), *h = heights.mutable_data(), *w = widths.mutable_data(),
+                *o = offsets.mutable_data();
+        py::list errors(n);
+        for (size_t i = 0; i < n; ++i) {
+          ByteView v = view_of(items[i]);
+          ImageInfo info;
+          std::string err = probe_image(v.data, v.size, info);
+          if (err.empty() && info.format != "npy") err = "not a .npy array (no magic)";
+          a[i] = int64_t(reinterpret_cast<uintptr_t>(v.data));
+          h[i] = err.empty() ? info.height : 0;
+          w[i] = err.empty() ? info.width : 0;
+          o[i] = err.empty() ? info.data_offset : 0;
+          errors[i] = py::str(err);
+        }
+        return py::make_tuple(addresses, heights, widths, offsets, errors);
+      },
+      py::arg("items"),
+      "(addresses, heights, widths, pixel offsets, errors) of tensor samples (.npy uint8 [H, W, 3], C order, "
+      "as numpy writes them): each item's buffer address, the pixels at address + offset; errors[i] is \"\" or "
+      "what the native parser refuses (numpy's parser may still read it). The caller keeps the items alive.");
+
+  m.def(
       "decode_jpeg_crop",
       [](py::buffer data, std::tuple<int, int, int, int> box, bool fast, int scale_denom, int64_t max_pixels) {
         ByteView v = view_of(data);

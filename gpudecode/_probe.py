@@ -124,11 +124,11 @@ def probe_samples(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixe
         keep.append(s)
         datas.append(data)
     out = []
-    for s, d, info in zip(keep, datas, _native.probe_batch(datas, 1)):
+    for s, d, info in zip(keep, datas, _native.probe_sizes(datas, 1)):
         try:
             try:
-                if isinstance(info, dict):
-                    fmt, h, w = info["format"], info["height"], info["width"]
+                if isinstance(info, tuple):
+                    fmt, h, w = info
                 else:
                     fmt, h, w = probe_format(d, shard=s.shard, key=s.key, why=info)
                 if max_pixels and h * w > max_pixels:

@@ -94,3 +94,24 @@ def test_batch(photos):
     items = [encode(photos["astronaut"]), b"junk", encode(photos["camera"], "PNG")]
     out = probe_batch(items, num_threads=2)
     assert out[0].format == "jpeg" and isinstance(out[1], str) and out[2].format == "png"
+
+
+def test_probe_sizes_agrees_with_probe_batch(photos):
+    """probe_sizes is probe_batch's (format, height, width): the same on JPEG, PNG, a tensor
+    sample and junk (the same message)."""
+    import numpy as np
+
+    from gpudecode import _native
+    from gpudecode.tensors import encode_npy
+
+    items = [encode(photos["astronaut"]), b"junk", encode(photos["camera"], "PNG"),
+             encode_npy(np.zeros((7, 9, 3), np.uint8)), b"", encode(photos["coffee"], "JPEG")[:40]]
+    full = _native.probe_batch(items, 2)
+    short = _native.probe_sizes(items, 2)
+    assert len(full) == len(short) == len(items)
+    for f, s in zip(full, short):
+        if isinstance(f, str):
+            assert s == f
+        else:
+            assert s == (f["format"], f["height"], f["width"])
+    assert short[3] == ("npy", 7, 9)

@@ -138,3 +138,90 @@ def test_no_geometry_with_mixed_sizes_names_the_odd_sample(stored, tmp_path):
     loader = Loader(shard, batch_size=4, transform=tf, device="cpu", shuffle=False, on_error="skip")
     assert [k for b in loader for k in b.keys] == [g["__key__"] for g in good]
     assert [s.key for s in loader.skipped] == ["odd"]
+
+
+def test_mappings_are_kept_between_epochs_and_renewed_for_a_new_file(stored, tmp_path):
+    """A reader keeps its shard mappings from one epoch to the next (no new page faults),
+    maps a file again when it was replaced (a rename: new inode) or rewritten (size or
+    time), keeps no more than its limit, and close() drops them; what it reads is always
+    the file's current content."""
+    import shutil
+
+    from gpudecode.io.reader import _MapCache
+
+    report, arrays = stored
+    shards = [shutil.copy(p, tmp_path / f"copy-{k}.tar") for k, p in enumerate(report.shards)]
+    r = ShardReader(shards, map_extensions=["npy"])
+
+    def read():
+        return {s.key: bytes(s.fields["npy"]) for s in r}
+
+    first = read()
+    maps = dict(r._maps._maps)
+    assert len(maps) == len(shards)
+    assert read() == first and all(r._maps._maps[k] is m for k, m in maps.items())  # the same mappings
+    # replace one shard by a rename (as every gpudecode writer does): its new content is read
+    other = make_shard(tmp_path / "other.tar", [{"__key__": "z000", "npy": encode_npy(np.full((4, 5, 3), 7, np.uint8)),
+                                                 "cls": b"1"}])
+    os.replace(other, shards[0])
+    before = {s.key for s in ShardReader(report.shards[0])}
+    got = read()
+    assert set(got) == (set(first) - before) | {"z000"}
+    assert got["z000"] == encode_npy(np.full((4, 5, 3), 7, np.uint8))
+    assert len(r._maps._maps) == len(shards) + 1  # the old file's mapping waits for the limit (or close)
+    r.close()
+    assert len(r._maps) == 0 and read() == got  # iterable after close: mapped again
+    # the limit: least recently used out first, the newest always kept
+    cache = _MapCache(limit=1)
+    fds = [os.open(p, os.O_RDONLY) for p in shards]
+    try:
+        a = cache.get(fds[0], os.fstat(fds[0]).st_size)
+        b = cache.get(fds[1], os.fstat(fds[1]).st_size)
+        assert len(cache) == 1 and cache.get(fds[1], os.fstat(fds[1]).st_size) is b
+        assert cache.get(fds[0], os.fstat(fds[0]).st_size) is not a
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def test_tensor_layouts_agree_with_numpy(stored):
+    """_native.tensor_layouts (the CPU decoder's one call per batch) gives each sample's
+    address, shape and pixel offset as numpy reads them, and refuses what is not a uint8
+    [H, W, 3] C-order array, truncated ones included; the decoder then asks numpy's parser
+    (which reads headers the native one does not) and names what is wrong."""
+    from gpudecode import _native
+    from gpudecode.decode import Request
+    from gpudecode.decode.cpu import CpuDecoder
+    from gpudecode.tensors import npy_layout
+
+    report, arrays = stored
+    good = [encode_npy(a) for a in list(arrays.values())[:3]]
+    buf = io.BytesIO()
+    np.save(buf, np.zeros((5, 6, 3), np.float32))
+    bad = [buf.getvalue(), good[0][:-10], b"\x93NUMPY junk", b"not npy at all"]
+    addr, hs, ws, starts, errors = _native.tensor_layouts(good + bad)
+    for k, data in enumerate(good):
+        assert errors[k] == "" and (hs[k], ws[k], starts[k]) == npy_layout(data)
+        assert np.array_equal(np.frombuffer(data, np.uint8, offset=int(starts[k])).reshape(hs[k], ws[k], 3),
+                              np.load(io.BytesIO(data)))
+    assert all(errors[len(good):])
+    # a header numpy reads and the native parser does not (the dtype by name): read through numpy
+    h, w, start = npy_layout(good[0])
+    text = f"{{'descr': 'uint8', 'fortran_order': False, 'shape': ({h}, {w}, 3), }}"
+    text += " " * ((-(10 + len(text) + 1)) % 64) + "\n"
+    odd = b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text.encode("latin1") + good[0][start:]
+    assert np.array_equal(np.load(io.BytesIO(odd)), np.load(io.BytesIO(good[0])))
+    assert _native.tensor_layouts([odd])[4][0] != ""
+    dec = CpuDecoder(num_threads=1)
+    reqs = [Request(d, "npy", h, w, (0, 0, h, w), "s.tar", f"k{i}") for i, d in enumerate([good[0], odd])]
+    reqs.append(Request(good[1], "npy", h + 1, w, (0, 0, h + 1, w), "s.tar", "wrong"))  # probe said otherwise
+    out = dec.decode(reqs)
+    try:
+        assert out.errors[:2] == [None, None]
+        assert out.errors[2] is not None and "its probe said" in out.errors[2]
+        px = out.pixels.numpy()
+        for k in (0, 1):
+            img = px[out.offsets[k]:out.offsets[k] + h * w * 3].reshape(h, w, 3)
+            assert np.array_equal(img, np.load(io.BytesIO(good[0])))
+    finally:
+        dec.close()

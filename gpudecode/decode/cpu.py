@@ -204,28 +204,38 @@ class CpuDecoder:
         buffer (the decoded images, at `offsets`) and every tensor sample's pixels, each
         image's offset measured from the view's start."""
         boxes[:, 2:] = shapes
-        addresses, sizes, rows, datas = [], [], [], []
+        addresses, sizes = [], []
         if total:
             addresses.append(buf.ctypes.data)
             sizes.append(int(total))
-        for k in tensor:
-            r = requests[k]
+        # every tensor sample's header parsed, and its address taken, in one native call
+        datas = [requests[k].data for k in tensor]
+        addr, hs, ws, starts, refusals = _native.tensor_layouts(datas)
+        probed = np.array([(requests[k].height, requests[k].width) for k in tensor], np.int64).reshape(-1, 2)
+        good = np.ones(len(tensor), bool)
+
+        def refuse(j: int, why: str) -> None:  # this image's error, not the batch's
+            errors[tensor[j]] = why
+            good[j] = False
+
+        for j in [j for j, e in enumerate(refusals) if e]:  # numpy's parser decides, and says what is wrong
             try:
-                h, w, start = npy_layout(r.data)
-                if (h, w) != (r.height, r.width):
-                    raise ValueError(f"tensor sample is {h}x{w}, its probe said {r.height}x{r.width}")
-                if self.max_pixels and h * w > self.max_pixels:
-                    raise ValueError(f"image of {w}x{h} pixels is over the limit of {self.max_pixels} pixels")
-            except Exception as e:  # this image's error, not the batch's
-                errors[k] = f"{type(e).__name__}: {e}"
-                continue
-            data = np.frombuffer(r.data, np.uint8)
-            datas.append(data)
-            addresses.append(data.ctypes.data + start)
-            sizes.append(h * w * 3)
-            rows.append(k)
-            shapes[k] = h, w
-            boxes[k] = r.box  # the window inside the whole stored image
+                hs[j], ws[j], starts[j] = npy_layout(datas[j])
+            except Exception as e:
+                refuse(j, f"{type(e).__name__}: {e}")
+        odd = good & ((hs != probed[:, 0]) | (ws != probed[:, 1]))
+        for j in np.flatnonzero(odd).tolist():
+            refuse(j, f"ValueError: tensor sample is {hs[j]}x{ws[j]}, its probe said {probed[j, 0]}x{probed[j, 1]}")
+        if self.max_pixels:
+            for j in np.flatnonzero(good & (hs * ws > self.max_pixels)).tolist():
+                refuse(j, f"ValueError: image of {ws[j]}x{hs[j]} pixels is over the limit of {self.max_pixels} pixels")
+        rows = [k for j, k in enumerate(tensor) if good[j]]
+        if rows:
+            shapes[rows, 0] = hs[good]
+            shapes[rows, 1] = ws[good]
+            boxes[rows] = [requests[k].box for k in rows]  # the window inside the whole stored image
+        addresses.extend((addr[good] + starts[good]).tolist())
+        sizes.extend((hs[good] * ws[good] * 3).tolist())
         pixels, rel = span(addresses, sizes, torch.device("cpu"))
         if total:
             mapped = set(tensor)
