@@ -312,3 +312,31 @@ def test_from_torchvision():
     assert ours.plan.jitter.brightness == (0.6, 1.4) and ours.plan.jitter.hue == (-0.1, 0.1)
     with pytest.raises(TransformError, match="RandomRotation"):
         T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(8), tv.RandomRotation(10)]))
+
+
+def test_sample_rng_is_a_seeded_random_random():
+    """sample_rng: random.Random's methods over a stream fixed by (seed, epoch, index): the
+    same triple gives the same draws, any other triple others; the draws are uniform
+    (chi-square over 40,000 samples' first draws, numpy as the reference for the bins)."""
+    import random
+
+    from gpudecode.transforms import sample_rng
+
+    a, b = sample_rng(7, 2, 1234), sample_rng(7, 2, 1234)
+    assert isinstance(a, random.Random)
+    draws = lambda r: (r.random(), r.uniform(0.5, 1.5), r.randint(0, 10), r.getrandbits(130), r.sample(range(50), 5))
+    assert draws(a) == draws(b)
+    firsts = {sample_rng(s, e, i).random() for s in (0, 1) for e in (0, 1, 2) for i in range(500)}
+    assert len(firsts) == 2 * 3 * 500  # no two (seed, epoch, index) share a stream start
+    assert 0 <= min(firsts) and max(firsts) < 1
+    with pytest.raises(TypeError):
+        a.seed(3)
+    xs = np.array([sample_rng(3, 0, i).random() for i in range(40000)])
+    counts, _ = np.histogram(xs, bins=20, range=(0, 1))
+    chi2 = float(((counts - 2000) ** 2 / 2000).sum())
+    assert chi2 < 43.8  # 19 degrees of freedom, p = 0.001
+    bits = np.array([sample_rng(4, 1, i).getrandbits(8) for i in range(20000)])
+    assert abs(bits.mean() - 127.5) < 2.0 and set(np.unique(bits)) == set(range(256))
+    # a shuffle is a permutation, and differs between samples
+    perms = {tuple(sample_rng(5, 0, i).sample(range(4), 4)) for i in range(200)}
+    assert len(perms) == 24
