@@ -66,6 +66,22 @@ py::tuple index_to_tuple(const TarIndex& idx) {
                         chains, idx.resume);
 }
 
+std::vector<ByteView> views_of(const std::vector<py::buffer>& items) {
+  std::vector<ByteView> views;
+  views.reserve(items.size());
+  for (const auto& b : items) views.push_back(view_of(b));
+  return views;
+}
+
+// probe_batch over Python buffers, the GIL released while it runs: one error ("" when
+// probed) per item, `infos` filled.
+std::vector<std::string> run_probe_batch(const std::vector<py::buffer>& items, std::vector<ImageInfo>& infos,
+                                         int num_threads) {
+  const std::vector<ByteView> views = views_of(items);
+  py::gil_scoped_release nogil;
+  return probe_batch(views, infos, num_threads);
+}
+
 using I32 = py::array_t<int32_t, py::array::c_style>;
 using I64 = py::array_t<int64_t, py::array::c_style>;
 using U8 = py::array_t<uint8_t, py::array::c_style>;
@@ -79,9 +95,7 @@ std::vector<std::string> run_decode_batch(const std::vector<py::buffer>& items, 
     throw py::value_error("boxes must be int32 [N, 4]");
   if (size_t(scale_denoms.size()) != n || size_t(offsets.size()) != n)
     throw py::value_error("scale_denoms and offsets need one entry per item");
-  std::vector<ByteView> views;
-  views.reserve(n);
-  for (const auto& b : items) views.push_back(view_of(b));
+  const std::vector<ByteView> views = views_of(items);
   const std::string bad = check_jpeg_batch(n, boxes.data(), scale_denoms.data(), offsets.data(), out.size());
   if (!bad.empty()) throw py::value_error(bad);
   uint8_t* dst = out.mutable_data();
@@ -231,17 +245,10 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "probe_batch",
       [](const std::vector<py::buffer>& items, int num_threads) {
-        std::vector<ByteView> views;
-        views.reserve(items.size());
-        for (const auto& b : items) views.push_back(view_of(b));
         std::vector<ImageInfo> infos;
-        std::vector<std::string> errs;
-        {
-          py::gil_scoped_release nogil;
-          errs = probe_batch(views, infos, num_threads);
-        }
+        const std::vector<std::string> errs = run_probe_batch(items, infos, num_threads);
         py::list out;
-        for (size_t i = 0; i < views.size(); ++i) {
+        for (size_t i = 0; i < errs.size(); ++i) {
           if (errs[i].empty()) out.append(info_to_dict(infos[i]));
           else out.append(py::str(errs[i]));
         }
@@ -253,18 +260,11 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "probe_sizes",
       [](const std::vector<py::buffer>& items, int num_threads) {
-        std::vector<ByteView> views;
-        views.reserve(items.size());
-        for (const auto& b : items) views.push_back(view_of(b));
         std::vector<ImageInfo> infos;
-        std::vector<std::string> errs;
-        {
-          py::gil_scoped_release nogil;
-          errs = probe_batch(views, infos, num_threads);
-        }
+        const std::vector<std::string> errs = run_probe_batch(items, infos, num_threads);
         py::str jpeg("jpeg"), png("png"), npy("npy");
-        py::list out(views.size());
-        for (size_t i = 0; i < views.size(); ++i) {
+        py::list out(errs.size());
+        for (size_t i = 0; i < errs.size(); ++i) {
           if (!errs[i].empty()) {
             out[i] = py::str(errs[i]);
             continue;
