@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .errors import (BackendUnavailableError, ConcurrentIterationError, DecodeError, GpuDecodeError,
-                     KernelLaunchError, LabelError, ShardFormatError, ShardReadError, ShardWriteError, Skipped,
+                     KernelLaunchError, LabelError, PlanError, ShardFormatError, ShardReadError, ShardWriteError, Skipped,
                      TransformError)
 
 if TYPE_CHECKING:
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .loader import Batch, Loader, LoaderIterator
     from ._probe import ImageInfo, probe, probe_batch
     from .profiling import ProfileReport, profile
+    from .planning import plan
 
 _LAZY = {
     "ShardReader": ("gpudecode.io.reader", "ShardReader"),
@@ -33,6 +34,7 @@ _LAZY = {
     "transforms": ("gpudecode.transforms", None),
     "profile": ("gpudecode.profiling", "profile"),
     "ProfileReport": ("gpudecode.profiling", "ProfileReport"),
+    "plan": ("gpudecode.planning", "plan"),
 }
 
 
@@ -55,5 +57,6 @@ def __dir__() -> list[str]:
 __all__ = [
     "__version__", "GpuDecodeError", "ShardFormatError", "ShardReadError", "ShardWriteError", "DecodeError",
     "LabelError", "BackendUnavailableError", "KernelLaunchError", "TransformError", "ConcurrentIterationError",
+    "PlanError",
     "Skipped", *_LAZY,
 ]

@@ -209,6 +209,80 @@ def _add_bench(sub: Any) -> None:
     b.set_defaults(func=_cmd_bench)
 
 
+def _cmd_plan(a: argparse.Namespace) -> int:
+    from . import planning as pl
+
+    costs = pl.costs_from_json(a.from_json, pipeline=a.pipeline) if a.from_json else []
+    for c in a.cost or []:
+        given = pl.parse_cost(c)
+        costs = [x for x in costs if x.name != given.name] + [given]
+    if a.formats:
+        want = a.formats.split(",")
+        missing = [f for f in want if f not in {c.name for c in costs}]
+        if missing:
+            raise pl.PlanError(f"--formats {a.formats}: no costs for {', '.join(missing)} "
+                               f"(have: {', '.join(c.name for c in costs) or 'none'})")
+        costs = [c for c in costs if c.name in want]
+    if not costs:
+        raise pl.PlanError("no per-image costs: give --from a `gpudecode bench formats` JSON, or --cost "
+                           "NAME:KB_PER_IMAGE:CORE_MS_PER_IMAGE")
+    if (a.rate is None) == (a.step_ms is None):
+        raise pl.PlanError("give the GPUs' appetite: --step-ms MS (with --batch) or --rate IMG_S_PER_GPU")
+    consumer = (pl.Consumer(a.rate, f"{a.rate:g} img/s per GPU, given") if a.rate is not None
+                else pl.Consumer.from_step(step_ms=a.step_ms, batch=a.batch))
+    overrides: dict[str, str] = {}
+    for spec in a.tier or []:
+        name, sep, over = spec.partition(":")
+        if not sep:
+            raise pl.PlanError(f"--tier {spec!r}: expected NAME:key=value[,key=value]")
+        overrides[name] = over
+    tiers = [pl.tier(f"{n}:{overrides[n]}" if n in overrides else n) for n in a.storage.split(",")]
+    node = pl.Node().with_(**pl.parse_overrides(a.node, "--node")) if a.node else pl.Node()
+    gpus = [int(g) for g in a.gpus.split(",")]
+    doc = pl.plan(costs, gpus=gpus, consumer=consumer, tiers=tiers, node=node, dataset_images=a.dataset_images)
+    print(doc["markdown"])
+    if a.out:
+        paths = pl.write(doc, a.out)
+        print(f"\nwritten: {', '.join(paths)}")
+    return 0
+
+
+def _add_plan(sub: Any) -> None:
+    from .planning import TIERS
+
+    s = sub.add_parser(
+        "plan", help="how many disks, links and CPU cores a cluster needs, per format and storage tier "
+        "(max-flow min-cut over measured capacities)",
+        description="Builds each node's datapath as a flow network (storage devices, storage network, node "
+        "links, node-local disks or cache, CPU cores, PCIe, the GPUs' step), capacities from measured "
+        "per-image costs and documented part defaults, and finds with a max-flow what reaches the GPUs and "
+        "with the minimum cut what holds it there. Every default is printed beside the table.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    s.add_argument("--from", dest="from_json", default=None, metavar="JSON",
+                   help="per-image costs from a `gpudecode bench formats` JSON (e.g. "
+                        "bench/results/formats/formats.json)")
+    s.add_argument("--pipeline", default="gpudecode", choices=["gpudecode", "classic"],
+                   help="whose measured costs to plan with (classic: torchvision's DataLoader)")
+    s.add_argument("--cost", action="append", metavar="NAME:KB:CORE_MS[:GPU_IMG_S]",
+                   help="a format's costs by hand (repeatable; replaces --from's of that name), e.g. jpg:110:2.4")
+    s.add_argument("--formats", default=None, help="only these formats, comma-separated (default: all given)")
+    s.add_argument("--gpus", default="1,4,8,16,64,256", help="GPU counts, comma-separated")
+    s.add_argument("--step-ms", type=float, default=None, help="the training step per batch, ms")
+    s.add_argument("--batch", type=int, default=256, help="images per GPU per step (with --step-ms)")
+    s.add_argument("--rate", type=float, default=None, help="or: img/s one GPU consumes")
+    s.add_argument("--storage", default="local-nvme,nfs-hdd,object-store",
+                   help=f"storage tiers, comma-separated (known: {', '.join(TIERS)})")
+    s.add_argument("--tier", action="append", metavar="NAME:key=value,...",
+                   help="override a tier's parts (repeatable), e.g. nfs-hdd:devices=48,server_gbit=100")
+    s.add_argument("--node", default=None, metavar="key=value,...",
+                   help="override the node (gpus, cores, links, link_gbit, pcie_gb_s, cache_gb, cache_mb_s); "
+                        "default: DGX-class, 8 GPUs, 128 cores, 2 x 200 Gbit/s")
+    s.add_argument("--dataset-images", type=int, default=1_281_167,
+                   help="images in the data set (the node-local cache's share; default ImageNet-1k train)")
+    s.add_argument("--out", default="gpudecode-plan", help="where plan.json, plan.md and plan.png go ('' for none)")
+    s.set_defaults(func=_cmd_plan)
+
+
 def _cmd_demo(a: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -279,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=_cmd_verify)
 
     _add_bench(sub)
+    _add_plan(sub)
 
     s = sub.add_parser("demo", help="build shards from bundled photos and run the loader on the CPU")
     s.add_argument("--workdir", default="demo_data", help="where the demo shards go")

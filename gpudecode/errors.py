@@ -75,6 +75,10 @@ class TransformError(GpuDecodeError, ValueError):
     """A transform or composition that the fused kernel cannot express, or bad arguments."""
 
 
+class PlanError(GpuDecodeError, ValueError):
+    """`gpudecode plan`'s inputs are missing, contradictory or out of range."""
+
+
 class ConcurrentIterationError(GpuDecodeError, RuntimeError):
     """A second iterator over a Loader while the first is still active (they would share
     its output buffers): finish the first, or call its close()."""
@@ -125,6 +129,7 @@ def wrap_data_error(err: BaseException, cls: type[LocatedError], what: str, *, s
 
 
 __all__ = [
+    "PlanError",
     "GpuDecodeError", "LocatedError", "ShardFormatError", "ShardReadError", "ShardWriteError", "DecodeError",
     "LabelError", "BackendUnavailableError", "KernelLaunchError", "TransformError", "ConcurrentIterationError",
     "OnError", "Skipped", "check_on_error", "record_failure", "wrap_data_error",

@@ -205,3 +205,75 @@ def profile_figure(report: Any, path: str | Path, *, max_batches: int = 80) -> s
         ax3.set_xscale("log")
         ax3.set_xlabel("img/s each stage sustains (red: the weakest link)")
     return _save(fig, path)
+
+
+_CHAIN = ("devices", "server", "link", "streams", "local", "cpu", "pcie", "gpu-decode", "step")
+_HOPS = {"devices": "storage", "server": "fabric", "link": "node NICs", "streams": "node", "local": "node",
+         "cpu": "host pipeline", "pcie": "GPU memory", "gpu-decode": "GPUs", "step": "trained"}
+
+
+def plan_figure(doc: dict, row: dict, path: str | Path) -> str:
+    """`gpudecode plan`: img/s per GPU against the GPU count for every tier and format
+    (the step's demand dashed), and one row's flow network, each edge's flow against its
+    capacity, the minimum cut in red."""
+    fig = _figure(10, 7.5)
+    ax = fig.add_subplot(2, 1, 1)
+    styles = ["-", "--", ":", "-."]
+    cmap = ["#4a7ebb", "#d9534f", "#7aa974", "#f0ad4e", "#8c6bb1", "#999999"]
+    tiers = list(doc["tiers"])
+    fmts = list(doc["formats"])
+    for i, t in enumerate(tiers):
+        for j, f in enumerate(fmts):
+            rs = [r for r in doc["rows"] if r["tier"] == t and r["format"] == f]
+            ax.plot([r["gpus"] for r in rs], [r["delivered_img_s_per_gpu"] for r in rs], marker="o", ms=3,
+                    ls=styles[j % len(styles)], color=cmap[i % len(cmap)], label=f"{t}, {f}")
+    need = doc["consumer"]["img_s_per_gpu"]
+    ax.axhline(need, color="#333333", lw=0.8, ls="--", label=f"the step's demand ({need:,.0f})")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(doc["gpus"], [str(g) for g in doc["gpus"]])
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("img/s per GPU delivered")
+    ax.set_ylim(0, need * 1.15)
+    ax.set_title("what each storage tier and format delivers per GPU (below the dashed line: data-bound)",
+                 fontsize=9)
+    ax.legend(fontsize=6, loc="lower left", ncol=max(1, len(tiers)))
+    ax2 = fig.add_subplot(2, 1, 2)
+    edges = row["edges"]
+    chain = [k for k in _CHAIN if k in edges]
+    xs = list(range(len(chain) + 1))
+    ax2.set_xlim(-0.5, len(chain) + 0.5)
+    ax2.set_ylim(-1.6, 1.2)
+    ax2.axis("off")
+    hops = ["data"] + [_HOPS[k] for k in chain]
+    for x, name in zip(xs, hops):
+        ax2.scatter([x], [0], s=260, color="#dddddd", edgecolor="#555555", zorder=3)
+        ax2.text(x, -0.28, name, ha="center", va="top", fontsize=7)
+    for k, x in zip(chain, xs):
+        e = edges[k]
+        color = WEAK if e["cut"] else OK
+        ax2.annotate("", xy=(x + 0.85, 0), xytext=(x + 0.15, 0),
+                     arrowprops={"arrowstyle": "-|>", "color": color, "lw": 2.5 if e["cut"] else 1.5})
+        cap = e["capacity_img_s"]
+        cap_s = "no limit" if cap == float("inf") else f"{cap:,.0f}"
+        gbs = f"\n{e['bytes_s'] / 1e9:,.2f} GB/s" if e["bytes_s"] else ""
+        ax2.text(x + 0.5, 0.12, f"{e['name']}\n{e['flow_img_s']:,.0f} / {cap_s} img/s{gbs}", ha="center",
+                 va="bottom", fontsize=6.5, color=color)
+        if e["cut"]:
+            ax2.plot([x + 0.5, x + 0.5], [-0.15, 0.1], color=WEAK, lw=1, ls="--")
+    if "cache" in edges:  # the node-local cache: a second path from the data into the node
+        e = edges["cache"]
+        size = edges.get("cache-size", {})
+        red = e["cut"] or size.get("cut", False)
+        node_x = chain.index("streams") + 1 if "streams" in chain else 1
+        ax2.annotate("", xy=(node_x, -0.1), xytext=(0, -0.1),
+                     arrowprops={"arrowstyle": "-|>", "color": WEAK if red else OK, "lw": 2.5 if red else 1.5,
+                                 "connectionstyle": "arc3,rad=0.35"})
+        ax2.text(node_x / 2, -1.05, f"node-local cache: {e['flow_img_s']:,.0f} img/s (bandwidth "
+                 f"{e['capacity_img_s']:,.0f}; the part of the data it holds: {size.get('capacity_img_s', 0):,.0f} "
+                 "at the step's demand)", ha="center", fontsize=6.5, color=WEAK if red else "#333333")
+    state = (f"{row['fraction']:.0%} of the demand" if row["fraction"] < 1
+             else f"demand met, {row['headroom']:.1f}x headroom")
+    ax2.set_title(f"{row['gpus']} GPUs ({row['nodes']} nodes), {row['tier']}, {row['format']}: {state}\n"
+                  f"flow / capacity in img/s, all nodes together; red: the minimum cut ({', '.join(row['cut'])})",
+                  fontsize=8)
+    return _save(fig, path)
