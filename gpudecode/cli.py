@@ -137,7 +137,9 @@ def _cmd_bench(a: argparse.Namespace) -> int:
     elif a.bench == "io":
         from .bench.storage import run_io
 
-        doc = run_io(a.path, out, block=a.block_kib * 1024)
+        doc = run_io(a.path, out, block=a.block_kib * 1024, tiers=a.tiers, threads=a.threads,
+                     link_mb_s=a.link_mb_s, first_byte_ms=a.first_byte_ms, nfs_latency_ms=a.nfs_latency_ms,
+                     tier_files=a.tier_files)
         print(doc["markdown"])
     else:
         from .bench.train import run_profile
@@ -193,10 +195,19 @@ def _add_bench(sub: Any) -> None:
     p.add_argument("--batches", type=int, default=None, help="batches measured (default: one epoch)")
     p.add_argument("--device", default="cpu")
 
-    p = bs.add_parser("io", help="read bandwidth of where the data lives: whole shards in order vs small files")
-    p.add_argument("path", help="a folder (shards and/or image files below it)")
-    p.add_argument("--out", default="gpudecode-bench")
-    p.add_argument("--block-kib", type=int, default=1024)
+    p = bs.add_parser("io", help="read bandwidth of where the data lives: whole shards in order vs small files, "
+                      "local disk cold and warm, and (--tiers) an object store and NFS stood in for on this machine",
+                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("path", help="a folder (shards and/or image files below it), or a make-data dataset (by format)")
+    p.add_argument("--out", default="gpudecode-bench", help="where io.json, io.md and io.png go")
+    p.add_argument("--block-kib", type=int, default=1024, help="read size on the local disk")
+    p.add_argument("--tiers", action="store_true", help="also the object-store stand-in (HTTP on 127.0.0.1, "
+                   "with and without cache_dir) and the NFS stand-in")
+    p.add_argument("--threads", type=int, default=8, help="concurrent reads on the stand-in tiers")
+    p.add_argument("--link-mb-s", type=float, default=100.0, help="object-store stand-in: MB/s per connection")
+    p.add_argument("--first-byte-ms", type=float, default=20.0, help="object-store stand-in: ms to the first byte")
+    p.add_argument("--nfs-latency-ms", type=float, default=1.0, help="NFS stand-in: ms per request")
+    p.add_argument("--tier-files", type=int, default=512, help="small files per format read on the stand-ins")
 
     p = bs.add_parser("profile", help="gpudecode.profile on the classic pipeline and on gpudecode")
     common(p)
@@ -236,7 +247,8 @@ def _cmd_plan(a: argparse.Namespace) -> int:
         if not sep:
             raise pl.PlanError(f"--tier {spec!r}: expected NAME:key=value[,key=value]")
         overrides[name] = over
-    tiers = [pl.tier(f"{n}:{overrides[n]}" if n in overrides else n) for n in a.storage.split(",")]
+    measured = pl.tiers_from_io(a.io) if a.io else {}
+    tiers = [pl.tier(f"{n}:{overrides[n]}" if n in overrides else n, measured) for n in a.storage.split(",")]
     node = pl.Node().with_(**pl.parse_overrides(a.node, "--node")) if a.node else pl.Node()
     gpus = [int(g) for g in a.gpus.split(",")]
     doc = pl.plan(costs, gpus=gpus, consumer=consumer, tiers=tiers, node=node, dataset_images=a.dataset_images)
@@ -272,6 +284,8 @@ def _add_plan(sub: Any) -> None:
     s.add_argument("--rate", type=float, default=None, help="or: img/s one GPU consumes")
     s.add_argument("--storage", default="local-nvme,nfs-hdd,object-store",
                    help=f"storage tiers, comma-separated (known: {', '.join(TIERS)})")
+    s.add_argument("--io", default=None, metavar="JSON", help="tiers measured by `gpudecode bench io --tiers` "
+                   "(io.json): adds measured-disk and measured-object-store to --storage's choices")
     s.add_argument("--tier", action="append", metavar="NAME:key=value,...",
                    help="override a tier's parts (repeatable), e.g. nfs-hdd:devices=48,server_gbit=100")
     s.add_argument("--node", default=None, metavar="key=value,...",

@@ -290,6 +290,46 @@ def parse_cost(text: str) -> FormatCost:
     return FormatCost(parts[0], kb * 1000, ms / 1000, gpu_img_s=gpu)
 
 
+def tiers_from_io(path: str | os.PathLike) -> dict[str, Tier]:
+    """Tiers measured by `gpudecode bench io --tiers` (io.json), to plan with beside the
+    defaults: "measured-disk" (this machine's disk, cold, shards read in order: one
+    device) and "measured-object-store" (the HTTP stand-in read by gpudecode's remote
+    path: MB/s per connection for shards, every format's median). A tier whose rows are
+    absent is left out.
+
+    Raises:
+        PlanError: the file is not an io result.
+    """
+    import statistics
+
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise PlanError(f"{p}: cannot read a bench JSON: {e}") from e
+    if doc.get("command") != "io" or "rows" not in doc:
+        raise PlanError(f"{p}: not a `gpudecode bench io` result of this version (run it again)")
+    rows = doc["rows"]
+    out: dict[str, Tier] = {}
+    cold = [r["mb_per_s"] for r in rows if r["tier"] == "local disk (cold)" and r["access"] == "shards"]
+    if cold:
+        out["measured-disk"] = Tier("measured-disk", "local", device_mb_s=max(cold), devices=1,
+                                    note=f"this machine's disk, shards read cold: {max(cold):,.0f} MB/s ({p})")
+    per_conn = [r["mb_per_s"] / r["connections"] for r in rows
+                if r["tier"] == "object-store" and r["access"] == "shards" and r["cache"] == "none"
+                and r.get("connections")]
+    if per_conn:
+        st = doc.get("settings", {})
+        mb = statistics.median(per_conn)
+        out["measured-object-store"] = dataclasses.replace(
+            TIERS["object-store"], name="measured-object-store", stream_mb_s=mb,
+            first_byte_ms=float(st.get("first_byte_ms", TIERS["object-store"].first_byte_ms)),
+            note=f"gpudecode's remote reader on the HTTP stand-in ({st.get('link_mb_s')} MB/s and "
+                 f"{st.get('first_byte_ms')} ms per connection): {mb:,.0f} MB/s per connection for shards; "
+                 f"32 per node ({p})")
+    return out
+
+
 def parse_overrides(text: str, what: str) -> dict[str, Any]:
     """`key=value,key=value` (numbers, or `none`) for --tier and --node."""
     out: dict[str, Any] = {}
@@ -309,13 +349,15 @@ def parse_overrides(text: str, what: str) -> dict[str, Any]:
     return out
 
 
-def tier(spec: str) -> Tier:
-    """A tier by name, with overrides: `nfs-hdd` or `nfs-hdd:devices=48,derate=0.7`."""
+def tier(spec: str, known: dict[str, Tier] | None = None) -> Tier:
+    """A tier by name, with overrides: `nfs-hdd` or `nfs-hdd:devices=48,derate=0.7`;
+    `known` adds tiers (e.g. tiers_from_io's) to the defaults."""
     name, _, over = spec.partition(":")
-    if name not in TIERS:
-        raise PlanError(f"unknown storage tier {name!r} (known: {', '.join(TIERS)}; override a known one's "
+    known = {**TIERS, **(known or {})}
+    if name not in known:
+        raise PlanError(f"unknown storage tier {name!r} (known: {', '.join(known)}; override a known one's "
                         "fields with NAME:key=value,...)")
-    t = TIERS[name]
+    t = known[name]
     return t.with_(**parse_overrides(over, "--tier")) if over else t
 
 
@@ -709,5 +751,5 @@ def write(doc: dict, out: str | os.PathLike, *, plot_row: int | None = None) -> 
     return paths
 
 
-__all__ = ["plan", "PlanError", "FormatCost", "Consumer", "Tier", "Node", "TIERS", "costs_from_json",
+__all__ = ["plan", "PlanError", "FormatCost", "Consumer", "Tier", "Node", "TIERS", "costs_from_json", "tiers_from_io",
            "parse_cost", "tier", "build_network", "solve", "write"]

@@ -106,9 +106,14 @@ def test_train_io_and_profile_subcommands(tiny, tmp_path, capsys):
     _plots_ok(doc["plots"])
     assert main(["bench", "io", str(root), "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "io.json").read_text())
-    assert {r["kind"] for r in doc["results"].values()} == {"sequential shard reads", "random small-file reads"}
-    for r in doc["results"].values():
+    assert {(r["tier"], r["access"]) for r in doc["rows"]} == {
+        (f"local disk ({m})", a) for m in ("cold", "warm") for a in ("shards", "small files")}
+    on_disk = {f: sum(p.stat().st_size for p in (root / "shards" / f).glob("*.tar")) for f in ("png", "jpg", "tensor")}
+    for r in doc["rows"]:
         assert r["mb_per_s"] == pytest.approx(r["bytes"] / r["seconds"] / 1e6)
+        assert r["images"] == 24
+        if r["access"] == "shards":
+            assert r["bytes"] == on_disk[r["format"]]
     _plots_ok(doc["plots"])
     assert main(["bench", "profile", str(root), "--out", str(tmp_path), "--batch", "4", "--step-ms", "2",
                  "--threads", "1"]) == 0
@@ -185,3 +190,68 @@ def test_find_period():
     assert find_period([0, 7], 20) is None  # too few
     assert find_period([1, 2, 3, 5, 8, 13], 16) is None  # no rhythm
     assert find_period([3, 9, 15], 40) is None  # regular, but far fewer stalls than every 6th batch would give
+
+
+def test_io_tiers_stand_ins(tiny, tmp_path):
+    """`bench io --tiers`: the object-store stand-in (HTTP on 127.0.0.1, read by gpudecode's
+    remote path, with and without cache_dir) and the NFS stand-in deliver every image's
+    bytes (checked against tarfile and the files on disk); `plan --io` takes the figures."""
+    import tarfile
+
+    root, _ = tiny
+    assert main(["bench", "io", str(root), "--out", str(tmp_path), "--tiers", "--link-mb-s", "400",
+                 "--first-byte-ms", "1", "--nfs-latency-ms", "0.2", "--threads", "4"]) == 0
+    doc = json.loads((tmp_path / "io.json").read_text())
+    members = {}
+    for f in ("png", "jpg", "tensor"):
+        n = 0
+        for p in (root / "shards" / f).glob("*.tar"):
+            with tarfile.open(p) as t:
+                n += sum(m.size for m in t.getmembers() if m.isfile())
+        members[f] = n
+    files = {f: sum(p.stat().st_size for p in (root / "files" / f).rglob("*") if p.is_file())
+             for f in ("png", "jpg", "tensor")}
+    seen = set()
+    for r in doc["rows"]:
+        seen.add((r["tier"], r["access"], r["cache"]))
+        assert r["images"] == 24, r
+        if r["tier"] == "object-store":
+            want = members[r["format"]] if r["access"] == "shards" else files[r["format"]]
+            assert r["bytes"] == want, r
+            assert 1 <= r["connections"] <= 4
+        if r["tier"] == "nfs" and r["access"] == "small files":
+            assert r["bytes"] == files[r["format"]]
+    assert ("object-store", "shards", "cache_dir, next epochs (node-local copy)") in seen
+    assert ("nfs", "small files", "none") in seen and ("object-store", "small files", "none") in seen
+    _plots_ok(doc["plots"])
+    from gpudecode.planning import tiers_from_io
+
+    measured = tiers_from_io(tmp_path / "io.json")
+    assert set(measured) == {"measured-disk", "measured-object-store"}
+    per_conn = [r["mb_per_s"] / r["connections"] for r in doc["rows"]
+                if r["tier"] == "object-store" and r["access"] == "shards" and r["cache"] == "none"]
+    import statistics
+
+    assert measured["measured-object-store"].stream_mb_s == pytest.approx(statistics.median(per_conn))
+
+
+def test_throttled_server_paces_and_serves_ranges(tmp_path):
+    import urllib.request
+
+    from gpudecode.bench.tiers import Link, ThrottledServer
+
+    data = bytes(range(256)) * 2048  # 512 KiB
+    (tmp_path / "a.bin").write_bytes(data)
+    with ThrottledServer(tmp_path, Link(mb_s=5.0, first_byte_ms=50), max_requests=3) as srv:
+        t = time.perf_counter()
+        with urllib.request.urlopen(srv.url(tmp_path / "a.bin"), timeout=30) as r:
+            assert r.read() == data
+        # sleeps bound it from below: 50 ms to the first byte, 524,288 bytes at 5 MB/s
+        assert time.perf_counter() - t >= 0.05 + len(data) / 5e6 * 0.9
+        req = urllib.request.Request(srv.url(tmp_path / "a.bin"), headers={"Range": "bytes=1000-1999"})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            assert r.status == 206 and r.read() == data[1000:2000]
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            urllib.request.urlopen(srv.url(tmp_path / "a.bin") + "x", timeout=30)
+        with pytest.raises(urllib.error.HTTPError, match="503"):  # the request budget is spent
+            urllib.request.urlopen(srv.url(tmp_path / "a.bin"), timeout=30)

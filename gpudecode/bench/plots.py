@@ -147,19 +147,22 @@ def train_figure(doc: dict, path: str | Path) -> str:
 
 
 def io_figure(doc: dict, path: str | Path) -> str:
-    res = doc["results"]
-    fig = _figure(6.5, 3.2)
+    """Images/s of each tier, format and access (shards: blue; small files: red), log scale."""
+    rows = [r for r in doc["rows"] if r["images"]]
+    fig = _figure(8, 1.2 + 0.28 * max(1, len(rows)))
     ax = fig.add_subplot(111)
-    labels = list(res)
-    vals = [res[k]["mb_per_s"] for k in labels]
-    ax.barh(range(len(vals)), vals, color=[STEP if "sequential" in k else WAIT for k in labels])
-    ax.set_yticks(range(len(vals)), labels, fontsize=8)
+    labels = [f"{r['tier']}, {r['format']}, {r['access']}" + ("" if r["cache"] == "none" else f", {r['cache']}")
+              for r in rows]
+    vals = [r["img_per_s"] for r in rows]
+    ax.barh(range(len(vals)), vals, color=[STEP if r["access"] == "shards" else WAIT for r in rows])
+    ax.set_yticks(range(len(vals)), labels, fontsize=7)
     ax.invert_yaxis()
-    for i, k in enumerate(labels):
-        ax.text(vals[i], i, f" {vals[i]:,.0f} MB/s, {res[k]['files_per_s']:,.0f} files/s", va="center", fontsize=7)
-    ax.set_xlim(0, max(vals, default=1) * 1.45)  # room for the labels
-    ax.set_xlabel("MB/s")
-    ax.set_title(f"reading {doc['path']}: whole shards in order vs small files at random", fontsize=8)
+    ax.set_xscale("log")
+    for i, r in enumerate(rows):
+        ax.text(vals[i], i, f" {vals[i]:,.0f} img/s, {r['mb_per_s']:,.0f} MB/s", va="center", fontsize=6.5)
+    ax.set_xlim(min(vals, default=1) / 2, max(vals, default=1) * 20)  # room for the labels
+    ax.set_xlabel("images/s (log)")
+    ax.set_title(f"reading {doc['path']}: shards (blue) against small files (red), per storage tier", fontsize=8)
     return _save(fig, path)
 
 

@@ -47,17 +47,18 @@ def _read_all(paths: list[Path], block: int) -> tuple[float, int]:
     return time.perf_counter() - t, total
 
 
-def run_io(path: str | os.PathLike, out: str | os.PathLike, *, block: int = 1 << 20, max_files: int = 20000,
-           seed: int = 0) -> dict:
-    """Measures the .tar shards and the other files under `path`; writes io.json, io.md
-    and io.png into `out`.
+def _groups(root: Path) -> tuple[dict[str, dict[str, list[Path]]], dict[str, int]]:
+    """The shards and small files under `root`, by format where `root` is a `gpudecode
+    bench make-data` dataset (shards/<fmt>, files/<fmt>), else as one group."""
+    import json
 
-    Raises:
-        ValueError: `path` holds neither shards nor files.
-    """
-    root = Path(path)
-    if not root.is_dir():
-        raise ValueError(f"{root} is not a directory")
+    desc = root / "dataset.json"
+    if desc.is_file():
+        doc = json.loads(desc.read_text())
+        groups = {f: {"shards": sorted((root / "shards" / f).glob("*.tar")),
+                      "files": sorted(p for p in (root / "files" / f).rglob("*") if p.is_file())}
+                  for f in doc.get("formats", [])}
+        return groups, {f: int(doc["count"]) for f in groups}
     shards, files = [], []
     for p in sorted(root.rglob("*")):
         if p.is_file():
@@ -65,29 +66,58 @@ def run_io(path: str | os.PathLike, out: str | os.PathLike, *, block: int = 1 <<
                 shards.append(p)
             elif p.suffix not in _SKIP:
                 files.append(p)
-    if not shards and not files:
+    return {"all": {"shards": shards, "files": files}}, {}
+
+
+def run_io(path: str | os.PathLike, out: str | os.PathLike, *, block: int = 1 << 20, max_files: int = 20000,
+           seed: int = 0, tiers: bool = False, threads: int = 8, link_mb_s: float = 100.0,
+           first_byte_ms: float = 20.0, nfs_latency_ms: float = 1.0, tier_files: int = 512) -> dict:
+    """Measures the .tar shards and the other files under `path` (per format for a
+    make-data dataset) on the local disk, cold and warm; with `tiers`, also on the
+    object-store and NFS stand-ins of gpudecode.bench.tiers. Writes io.json, io.md and
+    io.png into `out`.
+
+    Raises:
+        ValueError: `path` holds neither shards nor files.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise ValueError(f"{root} is not a directory")
+    groups, samples = _groups(root)
+    if not any(g["shards"] or g["files"] for g in groups.values()):
         raise ValueError(f"{root} holds no shards and no files to read")
-    random.Random(seed).shuffle(files)
-    files = files[:max_files]
-    results: dict[str, dict] = {}
+    rng = random.Random(seed)
+    for g in groups.values():
+        rng.shuffle(g["files"])
+        g["files"] = g["files"][:max_files]
+    rows: list[dict] = []
     for mode in ("cold", "warm"):
-        for kind, paths, blk in (("sequential shard reads", shards, block), ("random small-file reads", files, block)):
-            if not paths:
-                continue
-            if mode == "cold":
-                _drop(paths)
-            dt, total = _read_all(paths, blk)
-            results[f"{mode}: {kind}"] = {"mode": mode, "kind": kind, "files": len(paths), "bytes": total,
-                                          "seconds": dt, "mb_per_s": total / dt / 1e6 if dt > 0 else float("inf"),
-                                          "files_per_s": len(paths) / dt if dt > 0 else float("inf")}
-    doc = {"command": "io", "machine": machine(), "path": str(root), "block": block, "results": results}
+        for fmt, g in groups.items():
+            for access, paths in (("shards", g["shards"]), ("small files", g["files"])):
+                if not paths:
+                    continue
+                if mode == "cold":
+                    _drop(paths)
+                dt, total = _read_all(paths, block)
+                n = len(paths) if access == "small files" else samples.get(fmt, 0)
+                rows.append({"tier": f"local disk ({mode})", "format": fmt, "access": access, "cache": "none",
+                             "files": len(paths), "images": n, "bytes": total, "seconds": dt,
+                             "mb_per_s": total / dt / 1e6 if dt > 0 else float("inf"),
+                             "img_per_s": n / dt if dt > 0 else float("inf")})
+    settings: dict = {"block": block}
+    if tiers:
+        from .tiers import Link, run_tiers
+
+        link = Link(link_mb_s, first_byte_ms)
+        settings.update({"threads": threads, "link_mb_s": link_mb_s, "first_byte_ms": first_byte_ms,
+                         "nfs_latency_ms": nfs_latency_ms, "tier_files": tier_files})
+        rows += run_tiers(groups, root, threads=threads, link=link, nfs_latency_ms=nfs_latency_ms,
+                          max_files=tier_files, samples=samples)
+    doc = {"command": "io", "machine": machine(), "path": str(root), "settings": settings, "rows": rows}
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
     write_json(outdir / "io.json", doc)
-    md = (f"{root}: {len(shards)} shards, {len(files)} small files; reads of {block // 1024} KiB\n\n"
-          + table(["mode", "access", "files", "MB", "MB/s", "files/s"],
-                  [[r["mode"], r["kind"], r["files"], float(r["bytes"]) / 1e6, r["mb_per_s"], r["files_per_s"]]
-                   for r in results.values()]))
+    md = markdown(doc)
     (outdir / "io.md").write_text(md + "\n")
     doc["markdown"] = md
     try:
@@ -98,3 +128,16 @@ def run_io(path: str | os.PathLike, out: str | os.PathLike, *, block: int = 1 <<
     except ImportError as e:
         doc["plots"] = f"no plots: {e}"
     return doc
+
+
+def markdown(doc: dict) -> str:
+    st = doc["settings"]
+    head = f"{doc['path']}: reads of {st['block'] // 1024} KiB on the local disk"
+    if "threads" in st:
+        head += (f"; object-store stand-in: HTTP on 127.0.0.1 at {st['link_mb_s']:g} MB/s per connection, "
+                 f"{st['first_byte_ms']:g} ms to the first byte; NFS stand-in: {st['nfs_latency_ms']:g} ms per "
+                 f"request (open, each 1 MiB read); {st['threads']} concurrent reads; at most "
+                 f"{st['tier_files']} small files per format on the stand-ins")
+    rows = [[r["tier"], r["format"], r["access"], r["cache"], r["images"], float(r["bytes"]) / 1e6, r["mb_per_s"],
+             r["img_per_s"] if r["images"] else None] for r in doc["rows"]]
+    return head + "\n\n" + table(["tier", "format", "access", "cache", "images", "MB", "MB/s", "img/s"], rows)
