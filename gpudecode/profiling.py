@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable
 
 DATA_BOUND = 0.10  # the step waited for more than this fraction of the time: data-bound
+FEW_BATCHES = 20  # fewer measured batches than this: the report says its figures are rough
 
 _ADVICE = {
     "read": "read-bound: storage or network feeds the loader too slowly (keep remote shards on the node with "
@@ -57,6 +58,8 @@ class ProfileReport:
     weakest: str | None = None
     stage_median_s: dict[str, float] = field(default_factory=dict)
     advice: list[str] = field(default_factory=list)
+    epochs: int = 1                 # epochs the measured batches came from (batches= loops them)
+    notes: list[str] = field(default_factory=list)  # what limits the figures (too few batches, ...)
 
     @property
     def images_per_s(self) -> float:
@@ -67,7 +70,9 @@ class ProfileReport:
         med_w, med_s = _median(self.wait), _median(self.step)
         lines = [f"{self.loader}: {self.batches} batches, {self.images} images in {self.elapsed:.2f} s = "
                  f"{self.images_per_s:.0f} img/s; median wait {med_w * 1e3:.1f} ms, median step {med_s * 1e3:.1f} ms; "
-                 f"waiting {self.wait_fraction:.0%} of the time"]
+                 f"waiting {self.wait_fraction:.0%} of the time"
+                 + (f" ({self.epochs} epochs)" if self.epochs > 1 else "")]
+        lines += [f"note: {n}" for n in self.notes]
         if self.bound == "data":
             lines.append(f"data-bound: {self.input_speedup_needed:.1f}x more input throughput needed for the step "
                          "never to wait")
@@ -169,17 +174,28 @@ def profile(iterable: Iterable, *, step: float | Callable[[Any], Any] = 0.0, bat
     """
     run = step if callable(step) else None
     seconds = float(step) if not callable(step) else 0.0
+    if batches is not None and batches < 1:
+        raise ValueError(f"batches must be >= 1, got {batches}")
     it = iter(iterable)
+    loops = it is not iterable  # a loader (iterable again, one epoch each time), not a one-shot iterator
     timeline: list[tuple[float, float, float]] = []
     sizes: list[int] = []
     taken = 0
+    epochs = 1
     start = None
     while batches is None or taken < warmup + batches:
         t0 = time.perf_counter()
         try:
             batch = next(it)
         except StopIteration:
-            break
+            if batches is None or not loops or taken == 0:
+                break
+            it = iter(iterable)  # the next epoch: `batches` asked for more than one epoch holds
+            epochs += 1
+            try:
+                batch = next(it)
+            except StopIteration:
+                break
         t1 = time.perf_counter()
         if run is not None:
             run(batch)
@@ -212,6 +228,13 @@ def profile(iterable: Iterable, *, step: float | Callable[[Any], Any] = 0.0, bat
         bound="data" if fraction > DATA_BOUND else "compute", input_speedup_needed=max(1.0, speedup),
         stalls=stalls, stall_threshold=threshold, period=find_period(stalls, len(timeline)),
         num_workers=int(num_workers) if isinstance(num_workers, int) else None)
+    report.epochs = epochs
+    if batches is not None and report.batches < batches:
+        report.notes.append(f"measured {report.batches} batches of the {batches} asked for (the iterable "
+                            "ended and cannot be iterated again)")
+    if report.batches < FEW_BATCHES:
+        report.notes.append(f"only {report.batches} batches measured: rates and stalls are rough below "
+                            f"{FEW_BATCHES} (ask for more with batches=; epochs repeat)")
     _stages(iterable, report)
     _advise(report)
     return report
@@ -227,12 +250,12 @@ def _stages(iterable: Any, report: ProfileReport) -> None:
     med = s.get("median_s") or {}
     if not s.get("batches") or not med:
         return
-    size = statistics.median(b.size for b in stats.batches) or 1
     stages = {k: v for k, v in med.items() if k != "wait"}
     report.stage_median_s = dict(stages)
     # read, probe, decode (and the upload) run one after another on one thread; augment
-    # on another: each stage's own capacity, and the first thread's as a whole
-    report.stage_capacity = {k: size / v for k, v in stages.items() if v > 0}
+    # on another: each stage's own capacity, images over the time it took in all (the
+    # delivered rate is a mean too, so a stage never shows less than passed through it)
+    report.stage_capacity = dict(s.get("stage_capacity_img_s") or {})
     if report.stage_capacity:
         report.weakest = min(report.stage_capacity, key=lambda k: report.stage_capacity[k])
 

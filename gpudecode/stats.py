@@ -88,6 +88,12 @@ class LoaderStats:
             "stalls": stalls,
             "stall_threshold_s": threshold,
         }
+        # each stage's capacity: the images it handled over the time it took in all (a mean, as
+        # the delivered rate is: a stage that runs one batch at a time can never show less
+        # capacity than what was delivered through it)
+        timed_images = sum(b.size for b in timed)
+        out["stage_capacity_img_s"] = {
+            s: timed_images / t for s in med for t in [sum(b.stage(s) for b in timed)] if t > 0}
         out["encoded_bytes"] = sum(b.encoded_bytes for b in self.batches)
         out["h2d_bytes"] = sum(b.h2d_bytes for b in self.batches)
         gpu = [b for b in timed if b.gpu]

@@ -165,8 +165,14 @@ def test_profile_names_the_slowed_stage_of_a_loader(tiny, monkeypatch):
     tf = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.Normalize([0.5] * 3, [0.25] * 3)])
     loader = Loader([str(root / p) for p in doc["shards"]["jpg"]], batch_size=4, transform=tf, device="cpu",
                     num_threads=1)
-    r = profile(loader, step=0.001)
+    r = profile(loader, step=0.001, batches=12)  # 6 batches an epoch: two epochs and more
+    assert r.batches == 12 and r.epochs == 3
+    assert any("only 12 batches measured" in n for n in r.notes) and "note: only 12" in r.summary()
     assert r.bound == "data" and r.weakest == "decode"
+    # capacities and the delivered rate never contradict: each stage passed what was delivered
+    s = loader.stats.summary()
+    for stage, cap in s["stage_capacity_img_s"].items():
+        assert cap >= s["images_per_s"], (stage, cap, s["images_per_s"])
     assert set(r.stage_capacity) >= {"read", "probe", "decode", "augment"}
     assert r.stage_capacity["decode"] < 4 / 0.03 + 1
     assert any("decode-bound" in a for a in r.advice)
@@ -182,6 +188,12 @@ def test_profile_compute_bound_and_plain_iterables():
     assert r.batches == 5 and calls == [16] * 7
     with pytest.raises(ValueError, match="no batch measured"):
         profile([], step=0.0)
+    # more batches asked for than a list holds: its epochs repeat; a one-shot iterator says what it gave
+    r = profile(batches, step=0.0, batches=45)
+    assert r.batches == 45 and r.epochs == 2 and not r.notes
+    r = profile(iter(batches), step=0.0, batches=45)
+    assert r.batches == 29 and r.epochs == 1
+    assert r.notes == ["measured 29 batches of the 45 asked for (the iterable ended and cannot be iterated again)"]
 
 
 def test_find_period():

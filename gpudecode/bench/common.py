@@ -115,4 +115,5 @@ def progress(total: int | None, desc: str, *, enabled: bool = True):
         return _Null()
     from tqdm import tqdm
 
-    return tqdm(total=total, desc=desc, unit="img", leave=False)
+    # disable=None: no bar where stderr is not a terminal (output piped to a file stays readable)
+    return tqdm(total=total, desc=desc, unit="img", leave=False, disable=None)

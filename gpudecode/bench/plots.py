@@ -20,8 +20,8 @@ def _figure(w: float, h: float) -> Any:
     return fig
 
 
-def _save(fig: Any, path: str | Path) -> str:
-    fig.tight_layout()
+def _save(fig: Any, path: str | Path, *, bottom: float = 0.0) -> str:
+    fig.tight_layout(rect=(0, bottom, 1, 1))  # bottom: room kept for notes below the axes
     fig.savefig(str(path))
     return str(path)
 
@@ -64,7 +64,18 @@ def formats_figure(doc: dict, path: str | Path) -> str:
     ax.set_title(f"{d['size'][1]}x{d['size'][0]} images, {doc['args']['threads']} threads/workers: training "
                  "transforms, img/s", fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return _save(fig, path)
+    # what the bars cannot say: why one is missing, and what the in-memory row is
+    notes = [f"no bar: {f} {name}: {why}" for f, rows in (doc.get("skipped") or {}).items()
+             for name, why in rows.items()]
+    if any("synthetic" in rows for rows in results.values()):
+        notes.append("synthetic (in memory): gpudecode's kernel on pixels already in memory, no reading or "
+                     "decoding: the ceiling of the augment stage, not a pipeline")
+    bottom = 0.0
+    if notes:
+        fig.set_figheight(fig.get_figheight() + 0.16 * len(notes))
+        bottom = 0.16 * len(notes) / fig.get_figheight() + 0.02
+        fig.text(0.01, 0.01, "\n".join(notes), fontsize=6, va="bottom", ha="left")
+    return _save(fig, path, bottom=bottom)
 
 
 def stages_figure(doc: dict, path: str | Path) -> str:
@@ -92,8 +103,16 @@ def stages_figure(doc: dict, path: str | Path) -> str:
 
 
 def _capacities(stats: dict, batch: int) -> dict[str, float]:
-    med = stats.get("median_s", {})
+    if stats.get("stage_capacity_img_s"):  # images over each stage's time in all (LoaderStats.summary)
+        return {s: v for s, v in stats["stage_capacity_img_s"].items() if s in _STAGES}
+    med = stats.get("median_s", {})  # results of an earlier version: medians only
     return {s: batch / med[s] for s in _STAGES if med.get(s, 0) > 0}
+
+
+def _integer_ticks(ax: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def datapath_figure(doc: dict, path: str | Path) -> str:
@@ -143,6 +162,7 @@ def train_figure(doc: dict, path: str | Path) -> str:
         if k == 0:
             ax.legend(fontsize=7, loc="upper right")
     fig.axes[-1].set_xlabel("batch")
+    _integer_ticks(fig.axes[-1])
     return _save(fig, path)
 
 
@@ -188,8 +208,10 @@ def profile_figure(report: Any, path: str | Path, *, max_batches: int = 80) -> s
     if report.stalls:
         ax2.scatter(report.stalls, [report.wait[i] * 1e3 for i in report.stalls], color=WAIT, s=12, zorder=3,
                     label=f"stalls{f' (every {report.period})' if report.period else ''}")
-    ax2.axhline(report.stall_threshold * 1e3, color="#999999", lw=0.8, ls="--")
+    ax2.axhline(report.stall_threshold * 1e3, color="#999999", lw=0.8, ls="--",
+                label=f"stall threshold ({report.stall_threshold * 1e3:.0f} ms)")
     ax2.set_xlabel("batch")
+    _integer_ticks(ax2)
     ax2.set_ylabel("ms")
     ax2.legend(fontsize=7, loc="upper right")
     if report.stage_capacity:

@@ -134,8 +134,8 @@ class ThrottledServer:
 
     def url(self, path: str | os.PathLike) -> str:
         rel = Path(path).resolve().relative_to(self.root)
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/{urllib.parse.quote(rel.as_posix())}"
+        port = self._httpd.server_address[1]
+        return f"http://127.0.0.1:{port}/{urllib.parse.quote(rel.as_posix())}"
 
     def __enter__(self) -> "ThrottledServer":
         self._thread.start()
