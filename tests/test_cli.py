@@ -14,8 +14,15 @@ from conftest import encode
 
 def test_help_lists_subcommands():
     out = subprocess.run([sys.executable, "-m", "gpudecode.cli", "--help"], capture_output=True, text=True, check=True)
-    for cmd in ("shard", "inspect", "precache", "verify", "demo"):
-        assert cmd in out.stdout
+    import argparse
+
+    from gpudecode.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert set(sub.choices) == {"shard", "inspect", "precache", "verify", "bench", "plan", "demo"}
+    listed = out.stdout.split("positional arguments:")[1]  # the subcommand table, not the description
+    for cmd in sub.choices:
+        assert f"\n    {cmd} " in listed, cmd
     assert out.stderr == ""
 
 
