@@ -267,7 +267,7 @@ def plan_figure(doc: dict, row: dict, path: str | Path) -> str:
     chain = [k for k in _CHAIN if k in edges]
     xs = list(range(len(chain) + 1))
     ax2.set_xlim(-0.5, len(chain) + 0.5)
-    ax2.set_ylim(-1.6, 1.2)
+    ax2.set_ylim(-1.6 if "cache" in edges else -0.7, 0.9)
     ax2.axis("off")
     hops = ["data"] + [_HOPS[k] for k in chain]
     for x, name in zip(xs, hops):
