@@ -722,7 +722,11 @@ def markdown(doc: dict) -> str:
                      r["delivered_img_s_per_gpu"], f"{r['fraction']:.0%}", ", ".join(r["cut"]), r["move"]])
     body = table(["GPUs", "tier", "format", "demand img/s", "read GB/s", "cores/node needed", "cores/GPU",
                   "drives needed", "links needed", "img/s per GPU", "of demand", "min cut", "to move it"], rows)
-    best = ", ".join(f"{k.replace(':', ' GPUs ', 1)}: {v}" for k, v in doc["best"].items())
+    parts = []
+    for k, v in doc["best"].items():
+        g, t = k.split(":", 1)
+        parts.append(f"{g} GPU{'' if g == '1' else 's'} on {t}: {v}")
+    best = ", ".join(parts)
     return "\n".join(head) + "\n\n" + body + f"\n\nbest format per row (most img/s, then fewest cores): {best}"
 
 
