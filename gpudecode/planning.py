@@ -420,6 +420,14 @@ class Network:
         return g
 
 
+def _cache_share(t: Tier, node: Node, dataset_gb: float) -> float:
+    """The part of a node's reads its node-local cache serves: the fraction of the data it
+    holds (a cache is planned in front of a shared tier only)."""
+    if t.kind != "shared" or node.cache_gb <= 0 or dataset_gb <= 0:
+        return 0.0
+    return min(1.0, node.cache_gb / dataset_gb)
+
+
 def build_network(cost: FormatCost, t: Tier, gpus: int, consumer: Consumer, node: Node, *,
                   dataset_gb: float) -> Network:
     """The graph of one row: `gpus` GPUs on as many nodes as they need, reading `cost`'s
@@ -437,8 +445,7 @@ def build_network(cost: FormatCost, t: Tier, gpus: int, consumer: Consumer, node
         net.add(SOURCE, "storage", "devices", dev, b)
         srv = inf if t.server_gbit is None else t.server_gbit * 1e9 / 8 / b
         net.add("storage", "fabric", "server", srv, b)
-    # the part of a node's reads a node-local cache can serve: what fraction of the data it holds
-    hold = min(1.0, node.cache_gb / dataset_gb) if shared and node.cache_gb > 0 and dataset_gb > 0 else 0.0
+    hold = _cache_share(t, node, dataset_gb)
     for i in range(n_nodes):
         g_i = min(node.gpus, gpus - i * node.gpus)
         d_i = g_i * consumer.img_s_per_gpu
@@ -536,7 +543,7 @@ def _needed(cost: FormatCost, t: Tier, gpus: int, consumer: Consumer, node: Node
     b = cost.bytes_per_image
     per_node = min(gpus, node.gpus) * consumer.img_s_per_gpu  # the fullest node
     total = gpus * consumer.img_s_per_gpu
-    hold = min(1.0, node.cache_gb / dataset_gb) if t.kind == "shared" and node.cache_gb > 0 else 0.0
+    hold = _cache_share(t, node, dataset_gb)
     read_total = total * b * (1 - hold)
     need: dict[str, Any] = {
         "cores_per_node": math.ceil(per_node * cost.host_core_s - 1e-9),

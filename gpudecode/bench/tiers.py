@@ -183,9 +183,8 @@ def get_files(urls: Sequence[str], *, threads: int, timeout: float = 30.0) -> di
 def nfs_read(paths: Sequence[Path], *, threads: int, latency_ms: float, rsize: int = 1 << 20,
              per_file: bool) -> dict:
     """Reads `paths` as an NFS client does: an open costs a round trip (LOOKUP/OPEN), every
-    `rsize` read another (READ); `threads` files at a time. per_file: small files (one
-    image each); else shards (counted by their samples where `per_file` is False: the
-    caller passes the image count through `images`)."""
+    `rsize` read another (READ); `threads` files at a time. per_file: each path is one
+    image (small files); else shards, whose images the caller counts."""
     lat = latency_ms / 1000.0
 
     def one(p: Path) -> int:
