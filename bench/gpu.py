@@ -71,9 +71,13 @@ def loader_run(shards, *, device, decoder, batch, threads, epochs=2) -> dict:
 
     from gpudecode import Loader
 
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        free_before = torch.cuda.mem_get_info()[0]
     ld = Loader(shards, batch_size=batch, transform=tf(), device=device, decoder=decoder, num_workers=threads,
                 seed=0)
-    cuda = device.startswith("cuda")
     rate = 0.0
     for _ in range(epochs):
         if cuda:
@@ -93,7 +97,10 @@ def loader_run(shards, *, device, decoder, batch, threads, epochs=2) -> dict:
                                    else s.get("h2d_bytes", 0)) / max(s.get("images", 1), 1) if cuda else 0,
            "median_stage_ms": {k: v * 1e3 for k, v in s.get("median_s", {}).items()}}
     if cuda:
-        out["peak_gpu_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        from gpudecode.bench.common import device_memory
+
+        # torch's count misses nvImageCodec's pool, DALI and nvJPEG: the driver's beside it
+        out["gpu_memory"] = device_memory(free_before)
         out["gpu_stage_ms"] = {k: v * 1e3 for k, v in s.get("gpu_median_s", {}).items()}
     ld.close()
     return out
@@ -173,15 +180,18 @@ def main() -> int:
     lines = [f"# bench/gpu.py: {gpu.get('name', 'no CUDA device')}", "",
              f"{report['machine'].get('cpu')}, {report['machine'].get('cores')} cores; torch {torch.__version__}; "
              f"{json.dumps(report['versions'])}; GPU {json.dumps(gpu)}", "",
-             "| device | decoder | batch | threads | img/s | slowest stage | H2D B/img | peak GPU MB |",
-             "|---|---|---:|---:|---:|---|---:|---:|"]
+             "| device | decoder | batch | threads | img/s | slowest stage | H2D B/img | torch peak MB | "
+             "device used MB (driver) |",
+             "|---|---|---:|---:|---:|---|---:|---:|---:|"]
     for r in report["runs"]:
         if "error" in r:
-            lines.append(f"| {r['device']} | {r['decoder']} | {r['batch_size']} | | error: {r['error'][:80]} | | | |")
+            lines.append(f"| {r['device']} | {r['decoder']} | {r['batch_size']} | | error: {r['error'][:80]} | | | | |")
             continue
         lines.append(f"| {r['device']} | {r['decoder']} | {r.get('batch_size', '')} | {r.get('threads', '')} | "
                      f"{r['images_per_s']:.0f} | {r.get('slowest_stage') or ''} | "
-                     f"{r.get('h2d_bytes_per_image', 0):.0f} | {r.get('peak_gpu_memory_mb', 0):.0f} |")
+                     f"{r.get('h2d_bytes_per_image', 0):.0f} | "
+                     f"{r.get('gpu_memory', {}).get('torch_peak_allocated_mb', 0):.0f} | "
+                     f"{r.get('gpu_memory', {}).get('driver_used_mb', 0):.0f} |")
     if "best" in report:
         b = report["best"]
         lines += ["", f"best: {b['decoder']} batch {b['batch_size']}: {b['images_per_s']:.0f} img/s, "

@@ -6,9 +6,26 @@
 
 Two producer threads prepare batches ahead (up to `prefetch`) while the trainer works on
 batch k: the "decode" thread reads, probes and decodes batch k+2 while the "augment"
-thread runs the kernel on k+1. On a GPU, decoding and the kernel run on a side CUDA
-stream; events hand each batch over to the trainer's stream and guard the reuse of its
-buffer.
+thread runs the kernel on k+1.
+
+On a GPU (the design, one owner: `_Streams`, made once per Loader and kept across epochs):
+- Decoding (and the upload of host-decoded pixels, from pinned staging, non-blocking)
+  runs on a decode stream; the kernel on an augment stream; each batch's "decoded" event
+  joins them, so decoding batch k+1 overlaps the kernel of batch k, and each stage's CUDA
+  events time its own work only.
+- Every buffer a decoded batch lives in (a decoder's ring, the upload ring, memory a
+  decoder's allocator hands out) is kept until the batch's "consumed" event, recorded
+  after its kernel, has completed: before decoding batch j the decode thread waits on
+  the host for batch j - IN_FLIGHT's (the hardware JPEG decoder does not follow stream
+  order, so a stream wait would not do), and drops older batches' buffers only once their
+  events have completed.
+- The trainer gets batch k from output slot k mod (prefetch + 3); its stream waits on the
+  batch's "ready" event; the labels carry `record_stream` for the trainer's stream. When
+  the trainer asks for batch k+1 it is done with batch k-1: an event recorded on its
+  stream then guards that slot's reuse. Slots, their events and the slot counter carry
+  over from one epoch to the next, so a new epoch never writes into the pixels of the
+  last batches the trainer still reads.
+- Launches happen inside the device's context (cuda:N need not be the current device).
 
 Lifecycle: one iterator at a time per Loader (a second one while the first is active
 raises ConcurrentIterationError: they would share the output buffers). An iterator
@@ -49,6 +66,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Loader", "LoaderIterator", "Batch", "BatchTiming", "LoaderStats", "DEFAULT_MAX_PIXELS", "split_exts"]
 
+# The middle queue between the two stages holds MID_QUEUE prepared batches; decoded
+# batches alive at once are then one in the kernel, MID_QUEUE queued and one being decoded.
+# Every ring a decoded batch lives in (decoders' rings, the upload ring) is sized from this.
+MID_QUEUE = 1
+IN_FLIGHT = MID_QUEUE + 2
+
+
 class Batch(tuple):
     """(images, labels), as a DataLoader batch unpacks, with `.images`, `.labels` and
     `.keys` (the samples' keys, in order)."""
@@ -81,6 +105,8 @@ class _Prepared:
     timing: BatchTiming
     position: int = 0
     taken: int = 0  # samples taken from the reader for this batch
+    seq: int = 0    # batches decoded by this Loader before this one (the rings' turn)
+    ready: Any = None  # CUDA event: decoding (and the upload) done, on the decode stream
 
 
 @dataclass
@@ -103,7 +129,7 @@ class _Epoch:
     def __init__(self, loader: "Loader", epoch: int, start: int) -> None:
         self.loader = loader
         self.queue: queue.Queue = queue.Queue(maxsize=max(1, loader.prefetch))
-        self.mid: queue.Queue = queue.Queue(maxsize=1)
+        self.mid: queue.Queue = queue.Queue(maxsize=MID_QUEUE)
         self.group = ThreadGroup("loader")
         self.stop = self.group.stop_event
         self.group.start(self._decode_stage, epoch, start, name="decode")
@@ -143,7 +169,6 @@ class _Epoch:
 
     def _augment_stage(self) -> None:
         ld = self.loader
-        slot = 0
         try:
             while True:
                 item = get_until_stopped(self.mid, self.stop)
@@ -152,9 +177,9 @@ class _Epoch:
                 if item is None or isinstance(item, BaseException):
                     self._put(self.queue, item)
                     return
-                ready = ld._finish(item, slot)
+                ready = ld._finish(item, ld._slot)
                 if ready is not None:
-                    slot = (slot + 1) % ld._ring
+                    ld._slot = (ld._slot + 1) % ld._ring  # kept across epochs (see the module doc)
                     if not self._put(self.queue, ready):
                         return
         except BaseException as e:
@@ -172,7 +197,6 @@ class LoaderIterator:
     def __init__(self, loader: "Loader", epoch: int, start: int) -> None:
         self._loader = loader
         self.epoch = epoch
-        self._handed: list[int] = []  # output slots handed to the trainer, in order
         self._done = False
         self._ep = _Epoch(loader, epoch, start)
 
@@ -197,12 +221,10 @@ class LoaderIterator:
 
     def _next(self) -> "Batch":
         ld, ep = self._loader, self._ep
-        if ld._stream is not None and len(self._handed) >= 2:
-            # asking for batch k: the trainer's work on batch k-2 is enqueued; its buffer
-            # may be reused once that work is done (the augment stage waits on this)
-            done = torch.cuda.Event()
-            done.record(torch.cuda.current_stream(ld.device))
-            ld._events[self._handed[-2]] = done
+        if ld._gpu is not None:
+            # asking for batch k: the trainer's work on batch k-2 (and before) is enqueued on its
+            # stream; those slots may be reused once that work is done (the augment stage waits)
+            ld._gpu.release_handed(keep=1)
         t0 = time.perf_counter()
         item = get_until_stopped(ep.queue, threading.Event(), alive=ep.group.alive)
         wait = time.perf_counter() - t0
@@ -219,9 +241,8 @@ class LoaderIterator:
         r.timing.delivered = t0 + wait
         ld.stats.batches.append(r.timing)
         ld._position = r.position
-        if r.ready is not None:  # the trainer's stream waits for the side stream
-            torch.cuda.current_stream(ld.device).wait_event(r.ready)
-        self._handed.append(r.slot)
+        if ld._gpu is not None and r.ready is not None:
+            ld._gpu.hand_over(r)
         return r.batch
 
     def close(self) -> None:
@@ -260,6 +281,88 @@ def _event(stream: Any) -> Any:
     e = torch.cuda.Event(enable_timing=True)
     e.record(stream)
     return e
+
+
+class _Streams:
+    """The CUDA side of one Loader, kept from one epoch to the next: the decode and augment
+    streams, the upload ring (device buffers and their pinned staging), the output slots'
+    release events and the slots handed to the trainer, and the decoded batches kept alive
+    until their kernels are done (see the module doc for the protocol)."""
+
+    def __init__(self, device: str, ring: int) -> None:
+        self.device = torch.device(device)
+        if self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.decode = torch.cuda.Stream(device=self.device)
+        self.augment = torch.cuda.Stream(device=self.device)
+        self.slot_free: list[Any] = [None] * ring  # recorded on the trainer's stream when done with a slot
+        self.handed: list[int] = []                # slots handed over whose release is not recorded yet
+        self.uploads: list[torch.Tensor | None] = [None] * IN_FLIGHT
+        self.staging: list[torch.Tensor | None] = [None] * IN_FLIGHT  # pinned host buffers
+        self.staged: list[Any] = [None] * IN_FLIGHT  # the copy out of staging[k] is done at this event
+        self._lock = threading.Lock()
+        self._retired: list[tuple[int, Any, Any]] = []  # (seq, consumed event, what it keeps alive)
+
+    def before_decode(self, seq: int) -> None:
+        """Batch `seq` is about to reuse the rings' turn of batch seq - IN_FLIGHT: wait (on
+        the host) for that batch's kernel, and let go of the batches whose kernels are done."""
+        with self._lock:
+            keep = []
+            for item in self._retired:
+                s, consumed, _ = item
+                if s <= seq - IN_FLIGHT:
+                    consumed.synchronize()
+                elif not consumed.query():
+                    keep.append(item)
+            self._retired = keep
+
+    def retire(self, seq: int, consumed: Any, owner: Any) -> None:
+        """`owner` (a DecodedBatch) stays alive until `consumed` has completed."""
+        with self._lock:
+            self._retired.append((seq, consumed, owner))
+
+    def upload(self, decoded: DecodedBatch, seq: int) -> DecodedBatch:
+        """Host pixels onto the device on the decode stream (current here): copied into this
+        turn's pinned staging buffer, then uploaded without blocking the host."""
+        pixels = decoded.pixels
+        n = pixels.numel()
+        k = seq % IN_FLIGHT
+        if self.staged[k] is not None:
+            self.staged[k].synchronize()  # the previous upload out of this staging buffer
+        host, dev = self.staging[k], self.uploads[k]
+        if host is None or host.numel() < n:
+            host = self.staging[k] = torch.empty(int(n * 1.25) + 1, dtype=torch.uint8, pin_memory=True)
+        if dev is None or dev.numel() < n:
+            dev = self.uploads[k] = torch.empty(int(n * 1.25) + 1, dtype=torch.uint8, device=self.device)
+        host[:n].copy_(pixels.reshape(-1))
+        dev[:n].copy_(host[:n], non_blocking=True)
+        self.staged[k] = torch.cuda.Event()
+        self.staged[k].record(self.decode)
+        return dataclasses.replace(decoded, pixels=dev[:n], owner=(decoded.owner, dev))
+
+    def release_handed(self, *, keep: int) -> None:
+        """The trainer is done with every handed slot but the last `keep`: events on its
+        stream guard their reuse."""
+        if len(self.handed) <= keep:
+            return
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream(self.device))
+        for slot in self.handed[:len(self.handed) - keep]:
+            self.slot_free[slot] = done
+        del self.handed[:len(self.handed) - keep]
+
+    def hand_over(self, r: "_Ready") -> None:
+        """Batch `r` to the trainer's stream: it waits for the kernel; the images and labels
+        are kept from the caching allocator until the trainer's work on them is done."""
+        trainer = torch.cuda.current_stream(self.device)
+        trainer.wait_event(r.ready)
+        # made on the augment stream, used on the trainer's: the caching allocator must not hand
+        # their memory to the augment stream again before the trainer's work on them is done
+        # (the labels are new each batch; an output slot's memory is freed by close())
+        r.batch.images.record_stream(trainer)
+        if r.batch.labels is not None and r.batch.labels.device.type == "cuda":
+            r.batch.labels.record_stream(trainer)
+        self.handed.append(r.slot)
 
 
 class LoaderSampler:
@@ -413,10 +516,9 @@ class Loader:
         self._size: tuple[int, int] | None = None  # the images' one size, for a transform without geometry
         self._ring = self.prefetch + 3
         self._outputs: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * self._ring
-        self._events: list[Any] = [None] * self._ring
-        self._stream: Any = None
-        self._uploads: list[torch.Tensor | None] = [None] * self.IN_FLIGHT
-        self._upload_turn = 0
+        self._slot = 0          # the output slot the next batch goes to (kept across epochs)
+        self._seq = 0           # batches decoded so far (the rings' turn; kept across epochs)
+        self._gpu: _Streams | None = None
         self._position = 0
         self._yielded = 0        # batches handed over in the current (or last) epoch
         self._finished = False   # the current (or last) epoch ran to its end
@@ -602,10 +704,11 @@ class Loader:
         if isinstance(self.decoder_name, str):
             self._decoder = None
         self.reader.close()
+        if self._gpu is not None:  # what the trainer may still read is done before its buffers go
+            self._gpu.release_handed(keep=0)
         self._outputs = [None] * self._ring
-        self._events = [None] * self._ring
-        self._uploads = [None] * self.IN_FLIGHT
-        self._stream = None
+        self._gpu = None
+        self._slot = 0
 
     def __enter__(self) -> "Loader":
         return self
@@ -615,8 +718,8 @@ class Loader:
 
     # -- producer side ------------------------------------------------------------------
 
-    # Decoded batches alive at once: one in the kernel, one queued for it, one being decoded.
-    IN_FLIGHT = 3
+    # Decoded batches alive at once: one in the kernel, MID_QUEUE queued for it, one being decoded.
+    IN_FLIGHT = IN_FLIGHT
 
     def _ensure_decoder(self) -> None:
         if self._decoder is None and not isinstance(self.decoder_name, str):
@@ -638,8 +741,8 @@ class Loader:
         if buffers is not None and buffers < self.IN_FLIGHT:
             raise ValueError(f"decoder {self._decoder.name!r} keeps {buffers} results valid at once; the Loader "
                              f"holds {self.IN_FLIGHT} (give it buffers={self.IN_FLIGHT} or more)")
-        if self._stream is None and self.device.startswith("cuda"):
-            self._stream = torch.cuda.Stream(device=self.device)
+        if self._gpu is None and self.device.startswith("cuda"):
+            self._gpu = _Streams(self.device, self._ring)
 
     def _fail(self, err: LocatedError) -> None:
         if self.on_error == "raise":
@@ -703,34 +806,28 @@ class Loader:
         t1 = time.perf_counter()
         timing.probe = t1 - t0
         decoded = None
+        ready = None
         timing.encoded_bytes = sum(len(r.data) for r in requests)
+        seq = self._seq
         if requests:
-            stream = self._stream
-            with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-                ev = [_event(stream)] if stream is not None else []
+            self._seq += 1
+            gpu = self._gpu
+            if gpu is not None:
+                gpu.before_decode(seq)  # the rings' turn of batch seq - IN_FLIGHT is free
+            with torch.cuda.stream(gpu.decode) if gpu is not None else contextlib.nullcontext():
+                ev = [_event(gpu.decode)] if gpu is not None else []
                 decoded = self._decoder.decode(requests)  # type: ignore[union-attr]
-                if stream is not None:
-                    ev.append(_event(stream))
+                if gpu is not None:
+                    ev.append(_event(gpu.decode))
                     if decoded.pixels.device.type != "cuda":  # host pixels (the CPU decoder): upload
                         timing.h2d_bytes = decoded.pixels.numel()
-                        decoded = self._upload(decoded)
-                    ev.append(_event(stream))
+                        decoded = gpu.upload(decoded, seq)
+                    ev.append(_event(gpu.decode))
                     timing.gpu["decode"] = (ev[0], ev[1])
                     timing.gpu["h2d"] = (ev[1], ev[2])
+                    ready = ev[2]  # the augment stream waits for this
         timing.decode = time.perf_counter() - t1
-        return _Prepared(samples, params, sizes, labels, decoded, timing, taken=len(chunk))
-
-    def _upload(self, decoded: DecodedBatch) -> DecodedBatch:
-        """Host pixels onto the device, into the next of IN_FLIGHT device buffers (the
-        decode thread waits for the copy, the trainer does not)."""
-        n = decoded.pixels.numel()
-        self._upload_turn = (self._upload_turn + 1) % self.IN_FLIGHT
-        buf = self._uploads[self._upload_turn]
-        if buf is None or buf.numel() < n:
-            buf = self._uploads[self._upload_turn] = torch.empty(int(n * 1.25) + 1, dtype=torch.uint8,
-                                                                 device=self.device)
-        buf[:n].copy_(decoded.pixels, non_blocking=False)
-        return dataclasses.replace(decoded, pixels=buf[:n], owner=(decoded.owner, buf))
+        return _Prepared(samples, params, sizes, labels, decoded, timing, taken=len(chunk), seq=seq, ready=ready)
 
     def _finish(self, p: _Prepared, slot: int) -> _Ready | None:
         """Stage B: the fused kernel into output slot `slot`, and the labels."""
@@ -756,21 +853,26 @@ class Loader:
                                   shard=first.shard if first else None, key=first.key if first else None)
             return None
         ready = None
-        with torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext():
-            if self._stream is not None and self._events[slot] is not None:
-                self._stream.wait_event(self._events[slot])  # the trainer is done with this buffer
+        gpu = self._gpu
+        stream = gpu.augment if gpu is not None else None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            if gpu is not None:
+                stream.wait_event(p.ready)  # type: ignore[union-attr]  # decoded (and uploaded)
+                if gpu.slot_free[slot] is not None:
+                    stream.wait_event(gpu.slot_free[slot])  # type: ignore[union-attr]  # the trainer is done
             out, view = self._output(slot, len(ok))
-            start = _event(self._stream) if self._stream is not None else None
-            self.transform.apply(decoded, p.params, p.sizes, view, rows=ok, stream=self._stream,
+            start = _event(stream) if stream is not None else None
+            self.transform.apply(decoded, p.params, p.sizes, view, rows=ok, stream=stream,
                                  num_threads=self.num_threads)
             if start is not None:
-                p.timing.gpu["augment"] = (start, _event(self._stream))
+                p.timing.gpu["augment"] = (start, _event(stream))
             lab = torch.tensor([p.labels[k] for k in ok], dtype=torch.int64) if self.labels else None
             if lab is not None and self.device != "cpu":
                 lab = lab.pin_memory().to(self.device, non_blocking=True)
-            if self._stream is not None:
+            if gpu is not None:
                 ready = torch.cuda.Event()
-                ready.record(self._stream)
+                ready.record(stream)
+                gpu.retire(p.seq, ready, decoded)  # its buffers live until the kernel is done
         p.timing.augment = time.perf_counter() - t0
         p.timing.size = len(ok)
         batch = Batch(out, lab, [p.samples[k].key for k in ok])

@@ -284,16 +284,28 @@ class Settings:
     shard_bytes: int | None
     image_exts: list[str]
     max_pixels: int
-    device: str  # "cpu" or "cuda" (not the index: any GPU gives the same bytes)
+    device: str  # "cpu" or "cuda" (not the index)
     decoder: str
     on_error: str
+    # the GPU model decoding ("" on the CPU): GPU decoders differ by model (A100 and H100 have a
+    # hardware JPEG decoder, others decode with CUDA), so one run's outputs come from one model
+    device_model: str = ""
 
     def doc(self) -> dict:
         return {"format_version": FORMAT_VERSION, "gpudecode": __version__, "sources": self.sources,
                 "size": list(self.size) if isinstance(self.size, tuple) else self.size, "crop": self.crop,
                 "shard_size": self.shard_size, "shard_bytes": self.shard_bytes, "image_exts": self.image_exts,
                 "max_pixels": self.max_pixels, "device": self.device, "decoder": self.decoder,
-                "on_error": self.on_error}
+                "on_error": self.on_error, "device_model": self.device_model}
+
+
+def device_model(device: str) -> str:
+    """The GPU model behind `device` ("" for the CPU), as the manifest records it."""
+    if not device.startswith("cuda"):
+        return ""
+    import torch
+
+    return torch.cuda.get_device_name(torch.device(device))
 
 
 _DECODERS = threading.local()
@@ -337,6 +349,11 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
     layout = Layout(out)
     threads = max(1, threads or os.cpu_count() or 1)
     dev = device or settings.device
+    here = device_model(dev)
+    if here != settings.device_model:
+        raise ValueError(f"this run decodes on {settings.device_model or 'the CPU'}, this worker on "
+                         f"{here or 'the CPU'}: decoders differ by GPU model (the hardware JPEG decoder), so one "
+                         "run's outputs must all come from one model; run it on that model, or start another run")
     dec = decoder if decoder is not None else _decoder(settings.decoder, dev, threads, settings.max_pixels)
     _clear_unit(layout, unit)
     url = settings.sources[unit]
@@ -549,7 +566,8 @@ def precache(sources: str | Sequence[str], out: str | os.PathLike, *, size: int 
     sources = [os.path.abspath(_shards.local_path(u)) if _shards.is_local(u) else u for u in urls]
     settings = Settings(sources=sources, size=stored, crop=crop, shard_size=shard_size, shard_bytes=limit,
                         image_exts=split_exts(image_ext), max_pixels=max_pixels,
-                        device="cuda" if dev.startswith("cuda") else "cpu", decoder=name, on_error=on_error)
+                        device="cuda" if dev.startswith("cuda") else "cpu", decoder=name, on_error=on_error,
+                        device_model=device_model(dev))
     layout = Layout(out)
     if (rank is None) != (world_size is None):
         raise ValueError("give both rank and world_size, or neither")

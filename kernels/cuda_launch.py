@@ -17,11 +17,24 @@ def run(src, geom: np.ndarray, factors: np.ndarray, order: np.ndarray, mean: np.
     from numba import cuda
 
     dev = src.device
-    ts = stream if stream is not None else torch.cuda.current_stream(dev)
-    nb_stream = cuda.external_stream(ts.cuda_stream)
     n, _, oh, ow = view.shape
     if n == 0:
         return
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    # inside the tensor's device context: a thread whose current device is another one (the
+    # Loader's threads, precache --device cuda:1) must not launch that device's module here
+    with torch.cuda.device(index), cuda.gpus[index]:
+        _run(src, geom, factors, order, mean, std, view, dev, normalize=normalize, antialias=antialias,
+             stream=stream if stream is not None else torch.cuda.current_stream(dev))
+
+
+def _run(src, geom, factors, order, mean, std, view, dev, *, normalize: bool, antialias: bool, stream: Any) -> None:
+    import torch
+    from numba import cuda
+
+    n, _, oh, ow = view.shape
+    ts = stream
+    nb_stream = cuda.external_stream(ts.cuda_stream)
     with torch.cuda.stream(ts):
         # pinned staging: torch's host allocator keeps each buffer until its copy is done
         g, f, o, m, s = (torch.from_numpy(a).pin_memory().to(dev, non_blocking=True)

@@ -162,3 +162,132 @@ def test_stats_on_cuda_time_the_gpu_work(shards):
     torch.cuda.synchronize()
     s = ld.stats.summary()
     assert set(s["gpu_median_s"]) == {"decode", "h2d", "augment"} and s["gpu_median_s"]["augment"] > 0
+
+
+# --- the GPU path checked against what would race or fail on a first run (issue 23) ---------
+
+
+def _cpu_reference(shards, **kw):
+    return [(b.keys, b.images.clone(), b.labels.clone()) for b in Loader(shards, device="cpu", **kw)]
+
+
+@pytest.mark.parametrize("decoder", ["cpu", *BACKENDS])
+def test_gpu_lagging_consumer_across_two_epochs(shards, decoder):
+    """The trainer's stream lags far behind the loader (a long kernel queued with
+    torch.cuda._sleep each step, the host free to run ahead) across an epoch boundary:
+    every batch's pixels and labels, read on the trainer's stream after its queued work,
+    equal the CPU loader's; nothing handed over is overwritten while the trainer's work
+    on it is still queued."""
+    kw = dict(batch_size=8, transform=train_tf(), seed=5, shuffle=True, prefetch_factor=2)
+    ref = [_cpu_reference(shards, **kw)]
+    ld_cpu = Loader(shards, device="cpu", **kw)
+    list(ld_cpu)
+    ref.append([(b.keys, b.images.clone(), b.labels.clone()) for b in ld_cpu])  # epoch 1
+    ld = Loader(shards, device="cuda", decoder=decoder, **kw)
+    got = []
+    for _ in range(2):
+        sums = []
+        for b in ld:
+            torch.cuda._sleep(50_000_000)  # ~tens of ms of GPU time queued before the trainer reads
+            sums.append((b.keys, b.images.double().sum(dim=(1, 2, 3)), b.labels * 1))  # read after the sleep
+        got.append(sums)
+    torch.cuda.synchronize()
+    atol = 1e-3 if decoder == "cpu" else 0.1 * 3 * 64 * 64
+    for epoch in range(2):
+        assert [g[0] for g in got[epoch]] == [r[0] for r in ref[epoch]]
+        for (keys, s, lab), (_, img, rlab) in zip(got[epoch], ref[epoch]):
+            assert torch.equal(lab.cpu(), rlab), keys  # labels by value, not only their device
+            torch.testing.assert_close(s.cpu(), img.double().sum(dim=(1, 2, 3)), atol=atol, rtol=0)
+
+
+def _odd_jpegs(photos) -> dict[str, bytes]:
+    img = np.ascontiguousarray(photos["chelsea"][:120, :160])
+    exif = __import__("PIL.Image", fromlist=["Exif"]).Exif()
+    exif[0x0112] = 6
+    return {"exif6": encode(img, "JPEG", exif=exif.tobytes()), "cmyk": encode(img, "JPEG", mode="CMYK"),
+            "progressive": encode(img, "JPEG", progressive=True), "grey": encode(img, "JPEG", mode="L"),
+            "corrupt": encode(img, "JPEG")[:900]}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gpu_decoders_on_odd_jpegs(photos, backend):
+    """EXIF-rotated (never applied), CMYK, progressive, grey and corrupt JPEGs through each
+    GPU decoder: the first four like the CPU decoder (nvJPEG's IDCT: close, not equal), the
+    corrupt one that image's error."""
+    from conftest import encode as _enc  # noqa: F401 (the same encoder as the CPU suite)
+
+    encs = _odd_jpegs(photos)
+    reqs = [Request(d, "jpeg", 120, 160, (0, 0, 120, 160), "s", n) for n, d in encs.items()]
+    cpu = CpuDecoder().decode(reqs)
+    gpu = make_decoder(backend, device="cuda", num_threads=2, max_pixels=0).decode(reqs)
+    for k, r in enumerate(reqs):
+        if r.key == "corrupt":
+            assert gpu.errors[k] is not None
+            continue
+        if cpu.errors[k] is not None:  # (a CMYK the CPU decoder refuses is not compared)
+            continue
+        assert gpu.errors[k] is None, (r.key, gpu.errors[k])
+        a, b = decoded_image(cpu, k), decoded_image(gpu, k)
+        assert a.shape == b.shape, r.key
+        assert psnr(a, b) > 30, (r.key, psnr(a, b))
+
+
+@pytest.mark.parametrize("layout,dtype", [("NCHW", torch.float32), ("NCHW", torch.float16), ("NHWC", torch.float32),
+                                          ("NCHW", torch.uint8)])
+def test_every_output_layout_and_dtype_through_the_loader(shards, layout, dtype):
+    steps = [T.RandomResizedCrop(48), T.RandomHorizontalFlip()]
+    steps += [T.ToDtype(torch.uint8)] if dtype == torch.uint8 else [T.Normalize(MEAN, STD), T.ToDtype(dtype)]
+    tf = T.Compose(steps, layout=layout)
+    kw = dict(batch_size=8, transform=tf, seed=3, shuffle=False)
+    cpu = [b.images.clone() for b in Loader(shards, device="cpu", **kw)]
+    gpu = [b.images.cpu() for b in Loader(shards, device="cuda", decoder="cpu", **kw)]
+    for a, b in zip(cpu, gpu):
+        assert a.dtype == b.dtype == dtype and a.shape == b.shape
+        torch.testing.assert_close(b.float(), a.float(), atol=1 if dtype == torch.uint8 else 2e-3, rtol=0)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs: cuda:1 while cuda:0 is current")
+def test_loader_and_compose_on_a_device_that_is_not_current(shards, photos):
+    torch.cuda.set_device(0)
+    kw = dict(batch_size=8, transform=train_tf(), seed=4, shuffle=False)
+    cpu = [b.images for b in Loader(shards, device="cpu", **kw)]
+    gpu = [b.images for b in Loader(shards, device="cuda:1", decoder="cpu", **kw)]
+    assert {g.device for g in gpu} == {torch.device("cuda:1")}
+    for a, b in zip(cpu, gpu):
+        torch.testing.assert_close(b.cpu(), a, atol=1e-4, rtol=0)
+    tf = train_tf(64)
+    imgs = [torch.from_numpy(p).permute(2, 0, 1).contiguous() for p in photos.values()]
+    params = tf.make_params([tuple(i.shape[1:]) for i in imgs], 1)
+    torch.testing.assert_close(tf([i.to("cuda:1") for i in imgs], params).cpu(), tf(imgs, params), atol=2e-4,
+                               rtol=0)
+
+
+def test_decode_and_augment_streams_overlap(shards):
+    """Decoding runs on its own stream, the kernel on another: the Loader's two streams are
+    distinct and neither is the trainer's."""
+    ld = Loader(shards, batch_size=8, transform=train_tf(), device="cuda", decoder="cpu", seed=0)
+    next(iter(ld))
+    gpu = ld._gpu
+    assert gpu is not None and gpu.decode != gpu.augment
+    assert torch.cuda.current_stream() not in (gpu.decode, gpu.augment)
+    ld.close()
+
+
+def test_memory_outside_torch_is_reported(shards):
+    """Peak device memory from the driver (mem_get_info: nvImageCodec's pool, DALI, nvJPEG
+    count there) beside torch's own count, as bench/gpu.py reports them."""
+    torch.cuda.synchronize()
+    free0, total = torch.cuda.mem_get_info()
+    reserved0 = torch.cuda.memory_reserved()
+    ld = Loader(shards, batch_size=8, transform=train_tf(), device="cuda", seed=0)
+    for _ in ld:
+        pass
+    torch.cuda.synchronize()
+    free1, _ = torch.cuda.mem_get_info()
+    # what torch reserved is part of what the device lost; decoders' pools come on top
+    assert free0 - free1 >= torch.cuda.memory_reserved() - reserved0 - (2 << 20)
+    from gpudecode.bench.common import device_memory  # what bench/gpu.py reports
+
+    mem = device_memory(free0)
+    assert mem["driver_used_mb"] >= mem["torch_reserved_mb"] - reserved0 / 2**20 - 2
+    ld.close()

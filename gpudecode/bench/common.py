@@ -117,3 +117,16 @@ def progress(total: int | None, desc: str, *, enabled: bool = True):
 
     # disable=None: no bar where stderr is not a terminal (output piped to a file stays readable)
     return tqdm(total=total, desc=desc, unit="img", leave=False, disable=None)
+
+
+def device_memory(free_before: int, device: Any = None) -> dict:
+    """Device memory as the driver sees it (torch.cuda.mem_get_info: nvImageCodec's pool,
+    DALI's and nvJPEG's buffers count there) beside torch's own counts, in MiB:
+    `driver_used_mb` is what the device lost since `free_before` (a mem_get_info()[0]
+    taken before the run)."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(device)
+    return {"driver_used_mb": (free_before - free) / 2**20, "device_total_mb": total / 2**20,
+            "torch_peak_allocated_mb": torch.cuda.max_memory_allocated(device) / 2**20,
+            "torch_reserved_mb": torch.cuda.memory_reserved(device) / 2**20}

@@ -117,15 +117,16 @@ class ThrottledServer:
                         chunk = f.read(min(_CHUNK, left))
                         if not chunk:
                             break
+                        # a chunk leaves no earlier than the link would have carried it
+                        ahead = (sent + len(chunk)) / pace - (time.perf_counter() - t0)
+                        if ahead > 0:
+                            time.sleep(ahead)
                         try:
                             self.wfile.write(chunk)
                         except OSError:  # the client went away
                             return
                         sent += len(chunk)
                         left -= len(chunk)
-                        ahead = sent / pace - (time.perf_counter() - t0)
-                        if ahead > 0:
-                            time.sleep(ahead)
 
         self._httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True

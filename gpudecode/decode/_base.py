@@ -77,3 +77,43 @@ class Decoder(Protocol):
     def close(self) -> None:
         """Releases the decoder's threads and buffers."""
         ...
+
+
+def strip_exif(data: bytes) -> bytes:
+    """`data` (a JPEG) without its EXIF APP1 segments, or `data` itself when it has none
+    or its header cannot be walked (the decoder then says what is wrong). For decoders
+    that always apply the EXIF orientation (torchcodec): gpudecode never applies it (as
+    torchvision's ImageFolder and Pillow's plain open do), so every decoder gives the
+    same pixels, and a 90-degree orientation does not swap the size the header gave."""
+    n = len(data)
+    if n < 4 or data[0] != 0xFF or data[1] != 0xD8:
+        return data
+    cut: list[tuple[int, int]] = []
+    i = 2
+    while i + 4 <= n:
+        if data[i] != 0xFF:
+            return data  # not a marker where one must be: leave it to the decoder
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        if marker in (0xDA, 0xD9):  # start of scan, end of image: the header is over
+            break
+        if marker == 0x01 or 0xD0 <= marker <= 0xD7:  # markers without a length
+            i += 2
+            continue
+        length = (data[i + 2] << 8) | data[i + 3]
+        if length < 2 or i + 2 + length > n:
+            return data
+        if marker == 0xE1 and data[i + 4:i + 10] == b"Exif\x00\x00":
+            cut.append((i, i + 2 + length))
+        i += 2 + length
+    if not cut:
+        return data
+    out = bytearray()
+    last = 0
+    for a, b in cut:
+        out += data[last:a]
+        last = b
+    out += data[last:]
+    return bytes(out)

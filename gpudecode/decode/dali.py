@@ -23,7 +23,8 @@ def dali_decode_pipeline(*, device: str, batch_size: int, num_threads: int, devi
     (w, h) per sample; output: the RGB uint8 window, HWC. device: "mixed" or "cpu"."""
     from nvidia.dali import fn, pipeline_def, types
 
-    extra = {"hw_decoder_load": hw_decoder_load} if device == "mixed" else {}
+    # nvJPEG's chroma upsampling as libjpeg-turbo's (and Pillow's) fancy one, as the other backends
+    extra = {"hw_decoder_load": hw_decoder_load, "jpeg_fancy_upsampling": True} if device == "mixed" else {}
 
     @pipeline_def(batch_size=batch_size, num_threads=num_threads, device_id=device_id,  # type: ignore[arg-type]
                   prefetch_queue_depth=1)
@@ -31,8 +32,11 @@ def dali_decode_pipeline(*, device: str, batch_size: int, num_threads: int, devi
         encoded = fn.external_source(name="encoded", dtype=types.UINT8, ndim=1)
         anchor = fn.external_source(name="anchor", dtype=types.FLOAT, ndim=1)
         shape = fn.external_source(name="shape", dtype=types.FLOAT, ndim=1)
+        # adjust_orientation=False: gpudecode never applies EXIF orientation (DALI's default does,
+        # and would then crop the rotated image with boxes drawn for the stored one)
         return fn.decoders.image_slice(encoded, anchor, shape, device=device, output_type=types.RGB,
-                                       axis_names="WH", normalized_anchor=False, normalized_shape=False, **extra)
+                                       axis_names="WH", normalized_anchor=False, normalized_shape=False,
+                                       adjust_orientation=False, **extra)
 
     return pipe()
 
@@ -62,9 +66,12 @@ class DaliDecoder:
         device_id = self._dev.index if on_gpu else None
         if on_gpu and device_id is None:
             device_id = torch.cuda.current_device()
-        self._pipe = dali_decode_pipeline(device="mixed" if on_gpu else "cpu", batch_size=max_batch_size,
-                                          num_threads=num_threads, device_id=device_id, hw_decoder_load=hw_load)
+        self._make = lambda: dali_decode_pipeline(device="mixed" if on_gpu else "cpu", batch_size=max_batch_size,
+                                                  num_threads=num_threads, device_id=device_id,
+                                                  hw_decoder_load=hw_load)
+        self._pipe = self._make()
         self._pipe.build()
+        self.builds = 1  # pipelines built: a run() that raised leaves the pipeline in an unknown state
         self._on_gpu = on_gpu
         self._ring = [torch.empty(0, dtype=torch.uint8, device=self._dev) for _ in range(buffers)]
         self._turn = 0
@@ -84,22 +91,26 @@ class DaliDecoder:
                 except Exception as e:  # this image's error, not the batch's
                     errors[k] = f"{type(e).__name__}: {e}"
         ok = [k for k in range(n) if errors[k] is None and requests[k].format != "npy"]
-        pieces: list[tuple[list[int], Any]] = []  # (request indices, DALI TensorList in that order)
+        # (request indices, DALI TensorList in that order, or its pixels copied out, shapes)
+        pieces: list[list[Any]] = []
         for start in range(0, len(ok), self.max_batch_size):
             part = ok[start:start + self.max_batch_size]
             try:
-                pieces.append((part, self._run(part, requests)))
+                self._hold(pieces)
+                pieces.append([part, self._run(part, requests)])
             except Exception:  # one bad image fails DALI's whole batch: find it
                 for k in part:
                     try:
-                        pieces.append(([k], self._run([k], requests)))
+                        self._hold(pieces)
+                        pieces.append([[k], self._run([k], requests)])
                     except Exception as e:
                         errors[k] = f"DALI: {str(e).splitlines()[0]}"
         shapes = np.zeros((n, 2), np.int64)
         offsets = np.zeros(n, np.int64)
         total = 0
         for part, out in pieces:
-            for k, shape in zip(part, out.shape()):
+            piece_shapes = out[1] if isinstance(out, tuple) else out.shape()
+            for k, shape in zip(part, piece_shapes):
                 shapes[k] = shape[:2]
                 offsets[k] = total
                 total += int(shape[0] * shape[1] * 3)
@@ -113,6 +124,10 @@ class DaliDecoder:
         buf = self._ring[self._turn]
         stream = torch.cuda.current_stream(self._dev).cuda_stream if self._on_gpu else None
         for part, out in pieces:  # one copy per DALI batch, packed in sample order
+            if isinstance(out, tuple):  # copied out before a later run
+                at = int(offsets[part[0]])
+                buf[at:at + out[0].numel()].copy_(out[0])
+                continue
             dst = ctypes.c_void_p(buf.data_ptr() + int(offsets[part[0]]))
             if self._on_gpu:
                 # blocking: DALI may write this output memory again at its next run, which we
@@ -130,14 +145,37 @@ class DaliDecoder:
         boxes[:, 2:] = shapes  # every image is decoded to its window exactly
         return DecodedBatch(buf[:max(total, 1)], offsets, shapes, hwc_strides(shapes), boxes, errors)
 
+    def _hold(self, pieces: list[list[Any]]) -> None:
+        """DALI writes its output memory again at its next run (and a rebuilt pipeline frees
+        it): the last piece's pixels are copied out before another run."""
+        if not pieces or isinstance(pieces[-1][1], tuple):
+            return
+        out = pieces[-1][1]
+        shapes = [tuple(int(v) for v in sh) for sh in out.shape()]
+        held = torch.empty(sum(h * w * 3 for h, w, *_ in shapes), dtype=torch.uint8, device=self._dev)
+        if self._on_gpu:
+            stream = torch.cuda.current_stream(self._dev).cuda_stream
+            out.copy_to_external(ctypes.c_void_p(held.data_ptr()), cuda_stream=ctypes.c_void_p(stream),
+                                 non_blocking=False)
+        else:
+            out.copy_to_external(ctypes.c_void_p(held.data_ptr()))
+        pieces[-1][1] = (held, shapes)
+
     def _run(self, idx: list[int], requests: Sequence[Request]) -> Any:
         enc = [np.frombuffer(requests[k].data, np.uint8) for k in idx]
         anchor = [np.array([requests[k].box[1], requests[k].box[0]], np.float32) for k in idx]
         shape = [np.array([requests[k].box[3], requests[k].box[2]], np.float32) for k in idx]
-        self._pipe.feed_input("encoded", enc)
-        self._pipe.feed_input("anchor", anchor)
-        self._pipe.feed_input("shape", shape)
-        (out,) = self._pipe.run()
+        try:
+            self._pipe.feed_input("encoded", enc)
+            self._pipe.feed_input("anchor", anchor)
+            self._pipe.feed_input("shape", shape)
+            (out,) = self._pipe.run()
+        except Exception:
+            # older DALI releases leave a pipeline unusable after a failed run: never rely on it
+            self._pipe = self._make()
+            self._pipe.build()
+            self.builds += 1
+            raise
         return out
 
     def close(self) -> None:

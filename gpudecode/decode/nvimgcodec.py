@@ -36,13 +36,23 @@ def _module():
 
 
 class NvImageCodecDecoder:
+    """Decodes into a ring of `buffers` sets of Images, reused turn by turn (nvImageCodec
+    resizes an Image's buffer in place): no allocation per image once the ring is warm. A
+    batch's Images are valid until the decoder's turn comes round to them again (the
+    Loader keeps that many batches in flight, and waits for a batch's kernel before
+    its turn is reused)."""
+
     name = "nvimgcodec"
-    buffers = None  # every batch owns its Images
 
     def __init__(self, *, device: str = "cuda", num_threads: int = 0, max_pixels: int = 0,
-                 hw_load: float = 0.65) -> None:
+                 hw_load: float = 0.65, buffers: int = 3) -> None:
         if not 0.0 <= hw_load <= 1.0:
             raise ValueError(f"hw_load must be in [0, 1], not {hw_load}")
+        if buffers < 1:
+            raise ValueError("buffers must be >= 1")
+        self.buffers = buffers
+        self._ring: list[list[Any]] = [[] for _ in range(buffers)]
+        self._turn = 0
         n = _module()
         self._n = n
         self.device = device
@@ -90,7 +100,14 @@ class NvImageCodecDecoder:
                 except Exception as e:  # an unreadable stream: this image's error
                     images[k] = self._host_window(r, errors, k, why=f"nvImageCodec: {e}")
         if streams:
-            out = self._decoder.decode(streams, params=self._params, cuda_stream=self._stream())
+            self._turn = (self._turn + 1) % self.buffers
+            reuse = self._ring[self._turn]
+            if len(reuse) >= len(streams):
+                out = self._decoder.decode(streams, images=reuse[:len(streams)], params=self._params,
+                                           cuda_stream=self._stream())
+            else:  # the ring's turn is smaller than this batch: new Images, kept for next time
+                out = self._decoder.decode(streams, params=self._params, cuda_stream=self._stream())
+                self._ring[self._turn] = [img for img in out if img is not None]
             for k, img in zip(ks, out):
                 if img is None:  # not decodable here: the host decoders have a go, and say why not
                     images[k] = self._host_window(requests[k], errors, k, why="nvImageCodec could not decode it")

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from ..errors import BackendUnavailableError
-from ._base import DecodedBatch, Request
+from ._base import DecodedBatch, Request, strip_exif
 from ._span import span
 from .cpu import host_rgb
 
@@ -48,13 +48,14 @@ class TorchcodecDecoder:
                 errors[k] = f"image of {r.width}x{r.height} pixels is over the limit of {self.max_pixels} pixels"
         jpeg = [k for k, r in enumerate(requests) if r.format == "jpeg" and errors[k] is None]
         if jpeg:
+            # torchcodec always applies the EXIF orientation: without the EXIF segment it has none
+            data = {k: strip_exif(bytes(requests[k].data)) for k in jpeg}
             try:
-                images.update(zip(jpeg, d.decode_jpeg([requests[k].data for k in jpeg], mode=rgb,
-                                                      device=self.device)))
+                images.update(zip(jpeg, d.decode_jpeg([data[k] for k in jpeg], mode=rgb, device=self.device)))
             except Exception:  # one bad image fails the call: find it
                 for k in jpeg:
                     try:
-                        images[k] = d.decode_jpeg(requests[k].data, mode=rgb, device=self.device)
+                        images[k] = d.decode_jpeg(data[k], mode=rgb, device=self.device)
                     except Exception as e:
                         errors[k] = f"torchcodec: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
         hwc: set[int] = set()
