@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TESTS = ["test_gpu.py", "test_kernels.py", "test_decode.py", "test_loader.py", "test_transforms.py"]
+TESTS = ["test_gpu.py", "test_gpu_design.py", "test_kernels.py", "test_decode.py", "test_loader.py", "test_transforms.py"]
 
 
 def main() -> int:

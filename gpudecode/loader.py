@@ -456,8 +456,11 @@ class Loader:
 
     Epochs: each new iteration starts the next epoch unless `set_epoch` chose one.
     Batches come from a ring of `prefetch + 3` output buffers: the tensors of batch k
-    are still intact while you work on batch k+1 and are overwritten after that (as
-    with DALI's iterators): `.clone()` what you keep longer.
+    are still intact while you work on batch k+1 (the next epoch's first batch included:
+    the ring carries over) and are overwritten after that (as with DALI's iterators):
+    `.clone()` what you keep longer. On a GPU "work" means the work enqueued on your
+    stream: the buffer is reused only after an event recorded there has completed (the
+    module doc has the stream design).
     """
 
     def __init__(self, urls: Any, *, batch_size: int, transform: Any, device: str = "auto",
