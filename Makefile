@@ -42,7 +42,7 @@ test: setup
 	$(BIN)/ruff check gpudecode kernels tests bench examples
 	$(BIN)/mypy gpudecode kernels
 	$(BIN)/python tests/fuzz/run.py replay
-	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider
+	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
 
 # The saved fuzzing inputs through the C++ harnesses under g++'s ASan + UBSan (also in `make test`).
 fuzz-replay: setup

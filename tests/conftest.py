@@ -1,9 +1,20 @@
 """Shared fixtures: real photographs (scikit-image's bundled ones, offline) and shard
-builders. Kernel tests run under the numba CUDA simulator when there is no GPU."""
+builders. Kernel tests run under the numba CUDA simulator when there is no GPU. Every
+test run has its own gpudecode cache (compiled kernels, shard counts): a warm cache of
+an earlier run cannot hide a bug (set GPUDECODE_CACHE_DIR to choose one)."""
 from __future__ import annotations
 
 import io
 import os
+import random
+import shutil
+import tempfile
+
+# before anything imports gpudecode (its compiled-kernel cache is looked up on first use)
+_RUN_CACHE = None
+if "GPUDECODE_CACHE_DIR" not in os.environ:
+    _RUN_CACHE = tempfile.mkdtemp(prefix="gpudecode-test-cache-")
+    os.environ["GPUDECODE_CACHE_DIR"] = _RUN_CACHE
 
 # The simulator must be chosen before numba is imported; on a machine with a GPU the
 # same tests run on the real device (set NUMBA_ENABLE_CUDASIM=1 to force the simulator).
@@ -91,3 +102,14 @@ def http_server():
     srv = FaultServer()
     yield srv
     srv.close()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    if _RUN_CACHE is not None:
+        shutil.rmtree(_RUN_CACHE, ignore_errors=True)
+
+
+def seeded_bytes(n: int, *key) -> bytes:
+    """`n` bytes that look random and are the same in every run for the same key (a
+    failure can be reproduced, unlike with os.urandom)."""
+    return random.Random(repr(key)).randbytes(n)

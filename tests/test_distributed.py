@@ -159,16 +159,17 @@ def test_torch_manual_seed_governs_the_order(tmp_path):
         with Loader(urls, batch_size=4, transform=tf(), device="cpu", seed=seed) as ld:
             return [k for b in ld for k in b.keys]
 
-    torch.manual_seed(1)
-    a = order()
-    torch.manual_seed(1)
-    assert order() == a
-    torch.manual_seed(2)
-    assert order() != a
-    torch.manual_seed(99)
-    pinned = order(seed=7)
-    torch.manual_seed(123)
-    assert order(seed=7) == pinned  # an int seed pins it, whatever torch's seed
+    with torch.random.fork_rng(devices=[]):  # torch's global seed is restored for the tests after this one
+        torch.manual_seed(1)
+        a = order()
+        torch.manual_seed(1)
+        assert order() == a
+        torch.manual_seed(2)
+        assert order() != a
+        torch.manual_seed(99)
+        pinned = order(seed=7)
+        torch.manual_seed(123)
+        assert order(seed=7) == pinned  # an int seed pins it, whatever torch's seed
 
 
 @pytest.mark.parametrize("world", [1, 2])

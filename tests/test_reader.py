@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import os
 import socket
 import subprocess
 import sys
@@ -17,7 +16,7 @@ import webdataset as wds
 from gpudecode import Sample, ShardFormatError, ShardReader, ShardReadError
 from gpudecode.io.shards import expand_urls
 
-from conftest import make_shard
+from conftest import make_shard, seeded_bytes
 
 
 def as_pairs(samples):
@@ -58,7 +57,7 @@ def wds_pairs(url):
 
 
 def sample_dicts(n, prefix="s"):
-    return [{"__key__": f"{prefix}{i:04d}", "jpg": os.urandom(100 + 37 * i), "cls": str(i % 5).encode(),
+    return [{"__key__": f"{prefix}{i:04d}", "jpg": seeded_bytes(100 + 37 * i, prefix, i), "cls": str(i % 5).encode(),
              "json": b'{"label": %d}' % i} for i in range(n)]
 
 
@@ -74,7 +73,7 @@ def _tar_tree(tmp_path, names):
     for i, n in enumerate(names):
         p = root / n
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(os.urandom(10 + i))
+        p.write_bytes(seeded_bytes(10 + i, "file", i))
     return root
 
 
@@ -273,7 +272,7 @@ def test_bad_checksum(tmp_path):
 
 def test_not_a_tar_and_missing(tmp_path):
     junk = tmp_path / "junk.tar"
-    junk.write_bytes(os.urandom(5000))
+    junk.write_bytes(seeded_bytes(5000, "junk"))
     with pytest.raises(ShardFormatError, match="junk.tar"):
         list(ShardReader(str(junk)))
     with pytest.raises(ShardReadError, match="nope.tar"):
@@ -358,7 +357,8 @@ def test_huge_patterns_are_refused_before_expanding():
     for spec in ["train-{000000000..999999999}.tar", "x-@99999999.tar", "{0..1000}{0..1000}", "{0..99999999999999999999}"]:
         with pytest.raises(ValueError, match=str(MAX_SHARDS)):
             expand_urls(spec)
-    assert time.monotonic() - t < 1
+    # a watchdog, not a speed test: expanding any of these would take minutes or memory
+    assert time.monotonic() - t < 30
 
 
 def test_shuffle_buffer_starts_before_it_is_full():

@@ -4,7 +4,6 @@ off, give up after the configured retries, and every error names the URL (and st
 Every test is bounded in time by small timeouts."""
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from gpudecode import ShardReader, ShardReadError
 from gpudecode.io.remote import RemoteOptions
 
-from conftest import make_shard
+from conftest import make_shard, seeded_bytes
 from httpfault import Fault
 
 FAST = RemoteOptions(connect_timeout=2, read_timeout=0.5, retries=2, backoff=0.05)
@@ -20,7 +19,7 @@ FAST = RemoteOptions(connect_timeout=2, read_timeout=0.5, retries=2, backoff=0.0
 
 @pytest.fixture
 def shard(tmp_path):
-    samples = [{"__key__": f"k{i:03d}", "jpg": os.urandom(3000 + i), "cls": b"%d" % (i % 7)} for i in range(40)]
+    samples = [{"__key__": f"k{i:03d}", "jpg": seeded_bytes(3000 + i, "remote", i), "cls": b"%d" % (i % 7)} for i in range(40)]
     path = make_shard(tmp_path / "r.tar", samples)
     with open(path, "rb") as f:
         return f.read(), samples
@@ -42,7 +41,7 @@ def test_one_fault_mid_body_resumes_with_range(http_server, shard, kind):
     t = time.monotonic()
     assert read(http_server.url("/s.tar")) == keys_and_bytes(samples)
     assert http_server.requests == [("/s.tar", None), ("/s.tar", "bytes=50000-")]
-    assert time.monotonic() - t < 5
+    assert time.monotonic() - t < 30  # a watchdog: the default read timeout (60 s) was not waited out
 
 
 def test_resume_from_a_server_without_ranges(http_server, shard):
@@ -62,7 +61,7 @@ def test_stalled_server_gives_up_after_the_retries(http_server, shard):
     t = time.monotonic()
     with pytest.raises(ShardReadError, match="timed out .gave up after 3 tries") as ei:
         read(http_server.url("/s.tar"))
-    assert time.monotonic() - t < 5
+    assert time.monotonic() - t < 30  # a watchdog: the default read timeout (60 s) was not waited out
     assert ei.value.shard == http_server.url("/s.tar")
     assert ei.value.key == "k001"  # the sample the stall cut off (k000, about 6.6 KB with headers, came whole)
     assert len(http_server.requests) == 3

@@ -17,7 +17,7 @@ from gpudecode.io.reader import iter_members
 from gpudecode.io.tario import TarFault, index_buffer, index_file, iter_stream
 
 import tarcorpus
-from conftest import make_shard
+from conftest import make_shard, seeded_bytes
 
 CASES = tarcorpus.cases()
 
@@ -121,7 +121,7 @@ def _tarfile_archive(fmt, names, tmp_path):
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=fmt) as tf:
         for i, n in enumerate(names):
-            data = os.urandom(10 + 97 * i)
+            data = seeded_bytes(10 + 97 * i, "member", i)
             info = tarfile.TarInfo(n)
             info.size = len(data)
             tf.addfile(info, io.BytesIO(data))
@@ -147,7 +147,7 @@ def test_tarfile_archives(fmt, tmp_path):
 
 
 def test_webdataset_shard(tmp_path):
-    path = make_shard(tmp_path / "w.tar", [{"__key__": f"k{i:03d}", "jpg": os.urandom(500 + i), "cls": b"%d" % i,
+    path = make_shard(tmp_path / "w.tar", [{"__key__": f"k{i:03d}", "jpg": seeded_bytes(500 + i, "w", i), "cls": b"%d" % i,
                                             "json": b'{"label": 1}'} for i in range(20)])
     data = Path(path).read_bytes()
     assert run_memory(data) == (tarcorpus.tarfile_members(data), None)
@@ -176,7 +176,7 @@ def test_shard_truncated_while_read(tmp_path):
     never through mmap, so this is an error and not SIGBUS)."""
     from gpudecode.io.reader import Sample, iter_shard
 
-    samples = [{"__key__": f"k{i:03d}", "jpg": os.urandom(2000), "cls": b"1"} for i in range(300)]
+    samples = [{"__key__": f"k{i:03d}", "jpg": seeded_bytes(2000, "big", i), "cls": b"1"} for i in range(300)]
     path = make_shard(tmp_path / "s.tar", samples)
     it = iter_shard(path)
     first = next(it)

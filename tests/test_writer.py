@@ -12,6 +12,8 @@ import pytest
 from gpudecode import ShardReader, ShardWriteError
 from gpudecode.io.writer import ShardWriter
 
+from conftest import seeded_bytes
+
 
 class FullDisk(io.FileIO):
     """A file that refuses writes past `limit` bytes with ENOSPC, as a full disk does."""
@@ -64,7 +66,7 @@ def test_disk_full_names_the_shard_and_leaves_nothing(tmp_path):
     with pytest.raises(ShardWriteError, match="no space left on device") as ei:
         with w:
             for i in range(10):
-                w.write({"__key__": f"k{i}", "bin": os.urandom(1500)})
+                w.write({"__key__": f"k{i}", "bin": seeded_bytes(1500, "w1", i)})
     assert ei.value.shard == str(tmp_path / "out" / "s-000.tar")
     assert isinstance(ei.value, OSError)
     assert sorted(os.listdir(tmp_path / "out")) == []  # no .partial, no half shard
@@ -82,7 +84,7 @@ def test_disk_full_on_a_later_shard_keeps_the_complete_ones(tmp_path):
     with pytest.raises(ShardWriteError) as ei:
         with w:
             for i in range(4):
-                w.write({"__key__": f"k{i}", "bin": os.urandom(5000)})
+                w.write({"__key__": f"k{i}", "bin": seeded_bytes(5000, "w2", i)})
     assert ei.value.shard == str(tmp_path / "s-001.tar")
     assert sorted(os.listdir(tmp_path)) == ["s-000.tar"]
     assert [s.key for s in ShardReader(w.shards)] == ["k0"]
