@@ -295,9 +295,16 @@ def test_zero_batch_and_no_mutation():
     fused.fused_cpu(src, geom, factors, order, MEAN, STD, out, normalize=True)
     for a, b in zip(before, (src, geom, factors, order)):
         np.testing.assert_array_equal(a, b)
+    # zero-size batches: nothing written, nothing read, the (empty) output stays its shape;
+    # the output of the batch above is untouched by them
+    kept = out.copy()
     empty = np.zeros((0, 3, 5, 5), np.float32)
     fused.fused_cpu(src, geom[:0], factors[:0], order[:0], MEAN, STD, empty, normalize=True)
     fused.fused_cuda(src, geom[:0], factors[:0], order[:0], MEAN, STD, empty, normalize=True)
+    assert empty.shape == (0, 3, 5, 5)
+    np.testing.assert_array_equal(out, kept)
+    for a, b in zip(before, (src, geom, factors, order)):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_cpu_thread_count_does_not_change_output():
