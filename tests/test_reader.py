@@ -255,8 +255,17 @@ def test_truncated_tar(tmp_path):
     got = list(r)
     assert len(r.skipped) == 1 and r.skipped[0].shard == str(cut)
     assert [s.key for s in got[-6:]] == [k for k, _ in tarfile_pairs(path)]  # the next shard is whole
-    # samples before the cut are kept, none after
-    assert 0 < len(got) - 6 < 6
+    # exactly the samples complete before the cut are kept (tarfile says where each member's
+    # header lies: a sample is complete once a header of another key lies whole before the cut)
+    cut_at = len(data) // 2 + 100
+    with tarfile.open(path) as t:
+        members = [(m.name.split(".", 1)[0], m.offset) for m in t.getmembers()]
+    complete = []
+    for i, (key, _) in enumerate(members):
+        if key not in complete and any(k != key and off + 512 <= cut_at for k, off in members[i + 1:]):
+            complete.append(key)
+    assert 0 < len(complete) < 6
+    assert [s.key for s in got[:-6]] == complete
 
 
 def test_bad_checksum(tmp_path):
@@ -320,13 +329,16 @@ def test_early_stop_releases_threads(tmp_path):
     import threading
 
     urls, _ = _many_shards(tmp_path)
-    before = threading.active_count()
+    def readers() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name.startswith("gpudecode-reader-") and t.is_alive()]
+
+    assert readers() == []
     for _ in range(5):
         it = iter(ShardReader(urls, num_threads=3))
         next(it)
-        it.close()
-    time.sleep(0.3)
-    assert threading.active_count() <= before
+        assert readers()  # (the threads this test is about, by name: not whatever else runs)
+        it.close()  # joins them
+        assert readers() == []
 
 
 def test_samples_have_shard_and_index(tmp_path):
