@@ -118,6 +118,11 @@ def test_bad_images_and_bombs(photos):
     assert out.errors[2] is None
 
 
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(float) - b.astype(float)) ** 2)
+    return float("inf") if mse == 0 else float(10 * np.log10(255 ** 2 / mse))
+
+
 def test_fast_mode_psnr(photos):
     """Fast mode (fast IDCT, plain upsampling) against exact mode: the PSNR it costs."""
     exact, fast = CpuDecoder(), CpuDecoder(fast=True)
@@ -138,6 +143,14 @@ def test_dct_scaling_window(photos):
     out = dec.decode([req(data, (0, 0, 512, 512)), req(data, (10, 20, 100, 90))])
     assert tuple(out.shapes[0]) == (64, 64)  # 1/8 scaling: box 8x the output
     assert tuple(out.shapes[1]) == (100, 90)  # too small to scale
+    # the pixels, against an independent reference: Pillow's draft() asks libjpeg for the same
+    # 1/8 DCT scaling (its IDCT and upsampling are the exact ones, so close, not equal)
+    with Image.open(io.BytesIO(data)) as im:
+        im.draft("RGB", (64, 64))
+        assert im.size == (64, 64)
+        scaled = np.asarray(im.convert("RGB"))
+    assert psnr(_window(out, 0), scaled) > 30, psnr(_window(out, 0), scaled)
+    assert psnr(_window(out, 1), pil_rgb(data)[10:110, 20:110]) > 35  # the window at full scale
 
 
 # Every GPU backend built for the CPU gives the CPU decoder's pixels bit for bit, on crop
@@ -244,7 +257,7 @@ def test_tensor_samples_decode_to_their_windows(photos):
             assert out.errors[k] is None
             np.testing.assert_array_equal(_window(out, k), img[t:t + bh, l:l + bw])
         assert out.errors[3] is None
-        assert _window(out, 3).shape == (40, 50, 3)
+        np.testing.assert_array_equal(_window(out, 3), pil_rgb(jpg)[5:45, 6:56])  # Pillow's pixels
         assert out.errors[4] is not None and "truncated" in out.errors[4]
         if zero_copy:  # the pixels are the sample's own bytes
             base = out.pixels.data_ptr() + int(out.offsets[0])
