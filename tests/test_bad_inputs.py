@@ -372,6 +372,32 @@ def clean(photos):
 TF = T.Compose([T.Resize((24, 24))])
 
 
+def _independent_pixels(url: str, key: str):
+    """What TF (Resize to 24x24) makes of sample `key`'s image, by other hands: tarfile
+    reads the member, Pillow (or numpy for .npy) decodes it, torchvision resizes it. A
+    16-bit PNG keeps each sample's high byte (the documented reading; Pillow would clip)."""
+    import tarfile
+
+    import torch
+    import torchvision.transforms.v2.functional as F
+
+    with tarfile.open(url) as t:
+        m = next(m for m in t.getmembers() if m.name.split(".", 1)[0] == key
+                 and m.name.rsplit(".", 1)[1] in ("jpg", "png", "npy"))
+        data = t.extractfile(m).read()  # type: ignore[union-attr]
+    if m.name.endswith(".npy"):
+        rgb = np.load(io.BytesIO(data))
+    else:
+        with Image.open(io.BytesIO(data)) as im:
+            if im.mode in ("I;16", "I;16B", "I"):
+                hi = (np.asarray(im).astype(np.uint32) >> 8).astype(np.uint8)
+                rgb = np.stack([hi] * 3, axis=-1)
+            else:
+                rgb = np.asarray(im.convert("RGB"))
+    chw = torch.from_numpy(np.ascontiguousarray(rgb)).permute(2, 0, 1)
+    return F.resize(chw, [24, 24], antialias=True)
+
+
 def _loader(url, on_error, label_ext="cls"):
     return Loader(url, batch_size=1, transform=TF, device="cpu", shuffle=False, num_threads=1, on_error=on_error,
                   label_ext=label_ext)
@@ -435,8 +461,12 @@ def test_bad_input(case, on_error, clean, reference, tmp_path):
     for key, what in got:
         if case.level == "reader":
             assert what == fields[key], key
-        elif key in case.changed:  # a different but valid sample: its label where given
+        elif key in case.changed:  # a different but valid sample: its label where given, its pixels
             assert case.changed[key] is None or what[1] == case.changed[key]
+            if case.level in ("image", "tensor"):
+                expected = _independent_pixels(url, key)
+                assert what[0].shape == expected.shape, key
+                assert (what[0].int() - expected.int()).abs().max() <= 1, key
         else:
             assert torch.equal(what[0], outputs[key][0]) and what[1] == outputs[key][1], key
 
