@@ -19,6 +19,7 @@ from gpudecode.cli import main
 from gpudecode.precache import precache, stored_size
 from gpudecode.tensors import encode_npy, npy_layout
 
+from tvref import torchvision_apply
 from conftest import GPU_BACKENDS, cpu_built_decoder, encode, make_shard
 
 SIZE = 96
@@ -133,6 +134,10 @@ def test_loader_reads_tensor_shards(cached):
         imgs = [torch.from_numpy(stored[k]).permute(2, 0, 1).contiguous() for k in keys]
         params = tf.make_params([tuple(i.shape[1:]) for i in imgs], 5, epoch=2, indices=list(range(pos, pos + len(keys))))
         torch.testing.assert_close(images, tf(imgs, params), atol=1e-5, rtol=0)
+        # the specification: torchvision's functional ops on the stored arrays, same parameters
+        spec = torch.stack([torchvision_apply(i, p, (40, 40), mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])
+                            for i, p in zip(imgs, params)])
+        torch.testing.assert_close(images, spec, atol=2e-3, rtol=0)
         assert labels.tolist() == [int(k[1:]) % 4 for k in keys]
         pos += len(keys)
     assert pos == report.samples
