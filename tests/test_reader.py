@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import gzip
 import io
-import socket
 import subprocess
-import sys
 import tarfile
 import time
 from pathlib import Path
@@ -137,29 +135,31 @@ def test_expand_patterns(tmp_path):
 
 
 def test_http(tmp_path):
+    """Python's own http.server (a plain static server, not ours), bound to a port the
+    kernel picks (no bind-close-reuse race with other processes)."""
+    import functools
+    import http.server
+    import threading
+
     make_shard(tmp_path / "web-0.tar", sample_dicts(20, "w"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1",
-                               "--directory", str(tmp_path)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    port = server.server_address[1]
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail("http.server did not start")
-                time.sleep(0.05)
         url = f"http://127.0.0.1:{port}/web-0.tar"
         assert as_pairs(ShardReader(url)) == tarfile_pairs(tmp_path / "web-0.tar")
         with pytest.raises(ShardReadError, match="missing.tar"):
             list(ShardReader(f"http://127.0.0.1:{port}/missing.tar"))
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
 
 
 def _many_shards(tmp_path, nshards=7, per=(3, 9)):

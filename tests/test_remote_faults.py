@@ -113,14 +113,13 @@ def test_skip_policy_names_the_bad_url_and_keeps_the_rest(http_server, shard):
 def test_refused_connection(tmp_path):
     import socket
 
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()  # nothing listens there now
-    url = f"http://127.0.0.1:{port}/x.tar"
-    with pytest.raises(ShardReadError, match="gave up after 3 tries") as ei:
-        read(url)
-    assert ei.value.shard == url
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))  # held, never listening: connections are refused, and no other
+        port = s.getsockname()[1]  # process can take the port while the test runs
+        url = f"http://127.0.0.1:{port}/x.tar"
+        with pytest.raises(ShardReadError, match="gave up after 3 tries") as ei:
+            read(url)
+        assert ei.value.shard == url
 
 
 def test_options_are_checked():
