@@ -50,7 +50,7 @@ def _json_label(data: bytes, shard: str, key: str) -> int:
     try:
         doc = json.loads(data)
     except (ValueError, RecursionError, MemoryError) as e:  # bad JSON, huge ints, deep nesting
-        raise _refuse(f"label .json is not valid JSON ({type(e).__name__}: {str(e)[:80]})", shard, key) from None
+        raise _refuse(f"label .json is not valid JSON ({type(e).__name__}: {str(e)[:80]})", shard, key) from e
     if not isinstance(doc, dict) or "label" not in doc:
         raise _refuse('label .json has no "label" (expected {"label": <integer>})', shard, key)
     value = doc["label"]

@@ -6,7 +6,7 @@ shorter than its Content-Length, or a 5xx/408/429 answer is retried up to `retri
 times in a row with exponential backoff (bytes received reset the count: a long stream
 survives separate hiccups); a retry asks for the rest of the body with `Range: bytes=N-`
 (or, from a server that ignores ranges, reads the body again and drops what was already
-taken). A 4xx answer is not retried. Every error names the URL, and the HTTP status
+taken). A 4xx answer is not retried, but for 408, 425 and 429, which ask for a later try. Every error names the URL, and the HTTP status
 where there is one.
 """
 from __future__ import annotations

@@ -1,0 +1,159 @@
+"""The README's promises that no other test held to: the error types and their message
+format, what a skipped entry records, the remote defaults and which HTTP answers are
+retried, GPUDECODE_TMPDIR, and CLI options (--version, verify --quick, inspect
+--keep-going, shard --seed)."""
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import os
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import gpudecode
+from gpudecode import (DecodeError, GpuDecodeError, LabelError, RemoteOptions, ShardFormatError, ShardReadError,
+                       ShardReader, ShardWriteError)
+from gpudecode.cli import main
+
+from conftest import encode, make_shard, seeded_bytes
+
+
+def _shard(tmp_path, n=6, name="s.tar") -> str:
+    return make_shard(tmp_path / name, [{"__key__": f"k{i:03d}", "jpg": seeded_bytes(700 + i, "p", i),
+                                         "cls": str(i % 3).encode()} for i in range(n)])
+
+
+def test_error_types_are_the_builtins_they_resemble():
+    assert issubclass(ShardFormatError, ValueError) and issubclass(ShardFormatError, GpuDecodeError)
+    assert issubclass(ShardReadError, OSError) and issubclass(ShardReadError, GpuDecodeError)
+    assert issubclass(LabelError, ValueError) and issubclass(DecodeError, ValueError)
+    assert issubclass(ShardWriteError, OSError)
+
+
+def test_a_damaged_shard_names_shard_key_and_offset_and_keeps_the_cause(tmp_path):
+    """README: `truncated tar: member 's03.jpg' needs 5120 bytes, 700 left (shard
+    'train-000007.tar', key 's03', byte offset 5632)`; a library's own exception is kept
+    as __cause__."""
+    path = _shard(tmp_path)
+    data = Path(path).read_bytes()
+    with tarfile.open(path) as t:
+        m = next(m for m in t.getmembers() if m.name == "k003.jpg")
+    cut = tmp_path / "cut.tar"
+    cut.write_bytes(data[:m.offset_data + 100])
+    with pytest.raises(ShardFormatError) as ei:
+        list(ShardReader(str(cut)))
+    e = ei.value
+    # the offset of the member's header (of its ustar header, after any pax header tarfile counts from)
+    assert (e.shard, e.key) == (str(cut), "k003") and m.offset <= e.offset < m.offset_data
+    assert str(e).endswith(f"(shard {str(cut)!r}, key 'k003', byte offset {e.offset})"), str(e)
+    assert "k003.jpg" in str(e) and "truncated" in str(e)
+    # under skip, the same facts are what the skipped entry records
+    r = ShardReader(str(cut), on_error="skip")
+    got = [s.key for s in r]
+    assert got == ["k000", "k001", "k002"]
+    (sk,) = r.skipped
+    assert (sk.shard, sk.key, sk.offset, sk.error) == (str(cut), "k003", e.offset, "ShardFormatError")
+    assert "truncated" in sk.reason and "byte offset" not in sk.reason  # the reason alone, the place apart
+    # a label the json module cannot read: LabelError, json's error as __cause__
+    bad = make_shard(tmp_path / "j.tar", [{"__key__": "a", "jpg": encode(np.zeros((8, 8, 3), np.uint8)),
+                                           "json": b"{label: 3"}])
+    with pytest.raises(LabelError) as ei:
+        list(gpudecode.Loader(bad, batch_size=1, transform=gpudecode.transforms.Compose(
+            [gpudecode.transforms.Resize((8, 8))]), device="cpu", label_ext="json"))
+    assert isinstance(ei.value.__cause__, json.JSONDecodeError) and ei.value.key == "a"
+
+
+def test_remote_defaults_are_the_readmes():
+    o = RemoteOptions()
+    assert (o.connect_timeout, o.read_timeout, o.retries) == (10.0, 60.0, 3)
+
+
+@pytest.mark.parametrize("status,retried", [(404, False), (403, False), (410, False), (408, True), (429, True),
+                                            (503, True)])
+def test_which_http_answers_are_retried(http_server, status, retried):
+    """README: a 4xx is not retried, except 408 (timeout), 425 and 429 (too many requests),
+    which ask for a later try; 5xx are retried."""
+    from httpfault import Fault
+
+    http_server.files["/s.tar"] = b"x" * 1000
+    http_server.faults["/s.tar"] = [Fault("status", status=status)] * 5
+    fast = RemoteOptions(connect_timeout=2, read_timeout=2, retries=2, backoff=0.01)
+    with pytest.raises(ShardReadError, match=f"HTTP {status}"):
+        list(ShardReader(http_server.url("/s.tar"), remote=fast))
+    assert len(http_server.requests) == (3 if retried else 1)
+
+
+def test_gzip_shards_unpack_in_gpudecode_tmpdir(tmp_path, monkeypatch):
+    path = _shard(tmp_path)
+    gz = tmp_path / "s.tar.gz"
+    gz.write_bytes(gzip.compress(Path(path).read_bytes()))
+    where = tmp_path / "scratch"
+    where.mkdir()
+    seen = []
+    import tempfile
+
+    real = tempfile.TemporaryFile
+
+    def spy(*a, **kw):
+        seen.append(kw.get("dir"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(tempfile, "TemporaryFile", spy)
+    monkeypatch.setenv("GPUDECODE_TMPDIR", str(where))
+    assert [s.key for s in ShardReader(str(gz))] == [f"k{i:03d}" for i in range(6)]
+    assert seen == [str(where)]
+
+
+def test_version_flag(capsys):
+    with pytest.raises(SystemExit) as ei:
+        main(["--version"])
+    assert ei.value.code == 0 and capsys.readouterr().out.strip() == f"gpudecode {gpudecode.__version__}"
+
+
+def test_inspect_keep_going_and_verify_quick(tmp_path, capsys, photos):
+    good = make_shard(tmp_path / "a.tar", [{"__key__": "g0", "jpg": encode(np.ascontiguousarray(photos["coffee"][:32, :32])),
+                                            "cls": b"0"}])
+    broken = tmp_path / "b.tar"
+    broken.write_bytes(Path(good).read_bytes()[:700])
+    assert main(["inspect", str(broken)]) == 1  # stops at the damage, one line
+    assert "b.tar" in capsys.readouterr().err
+    with pytest.warns(RuntimeWarning, match="b.tar"):  # it says what it skipped as it goes
+        assert main(["inspect", "--keep-going", f"{tmp_path}/{{a,b}}.tar"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["samples"] == 1 and len(out["skipped"]) == 1 and "b.tar" in out["skipped"][0]
+    from gpudecode.precache import precache
+
+    r = precache([good], str(tmp_path / "pc"), size=16, num_threads=1)
+    shard = r.shards[0]
+    with tarfile.open(shard) as t:
+        m = next(m for m in t.getmembers() if m.name.endswith(".npy"))
+    with open(shard, "r+b") as f:  # a flipped byte in the pixels: same size, other content
+        f.seek(m.offset_data + m.size - 10)
+        b = f.read(1)
+        f.seek(-1, io.SEEK_CUR)
+        f.write(bytes([b[0] ^ 0xFF]))
+    assert main(["verify", "--quick", str(tmp_path / "pc")]) == 0  # sizes and counts only
+    capsys.readouterr()
+    assert main(["verify", str(tmp_path / "pc")]) == 1  # the sha256 finds it
+    assert "sha256" in capsys.readouterr().err
+
+
+def test_shard_seed_fixes_the_order(tmp_path, photos):
+    for c in ("a", "b"):
+        (tmp_path / "tree" / c).mkdir(parents=True)
+        for i in range(5):
+            (tmp_path / "tree" / c / f"{i}.jpg").write_bytes(encode(np.full((8, 8, 3), 10 * i, np.uint8)))
+
+    def order(seed, name):
+        assert main(["shard", str(tmp_path / "tree"), str(tmp_path / f"{name}-%06d.tar"), "--seed", str(seed),
+                     "--quiet"]) == 0
+        with tarfile.open(tmp_path / f"{name}-000000.tar") as t:
+            return [json.loads(t.extractfile(m).read())["path"] for m in t.getmembers()  # type: ignore[union-attr]
+                    if m.name.endswith(".json")]
+
+    a, b, c = order(1, "x"), order(1, "y"), order(2, "z")
+    assert a == b and a != c and sorted(a) == sorted(c)
