@@ -67,6 +67,9 @@ class FormatCost:
     gpu_cpu_core_s: float = 0.0
     out_bytes_per_image: float = 3 * 224 * 224 * 4
     source: str = "command line"
+    # where cpu_core_s goes, core-seconds per image by stage (read, probe, decode, augment),
+    # where the bench run timed its stages; informational (the plan needs the sum)
+    stages: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -269,11 +272,23 @@ def costs_from_json(path: str | os.PathLike, *, pipeline: str = "gpudecode") -> 
                                   source=f"{p} ({pipeline}, {doc['machine'].get('gpu')})"))
         else:
             out.append(FormatCost(fmt, bpi, cpu_core_s=threads / rate, out_bytes_per_image=3 * crop * crop * 4,
+                                  stages=_stage_split(doc, fmt, threads / rate),
                                   source=f"{p} ({pipeline} on {threads} cores of {doc['machine'].get('cpu')})"))
     if not out:
         raise PlanError(f"{p}: no {pipeline} figures (pipelines measured: "
                         f"{sorted({n for rows in (doc.get('img_per_s') or {}).values() for n in rows})})")
     return out
+
+
+def _stage_split(doc: dict, fmt: str, total: float) -> dict:
+    """cpu_core_s split by stage, in proportion to each stage's CPU time per batch: read and
+    probe on one thread, decode and augment on all of the run's threads."""
+    med = (doc.get("gpudecode_stages") or {}).get(fmt, {}).get("median_s", {})
+    threads = int((doc.get("args") or {}).get("threads") or 1)
+    busy = {k: float(med[k]) * (threads if k in ("decode", "augment") else 1)
+            for k in ("read", "probe", "decode", "augment") if med.get(k)}
+    whole = sum(busy.values())
+    return {k: total * v / whole for k, v in busy.items()} if whole > 0 else {}
 
 
 def parse_cost(text: str) -> FormatCost:
@@ -384,6 +399,8 @@ _KINDS = {
 }
 
 
+_SHORT = {"devices": "drives", "server": "server", "link": "links", "streams": "streams", "local": "disks",
+          "cache": "cache", "pcie": "PCIe"}
 _SCALED = ("step", "cache-size", "uncached")  # capacities that are a share of the demand: multiplied by s
 
 
@@ -714,8 +731,10 @@ def markdown(doc: dict) -> str:
             f"data set {doc['dataset_images']:,} images."]
     for name, f in doc["formats"].items():
         gpu = f"; GPU decode {f['gpu_img_s']:,.0f} img/s per GPU" if f["gpu_img_s"] else "; GPU decode: not measured"
+        split = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in (f.get("stages") or {}).items())
         head.append(f"- {name}: {f['bytes_per_image'] / 1e3:,.1f} kB/img, {f['cpu_core_s'] * 1e3:.3f} core-ms/img on "
-                    f"the CPU path ({1 / f['cpu_core_s']:,.0f} img/s per core){gpu}; from {f['source']}")
+                    f"the CPU path ({1 / f['cpu_core_s']:,.0f} img/s per core{'; ' + split if split else ''}){gpu}; "
+                    f"from {f['source']}")
     for name, t in doc["tiers"].items():
         head.append(f"- tier {name}: {t['note']}")
     rows = []
@@ -724,10 +743,13 @@ def markdown(doc: dict) -> str:
         storage = (f"{n['devices_per_node']}/node" if "devices_per_node" in n
                    else (f"{n['devices']}" if "devices" in n else "-"))
         links = f"{n['links_per_node']}/node" if "links_per_node" in n else "-"
-        rows.append([r["gpus"], r["tier"], r["format"], r["demand_img_s"], _gb(n["read_bytes_s"]),
+        edges = ", ".join(f"{_SHORT.get(k, k)} {e['bytes_s'] / 1e9:,.2f}" for k, e in r["edges"].items()
+                          if e["bytes_s"] > 0)
+        rows.append([r["gpus"], r["tier"], r["format"], r["demand_img_s"], _gb(n["read_bytes_s"]), edges,
                      n["cores_per_node"], f"{n['cores_per_gpu']:.1f}", storage, links,
                      r["delivered_img_s_per_gpu"], f"{r['fraction']:.0%}", ", ".join(r["cut"]), r["move"]])
-    body = table(["GPUs", "tier", "format", "demand img/s", "read GB/s", "cores/node needed", "cores/GPU",
+    body = table(["GPUs", "tier", "format", "demand img/s", "read GB/s", "GB/s at each edge (delivered)",
+                  "cores/node needed", "cores/GPU",
                   "drives needed", "links needed", "img/s per GPU", "of demand", "min cut", "to move it"], rows)
     parts = []
     for k, v in doc["best"].items():
