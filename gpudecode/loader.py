@@ -409,7 +409,8 @@ class Loader:
         batch_size: images per batch.
         transform: a `gpudecode.transforms.Compose` (a torchvision Compose is converted
             with `Compose.from_torchvision`, or refused with the reason).
-        device: "auto" (CUDA if available, else CPU), "cpu", "cuda" or "cuda:N".
+        device: "auto" (CUDA if available, else CPU), "cpu", "cuda" or "cuda:N", or a
+            torch.device of those.
         decoder: "auto" | "cpu" | "nvimgcodec" | "dali" | "torchcodec", or a decoder instance
             (see gpudecode.decode); `describe()` says which one runs.
         shuffle: shard order and a sample shuffle buffer per epoch (DataLoader's meaning;
@@ -463,7 +464,7 @@ class Loader:
     module doc has the stream design).
     """
 
-    def __init__(self, urls: Any, *, batch_size: int, transform: Any, device: str = "auto",
+    def __init__(self, urls: Any, *, batch_size: int, transform: Any, device: "str | torch.device" = "auto",
                  decoder: Any = "auto", shuffle: bool = True, seed: int | None = None,
                  image_ext: str | Sequence[str] = "jpg;jpeg;png;webp;npy", label_ext: str | Sequence[str] = "cls",
                  labels: bool = True, num_workers: int | None = None, pin_memory: bool = False,

@@ -512,7 +512,7 @@ def _foreign_files(layout: Layout) -> list[str]:
 def precache(sources: str | Sequence[str], out: str | os.PathLike, *, size: int | str | Sequence[int] = 256,
              crop: str = "none", shard_size: int | None = None, shard_bytes: int | str | None = None,
              image_ext: str | Sequence[str] = IMAGE_EXTS, num_threads: int | None = None, on_error: OnError = "raise",
-             max_pixels: int = DEFAULT_MAX_PIXELS, device: str = "cpu", decoder: Any = "auto",
+             max_pixels: int = DEFAULT_MAX_PIXELS, device: Any = "cpu", decoder: Any = "auto",
              rank: int | None = None, world_size: int | None = None, resume: bool = False,
              executor: str = "local", ray_address: str | None = None,
              progress: Callable[[int, int | None], None] | None = None) -> PrecacheReport:

@@ -156,3 +156,21 @@ def test_shard_seed_fixes_the_order(tmp_path, photos):
 
     a, b, c = order(1, "x"), order(1, "y"), order(2, "z")
     assert a == b and a != c and sorted(a) == sorted(c)
+
+
+def test_devices_as_torch_device_objects(tmp_path, photos):
+    """PyTorch users pass devices as objects: torch.device("cpu") is "cpu" everywhere a
+    device is taken; anything else that is not a device name is refused by name."""
+    import torch
+
+    from gpudecode import transforms as T
+    from gpudecode.precache import precache
+
+    url = make_shard(tmp_path / "d.tar", [{"__key__": f"k{i}", "jpg": encode(np.ascontiguousarray(photos["rocket"][:40, :40])),
+                                           "cls": b"1"} for i in range(3)])
+    tf = T.Compose([T.Resize((16, 16))])
+    ld = gpudecode.Loader(url, batch_size=3, transform=tf, device=torch.device("cpu"))
+    assert ld.describe()["device"] == "cpu" and next(iter(ld)).images.shape == (3, 3, 16, 16)
+    assert precache([url], str(tmp_path / "pc"), size=16, num_threads=1, device=torch.device("cpu")).samples == 3
+    with pytest.raises(ValueError, match="torch.device"):
+        gpudecode.Loader(url, batch_size=3, transform=tf, device=0)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from typing import Literal
+from typing import Any, Literal
 
 from ..errors import BackendUnavailableError
 from ._base import DecodedBatch, Decoder, Request, hwc_strides
@@ -48,15 +48,20 @@ def available(name: str) -> tuple[bool, str]:
     return True, ""
 
 
-def check_device(device: str) -> str:
-    """"auto" -> "cuda" or "cpu"; refuses other names, and a CUDA device that is not there.
+def check_device(device: Any) -> str:
+    """"auto" -> "cuda" or "cpu"; a torch.device as its name ("cuda:1"); refuses other
+    names, and a CUDA device that is not there.
 
     Raises:
-        ValueError: not "auto", "cpu" or "cuda[:N]".
+        ValueError: not "auto", "cpu", "cuda[:N]" or a torch.device of those.
         BackendUnavailableError: a CUDA device was asked for and torch sees none.
     """
     import torch
 
+    if isinstance(device, torch.device):  # PyTorch users pass devices as objects
+        device = str(device)
+    if not isinstance(device, str):
+        raise ValueError(f"device must be 'auto', 'cpu', 'cuda[:N]' or a torch.device, not {device!r}")
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if not (device == "cpu" or device == "cuda" or device.startswith("cuda:")):
