@@ -268,3 +268,22 @@ def test_throttled_server_paces_and_serves_ranges(tmp_path):
             urllib.request.urlopen(srv.url(tmp_path / "a.bin") + "x", timeout=30)
         with pytest.raises(urllib.error.HTTPError, match="503"):  # the request budget is spent
             urllib.request.urlopen(srv.url(tmp_path / "a.bin"), timeout=30)
+
+
+def test_io_on_any_folder_counts_the_shards_images(tiny, tmp_path):
+    """A folder that is not a make-data dataset: one group; the shards' images counted from
+    their headers (img/s needs them), the small files one image each."""
+    import shutil
+
+    root, _ = tiny
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for p in sorted((root / "shards" / "jpg").glob("*.tar"))[:2]:
+        shutil.copy(p, folder / p.name)
+    shutil.copytree(root / "files" / "jpg", folder / "files")
+    assert main(["bench", "io", str(folder), "--out", str(tmp_path / "o")]) == 0
+    doc = json.loads((tmp_path / "o" / "io.json").read_text())
+    files = sum(1 for p in (folder / "files").rglob("*") if p.is_file())
+    for r in doc["rows"]:
+        assert r["format"] == "all"
+        assert r["images"] == (16 if r["access"] == "shards" else files), r

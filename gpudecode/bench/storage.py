@@ -66,7 +66,12 @@ def _groups(root: Path) -> tuple[dict[str, dict[str, list[Path]]], dict[str, int
                 shards.append(p)
             elif p.suffix not in _SKIP:
                 files.append(p)
-    return {"all": {"shards": shards, "files": files}}, {}
+    counts = {}
+    if shards:  # how many images the shards hold (their headers, read once), for img/s
+        from ..io.reader import ShardReader
+
+        counts["all"] = ShardReader([str(p) for p in shards], shuffle=False, rank=0, world_size=1).total_samples
+    return {"all": {"shards": shards, "files": files}}, counts
 
 
 def run_io(path: str | os.PathLike, out: str | os.PathLike, *, block: int = 1 << 20, max_files: int = 20000,
