@@ -33,6 +33,7 @@ class FaultServer:
         self.requests: list[tuple[str, str | None]] = []
         self.no_range = False
         self._closing = threading.Event()
+        self.stalling = threading.Event()  # a stall fault has begun
         self._lock = threading.Lock()
         server = self
 
@@ -84,6 +85,7 @@ class FaultServer:
                     elif fault.kind == "stall":
                         self.wfile.write(body[:fault.after])
                         self.wfile.flush()
+                        server.stalling.set()  # tests wait on this, not on a sleep
                         server._closing.wait(60)
                     elif fault.kind in ("drop", "short"):
                         self.wfile.write(body[:fault.after])

@@ -154,12 +154,18 @@ def test_exit_with_an_unfinished_iterator_never_aborts(shards, tmp_path):
             assert "terminate" not in err and "Fatal Python" not in err, (end, err[-2000:])
 
 
-def _sigint_latency(path, env=None):
+def _sigint_latency(path, env=None, *, running=None):
+    """Ctrl-C to the script once it runs its loop: once it says it took a batch, or once
+    `running()` says so (e.g. the server began to stall); no sleep stands for either."""
     p = subprocess.Popen([sys.executable, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = p.stdout.readline()
         assert line.startswith("ready"), line + p.stderr.read()
-        time.sleep(2.0)
+        if running is None:
+            line = p.stdout.readline()
+            assert line.startswith("looping"), line + p.stderr.read()
+        else:
+            assert running(), "the script never got going"
         t0 = time.monotonic()
         p.send_signal(signal.SIGINT)
         watchdog = threading.Timer(30, p.kill)  # a lost signal fails the test, never hangs it
@@ -182,9 +188,13 @@ SIGINT_BODY = """
     # a shell without job control inherits SIGINT ignored, and would never see it
     signal.signal(signal.SIGINT, signal.default_int_handler)
     print("ready", flush=True)
+    said = False
     try:
         for epoch in range(1000):
             for b in ld:
+                if not said:
+                    print("looping", flush=True)
+                    said = True
                 time.sleep({step})
     except KeyboardInterrupt:
         t = time.monotonic()
@@ -212,7 +222,7 @@ def test_ctrl_c_while_a_remote_shard_stalls(shards, tmp_path, http_server):
         http_server.files["/s.tar"] = f.read()
     http_server.faults["/s.tar"] = [Fault("stall", after=40_000)]
     path = _script(tmp_path, "sigint_http.py", [http_server.url("/s.tar")], SIGINT_BODY.format(step=0.0))
-    latency, names, rc, err = _sigint_latency(path)
+    latency, names, rc, err = _sigint_latency(path, running=lambda: http_server.stalling.wait(30))
     # a watchdog (5x the README's second, for loaded CI cores): what it guards against took
     # 10 s (a reader blocked in the network) or never ended
     assert latency < 5.0 and names == "[]" and rc == 0, (latency, names, err[-2000:])
