@@ -113,3 +113,23 @@ def seeded_bytes(n: int, *key) -> bytes:
     """`n` bytes that look random and are the same in every run for the same key (a
     failure can be reproduced, unlike with os.urandom)."""
     return random.Random(repr(key)).randbytes(n)
+
+
+def tar_samples(path) -> list[tuple[str, dict[str, bytes]]]:
+    """A shard read by Python's tarfile alone (an independent reference for what our
+    writers wrote): [(key, {ext: bytes})] in order, keys as webdataset makes them (the
+    name up to the first dot of its last path part)."""
+    import tarfile
+
+    out: list[tuple[str, dict[str, bytes]]] = []
+    with tarfile.open(path) as t:
+        for m in t.getmembers():
+            if not m.isfile():
+                continue
+            folder, _, base = m.name.rpartition("/")
+            stem, _, ext = base.partition(".")
+            key = f"{folder}/{stem}" if folder else stem
+            if not out or out[-1][0] != key:
+                out.append((key, {}))
+            out[-1][1][ext] = t.extractfile(m).read()  # type: ignore[union-attr]
+    return out

@@ -12,7 +12,7 @@ import pytest
 from gpudecode import ShardReader, ShardWriteError
 from gpudecode.io.writer import ShardWriter
 
-from conftest import seeded_bytes
+from conftest import seeded_bytes, tar_samples
 
 
 class FullDisk(io.FileIO):
@@ -37,8 +37,10 @@ def test_long_and_unicode_keys_round_trip(tmp_path):
         for i, k in enumerate(keys):
             w.write({"__key__": k, "jpg": b"x" * (i + 1), "cls": str(i)})
     assert w.shards == [str(tmp_path / "s-000.tar")] and w.counts == [4]
+    want = [(k, {"jpg": b"x" * (i + 1), "cls": str(i).encode()}) for i, k in enumerate(keys)]
+    assert tar_samples(w.shards[0]) == want  # Python's tarfile, not our reader, says what is there
     got = [(s.key, s.fields["jpg"], s.fields["cls"]) for s in ShardReader(w.shards)]
-    assert got == [(k, b"x" * (i + 1), str(i).encode()) for i, k in enumerate(keys)]
+    assert got == [(k, f["jpg"], f["cls"]) for k, f in want]
     with tarfile.open(w.shards[0]) as tf:  # the reference reads the same names
         assert [m.name for m in tf][::2] == [f"{k}.jpg" for k in keys]
 
@@ -88,6 +90,7 @@ def test_disk_full_on_a_later_shard_keeps_the_complete_ones(tmp_path):
     assert ei.value.shard == str(tmp_path / "s-001.tar")
     assert sorted(os.listdir(tmp_path)) == ["s-000.tar"]
     assert [s.key for s in ShardReader(w.shards)] == ["k0"]
+    assert tar_samples(w.shards[0]) == [("k0", {"bin": seeded_bytes(5000, "w2", 0)})]  # whole, by tarfile
 
 
 def test_a_stale_partial_is_replaced(tmp_path):
