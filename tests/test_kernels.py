@@ -223,11 +223,20 @@ def test_identity_fast_path_equals_general_path_and_oracle(normalize):
 def test_cuda_kernels_equal_cpu(dtype):
     """Under NUMBA_ENABLE_CUDASIM=1 (no GPU) the CUDA kernels run in the simulator."""
     normalize = dtype != np.uint8
-    src, geom, factors, order, _ = _batch(1, 3, 11, 9, chw=True, gray=True)
+    src, geom, factors, order, refs = _batch(1, 3, 11, 9, chw=True, gray=True)
     cpu = np.zeros((3, 3, 11, 9), np.float32 if dtype == np.float16 else dtype)
     fused.fused_cpu(src, geom, factors, order, MEAN, STD, cpu, normalize=normalize)
     gpu = np.zeros((3, 3, 11, 9), dtype)
     fused.fused_cuda(src, geom, factors, order, MEAN, STD, gpu, normalize=normalize)
+    # the CUDA kernel against the float64 numpy oracle itself, not only against its CPU twin
+    for k, (img, box, vsize, voff) in enumerate(refs):
+        ref = reference.fused_reference(img, box, vsize, voff, (11, 9), bool(geom[k, fused.FLIP]), order[k],
+                                        factors[k], MEAN if normalize else None, STD if normalize else None)
+        if dtype == np.uint8:  # the oracle's [0, 1] values, rounded to levels by the kernel
+            assert np.abs(gpu[k].astype(float) - ref * 255).max() <= 1.0
+        else:
+            np.testing.assert_allclose(gpu[k].astype(np.float32), ref, atol=5e-3 if dtype == np.float16 else 2e-5,
+                                       rtol=1e-3 if dtype == np.float16 else 0)
     if dtype == np.uint8:
         assert np.abs(cpu.astype(int) - gpu.astype(int)).max() <= 1
         assert (cpu == gpu).mean() > 0.99
