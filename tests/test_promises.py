@@ -174,3 +174,20 @@ def test_devices_as_torch_device_objects(tmp_path, photos):
     assert precache([url], str(tmp_path / "pc"), size=16, num_threads=1, device=torch.device("cpu")).samples == 3
     with pytest.raises(ValueError, match="torch.device"):
         gpudecode.Loader(url, batch_size=3, transform=tf, device=0)
+
+
+def test_precache_command_line_errors_and_progress(tmp_path, capsys, photos):
+    """SRC and OUT, or --merge OUT alone: each misuse is one line naming the way; the
+    progress bar counts every image and is gone afterwards (--quiet: no bar at all)."""
+    url = make_shard(tmp_path / "s.tar", [{"__key__": f"k{i}", "jpg": encode(np.ascontiguousarray(photos["camera"][:30, :30])),
+                                           "cls": b"0"} for i in range(5)])
+    assert main(["precache", url]) == 1
+    assert "give SRC and OUT (or --merge OUT)" in capsys.readouterr().err
+    assert main(["precache", url, str(tmp_path / "o"), "--merge", str(tmp_path / "o")]) == 1
+    assert "--merge OUT takes no SRC/OUT" in capsys.readouterr().err
+    assert main(["precache", url, str(tmp_path / "o"), "--size", "16"]) == 0
+    out = capsys.readouterr()
+    assert "5/5" in out.err and "precache" in out.err  # tqdm's bar on stderr, counted to the end
+    assert "wrote 5 samples from 1 source shards" in out.out
+    assert main(["precache", url, str(tmp_path / "q"), "--size", "16", "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
