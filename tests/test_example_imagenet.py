@@ -66,6 +66,7 @@ def test_swap_is_small():
     assert sorted(("-" if c[0] == "<" else "+") + c[2:] for c in changed) == sorted(block)
 
 
+@pytest.mark.slow  # over 20 s on 2 cores (make test's --durations)
 def test_train_evaluate_resume_single_process(data, tmp_path):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
@@ -81,6 +82,7 @@ def test_train_evaluate_resume_single_process(data, tmp_path):
     assert "Epoch: [1][0/6]" in out and "Epoch: [0]" not in out
 
 
+@pytest.mark.slow  # over 20 s on 2 cores (make test's --durations)
 def test_torchrun_two_processes(data, tmp_path):
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()

@@ -16,6 +16,7 @@ MEAN = np.array([0.485, 0.456, 0.406], np.float32)
 STD = np.array([0.229, 0.224, 0.225], np.float32)
 
 
+@pytest.mark.slow  # over 20 s on 2 cores (make test's --durations)
 def test_compile_ptx_sm80_sm90():
     """Real type inference and code generation for every kernel variant (no GPU needed)."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
@@ -63,6 +64,7 @@ print(json.dumps([stats.cache_hits.total(), stats.cache_misses.total(), out.toli
 """
 
 
+@pytest.mark.slow  # over 20 s on 2 cores (make test's --durations)
 def test_compiled_cpu_kernel_is_cached_on_disk(tmp_path):
     """A second process loads the CPU twin from GPUDECODE_CACHE_DIR instead of compiling
     it (about 10 s); GPUDECODE_CACHE_DIR=0 turns the cache off."""
