@@ -42,7 +42,9 @@ test: setup
 	$(BIN)/ruff check gpudecode kernels tests bench examples
 	$(BIN)/mypy gpudecode kernels
 	$(BIN)/python tests/fuzz/run.py replay
-	cd tests && ../$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25
+	cd tests && ../$(BIN)/python -m coverage run --rcfile=../pyproject.toml --data-file=../.coverage \
+	  -m pytest -q -p no:cacheprovider --durations=25
+	$(BIN)/python -m coverage report --rcfile=pyproject.toml --data-file=.coverage | grep -E '^(Name|TOTAL)' 
 
 # The saved fuzzing inputs through the C++ harnesses under g++'s ASan + UBSan (also in `make test`).
 fuzz-replay: setup

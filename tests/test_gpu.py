@@ -136,8 +136,9 @@ def test_batches_survive_a_slow_consumer(shards):
     prev, snapshot = None, None
     for b in ld:
         x = b.images
+        torch.cuda._sleep(20_000_000)  # the trainer's stream lags: its work on batch k is queued late
         y = (x * 2).sum()  # work of the trainer's on batch k, on its stream
-        time.sleep(0.05)   # a slow step: the producers run ahead
+        time.sleep(0.02)   # and the host is slow too: the producers run ahead on both counts
         if prev is not None:
             torch.cuda.current_stream().synchronize()
             torch.testing.assert_close(prev, snapshot, atol=0, rtol=0)  # batch k-1 untouched so far

@@ -110,11 +110,16 @@ def test_flip_and_normalize_through_the_loader(stored):
     tf = T.Compose([T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
     loader = _loader_vs_transform(report, arrays, tf)
     assert loader.reader.map_extensions == {"npy"}
+    loader.set_epoch(4)
     first = next(iter(loader))
     assert first.images.shape == (8, 3, 48, 48)
-    key = first.keys[0]
-    ref = F.normalize(F.to_dtype(torch.from_numpy(arrays[key]).permute(2, 0, 1), torch.float32, scale=True), MEAN, STD)
-    assert torch.allclose(first.images[0], ref, atol=2e-6) or torch.allclose(first.images[0], ref.flip(-1), atol=2e-6)
+    # torchvision's functional ops on the stored arrays, each flipped where its drawn params say
+    imgs = [torch.from_numpy(arrays[k]).permute(2, 0, 1) for k in first.keys]
+    params = tf.make_params([tuple(i.shape[1:]) for i in imgs], 3, epoch=4, indices=list(range(len(imgs))))
+    assert {bool(p.get("flip")) for p in params} == {True, False}  # both kinds are checked
+    for img, p, got in zip(imgs, params, first.images):
+        ref = F.normalize(F.to_dtype(img, torch.float32, scale=True), MEAN, STD)
+        torch.testing.assert_close(got, F.horizontal_flip(ref) if p.get("flip") else ref, atol=2e-6, rtol=0)
 
 
 def test_random_crop_with_padding_through_the_loader(stored):
