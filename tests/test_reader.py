@@ -335,10 +335,9 @@ def test_early_stop_releases_threads(tmp_path):
     assert readers() == []
     for _ in range(5):
         it = iter(ShardReader(urls, num_threads=3))
-        next(it)
-        assert readers()  # (the threads this test is about, by name: not whatever else runs)
-        it.close()  # joins them
-        assert readers() == []
+        next(it)  # (its reader threads may or may not have finished their shards by now)
+        it.close()  # joins whatever still runs
+        assert readers() == []  # the threads this test is about, by name: not whatever else runs
 
 
 def test_samples_have_shard_and_index(tmp_path):
