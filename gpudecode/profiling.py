@@ -156,7 +156,8 @@ def find_period(stalls: list[int], batches: int, *, max_period: int = 32) -> int
 
 
 def profile(iterable: Iterable, *, step: float | Callable[[Any], Any] = 0.0, batches: int | None = None,
-            warmup: int = 1, stall_factor: float = 5.0) -> ProfileReport:
+            warmup: int = 1, stall_factor: float = 5.0,
+            clock: Callable[[], float] = time.perf_counter) -> ProfileReport:
     """Iterates `iterable` like a training loop and measures it (see the module doc).
 
     Args:
@@ -168,6 +169,8 @@ def profile(iterable: Iterable, *, step: float | Callable[[Any], Any] = 0.0, bat
         warmup: batches taken first and not measured (the pipeline filling up).
         stall_factor: a stall waits more than this times the usual wait (the lower
             quartile: where every k-th batch stalls, the median can be a stall itself).
+        clock: seconds, monotonic (time.perf_counter); a simulation passes its own, its
+            iterable and step advancing it.
 
     Raises:
         ValueError: no batch was measured.
@@ -184,7 +187,7 @@ def profile(iterable: Iterable, *, step: float | Callable[[Any], Any] = 0.0, bat
     epochs = 1
     start = None
     while batches is None or taken < warmup + batches:
-        t0 = time.perf_counter()
+        t0 = clock()
         try:
             batch = next(it)
         except StopIteration:
@@ -196,12 +199,12 @@ def profile(iterable: Iterable, *, step: float | Callable[[Any], Any] = 0.0, bat
                 batch = next(it)
             except StopIteration:
                 break
-        t1 = time.perf_counter()
+        t1 = clock()
         if run is not None:
             run(batch)
         elif seconds > 0:
             time.sleep(seconds)
-        t2 = time.perf_counter()
+        t2 = clock()
         taken += 1
         if taken <= warmup:
             continue

@@ -201,33 +201,23 @@ def cases() -> list[Case]:
     img = lambda s: s[3]["jpg"]  # noqa: E731  (s03's clean JPEG)
 
     # --- tar ---------------------------------------------------------------------------------
+    # one case per kind of outcome through the Loader and its policies; the many header
+    # defects behind each (sizes, checksums, pax records, member types) are the corpus's
+    # (tests/tarcorpus.py), checked on every read path by test_tar_semantics.py
     C.append(_tar_case("cut inside an image", _cut_at("s03.jpg", 700), BAD, KEYS[:3]))
     C.append(_tar_case("cut inside a header", _cut_at("s03.cls", 100), BAD, KEYS[:3]))
     C.append(_tar_case("cut between two samples", _cut_at("s04.jpg", 0), BAD, KEYS[:3]))
     C.append(_tar_case("cut between fields of one sample", _cut_at("s03.cls", 0), BAD, KEYS[:3]))
     C.append(_tar_case("no end-of-archive block", lambda s: tar_bytes(s, end=False), "s07", KEYS[:7]))
     C.append(_tar_case("bad header checksum", _flip("s03.cls", 20), BAD, KEYS[:3]))
-    C.append(_tar_case("bad size field", _replace_header("s03.cls", size_field=b"00000000x01\0"), BAD, KEYS[:3]))
-    C.append(_tar_case("negative base-256 size", _replace_header("s03.cls", size_field=b"\xff" * 12), BAD,
-                       KEYS[:3]))
-    C.append(_tar_case("size near 2^63", _replace_header("s03.cls", size_field=b"\x80" + bytes(3)
-                                                         + (2**63 - 1).to_bytes(8, "big")), BAD, KEYS[:3]))
     C.append(_tar_case("size beyond the file", _replace_header("s03.cls", size_field=b"\x80" + bytes(7)
                                                                + (10**9).to_bytes(4, "big")), BAD, KEYS[:3]))
     C.append(_tar_case("pax size not a number", _insert_before("s03.jpg", tc.pax({b"size": b"12a"})), "s02",
                        KEYS[:2]))
-    C.append(_tar_case("pax size wraps int64", _insert_before("s03.jpg", tc.pax({b"size": b"18446744073709551615"})),
-                       "s02", KEYS[:2]))
-    C.append(_tar_case("pax record malformed", _insert_before("s03.jpg", tc.pax(b"99 path=s03.jpg\n")), "s02",
-                       KEYS[:2]))
-    C.append(_tar_case("pax path with NUL", _insert_before("s03.jpg", tc.pax({b"path": b"s03\0x.jpg"})), "s02",
-                       KEYS[:2]))
     C.append(_tar_case("extended header over 1 MiB", _insert_before("s03.jpg", tc.header(b"@L", 2 << 20, b"L")),
                        "s02", KEYS[:2]))
     C.append(_tar_case("GNU sparse member", _replace_header("s03.jpg", type_=b"S"), "s02", KEYS[:2]))
-    C.append(_tar_case("unknown member type", _replace_header("s03.jpg", type_=b"V"), "s02", KEYS[:2]))
     C.append(_tar_case("not a tar at all", lambda s: bytes(range(256)) * 40, None, []))
-    C.append(_tar_case("empty file", lambda s: b"", None, []))
     # faults after an end-of-archive block: every sample before it is whole and delivered
     C.append(_tar_case("two archives concatenated", lambda s: tar_bytes(s[:4]) + tar_bytes(s[4:]), None, KEYS[:4]))
     C.append(_tar_case("zeroed header mid-archive", _zero_header("s04.jpg"), None, KEYS[:4]))

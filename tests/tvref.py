@@ -18,7 +18,7 @@ def torchvision_apply(img: torch.Tensor, p: dict, out_size, *, mean=None, std=No
         x = F.resize(x, list(p["resize"]), antialias=antialias)
         if "crop" in p:
             x = F.center_crop(x, list(out_size))
-    else:
+    elif "crop" in p:  # RandomCrop's padding: F.crop pads with zeros outside the image
         t, l, h, w = p["crop"]
         x = F.resized_crop(x, t, l, h, w, list(out_size), antialias=antialias)
     if p.get("flip"):
