@@ -24,6 +24,7 @@ import torch
 from ._probe import probe_samples
 from .errors import DecodeError, LocatedError
 from .io import shards as _shards
+from .io.files import iter_files
 from .io.reader import Grouper, Sample, ShardReader, iter_shard, split_key
 from .io.tario import index_file
 from .labels import parse_label
@@ -105,6 +106,12 @@ class ShardDataset(torch.utils.data.Dataset):
         """The raw sample at `index` (bytes of its image and label fields)."""
         url, j = self.locate(index)
         wanted = set(self.image_exts) | set(self.label_exts)
+        flist = self.reader.files.get(url)
+        if flist is not None:  # an image file: index j of its list
+            for path, _, fields, err in iter_files(flist, [j], 0, 1, extensions=frozenset(wanted)):
+                if err is not None:
+                    raise err
+                return Sample(flist.keys[j], fields, path, j)
         if _shards.is_local(url) and not url.endswith((".tgz", ".tar.gz")):
             members = self._members(url)[j]
             fields: dict[str, bytes] = {}

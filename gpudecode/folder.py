@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import _native
+from .io.files import path_key
 from .io.writer import ShardWriter, format_pattern
 
 _PIL_EXT = {"WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff"}
@@ -51,16 +52,6 @@ def class_index_path(pattern: str) -> str:
     return head.rstrip("-_.") + "-classes.json"
 
 
-def _path_key(rel: str) -> str:
-    """A sample key made of a file's path in the tree: the extension goes, and dots left in
-    the last component (which would move the split between key and extension) become '_'."""
-    stem, _, _ = rel.rpartition(".")
-    stem = stem or rel
-    head, _, last = stem.rpartition("/")
-    last = last.replace(".", "_")
-    return f"{head}/{last}" if head else last
-
-
 def shard_folder(src: str | os.PathLike, pattern: str, *, shard_size: int = 1000, seed: int = 0,
                  progress: bool = True, key: str = "seq") -> ShardReport:
     """Packs `src/<class>/<file>` into shards of `shard_size` samples, in a shuffled order
@@ -100,7 +91,7 @@ def shard_folder(src: str | os.PathLike, pattern: str, *, shard_size: int = 1000
     if key == "path":
         keys: dict[str, Path] = {}
         for p, _ in files:
-            k = _path_key(p.relative_to(src).as_posix())
+            k = path_key(p.relative_to(src).as_posix())
             if k in keys:
                 raise ValueError(f"{p} and {keys[k]} would both have the key {k!r}")
             keys[k] = p
@@ -116,7 +107,7 @@ def shard_folder(src: str | os.PathLike, pattern: str, *, shard_size: int = 1000
             if ext is None:
                 report.rejected.append((str(path), "not an image"))
                 continue
-            k = f"{report.written:09d}" if key == "seq" else _path_key(rel)
+            k = f"{report.written:09d}" if key == "seq" else path_key(rel)
             meta = {"path": rel, "label": label, "class": classes[label]}
             w.write({"__key__": k, ext: data, "cls": str(label), "json": json.dumps(meta)})
             report.written += 1

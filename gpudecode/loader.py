@@ -387,14 +387,16 @@ class LoaderSampler:
         for u in ld.reader.urls:
             base[u] = pos
             pos += counts[u]
-        share = ld.reader.share(ld._current_epoch())
+        epoch = ld._current_epoch()
+        share = ld.reader.share(epoch)
         n = 0
         for seg in share.segments:
             stop = counts[seg.url] if seg.stop is None else seg.stop
+            order = ld.reader.file_order(seg.url, epoch) if seg.url in ld.reader.files else None
             for i in range(seg.start, stop):
                 if share.target is not None and n >= share.target:
                     return
-                yield base[seg.url] + i
+                yield base[seg.url] + (order[i] if order is not None else i)
                 n += 1
 
 
@@ -405,7 +407,10 @@ class Loader:
 
     Args:
         urls: shards (see `gpudecode.ShardReader`): a directory, a brace pattern, a list
-            file, URLs. Local shards must exist (checked here).
+            file, URLs. Local shards must exist (checked here). Or images as they lie:
+            an ImageFolder tree (`Loader("imagenet/train", ...)`: torchvision's classes
+            and indices), a list file of `path label` lines, a list of image paths or
+            (path, label) pairs.
         batch_size: images per batch.
         transform: a `gpudecode.transforms.Compose` (a torchvision Compose is converted
             with `Compose.from_torchvision`, or refused with the reason).

@@ -107,7 +107,9 @@ def test_train_io_and_profile_subcommands(tiny, tmp_path, capsys):
     assert main(["bench", "io", str(root), "--out", str(tmp_path)]) == 0
     doc = json.loads((tmp_path / "io.json").read_text())
     assert {(r["tier"], r["access"]) for r in doc["rows"]} == {
-        (f"local disk ({m})", a) for m in ("cold", "warm") for a in ("shards", "small files")}
+        (f"local disk ({m})", a) for m in ("cold", "warm")
+        for a in ("shards", "small files", "Loader, shards", "Loader, files")}
+    assert {r["format"] for r in doc["rows"] if r["access"].startswith("Loader")} == {"jpg", "png"}
     on_disk = {f: sum(p.stat().st_size for p in (root / "shards" / f).glob("*.tar")) for f in ("png", "jpg", "tensor")}
     for r in doc["rows"]:
         assert r["mb_per_s"] == pytest.approx(r["bytes"] / r["seconds"] / 1e6)

@@ -74,13 +74,53 @@ def _groups(root: Path) -> tuple[dict[str, dict[str, list[Path]]], dict[str, int
     return {"all": {"shards": shards, "files": files}}, counts
 
 
+def _loader_epoch(source: str, threads: int, batch: int) -> tuple[float, int]:
+    """One epoch of a gpudecode Loader (CPU, the training transforms at 224) over
+    `source`: seconds and images."""
+    from .. import Loader
+    from .. import transforms as T
+
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+                    T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+    loader = Loader(source, batch_size=batch, transform=tf, device="cpu", num_workers=threads, seed=0)
+    t = time.perf_counter()
+    n = sum(b.images.shape[0] for b in loader)
+    return time.perf_counter() - t, n
+
+
+def _loader_rows(root: Path, mode: str, groups: dict, threads: int, batch: int) -> list[dict]:
+    """A make-data dataset's images through the whole Loader, from its shards and from its
+    ImageFolder tree of files (read as they lie): what sharding buys end to end."""
+    rows: list[dict] = []
+    for fmt in ("jpg", "png"):
+        tree = root / "files" / fmt
+        if fmt not in groups or not tree.is_dir() or not groups[fmt]["shards"]:
+            continue
+        for access, source, paths in (("Loader, shards", str(root / "shards" / fmt), groups[fmt]["shards"]),
+                                      ("Loader, files", str(tree), sorted(p for p in tree.rglob("*") if p.is_file()))):
+            # an untimed epoch first: the kernel loaded, shard counts taken (and, warm, the pages cached)
+            _loader_epoch(source, threads, batch)
+            if mode == "cold":
+                _drop(paths)
+            dt, n = _loader_epoch(source, threads, batch)
+            total = sum(p.stat().st_size for p in paths)
+            rows.append({"tier": f"local disk ({mode})", "format": fmt, "access": access, "cache": "none",
+                         "files": len(paths), "images": n, "bytes": total, "seconds": dt,
+                         "mb_per_s": total / dt / 1e6 if dt > 0 else float("inf"),
+                         "img_per_s": n / dt if dt > 0 else float("inf")})
+    return rows
+
+
 def run_io(path: str | os.PathLike, out: str | os.PathLike, *, block: int = 1 << 20, max_files: int = 20000,
            seed: int = 0, tiers: bool = False, threads: int = 8, link_mb_s: float = 100.0,
-           first_byte_ms: float = 20.0, nfs_latency_ms: float = 1.0, tier_files: int = 512) -> dict:
+           first_byte_ms: float = 20.0, nfs_latency_ms: float = 1.0, tier_files: int = 512,
+           loader_threads: int = 2, loader_batch: int = 32) -> dict:
     """Measures the .tar shards and the other files under `path` (per format for a
     make-data dataset) on the local disk, cold and warm; with `tiers`, also on the
-    object-store and NFS stand-ins of gpudecode.bench.tiers. Writes io.json, io.md and
-    io.png into `out`.
+    object-store and NFS stand-ins of gpudecode.bench.tiers. For a make-data dataset, its
+    JPEG and PNG images also go through the whole Loader (`loader_threads`, the training
+    transforms at 224) from the shards and from the files as they lie, cold and warm.
+    Writes io.json, io.md and io.png into `out`.
 
     Raises:
         ValueError: `path` holds neither shards nor files.
@@ -109,7 +149,9 @@ def run_io(path: str | os.PathLike, out: str | os.PathLike, *, block: int = 1 <<
                              "files": len(paths), "images": n, "bytes": total, "seconds": dt,
                              "mb_per_s": total / dt / 1e6 if dt > 0 else float("inf"),
                              "img_per_s": n / dt if dt > 0 else float("inf")})
-    settings: dict = {"block": block}
+        if (root / "dataset.json").is_file():
+            rows += _loader_rows(root, mode, groups, loader_threads, loader_batch)
+    settings: dict = {"block": block, "loader_threads": loader_threads}
     if tiers:
         from .tiers import Link, run_tiers
 

@@ -46,6 +46,7 @@ from ..errors import (GpuDecodeError, LocatedError, OnError, ShardFormatError, S
                       check_on_error, record_failure, wrap_data_error)
 from . import shards as _shards
 from .cache import ShardCache
+from .files import FileList, iter_files
 from .remote import RemoteOptions, open_remote
 from .tario import BLOCK, Member, TarFault, index_file, is_metadata, iter_stream, split_key
 
@@ -55,6 +56,7 @@ _READ_BATCH = 256  # members read from a local shard per native call
 _INDEX_CHUNK = 512  # members indexed per native call
 _PAD_HEAD = 1024  # samples kept to make up a short share under `even`
 _SHUFFLE_INITIAL = 100  # samples in the shuffle buffer before it gives out the first
+_FILE_PIECE = 64  # files of a file list read by one reader thread in turn
 _GZIP_MAGIC = b"\x1f\x8b"
 
 __all__ = ["Sample", "Skipped", "ShardReader", "OnError", "iter_shard", "count_samples", "record_failure",
@@ -594,7 +596,10 @@ class ShardReader(torch.utils.data.IterableDataset):
 
     Args:
         urls: shards, in any form `gpudecode.io.shards.expand_urls` accepts. Local ones
-            must exist (checked here, naming what is missing).
+            must exist (checked here, naming what is missing). Image files as they lie
+            too (gpudecode.io.files): an ImageFolder tree, a list file of `path label`
+            lines, image paths or (path, label) pairs; each file is a sample (its image
+            field named by its extension, `cls` its label), `classes` names the tree's.
         shuffle: shuffle the shard order per epoch and samples in a buffer.
         seed: fixes every random choice together with the epoch.
         buffer_size: samples held by the shuffle buffer (used when shuffle is on). It
@@ -637,10 +642,12 @@ class ShardReader(torch.utils.data.IterableDataset):
                  remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
                  cache_limit: int | None = None, map_extensions: Sequence[str] = ()) -> None:
         super().__init__()
-        self.urls = _shards.expand_urls(urls)
+        self.files: dict[str, FileList] = {}
+        self.urls = _shards.expand_urls(urls, files=self.files)
         if not self.urls:
             raise ShardReadError(f"no shards: {urls!r} names none", shard=str(urls))
-        missing = [u for u in self.urls if _shards.is_local(u) and not os.path.isfile(_shards.local_path(u))]
+        missing = [u for u in self.urls if u not in self.files and _shards.is_local(u)
+                   and not os.path.isfile(_shards.local_path(u))]
         if missing:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             raise ShardReadError(f"{len(missing)} of {len(self.urls)} shards do not exist: "
@@ -704,9 +711,26 @@ class ShardReader(torch.utils.data.IterableDataset):
             ShardFormatError, ShardReadError: a shard cannot be counted, under on_error="raise".
         """
         if self._counts is None:
-            self._counts = shard_counts(self.urls, remote=self.remote, tolerant=self.on_error != "raise",
-                                        cache=self.cache)
+            shards = [u for u in self.urls if u not in self.files]
+            counts = shard_counts(shards, remote=self.remote, tolerant=self.on_error != "raise", cache=self.cache)
+            self._counts = {u: len(self.files[u]) if u in self.files else counts[u] for u in self.urls}
         return self._counts
+
+    @property
+    def classes(self) -> list[str]:
+        """The class names of the ImageFolder trees read (class i is classes[i], as
+        torchvision's ImageFolder numbers them); [] when none is read."""
+        out: list[str] = []
+        for f in self.files.values():
+            if f.classes:
+                if out and list(f.classes) != out:
+                    raise ValueError("the ImageFolder trees read have different classes")
+                out = list(f.classes)
+        return out
+
+    def file_order(self, name: str, epoch: int) -> list[int]:
+        """The order in which file list `name` is read in `epoch` (see gpudecode.io.files)."""
+        return self.files[name].order(shuffle=self.shuffle, seed=self.seed, epoch=epoch)
 
     @property
     def total_samples(self) -> int:
@@ -754,10 +778,21 @@ class ShardReader(torch.utils.data.IterableDataset):
         """The samples of `epoch`, skipping the first `start` of them (to resume). Setting
         `stop` ends the iteration (within a fraction of a second) and its threads."""
         share = self.share(epoch)
-        it = self._threaded(list(share.segments), stop)
+        segments: list[_shards.Segment] = []
+        orders: dict[str, list[int]] = {}
+        for seg in share.segments:
+            if seg.url not in self.files:
+                segments.append(seg)
+                continue
+            # a file list's run is read in pieces, on every reader thread
+            if seg.url not in orders:
+                orders[seg.url] = self.file_order(seg.url, epoch)
+            end = len(orders[seg.url]) if seg.stop is None else seg.stop
+            segments += [_shards.Segment(seg.url, a, min(a + _FILE_PIECE, end)) for a in range(seg.start, end, _FILE_PIECE)]
+        it = self._threaded(segments, stop, orders)
         if self.even is not None and share.target is not None:
             it = _evened(it, share.target)
-        if self.shuffle:
+        if self.shuffle and any(u not in self.files for u in self.urls):  # file lists come permuted
             c, _ = self.consumer()
             it = _shuffled(it, self.buffer_size, random.Random(f"gpudecode-samples:{self.seed}:{epoch}:{c}"))
         for i, s in enumerate(it):
@@ -767,7 +802,8 @@ class ShardReader(torch.utils.data.IterableDataset):
     def _record(self, f: _Failure) -> None:
         record_failure(f.error, self.on_error, self.skipped, stacklevel=3)
 
-    def _threaded(self, segments: list[_shards.Segment], stop: threading.Event | None) -> Iterator[Sample]:
+    def _threaded(self, segments: list[_shards.Segment], stop: threading.Event | None,
+                  orders: dict[str, list[int]] | None = None) -> Iterator[Sample]:
         if not segments:
             return
         nthreads = min(self.num_threads, len(segments))
@@ -776,6 +812,17 @@ class ShardReader(torch.utils.data.IterableDataset):
         halt = group.stop_event
         on_error, extensions, remote, cache = self.on_error, self.extensions, self.remote, self.cache
         mapped, maps = self.map_extensions, self._maps
+        files = self.files
+
+        def items(seg: _shards.Segment) -> Iterator[Sample | _Failure]:
+            if seg.url not in files:
+                yield from iter_shard(seg.url, on_error=on_error, extensions=extensions, remote=remote, group=group,
+                                      start=seg.start, stop=seg.stop, cache=cache, mapped=mapped, maps=maps)
+                return
+            flist = files[seg.url]
+            for path, i, fields, err in iter_files(flist, (orders or {})[seg.url], seg.start, seg.stop,
+                                                    extensions=extensions):
+                yield Sample(flist.keys[i], fields, path, i) if err is None else _Failure(err, fatal=False)
 
         def work(t: int) -> None:
             for j in range(t, len(segments), nthreads):
@@ -783,9 +830,7 @@ class ShardReader(torch.utils.data.IterableDataset):
                 seg = segments[j]
                 chunk: list = []
                 try:
-                    for item in iter_shard(seg.url, on_error=on_error, extensions=extensions, remote=remote,
-                                           group=group, start=seg.start, stop=seg.stop, cache=cache,
-                                           mapped=mapped, maps=maps):
+                    for item in items(seg):
                         if halt.is_set():
                             return
                         if isinstance(item, _Failure):

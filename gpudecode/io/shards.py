@@ -8,11 +8,12 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence, Union
+from typing import Sequence, Union
 
 import braceexpand
 
 from ..errors import ShardReadError
+from . import files as _files
 
 ShardSpec = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
@@ -69,9 +70,9 @@ def local_path(url: str) -> str:
     return url[len("file://"):] if url.startswith("file://") else url
 
 
-def _expand_one(spec: str, seen: frozenset[str] = frozenset()) -> list[str]:
+def _expand_one(spec: str, seen: frozenset[str] = frozenset(), files: dict | None = None) -> list[str]:
     if "::" in spec:  # webdataset's separator of several patterns in one string
-        return [u for part in spec.split("::") for u in _expand_one(part, seen)]
+        return [u for part in spec.split("::") for u in _expand_one(part, seen, files)]
     m = _AT_PATTERN.match(spec)
     if m and "://" not in m.group(3):
         # dlinputs' shard-count pattern: imagenet-@001000.tgz -> imagenet-000000.tgz .. -000999.tgz
@@ -89,9 +90,14 @@ def _expand_one(spec: str, seen: frozenset[str] = frozenset()) -> list[str]:
         path = Path(local_path(url))
         if path.is_dir():
             found = sorted(str(p) for p in path.iterdir() if p.name.endswith(SHARD_SUFFIXES) and p.is_file())
-            if not found:
-                raise ShardReadError("directory holds no .tar/.tgz/.tar.gz shards", shard=url)
-            return found
+            if found:
+                return found
+            if files is None:
+                raise ShardReadError("directory holds no .tar/.tgz/.tar.gz shards (an ImageFolder tree is read "
+                                     "by gpudecode.Loader and ShardReader as it is)", shard=url)
+            return [_register(_files.scan_tree(str(path)), files)]
+        if path.suffix in _LIST_SUFFIXES and path.is_file() and files is not None and _files.looks_like_file_list(path):
+            return [_register(_files.read_list(path), files)]
         if path.suffix in _LIST_SUFFIXES and path.is_file():
             key = os.path.realpath(path)
             if key in seen:
@@ -103,12 +109,19 @@ def _expand_one(spec: str, seen: frozenset[str] = frozenset()) -> list[str]:
                     continue
                 if is_local(line) and not os.path.isabs(local_path(line)):
                     line = str(path.parent / local_path(line))
-                out.extend(_expand_one(line, seen | {key}))
+                out.extend(_expand_one(line, seen | {key}, files))
             return out
     return [url]
 
 
-def expand_urls(urls: ShardSpec) -> list[str]:
+def _register(flist, files: dict) -> str:
+    if flist.name in files:
+        raise ValueError(f"{flist.name[len(_files.PREFIX):]!r} is named twice")
+    files[flist.name] = flist
+    return flist.name
+
+
+def expand_urls(urls: ShardSpec, *, files: dict | None = None) -> list[str]:
     """All shard URLs named by `urls`.
 
     Accepts a list of URLs or paths; a brace pattern (`train-{000000..000099}.tar`); the
@@ -116,14 +129,24 @@ def expand_urls(urls: ShardSpec) -> list[str]:
     directory (its .tar/.tgz/.tar.gz files, sorted); a text file (.txt/.list/.lst/.shards)
     of URLs, one a line, relative paths taken from the file's folder; several patterns
     joined by `::`. Local paths, `file://` and any fsspec URL (`http://`, `s3://`, ...).
+
+    With `files` (a dict), image files are taken too (gpudecode.io.files): an ImageFolder
+    tree, a list file of `path label` lines, image paths or (path, label) pairs in a list
+    (one file list for all of them); each becomes one name in the result and its
+    FileList in `files`.
     """
     if isinstance(urls, (str, os.PathLike)):
-        specs: Iterable = [os.fspath(urls)]
+        items: list = [urls]
     else:
-        specs = [os.fspath(u) for u in urls]
+        items = list(urls)
+    if files is not None and any(_files.is_file_item(u) for u in items):
+        named = [u for u in items if _files.is_file_item(u)]
+        rest = [u for u in items if not _files.is_file_item(u)]
+        return [_register(_files.from_items(named), files)] + (expand_urls(rest, files=files) if rest else [])
+    specs = [os.fspath(u) for u in items]
     out: list[str] = []
     for spec in specs:
-        out.extend(_expand_one(spec))
+        out.extend(_expand_one(spec, files=files))
         if len(out) > MAX_SHARDS:
             raise ValueError(f"more than {MAX_SHARDS} shards named")
     return out

@@ -1,0 +1,219 @@
+"""Image files as they lie: an ImageFolder tree, a list file of `path label` lines, or a
+Python list of paths (or (path, label) pairs), read beside tar shards.
+
+Each source becomes one *file list*: to the reader it is one more shard whose samples are
+its files, counted without reading them, so ranks, DataLoader workers, `even`,
+`state_dict` and `on_error` work on it as on shards. A file's sample has one image field,
+named by its extension in lower case (`.JPEG` -> `jpeg`), and a `cls` field with its
+label (the class index of an ImageFolder tree, the number of a list line). Its key is its
+path relative to the tree (or list file) without the extension; errors name the file.
+
+An ImageFolder tree is read as torchvision's `ImageFolder` reads it: classes are the
+sorted names of the root's subfolders (class i is `classes[i]`, the same indices), every
+file below a class folder with one of torchvision's image extensions (in any case) is a
+sample, in torchvision's order, and a class with no image is an error. Sample i of
+`Loader.dataset` is `ImageFolder(root)[i]`'s file.
+
+Shuffling: a file list is not read in pieces like a shard: with shuffle on, its order is
+a fresh permutation of every file per epoch (seed, epoch), split over ranks as
+DistributedSampler splits its permutation. Without shuffle, files come in the list's order.
+"""
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from ..errors import LocatedError, ShardReadError
+
+# torchvision.datasets.folder.IMG_EXTENSIONS
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+PREFIX = "files:"  # the name of a file list among shard URLs starts with this
+
+
+@dataclass(frozen=True)
+class FileList:
+    """Files read as samples: `paths[i]` with label `labels[i]` (None: no label) and key
+    `keys[i]`. `name` stands for the list among the reader's shards; `classes` are an
+    ImageFolder tree's class names (index = label)."""
+
+    name: str
+    paths: tuple[str, ...]
+    labels: tuple[int | None, ...]
+    keys: tuple[str, ...]
+    classes: tuple[str, ...] = ()
+    root: str = ""
+    _exts: tuple[str, ...] = field(default=(), repr=False)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def ext(self, i: int) -> str:
+        return self._exts[i]
+
+    def order(self, *, shuffle: bool, seed: int, epoch: int) -> list[int]:
+        """The epoch's order of the files: as listed, or a permutation from (seed, epoch)."""
+        idx = list(range(len(self.paths)))
+        if shuffle:
+            random.Random(f"gpudecode-files:{seed}:{epoch}:{self.name}").shuffle(idx)
+        return idx
+
+
+def is_image_file(name: str) -> bool:
+    return name.lower().endswith(IMG_EXTENSIONS)
+
+
+def _split_ext(path: str) -> tuple[str, str]:
+    stem, ext = os.path.splitext(path)
+    return stem, ext[1:].lower()
+
+
+def path_key(rel: str) -> str:
+    """A sample key made of a file's path (relative, '/'-separated): the extension goes,
+    and dots left in the last component (which would move the split between key and
+    extension in a tar) become '_'. `gpudecode shard --key path` writes the same keys."""
+    stem, _, _ = rel.rpartition(".")
+    stem = stem or rel
+    head, _, last = stem.rpartition("/")
+    last = last.replace(".", "_")
+    return f"{head}/{last}" if head else last
+
+
+def _make(name: str, root: str, items: Sequence[tuple[str, int | None]], classes: Sequence[str] = ()) -> FileList:
+    paths, labels, keys, exts = [], [], [], []
+    for path, label in items:
+        rel = os.path.relpath(path, root) if root else path
+        paths.append(path)
+        labels.append(label)
+        keys.append(path_key(rel.replace(os.sep, "/")))
+        exts.append(_split_ext(path)[1])
+    return FileList(name, tuple(paths), tuple(labels), tuple(keys), tuple(classes), root, tuple(exts))
+
+
+def find_classes(root: str) -> list[str]:
+    """torchvision's find_classes: the sorted names of root's subfolders."""
+    with os.scandir(root) as it:
+        return sorted(e.name for e in it if e.is_dir())
+
+
+def scan_tree(root: str) -> FileList:
+    """An ImageFolder tree (see the module doc).
+
+    Raises:
+        ShardReadError: no class folder, or a class folder with no image.
+    """
+    classes = find_classes(root)
+    if not classes:
+        raise ShardReadError("is neither shards nor an ImageFolder tree: it holds no .tar/.tgz/.tar.gz shards "
+                             "and no class folders (an ImageFolder tree has one subfolder of images per class)",
+                             shard=root)
+    items: list[tuple[str, int | None]] = []
+    empty = []
+    for index, cls in enumerate(classes):
+        before = len(items)
+        for dirpath, _, fnames in sorted(os.walk(os.path.join(root, cls), followlinks=True)):
+            for fname in sorted(fnames):
+                if is_image_file(fname):
+                    items.append((os.path.join(dirpath, fname), index))
+        if len(items) == before:
+            empty.append(cls)
+    if empty:
+        more = f" and {len(empty) - 3} more" if len(empty) > 3 else ""
+        raise ShardReadError(f"ImageFolder tree: no image in class folder(s) {', '.join(map(repr, empty[:3]))}{more} "
+                             f"(images end in {', '.join(IMG_EXTENSIONS)})", shard=root)
+    return _make(PREFIX + root, root, items, classes)
+
+
+def looks_like_file_list(path: Path) -> bool:
+    """A list file of `path label` lines (or paths of images alone), not of shard URLs:
+    its first entry names an image file."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.strip()
+            if line and not line.startswith("#"):
+                head = line.rsplit(None, 1)
+                return is_image_file(head[0]) or (len(head) == 2 and is_image_file(line))
+    return False
+
+
+def read_list(path: Path) -> FileList:
+    """A text file of `path label` lines (or image paths alone: no labels); relative
+    paths are taken from the file's folder; `#` starts a comment line.
+
+    Raises:
+        ShardReadError: a line that is not `path label` with an integer label.
+    """
+    base = str(path.parent)
+    items: list[tuple[str, int | None]] = []
+    with open(path, encoding="utf-8") as f:
+        for n, raw in enumerate(f, 1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.rsplit(None, 1)
+            label: int | None = None
+            if len(parts) == 2 and not is_image_file(line):
+                try:
+                    label = int(parts[1])
+                except ValueError:
+                    raise ShardReadError(f"line {n}: {line!r} is not `path label` (an integer label)",
+                                         shard=str(path)) from None
+                line = parts[0]
+            items.append((os.path.normpath(os.path.join(base, line)), label))
+    if not items:
+        raise ShardReadError("the list file names no image", shard=str(path))
+    return _make(PREFIX + str(path), base, items)
+
+
+def from_items(items: Sequence[Any]) -> FileList:
+    """A Python list of image paths, or of (path, label) pairs."""
+    pairs: list[tuple[str, int | None]] = []
+    for it in items:
+        if isinstance(it, (tuple, list)) and len(it) == 2:
+            path, label = os.fspath(it[0]), it[1]
+            if isinstance(label, bool) or not isinstance(label, int):
+                raise TypeError(f"a (path, label) pair needs an int label, not {label!r} (for {path!r})")
+            pairs.append((path, int(label)))
+        else:
+            pairs.append((os.fspath(it), None))
+    return _make(f"{PREFIX}<list of {len(pairs)} files>", "", pairs)
+
+
+def is_file_item(item: Any) -> bool:
+    """An entry of a user's list that names an image file (or a (path, label) pair)."""
+    if isinstance(item, (tuple, list)):
+        return len(item) == 2 and isinstance(item[0], (str, os.PathLike)) and is_image_file(os.fspath(item[0]))
+    return isinstance(item, (str, os.PathLike)) and is_image_file(os.fspath(item))
+
+
+def read_file(path: str) -> bytes:
+    """A file's bytes. A missing or unreadable file is the sample's fault (named); what the
+    machine ran out of (descriptors, memory) is raised as it is, never taken for bad data."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
+        raise ShardReadError(f"cannot read the image file: {e.strerror or e}", shard=path) from e
+
+
+def iter_files(flist: FileList, order: Sequence[int], start: int, stop: int | None, *,
+               extensions: frozenset[str] | None) -> Iterator[tuple[str, int, dict[str, bytes], LocatedError | None]]:
+    """(path, index, fields, error) for positions start..stop-1 of `order`."""
+    end = len(order) if stop is None else stop
+    for pos in range(start, end):
+        i = order[pos]
+        path = flist.paths[i]
+        fields: dict[str, bytes] = {}
+        ext = flist.ext(i)
+        try:
+            if extensions is None or ext in extensions:
+                fields[ext] = read_file(path)
+        except ShardReadError as e:
+            yield path, i, fields, ShardReadError(e.reason, shard=path, key=flist.keys[i])
+            continue
+        label = flist.labels[i]
+        if label is not None and (extensions is None or "cls" in extensions):
+            fields["cls"] = str(label).encode()
+        yield path, i, fields, None
