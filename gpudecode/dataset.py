@@ -108,10 +108,10 @@ class ShardDataset(torch.utils.data.Dataset):
         wanted = set(self.image_exts) | set(self.label_exts)
         flist = self.reader.files.get(url)
         if flist is not None:  # an image file: index j of its list
-            for path, _, fields, err in iter_files(flist, [j], 0, 1, extensions=frozenset(wanted)):
+            for path, _, got, err in iter_files(flist, [j], 0, 1, extensions=frozenset(wanted)):
                 if err is not None:
                     raise err
-                return Sample(flist.keys[j], fields, path, j)
+                return Sample(flist.keys[j], got, path, j)
         if _shards.is_local(url) and not url.endswith((".tgz", ".tar.gz")):
             members = self._members(url)[j]
             fields: dict[str, bytes] = {}
