@@ -13,11 +13,17 @@ from ._version import __version__
 def _cmd_shard(a: argparse.Namespace) -> int:
     from .folder import shard_folder
 
-    r = shard_folder(a.src, a.out, shard_size=a.shard_size, seed=a.seed, progress=not a.quiet, key=a.key)
-    print(f"wrote {r.written} samples in {len(r.shards)} shards, {len(r.classes)} classes -> {r.class_index}")
+    r = shard_folder(a.src, a.out, shard_size=a.shard_size, seed=a.seed, progress=not a.quiet, key=a.key,
+                     overwrite=a.overwrite)
+    print(f"wrote {r.written} samples in {_plural(len(r.shards), 'shard')}, {_plural(len(r.classes), 'class')} "
+          f"-> {r.class_index}; read them as {a.out!r} (e.g. gpudecode inspect {a.out})")
     for path, why in r.rejected:
         print(f"not packed: {path}: {why}", file=sys.stderr)
     return 0
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}es" if word.endswith("s") else f"{n} {word}s"
 
 
 def _cmd_inspect(a: argparse.Namespace) -> int:
@@ -317,6 +323,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--key", choices=["seq", "path"], default="seq",
                    help="sample keys: seq (000000000, ...; default) or path (the file's path in the tree); "
                         "either way <key>.json holds the path and label")
+    s.add_argument("--overwrite", action="store_true",
+                   help="remove the shards of this pattern an earlier run left, and its class index, first "
+                        "(without it such an output is refused)")
     s.add_argument("--quiet", action="store_true", help="no progress bar")
     s.set_defaults(func=_cmd_shard)
 
@@ -384,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return int(args.func(args) or 0)
-    except (GpuDecodeError, FileNotFoundError, ValueError) as e:
+    except (GpuDecodeError, FileNotFoundError, FileExistsError, ValueError) as e:
         print(f"gpudecode {args.command}: error: {e}", file=sys.stderr)
         return 1
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from . import _native
 from .io.files import path_key
-from .io.writer import ShardWriter, format_pattern
+from .io.writer import ShardWriter, format_pattern, written_by
 
 _PIL_EXT = {"WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff"}
 
@@ -53,7 +53,7 @@ def class_index_path(pattern: str) -> str:
 
 
 def shard_folder(src: str | os.PathLike, pattern: str, *, shard_size: int = 1000, seed: int = 0,
-                 progress: bool = True, key: str = "seq") -> ShardReport:
+                 progress: bool = True, key: str = "seq", overwrite: bool = False) -> ShardReport:
     """Packs `src/<class>/<file>` into shards of `shard_size` samples, in a shuffled order
     fixed by `seed`. Each sample holds the image (`.jpg`/`.png`/... by content), `.cls` (the
     class index as text) and `.json` ({"path": the file's path in the tree, "label": index,
@@ -64,9 +64,14 @@ def shard_folder(src: str | os.PathLike, pattern: str, *, shard_size: int = 1000
     an existing one that differs is refused. Files that are not images are reported, not
     packed.
 
+    An output that already holds shards of this pattern (an earlier run, whose tail a
+    smaller run would leave behind) is refused; `overwrite` removes them and their class
+    index first.
+
     Raises:
         FileNotFoundError: src is not a folder. ValueError: no class folders, a bad key
         choice, two files with the same path key, or a different class index in the way.
+        FileExistsError: shards of this pattern are there already (without `overwrite`).
     """
     if key not in ("seq", "path"):
         raise ValueError(f"key must be 'seq' or 'path', not {key!r}")
@@ -79,6 +84,16 @@ def shard_folder(src: str | os.PathLike, pattern: str, *, shard_size: int = 1000
         raise ValueError(f"{src} has no class subfolders")
     index = {c: i for i, c in enumerate(classes)}
     class_file = Path(class_index_path(pattern))
+    old = written_by(pattern)
+    if old and not overwrite:
+        more = f" ... {os.path.basename(old[-1])}" if len(old) > 1 else ""
+        raise FileExistsError(f"{len(old)} shard(s) of {pattern} are there from an earlier run "
+                              f"({os.path.basename(old[0])}{more}): a new run would leave some of them beside its "
+                              "own; remove them, or pass --overwrite (overwrite=True) to have them removed first")
+    for f in old:
+        os.remove(f)
+    if old and class_file.exists():
+        class_file.unlink()
     if class_file.exists():
         try:
             existing = json.loads(class_file.read_text())

@@ -440,10 +440,13 @@ class Loader:
             and bad labels; what was skipped is in `skipped` (see README "Robustness").
         rank, world_size: this process's part; detected from torch.distributed, torchrun
             or SLURM when None.
-        even: None, "pad" or "drop": every rank yields exactly `len(loader)` batches (DDP
-            needs equal step counts): "pad" repeats samples up to ceil(N / ranks) per rank,
-            "drop" leaves out the last N mod ranks samples, as DistributedSampler does. Images
-            lost to on_error="skip" are made up by repeats of others in the same batch.
+        even: "auto", None, "pad" or "drop": every rank yields exactly `len(loader)`
+            batches (DDP needs equal step counts): "pad" repeats samples up to ceil(N /
+            ranks) per rank, "drop" leaves out the last N mod ranks samples, as
+            DistributedSampler does. Images lost to on_error="skip" are made up by repeats
+            of others in the same batch. "auto" (default): "pad" with several ranks (as
+            DistributedSampler's default), None alone. None: each sample exactly once
+            (evaluation); a warning says so before the first batch when ranks' counts differ.
         split: "auto", "shard" or "sample": how an epoch is shared over ranks (see
             gpudecode.ShardReader).
         max_pixels: images with more pixels are refused (decompression bombs).
@@ -475,7 +478,7 @@ class Loader:
                  labels: bool = True, num_workers: int | None = None, pin_memory: bool = False,
                  persistent_workers: bool = False, prefetch_factor: int | None = None, drop_last: bool = False,
                  on_error: OnError = "raise", rank: int | None = None, world_size: int | None = None,
-                 even: Literal["pad", "drop"] | None = None, split: Literal["auto", "shard", "sample"] = "auto",
+                 even: Literal["auto", "pad", "drop"] | None = "auto", split: Literal["auto", "shard", "sample"] = "auto",
                  buffer_size: int = 1000, max_pixels: int = DEFAULT_MAX_PIXELS, fast_decode: bool = False,
                  remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
                  cache_limit: int | None = None, num_threads: int | None = None,
@@ -686,6 +689,7 @@ class Loader:
             self.set_epoch(epoch)
         self._epoch_chosen = False
         self._started = True
+        self.reader.warn_unequal(self.epoch)  # here, in the caller's thread, before the first batch
         self._ensure_decoder()
         start = self._resume if self._resume is not None else 0
         if self._resume is None:

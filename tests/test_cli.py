@@ -119,3 +119,35 @@ def test_class_index_per_pattern_and_never_overwritten(tmp_path, photos):
     _tree(other, photos, names=("rocket", "coffee", "chelsea"))
     assert main(["shard", str(other), str(out / "train-%03d.tar"), "--quiet"]) == 1  # a different index is refused
     assert json.loads((out / "train-classes.json").read_text()) == {"c0_chelsea": 0, "c1_coffee": 1}
+
+
+def test_shard_refuses_an_earlier_runs_shards_and_keeps_sets_apart(tmp_path, photos, capsys):
+    """Run twice into one folder with a smaller --shard-size, the second run would have
+    left the first one's tail (inspect counted 46 samples where there were 24): it is
+    refused, naming what is there; --overwrite removes it first. train and val side by
+    side: a folder of both is refused by name, each pattern reads its own set."""
+    _tree(tmp_path / "train", photos)
+    _tree(tmp_path / "val", photos)
+    out = tmp_path / "shards"
+    train = str(out / "train-%06d.tar")
+    assert main(["shard", str(tmp_path / "train"), train, "--shard-size", "1", "--quiet"]) == 0
+    first = sorted(out.glob("train-*.tar"))
+    assert len(first) == 6
+    capsys.readouterr()
+    assert main(["shard", str(tmp_path / "train"), train, "--shard-size", "4", "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "6 shard(s) of" in err and "train-000000.tar ... train-000005.tar" in err and "--overwrite" in err
+    assert sorted(out.glob("train-*.tar")) == first  # nothing touched
+    assert main(["shard", str(tmp_path / "train"), train, "--shard-size", "4", "--overwrite", "--quiet"]) == 0
+    assert "read them as" in capsys.readouterr().out
+    left = sorted(out.glob("train-*.tar"))
+    assert [p.name for p in left] == ["train-000000.tar", "train-000001.tar"]
+    assert sum(len(tar_samples(p)) for p in left) == 6  # tarfile counts what is there
+    assert main(["shard", str(tmp_path / "val"), str(out / "val-%06d.tar"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(out)]) == 1
+    assert "2 sets of shards written by gpudecode shard (train-*: 2, val-*: 1)" in capsys.readouterr().err
+    assert main(["inspect", train]) == 0
+    assert json.loads(capsys.readouterr().out)["samples"] == 6
+    assert main(["inspect", str(out / "*.tar")]) == 0  # asked for all: all
+    assert json.loads(capsys.readouterr().out)["samples"] == 12

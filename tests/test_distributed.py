@@ -344,3 +344,29 @@ def test_truncated_download_is_not_cached(tmp_path, http_server):
             pass
     assert not [p for p in cache.iterdir() if p.suffix == ".tar" or p.name.endswith(".partial")]
     ld.close()
+
+
+def test_default_gives_every_rank_the_same_batch_count(tmp_path):
+    """The case of the report: 7 shards on 2 ranks gave 16 and 9 batches under the old
+    default (gloo aborted, NCCL would hang). The default now pads as DistributedSampler
+    does; even=None (exact, for evaluation) says before the first batch that counts differ;
+    one process alone reads every sample once."""
+    urls, keys = _shards(tmp_path, [9, 4, 8, 2, 6, 5, 8])  # 42: no padding needed, so no cost warning
+    counts, seen = [], []
+    for rank in range(2):
+        ld = Loader(urls, batch_size=2, transform=tf(), device="cpu", rank=rank, world_size=2, seed=1, num_workers=1)
+        assert ld.reader.even == "pad" and ld.reader.even_policy == "auto"
+        bs = list(ld)
+        assert len(bs) == len(ld)
+        counts.append(len(bs))
+        seen += [k for b in bs for k in b.keys]
+    assert counts[0] == counts[1] == 11 and sorted(seen) == sorted(keys)
+    for rank, n in ((0, None), (1, None)):
+        ld = Loader(urls, batch_size=2, transform=tf(), device="cpu", rank=rank, world_size=2, seed=1, even=n,
+                    num_workers=1)
+        with pytest.warns(RuntimeWarning, match=r"even=None: the 2 ranks read unequal sample counts in epoch 0 "
+                                                r"\(rank 0: \d+, rank 1: \d+\)"):
+            it = iter(ld)
+        it.close()
+    alone = Loader(urls, batch_size=2, transform=tf(), device="cpu", seed=1, num_workers=1, rank=0, world_size=1)
+    assert alone.reader.even is None and sorted(k for b in alone for k in b.keys) == sorted(keys)

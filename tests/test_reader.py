@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
+import shutil
 import subprocess
 import tarfile
 import time
@@ -192,12 +194,12 @@ def test_rank_from_environment(tmp_path, monkeypatch):
     urls, _ = _many_shards(tmp_path, 4)
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
-    assert ShardReader(urls).shards_for(0) == [urls[1], urls[3]]
+    assert ShardReader(urls, even=None).shards_for(0) == [urls[1], urls[3]]
     monkeypatch.delenv("RANK")
     monkeypatch.delenv("WORLD_SIZE")
     monkeypatch.setenv("SLURM_PROCID", "0")
     monkeypatch.setenv("SLURM_NTASKS", "4")
-    assert ShardReader(urls).shards_for(0) == [urls[0]]
+    assert ShardReader(urls, even=None).shards_for(0) == [urls[0]]
 
 
 def test_order_is_deterministic(tmp_path):
@@ -217,8 +219,9 @@ def test_even_counts(tmp_path, even):
     """Uneven shards, 3 ranks: every rank yields ceil(N/3) (pad: the union is everything)
     or floor(N/3) samples (drop: the last N mod 3 of the epoch are left out)."""
     urls, keys = _many_shards(tmp_path, 5)
-    counts = [len(list(ShardReader(urls, rank=r, world_size=3))) for r in range(3)]
-    assert len(set(counts)) > 1  # split by shard, the ranks are uneven
+    with pytest.warns(RuntimeWarning, match="even=None: the 3 ranks read unequal sample counts"):
+        counts = [len(list(ShardReader(urls, rank=r, world_size=3, even=None))) for r in range(3)]
+    assert len(set(counts)) > 1  # even=None, split by shard: the ranks are uneven (and were told)
     got = [[s.key for s in ShardReader(urls, rank=r, world_size=3, even=even)] for r in range(3)]
     n = len(keys)
     target = -(-n // 3) if even == "pad" else n // 3
@@ -399,3 +402,36 @@ def test_shuffle_buffer_starts_before_it_is_full():
     assert sorted(_shuffled(iter(range(50)), 5, random.Random(1), initial=20)) == list(range(50))
     # it does mix: the first 100 out are not the first 100 in
     assert [first, *rest][:100] != list(range(100))
+
+
+def test_globs_and_printf_patterns_name_shards(tmp_path):
+    """The shapes users type: a glob, the `%06d` pattern `gpudecode shard` takes, both in
+    a list file too; what they match equals the brace pattern's list (tarfile reads the
+    same keys); a pattern matching nothing is an error naming it."""
+    urls, keys = _many_shards(tmp_path, 4)
+    (tmp_path / "notes.txt.bak").write_text("x")
+    names = sorted(os.path.basename(u) for u in urls)
+    braces = expand_urls(str(tmp_path / "s-{000..003}.tar"))
+    assert [os.path.basename(u) for u in expand_urls(str(tmp_path / "*.tar"))] == names
+    printf = expand_urls(str(tmp_path / "s-%03d.tar"))
+    assert printf == braces == sorted(urls)
+    with open(tmp_path / "list.txt", "w") as f:
+        f.write("s-*.tar\n")
+    assert expand_urls(str(tmp_path / "list.txt")) == sorted(urls)
+    import tarfile
+    got = [s.key for s in ShardReader(str(tmp_path / "s-%d.tar"))]
+    want = []
+    for u in sorted(urls):
+        with tarfile.open(u) as t:
+            want += list(dict.fromkeys(m.name.split(".", 1)[0] for m in t.getmembers()))
+    assert got == want and sorted(got) == sorted(keys)
+    with pytest.raises(ShardReadError, match="the pattern matches no file"):
+        ShardReader(str(tmp_path / "train-%06d.tar"))
+    with pytest.raises(ShardReadError, match="the pattern matches no file"):
+        ShardReader(str(tmp_path / "nothing-*.tar"))
+    # numbers in order, not as text: 2 before 10, and %06d wants at least 6 digits
+    for n in (2, 10):
+        shutil.copy(urls[0], tmp_path / f"w-{n:06d}.tar")
+    shutil.copy(urls[0], tmp_path / "w-7.tar")
+    assert [os.path.basename(u) for u in expand_urls(str(tmp_path / "w-%06d.tar"))] == ["w-000002.tar", "w-000010.tar"]
+    assert expand_urls("https://host/a%2d?x=*") == ["https://host/a%2d?x=*"]

@@ -613,10 +613,14 @@ class ShardReader(torch.utils.data.IterableDataset):
             pass over it, count it in `skipped` ("warn" also warns).
         extensions: if given, only these extensions' bytes are read (others are left
             in the shard, and absent from `fields`).
-        even: None, "pad" or "drop": make every consumer yield the same number of samples
-            (DDP needs equal step counts): "pad" repeats samples up to ceil(N / consumers),
-            "drop" leaves out the last N mod consumers samples of the epoch; samples lost to
-            on_error="skip" are made up by repeats, so the count always holds.
+        even: "auto", None, "pad" or "drop": make every consumer yield the same number of
+            samples (DDP needs equal step counts): "pad" repeats samples up to ceil(N /
+            consumers), "drop" leaves out the last N mod consumers samples of the epoch;
+            samples lost to on_error="skip" are made up by repeats, so the count always
+            holds. "auto" (default): "pad" when more than one rank reads (as
+            DistributedSampler pads by default), None for a single process. None: every
+            sample exactly once (evaluation); with several ranks whose counts differ, a
+            warning says so before the first sample.
         split: how an epoch is shared (see gpudecode.io.shards.choose_mode): "auto" (whole
             shards when there are at least as many shards as consumers and no `even`;
             otherwise contiguous runs of samples, exact to one sample), "shard" or "sample".
@@ -638,7 +642,7 @@ class ShardReader(torch.utils.data.IterableDataset):
     def __init__(self, urls, *, shuffle: bool = False, seed: int = 0, buffer_size: int = 1000,
                  rank: int | None = None, world_size: int | None = None, num_threads: int | None = None,
                  on_error: OnError = "raise", extensions: Sequence[str] | None = None,
-                 even: Even | None = None, split: Literal["auto", "shard", "sample"] = "auto",
+                 even: Even | Literal["auto"] | None = "auto", split: Literal["auto", "shard", "sample"] = "auto",
                  remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
                  cache_limit: int | None = None, map_extensions: Sequence[str] = ()) -> None:
         super().__init__()
@@ -658,8 +662,8 @@ class ShardReader(torch.utils.data.IterableDataset):
             raise ValueError("give both rank and world_size, or neither")
         if world_size is not None and not 0 <= rank < world_size:  # type: ignore[operator]
             raise ValueError(f"rank {rank} is outside world_size {world_size}")
-        if even not in (None, "pad", "drop"):
-            raise ValueError(f"even must be None, 'pad' or 'drop', not {even!r}")
+        if even not in ("auto", None, "pad", "drop"):
+            raise ValueError(f"even must be 'auto', None, 'pad' or 'drop', not {even!r}")
         _shards.choose_mode(split, 1, 1, None)  # checks the name
         self.shuffle = shuffle
         self.seed = seed
@@ -670,7 +674,7 @@ class ShardReader(torch.utils.data.IterableDataset):
         self.on_error = check_on_error(on_error)
         self.extensions = frozenset(e.lower().lstrip(".") for e in extensions) if extensions is not None else None
         self.map_extensions = frozenset(e.lstrip(".") for e in map_extensions)
-        self.even = even
+        self.even_policy = even  # as given; `even` is what it means for this process
         self.split = split
         self.remote = remote
         self.cache = ShardCache(cache_dir, limit=cache_limit, remote=remote) if cache_dir is not None else None
@@ -678,6 +682,7 @@ class ShardReader(torch.utils.data.IterableDataset):
         self.skipped: list[Skipped] = []
         self._counts: dict[str, int] | None = None
         self._warned_even = False
+        self._warned_unequal = False
         self._maps = _MapCache()
 
     def close(self) -> None:
@@ -688,6 +693,38 @@ class ShardReader(torch.utils.data.IterableDataset):
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose shard order and shuffle the next iteration uses."""
         self.epoch = int(epoch)
+
+    @property
+    def even(self) -> Even | None:
+        """The even policy in force: "auto" resolved for this process's ranks."""
+        if self.even_policy == "auto":
+            return "pad" if self._rank()[1] > 1 else None
+        return self.even_policy  # type: ignore[return-value]
+
+    def warn_unequal(self, epoch: int) -> None:
+        """even=None asked for with several ranks: say before the first sample when their
+        sample counts differ (DDP would hang or fail on the step count). Local shards
+        only (their counts are a header scan, kept on disk)."""
+        rank, ranks = self._rank()
+        if self._warned_unequal or self.even_policy is not None or ranks < 2:
+            return
+        self._warned_unequal = True
+        if not all(u in self.files or _shards.is_local(u) for u in self.urls):
+            return
+        _, nw = _shards.detect_worker()
+        counts = self.sample_counts()
+        mode = self.mode()
+        per_rank = [0] * ranks
+        for c in range(ranks * nw):
+            share = _shards.plan_share(self.urls, consumer=c, consumers=ranks * nw, mode=mode, even=None,
+                                       shuffle=self.shuffle, seed=self.seed, epoch=epoch, counts=counts)
+            per_rank[c // nw] += share.count or 0
+        if len(set(per_rank)) > 1:
+            shown = ", ".join(f"rank {r}: {n}" for r, n in enumerate(per_rank[:4]))
+            more = ", ..." if ranks > 4 else ""
+            warnings.warn(f"even=None: the {ranks} ranks read unequal sample counts in epoch {epoch} ({shown}{more}); "
+                          "DDP training hangs or fails on unequal step counts: even='pad' (the default with several "
+                          "ranks) or 'drop' give every rank the same", RuntimeWarning, stacklevel=3)
 
     def _rank(self) -> tuple[int, int]:
         if self.rank is not None:
@@ -777,6 +814,7 @@ class ShardReader(torch.utils.data.IterableDataset):
                    stop: threading.Event | None = None) -> Generator[Sample, None, None]:
         """The samples of `epoch`, skipping the first `start` of them (to resume). Setting
         `stop` ends the iteration (within a fraction of a second) and its threads."""
+        self.warn_unequal(epoch)
         share = self.share(epoch)
         segments: list[_shards.Segment] = []
         orders: dict[str, list[int]] = {}

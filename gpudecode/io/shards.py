@@ -84,13 +84,16 @@ def _expand_one(spec: str, seen: frozenset[str] = frozenset(), files: dict | Non
         raise ValueError(f"shard pattern {spec!r} names more than {MAX_SHARDS} shards")
     urls = list(braceexpand.braceexpand(spec))
     if len(urls) != 1:
-        return urls
+        return [u for url in urls for u in _matched(url)]
     url = urls[0]
+    if _GLOB.search(url) or _PRINTF.search(url):
+        return _matched(url)
     if is_local(url):
         path = Path(local_path(url))
         if path.is_dir():
             found = sorted(str(p) for p in path.iterdir() if p.name.endswith(SHARD_SUFFIXES) and p.is_file())
             if found:
+                _one_set(path, found)
                 return found
             if files is None:
                 raise ShardReadError("directory holds no .tar/.tgz/.tar.gz shards (an ImageFolder tree is read "
@@ -114,6 +117,76 @@ def _expand_one(spec: str, seen: frozenset[str] = frozenset(), files: dict | Non
     return [url]
 
 
+def _one_set(folder: Path, found: list[str]) -> None:
+    """A folder holding the shards of several sets `gpudecode shard` wrote (train-*, val-*,
+    each with its class index beside) is not one dataset: refused, naming the sets.
+
+    Raises:
+        ShardReadError: two sets or more.
+    """
+    sets = {}
+    for idx in folder.glob("*-classes.json"):
+        head = idx.name[:-len("-classes.json")]
+        rx = re.compile(re.escape(head) + r"[-_.]?\d+(\.tar|\.tgz|\.tar\.gz)")
+        members = [f for f in found if rx.fullmatch(os.path.basename(f))]
+        if members:
+            sets[head] = members
+    if len(sets) > 1:
+        shown = ", ".join(f"{h}-*: {len(m)}" for h, m in sorted(sets.items()))
+        first = sorted(sets)[0]
+        raise ShardReadError(f"the folder holds {len(sets)} sets of shards written by gpudecode shard ({shown}): "
+                             f"name one, e.g. {folder / first}-%06d.tar, or all with {folder}/*.tar",
+                             shard=str(folder))
+
+
+_GLOB = re.compile(r"[*?[]")
+_PRINTF = re.compile(r"%0?(\d*)d")
+
+
+def _matched(url: str) -> list[str]:
+    """A glob (`train-*.tar`, sorted) or a printf pattern as `gpudecode shard` writes
+    (`train-%06d.tar`: the files that fit it, by number), local or fsspec; anything else
+    (or a path that exists as it is) is itself.
+
+    Raises:
+        ShardReadError: the pattern matches no file.
+    """
+    if url.startswith(("http://", "https://")):  # no listing there; '?' and '%' are the URL's own
+        return [url]
+    m = _PRINTF.search(url)
+    if not _GLOB.search(url) and m is None:
+        return [url]
+    if is_local(url) and os.path.exists(local_path(url)):
+        return [url]
+    width = m.group(1) if m is not None else ""
+    if m is not None:
+        digits = f"[0-9]{{{int(width)},}}" if width else "[0-9]+"
+        rx = re.compile(re.escape(url[:m.start()]) + f"({digits})" + re.escape(url[m.end():]))
+        pattern = url[:m.start()] + "*" + url[m.end():]
+    else:
+        rx, pattern = None, url
+    if is_local(url):
+        import glob
+
+        found = glob.glob(local_path(pattern))
+        prefix = "file://" if url.startswith("file://") else ""
+        found = [prefix + f for f in found if os.path.isfile(f)]
+    else:
+        import fsspec
+
+        fs, _, paths = fsspec.get_fs_token_paths(pattern)
+        proto = url.split("://", 1)[0]
+        found = [f"{proto}://{p}" if "://" not in p else p for p in fs.glob(paths[0] if paths else pattern)]
+    if rx is not None:
+        hits = [(int(mm.group(1)), f) for f in found if (mm := rx.fullmatch(f))]
+        found = [f for _, f in sorted(hits)]
+    else:
+        found.sort()
+    if not found:
+        raise ShardReadError("the pattern matches no file", shard=url)
+    return found
+
+
 def _register(flist, files: dict) -> str:
     if flist.name in files:
         raise ValueError(f"{flist.name[len(_files.PREFIX):]!r} is named twice")
@@ -128,7 +201,10 @@ def expand_urls(urls: ShardSpec, *, files: dict | None = None) -> list[str]:
     dlinputs shard-count pattern (`imagenet-@001000.tgz`: 1000 shards 000000..000999); a
     directory (its .tar/.tgz/.tar.gz files, sorted); a text file (.txt/.list/.lst/.shards)
     of URLs, one a line, relative paths taken from the file's folder; several patterns
-    joined by `::`. Local paths, `file://` and any fsspec URL (`http://`, `s3://`, ...).
+    joined by `::`; a glob (`train-*.tar`, sorted) and the printf pattern `gpudecode shard`
+    writes (`train-%06d.tar`: the files that fit it, in number order), local or on an
+    fsspec file system that lists (not HTTP). Local paths, `file://` and any fsspec URL
+    (`http://`, `s3://`, ...).
 
     With `files` (a dict), image files are taken too (gpudecode.io.files): an ImageFolder
     tree, a list file of `path label` lines, image paths or (path, label) pairs in a list

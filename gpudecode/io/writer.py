@@ -32,6 +32,23 @@ def format_pattern(pattern: str, index: int) -> str:
     raise ValueError(f"shard pattern {pattern!r} needs a %d or {{}} placeholder for the shard number")
 
 
+def written_by(pattern: str) -> list[str]:
+    """The files that `pattern` (`out/train-%06d.tar`, `out/train-{:06d}.tar`) names for
+    some shard number and that exist, in number order: what an earlier run left."""
+    import glob
+    import re
+
+    m = re.search(r"%0?\d*d|\{:?0?\d*d?\}", pattern)
+    if m is None:
+        format_pattern(pattern, 0)  # raises: no placeholder
+        return []
+    rx = re.compile(re.escape(pattern[:m.start()]) + r"(\d+)" + re.escape(pattern[m.end():]))
+    hits = [(int(mm.group(1)), f) for f in glob.glob(glob.escape(pattern[:m.start()]) + "*"
+                                                       + glob.escape(pattern[m.end():]))
+            if (mm := rx.fullmatch(f)) and os.path.isfile(f)]
+    return [f for _, f in sorted(hits)]
+
+
 def check_key(key: object) -> str:
     """`key` if it can be written as a sample key (see the module doc).
 
