@@ -78,6 +78,11 @@ def _cmd_precache(a: argparse.Namespace) -> int:
             bar = tqdm(total=total, unit="img", desc="precache", smoothing=0.1)
         bar.update(done - bar.n)
 
+    def finished() -> str:
+        return f" after {bar.n} of {bar.total} images" if bar is not None and bar.total else ""
+
+    a.interrupted = lambda: (f"interrupted{finished()}; the source shards finished are kept: the same command with "
+                             "--resume goes on from them")
     try:
         r = precache(a.src, a.out, size=a.size, crop=a.crop, shard_size=a.shard_size, shard_bytes=a.shard_bytes,
                      num_threads=a.threads, on_error="warn" if a.keep_going else "raise",
@@ -396,6 +401,21 @@ def main(argv: list[str] | None = None) -> int:
     except (GpuDecodeError, FileNotFoundError, FileExistsError, ValueError) as e:
         print(f"gpudecode {args.command}: error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # one line: what was finished and how to go on, no traceback
+        said = getattr(args, "interrupted", None)
+        print(f"\ngpudecode {args.command}: {said() if said else _INTERRUPTED.get(args.command, 'interrupted')}",
+              file=sys.stderr)
+        return 130
+
+
+_INTERRUPTED = {
+    "shard": "interrupted; the shards written so far are not a whole set: run the same command again with --overwrite",
+    "inspect": "interrupted; nothing was changed",
+    "verify": "interrupted; nothing was changed, nothing verified: run it again",
+    "plan": "interrupted; nothing was written",
+    "bench": "interrupted; the measurements finished are not written: run it again (smaller: --repeat, --batches)",
+    "demo": "interrupted; run it again (it starts over)",
+}
 
 
 if __name__ == "__main__":

@@ -52,8 +52,8 @@ import torch
 
 from ._probe import DEFAULT_MAX_PIXELS, ProbedImage, probe_samples
 from ._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
-from .decode import DecodedBatch, Request, check_device, choose, make_decoder
-from .errors import (ConcurrentIterationError, DecodeError, LocatedError, OnError, Skipped, check_on_error,
+from .decode import NAMES, DecodedBatch, Request, available, check_device, choose, make_decoder
+from .errors import (BackendUnavailableError, ConcurrentIterationError, DecodeError, LocatedError, OnError, Skipped, check_on_error,
                      record_failure)
 from .io.reader import Sample, ShardReader, split_exts
 from .io.remote import RemoteOptions
@@ -498,6 +498,12 @@ class Loader:
         if not isinstance(transform, Compose):
             transform = Compose.from_torchvision(transform)
         device = check_device(device)
+        if isinstance(decoder, str):  # a missing extra is said now, not at the first batch
+            if decoder == "nvjpeg" or choose(decoder, device) not in NAMES:
+                make_decoder(decoder, device=device, num_threads=1, max_pixels=0)  # raises with the reason
+            ok, why = available(choose(decoder, device))
+            if not ok:
+                raise BackendUnavailableError(f"decoder {decoder!r} cannot be used here: {why}")
         self.transform = transform
         self.batch_size = batch_size
         self.device = device

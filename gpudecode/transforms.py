@@ -294,6 +294,16 @@ class _Plan:
 
 
 _GEOMETRY = (RandomResizedCrop, Resize, CenterCrop, RandomCrop)
+SUPPORTED = ("supported, in this order: one geometry (RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + "
+             "CenterCrop, Resize + RandomCrop, or none), then RandomHorizontalFlip, ColorJitter, Normalize and ToDtype "
+             "(ToImage, PILToTensor and ToTensor are taken as the input conversion)")
+WAY_OUT = ("what to do: drop the step from the Compose and apply it to each batch the Loader yields (a tensor on its "
+           "device, e.g. torchvision.transforms.v2 ops on batch.images), or keep torchvision's DataLoader for this "
+           "pipeline")
+
+
+def _refuse(what: str) -> TransformError:
+    return TransformError(f"{what}. {SUPPORTED}; {WAY_OUT}")
 
 
 def _plan(transforms: Sequence[Transform]) -> _Plan:
@@ -301,8 +311,8 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
     names = ", ".join(type(t).__name__ for t in steps)
     for t in steps:
         if not isinstance(t, Transform):
-            raise TransformError(f"{type(t).__module__}.{type(t).__qualname__} cannot be fused "
-                                 f"(use gpudecode.transforms classes, or Compose.from_torchvision)")
+            raise _refuse(f"{type(t).__module__}.{type(t).__qualname__} cannot be fused (use gpudecode.transforms "
+                          "classes, or Compose.from_torchvision)")
     i = 0
     geometry: list[Transform] = []
     while i < len(steps) and isinstance(steps[i], _GEOMETRY):
@@ -346,7 +356,7 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
                 raise TransformError("ToDtype(float) on uint8 images needs scale=True to be fused")
             dtype = t.dtype
         else:
-            raise TransformError(f"{what} cannot be fused [{names}]")
+            raise _refuse(f"{what} cannot be fused [{names}]")
     return _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,  # type: ignore[arg-type]
                  antialias, flip, jitter, normalize, dtype or torch.uint8, tuple(steps))
 
@@ -686,7 +696,7 @@ class Compose(Transform):
             elif name == "Normalize":
                 out.append(Normalize(t.mean, t.std))
             else:
-                raise TransformError(f"torchvision {name} cannot be fused")
+                raise _refuse(f"torchvision {name} cannot be fused")
         return cls(out, layout=layout)
 
 

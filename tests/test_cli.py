@@ -151,3 +151,31 @@ def test_shard_refuses_an_earlier_runs_shards_and_keeps_sets_apart(tmp_path, pho
     assert json.loads(capsys.readouterr().out)["samples"] == 6
     assert main(["inspect", str(out / "*.tar")]) == 0  # asked for all: all
     assert json.loads(capsys.readouterr().out)["samples"] == 12
+
+
+def test_ctrl_c_is_one_line_saying_how_to_go_on(tmp_path, monkeypatch, capsys):
+    """Ctrl-C in a command: exit 130 and one line (no traceback): what was finished and
+    how to go on; for precache, the images done and --resume."""
+    import gpudecode.folder
+    import gpudecode.precache
+
+    def interrupted_precache(*args, progress=None, **kw):
+        progress(0, 20)
+        progress(5, 20)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gpudecode.precache, "precache", interrupted_precache)
+    (tmp_path / "src").mkdir()
+    assert main(["precache", str(tmp_path / "src"), str(tmp_path / "out"), "--size", "32"]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == ("gpudecode precache: interrupted after 5 of 20 images; the source shards finished are kept: "
+                       "the same command with --resume goes on from them")
+    assert not any("Traceback" in line for line in err)
+
+    def interrupted_shard(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gpudecode.folder, "shard_folder", interrupted_shard)
+    assert main(["shard", str(tmp_path / "src"), str(tmp_path / "o-%06d.tar")]) == 130
+    assert capsys.readouterr().err.strip() == ("gpudecode shard: interrupted; the shards written so far are not a "
+                                               "whole set: run the same command again with --overwrite")

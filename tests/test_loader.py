@@ -280,3 +280,18 @@ def test_stats_take_gpu_stage_times_from_events():
     assert s["images"] == 48 and s["batches"] == 6  # the unfinished one counts as delivered, not as timed
     pending.gpu["augment"][1].done = True
     assert pending.resolve() and pending.gpu["augment"] == pytest.approx(0.999)
+
+
+def test_a_missing_decoder_extra_is_said_when_the_loader_is_made(shards, monkeypatch):
+    """decoder="nvimgcodec" without its package: BackendUnavailableError from Loader(),
+    naming the extra, not a Loader whose describe() names it and whose first batch fails."""
+    import gpudecode.decode as dec
+    from gpudecode import BackendUnavailableError
+
+    urls, _ = shards
+    monkeypatch.setitem(dec._MODULES, "nvimgcodec", ("gpudecode_no_such_module", "gpu"))
+    with pytest.raises(BackendUnavailableError, match=r"decoder 'nvimgcodec' cannot be used here: "
+                                                      r"gpudecode_no_such_module is not importable .*gpudecode\[gpu\]"):
+        Loader(urls, batch_size=4, transform=train_tf(), device="cpu", decoder="nvimgcodec")
+    with pytest.raises(ValueError, match="unknown decoder 'nvjpg'"):
+        Loader(urls, batch_size=4, transform=train_tf(), device="cpu", decoder="nvjpg")

@@ -310,8 +310,11 @@ def test_from_torchvision():
     ours = T.Compose.from_torchvision(ref)
     assert ours.out_size == (64, 64) and ours.dtype == torch.float32
     assert ours.plan.jitter.brightness == (0.6, 1.4) and ours.plan.jitter.hue == (-0.1, 0.1)
-    with pytest.raises(TransformError, match="RandomRotation"):
+    with pytest.raises(TransformError, match="RandomRotation") as e:
         T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(8), tv.RandomRotation(10)]))
+    # the refusal says what is supported and what to do instead
+    assert "supported, in this order: one geometry (RandomResizedCrop" in str(e.value)
+    assert "what to do: drop the step from the Compose and apply it to each batch" in str(e.value)
 
 
 def test_sample_rng_is_a_seeded_random_random():
