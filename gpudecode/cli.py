@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from ._text import plural
 from ._version import __version__
 
 
@@ -15,24 +16,22 @@ def _cmd_shard(a: argparse.Namespace) -> int:
 
     r = shard_folder(a.src, a.out, shard_size=a.shard_size, seed=a.seed, progress=not a.quiet, key=a.key,
                      overwrite=a.overwrite)
-    print(f"wrote {r.written} samples in {_plural(len(r.shards), 'shard')}, {_plural(len(r.classes), 'class')} "
+    print(f"wrote {plural(r.written, 'sample')} in {plural(len(r.shards), 'shard')}, {plural(len(r.classes), 'class')} "
           f"-> {r.class_index}; read them as {a.out!r} (e.g. gpudecode inspect {a.out})")
     for path, why in r.rejected:
         print(f"not packed: {path}: {why}", file=sys.stderr)
     return 0
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}es" if word.endswith("s") else f"{n} {word}s"
-
-
 def _cmd_inspect(a: argparse.Namespace) -> int:
     from .io.reader import ShardReader
     from ._probe import probe_batch
+    from .tensors import npy_layout
 
     reader = ShardReader(a.shards, on_error="warn" if a.keep_going else "raise")
     exts: collections.Counter = collections.Counter()
     fmts: collections.Counter = collections.Counter()
+    shapes: collections.Counter = collections.Counter()
     n = 0
     for s in reader:
         n += 1
@@ -41,8 +40,16 @@ def _cmd_inspect(a: argparse.Namespace) -> int:
             if ext in ("jpg", "jpeg", "png"):
                 info = probe_batch([data])[0]
                 fmts[info if isinstance(info, str) else f"{info.format} {info.subsampling or info.color_space}"] += 1
+            elif ext == "npy":  # a tensor sample: its shape, or why it is not one gpudecode reads
+                try:
+                    h, w, _ = npy_layout(data)
+                    shapes[f"{h}x{w}x3 uint8"] += 1
+                except ValueError as e:
+                    shapes[f"unreadable: {e}"] += 1
     out = {"shards": len(reader.urls), "samples": n, "extensions": dict(exts), "images": dict(fmts),
            "skipped": [f"{s.shard} {s.key}: {s.reason}" for s in reader.skipped]}
+    if shapes:
+        out["tensors"] = dict(shapes.most_common())
     print(json.dumps(out, indent=1))
     return 0
 
@@ -93,13 +100,14 @@ def _cmd_precache(a: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
     rate = r.written / r.seconds if r.seconds > 0 else 0.0
-    print(f"wrote {r.written} samples from {len(r.units)} source shards in {r.seconds:.1f} s ({rate:.0f} img/s)"
-          + (f"; kept {r.samples - r.written} samples of {len(r.kept)} source shards done before" if r.kept else ""))
-    print(f"{r.samples} samples in {len(r.shards)} tensor shards, {_human_bytes(r.bytes)}")
+    print(f"wrote {plural(r.written, 'sample')} from {plural(len(r.units), 'source shard')} in {r.seconds:.1f} s "
+          f"({rate:.0f} img/s)" + (f"; kept {plural(r.samples - r.written, 'sample')} of "
+                                   f"{plural(len(r.kept), 'source shard')} done before" if r.kept else ""))
+    print(f"{plural(r.samples, 'sample')} in {plural(len(r.shards), 'tensor shard')}, {_human_bytes(r.bytes)}")
     for s in r.skipped:
         print(f"skipped: {s.shard} {s.key or ''}: {s.reason}: {s.error}", file=sys.stderr)
     if r.skipped:
-        print(f"skipped {len(r.skipped)} samples (listed in the manifest)", file=sys.stderr)
+        print(f"skipped {plural(len(r.skipped), 'sample')} (listed in the manifest)", file=sys.stderr)
     if r.manifest is not None:
         print(f"manifest -> {r.manifest}")
     else:
@@ -176,35 +184,35 @@ def _add_bench(sub: Any) -> None:
 
     p = bs.add_parser("make-data", help="a dataset of realistic images cut from real photographs, in each format")
     p.add_argument("dir", help="output folder (new, empty, or an earlier make-data's)")
-    p.add_argument("--count", type=int, default=2048)
+    p.add_argument("--count", type=int, default=2048, help="images to make")
     p.add_argument("--size", default="224", help="224, 768 or WxH (default 224)")
     p.add_argument("--formats", default="png,jpg,tensor", help="comma-separated: png, jpg, tensor")
-    p.add_argument("--shard-size", type=int, default=256)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--shard-size", type=int, default=256, help="samples per shard")
+    p.add_argument("--seed", type=int, default=0, help="seed of the images drawn")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
     p = bs.add_parser("formats", help="img/s and MB/s of each format x pipeline, one run, same transforms")
     common(p)
     p.add_argument("--threads", type=int, default=2, help="threads / DataLoader workers for every pipeline")
     p.add_argument("--device", default="cpu", help="cpu, or cuda[:N] for gpudecode and DALI")
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batch", type=int, default=64, help="images per batch")
     p.add_argument("--repeat", type=int, default=3, help="measured epochs (after a warm-up one)")
     p.add_argument("--crop", type=int, default=224, help="RandomResizedCrop size")
     p.add_argument("--pipelines", default="gpudecode,classic,dali,spdl,synthetic",
                    help="comma-separated (those not installed are reported as such)")
-    p.add_argument("--quiet", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress output")
 
     p = bs.add_parser("train", help="a trainer consuming batches: wait, stalls and their period, classic "
                       "DataLoader with 1..W workers against gpudecode")
     common(p)
-    p.add_argument("--format", default="jpg", choices=["jpg", "png", "tensor"])
+    p.add_argument("--format", default="jpg", choices=["jpg", "png", "tensor"], help="which shards of the dataset")
     p.add_argument("--step-ms", type=float, default=50.0, help="the simulated step (default 50 ms)")
     p.add_argument("--model", default=None, help="a torchvision model (e.g. resnet18): a real step on the GPU")
     p.add_argument("--workers", default="1,2", help="DataLoader worker counts to run (default 1,2)")
     p.add_argument("--threads", type=int, default=None, help="gpudecode's threads (default: the most workers)")
-    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--batch", type=int, default=64, help="images per batch")
     p.add_argument("--batches", type=int, default=None, help="batches measured (default: one epoch)")
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda[:N] for gpudecode")
 
     p = bs.add_parser("io", help="read bandwidth of where the data lives: whole shards in order vs small files, "
                       "local disk cold and warm, and (--tiers) an object store and NFS stood in for on this machine",
@@ -222,12 +230,12 @@ def _add_bench(sub: Any) -> None:
 
     p = bs.add_parser("profile", help="gpudecode.profile on the classic pipeline and on gpudecode")
     common(p)
-    p.add_argument("--format", default="jpg", choices=["jpg", "png", "tensor"])
-    p.add_argument("--step-ms", type=float, default=20.0)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--batch", type=int, default=64)
-    p.add_argument("--batches", type=int, default=None)
-    p.add_argument("--device", default="cpu")
+    p.add_argument("--format", default="jpg", choices=["jpg", "png", "tensor"], help="which shards of the dataset")
+    p.add_argument("--step-ms", type=float, default=20.0, help="the simulated training step per batch, ms")
+    p.add_argument("--threads", type=int, default=2, help="threads / DataLoader workers")
+    p.add_argument("--batch", type=int, default=64, help="images per batch")
+    p.add_argument("--batches", type=int, default=None, help="batches measured (default: one epoch)")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda[:N] for gpudecode")
     b.set_defaults(func=_cmd_bench)
 
 
@@ -314,6 +322,26 @@ def _cmd_demo(a: argparse.Namespace) -> int:
     return run_demo(a.workdir, images=a.images, batch_size=a.batch_size, seed=a.seed)
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default shown, unless its help says it already (or there is none)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        h = action.help or ""
+        if ("default" in h or action.default is None or action.default is False
+                or action.default == argparse.SUPPRESS or not action.option_strings):
+            return h
+        return h + " (default: %(default)s)"
+
+
+def _formatted(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.formatter_class = _Help
+    for a in parser._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sp in a.choices.values():
+                _formatted(sp)
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gpudecode", description="GPU-side image decoding and augmentation "
                                 "for PyTorch training: shard tools, precache, inspection and a demo.")
@@ -386,10 +414,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="build shards from bundled photos and run the loader on the CPU")
     s.add_argument("--workdir", default="demo_data", help="where the demo shards go")
     s.add_argument("--images", type=int, default=512, help="samples in the demo shards")
-    s.add_argument("--batch-size", type=int, default=64)
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--batch-size", type=int, default=64, help="images per batch")
+    s.add_argument("--seed", type=int, default=0, help="seed of the demo data and the loader")
     s.set_defaults(func=_cmd_demo)
-    return p
+    return _formatted(p)
 
 
 def main(argv: list[str] | None = None) -> int:

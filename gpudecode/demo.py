@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._text import plural
+
 PHOTOS = ["astronaut", "coffee", "chelsea", "rocket", "camera", "immunohistochemistry", "hubble_deep_field", "cat"]
 
 
@@ -59,7 +61,8 @@ def run_demo(workdir: str, *, images: int = 512, batch_size: int = 64, seed: int
     from . import transforms as T
 
     shards = build_demo_shards(workdir, images, seed=seed)
-    print(f"built {len(shards)} shards of real photos in {workdir}/ ({images} samples, JPEG and PNG)")
+    print(f"built {plural(len(shards), 'shard')} of real photos in {workdir}/ ({plural(images, 'sample')}, "
+          "JPEG and PNG)")
     tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
                     T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
     loader = Loader(shards, batch_size=batch_size, transform=tf, device="cpu", seed=seed)
@@ -77,7 +80,8 @@ def run_demo(workdir: str, *, images: int = 512, batch_size: int = 64, seed: int
               f"last batch mean {float(images_.mean()):+.3f}, labels {labels[:8].tolist()}")
         print("  ", loader.stats)
 
-    print("(the first epoch also loads the compiled kernel, or compiles it once: about 10 s)")
+    print("(the first epoch also loads the compiled kernel, about 0.5 s, or on a machine's first run compiles it "
+          "once: 10-40 s, said while it runs)")
     for epoch in range(2):
         run_epoch(loader, epoch, "JPEG/PNG shards,")
     from .precache import precache
@@ -85,9 +89,12 @@ def run_demo(workdir: str, *, images: int = 512, batch_size: int = 64, seed: int
     out = os.path.join(workdir, "tensors")
     shutil.rmtree(out, ignore_errors=True)  # a fresh run each time (precache refuses a used folder)
     report = precache(shards, out, size=256)
-    print(f"precache: {report.samples} samples -> {len(report.shards)} tensor shards in "
+    print(f"precache: {plural(report.samples, 'sample')} -> {plural(len(report.shards), 'tensor shard')} in "
           f"{report.seconds:.1f} s, manifest {report.manifest}")
     tensors = Loader(report.shards, batch_size=batch_size, transform=tf, device="cpu", seed=seed)
     for epoch in range(2):
         run_epoch(tensors, epoch, "tensor shards,")
+    print(f"(on {os.cpu_count()} cores. The JPEG/PNG epochs decode 500x375 images, ImageNet's typical size, on the "
+          "CPU: decoding is most of their time. The tensor-shard epochs skip it, as the README's CPU figures for "
+          "tensor shards do; `gpudecode bench formats` compares the formats and torchvision's DataLoader in one run.)")
     return 0

@@ -513,6 +513,9 @@ class Loader:
         self.labels = labels
         self.num_threads = max(1, workers) if workers is not None else (os.cpu_count() or 1)
         self.pin_memory = bool(pin_memory)
+        if self.pin_memory and device == "cpu" and not torch.cuda.is_available():
+            warnings.warn("pin_memory=True, but torch sees no CUDA device: batches come in ordinary (pageable) "
+                          "memory", UserWarning, stacklevel=2)
         self.persistent_workers = bool(persistent_workers)
         self.prefetch = ahead
         self.drop_last = drop_last

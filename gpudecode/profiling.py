@@ -12,6 +12,7 @@ gpudecode Loader the capacity of each stage and the weakest link.
     print(report.summary()); report.plot("batches.png"); report.to_json()
 """
 from __future__ import annotations
+from ._text import plural
 
 import json
 import math
@@ -68,7 +69,8 @@ class ProfileReport:
     def summary(self) -> str:
         """A few lines: the rate, the verdict, stalls and their period, the stages, advice."""
         med_w, med_s = _median(self.wait), _median(self.step)
-        lines = [f"{self.loader}: {self.batches} batches, {self.images} images in {self.elapsed:.2f} s = "
+        lines = [f"{self.loader}: {plural(self.batches, 'batch')}, {plural(self.images, 'image')} in "
+                 f"{self.elapsed:.2f} s = "
                  f"{self.images_per_s:.0f} img/s; median wait {med_w * 1e3:.1f} ms, median step {med_s * 1e3:.1f} ms; "
                  f"waiting {self.wait_fraction:.0%} of the time"
                  + (f" ({self.epochs} epochs)" if self.epochs > 1 else "")]
@@ -84,7 +86,7 @@ class ProfileReport:
                 per = f"; every {self.period} batches"
                 if self.num_workers:
                     per += f" (num_workers = {self.num_workers})"
-            lines.append(f"{len(self.stalls)} stalls (> {self.stall_threshold * 1e3:.0f} ms wait){per}")
+            lines.append(f"{plural(len(self.stalls), 'stall')} (> {self.stall_threshold * 1e3:.0f} ms wait){per}")
         else:
             lines.append("no stalls")
         if self.stage_capacity:

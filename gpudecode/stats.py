@@ -5,6 +5,8 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+from ._text import plural
+
 
 @dataclass(slots=True)
 class BatchTiming:
@@ -108,7 +110,8 @@ class LoaderStats:
             return "no batches yet"
         m = s["median_s"]
         parts = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in m.items())
-        stalls = f"{len(s['stalls'])} stalls (> {s['stall_threshold_s'] * 1e3:.0f} ms wait)" if s["stalls"] else "no stalls"
-        return (f"{s['batches']} batches, {s['images']} images; median per batch: {parts}; slowest stage: "
+        stalls = (f"{plural(len(s['stalls']), 'stall')} (> {s['stall_threshold_s'] * 1e3:.0f} ms wait)" if s["stalls"]
+                  else "no stalls")
+        return (f"{plural(s['batches'], 'batch')}, {plural(s['images'], 'image')}; median per batch: {parts}; slowest stage: "
                 f"{s['slowest_stage']}; delivered {s['images_per_s']:.0f} img/s (producer alone up to "
                 f"{s['producer_images_per_s']:.0f}); {stalls}")

@@ -47,10 +47,12 @@ def cuda_namespace() -> dict:
 
 
 # ---------------------------------------------------------------------------------------
-# On-disk cache of the CPU twin (compiling it takes about 10 s per process otherwise).
+# On-disk cache of the CPU twin (compiling it takes tens of seconds per process otherwise).
 # numba's own locators stamp a cached function with its own file only; ours inline
 # helpers from other files (_pixel, _simd), so our stamp hashes every kernels/*.py:
-# editing any of them recompiles. numba also drops caches of another numba version.
+# editing any of them recompiles. The folder is named by the numba and llvmlite versions
+# and that stamp, not by where the package is installed, so every virtualenv of the
+# machine with the same versions loads the same compiled kernel.
 
 KERNEL_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -80,10 +82,18 @@ def _register_locator() -> bool:
     except OSError:
         return False
 
+    import llvmlite
+    import numba
+
+    # one folder per numba/llvmlite version and kernel source, not per install: every
+    # environment on the machine with the same versions and sources shares the compiled kernel
+    shared = os.path.join(root, "numba", f"numba-{numba.__version__}-llvmlite-{llvmlite.__version__}",
+                          _sources_stamp()[:16])
+
     class KernelCacheLocator(caching._CacheLocator):
         def __init__(self, py_func, py_file):
             self._lineno = py_func.__code__.co_firstlineno
-            self._path = os.path.join(root, "numba", self.get_suitable_cache_subpath(py_file))
+            self._path = os.path.join(shared, os.path.splitext(os.path.basename(py_file))[0])
 
         def get_cache_path(self):
             return self._path

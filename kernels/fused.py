@@ -19,9 +19,11 @@ Resize+CenterCrop is box=whole image, V=resized size, O=crop offset. FLIP mirror
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
+import time
 
 import numpy as np
 
@@ -623,12 +625,52 @@ def fused_cpu(src, geom, factors, order, mean, std, out, *, normalize: bool, ant
     for t in range(threads):
         stage = work[t, main:main + 3 * oh * ow] if not direct else work[t, :1]
         parts.append((flat if flat is not None else stage, work[t, :main], stage))
-    if threads == 1:
-        kernel(*args, *parts[0], 0, 1, *tail)
+    variant = (src.dtype.str, out.dtype.str, normalize, antialias, direct, nhwc, fast_identity)
+    with _first_use(variant):
+        if threads == 1:
+            kernel(*args, *parts[0], 0, 1, *tail)
+            return
+        futures = [_pool().submit(kernel, *args, *parts[t], t, threads, *tail) for t in range(threads)]
+        for f in futures:
+            f.result()
+
+
+_SEEN: set = set()
+NOTICE_AFTER_S = 2.0  # a first call still running after this long is compiling: say so
+
+
+@contextlib.contextmanager
+def _first_use(variant: tuple):
+    """The first call of each kernel variant in a process loads it from the on-disk cache
+    (about 0.5 s) or compiles it (tens of seconds, once per machine and numba version):
+    when it is still running after NOTICE_AFTER_S, a line on stderr says what is going
+    on, and another how long it took."""
+    if variant in _SEEN:
+        yield
         return
-    futures = [_pool().submit(kernel, *args, *parts[t], t, threads, *tail) for t in range(threads)]
-    for f in futures:
-        f.result()
+    import sys
+
+    t0 = time.perf_counter()
+    said = threading.Event()
+
+    def notice() -> None:
+        said.set()
+        where = _compile.cache_dir()
+        kept = (f"once: the result is kept in {where} for every environment with this numba" if where else
+                "in every process: the kernel cache is off (GPUDECODE_CACHE_DIR=0 or not writable)")
+        print(f"gpudecode: compiling the CPU kernel for this machine (it takes 10-40 s, {kept})...",
+              file=sys.stderr, flush=True)
+
+    timer = threading.Timer(NOTICE_AFTER_S, notice)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        _SEEN.add(variant)
+        if said.is_set():
+            print(f"gpudecode: kernel compiled in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
 
 
 def compile_ptx_all(ccs=((8, 0), (9, 0))) -> dict:

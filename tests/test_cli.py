@@ -70,6 +70,20 @@ def test_inspect(tmp_path, photos, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["samples"] == 3 and report["extensions"] == {"jpg": 3, "cls": 3}
     assert report["images"] == {"jpeg 4:2:0": 3}
+    # tensor shards: the .npy shapes (numpy reads the same arrays back)
+    import io as _io
+
+    import numpy as np
+
+    from gpudecode.tensors import encode_npy
+
+    arrays = [np.zeros((20, 30, 3), np.uint8), np.ones((20, 30, 3), np.uint8), np.zeros((8, 9, 3), np.uint8)]
+    t = make_shard(tmp_path / "t.tar", [{"__key__": f"t{i}", "npy": encode_npy(a), "cls": b"0"}
+                                        for i, a in enumerate(arrays)] + [{"__key__": "bad", "npy": b"junk", "cls": b"0"}])
+    assert main(["inspect", t]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["tensors"] == {"20x30x3 uint8": 2, "8x9x3 uint8": 1, "unreadable: not a .npy array (no magic)": 1}
+    assert [np.load(_io.BytesIO(f["npy"])).shape for _, f in tar_samples(t)[:3]] == [(20, 30, 3)] * 2 + [(8, 9, 3)]
 
 
 def test_errors_exit_nonzero(tmp_path, capsys):
@@ -82,9 +96,9 @@ def test_demo_runs_end_to_end(tmp_path, capsys):
     on the tensor shards."""
     assert main(["demo", "--workdir", str(tmp_path / "demo"), "--images", "48", "--batch-size", "16"]) == 0
     out = capsys.readouterr().out
-    assert "shards of real photos" in out and "(48 samples, JPEG and PNG)" in out
+    assert "built 1 shard of real photos" in out and "(48 samples, JPEG and PNG)" in out
     assert out.count("JPEG/PNG shards, epoch") == 2 and out.count("tensor shards, epoch") == 2
-    assert "precache: 48 samples -> 1 tensor shards" in out
+    assert "precache: 48 samples -> 1 tensor shard in" in out
     assert "48 images in" in out
 
 
@@ -179,3 +193,28 @@ def test_ctrl_c_is_one_line_saying_how_to_go_on(tmp_path, monkeypatch, capsys):
     assert main(["shard", str(tmp_path / "src"), str(tmp_path / "o-%06d.tar")]) == 130
     assert capsys.readouterr().err.strip() == ("gpudecode shard: interrupted; the shards written so far are not a "
                                                "whole set: run the same command again with --overwrite")
+
+
+def test_every_option_has_help_and_shows_its_default():
+    """Every option of every command says what it does, and its default where it has one
+    (argparse's default shown unless the help text says it)."""
+    import argparse
+
+    from gpudecode.cli import build_parser
+
+    def walk(p, path):
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sp in a.choices.items():
+                    yield from walk(sp, path + [name])
+            elif a.option_strings and a.help != argparse.SUPPRESS:
+                yield path, p, a
+
+    seen = 0
+    for path, parser, a in walk(build_parser(), []):
+        assert a.help, (path, a.option_strings)
+        if a.default is not None and a.default is not False and a.default != argparse.SUPPRESS:
+            text = parser.format_help()
+            assert "default" in a.help or f"(default: {a.default})" in " ".join(text.split()), (path, a.option_strings)
+        seen += 1
+    assert seen > 60

@@ -60,6 +60,7 @@ src, geom, factors, order, _ = _batch(0, 2, 16, 16)
 out = np.zeros((2, 3, 16, 16), np.float32)
 fused.fused_cpu(src, geom, factors, order, MEAN, STD, out, normalize=True)
 stats = fused.cpu_kernel().stats
+print(fused.__file__)
 print(json.dumps([stats.cache_hits.total(), stats.cache_misses.total(), out.tolist()]))
 """
 
@@ -67,20 +68,33 @@ print(json.dumps([stats.cache_hits.total(), stats.cache_misses.total(), out.toli
 @pytest.mark.slow  # over 20 s on 2 cores (make test's --durations)
 def test_compiled_cpu_kernel_is_cached_on_disk(tmp_path):
     """A second process loads the CPU twin from GPUDECODE_CACHE_DIR instead of compiling
-    it (about 10 s); GPUDECODE_CACHE_DIR=0 turns the cache off."""
+    it (about 10 s), also when it runs another install of the same package (another
+    virtualenv: the copy below, made later, at another path); GPUDECODE_CACHE_DIR=0 turns
+    the cache off."""
+    import shutil
+
+    import gpudecode
+
     code = _CACHE_PROBE.format(tests=os.path.dirname(__file__))
+    other = tmp_path / "other-env"
+    shutil.copytree(os.path.dirname(gpudecode.__file__), other / "gpudecode")
+    cache_dir = tmp_path / "cache"
     runs = []
-    for cache in (str(tmp_path), str(tmp_path), "0"):
+    for cache, path in ((str(cache_dir), None), (str(cache_dir), str(other)), ("0", None)):
         env = dict(os.environ, GPUDECODE_CACHE_DIR=cache)
+        if path:
+            env["PYTHONPATH"] = path + os.pathsep + env.get("PYTHONPATH", "")
         res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
         assert res.returncode == 0, res.stderr[-3000:]
-        runs.append(json.loads(res.stdout.strip().splitlines()[-1]))
+        lines = res.stdout.strip().splitlines()
+        assert lines[-2].startswith(path or os.path.dirname(gpudecode.__file__))  # the install it was meant to run
+        runs.append(json.loads(lines[-1]))
     (hits0, misses0, out0), (hits1, misses1, out1), (hits2, misses2, out2) = runs
     assert hits0 == 0 and misses0 == 1  # compiled and saved
     assert hits1 == 1 and misses1 == 0  # loaded
     assert hits2 == 0  # cache off
     assert out0 == out1 == out2
-    assert any(p.suffix == ".nbc" for p in tmp_path.rglob("*"))
+    assert any(p.suffix == ".nbc" for p in cache_dir.rglob("*"))
 
 
 def test_cache_stamp_covers_every_kernel_source(tmp_path, monkeypatch):
@@ -367,3 +381,33 @@ def test_real_gpu_equals_cpu():
     cuda_launch.run(torch.from_numpy(src).cuda(), geom, factors, order, MEAN, STD, out, normalize=True,
                     antialias=True)
     np.testing.assert_allclose(out.cpu().numpy(), cpu, atol=1e-5)
+
+
+def test_a_first_call_that_compiles_says_so(monkeypatch, capsys):
+    """The first call of a kernel variant still running after NOTICE_AFTER_S (compiling,
+    not loading the cached kernel) prints a line while it runs and one when done; later
+    calls and quick first calls print nothing. (The timer is made to fire at once.)"""
+    from gpudecode.kernels import fused
+
+    class AtOnce:
+        def __init__(self, interval, fn):
+            self.fn = fn
+            self.daemon = False
+
+        def start(self):
+            self.fn()
+
+        def cancel(self):
+            pass
+
+    monkeypatch.setattr(fused, "_SEEN", set())
+    monkeypatch.setattr(fused.threading, "Timer", AtOnce)
+    with fused._first_use(("a variant",)):
+        pass
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("gpudecode: compiling the CPU kernel for this machine (it takes 10-40 s, once: "
+                             "the result is kept in ")
+    assert err[1].startswith("gpudecode: kernel compiled in ") and len(err) == 2
+    with fused._first_use(("a variant",)):  # seen: nothing said
+        pass
+    assert capsys.readouterr().err == ""

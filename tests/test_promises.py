@@ -188,6 +188,6 @@ def test_precache_command_line_errors_and_progress(tmp_path, capsys, photos):
     assert main(["precache", url, str(tmp_path / "o"), "--size", "16"]) == 0
     out = capsys.readouterr()
     assert "5/5" in out.err and "precache" in out.err  # tqdm's bar on stderr, counted to the end
-    assert "wrote 5 samples from 1 source shards" in out.out
+    assert "wrote 5 samples from 1 source shard in" in out.out and "5 samples in 1 tensor shard," in out.out
     assert main(["precache", url, str(tmp_path / "q"), "--size", "16", "--quiet"]) == 0
     assert capsys.readouterr().err == ""

@@ -296,7 +296,7 @@ def test_not_a_tar_and_missing(tmp_path):
     good = _good(tmp_path)
     # a missing shard is a wrong path, not damaged data: refused when the reader is made,
     # whatever the policy, naming what is missing
-    with pytest.raises(ShardReadError, match="1 of 3 shards do not exist: .*nope.tar"):
+    with pytest.raises(ShardReadError, match="1 of 3 shards does not exist: .*nope.tar"):
         ShardReader([str(junk), str(tmp_path / "nope.tar"), good], on_error="warn")
     r = ShardReader([str(junk), str(empty), good], on_error="warn")
     with pytest.warns(RuntimeWarning, match="skipped"):

@@ -98,7 +98,7 @@ def main():
                                  transforms.ToTensor(), normalize])
 
     train_loader = gpudecode.Loader(traindir, transform=train_tf, batch_size=args.batch_size, shuffle=True,
-                                    num_workers=args.workers, pin_memory=True, even="pad")
+                                    num_workers=args.workers, pin_memory=True)
     val_loader = gpudecode.Loader(valdir, transform=val_tf, batch_size=args.batch_size, shuffle=False,
                                   num_workers=args.workers, pin_memory=True, even="drop")
     train_sampler = train_loader.sampler

@@ -38,6 +38,7 @@ from typing import IO, Callable, Generator, Iterator, Literal, Sequence, cast
 import numpy as np
 import torch.utils.data
 
+from .._text import plural
 from .. import _native
 
 from .._cache import cache_dir
@@ -654,7 +655,7 @@ class ShardReader(torch.utils.data.IterableDataset):
                    and not os.path.isfile(_shards.local_path(u))]
         if missing:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-            raise ShardReadError(f"{len(missing)} of {len(self.urls)} shards do not exist: "
+            raise ShardReadError(f"{len(missing)} of {plural(len(self.urls), 'shard')} {'does' if len(missing) == 1 else 'do'} not exist: "
                                  f"{', '.join(missing[:3])}{more}", shard=missing[0])
         if buffer_size < 1:
             raise ValueError("buffer_size must be >= 1")
