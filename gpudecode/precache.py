@@ -51,6 +51,7 @@ from .decode import DecodedBatch, Request, check_device, choose, make_decoder
 from .errors import (DecodeError, GpuDecodeError, LocatedError, OnError, ShardWriteError, Skipped, check_on_error,
                      record_failure)
 from .io import shards as _shards
+from .io import files
 from .io.reader import Sample, ShardReader, split_exts
 from .io.writer import ShardWriter, format_pattern
 from .tensors import encode_npy, npy_layout
@@ -337,6 +338,9 @@ def _clear_unit(layout: Layout, unit: int) -> None:
             break
 
 
+FILE_UNIT = 1000  # image files (a tree, a list file) per precache unit
+
+
 def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, device: str | None = None,
              decoder: Any = None, progress: Callable[[int], None] | None = None) -> dict:
     """Precaches source shard `unit` into its output shards and writes its record; returns the
@@ -357,7 +361,9 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
     dec = decoder if decoder is not None else _decoder(settings.decoder, dev, threads, settings.max_pixels)
     _clear_unit(layout, unit)
     url = settings.sources[unit]
-    reader = ShardReader([url], shuffle=False, on_error=cast(OnError, settings.on_error), num_threads=1, rank=0, world_size=1)
+    source: Any = files.reopen(url) if url.startswith(files.PREFIX) else [url]
+    reader = ShardReader(source, shuffle=False, on_error=cast(OnError, settings.on_error), num_threads=1, rank=0,
+                         world_size=1)
     resize = _Resizer(threads)
     exts = settings.image_exts
     skipped: list[Skipped] = []
@@ -560,10 +566,21 @@ def precache(sources: str | Sequence[str], out: str | os.PathLike, *, size: int 
         raise ValueError(f"executor must be 'local' or 'ray', not {executor!r}")
     dev = check_device(device)
     threads = max(1, num_threads or os.cpu_count() or 1)
-    urls = ShardReader(sources, shuffle=False, rank=0, world_size=1).urls
+    listing = ShardReader(sources, shuffle=False, rank=0, world_size=1)
+    urls = []
+    for u in listing.urls:
+        flist = listing.files.get(u)
+        if flist is None:
+            urls.append(u)
+            continue
+        if not flist.root and not flist.name.startswith(files.PREFIX + "/"):
+            files.reopen(flist.name)  # raises: a Python list cannot be named in the settings
+        # image files as they lie: units of FILE_UNIT files, in the list's order
+        urls += [flist.part(a, min(a + FILE_UNIT, len(flist))).name for a in range(0, len(flist), FILE_UNIT)]
     name = decoder.name if not isinstance(decoder, str) else choose(decoder, dev)
     # local sources by absolute path: the same run whatever the working directory (a resume, a Ray worker)
-    sources = [os.path.abspath(_shards.local_path(u)) if _shards.is_local(u) else u for u in urls]
+    sources = [os.path.abspath(_shards.local_path(u)) if _shards.is_local(u) and not u.startswith(files.PREFIX)
+               else u for u in urls]
     settings = Settings(sources=sources, size=stored, crop=crop, shard_size=shard_size, shard_bytes=limit,
                         image_exts=split_exts(image_ext), max_pixels=max_pixels,
                         device="cuda" if dev.startswith("cuda") else "cpu", decoder=name, on_error=on_error,
@@ -636,14 +653,16 @@ class _Progress:
         self.total: int | None = None
         if progress is None:
             return
+        listed = [u for u in urls if u.startswith(files.PREFIX)]
+        shards = [u for u in urls if not u.startswith(files.PREFIX)]
         if not urls:
             self.total = 0
-        elif all(_shards.is_local(u) for u in urls):
+        elif all(_shards.is_local(u) for u in shards):
             from .io.reader import shard_counts
 
             try:
-                self.total = sum(shard_counts(urls, tolerant=True).values())
-            except GpuDecodeError:
+                self.total = sum(shard_counts(shards, tolerant=True).values()) + sum(len(files.reopen(u)) for u in listed)
+            except (GpuDecodeError, ValueError):
                 self.total = None
         progress(0, self.total)
 

@@ -4,6 +4,7 @@ packed into shards by `gpudecode shard` (the same pixels), list files and Python
 shuffling, ranks, resume, and faults named by file."""
 from __future__ import annotations
 
+import json
 import os
 
 import numpy as np
@@ -166,3 +167,46 @@ def test_faults_name_the_file(tree, tmp_path):
         Loader(str(empty), batch_size=2, transform=_tf(8), device="cpu")
     with pytest.raises(ShardReadError, match="neither shards nor an ImageFolder tree"):
         Loader(str(empty / "b"), batch_size=2, transform=_tf(8), device="cpu")
+
+
+def test_precache_and_inspect_take_a_tree(tree, tmp_path, capsys, monkeypatch):
+    """`gpudecode precache train/ out/`: the tree in units of FILE_UNIT files, the same
+    arrays as precaching the tree's shards (keys are the files' paths); resume keeps the
+    units done; inspect counts the tree's images; a Python list is refused by name."""
+    import io as _io
+    import tarfile
+
+    import gpudecode.precache as pc
+    from gpudecode.precache import precache
+
+    monkeypatch.setattr(pc, "FILE_UNIT", 8)  # 22 files: units of 8, 8 and 6
+    assert main(["shard", str(tree), str(tmp_path / "s" / "s-%06d.tar"), "--key", "path", "--quiet"]) == 0
+    a = precache(str(tree), tmp_path / "a", size=40, num_threads=1)
+    b = precache(str(tmp_path / "s"), tmp_path / "b", size=40, num_threads=1)
+    assert len(a.units) == 3 and a.samples == b.samples == 22
+
+    def arrays(report):
+        out = {}
+        for p in report.shards:
+            with tarfile.open(p) as t:
+                for m in t.getmembers():
+                    if m.name.endswith(".npy"):
+                        out[m.name[:-4]] = np.load(_io.BytesIO(t.extractfile(m).read()))
+        return out
+
+    got, want = arrays(a), arrays(b)
+    assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in got)
+    again = precache(str(tree), tmp_path / "a", size=40, num_threads=1, resume=True)
+    assert len(again.kept) == 3 and again.written == 0
+    # the tensor shards train like any: labels are the tree's class indices
+    ref = torchvision.datasets.ImageFolder(str(tree))
+    want_labels = {os.path.relpath(p, tree).rsplit(".", 1)[0].replace(".", "_"): t for p, t in ref.samples}
+    ld = Loader(a.shards, batch_size=8, transform=T.Compose([T.RandomResizedCrop(16)]), device="cpu")
+    assert {k: int(lab) for bt in ld for k, lab in zip(bt.keys, bt.labels)} == want_labels
+    with pytest.raises(ValueError, match="a Python list of files cannot be precached"):
+        precache([p for p, _ in ref.samples[:3]], tmp_path / "c", size=40)
+    capsys.readouterr()
+    assert main(["inspect", str(tree)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["samples"] == 22 and report["images"] == {"jpeg 4:2:0": 15, "png rgb": 7}
+    assert report["extensions"] == {"jpeg": 8, "jpg": 7, "png": 7, "cls": 22}

@@ -203,7 +203,7 @@ def test_cli_precache(source, tmp_path, capsys):
     rc = main(["precache", urls[0], str(tmp_path / "c" / "v-%06d.tar"), "--size", "64", "--quiet", "--threads", "1"])
     assert rc == 0
     out = capsys.readouterr().out
-    assert "wrote 8 samples from 1 source shards" in out and "8 samples in 1 tensor shards" in out and "manifest -> " in out
+    assert "wrote 8 samples from 1 source shard in" in out and "8 samples in 1 tensor shard," in out and "manifest -> " in out
     doc = json.loads((tmp_path / "c" / "v-manifest.json").read_text())
     assert doc["samples"] == 8 and doc["shards"][0]["path"] == "v-000000.tar"
     rc = main(["precache", str(tmp_path / "missing.tar"), str(tmp_path / "d" / "v-%06d.tar"), "--quiet"])

@@ -20,6 +20,7 @@ DistributedSampler splits its permutation. Without shuffle, files come in the li
 """
 from __future__ import annotations
 
+import functools
 import os
 import random
 from dataclasses import dataclass, field
@@ -52,6 +53,11 @@ class FileList:
 
     def ext(self, i: int) -> str:
         return self._exts[i]
+
+    def part(self, start: int, stop: int) -> "FileList":
+        """Files start..stop-1, with their keys and labels (a precache unit)."""
+        return FileList(f"{self.name}#{start}:{stop}", self.paths[start:stop], self.labels[start:stop],
+                        self.keys[start:stop], self.classes, self.root, self._exts[start:stop])
 
     def order(self, *, shuffle: bool, seed: int, epoch: int) -> list[int]:
         """The epoch's order of the files: as listed, or a permutation from (seed, epoch)."""
@@ -104,6 +110,7 @@ def scan_tree(root: str) -> FileList:
     Raises:
         ShardReadError: no class folder, or a class folder with no image.
     """
+    root = os.path.abspath(root)
     classes = find_classes(root)
     if not classes:
         raise ShardReadError("is neither shards nor an ImageFolder tree: it holds no .tar/.tgz/.tar.gz shards "
@@ -145,6 +152,7 @@ def read_list(path: Path) -> FileList:
     Raises:
         ShardReadError: a line that is not `path label` with an integer label.
     """
+    path = Path(os.path.abspath(path))
     base = str(path.parent)
     items: list[tuple[str, int | None]] = []
     with open(path, encoding="utf-8") as f:
@@ -217,3 +225,29 @@ def iter_files(flist: FileList, order: Sequence[int], start: int, stop: int | No
         if label is not None and (extensions is None or "cls" in extensions):
             fields["cls"] = str(label).encode()
         yield path, i, fields, None
+
+
+def reopen(name: str) -> FileList:
+    """The file list (or the part of one) that `name` stands for, read again: a tree
+    scanned, a list file read (what a precache unit names; scans are kept per process).
+
+    Raises:
+        ValueError: a Python list of files (it has no name to read it again by).
+    """
+    base, _, part = name.partition("#")
+    whole = _reopen_whole(base)
+    if not part:
+        return whole
+    a, b = (int(v) for v in part.split(":"))
+    return whole.part(a, b)
+
+
+@functools.lru_cache(maxsize=8)
+def _reopen_whole(name: str) -> FileList:
+    path = name[len(PREFIX):]
+    if os.path.isdir(path):
+        return scan_tree(path)
+    if os.path.isfile(path):
+        return read_list(Path(path))
+    raise ValueError(f"{path!r} is neither an ImageFolder tree nor a list file (a Python list of files cannot be "
+                     "precached: write its `path label` lines to a list file)")

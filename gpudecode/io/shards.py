@@ -211,10 +211,14 @@ def expand_urls(urls: ShardSpec, *, files: dict | None = None) -> list[str]:
     (one file list for all of them); each becomes one name in the result and its
     FileList in `files`.
     """
-    if isinstance(urls, (str, os.PathLike)):
+    if isinstance(urls, (str, os.PathLike, _files.FileList)):
         items: list = [urls]
     else:
         items = list(urls)
+    if files is not None and any(isinstance(u, _files.FileList) for u in items):
+        given = [_register(u, files) for u in items if isinstance(u, _files.FileList)]
+        rest = [u for u in items if not isinstance(u, _files.FileList)]
+        return given + (expand_urls(rest, files=files) if rest else [])
     if files is not None and any(_files.is_file_item(u) for u in items):
         named = [u for u in items if _files.is_file_item(u)]
         rest = [u for u in items if not _files.is_file_item(u)]
