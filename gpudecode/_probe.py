@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import _native
+from .decode._base import PILLOW_FORMATS
 from .errors import DecodeError, LocatedError, wrap_data_error
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ def probe_format(data: bytes, *, shard: str | None = None, key: str | None = Non
             raise DecodeError(f"not a readable tensor sample ({e})", shard=shard, key=key) from None
         return "npy", h, w
     try:
-        with Image.open(io.BytesIO(data)) as im:
+        with Image.open(io.BytesIO(data), formats=PILLOW_FORMATS) as im:
             return "other", im.height, im.width
     except (UnidentifiedImageError, OSError, ValueError):
         raise DecodeError(f"not a readable image ({why})", shard=shard, key=key) from None

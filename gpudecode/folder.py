@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import _native
+from .decode._base import PILLOW_FORMATS
 from .io.files import path_key
 from .io.writer import ShardWriter, format_pattern, written_by
 
@@ -36,7 +37,7 @@ def image_extension(data: bytes) -> str | None:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(io.BytesIO(data)) as im:
+        with Image.open(io.BytesIO(data), formats=PILLOW_FORMATS) as im:
             im.verify()
             return _PIL_EXT.get(im.format or "")
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError):

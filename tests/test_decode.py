@@ -271,3 +271,30 @@ def _window(out, k):
     start = int(out.offsets[k]) + t * sy + l * sx
     return out.pixels[start:].as_strided((bh, bw, 3), (sy, sx, sc)).numpy().copy()
 
+
+
+def test_pillow_opens_only_image_formats(tmp_path, monkeypatch):
+    """EPS bytes named .jpg never reach Pillow's EPS plugin (which runs Ghostscript where
+    it is installed): Pillow is given the image formats of training sets only, and the
+    sample is a DecodeError naming it, under every path that calls Pillow."""
+    from PIL import EpsImagePlugin, Image
+
+    from gpudecode import DecodeError, Loader
+    from gpudecode import transforms as T
+    from gpudecode.decode._base import PILLOW_FORMATS
+    from gpudecode.folder import image_extension
+
+    from conftest import make_shard
+
+    eps = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 16 16\n0 0 moveto 16 16 lineto stroke\nshowpage\n%%EOF\n"
+    assert EpsImagePlugin._accept(eps)  # Pillow would take it for EPS
+    opened = []
+    monkeypatch.setattr(EpsImagePlugin.EpsImageFile, "_open", lambda self: opened.append(1))
+    shard = make_shard(tmp_path / "eps.tar", [{"__key__": "ps", "jpg": eps, "cls": b"0"}])
+    with pytest.raises(DecodeError, match="not a readable image") as e:
+        list(Loader(shard, batch_size=1, transform=T.Compose([T.Resize((8, 8))]), device="cpu"))
+    assert e.value.key == "ps"
+    assert image_extension(eps) is None
+    assert opened == []
+    Image.init()
+    assert "EPS" not in PILLOW_FORMATS and set(PILLOW_FORMATS) <= set(Image.OPEN)

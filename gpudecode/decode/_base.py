@@ -7,6 +7,11 @@ from typing import Any, Protocol, Sequence
 import numpy as np
 import torch
 
+# The only Pillow plugins untrusted bytes may reach: the image formats training sets hold.
+# Without the list, Pillow tries every plugin it has: EPS bytes named .jpg would reach its
+# EPS plugin, which runs Ghostscript where it is installed.
+PILLOW_FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF", "PPM")  # (Pillow reads MPO as JPEG)
+
 
 @dataclass(slots=True)
 class Request:
