@@ -36,7 +36,8 @@ class ShardDataset(torch.utils.data.Dataset):
     """Every sample of a reader's shards by index (see the module doc)."""
 
     def __init__(self, reader: ShardReader, transform: Any, *, image_exts: Sequence[str],
-                 label_exts: Sequence[str], labels: bool, max_pixels: int, seed: int) -> None:
+                 label_exts: Sequence[str], labels: bool, max_pixels: int, seed: int,
+                 allow_negative_labels: bool = False, num_classes: int | None = None) -> None:
         self.reader = reader
         self.transform = transform
         self.image_exts = list(image_exts)
@@ -44,6 +45,8 @@ class ShardDataset(torch.utils.data.Dataset):
         self.labels = labels
         self.max_pixels = max_pixels
         self.seed = seed
+        self.allow_negative_labels = allow_negative_labels
+        self.num_classes = num_classes
         counts = reader.sample_counts()
         self._starts: list[int] = []
         total = 0
@@ -139,7 +142,10 @@ class ShardDataset(torch.utils.data.Dataset):
             raise e
 
         def label(smp: Sample) -> int:
-            return parse_label(smp.fields, self.label_exts, shard=smp.shard, key=smp.key) if self.labels else 0
+            if not self.labels:
+                return 0
+            return parse_label(smp.fields, self.label_exts, shard=smp.shard, key=smp.key,
+                               allow_negative=self.allow_negative_labels, num_classes=self.num_classes)
 
         (p,) = probe_samples([s], self.image_exts, self.max_pixels, fail, label)
         if self._decoder is None:

@@ -436,6 +436,9 @@ class Loader:
         image_ext, label_ext: extensions tried in order (";"-separated); `.cls` holds an
             integer as text, `.json` a {"label": int} (gpudecode.labels). labels=False
             turns labels off. `.npy` is a tensor sample written by `gpudecode precache`.
+        num_classes: when given, a label must be below it (a LabelError names the sample).
+        allow_negative_labels: take negative labels (refused by default: -1 and -100 are
+            CrossEntropyLoss's ignore_index, a sample that would train on nothing).
         on_error: "raise" (default), "warn" or "skip" for bad shards, undecodable images
             and bad labels; what was skipped is in `skipped` (see README "Robustness").
         rank, world_size: this process's part; detected from torch.distributed, torchrun
@@ -475,7 +478,8 @@ class Loader:
     def __init__(self, urls: Any, *, batch_size: int, transform: Any, device: "str | torch.device" = "auto",
                  decoder: Any = "auto", shuffle: bool = True, seed: int | None = None,
                  image_ext: str | Sequence[str] = "jpg;jpeg;png;webp;npy", label_ext: str | Sequence[str] = "cls",
-                 labels: bool = True, num_workers: int | None = None, pin_memory: bool = False,
+                 labels: bool = True, num_classes: int | None = None, allow_negative_labels: bool = False,
+                 num_workers: int | None = None, pin_memory: bool = False,
                  persistent_workers: bool = False, prefetch_factor: int | None = None, drop_last: bool = False,
                  on_error: OnError = "raise", rank: int | None = None, world_size: int | None = None,
                  even: Literal["auto", "pad", "drop"] | None = "auto", split: Literal["auto", "shard", "sample"] = "auto",
@@ -511,6 +515,11 @@ class Loader:
         self.image_exts = split_exts(image_ext)
         self.label_exts = split_exts(label_ext) if labels else []
         self.labels = labels
+        if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
+                                        or num_classes < 1):
+            raise ValueError(f"num_classes must be a positive int, not {num_classes!r}")
+        self.num_classes = num_classes
+        self.allow_negative_labels = bool(allow_negative_labels)
         self.num_threads = max(1, workers) if workers is not None else (os.cpu_count() or 1)
         self.pin_memory = bool(pin_memory)
         if self.pin_memory and device == "cpu" and not torch.cuda.is_available():
@@ -606,7 +615,8 @@ class Loader:
         from .dataset import ShardDataset
 
         return ShardDataset(self.reader, self.transform, image_exts=self.image_exts, label_exts=self.label_exts,
-                            labels=self.labels, max_pixels=self.max_pixels, seed=self.seed)
+                            labels=self.labels, max_pixels=self.max_pixels, seed=self.seed,
+                            allow_negative_labels=self.allow_negative_labels, num_classes=self.num_classes)
 
     @property
     def sampler(self) -> "LoaderSampler":
@@ -776,8 +786,11 @@ class Loader:
         if self.labels:
             exts = self.label_exts
 
+            negative, classes = self.allow_negative_labels, self.num_classes
+
             def label(s: Sample) -> int:
-                return parse_label(s.fields, exts, shard=s.shard, key=s.key)
+                return parse_label(s.fields, exts, shard=s.shard, key=s.key, allow_negative=negative,
+                                   num_classes=classes)
         else:
             def label(s: Sample) -> int:
                 return 0

@@ -27,7 +27,7 @@ from gpudecode import transforms as T
 from gpudecode.tensors import encode_npy
 
 import tarcorpus as tc
-from conftest import encode
+from conftest import encode, make_shard
 
 KEYS = [f"s{i:02d}" for i in range(8)]
 BAD = "s03"
@@ -316,8 +316,13 @@ def cases() -> list[Case]:
                        ("not UTF-8", b'{"label": "\xff"}')]:
         bad_label(f".json {name}", data, "json")
     C.append(Case("odd but valid labels", "label", lambda s: tar_bytes(mutate(mutate(
-        s, "s01", cls=b" -7\n"), "s02", cls=b"+9223372036854775807")), None, None, KEYS, KEYS,
-        changed={"s01": -7, "s02": 2**63 - 1}))
+        s, "s01", cls=b" 7\n"), "s02", cls=b"+9223372036854775807")), None, None, KEYS, KEYS,
+        changed={"s01": 7, "s02": 2**63 - 1}))
+    # silent edges made errors: CrossEntropyLoss's ignore_index, a key given twice
+    bad_label(".cls -1 (ignore_index)", b"-1")
+    bad_label(".cls -100 (ignore_index)", b"-100")
+    bad_label(".json -100", b'{"label": -100}', "json")
+    bad_label('.json "label" twice', b'{"label": 3, "label": 4}', "json")
 
     # --- tensor samples (.npy) -----------------------------------------------------------------------
     def bad_npy(name, data):
@@ -497,4 +502,27 @@ def test_labels_json_reference():
     from gpudecode.labels import parse_label
 
     for text in [b'{"label": 5}', b'{"label": -3, "x": [1, 2]}', b'{"label": 9223372036854775807}']:
-        assert parse_label({"json": text}, ["json"], shard="s", key="k") == json.loads(text)["label"]
+        assert parse_label({"json": text}, ["json"], shard="s", key="k", allow_negative=True) == json.loads(text)["label"]
+
+
+def test_negative_labels_and_num_classes_through_the_loader(tmp_path):
+    """-1 / -100 (CrossEntropyLoss's ignore_index) are a LabelError naming the sample unless
+    allow_negative_labels=True; num_classes= bounds labels from above; Loader.dataset
+    follows the same rule."""
+    samples = [{"__key__": f"k{i}", "jpg": encode(np.full((16, 16, 3), 40 * i, np.uint8)), "cls": str(c).encode()}
+               for i, c in enumerate([0, 4, -100, 2])]
+    shard = make_shard(tmp_path / "l.tar", samples)
+    tf = T.Compose([T.Resize((8, 8))])
+    with pytest.raises(LabelError, match=r"label .cls = -100 is negative .*ignore_index") as e:
+        list(Loader(shard, batch_size=4, transform=tf, device="cpu", shuffle=False))
+    assert e.value.key == "k2"
+    ld = Loader(shard, batch_size=4, transform=tf, device="cpu", shuffle=False, allow_negative_labels=True)
+    assert [lab for b in ld for lab in b.labels.tolist()] == [0, 4, -100, 2]
+    with pytest.raises(LabelError, match="= 4 is not below num_classes=4") as e:
+        list(Loader(shard, batch_size=4, transform=tf, device="cpu", shuffle=False, num_classes=4,
+                    allow_negative_labels=True))
+    assert e.value.key == "k1"
+    with pytest.raises(LabelError, match="is negative"):
+        Loader(shard, batch_size=4, transform=tf, device="cpu", shuffle=False).dataset[2]
+    with pytest.raises(ValueError, match="num_classes must be a positive int"):
+        Loader(shard, batch_size=4, transform=tf, device="cpu", num_classes=0)
