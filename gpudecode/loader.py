@@ -198,11 +198,13 @@ class LoaderIterator:
         self._loader = loader
         self.epoch = epoch
         self._done = False
+        self._pid = os.getpid()
+        self._busy = threading.Lock()  # one next() at a time
         self._ep = _Epoch(loader, epoch, start)
 
     @property
     def active(self) -> bool:
-        return not self._done
+        return not self._done and self._pid == os.getpid()
 
     def __iter__(self) -> "LoaderIterator":
         return self
@@ -211,13 +213,23 @@ class LoaderIterator:
         return self._loader._batches(self.epoch)
 
     def __next__(self) -> "Batch":
+        if self._pid != os.getpid():
+            raise ConcurrentIterationError(
+                f"this iterator was started in process {self._pid}; a forked child cannot continue it (its threads "
+                "and buffers stayed in the parent): start one in the child with iter(loader)")
         if self._done:
             raise StopIteration
+        if not self._busy.acquire(blocking=False):
+            raise ConcurrentIterationError(
+                "next() was called on one Loader iterator from two threads at once: an iterator serves one thread "
+                "(give each thread its own Loader)")
         try:
             return self._next()
         except BaseException:  # the end, an error, Ctrl-C: nothing keeps running behind the trainer
             self.close()
             raise
+        finally:
+            self._busy.release()
 
     def _next(self) -> "Batch":
         ld, ep = self._loader, self._ep
@@ -229,6 +241,8 @@ class LoaderIterator:
         item = get_until_stopped(ep.queue, threading.Event(), alive=ep.group.alive)
         wait = time.perf_counter() - t0
         if item is STOPPED:
+            if self._done:  # close() from another thread while this one waited: the loop ends
+                raise StopIteration
             raise RuntimeError("gpudecode loader threads ended without a result (this is a bug)")
         if item is None:
             ld._finished = True
@@ -246,10 +260,12 @@ class LoaderIterator:
         return r.batch
 
     def close(self) -> None:
-        """Stops the epoch and joins its threads (idempotent)."""
+        """Stops the epoch and joins its threads (idempotent; in a forked child it only
+        marks the parent's iterator done: its threads are not there)."""
         if not self._done:
             self._done = True
-            self._ep.close()
+            if self._pid == os.getpid():
+                self._ep.close()
 
     def __del__(self) -> None:
         try:
@@ -557,6 +573,8 @@ class Loader:
         self._started = False
         self._skipped: list[Skipped] = []
         self._active: weakref.ref[LoaderIterator] | None = None
+        self._iter_lock = threading.Lock()
+        self._pid = os.getpid()
 
     # -- public API ---------------------------------------------------------------------
 
@@ -698,11 +716,27 @@ class Loader:
         Raises:
             ConcurrentIterationError: an iterator of this Loader is still active.
         """
-        active = self._active() if self._active is not None else None
-        if active is not None and active.active:
-            raise ConcurrentIterationError(
-                "this Loader already has an active iterator (they would share output buffers): exhaust it, "
-                "call its close(), or drop it before starting another")
+        with self._iter_lock:  # the check and the claim are one step: two threads cannot both pass
+            self._in_this_process()
+            active = self._active() if self._active is not None else None
+            if active is not None and active.active:
+                raise ConcurrentIterationError(
+                    "this Loader already has an active iterator (they would share output buffers): exhaust it, "
+                    "call its close(), or drop it before starting another")
+            return self._start_epoch()
+
+    def _in_this_process(self) -> None:
+        """After a fork, the child's copy of this Loader drops what belongs to the parent:
+        its iterator, its decoder (threads that are not here), its GPU streams."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._active = None
+        if isinstance(self.decoder_name, str):
+            self._decoder = None
+        self._gpu = None
+
+    def _start_epoch(self) -> LoaderIterator:
         epoch = self._next_epoch()
         if epoch != self.epoch:
             self.set_epoch(epoch)

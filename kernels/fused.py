@@ -580,6 +580,19 @@ _POOL_LOCK = threading.Lock()
 _WORK = threading.local()  # per calling thread; freed with the thread
 
 
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's pool threads (a pool that believes it has
+    them would hang the first call) and may have inherited a lock held mid-call: both
+    are made anew."""
+    global _POOL, _POOL_LOCK
+    _POOL = None
+    _POOL_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _pool():
     global _POOL
     with _POOL_LOCK:

@@ -226,3 +226,128 @@ def test_ctrl_c_while_a_remote_shard_stalls(shards, tmp_path, http_server):
     # a watchdog (5x the README's second, for loaded CI cores): what it guards against took
     # 10 s (a reader blocked in the network) or never ended
     assert latency < 5.0 and names == "[]" and rc == 0, (latency, names, err[-2000:])
+
+
+def _fork_child(q, shard_urls, what, ld, it):
+    import torch
+
+    try:
+        if what == "transforms":  # the kernel's thread pool, used by the parent, in the child
+            t = tf()
+            imgs = [torch.zeros(3, 20, 20, dtype=torch.uint8)] * 8
+            q.put(("ok", tuple(t(imgs, t.make_params([(20, 20)] * 8, 0)).shape)))
+        elif what == "new loader":
+            q.put(("ok", sum(b.images.shape[0] for b in Loader(shard_urls, batch_size=8, transform=tf(),
+                                                               device="cpu", num_workers=2))))
+        elif what == "parent's loader":  # the child's copy, iterated anew
+            q.put(("ok", sum(b.images.shape[0] for b in ld)))
+        elif what == "parent's iterator":
+            q.put(("ok", next(it).images.shape[0]))
+    except BaseException as e:  # noqa: BLE001 (reported to the parent)
+        q.put(("err", f"{type(e).__name__}: {e}"))
+
+
+@pytest.mark.parametrize("what", ["transforms", "new loader", "parent's loader", "parent's iterator"])
+def test_forked_children_work_or_are_told(shards, what):
+    """After a Loader ran in the parent (its kernel pool, decoder and reader threads
+    started), a forked child (a DataLoader worker, a multiprocessing pool): the
+    transforms, a new Loader and the parent's Loader iterated anew work; continuing the
+    parent's iterator is refused with a clear error. (Each used to hang or corrupt.)"""
+    import multiprocessing as mp
+
+    ld = Loader(shards[:1], batch_size=8, transform=tf(), device="cpu", num_workers=2)
+    assert sum(b.images.shape[0] for b in ld) == 24
+    it = iter(ld)
+    next(it)
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    p = ctx.Process(target=_fork_child, args=(q, shards[:1], what, ld, it))
+    p.start()
+    p.join(120)  # a watchdog: seconds when it works
+    if p.is_alive():
+        p.kill()
+        pytest.fail(f"the forked child hung ({what})")
+    it.close()
+    status, value = q.get(timeout=10)
+    if what == "parent's iterator":
+        assert status == "err" and value.startswith("ConcurrentIterationError: this iterator was started in process")
+        assert "start one in the child with iter(loader)" in value
+    else:
+        assert status == "ok", value
+        assert value == ((8, 3, 32, 32) if what == "transforms" else 24)
+    ld.close()
+
+
+def test_two_threads_one_loader(shards, monkeypatch):
+    """Two threads asking iter(loader) at the same moment: exactly one gets the iterator,
+    the other ConcurrentIterationError (the check and the claim are one step). next() on
+    one iterator from a second thread while the first waits in it is refused too; and
+    close() from another thread while the loop waits for its first batch ends the loop
+    cleanly. (The rule: one iterator, one thread; the README says so.)"""
+    from gpudecode.decode.cpu import CpuDecoder
+
+    ld = Loader(shards[:1], batch_size=8, transform=tf(), device="cpu", num_workers=1)
+    for _ in range(10):
+        barrier = threading.Barrier(2)
+        got: list = []
+
+        def claim(barrier=barrier, got=got):
+            barrier.wait()
+            try:
+                got.append(iter(ld))
+            except ConcurrentIterationError as e:
+                got.append(e)
+
+        threads = [threading.Thread(target=claim) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        iters = [g for g in got if not isinstance(g, ConcurrentIterationError)]
+        assert len(got) == 2 and len(iters) == 1, got
+        iters[0].close()
+    # next() from a second thread while the first is inside it
+    release = threading.Event()
+    real = CpuDecoder.decode
+
+    def held(self, requests):
+        release.wait(60)
+        return real(self, requests)
+
+    monkeypatch.setattr(CpuDecoder, "decode", held)
+    it = iter(ld)
+    out: list = []
+    first = threading.Thread(target=lambda: out.append(next(it)))
+    first.start()
+    deadline = time.monotonic() + 60
+    while not it._busy.locked() and time.monotonic() < deadline:  # until the first thread waits in next()
+        time.sleep(0.001)
+    with pytest.raises(ConcurrentIterationError, match="from two threads at once"):
+        next(it)
+    release.set()
+    first.join(60)
+    assert out and out[0].images.shape[0] == 8
+    it.close()
+    # close() from another thread while the loop waits for its first batch
+    release.clear()
+    it = iter(ld)
+    ended: list = []
+
+    def loop():
+        try:
+            ended.append(sum(1 for _ in it))
+        except BaseException as e:  # noqa: BLE001
+            ended.append(e)
+
+    t = threading.Thread(target=loop)
+    t.start()
+    deadline = time.monotonic() + 60
+    while not it._busy.locked() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    closer = threading.Thread(target=it.close)
+    closer.start()
+    release.set()
+    closer.join(60)
+    t.join(60)
+    assert len(ended) == 1 and isinstance(ended[0], int) and ended[0] <= 1, ended
+    ld.close()

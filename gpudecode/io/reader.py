@@ -491,6 +491,15 @@ _STARTS: dict[tuple, np.ndarray] = {}
 _COUNTS_LOCK = threading.Lock()
 
 
+def _reset_lock_in_child() -> None:  # a lock a parent's thread held at fork would never be released
+    global _COUNTS_LOCK
+    _COUNTS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_lock_in_child)
+
+
 def _count_key(url: str) -> tuple:
     if _shards.is_local(url):
         path = _shards.local_path(url)
