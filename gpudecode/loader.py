@@ -575,6 +575,7 @@ class Loader:
         self._active: weakref.ref[LoaderIterator] | None = None
         self._iter_lock = threading.Lock()
         self._pid = os.getpid()
+        self._last_good: tuple[int, int, list[str], list[int]] | None = None  # (slot, n, keys, labels)
 
     # -- public API ---------------------------------------------------------------------
 
@@ -735,6 +736,7 @@ class Loader:
         if isinstance(self.decoder_name, str):
             self._decoder = None
         self._gpu = None
+        self._last_good = None
 
     def _start_epoch(self) -> LoaderIterator:
         epoch = self._next_epoch()
@@ -773,6 +775,7 @@ class Loader:
         if self._gpu is not None:  # what the trainer may still read is done before its buffers go
             self._gpu.release_handed(keep=0)
         self._outputs = [None] * self._ring
+        self._last_good = None
         self._gpu = None
         self._slot = 0
 
@@ -915,11 +918,14 @@ class Loader:
             ok = [ok[i % len(ok)] for i in range(p.taken)]
         if not ok or decoded is None:
             if self.reader.even is not None and p.taken:
-                first = p.samples[0] if p.samples else None
-                raise DecodeError(f"all {p.taken} images of a batch failed (they are in loader.skipped): with "
-                                  f"even={self.reader.even!r} the batch cannot be made up, and leaving it out "
-                                  "would give this rank fewer steps than the others",
-                                  shard=first.shard if first else None, key=first.key if first else None)
+                if self._last_good is not None:
+                    return self._made_up(p, slot, t0)
+                last = self.skipped[-1] if self.skipped else None  # the batch's last failure, named
+                raise DecodeError(f"all {p.taken} images of this Loader's first batch failed (they are in "
+                                  f"loader.skipped): with even={self.reader.even!r} there is no image of this rank "
+                                  "yet to make it up from, and leaving it out would give this rank fewer steps "
+                                  "than the others", shard=last.shard if last else None,
+                                  key=last.key if last else None)
             return None
         ready = None
         gpu = self._gpu
@@ -945,4 +951,32 @@ class Loader:
         p.timing.augment = time.perf_counter() - t0
         p.timing.size = len(ok)
         batch = Batch(out, lab, [p.samples[k].key for k in ok])
+        self._last_good = (slot, len(ok), batch.keys, [p.labels[k] for k in ok])
+        return _Ready(batch, p.timing, p.position, slot, ready)
+
+    def _made_up(self, p: _Prepared, slot: int, t0: float) -> _Ready:
+        """A batch whose every image failed, under an even policy: made up of the rank's
+        images of the batch before (repeated to the batch's size), so every rank keeps
+        its step count; the failures are in `skipped` and the repeats keep their keys."""
+        src_slot, n, keys, labels = self._last_good  # type: ignore[misc]
+        idx = [i % n for i in range(p.taken)]
+        gpu = self._gpu
+        stream = gpu.augment if gpu is not None else None
+        ready = None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            if gpu is not None and gpu.slot_free[slot] is not None:
+                stream.wait_event(gpu.slot_free[slot])  # type: ignore[union-attr]
+            src = self._outputs[src_slot][0][:n]  # type: ignore[index]
+            out, _ = self._output(slot, p.taken)
+            out.copy_(src[torch.tensor(idx, device=src.device)])
+            lab = torch.tensor([labels[i] for i in idx], dtype=torch.int64) if self.labels else None
+            if lab is not None and self.device != "cpu":
+                lab = lab.pin_memory().to(self.device, non_blocking=True)
+            if gpu is not None:
+                ready = torch.cuda.Event()
+                ready.record(stream)
+        p.timing.augment = time.perf_counter() - t0
+        p.timing.size = p.taken
+        batch = Batch(out, lab, [keys[i] for i in idx])
+        self._last_good = (slot, p.taken, batch.keys, [labels[i] for i in idx])
         return _Ready(batch, p.timing, p.position, slot, ready)

@@ -567,11 +567,11 @@ def precache(sources: str | Sequence[str], out: str | os.PathLike, *, size: int 
     dev = check_device(device)
     threads = max(1, num_threads or os.cpu_count() or 1)
     listing = ShardReader(sources, shuffle=False, rank=0, world_size=1)
-    urls = []
-    for u in listing.urls:
-        flist = listing.files.get(u)
+    urls: list[str] = []
+    for named in listing.urls:
+        flist = listing.files.get(named)
         if flist is None:
-            urls.append(u)
+            urls.append(named)
             continue
         if not flist.root and not flist.name.startswith(files.PREFIX + "/"):
             files.reopen(flist.name)  # raises: a Python list cannot be named in the settings

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpudecode import Loader, ShardReader, ShardReadError
+from gpudecode import DecodeError, Loader, ShardReader, ShardReadError
 from gpudecode import transforms as T
 
 from conftest import encode, make_shard
@@ -376,3 +376,27 @@ def test_default_gives_every_rank_the_same_batch_count(tmp_path):
         it.close()
     alone = Loader(urls, batch_size=2, transform=tf(), device="cpu", seed=1, num_workers=1, rank=0, world_size=1)
     assert alone.reader.even is None and sorted(k for b in alone for k in b.keys) == sorted(keys)
+
+
+def test_pad_makes_up_a_batch_whose_every_image_failed(tmp_path):
+    """even="pad" with on_error="skip": a batch whose every image is bad is made up of the
+    rank's images of the batch before (their keys kept, the failures in skipped), so the
+    rank still yields len(loader) batches (the README's promise; it used to raise)."""
+    samples = [{"__key__": f"k{i:02d}", "jpg": encode(np.full((16, 16, 3), 10 * i, np.uint8)) if not 4 <= i < 8
+                else b"not a jpeg", "cls": b"%d" % i} for i in range(16)]
+    shard = make_shard(tmp_path / "p.tar", samples)
+    ld = Loader(shard, batch_size=4, transform=tf(8), device="cpu", rank=0, world_size=2, even="pad", seed=0,
+                on_error="skip", shuffle=False, num_workers=1)
+    batches = [(b.keys, b.images.clone(), b.labels.clone()) for b in ld]
+    assert len(batches) == len(ld) == 2
+    (k0, i0, l0), (k1, i1, l1) = batches
+    assert k0 == ["k00", "k01", "k02", "k03"] and k1 == k0
+    assert torch.equal(i1, i0) and l1.tolist() == l0.tolist() == [0, 1, 2, 3]
+    assert sorted(s.key for s in ld.skipped) == ["k04", "k05", "k06", "k07"]
+    # the first batch of a Loader has nothing to make it up from: said, naming a sample
+    shard = make_shard(tmp_path / "q.tar", samples[4:8] + samples[:4] + samples[8:])
+    ld = Loader(shard, batch_size=4, transform=tf(8), device="cpu", rank=0, world_size=2, even="pad", seed=0,
+                on_error="skip", shuffle=False, num_workers=1)
+    with pytest.raises(DecodeError, match="this Loader's first batch failed") as e:
+        list(ld)
+    assert e.value.key == "k07" and e.value.shard.endswith("q.tar")  # the last of the four, named
