@@ -48,12 +48,12 @@ from . import transforms as T
 from ._probe import DEFAULT_MAX_PIXELS, probe_samples
 from ._version import __version__
 from .decode import DecodedBatch, Request, check_device, choose, make_decoder
-from .errors import (DecodeError, GpuDecodeError, LocatedError, OnError, ShardWriteError, Skipped, check_on_error,
-                     record_failure)
+from .errors import (DecodeError, GpuDecodeError, LocatedError, OnError, ShardFormatError, ShardWriteError, Skipped,
+                     check_on_error, record_failure)
 from .io import shards as _shards
 from .io import files
 from .io.reader import Sample, ShardReader, split_exts
-from .io.writer import ShardWriter, format_pattern
+from .io.writer import ShardWriter, check_key, format_pattern
 from .tensors import encode_npy, npy_layout
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "npy")
@@ -392,6 +392,11 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
             good.append(p.sample)
         for s, img in zip(good, resize(decoded, ks, plans)):
             fields = {e: d for e, d in s.fields.items() if e not in exts}
+            try:
+                check_key(s.key)
+            except ValueError as e:  # a key the reader takes but no shard may hold (`a/../k`, a newline)
+                fail(ShardFormatError(f"sample key cannot be written to a shard: {e}", shard=s.shard, key=s.key))
+                continue
             writer.write({"__key__": s.key, "npy": encode_npy(img), **fields})
             written += 1
         if progress is not None:

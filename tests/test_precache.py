@@ -301,3 +301,36 @@ def test_source_key_with_nul_is_refused_by_the_reader(tmp_path):
     src.write_bytes(data)
     with pytest.raises(ShardFormatError, match="NUL"):
         precache(str(src), str(tmp_path / "out" / "t-%06d.tar"), size=64)
+
+
+def test_one_key_rule_for_reading_and_writing(tmp_path, capsys):
+    """`./k0000.jpg` (what `tar -C dir .` writes) is sample `k0000` for the reader, for
+    webdataset's grouping (the same members together) and for precache, which writes it;
+    a key no shard may hold (`a/../k`, a newline) is a ShardFormatError naming shard and
+    key, and --keep-going skips it and goes on, as the README says."""
+    import io as _io
+    import tarfile
+
+    from gpudecode import ShardFormatError, ShardReader
+    from gpudecode.cli import main
+
+    img = encode(np.full((20, 24, 3), 90, np.uint8))
+    src = tmp_path / "dot.tar"
+    with tarfile.open(src, "w") as t:
+        for name, data in [("./k0000.jpg", img), ("./k0000.cls", b"1"), ("a/../k0001.jpg", img),
+                           ("a/../k0001.cls", b"2"), ("./k0002.jpg", img), ("./k0002.cls", b"3")]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, _io.BytesIO(data))
+    assert [s.key for s in ShardReader(str(src))] == ["k0000", "a/../k0001", "k0002"]
+    with pytest.raises(ShardFormatError, match="sample key cannot be written to a shard") as e:
+        precache(str(src), tmp_path / "out", size=16, num_threads=1)
+    assert e.value.key == "a/../k0001" and e.value.shard.endswith("dot.tar")
+    with pytest.warns(RuntimeWarning, match="skipped: sample key cannot be written"):
+        assert main(["precache", str(src), str(tmp_path / "out2"), "--size", "16", "--keep-going", "--quiet"]) == 0
+    assert "a/../k0001" in capsys.readouterr().err  # listed at the end too
+    written = []
+    for p in sorted((tmp_path / "out2").glob("*.tar")):
+        with tarfile.open(p) as t:
+            written += [m.name for m in t.getmembers()]
+    assert sorted(written) == ["k0000.cls", "k0000.npy", "k0002.cls", "k0002.npy"]

@@ -193,7 +193,11 @@ def iter_stream(stream: IO[bytes], *, want: Callable[[str], bool] = lambda name:
 def split_key(name: str) -> tuple[str, str] | None:
     """WebDataset's convention: key = path up to the first dot of the basename,
     extension = the rest, lower-cased. None for names that have no extension or whose
-    basename starts with a dot."""
+    basename starts with a dot. A leading "./" (`tar -C dir .` writes one before every
+    name) is no part of the key: `./k0000.jpg` is sample `k0000`, as precache and every
+    gpudecode writer then write it."""
+    while name.startswith("./"):
+        name = name[2:]
     slash = name.rfind("/") + 1
     dot = name.find(".", slash)
     if dot <= slash:
