@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import os
 import queue
 import sys
@@ -664,9 +665,24 @@ class Loader:
                 "position": self._position, "seed": self.seed, "rank": rank, "world_size": world,
                 "split": self.reader.mode(), "even": self.reader.even, "shuffle": self.reader.shuffle,
                 "shards": len(self.reader.urls), "batch_size": self.batch_size, "drop_last": self.drop_last,
+                "fingerprint": self._fingerprint(),
             },
             "_iterator_finished": self._finished,
         }
+
+    def _fingerprint(self) -> str:
+        """The shards (or files) read, in their order, by name: the same data wherever it is
+        mounted, other data (other shards, another order, a tree with other files) differs."""
+        h = hashlib.sha256()
+        for u in self.reader.urls:
+            flist = self.reader.files.get(u)
+            if flist is None:
+                h.update(os.path.basename(u.rstrip("/")).encode() + b"\0")
+            else:
+                h.update(f"files:{len(flist)}\0".encode())
+                for k in flist.keys:
+                    h.update(k.encode() + b"\0")
+        return h.hexdigest()[:16]
 
     def load_state_dict(self, state: dict) -> None:
         """Resumes from state_dict(): the next iteration continues that epoch where it stood
@@ -674,7 +690,8 @@ class Loader:
 
         Raises:
             ValueError: a state of another kind, or saved with another seed (when this loader's
-                seed was given), world size, split, shard count or batch size.
+                seed was given), world size, split, shard count, batch size, or other shards
+                (their names and order: the fingerprint).
         """
         ds = state.get("dataset_state") if isinstance(state, dict) else None
         if not isinstance(ds, dict) or ds.get("format") != self._STATE_FORMAT:
@@ -684,6 +701,8 @@ class Loader:
                   ("batch_size", self.batch_size), ("even", self.reader.even), ("shuffle", self.reader.shuffle)]
         if self._seed_given:
             checks.append(("seed", self.seed))
+        if "fingerprint" in ds:  # (states saved before it was kept have none)
+            checks.append(("fingerprint", self._fingerprint()))
         for name, mine in checks:
             if ds.get(name) != mine:
                 raise ValueError(f"this state was saved with {name}={ds.get(name)!r}, this loader has "

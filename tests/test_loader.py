@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import os
 import time
 
 import numpy as np
@@ -295,3 +296,28 @@ def test_a_missing_decoder_extra_is_said_when_the_loader_is_made(shards, monkeyp
         Loader(urls, batch_size=4, transform=train_tf(), device="cpu", decoder="nvimgcodec")
     with pytest.raises(ValueError, match="unknown decoder 'nvjpg'"):
         Loader(urls, batch_size=4, transform=train_tf(), device="cpu", decoder="nvjpg")
+
+
+def test_a_state_of_other_shards_is_refused(shards, tmp_path):
+    """load_state_dict checks a fingerprint of the shards (names and order): the same
+    count of other shards is refused, naming it; the same shards elsewhere resume."""
+    import shutil
+
+    urls, _ = shards
+    kw = dict(batch_size=4, transform=train_tf(), device="cpu", seed=8)
+    ld = Loader(urls, **kw)
+    it = iter(ld)
+    next(it)
+    state = ld.state_dict()
+    it.close()
+    others = [shutil.copy(u, tmp_path / f"other-{i}.tar") for i, u in enumerate(urls)]
+    with pytest.raises(ValueError, match="this state was saved with fingerprint="):
+        Loader(others, **kw).load_state_dict(state)
+    with pytest.raises(ValueError, match="fingerprint"):
+        Loader(list(reversed(urls)), **kw).load_state_dict(state)
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    same = [shutil.copy(u, moved / os.path.basename(u)) for u in urls]
+    again = Loader(same, **kw)
+    again.load_state_dict(state)  # the same shards, mounted elsewhere
+    assert sum(b.images.shape[0] for b in again) == 30 - 4
