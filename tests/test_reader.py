@@ -435,3 +435,21 @@ def test_globs_and_printf_patterns_name_shards(tmp_path):
     shutil.copy(urls[0], tmp_path / "w-7.tar")
     assert [os.path.basename(u) for u in expand_urls(str(tmp_path / "w-%06d.tar"))] == ["w-000002.tar", "w-000010.tar"]
     assert expand_urls("https://host/a%2d?x=*") == ["https://host/a%2d?x=*"]
+
+
+def test_counts_follow_a_replaced_shard(tmp_path):
+    """A shard replaced after it was counted: the next epoch counts it again (size or
+    time changed), so len() and the split follow the data; tarfile says what is there."""
+    import tarfile
+
+    urls, _ = _many_shards(tmp_path, 3)
+    r = ShardReader(urls, rank=0, world_size=1)
+    before = r.total_samples
+    extra = make_shard(tmp_path / "bigger.tar", sample_dicts(40, prefix="new-"))
+    os.replace(extra, urls[1])
+    assert r.total_samples == before  # the epoch that counted keeps its count
+    r.set_epoch(1)
+    with tarfile.open(urls[1]) as t:
+        in_shard = len({m.name.split(".")[0] for m in t.getmembers()})
+    assert in_shard == 40
+    assert r.sample_counts()[urls[1]] == 40 and len(list(r)) == r.total_samples

@@ -691,6 +691,8 @@ class ShardReader(torch.utils.data.IterableDataset):
         self.epoch = 0
         self.skipped: list[Skipped] = []
         self._counts: dict[str, int] | None = None
+        self._counted_stats: list[tuple[int, int] | None] = []
+        self._counted_epoch = 0
         self._warned_even = False
         self._warned_unequal = False
         self._maps = _MapCache()
@@ -752,16 +754,37 @@ class ShardReader(torch.utils.data.IterableDataset):
         return _shards.choose_mode(self.split, len(self.urls), self.consumer()[1], self.even)
 
     def sample_counts(self) -> dict[str, int]:
-        """Samples per shard (counted once; see shard_counts).
+        """Samples per shard (counted once; see shard_counts); a local shard whose size or
+        modification time changed is counted again at the next epoch.
 
         Raises:
             ShardFormatError, ShardReadError: a shard cannot be counted, under on_error="raise".
         """
+        if self._counts is not None and self._counted_epoch != self.epoch:
+            # once per epoch: a local shard replaced or rewritten since (size or time) is counted again
+            self._counted_epoch = self.epoch
+            if self._stats() != self._counted_stats:
+                self._counts = None
         if self._counts is None:
+            self._counted_stats = self._stats()
+            self._counted_epoch = self.epoch
             shards = [u for u in self.urls if u not in self.files]
             counts = shard_counts(shards, remote=self.remote, tolerant=self.on_error != "raise", cache=self.cache)
             self._counts = {u: len(self.files[u]) if u in self.files else counts[u] for u in self.urls}
         return self._counts
+
+    def _stats(self) -> list[tuple[int, int] | None]:
+        out: list[tuple[int, int] | None] = []
+        for u in self.urls:
+            if u in self.files or not _shards.is_local(u):
+                out.append(None)
+                continue
+            try:
+                st = os.stat(_shards.local_path(u))
+                out.append((st.st_size, st.st_mtime_ns))
+            except OSError:
+                out.append(None)
+        return out
 
     @property
     def classes(self) -> list[str]:
