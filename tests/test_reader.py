@@ -453,3 +453,24 @@ def test_counts_follow_a_replaced_shard(tmp_path):
         in_shard = len({m.name.split(".")[0] for m in t.getmembers()})
     assert in_shard == 40
     assert r.sample_counts()[urls[1]] == 40 and len(list(r)) == r.total_samples
+
+
+def test_a_sample_repeated_in_a_shard_is_named(tmp_path):
+    """The same key again after other samples (a complete sample written twice): under
+    raise a ShardFormatError naming the key and both positions; under skip the first is
+    delivered, the repeat listed in skipped. (It used to be delivered twice unsaid.)"""
+    import tarfile
+
+    from gpudecode import ShardFormatError
+
+    ss = sample_dicts(3, prefix="d")
+    shard = make_shard(tmp_path / "dup.tar", ss + [ss[0]])
+    with tarfile.open(shard) as t:  # tarfile: four samples' members are there
+        assert [m.name for m in t.getmembers()].count(f"{ss[0]['__key__']}.cls") == 2
+    with pytest.raises(ShardFormatError, match=r"appears a second time in the shard \(sample 3; the first was "
+                                               r"sample 0\)") as e:
+        list(ShardReader(shard))
+    assert e.value.key == ss[0]["__key__"]
+    r = ShardReader(shard, on_error="skip")
+    assert [s.key for s in r] == [s["__key__"] for s in ss]
+    assert [(s.key, s.error) for s in r.skipped] == [(ss[0]["__key__"], "ShardFormatError")]

@@ -391,6 +391,7 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
     index: int | None = None
     fields: dict[str, bytes | memoryview] = {}
     bad: GpuDecodeError | None = None
+    seen: dict[str, int] = {}  # key -> sample index, for this run of the shard
     end = stop if stop is not None else float("inf")
 
     def want(name: str, g: int | None) -> bool:
@@ -438,6 +439,12 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
                 key, index, fields, bad = k, g, {}, None
                 if starts is not None:
                     starts.append(member.chain)
+                if k in seen:  # the same key again, after other samples: a duplicated sample
+                    bad = ShardFormatError(f"key {k!r} appears a second time in the shard (sample {g}; the first "
+                                           f"was sample {seen[k]}): a duplicated sample", shard=url, key=k,
+                                           offset=member.offset - BLOCK)
+                else:
+                    seen[k] = g
             if bad is not None:
                 continue
             if member.type != "0":
