@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 from .errors import (BackendUnavailableError, ConcurrentIterationError, DecodeError, GpuDecodeError,
-                     KernelLaunchError, LabelError, PlanError, ShardFormatError, ShardReadError, ShardWriteError, Skipped,
-                     TransformError)
+                     KernelLaunchError, LabelError, PlanError, ResourceError, ShardFormatError, ShardReadError,
+                     ShardWriteError, Skipped, TransformError)
 
 if TYPE_CHECKING:
     from .io.reader import Sample, ShardReader
@@ -56,7 +56,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "__version__", "GpuDecodeError", "ShardFormatError", "ShardReadError", "ShardWriteError", "DecodeError",
-    "LabelError", "BackendUnavailableError", "KernelLaunchError", "TransformError", "ConcurrentIterationError",
+    "LabelError", "BackendUnavailableError", "ResourceError", "KernelLaunchError", "TransformError", "ConcurrentIterationError",
     "PlanError",
     "Skipped", *_LAZY,
 ]

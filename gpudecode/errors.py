@@ -6,6 +6,7 @@ ValueError` keeps working for callers who know nothing of us. Errors about data 
 """
 from __future__ import annotations
 
+import errno
 import warnings
 from dataclasses import dataclass
 from typing import Literal
@@ -79,6 +80,26 @@ class PlanError(GpuDecodeError, ValueError):
     """`gpudecode plan`'s inputs are missing, contradictory or out of range."""
 
 
+class ResourceError(GpuDecodeError, OSError):
+    """The machine or its environment failed, not the data: no file descriptors left,
+    memory, a full disk, a missing or unwritable temporary folder, permissions. Raised
+    under every on_error policy (`skip` is for bad data only), naming what ran out."""
+
+
+# errno values that say the environment failed, whatever file was being read
+RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOSPC, errno.EDQUOT, errno.EACCES,
+                             errno.EPERM, errno.EROFS})
+
+
+def resource_error(err: OSError, what: str) -> "ResourceError":
+    """`err` as a ResourceError saying what was being done (the original as __cause__)."""
+    out = ResourceError(f"{what}: {err.strerror or err} (errno {errno.errorcode.get(err.errno or 0, err.errno)}); "
+                        "this is the machine's or the environment's fault, not the data's, so it stops the run "
+                        "under every on_error policy")
+    out.__cause__ = err
+    return out
+
+
 class ConcurrentIterationError(GpuDecodeError, RuntimeError):
     """A second iterator over a Loader while the first is still active (they would share
     its output buffers): finish the first, or call its close()."""
@@ -109,7 +130,10 @@ def check_on_error(on_error: str) -> str:
 def record_failure(err: BaseException, on_error: str, skipped: list[Skipped], *, who: str = "gpudecode",
                    stacklevel: int = 3) -> None:
     """What on_error="skip"/"warn" do with a bad shard or sample: list it in `skipped`,
-    and warn under "warn". (on_error="raise" is the caller's: it raises instead.)"""
+    and warn under "warn". (on_error="raise" is the caller's: it raises instead.) A
+    ResourceError is never skipped: it is raised here, under every policy."""
+    if isinstance(err, ResourceError):
+        raise err
     skipped.append(Skipped(getattr(err, "shard", None) or "", getattr(err, "key", None),
                            getattr(err, "offset", None), getattr(err, "reason", str(err)), type(err).__name__))
     if on_error == "warn":
@@ -120,8 +144,10 @@ def wrap_data_error(err: BaseException, cls: type[LocatedError], what: str, *, s
                     key: str | None = None, offset: int | None = None) -> LocatedError:
     """`err`, met on data (a library's own exception, an overflow, MemoryError, ...), as
     the project's `cls` naming shard and key; the original stays as __cause__."""
-    if isinstance(err, LocatedError):
-        return err
+    if isinstance(err, (LocatedError, ResourceError)):
+        return err  # type: ignore[return-value]
+    if isinstance(err, OSError) and err.errno in RESOURCE_ERRNOS:
+        return resource_error(err, f"{what} (shard {shard!r})")  # type: ignore[return-value]
     detail = str(err).splitlines()[0] if str(err) else ""
     out = cls(f"{what}: {type(err).__name__}{': ' + detail if detail else ''}", shard=shard, key=key, offset=offset)
     out.__cause__ = err
@@ -131,6 +157,6 @@ def wrap_data_error(err: BaseException, cls: type[LocatedError], what: str, *, s
 __all__ = [
     "PlanError",
     "GpuDecodeError", "LocatedError", "ShardFormatError", "ShardReadError", "ShardWriteError", "DecodeError",
-    "LabelError", "BackendUnavailableError", "KernelLaunchError", "TransformError", "ConcurrentIterationError",
+    "LabelError", "BackendUnavailableError", "ResourceError", "KernelLaunchError", "TransformError", "ConcurrentIterationError",
     "OnError", "Skipped", "check_on_error", "record_failure", "wrap_data_error",
 ]

@@ -191,3 +191,50 @@ def test_precache_command_line_errors_and_progress(tmp_path, capsys, photos):
     assert "wrote 5 samples from 1 source shard in" in out.out and "5 samples in 1 tensor shard," in out.out
     assert main(["precache", url, str(tmp_path / "q"), "--size", "16", "--quiet"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_the_environment_is_never_taken_for_bad_data(tmp_path, monkeypatch):
+    """A missing GPUDECODE_TMPDIR, descriptors run out: a ResourceError (an OSError) naming
+    what failed, under every policy, from len() and from iteration alike, never a skipped
+    shard (it used to skip every gzip shard: an epoch of 0 samples, then a bare
+    FileNotFoundError from len())."""
+    import errno
+    import gzip
+
+    from gpudecode import Loader, ResourceError
+    from gpudecode import transforms as T
+
+    samples = [{"__key__": f"k{i:03d}", "jpg": encode(np.full((16, 16, 3), i, np.uint8)), "cls": b"1"} for i in range(6)]
+    plain = make_shard(tmp_path / "p.tar", samples)
+    gz = tmp_path / "g.tar.gz"
+    gz.write_bytes(gzip.compress(Path(plain).read_bytes()))
+    monkeypatch.setenv("GPUDECODE_TMPDIR", str(tmp_path / "no-such-folder"))
+    tf = T.Compose([T.Resize((8, 8))])
+    for policy in ("raise", "skip", "warn"):
+        ld = Loader(str(gz), batch_size=4, transform=tf, device="cpu", on_error=policy, split="sample")
+        with pytest.raises(ResourceError, match="no-such-folder.*GPUDECODE_TMPDIR sets the folder") as e:
+            len(ld)
+        assert isinstance(e.value, OSError) and ld.skipped == []
+        ld = Loader(str(gz), batch_size=4, transform=tf, device="cpu", on_error=policy)
+        with pytest.raises(ResourceError, match="not the data's"):
+            list(ld)
+        assert ld.skipped == []
+    monkeypatch.delenv("GPUDECODE_TMPDIR")
+    # no descriptors left: opening a shard, an image file
+    import builtins
+
+    real_open = builtins.open
+
+    def no_fds(path, *a, **kw):
+        if str(path).endswith((".tar", ".jpg")):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(path, *a, **kw)
+
+    (tmp_path / "t" / "c").mkdir(parents=True)
+    (tmp_path / "t" / "c" / "x.jpg").write_bytes(samples[0]["jpg"])
+    monkeypatch.setattr(builtins, "open", no_fds)
+    for source in (plain, str(tmp_path / "t")):
+        ld = Loader(source, batch_size=4, transform=tf, device="cpu", on_error="skip")
+        with pytest.raises(ResourceError, match="EMFILE"):
+            list(ld)
+        assert ld.skipped == []

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from ..errors import LocatedError, ShardReadError
+from ..errors import RESOURCE_ERRNOS, LocatedError, ShardReadError, resource_error
 
 # torchvision.datasets.folder.IMG_EXTENSIONS
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
@@ -202,7 +202,9 @@ def read_file(path: str) -> bytes:
     try:
         with open(path, "rb") as f:
             return f.read()
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as e:
+    except OSError as e:
+        if e.errno in RESOURCE_ERRNOS:
+            raise resource_error(e, f"cannot read the image file {path!r}") from e
         raise ShardReadError(f"cannot read the image file: {e.strerror or e}", shard=path) from e
 
 

@@ -43,8 +43,8 @@ from .. import _native
 
 from .._cache import cache_dir
 from .._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
-from ..errors import (GpuDecodeError, LocatedError, OnError, ShardFormatError, ShardReadError, Skipped,
-                      check_on_error, record_failure, wrap_data_error)
+from ..errors import (RESOURCE_ERRNOS, GpuDecodeError, LocatedError, OnError, ResourceError, ShardFormatError,
+                      ShardReadError, Skipped, check_on_error, record_failure, resource_error, wrap_data_error)
 from . import shards as _shards
 from .cache import ShardCache
 from .files import FileList, iter_files
@@ -132,6 +132,8 @@ def _open_local(path: str, url: str):
     try:
         return open(path, "rb")
     except OSError as e:
+        if e.errno in RESOURCE_ERRNOS:  # descriptors, memory, permissions: not the shard's fault
+            raise resource_error(e, f"cannot open shard {url!r}") from e
         raise ShardReadError(f"cannot open shard: {e.strerror or e}", shard=url) from e
 
 
@@ -185,7 +187,12 @@ def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | No
 @contextlib.contextmanager
 def _spooled(stream: IO[bytes], url: str) -> Iterator[IO[bytes]]:
     """The gunzipped bytes of `stream` in an anonymous temporary file, CRC and length checked."""
-    tmp = tempfile.TemporaryFile(dir=os.environ.get("GPUDECODE_TMPDIR") or None)
+    where = os.environ.get("GPUDECODE_TMPDIR") or None
+    try:
+        tmp = tempfile.TemporaryFile(dir=where)
+    except OSError as e:  # a missing, full or unwritable temporary folder is no bad shard
+        raise resource_error(e, f"cannot make the temporary file that gzip shard {url!r} is unpacked to "
+                                f"(in {where or tempfile.gettempdir()}; GPUDECODE_TMPDIR sets the folder)") from e
     try:
         try:
             gz = _gunzip(stream)
@@ -193,8 +200,14 @@ def _spooled(stream: IO[bytes], url: str) -> Iterator[IO[bytes]]:
                 chunk = gz.read(1 << 20)
                 if not chunk:
                     break
-                tmp.write(chunk)
+                try:
+                    tmp.write(chunk)
+                except OSError as e:
+                    raise resource_error(e, f"cannot write the unpacked gzip shard {url!r} to "
+                                            f"{where or tempfile.gettempdir()}") from e
             tmp.flush()
+        except ResourceError:
+            raise
         except (OSError, EOFError, zlib.error, MemoryError, OverflowError) as e:
             raise _stream_error(e, url) from e
         yield tmp  # type: ignore[misc]
@@ -484,7 +497,7 @@ def count_samples(url: str, *, remote: RemoteOptions | None = None, tolerant: bo
     n = 0
     for item in iter_shard(url, on_error="skip", extensions=frozenset(), remote=remote, cache=cache, starts=found):
         if isinstance(item, _Failure) and item.fatal:
-            if tolerant:
+            if tolerant and not isinstance(item.error, ResourceError):  # the environment failed: never tolerated
                 break
             raise item.error
         n += 1
@@ -948,7 +961,7 @@ class ShardReader(torch.utils.data.IterableDataset):
                     if item is _END:
                         break
                     if isinstance(item, _Failure):
-                        if self.on_error == "raise":
+                        if self.on_error == "raise" or isinstance(item.error, ResourceError):
                             raise item.error
                         self._record(item)
                         continue
