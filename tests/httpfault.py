@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 @dataclass
 class Fault:
-    kind: str  # "stall" | "drop" | "status" | "short"
+    kind: str  # "stall" | "drop" | "status" | "short" | "trickle" (`after` bytes every 50 ms)
     after: int = 0
     status: int = 500
 
@@ -87,6 +87,12 @@ class FaultServer:
                         self.wfile.flush()
                         server.stalling.set()  # tests wait on this, not on a sleep
                         server._closing.wait(60)
+                    elif fault.kind == "trickle":  # never silent for long, never done
+                        for at in range(0, len(body), max(1, fault.after)):
+                            self.wfile.write(body[at:at + fault.after])
+                            self.wfile.flush()
+                            if server._closing.wait(0.05):
+                                break
                     elif fault.kind in ("drop", "short"):
                         self.wfile.write(body[:fault.after])
                         self.wfile.flush()

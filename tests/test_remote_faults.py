@@ -127,3 +127,23 @@ def test_options_are_checked():
         RemoteOptions(read_timeout=0)
     with pytest.raises(ValueError):
         RemoteOptions(retries=-1)
+
+
+def test_a_trickling_server_is_given_up_on(http_server, shard):
+    """A server sending a little every 50 ms is never silent long enough for read_timeout
+    (such a 1 MB shard stayed "in progress" for 40 minutes): below min_rate over a window
+    the read ends with a ShardReadError naming the URL and the rate, without retries; the
+    same server at full speed is read whole."""
+    data, samples = shard
+    http_server.files["/t.tar"] = data
+    http_server.faults["/t.tar"] = [Fault("trickle", after=100)]
+    opts = RemoteOptions(read_timeout=5, retries=3, backoff=0.01, min_rate=20_000, rate_window=0.3)
+    with pytest.raises(ShardReadError, match=r"too slow: \d+ bytes/s over the last 0 s, below "
+                                             r"RemoteOptions.min_rate=20000") as e:
+        list(ShardReader(http_server.url("/t.tar"), remote=opts))
+    assert e.value.shard == http_server.url("/t.tar")
+    assert len(http_server.requests) == 1  # not retried
+    got = [(s.key, s.fields["jpg"], s.fields["cls"]) for s in ShardReader(http_server.url("/t.tar"), remote=opts)]
+    assert got == keys_and_bytes(samples)
+    with pytest.raises(ValueError, match="min_rate"):
+        RemoteOptions(min_rate=-1)

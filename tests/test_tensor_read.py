@@ -239,3 +239,36 @@ def test_tensor_layouts_agree_with_numpy(stored):
             assert np.array_equal(img, np.load(io.BytesIO(good[0])))
     finally:
         dec.close()
+
+
+def test_many_mapped_shards_under_a_small_descriptor_limit(tmp_path):
+    """300 tensor shards read (mapped) twice with RLIMIT_NOFILE at 128: the reader keeps at
+    most a quarter of the limit mapped (each mapping holds a descriptor), so nothing runs
+    out; every sample comes, as tarfile lists them. (1,100 shards under the default 1,024
+    used to fail with 'Too many open files'.)"""
+    import subprocess
+    import sys
+
+    code = f"""
+import resource, sys, tarfile
+sys.path.insert(0, {os.path.dirname(__file__)!r})
+import numpy as np
+from conftest import make_shard
+from gpudecode import ShardReader
+from gpudecode.tensors import encode_npy
+paths = [make_shard({str(tmp_path)!r} + f"/t{{j:03d}}.tar", [{{"__key__": f"s{{j:03d}}", "npy": encode_npy(np.full((4, 5, 3), j % 250, np.uint8)), "cls": b"1"}}]) for j in range(300)]
+resource.setrlimit(resource.RLIMIT_NOFILE, (128, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+r = ShardReader(paths, map_extensions=["npy"], num_threads=2)
+for _ in range(2):
+    got = [(s.key, bytes(s.fields["npy"])[-1]) for s in r]
+want = []
+for p in paths:
+    with tarfile.open(p) as t:
+        want += [m.name[:-4] for m in t.getmembers() if m.name.endswith(".npy")]
+assert [k for k, _ in got] == want, (len(got), len(want))
+assert all(v == int(k[1:]) % 250 for k, v in got)
+assert len(r._maps._maps) <= 32, len(r._maps._maps)
+print("ok", len(got))
+"""
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.strip() == "ok 300", (res.returncode, res.stdout[-500:], res.stderr[-3000:])

@@ -37,12 +37,19 @@ class RemoteOptions:
         retries: further tries after a failed one (connection, timeout, short body, 5xx),
             in a row: a try that receives bytes resets the count.
         backoff: seconds before the first retry; doubled each time, at most 30 s.
+        min_rate: bytes per second a read must average over each `rate_window` seconds
+            (0: no floor): a server that trickles a few bytes at a time, never silent long
+            enough for `read_timeout`, is given up on (ShardReadError) instead of holding
+            a shard "in progress" for hours. Not retried: a retry would be as slow.
+        rate_window: seconds over which `min_rate` is measured.
     """
 
     connect_timeout: float = 10.0
     read_timeout: float = 60.0
     retries: int = 3
     backoff: float = 0.5
+    min_rate: float = 1024.0
+    rate_window: float = 60.0
 
     def __post_init__(self) -> None:
         if self.connect_timeout <= 0 or self.read_timeout <= 0:
@@ -51,6 +58,8 @@ class RemoteOptions:
             raise ValueError("retries must be >= 0")
         if self.backoff < 0:
             raise ValueError("backoff must be >= 0")
+        if self.min_rate < 0 or self.rate_window <= 0:
+            raise ValueError("min_rate must be >= 0 and rate_window positive")
 
 
 class _Retry(Exception):
@@ -72,6 +81,7 @@ class HttpStream(io.RawIOBase):
         self._tries = 0
         self._cancelled = False
         self.expected_size: int | None = None  # the body's size, as the server announced it
+        self._window = (time.monotonic(), 0)  # (start, bytes then) of the min_rate window
         self._with_retries(self._open)
 
     def cancel(self) -> None:
@@ -226,7 +236,21 @@ class HttpStream(io.RawIOBase):
         self._pos += n
         if n:
             self._tries = 0  # progress: a later failure gets its own retries
+        self._check_rate()
         return n
+
+    def _check_rate(self) -> None:
+        if not self.options.min_rate:
+            return
+        start, then = self._window
+        now = time.monotonic()
+        if now - start < self.options.rate_window:
+            return
+        rate = (self._pos - then) / (now - start)
+        if rate < self.options.min_rate:
+            raise self._fail(f"too slow: {rate:.0f} bytes/s over the last {now - start:.0f} s, below "
+                             f"RemoteOptions.min_rate={self.options.min_rate:g} ({self._pos} bytes in all)")
+        self._window = (now, self._pos)
 
     def close(self) -> None:
         self._close_conn()
