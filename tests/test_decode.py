@@ -298,3 +298,41 @@ def test_pillow_opens_only_image_formats(tmp_path, monkeypatch):
     assert opened == []
     Image.init()
     assert "EPS" not in PILLOW_FORMATS and set(PILLOW_FORMATS) <= set(Image.OPEN)
+
+
+def _many_scans(n_extra: int) -> bytes:
+    """A progressive JPEG (Pillow's) with its last scan repeated `n_extra` times: valid
+    markers throughout, each repeat a full pass (libjpeg warns of a bogus progression and
+    decodes it): the shape of the known scan-count denial of service."""
+    import io as _io
+
+    from PIL import Image
+
+    b = _io.BytesIO()
+    rng = np.random.default_rng(3)
+    Image.fromarray(rng.integers(0, 255, (64, 64, 3), np.uint8)).save(b, "JPEG", progressive=True, quality=90)
+    data = b.getvalue()
+    last_sos = data.rfind(b"\xff\xda")
+    assert data.endswith(b"\xff\xd9") and last_sos > 0
+    scan = data[last_sos:-2]
+    return data[:last_sos] + scan * (1 + n_extra) + b"\xff\xd9"
+
+
+def test_a_jpeg_with_too_many_scans_is_refused(tmp_path):
+    """More than 1000 scans: a DecodeError naming the sample, not minutes of decoding; a
+    few repeated scans still decode (libjpeg tolerates the bogus progression)."""
+    from gpudecode import DecodeError, Loader
+    from gpudecode import transforms as T
+
+    from conftest import make_shard
+
+    ok = _many_scans(5)
+    bomb = _many_scans(1200)
+    shard = make_shard(tmp_path / "scans.tar", [{"__key__": "fine", "jpg": ok, "cls": b"0"},
+                                                {"__key__": "bomb", "jpg": bomb, "cls": b"0"}])
+    tf = T.Compose([T.Resize((16, 16))])
+    with pytest.raises(DecodeError, match="progressive JPEG with more than 1000 scans") as e:
+        list(Loader(shard, batch_size=2, transform=tf, device="cpu", shuffle=False))
+    assert e.value.key == "bomb"
+    ld = Loader(shard, batch_size=2, transform=tf, device="cpu", shuffle=False, on_error="skip")
+    assert [k for b in ld for k in b.keys] == ["fine"] and [s.key for s in ld.skipped] == ["bomb"]
