@@ -400,3 +400,49 @@ def test_pad_makes_up_a_batch_whose_every_image_failed(tmp_path):
     with pytest.raises(DecodeError, match="this Loader's first batch failed") as e:
         list(ld)
     assert e.value.key == "k07" and e.value.shard.endswith("q.tar")  # the last of the four, named
+
+
+def test_a_changed_cache_copy_is_fetched_again_and_stale_partials_go(tmp_path, http_server):
+    """A bit flipped in a cached copy (the sidecar keeps its sha256): the next process to
+    use it checks the bytes once, removes the copy and fetches it again, so the trainer
+    gets the server's samples (tarfile says which); a killed download's .partial (its
+    process gone) is removed by the next process and counted by cache_limit meanwhile."""
+    import subprocess
+    import sys
+    import tarfile
+
+    import gpudecode.io.cache as cache_mod
+    from gpudecode.io.cache import ShardCache
+
+    urls, _ = _shards(tmp_path, [5])
+    with open(urls[0], "rb") as f:
+        data = f.read()
+    http_server.files["/c.tar"] = data
+    url = http_server.url("/c.tar")
+    cache = ShardCache(tmp_path / "cache")
+    path = cache.fetch(url)
+    assert cache.downloads == 1 and path.read_bytes() == data
+    raw = bytearray(path.read_bytes())
+    raw[700] ^= 0x10  # inside the first image's bytes: the tar still parses
+    path.write_bytes(bytes(raw))
+    cache_mod._VERIFIED.clear()  # a new process, as it were
+    again = ShardCache(tmp_path / "cache")
+    assert again.local(url) is None and again.replaced == 1  # refused by content
+    assert again.fetch(url).read_bytes() == data and again.downloads == 1
+    with tarfile.open(again.local(url)) as t:
+        assert len(t.getmembers()) == 10
+    # a partial left by a process that is gone, another by this one (still writing)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    gone = tmp_path / "cache" / f"x.tar.{int(dead.stdout)}.partial"
+    gone.write_bytes(b"\0" * 5000)
+    mine = tmp_path / "cache" / f"y.tar.{os.getpid()}.partial"
+    mine.write_bytes(b"\0" * 3000)
+    cache_mod._CLEANED.clear()
+    fresh = ShardCache(tmp_path / "cache", limit=len(data) + 1000)
+    fresh.fetch(url)
+    assert not gone.exists() and mine.exists() and fresh.stale_partials == 1
+    # the live partial counts against the limit: with it the copy does not fit beside another
+    http_server.files["/d.tar"] = data
+    fresh.fetch(http_server.url("/d.tar"))
+    assert fresh.local(url) is None  # evicted: copies and partials together passed the limit
+    mine.unlink()

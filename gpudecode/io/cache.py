@@ -5,6 +5,11 @@ lock, so the ranks of one node share one download): written to a temporary name,
 checked against the size the server announced, flushed, and renamed into place, with a
 sidecar `<name>.json` holding its URL, size and sha256. Later epochs find the copy (its
 size checked against the sidecar) and read it as a local shard: no request is made.
+The first time a process uses a copy, its sha256 is checked against the sidecar's (once
+per process and copy, so later epochs cost nothing): a copy whose bytes changed on the
+node's disk (a flipped bit) is removed and fetched again, never read. A download killed
+midway leaves a `.partial` file: the next process to use the cache removes those whose
+process is gone, and `limit` counts the ones still being written.
 With `limit` (bytes), the least recently used copies are removed once the cache holds
 more; without it the cache grows with the dataset (node-local disks are sized for that).
 """
@@ -24,6 +29,26 @@ from ..errors import ShardReadError, ShardWriteError
 from .remote import RemoteOptions, open_remote
 
 _CHUNK = 1 << 20
+_VERIFIED: set[tuple[str, int, int]] = set()  # (path, size, mtime_ns) whose sha256 this process checked
+_CLEANED: set[str] = set()  # cache folders whose stale partials this process removed
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 class ShardCache:
@@ -37,6 +62,8 @@ class ShardCache:
         self.limit = limit
         self.remote = remote
         self.downloads = 0  # shards fetched by this object (tests, reports)
+        self.replaced = 0  # copies whose bytes no longer matched their sha256 (removed, fetched again)
+        self.stale_partials = 0  # partial downloads of dead processes removed by this object
 
     def path_for(self, url: str) -> Path:
         digest = hashlib.sha1(url.encode("utf-8", "surrogateescape")).hexdigest()[:16]
@@ -46,9 +73,46 @@ class ShardCache:
     def _complete(self, path: Path) -> bool:
         try:
             meta = json.loads(path.with_name(path.name + ".json").read_text())
-            return path.stat().st_size == int(meta["size"])
+            st = path.stat()
+            if st.st_size != int(meta["size"]):
+                return False
         except (OSError, ValueError, KeyError, TypeError):
             return False
+        key = (str(path), st.st_size, st.st_mtime_ns)
+        if key in _VERIFIED:
+            return True
+        try:
+            good = _sha256(path) == meta.get("sha256")
+        except OSError:
+            return False
+        if not good:  # changed on disk since it was fetched: never read, fetched again
+            for p in (path.with_name(path.name + ".json"), path):
+                with contextlib.suppress(OSError):
+                    p.unlink()
+            self.replaced += 1
+            return False
+        _VERIFIED.add(key)
+        return True
+
+    def clean_partials(self) -> int:
+        """Removes the `.partial` downloads of processes that are gone (a killed job's);
+        returns how many. Done once per process and folder by fetch()."""
+        removed = 0
+        try:
+            names = list(self.root.glob("*.partial"))
+        except OSError:
+            return 0
+        for p in names:
+            try:
+                pid = int(p.name.rsplit(".", 2)[-2])
+            except (ValueError, IndexError):
+                continue
+            if pid != os.getpid() and not _pid_alive(pid):
+                with contextlib.suppress(OSError):
+                    p.unlink()
+                    removed += 1
+        self.stale_partials += removed
+        return removed
 
     def local(self, url: str) -> Path | None:
         """The complete local copy of `url`, or None."""
@@ -76,6 +140,9 @@ class ShardCache:
             ShardReadError: the download failed, or came out shorter or longer than announced.
             ShardWriteError: the copy could not be written (names the cache path).
         """
+        if str(self.root) not in _CLEANED:
+            _CLEANED.add(str(self.root))
+            self.clean_partials()
         found = self.local(url)
         if found is not None:
             return found
@@ -154,6 +221,9 @@ class ShardCache:
                 continue
             copies.append((st.st_mtime, st.st_size, path, side))
         total = sum(c[1] for c in copies)
+        for part in self.root.glob("*.partial"):  # downloads under way count against the limit too
+            with contextlib.suppress(OSError):
+                total += part.stat().st_size
         for _, size, path, side in sorted(copies, key=lambda c: c[0]):
             if total <= self.limit:
                 break
