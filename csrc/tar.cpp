@@ -114,12 +114,24 @@ TarStep TarParser::header(const uint8_t* h) {
   int64_t stored = 0, size = 0;
   if (parse_number(h + 148, 8, stored) != Num::kOk) return fail("bad checksum field in tar header");
   if (!checksum_ok(h, stored)) return fail("tar header checksum mismatch (not a tar, or corrupt)");
+  const char type = char(h[156]);
+  // The checksum holds: the header's own name is trusted, so a fault in the rest of it is
+  // named by the member it introduces (and the sample before, of another key, is whole).
+  const bool is_extended = type == 'x' || type == 'g' || type == 'L' || type == 'K';
+  std::string own_name;
+  if (!is_extended) {
+    if (has_path_) own_name = pax_path_;
+    else if (has_long_) own_name = long_name_;
+    else {
+      own_name = cstr(h, 100);
+      if (std::memcmp(h + 257, "ustar\0", 6) == 0 && h[345] != 0) own_name = cstr(h + 345, 155) + "/" + own_name;
+    }
+  }
   switch (parse_number(h + 124, 12, size)) {
-    case Num::kBad: return fail("bad size field in tar header");
-    case Num::kRange: return fail("member size out of range in tar header");
+    case Num::kBad: s.name = own_name; return fail("bad size field in tar header");
+    case Num::kRange: s.name = own_name; return fail("member size out of range in tar header");
     case Num::kOk: break;
   }
-  const char type = char(h[156]);
   s.type = type;
   s.data = pos_ + kTarBlock;
   if (type == 'x' || type == 'g' || type == 'L' || type == 'K') {
@@ -133,12 +145,7 @@ TarStep TarParser::header(const uint8_t* h) {
     in_chain_ = true;
     return s;
   }
-  if (has_path_) s.name = pax_path_;
-  else if (has_long_) s.name = long_name_;
-  else {
-    s.name = cstr(h, 100);
-    if (std::memcmp(h + 257, "ustar\0", 6) == 0 && h[345] != 0) s.name = cstr(h + 345, 155) + "/" + s.name;
-  }
+  s.name = own_name;
   if (has_size_) size = pax_size_;
   has_path_ = has_long_ = has_size_ = false;
   long_name_.clear();
@@ -287,6 +294,10 @@ TarIndex run_index(Source& src, int64_t end, int64_t start = 0, int64_t max_memb
     const TarStep s = p.header(h);
     switch (s.kind) {
       case TarStepKind::kError:
+        if (!s.name.empty()) {  // a header whose checksum holds names its member
+          idx.error_member = s.name;
+          idx.has_error_member = true;
+        }
         return fail(s.error, s.header);
       case TarStepKind::kEnd: {
         // What follows must be zeros (the second end block, record padding): anything

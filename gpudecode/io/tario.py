@@ -58,7 +58,8 @@ class Member:
 class TarFault:
     """Where a tar stops being readable. `offset` is the header the fault is about (or
     the first non-zero block after the end of the archive); `member` names the member
-    whose data is cut off when that is the fault; `io` says the file itself failed or
+    whose data is cut off when that is the fault, or whose header (its checksum valid,
+    so its name trusted) is refused; `io` says the file itself failed or
     changed under the reader (rather than holding a bad archive); `after_end` says the
     fault is in what follows the end-of-archive block (so every member before it is whole)."""
 
@@ -145,8 +146,8 @@ def iter_stream(stream: IO[bytes], *, want: Callable[[str], bool] = lambda name:
             yield TarFault(msg, pos)
             return
         kind, type_b, name, header, data, size, _next, error = p.header(hdr)
-        if kind == _ERROR:
-            yield TarFault(error, header)
+        if kind == _ERROR:  # a header whose checksum holds names its member
+            yield TarFault(error, header, member=name or None)
             return
         if kind == _END:
             off = data
