@@ -14,8 +14,10 @@ How a shard's members become samples (the same for every way a shard is read):
 - a fault of the tar itself (truncation, bad header, a read error) ends the shard: every
   complete sample before it is delivered; the sample it cut off is named in the error
   (and in `skipped`); nothing after it can be read. A sample is known complete when a
-  member of another key follows it, or the end-of-archive block: a fault in a header
-  names the sample before it (it may be missing fields), a fault after the end block
+  member of another key follows it, or the end-of-archive block: a refused header whose
+  checksum holds names its own member (so the sample before, of another key, is whole
+  and delivered); a header that cannot be trusted at all (bad checksum) names the sample
+  before it (it may be missing fields); a fault after the end block
   names no sample (every one before it was delivered).
 """
 from __future__ import annotations
