@@ -608,9 +608,14 @@ class Loader:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def _current_epoch(self) -> int:
-        """The running epoch, or the one the next iteration will run."""
+        """The running epoch; the one that just ran to its end (until the next iteration
+        starts or set_epoch chooses one); else the one the next iteration will run."""
         active = self._active() if self._active is not None else None
-        return active.epoch if active is not None and active.active else self._next_epoch()
+        if active is not None and active.active:
+            return active.epoch
+        if self._finished and not self._epoch_chosen:
+            return self.epoch
+        return self._next_epoch()
 
     @property
     def num_samples(self) -> int:
@@ -624,7 +629,9 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches per epoch for this rank: what iteration yields (under on_error="skip"
-        with even=None, batches that lose all their images are not yielded)."""
+        with even=None, batches that lose all their images are not yielded). During an
+        epoch and after it ends, that epoch's; before the first, or after set_epoch, the
+        next one's (the counts differ between epochs only with even=None and several ranks)."""
         return self._batches(self._current_epoch())
 
     @property

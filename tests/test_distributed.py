@@ -446,3 +446,24 @@ def test_a_changed_cache_copy_is_fetched_again_and_stale_partials_go(tmp_path, h
     fresh.fetch(http_server.url("/d.tar"))
     assert fresh.local(url) is None  # evicted: copies and partials together passed the limit
     mine.unlink()
+
+
+def test_len_after_an_epoch_is_that_epochs(tmp_path):
+    """With even=None and several ranks the batch count differs between epochs (whole
+    shards per rank): len() during an epoch and after it ends is that epoch's; set_epoch
+    (or the next iteration) moves it on."""
+    urls, _ = _shards(tmp_path, [9, 4, 8, 2, 6, 5, 7])
+    ld = Loader(urls, batch_size=2, transform=tf(), device="cpu", rank=0, world_size=2, even=None, seed=1,
+                num_workers=1)
+    counts = {}
+    for e in range(6):
+        ld.set_epoch(e)
+        counts[e] = len(ld)
+    e, f = next((a, b) for a in counts for b in counts if counts[a] != counts[b] and b == a + 1)
+    ld.set_epoch(e)
+    with pytest.warns(RuntimeWarning, match="unequal sample counts"):
+        got = sum(1 for _ in ld)
+    assert got == counts[e] and len(ld) == counts[e]  # the epoch that just ended
+    ld.set_epoch(f)
+    assert len(ld) == counts[f]
+    assert sum(1 for _ in ld) == counts[f] and len(ld) == counts[f]
