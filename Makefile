@@ -36,7 +36,7 @@ TIMED = start=$$(date +%s); $(1) && echo "==> done in $$(( $$(date +%s) - start 
 setup: sysdeps $(BIN)/python
 	@echo "==> pip install '.[test,gpu,dali]': gpudecode (its C++ module is built: about 1 min), torch, numba, the GPU"
 	@echo "    backends' CPU builds (DALI, nvImageCodec, torchcodec, CuPy) and the test tools; a first install took"
-	@echo "    about 4-6 min and 7.3 GB here (3.7 GB of it CUDA libraries), later runs seconds"
+	@echo "    about 2 min and 7.3 GB here, wheels from a local cache (3.7 GB of it CUDA libraries); later runs seconds"
 	@$(call TIMED,$(BIN)/pip install -q ".[$(TEST_EXTRAS)]")
 
 # The demo needs the CPU path and scikit-image's photos only.
