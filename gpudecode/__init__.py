@@ -1,5 +1,6 @@
-"""gpudecode: read compressed images from tar shards on CPU threads, decode on the GPU
-(nvJPEG via DALI, or torchvision), augment with fused numba kernels.
+"""gpudecode: read compressed images from tar shards (or image files as they lie) on CPU
+threads, decode them on the GPU (nvImageCodec, DALI's mixed decoder or torchcodec, all
+nvJPEG) or on the CPU (libjpeg-turbo, libpng), augment with fused numba kernels.
 
 Heavy and optional parts (torch, numba, DALI) load on first use of what needs them.
 """

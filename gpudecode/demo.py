@@ -14,7 +14,8 @@ from ._text import plural
 PHOTOS = ["astronaut", "coffee", "chelsea", "rocket", "camera", "immunohistochemistry", "hubble_deep_field", "cat"]
 
 
-def _photos() -> list[tuple[str, np.ndarray]]:
+def photos() -> list[tuple[str, np.ndarray]]:
+    """scikit-image's bundled photographs (those this version has), as (name, RGB HWC uint8)."""
     from skimage import data
 
     out = []
@@ -39,10 +40,10 @@ def build_demo_shards(workdir: str | os.PathLike, images: int = 512, *, shard_si
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
-    photos = _photos()
+    photos_ = photos()
     with ShardWriter(str(workdir / "demo-%06d.tar"), maxcount=shard_size) as w:
         for i in range(images):
-            label, (name, img) = i % len(photos), photos[i % len(photos)]
+            label, (name, img) = i % len(photos_), photos_[i % len(photos_)]
             h, w_ = img.shape[:2]
             ch, cw = int(rng.integers(h // 2, h + 1)), int(rng.integers(w_ // 2, w_ + 1))
             t, l = int(rng.integers(0, h - ch + 1)), int(rng.integers(0, w_ - cw + 1))

@@ -32,7 +32,6 @@ and sha256, the sources, and every skipped sample; `verify(out)` checks a folder
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -52,6 +51,7 @@ from .errors import (DecodeError, GpuDecodeError, LocatedError, OnError, ShardFo
                      check_on_error, record_failure)
 from .io import shards as _shards
 from .io import files
+from .io.cache import file_sha256
 from .io.reader import Sample, ShardReader, split_exts
 from .io.writer import ShardWriter, check_key, format_pattern
 from .tensors import encode_npy, npy_layout
@@ -156,14 +156,6 @@ def manifest_path(pattern: str) -> str:
     """`out/train-%06d.tar` -> `out/train-manifest.json`."""
     head = pattern.split("%", 1)[0].split("{", 1)[0]
     return head + "manifest.json" if head.endswith(("-", "_", "/")) or not head else head + "-manifest.json"
-
-
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def write_json_atomic(path: str, doc: dict) -> None:
@@ -417,7 +409,7 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
         flush(chunk, writer)
     skipped = list(reader.skipped) + skipped
     shards = [{"path": os.path.relpath(p, layout.folder), "samples": n, "bytes": os.path.getsize(p),
-               "sha256": _sha256(p)} for p, n in zip(writer.shards, writer.counts)]
+               "sha256": file_sha256(p)} for p, n in zip(writer.shards, writer.counts)]
     record = {"unit": unit, "source": url, "samples": written, "shards": shards,
               "skipped": [{"shard": s.shard, "key": s.key, "offset": s.offset, "reason": s.reason, "error": s.error}
                           for s in skipped]}
@@ -437,7 +429,7 @@ def _unit_done(layout: Layout, unit: int, *, check_sha: bool) -> dict | None:
                 return None
         except OSError:
             return None
-        if check_sha and _sha256(path) != s["sha256"]:
+        if check_sha and file_sha256(path) != s["sha256"]:
             return None
     return rec
 
@@ -774,8 +766,7 @@ def verify(out: str | os.PathLike, *, checksums: bool = True) -> list[str]:
     sample's pixels a valid array of the stored shape; the counts add up to the manifest's
     total; no shard in the folder that the manifest does not list. Returns the problems
     found (empty: all good)."""
-    from .io.reader import iter_shard
-    from .io.reader import _Failure  # noqa: PLC2701  (a failure record of iter_shard's)
+    from .io.reader import Failure, iter_shard
 
     layout = Layout(out)
     doc = _read_json(layout.manifest)
@@ -794,13 +785,13 @@ def verify(out: str | os.PathLike, *, checksums: bool = True) -> list[str]:
         if os.path.getsize(path) != s["bytes"]:
             problems.append(f"{s['path']}: {os.path.getsize(path)} bytes, the manifest says {s['bytes']}")
             continue
-        if checksums and _sha256(path) != s["sha256"]:
+        if checksums and file_sha256(path) != s["sha256"]:
             problems.append(f"{s['path']}: sha256 differs from the manifest's")
             continue
         count = 0
         keys: set[str] = set()
         for item in iter_shard(path, on_error="skip", extensions=frozenset({"npy"})):
-            if isinstance(item, _Failure):
+            if isinstance(item, Failure):
                 problems.append(f"{s['path']}: {item.error}")
                 break
             count += 1

@@ -14,7 +14,7 @@ class BatchTiming:
     others are the producer's stages (read: taking samples from the reader threads),
     timed on the host. On a CUDA device `gpu` holds CUDA events around the stages' GPU
     work ("decode", "h2d": the upload of host-decoded pixels, "augment"), resolved into
-    seconds once they have completed (see resolved())."""
+    seconds once they have completed (see resolve())."""
 
     size: int
     wait: float = 0.0

@@ -200,6 +200,12 @@ def test_rank_from_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_PROCID", "0")
     monkeypatch.setenv("SLURM_NTASKS", "4")
     assert ShardReader(urls, even=None).shards_for(0) == [urls[0]]
+    # another rank's shards, asked from this process: what that rank reads
+    r = ShardReader(urls, even=None, rank=0, world_size=2)
+    assert r.shards_for(0, rank=1) == ShardReader(urls, even=None, rank=1, world_size=2).shards_for(0)
+    assert sorted(r.shards_for(0, rank=0) + r.shards_for(0, rank=1)) == sorted(urls)
+    with pytest.raises(ValueError, match="rank 2 is outside world_size 2"):
+        r.shards_for(0, rank=2)
 
 
 def test_order_is_deterministic(tmp_path):

@@ -15,7 +15,7 @@ import torchvision.transforms.v2.functional as F
 
 from gpudecode import DecodeError, Loader, ShardReadError, ShardReader
 from gpudecode import transforms as T
-from gpudecode.io.reader import _Failure, iter_shard
+from gpudecode.io.reader import Failure, iter_shard
 from gpudecode.precache import precache
 from gpudecode.tensors import encode_npy
 
@@ -80,7 +80,7 @@ def test_a_shard_truncated_in_place_is_a_read_error(tmp_path, cut):
                 assert isinstance(item.fields["npy"], memoryview if mapped else bytes)
                 with open(path, "r+b") as f:
                     f.truncate(int(size * cut) // 512 * 512)
-            if isinstance(item, _Failure):
+            if isinstance(item, Failure):
                 err = item.error
                 break
             keys.append(item.key)

@@ -39,12 +39,12 @@ def parse_size(text: str | int | Sequence[int]) -> tuple[int, int]:
 
 
 def _photos() -> list[tuple[str, np.ndarray]]:
-    from ..demo import _photos
+    from ..demo import photos
 
-    photos = _photos()
-    if not photos:
+    found = photos()
+    if not found:
         raise RuntimeError("scikit-image's bundled photos are missing (pip install scikit-image)")
-    return photos
+    return found
 
 
 def _view(rng: np.random.Generator, img: np.ndarray, h: int, w: int) -> np.ndarray:

@@ -43,7 +43,8 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes, read 1 MiB at a time."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK):
@@ -82,7 +83,7 @@ class ShardCache:
         if key in _VERIFIED:
             return True
         try:
-            good = _sha256(path) == meta.get("sha256")
+            good = file_sha256(path) == meta.get("sha256")
         except OSError:
             return False
         if not good:  # changed on disk since it was fetched: never read, fetched again

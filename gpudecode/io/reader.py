@@ -62,7 +62,7 @@ _SHUFFLE_INITIAL = 100  # samples in the shuffle buffer before it gives out the 
 _FILE_PIECE = 64  # files of a file list read by one reader thread in turn
 _GZIP_MAGIC = b"\x1f\x8b"
 
-__all__ = ["Sample", "Skipped", "ShardReader", "OnError", "iter_shard", "count_samples", "record_failure",
+__all__ = ["Sample", "Failure", "Skipped", "ShardReader", "OnError", "iter_shard", "count_samples", "record_failure",
            "check_on_error", "put_until_stopped", "split_exts"]
 
 
@@ -77,7 +77,10 @@ class Sample:
 
 
 @dataclass(slots=True)
-class _Failure:
+class Failure:
+    """What iter_shard gives in place of a sample it could not read: the error, and
+    whether the rest of the shard is lost with it."""
+
     error: GpuDecodeError
     fatal: bool  # the rest of the shard is lost
 
@@ -408,9 +411,9 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
                remote: RemoteOptions | None = None, group: ThreadGroup | None = None,
                start: int = 0, stop: int | None = None, cache: ShardCache | None = None,
                starts: list[int] | None = None, mapped: frozenset[str] = frozenset(),
-               maps: _MapCache | None = None) -> Iterator[Sample | _Failure]:
+               maps: _MapCache | None = None) -> Iterator[Sample | Failure]:
     """Samples start..stop-1 of one shard (Grouper's numbering; stop None: to its end),
-    in order, interleaved with _Failure records (see the module doc for what is delivered
+    in order, interleaved with Failure records (see the module doc for what is delivered
     around a fault). Under "raise" the first failure ends the shard. Members of other
     samples are not read; a local shard counted before is entered at sample `start`'s
     headers. `starts` (a list) collects the chain offset of each sample's first member."""
@@ -429,8 +432,8 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
         parts = split_key(name)
         return parts is not None and parts[1] in extensions
 
-    def pending() -> Sample | _Failure:
-        return Sample(key, fields, url, index) if bad is None else _Failure(bad, fatal=False)  # type: ignore[arg-type]
+    def pending() -> Sample | Failure:
+        return Sample(key, fields, url, index) if bad is None else Failure(bad, fatal=False)  # type: ignore[arg-type]
 
     seek = None
     if start > 0 and _shards.is_local(url):
@@ -451,7 +454,7 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
                         yield pending()  # the fault is in another sample's data: this one is complete
                     key = parts[0]
                 cls = ShardReadError if item.io else ShardFormatError
-                yield _Failure(cls(item.message, shard=url, key=key, offset=item.offset), fatal=True)
+                yield Failure(cls(item.message, shard=url, key=key, offset=item.offset), fatal=True)
                 return
             member, data, g = item
             if g is None or g < start:
@@ -484,7 +487,7 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
             elif data is not None:
                 fields[ext] = data
             if bad is not None and on_error == "raise":
-                yield _Failure(bad, fatal=True)
+                yield Failure(bad, fatal=True)
                 return
         if key is not None:
             yield pending()
@@ -493,7 +496,7 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
         # assembled may be incomplete, and is named
         if isinstance(e, LocatedError) and e.key is None and key is not None:
             e = type(e)(e.reason, shard=e.shard, key=key, offset=e.offset)
-        yield _Failure(e, fatal=True)
+        yield Failure(e, fatal=True)
 
 
 def count_samples(url: str, *, remote: RemoteOptions | None = None, tolerant: bool = False,
@@ -510,7 +513,7 @@ def count_samples(url: str, *, remote: RemoteOptions | None = None, tolerant: bo
     found: list[int] = []
     n = 0
     for item in iter_shard(url, on_error="skip", extensions=frozenset(), remote=remote, cache=cache, starts=found):
-        if isinstance(item, _Failure) and item.fatal:
+        if isinstance(item, Failure) and item.fatal:
             if tolerant and not isinstance(item.error, ResourceError):  # the environment failed: never tolerated
                 break
             raise item.error
@@ -863,8 +866,15 @@ class ShardReader(torch.utils.data.IterableDataset):
         return share
 
     def shards_for(self, epoch: int, rank: int | None = None) -> list[str]:
-        """The shards this consumer reads in `epoch`, in reading order."""
-        return [seg.url for seg in self.share(epoch).segments]
+        """The shards this consumer (or, with `rank`, that rank's consumer with this
+        process's DataLoader worker index) reads in `epoch`, in reading order."""
+        if rank is None:
+            return [seg.url for seg in self.share(epoch).segments]
+        _, ranks = self._rank()
+        if not 0 <= rank < ranks:
+            raise ValueError(f"rank {rank} is outside world_size {ranks}")
+        w, nw = _shards.detect_worker()
+        return [seg.url for seg in self.share(epoch, consumer=rank * nw + w).segments]
 
     def samples_per_epoch(self) -> int:
         """Samples this consumer yields per epoch (before on_error="skip" under even=None)."""
@@ -904,7 +914,7 @@ class ShardReader(torch.utils.data.IterableDataset):
             if i >= start:
                 yield s
 
-    def _record(self, f: _Failure) -> None:
+    def _record(self, f: Failure) -> None:
         record_failure(f.error, self.on_error, self.skipped, stacklevel=3)
 
     def _threaded(self, segments: list[_shards.Segment], stop: threading.Event | None,
@@ -919,7 +929,7 @@ class ShardReader(torch.utils.data.IterableDataset):
         mapped, maps = self.map_extensions, self._maps
         files = self.files
 
-        def items(seg: _shards.Segment) -> Iterator[Sample | _Failure]:
+        def items(seg: _shards.Segment) -> Iterator[Sample | Failure]:
             if seg.url not in files:
                 yield from iter_shard(seg.url, on_error=on_error, extensions=extensions, remote=remote, group=group,
                                       start=seg.start, stop=seg.stop, cache=cache, mapped=mapped, maps=maps)
@@ -927,7 +937,7 @@ class ShardReader(torch.utils.data.IterableDataset):
             flist = files[seg.url]
             for path, i, fields, err in iter_files(flist, (orders or {})[seg.url], seg.start, seg.stop,
                                                     extensions=extensions):
-                yield Sample(flist.keys[i], fields, path, i) if err is None else _Failure(err, fatal=False)
+                yield Sample(flist.keys[i], fields, path, i) if err is None else Failure(err, fatal=False)
 
         # reader threads run at most `window` segments ahead of the consumer: tiny shards
         # (one sample each) otherwise let them read every shard of the epoch ahead, holding
@@ -955,7 +965,7 @@ class ShardReader(torch.utils.data.IterableDataset):
                     for item in items(seg):
                         if halt.is_set():
                             return
-                        if isinstance(item, _Failure):
+                        if isinstance(item, Failure):
                             if chunk and not put_until_stopped(q, chunk, halt):
                                 return
                             chunk = []
@@ -973,7 +983,7 @@ class ShardReader(torch.utils.data.IterableDataset):
                         return
                 except BaseException as e:  # never leave the consumer waiting
                     err = wrap_data_error(e, ShardReadError, "reader thread failed", shard=seg.url)
-                    if not put_until_stopped(q, _Failure(err, fatal=True), halt):
+                    if not put_until_stopped(q, Failure(err, fatal=True), halt):
                         return
                 if not put_until_stopped(q, _END, halt):
                     return
@@ -994,7 +1004,7 @@ class ShardReader(torch.utils.data.IterableDataset):
                             consumed[0] += 1
                             progress.notify_all()
                         break
-                    if isinstance(item, _Failure):
+                    if isinstance(item, Failure):
                         if self.on_error == "raise" or isinstance(item.error, ResourceError):
                             raise item.error
                         self._record(item)
