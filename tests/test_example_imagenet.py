@@ -4,6 +4,7 @@ processes (gloo); its evaluation of a checkpoint equals the DataLoader script's 
 same images; and the swap between the two scripts stays small."""
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -46,7 +47,9 @@ def run(script, *args, cwd, torchrun=False):
     if torchrun:
         cmd += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     cmd += [str(EXAMPLE / script), *map(str, args)]
-    p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
+    # torchrun's rendezvous leaves a torchelastic_* folder in TMPDIR: the test's own folder, not /tmp
+    env = dict(os.environ, TMPDIR=str(cwd))
+    p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return p.stdout
 
