@@ -17,6 +17,8 @@ from gpudecode import DecodeError, Loader, ShardReadError, ShardReader
 from gpudecode import transforms as T
 from gpudecode.cli import main
 
+from conftest import tar_samples
+
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
@@ -174,7 +176,6 @@ def test_precache_and_inspect_take_a_tree(tree, tmp_path, capsys, monkeypatch):
     arrays as precaching the tree's shards (keys are the files' paths); resume keeps the
     units done; inspect counts the tree's images; a Python list is refused by name."""
     import io as _io
-    import tarfile
 
     import gpudecode.precache as pc
     from gpudecode.precache import precache
@@ -185,14 +186,8 @@ def test_precache_and_inspect_take_a_tree(tree, tmp_path, capsys, monkeypatch):
     b = precache(str(tmp_path / "s"), tmp_path / "b", size=40, num_threads=1)
     assert len(a.units) == 3 and a.samples == b.samples == 22
 
-    def arrays(report):
-        out = {}
-        for p in report.shards:
-            with tarfile.open(p) as t:
-                for m in t.getmembers():
-                    if m.name.endswith(".npy"):
-                        out[m.name[:-4]] = np.load(_io.BytesIO(t.extractfile(m).read()))
-        return out
+    def arrays(report):  # read back by tarfile (conftest.tar_samples), not our reader
+        return {k: np.load(_io.BytesIO(f["npy"])) for p in report.shards for k, f in tar_samples(p) if "npy" in f}
 
     got, want = arrays(a), arrays(b)
     assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in got)
