@@ -32,17 +32,19 @@ std::string check_jpeg_batch(size_t n, const int32_t* bx, const int32_t* sc, con
 
 std::vector<std::string> decode_batch(const std::vector<ByteView>& items, const uint8_t* kinds, const int32_t* bx,
                                       const int32_t* sc, const int64_t* off, uint8_t* out, bool fast,
-                                      int64_t max_pixels, int num_threads) {
+                                      int64_t max_pixels, int num_threads, const uint8_t* stop) {
   const size_t n = items.size();
   std::vector<std::string> errs(n);
   parallel_for(n, num_threads > 0 ? num_threads : default_threads(), [&](size_t i) {
     Box b{bx[4 * i], bx[4 * i + 1], bx[4 * i + 2], bx[4 * i + 3]};
-    if (kinds[i] == kJpeg) {
-      DecodeOptions opt{fast, sc[i], max_pixels};
+    if (stop_requested(stop)) {
+      errs[i] = kStopped;
+    } else if (kinds[i] == kJpeg) {
+      DecodeOptions opt{fast, sc[i], max_pixels, stop};
       errs[i] = decode_jpeg_crop(items[i].data, items[i].size, b, opt, out + off[i]);
     } else if (kinds[i] == kPng) {
 #ifdef GPUDECODE_HAVE_PNG
-      errs[i] = sc[i] == 1 ? decode_png_crop(items[i].data, items[i].size, b, max_pixels, out + off[i])
+      errs[i] = sc[i] == 1 ? decode_png_crop(items[i].data, items[i].size, b, max_pixels, out + off[i], stop)
                            : "PNG windows cannot be scaled (scale_denom must be 1)";
 #else
       errs[i] = "this build of gpudecode._native has no PNG decoder (libpng was not found)";
@@ -64,9 +66,9 @@ bool has_png() {
 
 std::vector<std::string> decode_jpeg_batch(const std::vector<ByteView>& items, const int32_t* bx,
                                            const int32_t* sc, const int64_t* off, uint8_t* out, bool fast,
-                                           int64_t max_pixels, int num_threads) {
+                                           int64_t max_pixels, int num_threads, const uint8_t* stop) {
   const std::vector<uint8_t> kinds(items.size(), kJpeg);
-  return decode_batch(items, kinds.data(), bx, sc, off, out, fast, max_pixels, num_threads);
+  return decode_batch(items, kinds.data(), bx, sc, off, out, fast, max_pixels, num_threads, stop);
 }
 
 }  // namespace gpudecode

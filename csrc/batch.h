@@ -59,17 +59,20 @@ std::string check_jpeg_batch(size_t n, const int32_t* boxes, const int32_t* scal
 // message per item, "" where it decoded. Call check_jpeg_batch first.
 std::vector<std::string> decode_jpeg_batch(const std::vector<ByteView>& items, const int32_t* boxes,
                                            const int32_t* scale_denoms, const int64_t* offsets, uint8_t* out,
-                                           bool fast, int64_t max_pixels, int num_threads);
+                                           bool fast, int64_t max_pixels, int num_threads,
+                                           const uint8_t* stop = nullptr);
 
 // Item kinds of decode_batch.
 constexpr uint8_t kJpeg = 0, kPng = 1;
 
 // decode_jpeg_batch over JPEGs (kinds[i] == kJpeg) and PNGs (kPng: whole image decoded,
 // the box kept; scale denominator 1) alike, one pool of threads for the batch. PNG needs
-// a build with libpng (has_png()); without it those items get an error.
+// a build with libpng (has_png()); without it those items get an error. When `stop`
+// (may be nullptr) is set from another thread, the images in progress end within a row
+// and the rest are not started: their errors are kStopped.
 std::vector<std::string> decode_batch(const std::vector<ByteView>& items, const uint8_t* kinds, const int32_t* boxes,
                                       const int32_t* scale_denoms, const int64_t* offsets, uint8_t* out, bool fast,
-                                      int64_t max_pixels, int num_threads);
+                                      int64_t max_pixels, int num_threads, const uint8_t* stop = nullptr);
 
 bool has_png();
 

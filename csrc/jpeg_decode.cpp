@@ -69,9 +69,21 @@ inline void cmyk_row_to_rgb(const uint8_t* in, uint8_t* out, int n, bool inverte
 // most a few dozen scans (cjpeg's progressive script: 10).
 constexpr int kMaxScans = 1000;
 
+// libjpeg calls the progress monitor between scans and between rows of each pass, so a
+// stop requested from another thread is seen within a row of work.
+struct Progress {
+  jpeg_progress_mgr pub;  // first: libjpeg sees only this
+  const uint8_t* stop;
+};
+
 void on_progress(j_common_ptr cinfo) {
   if (!cinfo->is_decompressor) return;
   auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
+  if (stop_requested(reinterpret_cast<Progress*>(cinfo->progress)->stop)) {
+    auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+    std::snprintf(err->message, sizeof err->message, "%s", kStopped);
+    longjmp(err->jump, 2);
+  }
   if (jpeg_has_multiple_scans(d) && d->input_scan_number > kMaxScans) {
     auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
     std::snprintf(err->message, sizeof err->message,
@@ -92,14 +104,15 @@ std::string decode_jpeg_crop(const uint8_t* data, size_t size, const Box& box, c
   // Everything that must survive a longjmp lives above this line or is volatile.
   std::vector<uint8_t> row_storage;
   std::vector<JSAMPROW> rows;
-  jpeg_progress_mgr progress{};
-  progress.progress_monitor = on_progress;
-  if (setjmp(err.jump)) {
+  Progress progress{};
+  progress.pub.progress_monitor = on_progress;
+  progress.stop = opt.stop;
+  if (const int why = setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
-    return std::string("libjpeg: ") + err.message;
+    return why == 2 ? std::string(kStopped) : std::string("libjpeg: ") + err.message;
   }
   jpeg_create_decompress(&cinfo);
-  cinfo.progress = &progress;
+  cinfo.progress = &progress.pub;
   jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
   jpeg_read_header(&cinfo, TRUE);
   if (opt.max_pixels > 0 && int64_t(cinfo.image_width) * int64_t(cinfo.image_height) > opt.max_pixels) {

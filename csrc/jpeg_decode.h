@@ -20,7 +20,15 @@ struct DecodeOptions {
   int scale_denom = 1;
   // Refuse images with more pixels than this (decompression bombs); 0 means no limit.
   int64_t max_pixels = 0;
+  // A stop flag the caller may set from another thread (nonzero: stop); nullptr for none.
+  // The decoder looks at it between rows and scans and returns kStopped when it is set.
+  const uint8_t* stop = nullptr;
 };
+
+// What a decode returns when its stop flag was set before the image was finished.
+inline const char* const kStopped = "stopped: the decode was cancelled before this image was finished";
+
+inline bool stop_requested(const uint8_t* stop) { return stop != nullptr && __atomic_load_n(stop, __ATOMIC_RELAXED); }
 
 // Decodes the box of a JPEG into `out` (box.height * box.width * 3 bytes, RGB, HWC).
 // Returns "" on success, otherwise what went wrong (and `out` is unspecified).

@@ -89,7 +89,7 @@ using U8 = py::array_t<uint8_t, py::array::c_style>;
 // decode_batch with its arguments checked, the GIL released while it runs.
 std::vector<std::string> run_decode_batch(const std::vector<py::buffer>& items, const std::vector<uint8_t>& kinds,
                                           I32 boxes, I32 scale_denoms, I64 offsets, U8 out, bool fast,
-                                          int64_t max_pixels, int num_threads) {
+                                          int64_t max_pixels, int num_threads, const py::object& stop) {
   const size_t n = items.size();
   if (boxes.ndim() != 2 || size_t(boxes.shape(0)) != n || boxes.shape(1) != 4)
     throw py::value_error("boxes must be int32 [N, 4]");
@@ -98,10 +98,19 @@ std::vector<std::string> run_decode_batch(const std::vector<py::buffer>& items, 
   const std::vector<ByteView> views = views_of(items);
   const std::string bad = check_jpeg_batch(n, boxes.data(), scale_denoms.data(), offsets.data(), out.size());
   if (!bad.empty()) throw py::value_error(bad);
+  // stop: None, or a uint8 array whose first byte another thread sets to end the decode
+  // (the images in progress within a row; their errors then read kStopped)
+  const uint8_t* flag = nullptr;
+  if (!stop.is_none()) {
+    // the caller's own array, never a converted copy (a copy would never be set)
+    if (!py::isinstance<py::array_t<uint8_t>>(stop) || py::reinterpret_borrow<py::array>(stop).size() < 1)
+      throw py::type_error("stop must be a numpy uint8 array of at least one element");
+    flag = static_cast<const uint8_t*>(py::reinterpret_borrow<py::array>(stop).data());
+  }
   uint8_t* dst = out.mutable_data();
   py::gil_scoped_release nogil;
   return decode_batch(views, kinds.data(), boxes.data(), scale_denoms.data(), offsets.data(), dst, fast, max_pixels,
-                      num_threads);
+                      num_threads, flag);
 }
 
 }  // namespace
@@ -331,12 +340,12 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "decode_jpeg_batch",
       [](const std::vector<py::buffer>& items, I32 boxes, I32 scale_denoms, I64 offsets, U8 out, bool fast,
-         int64_t max_pixels, int num_threads) {
+         int64_t max_pixels, int num_threads, const py::object& stop) {
         return run_decode_batch(items, std::vector<uint8_t>(items.size(), kJpeg), boxes, scale_denoms, offsets, out,
-                                fast, max_pixels, num_threads);
+                                fast, max_pixels, num_threads, stop);
       },
       py::arg("items"), py::arg("boxes"), py::arg("scale_denoms"), py::arg("offsets"), py::arg("out"),
-      py::arg("fast") = false, py::arg("max_pixels") = 0, py::arg("num_threads") = 0,
+      py::arg("fast") = false, py::arg("max_pixels") = 0, py::arg("num_threads") = 0, py::arg("stop") = py::none(),
       "Decode item i's box into out[offsets[i]:] (RGB HWC) on native threads; returns one error "
       "message per item (\"\" when it decoded).");
 
@@ -344,13 +353,16 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "decode_batch",
       [](const std::vector<py::buffer>& items, U8 kinds, I32 boxes, I32 scale_denoms, I64 offsets, U8 out, bool fast,
-         int64_t max_pixels, int num_threads) {
+         int64_t max_pixels, int num_threads, const py::object& stop) {
         if (size_t(kinds.size()) != items.size()) throw py::value_error("kinds need one entry per item");
         return run_decode_batch(items, std::vector<uint8_t>(kinds.data(), kinds.data() + kinds.size()), boxes,
-                                scale_denoms, offsets, out, fast, max_pixels, num_threads);
+                                scale_denoms, offsets, out, fast, max_pixels, num_threads, stop);
       },
       py::arg("items"), py::arg("kinds"), py::arg("boxes"), py::arg("scale_denoms"), py::arg("offsets"),
       py::arg("out"), py::arg("fast") = false, py::arg("max_pixels") = 0, py::arg("num_threads") = 0,
+      py::arg("stop") = py::none(),
       "decode_jpeg_batch over JPEGs (kinds[i] == 0) and PNGs (1; needs has_png) in one pool of "
-      "native threads; returns one error message per item (\"\" when it decoded).");
+      "native threads; returns one error message per item (\"\" when it decoded). stop: a uint8 "
+      "array another thread may set nonzero to end the decode within a row (errors then: stopped).");
+  m.attr("STOPPED") = kStopped;
 }

@@ -15,7 +15,9 @@ namespace gpudecode {
 // composited), 16-bit samples to their high byte, no gamma correction, interlacing
 // undone. Every row is decoded (so every IDAT chunk's CRC and the zlib stream's
 // checksum are checked before the pixels are trusted), only the box's are kept.
-// Returns "" on success, otherwise what went wrong (and `out` is unspecified).
-std::string decode_png_crop(const uint8_t* data, size_t size, const Box& box, int64_t max_pixels, uint8_t* out);
+// Returns "" on success, otherwise what went wrong (and `out` is unspecified); kStopped
+// when `stop` (may be nullptr) was set from another thread before the last row.
+std::string decode_png_crop(const uint8_t* data, size_t size, const Box& box, int64_t max_pixels, uint8_t* out,
+                            const uint8_t* stop = nullptr);
 
 }  // namespace gpudecode

@@ -105,6 +105,12 @@ class ThreadGroup:
             with self._lock:
                 self._cancels.pop(token, None)
 
+    def on_stop(self, cancel: Callable[[], None]) -> None:
+        """stop() calls `cancel` (from the stopping thread) before joining, for as long as
+        the group lives: how a native call that looks at its own flag is told to end."""
+        with self._lock:
+            self._cancels[id(cancel)] = cancel
+
     def start(self, target: Callable[..., None], *args: Any, name: str) -> threading.Thread:
         t = threading.Thread(target=target, args=args, daemon=True, name=f"gpudecode-{name}")
         self.threads.append(t)

@@ -105,6 +105,11 @@ class ConcurrentIterationError(GpuDecodeError, RuntimeError):
     its output buffers): finish the first, or call its close()."""
 
 
+class Cancelled(GpuDecodeError, RuntimeError):
+    """Work was stopped from another thread before it finished (a Loader closed, or
+    Ctrl-C, while its decoder was busy): nothing about the data."""
+
+
 # -- the error policy ------------------------------------------------------------------------
 
 OnError = Literal["raise", "warn", "skip"]

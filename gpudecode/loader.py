@@ -133,6 +133,12 @@ class _Epoch:
         self.mid: queue.Queue = queue.Queue(maxsize=MID_QUEUE)
         self.group = ThreadGroup("loader")
         self.stop = self.group.stop_event
+        # a decoder that can be interrupted (the CPU one: between rows, on its native
+        # threads) is, so close() or Ctrl-C never waits for a huge image to finish
+        interrupt = getattr(loader._decoder, "interrupt", None)
+        if interrupt is not None:
+            loader._decoder.resume()
+            self.group.on_stop(interrupt)
         self.group.start(self._decode_stage, epoch, start, name="decode")
         self.group.start(self._augment_stage, name="augment")
 

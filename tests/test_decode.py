@@ -14,7 +14,7 @@ from gpudecode.decode import Request
 from gpudecode.decode.cpu import CpuDecoder
 from gpudecode import probe
 
-from conftest import GPU_BACKENDS, encode
+from conftest import GPU_BACKENDS, decoded_image, encode
 
 
 def pil_rgb(data: bytes) -> np.ndarray:
@@ -336,3 +336,97 @@ def test_a_jpeg_with_too_many_scans_is_refused(tmp_path):
     assert e.value.key == "bomb"
     ld = Loader(shard, batch_size=2, transform=tf, device="cpu", shuffle=False, on_error="skip")
     assert [k for b in ld for k in b.keys] == ["fine"] and [s.key for s in ld.skipped] == ["bomb"]
+
+
+# -- a decode stopped from another thread (Loader.close(), Ctrl-C) --------------------------
+
+def _big_images() -> dict[str, bytes]:
+    """Images whose native decode takes a good fraction of a second, cheap to store: a
+    4000x4000 PNG (plain and Adam7) and a progressive JPEG of noise."""
+    rng = np.random.default_rng(5)
+    smooth = np.zeros((4000, 4000, 3), np.uint8)
+    smooth[:, :, 0] = (np.arange(4000) * 7) % 256
+    smooth[:, :, 1] = (np.arange(4000)[:, None] * 3) % 256
+    noise = rng.integers(0, 256, (1500, 1500, 3), dtype=np.uint8)
+    return {"png": encode(smooth, "PNG", compress_level=1),
+            "png-adam7": _interlaced_png(smooth[:2000, :2000]),
+            "jpeg-progressive": encode(noise, "JPEG", quality=95, progressive=True)}
+
+
+def _interlaced_png(img: np.ndarray) -> bytes:
+    import zlib
+
+    h, w = img.shape[:2]
+    passes = [(0, 0, 8, 8), (0, 4, 8, 8), (4, 0, 8, 4), (0, 2, 4, 4), (2, 0, 4, 2), (0, 1, 2, 2), (1, 0, 2, 1)]
+    raw = b"".join(b"".join(b"\0" + img[y, x0::dx].tobytes() for y in range(y0, h, dy))
+                   for y0, x0, dy, dx in passes if y0 < h and x0 < w)
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return len(body).to_bytes(4, "big") + kind + body + zlib.crc32(kind + body).to_bytes(4, "big")
+
+    ihdr = w.to_bytes(4, "big") + h.to_bytes(4, "big") + bytes([8, 2, 0, 0, 1])
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw, 1)) + chunk(b"IEND", b"")
+
+
+@pytest.fixture(scope="module")
+def big_images():
+    return _big_images()
+
+
+def _native_decode(data: bytes, copies: int, stop=None) -> list[str]:
+    h, w = probe(data).height, probe(data).width
+    kinds = np.full(copies, 0 if data[:2] == b"\xff\xd8" else 1, np.uint8)
+    out = np.empty(64 * 64 * 3, np.uint8)  # every item decodes all its rows, keeps a 64x64 corner
+    boxes = np.tile(np.array([[h - 64, w - 64, 64, 64]], np.int32), (copies, 1))
+    return _native.decode_batch([data] * copies, kinds, boxes, np.ones(copies, np.int32), np.zeros(copies, np.int64),
+                                out, num_threads=1, stop=stop)
+
+
+@pytest.mark.parametrize("kind", ["png", "png-adam7", "jpeg-progressive"])
+def test_a_stop_set_from_another_thread_ends_the_native_decode(big_images, kind):
+    import threading
+    import time
+
+    data = big_images[kind]
+    if kind.startswith("png") and not _native.has_png:
+        pytest.skip("this build has no libpng")
+    t0 = time.perf_counter()
+    assert _native_decode(data, 1) == [""]
+    one = time.perf_counter() - t0
+    copies = max(4, int(4.0 / max(one, 1e-3)))  # about 4 s of work on one native thread
+    stop = np.zeros(1, np.uint8)
+    timer = threading.Timer(0.2, lambda: stop.__setitem__(0, 1))
+    t0 = time.perf_counter()
+    timer.start()
+    errs = _native_decode(data, copies, stop)
+    took = time.perf_counter() - t0
+    timer.join()
+    # the image in progress ends within a row or scan, the rest are never started
+    assert took < 0.2 + one / 2 + 0.5, (took, one, copies)
+    assert errs[-1] == _native.STOPPED and set(errs) <= {"", _native.STOPPED}
+    assert errs.count("") <= 0.2 / one + 1
+    assert _native_decode(data, 2, stop) == [_native.STOPPED] * 2  # set before: nothing starts
+    stop[0] = 0
+    assert _native_decode(data, 2, stop) == ["", ""]
+
+
+def test_the_stop_flag_must_be_the_callers_own_uint8_array(big_images):
+    with pytest.raises(TypeError, match="uint8 array"):
+        _native_decode(big_images["jpeg-progressive"], 1, np.zeros(1, np.int32))  # a converted copy is never set
+    with pytest.raises(TypeError, match="uint8 array"):
+        _native_decode(big_images["jpeg-progressive"], 1, np.zeros(0, np.uint8))
+
+
+def test_an_interrupted_cpu_decoder_raises_cancelled_until_resumed(photos):
+    from gpudecode.errors import Cancelled
+
+    dec = CpuDecoder(num_threads=1)
+    r = req(encode(photos["chelsea"]))
+    dec.interrupt()
+    with pytest.raises(Cancelled, match="interrupted"):
+        dec.decode([r])
+    dec.resume()
+    out = dec.decode([r])
+    assert out.errors == [None]
+    np.testing.assert_array_equal(decoded_image(out, 0), pil_rgb(r.data))
+    dec.close()

@@ -157,7 +157,8 @@ def test_exit_with_an_unfinished_iterator_never_aborts(shards, tmp_path):
 def _sigint_latency(path, env=None, *, running=None):
     """Ctrl-C to the script once it runs its loop: once it says it took a batch, or once
     `running()` says so (e.g. the server began to stall); no sleep stands for either."""
-    p = subprocess.Popen([sys.executable, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    args = [path] if isinstance(path, str) else list(path)
+    p = subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = p.stdout.readline()
         assert line.startswith("ready"), line + p.stderr.read()
@@ -351,3 +352,24 @@ def test_two_threads_one_loader(shards, monkeypatch):
     t.join(60)
     assert len(ended) == 1 and isinstance(ended[0], int) and ended[0] <= 1, ended
     ld.close()
+
+
+def test_ctrl_c_while_huge_pngs_decode_on_native_threads(tmp_path):
+    """Ctrl-C while the decode thread is inside one native call decoding 16 PNGs of
+    8000x8000 (about 10 s on one thread): the native threads look at the stop flag between
+    rows, so the loop ends at once (it used to wait for the whole batch: 20 s and more)."""
+    from gpudecode import _native
+
+    if not _native.has_png:
+        pytest.skip("this build has no libpng")
+    big = np.zeros((8000, 8000, 3), np.uint8)
+    big[:, :, 0] = (np.arange(8000) * 7) % 256
+    big[:, :, 1] = (np.arange(8000)[:, None] * 3) % 256
+    big_png, small_png = encode(big, "PNG", compress_level=1), encode(big[:40, :40], "PNG")
+    samples = [{"__key__": f"k{i:03d}", "png": small_png if i < 16 else big_png, "cls": b"1"} for i in range(48)]
+    shard = make_shard(tmp_path / "big.tar", samples)
+    path = _script(tmp_path, "sigint_png.py", [shard], SIGINT_BODY.format(step=0.0).replace(
+        'print("ready"', 'ld = gpudecode.Loader([sys.argv[1]], batch_size=16, transform=T.CenterCrop(32), '
+        'device="cpu", num_threads=1, shuffle=False)\n    print("ready"'))
+    latency, names, rc, err = _sigint_latency([path, shard])
+    assert latency < 5.0 and names == "[]" and rc == 0, (latency, names, err[-2000:])

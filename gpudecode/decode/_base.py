@@ -76,7 +76,8 @@ class Decoder(Protocol):
     def buffers(self) -> int | None: ...
 
     def decode(self, requests: Sequence[Request]) -> DecodedBatch:
-        """Decodes every request (never raises for one bad image: see errors)."""
+        """Decodes every request (never raises for one bad image: see errors; a decoder
+        with `interrupt()`, stopped by it from another thread, raises errors.Cancelled)."""
         ...
 
     def close(self) -> None:

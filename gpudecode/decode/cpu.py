@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from .. import _native
+from ..errors import Cancelled
 from ..tensors import npy_layout, npy_rgb
 from ._base import PILLOW_FORMATS, DecodedBatch, Request, hwc_strides
 from ._span import span
@@ -106,6 +107,21 @@ class CpuDecoder:
         self._buffers = [np.empty(0, np.uint8) for _ in range(buffers)]
         self._turn = 0
         self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="gpudecode-decoder-pool")
+        self._stop = np.zeros(1, np.uint8)  # read by the native threads between rows
+
+    def interrupt(self) -> None:
+        """Ends a decode running on another thread: the native threads look at this between
+        rows and scans, so even a huge PNG stops within milliseconds; that decode, and every
+        later one until resume(), raises Cancelled."""
+        self._stop[0] = 1
+
+    def resume(self) -> None:
+        """Undoes interrupt(): decodes run again."""
+        self._stop[0] = 0
+
+    def _check_stop(self) -> None:
+        if self._stop[0]:
+            raise Cancelled("the decoder was interrupted (its Loader was closed) before this batch was decoded")
 
     def _window(self, r: Request) -> tuple[tuple[int, int, int, int], int]:
         """(box in the decoded image's pixels, DCT scale denominator)."""
@@ -120,6 +136,7 @@ class CpuDecoder:
         return (t2, l2, max(1, min(sh - t2, h // s)), max(1, min(sw - l2, w // s))), s
 
     def decode(self, requests: Sequence[Request]) -> DecodedBatch:
+        self._check_stop()
         n = len(requests)
         errors: list[str | None] = [None] * n
         windows = [self._window(r) for r in requests]
@@ -169,7 +186,8 @@ class CpuDecoder:
             scales = np.array([windows[k][1] for k in jpeg], np.int32)
             kinds = np.array([requests[k].format == "png" for k in jpeg], np.uint8)  # 0 JPEG, 1 PNG
             errs = _native.decode_batch([requests[k].data for k in jpeg], kinds, boxes, scales, offsets[jpeg], buf,
-                                        self.fast, self.max_pixels, self.num_threads)
+                                        self.fast, self.max_pixels, self.num_threads, self._stop)
+            self._check_stop()  # the images not finished read "stopped": not errors of theirs
             for k, e in zip(jpeg, errs):
                 if e:
                     errors[k] = e
