@@ -9,7 +9,8 @@ Faults (each consumed by one request; a path with no faults left is served norma
     drop   after N body bytes, close the connection
     status answer with that HTTP status and no body
     short  announce the full Content-Length, send N bytes, close
-Range requests ("bytes=N-") are answered with 206 unless `no_range` is set.
+Range requests ("bytes=N-" or "bytes=N-M") are answered with 206 unless `no_range` is set.
+`etags[path]` and `modified[path]`, where set, are sent as ETag and Last-Modified.
 Every request is recorded in `requests` as (path, Range header or None).
 """
 from __future__ import annotations
@@ -32,6 +33,8 @@ class FaultServer:
         self.faults: dict[str, list[Fault]] = {}
         self.requests: list[tuple[str, str | None]] = []
         self.no_range = False
+        self.etags: dict[str, str] = {}
+        self.modified: dict[str, str] = {}
         self._closing = threading.Event()
         self.stalling = threading.Event()  # a stall fault has begun
         self._lock = threading.Lock()
@@ -61,9 +64,11 @@ class FaultServer:
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
-                start = 0
+                start, end = 0, len(data)
                 if rng and rng.startswith("bytes=") and not server.no_range:
-                    start = int(rng[6:].split("-")[0])
+                    first, last = rng[6:].split("-")
+                    start = int(first)
+                    end = min(end, int(last) + 1) if last else end
                     if start >= len(data):
                         self.send_response(416)
                         self.send_header("Content-Range", f"bytes */{len(data)}")
@@ -71,11 +76,15 @@ class FaultServer:
                         self.end_headers()
                         return
                     self.send_response(206)
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                    self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
                 else:
                     self.send_response(200)
                     self.send_header("Accept-Ranges", "none" if server.no_range else "bytes")
-                body = data[start:]
+                if path in server.etags:
+                    self.send_header("ETag", server.etags[path])
+                if path in server.modified:
+                    self.send_header("Last-Modified", server.modified[path])
+                body = data[start:end]
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Connection", "close")
                 self.end_headers()

@@ -8,12 +8,13 @@ import itertools
 import os
 import pickle
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from gpudecode import DecodeError, Loader, ShardReader, ShardReadError
+from gpudecode import DecodeError, Loader, RemoteOptions, ShardReader, ShardReadError
 from gpudecode import transforms as T
 
 from conftest import encode, make_shard
@@ -303,13 +304,17 @@ def test_cache_dir_makes_later_epochs_local(tmp_path, http_server):
     n = len(http_server.requests)
     assert n == 2 and first == keys  # one request per shard, the whole epoch
     second = [k for b in ld for k in b.keys]
-    assert second == keys and len(http_server.requests) == n  # no request: read from the copies
+    # read from the copies: per shard one request for byte 0 (revalidation), no body
+    probes = sorted(http_server.requests[n:])
+    assert second == keys and probes == [("/" + os.path.basename(u), "bytes=0-0") for u in urls]
+    n = len(http_server.requests)
     assert len(ld) == 3 and len(http_server.requests) == n  # counting reads the copies too
     copies = sorted(p.name for p in cache.iterdir() if p.suffix == ".tar")
     assert len(copies) == 2
     ld.close()
-    # a new loader (a new process, as it were) finds the copies
-    ld2 = Loader(remote, batch_size=3, transform=tf(), device="cpu", cache_dir=cache, shuffle=False, seed=0)
+    # a new loader (a new process, as it were) finds the copies; revalidate=False: not a request
+    ld2 = Loader(remote, batch_size=3, transform=tf(), device="cpu", cache_dir=cache, shuffle=False, seed=0,
+                 remote=RemoteOptions(revalidate=False))
     assert [k for b in ld2 for k in b.keys] == keys and len(http_server.requests) == n
     ld2.close()
 
@@ -467,3 +472,62 @@ def test_len_after_an_epoch_is_that_epochs(tmp_path):
     ld.set_epoch(f)
     assert len(ld) == counts[f]
     assert sum(1 for _ in ld) == counts[f] and len(ld) == counts[f]
+
+
+def test_a_cached_copy_is_revalidated_against_its_remote_each_epoch(tmp_path, http_server):
+    """The remote shard is replaced (new samples, new ETag) while a Loader with cache_dir
+    trains: the next epoch's first use of the copy asks the server for byte 0, sees the
+    ETag changed, fetches the shard again and delivers its samples (tarfile says which),
+    and the epoch after that is counted anew. Without an ETag the size decides; a server
+    that cannot be reached leaves the copy in use, with a warning."""
+    from conftest import tar_samples
+
+    v1, k1 = _shards(tmp_path, [5], prefix="o")
+    v2, k2 = _shards(tmp_path, [8], prefix="n")
+    body = {p: Path(p).read_bytes() for p in v1 + v2}
+    http_server.files["/c.tar"] = body[v1[0]]
+    http_server.etags["/c.tar"] = '"v1"'
+    url = http_server.url("/c.tar")
+    ld = Loader([url], batch_size=3, transform=tf(), device="cpu", cache_dir=tmp_path / "cache", seed=0,
+                shuffle=False)
+    assert [k for b in ld for k in b.keys] == k1 and len(ld) == 2
+    http_server.files["/c.tar"] = body[v2[0]]
+    http_server.etags["/c.tar"] = '"v2"'
+    assert [k for b in ld for k in b.keys] == [k for k, _ in tar_samples(v2[0])] == k2
+    assert ld.reader.cache.changed == 1 and len(ld) == 3  # the next epoch is counted anew
+    copy = ld.reader.cache.path_for(url)
+    assert copy.read_bytes() == body[v2[0]]
+    # no ETag: the size tells (v1 is shorter than v2)
+    del http_server.etags["/c.tar"]
+    http_server.files["/c.tar"] = body[v1[0]]
+    assert [k for b in ld for k in b.keys] == k1 and ld.reader.cache.changed == 2
+    # the server gone: the copy (checked when fetched) is used, and the warning says so
+    http_server.close()
+    with pytest.warns(RuntimeWarning, match="could not be revalidated"):
+        assert [k for b in ld for k in b.keys] == k1
+    ld.close()
+
+
+def test_a_shard_that_changes_during_a_resumed_download_is_refused(tmp_path, http_server):
+    """The connection drops mid-download and the resumed request (Range) is answered from
+    another version of the shard (another ETag): never spliced into one copy."""
+    from httpfault import Fault
+
+    from gpudecode.io.cache import ShardCache
+
+    v1, _ = _shards(tmp_path, [6], prefix="o")
+    data = Path(v1[0]).read_bytes()
+    http_server.files["/c.tar"] = data
+    http_server.etags["/c.tar"] = '"v1"'
+    http_server.faults["/c.tar"] = [Fault("drop", after=2000)]
+    cache = ShardCache(tmp_path / "cache", remote=RemoteOptions(backoff=0.01))
+    real = http_server.etags
+
+    class Changing(dict):  # the second request (the resume) sees version 2
+        def __getitem__(self, k):
+            return '"v2"' if len(http_server.requests) > 1 else real[k]
+
+    http_server.etags = Changing(real)
+    with pytest.raises(ShardReadError, match=r'changed while it was read \(ETag "v1" became "v2"\)'):
+        cache.fetch(http_server.url("/c.tar"))
+    assert not [p for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")]

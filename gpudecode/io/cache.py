@@ -7,7 +7,12 @@ sidecar `<name>.json` holding its URL, size and sha256. Later epochs find the co
 size checked against the sidecar) and read it as a local shard: no request is made.
 The first time a process uses a copy, its sha256 is checked against the sidecar's (once
 per process and copy, so later epochs cost nothing): a copy whose bytes changed on the
-node's disk (a flipped bit) is removed and fetched again, never read. A download killed
+node's disk (a flipped bit) is removed and fetched again, never read. The first use of
+a copy in each epoch (`new_epoch()`) also revalidates it against the remote shard: one
+small request (`remote.validators`: ETag, Last-Modified, size, as the sidecar recorded
+them at download) and a shard that changed is fetched again (`on_change` is told, so
+counts are redone). A remote that cannot be reached then does not stop training: the
+copy is used, with a warning (once per shard and process). A download killed
 midway leaves a `.partial` file: the next process to use the cache removes those whose
 process is gone, and `limit` counts the ones still being written.
 With `limit` (bytes), the least recently used copies are removed once the cache holds
@@ -20,17 +25,20 @@ import fcntl
 import hashlib
 import json
 import os
+import threading
 import time
+import warnings
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from .._threads import ThreadGroup
 from ..errors import ShardReadError, ShardWriteError
-from .remote import RemoteOptions, open_remote
+from .remote import RemoteOptions, Validators, open_remote, validators
 
 _CHUNK = 1 << 20
 _VERIFIED: set[tuple[str, int, int]] = set()  # (path, size, mtime_ns) whose sha256 this process checked
 _CLEANED: set[str] = set()  # cache folders whose stale partials this process removed
+_UNREACHABLE: set[str] = set()  # urls whose failed revalidation this process warned about
 
 
 def _pid_alive(pid: int) -> bool:
@@ -56,7 +64,7 @@ class ShardCache:
     """Local copies of remote shards in `root` (see the module doc)."""
 
     def __init__(self, root: str | os.PathLike, *, limit: int | None = None,
-                 remote: RemoteOptions | None = None) -> None:
+                 remote: RemoteOptions | None = None, on_change: Callable[[str], None] | None = None) -> None:
         if limit is not None and limit <= 0:
             raise ValueError(f"cache_limit must be positive bytes (or None), not {limit!r}")
         self.root = Path(root)
@@ -65,6 +73,54 @@ class ShardCache:
         self.downloads = 0  # shards fetched by this object (tests, reports)
         self.replaced = 0  # copies whose bytes no longer matched their sha256 (removed, fetched again)
         self.stale_partials = 0  # partial downloads of dead processes removed by this object
+        self.changed = 0  # copies found stale against their remote shard (removed, fetched again)
+        self.on_change = on_change  # told the url of each of those
+        self._current: set[str] = set()  # urls revalidated since new_epoch()
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict:  # a reader goes to DataLoader's spawned workers
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def new_epoch(self) -> None:
+        """Each copy is revalidated against its remote shard at its next use."""
+        with self._lock:
+            self._current.clear()
+
+    def _revalidate(self, url: str, path: Path) -> bool:
+        """False when the remote shard is no longer the one copied (then the copy is gone)."""
+        options = self.remote or RemoteOptions()
+        with self._lock:
+            if not options.revalidate or url in self._current:
+                return True
+        try:
+            meta = json.loads(path.with_name(path.name + ".json").read_text())
+            had = Validators(meta.get("etag"), meta.get("last_modified"), int(meta["size"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return True  # _complete() just read it: a sidecar gone meanwhile is the next fetch's
+        try:
+            now = validators(url, options)
+        except ShardReadError as e:  # an unreachable remote does not stop training on a checked copy
+            if url not in _UNREACHABLE:
+                _UNREACHABLE.add(url)
+                warnings.warn(f"the cached copy of {url} could not be revalidated ({e}); it is used as fetched "
+                              f"at {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(meta.get('fetched', 0)))}",
+                              RuntimeWarning, stacklevel=4)
+            return True
+        if had.same_as(now) is False:
+            for p in (path.with_name(path.name + ".json"), path):  # the sidecar first: never used again
+                with contextlib.suppress(OSError):
+                    p.unlink()
+            self.changed += 1
+            if self.on_change is not None:
+                self.on_change(url)
+            return False
+        with self._lock:
+            self._current.add(url)
+        return True
 
     def path_for(self, url: str) -> Path:
         digest = hashlib.sha1(url.encode("utf-8", "surrogateescape")).hexdigest()[:16]
@@ -145,7 +201,7 @@ class ShardCache:
             _CLEANED.add(str(self.root))
             self.clean_partials()
         found = self.local(url)
-        if found is not None:
+        if found is not None and self._revalidate(url, found):
             return found
         try:
             self.root.mkdir(parents=True, exist_ok=True)
@@ -153,15 +209,19 @@ class ShardCache:
             raise ShardWriteError(f"cannot create the shard cache: {e.strerror or e}", shard=str(self.root)) from e
         path = self.path_for(url)
         with self._locked(path):
-            if self._complete(path):  # another process fetched it meanwhile
+            if self._complete(path) and self._revalidate(url, path):  # another process fetched it meanwhile
                 return path
             self._download(url, path, group)
+            with self._lock:
+                self._current.add(url)  # just fetched: current for this epoch
         self.downloads += 1
         self._evict(keep=path)
         return path
 
     def _download(self, url: str, path: Path, group: ThreadGroup | None) -> None:
         tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        # validators of other protocols are asked for first (HTTP's come with the body)
+        known = None if url.split("://", 1)[0].lower() in ("http", "https") else validators(url, self.remote)
         stream = open_remote(url, self.remote)
         raw = getattr(stream, "raw", None)
         cancel = getattr(raw, "cancel", None)
@@ -200,7 +260,9 @@ class ShardCache:
                     out.flush()
                     os.fsync(out.fileno())
             os.replace(tmp, path)
-            meta = {"url": url, "size": size, "sha256": digest.hexdigest(), "fetched": time.time()}
+            meta = {"url": url, "size": size, "sha256": digest.hexdigest(), "fetched": time.time(),
+                    "etag": known.etag if known else getattr(raw, "etag", None),
+                    "last_modified": known.last_modified if known else getattr(raw, "last_modified", None)}
             side = path.with_name(path.name + ".json")
             side_tmp = side.with_name(f"{side.name}.{os.getpid()}.partial")
             side_tmp.write_text(json.dumps(meta))

@@ -724,7 +724,9 @@ class ShardReader(torch.utils.data.IterableDataset):
         self.even_policy = even  # as given; `even` is what it means for this process
         self.split = split
         self.remote = remote
-        self.cache = ShardCache(cache_dir, limit=cache_limit, remote=remote) if cache_dir is not None else None
+        self.cache = ShardCache(cache_dir, limit=cache_limit, remote=remote,
+                                on_change=self._remote_changed) if cache_dir is not None else None
+        self._recount = False  # a cached remote shard changed: counted again at the next epoch
         self.epoch = 0
         self.skipped: list[Skipped] = []
         self._counts: dict[str, int] | None = None
@@ -800,15 +802,21 @@ class ShardReader(torch.utils.data.IterableDataset):
         if self._counts is not None and self._counted_epoch != self.epoch:
             # once per epoch: a local shard replaced or rewritten since (size or time) is counted again
             self._counted_epoch = self.epoch
-            if self._stats() != self._counted_stats:
+            if self._stats() != self._counted_stats or self._recount:
                 self._counts = None
         if self._counts is None:
+            self._recount = False
             self._counted_stats = self._stats()
             self._counted_epoch = self.epoch
             shards = [u for u in self.urls if u not in self.files]
             counts = shard_counts(shards, remote=self.remote, tolerant=self.on_error != "raise", cache=self.cache)
             self._counts = {u: len(self.files[u]) if u in self.files else counts[u] for u in self.urls}
         return self._counts
+
+    def _remote_changed(self, url: str) -> None:
+        with _COUNTS_LOCK:
+            _COUNTS.pop(_count_key(url), None)
+        self._recount = True
 
     def _stats(self) -> list[tuple[int, int] | None]:
         out: list[tuple[int, int] | None] = []
@@ -892,6 +900,8 @@ class ShardReader(torch.utils.data.IterableDataset):
         """The samples of `epoch`, skipping the first `start` of them (to resume). Setting
         `stop` ends the iteration (within a fraction of a second) and its threads."""
         self.warn_unequal(epoch)
+        if self.cache is not None:
+            self.cache.new_epoch()  # each cached copy is revalidated at its first use in this epoch
         share = self.share(epoch)
         segments: list[_shards.Segment] = []
         orders: dict[str, list[int]] = {}

@@ -42,6 +42,9 @@ class RemoteOptions:
             enough for `read_timeout`, is given up on (ShardReadError) instead of holding
             a shard "in progress" for hours. Not retried: a retry would be as slow.
         rate_window: seconds over which `min_rate` is measured.
+        revalidate: with a `cache_dir`, check each cached copy against its remote shard
+            once per epoch (one small request: ETag, Last-Modified and size); a shard that
+            changed is fetched again. Off (False) for datasets known never to change.
     """
 
     connect_timeout: float = 10.0
@@ -50,6 +53,7 @@ class RemoteOptions:
     backoff: float = 0.5
     min_rate: float = 1024.0
     rate_window: float = 60.0
+    revalidate: bool = True
 
     def __post_init__(self) -> None:
         if self.connect_timeout <= 0 or self.read_timeout <= 0:
@@ -69,8 +73,9 @@ class _Retry(Exception):
 class HttpStream(io.RawIOBase):
     """A GET body as a readable binary stream, retried and resumed (see the module doc)."""
 
-    def __init__(self, url: str, options: RemoteOptions | None = None) -> None:
+    def __init__(self, url: str, options: RemoteOptions | None = None, *, probe: bool = False) -> None:
         super().__init__()
+        self._probe = probe  # ask for byte 0 only: what validators() needs
         self.url = url
         self.options = options or RemoteOptions()
         self._pos = 0           # body bytes handed to the reader
@@ -81,6 +86,8 @@ class HttpStream(io.RawIOBase):
         self._tries = 0
         self._cancelled = False
         self.expected_size: int | None = None  # the body's size, as the server announced it
+        self.etag: str | None = None            # the validators of the first answer
+        self.last_modified: str | None = None
         self._window = (time.monotonic(), 0)  # (start, bytes then) of the min_rate window
         self._with_retries(self._open)
 
@@ -156,6 +163,8 @@ class HttpStream(io.RawIOBase):
                 headers = {"User-Agent": "gpudecode", "Accept-Encoding": "identity"}
                 if self._pos:
                     headers["Range"] = f"bytes={self._pos}-"
+                elif self._probe:
+                    headers["Range"] = "bytes=0-0"
                 proxied = parts.scheme == "http" and conn.host != parts.hostname
                 target = url if proxied else (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
                 conn.request("GET", target, headers=headers)
@@ -172,11 +181,19 @@ class HttpStream(io.RawIOBase):
             if status in _RETRY_STATUS:
                 _close(resp, conn)
                 raise _Retry(f"HTTP {status} {resp.reason}")
-            if status == 206 and self._pos:
+            if self._pos == 0 and self.etag is None and self.last_modified is None:
+                self.etag, self.last_modified = resp.getheader("ETag"), resp.getheader("Last-Modified")
+            if status == 206 and self._probe and not self._pos:
+                self.expected_size = _range_total(resp.getheader("Content-Range"))
+            elif status == 206 and self._pos:
                 start = _range_start(resp.getheader("Content-Range"))
                 if start != self._pos:
                     _close(resp, conn)
                     raise self._fail(f"HTTP 206 for bytes {self._pos}- answered from {start}")
+                tag = resp.getheader("ETag")
+                if self.etag and tag and tag != self.etag:  # the rest of another version: never spliced
+                    _close(resp, conn)
+                    raise self._fail(f"the shard changed while it was read (ETag {self.etag} became {tag})")
                 self._skip = 0
             elif status == 200:
                 self._skip = self._pos  # the whole body again: drop what was already read
@@ -269,12 +286,75 @@ def _range_start(content_range: str | None) -> int | None:
         return None
 
 
+def _range_total(content_range: str | None) -> int | None:
+    try:
+        return int((content_range or "").rsplit("/", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
 def _describe(e: BaseException) -> str:
     if isinstance(e, socket.timeout):
         return "timed out"
     if isinstance(e, http.client.IncompleteRead):
         return f"body cut off ({e.expected} bytes missing)" if e.expected else "body cut off"
     return f"{type(e).__name__}: {e}"
+
+
+@dataclass(frozen=True, slots=True)
+class Validators:
+    """What a remote shard's server says about its current version: ETag, Last-Modified
+    (as sent) and size; None where it says nothing."""
+
+    etag: str | None = None
+    last_modified: str | None = None
+    size: int | None = None
+
+    def same_as(self, other: "Validators") -> bool | None:
+        """True or False where a validator both sides have decides (the ETag first, then
+        the size, then Last-Modified); None when they have none in common."""
+        if self.etag and other.etag:
+            return self.etag == other.etag
+        decided = None
+        if self.size is not None and other.size is not None:
+            if self.size != other.size:
+                return False
+            decided = True
+        if self.last_modified and other.last_modified:
+            return self.last_modified == other.last_modified
+        return decided
+
+    def as_dict(self) -> dict:
+        return {"etag": self.etag, "last_modified": self.last_modified, "size": self.size}
+
+
+def validators(url: str, options: RemoteOptions | None = None) -> Validators:
+    """The current validators of a remote shard: for HTTP one GET of byte 0 (`Range:
+    bytes=0-0`; allowed where HEAD is not, e.g. presigned URLs), with the usual timeouts
+    and retries; other protocols through fsspec's `info()`.
+
+    Raises:
+        ShardReadError: the server cannot be reached or refuses (names the URL).
+    """
+    scheme = url.split("://", 1)[0].lower()
+    if scheme in ("http", "https"):
+        s = HttpStream(url, options, probe=True)
+        try:
+            return Validators(s.etag, s.last_modified, s.expected_size)
+        finally:
+            s.close()
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+        info = fs.info(path)
+    except Exception as e:  # fsspec backends raise their own types: name the URL
+        raise ShardReadError(f"cannot stat shard: {type(e).__name__}: {e}", shard=url) from e
+    etag = info.get("ETag") or info.get("etag") or info.get("md5Hash")
+    modified = info.get("LastModified") or info.get("mtime") or info.get("updated") or info.get("last_modified")
+    size = info.get("size")
+    return Validators(str(etag) if etag else None, str(modified) if modified else None,
+                      int(size) if isinstance(size, int) else None)
 
 
 def open_remote(url: str, options: RemoteOptions | None = None) -> io.BufferedReader:
