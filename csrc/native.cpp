@@ -171,7 +171,17 @@ PYBIND11_MODULE(_native, m) {
             const std::string err = p.extended(reinterpret_cast<const uint8_t*>(b.data()), int64_t(b.size()));
             return err.empty() ? py::object(py::none()) : name_str(err);
           },
-          py::arg("payload"), "Takes an extended header's payload: None, or the error.");
+          py::arg("payload"), "Takes an extended header's payload: None, or the error.")
+      .def(
+          "refused_member",
+          [](const TarParser& p, py::bytes block) {
+            std::string_view b = block;
+            return name_str(p.refused_member(b.size() == size_t(kTarBlock) ? reinterpret_cast<const uint8_t*>(b.data())
+                                                                           : nullptr));
+          },
+          py::arg("block"),
+          "After extended() refused a pax size record: the member's name (pax path, or the next header's "
+          "if its checksum holds; block: the 512 bytes at position(), or b\"\"), else \"\".");
   m.def(
       "read_ranges",
       [](int fd, py::array_t<int64_t, py::array::c_style> offsets, py::array_t<int64_t, py::array::c_style> sizes) {

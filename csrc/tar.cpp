@@ -177,6 +177,7 @@ std::string TarParser::extended(const uint8_t* d, int64_t n) {
   if (kind == 'K') return "";  // long link target: of no use here
   if (kind != 'x' && kind != 'g') return "extended() without an extended header";
   // pax records: "LEN key=value\n", LEN counting the whole record in decimal.
+  bad_size_ = false;
   int64_t i = 0;
   while (i < n && d[i] != 0) {
     int64_t len = 0, j = i;
@@ -200,13 +201,29 @@ std::string TarParser::extended(const uint8_t* d, int64_t n) {
         pax_path_.assign(value, vlen);
         has_path_ = true;
       } else if (klen == 4 && std::memcmp(rec, "size", 4) == 0) {
-        if (!parse_decimal(value, vlen, pax_size_)) return "bad pax size record";
-        has_size_ = true;
+        // refused, but the records after it are still read: a path among them names the member
+        if (parse_decimal(value, vlen, pax_size_)) has_size_ = true;
+        else bad_size_ = true;
       }
     }
     i += len;
   }
-  return "";
+  return bad_size_ ? "bad pax size record" : "";
+}
+
+std::string TarParser::refused_member(const uint8_t* block) const {
+  if (!bad_size_) return "";
+  if (has_path_) return pax_path_;
+  int64_t stored = 0;
+  if (block == nullptr || is_zero(block, size_t(kTarBlock)) || parse_number(block + 148, 8, stored) != Num::kOk ||
+      !checksum_ok(block, stored))
+    return "";
+  const char type = char(block[156]);
+  if (type == 'x' || type == 'g' || type == 'L' || type == 'K') return "";
+  if (has_long_) return long_name_;
+  std::string name = cstr(block, 100);
+  if (std::memcmp(block + 257, "ustar\0", 6) == 0 && block[345] != 0) name = cstr(block + 345, 155) + "/" + name;
+  return name;
 }
 
 // -- drivers ------------------------------------------------------------------------------
@@ -320,7 +337,15 @@ TarIndex run_index(Source& src, int64_t end, int64_t start = 0, int64_t max_memb
         const uint8_t* d = s.size ? src.fetch(s.data, s.size) : h;
         if (!d) return io_fail(s.data);
         const std::string err = p.extended(d, s.size);
-        if (!err.empty()) return fail(err, s.header);
+        if (!err.empty()) {
+          const int64_t at = p.position();
+          const std::string name = at + kTarBlock <= end ? p.refused_member(src.fetch(at, kTarBlock)) : "";
+          if (!name.empty()) {
+            idx.error_member = name;
+            idx.has_error_member = true;
+          }
+          return fail(err, s.header);
+        }
         break;
       }
       case TarStepKind::kNoData:

@@ -59,6 +59,13 @@ class TarParser {
   // Offset of the last header handed to header(): where a fault in its data is reported.
   int64_t last_header() const { return last_header_; }
 
+  // After extended() refused a pax header for a bad size record (its records framed
+  // well, so a path record, wherever it stood, was read): the name of the member the
+  // header was for, from that path or from `block` (the header at position()) when its
+  // checksum holds; "" when neither tells. Names the fault, so the sample before it, of
+  // another key, is known complete.
+  std::string refused_member(const uint8_t* block) const;
+
  private:
   int64_t pos_ = 0;
   int64_t last_header_ = 0;
@@ -67,6 +74,7 @@ class TarParser {
   char pending_kind_ = 0;  // the extended header whose payload extended() expects
   std::string long_name_, pax_path_;
   bool has_long_ = false, has_path_ = false, has_size_ = false;
+  bool bad_size_ = false;  // extended() refused a size record, the rest read
   int64_t pax_size_ = 0;
 };
 

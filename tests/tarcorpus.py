@@ -201,13 +201,22 @@ def cases() -> list[Case]:
     c.append(Case("extended header over the limit", m1 + header(b"././@LongLink", big_ext, b"L") + END,
                   good[:1], ("over the limit", _pos(m1), None)))
     c.append(Case("pax size wraps negative", m1 + pax({b"size": b"18446744073709551000"}) + header(b"a.cls", 1)
-                  + pad(D2) + END, good[:1], ("bad pax size", _pos(m1), None)))
+                  + pad(D2) + END, good[:1], ("bad pax size", _pos(m1), "a.cls")))
     c.append(Case("pax size negative", m1 + pax({b"size": b"-5"}) + header(b"a.cls", 1) + pad(D2) + END,
-                  good[:1], ("bad pax size", _pos(m1), None)))
+                  good[:1], ("bad pax size", _pos(m1), "a.cls")))
     c.append(Case("pax size empty", m1 + pax({b"size": b""}) + header(b"a.cls", 1) + pad(D2) + END,
-                  good[:1], ("bad pax size", _pos(m1), None)))
+                  good[:1], ("bad pax size", _pos(m1), "a.cls")))
     c.append(Case("pax size python syntax", m1 + pax({b"size": b"1_0"}) + header(b"a.cls", 1) + pad(D2) + END,
-                  good[:1], ("bad pax size", _pos(m1), None)))
+                  good[:1], ("bad pax size", _pos(m1), "a.cls")))
+    # a refused pax size names its member (the next header's, or a pax path wherever it
+    # stands), so the sample before, of another key, is known complete
+    c.append(Case("pax size wraps, next of another key", m1 + pax({b"size": b"18446744073709551000"})
+                  + member(b"b.jpg", D3) + END, good[:1], ("bad pax size", _pos(m1), "b.jpg")))
+    c.append(Case("pax size bad, path after it", m1 + pax({b"size": b"-1", b"path": b"c/long.jpg"})
+                  + member(b"trunc", D3) + END, good[:1], ("bad pax size", _pos(m1), "c/long.jpg")))
+    c.append(Case("pax size bad, next header damaged", m1 + pax({b"size": b"-1"})
+                  + header(b"b.jpg", len(D3), chksum=b"0000000\0") + pad(D3) + END, good[:1],
+                  ("bad pax size", _pos(m1), None)))
     c.append(Case("pax size beyond data", m1 + pax({b"size": b"100000"}) + header(b"a.cls", 1) + pad(D2) + END,
                   good[:1], ("member 'a.cls' needs 100000 bytes", _pos(m1) + 1024, "a.cls")))
     c.append(Case("pax record length too long", m1 + pax(b"99 path=x.jpg\n") + m2 + END, good[:1],

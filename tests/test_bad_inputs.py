@@ -212,14 +212,17 @@ def cases() -> list[Case]:
     C.append(_tar_case("bad header checksum", _flip("s03.cls", 20), BAD, KEYS[:3]))
     C.append(_tar_case("size beyond the file", _replace_header("s03.cls", size_field=b"\x80" + bytes(7)
                                                                + (10**9).to_bytes(4, "big")), BAD, KEYS[:3]))
-    C.append(_tar_case("pax size not a number", _insert_before("s03.jpg", tc.pax({b"size": b"12a"})), "s02",
-                       KEYS[:2]))
     C.append(_tar_case("extended header over 1 MiB", _insert_before("s03.jpg", tc.header(b"@L", 2 << 20, b"L")),
                        "s02", KEYS[:2]))
     # a refused header whose checksum holds names its own sample: the one before is whole
     C.append(_tar_case("GNU sparse member", _replace_header("s03.jpg", type_=b"S"), BAD, KEYS[:3]))
     C.append(_tar_case("size out of range, checksum valid", _replace_header("s03.jpg", size_field=b"\xff" * 12),
                        BAD, KEYS[:3]))
+    # a pax size record that is not a number: the header after it names the member
+    C.append(_tar_case("pax size not a number", _insert_before("s03.jpg", tc.pax({b"size": b"12a"})), BAD,
+                       KEYS[:3]))
+    C.append(_tar_case("pax size wraps", _insert_before("s03.jpg", tc.pax({b"size": b"18446744073709551000"})), BAD,
+                       KEYS[:3]))
     C.append(_tar_case("not a tar at all", lambda s: bytes(range(256)) * 40, None, []))
     # faults after an end-of-archive block: every sample before it is whole and delivered
     C.append(_tar_case("two archives concatenated", lambda s: tar_bytes(s[:4]) + tar_bytes(s[4:]), None, KEYS[:4]))

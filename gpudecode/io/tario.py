@@ -166,8 +166,9 @@ def iter_stream(stream: IO[bytes], *, want: Callable[[str], bool] = lambda name:
                 yield TarFault(nat.TAR_EXTENDED_CUT, header)
                 return
             error = p.extended(ext[:size])
-            if error is not None:
-                yield TarFault(error, header)
+            if error is not None:  # a bad pax size record: the next header may name the member
+                name = p.refused_member(read_exact(stream, BLOCK))
+                yield TarFault(error, header, member=name or None)
                 return
             continue
         type_ = type_b.decode("latin-1")
