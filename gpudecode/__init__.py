@@ -16,7 +16,8 @@ from .errors import (BackendUnavailableError, ConcurrentIterationError, DecodeEr
 if TYPE_CHECKING:
     from .io.reader import Sample, ShardReader
     from .io.remote import RemoteOptions
-    from .loader import Batch, Loader, LoaderIterator
+    from .loader import Loader, LoaderIterator
+    from .pipeline import Batch
     from ._probe import ImageInfo, probe, probe_batch
     from .profiling import ProfileReport, profile
     from .planning import plan
@@ -31,7 +32,7 @@ _LAZY = {
     "Loader": ("gpudecode.loader", "Loader"),
     "LoaderIterator": ("gpudecode.loader", "LoaderIterator"),
     "RemoteOptions": ("gpudecode.io.remote", "RemoteOptions"),
-    "Batch": ("gpudecode.loader", "Batch"),
+    "Batch": ("gpudecode.pipeline", "Batch"),
     "transforms": ("gpudecode.transforms", None),
     "profile": ("gpudecode.profiling", "profile"),
     "ProfileReport": ("gpudecode.profiling", "ProfileReport"),

@@ -25,7 +25,8 @@ from ._probe import probe_samples
 from .errors import DecodeError, LocatedError
 from .io import shards as _shards
 from .io.files import iter_files
-from .io.reader import Grouper, Sample, ShardReader, iter_shard, split_key
+from .io.reader import Grouper, Sample, ShardReader, iter_shard
+from .io.tario import split_key
 from .io.tario import index_file
 from .labels import parse_label
 

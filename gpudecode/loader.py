@@ -36,8 +36,6 @@ and the output buffers.
 """
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import hashlib
 import os
 import queue
@@ -46,80 +44,24 @@ import threading
 import time
 import warnings
 import weakref
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 
 import torch
 
-from ._probe import DEFAULT_MAX_PIXELS, ProbedImage, probe_samples
+from ._probe import DEFAULT_MAX_PIXELS
 from ._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
-from .decode import NAMES, DecodedBatch, Request, available, check_device, choose, make_decoder
-from .errors import (BackendUnavailableError, ConcurrentIterationError, DecodeError, LocatedError, OnError, Skipped, check_on_error,
-                     record_failure)
+from .decode import NAMES, available, check_device, choose, make_decoder
+from .errors import BackendUnavailableError, ConcurrentIterationError, OnError, Skipped, check_on_error
 from .io.reader import Sample, ShardReader, split_exts
 from .io.remote import RemoteOptions
-from .labels import parse_label
-from .stats import BatchTiming, LoaderStats
+from .pipeline import MID_QUEUE, Batch, Pipeline, _Ready
+from .stats import LoaderStats
 from .transforms import Compose
 
 if TYPE_CHECKING:
     from .dataset import ShardDataset
 
-__all__ = ["Loader", "LoaderIterator", "Batch", "BatchTiming", "LoaderStats", "DEFAULT_MAX_PIXELS", "split_exts"]
-
-# The middle queue between the two stages holds MID_QUEUE prepared batches; decoded
-# batches alive at once are then one in the kernel, MID_QUEUE queued and one being decoded.
-# Every ring a decoded batch lives in (decoders' rings, the upload ring) is sized from this.
-MID_QUEUE = 1
-IN_FLIGHT = MID_QUEUE + 2
-
-
-class Batch(tuple):
-    """(images, labels), as a DataLoader batch unpacks, with `.images`, `.labels` and
-    `.keys` (the samples' keys, in order)."""
-
-    keys: list[str]
-
-    def __new__(cls, images: torch.Tensor, labels: torch.Tensor | None, keys: list[str]) -> "Batch":
-        obj = super().__new__(cls, (images, labels))
-        obj.keys = keys
-        return obj
-
-    @property
-    def images(self) -> torch.Tensor:
-        return self[0]
-
-    @property
-    def labels(self) -> torch.Tensor | None:
-        return self[1]
-
-
-@dataclass
-class _Prepared:
-    """A batch between the two stages: decoded pixels and everything the kernel needs."""
-
-    samples: list[Sample]
-    params: list[dict]
-    sizes: list[tuple[int, int]]
-    labels: list[int]
-    decoded: DecodedBatch | None
-    timing: BatchTiming
-    position: int = 0
-    taken: int = 0  # samples taken from the reader for this batch
-    seq: int = 0    # batches decoded by this Loader before this one (the rings' turn)
-    ready: Any = None  # CUDA event: decoding (and the upload) done, on the decode stream
-
-
-@dataclass
-class _Ready:
-    """A finished batch on its way to the trainer: the output slot it occupies and the
-    CUDA event its pixels are ready at (None on the CPU)."""
-
-    batch: "Batch"
-    timing: BatchTiming
-    position: int
-    slot: int
-    ready: Any = None
+__all__ = ["Loader", "LoaderIterator", "LoaderSampler"]
 
 
 class _Epoch:
@@ -135,9 +77,10 @@ class _Epoch:
         self.stop = self.group.stop_event
         # a decoder that can be interrupted (the CPU one: between rows, on its native
         # threads) is, so close() or Ctrl-C never waits for a huge image to finish
-        interrupt = getattr(loader._decoder, "interrupt", None)
+        decoder = loader._pipe.decoder
+        interrupt = getattr(decoder, "interrupt", None)
         if interrupt is not None:
-            loader._decoder.resume()
+            decoder.resume()
             self.group.on_stop(interrupt)
         self.group.start(self._decode_stage, epoch, start, name="decode")
         self.group.start(self._augment_stage, name="augment")
@@ -162,7 +105,9 @@ class _Epoch:
                     return
                 if not chunk or (ld.drop_last and len(chunk) < ld.batch_size):
                     break
-                prepared = ld._prepare(chunk, epoch, position)
+                rank, world = ld.reader._rank()
+                prepared = ld._pipe.prepare(chunk, seed=ld.seed, epoch=epoch, position=position, rank=rank,
+                                            world=world)
                 prepared.timing.read = t_read
                 position += len(chunk)
                 prepared.position = position
@@ -184,9 +129,8 @@ class _Epoch:
                 if item is None or isinstance(item, BaseException):
                     self._put(self.queue, item)
                     return
-                ready = ld._finish(item, ld._slot)
+                ready = ld._pipe.finish(item, ld.reader.even)
                 if ready is not None:
-                    ld._slot = (ld._slot + 1) % ld._ring  # kept across epochs (see the module doc)
                     if not self._put(self.queue, ready):
                         return
         except BaseException as e:
@@ -220,30 +164,36 @@ class LoaderIterator:
         return self._loader._batches(self.epoch)
 
     def __next__(self) -> "Batch":
-        if self._pid != os.getpid():
-            raise ConcurrentIterationError(
-                f"this iterator was started in process {self._pid}; a forked child cannot continue it (its threads "
-                "and buffers stayed in the parent): start one in the child with iter(loader)")
-        if self._done:
-            raise StopIteration
-        if not self._busy.acquire(blocking=False):
-            raise ConcurrentIterationError(
-                "next() was called on one Loader iterator from two threads at once: an iterator serves one thread "
-                "(give each thread its own Loader)")
-        try:
+        held = False
+        try:  # everything inside: Ctrl-C lands wherever the main thread is when it comes
+            if self._pid != os.getpid():
+                raise ConcurrentIterationError(
+                    f"this iterator was started in process {self._pid}; a forked child cannot continue it (its "
+                    "threads and buffers stayed in the parent): start one in the child with iter(loader)")
+            if self._done:
+                raise StopIteration
+            held = self._busy.acquire(blocking=False)
+            if not held:
+                raise ConcurrentIterationError(
+                    "next() was called on one Loader iterator from two threads at once: an iterator serves one "
+                    "thread (give each thread its own Loader)")
             return self._next()
+        except ConcurrentIterationError:  # a refused caller changes nothing
+            raise
         except BaseException:  # the end, an error, Ctrl-C: nothing keeps running behind the trainer
             self.close()
             raise
         finally:
-            self._busy.release()
+            if held:
+                self._busy.release()
 
     def _next(self) -> "Batch":
         ld, ep = self._loader, self._ep
-        if ld._gpu is not None:
+        gpu = ld._pipe.gpu
+        if gpu is not None:
             # asking for batch k: the trainer's work on batch k-2 (and before) is enqueued on its
             # stream; those slots may be reused once that work is done (the augment stage waits)
-            ld._gpu.release_handed(keep=1)
+            gpu.release_handed(keep=1)
         t0 = time.perf_counter()
         item = get_until_stopped(ep.queue, threading.Event(), alive=ep.group.alive)
         wait = time.perf_counter() - t0
@@ -262,8 +212,8 @@ class LoaderIterator:
         r.timing.delivered = t0 + wait
         ld.stats.batches.append(r.timing)
         ld._position = r.position
-        if ld._gpu is not None and r.ready is not None:
-            ld._gpu.hand_over(r)
+        if gpu is not None and r.ready is not None:
+            gpu.hand_over(r)
         return r.batch
 
     def close(self) -> None:
@@ -299,93 +249,6 @@ def _default_seed(world_size: int) -> int:
     return seed
 
 
-def _event(stream: Any) -> Any:
-    """A timing CUDA event recorded on `stream` now."""
-    e = torch.cuda.Event(enable_timing=True)
-    e.record(stream)
-    return e
-
-
-class _Streams:
-    """The CUDA side of one Loader, kept from one epoch to the next: the decode and augment
-    streams, the upload ring (device buffers and their pinned staging), the output slots'
-    release events and the slots handed to the trainer, and the decoded batches kept alive
-    until their kernels are done (see the module doc for the protocol)."""
-
-    def __init__(self, device: str, ring: int) -> None:
-        self.device = torch.device(device)
-        if self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
-        self.decode = torch.cuda.Stream(device=self.device)
-        self.augment = torch.cuda.Stream(device=self.device)
-        self.slot_free: list[Any] = [None] * ring  # recorded on the trainer's stream when done with a slot
-        self.handed: list[int] = []                # slots handed over whose release is not recorded yet
-        self.uploads: list[torch.Tensor | None] = [None] * IN_FLIGHT
-        self.staging: list[torch.Tensor | None] = [None] * IN_FLIGHT  # pinned host buffers
-        self.staged: list[Any] = [None] * IN_FLIGHT  # the copy out of staging[k] is done at this event
-        self._lock = threading.Lock()
-        self._retired: list[tuple[int, Any, Any]] = []  # (seq, consumed event, what it keeps alive)
-
-    def before_decode(self, seq: int) -> None:
-        """Batch `seq` is about to reuse the rings' turn of batch seq - IN_FLIGHT: wait (on
-        the host) for that batch's kernel, and let go of the batches whose kernels are done."""
-        with self._lock:
-            keep = []
-            for item in self._retired:
-                s, consumed, _ = item
-                if s <= seq - IN_FLIGHT:
-                    consumed.synchronize()
-                elif not consumed.query():
-                    keep.append(item)
-            self._retired = keep
-
-    def retire(self, seq: int, consumed: Any, owner: Any) -> None:
-        """`owner` (a DecodedBatch) stays alive until `consumed` has completed."""
-        with self._lock:
-            self._retired.append((seq, consumed, owner))
-
-    def upload(self, decoded: DecodedBatch, seq: int) -> DecodedBatch:
-        """Host pixels onto the device on the decode stream (current here): copied into this
-        turn's pinned staging buffer, then uploaded without blocking the host."""
-        pixels = decoded.pixels
-        n = pixels.numel()
-        k = seq % IN_FLIGHT
-        if self.staged[k] is not None:
-            self.staged[k].synchronize()  # the previous upload out of this staging buffer
-        host, dev = self.staging[k], self.uploads[k]
-        if host is None or host.numel() < n:
-            host = self.staging[k] = torch.empty(int(n * 1.25) + 1, dtype=torch.uint8, pin_memory=True)
-        if dev is None or dev.numel() < n:
-            dev = self.uploads[k] = torch.empty(int(n * 1.25) + 1, dtype=torch.uint8, device=self.device)
-        host[:n].copy_(pixels.reshape(-1))
-        dev[:n].copy_(host[:n], non_blocking=True)
-        self.staged[k] = torch.cuda.Event()
-        self.staged[k].record(self.decode)
-        return dataclasses.replace(decoded, pixels=dev[:n], owner=(decoded.owner, dev))
-
-    def release_handed(self, *, keep: int) -> None:
-        """The trainer is done with every handed slot but the last `keep`: events on its
-        stream guard their reuse."""
-        if len(self.handed) <= keep:
-            return
-        done = torch.cuda.Event()
-        done.record(torch.cuda.current_stream(self.device))
-        for slot in self.handed[:len(self.handed) - keep]:
-            self.slot_free[slot] = done
-        del self.handed[:len(self.handed) - keep]
-
-    def hand_over(self, r: "_Ready") -> None:
-        """Batch `r` to the trainer's stream: it waits for the kernel; the images and labels
-        are kept from the caching allocator until the trainer's work on them is done."""
-        trainer = torch.cuda.current_stream(self.device)
-        trainer.wait_event(r.ready)
-        # made on the augment stream, used on the trainer's: the caching allocator must not hand
-        # their memory to the augment stream again before the trainer's work on them is done
-        # (the labels are new each batch; an output slot's memory is freed by close())
-        r.batch.images.record_stream(trainer)
-        if r.batch.labels is not None and r.batch.labels.device.type == "cuda":
-            r.batch.labels.record_stream(trainer)
-        self.handed.append(r.slot)
 
 
 class LoaderSampler:
@@ -565,31 +428,28 @@ class Loader:
         self.reader.seed = self.seed
         self.epoch = 0
         self.stats = LoaderStats()
-        self._decoder: Any = None  # created on first use: no CUDA context before workers fork
-        self._size: tuple[int, int] | None = None  # the images' one size, for a transform without geometry
-        self._ring = self.prefetch + 3
-        self._outputs: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * self._ring
-        self._slot = 0          # the output slot the next batch goes to (kept across epochs)
-        self._seq = 0           # batches decoded so far (the rings' turn; kept across epochs)
-        self._gpu: _Streams | None = None
+        # the per-batch work and every buffer it cycles through (output slots: prefetch + 3)
+        self._pipe = Pipeline(transform, batch_size=batch_size, device=device, decoder=decoder,
+                              image_exts=self.image_exts, label_exts=self.label_exts, labels=labels,
+                              num_classes=num_classes, allow_negative_labels=self.allow_negative_labels,
+                              on_error=on_error, ring=self.prefetch + 3, num_threads=self.num_threads,
+                              max_pixels=max_pixels, fast_decode=fast_decode, pin_memory=self.pin_memory)
         self._position = 0
         self._yielded = 0        # batches handed over in the current (or last) epoch
         self._finished = False   # the current (or last) epoch ran to its end
         self._resume: int | None = None
         self._epoch_chosen = True  # set_epoch (or load_state_dict) chose the next epoch
         self._started = False
-        self._skipped: list[Skipped] = []
         self._active: weakref.ref[LoaderIterator] | None = None
         self._iter_lock = threading.Lock()
         self._pid = os.getpid()
-        self._last_good: tuple[int, int, list[str], list[int]] | None = None  # (slot, n, keys, labels)
 
     # -- public API ---------------------------------------------------------------------
 
     @property
     def skipped(self) -> list[Skipped]:
         """Everything skipped under on_error="skip"/"warn": bad shards, images, labels."""
-        return self.reader.skipped + self._skipped
+        return self.reader.skipped + self._pipe.skipped
 
     def set_epoch(self, epoch: int) -> None:
         """Chooses the epoch the next iteration runs (its shard order, shuffle and draws)."""
@@ -731,12 +591,7 @@ class Loader:
 
     def describe(self) -> dict:
         """What this loader does and with what (the decoder is made on first use)."""
-        if self._decoder is not None:
-            dec = self._decoder.name
-        elif not isinstance(self.decoder_name, str):
-            dec = self.decoder_name.name
-        else:
-            dec = choose(self.decoder_name, self.device)
+        dec = self._pipe.decoder_name()
         plan = self.transform.plan
         return {"device": self.device, "decoder": dec, "num_threads": self.num_threads, "prefetch": self.prefetch,
                 "batch_size": self.batch_size, "shards": len(self.reader.urls), "split": self.reader.mode(),
@@ -765,10 +620,7 @@ class Loader:
             return
         self._pid = os.getpid()
         self._active = None
-        if isinstance(self.decoder_name, str):
-            self._decoder = None
-        self._gpu = None
-        self._last_good = None
+        self._pipe.after_fork()
 
     def _start_epoch(self) -> LoaderIterator:
         epoch = self._next_epoch()
@@ -777,14 +629,14 @@ class Loader:
         self._epoch_chosen = False
         self._started = True
         self.reader.warn_unequal(self.epoch)  # here, in the caller's thread, before the first batch
-        self._ensure_decoder()
+        self._pipe.ensure_decoder()
         start = self._resume if self._resume is not None else 0
         if self._resume is None:
             self._yielded = 0
         self._resume = None
         self._finished = False
         self._position = start
-        self._skipped = []
+        self._pipe.skipped = []
         self.reader.skipped = []
         self.stats = LoaderStats()
         it = LoaderIterator(self, self.epoch, start)
@@ -799,216 +651,11 @@ class Loader:
         if active is not None:
             active.close()
         self._active = None
-        if self._decoder is not None and isinstance(self.decoder_name, str) and hasattr(self._decoder, "close"):
-            self._decoder.close()
-        if isinstance(self.decoder_name, str):
-            self._decoder = None
+        self._pipe.close()
         self.reader.close()
-        if self._gpu is not None:  # what the trainer may still read is done before its buffers go
-            self._gpu.release_handed(keep=0)
-        self._outputs = [None] * self._ring
-        self._last_good = None
-        self._gpu = None
-        self._slot = 0
 
     def __enter__(self) -> "Loader":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-    # -- producer side ------------------------------------------------------------------
-
-    # Decoded batches alive at once: one in the kernel, MID_QUEUE queued for it, one being decoded.
-    IN_FLIGHT = IN_FLIGHT
-
-    def _ensure_decoder(self) -> None:
-        if self._decoder is None and not isinstance(self.decoder_name, str):
-            self._decoder = self.decoder_name  # a decoder instance (e.g. DaliDecoder(device="cpu"))
-        if self._decoder is None:
-            name = choose(self.decoder_name, self.device)
-            if name == "cpu":
-                from .decode.cpu import CpuDecoder
-
-                # on the CPU the kernel reads tensor samples in place; for a GPU they are
-                # packed with the decoded images and uploaded as one block
-                self._decoder = CpuDecoder(num_threads=self.num_threads, max_pixels=self.max_pixels,
-                                           fast=self.fast_decode, out_size=self.transform.out_size,
-                                           zero_copy=self.device == "cpu")
-            else:
-                self._decoder = make_decoder(name, device=self.device, num_threads=self.num_threads,
-                                             max_pixels=self.max_pixels, fast=self.fast_decode)
-        buffers = getattr(self._decoder, "buffers", None)
-        if buffers is not None and buffers < self.IN_FLIGHT:
-            raise ValueError(f"decoder {self._decoder.name!r} keeps {buffers} results valid at once; the Loader "
-                             f"holds {self.IN_FLIGHT} (give it buffers={self.IN_FLIGHT} or more)")
-        if self._gpu is None and self.device.startswith("cuda"):
-            self._gpu = _Streams(self.device, self._ring)
-
-    def _fail(self, err: LocatedError) -> None:
-        if self.on_error == "raise":
-            raise err
-        record_failure(err, self.on_error, self._skipped, stacklevel=2)
-
-    def _probe(self, chunk: list[Sample]) -> list[ProbedImage]:
-        """Samples with a readable image header (and label; `extra` holds it)."""
-        if self.labels:
-            exts = self.label_exts
-
-            negative, classes = self.allow_negative_labels, self.num_classes
-
-            def label(s: Sample) -> int:
-                return parse_label(s.fields, exts, shard=s.shard, key=s.key, allow_negative=negative,
-                                   num_classes=classes)
-        else:
-            def label(s: Sample) -> int:
-                return 0
-        return probe_samples(chunk, self.image_exts, self.max_pixels, self._fail, label)
-
-    def _one_size(self, probed: list[ProbedImage]) -> list[ProbedImage]:
-        """A transform without geometry keeps each image's size, and a batch has one: the
-        first image seen fixes it, an image of another size is a bad sample (named)."""
-        if self._size is None:
-            self._size = (probed[0].height, probed[0].width)
-        keep = []
-        for p in probed:
-            if (p.height, p.width) == self._size:
-                keep.append(p)
-            else:
-                self._fail(DecodeError(f"image is {p.height}x{p.width}, the others {self._size[0]}x{self._size[1]}: "
-                                       "the transform has no geometry step, so every image keeps its size and all "
-                                       "must have one (add CenterCrop, RandomCrop or Resize)",
-                                       shard=p.sample.shard, key=p.sample.key))
-        return keep
-
-    def _output(self, slot: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        pair = self._outputs[slot]
-        if pair is None:
-            pair = self._outputs[slot] = self.transform.new_output(self.batch_size, self.device,
-                                                                   pin_memory=self.pin_memory, size=self._size)
-        out, view = pair
-        return out[:n], view[:n]
-
-    def _prepare(self, chunk: list[Sample], epoch: int, position: int) -> _Prepared:
-        """Stage A: probe, draw the params, decode (only the windows the crops need)."""
-        timing = BatchTiming(size=0)
-        t0 = time.perf_counter()
-        index = {id(s): position + i for i, s in enumerate(chunk)}
-        probed = self._probe(chunk)
-        if self.transform.out_size is None and probed:
-            probed = self._one_size(probed)
-        samples = [p.sample for p in probed]
-        sizes = [(p.height, p.width) for p in probed]
-        labels = [p.extra for p in probed]
-        rank, world = self.reader._rank()
-        # unique over ranks: (seed, epoch, global index) fixes each sample's draws
-        params = self.transform.make_params(sizes, self.seed, epoch=epoch,
-                                            indices=[index[id(s)] * world + rank for s in samples])
-        boxes = self.transform.decode_boxes(params, sizes)
-        requests = [Request(p.data, p.format, p.height, p.width, box, p.sample.shard, p.sample.key)
-                    for p, box in zip(probed, boxes)]
-        t1 = time.perf_counter()
-        timing.probe = t1 - t0
-        decoded = None
-        ready = None
-        timing.encoded_bytes = sum(len(r.data) for r in requests)
-        seq = self._seq
-        if requests:
-            self._seq += 1
-            gpu = self._gpu
-            if gpu is not None:
-                gpu.before_decode(seq)  # the rings' turn of batch seq - IN_FLIGHT is free
-            with torch.cuda.stream(gpu.decode) if gpu is not None else contextlib.nullcontext():
-                ev = [_event(gpu.decode)] if gpu is not None else []
-                decoded = self._decoder.decode(requests)  # type: ignore[union-attr]
-                if gpu is not None:
-                    ev.append(_event(gpu.decode))
-                    if decoded.pixels.device.type != "cuda":  # host pixels (the CPU decoder): upload
-                        timing.h2d_bytes = decoded.pixels.numel()
-                        decoded = gpu.upload(decoded, seq)
-                    ev.append(_event(gpu.decode))
-                    timing.gpu["decode"] = (ev[0], ev[1])
-                    timing.gpu["h2d"] = (ev[1], ev[2])
-                    ready = ev[2]  # the augment stream waits for this
-        timing.decode = time.perf_counter() - t1
-        return _Prepared(samples, params, sizes, labels, decoded, timing, taken=len(chunk), seq=seq, ready=ready)
-
-    def _finish(self, p: _Prepared, slot: int) -> _Ready | None:
-        """Stage B: the fused kernel into output slot `slot`, and the labels."""
-        t0 = time.perf_counter()
-        decoded = p.decoded
-        ok: list[int] = []
-        if decoded is not None:
-            for k, err in enumerate(decoded.errors):
-                if err is None:
-                    ok.append(k)
-                else:
-                    self._fail(DecodeError(err, shard=p.samples[k].shard, key=p.samples[k].key))
-        if self.reader.even is not None and ok and len(ok) < p.taken:
-            # equal steps are promised: images lost to on_error="skip" are made up by
-            # repeats of the batch's others, so every rank's batches stay full
-            ok = [ok[i % len(ok)] for i in range(p.taken)]
-        if not ok or decoded is None:
-            if self.reader.even is not None and p.taken:
-                if self._last_good is not None:
-                    return self._made_up(p, slot, t0)
-                last = self.skipped[-1] if self.skipped else None  # the batch's last failure, named
-                raise DecodeError(f"all {p.taken} images of this Loader's first batch failed (they are in "
-                                  f"loader.skipped): with even={self.reader.even!r} there is no image of this rank "
-                                  "yet to make it up from, and leaving it out would give this rank fewer steps "
-                                  "than the others", shard=last.shard if last else None,
-                                  key=last.key if last else None)
-            return None
-        ready = None
-        gpu = self._gpu
-        stream = gpu.augment if gpu is not None else None
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            if gpu is not None:
-                stream.wait_event(p.ready)  # type: ignore[union-attr]  # decoded (and uploaded)
-                if gpu.slot_free[slot] is not None:
-                    stream.wait_event(gpu.slot_free[slot])  # type: ignore[union-attr]  # the trainer is done
-            out, view = self._output(slot, len(ok))
-            start = _event(stream) if stream is not None else None
-            self.transform.apply(decoded, p.params, p.sizes, view, rows=ok, stream=stream,
-                                 num_threads=self.num_threads)
-            if start is not None:
-                p.timing.gpu["augment"] = (start, _event(stream))
-            lab = torch.tensor([p.labels[k] for k in ok], dtype=torch.int64) if self.labels else None
-            if lab is not None and self.device != "cpu":
-                lab = lab.pin_memory().to(self.device, non_blocking=True)
-            if gpu is not None:
-                ready = torch.cuda.Event()
-                ready.record(stream)
-                gpu.retire(p.seq, ready, decoded)  # its buffers live until the kernel is done
-        p.timing.augment = time.perf_counter() - t0
-        p.timing.size = len(ok)
-        batch = Batch(out, lab, [p.samples[k].key for k in ok])
-        self._last_good = (slot, len(ok), batch.keys, [p.labels[k] for k in ok])
-        return _Ready(batch, p.timing, p.position, slot, ready)
-
-    def _made_up(self, p: _Prepared, slot: int, t0: float) -> _Ready:
-        """A batch whose every image failed, under an even policy: made up of the rank's
-        images of the batch before (repeated to the batch's size), so every rank keeps
-        its step count; the failures are in `skipped` and the repeats keep their keys."""
-        src_slot, n, keys, labels = self._last_good  # type: ignore[misc]
-        idx = [i % n for i in range(p.taken)]
-        gpu = self._gpu
-        stream = gpu.augment if gpu is not None else None
-        ready = None
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            if gpu is not None and gpu.slot_free[slot] is not None:
-                stream.wait_event(gpu.slot_free[slot])  # type: ignore[union-attr]
-            src = self._outputs[src_slot][0][:n]  # type: ignore[index]
-            out, _ = self._output(slot, p.taken)
-            out.copy_(src[torch.tensor(idx, device=src.device)])
-            lab = torch.tensor([labels[i] for i in idx], dtype=torch.int64) if self.labels else None
-            if lab is not None and self.device != "cpu":
-                lab = lab.pin_memory().to(self.device, non_blocking=True)
-            if gpu is not None:
-                ready = torch.cuda.Event()
-                ready.record(stream)
-        p.timing.augment = time.perf_counter() - t0
-        p.timing.size = p.taken
-        batch = Batch(out, lab, [keys[i] for i in idx])
-        self._last_good = (slot, p.taken, batch.keys, [labels[i] for i in idx])
-        return _Ready(batch, p.timing, p.position, slot, ready)

@@ -828,4 +828,4 @@ def _matches(layout: Layout, name: str) -> bool:
 
 
 __all__ = ["precache", "merge", "verify", "run_unit", "PrecacheReport", "Settings", "Layout", "stored_size",
-           "parse_size", "parse_bytes", "manifest_path", "write_json_atomic", "GpuDecodeError"]
+           "parse_size", "parse_bytes", "manifest_path", "write_json_atomic"]

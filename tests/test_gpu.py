@@ -288,7 +288,7 @@ def test_decode_and_augment_streams_overlap(shards):
     distinct and neither is the trainer's."""
     ld = Loader(shards, batch_size=8, transform=train_tf(), device="cuda", decoder="cpu", seed=0)
     next(iter(ld))
-    gpu = ld._gpu
+    gpu = ld._pipe.gpu
     assert gpu is not None and gpu.decode != gpu.augment
     assert torch.cuda.current_stream() not in (gpu.decode, gpu.augment)
     ld.close()

@@ -108,7 +108,7 @@ def test_output_slots_carry_over_an_epoch_boundary(tmp_path, photos):
     url = make_shard(tmp_path / "s.tar", samples)
     tf = T.Compose([T.CenterCrop(32), T.Normalize([0.5] * 3, [0.25] * 3)])
     ld = Loader([url], batch_size=4, transform=tf, device="cpu", shuffle=False, prefetch_factor=2, num_workers=1)
-    assert ld._ring == 5
+    assert ld._pipe.ring == 5
     first = list(ld)  # 3 batches: slots 0, 1, 2
     last, kept = first[-1], first[-1].images.clone()
     it = iter(ld)
@@ -121,7 +121,7 @@ def test_output_slots_carry_over_an_epoch_boundary(tmp_path, photos):
     assert nxt.keys == first[0].keys
     rest = list(it)
     assert [b.keys for b in rest] == [b.keys for b in first[1:]]
-    assert ld._slot == 6 % 5
+    assert ld._pipe.slot == 6 % 5
 
 
 def torch_equal(a, b) -> bool:
@@ -151,7 +151,7 @@ class _Event:
 def _streams():
     import threading
 
-    from gpudecode.loader import _Streams
+    from gpudecode.pipeline import _Streams
 
     st = object.__new__(_Streams)  # no CUDA here: the bookkeeping alone
     st._lock = threading.Lock()
@@ -166,7 +166,7 @@ def test_decoded_buffers_live_until_their_kernels_are_done():
     """Before batch j is decoded into the rings' turn of batch j - IN_FLIGHT, the host waits
     for that batch's kernel (the hardware JPEG decoder does not follow stream order); a
     finished batch's buffers go only once its event has completed."""
-    from gpudecode.loader import IN_FLIGHT, MID_QUEUE
+    from gpudecode.pipeline import IN_FLIGHT, MID_QUEUE
 
     assert IN_FLIGHT == MID_QUEUE + 2
     st = _streams()

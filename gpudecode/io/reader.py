@@ -62,8 +62,7 @@ _SHUFFLE_INITIAL = 100  # samples in the shuffle buffer before it gives out the 
 _FILE_PIECE = 64  # files of a file list read by one reader thread in turn
 _GZIP_MAGIC = b"\x1f\x8b"
 
-__all__ = ["Sample", "Failure", "Skipped", "ShardReader", "OnError", "iter_shard", "count_samples", "record_failure",
-           "check_on_error", "put_until_stopped", "split_exts"]
+__all__ = ["Sample", "Failure", "ShardReader", "iter_shard", "count_samples", "shard_counts", "split_exts"]
 
 
 @dataclass(slots=True)

@@ -1,0 +1,464 @@
+"""The per-batch pipeline of a Loader: one owner of the work between samples read and a
+finished batch, and of the buffers that work cycles through.
+
+    prepare(chunk):   probe (header sizes, labels) -> draw the params (seeded) ->
+                      decode requests -> decode (only the windows the crops need)
+    finish(prepared): the error policy -> the fused kernel into an output slot -> Batch
+
+The Loader keeps the configuration, the epoch and resume state, and the threads that
+drive the two stages (loader.py's module doc has the thread and CUDA stream design);
+`Pipeline` holds the decoder, the output slots (`ring` of them, used in turn and kept
+across epochs), the CUDA side (`_Streams`: streams, upload ring, events), what the error
+policy skipped, and the last good batch that `even` padding repeats.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from ._probe import ProbedImage, probe_samples
+from .decode import DecodedBatch, Request, choose, make_decoder
+from .errors import DecodeError, LocatedError, OnError, Skipped, check_on_error, record_failure
+from .io.reader import Sample
+from .labels import parse_label
+from .stats import BatchTiming
+from .transforms import Compose
+
+__all__ = ["Pipeline", "Batch", "MID_QUEUE", "IN_FLIGHT"]
+
+# The middle queue between the two stages holds MID_QUEUE prepared batches; decoded
+# batches alive at once are then one in the kernel, MID_QUEUE queued and one being decoded.
+# Every ring a decoded batch lives in (decoders' rings, the upload ring) is sized from this.
+MID_QUEUE = 1
+IN_FLIGHT = MID_QUEUE + 2
+
+
+class Batch(tuple):
+    """(images, labels), as a DataLoader batch unpacks, with `.images`, `.labels` and
+    `.keys` (the samples' keys, in order)."""
+
+    keys: list[str]
+
+    def __new__(cls, images: torch.Tensor, labels: torch.Tensor | None, keys: list[str]) -> "Batch":
+        obj = super().__new__(cls, (images, labels))
+        obj.keys = keys
+        return obj
+
+    @property
+    def images(self) -> torch.Tensor:
+        return self[0]
+
+    @property
+    def labels(self) -> torch.Tensor | None:
+        return self[1]
+
+
+@dataclass
+class _Prepared:
+    """A batch between the two stages: decoded pixels and everything the kernel needs."""
+
+    samples: list[Sample]
+    params: list[dict]
+    sizes: list[tuple[int, int]]
+    labels: list[int]
+    decoded: DecodedBatch | None
+    timing: BatchTiming
+    position: int = 0
+    taken: int = 0  # samples taken from the reader for this batch
+    seq: int = 0    # batches decoded by this Loader before this one (the rings' turn)
+    ready: Any = None  # CUDA event: decoding (and the upload) done, on the decode stream
+
+
+@dataclass
+class _Ready:
+    """A finished batch on its way to the trainer: the output slot it occupies and the
+    CUDA event its pixels are ready at (None on the CPU)."""
+
+    batch: "Batch"
+    timing: BatchTiming
+    position: int
+    slot: int
+    ready: Any = None
+
+
+
+class Pipeline:
+    """Prepares read batches and finishes them into output slots (see the module doc).
+
+    Args:
+        transform: the Compose the kernel runs.
+        batch_size: images per batch (the output slots' size).
+        device: "cpu" or "cuda[:N]" (as check_device gives it).
+        decoder: a decoder name ("auto", "cpu", ...) or a decoder instance (which
+            close() leaves open: it is the caller's).
+        image_exts, label_exts, labels: the fields read, and whether there are labels.
+        num_classes, allow_negative_labels: the label checks (see labels.parse_label).
+        on_error: "raise", "warn" or "skip", for images and labels that fail.
+        ring: output slots (a Loader's prefetch + 3).
+        num_threads, max_pixels, fast_decode, pin_memory: as the Loader's.
+    """
+
+    def __init__(self, transform: Compose, *, batch_size: int, device: str, decoder: Any,
+                 image_exts: Sequence[str], label_exts: Sequence[str], labels: bool, num_classes: int | None,
+                 allow_negative_labels: bool, on_error: OnError, ring: int, num_threads: int, max_pixels: int,
+                 fast_decode: bool, pin_memory: bool) -> None:
+        self.transform = transform
+        self.batch_size = batch_size
+        self.device = device
+        self.decoder_spec = decoder
+        self.image_exts = list(image_exts)
+        self.label_exts = list(label_exts)
+        self.labels = labels
+        self.num_classes = num_classes
+        self.allow_negative_labels = allow_negative_labels
+        self.on_error = check_on_error(on_error)
+        self.ring = ring
+        self.num_threads = num_threads
+        self.max_pixels = max_pixels
+        self.fast_decode = fast_decode
+        self.pin_memory = pin_memory
+        self.skipped: list[Skipped] = []  # images and labels the error policy passed over
+        self._decoder: Any = None  # made on first use: no CUDA context before workers fork
+        self._size: tuple[int, int] | None = None  # the images' one size, for a transform without geometry
+        self.outputs: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * ring
+        self.slot = 0   # the output slot the next batch goes to (kept across epochs)
+        self.seq = 0    # batches decoded so far (the rings' turn; kept across epochs)
+        self.gpu: _Streams | None = None
+        self._last_good: tuple[int, int, list[str], list[int]] | None = None  # (slot, n, keys, labels)
+
+    @property
+    def owns_decoder(self) -> bool:
+        """The decoder is made here (from a name), not handed in."""
+        return isinstance(self.decoder_spec, str)
+
+    @property
+    def decoder(self) -> Any:
+        """The decoder; None before ensure_decoder()."""
+        return self._decoder
+
+    def decoder_name(self) -> str:
+        """The decoder's name, without making it."""
+        if self._decoder is not None:
+            return self._decoder.name
+        if not self.owns_decoder:
+            return self.decoder_spec.name
+        return choose(self.decoder_spec, self.device)
+
+    def ensure_decoder(self) -> None:
+        """The decoder (made on first use: no CUDA context before workers fork) and, on a
+        GPU, the streams."""
+        if self._decoder is None and not isinstance(self.decoder_spec, str):
+            self._decoder = self.decoder_spec  # a decoder instance (e.g. DaliDecoder(device="cpu"))
+        if self._decoder is None:
+            name = choose(self.decoder_spec, self.device)
+            if name == "cpu":
+                from .decode.cpu import CpuDecoder
+
+                # on the CPU the kernel reads tensor samples in place; for a GPU they are
+                # packed with the decoded images and uploaded as one block
+                self._decoder = CpuDecoder(num_threads=self.num_threads, max_pixels=self.max_pixels,
+                                           fast=self.fast_decode, out_size=self.transform.out_size,
+                                           zero_copy=self.device == "cpu")
+            else:
+                self._decoder = make_decoder(name, device=self.device, num_threads=self.num_threads,
+                                             max_pixels=self.max_pixels, fast=self.fast_decode)
+        buffers = getattr(self._decoder, "buffers", None)
+        if buffers is not None and buffers < IN_FLIGHT:
+            raise ValueError(f"decoder {self._decoder.name!r} keeps {buffers} results valid at once; the Loader "
+                             f"holds {IN_FLIGHT} (give it buffers={IN_FLIGHT} or more)")
+        if self.gpu is None and self.device.startswith("cuda"):
+            self.gpu = _Streams(self.device, self.ring)
+
+    def after_fork(self) -> None:
+        """In a forked child: the decoder's threads and the CUDA streams stayed in the parent."""
+        if self.owns_decoder:
+            self._decoder = None
+        self.gpu = None
+        self._last_good = None
+
+    def close(self) -> None:
+        """Releases the decoder (when made here), the output slots and the CUDA side; they
+        are made anew when needed."""
+        if self._decoder is not None and self.owns_decoder and hasattr(self._decoder, "close"):
+            self._decoder.close()
+        if self.owns_decoder:
+            self._decoder = None
+        if self.gpu is not None:  # what the trainer may still read is done before its buffers go
+            self.gpu.release_handed(keep=0)
+        self.outputs = [None] * self.ring
+        self._last_good = None
+        self.gpu = None
+        self.slot = 0
+
+    def _fail(self, err: LocatedError) -> None:
+        if self.on_error == "raise":
+            raise err
+        record_failure(err, self.on_error, self.skipped, stacklevel=2)
+
+    def _probe(self, chunk: list[Sample]) -> list[ProbedImage]:
+        """Samples with a readable image header (and label; `extra` holds it)."""
+        if self.labels:
+            exts = self.label_exts
+
+            negative, classes = self.allow_negative_labels, self.num_classes
+
+            def label(s: Sample) -> int:
+                return parse_label(s.fields, exts, shard=s.shard, key=s.key, allow_negative=negative,
+                                   num_classes=classes)
+        else:
+            def label(s: Sample) -> int:
+                return 0
+        return probe_samples(chunk, self.image_exts, self.max_pixels, self._fail, label)
+
+    def _one_size(self, probed: list[ProbedImage]) -> list[ProbedImage]:
+        """A transform without geometry keeps each image's size, and a batch has one: the
+        first image seen fixes it, an image of another size is a bad sample (named)."""
+        if self._size is None:
+            self._size = (probed[0].height, probed[0].width)
+        keep = []
+        for p in probed:
+            if (p.height, p.width) == self._size:
+                keep.append(p)
+            else:
+                self._fail(DecodeError(f"image is {p.height}x{p.width}, the others {self._size[0]}x{self._size[1]}: "
+                                       "the transform has no geometry step, so every image keeps its size and all "
+                                       "must have one (add CenterCrop, RandomCrop or Resize)",
+                                       shard=p.sample.shard, key=p.sample.key))
+        return keep
+
+    def _output(self, slot: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        pair = self.outputs[slot]
+        if pair is None:
+            pair = self.outputs[slot] = self.transform.new_output(self.batch_size, self.device,
+                                                                   pin_memory=self.pin_memory, size=self._size)
+        out, view = pair
+        return out[:n], view[:n]
+
+    def prepare(self, chunk: list[Sample], *, seed: int, epoch: int, position: int, rank: int = 0,
+                world: int = 1) -> _Prepared:
+        """Stage A: probe, draw the params, decode (only the windows the crops need).
+        `position` is the epoch index of chunk[0]; with rank and world it makes each
+        sample's global index, which with `seed` and `epoch` fixes its draws."""
+        timing = BatchTiming(size=0)
+        t0 = time.perf_counter()
+        index = {id(s): position + i for i, s in enumerate(chunk)}
+        probed = self._probe(chunk)
+        if self.transform.out_size is None and probed:
+            probed = self._one_size(probed)
+        samples = [p.sample for p in probed]
+        sizes = [(p.height, p.width) for p in probed]
+        labels = [p.extra for p in probed]
+        # unique over ranks: (seed, epoch, global index) fixes each sample's draws
+        params = self.transform.make_params(sizes, seed, epoch=epoch,
+                                            indices=[index[id(s)] * world + rank for s in samples])
+        boxes = self.transform.decode_boxes(params, sizes)
+        requests = [Request(p.data, p.format, p.height, p.width, box, p.sample.shard, p.sample.key)
+                    for p, box in zip(probed, boxes)]
+        t1 = time.perf_counter()
+        timing.probe = t1 - t0
+        decoded = None
+        ready = None
+        timing.encoded_bytes = sum(len(r.data) for r in requests)
+        seq = self.seq
+        if requests:
+            self.seq += 1
+            gpu = self.gpu
+            if gpu is not None:
+                gpu.before_decode(seq)  # the rings' turn of batch seq - IN_FLIGHT is free
+            with torch.cuda.stream(gpu.decode) if gpu is not None else contextlib.nullcontext():
+                ev = [_event(gpu.decode)] if gpu is not None else []
+                decoded = self._decoder.decode(requests)  # type: ignore[union-attr]
+                if gpu is not None:
+                    ev.append(_event(gpu.decode))
+                    if decoded.pixels.device.type != "cuda":  # host pixels (the CPU decoder): upload
+                        timing.h2d_bytes = decoded.pixels.numel()
+                        decoded = gpu.upload(decoded, seq)
+                    ev.append(_event(gpu.decode))
+                    timing.gpu["decode"] = (ev[0], ev[1])
+                    timing.gpu["h2d"] = (ev[1], ev[2])
+                    ready = ev[2]  # the augment stream waits for this
+        timing.decode = time.perf_counter() - t1
+        return _Prepared(samples, params, sizes, labels, decoded, timing, taken=len(chunk), seq=seq, ready=ready)
+
+    def finish(self, p: _Prepared, even: str | None = None) -> _Ready | None:
+        """Stage B: the error policy, the fused kernel into the next output slot, and the
+        labels; None when no image of the batch is left (and `even` does not make it up)."""
+        slot = self.slot
+        ready = self._finish(p, slot, even)
+        if ready is not None:
+            self.slot = (slot + 1) % self.ring  # kept across epochs (see the loader's module doc)
+        return ready
+
+    def _finish(self, p: _Prepared, slot: int, even: str | None) -> _Ready | None:
+        t0 = time.perf_counter()
+        decoded = p.decoded
+        ok: list[int] = []
+        if decoded is not None:
+            for k, err in enumerate(decoded.errors):
+                if err is None:
+                    ok.append(k)
+                else:
+                    self._fail(DecodeError(err, shard=p.samples[k].shard, key=p.samples[k].key))
+        if even is not None and ok and len(ok) < p.taken:
+            # equal steps are promised: images lost to on_error="skip" are made up by
+            # repeats of the batch's others, so every rank's batches stay full
+            ok = [ok[i % len(ok)] for i in range(p.taken)]
+        if not ok or decoded is None:
+            if even is not None and p.taken:
+                if self._last_good is not None:
+                    return self._made_up(p, slot, t0)
+                last = self.skipped[-1] if self.skipped else None  # the batch's last failure, named
+                raise DecodeError(f"all {p.taken} images of this Loader's first batch failed (they are in "
+                                  f"loader.skipped): with even={even!r} there is no image of this rank "
+                                  "yet to make it up from, and leaving it out would give this rank fewer steps "
+                                  "than the others", shard=last.shard if last else None,
+                                  key=last.key if last else None)
+            return None
+        ready = None
+        gpu = self.gpu
+        stream = gpu.augment if gpu is not None else None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            if gpu is not None:
+                stream.wait_event(p.ready)  # type: ignore[union-attr]  # decoded (and uploaded)
+                if gpu.slot_free[slot] is not None:
+                    stream.wait_event(gpu.slot_free[slot])  # type: ignore[union-attr]  # the trainer is done
+            out, view = self._output(slot, len(ok))
+            start = _event(stream) if stream is not None else None
+            self.transform.apply(decoded, p.params, p.sizes, view, rows=ok, stream=stream,
+                                 num_threads=self.num_threads)
+            if start is not None:
+                p.timing.gpu["augment"] = (start, _event(stream))
+            lab = torch.tensor([p.labels[k] for k in ok], dtype=torch.int64) if self.labels else None
+            if lab is not None and self.device != "cpu":
+                lab = lab.pin_memory().to(self.device, non_blocking=True)
+            if gpu is not None:
+                ready = torch.cuda.Event()
+                ready.record(stream)
+                gpu.retire(p.seq, ready, decoded)  # its buffers live until the kernel is done
+        p.timing.augment = time.perf_counter() - t0
+        p.timing.size = len(ok)
+        batch = Batch(out, lab, [p.samples[k].key for k in ok])
+        self._last_good = (slot, len(ok), batch.keys, [p.labels[k] for k in ok])
+        return _Ready(batch, p.timing, p.position, slot, ready)
+
+    def _made_up(self, p: _Prepared, slot: int, t0: float) -> _Ready:
+        """A batch whose every image failed, under an even policy: made up of the rank's
+        images of the batch before (repeated to the batch's size), so every rank keeps
+        its step count; the failures are in `skipped` and the repeats keep their keys."""
+        src_slot, n, keys, labels = self._last_good  # type: ignore[misc]
+        idx = [i % n for i in range(p.taken)]
+        gpu = self.gpu
+        stream = gpu.augment if gpu is not None else None
+        ready = None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            if gpu is not None and gpu.slot_free[slot] is not None:
+                stream.wait_event(gpu.slot_free[slot])  # type: ignore[union-attr]
+            src = self.outputs[src_slot][0][:n]  # type: ignore[index]
+            out, _ = self._output(slot, p.taken)
+            out.copy_(src[torch.tensor(idx, device=src.device)])
+            lab = torch.tensor([labels[i] for i in idx], dtype=torch.int64) if self.labels else None
+            if lab is not None and self.device != "cpu":
+                lab = lab.pin_memory().to(self.device, non_blocking=True)
+            if gpu is not None:
+                ready = torch.cuda.Event()
+                ready.record(stream)
+        p.timing.augment = time.perf_counter() - t0
+        p.timing.size = p.taken
+        batch = Batch(out, lab, [keys[i] for i in idx])
+        self._last_good = (slot, p.taken, batch.keys, [labels[i] for i in idx])
+        return _Ready(batch, p.timing, p.position, slot, ready)
+
+
+def _event(stream: Any) -> Any:
+    """A timing CUDA event recorded on `stream` now."""
+    e = torch.cuda.Event(enable_timing=True)
+    e.record(stream)
+    return e
+
+
+class _Streams:
+    """The CUDA side of one Loader, kept from one epoch to the next: the decode and augment
+    streams, the upload ring (device buffers and their pinned staging), the output slots'
+    release events and the slots handed to the trainer, and the decoded batches kept alive
+    until their kernels are done (see the module doc for the protocol)."""
+
+    def __init__(self, device: str, ring: int) -> None:
+        self.device = torch.device(device)
+        if self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        self.decode = torch.cuda.Stream(device=self.device)
+        self.augment = torch.cuda.Stream(device=self.device)
+        self.slot_free: list[Any] = [None] * ring  # recorded on the trainer's stream when done with a slot
+        self.handed: list[int] = []                # slots handed over whose release is not recorded yet
+        self.uploads: list[torch.Tensor | None] = [None] * IN_FLIGHT
+        self.staging: list[torch.Tensor | None] = [None] * IN_FLIGHT  # pinned host buffers
+        self.staged: list[Any] = [None] * IN_FLIGHT  # the copy out of staging[k] is done at this event
+        self._lock = threading.Lock()
+        self._retired: list[tuple[int, Any, Any]] = []  # (seq, consumed event, what it keeps alive)
+
+    def before_decode(self, seq: int) -> None:
+        """Batch `seq` is about to reuse the rings' turn of batch seq - IN_FLIGHT: wait (on
+        the host) for that batch's kernel, and let go of the batches whose kernels are done."""
+        with self._lock:
+            keep = []
+            for item in self._retired:
+                s, consumed, _ = item
+                if s <= seq - IN_FLIGHT:
+                    consumed.synchronize()
+                elif not consumed.query():
+                    keep.append(item)
+            self._retired = keep
+
+    def retire(self, seq: int, consumed: Any, owner: Any) -> None:
+        """`owner` (a DecodedBatch) stays alive until `consumed` has completed."""
+        with self._lock:
+            self._retired.append((seq, consumed, owner))
+
+    def upload(self, decoded: DecodedBatch, seq: int) -> DecodedBatch:
+        """Host pixels onto the device on the decode stream (current here): copied into this
+        turn's pinned staging buffer, then uploaded without blocking the host."""
+        pixels = decoded.pixels
+        n = pixels.numel()
+        k = seq % IN_FLIGHT
+        if self.staged[k] is not None:
+            self.staged[k].synchronize()  # the previous upload out of this staging buffer
+        host, dev = self.staging[k], self.uploads[k]
+        if host is None or host.numel() < n:
+            host = self.staging[k] = torch.empty(int(n * 1.25) + 1, dtype=torch.uint8, pin_memory=True)
+        if dev is None or dev.numel() < n:
+            dev = self.uploads[k] = torch.empty(int(n * 1.25) + 1, dtype=torch.uint8, device=self.device)
+        host[:n].copy_(pixels.reshape(-1))
+        dev[:n].copy_(host[:n], non_blocking=True)
+        self.staged[k] = torch.cuda.Event()
+        self.staged[k].record(self.decode)
+        return dataclasses.replace(decoded, pixels=dev[:n], owner=(decoded.owner, dev))
+
+    def release_handed(self, *, keep: int) -> None:
+        """The trainer is done with every handed slot but the last `keep`: events on its
+        stream guard their reuse."""
+        if len(self.handed) <= keep:
+            return
+        done = torch.cuda.Event()
+        done.record(torch.cuda.current_stream(self.device))
+        for slot in self.handed[:len(self.handed) - keep]:
+            self.slot_free[slot] = done
+        del self.handed[:len(self.handed) - keep]
+
+    def hand_over(self, r: "_Ready") -> None:
+        """Batch `r` to the trainer's stream: it waits for the kernel; the images and labels
+        are kept from the caching allocator until the trainer's work on them is done."""
+        trainer = torch.cuda.current_stream(self.device)
+        trainer.wait_event(r.ready)
+        # made on the augment stream, used on the trainer's: the caching allocator must not hand
+        # their memory to the augment stream again before the trainer's work on them is done
+        # (the labels are new each batch; an output slot's memory is freed by close())
+        r.batch.images.record_stream(trainer)
+        if r.batch.labels is not None and r.batch.labels.device.type == "cuda":
+            r.batch.labels.record_stream(trainer)
+        self.handed.append(r.slot)
