@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import _native
-from .decode._base import PILLOW_FORMATS
+from .decode._base import PILLOW_FORMATS, Request
 from .errors import DecodeError, LocatedError, wrap_data_error
 
 if TYPE_CHECKING:
@@ -107,6 +107,12 @@ class ProbedImage:
     height: int
     width: int
     extra: Any = None
+
+    def request(self, box: tuple[int, int, int, int] | None = None) -> Request:
+        """What a decoder is asked for: `box` (top, left, height, width) of this image, the
+        whole image when None; the shard and key name it in any error."""
+        return Request(self.data, self.format, self.height, self.width, box or (0, 0, self.height, self.width),
+                       self.sample.shard, self.sample.key)
 
 
 def probe_samples(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixels: int,

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from ._probe import probe_samples
-from .errors import DecodeError, LocatedError
+from .errors import DecodeError, ErrorPolicy
 from .io import shards as _shards
 from .io.files import iter_files
 from .io.reader import Grouper, Sample, ShardReader, iter_shard
@@ -134,13 +134,9 @@ class ShardDataset(torch.utils.data.Dataset):
         raise IndexError(f"sample {j} of shard {url!r} is not there (the shard changed since it was counted)")
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
-        from .decode import Request
         from .decode.cpu import CpuDecoder
 
         s = self.sample(index)
-
-        def fail(e: LocatedError) -> None:
-            raise e
 
         def label(smp: Sample) -> int:
             if not self.labels:
@@ -148,11 +144,10 @@ class ShardDataset(torch.utils.data.Dataset):
             return parse_label(smp.fields, self.label_exts, shard=smp.shard, key=smp.key,
                                allow_negative=self.allow_negative_labels, num_classes=self.num_classes)
 
-        (p,) = probe_samples([s], self.image_exts, self.max_pixels, fail, label)
+        (p,) = probe_samples([s], self.image_exts, self.max_pixels, ErrorPolicy("raise"), label)
         if self._decoder is None:
             self._decoder = CpuDecoder(num_threads=1, max_pixels=self.max_pixels)
-        out = self._decoder.decode([Request(p.data, p.format, p.height, p.width, (0, 0, p.height, p.width),
-                                            s.shard, s.key)])
+        out = self._decoder.decode([p.request()])
         if out.errors[0] is not None:
             raise DecodeError(out.errors[0], shard=s.shard, key=s.key)
         h, w = (int(v) for v in out.shapes[0])

@@ -145,6 +145,42 @@ def record_failure(err: BaseException, on_error: str, skipped: list[Skipped], *,
         warnings.warn(f"{who} skipped: {err}", RuntimeWarning, stacklevel=stacklevel + 1)
 
 
+class ErrorPolicy:
+    """What happens to bad data, for every stage of a pipeline at once (webdataset's
+    handlers are the model): "raise" raises it; "warn" and "skip" pass over it, listed in
+    `skipped` ("warn" also warns). One object is shared by the reader, the probe and the
+    decoder of a Loader (or a precache unit), so one list holds everything skipped. A
+    ResourceError (the environment, not the data) is raised under every policy."""
+
+    __slots__ = ("on_error", "who", "skipped")
+
+    def __init__(self, on_error: str = "raise", *, who: str = "gpudecode") -> None:
+        self.on_error = check_on_error(on_error)
+        self.who = who  # names the warning's source
+        self.skipped: list[Skipped] = []
+
+    @property
+    def raises(self) -> bool:
+        return self.on_error == "raise"
+
+    def __call__(self, err: BaseException, *, stacklevel: int = 2) -> None:
+        """Raises `err` under "raise", else records it (see record())."""
+        if self.on_error == "raise":
+            raise err
+        self.record(err, stacklevel=stacklevel + 1)
+
+    def record(self, err: BaseException, *, stacklevel: int = 2) -> None:
+        """Lists `err` in `skipped` (and warns under "warn"); a ResourceError is raised."""
+        record_failure(err, self.on_error, self.skipped, who=self.who, stacklevel=stacklevel + 1)
+
+    def reset(self) -> None:
+        """A new `skipped` list (a new epoch); the old one stays with whoever holds it."""
+        self.skipped = []
+
+    def __repr__(self) -> str:
+        return f"ErrorPolicy({self.on_error!r}, skipped={len(self.skipped)})"
+
+
 def wrap_data_error(err: BaseException, cls: type[LocatedError], what: str, *, shard: str | None,
                     key: str | None = None, offset: int | None = None) -> LocatedError:
     """`err`, met on data (a library's own exception, an overflow, MemoryError, ...), as
@@ -163,5 +199,5 @@ __all__ = [
     "PlanError",
     "GpuDecodeError", "LocatedError", "ShardFormatError", "ShardReadError", "ShardWriteError", "DecodeError",
     "LabelError", "BackendUnavailableError", "ResourceError", "KernelLaunchError", "TransformError", "ConcurrentIterationError",
-    "OnError", "Skipped", "check_on_error", "record_failure", "wrap_data_error",
+    "OnError", "Skipped", "ErrorPolicy", "check_on_error", "record_failure", "wrap_data_error",
 ]

@@ -10,7 +10,7 @@ from pathlib import Path
 from . import _native
 from .decode._base import PILLOW_FORMATS
 from .io.files import path_key
-from .io.writer import ShardWriter, format_pattern, written_by
+from .io.writer import ShardWriter, format_pattern, pattern_head, written_by
 
 _PIL_EXT = {"WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff"}
 
@@ -47,7 +47,7 @@ def image_extension(data: bytes) -> str | None:
 def class_index_path(pattern: str) -> str:
     """`out/train-%06d.tar` -> `out/train-classes.json`: one class index per output pattern,
     so train and val written into one folder keep their own."""
-    head = pattern.split("%", 1)[0].split("{", 1)[0]
+    head = pattern_head(pattern)
     if not head or head.endswith("/"):
         return head + "classes.json"
     return head.rstrip("-_.") + "-classes.json"

@@ -51,7 +51,7 @@ import torch
 from ._probe import DEFAULT_MAX_PIXELS
 from ._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
 from .decode import NAMES, available, check_device, choose, make_decoder
-from .errors import BackendUnavailableError, ConcurrentIterationError, OnError, Skipped, check_on_error
+from .errors import BackendUnavailableError, ConcurrentIterationError, ErrorPolicy, OnError, Skipped
 from .io.reader import Sample, ShardReader, split_exts
 from .io.remote import RemoteOptions
 from .pipeline import MID_QUEUE, Batch, Pipeline, _Ready
@@ -414,12 +414,13 @@ class Loader:
         self.persistent_workers = bool(persistent_workers)
         self.prefetch = ahead
         self.drop_last = drop_last
-        self.on_error = check_on_error(on_error)
+        self.policy = ErrorPolicy(on_error)  # one for every stage: one list of what was skipped
+        self.on_error = self.policy.on_error
         self.max_pixels = max_pixels
         self.fast_decode = fast_decode
         self._seed_given = seed is not None
         self.reader = ShardReader(urls, shuffle=shuffle, seed=0, buffer_size=buffer_size, rank=rank,
-                                  world_size=world_size, num_threads=2, on_error=on_error,
+                                  world_size=world_size, num_threads=2, policy=self.policy,
                                   extensions=self.image_exts + self.label_exts, even=even, split=split,
                                   remote=remote, cache_dir=cache_dir, cache_limit=cache_limit,
                                   # tensor samples stay in the mapped shard: the kernel reads them there
@@ -432,7 +433,7 @@ class Loader:
         self._pipe = Pipeline(transform, batch_size=batch_size, device=device, decoder=decoder,
                               image_exts=self.image_exts, label_exts=self.label_exts, labels=labels,
                               num_classes=num_classes, allow_negative_labels=self.allow_negative_labels,
-                              on_error=on_error, ring=self.prefetch + 3, num_threads=self.num_threads,
+                              policy=self.policy, ring=self.prefetch + 3, num_threads=self.num_threads,
                               max_pixels=max_pixels, fast_decode=fast_decode, pin_memory=self.pin_memory)
         self._position = 0
         self._yielded = 0        # batches handed over in the current (or last) epoch
@@ -449,7 +450,7 @@ class Loader:
     @property
     def skipped(self) -> list[Skipped]:
         """Everything skipped under on_error="skip"/"warn": bad shards, images, labels."""
-        return self.reader.skipped + self._pipe.skipped
+        return self.policy.skipped
 
     def set_epoch(self, epoch: int) -> None:
         """Chooses the epoch the next iteration runs (its shard order, shuffle and draws)."""
@@ -636,8 +637,7 @@ class Loader:
         self._resume = None
         self._finished = False
         self._position = start
-        self._pipe.skipped = []
-        self.reader.skipped = []
+        self.policy.reset()
         self.stats = LoaderStats()
         it = LoaderIterator(self, self.epoch, start)
         self._active = weakref.ref(it)

@@ -23,8 +23,8 @@ from typing import Any, Sequence
 import torch
 
 from ._probe import ProbedImage, probe_samples
-from .decode import DecodedBatch, Request, choose, make_decoder
-from .errors import DecodeError, LocatedError, OnError, Skipped, check_on_error, record_failure
+from .decode import DecodedBatch, choose, make_decoder
+from .errors import DecodeError, ErrorPolicy, Skipped
 from .io.reader import Sample
 from .labels import parse_label
 from .stats import BatchTiming
@@ -99,14 +99,15 @@ class Pipeline:
             close() leaves open: it is the caller's).
         image_exts, label_exts, labels: the fields read, and whether there are labels.
         num_classes, allow_negative_labels: the label checks (see labels.parse_label).
-        on_error: "raise", "warn" or "skip", for images and labels that fail.
+        policy: what happens to images and labels that fail (errors.ErrorPolicy: a Loader
+            shares its one with its reader, so one list holds all that was skipped).
         ring: output slots (a Loader's prefetch + 3).
         num_threads, max_pixels, fast_decode, pin_memory: as the Loader's.
     """
 
     def __init__(self, transform: Compose, *, batch_size: int, device: str, decoder: Any,
                  image_exts: Sequence[str], label_exts: Sequence[str], labels: bool, num_classes: int | None,
-                 allow_negative_labels: bool, on_error: OnError, ring: int, num_threads: int, max_pixels: int,
+                 allow_negative_labels: bool, policy: ErrorPolicy, ring: int, num_threads: int, max_pixels: int,
                  fast_decode: bool, pin_memory: bool) -> None:
         self.transform = transform
         self.batch_size = batch_size
@@ -117,13 +118,12 @@ class Pipeline:
         self.labels = labels
         self.num_classes = num_classes
         self.allow_negative_labels = allow_negative_labels
-        self.on_error = check_on_error(on_error)
+        self.policy = policy
         self.ring = ring
         self.num_threads = num_threads
         self.max_pixels = max_pixels
         self.fast_decode = fast_decode
         self.pin_memory = pin_memory
-        self.skipped: list[Skipped] = []  # images and labels the error policy passed over
         self._decoder: Any = None  # made on first use: no CUDA context before workers fork
         self._size: tuple[int, int] | None = None  # the images' one size, for a transform without geometry
         self.outputs: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * ring
@@ -196,10 +196,10 @@ class Pipeline:
         self.gpu = None
         self.slot = 0
 
-    def _fail(self, err: LocatedError) -> None:
-        if self.on_error == "raise":
-            raise err
-        record_failure(err, self.on_error, self.skipped, stacklevel=2)
+    @property
+    def skipped(self) -> list[Skipped]:
+        """What the error policy passed over (its list: shared with the reader's)."""
+        return self.policy.skipped
 
     def _probe(self, chunk: list[Sample]) -> list[ProbedImage]:
         """Samples with a readable image header (and label; `extra` holds it)."""
@@ -214,7 +214,7 @@ class Pipeline:
         else:
             def label(s: Sample) -> int:
                 return 0
-        return probe_samples(chunk, self.image_exts, self.max_pixels, self._fail, label)
+        return probe_samples(chunk, self.image_exts, self.max_pixels, self.policy, label)
 
     def _one_size(self, probed: list[ProbedImage]) -> list[ProbedImage]:
         """A transform without geometry keeps each image's size, and a batch has one: the
@@ -226,7 +226,7 @@ class Pipeline:
             if (p.height, p.width) == self._size:
                 keep.append(p)
             else:
-                self._fail(DecodeError(f"image is {p.height}x{p.width}, the others {self._size[0]}x{self._size[1]}: "
+                self.policy(DecodeError(f"image is {p.height}x{p.width}, the others {self._size[0]}x{self._size[1]}: "
                                        "the transform has no geometry step, so every image keeps its size and all "
                                        "must have one (add CenterCrop, RandomCrop or Resize)",
                                        shard=p.sample.shard, key=p.sample.key))
@@ -258,8 +258,7 @@ class Pipeline:
         params = self.transform.make_params(sizes, seed, epoch=epoch,
                                             indices=[index[id(s)] * world + rank for s in samples])
         boxes = self.transform.decode_boxes(params, sizes)
-        requests = [Request(p.data, p.format, p.height, p.width, box, p.sample.shard, p.sample.key)
-                    for p, box in zip(probed, boxes)]
+        requests = [p.request(box) for p, box in zip(probed, boxes)]
         t1 = time.perf_counter()
         timing.probe = t1 - t0
         decoded = None
@@ -304,7 +303,7 @@ class Pipeline:
                 if err is None:
                     ok.append(k)
                 else:
-                    self._fail(DecodeError(err, shard=p.samples[k].shard, key=p.samples[k].key))
+                    self.policy(DecodeError(err, shard=p.samples[k].shard, key=p.samples[k].key))
         if even is not None and ok and len(ok) < p.taken:
             # equal steps are promised: images lost to on_error="skip" are made up by
             # repeats of the batch's others, so every rank's batches stay full

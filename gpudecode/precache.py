@@ -38,7 +38,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -46,14 +46,14 @@ import torch
 from . import transforms as T
 from ._probe import DEFAULT_MAX_PIXELS, probe_samples
 from ._version import __version__
-from .decode import DecodedBatch, Request, check_device, choose, make_decoder
-from .errors import (DecodeError, GpuDecodeError, LocatedError, OnError, ShardFormatError, ShardWriteError, Skipped,
-                     check_on_error, record_failure)
+from .decode import DecodedBatch, check_device, choose, make_decoder
+from .errors import (DecodeError, ErrorPolicy, GpuDecodeError, OnError, ShardFormatError, ShardWriteError, Skipped,
+                     check_on_error)
 from .io import shards as _shards
 from .io import files
 from .io.cache import file_sha256
 from .io.reader import Sample, ShardReader, split_exts
-from .io.writer import ShardWriter, check_key, format_pattern
+from .io.writer import ShardWriter, check_key, format_pattern, pattern_head
 from .tensors import encode_npy, npy_layout
 
 IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "npy")
@@ -127,7 +127,7 @@ class Layout:
         self.pattern = out if ("%" in out or "{" in out) else None
         if self.pattern is not None:
             format_pattern(self.pattern, 0)
-            head = os.path.basename(self.pattern.split("%", 1)[0].split("{", 1)[0]).rstrip("-_.") or "shards"
+            head = os.path.basename(pattern_head(self.pattern)).rstrip("-_.") or "shards"
             self.folder = os.path.dirname(os.path.abspath(self.pattern))
             self.state = os.path.join(self.folder, f".precache-{head}")
             self.manifest = manifest_path(self.pattern)
@@ -154,7 +154,7 @@ class Layout:
 
 def manifest_path(pattern: str) -> str:
     """`out/train-%06d.tar` -> `out/train-manifest.json`."""
-    head = pattern.split("%", 1)[0].split("{", 1)[0]
+    head = pattern_head(pattern)
     return head + "manifest.json" if head.endswith(("-", "_", "/")) or not head else head + "-manifest.json"
 
 
@@ -354,26 +354,18 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
     _clear_unit(layout, unit)
     url = settings.sources[unit]
     source: Any = files.reopen(url) if url.startswith(files.PREFIX) else [url]
-    reader = ShardReader(source, shuffle=False, on_error=cast(OnError, settings.on_error), num_threads=1, rank=0,
-                         world_size=1)
+    fail = ErrorPolicy(settings.on_error, who="gpudecode precache")  # the reader's and the decoder's
+    reader = ShardReader(source, shuffle=False, policy=fail, num_threads=1, rank=0, world_size=1)
     resize = _Resizer(threads)
     exts = settings.image_exts
-    skipped: list[Skipped] = []
     written = 0
-
-    def fail(err: LocatedError) -> None:
-        if settings.on_error == "raise":
-            raise err
-        record_failure(err, settings.on_error, skipped, who="gpudecode precache", stacklevel=3)
 
     def flush(chunk: list[Sample], writer: ShardWriter) -> None:
         nonlocal written
         probed = probe_samples(chunk, exts, settings.max_pixels, fail)
         if not probed:
             return
-        requests = [Request(p.data, p.format, p.height, p.width, (0, 0, p.height, p.width), p.sample.shard,
-                            p.sample.key) for p in probed]
-        decoded = dec.decode(requests)
+        decoded = dec.decode([p.request() for p in probed])
         ks, plans, good = [], [], []
         for k, p in enumerate(probed):
             if decoded.errors[k] is not None:
@@ -407,7 +399,7 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
                 flush(chunk, writer)
                 chunk = []
         flush(chunk, writer)
-    skipped = list(reader.skipped) + skipped
+    skipped = fail.skipped  # in the order met (the reader's failures are recorded in this thread too)
     shards = [{"path": os.path.relpath(p, layout.folder), "samples": n, "bytes": os.path.getsize(p),
                "sha256": file_sha256(p)} for p, n in zip(writer.shards, writer.counts)]
     record = {"unit": unit, "source": url, "samples": written, "shards": shards,
@@ -453,22 +445,6 @@ class PrecacheReport:
     written: int = 0  # samples written by this call (the others were kept)
 
 
-def detect_rank() -> tuple[int, int]:
-    """(rank, world size) from torchrun's RANK/WORLD_SIZE, SLURM's SLURM_PROCID/SLURM_NTASKS
-    (tasks of one job step) or SLURM_ARRAY_TASK_ID/SLURM_ARRAY_TASK_COUNT (an array job),
-    else (0, 1)."""
-    env = os.environ
-    if "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
-        # an array of jobs (each perhaps of several tasks): task t of element a is a * tasks + t
-        first = int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
-        step = int(env.get("SLURM_ARRAY_TASK_STEP", "1"))
-        element = (int(env["SLURM_ARRAY_TASK_ID"]) - first) // max(1, step)
-        count = int(env["SLURM_ARRAY_TASK_COUNT"])
-        task, tasks = int(env.get("SLURM_PROCID", "0")), int(env.get("SLURM_NTASKS", "1"))
-        return element * tasks + task, count * tasks
-    return _shards.detect_rank()
-
-
 def _start(layout: Layout, settings: Settings, units: list[int], *, resume: bool) -> None:
     """Claims OUT for this run, or joins it: ranks started at any time (a SLURM array's
     elements run when they run) share one run.json, the same settings. Without `resume`,
@@ -507,7 +483,7 @@ def _foreign_files(layout: Layout) -> list[str]:
         return []
     if layout.pattern is None:
         return sorted(n for n in os.listdir(layout.folder) if not n.startswith("."))
-    probe = os.path.basename(layout.pattern.split("%", 1)[0].split("{", 1)[0])
+    probe = os.path.basename(pattern_head(layout.pattern))
     return sorted(n for n in os.listdir(layout.folder)
                   if n.startswith(probe) and (n.endswith(".tar") or n == os.path.basename(layout.manifest)))
 
@@ -585,7 +561,7 @@ def precache(sources: str | Sequence[str], out: str | os.PathLike, *, size: int 
     layout = Layout(out)
     if (rank is None) != (world_size is None):
         raise ValueError("give both rank and world_size, or neither")
-    r, w = (rank, world_size) if rank is not None else detect_rank()
+    r, w = (rank, world_size) if rank is not None else _shards.detect_rank(array=True)
     if not 0 <= r < w:  # type: ignore[operator]
         raise ValueError(f"rank {r} is outside world size {w}")
     mine = list(range(r, len(urls), w))  # type: ignore[arg-type]
@@ -823,7 +799,7 @@ def verify(out: str | os.PathLike, *, checksums: bool = True) -> list[str]:
 
 
 def _matches(layout: Layout, name: str) -> bool:
-    head = os.path.basename((layout.pattern or "").split("%", 1)[0].split("{", 1)[0])
+    head = os.path.basename(pattern_head(layout.pattern or ""))
     return name.startswith(head)
 
 

@@ -24,6 +24,7 @@ from gpudecode import ShardReader, ShardWriteError
 from gpudecode import precache as P
 from gpudecode.cli import main
 from gpudecode.precache import merge, parse_bytes, parse_size, precache, verify
+from gpudecode.io.shards import detect_rank
 
 from conftest import encode, make_shard
 
@@ -317,7 +318,7 @@ def test_slurm_array_variables(src, clean, tmp_path, monkeypatch):
     reports = []
     for task in (3, 1, 2):
         monkeypatch.setenv("SLURM_ARRAY_TASK_ID", str(task))
-        assert P.detect_rank() == (task - 1, 3)
+        assert detect_rank(array=True) == (task - 1, 3)
         reports.append(precache(urls, out, **KW))
         if task != 2:
             assert reports[-1].manifest is None
@@ -328,6 +329,8 @@ def test_slurm_array_variables(src, clean, tmp_path, monkeypatch):
 
 
 def test_detect_rank():
+    """One detector for every command: a SLURM array's elements are ranks only where the
+    array shares out one piece of work (precache), never for a Loader (a sweep)."""
     env = {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_MIN": "3", "SLURM_ARRAY_TASK_STEP": "2",
            "SLURM_ARRAY_TASK_COUNT": "4", "SLURM_PROCID": "1", "SLURM_NTASKS": "2"}
     old = dict(os.environ)
@@ -335,13 +338,14 @@ def test_detect_rank():
         for k in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
             os.environ.pop(k, None)
         os.environ.update(env)
-        assert P.detect_rank() == (2 * 2 + 1, 8)  # element (7 - 3) / 2 = 2 of 4, task 1 of 2
+        assert detect_rank(array=True) == (2 * 2 + 1, 8)  # element (7 - 3) / 2 = 2 of 4, task 1 of 2
+        assert detect_rank() == (1, 2)  # for training: the tasks of this element's job step
         for k in env:
             del os.environ[k]
         os.environ.update({"SLURM_PROCID": "3", "SLURM_NTASKS": "5"})
-        assert P.detect_rank() == (3, 5)
+        assert detect_rank(array=True) == (3, 5)
         os.environ.update({"RANK": "1", "WORLD_SIZE": "2"})
-        assert P.detect_rank() == (1, 2)  # torchrun's first
+        assert detect_rank(array=True) == (1, 2)  # torchrun's first
     finally:
         os.environ.clear()
         os.environ.update(old)

@@ -46,7 +46,7 @@ from .. import _native
 from .._cache import cache_dir
 from .._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
 from ..errors import (RESOURCE_ERRNOS, GpuDecodeError, LocatedError, OnError, ResourceError, ShardFormatError,
-                      ShardReadError, Skipped, check_on_error, record_failure, resource_error, wrap_data_error)
+                      ShardReadError, Skipped, ErrorPolicy, resource_error, wrap_data_error)
 from . import shards as _shards
 from .cache import ShardCache
 from .files import FileList, iter_files
@@ -656,7 +656,9 @@ class ShardReader(torch.utils.data.IterableDataset):
             by worker: the consumers are world_size x workers.
         num_threads: reader threads (default 2).
         on_error: "raise" stops at the first bad shard or sample; "warn" and "skip"
-            pass over it, count it in `skipped` ("warn" also warns).
+            pass over it, count it in `skipped` ("warn" also warns). `policy` (an
+            errors.ErrorPolicy) instead shares one policy and `skipped` list with other
+            stages (a Loader's).
         extensions: if given, only these extensions' bytes are read (others are left
             in the shard, and absent from `fields`).
         even: "auto", None, "pad" or "drop": make every consumer yield the same number of
@@ -690,7 +692,8 @@ class ShardReader(torch.utils.data.IterableDataset):
                  on_error: OnError = "raise", extensions: Sequence[str] | None = None,
                  even: Even | Literal["auto"] | None = "auto", split: Literal["auto", "shard", "sample"] = "auto",
                  remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
-                 cache_limit: int | None = None, map_extensions: Sequence[str] = ()) -> None:
+                 cache_limit: int | None = None, map_extensions: Sequence[str] = (),
+                 policy: ErrorPolicy | None = None) -> None:
         super().__init__()
         self.files: dict[str, FileList] = {}
         self.urls = _shards.expand_urls(urls, files=self.files)
@@ -717,7 +720,8 @@ class ShardReader(torch.utils.data.IterableDataset):
         self.rank = rank
         self.world_size = world_size
         self.num_threads = max(1, num_threads or 2)
-        self.on_error = check_on_error(on_error)
+        # what happens to bad data; shared with a Loader's other stages when it passes its own
+        self.policy = policy if policy is not None else ErrorPolicy(on_error)
         self.extensions = frozenset(e.lower().lstrip(".") for e in extensions) if extensions is not None else None
         self.map_extensions = frozenset(e.lstrip(".") for e in map_extensions)
         self.even_policy = even  # as given; `even` is what it means for this process
@@ -727,7 +731,6 @@ class ShardReader(torch.utils.data.IterableDataset):
                                 on_change=self._remote_changed) if cache_dir is not None else None
         self._recount = False  # a cached remote shard changed: counted again at the next epoch
         self.epoch = 0
-        self.skipped: list[Skipped] = []
         self._counts: dict[str, int] | None = None
         self._counted_stats: list[tuple[int, int] | None] = []
         self._counted_epoch = 0
@@ -923,8 +926,22 @@ class ShardReader(torch.utils.data.IterableDataset):
             if i >= start:
                 yield s
 
+    @property
+    def on_error(self) -> str:
+        return self.policy.on_error
+
+    @property
+    def skipped(self) -> list[Skipped]:
+        """What the error policy passed over (bad shards and samples; in a Loader, its
+        images and labels too: the policy is shared)."""
+        return self.policy.skipped
+
+    @skipped.setter
+    def skipped(self, value: list[Skipped]) -> None:
+        self.policy.skipped = value
+
     def _record(self, f: Failure) -> None:
-        record_failure(f.error, self.on_error, self.skipped, stacklevel=3)
+        self.policy.record(f.error, stacklevel=3)
 
     def _threaded(self, segments: list[_shards.Segment], stop: threading.Event | None,
                   orders: dict[str, list[int]] | None = None) -> Iterator[Sample]:

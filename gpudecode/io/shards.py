@@ -232,13 +232,26 @@ def expand_urls(urls: ShardSpec, *, files: dict | None = None) -> list[str]:
     return out
 
 
-def detect_rank() -> tuple[int, int]:
-    """(rank, world_size) from torch.distributed when initialized, else torchrun's RANK and
-    WORLD_SIZE, else SLURM's SLURM_PROCID and SLURM_NTASKS, else (0, 1)."""
+def detect_rank(*, array: bool = False) -> tuple[int, int]:
+    """(rank, world_size): the one rank detector of every command.
+
+    From torch.distributed when initialized, else torchrun's RANK and WORLD_SIZE, else
+    SLURM's SLURM_PROCID and SLURM_NTASKS (the tasks of one job step), else (0, 1).
+    With `array`, the elements of a SLURM array job are ranks too, before all that
+    (SLURM_ARRAY_TASK_ID, _MIN, _STEP, _COUNT; task t of element a is a * tasks + t): for
+    work that an array shares out (`gpudecode precache`), not for training, where an
+    array is usually a sweep of independent jobs that each read everything."""
+    env = os.environ
+    if array and "SLURM_ARRAY_TASK_ID" in env and "SLURM_ARRAY_TASK_COUNT" in env:
+        first = int(env.get("SLURM_ARRAY_TASK_MIN", "0"))
+        step = int(env.get("SLURM_ARRAY_TASK_STEP", "1"))
+        element = (int(env["SLURM_ARRAY_TASK_ID"]) - first) // max(1, step)
+        count = int(env["SLURM_ARRAY_TASK_COUNT"])
+        task, tasks = int(env.get("SLURM_PROCID", "0")), int(env.get("SLURM_NTASKS", "1"))
+        return element * tasks + task, count * tasks
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    env = os.environ
     if "RANK" in env and "WORLD_SIZE" in env:
         return int(env["RANK"]), int(env["WORLD_SIZE"])
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:

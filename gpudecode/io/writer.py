@@ -32,6 +32,13 @@ def format_pattern(pattern: str, index: int) -> str:
     raise ValueError(f"shard pattern {pattern!r} needs a %d or {{}} placeholder for the shard number")
 
 
+def pattern_head(pattern: str) -> str:
+    """What comes before the shard number: `out/train-%06d.tar` -> `out/train-` (the one
+    parser of a pattern's head: a run's state folder, manifest and class index are named
+    from it, and the files of a run are recognised by it)."""
+    return pattern.split("%", 1)[0].split("{", 1)[0]
+
+
 def written_by(pattern: str) -> list[str]:
     """The files that `pattern` (`out/train-%06d.tar`, `out/train-{:06d}.tar`) names for
     some shard number and that exist, in number order: what an earlier run left."""
