@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from .decode._base import DecodedBatch
-from .errors import TransformError
+from .errors import KernelLaunchError, TransformError
 from .kernels import fused
 
 Layout = Literal["NCHW", "NHWC"]
@@ -416,6 +416,27 @@ def _epoch_key(seed: int, epoch: int) -> int:
 _STAGING = threading.local()
 
 
+MAX_CUDA_BATCH = 65535  # the kernels' grid is (columns, rows, images): gridDim.z's limit
+
+
+def launch_failure(err: BaseException, shape: tuple[int, ...], device: str) -> KernelLaunchError | None:
+    """`err`, raised launching the fused CUDA kernel, as a KernelLaunchError when it is
+    the driver's, the compiler's or numba's (a bad launch, an unsupported GPU or PTX, a
+    typing error), naming the output shape and device; None for anything else (out of
+    memory, a bug), which stays what it is."""
+    from numba.core.errors import NumbaError
+    from numba.cuda.cudadrv import driver, error
+
+    names = ("CudaAPIError", "CudaDriverError", "CudaSupportError", "LinkerError", "CudaRuntimeError", "NvvmError",
+             "NvrtcError")  # (the simulator's driver module has only some of them)
+    kinds = (NumbaError, *{k for m in (driver, error) for n in names if isinstance(k := getattr(m, n, None), type)})
+    if not isinstance(err, kinds):
+        return None
+    detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    return KernelLaunchError(f"the fused CUDA kernel could not be launched on {device} for an output of "
+                             f"{list(shape)}: {type(err).__name__}{': ' + detail if detail else ''}")
+
+
 def _staging(shape: Sequence[int]) -> torch.Tensor:
     """A float32 buffer of `shape`, kept per calling thread (a fresh 150 MB tensor per
     batch costs its page faults every time)."""
@@ -552,6 +573,8 @@ class Compose(Transform):
 
         Raises:
             ValueError: params that do not fit their image (a crop outside it).
+            KernelLaunchError: the CUDA kernel could not be compiled or launched (names the
+                batch shape and device; the driver's error as __cause__).
         """
         idx = np.arange(len(params)) if rows is None else np.asarray(rows, np.int64)
         if len(idx) != view.shape[0]:
@@ -596,8 +619,17 @@ class Compose(Transform):
         if src.is_cuda:
             from .kernels import cuda_launch
 
-            cuda_launch.run(src, geom, factors, order, mean, std, view, normalize=normalize,
-                            antialias=self.plan.antialias, stream=stream)
+            if view.shape[0] > MAX_CUDA_BATCH:
+                raise KernelLaunchError(f"a batch of {view.shape[0]} images is over the {MAX_CUDA_BATCH} one CUDA "
+                                        "grid holds (its z dimension): use a smaller batch_size")
+            try:
+                cuda_launch.run(src, geom, factors, order, mean, std, view, normalize=normalize,
+                                antialias=self.plan.antialias, stream=stream)
+            except Exception as e:
+                failed = launch_failure(e, tuple(view.shape), str(src.device))
+                if failed is None:
+                    raise
+                raise failed from e
             return
         out_np = view.numpy() if view.dtype != torch.float16 else None
         if out_np is None:  # numba CPU has no float16 stores: compute float32, cast

@@ -343,3 +343,27 @@ def test_sample_rng_is_a_seeded_random_random():
     # a shuffle is a permutation, and differs between samples
     perms = {tuple(sample_rng(5, 0, i).sample(range(4), 4)) for i in range(200)}
     assert len(perms) == 24
+
+
+def test_cuda_launch_failures_are_kernel_launch_errors():
+    """What the driver, the compiler or numba raise at a launch becomes a KernelLaunchError
+    naming the output shape and device (the original as __cause__); anything else (out of
+    memory, a bug) stays what it is. (On a GPU, `make gpu-check` launches for real.)"""
+    from numba.core.errors import TypingError
+    from numba.cuda.cudadrv import driver
+
+    from gpudecode import GpuDecodeError, KernelLaunchError
+    from gpudecode.transforms import MAX_CUDA_BATCH, launch_failure
+
+    errs = [TypingError("No implementation of function")]
+    if hasattr(driver, "LinkerError"):  # (not in the simulator's driver module)
+        errs.append(driver.LinkerError("ptxas fatal: sm_120"))
+    if hasattr(driver, "CudaAPIError"):
+        errs.append(driver.CudaAPIError(1, "CUDA_ERROR_INVALID_VALUE"))
+    for err in errs:
+        out = launch_failure(err, (64, 3, 224, 224), "cuda:1")
+        assert isinstance(out, KernelLaunchError) and isinstance(out, GpuDecodeError)
+        assert "[64, 3, 224, 224]" in str(out) and "cuda:1" in str(out) and type(err).__name__ in str(out)
+    assert launch_failure(MemoryError(), (1, 3, 8, 8), "cuda:0") is None
+    assert launch_failure(ValueError("a bug"), (1, 3, 8, 8), "cuda:0") is None
+    assert MAX_CUDA_BATCH == 65535
