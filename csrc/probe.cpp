@@ -130,7 +130,10 @@ class NpyHeader {
   // "" and the fields set, or what is wrong
   std::string parse(int64_t& h, int64_t& w) {
     bool have_descr = false, have_order = false, have_shape = false;
-    skip_space();
+    // Outside the braces the header is Python source lines, where indentation counts:
+    // only blanks before '{', and blanks then one line break after '}' (what numpy
+    // writes); inside them any whitespace goes.
+    skip_blanks();
     if (!eat('{')) return "no '{'";
     for (;;) {
       skip_space();
@@ -172,7 +175,8 @@ class NpyHeader {
       if (eat('}')) break;
       return "bad separator";
     }
-    skip_space();
+    skip_blanks();
+    if (!eat('\n') && eat('\r')) eat('\n');
     if (i_ != n_) return "data after the header dict";
     if (!(have_descr && have_order && have_shape)) return "missing key";
     return "";
@@ -185,6 +189,9 @@ class NpyHeader {
       return true;
     }
     return false;
+  }
+  void skip_blanks() {
+    while (i_ < n_ && (p_[i_] == ' ' || p_[i_] == '\t')) ++i_;
   }
   void skip_space() {
     while (i_ < n_ && (p_[i_] == ' ' || p_[i_] == '\n' || p_[i_] == '\t' || p_[i_] == '\r')) ++i_;

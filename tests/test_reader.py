@@ -480,3 +480,15 @@ def test_a_sample_repeated_in_a_shard_is_named(tmp_path):
     r = ShardReader(shard, on_error="skip")
     assert [s.key for s in r] == [s["__key__"] for s in ss]
     assert [(s.key, s.error) for s in r.skipped] == [(ss[0]["__key__"], "ShardFormatError")]
+
+
+def test_a_path_too_long_for_the_file_system_is_a_shard_read_error():
+    """Found by the shard_list fuzzer: a name over the file system's 255 bytes made
+    `Path.is_dir()` raise a bare OSError (ENAMETOOLONG)."""
+    from gpudecode import ShardReadError
+    from gpudecode.io.shards import expand_urls
+
+    long = "x" * 300 + ".tar"
+    with pytest.raises(ShardReadError, match="File name too long") as e:
+        expand_urls(long)
+    assert e.value.shard == long

@@ -90,7 +90,11 @@ def _expand_one(spec: str, seen: frozenset[str] = frozenset(), files: dict | Non
         return _matched(url)
     if is_local(url):
         path = Path(local_path(url))
-        if path.is_dir():
+        try:
+            is_dir, is_file = path.is_dir(), path.is_file()
+        except OSError as e:  # a name too long for the file system, ...: not a bare OSError
+            raise ShardReadError(f"cannot look at the path: {e.strerror or e}", shard=url) from e
+        if is_dir:
             found = sorted(str(p) for p in path.iterdir() if p.name.endswith(SHARD_SUFFIXES) and p.is_file())
             if found:
                 _one_set(path, found)
@@ -99,9 +103,9 @@ def _expand_one(spec: str, seen: frozenset[str] = frozenset(), files: dict | Non
                 raise ShardReadError("directory holds no .tar/.tgz/.tar.gz shards (an ImageFolder tree is read "
                                      "by gpudecode.Loader and ShardReader as it is)", shard=url)
             return [_register(_files.scan_tree(str(path)), files)]
-        if path.suffix in _LIST_SUFFIXES and path.is_file() and files is not None and _files.looks_like_file_list(path):
+        if path.suffix in _LIST_SUFFIXES and is_file and files is not None and _files.looks_like_file_list(path):
             return [_register(_files.read_list(path), files)]
-        if path.suffix in _LIST_SUFFIXES and path.is_file():
+        if path.suffix in _LIST_SUFFIXES and is_file:
             key = os.path.realpath(path)
             if key in seen:
                 raise ValueError(f"shard list {url!r} includes itself")
