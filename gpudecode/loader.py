@@ -54,7 +54,7 @@ from .decode import NAMES, available, check_device, choose, make_decoder
 from .errors import BackendUnavailableError, ConcurrentIterationError, ErrorPolicy, OnError, Skipped
 from .io.reader import Sample, ShardReader, split_exts
 from .io.remote import RemoteOptions
-from .pipeline import MID_QUEUE, Batch, Pipeline, _Ready
+from .pipeline import Batch, Pipeline, _Ready
 from .stats import LoaderStats
 from .transforms import Compose
 
@@ -72,7 +72,7 @@ class _Epoch:
     def __init__(self, loader: "Loader", epoch: int, start: int) -> None:
         self.loader = loader
         self.queue: queue.Queue = queue.Queue(maxsize=max(1, loader.prefetch))
-        self.mid: queue.Queue = queue.Queue(maxsize=MID_QUEUE)
+        self.mid: queue.Queue = queue.Queue(maxsize=loader._pipe.depth)  # the rings are this deep
         self.group = ThreadGroup("loader")
         self.stop = self.group.stop_event
         # a decoder that can be interrupted (the CPU one: between rows, on its native

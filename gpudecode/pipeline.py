@@ -102,13 +102,20 @@ class Pipeline:
         policy: what happens to images and labels that fail (errors.ErrorPolicy: a Loader
             shares its one with its reader, so one list holds all that was skipped).
         ring: output slots (a Loader's prefetch + 3).
+        depth: prepared batches queued between the two stages (the Loader's middle queue);
+            decoded batches alive at once are then `in_flight` = depth + 2 (one in the
+            kernel, `depth` queued, one being decoded), and every ring a decoded batch lives
+            in (the decoder's, the upload ring) is made that deep here: a deeper queue can
+            never overwrite a batch still queued.
         num_threads, max_pixels, fast_decode, pin_memory: as the Loader's.
     """
 
     def __init__(self, transform: Compose, *, batch_size: int, device: str, decoder: Any,
                  image_exts: Sequence[str], label_exts: Sequence[str], labels: bool, num_classes: int | None,
                  allow_negative_labels: bool, policy: ErrorPolicy, ring: int, num_threads: int, max_pixels: int,
-                 fast_decode: bool, pin_memory: bool) -> None:
+                 fast_decode: bool, pin_memory: bool, depth: int = MID_QUEUE) -> None:
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1, not {depth}")
         self.transform = transform
         self.batch_size = batch_size
         self.device = device
@@ -120,6 +127,7 @@ class Pipeline:
         self.allow_negative_labels = allow_negative_labels
         self.policy = policy
         self.ring = ring
+        self.depth = depth
         self.num_threads = num_threads
         self.max_pixels = max_pixels
         self.fast_decode = fast_decode
@@ -131,6 +139,11 @@ class Pipeline:
         self.seq = 0    # batches decoded so far (the rings' turn; kept across epochs)
         self.gpu: _Streams | None = None
         self._last_good: tuple[int, int, list[str], list[int]] | None = None  # (slot, n, keys, labels)
+
+    @property
+    def in_flight(self) -> int:
+        """Decoded batches alive at once: one in the kernel, `depth` queued, one being decoded."""
+        return self.depth + 2
 
     @property
     def owns_decoder(self) -> bool:
@@ -164,16 +177,16 @@ class Pipeline:
                 # packed with the decoded images and uploaded as one block
                 self._decoder = CpuDecoder(num_threads=self.num_threads, max_pixels=self.max_pixels,
                                            fast=self.fast_decode, out_size=self.transform.out_size,
-                                           zero_copy=self.device == "cpu")
+                                           zero_copy=self.device == "cpu", buffers=self.in_flight)
             else:
                 self._decoder = make_decoder(name, device=self.device, num_threads=self.num_threads,
-                                             max_pixels=self.max_pixels, fast=self.fast_decode)
+                                             max_pixels=self.max_pixels, fast=self.fast_decode, buffers=self.in_flight)
         buffers = getattr(self._decoder, "buffers", None)
-        if buffers is not None and buffers < IN_FLIGHT:
+        if buffers is not None and buffers < self.in_flight:  # a decoder handed in: it says how many it keeps
             raise ValueError(f"decoder {self._decoder.name!r} keeps {buffers} results valid at once; the Loader "
-                             f"holds {IN_FLIGHT} (give it buffers={IN_FLIGHT} or more)")
+                             f"holds {self.in_flight} (give it buffers={self.in_flight} or more)")
         if self.gpu is None and self.device.startswith("cuda"):
-            self.gpu = _Streams(self.device, self.ring)
+            self.gpu = _Streams(self.device, self.ring, self.in_flight)
 
     def after_fork(self) -> None:
         """In a forked child: the decoder's threads and the CUDA streams stayed in the parent."""
@@ -269,7 +282,7 @@ class Pipeline:
             self.seq += 1
             gpu = self.gpu
             if gpu is not None:
-                gpu.before_decode(seq)  # the rings' turn of batch seq - IN_FLIGHT is free
+                gpu.before_decode(seq)  # the rings' turn of batch seq - in_flight is free
             with torch.cuda.stream(gpu.decode) if gpu is not None else contextlib.nullcontext():
                 ev = [_event(gpu.decode)] if gpu is not None else []
                 decoded = self._decoder.decode(requests)  # type: ignore[union-attr]
@@ -387,7 +400,7 @@ class _Streams:
     release events and the slots handed to the trainer, and the decoded batches kept alive
     until their kernels are done (see the module doc for the protocol)."""
 
-    def __init__(self, device: str, ring: int) -> None:
+    def __init__(self, device: str, ring: int, in_flight: int = IN_FLIGHT) -> None:
         self.device = torch.device(device)
         if self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -395,20 +408,21 @@ class _Streams:
         self.augment = torch.cuda.Stream(device=self.device)
         self.slot_free: list[Any] = [None] * ring  # recorded on the trainer's stream when done with a slot
         self.handed: list[int] = []                # slots handed over whose release is not recorded yet
-        self.uploads: list[torch.Tensor | None] = [None] * IN_FLIGHT
-        self.staging: list[torch.Tensor | None] = [None] * IN_FLIGHT  # pinned host buffers
-        self.staged: list[Any] = [None] * IN_FLIGHT  # the copy out of staging[k] is done at this event
+        self.in_flight = in_flight  # decoded batches alive at once (Pipeline.in_flight)
+        self.uploads: list[torch.Tensor | None] = [None] * in_flight
+        self.staging: list[torch.Tensor | None] = [None] * in_flight  # pinned host buffers
+        self.staged: list[Any] = [None] * in_flight  # the copy out of staging[k] is done at this event
         self._lock = threading.Lock()
         self._retired: list[tuple[int, Any, Any]] = []  # (seq, consumed event, what it keeps alive)
 
     def before_decode(self, seq: int) -> None:
-        """Batch `seq` is about to reuse the rings' turn of batch seq - IN_FLIGHT: wait (on
+        """Batch `seq` is about to reuse the rings' turn of batch seq - in_flight: wait (on
         the host) for that batch's kernel, and let go of the batches whose kernels are done."""
         with self._lock:
             keep = []
             for item in self._retired:
                 s, consumed, _ = item
-                if s <= seq - IN_FLIGHT:
+                if s <= seq - self.in_flight:
                     consumed.synchronize()
                 elif not consumed.query():
                     keep.append(item)
@@ -424,7 +438,7 @@ class _Streams:
         turn's pinned staging buffer, then uploaded without blocking the host."""
         pixels = decoded.pixels
         n = pixels.numel()
-        k = seq % IN_FLIGHT
+        k = seq % self.in_flight
         if self.staged[k] is not None:
             self.staged[k].synchronize()  # the previous upload out of this staging buffer
         host, dev = self.staging[k], self.uploads[k]

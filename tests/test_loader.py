@@ -321,3 +321,30 @@ def test_a_state_of_other_shards_is_refused(shards, tmp_path):
     again = Loader(same, **kw)
     again.load_state_dict(state)  # the same shards, mounted elsewhere
     assert sum(b.images.shape[0] for b in again) == 30 - 4
+
+
+def test_deeper_queues_never_overwrite_a_batch_still_queued(shards):
+    """The pipeline makes every ring a decoded batch lives in as deep as the batches it
+    keeps alive (the middle queue + 2): raising the queue depth and prefetch, with a slow
+    trainer so that every queue fills, gives every batch's pixels as the default depth
+    does (with the decoder's ring fixed at 3, depth 3 overwrote queued batches)."""
+    urls, _ = shards
+
+    def run(depth: int, prefetch: int, pause: float) -> list:
+        ld = Loader(urls, batch_size=4, transform=train_tf(), device="cpu", seed=3, shuffle=False,
+                    prefetch_factor=prefetch, num_workers=2)
+        ld._pipe.depth = depth
+        out = []
+        for b in ld:
+            out.append((list(b.keys), b.images.clone()))
+            time.sleep(pause)  # the trainer's step: the queues fill behind it
+        assert ld._pipe.decoder.buffers == depth + 2
+        ld.close()
+        return out
+
+    ref = run(1, 1, 0.0)
+    for depth, prefetch in ((3, 1), (4, 5)):
+        got = run(depth, prefetch, 0.05)
+        assert [k for k, _ in got] == [k for k, _ in ref]
+        for (_, a), (_, b) in zip(got, ref):
+            assert torch.equal(a, b)

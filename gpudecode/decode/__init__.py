@@ -86,8 +86,9 @@ def choose(name: str, device: str) -> str:
 
 
 def make_decoder(name: DecoderName | str, *, device: str, num_threads: int, max_pixels: int,
-                 fast: bool = False, hw_load: float = 0.65) -> Decoder:
-    """The decoder `name` for `device` (see the module doc).
+                 fast: bool = False, hw_load: float = 0.65, buffers: int = 3) -> Decoder:
+    """The decoder `name` for `device` (see the module doc); `buffers`: how many of its
+    results stay valid at once (Decoder.buffers), for those that keep a ring.
 
     Raises:
         ValueError: an unknown name.
@@ -105,15 +106,17 @@ def make_decoder(name: DecoderName | str, *, device: str, num_threads: int, max_
     if name == "cpu":
         from .cpu import CpuDecoder
 
-        return CpuDecoder(num_threads=num_threads, max_pixels=max_pixels, fast=fast)
+        return CpuDecoder(num_threads=num_threads, max_pixels=max_pixels, fast=fast, buffers=buffers)
     if name == "nvimgcodec":
         from .nvimgcodec import NvImageCodecDecoder
 
-        return NvImageCodecDecoder(device=device, num_threads=num_threads, max_pixels=max_pixels, hw_load=hw_load)
+        return NvImageCodecDecoder(device=device, num_threads=num_threads, max_pixels=max_pixels, hw_load=hw_load,
+                                   buffers=buffers)
     if name == "dali":
         from .dali import DaliDecoder
 
-        return DaliDecoder(device=device, num_threads=num_threads, max_pixels=max_pixels, hw_load=hw_load)
+        return DaliDecoder(device=device, num_threads=num_threads, max_pixels=max_pixels, hw_load=hw_load,
+                           buffers=buffers)
     from .torchcodec import TorchcodecDecoder
 
     return TorchcodecDecoder(device=device, max_pixels=max_pixels)
