@@ -151,7 +151,7 @@ class _Event:
 def _streams():
     import threading
 
-    from gpudecode.pipeline import _Streams
+    from gpudecode.pipeline import IN_FLIGHT, _Streams
 
     st = object.__new__(_Streams)  # no CUDA here: the bookkeeping alone
     st._lock = threading.Lock()
@@ -159,6 +159,7 @@ def _streams():
     st.handed = []
     st.slot_free = [None] * 5
     st.device = "cuda:0"
+    st.in_flight = IN_FLIGHT  # the default depth's
     return st
 
 
