@@ -36,6 +36,7 @@ and the output buffers.
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import queue
@@ -51,9 +52,10 @@ import torch
 from ._probe import DEFAULT_MAX_PIXELS
 from ._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
 from .decode import NAMES, available, check_device, choose, make_decoder
-from .errors import BackendUnavailableError, ConcurrentIterationError, ErrorPolicy, OnError, Skipped
+from .errors import BackendUnavailableError, ConcurrentIterationError, ErrorPolicy, OnError, Skipped, TransformError
 from .io.reader import Sample, ShardReader, split_exts
 from .io.remote import RemoteOptions
+from .mixing import BatchTransform, CutMix, MixUp, RandomChoice, as_batch_transform
 from .pipeline import Batch, Pipeline, _Ready
 from .stats import LoaderStats
 from .transforms import Compose
@@ -231,6 +233,30 @@ class LoaderIterator:
             pass
 
 
+def _batch_step(step: Any, transform: Compose, labels: bool, num_classes: int | None) -> Any:
+    """The batch transform, checked against the rest now (not at the first batch)."""
+    if step is None:
+        return None
+    step = as_batch_transform(step)
+    if isinstance(step, BatchTransform):
+        step = copy.deepcopy(step)  # num_classes may be filled in below: the caller's object stays as given
+        if not labels:
+            raise TransformError(f"{step!r} mixes labels too: it needs labels=True")
+        if not transform.plan.dtype.is_floating_point:
+            raise TransformError(f"{step!r} mixes float images, and this transform ends in {transform.plan.dtype}: "
+                                 "end it with Normalize or ToDtype(torch.float32, scale=True)")
+        def mixes(s: BatchTransform) -> list[BatchTransform]:
+            return [m for t in s.transforms for m in mixes(t)] if isinstance(s, RandomChoice) else [s]
+
+        for m in mixes(step):
+            if isinstance(m, (MixUp, CutMix)) and m.num_classes is None:
+                if num_classes is None:
+                    raise TransformError(f"{m!r} turns labels into [N, num_classes]: give it num_classes= (or the "
+                                         "Loader's num_classes=)")
+                m.num_classes = num_classes
+    return step
+
+
 def _default_seed(world_size: int) -> int:
     """torch.initial_seed(), made the same on every rank: rank 0's is broadcast when
     torch.distributed is initialized (every rank builds its Loader, as it must to read
@@ -300,6 +326,11 @@ class Loader:
         batch_size: images per batch.
         transform: a `gpudecode.transforms.Compose` (a torchvision Compose is converted
             with `Compose.from_torchvision`, or refused with the reason).
+        batch_transform: run on each finished batch and its labels, on its device:
+            `transforms.MixUp`, `CutMix`, `RandomChoice` over them (torchvision v2's, which
+            are converted, so their draws are seeded; labels become [N, num_classes]
+            float32, num_classes taken from the Loader's when the transform has none), or
+            any callable (images [N, 3, h, w], labels) -> (images, labels).
         device: "auto" (CUDA if available, else CPU), "cpu", "cuda" or "cuda:N", or a
             torch.device of those.
         decoder: "auto" | "cpu" | "nvimgcodec" | "dali" | "torchcodec", or a decoder instance
@@ -372,7 +403,7 @@ class Loader:
                  buffer_size: int = 1000, max_pixels: int = DEFAULT_MAX_PIXELS, fast_decode: bool = False,
                  remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
                  cache_limit: int | None = None, num_threads: int | None = None,
-                 prefetch: int | None = None) -> None:
+                 prefetch: int | None = None, batch_transform: Any = None) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
         if num_workers is not None and num_threads is not None and num_workers != num_threads:
@@ -395,6 +426,7 @@ class Loader:
             if not ok:
                 raise BackendUnavailableError(f"decoder {decoder!r} cannot be used here: {why}")
         self.transform = transform
+        self.batch_transform = _batch_step(batch_transform, transform, labels, num_classes)
         self.batch_size = batch_size
         self.device = device
         self.decoder_name = decoder
@@ -434,7 +466,8 @@ class Loader:
                               image_exts=self.image_exts, label_exts=self.label_exts, labels=labels,
                               num_classes=num_classes, allow_negative_labels=self.allow_negative_labels,
                               policy=self.policy, ring=self.prefetch + 3, num_threads=self.num_threads,
-                              max_pixels=max_pixels, fast_decode=fast_decode, pin_memory=self.pin_memory)
+                              max_pixels=max_pixels, fast_decode=fast_decode, pin_memory=self.pin_memory,
+                              batch_transform=self.batch_transform)
         self._position = 0
         self._yielded = 0        # batches handed over in the current (or last) epoch
         self._finished = False   # the current (or last) epoch ran to its end
@@ -597,7 +630,9 @@ class Loader:
         return {"device": self.device, "decoder": dec, "num_threads": self.num_threads, "prefetch": self.prefetch,
                 "batch_size": self.batch_size, "shards": len(self.reader.urls), "split": self.reader.mode(),
                 "out_size": plan.out_size, "dtype": str(plan.dtype),
-                "transform": [type(t).__name__ for t in plan.steps], "fast_decode": self.fast_decode}
+                "transform": [type(t).__name__ for t in plan.steps], "fast_decode": self.fast_decode,
+                # what runs after the fused kernel, on the finished batch
+                "after": [] if self.batch_transform is None else [repr(self.batch_transform)]}
 
     def __iter__(self) -> LoaderIterator:
         """Starts an epoch (resuming where load_state_dict said, if it was called).

@@ -27,6 +27,7 @@ from .decode import DecodedBatch, choose, make_decoder
 from .errors import DecodeError, ErrorPolicy, Skipped
 from .io.reader import Sample
 from .labels import parse_label
+from .mixing import BatchTransform, batch_rng
 from .stats import BatchTiming
 from .transforms import Compose
 
@@ -73,6 +74,7 @@ class _Prepared:
     taken: int = 0  # samples taken from the reader for this batch
     seq: int = 0    # batches decoded by this Loader before this one (the rings' turn)
     ready: Any = None  # CUDA event: decoding (and the upload) done, on the decode stream
+    draw: tuple = ()   # (seed, epoch, rank, first sample's position): the batch transform's draws
 
 
 @dataclass
@@ -108,12 +110,15 @@ class Pipeline:
             in (the decoder's, the upload ring) is made that deep here: a deeper queue can
             never overwrite a batch still queued.
         num_threads, max_pixels, fast_decode, pin_memory: as the Loader's.
+        batch_transform: a mixing.BatchTransform (MixUp, CutMix, RandomChoice), or a
+            callable (images, labels) -> (images, labels), run on each finished batch.
     """
 
     def __init__(self, transform: Compose, *, batch_size: int, device: str, decoder: Any,
                  image_exts: Sequence[str], label_exts: Sequence[str], labels: bool, num_classes: int | None,
                  allow_negative_labels: bool, policy: ErrorPolicy, ring: int, num_threads: int, max_pixels: int,
-                 fast_decode: bool, pin_memory: bool, depth: int = MID_QUEUE) -> None:
+                 fast_decode: bool, pin_memory: bool, depth: int = MID_QUEUE,
+                 batch_transform: Any = None) -> None:
         if depth < 1:
             raise ValueError(f"depth must be >= 1, not {depth}")
         self.transform = transform
@@ -128,6 +133,7 @@ class Pipeline:
         self.policy = policy
         self.ring = ring
         self.depth = depth
+        self.batch_transform = batch_transform  # after the kernel, on the finished batch (see mixing)
         self.num_threads = num_threads
         self.max_pixels = max_pixels
         self.fast_decode = fast_decode
@@ -138,7 +144,8 @@ class Pipeline:
         self.slot = 0   # the output slot the next batch goes to (kept across epochs)
         self.seq = 0    # batches decoded so far (the rings' turn; kept across epochs)
         self.gpu: _Streams | None = None
-        self._last_good: tuple[int, int, list[str], list[int]] | None = None  # (slot, n, keys, labels)
+        # the last batch handed on, as handed: (images, n, keys, labels), for `even` to repeat
+        self._last_good: tuple[torch.Tensor, int, list[str], torch.Tensor | None] | None = None
 
     @property
     def in_flight(self) -> int:
@@ -296,7 +303,8 @@ class Pipeline:
                     timing.gpu["h2d"] = (ev[1], ev[2])
                     ready = ev[2]  # the augment stream waits for this
         timing.decode = time.perf_counter() - t1
-        return _Prepared(samples, params, sizes, labels, decoded, timing, taken=len(chunk), seq=seq, ready=ready)
+        return _Prepared(samples, params, sizes, labels, decoded, timing, taken=len(chunk), seq=seq, ready=ready,
+                         draw=(seed, epoch, rank, position))
 
     def finish(self, p: _Prepared, even: str | None = None) -> _Ready | None:
         """Stage B: the error policy, the fused kernel into the next output slot, and the
@@ -349,21 +357,35 @@ class Pipeline:
             lab = torch.tensor([p.labels[k] for k in ok], dtype=torch.int64) if self.labels else None
             if lab is not None and self.device != "cpu":
                 lab = lab.pin_memory().to(self.device, non_blocking=True)
+            images = out
+            if self.batch_transform is not None:  # on the finished batch, on its stream
+                images, lab = self._batch_step(out, view, lab, p.draw)
             if gpu is not None:
                 ready = torch.cuda.Event()
                 ready.record(stream)
                 gpu.retire(p.seq, ready, decoded)  # its buffers live until the kernel is done
         p.timing.augment = time.perf_counter() - t0
         p.timing.size = len(ok)
-        batch = Batch(out, lab, [p.samples[k].key for k in ok])
-        self._last_good = (slot, len(ok), batch.keys, [p.labels[k] for k in ok])
+        batch = Batch(images, lab, [p.samples[k].key for k in ok])
+        self._last_good = (images, len(ok), batch.keys, lab)
         return _Ready(batch, p.timing, p.position, slot, ready)
+
+    def _batch_step(self, out: torch.Tensor, view: torch.Tensor, lab: torch.Tensor | None, draw: tuple
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The batch transform: ours in place on the output slot (through its [N, 3, h, w]
+        view), with the batch's own seeded draws; a user's callable as it is."""
+        step = self.batch_transform
+        if isinstance(step, BatchTransform):
+            _, lab = step(view, lab, rng=batch_rng(*draw))  # type: ignore[arg-type]
+            return out, lab
+        images, lab = step(view, lab)  # type: ignore[misc]
+        return images, lab
 
     def _made_up(self, p: _Prepared, slot: int, t0: float) -> _Ready:
         """A batch whose every image failed, under an even policy: made up of the rank's
         images of the batch before (repeated to the batch's size), so every rank keeps
         its step count; the failures are in `skipped` and the repeats keep their keys."""
-        src_slot, n, keys, labels = self._last_good  # type: ignore[misc]
+        src, n, keys, labels = self._last_good  # type: ignore[misc]
         idx = [i % n for i in range(p.taken)]
         gpu = self.gpu
         stream = gpu.augment if gpu is not None else None
@@ -371,19 +393,20 @@ class Pipeline:
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             if gpu is not None and gpu.slot_free[slot] is not None:
                 stream.wait_event(gpu.slot_free[slot])  # type: ignore[union-attr]
-            src = self.outputs[src_slot][0][:n]  # type: ignore[index]
             out, _ = self._output(slot, p.taken)
-            out.copy_(src[torch.tensor(idx, device=src.device)])
-            lab = torch.tensor([labels[i] for i in idx], dtype=torch.int64) if self.labels else None
-            if lab is not None and self.device != "cpu":
-                lab = lab.pin_memory().to(self.device, non_blocking=True)
+            pick = torch.tensor(idx, device=src.device)
+            if out.shape[1:] == src.shape[1:]:
+                out.copy_(src[:n][pick])
+            else:  # a batch callable's own images
+                out = src[:n][pick]
+            lab = labels[pick.to(labels.device)] if labels is not None else None
             if gpu is not None:
                 ready = torch.cuda.Event()
                 ready.record(stream)
         p.timing.augment = time.perf_counter() - t0
         p.timing.size = p.taken
         batch = Batch(out, lab, [keys[i] for i in idx])
-        self._last_good = (slot, p.taken, batch.keys, [labels[i] for i in idx])
+        self._last_good = (out, p.taken, batch.keys, lab)
         return _Ready(batch, p.timing, p.position, slot, ready)
 
 

@@ -732,5 +732,7 @@ class Compose(Transform):
         return cls(out, layout=layout)
 
 
+from .mixing import CutMix, MixUp, RandomChoice  # noqa: E402  (batch transforms: torchvision's names, here)
+
 __all__ = ["Compose", "RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "ColorJitter",
-           "Normalize", "ToDtype", "Transform", "sample_rng"]
+           "Normalize", "ToDtype", "Transform", "sample_rng", "MixUp", "CutMix", "RandomChoice"]
