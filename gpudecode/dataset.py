@@ -133,7 +133,7 @@ class ShardDataset(torch.utils.data.Dataset):
             raise item.error
         raise IndexError(f"sample {j} of shard {url!r} is not there (the shard changed since it was counted)")
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+    def __getitem__(self, index: int) -> tuple[Any, int]:
         from .decode.cpu import CpuDecoder
 
         s = self.sample(index)
@@ -153,5 +153,10 @@ class ShardDataset(torch.utils.data.Dataset):
         h, w = (int(v) for v in out.shapes[0])
         hwc = out.pixels[:h * w * 3].numpy().reshape(h, w, 3)
         img = torch.from_numpy(np.ascontiguousarray(hwc.transpose(2, 0, 1)))
+        if isinstance(self.transform, list):  # several views: each drawn as the Loader draws it
+            from .pipeline import view_seed
+
+            return [tf(img, tf.make_params([(h, w)], view_seed(self.seed, v), epoch=0, indices=[index % self._total]))
+                    for v, tf in enumerate(self.transform)], p.extra
         params = self.transform.make_params([(h, w)], self.seed, epoch=0, indices=[index % self._total])
         return self.transform(img, params), p.extra

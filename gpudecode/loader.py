@@ -233,6 +233,21 @@ class LoaderIterator:
             pass
 
 
+def _views(transform: Any) -> Compose | list[Compose]:
+    """A Compose (converted from torchvision's), or a list of them: several views of each
+    image, each with its own fixed output size (the views' batches are stacked apart)."""
+    if isinstance(transform, (list, tuple)):
+        views = [t if isinstance(t, Compose) else Compose.from_torchvision(t) for t in transform]
+        if not views:
+            raise TransformError("transform=[]: give one transform, or one per view")
+        for v, tf in enumerate(views):
+            if tf.plan.out_size is None:
+                raise TransformError(f"view {v} has no size of its own (no RandomResizedCrop, CenterCrop, RandomCrop "
+                                     "or Resize to a fixed size): with several views each needs one")
+        return views
+    return transform if isinstance(transform, Compose) else Compose.from_torchvision(transform)
+
+
 def _batch_step(step: Any, transform: Compose, labels: bool, num_classes: int | None) -> Any:
     """The batch transform, checked against the rest now (not at the first batch)."""
     if step is None:
@@ -416,8 +431,10 @@ class Loader:
         ahead = prefetch_factor if prefetch_factor is not None else (prefetch if prefetch is not None else 2)
         if ahead < 1:
             raise ValueError(f"prefetch_factor must be >= 1, not {ahead}")
-        if not isinstance(transform, Compose):
-            transform = Compose.from_torchvision(transform)
+        transform = _views(transform)
+        if isinstance(transform, list) and batch_transform is not None:
+            raise TransformError("batch_transform with several views is not supported (MixUp and CutMix mix one "
+                                 "view's batch): use one transform, or mix each view's batch in your loop")
         device = check_device(device)
         if isinstance(decoder, str):  # a missing extra is said now, not at the first batch
             if decoder == "nvjpeg" or choose(decoder, device) not in NAMES:
@@ -426,7 +443,8 @@ class Loader:
             if not ok:
                 raise BackendUnavailableError(f"decoder {decoder!r} cannot be used here: {why}")
         self.transform = transform
-        self.batch_transform = _batch_step(batch_transform, transform, labels, num_classes)
+        self.batch_transform = (None if isinstance(transform, list)
+                                else _batch_step(batch_transform, transform, labels, num_classes))
         self.batch_size = batch_size
         self.device = device
         self.decoder_name = decoder
@@ -626,11 +644,16 @@ class Loader:
     def describe(self) -> dict:
         """What this loader does and with what (the decoder is made on first use)."""
         dec = self._pipe.decoder_name()
-        plan = self.transform.plan
+        plans = [tf.plan for tf in self._pipe.views]
+        multi = self._pipe.multi
         return {"device": self.device, "decoder": dec, "num_threads": self.num_threads, "prefetch": self.prefetch,
                 "batch_size": self.batch_size, "shards": len(self.reader.urls), "split": self.reader.mode(),
-                "out_size": plan.out_size, "dtype": str(plan.dtype),
-                "transform": [type(t).__name__ for t in plan.steps], "fast_decode": self.fast_decode,
+                "out_size": [p.out_size for p in plans] if multi else plans[0].out_size,
+                "dtype": [str(p.dtype) for p in plans] if multi else str(plans[0].dtype),
+                # what runs fused, per view (several views: one list each)
+                "transform": ([[type(t).__name__ for t in p.steps] for p in plans] if multi
+                              else [type(t).__name__ for t in plans[0].steps]),
+                "views": len(plans), "fast_decode": self.fast_decode,
                 # what runs after the fused kernel, on the finished batch
                 "after": [] if self.batch_transform is None else [repr(self.batch_transform)]}
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
@@ -42,17 +43,19 @@ IN_FLIGHT = MID_QUEUE + 2
 
 class Batch(tuple):
     """(images, labels), as a DataLoader batch unpacks, with `.images`, `.labels` and
-    `.keys` (the samples' keys, in order)."""
+    `.keys` (the samples' keys, in order). With several views (a Loader given a list of
+    transforms) `images` is a list: one batch per view, in the transforms' order."""
 
     keys: list[str]
 
-    def __new__(cls, images: torch.Tensor, labels: torch.Tensor | None, keys: list[str]) -> "Batch":
+    def __new__(cls, images: Any, labels: torch.Tensor | None, keys: list[str]) -> "Batch":
         obj = super().__new__(cls, (images, labels))
         obj.keys = keys
         return obj
 
     @property
-    def images(self) -> torch.Tensor:
+    def images(self) -> Any:
+        """The images [N, 3, h, w] (in the transform's layout), or a list of them per view."""
         return self[0]
 
     @property
@@ -65,7 +68,7 @@ class _Prepared:
     """A batch between the two stages: decoded pixels and everything the kernel needs."""
 
     samples: list[Sample]
-    params: list[dict]
+    params: list[list[dict]]  # [view][image]
     sizes: list[tuple[int, int]]
     labels: list[int]
     decoded: DecodedBatch | None
@@ -75,6 +78,8 @@ class _Prepared:
     seq: int = 0    # batches decoded by this Loader before this one (the rings' turn)
     ready: Any = None  # CUDA event: decoding (and the upload) done, on the decode stream
     draw: tuple = ()   # (seed, epoch, rank, first sample's position): the batch transform's draws
+    windows: list = field(default_factory=list)     # the box decoded of each image
+    view_boxes: list = field(default_factory=list)  # [view][image]: the box each view's kernel reads
 
 
 @dataclass
@@ -114,14 +119,20 @@ class Pipeline:
             callable (images, labels) -> (images, labels), run on each finished batch.
     """
 
-    def __init__(self, transform: Compose, *, batch_size: int, device: str, decoder: Any,
+    def __init__(self, transform: Compose | Sequence[Compose], *, batch_size: int, device: str, decoder: Any,
                  image_exts: Sequence[str], label_exts: Sequence[str], labels: bool, num_classes: int | None,
                  allow_negative_labels: bool, policy: ErrorPolicy, ring: int, num_threads: int, max_pixels: int,
                  fast_decode: bool, pin_memory: bool, depth: int = MID_QUEUE,
                  batch_transform: Any = None) -> None:
         if depth < 1:
             raise ValueError(f"depth must be >= 1, not {depth}")
-        self.transform = transform
+        # several views of each image (a list of Composes): each image is decoded once, over
+        # the union of the views' windows, and each view's kernel reads its own part of it
+        self.multi = not isinstance(transform, Compose)
+        self.views: list[Compose] = list(transform) if self.multi else [transform]  # type: ignore[arg-type,list-item]
+        if not self.views:
+            raise ValueError("transform: a Compose, or a non-empty list of them (one per view)")
+        self.transform = self.views[0]
         self.batch_size = batch_size
         self.device = device
         self.decoder_spec = decoder
@@ -140,12 +151,12 @@ class Pipeline:
         self.pin_memory = pin_memory
         self._decoder: Any = None  # made on first use: no CUDA context before workers fork
         self._size: tuple[int, int] | None = None  # the images' one size, for a transform without geometry
-        self.outputs: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * ring
+        self.outputs: list[list[tuple[torch.Tensor, torch.Tensor]] | None] = [None] * ring  # [slot][view]
         self.slot = 0   # the output slot the next batch goes to (kept across epochs)
         self.seq = 0    # batches decoded so far (the rings' turn; kept across epochs)
         self.gpu: _Streams | None = None
         # the last batch handed on, as handed: (images, n, keys, labels), for `even` to repeat
-        self._last_good: tuple[torch.Tensor, int, list[str], torch.Tensor | None] | None = None
+        self._last_good: tuple[Any, int, list[str], torch.Tensor | None] | None = None
 
     @property
     def in_flight(self) -> int:
@@ -183,7 +194,8 @@ class Pipeline:
                 # on the CPU the kernel reads tensor samples in place; for a GPU they are
                 # packed with the decoded images and uploaded as one block
                 self._decoder = CpuDecoder(num_threads=self.num_threads, max_pixels=self.max_pixels,
-                                           fast=self.fast_decode, out_size=self.transform.out_size,
+                                           fast=self.fast_decode,  # (no DCT scaling: views share a window)
+                                           out_size=None if self.multi else self.transform.out_size,
                                            zero_copy=self.device == "cpu", buffers=self.in_flight)
             else:
                 self._decoder = make_decoder(name, device=self.device, num_threads=self.num_threads,
@@ -252,13 +264,13 @@ class Pipeline:
                                        shard=p.sample.shard, key=p.sample.key))
         return keep
 
-    def _output(self, slot: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        pair = self.outputs[slot]
-        if pair is None:
-            pair = self.outputs[slot] = self.transform.new_output(self.batch_size, self.device,
-                                                                   pin_memory=self.pin_memory, size=self._size)
-        out, view = pair
-        return out[:n], view[:n]
+    def _output(self, slot: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(output, its [N, 3, h, w] view) of each view, for the first n images of `slot`."""
+        pairs = self.outputs[slot]
+        if pairs is None:
+            pairs = self.outputs[slot] = [tf.new_output(self.batch_size, self.device, pin_memory=self.pin_memory,
+                                                        size=self._size) for tf in self.views]
+        return [(out[:n], view[:n]) for out, view in pairs]
 
     def prepare(self, chunk: list[Sample], *, seed: int, epoch: int, position: int, rank: int = 0,
                 world: int = 1) -> _Prepared:
@@ -274,10 +286,13 @@ class Pipeline:
         samples = [p.sample for p in probed]
         sizes = [(p.height, p.width) for p in probed]
         labels = [p.extra for p in probed]
-        # unique over ranks: (seed, epoch, global index) fixes each sample's draws
-        params = self.transform.make_params(sizes, seed, epoch=epoch,
-                                            indices=[index[id(s)] * world + rank for s in samples])
-        boxes = self.transform.decode_boxes(params, sizes)
+        # unique over ranks: (seed, epoch, global index) fixes each sample's draws; each view
+        # draws from its own seed (view 0 from `seed` itself)
+        indices = [index[id(s)] * world + rank for s in samples]
+        params = [tf.make_params(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
+                  for v, tf in enumerate(self.views)]
+        view_boxes = [tf.decode_boxes(pv, sizes) for tf, pv in zip(self.views, params)]
+        boxes = view_boxes[0] if not self.multi else [_union(bs) for bs in zip(*view_boxes)]
         requests = [p.request(box) for p, box in zip(probed, boxes)]
         t1 = time.perf_counter()
         timing.probe = t1 - t0
@@ -304,7 +319,7 @@ class Pipeline:
                     ready = ev[2]  # the augment stream waits for this
         timing.decode = time.perf_counter() - t1
         return _Prepared(samples, params, sizes, labels, decoded, timing, taken=len(chunk), seq=seq, ready=ready,
-                         draw=(seed, epoch, rank, position))
+                         draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes)
 
     def finish(self, p: _Prepared, even: str | None = None) -> _Ready | None:
         """Stage B: the error policy, the fused kernel into the next output slot, and the
@@ -348,18 +363,19 @@ class Pipeline:
                 stream.wait_event(p.ready)  # type: ignore[union-attr]  # decoded (and uploaded)
                 if gpu.slot_free[slot] is not None:
                     stream.wait_event(gpu.slot_free[slot])  # type: ignore[union-attr]  # the trainer is done
-            out, view = self._output(slot, len(ok))
+            outs = self._output(slot, len(ok))
             start = _event(stream) if stream is not None else None
-            self.transform.apply(decoded, p.params, p.sizes, view, rows=ok, stream=stream,
-                                 num_threads=self.num_threads)
+            for v, (tf, (_, view)) in enumerate(zip(self.views, outs)):
+                part = decoded if not self.multi else self._view_part(decoded, p, v)
+                tf.apply(part, p.params[v], p.sizes, view, rows=ok, stream=stream, num_threads=self.num_threads)
             if start is not None:
                 p.timing.gpu["augment"] = (start, _event(stream))
             lab = torch.tensor([p.labels[k] for k in ok], dtype=torch.int64) if self.labels else None
             if lab is not None and self.device != "cpu":
                 lab = lab.pin_memory().to(self.device, non_blocking=True)
-            images = out
+            images: Any = [out for out, _ in outs] if self.multi else outs[0][0]
             if self.batch_transform is not None:  # on the finished batch, on its stream
-                images, lab = self._batch_step(out, view, lab, p.draw)
+                images, lab = self._batch_step(outs[0][0], outs[0][1], lab, p.draw)
             if gpu is not None:
                 ready = torch.cuda.Event()
                 ready.record(stream)
@@ -369,6 +385,19 @@ class Pipeline:
         batch = Batch(images, lab, [p.samples[k].key for k in ok])
         self._last_good = (images, len(ok), batch.keys, lab)
         return _Ready(batch, p.timing, p.position, slot, ready)
+
+    @staticmethod
+    def _view_part(decoded: DecodedBatch, p: _Prepared, v: int) -> DecodedBatch:
+        """The decoded batch as view v's kernel reads it: each image's box moved from the
+        window decoded (the union of the views') to view v's own box inside it."""
+        boxes = decoded.boxes.copy()
+        for k, (window, mine) in enumerate(zip(p.windows, p.view_boxes[v])):
+            t0, l0, h0, w0 = window
+            if (int(boxes[k][2]), int(boxes[k][3])) != (h0, w0):
+                raise ValueError(f"decoder gave a {boxes[k][2]}x{boxes[k][3]} window for one of {h0}x{w0}: several "
+                                 "views need windows decoded at full scale")
+            boxes[k] = (boxes[k][0] + mine[0] - t0, boxes[k][1] + mine[1] - l0, mine[2], mine[3])
+        return dataclasses.replace(decoded, boxes=boxes)
 
     def _batch_step(self, out: torch.Tensor, view: torch.Tensor, lab: torch.Tensor | None, draw: tuple
                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -393,21 +422,40 @@ class Pipeline:
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             if gpu is not None and gpu.slot_free[slot] is not None:
                 stream.wait_event(gpu.slot_free[slot])  # type: ignore[union-attr]
-            out, _ = self._output(slot, p.taken)
-            pick = torch.tensor(idx, device=src.device)
-            if out.shape[1:] == src.shape[1:]:
-                out.copy_(src[:n][pick])
-            else:  # a batch callable's own images
-                out = src[:n][pick]
+            outs = [o for o, _ in self._output(slot, p.taken)]
+            made = []
+            for out, img in zip(outs, src if self.multi else [src]):
+                pick = torch.tensor(idx, device=img.device)
+                if out.shape[1:] == img.shape[1:]:
+                    out.copy_(img[:n][pick])
+                else:  # a batch callable's own images
+                    out = img[:n][pick]
+                made.append(out)
             lab = labels[pick.to(labels.device)] if labels is not None else None
             if gpu is not None:
                 ready = torch.cuda.Event()
                 ready.record(stream)
         p.timing.augment = time.perf_counter() - t0
         p.timing.size = p.taken
-        batch = Batch(out, lab, [keys[i] for i in idx])
-        self._last_good = (out, p.taken, batch.keys, lab)
+        images: Any = made if self.multi else made[0]
+        batch = Batch(images, lab, [keys[i] for i in idx])
+        self._last_good = (images, p.taken, batch.keys, lab)
         return _Ready(batch, p.timing, p.position, slot, ready)
+
+
+def view_seed(seed: int, view: int) -> int:
+    """The seed view `view` draws from: `seed` itself for view 0 (one view draws as a
+    plain transform does), an independent one for each other view."""
+    if view == 0:
+        return seed
+    return int.from_bytes(hashlib.sha256(f"gpudecode-view:{seed}:{view}".encode()).digest()[:8], "little") >> 1
+
+
+def _union(boxes: Sequence[tuple[int, int, int, int]]) -> tuple[int, int, int, int]:
+    """The smallest box (top, left, height, width) holding every box given."""
+    top, left = min(b[0] for b in boxes), min(b[1] for b in boxes)
+    bottom, right = max(b[0] + b[2] for b in boxes), max(b[1] + b[3] for b in boxes)
+    return top, left, bottom - top, right - left
 
 
 def _event(stream: Any) -> Any:
@@ -494,7 +542,8 @@ class _Streams:
         # made on the augment stream, used on the trainer's: the caching allocator must not hand
         # their memory to the augment stream again before the trainer's work on them is done
         # (the labels are new each batch; an output slot's memory is freed by close())
-        r.batch.images.record_stream(trainer)
+        for images in r.batch.images if isinstance(r.batch.images, list) else [r.batch.images]:
+            images.record_stream(trainer)
         if r.batch.labels is not None and r.batch.labels.device.type == "cuda":
             r.batch.labels.record_stream(trainer)
         self.handed.append(r.slot)

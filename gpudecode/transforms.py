@@ -692,7 +692,10 @@ class Compose(Transform):
         """The fused equivalent of a torchvision (v1 or v2) Compose, or a clear refusal.
         ToImage/PILToTensor/ToTensor-style input conversions are dropped (the loader
         feeds uint8 tensors); ToTensor becomes ToDtype(float32, scale=True)."""
-        steps = list(getattr(tv, "transforms", [tv]))
+        def flat(t: Any) -> list[Any]:  # Composes inside Composes (as DINO's recipe writes them)
+            return [x for u in t.transforms for x in flat(u)] if type(t).__name__ == "Compose" else [t]
+
+        steps = flat(tv) if hasattr(tv, "transforms") else [tv]
         out: list[Transform] = []
         for t in steps:
             name = type(t).__name__

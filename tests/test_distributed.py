@@ -531,3 +531,18 @@ def test_a_shard_that_changes_during_a_resumed_download_is_refused(tmp_path, htt
     with pytest.raises(ShardReadError, match=r'changed while it was read \(ETag "v1" became "v2"\)'):
         cache.fetch(http_server.url("/c.tar"))
     assert not [p for p in (tmp_path / "cache").iterdir() if not p.name.endswith(".lock")]
+
+
+def test_pad_makes_up_a_failed_batch_of_every_view(tmp_path):
+    """The made-up batch of several views repeats each view's images of the batch before."""
+    samples = [{"__key__": f"k{i:02d}", "jpg": encode(np.full((16, 16, 3), 10 * i, np.uint8)) if not 4 <= i < 8
+                else b"not a jpeg", "cls": b"%d" % i} for i in range(16)]
+    shard = make_shard(tmp_path / "p.tar", samples)
+    views = [tf(8), T.Compose([T.RandomResizedCrop(4), T.Normalize([0.5] * 3, [0.25] * 3)])]
+    ld = Loader(shard, batch_size=4, transform=views, device="cpu", rank=0, world_size=2, even="pad", seed=0,
+                on_error="skip", shuffle=False, num_workers=1)
+    batches = [([x.clone() for x in b.images], b.keys) for b in ld]
+    assert len(batches) == len(ld) == 2
+    (i0, k0), (i1, k1) = batches
+    assert k1 == k0 and [x.shape[-1] for x in i1] == [8, 4]
+    assert all(torch.equal(a, b) for a, b in zip(i0, i1))

@@ -348,3 +348,67 @@ def test_deeper_queues_never_overwrite_a_batch_still_queued(shards):
         assert [k for k, _ in got] == [k for k, _ in ref]
         for (_, a), (_, b) in zip(got, ref):
             assert torch.equal(a, b)
+
+
+def _views():
+    g = T.Compose([T.RandomResizedCrop(40, scale=(0.4, 1.0)), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.2, 0.1),
+                   T.Normalize(MEAN, STD)])
+    local = T.Compose([T.RandomResizedCrop(16, scale=(0.05, 0.4)), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
+    return [g, g, local, local, local]
+
+
+def test_several_views_of_each_image_decoded_once(shards, monkeypatch):
+    """DINO's multi-crop shape (2 global views, 3 local ones): a list of batches, one per
+    view at its own size; each view equals the transforms API on Pillow's full decode with
+    that view's draws (view 0 from the seed itself, so it is what a one-view Loader gives);
+    every image is decoded once for all its views (one window, the union of theirs)."""
+    from gpudecode.decode.cpu import CpuDecoder
+    from gpudecode.pipeline import view_seed
+
+    urls, samples = shards
+    views = _views()
+    decoded = []
+    real = CpuDecoder.decode
+
+    def counting(self, requests):
+        decoded.append(len(requests))
+        return real(self, requests)
+
+    monkeypatch.setattr(CpuDecoder, "decode", counting)
+    ld = Loader(urls, batch_size=8, transform=views, device="cpu", shuffle=False, seed=3, num_workers=2)
+    ld.set_epoch(1)
+    pos = 0
+    for b in ld:
+        images, labels = b
+        assert isinstance(images, list) and [tuple(x.shape[1:]) for x in images] == [(3, 40, 40)] * 2 + [(3, 16, 16)] * 3
+        keys = [f"s{pos + i:03d}" for i in range(labels.shape[0])]
+        assert b.keys == keys and labels.tolist() == [int(k[1:]) % 5 for k in keys]
+        for v, (tf, x) in enumerate(zip(views, images)):
+            ref = reference_batch(tf, samples, keys, view_seed(3, v), 1, list(range(pos, pos + len(keys))))
+            torch.testing.assert_close(x, ref, atol=1e-4, rtol=0)
+        assert not torch.equal(images[0], images[1])  # the same transform, drawn apart
+        pos += len(keys)
+    assert pos == 30 and sum(decoded) == 30  # one decode per image, whatever the views
+    one = Loader(urls, batch_size=8, transform=views[0], device="cpu", shuffle=False, seed=3, num_workers=2)
+    one.set_epoch(1)
+    ld.set_epoch(1)
+    first_views = [b.images[0].clone() for b in ld]
+    assert all(torch.equal(a, b.images) for a, b in zip(first_views, one))
+    assert ld.describe()["views"] == 5 and ld.describe()["out_size"][2] == (16, 16)
+    # Loader.dataset gives the same views for an index (epoch 0, as a map-style dataset draws)
+    ld.set_epoch(0)
+    b0 = next(iter(ld))
+    item, label = ld.dataset[3]
+    assert label == 3 and all(torch.allclose(item[v], b0.images[v][3], atol=1e-4) for v in range(5))
+
+
+def test_views_that_cannot_work_are_refused(shards):
+    from gpudecode import TransformError
+
+    urls, _ = shards
+    with pytest.raises(TransformError, match="view 1 has no size of its own"):
+        Loader(urls, batch_size=4, device="cpu", transform=[train_tf(), T.Compose([T.Normalize(MEAN, STD)])])
+    with pytest.raises(TransformError, match="batch_transform with several views"):
+        Loader(urls, batch_size=4, device="cpu", transform=_views(), batch_transform=T.MixUp(num_classes=5))
+    with pytest.raises(TransformError, match="transform=\\[\\]"):
+        Loader(urls, batch_size=4, device="cpu", transform=[])
