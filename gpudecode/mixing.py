@@ -88,8 +88,15 @@ class MixUp(_MixBase):
     def apply(self, images: torch.Tensor, labels: torch.Tensor, params: dict) -> tuple[torch.Tensor, torch.Tensor]:
         self._check(images, labels)
         lam = params["lam"]
-        rolled = images.roll(1, 0).mul_(1.0 - lam)  # torchvision: roll(1, 0).mul_(1 - lam).add_(x.mul(lam))
-        images.mul_(lam).add_(rolled)  # (a + b == b + a, bit for bit)
+        # torchvision: x.roll(1, 0).mul_(1 - lam).add_(x.mul(lam)). The same products and sums
+        # (a + b == b + a, bit for bit), image by image from the last, so that no copy of
+        # the batch is made: image i - 1 is still unmixed when image i takes it
+        n = images.shape[0]
+        if n:
+            last = images[n - 1].mul(1.0 - lam)
+            for i in range(n - 1, 0, -1):
+                images[i].mul_(lam).add_(images[i - 1].mul(1.0 - lam))
+            images[0].mul_(lam).add_(last)
         return images, self._mix_labels(labels, lam)
 
 
@@ -111,7 +118,13 @@ class CutMix(_MixBase):
     def apply(self, images: torch.Tensor, labels: torch.Tensor, params: dict) -> tuple[torch.Tensor, torch.Tensor]:
         self._check(images, labels)
         x1, y1, x2, y2 = params["box"]
-        images[..., y1:y2, x1:x2] = images[..., y1:y2, x1:x2].roll(1, 0)  # only the box moves
+        n = images.shape[0]
+        if n and x2 > x1 and y2 > y1:  # only the box moves, image i - 1's into image i, from the last
+            box = images[..., y1:y2, x1:x2]
+            last = box[n - 1].clone()
+            for i in range(n - 1, 0, -1):
+                box[i].copy_(box[i - 1])
+            box[0].copy_(last)
         return images, self._mix_labels(labels, params["lam_adjusted"])
 
 
