@@ -21,13 +21,13 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from . import _native
 from ._probe import probe_samples
-from .errors import DecodeError, ErrorPolicy
+from .errors import DecodeError, ErrorPolicy, ShardReadError
 from .io import shards as _shards
 from .io.files import iter_files
 from .io.reader import Grouper, Sample, ShardReader, iter_shard
-from .io.tario import split_key
-from .io.tario import index_file
+from .io.tario import index_file, split_key
 from .labels import parse_label
 
 _INDEXES = 64
@@ -112,20 +112,23 @@ class ShardDataset(torch.utils.data.Dataset):
         wanted = set(self.image_exts) | set(self.label_exts)
         flist = self.reader.files.get(url)
         if flist is not None:  # an image file: index j of its list
-            for path, _, got, err in iter_files(flist, [j], 0, 1, extensions=frozenset(wanted)):
+            for path, _, fields, err in iter_files(flist, [j], 0, 1, extensions=frozenset(wanted)):
                 if err is not None:
                     raise err
-                return Sample(flist.keys[j], got, path, j)
+                return Sample(flist.keys[j], fields, path, j)
         if _shards.is_local(url) and not url.endswith((".tgz", ".tar.gz")):
             members = self._members(url)[j]
-            fields: dict[str, bytes] = {}
             key = split_key(members[0].name)[0]  # type: ignore[index]
-            with open(_shards.local_path(url), "rb") as f:
-                for m in members:
-                    ext = (split_key(m.name) or ("", ""))[1]
-                    if ext in wanted and m.type == "0":
-                        fields[ext] = os.pread(f.fileno(), m.size, m.offset)
-            return Sample(key, fields, url, j)
+            exts = [(split_key(m.name) or ("", ""))[1] for m in members]
+            take = [(e, m) for e, m in zip(exts, members) if e in wanted and m.type == "0"]
+            with open(_shards.local_path(url), "rb") as f:  # the reader's native ranged read
+                datas, got, error = _native.read_ranges(f.fileno(), np.array([m.offset for _, m in take], np.int64),
+                                                        np.array([m.size for _, m in take], np.int64))
+            if len(datas) < len(take):  # the shard shrank (or failed) since it was indexed
+                m = take[len(datas)][1]
+                raise ShardReadError(error or f"shard shrank while being read: member {m.name!r} needs {m.size} "
+                                     f"bytes at offset {m.offset}, {got} left", shard=url, key=key)
+            return Sample(key, {e: d for (e, _), d in zip(take, datas)}, url, j)
         for item in iter_shard(url, extensions=frozenset(wanted), remote=self.reader.remote, start=j, stop=j + 1,
                                cache=self.reader.cache):
             if isinstance(item, Sample):
