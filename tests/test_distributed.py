@@ -546,3 +546,17 @@ def test_pad_makes_up_a_failed_batch_of_every_view(tmp_path):
     (i0, k0), (i1, k1) = batches
     assert k1 == k0 and [x.shape[-1] for x in i1] == [8, 4]
     assert all(torch.equal(a, b) for a, b in zip(i0, i1))
+
+
+def test_dataset_names_a_shard_that_shrank_since_it_was_indexed(tmp_path):
+    """Loader.dataset indexes a shard on first use and reads members by offset: a shard cut
+    short afterwards is a ShardReadError naming it and the sample's key, not short bytes."""
+    urls, keys = _shards(tmp_path, [6])
+    ld = Loader(urls, batch_size=2, transform=tf(), device="cpu", shuffle=False)
+    ds = ld.dataset
+    img, label = ds[0]
+    assert img.shape == (3, 16, 16)
+    os.truncate(urls[0], os.path.getsize(urls[0]) // 2)
+    with pytest.raises(ShardReadError, match="shrank") as e:
+        ds[5]
+    assert e.value.shard == urls[0] and e.value.key == keys[5]
