@@ -770,7 +770,7 @@ def write(doc: dict, out: str | os.PathLike, *, plot_row: int | None = None) -> 
     (outdir / "plan.md").write_text(doc["markdown"] + "\n")
     paths.append(str(outdir / "plan.md"))
     try:
-        from .bench.plots import plan_figure
+        from .plots import plan_figure
     except ImportError:  # pragma: no cover - matplotlib is in [bench] and [test]
         return paths
     rows = doc["rows"]

@@ -106,7 +106,7 @@ class ProfileReport:
     def plot(self, path: str, *, max_batches: int = 80) -> str:
         """The life of each batch (waiting, then the step) on a time line, the per-batch
         times, and the stages' capacity where known; written as a PNG to `path`."""
-        from .bench.plots import profile_figure
+        from .plots import profile_figure
 
         return profile_figure(self, path, max_batches=max_batches)
 

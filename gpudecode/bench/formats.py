@@ -73,7 +73,7 @@ def run_formats(data: str | os.PathLike, out: str | os.PathLike, *, threads: int
     md = markdown(doc)
     (outdir / "formats.md").write_text(md + "\n")
     try:
-        from . import plots
+        from .. import plots
 
         doc["plots"] = [plots.formats_figure(doc, outdir / "formats.png"),
                         plots.stages_figure(doc, outdir / "formats-stages.png"),

@@ -168,7 +168,7 @@ def run_io(path: str | os.PathLike, out: str | os.PathLike, *, block: int = 1 <<
     (outdir / "io.md").write_text(md + "\n")
     doc["markdown"] = md
     try:
-        from . import plots
+        from .. import plots
 
         doc["plots"] = [plots.io_figure(doc, outdir / "io.png")]
         write_json(outdir / "io.json", doc)

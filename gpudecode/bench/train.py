@@ -87,7 +87,7 @@ def run_train(data: str | os.PathLike, out: str | os.PathLike, *, fmt: str = "jp
     write_json(outdir / "train.json", doc)
     (outdir / "train.md").write_text(train_markdown(doc) + "\n")
     try:
-        from . import plots
+        from .. import plots
 
         doc["plots"] = [plots.train_figure(doc, outdir / "train.png")]
         write_json(outdir / "train.json", doc)

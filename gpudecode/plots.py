@@ -1,5 +1,6 @@
-"""The plots of `gpudecode bench` and ProfileReport.plot, as PNG files (matplotlib's
-object API with the Agg canvas: no pyplot, no global backend change)."""
+"""The figures gpudecode draws, as PNG files: `gpudecode bench`'s, ProfileReport.plot's
+and `gpudecode plan`'s (matplotlib's object API with the Agg canvas: no pyplot, no global
+backend change). A library module: the benchmarks, the profiler and the planner use it."""
 from __future__ import annotations
 
 import statistics
