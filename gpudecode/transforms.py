@@ -281,6 +281,76 @@ class ToDtype(Transform):
         self.scale = bool(scale)
 
 
+class RandomErasing(Transform):
+    """torchvision.transforms.v2.RandomErasing, as the last step (after Normalize or
+    ToDtype): with probability p, a rectangle of each output image, of `scale` of its area
+    and aspect in `ratio` (10 tries, else nothing), is set to `value`: a number, one per
+    channel, or "random" (standard normal noise). Drawn with torchvision's steps from the
+    sample's seeded draws, after every other step's; `make_params` gives torchvision's
+    names under "erase": {"i", "j", "h", "w"} (None: not erased). Runs on the kernel's
+    output, on its device."""
+
+    def __init__(self, p: float = 0.5, scale: Sequence[float] = (0.02, 0.33), ratio: Sequence[float] = (0.3, 3.3),
+                 value: Any = 0.0, inplace: bool = False) -> None:
+        if not 0.0 <= p <= 1.0:
+            raise ValueError("probability should be between 0 and 1")
+        if isinstance(value, str) and value != "random":
+            raise ValueError("If value is str, it should be 'random'")
+        if not isinstance(value, (int, float, str, tuple, list)):
+            raise TypeError("Argument value should be either a number or str or a sequence")
+        if isinstance(value, (tuple, list)) and len(value) not in (1, 3):
+            raise ValueError("If value is a sequence, it should have either a single value or 3 (number of inpt "
+                             "channels)")
+        if scale[0] < 0 or scale[1] > 1:
+            raise ValueError("Scale should be between 0 and 1")
+        if scale[0] > scale[1] or ratio[0] > ratio[1]:
+            raise TransformError("Scale and ratio should be of kind (min, max)")
+        self.p = float(p)
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.ratio = (float(ratio[0]), float(ratio[1]))
+        self.value: list[float] | None = (None if isinstance(value, str) else [float(value)]
+                                          if isinstance(value, (int, float)) else [float(v) for v in value])
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        # torchvision: the coin (_RandomApplyTransform), then make_params' tries
+        if not rng.random() < self.p:
+            return {"erase": None}
+        img_h, img_w = size
+        area = img_h * img_w
+        lo, hi = math.log(self.ratio[0]), math.log(self.ratio[1])
+        for _ in range(10):
+            erase_area = area * rng.uniform(*self.scale)
+            aspect = math.exp(rng.uniform(lo, hi))
+            h = int(round(math.sqrt(erase_area * aspect)))
+            w = int(round(math.sqrt(erase_area / aspect)))
+            if not (h < img_h and w < img_w):
+                continue
+            i, j = rng.randrange(img_h - h + 1), rng.randrange(img_w - w + 1)
+            return {"erase": {"i": i, "j": j, "h": h, "w": w,
+                              "noise": rng.getrandbits(63) if self.value is None else None}}
+        return {"erase": None}
+
+    def erase(self, view: torch.Tensor, params: Sequence[dict]) -> None:
+        """Erases in place the rectangles `params` drew, image k of `view` [N, 3, h, w]
+        with params[k]."""
+        fill = None if self.value is None else torch.tensor(self.value, dtype=torch.float32)[:, None, None]
+        for k, p in enumerate(params):
+            e = p.get("erase")
+            if e is None:
+                continue
+            i, j, h, w = e["i"], e["j"], e["h"], e["w"]
+            if fill is None:  # "random": the sample's own noise, torchvision's shape and law
+                g = torch.Generator().manual_seed(e["noise"])
+                v = torch.empty((3, h, w), dtype=torch.float32).normal_(generator=g)
+            else:
+                v = fill
+            view[k, :, i:i + h, j:j + w] = v.to(view.device, view.dtype)
+
+    def __repr__(self) -> str:
+        value = "random" if self.value is None else self.value
+        return f"RandomErasing(p={self.p}, scale={self.scale}, ratio={self.ratio}, value={value})"
+
+
 @dataclass(frozen=True)
 class _Plan:
     geometry: tuple[Transform, ...]
@@ -291,12 +361,14 @@ class _Plan:
     normalize: Normalize | None
     dtype: torch.dtype
     steps: tuple[Transform, ...] = field(repr=False)
+    erase: RandomErasing | None = None  # on the kernel's output, last
 
 
 _GEOMETRY = (RandomResizedCrop, Resize, CenterCrop, RandomCrop)
 SUPPORTED = ("supported, in this order: one geometry (RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + "
-             "CenterCrop, Resize + RandomCrop, or none), then RandomHorizontalFlip, ColorJitter, Normalize and ToDtype "
-             "(ToImage, PILToTensor and ToTensor are taken as the input conversion)")
+             "CenterCrop, Resize + RandomCrop, or none), then RandomHorizontalFlip, ColorJitter, Normalize and ToDtype, "
+             "then RandomErasing (ToImage, PILToTensor and ToTensor are taken as the input conversion); on the batch: "
+             "MixUp, CutMix, RandomChoice (Loader(batch_transform=))")
 WAY_OUT = ("what to do: drop the step from the Compose and apply it to each batch the Loader yields (a tensor on its "
            "device, e.g. torchvision.transforms.v2 ops on batch.images), or keep torchvision's DataLoader for this "
            "pipeline")
@@ -330,8 +402,14 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
     antialias = all(getattr(g, "antialias", True) for g in geometry)
     flip = jitter = normalize = None
     dtype: torch.dtype | None = None
+    erase: RandomErasing | None = None
     for t in steps[i:]:
         what = type(t).__name__
+        if erase is not None:
+            raise TransformError(f"{what} after RandomErasing cannot be fused: it erases the finished image [{names}]")
+        if isinstance(t, RandomErasing):
+            erase = t
+            continue
         if isinstance(t, _GEOMETRY):
             raise TransformError(f"{what} after other steps cannot be fused: geometry comes first [{names}]")
         if normalize is not None and not (isinstance(t, ToDtype) and t.dtype in (torch.float16, torch.float32)):
@@ -358,7 +436,7 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
         else:
             raise _refuse(f"{what} cannot be fused [{names}]")
     return _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,  # type: ignore[arg-type]
-                 antialias, flip, jitter, normalize, dtype or torch.uint8, tuple(steps))
+                 antialias, flip, jitter, normalize, dtype or torch.uint8, tuple(steps), erase)
 
 
 _M64 = (1 << 64) - 1
@@ -516,6 +594,8 @@ class Compose(Transform):
                 p.update(self.plan.flip.draw(rng, size))
             if self.plan.jitter is not None:
                 p.update(self.plan.jitter.draw(rng, size))
+            if self.plan.erase is not None:  # drawn last: the other steps' draws are unchanged
+                p.update(self.plan.erase.draw(rng, self.plan.out_size or (h, w)))
             out.append(p)
         return out
 
@@ -587,6 +667,8 @@ class Compose(Transform):
         geom[:, fused.SY:fused.SC + 1] = decoded.strides[idx]
         geom[:, fused.TOP:fused.BW + 1] = decoded.boxes[idx]
         self.run(decoded.pixels, geom, factors, order, view, stream=stream, num_threads=num_threads)
+        if self.plan.erase is not None:  # after the kernel, on its output (and its stream)
+            self.plan.erase.erase(view, [params[k] for k in idx])
 
     def _norm_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         nz = self.plan.normalize
@@ -730,6 +812,10 @@ class Compose(Transform):
                 out.append(ColorJitter(*(0 if r is None else tuple(r) for r in ranges)))
             elif name == "Normalize":
                 out.append(Normalize(t.mean, t.std))
+            elif name == "RandomErasing":  # v2 keeps value as a list of floats or None ("random")
+                value = t.value if t.value is not None else "random"
+                out.append(RandomErasing(t.p, t.scale, t.ratio, value[0] if isinstance(value, list) and len(value) == 1
+                                         else value))
             else:
                 raise _refuse(f"torchvision {name} cannot be fused")
         return cls(out, layout=layout)
@@ -738,4 +824,4 @@ class Compose(Transform):
 from .mixing import CutMix, MixUp, RandomChoice  # noqa: E402  (batch transforms: torchvision's names, here)
 
 __all__ = ["Compose", "RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "ColorJitter",
-           "Normalize", "ToDtype", "Transform", "sample_rng", "MixUp", "CutMix", "RandomChoice"]
+           "Normalize", "ToDtype", "RandomErasing", "Transform", "sample_rng", "MixUp", "CutMix", "RandomChoice"]

@@ -412,3 +412,25 @@ def test_views_that_cannot_work_are_refused(shards):
         Loader(urls, batch_size=4, device="cpu", transform=_views(), batch_transform=T.MixUp(num_classes=5))
     with pytest.raises(TransformError, match="transform=\\[\\]"):
         Loader(urls, batch_size=4, device="cpu", transform=[])
+
+
+def test_random_erasing_through_the_loader(shards):
+    """RandomErasing after Normalize: each batch equals the transforms API on Pillow's
+    decode with the Loader's draws (erased rectangles included)."""
+    urls, samples = shards
+    tf = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD),
+                    T.RandomErasing(p=0.5, value="random")])
+    ld = Loader(urls, batch_size=8, transform=tf, device="cpu", shuffle=False, seed=4, num_workers=2)
+    pos, erased = 0, 0
+    for images, _ in ld:
+        keys = [f"s{pos + i:03d}" for i in range(images.shape[0])]
+        positions = list(range(pos, pos + len(keys)))
+        torch.testing.assert_close(images, reference_batch(tf, samples, keys, 4, 0, positions), atol=1e-4, rtol=0)
+        by_key = {s["__key__"]: s for s in samples}
+        sizes = []
+        for k in keys:
+            with Image.open(io.BytesIO(by_key[k].get("jpg", by_key[k].get("png")))) as im:
+                sizes.append((im.height, im.width))
+        erased += sum(p["erase"] is not None for p in tf.make_params(sizes, 4, indices=positions))
+        pos += len(keys)
+    assert pos == 30 and 0 < erased < 30

@@ -367,3 +367,62 @@ def test_cuda_launch_failures_are_kernel_launch_errors():
     assert launch_failure(MemoryError(), (1, 3, 8, 8), "cuda:0") is None
     assert launch_failure(ValueError("a bug"), (1, 3, 8, 8), "cuda:0") is None
     assert MAX_CUDA_BATCH == 65535
+
+
+# -- RandomErasing ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value", [0, (0.5, -1.0, 2.0), "random"])
+def test_random_erasing_matches_torchvision_for_the_same_params(photo_batch, value):
+    """The erased output equals torchvision's F.erase of the un-erased output with the same
+    rectangle (and, for "random", the same standard normal noise); the other steps' draws
+    are what they are without RandomErasing."""
+    import torchvision.transforms.v2.functional as F
+
+    base = [T.RandomResizedCrop(40), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.Normalize(MEAN, STD)]
+    plain, erasing = T.Compose(base), T.Compose(base + [T.RandomErasing(p=1.0, value=value)])
+    sizes = [tuple(im.shape[1:]) for im in photo_batch]
+    params = erasing.make_params(sizes, 11)
+    assert [{k: v for k, v in p.items() if k != "erase"} for p in params] == plain.make_params(sizes, 11)
+    got = erasing(photo_batch, params)
+    want = plain(photo_batch, params)
+    for k, p in enumerate(params):
+        e = p["erase"]
+        assert e is not None and 0 < e["h"] < 40 and 0 < e["w"] < 40
+        if value == "random":
+            v = torch.empty((3, e["h"], e["w"])).normal_(generator=torch.Generator().manual_seed(e["noise"]))
+        else:
+            v = torch.tensor(value if isinstance(value, tuple) else [value], dtype=torch.float32)[:, None, None]
+        want[k] = F.erase(want[k], e["i"], e["j"], e["h"], e["w"], v)
+    assert torch.equal(got, want)
+
+
+def test_random_erasing_draws_like_torchvision():
+    """The coin, the rectangle's size and place: KS tests against torchvision v2's own
+    draws (torch's generator) on the same output size, 4000 each."""
+    torch.manual_seed(0)
+    ours_tf = T.Compose([T.CenterCrop(48), T.Normalize(MEAN, STD), T.RandomErasing(p=0.5)])
+    theirs = tv.RandomErasing(p=1.0)  # (the coin: torch.rand(1) < p in its forward, checked below)
+    ours = [p["erase"] for p in ours_tf.make_params([(64, 64)] * 8000, 3)]
+    hit = [e for e in ours if e is not None]
+    assert stats.binomtest(len(hit), len(ours), 0.5).pvalue > 1e-3
+    x = torch.zeros(3, 48, 48)
+    ref = [theirs.make_params([x]) for _ in range(4000)]
+    ref = [r for r in ref if r["v"] is not None]
+    for key in ("h", "w", "i", "j"):
+        assert stats.ks_2samp([e[key] for e in hit[:4000]], [r[key] for r in ref]).pvalue > 1e-3, key
+
+
+def test_random_erasing_from_torchvision_and_where_it_may_stand():
+    import torchvision.transforms as v1
+
+    for t in (tv.RandomErasing(p=0.1, value="random"), v1.RandomErasing(p=0.1, value="random"),
+              tv.RandomErasing(value=(1, 2, 3)), v1.RandomErasing(value=0)):
+        c = T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(8), tv.ToDtype(torch.float32, scale=True),
+                                                   tv.Normalize(MEAN, STD), t]))
+        e = c.plan.erase
+        assert e is not None and e.p == t.p and e.scale == tuple(t.scale)
+    assert T.Compose.from_torchvision(tv.RandomErasing(value="random")).plan.erase.value is None
+    with pytest.raises(TransformError, match="after RandomErasing cannot be fused"):
+        T.Compose([T.RandomResizedCrop(8), T.RandomErasing(), T.Normalize(MEAN, STD)])
+    with pytest.raises(ValueError, match="should be 'random'"):
+        T.RandomErasing(value="noise")
