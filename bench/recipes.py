@@ -35,11 +35,8 @@ def _dino_views(T):
     return [view(224, (0.4, 1.0))] * 2 + [view(96, (0.05, 0.4))] * 6
 
 
-def gpudecode_multicrop(shards, threads, batch):
-    from gpudecode import Loader
-    from gpudecode import transforms as T
-
-    ld = Loader(shards, batch_size=batch, transform=_dino_views(T), device="cpu", num_workers=threads)
+def _epochs(ld):
+    """A callable running the Loader's next epoch, returning the images it gave."""
     epoch = [0]
 
     def go():
@@ -47,6 +44,13 @@ def gpudecode_multicrop(shards, threads, batch):
         epoch[0] += 1
         return sum(b.labels.shape[0] for b in ld)
     return go
+
+
+def gpudecode_multicrop(shards, threads, batch):
+    from gpudecode import Loader
+    from gpudecode import transforms as T
+
+    return _epochs(Loader(shards, batch_size=batch, transform=_dino_views(T), device="cpu", num_workers=threads))
 
 
 def torchvision_multicrop(folder, threads, batch):
@@ -77,14 +81,8 @@ def gpudecode_mix(shards, threads, batch):
 
     tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
     mix = v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=CLASSES), v2.CutMix(alpha=1.0, num_classes=CLASSES)])
-    ld = Loader(shards, batch_size=batch, transform=tf, device="cpu", num_workers=threads, batch_transform=mix)
-    epoch = [0]
-
-    def go():
-        ld.set_epoch(epoch[0])
-        epoch[0] += 1
-        return sum(b.labels.shape[0] for b in ld)
-    return go
+    return _epochs(Loader(shards, batch_size=batch, transform=tf, device="cpu", num_workers=threads,
+                          batch_transform=mix))
 
 
 def torchvision_mix(folder, threads, batch):
