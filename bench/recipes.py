@@ -13,7 +13,11 @@ running the same augmentations with torchvision, in one run (ImageNet-like JPEGs
   torchvision's v2 transforms in the DataLoader's collate_fn, as its reference script
   does). (TrivialAugmentWide and RandomErasing are not fused yet: both sides without.)
 
-    python bench/recipes.py [--images 1024] [--threads 2] [--repeat 3]
+- each step's added cost per image over RRC(224) + flip + Normalize on the same Loader
+  (--ops): ColorJitter, RandomErasing (p=0.1, and p=1 with "random"), MixUp/CutMix, a
+  second view.
+
+    python bench/recipes.py [--images 1024] [--threads 2] [--repeat 3] [--ops]
 """
 from __future__ import annotations
 
@@ -107,14 +111,48 @@ def torchvision_mix(folder, threads, batch):
     return go
 
 
+def op_costs(shards, threads, batch, repeat) -> dict[str, float]:
+    """img/s of the base recipe and of the base with each step added, in one run."""
+    from torchvision.transforms import v2
+
+    from gpudecode import Loader
+    from gpudecode import transforms as T
+
+    crop = [T.RandomResizedCrop(224), T.RandomHorizontalFlip()]
+    norm = [T.Normalize(MEAN, STD)]
+    mix = v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=CLASSES), v2.CutMix(alpha=1.0, num_classes=CLASSES)])
+    cases = {
+        "RRC + flip + Normalize (base)": dict(transform=T.Compose(crop + norm)),
+        "+ ColorJitter(0.4, 0.4, 0.4, 0.1)": dict(transform=T.Compose(crop + [T.ColorJitter(0.4, 0.4, 0.4, 0.1)]
+                                                                      + norm)),
+        "+ RandomErasing(p=0.1)": dict(transform=T.Compose(crop + norm + [T.RandomErasing(p=0.1)])),
+        "+ RandomErasing(p=1, value='random')": dict(transform=T.Compose(crop + norm
+                                                                         + [T.RandomErasing(1.0, value="random")])),
+        "+ MixUp/CutMix (batch)": dict(transform=T.Compose(crop + norm), batch_transform=mix),
+        "+ a second view (2 x 224)": dict(transform=[T.Compose(crop + norm)] * 2),
+    }
+    return {name: timed(_epochs(Loader(shards, batch_size=batch, device="cpu", num_workers=threads, **kw)), repeat)
+            for name, kw in cases.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--images", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--ops", action="store_true", help="only each step's added cost (no torchvision rows)")
     a = ap.parse_args()
     shards, folder = build(a.images)
+    if a.ops:
+        costs = op_costs(shards, a.threads, a.batch, a.repeat)
+        base = next(iter(costs.values()))
+        print(f"{a.images} JPEGs 500x375 q90, batch {a.batch}, {a.threads} threads, {os.cpu_count()} cores")
+        print(f"{'gpudecode Loader (CPU)':40s} {'img/s':>8s} {'added us/img':>13s}")
+        for name, r in costs.items():
+            print(f"{name:40s} {r:8.0f} {1e6 / r - 1e6 / base:13.0f}")
+        save("recipe_ops", {"machine": machine(), "args": vars(a), "img_per_s": costs})
+        return
     rows = {
         "multi-crop 2x224 + 6x96: gpudecode Loader": timed(gpudecode_multicrop(shards, a.threads, a.batch), a.repeat),
         "multi-crop 2x224 + 6x96: torchvision DataLoader": timed(torchvision_multicrop(folder, a.threads, a.batch),
