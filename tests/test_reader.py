@@ -492,3 +492,17 @@ def test_a_path_too_long_for_the_file_system_is_a_shard_read_error():
     with pytest.raises(ShardReadError, match="File name too long") as e:
         expand_urls(long)
     assert e.value.shard == long
+
+
+def test_a_pattern_field_of_absurd_width_is_a_value_error():
+    """Found by the shard_list fuzzer: `%0111...1d` (a width of dozens of digits) overflowed
+    the regular expression built from it (a bare OverflowError); writing refuses it too."""
+    from gpudecode.io.shards import expand_urls
+    from gpudecode.io.writer import format_pattern
+
+    with pytest.raises(ValueError, match="digits"):
+        expand_urls("/tmp/nowhere/train-%0" + "1" * 40 + "d.tar")
+    with pytest.raises(ValueError, match="100 digits or more"):
+        format_pattern("out/train-%0999999999d.tar", 0)
+    assert format_pattern("out/train-%06d.tar", 7) == "out/train-000007.tar"
+    assert format_pattern("out/train-{:06d}.tar", 7) == "out/train-000007.tar"

@@ -163,6 +163,8 @@ def _matched(url: str) -> list[str]:
     if is_local(url) and os.path.exists(local_path(url)):
         return [url]
     width = m.group(1) if m is not None else ""
+    if len(width) > 2:  # a shard number of 100 digits or more is no pattern (found by the fuzzer)
+        raise ValueError(f"shard pattern {url!r}: a field of {width[:12]}{'...' if len(width) > 12 else ''} digits")
     if m is not None:
         digits = f"[0-9]{{{int(width)},}}" if width else "[0-9]+"
         rx = re.compile(re.escape(url[:m.start()]) + f"({digits})" + re.escape(url[m.end():]))

@@ -25,6 +25,11 @@ from ..errors import ShardWriteError
 
 def format_pattern(pattern: str, index: int) -> str:
     """`out/train-%06d.tar` or `out/train-{:06d}.tar` with the shard number filled in."""
+    import re
+
+    fields = re.findall(r"%0?(\d*)d|\{:?0?(\d*)d?\}", pattern)  # (printf width, format width) each
+    if any(len(a) > 2 or len(b) > 2 for a, b in fields):
+        raise ValueError(f"shard pattern {pattern!r}: a shard number field of 100 digits or more")
     if "%" in pattern:
         return pattern % index
     if "{" in pattern:
