@@ -261,6 +261,29 @@ class ColorJitter(Transform):
         return out
 
 
+class RandomApply(Transform):
+    """torchvision's RandomApply: its steps with probability p, else none of them. Fused
+    today around one ColorJitter (as DINO, SimCLR and BYOL write it: p=0.8): the coin is
+    drawn before the jitter's own draws, as torchvision draws it, and a sample that loses
+    it is not jittered."""
+
+    def __init__(self, transforms: Sequence[Transform], p: float = 0.5) -> None:
+        steps = list(transforms)
+        if not 0.0 <= p <= 1.0:
+            raise ValueError("probability should be between 0 and 1")
+        if len(steps) != 1 or not isinstance(steps[0], ColorJitter):
+            raise _refuse(f"RandomApply({[type(t).__name__ for t in steps]}) cannot be fused: RandomApply is fused "
+                          "around one ColorJitter")
+        self.transforms = steps
+        self.p = float(p)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        # torchvision: `if self.p < torch.rand(1): return inputs`, then the steps' draws
+        if rng.random() > self.p:
+            return {}
+        return self.transforms[0].draw(rng, size)  # type: ignore[attr-defined]
+
+
 class Normalize(Transform):
     def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False) -> None:
         if len(mean) != 3 or len(std) != 3:
@@ -362,11 +385,13 @@ class _Plan:
     dtype: torch.dtype
     steps: tuple[Transform, ...] = field(repr=False)
     erase: RandomErasing | None = None  # on the kernel's output, last
+    jitter_draw: Transform | None = None  # what draws the jitter: the ColorJitter, or its RandomApply
 
 
 _GEOMETRY = (RandomResizedCrop, Resize, CenterCrop, RandomCrop)
 SUPPORTED = ("supported, in this order: one geometry (RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + "
-             "CenterCrop, Resize + RandomCrop, or none), then RandomHorizontalFlip, ColorJitter, Normalize and ToDtype, "
+             "CenterCrop, Resize + RandomCrop, or none), then RandomHorizontalFlip, ColorJitter (or RandomApply around "
+             "it), Normalize and ToDtype, "
              "then RandomErasing (ToImage, PILToTensor and ToTensor are taken as the input conversion); on the batch: "
              "MixUp, CutMix, RandomChoice (Loader(batch_transform=))")
 WAY_OUT = ("what to do: drop the step from the Compose and apply it to each batch the Loader yields (a tensor on its "
@@ -401,6 +426,7 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
     out_size = geometry[-1].size if geometry else None  # type: ignore[attr-defined]
     antialias = all(getattr(g, "antialias", True) for g in geometry)
     flip = jitter = normalize = None
+    jitter_draw: Transform | None = None
     dtype: torch.dtype | None = None
     erase: RandomErasing | None = None
     for t in steps[i:]:
@@ -418,12 +444,13 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
             if flip is not None:
                 raise TransformError(f"two RandomHorizontalFlips [{names}]")
             flip = t
-        elif isinstance(t, ColorJitter):
+        elif isinstance(t, (ColorJitter, RandomApply)):
             if jitter is not None:
                 raise TransformError(f"two ColorJitters [{names}]")
             if dtype == torch.uint8:
                 raise TransformError("ColorJitter after ToDtype(uint8) cannot be fused")
-            jitter = t
+            jitter_draw = t
+            jitter = t if isinstance(t, ColorJitter) else t.transforms[0]
         elif isinstance(t, Normalize):
             if dtype == torch.uint8:
                 raise TransformError("Normalize needs a float dtype, not ToDtype(uint8)")
@@ -436,7 +463,8 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
         else:
             raise _refuse(f"{what} cannot be fused [{names}]")
     return _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,  # type: ignore[arg-type]
-                 antialias, flip, jitter, normalize, dtype or torch.uint8, tuple(steps), erase)
+                 antialias, flip, jitter, normalize, dtype or torch.uint8, tuple(steps), erase,  # type: ignore[arg-type]
+                 jitter_draw)
 
 
 _M64 = (1 << 64) - 1
@@ -592,8 +620,8 @@ class Compose(Transform):
                 p.update(d)
             if self.plan.flip is not None:
                 p.update(self.plan.flip.draw(rng, size))
-            if self.plan.jitter is not None:
-                p.update(self.plan.jitter.draw(rng, size))
+            if self.plan.jitter_draw is not None:  # (a RandomApply's lost coin leaves the jitter off)
+                p.update(self.plan.jitter_draw.draw(rng, size))  # type: ignore[attr-defined]
             if self.plan.erase is not None:  # drawn last: the other steps' draws are unchanged
                 p.update(self.plan.erase.draw(rng, self.plan.out_size or (h, w)))
             out.append(p)
@@ -812,6 +840,9 @@ class Compose(Transform):
                 out.append(ColorJitter(*(0 if r is None else tuple(r) for r in ranges)))
             elif name == "Normalize":
                 out.append(Normalize(t.mean, t.std))
+            elif name == "RandomApply":
+                inner = [x for u in t.transforms for x in cls.from_torchvision(u, layout=layout).transforms]
+                out.append(RandomApply(inner, t.p))
             elif name == "RandomErasing":  # v2 keeps value as a list of floats or None ("random")
                 value = t.value if t.value is not None else "random"
                 out.append(RandomErasing(t.p, t.scale, t.ratio, value[0] if isinstance(value, list) and len(value) == 1
@@ -824,4 +855,4 @@ class Compose(Transform):
 from .mixing import CutMix, MixUp, RandomChoice  # noqa: E402  (batch transforms: torchvision's names, here)
 
 __all__ = ["Compose", "RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "ColorJitter",
-           "Normalize", "ToDtype", "RandomErasing", "Transform", "sample_rng", "MixUp", "CutMix", "RandomChoice"]
+           "Normalize", "ToDtype", "RandomErasing", "RandomApply", "Transform", "sample_rng", "MixUp", "CutMix", "RandomChoice"]

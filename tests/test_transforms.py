@@ -426,3 +426,48 @@ def test_random_erasing_from_torchvision_and_where_it_may_stand():
         T.Compose([T.RandomResizedCrop(8), T.RandomErasing(), T.Normalize(MEAN, STD)])
     with pytest.raises(ValueError, match="should be 'random'"):
         T.RandomErasing(value="noise")
+
+
+# -- RandomApply around ColorJitter (DINO's, SimCLR's, BYOL's) -------------------------------
+
+def test_random_apply_jitter_draws_and_pixels_like_torchvision(photo_batch):
+    """The coin first, then the jitter's own draws (torchvision's order): applied in a
+    fraction p of the samples (binomial test), and an image that loses the coin comes out
+    as without ColorJitter, one that wins as ColorJitter with those factors."""
+    jit = T.ColorJitter(0.4, 0.4, 0.2, 0.1)
+    base = [T.RandomResizedCrop(32), T.RandomHorizontalFlip()]
+    tf = T.Compose(base + [T.RandomApply([jit], p=0.8), T.Normalize(MEAN, STD)])
+    params = tf.make_params([(64, 64)] * 4000, 5)
+    won = [p["brightness"] is not None for p in params]
+    assert stats.binomtest(sum(won), 4000, 0.8).pvalue > 1e-3
+    sizes = [tuple(im.shape[1:]) for im in photo_batch]
+    ps = tf.make_params(sizes, 9)
+    got = tf(photo_batch, ps)
+    plain = T.Compose(base + [jit, T.Normalize(MEAN, STD)])
+    assert torch.equal(got, plain(photo_batch, ps))  # the same kernel on the same factors (None: off)
+    off = [dict(p, brightness=None, contrast=None, saturation=None, hue=None) for p in ps]
+    for k, p in enumerate(ps):
+        if p["brightness"] is None:
+            assert torch.equal(got[k], plain(photo_batch, off)[k])
+
+
+def test_random_apply_from_torchvision_and_refusals():
+    import torchvision.transforms as v1
+
+    dino = v1.Compose([v1.RandomResizedCrop(224, scale=(0.4, 1.0)),
+                       v1.Compose([v1.RandomHorizontalFlip(p=0.5),
+                                   v1.RandomApply([v1.ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8)]),
+                       v1.Compose([v1.ToTensor(), v1.Normalize(MEAN, STD)])])
+    for src in (dino, tv.Compose([tv.RandomResizedCrop(96), tv.RandomApply([tv.ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8),
+                                  tv.ToDtype(torch.float32, scale=True), tv.Normalize(MEAN, STD)])):
+        c = T.Compose.from_torchvision(src)
+        assert isinstance(c.plan.jitter_draw, T.RandomApply) and c.plan.jitter_draw.p == 0.8
+    with pytest.raises(TransformError, match="GaussianBlur cannot be fused"):
+        T.Compose.from_torchvision(tv.RandomApply([tv.GaussianBlur(23)], p=0.5))
+    with pytest.raises(TransformError, match="RandomApply is fused around one ColorJitter"):
+        T.Compose.from_torchvision(tv.RandomApply([tv.RandomHorizontalFlip()], p=0.5))
+    # a ColorJitter alone draws as before (no coin): the existing pipelines' draws are unchanged
+    a = T.Compose([T.RandomResizedCrop(8), T.ColorJitter(0.4, 0.4, 0.4, 0.1)]).make_params([(20, 30)] * 5, 1)
+    b = T.Compose([T.RandomResizedCrop(8), T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=1.0)]
+                  ).make_params([(20, 30)] * 5, 1)
+    assert all(x["crop"] == y["crop"] for x, y in zip(a, b))
