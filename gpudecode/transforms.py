@@ -29,6 +29,7 @@ import torch
 from .decode._base import DecodedBatch
 from .errors import KernelLaunchError, TransformError
 from .kernels import fused
+from .kernels._pixel import GRAYSCALE, INVERT, NUM_OPS, SOLARIZE
 
 Layout = Literal["NCHW", "NHWC"]
 BRIGHTNESS, CONTRAST, SATURATION, HUE = range(4)
@@ -261,6 +262,80 @@ class ColorJitter(Transform):
         return out
 
 
+class _PixelOp(Transform):
+    """A per-pixel op after ColorJitter, fused into the kernel's program: drawn (its
+    coin: applied when a uniform draw is under p, as torchvision's _RandomApplyTransform)
+    after the jitter's draws; `make_params` says whether it applies under `key`."""
+
+    op = -1
+    key = ""
+
+    def __init__(self, p: float) -> None:
+        if not 0.0 <= p <= 1.0:
+            raise ValueError("probability should be between 0 and 1")
+        self.p = float(p)
+
+    @property
+    def factor(self) -> float:
+        return 0.0
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        return {self.key: rng.random() < self.p}
+
+
+class RandomGrayscale(_PixelOp):
+    """torchvision's RandomGrayscale: with probability p, the image becomes its grey
+    value (0.2989 R + 0.587 G + 0.114 B) in all three channels."""
+
+    op, key = GRAYSCALE, "grayscale"
+
+    def __init__(self, p: float = 0.1) -> None:
+        super().__init__(p)
+
+
+class Grayscale(RandomGrayscale):
+    """torchvision's Grayscale(num_output_channels=3): every image grey, in 3 channels
+    (1 channel is not supported: the kernel writes RGB)."""
+
+    def __init__(self, num_output_channels: int = 3) -> None:
+        if num_output_channels != 3:
+            raise TransformError("Grayscale(num_output_channels=1) cannot be fused: the kernel writes 3 channels "
+                                 "(use num_output_channels=3, or take one channel of the batch)")
+        super().__init__(1.0)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        return {self.key: True}  # no draw: torchvision's Grayscale is not random
+
+
+class RandomSolarize(_PixelOp):
+    """torchvision's RandomSolarize: with probability p, values at or over `threshold`
+    are inverted. The threshold is in the input's uint8 levels (DINO's 128), as
+    torchvision takes it on uint8 and PIL images; from_torchvision converts a threshold
+    given after a float conversion (ToTensor, ToDtype(float)) from the [0, 1] scale."""
+
+    op, key = SOLARIZE, "solarize"
+
+    def __init__(self, threshold: float, p: float = 0.5) -> None:
+        if not 0 <= threshold <= 255:
+            raise TransformError(f"RandomSolarize threshold {threshold} is outside the uint8 levels 0..255")
+        super().__init__(p)
+        self.threshold = float(threshold)
+
+    @property
+    def factor(self) -> float:
+        return self.threshold / 255.0
+
+
+class RandomInvert(_PixelOp):
+    """torchvision's RandomInvert: with probability p, every value v becomes 1 - v (255 - v
+    in uint8 levels)."""
+
+    op, key = INVERT, "invert"
+
+    def __init__(self, p: float = 0.5) -> None:
+        super().__init__(p)
+
+
 class RandomApply(Transform):
     """torchvision's RandomApply: its steps with probability p, else none of them. Fused
     today around one ColorJitter (as DINO, SimCLR and BYOL write it: p=0.8): the coin is
@@ -386,6 +461,7 @@ class _Plan:
     steps: tuple[Transform, ...] = field(repr=False)
     erase: RandomErasing | None = None  # on the kernel's output, last
     jitter_draw: Transform | None = None  # what draws the jitter: the ColorJitter, or its RandomApply
+    pixel_ops: tuple[_PixelOp, ...] = ()  # after the jitter, in their order
 
 
 _GEOMETRY = (RandomResizedCrop, Resize, CenterCrop, RandomCrop)
@@ -427,6 +503,7 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
     antialias = all(getattr(g, "antialias", True) for g in geometry)
     flip = jitter = normalize = None
     jitter_draw: Transform | None = None
+    pixel_ops: list[_PixelOp] = []
     dtype: torch.dtype | None = None
     erase: RandomErasing | None = None
     for t in steps[i:]:
@@ -444,7 +521,16 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
             if flip is not None:
                 raise TransformError(f"two RandomHorizontalFlips [{names}]")
             flip = t
+        elif isinstance(t, _PixelOp):
+            if dtype == torch.uint8:
+                raise TransformError(f"{what} after ToDtype(uint8) cannot be fused [{names}]")
+            if any(o.op == t.op for o in pixel_ops):
+                raise TransformError(f"two {what}s [{names}]")
+            pixel_ops.append(t)
         elif isinstance(t, (ColorJitter, RandomApply)):
+            if pixel_ops:
+                raise TransformError(f"{type(pixel_ops[0]).__name__} before ColorJitter cannot be fused: the kernel "
+                                     f"runs ColorJitter first [{names}]")
             if jitter is not None:
                 raise TransformError(f"two ColorJitters [{names}]")
             if dtype == torch.uint8:
@@ -464,7 +550,7 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
             raise _refuse(f"{what} cannot be fused [{names}]")
     return _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,  # type: ignore[arg-type]
                  antialias, flip, jitter, normalize, dtype or torch.uint8, tuple(steps), erase,  # type: ignore[arg-type]
-                 jitter_draw)
+                 jitter_draw, tuple(pixel_ops))
 
 
 _M64 = (1 << 64) - 1
@@ -622,6 +708,8 @@ class Compose(Transform):
                 p.update(self.plan.flip.draw(rng, size))
             if self.plan.jitter_draw is not None:  # (a RandomApply's lost coin leaves the jitter off)
                 p.update(self.plan.jitter_draw.draw(rng, size))  # type: ignore[attr-defined]
+            for op in self.plan.pixel_ops:
+                p.update(op.draw(rng, size))
             if self.plan.erase is not None:  # drawn last: the other steps' draws are unchanged
                 p.update(self.plan.erase.draw(rng, self.plan.out_size or (h, w)))
             out.append(p)
@@ -629,13 +717,14 @@ class Compose(Transform):
 
     def encode(self, params: Sequence[dict], sizes: Sequence[tuple[int, int]]) -> tuple[np.ndarray, ...]:
         """Kernel arrays for `params`: geom int64 [N, GEOM] (the box, resize and window
-        columns and FLIP; OFFSET, H, W and strides are the caller's), factors float32 [N, 4],
-        order int32 [N, 4]."""
+        columns and FLIP; OFFSET, H, W and strides are the caller's), factors float32
+        [N, NUM_OPS] and order int32 [N, NUM_OPS] (the kernel's program: ColorJitter's ops
+        in their drawn order, then the per-pixel ops each sample drew)."""
         n = len(params)
         geom = np.zeros((n, fused.GEOM), np.int64)
-        factors = np.ones((n, 4), np.float32)
+        factors = np.ones((n, NUM_OPS), np.float32)
         factors[:, HUE] = 0.0
-        order = np.full((n, 4), -1, np.int32)
+        order = np.full((n, NUM_OPS), -1, np.int32)
         oh, ow = self.output_size(sizes)
         for k, (p, (h, w)) in enumerate(zip(params, sizes)):
             g = geom[k]
@@ -659,6 +748,11 @@ class Compose(Transform):
                 if f is not None:
                     factors[k, op] = f
                     order[k, j] = op
+                    j += 1
+            for pop in self.plan.pixel_ops:
+                if p.get(pop.key):
+                    factors[k, pop.op] = pop.factor
+                    order[k, j] = pop.op
                     j += 1
         return geom, factors, order
 
@@ -807,16 +901,20 @@ class Compose(Transform):
 
         steps = flat(tv) if hasattr(tv, "transforms") else [tv]
         out: list[Transform] = []
+        floats = False  # a float conversion came before: thresholds are on the [0, 1] scale
         for t in steps:
             name = type(t).__name__
             if name in ("ToImage", "PILToTensor", "ToPureTensor", "ToImageTensor"):
                 continue
+            if name in ("ToTensor", "ConvertImageDtype"):
+                floats = True
             if name == "ToTensor":
                 out.append(ToDtype(torch.float32, scale=True))
             elif name == "ConvertImageDtype":
                 out.append(ToDtype(t.dtype, scale=True))
             elif name == "ToDtype":
                 dtype = t.dtype if isinstance(t.dtype, torch.dtype) else t.dtype.get(torch.Tensor, None)
+                floats = floats or (dtype is not None and dtype.is_floating_point)
                 out.append(ToDtype(dtype, scale=t.scale))
             elif name == "RandomResizedCrop":
                 out.append(RandomResizedCrop(t.size, t.scale, t.ratio, t.interpolation,
@@ -843,6 +941,12 @@ class Compose(Transform):
             elif name == "RandomApply":
                 inner = [x for u in t.transforms for x in cls.from_torchvision(u, layout=layout).transforms]
                 out.append(RandomApply(inner, t.p))
+            elif name in ("RandomGrayscale", "Grayscale"):
+                out.append(RandomGrayscale(t.p) if name == "RandomGrayscale" else Grayscale(t.num_output_channels))
+            elif name == "RandomSolarize":
+                out.append(RandomSolarize(t.threshold * 255.0 if floats else t.threshold, t.p))
+            elif name == "RandomInvert":
+                out.append(RandomInvert(t.p))
             elif name == "RandomErasing":  # v2 keeps value as a list of floats or None ("random")
                 value = t.value if t.value is not None else "random"
                 out.append(RandomErasing(t.p, t.scale, t.ratio, value[0] if isinstance(value, list) and len(value) == 1
@@ -855,4 +959,5 @@ class Compose(Transform):
 from .mixing import CutMix, MixUp, RandomChoice  # noqa: E402  (batch transforms: torchvision's names, here)
 
 __all__ = ["Compose", "RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "ColorJitter",
-           "Normalize", "ToDtype", "RandomErasing", "RandomApply", "Transform", "sample_rng", "MixUp", "CutMix", "RandomChoice"]
+           "Normalize", "ToDtype", "RandomErasing", "RandomApply", "RandomGrayscale", "Grayscale", "RandomSolarize",
+           "RandomInvert", "Transform", "sample_rng", "MixUp", "CutMix", "RandomChoice"]

@@ -11,11 +11,17 @@ import math
 
 from numpy import float32, int32
 
-# Op ids, torchvision's ColorJitter fn_idx convention.
+# Op ids: ColorJitter's four in torchvision's fn_idx convention, then the per-pixel ops
+# that follow it (RandomGrayscale, RandomSolarize, RandomInvert). A sample's `order` lists
+# the ops it drew (-1 ends the list); factors[op] is the op's parameter.
 BRIGHTNESS = 0
 CONTRAST = 1
 SATURATION = 2
 HUE = 3
+GRAYSCALE = 4  # factor unused
+SOLARIZE = 5   # factor: the threshold, on the float scale (levels / 255)
+INVERT = 6     # factor unused
+NUM_OPS = 7
 
 
 def filter_window(i, scale, in_size, antialias):
@@ -121,7 +127,21 @@ def apply_op(op, r, g, b, factor, mean):
         return blend(r, l, factor), blend(g, l, factor), blend(b, l, factor)
     if op == HUE:
         return adjust_hue(r, g, b, factor)
+    if op == GRAYSCALE:
+        l = gray(r, g, b)
+        return l, l, l
+    if op == SOLARIZE:
+        return solarize(r, factor), solarize(g, factor), solarize(b, factor)
+    if op == INVERT:
+        return float32(1.0) - r, float32(1.0) - g, float32(1.0) - b
     return r, g, b
+
+
+def solarize(v, threshold):
+    """torchvision's solarize on float images: a value at or over `threshold` is inverted."""
+    if v >= threshold:
+        return float32(1.0) - v
+    return v
 
 
 def apply_ops(r, g, b, order, factors, first, last, mean):

@@ -1,14 +1,15 @@
-"""The fused augment kernel: crop + antialiased resize + flip + ColorJitter + Normalize
-in one pass per output pixel (plus a grey-mean reduction when contrast is on).
+"""The fused augment kernel: crop + antialiased resize + flip + ColorJitter (and the
+per-pixel ops after it: grayscale, solarize, invert) + Normalize in one pass per output pixel (plus a grey-mean reduction when contrast is on).
 
 Data layout, shared by both targets:
     src      uint8 [total]     every image of the batch, packed; sample n starts at
                                geom[n, OFFSET] and pixel (y, x, c) is at
                                offset + y*SY + x*SX + c*SC (HWC or CHW, by strides)
     geom     int64 [N, GEOM]   per-sample geometry (columns named below)
-    factors  float32 [N, 4]    ColorJitter factors by op id (brightness, contrast,
-                               saturation, hue)
-    order    int32 [N, 4]      op ids in application order, -1 after the last
+    factors  float32 [N, K]    each op's parameter by op id (ColorJitter's brightness,
+                               contrast, saturation, hue; then grayscale, solarize's
+                               threshold, invert: _pixel's op ids; K >= the ids used)
+    order    int32 [N, K]      op ids in application order, -1 after the last
     mean,std float32 [3]       Normalize
     out      [N, 3, H, W]      float32/float16/uint8; any strides (NHWC is a view)
 
@@ -53,7 +54,7 @@ def _resample_body(src, geom, factors, order, antialias, scratch, gray_sum):
     active = x < ow and y < oh
     g = geom[n]
     kc = contrast_position(order[n])
-    has_contrast = kc < 4 and order[n, kc] == CONTRAST
+    has_contrast = kc < order.shape[1] and order[n, kc] == CONTRAST
     r = float32(0.0)
     gg = float32(0.0)
     b = float32(0.0)
@@ -122,7 +123,7 @@ def _finish_body(scratch, gray_sum, factors, order, mean, std, normalize, to_uin
     b = scratch[n, 2, y, x]
     kc = contrast_position(order[n])
     m = float32(gray_sum[n] / float64(oh * ow))
-    r, g, b = apply_ops(r, g, b, order[n], factors[n], kc, 4, m)
+    r, g, b = apply_ops(r, g, b, order[n], factors[n], kc, order.shape[1], m)
     out[n, 0, y, x] = encode_output(r, 0, mean, std, normalize, to_uint8)
     out[n, 1, y, x] = encode_output(g, 1, mean, std, normalize, to_uint8)
     out[n, 2, y, x] = encode_output(b, 2, mean, std, normalize, to_uint8)
@@ -221,20 +222,28 @@ def _op_pass(px, ow, op, factor, mean):
     """One ColorJitter op in place over px [ow*3, n] (channel rows, see above); one
     loop per op, so each loop has a fixed body the compiler vectorizes."""
     n = px.shape[1]
-    if op == BRIGHTNESS or op == CONTRAST:
+    if op == BRIGHTNESS or op == CONTRAST or op == SOLARIZE or op == INVERT:
         flat = px.reshape(ow * 3 * n)
         if op == BRIGHTNESS:
             for i in range(ow * 3 * n):
                 flat[i] = clamp01(flat[i] * factor)
-        else:
+        elif op == CONTRAST:
             for i in range(ow * 3 * n):
                 flat[i] = blend(flat[i], mean, factor)
+        elif op == SOLARIZE:
+            for i in range(ow * 3 * n):
+                flat[i] = solarize(flat[i], factor)
+        else:
+            for i in range(ow * 3 * n):
+                flat[i] = float32(1.0) - flat[i]
         return
     for x in range(ow):
         if op == SATURATION:
             _saturation_rows(px[3 * x], px[3 * x + 1], px[3 * x + 2], factor)
         elif op == HUE:
             _hue_rows(px[3 * x], px[3 * x + 1], px[3 * x + 2], factor)
+        elif op == GRAYSCALE:
+            _gray_rows(px[3 * x], px[3 * x + 1], px[3 * x + 2])
 
 
 # The channel rows go to these as separate arguments: LLVM then checks at run time that
@@ -255,6 +264,14 @@ def _hue_rows(r, g, b, factor):
         r[i] = rr
         g[i] = gg
         b[i] = bb
+
+
+def _gray_rows(r, g, b):
+    for i in range(r.shape[0]):
+        l = gray(r[i], g[i], b[i])
+        r[i] = l
+        g[i] = l
+        b[i] = l
 
 
 def _gray_sum_rows(r, g, b):
@@ -562,7 +579,7 @@ def cpu_kernel():
     ns["store_fence"] = _simd.store_fence
     ns["deinterleave3x8_affine"] = _simd.deinterleave3x8_affine
     ns["deinterleave3x8_affine_reversed"] = _simd.deinterleave3x8_affine_reversed
-    for fn in (_saturation_rows, _hue_rows, _axis_weights, _op_pass, _encode_pass, _rows_u8, _rows_f32,
+    for fn in (_saturation_rows, _hue_rows, _gray_rows, _axis_weights, _op_pass, _encode_pass, _rows_u8, _rows_f32,
                _gray_mean, _cpu_sample, _is_identity, _scale_row, _fill, _channel_row, _channel_row_flipped,
                _cpu_identity):
         ns[fn.__name__] = jit()(_compile._rebind(fn, ns))
@@ -686,10 +703,11 @@ def _first_use(variant: tuple):
             print(f"gpudecode: kernel compiled in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
 
 
-def compile_ptx_all(ccs=((8, 0), (9, 0))) -> dict:
+def compile_ptx_all(ccs=((8, 0), (9, 0)), *, text: bool = False) -> dict:
     """Compiles both CUDA kernels to PTX for every compute capability in `ccs` and each
     output dtype and layout, with real type inference and code generation (no GPU
-    needed; not under the simulator). Returns {(kernel, cc, variant): ptx length}."""
+    needed; not under the simulator). Returns {(kernel, cc, variant): ptx length}, or
+    the PTX itself with `text` (for ptxas)."""
     from numba import cuda, types as t
     from numba import float32 as nb_f32, float64 as nb_f64
 
@@ -702,12 +720,12 @@ def compile_ptx_all(ccs=((8, 0), (9, 0))) -> dict:
              t.float32[:, :, :, :], t.float64[::1])
     for cc in ccs:
         ptx, _ = cuda.compile_ptx(resample, r_sig, cc=cc)
-        sizes[("resample", cc, "float32")] = len(ptx)
+        sizes[("resample", cc, "float32")] = ptx if text else len(ptx)
         for out_t in (t.float32, t.float16, t.uint8):
             for layout in ("C", "A"):  # contiguous NCHW, and strided (NHWC views)
                 out = out_t[:, :, :, ::1] if layout == "C" else out_t[:, :, :, :]
                 sig = (t.float32[:, :, :, :], t.float64[::1], t.float32[:, ::1], t.int32[:, ::1], t.float32[::1],
                        t.float32[::1], t.boolean, t.boolean, out)
                 ptx, _ = cuda.compile_ptx(finish, sig, cc=cc)
-                sizes[("finish", cc, f"{out_t}-{layout}")] = len(ptx)
+                sizes[("finish", cc, f"{out_t}-{layout}")] = ptx if text else len(ptx)
     return sizes

@@ -471,3 +471,97 @@ def test_random_apply_from_torchvision_and_refusals():
     b = T.Compose([T.RandomResizedCrop(8), T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=1.0)]
                   ).make_params([(20, 30)] * 5, 1)
     assert all(x["crop"] == y["crop"] for x, y in zip(a, b))
+
+
+# -- per-pixel ops after ColorJitter: RandomGrayscale, RandomSolarize, RandomInvert ---------
+
+def _pixel_pipeline(p=1.0):
+    return [T.RandomResizedCrop(40), T.RandomHorizontalFlip(), T.RandomApply([T.ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8),
+            T.RandomGrayscale(p), T.RandomSolarize(128, p), T.RandomInvert(p)]
+
+
+@pytest.mark.parametrize("p", [1.0, 0.5])
+def test_pixel_ops_match_torchvision_on_real_photos(photo_batch, p):
+    """The kernel's program (jitter ops, then grayscale, solarize, invert as each sample
+    drew them) against torchvision's functional ops replaying the same params, on the
+    float image: at most 1 level off (solarize may flip a value that lies within an ulp of
+    its threshold: at most 0.2% of the values)."""
+    import torchvision.transforms.v2.functional as F
+
+    tf = T.Compose(_pixel_pipeline(p) + [T.ToDtype(torch.float32, scale=True)])
+    sizes = [tuple(im.shape[1:]) for im in photo_batch]
+    params = tf.make_params(sizes, 21)
+    got = tf(photo_batch, params)
+    pixel = [("grayscale", lambda x: F.rgb_to_grayscale(x, num_output_channels=3)),
+             ("solarize", lambda x: F.solarize(x, 128 / 255)), ("invert", F.invert)]
+    for k, (img, prm) in enumerate(zip(photo_batch, params)):
+        ref = torchvision_apply(img, prm, (40, 40), pixel=pixel)
+        err = (got[k] - ref).abs() * 255
+        assert (err > 1.0).float().mean() <= 0.002, (k, prm, float(err.max()))
+    if p == 0.5:
+        drawn = [(q["grayscale"], q["solarize"], q["invert"]) for q in tf.make_params([(50, 50)] * 4000, 2)]
+        for i in range(3):
+            assert stats.binomtest(sum(d[i] for d in drawn), 4000, 0.5).pvalue > 1e-3
+
+
+def test_pixel_ops_cuda_kernel_equals_cpu_twin_under_the_simulator():
+    """Every op id of the program through the CUDA kernel (simulator) and the CPU twin."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import numpy as np, torch
+        from gpudecode import transforms as T
+        from gpudecode.kernels import fused
+        rng = np.random.default_rng(0)
+        imgs = [torch.from_numpy(rng.integers(0, 256, (3, 13 + k, 17), dtype=np.uint8)) for k in range(4)]
+        tf = T.Compose([T.RandomResizedCrop((9, 11)), T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.RandomGrayscale(0.5),
+                        T.RandomSolarize(100, 0.7), T.RandomInvert(0.5), T.Normalize([0.5] * 3, [0.25] * 3)])
+        params = tf.make_params([tuple(i.shape[1:]) for i in imgs], 3)
+        cpu = tf(imgs, params).numpy()
+        sizes = [tuple(i.shape[1:]) for i in imgs]
+        geom, factors, order = tf.encode(params, sizes)
+        assert (order >= 4).any(), order
+        src = np.concatenate([i.permute(1, 2, 0).reshape(-1).numpy() for i in imgs])
+        off = 0
+        for k, i in enumerate(imgs):
+            h, w = sizes[k]
+            geom[k, fused.OFFSET] = off
+            geom[k, fused.SY], geom[k, fused.SX], geom[k, fused.SC] = w * 3, 3, 1
+            off += h * w * 3
+        mean, std = tf._norm_arrays()
+        out = np.zeros((4, 3, 9, 11), np.float32)
+        fused.fused_cuda(src, geom, factors, order, mean, std, out, normalize=True)
+        assert np.abs(out - cpu).max() < 1e-4, np.abs(out - cpu).max()
+        print("ok")
+        """)
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
+
+
+def test_pixel_ops_from_torchvision_and_where_they_may_stand():
+    import torchvision.transforms as v1
+
+    dino_global = v1.Compose([
+        v1.RandomResizedCrop(224, scale=(0.4, 1.0)),
+        v1.Compose([v1.RandomHorizontalFlip(p=0.5), v1.RandomApply([v1.ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8),
+                    v1.RandomGrayscale(p=0.2)]),
+        v1.RandomSolarize(128, p=0.2),
+        v1.Compose([v1.ToTensor(), v1.Normalize(MEAN, STD)])])
+    c = T.Compose.from_torchvision(dino_global)
+    assert [type(o).__name__ for o in c.plan.pixel_ops] == ["RandomGrayscale", "RandomSolarize"]
+    assert c.plan.pixel_ops[1].threshold == 128 and c.plan.pixel_ops[0].p == 0.2
+    after_float = tv.Compose([tv.RandomResizedCrop(8), tv.ToDtype(torch.float32, scale=True), tv.RandomSolarize(0.5),
+                              tv.RandomInvert(), tv.Grayscale(3)])
+    ops = T.Compose.from_torchvision(after_float).plan.pixel_ops
+    assert ops[0].threshold == 127.5 and [type(o).__name__ for o in ops] == ["RandomSolarize", "RandomInvert",
+                                                                              "Grayscale"]
+    with pytest.raises(TransformError, match="before ColorJitter cannot be fused"):
+        T.Compose([T.RandomResizedCrop(8), T.RandomGrayscale(), T.ColorJitter(0.4)])
+    with pytest.raises(TransformError, match="two RandomGrayscales"):
+        T.Compose([T.RandomGrayscale(), T.RandomGrayscale()])
+    with pytest.raises(TransformError, match="num_output_channels=1"):
+        T.Compose.from_torchvision(tv.Grayscale())

@@ -9,8 +9,9 @@ OPS = [("brightness", F.adjust_brightness), ("contrast", F.adjust_contrast),
 
 
 def torchvision_apply(img: torch.Tensor, p: dict, out_size, *, mean=None, std=None, resize=False,
-                      antialias=True) -> torch.Tensor:
-    """img uint8 [C, H, W] -> float32 [3, h, w] with torchvision's functional ops."""
+                      antialias=True, pixel=()) -> torch.Tensor:
+    """img uint8 [C, H, W] -> float32 [3, h, w] with torchvision's functional ops; `pixel`:
+    (params key, function) of the per-pixel ops after ColorJitter, in their order."""
     x = F.to_dtype(img, torch.float32, scale=True)
     if x.shape[0] == 1:
         x = x.expand(3, -1, -1)
@@ -27,6 +28,9 @@ def torchvision_apply(img: torch.Tensor, p: dict, out_size, *, mean=None, std=No
         name, fn = OPS[op]
         if p.get(name) is not None:
             x = fn(x, p[name])
+    for key, fn in pixel:
+        if p.get(key):
+            x = fn(x)
     if mean is not None:
         x = F.normalize(x, mean, std)
     return x
