@@ -505,7 +505,8 @@ def test_pixel_ops_match_torchvision_on_real_photos(photo_batch, p):
 
 
 def test_pixel_ops_cuda_kernel_equals_cpu_twin_under_the_simulator():
-    """Every op id of the program through the CUDA kernel (simulator) and the CPU twin."""
+    """Every op id of the program through the CUDA kernel (simulator) and the CPU twin, on
+    crops of real photographs (the CPU twin is compared with torchvision above)."""
     import os
     import subprocess
     import sys
@@ -515,8 +516,10 @@ def test_pixel_ops_cuda_kernel_equals_cpu_twin_under_the_simulator():
         import numpy as np, torch
         from gpudecode import transforms as T
         from gpudecode.kernels import fused
-        rng = np.random.default_rng(0)
-        imgs = [torch.from_numpy(rng.integers(0, 256, (3, 13 + k, 17), dtype=np.uint8)) for k in range(4)]
+        from skimage import data
+        photos = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket()]
+        imgs = [torch.from_numpy(np.ascontiguousarray(p[60:73 + k, 90:107].transpose(2, 0, 1)))
+                for k, p in enumerate(photos)]  # real photographs' pixels
         tf = T.Compose([T.RandomResizedCrop((9, 11)), T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.RandomGrayscale(0.5),
                         T.RandomSolarize(100, 0.7), T.RandomInvert(0.5), T.Normalize([0.5] * 3, [0.25] * 3)])
         params = tf.make_params([tuple(i.shape[1:]) for i in imgs], 3)
