@@ -8,7 +8,9 @@ Two producer threads prepare batches ahead (up to `prefetch`) while the trainer 
 batch k: the "decode" thread reads, probes and decodes batch k+2 while the "augment"
 thread runs the kernel on k+1.
 
-On a GPU (the design, one owner: `_Streams`, made once per Loader and kept across epochs):
+The per-batch work and its buffers belong to the Loader's `pipeline.Pipeline`; the two
+threads here drive it. On a GPU (the design, one owner: the pipeline's `_Streams`, made
+once per Loader and kept across epochs):
 - Decoding (and the upload of host-decoded pixels, from pinned staging, non-blocking)
   runs on a decode stream; the kernel on an augment stream; each batch's "decoded" event
   joins them, so decoding batch k+1 overlaps the kernel of batch k, and each stage's CUDA
@@ -16,7 +18,8 @@ On a GPU (the design, one owner: `_Streams`, made once per Loader and kept acros
 - Every buffer a decoded batch lives in (a decoder's ring, the upload ring, memory a
   decoder's allocator hands out) is kept until the batch's "consumed" event, recorded
   after its kernel, has completed: before decoding batch j the decode thread waits on
-  the host for batch j - IN_FLIGHT's (the hardware JPEG decoder does not follow stream
+  the host for batch j - in_flight's (the middle queue's depth + 2: every ring is that
+  deep; the hardware JPEG decoder does not follow stream
   order, so a stream wait would not do), and drops older batches' buffers only once their
   events have completed.
 - The trainer gets batch k from output slot k mod (prefetch + 3); its stream waits on the
