@@ -29,7 +29,7 @@ import torch
 from .decode._base import DecodedBatch
 from .errors import KernelLaunchError, TransformError
 from .kernels import fused
-from .kernels._pixel import GRAYSCALE, INVERT, NUM_OPS, SOLARIZE
+from .kernels._pixel import GRAYSCALE, INVERT, NUM_OPS, POSTERIZE, SOLARIZE
 
 Layout = Literal["NCHW", "NHWC"]
 BRIGHTNESS, CONTRAST, SATURATION, HUE = range(4)
@@ -334,6 +334,23 @@ class RandomInvert(_PixelOp):
 
     def __init__(self, p: float = 0.5) -> None:
         super().__init__(p)
+
+
+class RandomPosterize(_PixelOp):
+    """torchvision's RandomPosterize: with probability p, each value keeps `bits` bits
+    (torchvision's float formula: floor(v * 2**bits) / 2**bits, clamped)."""
+
+    op, key = POSTERIZE, "posterize"
+
+    def __init__(self, bits: int, p: float = 0.5) -> None:
+        if isinstance(bits, bool) or not isinstance(bits, int) or not 0 <= bits <= 8:
+            raise TypeError(f"bits must be a positive integer in the range [0, 8], got {bits} instead.")
+        super().__init__(p)
+        self.bits = bits
+
+    @property
+    def factor(self) -> float:
+        return float(1 << self.bits)
 
 
 class RandomApply(Transform):
@@ -947,6 +964,8 @@ class Compose(Transform):
                 out.append(RandomSolarize(t.threshold * 255.0 if floats else t.threshold, t.p))
             elif name == "RandomInvert":
                 out.append(RandomInvert(t.p))
+            elif name == "RandomPosterize":
+                out.append(RandomPosterize(t.bits, t.p))
             elif name == "RandomErasing":  # v2 keeps value as a list of floats or None ("random")
                 value = t.value if t.value is not None else "random"
                 out.append(RandomErasing(t.p, t.scale, t.ratio, value[0] if isinstance(value, list) and len(value) == 1
@@ -960,4 +979,4 @@ from .mixing import CutMix, MixUp, RandomChoice  # noqa: E402  (batch transforms
 
 __all__ = ["Compose", "RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "ColorJitter",
            "Normalize", "ToDtype", "RandomErasing", "RandomApply", "RandomGrayscale", "Grayscale", "RandomSolarize",
-           "RandomInvert", "Transform", "sample_rng", "MixUp", "CutMix", "RandomChoice"]
+           "RandomInvert", "RandomPosterize", "Transform", "sample_rng", "MixUp", "CutMix", "RandomChoice"]

@@ -21,7 +21,8 @@ HUE = 3
 GRAYSCALE = 4  # factor unused
 SOLARIZE = 5   # factor: the threshold, on the float scale (levels / 255)
 INVERT = 6     # factor unused
-NUM_OPS = 7
+POSTERIZE = 7  # factor: the levels kept, 2 ** bits
+NUM_OPS = 8
 
 
 def filter_window(i, scale, in_size, antialias):
@@ -134,7 +135,17 @@ def apply_op(op, r, g, b, factor, mean):
         return solarize(r, factor), solarize(g, factor), solarize(b, factor)
     if op == INVERT:
         return float32(1.0) - r, float32(1.0) - g, float32(1.0) - b
+    if op == POSTERIZE:
+        return posterize(r, factor), posterize(g, factor), posterize(b, factor)
     return r, g, b
+
+
+def posterize(v, levels):
+    """torchvision's posterize on float images: floor(v * levels) clamped to
+    [0, levels - 1], times 1 / levels."""
+    q = floorf(v * levels)
+    q = max(float32(0.0), min(q, levels - float32(1.0)))
+    return q * (float32(1.0) / levels)
 
 
 def solarize(v, threshold):

@@ -8,7 +8,7 @@ Data layout, shared by both targets:
     geom     int64 [N, GEOM]   per-sample geometry (columns named below)
     factors  float32 [N, K]    each op's parameter by op id (ColorJitter's brightness,
                                contrast, saturation, hue; then grayscale, solarize's
-                               threshold, invert: _pixel's op ids; K >= the ids used)
+                               threshold, invert, posterize's levels: _pixel's op ids; K >= the ids used)
     order    int32 [N, K]      op ids in application order, -1 after the last
     mean,std float32 [3]       Normalize
     out      [N, 3, H, W]      float32/float16/uint8; any strides (NHWC is a view)
@@ -222,7 +222,7 @@ def _op_pass(px, ow, op, factor, mean):
     """One ColorJitter op in place over px [ow*3, n] (channel rows, see above); one
     loop per op, so each loop has a fixed body the compiler vectorizes."""
     n = px.shape[1]
-    if op == BRIGHTNESS or op == CONTRAST or op == SOLARIZE or op == INVERT:
+    if op == BRIGHTNESS or op == CONTRAST or op == SOLARIZE or op == INVERT or op == POSTERIZE:
         flat = px.reshape(ow * 3 * n)
         if op == BRIGHTNESS:
             for i in range(ow * 3 * n):
@@ -233,6 +233,9 @@ def _op_pass(px, ow, op, factor, mean):
         elif op == SOLARIZE:
             for i in range(ow * 3 * n):
                 flat[i] = solarize(flat[i], factor)
+        elif op == POSTERIZE:
+            for i in range(ow * 3 * n):
+                flat[i] = posterize(flat[i], factor)
         else:
             for i in range(ow * 3 * n):
                 flat[i] = float32(1.0) - flat[i]

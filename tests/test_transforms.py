@@ -477,7 +477,7 @@ def test_random_apply_from_torchvision_and_refusals():
 
 def _pixel_pipeline(p=1.0):
     return [T.RandomResizedCrop(40), T.RandomHorizontalFlip(), T.RandomApply([T.ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8),
-            T.RandomGrayscale(p), T.RandomSolarize(128, p), T.RandomInvert(p)]
+            T.RandomGrayscale(p), T.RandomSolarize(128, p), T.RandomInvert(p), T.RandomPosterize(3, p)]
 
 
 @pytest.mark.parametrize("p", [1.0, 0.5])
@@ -493,14 +493,16 @@ def test_pixel_ops_match_torchvision_on_real_photos(photo_batch, p):
     params = tf.make_params(sizes, 21)
     got = tf(photo_batch, params)
     pixel = [("grayscale", lambda x: F.rgb_to_grayscale(x, num_output_channels=3)),
-             ("solarize", lambda x: F.solarize(x, 128 / 255)), ("invert", F.invert)]
+             ("solarize", lambda x: F.solarize(x, 128 / 255)), ("invert", F.invert),
+             ("posterize", lambda x: F.posterize(x, 3))]
     for k, (img, prm) in enumerate(zip(photo_batch, params)):
         ref = torchvision_apply(img, prm, (40, 40), pixel=pixel)
         err = (got[k] - ref).abs() * 255
         assert (err > 1.0).float().mean() <= 0.002, (k, prm, float(err.max()))
     if p == 0.5:
-        drawn = [(q["grayscale"], q["solarize"], q["invert"]) for q in tf.make_params([(50, 50)] * 4000, 2)]
-        for i in range(3):
+        drawn = [(q["grayscale"], q["solarize"], q["invert"], q["posterize"])
+                 for q in tf.make_params([(50, 50)] * 4000, 2)]
+        for i in range(4):
             assert stats.binomtest(sum(d[i] for d in drawn), 4000, 0.5).pvalue > 1e-3
 
 
@@ -521,7 +523,8 @@ def test_pixel_ops_cuda_kernel_equals_cpu_twin_under_the_simulator():
         imgs = [torch.from_numpy(np.ascontiguousarray(p[60:73 + k, 90:107].transpose(2, 0, 1)))
                 for k, p in enumerate(photos)]  # real photographs' pixels
         tf = T.Compose([T.RandomResizedCrop((9, 11)), T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.RandomGrayscale(0.5),
-                        T.RandomSolarize(100, 0.7), T.RandomInvert(0.5), T.Normalize([0.5] * 3, [0.25] * 3)])
+                        T.RandomSolarize(100, 0.7), T.RandomInvert(0.5), T.RandomPosterize(2, 0.6),
+                        T.Normalize([0.5] * 3, [0.25] * 3)])
         params = tf.make_params([tuple(i.shape[1:]) for i in imgs], 3)
         cpu = tf(imgs, params).numpy()
         sizes = [tuple(i.shape[1:]) for i in imgs]
@@ -558,10 +561,11 @@ def test_pixel_ops_from_torchvision_and_where_they_may_stand():
     assert [type(o).__name__ for o in c.plan.pixel_ops] == ["RandomGrayscale", "RandomSolarize"]
     assert c.plan.pixel_ops[1].threshold == 128 and c.plan.pixel_ops[0].p == 0.2
     after_float = tv.Compose([tv.RandomResizedCrop(8), tv.ToDtype(torch.float32, scale=True), tv.RandomSolarize(0.5),
-                              tv.RandomInvert(), tv.Grayscale(3)])
+                              tv.RandomInvert(), tv.Grayscale(3), tv.RandomPosterize(4, p=0.3)])
     ops = T.Compose.from_torchvision(after_float).plan.pixel_ops
     assert ops[0].threshold == 127.5 and [type(o).__name__ for o in ops] == ["RandomSolarize", "RandomInvert",
-                                                                              "Grayscale"]
+                                                                              "Grayscale", "RandomPosterize"]
+    assert ops[3].bits == 4 and ops[3].p == 0.3
     with pytest.raises(TransformError, match="before ColorJitter cannot be fused"):
         T.Compose([T.RandomResizedCrop(8), T.RandomGrayscale(), T.ColorJitter(0.4)])
     with pytest.raises(TransformError, match="two RandomGrayscales"):
