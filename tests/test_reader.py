@@ -506,3 +506,23 @@ def test_a_pattern_field_of_absurd_width_is_a_value_error():
         format_pattern("out/train-%0999999999d.tar", 0)
     assert format_pattern("out/train-%06d.tar", 7) == "out/train-000007.tar"
     assert format_pattern("out/train-{:06d}.tar", 7) == "out/train-000007.tar"
+
+
+def test_a_reader_goes_to_spawned_dataloader_workers(tmp_path):
+    """DataLoader with the spawn start method pickles the dataset: a ShardReader (with a
+    node cache, whose lock and shard mappings stay in the parent) is picklable, and its
+    workers split the shards and deliver every sample once."""
+    import pickle
+
+    import torch
+
+    from gpudecode import ShardReader
+
+    shards = [make_shard(tmp_path / f"w{j}.tar", [{"__key__": f"k{j}{i:02d}", "jpg": b"x" * (i + 1), "cls": b"1"}
+                                                  for i in range(6)]) for j in range(4)]
+    reader = ShardReader(shards, shuffle=False, cache_dir=tmp_path / "cache")
+    again = pickle.loads(pickle.dumps(reader))
+    assert sorted(s.key for s in again) == sorted(s.key for s in reader)
+    dl = torch.utils.data.DataLoader(reader, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    keys = [s.key for s in dl]
+    assert sorted(keys) == sorted(f"k{j}{i:02d}" for j in range(4) for i in range(6))

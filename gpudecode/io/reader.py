@@ -313,6 +313,12 @@ class _MapCache:
     def __len__(self) -> int:
         return len(self._maps)
 
+    def __getstate__(self) -> dict:  # a reader goes to DataLoader's spawned workers: its maps stay here
+        return {"limit": self.limit, "max_maps": self.max_maps}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["limit"], state["max_maps"])  # type: ignore[misc]
+
 
 def _file_members(f: IO[bytes], url: str, want: Want, seek: tuple[int, int] | None = None,
                   mapped: frozenset[str] = frozenset(), maps: _MapCache | None = None
