@@ -83,7 +83,8 @@ class _Epoch:
         # a decoder that can be interrupted (the CPU one: between rows, on its native
         # threads) is, so close() or Ctrl-C never waits for a huge image to finish
         decoder = loader._pipe.decoder
-        interrupt = getattr(decoder, "interrupt", None)
+        # (only a decoder this Loader made: one handed in may serve other Loaders too)
+        interrupt = getattr(decoder, "interrupt", None) if loader._pipe.owns_decoder else None
         if interrupt is not None:
             decoder.resume()
             self.group.on_stop(interrupt)
