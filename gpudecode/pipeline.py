@@ -99,7 +99,8 @@ class Pipeline:
     """Prepares read batches and finishes them into output slots (see the module doc).
 
     Args:
-        transform: the Compose the kernel runs.
+        transform: the Compose the kernel runs, or a list of them: several views of each
+            image (each finished batch then holds one output per view).
         batch_size: images per batch (the output slots' size).
         device: "cpu" or "cuda[:N]" (as check_device gives it).
         decoder: a decoder name ("auto", "cpu", ...) or a decoder instance (which
