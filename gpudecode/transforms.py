@@ -224,6 +224,20 @@ class RandomHorizontalFlip(Transform):
         return {"flip": rng.random() < self.p}
 
 
+class RandomVerticalFlip(Transform):
+    """torchvision's RandomVerticalFlip: with probability p the output image is mirrored
+    top to bottom (in the kernel: rows read in reverse); `vflip` in make_params. Drawn
+    after RandomHorizontalFlip's coin, wherever it stands among the steps."""
+
+    def __init__(self, p: float = 0.5) -> None:
+        if not 0.0 <= p <= 1.0:
+            raise ValueError("p must be in [0, 1]")
+        self.p = float(p)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        return {"vflip": rng.random() < self.p}
+
+
 def _jitter_range(value: Any, name: str, center: float, bound: tuple[float, float],
                   clip_first_on_zero: bool) -> tuple[float, float] | None:
     if isinstance(value, numbers.Real):
@@ -479,11 +493,13 @@ class _Plan:
     erase: RandomErasing | None = None  # on the kernel's output, last
     jitter_draw: Transform | None = None  # what draws the jitter: the ColorJitter, or its RandomApply
     pixel_ops: tuple[_PixelOp, ...] = ()  # after the jitter, in their order
+    vflip: RandomVerticalFlip | None = None
 
 
 _GEOMETRY = (RandomResizedCrop, Resize, CenterCrop, RandomCrop)
 SUPPORTED = ("supported, in this order: one geometry (RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + "
-             "CenterCrop, Resize + RandomCrop, or none), then RandomHorizontalFlip, ColorJitter (or RandomApply around "
+             "CenterCrop, Resize + RandomCrop, or none), then RandomHorizontalFlip, RandomVerticalFlip, ColorJitter (or "
+             "RandomApply around "
              "it), Normalize and ToDtype, "
              "then RandomErasing (ToImage, PILToTensor and ToTensor are taken as the input conversion); on the batch: "
              "MixUp, CutMix, RandomChoice (Loader(batch_transform=))")
@@ -519,6 +535,7 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
     out_size = geometry[-1].size if geometry else None  # type: ignore[attr-defined]
     antialias = all(getattr(g, "antialias", True) for g in geometry)
     flip = jitter = normalize = None
+    vflip: RandomVerticalFlip | None = None
     jitter_draw: Transform | None = None
     pixel_ops: list[_PixelOp] = []
     dtype: torch.dtype | None = None
@@ -538,6 +555,10 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
             if flip is not None:
                 raise TransformError(f"two RandomHorizontalFlips [{names}]")
             flip = t
+        elif isinstance(t, RandomVerticalFlip):
+            if vflip is not None:
+                raise TransformError(f"two RandomVerticalFlips [{names}]")
+            vflip = t
         elif isinstance(t, _PixelOp):
             if dtype == torch.uint8:
                 raise TransformError(f"{what} after ToDtype(uint8) cannot be fused [{names}]")
@@ -567,7 +588,7 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
             raise _refuse(f"{what} cannot be fused [{names}]")
     return _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,  # type: ignore[arg-type]
                  antialias, flip, jitter, normalize, dtype or torch.uint8, tuple(steps), erase,  # type: ignore[arg-type]
-                 jitter_draw, tuple(pixel_ops))
+                 jitter_draw, tuple(pixel_ops), vflip)
 
 
 _M64 = (1 << 64) - 1
@@ -723,6 +744,8 @@ class Compose(Transform):
                 p.update(d)
             if self.plan.flip is not None:
                 p.update(self.plan.flip.draw(rng, size))
+            if self.plan.vflip is not None:
+                p.update(self.plan.vflip.draw(rng, size))
             if self.plan.jitter_draw is not None:  # (a RandomApply's lost coin leaves the jitter off)
                 p.update(self.plan.jitter_draw.draw(rng, size))  # type: ignore[attr-defined]
             for op in self.plan.pixel_ops:
@@ -759,6 +782,7 @@ class Compose(Transform):
                 if "crop" in p:
                     g[fused.OY], g[fused.OX] = p["crop"][0], p["crop"][1]
             g[fused.FLIP] = bool(p.get("flip", False))
+            g[fused.VFLIP] = bool(p.get("vflip", False))
             j = 0
             for op in p.get("order", ()):
                 f = p.get(_JITTER_NAMES[op])
@@ -950,6 +974,8 @@ class Compose(Transform):
                 out.append(RandomCrop(t.size, padding, t.pad_if_needed, fill, t.padding_mode))
             elif name == "RandomHorizontalFlip":
                 out.append(RandomHorizontalFlip(t.p))
+            elif name == "RandomVerticalFlip":
+                out.append(RandomVerticalFlip(t.p))
             elif name == "ColorJitter":
                 ranges = [getattr(t, n) for n in _JITTER_NAMES]  # (min, max) or None when off
                 out.append(ColorJitter(*(0 if r is None else tuple(r) for r in ranges)))
@@ -977,6 +1003,7 @@ class Compose(Transform):
 
 from .mixing import CutMix, MixUp, RandomChoice  # noqa: E402  (batch transforms: torchvision's names, here)
 
-__all__ = ["Compose", "RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip", "ColorJitter",
+__all__ = ["Compose", "RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip",
+           "RandomVerticalFlip", "ColorJitter",
            "Normalize", "ToDtype", "RandomErasing", "RandomApply", "RandomGrayscale", "Grayscale", "RandomSolarize",
            "RandomInvert", "RandomPosterize", "Transform", "sample_rng", "MixUp", "CutMix", "RandomChoice"]

@@ -16,7 +16,8 @@ Data layout, shared by both targets:
 Geometry: the box (TOP, LEFT, BH, BW) of the source is resized to (VH, VW) and the
 output is the window at (OY, OX) of that resized image (zeros outside it, as
 torchvision's padding CenterCrop): RandomResizedCrop is box=crop, V=out size, O=0;
-Resize+CenterCrop is box=whole image, V=resized size, O=crop offset. FLIP mirrors x.
+Resize+CenterCrop is box=whole image, V=resized size, O=crop offset. FLIP mirrors x,
+VFLIP mirrors y (of the output: torchvision flips the transformed image).
 """
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ import numpy as np
 
 from . import _compile
 
-OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP = range(15)
-GEOM = 15
+OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP = range(16)
+GEOM = 16
 THREADS_PER_BLOCK = (16, 16)
 _SUM_TYPE = np.float64
 
@@ -60,7 +61,8 @@ def _resample_body(src, geom, factors, order, antialias, scratch, gray_sum):
     b = float32(0.0)
     if active:
         xs = ow - 1 - x if g[FLIP] != 0 else x
-        vy = y + g[OY]
+        ys = oh - 1 - y if g[VFLIP] != 0 else y
+        vy = ys + g[OY]
         vx = xs + g[OX]
         if vy >= 0 and vy < g[VH] and vx >= 0 and vx < g[VW]:
             bh = g[BH]
@@ -144,7 +146,7 @@ def cuda_kernels() -> tuple:
 
 
 GEOM_NAMES = dict(OFFSET=OFFSET, H=H, W=W, SY=SY, SX=SX, SC=SC, TOP=TOP, LEFT=LEFT, BH=BH, BW=BW, VH=VH,
-                  VW=VW, OY=OY, OX=OX, FLIP=FLIP)
+                  VW=VW, OY=OY, OX=OX, FLIP=FLIP, VFLIP=VFLIP)
 
 
 def launch_geometry(n: int, oh: int, ow: int) -> tuple[tuple[int, int, int], tuple[int, int]]:
@@ -359,7 +361,7 @@ def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialia
     or as [oh, ow, 3] with `nhwc`."""
     bh = g[BH]
     bw = g[BW]
-    yf, yc, yw, yv = _axis_weights(oh, g[VH], g[OY], bh, False, antialias)
+    yf, yc, yw, yv = _axis_weights(oh, g[VH], g[OY], bh, g[VFLIP] != 0, antialias)
     xf, xc, xw, xv = _axis_weights(ow, g[VW], g[OX], bw, g[FLIP] != 0, antialias)
     sy = g[SY]
     sx = g[SX]
@@ -430,7 +432,7 @@ def _is_identity(g, order, oh, ow):
     flip and padding at most: CenterCrop or RandomCrop of a stored image of the training
     size, or no geometry at all), from packed HWC pixels."""
     return (g[BH] == g[VH] and g[BW] == g[VW] and order[0] < 0 and g[SX] == 3 and g[SC] == 1
-            and g[VH] >= 1 and g[VW] >= 1)
+            and g[VH] >= 1 and g[VW] >= 1 and g[VFLIP] == 0)
 
 
 def _scale_row(t, src, p, n, inv255):

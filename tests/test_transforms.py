@@ -522,7 +522,8 @@ def test_pixel_ops_cuda_kernel_equals_cpu_twin_under_the_simulator():
         photos = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket()]
         imgs = [torch.from_numpy(np.ascontiguousarray(p[60:73 + k, 90:107].transpose(2, 0, 1)))
                 for k, p in enumerate(photos)]  # real photographs' pixels
-        tf = T.Compose([T.RandomResizedCrop((9, 11)), T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.RandomGrayscale(0.5),
+        tf = T.Compose([T.RandomResizedCrop((9, 11)), T.RandomVerticalFlip(0.5), T.RandomHorizontalFlip(0.5),
+                        T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.RandomGrayscale(0.5),
                         T.RandomSolarize(100, 0.7), T.RandomInvert(0.5), T.RandomPosterize(2, 0.6),
                         T.Normalize([0.5] * 3, [0.25] * 3)])
         params = tf.make_params([tuple(i.shape[1:]) for i in imgs], 3)
@@ -572,3 +573,29 @@ def test_pixel_ops_from_torchvision_and_where_they_may_stand():
         T.Compose([T.RandomGrayscale(), T.RandomGrayscale()])
     with pytest.raises(TransformError, match="num_output_channels=1"):
         T.Compose.from_torchvision(tv.Grayscale())
+
+
+
+@pytest.mark.parametrize("steps", [
+    lambda: [T.RandomResizedCrop(40), T.RandomVerticalFlip(1.0)],
+    lambda: [T.RandomResizedCrop(40), T.RandomHorizontalFlip(0.5), T.RandomVerticalFlip(0.5)],
+    lambda: [T.Resize(48), T.CenterCrop(40), T.RandomVerticalFlip(1.0)],
+    lambda: [T.RandomCrop(40, padding=6, pad_if_needed=True), T.RandomVerticalFlip(1.0)],
+], ids=["rrc", "rrc-both-flips", "resize-centercrop", "randomcrop-padding"])
+def test_random_vertical_flip_matches_torchvision(photo_batch, steps):
+    """The kernel reads the output's rows in reverse (CPU twin: the vertical pass's weights
+    reversed), as torchvision's vertical_flip of the transformed image; the one-to-one
+    fast path is left for flipped samples."""
+    tf = T.Compose(steps() + [T.Normalize(MEAN, STD)])
+    sizes = [tuple(im.shape[1:]) for im in photo_batch]
+    params = tf.make_params(sizes, 13)
+    got = tf(photo_batch, params)
+    resize = isinstance(tf.plan.geometry[0], T.Resize)
+    for k, (img, p) in enumerate(zip(photo_batch, params)):
+        ref = torchvision_apply(img, p, (40, 40), mean=MEAN, std=STD, resize=resize)
+        assert max_err_levels(got[k], ref) <= 1.0, (k, p)
+    draws = [q["vflip"] for q in T.Compose([T.CenterCrop(8), T.RandomVerticalFlip(0.3)]).make_params([(9, 9)] * 4000, 1)]
+    assert stats.binomtest(sum(draws), 4000, 0.3).pvalue > 1e-3
+    one = T.Compose([T.CenterCrop((30, 40)), T.RandomVerticalFlip(1.0)])  # 1:1, the identity path but flipped
+    img = photo_batch[0][:, :30, :40].contiguous()
+    assert torch.equal(one([img]), img.flip(1)[None])

@@ -24,6 +24,8 @@ def torchvision_apply(img: torch.Tensor, p: dict, out_size, *, mean=None, std=No
         x = F.resized_crop(x, t, l, h, w, list(out_size), antialias=antialias)
     if p.get("flip"):
         x = F.horizontal_flip(x)
+    if p.get("vflip"):
+        x = F.vertical_flip(x)
     for op in p.get("order", []):
         name, fn = OPS[op]
         if p.get(name) is not None:
