@@ -214,28 +214,32 @@ class RandomCrop(Transform):
         return {"crop": (i - top, j - left, th, tw)}  # in the image's own coordinates: zeros outside
 
 
-class RandomHorizontalFlip(Transform):
+class _Flip(Transform):
+    """A mirror of the output image with probability p; make_params says it under `key`."""
+
+    key = ""
+
     def __init__(self, p: float = 0.5) -> None:
         if not 0.0 <= p <= 1.0:
             raise ValueError("p must be in [0, 1]")
         self.p = float(p)
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
-        return {"flip": rng.random() < self.p}
+        return {self.key: rng.random() < self.p}
 
 
-class RandomVerticalFlip(Transform):
+class RandomHorizontalFlip(_Flip):
+    """torchvision's RandomHorizontalFlip: `flip` in make_params."""
+
+    key = "flip"
+
+
+class RandomVerticalFlip(_Flip):
     """torchvision's RandomVerticalFlip: with probability p the output image is mirrored
     top to bottom (in the kernel: rows read in reverse); `vflip` in make_params. Drawn
     after RandomHorizontalFlip's coin, wherever it stands among the steps."""
 
-    def __init__(self, p: float = 0.5) -> None:
-        if not 0.0 <= p <= 1.0:
-            raise ValueError("p must be in [0, 1]")
-        self.p = float(p)
-
-    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
-        return {"vflip": rng.random() < self.p}
+    key = "vflip"
 
 
 def _jitter_range(value: Any, name: str, center: float, bound: tuple[float, float],
