@@ -29,7 +29,7 @@ import torch
 from .decode._base import DecodedBatch
 from .errors import KernelLaunchError, TransformError
 from .kernels import fused
-from .kernels._pixel import GRAYSCALE, INVERT, NUM_OPS, POSTERIZE, SOLARIZE
+from .kernels._pixel import ARGS, GRAYSCALE, INVERT, POSTERIZE, SOLARIZE
 
 Layout = Literal["NCHW", "NHWC"]
 BRIGHTNESS, CONTRAST, SATURATION, HUE = range(4)
@@ -62,6 +62,24 @@ class Transform:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({args})"
+
+
+class _Step(Transform):
+    """A step of each sample's kernel program (after the geometry and the flips): `draw`
+    gives its parameters under its `keys` in make_params (a key left out means the step
+    did not apply; a wrapper's keys are its own, its steps have theirs), `emit` appends the kernel ops they call for, (op id, args), given
+    the image's size at that point (the output's). `moves` marks a step that moves
+    pixels (a flip may not come after it)."""
+
+    keys: tuple[str, ...] = ()
+    moves = False
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        raise NotImplementedError
+
+    def inner(self) -> list["_Step"]:
+        """The steps it is made of (wrappers), itself included."""
+        return [self]
 
 
 class RandomResizedCrop(Transform):
@@ -259,9 +277,11 @@ def _jitter_range(value: Any, name: str, center: float, bound: tuple[float, floa
     return None if lo == hi == center else (lo, hi)
 
 
-class ColorJitter(Transform):
+class ColorJitter(_Step):
     """torchvision's ColorJitter: factors uniform in their ranges, the four operations
     in a random order (a permutation per image)."""
+
+    keys = ("order", *_JITTER_NAMES)
 
     def __init__(self, brightness: Any = 0, contrast: Any = 0, saturation: Any = 0, hue: Any = 0) -> None:
         inf = float("inf")
@@ -279,11 +299,17 @@ class ColorJitter(Transform):
             out[name] = None if r is None else rng.uniform(r[0], r[1])
         return out
 
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        for op in p.get("order", ()):
+            f = p.get(_JITTER_NAMES[op])
+            if f is not None:
+                prog.append((op, (f,)))
 
-class _PixelOp(Transform):
-    """A per-pixel op after ColorJitter, fused into the kernel's program: drawn (its
-    coin: applied when a uniform draw is under p, as torchvision's _RandomApplyTransform)
-    after the jitter's draws; `make_params` says whether it applies under `key`."""
+
+class _PixelOp(_Step):
+    """A kernel op applied with probability p (its coin: applied when a uniform draw is
+    under p, as torchvision's _RandomApplyTransform); `make_params` says whether it
+    applies under `key`."""
 
     op = -1
     key = ""
@@ -294,11 +320,19 @@ class _PixelOp(Transform):
         self.p = float(p)
 
     @property
+    def keys(self) -> tuple[str, ...]:  # type: ignore[override]
+        return (self.key,)
+
+    @property
     def factor(self) -> float:
         return 0.0
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         return {self.key: rng.random() < self.p}
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        if p.get(self.key):
+            prog.append((self.op, (self.factor,)))
 
 
 class RandomGrayscale(_PixelOp):
@@ -371,27 +405,42 @@ class RandomPosterize(_PixelOp):
         return float(1 << self.bits)
 
 
-class RandomApply(Transform):
-    """torchvision's RandomApply: its steps with probability p, else none of them. Fused
-    today around one ColorJitter (as DINO, SimCLR and BYOL write it: p=0.8): the coin is
-    drawn before the jitter's own draws, as torchvision draws it, and a sample that loses
-    it is not jittered."""
+class RandomApply(_Step):
+    """torchvision's RandomApply: its steps with probability p, else none of them. The
+    steps are any of the kernel program's (ColorJitter, the per-pixel ops, blur,
+    sharpness, autocontrast, equalize, rotations and affine warps, the policies); the coin
+    is drawn before the steps' own draws, as torchvision draws it, and a sample that
+    loses it runs none of them."""
 
     def __init__(self, transforms: Sequence[Transform], p: float = 0.5) -> None:
         steps = list(transforms)
         if not 0.0 <= p <= 1.0:
             raise ValueError("probability should be between 0 and 1")
-        if len(steps) != 1 or not isinstance(steps[0], ColorJitter):
+        if not steps or not all(isinstance(t, _Step) for t in steps):
             raise _refuse(f"RandomApply({[type(t).__name__ for t in steps]}) cannot be fused: RandomApply is fused "
-                          "around one ColorJitter")
+                          f"around the per-sample ops ({PROGRAM_OPS})")
         self.transforms = steps
         self.p = float(p)
+
+    @property
+    def moves(self) -> bool:  # type: ignore[override]
+        return any(t.moves for t in self.transforms)  # type: ignore[attr-defined]
+
+    def inner(self) -> list[_Step]:
+        return [self, *(u for t in self.transforms for u in t.inner())]  # type: ignore[attr-defined]
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         # torchvision: `if self.p < torch.rand(1): return inputs`, then the steps' draws
         if rng.random() > self.p:
             return {}
-        return self.transforms[0].draw(rng, size)  # type: ignore[attr-defined]
+        out: dict = {}
+        for t in self.transforms:
+            out.update(t.draw(rng, size))
+        return out
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        for t in self.transforms:  # (a lost coin left their keys out: each emits nothing)
+            t.emit(p, size, prog)  # type: ignore[attr-defined]
 
 
 class Normalize(Transform):
@@ -490,21 +539,34 @@ class _Plan:
     out_size: tuple[int, int] | None  # None: no geometry, each image keeps its size
     antialias: bool
     flip: RandomHorizontalFlip | None
-    jitter: ColorJitter | None
     normalize: Normalize | None
     dtype: torch.dtype
     steps: tuple[Transform, ...] = field(repr=False)
     erase: RandomErasing | None = None  # on the kernel's output, last
-    jitter_draw: Transform | None = None  # what draws the jitter: the ColorJitter, or its RandomApply
-    pixel_ops: tuple[_PixelOp, ...] = ()  # after the jitter, in their order
     vflip: RandomVerticalFlip | None = None
+    program: tuple[_Step, ...] = ()  # each sample's kernel program, in the Compose's order
+
+    @property
+    def jitter(self) -> ColorJitter | None:
+        return next((u for t in self.program for u in t.inner() if isinstance(u, ColorJitter)), None)
+
+    @property
+    def jitter_draw(self) -> Transform | None:
+        """The program step that draws the jitter: the ColorJitter, or what wraps it."""
+        return next((t for t in self.program if any(isinstance(u, ColorJitter) for u in t.inner())), None)
+
+    @property
+    def pixel_ops(self) -> tuple[_PixelOp, ...]:
+        return tuple(t for t in self.program if isinstance(t, _PixelOp))
 
 
 _GEOMETRY = (RandomResizedCrop, Resize, CenterCrop, RandomCrop)
+PROGRAM_OPS = ("ColorJitter, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert, RandomPosterize, "
+               "RandomAutocontrast, RandomEqualize, RandomAdjustSharpness, GaussianBlur, RandomRotation, RandomAffine, "
+               "TrivialAugmentWide, RandAugment, AutoAugment, and RandomApply, RandomChoice, RandomOrder over them")
 SUPPORTED = ("supported, in this order: one geometry (RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + "
-             "CenterCrop, Resize + RandomCrop, or none), then RandomHorizontalFlip, RandomVerticalFlip, ColorJitter (or "
-             "RandomApply around "
-             "it), Normalize and ToDtype, "
+             "CenterCrop, Resize + RandomCrop, or none), then in any order RandomHorizontalFlip, RandomVerticalFlip "
+             f"and the per-sample ops ({PROGRAM_OPS}), then Normalize and ToDtype, "
              "then RandomErasing (ToImage, PILToTensor and ToTensor are taken as the input conversion); on the batch: "
              "MixUp, CutMix, RandomChoice (Loader(batch_transform=))")
 WAY_OUT = ("what to do: drop the step from the Compose and apply it to each batch the Loader yields (a tensor on its "
@@ -538,10 +600,10 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
         raise TransformError("Resize(int) alone gives differently sized images; add CenterCrop or give (h, w)")
     out_size = geometry[-1].size if geometry else None  # type: ignore[attr-defined]
     antialias = all(getattr(g, "antialias", True) for g in geometry)
-    flip = jitter = normalize = None
+    flip = normalize = None
     vflip: RandomVerticalFlip | None = None
-    jitter_draw: Transform | None = None
-    pixel_ops: list[_PixelOp] = []
+    program: list[_Step] = []
+    keys: dict[str, str] = {}
     dtype: torch.dtype | None = None
     erase: RandomErasing | None = None
     for t in steps[i:]:
@@ -555,30 +617,28 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
             raise TransformError(f"{what} after other steps cannot be fused: geometry comes first [{names}]")
         if normalize is not None and not (isinstance(t, ToDtype) and t.dtype in (torch.float16, torch.float32)):
             raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
-        if isinstance(t, RandomHorizontalFlip):
-            if flip is not None:
-                raise TransformError(f"two RandomHorizontalFlips [{names}]")
-            flip = t
-        elif isinstance(t, RandomVerticalFlip):
-            if vflip is not None:
-                raise TransformError(f"two RandomVerticalFlips [{names}]")
-            vflip = t
-        elif isinstance(t, _PixelOp):
+        if isinstance(t, _Flip):
+            if (vflip if isinstance(t, RandomVerticalFlip) else flip) is not None:
+                raise TransformError(f"two {what}s [{names}]")
+            moving = next((type(u).__name__ for u in program if u.moves), None)
+            if moving is not None:
+                raise TransformError(f"{what} after {moving} cannot be fused: the kernel flips while it resamples, "
+                                     f"before the program's warps (put the flip before {moving}) [{names}]")
+            if isinstance(t, RandomVerticalFlip):
+                vflip = t
+            else:
+                flip = t  # type: ignore[assignment]
+        elif isinstance(t, _Step):
             if dtype == torch.uint8:
                 raise TransformError(f"{what} after ToDtype(uint8) cannot be fused [{names}]")
-            if any(o.op == t.op for o in pixel_ops):
-                raise TransformError(f"two {what}s [{names}]")
-            pixel_ops.append(t)
-        elif isinstance(t, (ColorJitter, RandomApply)):
-            if pixel_ops:
-                raise TransformError(f"{type(pixel_ops[0]).__name__} before ColorJitter cannot be fused: the kernel "
-                                     f"runs ColorJitter first [{names}]")
-            if jitter is not None:
-                raise TransformError(f"two ColorJitters [{names}]")
-            if dtype == torch.uint8:
-                raise TransformError("ColorJitter after ToDtype(uint8) cannot be fused")
-            jitter_draw = t
-            jitter = t if isinstance(t, ColorJitter) else t.transforms[0]
+            for u in t.inner():
+                for k in u.keys:
+                    if k in keys:
+                        raise TransformError(f"two {type(u).__name__}s [{names}]" if keys[k] == type(u).__name__ else
+                                             f"{type(u).__name__} and {keys[k]} both draw {k!r}: one of them "
+                                             f"per Compose [{names}]")
+                    keys[k] = type(u).__name__
+            program.append(t)
         elif isinstance(t, Normalize):
             if dtype == torch.uint8:
                 raise TransformError("Normalize needs a float dtype, not ToDtype(uint8)")
@@ -590,9 +650,16 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
             dtype = t.dtype
         else:
             raise _refuse(f"{what} cannot be fused [{names}]")
-    return _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,  # type: ignore[arg-type]
-                 antialias, flip, jitter, normalize, dtype or torch.uint8, tuple(steps), erase,  # type: ignore[arg-type]
-                 jitter_draw, tuple(pixel_ops), vflip)
+    plan = _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,  # type: ignore[arg-type]
+                 antialias, flip, normalize, dtype or torch.uint8, tuple(steps), erase, vflip,  # type: ignore[arg-type]
+                 tuple(program))
+    if plan.out_size is not None:
+        for t in program:
+            for u in t.inner():
+                check = getattr(u, "check_size", None)
+                if check is not None:
+                    check(plan.out_size)
+    return plan
 
 
 _M64 = (1 << 64) - 1
@@ -750,10 +817,9 @@ class Compose(Transform):
                 p.update(self.plan.flip.draw(rng, size))
             if self.plan.vflip is not None:
                 p.update(self.plan.vflip.draw(rng, size))
-            if self.plan.jitter_draw is not None:  # (a RandomApply's lost coin leaves the jitter off)
-                p.update(self.plan.jitter_draw.draw(rng, size))  # type: ignore[attr-defined]
-            for op in self.plan.pixel_ops:
-                p.update(op.draw(rng, size))
+            osize = self.plan.out_size or (h, w)  # the image the program's steps see
+            for step in self.plan.program:  # in the Compose's order
+                p.update(step.draw(rng, osize))
             if self.plan.erase is not None:  # drawn last: the other steps' draws are unchanged
                 p.update(self.plan.erase.draw(rng, self.plan.out_size or (h, w)))
             out.append(p)
@@ -761,15 +827,13 @@ class Compose(Transform):
 
     def encode(self, params: Sequence[dict], sizes: Sequence[tuple[int, int]]) -> tuple[np.ndarray, ...]:
         """Kernel arrays for `params`: geom int64 [N, GEOM] (the box, resize and window
-        columns and FLIP; OFFSET, H, W and strides are the caller's), factors float32
-        [N, NUM_OPS] and order int32 [N, NUM_OPS] (the kernel's program: ColorJitter's ops
-        in their drawn order, then the per-pixel ops each sample drew)."""
+        columns and FLIP; OFFSET, H, W and strides are the caller's), args float32
+        [N, K, ARGS] and order int32 [N, K] (each sample's program: the ops its steps
+        drew, in order, K the longest program of the batch)."""
         n = len(params)
         geom = np.zeros((n, fused.GEOM), np.int64)
-        factors = np.ones((n, NUM_OPS), np.float32)
-        factors[:, HUE] = 0.0
-        order = np.full((n, NUM_OPS), -1, np.int32)
         oh, ow = self.output_size(sizes)
+        progs: list[list] = []
         for k, (p, (h, w)) in enumerate(zip(params, sizes)):
             g = geom[k]
             g[fused.H], g[fused.W] = h, w
@@ -787,19 +851,18 @@ class Compose(Transform):
                     g[fused.OY], g[fused.OX] = p["crop"][0], p["crop"][1]
             g[fused.FLIP] = bool(p.get("flip", False))
             g[fused.VFLIP] = bool(p.get("vflip", False))
-            j = 0
-            for op in p.get("order", ()):
-                f = p.get(_JITTER_NAMES[op])
-                if f is not None:
-                    factors[k, op] = f
-                    order[k, j] = op
-                    j += 1
-            for pop in self.plan.pixel_ops:
-                if p.get(pop.key):
-                    factors[k, pop.op] = pop.factor
-                    order[k, j] = pop.op
-                    j += 1
-        return geom, factors, order
+            prog: list = []
+            for step in self.plan.program:
+                step.emit(p, (oh, ow), prog)
+            progs.append(prog)
+        width = max([1, *map(len, progs)])
+        order = np.full((n, width), -1, np.int32)
+        args = np.zeros((n, width, ARGS), np.float32)
+        for k, prog in enumerate(progs):
+            for j, (op, a) in enumerate(prog):
+                order[k, j] = op
+                args[k, j, :len(a)] = a
+        return geom, args, order
 
     def decode_boxes(self, params: Sequence[dict], sizes: Sequence[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
         """The window (top, left, height, width) of each image the kernel reads, for a
@@ -828,12 +891,12 @@ class Compose(Transform):
             raise ValueError(f"{len(idx)} images for an output of {view.shape[0]}")
         if len(idx) == 0:
             return
-        geom, factors, order = self.encode([params[k] for k in idx], [sizes[k] for k in idx])
+        geom, args, order = self.encode([params[k] for k in idx], [sizes[k] for k in idx])
         geom[:, fused.OFFSET] = decoded.offsets[idx]
         geom[:, fused.H:fused.W + 1] = decoded.shapes[idx]
         geom[:, fused.SY:fused.SC + 1] = decoded.strides[idx]
         geom[:, fused.TOP:fused.BW + 1] = decoded.boxes[idx]
-        self.run(decoded.pixels, geom, factors, order, view, stream=stream, num_threads=num_threads)
+        self.run(decoded.pixels, geom, args, order, view, stream=stream, num_threads=num_threads)
         if self.plan.erase is not None:  # after the kernel, on its output (and its stream)
             self.plan.erase.erase(view, [params[k] for k in idx])
 
@@ -858,7 +921,7 @@ class Compose(Transform):
         out = torch.empty((n, 3, oh, ow), dtype=self.plan.dtype, device=device, pin_memory=pin)
         return out, out
 
-    def run(self, src: torch.Tensor, geom: np.ndarray, factors: np.ndarray, order: np.ndarray,
+    def run(self, src: torch.Tensor, geom: np.ndarray, args: np.ndarray, order: np.ndarray,
             view: torch.Tensor, *, stream: Any = None, num_threads: int | None = None) -> None:
         """Runs the fused kernel on a packed uint8 buffer `src` (1-D, CPU or CUDA) with
         complete geom rows, writing the [N, 3, h, w] view of the output (on the CPU with
@@ -872,7 +935,7 @@ class Compose(Transform):
                 raise KernelLaunchError(f"a batch of {view.shape[0]} images is over the {MAX_CUDA_BATCH} one CUDA "
                                         "grid holds (its z dimension): use a smaller batch_size")
             try:
-                cuda_launch.run(src, geom, factors, order, mean, std, view, normalize=normalize,
+                cuda_launch.run(src, geom, args, order, mean, std, view, normalize=normalize,
                                 antialias=self.plan.antialias, stream=stream)
             except Exception as e:
                 failed = launch_failure(e, tuple(view.shape), str(src.device))
@@ -883,11 +946,11 @@ class Compose(Transform):
         out_np = view.numpy() if view.dtype != torch.float16 else None
         if out_np is None:  # numba CPU has no float16 stores: compute float32, cast
             tmp = _staging(view.shape)
-            fused.fused_cpu(src.numpy(), geom, factors, order, mean, std, tmp.numpy(), normalize=normalize,
+            fused.fused_cpu(src.numpy(), geom, args, order, mean, std, tmp.numpy(), normalize=normalize,
                             antialias=self.plan.antialias, num_threads=num_threads)
             view.copy_(tmp)
             return
-        fused.fused_cpu(src.numpy(), geom, factors, order, mean, std, out_np, normalize=normalize,
+        fused.fused_cpu(src.numpy(), geom, args, order, mean, std, out_np, normalize=normalize,
                         antialias=self.plan.antialias, num_threads=num_threads)
 
     def __call__(self, images: torch.Tensor | Sequence[torch.Tensor], params: Sequence[dict] | None = None,
@@ -941,73 +1004,132 @@ class Compose(Transform):
         """The fused equivalent of a torchvision (v1 or v2) Compose, or a clear refusal.
         ToImage/PILToTensor/ToTensor-style input conversions are dropped (the loader
         feeds uint8 tensors); ToTensor becomes ToDtype(float32, scale=True)."""
-        def flat(t: Any) -> list[Any]:  # Composes inside Composes (as DINO's recipe writes them)
-            return [x for u in t.transforms for x in flat(u)] if type(t).__name__ == "Compose" else [t]
-
-        steps = flat(tv) if hasattr(tv, "transforms") else [tv]
-        out: list[Transform] = []
-        floats = False  # a float conversion came before: thresholds are on the [0, 1] scale
-        for t in steps:
-            name = type(t).__name__
-            if name in ("ToImage", "PILToTensor", "ToPureTensor", "ToImageTensor"):
-                continue
-            if name in ("ToTensor", "ConvertImageDtype"):
-                floats = True
-            if name == "ToTensor":
-                out.append(ToDtype(torch.float32, scale=True))
-            elif name == "ConvertImageDtype":
-                out.append(ToDtype(t.dtype, scale=True))
-            elif name == "ToDtype":
-                dtype = t.dtype if isinstance(t.dtype, torch.dtype) else t.dtype.get(torch.Tensor, None)
-                floats = floats or (dtype is not None and dtype.is_floating_point)
-                out.append(ToDtype(dtype, scale=t.scale))
-            elif name == "RandomResizedCrop":
-                out.append(RandomResizedCrop(t.size, t.scale, t.ratio, t.interpolation,
-                                             antialias=bool(getattr(t, "antialias", True))))
-            elif name == "Resize":
-                out.append(Resize(t.size, t.interpolation, getattr(t, "max_size", None),
-                                  antialias=bool(getattr(t, "antialias", True))))
-            elif name == "CenterCrop":
-                out.append(CenterCrop(t.size))
-            elif name == "RandomCrop":
-                padding = t.padding
-                if padding is not None and type(t).__module__.startswith("torchvision.transforms.v2"):
-                    left, right, top, bottom = padding  # v2 keeps it as (left, right, top, bottom)
-                    padding = (left, top, right, bottom)
-                fill = list(t.fill.values()) if isinstance(t.fill, dict) else t.fill
-                out.append(RandomCrop(t.size, padding, t.pad_if_needed, fill, t.padding_mode))
-            elif name == "RandomHorizontalFlip":
-                out.append(RandomHorizontalFlip(t.p))
-            elif name == "RandomVerticalFlip":
-                out.append(RandomVerticalFlip(t.p))
-            elif name == "ColorJitter":
-                ranges = [getattr(t, n) for n in _JITTER_NAMES]  # (min, max) or None when off
-                out.append(ColorJitter(*(0 if r is None else tuple(r) for r in ranges)))
-            elif name == "Normalize":
-                out.append(Normalize(t.mean, t.std))
-            elif name == "RandomApply":
-                inner = [x for u in t.transforms for x in cls.from_torchvision(u, layout=layout).transforms]
-                out.append(RandomApply(inner, t.p))
-            elif name in ("RandomGrayscale", "Grayscale"):
-                out.append(RandomGrayscale(t.p) if name == "RandomGrayscale" else Grayscale(t.num_output_channels))
-            elif name == "RandomSolarize":
-                out.append(RandomSolarize(t.threshold * 255.0 if floats else t.threshold, t.p))
-            elif name == "RandomInvert":
-                out.append(RandomInvert(t.p))
-            elif name == "RandomPosterize":
-                out.append(RandomPosterize(t.bits, t.p))
-            elif name == "RandomErasing":  # v2 keeps value as a list of floats or None ("random")
-                value = t.value if t.value is not None else "random"
-                out.append(RandomErasing(t.p, t.scale, t.ratio, value[0] if isinstance(value, list) and len(value) == 1
-                                         else value))
-            else:
-                raise _refuse(f"torchvision {name} cannot be fused")
-        return cls(out, layout=layout)
+        return cls(_from_torchvision(tv, False), layout=layout)
 
 
-from .mixing import CutMix, MixUp, RandomChoice  # noqa: E402  (batch transforms: torchvision's names, here)
+def _from_torchvision(tv: Any, floats: bool) -> list[Transform]:
+    """Our steps for torchvision's `tv` (a Compose, or one transform); `floats`: a float
+    conversion came before (thresholds and fills are then on the [0, 1] scale)."""
+    def flat(t: Any) -> list[Any]:  # Composes inside Composes (as DINO's recipe writes them)
+        return [x for u in t.transforms for x in flat(u)] if type(t).__name__ == "Compose" else [t]
+
+    steps = flat(tv) if hasattr(tv, "transforms") else [tv]
+    out: list[Transform] = []
+    for t in steps:
+        name = type(t).__name__
+        if name in ("ToImage", "PILToTensor", "ToPureTensor", "ToImageTensor"):
+            continue
+        if name in ("ToTensor", "ConvertImageDtype"):
+            floats = True
+        if name == "ToTensor":
+            out.append(ToDtype(torch.float32, scale=True))
+        elif name == "ConvertImageDtype":
+            out.append(ToDtype(t.dtype, scale=True))
+        elif name == "ToDtype":
+            dtype = t.dtype if isinstance(t.dtype, torch.dtype) else t.dtype.get(torch.Tensor, None)
+            floats = floats or (dtype is not None and dtype.is_floating_point)
+            out.append(ToDtype(dtype, scale=t.scale))
+        elif name == "RandomResizedCrop":
+            out.append(RandomResizedCrop(t.size, t.scale, t.ratio, t.interpolation,
+                                         antialias=bool(getattr(t, "antialias", True))))
+        elif name == "Resize":
+            out.append(Resize(t.size, t.interpolation, getattr(t, "max_size", None),
+                              antialias=bool(getattr(t, "antialias", True))))
+        elif name == "CenterCrop":
+            out.append(CenterCrop(t.size))
+        elif name == "RandomCrop":
+            padding = t.padding
+            if padding is not None and type(t).__module__.startswith("torchvision.transforms.v2"):
+                left, right, top, bottom = padding  # v2 keeps it as (left, right, top, bottom)
+                padding = (left, top, right, bottom)
+            fill = list(t.fill.values()) if isinstance(t.fill, dict) else t.fill
+            out.append(RandomCrop(t.size, padding, t.pad_if_needed, fill, t.padding_mode))
+        elif name == "RandomHorizontalFlip":
+            out.append(RandomHorizontalFlip(t.p))
+        elif name == "RandomVerticalFlip":
+            out.append(RandomVerticalFlip(t.p))
+        elif name == "ColorJitter":
+            ranges = [getattr(t, n) for n in _JITTER_NAMES]  # (min, max) or None when off
+            out.append(ColorJitter(*(0 if r is None else tuple(r) for r in ranges)))
+        elif name == "Normalize":
+            out.append(Normalize(t.mean, t.std))
+        elif name == "RandomApply":
+            inner = [x for u in t.transforms for x in _from_torchvision(u, floats)]
+            out.append(RandomApply(inner, t.p))
+        elif name in ("RandomGrayscale", "Grayscale"):
+            out.append(RandomGrayscale(t.p) if name == "RandomGrayscale" else Grayscale(t.num_output_channels))
+        elif name == "RandomSolarize":
+            out.append(RandomSolarize(t.threshold * 255.0 if floats else t.threshold, t.p))
+        elif name == "RandomInvert":
+            out.append(RandomInvert(t.p))
+        elif name == "RandomPosterize":
+            out.append(RandomPosterize(t.bits, t.p))
+        elif name in ("RandomAutocontrast", "RandomEqualize"):
+            out.append(RandomAutocontrast(t.p) if name == "RandomAutocontrast" else RandomEqualize(t.p))
+        elif name == "RandomAdjustSharpness":
+            out.append(RandomAdjustSharpness(t.sharpness_factor, t.p))
+        elif name == "GaussianBlur":
+            out.append(GaussianBlur(list(t.kernel_size), list(t.sigma)))
+        elif name in ("RandomRotation", "RandomAffine", "TrivialAugmentWide", "RandAugment", "AutoAugment"):
+            out.append(_warp_from_torchvision(t, floats))
+        elif name in ("RandomChoice", "RandomOrder"):
+            inner = [x for u in t.transforms for x in _from_torchvision(u, floats)]
+            out.append(RandomChoice(inner, t.p) if name == "RandomChoice" else RandomOrder(inner))
+        elif name == "RandomErasing":  # v2 keeps value as a list of floats or None ("random")
+            value = t.value if t.value is not None else "random"
+            out.append(RandomErasing(t.p, t.scale, t.ratio, value[0] if isinstance(value, list) and len(value) == 1
+                                     else value))
+        else:
+            raise _refuse(f"torchvision {name} cannot be fused")
+    return out
+
+
+from . import mixing  # noqa: E402
+from .augment import (AutoAugment, GaussianBlur, RandAugment, RandomAdjustSharpness, RandomAffine,  # noqa: E402
+                      RandomAutocontrast, RandomEqualize, RandomOrder, RandomRotation, SampleRandomChoice,
+                      TrivialAugmentWide)
+from .mixing import CutMix, MixUp  # noqa: E402  (batch transforms: torchvision's names, here)
+
+
+def _warp_from_torchvision(t: Any, floats: bool) -> Transform:
+    """torchvision's RandomRotation, RandomAffine and policies as ours; a fill given after
+    a float conversion ([0, 1] scale) becomes uint8 levels, as ours take it."""
+    fill = t.fill
+    if isinstance(fill, dict):  # v2 keeps {type: fill}: one value for every type is one fill
+        values = list(fill.values())
+        fill = values[0] if values and all(v == values[0] for v in values) else fill
+    if floats and fill is not None and not isinstance(fill, dict):
+        fill = [v * 255.0 for v in fill] if isinstance(fill, (list, tuple)) else fill * 255.0
+    name = type(t).__name__
+    interp = t.interpolation
+    if name == "RandomRotation":
+        if t.expand:
+            raise TransformError("RandomRotation(expand=True) cannot be fused: the output would change size")
+        return RandomRotation(t.degrees, interp, False, t.center, fill)
+    if name == "RandomAffine":
+        return RandomAffine(t.degrees, t.translate, t.scale, t.shear, interp, fill, t.center)
+    if name == "TrivialAugmentWide":
+        return TrivialAugmentWide(t.num_magnitude_bins, interp, fill)
+    if name == "RandAugment":
+        return RandAugment(t.num_ops, t.magnitude, t.num_magnitude_bins, interp, fill)
+    return AutoAugment(t.policy, interp, fill)
+
+
+class RandomChoice:
+    """torchvision's RandomChoice: one of `transforms` with probabilities `p`. Over
+    per-sample steps (ops, policies) it is a step of each sample's program
+    (augment.SampleRandomChoice); over MixUp and CutMix, a batch transform
+    (mixing.RandomChoice, for Loader(batch_transform=))."""
+
+    def __new__(cls, transforms: Sequence[Any], p: Sequence[float] | None = None) -> Any:  # type: ignore[misc]
+        items = list(transforms)
+        if items and all(isinstance(t, _Step) for t in items):
+            return SampleRandomChoice(items, p)
+        return mixing.RandomChoice(items, p)
 
 __all__ = ["Compose", "RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip",
            "RandomVerticalFlip", "ColorJitter",
            "Normalize", "ToDtype", "RandomErasing", "RandomApply", "RandomGrayscale", "Grayscale", "RandomSolarize",
-           "RandomInvert", "RandomPosterize", "Transform", "sample_rng", "MixUp", "CutMix", "RandomChoice"]
+           "RandomInvert", "RandomPosterize", "Transform", "sample_rng", "MixUp", "CutMix", "RandomChoice",
+           "RandomAutocontrast", "RandomEqualize", "RandomAdjustSharpness", "GaussianBlur", "RandomRotation",
+           "RandomAffine", "TrivialAugmentWide", "RandAugment", "AutoAugment", "RandomOrder"]

@@ -11,18 +11,49 @@ import math
 
 from numpy import float32, int32
 
-# Op ids: ColorJitter's four in torchvision's fn_idx convention, then the per-pixel ops
-# that follow it (RandomGrayscale, RandomSolarize, RandomInvert). A sample's `order` lists
-# the ops it drew (-1 ends the list); factors[op] is the op's parameter.
+# Op ids: ColorJitter's four in torchvision's fn_idx convention, then the other ops of a
+# sample's program. A sample's `order` lists the ops it drew (-1 ends the list) and
+# args[k] holds step k's arguments (ARGS floats; args[k, 0] is the factor of a one-number op).
 BRIGHTNESS = 0
-CONTRAST = 1
+CONTRAST = 1     # needs the image's grey mean: a barrier (see below)
 SATURATION = 2
 HUE = 3
-GRAYSCALE = 4  # factor unused
-SOLARIZE = 5   # factor: the threshold, on the float scale (levels / 255)
-INVERT = 6     # factor unused
-POSTERIZE = 7  # factor: the levels kept, 2 ** bits
-NUM_OPS = 8
+GRAYSCALE = 4    # no argument
+SOLARIZE = 5     # the threshold, on the float scale (levels / 255)
+INVERT = 6       # no argument
+POSTERIZE = 7    # the levels kept, 2 ** bits
+AUTOCONTRAST = 8  # per-channel min and max of the image: a barrier
+EQUALIZE = 9     # per-channel histogram of the image: a barrier
+SHARPNESS = 10   # the factor; reads a 3x3 neighbourhood: a barrier
+BLUR = 11        # kernel width, height, sigma x, sigma y; reads a neighbourhood: a barrier
+AFFINE = 12      # torchvision's theta divided by (w/2, h/2) (6), interpolation (0 nearest, 1
+#                  bilinear, 2: an integer pixel map, source = (a0 x + a1 y + a2, a3 x + a4 y + a5)),
+#                  fill r, g, b (NaN: no fill, zeros outside): reads anywhere: a barrier
+NUM_OPS = 13
+ARGS = 10        # floats per program step
+MAX_BLUR = 63    # largest Gaussian kernel side the CUDA kernel keeps weights for
+BLUR_WEIGHTS = 2 * MAX_BLUR  # (a constant: the size of a shared array)
+
+
+def is_barrier(op):
+    """An op that needs more of the image than its own pixel (a statistic of the whole
+    image, a neighbourhood, or any pixel): the image before it must be complete."""
+    return op == CONTRAST or op >= AUTOCONTRAST
+
+
+def barrier_step(order, s):
+    """Index of the s-th barrier op (s >= 1) in a sample's program, or its length
+    (the index of its -1, or order's size) when it has fewer."""
+    count = 0
+    for k in range(order.shape[0]):
+        op = order[k]
+        if op < 0:
+            return k
+        if is_barrier(op):
+            count += 1
+            if count == s:
+                return k
+    return order.shape[0]
 
 
 def filter_window(i, scale, in_size, antialias):
@@ -155,26 +186,148 @@ def solarize(v, threshold):
     return v
 
 
-def apply_ops(r, g, b, order, factors, first, last, mean):
-    """Ops order[first:last] (op ids; -1 ends the list) with their factors[op]."""
+def apply_ops(r, g, b, order, args, first, last):
+    """The per-pixel ops order[first:last] (op ids; -1 ends the list), each with its
+    step's factor args[k, 0] (barrier ops are not per-pixel: the caller stops before them)."""
     for k in range(first, last):
         op = order[k]
         if op < 0:
             break
-        r, g, b = apply_op(op, r, g, b, factors[op], mean)
+        r, g, b = apply_op(op, r, g, b, args[k, 0], float32(0.0))
     return r, g, b
 
 
-def contrast_position(order):
-    """Index of contrast in a sample's op order, or the number of ops if it has none."""
-    n = 0
-    for k in range(order.shape[0]):
-        if order[k] < 0:
-            break
-        if order[k] == CONTRAST:
-            return k
-        n += 1
-    return n
+def quantize(v):
+    """torchvision's float -> uint8 conversion (v * (255 + 1 - 1e-3), truncated) of a
+    value in [0, 1]."""
+    q = int32(floorf(v * float32(255.999)))
+    return min(max(q, int32(0)), int32(255))
+
+
+def autocontrast(v, lo, hi):
+    """torchvision's autocontrast of one value, its channel's min and max given."""
+    if hi == lo:
+        return clamp01(v)
+    return clamp01((v - lo) / ((hi - lo) * float32(1.0)))
+
+
+def equalize_level(k, cum_before, step):
+    """torchvision's (PIL's) equalize LUT entry k: (cum_hist[k - 1] + step // 2) // step,
+    clamped to 255; 0 for k = 0. `step` >= 1 (0 means: no equalization, see callers)."""
+    if k == 0:
+        return int32(0)
+    return min(int32((cum_before + step // 2) // step), int32(255))
+
+
+def nearbyint(x):
+    """Round half to even, as grid_sample's nearest mode (std::nearbyint)."""
+    f = floorf(x)
+    d = x - f
+    if d > float32(0.5):
+        return f + float32(1.0)
+    if d < float32(0.5):
+        return f
+    half = f * float32(0.5)
+    return f if half == floorf(half) else f + float32(1.0)
+
+
+def grid_source(x, size, t0, t1, t2, other):
+    """Source coordinate along one axis of output pixel index x (the other axis' centred
+    coordinate `other`), as torchvision's _affine_grid and grid_sample compute it: the
+    centred base grid times theta / (size / 2), unnormalized with align_corners=False."""
+    xc = float32(x) - float32(size - 1) * float32(0.5)
+    gx = xc * t0 + other * t1 + t2
+    return (gx + float32(1.0)) * (float32(size) * float32(0.5)) - float32(0.5)
+
+
+def affine_pixel(img, y, x, oh, ow, a):
+    """Output pixel (y, x) of torchvision's affine warp of img [3, oh, ow] (same size),
+    with a = theta rows divided by (w/2, h/2), interpolation flag and fill (AFFINE's
+    args): nearest or bilinear with zeros outside; with a fill, grid_sample's sampled
+    mask blends it in (nearest: where the mask is under 0.5)."""
+    xc = float32(x) - float32(ow - 1) * float32(0.5)
+    yc = float32(y) - float32(oh - 1) * float32(0.5)
+    ix = grid_source(x, ow, a[0], a[1], a[2], yc)
+    iy = grid_source(y, oh, a[4], a[3], a[5], xc)  # xc * a3 + yc * a4 + a5: the same sum
+    # far outside (or NaN): no tap, and no float -> int conversion of a huge value
+    near = ix > float32(-2.0) and iy > float32(-2.0) and ix < float32(ow + 1) and iy < float32(oh + 1)
+    fill = a[7] == a[7]  # NaN: no fill
+    r = float32(0.0)
+    g = float32(0.0)
+    b = float32(0.0)
+    mask = float32(0.0)
+    if a[6] == float32(2.0):  # an exact pixel permutation (torchvision's rot90 fast paths)
+        sx = int32(a[0] * float32(x) + a[1] * float32(y) + a[2])
+        sy = int32(a[3] * float32(x) + a[4] * float32(y) + a[5])
+        if sx >= 0 and sx < ow and sy >= 0 and sy < oh:
+            return img[0, sy, sx], img[1, sy, sx], img[2, sy, sx]
+        return r, g, b
+    if a[6] == float32(0.0):
+        sx = int32(nearbyint(ix)) if near else int32(-1)
+        sy = int32(nearbyint(iy)) if near else int32(-1)
+        if near and sx >= 0 and sx < ow and sy >= 0 and sy < oh:
+            r = img[0, sy, sx]
+            g = img[1, sy, sx]
+            b = img[2, sy, sx]
+            mask = float32(1.0)
+        if fill and mask < float32(0.5):
+            return a[7], a[8], a[9]
+        return r, g, b
+    fx = floorf(ix)
+    fy = floorf(iy)
+    x0 = int32(fx) if near else int32(0)
+    y0 = int32(fy) if near else int32(0)
+    wx1 = ix - fx
+    wy1 = iy - fy
+    wx0 = float32(1.0) - wx1
+    wy0 = float32(1.0) - wy1
+    if near:
+        for dy in range(2):
+            yy = y0 + dy
+            wy = wy1 if dy == 1 else wy0
+            if yy < 0 or yy >= oh:
+                continue
+            for dx in range(2):
+                xx = x0 + dx
+                if xx < 0 or xx >= ow:
+                    continue
+                w = wy * (wx1 if dx == 1 else wx0)
+                r += w * img[0, yy, xx]
+                g += w * img[1, yy, xx]
+                b += w * img[2, yy, xx]
+                mask += w
+    if fill:
+        return (r - a[7]) * mask + a[7], (g - a[8]) * mask + a[8], (b - a[9]) * mask + a[9]
+    return r, g, b
+
+
+def sharpen_channel(img, c, y, x, f):
+    """torchvision's adjust_sharpness on an interior pixel: v + (1 - f) * (blur - v), the
+    blur a 3x3 kernel of 1s around a 5, over 13; clamped."""
+    a = float32(1.0 / 13.0)
+    s = img[c, y - 1, x - 1] + img[c, y - 1, x] + img[c, y - 1, x + 1] + img[c, y, x - 1] + img[c, y, x + 1] \
+        + img[c, y + 1, x - 1] + img[c, y + 1, x] + img[c, y + 1, x + 1]
+    v = img[c, y, x]
+    blur = s * a + v * float32(5.0 / 13.0)
+    return clamp01(v + (float32(1.0) - f) * (blur - v))
+
+
+def reflect(i, n):
+    """torch's reflect padding index (n >= 2 and |overhang| < n, checked by the caller)."""
+    if i < 0:
+        return -i
+    if i >= n:
+        return 2 * (n - 1) - i
+    return i
+
+
+def gauss_weight(i, k, sigma):
+    """Unnormalized weight i of torchvision's Gaussian kernel of odd size k:
+    exp(-(x_i / sigma)^2), x = linspace(-lim, lim, k), lim = (k - 1) / (2 sqrt 2)."""
+    lim = float32(k - 1) / float32(2.0 * math.sqrt(2.0))
+    x = -lim + float32(i) * (float32(2.0) * lim / float32(k - 1)) if k > 1 else float32(0.0)
+    z = x / sigma
+    return math.exp(-(z * z))
 
 
 def encode_output(v, c, mean, std, normalize, to_uint8):

@@ -1,23 +1,31 @@
-"""The fused augment kernel: crop + antialiased resize + flip + ColorJitter (and the
-per-pixel ops after it: grayscale, solarize, invert) + Normalize in one pass per output pixel (plus a grey-mean reduction when contrast is on).
+"""The fused augment kernel: crop + antialiased resize + flip, then each sample's program
+of ops (ColorJitter's four, grayscale, solarize, invert, posterize, autocontrast, equalize,
+sharpness, Gaussian blur, affine warps) + Normalize.
 
 Data layout, shared by both targets:
     src      uint8 [total]     every image of the batch, packed; sample n starts at
                                geom[n, OFFSET] and pixel (y, x, c) is at
                                offset + y*SY + x*SX + c*SC (HWC or CHW, by strides)
     geom     int64 [N, GEOM]   per-sample geometry (columns named below)
-    factors  float32 [N, K]    each op's parameter by op id (ColorJitter's brightness,
-                               contrast, saturation, hue; then grayscale, solarize's
-                               threshold, invert, posterize's levels: _pixel's op ids; K >= the ids used)
+    args     float32 [N, K, ARGS]  step k's arguments (_pixel's op ids say what they mean)
     order    int32 [N, K]      op ids in application order, -1 after the last
     mean,std float32 [3]       Normalize
     out      [N, 3, H, W]      float32/float16/uint8; any strides (NHWC is a view)
+(`factors` float32 [N, NUM_OPS] by op id, the older form, is still taken: see step_args.)
 
 Geometry: the box (TOP, LEFT, BH, BW) of the source is resized to (VH, VW) and the
 output is the window at (OY, OX) of that resized image (zeros outside it, as
 torchvision's padding CenterCrop): RandomResizedCrop is box=crop, V=out size, O=0;
 Resize+CenterCrop is box=whole image, V=resized size, O=crop offset. FLIP mirrors x,
 VFLIP mirrors y (of the output: torchvision flips the transformed image).
+
+A program is cut at its barrier ops (_pixel.is_barrier: they read the whole image or a
+neighbourhood of the image before them). On CUDA, kernel 1 resamples and runs the ops
+up to the first barrier; kernel 2, launched once per barrier level s = 1, 2, ..., runs
+barrier s and the per-pixel ops after it. Between them the image sits in a float32
+scratch (two, alternating) and the statistic the next barrier needs (grey sum, channel
+min and max, histograms) is reduced per block and added atomically. A sample whose
+program ends in a launch writes its output there; later launches skip it.
 """
 from __future__ import annotations
 
@@ -30,32 +38,109 @@ import time
 import numpy as np
 
 from . import _compile
+from ._pixel import ARGS, AUTOCONTRAST, BLUR, CONTRAST, EQUALIZE
 
 OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP = range(16)
 GEOM = 16
-THREADS_PER_BLOCK = (16, 16)
+THREADS_PER_BLOCK = (16, 16)  # 256 threads: one histogram bin each (equalize)
+STATS = 7  # per sample and barrier level: grey sum, min r g b, max r g b (float64)
 _SUM_TYPE = np.float64
+
+
+def step_args(factors: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """args [N, K, ARGS] from the older factors-by-op-id form: step k's factor is
+    factors[n, order[n, k]]."""
+    n, k = order.shape
+    args = np.zeros((n, k, ARGS), np.float32)
+    rows = np.arange(n)[:, None]
+    args[:, :, 0] = factors[rows, np.clip(order, 0, factors.shape[1] - 1)]
+    return args
+
+
+def barrier_levels(order: np.ndarray) -> int:
+    """The most barrier ops any sample of the batch has: the segment launches it needs."""
+    if order.size == 0:
+        return 0
+    ops = order.astype(np.int64)
+    barrier = (ops == CONTRAST) | (ops >= AUTOCONTRAST)
+    return int(barrier.sum(axis=1).max())
 
 
 # ---------------------------------------------------------------------------------------
 # CUDA: one thread per output pixel. Bodies are plain functions compiled by cuda_kernels().
 
-def _resample_body(src, geom, factors, order, antialias, scratch, gray_sum):
-    """Kernel 1. Grid (ceil(W/16), ceil(H/16), N), block (16, 16). Writes scratch
-    [N, 3, H, W] float32 (resized pixel with the ops before contrast applied) and adds
-    each sample's grey sum to gray_sum[n] (float64) when the sample has contrast."""
+def _write_out(out, n, y, x, r, g, b, mean, std, normalize, to_uint8):
+    out[n, 0, y, x] = encode_output(r, 0, mean, std, normalize, to_uint8)
+    out[n, 1, y, x] = encode_output(g, 1, mean, std, normalize, to_uint8)
+    out[n, 2, y, x] = encode_output(b, 2, mean, std, normalize, to_uint8)
+
+
+def _block_reduce(op, r, g, b, active, t, partial, red, hs, stats, hist, n, level):
+    """The statistic barrier `op` will need, of this block's pixels, added into
+    stats[n, level] or hist[n, level]. Every thread of the block calls it (it syncs)."""
+    if op == CONTRAST:
+        partial[t] = float64(gray(r, g, b)) if active else float64(0.0)
+        cuda.syncthreads()
+        step = 128
+        while step > 0:
+            if t < step:
+                partial[t] += partial[t + step]
+            cuda.syncthreads()
+            step //= 2
+        if t == 0:
+            cuda.atomic.add(stats, (n, level, 0), partial[0])
+    elif op == AUTOCONTRAST:
+        big = float32(2.0)
+        red[t] = r if active else big
+        red[256 + t] = g if active else big
+        red[512 + t] = b if active else big
+        red[768 + t] = r if active else -big
+        red[1024 + t] = g if active else -big
+        red[1280 + t] = b if active else -big
+        cuda.syncthreads()
+        step = 128
+        while step > 0:
+            if t < step:
+                for c in range(3):
+                    red[c * 256 + t] = min(red[c * 256 + t], red[c * 256 + t + step])
+                    red[768 + c * 256 + t] = max(red[768 + c * 256 + t], red[768 + c * 256 + t + step])
+            cuda.syncthreads()
+            step //= 2
+        if t == 0:
+            for c in range(3):
+                cuda.atomic.min(stats, (n, level, 1 + c), float64(red[c * 256]))
+                cuda.atomic.max(stats, (n, level, 4 + c), float64(red[768 + c * 256]))
+    elif op == EQUALIZE:
+        for c in range(3):
+            hs[c * 256 + t] = 0
+        cuda.syncthreads()
+        if active:
+            cuda.atomic.add(hs, quantize(r), 1)
+            cuda.atomic.add(hs, 256 + quantize(g), 1)
+            cuda.atomic.add(hs, 512 + quantize(b), 1)
+        cuda.syncthreads()
+        for c in range(3):
+            v = hs[c * 256 + t]
+            if v != 0:
+                cuda.atomic.add(hist, (n, level, c, t), v)
+
+
+def _resample_body(src, geom, args, order, antialias, scratch, stats, hist, mean, std, normalize, to_uint8, out):
+    """Kernel 1. Grid (ceil(W/16), ceil(H/16), N), block (16, 16). The resized pixel and
+    the ops before the sample's first barrier; then its output (no barrier), or
+    scratch[0] and the statistic of that barrier."""
     partial = cuda.shared.array(256, float64)
+    red = cuda.shared.array(1536, float32)
+    hs = cuda.shared.array(768, int32)
     n = cuda.blockIdx.z
     tx = cuda.threadIdx.x
     ty = cuda.threadIdx.y
     x = cuda.blockIdx.x * cuda.blockDim.x + tx
     y = cuda.blockIdx.y * cuda.blockDim.y + ty
-    oh = scratch.shape[2]
-    ow = scratch.shape[3]
+    oh = out.shape[2]
+    ow = out.shape[3]
     active = x < ow and y < oh
     g = geom[n]
-    kc = contrast_position(order[n])
-    has_contrast = kc < order.shape[1] and order[n, kc] == CONTRAST
     r = float32(0.0)
     gg = float32(0.0)
     b = float32(0.0)
@@ -93,56 +178,155 @@ def _resample_body(src, geom, factors, order, antialias, scratch, gray_sum):
             r = r / float32(255.0)
             gg = gg / float32(255.0)
             b = b / float32(255.0)
-        r, gg, b = apply_ops(r, gg, b, order[n], factors[n], 0, kc, float32(0.0))
-        scratch[n, 0, y, x] = r
-        scratch[n, 1, y, x] = gg
-        scratch[n, 2, y, x] = b
-    t = ty * cuda.blockDim.x + tx
-    partial[t] = float64(gray(r, gg, b)) if (active and has_contrast) else float64(0.0)
-    cuda.syncthreads()
-    step = 128
-    while step > 0:
-        if t < step:
-            partial[t] += partial[t + step]
-        cuda.syncthreads()
-        step //= 2
-    if t == 0 and has_contrast:
-        cuda.atomic.add(gray_sum, n, partial[0])
-
-
-def _finish_body(scratch, gray_sum, factors, order, mean, std, normalize, to_uint8, out):
-    """Kernel 2. Same grid. Applies contrast (with the sample's grey mean) and the ops
-    after it, then Normalize or the uint8 scaling, and writes out[n, c, y, x]."""
-    n = cuda.blockIdx.z
-    x = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-    y = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
-    oh = scratch.shape[2]
-    ow = scratch.shape[3]
-    if x >= ow or y >= oh:
+    end = barrier_step(order[n], 1)
+    r, gg, b = apply_ops(r, gg, b, order[n], args[n], 0, end)
+    if end >= order.shape[1] or order[n, end] < 0:  # the whole program ran: the output
+        if active:
+            _write_out(out, n, y, x, r, gg, b, mean, std, normalize, to_uint8)
         return
-    r = scratch[n, 0, y, x]
-    g = scratch[n, 1, y, x]
-    b = scratch[n, 2, y, x]
-    kc = contrast_position(order[n])
-    m = float32(gray_sum[n] / float64(oh * ow))
-    r, g, b = apply_ops(r, g, b, order[n], factors[n], kc, order.shape[1], m)
-    out[n, 0, y, x] = encode_output(r, 0, mean, std, normalize, to_uint8)
-    out[n, 1, y, x] = encode_output(g, 1, mean, std, normalize, to_uint8)
-    out[n, 2, y, x] = encode_output(b, 2, mean, std, normalize, to_uint8)
+    if active:
+        scratch[0, n, 0, y, x] = r
+        scratch[0, n, 1, y, x] = gg
+        scratch[0, n, 2, y, x] = b
+    _block_reduce(order[n, end], r, gg, b, active, ty * 16 + tx, partial, red, hs, stats, hist, n, 0)
+
+
+def _barrier_pixel(op, a, img, y, x, oh, ow, stats, n, level, lut, wts):
+    """Barrier op `op` (args a) at output pixel (y, x) of img [3, oh, ow], the image
+    before it, with the statistic of its level (stats, or lut: the equalize table as
+    floats, wts: the blur's normalized weights, x then y)."""
+    if op == CONTRAST:
+        m = float32(stats[n, level, 0] / float64(oh * ow))
+        return blend(img[0, y, x], m, a[0]), blend(img[1, y, x], m, a[0]), blend(img[2, y, x], m, a[0])
+    if op == AUTOCONTRAST:
+        return (autocontrast(img[0, y, x], float32(stats[n, level, 1]), float32(stats[n, level, 4])),
+                autocontrast(img[1, y, x], float32(stats[n, level, 2]), float32(stats[n, level, 5])),
+                autocontrast(img[2, y, x], float32(stats[n, level, 3]), float32(stats[n, level, 6])))
+    if op == EQUALIZE:
+        return lut[quantize(img[0, y, x])], lut[256 + quantize(img[1, y, x])], lut[512 + quantize(img[2, y, x])]
+    if op == SHARPNESS:
+        if y == 0 or x == 0 or y == oh - 1 or x == ow - 1:
+            return clamp01(img[0, y, x]), clamp01(img[1, y, x]), clamp01(img[2, y, x])
+        return sharpen_channel(img, 0, y, x, a[0]), sharpen_channel(img, 1, y, x, a[0]), \
+            sharpen_channel(img, 2, y, x, a[0])
+    if op == BLUR:
+        kx = int32(a[0])
+        ky = int32(a[1])
+        r = float32(0.0)
+        g = float32(0.0)
+        b = float32(0.0)
+        for j in range(ky):
+            yy = reflect(y + j - ky // 2, oh)
+            wy = wts[MAX_BLUR + j]
+            for i in range(kx):
+                xx = reflect(x + i - kx // 2, ow)
+                w = wy * wts[i]
+                r += w * img[0, yy, xx]
+                g += w * img[1, yy, xx]
+                b += w * img[2, yy, xx]
+        return r, g, b
+    return affine_pixel(img, y, x, oh, ow, a)
+
+
+def _segment_body(level, scratch, args, order, stats, hist, mean, std, normalize, to_uint8, out):
+    """Kernel 2, for barrier level `level` >= 1. Same grid. Samples with that many
+    barriers: the barrier (reading scratch[(level - 1) % 2]) and the per-pixel ops up to
+    the next one; then the output, or scratch[level % 2] and the next statistic."""
+    partial = cuda.shared.array(256, float64)
+    red = cuda.shared.array(1536, float32)
+    hs = cuda.shared.array(768, int32)
+    lut = cuda.shared.array(768, float32)
+    wts = cuda.shared.array(BLUR_WEIGHTS, float32)
+    n = cuda.blockIdx.z
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    t = ty * 16 + tx
+    x = cuda.blockIdx.x * cuda.blockDim.x + tx
+    y = cuda.blockIdx.y * cuda.blockDim.y + ty
+    oh = out.shape[2]
+    ow = out.shape[3]
+    active = x < ow and y < oh
+    k = barrier_step(order[n], level)
+    if k >= order.shape[1] or order[n, k] < 0:  # this sample's program is done
+        return
+    op = order[n, k]
+    a = args[n, k]
+    if op == EQUALIZE:  # the table of each channel, from its histogram (a scan in shared memory)
+        for c in range(3):
+            hs[c * 256 + t] = hist[n, level - 1, c, t]
+        cuda.syncthreads()
+        for c in range(3):  # inclusive prefix sums, in place (Hillis-Steele)
+            step = 1
+            while step < 256:
+                v = hs[c * 256 + t - step] if t >= step else int32(0)
+                cuda.syncthreads()
+                hs[c * 256 + t] += v
+                cuda.syncthreads()
+                step *= 2
+        total = int32(oh * ow)
+        for c in range(3):  # the last non-empty bin is where the sums first reach the total
+            before = hs[c * 256 + t - 1] if t > 0 else int32(0)
+            if hs[c * 256 + t] == total and before < total:
+                red[c] = float32(total - (hs[c * 256 + t] - before))  # pixels not in it
+        cuda.syncthreads()
+        for c in range(3):
+            step = int32(red[c]) // 255
+            before = hs[c * 256 + t - 1] if t > 0 else int32(0)
+            level_ = equalize_level(t, before, max(step, int32(1))) if step > 0 else int32(t)
+            lut[c * 256 + t] = float32(level_) * float32(1.0 / 255.0)
+        cuda.syncthreads()
+    if op == BLUR:  # the normalized 1-D weights, x in wts[:MAX_BLUR], y after
+        if t < 2:
+            size = int32(a[t])
+            sigma = a[2 + t]
+            total = float32(0.0)
+            for i in range(size):
+                w = float32(gauss_weight(i, size, sigma))
+                wts[t * MAX_BLUR + i] = w
+                total += w
+            for i in range(size):
+                wts[t * MAX_BLUR + i] = wts[t * MAX_BLUR + i] / total
+        cuda.syncthreads()
+    r = float32(0.0)
+    gg = float32(0.0)
+    b = float32(0.0)
+    if active:
+        r, gg, b = _barrier_pixel(op, a, scratch[(level - 1) % 2, n], y, x, oh, ow, stats, n, level - 1, lut, wts)
+    end = barrier_step(order[n], level + 1)
+    r, gg, b = apply_ops(r, gg, b, order[n], args[n], k + 1, end)
+    if end >= order.shape[1] or order[n, end] < 0:
+        if active:
+            _write_out(out, n, y, x, r, gg, b, mean, std, normalize, to_uint8)
+        return
+    if active:
+        scratch[level % 2, n, 0, y, x] = r
+        scratch[level % 2, n, 1, y, x] = gg
+        scratch[level % 2, n, 2, y, x] = b
+    _block_reduce(order[n, end], r, gg, b, active, t, partial, red, hs, stats, hist, n, level)
 
 
 @functools.cache
 def cuda_kernels() -> tuple:
-    """(resample_kernel, finish_kernel), compiled on first use."""
-    from numba import cuda, float32, float64
+    """(resample_kernel, segment_kernel), compiled on first use."""
+    from numba import cuda
 
-    extra = {"float32": float32, "float64": float64}
-    ns = _compile.cuda_namespace()
-    ns.update(extra)
-    ns.update(GEOM_NAMES)
-    resample = cuda.jit(_compile._rebind(_resample_body, ns))
-    finish = cuda.jit(_compile._rebind(_finish_body, ns))
-    return resample, finish
+    ns = _cuda_namespace()
+    return cuda.jit(ns["_resample_body"]), cuda.jit(ns["_segment_body"])
+
+
+def _cuda_namespace() -> dict:
+    """The kernel bodies and their device helpers, rebound for CUDA."""
+    from numba import cuda, float32, float64, int32
+
+    ns = dict(_compile.cuda_namespace())
+    ns.update(GEOM_NAMES, float32=float32, float64=float64, int32=int32)
+    helpers: tuple = (_write_out, _block_reduce, _barrier_pixel)
+    for fn in helpers:
+        ns[fn.__name__] = cuda.jit(device=True, inline="always")(_compile._rebind(fn, ns))
+    bodies: tuple = (_resample_body, _segment_body)
+    for fn in bodies:
+        ns[fn.__name__] = _compile._rebind(fn, ns)
+    return ns
 
 
 GEOM_NAMES = dict(OFFSET=OFFSET, H=H, W=W, SY=SY, SX=SX, SC=SC, TOP=TOP, LEFT=LEFT, BH=BH, BW=BW, VH=VH,
@@ -154,26 +338,59 @@ def launch_geometry(n: int, oh: int, ow: int) -> tuple[tuple[int, int, int], tup
     return ((ow + bx - 1) // bx, (oh + by - 1) // by, n), THREADS_PER_BLOCK
 
 
-def fused_cuda(src, geom, factors, order, mean, std, out, *, normalize: bool, antialias: bool = True,
-               stream=0, scratch=None, gray_sum=None) -> None:
-    """Launches both kernels on `stream` (numba stream, or 0). Arguments are device
+def stats_init(n: int, levels: int) -> np.ndarray:
+    """The statistics' starting values, float64 [N, levels, STATS]: sums 0, mins above
+    any value (2), maxes below (-2)."""
+    st = np.zeros((n, max(levels, 1), STATS), _SUM_TYPE)
+    st[:, :, 1:4] = 2.0
+    st[:, :, 4:7] = -2.0
+    return st
+
+
+def scratch_shape(n: int, levels: int, oh: int, ow: int) -> tuple[int, ...]:
+    """The float32 scratch a batch with `levels` barrier levels needs (1 or 2 images per
+    sample: kernel s writes scratch[s % 2] for s < levels)."""
+    return (max(1, min(levels, 2)), n if levels else 1, 3, oh if levels else 1, ow if levels else 1)
+
+
+def hist_shape(n: int, levels: int, equalize: bool) -> tuple[int, ...]:
+    return (n, levels, 3, 256) if equalize and levels else (1, 1, 3, 256)
+
+
+def fused_cuda(src, geom, args, order, mean, std, out, *, normalize: bool, antialias: bool = True,
+               stream=0, scratch=None, stats=None, hist=None, levels: int | None = None) -> None:
+    """Launches the kernels on `stream` (numba stream, or 0). Arguments are device
     arrays or objects with __cuda_array_interface__ (torch CUDA tensors); nothing is
-    synchronized here. `scratch` (float32 [N,3,H,W]) and `gray_sum` (float64 [N],
-    zeroed) may be given to reuse buffers; out itself may serve as scratch if float32."""
+    synchronized here. `args` may be the older factors [N, NUM_OPS] (host arrays only).
+    scratch (float32, scratch_shape), stats (stats_init's values) and hist (int32 zeros,
+    hist_shape) may be given as device arrays to reuse buffers; `levels`
+    (barrier_levels(order)) saves reading a device `order` back."""
     from numba import cuda
 
     n, _, oh, ow = out.shape
     if n == 0:
         return
-    resample, finish = cuda_kernels()
+    if isinstance(args, np.ndarray) and args.ndim == 2:
+        args = step_args(args, np.asarray(order))
+    host_order = order if isinstance(order, np.ndarray) or (levels is not None and hist is not None) else \
+        order.copy_to_host()
+    if levels is None:
+        levels = barrier_levels(host_order)
+    resample, segment = cuda_kernels()
     if scratch is None:
-        scratch = cuda.device_array((n, 3, oh, ow), dtype=np.float32, stream=stream)
-    if gray_sum is None:
-        gray_sum = cuda.to_device(np.zeros(n, dtype=_SUM_TYPE), stream=stream)
+        scratch = cuda.device_array(scratch_shape(n, levels, oh, ow), dtype=np.float32, stream=stream)
+    if stats is None:
+        stats = cuda.to_device(stats_init(n, levels), stream=stream)
+    if hist is None:
+        hist = cuda.to_device(np.zeros(hist_shape(n, levels, bool((np.asarray(host_order) == EQUALIZE).any())),
+                                       np.int32),
+                              stream=stream)
     to_uint8 = np.dtype(str(out.dtype).replace("torch.", "")) == np.uint8
     grid, block = launch_geometry(n, oh, ow)
-    resample[grid, block, stream](src, geom, factors, order, antialias, scratch, gray_sum)
-    finish[grid, block, stream](scratch, gray_sum, factors, order, mean, std, normalize, to_uint8, out)
+    resample[grid, block, stream](src, geom, args, order, antialias, scratch, stats, hist, mean, std, normalize,
+                                  to_uint8, out)
+    for level in range(1, levels + 1):
+        segment[grid, block, stream](level, scratch, args, order, stats, hist, mean, std, normalize, to_uint8, out)
 
 
 # ---------------------------------------------------------------------------------------
@@ -294,6 +511,148 @@ def _gray_mean(px, ow):
     return float32(total / (ow * n))
 
 
+def _image(px, ow, oh):
+    """px [ow*3, oh] (row 3x + c: column x, channel c) as an image view [3, oh, ow]."""
+    return px.reshape((ow, 3, oh)).transpose((1, 2, 0))
+
+
+def _autocontrast_pass(px, ow):
+    n = px.shape[1]
+    for c in range(3):
+        lo = float32(2.0)
+        hi = float32(-2.0)
+        for x in range(ow):
+            row = px[3 * x + c]
+            for i in range(n):
+                lo = min(lo, row[i])
+                hi = max(hi, row[i])
+        for x in range(ow):
+            row = px[3 * x + c]
+            for i in range(n):
+                row[i] = autocontrast(row[i], lo, hi)
+
+
+def _equalize_pass(px, ow):
+    """torchvision's equalize: each channel through the LUT of its uint8 histogram (or
+    only quantized, where every pixel but the top level's makes fewer than 255)."""
+    n = px.shape[1]
+    hist = np.zeros(256, np.int64)
+    lut = np.empty(256, np.float32)
+    total = ow * n
+    for c in range(3):
+        hist[:] = 0
+        for x in range(ow):
+            row = px[3 * x + c]
+            for i in range(n):
+                hist[quantize(row[i])] += 1
+        top = 255
+        while hist[top] == 0:
+            top -= 1
+        step = (total - hist[top]) // 255
+        cum = 0
+        for k in range(256):
+            lut[k] = float32(equalize_level(k, cum, max(step, 1)) if step > 0 else k) * float32(1.0 / 255.0)
+            cum += hist[k]
+        for x in range(ow):
+            row = px[3 * x + c]
+            for i in range(n):
+                row[i] = lut[quantize(row[i])]
+
+
+def _sharpness_pass(px, px2, ow, oh, factor):
+    if oh <= 2 or ow <= 2:
+        return
+    px2[:, :] = px
+    img = _image(px2, ow, oh)
+    for x in range(1, ow - 1):
+        for c in range(3):
+            row = px[3 * x + c]
+            for y in range(1, oh - 1):
+                row[y] = sharpen_channel(img, c, y, x, factor)
+
+
+def _blur_weights(size, sigma):
+    w = np.empty(size, np.float32)
+    total = float32(0.0)
+    for i in range(size):
+        w[i] = float32(gauss_weight(i, size, sigma))
+        total += w[i]
+    for i in range(size):
+        w[i] = w[i] / total
+    return w
+
+
+def _blur_pass(px, px2, ow, oh, a):
+    """torchvision's gaussian_blur (reflect padding), as two 1-D passes: along x into
+    px2 (whole rows), then along y back into px through a reflect-padded row."""
+    kx = int(a[0])
+    ky = int(a[1])
+    wx = _blur_weights(kx, a[2])
+    wy = _blur_weights(ky, a[3])
+    hx = kx // 2
+    hy = ky // 2
+    for x in range(ow):
+        for c in range(3):
+            dst = px2[3 * x + c]
+            src = px[3 * reflect(x - hx, ow) + c]
+            w0 = wx[0]
+            for i in range(oh):
+                dst[i] = w0 * src[i]
+            for k in range(1, kx):
+                src = px[3 * reflect(x + k - hx, ow) + c]
+                wk = wx[k]
+                for i in range(oh):
+                    dst[i] += wk * src[i]
+    pad = np.empty(oh + 2 * hy, np.float32)
+    for r in range(ow * 3):
+        src = px2[r]
+        for i in range(oh + 2 * hy):
+            pad[i] = src[reflect(i - hy, oh)]
+        dst = px[r]
+        w0 = wy[0]
+        for i in range(oh):
+            dst[i] = w0 * pad[i]
+        for k in range(1, ky):
+            wk = wy[k]
+            for i in range(oh):
+                dst[i] += wk * pad[i + k]
+
+
+def _affine_pass(px, px2, ow, oh, a):
+    px2[:, :] = px
+    img = _image(px2, ow, oh)
+    for x in range(ow):
+        for y in range(oh):
+            r, g, b = affine_pixel(img, y, x, oh, ow, a)
+            px[3 * x, y] = r
+            px[3 * x + 1, y] = g
+            px[3 * x + 2, y] = b
+
+
+def _program(px, px2, ow, oh, order, args):
+    """A sample's program, op by op over the whole image (a barrier's statistic is that
+    of the image at its turn)."""
+    for k in range(order.shape[0]):
+        op = order[k]
+        if op < 0:
+            break
+        a = args[k]
+        if op == CONTRAST:
+            _op_pass(px, ow, op, a[0], _gray_mean(px, ow))
+        elif op == AUTOCONTRAST:
+            _autocontrast_pass(px, ow)
+        elif op == EQUALIZE:
+            _equalize_pass(px, ow)
+        elif op == SHARPNESS:
+            _sharpness_pass(px, px2, ow, oh, a[0])
+        elif op == BLUR:
+            _blur_pass(px, px2, ow, oh, a)
+        elif op == AFFINE:
+            _affine_pass(px, px2, ow, oh, a)
+        else:
+            _op_pass(px, ow, op, a[0], float32(0.0))
+
+
 def _encode_pass(px, ow, mean, std, normalize, to_uint8):
     """Normalize (or the uint8 scaling) in place over the channel rows."""
     n = px.shape[1]
@@ -356,7 +715,7 @@ def _rows_f32(dst, rows, first, w, count):
             dst[t] += wk * sk[t]
 
 
-def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialias, oh, ow, dst, doff, work, nhwc):
+def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, oh, ow, dst, doff, work, nhwc):
     """One sample; writes its float32 result contiguously at dst[doff:], as [3, oh, ow],
     or as [oh, ow, 3] with `nhwc`."""
     bh = g[BH]
@@ -405,17 +764,15 @@ def _cpu_sample(src, g, factors, order, mean, std, normalize, to_uint8, antialia
         else:
             px3[x, :] = 0.0
     px = px3.reshape((ow * 3, oh))
-    # 4. ColorJitter, op by op over the whole image (contrast needs the current mean)
-    for k in range(order.shape[0]):
-        op = order[k]
-        if op < 0:
-            break
-        m = _gray_mean(px, ow) if op == CONTRAST else float32(0.0)
-        _op_pass(px, ow, op, factors[op], m)
+    # 4. the sample's program, op by op over the whole image (a second image-sized area
+    # after px for the ops that read neighbours)
+    if order[0] >= 0:
+        px2 = work[2 * oh * n3 + ow * 3 * oh:2 * oh * n3 + 2 * ow * 3 * oh].reshape((ow * 3, oh))
+        _program(px, px2, ow, oh, order, args)
     # 5. each channel transposed to [oh, ow], with Normalize as encode_output does it on
     # the way (or after the uint8 scaling); for NHWC, px [ow*3, oh] transposed as a whole
     # is [oh, ow*3], the NHWC image: Normalize goes first, in place
-    pxs = work[2 * oh * n3:]
+    pxs = work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh]
     if nhwc or (to_uint8 and not normalize):
         _encode_pass(px, ow, mean, std, normalize, to_uint8)
     if nhwc:  # the (v - 0) * 1 affine only to get the streaming stores
@@ -539,7 +896,7 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work):
                     _channel_row(o, t, c, x0 + n8, x1, v0 + n8, subs[c], muls[c])
 
 
-def _cpu_batch(src, geom, factors, order, mean, std, normalize, to_uint8, antialias, out, direct, nhwc, flat_out,
+def _cpu_batch(src, geom, args, order, mean, std, normalize, to_uint8, antialias, out, direct, nhwc, flat_out,
                work, tmp, first, step, fast_identity):
     """Samples first, first + step, ... of the batch. With `direct`, flat_out is out's
     own contiguous float32 buffer (NCHW, or NHWC with `nhwc`) and samples are written
@@ -553,10 +910,10 @@ def _cpu_batch(src, geom, factors, order, mean, std, normalize, to_uint8, antial
         if fast_identity and direct and not nhwc and not to_uint8 and _is_identity(geom[i], order[i], oh, ow):
             _cpu_identity(src, geom[i], mean, std, normalize, oh, ow, flat_out, i * size, work)
         elif direct:
-            _cpu_sample(src, geom[i], factors[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
+            _cpu_sample(src, geom[i], args[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
                         flat_out, i * size, work, nhwc)
         else:
-            _cpu_sample(src, geom[i], factors[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
+            _cpu_sample(src, geom[i], args[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
                         tmp, 0, work, False)
             o = out[i]
             for c in range(3):
@@ -585,7 +942,8 @@ def cpu_kernel():
     ns["deinterleave3x8_affine"] = _simd.deinterleave3x8_affine
     ns["deinterleave3x8_affine_reversed"] = _simd.deinterleave3x8_affine_reversed
     for fn in (_saturation_rows, _hue_rows, _gray_rows, _axis_weights, _op_pass, _encode_pass, _rows_u8, _rows_f32,
-               _gray_mean, _cpu_sample, _is_identity, _scale_row, _fill, _channel_row, _channel_row_flipped,
+               _gray_mean, _image, _autocontrast_pass, _equalize_pass, _sharpness_pass, _blur_weights, _blur_pass,
+               _affine_pass, _program, _cpu_sample, _is_identity, _scale_row, _fill, _channel_row, _channel_row_flipped,
                _cpu_identity):
         ns[fn.__name__] = jit()(_compile._rebind(fn, ns))
     # a reassociating reduction (float64 accumulators) so the grey sum vectorizes
@@ -635,7 +993,7 @@ def _workspace(threads: int, size: int) -> np.ndarray:
     return buf
 
 
-def fused_cpu(src, geom, factors, order, mean, std, out, *, normalize: bool, antialias: bool = True,
+def fused_cpu(src, geom, args, order, mean, std, out, *, normalize: bool, antialias: bool = True,
               num_threads: int | None = None, fast_identity: bool = True) -> None:
     """The CPU twin of fused_cuda on numpy arrays (out: [N, 3, H, W], any strides), on
     `num_threads` threads (default: all cores). Output does not depend on num_threads,
@@ -644,14 +1002,16 @@ def fused_cpu(src, geom, factors, order, mean, std, out, *, normalize: bool, ant
     n = out.shape[0]
     if n == 0:
         return
+    if args.ndim == 2:
+        args = step_args(args, order)
     threads = max(1, min(num_threads or os.cpu_count() or 1, n))
     oh, ow = out.shape[2], out.shape[3]
-    main = 2 * oh * int(geom[:, BW].max()) * 3 + ow * oh * 3
+    main = 2 * oh * int(geom[:, BW].max()) * 3 + 2 * ow * oh * 3
     nhwc = out.dtype == np.float32 and out.transpose(0, 2, 3, 1).flags.c_contiguous and not out.flags.c_contiguous
     direct = nhwc or (out.dtype == np.float32 and out.flags.c_contiguous)
     work = _workspace(threads, main + (0 if direct else 3 * oh * ow))
     kernel = cpu_kernel()
-    args = (src, geom, factors, order, mean, std, normalize, out.dtype == np.uint8, antialias, out, direct, nhwc)
+    head = (src, geom, args, order, mean, std, normalize, out.dtype == np.uint8, antialias, out, direct, nhwc)
     tail = (fast_identity,)
     # per thread: the float32 buffer samples are written to (out's own memory when
     # direct), the work area, and the staging area of the indirect path
@@ -663,9 +1023,9 @@ def fused_cpu(src, geom, factors, order, mean, std, out, *, normalize: bool, ant
     variant = (src.dtype.str, out.dtype.str, normalize, antialias, direct, nhwc, fast_identity)
     with _first_use(variant):
         if threads == 1:
-            kernel(*args, *parts[0], 0, 1, *tail)
+            kernel(*head, *parts[0], 0, 1, *tail)
             return
-        futures = [_pool().submit(kernel, *args, *parts[t], t, threads, *tail) for t in range(threads)]
+        futures = [_pool().submit(kernel, *head, *parts[t], t, threads, *tail) for t in range(threads)]
         for f in futures:
             f.result()
 
@@ -714,23 +1074,22 @@ def compile_ptx_all(ccs=((8, 0), (9, 0)), *, text: bool = False) -> dict:
     needed; not under the simulator). Returns {(kernel, cc, variant): ptx length}, or
     the PTX itself with `text` (for ptxas)."""
     from numba import cuda, types as t
-    from numba import float32 as nb_f32, float64 as nb_f64
 
-    ns = _compile.cuda_namespace()
-    ns.update(GEOM_NAMES, float32=nb_f32, float64=nb_f64)
-    resample = _compile._rebind(_resample_body, ns)
-    finish = _compile._rebind(_finish_body, ns)
+    ns = _cuda_namespace()
+    resample = ns["_resample_body"]
+    segment = ns["_segment_body"]
     sizes = {}
-    r_sig = (t.uint8[::1], t.int64[:, ::1], t.float32[:, ::1], t.int32[:, ::1], t.boolean,
-             t.float32[:, :, :, :], t.float64[::1])
+    common = (t.float32[:, :, ::1], t.int32[:, ::1])
+    tail_in = (t.float32[:, :, :, :, ::1], t.float64[:, :, ::1], t.int32[:, :, :, ::1], t.float32[::1],
+               t.float32[::1], t.boolean, t.boolean)
     for cc in ccs:
-        ptx, _ = cuda.compile_ptx(resample, r_sig, cc=cc)
-        sizes[("resample", cc, "float32")] = ptx if text else len(ptx)
         for out_t in (t.float32, t.float16, t.uint8):
             for layout in ("C", "A"):  # contiguous NCHW, and strided (NHWC views)
                 out = out_t[:, :, :, ::1] if layout == "C" else out_t[:, :, :, :]
-                sig = (t.float32[:, :, :, :], t.float64[::1], t.float32[:, ::1], t.int32[:, ::1], t.float32[::1],
-                       t.float32[::1], t.boolean, t.boolean, out)
-                ptx, _ = cuda.compile_ptx(finish, sig, cc=cc)
-                sizes[("finish", cc, f"{out_t}-{layout}")] = ptx if text else len(ptx)
+                r_sig = (t.uint8[::1], t.int64[:, ::1], *common, t.boolean, *tail_in, out)
+                ptx, _ = cuda.compile_ptx(resample, r_sig, cc=cc)
+                sizes[("resample", cc, f"{out_t}-{layout}")] = ptx if text else len(ptx)
+                s_sig = (t.int64, t.float32[:, :, :, :, ::1], *common, *tail_in[1:], out)
+                ptx, _ = cuda.compile_ptx(segment, s_sig, cc=cc)
+                sizes[("segment", cc, f"{out_t}-{layout}")] = ptx if text else len(ptx)
     return sizes
