@@ -1,23 +1,24 @@
 """Today's recipes on this machine's cores, gpudecode against the classic DataLoader
-running the same augmentations with torchvision, in one run (ImageNet-like JPEGs,
-500x375 q90, the images of bench/loader.py):
+running the same recipe with torchvision (and DALI's CPU pipeline where it has the
+ops), in one run (ImageNet-like JPEGs, 500x375 q90, the images of bench/loader.py).
+Each recipe is written once as a torchvision v2 Compose: the DataLoader runs it on PIL
+images, gpudecode runs `Compose.from_torchvision` of it.
 
-- multi-crop (DINO's shape): 2 global views at 224 (RandomResizedCrop scale 0.4-1, flip,
-  ColorJitter(0.4, 0.4, 0.2, 0.1), Normalize) and 6 local views at 96 (scale 0.05-0.4,
-  the same steps), each image decoded once for its 8 views; torchvision: a dataset
-  transform returning the 8 crops, as DINO's DataAugmentationDINO does. (DINO's
-  RandomApply, RandomGrayscale, GaussianBlur and RandomSolarize are not fused yet: both
-  sides run without them, so the comparison is like for like.)
-- the reference recipe's batch step: RandomResizedCrop(224) + flip + Normalize, then
+- reference: torchvision's ResNet-50 reference recipe: RandomResizedCrop(224), flip,
+  TrivialAugmentWide (bilinear), Normalize, RandomErasing(p=0.1), then
   RandomChoice([MixUp(0.2), CutMix(1.0)]) on each batch (gpudecode's batch_transform;
-  torchvision's v2 transforms in the DataLoader's collate_fn, as its reference script
-  does). (TrivialAugmentWide and RandomErasing are not fused yet: both sides without.)
+  the DataLoader's collate_fn, as the reference script does). DALI: its CPU pipeline with
+  `auto_aug.trivial_augment_wide`, crop, flip and normalize (no erasing, no mixing).
+- dino: DINO's multi-crop, 2 global views at 224 and 6 local at 96, each with
+  RandomResizedCrop, flip, RandomApply(ColorJitter(0.4, 0.4, 0.2, 0.1), 0.8),
+  RandomGrayscale(0.2), GaussianBlur(23, (0.1, 2)) in RandomApply (p 1.0 and 0.1 for the
+  global views, 0.5 local), RandomSolarize(128, 0.2) on the second, Normalize; each image
+  decoded once for its 8 views (the DataLoader: a dataset transform returning the 8).
 
 - each step's added cost per image over RRC(224) + flip + Normalize on the same Loader
-  (--ops): ColorJitter, RandomErasing (p=0.1, and p=1 with "random"), MixUp/CutMix, a
-  second view.
+  (--ops).
 
-    python bench/recipes.py [--images 1024] [--threads 2] [--repeat 3] [--ops]
+    python bench/recipes.py [--images 1024] [--threads 2] [--repeat 3] [--ops] [--skip-dali]
 """
 from __future__ import annotations
 
@@ -32,11 +33,42 @@ from loader import MEAN, STD, build, timed  # noqa: E402
 CLASSES = 1000
 
 
-def _dino_views(T):
-    def view(size, scale):
-        return T.Compose([T.RandomResizedCrop(size, scale=scale), T.RandomHorizontalFlip(),
-                          T.ColorJitter(0.4, 0.4, 0.2, 0.1), T.Normalize(MEAN, STD)])
-    return [view(224, (0.4, 1.0))] * 2 + [view(96, (0.05, 0.4))] * 6
+def reference_recipe():
+    """torchvision's classification reference, ClassificationPresetTrain(auto_augment="ta_wide",
+    random_erase=0.1), v2 transforms."""
+    import torch
+    from torchvision.transforms import v2
+
+    return v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(0.5),
+                       v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR), v2.PILToTensor(),
+                       v2.ToDtype(torch.float, scale=True), v2.Normalize(MEAN, STD), v2.RandomErasing(0.1),
+                       v2.ToPureTensor()])
+
+
+def mix():
+    from torchvision.transforms import v2
+
+    return v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=CLASSES), v2.CutMix(alpha=1.0, num_classes=CLASSES)])
+
+
+def dino_views():
+    """DINO's DataAugmentationDINO in torchvision v2 terms (its PIL blur as GaussianBlur)."""
+    import torch
+    from torchvision.transforms import v2
+
+    flip_and_jitter = v2.Compose([v2.RandomHorizontalFlip(p=0.5),
+                                  v2.RandomApply([v2.ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8),
+                                  v2.RandomGrayscale(p=0.2)])
+    norm = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+
+    def blur(p):
+        return v2.RandomApply([v2.GaussianBlur(23, (0.1, 2.0))], p=p)
+
+    global1 = v2.Compose([v2.RandomResizedCrop(224, scale=(0.4, 1.0)), flip_and_jitter, blur(1.0), norm])
+    global2 = v2.Compose([v2.RandomResizedCrop(224, scale=(0.4, 1.0)), flip_and_jitter, blur(0.1),
+                          v2.RandomSolarize(128, p=0.2), norm])
+    local = v2.Compose([v2.RandomResizedCrop(96, scale=(0.05, 0.4)), flip_and_jitter, blur(0.5), norm])
+    return [global1, global2] + [local] * 6
 
 
 def _epochs(ld):
@@ -50,77 +82,96 @@ def _epochs(ld):
     return go
 
 
-def gpudecode_multicrop(shards, threads, batch):
+def _dataloader(folder, threads, batch, transform, collate=None):
+    import torch
+    from torchvision.datasets import ImageFolder
+
+    dl = torch.utils.data.DataLoader(ImageFolder(folder, transform=transform), batch_size=batch, shuffle=True,
+                                     num_workers=threads, persistent_workers=True, prefetch_factor=2,
+                                     **({"collate_fn": collate} if collate else {}))
+
+    def go():
+        return sum(y.shape[0] for _, y in dl)
+    return go
+
+
+def gpudecode_reference(shards, threads, batch):
     from gpudecode import Loader
     from gpudecode import transforms as T
 
-    return _epochs(Loader(shards, batch_size=batch, transform=_dino_views(T), device="cpu", num_workers=threads))
+    return _epochs(Loader(shards, batch_size=batch, transform=T.Compose.from_torchvision(reference_recipe()),
+                          device="cpu", num_workers=threads, batch_transform=mix()))
 
 
-def torchvision_multicrop(folder, threads, batch):
-    import torch
-    import torchvision.transforms as v1
-    from torchvision.datasets import ImageFolder
+def torchvision_reference(folder, threads, batch):
+    from torch.utils.data import default_collate
 
-    views = []
-    for tf in _dino_views(v1):  # the same classes: torchvision's own
-        views.append(v1.Compose([*tf.transforms[:-1], v1.ToTensor(), tf.transforms[-1]]))
+    m = mix()
+
+    def collate(items):  # as torchvision's reference train.py does
+        return m(*default_collate(items))
+    return _dataloader(folder, threads, batch, reference_recipe(), collate)
+
+
+def dali_reference(folder, threads, batch):
+    """DALI's CPU pipeline with its TrivialAugment Wide (it has no RandomErasing or
+    MixUp/CutMix on the CPU: those are left out here)."""
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.auto_aug import trivial_augment
+
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=None, enable_conditionals=True)
+    def pipe():
+        jpegs, labels = fn.readers.file(file_root=folder, random_shuffle=True, name="reader")
+        img = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB,
+                                            random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
+        img = fn.resize(img, resize_x=224, resize_y=224, antialias=True)
+        img = trivial_augment.trivial_augment_wide(img)
+        img = fn.crop_mirror_normalize(img, dtype=types.FLOAT, output_layout="CHW", mirror=fn.random.coin_flip(),
+                                       mean=[m * 255 for m in MEAN], std=[s * 255 for s in STD])
+        return img, labels
+
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # (DALI's own auto_aug uses deprecated aliases)
+        p = pipe()
+        p.build()
+    size = p.epoch_size("reader")
+
+    def go():
+        n = 0
+        while n < size:
+            (imgs, _) = p.run()
+            n += len(imgs)
+        return n
+    return go
+
+
+def gpudecode_dino(shards, threads, batch):
+    from gpudecode import Loader
+    from gpudecode import transforms as T
+
+    views = [T.Compose.from_torchvision(v) for v in dino_views()]
+    return _epochs(Loader(shards, batch_size=batch, transform=views, device="cpu", num_workers=threads))
+
+
+def torchvision_dino(folder, threads, batch):
+    views = dino_views()
 
     def crops(img):
         return [tf(img) for tf in views]
-
-    dl = torch.utils.data.DataLoader(ImageFolder(folder, transform=crops), batch_size=batch, shuffle=True,
-                                     num_workers=threads, persistent_workers=True, prefetch_factor=2)
-
-    def go():
-        return sum(y.shape[0] for _, y in dl)
-    return go
-
-
-def gpudecode_mix(shards, threads, batch):
-    from torchvision.transforms import v2
-
-    from gpudecode import Loader
-    from gpudecode import transforms as T
-
-    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
-    mix = v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=CLASSES), v2.CutMix(alpha=1.0, num_classes=CLASSES)])
-    return _epochs(Loader(shards, batch_size=batch, transform=tf, device="cpu", num_workers=threads,
-                          batch_transform=mix))
-
-
-def torchvision_mix(folder, threads, batch):
-    import torch
-    import torchvision.transforms as v1
-    from torch.utils.data import default_collate
-    from torchvision.datasets import ImageFolder
-    from torchvision.transforms import v2
-
-    tf = v1.Compose([v1.RandomResizedCrop(224), v1.RandomHorizontalFlip(), v1.ToTensor(), v1.Normalize(MEAN, STD)])
-    mix = v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=CLASSES), v2.CutMix(alpha=1.0, num_classes=CLASSES)])
-
-    def collate(items):  # as torchvision's reference train.py does
-        return mix(*default_collate(items))
-
-    dl = torch.utils.data.DataLoader(ImageFolder(folder, transform=tf), batch_size=batch, shuffle=True,
-                                     num_workers=threads, persistent_workers=True, prefetch_factor=2,
-                                     collate_fn=collate)
-
-    def go():
-        return sum(y.shape[0] for _, y in dl)
-    return go
+    return _dataloader(folder, threads, batch, crops)
 
 
 def op_costs(shards, threads, batch, repeat) -> dict[str, float]:
     """img/s of the base recipe and of the base with each step added, in one run."""
-    from torchvision.transforms import v2
 
     from gpudecode import Loader
     from gpudecode import transforms as T
 
     crop = [T.RandomResizedCrop(224), T.RandomHorizontalFlip()]
     norm = [T.Normalize(MEAN, STD)]
-    mix = v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=CLASSES), v2.CutMix(alpha=1.0, num_classes=CLASSES)])
+    batch_mix = mix()
     cases = {
         "RRC + flip + Normalize (base)": dict(transform=T.Compose(crop + norm)),
         "+ ColorJitter(0.4, 0.4, 0.4, 0.1)": dict(transform=T.Compose(crop + [T.ColorJitter(0.4, 0.4, 0.4, 0.1)]
@@ -128,8 +179,21 @@ def op_costs(shards, threads, batch, repeat) -> dict[str, float]:
         "+ RandomErasing(p=0.1)": dict(transform=T.Compose(crop + norm + [T.RandomErasing(p=0.1)])),
         "+ RandomErasing(p=1, value='random')": dict(transform=T.Compose(crop + norm
                                                                          + [T.RandomErasing(1.0, value="random")])),
-        "+ MixUp/CutMix (batch)": dict(transform=T.Compose(crop + norm), batch_transform=mix),
+        "+ MixUp/CutMix (batch)": dict(transform=T.Compose(crop + norm), batch_transform=batch_mix),
         "+ a second view (2 x 224)": dict(transform=[T.Compose(crop + norm)] * 2),
+        "+ RandomGrayscale(p=1)": dict(transform=T.Compose(crop + [T.RandomGrayscale(1.0)] + norm)),
+        "+ RandomAutocontrast(p=1)": dict(transform=T.Compose(crop + [T.RandomAutocontrast(1.0)] + norm)),
+        "+ RandomEqualize(p=1)": dict(transform=T.Compose(crop + [T.RandomEqualize(1.0)] + norm)),
+        "+ RandomAdjustSharpness(2, p=1)": dict(transform=T.Compose(crop + [T.RandomAdjustSharpness(2.0, 1.0)]
+                                                                    + norm)),
+        "+ GaussianBlur(23, (0.1, 2))": dict(transform=T.Compose(crop + [T.GaussianBlur(23, (0.1, 2.0))] + norm)),
+        "+ RandomRotation(15, bilinear)": dict(transform=T.Compose(crop + [T.RandomRotation(15, "bilinear")] + norm)),
+        "+ RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5)": dict(
+            transform=T.Compose(crop + [T.RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5)] + norm)),
+        "+ TrivialAugmentWide (bilinear)": dict(transform=T.Compose(crop + [T.TrivialAugmentWide(
+            interpolation="bilinear")] + norm)),
+        "+ RandAugment(2, 9)": dict(transform=T.Compose(crop + [T.RandAugment(2, 9)] + norm)),
+        "+ AutoAugment (ImageNet)": dict(transform=T.Compose(crop + [T.AutoAugment()] + norm)),
     }
     return {name: timed(_epochs(Loader(shards, batch_size=batch, device="cpu", num_workers=threads, **kw)), repeat)
             for name, kw in cases.items()}
@@ -142,6 +206,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--ops", action="store_true", help="only each step's added cost (no torchvision rows)")
+    ap.add_argument("--skip-dali", action="store_true")
     a = ap.parse_args()
     shards, folder = build(a.images)
     if a.ops:
@@ -154,22 +219,28 @@ def main() -> None:
         save("recipe_ops", {"machine": machine(), "args": vars(a), "img_per_s": costs})
         return
     rows = {
-        "multi-crop 2x224 + 6x96: gpudecode Loader": timed(gpudecode_multicrop(shards, a.threads, a.batch), a.repeat),
-        "multi-crop 2x224 + 6x96: torchvision DataLoader": timed(torchvision_multicrop(folder, a.threads, a.batch),
-                                                                 a.repeat),
-        "RRC + flip + Normalize + MixUp/CutMix: gpudecode Loader": timed(gpudecode_mix(shards, a.threads, a.batch),
-                                                                        a.repeat),
-        "RRC + flip + Normalize + MixUp/CutMix: torchvision DataLoader": timed(
-            torchvision_mix(folder, a.threads, a.batch), a.repeat),
+        "reference (TA, erasing, MixUp/CutMix): gpudecode Loader": timed(
+            gpudecode_reference(shards, a.threads, a.batch), a.repeat),
+        "reference (TA, erasing, MixUp/CutMix): torchvision DataLoader": timed(
+            torchvision_reference(folder, a.threads, a.batch), a.repeat),
     }
+    if not a.skip_dali:
+        rows["reference, TA only (no erasing, no mixing): DALI CPU pipeline"] = timed(
+            dali_reference(folder, a.threads, a.batch), a.repeat)
+    rows["DINO multi-crop 2x224 + 6x96: gpudecode Loader"] = timed(gpudecode_dino(shards, a.threads, a.batch),
+                                                                   a.repeat)
+    rows["DINO multi-crop 2x224 + 6x96: torchvision DataLoader"] = timed(torchvision_dino(folder, a.threads, a.batch),
+                                                                         a.repeat)
     print(f"{a.images} JPEGs 500x375 q90, batch {a.batch}, {a.threads} threads/workers, {os.cpu_count()} cores")
-    print(f"{'recipe and pipeline':62s} {'img/s':>8s}")
+    print(f"{'recipe and pipeline':66s} {'img/s':>8s}")
     for name, r in rows.items():
-        print(f"{name:62s} {r:8.0f}")
+        print(f"{name:66s} {r:8.0f}")
     keys = list(rows)
-    ratios = {"multi-crop": rows[keys[0]] / rows[keys[1]], "mixup/cutmix": rows[keys[2]] / rows[keys[3]]}
+    ratios = {"reference": rows[keys[0]] / rows[keys[1]], "dino": rows[keys[-2]] / rows[keys[-1]]}
+    if not a.skip_dali:
+        ratios["reference vs DALI (TA only)"] = rows[keys[0]] / rows[keys[2]]
     for name, r in ratios.items():
-        print(f"{name}: gpudecode / torchvision = {r:.2f}x")
+        print(f"{name}: gpudecode / other = {r:.2f}x")
     save("recipes", {"machine": machine(), "args": vars(a), "img_per_s": rows, "ratios": ratios})
 
 

@@ -24,7 +24,7 @@ import torch
 from .errors import TransformError
 from .kernels._pixel import (AFFINE, AUTOCONTRAST, BLUR, BRIGHTNESS, CONTRAST, EQUALIZE, INVERT, MAX_BLUR,
                              POSTERIZE, SATURATION, SHARPNESS, SOLARIZE)
-from .transforms import PROGRAM_OPS, Transform, _PixelOp, _refuse, _Step
+from ._steps import PROGRAM_OPS, Transform, _PixelOp, _refuse, _Step
 
 NEAREST, BILINEAR, INTEGER_MAP = 0.0, 1.0, 2.0  # AFFINE's interpolation argument
 

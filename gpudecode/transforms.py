@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from .decode._base import DecodedBatch
+from ._steps import PROGRAM_OPS, SUPPORTED, WAY_OUT, Transform, _PixelOp, _refuse, _Step  # noqa: F401
 from .errors import KernelLaunchError, TransformError
 from .kernels import fused
 from .kernels._pixel import ARGS, GRAYSCALE, INVERT, POSTERIZE, SOLARIZE
@@ -50,36 +51,6 @@ def _check_bilinear(interpolation: Any) -> None:
     name = getattr(interpolation, "value", interpolation)
     if str(name).lower() != "bilinear":
         raise TransformError(f"only bilinear interpolation is fused, not {interpolation!r}")
-
-
-class Transform:
-    """Base class: a step of a Compose. `draw` returns this step's parameters for one
-    image of size (height, width), from `rng` (a random.Random)."""
-
-    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
-        return {}
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
-        return f"{type(self).__name__}({args})"
-
-
-class _Step(Transform):
-    """A step of each sample's kernel program (after the geometry and the flips): `draw`
-    gives its parameters under its `keys` in make_params (a key left out means the step
-    did not apply; a wrapper's keys are its own, its steps have theirs), `emit` appends the kernel ops they call for, (op id, args), given
-    the image's size at that point (the output's). `moves` marks a step that moves
-    pixels (a flip may not come after it)."""
-
-    keys: tuple[str, ...] = ()
-    moves = False
-
-    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
-        raise NotImplementedError
-
-    def inner(self) -> list["_Step"]:
-        """The steps it is made of (wrappers), itself included."""
-        return [self]
 
 
 class RandomResizedCrop(Transform):
@@ -304,35 +275,6 @@ class ColorJitter(_Step):
             f = p.get(_JITTER_NAMES[op])
             if f is not None:
                 prog.append((op, (f,)))
-
-
-class _PixelOp(_Step):
-    """A kernel op applied with probability p (its coin: applied when a uniform draw is
-    under p, as torchvision's _RandomApplyTransform); `make_params` says whether it
-    applies under `key`."""
-
-    op = -1
-    key = ""
-
-    def __init__(self, p: float) -> None:
-        if not 0.0 <= p <= 1.0:
-            raise ValueError("probability should be between 0 and 1")
-        self.p = float(p)
-
-    @property
-    def keys(self) -> tuple[str, ...]:  # type: ignore[override]
-        return (self.key,)
-
-    @property
-    def factor(self) -> float:
-        return 0.0
-
-    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
-        return {self.key: rng.random() < self.p}
-
-    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
-        if p.get(self.key):
-            prog.append((self.op, (self.factor,)))
 
 
 class RandomGrayscale(_PixelOp):
@@ -561,23 +503,6 @@ class _Plan:
 
 
 _GEOMETRY = (RandomResizedCrop, Resize, CenterCrop, RandomCrop)
-PROGRAM_OPS = ("ColorJitter, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert, RandomPosterize, "
-               "RandomAutocontrast, RandomEqualize, RandomAdjustSharpness, GaussianBlur, RandomRotation, RandomAffine, "
-               "TrivialAugmentWide, RandAugment, AutoAugment, and RandomApply, RandomChoice, RandomOrder over them")
-SUPPORTED = ("supported, in this order: one geometry (RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + "
-             "CenterCrop, Resize + RandomCrop, or none), then in any order RandomHorizontalFlip, RandomVerticalFlip "
-             f"and the per-sample ops ({PROGRAM_OPS}), then Normalize and ToDtype, "
-             "then RandomErasing (ToImage, PILToTensor and ToTensor are taken as the input conversion); on the batch: "
-             "MixUp, CutMix, RandomChoice (Loader(batch_transform=))")
-WAY_OUT = ("what to do: drop the step from the Compose and apply it to each batch the Loader yields (a tensor on its "
-           "device, e.g. torchvision.transforms.v2 ops on batch.images), or keep torchvision's DataLoader for this "
-           "pipeline")
-
-
-def _refuse(what: str) -> TransformError:
-    return TransformError(f"{what}. {SUPPORTED}; {WAY_OUT}")
-
-
 def _plan(transforms: Sequence[Transform]) -> _Plan:
     steps = list(transforms)
     names = ", ".join(type(t).__name__ for t in steps)
@@ -1089,6 +1014,7 @@ from .augment import (AutoAugment, GaussianBlur, RandAugment, RandomAdjustSharpn
                       RandomAutocontrast, RandomEqualize, RandomOrder, RandomRotation, SampleRandomChoice,
                       TrivialAugmentWide)
 from .mixing import CutMix, MixUp  # noqa: E402  (batch transforms: torchvision's names, here)
+
 
 
 def _warp_from_torchvision(t: Any, floats: bool) -> Transform:

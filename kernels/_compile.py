@@ -137,8 +137,14 @@ def cpu_namespace() -> dict:
     def floorf(x):  # float in, float out: vectorizes (math.floor goes through int64)
         return np.floor(x)
 
+    def nearbyint(x):  # one rounding instruction (half to even) instead of branches
+        return np.rint(x)
+
+    def fetch(img, c, y, x):  # the CPU twin's image layout: [w, 3, h] (rows 3x + c of length h)
+        return img[x, c, y]
+
     # error_model="numpy": no ZeroDivisionError checks, whose branches stop vectorization
     # inline="always": numba inlines the helpers itself (LLVM would not inline adjust_hue)
     return _namespace(lambda f: numba.njit(nogil=True, error_model="numpy", inline="always")(f),
                       {"np": np},
-                      overrides={"floorf": floorf})
+                      overrides={"floorf": floorf, "nearbyint": nearbyint, "fetch": fetch})

@@ -204,11 +204,17 @@ def quantize(v):
     return min(max(q, int32(0)), int32(255))
 
 
-def autocontrast(v, lo, hi):
-    """torchvision's autocontrast of one value, its channel's min and max given."""
+def autocontrast_bounds(lo, hi):
+    """torchvision's autocontrast of a channel with min lo and max hi is
+    clamp((v - low) / scale): (low, scale) = (lo, (hi - lo) * 1), or (0, 1) when hi == lo."""
     if hi == lo:
-        return clamp01(v)
-    return clamp01((v - lo) / ((hi - lo) * float32(1.0)))
+        return float32(0.0), float32(1.0)
+    return lo, (hi - lo) * float32(1.0)
+
+
+def autocontrast(v, low, scale):
+    """One value, its channel's autocontrast_bounds given."""
+    return clamp01((v - low) / scale)
 
 
 def equalize_level(k, cum_before, step):
@@ -240,39 +246,48 @@ def grid_source(x, size, t0, t1, t2, other):
     return (gx + float32(1.0)) * (float32(size) * float32(0.5)) - float32(0.5)
 
 
-def affine_pixel(img, y, x, oh, ow, a):
-    """Output pixel (y, x) of torchvision's affine warp of img [3, oh, ow] (same size),
-    with a = theta rows divided by (w/2, h/2), interpolation flag and fill (AFFINE's
-    args): nearest or bilinear with zeros outside; with a fill, grid_sample's sampled
-    mask blends it in (nearest: where the mask is under 0.5)."""
+def fetch(img, c, y, x):
+    """Value (y, x) of channel c of an image: img[c, y, x] here (CUDA's scratch
+    [3, h, w]); the CPU target swaps in its own layout (img [w, 3, h], see _compile)."""
+    return img[c, y, x]
+
+
+def affine_source(y, x, oh, ow, a):
+    """(ix, iy, near): the source coordinates of output pixel (y, x) under AFFINE's args
+    `a`, and whether they are close enough to the image to read (far outside, or NaN:
+    no tap, and no float -> int conversion of a huge value)."""
     xc = float32(x) - float32(ow - 1) * float32(0.5)
     yc = float32(y) - float32(oh - 1) * float32(0.5)
     ix = grid_source(x, ow, a[0], a[1], a[2], yc)
     iy = grid_source(y, oh, a[4], a[3], a[5], xc)  # xc * a3 + yc * a4 + a5: the same sum
-    # far outside (or NaN): no tap, and no float -> int conversion of a huge value
     near = ix > float32(-2.0) and iy > float32(-2.0) and ix < float32(ow + 1) and iy < float32(oh + 1)
-    fill = a[7] == a[7]  # NaN: no fill
-    r = float32(0.0)
-    g = float32(0.0)
-    b = float32(0.0)
-    mask = float32(0.0)
-    if a[6] == float32(2.0):  # an exact pixel permutation (torchvision's rot90 fast paths)
-        sx = int32(a[0] * float32(x) + a[1] * float32(y) + a[2])
-        sy = int32(a[3] * float32(x) + a[4] * float32(y) + a[5])
-        if sx >= 0 and sx < ow and sy >= 0 and sy < oh:
-            return img[0, sy, sx], img[1, sy, sx], img[2, sy, sx]
-        return r, g, b
-    if a[6] == float32(0.0):
-        sx = int32(nearbyint(ix)) if near else int32(-1)
-        sy = int32(nearbyint(iy)) if near else int32(-1)
-        if near and sx >= 0 and sx < ow and sy >= 0 and sy < oh:
-            r = img[0, sy, sx]
-            g = img[1, sy, sx]
-            b = img[2, sy, sx]
-            mask = float32(1.0)
-        if fill and mask < float32(0.5):
-            return a[7], a[8], a[9]
-        return r, g, b
+    return ix, iy, near
+
+
+def nearest_source(y, x, oh, ow, a):
+    """(sx, sy, inside): grid_sample's nearest source pixel of output pixel (y, x)
+    (round half to even), and whether it lies in the image."""
+    ix, iy, near = affine_source(y, x, oh, ow, a)
+    sx = int32(nearbyint(ix)) if near else int32(-1)
+    sy = int32(nearbyint(iy)) if near else int32(-1)
+    return sx, sy, near and sx >= 0 and sx < ow and sy >= 0 and sy < oh
+
+
+def affine_nearest(img, y, x, oh, ow, a):
+    """The nearest pixel, zeros outside, or the fill where the sampled mask is under 0.5
+    (that is: outside)."""
+    sx, sy, inside = nearest_source(y, x, oh, ow, a)
+    if inside:
+        return fetch(img, 0, sy, sx), fetch(img, 1, sy, sx), fetch(img, 2, sy, sx)
+    if a[7] == a[7]:  # a fill (NaN: none)
+        return a[7], a[8], a[9]
+    return float32(0.0), float32(0.0), float32(0.0)
+
+
+def affine_bilinear(img, y, x, oh, ow, a):
+    """grid_sample's bilinear value, taps outside the image zero, summed nw, ne, sw, se;
+    with a fill, the sampled mask (the in-image weights' sum) blends it in."""
+    ix, iy, near = affine_source(y, x, oh, ow, a)
     fx = floorf(ix)
     fy = floorf(iy)
     x0 = int32(fx) if near else int32(0)
@@ -281,6 +296,10 @@ def affine_pixel(img, y, x, oh, ow, a):
     wy1 = iy - fy
     wx0 = float32(1.0) - wx1
     wy0 = float32(1.0) - wy1
+    r = float32(0.0)
+    g = float32(0.0)
+    b = float32(0.0)
+    mask = float32(0.0)
     if near:
         for dy in range(2):
             yy = y0 + dy
@@ -292,24 +311,48 @@ def affine_pixel(img, y, x, oh, ow, a):
                 if xx < 0 or xx >= ow:
                     continue
                 w = wy * (wx1 if dx == 1 else wx0)
-                r += w * img[0, yy, xx]
-                g += w * img[1, yy, xx]
-                b += w * img[2, yy, xx]
+                r += w * fetch(img, 0, yy, xx)
+                g += w * fetch(img, 1, yy, xx)
+                b += w * fetch(img, 2, yy, xx)
                 mask += w
-    if fill:
+    if a[7] == a[7]:
         return (r - a[7]) * mask + a[7], (g - a[8]) * mask + a[8], (b - a[9]) * mask + a[9]
     return r, g, b
 
 
-def sharpen_channel(img, c, y, x, f):
-    """torchvision's adjust_sharpness on an interior pixel: v + (1 - f) * (blur - v), the
-    blur a 3x3 kernel of 1s around a 5, over 13; clamped."""
-    a = float32(1.0 / 13.0)
-    s = img[c, y - 1, x - 1] + img[c, y - 1, x] + img[c, y - 1, x + 1] + img[c, y, x - 1] + img[c, y, x + 1] \
-        + img[c, y + 1, x - 1] + img[c, y + 1, x] + img[c, y + 1, x + 1]
-    v = img[c, y, x]
-    blur = s * a + v * float32(5.0 / 13.0)
+def affine_integer(img, y, x, oh, ow, a):
+    """An exact pixel permutation (torchvision's rot90 fast paths): source (a0 x + a1 y +
+    a2, a3 x + a4 y + a5)."""
+    sx = int32(a[0] * float32(x) + a[1] * float32(y) + a[2])
+    sy = int32(a[3] * float32(x) + a[4] * float32(y) + a[5])
+    if sx >= 0 and sx < ow and sy >= 0 and sy < oh:
+        return fetch(img, 0, sy, sx), fetch(img, 1, sy, sx), fetch(img, 2, sy, sx)
+    return float32(0.0), float32(0.0), float32(0.0)
+
+
+def affine_pixel(img, y, x, oh, ow, a):
+    """Output pixel (y, x) of torchvision's affine warp of img [3, oh, ow] (same size),
+    with AFFINE's args: theta's rows divided by (w/2, h/2), the interpolation, the fill."""
+    if a[6] == float32(2.0):
+        return affine_integer(img, y, x, oh, ow, a)
+    if a[6] == float32(0.0):
+        return affine_nearest(img, y, x, oh, ow, a)
+    return affine_bilinear(img, y, x, oh, ow, a)
+
+
+def sharpen_value(v, ring, f):
+    """torchvision's adjust_sharpness of an interior value v whose 8 neighbours sum to
+    `ring`: v + (1 - f) * (blur - v), the blur (ring + 5 v) / 13; clamped."""
+    blur = ring * float32(1.0 / 13.0) + v * float32(5.0 / 13.0)
     return clamp01(v + (float32(1.0) - f) * (blur - v))
+
+
+def sharpen_channel(img, c, y, x, f):
+    """sharpen_value at interior pixel (y, x) of channel c of img [3, h, w]."""
+    s = fetch(img, c, y - 1, x - 1) + fetch(img, c, y - 1, x) + fetch(img, c, y - 1, x + 1) \
+        + fetch(img, c, y, x - 1) + fetch(img, c, y, x + 1) \
+        + fetch(img, c, y + 1, x - 1) + fetch(img, c, y + 1, x) + fetch(img, c, y + 1, x + 1)
+    return sharpen_value(fetch(img, c, y, x), s, f)
 
 
 def reflect(i, n):

@@ -199,9 +199,10 @@ def _barrier_pixel(op, a, img, y, x, oh, ow, stats, n, level, lut, wts):
         m = float32(stats[n, level, 0] / float64(oh * ow))
         return blend(img[0, y, x], m, a[0]), blend(img[1, y, x], m, a[0]), blend(img[2, y, x], m, a[0])
     if op == AUTOCONTRAST:
-        return (autocontrast(img[0, y, x], float32(stats[n, level, 1]), float32(stats[n, level, 4])),
-                autocontrast(img[1, y, x], float32(stats[n, level, 2]), float32(stats[n, level, 5])),
-                autocontrast(img[2, y, x], float32(stats[n, level, 3]), float32(stats[n, level, 6])))
+        lr, sr = autocontrast_bounds(float32(stats[n, level, 1]), float32(stats[n, level, 4]))
+        lg, sg = autocontrast_bounds(float32(stats[n, level, 2]), float32(stats[n, level, 5]))
+        lb, sb = autocontrast_bounds(float32(stats[n, level, 3]), float32(stats[n, level, 6]))
+        return autocontrast(img[0, y, x], lr, sr), autocontrast(img[1, y, x], lg, sg), autocontrast(img[2, y, x], lb, sb)
     if op == EQUALIZE:
         return lut[quantize(img[0, y, x])], lut[256 + quantize(img[1, y, x])], lut[512 + quantize(img[2, y, x])]
     if op == SHARPNESS:
@@ -512,8 +513,18 @@ def _gray_mean(px, ow):
 
 
 def _image(px, ow, oh):
-    """px [ow*3, oh] (row 3x + c: column x, channel c) as an image view [3, oh, ow]."""
-    return px.reshape((ow, 3, oh)).transpose((1, 2, 0))
+    """px [ow*3, oh] (row 3x + c: column x, channel c) as the image [ow, 3, oh] that the
+    CPU's `fetch` reads as (c, y, x)."""
+    return px.reshape((ow, 3, oh))
+
+
+def _min_max_row(row, lo, hi):
+    """(min, max) of lo, hi and the row's values (compiled with fastmath: it vectorizes;
+    min and max round nothing)."""
+    for i in range(row.shape[0]):
+        lo = min(lo, row[i])
+        hi = max(hi, row[i])
+    return lo, hi
 
 
 def _autocontrast_pass(px, ow):
@@ -522,14 +533,12 @@ def _autocontrast_pass(px, ow):
         lo = float32(2.0)
         hi = float32(-2.0)
         for x in range(ow):
-            row = px[3 * x + c]
-            for i in range(n):
-                lo = min(lo, row[i])
-                hi = max(hi, row[i])
+            lo, hi = _min_max_row(px[3 * x + c], lo, hi)
+        low, scale = autocontrast_bounds(lo, hi)
         for x in range(ow):
             row = px[3 * x + c]
             for i in range(n):
-                row[i] = autocontrast(row[i], lo, hi)
+                row[i] = autocontrast(row[i], low, scale)
 
 
 def _equalize_pass(px, ow):
@@ -560,18 +569,31 @@ def _equalize_pass(px, ow):
 
 
 def _sharpness_pass(px, px2, ow, oh, factor):
+    """adjust_sharpness over whole rows: output row 3x + c from rows 3(x-1)+c, 3x+c and
+    3(x+1)+c of the image before it, shifted by -1, 0, +1 (so each loop vectorizes)."""
     if oh <= 2 or ow <= 2:
         return
     px2[:, :] = px
-    img = _image(px2, ow, oh)
+    m = oh - 2
     for x in range(1, ow - 1):
         for c in range(3):
-            row = px[3 * x + c]
-            for y in range(1, oh - 1):
-                row[y] = sharpen_channel(img, c, y, x, factor)
+            a = px2[3 * (x - 1) + c]
+            b = px2[3 * x + c]
+            d = px2[3 * (x + 1) + c]
+            _sharpen_row(px[3 * x + c][1:oh - 1], a[0:m], a[1:m + 1], a[2:m + 2], b[0:m], b[1:m + 1], b[2:m + 2],
+                         d[0:m], d[1:m + 1], d[2:m + 2], factor)
+
+
+def _sharpen_row(out, a0, a1, a2, b0, b1, b2, d0, d1, d2, factor):
+    for i in range(out.shape[0]):
+        ring = a0[i] + a1[i] + a2[i] + b0[i] + b2[i] + d0[i] + d1[i] + d2[i]
+        out[i] = sharpen_value(b1[i], ring, factor)
 
 
 def _blur_weights(size, sigma):
+    """The normalized 1-D weights, and the first and last tap worth reading: taps under
+    1e-10 of the sum (the tails of a narrow Gaussian in a wide kernel) change no value by
+    more than 1e-9 and are skipped."""
     w = np.empty(size, np.float32)
     total = float32(0.0)
     for i in range(size):
@@ -579,7 +601,10 @@ def _blur_weights(size, sigma):
         total += w[i]
     for i in range(size):
         w[i] = w[i] / total
-    return w
+    first = 0
+    while first < size // 2 and w[first] < float32(1e-10):
+        first += 1
+    return w, first, size - first
 
 
 def _blur_pass(px, px2, ow, oh, a):
@@ -587,18 +612,18 @@ def _blur_pass(px, px2, ow, oh, a):
     px2 (whole rows), then along y back into px through a reflect-padded row."""
     kx = int(a[0])
     ky = int(a[1])
-    wx = _blur_weights(kx, a[2])
-    wy = _blur_weights(ky, a[3])
+    wx, x0, x1 = _blur_weights(kx, a[2])
+    wy, y0, y1 = _blur_weights(ky, a[3])
     hx = kx // 2
     hy = ky // 2
     for x in range(ow):
         for c in range(3):
             dst = px2[3 * x + c]
-            src = px[3 * reflect(x - hx, ow) + c]
-            w0 = wx[0]
+            src = px[3 * reflect(x + x0 - hx, ow) + c]
+            w0 = wx[x0]
             for i in range(oh):
                 dst[i] = w0 * src[i]
-            for k in range(1, kx):
+            for k in range(x0 + 1, x1):
                 src = px[3 * reflect(x + k - hx, ow) + c]
                 wk = wx[k]
                 for i in range(oh):
@@ -609,24 +634,48 @@ def _blur_pass(px, px2, ow, oh, a):
         for i in range(oh + 2 * hy):
             pad[i] = src[reflect(i - hy, oh)]
         dst = px[r]
-        w0 = wy[0]
+        w0 = wy[y0]
+        p0 = pad[y0:y0 + oh]
         for i in range(oh):
-            dst[i] = w0 * pad[i]
-        for k in range(1, ky):
+            dst[i] = w0 * p0[i]
+        for k in range(y0 + 1, y1):
             wk = wy[k]
+            pk = pad[k:k + oh]
             for i in range(oh):
-                dst[i] += wk * pad[i + k]
+                dst[i] += wk * pk[i]
 
 
 def _affine_pass(px, px2, ow, oh, a):
+    """The warp, column by column (each output row of px is contiguous), one loop per
+    interpolation so that none of them branches on it."""
     px2[:, :] = px
     img = _image(px2, ow, oh)
+    mode = a[6]
+    fill = a[7] == a[7]  # NaN: none (zeros)
+    f0 = a[7] if fill else float32(0.0)
+    f1 = a[8] if fill else float32(0.0)
+    f2 = a[9] if fill else float32(0.0)
     for x in range(ow):
-        for y in range(oh):
-            r, g, b = affine_pixel(img, y, x, oh, ow, a)
-            px[3 * x, y] = r
-            px[3 * x + 1, y] = g
-            px[3 * x + 2, y] = b
+        r0 = px[3 * x]
+        r1 = px[3 * x + 1]
+        r2 = px[3 * x + 2]
+        if mode == float32(0.0):  # (affine_nearest, with the fill's test out of the loop)
+            for y in range(oh):
+                sx, sy, inside = nearest_source(y, x, oh, ow, a)
+                if inside:
+                    r0[y] = img[sx, 0, sy]
+                    r1[y] = img[sx, 1, sy]
+                    r2[y] = img[sx, 2, sy]
+                else:
+                    r0[y] = f0
+                    r1[y] = f1
+                    r2[y] = f2
+        elif mode == float32(1.0):
+            for y in range(oh):
+                r0[y], r1[y], r2[y] = affine_bilinear(img, y, x, oh, ow, a)
+        else:
+            for y in range(oh):
+                r0[y], r1[y], r2[y] = affine_integer(img, y, x, oh, ow, a)
 
 
 def _program(px, px2, ow, oh, order, args):
@@ -942,12 +991,14 @@ def cpu_kernel():
     ns["deinterleave3x8_affine"] = _simd.deinterleave3x8_affine
     ns["deinterleave3x8_affine_reversed"] = _simd.deinterleave3x8_affine_reversed
     for fn in (_saturation_rows, _hue_rows, _gray_rows, _axis_weights, _op_pass, _encode_pass, _rows_u8, _rows_f32,
-               _gray_mean, _image, _autocontrast_pass, _equalize_pass, _sharpness_pass, _blur_weights, _blur_pass,
+               _gray_mean, _image, _autocontrast_pass, _equalize_pass, _sharpen_row, _sharpness_pass, _blur_weights,
+               _blur_pass,
                _affine_pass, _program, _cpu_sample, _is_identity, _scale_row, _fill, _channel_row, _channel_row_flipped,
                _cpu_identity):
         ns[fn.__name__] = jit()(_compile._rebind(fn, ns))
     # a reassociating reduction (float64 accumulators) so the grey sum vectorizes
     ns["_gray_sum_rows"] = jit(fastmath={"reassoc", "contract"})(_compile._rebind(_gray_sum_rows, ns))
+    ns["_min_max_row"] = jit(fastmath={"nnan", "ninf", "nsz", "reassoc"})(_compile._rebind(_min_max_row, ns))
     return jit()(_compile._rebind(_cpu_batch, ns))
 
 
