@@ -4,6 +4,9 @@ images (500x375) -> RandomResizedCrop(224) + flip [+ ColorJitter(0.4, 0.4, 0.4, 
 and reused (as the Loader does), torchvision allocates per image as it always does.
 
     python bench/kernels.py [--images 256]
+    python bench/kernels.py --ops [--images 128]   each op's added cost per image (fused,
+        one core) beside torchvision's cost of the same op on 224x224 images (v2 on uint8
+        tensors, and on PIL images), in one run
 """
 from __future__ import annotations
 
@@ -53,11 +56,85 @@ def runner(tf, packed, n: int):
     return run
 
 
+def op_cases():
+    """(name, our step, torchvision v2's transform) per op, with the arguments recipes use."""
+    import torchvision.transforms.v2 as v2
+
+    from gpudecode import transforms as T
+
+    bil = v2.InterpolationMode.BILINEAR
+    return [
+        ("ColorJitter(0.4, 0.4, 0.4, 0.1)", T.ColorJitter(0.4, 0.4, 0.4, 0.1), v2.ColorJitter(0.4, 0.4, 0.4, 0.1)),
+        ("RandomGrayscale(p=1)", T.RandomGrayscale(1.0), v2.RandomGrayscale(1.0)),
+        ("RandomSolarize(128, p=1)", T.RandomSolarize(128, 1.0), v2.RandomSolarize(128, 1.0)),
+        ("RandomPosterize(4, p=1)", T.RandomPosterize(4, 1.0), v2.RandomPosterize(4, 1.0)),
+        ("RandomAutocontrast(p=1)", T.RandomAutocontrast(1.0), v2.RandomAutocontrast(1.0)),
+        ("RandomEqualize(p=1)", T.RandomEqualize(1.0), v2.RandomEqualize(1.0)),
+        ("RandomAdjustSharpness(2, p=1)", T.RandomAdjustSharpness(2.0, 1.0), v2.RandomAdjustSharpness(2.0, 1.0)),
+        ("GaussianBlur(23, (0.1, 2))", T.GaussianBlur(23, (0.1, 2.0)), v2.GaussianBlur(23, (0.1, 2.0))),
+        ("RandomRotation(15)", T.RandomRotation(15), v2.RandomRotation(15)),
+        ("RandomRotation(15, bilinear)", T.RandomRotation(15, "bilinear"), v2.RandomRotation(15, bil)),
+        ("RandomAffine(10, (.1, .1), (.9, 1.1), 5)", T.RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5),
+         v2.RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5)),
+        ("TrivialAugmentWide", T.TrivialAugmentWide(), v2.TrivialAugmentWide()),
+        ("TrivialAugmentWide(bilinear)", T.TrivialAugmentWide(interpolation="bilinear"),
+         v2.TrivialAugmentWide(interpolation=bil)),
+        ("RandAugment(2, 9)", T.RandAugment(2, 9), v2.RandAugment(2, 9)),
+        ("AutoAugment(ImageNet)", T.AutoAugment(), v2.AutoAugment()),
+    ]
+
+
+def ops_table(a) -> None:
+    """Each op's added cost per image over RRC(224) + flip + Normalize in the fused CPU
+    kernel (one core), beside torchvision's cost of the op alone on 224x224 images."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from gpudecode import transforms as T
+
+    torch.set_num_threads(1)
+    imgs = imagenet_like(a.images)
+    n = len(imgs)
+    packed = torch.from_numpy(np.stack(imgs).reshape(-1))
+    small = [np.ascontiguousarray(im[75:299, 138:362]) for im in imgs]  # 224x224 crops: what the op sees
+    tensors = [torch.from_numpy(im).permute(2, 0, 1).contiguous() for im in small]
+    pils = [Image.fromarray(im) for im in small]
+    crop = [T.RandomResizedCrop(224), T.RandomHorizontalFlip()]
+    norm = [T.Normalize(MEAN, STD)]
+    t, count = timeit(runner(T.Compose(crop + norm), packed, n), repeat=a.repeat)
+    base = t / count
+    rows = {}
+    for name, ours, theirs in op_cases():
+        t, count = timeit(runner(T.Compose(crop + [ours] + norm), packed, n), repeat=a.repeat)
+        added = t / count - base
+
+        def run_on(items, tf=theirs):
+            def go():
+                for x in items:
+                    tf(x)
+                return len(items)
+            return go
+        tv_t, tv_n = timeit(run_on(tensors), repeat=a.repeat)
+        pil_t, pil_n = timeit(run_on(pils), repeat=a.repeat)
+        rows[name] = {"fused_added_us": added * 1e6, "tv2_tensor_us": tv_t / tv_n * 1e6,
+                      "tv2_pil_us": pil_t / pil_n * 1e6}
+    print(f"{n} decoded 500x375 images, 1 core; base RRC(224) + flip + Normalize: {base * 1e6:.0f} us/img fused")
+    print(f"{'op':42s} {'fused +us':>10s} {'tv tensor us':>13s} {'tv PIL us':>10s}")
+    for name, r in rows.items():
+        print(f"{name:42s} {r['fused_added_us']:10.0f} {r['tv2_tensor_us']:13.0f} {r['tv2_pil_us']:10.0f}")
+    save("kernel_ops", {"machine": machine(), "args": vars(a), "base_us": base * 1e6, "ops": rows})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--images", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--ops", action="store_true", help="each op's added cost, beside torchvision's")
     a = ap.parse_args()
+    if a.ops:
+        ops_table(a)
+        return
     import numpy as np
     import torch
     import torchvision.transforms as v1

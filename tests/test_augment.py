@@ -340,3 +340,32 @@ def test_refusals_name_what_is_supported():
     assert "TrivialAugmentWide, RandAugment, AutoAugment" in str(e.value)
     with pytest.raises(TransformError, match="RandomApply is fused over|RandomApply is fused around"):
         T.Compose.from_torchvision(tv.RandomApply([tv.RandomHorizontalFlip()], p=0.5))
+
+
+def test_loader_runs_the_reference_recipe_from_torchvision(photos, tmp_path):
+    """A Loader given torchvision's reference Compose (TrivialAugmentWide, RandomErasing)
+    and its MixUp/CutMix converts both and trains: the same batches for the same seed,
+    another epoch draws anew, soft labels, and describe() names what ran fused and after."""
+    from conftest import encode, make_shard
+
+    from gpudecode import Loader
+
+    names = sorted(photos)
+    samples = [{"__key__": f"k{i:03d}", "jpg": encode(np.ascontiguousarray(photos[names[i % len(names)]][:90, :120])),
+                "cls": b"%d" % (i % 3)} for i in range(24)]
+    shard = make_shard(tmp_path / "r.tar", samples)
+    recipe = tv.Compose([tv.RandomResizedCrop(32, antialias=True), tv.RandomHorizontalFlip(0.5),
+                         tv.TrivialAugmentWide(interpolation=tv.InterpolationMode.BILINEAR), tv.PILToTensor(),
+                         tv.ToDtype(torch.float, scale=True), tv.Normalize([0.5] * 3, [0.25] * 3),
+                         tv.RandomErasing(0.1), tv.ToPureTensor()])
+    mix = tv.RandomChoice([tv.MixUp(alpha=0.2, num_classes=3), tv.CutMix(alpha=1.0, num_classes=3)])
+    kw = dict(batch_size=8, transform=recipe, batch_transform=mix, device="cpu", seed=3, num_workers=2)
+    ld = Loader(shard, **kw)
+    first = [(b.images.clone(), b.labels.clone()) for b in ld]
+    again = [(b.images.clone(), b.labels.clone()) for b in Loader(shard, **kw)]
+    assert len(first) == 3 and all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(first, again))
+    assert all(torch.isfinite(x).all() and y.shape == (8, 3) for x, y in first)
+    ld.set_epoch(1)
+    assert not torch.equal(next(iter(ld)).images, first[0][0])
+    d = ld.describe()
+    assert "TrivialAugmentWide" in d["transform"] and "MixUp" in d["after"][0]
