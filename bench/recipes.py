@@ -17,8 +17,11 @@ images, gpudecode runs `Compose.from_torchvision` of it.
 
 - each step's added cost per image over RRC(224) + flip + Normalize on the same Loader
   (--ops).
+- the auto-augment policies alone (--policies): RRC(224), flip, TrivialAugmentWide,
+  RandAugment(2, 9) or AutoAugment(ImageNet), Normalize: gpudecode, the DataLoader with
+  torchvision, and DALI's CPU pipeline with its auto_aug equivalents.
 
-    python bench/recipes.py [--images 1024] [--threads 2] [--repeat 3] [--ops] [--skip-dali]
+    python bench/recipes.py [--images 1024] [--threads 2] [--repeat 3] [--ops | --policies] [--skip-dali]
 """
 from __future__ import annotations
 
@@ -113,11 +116,16 @@ def torchvision_reference(folder, threads, batch):
     return _dataloader(folder, threads, batch, reference_recipe(), collate)
 
 
-def dali_reference(folder, threads, batch):
-    """DALI's CPU pipeline with its TrivialAugment Wide (it has no RandomErasing or
-    MixUp/CutMix on the CPU: those are left out here)."""
+def dali_reference(folder, threads, batch, policy: str = "ta"):
+    """DALI's CPU pipeline: random-crop decode, resize to 224, its auto_aug policy ("ta":
+    trivial_augment_wide, "ra": rand_augment(n=2, m=9), "aa": auto_augment_image_net),
+    flip and normalize. (No RandomErasing or MixUp/CutMix on DALI's CPU side.)"""
     from nvidia.dali import fn, pipeline_def, types
-    from nvidia.dali.auto_aug import trivial_augment
+    from nvidia.dali.auto_aug import auto_augment, rand_augment, trivial_augment
+
+    augment = {"ta": lambda x: trivial_augment.trivial_augment_wide(x),
+               "ra": lambda x: rand_augment.rand_augment(x, n=2, m=9, shape=(224, 224)),
+               "aa": lambda x: auto_augment.auto_augment_image_net(x, shape=(224, 224))}[policy]
 
     @pipeline_def(batch_size=batch, num_threads=threads, device_id=None, enable_conditionals=True)
     def pipe():
@@ -125,7 +133,7 @@ def dali_reference(folder, threads, batch):
         img = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB,
                                             random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
         img = fn.resize(img, resize_x=224, resize_y=224, antialias=True)
-        img = trivial_augment.trivial_augment_wide(img)
+        img = augment(img)
         img = fn.crop_mirror_normalize(img, dtype=types.FLOAT, output_layout="CHW", mirror=fn.random.coin_flip(),
                                        mean=[m * 255 for m in MEAN], std=[s * 255 for s in STD])
         return img, labels
@@ -145,6 +153,35 @@ def dali_reference(folder, threads, batch):
             n += len(imgs)
         return n
     return go
+
+
+def policy_recipe(policy: str):
+    """RRC(224), flip, the policy (torchvision v2, nearest, as DALI's default interpolation
+    is not bilinear either), Normalize: the same steps on every side of the policies table."""
+    import torch
+    from torchvision.transforms import v2
+
+    aug = {"ta": v2.TrivialAugmentWide(), "ra": v2.RandAugment(2, 9), "aa": v2.AutoAugment()}[policy]
+    return v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(0.5), aug,
+                       v2.PILToTensor(), v2.ToDtype(torch.float, scale=True), v2.Normalize(MEAN, STD)])
+
+
+def policies(shards, folder, a) -> dict[str, float]:
+    """TrivialAugmentWide, RandAugment(2, 9), AutoAugment(ImageNet) after RRC + flip, then
+    Normalize: gpudecode's Loader, the DataLoader with torchvision, DALI's CPU auto_aug."""
+    from gpudecode import Loader
+    from gpudecode import transforms as T
+
+    rows = {}
+    for policy, name in (("ta", "TrivialAugmentWide"), ("ra", "RandAugment(2, 9)"), ("aa", "AutoAugment")):
+        tf = T.Compose.from_torchvision(policy_recipe(policy))
+        rows[f"{name}: gpudecode Loader"] = timed(_epochs(Loader(shards, batch_size=a.batch, transform=tf,
+                                                                 device="cpu", num_workers=a.threads)), a.repeat)
+        rows[f"{name}: torchvision DataLoader"] = timed(_dataloader(folder, a.threads, a.batch,
+                                                                    policy_recipe(policy)), a.repeat)
+        if not a.skip_dali:
+            rows[f"{name}: DALI CPU pipeline"] = timed(dali_reference(folder, a.threads, a.batch, policy), a.repeat)
+    return rows
 
 
 def gpudecode_dino(shards, threads, batch):
@@ -207,8 +244,18 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--ops", action="store_true", help="only each step's added cost (no torchvision rows)")
     ap.add_argument("--skip-dali", action="store_true")
+    ap.add_argument("--policies", action="store_true",
+                    help="only the auto-augment policies, gpudecode, torchvision and DALI side by side")
     a = ap.parse_args()
     shards, folder = build(a.images)
+    if a.policies:
+        rows = policies(shards, folder, a)
+        print(f"{a.images} JPEGs 500x375 q90, batch {a.batch}, {a.threads} threads/workers, {os.cpu_count()} cores")
+        print(f"{'RRC(224) + flip + policy + Normalize':50s} {'img/s':>8s}")
+        for name, r in rows.items():
+            print(f"{name:50s} {r:8.0f}")
+        save("recipe_policies", {"machine": machine(), "args": vars(a), "img_per_s": rows})
+        return
     if a.ops:
         costs = op_costs(shards, a.threads, a.batch, a.repeat)
         base = next(iter(costs.values()))

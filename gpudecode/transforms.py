@@ -8,11 +8,18 @@ kernel cannot express is refused when the Compose is built, never approximated.
 Supported shape of a pipeline:
     geometry    RandomResizedCrop | Resize | CenterCrop | RandomCrop
                 | Resize, CenterCrop | Resize, RandomCrop | none
-    then, in any order, at most one each of RandomHorizontalFlip and ColorJitter
+    then, in any order, each sample's program: RandomHorizontalFlip, RandomVerticalFlip
+                (before any warp), ColorJitter, RandomGrayscale, Grayscale(3),
+                RandomSolarize, RandomInvert, RandomPosterize, and (augment.py)
+                RandomAutocontrast, RandomEqualize, RandomAdjustSharpness, GaussianBlur,
+                RandomRotation, RandomAffine, TrivialAugmentWide, RandAugment,
+                AutoAugment; RandomApply, RandomChoice, RandomOrder over them
     then optionally ToDtype(float32 | float16, scale=True), Normalize, ToDtype(float16)
+    last, on the kernel's output: RandomErasing
 Without Normalize or a float ToDtype the output is uint8, as torchvision's would be.
 Without a geometry step the images keep their size (all of a batch must share it: tensor
 shards stored at the training size, `gpudecode precache --size 224 --crop center`).
+The semantics are torchvision's on float images (the uint8 input converted first).
 """
 from __future__ import annotations
 

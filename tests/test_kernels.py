@@ -30,10 +30,10 @@ def _ptxas() -> str | None:
 def test_compile_ptx_sm80_sm90_and_ptxas(tmp_path):
     """Real type inference and code generation for every kernel variant (no GPU needed),
     then each variant's PTX (sm_80, sm_90) assembled to machine code by the ptxas torch's
-    triton ships (`-v`: registers, spills): no spill stores or loads, and no more
-    registers than measured on 2026-11-24 (resample 80 on sm_80, 78 on sm_90: 3 blocks of
-    256 an SM, 37.5% occupancy; segment 52 and 48: 4 and 5 blocks), so a change that
-    costs occupancy is seen. Prints each kernel's registers (bench/RESULTS.md records
+    triton ships (`-v`: registers, spills): no spill stores or loads, and no fewer blocks
+    an SM than measured on 2026-11-24 (resample 78-80 registers: 3 blocks of 256, 37.5%
+    occupancy; segment 54 on sm_80, 48 on sm_90: 4 and 5 blocks), so a change that costs
+    occupancy is seen. Prints each kernel's registers (bench/RESULTS.md records
     them). One process per architecture, side by side (each takes 1-2 minutes)."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     procs = []
@@ -66,7 +66,9 @@ def test_compile_ptx_sm80_sm90_and_ptxas(tmp_path):
         report[key] = max(regs)
     print("ptxas registers:", json.dumps(report))
     assert len(report) == 2 * 2 * 6, report
-    assert all(v <= (80 if k.startswith("resample") else 52) for k, v in report.items()), report
+    # occupancy from registers: 64K an SM, allocated 8 a thread at a time, 256-thread blocks
+    blocks = {k: 65536 // (256 * -(-v // 8) * 8) for k, v in report.items()}
+    assert all(b >= (3 if k.startswith("resample") else 4) for k, b in blocks.items()), (report, blocks)
 
 
 @pytest.mark.parametrize("rows,cols", [(1, 1), (8, 8), (8, 17), (23, 8), (13, 29), (224, 900), (64, 3)])
