@@ -236,6 +236,19 @@ def op_costs(shards, threads, batch, repeat) -> dict[str, float]:
             for name, kw in cases.items()}
 
 
+def _table(a, name: str | None, title: str, rows: dict[str, float], *, added: bool = False) -> None:
+    """Prints rows of img/s (and, with `added`, each row's us an image over the first's);
+    saves them as bench/_out/<name>.json when named."""
+    width = max(len(title), *map(len, rows)) + 2
+    print(f"{a.images} JPEGs 500x375 q90, batch {a.batch}, {a.threads} threads/workers, {os.cpu_count()} cores")
+    print(f"{title:{width}s} {'img/s':>8s}" + (f" {'added us/img':>13s}" if added else ""))
+    base = next(iter(rows.values()))
+    for row, r in rows.items():
+        print(f"{row:{width}s} {r:8.0f}" + (f" {1e6 / r - 1e6 / base:13.0f}" if added else ""))
+    if name:
+        save(name, {"machine": machine(), "args": vars(a), "img_per_s": rows})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--images", type=int, default=1024)
@@ -249,21 +262,10 @@ def main() -> None:
     a = ap.parse_args()
     shards, folder = build(a.images)
     if a.policies:
-        rows = policies(shards, folder, a)
-        print(f"{a.images} JPEGs 500x375 q90, batch {a.batch}, {a.threads} threads/workers, {os.cpu_count()} cores")
-        print(f"{'RRC(224) + flip + policy + Normalize':50s} {'img/s':>8s}")
-        for name, r in rows.items():
-            print(f"{name:50s} {r:8.0f}")
-        save("recipe_policies", {"machine": machine(), "args": vars(a), "img_per_s": rows})
+        _table(a, "recipe_policies", "RRC(224) + flip + policy + Normalize", policies(shards, folder, a))
         return
     if a.ops:
-        costs = op_costs(shards, a.threads, a.batch, a.repeat)
-        base = next(iter(costs.values()))
-        print(f"{a.images} JPEGs 500x375 q90, batch {a.batch}, {a.threads} threads, {os.cpu_count()} cores")
-        print(f"{'gpudecode Loader (CPU)':40s} {'img/s':>8s} {'added us/img':>13s}")
-        for name, r in costs.items():
-            print(f"{name:40s} {r:8.0f} {1e6 / r - 1e6 / base:13.0f}")
-        save("recipe_ops", {"machine": machine(), "args": vars(a), "img_per_s": costs})
+        _table(a, "recipe_ops", "gpudecode Loader (CPU)", op_costs(shards, a.threads, a.batch, a.repeat), added=True)
         return
     rows = {
         "reference (TA, erasing, MixUp/CutMix): gpudecode Loader": timed(
@@ -278,10 +280,7 @@ def main() -> None:
                                                                    a.repeat)
     rows["DINO multi-crop 2x224 + 6x96: torchvision DataLoader"] = timed(torchvision_dino(folder, a.threads, a.batch),
                                                                          a.repeat)
-    print(f"{a.images} JPEGs 500x375 q90, batch {a.batch}, {a.threads} threads/workers, {os.cpu_count()} cores")
-    print(f"{'recipe and pipeline':66s} {'img/s':>8s}")
-    for name, r in rows.items():
-        print(f"{name:66s} {r:8.0f}")
+    _table(a, None, "recipe and pipeline", rows)
     keys = list(rows)
     ratios = {"reference": rows[keys[0]] / rows[keys[1]], "dino": rows[keys[-2]] / rows[keys[-1]]}
     if not a.skip_dali:

@@ -38,6 +38,20 @@ class _Step(Transform):
         return [self]
 
 
+class _Wrapper(_Step):
+    """A step over other steps (RandomApply, RandomChoice, RandomOrder): it moves pixels
+    if one of them does, and is made of them."""
+
+    transforms: list[_Step]
+
+    @property
+    def moves(self) -> bool:  # type: ignore[override]
+        return any(t.moves for t in self.transforms)
+
+    def inner(self) -> list[_Step]:
+        return [self, *(u for t in self.transforms for u in t.inner())]
+
+
 class _PixelOp(_Step):
     """A kernel op applied with probability p (its coin: applied when a uniform draw is
     under p, as torchvision's _RandomApplyTransform); `make_params` says whether it

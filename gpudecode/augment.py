@@ -24,7 +24,7 @@ import torch
 from .errors import TransformError
 from .kernels._pixel import (AFFINE, AUTOCONTRAST, BLUR, BRIGHTNESS, CONTRAST, EQUALIZE, INVERT, MAX_BLUR,
                              POSTERIZE, SATURATION, SHARPNESS, SOLARIZE)
-from ._steps import PROGRAM_OPS, Transform, _PixelOp, _refuse, _Step
+from ._steps import PROGRAM_OPS, Transform, _PixelOp, _refuse, _Step, _Wrapper
 
 NEAREST, BILINEAR, INTEGER_MAP = 0.0, 1.0, 2.0  # AFFINE's interpolation argument
 
@@ -520,7 +520,7 @@ def _steps(transforms: Sequence[Transform], wrapper: str) -> list[_Step]:
     return steps
 
 
-class SampleRandomChoice(_Step):
+class SampleRandomChoice(_Wrapper):
     """torchvision's RandomChoice over per-sample steps: one of them per image, with
     probabilities `p` (default equal); make_params: "choice": its index (and its draws).
     gpudecode.transforms.RandomChoice builds this, or the batch transform over MixUp and
@@ -536,13 +536,6 @@ class SampleRandomChoice(_Step):
             raise ValueError("Length of p doesn't match the number of transforms")
         self.p = [float(x) / sum(p) for x in p]
 
-    @property
-    def moves(self) -> bool:  # type: ignore[override]
-        return any(t.moves for t in self.transforms)
-
-    def inner(self) -> list[_Step]:
-        return [self, *(u for t in self.transforms for u in t.inner())]
-
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         k = rng.choices(range(len(self.transforms)), weights=self.p)[0]
         return {"choice": k, **self.transforms[k].draw(rng, size)}
@@ -556,7 +549,7 @@ class SampleRandomChoice(_Step):
         return f"RandomChoice({self.transforms}, p={self.p})"
 
 
-class RandomOrder(_Step):
+class RandomOrder(_Wrapper):
     """torchvision's RandomOrder: its steps in a random order per image (drawn as they
     run); make_params: "permutation"."""
 
@@ -564,13 +557,6 @@ class RandomOrder(_Step):
 
     def __init__(self, transforms: Sequence[Transform]) -> None:
         self.transforms = _steps(transforms, "RandomOrder")
-
-    @property
-    def moves(self) -> bool:  # type: ignore[override]
-        return any(t.moves for t in self.transforms)
-
-    def inner(self) -> list[_Step]:
-        return [self, *(u for t in self.transforms for u in t.inner())]
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         perm = list(range(len(self.transforms)))

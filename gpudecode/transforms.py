@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from .decode._base import DecodedBatch
-from ._steps import PROGRAM_OPS, SUPPORTED, WAY_OUT, Transform, _PixelOp, _refuse, _Step  # noqa: F401
+from ._steps import PROGRAM_OPS, SUPPORTED, WAY_OUT, Transform, _PixelOp, _refuse, _Step, _Wrapper  # noqa: F401
 from .errors import KernelLaunchError, TransformError
 from .kernels import fused
 from .kernels._pixel import ARGS, GRAYSCALE, INVERT, POSTERIZE, SOLARIZE
@@ -354,7 +354,7 @@ class RandomPosterize(_PixelOp):
         return float(1 << self.bits)
 
 
-class RandomApply(_Step):
+class RandomApply(_Wrapper):
     """torchvision's RandomApply: its steps with probability p, else none of them. The
     steps are any of the kernel program's (ColorJitter, the per-pixel ops, blur,
     sharpness, autocontrast, equalize, rotations and affine warps, the policies); the coin
@@ -368,15 +368,8 @@ class RandomApply(_Step):
         if not steps or not all(isinstance(t, _Step) for t in steps):
             raise _refuse(f"RandomApply({[type(t).__name__ for t in steps]}) cannot be fused: RandomApply is fused "
                           f"around the per-sample ops ({PROGRAM_OPS})")
-        self.transforms = steps
+        self.transforms = steps  # type: ignore[assignment]
         self.p = float(p)
-
-    @property
-    def moves(self) -> bool:  # type: ignore[override]
-        return any(t.moves for t in self.transforms)  # type: ignore[attr-defined]
-
-    def inner(self) -> list[_Step]:
-        return [self, *(u for t in self.transforms for u in t.inner())]  # type: ignore[attr-defined]
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         # torchvision: `if self.p < torch.rand(1): return inputs`, then the steps' draws

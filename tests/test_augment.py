@@ -154,6 +154,7 @@ def test_cuda_kernel_equals_cpu_twin_under_the_simulator():
         from gpudecode import transforms as T
         from gpudecode.kernels import fused
         from skimage import data
+        from tvref import pack_hwc
         photos = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket(), data.astronaut(), data.coffee()]
         imgs = [torch.from_numpy(np.ascontiguousarray(p[60 + 9 * k:80 + 10 * k, 90:113].transpose(2, 0, 1)))
                 for k, p in enumerate(photos)]
@@ -168,13 +169,7 @@ def test_cuda_kernel_equals_cpu_twin_under_the_simulator():
             cpu = tf(imgs, params).numpy().astype(np.float32)
             geom, args, order = tf.encode(params, sizes)
             assert fused.barrier_levels(order) >= 4, order
-            src = np.concatenate([i.permute(1, 2, 0).reshape(-1).numpy() for i in imgs])
-            off = 0
-            for k, i in enumerate(imgs):
-                h, w = sizes[k]
-                geom[k, fused.OFFSET] = off
-                geom[k, fused.SY], geom[k, fused.SX], geom[k, fused.SC] = w * 3, 3, 1
-                off += h * w * 3
+            src = pack_hwc(imgs, geom, sizes)
             mean, std = tf._norm_arrays()
             out = np.zeros((6, 3, 12, 14), np.dtype(out_dtype))
             fused.fused_cuda(src, geom, args, order, mean, std, out, normalize=out_dtype == "float32")
@@ -185,7 +180,8 @@ def test_cuda_kernel_equals_cpu_twin_under_the_simulator():
             assert big.mean() <= 0.01, (out_dtype, diff.max(), big.mean())
         print("ok")
         """)
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
+               PYTHONPATH=os.path.dirname(__file__) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
 

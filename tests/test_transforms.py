@@ -521,6 +521,7 @@ def test_pixel_ops_cuda_kernel_equals_cpu_twin_under_the_simulator():
         from gpudecode import transforms as T
         from gpudecode.kernels import fused
         from skimage import data
+        from tvref import pack_hwc
         photos = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket()]
         imgs = [torch.from_numpy(np.ascontiguousarray(p[60:73 + k, 90:107].transpose(2, 0, 1)))
                 for k, p in enumerate(photos)]  # real photographs' pixels
@@ -533,20 +534,15 @@ def test_pixel_ops_cuda_kernel_equals_cpu_twin_under_the_simulator():
         sizes = [tuple(i.shape[1:]) for i in imgs]
         geom, factors, order = tf.encode(params, sizes)
         assert (order >= 4).any(), order
-        src = np.concatenate([i.permute(1, 2, 0).reshape(-1).numpy() for i in imgs])
-        off = 0
-        for k, i in enumerate(imgs):
-            h, w = sizes[k]
-            geom[k, fused.OFFSET] = off
-            geom[k, fused.SY], geom[k, fused.SX], geom[k, fused.SC] = w * 3, 3, 1
-            off += h * w * 3
+        src = pack_hwc(imgs, geom, sizes)
         mean, std = tf._norm_arrays()
         out = np.zeros((4, 3, 9, 11), np.float32)
         fused.fused_cuda(src, geom, factors, order, mean, std, out, normalize=True)
         assert np.abs(out - cpu).max() < 1e-4, np.abs(out - cpu).max()
         print("ok")
         """)
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
+               PYTHONPATH=os.path.dirname(__file__) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
 

@@ -36,3 +36,18 @@ def torchvision_apply(img: torch.Tensor, p: dict, out_size, *, mean=None, std=No
     if mean is not None:
         x = F.normalize(x, mean, std)
     return x
+
+
+def pack_hwc(imgs, geom, sizes):
+    """The uint8 CHW tensors `imgs` packed HWC one after another, as the decoders leave
+    them, with geom's OFFSET and stride columns filled in: the kernels' `src`."""
+    import numpy as np
+
+    from gpudecode.kernels import fused
+
+    off = 0
+    for k, (h, w) in enumerate(sizes):
+        geom[k, fused.OFFSET] = off
+        geom[k, fused.SY], geom[k, fused.SX], geom[k, fused.SC] = w * 3, 3, 1
+        off += h * w * 3
+    return np.concatenate([i.permute(1, 2, 0).reshape(-1).numpy() for i in imgs])
