@@ -12,6 +12,11 @@ uploads), and the Loader's slowest stage from CUDA events. Targets (issue 11): a
 7,200 img/s on one H100 with at most 6 threads (MLPerf's DALI-fed ResNet-50 rate), and at
 least 10x the classic DataLoader on the same machine.
 
+Then today's recipes on the GPU (issue 19), each written as a torchvision Compose in
+bench/recipes.py: torchvision's reference recipe (TrivialAugmentWide, RandomErasing,
+MixUp/CutMix on the GPU batch) and DINO's 2 x 224 + 6 x 96 views with blur and solarize,
+with the CPU decoder and the first GPU decoder there is, img/s of the second epoch.
+
 Without a CUDA device it says so, measures the CPU side only (the CPU path, and each GPU
 decoder's CPU build decoding), and exits 0: no GPU figure is made up.
 Writes gpu.md and gpu.json to --out (default bench/_out).
@@ -106,6 +111,37 @@ def loader_run(shards, *, device, decoder, batch, threads, epochs=2) -> dict:
     return out
 
 
+def recipe_runs(shards, *, decoders, batch, threads) -> list[dict]:
+    """The reference recipe and DINO's multi-crop through the Loader on cuda, per decoder."""
+    import torch
+
+    from gpudecode import Loader
+    from gpudecode import transforms as T
+    from recipes import dino_views, mix, reference_recipe
+
+    out = []
+    for d in decoders:
+        for name, kw in (("reference (TA, erasing, MixUp/CutMix)",
+                          dict(transform=T.Compose.from_torchvision(reference_recipe()), batch_transform=mix())),
+                         ("DINO 2x224 + 6x96", dict(transform=[T.Compose.from_torchvision(v) for v in dino_views()]))):
+            try:
+                ld = Loader(shards, batch_size=batch, device="cuda", decoder=d, num_workers=threads, seed=0, **kw)
+                rate = 0.0
+                for epoch in range(2):  # the first loads the kernels
+                    ld.set_epoch(epoch)
+                    torch.cuda.synchronize()
+                    t = time.perf_counter()
+                    n = sum(b.labels.shape[0] for b in ld)
+                    torch.cuda.synchronize()
+                    rate = n / (time.perf_counter() - t)
+                out.append({"recipe": name, "decoder": ld.describe()["decoder"], "batch_size": batch,
+                            "threads": threads, "images_per_s": rate})
+                ld.close()
+            except Exception as e:  # reported, not fatal
+                out.append({"recipe": name, "decoder": d, "batch_size": batch, "error": repr(e)})
+    return out
+
+
 def decode_only(shards, backend, batch=64, limit=512) -> dict:
     """A decoder's own rate on the CPU (device "cpu"): decode of whole images, one thread."""
     from gpudecode import ShardReader
@@ -170,6 +206,7 @@ def main() -> int:
         report["runs"].append({"device": "cpu", "decoder": "torchvision classic DataLoader", "threads": threads,
                                "batch_size": batches[0], "images_per_s": n / (time.perf_counter() - t)})
         classic = report["runs"][-1]["images_per_s"]
+        report["recipes"] = recipe_runs(shards, decoders=decoders[:2], batch=128, threads=threads)
         best = max((r for r in report["runs"] if r.get("device") == "cuda" and "images_per_s" in r),
                    key=lambda r: r["images_per_s"], default=None)
         if best is not None:
@@ -197,6 +234,11 @@ def main() -> int:
         lines += ["", f"best: {b['decoder']} batch {b['batch_size']}: {b['images_per_s']:.0f} img/s, "
                       f"{b['x_classic']:.1f}x the classic DataLoader; target 7,200 img/s with <= 6 threads: "
                       f"{'met' if b['target_7200'] else 'NOT met'}; target 10x: {'met' if b['target_10x'] else 'NOT met'}"]
+    if report.get("recipes"):
+        lines += ["", "| recipe (on cuda) | decoder | batch | threads | img/s |", "|---|---|---:|---:|---:|"]
+        for r in report["recipes"]:
+            rate = f"{r['images_per_s']:.0f}" if "images_per_s" in r else f"error: {r['error'][:80]}"
+            lines.append(f"| {r['recipe']} | {r['decoder']} | {r['batch_size']} | {r.get('threads', '')} | {rate} |")
     (out / "gpu.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -77,6 +77,52 @@ def test_cuda_kernel_against_torchvision_on_cuda_tensors(photos):
         torch.testing.assert_close(ours[k], ref, atol=2e-3, rtol=0)  # the CPU suite's bound for jitter
 
 
+def test_kernel_program_on_cuda_tensors_equals_the_cpu_twin(photos):
+    """Every barrier op and policy (kernel 1, then one segment launch per barrier level,
+    statistics reduced per block) on CUDA tensors against the CPU twin: equal to 2e-4
+    but for equalize's bin edges (a value an ulp apart may take the next level)."""
+    from gpudecode import transforms as T
+
+    tf = T.Compose([T.RandomResizedCrop(96), T.RandomHorizontalFlip(), T.RandomApply([T.ColorJitter(0.4, 0.4, 0.2, 0.1)],
+                                                                                     0.8),
+                    T.RandomGrayscale(0.2), T.RandomAutocontrast(0.5), T.RandomEqualize(0.5), T.RandAugment(3, 12),
+                    T.TrivialAugmentWide(interpolation="bilinear", fill=(10, 20, 30)), T.RandomAdjustSharpness(2.0, 0.5),
+                    T.GaussianBlur(23, (0.1, 2.0)), T.RandomAffine(15, (0.1, 0.1), (0.9, 1.1), 5, "bilinear", fill=128),
+                    T.Normalize(MEAN, STD)])
+    imgs = [torch.from_numpy(p).permute(2, 0, 1).contiguous() for p in photos.values()] * 4
+    params = tf.make_params([tuple(i.shape[1:]) for i in imgs], 5)
+    cpu = tf(imgs, params)
+    gpu = tf([i.cuda() for i in imgs], params).cpu()
+    far = (gpu - cpu).abs() > 2e-4
+    assert float(far.float().mean()) <= 0.01, float((gpu - cpu).abs().max())
+
+
+def test_recipes_through_the_loader_on_cuda(shards):
+    """torchvision's reference recipe (TrivialAugmentWide, RandomErasing, MixUp/CutMix on
+    the GPU batch) and DINO's 2 + 6 views with blur, from torchvision Composes."""
+    import torchvision.transforms.v2 as tv
+
+    from gpudecode import Loader
+
+    urls = shards
+    recipe = tv.Compose([tv.RandomResizedCrop(64), tv.RandomHorizontalFlip(), tv.TrivialAugmentWide(),
+                         tv.ToDtype(torch.float32, scale=True), tv.Normalize(MEAN, STD), tv.RandomErasing(0.5)])
+    mix = tv.RandomChoice([tv.MixUp(alpha=0.2, num_classes=5), tv.CutMix(alpha=1.0, num_classes=5)])
+    ld = Loader(urls, batch_size=8, transform=recipe, batch_transform=mix, device="cuda", decoder="cpu", seed=1)
+    got = [(b.images.cpu(), b.labels.cpu()) for b in ld]  # (the CPU decoder on both sides: the kernels compared)
+    cpu = [(b.images, b.labels) for b in Loader(urls, batch_size=8, transform=recipe, batch_transform=mix,
+                                               device="cpu", seed=1)]
+    assert len(got) == len(cpu) and all(g[1].shape[1] == 5 for g in got)
+    for (gi, gl), (ci, cl) in zip(got, cpu):
+        torch.testing.assert_close(gl, cl)
+        assert float(((gi - ci).abs() > 2e-3).float().mean()) <= 0.01
+    blur = [tv.Compose([tv.RandomResizedCrop(s), tv.RandomApply([tv.GaussianBlur(23 if s > 40 else 9)], p=0.5),
+                        tv.RandomSolarize(128, 0.2), tv.ToDtype(torch.float32, scale=True)]) for s in (64, 64)]
+    local = tv.Compose([tv.RandomResizedCrop(32), tv.RandomGrayscale(0.2), tv.ToDtype(torch.float32, scale=True)])
+    views = next(iter(Loader(urls, batch_size=8, transform=blur + [local] * 6, device="cuda", seed=2))).images
+    assert len(views) == 8 and views[0].is_cuda and views[7].shape[-1] == 32
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gpu_decoders_against_the_cpu_decoder(photos, backend):
     """nvJPEG on the GPU does its own IDCT and upsampling: close to libjpeg-turbo, not equal."""
