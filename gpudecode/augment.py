@@ -22,7 +22,7 @@ from typing import Any, Sequence
 import torch
 
 from .errors import TransformError
-from .kernels._pixel import (AFFINE, AUTOCONTRAST, BLUR, BRIGHTNESS, CONTRAST, EQUALIZE, INVERT, MAX_BLUR,
+from .kernels._pixel import (AFFINE, AUTOCONTRAST, BLUR_X, BLUR_Y, BRIGHTNESS, CONTRAST, EQUALIZE, INVERT, MAX_BLUR,
                              POSTERIZE, SATURATION, SHARPNESS, SOLARIZE)
 from ._steps import PROGRAM_OPS, Transform, _PixelOp, _refuse, _Step, _Wrapper
 
@@ -197,7 +197,9 @@ class GaussianBlur(_Step):
         s = p.get("sigma")
         if s is not None:
             self.check_size(size)
-            prog.append((BLUR, (float(self.kernel_size[0]), float(self.kernel_size[1]), float(s[0]), float(s[1]))))
+            # separable: along x, then along y (torchvision's 2-D kernel is their outer product)
+            prog.append((BLUR_X, (float(self.kernel_size[0]), float(s[0]))))
+            prog.append((BLUR_Y, (float(self.kernel_size[1]), float(s[1]))))
 
 
 class _Warp(_Step):

@@ -25,14 +25,16 @@ POSTERIZE = 7    # the levels kept, 2 ** bits
 AUTOCONTRAST = 8  # per-channel min and max of the image: a barrier
 EQUALIZE = 9     # per-channel histogram of the image: a barrier
 SHARPNESS = 10   # the factor; reads a 3x3 neighbourhood: a barrier
-BLUR = 11        # kernel width, height, sigma x, sigma y; reads a neighbourhood: a barrier
+BLUR_X = 11      # Gaussian blur along x (a torchvision GaussianBlur is BLUR_X then BLUR_Y): kernel
+#                  size, sigma; reads a neighbourhood: a barrier
 AFFINE = 12      # torchvision's theta divided by (w/2, h/2) (6), interpolation (0 nearest, 1
 #                  bilinear, 2: an integer pixel map, source = (a0 x + a1 y + a2, a3 x + a4 y + a5)),
 #                  fill r, g, b (NaN: no fill, zeros outside): reads anywhere: a barrier
-NUM_OPS = 13
+BLUR_Y = 13      # the same along y
+NUM_OPS = 14
 ARGS = 10        # floats per program step
 MAX_BLUR = 63    # largest Gaussian kernel side the CUDA kernel keeps weights for
-BLUR_WEIGHTS = 2 * MAX_BLUR  # (a constant: the size of a shared array)
+BLUR_TAIL = 1e-10  # blur taps under this share of the sum are skipped (they change no value by 1e-9)
 
 
 def is_barrier(op):
@@ -362,6 +364,15 @@ def reflect(i, n):
     if i >= n:
         return 2 * (n - 1) - i
     return i
+
+
+def blur_first(w, size):
+    """The first tap of normalized weights w[:size] at or over BLUR_TAIL (the kernel is
+    symmetric: the last worth reading is size - 1 - first)."""
+    first = 0
+    while first < size // 2 and w[first] < float32(BLUR_TAIL):
+        first += 1
+    return first
 
 
 def gauss_weight(i, k, sigma):

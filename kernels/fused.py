@@ -38,7 +38,7 @@ import time
 import numpy as np
 
 from . import _compile
-from ._pixel import ARGS, AUTOCONTRAST, BLUR, CONTRAST, EQUALIZE
+from ._pixel import ARGS, AUTOCONTRAST, BLUR_X, BLUR_Y, CONTRAST, EQUALIZE
 
 OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP = range(16)
 GEOM = 16
@@ -194,7 +194,7 @@ def _resample_body(src, geom, args, order, antialias, scratch, stats, hist, mean
 def _barrier_pixel(op, a, img, y, x, oh, ow, stats, n, level, lut, wts):
     """Barrier op `op` (args a) at output pixel (y, x) of img [3, oh, ow], the image
     before it, with the statistic of its level (stats, or lut: the equalize table as
-    floats, wts: the blur's normalized weights, x then y)."""
+    floats, wts: the blur's normalized weights and, at MAX_BLUR, its first tap)."""
     if op == CONTRAST:
         m = float32(stats[n, level, 0] / float64(oh * ow))
         return blend(img[0, y, x], m, a[0]), blend(img[1, y, x], m, a[0]), blend(img[2, y, x], m, a[0])
@@ -210,21 +210,20 @@ def _barrier_pixel(op, a, img, y, x, oh, ow, stats, n, level, lut, wts):
             return clamp01(img[0, y, x]), clamp01(img[1, y, x]), clamp01(img[2, y, x])
         return sharpen_channel(img, 0, y, x, a[0]), sharpen_channel(img, 1, y, x, a[0]), \
             sharpen_channel(img, 2, y, x, a[0])
-    if op == BLUR:
-        kx = int32(a[0])
-        ky = int32(a[1])
+    if op == BLUR_X or op == BLUR_Y:
+        size = int32(a[0])
+        first = int32(wts[MAX_BLUR])  # (blur_first, kept after the weights)
+        half = size // 2
         r = float32(0.0)
         g = float32(0.0)
         b = float32(0.0)
-        for j in range(ky):
-            yy = reflect(y + j - ky // 2, oh)
-            wy = wts[MAX_BLUR + j]
-            for i in range(kx):
-                xx = reflect(x + i - kx // 2, ow)
-                w = wy * wts[i]
-                r += w * img[0, yy, xx]
-                g += w * img[1, yy, xx]
-                b += w * img[2, yy, xx]
+        for i in range(first, size - first):
+            w = wts[i]
+            yy = reflect(y + i - half, oh) if op == BLUR_Y else y
+            xx = reflect(x + i - half, ow) if op == BLUR_X else x
+            r += w * img[0, yy, xx]
+            g += w * img[1, yy, xx]
+            b += w * img[2, yy, xx]
         return r, g, b
     return affine_pixel(img, y, x, oh, ow, a)
 
@@ -237,7 +236,7 @@ def _segment_body(level, scratch, args, order, stats, hist, mean, std, normalize
     red = cuda.shared.array(1536, float32)
     hs = cuda.shared.array(768, int32)
     lut = cuda.shared.array(768, float32)
-    wts = cuda.shared.array(BLUR_WEIGHTS, float32)
+    wts = cuda.shared.array(64, float32)  # MAX_BLUR weights, then the first tap that counts
     n = cuda.blockIdx.z
     tx = cuda.threadIdx.x
     ty = cuda.threadIdx.y
@@ -276,17 +275,17 @@ def _segment_body(level, scratch, args, order, stats, hist, mean, std, normalize
             level_ = equalize_level(t, before, max(step, int32(1))) if step > 0 else int32(t)
             lut[c * 256 + t] = float32(level_) * float32(1.0 / 255.0)
         cuda.syncthreads()
-    if op == BLUR:  # the normalized 1-D weights, x in wts[:MAX_BLUR], y after
-        if t < 2:
-            size = int32(a[t])
-            sigma = a[2 + t]
+    if op == BLUR_X or op == BLUR_Y:  # the normalized weights, then where they start to count
+        if t == 0:
+            size = int32(a[0])
             total = float32(0.0)
             for i in range(size):
-                w = float32(gauss_weight(i, size, sigma))
-                wts[t * MAX_BLUR + i] = w
+                w = float32(gauss_weight(i, size, a[1]))
+                wts[i] = w
                 total += w
             for i in range(size):
-                wts[t * MAX_BLUR + i] = wts[t * MAX_BLUR + i] / total
+                wts[i] = wts[i] / total
+            wts[MAX_BLUR] = float32(blur_first(wts, size))
         cuda.syncthreads()
     r = float32(0.0)
     gg = float32(0.0)
@@ -591,9 +590,7 @@ def _sharpen_row(out, a0, a1, a2, b0, b1, b2, d0, d1, d2, factor):
 
 
 def _blur_weights(size, sigma):
-    """The normalized 1-D weights, and the first and last tap worth reading: taps under
-    1e-10 of the sum (the tails of a narrow Gaussian in a wide kernel) change no value by
-    more than 1e-9 and are skipped."""
+    """The normalized 1-D weights and the taps worth reading, first to last (blur_first)."""
     w = np.empty(size, np.float32)
     total = float32(0.0)
     for i in range(size):
@@ -601,48 +598,51 @@ def _blur_weights(size, sigma):
         total += w[i]
     for i in range(size):
         w[i] = w[i] / total
-    first = 0
-    while first < size // 2 and w[first] < float32(1e-10):
-        first += 1
+    first = blur_first(w, size)
     return w, first, size - first
 
 
-def _blur_pass(px, px2, ow, oh, a):
-    """torchvision's gaussian_blur (reflect padding), as two 1-D passes: along x into
-    px2 (whole rows), then along y back into px through a reflect-padded row."""
-    kx = int(a[0])
-    ky = int(a[1])
-    wx, x0, x1 = _blur_weights(kx, a[2])
-    wy, y0, y1 = _blur_weights(ky, a[3])
-    hx = kx // 2
-    hy = ky // 2
+def _blur_x_pass(px, px2, ow, a):
+    """torchvision's gaussian_blur along x (reflect padding): each output row 3x + c a
+    weighted sum of whole rows 3x' + c, into px2, then back."""
+    k = int(a[0])
+    w, first, last = _blur_weights(k, a[1])
+    half = k // 2
+    n = px.shape[1]
     for x in range(ow):
         for c in range(3):
             dst = px2[3 * x + c]
-            src = px[3 * reflect(x + x0 - hx, ow) + c]
-            w0 = wx[x0]
-            for i in range(oh):
+            src = px[3 * reflect(x + first - half, ow) + c]
+            w0 = w[first]
+            for i in range(n):
                 dst[i] = w0 * src[i]
-            for k in range(x0 + 1, x1):
-                src = px[3 * reflect(x + k - hx, ow) + c]
-                wk = wx[k]
-                for i in range(oh):
-                    dst[i] += wk * src[i]
-    pad = np.empty(oh + 2 * hy, np.float32)
-    for r in range(ow * 3):
-        src = px2[r]
-        for i in range(oh + 2 * hy):
-            pad[i] = src[reflect(i - hy, oh)]
-        dst = px[r]
-        w0 = wy[y0]
-        p0 = pad[y0:y0 + oh]
+            for j in range(first + 1, last):
+                src = px[3 * reflect(x + j - half, ow) + c]
+                wj = w[j]
+                for i in range(n):
+                    dst[i] += wj * src[i]
+    px[:, :] = px2
+
+
+def _blur_y_pass(px, oh, a):
+    """The same along y, in place: each row through a reflect-padded copy of itself."""
+    k = int(a[0])
+    w, first, last = _blur_weights(k, a[1])
+    half = k // 2
+    pad = np.empty(oh + 2 * half, np.float32)
+    for r in range(px.shape[0]):
+        row = px[r]
+        for i in range(oh + 2 * half):
+            pad[i] = row[reflect(i - half, oh)]
+        w0 = w[first]
+        p0 = pad[first:first + oh]
         for i in range(oh):
-            dst[i] = w0 * p0[i]
-        for k in range(y0 + 1, y1):
-            wk = wy[k]
-            pk = pad[k:k + oh]
+            row[i] = w0 * p0[i]
+        for j in range(first + 1, last):
+            wj = w[j]
+            pj = pad[j:j + oh]
             for i in range(oh):
-                dst[i] += wk * pk[i]
+                row[i] += wj * pj[i]
 
 
 def _affine_pass(px, px2, ow, oh, a):
@@ -694,8 +694,10 @@ def _program(px, px2, ow, oh, order, args):
             _equalize_pass(px, ow)
         elif op == SHARPNESS:
             _sharpness_pass(px, px2, ow, oh, a[0])
-        elif op == BLUR:
-            _blur_pass(px, px2, ow, oh, a)
+        elif op == BLUR_X:
+            _blur_x_pass(px, px2, ow, a)
+        elif op == BLUR_Y:
+            _blur_y_pass(px, oh, a)
         elif op == AFFINE:
             _affine_pass(px, px2, ow, oh, a)
         else:
@@ -992,7 +994,7 @@ def cpu_kernel():
     ns["deinterleave3x8_affine_reversed"] = _simd.deinterleave3x8_affine_reversed
     for fn in (_saturation_rows, _hue_rows, _gray_rows, _axis_weights, _op_pass, _encode_pass, _rows_u8, _rows_f32,
                _gray_mean, _image, _autocontrast_pass, _equalize_pass, _sharpen_row, _sharpness_pass, _blur_weights,
-               _blur_pass,
+               _blur_x_pass, _blur_y_pass,
                _affine_pass, _program, _cpu_sample, _is_identity, _scale_row, _fill, _channel_row, _channel_row_flipped,
                _cpu_identity):
         ns[fn.__name__] = jit()(_compile._rebind(fn, ns))
