@@ -510,11 +510,30 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
         if not isinstance(t, Transform):
             raise _refuse(f"{type(t).__module__}.{type(t).__qualname__} cannot be fused (use gpudecode.transforms "
                           "classes, or Compose.from_torchvision)")
-    i = 0
+    geometry = _geometry(steps, names)
+    rest = _AfterGeometry(names)
+    for t in steps[len(geometry):]:
+        rest.add(t)
+    out_size = geometry[-1].size if geometry else None  # type: ignore[attr-defined]
+    plan = _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,
+                 all(getattr(g, "antialias", True) for g in geometry), rest.flip, rest.normalize,
+                 rest.dtype or torch.uint8, tuple(steps), rest.erase, rest.vflip, tuple(rest.program))
+    if plan.out_size is not None:
+        for t in plan.program:
+            for u in t.inner():
+                check = getattr(u, "check_size", None)
+                if check is not None:
+                    check(plan.out_size)
+    return plan
+
+
+def _geometry(steps: list[Transform], names: str) -> list[Transform]:
+    """The leading geometry steps, checked to be one of the supported combinations."""
     geometry: list[Transform] = []
-    while i < len(steps) and isinstance(steps[i], _GEOMETRY):
-        geometry.append(steps[i])
-        i += 1
+    for t in steps:
+        if not isinstance(t, _GEOMETRY):
+            break
+        geometry.append(t)
     kinds = [type(g) for g in geometry]
     if kinds not in ([], [RandomResizedCrop], [Resize], [CenterCrop], [RandomCrop], [Resize, CenterCrop],
                      [Resize, RandomCrop]):
@@ -523,68 +542,73 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
                              f"Resize + RandomCrop, or none")
     if kinds == [Resize] and isinstance(geometry[0].size, int):  # type: ignore[attr-defined]
         raise TransformError("Resize(int) alone gives differently sized images; add CenterCrop or give (h, w)")
-    out_size = geometry[-1].size if geometry else None  # type: ignore[attr-defined]
-    antialias = all(getattr(g, "antialias", True) for g in geometry)
-    flip = normalize = None
-    vflip: RandomVerticalFlip | None = None
-    program: list[_Step] = []
-    keys: dict[str, str] = {}
-    dtype: torch.dtype | None = None
-    erase: RandomErasing | None = None
-    for t in steps[i:]:
-        what = type(t).__name__
-        if erase is not None:
+    return geometry
+
+
+class _AfterGeometry:
+    """The steps after the geometry, taken one at a time and checked where they stand."""
+
+    def __init__(self, names: str) -> None:
+        self.names = names
+        self.flip: RandomHorizontalFlip | None = None
+        self.vflip: RandomVerticalFlip | None = None
+        self.program: list[_Step] = []
+        self.keys: dict[str, str] = {}  # make_params key -> the class that draws it
+        self.normalize: Normalize | None = None
+        self.dtype: torch.dtype | None = None
+        self.erase: RandomErasing | None = None
+
+    def add(self, t: Transform) -> None:
+        what, names = type(t).__name__, self.names
+        if self.erase is not None:
             raise TransformError(f"{what} after RandomErasing cannot be fused: it erases the finished image [{names}]")
-        if isinstance(t, RandomErasing):
-            erase = t
-            continue
         if isinstance(t, _GEOMETRY):
             raise TransformError(f"{what} after other steps cannot be fused: geometry comes first [{names}]")
-        if normalize is not None and not (isinstance(t, ToDtype) and t.dtype in (torch.float16, torch.float32)):
+        if self.normalize is not None and not isinstance(t, RandomErasing) and not (
+                isinstance(t, ToDtype) and t.dtype in (torch.float16, torch.float32)):
             raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
-        if isinstance(t, _Flip):
-            if (vflip if isinstance(t, RandomVerticalFlip) else flip) is not None:
-                raise TransformError(f"two {what}s [{names}]")
-            moving = next((type(u).__name__ for u in program if u.moves), None)
-            if moving is not None:
-                raise TransformError(f"{what} after {moving} cannot be fused: the kernel flips while it resamples, "
-                                     f"before the program's warps (put the flip before {moving}) [{names}]")
-            if isinstance(t, RandomVerticalFlip):
-                vflip = t
-            else:
-                flip = t  # type: ignore[assignment]
+        if isinstance(t, RandomErasing):
+            self.erase = t
+        elif isinstance(t, _Flip):
+            self._flip(t)
         elif isinstance(t, _Step):
-            if dtype == torch.uint8:
-                raise TransformError(f"{what} after ToDtype(uint8) cannot be fused [{names}]")
-            for u in t.inner():
-                for k in u.keys:
-                    if k in keys:
-                        raise TransformError(f"two {type(u).__name__}s [{names}]" if keys[k] == type(u).__name__ else
-                                             f"{type(u).__name__} and {keys[k]} both draw {k!r}: one of them "
-                                             f"per Compose [{names}]")
-                    keys[k] = type(u).__name__
-            program.append(t)
+            self._step(t)
         elif isinstance(t, Normalize):
-            if dtype == torch.uint8:
+            if self.dtype == torch.uint8:
                 raise TransformError("Normalize needs a float dtype, not ToDtype(uint8)")
-            normalize = t
-            dtype = dtype or torch.float32
+            self.normalize = t
+            self.dtype = self.dtype or torch.float32
         elif isinstance(t, ToDtype):
-            if t.dtype != torch.uint8 and normalize is None and not t.scale:
+            if t.dtype != torch.uint8 and self.normalize is None and not t.scale:
                 raise TransformError("ToDtype(float) on uint8 images needs scale=True to be fused")
-            dtype = t.dtype
+            self.dtype = t.dtype
         else:
             raise _refuse(f"{what} cannot be fused [{names}]")
-    plan = _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,  # type: ignore[arg-type]
-                 antialias, flip, normalize, dtype or torch.uint8, tuple(steps), erase, vflip,  # type: ignore[arg-type]
-                 tuple(program))
-    if plan.out_size is not None:
-        for t in program:
-            for u in t.inner():
-                check = getattr(u, "check_size", None)
-                if check is not None:
-                    check(plan.out_size)
-    return plan
+
+    def _flip(self, t: _Flip) -> None:
+        what = type(t).__name__
+        if (self.vflip if isinstance(t, RandomVerticalFlip) else self.flip) is not None:
+            raise TransformError(f"two {what}s [{self.names}]")
+        moving = next((type(u).__name__ for u in self.program if u.moves), None)
+        if moving is not None:
+            raise TransformError(f"{what} after {moving} cannot be fused: the kernel flips while it resamples, "
+                                 f"before the program's warps (put the flip before {moving}) [{self.names}]")
+        if isinstance(t, RandomVerticalFlip):
+            self.vflip = t
+        else:
+            self.flip = t  # type: ignore[assignment]
+
+    def _step(self, t: _Step) -> None:
+        if self.dtype == torch.uint8:
+            raise TransformError(f"{type(t).__name__} after ToDtype(uint8) cannot be fused [{self.names}]")
+        for u in t.inner():
+            for k in u.keys:
+                if k in self.keys:
+                    raise TransformError(f"two {type(u).__name__}s [{self.names}]" if self.keys[k] == type(u).__name__
+                                         else f"{type(u).__name__} and {self.keys[k]} both draw {k!r}: one of them "
+                                         f"per Compose [{self.names}]")
+                self.keys[k] = type(u).__name__
+        self.program.append(t)
 
 
 _M64 = (1 << 64) - 1
@@ -944,69 +968,71 @@ def _from_torchvision(tv: Any, floats: bool) -> list[Transform]:
         name = type(t).__name__
         if name in ("ToImage", "PILToTensor", "ToPureTensor", "ToImageTensor"):
             continue
-        if name in ("ToTensor", "ConvertImageDtype"):
-            floats = True
-        if name == "ToTensor":
-            out.append(ToDtype(torch.float32, scale=True))
-        elif name == "ConvertImageDtype":
-            out.append(ToDtype(t.dtype, scale=True))
-        elif name == "ToDtype":
-            dtype = t.dtype if isinstance(t.dtype, torch.dtype) else t.dtype.get(torch.Tensor, None)
-            floats = floats or (dtype is not None and dtype.is_floating_point)
-            out.append(ToDtype(dtype, scale=t.scale))
-        elif name == "RandomResizedCrop":
-            out.append(RandomResizedCrop(t.size, t.scale, t.ratio, t.interpolation,
-                                         antialias=bool(getattr(t, "antialias", True))))
-        elif name == "Resize":
-            out.append(Resize(t.size, t.interpolation, getattr(t, "max_size", None),
-                              antialias=bool(getattr(t, "antialias", True))))
-        elif name == "CenterCrop":
-            out.append(CenterCrop(t.size))
-        elif name == "RandomCrop":
-            padding = t.padding
-            if padding is not None and type(t).__module__.startswith("torchvision.transforms.v2"):
-                left, right, top, bottom = padding  # v2 keeps it as (left, right, top, bottom)
-                padding = (left, top, right, bottom)
-            fill = list(t.fill.values()) if isinstance(t.fill, dict) else t.fill
-            out.append(RandomCrop(t.size, padding, t.pad_if_needed, fill, t.padding_mode))
-        elif name == "RandomHorizontalFlip":
-            out.append(RandomHorizontalFlip(t.p))
-        elif name == "RandomVerticalFlip":
-            out.append(RandomVerticalFlip(t.p))
-        elif name == "ColorJitter":
-            ranges = [getattr(t, n) for n in _JITTER_NAMES]  # (min, max) or None when off
-            out.append(ColorJitter(*(0 if r is None else tuple(r) for r in ranges)))
-        elif name == "Normalize":
-            out.append(Normalize(t.mean, t.std))
-        elif name == "RandomApply":
-            inner = [x for u in t.transforms for x in _from_torchvision(u, floats)]
-            out.append(RandomApply(inner, t.p))
-        elif name in ("RandomGrayscale", "Grayscale"):
-            out.append(RandomGrayscale(t.p) if name == "RandomGrayscale" else Grayscale(t.num_output_channels))
-        elif name == "RandomSolarize":
-            out.append(RandomSolarize(t.threshold * 255.0 if floats else t.threshold, t.p))
-        elif name == "RandomInvert":
-            out.append(RandomInvert(t.p))
-        elif name == "RandomPosterize":
-            out.append(RandomPosterize(t.bits, t.p))
-        elif name in ("RandomAutocontrast", "RandomEqualize"):
-            out.append(RandomAutocontrast(t.p) if name == "RandomAutocontrast" else RandomEqualize(t.p))
-        elif name == "RandomAdjustSharpness":
-            out.append(RandomAdjustSharpness(t.sharpness_factor, t.p))
-        elif name == "GaussianBlur":
-            out.append(GaussianBlur(list(t.kernel_size), list(t.sigma)))
-        elif name in ("RandomRotation", "RandomAffine", "TrivialAugmentWide", "RandAugment", "AutoAugment"):
-            out.append(_warp_from_torchvision(t, floats))
-        elif name in ("RandomChoice", "RandomOrder"):
-            inner = [x for u in t.transforms for x in _from_torchvision(u, floats)]
-            out.append(RandomChoice(inner, t.p) if name == "RandomChoice" else RandomOrder(inner))
-        elif name == "RandomErasing":  # v2 keeps value as a list of floats or None ("random")
-            value = t.value if t.value is not None else "random"
-            out.append(RandomErasing(t.p, t.scale, t.ratio, value[0] if isinstance(value, list) and len(value) == 1
-                                     else value))
-        else:
+        convert = _CONVERT.get(name)
+        if convert is None:
             raise _refuse(f"torchvision {name} cannot be fused")
+        step = convert(t, floats)
+        out.append(step)
+        if isinstance(step, ToDtype) and step.dtype.is_floating_point:  # ToTensor, ConvertImageDtype, ToDtype
+            floats = True
     return out
+
+
+def _inner(t: Any, floats: bool) -> list[Transform]:
+    return [x for u in t.transforms for x in _from_torchvision(u, floats)]
+
+
+def _to_dtype(t: Any, floats: bool) -> Transform:
+    dtype = t.dtype if isinstance(t.dtype, torch.dtype) else t.dtype.get(torch.Tensor, None)
+    return ToDtype(dtype, scale=t.scale)
+
+
+def _random_crop(t: Any, floats: bool) -> Transform:
+    padding = t.padding
+    if padding is not None and type(t).__module__.startswith("torchvision.transforms.v2"):
+        left, right, top, bottom = padding  # v2 keeps it as (left, right, top, bottom)
+        padding = (left, top, right, bottom)
+    fill = list(t.fill.values()) if isinstance(t.fill, dict) else t.fill
+    return RandomCrop(t.size, padding, t.pad_if_needed, fill, t.padding_mode)
+
+
+def _random_erasing(t: Any, floats: bool) -> Transform:
+    value = t.value if t.value is not None else "random"  # v2 keeps a list of floats, or None for "random"
+    return RandomErasing(t.p, t.scale, t.ratio, value[0] if isinstance(value, list) and len(value) == 1 else value)
+
+
+# torchvision's class name -> ours, from its object and whether a float conversion came before
+_CONVERT: dict[str, Any] = {
+    "ToTensor": lambda t, f: ToDtype(torch.float32, scale=True),
+    "ConvertImageDtype": lambda t, f: ToDtype(t.dtype, scale=True),
+    "ToDtype": _to_dtype,
+    "RandomResizedCrop": lambda t, f: RandomResizedCrop(t.size, t.scale, t.ratio, t.interpolation,
+                                                        antialias=bool(getattr(t, "antialias", True))),
+    "Resize": lambda t, f: Resize(t.size, t.interpolation, getattr(t, "max_size", None),
+                                  antialias=bool(getattr(t, "antialias", True))),
+    "CenterCrop": lambda t, f: CenterCrop(t.size),
+    "RandomCrop": _random_crop,
+    "RandomHorizontalFlip": lambda t, f: RandomHorizontalFlip(t.p),
+    "RandomVerticalFlip": lambda t, f: RandomVerticalFlip(t.p),
+    "ColorJitter": lambda t, f: ColorJitter(*(0 if r is None else tuple(r)  # (min, max), or None when off
+                                              for r in (getattr(t, n) for n in _JITTER_NAMES))),
+    "Normalize": lambda t, f: Normalize(t.mean, t.std),
+    "RandomApply": lambda t, f: RandomApply(_inner(t, f), t.p),
+    "RandomChoice": lambda t, f: RandomChoice(_inner(t, f), t.p),
+    "RandomOrder": lambda t, f: RandomOrder(_inner(t, f)),
+    "RandomGrayscale": lambda t, f: RandomGrayscale(t.p),
+    "Grayscale": lambda t, f: Grayscale(t.num_output_channels),
+    "RandomSolarize": lambda t, f: RandomSolarize(t.threshold * 255.0 if f else t.threshold, t.p),
+    "RandomInvert": lambda t, f: RandomInvert(t.p),
+    "RandomPosterize": lambda t, f: RandomPosterize(t.bits, t.p),
+    "RandomAutocontrast": lambda t, f: RandomAutocontrast(t.p),
+    "RandomEqualize": lambda t, f: RandomEqualize(t.p),
+    "RandomAdjustSharpness": lambda t, f: RandomAdjustSharpness(t.sharpness_factor, t.p),
+    "GaussianBlur": lambda t, f: GaussianBlur(list(t.kernel_size), list(t.sigma)),
+    **{name: (lambda t, f: _warp_from_torchvision(t, f))
+       for name in ("RandomRotation", "RandomAffine", "TrivialAugmentWide", "RandAugment", "AutoAugment")},
+    "RandomErasing": _random_erasing,
+}
 
 
 from . import mixing  # noqa: E402
