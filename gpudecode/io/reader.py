@@ -422,11 +422,6 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
     around a fault). Under "raise" the first failure ends the shard. Members of other
     samples are not read; a local shard counted before is entered at sample `start`'s
     headers. `starts` (a list) collects the chain offset of each sample's first member."""
-    key: str | None = None
-    index: int | None = None
-    fields: dict[str, bytes | memoryview] = {}
-    bad: GpuDecodeError | None = None
-    seen: dict[str, int] = {}  # key -> sample index, for this run of the shard
     end = stop if stop is not None else float("inf")
 
     def want(name: str, g: int | None) -> bool:
@@ -437,71 +432,105 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
         parts = split_key(name)
         return parts is not None and parts[1] in extensions
 
-    def pending() -> Sample | Failure:
-        return Sample(key, fields, url, index) if bad is None else Failure(bad, fatal=False)  # type: ignore[arg-type]
-
     seek = None
     if start > 0 and _shards.is_local(url):
         known = _sample_starts(url)
         if known is not None and start < len(known):
             seek = (int(known[start]), start)
+    samples = _Assembler(url, on_error, starts)
     try:
         for item in iter_members(url, want=want, remote=remote, group=group, cache=cache, seek=seek, mapped=mapped,
                                  maps=maps):
             if isinstance(item, TarFault):
-                parts = split_key(item.member) if item.member is not None else None
-                if item.after_end:  # the archive ended before the fault: its last sample is whole
-                    if key is not None:
-                        yield pending()
-                    key = None
-                elif parts is not None and parts[0] != key:
-                    if key is not None:
-                        yield pending()  # the fault is in another sample's data: this one is complete
-                    key = parts[0]
-                cls = ShardReadError if item.io else ShardFormatError
-                yield Failure(cls(item.message, shard=url, key=key, offset=item.offset), fatal=True)
+                yield from samples.fault(item)
                 return
             member, data, g = item
             if g is None or g < start:
                 continue
             if g >= end:  # the next sample begins: the last one of the range is complete
                 break
-            name = member.name
-            k, ext = split_key(name) or ("", "")  # g is not None: the name has a key
-            if g != index:
-                if key is not None:
-                    yield pending()
-                key, index, fields, bad = k, g, {}, None
-                if starts is not None:
-                    starts.append(member.chain)
-                if k in seen:  # the same key again, after other samples: a duplicated sample
-                    bad = ShardFormatError(f"key {k!r} appears a second time in the shard (sample {g}; the first "
-                                           f"was sample {seen[k]}): a duplicated sample", shard=url, key=k,
-                                           offset=member.offset - BLOCK)
-                else:
-                    seen[k] = g
-            if bad is not None:
-                continue
-            if member.type != "0":
-                bad = ShardFormatError(f"member {name!r} is a {_link_kind(member.type)}: gpudecode reads only "
-                                       "regular files (pack the target's bytes instead)", shard=url, key=k,
-                                       offset=member.offset - BLOCK)
-            elif ext in fields:
-                bad = ShardFormatError(f"repeated extension {ext!r} in one sample", shard=url, key=k,
-                                       offset=member.offset - BLOCK)
-            elif data is not None:
-                fields[ext] = data
-            if bad is not None and on_error == "raise":
-                yield Failure(bad, fatal=True)
-                return
-        if key is not None:
-            yield pending()
+            for out in samples.member(member, data, g):
+                yield out
+                if isinstance(out, Failure) and out.fatal:  # under "raise", this member's fault
+                    return
+        if samples.key is not None:
+            yield samples.pending()
     except GpuDecodeError as e:
         # the shard failed under the reader (open, network, gzip): the sample being
         # assembled may be incomplete, and is named
-        if isinstance(e, LocatedError) and e.key is None and key is not None:
-            e = type(e)(e.reason, shard=e.shard, key=key, offset=e.offset)
+        if isinstance(e, LocatedError) and e.key is None and samples.key is not None:
+            e = type(e)(e.reason, shard=e.shard, key=samples.key, offset=e.offset)
         yield Failure(e, fatal=True)
+
+
+class _Assembler:
+    """iter_shard's samples, member by member: the sample being assembled (key, index,
+    fields) and what is wrong with it (`bad`: the sample is delivered as a Failure)."""
+
+    def __init__(self, url: str, on_error: str, starts: list[int] | None) -> None:
+        self.url, self.on_error, self.starts = url, on_error, starts
+        self.key: str | None = None
+        self.index: int | None = None
+        self.fields: dict[str, bytes | memoryview] = {}
+        self.bad: GpuDecodeError | None = None
+        self.seen: dict[str, int] = {}  # key -> sample index, for this run of the shard
+
+    def pending(self) -> Sample | Failure:
+        if self.bad is None:
+            return Sample(self.key, self.fields, self.url, self.index)  # type: ignore[arg-type]
+        return Failure(self.bad, fatal=False)
+
+    def fault(self, item: TarFault) -> Iterator[Sample | Failure]:
+        """The archive's fault: the sample it leaves complete (if any), then the fault."""
+        parts = split_key(item.member) if item.member is not None else None
+        if item.after_end:  # the archive ended before the fault: its last sample is whole
+            if self.key is not None:
+                yield self.pending()
+            self.key = None
+        elif parts is not None and parts[0] != self.key:
+            if self.key is not None:
+                yield self.pending()  # the fault is in another sample's data: this one is complete
+            self.key = parts[0]
+        cls = ShardReadError if item.io else ShardFormatError
+        yield Failure(cls(item.message, shard=self.url, key=self.key, offset=item.offset), fatal=True)
+
+    def member(self, member: Member, data: bytes | memoryview | None, g: int) -> list[Sample | Failure]:
+        """Takes member `member` of sample g. Returns what to deliver, in order: the
+        previous sample when this member begins a new one, and a fatal Failure when the
+        member is bad under "raise" (a sample already bad takes no more members)."""
+        k, ext = split_key(member.name) or ("", "")  # g is not None: the name has a key
+        out = self._begin(k, g, member) if g != self.index else []
+        if self.bad is None:
+            self.bad = self._member_error(member, k, ext)
+            if self.bad is None:
+                if data is not None:
+                    self.fields[ext] = data
+            elif self.on_error == "raise":
+                out.append(Failure(self.bad, fatal=True))
+        return out
+
+    def _begin(self, k: str, g: int, member: Member) -> list[Sample | Failure]:
+        done = [self.pending()] if self.key is not None else []
+        self.key, self.index, self.fields, self.bad = k, g, {}, None
+        if self.starts is not None:
+            self.starts.append(member.chain)
+        if k in self.seen:  # the same key again, after other samples: a duplicated sample
+            self.bad = ShardFormatError(f"key {k!r} appears a second time in the shard (sample {g}; the first was "
+                                        f"sample {self.seen[k]}): a duplicated sample", shard=self.url, key=k,
+                                        offset=member.offset - BLOCK)
+        else:
+            self.seen[k] = g
+        return done
+
+    def _member_error(self, member: Member, k: str, ext: str) -> GpuDecodeError | None:
+        if member.type != "0":
+            return ShardFormatError(f"member {member.name!r} is a {_link_kind(member.type)}: gpudecode reads only "
+                                    "regular files (pack the target's bytes instead)", shard=self.url, key=k,
+                                    offset=member.offset - BLOCK)
+        if ext in self.fields:
+            return ShardFormatError(f"repeated extension {ext!r} in one sample", shard=self.url, key=k,
+                                    offset=member.offset - BLOCK)
+        return None
 
 
 def count_samples(url: str, *, remote: RemoteOptions | None = None, tolerant: bool = False,
