@@ -986,67 +986,17 @@ class ShardReader(torch.utils.data.IterableDataset):
         queues: list[queue.Queue] = [queue.Queue(maxsize=8) for _ in segments]
         group = ThreadGroup("reader")
         halt = group.stop_event
-        on_error, extensions, remote, cache = self.on_error, self.extensions, self.remote, self.cache
-        mapped, maps = self.map_extensions, self._maps
-        files = self.files
-
-        def items(seg: _shards.Segment) -> Iterator[Sample | Failure]:
-            if seg.url not in files:
-                yield from iter_shard(seg.url, on_error=on_error, extensions=extensions, remote=remote, group=group,
-                                      start=seg.start, stop=seg.stop, cache=cache, mapped=mapped, maps=maps)
-                return
-            flist = files[seg.url]
-            for path, i, fields, err in iter_files(flist, (orders or {})[seg.url], seg.start, seg.stop,
-                                                    extensions=extensions):
-                yield Sample(flist.keys[i], fields, path, i) if err is None else Failure(err, fatal=False)
-
         # reader threads run at most `window` segments ahead of the consumer: tiny shards
         # (one sample each) otherwise let them read every shard of the epoch ahead, holding
         # its bytes (and, mapped, a descriptor each) until the consumer gets there
-        window = max(4, 2 * nthreads)
-        progress = threading.Condition()
-        consumed = [0]
-
-        def may_start(j: int) -> bool:
-            with progress:
-                while j >= consumed[0] + window:
-                    if halt.is_set():
-                        return False
-                    progress.wait(0.1)
-            return True
+        window = _Window(max(4, 2 * nthreads), halt)
 
         def work(t: int) -> None:
             for j in range(t, len(segments), nthreads):
-                if not may_start(j):
+                if not window.may_start(j):
                     return
-                q = queues[j]
-                seg = segments[j]
-                chunk: list = []
-                try:
-                    for item in items(seg):
-                        if halt.is_set():
-                            return
-                        if isinstance(item, Failure):
-                            if chunk and not put_until_stopped(q, chunk, halt):
-                                return
-                            chunk = []
-                            if not put_until_stopped(q, item, halt):
-                                return
-                            if item.fatal:
-                                break
-                            continue
-                        chunk.append(item)
-                        if len(chunk) >= _CHUNK:
-                            if not put_until_stopped(q, chunk, halt):
-                                return
-                            chunk = []
-                    if chunk and not put_until_stopped(q, chunk, halt):
-                        return
-                except BaseException as e:  # never leave the consumer waiting
-                    err = wrap_data_error(e, ShardReadError, "reader thread failed", shard=seg.url)
-                    if not put_until_stopped(q, Failure(err, fatal=True), halt):
-                        return
-                if not put_until_stopped(q, _END, halt):
+                items = self._segment_items(segments[j], group, orders)
+                if not _produce(items, queues[j], segments[j].url, halt):
                     return
 
         for t in range(nthreads):
@@ -1054,25 +1004,100 @@ class ShardReader(torch.utils.data.IterableDataset):
         outer = stop if stop is not None else threading.Event()
         try:
             for seg, q in zip(segments, queues):
-                while True:
-                    item = get_until_stopped(q, outer, alive=group.alive)
-                    if item is STOPPED:
-                        if outer.is_set():
-                            return
-                        raise ShardReadError("reader threads ended without finishing the shard", shard=seg.url)
-                    if item is _END:
-                        with progress:
-                            consumed[0] += 1
-                            progress.notify_all()
-                        break
-                    if isinstance(item, Failure):
-                        if self.on_error == "raise" or isinstance(item.error, ResourceError):
-                            raise item.error
-                        self._record(item)
-                        continue
-                    yield from item
+                stopped = yield from self._consume(seg, q, outer, group)
+                if stopped:
+                    return
+                window.advance()
         finally:
             group.stop()
+
+    def _segment_items(self, seg: _shards.Segment, group: ThreadGroup,
+                       orders: dict[str, list[int]] | None) -> Iterator[Sample | Failure]:
+        """A segment's samples and failures: from its shard, or from its file list."""
+        if seg.url not in self.files:
+            yield from iter_shard(seg.url, on_error=self.on_error, extensions=self.extensions, remote=self.remote,
+                                  group=group, start=seg.start, stop=seg.stop, cache=self.cache,
+                                  mapped=self.map_extensions, maps=self._maps)
+            return
+        flist = self.files[seg.url]
+        for path, i, fields, err in iter_files(flist, (orders or {})[seg.url], seg.start, seg.stop,
+                                                extensions=self.extensions):
+            yield Sample(flist.keys[i], fields, path, i) if err is None else Failure(err, fatal=False)
+
+    def _consume(self, seg: _shards.Segment, q: queue.Queue, outer: threading.Event,
+                 group: ThreadGroup) -> Generator[Sample, None, bool]:
+        """The samples of one segment from its queue, failures under the error policy;
+        returns True when `outer` stopped the read."""
+        while True:
+            item = get_until_stopped(q, outer, alive=group.alive)
+            if item is STOPPED:
+                if outer.is_set():
+                    return True
+                raise ShardReadError("reader threads ended without finishing the shard", shard=seg.url)
+            if item is _END:
+                return False
+            if isinstance(item, Failure):
+                if self.on_error == "raise" or isinstance(item.error, ResourceError):
+                    raise item.error
+                self._record(item)
+                continue
+            yield from item
+
+
+class _Window:
+    """How far the reader threads may run ahead: segment j starts once the consumer has
+    finished all but `size` of the segments before it."""
+
+    def __init__(self, size: int, halt: threading.Event) -> None:
+        self.size, self.halt = size, halt
+        self.progress = threading.Condition()
+        self.consumed = 0
+
+    def may_start(self, j: int) -> bool:
+        """Waits for segment j's turn; False when the threads are told to stop."""
+        with self.progress:
+            while j >= self.consumed + self.size:
+                if self.halt.is_set():
+                    return False
+                self.progress.wait(0.1)
+        return True
+
+    def advance(self) -> None:
+        with self.progress:
+            self.consumed += 1
+            self.progress.notify_all()
+
+
+def _produce(items: Iterator[Sample | Failure], q: queue.Queue, url: str, halt: threading.Event) -> bool:
+    """One segment into its queue: samples in chunks of _CHUNK, failures as they come (a
+    fatal one ends the segment), then _END; an exception becomes a fatal failure (the
+    consumer is never left waiting). False when `halt` stopped it."""
+    chunk: list = []
+    try:
+        for item in items:
+            if halt.is_set():
+                return False
+            if isinstance(item, Failure):
+                if chunk and not put_until_stopped(q, chunk, halt):
+                    return False
+                chunk = []
+                if not put_until_stopped(q, item, halt):
+                    return False
+                if item.fatal:
+                    break
+                continue
+            chunk.append(item)
+            if len(chunk) >= _CHUNK:
+                if not put_until_stopped(q, chunk, halt):
+                    return False
+                chunk = []
+        if chunk and not put_until_stopped(q, chunk, halt):
+            return False
+    except BaseException as e:  # never leave the consumer waiting
+        err = wrap_data_error(e, ShardReadError, "reader thread failed", shard=url)
+        if not put_until_stopped(q, Failure(err, fatal=True), halt):
+            return False
+    return put_until_stopped(q, _END, halt)
 
 
 def _evened(it: Iterator[Sample], target: int) -> Iterator[Sample]:
