@@ -145,10 +145,43 @@ class CpuDecoder:
         jpeg = [k for k, r in enumerate(requests) if r.format in native]
         tensor = [k for k, r in enumerate(requests) if r.format == "npy"]
         other = [k for k, r in enumerate(requests) if r.format not in native and r.format != "npy"]
-        # sizes: JPEG and tensor windows are known before decoding; others after
+        decoded = self._decode_on_host(requests, other, errors)
+        # JPEG and tensor windows are known before decoding, the others' sizes after
+        offsets = np.zeros(n, np.int64)
+        shapes = np.zeros((n, 2), np.int64)
+        total = 0
+        for k in jpeg + tensor:
+            box = windows[k][0]
+            offsets[k] = total
+            shapes[k] = box[2], box[3]
+            total += box[2] * box[3] * 3
+        for k in other:
+            offsets[k] = total
+            if k in decoded:
+                shapes[k] = decoded[k].shape[:2]
+                total += decoded[k].size
+        buf = self._next_buffer(total)
+        if jpeg:
+            self._decode_native(requests, jpeg, windows, offsets, buf, errors)
+        for k in other:
+            if k in decoded:
+                a = decoded[k]
+                buf[offsets[k]:offsets[k] + a.size] = a.reshape(-1)
+        boxes = np.zeros((n, 4), np.int64)
+        if self.zero_copy and tensor:
+            return self._in_place(requests, tensor, buf, total, offsets, shapes, boxes, errors)
+        self._copy_tensors(requests, tensor, offsets, buf, errors)
+        boxes[:, 2:] = shapes  # every image here is decoded to its window exactly
+        return DecodedBatch(torch.from_numpy(buf[:max(int(total), 1)]), offsets, shapes, hwc_strides(shapes), boxes,
+                            errors)
+
+    def _decode_on_host(self, requests: Sequence[Request], ks: list[int],
+                        errors: list[str | None]) -> dict[int, np.ndarray]:
+        """Images ks (formats without a native decoder) decoded on the pool, cut to their
+        windows; a failure is its image's error."""
         decoded: dict[int, np.ndarray] = {}
 
-        def decode_other(k: int) -> None:
+        def one(k: int) -> None:
             r = requests[k]
             try:
                 img = host_rgb(r, self.max_pixels)
@@ -161,46 +194,34 @@ class CpuDecoder:
             t, l, h, w = r.box
             decoded[k] = np.ascontiguousarray(img[t:t + h, l:l + w])
 
-        futures = [self._pool.submit(decode_other, k) for k in other]
-        offsets = np.zeros(n, np.int64)
-        shapes = np.zeros((n, 2), np.int64)
-        total = 0
-        for k in jpeg + tensor:
-            box = windows[k][0]
-            offsets[k] = total
-            shapes[k] = box[2], box[3]
-            total += box[2] * box[3] * 3
-        for f in futures:
+        for f in [self._pool.submit(one, k) for k in ks]:
             f.result()
-        for k in other:
-            offsets[k] = total
-            if k in decoded:
-                shapes[k] = decoded[k].shape[:2]
-                total += decoded[k].size
+        return decoded
+
+    def _next_buffer(self, total: int) -> np.ndarray:
+        """The next buffer of the ring (see buffers=), grown to `total` bytes if need be."""
         self._turn = (self._turn + 1) % len(self._buffers)
         if self._buffers[self._turn].size < total:
             self._buffers[self._turn] = np.empty(int(total * 1.25) + 1, np.uint8)
-        buf = self._buffers[self._turn]
-        if jpeg:
-            boxes = np.array([windows[k][0] for k in jpeg], np.int32).reshape(-1, 4)
-            scales = np.array([windows[k][1] for k in jpeg], np.int32)
-            kinds = np.array([requests[k].format == "png" for k in jpeg], np.uint8)  # 0 JPEG, 1 PNG
-            errs = _native.decode_batch([requests[k].data for k in jpeg], kinds, boxes, scales, offsets[jpeg], buf,
-                                        self.fast, self.max_pixels, self.num_threads, self._stop)
-            self._check_stop()  # the images not finished read "stopped": not errors of theirs
-            for k, e in zip(jpeg, errs):
-                if e:
-                    errors[k] = e
-        for k in other:
-            if k in decoded:
-                a = decoded[k]
-                buf[offsets[k]:offsets[k] + a.size] = a.reshape(-1)
+        return self._buffers[self._turn]
 
-        boxes = np.zeros((n, 4), np.int64)
-        if self.zero_copy and tensor:
-            return self._in_place(requests, tensor, buf, total, offsets, shapes, boxes, errors)
+    def _decode_native(self, requests: Sequence[Request], ks: list[int], windows: list, offsets: np.ndarray,
+                       buf: np.ndarray, errors: list[str | None]) -> None:
+        """JPEG and PNG images ks on the native threads, into buf at their offsets."""
+        boxes = np.array([windows[k][0] for k in ks], np.int32).reshape(-1, 4)
+        scales = np.array([windows[k][1] for k in ks], np.int32)
+        kinds = np.array([requests[k].format == "png" for k in ks], np.uint8)  # 0 JPEG, 1 PNG
+        errs = _native.decode_batch([requests[k].data for k in ks], kinds, boxes, scales, offsets[ks], buf,
+                                    self.fast, self.max_pixels, self.num_threads, self._stop)
+        self._check_stop()  # the images not finished read "stopped": not errors of theirs
+        for k, e in zip(ks, errs):
+            if e:
+                errors[k] = e
 
-        def copy_tensor(k: int) -> None:  # the window straight from the sample's bytes
+    def _copy_tensors(self, requests: Sequence[Request], ks: list[int], offsets: np.ndarray, buf: np.ndarray,
+                      errors: list[str | None]) -> None:
+        """Tensor samples ks: each window straight from the sample's bytes into buf."""
+        def one(k: int) -> None:
             t, l, h, w = requests[k].box
             try:
                 img = host_rgb(requests[k], self.max_pixels)
@@ -209,11 +230,8 @@ class CpuDecoder:
                 return
             buf[offsets[k]:offsets[k] + h * w * 3].reshape(h, w, 3)[:] = img[t:t + h, l:l + w]
 
-        for f in [self._pool.submit(copy_tensor, k) for k in tensor]:
+        for f in [self._pool.submit(one, k) for k in ks]:
             f.result()
-        boxes[:, 2:] = shapes  # every image here is decoded to its window exactly
-        return DecodedBatch(torch.from_numpy(buf[:max(int(total), 1)]), offsets, shapes, hwc_strides(shapes), boxes,
-                            errors)
 
     def _in_place(self, requests: Sequence[Request], tensor: list[int], buf: np.ndarray, total: int,
                   offsets: np.ndarray, shapes: np.ndarray, boxes: np.ndarray, errors: list[str | None]
