@@ -524,32 +524,10 @@ def precache(sources: str | Sequence[str], out: str | os.PathLike, *, size: int 
             shard's name; resume redoes that source shard).
     """
     t0 = time.perf_counter()
-    stored = parse_size(size)
-    if crop not in ("none", "center"):
-        raise ValueError(f"crop must be 'none' or 'center', not {crop!r}")
-    if crop == "center" and not isinstance(stored, int):
-        raise ValueError("crop='center' goes with a shorter-side size (S), not an exact HxW")
-    if shard_size is not None and shard_size < 1:
-        raise ValueError(f"shard_size must be >= 1, not {shard_size}")
-    limit = parse_bytes(shard_bytes)
-    if limit is not None and limit < 1:
-        raise ValueError("shard_bytes must be positive")
-    check_on_error(on_error)
-    if executor not in ("local", "ray"):
-        raise ValueError(f"executor must be 'local' or 'ray', not {executor!r}")
+    stored, limit = _checked(size, crop, shard_size, shard_bytes, on_error, executor)
     dev = check_device(device)
     threads = max(1, num_threads or os.cpu_count() or 1)
-    listing = ShardReader(sources, shuffle=False, rank=0, world_size=1)
-    urls: list[str] = []
-    for named in listing.urls:
-        flist = listing.files.get(named)
-        if flist is None:
-            urls.append(named)
-            continue
-        if not flist.root and not flist.name.startswith(files.PREFIX + "/"):
-            files.reopen(flist.name)  # raises: a Python list cannot be named in the settings
-        # image files as they lie: units of FILE_UNIT files, in the list's order
-        urls += [flist.part(a, min(a + FILE_UNIT, len(flist))).name for a in range(0, len(flist), FILE_UNIT)]
+    urls = _units(sources)
     name = decoder.name if not isinstance(decoder, str) else choose(decoder, dev)
     # local sources by absolute path: the same run whatever the working directory (a resume, a Ray worker)
     sources = [os.path.abspath(_shards.local_path(u)) if _shards.is_local(u) and not u.startswith(files.PREFIX)
@@ -566,13 +544,7 @@ def precache(sources: str | Sequence[str], out: str | os.PathLike, *, size: int 
         raise ValueError(f"rank {r} is outside world size {w}")
     mine = list(range(r, len(urls), w))  # type: ignore[arg-type]
     _start(layout, settings, mine, resume=resume)
-    kept: list[int] = []
-    if resume:  # every kept shard is read back and checked (sha256), on all threads
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(threads, thread_name_prefix="gpudecode-check") as pool:
-            done = pool.map(lambda u: _unit_done(layout, u, check_sha=True) is not None, mine)
-            kept = [u for u, ok in zip(mine, done) if ok]
+    kept = _kept(layout, mine, threads) if resume else []
     todo = [u for u in mine if u not in kept]
     tick = _Progress(progress, [urls[u] for u in todo])
     if executor == "ray":
@@ -581,6 +553,55 @@ def precache(sources: str | Sequence[str], out: str | os.PathLike, *, size: int 
         records = _run_ray(settings, layout.out, todo, num_threads or 1, ray_address, tick)
     else:
         records = _run_local(settings, layout.out, todo, threads, dev, decoder, tick)
+    return _report(layout, records, kept, todo, t0)
+
+
+def _checked(size: Any, crop: str, shard_size: int | None, shard_bytes: int | str | None, on_error: str,
+             executor: str) -> tuple[int | tuple[int, int], int | None]:
+    """precache's arguments checked: the stored size and the byte limit, parsed."""
+    stored = parse_size(size)
+    if crop not in ("none", "center"):
+        raise ValueError(f"crop must be 'none' or 'center', not {crop!r}")
+    if crop == "center" and not isinstance(stored, int):
+        raise ValueError("crop='center' goes with a shorter-side size (S), not an exact HxW")
+    if shard_size is not None and shard_size < 1:
+        raise ValueError(f"shard_size must be >= 1, not {shard_size}")
+    limit = parse_bytes(shard_bytes)
+    if limit is not None and limit < 1:
+        raise ValueError("shard_bytes must be positive")
+    check_on_error(on_error)
+    if executor not in ("local", "ray"):
+        raise ValueError(f"executor must be 'local' or 'ray', not {executor!r}")
+    return stored, limit
+
+
+def _units(sources: str | Sequence[str]) -> list[str]:
+    """The units of work: each source shard, and image files as they lie in units of
+    FILE_UNIT files (in the list's order)."""
+    listing = ShardReader(sources, shuffle=False, rank=0, world_size=1)
+    urls: list[str] = []
+    for named in listing.urls:
+        flist = listing.files.get(named)
+        if flist is None:
+            urls.append(named)
+            continue
+        if not flist.root and not flist.name.startswith(files.PREFIX + "/"):
+            files.reopen(flist.name)  # raises: a Python list cannot be named in the settings
+        urls += [flist.part(a, min(a + FILE_UNIT, len(flist))).name for a in range(0, len(flist), FILE_UNIT)]
+    return urls
+
+
+def _kept(layout: Layout, units: list[int], threads: int) -> list[int]:
+    """The units a resume keeps: each one's shards read back and checked (sha256), on all
+    threads."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="gpudecode-check") as pool:
+        done = pool.map(lambda u: _unit_done(layout, u, check_sha=True) is not None, units)
+        return [u for u, ok in zip(units, done) if ok]
+
+
+def _report(layout: Layout, records: list[dict], kept: list[int], todo: list[int], t0: float) -> PrecacheReport:
     manifest = _merge_if_complete(layout)
     recs = {int(rec["unit"]): rec for rec in records}
     for u in kept:
