@@ -16,10 +16,9 @@ import argparse
 import io
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import OUT, machine, save  # noqa: E402
+from _common import OUT, machine, rate, save  # noqa: E402
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -115,15 +114,7 @@ def run_dali(folder, threads, batch):
     return go
 
 
-def timed(fn, repeat):
-    fn()  # warm-up: compilation, worker start, page cache
-    best = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        n = fn()
-        best.append(n / (time.perf_counter() - t))
-    best.sort()
-    return best[len(best) // 2]
+timed = rate  # (the median rate after a warm-up run: gpudecode.bench.common.rate)
 
 
 def main() -> None:

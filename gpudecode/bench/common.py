@@ -1,4 +1,5 @@
-"""What every `gpudecode bench` subcommand shares: the machine, results on disk, tables."""
+"""What every benchmark shares (`gpudecode bench`'s subcommands and the scripts in
+bench/): the machine, timing, results on disk, tables."""
 from __future__ import annotations
 
 import json
@@ -6,8 +7,9 @@ import math
 import os
 import platform
 import statistics
+import time
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 TRAIN = "RandomResizedCrop(224) + RandomHorizontalFlip + ColorJitter(0.4, 0.4, 0.4, 0.1) + Normalize"
@@ -56,6 +58,32 @@ def _dist_version(name: str) -> str | None:
         except metadata.PackageNotFoundError:
             continue
     return None
+
+
+def timeit(fn: Callable[[], int], *, repeat: int = 3, warmup: int = 1) -> tuple[float, int]:
+    """Median seconds of `repeat` runs of fn (which returns the item count) after
+    `warmup` runs (compilation, worker start, page cache), and the count."""
+    for _ in range(warmup):
+        fn()
+    times, count = [], 0
+    for _ in range(repeat):
+        t = time.perf_counter()
+        count = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), count
+
+
+def rate(fn: Callable[[], int], repeat: int = 3, *, warmup: int = 1) -> float:
+    """Median items a second of `repeat` runs of fn (returning its item count) after
+    warm-up: each run's own rate, so a slow run does not weigh by its length."""
+    for _ in range(warmup):
+        fn()
+    rates = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        n = fn()
+        rates.append(n / (time.perf_counter() - t))
+    return statistics.median(rates)
 
 
 def spread(rates: Sequence[float]) -> dict:
