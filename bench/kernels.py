@@ -81,6 +81,7 @@ def op_cases():
          v2.TrivialAugmentWide(interpolation=bil)),
         ("RandAugment(2, 9)", T.RandAugment(2, 9), v2.RandAugment(2, 9)),
         ("AutoAugment(ImageNet)", T.AutoAugment(), v2.AutoAugment()),
+        ("AugMix", T.AugMix(), v2.AugMix()),
     ]
 
 

@@ -83,7 +83,7 @@ class _PixelOp(_Step):
 
 PROGRAM_OPS = ("ColorJitter, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert, RandomPosterize, "
                "RandomAutocontrast, RandomEqualize, RandomAdjustSharpness, GaussianBlur, RandomRotation, RandomAffine, "
-               "TrivialAugmentWide, RandAugment, AutoAugment, and RandomApply, RandomChoice, RandomOrder over them")
+               "TrivialAugmentWide, RandAugment, AutoAugment, AugMix, and RandomApply, RandomChoice, RandomOrder over them")
 SUPPORTED = ("supported, in this order: one geometry (RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + "
              "CenterCrop, Resize + RandomCrop, or none), then in any order RandomHorizontalFlip, RandomVerticalFlip "
              f"and the per-sample ops ({PROGRAM_OPS}), then Normalize and ToDtype, "

@@ -1,8 +1,8 @@
 """The per-sample ops beyond ColorJitter, with torchvision v2's names, arguments, defaults
 and draws, as steps of the fused kernel's program: RandomAutocontrast, RandomEqualize,
 RandomAdjustSharpness, GaussianBlur, RandomRotation, RandomAffine; the policies
-TrivialAugmentWide, RandAugment and AutoAugment; and RandomChoice and RandomOrder over
-per-sample steps. Import them from gpudecode.transforms.
+TrivialAugmentWide, RandAugment, AutoAugment and AugMix; and RandomChoice and RandomOrder
+over per-sample steps. Import them from gpudecode.transforms.
 
 Semantics are torchvision's on float images in [0, 1] (the kernel converts the uint8
 input first, as ToDtype(float32, scale=True) before the transforms would): equalize
@@ -23,7 +23,7 @@ import torch
 
 from .errors import TransformError
 from .kernels._pixel import (AFFINE, AUTOCONTRAST, BLUR_X, BLUR_Y, BRIGHTNESS, CONTRAST, EQUALIZE, INVERT, MAX_BLUR,
-                             POSTERIZE, SATURATION, SHARPNESS, SOLARIZE)
+                             MIX_ADD, MIX_END, MIX_SAVE, POSTERIZE, SATURATION, SHARPNESS, SOLARIZE)
 from ._steps import PROGRAM_OPS, Transform, _PixelOp, _refuse, _Step, _Wrapper
 
 NEAREST, BILINEAR, INTEGER_MAP = 0.0, 1.0, 2.0  # AFFINE's interpolation argument
@@ -310,8 +310,8 @@ def _linspace(lo: float, hi: float, n: int) -> list[float]:
     return torch.linspace(lo, hi, n).tolist()  # torchvision's magnitudes: float32 values
 
 
-def _posterize_bits(n: int, span: int) -> list[float]:
-    return (8 - (torch.arange(n) / ((n - 1) / span))).round().int().tolist()
+def _posterize_bits(n: int, span: int, top: int = 8) -> list[float]:
+    return (top - (torch.arange(n) / ((n - 1) / span))).round().int().tolist()
 
 
 class _Policy(_Step):
@@ -512,6 +512,89 @@ class AutoAugment(_Policy):
         return {self.key: ops}
 
 
+@functools.lru_cache(maxsize=4096)
+def _augmix_magnitudes(name: str, size: tuple[int, int]) -> list[float] | None:
+    """AugMix's 10 magnitudes of `name` (translations: a third of the size)."""
+    h, w = size
+    if name in ("ShearX", "ShearY"):
+        return _linspace(0.0, 0.3, 10)
+    if name == "TranslateX":
+        return _linspace(0.0, w / 3.0, 10)
+    if name == "TranslateY":
+        return _linspace(0.0, h / 3.0, 10)
+    if name == "Rotate":
+        return _linspace(0.0, 30.0, 10)
+    if name == "Posterize":
+        return _posterize_bits(10, 4, top=4)
+    if name == "Solarize":
+        return _linspace(1.0, 0.0, 10)
+    if name in ("Brightness", "Color", "Contrast", "Sharpness"):
+        return _linspace(0.0, 0.9, 10)
+    return None
+
+
+class AugMix(_Policy):
+    """torchvision's AugMix: `mixture_width` chains of `chain_depth` ops (1 to 3 drawn
+    per chain when negative) from AugMix's space at magnitude bins below `severity`,
+    mixed by Dirichlet(alpha) weights, the mix blended with the image by a Beta(alpha,
+    alpha) draw: mix = m0 * image + sum_i w_i * chain_i(image). make_params: "augmix":
+    {"m": m0, "weights": [w_i], "chains": [[(name, magnitude), ...], ...]}. In the
+    kernel: the image is kept, each chain runs on it and is added to the mix (two image
+    buffers a sample)."""
+
+    key = "augmix"
+    PARTIAL = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Posterize", "Solarize", "AutoContrast",
+               "Equalize")
+    SPACE = PARTIAL + ("Brightness", "Color", "Contrast", "Sharpness")
+
+    def __init__(self, severity: int = 3, mixture_width: int = 3, chain_depth: int = -1, alpha: float = 1.0,
+                 all_ops: bool = True, interpolation: Any = "bilinear", fill: Any = None) -> None:
+        if not 1 <= severity <= 10:
+            raise ValueError(f"The severity must be between [1, 10]. Got {severity} instead.")
+        if mixture_width < 1 or alpha <= 0:
+            raise ValueError("mixture_width must be >= 1 and alpha > 0")
+        super().__init__(interpolation, fill)
+        self.severity = int(severity)
+        self.mixture_width = int(mixture_width)
+        self.chain_depth = int(chain_depth)
+        self.alpha = float(alpha)
+        self.all_ops = bool(all_ops)
+        self._space = self.SPACE if all_ops else self.PARTIAL
+
+    def _dirichlet(self, rng: random.Random, k: int) -> list[float]:
+        g = [rng.gammavariate(self.alpha, 1.0) for _ in range(k)]
+        total = sum(g)
+        return [x / total for x in g] if total > 0 else [1.0 / k] * k
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        m0, m1 = self._dirichlet(rng, 2)
+        weights = [w * m1 for w in self._dirichlet(rng, self.mixture_width)]
+        chains = []
+        for _ in range(self.mixture_width):
+            depth = self.chain_depth if self.chain_depth > 0 else rng.randint(1, 3)
+            ops = []
+            for _ in range(depth):
+                name = self._space[rng.randrange(len(self._space))]
+                values = _augmix_magnitudes(name, size)
+                ops.append((name, self._magnitude(rng, name, values, rng.randrange(self.severity)
+                                                  if values is not None else 0)))
+            chains.append(ops)
+        return {self.key: {"m": m0, "weights": weights, "chains": chains}}
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        a = p.get(self.key)
+        if a is None:
+            return
+        prog.append((MIX_SAVE, (a["m"],)))
+        for w, chain in zip(a["weights"], a["chains"]):
+            for name, m in chain:
+                op = _policy_op(name, m, size, self.interpolation, self._fill)
+                if op is not None:
+                    prog.append(op)
+            prog.append((MIX_ADD, (w,)))
+        prog.append((MIX_END, ()))
+
+
 # ---- wrappers over per-sample steps -------------------------------------------------------
 
 def _steps(transforms: Sequence[Transform], wrapper: str) -> list[_Step]:
@@ -574,5 +657,5 @@ class RandomOrder(_Wrapper):
 
 
 __all__ = ["RandomAutocontrast", "RandomEqualize", "RandomAdjustSharpness", "GaussianBlur", "RandomRotation",
-           "RandomAffine", "TrivialAugmentWide", "RandAugment", "AutoAugment", "RandomOrder", "SampleRandomChoice",
-           "IMAGENET_POLICY", "inverse_affine"]
+           "RandomAffine", "TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix", "RandomOrder",
+           "SampleRandomChoice", "IMAGENET_POLICY", "inverse_affine"]

@@ -13,7 +13,7 @@ Supported shape of a pipeline:
                 RandomSolarize, RandomInvert, RandomPosterize, and (augment.py)
                 RandomAutocontrast, RandomEqualize, RandomAdjustSharpness, GaussianBlur,
                 RandomRotation, RandomAffine, TrivialAugmentWide, RandAugment,
-                AutoAugment; RandomApply, RandomChoice, RandomOrder over them
+                AutoAugment, AugMix; RandomApply, RandomChoice, RandomOrder over them
     then optionally ToDtype(float32 | float16, scale=True), Normalize, ToDtype(float16)
     last, on the kernel's output: RandomErasing
 Without Normalize or a float ToDtype the output is uint8, as torchvision's would be.
@@ -1030,14 +1030,14 @@ _CONVERT: dict[str, Any] = {
     "RandomAdjustSharpness": lambda t, f: RandomAdjustSharpness(t.sharpness_factor, t.p),
     "GaussianBlur": lambda t, f: GaussianBlur(list(t.kernel_size), list(t.sigma)),
     **{name: (lambda t, f: _warp_from_torchvision(t, f))
-       for name in ("RandomRotation", "RandomAffine", "TrivialAugmentWide", "RandAugment", "AutoAugment")},
+       for name in ("RandomRotation", "RandomAffine", "TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix")},
     "RandomErasing": _random_erasing,
 }
 
 
 from . import mixing  # noqa: E402
-from .augment import (AutoAugment, GaussianBlur, RandAugment, RandomAdjustSharpness, RandomAffine,  # noqa: E402
-                      RandomAutocontrast, RandomEqualize, RandomOrder, RandomRotation, SampleRandomChoice,
+from .augment import (AugMix, AutoAugment, GaussianBlur, RandAugment, RandomAdjustSharpness,  # noqa: E402
+                      RandomAffine, RandomAutocontrast, RandomEqualize, RandomOrder, RandomRotation, SampleRandomChoice,
                       TrivialAugmentWide)
 from .mixing import CutMix, MixUp  # noqa: E402  (batch transforms: torchvision's names, here)
 
@@ -1064,6 +1064,8 @@ def _warp_from_torchvision(t: Any, floats: bool) -> Transform:
         return TrivialAugmentWide(t.num_magnitude_bins, interp, fill)
     if name == "RandAugment":
         return RandAugment(t.num_ops, t.magnitude, t.num_magnitude_bins, interp, fill)
+    if name == "AugMix":
+        return AugMix(t.severity, t.mixture_width, t.chain_depth, t.alpha, t.all_ops, interp, fill)
     return AutoAugment(t.policy, interp, fill)
 
 
@@ -1084,4 +1086,4 @@ __all__ = ["Compose", "RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop",
            "Normalize", "ToDtype", "RandomErasing", "RandomApply", "RandomGrayscale", "Grayscale", "RandomSolarize",
            "RandomInvert", "RandomPosterize", "Transform", "sample_rng", "MixUp", "CutMix", "RandomChoice",
            "RandomAutocontrast", "RandomEqualize", "RandomAdjustSharpness", "GaussianBlur", "RandomRotation",
-           "RandomAffine", "TrivialAugmentWide", "RandAugment", "AutoAugment", "RandomOrder"]
+           "RandomAffine", "TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix", "RandomOrder"]

@@ -31,7 +31,10 @@ AFFINE = 12      # torchvision's theta divided by (w/2, h/2) (6), interpolation 
 #                  bilinear, 2: an integer pixel map, source = (a0 x + a1 y + a2, a3 x + a4 y + a5)),
 #                  fill r, g, b (NaN: no fill, zeros outside): reads anywhere: a barrier
 BLUR_Y = 13      # the same along y
-NUM_OPS = 14
+MIX_SAVE = 14    # AugMix: keep the image (the original) and start the mix as m0 * image
+MIX_ADD = 15     # AugMix: mix += w * image (a chain's result), then the image is the original again
+MIX_END = 16     # AugMix: the image is the mix
+NUM_OPS = 17
 ARGS = 10        # floats per program step
 MAX_BLUR = 63    # largest Gaussian kernel side the CUDA kernel keeps weights for
 BLUR_TAIL = 1e-10  # blur taps under this share of the sum are skipped (they change no value by 1e-9)
@@ -40,7 +43,7 @@ BLUR_TAIL = 1e-10  # blur taps under this share of the sum are skipped (they cha
 def is_barrier(op):
     """An op that needs more of the image than its own pixel (a statistic of the whole
     image, a neighbourhood, or any pixel): the image before it must be complete."""
-    return op == CONTRAST or op >= AUTOCONTRAST
+    return op == CONTRAST or (op >= AUTOCONTRAST and op <= BLUR_Y)
 
 
 def barrier_step(order, s):
@@ -188,14 +191,36 @@ def solarize(v, threshold):
     return v
 
 
-def apply_ops(r, g, b, order, args, first, last):
+def apply_ops(r, g, b, order, args, first, last, aux, n, y, x):
     """The per-pixel ops order[first:last] (op ids; -1 ends the list), each with its
-    step's factor args[k, 0] (barrier ops are not per-pixel: the caller stops before them)."""
+    step's factor args[k, 0] (barrier ops are not per-pixel: the caller stops before
+    them). AugMix's ops keep the pixel's original and mix in aux[0] and aux[1] at
+    [n, c, y, x]."""
     for k in range(first, last):
         op = order[k]
         if op < 0:
             break
-        r, g, b = apply_op(op, r, g, b, args[k, 0], float32(0.0))
+        w = args[k, 0]
+        if op == MIX_SAVE:
+            aux[0, n, 0, y, x] = r
+            aux[0, n, 1, y, x] = g
+            aux[0, n, 2, y, x] = b
+            aux[1, n, 0, y, x] = w * r
+            aux[1, n, 1, y, x] = w * g
+            aux[1, n, 2, y, x] = w * b
+        elif op == MIX_ADD:
+            aux[1, n, 0, y, x] = aux[1, n, 0, y, x] + w * r
+            aux[1, n, 1, y, x] = aux[1, n, 1, y, x] + w * g
+            aux[1, n, 2, y, x] = aux[1, n, 2, y, x] + w * b
+            r = aux[0, n, 0, y, x]
+            g = aux[0, n, 1, y, x]
+            b = aux[0, n, 2, y, x]
+        elif op == MIX_END:
+            r = aux[1, n, 0, y, x]
+            g = aux[1, n, 1, y, x]
+            b = aux[1, n, 2, y, x]
+        else:
+            r, g, b = apply_op(op, r, g, b, w, float32(0.0))
     return r, g, b
 
 

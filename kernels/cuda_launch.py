@@ -46,7 +46,9 @@ def _run(src, geom, args, order, mean, std, view, dev, *, normalize: bool, antia
                              for x in (geom, args, order, mean, std, fused.stats_init(n, levels)))
         scratch = torch.empty(fused.scratch_shape(n, levels, oh, ow), dtype=torch.float32, device=dev)
         hist = torch.zeros(fused.hist_shape(n, levels, equalize), dtype=torch.int32, device=dev)
-    src_d, g_d, a_d, o_d, m_d, s_d, out_d, scratch_d, st_d, hist_d = (
-        cuda.as_cuda_array(t) for t in (src, g, a, o, m, s, view, scratch, st, hist))
+        aux = torch.empty(fused.aux_shape(n, bool((order == fused.MIX_SAVE).any()), oh, ow), dtype=torch.float32,
+                          device=dev)
+    src_d, g_d, a_d, o_d, m_d, s_d, out_d, scratch_d, st_d, hist_d, aux_d = (
+        cuda.as_cuda_array(t) for t in (src, g, a, o, m, s, view, scratch, st, hist, aux))
     fused.fused_cuda(src_d, g_d, a_d, o_d, m_d, s_d, out_d, normalize=normalize, antialias=antialias,
-                     stream=nb_stream, scratch=scratch_d, stats=st_d, hist=hist_d, levels=levels)
+                     stream=nb_stream, scratch=scratch_d, stats=st_d, hist=hist_d, aux=aux_d, levels=levels)

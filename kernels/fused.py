@@ -38,7 +38,7 @@ import time
 import numpy as np
 
 from . import _compile
-from ._pixel import ARGS, AUTOCONTRAST, BLUR_X, BLUR_Y, CONTRAST, EQUALIZE
+from ._pixel import ARGS, AUTOCONTRAST, BLUR_X, BLUR_Y, CONTRAST, EQUALIZE, MIX_ADD, MIX_END, MIX_SAVE
 
 OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP = range(16)
 GEOM = 16
@@ -62,7 +62,7 @@ def barrier_levels(order: np.ndarray) -> int:
     if order.size == 0:
         return 0
     ops = order.astype(np.int64)
-    barrier = (ops == CONTRAST) | (ops >= AUTOCONTRAST)
+    barrier = (ops == CONTRAST) | ((ops >= AUTOCONTRAST) & (ops <= BLUR_Y))
     return int(barrier.sum(axis=1).max())
 
 
@@ -125,7 +125,8 @@ def _block_reduce(op, r, g, b, active, t, partial, red, hs, stats, hist, n, leve
                 cuda.atomic.add(hist, (n, level, c, t), v)
 
 
-def _resample_body(src, geom, args, order, antialias, scratch, stats, hist, mean, std, normalize, to_uint8, out):
+def _resample_body(src, geom, args, order, antialias, scratch, stats, hist, aux, mean, std, normalize, to_uint8,
+                   out):
     """Kernel 1. Grid (ceil(W/16), ceil(H/16), N), block (16, 16). The resized pixel and
     the ops before the sample's first barrier; then its output (no barrier), or
     scratch[0] and the statistic of that barrier."""
@@ -179,7 +180,8 @@ def _resample_body(src, geom, args, order, antialias, scratch, stats, hist, mean
             gg = gg / float32(255.0)
             b = b / float32(255.0)
     end = barrier_step(order[n], 1)
-    r, gg, b = apply_ops(r, gg, b, order[n], args[n], 0, end)
+    if active:
+        r, gg, b = apply_ops(r, gg, b, order[n], args[n], 0, end, aux, n, y, x)
     if end >= order.shape[1] or order[n, end] < 0:  # the whole program ran: the output
         if active:
             _write_out(out, n, y, x, r, gg, b, mean, std, normalize, to_uint8)
@@ -228,7 +230,7 @@ def _barrier_pixel(op, a, img, y, x, oh, ow, stats, n, level, lut, wts):
     return affine_pixel(img, y, x, oh, ow, a)
 
 
-def _segment_body(level, scratch, args, order, stats, hist, mean, std, normalize, to_uint8, out):
+def _segment_body(level, scratch, args, order, stats, hist, aux, mean, std, normalize, to_uint8, out):
     """Kernel 2, for barrier level `level` >= 1. Same grid. Samples with that many
     barriers: the barrier (reading scratch[(level - 1) % 2]) and the per-pixel ops up to
     the next one; then the output, or scratch[level % 2] and the next statistic."""
@@ -293,7 +295,8 @@ def _segment_body(level, scratch, args, order, stats, hist, mean, std, normalize
     if active:
         r, gg, b = _barrier_pixel(op, a, scratch[(level - 1) % 2, n], y, x, oh, ow, stats, n, level - 1, lut, wts)
     end = barrier_step(order[n], level + 1)
-    r, gg, b = apply_ops(r, gg, b, order[n], args[n], k + 1, end)
+    if active:
+        r, gg, b = apply_ops(r, gg, b, order[n], args[n], k + 1, end, aux, n, y, x)
     if end >= order.shape[1] or order[n, end] < 0:
         if active:
             _write_out(out, n, y, x, r, gg, b, mean, std, normalize, to_uint8)
@@ -353,17 +356,24 @@ def scratch_shape(n: int, levels: int, oh: int, ow: int) -> tuple[int, ...]:
     return (max(1, min(levels, 2)), n if levels else 1, 3, oh if levels else 1, ow if levels else 1)
 
 
+def aux_shape(n: int, mix: bool, oh: int, ow: int) -> tuple[int, ...]:
+    """AugMix's two images per sample (the original, the mix), float32; a stand-in
+    without AugMix."""
+    return (2, n, 3, oh, ow) if mix else (2, 1, 3, 1, 1)
+
+
 def hist_shape(n: int, levels: int, equalize: bool) -> tuple[int, ...]:
     return (n, levels, 3, 256) if equalize and levels else (1, 1, 3, 256)
 
 
 def fused_cuda(src, geom, args, order, mean, std, out, *, normalize: bool, antialias: bool = True,
-               stream=0, scratch=None, stats=None, hist=None, levels: int | None = None) -> None:
+               stream=0, scratch=None, stats=None, hist=None, aux=None, levels: int | None = None) -> None:
     """Launches the kernels on `stream` (numba stream, or 0). Arguments are device
     arrays or objects with __cuda_array_interface__ (torch CUDA tensors); nothing is
     synchronized here. `args` may be the older factors [N, NUM_OPS] (host arrays only).
     scratch (float32, scratch_shape), stats (stats_init's values) and hist (int32 zeros,
-    hist_shape) may be given as device arrays to reuse buffers; `levels`
+    hist_shape) and aux (float32, aux_shape) may be given as device arrays to reuse
+    buffers; `levels`
     (barrier_levels(order)) saves reading a device `order` back."""
     from numba import cuda
 
@@ -385,12 +395,16 @@ def fused_cuda(src, geom, args, order, mean, std, out, *, normalize: bool, antia
         hist = cuda.to_device(np.zeros(hist_shape(n, levels, bool((np.asarray(host_order) == EQUALIZE).any())),
                                        np.int32),
                               stream=stream)
+    if aux is None:
+        aux = cuda.device_array(aux_shape(n, bool((np.asarray(host_order) == MIX_SAVE).any()), oh, ow),
+                                dtype=np.float32, stream=stream)
     to_uint8 = np.dtype(str(out.dtype).replace("torch.", "")) == np.uint8
     grid, block = launch_geometry(n, oh, ow)
-    resample[grid, block, stream](src, geom, args, order, antialias, scratch, stats, hist, mean, std, normalize,
+    resample[grid, block, stream](src, geom, args, order, antialias, scratch, stats, hist, aux, mean, std, normalize,
                                   to_uint8, out)
     for level in range(1, levels + 1):
-        segment[grid, block, stream](level, scratch, args, order, stats, hist, mean, std, normalize, to_uint8, out)
+        segment[grid, block, stream](level, scratch, args, order, stats, hist, aux, mean, std, normalize, to_uint8,
+                                     out)
 
 
 # ---------------------------------------------------------------------------------------
@@ -678,15 +692,34 @@ def _affine_pass(px, px2, ow, oh, a):
                 r0[y], r1[y], r2[y] = affine_integer(img, y, x, oh, ow, a)
 
 
-def _program(px, px2, ow, oh, order, args):
+def _mix_pass(px, keep, mix, op, w):
+    """AugMix's ops over the whole image (apply_ops' per pixel): keep and start the mix,
+    add a chain's result and restore the original, or end with the mix."""
+    flat = px.reshape(px.size)
+    if op == MIX_SAVE:
+        for i in range(flat.shape[0]):
+            keep[i] = flat[i]
+            mix[i] = w * flat[i]
+    elif op == MIX_ADD:
+        for i in range(flat.shape[0]):
+            mix[i] = mix[i] + w * flat[i]
+            flat[i] = keep[i]
+    else:
+        for i in range(flat.shape[0]):
+            flat[i] = mix[i]
+
+
+def _program(px, px2, aux, ow, oh, order, args):
     """A sample's program, op by op over the whole image (a barrier's statistic is that
-    of the image at its turn)."""
+    of the image at its turn); aux: AugMix's two image areas."""
     for k in range(order.shape[0]):
         op = order[k]
         if op < 0:
             break
         a = args[k]
-        if op == CONTRAST:
+        if op == MIX_SAVE or op == MIX_ADD or op == MIX_END:
+            _mix_pass(px, aux[0], aux[1], op, a[0])
+        elif op == CONTRAST:
             _op_pass(px, ow, op, a[0], _gray_mean(px, ow))
         elif op == AUTOCONTRAST:
             _autocontrast_pass(px, ow)
@@ -818,8 +851,10 @@ def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, 
     # 4. the sample's program, op by op over the whole image (a second image-sized area
     # after px for the ops that read neighbours)
     if order[0] >= 0:
-        px2 = work[2 * oh * n3 + ow * 3 * oh:2 * oh * n3 + 2 * ow * 3 * oh].reshape((ow * 3, oh))
-        _program(px, px2, ow, oh, order, args)
+        base2 = 2 * oh * n3 + ow * 3 * oh
+        px2 = work[base2:base2 + ow * 3 * oh].reshape((ow * 3, oh))
+        aux = work[base2 + ow * 3 * oh:base2 + 3 * ow * 3 * oh].reshape((2, ow * 3 * oh))
+        _program(px, px2, aux, ow, oh, order, args)
     # 5. each channel transposed to [oh, ow], with Normalize as encode_output does it on
     # the way (or after the uint8 scaling); for NHWC, px [ow*3, oh] transposed as a whole
     # is [oh, ow*3], the NHWC image: Normalize goes first, in place
@@ -994,7 +1029,7 @@ def cpu_kernel():
     ns["deinterleave3x8_affine_reversed"] = _simd.deinterleave3x8_affine_reversed
     for fn in (_saturation_rows, _hue_rows, _gray_rows, _axis_weights, _op_pass, _encode_pass, _rows_u8, _rows_f32,
                _gray_mean, _image, _autocontrast_pass, _equalize_pass, _sharpen_row, _sharpness_pass, _blur_weights,
-               _blur_x_pass, _blur_y_pass,
+               _blur_x_pass, _blur_y_pass, _mix_pass,
                _affine_pass, _program, _cpu_sample, _is_identity, _scale_row, _fill, _channel_row, _channel_row_flipped,
                _cpu_identity):
         ns[fn.__name__] = jit()(_compile._rebind(fn, ns))
@@ -1059,7 +1094,7 @@ def fused_cpu(src, geom, args, order, mean, std, out, *, normalize: bool, antial
         args = step_args(args, order)
     threads = max(1, min(num_threads or os.cpu_count() or 1, n))
     oh, ow = out.shape[2], out.shape[3]
-    main = 2 * oh * int(geom[:, BW].max()) * 3 + 2 * ow * oh * 3
+    main = 2 * oh * int(geom[:, BW].max()) * 3 + 4 * ow * oh * 3  # (px, px2 and AugMix's two)
     nhwc = out.dtype == np.float32 and out.transpose(0, 2, 3, 1).flags.c_contiguous and not out.flags.c_contiguous
     direct = nhwc or (out.dtype == np.float32 and out.flags.c_contiguous)
     work = _workspace(threads, main + (0 if direct else 3 * oh * ow))
@@ -1133,8 +1168,8 @@ def compile_ptx_all(ccs=((8, 0), (9, 0)), *, text: bool = False) -> dict:
     segment = ns["_segment_body"]
     sizes = {}
     common = (t.float32[:, :, ::1], t.int32[:, ::1])
-    tail_in = (t.float32[:, :, :, :, ::1], t.float64[:, :, ::1], t.int32[:, :, :, ::1], t.float32[::1],
-               t.float32[::1], t.boolean, t.boolean)
+    tail_in = (t.float32[:, :, :, :, ::1], t.float64[:, :, ::1], t.int32[:, :, :, ::1], t.float32[:, :, :, :, ::1],
+               t.float32[::1], t.float32[::1], t.boolean, t.boolean)
     for cc in ccs:
         for out_t in (t.float32, t.float16, t.uint8):
             for layout in ("C", "A"):  # contiguous NCHW, and strided (NHWC views)

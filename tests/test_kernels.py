@@ -32,8 +32,8 @@ def test_compile_ptx_sm80_sm90_and_ptxas(tmp_path):
     then each variant's PTX (sm_80, sm_90) assembled to machine code by the ptxas torch's
     triton ships (`-v`: registers, spills): no spill stores or loads, and no fewer blocks
     an SM than measured on 2026-11-24 (resample 78-80 registers: 3 blocks of 256, 37.5%
-    occupancy; segment 48 on sm_80, 56 on sm_90: 5 and 4 blocks), so a change that costs
-    occupancy is seen. Prints each kernel's registers (bench/RESULTS.md records
+    occupancy; segment 64 on sm_80, 56 on sm_90 with AugMix's ops: 4 blocks), so a change
+    that costs occupancy is seen. Prints each kernel's registers (bench/RESULTS.md records
     them). One process per architecture, side by side (each takes 1-2 minutes)."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     procs = []
