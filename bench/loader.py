@@ -101,8 +101,18 @@ def run_dali(folder, threads, batch):
                                        mean=[m * 255 for m in MEAN], std=[s * 255 for s in STD])
         return img, labels
 
-    p = pipe()
-    p.build()
+    return dali_epochs(pipe)
+
+
+def dali_epochs(pipe):
+    """A callable running one epoch of the DALI pipeline `pipe` (a pipeline_def function
+    whose reader is named "reader"), built here, returning the images it gave."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # (DALI's own auto_aug uses deprecated aliases)
+        p = pipe()
+        p.build()
     size = p.epoch_size("reader")
 
     def go():

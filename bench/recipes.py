@@ -31,7 +31,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
 from _common import machine, save  # noqa: E402
-from loader import MEAN, STD, build, timed  # noqa: E402
+from loader import MEAN, STD, build, dali_epochs, timed  # noqa: E402
 
 CLASSES = 1000
 
@@ -138,21 +138,7 @@ def dali_reference(folder, threads, batch, policy: str = "ta"):
                                        mean=[m * 255 for m in MEAN], std=[s * 255 for s in STD])
         return img, labels
 
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # (DALI's own auto_aug uses deprecated aliases)
-        p = pipe()
-        p.build()
-    size = p.epoch_size("reader")
-
-    def go():
-        n = 0
-        while n < size:
-            (imgs, _) = p.run()
-            n += len(imgs)
-        return n
-    return go
+    return dali_epochs(pipe)
 
 
 def policy_recipe(policy: str):
