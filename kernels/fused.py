@@ -238,6 +238,7 @@ def _segment_body(level, scratch, args, order, stats, hist, aux, mean, std, norm
     red = cuda.shared.array(1536, float32)
     hs = cuda.shared.array(768, int32)
     lut = cuda.shared.array(768, float32)
+    rest = cuda.shared.array(3, int32)  # per channel: the pixels outside its top histogram bin
     wts = cuda.shared.array(64, float32)  # MAX_BLUR weights, then the first tap that counts
     n = cuda.blockIdx.z
     tx = cuda.threadIdx.x
@@ -269,10 +270,10 @@ def _segment_body(level, scratch, args, order, stats, hist, aux, mean, std, norm
         for c in range(3):  # the last non-empty bin is where the sums first reach the total
             before = hs[c * 256 + t - 1] if t > 0 else int32(0)
             if hs[c * 256 + t] == total and before < total:
-                red[c] = float32(total - (hs[c * 256 + t] - before))  # pixels not in it
+                rest[c] = total - (hs[c * 256 + t] - before)
         cuda.syncthreads()
         for c in range(3):
-            step = int32(red[c]) // 255
+            step = rest[c] // 255
             before = hs[c * 256 + t - 1] if t > 0 else int32(0)
             level_ = equalize_level(t, before, max(step, int32(1))) if step > 0 else int32(t)
             lut[c * 256 + t] = float32(level_) * float32(1.0 / 255.0)
