@@ -1053,9 +1053,11 @@ def _after_fork_in_child() -> None:
     """A forked child has none of the parent's pool threads (a pool that believes it has
     them would hang the first call) and may have inherited a lock held mid-call: both
     are made anew."""
-    global _POOL, _POOL_LOCK
+    global _POOL, _POOL_LOCK, _SEEN_LOCK, _STARTED
     _POOL = None
     _POOL_LOCK = threading.Lock()
+    _SEEN_LOCK = threading.Lock()
+    _STARTED = set(_SEEN)  # a first call another thread had begun is not this process's
 
 
 if hasattr(os, "register_at_fork"):
@@ -1120,6 +1122,8 @@ def fused_cpu(src, geom, args, order, mean, std, out, *, normalize: bool, antial
 
 
 _SEEN: set = set()
+_STARTED: set = set()  # variants whose first call has begun (its thread says so if it compiles)
+_SEEN_LOCK = threading.Lock()
 NOTICE_AFTER_S = 2.0  # a first call still running after this long is compiling: say so
 
 
@@ -1129,7 +1133,10 @@ def _first_use(variant: tuple):
     (about 0.5 s) or compiles it (tens of seconds, once per machine and numba version):
     when it is still running after NOTICE_AFTER_S, a line on stderr says what is going
     on, and another how long it took."""
-    if variant in _SEEN:
+    with _SEEN_LOCK:
+        first = variant not in _SEEN and variant not in _STARTED
+        _STARTED.add(variant)
+    if not first:  # known, or another thread's first call is announcing it
         yield
         return
     import sys

@@ -453,3 +453,22 @@ def test_a_first_call_that_compiles_says_so(monkeypatch, capsys):
     with fused._first_use(("a variant",)):  # seen: nothing said
         pass
     assert capsys.readouterr().err == ""
+    # two threads' first calls of one variant at once (precache's decode threads): said once
+    import threading
+
+    inside, gate = threading.Event(), threading.Event()
+
+    def first() -> None:
+        with fused._first_use(("shared",)):
+            inside.set()
+            gate.wait(10)
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert inside.wait(10)
+    with fused._first_use(("shared",)):
+        pass
+    gate.set()
+    t.join(10)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[0].startswith("gpudecode: compiling") and err[1].startswith("gpudecode: kernel")
