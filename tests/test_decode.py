@@ -390,9 +390,11 @@ def test_a_stop_set_from_another_thread_ends_the_native_decode(big_images, kind)
     data = big_images[kind]
     if kind.startswith("png") and not _native.has_png:
         pytest.skip("this build has no libpng")
-    t0 = time.perf_counter()
-    assert _native_decode(data, 1) == [""]
-    one = time.perf_counter() - t0
+    one = float("inf")
+    for _ in range(3):  # one decode, warm (the first call pays for its allocations: it ran 1.5x slower)
+        t0 = time.perf_counter()
+        assert _native_decode(data, 1) == [""]
+        one = min(one, time.perf_counter() - t0)
     copies = max(4, int(4.0 / max(one, 1e-3)))  # about 4 s of work on one native thread
     stop = np.zeros(1, np.uint8)
     timer = threading.Timer(0.2, lambda: stop.__setitem__(0, 1))
@@ -404,7 +406,7 @@ def test_a_stop_set_from_another_thread_ends_the_native_decode(big_images, kind)
     # the image in progress ends within a row or scan, the rest are never started
     assert took < 0.2 + one / 2 + 0.5, (took, one, copies)
     assert errs[-1] == _native.STOPPED and set(errs) <= {"", _native.STOPPED}
-    assert errs.count("") <= 0.2 / one + 1
+    assert errs.count("") <= 1.5 * 0.2 / one + 1  # those done before the stop, no more (with room for noise)
     assert _native_decode(data, 2, stop) == [_native.STOPPED] * 2  # set before: nothing starts
     stop[0] = 0
     assert _native_decode(data, 2, stop) == ["", ""]
