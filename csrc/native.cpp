@@ -150,6 +150,66 @@ PYBIND11_MODULE(_native, m) {
       "index_tar over a file read with pread (size: the file's size when opened; if it shrinks, io error), "
       "from `start` (0 or a member's chain offset), stopping after max_members (> 0) with a resume offset.");
 
+  m.def(
+      "group_names",
+      [](const py::list& names, const py::object& prev) -> py::object {
+        // prev: the key of the sample the last member before these belonged to (or None)
+        std::string_view prev_key;
+        bool has_prev = false;
+        if (!prev.is_none()) {
+          Py_ssize_t len = 0;
+          const char* p = PyUnicode_Check(prev.ptr()) ? PyUnicode_AsUTF8AndSize(prev.ptr(), &len) : nullptr;
+          if (p) {
+            prev_key = std::string_view(p, size_t(len));
+            has_prev = true;
+          } else {
+            PyErr_Clear();  // a key with lone surrogates equals no ASCII key: any key is new
+          }
+        }
+        const size_t n = names.size();
+        py::array_t<int64_t> groups(static_cast<py::ssize_t>(n));
+        int64_t* g = groups.mutable_data();
+        py::list exts(n), keys;
+        std::vector<std::pair<std::string, py::object>> seen_exts;  // a shard has a few extensions
+        std::string low;
+        int64_t rel = 0;
+        for (size_t i = 0; i < n; ++i) {
+          PyObject* o = PyList_GET_ITEM(names.ptr(), Py_ssize_t(i));
+          if (!PyUnicode_Check(o)) throw py::type_error("member names must be str");
+          if (!PyUnicode_IS_ASCII(o)) return py::none();
+          const std::string_view name(reinterpret_cast<const char*>(PyUnicode_1BYTE_DATA(o)),
+                                      size_t(PyUnicode_GET_LENGTH(o)));
+          const NameSplit s = split_name(name);
+          if (s.kind == NameKind::kUnsure) return py::none();
+          if (s.kind == NameKind::kNone) {
+            g[i] = -1;
+            exts[i] = py::none();
+            continue;
+          }
+          if (!has_prev || s.key != prev_key) {
+            keys.append(py::str(s.key.data(), s.key.size()));
+            prev_key = s.key;  // a view into names[i], alive while the list is
+            has_prev = true;
+            ++rel;
+          }
+          g[i] = rel;
+          low.assign(s.ext);
+          for (char& c : low) c = char(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+          auto hit = std::find_if(seen_exts.begin(), seen_exts.end(), [&](const auto& e) { return e.first == low; });
+          if (hit == seen_exts.end()) {
+            seen_exts.emplace_back(low, py::str(low));
+            hit = seen_exts.end() - 1;
+          }
+          exts[i] = hit->second;
+        }
+        return py::make_tuple(groups, exts, keys);
+      },
+      py::arg("names"), py::arg("prev_key"),
+      "WebDataset's grouping of member names in one call: (groups, exts, keys), or None when a name is not "
+      "printable ASCII (the caller groups those in Python). groups[i] is -1 for a member that is no sample's field "
+      "(metadata, no extension), 0 for one continuing the sample of `prev_key`, j > 0 for one of the j-th sample "
+      "begun here, whose key is keys[j - 1]; exts[i] is its extension, lower-cased (None for -1).");
+
   py::class_<TarParser>(m, "TarParser",
                         "The tar state machine, one header at a time (for streams; index_tar drives the same one).")
       .def(py::init<>())

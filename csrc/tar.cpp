@@ -390,4 +390,21 @@ TarIndex index_tar_fd(int fd, int64_t size, int64_t window, int64_t start, int64
   return run_index(src, size, start, max_members);
 }
 
+NameSplit split_name(std::string_view name) {
+  for (const char c : name)
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) return {NameKind::kUnsure, {}, {}};
+  // metadata: the first path component is `__...__` (four characters at least when a
+  // path follows it), as `__[^/]*__($|/)` matched at the start, or the whole name is
+  const size_t first_slash = name.find('/');
+  const std::string_view c = name.substr(0, first_slash);
+  const bool dunder = c.size() >= 2 && c.substr(0, 2) == "__" && c.substr(c.size() - 2) == "__";
+  if (dunder && (c.size() >= 4 || first_slash == std::string_view::npos)) return {NameKind::kNone, {}, {}};
+  while (name.substr(0, 2) == "./") name.remove_prefix(2);
+  const size_t r = name.rfind('/');
+  const size_t base = r == std::string_view::npos ? 0 : r + 1;
+  const size_t dot = name.find('.', base);
+  if (dot == std::string_view::npos || dot <= base) return {NameKind::kNone, {}, {}};
+  return {NameKind::kField, name.substr(0, dot), name.substr(dot + 1)};
+}
+
 }  // namespace gpudecode

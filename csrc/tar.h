@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gpudecode {
@@ -111,5 +112,18 @@ TarIndex index_tar(const uint8_t* data, size_t size);
 // at `start` (0, or a member's chain offset) and, with max_members > 0, stops after that
 // many members, setting `resume` to where a next call goes on.
 TarIndex index_tar_fd(int fd, int64_t size, int64_t window = 1 << 16, int64_t start = 0, int64_t max_members = 0);
+
+// WebDataset's rule for one member name (gpudecode.io.tario's split_key and is_metadata,
+// which stay the reference): kField (key = the path up to the first dot of the basename,
+// a leading "./" dropped; ext = the rest, lower-cased), kNone (metadata such as
+// `__index__`, or no extension: no sample's field), or kUnsure for a name with a byte
+// outside printable ASCII, where Unicode lower-casing and the regex's `$` differ from
+// byte rules: the caller decides those in Python.
+enum class NameKind : uint8_t { kField, kNone, kUnsure };
+struct NameSplit {
+  NameKind kind;
+  std::string_view key, ext;  // (kField) ext not yet lower-cased
+};
+NameSplit split_name(std::string_view name);
 
 }  // namespace gpudecode

@@ -51,7 +51,7 @@ from . import shards as _shards
 from .cache import ShardCache
 from .files import FileList, iter_files
 from .remote import RemoteOptions, open_remote
-from .tario import BLOCK, Member, TarFault, index_file, is_metadata, iter_stream, split_key
+from .tario import BLOCK, Member, TarFault, index_file_lists, is_metadata, iter_stream, split_key
 
 Even = Literal["pad", "drop"]
 _CHUNK = 64  # samples handed over per queue item
@@ -124,8 +124,27 @@ Want = Callable[[str, "int | None"], bool]
 Item = "tuple[Member, bytes | None, int | None] | TarFault"
 
 
-def _want_all(name: str, group: int | None) -> bool:
-    return True
+class _Want:
+    """Which members a shard read delivers the bytes of: those of samples start..end-1
+    (Grouper's numbering), with an extension in `extensions` (None: any). A plain
+    function (name, sample index) -> bool does as well; this one also lets a local read
+    choose members a read batch at a time."""
+
+    __slots__ = ("start", "end", "extensions")
+
+    def __init__(self, start: int = 0, end: float = float("inf"), extensions: frozenset[str] | None = None) -> None:
+        self.start, self.end, self.extensions = start, end, extensions
+
+    def __call__(self, name: str, g: int | None) -> bool:
+        if g is None or not self.start <= g < self.end:
+            return False
+        if self.extensions is None:
+            return True
+        parts = split_key(name)
+        return parts is not None and parts[1] in self.extensions
+
+
+_want_all = _Want()
 
 
 def _gunzip(f: IO[bytes]) -> IO[bytes]:
@@ -144,8 +163,8 @@ def _open_local(path: str, url: str):
 def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | None = None,
                  group: ThreadGroup | None = None, cache: ShardCache | None = None,
                  seek: tuple[int, int] | None = None, mapped: frozenset[str] = frozenset(),
-                 maps: _MapCache | None = None
-                 ) -> Iterator[tuple[Member, bytes | memoryview | None, int | None] | TarFault]:
+                 maps: _MapCache | None = None, runs: bool = False
+                 ) -> Iterator["tuple[Member, bytes | memoryview | None, int | None] | TarFault | _Run"]:
     """(member, data, sample index) for every member of a shard, then a last TarFault if
     the tar is refused. data is None where want(name, sample index) is False, and for a
     link; the sample index is Grouper's (None: not a sample's field).
@@ -160,7 +179,8 @@ def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | No
     index) starts a local shard at that sample (offsets recorded when it was counted).
     Members with an extension in `mapped` are read-only memoryviews over the mapped file
     where it is a file (local, cached or spooled), bytes otherwise; `maps` keeps the
-    mappings of shard files (not of spooled ones) for the next time.
+    mappings of shard files (not of spooled ones) for the next time. With `runs` (and a
+    `_Want`), a local shard's plain read batches come as `_Run`s (see _file_members).
 
     Raises:
         ShardReadError: the shard cannot be opened or read (names it).
@@ -174,16 +194,16 @@ def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | No
         with f:
             if f.peek(2)[:2] == _GZIP_MAGIC:
                 with _spooled(f, url) as tmp:
-                    yield from _file_members(tmp, url, want, seek, mapped)
+                    yield from _file_members(tmp, url, want, seek, mapped, runs=runs)
             else:
-                yield from _file_members(f, url, want, seek, mapped, maps)
+                yield from _file_members(f, url, want, seek, mapped, maps, runs)
         return
     stream = open_remote(url, remote)
     cancel = getattr(getattr(stream, "raw", None), "cancel", None)
     with stream, (group.cancelling(cancel) if group is not None and cancel is not None else contextlib.nullcontext()):
         if stream.peek(2)[:2] == _GZIP_MAGIC:
             with _spooled(stream, url) as tmp:
-                yield from _file_members(tmp, url, want, mapped=mapped)
+                yield from _file_members(tmp, url, want, mapped=mapped, runs=runs)
         else:
             yield from stream_members(stream, url, want=want)
 
@@ -235,20 +255,21 @@ class _Mapping:
         self.mm = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size else None
         self.view = memoryview(self.mm) if self.mm is not None else memoryview(b"")
 
-    def views(self, members: list[Member]) -> list[memoryview] | None:
-        """The members' views; None if the file no longer holds them."""
-        if not members or self.mm is None:
-            return [self.view[m.offset:m.offset + m.size] for m in members]
+    def views(self, offsets: list[int], sizes: list[int]) -> list[memoryview] | None:
+        """The views of the members at `offsets` of `sizes` bytes; None if the file no
+        longer holds them."""
+        if not offsets or self.mm is None:
+            return [self.view[o:o + n] for o, n in zip(offsets, sizes)]
         import mmap
 
-        lo = members[0].offset // mmap.PAGESIZE * mmap.PAGESIZE
-        hi = max(m.offset + m.size for m in members)
+        lo = offsets[0] // mmap.PAGESIZE * mmap.PAGESIZE
+        hi = max(o + n for o, n in zip(offsets, sizes))
         try:
             self.mm.madvise(mmap.MADV_WILLNEED, lo, hi - lo)
         except OSError as e:
             if e.errno in (errno.EFAULT, errno.ENOMEM):  # pages past the end of the file: it was truncated
                 return None
-        return [self.view[m.offset:m.offset + m.size] for m in members]
+        return [self.view[o:o + n] for o, n in zip(offsets, sizes)]
 
 
 class _MapCache:
@@ -321,52 +342,42 @@ class _MapCache:
 
 
 def _file_members(f: IO[bytes], url: str, want: Want, seek: tuple[int, int] | None = None,
-                  mapped: frozenset[str] = frozenset(), maps: _MapCache | None = None
-                  ) -> Iterator[tuple[Member, bytes | memoryview | None, int | None] | TarFault]:
+                  mapped: frozenset[str] = frozenset(), maps: _MapCache | None = None, runs: bool = False
+                  ) -> Iterator["tuple[Member, bytes | memoryview | None, int | None] | TarFault | _Run"]:
     """The members of a local tar, indexed _INDEX_CHUNK at a time (a caller that stops
     early indexes no further) and read _READ_BATCH at a time (one native call each).
-    Members with an extension in `mapped` come as memoryviews over the mapped file."""
+    Members with an extension in `mapped` come as memoryviews over the mapped file.
+    With `runs`, where `want` is a `_Want` and a read batch is plain (regular files, printable-ASCII
+    names: the common case), it is grouped in one native call and comes as `_Run`s, one
+    per sample's members there, instead of member by member."""
     try:
         fd = f.fileno()
         size = os.fstat(fd).st_size
         offset, first = seek if seek is not None else (0, 0)
         grouper = Grouper(first)
-        mapping: _Mapping | None = None
+        reader = _PartReader(fd, size, mapped, maps)
         while True:
-            members, fault, resume = index_file(fd, size, start=offset, max_members=_INDEX_CHUNK)
-            for start in range(0, len(members), _READ_BATCH):
-                part = members[start:start + _READ_BATCH]
-                groups = [grouper.group(m.name) for m in part]
-                wanted = [m for m, g in zip(part, groups) if m.type == "0" and want(m.name, g)]
-                views: list[memoryview] = []
-                if mapped:
-                    is_mapped = [(split_key(m.name) or ("", ""))[1] in mapped for m in wanted]
-                    by_map = [m for m, y in zip(wanted, is_mapped) if y]
-                    # a file that shrank is read with pread below, which delivers what it
-                    # still holds and names the first member cut off, as for any shard
-                    if by_map and os.fstat(fd).st_size >= size:
-                        mapping = mapping or (maps.get(fd, size) if maps is not None else _Mapping(fd, size))
-                        got_views = mapping.views(by_map)
-                        if got_views is not None:
-                            views = got_views
-                            wanted = by_map + [m for m, y in zip(wanted, is_mapped) if not y]
-                rest = wanted[len(views):]
-                read, got, error = _native.read_ranges(fd, np.array([m.offset for m in rest], np.int64),
-                                                       np.array([m.size for m in rest], np.int64))
-                datas: list[bytes | memoryview] = [*views, *read]
-                data_of = dict(zip((id(m) for m in wanted), datas))
-                if len(datas) < len(wanted):  # the file shrank, or failed, under the reader
-                    m = wanted[len(datas)]
-                    for mm, g in zip(part, groups):
-                        if mm is m:
-                            break
-                        yield mm, data_of.get(id(mm)), g
-                    why = error or (f"shard shrank while being read: member {m.name!r} needs {m.size} bytes "
-                                    f"at offset {m.offset}, {got} left (the file was {size} bytes when opened)")
-                    yield TarFault(why, m.offset - BLOCK, m.name, io=True)
-                    return
-                for m, g in zip(part, groups):
-                    yield m, data_of.get(id(m)), g
+            names, offsets, sizes, types, chains, fault, resume = index_file_lists(fd, size, start=offset,
+                                                                                 max_members=_INDEX_CHUNK)
+            for lo in range(0, len(names), _READ_BATCH):
+                part = _Part(names[lo:lo + _READ_BATCH], offsets[lo:lo + _READ_BATCH], sizes[lo:lo + _READ_BATCH],
+                             types[lo:lo + _READ_BATCH], chains[lo:lo + _READ_BATCH])
+                plain = _plain_runs(part, grouper, want, reader) if runs and isinstance(want, _Want) else None
+                if plain is not None:
+                    yield from plain
+                    continue
+                members = [Member(*m) for m in zip(part.names, part.offsets, part.sizes, part.types, part.chains)]
+                groups = [grouper.group(m.name) for m in members]
+                wanted = [i for i, (m, g) in enumerate(zip(members, groups)) if m.type == "0" and want(m.name, g)]
+                data_of, short = reader.read(part, wanted)
+                for i, (m, g) in enumerate(zip(members, groups)):
+                    if short is not None and i == short[0]:  # the file shrank, or failed, under the reader
+                        why = short[2] or (f"shard shrank while being read: member {m.name!r} needs {m.size} bytes "
+                                           f"at offset {m.offset}, {short[1]} left (the file was {size} bytes when "
+                                           "opened)")
+                        yield TarFault(why, m.offset - BLOCK, m.name, io=True)
+                        return
+                    yield m, data_of.get(i), g
             if fault is not None:
                 yield fault
                 return
@@ -375,6 +386,118 @@ def _file_members(f: IO[bytes], url: str, want: Want, seek: tuple[int, int] | No
             offset = resume
     except (OSError, MemoryError, OverflowError) as e:
         raise _stream_error(e, url) from e
+
+
+@dataclass(slots=True)
+class _Part:
+    """A read batch of a local shard's index: its members' fields, as lists."""
+
+    names: list[str]
+    offsets: list[int]
+    sizes: list[int]
+    types: str
+    chains: list[int]
+
+
+@dataclass(slots=True)
+class _Run:
+    """The members of one sample next to each other in a plain read batch: what
+    iter_shard assembles in one step. `datas` is None where the member is not wanted;
+    the sample may go on in the next batch (the same `g`)."""
+
+    g: int
+    key: str
+    exts: list[str]
+    datas: list
+    part: _Part
+    at: int  # index of the run's first member in `part`
+
+
+class _PartReader:
+    """Reads the wanted members of read batches of one local shard: memoryviews over the
+    mapped file for the `mapped` extensions, one native pread call for the rest."""
+
+    def __init__(self, fd: int, size: int, mapped: frozenset[str], maps: _MapCache | None) -> None:
+        self.fd, self.size, self.mapped, self.maps = fd, size, mapped, maps
+        self.mapping: _Mapping | None = None
+
+    def read(self, part: _Part, wanted: list[int]) -> tuple[dict[int, bytes | memoryview],
+                                                             tuple[int, int, str | None] | None]:
+        """{index in part: data} for the members `wanted`, and, if the file shrank or failed
+        under the reader, (index of the first member not read, bytes it had, error)."""
+        views: list[memoryview] = []
+        order = wanted
+        if self.mapped and wanted:
+            is_mapped = [(split_key(part.names[i]) or ("", ""))[1] in self.mapped for i in wanted]
+            by_map = [i for i, y in zip(wanted, is_mapped) if y]
+            # a file that shrank is read with pread below, which delivers what it still
+            # holds and names the first member cut off, as for any shard
+            if by_map and os.fstat(self.fd).st_size >= self.size:
+                if self.mapping is None:
+                    self.mapping = self.maps.get(self.fd, self.size) if self.maps is not None else _Mapping(
+                        self.fd, self.size)
+                got_views = self.mapping.views([part.offsets[i] for i in by_map], [part.sizes[i] for i in by_map])
+                if got_views is not None:
+                    views = got_views
+                    order = by_map + [i for i, y in zip(wanted, is_mapped) if not y]
+        rest = order[len(views):]
+        read, got, error = _native.read_ranges(self.fd, np.array([part.offsets[i] for i in rest], np.int64),
+                                               np.array([part.sizes[i] for i in rest], np.int64))
+        datas: list[bytes | memoryview] = [*views, *read]
+        data_of = dict(zip(order, datas))
+        if len(datas) < len(order):
+            return data_of, (order[len(datas)], got, error)
+        return data_of, None
+
+
+def _plain_runs(part: _Part, grouper: Grouper, want: "_Want", reader: _PartReader) -> list[_Run] | None:
+    """The read batch as runs of one sample's members (grouped natively, read in one
+    call), Grouper brought on past it; None where the batch is not plain (a link, a name
+    that is not printable ASCII) or the file failed under the reader: the caller then
+    goes member by member, which names the fault."""
+    if part.types.count("0") != len(part.types):
+        return None
+    grouped = _native.group_names(part.names, grouper.key)
+    if grouped is None:
+        return None
+    rel_arr, exts, keys = grouped
+    rel = rel_arr.tolist()
+    base = grouper.index
+    lo, hi, only = want.start - base, want.end - base, want.extensions
+    if only is None:
+        wanted = [i for i, r in enumerate(rel) if r >= 0 and lo <= r < hi]
+    else:
+        wanted = [i for i, r in enumerate(rel) if r >= 0 and lo <= r < hi and exts[i] in only]
+    data_of, short = reader.read(part, wanted)
+    if short is not None:
+        return None
+    datas = [data_of.get(i) for i in range(len(rel))] if len(wanted) != len(rel) else [data_of[i] for i in wanted]
+    fields = rel_arr >= 0
+    if not fields.all():  # metadata members between a sample's fields are no part of it
+        keep = np.flatnonzero(fields)
+        at = keep.tolist()
+        rs = rel_arr[keep]
+    else:
+        at = None
+        rs = rel_arr
+    if not len(rs):
+        return []
+    starts = [0, *(np.flatnonzero(np.diff(rs)) + 1).tolist()]
+    ends = [*starts[1:], len(rs)]
+    runs = []
+    prev_key = grouper.key
+    for a, b in zip(starts, ends):
+        r = int(rs[a])
+        if at is None:
+            run_exts, run_datas, first = exts[a:b], datas[a:b], a
+        else:
+            idx = at[a:b]
+            run_exts, run_datas, first = [exts[i] for i in idx], [datas[i] for i in idx], idx[0]
+        runs.append(_Run(base + r, keys[r - 1] if r else prev_key, run_exts, run_datas, part, first))  # type: ignore[arg-type]
+    if keys:
+        grouper.key = keys[-1]
+        grouper.index = base + len(keys)
+    return runs
 
 
 def stream_members(stream: IO[bytes], url: str, *, want: Want = _want_all
@@ -423,15 +546,7 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
     samples are not read; a local shard counted before is entered at sample `start`'s
     headers. `starts` (a list) collects the chain offset of each sample's first member."""
     end = stop if stop is not None else float("inf")
-
-    def want(name: str, g: int | None) -> bool:
-        if g is None or not start <= g < end:
-            return False
-        if extensions is None:
-            return True
-        parts = split_key(name)
-        return parts is not None and parts[1] in extensions
-
+    want = _Want(start, end, extensions)
     seek = None
     if start > 0 and _shards.is_local(url):
         known = _sample_starts(url)
@@ -440,7 +555,17 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
     samples = _Assembler(url, on_error, starts)
     try:
         for item in iter_members(url, want=want, remote=remote, group=group, cache=cache, seek=seek, mapped=mapped,
-                                 maps=maps):
+                                 maps=maps, runs=True):
+            if isinstance(item, _Run):
+                if item.g < start:
+                    continue
+                if item.g >= end:
+                    break
+                for out in samples.run(item):
+                    yield out
+                    if isinstance(out, Failure) and out.fatal:  # under "raise", a member's fault
+                        return
+                continue
             if isinstance(item, TarFault):
                 yield from samples.fault(item)
                 return
@@ -499,7 +624,7 @@ class _Assembler:
         previous sample when this member begins a new one, and a fatal Failure when the
         member is bad under "raise" (a sample already bad takes no more members)."""
         k, ext = split_key(member.name) or ("", "")  # g is not None: the name has a key
-        out = self._begin(k, g, member) if g != self.index else []
+        out = self._begin(k, g, member.chain, member.offset) if g != self.index else []
         if self.bad is None:
             self.bad = self._member_error(member, k, ext)
             if self.bad is None:
@@ -509,15 +634,41 @@ class _Assembler:
                 out.append(Failure(self.bad, fatal=True))
         return out
 
-    def _begin(self, k: str, g: int, member: Member) -> list[Sample | Failure]:
+    def run(self, r: _Run) -> list[Sample | Failure]:
+        """Takes the run of sample r.g's members (a plain read batch's): as member() for
+        each, in one step where no extension repeats (the common case)."""
+        p, at = r.part, r.at
+        out = self._begin(r.key, r.g, p.chains[at], p.offsets[at]) if r.g != self.index else []
+        if self.bad is not None:
+            return out
+        fields = self.fields
+        if len(set(r.exts)) == len(r.exts) and fields.keys().isdisjoint(r.exts):
+            if None in r.datas:
+                fields.update((e, d) for e, d in zip(r.exts, r.datas) if d is not None)
+            else:
+                fields.update(zip(r.exts, r.datas))
+            return out
+        # an extension repeats: member by member, for the error naming that member; the
+        # run's members are its fields in order (metadata between them passed over)
+        i = at
+        for ext, data in zip(r.exts, r.datas):
+            while (split_key(p.names[i]) or ("", ""))[1] != ext or is_metadata(p.names[i]):
+                i += 1
+            out.extend(self.member(Member(p.names[i], p.offsets[i], p.sizes[i], "0", p.chains[i]), data, r.g))
+            i += 1
+            if self.bad is not None:
+                break
+        return out
+
+    def _begin(self, k: str, g: int, chain: int, offset: int) -> list[Sample | Failure]:
         done = [self.pending()] if self.key is not None else []
         self.key, self.index, self.fields, self.bad = k, g, {}, None
         if self.starts is not None:
-            self.starts.append(member.chain)
+            self.starts.append(chain)
         if k in self.seen:  # the same key again, after other samples: a duplicated sample
             self.bad = ShardFormatError(f"key {k!r} appears a second time in the shard (sample {g}; the first was "
                                         f"sample {self.seen[k]}): a duplicated sample", shard=self.url, key=k,
-                                        offset=member.offset - BLOCK)
+                                        offset=offset - BLOCK)
         else:
             self.seen[k] = g
         return done

@@ -100,6 +100,17 @@ def index_file(fd: int, size: int, *, start: int = 0,
     return _from_index(_native().index_tar_fd(fd, size, start, max_members))
 
 
+def index_file_lists(fd: int, size: int, *, start: int = 0, max_members: int = 0
+                     ) -> tuple[list[str], list[int], list[int], str, list[int], TarFault | None, int | None]:
+    """index_file's members as lists (names, offsets, sizes, types, chains), for a caller
+    that goes through them a batch at a time: no Member object per member."""
+    names, offsets, sizes, types, error, error_offset, member, io, after_end, chains, resume = \
+        _native().index_tar_fd(fd, size, start, max_members)
+    fault = None if error is None else TarFault(error, error_offset, member, io, after_end)
+    return (names, offsets.tolist(), sizes.tolist(), types.decode("latin-1"), chains.tolist(), fault,
+            None if resume < 0 else resume)
+
+
 def read_exact(stream: IO[bytes], size: int) -> bytes:
     """Up to `size` bytes: fewer only at the end of the stream. Reads in bounded pieces."""
     chunks = []
