@@ -82,6 +82,31 @@ std::vector<std::string> run_probe_batch(const std::vector<py::buffer>& items, s
   return probe_batch(views, infos, num_threads);
 }
 
+// A text label as gpudecode.labels reads it: `\s*[+-]?[0-9]+\s*` (bytes, ASCII whitespace),
+// at most 64 bytes, fitting int64. False for anything else (the caller's Python then
+// refuses it with its message).
+bool parse_text_label(const uint8_t* p, size_t n, int64_t& value) {
+  if (n > 64) return false;
+  auto space = [](uint8_t c) { return c == ' ' || (c >= '\t' && c <= '\r'); };
+  size_t i = 0;
+  while (i < n && space(p[i])) ++i;
+  bool neg = false;
+  if (i < n && (p[i] == '+' || p[i] == '-')) neg = p[i++] == '-';
+  const size_t digits = i;
+  uint64_t mag = 0;
+  for (; i < n && p[i] >= '0' && p[i] <= '9'; ++i) {
+    if (mag > (uint64_t(1) << 63) / 10) return false;
+    mag = mag * 10 + (p[i] - '0');
+    if (mag > (uint64_t(1) << 63)) return false;
+  }
+  if (i == digits) return false;
+  while (i < n && space(p[i])) ++i;
+  if (i != n) return false;
+  if (!neg && mag > uint64_t(INT64_MAX)) return false;
+  value = neg ? int64_t(0 - mag) : int64_t(mag);
+  return true;
+}
+
 using I32 = py::array_t<int32_t, py::array::c_style>;
 using I64 = py::array_t<int64_t, py::array::c_style>;
 using U8 = py::array_t<uint8_t, py::array::c_style>;
@@ -357,6 +382,74 @@ PYBIND11_MODULE(_native, m) {
       py::arg("items"), py::arg("num_threads") = 1,
       "probe_batch's format and size only: each entry is (format, height, width), or the error message as a "
       "str (a tuple costs a fraction of the full dict, per image of every batch).");
+
+  m.def(
+      "probe_fields",
+      [](const py::list& fields, const std::vector<std::string>& image_exts, const std::vector<std::string>& label_exts,
+         int num_threads) {
+        const size_t n = fields.size();
+        std::vector<py::str> iexts(image_exts.begin(), image_exts.end()), lexts(label_exts.begin(), label_exts.end());
+        py::list images(n), fmts(n), errors(n);
+        I64 heights(static_cast<py::ssize_t>(n)), widths(static_cast<py::ssize_t>(n)),
+            labels(static_cast<py::ssize_t>(n));
+        U8 label_ok(static_cast<py::ssize_t>(n));
+        int64_t *hs = heights.mutable_data(), *ws = widths.mutable_data(), *ls = labels.mutable_data();
+        uint8_t* ok = label_ok.mutable_data();
+        std::vector<py::buffer> items;
+        std::vector<size_t> which;
+        items.reserve(n);
+        which.reserve(n);
+        for (size_t i = 0; i < n; ++i) {
+          PyObject* d = PyList_GET_ITEM(fields.ptr(), Py_ssize_t(i));
+          if (!PyDict_Check(d)) throw py::type_error("fields must be a list of dicts");
+          hs[i] = ws[i] = ls[i] = 0;
+          ok[i] = 0;
+          errors[i] = py::none();
+          fmts[i] = py::none();
+          PyObject* img = nullptr;
+          for (const py::str& e : iexts)
+            if ((img = PyDict_GetItemWithError(d, e.ptr())) != nullptr) break;
+          if (PyErr_Occurred()) throw py::error_already_set();
+          if (img) {
+            images[i] = py::reinterpret_borrow<py::object>(img);
+            items.push_back(py::reinterpret_borrow<py::buffer>(img));
+            which.push_back(i);
+          } else {
+            images[i] = py::none();
+          }
+          for (size_t j = 0; j < lexts.size(); ++j) {
+            PyObject* v = PyDict_GetItemWithError(d, lexts[j].ptr());
+            if (PyErr_Occurred()) throw py::error_already_set();
+            if (!v) continue;
+            if (label_exts[j] != "json") {  // (a .json label, and anything refused, is for parse_label)
+              const ByteView b = view_of(py::reinterpret_borrow<py::buffer>(v));
+              ok[i] = parse_text_label(b.data, b.size, ls[i]) ? 1 : 0;
+            }
+            break;
+          }
+        }
+        std::vector<ImageInfo> infos;
+        const std::vector<std::string> errs = run_probe_batch(items, infos, num_threads);
+        py::str jpeg("jpeg"), png("png"), npy("npy");
+        for (size_t k = 0; k < which.size(); ++k) {
+          const size_t i = which[k];
+          if (!errs[k].empty()) {
+            errors[i] = py::str(errs[k]);
+            continue;
+          }
+          const std::string& f = infos[k].format;
+          fmts[i] = f == "jpeg" ? jpeg : f == "png" ? png : f == "npy" ? npy : py::str(f);
+          hs[i] = infos[k].height;
+          ws[i] = infos[k].width;
+        }
+        return py::make_tuple(images, fmts, heights, widths, errors, labels, label_ok);
+      },
+      py::arg("fields"), py::arg("image_exts"), py::arg("label_exts"), py::arg("num_threads") = 1,
+      "A read batch's samples (their fields dicts) probed and labelled in one call: (images, formats, heights, "
+      "widths, errors, labels, label_ok). images[i] is the first of image_exts present (None: none); formats[i], "
+      "heights[i], widths[i] its probe, or errors[i] why not; labels[i] the first of label_exts present, parsed "
+      "where label_ok[i] (an ASCII integer of at most 64 bytes in int64, surrounding whitespace allowed), else "
+      "for the caller to parse and judge (a .json label, none, or one refused).");
 
   m.def(
       "tensor_layouts",

@@ -149,3 +149,45 @@ def probe_samples(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixe
         except LocatedError as e:
             fail(e)
     return out
+
+
+def probe_labeled(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixels: int,
+                  fail: Callable[[LocatedError], None], label_exts: Sequence[str] | None,
+                  label: Callable[["Sample"], int], fits: Callable[[int], bool] = lambda v: True) -> list[ProbedImage]:
+    """probe_samples with the sample's label as `extra` (`label`: parse_label with the
+    caller's checks; label_exts None: no labels, extra 0), in one native call for the
+    read batch: the image fields found, probed, and the labels that are ASCII integers
+    parsed there (and kept where `fits` says so). What that call does not take (a .json
+    label, one it refuses or `fits` refuses, an image it cannot probe) goes through
+    `label` and probe_format as in probe_samples, so every
+    outcome and message is the same, in the same order."""
+    exts = list(label_exts) if label_exts is not None else []
+    images, fmts, hs, ws, errs, labels, label_ok = _native.probe_fields([s.fields for s in chunk], list(image_exts),
+                                                                        exts, 1)
+    for s, d in zip(chunk, images):  # (probe_samples reports every missing image first)
+        if d is None:
+            fail(DecodeError(f"no image (looked for .{', .'.join(image_exts)})", shard=s.shard, key=s.key))
+    hl, wl, ll, okl = hs.tolist(), ws.tolist(), labels.tolist(), label_ok.tolist()
+    out = []
+    for i, (s, d) in enumerate(zip(chunk, images)):
+        if d is None:
+            continue
+        try:
+            try:
+                why = errs[i]
+                if why is None:
+                    fmt, h, w = fmts[i], hl[i], wl[i]
+                else:
+                    fmt, h, w = probe_format(d, shard=s.shard, key=s.key, why=why)
+                if max_pixels and h * w > max_pixels:
+                    raise DecodeError(f"image of {w}x{h} pixels is over the limit of {max_pixels} pixels",
+                                      shard=s.shard, key=s.key)
+                out.append(ProbedImage(s, d, fmt, h, w,  # type: ignore[arg-type]
+                                       0 if label_exts is None else ll[i] if okl[i] and fits(ll[i]) else label(s)))
+            except LocatedError:
+                raise
+            except Exception as e:
+                raise wrap_data_error(e, DecodeError, "probing the image failed", shard=s.shard, key=s.key) from e
+        except LocatedError as e:
+            fail(e)
+    return out

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ._probe import ProbedImage, probe_samples
+from ._probe import ProbedImage, probe_labeled
 from .decode import DecodedBatch, choose, make_decoder
 from .errors import DecodeError, ErrorPolicy, Skipped
 from .io.reader import Sample
@@ -235,19 +235,20 @@ class Pipeline:
         return self.policy.skipped
 
     def _probe(self, chunk: list[Sample]) -> list[ProbedImage]:
-        """Samples with a readable image header (and label; `extra` holds it)."""
-        if self.labels:
-            exts = self.label_exts
+        """Samples with a readable image header (and label; `extra` holds it), in one
+        native call for the batch (see probe_labeled); a label that call does not parse,
+        or that fails the checks (sign, num_classes), is parse_label's, which says why."""
+        exts, negative, classes = self.label_exts, self.allow_negative_labels, self.num_classes
 
-            negative, classes = self.allow_negative_labels, self.num_classes
+        def label(s: Sample) -> int:
+            return parse_label(s.fields, exts, shard=s.shard, key=s.key, allow_negative=negative,
+                               num_classes=classes)
 
-            def label(s: Sample) -> int:
-                return parse_label(s.fields, exts, shard=s.shard, key=s.key, allow_negative=negative,
-                                   num_classes=classes)
-        else:
-            def label(s: Sample) -> int:
-                return 0
-        return probe_samples(chunk, self.image_exts, self.max_pixels, self.policy, label)
+        def fits(v: int) -> bool:
+            return (v >= 0 or negative) and (classes is None or v < classes)
+
+        return probe_labeled(chunk, self.image_exts, self.max_pixels, self.policy, exts if self.labels else None,
+                             label, fits)
 
     def _one_size(self, probed: list[ProbedImage]) -> list[ProbedImage]:
         """A transform without geometry keeps each image's size, and a batch has one: the

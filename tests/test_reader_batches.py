@@ -171,3 +171,91 @@ def test_a_shard_that_shrinks_under_a_batch_is_named(tmp_path, monkeypatch):
     fault = items[-1]
     assert isinstance(fault, Failure) and fault.fatal and "shrank" in str(fault.error)
     assert fault.error.key == "s01" and "s01.json" in str(fault.error)
+
+
+# -- a read batch probed and labelled in one native call (Pipeline._probe) ------------------
+
+
+def _python_label(fields, exts, negative, classes):
+    from gpudecode.errors import LabelError
+    from gpudecode.labels import parse_label
+
+    try:
+        return parse_label(fields, exts, shard="s", key="k", allow_negative=negative, num_classes=classes)
+    except LabelError as e:
+        return str(e)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.binary(max_size=70), st.from_regex(rb"\s*[+-]?[0-9]{1,22}\s*", fullmatch=True),
+                 st.integers(-(1 << 64), 1 << 64).map(lambda v: str(v).encode())),
+       st.booleans(), st.sampled_from([None, 10, 1 << 40]))
+def test_native_labels_are_parse_labels(data, negative, classes):
+    """probe_fields parses what parse_label takes to the same value, and leaves the rest
+    (with `fits`, the sign and num_classes checks) to parse_label itself."""
+    from gpudecode._probe import probe_labeled
+    from gpudecode.io.reader import Sample
+
+    fields = {"jpg": b"\xff\xd8 not a jpeg", "cls": data}
+    _, _, _, _, _, labels, ok = _native.probe_fields([fields], ["jpg"], ["cls"])
+    want = _python_label(fields, ["cls"], negative, classes)
+    if ok[0]:
+        assert int(labels[0]) == int(data)
+    else:
+        assert isinstance(want, str) or not -(1 << 63) <= int(data) < (1 << 63)
+    got = []
+
+    def fits(v):
+        return (v >= 0 or negative) and (classes is None or v < classes)
+
+    s = Sample("k", fields, "s", 0)
+    probed = probe_labeled([s], ["jpg"], 0, lambda e: got.append(str(e)), ["cls"],
+                           lambda smp: _python_label(smp.fields, ["cls"], negative, classes), fits)
+    # the image is refused (not a JPEG) before the label is read, as in probe_samples
+    assert not probed and len(got) == 1 and "k" in got[0]
+
+
+def test_probe_labeled_is_probe_samples(tmp_path):
+    """The batch call gives what probe_samples with parse_label gives, failures and their
+    order included, on real images and bad ones."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from gpudecode._probe import probe_labeled, probe_samples
+    from gpudecode.errors import ErrorPolicy
+    from gpudecode.io.reader import Sample
+    from gpudecode.labels import parse_label
+
+    def enc(fmt, h, w):
+        b = io.BytesIO()
+        Image.fromarray(np.zeros((h, w, 3), np.uint8)).save(b, fmt)
+        return b.getvalue()
+
+    jpg, png, bmp = enc("JPEG", 5, 7), enc("PNG", 6, 4), enc("BMP", 3, 9)
+    rows = [{"jpg": jpg, "cls": b"3"}, {"cls": b"1"}, {"png": png, "cls": b" -2\n"}, {"jpg": b"junk", "cls": b"1"},
+            {"jpg": jpg, "json": b'{"label": 4}'}, {"jpg": bmp, "cls": b"9"}, {"jpg": jpg, "cls": b"1.5"},
+            {"jpg": jpg}, {"jpg": jpg, "cls": b"12"}, {"png": png, "cls": b"99999999999999999999"},
+            {"jpg": enc("JPEG", 400, 400), "cls": b"2"}, {"jpg": jpg, "cls": memoryview(b"5")}]
+    chunk = [Sample(f"k{i}", f, "shard.tar", i) for i, f in enumerate(rows)]
+    for negative, classes in ((False, None), (True, None), (False, 10)):
+        def label(s):
+            return parse_label(s.fields, ["cls", "json"], shard=s.shard, key=s.key, allow_negative=negative,
+                               num_classes=classes)
+
+        def fits(v):
+            return (v >= 0 or negative) and (classes is None or v < classes)
+
+        a, b = ErrorPolicy("skip"), ErrorPolicy("skip")
+        want = probe_samples(chunk, ["jpg", "png"], 150 * 150, a, label)
+        got = probe_labeled(chunk, ["jpg", "png"], 150 * 150, b, ["cls", "json"], label, fits)
+        assert [(p.sample.key, p.format, p.height, p.width, p.extra, bytes(p.data)) for p in got] == \
+            [(p.sample.key, p.format, p.height, p.width, p.extra, bytes(p.data)) for p in want]
+        assert [(s.key, s.reason, s.error) for s in b.skipped] == [(s.key, s.reason, s.error) for s in a.skipped]
+        assert len(got) >= 4 and len(a.skipped) >= 5
+        with pytest.raises(Exception) as ea:
+            probe_samples(chunk, ["jpg", "png"], 150 * 150, ErrorPolicy("raise"), label)
+        with pytest.raises(Exception) as eb:
+            probe_labeled(chunk, ["jpg", "png"], 150 * 150, ErrorPolicy("raise"), ["cls", "json"], label, fits)
+        assert type(ea.value) is type(eb.value) and str(ea.value) == str(eb.value)

@@ -1,0 +1,115 @@
+"""Python time per sample: what reading and the Loader's pipeline cost under the GIL,
+apart from their native calls.
+
+Each part runs alone on this thread, with every function of `gpudecode._native` (tar
+index, reads, grouping, probes, decodes, tensor layouts) and the CPU kernel timed around
+each call: the part's wall time minus the time inside those calls is the Python it runs
+(numpy and torch bookkeeping included: they hold the GIL too). The parts are the
+reader's (`iter_shard` over every shard: index, read, group, assemble) and the
+pipeline's two stages (`Pipeline.prepare`: probe, labels, draws, decode requests;
+`Pipeline.finish`: the kernel's launch, labels, the slot), on chunks read beforehand.
+A Loader runs the reader and the two stages on three threads, so their Python is what
+one core must give to each sample whatever the number of threads.
+"""
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any, Iterator, Sequence
+
+
+
+class _Clock:
+    """Seconds spent inside wrapped callables (one thread at a time)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+    def wrap(self, f: Any) -> Any:
+        def timed(*a: Any, **k: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                self.seconds += time.perf_counter() - t
+        return timed
+
+
+@contextlib.contextmanager
+def _natives_timed(clock: _Clock) -> Iterator[None]:
+    """Every native function (gpudecode._native's, the CPU kernel) timed into `clock`."""
+    from .. import _native
+    from ..kernels import fused
+
+    saved = {}
+    for name in dir(_native):
+        f = getattr(_native, name)
+        if callable(f) and not isinstance(f, type) and not name.startswith("_"):
+            saved[name] = f
+            setattr(_native, name, clock.wrap(f))
+    kernel = fused.cpu_kernel
+    fused.cpu_kernel = lambda: clock.wrap(kernel())  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for name, f in saved.items():
+            setattr(_native, name, f)
+        fused.cpu_kernel = kernel  # type: ignore[assignment]
+
+
+def python_per_sample(urls: Sequence[str], transform: Any, *, batch_size: int = 64, repeat: int = 3) -> dict:
+    """{part: {"python_us", "native_us"}} per sample, the median of `repeat` runs, for
+    "reader", "prepare" and "finish", and their sum as "loader"; "samples": how many."""
+    from ..io.reader import iter_shard
+    from ..loader import Loader
+
+    clock = _Clock()
+    ld = Loader(list(urls), batch_size=batch_size, transform=transform, device="cpu", num_threads=1, seed=0)
+    rd = ld.reader
+
+    def read_all() -> list:  # as the Loader's reader reads each shard (its mapped extensions)
+        return [s for u in urls for s in iter_shard(u, on_error=rd.on_error, extensions=rd.extensions,
+                                                        mapped=rd.map_extensions, maps=rd._maps)]
+
+    samples = read_all()  # page cache warm
+    n = len(samples)
+    if not n:
+        raise ValueError("no samples in the shards")
+    pipe = ld._pipe
+    pipe.ensure_decoder()
+    chunks = [samples[i:i + batch_size] for i in range(0, n, batch_size)]
+
+    def pipeline() -> tuple[float, float, float, float]:
+        """(prepare wall, its native, finish wall, its native): each batch prepared then
+        finished, in a Loader's order."""
+        pw = pn = fw = fn = 0.0
+        for i, c in enumerate(chunks):
+            t0, c0 = time.perf_counter(), clock.seconds
+            p = pipe.prepare(c, seed=0, epoch=0, position=i * batch_size)
+            t1, c1 = time.perf_counter(), clock.seconds
+            pipe.finish(p)
+            t2, c2 = time.perf_counter(), clock.seconds
+            pw, pn, fw, fn = pw + t1 - t0, pn + c1 - c0, fw + t2 - t1, fn + c2 - c1
+        return pw, pn, fw, fn
+
+    pipeline()  # the kernel compiled or loaded, the slots made
+    runs: dict[str, list[tuple[float, float]]] = {"reader": [], "prepare": [], "finish": []}
+    with _natives_timed(clock):
+        for _ in range(repeat):
+            clock.seconds = 0.0
+            t = time.perf_counter()
+            read_all()
+            wall = time.perf_counter() - t
+            runs["reader"].append((wall - clock.seconds, clock.seconds))
+            pw, pn, fw, fn = pipeline()
+            runs["prepare"].append((pw - pn, pn))
+            runs["finish"].append((fw - fn, fn))
+    pipe.close()
+    ld.close()
+    parts: dict[str, Any] = {}
+    for name, rs in runs.items():
+        py, nat = sorted(rs)[len(rs) // 2]
+        parts[name] = {"python_us": py / n * 1e6, "native_us": nat / n * 1e6}
+    parts["loader"] = {k: sum(parts[p][k] for p in runs) for k in ("python_us", "native_us")}
+    parts["samples"] = n
+    return parts
