@@ -163,6 +163,14 @@ def main() -> None:
           f"{fast / rows['2. page-cache copy of the tensor@224c shards']:.2f}")
     for k, s in stats.items():
         print(f"  {k}: {s}")
+    from gpudecode.bench.gil import python_per_sample
+
+    gil = {"tensor@224c flip+norm": python_per_sample(t224, flip, batch_size=a.batch),
+           "JPEG RRC+flip+jitter+norm": python_per_sample(jpegs, train, batch_size=a.batch)}
+    print("Python per sample (the GIL's), apart from native calls, each part alone on one thread (target <= 8 us):")
+    for name, parts in gil.items():
+        print(f"  {name}: " + ", ".join(f"{k} {parts[k]['python_us']:.1f} us (native {parts[k]['native_us']:.1f})"
+                                        for k in ("reader", "prepare", "finish", "loader")))
     pre: dict[str, float] = {}
     if not a.skip_precache:
         for th in sorted({1, a.threads}):
@@ -170,7 +178,8 @@ def main() -> None:
             pre[f"precache --size 256, {th} threads"] = rate
             print(f"precache --size 256, {th} thread(s): {rate:.0f} img/s ({note})")
     save("tensors", {"machine": machine(), "args": vars(a), "img_per_s": rows, "stats": stats,
-                     "page_cache_bytes_per_s": copy, "bytes_per_image_224c": per_image, "precache_img_per_s": pre})
+                     "page_cache_bytes_per_s": copy, "bytes_per_image_224c": per_image, "precache_img_per_s": pre,
+                     "python_per_sample": gil})
 
 
 if __name__ == "__main__":

@@ -340,3 +340,24 @@ def test_io_on_any_folder_counts_the_shards_images(tiny, tmp_path):
     for r in doc["rows"]:
         assert r["format"] == "all"
         assert r["images"] == (16 if r["access"] == "shards" else files), r
+
+
+def test_python_per_sample_splits_python_from_the_native_calls(tiny):
+    """gpudecode.bench.gil: each part's time split into Python and native calls, the
+    natives put back afterwards, the figures those of the samples given."""
+    from gpudecode import _native
+    from gpudecode import transforms as T
+    from gpudecode.bench.gil import python_per_sample
+    from gpudecode.kernels import fused
+
+    root, doc = tiny
+    before = (_native.read_ranges, _native.probe_fields, fused.cpu_kernel)
+    for fmt in ("jpg", "tensor"):
+        tf = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.Normalize([0.5] * 3, [0.25] * 3)])
+        got = python_per_sample([str(root / p) for p in doc["shards"][fmt]], tf, batch_size=8, repeat=1)
+        assert got["samples"] == 24
+        for part in ("reader", "prepare", "finish"):
+            assert got[part]["python_us"] > 0 and got[part]["native_us"] > 0, (fmt, part, got)
+        assert got["loader"]["python_us"] == pytest.approx(sum(got[p]["python_us"] for p in ("reader", "prepare",
+                                                                                               "finish")))
+    assert (_native.read_ranges, _native.probe_fields, fused.cpu_kernel) == before

@@ -240,11 +240,11 @@ def test_probe_labeled_is_probe_samples(tmp_path):
             {"jpg": enc("JPEG", 400, 400), "cls": b"2"}, {"jpg": jpg, "cls": memoryview(b"5")}]
     chunk = [Sample(f"k{i}", f, "shard.tar", i) for i, f in enumerate(rows)]
     for negative, classes in ((False, None), (True, None), (False, 10)):
-        def label(s):
+        def label(s, negative=negative, classes=classes):
             return parse_label(s.fields, ["cls", "json"], shard=s.shard, key=s.key, allow_negative=negative,
                                num_classes=classes)
 
-        def fits(v):
+        def fits(v, negative=negative, classes=classes):
             return (v >= 0 or negative) and (classes is None or v < classes)
 
         a, b = ErrorPolicy("skip"), ErrorPolicy("skip")
