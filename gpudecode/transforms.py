@@ -780,30 +780,36 @@ class Compose(Transform):
         [N, K, ARGS] and order int32 [N, K] (each sample's program: the ops its steps
         drew, in order, K the longest program of the batch)."""
         n = len(params)
-        geom = np.zeros((n, fused.GEOM), np.int64)
         oh, ow = self.output_size(sizes)
+        rrc = bool(self.plan.geometry) and isinstance(self.plan.geometry[0], RandomResizedCrop)
+        program = self.plan.program
+        G, H, W, VH, VW, OY, OX = fused.GEOM, fused.H, fused.W, fused.VH, fused.VW, fused.OY, fused.OX
+        box, FLIP, VFLIP = slice(fused.TOP, fused.BW + 1), fused.FLIP, fused.VFLIP
+        rows: list[list[int]] = []  # (built as lists: a numpy item assignment costs more than the list's)
         progs: list[list] = []
-        for k, (p, (h, w)) in enumerate(zip(params, sizes)):
-            g = geom[k]
-            g[fused.H], g[fused.W] = h, w
-            if self.plan.geometry and isinstance(self.plan.geometry[0], RandomResizedCrop):
+        for p, (h, w) in zip(params, sizes):
+            g = [0] * G
+            g[H], g[W] = h, w
+            if rrc:
                 t, l, bh, bw = p["crop"]
                 if t < 0 or l < 0 or bh <= 0 or bw <= 0 or t + bh > h or l + bw > w:
                     raise ValueError(f"crop {p['crop']} is outside the {h}x{w} image")
-                g[fused.TOP:fused.BW + 1] = (t, l, bh, bw)
-                g[fused.VH], g[fused.VW] = oh, ow
+                g[box] = (t, l, bh, bw)
+                g[VH], g[VW] = oh, ow
             else:
-                g[fused.TOP:fused.BW + 1] = (0, 0, h, w)
-                vh, vw = p.get("resize", (h, w))
-                g[fused.VH], g[fused.VW] = vh, vw
+                g[box] = (0, 0, h, w)
+                g[VH], g[VW] = p.get("resize", (h, w))
                 if "crop" in p:
-                    g[fused.OY], g[fused.OX] = p["crop"][0], p["crop"][1]
-            g[fused.FLIP] = bool(p.get("flip", False))
-            g[fused.VFLIP] = bool(p.get("vflip", False))
-            prog: list = []
-            for step in self.plan.program:
-                step.emit(p, (oh, ow), prog)
-            progs.append(prog)
+                    g[OY], g[OX] = p["crop"][0], p["crop"][1]
+            g[FLIP] = 1 if p.get("flip", False) else 0
+            g[VFLIP] = 1 if p.get("vflip", False) else 0
+            rows.append(g)
+            if program:
+                prog: list = []
+                for step in program:
+                    step.emit(p, (oh, ow), prog)
+                progs.append(prog)
+        geom = np.array(rows, np.int64).reshape(n, G)
         width = max([1, *map(len, progs)])
         order = np.full((n, width), -1, np.int32)
         args = np.zeros((n, width, ARGS), np.float32)
