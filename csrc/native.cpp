@@ -383,6 +383,58 @@ PYBIND11_MODULE(_native, m) {
       "probe_batch's format and size only: each entry is (format, height, width), or the error message as a "
       "str (a tuple costs a fraction of the full dict, per image of every batch).");
 
+  // One sample's stream of random draws (gpudecode.transforms._SampleRandom): SplitMix64
+  // keyed by (seed, epoch) and the sample's index. transforms.py keeps the same stream in
+  // Python as the reference (tests/test_transforms.py compares them draw by draw).
+  struct SplitMix {
+    uint64_t state;
+    static uint64_t mix(uint64_t z) {
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+      return z ^ (z >> 31);
+    }
+    uint64_t next() {
+      state += 0x9E3779B97F4A7C15ULL;
+      return mix(state);
+    }
+  };
+  py::class_<SplitMix>(m, "SplitMix", "A sample's SplitMix64 stream: random() and getrandbits(k) as random.Random's.")
+      .def(py::init([](const py::int_& key, const py::int_& index) {
+             // (index & 2^64-1) * 0xD1B54A32D192ED03 mod 2^64, xor key, mixed: any Python int
+             const uint64_t k = PyLong_AsUnsignedLongLongMask(key.ptr());
+             const uint64_t i = PyLong_AsUnsignedLongLongMask(index.ptr());
+             if (PyErr_Occurred()) throw py::error_already_set();
+             return SplitMix{SplitMix::mix(k ^ (i * 0xD1B54A32D192ED03ULL))};
+           }),
+           py::arg("key"), py::arg("index"))
+      .def_readonly("state", &SplitMix::state)
+      .def("random", [](SplitMix& g) { return double(g.next() >> 11) * (1.0 / 9007199254740992.0); })
+      .def(
+          "getrandbits",
+          [](SplitMix& g, int64_t k) -> py::object {
+            if (k < 0) throw py::value_error("number of bits must be non-negative");
+            if (k == 0) return py::int_(0);
+            if (k <= 64) {
+              const uint64_t v = g.next();
+              return py::reinterpret_steal<py::object>(
+                  PyLong_FromUnsignedLongLong(k == 64 ? v : v & ((uint64_t(1) << k) - 1)));
+            }
+            // more than one word: little-endian words, the last one cut to k bits
+            const size_t words = size_t((k + 63) / 64);
+            std::vector<uint8_t> bytes(words * 8);
+            for (size_t w = 0; w < words; ++w) {
+              uint64_t v = g.next();
+              for (int b = 0; b < 8; ++b) bytes[w * 8 + size_t(b)] = uint8_t(v >> (8 * b));
+            }
+            const int64_t extra = int64_t(words) * 64 - k;
+            for (int64_t b = 0; b < extra; ++b) {  // clear the top `extra` bits
+              const int64_t bit = k + b;
+              bytes[size_t(bit / 8)] &= uint8_t(~(1u << (bit % 8)));
+            }
+            return py::reinterpret_steal<py::object>(_PyLong_FromByteArray(bytes.data(), bytes.size(), 1, 0));
+          },
+          py::arg("k"));
+
   m.def(
       "probe_fields",
       [](const py::list& fields, const std::vector<std::string>& image_exts, const std::vector<std::string>& label_exts,

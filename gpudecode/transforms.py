@@ -33,6 +33,7 @@ from typing import Any, Literal, Sequence
 import numpy as np
 import torch
 
+from . import _native
 from .decode._base import DecodedBatch
 from ._steps import PROGRAM_OPS, SUPPORTED, WAY_OUT, Transform, _PixelOp, _refuse, _Step, _Wrapper  # noqa: F401
 from .errors import KernelLaunchError, TransformError
@@ -630,8 +631,18 @@ class _SampleRandom(random.Random):
     sample's stream starts at its own key (seed, epoch and index mixed), so two samples'
     streams meet only with probability ~2^-64 per draw."""
 
-    def __init__(self, key: int, index: int) -> None:  # no super(): nothing to seed
-        self._state = _mix64(key ^ ((index & _M64) * 0xD1B54A32D192ED03 & _M64))
+    def __init__(self, key: int, index: int, *, native: bool = True) -> None:  # no super(): nothing to seed
+        self.gauss_next = None  # (what random.Random's seeding sets, and gauss() reads)
+        if native:
+            # the stream runs natively (a draw costs ~0.1 us there, ~1 us in Python's big
+            # ints): its two primitives are bound on the instance, where random.Random's
+            # methods (uniform, randint, shuffle, ...) look them up. native=False keeps the
+            # methods below, the same stream in Python: the reference the tests compare.
+            g = _native.SplitMix(key, index)
+            self.random = g.random  # type: ignore[method-assign]
+            self.getrandbits = g.getrandbits  # type: ignore[method-assign]
+        else:
+            self._state = _mix64(key ^ ((index & _M64) * 0xD1B54A32D192ED03 & _M64))
 
     def seed(self, *args: Any, **kwargs: Any) -> None:  # random.Random's own seeding is not used
         raise TypeError("a sample's generator is fixed by (seed, epoch, index)")

@@ -345,6 +345,36 @@ def test_sample_rng_is_a_seeded_random_random():
     assert len(perms) == 24
 
 
+def test_sample_rng_native_stream_is_the_python_reference():
+    """The native SplitMix64 stream (what sample_rng draws from) gives, draw for draw, what
+    the Python reference gives: random(), getrandbits of every width (0, within a word,
+    several words), and random.Random's methods over them, for any key and index (negative
+    and beyond 64 bits included)."""
+    import random
+
+    from gpudecode import _native
+    from gpudecode.transforms import _epoch_key, _SampleRandom
+
+    def script(r):
+        out = [r.random(), r.getrandbits(0), r.getrandbits(1), r.getrandbits(7), r.getrandbits(63),
+               r.getrandbits(64), r.getrandbits(65), r.getrandbits(128), r.getrandbits(200), r.uniform(0.5, 1.5),
+               r.randint(0, 10), r.randint(-5, 1 << 70), r.randrange(3, 1000, 7), r.choice("abcdef"),
+               r.sample(range(50), 5), r.gauss(0.0, 1.0), r.expovariate(2.0), r.triangular(0, 1, 0.3)]
+        xs = list(range(30))
+        r.shuffle(xs)
+        return out + [xs, r.random()]
+
+    for seed, epoch in ((0, 0), (7, 2), (1 << 70, 3), (-1, 1)):
+        key = _epoch_key(seed, epoch)
+        for index in (0, 1, 1234, -1, -(1 << 65), (1 << 64) + 5, 10 ** 30):
+            native, ref = _SampleRandom(key, index), _SampleRandom(key, index, native=False)
+            assert isinstance(native, random.Random)
+            assert script(native) == script(ref), (seed, epoch, index)
+    g = _native.SplitMix(3, 4)
+    with pytest.raises(ValueError):
+        g.getrandbits(-1)
+
+
 def test_cuda_launch_failures_are_kernel_launch_errors():
     """What the driver, the compiler or numba raise at a launch becomes a KernelLaunchError
     naming the output shape and device (the original as __cause__); anything else (out of
