@@ -171,6 +171,10 @@ def main() -> None:
     for name, parts in gil.items():
         print(f"  {name}: " + ", ".join(f"{k} {parts[k]['python_us']:.1f} us (native {parts[k]['native_us']:.1f})"
                                         for k in ("reader", "prepare", "finish", "loader")))
+    jpeg = rows["1. gpudecode, JPEG, RRC+flip+jitter+norm"]
+    ceiling = gil["JPEG RRC+flip+jitter+norm"]["ceiling_img_per_s"]
+    print(f"JPEG training pipeline against its ceiling (decode windows + kernel, per core, x {os.cpu_count()} cores: "
+          f"{ceiling:.0f} img/s) (target >= 0.9): {jpeg / ceiling:.2f}")
     pre: dict[str, float] = {}
     if not a.skip_precache:
         for th in sorted({1, a.threads}):

@@ -355,7 +355,7 @@ def test_python_per_sample_splits_python_from_the_native_calls(tiny):
     for fmt in ("jpg", "tensor"):
         tf = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.Normalize([0.5] * 3, [0.25] * 3)])
         got = python_per_sample([str(root / p) for p in doc["shards"][fmt]], tf, batch_size=8, repeat=1)
-        assert got["samples"] == 24
+        assert got["samples"] == 24 and got["ceiling_img_per_s"] > 0
         for part in ("reader", "prepare", "finish"):
             assert got[part]["python_us"] > 0 and got[part]["native_us"] > 0, (fmt, part, got)
         assert got["loader"]["python_us"] == pytest.approx(sum(got[p]["python_us"] for p in ("reader", "prepare",

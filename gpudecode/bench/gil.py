@@ -14,6 +14,7 @@ one core must give to each sample whatever the number of threads.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import Any, Iterator, Sequence
 
@@ -59,7 +60,10 @@ def _natives_timed(clock: _Clock) -> Iterator[None]:
 
 def python_per_sample(urls: Sequence[str], transform: Any, *, batch_size: int = 64, repeat: int = 3) -> dict:
     """{part: {"python_us", "native_us"}} per sample, the median of `repeat` runs, for
-    "reader", "prepare" and "finish", and their sum as "loader"; "samples": how many."""
+    "reader", "prepare" and "finish", and their sum as "loader"; "samples": how many;
+    "ceiling_img_per_s": the pipeline's native work per image (prepare's: the decode of
+    the windows, the probe; finish's: the kernel), each measured on one core, as the rate
+    of every core doing only that, 1 / (1/decode + 1/kernel) x cores."""
     from ..io.reader import iter_shard
     from ..loader import Loader
 
@@ -112,4 +116,8 @@ def python_per_sample(urls: Sequence[str], transform: Any, *, batch_size: int = 
         parts[name] = {"python_us": py / n * 1e6, "native_us": nat / n * 1e6}
     parts["loader"] = {k: sum(parts[p][k] for p in runs) for k in ("python_us", "native_us")}
     parts["samples"] = n
+    # the pipeline's ceiling on this machine: its native work (the decode of the windows,
+    # the kernel, each on one core) run back to back on every core, nothing else
+    cores = os.cpu_count() or 1
+    parts["ceiling_img_per_s"] = cores * 1e6 / (parts["prepare"]["native_us"] + parts["finish"]["native_us"])
     return parts
