@@ -22,13 +22,11 @@ import numpy as np
 import torch
 
 from . import _native
-from ._probe import probe_samples
-from .errors import DecodeError, ErrorPolicy, ShardReadError
+from .errors import ErrorPolicy, ShardReadError
 from .io import shards as _shards
 from .io.files import iter_files
 from .io.reader import Grouper, Sample, ShardReader, iter_shard
 from .io.tario import index_file, split_key
-from .labels import parse_label
 
 _INDEXES = 64
 
@@ -137,29 +135,25 @@ class ShardDataset(torch.utils.data.Dataset):
         raise IndexError(f"sample {j} of shard {url!r} is not there (the shard changed since it was counted)")
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
+        """(the image transformed, its label): the sample through the Loader's pipeline
+        (pipeline.Pipeline, one image a batch, every error raised), on the CPU, drawn as
+        the Loader draws its epoch 0 (index `index`, seed, view seeds)."""
         from .decode.cpu import CpuDecoder
+        from .pipeline import Pipeline
 
         s = self.sample(index)
-
-        def label(smp: Sample) -> int:
-            if not self.labels:
-                return 0
-            return parse_label(smp.fields, self.label_exts, shard=smp.shard, key=smp.key,
-                               allow_negative=self.allow_negative_labels, num_classes=self.num_classes)
-
-        (p,) = probe_samples([s], self.image_exts, self.max_pixels, ErrorPolicy("raise"), label)
-        if self._decoder is None:
-            self._decoder = CpuDecoder(num_threads=1, max_pixels=self.max_pixels)
-        out = self._decoder.decode([p.request()])
-        if out.errors[0] is not None:
-            raise DecodeError(out.errors[0], shard=s.shard, key=s.key)
-        h, w = (int(v) for v in out.shapes[0])
-        hwc = out.pixels[:h * w * 3].numpy().reshape(h, w, 3)
-        img = torch.from_numpy(np.ascontiguousarray(hwc.transpose(2, 0, 1)))
+        if self._decoder is None:  # (full-scale windows: no DCT scaling, as the kernel's reference)
+            self._decoder = CpuDecoder(num_threads=1, max_pixels=self.max_pixels, buffers=8)
+        # a pipeline a call: its one output slot is the item handed out, never written again
+        pipe = Pipeline(self.transform, batch_size=1, device="cpu", decoder=self._decoder,
+                        image_exts=self.image_exts, label_exts=self.label_exts, labels=self.labels,
+                        num_classes=self.num_classes, allow_negative_labels=self.allow_negative_labels,
+                        policy=ErrorPolicy("raise"), ring=1, num_threads=1, max_pixels=self.max_pixels,
+                        fast_decode=False, pin_memory=False)
+        pipe.ensure_decoder()
+        ready = pipe.finish(pipe.prepare([s], seed=self.seed, epoch=0, position=index % self._total))
+        assert ready is not None  # (under "raise", a sample that fails raises)
+        label = int(ready.batch.labels[0]) if ready.batch.labels is not None else 0
         if isinstance(self.transform, list):  # several views: each drawn as the Loader draws it
-            from .pipeline import view_seed
-
-            return [tf(img, tf.make_params([(h, w)], view_seed(self.seed, v), epoch=0, indices=[index % self._total]))
-                    for v, tf in enumerate(self.transform)], p.extra
-        params = self.transform.make_params([(h, w)], self.seed, epoch=0, indices=[index % self._total])
-        return self.transform(img, params), p.extra
+            return [out[0] for out in ready.batch.images], label
+        return ready.batch.images[0], label

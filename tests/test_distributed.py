@@ -560,3 +560,40 @@ def test_dataset_names_a_shard_that_shrank_since_it_was_indexed(tmp_path):
     with pytest.raises(ShardReadError, match="shrank") as e:
         ds[5]
     assert e.value.shard == urls[0] and e.value.key == keys[5]
+
+
+def test_dataset_items_are_the_whole_image_through_the_compose(tmp_path, photos):
+    """Loader.dataset runs each item through the Loader's pipeline (the window decoded, the
+    batch kernel): on photographs, every transform style gives what the whole image
+    decoded and the Compose called on it give, bit for bit, with the same draws."""
+    from conftest import encode, make_shard
+
+    from gpudecode._probe import probe_samples
+    from gpudecode.decode.cpu import CpuDecoder
+    from gpudecode.errors import ErrorPolicy
+    from gpudecode.pipeline import view_seed
+
+    imgs = list(photos.values())
+    url = make_shard(tmp_path / "p.tar", [{"__key__": f"k{i:02d}", "jpg": encode(imgs[i % len(imgs)][i:, 2 * i:]),
+                                           "cls": str(i)} for i in range(6)])
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    styles = [T.Compose([T.RandomResizedCrop(64), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+                         T.Normalize(mean, std)]),
+              T.Compose([T.Resize(80), T.CenterCrop(64), T.Normalize(mean, std)]),
+              T.Compose([T.RandomResizedCrop(48), T.ToDtype(torch.uint8)], layout="NHWC"),
+              [T.Compose([T.RandomResizedCrop(40)]), T.Compose([T.RandomResizedCrop(24), T.RandomGrayscale(0.5)])]]
+    dec = CpuDecoder(num_threads=1)
+    for tf in styles:
+        ds = Loader([url], batch_size=2, transform=tf, device="cpu", shuffle=False, seed=9).dataset
+        for i in range(6):
+            got, label = ds[i]
+            (p,) = probe_samples([ds.sample(i)], ["jpg"], 0, ErrorPolicy("raise"))
+            out = dec.decode([p.request()])
+            h, w = (int(v) for v in out.shapes[0])
+            img = torch.from_numpy(np.ascontiguousarray(out.pixels[:h * w * 3].numpy().reshape(h, w, 3)
+                                                        .transpose(2, 0, 1)))
+            views = tf if isinstance(tf, list) else [tf]
+            want = [t(img, t.make_params([(h, w)], view_seed(9, v), epoch=0, indices=[i])) for v, t in enumerate(views)]
+            assert label == i
+            for a, b in zip(got if isinstance(tf, list) else [got], want):
+                assert a.dtype == b.dtype and torch.equal(a, b)
