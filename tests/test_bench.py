@@ -361,3 +361,24 @@ def test_python_per_sample_splits_python_from_the_native_calls(tiny):
         assert got["loader"]["python_us"] == pytest.approx(sum(got[p]["python_us"] for p in ("reader", "prepare",
                                                                                                "finish")))
     assert (_native.read_ranges, _native.probe_fields, fused.cpu_kernel) == before
+
+
+def test_bench_suite_runs_from_the_package(tmp_path, monkeypatch, capsys):
+    """bench/*.py are thin callers of gpudecode.bench.suite: a suite module runs on its own
+    (here the reader's, small) and writes its JSON where it is told."""
+    import sys
+
+    from gpudecode.bench.suite import reader
+
+    monkeypatch.setattr(reader, "OUT", tmp_path)
+    monkeypatch.setattr("gpudecode.bench.suite.OUT", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["reader", "--samples", "64", "--shards", "2"])
+    reader.main()
+    out = capsys.readouterr().out
+    assert "webdataset" in out and "x webdataset" in out
+    doc = json.loads((tmp_path / "reader.json").read_text())
+    assert doc["machine"] and doc["args"]["samples"] == 64
+    bench = Path(__file__).resolve().parents[1] / "bench"
+    for name in ("reader", "kernels", "loader", "formats", "tensors", "recipes", "gpu"):  # each a caller only
+        text = (bench / f"{name}.py").read_text()
+        assert f"from gpudecode.bench.suite.{name} import main" in text and len(text.splitlines()) < 15

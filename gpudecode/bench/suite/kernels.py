@@ -1,0 +1,201 @@
+"""The fused CPU kernel against torchvision, one core, in one run: decoded ImageNet-like
+images (500x375) -> RandomResizedCrop(224) + flip [+ ColorJitter(0.4, 0.4, 0.4, 0.1)]
++ Normalize. Ours includes drawing the parameters; its output buffer is allocated once
+and reused (as the Loader does), torchvision allocates per image as it always does.
+
+    python bench/kernels.py [--images 256]
+    python bench/kernels.py --ops [--images 128]   each op's added cost per image (fused,
+        one core) beside torchvision's cost of the same op on 224x224 images (v2 on uint8
+        tensors, and on PIL images), in one run
+"""
+from __future__ import annotations
+
+import argparse
+
+from ..common import machine, timeit
+from . import save
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def imagenet_like(n: int):
+    import numpy as np
+    from PIL import Image
+    from skimage import data
+
+    base = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket()]
+    out = []
+    for k in range(n):
+        im = Image.fromarray(base[k % len(base)]).resize((500, 375), Image.Resampling.BILINEAR)
+        out.append(np.ascontiguousarray(np.roll(np.asarray(im), 13 * k, axis=1)))
+    return out
+
+
+def runner(tf, packed, n: int):
+    """A timed call of the fused CPU kernel on the n packed 500x375 HWC images: draws
+    fresh params each call (included in the time), writes a reused output buffer (as
+    the Loader reuses its output buffers)."""
+    import numpy as np
+
+    from gpudecode.kernels import fused
+
+    sizes = [(375, 500)] * n
+    seed = [0]
+    out, view = tf.new_output(n)
+
+    def run() -> int:
+        seed[0] += 1
+        geom, f, o = tf.encode(tf.make_params(sizes, seed[0]), sizes)
+        geom[:, fused.OFFSET] = np.arange(n) * 375 * 500 * 3
+        geom[:, fused.SY], geom[:, fused.SX], geom[:, fused.SC] = 1500, 3, 1
+        tf.run(packed, geom, f, o, view, num_threads=1)
+        return n
+
+    return run
+
+
+def op_cases():
+    """(name, our step, torchvision v2's transform) per op, with the arguments recipes use."""
+    import torchvision.transforms.v2 as v2
+
+    from gpudecode import transforms as T
+
+    bil = v2.InterpolationMode.BILINEAR
+    return [
+        ("ColorJitter(0.4, 0.4, 0.4, 0.1)", T.ColorJitter(0.4, 0.4, 0.4, 0.1), v2.ColorJitter(0.4, 0.4, 0.4, 0.1)),
+        ("RandomGrayscale(p=1)", T.RandomGrayscale(1.0), v2.RandomGrayscale(1.0)),
+        ("RandomSolarize(128, p=1)", T.RandomSolarize(128, 1.0), v2.RandomSolarize(128, 1.0)),
+        ("RandomPosterize(4, p=1)", T.RandomPosterize(4, 1.0), v2.RandomPosterize(4, 1.0)),
+        ("RandomAutocontrast(p=1)", T.RandomAutocontrast(1.0), v2.RandomAutocontrast(1.0)),
+        ("RandomEqualize(p=1)", T.RandomEqualize(1.0), v2.RandomEqualize(1.0)),
+        ("RandomAdjustSharpness(2, p=1)", T.RandomAdjustSharpness(2.0, 1.0), v2.RandomAdjustSharpness(2.0, 1.0)),
+        ("GaussianBlur(23, (0.1, 2))", T.GaussianBlur(23, (0.1, 2.0)), v2.GaussianBlur(23, (0.1, 2.0))),
+        ("RandomRotation(15)", T.RandomRotation(15), v2.RandomRotation(15)),
+        ("RandomRotation(15, bilinear)", T.RandomRotation(15, "bilinear"), v2.RandomRotation(15, bil)),
+        ("RandomAffine(10, (.1, .1), (.9, 1.1), 5)", T.RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5),
+         v2.RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5)),
+        ("TrivialAugmentWide", T.TrivialAugmentWide(), v2.TrivialAugmentWide()),
+        ("TrivialAugmentWide(bilinear)", T.TrivialAugmentWide(interpolation="bilinear"),
+         v2.TrivialAugmentWide(interpolation=bil)),
+        ("RandAugment(2, 9)", T.RandAugment(2, 9), v2.RandAugment(2, 9)),
+        ("AutoAugment(ImageNet)", T.AutoAugment(), v2.AutoAugment()),
+        ("AugMix", T.AugMix(), v2.AugMix()),
+    ]
+
+
+def ops_table(a) -> None:
+    """Each op's added cost per image over RRC(224) + flip + Normalize in the fused CPU
+    kernel (one core), beside torchvision's cost of the op alone on 224x224 images."""
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from gpudecode import transforms as T
+
+    torch.set_num_threads(1)
+    imgs = imagenet_like(a.images)
+    n = len(imgs)
+    packed = torch.from_numpy(np.stack(imgs).reshape(-1))
+    small = [np.ascontiguousarray(im[75:299, 138:362]) for im in imgs]  # 224x224 crops: what the op sees
+    tensors = [torch.from_numpy(im).permute(2, 0, 1).contiguous() for im in small]
+    pils = [Image.fromarray(im) for im in small]
+    crop: list = [T.RandomResizedCrop(224), T.RandomHorizontalFlip()]
+    norm: list = [T.Normalize(MEAN, STD)]
+    t, count = timeit(runner(T.Compose(crop + norm), packed, n), repeat=a.repeat)
+    base = t / count
+    rows = {}
+    for name, ours, theirs in op_cases():
+        t, count = timeit(runner(T.Compose(crop + [ours] + norm), packed, n), repeat=a.repeat)
+        added = t / count - base
+
+        def run_on(items, tf=theirs):
+            def go():
+                for x in items:
+                    tf(x)
+                return len(items)
+            return go
+        tv_t, tv_n = timeit(run_on(tensors), repeat=a.repeat)
+        pil_t, pil_n = timeit(run_on(pils), repeat=a.repeat)
+        rows[name] = {"fused_added_us": added * 1e6, "tv2_tensor_us": tv_t / tv_n * 1e6,
+                      "tv2_pil_us": pil_t / pil_n * 1e6}
+    print(f"{n} decoded 500x375 images, 1 core; base RRC(224) + flip + Normalize: {base * 1e6:.0f} us/img fused")
+    print(f"{'op':42s} {'fused +us':>10s} {'tv tensor us':>13s} {'tv PIL us':>10s}")
+    for name, r in rows.items():
+        print(f"{name:42s} {r['fused_added_us']:10.0f} {r['tv2_tensor_us']:13.0f} {r['tv2_pil_us']:10.0f}")
+    save("kernel_ops", {"machine": machine(), "args": vars(a), "base_us": base * 1e6, "ops": rows})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--images", type=int, default=256)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--ops", action="store_true", help="each op's added cost, beside torchvision's")
+    a = ap.parse_args()
+    if a.ops:
+        ops_table(a)
+        return
+    import numpy as np
+    import torch
+    import torchvision.transforms as v1
+    import torchvision.transforms.v2 as v2
+    from PIL import Image
+
+    from gpudecode import transforms as T
+
+    torch.set_num_threads(1)
+    imgs = imagenet_like(a.images)
+    n = len(imgs)
+    packed = torch.from_numpy(np.stack(imgs).reshape(-1))  # as the loader's decoders leave them: HWC, packed
+    tensors = [torch.from_numpy(im).permute(2, 0, 1).contiguous() for im in imgs]
+    pils = [Image.fromarray(im) for im in imgs]
+    rows = {}
+    for jitter in (True, False):
+        cj = [0.4, 0.4, 0.4, 0.1]
+        tag = "ColorJitter" if jitter else "no jitter"
+        ours = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()] + ([T.ColorJitter(*cj)] if jitter else [])
+                         + [T.Normalize(MEAN, STD)])
+        run_ours = runner(ours, packed, n)
+
+        tv2 = v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip()]
+                         + ([v2.ColorJitter(*cj)] if jitter else [])
+                         + [v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+        tv1 = v1.Compose([v1.RandomResizedCrop(224), v1.RandomHorizontalFlip()] + ([v1.ColorJitter(*cj)] if jitter else [])
+                         + [v1.ToTensor(), v1.Normalize(MEAN, STD)])
+
+        def run_tv2():
+            for t in tensors:
+                tv2(t)
+            return n
+
+        def run_tv1():
+            for p in pils:
+                tv1(p)
+            return n
+
+        for name, fn in [(f"gpudecode fused CPU, {tag}", run_ours), (f"torchvision v2 tensors, {tag}", run_tv2),
+                         (f"torchvision classic PIL, {tag}", run_tv1)]:
+            t, count = timeit(fn, repeat=a.repeat)
+            rows[name] = count / t
+    # output layouts and dtypes (ColorJitter on): what the other output choices cost
+    variants = {}
+    for layout in ("NCHW", "NHWC"):
+        for dtype in (torch.float32, torch.float16):
+            steps = [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+                     T.Normalize(MEAN, STD)] + ([T.ToDtype(dtype)] if dtype != torch.float32 else [])
+            t, count = timeit(runner(T.Compose(steps, layout=layout), packed, n), repeat=a.repeat)
+            variants[f"{layout} {str(dtype).replace('torch.', '')}"] = count / t
+    print(f"{n} decoded 500x375 images -> 224x224, 1 core (gpudecode num_threads=1, torch 1 thread)")
+    print(f"{'pipeline':44s} {'img/s':>8s} {'x tv2':>7s} {'x PIL':>7s}")
+    for tag in ("ColorJitter", "no jitter"):
+        tv2r, pilr = rows[f"torchvision v2 tensors, {tag}"], rows[f"torchvision classic PIL, {tag}"]
+        for name, r in rows.items():
+            if name.endswith(tag):
+                print(f"{name:44s} {r:8.0f} {r / tv2r:7.1f} {r / pilr:7.1f}")
+    print("gpudecode fused CPU with ColorJitter, by output layout and dtype:")
+    for name, r in variants.items():
+        print(f"  {name:16s} {r:8.0f} img/s")
+    save("kernels", {"machine": machine(), "args": vars(a), "img_per_s": rows, "outputs": variants})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""The full training input pipeline on this machine's cores, in one run:
+RandomResizedCrop(224) + flip + ColorJitter(0.4, 0.4, 0.4, 0.1) + Normalize on
+ImageNet-like JPEGs (500x375, quality 90):
+
+- gpudecode.Loader from tar shards (CPU path, --threads threads);
+- torchvision classic: ImageFolder + PIL + the same transforms in a DataLoader with
+  --threads workers; and the same without ColorJitter;
+- DALI's CPU pipeline doing the equivalent (file reader, random-crop decode, resize,
+  flip, brightness/contrast, hsv, normalize) with --threads threads.
+
+    python bench/loader.py [--images 2048] [--threads 2]
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+
+from ..common import machine, rate
+from . import OUT, save
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def build(n: int) -> tuple[list[str], str]:
+    import numpy as np
+    from PIL import Image
+    from skimage import data
+
+    from gpudecode.io.writer import ShardWriter
+
+    root = OUT / f"loader_{n}"
+    folder = root / "folder"
+    shards = sorted(str(p) for p in root.glob("train-*.tar"))
+    if shards and folder.exists():
+        return shards, str(folder)
+    base = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket(), data.immunohistochemistry()]
+    rng = np.random.default_rng(0)
+    with ShardWriter(str(root / "train-%06d.tar"), maxcount=256) as w:
+        for k in range(n):
+            img = base[k % len(base)]
+            h, wd = img.shape[:2]
+            t, l = int(rng.integers(0, h // 4)), int(rng.integers(0, wd // 4))
+            im = Image.fromarray(img[t:, l:]).resize((500, 375), Image.Resampling.BILINEAR)
+            b = io.BytesIO()
+            im.save(b, format="JPEG", quality=90)
+            cls = k % len(base)
+            w.write({"__key__": f"{k:07d}", "jpg": b.getvalue(), "cls": str(cls)})
+            d = folder / f"c{cls}"
+            d.mkdir(parents=True, exist_ok=True)
+            (d / f"{k:07d}.jpg").write_bytes(b.getvalue())
+    return w.shards, str(folder)
+
+
+def run_gpudecode(shards, threads, batch):
+    from gpudecode import Loader
+    from gpudecode import transforms as T
+
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+                    T.Normalize(MEAN, STD)])
+    ld = Loader(shards, batch_size=batch, transform=tf, device="cpu", num_threads=threads)
+    epoch = [0]
+
+    def go():
+        ld.set_epoch(epoch[0])
+        epoch[0] += 1
+        return sum(b.images.shape[0] for b in ld)
+    return go, ld
+
+
+def run_torchvision(folder, threads, batch, jitter):
+    import torch
+    import torchvision.transforms as v1
+    from torchvision.datasets import ImageFolder
+
+    tf = v1.Compose([v1.RandomResizedCrop(224), v1.RandomHorizontalFlip()]
+                    + ([v1.ColorJitter(0.4, 0.4, 0.4, 0.1)] if jitter else []) + [v1.ToTensor(), v1.Normalize(MEAN, STD)])
+    ds = ImageFolder(folder, transform=tf)
+    dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=threads,
+                                     persistent_workers=True, prefetch_factor=2)
+
+    def go():
+        return sum(x.shape[0] for x, _ in dl)
+    return go
+
+
+def run_dali(folder, threads, batch):
+    from nvidia.dali import fn, pipeline_def, types
+
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=None)
+    def pipe():
+        jpegs, labels = fn.readers.file(file_root=folder, random_shuffle=True, name="reader")
+        img = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB,
+                                            random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
+        img = fn.resize(img, resize_x=224, resize_y=224, antialias=True)
+        img = fn.brightness_contrast(img, brightness=fn.random.uniform(range=[0.6, 1.4]),
+                                     contrast=fn.random.uniform(range=[0.6, 1.4]))
+        img = fn.hsv(img, hue=fn.random.uniform(range=[-36.0, 36.0]), saturation=fn.random.uniform(range=[0.6, 1.4]))
+        img = fn.crop_mirror_normalize(img, dtype=types.FLOAT, output_layout="CHW", mirror=fn.random.coin_flip(),
+                                       mean=[m * 255 for m in MEAN], std=[s * 255 for s in STD])
+        return img, labels
+
+    return dali_epochs(pipe)
+
+
+def dali_epochs(pipe):
+    """A callable running one epoch of the DALI pipeline `pipe` (a pipeline_def function
+    whose reader is named "reader"), built here, returning the images it gave."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # (DALI's own auto_aug uses deprecated aliases)
+        p = pipe()
+        p.build()
+    size = p.epoch_size("reader")
+
+    def go():
+        n = 0
+        while n < size:
+            (imgs, _) = p.run()
+            n += len(imgs)
+        return n
+    return go
+
+
+timed = rate  # (the median rate after a warm-up run: gpudecode.bench.common.rate)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--images", type=int, default=2048)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--skip-dali", action="store_true")
+    a = ap.parse_args()
+    shards, folder = build(a.images)
+    rows = {}
+    go, ld = run_gpudecode(shards, a.threads, a.batch)
+    rows["gpudecode Loader (CPU), ColorJitter"] = timed(go, a.repeat)
+    stats = str(ld.stats)
+    rows["torchvision classic DataLoader, ColorJitter"] = timed(run_torchvision(folder, a.threads, a.batch, True), a.repeat)
+    rows["torchvision classic DataLoader, no jitter"] = timed(run_torchvision(folder, a.threads, a.batch, False), a.repeat)
+    if not a.skip_dali:
+        rows["DALI CPU pipeline, ColorJitter-like"] = timed(run_dali(folder, a.threads, a.batch), a.repeat)
+    ours = rows["gpudecode Loader (CPU), ColorJitter"]
+    print(f"{a.images} JPEGs 500x375 q90 -> 224x224 float, batch {a.batch}, {a.threads} threads/workers, "
+          f"{os.cpu_count()} cores")
+    print(f"{'pipeline':46s} {'img/s':>8s} {'gpudecode x':>12s}")
+    for name, r in rows.items():
+        print(f"{name:46s} {r:8.0f} {ours / r:12.2f}")
+    print("gpudecode stages (last epoch):", stats)
+    save("loader", {"machine": machine(), "args": vars(a), "img_per_s": rows, "gpudecode_stats": stats})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,280 @@
+"""Today's recipes on this machine's cores, gpudecode against the classic DataLoader
+running the same recipe with torchvision (and DALI's CPU pipeline where it has the
+ops), in one run (ImageNet-like JPEGs, 500x375 q90, the images of bench/loader.py).
+Each recipe is written once as a torchvision v2 Compose: the DataLoader runs it on PIL
+images, gpudecode runs `Compose.from_torchvision` of it.
+
+- reference: torchvision's ResNet-50 reference recipe: RandomResizedCrop(224), flip,
+  TrivialAugmentWide (bilinear), Normalize, RandomErasing(p=0.1), then
+  RandomChoice([MixUp(0.2), CutMix(1.0)]) on each batch (gpudecode's batch_transform;
+  the DataLoader's collate_fn, as the reference script does). DALI: its CPU pipeline with
+  `auto_aug.trivial_augment_wide`, crop, flip and normalize (no erasing, no mixing).
+- dino: DINO's multi-crop, 2 global views at 224 and 6 local at 96, each with
+  RandomResizedCrop, flip, RandomApply(ColorJitter(0.4, 0.4, 0.2, 0.1), 0.8),
+  RandomGrayscale(0.2), GaussianBlur(23, (0.1, 2)) in RandomApply (p 1.0 and 0.1 for the
+  global views, 0.5 local), RandomSolarize(128, 0.2) on the second, Normalize; each image
+  decoded once for its 8 views (the DataLoader: a dataset transform returning the 8).
+
+- each step's added cost per image over RRC(224) + flip + Normalize on the same Loader
+  (--ops).
+- the auto-augment policies alone (--policies): RRC(224), flip, TrivialAugmentWide,
+  RandAugment(2, 9) or AutoAugment(ImageNet), Normalize: gpudecode, the DataLoader with
+  torchvision, and DALI's CPU pipeline with its auto_aug equivalents.
+
+    python bench/recipes.py [--images 1024] [--threads 2] [--repeat 3] [--ops | --policies] [--skip-dali]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..common import machine
+from . import save
+from .loader import MEAN, STD, build, dali_epochs, timed
+
+CLASSES = 1000
+
+
+def reference_recipe():
+    """torchvision's classification reference, ClassificationPresetTrain(auto_augment="ta_wide",
+    random_erase=0.1), v2 transforms."""
+    import torch
+    from torchvision.transforms import v2
+
+    return v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(0.5),
+                       v2.TrivialAugmentWide(interpolation=v2.InterpolationMode.BILINEAR), v2.PILToTensor(),
+                       v2.ToDtype(torch.float, scale=True), v2.Normalize(MEAN, STD), v2.RandomErasing(0.1),
+                       v2.ToPureTensor()])
+
+
+def mix():
+    from torchvision.transforms import v2
+
+    return v2.RandomChoice([v2.MixUp(alpha=0.2, num_classes=CLASSES), v2.CutMix(alpha=1.0, num_classes=CLASSES)])
+
+
+def dino_views():
+    """DINO's DataAugmentationDINO in torchvision v2 terms (its PIL blur as GaussianBlur)."""
+    import torch
+    from torchvision.transforms import v2
+
+    flip_and_jitter = v2.Compose([v2.RandomHorizontalFlip(p=0.5),
+                                  v2.RandomApply([v2.ColorJitter(0.4, 0.4, 0.2, 0.1)], p=0.8),
+                                  v2.RandomGrayscale(p=0.2)])
+    norm = v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+
+    def blur(p):
+        return v2.RandomApply([v2.GaussianBlur(23, (0.1, 2.0))], p=p)
+
+    global1 = v2.Compose([v2.RandomResizedCrop(224, scale=(0.4, 1.0)), flip_and_jitter, blur(1.0), norm])
+    global2 = v2.Compose([v2.RandomResizedCrop(224, scale=(0.4, 1.0)), flip_and_jitter, blur(0.1),
+                          v2.RandomSolarize(128, p=0.2), norm])
+    local = v2.Compose([v2.RandomResizedCrop(96, scale=(0.05, 0.4)), flip_and_jitter, blur(0.5), norm])
+    return [global1, global2] + [local] * 6
+
+
+def _epochs(ld):
+    """A callable running the Loader's next epoch, returning the images it gave."""
+    epoch = [0]
+
+    def go():
+        ld.set_epoch(epoch[0])
+        epoch[0] += 1
+        return sum(b.labels.shape[0] for b in ld)
+    return go
+
+
+def _dataloader(folder, threads, batch, transform, collate=None):
+    import torch
+    from torchvision.datasets import ImageFolder
+
+    dl = torch.utils.data.DataLoader(ImageFolder(folder, transform=transform), batch_size=batch, shuffle=True,
+                                     num_workers=threads, persistent_workers=True, prefetch_factor=2,
+                                     **({"collate_fn": collate} if collate else {}))
+
+    def go():
+        return sum(y.shape[0] for _, y in dl)
+    return go
+
+
+def gpudecode_reference(shards, threads, batch):
+    from gpudecode import Loader
+    from gpudecode import transforms as T
+
+    return _epochs(Loader(shards, batch_size=batch, transform=T.Compose.from_torchvision(reference_recipe()),
+                          device="cpu", num_workers=threads, batch_transform=mix()))
+
+
+def torchvision_reference(folder, threads, batch):
+    from torch.utils.data import default_collate
+
+    m = mix()
+
+    def collate(items):  # as torchvision's reference train.py does
+        return m(*default_collate(items))
+    return _dataloader(folder, threads, batch, reference_recipe(), collate)
+
+
+def dali_reference(folder, threads, batch, policy: str = "ta"):
+    """DALI's CPU pipeline: random-crop decode, resize to 224, its auto_aug policy ("ta":
+    trivial_augment_wide, "ra": rand_augment(n=2, m=9), "aa": auto_augment_image_net),
+    flip and normalize. (No RandomErasing or MixUp/CutMix on DALI's CPU side.)"""
+    from nvidia.dali import fn, pipeline_def, types
+    from nvidia.dali.auto_aug import auto_augment, rand_augment, trivial_augment
+
+    augment = {"ta": lambda x: trivial_augment.trivial_augment_wide(x),
+               "ra": lambda x: rand_augment.rand_augment(x, n=2, m=9, shape=(224, 224)),
+               "aa": lambda x: auto_augment.auto_augment_image_net(x, shape=(224, 224))}[policy]
+
+    @pipeline_def(batch_size=batch, num_threads=threads, device_id=None,  # type: ignore[call-overload]
+                  enable_conditionals=True)
+    def pipe():
+        jpegs, labels = fn.readers.file(file_root=folder, random_shuffle=True, name="reader")
+        img = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB,
+                                            random_area=[0.08, 1.0], random_aspect_ratio=[3 / 4, 4 / 3])
+        img = fn.resize(img, resize_x=224, resize_y=224, antialias=True)
+        img = augment(img)
+        img = fn.crop_mirror_normalize(img, dtype=types.FLOAT, output_layout="CHW", mirror=fn.random.coin_flip(),
+                                       mean=[m * 255 for m in MEAN], std=[s * 255 for s in STD])
+        return img, labels
+
+    return dali_epochs(pipe)
+
+
+def policy_recipe(policy: str):
+    """RRC(224), flip, the policy (torchvision v2, nearest, as DALI's default interpolation
+    is not bilinear either), Normalize: the same steps on every side of the policies table."""
+    import torch
+    from torchvision.transforms import v2
+
+    aug = {"ta": v2.TrivialAugmentWide(), "ra": v2.RandAugment(2, 9), "aa": v2.AutoAugment()}[policy]
+    return v2.Compose([v2.RandomResizedCrop(224, antialias=True), v2.RandomHorizontalFlip(0.5), aug,
+                       v2.PILToTensor(), v2.ToDtype(torch.float, scale=True), v2.Normalize(MEAN, STD)])
+
+
+def policies(shards, folder, a) -> dict[str, float]:
+    """TrivialAugmentWide, RandAugment(2, 9), AutoAugment(ImageNet) after RRC + flip, then
+    Normalize: gpudecode's Loader, the DataLoader with torchvision, DALI's CPU auto_aug."""
+    from gpudecode import Loader
+    from gpudecode import transforms as T
+
+    rows = {}
+    for policy, name in (("ta", "TrivialAugmentWide"), ("ra", "RandAugment(2, 9)"), ("aa", "AutoAugment")):
+        tf = T.Compose.from_torchvision(policy_recipe(policy))
+        rows[f"{name}: gpudecode Loader"] = timed(_epochs(Loader(shards, batch_size=a.batch, transform=tf,
+                                                                 device="cpu", num_workers=a.threads)), a.repeat)
+        rows[f"{name}: torchvision DataLoader"] = timed(_dataloader(folder, a.threads, a.batch,
+                                                                    policy_recipe(policy)), a.repeat)
+        if not a.skip_dali:
+            rows[f"{name}: DALI CPU pipeline"] = timed(dali_reference(folder, a.threads, a.batch, policy), a.repeat)
+    return rows
+
+
+def gpudecode_dino(shards, threads, batch):
+    from gpudecode import Loader
+    from gpudecode import transforms as T
+
+    views = [T.Compose.from_torchvision(v) for v in dino_views()]
+    return _epochs(Loader(shards, batch_size=batch, transform=views, device="cpu", num_workers=threads))
+
+
+def torchvision_dino(folder, threads, batch):
+    views = dino_views()
+
+    def crops(img):
+        return [tf(img) for tf in views]
+    return _dataloader(folder, threads, batch, crops)
+
+
+def op_costs(shards, threads, batch, repeat) -> dict[str, float]:
+    """img/s of the base recipe and of the base with each step added, in one run."""
+
+    from gpudecode import Loader
+    from gpudecode import transforms as T
+
+    crop: list = [T.RandomResizedCrop(224), T.RandomHorizontalFlip()]
+    norm: list = [T.Normalize(MEAN, STD)]
+    batch_mix = mix()
+    cases = {
+        "RRC + flip + Normalize (base)": dict(transform=T.Compose(crop + norm)),
+        "+ ColorJitter(0.4, 0.4, 0.4, 0.1)": dict(transform=T.Compose(crop + [T.ColorJitter(0.4, 0.4, 0.4, 0.1)]
+                                                                      + norm)),
+        "+ RandomErasing(p=0.1)": dict(transform=T.Compose(crop + norm + [T.RandomErasing(p=0.1)])),
+        "+ RandomErasing(p=1, value='random')": dict(transform=T.Compose(crop + norm
+                                                                         + [T.RandomErasing(1.0, value="random")])),
+        "+ MixUp/CutMix (batch)": dict(transform=T.Compose(crop + norm), batch_transform=batch_mix),
+        "+ a second view (2 x 224)": dict(transform=[T.Compose(crop + norm)] * 2),
+        "+ RandomGrayscale(p=1)": dict(transform=T.Compose(crop + [T.RandomGrayscale(1.0)] + norm)),
+        "+ RandomAutocontrast(p=1)": dict(transform=T.Compose(crop + [T.RandomAutocontrast(1.0)] + norm)),
+        "+ RandomEqualize(p=1)": dict(transform=T.Compose(crop + [T.RandomEqualize(1.0)] + norm)),
+        "+ RandomAdjustSharpness(2, p=1)": dict(transform=T.Compose(crop + [T.RandomAdjustSharpness(2.0, 1.0)]
+                                                                    + norm)),
+        "+ GaussianBlur(23, (0.1, 2))": dict(transform=T.Compose(crop + [T.GaussianBlur(23, (0.1, 2.0))] + norm)),
+        "+ RandomRotation(15, bilinear)": dict(transform=T.Compose(crop + [T.RandomRotation(15, "bilinear")] + norm)),
+        "+ RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5)": dict(
+            transform=T.Compose(crop + [T.RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5)] + norm)),
+        "+ TrivialAugmentWide (bilinear)": dict(transform=T.Compose(crop + [T.TrivialAugmentWide(
+            interpolation="bilinear")] + norm)),
+        "+ RandAugment(2, 9)": dict(transform=T.Compose(crop + [T.RandAugment(2, 9)] + norm)),
+        "+ AutoAugment (ImageNet)": dict(transform=T.Compose(crop + [T.AutoAugment()] + norm)),
+    }
+    return {name: timed(_epochs(Loader(shards, batch_size=batch, device="cpu", num_workers=threads, **kw)), repeat)
+            for name, kw in cases.items()}
+
+
+def _table(a, name: str | None, title: str, rows: dict[str, float], *, added: bool = False) -> None:
+    """Prints rows of img/s (and, with `added`, each row's us an image over the first's);
+    saves them as bench/_out/<name>.json when named."""
+    width = max(len(title), *map(len, rows)) + 2
+    print(f"{a.images} JPEGs 500x375 q90, batch {a.batch}, {a.threads} threads/workers, {os.cpu_count()} cores")
+    print(f"{title:{width}s} {'img/s':>8s}" + (f" {'added us/img':>13s}" if added else ""))
+    base = next(iter(rows.values()))
+    for row, r in rows.items():
+        print(f"{row:{width}s} {r:8.0f}" + (f" {1e6 / r - 1e6 / base:13.0f}" if added else ""))
+    if name:
+        save(name, {"machine": machine(), "args": vars(a), "img_per_s": rows})
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--images", type=int, default=1024)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--ops", action="store_true", help="only each step's added cost (no torchvision rows)")
+    ap.add_argument("--skip-dali", action="store_true")
+    ap.add_argument("--policies", action="store_true",
+                    help="only the auto-augment policies, gpudecode, torchvision and DALI side by side")
+    a = ap.parse_args()
+    shards, folder = build(a.images)
+    if a.policies:
+        _table(a, "recipe_policies", "RRC(224) + flip + policy + Normalize", policies(shards, folder, a))
+        return
+    if a.ops:
+        _table(a, "recipe_ops", "gpudecode Loader (CPU)", op_costs(shards, a.threads, a.batch, a.repeat), added=True)
+        return
+    rows = {
+        "reference (TA, erasing, MixUp/CutMix): gpudecode Loader": timed(
+            gpudecode_reference(shards, a.threads, a.batch), a.repeat),
+        "reference (TA, erasing, MixUp/CutMix): torchvision DataLoader": timed(
+            torchvision_reference(folder, a.threads, a.batch), a.repeat),
+    }
+    if not a.skip_dali:
+        rows["reference, TA only (no erasing, no mixing): DALI CPU pipeline"] = timed(
+            dali_reference(folder, a.threads, a.batch), a.repeat)
+    rows["DINO multi-crop 2x224 + 6x96: gpudecode Loader"] = timed(gpudecode_dino(shards, a.threads, a.batch),
+                                                                   a.repeat)
+    rows["DINO multi-crop 2x224 + 6x96: torchvision DataLoader"] = timed(torchvision_dino(folder, a.threads, a.batch),
+                                                                         a.repeat)
+    _table(a, None, "recipe and pipeline", rows)
+    keys = list(rows)
+    ratios = {"reference": rows[keys[0]] / rows[keys[1]], "dino": rows[keys[-2]] / rows[keys[-1]]}
+    if not a.skip_dali:
+        ratios["reference vs DALI (TA only)"] = rows[keys[0]] / rows[keys[2]]
+    for name, r in ratios.items():
+        print(f"{name}: gpudecode / other = {r:.2f}x")
+    save("recipes", {"machine": machine(), "args": vars(a), "img_per_s": rows, "ratios": ratios})
+
+
+if __name__ == "__main__":
+    main()
