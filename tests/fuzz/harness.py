@@ -5,10 +5,13 @@ every regression input through them (tests/test_fuzz_corpus.py).
 
 Promises checked:
 - tar_stream: the stream parser and the native index agree exactly (members, data,
-  fault message, offset, member), plain and gzipped.
+  fault message, offset, member), plain and gzipped; the native grouping of the names
+  (group_names) is the Python rule's (split_key, is_metadata, Grouper).
 - gzip_path: a .tar.gz stream through the reader gives members and a TarFault, or the
   project's own ShardFormatError / ShardReadError; never another exception.
-- labels: a label is an int64 integer equal to what the text or JSON says, or LabelError.
+- labels: a label is an int64 integer equal to what the text or JSON says, or LabelError;
+  the native parse of a read batch (probe_fields) takes exactly the text labels
+  parse_label takes, with the same value.
 - shard_list: shard specs expand to a list of str, or ValueError / GpuDecodeError.
 - npy: a tensor sample is read within its bytes, or ValueError; where the native header
   parser accepts, numpy's parser reads the same shape, dtype and offset.
@@ -48,6 +51,26 @@ def tar_stream(data: bytes) -> None:
               None if fault is None else (fault.message, fault.offset, fault.member, fault.io, fault.after_end))
     assert _stream_view(io.BytesIO(data)) == native, "stream parser and native index disagree"
     assert _stream_view(gzip.GzipFile(fileobj=io.BytesIO(gzip.compress(data, 1)))) == native, "gzip stream disagrees"
+    _grouping([m.name for m in idx])
+
+
+def _grouping(names: list[str]) -> None:
+    from gpudecode import _native
+    from gpudecode.io.reader import Grouper
+    from gpudecode.io.tario import split_key
+
+    for prev in (None, "k"):
+        got = _native.group_names(names, prev)
+        if got is None:
+            assert any(not 0x20 <= ord(c) <= 0x7e for n in names for c in n), "ASCII names left to Python"
+            continue
+        rel, exts, keys = got
+        g = Grouper()
+        g.key, g.index = prev, 0
+        want = [g.group(n) for n in names]
+        assert rel.tolist() == [-1 if w is None else w for w in want], "native grouping differs"
+        assert exts == [None if w is None else split_key(n)[1] for n, w in zip(names, want)], "extensions differ"
+        assert len(keys) == g.index, "sample keys differ"
 
 
 def gzip_path(data: bytes) -> None:
@@ -81,6 +104,15 @@ def labels(data: bytes) -> None:
         else:
             doc = json.loads(data)
             assert doc["label"] == v and type(doc["label"]) is int
+    from gpudecode import _native
+
+    try:
+        want: int | None = parse_label({"cls": data}, ["cls"], shard="s", key="k", allow_negative=True)
+    except LabelError:
+        want = None
+    *_, got, ok = _native.probe_fields([{"cls": data}], ["jpg"], ["cls"])
+    assert bool(ok[0]) == (want is not None), "native label parse takes what parse_label refuses, or the reverse"
+    assert not ok[0] or int(got[0]) == want, "native label value differs"
 
 
 def shard_list(data: bytes) -> None:
