@@ -116,55 +116,24 @@ class ProbedImage:
 
 
 def probe_samples(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixels: int,
-                  fail: Callable[[LocatedError], None],
-                  extra: Callable[["Sample"], Any] = lambda s: None) -> list[ProbedImage]:
+                  fail: Callable[[LocatedError], None], extra: Callable[["Sample"], Any] = lambda s: None, *,
+                  label_exts: Sequence[str] | None = None,
+                  fits: Callable[[int], bool] = lambda v: True) -> list[ProbedImage]:
     """The samples of `chunk` with a readable image (the first of `image_exts` present)
-    of at most `max_pixels` (0: any), in order. Each failure, extra's errors included,
-    goes to `fail` (which raises, or records and returns) as a LocatedError naming
-    shard and key: any exception met on the data is turned into one."""
-    datas, keep = [], []
-    for s in chunk:
-        data = next((s.fields[e] for e in image_exts if e in s.fields), None)
-        if data is None:
-            fail(DecodeError(f"no image (looked for .{', .'.join(image_exts)})", shard=s.shard, key=s.key))
-            continue
-        keep.append(s)
-        datas.append(data)
-    out = []
-    for s, d, info in zip(keep, datas, _native.probe_sizes(datas, 1)):
-        try:
-            try:
-                if isinstance(info, tuple):
-                    fmt, h, w = info
-                else:
-                    fmt, h, w = probe_format(d, shard=s.shard, key=s.key, why=info)
-                if max_pixels and h * w > max_pixels:
-                    raise DecodeError(f"image of {w}x{h} pixels is over the limit of {max_pixels} pixels",
-                                      shard=s.shard, key=s.key)
-                out.append(ProbedImage(s, d, fmt, h, w, extra(s)))
-            except LocatedError:
-                raise
-            except Exception as e:
-                raise wrap_data_error(e, DecodeError, "probing the image failed", shard=s.shard, key=s.key) from e
-        except LocatedError as e:
-            fail(e)
-    return out
+    of at most `max_pixels` (0: any), in order, each with what `extra` returns for it.
+    Each failure, extra's errors included, goes to `fail` (which raises, or records and
+    returns) as a LocatedError naming shard and key: any exception met on the data is
+    turned into one; the samples with no image are reported first.
 
-
-def probe_labeled(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixels: int,
-                  fail: Callable[[LocatedError], None], label_exts: Sequence[str] | None,
-                  label: Callable[["Sample"], int], fits: Callable[[int], bool] = lambda v: True) -> list[ProbedImage]:
-    """probe_samples with the sample's label as `extra` (`label`: parse_label with the
-    caller's checks; label_exts None: no labels, extra 0), in one native call for the
-    read batch: the image fields found, probed, and the labels that are ASCII integers
-    parsed there (and kept where `fits` says so). What that call does not take (a .json
-    label, one it refuses or `fits` refuses, an image it cannot probe) goes through
-    `label` and probe_format as in probe_samples, so every
-    outcome and message is the same, in the same order."""
-    exts = list(label_exts) if label_exts is not None else []
-    images, fmts, hs, ws, errs, labels, label_ok = _native.probe_fields([s.fields for s in chunk], list(image_exts),
-                                                                        exts, 1)
-    for s, d in zip(chunk, images):  # (probe_samples reports every missing image first)
+    One native call for the read batch finds the image fields and probes them; with
+    `label_exts` (the fields `extra` reads a label from: parse_label's), it also parses
+    the labels that are ASCII integers, and a parsed label that `fits` is taken without
+    calling `extra`. What the native call does not take (a .json label, one it refuses or
+    `fits` refuses, an image it cannot probe) goes through `extra` and probe_format, so
+    every outcome and message is the same, in the same order."""
+    images, fmts, hs, ws, errs, labels, label_ok = _native.probe_fields(
+        [s.fields for s in chunk], list(image_exts), list(label_exts) if label_exts is not None else [], 1)
+    for s, d in zip(chunk, images):
         if d is None:
             fail(DecodeError(f"no image (looked for .{', .'.join(image_exts)})", shard=s.shard, key=s.key))
     hl, wl, ll, okl = hs.tolist(), ws.tolist(), labels.tolist(), label_ok.tolist()
@@ -182,8 +151,8 @@ def probe_labeled(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixe
                 if max_pixels and h * w > max_pixels:
                     raise DecodeError(f"image of {w}x{h} pixels is over the limit of {max_pixels} pixels",
                                       shard=s.shard, key=s.key)
-                out.append(ProbedImage(s, d, fmt, h, w,  # type: ignore[arg-type]
-                                       0 if label_exts is None else ll[i] if okl[i] and fits(ll[i]) else label(s)))
+                value = ll[i] if okl[i] and fits(ll[i]) else extra(s)
+                out.append(ProbedImage(s, d, fmt, h, w, value))  # type: ignore[arg-type]
             except LocatedError:
                 raise
             except Exception as e:

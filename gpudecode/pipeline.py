@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ._probe import ProbedImage, probe_labeled
+from ._probe import ProbedImage, probe_samples
 from .decode import DecodedBatch, choose, make_decoder
 from .errors import DecodeError, ErrorPolicy, Skipped
 from .io.reader import Sample
@@ -236,7 +236,7 @@ class Pipeline:
 
     def _probe(self, chunk: list[Sample]) -> list[ProbedImage]:
         """Samples with a readable image header (and label; `extra` holds it), in one
-        native call for the batch (see probe_labeled); a label that call does not parse,
+        native call for the batch (see probe_samples); a label that call does not parse,
         or that fails the checks (sign, num_classes), is parse_label's, which says why."""
         exts, negative, classes = self.label_exts, self.allow_negative_labels, self.num_classes
 
@@ -247,8 +247,9 @@ class Pipeline:
         def fits(v: int) -> bool:
             return (v >= 0 or negative) and (classes is None or v < classes)
 
-        return probe_labeled(chunk, self.image_exts, self.max_pixels, self.policy, exts if self.labels else None,
-                             label, fits)
+        if not self.labels:
+            return probe_samples(chunk, self.image_exts, self.max_pixels, self.policy, lambda s: 0)
+        return probe_samples(chunk, self.image_exts, self.max_pixels, self.policy, label, label_exts=exts, fits=fits)
 
     def _one_size(self, probed: list[ProbedImage]) -> list[ProbedImage]:
         """A transform without geometry keeps each image's size, and a batch has one: the

@@ -193,7 +193,7 @@ def _python_label(fields, exts, negative, classes):
 def test_native_labels_are_parse_labels(data, negative, classes):
     """probe_fields parses what parse_label takes to the same value, and leaves the rest
     (with `fits`, the sign and num_classes checks) to parse_label itself."""
-    from gpudecode._probe import probe_labeled
+    from gpudecode._probe import probe_samples
     from gpudecode.io.reader import Sample
 
     fields = {"jpg": b"\xff\xd8 not a jpeg", "cls": data}
@@ -209,22 +209,26 @@ def test_native_labels_are_parse_labels(data, negative, classes):
         return (v >= 0 or negative) and (classes is None or v < classes)
 
     s = Sample("k", fields, "s", 0)
-    probed = probe_labeled([s], ["jpg"], 0, lambda e: got.append(str(e)), ["cls"],
-                           lambda smp: _python_label(smp.fields, ["cls"], negative, classes), fits)
+    probed = probe_samples([s], ["jpg"], 0, lambda e: got.append(str(e)),
+                           lambda smp: _python_label(smp.fields, ["cls"], negative, classes), label_exts=["cls"],
+                           fits=fits)
     # the image is refused (not a JPEG) before the label is read, as in probe_samples
     assert not probed and len(got) == 1 and "k" in got[0]
 
 
-def test_probe_labeled_is_probe_samples(tmp_path):
-    """The batch call gives what probe_samples with parse_label gives, failures and their
-    order included, on real images and bad ones."""
+def test_probe_samples_against_pillow_and_parse_label(tmp_path):
+    """probe_samples (one native call a batch) keeps the samples whose first image field
+    Pillow reads, with Pillow's size, in order, and with `label_exts` the labels
+    parse_label gives, failures (no image, unreadable, too large, bad label) reported as
+    parse_label and the probe report them: the same with the labels parsed natively as
+    with parse_label called for each."""
     import io
 
     import numpy as np
     from PIL import Image
 
-    from gpudecode._probe import probe_labeled, probe_samples
-    from gpudecode.errors import ErrorPolicy
+    from gpudecode._probe import probe_samples
+    from gpudecode.errors import ErrorPolicy, LabelError
     from gpudecode.io.reader import Sample
     from gpudecode.labels import parse_label
 
@@ -239,6 +243,7 @@ def test_probe_labeled_is_probe_samples(tmp_path):
             {"jpg": jpg}, {"jpg": jpg, "cls": b"12"}, {"png": png, "cls": b"99999999999999999999"},
             {"jpg": enc("JPEG", 400, 400), "cls": b"2"}, {"jpg": jpg, "cls": memoryview(b"5")}]
     chunk = [Sample(f"k{i}", f, "shard.tar", i) for i, f in enumerate(rows)]
+    limit = 150 * 150
     for negative, classes in ((False, None), (True, None), (False, 10)):
         def label(s, negative=negative, classes=classes):
             return parse_label(s.fields, ["cls", "json"], shard=s.shard, key=s.key, allow_negative=negative,
@@ -247,15 +252,34 @@ def test_probe_labeled_is_probe_samples(tmp_path):
         def fits(v, negative=negative, classes=classes):
             return (v >= 0 or negative) and (classes is None or v < classes)
 
+        # the reference: Pillow's size of the first image field, parse_label's label
+        want, bad = [], []
+        for s in chunk:
+            data = next((s.fields[e] for e in ("jpg", "png") if e in s.fields), None)
+            try:
+                w, h = Image.open(io.BytesIO(bytes(data))).size if data is not None else (0, 0)
+            except Exception:
+                bad.append(s.key)
+                continue
+            if data is None or h * w > limit:
+                bad.append(s.key)
+                continue
+            try:
+                want.append((s.key, h, w, label(s)))
+            except LabelError:
+                bad.append(s.key)
         a, b = ErrorPolicy("skip"), ErrorPolicy("skip")
-        want = probe_samples(chunk, ["jpg", "png"], 150 * 150, a, label)
-        got = probe_labeled(chunk, ["jpg", "png"], 150 * 150, b, ["cls", "json"], label, fits)
-        assert [(p.sample.key, p.format, p.height, p.width, p.extra, bytes(p.data)) for p in got] == \
-            [(p.sample.key, p.format, p.height, p.width, p.extra, bytes(p.data)) for p in want]
-        assert [(s.key, s.reason, s.error) for s in b.skipped] == [(s.key, s.reason, s.error) for s in a.skipped]
-        assert len(got) >= 4 and len(a.skipped) >= 5
+        native = probe_samples(chunk, ["jpg", "png"], limit, a, label, label_exts=["cls", "json"], fits=fits)
+        each = probe_samples(chunk, ["jpg", "png"], limit, b, label)
+        assert [(p.sample.key, p.height, p.width, p.extra) for p in native] == want
+        assert [(p.sample.key, p.format, p.height, p.width, p.extra, bytes(p.data)) for p in native] == \
+            [(p.sample.key, p.format, p.height, p.width, p.extra, bytes(p.data)) for p in each]
+        assert sorted(x.key for x in a.skipped) == sorted(bad)
+        assert [(x.key, x.reason, x.error) for x in a.skipped] == [(x.key, x.reason, x.error) for x in b.skipped]
+        assert [p.format for p in native if p.sample.key == "k0"] == ["jpeg"] and len(want) >= 4
         with pytest.raises(Exception) as ea:
-            probe_samples(chunk, ["jpg", "png"], 150 * 150, ErrorPolicy("raise"), label)
+            probe_samples(chunk, ["jpg", "png"], limit, ErrorPolicy("raise"), label)
         with pytest.raises(Exception) as eb:
-            probe_labeled(chunk, ["jpg", "png"], 150 * 150, ErrorPolicy("raise"), ["cls", "json"], label, fits)
+            probe_samples(chunk, ["jpg", "png"], limit, ErrorPolicy("raise"), label, label_exts=["cls", "json"],
+                          fits=fits)
         assert type(ea.value) is type(eb.value) and str(ea.value) == str(eb.value)
