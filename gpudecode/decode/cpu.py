@@ -139,22 +139,27 @@ class CpuDecoder:
         self._check_stop()
         n = len(requests)
         errors: list[str | None] = [None] * n
-        windows = [self._window(r) for r in requests]
         # JPEG (and PNG where the native module has libpng): decoded on native threads
         native = ("jpeg", "png") if _native.has_png else ("jpeg",)
-        jpeg = [k for k, r in enumerate(requests) if r.format in native]
-        tensor = [k for k, r in enumerate(requests) if r.format == "npy"]
-        other = [k for k, r in enumerate(requests) if r.format not in native and r.format != "npy"]
+        fmts = [r.format for r in requests]
+        jpeg = [k for k, f in enumerate(fmts) if f in native]
+        tensor = [k for k, f in enumerate(fmts) if f == "npy"]
+        other = [k for k, f in enumerate(fmts) if f not in native and f != "npy"] if len(jpeg) + len(tensor) < n else []
         decoded = self._decode_on_host(requests, other, errors)
-        # JPEG and tensor windows are known before decoding, the others' sizes after
+        # the buffer holds the JPEG windows and the tensor ones (unless they are read in
+        # place), whose sizes are known before decoding, then the others' (known after)
+        in_place = self.zero_copy and bool(tensor)
+        packed = jpeg if in_place else jpeg + tensor
+        windows = {k: self._window(requests[k]) for k in packed}
         offsets = np.zeros(n, np.int64)
         shapes = np.zeros((n, 2), np.int64)
         total = 0
-        for k in jpeg + tensor:
-            box = windows[k][0]
-            offsets[k] = total
-            shapes[k] = box[2], box[3]
-            total += box[2] * box[3] * 3
+        if packed:
+            hw = np.array([windows[k][0][2:] for k in packed], np.int64).reshape(-1, 2)
+            ends = np.cumsum(hw[:, 0] * hw[:, 1] * 3)
+            offsets[packed] = np.concatenate(([0], ends[:-1]))
+            shapes[packed] = hw
+            total = int(ends[-1])
         for k in other:
             offsets[k] = total
             if k in decoded:
@@ -168,7 +173,7 @@ class CpuDecoder:
                 a = decoded[k]
                 buf[offsets[k]:offsets[k] + a.size] = a.reshape(-1)
         boxes = np.zeros((n, 4), np.int64)
-        if self.zero_copy and tensor:
+        if in_place:
             return self._in_place(requests, tensor, buf, total, offsets, shapes, boxes, errors)
         self._copy_tensors(requests, tensor, offsets, buf, errors)
         boxes[:, 2:] = shapes  # every image here is decoded to its window exactly
@@ -205,7 +210,7 @@ class CpuDecoder:
             self._buffers[self._turn] = np.empty(int(total * 1.25) + 1, np.uint8)
         return self._buffers[self._turn]
 
-    def _decode_native(self, requests: Sequence[Request], ks: list[int], windows: list, offsets: np.ndarray,
+    def _decode_native(self, requests: Sequence[Request], ks: list[int], windows: dict, offsets: np.ndarray,
                        buf: np.ndarray, errors: list[str | None]) -> None:
         """JPEG and PNG images ks on the native threads, into buf at their offsets."""
         boxes = np.array([windows[k][0] for k in ks], np.int32).reshape(-1, 4)
@@ -245,9 +250,10 @@ class CpuDecoder:
             addresses.append(buf.ctypes.data)
             sizes.append(int(total))
         # every tensor sample's header parsed, and its address taken, in one native call
-        datas = [requests[k].data for k in tensor]
+        reqs = [requests[k] for k in tensor]
+        datas = [r.data for r in reqs]
         addr, hs, ws, starts, refusals = _native.tensor_layouts(datas)
-        probed = np.array([(requests[k].height, requests[k].width) for k in tensor], np.int64).reshape(-1, 2)
+        probed = np.array([v for r in reqs for v in (r.height, r.width)], np.int64).reshape(-1, 2)
         good = np.ones(len(tensor), bool)
 
         def refuse(j: int, why: str) -> None:  # this image's error, not the batch's
@@ -265,11 +271,14 @@ class CpuDecoder:
         if self.max_pixels:
             for j in np.flatnonzero(good & (hs * ws > self.max_pixels)).tolist():
                 refuse(j, f"ValueError: image of {ws[j]}x{hs[j]} pixels is over the limit of {self.max_pixels} pixels")
-        rows = [k for j, k in enumerate(tensor) if good[j]]
-        if rows:
+        whole = good.all()
+        rows = np.asarray(tensor, np.int64) if whole else np.asarray(tensor, np.int64)[good]
+        if len(rows):
             shapes[rows, 0] = hs[good]
             shapes[rows, 1] = ws[good]
-            boxes[rows] = [requests[k].box for k in rows]  # the window inside the whole stored image
+            # the window inside the whole stored image
+            kept = reqs if whole else [r for r, g in zip(reqs, good.tolist()) if g]
+            boxes[rows] = np.array([v for r in kept for v in r.box], np.int64).reshape(-1, 4)
         addresses.extend((addr[good] + starts[good]).tolist())
         sizes.extend((hs[good] * ws[good] * 3).tolist())
         pixels, rel = span(addresses, sizes, torch.device("cpu"))
