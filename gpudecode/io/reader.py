@@ -164,7 +164,7 @@ def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | No
                  group: ThreadGroup | None = None, cache: ShardCache | None = None,
                  seek: tuple[int, int] | None = None, mapped: frozenset[str] = frozenset(),
                  maps: _MapCache | None = None, runs: bool = False
-                 ) -> Iterator["tuple[Member, bytes | memoryview | None, int | None] | TarFault | _Run"]:
+                 ) -> Iterator["tuple[Member, bytes | memoryview | None, int | None] | TarFault | list[_Run]"]:
     """(member, data, sample index) for every member of a shard, then a last TarFault if
     the tar is refused. data is None where want(name, sample index) is False, and for a
     link; the sample index is Grouper's (None: not a sample's field).
@@ -180,7 +180,7 @@ def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | No
     Members with an extension in `mapped` are read-only memoryviews over the mapped file
     where it is a file (local, cached or spooled), bytes otherwise; `maps` keeps the
     mappings of shard files (not of spooled ones) for the next time. With `runs` (and a
-    `_Want`), a local shard's plain read batches come as `_Run`s (see _file_members).
+    `_Want`), a local shard's plain read batches come as lists of `_Run`s (see _file_members).
 
     Raises:
         ShardReadError: the shard cannot be opened or read (names it).
@@ -343,13 +343,13 @@ class _MapCache:
 
 def _file_members(f: IO[bytes], url: str, want: Want, seek: tuple[int, int] | None = None,
                   mapped: frozenset[str] = frozenset(), maps: _MapCache | None = None, runs: bool = False
-                  ) -> Iterator["tuple[Member, bytes | memoryview | None, int | None] | TarFault | _Run"]:
+                  ) -> Iterator["tuple[Member, bytes | memoryview | None, int | None] | TarFault | list[_Run]"]:
     """The members of a local tar, indexed _INDEX_CHUNK at a time (a caller that stops
     early indexes no further) and read _READ_BATCH at a time (one native call each).
     Members with an extension in `mapped` come as memoryviews over the mapped file.
     With `runs`, where `want` is a `_Want` and a read batch is plain (regular files, printable-ASCII
-    names: the common case), it is grouped in one native call and comes as `_Run`s, one
-    per sample's members there, instead of member by member."""
+    names: the common case), it is grouped in one native call and comes as one list of
+    `_Run`s (one per sample's members there) instead of member by member."""
     try:
         fd = f.fileno()
         size = os.fstat(fd).st_size
@@ -364,7 +364,7 @@ def _file_members(f: IO[bytes], url: str, want: Want, seek: tuple[int, int] | No
                              types[lo:lo + _READ_BATCH], chains[lo:lo + _READ_BATCH])
                 plain = _plain_runs(part, grouper, want, reader) if runs and isinstance(want, _Want) else None
                 if plain is not None:
-                    yield from plain
+                    yield plain  # (the batch's runs as one item)
                     continue
                 members = [Member(*m) for m in zip(part.names, part.offsets, part.sizes, part.types, part.chains)]
                 groups = [grouper.group(m.name) for m in members]
@@ -421,14 +421,17 @@ class _PartReader:
         self.fd, self.size, self.mapped, self.maps = fd, size, mapped, maps
         self.mapping: _Mapping | None = None
 
-    def read(self, part: _Part, wanted: list[int]) -> tuple[dict[int, bytes | memoryview],
-                                                             tuple[int, int, str | None] | None]:
+    def read(self, part: _Part, wanted: list[int], exts: list | None = None
+             ) -> tuple[dict[int, bytes | memoryview], tuple[int, int, str | None] | None]:
         """{index in part: data} for the members `wanted`, and, if the file shrank or failed
-        under the reader, (index of the first member not read, bytes it had, error)."""
+        under the reader, (index of the first member not read, bytes it had, error).
+        `exts`: the members' extensions where the caller has them (else from their names)."""
         views: list[memoryview] = []
         order = wanted
         if self.mapped and wanted:
-            is_mapped = [(split_key(part.names[i]) or ("", ""))[1] in self.mapped for i in wanted]
+            mapped = self.mapped
+            is_mapped = ([exts[i] in mapped for i in wanted] if exts is not None else
+                         [(split_key(part.names[i]) or ("", ""))[1] in mapped for i in wanted])
             by_map = [i for i, y in zip(wanted, is_mapped) if y]
             # a file that shrank is read with pread below, which delivers what it still
             # holds and names the first member cut off, as for any shard
@@ -468,7 +471,7 @@ def _plain_runs(part: _Part, grouper: Grouper, want: "_Want", reader: _PartReade
         wanted = [i for i, r in enumerate(rel) if r >= 0 and lo <= r < hi]
     else:
         wanted = [i for i, r in enumerate(rel) if r >= 0 and lo <= r < hi and exts[i] in only]
-    data_of, short = reader.read(part, wanted)
+    data_of, short = reader.read(part, wanted, exts)
     if short is not None:
         return None
     datas = [data_of.get(i) for i in range(len(rel))] if len(wanted) != len(rel) else [data_of[i] for i in wanted]
@@ -556,15 +559,14 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
     try:
         for item in iter_members(url, want=want, remote=remote, group=group, cache=cache, seek=seek, mapped=mapped,
                                  maps=maps, runs=True):
-            if isinstance(item, _Run):
-                if item.g < start:
-                    continue
-                if item.g >= end:
-                    break
-                for out in samples.run(item):
+            if isinstance(item, list):  # a plain read batch's runs
+                done, past = samples.runs(item, start, end)
+                for out in done:
                     yield out
                     if isinstance(out, Failure) and out.fatal:  # under "raise", a member's fault
                         return
+                if past:
+                    break
                 continue
             if isinstance(item, TarFault):
                 yield from samples.fault(item)
@@ -633,6 +635,37 @@ class _Assembler:
             elif self.on_error == "raise":
                 out.append(Failure(self.bad, fatal=True))
         return out
+
+    def runs(self, runs: list[_Run], start: int, end: float) -> tuple[list[Sample | Failure], bool]:
+        """Takes a plain read batch's runs of samples start..end-1 (others passed over):
+        (what to deliver, in order, a fatal Failure last if one ends the shard; whether a
+        run at or past `end` was met). A run that begins a new sample whose key is new
+        and whose extensions are distinct is taken here, in one loop; any other goes
+        through run()."""
+        out: list[Sample | Failure] = []
+        seen, starts, url = self.seen, self.starts, self.url
+        for r in runs:
+            g = r.g
+            if g < start:
+                continue
+            if g >= end:
+                return out, True
+            exts, datas = r.exts, r.datas
+            if g != self.index and r.key not in seen and len(set(exts)) == len(exts):
+                if self.key is not None:
+                    out.append(Sample(self.key, self.fields, url, self.index) if self.bad is None  # type: ignore[arg-type]
+                               else Failure(self.bad, fatal=False))
+                self.key, self.index, self.bad = r.key, g, None
+                self.fields = dict(zip(exts, datas)) if None not in datas else {
+                    e: d for e, d in zip(exts, datas) if d is not None}
+                seen[r.key] = g
+                if starts is not None:
+                    starts.append(r.part.chains[r.at])
+                continue
+            out.extend(self.run(r))
+            if out and isinstance(out[-1], Failure) and out[-1].fatal:
+                return out, False
+        return out, False
 
     def run(self, r: _Run) -> list[Sample | Failure]:
         """Takes the run of sample r.g's members (a plain read batch's): as member() for
