@@ -283,7 +283,6 @@ class Pipeline:
         sample's global index, which with `seed` and `epoch` fixes its draws."""
         timing = BatchTiming(size=0)
         t0 = time.perf_counter()
-        index = {id(s): position + i for i, s in enumerate(chunk)}
         probed = self._probe(chunk)
         if self.transform.out_size is None and probed:
             probed = self._one_size(probed)
@@ -292,7 +291,11 @@ class Pipeline:
         labels = [p.extra for p in probed]
         # unique over ranks: (seed, epoch, global index) fixes each sample's draws; each view
         # draws from its own seed (view 0 from `seed` itself)
-        indices = [index[id(s)] * world + rank for s in samples]
+        if len(probed) == len(chunk):  # (none failed: probed[i] is chunk[i])
+            indices = [(position + i) * world + rank for i in range(len(chunk))]
+        else:
+            index = {id(s): position + i for i, s in enumerate(chunk)}
+            indices = [index[id(s)] * world + rank for s in samples]
         params = [tf.make_params(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
                   for v, tf in enumerate(self.views)]
         view_boxes = [tf.decode_boxes(pv, sizes) for tf, pv in zip(self.views, params)]
@@ -302,7 +305,7 @@ class Pipeline:
         timing.probe = t1 - t0
         decoded = None
         ready = None
-        timing.encoded_bytes = sum(len(r.data) for r in requests)
+        timing.encoded_bytes = sum([len(p.data) for p in probed])
         seq = self.seq
         if requests:
             self.seq += 1
