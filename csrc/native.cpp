@@ -15,6 +15,7 @@
 #include "jpeg_decode.h"
 #include "probe.h"
 #include "batch.h"
+#include "draws.h"
 #include "tar.h"
 
 namespace py = pybind11;
@@ -386,29 +387,17 @@ PYBIND11_MODULE(_native, m) {
   // One sample's stream of random draws (gpudecode.transforms._SampleRandom): SplitMix64
   // keyed by (seed, epoch) and the sample's index. transforms.py keeps the same stream in
   // Python as the reference (tests/test_transforms.py compares them draw by draw).
-  struct SplitMix {
-    uint64_t state;
-    static uint64_t mix(uint64_t z) {
-      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-      z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-      return z ^ (z >> 31);
-    }
-    uint64_t next() {
-      state += 0x9E3779B97F4A7C15ULL;
-      return mix(state);
-    }
-  };
   py::class_<SplitMix>(m, "SplitMix", "A sample's SplitMix64 stream: random() and getrandbits(k) as random.Random's.")
       .def(py::init([](const py::int_& key, const py::int_& index) {
              // (index & 2^64-1) * 0xD1B54A32D192ED03 mod 2^64, xor key, mixed: any Python int
              const uint64_t k = PyLong_AsUnsignedLongLongMask(key.ptr());
              const uint64_t i = PyLong_AsUnsignedLongLongMask(index.ptr());
              if (PyErr_Occurred()) throw py::error_already_set();
-             return SplitMix{SplitMix::mix(k ^ (i * 0xD1B54A32D192ED03ULL))};
+             return SplitMix::keyed(k, i);
            }),
            py::arg("key"), py::arg("index"))
       .def_readonly("state", &SplitMix::state)
-      .def("random", [](SplitMix& g) { return double(g.next() >> 11) * (1.0 / 9007199254740992.0); })
+      .def("random", &SplitMix::random)
       .def(
           "getrandbits",
           [](SplitMix& g, int64_t k) -> py::object {
@@ -434,6 +423,53 @@ PYBIND11_MODULE(_native, m) {
             return py::reinterpret_steal<py::object>(_PyLong_FromByteArray(bytes.data(), bytes.size(), 1, 0));
           },
           py::arg("k"));
+
+  m.def(
+      "draw_batch",
+      [](const py::tuple& spec, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& sizes,
+         const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& indices,
+         const py::int_& key) -> py::object {
+        DrawPlan plan;
+        for (const py::handle& step : spec[0].cast<py::list>()) {
+          const auto t = step.cast<py::tuple>();
+          GeomStep g;
+          g.kind = t[0].cast<int>();
+          for (size_t k = 1; k < t.size() && k <= 8; ++k) g.a[k - 1] = t[k].cast<double>();
+          plan.geometry.push_back(g);
+        }
+        plan.flip = spec[1].cast<double>();
+        plan.vflip = spec[2].cast<double>();
+        if (!spec[3].is_none()) {
+          plan.jitter = true;
+          const auto ranges = spec[3].cast<py::tuple>();
+          for (size_t c = 0; c < 4; ++c) {
+            if (ranges[c].is_none()) continue;
+            const auto r = ranges[c].cast<py::tuple>();
+            plan.jitter_on[c] = true;
+            plan.jitter_lo[c] = r[0].cast<double>();
+            plan.jitter_hi[c] = r[1].cast<double>();
+          }
+        }
+        const uint64_t k = PyLong_AsUnsignedLongLongMask(key.ptr());
+        if (PyErr_Occurred()) throw py::error_already_set();
+        const py::ssize_t n = indices.size();
+        if (sizes.ndim() != 2 || sizes.shape(0) != n || sizes.shape(1) != 2)
+          throw py::value_error("sizes must be [N, 2] for N indices");
+        I64 ints({n, py::ssize_t(kDrawCols)});
+        py::array_t<double> factors({n, py::ssize_t(4)});
+        std::string err;
+        {
+          py::gil_scoped_release nogil;
+          err = draw_batch(plan, sizes.data(), indices.data(), size_t(n), k, ints.mutable_data(),
+                           factors.mutable_data());
+        }
+        if (!err.empty()) return py::none();
+        return py::make_tuple(ints, factors);
+      },
+      py::arg("spec"), py::arg("sizes"), py::arg("indices"), py::arg("key"),
+      "A batch's draws (gpudecode._draws): spec (geometry steps, flip p, vflip p, jitter ranges or None), "
+      "sizes [N, 2], indices [N], the (seed, epoch) key -> (ints [N, 12], factors [N, 4]), or None where a "
+      "sample cannot be drawn (the Python path says why).");
 
   m.def(
       "probe_fields",

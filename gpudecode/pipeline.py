@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from ._probe import ProbedImage, probe_samples
+from ._draws import Draws
 from .decode import DecodedBatch, choose, make_decoder
 from .errors import DecodeError, ErrorPolicy, Skipped
 from .io.reader import Sample
@@ -69,7 +70,7 @@ class _Prepared:
     """A batch between the two stages: decoded pixels and everything the kernel needs."""
 
     samples: list[Sample]
-    params: list[list[dict]]  # [view][image]
+    params: list[Draws]  # [view][image] (transforms.Compose.draw_batch's Draws)
     sizes: list[tuple[int, int]]
     labels: list[int]
     decoded: DecodedBatch | None
@@ -296,12 +297,12 @@ class Pipeline:
         # unique over ranks: (seed, epoch, global index) fixes each sample's draws; each view
         # draws from its own seed (view 0 from `seed` itself)
         if len(probed) == len(chunk):  # (none failed: probed[i] is chunk[i])
-            indices = [(position + i) * world + rank for i in range(len(chunk))]
+            indices: Any = np.arange(position, position + len(chunk), dtype=np.int64) * world + rank
         else:
             index = {id(s): position + i for i, s in enumerate(chunk)}
             indices = [index[id(s)] * world + rank for s in samples]
-        params = [tf.make_params(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
-                  for v, tf in enumerate(self.views)]
+        # (the common plans drawn natively for the batch, as columns: see gpudecode._draws)
+        params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices) for v, tf in enumerate(self.views)]
         view_boxes = [tf.decode_boxes(pv, sizes) for tf, pv in zip(self.views, params)]
         boxes = view_boxes[0] if not self.multi else [_union(bs) for bs in zip(*view_boxes)]
         requests = [p.request(box) for p, box in zip(probed, boxes)]

@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from . import _native
+from ._draws import Draws, native_spec
 from .decode._base import DecodedBatch
 from ._steps import PROGRAM_OPS, SUPPORTED, WAY_OUT, Transform, _PixelOp, _refuse, _Step, _Wrapper  # noqa: F401
 from .errors import KernelLaunchError, TransformError
@@ -726,6 +727,12 @@ class Compose(Transform):
         self.layout = layout
         self.plan = _plan(self.transforms)
         self._rng = random.Random()
+        self.native_spec = native_spec(self.plan)  # None: the Python path draws (see _draws)
+
+    @property
+    def rrc(self) -> bool:
+        """The geometry is a RandomResizedCrop (the window the kernel reads is its crop)."""
+        return bool(self.plan.geometry) and isinstance(self.plan.geometry[0], RandomResizedCrop)
 
     @property
     def out_size(self) -> tuple[int, int] | None:
@@ -757,8 +764,30 @@ class Compose(Transform):
         (top, left, height, width) (for Resize + CenterCrop: in the resized image, whose
         size is `resize`), `flip`, `brightness`, `contrast`, `saturation`, `hue` (None
         when off), `order` (torchvision's fn_idx). (seed, epoch, index) fixes each draw."""
+        return self.draw_batch(sizes, seed, epoch=epoch, indices=indices).dicts()
+
+    def draw_batch(self, sizes: Sequence[tuple[int, int]], seed: int, *, epoch: int = 0,
+                   indices: Sequence[int] | np.ndarray | None = None) -> Draws:
+        """make_params' draws as a `Draws` (a sequence of its dicts, made when read; the
+        kernel's arrays made without them): for the common plans in one native call for
+        the batch, else by the Python path (see gpudecode._draws)."""
+        if self.native_spec is not None and len(sizes):
+            idx = np.arange(len(sizes), dtype=np.int64) if indices is None else np.asarray(indices)
+            if idx.dtype == np.int64 and idx.shape == (len(sizes),):  # (Python ints beyond int64: the Python path)
+                cols = _native.draw_batch(self.native_spec, np.asarray(sizes, np.int64).reshape(-1, 2), idx,
+                                          _epoch_key(seed, epoch))
+                if cols is not None:  # (None: a sample it cannot draw; the Python path names why)
+                    return Draws(self, sizes, columns=cols)
+        return Draws(self, sizes, dicts=self._python_params(sizes, seed, epoch=epoch, indices=indices))
+
+    def _python_params(self, sizes: Sequence[tuple[int, int]], seed: int, *, epoch: int = 0,
+                       indices: Sequence[int] | np.ndarray | None = None) -> list[dict]:
+        """make_params drawn in Python, a sample at a time: every plan (the reference of
+        the native draws)."""
         if indices is None:
             indices = range(len(sizes))
+        elif isinstance(indices, np.ndarray):
+            indices = indices.tolist()
         out = []
         key = _epoch_key(seed, epoch)
         for (h, w), idx in zip(sizes, indices):
@@ -792,7 +821,7 @@ class Compose(Transform):
         drew, in order, K the longest program of the batch)."""
         n = len(params)
         oh, ow = self.output_size(sizes)
-        rrc = bool(self.plan.geometry) and isinstance(self.plan.geometry[0], RandomResizedCrop)
+        rrc = self.rrc
         program = self.plan.program
         G, H, W, VH, VW, OY, OX = fused.GEOM, fused.H, fused.W, fused.VH, fused.VW, fused.OY, fused.OX
         box, FLIP, VFLIP = slice(fused.TOP, fused.BW + 1), fused.FLIP, fused.VFLIP
@@ -834,7 +863,9 @@ class Compose(Transform):
         """The window (top, left, height, width) of each image the kernel reads, for a
         decoder to decode no more than that: RandomResizedCrop's crop; the whole image for
         Resize/CenterCrop (every source pixel can reach the output through the filter)."""
-        if self.plan.geometry and isinstance(self.plan.geometry[0], RandomResizedCrop):
+        if isinstance(params, Draws) and params.columns is not None:
+            return params.boxes()
+        if self.rrc:
             return [tuple(p["crop"]) for p in params]  # type: ignore[misc]
         return [(0, 0, h, w) for h, w in sizes]
 
@@ -857,7 +888,10 @@ class Compose(Transform):
             raise ValueError(f"{len(idx)} images for an output of {view.shape[0]}")
         if len(idx) == 0:
             return
-        geom, args, order = self.encode([params[k] for k in idx], [sizes[k] for k in idx])
+        if isinstance(params, Draws):
+            geom, args, order = params.encode(idx)
+        else:
+            geom, args, order = self.encode([params[k] for k in idx], [sizes[k] for k in idx])
         geom[:, fused.OFFSET] = decoded.offsets[idx]
         geom[:, fused.H:fused.W + 1] = decoded.shapes[idx]
         geom[:, fused.SY:fused.SC + 1] = decoded.strides[idx]

@@ -1,0 +1,195 @@
+"""A batch's drawn parameters as columns, drawn in one native call.
+
+`Compose.make_params` draws each sample's parameters in Python (random.Random's
+uniform, randint and shuffle over the sample's SplitMix64 stream) and gives them as one
+dict per sample; the kernel wants them as arrays (`Compose.encode`). For the plans most
+training runs use (any supported geometry, the flips, a ColorJitter, Normalize, ToDtype)
+`_native.draw_batch` makes the same draws, in the same order and with the same
+floating-point operations, for the whole batch at once, and gives them as columns;
+`Draws` turns the columns into the kernel's arrays with numpy, and into the dicts only
+when something asks for them. Other plans (a program step other than a plain
+ColorJitter, RandomErasing, subclasses of the steps) are drawn by the Python path, and
+`Draws` holds its dicts. tests/test_draws.py compares the two paths draw by draw.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, overload
+
+import numpy as np
+
+from .kernels import fused
+from .kernels._pixel import ARGS
+
+if TYPE_CHECKING:
+    from .transforms import Compose, _Plan
+
+__all__ = ["Draws", "native_spec"]
+
+# the columns of _native.draw_batch's ints (csrc/draws.h)
+_TOP, _LEFT, _CH, _CW, _RH, _RW, _FLIP, _VFLIP, _ORDER = 0, 1, 2, 3, 4, 5, 6, 7, 8
+_JITTER_NAMES = ("brightness", "contrast", "saturation", "hue")
+
+
+def native_spec(plan: "_Plan") -> tuple | None:
+    """The plan as _native.draw_batch reads it, or None when the Python path draws it."""
+    from .transforms import CenterCrop, ColorJitter, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, \
+        RandomVerticalFlip, Resize
+
+    if plan.erase is not None:
+        return None
+    geometry: list[tuple] = []
+    g: Any
+    for g in plan.geometry:
+        kind = type(g)
+        if kind is RandomResizedCrop:
+            geometry.append((1, g.scale[0], g.scale[1], g._log_ratio[0], g._log_ratio[1], min(g.ratio), max(g.ratio)))
+        elif kind is Resize:
+            size = (g.size, -1) if isinstance(g.size, int) else g.size
+            geometry.append((2, *size, -1 if g.max_size is None else g.max_size))
+        elif kind is CenterCrop:
+            geometry.append((3, *g.size))
+        elif kind is RandomCrop:
+            geometry.append((4, *g.size, *g.padding, int(g.pad_if_needed)))
+        else:
+            return None
+        if any(abs(v) >= 2 ** 53 for v in geometry[-1]):  # (passed as doubles)
+            return None
+    flips = []
+    for f, kind in ((plan.flip, RandomHorizontalFlip), (plan.vflip, RandomVerticalFlip)):
+        if f is not None and type(f) is not kind:
+            return None
+        flips.append(-1.0 if f is None else f.p)
+    jitter = None
+    if plan.program:
+        if len(plan.program) != 1 or type(plan.program[0]) is not ColorJitter:
+            return None
+        cj = plan.program[0]
+        jitter = tuple(getattr(cj, name) for name in _JITTER_NAMES)
+    return (geometry, flips[0], flips[1], jitter)
+
+
+class Draws(Sequence[dict]):
+    """The parameters drawn for a batch: a sequence of make_params' dicts (made when
+    asked for), and the kernel's arrays (`encode`) and decode windows (`boxes`) made from
+    columns without them.
+
+    Args:
+        compose: the Compose they were drawn for.
+        sizes: the images' (height, width).
+        columns: (ints [N, 12], factors [N, 4]) from _native.draw_batch; or
+        dicts: the Python path's make_params.
+    """
+
+    def __init__(self, compose: "Compose", sizes: Sequence[tuple[int, int]], *,
+                 columns: tuple[np.ndarray, np.ndarray] | None = None, dicts: list[dict] | None = None) -> None:
+        self.compose = compose
+        self.sizes = sizes
+        self.columns = columns
+        self._dicts = dicts
+
+    def __len__(self) -> int:
+        return len(self.sizes)
+
+    @overload
+    def __getitem__(self, k: int) -> dict: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[dict]: ...
+
+    def __getitem__(self, k: Any) -> Any:
+        return self.dicts()[k]
+
+    def __iter__(self) -> Iterator[dict]:
+        return iter(self.dicts())
+
+    def __eq__(self, other: object) -> bool:
+        return list(self) == list(other) if isinstance(other, Sequence) else NotImplemented
+
+    def __repr__(self) -> str:
+        return f"Draws({self.dicts()!r})"
+
+    def dicts(self) -> list[dict]:
+        """make_params' dicts, as the Python path gives them (keys in its order)."""
+        if self._dicts is None:
+            self._dicts = self._from_columns()
+        return self._dicts
+
+    def _from_columns(self) -> list[dict]:
+        from .transforms import CenterCrop, RandomCrop, RandomResizedCrop, Resize
+
+        assert self.columns is not None
+        ints, factors = self.columns
+        plan = self.compose.plan
+        kinds = [type(g) for g in plan.geometry]
+        resize = Resize in kinds
+        crop = any(k in (RandomResizedCrop, CenterCrop, RandomCrop) for k in kinds)
+        jitter = bool(plan.program)
+        iv = ints.tolist()
+        fv = [[None if v != v else v for v in r] for r in factors.tolist()] if jitter else None  # (NaN: off)
+        out = []
+        for k, r in enumerate(iv):
+            p: dict = {"flip": bool(r[_FLIP]), "brightness": None, "contrast": None, "saturation": None, "hue": None,
+                       "order": r[_ORDER:_ORDER + 4]}
+            if resize:
+                p["resize"] = (r[_RH], r[_RW])
+            if crop:
+                p["crop"] = (r[_TOP], r[_LEFT], r[_CH], r[_CW])
+            if plan.vflip is not None:
+                p["vflip"] = bool(r[_VFLIP])
+            if jitter:
+                f = fv[k]  # type: ignore[index]
+                p["brightness"], p["contrast"], p["saturation"], p["hue"] = f
+            out.append(p)
+        return out
+
+    def boxes(self) -> list[tuple[int, int, int, int]]:
+        """Compose.decode_boxes: the window of each image the kernel reads."""
+        if self.columns is None:
+            return self.compose.decode_boxes(self.dicts(), self.sizes)
+        if not self.compose.rrc:  # the whole image
+            return [(0, 0, h, w) for h, w in self.sizes]
+        return [tuple(r) for r in self.columns[0][:, _TOP:_CW + 1].tolist()]  # type: ignore[misc]
+
+    def encode(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Compose.encode of the images `rows` (a row may come more than once)."""
+        if self.columns is None:
+            dicts = self.dicts()
+            geom, args, order = self.compose.encode([dicts[k] for k in rows], [self.sizes[k] for k in rows])
+            return geom, args, order
+        ints, factors = self.columns[0][rows], self.columns[1][rows]
+        sizes = np.asarray(self.sizes, np.int64).reshape(-1, 2)[rows]
+        plan = self.compose.plan
+        n = len(rows)
+        oh, ow = plan.out_size or self.compose.output_size([tuple(s) for s in sizes.tolist()])
+        geom = np.zeros((n, fused.GEOM), np.int64)
+        geom[:, fused.H], geom[:, fused.W] = sizes[:, 0], sizes[:, 1]
+        if self.compose.rrc:
+            t, l, bh, bw = ints[:, _TOP], ints[:, _LEFT], ints[:, _CH], ints[:, _CW]
+            bad = (t < 0) | (l < 0) | (bh <= 0) | (bw <= 0) | (t + bh > sizes[:, 0]) | (l + bw > sizes[:, 1])
+            if bad.any():  # (RandomResizedCrop's fallback on a sliver of an image: as torchvision's, empty)
+                k = int(np.flatnonzero(bad)[0])
+                h, w = sizes[k].tolist()
+                raise ValueError(f"crop {tuple(ints[k, _TOP:_CW + 1].tolist())} is outside the {h}x{w} image")
+            geom[:, fused.TOP:fused.BW + 1] = ints[:, _TOP:_CW + 1]
+            geom[:, fused.VH], geom[:, fused.VW] = oh, ow
+        else:
+            geom[:, fused.BH], geom[:, fused.BW] = sizes[:, 0], sizes[:, 1]
+            kinds = [g[0] for g in self.compose.native_spec[0]]  # type: ignore[index]
+            geom[:, fused.VH:fused.VW + 1] = ints[:, _RH:_RW + 1] if 2 in kinds else sizes
+            if 3 in kinds or 4 in kinds:  # CenterCrop, RandomCrop: the crop's offset
+                geom[:, fused.OY], geom[:, fused.OX] = ints[:, _TOP], ints[:, _LEFT]
+        geom[:, fused.FLIP] = ints[:, _FLIP]
+        geom[:, fused.VFLIP] = ints[:, _VFLIP]
+        if not plan.program:
+            return geom, np.zeros((n, 1, ARGS), np.float32), np.full((n, 1), -1, np.int32)
+        # the jitter's ops in each sample's order, those whose range is on (the same for all)
+        on = np.array([r is not None for r in self.compose.native_spec[3]])  # type: ignore[index]
+        width = int(on.sum())
+        order = np.full((n, max(1, width)), -1, np.int32)
+        args = np.zeros((n, max(1, width), ARGS), np.float32)
+        if width:
+            drawn = ints[:, _ORDER:_ORDER + 4]
+            ops = drawn[on[drawn]].reshape(n, width)
+            order[:, :width] = ops
+            args[:, :width, 0] = np.take_along_axis(factors, ops, axis=1)
+        return geom, args, order
