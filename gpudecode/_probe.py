@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from . import _native
-from .decode._base import PILLOW_FORMATS, Request
+from .decode._base import PILLOW_FORMATS, Request, Requests
 from .errors import DecodeError, LocatedError, wrap_data_error
 
 if TYPE_CHECKING:
@@ -115,12 +115,53 @@ class ProbedImage:
                        self.sample.shard, self.sample.key)
 
 
+@dataclass(slots=True)
+class Probed:
+    """The samples of a read batch with a readable image, as columns (probe_columns):
+    sample, image bytes, format, height, width and the caller's `extra`, one entry per
+    kept sample, in order."""
+
+    samples: list
+    datas: list
+    formats: list[str]
+    heights: list[int]
+    widths: list[int]
+    extras: list
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def keep(self, rows: Sequence[int]) -> "Probed":
+        """Only entries `rows`, in that order."""
+        return Probed([self.samples[k] for k in rows], [self.datas[k] for k in rows],
+                      [self.formats[k] for k in rows], [self.heights[k] for k in rows],
+                      [self.widths[k] for k in rows], [self.extras[k] for k in rows])
+
+    def images(self) -> list[ProbedImage]:
+        return [ProbedImage(*row) for row in zip(self.samples, self.datas, self.formats, self.heights, self.widths,
+                                                 self.extras)]
+
+    def requests(self, boxes: list[tuple[int, int, int, int]]) -> Requests:
+        """What a decoder is asked for: box k of image k (shard and key name it in errors)."""
+        return Requests(self.datas, self.formats, self.heights, self.widths, boxes,
+                        [s.shard for s in self.samples], [s.key for s in self.samples])
+
+
 def probe_samples(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixels: int,
-                  fail: Callable[[LocatedError], None], extra: Callable[["Sample"], Any] = lambda s: None, *,
+                  fail: Callable[[LocatedError], None], extra: Callable[["Sample"], Any] | None = None, *,
                   label_exts: Sequence[str] | None = None,
                   fits: Callable[[int], bool] = lambda v: True) -> list[ProbedImage]:
+    """probe_columns' samples as ProbedImages (one object each)."""
+    return probe_columns(chunk, image_exts, max_pixels, fail, extra, label_exts=label_exts, fits=fits).images()
+
+
+def probe_columns(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixels: int,
+                  fail: Callable[[LocatedError], None], extra: Callable[["Sample"], Any] | None = None, *,
+                  label_exts: Sequence[str] | None = None,
+                  fits: Callable[[int], bool] = lambda v: True) -> Probed:
     """The samples of `chunk` with a readable image (the first of `image_exts` present)
-    of at most `max_pixels` (0: any), in order, each with what `extra` returns for it.
+    of at most `max_pixels` (0: any), in order, each with what `extra` returns for it
+    (None without one).
     Each failure, extra's errors included, goes to `fail` (which raises, or records and
     returns) as a LocatedError naming shard and key: any exception met on the data is
     turned into one; the samples with no image are reported first.
@@ -133,11 +174,17 @@ def probe_samples(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixe
     every outcome and message is the same, in the same order."""
     images, fmts, hs, ws, errs, labels, label_ok = _native.probe_fields(
         [s.fields for s in chunk], list(image_exts), list(label_exts) if label_exts is not None else [], 1)
+    hl, wl, ll, okl = hs.tolist(), ws.tolist(), labels.tolist(), label_ok.tolist()
+    if (None not in images and errs.count(None) == len(errs)
+            and (not max_pixels or not (hs * ws > max_pixels).any())
+            and (extra is None or (label_exts is not None and all(okl) and all(map(fits, ll))))):
+        # every image present and probed, every label parsed (the common batch): the columns as they are
+        extras = [None] * len(chunk) if extra is None else ll
+        return Probed(list(chunk), images, fmts, hl, wl, extras)  # type: ignore[arg-type]
     for s, d in zip(chunk, images):
         if d is None:
             fail(DecodeError(f"no image (looked for .{', .'.join(image_exts)})", shard=s.shard, key=s.key))
-    hl, wl, ll, okl = hs.tolist(), ws.tolist(), labels.tolist(), label_ok.tolist()
-    out = []
+    out = Probed([], [], [], [], [], [])
     for i, (s, d) in enumerate(zip(chunk, images)):
         if d is None:
             continue
@@ -151,12 +198,18 @@ def probe_samples(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixe
                 if max_pixels and h * w > max_pixels:
                     raise DecodeError(f"image of {w}x{h} pixels is over the limit of {max_pixels} pixels",
                                       shard=s.shard, key=s.key)
-                value = ll[i] if okl[i] and fits(ll[i]) else extra(s)
-                out.append(ProbedImage(s, d, fmt, h, w, value))  # type: ignore[arg-type]
+                value = None if extra is None else ll[i] if okl[i] and fits(ll[i]) else extra(s)
             except LocatedError:
                 raise
             except Exception as e:
                 raise wrap_data_error(e, DecodeError, "probing the image failed", shard=s.shard, key=s.key) from e
         except LocatedError as e:
             fail(e)
+            continue
+        out.samples.append(s)
+        out.datas.append(d)
+        out.formats.append(fmt)  # type: ignore[arg-type]  # (a str where the probe succeeded)
+        out.heights.append(h)
+        out.widths.append(w)
+        out.extras.append(value)
     return out

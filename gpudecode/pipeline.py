@@ -24,7 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ._probe import ProbedImage, probe_samples
+from ._probe import Probed, probe_columns
 from ._draws import Draws
 from .decode import DecodedBatch, choose, make_decoder
 from .errors import DecodeError, ErrorPolicy, Skipped
@@ -240,10 +240,10 @@ class Pipeline:
         """What the error policy passed over (its list: shared with the reader's)."""
         return self.policy.skipped
 
-    def _probe(self, chunk: list[Sample]) -> list[ProbedImage]:
-        """Samples with a readable image header (and label; `extra` holds it), in one
-        native call for the batch (see probe_samples); a label that call does not parse,
-        or that fails the checks (sign, num_classes), is parse_label's, which says why."""
+    def _probe(self, chunk: list[Sample]) -> Probed:
+        """Samples with a readable image header (and label, in `extras`), in one native
+        call for the batch (see probe_columns); a label that call does not parse, or that
+        fails the checks (sign, num_classes), is parse_label's, which says why."""
         exts, negative, classes = self.label_exts, self.allow_negative_labels, self.num_classes
 
         def label(s: Sample) -> int:
@@ -254,24 +254,26 @@ class Pipeline:
             return (v >= 0 or negative) and (classes is None or v < classes)
 
         if not self.labels:
-            return probe_samples(chunk, self.image_exts, self.max_pixels, self.policy, lambda s: 0)
-        return probe_samples(chunk, self.image_exts, self.max_pixels, self.policy, label, label_exts=exts, fits=fits)
+            return probe_columns(chunk, self.image_exts, self.max_pixels, self.policy)
+        return probe_columns(chunk, self.image_exts, self.max_pixels, self.policy, label, label_exts=exts, fits=fits)
 
-    def _one_size(self, probed: list[ProbedImage]) -> list[ProbedImage]:
+    def _one_size(self, probed: Probed) -> Probed:
         """A transform without geometry keeps each image's size, and a batch has one: the
         first image seen fixes it, an image of another size is a bad sample (named)."""
         if self._size is None:
-            self._size = (probed[0].height, probed[0].width)
+            self._size = (probed.heights[0], probed.widths[0])
+        sh, sw = self._size
+        if probed.heights.count(sh) == len(probed) and probed.widths.count(sw) == len(probed):
+            return probed
         keep = []
-        for p in probed:
-            if (p.height, p.width) == self._size:
-                keep.append(p)
+        for k, (h, w, s) in enumerate(zip(probed.heights, probed.widths, probed.samples)):
+            if (h, w) == self._size:
+                keep.append(k)
             else:
-                self.policy(DecodeError(f"image is {p.height}x{p.width}, the others {self._size[0]}x{self._size[1]}: "
-                                       "the transform has no geometry step, so every image keeps its size and all "
-                                       "must have one (add CenterCrop, RandomCrop or Resize)",
-                                       shard=p.sample.shard, key=p.sample.key))
-        return keep
+                self.policy(DecodeError(f"image is {h}x{w}, the others {sh}x{sw}: the transform has no geometry "
+                                        "step, so every image keeps its size and all must have one (add "
+                                        "CenterCrop, RandomCrop or Resize)", shard=s.shard, key=s.key))
+        return probed.keep(keep)
 
     def _output(self, slot: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(output, its [N, 3, h, w] view) of each view, for the first n images of `slot`."""
@@ -289,11 +291,11 @@ class Pipeline:
         timing = BatchTiming(size=0)
         t0 = time.perf_counter()
         probed = self._probe(chunk)
-        if self.transform.out_size is None and probed:
+        if self.transform.out_size is None and len(probed):
             probed = self._one_size(probed)
-        samples = [p.sample for p in probed]
-        sizes = [(p.height, p.width) for p in probed]
-        labels = [p.extra for p in probed]
+        samples = probed.samples
+        sizes = list(zip(probed.heights, probed.widths))
+        labels = probed.extras
         # unique over ranks: (seed, epoch, global index) fixes each sample's draws; each view
         # draws from its own seed (view 0 from `seed` itself)
         if len(probed) == len(chunk):  # (none failed: probed[i] is chunk[i])
@@ -305,12 +307,12 @@ class Pipeline:
         params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices) for v, tf in enumerate(self.views)]
         view_boxes = [tf.decode_boxes(pv, sizes) for tf, pv in zip(self.views, params)]
         boxes = view_boxes[0] if not self.multi else [_union(bs) for bs in zip(*view_boxes)]
-        requests = [p.request(box) for p, box in zip(probed, boxes)]
+        requests = probed.requests(boxes)
         t1 = time.perf_counter()
         timing.probe = t1 - t0
         decoded = None
         ready = None
-        timing.encoded_bytes = sum([len(p.data) for p in probed])
+        timing.encoded_bytes = sum(map(len, probed.datas))
         seq = self.seq
         if requests:
             self.seq += 1

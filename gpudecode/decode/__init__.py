@@ -24,7 +24,7 @@ import importlib.util
 from typing import Any, Literal
 
 from ..errors import BackendUnavailableError
-from ._base import DecodedBatch, Decoder, Request, hwc_strides
+from ._base import DecodedBatch, Decoder, Request, Requests, hwc_strides
 
 DecoderName = Literal["auto", "cpu", "nvimgcodec", "dali", "torchcodec"]
 NAMES = ("cpu", "nvimgcodec", "dali", "torchcodec")
@@ -122,5 +122,5 @@ def make_decoder(name: DecoderName | str, *, device: str, num_threads: int, max_
     return TorchcodecDecoder(device=device, max_pixels=max_pixels)
 
 
-__all__ = ["Decoder", "DecodedBatch", "Request", "hwc_strides", "make_decoder", "available", "check_device",
+__all__ = ["Decoder", "DecodedBatch", "Request", "Requests", "hwc_strides", "make_decoder", "available", "check_device",
            "choose", "DecoderName", "NAMES"]

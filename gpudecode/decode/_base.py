@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Protocol, Sequence, overload
 
 import numpy as np
 import torch
@@ -25,6 +25,43 @@ class Request:
     box: tuple[int, int, int, int]
     shard: str = ""
     key: str = ""
+
+
+class Requests(Sequence[Request]):
+    """A batch of requests as columns (what the Loader's pipeline hands a decoder): each
+    Request is made when indexed, for decoders that read them one at a time; the CPU
+    decoder reads the columns (no object per image)."""
+
+    __slots__ = ("datas", "formats", "heights", "widths", "boxes", "shards", "keys")
+
+    def __init__(self, datas: list, formats: list[str], heights: list[int], widths: list[int],
+                 boxes: list[tuple[int, int, int, int]], shards: list[str], keys: list[str]) -> None:
+        self.datas, self.formats, self.heights, self.widths = datas, formats, heights, widths
+        self.boxes, self.shards, self.keys = boxes, shards, keys
+
+    @classmethod
+    def of(cls, requests: Sequence[Request]) -> "Requests":
+        """`requests` as columns (itself when it is a Requests)."""
+        if isinstance(requests, Requests):
+            return requests
+        return cls([r.data for r in requests], [r.format for r in requests], [r.height for r in requests],
+                   [r.width for r in requests], [r.box for r in requests], [r.shard for r in requests],
+                   [r.key for r in requests])
+
+    def __len__(self) -> int:
+        return len(self.datas)
+
+    @overload
+    def __getitem__(self, k: int) -> Request: ...
+
+    @overload
+    def __getitem__(self, k: slice) -> list[Request]: ...
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            return [self[i] for i in range(*k.indices(len(self)))]
+        return Request(self.datas[k], self.formats[k], self.heights[k], self.widths[k], self.boxes[k],
+                       self.shards[k], self.keys[k])
 
 
 @dataclass

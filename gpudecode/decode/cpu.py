@@ -26,7 +26,7 @@ import torch
 from .. import _native
 from ..errors import Cancelled
 from ..tensors import npy_layout, npy_rgb
-from ._base import PILLOW_FORMATS, DecodedBatch, Request, hwc_strides
+from ._base import PILLOW_FORMATS, DecodedBatch, Request, Requests, hwc_strides
 from ._span import span
 
 
@@ -123,39 +123,48 @@ class CpuDecoder:
         if self._stop[0]:
             raise Cancelled("the decoder was interrupted (its Loader was closed) before this batch was decoded")
 
-    def _window(self, r: Request) -> tuple[tuple[int, int, int, int], int]:
-        """(box in the decoded image's pixels, DCT scale denominator)."""
-        if not (self.fast and self.out_size and r.format == "jpeg"):
-            return r.box, 1
-        s = scale_for(r.box, self.out_size)
-        if s == 1:
-            return r.box, 1
-        t, l, h, w = r.box
-        sh, sw = -(-r.height // s), -(-r.width // s)  # libjpeg's scaled size: ceil
-        t2, l2 = t // s, l // s
-        return (t2, l2, max(1, min(sh - t2, h // s)), max(1, min(sw - l2, w // s))), s
+    def _windows(self, rq: Requests, ks: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(boxes [len(ks), 4] in the decoded images' pixels, DCT scale denominators) of
+        images ks: their boxes, at scale 1 unless fast DCT scaling applies to a JPEG."""
+        boxes = np.array([rq.boxes[k] for k in ks], np.int64).reshape(-1, 4)
+        scales = np.ones(len(ks), np.int64)
+        if not (self.fast and self.out_size):
+            return boxes, scales
+        for j, k in enumerate(ks):
+            if rq.formats[k] != "jpeg":
+                continue
+            s = scale_for(rq.boxes[k], self.out_size)
+            if s == 1:
+                continue
+            t, l, h, w = rq.boxes[k]
+            sh, sw = -(-rq.heights[k] // s), -(-rq.widths[k] // s)  # libjpeg's scaled size: ceil
+            t2, l2 = t // s, l // s
+            boxes[j] = (t2, l2, max(1, min(sh - t2, h // s)), max(1, min(sw - l2, w // s)))
+            scales[j] = s
+        return boxes, scales
 
     def decode(self, requests: Sequence[Request]) -> DecodedBatch:
         self._check_stop()
-        n = len(requests)
+        rq = Requests.of(requests)
+        n = len(rq)
         errors: list[str | None] = [None] * n
         # JPEG (and PNG where the native module has libpng): decoded on native threads
         native = ("jpeg", "png") if _native.has_png else ("jpeg",)
-        fmts = [r.format for r in requests]
+        fmts = rq.formats
         jpeg = [k for k, f in enumerate(fmts) if f in native]
-        tensor = [k for k, f in enumerate(fmts) if f == "npy"]
+        tensor = [k for k, f in enumerate(fmts) if f == "npy"] if len(jpeg) < n else []
         other = [k for k, f in enumerate(fmts) if f not in native and f != "npy"] if len(jpeg) + len(tensor) < n else []
-        decoded = self._decode_on_host(requests, other, errors)
+        decoded = self._decode_on_host(rq, other, errors)
         # the buffer holds the JPEG windows and the tensor ones (unless they are read in
         # place), whose sizes are known before decoding, then the others' (known after)
         in_place = self.zero_copy and bool(tensor)
         packed = jpeg if in_place else jpeg + tensor
-        windows = {k: self._window(requests[k]) for k in packed}
+        wboxes, wscales = self._windows(rq, packed)
         offsets = np.zeros(n, np.int64)
         shapes = np.zeros((n, 2), np.int64)
         total = 0
         if packed:
-            hw = np.array([windows[k][0][2:] for k in packed], np.int64).reshape(-1, 2)
+            hw = wboxes[:, 2:]
             ends = np.cumsum(hw[:, 0] * hw[:, 1] * 3)
             offsets[packed] = np.concatenate(([0], ends[:-1]))
             shapes[packed] = hw
@@ -166,16 +175,16 @@ class CpuDecoder:
                 shapes[k] = decoded[k].shape[:2]
                 total += decoded[k].size
         buf = self._next_buffer(total)
-        if jpeg:
-            self._decode_native(requests, jpeg, windows, offsets, buf, errors)
+        if jpeg:  # (the first of `packed`)
+            self._decode_native(rq, jpeg, wboxes[:len(jpeg)], wscales[:len(jpeg)], offsets, buf, errors)
         for k in other:
             if k in decoded:
                 a = decoded[k]
                 buf[offsets[k]:offsets[k] + a.size] = a.reshape(-1)
         boxes = np.zeros((n, 4), np.int64)
         if in_place:
-            return self._in_place(requests, tensor, buf, total, offsets, shapes, boxes, errors)
-        self._copy_tensors(requests, tensor, offsets, buf, errors)
+            return self._in_place(rq, tensor, buf, total, offsets, shapes, boxes, errors)
+        self._copy_tensors(rq, tensor, offsets, buf, errors)
         boxes[:, 2:] = shapes  # every image here is decoded to its window exactly
         return DecodedBatch(torch.from_numpy(buf[:max(int(total), 1)]), offsets, shapes, hwc_strides(shapes), boxes,
                             errors)
@@ -210,13 +219,15 @@ class CpuDecoder:
             self._buffers[self._turn] = np.empty(int(total * 1.25) + 1, np.uint8)
         return self._buffers[self._turn]
 
-    def _decode_native(self, requests: Sequence[Request], ks: list[int], windows: dict, offsets: np.ndarray,
-                       buf: np.ndarray, errors: list[str | None]) -> None:
-        """JPEG and PNG images ks on the native threads, into buf at their offsets."""
-        boxes = np.array([windows[k][0] for k in ks], np.int32).reshape(-1, 4)
-        scales = np.array([windows[k][1] for k in ks], np.int32)
-        kinds = np.array([requests[k].format == "png" for k in ks], np.uint8)  # 0 JPEG, 1 PNG
-        errs = _native.decode_batch([requests[k].data for k in ks], kinds, boxes, scales, offsets[ks], buf,
+    def _decode_native(self, rq: Requests, ks: list[int], boxes: np.ndarray, scales: np.ndarray,
+                       offsets: np.ndarray, buf: np.ndarray, errors: list[str | None]) -> None:
+        """JPEG and PNG images ks on the native threads, into buf at their offsets, each
+        its window (boxes [len(ks), 4]) at its DCT scale."""
+        whole = len(ks) == len(rq)
+        fmts = rq.formats if whole else [rq.formats[k] for k in ks]
+        kinds = np.array([f == "png" for f in fmts], np.uint8)  # 0 JPEG, 1 PNG
+        datas = rq.datas if whole else [rq.datas[k] for k in ks]
+        errs = _native.decode_batch(datas, kinds, boxes.astype(np.int32), scales.astype(np.int32), offsets[ks], buf,
                                     self.fast, self.max_pixels, self.num_threads, self._stop)
         self._check_stop()  # the images not finished read "stopped": not errors of theirs
         for k, e in zip(ks, errs):
@@ -238,7 +249,7 @@ class CpuDecoder:
         for f in [self._pool.submit(one, k) for k in ks]:
             f.result()
 
-    def _in_place(self, requests: Sequence[Request], tensor: list[int], buf: np.ndarray, total: int,
+    def _in_place(self, rq: Requests, tensor: list[int], buf: np.ndarray, total: int,
                   offsets: np.ndarray, shapes: np.ndarray, boxes: np.ndarray, errors: list[str | None]
                   ) -> DecodedBatch:
         """The batch with its tensor samples read where they are: a view spanning the ring
@@ -250,10 +261,11 @@ class CpuDecoder:
             addresses.append(buf.ctypes.data)
             sizes.append(int(total))
         # every tensor sample's header parsed, and its address taken, in one native call
-        reqs = [requests[k] for k in tensor]
-        datas = [r.data for r in reqs]
+        every = len(tensor) == len(rq)
+        datas = rq.datas if every else [rq.datas[k] for k in tensor]
         addr, hs, ws, starts, refusals = _native.tensor_layouts(datas)
-        probed = np.array([v for r in reqs for v in (r.height, r.width)], np.int64).reshape(-1, 2)
+        probed_h = np.array(rq.heights if every else [rq.heights[k] for k in tensor], np.int64)
+        probed_w = np.array(rq.widths if every else [rq.widths[k] for k in tensor], np.int64)
         good = np.ones(len(tensor), bool)
 
         def refuse(j: int, why: str) -> None:  # this image's error, not the batch's
@@ -265,9 +277,9 @@ class CpuDecoder:
                 hs[j], ws[j], starts[j] = npy_layout(datas[j])
             except Exception as e:
                 refuse(j, f"{type(e).__name__}: {e}")
-        odd = good & ((hs != probed[:, 0]) | (ws != probed[:, 1]))
+        odd = good & ((hs != probed_h) | (ws != probed_w))
         for j in np.flatnonzero(odd).tolist():
-            refuse(j, f"ValueError: tensor sample is {hs[j]}x{ws[j]}, its probe said {probed[j, 0]}x{probed[j, 1]}")
+            refuse(j, f"ValueError: tensor sample is {hs[j]}x{ws[j]}, its probe said {probed_h[j]}x{probed_w[j]}")
         if self.max_pixels:
             for j in np.flatnonzero(good & (hs * ws > self.max_pixels)).tolist():
                 refuse(j, f"ValueError: image of {ws[j]}x{hs[j]} pixels is over the limit of {self.max_pixels} pixels")
@@ -277,14 +289,13 @@ class CpuDecoder:
             shapes[rows, 0] = hs[good]
             shapes[rows, 1] = ws[good]
             # the window inside the whole stored image
-            kept = reqs if whole else [r for r, g in zip(reqs, good.tolist()) if g]
-            boxes[rows] = np.array([v for r in kept for v in r.box], np.int64).reshape(-1, 4)
+            boxes[rows] = np.array([rq.boxes[k] for k in rows.tolist()], np.int64).reshape(-1, 4)
         addresses.extend((addr[good] + starts[good]).tolist())
         sizes.extend((hs[good] * ws[good] * 3).tolist())
         pixels, rel = span(addresses, sizes, torch.device("cpu"))
         if total:
             mapped = set(tensor)
-            offsets[[k for k in range(len(requests)) if k not in mapped]] += rel[0]
+            offsets[[k for k in range(len(rq)) if k not in mapped]] += rel[0]
             rel = rel[1:]
         offsets[rows] = rel
         return DecodedBatch(pixels, offsets, shapes, hwc_strides(shapes), boxes, errors, owner=(buf, datas))
