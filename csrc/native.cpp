@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -423,6 +424,27 @@ PYBIND11_MODULE(_native, m) {
             return py::reinterpret_steal<py::object>(_PyLong_FromByteArray(bytes.data(), bytes.size(), 1, 0));
           },
           py::arg("k"));
+
+  m.def(
+      "will_need",
+      [](const py::buffer& mapped, int64_t start, int64_t length) -> int {
+        py::buffer_info info = mapped.request();
+        const int64_t size = int64_t(info.size) * int64_t(info.itemsize);
+        if (start < 0 || length < 0 || start > size || length > size - start)
+            throw py::value_error("will_need: the range is outside the buffer");
+        const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+        const uintptr_t lo = (uintptr_t(info.ptr) + uintptr_t(start)) / page * page;
+        const uintptr_t hi = uintptr_t(info.ptr) + uintptr_t(start + length);
+        int err = 0;
+        {
+          py::gil_scoped_release nogil;
+          if (hi > lo && madvise(reinterpret_cast<void*>(lo), size_t(hi - lo), MADV_WILLNEED) != 0) err = errno;
+        }
+        return err;
+      },
+      py::arg("mapped"), py::arg("start"), py::arg("length"),
+      "madvise(MADV_WILLNEED) over bytes start..start+length of a mapped buffer (its pages), the GIL "
+      "released: 0, or the errno (EFAULT, ENOMEM: pages past the end of a file that shrank).");
 
   m.def(
       "draw_batch",

@@ -164,7 +164,7 @@ def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | No
                  group: ThreadGroup | None = None, cache: ShardCache | None = None,
                  seek: tuple[int, int] | None = None, mapped: frozenset[str] = frozenset(),
                  maps: _MapCache | None = None, runs: bool = False
-                 ) -> Iterator["tuple[Member, bytes | memoryview | None, int | None] | TarFault | list[_Run]"]:
+                 ) -> Iterator["tuple[Member, bytes | memoryview | None, int | None] | TarFault | _Runs"]:
     """(member, data, sample index) for every member of a shard, then a last TarFault if
     the tar is refused. data is None where want(name, sample index) is False, and for a
     link; the sample index is Grouper's (None: not a sample's field).
@@ -180,7 +180,7 @@ def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | No
     Members with an extension in `mapped` are read-only memoryviews over the mapped file
     where it is a file (local, cached or spooled), bytes otherwise; `maps` keeps the
     mappings of shard files (not of spooled ones) for the next time. With `runs` (and a
-    `_Want`), a local shard's plain read batches come as lists of `_Run`s (see _file_members).
+    `_Want`), a local shard's plain read batches come as `_Runs` (see _file_members).
 
     Raises:
         ShardReadError: the shard cannot be opened or read (names it).
@@ -260,16 +260,13 @@ class _Mapping:
         longer holds them."""
         if not offsets or self.mm is None:
             return [self.view[o:o + n] for o, n in zip(offsets, sizes)]
-        import mmap
-
-        lo = offsets[0] // mmap.PAGESIZE * mmap.PAGESIZE
+        lo = offsets[0]
         hi = max(o + n for o, n in zip(offsets, sizes))
-        try:
-            self.mm.madvise(mmap.MADV_WILLNEED, lo, hi - lo)
-        except OSError as e:
-            if e.errno in (errno.EFAULT, errno.ENOMEM):  # pages past the end of the file: it was truncated
-                return None
-        return [self.view[o:o + n] for o, n in zip(offsets, sizes)]
+        # (natively: the system call without the GIL)
+        if _native.will_need(self.view, lo, hi - lo) in (errno.EFAULT, errno.ENOMEM):
+            return None  # pages past the end of the file: it was truncated
+        view = self.view
+        return [view[o:o + n] for o, n in zip(offsets, sizes)]
 
 
 class _MapCache:
@@ -343,13 +340,13 @@ class _MapCache:
 
 def _file_members(f: IO[bytes], url: str, want: Want, seek: tuple[int, int] | None = None,
                   mapped: frozenset[str] = frozenset(), maps: _MapCache | None = None, runs: bool = False
-                  ) -> Iterator["tuple[Member, bytes | memoryview | None, int | None] | TarFault | list[_Run]"]:
+                  ) -> Iterator["tuple[Member, bytes | memoryview | None, int | None] | TarFault | _Runs"]:
     """The members of a local tar, indexed _INDEX_CHUNK at a time (a caller that stops
     early indexes no further) and read _READ_BATCH at a time (one native call each).
     Members with an extension in `mapped` come as memoryviews over the mapped file.
     With `runs`, where `want` is a `_Want` and a read batch is plain (regular files, printable-ASCII
-    names: the common case), it is grouped in one native call and comes as one list of
-    `_Run`s (one per sample's members there) instead of member by member."""
+    names: the common case), it is grouped in one native call and comes as one `_Runs`
+    (the runs of each sample's members there, as columns) instead of member by member."""
     try:
         fd = f.fileno()
         size = os.fstat(fd).st_size
@@ -413,6 +410,25 @@ class _Run:
     at: int  # index of the run's first member in `part`
 
 
+@dataclass(slots=True)
+class _Runs:
+    """A plain read batch as runs of one sample's members, in columns: run j is sample
+    `gs[j]` (key `keys[j]`), members bounds[j]..bounds[j + 1] of `exts` and `datas`
+    (the batch's fields, metadata members left out), the first at `at[j]` in `part`."""
+
+    gs: list[int]
+    keys: list[str]
+    bounds: list[int]
+    exts: list[str]
+    datas: list
+    at: list[int]
+    part: _Part
+
+    def run(self, j: int) -> _Run:
+        a, b = self.bounds[j], self.bounds[j + 1]
+        return _Run(self.gs[j], self.keys[j], self.exts[a:b], self.datas[a:b], self.part, self.at[j])
+
+
 class _PartReader:
     """Reads the wanted members of read batches of one local shard: memoryviews over the
     mapped file for the `mapped` extensions, one native pread call for the rest."""
@@ -453,7 +469,7 @@ class _PartReader:
         return data_of, None
 
 
-def _plain_runs(part: _Part, grouper: Grouper, want: "_Want", reader: _PartReader) -> list[_Run] | None:
+def _plain_runs(part: _Part, grouper: Grouper, want: "_Want", reader: _PartReader) -> _Runs | None:
     """The read batch as runs of one sample's members (grouped natively, read in one
     call), Grouper brought on past it; None where the batch is not plain (a link, a name
     that is not printable ASCII) or the file failed under the reader: the caller then
@@ -480,27 +496,23 @@ def _plain_runs(part: _Part, grouper: Grouper, want: "_Want", reader: _PartReade
         keep = np.flatnonzero(fields)
         at = keep.tolist()
         rs = rel_arr[keep]
+        exts, datas = [exts[i] for i in at], [datas[i] for i in at]
     else:
         at = None
         rs = rel_arr
-    if not len(rs):
-        return []
-    starts = [0, *(np.flatnonzero(np.diff(rs)) + 1).tolist()]
-    ends = [*starts[1:], len(rs)]
-    runs = []
-    prev_key = grouper.key
-    for a, b in zip(starts, ends):
-        r = int(rs[a])
-        if at is None:
-            run_exts, run_datas, first = exts[a:b], datas[a:b], a
-        else:
-            idx = at[a:b]
-            run_exts, run_datas, first = [exts[i] for i in idx], [datas[i] for i in idx], idx[0]
-        runs.append(_Run(base + r, keys[r - 1] if r else prev_key, run_exts, run_datas, part, first))  # type: ignore[arg-type]
+    n = len(rs)
+    if not n:
+        return _Runs([], [], [0], [], [], [], part)
+    bounds = [0, *(np.flatnonzero(np.diff(rs)) + 1).tolist(), n]
+    firsts = bounds[:-1]
+    rl = rs[firsts].tolist()
+    prev_key = grouper.key  # (a first run of rel 0 goes on with the sample before the batch)
+    run_keys = [keys[r - 1] if r else prev_key for r in rl] if not rl[0] else [keys[r - 1] for r in rl]
     if keys:
         grouper.key = keys[-1]
         grouper.index = base + len(keys)
-    return runs
+    return _Runs([base + r for r in rl], run_keys, bounds, exts, datas,  # type: ignore[arg-type]
+                 firsts if at is None else [at[a] for a in firsts], part)
 
 
 def stream_members(stream: IO[bytes], url: str, *, want: Want = _want_all
@@ -559,7 +571,7 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
     try:
         for item in iter_members(url, want=want, remote=remote, group=group, cache=cache, seek=seek, mapped=mapped,
                                  maps=maps, runs=True):
-            if isinstance(item, list):  # a plain read batch's runs
+            if isinstance(item, _Runs):  # a plain read batch's runs
                 done, past = samples.runs(item, start, end)
                 for out in done:
                     yield out
@@ -636,7 +648,7 @@ class _Assembler:
                 out.append(Failure(self.bad, fatal=True))
         return out
 
-    def runs(self, runs: list[_Run], start: int, end: float) -> tuple[list[Sample | Failure], bool]:
+    def runs(self, runs: _Runs, start: int, end: float) -> tuple[list[Sample | Failure], bool]:
         """Takes a plain read batch's runs of samples start..end-1 (others passed over):
         (what to deliver, in order, a fatal Failure last if one ends the shard; whether a
         run at or past `end` was met). A run that begins a new sample whose key is new
@@ -644,25 +656,27 @@ class _Assembler:
         through run()."""
         out: list[Sample | Failure] = []
         seen, starts, url = self.seen, self.starts, self.url
-        for r in runs:
-            g = r.g
+        exts, datas, bounds, keys, chains, at = runs.exts, runs.datas, runs.bounds, runs.keys, runs.part.chains, runs.at
+        for j, g in enumerate(runs.gs):
             if g < start:
                 continue
             if g >= end:
                 return out, True
-            exts, datas = r.exts, r.datas
-            if g != self.index and r.key not in seen and len(set(exts)) == len(exts):
+            a, b = bounds[j], bounds[j + 1]
+            key = keys[j]
+            if g != self.index and key not in seen and (b - a == 1 or len(set(exts[a:b])) == b - a):
                 if self.key is not None:
                     out.append(Sample(self.key, self.fields, url, self.index) if self.bad is None  # type: ignore[arg-type]
                                else Failure(self.bad, fatal=False))
-                self.key, self.index, self.bad = r.key, g, None
-                self.fields = dict(zip(exts, datas)) if None not in datas else {
-                    e: d for e, d in zip(exts, datas) if d is not None}
-                seen[r.key] = g
+                self.key, self.index, self.bad = key, g, None
+                ds = datas[a:b]
+                self.fields = dict(zip(exts[a:b], ds)) if None not in ds else {
+                    e: d for e, d in zip(exts[a:b], ds) if d is not None}
+                seen[key] = g
                 if starts is not None:
-                    starts.append(r.part.chains[r.at])
+                    starts.append(chains[at[j]])
                 continue
-            out.extend(self.run(r))
+            out.extend(self.run(runs.run(j)))
             if out and isinstance(out[-1], Failure) and out[-1].fatal:
                 return out, False
         return out, False
