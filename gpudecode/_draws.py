@@ -142,13 +142,16 @@ class Draws(Sequence[dict]):
             out.append(p)
         return out
 
-    def boxes(self) -> list[tuple[int, int, int, int]]:
-        """Compose.decode_boxes: the window of each image the kernel reads."""
+    def boxes(self) -> np.ndarray:
+        """Compose.decode_boxes as an int64 array [N, 4]: the window of each image the
+        kernel reads (top, left, height, width)."""
         if self.columns is None:
-            return self.compose.decode_boxes(self.dicts(), self.sizes)
-        if not self.compose.rrc:  # the whole image
-            return [(0, 0, h, w) for h, w in self.sizes]
-        return [tuple(r) for r in self.columns[0][:, _TOP:_CW + 1].tolist()]  # type: ignore[misc]
+            return np.asarray(self.compose.decode_boxes(self.dicts(), self.sizes), np.int64).reshape(-1, 4)
+        if self.compose.rrc:
+            return self.columns[0][:, _TOP:_CW + 1]
+        out = np.zeros((len(self.sizes), 4), np.int64)  # the whole image
+        out[:, 2:] = np.asarray(self.sizes, np.int64).reshape(-1, 2)
+        return out
 
     def encode(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Compose.encode of the images `rows` (a row may come more than once)."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+import numpy as np
+
 from . import _native
 from .decode._base import PILLOW_FORMATS, Request, Requests
 from .errors import DecodeError, LocatedError, wrap_data_error
@@ -141,7 +143,7 @@ class Probed:
         return [ProbedImage(*row) for row in zip(self.samples, self.datas, self.formats, self.heights, self.widths,
                                                  self.extras)]
 
-    def requests(self, boxes: list[tuple[int, int, int, int]]) -> Requests:
+    def requests(self, boxes: Sequence[tuple[int, int, int, int]] | np.ndarray) -> Requests:
         """What a decoder is asked for: box k of image k (shard and key name it in errors)."""
         return Requests(self.datas, self.formats, self.heights, self.widths, boxes,
                         [s.shard for s in self.samples], [s.key for s in self.samples])
@@ -169,7 +171,8 @@ def probe_columns(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixe
     One native call for the read batch finds the image fields and probes them; with
     `label_exts` (the fields `extra` reads a label from: parse_label's), it also parses
     the labels that are ASCII integers, and a parsed label that `fits` is taken without
-    calling `extra`. What the native call does not take (a .json label, one it refuses or
+    calling `extra` (`fits` tells whether a label is in range, an interval: a batch's
+    least and greatest labels are what it is asked about). What the native call does not take (a .json label, one it refuses or
     `fits` refuses, an image it cannot probe) goes through `extra` and probe_format, so
     every outcome and message is the same, in the same order."""
     images, fmts, hs, ws, errs, labels, label_ok = _native.probe_fields(
@@ -177,7 +180,7 @@ def probe_columns(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixe
     hl, wl, ll, okl = hs.tolist(), ws.tolist(), labels.tolist(), label_ok.tolist()
     if (None not in images and errs.count(None) == len(errs)
             and (not max_pixels or not (hs * ws > max_pixels).any())
-            and (extra is None or (label_exts is not None and all(okl) and all(map(fits, ll))))):
+            and (extra is None or (label_exts is not None and all(okl) and fits(min(ll)) and fits(max(ll))))):
         # every image present and probed, every label parsed (the common batch): the columns as they are
         extras = [None] * len(chunk) if extra is None else ll
         return Probed(list(chunk), images, fmts, hl, wl, extras)  # type: ignore[arg-type]

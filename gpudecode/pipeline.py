@@ -80,8 +80,8 @@ class _Prepared:
     seq: int = 0    # batches decoded by this Loader before this one (the rings' turn)
     ready: Any = None  # CUDA event: decoding (and the upload) done, on the decode stream
     draw: tuple = ()   # (seed, epoch, rank, first sample's position): the batch transform's draws
-    windows: list = field(default_factory=list)     # the box decoded of each image
-    view_boxes: list = field(default_factory=list)  # [view][image]: the box each view's kernel reads
+    windows: Any = None  # int64 [N, 4]: the box decoded of each image
+    view_boxes: list = field(default_factory=list)  # [view]: int64 [N, 4], the box each view's kernel reads
 
 
 @dataclass
@@ -281,6 +281,8 @@ class Pipeline:
         if pairs is None:
             pairs = self.outputs[slot] = [tf.new_output(self.batch_size, self.device, pin_memory=self.pin_memory,
                                                         size=self._size) for tf in self.views]
+        if n == self.batch_size:  # (a full batch: the slot as it is, without slicing)
+            return pairs
         return [(out[:n], view[:n]) for out, view in pairs]
 
     def prepare(self, chunk: list[Sample], *, seed: int, epoch: int, position: int, rank: int = 0,
@@ -305,8 +307,8 @@ class Pipeline:
             indices = [index[id(s)] * world + rank for s in samples]
         # (the common plans drawn natively for the batch, as columns: see gpudecode._draws)
         params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices) for v, tf in enumerate(self.views)]
-        view_boxes = [tf.decode_boxes(pv, sizes) for tf, pv in zip(self.views, params)]
-        boxes = view_boxes[0] if not self.multi else [_union(bs) for bs in zip(*view_boxes)]
+        view_boxes = [pv.boxes() for pv in params]  # [view]: int64 [N, 4] (top, left, height, width)
+        boxes = view_boxes[0] if not self.multi else _union(view_boxes)
         requests = probed.requests(boxes)
         t1 = time.perf_counter()
         timing.probe = t1 - t0
@@ -467,11 +469,13 @@ def view_seed(seed: int, view: int) -> int:
     return int.from_bytes(hashlib.sha256(f"gpudecode-view:{seed}:{view}".encode()).digest()[:8], "little") >> 1
 
 
-def _union(boxes: Sequence[tuple[int, int, int, int]]) -> tuple[int, int, int, int]:
-    """The smallest box (top, left, height, width) holding every box given."""
-    top, left = min(b[0] for b in boxes), min(b[1] for b in boxes)
-    bottom, right = max(b[0] + b[2] for b in boxes), max(b[1] + b[3] for b in boxes)
-    return top, left, bottom - top, right - left
+def _union(boxes: Sequence[np.ndarray]) -> np.ndarray:
+    """Row k: the smallest box (top, left, height, width) holding row k of every [N, 4]
+    array of boxes given."""
+    b = np.stack(boxes)  # [views, N, 4]
+    top, left = b[:, :, 0].min(0), b[:, :, 1].min(0)
+    bottom, right = (b[:, :, 0] + b[:, :, 2]).max(0), (b[:, :, 1] + b[:, :, 3]).max(0)
+    return np.stack([top, left, bottom - top, right - left], axis=1)
 
 
 def _event(stream: Any) -> Any:

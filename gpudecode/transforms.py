@@ -864,7 +864,7 @@ class Compose(Transform):
         decoder to decode no more than that: RandomResizedCrop's crop; the whole image for
         Resize/CenterCrop (every source pixel can reach the output through the filter)."""
         if isinstance(params, Draws) and params.columns is not None:
-            return params.boxes()
+            return [tuple(b) for b in params.boxes().tolist()]
         if self.rrc:
             return [tuple(p["crop"]) for p in params]  # type: ignore[misc]
         return [(0, 0, h, w) for h, w in sizes]

@@ -78,7 +78,9 @@ def test_native_draws_are_the_python_paths(tf, sizes, seed, epoch, first, data):
         assert list(g) == list(r)
         assert all(type(g[k]) is type(r[k]) for k in g)
         assert all(math.copysign(1, g[k]) == math.copysign(1, r[k]) for k in g if isinstance(g[k], float))
-    assert drawn.boxes() == tf.decode_boxes(reference, sizes)
+    assert drawn.boxes().dtype == np.int64
+    assert drawn.boxes().tolist() == [list(b) for b in tf.decode_boxes(reference, sizes)]
+    assert tf.decode_boxes(drawn, sizes) == tf.decode_boxes(reference, sizes)
     rows = np.array(data.draw(st.lists(st.integers(0, len(sizes) - 1), min_size=1, max_size=16)), np.int64)
     try:
         expected = tf.encode([reference[k] for k in rows], [sizes[k] for k in rows])

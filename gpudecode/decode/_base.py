@@ -30,12 +30,13 @@ class Request:
 class Requests(Sequence[Request]):
     """A batch of requests as columns (what the Loader's pipeline hands a decoder): each
     Request is made when indexed, for decoders that read them one at a time; the CPU
-    decoder reads the columns (no object per image)."""
+    decoder reads the columns (no object per image). `boxes`: a list of (top, left,
+    height, width), or an int64 array [N, 4]."""
 
     __slots__ = ("datas", "formats", "heights", "widths", "boxes", "shards", "keys")
 
     def __init__(self, datas: list, formats: list[str], heights: list[int], widths: list[int],
-                 boxes: list[tuple[int, int, int, int]], shards: list[str], keys: list[str]) -> None:
+                 boxes: Sequence[tuple[int, int, int, int]] | np.ndarray, shards: list[str], keys: list[str]) -> None:
         self.datas, self.formats, self.heights, self.widths = datas, formats, heights, widths
         self.boxes, self.shards, self.keys = boxes, shards, keys
 
@@ -60,8 +61,9 @@ class Requests(Sequence[Request]):
     def __getitem__(self, k: Any) -> Any:
         if isinstance(k, slice):
             return [self[i] for i in range(*k.indices(len(self)))]
-        return Request(self.datas[k], self.formats[k], self.heights[k], self.widths[k], self.boxes[k],
-                       self.shards[k], self.keys[k])
+        box = self.boxes[k]
+        return Request(self.datas[k], self.formats[k], self.heights[k], self.widths[k],
+                       tuple(box.tolist()) if isinstance(box, np.ndarray) else box, self.shards[k], self.keys[k])
 
 
 @dataclass

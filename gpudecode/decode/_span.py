@@ -29,7 +29,7 @@ class _CudaBytes:
 def span(addresses: Sequence[int], sizes: Sequence[int], device: torch.device) -> tuple[torch.Tensor, np.ndarray]:
     """(1-D uint8 view from min(addresses) to max(address + size), each address's offset
     in it) over memory on `device` (CPU or CUDA). The caller keeps that memory alive."""
-    if not addresses:
+    if len(addresses) == 0:
         return torch.empty(0, dtype=torch.uint8, device=device), np.zeros(0, np.int64)
     addr = np.asarray(addresses, np.int64)
     end = addr + np.asarray(sizes, np.int64)

@@ -126,7 +126,7 @@ class CpuDecoder:
     def _windows(self, rq: Requests, ks: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """(boxes [len(ks), 4] in the decoded images' pixels, DCT scale denominators) of
         images ks: their boxes, at scale 1 unless fast DCT scaling applies to a JPEG."""
-        boxes = np.array([rq.boxes[k] for k in ks], np.int64).reshape(-1, 4)
+        boxes = np.asarray(rq.boxes, np.int64).reshape(-1, 4)[ks]  # (a copy: scaled in place below)
         scales = np.ones(len(ks), np.int64)
         if not (self.fast and self.out_size):
             return boxes, scales
@@ -256,23 +256,49 @@ class CpuDecoder:
         buffer (the decoded images, at `offsets`) and every tensor sample's pixels, each
         image's offset measured from the view's start."""
         boxes[:, 2:] = shapes
-        addresses, sizes = [], []
-        if total:
-            addresses.append(buf.ctypes.data)
-            sizes.append(int(total))
         # every tensor sample's header parsed, and its address taken, in one native call
         every = len(tensor) == len(rq)
         datas = rq.datas if every else [rq.datas[k] for k in tensor]
         addr, hs, ws, starts, refusals = _native.tensor_layouts(datas)
         probed_h = np.array(rq.heights if every else [rq.heights[k] for k in tensor], np.int64)
         probed_w = np.array(rq.widths if every else [rq.widths[k] for k in tensor], np.int64)
+        rows = np.asarray(tensor, np.int64)
+        if not (not any(refusals) and np.array_equal(hs, probed_h) and np.array_equal(ws, probed_w)
+                and (not self.max_pixels or int((hs * ws).max(initial=0)) <= self.max_pixels)):
+            good = self._refusals(tensor, datas, refusals, hs, ws, starts, probed_h, probed_w, errors)
+            rows, addr, hs, ws, starts = rows[good], addr[good], hs[good], ws[good], starts[good]
+            every = False
+        if len(rows):
+            shapes[rows, 0] = hs
+            shapes[rows, 1] = ws
+            # the window inside the whole stored image
+            every_box = np.asarray(rq.boxes, np.int64).reshape(-1, 4)
+            boxes[rows] = every_box if every else every_box[rows]
+        addresses, sizes = addr + starts, hs * ws * 3
+        if total:  # the ring buffer's decoded images first
+            addresses = np.concatenate(([buf.ctypes.data], addresses))
+            sizes = np.concatenate(([total], sizes))
+        pixels, rel = span(addresses, sizes, torch.device("cpu"))
+        if total:
+            mapped = set(tensor)
+            offsets[[k for k in range(len(rq)) if k not in mapped]] += rel[0]
+            rel = rel[1:]
+        offsets[rows] = rel
+        return DecodedBatch(pixels, offsets, shapes, hwc_strides(shapes), boxes, errors, owner=(buf, datas))
+
+    def _refusals(self, tensor: list[int], datas: list, refusals: list, hs: np.ndarray, ws: np.ndarray,
+                  starts: np.ndarray, probed_h: np.ndarray, probed_w: np.ndarray, errors: list[str | None]
+                  ) -> np.ndarray:
+        """Which tensor samples are read (a bool mask): a header the native parser refused
+        goes to numpy's parser (hs, ws, starts updated), which decides and says what is
+        wrong; a size other than the probe's, or over max_pixels, is the image's error."""
         good = np.ones(len(tensor), bool)
 
         def refuse(j: int, why: str) -> None:  # this image's error, not the batch's
             errors[tensor[j]] = why
             good[j] = False
 
-        for j in [j for j, e in enumerate(refusals) if e]:  # numpy's parser decides, and says what is wrong
+        for j in [j for j, e in enumerate(refusals) if e]:
             try:
                 hs[j], ws[j], starts[j] = npy_layout(datas[j])
             except Exception as e:
@@ -283,22 +309,7 @@ class CpuDecoder:
         if self.max_pixels:
             for j in np.flatnonzero(good & (hs * ws > self.max_pixels)).tolist():
                 refuse(j, f"ValueError: image of {ws[j]}x{hs[j]} pixels is over the limit of {self.max_pixels} pixels")
-        whole = good.all()
-        rows = np.asarray(tensor, np.int64) if whole else np.asarray(tensor, np.int64)[good]
-        if len(rows):
-            shapes[rows, 0] = hs[good]
-            shapes[rows, 1] = ws[good]
-            # the window inside the whole stored image
-            boxes[rows] = np.array([rq.boxes[k] for k in rows.tolist()], np.int64).reshape(-1, 4)
-        addresses.extend((addr[good] + starts[good]).tolist())
-        sizes.extend((hs[good] * ws[good] * 3).tolist())
-        pixels, rel = span(addresses, sizes, torch.device("cpu"))
-        if total:
-            mapped = set(tensor)
-            offsets[[k for k in range(len(rq)) if k not in mapped]] += rel[0]
-            rel = rel[1:]
-        offsets[rows] = rel
-        return DecodedBatch(pixels, offsets, shapes, hwc_strides(shapes), boxes, errors, owner=(buf, datas))
+        return good
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
