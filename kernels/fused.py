@@ -1116,7 +1116,15 @@ def fused_cpu(src, geom, args, order, mean, std, out, *, normalize: bool, antial
         if threads == 1:
             kernel(*head, *parts[0], 0, 1, *tail)
             return
-        futures = [_pool().submit(kernel, *head, *parts[t], t, threads, *tail) for t in range(threads)]
+        # parts 1.. on the pool, part 0 on this thread (which would only wait): one hand-off
+        # and one thread woken fewer per call
+        futures = [_pool().submit(kernel, *head, *parts[t], t, threads, *tail) for t in range(1, threads)]
+        try:
+            kernel(*head, *parts[0], 0, threads, *tail)
+        except BaseException:
+            for f in futures:  # (done before the buffers are let go)
+                f.exception()
+            raise
         for f in futures:
             f.result()
 

@@ -363,6 +363,32 @@ def test_python_per_sample_splits_python_from_the_native_calls(tiny):
     assert (_native.read_ranges, _native.probe_fields, fused.cpu_kernel) == before
 
 
+def test_loader_python_per_sample_counts_every_thread(tiny):
+    """gpudecode.bench.gil.loader_python_per_sample: a running Loader's process CPU time
+    split into native calls (each thread's, in its CPU time) and the rest, per sample of
+    an epoch; the decoder on one native thread; the natives put back afterwards."""
+    import time
+
+    from gpudecode import _native
+    from gpudecode import transforms as T
+    from gpudecode.bench.gil import loader_python_per_sample
+    from gpudecode.kernels import fused
+
+    root, doc = tiny
+    before = (_native.read_ranges, _native.decode_batch, fused.cpu_kernel)
+    tf = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.Normalize([0.5] * 3, [0.25] * 3)])
+    for fmt in ("jpg", "tensor"):
+        c = time.process_time()
+        got = loader_python_per_sample([str(root / p) for p in doc["shards"][fmt]], tf, batch_size=8, epochs=1,
+                                       shuffle=True)
+        spent = (time.process_time() - c) * 1e6
+        assert got["samples"] == 24 and got["img_per_s"] > 0
+        assert got["python_us"] > 0 and got["native_us"] > 0, (fmt, got)
+        # one measured epoch of two: at most the process's CPU time per sample, all told
+        assert (got["python_us"] + got["native_us"]) * 24 <= spent
+    assert (_native.read_ranges, _native.decode_batch, fused.cpu_kernel) == before
+
+
 def test_bench_suite_runs_from_the_package(tmp_path, monkeypatch, capsys):
     """bench/*.py are thin callers of gpudecode.bench.suite: a suite module runs on its own
     (here the reader's, small) and writes its JSON where it is told."""

@@ -15,24 +15,33 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from typing import Any, Iterator, Sequence
 
 
 
 class _Clock:
-    """Seconds spent inside wrapped callables (one thread at a time)."""
+    """Seconds spent inside wrapped callables, summed over the threads calling them: wall
+    time, or with `cpu` each calling thread's CPU time (what the call ran on that thread:
+    with more threads than cores a call's wall time also holds the time it waited for one)."""
 
-    def __init__(self) -> None:
+    def __init__(self, cpu: bool = False) -> None:
         self.seconds = 0.0
+        self._lock = threading.Lock()
+        self._now = time.thread_time if cpu else time.perf_counter
 
     def wrap(self, f: Any) -> Any:
+        now = self._now
+
         def timed(*a: Any, **k: Any) -> Any:
-            t = time.perf_counter()
+            t = now()
             try:
                 return f(*a, **k)
             finally:
-                self.seconds += time.perf_counter() - t
+                dt = now() - t
+                with self._lock:
+                    self.seconds += dt
         return timed
 
 
@@ -81,6 +90,7 @@ def python_per_sample(urls: Sequence[str], transform: Any, *, batch_size: int = 
         raise ValueError("no samples in the shards")
     pipe = ld._pipe
     pipe.ensure_decoder()
+    _one_native_thread(pipe.decoder)
     chunks = [samples[i:i + batch_size] for i in range(0, n, batch_size)]
 
     def pipeline() -> tuple[float, float, float, float]:
@@ -121,3 +131,43 @@ def python_per_sample(urls: Sequence[str], transform: Any, *, batch_size: int = 
     cores = os.cpu_count() or 1
     parts["ceiling_img_per_s"] = cores * 1e6 / (parts["prepare"]["native_us"] + parts["finish"]["native_us"])
     return parts
+
+
+def _one_native_thread(decoder: Any) -> None:
+    """The CPU decoder decodes on one native thread (a Loader gives it num_threads + 1):
+    the wall time of its calls is then the CPU time of the decode, one core's."""
+    if hasattr(decoder, "num_threads") and getattr(decoder, "name", "") == "cpu":
+        decoder.num_threads = 1
+
+
+def loader_python_per_sample(urls: Sequence[str], transform: Any, *, batch_size: int = 64, num_threads: int = 2,
+                             epochs: int = 3, **loader_kw: Any) -> dict:
+    """Python per sample of a running Loader, every thread counted (the reader threads,
+    their hand-off and shuffle, both pipeline stages, the kernel's launch): the process's
+    CPU time over an epoch minus the time inside native calls (every function of
+    `gpudecode._native` and each thread's part of the CPU kernel, timed on the thread
+    that runs it, in that thread's CPU time), per sample; the median of `epochs` epochs
+    after a first one. The CPU decoder decodes on one native thread here (on the calling
+    thread: its CPU time is then the decode's). {"python_us", "native_us", "samples", "img_per_s"}."""
+    from ..loader import Loader
+
+    clock = _Clock(cpu=True)
+    ld = Loader(list(urls), batch_size=batch_size, transform=transform, device="cpu", num_threads=num_threads,
+                seed=0, **loader_kw)
+    ld._pipe.ensure_decoder()
+    _one_native_thread(ld._pipe.decoder)
+    for _ in ld:  # the kernel compiled or loaded, the slots made, the page cache warm
+        pass
+    runs = []
+    with _natives_timed(clock):
+        for _ in range(epochs):
+            clock.seconds = 0.0
+            n = 0
+            c, t = time.process_time(), time.perf_counter()
+            for b in ld:
+                n += len(b.keys)
+            cpu, wall = time.process_time() - c, time.perf_counter() - t
+            runs.append(((cpu - clock.seconds) / n * 1e6, clock.seconds / n * 1e6, n / wall, n))
+    ld.close()
+    python_us, native_us, rate, n = sorted(runs)[len(runs) // 2]
+    return {"python_us": python_us, "native_us": native_us, "samples": n, "img_per_s": rate}
