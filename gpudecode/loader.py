@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import os
 import queue
 import sys
@@ -101,11 +102,7 @@ class _Epoch:
             position = start
             while not self.stop.is_set():
                 t0 = time.perf_counter()
-                chunk: list[Sample] = []
-                for s in samples:
-                    chunk.append(s)
-                    if len(chunk) == ld.batch_size:
-                        break
+                chunk: list[Sample] = list(itertools.islice(samples, ld.batch_size))  # (the loop in C)
                 t_read = time.perf_counter() - t0
                 if self.stop.is_set():
                     return

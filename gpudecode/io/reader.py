@@ -26,6 +26,7 @@ import contextlib
 import errno
 import gzip
 import hashlib
+import itertools
 import os
 import queue
 import random
@@ -1155,9 +1156,7 @@ class ShardReader(torch.utils.data.IterableDataset):
         if self.shuffle and any(u not in self.files for u in self.urls):  # file lists come permuted
             c, _ = self.consumer()
             it = _shuffled(it, self.buffer_size, random.Random(f"gpudecode-samples:{self.seed}:{epoch}:{c}"))
-        for i, s in enumerate(it):
-            if i >= start:
-                yield s
+        yield from (itertools.islice(it, start, None) if start else it)
 
     @property
     def on_error(self) -> str:
@@ -1327,6 +1326,8 @@ def _shuffled(it: Iterator[Sample], size: int, rng: random.Random, initial: int 
     buf: list[Sample] = []
     start = max(1, min(initial, size))
     it = iter(it)
+    # randrange(n) is _randbelow(n) for n > 0: the same draws without randrange's checks
+    below = getattr(rng, "_randbelow", rng.randrange)
     for s in it:
         buf.append(s)
         if len(buf) < size:
@@ -1334,7 +1335,7 @@ def _shuffled(it: Iterator[Sample], size: int, rng: random.Random, initial: int 
             if nxt is not None:
                 buf.append(nxt)
         if len(buf) >= start:
-            i = rng.randrange(len(buf))
+            i = below(len(buf))
             buf[i], buf[-1] = buf[-1], buf[i]
             yield buf.pop()
     rng.shuffle(buf)
