@@ -665,14 +665,20 @@ class _Assembler:
                 return out, True
             a, b = bounds[j], bounds[j + 1]
             key = keys[j]
-            if g != self.index and key not in seen and (b - a == 1 or len(set(exts[a:b])) == b - a):
+            # (a sample of two fields, an image and its label, the common case, without the
+            # slices, set and zip: fewer objects a sample for the garbage collector)
+            pair = b - a == 2 and exts[a] != exts[a + 1]
+            if g != self.index and key not in seen and (pair or b - a == 1 or len(set(exts[a:b])) == b - a):
                 if self.key is not None:
                     out.append(Sample(self.key, self.fields, url, self.index) if self.bad is None  # type: ignore[arg-type]
                                else Failure(self.bad, fatal=False))
                 self.key, self.index, self.bad = key, g, None
-                ds = datas[a:b]
-                self.fields = dict(zip(exts[a:b], ds)) if None not in ds else {
-                    e: d for e, d in zip(exts[a:b], ds) if d is not None}
+                if pair and datas[a] is not None and datas[a + 1] is not None:
+                    self.fields = {exts[a]: datas[a], exts[a + 1]: datas[a + 1]}
+                else:
+                    ds = datas[a:b]
+                    self.fields = dict(zip(exts[a:b], ds)) if None not in ds else {
+                        e: d for e, d in zip(exts[a:b], ds) if d is not None}
                 seen[key] = g
                 if starts is not None:
                     starts.append(chains[at[j]])
