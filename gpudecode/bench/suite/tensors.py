@@ -177,8 +177,8 @@ def main() -> None:
     print("Python per sample in a running Loader, every thread (its CPU time less the native calls', the hand-offs, "
           "queues and shuffle included) (target <= 8 us):")
     for name, lr in running.items():
-        print(f"  {name}: {lr['python_us']:.1f} us (native {lr['native_us']:.1f} us; {lr['img_per_s']:.0f} img/s "
-              "with the decoder on one native thread)")
+        print(f"  {name}: {lr['python_us']:.1f} us, of it garbage collection {lr['gc_us']:.1f} (native "
+              f"{lr['native_us']:.1f} us; {lr['img_per_s']:.0f} img/s with the decoder on one native thread)")
     jpeg = rows["1. gpudecode, JPEG, RRC+flip+jitter+norm"]
     ceiling = gil["JPEG RRC+flip+jitter+norm"]["ceiling_img_per_s"]
     print(f"JPEG training pipeline against its ceiling (decode windows + kernel, per core, x {os.cpu_count()} cores: "
