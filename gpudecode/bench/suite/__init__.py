@@ -12,6 +12,7 @@ The helpers they share (timing, machine facts, pipelines, datasets) are gpudecod
 """
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -23,3 +24,14 @@ OUT = Path(os.environ.get("GPUDECODE_BENCH_OUT") or Path("bench") / "_out").reso
 def save(name: str, result: dict) -> Path:
     """<out>/<name>.json"""
     return write_json(OUT / f"{name}.json", result)
+
+
+def pipeline_args(doc: str | None, images: int) -> argparse.ArgumentParser:
+    """The arguments every pipeline benchmark takes: --images (default `images`),
+    --threads (2), --batch (64), --repeat (3); a suite adds its own."""
+    ap = argparse.ArgumentParser(description=doc)
+    ap.add_argument("--images", type=int, default=images)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--repeat", type=int, default=3)
+    return ap

@@ -8,13 +8,12 @@ timings (where each format stalls).
 """
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import time
 
 from ..common import machine
-from . import OUT, save
+from . import OUT, pipeline_args, save
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -52,11 +51,7 @@ def build(n: int) -> dict[str, list[str]]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--images", type=int, default=1024)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap = pipeline_args(__doc__, images=1024)
     a = ap.parse_args()
     import statistics
 

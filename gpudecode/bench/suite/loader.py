@@ -12,12 +12,11 @@ ImageNet-like JPEGs (500x375, quality 90):
 """
 from __future__ import annotations
 
-import argparse
 import io
 import os
 
 from ..common import machine, rate
-from . import OUT, save
+from . import OUT, pipeline_args, save
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
@@ -127,11 +126,7 @@ timed = rate  # (the median rate after a warm-up run: gpudecode.bench.common.rat
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--images", type=int, default=2048)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap = pipeline_args(__doc__, images=2048)
     ap.add_argument("--skip-dali", action="store_true")
     a = ap.parse_args()
     shards, folder = build(a.images)

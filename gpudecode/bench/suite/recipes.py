@@ -25,11 +25,10 @@ images, gpudecode runs `Compose.from_torchvision` of it.
 """
 from __future__ import annotations
 
-import argparse
 import os
 
 from ..common import machine
-from . import save
+from . import pipeline_args, save
 from .loader import MEAN, STD, build, dali_epochs, timed
 
 CLASSES = 1000
@@ -236,11 +235,7 @@ def _table(a, name: str | None, title: str, rows: dict[str, float], *, added: bo
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--images", type=int, default=1024)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap = pipeline_args(__doc__, images=1024)
     ap.add_argument("--ops", action="store_true", help="only each step's added cost (no torchvision rows)")
     ap.add_argument("--skip-dali", action="store_true")
     ap.add_argument("--policies", action="store_true",

@@ -17,7 +17,6 @@ on ImageNet-like JPEGs (500x375, quality 90; the same images as bench/loader.py)
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import statistics
@@ -25,7 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from ..common import machine
-from . import OUT, save
+from . import OUT, pipeline_args, save
 from .loader import MEAN, STD, build  # (the same JPEGs as the loader bench)
 
 
@@ -105,11 +104,7 @@ def page_cache_copy(urls, threads, repeat):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--images", type=int, default=2048)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap = pipeline_args(__doc__, images=2048)
     ap.add_argument("--skip-precache", action="store_true", help="skip part 3")
     a = ap.parse_args()
     import torchvision.transforms as v1
