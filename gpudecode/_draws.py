@@ -27,13 +27,12 @@ __all__ = ["Draws", "native_spec"]
 
 # the columns of _native.draw_batch's ints (csrc/draws.h)
 _TOP, _LEFT, _CH, _CW, _RH, _RW, _FLIP, _VFLIP, _ORDER = 0, 1, 2, 3, 4, 5, 6, 7, 8
-_JITTER_NAMES = ("brightness", "contrast", "saturation", "hue")
 
 
 def native_spec(plan: "_Plan") -> tuple | None:
     """The plan as _native.draw_batch reads it, or None when the Python path draws it."""
-    from .transforms import CenterCrop, ColorJitter, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, \
-        RandomVerticalFlip, Resize
+    from .transforms import _JITTER_NAMES, CenterCrop, ColorJitter, RandomCrop, RandomHorizontalFlip, \
+        RandomResizedCrop, RandomVerticalFlip, Resize
 
     if plan.erase is not None:
         return None
