@@ -77,14 +77,24 @@ class Draws(Sequence[dict]):
         sizes: the images' (height, width).
         columns: (ints [N, 12], factors [N, 4]) from _native.draw_batch; or
         dicts: the Python path's make_params.
+        size_array: `sizes` as int64 [N, 2], where the caller has it.
     """
 
     def __init__(self, compose: "Compose", sizes: Sequence[tuple[int, int]], *,
-                 columns: tuple[np.ndarray, np.ndarray] | None = None, dicts: list[dict] | None = None) -> None:
+                 columns: tuple[np.ndarray, np.ndarray] | None = None, dicts: list[dict] | None = None,
+                 size_array: np.ndarray | None = None) -> None:
         self.compose = compose
         self.sizes = sizes
         self.columns = columns
         self._dicts = dicts
+        self._size_array = size_array
+
+    @property
+    def size_array(self) -> np.ndarray:
+        """`sizes` as int64 [N, 2] (made once)."""
+        if self._size_array is None:
+            self._size_array = np.asarray(self.sizes, np.int64).reshape(-1, 2)
+        return self._size_array
 
     def __len__(self) -> int:
         return len(self.sizes)
@@ -149,7 +159,7 @@ class Draws(Sequence[dict]):
         if self.compose.rrc:
             return self.columns[0][:, _TOP:_CW + 1]
         out = np.zeros((len(self.sizes), 4), np.int64)  # the whole image
-        out[:, 2:] = np.asarray(self.sizes, np.int64).reshape(-1, 2)
+        out[:, 2:] = self.size_array
         return out
 
     def encode(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -159,10 +169,15 @@ class Draws(Sequence[dict]):
             geom, args, order = self.compose.encode([dicts[k] for k in rows], [self.sizes[k] for k in rows])
             return geom, args, order
         ints, factors = self.columns[0][rows], self.columns[1][rows]
-        sizes = np.asarray(self.sizes, np.int64).reshape(-1, 2)[rows]
+        sizes = self.size_array[rows]
         plan = self.compose.plan
         n = len(rows)
-        oh, ow = plan.out_size or self.compose.output_size([tuple(s) for s in sizes.tolist()])
+        if plan.out_size is not None:
+            oh, ow = plan.out_size
+        elif n and (sizes == sizes[0]).all():  # (no geometry: one size, the batch's)
+            oh, ow = sizes[0].tolist()
+        else:  # (none, or several: output_size says what it makes of them)
+            oh, ow = self.compose.output_size([tuple(s) for s in sizes.tolist()])
         geom = np.zeros((n, fused.GEOM), np.int64)
         geom[:, fused.H], geom[:, fused.W] = sizes[:, 0], sizes[:, 1]
         if self.compose.rrc:

@@ -81,6 +81,9 @@ class _Epoch:
         self.mid: queue.Queue = queue.Queue(maxsize=loader._pipe.depth)  # the rings are this deep
         self.group = ThreadGroup("loader")
         self.stop = self.group.stop_event
+        # the ranks and the even policy, resolved once an epoch (not again each batch)
+        self.rank, self.world = loader.reader._rank()
+        self.even = loader.reader.even
         # a decoder that can be interrupted (the CPU one: between rows, on its native
         # threads) is, so close() or Ctrl-C never waits for a huge image to finish
         decoder = loader._pipe.decoder
@@ -108,9 +111,8 @@ class _Epoch:
                     return
                 if not chunk or (ld.drop_last and len(chunk) < ld.batch_size):
                     break
-                rank, world = ld.reader._rank()
-                prepared = ld._pipe.prepare(chunk, seed=ld.seed, epoch=epoch, position=position, rank=rank,
-                                            world=world)
+                prepared = ld._pipe.prepare(chunk, seed=ld.seed, epoch=epoch, position=position, rank=self.rank,
+                                            world=self.world)
                 prepared.timing.read = t_read
                 position += len(chunk)
                 prepared.position = position
@@ -132,7 +134,7 @@ class _Epoch:
                 if item is None or isinstance(item, BaseException):
                     self._put(self.queue, item)
                     return
-                ready = ld._pipe.finish(item, ld.reader.even)
+                ready = ld._pipe.finish(item, self.even)
                 if ready is not None:
                     if not self._put(self.queue, ready):
                         return

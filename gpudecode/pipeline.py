@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import operator
 import threading
 import time
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ __all__ = ["Pipeline", "Batch", "MID_QUEUE", "IN_FLIGHT"]
 # Every ring a decoded batch lives in (decoders' rings, the upload ring) is sized from this.
 MID_QUEUE = 1
 IN_FLIGHT = MID_QUEUE + 2
+_KEY = operator.attrgetter("key")
 
 
 class Batch(tuple):
@@ -350,10 +352,12 @@ class Pipeline:
         t0 = time.perf_counter()
         decoded = p.decoded
         ok: list[int] = []
+        whole = False  # every image of the batch decoded and kept, in order (the common batch)
         if decoded is not None:
             errors = decoded.errors
-            ok = [k for k, err in enumerate(errors) if err is None]
-            if len(ok) < len(errors):
+            whole = errors.count(None) == len(errors)
+            ok = list(range(len(errors))) if whole else [k for k, err in enumerate(errors) if err is None]
+            if not whole:
                 for k, err in enumerate(errors):
                     if err is not None:
                         self.policy(DecodeError(err, shard=p.samples[k].shard, key=p.samples[k].key))
@@ -361,6 +365,7 @@ class Pipeline:
             # equal steps are promised: images lost to on_error="skip" are made up by
             # repeats of the batch's others, so every rank's batches stay full
             ok = [ok[i % len(ok)] for i in range(p.taken)]
+            whole = False
         if not ok or decoded is None:
             if even is not None and p.taken:
                 if self._last_good is not None:
@@ -384,11 +389,14 @@ class Pipeline:
             start = _event(stream) if stream is not None else None
             for v, (tf, (_, view)) in enumerate(zip(self.views, outs)):
                 part = decoded if not self.multi else self._view_part(decoded, p, v)
-                tf.apply(part, p.params[v], p.sizes, view, rows=ok, stream=stream, num_threads=self.num_threads)
+                tf.apply(part, p.params[v], p.sizes, view, rows=None if whole else ok, stream=stream,
+                         num_threads=self.num_threads)
             if start is not None:
                 p.timing.gpu["augment"] = (start, _event(stream))
             # (from a numpy array: torch.tensor over a list of ints costs ~0.7 us an element)
-            lab = torch.from_numpy(np.array([p.labels[k] for k in ok], np.int64)) if self.labels else None
+            lab = None
+            if self.labels:
+                lab = torch.from_numpy(np.array(p.labels if whole else [p.labels[k] for k in ok], np.int64))
             if lab is not None and self.device != "cpu":
                 lab = lab.pin_memory().to(self.device, non_blocking=True)
             images: Any = [out for out, _ in outs] if self.multi else outs[0][0]
@@ -400,7 +408,7 @@ class Pipeline:
                 gpu.retire(p.seq, ready, decoded)  # its buffers live until the kernel is done
         p.timing.augment = time.perf_counter() - t0
         p.timing.size = len(ok)
-        batch = Batch(images, lab, [p.samples[k].key for k in ok])
+        batch = Batch(images, lab, list(map(_KEY, p.samples)) if whole else [p.samples[k].key for k in ok])
         self._last_good = (images, len(ok), batch.keys, lab)
         return _Ready(batch, p.timing, p.position, slot, ready)
 

@@ -774,10 +774,10 @@ class Compose(Transform):
         if self.native_spec is not None and len(sizes):
             idx = np.arange(len(sizes), dtype=np.int64) if indices is None else np.asarray(indices)
             if idx.dtype == np.int64 and idx.shape == (len(sizes),):  # (Python ints beyond int64: the Python path)
-                cols = _native.draw_batch(self.native_spec, np.asarray(sizes, np.int64).reshape(-1, 2), idx,
-                                          _epoch_key(seed, epoch))
+                size_array = np.asarray(sizes, np.int64).reshape(-1, 2)
+                cols = _native.draw_batch(self.native_spec, size_array, idx, _epoch_key(seed, epoch))
                 if cols is not None:  # (None: a sample it cannot draw; the Python path names why)
-                    return Draws(self, sizes, columns=cols)
+                    return Draws(self, sizes, columns=cols, size_array=size_array)
         return Draws(self, sizes, dicts=self._python_params(sizes, seed, epoch=epoch, indices=indices))
 
     def _python_params(self, sizes: Sequence[tuple[int, int]], seed: int, *, epoch: int = 0,
