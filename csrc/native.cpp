@@ -164,18 +164,29 @@ PYBIND11_MODULE(_native, m) {
       py::arg("data"), index_doc);
   m.def(
       "index_tar_fd",
-      [](int fd, int64_t size, int64_t start, int64_t max_members) {
+      [](int fd, int64_t size, int64_t start, int64_t max_members, int64_t keep) -> py::object {
         if (size < 0 || start < 0) throw py::value_error("size and start must be >= 0");
         TarIndex idx;
         {
           py::gil_scoped_release nogil;
-          idx = index_tar_fd(fd, size, 1 << 16, start, max_members);
+          idx = index_tar_fd(fd, size, 1 << 16, start, max_members, keep);
         }
-        return index_to_tuple(idx);
+        if (keep <= 0) return index_to_tuple(idx);
+        py::list held(idx.held.size());
+        for (size_t i = 0; i < idx.held.size(); ++i) {
+          if (idx.held[i] < 0) {
+            held[i] = py::none();
+          } else {
+            held[i] = py::bytes(idx.held_bytes.data() + idx.held[i], size_t(idx.sizes[i]));
+          }
+        }
+        return py::make_tuple(index_to_tuple(idx), held);
       },
-      py::arg("fd"), py::arg("size"), py::arg("start") = 0, py::arg("max_members") = 0,
+      py::arg("fd"), py::arg("size"), py::arg("start") = 0, py::arg("max_members") = 0, py::arg("keep") = 0,
       "index_tar over a file read with pread (size: the file's size when opened; if it shrinks, io error), "
-      "from `start` (0 or a member's chain offset), stopping after max_members (> 0) with a resume offset.");
+      "from `start` (0 or a member's chain offset), stopping after max_members (> 0) with a resume offset. "
+      "With keep > 0: (that tuple, held): held[i] is the bytes of member i where it has at most `keep` bytes "
+      "and the header reads brought them in, else None (a label beside an image needs no read of its own).");
 
   m.def(
       "group_names",

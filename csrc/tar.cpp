@@ -236,6 +236,7 @@ struct MemorySource {
   int64_t size;
   std::string error;
   const uint8_t* fetch(int64_t off, int64_t n) { return off >= 0 && off + n <= size ? data + off : nullptr; }
+  const uint8_t* peek(int64_t off, int64_t n) { return fetch(off, n); }
 };
 
 // A file read with pread through a read-ahead window. A short read where the size
@@ -279,6 +280,11 @@ struct FileSource {
     return buf.data();
   }
 
+  // Bytes already in the window, or nullptr: never a read.
+  const uint8_t* peek(int64_t off, int64_t n) const {
+    return off >= buf_off && off + n <= buf_off + buf_len ? buf.data() + (off - buf_off) : nullptr;
+  }
+
   const uint8_t* fail_short(int64_t off, int64_t n, int64_t got) {
     error = "shard shrank while being read: " + std::to_string(n) + " bytes expected at offset " +
             std::to_string(off) + ", the file now ends at " + std::to_string(off + (got < 0 ? 0 : got)) +
@@ -289,7 +295,7 @@ struct FileSource {
 };
 
 template <class Source>
-TarIndex run_index(Source& src, int64_t end, int64_t start = 0, int64_t max_members = 0) {
+TarIndex run_index(Source& src, int64_t end, int64_t start = 0, int64_t max_members = 0, int64_t keep = 0) {
   TarIndex idx;
   TarParser p(start);
   auto fail = [&](const std::string& msg, int64_t off) {
@@ -355,6 +361,7 @@ TarIndex run_index(Source& src, int64_t end, int64_t start = 0, int64_t max_memb
           idx.sizes.push_back(0);
           idx.types.push_back(s.type);
           idx.chains.push_back(s.chain);
+          if (keep > 0) idx.held.push_back(-1);
         }
         break;
       case TarStepKind::kMember:
@@ -368,6 +375,11 @@ TarIndex run_index(Source& src, int64_t end, int64_t start = 0, int64_t max_memb
         idx.sizes.push_back(s.size);
         idx.types.push_back('0');
         idx.chains.push_back(s.chain);
+        if (keep > 0) {
+          const uint8_t* d = s.size <= keep ? src.peek(s.data, s.size) : nullptr;
+          idx.held.push_back(d ? int64_t(idx.held_bytes.size()) : -1);
+          if (d) idx.held_bytes.append(reinterpret_cast<const char*>(d), size_t(s.size));
+        }
         break;
     }
     // between entries the parser's state is clean: a later call may start here
@@ -385,9 +397,9 @@ TarIndex index_tar(const uint8_t* data, size_t size) {
   return run_index(src, int64_t(size));
 }
 
-TarIndex index_tar_fd(int fd, int64_t size, int64_t window, int64_t start, int64_t max_members) {
+TarIndex index_tar_fd(int fd, int64_t size, int64_t window, int64_t start, int64_t max_members, int64_t keep) {
   FileSource src{fd, size, std::max<int64_t>(window, kTarBlock), {}, 0, 0, {}};
-  return run_index(src, size, start, max_members);
+  return run_index(src, size, start, max_members, keep);
 }
 
 NameSplit split_name(std::string_view name) {

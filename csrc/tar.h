@@ -101,6 +101,12 @@ struct TarIndex {
   bool has_error_member = false; // (a member's name may be empty)
   bool io_error = false;         // the error is the file changing or failing under the reader
   bool after_end = false;        // the error is in what follows the end-of-archive block
+  // (index_tar_fd with keep > 0) the data of each member of at most `keep` bytes that the
+  // reads of its headers brought in anyway: held[i] is its start in held_bytes, or -1
+  // (not held: larger, or not in the read window). A label beside a large image is read
+  // with its header, and needs no read of its own.
+  std::vector<int64_t> held;
+  std::string held_bytes;
 };
 
 // A tar held in memory.
@@ -111,7 +117,10 @@ TarIndex index_tar(const uint8_t* data, size_t size);
 // result is an io_error naming where (the file shrank), never a signal. Parsing starts
 // at `start` (0, or a member's chain offset) and, with max_members > 0, stops after that
 // many members, setting `resume` to where a next call goes on.
-TarIndex index_tar_fd(int fd, int64_t size, int64_t window = 1 << 16, int64_t start = 0, int64_t max_members = 0);
+// With keep > 0, members of at most `keep` bytes whose data came in with the header reads
+// are held (TarIndex::held).
+TarIndex index_tar_fd(int fd, int64_t size, int64_t window = 1 << 16, int64_t start = 0, int64_t max_members = 0,
+                      int64_t keep = 0);
 
 // WebDataset's rule for one member name (gpudecode.io.tario's split_key and is_metadata,
 // which stay the reference): kField (key = the path up to the first dot of the basename,

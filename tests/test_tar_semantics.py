@@ -243,3 +243,35 @@ def test_index_file_over_large_and_small_members(tmp_path, fmt):
         members, fault, _ = index_file(f.fileno(), cut.stat().st_size)
     assert [m.name for m in members] == [e[0] for e in expected[:10]]
     assert fault is not None and fault.member == expected[10][0]
+
+
+@pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_small_members_held_from_the_header_reads(tmp_path, fmt):
+    """index_file_lists(keep=n): each member of at most n bytes whose data the header
+    reads brought in comes with its bytes (as tarfile reads them), the others with None;
+    the index itself is the same as without. A small member after a large one (a label
+    beside an image) is held: the reader needs no read of its own for it."""
+    from gpudecode.io.tario import index_file_lists
+
+    sizes = [200_000, 1, 70_000, 3_000, 4_096 - 512, 65_536, 0, 511, 512, 513, 130_000, 7, 9, 4_000, 100_000, 2]
+    path = tmp_path / "mixed.tar"
+    with tarfile.open(path, "w", format=fmt) as tf:
+        for i, n in enumerate(sizes):
+            info = tarfile.TarInfo(f"k{i:03d}." + ("x" * 120 if i % 5 == 4 else "bin"))
+            info.size = n
+            tf.addfile(info, io.BytesIO(seeded_bytes(n, i)))
+    with tarfile.open(path) as tf:
+        want = {m.name: tf.extractfile(m).read() for m in tf.getmembers()}
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        plain = index_file_lists(f.fileno(), size)
+        for keep in (1, 600, 4096):
+            got = index_file_lists(f.fileno(), size, keep=keep)
+            assert got[:7] == plain[:7] and plain[7] is None
+            names, held = got[0], got[7]
+            assert len(held) == len(names)
+            for name, h in zip(names, held):
+                if h is not None:  # (None: larger, or not in a window read: the reader reads it itself)
+                    assert len(want[name]) <= keep and h == want[name], name
+            after_large = [held[i] for i, n in enumerate(sizes) if n <= keep and i and sizes[i - 1] > 60_000]
+            assert after_large and all(h is not None for h in after_large)

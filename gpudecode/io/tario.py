@@ -100,15 +100,21 @@ def index_file(fd: int, size: int, *, start: int = 0,
     return _from_index(_native().index_tar_fd(fd, size, start, max_members))
 
 
-def index_file_lists(fd: int, size: int, *, start: int = 0, max_members: int = 0
-                     ) -> tuple[list[str], list[int], list[int], str, list[int], TarFault | None, int | None]:
+def index_file_lists(fd: int, size: int, *, start: int = 0, max_members: int = 0, keep: int = 0
+                     ) -> tuple[list[str], list[int], list[int], str, list[int], TarFault | None, int | None,
+                                list[bytes | None] | None]:
     """index_file's members as lists (names, offsets, sizes, types, chains), for a caller
-    that goes through them a batch at a time: no Member object per member."""
-    names, offsets, sizes, types, error, error_offset, member, io, after_end, chains, resume = \
-        _native().index_tar_fd(fd, size, start, max_members)
+    that goes through them a batch at a time: no Member object per member. With keep > 0,
+    the last item holds the bytes of each member of at most `keep` bytes that the header
+    reads brought in anyway (None where not: larger, or not read), else it is None."""
+    got = _native().index_tar_fd(fd, size, start, max_members, keep)
+    held = None
+    if keep > 0:
+        got, held = got
+    names, offsets, sizes, types, error, error_offset, member, io, after_end, chains, resume = got
     fault = None if error is None else TarFault(error, error_offset, member, io, after_end)
     return (names, offsets.tolist(), sizes.tolist(), types.decode("latin-1"), chains.tolist(), fault,
-            None if resume < 0 else resume)
+            None if resume < 0 else resume, held)
 
 
 def read_exact(stream: IO[bytes], size: int) -> bytes:

@@ -50,6 +50,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   check(size == 0 || pwrite(fd, data, size, 0) == ssize_t(size), "pwrite failed");
   same(mem, gpudecode::index_tar_fd(fd, int64_t(size), 512));
   same(mem, gpudecode::index_tar_fd(fd, int64_t(size), 1 << 16));
+  // small members held from the header reads: the same index, each held member's bytes the data's
+  for (const int64_t window : {int64_t(512), int64_t(1) << 16}) {
+    const TarIndex held = gpudecode::index_tar_fd(fd, int64_t(size), window, 0, 0, 700);
+    same(mem, held);
+    check(held.held.size() == held.names.size(), "held is not one entry a member");
+    for (size_t i = 0; i < held.held.size(); ++i) {
+      if (held.held[i] < 0) continue;
+      check(held.sizes[i] <= 700 && held.types[i] == '0', "a member held that should not be");
+      check(held.held[i] + held.sizes[i] <= int64_t(held.held_bytes.size()), "held bytes out of range");
+      check(held.held_bytes.compare(size_t(held.held[i]), size_t(held.sizes[i]),
+                                    reinterpret_cast<const char*>(data + held.offsets[i]), size_t(held.sizes[i])) == 0,
+            "held bytes differ from the member's data");
+    }
+  }
   // a few members at a time, resuming where each call stopped: the same index
   TarIndex chunked;
   int64_t at = 0;
