@@ -58,6 +58,7 @@ Even = Literal["pad", "drop"]
 _CHUNK = 64  # samples handed over per queue item
 _READ_BATCH = 256  # members read from a local shard per native call
 _INDEX_CHUNK = 512  # members indexed per native call
+_HELD = 4096  # members this small come with the index's reads of their headers, where those brought them in
 _PAD_HEAD = 1024  # samples kept to make up a short share under `even`
 _SHUFFLE_INITIAL = 100  # samples in the shuffle buffer before it gives out the first
 _FILE_PIECE = 64  # files of a file list read by one reader thread in turn
@@ -355,11 +356,12 @@ def _file_members(f: IO[bytes], url: str, want: Want, seek: tuple[int, int] | No
         grouper = Grouper(first)
         reader = _PartReader(fd, size, mapped, maps)
         while True:
-            names, offsets, sizes, types, chains, fault, resume = index_file_lists(fd, size, start=offset,
-                                                                                 max_members=_INDEX_CHUNK)
+            names, offsets, sizes, types, chains, fault, resume, held = index_file_lists(
+                fd, size, start=offset, max_members=_INDEX_CHUNK, keep=_HELD)
             for lo in range(0, len(names), _READ_BATCH):
                 part = _Part(names[lo:lo + _READ_BATCH], offsets[lo:lo + _READ_BATCH], sizes[lo:lo + _READ_BATCH],
-                             types[lo:lo + _READ_BATCH], chains[lo:lo + _READ_BATCH])
+                             types[lo:lo + _READ_BATCH], chains[lo:lo + _READ_BATCH],
+                             held[lo:lo + _READ_BATCH] if held is not None else None)
                 plain = _plain_runs(part, grouper, want, reader) if runs and isinstance(want, _Want) else None
                 if plain is not None:
                     yield plain  # (the batch's runs as one item)
@@ -395,6 +397,7 @@ class _Part:
     sizes: list[int]
     types: str
     chains: list[int]
+    held: list[bytes | None] | None = None  # the small members' bytes the index read brought in
 
 
 @dataclass(slots=True)
@@ -443,7 +446,7 @@ class _PartReader:
         """{index in part: data} for the members `wanted`, and, if the file shrank or failed
         under the reader, (index of the first member not read, bytes it had, error).
         `exts`: the members' extensions where the caller has them (else from their names)."""
-        views: list[memoryview] = []
+        views: list[bytes | memoryview] = []
         order = wanted
         if self.mapped and wanted:
             mapped = self.mapped
@@ -458,9 +461,16 @@ class _PartReader:
                         self.fd, self.size)
                 got_views = self.mapping.views([part.offsets[i] for i in by_map], [part.sizes[i] for i in by_map])
                 if got_views is not None:
-                    views = got_views
+                    views = list[bytes | memoryview](got_views)
                     order = by_map + [i for i, y in zip(wanted, is_mapped) if not y]
         rest = order[len(views):]
+        held = part.held
+        if held is not None and rest:  # small members (labels) the index's reads brought in: no read of their own
+            have = [i for i in rest if held[i] is not None]
+            if have:
+                views += [cast(bytes, held[i]) for i in have]
+                order = order[:len(order) - len(rest)] + have + [i for i in rest if held[i] is None]
+                rest = order[len(views):]
         read, got, error = _native.read_ranges(self.fd, np.array([part.offsets[i] for i in rest], np.int64),
                                                np.array([part.sizes[i] for i in rest], np.int64))
         datas: list[bytes | memoryview] = [*views, *read]
@@ -561,6 +571,18 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
     around a fault). Under "raise" the first failure ends the shard. Members of other
     samples are not read; a local shard counted before is entered at sample `start`'s
     headers. `starts` (a list) collects the chain offset of each sample's first member."""
+    for items in _shard_lists(url, on_error=on_error, extensions=extensions, remote=remote, group=group, start=start,
+                              stop=stop, cache=cache, starts=starts, mapped=mapped, maps=maps):
+        yield from items
+
+
+def _shard_lists(url: str, *, on_error: str = "raise", extensions: frozenset[str] | None = None,
+                 remote: RemoteOptions | None = None, group: ThreadGroup | None = None,
+                 start: int = 0, stop: int | None = None, cache: ShardCache | None = None,
+                 starts: list[int] | None = None, mapped: frozenset[str] = frozenset(),
+                 maps: _MapCache | None = None) -> Iterator[list[Sample | Failure]]:
+    """iter_shard's items a list at a time (a read batch's samples together: no generator
+    step a sample); a list with a fatal Failure ends with it, and is the last."""
     end = stop if stop is not None else float("inf")
     want = _Want(start, end, extensions)
     seek = None
@@ -574,33 +596,34 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
                                  maps=maps, runs=True):
             if isinstance(item, _Runs):  # a plain read batch's runs
                 done, past = samples.runs(item, start, end)
-                for out in done:
-                    yield out
-                    if isinstance(out, Failure) and out.fatal:  # under "raise", a member's fault
+                if done:
+                    yield done
+                    if isinstance(done[-1], Failure) and done[-1].fatal:  # under "raise", a member's fault
                         return
                 if past:
                     break
                 continue
             if isinstance(item, TarFault):
-                yield from samples.fault(item)
+                yield list(samples.fault(item))
                 return
             member, data, g = item
             if g is None or g < start:
                 continue
             if g >= end:  # the next sample begins: the last one of the range is complete
                 break
-            for out in samples.member(member, data, g):
+            out = samples.member(member, data, g)
+            if out:
                 yield out
-                if isinstance(out, Failure) and out.fatal:  # under "raise", this member's fault
+                if isinstance(out[-1], Failure) and out[-1].fatal:  # under "raise", this member's fault
                     return
         if samples.key is not None:
-            yield samples.pending()
+            yield [samples.pending()]
     except GpuDecodeError as e:
         # the shard failed under the reader (open, network, gzip): the sample being
         # assembled may be incomplete, and is named
         if isinstance(e, LocatedError) and e.key is None and samples.key is not None:
             e = type(e)(e.reason, shard=e.shard, key=samples.key, offset=e.offset)
-        yield Failure(e, fatal=True)
+        yield [Failure(e, fatal=True)]
 
 
 class _Assembler:
@@ -1156,7 +1179,8 @@ class ShardReader(torch.utils.data.IterableDataset):
                 orders[seg.url] = self.file_order(seg.url, epoch)
             end = len(orders[seg.url]) if seg.stop is None else seg.stop
             segments += [_shards.Segment(seg.url, a, min(a + _FILE_PIECE, end)) for a in range(seg.start, end, _FILE_PIECE)]
-        it = self._threaded(segments, stop, orders)
+        # (the reader threads hand over lists of samples; flattened here in C)
+        it: Iterator[Sample] = itertools.chain.from_iterable(self._threaded(segments, stop, orders))
         if self.even is not None and share.target is not None:
             it = _evened(it, share.target)
         if self.shuffle and any(u not in self.files for u in self.urls):  # file lists come permuted
@@ -1182,7 +1206,8 @@ class ShardReader(torch.utils.data.IterableDataset):
         self.policy.record(f.error, stacklevel=3)
 
     def _threaded(self, segments: list[_shards.Segment], stop: threading.Event | None,
-                  orders: dict[str, list[int]] | None = None) -> Iterator[Sample]:
+                  orders: dict[str, list[int]] | None = None) -> Iterator[list[Sample]]:
+        """The segments' samples, in order, in lists (as the reader threads hand them over)."""
         if not segments:
             return
         nthreads = min(self.num_threads, len(segments))
@@ -1215,22 +1240,22 @@ class ShardReader(torch.utils.data.IterableDataset):
             group.stop()
 
     def _segment_items(self, seg: _shards.Segment, group: ThreadGroup,
-                       orders: dict[str, list[int]] | None) -> Iterator[Sample | Failure]:
-        """A segment's samples and failures: from its shard, or from its file list."""
+                       orders: dict[str, list[int]] | None) -> Iterator[list[Sample | Failure]]:
+        """A segment's samples and failures, in lists: from its shard, or from its file list."""
         if seg.url not in self.files:
-            yield from iter_shard(seg.url, on_error=self.on_error, extensions=self.extensions, remote=self.remote,
-                                  group=group, start=seg.start, stop=seg.stop, cache=self.cache,
-                                  mapped=self.map_extensions, maps=self._maps)
+            yield from _shard_lists(seg.url, on_error=self.on_error, extensions=self.extensions, remote=self.remote,
+                                    group=group, start=seg.start, stop=seg.stop, cache=self.cache,
+                                    mapped=self.map_extensions, maps=self._maps)
             return
         flist = self.files[seg.url]
         for path, i, fields, err in iter_files(flist, (orders or {})[seg.url], seg.start, seg.stop,
                                                 extensions=self.extensions):
-            yield Sample(flist.keys[i], fields, path, i) if err is None else Failure(err, fatal=False)
+            yield [Sample(flist.keys[i], fields, path, i) if err is None else Failure(err, fatal=False)]
 
     def _consume(self, seg: _shards.Segment, q: queue.Queue, outer: threading.Event,
-                 group: ThreadGroup) -> Generator[Sample, None, bool]:
-        """The samples of one segment from its queue, failures under the error policy;
-        returns True when `outer` stopped the read."""
+                 group: ThreadGroup) -> Generator[list[Sample], None, bool]:
+        """The samples of one segment from its queue, in lists, failures under the error
+        policy; returns True when `outer` stopped the read."""
         while True:
             item = get_until_stopped(q, outer, alive=group.alive)
             if item is STOPPED:
@@ -1244,7 +1269,7 @@ class ShardReader(torch.utils.data.IterableDataset):
                     raise item.error
                 self._record(item)
                 continue
-            yield from item
+            yield item
 
 
 class _Window:
@@ -1271,29 +1296,33 @@ class _Window:
             self.progress.notify_all()
 
 
-def _produce(items: Iterator[Sample | Failure], q: queue.Queue, url: str, halt: threading.Event) -> bool:
-    """One segment into its queue: samples in chunks of _CHUNK, failures as they come (a
-    fatal one ends the segment), then _END; an exception becomes a fatal failure (the
-    consumer is never left waiting). False when `halt` stopped it."""
+def _produce(items: Iterator[list[Sample | Failure]], q: queue.Queue, url: str, halt: threading.Event) -> bool:
+    """One segment into its queue: samples in lists of at most _CHUNK, failures as they
+    come (a fatal one ends the segment), then _END; an exception becomes a fatal failure
+    (the consumer is never left waiting). False when `halt` stopped it."""
     chunk: list = []
     try:
-        for item in items:
+        for got in items:
             if halt.is_set():
                 return False
-            if isinstance(item, Failure):
-                if chunk and not put_until_stopped(q, chunk, halt):
+            if Failure in set(map(type, got)):  # (the common list has none: the check in C)
+                for item in got:
+                    if not isinstance(item, Failure):
+                        chunk.append(item)
+                        continue
+                    if chunk and not put_until_stopped(q, chunk, halt):
+                        return False
+                    chunk = []
+                    if not put_until_stopped(q, item, halt):
+                        return False
+                    if item.fatal:
+                        return put_until_stopped(q, _END, halt)
+            else:
+                chunk += got
+            while len(chunk) >= _CHUNK:
+                if not put_until_stopped(q, chunk[:_CHUNK], halt):
                     return False
-                chunk = []
-                if not put_until_stopped(q, item, halt):
-                    return False
-                if item.fatal:
-                    break
-                continue
-            chunk.append(item)
-            if len(chunk) >= _CHUNK:
-                if not put_until_stopped(q, chunk, halt):
-                    return False
-                chunk = []
+                del chunk[:_CHUNK]
         if chunk and not put_until_stopped(q, chunk, halt):
             return False
     except BaseException as e:  # never leave the consumer waiting
