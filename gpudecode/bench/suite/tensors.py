@@ -172,7 +172,8 @@ def main() -> None:
     print("Python per sample in a running Loader, every thread (its CPU time less the native calls', the hand-offs, "
           "queues and shuffle included) (target <= 8 us):")
     for name, lr in running.items():
-        print(f"  {name}: {lr['python_us']:.1f} us, of it garbage collection {lr['gc_us']:.1f} (native "
+        print(f"  {name}: {lr['python_us']:.1f} us, of it garbage collection {lr['gc_us']:.1f} (system time, "
+              f"native calls' included: {lr['sys_us']:.1f}; native "
               f"{lr['native_us']:.1f} us; {lr['img_per_s']:.0f} img/s with the decoder on one native thread)")
     jpeg = rows["1. gpudecode, JPEG, RRC+flip+jitter+norm"]
     ceiling = gil["JPEG RRC+flip+jitter+norm"]["ceiling_img_per_s"]
