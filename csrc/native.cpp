@@ -16,6 +16,7 @@
 #include "jpeg_decode.h"
 #include "probe.h"
 #include "batch.h"
+#include "blocks.h"
 #include "draws.h"
 #include "tar.h"
 
@@ -282,19 +283,34 @@ PYBIND11_MODULE(_native, m) {
           "if its checksum holds; block: the 512 bytes at position(), or b\"\"), else \"\".");
   m.def(
       "read_ranges",
-      [](int fd, py::array_t<int64_t, py::array::c_style> offsets, py::array_t<int64_t, py::array::c_style> sizes) {
-        // The bytes objects are made with the GIL held, then filled with it released
-        // (nothing else can see them yet): one GIL hand-off for a whole chunk of members,
-        // where a pread per member from Python would convoy on the GIL between threads.
+      [](int fd, py::array_t<int64_t, py::array::c_style> offsets, py::array_t<int64_t, py::array::c_style> sizes,
+         const py::object& pool, const py::object& pooled) {
+        // The bytes objects (or pooled blocks) are made with the GIL held, then filled with
+        // it released (nothing else can see them yet): one GIL hand-off for a whole chunk of
+        // members, where a pread per member from Python would convoy on the GIL between threads.
         const size_t n = size_t(offsets.size());
         if (size_t(sizes.size()) != n) throw py::value_error("offsets and sizes differ in length");
         const int64_t* off = offsets.data();
         const int64_t* sz = sizes.data();
+        std::shared_ptr<BlockPool> blocks = pool.is_none() ? nullptr : pool_of(pool);
+        py::array_t<uint8_t, py::array::c_style | py::array::forcecast> flags;
+        if (blocks) {
+          flags = py::array_t<uint8_t, py::array::c_style | py::array::forcecast>::ensure(pooled);
+          if (!flags || size_t(flags.size()) != n) throw py::value_error("pooled: one flag a member");
+        }
         std::vector<py::object> objs;
         std::vector<char*> dst(n);
+        std::vector<bool> is_block(n, false);
         objs.reserve(n);
         for (size_t i = 0; i < n; ++i) {
           if (sz[i] < 0 || off[i] < 0) throw py::value_error("negative offset or size");
+          if (blocks && flags.data()[i]) {
+            uint8_t* p = nullptr;
+            objs.push_back(new_block(blocks, size_t(sz[i]), &p));
+            dst[i] = reinterpret_cast<char*>(p);
+            is_block[i] = true;
+            continue;
+          }
           PyObject* b = PyBytes_FromStringAndSize(nullptr, Py_ssize_t(sz[i]));
           if (!b) throw py::error_already_set();
           objs.push_back(py::reinterpret_steal<py::object>(b));
@@ -324,13 +340,24 @@ PYBIND11_MODULE(_native, m) {
           }
         }
         py::list out;
-        for (size_t i = 0; i < done; ++i) out.append(objs[i]);
+        for (size_t i = 0; i < done; ++i) {
+          if (!is_block[i]) {
+            out.append(objs[i]);
+            continue;
+          }
+          PyObject* v = PyMemoryView_FromObject(objs[i].ptr());  // (read-only: the block's buffer is)
+          if (!v) throw py::error_already_set();
+          out.append(py::reinterpret_steal<py::object>(v));
+        }
         // (members read in full, bytes read of the first short one, error of a failed read or None)
         return py::make_tuple(out, got_last, err.empty() ? py::object(py::none()) : py::object(py::str(err)));
       },
-      py::arg("fd"), py::arg("offsets"), py::arg("sizes"),
+      py::arg("fd"), py::arg("offsets"), py::arg("sizes"), py::arg("pool") = py::none(),
+      py::arg("pooled") = py::none(),
       "pread each (offset, size) range into a new bytes object, GIL released: (list of the ranges read "
-      "in full, bytes read of the first short one, error or None).");
+      "in full, bytes read of the first short one, error or None). With a BlockPool `pool`, the ranges "
+      "whose `pooled` flag is set are read into its blocks instead, each a read-only memoryview.");
+  register_blocks(m);
   m.attr("TAR_TRUNCATED_HEADER") = kTarTruncatedHeader;
   m.attr("TAR_NO_END") = kTarNoEnd;
   m.attr("TAR_EMPTY") = kTarEmpty;
