@@ -477,7 +477,9 @@ class Loader:
                                   extensions=self.image_exts + self.label_exts, even=even, split=split,
                                   remote=remote, cache_dir=cache_dir, cache_limit=cache_limit,
                                   # tensor samples stay in the mapped shard: the kernel reads them there
-                                  map_extensions=[e for e in self.image_exts if e == "npy"])
+                                  map_extensions=[e for e in self.image_exts if e == "npy"],
+                                  # the others are read into recycled memory (no page faults a read)
+                                  pool_extensions=[e for e in self.image_exts if e != "npy"])
         self.seed = int(seed) if seed is not None else _default_seed(self.reader._rank()[1])
         self.reader.seed = self.seed
         self.epoch = 0

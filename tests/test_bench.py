@@ -384,7 +384,7 @@ def test_loader_python_per_sample_counts_every_thread(tiny):
         spent = (time.process_time() - c) * 1e6
         assert got["samples"] == 24 and got["img_per_s"] > 0
         assert got["python_us"] > 0 and got["native_us"] > 0 and 0 <= got["gc_us"] < got["python_us"], (fmt, got)
-        assert 0 <= got["sys_us"] < got["python_us"] + got["native_us"], (fmt, got)  # (system time: a part)
+        assert got["sys_us"] >= 0, (fmt, got)  # (in the kernel's ticks: no finer bound on 24 samples)
         # one measured epoch of two: at most the process's CPU time per sample, all told
         assert (got["python_us"] + got["native_us"]) * 24 <= spent
     assert (_native.read_ranges, _native.decode_batch, fused.cpu_kernel) == before

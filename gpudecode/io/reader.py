@@ -165,7 +165,7 @@ def _open_local(path: str, url: str):
 def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | None = None,
                  group: ThreadGroup | None = None, cache: ShardCache | None = None,
                  seek: tuple[int, int] | None = None, mapped: frozenset[str] = frozenset(),
-                 maps: _MapCache | None = None, runs: bool = False
+                 maps: _MapCache | None = None, runs: bool = False, pooled: "_Pooled | None" = None
                  ) -> Iterator["tuple[Member, bytes | memoryview | None, int | None] | TarFault | _Runs"]:
     """(member, data, sample index) for every member of a shard, then a last TarFault if
     the tar is refused. data is None where want(name, sample index) is False, and for a
@@ -196,16 +196,16 @@ def iter_members(url: str, *, want: Want = _want_all, remote: RemoteOptions | No
         with f:
             if f.peek(2)[:2] == _GZIP_MAGIC:
                 with _spooled(f, url) as tmp:
-                    yield from _file_members(tmp, url, want, seek, mapped, runs=runs)
+                    yield from _file_members(tmp, url, want, seek, mapped, runs=runs, pooled=pooled)
             else:
-                yield from _file_members(f, url, want, seek, mapped, maps, runs)
+                yield from _file_members(f, url, want, seek, mapped, maps, runs, pooled)
         return
     stream = open_remote(url, remote)
     cancel = getattr(getattr(stream, "raw", None), "cancel", None)
     with stream, (group.cancelling(cancel) if group is not None and cancel is not None else contextlib.nullcontext()):
         if stream.peek(2)[:2] == _GZIP_MAGIC:
             with _spooled(stream, url) as tmp:
-                yield from _file_members(tmp, url, want, mapped=mapped, runs=runs)
+                yield from _file_members(tmp, url, want, mapped=mapped, runs=runs, pooled=pooled)
         else:
             yield from stream_members(stream, url, want=want)
 
@@ -341,11 +341,13 @@ class _MapCache:
 
 
 def _file_members(f: IO[bytes], url: str, want: Want, seek: tuple[int, int] | None = None,
-                  mapped: frozenset[str] = frozenset(), maps: _MapCache | None = None, runs: bool = False
+                  mapped: frozenset[str] = frozenset(), maps: _MapCache | None = None, runs: bool = False,
+                  pooled: "_Pooled | None" = None
                   ) -> Iterator["tuple[Member, bytes | memoryview | None, int | None] | TarFault | _Runs"]:
     """The members of a local tar, indexed _INDEX_CHUNK at a time (a caller that stops
     early indexes no further) and read _READ_BATCH at a time (one native call each).
-    Members with an extension in `mapped` come as memoryviews over the mapped file.
+    Members with an extension in `mapped` come as memoryviews over the mapped file, those
+    with one of `pooled`'s as memoryviews over its recycled blocks.
     With `runs`, where `want` is a `_Want` and a read batch is plain (regular files, printable-ASCII
     names: the common case), it is grouped in one native call and comes as one `_Runs`
     (the runs of each sample's members there, as columns) instead of member by member."""
@@ -354,7 +356,7 @@ def _file_members(f: IO[bytes], url: str, want: Want, seek: tuple[int, int] | No
         size = os.fstat(fd).st_size
         offset, first = seek if seek is not None else (0, 0)
         grouper = Grouper(first)
-        reader = _PartReader(fd, size, mapped, maps)
+        reader = _PartReader(fd, size, mapped, maps, pooled)
         while True:
             names, offsets, sizes, types, chains, fault, resume, held = index_file_lists(
                 fd, size, start=offset, max_members=_INDEX_CHUNK, keep=_HELD)
@@ -433,12 +435,30 @@ class _Runs:
         return _Run(self.gs[j], self.keys[j], self.exts[a:b], self.datas[a:b], self.part, self.at[j])
 
 
+@dataclass(frozen=True)
+class _Pooled:
+    """Members read into recycled memory: those with an extension in `exts`, into the
+    blocks of `pool` (see ShardReader's pool_extensions)."""
+
+    exts: frozenset[str]
+    pool: _native.BlockPool
+
+    def __reduce__(self) -> tuple:  # (a reader sent to DataLoader's spawned workers gets a pool of its own)
+        return _fresh_pool, (self.exts, self.pool.limit)
+
+
+def _fresh_pool(exts: frozenset[str], limit: int) -> _Pooled:
+    return _Pooled(exts, _native.BlockPool(limit))
+
+
 class _PartReader:
     """Reads the wanted members of read batches of one local shard: memoryviews over the
-    mapped file for the `mapped` extensions, one native pread call for the rest."""
+    mapped file for the `mapped` extensions, one native pread call for the rest (into
+    `pooled`'s blocks for its extensions)."""
 
-    def __init__(self, fd: int, size: int, mapped: frozenset[str], maps: _MapCache | None) -> None:
-        self.fd, self.size, self.mapped, self.maps = fd, size, mapped, maps
+    def __init__(self, fd: int, size: int, mapped: frozenset[str], maps: _MapCache | None,
+                 pooled: _Pooled | None = None) -> None:
+        self.fd, self.size, self.mapped, self.maps, self.pooled = fd, size, mapped, maps, pooled
         self.mapping: _Mapping | None = None
 
     def read(self, part: _Part, wanted: list[int], exts: list | None = None
@@ -471,8 +491,18 @@ class _PartReader:
                 views += [cast(bytes, held[i]) for i in have]
                 order = order[:len(order) - len(rest)] + have + [i for i in rest if held[i] is None]
                 rest = order[len(views):]
-        read, got, error = _native.read_ranges(self.fd, np.array([part.offsets[i] for i in rest], np.int64),
-                                               np.array([part.sizes[i] for i in rest], np.int64))
+        offsets = np.array([part.offsets[i] for i in rest], np.int64)
+        sizes = np.array([part.sizes[i] for i in rest], np.int64)
+        pooled = self.pooled
+        flags = None
+        if pooled is not None and rest:
+            flags = np.array([exts[i] in pooled.exts for i in rest] if exts is not None else
+                             [(split_key(part.names[i]) or ("", ""))[1] in pooled.exts for i in rest], np.uint8)
+        read: Sequence[bytes | memoryview]
+        if pooled is not None and flags is not None and flags.any():
+            read, got, error = _native.read_ranges(self.fd, offsets, sizes, pooled.pool, flags)
+        else:
+            read, got, error = _native.read_ranges(self.fd, offsets, sizes)
         datas: list[bytes | memoryview] = [*views, *read]
         data_of = dict(zip(order, datas))
         if len(datas) < len(order):
@@ -565,14 +595,14 @@ def iter_shard(url: str, *, on_error: str = "raise", extensions: frozenset[str] 
                remote: RemoteOptions | None = None, group: ThreadGroup | None = None,
                start: int = 0, stop: int | None = None, cache: ShardCache | None = None,
                starts: list[int] | None = None, mapped: frozenset[str] = frozenset(),
-               maps: _MapCache | None = None) -> Iterator[Sample | Failure]:
+               maps: _MapCache | None = None, pooled: _Pooled | None = None) -> Iterator[Sample | Failure]:
     """Samples start..stop-1 of one shard (Grouper's numbering; stop None: to its end),
     in order, interleaved with Failure records (see the module doc for what is delivered
     around a fault). Under "raise" the first failure ends the shard. Members of other
     samples are not read; a local shard counted before is entered at sample `start`'s
     headers. `starts` (a list) collects the chain offset of each sample's first member."""
     for items in _shard_lists(url, on_error=on_error, extensions=extensions, remote=remote, group=group, start=start,
-                              stop=stop, cache=cache, starts=starts, mapped=mapped, maps=maps):
+                              stop=stop, cache=cache, starts=starts, mapped=mapped, maps=maps, pooled=pooled):
         yield from items
 
 
@@ -580,7 +610,7 @@ def _shard_lists(url: str, *, on_error: str = "raise", extensions: frozenset[str
                  remote: RemoteOptions | None = None, group: ThreadGroup | None = None,
                  start: int = 0, stop: int | None = None, cache: ShardCache | None = None,
                  starts: list[int] | None = None, mapped: frozenset[str] = frozenset(),
-                 maps: _MapCache | None = None) -> Iterator[list[Sample | Failure]]:
+                 maps: _MapCache | None = None, pooled: _Pooled | None = None) -> Iterator[list[Sample | Failure]]:
     """iter_shard's items a list at a time (a read batch's samples together: no generator
     step a sample); a list with a fatal Failure ends with it, and is the last."""
     end = stop if stop is not None else float("inf")
@@ -593,7 +623,7 @@ def _shard_lists(url: str, *, on_error: str = "raise", extensions: frozenset[str
     samples = _Assembler(url, on_error, starts)
     try:
         for item in iter_members(url, want=want, remote=remote, group=group, cache=cache, seek=seek, mapped=mapped,
-                                 maps=maps, runs=True):
+                                 maps=maps, runs=True, pooled=pooled):
             if isinstance(item, _Runs):  # a plain read batch's runs
                 done, past = samples.runs(item, start, end)
                 if done:
@@ -944,6 +974,14 @@ class ShardReader(torch.utils.data.IterableDataset):
             memory, least recently used out first; close() drops them). A
             shard truncated in place while its views are in use faults (SIGBUS); files
             replaced by a rename (as every gpudecode writer does) are safe.
+        pool_extensions, pool_limit: these fields of local (and cached, gunzipped) shards
+            come as read-only memoryviews over memory the reader recycles instead of bytes:
+            a block goes back to the reader's pool when the last view of it is gone, and
+            the pool keeps up to `pool_limit` bytes of free blocks for the next reads
+            (members of at most 4 KiB that came in with the reads of their headers stay
+            bytes). The
+            Loader pools its images (a fresh allocation an image is memory the C library
+            hands back to the system when freed, faulted in again by the next read).
 
     Over one epoch with even=None every sample is yielded exactly once across consumers.
     Splitting by sample and `even` need each shard's sample count: a header scan of local
@@ -956,6 +994,7 @@ class ShardReader(torch.utils.data.IterableDataset):
                  even: Even | Literal["auto"] | None = "auto", split: Literal["auto", "shard", "sample"] = "auto",
                  remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
                  cache_limit: int | None = None, map_extensions: Sequence[str] = (),
+                 pool_extensions: Sequence[str] = (), pool_limit: int = 128 << 20,
                  policy: ErrorPolicy | None = None) -> None:
         super().__init__()
         self.files: dict[str, FileList] = {}
@@ -987,6 +1026,11 @@ class ShardReader(torch.utils.data.IterableDataset):
         self.policy = policy if policy is not None else ErrorPolicy(on_error)
         self.extensions = frozenset(e.lower().lstrip(".") for e in extensions) if extensions is not None else None
         self.map_extensions = frozenset(e.lstrip(".") for e in map_extensions)
+        self.pool_extensions = frozenset(e.lstrip(".") for e in pool_extensions) - self.map_extensions
+        if pool_limit < 0:
+            raise ValueError("pool_limit must be >= 0")
+        self.pool_limit = pool_limit
+        self._pooled = _Pooled(self.pool_extensions, _native.BlockPool(pool_limit)) if self.pool_extensions else None
         self.even_policy = even  # as given; `even` is what it means for this process
         self.split = split
         self.remote = remote
@@ -1002,9 +1046,12 @@ class ShardReader(torch.utils.data.IterableDataset):
         self._maps = _MapCache()
 
     def close(self) -> None:
-        """Drops the shard mappings kept between epochs (see map_extensions); the reader
-        can still be iterated (shards are mapped again)."""
+        """Drops the shard mappings kept between epochs (see map_extensions) and the free
+        blocks of its pool (see pool_extensions); the reader can still be iterated (shards
+        are mapped again, blocks allocated again)."""
         self._maps.close()
+        if self._pooled is not None:
+            self._pooled.pool.release()
 
     def set_epoch(self, epoch: int) -> None:
         """Sets the epoch whose shard order and shuffle the next iteration uses."""
@@ -1245,7 +1292,7 @@ class ShardReader(torch.utils.data.IterableDataset):
         if seg.url not in self.files:
             yield from _shard_lists(seg.url, on_error=self.on_error, extensions=self.extensions, remote=self.remote,
                                     group=group, start=seg.start, stop=seg.stop, cache=self.cache,
-                                    mapped=self.map_extensions, maps=self._maps)
+                                    mapped=self.map_extensions, maps=self._maps, pooled=self._pooled)
             return
         flist = self.files[seg.url]
         for path, i, fields, err in iter_files(flist, (orders or {})[seg.url], seg.start, seg.stop,
