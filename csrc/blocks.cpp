@@ -27,46 +27,34 @@ size_t BlockPool::size_class(size_t n) {
 uint8_t* BlockPool::take(size_t n, size_t* cap) {
   const size_t c = size_class(n);
   *cap = c;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    auto it = free_.find(c);
-    if (it != free_.end() && !it->second.empty()) {
-      uint8_t* p = it->second.back();
-      it->second.pop_back();
-      free_bytes_ -= c;
-      return p;
-    }
+  auto it = free_.find(c);
+  if (it != free_.end() && !it->second.empty()) {
+    uint8_t* p = it->second.back();
+    it->second.pop_back();
+    free_bytes_ -= c;
+    return p;
   }
   return static_cast<uint8_t*>(std::malloc(c));
 }
 
 void BlockPool::give(uint8_t* p, size_t cap) {
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    if (free_bytes_ + cap <= limit_) {
-      free_[cap].push_back(p);
-      free_bytes_ += cap;
-      return;
-    }
+  if (free_bytes_ + cap <= limit_) {
+    free_[cap].push_back(p);
+    free_bytes_ += cap;
+    return;
   }
   std::free(p);
 }
 
 void BlockPool::release() {
   std::map<size_t, std::vector<uint8_t*>> drop;
-  {
-    std::lock_guard<std::mutex> g(mu_);
-    drop.swap(free_);
-    free_bytes_ = 0;
-  }
+  drop.swap(free_);
+  free_bytes_ = 0;
   for (auto& [cap, blocks] : drop)
     for (uint8_t* p : blocks) std::free(p);
 }
 
-size_t BlockPool::free_bytes() const {
-  std::lock_guard<std::mutex> g(mu_);
-  return free_bytes_;
-}
+size_t BlockPool::free_bytes() const { return free_bytes_; }
 
 namespace {
 

@@ -11,11 +11,13 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 namespace gpudecode {
 
+// Every call happens with the GIL held (blocks are taken while a read's objects are made,
+// given back from a Python object's deallocation): the GIL orders them, and no lock of the
+// pool's own can be held across a fork (a child process takes and gives back as usual).
 class BlockPool {
  public:
   explicit BlockPool(size_t limit) : limit_(limit) {}
@@ -39,7 +41,6 @@ class BlockPool {
 
  private:
   size_t limit_;
-  mutable std::mutex mu_;
   std::map<size_t, std::vector<uint8_t*>> free_;  // by capacity, the last freed last
   size_t free_bytes_ = 0;
 };

@@ -125,3 +125,29 @@ def test_reader_pools_its_images_and_nothing_is_altered(tmp_path, photos):
     # iter_shard without a pool: bytes, the same bytes
     plain = {s.key: s.fields for s in iter_shard(url)}
     assert all(isinstance(f["jpg"], bytes) for f in plain.values()) and plain == want
+
+
+def test_a_forked_child_reads_with_the_pool(tmp_path):
+    """The pool has no lock of its own (the GIL orders its calls): a child forked while
+    blocks are lent out gives them back and reads again."""
+    samples = [{"__key__": f"s{i:02d}", "jpg": seeded_bytes(6000 + 100 * i, "fork", i), "cls": b"1"}
+               for i in range(12)]
+    url = make_shard(tmp_path / "f.tar", samples)
+    want = dict(tar_samples(url))
+    rd = ShardReader([url], pool_extensions=["jpg"])
+    kept = list(rd)
+    assert all(isinstance(s.fields["jpg"], memoryview) for s in kept)
+    pid = os.fork()
+    if pid == 0:  # (the child: its exit code says what it found)
+        code = 3
+        try:
+            ok = all({e: bytes(d) for e, d in s.fields.items()} == want[s.key] for s in kept)
+            del kept[:]
+            gc.collect()
+            again = {s.key: {e: bytes(d) for e, d in s.fields.items()} for s in rd}
+            code = 0 if ok and again == want else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert {s.key: {e: bytes(d) for e, d in s.fields.items()} for s in kept} == want
