@@ -12,7 +12,6 @@ gpudecode Loader the capacity of each stage and the weakest link.
     print(report.summary()); report.plot("batches.png"); report.to_json()
 """
 from __future__ import annotations
-from ._text import plural
 
 import json
 import math
@@ -20,6 +19,8 @@ import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable
+
+from ._text import plural
 
 DATA_BOUND = 0.10  # the step waited for more than this fraction of the time: data-bound
 FEW_BATCHES = 20  # fewer measured batches than this: the report says its figures are rough
