@@ -27,6 +27,7 @@ import errno
 import gzip
 import hashlib
 import itertools
+import operator
 import os
 import queue
 import random
@@ -263,7 +264,7 @@ class _Mapping:
         if not offsets or self.mm is None:
             return [self.view[o:o + n] for o, n in zip(offsets, sizes)]
         lo = offsets[0]
-        hi = max(o + n for o, n in zip(offsets, sizes))
+        hi = max(map(operator.add, offsets, sizes))
         # (natively: the system call without the GIL)
         if _native.will_need(self.view, lo, hi - lo) in (errno.EFAULT, errno.ENOMEM):
             return None  # pages past the end of the file: it was truncated
@@ -488,7 +489,7 @@ class _PartReader:
         if held is not None and rest:  # small members (labels) the index's reads brought in: no read of their own
             have = [i for i in rest if held[i] is not None]
             if have:
-                views += [cast(bytes, held[i]) for i in have]
+                views += [held[i] for i in have]  # type: ignore[misc]  # (not None: have)
                 order = order[:len(order) - len(rest)] + have + [i for i in rest if held[i] is None]
                 rest = order[len(views):]
         offsets = np.array([part.offsets[i] for i in rest], np.int64)
