@@ -390,6 +390,21 @@ def test_loader_python_per_sample_counts_every_thread(tiny):
     assert (_native.read_ranges, _native.decode_batch, fused.cpu_kernel) == before
 
 
+def test_kernel_stage_alone_and_the_bare_cast(tiny):
+    """gpudecode.bench.gil.finish_alone times a Loader's second stage over tensor batches
+    prepared beforehand (JPEG batches would share the decoder's ring: refused, named);
+    conversion_rate times numpy's uint8 -> float32 cast of an output's size."""
+    from gpudecode import transforms as T
+    from gpudecode.bench.gil import conversion_rate, finish_alone
+
+    root, doc = tiny
+    tf = T.Compose([T.CenterCrop(32), T.RandomHorizontalFlip(), T.Normalize([0.5] * 3, [0.25] * 3)])
+    assert finish_alone([str(root / p) for p in doc["shards"]["tensor"]], tf, batch_size=8, repeat=1) > 0
+    with pytest.raises(ValueError, match="tensor samples only.*jpeg"):
+        finish_alone([str(root / p) for p in doc["shards"]["jpg"]], tf, batch_size=8, repeat=1)
+    assert conversion_rate(size=32, batch_size=4, num_threads=2, repeat=1) > 0
+
+
 def test_bench_suite_runs_from_the_package(tmp_path, monkeypatch, capsys):
     """bench/*.py are thin callers of gpudecode.bench.suite: a suite module runs on its own
     (here the reader's, small) and writes its JSON where it is told."""

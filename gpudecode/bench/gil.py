@@ -74,16 +74,14 @@ def python_per_sample(urls: Sequence[str], transform: Any, *, batch_size: int = 
     "ceiling_img_per_s": the pipeline's native work per image (prepare's: the decode of
     the windows, the probe; finish's: the kernel), each measured on one core, as the rate
     of every core doing only that, 1 / (1/decode + 1/kernel) x cores."""
-    from ..io.reader import iter_shard
     from ..loader import Loader
 
     clock = _Clock()
     ld = Loader(list(urls), batch_size=batch_size, transform=transform, device="cpu", num_threads=1, seed=0)
     rd = ld.reader
 
-    def read_all() -> list:  # as the Loader's reader reads each shard (its mapped extensions)
-        return [s for u in urls for s in iter_shard(u, on_error=rd.on_error, extensions=rd.extensions,
-                                                        mapped=rd.map_extensions, maps=rd._maps)]
+    def read_all() -> list:
+        return _read_as_loader(rd, urls)
 
     samples = read_all()  # page cache warm
     n = len(samples)
@@ -132,6 +130,75 @@ def python_per_sample(urls: Sequence[str], transform: Any, *, batch_size: int = 
     cores = os.cpu_count() or 1
     parts["ceiling_img_per_s"] = cores * 1e6 / (parts["prepare"]["native_us"] + parts["finish"]["native_us"])
     return parts
+
+
+def _read_as_loader(rd: Any, urls: Sequence[str]) -> list:
+    """Every sample of the shards, read as the Loader's reader `rd` reads them (its
+    extensions and mapped extensions)."""
+    from ..io.reader import iter_shard
+
+    return [s for u in urls for s in iter_shard(u, on_error=rd.on_error, extensions=rd.extensions,
+                                                    mapped=rd.map_extensions, maps=rd._maps)]
+
+
+def finish_alone(urls: Sequence[str], transform: Any, *, batch_size: int = 64, num_threads: int = 2,
+                 repeat: int = 5) -> float:
+    """img/s of a Loader's second stage alone (`Pipeline.finish`: the kernel into the output
+    slots on `num_threads` threads, the labels, the batch) over batches of tensor samples
+    prepared beforehand, the best of `repeat` passes: the kernel's rate with nothing
+    beside it (no reader, no first stage, no hand-offs). Tensor shards only (their
+    pixels are read in place, so every prepared batch stays valid)."""
+    from ..loader import Loader
+
+    ld = Loader(list(urls), batch_size=batch_size, transform=transform, device="cpu", num_threads=num_threads, seed=0)
+    try:
+        samples = _read_as_loader(ld.reader, urls)
+        pipe = ld._pipe
+        pipe.ensure_decoder()
+        chunks = [samples[i:i + batch_size] for i in range(0, len(samples), batch_size)]
+        # (other images are decoded into the decoder's ring, which later batches overwrite)
+        formats = {f for c in chunks for f in pipe._probe(c).formats}
+        if formats != {"npy"}:
+            raise ValueError(f"finish_alone needs shards of tensor samples only (these hold {sorted(formats)})")
+        prepared = [pipe.prepare(c, seed=0, epoch=0, position=i * batch_size) for i, c in enumerate(chunks)]
+        best = float("inf")
+        for r in range(repeat + 1):  # the first pass loads the kernel and makes the slots
+            t = time.perf_counter()
+            for p in prepared:
+                pipe.finish(p)
+            if r:
+                best = min(best, time.perf_counter() - t)
+        return len(samples) / best
+    finally:
+        ld.close()
+
+
+def conversion_rate(*, size: int = 224, batch_size: int = 64, num_threads: int = 2, repeat: int = 5) -> float:
+    """img/s of numpy converting uint8 pixels into float32 (a cast into a reused buffer,
+    nothing else), a batch of `size` x `size` x 3 a call on each of `num_threads` threads,
+    the best of `repeat` passes of 10 calls: what writing a float32 output of that size
+    costs this machine's memory, with no transform's work (numpy releases the GIL)."""
+    import numpy as np
+
+    n = batch_size * size * size * 3
+    srcs = [np.full(n, 7, np.uint8) for _ in range(num_threads)]
+    outs = [np.zeros(n, np.float32) for _ in range(num_threads)]
+
+    def work(i: int) -> None:
+        for _ in range(10):
+            np.copyto(outs[i], srcs[i], casting="unsafe")
+
+    best = float("inf")
+    for r in range(repeat + 1):
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(num_threads)]
+        t = time.perf_counter()
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        if r:
+            best = min(best, time.perf_counter() - t)
+    return num_threads * 10 * batch_size / best
 
 
 def _one_native_thread(decoder: Any) -> None:
