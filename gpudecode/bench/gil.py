@@ -10,6 +10,9 @@ pipeline's two stages (`Pipeline.prepare`: probe, labels, draws, decode requests
 `Pipeline.finish`: the kernel's launch, labels, the slot), on chunks read beforehand.
 A Loader runs the reader and the two stages on three threads, so their Python is what
 one core must give to each sample whatever the number of threads.
+
+Beside them, what the tensor pipeline's rate is made of: its kernel stage alone
+(`finish_alone`) and the memory's rate for its output (`conversion_rate`).
 """
 from __future__ import annotations
 
@@ -80,10 +83,7 @@ def python_per_sample(urls: Sequence[str], transform: Any, *, batch_size: int = 
     ld = Loader(list(urls), batch_size=batch_size, transform=transform, device="cpu", num_threads=1, seed=0)
     rd = ld.reader
 
-    def read_all() -> list:
-        return _read_as_loader(rd, urls)
-
-    samples = read_all()  # page cache warm
+    samples = _read_as_loader(rd, urls)  # page cache warm
     n = len(samples)
     if not n:
         raise ValueError("no samples in the shards")
@@ -111,7 +111,7 @@ def python_per_sample(urls: Sequence[str], transform: Any, *, batch_size: int = 
         for _ in range(repeat):
             clock.seconds = 0.0
             t = time.perf_counter()
-            read_all()
+            _read_as_loader(rd, urls)
             wall = time.perf_counter() - t
             runs["reader"].append((wall - clock.seconds, clock.seconds))
             pw, pn, fw, fn = pipeline()
