@@ -65,6 +65,19 @@ def loader_epochs(urls, tf, threads, batch, repeat):
     return rate, stats
 
 
+def jpeg_against_ceiling(jpegs, tf, threads, batch, rounds=3):
+    """[(Loader img/s, ceiling img/s)] measured `rounds` times in turn, each pair a few
+    seconds apart: the Loader's JPEG rate (2 epochs after a first) and the ceiling of
+    `gil.python_per_sample` (the decode of the windows and the kernel, one core each)."""
+    from gpudecode.bench.gil import python_per_sample
+
+    pairs = []
+    for _ in range(rounds):
+        rate, _ = loader_epochs(jpegs, tf, threads, batch, 2)
+        pairs.append((rate, python_per_sample(jpegs, tf, batch_size=batch, repeat=1)["ceiling_img_per_s"]))
+    return pairs
+
+
 def classic_epochs(folder, tf, threads, batch, repeat):
     import torch
     from torchvision.datasets import ImageFolder
@@ -192,6 +205,10 @@ def main() -> None:
     ceiling = gil["JPEG RRC+flip+jitter+norm"]["ceiling_img_per_s"]
     print(f"JPEG training pipeline against its ceiling (decode windows + kernel, per core, x {os.cpu_count()} cores: "
           f"{ceiling:.0f} img/s) (target >= 0.9): {jpeg / ceiling:.2f}")
+    pairs = jpeg_against_ceiling(jpegs, train, a.threads, a.batch)
+    print("  measured in pairs, each Loader run next to its ceiling (this VM's speed drifts between parts of a run): "
+          + ", ".join(f"{r:.0f} of {c:.0f}: {r / c:.2f}" for r, c in pairs)
+          + f"; median {statistics.median(r / c for r, c in pairs):.2f}")
     pre: dict[str, float] = {}
     if not a.skip_precache:
         for th in sorted({1, a.threads}):
@@ -200,7 +217,7 @@ def main() -> None:
             print(f"precache --size 256, {th} thread(s): {rate:.0f} img/s ({note})")
     save("tensors", {"machine": machine(), "args": vars(a), "img_per_s": rows, "stats": stats,
                      "page_cache_bytes_per_s": copy, "bytes_per_image_224c": per_image, "precache_img_per_s": pre,
-                     "python_per_sample": gil, "loader_python_per_sample": running})
+                     "python_per_sample": gil, "loader_python_per_sample": running, "jpeg_against_ceiling": pairs})
 
 
 if __name__ == "__main__":
