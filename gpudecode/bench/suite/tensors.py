@@ -10,8 +10,12 @@ on ImageNet-like JPEGs (500x375, quality 90; the same images as bench/loader.py)
    against the classic DataLoader producing the same images from the JPEGs each epoch
    (Resize(256) + CenterCrop(224) + flip + ToTensor + Normalize), and against copying
    the shards' bytes from the page cache (memory speed: --threads threads reading the
-   files into a buffer);
+   files into a buffer), beside the Loader's kernel stage alone and a bare uint8 ->
+   float32 cast of the same output (what the copy ratio is made of);
 3. precache throughput with 1 .. --threads threads.
+
+The JPEG pipeline against its ceiling is also measured in pairs (each Loader run beside
+its own ceiling), as this VM's speed drifts between the parts of a run.
 
     python bench/tensors.py [--images 2048] [--threads 2] [--repeat 3]
 """
@@ -179,8 +183,8 @@ def main() -> None:
           f"{fast / page:.2f}")
     cast = rows["2. a bare uint8->float32 cast of the same output"]
     alone = rows["2. its kernel stage alone, tensor@224c, flip+norm"]
-    print(f"  of the page-cache copy: the Loader {fast / page:.2f}, its kernel stage alone {alone / page:.2f}, a bare "
-          f"uint8->float32 cast of the output {cast / page:.2f} (the Loader at {fast / alone:.2f} of its kernel alone)")
+    print(f"  of the page-cache copy: its kernel stage alone {alone / page:.2f}, a bare uint8->float32 cast of the "
+          f"output {cast / page:.2f} (the Loader at {fast / alone:.2f} of its kernel stage alone)")
     for k, s in stats.items():
         print(f"  {k}: {s}")
     from gpudecode.bench.gil import loader_python_per_sample, python_per_sample
