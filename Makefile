@@ -56,6 +56,8 @@ test: setup
 	cd tests && ../$(BIN)/python -m coverage run --rcfile=../pyproject.toml --data-file=../.coverage \
 	  -m pytest -q -p no:cacheprovider --durations=25
 	$(BIN)/python -m coverage report --rcfile=pyproject.toml --data-file=.coverage | grep -E '^(Name|TOTAL)' 
+	@# the GPU machine's first run rehearsed here: make gpu-check as it runs there, DALI and torchcodec hidden
+	$(BIN)/python bench/gpu_check.py --rehearse --out bench/_out/gpu-rehearsal
 
 # The saved fuzzing inputs through the C++ harnesses under g++'s ASan + UBSan (also in `make test`).
 fuzz-replay: setup
@@ -75,12 +77,15 @@ bench: setup
 	$(BIN)/python bench/tensors.py
 
 # On any CUDA machine: the GPU tests and bench/gpu.py, reports in $(OUT) (or bench/_out/gpu).
+# PART=preflight|kernels|pipeline|bench runs one part (each fits a 10-minute call; the
+# default, all, runs them in turn), BUDGET=seconds cuts a part that would run past it.
 # Uses this repository's venv when `make setup` made one, else $(PYTHON) as it is (a machine
-# where gpudecode is installed already, e.g. through ../shared/gpu/on-device.sh). Without
-# CUDA it says so, runs the CPU-side checks and exits 0.
+# where gpudecode is installed already, e.g. the GPU machine's own Python). Without CUDA
+# it says so and runs the same checks on the CPU (kernels under the simulator).
 GPU_PY := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 gpu-check:
-	$(GPU_PY) bench/gpu_check.py $(if $(OUT),--out $(OUT),)
+	$(GPU_PY) bench/gpu_check.py $(if $(OUT),--out $(OUT),) $(if $(PART),--part $(PART),) \
+	  $(if $(BUDGET),--budget $(BUDGET),)
 
 clean:
 	rm -rf build dist *.egg-info demo_data bench/_out

@@ -76,8 +76,13 @@ GPU_BACKENDS = ("nvimgcodec", "dali", "torchcodec")
 
 def cpu_built_decoder(backend: str, **kw):
     """A GPU decoder built for the CPU: nvImageCodec's CPU codecs, DALI's "cpu" pipeline,
-    torchcodec's CPU decode_jpeg (the test extra installs all three)."""
-    from gpudecode.decode import make_decoder
+    torchcodec's CPU decode_jpeg (the test extra installs all three). A backend this
+    machine lacks (the GPU machine's image has no DALI) skips the test, with the reason."""
+    from gpudecode.decode import available, make_decoder
+
+    ok, why = available(backend)
+    if not ok:
+        pytest.skip(f"decoder {backend!r} is not usable here: {why}")
 
     if backend == "dali":
         from gpudecode.decode.dali import DaliDecoder

@@ -17,9 +17,13 @@ bench/recipes.py: torchvision's reference recipe (TrivialAugmentWide, RandomEras
 MixUp/CutMix on the GPU batch) and DINO's 2 x 224 + 6 x 96 views with blur and solarize,
 with the CPU decoder and the first GPU decoder there is, img/s of the second epoch.
 
-Without a CUDA device it says so, measures the CPU side only (the CPU path, and each GPU
-decoder's CPU build decoding), and exits 0: no GPU figure is made up.
-Writes gpu.md and gpu.json to --out (default bench/_out).
+Without a CUDA device it says so and runs the same pipelines on the CPU, small (every
+decoder there is, in its CPU build; the recipes; the classic DataLoader): a rehearsal of
+the GPU run (`make gpu-check` on a CPU machine), whose figures are CPU figures and are
+named so; no GPU figure is made up. Each run names the backend that decoded (the
+decoder's `backend`: GPU, hardware or CPU).
+Writes gpu.md and gpu.json to --out (default bench/_out). Exits 1 when a run failed (its
+error is in the report), else 0.
 """
 from __future__ import annotations
 
@@ -96,8 +100,9 @@ def loader_run(shards, *, device, decoder, batch, threads, epochs=2) -> dict:
             torch.cuda.synchronize()  # the trainer's stream: every batch's GPU work is done
         rate = n / (time.perf_counter() - t)
     s = ld.stats.summary()
-    out = {"device": device, "decoder": ld.describe()["decoder"], "batch_size": batch, "threads": threads,
-           "images_per_s": rate, "slowest_stage": s.get("slowest_stage"),
+    d = ld.describe()
+    out = {"device": device, "decoder": d["decoder"], "backend": d["decoder_backend"], "batch_size": batch,
+           "threads": threads, "images_per_s": rate, "slowest_stage": s.get("slowest_stage"),
            "h2d_bytes_per_image": (s.get("encoded_bytes", 0) if ld.describe()["decoder"] != "cpu"
                                    else s.get("h2d_bytes", 0)) / max(s.get("images", 1), 1) if cuda else 0,
            "median_stage_ms": {k: v * 1e3 for k, v in s.get("median_s", {}).items()}}
@@ -111,121 +116,124 @@ def loader_run(shards, *, device, decoder, batch, threads, epochs=2) -> dict:
     return out
 
 
-def recipe_runs(shards, *, decoders, batch, threads) -> list[dict]:
-    """The reference recipe and DINO's multi-crop through the Loader on cuda, per decoder."""
+def recipe_runs(shards, *, decoders, batch, threads, device="cuda") -> list[dict]:
+    """The reference recipe and DINO's multi-crop through the Loader on `device`, per decoder."""
     import torch
 
     from gpudecode import Loader
     from gpudecode import transforms as T
-    from recipes import dino_views, mix, reference_recipe
+    from .recipes import dino_views, mix, reference_recipe
 
     out = []
     for d in decoders:
         for name, kw in (("reference (TA, erasing, MixUp/CutMix)",
                           dict(transform=T.Compose.from_torchvision(reference_recipe()), batch_transform=mix())),
                          ("DINO 2x224 + 6x96", dict(transform=[T.Compose.from_torchvision(v) for v in dino_views()]))):
+            cuda = device.startswith("cuda")
             try:
-                ld = Loader(shards, batch_size=batch, device="cuda", decoder=d, num_workers=threads, seed=0, **kw)
+                ld = Loader(shards, batch_size=batch, device=device, decoder=d, num_workers=threads, seed=0, **kw)
                 rate = 0.0
                 for epoch in range(2):  # the first loads the kernels
                     ld.set_epoch(epoch)
-                    torch.cuda.synchronize()
+                    if cuda:
+                        torch.cuda.synchronize()
                     t = time.perf_counter()
                     n = sum(len(b.keys) for b in ld)
-                    torch.cuda.synchronize()
+                    if cuda:
+                        torch.cuda.synchronize()
                     rate = n / (time.perf_counter() - t)
-                out.append({"recipe": name, "decoder": ld.describe()["decoder"], "batch_size": batch,
-                            "threads": threads, "images_per_s": rate})
+                out.append({"recipe": name, "device": device, "decoder": ld.describe()["decoder"],
+                            "backend": ld.describe()["decoder_backend"], "batch_size": batch, "threads": threads,
+                            "images_per_s": rate})
                 ld.close()
-            except Exception as e:  # reported, not fatal
-                out.append({"recipe": name, "decoder": d, "batch_size": batch, "error": repr(e)})
+            except Exception as e:  # reported (and the exit status says so), the other runs go on
+                out.append({"recipe": name, "device": device, "decoder": d, "batch_size": batch, "error": repr(e)})
     return out
 
 
-def decode_only(shards, backend, batch=64, limit=512) -> dict:
-    """A decoder's own rate on the CPU (device "cpu"): decode of whole images, one thread."""
-    from gpudecode import ShardReader
-    from gpudecode._probe import probe_samples
-    from gpudecode.decode import Request, make_decoder
-
-    samples = []
-    for s in ShardReader(shards):
-        samples.append(s)
-        if len(samples) >= limit:
-            break
-    probed = probe_samples(samples, ["jpg"], 0, lambda e: None)
-    reqs = [Request(p.data, p.format, p.height, p.width, (0, 0, p.height, p.width)) for p in probed]
-    dec = make_decoder(backend, device="cpu", num_threads=1, max_pixels=0)
-    dec.decode(reqs[:batch])
-    t = time.perf_counter()
-    for i in range(0, len(reqs), batch):
-        dec.decode(reqs[i:i + batch])
-    return {"decoder": backend, "device": "cpu", "threads": 1, "images_per_s": len(reqs) / (time.perf_counter() - t)}
-
-
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--images", type=int, default=4096)
+    ap.add_argument("--images", type=int, default=4096, help="images in the dataset (without CUDA: at most 256)")
     ap.add_argument("--batch-sizes", default="64,128,256")
     ap.add_argument("--threads", type=int, default=6, help="CPU threads for gpudecode and the classic workers")
     ap.add_argument("--out", default=str(OUT))
-    a = ap.parse_args()
-    import torch
-
+    a = ap.parse_args(argv)
     from gpudecode.decode import GPU_ORDER, available
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     threads = min(a.threads, os.cpu_count() or 1)
-    shards, folder = build(a.images)
     gpu = gpu_facts()
-    report: dict = {"machine": machine(), "gpu": gpu, "versions": versions(), "threads": threads,
-                    "images": a.images, "runs": []}
+    cuda = gpu["cuda"]
+    device = "cuda" if cuda else "cpu"
     batches = [int(b) for b in a.batch_sizes.split(",")]
-    if not gpu["cuda"]:
-        print("no CUDA device (torch.cuda.is_available() is False): GPU figures are not measured here; "
-              "measuring the CPU side only")
-        for b in batches[:1]:
-            report["runs"].append(loader_run(shards, device="cpu", decoder="cpu", batch=b, threads=threads))
-        for backend in ("cpu", *GPU_ORDER):
-            if available(backend)[0]:
-                report["runs"].append(decode_only(shards, backend))
-    else:
-        decoders = ["cpu"] + [d for d in GPU_ORDER if available(d)[0]]
-        for d in decoders:
-            for b in batches:
-                try:
-                    report["runs"].append(loader_run(shards, device="cuda", decoder=d, batch=b, threads=threads))
-                except Exception as e:  # a backend that fails here is reported, not fatal
-                    report["runs"].append({"device": "cuda", "decoder": d, "batch_size": b, "error": repr(e)})
+    images = a.images if cuda else min(a.images, 256)
+    if not cuda:  # the rehearsal: the same pipelines, on the CPU, small
+        print("no CUDA device (torch.cuda.is_available() is False): GPU figures are not measured here; the same "
+              f"pipelines run on the CPU ({images} images, batch {min(batches[0], 32)}), as a rehearsal", flush=True)
+        batches = [min(batches[0], 32)]
+    shards, folder = build(images)
+    report: dict = {"machine": machine(), "gpu": gpu, "versions": versions(), "threads": threads,
+                    "images": images, "device": device, "runs": []}
+    decoders = ["cpu"] + [d for d in GPU_ORDER if available(d)[0]]
+    report["unavailable"] = {d: available(d)[1] for d in GPU_ORDER if not available(d)[0]}
+    for d in decoders:
+        for b in batches:
+            print(f"gpu bench: Loader on {device}, decoder {d}, batch {b}", flush=True)
+            try:
+                report["runs"].append(loader_run(shards, device=device, decoder=d, batch=b, threads=threads))
+            except Exception as e:  # a backend that fails here is reported (and makes the exit status 1)
+                report["runs"].append({"device": device, "decoder": d, "batch_size": b, "error": repr(e)})
+    if cuda:
         report["runs"].append(loader_run(shards, device="cpu", decoder="cpu", batch=batches[0], threads=threads))
-        go = run_torchvision(folder, threads, batches[0], jitter=True)
-        go()
-        t = time.perf_counter()
-        n = go()
-        report["runs"].append({"device": "cpu", "decoder": "torchvision classic DataLoader", "threads": threads,
-                               "batch_size": batches[0], "images_per_s": n / (time.perf_counter() - t)})
-        classic = report["runs"][-1]["images_per_s"]
-        report["recipes"] = recipe_runs(shards, decoders=decoders[:2], batch=128, threads=threads)
+    print("gpu bench: the classic DataLoader", flush=True)
+    go = run_torchvision(folder, threads, batches[0], jitter=True)
+    go()
+    t = time.perf_counter()
+    n = go()
+    report["runs"].append({"device": "cpu", "decoder": "torchvision classic DataLoader", "threads": threads,
+                           "batch_size": batches[0], "images_per_s": n / (time.perf_counter() - t)})
+    classic = report["runs"][-1]["images_per_s"]
+    print("gpu bench: recipes", flush=True)
+    report["recipes"] = recipe_runs(shards, decoders=decoders[:2], batch=128 if cuda else batches[0],
+                                    threads=threads, device=device)
+    if cuda:
         best = max((r for r in report["runs"] if r.get("device") == "cuda" and "images_per_s" in r),
                    key=lambda r: r["images_per_s"], default=None)
         if best is not None:
             report["best"] = {**best, "x_classic": best["images_per_s"] / classic,
                               "target_7200": best["images_per_s"] >= 7200 and best["threads"] <= 6,
                               "target_10x": best["images_per_s"] >= 10 * classic}
+    failed = [r for r in report["runs"] + report["recipes"] if "error" in r]
+    report["failed"] = len(failed)
     (out / "gpu.json").write_text(json.dumps(report, indent=1, default=str))
-    lines = [f"# bench/gpu.py: {gpu.get('name', 'no CUDA device')}", "",
-             f"{report['machine'].get('cpu')}, {report['machine'].get('cores')} cores; torch {torch.__version__}; "
-             f"{json.dumps(report['versions'])}; GPU {json.dumps(gpu)}", "",
-             "| device | decoder | batch | threads | img/s | slowest stage | H2D B/img | torch peak MB | "
-             "device used MB (driver) |",
-             "|---|---|---:|---:|---:|---|---:|---:|---:|"]
+    (out / "gpu.md").write_text("\n".join(render(report)) + "\n")
+    print("\n".join(render(report)), flush=True)
+    return 1 if failed else 0
+
+
+def render(report: dict) -> list[str]:
+    """gpu.md's lines."""
+    gpu = report["gpu"]
+    m = report["machine"]
+    lines = [f"# bench/gpu.py: {gpu.get('name', 'no CUDA device')}", ""]
+    if not gpu["cuda"]:
+        lines += ["No CUDA device: every figure below was measured on the CPU (a rehearsal of the GPU run), "
+                  "none is a GPU figure.", ""]
+    lines += [f"{m.get('cpu')}, {m.get('cores')} cores; torch {m.get('versions', {}).get('torch')}; "
+              f"{json.dumps(report['versions'])}; GPU {json.dumps(gpu)}", ""]
+    if report.get("unavailable"):
+        lines += ["not measured: " + "; ".join(f"{d} ({why})" for d, why in report["unavailable"].items()), ""]
+    lines += ["| device | decoder | what decoded | batch | threads | img/s | slowest stage | H2D B/img | "
+              "torch peak MB | device used MB (driver) |",
+              "|---|---|---|---:|---:|---:|---|---:|---:|---:|"]
     for r in report["runs"]:
         if "error" in r:
-            lines.append(f"| {r['device']} | {r['decoder']} | {r['batch_size']} | | error: {r['error'][:80]} | | | | |")
+            lines.append(f"| {r['device']} | {r['decoder']} | | {r['batch_size']} | | error: {r['error'][:120]} | | "
+                         "| | |")
             continue
-        lines.append(f"| {r['device']} | {r['decoder']} | {r.get('batch_size', '')} | {r.get('threads', '')} | "
-                     f"{r['images_per_s']:.0f} | {r.get('slowest_stage') or ''} | "
+        lines.append(f"| {r['device']} | {r['decoder']} | {r.get('backend') or ''} | {r.get('batch_size', '')} | "
+                     f"{r.get('threads', '')} | {r['images_per_s']:.0f} | {r.get('slowest_stage') or ''} | "
                      f"{r.get('h2d_bytes_per_image', 0):.0f} | "
                      f"{r.get('gpu_memory', {}).get('torch_peak_allocated_mb', 0):.0f} | "
                      f"{r.get('gpu_memory', {}).get('driver_used_mb', 0):.0f} |")
@@ -235,13 +243,12 @@ def main() -> int:
                       f"{b['x_classic']:.1f}x the classic DataLoader; target 7,200 img/s with <= 6 threads: "
                       f"{'met' if b['target_7200'] else 'NOT met'}; target 10x: {'met' if b['target_10x'] else 'NOT met'}"]
     if report.get("recipes"):
-        lines += ["", "| recipe (on cuda) | decoder | batch | threads | img/s |", "|---|---|---:|---:|---:|"]
+        lines += ["", "| recipe | device | decoder | batch | threads | img/s |", "|---|---|---|---:|---:|---:|"]
         for r in report["recipes"]:
-            rate = f"{r['images_per_s']:.0f}" if "images_per_s" in r else f"error: {r['error'][:80]}"
-            lines.append(f"| {r['recipe']} | {r['decoder']} | {r['batch_size']} | {r.get('threads', '')} | {rate} |")
-    (out / "gpu.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    return 0
+            rate = f"{r['images_per_s']:.0f}" if "images_per_s" in r else f"error: {r['error'][:120]}"
+            lines.append(f"| {r['recipe']} | {r.get('device', '')} | {r['decoder']} | {r['batch_size']} | "
+                         f"{r.get('threads', '')} | {rate} |")
+    return lines
 
 
 if __name__ == "__main__":
