@@ -651,7 +651,11 @@ class Loader:
         dec = self._pipe.decoder_name()
         plans = [tf.plan for tf in self._pipe.views]
         multi = self._pipe.multi
-        return {"device": self.device, "decoder": dec, "num_threads": self.num_threads, "prefetch": self.prefetch,
+        made = self._pipe.decoder
+        return {"device": self.device, "decoder": dec,
+                # what actually decodes (the library, GPU, hardware or CPU), once the decoder is made
+                "decoder_backend": getattr(made, "backend", None) if made is not None else None,
+                "num_threads": self.num_threads, "prefetch": self.prefetch,
                 "batch_size": self.batch_size, "shards": len(self.reader.urls), "split": self.reader.mode(),
                 "out_size": [p.out_size for p in plans] if multi else plans[0].out_size,
                 "dtype": [str(p.dtype) for p in plans] if multi else str(plans[0].dtype),

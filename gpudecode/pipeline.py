@@ -193,6 +193,16 @@ class Pipeline:
             self._decoder = self.decoder_spec  # a decoder instance (e.g. DaliDecoder(device="cpu"))
         if self._decoder is None:
             name = choose(self.decoder_spec, self.device)
+            if name != "cpu":
+                # "auto" passes over a GPU decoder that cannot decode here (it says why) for the next
+                spec = self.decoder_spec if self.decoder_spec == "auto" else name
+                made = make_decoder(spec, device=self.device, num_threads=self.num_threads,
+                                    max_pixels=self.max_pixels, fast=self.fast_decode, buffers=self.in_flight)
+                if made.name == "cpu":  # none could: the CPU decoder, as configured below
+                    made.close()
+                    name = "cpu"
+                else:
+                    self._decoder = made
             if name == "cpu":
                 from .decode.cpu import CpuDecoder
 
@@ -206,12 +216,9 @@ class Pipeline:
                                            fast=self.fast_decode,  # (no DCT scaling: views share a window)
                                            out_size=None if self.multi else self.transform.out_size,
                                            zero_copy=self.device == "cpu", buffers=self.in_flight)
-            else:
-                self._decoder = make_decoder(name, device=self.device, num_threads=self.num_threads,
-                                             max_pixels=self.max_pixels, fast=self.fast_decode, buffers=self.in_flight)
         buffers = getattr(self._decoder, "buffers", None)
         if buffers is not None and buffers < self.in_flight:  # a decoder handed in: it says how many it keeps
-            raise ValueError(f"decoder {self._decoder.name!r} keeps {buffers} results valid at once; the Loader "
+            raise ValueError(f"decoder {getattr(self._decoder, 'name', '?')!r} keeps {buffers} results valid at once; the Loader "
                              f"holds {self.in_flight} (give it buffers={self.in_flight} or more)")
         if self.gpu is None and self.device.startswith("cuda"):
             self.gpu = _Streams(self.device, self.ring, self.in_flight)
@@ -225,7 +232,11 @@ class Pipeline:
 
     def close(self) -> None:
         """Releases the decoder (when made here), the output slots and the CUDA side; they
-        are made anew when needed."""
+        are made anew when needed. On a GPU it first waits for the work already enqueued on
+        the pipeline's own streams (the last decodes and kernels still read the decoder's
+        buffers); the trainer's stream is not waited for."""
+        if self.gpu is not None:
+            self.gpu.wait_idle()
         if self._decoder is not None and self.owns_decoder and hasattr(self._decoder, "close"):
             self._decoder.close()
         if self.owns_decoder:
@@ -354,7 +365,7 @@ class Pipeline:
         ok: list[int] = []
         whole = False  # every image of the batch decoded and kept, in order (the common batch)
         if decoded is not None:
-            errors = decoded.errors
+            errors = decoded.settle().errors  # (the decoder's deferred checks: an image never written is an error)
             whole = errors.count(None) == len(errors)
             ok = list(range(len(errors))) if whole else [k for k, err in enumerate(errors) if err is None]
             if not whole:
@@ -513,6 +524,14 @@ class _Streams:
         self.staged: list[Any] = [None] * in_flight  # the copy out of staging[k] is done at this event
         self._lock = threading.Lock()
         self._retired: list[tuple[int, Any, Any]] = []  # (seq, consumed event, what it keeps alive)
+
+    def wait_idle(self) -> None:
+        """Waits (on the host) for everything enqueued on the decode and augment streams:
+        nothing of ours reads a buffer after this."""
+        self.decode.synchronize()
+        self.augment.synchronize()
+        with self._lock:
+            self._retired = []
 
     def before_decode(self, seq: int) -> None:
         """Batch `seq` is about to reuse the rings' turn of batch seq - in_flight: wait (on

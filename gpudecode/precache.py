@@ -365,7 +365,7 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
         probed = probe_samples(chunk, exts, settings.max_pixels, fail)
         if not probed:
             return
-        decoded = dec.decode([p.request() for p in probed])
+        decoded = dec.decode([p.request() for p in probed]).settle()
         ks, plans, good = [], [], []
         for k, p in enumerate(probed):
             if decoded.errors[k] is not None:

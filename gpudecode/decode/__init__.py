@@ -42,9 +42,15 @@ def available(name: str) -> tuple[bool, str]:
         return False, f"unknown decoder {name!r} (one of {', '.join(NAMES)}, or 'auto')"
     module, extra = _MODULES[name]
     try:
-        importlib.import_module(module)
+        mod = importlib.import_module(module)
     except Exception as e:  # ImportError, or a library built for another torch/CUDA
         return False, f"{module} is not importable ({type(e).__name__}: {e}); pip install 'gpudecode[{extra}]'"
+    if name == "torchcodec":  # an older torchcodec (one that matches an older torch) may lack the batch API
+        from .torchcodec import missing_api
+
+        why = missing_api(mod)
+        if why:
+            return False, why
     return True, ""
 
 
@@ -88,16 +94,41 @@ def choose(name: str, device: str) -> str:
 def make_decoder(name: DecoderName | str, *, device: str, num_threads: int, max_pixels: int,
                  fast: bool = False, hw_load: float = 0.65, buffers: int = 3) -> Decoder:
     """The decoder `name` for `device` (see the module doc); `buffers`: how many of its
-    results stay valid at once (Decoder.buffers), for those that keep a ring.
+    results stay valid at once (Decoder.buffers), for those that keep a ring. "auto" on a
+    CUDA device takes the first GPU decoder that can be made there (one whose GPU
+    backend does not work, e.g. nvImageCodec without libnvjpeg, is passed over with a
+    warning saying why), else the CPU one; `decoder.backend` says what decodes.
 
     Raises:
         ValueError: an unknown name.
-        BackendUnavailableError: its package is missing (names the extra to install).
+        BackendUnavailableError: its package is missing (names the extra to install), or
+            it cannot decode on `device` (says why).
     """
     if name == "nvjpeg":
         raise ValueError("decoder 'nvjpeg' (torchvision.io's, deprecated there) is gone: use 'torchcodec' "
                          "(the same nvJPEG through PyTorch's torchcodec) or 'nvimgcodec'")
-    name = choose(name, device)
+    if name == "auto" and device.startswith("cuda"):
+        passed = []
+        for candidate in GPU_ORDER:
+            if not available(candidate)[0]:
+                continue
+            try:
+                return _make(candidate, device=device, num_threads=num_threads, max_pixels=max_pixels, fast=fast,
+                             hw_load=hw_load, buffers=buffers)
+            except BackendUnavailableError as e:
+                passed.append(str(e))
+        if passed:
+            import warnings
+
+            warnings.warn("decoder='auto' decodes on the CPU: " + "; ".join(passed), RuntimeWarning, stacklevel=2)
+        return _make("cpu", device=device, num_threads=num_threads, max_pixels=max_pixels, fast=fast,
+                     hw_load=hw_load, buffers=buffers)
+    return _make(choose(name, device), device=device, num_threads=num_threads, max_pixels=max_pixels, fast=fast,
+                 hw_load=hw_load, buffers=buffers)
+
+
+def _make(name: str, *, device: str, num_threads: int, max_pixels: int, fast: bool, hw_load: float,
+          buffers: int) -> Decoder:
     if name not in NAMES:
         raise ValueError(f"unknown decoder {name!r} (one of {', '.join(NAMES)}, or 'auto')")
     ok, why = available(name)

@@ -87,6 +87,20 @@ class DecodedBatch:
     boxes: np.ndarray     # int64 [N, 4]
     errors: list[str | None]
     owner: Any = None
+    pending: Any = None  # checks the decoder left running (a _span.Untouched), or None: see settle()
+
+    def settle(self) -> "DecodedBatch":
+        """Completes the decoder's deferred checks (on a GPU they run on the stream and are
+        waited for here, when the pixels are about to be used): an image the decoder said it
+        decoded but never wrote becomes that image's error, never stale pixels. Call it
+        before reading `errors`; it returns the batch."""
+        if self.pending is not None:
+            for k in self.pending.result():
+                self.errors[k] = ("the decoder reported this image decoded but never wrote it (its output buffer "
+                                  "still holds the marker written before the decode): refused, not trained on the "
+                                  "pixels left there by an earlier image")
+            self.pending = None
+        return self
 
 
 def hwc_strides(shapes: np.ndarray) -> np.ndarray:
@@ -110,13 +124,15 @@ class Decoder(Protocol):
 
     name: str
     device: str
+    backend: str  # what actually decodes, in words (the library and version, GPU, hardware or CPU)
 
     @property
     def buffers(self) -> int | None: ...
 
     def decode(self, requests: Sequence[Request]) -> DecodedBatch:
-        """Decodes every request (never raises for one bad image: see errors; a decoder
-        with `interrupt()`, stopped by it from another thread, raises errors.Cancelled)."""
+        """Decodes every request (never raises for one bad image: see errors, read after
+        DecodedBatch.settle(); a decoder with `interrupt()`, stopped by it from another
+        thread, raises errors.Cancelled)."""
         ...
 
     def close(self) -> None:

@@ -108,6 +108,8 @@ class CpuDecoder:
         self._turn = 0
         self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="gpudecode-decoder-pool")
         self._stop = np.zeros(1, np.uint8)  # read by the native threads between rows
+        self.backend = (f"the CPU: libjpeg-turbo (crop windows{', fast mode' if fast else ''}), "
+                        f"{'libpng' if _native.has_png else 'pyspng'} and Pillow, on {self.num_threads} native threads")
 
     def interrupt(self) -> None:
         """Ends a decode running on another thread: the native threads look at this between

@@ -15,6 +15,7 @@ from ..errors import BackendUnavailableError
 
 from ..tensors import npy_rgb
 from ._base import DecodedBatch, Request, hwc_strides
+from ._span import stage
 
 
 def dali_decode_pipeline(*, device: str, batch_size: int, num_threads: int, device_id: int | None,
@@ -52,7 +53,7 @@ class DaliDecoder:
     def __init__(self, *, device: str = "cuda", num_threads: int = 2, max_pixels: int = 0,
                  max_batch_size: int = 256, buffers: int = 3, hw_load: float = 0.65) -> None:
         try:
-            import nvidia.dali  # noqa: F401
+            import nvidia.dali
         except ImportError as e:
             raise BackendUnavailableError(f"decoder 'dali' needs NVIDIA DALI ({e}): pip install 'gpudecode[dali]'") from e
         if buffers < 1:
@@ -71,6 +72,9 @@ class DaliDecoder:
                                                   hw_decoder_load=hw_load)
         self._pipe = self._make()
         self._pipe.build()
+        self.backend = (f"DALI {getattr(nvidia.dali, '__version__', '?')}: decoders.image_slice "
+                        + ("'mixed' (nvJPEG and the hardware JPEG decoder, regions of interest)" if on_gpu
+                           else "'cpu' (libjpeg-turbo)"))
         self.builds = 1  # pipelines built: a run() that raised leaves the pipeline in an unknown state
         self._on_gpu = on_gpu
         self._ring = [torch.empty(0, dtype=torch.uint8, device=self._dev) for _ in range(buffers)]
@@ -135,12 +139,15 @@ class DaliDecoder:
                 out.copy_to_external(dst, cuda_stream=ctypes.c_void_p(stream), non_blocking=False)
             else:
                 out.copy_to_external(dst)
-        for k, win in windows.items():  # tensor samples: the window straight from the sample's bytes
-            dst_t = buf[int(offsets[k]):int(offsets[k]) + win.size]
-            if self._on_gpu:  # (torch takes no read-only arrays: the host side is copied once)
-                dst_t.copy_(torch.from_numpy(np.require(win.reshape(-1), requirements=["W"])))
+        if windows:  # tensor samples: their windows follow DALI's pixels, in one upload for the batch
+            order = sorted(windows, key=lambda k: int(offsets[k]))
+            first = int(offsets[order[0]])
+            end = first + sum(windows[k].size for k in order)
+            if self._on_gpu:
+                buf[first:end].copy_(stage([windows[k] for k in order], self._dev)[:end - first])
             else:
-                dst_t.numpy()[:] = win.reshape(-1)
+                for k in order:
+                    buf[int(offsets[k]):int(offsets[k]) + windows[k].size].numpy()[:] = windows[k].reshape(-1)
         boxes = np.zeros((n, 4), np.int64)
         boxes[:, 2:] = shapes  # every image is decoded to its window exactly
         return DecodedBatch(buf[:max(total, 1)], offsets, shapes, hwc_strides(shapes), boxes, errors)

@@ -6,8 +6,23 @@ WebP, TIFF, BMP, JPEG 2000 ... come out RGB, HWC, one Image per window, on the G
 (device "cuda") or the host (device "cpu", which tests use). The Images are not copied
 into a packed buffer: the batch's pixels are a view spanning them (gpudecode.decode._span)
 and the DecodedBatch keeps them alive. Tensor samples (.npy) are windows copied from
-their bytes (and uploaded, on a GPU). What nvImageCodec cannot decode is tried by the
-host decoders (Pillow, pyspng), and if they fail too the image's error says why.
+their bytes (and uploaded, on a GPU, all of a batch's in one copy from pinned memory).
+What nvImageCodec cannot decode is tried by the host decoders (Pillow, pyspng), and if
+they fail too the image's error says why.
+
+What decodes is found out, not assumed: on a GPU the decoder tries each of nvImageCodec's
+GPU backends alone on a small JPEG when it is made (`backend` says which work); when
+none does (its nvJPEG extension dlopens libnvjpeg.so.13, and without it every image would
+go to the CPU codecs while still coming back in device buffers) it refuses to be made.
+
+Regions of interest are not used on a GPU with nvImageCodec 0.9 (whole images are
+decoded and the kernel reads the crop inside them): its GPU ROI decoding fails on
+ordinary in-bounds regions, with SIGSEGV on H100 and B200 (NVIDIA/nvImageCodec#55, open
+as of 2026-11; 0.8 was good). GPUDECODE_NVIMGCODEC_ROI=1 or =0 overrides the choice.
+
+Output buffers are reused (a ring, see the class); before a reused buffer is decoded into,
+its first bytes are set to a marker, and an image that comes back with the marker intact
+was not written: its error says so (DecodedBatch.settle), never its stale pixels.
 
 hw_load: the share of each batch given to the hardware JPEG decoder where the GPU has
 one (A100, H100, ...; default 0.65 as DALI's default suggests, unmeasured here); the rest
@@ -15,6 +30,8 @@ goes to the CUDA nvJPEG decoder.
 """
 from __future__ import annotations
 
+import io
+import os
 from typing import Any, Sequence
 
 import numpy as np
@@ -22,8 +39,11 @@ import torch
 
 from ..errors import BackendUnavailableError
 from ._base import DecodedBatch, Request
-from ._span import span
+from ._span import CANARY_BYTES, poison, span, unwritten, upload
 from .cpu import host_rgb
+
+# nvImageCodec releases whose GPU region-of-interest decoding fails or crashes (see the module doc)
+ROI_BROKEN = ("0.9.",)
 
 
 def _module():
@@ -35,12 +55,37 @@ def _module():
     return nvimgcodec
 
 
+def roi_usable(version: str, device_type: str) -> bool:
+    """Whether windows are decoded as regions of interest with this nvImageCodec `version`
+    on a `device_type` ("cpu" or "cuda") device (GPUDECODE_NVIMGCODEC_ROI overrides)."""
+    env = os.environ.get("GPUDECODE_NVIMGCODEC_ROI")
+    if env in ("0", "1"):
+        return env == "1"
+    return device_type == "cpu" or not version.startswith(ROI_BROKEN)
+
+
+def _probe_jpeg() -> bytes:
+    """A small baseline 4:2:0 JPEG (what every JPEG backend decodes)."""
+    from PIL import Image
+
+    y, x = np.mgrid[0:256, 0:256]
+    img = np.stack([x, y, (x + y) // 2], axis=-1).astype(np.uint8)
+    b = io.BytesIO()
+    Image.fromarray(img).save(b, format="JPEG", quality=90)
+    return b.getvalue()
+
+
 class NvImageCodecDecoder:
     """Decodes into a ring of `buffers` sets of Images, reused turn by turn (nvImageCodec
     resizes an Image's buffer in place): no allocation per image once the ring is warm. A
     batch's Images are valid until the decoder's turn comes round to them again (the
     Loader keeps that many batches in flight, and waits for a batch's kernel before
-    its turn is reused)."""
+    its turn is reused).
+
+    Raises:
+        BackendUnavailableError: on a GPU, none of nvImageCodec's GPU backends decodes
+            (every image would silently go to its CPU codecs).
+    """
 
     name = "nvimgcodec"
 
@@ -55,25 +100,56 @@ class NvImageCodecDecoder:
         self._turn = 0
         n = _module()
         self._n = n
+        self.version = str(getattr(n, "__version__", "?"))
         self.device = device
         self.max_pixels = max_pixels
         self.hw_load = hw_load
         self._dev = torch.device(device)
-        # Pillow-exact JPEG: fancy upsampling (libjpeg's default, and nvImageCodec's CPU codec's)
-        options = ":fancy_upsampling=1"
-        if self._dev.type == "cpu":
-            self._decoder = n.Decoder(device_id=n.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=num_threads,
-                                      backends=[n.Backend(n.BackendKind.CPU_ONLY)], options=options)
-        else:
-            index = self._dev.index if self._dev.index is not None else torch.cuda.current_device()
-            backends = [n.Backend(n.BackendKind.GPU_ONLY, load_hint=1.0),
-                        n.Backend(n.BackendKind.HYBRID_CPU_GPU), n.Backend(n.BackendKind.CPU_ONLY)]
-            if hw_load > 0:
-                backends.insert(0, n.Backend(n.BackendKind.HW_GPU_ONLY, load_hint=hw_load))
-            self._decoder = n.Decoder(device_id=index, max_num_cpu_threads=num_threads, backends=backends,
-                                      options=options)
+        self.roi = roi_usable(self.version, self._dev.type)
         self._params = n.DecodeParams(apply_exif_orientation=False, color_spec=n.ColorSpec.SRGB,
                                       sample_format=n.SampleFormat.I_RGB)
+        # Pillow-exact JPEG: fancy upsampling (libjpeg's default, and nvImageCodec's CPU codec's)
+        self._options = ":fancy_upsampling=1"
+        if self._dev.type == "cpu":
+            self._decoder = n.Decoder(device_id=n.NVIMGCODEC_DEVICE_CPU_ONLY, max_num_cpu_threads=num_threads,
+                                      backends=[n.Backend(n.BackendKind.CPU_ONLY)], options=self._options)
+            self.working = {"cpu": True}
+            self.backend = f"nvImageCodec {self.version}, its CPU codecs (device cpu)"
+            return
+        index = self._dev.index if self._dev.index is not None else torch.cuda.current_device()
+        self._dev = torch.device("cuda", index)
+        self.working = self._probe_backends(index)
+        if not (self.working["hw"] or self.working["cuda"]):
+            raise BackendUnavailableError(
+                f"decoder 'nvimgcodec' on cuda:{index}: none of nvImageCodec {self.version}'s GPU backends decodes "
+                "a JPEG (its nvJPEG extension loads libnvjpeg.so.13: pip install nvidia-nvjpeg-cu13), so every image "
+                "would be decoded by its CPU codecs; use decoder='cpu' (the fast CPU path) or install libnvjpeg")
+        backends = [n.Backend(n.BackendKind.GPU_ONLY, load_hint=1.0), n.Backend(n.BackendKind.HYBRID_CPU_GPU),
+                    n.Backend(n.BackendKind.CPU_ONLY)]
+        if hw_load > 0:
+            backends.insert(0, n.Backend(n.BackendKind.HW_GPU_ONLY, load_hint=hw_load))
+        self._decoder = n.Decoder(device_id=index, max_num_cpu_threads=num_threads, backends=backends,
+                                  options=self._options)
+        parts = [name for name, ok in (("hardware JPEG decoder", self.working["hw"] and hw_load > 0),
+                                       ("nvJPEG on CUDA", self.working["cuda"])) if ok]
+        self.backend = (f"nvImageCodec {self.version} on cuda:{index}: {' + '.join(parts)} (CPU codecs for the "
+                        f"formats those lack); regions of interest {'on' if self.roi else 'off'}")
+        if not self.roi:
+            self.backend += " (whole images decoded: nvImageCodec 0.9's GPU ROI decoding crashes, nvImageCodec#55)"
+
+    def _probe_backends(self, index: int) -> dict[str, bool]:
+        """Which GPU backends decode a small JPEG here, each tried alone: {"hw": ..., "cuda": ...}."""
+        n = self._n
+        data = _probe_jpeg()
+        out = {}
+        for name, kind in (("hw", n.BackendKind.HW_GPU_ONLY), ("cuda", n.BackendKind.GPU_ONLY)):
+            try:
+                dec = n.Decoder(device_id=index, backends=[n.Backend(kind)], options=self._options)
+                img = dec.decode(n.CodeStream(data), params=self._params, cuda_stream=self._stream())
+                out[name] = img is not None and img.buffer_kind == img.buffer_kind.STRIDED_DEVICE
+            except Exception:  # a backend that cannot even be made here is not working
+                out[name] = False
+        return out
 
     def _stream(self) -> int:
         return torch.cuda.current_stream(self._dev).cuda_stream if self._dev.type == "cuda" else 0
@@ -83,70 +159,98 @@ class NvImageCodecDecoder:
         count = len(requests)
         errors: list[str | None] = [None] * count
         images: dict[int, Any] = {}  # k -> an nvImageCodec Image, or a tensor (HWC uint8)
+        host: dict[int, np.ndarray] = {}  # k -> its window decoded on the host, uploaded below
+        whole: set[int] = set()  # decoded whole (no region of interest): the kernel reads the box inside
         streams, ks = [], []
         for k, r in enumerate(requests):
             if self.max_pixels and r.height * r.width > self.max_pixels:
                 errors[k] = f"image of {r.width}x{r.height} pixels is over the limit of {self.max_pixels} pixels"
             elif r.format == "npy":
-                images[k] = self._host_window(r, errors, k)
+                self._host_window(r, errors, k, host)
             else:
                 try:
                     cs = n.CodeStream(r.data)
                     t, l, h, w = r.box
                     if (t, l, h, w) != (0, 0, r.height, r.width):
-                        cs = cs.get_sub_code_stream(region=n.Region(t, l, t + h, l + w))
+                        if self.roi:
+                            cs = cs.get_sub_code_stream(region=n.Region(t, l, t + h, l + w))
+                        else:
+                            whole.add(k)
                     streams.append(cs)
                     ks.append(k)
-                except Exception as e:  # an unreadable stream: this image's error
-                    images[k] = self._host_window(r, errors, k, why=f"nvImageCodec: {e}")
+                except Exception as e:  # an unreadable stream: the host decoders have a go
+                    self._host_window(r, errors, k, host, why=f"nvImageCodec: {e}")
+        pending = None
         if streams:
             self._turn = (self._turn + 1) % self.buffers
             reuse = self._ring[self._turn]
+            marked: list[int] = []
+            lengths: list[int] = []
             if len(reuse) >= len(streams):
-                out = self._decoder.decode(streams, images=reuse[:len(streams)], params=self._params,
-                                           cuda_stream=self._stream())
+                targets = reuse[:len(streams)]
+                # the Loader waited for the kernel that last read them: marked before they are decoded into
+                marked = [_layout(img)[0] for img in targets]
+                lengths = [min(CANARY_BYTES, int(img.capacity)) for img in targets]
+                poison(marked, lengths, self._dev)
+                out = self._decoder.decode(streams, images=targets, params=self._params, cuda_stream=self._stream())
             else:  # the ring's turn is smaller than this batch: new Images, kept for next time
                 out = self._decoder.decode(streams, params=self._params, cuda_stream=self._stream())
                 self._ring[self._turn] = [img for img in out if img is not None]
-            for k, img in zip(ks, out):
+            check: tuple[list[int], list[int], list[int]] = ([], [], [])
+            for j, (k, img) in enumerate(zip(ks, out)):
                 if img is None:  # not decodable here: the host decoders have a go, and say why not
-                    images[k] = self._host_window(requests[k], errors, k, why="nvImageCodec could not decode it")
-                else:
-                    images[k] = img
-        addresses, sizes, shapes, strides, order = [], [], [], [], []
+                    whole.discard(k)
+                    self._host_window(requests[k], errors, k, host, why="nvImageCodec could not decode it")
+                    continue
+                images[k] = img
+                addr, shape, _ = _layout(img)
+                if marked and addr == marked[j]:  # (a buffer nvImageCodec grew is new memory: nothing to check)
+                    check[0].append(addr)
+                    check[1].append(min(lengths[j], 3 * shape[1]))
+                    check[2].append(k)
+            if check[0]:
+                pending = unwritten(check[0], check[1], check[2], self._dev)
+        if host:  # tensor samples and host fallbacks: one upload for the batch
+            order = sorted(host)
+            images.update(zip(order, upload([host[k] for k in order], self._dev)))
+        addresses, sizes, shapes, strides, kept = [], [], [], [], []
         for k in range(count):
             img = images.get(k)
             if img is None or errors[k] is not None:
                 continue
             addr, shape, st = _layout(img)
+            if k in whole and shape != (requests[k].height, requests[k].width):
+                errors[k] = f"decoded size {shape} differs from the header's {(requests[k].height, requests[k].width)}"
+                continue
             addresses.append(addr)
             sizes.append(st[0] * (shape[0] - 1) + st[1] * (shape[1] - 1) + st[2] * 2 + 1)  # to its last byte
             shapes.append(shape)
             strides.append(st)
-            order.append(k)
+            kept.append(k)
         pixels, offs = span(addresses, sizes, self._dev)
         offsets = np.zeros(count, np.int64)
         shape_arr = np.zeros((count, 2), np.int64)
         stride_arr = np.zeros((count, 3), np.int64)
-        for k, o, sh, st in zip(order, offs, shapes, strides):
+        for k, o, sh, st in zip(kept, offs, shapes, strides):
             offsets[k], shape_arr[k], stride_arr[k] = o, sh, st
         boxes = np.zeros((count, 4), np.int64)
-        boxes[:, 2:] = shape_arr  # every image is decoded to its window exactly
-        return DecodedBatch(pixels, offsets, shape_arr, stride_arr, boxes, errors, owner=images)
+        boxes[:, 2:] = shape_arr  # a window decoded is read whole
+        for k in whole:  # a whole image decoded: the kernel reads the requested box inside it
+            boxes[k] = requests[k].box
+        return DecodedBatch(pixels, offsets, shape_arr, stride_arr, boxes, errors, owner=images, pending=pending)
 
-    def _host_window(self, r: Request, errors: list, k: int, why: str | None = None) -> torch.Tensor | None:
-        """The request's window decoded on the host (tensor samples; what nvImageCodec cannot
-        read), on the decoder's device; None (and errors[k] set) if it cannot be."""
+    def _host_window(self, r: Request, errors: list, k: int, out: dict[int, np.ndarray],
+                     why: str | None = None) -> None:
+        """The request's window decoded on the host into out[k] (tensor samples; what
+        nvImageCodec cannot read); errors[k] set instead if it cannot be."""
         try:
             img = host_rgb(r, self.max_pixels)
             if img.shape[:2] != (r.height, r.width):
                 raise ValueError(f"decoded size {img.shape[:2]} differs from the header's {(r.height, r.width)}")
             t, l, h, w = r.box
-            window = np.require(img[t:t + h, l:l + w], requirements=["C", "W"])  # a copy only if needed
-            return torch.from_numpy(window).to(self._dev)
+            out[k] = img[t:t + h, l:l + w]
         except Exception as e:  # this image's error, not the batch's
             errors[k] = (f"{why}; " if why else "") + f"{type(e).__name__}: {e}"
-            return None
 
     def close(self) -> None:
         self._decoder = None

@@ -2,8 +2,9 @@
 batch are decoded in one call, on the GPU with nvJPEG (device "cuda") or on the CPU
 (device "cpu", which tests use); whole images, the crop is the kernel's. PNG (pyspng),
 tensor samples (.npy) and the rest (Pillow) go through the host decoders, as with the
-CPU decoder, and are then moved to the device. The decoded tensors are not copied
-into a packed buffer: the batch's pixels are a view spanning them (gpudecode.decode._span).
+CPU decoder, and are then moved to the device (a batch's in one copy from pinned memory).
+The decoded tensors are not copied into a packed buffer: the batch's pixels are a view
+spanning them (gpudecode.decode._span).
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch
 
 from ..errors import BackendUnavailableError
 from ._base import DecodedBatch, Request, strip_exif
-from ._span import span
+from ._span import span, upload
 from .cpu import host_rgb
 
 
@@ -24,7 +25,28 @@ def _decoders():
     except Exception as e:  # ImportError, or torchcodec's own error for a torch it was not built for
         raise BackendUnavailableError(f"decoder 'torchcodec' needs torchcodec built for this torch ({e}): "
                                       "pip install 'gpudecode[gpu]'") from e
+    why = missing_api(decoders)
+    if why:
+        raise BackendUnavailableError(f"decoder 'torchcodec': {why}")
     return decoders
+
+
+def missing_api(decoders: Any) -> str:
+    """"" when torchcodec's `decoders` module has what this decoder calls (decode_jpeg of a
+    list of sources with device=, torchcodec 0.16 and later), else what is missing."""
+    import inspect
+
+    fn = getattr(decoders, "decode_jpeg", None)
+    if fn is None:
+        return ("this torchcodec has no decoders.decode_jpeg (0.16 and later have it): pip install "
+                "'torchcodec>=0.16' built for this torch")
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):  # a builtin without a signature: trust it
+        return ""
+    if "device" not in params:
+        return "this torchcodec's decoders.decode_jpeg takes no device= (GPU decoding): pip install 'torchcodec>=0.16'"
+    return ""
 
 
 class TorchcodecDecoder:
@@ -36,6 +58,11 @@ class TorchcodecDecoder:
         self.device = device
         self.max_pixels = max_pixels
         self._dev = torch.device(device)
+        import torchcodec
+
+        where = "nvJPEG on " + device if self._dev.type == "cuda" else "its CPU decoder (libjpeg-turbo)"
+        self.backend = (f"torchcodec {getattr(torchcodec, '__version__', '?')}: JPEG by decode_jpeg, {where}, whole "
+                        "images; PNG and the rest on the host")
 
     def decode(self, requests: Sequence[Request]) -> DecodedBatch:
         d = self._d
@@ -58,7 +85,7 @@ class TorchcodecDecoder:
                         images[k] = d.decode_jpeg(data[k], mode=rgb, device=self.device)
                     except Exception as e:
                         errors[k] = f"torchcodec: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
-        hwc: set[int] = set()
+        hwc: dict[int, np.ndarray] = {}  # decoded on the host (HWC), uploaded below in one copy
         for k, r in enumerate(requests):
             if errors[k] is not None or k in images:
                 continue
@@ -67,10 +94,12 @@ class TorchcodecDecoder:
                 if r.format == "npy":  # only the window travels to the device
                     t, l, bh, bw = r.box
                     host = host[t:t + bh, l:l + bw]
-                images[k] = torch.from_numpy(np.require(host, requirements=["C", "W"])).to(self._dev)
-                hwc.add(k)
+                hwc[k] = host
             except Exception as e:  # this image's error, not the batch's
                 errors[k] = f"{type(e).__name__}: {e}"
+        if hwc:
+            order = sorted(hwc)
+            images.update(zip(order, upload([hwc[k] for k in order], self._dev)))
         addresses, sizes, order = [], [], []
         shapes = np.zeros((n, 2), np.int64)
         strides = np.zeros((n, 3), np.int64)
