@@ -586,6 +586,13 @@ PYBIND11_MODULE(_native, m) {
             continue;
           }
           const std::string& f = infos[k].format;
+          if (f == "jpeg") {  // the whole image must be there: GPU decoders do not promise to say when it is not
+            const ByteView b = view_of(items[k]);
+            if (!jpeg_has_end(b.data, b.size)) {
+              errors[i] = py::str(JPEG_CUT_MESSAGE);
+              continue;
+            }
+          }
           fmts[i] = f == "jpeg" ? jpeg : f == "png" ? png : f == "npy" ? npy : py::str(f);
           hs[i] = infos[k].height;
           ws[i] = infos[k].width;

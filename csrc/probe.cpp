@@ -90,6 +90,36 @@ std::string probe_jpeg(const uint8_t* d, size_t n, ImageInfo& info) {
   }
 }
 
+}  // namespace
+
+const char* const JPEG_CUT_MESSAGE =
+    "truncated JPEG: no end-of-image marker after its scans (the compressed data ends early: a cut "
+    "download or a partial write); refused rather than decoded with rows of grey or of stale pixels";
+
+bool jpeg_has_end(const uint8_t* d, size_t n) {
+  // walk the marker segments to the first start of scan
+  size_t pos = 2;
+  while (true) {
+    if (pos >= n || d[pos] != 0xFF) return false;
+    while (pos < n && d[pos] == 0xFF) ++pos;
+    if (pos >= n) return false;
+    const int marker = d[pos++];
+    if (marker == 0xD8 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) continue;
+    if (marker == 0xD9) return false;
+    if (pos + 2 > n) return false;
+    const size_t len = size_t(be16(d + pos));
+    if (len < 2 || pos + len > n) return false;
+    pos += len;
+    if (marker == 0xDA) break;
+  }
+  // then an FF D9 anywhere after it (trailing bytes after the marker are allowed, as libjpeg allows them)
+  for (size_t i = n; i >= pos + 2; --i)
+    if (d[i - 2] == 0xFF && d[i - 1] == 0xD9) return true;
+  return false;
+}
+
+namespace {
+
 std::string probe_png(const uint8_t* d, size_t n, ImageInfo& info) {
   if (n < 8 + 8 + 13) return "truncated PNG: header cut off";
   if (be32(d + 8) != 13 || std::memcmp(d + 12, "IHDR", 4) != 0) return "corrupt PNG: first chunk is not IHDR";

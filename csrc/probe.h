@@ -28,4 +28,12 @@ struct ImageInfo {
 // Fills `info` and returns "" on success; otherwise returns what is wrong with the data.
 std::string probe_image(const uint8_t* data, size_t size, ImageInfo& info);
 
+// For a JPEG whose header probe_image read: true when an end-of-image marker (FF D9) follows
+// its first scan, i.e. the compressed data is all there. (FF D9 cannot occur inside
+// entropy-coded data, where FF is always followed by 00 or a restart marker.)
+bool jpeg_has_end(const uint8_t* data, size_t size);
+
+// The message of a JPEG that jpeg_has_end refuses (gpudecode._probe matches its start).
+extern const char* const JPEG_CUT_MESSAGE;
+
 }  // namespace gpudecode

@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from .io.reader import Sample
 
 DEFAULT_MAX_PIXELS = 2 * 89_478_485  # Pillow's decompression-bomb error threshold
+# probe_columns refuses a JPEG whose data ends before its end-of-image marker with a message
+# that starts so (csrc/probe.cpp JPEG_CUT_MESSAGE): a truncated file is named as one on every
+# decoder (GPU decoders do not promise to notice, the CPU one may not reach the cut)
+JPEG_CUT = "truncated JPEG: no end-of-image marker"
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +172,9 @@ def probe_columns(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixe
     returns) as a LocatedError naming shard and key: any exception met on the data is
     turned into one; the samples with no image are reported first.
 
+    A JPEG must hold its end-of-image marker (the data is all there): one cut off is
+    refused here (JPEG_CUT), before any decoder sees it.
+
     One native call for the read batch finds the image fields and probes them; with
     `label_exts` (the fields `extra` reads a label from: parse_label's), it also parses
     the labels that are ASCII integers, and a parsed label that `fits` is taken without
@@ -196,6 +203,8 @@ def probe_columns(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixe
                 why = errs[i]
                 if why is None:
                     fmt, h, w = fmts[i], hl[i], wl[i]
+                elif why.startswith(JPEG_CUT):  # a JPEG header, data cut off: no other reader should try it
+                    raise DecodeError(why, shard=s.shard, key=s.key)
                 else:
                     fmt, h, w = probe_format(d, shard=s.shard, key=s.key, why=why)
                 if max_pixels and h * w > max_pixels:
