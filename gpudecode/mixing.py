@@ -31,7 +31,11 @@ class BatchTransform:
     def make_params(self, shape: tuple[int, ...], rng: random.Random) -> dict:
         raise NotImplementedError
 
-    def apply(self, images: torch.Tensor, labels: torch.Tensor, params: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    def apply(self, images: torch.Tensor, labels: torch.Tensor, params: dict, *, batched: bool | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        """In place on `images`. `batched`: whole-batch operations (the default on CUDA
+        tensors: a fixed number of launches) or image by image (the default on the CPU: no
+        copy of the batch); the same values bit for bit either way."""
         raise NotImplementedError
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor, *, rng: random.Random | None = None
@@ -85,14 +89,20 @@ class MixUp(_MixBase):
     def make_params(self, shape: tuple[int, ...], rng: random.Random) -> dict:
         return {"lam": self._lam(rng)}
 
-    def apply(self, images: torch.Tensor, labels: torch.Tensor, params: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    def apply(self, images: torch.Tensor, labels: torch.Tensor, params: dict, *, batched: bool | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
         self._check(images, labels)
         lam = params["lam"]
         # torchvision: x.roll(1, 0).mul_(1 - lam).add_(x.mul(lam)). The same products and sums
-        # (a + b == b + a, bit for bit), image by image from the last, so that no copy of
-        # the batch is made: image i - 1 is still unmixed when image i takes it
+        # (a + b == b + a, bit for bit). On a GPU (or batched=True) as whole-batch operations
+        # on one copy of the batch (a few launches, not three an image); on the CPU image by
+        # image from the last, so that no copy of the batch is made: image i - 1 is still
+        # unmixed when image i takes it
         n = images.shape[0]
-        if n:
+        if n and (batched if batched is not None else images.device.type == "cuda"):
+            previous = images.roll(1, 0).mul_(1.0 - lam)  # (a copy, taken before images change)
+            images.mul_(lam).add_(previous)
+        elif n:
             last = images[n - 1].mul(1.0 - lam)
             for i in range(n - 1, 0, -1):
                 images[i].mul_(lam).add_(images[i - 1].mul(1.0 - lam))
@@ -115,11 +125,15 @@ class CutMix(_MixBase):
         x2, y2 = min(r_x + r_w_half, W), min(r_y + r_h_half, H)
         return {"box": (x1, y1, x2, y2), "lam_adjusted": float(1.0 - (x2 - x1) * (y2 - y1) / (W * H))}
 
-    def apply(self, images: torch.Tensor, labels: torch.Tensor, params: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    def apply(self, images: torch.Tensor, labels: torch.Tensor, params: dict, *, batched: bool | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
         self._check(images, labels)
         x1, y1, x2, y2 = params["box"]
         n = images.shape[0]
-        if n and x2 > x1 and y2 > y1:  # only the box moves, image i - 1's into image i, from the last
+        if n and x2 > x1 and y2 > y1 and (batched if batched is not None else images.device.type == "cuda"):
+            box = images[..., y1:y2, x1:x2]  # on a GPU: the boxes of the batch in two launches
+            box.copy_(box.roll(1, 0))
+        elif n and x2 > x1 and y2 > y1:  # only the box moves, image i - 1's into image i, from the last
             box = images[..., y1:y2, x1:x2]
             last = box[n - 1].clone()
             for i in range(n - 1, 0, -1):
@@ -149,8 +163,9 @@ class RandomChoice(BatchTransform):
         k = rng.choices(range(len(self.transforms)), weights=self.p)[0]
         return {"index": k, "params": self.transforms[k].make_params(shape, rng)}
 
-    def apply(self, images: torch.Tensor, labels: torch.Tensor, params: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.transforms[params["index"]].apply(images, labels, params["params"])
+    def apply(self, images: torch.Tensor, labels: torch.Tensor, params: dict, *, batched: bool | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.transforms[params["index"]].apply(images, labels, params["params"], batched=batched)
 
     def __repr__(self) -> str:
         return f"RandomChoice({self.transforms}, p={self.p})"

@@ -456,9 +456,15 @@ class RandomErasing(Transform):
                               "noise": rng.getrandbits(63) if self.value is None else None}}
         return {"erase": None}
 
-    def erase(self, view: torch.Tensor, params: Sequence[dict]) -> None:
+    def erase(self, view: torch.Tensor, params: Sequence[dict], *, batched: bool | None = None) -> None:
         """Erases in place the rectangles `params` drew, image k of `view` [N, 3, h, w]
-        with params[k]."""
+        with params[k]. On a CUDA tensor (or with batched=True) in a fixed number of
+        operations and one upload for the batch (erase_batch), however many images are
+        erased; on the CPU image by image (no host-device traffic to save there, and no
+        pass over the whole batch). Both give the same values bit for bit."""
+        if batched if batched is not None else view.device.type == "cuda":
+            self.erase_batch(view, params)
+            return
         fill = None if self.value is None else torch.tensor(self.value, dtype=torch.float32)[:, None, None]
         for k, p in enumerate(params):
             e = p.get("erase")
@@ -466,11 +472,73 @@ class RandomErasing(Transform):
                 continue
             i, j, h, w = e["i"], e["j"], e["h"], e["w"]
             if fill is None:  # "random": the sample's own noise, torchvision's shape and law
-                g = torch.Generator().manual_seed(e["noise"])
-                v = torch.empty((3, h, w), dtype=torch.float32).normal_(generator=g)
+                v = self._noise(e)
             else:
                 v = fill
             view[k, :, i:i + h, j:j + w] = v.to(view.device, view.dtype)
+
+    @staticmethod
+    def _noise(e: dict) -> torch.Tensor:
+        g = torch.Generator().manual_seed(e["noise"])
+        return torch.empty((3, e["h"], e["w"]), dtype=torch.float32).normal_(generator=g)
+
+    def erase_batch(self, view: torch.Tensor, params: Sequence[dict]) -> None:
+        """erase() for a whole batch on its device without a host synchronization: the
+        erased images' boxes (and, for value="random", their noise, drawn on the host as
+        erase() draws it) go up in one copy from pinned memory, and each erased image is
+        rewritten by a fixed number of whole-tensor operations (a mask of its box, the
+        fill or its noise gathered into place)."""
+        payload = self.erase_payload(params)
+        if payload is not None:
+            self.erase_on_device(view, *payload)
+
+    def erase_payload(self, params: Sequence[dict]) -> tuple[int, list[np.ndarray]] | None:
+        """The host side of erase_batch: (erased images, [boxes [m, 5] (k, i, j, h, w) int64,
+        then noise offsets int64 and the noise float32, or the fill float32 [3]], as bytes),
+        None when nothing is erased."""
+        erased = [(k, p["erase"]) for k, p in enumerate(params) if p.get("erase") is not None]
+        if not erased:
+            return None
+        boxes = np.array([[k, e["i"], e["j"], e["h"], e["w"]] for k, e in erased], np.int64)
+        pieces = [boxes.view(np.uint8).reshape(-1)]
+        if self.value is None:
+            sizes = boxes[:, 3] * boxes[:, 4] * 3
+            pieces.append(np.asarray(np.cumsum(sizes) - sizes, np.int64).view(np.uint8))
+            pieces.append(torch.cat([self._noise(e).reshape(-1) for _, e in erased]).numpy().view(np.uint8))
+        else:
+            pieces.append(np.array(self.value * 3 if len(self.value) == 1 else self.value, np.float32).view(np.uint8))
+        return len(erased), pieces
+
+    def erase_on_device(self, view: torch.Tensor, m: int, pieces: list[np.ndarray]) -> None:
+        """The device side of erase_batch: one upload, a fixed number of operations."""
+        from .decode._span import stage
+
+        n, c, oh, ow = view.shape
+        dev = view.device
+        moved = stage(pieces, dev)  # one copy: boxes, then noise offsets and noise, or the fill
+        boxes_nbytes = 5 * 8 * m
+        b = moved[:boxes_nbytes].view(torch.int64).view(m, 5)
+        at = boxes_nbytes
+        k_, i_, j_, h_, w_ = (b[:, q] for q in range(5))
+        ys = torch.arange(oh, device=dev).view(1, oh, 1)
+        xs = torch.arange(ow, device=dev).view(1, 1, ow)
+        ry = ys - i_.view(m, 1, 1)
+        rx = xs - j_.view(m, 1, 1)
+        inside = (ry >= 0) & (ry < h_.view(m, 1, 1)) & (rx >= 0) & (rx < w_.view(m, 1, 1))  # [m, oh, ow]
+        inside = inside.unsqueeze(1)  # [m, 1, oh, ow]
+        if self.value is None:
+            starts_t = moved[at:at + 8 * m].view(torch.int64)
+            noise = moved[at + 8 * m:].view(torch.float32)
+            # image q's noise is [3, h, w] in C order from starts[q]: its pixel (c, y, x) at
+            # starts[q] + (c * h + (y - i)) * w + (x - j) for (y, x) inside its box
+            cs = torch.arange(c, device=dev).view(1, c, 1, 1)
+            hh, ww = h_.view(m, 1, 1, 1), w_.view(m, 1, 1, 1)
+            at_ = starts_t.view(m, 1, 1, 1) + (cs * hh + ry.unsqueeze(1)) * ww + rx.unsqueeze(1)
+            values = noise[torch.where(inside, at_, 0)].to(view.dtype)
+        else:
+            values = moved[at:at + 12].view(torch.float32).view(1, c, 1, 1).to(view.dtype)
+        imgs = view[k_]  # [m, 3, oh, ow] (a gather: the erased images only)
+        view[k_] = torch.where(inside, values, imgs)
 
     def __repr__(self) -> str:
         value = "random" if self.value is None else self.value
