@@ -73,6 +73,32 @@ def _register_locator() -> bool:
     False when there is no writable cache directory: then nothing is cached."""
     from numba.core import caching
 
+    return _install_locator(caching, "numba")
+
+
+@functools.cache
+def cuda_cache() -> bool:
+    """The same for numba-cuda's CUDA kernels (its own caching module since 0.2x, numba's
+    before): True when they are cached on disk, compiled once per machine, GPU
+    architecture and numba-cuda version instead of in every process and DDP rank (10-20 s
+    a kernel variant, first batch)."""
+    try:
+        from numba.cuda.core import caching
+    except ImportError:
+        try:
+            from numba.core import caching  # an older numba-cuda: numba's own machinery
+        except ImportError:
+            return False
+    if not hasattr(caching, "_CacheLocator") or not hasattr(caching, "CacheImpl"):
+        return False
+    try:
+        from numba_cuda import __version__ as version  # type: ignore[import-not-found]
+    except ImportError:
+        version = "numba"
+    return _install_locator(caching, f"numba-cuda-{version}")
+
+
+def _install_locator(caching, folder: str) -> bool:
     root = cache_dir()
     if root is None:
         return False
@@ -87,7 +113,7 @@ def _register_locator() -> bool:
 
     # one folder per numba/llvmlite version and kernel source, not per install: every
     # environment on the machine with the same versions and sources shares the compiled kernel
-    shared = os.path.join(root, "numba", f"numba-{numba.__version__}-llvmlite-{llvmlite.__version__}",
+    shared = os.path.join(root, folder, f"numba-{numba.__version__}-llvmlite-{llvmlite.__version__}",
                           _sources_stamp()[:16])
 
     class KernelCacheLocator(caching._CacheLocator):

@@ -311,11 +311,13 @@ def _segment_body(level, scratch, args, order, stats, hist, aux, mean, std, norm
 
 @functools.cache
 def cuda_kernels() -> tuple:
-    """(resample_kernel, segment_kernel), compiled on first use."""
+    """(resample_kernel, segment_kernel), compiled on first use for each signature, and
+    kept on disk (_compile.cuda_cache) so other processes and ranks load them."""
     from numba import cuda
 
     ns = _cuda_namespace()
-    return cuda.jit(ns["_resample_body"]), cuda.jit(ns["_segment_body"])
+    cache = _compile.cuda_cache()
+    return cuda.jit(ns["_resample_body"], cache=cache), cuda.jit(ns["_segment_body"], cache=cache)
 
 
 def _cuda_namespace() -> dict:
@@ -1136,11 +1138,12 @@ NOTICE_AFTER_S = 2.0  # a first call still running after this long is compiling:
 
 
 @contextlib.contextmanager
-def _first_use(variant: tuple):
+def _first_use(variant: tuple, target: str = "CPU"):
     """The first call of each kernel variant in a process loads it from the on-disk cache
     (about 0.5 s) or compiles it (tens of seconds, once per machine and numba version):
     when it is still running after NOTICE_AFTER_S, a line on stderr says what is going
-    on, and another how long it took."""
+    on, and another how long it took. `target`: "CPU" or "CUDA" (its variants are
+    compiled per GPU architecture, 10-20 s each)."""
     with _SEEN_LOCK:
         first = variant not in _SEEN and variant not in _STARTED
         _STARTED.add(variant)
@@ -1157,8 +1160,9 @@ def _first_use(variant: tuple):
         where = _compile.cache_dir()
         kept = (f"once: the result is kept in {where} for every environment with this numba" if where else
                 "in every process: the kernel cache is off (GPUDECODE_CACHE_DIR=0 or not writable)")
-        print(f"gpudecode: compiling the CPU kernel for this machine (it takes 10-40 s, {kept})...",
-              file=sys.stderr, flush=True)
+        what = ("the CPU kernel for this machine (it takes 10-40 s" if target == "CPU" else
+                "the CUDA kernels for this GPU (10-20 s for each output type and layout")
+        print(f"gpudecode: compiling {what}, {kept})...", file=sys.stderr, flush=True)
 
     timer = threading.Timer(NOTICE_AFTER_S, notice)
     timer.daemon = True
@@ -1169,7 +1173,8 @@ def _first_use(variant: tuple):
         timer.cancel()
         _SEEN.add(variant)
         if said.is_set():
-            print(f"gpudecode: kernel compiled in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+            print(f"gpudecode: {target} kernel compiled in {time.perf_counter() - t0:.0f} s", file=sys.stderr,
+                  flush=True)
 
 
 def compile_ptx_all(ccs=((8, 0), (9, 0)), *, text: bool = False) -> dict:

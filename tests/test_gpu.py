@@ -12,6 +12,7 @@ test_decode.py, the Loader with those decoders in test_loader.py).
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 
@@ -279,16 +280,23 @@ def _odd_jpegs(photos) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gpu_decoders_on_odd_jpegs(photos, backend):
-    """EXIF-rotated (never applied), CMYK, progressive, grey and corrupt JPEGs through each
-    GPU decoder: the first four like the CPU decoder (nvJPEG's IDCT: close, not equal), the
-    corrupt one that image's error."""
+    """EXIF-rotated (never applied), CMYK, progressive, grey and cut-off JPEGs through each
+    GPU decoder: the first four like the CPU decoder (nvJPEG's IDCT: close, not equal); the
+    cut one is refused by the probe before any decoder sees it (nvJPEG does not promise to
+    notice: what it does with it is printed, for the record)."""
+    from gpudecode._probe import JPEG_CUT, probe_columns
+    from gpudecode.io.reader import Sample
+
     encs = _odd_jpegs(photos)
+    failed: list = []
+    probe_columns([Sample("corrupt", {"jpg": encs["corrupt"]}, "s", 0)], ["jpg"], 0, failed.append)
+    assert len(failed) == 1 and str(failed[0]).startswith(JPEG_CUT)
     reqs = [Request(d, "jpeg", 120, 160, (0, 0, 120, 160), "s", n) for n, d in encs.items()]
     cpu = CpuDecoder().decode(reqs)
-    gpu = make_decoder(backend, device="cuda", num_threads=2, max_pixels=0).decode(reqs)
+    gpu = make_decoder(backend, device="cuda", num_threads=2, max_pixels=0).decode(reqs).settle()
     for k, r in enumerate(reqs):
         if r.key == "corrupt":
-            assert gpu.errors[k] is not None
+            print(f"{backend} on a JPEG cut mid-scan, given it directly: error {gpu.errors[k]!r}")
             continue
         if cpu.errors[k] is not None:  # (a CMYK the CPU decoder refuses is not compared)
             continue
@@ -358,3 +366,133 @@ def test_memory_outside_torch_is_reported(shards):
     mem = device_memory(free0)
     assert mem["driver_used_mb"] >= mem["torch_reserved_mb"] - reserved0 / 2**20 - 2
     ld.close()
+
+
+# --- issue 34: what would cap the GPU rate, or leave work running behind the user -------
+
+
+def test_cuda_kernels_load_from_the_disk_cache_in_a_second_process(tmp_path):
+    """The CUDA kernels are compiled once (10-20 s a variant) and a second process, or DDP
+    rank, loads them from GPUDECODE_CACHE_DIR."""
+    import subprocess
+    import sys
+
+    code = ("import time, torch\n"
+            "from gpudecode import transforms as T\n"
+            "tf = T.Compose([T.RandomResizedCrop(32), T.Normalize([0.5] * 3, [0.25] * 3)])\n"
+            "img = torch.randint(0, 256, (3, 40, 36), dtype=torch.uint8, device='cuda')\n"
+            "t = time.perf_counter(); tf([img], tf.make_params([(40, 36)], 0)); torch.cuda.synchronize()\n"
+            "from gpudecode.kernels import fused\n"
+            "hits = sum(getattr(k, '_cache_hits', {}).values() if hasattr(getattr(k, '_cache_hits', None), 'values') "
+            "else 0 for k in fused.cuda_kernels())\n"
+            "print('RESULT', time.perf_counter() - t, hits)\n")
+    env = dict(os.environ, GPUDECODE_CACHE_DIR=str(tmp_path))
+    runs = []
+    for _ in range(2):
+        p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        line = next(x for x in p.stdout.splitlines() if x.startswith("RESULT"))
+        runs.append((float(line.split()[1]), int(line.split()[2])))
+    print("CUDA kernels: first process", runs[0], "second", runs[1])
+    assert list(tmp_path.rglob("*.nbi")), "no index file in the cache"
+    assert runs[1][1] > 0 or runs[1][0] < runs[0][0] / 3, runs
+
+
+def test_close_waits_for_the_last_kernels(shards):
+    """Loader.close() returns with nothing of the loader's still running on the GPU (the
+    decoder's buffers go right after)."""
+    ld = Loader(shards, batch_size=8, transform=train_tf(), device="cuda", decoder="cpu", seed=0)
+    it = iter(ld)
+    next(it)
+    gpu = ld._pipe.gpu
+    with torch.cuda.stream(gpu.augment):
+        torch.cuda._sleep(200_000_000)  # work still queued on the loader's stream
+    ld.close()
+    assert gpu.augment.query() and gpu.decode.query()
+
+
+def _counted(fn):
+    """(aten ops, uploads through decode._span.to_device) of fn(), with any host
+    synchronization an error (torch's sync debug mode)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    import gpudecode.decode._span as span_mod
+
+    class Ops(TorchDispatchMode):
+        n = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            Ops.n += 1
+            return func(*args, **(kwargs or {}))
+
+    calls = []
+    real = span_mod.to_device
+    span_mod.to_device = lambda host, device: calls.append(1) or real(host, device)
+    Ops.n = 0
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with Ops():
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+        span_mod.to_device = real
+    return Ops.n, len(calls)
+
+
+@pytest.mark.parametrize("what", ["erase-fill", "erase-random", "mixup", "cutmix"])
+def test_batch_steps_on_cuda_issue_a_fixed_number_of_launches_and_no_host_sync(what):
+    """Per batch of 256 on CUDA: RandomErasing at p=0.25, MixUp and CutMix issue as many
+    operations and uploads as for a batch of 16, none synchronizing with the host, and the
+    same values as on the CPU."""
+    import random
+
+    from gpudecode.mixing import CutMix, MixUp
+
+    counts = {}
+    for n in (16, 256):
+        host = torch.randn(n, 3, 32, 32)
+        images = host.cuda()
+        torch.cuda.synchronize()
+        if what.startswith("erase"):
+            er = T.RandomErasing(p=0.25, value="random" if what == "erase-random" else 0.5)
+            rng = random.Random(n)
+            params = [er.draw(rng, (32, 32)) for _ in range(n)]
+            payload = er.erase_payload(params)
+            counts[n] = _counted(functools.partial(er.erase_on_device, images, *payload))
+            er.erase(host, params)  # the CPU's per-image form
+            out = images
+        else:
+            step = MixUp(alpha=0.2, num_classes=10) if what == "mixup" else CutMix(alpha=1.0, num_classes=10)
+            params = step.make_params(tuple(images.shape), random.Random(n))
+            labels = torch.randint(0, 10, (n,))
+            lab_gpu = labels.cuda()
+            counts[n] = _counted(functools.partial(step.apply, images, lab_gpu, params))
+            step.apply(host, labels, params)
+            out = images
+        torch.testing.assert_close(out.cpu(), host, atol=0, rtol=0)
+    assert counts[16] == counts[256], counts
+
+
+def test_an_all_tensor_batch_goes_up_in_one_copy(photos, tmp_path):
+    """Tensor samples (.npy) through a GPU decoder: one pinned upload a batch of 256, not
+    one synchronizing copy a sample."""
+    from gpudecode.tensors import encode_npy
+    import gpudecode.decode._span as span_mod
+
+    img = np.ascontiguousarray(photos["coffee"][:64, :80])
+    reqs = [Request(encode_npy(img), "npy", 64, 80, (k % 5, k % 7, 40, 50), "s", f"k{k}") for k in range(256)]
+    for backend in BACKENDS:
+        if not available(backend)[0]:
+            continue
+        dec = make_decoder(backend, device="cuda", num_threads=2, max_pixels=0)
+        calls = []
+        real = span_mod.to_device
+        span_mod.to_device = lambda host, device, calls=calls, real=real: calls.append(1) or real(host, device)
+        try:
+            out = dec.decode(reqs).settle()
+        finally:
+            span_mod.to_device = real
+        assert calls == [1], (backend, len(calls))
+        assert out.errors == [None] * 256
+        from conftest import decoded_image
+
+        np.testing.assert_array_equal(decoded_image(out, 9), img[4:44, 2:52])
