@@ -401,13 +401,23 @@ class Loader:
     (map-style view of every sample) and `loader.sampler` (this rank's share, with
     `set_epoch` and `len`) stand where DataLoader has them.
 
-    Epochs: each new iteration starts the next epoch unless `set_epoch` chose one.
-    Batches come from a ring of `prefetch + 3` output buffers: the tensors of batch k
-    are still intact while you work on batch k+1 (the next epoch's first batch included:
-    the ring carries over) and are overwritten after that (as with DALI's iterators):
-    `.clone()` what you keep longer. On a GPU "work" means the work enqueued on your
-    stream: the buffer is reused only after an event recorded there has completed (the
-    module doc has the stream design).
+    Epochs: each new iteration starts the next epoch unless `set_epoch` chose one; the
+    README's "Resuming" table says what every order of load_state_dict, set_epoch and
+    iteration does.
+
+    A yielded batch is yours, as a DataLoader's is: keep it as long as you like, no
+    `.clone()` needed. Batches are made in a ring of `prefetch + 3` output buffers; a
+    buffer is written again only when nothing of yours refers to its last batch any more
+    (no tensor on its memory: the batch, a view or a slice of it), which in the usual loop
+    is always the case, so the ring is reused at full speed; a buffer whose batch you
+    still hold becomes yours, and the ring takes new memory in its place (`reuse_buffers
+    =True` overwrites it anyway, as FFCV's and DALI's iterators do: no allocation, but a
+    batch kept past `prefetch + 3` later ones changes under you). On a GPU a buffer is
+    reused only after the work enqueued on your stream for its batch has completed (an
+    event recorded there; the module doc has the stream design).
+
+    Args (beyond those above):
+        reuse_buffers: see above (default False).
     """
 
     def __init__(self, urls: Any, *, batch_size: int, transform: Any, device: "str | torch.device" = "auto",
@@ -421,7 +431,7 @@ class Loader:
                  buffer_size: int = 1000, max_pixels: int = DEFAULT_MAX_PIXELS, fast_decode: bool = False,
                  remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
                  cache_limit: int | None = None, num_threads: int | None = None,
-                 prefetch: int | None = None, batch_transform: Any = None) -> None:
+                 prefetch: int | None = None, batch_transform: Any = None, reuse_buffers: bool = False) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
         if num_workers is not None and num_threads is not None and num_workers != num_threads:
@@ -490,7 +500,8 @@ class Loader:
                               num_classes=num_classes, allow_negative_labels=self.allow_negative_labels,
                               policy=self.policy, ring=self.prefetch + 3, num_threads=self.num_threads,
                               max_pixels=max_pixels, fast_decode=fast_decode, pin_memory=self.pin_memory,
-                              batch_transform=self.batch_transform)
+                              batch_transform=self.batch_transform, reuse_held=bool(reuse_buffers))
+        self.reuse_buffers = bool(reuse_buffers)
         self._position = 0
         self._yielded = 0        # batches handed over in the current (or last) epoch
         self._finished = False   # the current (or last) epoch ran to its end
@@ -509,8 +520,22 @@ class Loader:
         return self.policy.skipped
 
     def set_epoch(self, epoch: int) -> None:
-        """Chooses the epoch the next iteration runs (its shard order, shuffle and draws)."""
-        self.epoch = int(epoch)
+        """Chooses the epoch the next iteration runs (its shard order, shuffle and draws).
+        After load_state_dict() of a state saved in the middle of epoch e, set_epoch(e)
+        keeps that place (the next iteration continues e exactly), and set_epoch(f) for
+        another f starts f from its beginning, with a warning that names both epochs (the
+        rest of e is not read): never f from e's place."""
+        epoch = int(epoch)
+        if self._resume is not None and epoch != self.epoch:
+            warnings.warn(f"set_epoch({epoch}) after load_state_dict() of a state saved {self._yielded} batches into "
+                          f"epoch {self.epoch}: epoch {epoch} starts from its beginning, and the rest of epoch "
+                          f"{self.epoch} is not read (set_epoch({self.epoch}), or no set_epoch, continues it)",
+                          RuntimeWarning, stacklevel=2)
+            self._resume = None
+            self._yielded = 0
+            self._position = 0
+            self._finished = False
+        self.epoch = epoch
         self.reader.set_epoch(epoch)
         self._epoch_chosen = True
 
@@ -626,6 +651,10 @@ class Loader:
         ds = state.get("dataset_state") if isinstance(state, dict) else None
         if not isinstance(ds, dict) or ds.get("format") != self._STATE_FORMAT:
             raise ValueError("not a gpudecode Loader state (expected Loader.state_dict()'s output)")
+        active = self._active() if self._active is not None else None
+        if active is not None and active.active:
+            raise ConcurrentIterationError("load_state_dict() while an iterator of this Loader is active: the state "
+                                           "takes effect at the next iteration; close or exhaust this one first")
         rank, world = self.reader._rank()
         checks = [("world_size", world), ("split", self.reader.mode()), ("shards", len(self.reader.urls)),
                   ("batch_size", self.batch_size), ("even", self.reader.even), ("shuffle", self.reader.shuffle)]
@@ -638,13 +667,17 @@ class Loader:
                 raise ValueError(f"this state was saved with {name}={ds.get(name)!r}, this loader has "
                                  f"{name}={mine!r}: it cannot resume here")
         self.seed = self.reader.seed = int(ds["seed"])
+        self._resume = None  # (a state loaded before this one is replaced, not a reason to warn)
         if state.get("_iterator_finished"):
             self.set_epoch(int(ds["epoch"]) + 1)
-            self._resume = None
+            self._yielded = 0
+            self._position = 0
         else:
             self.set_epoch(int(ds["epoch"]))
             self._resume = int(ds["position"])
             self._yielded = int(state.get("_num_yielded", 0))
+            self._position = self._resume  # state_dict() before the next iteration gives this state back
+        self._finished = False
 
     def describe(self) -> dict:
         """What this loader does and with what (the decoder is made on first use)."""

@@ -122,13 +122,15 @@ class Pipeline:
         num_threads, max_pixels, fast_decode, pin_memory: as the Loader's.
         batch_transform: a mixing.BatchTransform (MixUp, CutMix, RandomChoice), or a
             callable (images, labels) -> (images, labels), run on each finished batch.
+        reuse_held: write an output slot again even when the caller still holds the batch
+            it last held (the Loader's reuse_buffers); by default such a slot gets new memory.
     """
 
     def __init__(self, transform: Compose | Sequence[Compose], *, batch_size: int, device: str, decoder: Any,
                  image_exts: Sequence[str], label_exts: Sequence[str], labels: bool, num_classes: int | None,
                  allow_negative_labels: bool, policy: ErrorPolicy, ring: int, num_threads: int, max_pixels: int,
                  fast_decode: bool, pin_memory: bool, depth: int = MID_QUEUE,
-                 batch_transform: Any = None) -> None:
+                 batch_transform: Any = None, reuse_held: bool = False) -> None:
         if depth < 1:
             raise ValueError(f"depth must be >= 1, not {depth}")
         # several views of each image (a list of Composes): each image is decoded once, over
@@ -157,6 +159,9 @@ class Pipeline:
         self._decoder: Any = None  # made on first use: no CUDA context before workers fork
         self._size: tuple[int, int] | None = None  # the images' one size, for a transform without geometry
         self.outputs: list[list[tuple[torch.Tensor, torch.Tensor]] | None] = [None] * ring  # [slot][view]
+        self._own_refs: list[list[int] | None] = [None] * ring  # [slot][view]: the slot's own tensors on its memory
+        self.reuse_held = reuse_held
+        self.fresh_slots = 0  # slots given new memory because the caller kept their last batch
         self.slot = 0   # the output slot the next batch goes to (kept across epochs)
         self.seq = 0    # batches decoded so far (the rings' turn; kept across epochs)
         self.gpu: _Streams | None = None
@@ -244,6 +249,7 @@ class Pipeline:
         if self.gpu is not None:  # what the trainer may still read is done before its buffers go
             self.gpu.release_handed(keep=0)
         self.outputs = [None] * self.ring
+        self._own_refs = [None] * self.ring
         self._last_good = None
         self.gpu = None
         self.slot = 0
@@ -289,14 +295,31 @@ class Pipeline:
         return probed.keep(keep)
 
     def _output(self, slot: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """(output, its [N, 3, h, w] view) of each view, for the first n images of `slot`."""
+        """(output, its [N, 3, h, w] view) of each view, for the first n images of `slot`.
+        A slot whose last batch the caller still holds (any tensor on its memory, a view
+        or a slice of it included) is not written again: that memory is the caller's now,
+        and the slot gets new memory (a DataLoader's promise: a yielded batch is yours).
+        `reuse_held` turns that off (FFCV's and DALI's way: the ring overwrites)."""
         pairs = self.outputs[slot]
+        if pairs is not None and not self.reuse_held and self._held(slot):
+            pairs = None
+            self.fresh_slots += 1
         if pairs is None:
             pairs = self.outputs[slot] = [tf.new_output(self.batch_size, self.device, pin_memory=self.pin_memory,
                                                         size=self._size) for tf in self.views]
+            self._own_refs[slot] = [_tensors_on(out) for out, _ in pairs]
         if n == self.batch_size:  # (a full batch: the slot as it is, without slicing)
             return pairs
         return [(out[:n], view[:n]) for out, view in pairs]
+
+    def _held(self, slot: int) -> bool:
+        """Whether a tensor other than the slot's own (out and its view) still uses the
+        memory of `slot`: the batch handed out from it, or a view of it, kept by the caller."""
+        own = self._own_refs[slot]
+        pairs = self.outputs[slot]
+        if own is None or pairs is None:
+            return False
+        return any(mine < 0 or _tensors_on(out) > mine for (out, _), mine in zip(pairs, own))
 
     def prepare(self, chunk: list[Sample], *, seed: int, epoch: int, position: int, rank: int = 0,
                 world: int = 1) -> _Prepared:
@@ -410,9 +433,11 @@ class Pipeline:
                 lab = torch.from_numpy(np.array(p.labels if whole else [p.labels[k] for k in ok], np.int64))
             if lab is not None and self.device != "cpu":
                 lab = lab.pin_memory().to(self.device, non_blocking=True)
-            images: Any = [out for out, _ in outs] if self.multi else outs[0][0]
+            images: Any = [_handed(out) for out, _ in outs] if self.multi else _handed(outs[0][0])
             if self.batch_transform is not None:  # on the finished batch, on its stream
                 images, lab = self._batch_step(outs[0][0], outs[0][1], lab, p.draw)
+                if images is outs[0][0] or images is outs[0][1]:  # (the slot's own tensors: handed as any)
+                    images = _handed(images)
             if gpu is not None:
                 ready = torch.cuda.Event()
                 ready.record(stream)
@@ -467,7 +492,7 @@ class Pipeline:
                     out.copy_(img[:n][pick])
                 else:  # a batch callable's own images
                     out = img[:n][pick]
-                made.append(out)
+                made.append(_handed(out))
             lab = labels[pick.to(labels.device)] if labels is not None else None
             if gpu is not None:
                 ready = torch.cuda.Event()
@@ -478,6 +503,21 @@ class Pipeline:
         batch = Batch(images, lab, [keys[i] for i in idx])
         self._last_good = (images, p.taken, batch.keys, lab)
         return _Ready(batch, p.timing, p.position, slot, ready)
+
+
+def _handed(out: torch.Tensor) -> torch.Tensor:
+    """The tensor the caller gets for an output slot's `out`: a tensor of its own over the
+    same memory (so that whether the caller still holds it can be told, _tensors_on)."""
+    return out.view(out.shape)
+
+
+def _tensors_on(t: torch.Tensor) -> int:
+    """How many tensors use t's memory (views and slices of it included); -1 where this
+    torch cannot tell (the slot then always gets new memory: never a batch overwritten)."""
+    try:
+        return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata)) - 1  # (less the storage object made here)
+    except (AttributeError, RuntimeError, TypeError):
+        return -1
 
 
 def view_seed(seed: int, view: int) -> int:

@@ -1,0 +1,240 @@
+"""What a DataLoader user counts on without reading a line of documentation (issue 35's two
+silent traps):
+
+- a yielded batch is the caller's: keeping every batch of an epoch, without `.clone()`,
+  gives the tensors a cloning user gets (the Loader's output ring takes new memory for a
+  buffer whose batch is still held; `reuse_buffers=True` is the FFCV/DALI opt-out);
+- every order of load_state_dict, set_epoch and iteration continues exactly, starts the
+  asked epoch from its beginning (with a warning naming both epochs when a loaded place is
+  dropped), or raises: never an epoch started at another epoch's place. The README's
+  "Resuming" table, row by row.
+"""
+from __future__ import annotations
+
+import gc
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from gpudecode import ConcurrentIterationError, Loader
+from gpudecode import transforms as T
+
+from conftest import encode, make_shard
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+@pytest.fixture(scope="module")
+def urls(photos, tmp_path_factory):
+    d = tmp_path_factory.mktemp("promises")
+    names = list(photos)
+    samples = []
+    for k in range(48):
+        img = photos[names[k % len(names)]]
+        crop = np.ascontiguousarray(img[k:k + 90, 2 * k:2 * k + 110])
+        samples.append({"__key__": f"s{k:03d}", "jpg": encode(crop, "JPEG", quality=90), "cls": str(k % 5).encode()})
+    return [make_shard(d / f"p-{j}.tar", samples[j * 16:(j + 1) * 16]) for j in range(3)]
+
+
+def tf(size=24):
+    return T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
+
+
+# ---------------------------------------------------------------------------------------
+# a yielded batch is the caller's
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_keeping_every_batch_gives_what_cloning_gives(urls, layout):
+    kw = dict(batch_size=4, transform=T.Compose(list(tf().transforms), layout=layout), device="cpu", seed=3,
+              prefetch_factor=1)
+    cloned = [(b.keys, b.images.clone(), b.labels.clone()) for b in Loader(urls, **kw)]
+    ld = Loader(urls, **kw)
+    kept = list(ld)  # 12 batches, a ring of 4: each slot came round three times
+    assert len(kept) == 12 and ld._pipe.ring == 4
+    assert ld._pipe.fresh_slots == 12 - 4
+    for (keys, img, lab), b in zip(cloned, kept):
+        assert b.keys == keys
+        assert torch.equal(b.images, img) and torch.equal(b.labels, lab)
+
+
+def test_a_kept_view_or_slice_of_a_batch_is_kept_too(urls):
+    ld = Loader(urls, batch_size=4, transform=tf(), device="cpu", seed=3, prefetch_factor=1)
+    ref = [b.images.clone() for b in Loader(urls, batch_size=4, transform=tf(), device="cpu", seed=3)]
+    parts = []
+    for k, b in enumerate(ld):
+        parts.append(b.images[1:3] if k % 2 else b.images.permute(0, 2, 3, 1))  # the batch itself is dropped
+    for k, p in enumerate(parts):
+        assert torch.equal(p, ref[k][1:3] if k % 2 else ref[k].permute(0, 2, 3, 1)), k
+
+
+def test_the_usual_loop_reuses_the_ring(urls):
+    """A loop that lets each batch go gets the ring's memory over and over: no new memory
+    after the first round, two epochs long."""
+    ld = Loader(urls, batch_size=4, transform=tf(), device="cpu", seed=3, prefetch_factor=1)
+    ptrs = set()
+    for _ in range(2):
+        for b in ld:
+            ptrs.add(b.images.data_ptr())
+            del b
+            gc.collect()  # (nothing cyclic holds a batch: this only makes the test independent of timing)
+    assert ld._pipe.fresh_slots == 0 and len(ptrs) <= ld._pipe.ring
+
+
+def test_reuse_buffers_is_the_ffcv_way(urls):
+    """reuse_buffers=True: the ring overwrites whatever the caller holds (documented)."""
+    ld = Loader(urls, batch_size=4, transform=tf(), device="cpu", seed=3, prefetch_factor=1, reuse_buffers=True)
+    kept = list(ld)
+    assert ld._pipe.fresh_slots == 0
+    assert len({b.images.data_ptr() for b in kept}) <= ld._pipe.ring
+    ref = [b.images.clone() for b in Loader(urls, batch_size=4, transform=tf(), device="cpu", seed=3)]
+    assert not all(torch.equal(a.images, r) for a, r in zip(kept, ref))  # what the opt-out costs
+
+
+def test_kept_batches_with_a_batch_transform_and_views(urls):
+    mix = T.MixUp(alpha=0.4, num_classes=5)
+    kw = dict(batch_size=4, transform=tf(), device="cpu", seed=3, prefetch_factor=1, batch_transform=mix)
+    ref = [(b.images.clone(), b.labels.clone()) for b in Loader(urls, **kw)]
+    kept = list(Loader(urls, **kw))
+    assert all(torch.equal(b.images, i) and torch.equal(b.labels, lab) for b, (i, lab) in zip(kept, ref))
+    views = [tf(24), tf(16)]
+    kw = dict(batch_size=4, transform=views, device="cpu", seed=3, prefetch_factor=1)
+    ref2 = [[v.clone() for v in b.images] for b in Loader(urls, **kw)]
+    kept2 = list(Loader(urls, **kw))
+    for b, r in zip(kept2, ref2):
+        assert all(torch.equal(v, w) for v, w in zip(b.images, r))
+
+
+# ---------------------------------------------------------------------------------------
+# resuming: every order
+
+
+def _keys(batches) -> list[list[str]]:
+    return [list(b.keys) for b in batches]
+
+
+def _epoch(urls, epoch: int, **kw) -> list[list[str]]:
+    ld = Loader(urls, **kw)
+    ld.set_epoch(epoch)
+    return _keys(ld)
+
+
+def _state_after(urls, epoch: int, batches: int, **kw) -> dict:
+    ld = Loader(urls, **kw)
+    ld.set_epoch(epoch)
+    it = iter(ld)
+    for _ in range(batches):
+        next(it)
+    state = ld.state_dict()
+    it.close()
+    return state
+
+
+KW = dict(batch_size=4, transform=tf(16), device="cpu", seed=11)
+
+
+def test_row_load_then_iterate_continues(urls):
+    state = _state_after(urls, 1, 3, **KW)
+    ld = Loader(urls, **KW)
+    ld.load_state_dict(state)
+    assert _keys(ld) == _epoch(urls, 1, **KW)[3:]
+
+
+def test_row_load_then_set_epoch_same_continues(urls):
+    state = _state_after(urls, 1, 3, **KW)
+    ld = Loader(urls, **KW)
+    ld.load_state_dict(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ld.set_epoch(1)
+    assert _keys(ld) == _epoch(urls, 1, **KW)[3:]
+
+
+def test_row_load_then_set_epoch_other_starts_it_whole_and_says_so(urls):
+    """The trap this table closes: epoch 2 used to start at its 4th batch (24 samples lost)."""
+    state = _state_after(urls, 1, 3, **KW)
+    ld = Loader(urls, **KW)
+    ld.load_state_dict(state)
+    with pytest.warns(RuntimeWarning, match=r"set_epoch\(2\).*3 batches into epoch 1.*epoch 2 starts from its "
+                                            r"beginning.*rest of epoch 1 is not read"):
+        ld.set_epoch(2)
+    got = _keys(ld)
+    assert got == _epoch(urls, 2, **KW) and len(got) == 12
+    assert ld.state_dict()["dataset_state"]["epoch"] == 2
+
+
+def test_row_state_dict_right_after_load_gives_the_state_back(urls):
+    state = _state_after(urls, 1, 3, **KW)
+    ld = Loader(urls, **KW)
+    ld.load_state_dict(state)
+    again = ld.state_dict()
+    assert again["dataset_state"]["position"] == state["dataset_state"]["position"] == 12
+    assert again["dataset_state"]["epoch"] == 1 and again["_num_yielded"] == 3 and not again["_iterator_finished"]
+    fresh = Loader(urls, **KW)
+    fresh.load_state_dict(again)  # a checkpoint saved before the first batch loses nothing
+    assert _keys(fresh) == _epoch(urls, 1, **KW)[3:]
+
+
+def test_row_load_of_a_finished_epoch_starts_the_next(urls):
+    ld = Loader(urls, **KW)
+    ld.set_epoch(1)
+    list(ld)
+    state = ld.state_dict()
+    assert state["_iterator_finished"]
+    again = Loader(urls, **KW)
+    again.load_state_dict(state)
+    assert _keys(again) == _epoch(urls, 2, **KW)
+    again = Loader(urls, **KW)
+    again.load_state_dict(state)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is dropped: no warning
+        again.set_epoch(5)
+    assert _keys(again) == _epoch(urls, 5, **KW)
+
+
+def test_row_set_epoch_before_load_the_load_decides(urls):
+    state = _state_after(urls, 1, 3, **KW)
+    ld = Loader(urls, **KW)
+    ld.set_epoch(7)
+    ld.load_state_dict(state)
+    assert _keys(ld) == _epoch(urls, 1, **KW)[3:]
+
+
+def test_row_load_while_iterating_raises(urls):
+    state = _state_after(urls, 1, 3, **KW)
+    ld = Loader(urls, **KW)
+    it = iter(ld)
+    next(it)
+    with pytest.raises(ConcurrentIterationError, match="load_state_dict"):
+        ld.load_state_dict(state)
+    it.close()
+    ld.load_state_dict(state)  # once the iterator is closed
+    assert _keys(ld) == _epoch(urls, 1, **KW)[3:]
+
+
+def test_row_load_twice_the_second_wins_without_a_warning(urls):
+    a = _state_after(urls, 1, 3, **KW)
+    b = _state_after(urls, 2, 5, **KW)
+    ld = Loader(urls, **KW)
+    ld.load_state_dict(a)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ld.load_state_dict(b)
+    assert _keys(ld) == _epoch(urls, 2, **KW)[5:]
+
+
+def test_row_resumed_epoch_then_the_next_runs_whole(urls):
+    """After the resumed epoch ends, the next iteration is the next epoch, whole (and a
+    set_epoch for it changes nothing)."""
+    state = _state_after(urls, 1, 3, **KW)
+    for call_set_epoch in (False, True):
+        ld = Loader(urls, **KW)
+        ld.load_state_dict(state)
+        assert _keys(ld) == _epoch(urls, 1, **KW)[3:]
+        if call_set_epoch:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                ld.set_epoch(2)
+        assert _keys(ld) == _epoch(urls, 2, **KW)
