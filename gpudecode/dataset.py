@@ -110,7 +110,8 @@ class ShardDataset(torch.utils.data.Dataset):
         wanted = set(self.image_exts) | set(self.label_exts)
         flist = self.reader.files.get(url)
         if flist is not None:  # an image file: index j of its list
-            for path, _, fields, err in iter_files(flist, [j], 0, 1, extensions=frozenset(wanted)):
+            for path, _, fields, err in iter_files(flist, [j], 0, 1, extensions=frozenset(wanted),
+                                                   max_bytes=self.reader.max_file_bytes):
                 if err is not None:
                     raise err
                 return Sample(flist.keys[j], fields, path, j)

@@ -4,6 +4,8 @@ retried, GPUDECODE_TMPDIR, and CLI options (--version, verify --quick, inspect
 --keep-going, shard --seed)."""
 from __future__ import annotations
 
+import os
+
 import gzip
 import io
 import json
@@ -230,9 +232,17 @@ def test_the_environment_is_never_taken_for_bad_data(tmp_path, monkeypatch):
             raise OSError(errno.EMFILE, "Too many open files")
         return real_open(path, *a, **kw)
 
+    real_os_open = os.open
+
+    def no_os_fds(path, *a, **kw):  # (image files are opened with os.open: O_NONBLOCK, a FIFO never waits)
+        if str(path).endswith((".tar", ".jpg")):
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_os_open(path, *a, **kw)
+
     (tmp_path / "t" / "c").mkdir(parents=True)
     (tmp_path / "t" / "c" / "x.jpg").write_bytes(samples[0]["jpg"])
     monkeypatch.setattr(builtins, "open", no_fds)
+    monkeypatch.setattr(os, "open", no_os_fds)
     for source in (plain, str(tmp_path / "t")):
         ld = Loader(source, batch_size=4, transform=tf, device="cpu", on_error="skip")
         with pytest.raises(ResourceError, match="EMFILE"):

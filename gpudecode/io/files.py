@@ -23,15 +23,22 @@ from __future__ import annotations
 import functools
 import os
 import random
+import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from ..errors import RESOURCE_ERRNOS, LocatedError, ShardReadError, resource_error
+from ..errors import RESOURCE_ERRNOS, LabelError, LocatedError, ShardReadError, resource_error
 
 # torchvision.datasets.folder.IMG_EXTENSIONS
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+# the image fields a Loader (and precache) reads by default: torchvision's image extensions,
+# and tensor samples (.npy) of gpudecode precache
+DEFAULT_IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "ppm", "pgm", "npy")
 PREFIX = "files:"  # the name of a file list among shard URLs starts with this
+# a list line's label, as gpudecode.labels reads a .cls member's (not Python's int(): no "1_0", no "７")
+_LABEL = re.compile(r"[+-]?[0-9]+")
 
 
 @dataclass(frozen=True)
@@ -91,6 +98,8 @@ def _make(name: str, root: str, items: Sequence[tuple[str, int | None]], classes
     paths, labels, keys, exts = [], [], [], []
     for path, label in items:
         rel = os.path.relpath(path, root) if root else path
+        if ".." in Path(rel).parts:  # (a list line "../imgs/x.jpg"): no key may climb, its absolute path names it
+            rel = os.path.abspath(path).lstrip(os.sep)
         paths.append(path)
         labels.append(label)
         keys.append(path_key(rel.replace(os.sep, "/")))
@@ -150,7 +159,8 @@ def read_list(path: Path) -> FileList:
     paths are taken from the file's folder; `#` starts a comment line.
 
     Raises:
-        ShardReadError: a line that is not `path label` with an integer label.
+        LabelError: a line that is not `path label` with an integer label (ASCII digits).
+        ShardReadError: the file names no image.
     """
     path = Path(os.path.abspath(path))
     base = str(path.parent)
@@ -163,11 +173,10 @@ def read_list(path: Path) -> FileList:
             parts = line.rsplit(None, 1)
             label: int | None = None
             if len(parts) == 2 and not is_image_file(line):
-                try:
-                    label = int(parts[1])
-                except ValueError:
-                    raise ShardReadError(f"line {n}: {line!r} is not `path label` (an integer label)",
-                                         shard=str(path)) from None
+                if not _LABEL.fullmatch(parts[1]):  # as a .cls member is read: ASCII digits, nothing else
+                    raise LabelError(f"line {n}: {line!r} is not `path label` with an integer label (ASCII digits, "
+                                     "an optional sign)", shard=str(path))
+                label = int(parts[1])
                 line = parts[0]
             items.append((os.path.normpath(os.path.join(base, line)), label))
     if not items:
@@ -196,21 +205,66 @@ def is_file_item(item: Any) -> bool:
     return isinstance(item, (str, os.PathLike)) and is_image_file(os.fspath(item))
 
 
-def read_file(path: str) -> bytes:
-    """A file's bytes. A missing or unreadable file is the sample's fault (named); what the
+# The most bytes one image file may have when no pixel limit gives one (file_cap).
+MAX_FILE_BYTES = 1 << 32
+
+
+def file_cap(max_pixels: int) -> int:
+    """The most bytes an image file (or shard member) of at most `max_pixels` pixels may
+    have: 8 bytes a pixel (a 16-bit RGBA image stored without compression) and 64 MiB of
+    metadata; MAX_FILE_BYTES (4 GiB) without a pixel limit (0)."""
+    return 8 * max_pixels + (64 << 20) if max_pixels > 0 else MAX_FILE_BYTES
+
+
+_KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a directory"))
+
+
+def read_file(path: str, max_bytes: int = MAX_FILE_BYTES) -> bytes:
+    """A regular file's bytes, at most `max_bytes` of them. A missing, unreadable,
+    oversized or irregular file (a FIFO, a device such as /dev/zero, a socket, through a
+    symlink or not) is the sample's fault, named, and nothing is read from it: opening
+    never waits for a writer and reading never runs the process out of memory. What the
     machine ran out of (descriptors, memory) is raised as it is, never taken for bad data."""
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        # O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer, for ever
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         if e.errno in RESOURCE_ERRNOS:
             raise resource_error(e, f"cannot read the image file {path!r}") from e
         raise ShardReadError(f"cannot read the image file: {e.strerror or e}", shard=path) from e
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((what for test, what in _KINDS if test(st.st_mode)), "not a regular file")
+            raise ShardReadError(f"is {kind}, not a regular file: not read as an image", shard=path)
+        if st.st_size > max_bytes:
+            raise ShardReadError(f"is {st.st_size:,} bytes, over the {max_bytes:,} an image file may have here "
+                                 "(file_cap of the Loader's max_pixels): not read", shard=path)
+        chunks, left = [], max_bytes + 1
+        while left > 0:  # (a file that grows while it is read is read up to the cap, then refused)
+            b = os.read(fd, min(left, 1 << 24))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        if left <= 0:
+            raise ShardReadError(f"grew past the {max_bytes:,} bytes an image file may have while it was read",
+                                 shard=path)
+        return b"".join(chunks) if len(chunks) != 1 else chunks[0]
+    except OSError as e:
+        if e.errno in RESOURCE_ERRNOS:
+            raise resource_error(e, f"cannot read the image file {path!r}") from e
+        raise ShardReadError(f"cannot read the image file: {e.strerror or e}", shard=path) from e
+    finally:
+        os.close(fd)
 
 
 def iter_files(flist: FileList, order: Sequence[int], start: int, stop: int | None, *,
-               extensions: frozenset[str] | None) -> Iterator[tuple[str, int, dict[str, bytes], LocatedError | None]]:
-    """(path, index, fields, error) for positions start..stop-1 of `order`."""
+               extensions: frozenset[str] | None, max_bytes: int = MAX_FILE_BYTES
+               ) -> Iterator[tuple[str, int, dict[str, bytes], LocatedError | None]]:
+    """(path, index, fields, error) for positions start..stop-1 of `order`; each file's
+    failure is its own (read_file), the others are read."""
     end = len(order) if stop is None else stop
     for pos in range(start, end):
         i = order[pos]
@@ -219,7 +273,7 @@ def iter_files(flist: FileList, order: Sequence[int], start: int, stop: int | No
         ext = flist.ext(i)
         try:
             if extensions is None or ext in extensions:
-                fields[ext] = read_file(path)
+                fields[ext] = read_file(path, max_bytes)
         except ShardReadError as e:
             yield path, i, fields, ShardReadError(e.reason, shard=path, key=flist.keys[i])
             continue

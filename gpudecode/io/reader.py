@@ -51,7 +51,7 @@ from ..errors import (RESOURCE_ERRNOS, GpuDecodeError, LocatedError, OnError, Re
                       ShardReadError, Skipped, ErrorPolicy, resource_error, wrap_data_error)
 from . import shards as _shards
 from .cache import ShardCache
-from .files import FileList, iter_files
+from .files import MAX_FILE_BYTES, FileList, iter_files
 from .remote import RemoteOptions, open_remote
 from .tario import BLOCK, Member, TarFault, index_file_lists, is_metadata, iter_stream, split_key
 
@@ -657,6 +657,12 @@ def _shard_lists(url: str, *, on_error: str = "raise", extensions: frozenset[str
         yield [Failure(e, fatal=True)]
 
 
+# csrc/tar.cpp's faults of an extended header ('L', 'x', 'g') whose checksum holds (its own
+# member's name unknown: the name was what it carried)
+_EXTENDED_FAULTS = ("bad size field", "member size out of range", "extended header of", "bad pax",
+                    "GNU sparse member is not supported", "pax path contains")
+
+
 class _Assembler:
     """iter_shard's samples, member by member: the sample being assembled (key, index,
     fields) and what is wrong with it (`bad`: the sample is delivered as a Failure)."""
@@ -677,16 +683,26 @@ class _Assembler:
     def fault(self, item: TarFault) -> Iterator[Sample | Failure]:
         """The archive's fault: the sample it leaves complete (if any), then the fault."""
         parts = split_key(item.member) if item.member is not None else None
+        message = item.message
         if item.after_end:  # the archive ended before the fault: its last sample is whole
             if self.key is not None:
                 yield self.pending()
+            self.key = None
+        elif item.member is None and self.key is not None and message.startswith(_EXTENDED_FAULTS):
+            # an extended header (a GNU long name, pax records) whose checksum holds but whose
+            # size or records are bad: the archive is whole up to it, and it begins the next
+            # member, whose name it was to give: the sample before is delivered as the archive
+            # holds it, the fault names the place after it. (A header whose checksum fails, or
+            # an archive cut off, may have been part of that sample: it is not delivered then.)
+            message = f"{message} (in the extended header after sample {self.key!r})"
+            yield self.pending()
             self.key = None
         elif parts is not None and parts[0] != self.key:
             if self.key is not None:
                 yield self.pending()  # the fault is in another sample's data: this one is complete
             self.key = parts[0]
         cls = ShardReadError if item.io else ShardFormatError
-        yield Failure(cls(item.message, shard=self.url, key=self.key, offset=item.offset), fatal=True)
+        yield Failure(cls(message, shard=self.url, key=self.key, offset=item.offset), fatal=True)
 
     def member(self, member: Member, data: bytes | memoryview | None, g: int) -> list[Sample | Failure]:
         """Takes member `member` of sample g. Returns what to deliver, in order: the
@@ -975,6 +991,10 @@ class ShardReader(torch.utils.data.IterableDataset):
             memory, least recently used out first; close() drops them). A
             shard truncated in place while its views are in use faults (SIGBUS); files
             replaced by a rename (as every gpudecode writer does) are safe.
+        max_file_bytes: an image file as it lies (not a shard) over this many bytes, or one
+            that is not a regular file (a FIFO, a device, a socket), is its sample's error
+            and is not read (gpudecode.io.files.read_file); the Loader sets it from its
+            max_pixels (file_cap).
         pool_extensions, pool_limit: these fields of local (and cached, gunzipped) shards
             come as read-only memoryviews over memory the reader recycles instead of bytes:
             a block goes back to the reader's pool when the last view of it is gone, and
@@ -996,10 +1016,18 @@ class ShardReader(torch.utils.data.IterableDataset):
                  remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
                  cache_limit: int | None = None, map_extensions: Sequence[str] = (),
                  pool_extensions: Sequence[str] = (), pool_limit: int = 128 << 20,
-                 policy: ErrorPolicy | None = None) -> None:
+                 policy: ErrorPolicy | None = None, max_file_bytes: int = MAX_FILE_BYTES) -> None:
         super().__init__()
         self.files: dict[str, FileList] = {}
         self.urls = _shards.expand_urls(urls, files=self.files)
+        trees = [f for f in self.files.values() if f.classes]
+        for f in trees[1:]:  # one label means one class: trees with other class folders would mix them up
+            if f.classes != trees[0].classes:
+                a, b = trees[0], f
+                raise ValueError(f"the ImageFolder trees {a.root} ({_names(a.classes)}) and {b.root} "
+                                 f"({_names(b.classes)}) have different classes: label 0 would be {a.classes[0]!r} "
+                                 f"in one and {b.classes[0]!r} in the other. Read trees with the same class folders "
+                                 "(or one tree)")
         if not self.urls:
             raise ShardReadError(f"no shards: {urls!r} names none", shard=str(urls))
         missing = [u for u in self.urls if u not in self.files and _shards.is_local(u)
@@ -1031,6 +1059,7 @@ class ShardReader(torch.utils.data.IterableDataset):
         if pool_limit < 0:
             raise ValueError("pool_limit must be >= 0")
         self.pool_limit = pool_limit
+        self.max_file_bytes = int(max_file_bytes)  # an image file over this is its sample's error, not read
         self._pooled = _Pooled(self.pool_extensions, _native.BlockPool(pool_limit)) if self.pool_extensions else None
         self.even_policy = even  # as given; `even` is what it means for this process
         self.split = split
@@ -1297,7 +1326,7 @@ class ShardReader(torch.utils.data.IterableDataset):
             return
         flist = self.files[seg.url]
         for path, i, fields, err in iter_files(flist, (orders or {})[seg.url], seg.start, seg.stop,
-                                                extensions=self.extensions):
+                                                extensions=self.extensions, max_bytes=self.max_file_bytes):
             yield [Sample(flist.keys[i], fields, path, i) if err is None else Failure(err, fatal=False)]
 
     def _consume(self, seg: _shards.Segment, q: queue.Queue, outer: threading.Event,
@@ -1318,6 +1347,11 @@ class ShardReader(torch.utils.data.IterableDataset):
                 self._record(item)
                 continue
             yield item
+
+
+def _names(classes: Sequence[str], show: int = 4) -> str:
+    more = f", ... ({len(classes)} classes)" if len(classes) > show else ""
+    return ", ".join(classes[:show]) + more
 
 
 class _Window:
