@@ -113,6 +113,10 @@ def _cmd_precache(a: argparse.Namespace) -> int:
     else:
         print("other ranks' source shards are not done yet: the last rank to finish writes the manifest "
               f"(or run: gpudecode precache --merge {a.out})")
+    if r.samples == 0 and r.skipped:  # --keep-going that kept nothing: a failure, whatever was asked
+        print(f"precache: every sample was skipped ({plural(len(r.skipped), 'sample')}): nothing was written",
+              file=sys.stderr)
+        return 1
     return 0
 
 

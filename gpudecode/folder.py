@@ -9,10 +9,11 @@ from pathlib import Path
 
 from . import _native
 from .decode._base import PILLOW_FORMATS
-from .io.files import path_key
+from .errors import ShardReadError
+from .io.files import IMG_EXTENSIONS, is_image_file, path_key, read_file
 from .io.writer import ShardWriter, format_pattern, pattern_head, written_by
 
-_PIL_EXT = {"WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff"}
+_PIL_EXT = {"WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff", "PPM": "ppm"}  # (PGM and PBM are "PPM")
 
 
 @dataclass
@@ -62,8 +63,9 @@ def shard_folder(src: str | os.PathLike, pattern: str, *, shard_size: int = 1000
     000000001, ...) or "path" (the file's path in the tree, without its extension). The
     class index ({class name: index}, classes sorted by name as torchvision's ImageFolder
     does) is written beside the shards as `<prefix>-classes.json` (see class_index_path);
-    an existing one that differs is refused. Files that are not images are reported, not
-    packed.
+    an existing one that differs is refused. Samples are the files torchvision's
+    ImageFolder takes (its image extensions); the others, files that are not images by
+    their bytes, symbolic links to nothing and FIFOs or devices are reported, not packed.
 
     An output that already holds shards of this pattern (an earlier run, whose tail a
     smaller run would leave behind) is refused; `overwrite` removes them and their class
@@ -103,7 +105,21 @@ def shard_folder(src: str | os.PathLike, pattern: str, *, shard_size: int = 1000
         if existing != index:
             raise ValueError(f"{class_file} holds another class index (written for other shards): remove it or "
                              "write these shards under another name")
-    files = [(p, index[c]) for c in classes for p in sorted((src / c).rglob("*")) if p.is_file()]
+    files = []
+    rejected: list[tuple[str, str]] = []
+    for c in classes:  # what torchvision's ImageFolder takes as samples; everything else is named, not packed
+        for p in sorted((src / c).rglob("*")):
+            if p.is_dir():
+                continue
+            if not is_image_file(p.name):
+                rejected.append((str(p), "not an image file by its extension (torchvision's ImageFolder skips it: "
+                                         f"{', '.join(IMG_EXTENSIONS)})"))
+            elif p.is_symlink() and not p.exists():
+                rejected.append((str(p), "a symbolic link to nothing"))
+            elif not p.is_file():
+                rejected.append((str(p), "not a regular file (a FIFO, a device or a socket)"))
+            else:
+                files.append((p, index[c]))
     if key == "path":
         keys: dict[str, Path] = {}
         for p, _ in files:
@@ -112,12 +128,16 @@ def shard_folder(src: str | os.PathLike, pattern: str, *, shard_size: int = 1000
                 raise ValueError(f"{p} and {keys[k]} would both have the key {k!r}")
             keys[k] = p
     random.Random(seed).shuffle(files)
-    report = ShardReport([], 0, index)
+    report = ShardReport([], 0, index, rejected)
     from tqdm import tqdm
 
     with ShardWriter(pattern, maxcount=shard_size) as w:
         for path, label in tqdm(files, desc="shard", unit="img", disable=not progress):
-            data = path.read_bytes()
+            try:
+                data = read_file(str(path))
+            except ShardReadError as e:  # unreadable, or changed into something else since the scan: named
+                report.rejected.append((str(path), e.reason))
+                continue
             ext = image_extension(data)
             rel = path.relative_to(src).as_posix()
             if ext is None:

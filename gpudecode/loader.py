@@ -57,6 +57,7 @@ from ._probe import DEFAULT_MAX_PIXELS
 from ._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
 from .decode import NAMES, available, check_device, choose, make_decoder
 from .errors import BackendUnavailableError, ConcurrentIterationError, ErrorPolicy, OnError, Skipped, TransformError
+from .io.files import DEFAULT_IMAGE_EXTS, file_cap
 from .io.reader import Sample, ShardReader, split_exts
 from .io.remote import RemoteOptions
 from .mixing import BatchTransform, CutMix, MixUp, RandomChoice, as_batch_transform
@@ -266,13 +267,28 @@ def _batch_step(step: Any, transform: Compose, labels: bool, num_classes: int | 
         def mixes(s: BatchTransform) -> list[BatchTransform]:
             return [m for t in s.transforms for m in mixes(t)] if isinstance(s, RandomChoice) else [s]
 
-        for m in mixes(step):
-            if isinstance(m, (MixUp, CutMix)) and m.num_classes is None:
+        mixers = [m for m in mixes(step) if isinstance(m, (MixUp, CutMix))]
+        given = {m.num_classes for m in mixers if m.num_classes is not None}
+        if num_classes is not None:
+            given.add(num_classes)
+        if len(given) > 1:  # (torch's one_hot would fail at the first batch, naming no sample)
+            said = ", ".join(f"{m!r}" for m in mixers) + (f", Loader(num_classes={num_classes})" if num_classes else "")
+            raise TransformError(f"the batch transform and the Loader disagree on the number of classes ({said}): "
+                                 "give them one num_classes")
+        for m in mixers:
+            if m.num_classes is None:
                 if num_classes is None:
                     raise TransformError(f"{m!r} turns labels into [N, num_classes]: give it num_classes= (or the "
                                          "Loader's num_classes=)")
                 m.num_classes = num_classes
     return step
+
+
+def _mix_classes(step: Any) -> int | None:
+    """The num_classes a batch transform (ours, checked by _batch_step) mixes labels into."""
+    if isinstance(step, RandomChoice):
+        return next((c for c in map(_mix_classes, step.transforms) if c is not None), None)
+    return step.num_classes if isinstance(step, (MixUp, CutMix)) else None
 
 
 def _default_seed(world_size: int) -> int:
@@ -368,9 +384,11 @@ class Loader:
         prefetch_factor: batches prepared ahead (DataLoader's meaning per worker; here for
             the whole loader; default 2).
         drop_last: drop the last, smaller batch.
-        image_ext, label_ext: extensions tried in order (";"-separated); `.cls` holds an
+        image_ext, label_ext: extensions tried in order (";"-separated); the default
+            image ones are torchvision's (jpg, jpeg, png, webp, bmp, tif, tiff, ppm, pgm)
+            and npy, a tensor sample written by `gpudecode precache`; `.cls` holds an
             integer as text, `.json` a {"label": int} (gpudecode.labels). labels=False
-            turns labels off. `.npy` is a tensor sample written by `gpudecode precache`.
+            turns labels off.
         num_classes: when given, a label must be below it (a LabelError names the sample).
         allow_negative_labels: take negative labels (refused by default: -1 and -100 are
             CrossEntropyLoss's ignore_index, a sample that would train on nothing).
@@ -422,7 +440,7 @@ class Loader:
 
     def __init__(self, urls: Any, *, batch_size: int, transform: Any, device: "str | torch.device" = "auto",
                  decoder: Any = "auto", shuffle: bool = True, seed: int | None = None,
-                 image_ext: str | Sequence[str] = "jpg;jpeg;png;webp;npy", label_ext: str | Sequence[str] = "cls",
+                 image_ext: str | Sequence[str] = DEFAULT_IMAGE_EXTS, label_ext: str | Sequence[str] = "cls",
                  labels: bool = True, num_classes: int | None = None, allow_negative_labels: bool = False,
                  num_workers: int | None = None, pin_memory: bool = False,
                  persistent_workers: bool = False, prefetch_factor: int | None = None, drop_last: bool = False,
@@ -467,6 +485,9 @@ class Loader:
         if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
                                         or num_classes < 1):
             raise ValueError(f"num_classes must be a positive int, not {num_classes!r}")
+        if num_classes is None and self.batch_transform is not None:
+            # MixUp/CutMix's classes bound the labels: one past them is that sample's LabelError, not torch's
+            num_classes = _mix_classes(self.batch_transform)
         self.num_classes = num_classes
         self.allow_negative_labels = bool(allow_negative_labels)
         self.num_threads = max(1, workers) if workers is not None else (os.cpu_count() or 1)
@@ -489,7 +510,9 @@ class Loader:
                                   # tensor samples stay in the mapped shard: the kernel reads them there
                                   map_extensions=[e for e in self.image_exts if e == "npy"],
                                   # the others are read into recycled memory (no page faults a read)
-                                  pool_extensions=[e for e in self.image_exts if e != "npy"])
+                                  pool_extensions=[e for e in self.image_exts if e != "npy"],
+                                  # an image file is read only up to what an image of max_pixels can take
+                                  max_file_bytes=file_cap(max_pixels))
         self.seed = int(seed) if seed is not None else _default_seed(self.reader._rank()[1])
         self.reader.seed = self.seed
         self.epoch = 0
@@ -631,12 +654,13 @@ class Loader:
         h = hashlib.sha256()
         for u in self.reader.urls:
             flist = self.reader.files.get(u)
+            # (names as the file system gives them: a name that is not UTF-8 keeps its bytes)
             if flist is None:
-                h.update(os.path.basename(u.rstrip("/")).encode() + b"\0")
+                h.update(os.fsencode(os.path.basename(u.rstrip("/"))) + b"\0")
             else:
                 h.update(f"files:{len(flist)}\0".encode())
                 for k in flist.keys:
-                    h.update(k.encode() + b"\0")
+                    h.update(k.encode("utf-8", "surrogateescape") + b"\0")
         return h.hexdigest()[:16]
 
     def load_state_dict(self, state: dict) -> None:

@@ -45,6 +45,7 @@ import torch
 
 from . import transforms as T
 from ._probe import DEFAULT_MAX_PIXELS, probe_samples
+from .io.files import DEFAULT_IMAGE_EXTS
 from ._version import __version__
 from .decode import DecodedBatch, check_device, choose, make_decoder
 from .errors import (DecodeError, ErrorPolicy, GpuDecodeError, OnError, ShardFormatError, ShardWriteError, Skipped,
@@ -56,7 +57,7 @@ from .io.reader import Sample, ShardReader, split_exts
 from .io.writer import ShardWriter, check_key, format_pattern, pattern_head
 from .tensors import encode_npy, npy_layout
 
-IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "npy")
+IMAGE_EXTS = DEFAULT_IMAGE_EXTS  # torchvision's image extensions and .npy
 FORMAT_VERSION = 2
 MAX_PARTS = 1000  # output shards per source shard (a pattern's number is unit * 1000 + part)
 _NO_LIMIT = 1 << 62

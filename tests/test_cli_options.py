@@ -74,9 +74,9 @@ def test_precache_shard_bytes_max_pixels_device_decoder(sources, tmp_path, capsy
     assert "over the limit" in capsys.readouterr().err
     with pytest.warns(RuntimeWarning):
         assert main(["precache", sources[0], str(tmp_path / "c"), "--size", "32", "--max-pixels", "1000",
-                     "--keep-going", "--quiet"]) == 0
+                     "--keep-going", "--quiet"]) == 1  # every sample skipped: nothing written is a failure
     err = capsys.readouterr().err
-    assert "skipped 6 samples" in err
+    assert "skipped 6 samples" in err and "nothing was written" in err
 
 
 def test_precache_rank_and_world_size(sources, tmp_path, capsys):

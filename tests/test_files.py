@@ -13,7 +13,7 @@ import torch
 import torchvision
 from PIL import Image
 
-from gpudecode import DecodeError, Loader, ShardReadError, ShardReader
+from gpudecode import DecodeError, LabelError, Loader, ShardReadError, ShardReader
 from gpudecode import transforms as T
 from gpudecode.cli import main
 
@@ -144,7 +144,7 @@ def test_list_file_and_python_lists(tree, tmp_path):
             assert s.fields[ext] == f.read()
     bad = tmp_path / "bad.txt"
     bad.write_text(f"{ref.samples[0][0]} dog\n")
-    with pytest.raises(ShardReadError, match="line 1: .* is not `path label`"):
+    with pytest.raises(LabelError, match="line 1: .* is not `path label`"):  # (as a .cls member's "dog" is)
         ShardReader(str(bad))
 
 
