@@ -314,6 +314,14 @@ def _posterize_bits(n: int, span: int, top: int = 8) -> list[float]:
     return (top - (torch.arange(n) / ((n - 1) / span))).round().int().tolist()
 
 
+def _bins(n: Any) -> int:
+    """num_magnitude_bins, checked: an int of at least 2 (its magnitudes are spaced over
+    n - 1 steps; torchvision takes 1 and divides by zero at the first image)."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise TransformError(f"num_magnitude_bins must be an int >= 2, not {n!r}")
+    return n
+
+
 class _Policy(_Step):
     """An auto-augment policy: each sample's ops as [(name, magnitude), ...] under `key`."""
 
@@ -390,7 +398,7 @@ class TrivialAugmentWide(_Policy):
 
     def __init__(self, num_magnitude_bins: int = 31, interpolation: Any = "nearest", fill: Any = None) -> None:
         super().__init__(interpolation, fill)
-        self.num_magnitude_bins = int(num_magnitude_bins)
+        self.num_magnitude_bins = _bins(num_magnitude_bins)
         self._tables = {name: self.magnitudes(name, self.num_magnitude_bins, (0, 0)) for name in self.SPACE}
 
     def magnitudes(self, name: str, bins: int, size: tuple[int, int]) -> list[float] | None:
@@ -449,8 +457,12 @@ class RandAugment(_Policy):
             raise ValueError(f"num_ops should be a non-negative integer, but got {num_ops} instead.")
         super().__init__(interpolation, fill)
         self.num_ops = num_ops
+        self.num_magnitude_bins = _bins(num_magnitude_bins)
+        if isinstance(magnitude, bool) or not isinstance(magnitude, int) or not 0 <= magnitude < self.num_magnitude_bins:
+            # (torchvision takes it and fails at the first image: an IndexError, or a magnitude from the end)
+            raise TransformError(f"RandAugment magnitude must be an int in [0, num_magnitude_bins - 1] = "
+                                 f"[0, {self.num_magnitude_bins - 1}], not {magnitude!r}")
         self.magnitude = int(magnitude)
-        self.num_magnitude_bins = int(num_magnitude_bins)
 
     def magnitudes(self, name: str, bins: int, size: tuple[int, int]) -> list[float] | None:
         return _rand_augment_magnitudes(name, bins, size)

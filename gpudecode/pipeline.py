@@ -342,7 +342,18 @@ class Pipeline:
             index = {id(s): position + i for i, s in enumerate(chunk)}
             indices = [index[id(s)] * world + rank for s in samples]
         # (the common plans drawn natively for the batch, as columns: see gpudecode._draws)
-        params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices) for v, tf in enumerate(self.views)]
+        try:
+            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
+                      for v, tf in enumerate(self.views)]
+        except (ValueError, ArithmeticError):  # one image the transform cannot take (a crop larger than it, ...)
+            keep = self._drawable(samples, sizes, indices, seed, epoch)
+            if len(keep) == len(samples):
+                raise  # not one image's: the batch's own failure
+            probed = probed.keep(keep)
+            samples, sizes, labels = probed.samples, [sizes[i] for i in keep], probed.extras
+            indices = np.asarray([int(indices[i]) for i in keep], np.int64)
+            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
+                      for v, tf in enumerate(self.views)]
         view_boxes = [pv.boxes() for pv in params]  # [view]: int64 [N, 4] (top, left, height, width)
         boxes = view_boxes[0] if not self.multi else _union(view_boxes)
         requests = probed.requests(boxes)
@@ -372,6 +383,21 @@ class Pipeline:
         timing.decode = time.perf_counter() - t1
         return _Prepared(samples, params, sizes, labels, decoded, timing, taken=len(chunk), seq=seq, ready=ready,
                          draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes)
+
+    def _drawable(self, samples: list[Sample], sizes: list[tuple[int, int]], indices: Any, seed: int,
+                  epoch: int) -> list[int]:
+        """The images of a batch whose draws can be made, each drawn alone (the same draws
+        as in a batch); each one that cannot is its sample's DecodeError under the policy."""
+        keep = []
+        for i, (s, hw) in enumerate(zip(samples, sizes)):
+            try:
+                for v, tf in enumerate(self.views):
+                    tf.draw_batch([hw], view_seed(seed, v), epoch=epoch, indices=np.asarray([int(indices[i])]))
+                keep.append(i)
+            except (ValueError, ArithmeticError) as e:
+                self.policy(DecodeError(f"the transform cannot take this image of {hw[0]}x{hw[1]}: {e}",
+                                        shard=s.shard, key=s.key))
+        return keep
 
     def finish(self, p: _Prepared, even: str | None = None) -> _Ready | None:
         """Stage B: the error policy, the fused kernel into the next output slot, and the

@@ -120,6 +120,11 @@ class Resize(Transform):
             self.size = _setup_size(size)
         if max_size is not None and not isinstance(self.size, int):
             raise ValueError("max_size is only allowed when size is an int")
+        if max_size is not None and (isinstance(max_size, bool) or not isinstance(max_size, int)
+                                     or max_size <= self.size):  # type: ignore[operator]
+            # (torchvision's F.resize refuses it so, at the first image)
+            raise ValueError(f"max_size = {max_size} must be strictly greater than the requested size for the "
+                             f"smaller edge size (size={self.size})")
         _check_bilinear(interpolation)
         self.max_size = max_size
         self.antialias = bool(antialias)
@@ -431,6 +436,8 @@ class RandomErasing(Transform):
             raise ValueError("Scale should be between 0 and 1")
         if scale[0] > scale[1] or ratio[0] > ratio[1]:
             raise TransformError("Scale and ratio should be of kind (min, max)")
+        if not (ratio[0] > 0 and math.isfinite(ratio[1])):  # its log is drawn from (torchvision fails at the first image)
+            raise TransformError(f"RandomErasing ratio must be positive and finite, not {tuple(ratio)!r}")
         self.p = float(p)
         self.scale = (float(scale[0]), float(scale[1]))
         self.ratio = (float(ratio[0]), float(ratio[1]))
