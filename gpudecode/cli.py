@@ -4,12 +4,44 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import sys
 from typing import Any
 
 from ._text import plural
 from ._version import __version__
 
+
+
+def _whole(low: int) -> Any:
+    """An argparse type: a whole number >= low (argparse then names the option)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if v < low:
+            raise argparse.ArgumentTypeError(f"{v} is below {low}")
+        return v
+    parse.__name__ = f"whole number >= {low}"
+    return parse
+
+
+def _number(*, positive: bool) -> Any:
+    """An argparse type: a finite number, > 0 (positive) or >= 0."""
+    def parse(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(v) or (v <= 0 if positive else v < 0):
+            raise argparse.ArgumentTypeError(f"{text} is not a finite number {'> 0' if positive else '>= 0'}")
+        return v
+    parse.__name__ = "number"
+    return parse
+
+
+COUNT, NONNEG, POSITIVE, DURATION = _whole(1), _whole(0), _number(positive=True), _number(positive=False)
 
 def _cmd_shard(a: argparse.Namespace) -> int:
     from .folder import shard_folder
@@ -20,6 +52,9 @@ def _cmd_shard(a: argparse.Namespace) -> int:
           f"-> {r.class_index}; read them as {a.out!r} (e.g. gpudecode inspect {a.out})")
     for path, why in r.rejected:
         print(f"not packed: {path}: {why}", file=sys.stderr)
+    if r.written == 0:
+        print(f"gpudecode shard: error: no image was packed from {a.src}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -188,20 +223,20 @@ def _add_bench(sub: Any) -> None:
 
     p = bs.add_parser("make-data", help="a dataset of realistic images cut from real photographs, in each format")
     p.add_argument("dir", help="output folder (new, empty, or an earlier make-data's)")
-    p.add_argument("--count", type=int, default=2048, help="images to make")
+    p.add_argument("--count", type=COUNT, default=2048, help="images to make")
     p.add_argument("--size", default="224", help="224, 768 or WxH (default 224)")
     p.add_argument("--formats", default="png,jpg,tensor", help="comma-separated: png, jpg, tensor")
-    p.add_argument("--shard-size", type=int, default=256, help="samples per shard")
-    p.add_argument("--seed", type=int, default=0, help="seed of the images drawn")
+    p.add_argument("--shard-size", type=COUNT, default=256, help="samples per shard")
+    p.add_argument("--seed", type=NONNEG, default=0, help="seed of the images drawn")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
     p = bs.add_parser("formats", help="img/s and MB/s of each format x pipeline, one run, same transforms")
     common(p)
-    p.add_argument("--threads", type=int, default=2, help="threads / DataLoader workers for every pipeline")
+    p.add_argument("--threads", type=COUNT, default=2, help="threads / DataLoader workers for every pipeline")
     p.add_argument("--device", default="cpu", help="cpu, or cuda[:N] for gpudecode and DALI")
-    p.add_argument("--batch", type=int, default=64, help="images per batch")
-    p.add_argument("--repeat", type=int, default=3, help="measured epochs (after a warm-up one)")
-    p.add_argument("--crop", type=int, default=224, help="RandomResizedCrop size")
+    p.add_argument("--batch", type=COUNT, default=64, help="images per batch")
+    p.add_argument("--repeat", type=COUNT, default=3, help="measured epochs (after a warm-up one)")
+    p.add_argument("--crop", type=COUNT, default=224, help="RandomResizedCrop size")
     p.add_argument("--pipelines", default="gpudecode,classic,dali,spdl,synthetic",
                    help="comma-separated (those not installed are reported as such)")
     p.add_argument("--quiet", action="store_true", help="no progress output")
@@ -210,12 +245,12 @@ def _add_bench(sub: Any) -> None:
                       "DataLoader with 1..W workers against gpudecode")
     common(p)
     p.add_argument("--format", default="jpg", choices=["jpg", "png", "tensor"], help="which shards of the dataset")
-    p.add_argument("--step-ms", type=float, default=50.0, help="the simulated step (default 50 ms)")
+    p.add_argument("--step-ms", type=DURATION, default=50.0, help="the simulated step (default 50 ms)")
     p.add_argument("--model", default=None, help="a torchvision model (e.g. resnet18): a real step on the GPU")
     p.add_argument("--workers", default="1,2", help="DataLoader worker counts to run (default 1,2)")
-    p.add_argument("--threads", type=int, default=None, help="gpudecode's threads (default: the most workers)")
-    p.add_argument("--batch", type=int, default=64, help="images per batch")
-    p.add_argument("--batches", type=int, default=None, help="batches measured (default: one epoch)")
+    p.add_argument("--threads", type=COUNT, default=None, help="gpudecode's threads (default: the most workers)")
+    p.add_argument("--batch", type=COUNT, default=64, help="images per batch")
+    p.add_argument("--batches", type=COUNT, default=None, help="batches measured (default: one epoch)")
     p.add_argument("--device", default="cpu", help="cpu, or cuda[:N] for gpudecode")
 
     p = bs.add_parser("io", help="read bandwidth of where the data lives: whole shards in order vs small files, "
@@ -223,22 +258,22 @@ def _add_bench(sub: Any) -> None:
                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("path", help="a folder (shards and/or image files below it), or a make-data dataset (by format)")
     p.add_argument("--out", default="gpudecode-bench", help="where io.json, io.md and io.png go")
-    p.add_argument("--block-kib", type=int, default=1024, help="read size on the local disk")
+    p.add_argument("--block-kib", type=COUNT, default=1024, help="read size on the local disk")
     p.add_argument("--tiers", action="store_true", help="also the object-store stand-in (HTTP on 127.0.0.1, "
                    "with and without cache_dir) and the NFS stand-in")
-    p.add_argument("--threads", type=int, default=8, help="concurrent reads on the stand-in tiers")
-    p.add_argument("--link-mb-s", type=float, default=100.0, help="object-store stand-in: MB/s per connection")
-    p.add_argument("--first-byte-ms", type=float, default=20.0, help="object-store stand-in: ms to the first byte")
-    p.add_argument("--nfs-latency-ms", type=float, default=1.0, help="NFS stand-in: ms per request")
-    p.add_argument("--tier-files", type=int, default=512, help="small files per format read on the stand-ins")
+    p.add_argument("--threads", type=COUNT, default=8, help="concurrent reads on the stand-in tiers")
+    p.add_argument("--link-mb-s", type=POSITIVE, default=100.0, help="object-store stand-in: MB/s per connection")
+    p.add_argument("--first-byte-ms", type=DURATION, default=20.0, help="object-store stand-in: ms to the first byte")
+    p.add_argument("--nfs-latency-ms", type=DURATION, default=1.0, help="NFS stand-in: ms per request")
+    p.add_argument("--tier-files", type=COUNT, default=512, help="small files per format read on the stand-ins")
 
     p = bs.add_parser("profile", help="gpudecode.profile on the classic pipeline and on gpudecode")
     common(p)
     p.add_argument("--format", default="jpg", choices=["jpg", "png", "tensor"], help="which shards of the dataset")
-    p.add_argument("--step-ms", type=float, default=20.0, help="the simulated training step per batch, ms")
-    p.add_argument("--threads", type=int, default=2, help="threads / DataLoader workers")
-    p.add_argument("--batch", type=int, default=64, help="images per batch")
-    p.add_argument("--batches", type=int, default=None, help="batches measured (default: one epoch)")
+    p.add_argument("--step-ms", type=DURATION, default=20.0, help="the simulated training step per batch, ms")
+    p.add_argument("--threads", type=COUNT, default=2, help="threads / DataLoader workers")
+    p.add_argument("--batch", type=COUNT, default=64, help="images per batch")
+    p.add_argument("--batches", type=COUNT, default=None, help="batches measured (default: one epoch)")
     p.add_argument("--device", default="cpu", help="cpu, or cuda[:N] for gpudecode")
     b.set_defaults(func=_cmd_bench)
 
@@ -265,15 +300,21 @@ def _cmd_plan(a: argparse.Namespace) -> int:
     consumer = (pl.Consumer(a.rate, f"{a.rate:g} img/s per GPU, given") if a.rate is not None
                 else pl.Consumer.from_step(step_ms=a.step_ms, batch=a.batch))
     overrides: dict[str, str] = {}
+    storage = [n.strip() for n in a.storage.split(",") if n.strip()]
     for spec in a.tier or []:
         name, sep, over = spec.partition(":")
         if not sep:
             raise pl.PlanError(f"--tier {spec!r}: expected NAME:key=value[,key=value]")
+        if name not in storage:  # an override of a tier not planned would be dropped without a word
+            raise pl.PlanError(f"--tier {spec!r}: {name!r} is not one of --storage's tiers ({', '.join(storage)})")
         overrides[name] = over
     measured = pl.tiers_from_io(a.io) if a.io else {}
-    tiers = [pl.tier(f"{n}:{overrides[n]}" if n in overrides else n, measured) for n in a.storage.split(",")]
+    tiers = [pl.tier(f"{n}:{overrides[n]}" if n in overrides else n, measured) for n in storage]
     node = pl.Node().with_(**pl.parse_overrides(a.node, "--node")) if a.node else pl.Node()
-    gpus = [int(g) for g in a.gpus.split(",")]
+    try:
+        gpus = [int(g) for g in a.gpus.split(",")]
+    except ValueError:
+        raise pl.PlanError(f"--gpus {a.gpus!r}: GPU counts are whole numbers, comma-separated (e.g. 1,8,64)") from None
     doc = pl.plan(costs, gpus=gpus, consumer=consumer, tiers=tiers, node=node, dataset_images=a.dataset_images)
     print(doc["markdown"])
     if a.out:
@@ -302,9 +343,9 @@ def _add_plan(sub: Any) -> None:
                    help="a format's costs by hand (repeatable; replaces --from's of that name), e.g. jpg:110:2.4")
     s.add_argument("--formats", default=None, help="only these formats, comma-separated (default: all given)")
     s.add_argument("--gpus", default="1,4,8,16,64,256", help="GPU counts, comma-separated")
-    s.add_argument("--step-ms", type=float, default=None, help="the training step per batch, ms")
-    s.add_argument("--batch", type=int, default=256, help="images per GPU per step (with --step-ms)")
-    s.add_argument("--rate", type=float, default=None, help="or: img/s one GPU consumes")
+    s.add_argument("--step-ms", type=POSITIVE, default=None, help="the training step per batch, ms")
+    s.add_argument("--batch", type=COUNT, default=256, help="images per GPU per step (with --step-ms)")
+    s.add_argument("--rate", type=POSITIVE, default=None, help="or: img/s one GPU consumes")
     s.add_argument("--storage", default="local-nvme,nfs-hdd,object-store",
                    help=f"storage tiers, comma-separated (known: {', '.join(TIERS)})")
     s.add_argument("--io", default=None, metavar="JSON", help="tiers measured by `gpudecode bench io --tiers` "
@@ -314,7 +355,7 @@ def _add_plan(sub: Any) -> None:
     s.add_argument("--node", default=None, metavar="key=value,...",
                    help="override the node (gpus, cores, links, link_gbit, pcie_gb_s, cache_gb, cache_mb_s); "
                         "default: DGX-class, 8 GPUs, 128 cores, 2 x 200 Gbit/s")
-    s.add_argument("--dataset-images", type=int, default=1_281_167,
+    s.add_argument("--dataset-images", type=COUNT, default=1_281_167,
                    help="images in the data set (the node-local cache's share; default ImageNet-1k train)")
     s.add_argument("--out", default="gpudecode-plan", help="where plan.json, plan.md and plan.png go ('' for none)")
     s.set_defaults(func=_cmd_plan)
@@ -355,8 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("shard", help="pack an ImageFolder tree into shuffled WebDataset shards")
     s.add_argument("src", help="folder with one subfolder per class")
     s.add_argument("out", help="shard pattern, e.g. out/train-%%06d.tar")
-    s.add_argument("--shard-size", type=int, default=1000, help="samples per shard (default 1000)")
-    s.add_argument("--seed", type=int, default=0, help="seed of the sample order")
+    s.add_argument("--shard-size", type=COUNT, default=1000, help="samples per shard (default 1000)")
+    s.add_argument("--seed", type=NONNEG, default=0, help="seed of the sample order")
     s.add_argument("--key", choices=["seq", "path"], default="seq",
                    help="sample keys: seq (000000000, ...; default) or path (the file's path in the tree); "
                         "either way <key>.json holds the path and label")
@@ -385,18 +426,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--crop", choices=["none", "center"], default="none",
                    help="center: then cut the SxS centre (train at the stored size)")
     g = s.add_mutually_exclusive_group()
-    g.add_argument("--shard-size", type=int, default=None, help="samples per output shard "
+    g.add_argument("--shard-size", type=COUNT, default=None, help="samples per output shard "
                    "(default: one output shard per source shard)")
     g.add_argument("--shard-bytes", default=None, help="bytes per output shard, e.g. 1GB")
-    s.add_argument("--threads", type=int, default=None, help="decode and resize threads (default: all cores)")
-    s.add_argument("--max-pixels", type=int, default=None,
+    s.add_argument("--threads", type=COUNT, default=None, help="decode and resize threads (default: all cores)")
+    s.add_argument("--max-pixels", type=NONNEG, default=None,
                    help="refuse images with more pixels (default: the Loader's limit; 0: no limit)")
     s.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]: decode and resize on the GPU")
     s.add_argument("--decoder", default="auto", choices=["auto", "cpu", "nvimgcodec", "dali", "torchcodec"],
                    help="auto (default): nvImageCodec, else DALI, else torchcodec on a GPU; libjpeg-turbo on the CPU")
-    s.add_argument("--rank", type=int, default=None, help="this process's rank (default: torchrun's RANK, SLURM's "
+    s.add_argument("--rank", type=NONNEG, default=None, help="this process's rank (default: torchrun's RANK, SLURM's "
                    "SLURM_PROCID or SLURM_ARRAY_TASK_ID, else 0)")
-    s.add_argument("--world-size", type=int, default=None, help="number of ranks (default: from the same variables)")
+    s.add_argument("--world-size", type=COUNT, default=None, help="number of ranks (default: from the same variables)")
     s.add_argument("--resume", action="store_true", help="keep the source shards already done (checked) and "
                    "do the rest")
     s.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
@@ -417,9 +458,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("demo", help="build shards from bundled photos and run the loader on the CPU")
     s.add_argument("--workdir", default="demo_data", help="where the demo shards go")
-    s.add_argument("--images", type=int, default=512, help="samples in the demo shards")
-    s.add_argument("--batch-size", type=int, default=64, help="images per batch")
-    s.add_argument("--seed", type=int, default=0, help="seed of the demo data and the loader")
+    s.add_argument("--images", type=COUNT, default=512, help="samples in the demo shards")
+    s.add_argument("--batch-size", type=COUNT, default=64, help="images per batch")
+    s.add_argument("--seed", type=NONNEG, default=0, help="seed of the demo data and the loader")
     s.set_defaults(func=_cmd_demo)
     return _formatted(p)
 
@@ -430,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return int(args.func(args) or 0)
-    except (GpuDecodeError, FileNotFoundError, FileExistsError, ValueError) as e:
+    except (GpuDecodeError, OSError, ValueError) as e:  # (OSError: a path that is not a folder, a read-only disk)
         print(f"gpudecode {args.command}: error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # one line: what was finished and how to go on, no traceback

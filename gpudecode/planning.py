@@ -141,6 +141,9 @@ class Tier:
     note: str = ""
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if f.name not in ("name", "kind", "note"):
+                _check_number(f"tier {self.name}", f.name, getattr(self, f.name), str(f.type))
         if self.kind not in ("local", "shared"):
             raise PlanError(f"tier {self.name}: kind must be local or shared, got {self.kind!r}")
         if not self.device_mb_s > 0 or not 0 < self.derate <= 1:
@@ -160,11 +163,26 @@ class Tier:
 
 
 def _replace(obj: Any, what: str, changes: dict[str, Any], *, fixed: Sequence[str] = ()) -> Any:
-    settable = [f.name for f in dataclasses.fields(obj) if f.name not in fixed]
-    for k in changes:
-        if k not in settable:
-            raise PlanError(f"{what}: no field {k!r} to set (fields: {', '.join(settable)})")
+    fields = {f.name: f for f in dataclasses.fields(obj) if f.name not in fixed}
+    for k, v in changes.items():
+        if k not in fields:
+            raise PlanError(f"{what}: no field {k!r} to set (fields: {', '.join(fields)})")
+        _check_number(what, k, v, str(fields[k].type))
     return dataclasses.replace(obj, **changes)
+
+
+def _check_number(what: str, name: str, v: Any, annotation: str) -> None:
+    """A tier's or node's field as given: a finite number, a whole one where the field
+    counts things (devices, streams, GPUs, cores, links), None only where it means "not a
+    limit" (PlanError naming the field otherwise)."""
+    if v is None:
+        if "None" not in annotation:
+            raise PlanError(f"{what}: {name} cannot be none (it is not optional)")
+        return
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise PlanError(f"{what}: {name}={v!r} is not a finite number")
+    if annotation.startswith("int") and v != int(v):
+        raise PlanError(f"{what}: {name}={v!r} counts things: a whole number")
 
 
 # Documented defaults for common parts. Rated figures of current data-centre parts,
@@ -217,6 +235,9 @@ class Node:
                  "(25 GB/s) per GPU")
 
     def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            if f.name != "note":
+                _check_number("node", f.name, getattr(self, f.name), str(f.type))
         if self.gpus < 1 or self.cores < 1 or self.links < 1:
             raise PlanError("a node needs at least 1 GPU, 1 core and 1 link")
         if not (self.link_gbit > 0 and self.pcie_gb_s > 0 and self.cache_gb >= 0 and self.cache_mb_s > 0):
@@ -249,9 +270,20 @@ def costs_from_json(path: str | os.PathLike, *, pipeline: str = "gpudecode") -> 
         doc = json.loads(p.read_text())
     except (OSError, ValueError) as e:
         raise PlanError(f"{p}: cannot read a bench JSON: {e}") from e
-    if doc.get("command") != "formats":
-        raise PlanError(f"{p}: not a `gpudecode bench formats` result (command: {doc.get('command')!r}); "
+    if not isinstance(doc, dict) or doc.get("command") != "formats":
+        got = doc.get("command") if isinstance(doc, dict) else type(doc).__name__
+        raise PlanError(f"{p}: not a `gpudecode bench formats` result (command: {got!r}); "
                         "run `gpudecode bench formats DATA --out DIR` and pass DIR/formats.json")
+    try:
+        return _costs(doc, p, pipeline)
+    except PlanError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError, OverflowError) as e:
+        raise PlanError(f"{p}: a `gpudecode bench formats` result with a missing or malformed entry "
+                        f"({type(e).__name__}: {e}); run the bench again") from e
+
+
+def _costs(doc: dict, p: Path, pipeline: str) -> list[FormatCost]:
     args = doc.get("args") or {}
     threads = int(args.get("threads") or 0)
     crop = int(args.get("crop") or 224)
@@ -263,6 +295,9 @@ def costs_from_json(path: str | os.PathLike, *, pipeline: str = "gpudecode") -> 
             continue
         rate = float(r["median"])
         bpi = float(doc["dataset"]["bytes_per_image"][fmt])
+        if not (rate > 0 and math.isfinite(rate)) or threads < 1:
+            raise PlanError(f"{p}: format {fmt}: {pipeline} ran at {rate} img/s on {threads} threads: no cost to "
+                            "plan with")
         if on_gpu and pipeline == "gpudecode":
             # measured on a GPU: the GPU did decode and augment; the host only read and probed
             med = (doc.get("gpudecode_stages") or {}).get(fmt, {}).get("median_s", {})
@@ -322,8 +357,20 @@ def tiers_from_io(path: str | os.PathLike) -> dict[str, Tier]:
         doc = json.loads(p.read_text())
     except (OSError, ValueError) as e:
         raise PlanError(f"{p}: cannot read a bench JSON: {e}") from e
-    if doc.get("command") != "io" or "rows" not in doc:
+    if not isinstance(doc, dict) or doc.get("command") != "io" or not isinstance(doc.get("rows"), list):
         raise PlanError(f"{p}: not a `gpudecode bench io` result of this version (run it again)")
+    try:
+        return _io_tiers(doc, p)
+    except PlanError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError, ZeroDivisionError, statistics.StatisticsError) as e:
+        raise PlanError(f"{p}: a `gpudecode bench io` result with a missing or malformed row "
+                        f"({type(e).__name__}: {e}); run the bench again") from e
+
+
+def _io_tiers(doc: dict, p: Path) -> dict[str, Tier]:
+    import statistics
+
     rows = doc["rows"]
     out: dict[str, Tier] = {}
     cold = [r["mb_per_s"] for r in rows if r["tier"] == "local disk (cold)" and r["access"] == "shards"]
@@ -381,6 +428,10 @@ def tier(spec: str, known: dict[str, Tier] | None = None) -> Tier:
 # ---------------------------------------------------------------------------------------
 
 SOURCE, SINK = "data", "trained"
+# the largest GPU count planned: a plan row's flow network has a part per node and is solved by
+# bisection, so time grows with the node count (16,384 GPUs: ~33 s a tier and format on one
+# core here, 65,536: over 300 s)
+MAX_GPUS = 16_384
 
 # what each kind of edge is, and what moves it when it is the cut
 _KINDS = {
@@ -648,9 +699,17 @@ def plan(costs: Sequence[FormatCost], *, gpus: Iterable[int], consumer: Consumer
     """
     node = node or Node()
     ts = [tier(x) if isinstance(x, str) else x for x in tiers]
-    counts = sorted({int(g) for g in gpus})
+    gpus = list(gpus)
+    if any(isinstance(g, bool) or not isinstance(g, int) for g in gpus):
+        raise PlanError(f"GPU counts must be whole numbers, got {gpus}")
+    counts = sorted(set(gpus))
     if not counts or counts[0] < 1:
-        raise PlanError(f"GPU counts must be >= 1, got {list(gpus)}")
+        raise PlanError(f"GPU counts must be >= 1, got {gpus}")
+    if counts[-1] > MAX_GPUS:  # (one flow network has a vertex set per node: memory grows with the count)
+        raise PlanError(f"GPU counts above {MAX_GPUS:,} are not planned (got {counts[-1]:,}; the time grows with "
+                        "the node count): plan a representative part of the cluster, its nodes are alike")
+    if isinstance(dataset_images, bool) or not isinstance(dataset_images, int) or dataset_images < 1:
+        raise PlanError(f"dataset_images must be a whole number >= 1, got {dataset_images!r}")
     if not costs:
         raise PlanError("no format costs to plan with")
     by_name = {c.name: c for c in costs}

@@ -141,6 +141,36 @@ def test_errors_are_plan_errors():
     assert parse_cost("jpg:110:2.4:4000") == FormatCost("jpg", 110_000, 0.0024, gpu_img_s=4000)
 
 
+@pytest.mark.parametrize("make,match", [
+    (lambda: Node().with_(gpus=float("nan")), "not a finite number"),
+    (lambda: Node().with_(gpus=2.5), "whole number"),
+    (lambda: Node().with_(cores=None), "cannot be none"),
+    (lambda: tier("nfs-hdd:devices=inf"), "not a finite number"),
+    (lambda: tier("nfs-hdd:devices=1.5"), "whole number"),
+    (lambda: tier("nfs-hdd:server_gbit=nan"), "not a finite number"),
+    (lambda: plan([JPG], gpus=[1.5], consumer=EAT), "whole numbers"),
+    (lambda: plan([JPG], gpus=[10**9], consumer=EAT), "not planned"),
+    (lambda: plan([JPG], gpus=[8], consumer=EAT, dataset_images=0), "dataset_images"),
+])
+def test_counts_that_are_not_counts_are_plan_errors(make, match):
+    """NaN, infinity and fractions where a count goes, and a GPU count whose flow network
+    would not fit (issue 35): a PlanError naming the field, never a TypeError or a
+    MemoryError after a minute."""
+    with pytest.raises(PlanError, match=match):
+        make()
+
+
+def test_a_malformed_bench_json_is_a_plan_error(tmp_path):
+    for text in ('[1]', '{"command": "formats", "img_per_s": {"jpg": {"gpudecode": {}}}}',
+                 '{"command": "formats", "args": {"threads": 2}, "img_per_s": {"jpg": {"gpudecode": {"median": 0}}},'
+                 ' "dataset": {"bytes_per_image": {"jpg": 100}}}',
+                 '{"command": "formats", "img_per_s": {"jpg": [1]}}'):
+        f = tmp_path / "f.json"
+        f.write_text(text)
+        with pytest.raises(PlanError, match="f.json"):
+            costs_from_json(f)
+
+
 def test_costs_from_a_formats_json(tmp_path):
     doc = json.loads(FORMATS_JSON.read_text())
     costs = {c.name: c for c in costs_from_json(FORMATS_JSON)}

@@ -23,25 +23,47 @@ from typing import BinaryIO, Callable
 from ..errors import ShardWriteError
 
 
+_FIELD = r"%0?(\d*)d|\{:?0?(\d*)d?\}"  # a shard number field: printf's (%06d) or format's ({:06d})
+
+
+def _split(pattern: str) -> tuple[str, str]:
+    """(folder part, file name) of a pattern: the shard number is looked for in the file
+    name only, so a folder may hold % or { in its name."""
+    folder, sep, name = pattern.rpartition("/")
+    return folder + sep, name
+
+
 def format_pattern(pattern: str, index: int) -> str:
-    """`out/train-%06d.tar` or `out/train-{:06d}.tar` with the shard number filled in."""
+    """`out/train-%06d.tar` or `out/train-{:06d}.tar` with the shard number filled in (in
+    the file name: the folder part is taken as it is).
+
+    Raises:
+        ValueError: the file name has no shard number field, or more than one."""
     import re
 
-    fields = re.findall(r"%0?(\d*)d|\{:?0?(\d*)d?\}", pattern)  # (printf width, format width) each
+    folder, name = _split(pattern)
+    fields = re.findall(_FIELD, name)  # (printf width, format width) each
     if any(len(a) > 2 or len(b) > 2 for a, b in fields):
         raise ValueError(f"shard pattern {pattern!r}: a shard number field of 100 digits or more")
-    if "%" in pattern:
-        return pattern % index
-    if "{" in pattern:
-        return pattern.format(index)
-    raise ValueError(f"shard pattern {pattern!r} needs a %d or {{}} placeholder for the shard number")
+    if len(fields) != 1:
+        raise ValueError(f"shard pattern {pattern!r} needs one %d or {{}} placeholder for the shard number in its "
+                         f"file name (it has {len(fields)})")
+    m = re.search(_FIELD, name)
+    assert m is not None  # (one field was found)
+    field = m.group(0)
+    number = field % index if field.startswith("%") else field.format(index)
+    return folder + name[:m.start()] + number + name[m.end():]
 
 
 def pattern_head(pattern: str) -> str:
     """What comes before the shard number: `out/train-%06d.tar` -> `out/train-` (the one
     parser of a pattern's head: a run's state folder, manifest and class index are named
     from it, and the files of a run are recognised by it)."""
-    return pattern.split("%", 1)[0].split("{", 1)[0]
+    import re
+
+    folder, name = _split(pattern)
+    m = re.search(_FIELD, name)
+    return folder + (name[:m.start()] if m else name.split("%", 1)[0].split("{", 1)[0])
 
 
 def written_by(pattern: str) -> list[str]:
@@ -50,13 +72,13 @@ def written_by(pattern: str) -> list[str]:
     import glob
     import re
 
-    m = re.search(r"%0?\d*d|\{:?0?\d*d?\}", pattern)
-    if m is None:
-        format_pattern(pattern, 0)  # raises: no placeholder
-        return []
-    rx = re.compile(re.escape(pattern[:m.start()]) + r"(\d+)" + re.escape(pattern[m.end():]))
-    hits = [(int(mm.group(1)), f) for f in glob.glob(glob.escape(pattern[:m.start()]) + "*"
-                                                       + glob.escape(pattern[m.end():]))
+    format_pattern(pattern, 0)  # raises: no placeholder, or several
+    folder, name = _split(pattern)
+    m = re.search(_FIELD, name)
+    assert m is not None
+    before, after = folder + name[:m.start()], name[m.end():]
+    rx = re.compile(re.escape(before) + r"(\d+)" + re.escape(after))
+    hits = [(int(mm.group(1)), f) for f in glob.glob(glob.escape(before) + "*" + glob.escape(after))
             if (mm := rx.fullmatch(f)) and os.path.isfile(f)]
     return [f for _, f in sorted(hits)]
 
