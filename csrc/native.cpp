@@ -592,6 +592,15 @@ PYBIND11_MODULE(_native, m) {
               errors[i] = py::str(JPEG_CUT_MESSAGE);
               continue;
             }
+            if (infos[k].progressive) {
+              const int scans = jpeg_scans(b.data, b.size, kMaxJpegScans + 1);
+              if (scans > kMaxJpegScans) {
+                errors[i] = py::str("JPEG refused: a progressive JPEG of more than " + std::to_string(kMaxJpegScans) +
+                                    " scans (its decoding time grows with them: libjpeg-turbo's documented denial "
+                                    "of service; encoders write about 10)");
+                continue;
+              }
+            }
           }
           fmts[i] = f == "jpeg" ? jpeg : f == "png" ? png : f == "npy" ? npy : py::str(f);
           hs[i] = infos[k].height;

@@ -118,6 +118,31 @@ bool jpeg_has_end(const uint8_t* d, size_t n) {
   return false;
 }
 
+int jpeg_scans(const uint8_t* d, size_t n, int stop) {
+  // FF DA occurs only as a marker: in entropy-coded data FF is followed by 00 or a restart
+  // marker, and marker segments before the first scan are walked over by their lengths
+  int scans = 0;
+  size_t pos = 2;
+  while (pos + 4 <= n) {  // the header: segment by segment, to the first scan
+    if (d[pos] != 0xFF) return scans;
+    while (pos < n && d[pos] == 0xFF) ++pos;
+    if (pos >= n) return scans;
+    const int marker = d[pos++];
+    if (marker == 0xD8 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD7)) continue;
+    if (pos + 2 > n) return scans;
+    const size_t len = size_t(be16(d + pos));
+    if (marker == 0xDA) { ++scans; pos += len; break; }
+    pos += len;
+  }
+  for (const uint8_t* p = d + pos; scans < stop;) {  // then every later start of scan
+    const uint8_t* f = static_cast<const uint8_t*>(std::memchr(p, 0xFF, size_t(d + n - p)));
+    if (f == nullptr || f + 1 >= d + n) break;
+    if (f[1] == 0xDA) ++scans;
+    p = f + 1;
+  }
+  return scans;
+}
+
 namespace {
 
 std::string probe_png(const uint8_t* d, size_t n, ImageInfo& info) {

@@ -36,4 +36,10 @@ bool jpeg_has_end(const uint8_t* data, size_t size);
 // The message of a JPEG that jpeg_has_end refuses (gpudecode._probe matches its start).
 extern const char* const JPEG_CUT_MESSAGE;
 
+// The scans (start-of-scan markers) of a JPEG, counted up to `stop` (a progressive JPEG's
+// decoding cost grows with its scans: libjpeg-turbo documents thousands of tiny scans as a
+// denial of service and its tools take a scan limit).
+int jpeg_scans(const uint8_t* data, size_t size, int stop);
+constexpr int kMaxJpegScans = 256;
+
 }  // namespace gpudecode

@@ -20,6 +20,8 @@ DEFAULT_MAX_PIXELS = 2 * 89_478_485  # Pillow's decompression-bomb error thresho
 # that starts so (csrc/probe.cpp JPEG_CUT_MESSAGE): a truncated file is named as one on every
 # decoder (GPU decoders do not promise to notice, the CPU one may not reach the cut)
 JPEG_CUT = "truncated JPEG: no end-of-image marker"
+# and one of more than 256 scans (csrc/probe.h kMaxJpegScans)
+JPEG_SCANS = "JPEG refused: a progressive JPEG of more than"
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +205,7 @@ def probe_columns(chunk: Sequence["Sample"], image_exts: Sequence[str], max_pixe
                 why = errs[i]
                 if why is None:
                     fmt, h, w = fmts[i], hl[i], wl[i]
-                elif why.startswith(JPEG_CUT):  # a JPEG header, data cut off: no other reader should try it
+                elif why.startswith((JPEG_CUT, JPEG_SCANS)):  # a JPEG refused as one: no other reader should try it
                     raise DecodeError(why, shard=s.shard, key=s.key)
                 else:
                     fmt, h, w = probe_format(d, shard=s.shard, key=s.key, why=why)

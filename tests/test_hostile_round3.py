@@ -290,3 +290,88 @@ def test_mixup_and_the_loader_must_agree_on_the_classes(tmp_path, photos):
     ld = Loader(url, batch_size=4, transform=tf, device="cpu", batch_transform=T.MixUp(num_classes=5),
                 on_error="skip", shuffle=False)
     assert [b.labels.shape for b in ld] == [(3, 5)] and [s.key for s in ld.skipped] == ["k2"]
+
+
+# ---------------------------------------------------------------------------------------
+# the unclear kinds, decided
+
+
+def test_a_list_file_with_a_byte_order_mark_reads_its_first_image(tmp_path, photos):
+    root = _tree(tmp_path / "t", photos, n=2)
+    lst = tmp_path / "list.txt"
+    lst.write_bytes(b"\xef\xbb\xbf" + f"{root}/cat/img0.jpg 0\n{root}/dog/img1.jpg 1\n".encode())
+    r = ShardReader(str(lst))
+    assert sorted(s.key.rsplit("/", 1)[-1] for s in r) == ["img0", "img1"]
+
+
+def test_the_same_data_named_twice_is_refused_however_it_is_named(tmp_path, photos):
+    root = _tree(tmp_path / "t", photos, n=2)
+    (tmp_path / "alias").symlink_to(root)
+    with pytest.raises(ValueError, match="same tree"):
+        ShardReader([str(root), str(tmp_path / "alias")])
+    url = make_shard(tmp_path / "s-000000.tar", [{"__key__": "k", "jpg": b"x", "cls": b"1"}])
+    make_shard(tmp_path / "s-000001.tar", [{"__key__": "k2", "jpg": b"x", "cls": b"1"}])
+    with pytest.raises(ValueError, match="is named .* twice an epoch"):  # overlapping patterns
+        ShardReader([str(tmp_path / "s-*.tar"), str(tmp_path / "s-%06d.tar")])
+    (tmp_path / "link.tar").symlink_to(url)
+    with pytest.raises(ValueError, match="twice an epoch"):  # a shard and a link to it
+        ShardReader([url, str(tmp_path / "link.tar")])
+
+
+def test_a_symlink_loop_in_a_tree_lists_each_file_once_and_says_so(tmp_path, photos):
+    root = _tree(tmp_path / "t", photos, n=4)
+    (root / "cat" / "again").symlink_to(root / "cat")  # cat/again/again/... for ever
+    with pytest.warns(RuntimeWarning, match="read once"):
+        r = ShardReader(str(root))
+    keys = [s.key for s in r]
+    assert sorted(keys) == ["cat/img0", "cat/img2", "dog/img1", "dog/img3"]
+
+
+def _many_scans(data: bytes, extra: int) -> bytes:
+    """A progressive JPEG whose last scan is repeated `extra` times (a scan count only a
+    hostile file has; the probe refuses it before anything decodes it)."""
+    starts = [i for i in range(len(data) - 1) if data[i] == 0xFF and data[i + 1] == 0xDA]
+    last = data[starts[-1]:len(data) - 2]
+    return data[:len(data) - 2] + last * extra + b"\xff\xd9"
+
+
+def test_a_progressive_jpeg_of_thousands_of_scans_is_refused(tmp_path, photos):
+    """libjpeg-turbo's documented denial of service (a 1.2 MB file of 2,090 scans took 17 s
+    to decode): more than 256 scans is refused at the probe, by name; ordinary progressive
+    JPEGs (about 10 scans) are read."""
+    from gpudecode._probe import JPEG_SCANS, probe_columns
+    from gpudecode.io.reader import Sample
+
+    img = np.ascontiguousarray(photos["chelsea"][:64, :64])
+    normal = encode(img, "JPEG", progressive=True)
+    chunk = [Sample("ok", {"jpg": normal}, "s.tar", 0), Sample("many", {"jpg": _many_scans(normal, 300)}, "s.tar", 1),
+             Sample("some", {"jpg": _many_scans(normal, 100)}, "s.tar", 2)]
+    failed: list = []
+    kept = probe_columns(chunk, ["jpg"], 0, failed.append)
+    assert [s.key for s in kept.samples] == ["ok", "some"]
+    assert [e.key for e in failed] == ["many"] and str(failed[0]).startswith(JPEG_SCANS)
+
+
+def test_a_cache_folder_others_can_write_is_not_loaded_from(tmp_path, monkeypatch):
+    """Compiled kernels are pickles numba loads: a cache folder its group or other users may
+    write to (or another user's) is not used, with a warning; gpudecode makes its own 0700;
+    a shard cache there is refused."""
+    import stat
+
+    from gpudecode import _cache
+    from gpudecode.io.cache import ShardCache
+
+    mine = tmp_path / "mine"
+    monkeypatch.setenv("GPUDECODE_CACHE_DIR", str(mine))
+    _cache._private.cache_clear()
+    assert _cache.cache_dir() == str(mine) and stat.S_IMODE(os.stat(mine).st_mode) == 0o700
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    monkeypatch.setenv("GPUDECODE_CACHE_DIR", str(shared))
+    _cache._private.cache_clear()
+    with pytest.warns(RuntimeWarning, match="not used: its group or other users may write to it"):
+        assert _cache.cache_dir() is None
+    with pytest.raises(ValueError, match="not safe to keep shard copies"):
+        ShardCache(shared)
+    _cache._private.cache_clear()

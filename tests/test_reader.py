@@ -439,7 +439,9 @@ def test_globs_and_printf_patterns_name_shards(tmp_path):
     for n in (2, 10):
         shutil.copy(urls[0], tmp_path / f"w-{n:06d}.tar")
     shutil.copy(urls[0], tmp_path / "w-7.tar")
-    assert [os.path.basename(u) for u in expand_urls(str(tmp_path / "w-%06d.tar"))] == ["w-000002.tar", "w-000010.tar"]
+    with pytest.warns(RuntimeWarning, match=r"numbers 2\.\.10 lack 3, 4, 5, 6, 7 and 2 more"):  # (a gap is said)
+        got = expand_urls(str(tmp_path / "w-%06d.tar"))
+    assert [os.path.basename(u) for u in got] == ["w-000002.tar", "w-000010.tar"]
     assert expand_urls("https://host/a%2d?x=*") == ["https://host/a%2d?x=*"]
 
 

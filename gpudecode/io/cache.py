@@ -68,6 +68,12 @@ class ShardCache:
         if limit is not None and limit <= 0:
             raise ValueError(f"cache_limit must be positive bytes (or None), not {limit!r}")
         self.root = Path(root)
+        from .._cache import unsafe
+
+        why = unsafe(str(self.root))
+        if why is not None:  # copies are read back as shards: whoever can write here can change the data
+            raise ValueError(f"cache_dir {str(self.root)!r} is not safe to keep shard copies in: {why}; make it "
+                             "private (chmod 700) or choose another")
         self.limit = limit
         self.remote = remote
         self.downloads = 0  # shards fetched by this object (tests, reports)
@@ -204,7 +210,7 @@ class ShardCache:
         if found is not None and self._revalidate(url, found):
             return found
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as e:
             raise ShardWriteError(f"cannot create the shard cache: {e.strerror or e}", shard=str(self.root)) from e
         path = self.path_for(url)

@@ -127,14 +127,31 @@ def scan_tree(root: str) -> FileList:
                              shard=root)
     items: list[tuple[str, int | None]] = []
     empty = []
+    loops: list[str] = []
     for index, cls in enumerate(classes):
         before = len(items)
-        for dirpath, _, fnames in sorted(os.walk(os.path.join(root, cls), followlinks=True)):
+        visited: set[str] = set()
+        walked = []
+        for dirpath, dirnames, fnames in os.walk(os.path.join(root, cls), followlinks=True):
+            real = os.path.realpath(dirpath)
+            if real in visited:  # a symlink loop (or a second link to a folder seen): its files are listed once
+                loops.append(dirpath)
+                dirnames[:] = []
+                continue
+            visited.add(real)
+            walked.append((dirpath, fnames))
+        for dirpath, fnames in sorted(walked):
             for fname in sorted(fnames):
                 if is_image_file(fname):
                     items.append((os.path.join(dirpath, fname), index))
         if len(items) == before:
             empty.append(cls)
+    if loops:
+        import warnings
+
+        warnings.warn(f"ImageFolder tree {root}: {len(loops)} folder(s) reached again through symbolic links (e.g. "
+                      f"{loops[0]}) are read once, not again (torchvision's ImageFolder would list their files again "
+                      "at each pass round the loop)", RuntimeWarning, stacklevel=3)
     if empty:
         more = f" and {len(empty) - 3} more" if len(empty) > 3 else ""
         raise ShardReadError(f"ImageFolder tree: no image in class folder(s) {', '.join(map(repr, empty[:3]))}{more} "
@@ -145,7 +162,7 @@ def scan_tree(root: str) -> FileList:
 def looks_like_file_list(path: Path) -> bool:
     """A list file of `path label` lines (or paths of images alone), not of shard URLs:
     its first entry names an image file."""
-    with open(path, encoding="utf-8", errors="replace") as f:
+    with open(path, encoding="utf-8-sig", errors="replace") as f:
         for line in f:
             line = line.strip()
             if line and not line.startswith("#"):
@@ -165,7 +182,7 @@ def read_list(path: Path) -> FileList:
     path = Path(os.path.abspath(path))
     base = str(path.parent)
     items: list[tuple[str, int | None]] = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8-sig") as f:  # (a byte-order mark is not part of the first path)
         for n, raw in enumerate(f, 1):
             line = raw.strip()
             if not line or line.startswith("#"):

@@ -6,6 +6,7 @@ import os
 import random
 import re
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence, Union
@@ -110,7 +111,7 @@ def _expand_one(spec: str, seen: frozenset[str] = frozenset(), files: dict | Non
             if key in seen:
                 raise ValueError(f"shard list {url!r} includes itself")
             out = []
-            for line in path.read_text().splitlines():
+            for line in path.read_text(encoding="utf-8-sig").splitlines():  # (a BOM is no part of the first line)
                 line = line.strip()
                 if not line or line.startswith("#"):
                     continue
@@ -186,6 +187,13 @@ def _matched(url: str) -> list[str]:
     if rx is not None:
         hits = [(int(mm.group(1)), f) for f in found if (mm := rx.fullmatch(f))]
         found = [f for _, f in sorted(hits)]
+        numbers = sorted({n for n, _ in hits})
+        if numbers and numbers[-1] - numbers[0] + 1 != len(numbers):  # a shard missing in the run: said
+            have = set(numbers)
+            gaps = [n for n in range(numbers[0], numbers[-1] + 1) if n not in have]
+            shown = ", ".join(map(str, gaps[:5])) + (f" and {len(gaps) - 5} more" if len(gaps) > 5 else "")
+            warnings.warn(f"shard pattern {url!r}: the numbers {numbers[0]}..{numbers[-1]} lack {shown} (a shard "
+                          "not copied, or deleted?): the others are read", RuntimeWarning, stacklevel=4)
     else:
         found.sort()
     if not found:
@@ -196,8 +204,33 @@ def _matched(url: str) -> list[str]:
 def _register(flist, files: dict) -> str:
     if flist.name in files:
         raise ValueError(f"{flist.name[len(_files.PREFIX):]!r} is named twice")
+    if flist.root:
+        real = os.path.realpath(flist.root)
+        for other in files.values():  # the same tree through a symlinked alias is the same tree
+            if other.root and os.path.realpath(other.root) == real and other.classes and flist.classes:
+                raise ValueError(f"{flist.root!r} and {other.root!r} are the same tree (one links to the other): "
+                                 "it would be read twice an epoch")
     files[flist.name] = flist
     return flist.name
+
+
+def _named_once(urls: list[str], specs: list[str]) -> None:
+    """Each shard once: two patterns (or a folder and a pattern, or a symlinked alias) that
+    name the same shard would read it twice an epoch.
+
+    Raises:
+        ValueError: naming the shard and the two names it was given by.
+    """
+    seen: dict[str, str] = {}
+    for u in urls:
+        if u.startswith(_files.PREFIX):
+            continue
+        key = os.path.realpath(local_path(u)) if is_local(u) else u
+        if key in seen:
+            same = f"{seen[key]!r} and {u!r}" if seen[key] != u else f"{u!r} twice"
+            raise ValueError(f"the shard {key!r} is named {'by ' if seen[key] != u else ''}{same} (of {specs!r}): "
+                             "it would be read twice an epoch; name each shard once")
+        seen[key] = u
 
 
 def expand_urls(urls: ShardSpec, *, files: dict | None = None) -> list[str]:
@@ -235,6 +268,7 @@ def expand_urls(urls: ShardSpec, *, files: dict | None = None) -> list[str]:
         out.extend(_expand_one(spec, files=files))
         if len(out) > MAX_SHARDS:
             raise ValueError(f"more than {MAX_SHARDS} shards named")
+    _named_once(out, specs)
     return out
 
 
