@@ -1,4 +1,5 @@
 #include "jpeg_decode.h"
+#include "probe.h"
 
 #include <csetjmp>
 #include <cstdio>
@@ -66,8 +67,10 @@ inline void cmyk_row_to_rgb(const uint8_t* in, uint8_t* out, int n, bool inverte
 // A progressive JPEG may hold any number of scans, each a pass over the whole image: a
 // 1.2 MB file of 2,090 valid scans took 10 s to decode. libjpeg-turbo documents this
 // denial of service and its tools cap the scan count; so do we. Real encoders write at
-// most a few dozen scans (cjpeg's progressive script: 10).
-constexpr int kMaxScans = 1000;
+// most a few dozen scans (cjpeg's progressive script: 10). The probe refuses such a file
+// before any decoder sees it (probe.h kMaxJpegScans); this is the same limit for a caller
+// that decodes without probing.
+constexpr int kMaxScans = kMaxJpegScans;
 
 // libjpeg calls the progress monitor between scans and between rows of each pass, so a
 // stop requested from another thread is seen within a row of work.

@@ -319,8 +319,9 @@ def _many_scans(n_extra: int) -> bytes:
 
 
 def test_a_jpeg_with_too_many_scans_is_refused(tmp_path):
-    """More than 1000 scans: a DecodeError naming the sample, not minutes of decoding; a
-    few repeated scans still decode (libjpeg tolerates the bogus progression)."""
+    """More than 256 scans: a DecodeError naming the sample (from the probe, before any
+    decoder; the CPU decoder holds the same limit), not minutes of decoding; a few
+    repeated scans still decode (libjpeg tolerates the bogus progression)."""
     from gpudecode import DecodeError, Loader
     from gpudecode import transforms as T
 
@@ -331,7 +332,7 @@ def test_a_jpeg_with_too_many_scans_is_refused(tmp_path):
     shard = make_shard(tmp_path / "scans.tar", [{"__key__": "fine", "jpg": ok, "cls": b"0"},
                                                 {"__key__": "bomb", "jpg": bomb, "cls": b"0"}])
     tf = T.Compose([T.Resize((16, 16))])
-    with pytest.raises(DecodeError, match="progressive JPEG with more than 1000 scans") as e:
+    with pytest.raises(DecodeError, match="progressive JPEG of more than 256 scans") as e:
         list(Loader(shard, batch_size=2, transform=tf, device="cpu", shuffle=False))
     assert e.value.key == "bomb"
     ld = Loader(shard, batch_size=2, transform=tf, device="cpu", shuffle=False, on_error="skip")

@@ -311,7 +311,7 @@ def test_the_same_data_named_twice_is_refused_however_it_is_named(tmp_path, phot
         ShardReader([str(root), str(tmp_path / "alias")])
     url = make_shard(tmp_path / "s-000000.tar", [{"__key__": "k", "jpg": b"x", "cls": b"1"}])
     make_shard(tmp_path / "s-000001.tar", [{"__key__": "k2", "jpg": b"x", "cls": b"1"}])
-    with pytest.raises(ValueError, match="is named .* twice an epoch"):  # overlapping patterns
+    with pytest.raises(ValueError, match="is named by .* and by .* twice an epoch"):  # overlapping patterns
         ShardReader([str(tmp_path / "s-*.tar"), str(tmp_path / "s-%06d.tar")])
     (tmp_path / "link.tar").symlink_to(url)
     with pytest.raises(ValueError, match="twice an epoch"):  # a shard and a link to it

@@ -449,7 +449,7 @@ def test_a_first_call_that_compiles_says_so(monkeypatch, capsys):
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("gpudecode: compiling the CPU kernel for this machine (it takes 10-40 s, once: "
                              "the result is kept in ")
-    assert err[1].startswith("gpudecode: kernel compiled in ") and len(err) == 2
+    assert err[1].startswith("gpudecode: CPU kernel compiled in ") and len(err) == 2
     with fused._first_use(("a variant",)):  # seen: nothing said
         pass
     assert capsys.readouterr().err == ""
@@ -471,4 +471,4 @@ def test_a_first_call_that_compiles_says_so(monkeypatch, capsys):
     gate.set()
     t.join(10)
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 2 and err[0].startswith("gpudecode: compiling") and err[1].startswith("gpudecode: kernel")
+    assert len(err) == 2 and err[0].startswith("gpudecode: compiling") and err[1].startswith("gpudecode: CPU kernel")

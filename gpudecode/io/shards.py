@@ -142,9 +142,21 @@ def _one_set(folder: Path, found: list[str]) -> None:
         raise ShardReadError(f"the folder holds {len(sets)} sets of shards written by gpudecode shard ({shown}): "
                              f"name one, e.g. {folder / first}-%06d.tar, or all with {folder}/*.tar",
                              shard=str(folder))
+    # shards of another tool: names that differ before their numbers (train-000.tar beside
+    # val-000.tar) are read as one set, as asked, but said
+    groups: dict[str, int] = {}
+    for f in found:  # a name with its numbers taken out: train-000003.tar -> train-#.tar
+        head = _DIGITS.sub("#", os.path.basename(f))
+        groups[head] = groups.get(head, 0) + 1
+    if len(groups) > 1 and all(n > 0 for n in groups.values()) and len(groups) < len(found):
+        shown = ", ".join(f"{h}: {n}" for h, n in sorted(groups.items())[:4])
+        warnings.warn(f"{folder}: its shards are read as one set, but their names fall in {len(groups)} groups "
+                      f"({shown}): if these are different splits (train and val), name one with a pattern, e.g. "
+                      f"{folder / sorted(groups)[0].replace('#', '*')}", RuntimeWarning, stacklevel=5)
 
 
 _GLOB = re.compile(r"[*?[]")
+_DIGITS = re.compile(r"\d+")
 _PRINTF = re.compile(r"%0?(\d*)d")
 
 
@@ -214,23 +226,24 @@ def _register(flist, files: dict) -> str:
     return flist.name
 
 
-def _named_once(urls: list[str], specs: list[str]) -> None:
-    """Each shard once: two patterns (or a folder and a pattern, or a symlinked alias) that
-    name the same shard would read it twice an epoch.
+def _named_once(urls: list[str], origins: list[str]) -> None:
+    """Each shard once, unless repeated on purpose: two different names (overlapping
+    patterns, a folder and a pattern, a symlinked alias) that reach the same shard would
+    read it twice an epoch by accident. The same name given again (a list that repeats its
+    shards for a longer epoch) is taken as meant. `origins[i]`: the spec urls[i] came from.
 
     Raises:
-        ValueError: naming the shard and the two names it was given by.
+        ValueError: naming the shard and the two names that reach it.
     """
-    seen: dict[str, str] = {}
-    for u in urls:
+    seen: dict[str, tuple[str, str]] = {}
+    for u, spec in zip(urls, origins):
         if u.startswith(_files.PREFIX):
             continue
         key = os.path.realpath(local_path(u)) if is_local(u) else u
-        if key in seen:
-            same = f"{seen[key]!r} and {u!r}" if seen[key] != u else f"{u!r} twice"
-            raise ValueError(f"the shard {key!r} is named {'by ' if seen[key] != u else ''}{same} (of {specs!r}): "
-                             "it would be read twice an epoch; name each shard once")
-        seen[key] = u
+        if key in seen and seen[key][1] != spec:
+            raise ValueError(f"the shard {key!r} is named by {seen[key][1]!r} and by {spec!r}: it would be read twice "
+                             "an epoch; name each shard once (repeat a name to read a shard twice on purpose)")
+        seen.setdefault(key, (u, spec))
 
 
 def expand_urls(urls: ShardSpec, *, files: dict | None = None) -> list[str]:
@@ -264,11 +277,14 @@ def expand_urls(urls: ShardSpec, *, files: dict | None = None) -> list[str]:
         return [_register(_files.from_items(named), files)] + (expand_urls(rest, files=files) if rest else [])
     specs = [os.fspath(u) for u in items]
     out: list[str] = []
+    origins: list[str] = []
     for spec in specs:
-        out.extend(_expand_one(spec, files=files))
+        got = _expand_one(spec, files=files)
+        out.extend(got)
+        origins.extend([spec] * len(got))
         if len(out) > MAX_SHARDS:
             raise ValueError(f"more than {MAX_SHARDS} shards named")
-    _named_once(out, specs)
+    _named_once(out, origins)
     return out
 
 
