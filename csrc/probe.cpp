@@ -47,6 +47,10 @@ std::string probe_jpeg(const uint8_t* d, size_t n, ImageInfo& info) {
     const uint8_t* seg = d + pos + 2;
     const size_t seglen = size_t(len) - 2;
     const bool is_sof = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+    if (is_sof && (marker == 0xC3 || marker == 0xC7 || marker == 0xCB || marker == 0xCF))
+      // lossless JPEG (SOF3 and its kin): libjpeg-turbo reads it from 3.0 on, this build's may
+      // not; callers hand it to Pillow (gpudecode._probe: format "other"), as ImageFolder does
+      return "lossless JPEG (a JPEG process this decoder leaves to Pillow)";
     if (is_sof) {
       if (pos + 2 + 6 > n || seglen < 6) return "truncated JPEG: frame header cut off";
       info.format = "jpeg";

@@ -13,7 +13,7 @@ from .errors import ShardReadError
 from .io.files import IMG_EXTENSIONS, is_image_file, path_key, read_file
 from .io.writer import ShardWriter, format_pattern, pattern_head, written_by
 
-_PIL_EXT = {"WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff", "PPM": "ppm"}  # (PGM and PBM are "PPM")
+_PIL_EXT = {"JPEG": "jpg", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff", "PPM": "ppm"}  # (PGM and PBM are "PPM")
 
 
 @dataclass

@@ -15,6 +15,7 @@ import os
 import tarfile
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -375,3 +376,21 @@ def test_a_cache_folder_others_can_write_is_not_loaded_from(tmp_path, monkeypatc
     with pytest.raises(ValueError, match="not safe to keep shard copies"):
         ShardCache(shared)
     _cache._private.cache_clear()
+
+
+def test_a_lossless_jpeg_is_read_as_imagefolder_reads_it(tmp_path):
+    """SOF3 (lossless JPEG, tests/data/lossless-sof3.jpg: a crop of scikit-image's coffee,
+    written by imagecodecs' libjpeg-turbo 3): this build's libjpeg-turbo does not decode it,
+    Pillow (ImageFolder's reader) does: the probe hands it to Pillow, and the pixels are
+    Pillow's, exactly (lossless)."""
+    from skimage import data
+
+    raw = (Path(__file__).parent / "data" / "lossless-sof3.jpg").read_bytes()
+    with Image.open(io.BytesIO(raw)) as im:
+        ref = np.asarray(im.convert("RGB"))
+    np.testing.assert_array_equal(ref, data.coffee()[100:148, 200:264])  # lossless: the photo's own pixels
+    (tmp_path / "t" / "c").mkdir(parents=True)
+    (tmp_path / "t" / "c" / "a.jpg").write_bytes(raw)
+    tf = T.Compose([T.CenterCrop((48, 64)), T.ToDtype(torch.uint8)])
+    got = next(iter(Loader(str(tmp_path / "t"), batch_size=1, transform=tf, device="cpu"))).images[0]
+    np.testing.assert_array_equal(got.permute(1, 2, 0).numpy(), ref)
