@@ -277,6 +277,7 @@ def test_identity_fast_path_equals_general_path_and_oracle(normalize):
     np.testing.assert_allclose(gpu[:6], fast[:6], atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow  # over 20 s on 2 cores under coverage (35-47 s each, 2026-11-25)
 @pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.float16])
 def test_cuda_kernels_equal_cpu(dtype):
     """Under NUMBA_ENABLE_CUDASIM=1 (no GPU) the CUDA kernels run in the simulator."""
