@@ -108,3 +108,26 @@ def test_an_exception_in_the_with_block_removes_the_partial(tmp_path):
             w.write({"__key__": "b", "cls": "1"})
             raise RuntimeError("stop")
     assert sorted(os.listdir(tmp_path)) == ["s-000.tar"]
+
+
+@pytest.mark.parametrize("pattern", ["out-{:06d}.tar", "out-{}.tar", "out-%06d.tar", "x%y/out-{:03d}.tar"])
+def test_what_shardwriter_writes_its_pattern_reads_back(tmp_path, pattern):
+    """One pattern grammar for writing and reading: `ShardWriter("out-{:06d}.tar")` wrote
+    shards that `expand_urls("out-{:06d}.tar")` could not find (issue 37); Python's tarfile
+    is the reference for what is in them."""
+    import tarfile
+
+    from gpudecode.io.shards import expand_urls
+    from gpudecode.io.writer import ShardWriter
+
+    path = str(tmp_path / pattern)
+    with ShardWriter(path, maxcount=2) as w:
+        for i in range(5):
+            w.write({"__key__": f"k{i}", "cls": str(i).encode()})
+    found = expand_urls(path)
+    assert found == w.shards and len(found) == 3
+    keys = []
+    for u in found:
+        with tarfile.open(u) as t:
+            keys += [m.name.split(".")[0] for m in t.getmembers()]
+    assert keys == [f"k{i}" for i in range(5)]

@@ -157,13 +157,15 @@ def _one_set(folder: Path, found: list[str]) -> None:
 
 _GLOB = re.compile(r"[*?[]")
 _DIGITS = re.compile(r"\d+")
-_PRINTF = re.compile(r"%0?(\d*)d")
+# the shard number of a pattern, as ShardWriter takes it: printf's (%06d) or format's ({:06d}, {})
+_PRINTF = re.compile(r"%0?(\d*)d|\{:0?(\d*)d\}|\{\}")
 
 
 def _matched(url: str) -> list[str]:
-    """A glob (`train-*.tar`, sorted) or a printf pattern as `gpudecode shard` writes
-    (`train-%06d.tar`: the files that fit it, by number), local or fsspec; anything else
-    (or a path that exists as it is) is itself.
+    """A glob (`train-*.tar`, sorted) or a shard-number pattern as ShardWriter and
+    `gpudecode shard` take it (`train-%06d.tar`, `train-{:06d}.tar`: the files that fit
+    it, by number), local or fsspec; anything else (or a path that exists as it is) is
+    itself.
 
     Raises:
         ShardReadError: the pattern matches no file.
@@ -175,7 +177,7 @@ def _matched(url: str) -> list[str]:
         return [url]
     if is_local(url) and os.path.exists(local_path(url)):
         return [url]
-    width = m.group(1) if m is not None else ""
+    width = (m.group(1) or m.group(2) or "") if m is not None else ""
     if len(width) > 2:  # a shard number of 100 digits or more is no pattern (found by the fuzzer)
         raise ValueError(f"shard pattern {url!r}: a field of {width[:12]}{'...' if len(width) > 12 else ''} digits")
     if m is not None:
