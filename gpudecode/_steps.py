@@ -81,18 +81,30 @@ class _PixelOp(_Step):
             prog.append((self.op, (self.factor,)))
 
 
-PROGRAM_OPS = ("ColorJitter, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert, RandomPosterize, "
-               "RandomAutocontrast, RandomEqualize, RandomAdjustSharpness, GaussianBlur, RandomRotation, RandomAffine, "
-               "TrivialAugmentWide, RandAugment, AutoAugment, AugMix, and RandomApply, RandomChoice, RandomOrder over them")
-SUPPORTED = ("supported, in this order: one geometry (RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + "
-             "CenterCrop, Resize + RandomCrop, or none), then in any order RandomHorizontalFlip, RandomVerticalFlip "
-             f"and the per-sample ops ({PROGRAM_OPS}), then Normalize and ToDtype, "
-             "then RandomErasing (ToImage, PILToTensor and ToTensor are taken as the input conversion); on the batch: "
-             "MixUp, CutMix, RandomChoice (Loader(batch_transform=))")
-WAY_OUT = ("what to do: drop the step from the Compose and apply it to each batch the Loader yields (a tensor on its "
-           "device, e.g. torchvision.transforms.v2 ops on batch.images), or keep torchvision's DataLoader for this "
-           "pipeline")
+# What fuses, as `gpudecode ops` prints it (the README's "What fuses" section says the same).
+OPS: tuple[tuple[str, str], ...] = (
+    ("geometry (one, first)", "RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, "
+                              "Resize + RandomCrop, or none"),
+    ("flips (any order)", "RandomHorizontalFlip, RandomVerticalFlip"),
+    ("per-sample ops (any order)", "ColorJitter, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert, "
+                                   "RandomPosterize, RandomAutocontrast, RandomEqualize, RandomAdjustSharpness, "
+                                   "GaussianBlur, RandomRotation, RandomAffine"),
+    ("policies", "TrivialAugmentWide, RandAugment, AutoAugment, AugMix"),
+    ("containers", "RandomApply, RandomChoice, RandomOrder over the per-sample ops"),
+    ("then", "Normalize, ToDtype; then RandomErasing (last)"),
+    ("input conversion (dropped)", "ToImage, PILToTensor, ToTensor (becomes ToDtype(float32, scale=True))"),
+    ("on the batch", "MixUp, CutMix, RandomChoice over them, or any callable (Loader(batch_transform=))"),
+)
+PROGRAM_OPS = f"{OPS[2][1]}, {OPS[3][1]}"
+SUPPORTED = "; ".join(f"{k}: {v}" for k, v in OPS)
+
+# The ways out, as short as a terminal line: what the Loader yields, and that an op run on a
+# batch draws once for the whole batch.
+WAY_OUT = ("ways out: run it yourself on each batch (`for images, labels in loader`: a torchvision op\n"
+           "  on a batch draws one set of parameters for all its images), or keep DataLoader for it\n"
+           "what fuses, and in which order: `gpudecode ops`")
 
 
 def _refuse(what: str) -> TransformError:
-    return TransformError(f"{what}. {SUPPORTED}; {WAY_OUT}")
+    """A refusal of an op that has no fused form: what, why (in `what`), the ways out."""
+    return TransformError(f"{what}\n{WAY_OUT}")

@@ -24,7 +24,7 @@ import torch
 from .errors import TransformError
 from .kernels._pixel import (AFFINE, AUTOCONTRAST, BLUR_X, BLUR_Y, BRIGHTNESS, CONTRAST, EQUALIZE, INVERT, MAX_BLUR,
                              MIX_ADD, MIX_END, MIX_SAVE, POSTERIZE, SATURATION, SHARPNESS, SOLARIZE)
-from ._steps import PROGRAM_OPS, Transform, _PixelOp, _refuse, _Step, _Wrapper
+from ._steps import Transform, _PixelOp, _refuse, _Step, _Wrapper
 
 NEAREST, BILINEAR, INTEGER_MAP = 0.0, 1.0, 2.0  # AFFINE's interpolation argument
 
@@ -613,7 +613,7 @@ def _steps(transforms: Sequence[Transform], wrapper: str) -> list[_Step]:
     steps: list[Any] = list(transforms)
     if not steps or not all(isinstance(t, _Step) for t in steps):
         raise _refuse(f"{wrapper}({[type(t).__name__ for t in steps]}) cannot be fused: {wrapper} is fused over the "
-                      f"per-sample ops ({PROGRAM_OPS})")
+                      "per-sample ops only")
     return steps
 
 

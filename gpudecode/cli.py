@@ -59,11 +59,11 @@ def _cmd_shard(a: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(a: argparse.Namespace) -> int:
-    from .io.reader import ShardReader
+    from .io.reader import BaseShardReader  # not torch's IterableDataset: no torch to import
     from ._probe import probe_batch
     from .tensors import npy_layout
 
-    reader = ShardReader(a.shards, on_error="warn" if a.keep_going else "raise")
+    reader = BaseShardReader(a.shards, on_error="warn" if a.keep_going else "raise")
     exts: collections.Counter = collections.Counter()
     fmts: collections.Counter = collections.Counter()
     shapes: collections.Counter = collections.Counter()
@@ -156,7 +156,7 @@ def _cmd_precache(a: argparse.Namespace) -> int:
 
 
 def _cmd_verify(a: argparse.Namespace) -> int:
-    from .precache import verify
+    from ._manifest import verify  # not precache: no torch to import
 
     problems = verify(a.out, checksums=not a.quick)
     for p in problems:
@@ -361,6 +361,19 @@ def _add_plan(sub: Any) -> None:
     s.set_defaults(func=_cmd_plan)
 
 
+def _cmd_ops(a: argparse.Namespace) -> int:
+    import textwrap
+
+    from ._steps import OPS
+
+    print("What a Compose may hold to be fused (torchvision's classes, or gpudecode.transforms'), in order:")
+    for kind, ops in OPS:
+        print(textwrap.fill(ops, 100, initial_indent=f"  {kind + ':':<28}", subsequent_indent=" " * 30,
+                            break_on_hyphens=False))
+    print("Anything else: run it on each batch the Loader yields, or keep DataLoader for that pipeline.")
+    return 0
+
+
 def _cmd_demo(a: argparse.Namespace) -> int:
     from .demo import run_demo
 
@@ -456,6 +469,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bench(sub)
     _add_plan(sub)
 
+    s = sub.add_parser("ops", help="what a transform may hold to be fused, and in which order")
+    s.set_defaults(func=_cmd_ops)
+
     s = sub.add_parser("demo", help="build shards from bundled photos and run the loader on the CPU")
     s.add_argument("--workdir", default="demo_data", help="where the demo shards go")
     s.add_argument("--images", type=COUNT, default=512, help="samples in the demo shards")
@@ -488,6 +504,7 @@ _INTERRUPTED = {
     "plan": "interrupted; nothing was written",
     "bench": "interrupted; the measurements finished are not written: run it again (smaller: --repeat, --batches)",
     "demo": "interrupted; run it again (it starts over)",
+    "ops": "interrupted",
 }
 
 

@@ -73,7 +73,21 @@ class KernelLaunchError(GpuDecodeError, RuntimeError):
 
 
 class TransformError(GpuDecodeError, ValueError):
-    """A transform or composition that the fused kernel cannot express, or bad arguments."""
+    """A transform or composition that the fused kernel cannot express, or bad arguments.
+    Its message is wrapped to lines of at most 100 characters: a refusal fits on a screen."""
+
+    def __init__(self, *args: object) -> None:
+        if len(args) == 1 and isinstance(args[0], str):
+            args = (_wrap(args[0]),)
+        super().__init__(*args)
+
+
+def _wrap(text: str, width: int = 100) -> str:
+    """Each line of `text` wrapped to `width` columns, continuation lines indented."""
+    import textwrap
+
+    return "\n".join(textwrap.fill(line, width, subsequent_indent="  ", break_long_words=False,
+                                    break_on_hyphens=False) or line for line in text.split("\n"))
 
 
 class PlanError(GpuDecodeError, ValueError):

@@ -239,7 +239,10 @@ class LoaderIterator:
 
 def _views(transform: Any) -> Compose | list[Compose]:
     """A Compose (converted from torchvision's), or a list of them: several views of each
-    image, each with its own fixed output size (the views' batches are stacked apart)."""
+    image, each with its own fixed output size (the views' batches are stacked apart).
+    None: no augmentation (images decoded as they are: uint8, each at its own size)."""
+    if transform is None:
+        return Compose([])
     if isinstance(transform, (list, tuple)):
         views = [t if isinstance(t, Compose) else Compose.from_torchvision(t) for t in transform]
         if not views:

@@ -182,7 +182,7 @@ def as_batch_transform(t: Any) -> BatchTransform | Callable[..., Any]:
             return (MixUp if name == "MixUp" else CutMix)(alpha=t.alpha, num_classes=t.num_classes)
         if name == "RandomChoice":
             return RandomChoice([as_batch_transform(x) for x in t.transforms], t.p)  # type: ignore[misc]
-        raise TransformError(f"torchvision {name} is not a batch transform (batch_transform= takes MixUp, CutMix and "
+        raise TransformError(f"{module}.{name} is not a batch transform (batch_transform= takes MixUp, CutMix and "
                              "RandomChoice over them, or a callable (images, labels) -> (images, labels))")
     if not callable(t):
         raise TransformError(f"batch_transform must be MixUp, CutMix, RandomChoice or a callable, not {t!r}")

@@ -374,7 +374,7 @@ class RandomApply(_Wrapper):
             raise ValueError("probability should be between 0 and 1")
         if not steps or not all(isinstance(t, _Step) for t in steps):
             raise _refuse(f"RandomApply({[type(t).__name__ for t in steps]}) cannot be fused: RandomApply is fused "
-                          f"around the per-sample ops ({PROGRAM_OPS})")
+                          "around the per-sample ops only")
         self.transforms = steps  # type: ignore[assignment]
         self.p = float(p)
 
@@ -580,13 +580,44 @@ class _Plan:
 
 
 _GEOMETRY = (RandomResizedCrop, Resize, CenterCrop, RandomCrop)
+
+
+def _names(steps: Sequence[Any], width: int = 60) -> str:
+    """The steps' class names for a message, shortened to about `width` characters."""
+    names = [type(t).__name__ for t in steps]
+    text = ", ".join(names)
+    while len(text) > width and len(names) > 3:
+        names = names[:1] + names[3:] if names[1] == "..." else names[:1] + ["..."] + names[2:]
+        text = ", ".join(names)
+    return text
+
+
+def _qualified(t: Any) -> str:
+    """The class's own module and name (torchvision's, timm's, the user's), by its public
+    path where its package exports it (torchvision.transforms.v2.JPEG, not ._augment.JPEG)."""
+    import inspect
+    import sys
+
+    if inspect.isfunction(t) or inspect.ismethod(t):
+        return f"function {t.__module__}.{t.__qualname__}"
+    cls = type(t)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    parts = cls.__module__.split(".")
+    for n in range(1, len(parts) + 1):
+        mod = sys.modules.get(".".join(parts[:n]))
+        if mod is not None and getattr(mod, cls.__qualname__, None) is cls:
+            return f"{mod.__name__}.{cls.__qualname__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def _plan(transforms: Sequence[Transform]) -> _Plan:
     steps = list(transforms)
-    names = ", ".join(type(t).__name__ for t in steps)
-    for t in steps:
+    names = _names(steps)
+    for i, t in enumerate(steps):
         if not isinstance(t, Transform):
-            raise _refuse(f"{type(t).__module__}.{type(t).__qualname__} cannot be fused (use gpudecode.transforms "
-                          "classes, or Compose.from_torchvision)")
+            raise _refuse(f"{_qualified(t)} cannot be fused (step {i + 1} of {len(steps)}): a Compose takes "
+                          "gpudecode.transforms steps (Compose.from_torchvision converts torchvision's)")
     geometry = _geometry(steps, names)
     rest = _AfterGeometry(names)
     for t in steps[len(geometry):]:
@@ -660,7 +691,7 @@ class _AfterGeometry:
                 raise TransformError("ToDtype(float) on uint8 images needs scale=True to be fused")
             self.dtype = t.dtype
         else:
-            raise _refuse(f"{what} cannot be fused [{names}]")
+            raise _refuse(f"{what} cannot be fused there [{names}]")
 
     def _flip(self, t: _Flip) -> None:
         what = type(t).__name__
@@ -1090,13 +1121,17 @@ def _from_torchvision(tv: Any, floats: bool) -> list[Transform]:
 
     steps = flat(tv) if hasattr(tv, "transforms") else [tv]
     out: list[Transform] = []
-    for t in steps:
+    for i, t in enumerate(steps):
         name = type(t).__name__
         if name in ("ToImage", "PILToTensor", "ToPureTensor", "ToImageTensor"):
             continue
-        convert = _CONVERT.get(name)
+        if isinstance(t, Transform):  # ours, inside a torchvision Compose
+            out.append(t)
+            continue
+        convert = _CONVERT.get(name) if type(t).__module__.startswith("torchvision.") else None
         if convert is None:
-            raise _refuse(f"torchvision {name} cannot be fused")
+            where = f" (step {i + 1} of {len(steps)})" if len(steps) > 1 else ""
+            raise _refuse(f"{_qualified(t)} cannot be fused{where}: {_WHY.get(name, 'gpudecode has no fused form of it')}")
         step = convert(t, floats)
         out.append(step)
         if isinstance(step, ToDtype) and step.dtype.is_floating_point:  # ToTensor, ConvertImageDtype, ToDtype
@@ -1128,6 +1163,13 @@ def _random_erasing(t: Any, floats: bool) -> Transform:
 
 
 # torchvision's class name -> ours, from its object and whether a float conversion came before
+# Why an op has no fused form, where there is more to say than that it has none yet.
+_WHY = {
+    "JPEG": "it re-encodes each image (an encoder per sample, outside any kernel)",
+    "ElasticTransform": "its displacement field is drawn per sample at the image's full size",
+    "Lambda": "a Lambda runs Python per image",
+}
+
 _CONVERT: dict[str, Any] = {
     "ToTensor": lambda t, f: ToDtype(torch.float32, scale=True),
     "ConvertImageDtype": lambda t, f: ToDtype(t.dtype, scale=True),

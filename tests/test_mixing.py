@@ -144,7 +144,7 @@ def test_a_callable_runs_after_the_kernel_as_it_is(shard):
 
 def test_batch_transforms_that_cannot_work_are_refused_at_construction(shard):
     kw = dict(batch_size=8, device="cpu")
-    with pytest.raises(TransformError, match="end it with Normalize or ToDtype"):
+    with pytest.raises(TransformError, match=r"end it\s+with Normalize or ToDtype"):
         Loader(shard, transform=T.Compose([T.RandomResizedCrop(32)]), batch_transform=T.MixUp(num_classes=3), **kw)
     with pytest.raises(TransformError, match="needs labels=True"):
         Loader(shard, transform=_tf(), batch_transform=T.CutMix(num_classes=3), labels=False, **kw)

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence, overload
+from typing import TYPE_CHECKING, Any, Protocol, Sequence, overload
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 # The only Pillow plugins untrusted bytes may reach: the image formats training sets hold.
 # Without the list, Pillow tries every plugin it has: EPS bytes named .jpg would reach its

@@ -37,10 +37,9 @@ import warnings
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO, Callable, Generator, Iterator, Literal, Sequence, cast
+from typing import IO, TYPE_CHECKING, Any, Callable, Generator, Iterator, Literal, Sequence, cast
 
 import numpy as np
-import torch.utils.data
 
 from .._text import plural
 from .. import _native
@@ -65,7 +64,8 @@ _SHUFFLE_INITIAL = 100  # samples in the shuffle buffer before it gives out the 
 _FILE_PIECE = 64  # files of a file list read by one reader thread in turn
 _GZIP_MAGIC = b"\x1f\x8b"
 
-__all__ = ["Sample", "Failure", "ShardReader", "iter_shard", "count_samples", "shard_counts", "split_exts"]
+__all__ = ["Sample", "Failure", "BaseShardReader", "ShardReader", "iter_shard", "count_samples", "shard_counts",
+           "split_exts"]
 
 
 @dataclass(slots=True)
@@ -947,8 +947,11 @@ def _save_count(path: str | None, n: int, starts: np.ndarray | None) -> None:
         pass
 
 
-class ShardReader(torch.utils.data.IterableDataset):
-    """Iterates over the samples of WebDataset-style tar shards.
+class BaseShardReader:
+    """ShardReader without torch's IterableDataset base: the same reader, for tools that
+    must start without importing torch (the CLI's `inspect`). Use ShardReader.
+
+    ShardReader: iterates over the samples of WebDataset-style tar shards.
 
     Args:
         urls: shards, in any form `gpudecode.io.shards.expand_urls` accepts. Local ones
@@ -1457,3 +1460,23 @@ def _shuffled(it: Iterator[Sample], size: int, rng: random.Random, initial: int 
             yield buf.pop()
     rng.shuffle(buf)
     yield from buf
+
+
+if TYPE_CHECKING:
+    import torch.utils.data
+
+    class ShardReader(BaseShardReader, torch.utils.data.IterableDataset):
+        """Iterates over the samples of WebDataset-style tar shards (see BaseShardReader)."""
+else:
+    def __getattr__(name: str) -> Any:
+        """ShardReader, made on first use: a BaseShardReader that is also torch's
+        IterableDataset (DataLoader takes it), without importing torch for those that
+        only read shards."""
+        if name != "ShardReader":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        import torch.utils.data
+
+        cls = type("ShardReader", (BaseShardReader, torch.utils.data.IterableDataset),
+                   {"__module__": __name__, "__qualname__": "ShardReader", "__doc__": BaseShardReader.__doc__})
+        globals()["ShardReader"] = cls
+        return cls

@@ -1,0 +1,174 @@
+"""A newcomer's first hour (issue 39): refusals that fit on a screen, transform=None, a CLI
+that answers without importing torch, `gpudecode ops`."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as tv1
+import torchvision.transforms.v2 as tv
+from conftest import encode, make_shard
+
+import gpudecode
+from gpudecode import TransformError
+from gpudecode import transforms as T
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+F32 = T.ToDtype(torch.float32, scale=True)
+
+
+class UsersOwn:  # a transform of the user's own, in a torchvision Compose
+    def __call__(self, x):
+        return x
+
+
+# Every kind of refusal a Compose, a step or the Loader's transform arguments can give
+REFUSALS = [
+    lambda: T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), tv.JPEG(50)])),
+    lambda: T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), tv.ElasticTransform()])),
+    lambda: T.Compose.from_torchvision(tv1.Compose([tv1.RandomResizedCrop(224), tv1.RandomPerspective()])),
+    lambda: T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), tv.Lambda(lambda x: x)])),
+    lambda: T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), UsersOwn()])),
+    lambda: T.Compose.from_torchvision(lambda x: x),
+    lambda: T.Compose.from_torchvision(tv.RandomApply([tv.RandomHorizontalFlip()], p=0.5)),
+    lambda: T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(8), tv.RandomCrop(8, padding=2,
+                                                                                             padding_mode="edge")])),
+    lambda: T.Compose([T.RandomResizedCrop(8), UsersOwn()]),
+    lambda: T.Compose([T.Normalize(MEAN, STD), T.ColorJitter(0.4)]),
+    lambda: T.Compose([T.RandomResizedCrop(8), T.RandomHorizontalFlip(), T.ColorJitter(0.4), T.RandomGrayscale(),
+                       T.TrivialAugmentWide(), F32, T.Normalize(MEAN, STD), T.ColorJitter(0.4)]),
+    lambda: T.Compose([T.RandomResizedCrop(8), T.RandomResizedCrop(8)]),
+    lambda: T.Compose([T.Resize(32)]),
+    lambda: T.Compose([T.RandomCrop(8), T.CenterCrop(8)]),
+    lambda: T.Compose([T.RandomResizedCrop(8), T.ColorJitter(0.1), T.ColorJitter(0.2)]),
+    lambda: T.Compose([T.RandomHorizontalFlip(), T.RandomResizedCrop(8)]),
+    lambda: T.Compose([T.RandomResizedCrop(8), T.GaussianBlur(17)]),
+    lambda: T.Compose([T.RandomResizedCrop(8), T.RandomRotation(10), T.RandomHorizontalFlip()]),
+    lambda: T.Compose([T.TrivialAugmentWide(), T.TrivialAugmentWide()]),
+    lambda: T.Compose([T.RandomResizedCrop(8), T.RandomErasing(), T.ColorJitter(0.1)]),
+    lambda: T.Compose([T.RandomResizedCrop(8), T.ToDtype(torch.uint8), T.Normalize(MEAN, STD)]),
+    lambda: T.Compose([T.RandomResizedCrop(8), T.ToDtype(torch.float32)]),
+    lambda: T.RandomRotation(10, "bicubic"),
+    lambda: T.RandomRotation(10, expand=True),
+    lambda: T.RandomCrop(8, padding=2, padding_mode="reflect"),
+    lambda: T.RandomCrop(8, padding=2, fill=127),
+    lambda: T.GaussianBlur(99),
+    lambda: T.RandAugment(magnitude=99),
+    lambda: T.TrivialAugmentWide(num_magnitude_bins=1),
+    lambda: T.Grayscale(num_output_channels=1),
+    lambda: T.MixUp(alpha=0, num_classes=10),
+    lambda: T.MixUp(alpha=1.0, num_classes=0),
+    lambda: T.RandomChoice([]),
+    lambda: gpudecode.Loader("/nonexistent", batch_size=2, transform=[]),
+    lambda: gpudecode.Loader("/nonexistent", batch_size=2, transform=tv.Compose([tv.RandomResizedCrop(8), tv.JPEG(50)])),
+    lambda: gpudecode.Loader("/nonexistent", batch_size=2, transform=[T.Compose([T.RandomResizedCrop(8)]),
+                                                                      T.Compose([])]),
+    lambda: gpudecode.Loader("/nonexistent", batch_size=2, transform=T.Compose([T.RandomResizedCrop(8)]),
+                             batch_transform=tv.RandomHorizontalFlip()),
+    lambda: gpudecode.Loader("/nonexistent", batch_size=2, transform=T.Compose([T.RandomResizedCrop(8)]),
+                             batch_transform=T.MixUp(num_classes=10)),
+    lambda: gpudecode.Loader("/nonexistent", batch_size=2, transform=T.Compose([T.RandomResizedCrop(8), F32]),
+                             batch_transform=42),
+]
+
+
+@pytest.mark.parametrize("make", REFUSALS, ids=range(len(REFUSALS)))
+def test_every_refusal_fits_on_a_screen(make):
+    """At most 5 lines of at most 100 characters, naming what is refused."""
+    with pytest.raises(TransformError) as e:
+        make()
+    lines = str(e.value).split("\n")
+    assert len(lines) <= 5 and max(map(len, lines)) <= 100, str(e.value)
+    assert lines[0].strip()
+
+
+def test_a_refusal_names_the_step_its_real_module_and_the_ways_out():
+    with pytest.raises(TransformError) as e:
+        T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), tv.RandomHorizontalFlip(), tv.JPEG(50)]))
+    msg = str(e.value)
+    assert msg.startswith("torchvision.transforms.v2.JPEG cannot be fused (step 3 of 3): it re-encodes")
+    assert "for images, labels in loader" in msg  # what the Loader yields, not batch.images
+    assert "one set of parameters for all its images" in msg  # a torchvision op on a batch draws once
+    assert "`gpudecode ops`" in msg
+    with pytest.raises(TransformError, match=r"^test_newcomer\.UsersOwn cannot be fused \(step 2 of 2\)"):
+        T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), UsersOwn()]))
+
+
+def test_transform_none_is_no_augmentation(tmp_path, photos):
+    """transform=None: images decoded as they are (uint8, their own size), Pillow's pixels."""
+    from PIL import Image
+    import io
+
+    img = photos["astronaut"][:48, :64]
+    data = encode(img, "PNG")
+    shard = make_shard(tmp_path / "s.tar", [{"__key__": f"{i:03d}", "png": data, "cls": b"1"} for i in range(4)])
+    loader = gpudecode.Loader(shard, batch_size=2, transform=None, device="cpu")
+    batches = list(loader)
+    assert len(batches) == 2
+    images, labels = batches[0]
+    ref = torch.from_numpy(np.array(Image.open(io.BytesIO(data)).convert("RGB"))).permute(2, 0, 1)
+    assert images.dtype == torch.uint8 and images.shape == (2, 3, 48, 64)
+    assert torch.equal(images[0], ref) and labels.tolist() == [1, 1]
+
+
+def _cli(args: list[str], cwd) -> tuple[float, subprocess.CompletedProcess]:
+    """Runs the CLI in a fresh interpreter; fails if it imported torch."""
+    code = ("import sys\nfrom gpudecode.cli import main\ntry:\n    rc = main(sys.argv[1:])\nexcept SystemExit as e:\n"
+            "    rc = e.code or 0\nassert 'torch' not in sys.modules, 'torch was imported'\nsys.exit(rc)")
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    return time.perf_counter() - t0, r
+
+
+def test_the_cli_answers_without_torch(tmp_path, photos):
+    """--help, inspect, verify --quick, ops and argument errors: no torch import (a watchdog
+    of 2 s here; about 0.1-0.4 s on an idle 2-core VM)."""
+    shard = make_shard(tmp_path / "s-000000.tar", [{"__key__": f"{i:03d}", "jpg": encode(photos["coffee"][:32, :40]),
+                                                    "cls": b"0"} for i in range(3)])
+    from gpudecode.precache import precache
+
+    precache(shard, str(tmp_path / "cache"), size=16)
+    for args, rc in ((["--help"], 0), (["inspect", "--help"], 0), (["inspect", shard], 0), (["ops"], 0),
+                     (["verify", "--quick", str(tmp_path / "cache")], 0), (["shard", "a", "b", "--shard-size", "-1"], 2),
+                     (["verify", str(tmp_path / "missing")], 1)):
+        took, r = _cli(args, tmp_path)
+        assert r.returncode == rc, (args, r.stdout, r.stderr)
+        assert took < 2.0, (args, took)
+    took, r = _cli(["inspect", shard], tmp_path)
+    assert '"samples": 3' in r.stdout
+
+
+def test_ops_lists_what_fuses():
+    from gpudecode._steps import OPS
+    from gpudecode.cli import main
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["ops"]) == 0
+    text = " ".join(out.getvalue().split())
+    for kind, ops in OPS:
+        assert kind in text
+        for op in ops.replace(";", ",").split(", "):
+            assert " ".join(op.split()) in text
+    assert max(map(len, out.getvalue().splitlines())) <= 100
+
+
+def test_shard_reader_is_still_a_torch_iterable_dataset(tmp_path, photos):
+    """ShardReader is made without importing torch, and is torch's IterableDataset all the
+    same: DataLoader takes it, pickles find it."""
+    import pickle
+
+    from gpudecode.io.reader import BaseShardReader, ShardReader
+
+    assert issubclass(ShardReader, torch.utils.data.IterableDataset) and issubclass(ShardReader, BaseShardReader)
+    shard = make_shard(tmp_path / "s.tar", [{"__key__": f"{i:03d}", "cls": str(i).encode()} for i in range(5)])
+    reader = ShardReader(shard)
+    got = [int(s.fields["cls"]) for s in torch.utils.data.DataLoader(reader, batch_size=None)]
+    assert got == list(range(5))
+    assert type(pickle.loads(pickle.dumps(reader))) is ShardReader
