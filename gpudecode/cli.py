@@ -316,7 +316,7 @@ def _cmd_plan(a: argparse.Namespace) -> int:
     except ValueError:
         raise pl.PlanError(f"--gpus {a.gpus!r}: GPU counts are whole numbers, comma-separated (e.g. 1,8,64)") from None
     doc = pl.plan(costs, gpus=gpus, consumer=consumer, tiers=tiers, node=node, dataset_images=a.dataset_images)
-    print(doc["markdown"])
+    print(doc["markdown"] if a.all else doc["summary"])
     if a.out:
         paths = pl.write(doc, a.out)
         print(f"\nwritten: {', '.join(paths)}")
@@ -357,6 +357,8 @@ def _add_plan(sub: Any) -> None:
                         "default: DGX-class, 8 GPUs, 128 cores, 2 x 200 Gbit/s")
     s.add_argument("--dataset-images", type=COUNT, default=1_281_167,
                    help="images in the data set (the node-local cache's share; default ImageNet-1k train)")
+    s.add_argument("--all", action="store_true", help="print every row, edge by edge (default: per GPU count and "
+                   "tier, the best format and its cuts in order)")
     s.add_argument("--out", default="gpudecode-plan", help="where plan.json, plan.md and plan.png go ('' for none)")
     s.set_defaults(func=_cmd_plan)
 

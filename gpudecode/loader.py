@@ -42,6 +42,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
+import json
 import os
 import queue
 import sys
@@ -253,6 +254,36 @@ def _views(transform: Any) -> Compose | list[Compose]:
                                      "or Resize to a fixed size): with several views each needs one")
         return views
     return transform if isinstance(transform, Compose) else Compose.from_torchvision(transform)
+
+
+def _check_stored_sizes(reader: Any) -> None:
+    """A transform without a size batches images only of one size: precached shards whose
+    manifest says their images differ (crop none) are refused now, not at the first batch."""
+    from .io import shards as _shards
+
+    seen: set[str] = set()
+    for u in reader.urls:
+        if u in reader.files or not _shards.is_local(u):
+            continue
+        folder = os.path.dirname(os.path.abspath(_shards.local_path(u)))
+        if folder in seen:
+            continue
+        seen.add(folder)
+        for name in sorted(os.listdir(folder)) if len(seen) <= 16 else ():
+            if not name.endswith("manifest.json"):
+                continue
+            try:
+                with open(os.path.join(folder, name)) as f:
+                    doc = json.load(f)
+                pixels, size = doc["pixels"], doc["transform"]["size"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if pixels.get("shape") is None and any(os.path.basename(x.get("path", "")) in
+                                                   {os.path.basename(v) for v in reader.urls} for x in doc["shards"]):
+                raise TransformError(
+                    f"these shards were precached with crop none ({os.path.join(folder, name)}): their images "
+                    f"differ in size (shorter side at most {size}), and this transform gives them no size to "
+                    "batch at: add a RandomResizedCrop, CenterCrop or RandomCrop, or precache with --crop center")
 
 
 def _batch_step(step: Any, transform: Compose, labels: bool, num_classes: int | None) -> Any:
@@ -516,6 +547,8 @@ class Loader:
                                   pool_extensions=[e for e in self.image_exts if e != "npy"],
                                   # an image file is read only up to what an image of max_pixels can take
                                   max_file_bytes=file_cap(max_pixels))
+        if not isinstance(transform, list) and transform.plan.out_size is None and batch_size > 1:
+            _check_stored_sizes(self.reader)
         self.seed = int(seed) if seed is not None else _default_seed(self.reader._rank()[1])
         self.reader.seed = self.seed
         self.epoch = 0
@@ -706,6 +739,16 @@ class Loader:
             self._position = self._resume  # state_dict() before the next iteration gives this state back
         self._finished = False
 
+    def _sources(self) -> dict:
+        """What is read: shards, and image files as they lie (their trees or lists)."""
+        files = self.reader.files
+        shards = sum(1 for u in self.reader.urls if u not in files)
+        out: dict = {"shards": shards}
+        if files:
+            out["image_files"] = sum(len(f) for f in files.values())
+            out["file_sources"] = [f.root or u for u, f in files.items()]
+        return out
+
     def describe(self) -> dict:
         """What this loader does and with what (the decoder is made on first use)."""
         dec = self._pipe.decoder_name()
@@ -716,7 +759,7 @@ class Loader:
                 # what actually decodes (the library, GPU, hardware or CPU), once the decoder is made
                 "decoder_backend": getattr(made, "backend", None) if made is not None else None,
                 "num_threads": self.num_threads, "prefetch": self.prefetch,
-                "batch_size": self.batch_size, "shards": len(self.reader.urls), "split": self.reader.mode(),
+                "batch_size": self.batch_size, **self._sources(), "split": self.reader.mode(),
                 "out_size": [p.out_size for p in plans] if multi else plans[0].out_size,
                 "dtype": [str(p.dtype) for p in plans] if multi else str(plans[0].dtype),
                 # what runs fused, per view (several views: one list each)

@@ -70,6 +70,9 @@ class FormatCost:
     # where cpu_core_s goes, core-seconds per image by stage (read, probe, decode, augment),
     # where the bench run timed its stages; informational (the plan needs the sum)
     stages: dict = dataclasses.field(default_factory=dict)
+    # how the figures were measured (machine, cores, images, runs and their spread): what the
+    # plan scales to the planned node, said beside it
+    measured: str = ""
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -289,11 +292,17 @@ def _costs(doc: dict, p: Path, pipeline: str) -> list[FormatCost]:
     crop = int(args.get("crop") or 224)
     on_gpu = str(args.get("device", "cpu")).startswith("cuda")
     out: list[FormatCost] = []
+    machine = doc.get("machine") or {}
     for fmt, rows in (doc.get("img_per_s") or {}).items():
         r = rows.get(pipeline)
         if r is None:
             continue
         rate = float(r["median"])
+        runs = r.get("runs") or [rate]
+        spread = (max(runs) - min(runs)) / rate if rate > 0 else 0.0
+        measured = (f"{len(runs)} run{'s' if len(runs) != 1 else ''} of {doc['dataset'].get('count', '?')} images on "
+                    f"{threads} thread{'s' if threads != 1 else ''} of {machine.get('cpu') or 'an unnamed CPU'} "
+                    f"({machine.get('cores', '?')} cores), runs {spread:.0%} apart")
         bpi = float(doc["dataset"]["bytes_per_image"][fmt])
         if not (rate > 0 and math.isfinite(rate)) or threads < 1:
             raise PlanError(f"{p}: format {fmt}: {pipeline} ran at {rate} img/s on {threads} threads: no cost to "
@@ -304,11 +313,12 @@ def _costs(doc: dict, p: Path, pipeline: str) -> list[FormatCost]:
             host = (med.get("read", 0.0) + med.get("probe", 0.0)) / max(1, int(args.get("batch") or 1))
             out.append(FormatCost(fmt, bpi, cpu_core_s=threads / rate, gpu_img_s=rate,
                                   gpu_cpu_core_s=host, out_bytes_per_image=3 * crop * crop,
-                                  source=f"{p} ({pipeline}, {doc['machine'].get('gpu')})"))
+                                  source=f"{p} ({pipeline}, {doc['machine'].get('gpu')})", measured=measured))
         else:
             out.append(FormatCost(fmt, bpi, cpu_core_s=threads / rate, out_bytes_per_image=3 * crop * crop * 4,
                                   stages=_stage_split(doc, fmt, threads / rate),
-                                  source=f"{p} ({pipeline} on {threads} cores of {doc['machine'].get('cpu')})"))
+                                  source=f"{p} ({pipeline} on {threads} cores of {doc['machine'].get('cpu')})",
+                                  measured=measured))
     if not out:
         raise PlanError(f"{p}: no {pipeline} figures (pipelines measured: "
                         f"{sorted({n for rows in (doc.get('img_per_s') or {}).values() for n in rows})})")
@@ -731,26 +741,53 @@ def plan(costs: Sequence[FormatCost], *, gpus: Iterable[int], consumer: Consumer
         "rows": rows,
         "best": _best(rows),
     }
+    doc["summary"] = summary(doc)
     doc["markdown"] = markdown(doc)
     return doc
+
+
+def _cuts_in_order(net: Network, sol: Solved, c: FormatCost, t: Tier, need: dict, node: Node,
+                   by_name: dict[str, FormatCost], most: int = 6) -> list[dict]:
+    """Every cut between the data and the GPUs' step, in the order they bind: the first
+    cut's edges are given what the demand needs, the network solved again, and so on until
+    the GPUs' step binds (or `most` cuts). Each: what binds, the fraction of the demand fed
+    with the cuts before it moved, and what moves it."""
+    work = Network([dataclasses.replace(e) for e in net.edges], list(net.demand))
+    out: list[dict] = []
+    while sol.s < 1.0 and len(out) < most:
+        kinds = _cut_kinds(sol.cut)
+        out.append({"binds": [_KINDS.get(k, k) for k in kinds], "fraction": sol.s,
+                    "move": _advice(kinds, c, t, need, node, sol.s, by_name)})
+        grow = 1.0 / max(sol.s, 1e-9) * (1 + 1e-6)
+        for e in work.edges:
+            if e.kind.removesuffix("-in") in kinds and math.isfinite(e.capacity):
+                e.capacity *= grow
+        sol = solve(work, cap=1.0)
+    if sol.s < 1.0:
+        out.append({"binds": ["..."], "fraction": sol.s, "move": f"more cuts after these {most}"})
+    return out
 
 
 def _row(net: Network, sol: Solved, c: FormatCost, t: Tier, g: int, consumer: Consumer, node: Node,
          by_name: dict[str, FormatCost], dataset_gb: float) -> dict:
     kinds = _cut_kinds(sol.cut)
     need = _needed(c, t, g, consumer, node, dataset_gb)
+    # the solver's flow is at its largest feasible rate (up to 10^4 x the demand where the input
+    # keeps up): scaled to what is delivered (a feasible flow scaled down stays feasible)
+    scale = min(1.0, sol.s) * sum(net.demand) / sol.total if sol.total > 0 else 0.0
     # per kind of edge, summed over nodes: capacity (img/s; the step's at s = 1), the flow at
     # the delivered rate, bytes/s, and whether it is in the cut
     edges: dict[str, dict] = {}
     for e in net.edges:
         if e.kind.endswith("-in"):
             continue
-        f = sol.flow.get(e.u, {}).get(e.v, 0.0)
+        f = sol.flow.get(e.u, {}).get(e.v, 0.0) * scale
         d = edges.setdefault(e.kind, {"name": _KINDS.get(e.kind, e.kind), "capacity_img_s": 0.0, "flow_img_s": 0.0,
-                                      "bytes_s": 0.0, "cut": e.kind in kinds})
+                                      "bytes_s": 0.0, "capacity_bytes_s": 0.0, "cut": e.kind in kinds})
         d["capacity_img_s"] += e.capacity
         d["flow_img_s"] += f
         d["bytes_s"] += f * e.bytes_per_image
+        d["capacity_bytes_s"] += e.capacity * e.bytes_per_image
     bound = sol.s < 1.0
     names = [_KINDS.get(k, k) for k in kinds]
     return {
@@ -761,6 +798,7 @@ def _row(net: Network, sol: Solved, c: FormatCost, t: Tier, g: int, consumer: Co
         # where the input keeps up, the cut is the GPUs' own step; the input's cut binds next
         "cut": names if bound else [_KINDS["step"]], "next_cut": [] if bound else names,
         "edges": edges, "move": _advice(kinds, c, t, need, node, sol.s, by_name),
+        "cuts": _cuts_in_order(net, sol, c, t, need, node, by_name) if bound else [],
     }
 
 
@@ -777,17 +815,72 @@ def _best(rows: list[dict]) -> dict:
 
 
 def _gb(x: float) -> str:
+    if not math.isfinite(x):
+        return "no limit"
     return f"{x / 1e9:,.2f}" if x < 1e11 else f"{x / 1e9:,.0f}"
 
 
-def markdown(doc: dict) -> str:
-    from .bench.common import table
+def _head(doc: dict) -> list[str]:
+    c, n = doc["consumer"], doc["node"]
+    return [f"Consumer: {c['img_s_per_gpu']:,.0f} img/s per GPU ({c['label'] or 'given'}); node: {n['note']} "
+            f"(cores {n['cores']}, links {n['links']} x {n['link_gbit']:g} Gbit/s, node-local cache "
+            f"{n['cache_gb']:g} GB); data set {doc['dataset_images']:,} images."]
 
-    c = doc["consumer"]
-    head = [f"Consumer: {c['img_s_per_gpu']:,.0f} img/s per GPU ({c['label'] or 'given'}); node: "
-            f"{doc['node']['note']} (cores {doc['node']['cores']}, links {doc['node']['links']} x "
-            f"{doc['node']['link_gbit']:g} Gbit/s, node-local cache {doc['node']['cache_gb']:g} GB); "
-            f"data set {doc['dataset_images']:,} images."]
+
+def _measurement(doc: dict) -> str:
+    """What the per-image costs rest on, and how far the plan scales them."""
+    fs = doc["formats"].values()
+    cores = doc["node"]["cores"]
+    how = "; ".join(f"{f['name']}: {f['measured']}" for f in fs if f.get("measured"))
+    if not how:
+        return (f"The per-image costs were given by hand; the plan scales them to {cores} cores a node. Measure "
+                "them on the target node: `gpudecode bench formats DATA --out DIR` there, then --from DIR/formats.json.")
+    return (f"The per-image costs were measured on {how}; the plan scales them to {cores} cores a node, as if each "
+            "core ran as those did (a small or loaded machine's figures are thin ground: cores share caches and "
+            "memory bandwidth). Measure on the target node: `gpudecode bench formats DATA --out DIR` there, then "
+            "--from DIR/formats.json.")
+
+
+def summary(doc: dict, width: int = 100) -> str:
+    """The short view: per GPU count and tier, the best format, how much of the demand it
+    feeds, the cores it needs, and every cut in the order it binds with what moves it."""
+    import textwrap
+
+    def fill(text: str, initial_indent: str = "", subsequent_indent: str = "") -> str:
+        return textwrap.fill(text, width, break_on_hyphens=False, initial_indent=initial_indent,
+                             subsequent_indent=subsequent_indent)
+
+    lines = [fill(_head(doc)[0]), fill(_measurement(doc))]
+    by_key = {(r["gpus"], r["tier"], r["format"]): r for r in doc["rows"]}
+    tw = max(len(t) for t in doc["tiers"])
+    fw = max(len(f) for f in doc["formats"])
+    for g in doc["gpus"]:
+        rows = [by_key[(g, t, doc["best"][f"{g}:{t}"])] for t in doc["tiers"]]
+        lines.append(f"\n{g:,} GPU{'s' if g > 1 else ''} ({rows[0]['nodes']} node{'s' if rows[0]['nodes'] > 1 else ''}),"
+                     f" {rows[0]['demand_img_s']:,.0f} img/s wanted; per storage tier, the best format:")
+        for r in rows:
+            lead = (f"  {r['tier']:<{tw}}  {r['format']:<{fw}}  fed {r['fraction']:>4.0%}  "
+                    f"{r['needed']['cores_per_node']:>3} cores/node  ")
+            pad = " " * len(lead)
+            if not r["cuts"]:
+                nxt = ", ".join(r["next_cut"]) or "nothing"
+                text = (f"the GPUs' step binds (the input has {r['headroom']:.1f}x; {nxt} next)" if r["headroom"] < 1e4
+                        else "the GPUs' step binds (the input is no limit)")
+                lines.append(fill(text, initial_indent=lead, subsequent_indent=pad))
+                continue
+            for i, cut in enumerate(r["cuts"]):
+                text = f"{i + 1}. {', '.join(cut['binds'])} bind at {cut['fraction']:.0%}: {cut['move']}"
+                lines.append(fill(text, initial_indent=lead if i == 0 else pad, subsequent_indent=pad + "   "))
+            lines.append(f"{pad}then the GPUs' step binds")
+    lines.append("\nEvery row, edge by edge: `gpudecode plan ... --all` (and plan.md).")
+    return "\n".join(lines)
+
+
+def markdown(doc: dict) -> str:
+    """The full table: every (GPU count, tier, format), edge by edge."""
+    from ._report import table
+
+    head = _head(doc) + [_measurement(doc)]
     for name, f in doc["formats"].items():
         gpu = f"; GPU decode {f['gpu_img_s']:,.0f} img/s per GPU" if f["gpu_img_s"] else "; GPU decode: not measured"
         split = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in (f.get("stages") or {}).items())
@@ -802,14 +895,16 @@ def markdown(doc: dict) -> str:
         storage = (f"{n['devices_per_node']}/node" if "devices_per_node" in n
                    else (f"{n['devices']}" if "devices" in n else "-"))
         links = f"{n['links_per_node']}/node" if "links_per_node" in n else "-"
-        edges = ", ".join(f"{_SHORT.get(k, k)} {e['bytes_s'] / 1e9:,.2f}" for k, e in r["edges"].items()
-                          if e["bytes_s"] > 0)
+        edges = ", ".join(f"{_SHORT.get(k, k)} {_gb(e['bytes_s'])}/{_gb(e['capacity_bytes_s'])}"
+                          for k, e in r["edges"].items() if e["bytes_s"] > 0)
+        cuts = " -> ".join(", ".join(c["binds"]) for c in r["cuts"]) or ", ".join(r["cut"])
+        moves = "; then ".join(c["move"] for c in r["cuts"]) or r["move"]
         rows.append([r["gpus"], r["tier"], r["format"], r["demand_img_s"], _gb(n["read_bytes_s"]), edges,
                      n["cores_per_node"], f"{n['cores_per_gpu']:.1f}", storage, links,
-                     r["delivered_img_s_per_gpu"], f"{r['fraction']:.0%}", ", ".join(r["cut"]), r["move"]])
-    body = table(["GPUs", "tier", "format", "demand img/s", "read GB/s", "GB/s at each edge (delivered)",
-                  "cores/node needed", "cores/GPU",
-                  "drives needed", "links needed", "img/s per GPU", "of demand", "min cut", "to move it"], rows)
+                     r["delivered_img_s_per_gpu"], f"{r['fraction']:.0%}", cuts, moves])
+    body = table(["GPUs", "tier", "format", "demand img/s", "read GB/s", "GB/s delivered/capacity at each edge",
+                  "cores/node needed", "cores/GPU", "drives needed", "links needed", "img/s per GPU", "of demand",
+                  "cuts, in the order they bind", "what moves each"], rows)
     parts = []
     for k, v in doc["best"].items():
         g, t = k.split(":", 1)
@@ -821,12 +916,12 @@ def markdown(doc: dict) -> str:
 def write(doc: dict, out: str | os.PathLike, *, plot_row: int | None = None) -> list[str]:
     """plan.json, plan.md and plan.png (rates against GPU count, and one row's flow graph
     with its cut drawn) into `out`; returns the paths written."""
-    from .bench.common import write_json
+    from ._report import write_json
 
     outdir = Path(out)
     outdir.mkdir(parents=True, exist_ok=True)
     paths = [str(write_json(outdir / "plan.json", doc))]
-    (outdir / "plan.md").write_text(doc["markdown"] + "\n")
+    (outdir / "plan.md").write_text(doc["summary"] + "\n\n" + doc["markdown"] + "\n")
     paths.append(str(outdir / "plan.md"))
     try:
         from .plots import plan_figure

@@ -238,36 +238,58 @@ _HOPS = {"devices": "storage", "server": "fabric", "link": "node NICs", "streams
          "cpu": "host pipeline", "pcie": "GPU memory", "gpu-decode": "GPUs", "step": "trained"}
 
 
+def _short(x: float) -> str:
+    """A number in at most about 6 characters: 950, 12.3k, 4.56M."""
+    for div, unit in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(x) >= div:
+            v = x / div
+            return f"{v:.3g}{unit}" if v < 1000 else f"{v:,.0f}{unit}"
+    return f"{x:.3g}" if abs(x) < 100 else f"{x:.0f}"
+
+
+def _wrap_name(name: str, width: int = 16) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(name, width)) or name
+
+
 def plan_figure(doc: dict, row: dict, path: str | Path) -> str:
     """`gpudecode plan`: img/s per GPU against the GPU count for every tier and format
     (the step's demand dashed), and one row's flow network, each edge's flow against its
     capacity, the minimum cut in red."""
     fig = _figure(10, 7.5)
-    ax = fig.add_subplot(2, 1, 1)
-    styles = ["-", "--", ":", "-."]
-    cmap = ["#4a7ebb", "#d9534f", "#7aa974", "#f0ad4e", "#8c6bb1", "#999999"]
     tiers = list(doc["tiers"])
     fmts = list(doc["formats"])
+    grid = fig.add_gridspec(2, len(tiers), height_ratios=[1.0, 1.1])
+    styles = ["-", "--", ":", "-."]
+    markers = ["o", "s", "^", "D", "v", "P"]
+    cmap = ["#4a7ebb", "#d9534f", "#7aa974", "#f0ad4e", "#8c6bb1", "#999999"]
+    need = doc["consumer"]["img_s_per_gpu"]
+    # one panel per storage tier (lines of different tiers that all meet the demand would lie
+    # on top of each other in one panel); within a panel, one line per format
     for i, t in enumerate(tiers):
+        ax = fig.add_subplot(grid[0, i])
         for j, f in enumerate(fmts):
             rs = [r for r in doc["rows"] if r["tier"] == t and r["format"] == f]
-            ax.plot([r["gpus"] for r in rs], [r["delivered_img_s_per_gpu"] for r in rs], marker="o", ms=3,
-                    ls=styles[j % len(styles)], color=cmap[i % len(cmap)], label=f"{t}, {f}")
-    need = doc["consumer"]["img_s_per_gpu"]
-    ax.axhline(need, color="#333333", lw=0.8, ls="--", label=f"the step's demand ({need:,.0f})")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(doc["gpus"], [str(g) for g in doc["gpus"]])
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("img/s per GPU delivered")
-    ax.set_ylim(0, need * 1.15)
-    ax.set_title("what each storage tier and format delivers per GPU (below the dashed line: data-bound)",
-                 fontsize=9)
-    ax.legend(fontsize=6, loc="lower left", ncol=max(1, len(tiers)))
-    ax2 = fig.add_subplot(2, 1, 2)
+            ax.plot([r["gpus"] for r in rs], [r["fraction"] * 100 for r in rs], marker=markers[j % len(markers)],
+                    ms=5 - 1.5 * j / max(1, len(fmts)), lw=2.0 - 1.0 * j / max(1, len(fmts)),
+                    ls=styles[j % len(styles)], color=cmap[j % len(cmap)], label=f, alpha=0.9)
+        ax.axhline(100, color="#333333", lw=0.8, ls="--")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(doc["gpus"], [str(g) for g in doc["gpus"]], fontsize=6)
+        ax.tick_params(axis="y", labelsize=6)
+        ax.set_ylim(0, 110)
+        ax.set_title(t, fontsize=8)
+        ax.set_xlabel("GPUs", fontsize=7)
+        if i == 0:
+            ax.set_ylabel(f"% of the demand fed\n(100% = {need:,.0f} img/s per GPU)", fontsize=7)
+            ax.legend(fontsize=6, loc="lower left")
+    fig.suptitle("what each storage tier feeds the GPUs, per format (below 100%: data-bound)", fontsize=9)
+    ax2 = fig.add_subplot(grid[1, :])
     edges = row["edges"]
     chain = [k for k in _CHAIN if k in edges]
     xs = list(range(len(chain) + 1))
-    ax2.set_xlim(-0.5, len(chain) + 0.5)
+    ax2.set_xlim(-0.6, len(chain) + 0.6)
     ax2.set_ylim(-1.6 if "cache" in edges else -0.7, 0.9)
     ax2.axis("off")
     hops = ["data"] + [_HOPS[k] for k in chain]
@@ -280,10 +302,10 @@ def plan_figure(doc: dict, row: dict, path: str | Path) -> str:
         ax2.annotate("", xy=(x + 0.85, 0), xytext=(x + 0.15, 0),
                      arrowprops={"arrowstyle": "-|>", "color": color, "lw": 2.5 if e["cut"] else 1.5})
         cap = e["capacity_img_s"]
-        cap_s = "no limit" if cap == float("inf") else f"{cap:,.0f}"
-        gbs = f"\n{e['bytes_s'] / 1e9:,.2f} GB/s" if e["bytes_s"] else ""
-        ax2.text(x + 0.5, 0.12, f"{e['name']}\n{e['flow_img_s']:,.0f} / {cap_s} img/s{gbs}", ha="center",
-                 va="bottom", fontsize=6.5, color=color)
+        cap_s = "no limit" if cap == float("inf") else _short(cap)
+        gbs = f"\n{_short(e['bytes_s'] / 1e9)} GB/s" if e["bytes_s"] else ""
+        ax2.text(x + 0.5, 0.12, f"{_wrap_name(e['name'])}\n{_short(e['flow_img_s'])} / {cap_s} img/s{gbs}",
+                 ha="center", va="bottom", fontsize=6, color=color, clip_on=True)
         if e["cut"]:
             ax2.plot([x + 0.5, x + 0.5], [-0.15, 0.1], color=WEAK, lw=1, ls="--")
     if "cache" in edges:  # the node-local cache: a second path from the data into the node

@@ -19,7 +19,7 @@ def test_help_lists_subcommands():
     from gpudecode.cli import build_parser
 
     sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    assert set(sub.choices) == {"shard", "inspect", "precache", "verify", "bench", "plan", "demo"}
+    assert set(sub.choices) == {"shard", "inspect", "precache", "verify", "bench", "plan", "ops", "demo"}
     listed = out.stdout.split("positional arguments:")[1]  # the subcommand table, not the description
     for cmd in sub.choices:
         assert f"\n    {cmd} " in listed, cmd

@@ -143,7 +143,7 @@ def test_plan_options(tmp_path, capsys):
     io_json = os.path.join(HERE, "..", "bench", "results", "io", "io.json")
     assert main(["plan", "--from", formats, "--pipeline", "classic", "--formats", "jpg", "--gpus", "8", "--rate",
                  "2000", "--io", io_json, "--storage", "measured-object-store,nfs-hdd", "--tier",
-                 "nfs-hdd:devices=48", "--dataset-images", "1000", "--node", "cache_gb=1", "--out", ""]) == 0
+                 "nfs-hdd:devices=48", "--dataset-images", "1000", "--node", "cache_gb=1", "--all", "--out", ""]) == 0
     text = capsys.readouterr().out
     assert "tier measured-object-store" in text and "| 8 | nfs-hdd | jpg |" in text and "png" not in text.split("|")[3]
     with open(formats) as f:

@@ -172,3 +172,34 @@ def test_shard_reader_is_still_a_torch_iterable_dataset(tmp_path, photos):
     got = [int(s.fields["cls"]) for s in torch.utils.data.DataLoader(reader, batch_size=None)]
     assert got == list(range(5))
     assert type(pickle.loads(pickle.dumps(reader))) is ShardReader
+
+
+def test_size_conflicts_and_sources_are_said_at_construction(tmp_path, photos):
+    """Precached images of several sizes (crop none) with a transform that gives no size:
+    refused when the Loader is made, naming the manifest; describe() counts image files as
+    files; a missing folder is called what it is."""
+    from gpudecode.errors import ShardReadError
+    from gpudecode.precache import precache
+
+    shard = make_shard(tmp_path / "s-000000.tar", [{"__key__": f"{i:03d}", "cls": b"0",
+                                                    "jpg": encode(photos["coffee"][: 40 + 8 * i, :60])}
+                                                   for i in range(3)])
+    precache(shard, str(tmp_path / "cache"), size=32)
+    with pytest.raises(TransformError, match="precached with crop none") as e:
+        gpudecode.Loader(str(tmp_path / "cache"), batch_size=2, transform=None)
+    assert "manifest.json" in str(e.value) and "--crop center" in str(e.value)
+    ok = gpudecode.Loader(str(tmp_path / "cache"), batch_size=2, transform=T.Compose([T.CenterCrop(16)]))
+    assert ok.describe()["shards"] == 1 and "image_files" not in ok.describe()
+    gpudecode.Loader(str(tmp_path / "cache"), batch_size=1, transform=None)  # one image a batch: any size
+
+    tree = tmp_path / "tree"
+    for c in ("cat", "dog"):
+        (tree / c).mkdir(parents=True)
+        for i in range(2):
+            (tree / c / f"{i}.jpg").write_bytes(encode(photos["coffee"][:24, :32]))
+    d = gpudecode.Loader(str(tree), batch_size=2, transform=None).describe()
+    assert (d["shards"], d["image_files"], d["file_sources"]) == (0, 4, [str(tree)])
+    with pytest.raises(ShardReadError, match=r"^no such file or folder: .*nowhere \(a source is"):
+        gpudecode.Loader(str(tmp_path / "nowhere"), batch_size=2, transform=None)
+    with pytest.raises(ShardReadError, match=r"^2 of 2 shards do not exist"):
+        gpudecode.Loader(str(tmp_path / "x-{0..1}.tar"), batch_size=2, transform=None)

@@ -194,7 +194,15 @@ def test_cli_the_issue_command(tmp_path, capsys):
                "256", "--storage", "nfs-hdd,object-store,local-nvme", "--out", str(out)])
     text = capsys.readouterr().out
     assert rc == 0
-    assert "| GPUs | tier | format |" in text and "min cut" in text
+    # the short view: per GPU count and tier, the best format and every cut in order, on 100 columns
+    assert "256 GPUs (32 nodes)" in text and "| GPUs |" not in text
+    assert max(len(line) for line in text.splitlines() if not line.startswith("written:")) <= 100
+    assert "1. storage devices bind at" in text and "2. the storage system's network bind at" in text
+    assert "then the GPUs' step binds" in text
+    # what the costs rest on, and the advice to measure on the target node
+    src = json.loads(FORMATS_JSON.read_text())
+    flat = " ".join(text.split())
+    assert f"of {src['machine']['cpu']}" in flat and "Measure on the target node" in flat
     doc = json.loads((out / "plan.json").read_text())
     assert (out / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(doc["rows"]) == 6 * 3 * 3
@@ -212,6 +220,19 @@ def test_cli_the_issue_command(tmp_path, capsys):
     assert r["delivered_img_s_per_gpu"] == pytest.approx(24 * 100e6 / bpi / 256, rel=1e-4)
     assert r["cut"] == ["storage devices"]
     assert r["needed"]["devices"] == math.ceil(256 * per_gpu * bpi / 100e6)
+    # the cuts in the order they bind: the drives, then the server's 2 x 25 GbE, then the GPUs
+    assert [c["binds"] for c in r["cuts"]] == [["storage devices"], ["the storage system's network"]]
+    assert r["cuts"][0]["fraction"] == pytest.approx(r["fraction"])
+    assert r["cuts"][1]["fraction"] == pytest.approx(2 * 25e9 / 8 / (256 * per_gpu * bpi), rel=1e-4)
+    # delivered, not capacity: an edge with room to spare carries the demand, no more
+    r = next(r for r in doc["rows"] if r["gpus"] == 8 and r["tier"] == "local-nvme" and r["format"] == "jpg")
+    e = r["edges"]["local"]
+    assert e["bytes_s"] == pytest.approx(8 * per_gpu * src["dataset"]["bytes_per_image"]["jpg"], rel=1e-6)
+    assert e["capacity_bytes_s"] > e["bytes_s"]
+    # --all: every row, edge by edge
+    main(["plan", "--from", str(FORMATS_JSON), "--gpus", "8", "--step-ms", "120", "--all", "--out", ""])
+    text = capsys.readouterr().out
+    assert "| GPUs | tier | format |" in text and "GB/s delivered/capacity at each edge" in text
 
 
 def test_cli_errors_are_one_line(capsys):
@@ -220,5 +241,5 @@ def test_cli_errors_are_one_line(capsys):
     assert main(["plan", "--cost", "jpg:110:2.4", "--out", "", "--step-ms", "100", "--rate", "5"]) == 1
     assert "--step-ms" in capsys.readouterr().err
     assert main(["plan", "--cost", "jpg:110:2.4", "--rate", "2000", "--node", "cores=64", "--out", ""]) == 0
-    text = capsys.readouterr().out
-    assert "changed: cores=64" in text and "| 1 | local-nvme | jpg |" in text
+    text = " ".join(capsys.readouterr().out.split())
+    assert "changed: cores=64" in text and "1 GPU (1 node)" in text

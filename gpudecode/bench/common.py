@@ -2,14 +2,13 @@
 bench/): the machine, timing, results on disk, tables."""
 from __future__ import annotations
 
-import json
-import math
 import os
 import platform
 import statistics
 import time
-from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
+
+from .._report import table, write_json  # noqa: F401  (the library's: plan writes them too)
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 TRAIN = "RandomResizedCrop(224) + RandomHorizontalFlip + ColorJitter(0.4, 0.4, 0.4, 0.1) + Normalize"
@@ -89,37 +88,6 @@ def rate(fn: Callable[[], int], repeat: int = 3, *, warmup: int = 1) -> float:
 def spread(rates: Sequence[float]) -> dict:
     """Median, min, max of repeated measurements."""
     return {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "runs": list(rates)}
-
-
-def write_json(path: Path, doc: dict) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1, default=_default))
-    return path
-
-
-def _default(o: Any) -> Any:
-    if isinstance(o, float) and not math.isfinite(o):
-        return None
-    if isinstance(o, Path):
-        return str(o)
-    return str(o)
-
-
-def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """A markdown table; numbers right-aligned with thousands separators."""
-    def cell(v: Any) -> str:
-        if isinstance(v, float):
-            if not math.isfinite(v):
-                return "-"
-            return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
-        if isinstance(v, int):
-            return f"{v:,}"
-        return "-" if v is None else str(v)
-
-    out = ["| " + " | ".join(headers) + " |",
-           "|" + "|".join("---:" if i else "---" for i in range(len(headers))) + "|"]
-    out += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
-    return "\n".join(out)
 
 
 def progress(total: int | None, desc: str, *, enabled: bool = True):

@@ -1035,6 +1035,11 @@ class BaseShardReader:
             raise ShardReadError(f"no shards: {urls!r} names none", shard=str(urls))
         missing = [u for u in self.urls if u not in self.files and _shards.is_local(u)
                    and not os.path.isfile(_shards.local_path(u))]
+        if missing and len(self.urls) == 1:  # one path, not a pattern's list: it may have meant a folder
+            path = _shards.local_path(missing[0])
+            what = "shard" if path.endswith((".tar", ".tar.gz", ".tgz")) else "file or folder"
+            raise ShardReadError(f"no such {what}: {path} (a source is a shard, a shard pattern, an ImageFolder "
+                                 "tree, a list file or image paths)", shard=missing[0])
         if missing:
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             raise ShardReadError(f"{len(missing)} of {plural(len(self.urls), 'shard')} {'does' if len(missing) == 1 else 'do'} not exist: "
