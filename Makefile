@@ -27,14 +27,14 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 # pip runs quietly; a line before says what comes and what it cost here, a line after how long it took
-TEST_EXTRAS := test,gpu,dali
+TEST_EXTRAS := test,gpu,dali,formats,lightning
 TIMED = start=$$(date +%s); $(1) && echo "==> done in $$(( $$(date +%s) - start )) s"
 
 # A real install (not editable): the tests import what `pip install .` produced, with every
 # optional backend (their CPU builds are tested here). A user's `pip install gpudecode` is the
 # CPU path alone; extras: [gpu] (numba-cuda, nvImageCodec, torchcodec), [dali].
 setup: sysdeps $(BIN)/python
-	@echo "==> pip install '.[test,gpu,dali]': gpudecode (its C++ module is built: about 1 min), torch, numba, the GPU"
+	@echo "==> pip install '.[test,gpu,dali,formats,lightning]': gpudecode (its C++ module is built: about 1 min), torch, numba, the GPU"
 	@echo "    backends' CPU builds (DALI, nvImageCodec, torchcodec, CuPy) and the test tools; a first install took"
 	@echo "    about 2 min and 7.3 GB here, wheels from a local cache (3.7 GB of it CUDA libraries); later runs seconds"
 	@$(call TIMED,$(BIN)/pip install -q ".[$(TEST_EXTRAS)]")

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import numpy as np
 
 from . import _native
-from .decode._base import PILLOW_FORMATS, Request, Requests
+from .decode._base import Request, Requests, missing_plugin, pillow_formats
 from .errors import DecodeError, LocatedError, wrap_data_error
 
 if TYPE_CHECKING:
@@ -94,10 +94,11 @@ def probe_format(data: bytes, *, shard: str | None = None, key: str | None = Non
             raise DecodeError(f"not a readable tensor sample ({e})", shard=shard, key=key) from None
         return "npy", h, w
     try:
-        with Image.open(io.BytesIO(data), formats=PILLOW_FORMATS) as im:
+        with Image.open(io.BytesIO(data), formats=pillow_formats()) as im:
             return "other", im.height, im.width
     except (UnidentifiedImageError, OSError, ValueError):
-        raise DecodeError(f"not a readable image ({why})", shard=shard, key=key) from None
+        missing = missing_plugin(data)
+        raise DecodeError(missing or f"not a readable image ({why})", shard=shard, key=key) from None
     except Image.DecompressionBombError as e:  # Pillow's own limit, met while opening
         raise DecodeError(f"over Pillow's decompression-bomb limit ({e})", shard=shard, key=key) from None
     except Exception as e:  # any other failure of a Pillow plugin on hostile bytes

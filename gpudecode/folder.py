@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import _native
-from .decode._base import PILLOW_FORMATS
+from .decode._base import pillow_formats
 from .errors import ShardReadError
 from .io.files import IMG_EXTENSIONS, is_image_file, path_key, read_file
 from .io.writer import ShardWriter, format_pattern, pattern_head, written_by
@@ -38,7 +38,7 @@ def image_extension(data: bytes) -> str | None:
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(io.BytesIO(data), formats=PILLOW_FORMATS) as im:
+        with Image.open(io.BytesIO(data), formats=pillow_formats()) as im:
             im.verify()
             return _PIL_EXT.get(im.format or "")
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError):

@@ -147,6 +147,10 @@ class _Epoch:
         self.group.stop()
 
 
+_SUPERSEDED = ("this iterator was ended when iter(loader) started a newer one (they would share output buffers; "
+               "DataLoader's persistent workers end the older one too): use the newest")
+
+
 class LoaderIterator:
     """An epoch of batches from a Loader (what `iter(loader)` returns). Ends when
     exhausted, on close(), when garbage-collected, or when an exception (Ctrl-C
@@ -156,6 +160,7 @@ class LoaderIterator:
         self._loader = loader
         self.epoch = epoch
         self._done = False
+        self._superseded = False  # ended by a newer iter(loader)
         self._pid = os.getpid()
         self._busy = threading.Lock()  # one next() at a time
         self._ep = _Epoch(loader, epoch, start)
@@ -178,7 +183,7 @@ class LoaderIterator:
                     f"this iterator was started in process {self._pid}; a forked child cannot continue it (its "
                     "threads and buffers stayed in the parent): start one in the child with iter(loader)")
             if self._done:
-                raise StopIteration
+                raise ConcurrentIterationError(_SUPERSEDED) if self._superseded else StopIteration
             held = self._busy.acquire(blocking=False)
             if not held:
                 raise ConcurrentIterationError(
@@ -206,7 +211,7 @@ class LoaderIterator:
         wait = time.perf_counter() - t0
         if item is STOPPED:
             if self._done:  # close() from another thread while this one waited: the loop ends
-                raise StopIteration
+                raise ConcurrentIterationError(_SUPERSEDED) if self._superseded else StopIteration
             raise RuntimeError("gpudecode loader threads ended without a result (this is a bug)")
         if item is None:
             ld._finished = True
@@ -658,6 +663,12 @@ class Loader:
         `len()` (samples per epoch), `set_epoch()`, and iteration over the dataset indices."""
         return LoaderSampler(self)
 
+    @property
+    def batch_sampler(self) -> None:
+        """None: the Loader batches its samples itself (DataLoader's attribute, for code
+        that looks for it, e.g. Lightning: it then finds `sampler` and its set_epoch)."""
+        return None
+
     _STATE_FORMAT = "gpudecode.Loader/1"
 
     def state_dict(self) -> dict:
@@ -770,18 +781,17 @@ class Loader:
                 "after": [] if self.batch_transform is None else [repr(self.batch_transform)]}
 
     def __iter__(self) -> LoaderIterator:
-        """Starts an epoch (resuming where load_state_dict said, if it was called).
-
-        Raises:
-            ConcurrentIterationError: an iterator of this Loader is still active.
-        """
-        with self._iter_lock:  # the check and the claim are one step: two threads cannot both pass
+        """Starts an epoch (resuming where load_state_dict said, if it was called). An
+        older iterator still active is ended first, as if dropped (a DataLoader with
+        persistent workers ends it too; Lightning and others start a new one without
+        exhausting the last: a sanity check, limit_*_batches, a sized epoch): its next()
+        then raises ConcurrentIterationError, never a batch of the new epoch."""
+        with self._iter_lock:  # the end and the start are one step: one iterator is active at a time
             self._in_this_process()
             active = self._active() if self._active is not None else None
             if active is not None and active.active:
-                raise ConcurrentIterationError(
-                    "this Loader already has an active iterator (they would share output buffers): exhaust it, "
-                    "call its close(), or drop it before starting another")
+                active._superseded = True
+                active.close()
             return self._start_epoch()
 
     def _in_this_process(self) -> None:

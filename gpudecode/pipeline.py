@@ -51,11 +51,21 @@ class Batch(tuple):
     transforms) `images` is a list: one batch per view, in the transforms' order."""
 
     keys: list[str]
+    # namedtuple's protocol: code that rebuilds collections field by field (Lightning's
+    # transfer to the device, torch's pin_memory and collate) makes a Batch again with
+    # Batch(images, labels); the keys are then unknown (an empty list)
+    _fields = ("images", "labels")
 
-    def __new__(cls, images: Any, labels: torch.Tensor | None, keys: list[str]) -> "Batch":
+    def __new__(cls, images: Any, labels: torch.Tensor | None = None, keys: list[str] | None = None) -> "Batch":
         obj = super().__new__(cls, (images, labels))
-        obj.keys = keys
+        obj.keys = [] if keys is None else keys
         return obj
+
+    def _asdict(self) -> dict:
+        return {"images": self[0], "labels": self[1]}
+
+    def __getnewargs__(self) -> tuple:  # (pickle: a tuple subclass is remade from these)
+        return (self[0], self[1], self.keys)
 
     @property
     def images(self) -> Any:

@@ -47,14 +47,20 @@ def shards(photos, tmp_path_factory):
     return out
 
 
-def test_second_iterator_is_refused_until_the_first_ends(shards):
+def test_a_second_iterator_ends_the_first(shards):
+    """iter(loader) while an iterator is active ends that one (as DataLoader's persistent
+    workers do, and as Lightning expects: it starts a new iterator without exhausting the
+    last); the old one's next() is then an error, never a batch of the new epoch."""
     ld = Loader(shards, batch_size=8, transform=tf(), device="cpu")
     it = iter(ld)
-    next(it)
-    with pytest.raises(ConcurrentIterationError, match="active iterator"):
-        iter(ld)
+    kept = next(it)
+    it2 = iter(ld)
+    with pytest.raises(ConcurrentIterationError, match="started a newer one"):
+        next(it)
+    assert kept.images.shape[0] == 8 and not it.active and it2.active
+    assert sum(b[0].shape[0] for b in it2) == 96  # the new one: a whole epoch
     it.close()
-    assert sum(b[0].shape[0] for b in ld) == 96  # a new one works once the first is closed
+    assert sum(b[0].shape[0] for b in ld) == 96
     for _ in ld:  # break: CPython drops (and so closes) the loop's iterator at once
         break
     assert sum(1 for _ in ld) == 12
@@ -280,8 +286,8 @@ def test_forked_children_work_or_are_told(shards, what):
 
 
 def test_two_threads_one_loader(shards, monkeypatch):
-    """Two threads asking iter(loader) at the same moment: exactly one gets the iterator,
-    the other ConcurrentIterationError (the check and the claim are one step). next() on
+    """Two threads asking iter(loader) at the same moment: both get one, and exactly one
+    of them is active (ending the older and starting the newer are one step). next() on
     one iterator from a second thread while the first waits in it is refused too; and
     close() from another thread while the loop waits for its first batch ends the loop
     cleanly. (The rule: one iterator, one thread; the README says so.)"""
@@ -304,9 +310,13 @@ def test_two_threads_one_loader(shards, monkeypatch):
             t.start()
         for t in threads:
             t.join(60)
-        iters = [g for g in got if not isinstance(g, ConcurrentIterationError)]
-        assert len(got) == 2 and len(iters) == 1, got
-        iters[0].close()
+        assert len(got) == 2 and not any(isinstance(g, ConcurrentIterationError) for g in got), got
+        live = [g for g in got if g.active]
+        assert len(live) == 1, got
+        ended = next(g for g in got if g is not live[0])
+        with pytest.raises(ConcurrentIterationError, match="started a newer one"):
+            next(ended)
+        live[0].close()
     # next() from a second thread while the first is inside it
     release = threading.Event()
     real = CpuDecoder.decode

@@ -14,6 +14,63 @@ if TYPE_CHECKING:
 # EPS plugin, which runs Ghostscript where it is installed.
 PILLOW_FORMATS = ("JPEG", "PNG", "WEBP", "GIF", "BMP", "TIFF", "PPM")  # (Pillow reads MPO as JPEG)
 
+# Formats read through an optional Pillow plugin (pip install 'gpudecode[formats]'): Pillow's
+# format id -> (the name people call it, the package, its module, the call that registers it).
+# AVIF is Pillow's own from Pillow 11.2 where its wheel has libavif; pillow-avif-plugin before.
+PLUGIN_FORMATS = {
+    "AVIF": ("AVIF", "pillow-avif-plugin", "pillow_avif", None),
+    "HEIF": ("HEIC/HEIF", "pillow-heif", "pillow_heif", "register_heif_opener"),
+    "JXL": ("JPEG XL", "pillow-jxl-plugin", "pillow_jxl", None),
+}
+_OPENABLE: tuple[str, ...] | None = None
+
+
+def pillow_formats() -> tuple[str, ...]:
+    """The formats Pillow may open here: PILLOW_FORMATS and each PLUGIN_FORMATS entry that
+    Pillow has (its own or a plugin's, registered here on first call)."""
+    global _OPENABLE
+    if _OPENABLE is None:
+        import importlib
+
+        from PIL import Image
+
+        Image.init()
+        for fid, (_, _, module, register) in PLUGIN_FORMATS.items():
+            if fid in Image.OPEN:
+                continue
+            try:
+                mod = importlib.import_module(module)
+                if register is not None:
+                    getattr(mod, register)()
+            except Exception:  # not installed, or its native library failed to load: said per image
+                continue
+        _OPENABLE = PILLOW_FORMATS + tuple(f for f in PLUGIN_FORMATS if f in Image.OPEN)
+    return _OPENABLE
+
+
+def sniff_plugin_format(data: bytes) -> str | None:
+    """The PLUGIN_FORMATS id of `data` by its signature (an ISO-BMFF `ftyp` brand, JPEG XL's
+    codestream or container), or None."""
+    head = bytes(data[:32])
+    if head[:2] == b"\xff\x0a" or head[:12] == b"\x00\x00\x00\x0cJXL \r\n\x87\n":
+        return "JXL"
+    if head[4:8] == b"ftyp":
+        brand = head[8:12]
+        if brand in (b"avif", b"avis"):
+            return "AVIF"
+        if brand in (b"heic", b"heix", b"hevc", b"hevx", b"heim", b"heis", b"mif1", b"msf1"):
+            return "HEIF"
+    return None
+
+
+def missing_plugin(data: bytes) -> str | None:
+    """Why `data` cannot be opened here when it is a plugin format whose plugin is missing."""
+    fid = sniff_plugin_format(data)
+    if fid is None or fid in pillow_formats():
+        return None
+    name, package, _, _ = PLUGIN_FORMATS[fid]
+    return f"a {name} image, and Pillow has no {name} support here: pip install 'gpudecode[formats]' ({package})"
+
 
 @dataclass(slots=True)
 class Request:

@@ -26,14 +26,14 @@ import torch
 from .. import _native
 from ..errors import Cancelled
 from ..tensors import npy_layout, npy_rgb
-from ._base import PILLOW_FORMATS, DecodedBatch, Request, Requests, hwc_strides
+from ._base import DecodedBatch, Request, Requests, hwc_strides, pillow_formats
 from ._span import span
 
 
 def _pillow_rgb(data: bytes, max_pixels: int) -> np.ndarray:
     from PIL import Image
 
-    with Image.open(io.BytesIO(data), formats=PILLOW_FORMATS) as im:
+    with Image.open(io.BytesIO(data), formats=pillow_formats()) as im:
         if max_pixels and im.width * im.height > max_pixels:
             raise ValueError(f"image of {im.width}x{im.height} pixels is over the limit of {max_pixels} pixels")
         if im.mode in ("I;16", "I;16B", "I;16L", "I"):

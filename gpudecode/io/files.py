@@ -35,7 +35,9 @@ from ..errors import RESOURCE_ERRNOS, LabelError, LocatedError, ShardReadError, 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 # the image fields a Loader (and precache) reads by default: torchvision's image extensions,
 # and tensor samples (.npy) of gpudecode precache
-DEFAULT_IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "ppm", "pgm", "npy")
+DEFAULT_IMAGE_EXTS = ("jpg", "jpeg", "png", "webp", "bmp", "tif", "tiff", "ppm", "pgm", "npy",
+                      # through Pillow's AVIF and the [formats] extra's plugins (refused by name without them)
+                      "avif", "heic", "heif", "jxl")
 PREFIX = "files:"  # the name of a file list among shard URLs starts with this
 # a list line's label, as gpudecode.labels reads a .cls member's (not Python's int(): no "1_0", no "７")
 _LABEL = re.compile(r"[+-]?[0-9]+")
