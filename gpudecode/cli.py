@@ -225,7 +225,8 @@ def _add_bench(sub: Any) -> None:
     p.add_argument("dir", help="output folder (new, empty, or an earlier make-data's)")
     p.add_argument("--count", type=COUNT, default=2048, help="images to make")
     p.add_argument("--size", default="224", help="224, 768 or WxH (default 224)")
-    p.add_argument("--formats", default="png,jpg,tensor", help="comma-separated: png, jpg, tensor")
+    p.add_argument("--formats", default="png,jpg,tensor", help="comma-separated: png, jpg, tensor, and webp, tiff, "
+                   "avif, heic, jxl (heic and jxl need pip install 'gpudecode[formats]')")
     p.add_argument("--shard-size", type=COUNT, default=256, help="samples per shard")
     p.add_argument("--seed", type=NONNEG, default=0, help="seed of the images drawn")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -85,3 +85,21 @@ for s in ld.skipped:
                "(pillow-heif)" in r.stdout
     if "JXL" in have:
         assert "(pillow-jxl-plugin)" in r.stdout and "a JPEG XL image" in r.stdout
+
+
+def test_bench_make_data_writes_every_format(tmp_path):
+    """`gpudecode bench make-data --formats ...` writes each format as shards and files that
+    Pillow reads back to the image made (lossless ones exactly)."""
+    from gpudecode.bench.data import ALL_FORMATS, EXT, make_data
+
+    pillow_formats()
+    have = [f for f in ALL_FORMATS if f == "tensor" or {"heic": "HEIF", "jxl": "JXL", "jpg": "JPEG"}.get(
+        f, f.upper()) in Image.SAVE]
+    doc = make_data(tmp_path / "d", count=3, size=32, formats=have, show_progress=False)
+    for f in have:
+        assert doc["bytes_per_image"][f] > 0 and doc["shards"][f]
+        files = sorted((tmp_path / "d" / doc["files"][f]).rglob(f"*.{EXT[f]}"))
+        assert len(files) == 3
+        if f != "tensor":
+            with Image.open(files[0]) as im:
+                assert im.size == (32, 32)

@@ -15,8 +15,13 @@ from typing import Sequence
 
 import numpy as np
 
-FORMATS = ("png", "jpg", "tensor")
-EXT = {"png": "png", "jpg": "jpg", "tensor": "npy"}
+FORMATS = ("png", "jpg", "tensor")  # the default set
+# every format make-data writes: the default set, and the others data sets hold (AVIF with
+# Pillow's own codec, HEIC and JPEG XL through the [formats] extra's plugins)
+ALL_FORMATS = FORMATS + ("webp", "tiff", "avif", "heic", "jxl")
+EXT = {"png": "png", "jpg": "jpg", "tensor": "npy", "webp": "webp", "tiff": "tiff", "avif": "avif", "heic": "heic",
+       "jxl": "jxl"}
+_PILLOW = {"png": "PNG", "jpg": "JPEG", "webp": "WEBP", "tiff": "TIFF", "avif": "AVIF", "heic": "HEIF", "jxl": "JXL"}
 
 
 def parse_size(text: str | int | Sequence[int]) -> tuple[int, int]:
@@ -88,13 +93,18 @@ def encode(img: np.ndarray, fmt: str, quality: int = 90) -> bytes:
 
     if fmt == "tensor":
         return encode_npy(img)
+    from ..decode._base import pillow_formats
+
+    if fmt not in _PILLOW:
+        raise ValueError(f"unknown format {fmt!r} (one of {', '.join(ALL_FORMATS)})")
+    pillow_formats()  # (the [formats] plugins registered)
+    if _PILLOW[fmt] not in Image.SAVE:
+        raise ValueError(f"Pillow here cannot write {fmt}: pip install 'gpudecode[formats]'")
     buf = io.BytesIO()
-    if fmt == "png":
-        Image.fromarray(img).save(buf, format="PNG")
-    elif fmt == "jpg":
-        Image.fromarray(img).save(buf, format="JPEG", quality=quality)
-    else:
-        raise ValueError(f"unknown format {fmt!r} (one of {', '.join(FORMATS)})")
+    # lossy formats at the same quality setting as JPEG's (their scales differ: the bytes per
+    # image in dataset.json say what each made of it); PNG and TIFF lossless
+    opts = {"png": {}, "tiff": {"compression": "tiff_lzw"}}.get(fmt, {"quality": quality})
+    Image.fromarray(img).save(buf, format=_PILLOW[fmt], **opts)
     return buf.getvalue()
 
 
@@ -113,9 +123,9 @@ def make_data(out: str | os.PathLike, *, count: int = 2048, size: str | int | Se
 
     h, w = parse_size(size)
     formats = list(dict.fromkeys(formats))
-    bad = [f for f in formats if f not in FORMATS]
+    bad = [f for f in formats if f not in ALL_FORMATS]
     if bad or not formats:
-        raise ValueError(f"formats must be among {', '.join(FORMATS)}, not {', '.join(bad) or 'none'}")
+        raise ValueError(f"formats must be among {', '.join(ALL_FORMATS)}, not {', '.join(bad) or 'none'}")
     if count < 1 or shard_size < 1:
         raise ValueError("count and shard_size must be >= 1")
     root = Path(out)

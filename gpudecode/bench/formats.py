@@ -94,9 +94,13 @@ def markdown(doc: dict) -> str:
     for fmt, res in doc["img_per_s"].items():
         for name, r in res.items():
             ratio = doc["x_classic"].get(fmt, {}).get(name)
+            # what an image costs: the run's threads (or workers) over its rate, and its stored size
+            cost = doc["args"]["threads"] / r["median"] * 1e3 if r["median"] > 0 else float("nan")
             rows.append([fmt, r["label"], r["median"], f"{r['min']:,.0f}-{r['max']:,.0f}", r["mb_per_s"],
+                         f"{cost:.2f}", f"{d['bytes_per_image'][fmt] / 1e3:,.1f}",
                          ratio if ratio is not None else None])
-    out = head + "\n\n" + table(["format", "pipeline", "img/s", "spread", "MB/s", "x classic"], rows)
+    out = head + "\n\n" + table(["format", "pipeline", "img/s", "spread", "MB/s", "core-ms/img", "kB/img",
+                                  "x classic"], rows)
     for fmt, why in doc["skipped"].items():
         for name, reason in why.items():
             out += f"\n\nnot measured: {fmt} {name}: {reason}"

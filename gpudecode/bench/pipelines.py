@@ -29,6 +29,8 @@ NAMES = ("gpudecode", "classic", "dali", "spdl", "synthetic")
 
 def available(name: str, fmt: str, device: str = "cpu") -> str | None:
     """None where `name` can run format `fmt` here, else why not."""
+    if name in ("dali", "spdl") and fmt in ("avif", "heic", "jxl"):
+        return f"{name.upper() if name == 'dali' else 'SPDL'}'s decoders are not measured on {fmt} here"
     if name == "dali":
         if fmt == "tensor":
             return "DALI's pipeline here reads image files; tensor samples are not measured with it"
@@ -102,6 +104,17 @@ def _load_npy_chw(path: str) -> Any:
     return torch.from_numpy(np.load(path)).permute(2, 0, 1)
 
 
+def _load_pil_rgb(path: str) -> Any:
+    """torchvision's pil_loader, with the [formats] plugins registered (in each worker)."""
+    from PIL import Image
+
+    from ..decode._base import pillow_formats
+
+    pillow_formats()
+    with open(path, "rb") as f:
+        return Image.open(f).convert("RGB")
+
+
 class ClassicPipeline:
     def __init__(self, root: Path, desc: dict, fmt: str, workers: int, batch: int, crop: int = 224,
                  transform: Any = None) -> None:
@@ -119,7 +132,9 @@ class ClassicPipeline:
         else:
             tf = transform or v1.Compose([v1.RandomResizedCrop(crop), v1.RandomHorizontalFlip(),
                                           v1.ColorJitter(0.4, 0.4, 0.4, 0.1), v1.ToTensor(), v1.Normalize(MEAN, STD)])
-            ds = ImageFolder(base, transform=tf)
+            ds = (ImageFolder(base, transform=tf) if fmt in ("jpg", "png") else
+                  # formats ImageFolder does not list (AVIF, HEIC, JPEG XL): the same PIL loader by extension
+                  DatasetFolder(base, loader=_load_pil_rgb, extensions=("." + fmt,), transform=tf))
         self.name = f"classic ({workers} workers)"
         self.loader = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=workers,
                                                   persistent_workers=workers > 0,
