@@ -54,7 +54,7 @@ test: setup
 	$(BIN)/mypy gpudecode kernels
 	$(BIN)/python tests/fuzz/run.py replay
 	cd tests && ../$(BIN)/python -m coverage run --rcfile=../pyproject.toml --data-file=../.coverage \
-	  -m pytest -q -p no:cacheprovider --durations=25
+	  -m pytest -q -rs -p no:cacheprovider --durations=25
 	$(BIN)/python -m coverage report --rcfile=pyproject.toml --data-file=.coverage | grep -E '^(Name|TOTAL)' 
 	@# the GPU machine's first run rehearsed here: make gpu-check as it runs there, DALI and torchcodec hidden
 	$(BIN)/python bench/gpu_check.py --rehearse --out bench/_out/gpu-rehearsal

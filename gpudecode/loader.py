@@ -64,7 +64,7 @@ from .io.remote import RemoteOptions
 from .mixing import BatchTransform, CutMix, MixUp, RandomChoice, as_batch_transform
 from .pipeline import Batch, Pipeline, _Ready
 from .stats import LoaderStats
-from .transforms import Compose
+from .transforms import Compose, carries_compose
 
 if TYPE_CHECKING:
     from .dataset import ShardDataset
@@ -250,6 +250,13 @@ def _views(transform: Any) -> Compose | list[Compose]:
     if transform is None:
         return Compose([])
     if isinstance(transform, (list, tuple)):
+        whole = [isinstance(t, Compose) or type(t).__name__ == "Compose" or carries_compose(t) for t in transform]
+        if transform and not any(whole):  # a list of steps (a Compose's .transforms): one transform
+            return Compose.from_torchvision(list(transform))
+        if not all(whole):
+            raise TransformError(
+                "transform=[...] mixes whole transforms and single steps: give one Compose (a list of steps is "
+                "read as one), or one Compose per view for several views of each image")
         views = [t if isinstance(t, Compose) else Compose.from_torchvision(t) for t in transform]
         if not views:
             raise TransformError("transform=[]: give one transform, or one per view")

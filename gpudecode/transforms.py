@@ -1117,9 +1117,18 @@ def _from_torchvision(tv: Any, floats: bool) -> list[Transform]:
     """Our steps for torchvision's `tv` (a Compose, or one transform); `floats`: a float
     conversion came before (thresholds and fills are then on the [0, 1] scale)."""
     def flat(t: Any) -> list[Any]:  # Composes inside Composes (as DINO's recipe writes them)
-        return [x for u in t.transforms for x in flat(u)] if type(t).__name__ == "Compose" else [t]
+        if type(t).__name__ == "Compose":
+            return [x for u in t.transforms for x in flat(u)]
+        if carries_compose(t):  # an object around a Compose (torchvision's reference presets)
+            return flat(t.transforms)
+        if type(t).__name__ == "ImageClassification":  # torchvision's weights' eval transforms
+            return _image_classification(t)
+        return [t]
 
-    steps = flat(tv) if hasattr(tv, "transforms") else [tv]
+    if isinstance(tv, list):  # a Compose's steps, as a list
+        steps = [x for u in tv for x in flat(u)]
+    else:
+        steps = flat(tv) if hasattr(tv, "transforms") or type(tv).__name__ == "ImageClassification" else [tv]
     out: list[Transform] = []
     for i, t in enumerate(steps):
         name = type(t).__name__
@@ -1137,6 +1146,26 @@ def _from_torchvision(tv: Any, floats: bool) -> list[Transform]:
         if isinstance(step, ToDtype) and step.dtype.is_floating_point:  # ToTensor, ConvertImageDtype, ToDtype
             floats = True
     return out
+
+
+def carries_compose(t: Any) -> bool:
+    """An object that is not a Compose but holds one as `.transforms` (torchvision's
+    reference ClassificationPresetTrain/Eval, what ImageFolder is given): it converts as
+    that Compose."""
+    inner = getattr(t, "transforms", None)
+    return type(t).__name__ != "Compose" and (isinstance(inner, Compose) or type(inner).__name__ == "Compose")
+
+
+def _image_classification(t: Any) -> list[Any]:
+    """torchvision's ImageClassification (`weights.transforms()`): resize the shorter side,
+    centre crop, to float, normalize; as the torchvision ops that do it."""
+    import torchvision.transforms.v2 as tv
+
+    resize = list(t.resize_size) if isinstance(t.resize_size, (list, tuple)) else [t.resize_size]
+    crop = list(t.crop_size) if isinstance(t.crop_size, (list, tuple)) else [t.crop_size]
+    return [tv.Resize(resize[0] if len(resize) == 1 else resize, t.interpolation, antialias=t.antialias),
+            tv.CenterCrop(crop[0] if len(crop) == 1 else crop), tv.ToDtype(torch.float32, scale=True),
+            tv.Normalize(list(t.mean), list(t.std))]
 
 
 def _inner(t: Any, floats: bool) -> list[Transform]:

@@ -203,3 +203,21 @@ def test_size_conflicts_and_sources_are_said_at_construction(tmp_path, photos):
         gpudecode.Loader(str(tmp_path / "nowhere"), batch_size=2, transform=None)
     with pytest.raises(ShardReadError, match=r"^2 of 2 shards do not exist"):
         gpudecode.Loader(str(tmp_path / "x-{0..1}.tar"), batch_size=2, transform=None)
+
+
+def test_readme_and_docs_stay_inside_the_repository():
+    """The README and docs/ name no path outside the repository, and every file of the
+    repository they name exists."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    assert len(pages) >= 6
+    for page in pages:
+        text = page.read_text()
+        assert "../shared" not in text and "/work/" not in text, page
+        for ref in set(re.findall(r"\b((?:docs|bench|examples|tests)/[\w./-]*\w)", text)):
+            if "*" in ref or "<" in ref or ref.startswith(("bench/_", "bench/results/formats-")):
+                continue
+            assert (root / ref).exists(), f"{page.name} names {ref}, which is not in the repository"
