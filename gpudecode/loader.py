@@ -226,7 +226,8 @@ class LoaderIterator:
         ld._position = r.position
         if gpu is not None and r.ready is not None:
             gpu.hand_over(r)
-        return r.batch
+        # a user's batch callable: here, on the trainer's thread, seeded from the batch's draw
+        return ld._pipe.user_step(r.batch, r.draw)
 
     def close(self) -> None:
         """Stops the epoch and joins its threads (idempotent; in a forked child it only
@@ -410,7 +411,10 @@ class Loader:
             `transforms.MixUp`, `CutMix`, `RandomChoice` over them (torchvision v2's, which
             are converted, so their draws are seeded; labels become [N, num_classes]
             float32, num_classes taken from the Loader's when the transform has none), or
-            any callable (images [N, 3, h, w], labels) -> (images, labels).
+            any callable (images [N, 3, h, w], labels) -> (images, labels) (torchvision's
+            reference RandomMixUp/RandomCutMix in a v1 RandomChoice, timm's Mixup): run as
+            written on the trainer's thread in next(), with Python's, numpy's and torch's
+            generators seeded from the batch's draw and restored after.
         device: "auto" (CUDA if available, else CPU), "cpu", "cuda" or "cuda:N", or a
             torch.device of those.
         decoder: "auto" | "cpu" | "nvimgcodec" | "dali" | "torchcodec", or a decoder instance

@@ -11,8 +11,11 @@ Their draws come from the batch's own seeded generator (seed, epoch, rank, the b
 first sample), never from torch's global one, so a resumed run mixes as the first did.
 `make_params` gives torchvision's parameter names (`lam`; `box`, `lam_adjusted`).
 
-Any other callable `f(images, labels) -> (images, labels)` may stand in for them; it runs
-as it is (its randomness its own), after these steps, and `Loader.describe()` lists it.
+Any other callable `f(images, labels) -> (images, labels)` may stand in for them (a
+torchvision v1 RandomChoice over the reference scripts' RandomMixUp/RandomCutMix, timm's
+Mixup): it runs as written, on the trainer's thread when the batch is handed over, with
+Python's, numpy's and torch's generators seeded from the batch's draw (and put back after:
+`seeded_call`), so a resumed run mixes alike; `Loader.describe()` lists it.
 """
 from __future__ import annotations
 
@@ -181,7 +184,10 @@ def as_batch_transform(t: Any) -> BatchTransform | Callable[..., Any]:
         if name in ("MixUp", "CutMix"):  # (a labels_getter has nothing to find: the Loader hands both)
             return (MixUp if name == "MixUp" else CutMix)(alpha=t.alpha, num_classes=t.num_classes)
         if name == "RandomChoice":
-            return RandomChoice([as_batch_transform(x) for x in t.transforms], t.p)  # type: ignore[misc]
+            inner = [as_batch_transform(x) for x in t.transforms]
+            if all(isinstance(x, BatchTransform) for x in inner):
+                return RandomChoice(inner, t.p)  # type: ignore[arg-type]
+            return t  # over the user's own callables (torchvision's reference RandomMixUp): run as written
         raise TransformError(f"{module}.{name} is not a batch transform (batch_transform= takes MixUp, CutMix and "
                              "RandomChoice over them, or a callable (images, labels) -> (images, labels))")
     if not callable(t):
@@ -189,9 +195,34 @@ def as_batch_transform(t: Any) -> BatchTransform | Callable[..., Any]:
     return t
 
 
+def seeded_call(step: Callable[..., Any], images: Any, labels: Any, draw: tuple) -> tuple[Any, Any]:
+    """A user's batch callable, `step(images, labels)`, run with Python's, numpy's and
+    torch's generators (the CPU's and the images' CUDA device's) seeded from the batch's own
+    draw (batch_rng), and put back as they were after: the same batch mixes alike in a
+    resumed run, and the caller's own draws go on as if nothing ran. The Loader calls it on
+    the trainer's thread (in next()), where nothing else draws from those generators."""
+    import numpy as np
+
+    seed = batch_rng(*draw).getrandbits(32)
+    device = images.device if isinstance(images, torch.Tensor) else torch.device("cpu")
+    cuda = [device.index if device.index is not None else torch.cuda.current_device()] if device.type == "cuda" else []
+    py, npy = random.getstate(), np.random.get_state()
+    try:
+        with torch.random.fork_rng(devices=cuda):
+            torch.default_generator.manual_seed(seed)
+            for d in cuda:
+                torch.cuda.default_generators[d].manual_seed(seed)
+            random.seed(seed)
+            np.random.seed(seed)
+            return step(images, labels)
+    finally:
+        random.setstate(py)
+        np.random.set_state(npy)
+
+
 def batch_rng(seed: int, epoch: int, rank: int, first: int) -> random.Random:
     """The draws of the batch whose first sample is `first` (in this rank's epoch order)."""
     return random.Random(f"gpudecode-batch:{seed}:{epoch}:{rank}:{first}")
 
 
-__all__ = ["BatchTransform", "MixUp", "CutMix", "RandomChoice", "as_batch_transform", "batch_rng"]
+__all__ = ["BatchTransform", "MixUp", "CutMix", "RandomChoice", "as_batch_transform", "batch_rng", "seeded_call"]

@@ -31,7 +31,7 @@ from .decode import DecodedBatch, choose, make_decoder
 from .errors import DecodeError, ErrorPolicy, Skipped
 from .io.reader import Sample
 from .labels import parse_label
-from .mixing import BatchTransform, batch_rng
+from .mixing import BatchTransform, batch_rng, seeded_call
 from .stats import BatchTiming
 from .transforms import Compose
 
@@ -106,6 +106,7 @@ class _Ready:
     position: int
     slot: int
     ready: Any = None
+    draw: tuple = ()  # the batch transform's draws (seed, epoch, rank, first sample's position)
 
 
 
@@ -470,10 +471,9 @@ class Pipeline:
             if lab is not None and self.device != "cpu":
                 lab = lab.pin_memory().to(self.device, non_blocking=True)
             images: Any = [_handed(out) for out, _ in outs] if self.multi else _handed(outs[0][0])
-            if self.batch_transform is not None:  # on the finished batch, on its stream
-                images, lab = self._batch_step(outs[0][0], outs[0][1], lab, p.draw)
-                if images is outs[0][0] or images is outs[0][1]:  # (the slot's own tensors: handed as any)
-                    images = _handed(images)
+            if isinstance(self.batch_transform, BatchTransform):  # ours: on the finished batch, on its stream
+                _, lab = self.batch_transform(outs[0][1], lab, rng=batch_rng(*p.draw))  # type: ignore[arg-type]
+            # (a user's callable runs on the trainer's thread, seeded: Pipeline.user_step)
             if gpu is not None:
                 ready = torch.cuda.Event()
                 ready.record(stream)
@@ -482,7 +482,7 @@ class Pipeline:
         p.timing.size = len(ok)
         batch = Batch(images, lab, list(map(_KEY, p.samples)) if whole else [p.samples[k].key for k in ok])
         self._last_good = (images, len(ok), batch.keys, lab)
-        return _Ready(batch, p.timing, p.position, slot, ready)
+        return _Ready(batch, p.timing, p.position, slot, ready, p.draw)
 
     @staticmethod
     def _view_part(decoded: DecodedBatch, p: _Prepared, v: int) -> DecodedBatch:
@@ -497,16 +497,14 @@ class Pipeline:
             boxes[k] = (boxes[k][0] + mine[0] - t0, boxes[k][1] + mine[1] - l0, mine[2], mine[3])
         return dataclasses.replace(decoded, boxes=boxes)
 
-    def _batch_step(self, out: torch.Tensor, view: torch.Tensor, lab: torch.Tensor | None, draw: tuple
-                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The batch transform: ours in place on the output slot (through its [N, 3, h, w]
-        view), with the batch's own seeded draws; a user's callable as it is."""
+    def user_step(self, batch: "Batch", draw: tuple) -> "Batch":
+        """A user's batch callable (not one of ours) on a batch handed over: on the caller's
+        thread, its generators seeded from the batch's draw (mixing.seeded_call)."""
         step = self.batch_transform
-        if isinstance(step, BatchTransform):
-            _, lab = step(view, lab, rng=batch_rng(*draw))  # type: ignore[arg-type]
-            return out, lab
-        images, lab = step(view, lab)  # type: ignore[misc]
-        return images, lab
+        if step is None or isinstance(step, BatchTransform):
+            return batch
+        images, labels = seeded_call(step, batch.images, batch.labels, draw)
+        return Batch(images, labels, batch.keys)
 
     def _made_up(self, p: _Prepared, slot: int, t0: float) -> _Ready:
         """A batch whose every image failed, under an even policy: made up of the rank's
@@ -538,7 +536,7 @@ class Pipeline:
         images: Any = made if self.multi else made[0]
         batch = Batch(images, lab, [keys[i] for i in idx])
         self._last_good = (images, p.taken, batch.keys, lab)
-        return _Ready(batch, p.timing, p.position, slot, ready)
+        return _Ready(batch, p.timing, p.position, slot, ready, p.draw)
 
 
 def _handed(out: torch.Tensor) -> torch.Tensor:

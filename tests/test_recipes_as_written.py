@@ -36,7 +36,7 @@ class ClassificationPresetTrain:
 def shard(photos, tmp_path_factory):
     d = tmp_path_factory.mktemp("recipes")
     imgs = [np.ascontiguousarray(photos[n][40:200, 30:250]) for n in ("astronaut", "coffee", "chelsea", "rocket")]
-    return make_shard(d / "s.tar", [{"__key__": f"{i:03d}", "png": encode(im, "PNG"), "cls": b"1"}
+    return make_shard(d / "s.tar", [{"__key__": f"{i:03d}", "png": encode(im, "PNG"), "cls": b"%d" % (i % 3)}
                                     for i, im in enumerate(imgs)]), imgs
 
 
@@ -78,3 +78,66 @@ def test_weights_transforms_convert_with_torchvisions_numbers(shard):
         # within 1 level of 255 before normalization
         tol = (1.0 / 255) / min(STD) + 1e-5
         assert (got - ref).abs().max().item() <= tol
+
+
+class RandomMixUp(torch.nn.Module):
+    """As torchvision's references/classification/transforms.py writes it (global
+    generators: torch.rand, torch's Dirichlet)."""
+
+    def __init__(self, num_classes: int, p: float = 0.5, alpha: float = 1.0) -> None:
+        super().__init__()
+        self.num_classes, self.p, self.alpha = num_classes, p, alpha
+
+    def forward(self, batch, target):
+        target = torch.nn.functional.one_hot(target, num_classes=self.num_classes).to(dtype=batch.dtype)
+        if torch.rand(1).item() >= self.p:
+            return batch, target
+        batch_rolled, target_rolled = batch.roll(1, 0), target.roll(1, 0)
+        lam = float(torch._sample_dirichlet(torch.tensor([self.alpha, self.alpha]))[0])
+        batch_rolled.mul_(1.0 - lam)
+        batch.mul_(lam).add_(batch_rolled)
+        target_rolled.mul_(1.0 - lam)
+        target.mul_(lam).add_(target_rolled)
+        return batch, target
+
+
+def test_the_references_mixup_as_written_is_seeded_per_batch(shard):
+    """get_mixup_cutmix(use_v2=False): a v1 RandomChoice over the reference's own
+    RandomMixUp. It runs as written, its draws seeded per batch: two Loaders with the same
+    seed mix alike, a resumed one too, and the caller's generators are left as they were."""
+    import random
+
+    import torchvision.transforms as v1
+
+    path, _ = shard
+    tf = tv.Compose([tv.RandomResizedCrop(32), tv.ToDtype(torch.float32, scale=True), tv.Normalize(MEAN, STD)])
+    mix = v1.RandomChoice([RandomMixUp(num_classes=3, p=1.0, alpha=0.2), RandomMixUp(num_classes=3, p=1.0, alpha=1.0)])
+
+    def run(state=None):
+        ld = gpudecode.Loader(path, batch_size=2, transform=tf, batch_transform=mix, device="cpu", seed=5)
+        if state is not None:
+            ld.load_state_dict(state)
+        return [(b[0].clone(), b[1].clone()) for b in ld]
+
+    torch.manual_seed(123)
+    random.seed(123)
+    np.random.seed(123)
+    a = run()
+    after = (torch.rand(3), random.random(), np.random.rand())
+    torch.manual_seed(123)
+    random.seed(123)
+    np.random.seed(123)
+    assert (torch.equal(after[0], torch.rand(3)) and after[1] == random.random()
+            and after[2] == np.random.rand())  # the caller's generators: as if nothing ran
+    b = run()
+    assert len(a) == 2 and all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(a, b))
+    assert all(x[1].shape == (2, 3) for x in a)  # one-hot, mixed by the reference's own code
+    lams = [sorted(x[1].max(1).values.tolist()) for x in a]
+    assert all(0.5 <= v < 1.0 for lam in lams for v in lam) and lams[0] != lams[1]  # mixed, each its own lambda
+    ld = gpudecode.Loader(path, batch_size=2, transform=tf, batch_transform=mix, device="cpu", seed=5)
+    it = iter(ld)
+    next(it)
+    state = ld.state_dict()
+    it.close()
+    c = run(state)
+    assert len(c) == 1 and torch.equal(a[1][0], c[0][0]) and torch.equal(a[1][1], c[0][1])
