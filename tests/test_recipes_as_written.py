@@ -3,7 +3,6 @@
 (ImageClassification), a Compose's `.transforms` list; each converted unchanged."""
 from __future__ import annotations
 
-import io
 
 import numpy as np
 import pytest
@@ -11,7 +10,6 @@ import torch
 import torchvision
 import torchvision.transforms.v2 as tv
 from conftest import encode, make_shard
-from PIL import Image
 
 import gpudecode
 from gpudecode import TransformError
