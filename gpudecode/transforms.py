@@ -1137,10 +1137,15 @@ def _from_torchvision(tv: Any, floats: bool) -> list[Transform]:
         if isinstance(t, Transform):  # ours, inside a torchvision Compose
             out.append(t)
             continue
-        convert = _CONVERT.get(name) if type(t).__module__.startswith("torchvision.") else None
+        module = type(t).__module__
+        convert = (_CONVERT.get(name) if module.startswith("torchvision.") else
+                   _TIMM.get(name) if module.startswith("timm.") else None)
+        if name in ("MaybePILToTensor",) and module.startswith("timm."):  # timm's input conversion
+            continue
         if convert is None:
             where = f" (step {i + 1} of {len(steps)})" if len(steps) > 1 else ""
-            raise _refuse(f"{_qualified(t)} cannot be fused{where}: {_WHY.get(name, 'gpudecode has no fused form of it')}")
+            why = _WHY.get(module.split(".")[0] + "." + name, "gpudecode has no fused form of it")
+            raise _refuse(f"{_qualified(t)} cannot be fused{where}: {why}")
         step = convert(t, floats)
         out.append(step)
         if isinstance(step, ToDtype) and step.dtype.is_floating_point:  # ToTensor, ConvertImageDtype, ToDtype
@@ -1192,11 +1197,33 @@ def _random_erasing(t: Any, floats: bool) -> Transform:
 
 
 # torchvision's class name -> ours, from its object and whether a float conversion came before
+def _timm_rrc(t: Any, floats: bool) -> Transform:
+    """timm's RandomResizedCropAndInterpolation: torchvision's RandomResizedCrop (the same
+    draw) with one interpolation; timm's "random" (bilinear or bicubic per image) refused."""
+    modes = t.interpolation if isinstance(t.interpolation, (list, tuple)) else [t.interpolation]
+    names = [getattr(m, "value", str(m)) for m in modes]
+    if names != ["bilinear"]:
+        raise TransformError(f"timm.data.transforms.RandomResizedCropAndInterpolation(interpolation={'/'.join(names)})"
+                             " cannot be fused: the kernel resamples bilinear only; give interpolation='bilinear' "
+                             "(create_transform(..., interpolation='bilinear'))")
+    return RandomResizedCrop(list(t.size), tuple(t.scale), tuple(t.ratio), antialias=True)
+
+
+# timm's transforms (timm.data.transforms_factory.create_transform builds these around torchvision's)
+_TIMM: dict[str, Any] = {
+    "MaybeToTensor": lambda t, f: ToDtype(torch.float32, scale=True),
+    "ToTensor": lambda t, f: ToDtype(torch.float32, scale=True),
+    "RandomResizedCropAndInterpolation": _timm_rrc,
+}
+
 # Why an op has no fused form, where there is more to say than that it has none yet.
 _WHY = {
-    "JPEG": "it re-encodes each image (an encoder per sample, outside any kernel)",
-    "ElasticTransform": "its displacement field is drawn per sample at the image's full size",
-    "Lambda": "a Lambda runs Python per image",
+    "timm.RandAugment": "timm's RandAugment has its own ops (SolarizeAdd, Color, TranslateXRel, magnitude noise); "
+                   "torchvision's RandAugment fuses",
+    "timm.RandomErasing": "timm's erasing (modes const/rand/pixel, max_count) differs from torchvision's, which fuses",
+    "torchvision.JPEG": "it re-encodes each image (an encoder per sample, outside any kernel)",
+    "torchvision.ElasticTransform": "its displacement field is drawn per sample at the image's full size",
+    "torchvision.Lambda": "a Lambda runs Python per image",
 }
 
 _CONVERT: dict[str, Any] = {
