@@ -107,8 +107,10 @@ class MixUp(_MixBase):
             images.mul_(lam).add_(previous)
         elif n:
             last = images[n - 1].mul(1.0 - lam)
+            scaled = torch.empty_like(last)  # one image's scratch for all (no allocation an image)
             for i in range(n - 1, 0, -1):
-                images[i].mul_(lam).add_(images[i - 1].mul(1.0 - lam))
+                torch.mul(images[i - 1], 1.0 - lam, out=scaled)
+                images[i].mul_(lam).add_(scaled)
             images[0].mul_(lam).add_(last)
         return images, self._mix_labels(labels, lam)
 

@@ -20,10 +20,20 @@ def machine() -> dict:
                             "python": platform.python_version(), "platform": platform.platform()}
     try:
         with open("/proc/cpuinfo") as f:
+            fields: dict[str, str] = {}
             for line in f:
-                if line.startswith("model name"):
-                    info["cpu"] = line.split(":", 1)[1].strip()
-                    break
+                if not line.strip():
+                    break  # the first processor's block is enough
+                k, _, v = line.partition(":")
+                fields[k.strip()] = v.strip()
+        info["cpu"] = fields.get("model name", info["cpu"])
+        # what tells one CPU from another where the model name does not ("AMD EPYC" in a VM)
+        info["cpu_vendor"] = fields.get("vendor_id")
+        info["cpu_family_model"] = f"{fields.get('cpu family', '?')}/{fields.get('model', '?')}"
+        flags = set(fields.get("flags", "").split())
+        info["cpu_isa"] = [f for f in ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512_vnni",
+                                       "avx512_bf16", "amx_tile", "sha_ni") if f in flags]
+        info["cpu_caches"] = _caches()
         with open("/proc/meminfo") as f:
             info["memory_gib"] = round(int(f.readline().split()[1]) / 2**20, 1)
     except (OSError, ValueError, IndexError):
@@ -46,6 +56,32 @@ def machine() -> dict:
             continue
     info["versions"] = versions
     return info
+
+
+def _caches() -> dict[str, str]:
+    """Cache sizes of CPU 0 (level and type -> size, e.g. {"L2": "1024K"}), from sysfs."""
+    out: dict[str, str] = {}
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for d in sorted(os.listdir(base)):
+            if not d.startswith("index"):
+                continue
+            def read(name: str, d: str = d) -> str:
+                with open(os.path.join(base, d, name)) as f:
+                    return f.read().strip()
+            kind = read("type")
+            out[f"L{read('level')}" + ("d" if kind == "Data" else "i" if kind == "Instruction" else "")] = read("size")
+    except OSError:
+        pass
+    return out
+
+
+def describe_cpu(info: dict | None = None) -> str:
+    """One line naming the CPU as every figure should be named beside it."""
+    m = info or machine()
+    caches = ", ".join(f"{k} {v}" for k, v in (m.get("cpu_caches") or {}).items())
+    return (f"{m.get('cpu')} ({m.get('cpu_vendor') or '?'} family/model {m.get('cpu_family_model', '?')}; "
+            f"{m.get('cores')} cores; {caches or 'caches unknown'}; {' '.join(m.get('cpu_isa') or []) or 'ISA unknown'})")
 
 
 def _dist_version(name: str) -> str | None:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from .common import TRAIN, machine, spread, table, write_json
+from .common import TRAIN, describe_cpu, machine, spread, table, write_json
 from .data import load
 from .pipelines import NAMES, available, build
 
@@ -89,7 +89,7 @@ def markdown(doc: dict) -> str:
     head = (f"{d['count']} images {d['size'][1]}x{d['size'][0]} per format; {doc['transforms']} to "
             f"{doc['args']['crop']}; batch {doc['args']['batch']}, {doc['args']['threads']} threads/workers; "
             f"median of {doc['args']['repeat']} epochs after a warm-up (min-max); "
-            f"{doc['machine']['cpu']}, {doc['machine']['cores']} cores, GPU: {doc['machine']['gpu'] or 'none'}")
+            f"{describe_cpu(doc['machine'])}, GPU: {doc['machine']['gpu'] or 'none'}")
     rows = []
     for fmt, res in doc["img_per_s"].items():
         for name, r in res.items():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..common import machine, timeit
+from ..common import describe_cpu, machine, timeit
 from . import save
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -118,6 +118,7 @@ def ops_table(a) -> None:
         pil_t, pil_n = timeit(run_on(pils), repeat=a.repeat)
         rows[name] = {"fused_added_us": added * 1e6, "tv2_tensor_us": tv_t / tv_n * 1e6,
                       "tv2_pil_us": pil_t / pil_n * 1e6}
+    print(f"CPU: {describe_cpu()}")
     print(f"{n} decoded 500x375 images, 1 core; base RRC(224) + flip + Normalize: {base * 1e6:.0f} us/img fused")
     print(f"{'op':42s} {'fused +us':>10s} {'tv tensor us':>13s} {'tv PIL us':>10s}")
     for name, r in rows.items():
@@ -184,6 +185,7 @@ def main() -> None:
                      T.Normalize(MEAN, STD)] + ([T.ToDtype(dtype)] if dtype != torch.float32 else [])
             t, count = timeit(runner(T.Compose(steps, layout=layout), packed, n), repeat=a.repeat)
             variants[f"{layout} {str(dtype).replace('torch.', '')}"] = count / t
+    print(f"CPU: {describe_cpu()}")
     print(f"{n} decoded 500x375 images -> 224x224, 1 core (gpudecode num_threads=1, torch 1 thread)")
     print(f"{'pipeline':44s} {'img/s':>8s} {'x tv2':>7s} {'x PIL':>7s}")
     for tag in ("ColorJitter", "no jitter"):
