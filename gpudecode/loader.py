@@ -62,7 +62,7 @@ from .io.files import DEFAULT_IMAGE_EXTS, file_cap
 from .io.reader import Sample, ShardReader, split_exts
 from .io.remote import RemoteOptions
 from .mixing import BatchTransform, CutMix, MixUp, RandomChoice, as_batch_transform
-from .pipeline import Batch, Pipeline, _Ready
+from .pipeline import Batch, Pipeline, Ready
 from .stats import LoaderStats
 from .transforms import Compose, carries_compose
 
@@ -84,7 +84,7 @@ class _Epoch:
         self.group = ThreadGroup("loader")
         self.stop = self.group.stop_event
         # the ranks and the even policy, resolved once an epoch (not again each batch)
-        self.rank, self.world = loader.reader._rank()
+        self.rank, self.world = loader.reader.placement()
         self.even = loader.reader.even
         # a decoder that can be interrupted (the CPU one: between rows, on its native
         # threads) is, so close() or Ctrl-C never waits for a huge image to finish
@@ -218,7 +218,7 @@ class LoaderIterator:
             raise StopIteration
         if isinstance(item, BaseException):
             raise item
-        r: _Ready = item
+        r: Ready = item
         ld._yielded += 1
         r.timing.wait = wait
         r.timing.delivered = t0 + wait
@@ -565,7 +565,7 @@ class Loader:
                                   max_file_bytes=file_cap(max_pixels))
         if not isinstance(transform, list) and transform.plan.out_size is None and batch_size > 1:
             _check_stored_sizes(self.reader)
-        self.seed = int(seed) if seed is not None else _default_seed(self.reader._rank()[1])
+        self.seed = int(seed) if seed is not None else _default_seed(self.reader.placement()[1])
         self.reader.seed = self.seed
         self.epoch = 0
         self.stats = LoaderStats()
@@ -675,6 +675,12 @@ class Loader:
         return LoaderSampler(self)
 
     @property
+    def pipeline(self) -> Pipeline:
+        """The per-batch work of this Loader (read-only: for the profiler and the benches,
+        which measure its stages through it)."""
+        return self._pipe
+
+    @property
     def batch_sampler(self) -> None:
         """None: the Loader batches its samples itself (DataLoader's attribute, for code
         that looks for it, e.g. Lightning: it then finds `sampler` and its set_epoch)."""
@@ -687,7 +693,7 @@ class Loader:
         (`_num_yielded`, `_iterator_finished`, ...; gpudecode's own in `dataset_state`:
         epoch, position in samples, seed and the split). Picklable; a job restarted with
         the same shards, world size and batch size resumes exactly."""
-        rank, world = self.reader._rank()
+        rank, world = self.reader.placement()
         return {
             "_index_sampler_state": None,
             "_sampler_iter_state": None,
@@ -737,7 +743,7 @@ class Loader:
         if active is not None and active.active:
             raise ConcurrentIterationError("load_state_dict() while an iterator of this Loader is active: the state "
                                            "takes effect at the next iteration; close or exhaust this one first")
-        rank, world = self.reader._rank()
+        rank, world = self.reader.placement()
         checks = [("world_size", world), ("split", self.reader.mode()), ("shards", len(self.reader.urls)),
                   ("batch_size", self.batch_size), ("even", self.reader.even), ("shuffle", self.reader.shuffle)]
         if self._seed_given:

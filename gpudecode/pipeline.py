@@ -97,7 +97,7 @@ class _Prepared:
 
 
 @dataclass
-class _Ready:
+class Ready:
     """A finished batch on its way to the trainer: the output slot it occupies and the
     CUDA event its pixels are ready at (None on the CPU)."""
 
@@ -410,7 +410,7 @@ class Pipeline:
                                         shard=s.shard, key=s.key))
         return keep
 
-    def finish(self, p: _Prepared, even: str | None = None) -> _Ready | None:
+    def finish(self, p: _Prepared, even: str | None = None) -> Ready | None:
         """Stage B: the error policy, the fused kernel into the next output slot, and the
         labels; None when no image of the batch is left (and `even` does not make it up)."""
         slot = self.slot
@@ -419,7 +419,7 @@ class Pipeline:
             self.slot = (slot + 1) % self.ring  # kept across epochs (see the loader's module doc)
         return ready
 
-    def _finish(self, p: _Prepared, slot: int, even: str | None) -> _Ready | None:
+    def _finish(self, p: _Prepared, slot: int, even: str | None) -> Ready | None:
         t0 = time.perf_counter()
         decoded = p.decoded
         ok: list[int] = []
@@ -482,7 +482,7 @@ class Pipeline:
         p.timing.size = len(ok)
         batch = Batch(images, lab, list(map(_KEY, p.samples)) if whole else [p.samples[k].key for k in ok])
         self._last_good = (images, len(ok), batch.keys, lab)
-        return _Ready(batch, p.timing, p.position, slot, ready, p.draw)
+        return Ready(batch, p.timing, p.position, slot, ready, p.draw)
 
     @staticmethod
     def _view_part(decoded: DecodedBatch, p: _Prepared, v: int) -> DecodedBatch:
@@ -506,7 +506,7 @@ class Pipeline:
         images, labels = seeded_call(step, batch.images, batch.labels, draw)
         return Batch(images, labels, batch.keys)
 
-    def _made_up(self, p: _Prepared, slot: int, t0: float) -> _Ready:
+    def _made_up(self, p: _Prepared, slot: int, t0: float) -> Ready:
         """A batch whose every image failed, under an even policy: made up of the rank's
         images of the batch before (repeated to the batch's size), so every rank keeps
         its step count; the failures are in `skipped` and the repeats keep their keys."""
@@ -536,7 +536,7 @@ class Pipeline:
         images: Any = made if self.multi else made[0]
         batch = Batch(images, lab, [keys[i] for i in idx])
         self._last_good = (images, p.taken, batch.keys, lab)
-        return _Ready(batch, p.timing, p.position, slot, ready, p.draw)
+        return Ready(batch, p.timing, p.position, slot, ready, p.draw)
 
 
 def _handed(out: torch.Tensor) -> torch.Tensor:
@@ -655,7 +655,7 @@ class _Streams:
             self.slot_free[slot] = done
         del self.handed[:len(self.handed) - keep]
 
-    def hand_over(self, r: "_Ready") -> None:
+    def hand_over(self, r: "Ready") -> None:
         """Batch `r` to the trainer's stream: it waits for the kernel; the images and labels
         are kept from the caching allocator until the trainer's work on them is done."""
         trainer = torch.cuda.current_stream(self.device)

@@ -342,7 +342,7 @@ def test_decode_and_augment_streams_overlap(shards):
     distinct and neither is the trainer's."""
     ld = Loader(shards, batch_size=8, transform=train_tf(), device="cuda", decoder="cpu", seed=0)
     next(iter(ld))
-    gpu = ld._pipe.gpu
+    gpu = ld.pipeline.gpu
     assert gpu is not None and gpu.decode != gpu.augment
     assert torch.cuda.current_stream() not in (gpu.decode, gpu.augment)
     ld.close()
@@ -403,7 +403,7 @@ def test_close_waits_for_the_last_kernels(shards):
     ld = Loader(shards, batch_size=8, transform=train_tf(), device="cuda", decoder="cpu", seed=0)
     it = iter(ld)
     next(it)
-    gpu = ld._pipe.gpu
+    gpu = ld.pipeline.gpu
     with torch.cuda.stream(gpu.augment):
         torch.cuda._sleep(200_000_000)  # work still queued on the loader's stream
     ld.close()

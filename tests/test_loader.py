@@ -334,12 +334,12 @@ def test_deeper_queues_never_overwrite_a_batch_still_queued(shards):
     def run(depth: int, prefetch: int, pause: float) -> list:
         ld = Loader(urls, batch_size=4, transform=train_tf(), device="cpu", seed=3, shuffle=False,
                     prefetch_factor=prefetch, num_workers=2)
-        ld._pipe.depth = depth
+        ld.pipeline.depth = depth
         out = []
         for b in ld:
             out.append((list(b.keys), b.images.clone()))
             time.sleep(pause)  # the trainer's step: the queues fill behind it
-        assert ld._pipe.decoder.buffers == depth + 2
+        assert ld.pipeline.decoder.buffers == depth + 2
         ld.close()
         return out
 

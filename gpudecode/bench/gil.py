@@ -87,7 +87,7 @@ def python_per_sample(urls: Sequence[str], transform: Any, *, batch_size: int = 
     n = len(samples)
     if not n:
         raise ValueError("no samples in the shards")
-    pipe = ld._pipe
+    pipe = ld.pipeline
     pipe.ensure_decoder()
     _one_native_thread(pipe.decoder)
     chunks = [samples[i:i + batch_size] for i in range(0, n, batch_size)]
@@ -153,7 +153,7 @@ def finish_alone(urls: Sequence[str], transform: Any, *, batch_size: int = 64, n
     ld = Loader(list(urls), batch_size=batch_size, transform=transform, device="cpu", num_threads=num_threads, seed=0)
     try:
         samples = _read_as_loader(ld.reader, urls)
-        pipe = ld._pipe
+        pipe = ld.pipeline
         pipe.ensure_decoder()
         chunks = [samples[i:i + batch_size] for i in range(0, len(samples), batch_size)]
         # (other images are decoded into the decoder's ring, which later batches overwrite)
@@ -227,8 +227,8 @@ def loader_python_per_sample(urls: Sequence[str], transform: Any, *, batch_size:
     clock = _Clock(cpu=True)
     ld = Loader(list(urls), batch_size=batch_size, transform=transform, device="cpu", num_threads=num_threads,
                 seed=0, **loader_kw)
-    ld._pipe.ensure_decoder()
-    _one_native_thread(ld._pipe.decoder)
+    ld.pipeline.ensure_decoder()
+    _one_native_thread(ld.pipeline.decoder)
     for _ in ld:  # the kernel compiled or loaded, the slots made, the page cache warm
         pass
     collected = [0.0, 0.0]  # (seconds in collections, the one running's start)

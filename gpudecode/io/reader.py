@@ -1127,10 +1127,14 @@ class BaseShardReader:
                           "DDP training hangs or fails on unequal step counts: even='pad' (the default with several "
                           "ranks) or 'drop' give every rank the same", RuntimeWarning, stacklevel=3)
 
-    def _rank(self) -> tuple[int, int]:
+    def placement(self) -> tuple[int, int]:
+        """(this process's rank, the world size): as given, else detected now
+        (torch.distributed, torchrun, SLURM; see gpudecode.io.shards.detect_rank)."""
         if self.rank is not None:
             return self.rank, self.world_size  # type: ignore[return-value]
         return _shards.detect_rank()
+
+    _rank = placement  # (the name the reader's own code used)
 
     def consumer(self) -> tuple[int, int]:
         """(this consumer's index, consumers): ranks x DataLoader workers."""
