@@ -486,6 +486,11 @@ class Loader:
 
     Args (beyond those above):
         reuse_buffers: see above (default False).
+        repeated_augs: k > 1 is repeated augmentation (the `--ra-sampler --ra-reps k` of
+            torchvision's reference recipes, DeiT's `--repeated-aug`): each rank reads what
+            torchvision's RASampler gives it (the same multiset per epoch and rank, for an
+            ImageFolder tree or a file list; see ShardReader), each copy of an image with
+            its own draws. Use it in place of the script's RASampler.
     """
 
     def __init__(self, urls: Any, *, batch_size: int, transform: Any, device: "str | torch.device" = "auto",
@@ -499,7 +504,8 @@ class Loader:
                  buffer_size: int = 1000, max_pixels: int = DEFAULT_MAX_PIXELS, fast_decode: bool = False,
                  remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
                  cache_limit: int | None = None, num_threads: int | None = None,
-                 prefetch: int | None = None, batch_transform: Any = None, reuse_buffers: bool = False) -> None:
+                 prefetch: int | None = None, batch_transform: Any = None, reuse_buffers: bool = False,
+                 repeated_augs: int = 1) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
         if num_workers is not None and num_threads is not None and num_workers != num_threads:
@@ -562,7 +568,7 @@ class Loader:
                                   # the others are read into recycled memory (no page faults a read)
                                   pool_extensions=[e for e in self.image_exts if e != "npy"],
                                   # an image file is read only up to what an image of max_pixels can take
-                                  max_file_bytes=file_cap(max_pixels))
+                                  max_file_bytes=file_cap(max_pixels), repeated_augs=repeated_augs)
         if not isinstance(transform, list) and transform.plan.out_size is None and batch_size > 1:
             _check_stored_sizes(self.reader)
         self.seed = int(seed) if seed is not None else _default_seed(self.reader.placement()[1])

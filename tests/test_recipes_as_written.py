@@ -174,3 +174,38 @@ def test_timms_create_transform_converts_or_is_refused_by_name(shard):
         with pytest.raises(TransformError, match=match):
             gpudecode.transforms.Compose.from_torchvision(create_transform(224, is_training=True, **kw))
     assert timm.__version__
+
+
+def test_repeated_augmentation_is_rasamplers(tmp_path, photos):
+    """repeated_augs=k: per rank and epoch, the indices torchvision's/DeiT's RASampler
+    gives (timm's RepeatAugSampler as the independent reference, seed 0, which seeds with
+    the epoch alone), in its order; len() agrees; the copies of an image draw apart; a
+    shard source is refused (it is read in order, not by index)."""
+    timm_sampler = pytest.importorskip("timm.data.distributed_sampler", reason="timm is in the [test] extra")
+    from gpudecode.io.reader import ShardReader
+
+    n = 300
+    small = np.ascontiguousarray(photos["coffee"][:24, :32])
+    for i in range(n):
+        (tmp_path / f"{i:03d}.png").write_bytes(encode(np.roll(small, i, axis=1), "PNG"))
+    pairs = [(str(tmp_path / f"{i:03d}.png"), i % 7) for i in range(n)]
+    for world, k, epoch in ((2, 3, 0), (3, 2, 5), (1, 3, 2)):
+        for rank in range(world):
+            ref = timm_sampler.RepeatAugSampler(list(range(n)), num_replicas=world, rank=rank, shuffle=True,
+                                                num_repeats=k)
+            ref.set_epoch(epoch)
+            rd = ShardReader(pairs, shuffle=True, seed=0, rank=rank, world_size=world, repeated_augs=k,
+                             extensions=["cls"])
+            rd.set_epoch(epoch)
+            got = [s.index for s in rd]
+            assert got == list(ref) and rd.samples_per_epoch() == len(ref)
+    tf = tv.Compose([tv.RandomResizedCrop(16), tv.ToDtype(torch.float32, scale=True)])
+    ld = gpudecode.Loader(pairs, batch_size=8, transform=tf, device="cpu", seed=0, repeated_augs=3)
+    assert len(ld) == 256 // 8 and list(ld.sampler)[:6] == list(timm_sampler.RepeatAugSampler(
+        list(range(n)), num_replicas=1, rank=0, num_repeats=3))[:6]
+    first = next(iter(ld))
+    keys = first.keys
+    assert keys[0] == keys[1] == keys[2] and not torch.equal(first.images[0], first.images[1])  # one image, 3 draws
+    with pytest.raises(ValueError, match="reads samples by index"):
+        gpudecode.Loader(make_shard(tmp_path / "s.tar", [{"__key__": "a", "cls": b"0"}]), batch_size=2, transform=tf,
+                         repeated_augs=3)

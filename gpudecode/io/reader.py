@@ -1007,6 +1007,13 @@ class BaseShardReader:
             Loader pools its images (a fresh allocation an image is memory the C library
             hands back to the system when freed, faulted in again by the next read).
 
+        repeated_augs: k > 1 is repeated augmentation, as torchvision's and DeiT's RASampler
+            (one image source, read by index): the epoch's permutation (torch.randperm
+            seeded with seed + epoch) with each index repeated k times, padded, strided
+            over the ranks, and cut to floor(N / 256) * 256 / ranks samples a rank; the
+            same multiset per rank and epoch as RASampler(shuffle=shuffle, seed=seed,
+            repetitions=k). The copies of an image draw their augmentations apart.
+
     Over one epoch with even=None every sample is yielded exactly once across consumers.
     Splitting by sample and `even` need each shard's sample count: a header scan of local
     shards (kept on disk, see shard_counts); remote shards are read through once for it.
@@ -1019,7 +1026,8 @@ class BaseShardReader:
                  remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
                  cache_limit: int | None = None, map_extensions: Sequence[str] = (),
                  pool_extensions: Sequence[str] = (), pool_limit: int = 128 << 20,
-                 policy: ErrorPolicy | None = None, max_file_bytes: int = MAX_FILE_BYTES) -> None:
+                 policy: ErrorPolicy | None = None, max_file_bytes: int = MAX_FILE_BYTES,
+                 repeated_augs: int = 1) -> None:
         super().__init__()
         self.files: dict[str, FileList] = {}
         self.urls = _shards.expand_urls(urls, files=self.files)
@@ -1070,6 +1078,12 @@ class BaseShardReader:
         self.max_file_bytes = int(max_file_bytes)  # an image file over this is its sample's error, not read
         self._pooled = _Pooled(self.pool_extensions, _native.BlockPool(pool_limit)) if self.pool_extensions else None
         self.even_policy = even  # as given; `even` is what it means for this process
+        if isinstance(repeated_augs, bool) or not isinstance(repeated_augs, int) or repeated_augs < 1:
+            raise ValueError(f"repeated_augs must be an int >= 1, not {repeated_augs!r}")
+        self.repeated_augs = repeated_augs
+        if repeated_augs > 1 and (len(self.urls) != 1 or self.urls[0] not in self.files):
+            raise ValueError(f"repeated_augs={repeated_augs} reads samples by index, as torchvision's RASampler: give "
+                             "one ImageFolder tree, list file or list of paths (shards are read in order)")
         self.split = split
         self.remote = remote
         self.cache = ShardCache(cache_dir, limit=cache_limit, remote=remote,
@@ -1198,7 +1212,12 @@ class BaseShardReader:
         return out
 
     def file_order(self, name: str, epoch: int) -> list[int]:
-        """The order in which file list `name` is read in `epoch` (see gpudecode.io.files)."""
+        """The order in which file list `name` is read in `epoch` (see gpudecode.io.files);
+        with repeated_augs, this rank's indices (ra_indices)."""
+        if self.repeated_augs > 1:
+            rank, world = self.consumer()
+            return ra_indices(len(self.files[name]), epoch=epoch, seed=self.seed, rank=rank, world_size=world,
+                              repetitions=self.repeated_augs, shuffle=self.shuffle)
         return self.files[name].order(shuffle=self.shuffle, seed=self.seed, epoch=epoch)
 
     @property
@@ -1208,6 +1227,11 @@ class BaseShardReader:
 
     def share(self, epoch: int | None = None, consumer: int | None = None) -> _shards.Share:
         """What this consumer (or `consumer`) reads in `epoch` (default: the current one)."""
+        if self.repeated_augs > 1:  # the rank's indices are the whole of its share, all ranks alike
+            e = self.epoch if epoch is None else epoch
+            url = self.urls[0]
+            n_own = len(self.file_order(url, e))
+            return _shards.Share((_shards.Segment(url, 0, n_own),), n_own, n_own if self.even is not None else None)
         c, n = self.consumer()
         mode = self.mode()
         needs_counts = mode == "sample" or self.even is not None
@@ -1243,6 +1267,8 @@ class BaseShardReader:
         share = self.share()
         if share.target is not None:
             return share.target
+        if self.repeated_augs > 1:
+            return share.count  # type: ignore[return-value]
         counts = self.sample_counts()
         return sum(counts[seg.url] for seg in share.segments)
 
@@ -1443,6 +1469,30 @@ def _evened(it: Iterator[Sample], target: int) -> Iterator[Sample]:
     while n < target:
         yield head[n % len(head)]
         n += 1
+
+
+def ra_indices(n: int, *, epoch: int, seed: int, rank: int, world_size: int, repetitions: int,
+               shuffle: bool = True) -> list[int]:
+    """The indices torchvision's (and DeiT's) RASampler gives `rank` in `epoch`: the
+    epoch's permutation of range(n) (torch.randperm, a generator seeded with seed + epoch),
+    each index `repetitions` times in a row, padded from its head to a multiple of the
+    ranks, every world_size-th from `rank`, the first floor(n / 256) * 256 / world_size."""
+    import math
+
+    import torch
+
+    per_rank = int(math.ceil(n * float(repetitions) / world_size))
+    total = per_rank * world_size
+    selected = int(math.floor(n // 256 * 256 / world_size))
+    if shuffle:
+        g = torch.Generator()
+        g.manual_seed(seed + epoch)
+        order = torch.randperm(n, generator=g).tolist()
+    else:
+        order = list(range(n))
+    rep = [i for i in order for _ in range(repetitions)]
+    rep += rep[: total - len(rep)]
+    return rep[rank:total:world_size][:selected]
 
 
 def _shuffled(it: Iterator[Sample], size: int, rng: random.Random, initial: int = _SHUFFLE_INITIAL
