@@ -55,6 +55,20 @@ class ShardDataset(torch.utils.data.Dataset):
         self._total = total
         self._local()
 
+    @property
+    def classes(self) -> list[str]:
+        """The class names, as torchvision's ImageFolder gives them (class i is
+        classes[i]): an ImageFolder tree's folders, or for shards the class index that
+        `gpudecode shard` wrote beside them (`<prefix>-classes.json`); [] when neither."""
+        names = self.reader.classes
+        if names:
+            return names
+        return _shard_classes(self.reader.urls)
+
+    @property
+    def class_to_idx(self) -> dict[str, int]:
+        return {c: i for i, c in enumerate(self.classes)}
+
     def _local(self) -> None:  # per-process state, made anew after unpickling
         self._lock = threading.Lock()
         self._indexes: OrderedDict[str, list] = OrderedDict()
@@ -158,3 +172,27 @@ class ShardDataset(torch.utils.data.Dataset):
         if isinstance(self.transform, list):  # several views: each drawn as the Loader draws it
             return [out[0] for out in ready.batch.images], label
         return ready.batch.images[0], label
+
+
+def _shard_classes(urls: Sequence[str]) -> list[str]:
+    """The class index `gpudecode shard` wrote beside local shards named like
+    `train-000000.tar` (`train-classes.json`), as a list by index; [] when there is none."""
+    import json
+    import os
+    import re
+
+    from .io import shards as _shards
+
+    for u in urls:
+        if not _shards.is_local(u):
+            continue
+        path = _shards.local_path(u)
+        head = re.sub(r"[0-9]+\.tar(\.gz)?$", "", os.path.basename(path)).rstrip("-_.")
+        index = os.path.join(os.path.dirname(path), f"{head}-classes.json" if head else "classes.json")
+        try:
+            with open(index) as f:
+                doc = json.load(f)
+            return [c for c, _ in sorted(doc.items(), key=lambda kv: kv[1])]
+        except (OSError, ValueError, AttributeError, TypeError):
+            return []
+    return []

@@ -209,3 +209,22 @@ def test_repeated_augmentation_is_rasamplers(tmp_path, photos):
     with pytest.raises(ValueError, match="reads samples by index"):
         gpudecode.Loader(make_shard(tmp_path / "s.tar", [{"__key__": "a", "cls": b"0"}]), batch_size=2, transform=tf,
                          repeated_augs=3)
+
+
+def test_loader_dataset_has_imagefolders_classes(tmp_path, photos):
+    """`loader.dataset.classes` / `.class_to_idx`, as torchvision's ImageFolder gives them:
+    from a tree, and from shards through the class index `gpudecode shard` wrote."""
+    from torchvision.datasets import ImageFolder
+
+    from gpudecode.cli import main
+
+    tree = tmp_path / "tree"
+    for c in ("zebra", "ant", "mole"):
+        (tree / c).mkdir(parents=True)
+        (tree / c / "0.jpg").write_bytes(encode(np.ascontiguousarray(photos["coffee"][:24, :32])))
+    ref = ImageFolder(str(tree))
+    ld = gpudecode.Loader(str(tree), batch_size=1, transform=None, device="cpu")
+    assert ld.dataset.classes == ref.classes and ld.dataset.class_to_idx == ref.class_to_idx
+    assert main(["shard", str(tree), str(tmp_path / "sh" / "train-%06d.tar"), "--quiet"]) == 0
+    ld = gpudecode.Loader(str(tmp_path / "sh" / "train-%06d.tar"), batch_size=1, transform=None, device="cpu")
+    assert ld.dataset.classes == ref.classes and ld.dataset.class_to_idx == ref.class_to_idx
