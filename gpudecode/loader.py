@@ -274,25 +274,29 @@ def _check_stored_sizes(reader: Any) -> None:
     manifest says their images differ (crop none) are refused now, not at the first batch."""
     from .io import shards as _shards
 
+    names = {os.path.basename(v) for v in reader.urls}
     seen: set[str] = set()
     for u in reader.urls:
         if u in reader.files or not _shards.is_local(u):
             continue
         folder = os.path.dirname(os.path.abspath(_shards.local_path(u)))
-        if folder in seen:
+        if folder in seen or len(seen) >= 16:
             continue
         seen.add(folder)
-        for name in sorted(os.listdir(folder)) if len(seen) <= 16 else ():
-            if not name.endswith("manifest.json"):
-                continue
-            try:
+        try:
+            manifests = [n for n in sorted(os.listdir(folder)) if n.endswith("manifest.json")]
+        except OSError:
+            continue
+        for name in manifests:
+            try:  # a manifest that is not one of precache's (or a damaged one) says nothing here
                 with open(os.path.join(folder, name)) as f:
                     doc = json.load(f)
-                pixels, size = doc["pixels"], doc["transform"]["size"]
-            except (OSError, ValueError, KeyError, TypeError):
+                varied = doc["pixels"].get("shape") is None
+                size = doc["transform"]["size"]
+                ours = any(os.path.basename(x.get("path", "")) in names for x in doc["shards"])
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 continue
-            if pixels.get("shape") is None and any(os.path.basename(x.get("path", "")) in
-                                                   {os.path.basename(v) for v in reader.urls} for x in doc["shards"]):
+            if varied and ours:
                 raise TransformError(
                     f"these shards were precached with crop none ({os.path.join(folder, name)}): their images "
                     f"differ in size (shorter side at most {size}), and this transform gives them no size to "

@@ -191,6 +191,13 @@ def test_size_conflicts_and_sources_are_said_at_construction(tmp_path, photos):
     ok = gpudecode.Loader(str(tmp_path / "cache"), batch_size=2, transform=T.Compose([T.CenterCrop(16)]))
     assert ok.describe()["shards"] == 1 and "image_files" not in ok.describe()
     gpudecode.Loader(str(tmp_path / "cache"), batch_size=1, transform=None)  # one image a batch: any size
+    # a manifest that is not precache's (or a damaged one) says nothing: no foreign error
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "s-000000.tar").write_bytes((tmp_path / "s-000000.tar").read_bytes())
+    for junk in ('{"pixels": [], "transform": 3, "shards": [1]}', "[1, 2]", "not json", '{"pixels": {}}'):
+        (other / "manifest.json").write_text(junk)
+        gpudecode.Loader(str(other / "s-000000.tar"), batch_size=2, transform=None)
 
     tree = tmp_path / "tree"
     for c in ("cat", "dog"):
