@@ -54,7 +54,8 @@ PARTS = {
     "pipeline": ["test_gpu_design.py", "test_decode.py", "test_loader.py"],
 }
 ORDER = ("kernels", "pipeline", "bench")
-HIDDEN = "nvidia.dali,torchcodec"  # what the GPU machine's image lacks (../shared/gpu/README.md)
+HIDDEN = "nvidia.dali,torchcodec"
+GRACE = 20  # seconds before the deadline a cut part is interrupted, for its report  # what the GPU machine's image lacks (../shared/gpu/README.md)
 
 
 class Log:
@@ -84,13 +85,20 @@ def run_streamed(cmd: list[str], *, cwd: Path, env: dict, log: Log, deadline: fl
         def watchdog() -> None:
             nonlocal cut
             while proc.poll() is None:
-                if time.monotonic() > deadline:
+                if time.monotonic() > deadline - GRACE:
+                    # SIGINT first: pytest, interrupted so, still prints its summary (the
+                    # failed tests' names and reasons) and writes its junit report; a cut
+                    # without them left only a line of dots from the first GPU run
                     cut = True
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    try:
-                        proc.wait(10)
-                    except subprocess.TimeoutExpired:
-                        os.killpg(proc.pid, signal.SIGKILL)
+                    for sig, wait in ((signal.SIGINT, GRACE), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+                        try:
+                            os.killpg(proc.pid, sig)
+                            proc.wait(wait)
+                            return
+                        except subprocess.TimeoutExpired:
+                            continue
+                        except ProcessLookupError:
+                            return
                     return
                 time.sleep(0.5)
 
@@ -290,7 +298,7 @@ def junit(path: Path) -> dict:
 def run_tests(part: str, *, env: dict, log: Log, deadline: float | None, rehearse: bool, work: Path) -> dict:
     xml = work / f"{part}.xml"
     # from tests/ (python -m puts the working folder on the path: tests/, not the source tree's gpudecode)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", f"--junitxml={xml}"]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", f"--junitxml={xml}", "--durations=15"]
     if rehearse:
         cmd += ["-m", "not slow"]
     cmd += PARTS[part]

@@ -5,3 +5,12 @@
 - `cuda_launch`: launching on torch CUDA tensors and torch's stream.
 - `reference`: a numpy version of the same math, used only as a test oracle.
 """
+
+import numpy as _np
+
+# numba-cuda 0.30 registers an overload of np.row_stack when its CUDA target first compiles;
+# NumPy removed that alias (it guards trapz and in1d, not this one), so on a NumPy without it
+# every CUDA kernel failed with AttributeError (seen on the first GPU run, NumPy >= 2.5 with
+# numba-cuda 0.30.4). np.vstack is the same function; the alias is put back only where absent.
+if not hasattr(_np, "row_stack"):
+    _np.row_stack = _np.vstack

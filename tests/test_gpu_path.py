@@ -462,3 +462,22 @@ def test_the_cuda_kernels_disk_cache_is_registered_with_numba_cuda(tmp_path, mon
     assert path is not None and path.get_cache_path().startswith(os.environ["GPUDECODE_CACHE_DIR"])
     assert "numba-cuda-" in path.get_cache_path()
     assert loc.from_function(test_the_cuda_kernels_disk_cache_is_registered_with_numba_cuda, __file__) is None
+
+
+def test_cuda_kernels_compile_on_a_numpy_without_row_stack():
+    """The first GPU run failed in every CUDA kernel: numba-cuda 0.30 registers an overload
+    of np.row_stack when its CUDA target loads, and the GPU image's NumPy has no such alias.
+    gpudecode.kernels puts it back (as np.vstack, the same function) where it is absent:
+    reproduced here by removing it before numba-cuda's array overloads load."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np\n"
+            "del np.row_stack\n"
+            "import gpudecode.kernels\n"
+            "from numba.cuda.np import arrayobj  # where numba-cuda 0.30 names np.row_stack\n"
+            "assert np.row_stack is np.vstack\n"
+            "print('LOADED')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, NUMBA_ENABLE_CUDASIM="0"))
+    assert "LOADED" in p.stdout, p.stderr[-2000:]
