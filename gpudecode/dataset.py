@@ -177,22 +177,16 @@ class ShardDataset(torch.utils.data.Dataset):
 def _shard_classes(urls: Sequence[str]) -> list[str]:
     """The class index `gpudecode shard` wrote beside local shards named like
     `train-000000.tar` (`train-classes.json`), as a list by index; [] when there is none."""
-    import json
-    import os
-    import re
-
+    from ._manifest import _read_json
+    from .folder import class_index_beside
     from .io import shards as _shards
 
     for u in urls:
         if not _shards.is_local(u):
             continue
-        path = _shards.local_path(u)
-        head = re.sub(r"[0-9]+\.tar(\.gz)?$", "", os.path.basename(path)).rstrip("-_.")
-        index = os.path.join(os.path.dirname(path), f"{head}-classes.json" if head else "classes.json")
+        doc = _read_json(class_index_beside(_shards.local_path(u)))
         try:
-            with open(index) as f:
-                doc = json.load(f)
-            return [c for c, _ in sorted(doc.items(), key=lambda kv: kv[1])]
-        except (OSError, ValueError, AttributeError, TypeError):
+            return [c for c, _ in sorted(doc.items(), key=lambda kv: kv[1])] if doc else []
+        except TypeError:  # not an index of ours (values that do not sort)
             return []
     return []

@@ -54,6 +54,14 @@ def class_index_path(pattern: str) -> str:
     return head.rstrip("-_.") + "-classes.json"
 
 
+def class_index_beside(shard: str) -> str:
+    """The class index `shard_folder` writes beside a shard it wrote: `out/train-000007.tar`
+    -> `out/train-classes.json` (class_index_path of the pattern the shard's name comes from)."""
+    import re
+
+    return class_index_path(re.sub(r"[0-9]+(\.tar(?:\.gz)?)$", r"%06d\1", shard))
+
+
 def shard_folder(src: str | os.PathLike, pattern: str, *, shard_size: int = 1000, seed: int = 0,
                  progress: bool = True, key: str = "seq", overwrite: bool = False) -> ShardReport:
     """Packs `src/<class>/<file>` into shards of `shard_size` samples, in a shuffled order

@@ -42,7 +42,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import itertools
-import json
 import os
 import queue
 import sys
@@ -54,6 +53,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 
 import torch
 
+from ._manifest import _read_json
 from ._probe import DEFAULT_MAX_PIXELS
 from ._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
 from .decode import NAMES, available, check_device, choose, make_decoder
@@ -288,9 +288,8 @@ def _check_stored_sizes(reader: Any) -> None:
         except OSError:
             continue
         for name in manifests:
+            doc = _read_json(os.path.join(folder, name))
             try:  # a manifest that is not one of precache's (or a damaged one) says nothing here
-                with open(os.path.join(folder, name)) as f:
-                    doc = json.load(f)
                 varied = doc["pixels"].get("shape") is None
                 size = doc["transform"]["size"]
                 ours = any(os.path.basename(x.get("path", "")) in names for x in doc["shards"])

@@ -522,10 +522,7 @@ class Pipeline:
             made = []
             for out, img in zip(outs, src if self.multi else [src]):
                 pick = torch.tensor(idx, device=img.device)
-                if out.shape[1:] == img.shape[1:]:
-                    out.copy_(img[:n][pick])
-                else:  # a batch callable's own images
-                    out = img[:n][pick]
+                out.copy_(img[:n][pick])  # (the batch before came from this Pipeline's slots: the same image shape)
                 made.append(_handed(out))
             lab = labels[pick.to(labels.device)] if labels is not None else None
             if gpu is not None:

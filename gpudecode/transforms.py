@@ -1128,20 +1128,20 @@ def _from_torchvision(tv: Any, floats: bool) -> list[Transform]:
     if isinstance(tv, list):  # a Compose's steps, as a list
         steps = [x for u in tv for x in flat(u)]
     else:
-        steps = flat(tv) if hasattr(tv, "transforms") or type(tv).__name__ == "ImageClassification" else [tv]
+        steps = flat(tv)
     out: list[Transform] = []
     for i, t in enumerate(steps):
         name = type(t).__name__
-        if name in ("ToImage", "PILToTensor", "ToPureTensor", "ToImageTensor"):
+        module = type(t).__module__
+        # input conversions (the Loader's images are tensors already): torchvision's, timm's
+        if name in ("ToImage", "PILToTensor", "ToPureTensor", "ToImageTensor") or (
+                name == "MaybePILToTensor" and module.startswith("timm.")):
             continue
         if isinstance(t, Transform):  # ours, inside a torchvision Compose
             out.append(t)
             continue
-        module = type(t).__module__
         convert = (_CONVERT.get(name) if module.startswith("torchvision.") else
                    _TIMM.get(name) if module.startswith("timm.") else None)
-        if name in ("MaybePILToTensor",) and module.startswith("timm."):  # timm's input conversion
-            continue
         if convert is None:
             where = f" (step {i + 1} of {len(steps)})" if len(steps) > 1 else ""
             why = _WHY.get(module.split(".")[0] + "." + name, "gpudecode has no fused form of it")
