@@ -58,6 +58,7 @@ from ._probe import DEFAULT_MAX_PIXELS
 from ._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
 from .decode import NAMES, available, check_device, choose, make_decoder
 from .errors import BackendUnavailableError, ConcurrentIterationError, ErrorPolicy, OnError, Skipped, TransformError
+from .io import shards as _shards
 from .io.files import DEFAULT_IMAGE_EXTS, file_cap
 from .io.reader import Sample, ShardReader, split_exts
 from .io.remote import RemoteOptions
@@ -86,6 +87,9 @@ class _Epoch:
         # the ranks and the even policy, resolved once an epoch (not again each batch)
         self.rank, self.world = loader.reader.placement()
         self.even = loader.reader.even
+        # split="elastic": the epoch's plan from the global position a resumed job stood at
+        self.plan = (loader.reader.plan(epoch, start=loader._global_start)
+                     if loader.reader.mode() == "elastic" else None)
         # a decoder that can be interrupted (the CPU one: between rows, on its native
         # threads) is, so close() or Ctrl-C never waits for a huge image to finish
         decoder = loader._pipe.decoder
@@ -102,7 +106,8 @@ class _Epoch:
 
     def _decode_stage(self, epoch: int, start: int) -> None:
         ld = self.loader
-        samples = ld.reader.iter_epoch(epoch, start=start, stop=self.stop)
+        samples = ld.reader.iter_epoch(epoch, start=start, stop=self.stop, plan=self.plan)
+        elastic = self.plan.chunks if self.plan is not None else None
         try:
             position = start
             while not self.stop.is_set():
@@ -113,8 +118,15 @@ class _Epoch:
                     return
                 if not chunk or (ld.drop_last and len(chunk) < ld.batch_size):
                     break
-                prepared = ld._pipe.prepare(chunk, seed=ld.seed, epoch=epoch, position=position, rank=self.rank,
-                                            world=self.world)
+                if elastic is not None:
+                    # batch k is chunk k of the global order: its samples draw by their global
+                    # positions, as a single process would draw them (any world size alike)
+                    k = position // ld.batch_size
+                    at = elastic[k] if k < len(elastic) else elastic[-1] + ld.batch_size * (k - len(elastic) + 1)
+                    prepared = ld._pipe.prepare(chunk, seed=ld.seed, epoch=epoch, position=at, rank=0, world=1)
+                else:
+                    prepared = ld._pipe.prepare(chunk, seed=ld.seed, epoch=epoch, position=position,
+                                                rank=self.rank, world=self.world)
                 prepared.timing.read = t_read
                 position += len(chunk)
                 prepared.position = position
@@ -272,7 +284,6 @@ def _views(transform: Any) -> Compose | list[Compose]:
 def _check_stored_sizes(reader: Any) -> None:
     """A transform without a size batches images only of one size: precached shards whose
     manifest says their images differ (crop none) are refused now, not at the first batch."""
-    from .io import shards as _shards
 
     names = {os.path.basename(v) for v in reader.urls}
     seen: set[str] = set()
@@ -289,6 +300,8 @@ def _check_stored_sizes(reader: Any) -> None:
             continue
         for name in manifests:
             doc = _read_json(os.path.join(folder, name))
+            if doc is None:  # not JSON, or not an object: says nothing here
+                continue
             try:  # a manifest that is not one of precache's (or a damaged one) says nothing here
                 varied = doc["pixels"].get("shape") is None
                 size = doc["transform"]["size"]
@@ -384,6 +397,11 @@ class LoaderSampler:
             base[u] = pos
             pos += counts[u]
         epoch = ld._current_epoch()
+        if ld.reader.mode() == "elastic":  # the plan's order: its segments are read in another
+            files = {u: ld.reader.file_order(u, epoch) for u in ld.reader.files}
+            for url, i in ld.reader.plan(epoch).order():
+                yield base[url] + (files[url][i] if url in files else i)
+            return
         share = ld.reader.share(epoch)
         n = 0
         for seg in share.segments:
@@ -457,7 +475,11 @@ class Loader:
             DistributedSampler's default), None alone. None: each sample exactly once
             (evaluation); a warning says so before the first batch when ranks' counts differ.
         split: "auto", "shard" or "sample": how an epoch is shared over ranks (see
-            gpudecode.ShardReader).
+            gpudecode.ShardReader); "elastic": the epoch's global order of samples depends
+            on (seed, epoch, sources) alone and each global batch is a run of it (every
+            rank takes batch_size consecutive positions a round), each sample draws its
+            augmentations by its global position, and a state_dict() resumes on another
+            world size or batch size (gpudecode.io.epoch has the design and its costs).
         max_pixels: images with more pixels are refused (decompression bombs).
         fast_decode: CPU JPEG decoding with the fast IDCT, plain upsampling and DCT
             downscaling (not bit-exact; see the decode docs).
@@ -503,7 +525,7 @@ class Loader:
                  num_workers: int | None = None, pin_memory: bool = False,
                  persistent_workers: bool = False, prefetch_factor: int | None = None, drop_last: bool = False,
                  on_error: OnError = "raise", rank: int | None = None, world_size: int | None = None,
-                 even: Literal["auto", "pad", "drop"] | None = "auto", split: Literal["auto", "shard", "sample"] = "auto",
+                 even: Literal["auto", "pad", "drop"] | None = "auto", split: Literal["auto", "shard", "sample", "elastic"] = "auto",
                  buffer_size: int = 1000, max_pixels: int = DEFAULT_MAX_PIXELS, fast_decode: bool = False,
                  remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
                  cache_limit: int | None = None, num_threads: int | None = None,
@@ -562,7 +584,12 @@ class Loader:
         self.max_pixels = max_pixels
         self.fast_decode = fast_decode
         self._seed_given = seed is not None
-        self.reader = ShardReader(urls, shuffle=shuffle, seed=0, buffer_size=buffer_size, rank=rank,
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank and world_size, or neither")
+        # the seed before the reader: the default one is made the same on every rank
+        self.seed = int(seed) if seed is not None else _default_seed(
+            world_size if world_size is not None else _shards.detect_rank()[1])
+        self.reader = ShardReader(urls, shuffle=shuffle, seed=self.seed, buffer_size=buffer_size, rank=rank,
                                   world_size=world_size, num_threads=2, policy=self.policy,
                                   extensions=self.image_exts + self.label_exts, even=even, split=split,
                                   remote=remote, cache_dir=cache_dir, cache_limit=cache_limit,
@@ -571,11 +598,10 @@ class Loader:
                                   # the others are read into recycled memory (no page faults a read)
                                   pool_extensions=[e for e in self.image_exts if e != "npy"],
                                   # an image file is read only up to what an image of max_pixels can take
-                                  max_file_bytes=file_cap(max_pixels), repeated_augs=repeated_augs)
+                                  max_file_bytes=file_cap(max_pixels), repeated_augs=repeated_augs,
+                                  chunk=batch_size)
         if not isinstance(transform, list) and transform.plan.out_size is None and batch_size > 1:
             _check_stored_sizes(self.reader)
-        self.seed = int(seed) if seed is not None else _default_seed(self.reader.placement()[1])
-        self.reader.seed = self.seed
         self.epoch = 0
         self.stats = LoaderStats()
         # the per-batch work and every buffer it cycles through (output slots: prefetch + 3)
@@ -590,6 +616,8 @@ class Loader:
         self._yielded = 0        # batches handed over in the current (or last) epoch
         self._finished = False   # the current (or last) epoch ran to its end
         self._resume: int | None = None
+        self._global_start = 0   # split="elastic": the global position the running epoch started at
+        self._resume_global: int | None = None
         self._epoch_chosen = True  # set_epoch (or load_state_dict) chose the next epoch
         self._started = False
         self._active: weakref.ref[LoaderIterator] | None = None
@@ -616,6 +644,7 @@ class Loader:
                           f"{self.epoch} is not read (set_epoch({self.epoch}), or no set_epoch, continues it)",
                           RuntimeWarning, stacklevel=2)
             self._resume = None
+            self._resume_global = None
             self._yielded = 0
             self._position = 0
             self._finished = False
@@ -703,6 +732,10 @@ class Loader:
         epoch, position in samples, seed and the split). Picklable; a job restarted with
         the same shards, world size and batch size resumes exactly."""
         rank, world = self.reader.placement()
+        elastic = {}
+        if self.reader.mode() == "elastic":
+            elastic = {"global_position": self._global_position(world), "global_start": self._global_start,
+                       "total": self.reader.total_samples}
         return {
             "_index_sampler_state": None,
             "_sampler_iter_state": None,
@@ -716,10 +749,29 @@ class Loader:
                 "position": self._position, "seed": self.seed, "rank": rank, "world_size": world,
                 "split": self.reader.mode(), "even": self.reader.even, "shuffle": self.reader.shuffle,
                 "shards": len(self.reader.urls), "batch_size": self.batch_size, "drop_last": self.drop_last,
-                "fingerprint": self._fingerprint(),
+                "fingerprint": self._fingerprint(), "transform": self._transform_fingerprint(), **elastic,
             },
             "_iterator_finished": self._finished,
         }
+
+    def _global_position(self, world: int) -> int:
+        """split="elastic": how many positions of the epoch's global order the job has
+        consumed, the same on every rank at a step: this epoch's start, plus whole rounds
+        (a batch of every rank's) for the batches this rank has had; the last round, if
+        partial, to the epoch's end."""
+        if self._finished:
+            return 0
+        consumers = world * _shards.detect_worker()[1]
+        b = self.batch_size
+        local = self._position
+        done = self._global_start + (local // b) * consumers * b + (local % b) * consumers
+        return min(done, self.reader.total_samples)
+
+    def _transform_fingerprint(self) -> str:
+        """The transforms (views and batch transform) by their repr: a state saved with
+        other transforms is refused."""
+        parts = [repr(v) for v in self._pipe.views] + [repr(self.batch_transform)]
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
     def _fingerprint(self) -> str:
         """The shards (or files) read, in their order, by name: the same data wherever it is
@@ -753,20 +805,39 @@ class Loader:
             raise ConcurrentIterationError("load_state_dict() while an iterator of this Loader is active: the state "
                                            "takes effect at the next iteration; close or exhaust this one first")
         rank, world = self.reader.placement()
-        checks = [("world_size", world), ("split", self.reader.mode()), ("shards", len(self.reader.urls)),
-                  ("batch_size", self.batch_size), ("even", self.reader.even), ("shuffle", self.reader.shuffle)]
+        elastic = ds.get("split") == "elastic" and self.reader.mode() == "elastic"
+        checks = [("split", self.reader.mode()), ("shards", len(self.reader.urls)), ("even", self.reader.even),
+                  ("shuffle", self.reader.shuffle)]
+        if not elastic:  # an elastic state resumes on another world size and batch size
+            checks += [("world_size", world), ("batch_size", self.batch_size)]
         if self._seed_given:
             checks.append(("seed", self.seed))
         if "fingerprint" in ds:  # (states saved before it was kept have none)
             checks.append(("fingerprint", self._fingerprint()))
+        if "transform" in ds:
+            checks.append(("transform", self._transform_fingerprint()))
         for name, mine in checks:
             if ds.get(name) != mine:
-                raise ValueError(f"this state was saved with {name}={ds.get(name)!r}, this loader has "
-                                 f"{name}={mine!r}: it cannot resume here")
+                what = {"fingerprint": "other shards or files (their names and order)",
+                        "transform": "other transforms"}.get(name)
+                saved = what if what else f"{name}={ds.get(name)!r}"
+                here = "" if what else f", this loader has {name}={mine!r}"
+                hint = (" (split='elastic' resumes on another world size)" if name == "world_size" else "")
+                raise ValueError(f"this state was saved with {saved}{here}: it cannot resume here{hint}")
         self.seed = self.reader.seed = int(ds["seed"])
         self._resume = None  # (a state loaded before this one is replaced, not a reason to warn)
+        self._resume_global = None
+        same = ds.get("world_size") == world and ds.get("batch_size") == self.batch_size
         if state.get("_iterator_finished"):
             self.set_epoch(int(ds["epoch"]) + 1)
+            self._yielded = 0
+            self._position = 0
+        elif elastic and not same:
+            # the job's global position: this rank's part of the rest of the epoch, from 0
+            self.set_epoch(int(ds["epoch"]))
+            self._resume = 0
+            self._resume_global = int(ds["global_position"])
+            self._global_start = self._resume_global
             self._yielded = 0
             self._position = 0
         else:
@@ -774,6 +845,9 @@ class Loader:
             self._resume = int(ds["position"])
             self._yielded = int(state.get("_num_yielded", 0))
             self._position = self._resume  # state_dict() before the next iteration gives this state back
+            if elastic:
+                self._resume_global = int(ds.get("global_start", 0))
+                self._global_start = self._resume_global
         self._finished = False
 
     def _sources(self) -> dict:
@@ -841,6 +915,10 @@ class Loader:
         if self._resume is None:
             self._yielded = 0
         self._resume = None
+        # split="elastic": a state loaded gives the global position; this rank starts its own
+        # part of the rest at 0
+        self._global_start = self._resume_global or 0
+        self._resume_global = None
         self._finished = False
         self._position = start
         self.policy.reset()

@@ -48,6 +48,7 @@ from .._cache import cache_dir
 from .._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
 from ..errors import (RESOURCE_ERRNOS, GpuDecodeError, LocatedError, OnError, ResourceError, ShardFormatError,
                       ShardReadError, Skipped, ErrorPolicy, resource_error, wrap_data_error)
+from . import epoch as _epoch
 from . import shards as _shards
 from .cache import ShardCache
 from .files import MAX_FILE_BYTES, FileList, iter_files
@@ -984,7 +985,14 @@ class BaseShardReader:
             warning says so before the first sample.
         split: how an epoch is shared (see gpudecode.io.shards.choose_mode): "auto" (whole
             shards when there are at least as many shards as consumers and no `even`;
-            otherwise contiguous runs of samples, exact to one sample), "shard" or "sample".
+            otherwise contiguous runs of samples, exact to one sample), "shard", "sample",
+            or "elastic" (gpudecode.io.epoch): the epoch's global order of samples depends
+            on (seed, epoch, sources) alone, every consumer reads `chunk` consecutive
+            positions of it at a time, in rounds; a job resumes it on another world size.
+            "shard" and "sample" are not elastic (their order depends on the world size).
+        chunk: split="elastic": the consecutive positions of the global order a consumer
+            takes at a time (the Loader gives its batch size: a global batch is then a run
+            of the global order).
         remote: timeouts and retries for remote shards (`gpudecode.io.remote.RemoteOptions`).
         cache_dir, cache_limit: keep local copies of remote shards (gpudecode.io.cache).
         map_extensions: these fields come as read-only memoryviews over the memory-mapped
@@ -1022,12 +1030,12 @@ class BaseShardReader:
     def __init__(self, urls, *, shuffle: bool = False, seed: int = 0, buffer_size: int = 1000,
                  rank: int | None = None, world_size: int | None = None, num_threads: int | None = None,
                  on_error: OnError = "raise", extensions: Sequence[str] | None = None,
-                 even: Even | Literal["auto"] | None = "auto", split: Literal["auto", "shard", "sample"] = "auto",
+                 even: Even | Literal["auto"] | None = "auto", split: Literal["auto", "shard", "sample", "elastic"] = "auto",
                  remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
                  cache_limit: int | None = None, map_extensions: Sequence[str] = (),
                  pool_extensions: Sequence[str] = (), pool_limit: int = 128 << 20,
                  policy: ErrorPolicy | None = None, max_file_bytes: int = MAX_FILE_BYTES,
-                 repeated_augs: int = 1) -> None:
+                 repeated_augs: int = 1, chunk: int = 1) -> None:
         super().__init__()
         self.files: dict[str, FileList] = {}
         self.urls = _shards.expand_urls(urls, files=self.files)
@@ -1061,6 +1069,9 @@ class BaseShardReader:
         if even not in ("auto", None, "pad", "drop"):
             raise ValueError(f"even must be 'auto', None, 'pad' or 'drop', not {even!r}")
         _shards.choose_mode(split, 1, 1, None)  # checks the name
+        if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+            raise ValueError(f"chunk must be an int >= 1, not {chunk!r}")
+        self.chunk = chunk
         self.shuffle = shuffle
         self.seed = seed
         self.buffer_size = buffer_size
@@ -1081,6 +1092,8 @@ class BaseShardReader:
         if isinstance(repeated_augs, bool) or not isinstance(repeated_augs, int) or repeated_augs < 1:
             raise ValueError(f"repeated_augs must be an int >= 1, not {repeated_augs!r}")
         self.repeated_augs = repeated_augs
+        if repeated_augs > 1 and split == "elastic":
+            raise ValueError("repeated_augs and split='elastic' are two orders of an epoch: choose one")
         if repeated_augs > 1 and (len(self.urls) != 1 or self.urls[0] not in self.files):
             raise ValueError(f"repeated_augs={repeated_augs} reads samples by index, as torchvision's RASampler: give "
                              "one ImageFolder tree, list file or list of paths (shards are read in order)")
@@ -1131,6 +1144,9 @@ class BaseShardReader:
         mode = self.mode()
         per_rank = [0] * ranks
         for c in range(ranks * nw):
+            if mode == "elastic":
+                per_rank[c // nw] += self.plan(epoch, consumer=c).count or 0
+                continue
             share = _shards.plan_share(self.urls, consumer=c, consumers=ranks * nw, mode=mode, even=None,
                                        shuffle=self.shuffle, seed=self.seed, epoch=epoch, counts=counts)
             per_rank[c // nw] += share.count or 0
@@ -1225,6 +1241,34 @@ class BaseShardReader:
         """Samples in all shards, over all consumers."""
         return sum(self.sample_counts().values())
 
+    def plan(self, epoch: int | None = None, *, start: int = 0, consumer: int | None = None) -> _epoch.EpochPlan:
+        """What this consumer (or `consumer`) reads in `epoch` (default: the current one),
+        in what order: its rank and world size, the split mode and even policy in force,
+        its segments and sample counts (gpudecode.io.epoch.EpochPlan). `start`: with
+        split="elastic", the global position to start from (a resumed job's place)."""
+        e = self.epoch if epoch is None else int(epoch)
+        rank, world = self.placement()
+        c, n = self.consumer()
+        c = c if consumer is None else consumer
+        even = self.even
+        if self.mode() == "elastic":
+            counts = self.sample_counts()
+            return _epoch.plan_elastic(self._ordered_urls(), counts, consumer=c, consumers=n, chunk=self.chunk,
+                                       even=even, shuffle=self.shuffle, seed=self.seed, epoch=e, start=start,
+                                       rank=rank, world_size=world)
+        if start:
+            raise ValueError("start= is a global position of split='elastic' (other splits skip samples of the "
+                             "consumer's own share: iter_epoch(start=))")
+        share = self.share(e, consumer=c)
+        mode = "repeated" if self.repeated_augs > 1 else self.mode()
+        return _epoch.EpochPlan(epoch=e, rank=rank, world_size=world, consumer=c, consumers=n, mode=mode, even=even,
+                                segments=share.segments, count=share.count, target=share.target)
+
+    def _ordered_urls(self) -> list[str]:
+        """The sources in the order the elastic layout cuts them (as given: the layout
+        shuffles blocks, not sources)."""
+        return list(self.urls)
+
     def share(self, epoch: int | None = None, consumer: int | None = None) -> _shards.Share:
         """What this consumer (or `consumer`) reads in `epoch` (default: the current one)."""
         if self.repeated_augs > 1:  # the rank's indices are the whole of its share, all ranks alike
@@ -1234,6 +1278,9 @@ class BaseShardReader:
             return _shards.Share((_shards.Segment(url, 0, n_own),), n_own, n_own if self.even is not None else None)
         c, n = self.consumer()
         mode = self.mode()
+        if mode == "elastic":
+            p = self.plan(epoch, consumer=consumer)
+            return _shards.Share(p.segments, p.count, p.target)
         needs_counts = mode == "sample" or self.even is not None
         counts = self.sample_counts() if needs_counts else None
         e = self.epoch if epoch is None else epoch
@@ -1275,13 +1322,23 @@ class BaseShardReader:
     def __iter__(self) -> Iterator[Sample]:
         return self.iter_epoch(self.epoch)
 
-    def iter_epoch(self, epoch: int, *, start: int = 0,
-                   stop: threading.Event | None = None) -> Generator[Sample, None, None]:
+    def iter_epoch(self, epoch: int, *, start: int = 0, stop: threading.Event | None = None,
+                   plan: _epoch.EpochPlan | None = None) -> Generator[Sample, None, None]:
         """The samples of `epoch`, skipping the first `start` of them (to resume). Setting
-        `stop` ends the iteration (within a fraction of a second) and its threads."""
+        `stop` ends the iteration (within a fraction of a second) and its threads. `plan`:
+        this epoch's plan (self.plan(epoch, start=...)), e.g. an elastic one from a
+        resumed job's global position."""
         self.warn_unequal(epoch)
         if self.cache is not None:
             self.cache.new_epoch()  # each cached copy is revalidated at its first use in this epoch
+        if plan is None and self.mode() == "elastic":
+            plan = self.plan(epoch)
+        if plan is not None and plan.mode == "elastic":
+            ordered: Iterator[Sample] = self._iter_elastic(plan, stop)
+            if plan.even is not None and plan.target is not None:
+                ordered = _evened(ordered, plan.target)
+            yield from (itertools.islice(ordered, start, None) if start else ordered)
+            return
         share = self.share(epoch)
         segments: list[_shards.Segment] = []
         orders: dict[str, list[int]] = {}
@@ -1303,6 +1360,35 @@ class BaseShardReader:
             it = _shuffled(it, self.buffer_size, random.Random(f"gpudecode-samples:{self.seed}:{epoch}:{c}"))
         yield from (itertools.islice(it, start, None) if start else it)
 
+    def _iter_elastic(self, plan: _epoch.EpochPlan, stop: threading.Event | None) -> Iterator[Sample]:
+        """An elastic plan's samples in the global order: each part's runs read (in
+        parallel, on the reader threads), then given out interleaved as the window orders
+        them."""
+        orders = {u: self.file_order(u, plan.epoch) for u in {seg.url for seg in plan.segments} if u in self.files}
+        # the threads may read a few chunks ahead (a chunk's runs are short)
+        per_chunk = -(-len(plan.segments) // max(1, len(plan.chunks)))
+        tagged = cast(Generator[Any, None, None],
+                      self._threaded(plan.segments, stop, orders, tagged=True, ahead=2 * per_chunk))
+        pending: tuple[int, list] | None = None
+        at = 0
+        try:
+            for n, rows in plan.parts:
+                runs: list[list[Sample]] = [[] for _ in range(n)]
+                while True:
+                    if pending is None:
+                        pending = next(tagged, None)
+                        if pending is None:
+                            break
+                    j, got = pending
+                    if j >= at + n:
+                        break
+                    runs[j - at] += got
+                    pending = None
+                at += n
+                yield from _epoch.interleave(runs, rows)
+        finally:
+            tagged.close()
+
     @property
     def on_error(self) -> str:
         return self.policy.on_error
@@ -1320,36 +1406,58 @@ class BaseShardReader:
     def _record(self, f: Failure) -> None:
         self.policy.record(f.error, stacklevel=3)
 
-    def _threaded(self, segments: list[_shards.Segment], stop: threading.Event | None,
-                  orders: dict[str, list[int]] | None = None) -> Iterator[list[Sample]]:
-        """The segments' samples, in order, in lists (as the reader threads hand them over)."""
+    def _threaded(self, segments: Sequence[_shards.Segment], stop: threading.Event | None,
+                  orders: dict[str, list[int]] | None = None, *, tagged: bool = False,
+                  ahead: int | None = None) -> Iterator[Any]:
+        """The segments' samples, in order, in lists (as the reader threads hand them over);
+        `tagged`: (segment index, list) pairs. `ahead`: segments the threads may read
+        ahead of the consumer (default: 2 a thread, at least 4)."""
         if not segments:
             return
         nthreads = min(self.num_threads, len(segments))
-        queues: list[queue.Queue] = [queue.Queue(maxsize=8) for _ in segments]
         group = ThreadGroup("reader")
         halt = group.stop_event
         # reader threads run at most `window` segments ahead of the consumer: tiny shards
         # (one sample each) otherwise let them read every shard of the epoch ahead, holding
         # its bytes (and, mapped, a descriptor each) until the consumer gets there
-        window = _Window(max(4, 2 * nthreads), halt)
+        window = _Window(max(4, 2 * nthreads, ahead or 0), halt)
+        # a queue a segment, made when the first of its reader and consumer comes to it and
+        # dropped when consumed: only the window's segments have one (an elastic epoch of a
+        # million samples is ~100k segments)
+        queues: dict[int, queue.Queue] = {}
+        qlock = threading.Lock()
+
+        def queue_of(j: int) -> queue.Queue:
+            with qlock:
+                q = queues.get(j)
+                if q is None:
+                    q = queues[j] = queue.Queue(maxsize=8)
+                return q
 
         def work(t: int) -> None:
             for j in range(t, len(segments), nthreads):
                 if not window.may_start(j):
                     return
                 items = self._segment_items(segments[j], group, orders)
-                if not _produce(items, queues[j], segments[j].url, halt):
+                if not _produce(items, queue_of(j), segments[j].url, halt):
                     return
 
         for t in range(nthreads):
             group.start(work, t, name=f"reader-{t}")
         outer = stop if stop is not None else threading.Event()
         try:
-            for seg, q in zip(segments, queues):
-                stopped = yield from self._consume(seg, q, outer, group)
+            for j, seg in enumerate(segments):
+                q = queue_of(j)
+                if tagged:
+                    for got in self._consume(seg, q, outer, group):
+                        yield j, got
+                    stopped = outer.is_set()
+                else:
+                    stopped = yield from self._consume(seg, q, outer, group)
                 if stopped:
                     return
+                with qlock:
+                    del queues[j]
                 window.advance()
         finally:
             group.stop()

@@ -367,8 +367,8 @@ def choose_mode(split: str, n_shards: int, consumers: int, even: str | None) -> 
     (nothing needs counting then); otherwise samples, which splits exactly (to one sample)
     and, for even="drop", drops the tail of the epoch as DistributedSampler(drop_last=True)
     does."""
-    if split not in ("auto", "shard", "sample"):
-        raise ValueError(f"split must be 'auto', 'shard' or 'sample', not {split!r}")
+    if split not in ("auto", "shard", "sample", "elastic"):
+        raise ValueError(f"split must be 'auto', 'shard', 'sample' or 'elastic', not {split!r}")
     if split != "auto":
         return split
     return "shard" if n_shards >= consumers and even is None else "sample"
