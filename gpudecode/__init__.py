@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "ShardReader": ("gpudecode.io.reader", "ShardReader"),
+    "Source": ("gpudecode.io.epoch", "Source"),
+    "EpochPlan": ("gpudecode.io.epoch", "EpochPlan"),
     "Sample": ("gpudecode.io.reader", "Sample"),
     "probe": ("gpudecode._probe", "probe"),
     "probe_batch": ("gpudecode._probe", "probe_batch"),

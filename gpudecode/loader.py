@@ -90,6 +90,8 @@ class _Epoch:
         # split="elastic": the epoch's plan from the global position a resumed job stood at
         self.plan = (loader.reader.plan(epoch, start=loader._global_start)
                      if loader.reader.mode() == "elastic" else None)
+        if self.plan is not None:
+            loader._epoch_total = self.plan.total
         # a decoder that can be interrupted (the CPU one: between rows, on its native
         # threads) is, so close() or Ctrl-C never waits for a huge image to finish
         decoder = loader._pipe.decoder
@@ -118,6 +120,12 @@ class _Epoch:
                     return
                 if not chunk or (ld.drop_last and len(chunk) < ld.batch_size):
                     break
+                if ld.reader.sources is not None:  # the mix, counted as read (loader.stats.sources)
+                    names = [src.label for src in ld.reader.sources]
+                    for sample in chunk:
+                        i = ld.reader.source_of(sample.shard)
+                        if i is not None:
+                            ld.stats.sources[names[i]] = ld.stats.sources.get(names[i], 0) + 1
                 if elastic is not None:
                     # batch k is chunk k of the global order: its samples draw by their global
                     # positions, as a single process would draw them (any world size alike)
@@ -424,7 +432,10 @@ class Loader:
             file, URLs. Local shards must exist (checked here). Or images as they lie:
             an ImageFolder tree (`Loader("imagenet/train", ...)`: torchvision's classes
             and indices), a list file of `path label` lines, a list of image paths or
-            (path, label) pairs.
+            (path, label) pairs. Or a mixture: a list of `gpudecode.Source`, each any of
+            those with its weight, repeat or choose (and label_offset); each epoch draws
+            exactly its counts from each (`describe()["mix"]`, `loader.stats.sources`),
+            split elastically over the ranks.
         batch_size: images per batch.
         transform: a `gpudecode.transforms.Compose` (a torchvision Compose is converted
             with `Compose.from_torchvision`, or refused with the reason).
@@ -516,6 +527,10 @@ class Loader:
             torchvision's RASampler gives it (the same multiset per epoch and rank, for an
             ImageFolder tree or a file list; see ShardReader), each copy of an image with
             its own draws. Use it in place of the script's RASampler.
+        epoch_size: a mixture's epoch: the samples the weighted sources share (an int:
+            the epoch less the repeat/choose sources' counts), or torchdata.nodes' stop
+            criteria: "all_exhausted" (default: every weighted source's samples at least
+            once, the smaller ones cycled) or "first_exhausted" (none repeated).
     """
 
     def __init__(self, urls: Any, *, batch_size: int, transform: Any, device: "str | torch.device" = "auto",
@@ -530,7 +545,7 @@ class Loader:
                  remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
                  cache_limit: int | None = None, num_threads: int | None = None,
                  prefetch: int | None = None, batch_transform: Any = None, reuse_buffers: bool = False,
-                 repeated_augs: int = 1) -> None:
+                 repeated_augs: int = 1, epoch_size: int | str | None = None) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
         if num_workers is not None and num_threads is not None and num_workers != num_threads:
@@ -599,7 +614,7 @@ class Loader:
                                   pool_extensions=[e for e in self.image_exts if e != "npy"],
                                   # an image file is read only up to what an image of max_pixels can take
                                   max_file_bytes=file_cap(max_pixels), repeated_augs=repeated_augs,
-                                  chunk=batch_size)
+                                  chunk=batch_size, epoch_size=epoch_size)
         if not isinstance(transform, list) and transform.plan.out_size is None and batch_size > 1:
             _check_stored_sizes(self.reader)
         self.epoch = 0
@@ -611,12 +626,14 @@ class Loader:
                               policy=self.policy, ring=self.prefetch + 3, num_threads=self.num_threads,
                               max_pixels=max_pixels, fast_decode=fast_decode, pin_memory=self.pin_memory,
                               batch_transform=self.batch_transform, reuse_held=bool(reuse_buffers))
+        self._pipe.label_offsets = self.reader.label_offsets  # a mixture's sources' (gpudecode.Source)
         self.reuse_buffers = bool(reuse_buffers)
         self._position = 0
         self._yielded = 0        # batches handed over in the current (or last) epoch
         self._finished = False   # the current (or last) epoch ran to its end
         self._resume: int | None = None
         self._global_start = 0   # split="elastic": the global position the running epoch started at
+        self._epoch_total: int | None = None  # split="elastic": the running epoch's samples
         self._resume_global: int | None = None
         self._epoch_chosen = True  # set_epoch (or load_state_dict) chose the next epoch
         self._started = False
@@ -734,8 +751,7 @@ class Loader:
         rank, world = self.reader.placement()
         elastic = {}
         if self.reader.mode() == "elastic":
-            elastic = {"global_position": self._global_position(world), "global_start": self._global_start,
-                       "total": self.reader.total_samples}
+            elastic = {"global_position": self._global_position(world), "global_start": self._global_start}
         return {
             "_index_sampler_state": None,
             "_sampler_iter_state": None,
@@ -765,7 +781,8 @@ class Loader:
         b = self.batch_size
         local = self._position
         done = self._global_start + (local // b) * consumers * b + (local % b) * consumers
-        return min(done, self.reader.total_samples)
+        total = self._epoch_total if self._epoch_total is not None else self.reader.plan(self.epoch).total
+        return min(done, total or 0)
 
     def _transform_fingerprint(self) -> str:
         """The transforms (views and batch transform) by their repr: a state saved with
@@ -777,6 +794,9 @@ class Loader:
         """The shards (or files) read, in their order, by name: the same data wherever it is
         mounted, other data (other shards, another order, a tree with other files) differs."""
         h = hashlib.sha256()
+        if self.reader.sources is not None:  # a mixture: its terms are part of what is read
+            h.update(repr([(s.weight, s.repeat, s.choose, s.label_offset, len(g)) for s, g in
+                           zip(self.reader.sources, self.reader.source_urls)] + [self.reader.epoch_size]).encode())
         for u in self.reader.urls:
             flist = self.reader.files.get(u)
             # (names as the file system gives them: a name that is not UTF-8 keeps its bytes)
@@ -860,6 +880,18 @@ class Loader:
             out["file_sources"] = [f.root or u for u, f in files.items()]
         return out
 
+    def _mix(self) -> list[dict]:
+        """A mixture's sources: their samples, what the next (or running) epoch draws of
+        each, and what on_error passed over in each this epoch."""
+        mix = self.reader.mixture(self._current_epoch())
+        for m in mix:
+            m["skipped"] = 0
+        for sk in self.skipped:
+            i = self.reader.source_of(sk.shard) if sk.shard else None
+            if i is not None:
+                mix[i]["skipped"] += 1
+        return mix
+
     def describe(self) -> dict:
         """What this loader does and with what (the decoder is made on first use)."""
         dec = self._pipe.decoder_name()
@@ -877,6 +909,7 @@ class Loader:
                 "transform": ([[type(t).__name__ for t in p.steps] for p in plans] if multi
                               else [type(t).__name__ for t in plans[0].steps]),
                 "views": len(plans), "fast_decode": self.fast_decode,
+                **({"mix": self._mix()} if self.reader.sources is not None else {}),
                 # what runs after the fused kernel, on the finished batch
                 "after": [] if self.batch_transform is None else [repr(self.batch_transform)]}
 

@@ -172,6 +172,7 @@ class Pipeline:
         self.outputs: list[list[tuple[torch.Tensor, torch.Tensor]] | None] = [None] * ring  # [slot][view]
         self._own_refs: list[list[int] | None] = [None] * ring  # [slot][view]: the slot's own tensors on its memory
         self.reuse_held = reuse_held
+        self.label_offsets: dict[str, int] = {}  # per shard (or file list): added to its labels
         self.fresh_slots = 0  # slots given new memory because the caller kept their last batch
         self.slot = 0   # the output slot the next batch goes to (kept across epochs)
         self.seq = 0    # batches decoded so far (the rings' turn; kept across epochs)
@@ -285,7 +286,12 @@ class Pipeline:
 
         if not self.labels:
             return probe_columns(chunk, self.image_exts, self.max_pixels, self.policy)
-        return probe_columns(chunk, self.image_exts, self.max_pixels, self.policy, label, label_exts=exts, fits=fits)
+        probed = probe_columns(chunk, self.image_exts, self.max_pixels, self.policy, label, label_exts=exts,
+                               fits=fits)
+        offsets = self.label_offsets
+        if offsets:  # a mixture's sources with label offsets (gpudecode.Source)
+            probed.extras = [v + offsets.get(s.shard, 0) for v, s in zip(probed.extras, probed.samples)]
+        return probed
 
     def _one_size(self, probed: Probed) -> Probed:
         """A transform without geometry keeps each image's size, and a batch has one: the

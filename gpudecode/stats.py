@@ -61,6 +61,8 @@ class LoaderStats:
     first batch of an epoch, which waits for the pipeline to fill, is not one)."""
 
     batches: list[BatchTiming] = field(default_factory=list)
+    # a mixture (gpudecode.Source): samples read from each source this epoch, by its name
+    sources: dict[str, int] = field(default_factory=dict)
     stall_factor: float = 5.0
     started: float = field(default_factory=time.perf_counter)  # when the epoch was asked for
 
@@ -98,6 +100,8 @@ class LoaderStats:
             s: timed_images / t for s in med for t in [sum(b.stage(s) for b in timed)] if t > 0}
         out["encoded_bytes"] = sum(b.encoded_bytes for b in self.batches)
         out["h2d_bytes"] = sum(b.h2d_bytes for b in self.batches)
+        if self.sources:
+            out["sources"] = dict(self.sources)
         gpu = [b for b in timed if b.gpu]
         if gpu:  # what the GPU work itself took, as CUDA events saw it on the loader's stream
             out["gpu_median_s"] = {s: statistics.median(float(b.gpu.get(s, 0.0)) for b in gpu)

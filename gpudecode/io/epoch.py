@@ -129,10 +129,12 @@ def _blocks(order: Sequence[str], counts: dict[str, int], block: int) -> list[tu
 
 
 def layout(urls: Sequence[str], counts: dict[str, int], *, shuffle: bool, seed: int, epoch: int,
-           block: int = BLOCK, window: int = WINDOW) -> tuple[list[tuple[str, int, int]], int, list[int]]:
+           block: int = BLOCK, window: int = WINDOW, blocks: list[tuple[str, int, int]] | None = None
+           ) -> tuple[list[tuple[str, int, int]], int, list[int]]:
     """The epoch's blocks in global order, the window size in blocks, and each window's
-    first global position (with the total at the end)."""
-    blocks = _blocks(list(urls), counts, block)
+    first global position (with the total at the end). `blocks`: the epoch's blocks as
+    drawn already (a mixture's, see mixture_blocks), else every source's, once."""
+    blocks = _blocks(list(urls), counts, block) if blocks is None else list(blocks)
     if shuffle:
         random.Random(f"gpudecode-elastic:{seed}:{epoch}").shuffle(blocks)
     win = window if shuffle else 1
@@ -162,7 +164,8 @@ def _window_runs(lengths: np.ndarray, lx: int, ly: int) -> list[tuple[int, int, 
 
 def plan_elastic(urls: Sequence[str], counts: dict[str, int], *, consumer: int, consumers: int, chunk: int,
                  even: str | None, shuffle: bool, seed: int, epoch: int, start: int = 0,
-                 rank: int = 0, world_size: int = 1, block: int = BLOCK, window: int = WINDOW) -> EpochPlan:
+                 rank: int = 0, world_size: int = 1, block: int = BLOCK, window: int = WINDOW,
+                 blocks: list[tuple[str, int, int]] | None = None) -> EpochPlan:
     """Consumer `consumer`'s share of the epoch's global order from position `start` (see
     the module doc).
 
@@ -171,7 +174,8 @@ def plan_elastic(urls: Sequence[str], counts: dict[str, int], *, consumer: int, 
     """
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, not {chunk}")
-    blocks, win, wstarts = layout(urls, counts, shuffle=shuffle, seed=seed, epoch=epoch, block=block, window=window)
+    blocks, win, wstarts = layout(urls, counts, shuffle=shuffle, seed=seed, epoch=epoch, block=block, window=window,
+                                  blocks=blocks)
     total = wstarts[-1]
     if not 0 <= start <= total:
         raise ValueError(f"start {start} is outside the epoch's {total} samples")
@@ -227,4 +231,140 @@ def _unwrapped(a: int, b: int, total: int) -> list[tuple[int, int]]:
         take = min(b - a, total - p)
         out.append((p, p + take))
         a += take
+    return out
+
+
+# -- mixing sources ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    """One source of a mixture (`Loader([Source(...), Source(...)], ...)`).
+
+    Args:
+        urls: what it reads: a shard pattern, a folder (shards or an ImageFolder tree), a
+            list file, or image paths: anything a Loader takes.
+        weight: its proportion of each epoch's samples, among the weighted sources (the
+            epoch's size: the Loader's `epoch_size`).
+        repeat: its samples per epoch as a multiple of its size (3: every sample three
+            times; 0.5: half of them, another half each epoch as the draw falls).
+        choose: exactly this many of its samples per epoch.
+        label_offset: added to its labels (a second dataset's classes after the first's:
+            the first's class count). Without it, labels are the source's own.
+        name: how describe() and the stats name it (default: its urls as given).
+
+    One of weight, repeat and choose, or none (its samples once an epoch: repeat=1).
+    """
+
+    urls: object
+    weight: float | None = None
+    repeat: float | None = None
+    choose: int | None = None
+    label_offset: int = 0
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        given = [k for k in ("weight", "repeat", "choose") if getattr(self, k) is not None]
+        if len(given) > 1:
+            raise ValueError(f"a Source takes one of weight, repeat and choose, not {' and '.join(given)}")
+        for k in ("weight", "repeat"):
+            v = getattr(self, k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0
+                                  or v != v or v == float("inf")):
+                raise ValueError(f"Source {k} must be a finite number >= 0, not {v!r}")
+        if self.choose is not None and (isinstance(self.choose, bool) or not isinstance(self.choose, int)
+                                        or self.choose < 0):
+            raise ValueError(f"Source choose must be an int >= 0, not {self.choose!r}")
+        if isinstance(self.label_offset, bool) or not isinstance(self.label_offset, int):
+            raise ValueError(f"Source label_offset must be an int, not {self.label_offset!r}")
+
+    @property
+    def label(self) -> str:
+        return self.name if self.name is not None else str(self.urls)
+
+
+STOP_CRITERIA = ("all_exhausted", "first_exhausted")
+
+
+def mixture_counts(sizes: Sequence[int], sources: Sequence[Source], epoch_size: int | str | None) -> list[int]:
+    """Samples each source gives an epoch: `choose`, `round(repeat x size)`, and the
+    weighted sources' shares of their part of the epoch by largest remainder (exact: the
+    counts add up). The weighted part: epoch_size less the others' counts; or, as
+    torchdata.nodes' stop criteria name it, "all_exhausted" (default: as many as lets every
+    weighted source give each of its samples at least once: max size / proportion) or
+    "first_exhausted" (none repeats a sample: min size / proportion).
+
+    Raises:
+        ValueError: weights that sum to 0, an epoch_size below the fixed counts, a weighted
+            source with no samples.
+    """
+    fixed = [0] * len(sources)
+    weighted = [i for i, s in enumerate(sources) if s.weight is not None]
+    for i, s in enumerate(sources):
+        if s.choose is not None:
+            fixed[i] = s.choose
+        elif s.repeat is not None:
+            fixed[i] = int(round(s.repeat * sizes[i]))
+        elif s.weight is None:
+            fixed[i] = sizes[i]
+    if not weighted:
+        if epoch_size is not None:
+            raise ValueError("epoch_size sizes the weighted sources' part of an epoch: no Source has a weight")
+        return fixed
+    weights = {i: float(sources[i].weight or 0.0) for i in weighted}
+    wsum = sum(weights.values())
+    if not wsum > 0:
+        raise ValueError("the sources' weights sum to 0")
+    props = {i: w / wsum for i, w in weights.items()}
+    if epoch_size is None or isinstance(epoch_size, str):
+        crit = epoch_size or "all_exhausted"
+        if crit not in STOP_CRITERIA:
+            raise ValueError(f"epoch_size must be an int or one of {STOP_CRITERIA}, not {epoch_size!r}")
+        empty = [sources[i].label for i in weighted if sizes[i] == 0 and props[i] > 0]
+        if empty:
+            raise ValueError(f"weighted source {empty[0]} has no samples")
+        need = [sizes[i] / props[i] for i in weighted if props[i] > 0]
+        part = int(round(max(need) if crit == "all_exhausted" else min(need)))
+    else:
+        if isinstance(epoch_size, bool) or not isinstance(epoch_size, int) or epoch_size < 1:
+            raise ValueError(f"epoch_size must be an int >= 1 or one of {STOP_CRITERIA}, not {epoch_size!r}")
+        part = epoch_size - sum(fixed)
+        if part < 0:
+            raise ValueError(f"epoch_size {epoch_size} is below the {sum(fixed)} samples the sources with "
+                             "repeat, choose or neither give an epoch")
+    exact = {i: props[i] * part for i in weighted}
+    counts = dict.fromkeys(weighted, 0)
+    for i in weighted:
+        counts[i] = int(exact[i])
+    left = part - sum(counts.values())
+    for i in sorted(weighted, key=lambda i: (-(exact[i] - counts[i]), i))[:left]:
+        counts[i] += 1
+    for i in weighted:
+        if counts[i] and not sizes[i]:
+            raise ValueError(f"weighted source {sources[i].label} has no samples")
+        fixed[i] = counts[i]
+    return fixed
+
+
+def mixture_blocks(source_urls: Sequence[Sequence[str]], counts: dict[str, int], wants: Sequence[int], *,
+                   seed: int, epoch: int, block: int = BLOCK) -> list[tuple[str, int, int]]:
+    """The epoch's blocks of a mixture: source i's blocks (in an order drawn from (seed,
+    epoch, i)) taken whole `wants[i] // size` times, then as many more as its remainder
+    needs, the last one cut: exactly wants[i] samples of it."""
+    out: list[tuple[str, int, int]] = []
+    for i, (urls, want) in enumerate(zip(source_urls, wants)):
+        blocks = _blocks(list(urls), counts, block)
+        size = sum(b - a for _, a, b in blocks)
+        if not want or not size:
+            continue
+        rng = random.Random(f"gpudecode-mix:{seed}:{epoch}:{i}")
+        rng.shuffle(blocks)
+        out += blocks * (want // size)
+        rest = want % size
+        for u, a, b in blocks:
+            if rest <= 0:
+                break
+            take = min(rest, b - a)
+            out.append((u, a, a + take))
+            rest -= take
     return out

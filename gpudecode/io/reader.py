@@ -23,6 +23,7 @@ How a shard's members become samples (the same for every way a shard is read):
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import gzip
 import hashlib
@@ -1035,18 +1036,40 @@ class BaseShardReader:
                  cache_limit: int | None = None, map_extensions: Sequence[str] = (),
                  pool_extensions: Sequence[str] = (), pool_limit: int = 128 << 20,
                  policy: ErrorPolicy | None = None, max_file_bytes: int = MAX_FILE_BYTES,
-                 repeated_augs: int = 1, chunk: int = 1) -> None:
+                 repeated_augs: int = 1, chunk: int = 1, epoch_size: int | str | None = None) -> None:
         super().__init__()
         self.files: dict[str, FileList] = {}
-        self.urls = _shards.expand_urls(urls, files=self.files)
-        trees = [f for f in self.files.values() if f.classes]
-        for f in trees[1:]:  # one label means one class: trees with other class folders would mix them up
-            if f.classes != trees[0].classes:
-                a, b = trees[0], f
-                raise ValueError(f"the ImageFolder trees {a.root} ({_names(a.classes)}) and {b.root} "
-                                 f"({_names(b.classes)}) have different classes: label 0 would be {a.classes[0]!r} "
-                                 f"in one and {b.classes[0]!r} in the other. Read trees with the same class folders "
-                                 "(or one tree)")
+        # a mixture: a list of gpudecode.Source, each expanded on its own
+        self.sources: list[_epoch.Source] | None = None
+        self.source_urls: list[list[str]] = []
+        self.label_offsets: dict[str, int] = {}  # shard -> offset (file lists carry theirs in their labels)
+        if isinstance(urls, (list, tuple)) and urls and all(isinstance(u, _epoch.Source) for u in urls):
+            self.sources = list(urls)
+            self.urls = self._expand_sources(self.sources)
+            if split not in ("auto", "elastic"):
+                raise ValueError(f"a mixture of sources is split elastically (its epoch is drawn from the sources "
+                                 f"as one global order): split={split!r} cannot be used with Source lists")
+            split = "elastic"
+        elif isinstance(urls, (list, tuple)) and any(isinstance(u, _epoch.Source) for u in urls):
+            raise ValueError("a mixture is a list of gpudecode.Source alone: wrap the other entries in Source(...)")
+        else:
+            if epoch_size is not None:
+                raise ValueError("epoch_size sizes a mixture of gpudecode.Source: give the sources as Source(...)")
+            self.urls = _shards.expand_urls(urls, files=self.files)
+        self.epoch_size = epoch_size
+        # one label means one class: trees with other class folders would mix them up (within a
+        # source of a mixture; its sources keep their own, label_offset sets them apart)
+        groups = ([[self.files[u] for u in g if u in self.files] for g in self.source_urls]
+                  if self.sources is not None else [list(self.files.values())])
+        for group in groups:
+            trees = [f for f in group if f.classes]
+            for f in trees[1:]:
+                if f.classes != trees[0].classes:
+                    a, b = trees[0], f
+                    raise ValueError(f"the ImageFolder trees {a.root} ({_names(a.classes)}) and {b.root} "
+                                     f"({_names(b.classes)}) have different classes: label 0 would be "
+                                     f"{a.classes[0]!r} in one and {b.classes[0]!r} in the other. Read trees with "
+                                     "the same class folders (or one tree; in a mixture, each as its own Source)")
         if not self.urls:
             raise ShardReadError(f"no shards: {urls!r} names none", shard=str(urls))
         missing = [u for u in self.urls if u not in self.files and _shards.is_local(u)
@@ -1109,6 +1132,65 @@ class BaseShardReader:
         self._warned_even = False
         self._warned_unequal = False
         self._maps = _MapCache()
+
+    def _expand_sources(self, sources: list[_epoch.Source]) -> list[str]:
+        """Each source's urls (in self.source_urls), all of them in order; a shard or file
+        in two sources is refused (its samples' source would be ambiguous); file lists of a
+        source with a label_offset carry it in their labels, shards in label_offsets."""
+        out: list[str] = []
+        owner: dict[str, int] = {}
+        for i, src in enumerate(sources):
+            files: dict[str, FileList] = {}
+            try:
+                urls = _shards.expand_urls(src.urls, files=files)  # type: ignore[arg-type]
+            except ShardReadError as e:
+                raise type(e)(f"Source {src.label}: {e.reason}", shard=e.shard) from None
+            for u in urls:
+                if u in owner:
+                    raise ValueError(f"{u} is in two sources ({sources[owner[u]].label} and {src.label}): a sample "
+                                     "must belong to one")
+                owner[u] = i
+                if u in files:
+                    f = files[u]
+                    if src.label_offset:
+                        f = dataclasses.replace(f, labels=tuple(None if v is None else v + src.label_offset
+                                                                for v in f.labels))
+                    self.files[u] = f
+                elif src.label_offset:
+                    self.label_offsets[u] = src.label_offset
+            self.source_urls.append(list(urls))
+            out += urls
+        return out
+
+    def mixture(self, epoch: int | None = None) -> list[dict]:
+        """A mixture's epoch (default: the current one): per source, its name, its samples,
+        and how many of them the epoch draws (exact: the counts add up to the epoch)."""
+        if self.sources is None:
+            return []
+        counts = self.sample_counts()
+        sizes = [sum(counts[u] for u in g) for g in self.source_urls]
+        wants = _epoch.mixture_counts(sizes, self.sources, self.epoch_size)
+        out = []
+        for src, n, k in zip(self.sources, sizes, wants):
+            how = ({"weight": src.weight} if src.weight is not None else {"repeat": src.repeat}
+                   if src.repeat is not None else {"choose": src.choose} if src.choose is not None else {})
+            out.append({"source": src.label, "samples": n, "per_epoch": k, **how,
+                        **({"label_offset": src.label_offset} if src.label_offset else {})})
+        return out
+
+    def source_of(self, shard: str) -> int | None:
+        """Which source of a mixture a sample's shard (or image file) belongs to."""
+        if self.sources is None:
+            return None
+        if not hasattr(self, "_owner"):
+            own: dict[str, int] = {}
+            for i, g in enumerate(self.source_urls):
+                for u in g:
+                    own[u] = i
+                    if u in self.files:
+                        own.update(dict.fromkeys(self.files[u].paths, i))
+            self._owner = own
+        return self._owner.get(shard)
 
     def close(self) -> None:
         """Drops the shard mappings kept between epochs (see map_extensions) and the free
@@ -1218,7 +1300,18 @@ class BaseShardReader:
     @property
     def classes(self) -> list[str]:
         """The class names of the ImageFolder trees read (class i is classes[i], as
-        torchvision's ImageFolder numbers them); [] when none is read."""
+        torchvision's ImageFolder numbers them); [] when none is read. A mixture's: each
+        source's tree's classes from its label_offset on ("" where no tree names a label)."""
+        if self.sources is not None:
+            named: dict[int, str] = {}
+            for src, g in zip(self.sources, self.source_urls):
+                for f in (self.files[u] for u in g if u in self.files):
+                    for j, c in enumerate(f.classes):
+                        k = src.label_offset + j
+                        if named.setdefault(k, c) != c:
+                            raise ValueError(f"label {k} is class {named[k]!r} in one source and {c!r} in "
+                                             f"{src.label}: set the sources apart with label_offset")
+            return [named.get(k, "") for k in range(max(named) + 1)] if named else []
         out: list[str] = []
         for f in self.files.values():
             if f.classes:
@@ -1253,9 +1346,14 @@ class BaseShardReader:
         even = self.even
         if self.mode() == "elastic":
             counts = self.sample_counts()
+            blocks = None
+            if self.sources is not None:  # the epoch's draw from each source, exact
+                sizes = [sum(counts[u] for u in g) for g in self.source_urls]
+                wants = _epoch.mixture_counts(sizes, self.sources, self.epoch_size)
+                blocks = _epoch.mixture_blocks(self.source_urls, counts, wants, seed=self.seed, epoch=e)
             return _epoch.plan_elastic(self._ordered_urls(), counts, consumer=c, consumers=n, chunk=self.chunk,
                                        even=even, shuffle=self.shuffle, seed=self.seed, epoch=e, start=start,
-                                       rank=rank, world_size=world)
+                                       rank=rank, world_size=world, blocks=blocks)
         if start:
             raise ValueError("start= is a global position of split='elastic' (other splits skip samples of the "
                              "consumer's own share: iter_epoch(start=))")
