@@ -44,17 +44,36 @@ def run_ours(urls, threads):
     return go
 
 
-def run_split(urls, split, world=2, threads=2):
+def run_split(urls, split, world=2, threads=2, **kw):
     """Every rank's share read in turn (as `world` ranks would read them at once)."""
     from gpudecode import ShardReader
 
     def go():
         n = 0
         for rank in range(world):
-            for _ in ShardReader(urls, num_threads=threads, rank=rank, world_size=world, split=split):
+            for _ in ShardReader(urls, num_threads=threads, rank=rank, world_size=world, split=split, **kw):
                 n += 1
         return n
     return go
+
+
+def elastic_cost(urls, world: int = 2, chunk: int = 256, rounds: int = 6) -> dict:
+    """The elastic split's read cost (issue 40): shuffled epochs over `world` ranks, split
+    by sample (contiguous runs, a shuffle buffer) against split="elastic" (runs of about
+    chunk / 16 samples of every shard, in the global order), alternating which goes first."""
+    fns = {"sample": run_split(urls, "sample", world, shuffle=True),
+           "elastic": run_split(urls, "elastic", world, shuffle=True, chunk=chunk)}
+    for f in fns.values():
+        f()  # warm-up
+    got: dict[str, list[float]] = {}
+    for rnd in range(rounds):
+        for name in (("sample", "elastic") if rnd % 2 == 0 else ("elastic", "sample")):
+            t0 = time.perf_counter()
+            n = fns[name]()
+            got.setdefault(name, []).append(n / (time.perf_counter() - t0))
+    out = {k: statistics.median(v) for k, v in got.items()}
+    out["ratio"] = out["elastic"] / out["sample"]
+    return out
 
 
 def count_time(urls) -> float:
@@ -160,6 +179,10 @@ def main() -> None:
           f"distinct samples' rate: {fair:.2f}x; counting {a.samples} samples from scratch: {counting * 1e3:.0f} ms")
     rows["split"] = {"shard_samples_per_s": split["shard"], "sample_samples_per_s": split["sample"], "ratio": ratio,
                      "distinct_ratio": fair, "count_seconds": counting}
+    el = elastic_cost(urls)
+    print(f"shuffled epochs over 2 ranks, {len(urls)} shards: by sample {el['sample']:.0f} samples/s, elastic (chunk "
+          f"256) {el['elastic']:.0f} samples/s ({el['ratio']:.2f}x: the cost of an order any world size can resume)")
+    rows["elastic"] = el
     save("reader", {"machine": machine(), "args": vars(a), "rows": rows})
 
 
