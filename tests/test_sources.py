@@ -11,6 +11,7 @@ import pickle
 
 import numpy as np
 import pytest
+import torch
 from gpudecode import Loader, Source
 from gpudecode import transforms as T
 from gpudecode.io.epoch import mixture_counts
@@ -168,3 +169,29 @@ def test_a_mixture_is_refused_where_it_cannot_be_honoured(data):
         make(data["a"], epoch_size=100)
     with pytest.raises(Exception, match="do not exist: .*nothing-here"):
         make([Source(data["a"]), Source(str(data["dir"] / "nothing-here-{000..001}.tar"))])
+
+
+def test_views_batch_transforms_and_precached_sources_go_through_a_mixture(data, tmp_path):
+    """The Loader's other conventions hold for a mixture: several views, MixUp on the
+    finished batch, and sources precached one by one (`gpudecode precache` per source,
+    then mixed: tensor shards are sources like any)."""
+    from gpudecode.mixing import MixUp
+    from gpudecode.precache import precache
+
+    views = [T.Compose([T.RandomResizedCrop(8), T.ToDtype(torch.float32, scale=True)]),
+             T.Compose([T.RandomResizedCrop(4), T.ToDtype(torch.float32, scale=True)])]
+    sources = [Source(data["b"], choose=12), Source(data["c"], repeat=1)]
+    with make(sources, transform=views) as ld:
+        shapes = {tuple(v.shape[1:]) for b in ld for v in b.images}
+        assert shapes == {(3, 8, 8), (3, 4, 4)} and ld.stats.summary()["images"] == 32
+    with make(sources, transform=views[0], batch_transform=MixUp(alpha=0.4, num_classes=4)) as ld:
+        labels = [b.labels for b in ld]
+    assert all(lab.shape[1] == 4 and torch.allclose(lab.sum(1), torch.ones(len(lab))) for lab in labels)
+    outs = []
+    for name, urls in (("b", data["b"]), ("c", data["c"])):
+        report = precache(urls, str(tmp_path / name / f"{name}-%06d.tar"), size=10, shard_size=8, num_threads=1)
+        outs.append(report.shards)
+    with make([Source(outs[0], weight=1), Source(outs[1], weight=1)], epoch_size=40,
+              transform=T.Compose([T.CenterCrop(8), T.ToDtype(torch.float32, scale=True)])) as ld:
+        keys = [k for b in ld for k in b.keys]
+        assert collections.Counter(map(source_of, keys)) == {"b": 20, "c": 20}
