@@ -126,6 +126,8 @@ class _Epoch:
                         i = ld.reader.source_of(sample.shard)
                         if i is not None:
                             ld.stats.sources[names[i]] = ld.stats.sources.get(names[i], 0) + 1
+                    with ld.reader._read_lock:
+                        ld.stats.source_read = {names[i]: (t, n) for i, (t, n) in ld.reader.source_read.items()}
                 if elastic is not None:
                     # batch k is chunk k of the global order: its samples draw by their global
                     # positions, as a single process would draw them (any world size alike)

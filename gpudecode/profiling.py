@@ -58,6 +58,7 @@ class ProfileReport:
     num_workers: int | None         # the loader's, where it has one (DataLoader, gpudecode Loader)
     stage_capacity: dict[str, float] = field(default_factory=dict)  # img/s each gpudecode stage sustains
     weakest: str | None = None
+    source_capacity: dict[str, float] = field(default_factory=dict)  # a mixture's: img/s each source reads
     stage_median_s: dict[str, float] = field(default_factory=dict)
     advice: list[str] = field(default_factory=list)
     epochs: int = 1                 # epochs the measured batches came from (batches= loops them)
@@ -93,6 +94,10 @@ class ProfileReport:
         if self.stage_capacity:
             caps = ", ".join(f"{k} {v:.0f}" for k, v in self.stage_capacity.items())
             lines.append(f"stage capacity, img/s: {caps}; weakest: {self.weakest}")
+        if self.source_capacity:
+            caps = ", ".join(f"{k} {v:.0f}" for k, v in self.source_capacity.items())
+            slow = min(self.source_capacity, key=lambda k: self.source_capacity[k])
+            lines.append(f"read rate by source (one reader thread), img/s: {caps}; slowest: {slow}")
         lines += [f"-> {a}" for a in self.advice]
         return "\n".join(lines)
 
@@ -262,6 +267,7 @@ def _stages(iterable: Any, report: ProfileReport) -> None:
     # on another: each stage's own capacity, images over the time it took in all (the
     # delivered rate is a mean too, so a stage never shows less than passed through it)
     report.stage_capacity = dict(s.get("stage_capacity_img_s") or {})
+    report.source_capacity = dict(s.get("source_read_img_s") or {})
     if report.stage_capacity:
         report.weakest = min(report.stage_capacity, key=lambda k: report.stage_capacity[k])
 
@@ -282,6 +288,10 @@ def _advise(report: ProfileReport) -> None:
                              "workers (cores permitting) or a faster pipeline (gpudecode.Loader)")
     if report.weakest in _ADVICE:
         report.advice.append(_ADVICE[report.weakest])
+    if report.weakest == "read" and len(report.source_capacity) > 1:
+        slow = min(report.source_capacity, key=lambda k: report.source_capacity[k])
+        report.advice.append(f"of the mixture's sources, {slow} reads slowest "
+                             f"({report.source_capacity[slow]:.0f} img/s a reader thread): its storage first")
     elif not report.stage_capacity:
         report.advice.append(f"the input delivers {report.images_per_s:.0f} img/s; the step could take "
                              f"{report.images_per_s * report.input_speedup_needed:.0f}")

@@ -63,6 +63,8 @@ class LoaderStats:
     batches: list[BatchTiming] = field(default_factory=list)
     # a mixture (gpudecode.Source): samples read from each source this epoch, by its name
     sources: dict[str, int] = field(default_factory=dict)
+    # and what reading each took: name -> (seconds on the reader threads, samples)
+    source_read: dict[str, tuple[float, int]] = field(default_factory=dict)
     stall_factor: float = 5.0
     started: float = field(default_factory=time.perf_counter)  # when the epoch was asked for
 
@@ -102,6 +104,8 @@ class LoaderStats:
         out["h2d_bytes"] = sum(b.h2d_bytes for b in self.batches)
         if self.sources:
             out["sources"] = dict(self.sources)
+        if self.source_read:  # each source's read rate on one reader thread: the slow one stands out
+            out["source_read_img_s"] = {k: n / t if t > 0 else float("inf") for k, (t, n) in self.source_read.items()}
         gpu = [b for b in timed if b.gpu]
         if gpu:  # what the GPU work itself took, as CUDA events saw it on the loader's stream
             out["gpu_median_s"] = {s: statistics.median(float(b.gpu.get(s, 0.0)) for b in gpu)

@@ -195,3 +195,26 @@ def test_views_batch_transforms_and_precached_sources_go_through_a_mixture(data,
               transform=T.Compose([T.CenterCrop(8), T.ToDtype(torch.float32, scale=True)])) as ld:
         keys = [k for b in ld for k in b.keys]
         assert collections.Counter(map(source_of, keys)) == {"b": 20, "c": 20}
+
+
+def test_the_profile_names_the_slow_source(data):
+    """gpudecode.profile over a mixture: each source's read rate on the reader threads,
+    and the slow one named (here a source whose reads are made 20 ms slower a run)."""
+    import time
+
+    import gpudecode
+
+    with make([Source(data["a"], name="fast", choose=60), Source(data["b"], name="slow")], batch_size=6) as ld:
+        real = ld.reader._segment_items
+
+        def slowed(seg, group, orders):  # the storage under one source is slow: its reads take longer
+            for items in real(seg, group, orders):
+                if seg.url in data["b"]:
+                    time.sleep(0.02)
+                yield items
+
+        ld.reader._segment_items = slowed
+        report = gpudecode.profile(ld, step=0.0)
+    caps = report.source_capacity
+    assert set(caps) == {"fast", "slow"} and caps["slow"] < caps["fast"] / 3, caps
+    assert "slowest: slow" in report.summary()

@@ -34,6 +34,7 @@ import queue
 import random
 import tempfile
 import threading
+import time
 import warnings
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -1065,6 +1066,9 @@ class BaseShardReader:
                 raise ValueError("epoch_size sizes a mixture of gpudecode.Source: give the sources as Source(...)")
             self.urls = _shards.expand_urls(urls, files=self.files)
         self.epoch_size = epoch_size
+        # a mixture's reads this epoch: source index -> [seconds reading, samples] (all threads)
+        self.source_read: dict[int, list] = {}
+        self._read_lock = threading.Lock()
         # one label means one class: trees with other class folders would mix them up (within a
         # source of a mixture; its sources keep their own, label_offset sets them apart)
         groups = ([[self.files[u] for u in g if u in self.files] for g in self.source_urls]
@@ -1439,6 +1443,7 @@ class BaseShardReader:
             self.cache.new_epoch()  # each cached copy is revalidated at its first use in this epoch
         if plan is None and self.mode() == "elastic":
             plan = self.plan(epoch)
+        self.source_read = {}
         if plan is not None and plan.mode == "elastic":
             ordered: Iterator[Sample] = self._iter_elastic(plan, stop)
             if plan.even is not None and plan.target is not None:
@@ -1540,11 +1545,15 @@ class BaseShardReader:
                     q = queues[j] = queue.Queue(maxsize=8)
                 return q
 
+        timed = self.sources is not None  # a mixture: what each source's reads cost (stats, profile)
+
         def work(t: int) -> None:
             for j in range(t, len(segments), nthreads):
                 if not window.may_start(j):
                     return
                 items = self._segment_items(segments[j], group, orders)
+                if timed:
+                    items = self._timed(items, segments[j].url)
                 if not _produce(items, queue_of(j), segments[j].url, halt):
                     return
 
@@ -1567,6 +1576,25 @@ class BaseShardReader:
                 window.advance()
         finally:
             group.stop()
+
+    def _timed(self, items: Iterator[list[Sample | Failure]], url: str) -> Iterator[list[Sample | Failure]]:
+        """`items` with the time spent producing them (not the time their queue made the
+        thread wait) and their samples added to their source's `source_read`."""
+        i = self.source_of(url)
+        acc = [0.0, 0]
+        t = time.perf_counter()
+        try:
+            for got in items:
+                acc[0] += time.perf_counter() - t
+                acc[1] += len(got)
+                yield got
+                t = time.perf_counter()
+        finally:
+            if i is not None:
+                with self._read_lock:
+                    rec = self.source_read.setdefault(i, [0.0, 0])
+                    rec[0] += acc[0]
+                    rec[1] += acc[1]
 
     def _segment_items(self, seg: _shards.Segment, group: ThreadGroup,
                        orders: dict[str, list[int]] | None) -> Iterator[list[Sample | Failure]]:
