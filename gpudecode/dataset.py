@@ -7,28 +7,22 @@ applies the Loader's transform (its random draws fixed by (seed, epoch 0, i)), g
 reaches for beside a loader: `len(loader.dataset)`, `torch.utils.data.Subset(loader.dataset,
 ...)` for the remainder of a distributed evaluation, a plain DataLoader over it.
 
-Local shards are indexed once per process (the last 64 kept); a remote shard is read
-through up to the sample (give the Loader a cache_dir to make that a local read).
+A sample is read by the reader's one read-by-index path (ShardReader.read_sample): a
+counted local shard is entered at the sample's offset (kept from the count) and only its
+members are indexed; a remote shard is read through up to the sample (give the Loader a
+cache_dir to make that a local read).
 """
 from __future__ import annotations
 
 import bisect
-import os
-import threading
-from collections import OrderedDict
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
-from . import _native
-from .errors import ErrorPolicy, ShardReadError
+from .errors import ErrorPolicy
 from .io import shards as _shards
-from .io.files import iter_files
-from .io.reader import Grouper, Sample, ShardReader, iter_shard
-from .io.tario import index_file, split_key
+from .io.reader import Sample, ShardReader
 
-_INDEXES = 64
 
 
 class ShardDataset(torch.utils.data.Dataset):
@@ -70,12 +64,10 @@ class ShardDataset(torch.utils.data.Dataset):
         return {c: i for i, c in enumerate(self.classes)}
 
     def _local(self) -> None:  # per-process state, made anew after unpickling
-        self._lock = threading.Lock()
-        self._indexes: OrderedDict[str, list] = OrderedDict()
         self._decoder: Any = None
 
     def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_indexes", "_decoder")}
+        return {k: v for k, v in self.__dict__.items() if k != "_decoder"}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -94,60 +86,11 @@ class ShardDataset(torch.utils.data.Dataset):
             k += 1
         return self.reader.urls[k], index - self._starts[k]
 
-    def _members(self, url: str) -> list:
-        """Per sample of a local shard: its members (name, offset, size, type)."""
-        with self._lock:
-            found = self._indexes.get(url)
-            if found is not None:
-                self._indexes.move_to_end(url)
-                return found
-        with open(_shards.local_path(url), "rb") as f:
-            members, _, _ = index_file(f.fileno(), os.fstat(f.fileno()).st_size)
-        grouper = Grouper()
-        by_sample: list[list] = []
-        for m in members:
-            g = grouper.group(m.name)
-            if g is None:
-                continue
-            if g == len(by_sample):
-                by_sample.append([])
-            by_sample[g].append(m)
-        with self._lock:
-            self._indexes[url] = by_sample
-            while len(self._indexes) > _INDEXES:
-                self._indexes.popitem(last=False)
-        return by_sample
-
     def sample(self, index: int) -> Sample:
-        """The raw sample at `index` (bytes of its image and label fields)."""
+        """The raw sample at `index` (bytes of its image and label fields), read by the
+        reader's one read-by-index path (ShardReader.read_sample)."""
         url, j = self.locate(index)
-        wanted = set(self.image_exts) | set(self.label_exts)
-        flist = self.reader.files.get(url)
-        if flist is not None:  # an image file: index j of its list
-            for path, _, fields, err in iter_files(flist, [j], 0, 1, extensions=frozenset(wanted),
-                                                   max_bytes=self.reader.max_file_bytes):
-                if err is not None:
-                    raise err
-                return Sample(flist.keys[j], fields, path, j)
-        if _shards.is_local(url) and not url.endswith((".tgz", ".tar.gz")):
-            members = self._members(url)[j]
-            key = split_key(members[0].name)[0]  # type: ignore[index]
-            exts = [(split_key(m.name) or ("", ""))[1] for m in members]
-            take = [(e, m) for e, m in zip(exts, members) if e in wanted and m.type == "0"]
-            with open(_shards.local_path(url), "rb") as f:  # the reader's native ranged read
-                datas, got, error = _native.read_ranges(f.fileno(), np.array([m.offset for _, m in take], np.int64),
-                                                        np.array([m.size for _, m in take], np.int64))
-            if len(datas) < len(take):  # the shard shrank (or failed) since it was indexed
-                m = take[len(datas)][1]
-                raise ShardReadError(error or f"shard shrank while being read: member {m.name!r} needs {m.size} "
-                                     f"bytes at offset {m.offset}, {got} left", shard=url, key=key)
-            return Sample(key, {e: d for (e, _), d in zip(take, datas)}, url, j)
-        for item in iter_shard(url, extensions=frozenset(wanted), remote=self.reader.remote, start=j, stop=j + 1,
-                               cache=self.reader.cache):
-            if isinstance(item, Sample):
-                return item
-            raise item.error
-        raise IndexError(f"sample {j} of shard {url!r} is not there (the shard changed since it was counted)")
+        return self.reader.read_sample(url, j)
 
     def __getitem__(self, index: int) -> tuple[Any, int]:
         """(the image transformed, its label): the sample through the Loader's pipeline
@@ -179,7 +122,6 @@ def _shard_classes(urls: Sequence[str]) -> list[str]:
     `train-000000.tar` (`train-classes.json`), as a list by index; [] when there is none."""
     from ._manifest import _read_json
     from .folder import class_index_beside
-    from .io import shards as _shards
 
     for u in urls:
         if not _shards.is_local(u):

@@ -226,3 +226,18 @@ def test_the_sampler_lists_the_elastic_order(shards):
         idx = list(ld.sampler)
     names = [f"s{j}-{i:03d}" for j, n in enumerate(SIZES) for i in range(n)]
     assert [names[i] for i in idx] == keys
+
+
+def test_a_reader_pickles_to_spawned_workers_and_reads_by_index(shards):
+    """A ShardReader goes to DataLoader's spawned workers by pickle (its locks and caches
+    made anew there); read_sample, the one read-by-index path, gives what iteration gives."""
+    import pickle
+
+    rd = ShardReader(shards, split="elastic", chunk=4, shuffle=False)
+    first = {s.key: dict(s.fields) for s in rd}
+    again = pickle.loads(pickle.dumps(rd))
+    for url, j in [(shards[0], 0), (shards[3], 28), (shards[6], 5)]:
+        s = again.read_sample(url, j)
+        assert s.key == f"s{shards.index(url)}-{j:03d}" and dict(s.fields) == first[s.key]
+    with pytest.raises(IndexError, match="holds 13"):
+        again.read_sample(shards[1], 13)
