@@ -676,12 +676,7 @@ class Loader:
         return self.epoch if self._epoch_chosen or not self._started else self.epoch + 1
 
     def _samples(self, epoch: int) -> int:
-        saved = self.reader.epoch
-        self.reader.epoch = epoch
-        try:
-            return self.reader.samples_per_epoch()
-        finally:
-            self.reader.epoch = saved
+        return self.reader.samples_per_epoch(epoch)
 
     def _batches(self, epoch: int) -> int:
         n = self._samples(epoch)

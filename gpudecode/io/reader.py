@@ -1501,9 +1501,10 @@ class BaseShardReader:
         w, nw = _shards.detect_worker()
         return [seg.url for seg in self.share(epoch, consumer=rank * nw + w).segments]
 
-    def samples_per_epoch(self) -> int:
-        """Samples this consumer yields per epoch (before on_error="skip" under even=None)."""
-        share = self.share()
+    def samples_per_epoch(self, epoch: int | None = None) -> int:
+        """Samples this consumer yields in `epoch` (default: the current one; before
+        on_error="skip" under even=None)."""
+        share = self.share(epoch)
         if share.target is not None:
             return share.target
         if self.repeated_augs > 1:
