@@ -1209,18 +1209,38 @@ def _timm_rrc(t: Any, floats: bool) -> Transform:
     return RandomResizedCrop(list(t.size), tuple(t.scale), tuple(t.ratio), antialias=True)
 
 
+def _timm_erasing(t: Any, floats: bool) -> Transform:
+    """timm's RandomErasing (timm.data.random_erasing), one box an image: the draw of
+    torchvision's (area uniform in [min_area, max_area] of the image, log-uniform aspect,
+    h and w rounded, 10 attempts, a uniform corner), in mode "pixel" per-pixel normal noise
+    (torchvision's value="random") and in mode "const" zeros (value=0). Refused: "rand"
+    (one random colour a box: torchvision has no such value), several boxes (max_count),
+    and aug splits (num_splits)."""
+    mode = (getattr(t, "mode", "const") or "const").lower()
+    lo_c, hi_c = int(getattr(t, "min_count", 1)), int(getattr(t, "max_count", 1))
+    if mode not in ("pixel", "const") or (lo_c, hi_c) != (1, 1) or int(getattr(t, "num_splits", 0)) > 1:
+        why = (f"mode {mode!r} (one random colour a box)" if mode not in ("pixel", "const") else
+               f"{lo_c}-{hi_c} boxes an image" if (lo_c, hi_c) != (1, 1) else f"num_splits={t.num_splits}")
+        raise TransformError(f"timm.data.random_erasing.RandomErasing with {why} cannot be fused: the kernel "
+                             "erases one box an image, with noise a pixel or a fixed value (timm's --remode "
+                             "pixel or const, --recount 1, no --aug-splits)")
+    lo, hi = t.log_aspect_ratio
+    return RandomErasing(float(t.probability), (float(t.min_area), float(t.max_area)),
+                         (math.exp(lo), math.exp(hi)), "random" if mode == "pixel" else 0.0)
+
+
 # timm's transforms (timm.data.transforms_factory.create_transform builds these around torchvision's)
 _TIMM: dict[str, Any] = {
     "MaybeToTensor": lambda t, f: ToDtype(torch.float32, scale=True),
     "ToTensor": lambda t, f: ToDtype(torch.float32, scale=True),
     "RandomResizedCropAndInterpolation": _timm_rrc,
+    "RandomErasing": _timm_erasing,
 }
 
 # Why an op has no fused form, where there is more to say than that it has none yet.
 _WHY = {
     "timm.RandAugment": "timm's RandAugment has its own ops (SolarizeAdd, Color, TranslateXRel, magnitude noise); "
                    "torchvision's RandAugment fuses",
-    "timm.RandomErasing": "timm's erasing (modes const/rand/pixel, max_count) differs from torchvision's, which fuses",
     "torchvision.JPEG": "it re-encodes each image (an encoder per sample, outside any kernel)",
     "torchvision.ElasticTransform": "its displacement field is drawn per sample at the image's full size",
     "torchvision.Lambda": "a Lambda runs Python per image",

@@ -170,10 +170,54 @@ def test_timms_create_transform_converts_or_is_refused_by_name(shard):
     assert tr.plan.geometry[0].scale == (0.08, 1.0)
     for kw, match in ((dict(interpolation="random"), r"RandomResizedCropAndInterpolation\(interpolation=bilinear/bicubic\)"),
                       (dict(auto_augment="rand-m9-mstd0.5-inc1"), r"^timm\.data\.RandAugment cannot be fused"),
-                      (dict(re_prob=0.25, re_mode="pixel"), r"^timm\.data\..*RandomErasing cannot be fused")):
+                      (dict(re_prob=0.25, re_mode="rand"), r"RandomErasing with mode 'rand'.* cannot be fused"),
+                      (dict(re_prob=0.25, re_count=2), r"RandomErasing with 1-2 boxes")):
         with pytest.raises(TransformError, match=match):
             gpudecode.transforms.Compose.from_torchvision(create_transform(224, is_training=True, **kw))
     assert timm.__version__
+
+
+@pytest.mark.parametrize("mode", ["pixel", "const"])
+def test_timms_random_erasing_converts_with_timms_draw(mode):
+    """timm's RandomErasing (--reprob 0.25 --remode pixel, DeiT's and ConvNeXt's recipes)
+    converts: the erased boxes' rate, area and aspect as timm draws them (timm's own
+    RandomErasing on 4,000 images of zeros as the reference), noise a pixel in "pixel" mode
+    and zeros in "const"."""
+    import math
+    import random
+
+    pytest.importorskip("timm", reason="timm is in the [test] extra")
+    from timm.data import create_transform
+    from timm.data.random_erasing import RandomErasing as TimmErasing
+
+    tr = gpudecode.transforms.Compose.from_torchvision(
+        create_transform(64, is_training=True, re_prob=0.25, re_mode=mode, interpolation="bilinear"))
+    er = tr.plan.steps[-1]
+    assert type(er).__name__ == "RandomErasing" and er.p == 0.25
+    assert ("value=random" in repr(er)) == (mode == "pixel")  # per-pixel noise, or a fixed value
+    assert mode == "pixel" or list(er.value) in ([0.0], [0.0, 0.0, 0.0])
+    ref = TimmErasing(probability=0.25, mode=mode, device="cpu")
+    random.seed(0)
+    torch.manual_seed(0)
+    theirs, ours = [], []
+    rng = random.Random(1)
+    for _ in range(4000):
+        x = torch.full((3, 40, 48), 7.0)
+        ref(x)
+        box = x[0] != 7.0
+        if box.any():
+            ys, xs = box.any(1).nonzero(), box.any(0).nonzero()
+            theirs.append((int(ys.max() - ys.min() + 1), int(xs.max() - xs.min() + 1)))
+        p = er.draw(rng, (40, 48))
+        if p.get("erase") is not None:
+            ours.append((p["erase"]["h"], p["erase"]["w"]))
+
+    def summary(boxes):
+        return (len(boxes) / 4000, np.mean([h * w for h, w in boxes]) / (40 * 48),
+                np.mean([math.log(h / w) for h, w in boxes]))
+
+    (r1, a1, l1), (r2, a2, l2) = summary(theirs), summary(ours)
+    assert abs(r1 - r2) < 0.03 and abs(a1 - a2) < 0.025 and abs(l1 - l2) < 0.1, (summary(theirs), summary(ours))
 
 
 def test_repeated_augmentation_is_rasamplers(tmp_path, photos):
