@@ -15,7 +15,10 @@ and whether a second process loads them from the disk cache). Then the part aske
             beside the CPU one, the stream and ring design, the Loader end to end);
 - bench:    gpudecode.bench.suite.gpu (bench/gpu.py): img/s per decoder and batch size
             against the CPU path and the classic DataLoader, and the recipes;
-- all:      the three, one after the other.
+- cpu:      gpudecode.bench.suite.kernels (bench/kernels.py and --ops): the host CPU's
+            fused kernel against torchvision on one core (the GPU machines' hosts are
+            Intel Xeons: issue 41's figure), into the log;
+- all:      the four, one after the other.
 
 Everything it prints is also appended, line by line as it comes, to <out>/gpu-check.log,
 so a call cut off by its time limit leaves its log behind; --budget (seconds, default: no
@@ -53,7 +56,7 @@ PARTS = {
     "kernels": ["test_gpu.py", "test_kernels.py", "test_transforms.py"],
     "pipeline": ["test_gpu_design.py", "test_decode.py", "test_loader.py"],
 }
-ORDER = ("kernels", "pipeline", "bench")
+ORDER = ("kernels", "pipeline", "bench", "cpu")
 HIDDEN = "nvidia.dali,torchcodec"
 GRACE = 20  # seconds before the deadline a cut part is interrupted, for its report  # what the GPU machine's image lacks (../shared/gpu/README.md)
 
@@ -82,15 +85,19 @@ def run_streamed(cmd: list[str], *, cwd: Path, env: dict, log: Log, deadline: fl
     if deadline is not None:
         import threading
 
+        # the interrupt comes GRACE seconds before the deadline, or a quarter of what is left
+        # when that is shorter (a short budget is not spent before the command starts)
+        grace = min(GRACE, max(0.0, (deadline - time.monotonic()) / 4))
+
         def watchdog() -> None:
             nonlocal cut
             while proc.poll() is None:
-                if time.monotonic() > deadline - GRACE:
+                if time.monotonic() > deadline - grace:
                     # SIGINT first: pytest, interrupted so, still prints its summary (the
                     # failed tests' names and reasons) and writes its junit report; a cut
                     # without them left only a line of dots from the first GPU run
                     cut = True
-                    for sig, wait in ((signal.SIGINT, GRACE), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+                    for sig, wait in ((signal.SIGINT, max(grace, 2.0)), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
                         try:
                             os.killpg(proc.pid, sig)
                             proc.wait(wait)
@@ -325,6 +332,28 @@ def run_bench(*, env: dict, log: Log, deadline: float | None, out: Path, images:
             "report": "gpu.md"}
 
 
+def run_cpu(*, env: dict, log: Log, deadline: float | None, work: Path, rehearse: bool) -> dict:
+    """The host CPU's fused kernel against torchvision, one core (gpudecode.bench.suite.kernels,
+    the main comparison and --ops): the GPU machines' hosts are Intel Xeons, where issue 41
+    found the base resample 3x its Zen 4 cost; their figures land in the log."""
+    t = time.perf_counter()
+    n = "8" if rehearse else "128"
+    status = 0
+    cut = False
+    # (the rehearsal runs the main comparison only, small: it checks the tooling, and make test's time counts)
+    for extra in ([[]] if rehearse else [[], ["--ops"]]):
+        log(f"==> gpu-check part 'cpu': python -m gpudecode.bench.suite.kernels --images {n} {' '.join(extra)}")
+        benv = dict(env)
+        benv["GPUDECODE_BENCH_OUT"] = str(work / "bench")
+        st, c = run_streamed([sys.executable, "-m", "gpudecode.bench.suite.kernels", "--images", n, *extra],
+                             cwd=work, env=benv, log=log, deadline=deadline)
+        status, cut = status or st, cut or c
+        if cut:
+            break
+    return {"status": status, "cut": cut, "seconds": round(time.perf_counter() - t), "ok": status == 0 and not cut,
+            "report": "gpu-check.log"}
+
+
 def render(report: dict) -> list[str]:
     f = report.get("preflight", {})
     md = [f"# gpu-check: {f.get('gpu') or 'no CUDA device'}" + (" (rehearsal: DALI and torchcodec hidden)"
@@ -338,8 +367,8 @@ def render(report: dict) -> list[str]:
             md.append(f"- {part}: not run yet")
             continue
         state = "cut at the time budget" if r.get("cut") else ("ok" if r.get("ok") else f"FAILED (exit {r['status']})")
-        if part == "bench":
-            md.append(f"- bench: {state} in {r['seconds']} s (see gpu.md)")
+        if part in ("bench", "cpu"):
+            md.append(f"- {part}: {state} in {r['seconds']} s (see {'gpu.md' if part == 'bench' else 'the log'})")
             continue
         md.append(f"- {part}: {state} in {r['seconds']} s: {r.get('passed', 0)} passed, {len(r.get('failed', []))} "
                   f"failed, {len(r.get('skipped', []))} skipped")
@@ -404,6 +433,8 @@ def main() -> int:
             continue
         if part == "bench":
             r = run_bench(env=env, log=log, deadline=deadline, out=out, images=a.images, work=work)
+        elif part == "cpu":
+            r = run_cpu(env=env, log=log, deadline=deadline, work=work, rehearse=a.rehearse)
         else:
             r = run_tests(part, env=env, log=log, deadline=deadline, rehearse=a.rehearse, work=work)
         report["parts"][part] = r
