@@ -208,6 +208,9 @@ def test_the_elastic_plan_reads_runs_and_splits_exactly():
 def test_reader_plan_is_public_and_names_the_split(shards):
     rd = ShardReader(shards, rank=1, world_size=3, split="elastic", chunk=4, shuffle=True, seed=5)
     p = rd.plan(0)
+    import gpudecode
+
+    assert isinstance(p, gpudecode.EpochPlan)
     assert (p.rank, p.world_size, p.mode, p.even, p.chunk) == (1, 3, "elastic", "pad", 4)
     assert p.target == -(-sum(SIZES) // 3) and len(list(rd.iter_epoch(0))) == p.target
     plain = ShardReader(shards, rank=0, world_size=2, split="sample").plan(0)
