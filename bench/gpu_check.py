@@ -15,7 +15,7 @@ and whether a second process loads them from the disk cache). Then the part aske
             beside the CPU one, the stream and ring design, the Loader end to end);
 - bench:    gpudecode.bench.suite.gpu (bench/gpu.py): img/s per decoder and batch size
             against the CPU path and the classic DataLoader, and the recipes;
-- cpu:      gpudecode.bench.suite.kernels (bench/kernels.py and --ops): the host CPU's
+- cpu:      gpudecode.bench.suite.kernels (bench/kernels.py, --ops, --stages): the host CPU's
             fused kernel against torchvision on one core (the GPU machines' hosts are
             Intel Xeons: issue 41's figure), into the log;
 - all:      the four, one after the other.
@@ -341,7 +341,7 @@ def run_cpu(*, env: dict, log: Log, deadline: float | None, work: Path, rehearse
     status = 0
     cut = False
     # (the rehearsal runs the main comparison only, small: it checks the tooling, and make test's time counts)
-    for extra in ([[]] if rehearse else [[], ["--ops"]]):
+    for extra in ([[]] if rehearse else [[], ["--ops"], ["--stages"]]):
         log(f"==> gpu-check part 'cpu': python -m gpudecode.bench.suite.kernels --images {n} {' '.join(extra)}")
         benv = dict(env)
         benv["GPUDECODE_BENCH_OUT"] = str(work / "bench")

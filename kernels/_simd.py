@@ -23,44 +23,58 @@ def _shuffle(builder, a, b, lanes):
     return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_I32, 8), [ir.Constant(_I32, i) for i in lanes]))
 
 
-def _codegen(affine, stream=False):
+def _codegen(affine, stream=False, halves=1):
+    """halves=2: sixteen source rows, two 8x8 blocks side by side, so that each of the
+    eight destination rows gets 16 floats (one whole 64-byte line) in two adjacent
+    stores, one after the other: non-temporal stores that fill a line at once (a
+    write-combining buffer completed, not flushed half-full while seven other rows'
+    lines are open, as the 8x8 form's do)."""
     def codegen(context, builder, signature, args):
         s, soff_v, sstride_v, d, doff_v, dstride_v = args[:6]
         s_data = context.make_array(signature.args[0])(context, builder, s).data
         d_data = context.make_array(signature.args[3])(context, builder, d).data
 
-        def ptr(data, off, stride, k):
-            elem = builder.add(off, builder.mul(stride, ir.Constant(_I64, k)))
+        def ptr(data, off, stride, k, extra=0):
+            elem = builder.add(builder.add(off, builder.mul(stride, ir.Constant(_I64, k))), ir.Constant(_I64, extra))
             return builder.bitcast(builder.gep(data, [elem]), _VEC.as_pointer())
 
-        rows = [builder.load(ptr(s_data, soff_v, sstride_v, i), align=4) for i in range(8)]
-        # 1. interleave pairs of rows (unpacklo/unpackhi within 128-bit lanes)
-        t = []
-        for i in range(0, 8, 2):
-            t.append(_shuffle(builder, rows[i], rows[i + 1], [0, 8, 1, 9, 4, 12, 5, 13]))
-            t.append(_shuffle(builder, rows[i], rows[i + 1], [2, 10, 3, 11, 6, 14, 7, 15]))
-        # 2. pairs of pairs: each 128-bit lane now holds 4 rows of one column
-        lo, hi = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
-        u = []
-        for a, b in ((0, 2), (4, 6)):
-            u += [_shuffle(builder, t[a], t[b], lo), _shuffle(builder, t[a], t[b], hi),
-                  _shuffle(builder, t[a + 1], t[b + 1], lo), _shuffle(builder, t[a + 1], t[b + 1], hi)]
-        # 3. join the 128-bit lanes of rows 0-3 and rows 4-7: columns 0-3, then 4-7
-        cols = [_shuffle(builder, u[k], u[k + 4], [0, 1, 2, 3, 8, 9, 10, 11]) for k in range(4)]
-        cols += [_shuffle(builder, u[k], u[k + 4], [4, 5, 6, 7, 12, 13, 14, 15]) for k in range(4)]
-        if affine:  # (v - sub) * mul, both broadcast
-            sub = builder.insert_element(ir.Constant(_VEC, ir.Undefined), args[6], ir.Constant(_I32, 0))
-            sub = _shuffle(builder, sub, sub, [0] * 8)
-            mul = builder.insert_element(ir.Constant(_VEC, ir.Undefined), args[7], ir.Constant(_I32, 0))
-            mul = _shuffle(builder, mul, mul, [0] * 8)
-            cols = [builder.fmul(builder.fsub(c, sub), mul) for c in cols]
+        blocks = [block8(builder, [builder.load(ptr(s_data, soff_v, sstride_v, 8 * h + i), align=4)
+                                   for i in range(8)], args if affine else None) for h in range(halves)]
         for j in range(8):
-            st = builder.store(cols[j], ptr(d_data, doff_v, dstride_v, j), align=32 if stream else 4)
-            if stream:
-                st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(_I32, 1)]))
+            for h in range(halves):
+                st = builder.store(blocks[h][j], ptr(d_data, doff_v, dstride_v, j, 8 * h),
+                                   align=32 if stream else 4)
+                if stream:
+                    st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(_I32, 1)]))
         return context.get_dummy_value()
 
     return codegen
+
+
+def block8(builder, rows, affine_args):
+    """The 8 columns of 8 loaded rows (an 8x8 transpose in registers), (v - sub) * mul
+    applied where `affine_args` (the intrinsic's args: sub and mul at 6 and 7) are given."""
+    # 1. interleave pairs of rows (unpacklo/unpackhi within 128-bit lanes)
+    t = []
+    for i in range(0, 8, 2):
+        t.append(_shuffle(builder, rows[i], rows[i + 1], [0, 8, 1, 9, 4, 12, 5, 13]))
+        t.append(_shuffle(builder, rows[i], rows[i + 1], [2, 10, 3, 11, 6, 14, 7, 15]))
+    # 2. pairs of pairs: each 128-bit lane now holds 4 rows of one column
+    lo, hi = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+    u = []
+    for a, b in ((0, 2), (4, 6)):
+        u += [_shuffle(builder, t[a], t[b], lo), _shuffle(builder, t[a], t[b], hi),
+              _shuffle(builder, t[a + 1], t[b + 1], lo), _shuffle(builder, t[a + 1], t[b + 1], hi)]
+    # 3. join the 128-bit lanes of rows 0-3 and rows 4-7: columns 0-3, then 4-7
+    cols = [_shuffle(builder, u[k], u[k + 4], [0, 1, 2, 3, 8, 9, 10, 11]) for k in range(4)]
+    cols += [_shuffle(builder, u[k], u[k + 4], [4, 5, 6, 7, 12, 13, 14, 15]) for k in range(4)]
+    if affine_args is not None:  # (v - sub) * mul, both broadcast
+        sub = builder.insert_element(ir.Constant(_VEC, ir.Undefined), affine_args[6], ir.Constant(_I32, 0))
+        sub = _shuffle(builder, sub, sub, [0] * 8)
+        mul = builder.insert_element(ir.Constant(_VEC, ir.Undefined), affine_args[7], ir.Constant(_I32, 0))
+        mul = _shuffle(builder, mul, mul, [0] * 8)
+        cols = [builder.fmul(builder.fsub(c, sub), mul) for c in cols]
+    return cols
 
 
 def _float32_arrays(*arrays):
@@ -97,6 +111,18 @@ def transpose8x8_affine_stream(typingctx, src, soff, sstride, dst, doff, dstride
 
 
 @intrinsic
+def transpose16x8_affine_stream(typingctx, src, soff, sstride, dst, doff, dstride, sub, mul):
+    """Sixteen source rows by 8 columns: dst.data[doff + j*dstride + i] = (src.data[soff +
+    i*sstride + j] - sub) * mul for i < 16, j < 8, each destination row's 16 floats (one
+    64-byte line: its start must be 64-byte aligned) stored non-temporally in two
+    adjacent stores, one line after the other."""
+    if not _float32_arrays(src, dst):
+        return None
+    sig = types.void(src, types.int64, types.int64, dst, types.int64, types.int64, types.float32, types.float32)
+    return sig, _codegen(True, True, halves=2)
+
+
+@intrinsic
 def store_fence(typingctx):
     """A sequentially consistent fence (x86: mfence), which also orders non-temporal
     stores before whatever the thread does next (handing the batch to another thread)."""
@@ -125,8 +151,14 @@ def transpose(src, soff, sstride, dst, doff, dstride, rows, cols, affine, sub, m
     # column strips outermost: a strip reads 8 columns of every source row and fills 8
     # whole destination rows, which stay in L1 while they fill
     stream = affine and (dst.ctypes.data + 4 * doff) % 32 == 0 and dstride % 8 == 0
+    # whole 64-byte lines where the destination rows allow it: sixteen source rows a step
+    lines = stream and (dst.ctypes.data + 4 * doff) % 64 == 0 and dstride % 16 == 0
+    r16 = rows - rows % 16 if lines else 0
     for j0 in range(0, c8, 8):
-        for i0 in range(0, r8, 8):
+        for i0 in range(0, r16, 16):
+            transpose16x8_affine_stream(src, soff + i0 * sstride + j0, sstride, dst, doff + j0 * dstride + i0,
+                                        dstride, sub, mul)
+        for i0 in range(r16, r8, 8):
             if stream:
                 transpose8x8_affine_stream(src, soff + i0 * sstride + j0, sstride, dst, doff + j0 * dstride + i0,
                                            dstride, sub, mul)
@@ -197,4 +229,5 @@ def deinterleave3x8_affine_reversed(typingctx, src, soff, dst, d0, d1, d2, sub0,
 
 
 __all__ = ["store_fence", "transpose", "transpose8x8", "transpose8x8_affine", "transpose8x8_affine_stream",
+           "transpose16x8_affine_stream",
            "deinterleave3x8_affine", "deinterleave3x8_affine_reversed"]

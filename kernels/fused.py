@@ -802,20 +802,16 @@ def _rows_f32(dst, rows, first, w, count):
             dst[t] += wk * sk[t]
 
 
-def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, oh, ow, dst, doff, work, nhwc):
-    """One sample; writes its float32 result contiguously at dst[doff:], as [3, oh, ow],
-    or as [oh, ow, 3] with `nhwc`."""
-    bh = g[BH]
+def _vertical_pass(src, g, yf, yc, yw, yv, oh, work):
+    """Stage 1 of a sample: the box's rows resampled to oh rows, [oh, bw*3] interleaved,
+    into work[:oh * bw * 3]."""
     bw = g[BW]
-    yf, yc, yw, yv = _axis_weights(oh, g[VH], g[OY], bh, g[VFLIP] != 0, antialias)
-    xf, xc, xw, xv = _axis_weights(ow, g[VW], g[OX], bw, g[FLIP] != 0, antialias)
     sy = g[SY]
     sx = g[SX]
     sc = g[SC]
     base = g[OFFSET] + g[TOP] * sy + g[LEFT] * sx
     inv255 = float32(1.0 / 255.0)
     n3 = bw * 3
-    # 1. vertical: the box's rows resampled to oh rows, [oh, bw*3] interleaved
     vert = work[:oh * n3].reshape((oh, n3))
     packed = sx == 3 and sc == 1
     wrow = np.empty(yw.shape[1], np.float32)
@@ -839,10 +835,13 @@ def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, 
                     row[j] += w * float32(src[q])
                     row[j + U(1)] += w * float32(src[q + U(sc)])
                     row[j + U(2)] += w * float32(src[q + U(2 * sc)])
-    # 2. transpose to [bw*3, oh], so the horizontal pass reads whole rows too
-    transpose(work, 0, n3, work, oh * n3, oh, oh, n3, False, float32(0.0), float32(1.0))
-    # 3. horizontal: [ow*3, oh]. The three channel rows of a column are adjacent in vt
-    # and in px, so each output column is one contiguous weighted sum of [3*oh] blocks
+
+
+def _horizontal_pass(work, oh, bw, ow, xf, xc, xw, xv):
+    """Stage 3: the transposed rows [bw*3, oh] resampled to [ow*3, oh] (the three channel
+    rows of a column are adjacent, so each output column is one contiguous weighted sum
+    of [3*oh] blocks), after the two [oh, bw*3] areas of work."""
+    n3 = bw * 3
     vt = work[oh * n3:2 * oh * n3].reshape((bw, 3 * oh))
     px3 = work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh].reshape((ow, 3 * oh))
     for x in range(ow):
@@ -850,17 +849,14 @@ def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, 
             _rows_f32(px3[x], vt, xf[x], xw[x], xc[x])
         else:
             px3[x, :] = 0.0
-    px = px3.reshape((ow * 3, oh))
-    # 4. the sample's program, op by op over the whole image (a second image-sized area
-    # after px for the ops that read neighbours)
-    if order[0] >= 0:
-        base2 = 2 * oh * n3 + ow * 3 * oh
-        px2 = work[base2:base2 + ow * 3 * oh].reshape((ow * 3, oh))
-        aux = work[base2 + ow * 3 * oh:base2 + 3 * ow * 3 * oh].reshape((2, ow * 3 * oh))
-        _program(px, px2, aux, ow, oh, order, args)
-    # 5. each channel transposed to [oh, ow], with Normalize as encode_output does it on
-    # the way (or after the uint8 scaling); for NHWC, px [ow*3, oh] transposed as a whole
-    # is [oh, ow*3], the NHWC image: Normalize goes first, in place
+
+
+def _output_pass(work, oh, bw, ow, mean, std, normalize, to_uint8, dst, doff, nhwc):
+    """Stage 5: each channel transposed to [oh, ow] into dst, with Normalize as
+    encode_output does it on the way (or after the uint8 scaling); for NHWC, px [ow*3, oh]
+    transposed as a whole is [oh, ow*3], the NHWC image: Normalize goes first, in place."""
+    n3 = bw * 3
+    px = work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh].reshape((ow * 3, oh))
     pxs = work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh]
     if nhwc or (to_uint8 and not normalize):
         _encode_pass(px, ow, mean, std, normalize, to_uint8)
@@ -871,6 +867,33 @@ def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, 
         m = mean[c] if normalize else float32(0.0)
         s = float32(1.0) / std[c] if normalize else float32(1.0)
         transpose(pxs, c * oh, 3 * oh, dst, doff + c * oh * ow, ow, ow, oh, normalize, m, s)
+
+
+def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, oh, ow, dst, doff, work, nhwc):
+    """One sample; writes its float32 result contiguously at dst[doff:], as [3, oh, ow],
+    or as [oh, ow, 3] with `nhwc`. Its stages are functions of their own, so that a
+    benchmark times each (gpudecode.bench.suite.kernels --stages)."""
+    bh = g[BH]
+    bw = g[BW]
+    yf, yc, yw, yv = _axis_weights(oh, g[VH], g[OY], bh, g[VFLIP] != 0, antialias)
+    xf, xc, xw, xv = _axis_weights(ow, g[VW], g[OX], bw, g[FLIP] != 0, antialias)
+    n3 = bw * 3
+    # 1. vertical: the box's rows resampled to oh rows, [oh, bw*3] interleaved
+    _vertical_pass(src, g, yf, yc, yw, yv, oh, work)
+    # 2. transpose to [bw*3, oh], so the horizontal pass reads whole rows too
+    transpose(work, 0, n3, work, oh * n3, oh, oh, n3, False, float32(0.0), float32(1.0))
+    # 3. horizontal: [ow*3, oh]
+    _horizontal_pass(work, oh, bw, ow, xf, xc, xw, xv)
+    # 4. the sample's program, op by op over the whole image (a second image-sized area
+    # after px for the ops that read neighbours)
+    if order[0] >= 0:
+        px = work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh].reshape((ow * 3, oh))
+        base2 = 2 * oh * n3 + ow * 3 * oh
+        px2 = work[base2:base2 + ow * 3 * oh].reshape((ow * 3, oh))
+        aux = work[base2 + ow * 3 * oh:base2 + 3 * ow * 3 * oh].reshape((2, ow * 3 * oh))
+        _program(px, px2, aux, ow, oh, order, args)
+    # 5. the output, transposed (and normalized) into dst
+    _output_pass(work, oh, bw, ow, mean, std, normalize, to_uint8, dst, doff, nhwc)
 
 
 def _is_identity(g, order, oh, ow):
@@ -1018,6 +1041,20 @@ def _cpu_batch(src, geom, args, order, mean, std, normalize, to_uint8, antialias
 def cpu_kernel():
     """The CPU twin, compiled on first use: samples first, first+step, ... of a batch,
     GIL released (the launcher runs one slice per thread of its pool)."""
+    ns = _cpu_namespace()
+    return _compile.cpu_jit()(_compile._rebind(_cpu_batch, ns))
+
+
+def cpu_stages() -> dict:
+    """The CPU twin's stages of a sample, compiled as the kernel uses them (`_axis_weights`,
+    `_vertical_pass`, `transpose`, `_horizontal_pass`, `_output_pass`): for a benchmark
+    that times each (gpudecode.bench.suite.kernels --stages)."""
+    ns = _cpu_namespace()
+    return {k: ns[k] for k in ("_axis_weights", "_vertical_pass", "transpose", "_horizontal_pass", "_output_pass")}
+
+
+@functools.cache
+def _cpu_namespace() -> dict:
     from . import _simd
 
     jit = _compile.cpu_jit
@@ -1033,13 +1070,13 @@ def cpu_kernel():
     for fn in (_saturation_rows, _hue_rows, _gray_rows, _axis_weights, _op_pass, _encode_pass, _rows_u8, _rows_f32,
                _gray_mean, _image, _autocontrast_pass, _equalize_pass, _sharpen_row, _sharpness_pass, _blur_weights,
                _blur_x_pass, _blur_y_pass, _mix_pass,
-               _affine_pass, _program, _cpu_sample, _is_identity, _scale_row, _fill, _channel_row, _channel_row_flipped,
+               _affine_pass, _program, _vertical_pass, _horizontal_pass, _output_pass, _cpu_sample, _is_identity, _scale_row, _fill, _channel_row, _channel_row_flipped,
                _cpu_identity):
         ns[fn.__name__] = jit()(_compile._rebind(fn, ns))
     # a reassociating reduction (float64 accumulators) so the grey sum vectorizes
     ns["_gray_sum_rows"] = jit(fastmath={"reassoc", "contract"})(_compile._rebind(_gray_sum_rows, ns))
     ns["_min_max_row"] = jit(fastmath={"nnan", "ninf", "nsz", "reassoc"})(_compile._rebind(_min_max_row, ns))
-    return jit()(_compile._rebind(_cpu_batch, ns))
+    return ns
 
 
 # The CPU twin runs on this pool rather than numba's parallel layer: numba's OpenMP

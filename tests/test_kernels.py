@@ -93,6 +93,27 @@ def test_vector_transpose_equals_numpy(rows, cols):
         _simd.transpose(src, soff, sstride, dst, doff, dstride + 1, rows, cols + 1, False, sub, mul)
 
 
+@pytest.mark.parametrize("rows,cols", [(224, 224), (40, 24), (23, 16), (16, 9), (8, 8)])
+def test_vector_transpose_streams_whole_lines_equal_to_numpy(rows, cols):
+    """The affine transpose into 64-byte aligned destination rows (the kernel's final
+    output: non-temporal stores of whole lines, sixteen source rows a step, then an 8-row
+    block and scalar edges) against numpy's (.T - sub) * mul, bit for bit."""
+    from gpudecode.kernels import _simd
+
+    rng = np.random.default_rng(rows * 7 + cols)
+    sstride, dstride = cols + 5, -(-rows // 16) * 16 + 16  # destination rows of whole lines
+    src = rng.random(3 + rows * sstride).astype(np.float32)
+    mat = src[3:3 + rows * sstride].reshape(rows, sstride)[:, :cols]
+    raw = np.full(32 + 16 + cols * dstride, -1.0, np.float32)
+    base = (-(raw.ctypes.data // 4)) % 16  # the first element on a 64-byte boundary
+    doff = base + 16
+    sub, mul = np.float32(0.406), np.float32(1) / np.float32(0.225)
+    _simd.transpose(src, 3, sstride, raw, doff, dstride, rows, cols, True, sub, mul)
+    view = raw[doff:doff + cols * dstride].reshape(cols, dstride)
+    np.testing.assert_array_equal(view[:, :rows], (mat.T - sub) * mul)
+    assert (raw[:doff] == -1).all() and (view[:, rows:] == -1).all()  # nothing written outside
+
+
 _CACHE_PROBE = """
 import json, sys, numpy as np
 sys.path.insert(0, {tests!r})

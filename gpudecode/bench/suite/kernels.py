@@ -4,6 +4,8 @@ images (500x375) -> RandomResizedCrop(224) + flip [+ ColorJitter(0.4, 0.4, 0.4, 
 and reused (as the Loader does), torchvision allocates per image as it always does.
 
     python bench/kernels.py [--images 256]
+    python bench/kernels.py --stages [--images 64]   where the base resample's time goes,
+        stage by stage (issue 41)
     python bench/kernels.py --ops [--images 128]   each op's added cost per image (fused,
         one core) beside torchvision's cost of the same op on 224x224 images (v2 on uint8
         tensors, and on PIL images), in one run
@@ -126,14 +128,79 @@ def ops_table(a) -> None:
     save("kernel_ops", {"machine": machine(), "args": vars(a), "base_us": base * 1e6, "ops": rows})
 
 
+def stages_table(a) -> None:
+    """Where the base RRC(224) + flip + Normalize's time goes on this CPU (issue 41: 3x
+    its Zen 4 cost on an Intel Xeon), stage by stage: the filter weights, the vertical
+    pass (the source's rows read), the transpose between the passes, the horizontal
+    pass, and the output (transposed and normalized into the batch, streaming stores);
+    each stage timed around its own call, image by image, beside the whole fused call."""
+    import time
+
+    import numpy as np
+    import torch
+
+    from gpudecode import transforms as T
+    from gpudecode.kernels import fused
+
+    imgs = imagenet_like(a.images)
+    n = len(imgs)
+    packed = np.stack(imgs).reshape(-1)
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
+    sizes = [(375, 500)] * n
+    st = fused.cpu_stages()
+    mean, std = np.array(MEAN, np.float32), np.array(STD, np.float32)
+    oh = ow = 224
+    dst = torch.empty(n * 3 * oh * ow).numpy()  # (torch's allocations are 64-byte aligned, as the Loader's)
+    names = ("weights", "vertical", "transpose", "horizontal", "output")
+    total = dict.fromkeys(names, 0.0)
+    for rep in range(a.repeat + 1):  # the first round warms up (compiles)
+        geom, _, _ = tf.encode(tf.make_params(sizes, rep + 1), sizes)
+        geom[:, fused.OFFSET] = np.arange(n) * 375 * 500 * 3
+        geom[:, fused.SY], geom[:, fused.SX], geom[:, fused.SC] = 1500, 3, 1
+        work = np.empty(2 * oh * int(geom[:, fused.BW].max()) * 3 + 4 * ow * oh * 3, np.float32)
+        for i in range(n):
+            g = geom[i]
+            bw, n3 = int(g[fused.BW]), int(g[fused.BW]) * 3
+            t = [time.perf_counter()]
+            yf, yc, yw, yv = st["_axis_weights"](oh, g[fused.VH], g[fused.OY], g[fused.BH], g[fused.VFLIP] != 0, True)
+            xf, xc, xw, xv = st["_axis_weights"](ow, g[fused.VW], g[fused.OX], bw, g[fused.FLIP] != 0, True)
+            t.append(time.perf_counter())
+            st["_vertical_pass"](packed, g, yf, yc, yw, yv, oh, work)
+            t.append(time.perf_counter())
+            st["transpose"](work, 0, n3, work, oh * n3, oh, oh, n3, False, np.float32(0), np.float32(1))
+            t.append(time.perf_counter())
+            st["_horizontal_pass"](work, oh, bw, ow, xf, xc, xw, xv)
+            t.append(time.perf_counter())
+            st["_output_pass"](work, oh, bw, ow, mean, std, True, False, dst, i * 3 * oh * ow, False)
+            t.append(time.perf_counter())
+            if rep:
+                for k, name in enumerate(names):
+                    total[name] += t[k + 1] - t[k]
+    per = {k: v / (a.repeat * n) * 1e6 for k, v in total.items()}
+    run = runner(tf, torch.from_numpy(packed), n)
+    run()
+    whole, _ = timeit(run, repeat=a.repeat)
+    print(describe_cpu())
+    print(f"{n} decoded 500x375 images -> RRC(224) + flip + Normalize, 1 core; the whole fused call "
+          f"{whole / n * 1e6:.0f} us/img; its stages, each timed around its own call:")
+    print(f"{'stage':12s} {'us/img':>8s} {'share':>6s}")
+    for k in names:
+        print(f"{k:12s} {per[k]:8.0f} {per[k] / sum(per.values()):6.0%}")
+    save("kernels_stages", {"machine": machine(), "args": vars(a), "whole_us": whole / n * 1e6, "stages_us": per})
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--images", type=int, default=256)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--ops", action="store_true", help="each op's added cost, beside torchvision's")
+    ap.add_argument("--stages", action="store_true", help="the base resample's time, stage by stage")
     a = ap.parse_args()
     if a.ops:
         ops_table(a)
+        return
+    if a.stages:
+        stages_table(a)
         return
     import numpy as np
     import torch
