@@ -244,3 +244,73 @@ def test_a_reader_pickles_to_spawned_workers_and_reads_by_index(shards):
         assert s.key == f"s{shards.index(url)}-{j:03d}" and dict(s.fields) == first[s.key]
     with pytest.raises(IndexError, match="holds 13"):
         again.read_sample(shards[1], 13)
+
+
+def _ledger_sources(kind, tmp_path, damaged):
+    """Shards, an ImageFolder tree, or a mixture of the two, with one damaged image."""
+    from PIL import Image
+
+    from gpudecode import Source
+
+    names = []
+    if kind in ("shards", "mixed"):
+        urls = []
+        for j, n in enumerate([23, 17, 30]):
+            samples = []
+            for i in range(n):
+                key = f"s{j}-{i:03d}"
+                data = encode(np.full((10, 12, 3), (i * 9) % 256, np.uint8)) if key != damaged else b"\xff\xd8bad"
+                samples.append({"__key__": key, "jpg": data, "cls": b"%d" % (i % 3)})
+                names.append(key)
+            urls.append(make_shard(tmp_path / f"l-{j:03d}.tar", samples))
+        if kind == "shards":
+            return urls, names
+    tree = tmp_path / "tree"
+    for c in range(3):
+        (tmp_path / "tree" / f"c{c}").mkdir(parents=True)
+        for i in range(9):
+            Image.fromarray(np.full((10, 12, 3), 20 * c + i, np.uint8)).save(tree / f"c{c}" / f"{i}.png")
+    rd = ShardReader(str(tree))  # (the tree's keys, as the reader names them)
+    names += [k for f in rd.files.values() for k in f.keys]
+    if kind == "files":
+        return str(tree), names
+    return [Source(urls, weight=2.0), Source(str(tree), weight=1.0, label_offset=3)], names
+
+
+@pytest.mark.parametrize("kind", ["shards", "files", "mixed"])
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_the_sample_ledger_over_a_resume_on_other_world_sizes(tmp_path, kind, shuffle):
+    """Issue 40's ledger: an epoch on 4 ranks stopped after 2 steps and resumed on 2, 3
+    and 8 ranks (and 2 onto 4): the multiset of samples read over the epoch is one pass of
+    the epoch's global order, less a damaged sample skipped, plus only `even`'s pads
+    (counted), and the new ranks' batch counts are equal. Shards, files and a mixture,
+    shuffled or not."""
+    damaged = "s1-004" if kind != "files" else None
+    urls, names = _ledger_sources(kind, tmp_path, damaged)
+    kw = dict(batch_size=3, transform=tf(), device="cpu", seed=2, shuffle=shuffle, split="elastic", even="pad",
+              on_error="skip")
+    with Loader(urls, **kw) as one:  # the epoch's global order, in one process
+        whole = [k for b in one for k in b.keys]
+    for old, new in ((4, 2), (4, 3), (4, 8), (2, 4)):
+        head, states = [], []
+        for r in range(old):
+            with Loader(urls, rank=r, world_size=old, **kw) as ld:
+                it = iter(ld)
+                head += [k for b in itertools.islice(it, 2) for k in b.keys]
+                states.append(ld.state_dict())
+                it.close()
+        assert len({s["dataset_state"]["global_position"] for s in states}) == 1
+        tail, batches = [], []
+        for r in range(new):
+            with Loader(urls, rank=r, world_size=new, **kw) as ld:
+                ld.load_state_dict(states[r % old])
+                got = [b.keys for b in ld]
+                batches.append(len(got))
+                tail += [k for keys in got for k in keys]
+        seen = collections.Counter(head + tail)
+        expected = collections.Counter(whole)
+        assert len(set(batches)) == 1, (old, new, batches)
+        assert set(seen) == set(expected) == set(names) - {damaged}, (old, new)  # nothing skipped but the damaged
+        extra = seen - expected  # repeats beyond one pass: the pads of the last rounds, no more
+        assert sum(extra.values()) <= new + old, (old, new, extra)
+        assert not (expected - seen), (old, new)

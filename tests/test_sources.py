@@ -218,3 +218,29 @@ def test_the_profile_names_the_slow_source(data):
     caps = report.source_capacity
     assert set(caps) == {"fast", "slow"} and caps["slow"] < caps["fast"] / 3, caps
     assert "slowest: slow" in report.summary()
+
+
+def test_twenty_epochs_of_exact_counts_in_a_reproducible_order(data):
+    """Over 20 epochs each source gives exactly its count every epoch (the plans, read
+    without decoding), and each epoch's global order is the same for 1 and 3 ranks."""
+    from gpudecode import ShardReader
+
+    sources = [Source(data["a"], weight=0.7), Source(data["b"], weight=0.3), Source(data["c"], choose=9)]
+    want = mixture_counts([150, 30, 20], sources, 120)
+    assert want == [78, 33, 9]  # the epoch of 120 less choose's 9, shared 0.7 : 0.3 (77.7 -> 78, 33.3 -> 33)
+    one = ShardReader(sources, epoch_size=120, shuffle=True, seed=4, rank=0, world_size=1, chunk=5)
+    three = [ShardReader(sources, epoch_size=120, shuffle=True, seed=4, rank=r, world_size=3, chunk=5, even=None)
+             for r in range(3)]
+    owner = {u: i for i, g in enumerate(one.source_urls) for u in g}
+    for epoch in range(20):
+        order = list(one.plan(epoch).order())
+        got = collections.Counter(owner[u] for u, _ in order)
+        assert [got[i] for i in range(3)] == want, (epoch, got)
+        by_pos = {}
+        for rd in three:
+            p = rd.plan(epoch)
+            items = list(p.order())
+            for k, pos in enumerate(p.chunks):
+                for j, item in enumerate(items[5 * k:5 * k + 5]):
+                    by_pos[pos + j] = item
+        assert [by_pos[i] for i in range(len(order))] == order, epoch
