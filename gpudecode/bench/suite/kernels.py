@@ -184,8 +184,8 @@ def stages_table(a) -> None:
     print(f"{n} decoded 500x375 images -> RRC(224) + flip + Normalize, 1 core; the whole fused call "
           f"{whole / n * 1e6:.0f} us/img; its stages, each timed around its own call:")
     print(f"{'stage':12s} {'us/img':>8s} {'share':>6s}")
-    for k in names:
-        print(f"{k:12s} {per[k]:8.0f} {per[k] / sum(per.values()):6.0%}")
+    for stage in names:
+        print(f"{stage:12s} {per[stage]:8.0f} {per[stage] / sum(per.values()):6.0%}")
     save("kernels_stages", {"machine": machine(), "args": vars(a), "whole_us": whole / n * 1e6, "stages_us": per})
 
 
