@@ -202,7 +202,15 @@ def plan_elastic(urls: Sequence[str], counts: dict[str, int], *, consumer: int, 
     segments: list[Segment] = []
     parts: list[tuple[int, tuple[int, ...]]] = []
     cache: dict[int, np.ndarray] = {}
+    # chunks that follow one another in the global order (one consumer's, or the last
+    # round's) are read as one range: a window's runs then as long as the range allows
+    ranges: list[list[int]] = []
     for pos, n in mine:
+        if ranges and ranges[-1][0] + ranges[-1][1] == pos:
+            ranges[-1][1] += n
+        else:
+            ranges.append([pos, n])
+    for pos, n in ranges:
         for a, b in _unwrapped(pos, pos + n, total):
             w = int(np.searchsorted(wstarts, a, side="right")) - 1
             while a < b:

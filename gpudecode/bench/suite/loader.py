@@ -9,6 +9,7 @@ ImageNet-like JPEGs (500x375, quality 90):
   flip, brightness/contrast, hsv, normalize) with --threads threads.
 
     python bench/loader.py [--images 2048] [--threads 2]
+    python bench/loader.py --splits   the Loader with split shard, sample and elastic
 """
 from __future__ import annotations
 
@@ -51,13 +52,13 @@ def build(n: int) -> tuple[list[str], str]:
     return w.shards, str(folder)
 
 
-def run_gpudecode(shards, threads, batch):
+def run_gpudecode(shards, threads, batch, split="auto"):
     from gpudecode import Loader
     from gpudecode import transforms as T
 
     tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
                     T.Normalize(MEAN, STD)])
-    ld = Loader(shards, batch_size=batch, transform=tf, device="cpu", num_threads=threads)
+    ld = Loader(shards, batch_size=batch, transform=tf, device="cpu", num_threads=threads, split=split)
     epoch = [0]
 
     def go():
@@ -125,11 +126,38 @@ def dali_epochs(pipe):
 timed = rate  # (the median rate after a warm-up run: gpudecode.bench.common.rate)
 
 
+def splits(shards, a) -> None:
+    """The Loader's rate (the JPEG pipeline above, shuffled) with each split, epochs
+    alternated in one run (issue 40: the elastic order's cost against whole shards)."""
+    import statistics
+    import time
+
+    names = ("shard", "sample", "elastic")
+    runs = {k: run_gpudecode(shards, a.threads, a.batch, split=k)[0] for k in names}
+    for go in runs.values():
+        go()  # warm-up: the kernel, the counts, the page cache
+    got: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(a.repeat * 2):
+        for k in (names if r % 2 == 0 else names[::-1]):
+            t = time.perf_counter()
+            n = runs[k]()
+            got[k].append(n / (time.perf_counter() - t))
+    med = {k: statistics.median(v) for k, v in got.items()}
+    print(f"{a.images} JPEGs 500x375 q90, batch {a.batch}, {a.threads} threads, shuffled; {len(shards)} shards")
+    for k in names:
+        print(f"split={k:8s} {med[k]:8.0f} img/s  {med[k] / med['shard']:.2f}x whole shards")
+    save("loader_splits", {"machine": machine(), "args": vars(a), "img_per_s": med})
+
+
 def main() -> None:
     ap = pipeline_args(__doc__, images=2048)
     ap.add_argument("--skip-dali", action="store_true")
+    ap.add_argument("--splits", action="store_true", help="the Loader with each split (shard, sample, elastic)")
     a = ap.parse_args()
     shards, folder = build(a.images)
+    if a.splits:
+        splits(shards, a)
+        return
     rows = {}
     go, ld = run_gpudecode(shards, a.threads, a.batch)
     rows["gpudecode Loader (CPU), ColorJitter"] = timed(go, a.repeat)
