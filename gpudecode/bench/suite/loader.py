@@ -146,13 +146,63 @@ def splits(shards, a) -> None:
     print(f"{a.images} JPEGs 500x375 q90, batch {a.batch}, {a.threads} threads, shuffled; {len(shards)} shards")
     for k in names:
         print(f"split={k:8s} {med[k]:8.0f} img/s  {med[k] / med['shard']:.2f}x whole shards")
-    save("loader_splits", {"machine": machine(), "args": vars(a), "img_per_s": med})
+    remote = remote_splits(shards, a, names) if a.remote else {}
+    save("loader_splits", {"machine": machine(), "args": vars(a), "img_per_s": med, "remote": remote})
+
+
+def remote_splits(shards, a, names) -> dict:
+    """The same over HTTP (a local server) with a node cache (cache_dir): each split's
+    first epoch (the shards fetched into the cache) and second (read from it)."""
+    import functools
+    import http.server
+    import tempfile
+    import threading
+    import time
+
+    folder = os.path.dirname(shards[0])
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=folder)
+    handler.log_message = lambda *args, **kw: None  # type: ignore[attr-defined]
+    class Server(http.server.ThreadingHTTPServer):
+        def handle_error(self, request, client_address):  # a reader that closes early: not the bench's error
+            import sys
+
+            if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+                super().handle_error(request, client_address)
+
+    server = Server(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    urls = [f"http://127.0.0.1:{server.server_port}/{os.path.basename(u)}" for u in shards]
+    out: dict = {}
+    try:
+        for k in names:
+            with tempfile.TemporaryDirectory() as cache:
+                from gpudecode import Loader
+                from gpudecode import transforms as T
+
+                tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+                                T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.Normalize(MEAN, STD)])
+                ld = Loader(urls, batch_size=a.batch, transform=tf, device="cpu", num_threads=a.threads, split=k,
+                            cache_dir=cache)
+                rates = []
+                for epoch in range(2):
+                    ld.set_epoch(epoch)
+                    t = time.perf_counter()
+                    n = sum(b.images.shape[0] for b in ld)
+                    rates.append(n / (time.perf_counter() - t))
+                ld.close()
+            out[k] = {"first_epoch_img_s": rates[0], "cached_epoch_img_s": rates[1]}
+            print(f"over HTTP with cache_dir, split={k:8s}: first epoch {rates[0]:7.0f} img/s, then "
+                  f"{rates[1]:7.0f} img/s")
+    finally:
+        server.shutdown()
+    return out
 
 
 def main() -> None:
     ap = pipeline_args(__doc__, images=2048)
     ap.add_argument("--skip-dali", action="store_true")
     ap.add_argument("--splits", action="store_true", help="the Loader with each split (shard, sample, elastic)")
+    ap.add_argument("--remote", action="store_true", help="with --splits: also over HTTP with a node cache")
     a = ap.parse_args()
     shards, folder = build(a.images)
     if a.splits:
