@@ -110,6 +110,7 @@ class _Epoch:
         ld = self.loader
         samples = ld.reader.iter_epoch(epoch, start=start, stop=self.stop, plan=self.plan)
         elastic = self.plan.chunks if self.plan is not None else None
+        names = [src.label for src in ld.reader.sources] if ld.reader.sources is not None else None
         try:
             position = start
             while not self.stop.is_set():
@@ -120,8 +121,7 @@ class _Epoch:
                     return
                 if not chunk or (ld.drop_last and len(chunk) < ld.batch_size):
                     break
-                if ld.reader.sources is not None:  # the mix, counted as read (loader.stats.sources)
-                    names = [src.label for src in ld.reader.sources]
+                if names is not None:  # the mix, counted as read (loader.stats.sources)
                     for sample in chunk:
                         i = ld.reader.source_of(sample.shard)
                         if i is not None:

@@ -93,10 +93,9 @@ class EpochPlan:
         sample index counts its samples (a file list: in its epoch order)."""
         if self.mode != "elastic":
             for seg in self.segments:
-                stop = seg.stop if seg.stop is not None else None
-                if stop is None:
+                if seg.stop is None:
                     raise ValueError("order() needs the sources' sample counts (a plan with counts)")
-                yield from ((seg.url, i) for i in range(seg.start, stop))
+                yield from ((seg.url, i) for i in range(seg.start, seg.stop))
             return
         rows = [[(seg.url, i) for i in range(seg.start, seg.stop)] for seg in self.segments]  # type: ignore[arg-type]
         for run_lists in self.by_part(rows):

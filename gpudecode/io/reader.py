@@ -1445,7 +1445,7 @@ class BaseShardReader:
                 sizes = [sum(counts[u] for u in g) for g in self.source_urls]
                 wants = _epoch.mixture_counts(sizes, self.sources, self.epoch_size)
                 blocks = _epoch.mixture_blocks(self.source_urls, counts, wants, seed=self.seed, epoch=e)
-            return _epoch.plan_elastic(self._ordered_urls(), counts, consumer=c, consumers=n, chunk=self.chunk,
+            return _epoch.plan_elastic(self.urls, counts, consumer=c, consumers=n, chunk=self.chunk,
                                        even=even, shuffle=self.shuffle, seed=self.seed, epoch=e, start=start,
                                        rank=rank, world_size=world, blocks=blocks)
         if start:
@@ -1455,11 +1455,6 @@ class BaseShardReader:
         mode = "repeated" if self.repeated_augs > 1 else self.mode()
         return _epoch.EpochPlan(epoch=e, rank=rank, world_size=world, consumer=c, consumers=n, mode=mode, even=even,
                                 segments=share.segments, count=share.count, target=share.target)
-
-    def _ordered_urls(self) -> list[str]:
-        """The sources in the order the elastic layout cuts them (as given: the layout
-        shuffles blocks, not sources)."""
-        return list(self.urls)
 
     def share(self, epoch: int | None = None, consumer: int | None = None) -> _shards.Share:
         """What this consumer (or `consumer`) reads in `epoch` (default: the current one)."""
