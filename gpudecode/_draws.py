@@ -40,6 +40,8 @@ def native_spec(plan: "_Plan") -> tuple | None:
     g: Any
     for g in plan.geometry:
         kind = type(g)
+        if len(getattr(g, "_modes", ())) > 1:  # a mode drawn an image: the Python path draws it
+            return None
         if kind is RandomResizedCrop:
             geometry.append((1, g.scale[0], g.scale[1], g._log_ratio[0], g._log_ratio[1], min(g.ratio), max(g.ratio)))
         elif kind is Resize:
@@ -197,6 +199,7 @@ class Draws(Sequence[dict]):
                 geom[:, fused.OY], geom[:, fused.OX] = ints[:, _TOP], ints[:, _LEFT]
         geom[:, fused.FLIP] = ints[:, _FLIP]
         geom[:, fused.VFLIP] = ints[:, _VFLIP]
+        geom[:, fused.CUBIC] = plan.cubic
         if not plan.program:
             return geom, np.zeros((n, 1, ARGS), np.float32), np.full((n, 1), -1, np.int32)
         # the jitter's ops in each sample's order, those whose range is on (the same for all)

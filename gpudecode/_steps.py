@@ -84,12 +84,13 @@ class _PixelOp(_Step):
 # What fuses, as `gpudecode ops` prints it (the README's "What fuses" section says the same).
 OPS: tuple[tuple[str, str], ...] = (
     ("geometry (one, first)", "RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, "
-                              "Resize + RandomCrop, or none"),
+                              "Resize + RandomCrop, or none (bilinear or bicubic, antialiased)"),
     ("flips (any order)", "RandomHorizontalFlip, RandomVerticalFlip"),
     ("per-sample ops (any order)", "ColorJitter, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert, "
                                    "RandomPosterize, RandomAutocontrast, RandomEqualize, RandomAdjustSharpness, "
                                    "GaussianBlur, RandomRotation, RandomAffine"),
-    ("policies", "TrivialAugmentWide, RandAugment, AutoAugment, AugMix"),
+    ("policies", "TrivialAugmentWide, RandAugment, AutoAugment, AugMix; timm's RandAugment (rand-m9-mstd0.5-inc1 "
+                 "and its other configs)"),
     ("containers", "RandomApply, RandomChoice, RandomOrder over the per-sample ops"),
     ("then", "Normalize, ToDtype; then RandomErasing (last)"),
     ("input conversion (dropped)", "ToImage, PILToTensor, ToTensor (becomes ToDtype(float32, scale=True))"),

@@ -56,15 +56,42 @@ def _setup_size(size: Any, name: str = "size") -> tuple[int, int]:
     raise TypeError(f"{name} must be an int or a sequence of one or two ints, not {size!r}")
 
 
-def _check_bilinear(interpolation: Any) -> None:
-    name = getattr(interpolation, "value", interpolation)
-    if str(name).lower() != "bilinear":
-        raise TransformError(f"only bilinear interpolation is fused, not {interpolation!r}")
+_MODES = ("bilinear", "bicubic")
+
+
+def _interpolation(interpolation: Any, antialias: bool) -> tuple[str, ...]:
+    """The resampling filter(s) of a resize: ("bilinear",), ("bicubic",), or both (a
+    list or tuple of modes: one drawn an image, as timm's interpolation="random").
+    torchvision's InterpolationMode, its string, or PIL's constant (2, 3) are read."""
+    modes = list(interpolation) if isinstance(interpolation, (list, tuple)) else [interpolation]
+    names = []
+    for m in modes:
+        name = getattr(m, "value", m)
+        name = {2: "bilinear", 3: "bicubic"}.get(name, name) if isinstance(name, int) else str(name).lower()
+        if name not in _MODES:
+            raise TransformError(f"{m!r} interpolation cannot be fused: the kernel resamples bilinear or bicubic")
+        names.append(name)
+    if not names:
+        raise TransformError("no interpolation mode given")
+    if "bicubic" in names and not antialias:
+        raise TransformError("bicubic interpolation with antialias=False cannot be fused: the kernel's bicubic is "
+                             "the antialiased one (torchvision's default for tensors, PIL's)")
+    return tuple(dict.fromkeys(names))
+
+
+def _resize_repr(t: Transform, modes: tuple[str, ...]) -> str:
+    """The repr with the interpolation named where it is not the default (bilinear): a
+    state saved before bicubic existed keeps its transform fingerprint."""
+    text = Transform.__repr__(t)
+    if modes == ("bilinear",):
+        return text
+    return f"{text[:-1]}, interpolation={modes[0] if len(modes) == 1 else list(modes)!r})"
 
 
 class RandomResizedCrop(Transform):
     """torchvision's RandomResizedCrop: 10 tries of area ~ U(scale)·H·W and log-uniform
-    aspect ratio, else the centred fallback; bilinear resize with antialias."""
+    aspect ratio, else the centred fallback; a bilinear or bicubic resize with antialias,
+    or a list of modes to draw one an image from (timm's interpolation="random")."""
 
     def __init__(self, size: int | Sequence[int], scale: tuple[float, float] = (0.08, 1.0),
                  ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0), interpolation: Any = "bilinear",
@@ -78,11 +105,18 @@ class RandomResizedCrop(Transform):
             raise ValueError("scale and ratio must be (min, max)")
         if scale[0] < 0 or ratio[0] <= 0:
             raise ValueError("scale must be >= 0 and ratio > 0")
-        _check_bilinear(interpolation)
+        self._modes = _interpolation(interpolation, bool(antialias))
         self.scale = (float(scale[0]), float(scale[1]))
         self.ratio = (float(ratio[0]), float(ratio[1]))
         self.antialias = bool(antialias)
         self._log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+
+    @property
+    def interpolation(self) -> str | tuple[str, ...]:
+        return self._modes[0] if len(self._modes) == 1 else self._modes
+
+    def __repr__(self) -> str:
+        return _resize_repr(self, self._modes)
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         height, width = size
@@ -95,7 +129,7 @@ class RandomResizedCrop(Transform):
             if 0 < w <= width and 0 < h <= height:
                 i = rng.randint(0, height - h)
                 j = rng.randint(0, width - w)
-                return {"crop": (i, j, h, w)}
+                return self._with_mode(rng, {"crop": (i, j, h, w)})
         in_ratio = float(width) / float(height)
         if in_ratio < min(self.ratio):
             w = width
@@ -105,7 +139,13 @@ class RandomResizedCrop(Transform):
             w = int(round(h * max(self.ratio)))
         else:
             w, h = width, height
-        return {"crop": ((height - h) // 2, (width - w) // 2, h, w)}
+        return self._with_mode(rng, {"crop": ((height - h) // 2, (width - w) // 2, h, w)})
+
+    def _with_mode(self, rng: random.Random, d: dict) -> dict:
+        """With several modes, the image's (after its crop, as timm draws it): "cubic"."""
+        if len(self._modes) > 1:
+            d["cubic"] = self._modes[rng.randrange(len(self._modes))] == "bicubic"
+        return d
 
 
 class Resize(Transform):
@@ -125,9 +165,18 @@ class Resize(Transform):
             # (torchvision's F.resize refuses it so, at the first image)
             raise ValueError(f"max_size = {max_size} must be strictly greater than the requested size for the "
                              f"smaller edge size (size={self.size})")
-        _check_bilinear(interpolation)
+        self._modes = _interpolation(interpolation, bool(antialias))
+        if len(self._modes) > 1:
+            raise TransformError("Resize takes one interpolation mode (a mode drawn an image is RandomResizedCrop's)")
         self.max_size = max_size
         self.antialias = bool(antialias)
+
+    @property
+    def interpolation(self) -> str:
+        return self._modes[0]
+
+    def __repr__(self) -> str:
+        return _resize_repr(self, self._modes)
 
     def output_size(self, height: int, width: int) -> tuple[int, int]:
         if not isinstance(self.size, int):
@@ -564,6 +613,7 @@ class _Plan:
     erase: RandomErasing | None = None  # on the kernel's output, last
     vflip: RandomVerticalFlip | None = None
     program: tuple[_Step, ...] = ()  # each sample's kernel program, in the Compose's order
+    cubic: bool = False  # the resize is bicubic (one mode; with several, each image's draw says)
 
     @property
     def jitter(self) -> ColorJitter | None:
@@ -625,7 +675,8 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
     out_size = geometry[-1].size if geometry else None  # type: ignore[attr-defined]
     plan = _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,
                  all(getattr(g, "antialias", True) for g in geometry), rest.flip, rest.normalize,
-                 rest.dtype or torch.uint8, tuple(steps), rest.erase, rest.vflip, tuple(rest.program))
+                 rest.dtype or torch.uint8, tuple(steps), rest.erase, rest.vflip, tuple(rest.program),
+                 any(getattr(g, "_modes", ()) == ("bicubic",) for g in geometry))
     if plan.out_size is not None:
         for t in plan.program:
             for u in t.inner():
@@ -930,7 +981,8 @@ class Compose(Transform):
         rrc = self.rrc
         program = self.plan.program
         G, H, W, VH, VW, OY, OX = fused.GEOM, fused.H, fused.W, fused.VH, fused.VW, fused.OY, fused.OX
-        box, FLIP, VFLIP = slice(fused.TOP, fused.BW + 1), fused.FLIP, fused.VFLIP
+        box, FLIP, VFLIP, CUBIC = slice(fused.TOP, fused.BW + 1), fused.FLIP, fused.VFLIP, fused.CUBIC
+        cubic = self.plan.cubic
         rows: list[list[int]] = []  # (built as lists: a numpy item assignment costs more than the list's)
         progs: list[list] = []
         for p, (h, w) in zip(params, sizes):
@@ -949,6 +1001,7 @@ class Compose(Transform):
                     g[OY], g[OX] = p["crop"][0], p["crop"][1]
             g[FLIP] = 1 if p.get("flip", False) else 0
             g[VFLIP] = 1 if p.get("vflip", False) else 0
+            g[CUBIC] = 1 if p.get("cubic", cubic) else 0
             rows.append(g)
             if program:
                 prog: list = []
@@ -1199,14 +1252,9 @@ def _random_erasing(t: Any, floats: bool) -> Transform:
 # torchvision's class name -> ours, from its object and whether a float conversion came before
 def _timm_rrc(t: Any, floats: bool) -> Transform:
     """timm's RandomResizedCropAndInterpolation: torchvision's RandomResizedCrop (the same
-    draw) with one interpolation; timm's "random" (bilinear or bicubic per image) refused."""
-    modes = t.interpolation if isinstance(t.interpolation, (list, tuple)) else [t.interpolation]
-    names = [getattr(m, "value", str(m)) for m in modes]
-    if names != ["bilinear"]:
-        raise TransformError(f"timm.data.transforms.RandomResizedCropAndInterpolation(interpolation={'/'.join(names)})"
-                             " cannot be fused: the kernel resamples bilinear only; give interpolation='bilinear' "
-                             "(create_transform(..., interpolation='bilinear'))")
-    return RandomResizedCrop(list(t.size), tuple(t.scale), tuple(t.ratio), antialias=True)
+    draw) with its interpolation; "random" (bilinear or bicubic, one drawn an image after
+    its crop, as timm's random.choice) keeps both modes."""
+    return RandomResizedCrop(list(t.size), tuple(t.scale), tuple(t.ratio), t.interpolation, antialias=True)
 
 
 def _timm_erasing(t: Any, floats: bool) -> Transform:
@@ -1235,12 +1283,14 @@ _TIMM: dict[str, Any] = {
     "ToTensor": lambda t, f: ToDtype(torch.float32, scale=True),
     "RandomResizedCropAndInterpolation": _timm_rrc,
     "RandomErasing": _timm_erasing,
+    "RandAugment": lambda t, f: _timm.from_timm_rand_augment(t),
 }
 
 # Why an op has no fused form, where there is more to say than that it has none yet.
 _WHY = {
-    "timm.RandAugment": "timm's RandAugment has its own ops (SolarizeAdd, Color, TranslateXRel, magnitude noise); "
-                   "torchvision's RandAugment fuses",
+    "timm.AutoAugment": "timm's AutoAugment policies are not fused yet (its RandAugment is; torchvision's "
+                        "AutoAugment fuses)",
+    "timm.AugMixAugment": "timm's AugMix is not fused yet (its RandAugment is; torchvision's AugMix fuses)",
     "torchvision.JPEG": "it re-encodes each image (an encoder per sample, outside any kernel)",
     "torchvision.ElasticTransform": "its displacement field is drawn per sample at the image's full size",
     "torchvision.Lambda": "a Lambda runs Python per image",
@@ -1279,7 +1329,7 @@ _CONVERT: dict[str, Any] = {
 }
 
 
-from . import mixing  # noqa: E402
+from . import _timm, mixing  # noqa: E402
 from .augment import (AugMix, AutoAugment, GaussianBlur, RandAugment, RandomAdjustSharpness,  # noqa: E402
                       RandomAffine, RandomAutocontrast, RandomEqualize, RandomOrder, RandomRotation, SampleRandomChoice,
                       TrivialAugmentWide)

@@ -4,8 +4,9 @@
 device functions (GPU kernels) or as numba CPU functions (the CPU twin). Everything is
 float32, as torchvision computes on float32 tensors. The formulas follow
 torchvision.transforms.v2.functional: `_blend` for brightness/contrast/saturation,
-`_rgb_to_hsv`/`_hsv_to_rgb` for hue, and ATen's antialiased bilinear filter
-(upsample_bilinear2d_aa, align_corners=False) for the resize.
+`_rgb_to_hsv`/`_hsv_to_rgb` for hue, and ATen's antialiased bilinear and bicubic
+filters (_upsample_bilinear2d_aa / _upsample_bicubic2d_aa, align_corners=False) for the
+resize.
 """
 import math
 
@@ -28,13 +29,15 @@ SHARPNESS = 10   # the factor; reads a 3x3 neighbourhood: a barrier
 BLUR_X = 11      # Gaussian blur along x (a torchvision GaussianBlur is BLUR_X then BLUR_Y): kernel
 #                  size, sigma; reads a neighbourhood: a barrier
 AFFINE = 12      # torchvision's theta divided by (w/2, h/2) (6), interpolation (0 nearest, 1
-#                  bilinear, 2: an integer pixel map, source = (a0 x + a1 y + a2, a3 x + a4 y + a5)),
+#                  bilinear, 2: an integer pixel map, source = (a0 x + a1 y + a2, a3 x + a4 y + a5);
+#                  3, 4: PIL's Image.transform(AFFINE) bilinear, bicubic: a0..a5 PIL's matrix),
 #                  fill r, g, b (NaN: no fill, zeros outside): reads anywhere: a barrier
 BLUR_Y = 13      # the same along y
 MIX_SAVE = 14    # AugMix: keep the image (the original) and start the mix as m0 * image
 MIX_ADD = 15     # AugMix: mix += w * image (a chain's result), then the image is the original again
 MIX_END = 16     # AugMix: the image is the mix
-NUM_OPS = 17
+SOLARIZE_ADD = 17  # timm's SolarizeAdd: a value under 128 levels gets `add` (float scale) added, capped
+NUM_OPS = 18
 ARGS = 10        # floats per program step
 MAX_BLUR = 63    # largest Gaussian kernel side the CUDA kernel keeps weights for
 BLUR_TAIL = 1e-10  # blur taps under this share of the sum are skipped (they change no value by 1e-9)
@@ -61,16 +64,19 @@ def barrier_step(order, s):
     return order.shape[0]
 
 
-def filter_window(i, scale, in_size, antialias):
+def filter_window(i, scale, in_size, antialias, cubic):
     """Source window of output index i (0-based in the resized, uncropped frame).
 
     Returns (center, invscale, lo, hi): input indices lo <= j < hi contribute with
-    weight tri_weight(j, center, invscale) (to be normalized by their sum)."""
+    weight filter_weight(j, center, invscale, cubic) (to be normalized by their sum).
+    The filter reaches 1 (bilinear) or 2 (bicubic) input pixels either side, stretched
+    by the scale when antialiasing a downscale: ATen's _upsample_*2d_aa, PIL's resize."""
+    radius = float32(2.0) if cubic else float32(1.0)
     if antialias and scale >= float32(1.0):
-        support = scale
+        support = radius * scale
         invscale = float32(1.0) / scale
     else:
-        support = float32(1.0)
+        support = radius
         invscale = float32(1.0)
     center = scale * (float32(i) + float32(0.5))
     lo = int32(center - support + float32(0.5))
@@ -89,6 +95,25 @@ def tri_weight(j, center, invscale):
     if x < float32(1.0):
         return float32(1.0) - x
     return float32(0.0)
+
+
+def cubic_weight(j, center, invscale):
+    """Keys' cubic convolution with a = -0.5 (PIL's and ATen's antialiased bicubic)."""
+    x = (float32(j) - center + float32(0.5)) * invscale
+    if x < float32(0.0):
+        x = -x
+    a = float32(-0.5)
+    if x < float32(1.0):
+        return ((a + float32(2.0)) * x - (a + float32(3.0))) * x * x + float32(1.0)
+    if x < float32(2.0):
+        return ((a * x - float32(5.0) * a) * x + float32(8.0) * a) * x - float32(4.0) * a
+    return float32(0.0)
+
+
+def filter_weight(j, center, invscale, cubic):
+    if cubic:
+        return cubic_weight(j, center, invscale)
+    return tri_weight(j, center, invscale)
 
 
 def clamp01(x):
@@ -173,7 +198,17 @@ def apply_op(op, r, g, b, factor, mean):
         return float32(1.0) - r, float32(1.0) - g, float32(1.0) - b
     if op == POSTERIZE:
         return posterize(r, factor), posterize(g, factor), posterize(b, factor)
+    if op == SOLARIZE_ADD:
+        return solarize_add(r, factor), solarize_add(g, factor), solarize_add(b, factor)
     return r, g, b
+
+
+def solarize_add(v, add):
+    """timm's solarize_add (a lookup table on uint8 levels): v + add, capped at 1, where
+    v is under 128 levels; the rest unchanged."""
+    if v < float32(128.0 / 255.0):
+        return min(v + add, float32(1.0))
+    return v
 
 
 def posterize(v, levels):
@@ -357,13 +392,100 @@ def affine_integer(img, y, x, oh, ow, a):
     return float32(0.0), float32(0.0), float32(0.0)
 
 
+def keys_row(v0, v1, v2, v3, d):
+    """PIL's cubic through four taps at fraction d (Image.transform's BICUBIC)."""
+    p2 = v2 - v0
+    p3 = float32(2.0) * (v0 - v1) + v2 - v3
+    p4 = v1 - v0 - v2 + v3
+    return v1 + d * (p2 + d * (p3 + d * p4))
+
+
+def clamp_index(i, n):
+    if i < 0:
+        return int32(0)
+    if i >= n:
+        return int32(n - 1)
+    return i
+
+
+def affine_pil(img, y, x, oh, ow, a):
+    """PIL's Image.transform(size, AFFINE, a[0:6], BILINEAR or BICUBIC, fillcolor): the
+    source point of pixel centre (x + .5, y + .5) under PIL's matrix; outside the image
+    the fill (zeros without one); inside, taps clamped to the edge; the cubic clipped."""
+    fx = a[0] * (float32(x) + float32(0.5)) + a[1] * (float32(y) + float32(0.5)) + a[2]
+    fy = a[3] * (float32(x) + float32(0.5)) + a[4] * (float32(y) + float32(0.5)) + a[5]
+    if not (fx >= float32(0.0) and fx < float32(ow) and fy >= float32(0.0) and fy < float32(oh)):
+        if a[7] == a[7]:
+            return a[7], a[8], a[9]
+        return float32(0.0), float32(0.0), float32(0.0)
+    fx = fx - float32(0.5)
+    fy = fy - float32(0.5)
+    x0f = floorf(fx)
+    y0f = floorf(fy)
+    dx = fx - x0f
+    dy = fy - y0f
+    x0 = int32(x0f)
+    y0 = int32(y0f)
+    r = float32(0.0)
+    g = float32(0.0)
+    b = float32(0.0)
+    if a[6] == float32(3.0):
+        xa = clamp_index(x0, ow)
+        xb = clamp_index(x0 + 1, ow)
+        ya = clamp_index(y0, oh)
+        yb = clamp_index(y0 + 1, oh)
+        for c in range(3):
+            top = fetch(img, c, ya, xa) + (fetch(img, c, ya, xb) - fetch(img, c, ya, xa)) * dx
+            bot = fetch(img, c, yb, xa) + (fetch(img, c, yb, xb) - fetch(img, c, yb, xa)) * dx
+            v = top + (bot - top) * dy
+            if c == 0:
+                r = v
+            elif c == 1:
+                g = v
+            else:
+                b = v
+        return r, g, b
+    xa = clamp_index(x0 - 1, ow)
+    xb = clamp_index(x0, ow)
+    xc = clamp_index(x0 + 1, ow)
+    xd = clamp_index(x0 + 2, ow)
+    for c in range(3):
+        rows0 = float32(0.0)
+        rows1 = float32(0.0)
+        rows2 = float32(0.0)
+        rows3 = float32(0.0)
+        for k in range(4):
+            yy = clamp_index(y0 - 1 + k, oh)
+            v = keys_row(fetch(img, c, yy, xa), fetch(img, c, yy, xb), fetch(img, c, yy, xc), fetch(img, c, yy, xd),
+                         dx)
+            if k == 0:
+                rows0 = v
+            elif k == 1:
+                rows1 = v
+            elif k == 2:
+                rows2 = v
+            else:
+                rows3 = v
+        v = clamp01(keys_row(rows0, rows1, rows2, rows3, dy))
+        if c == 0:
+            r = v
+        elif c == 1:
+            g = v
+        else:
+            b = v
+    return r, g, b
+
+
 def affine_pixel(img, y, x, oh, ow, a):
     """Output pixel (y, x) of torchvision's affine warp of img [3, oh, ow] (same size),
-    with AFFINE's args: theta's rows divided by (w/2, h/2), the interpolation, the fill."""
+    with AFFINE's args: theta's rows divided by (w/2, h/2), the interpolation, the fill
+    (or PIL's, interpolation 3 or 4)."""
     if a[6] == float32(2.0):
         return affine_integer(img, y, x, oh, ow, a)
     if a[6] == float32(0.0):
         return affine_nearest(img, y, x, oh, ow, a)
+    if a[6] >= float32(3.0):
+        return affine_pil(img, y, x, oh, ow, a)
     return affine_bilinear(img, y, x, oh, ow, a)
 
 

@@ -40,8 +40,8 @@ import numpy as np
 from . import _compile
 from ._pixel import ARGS, AUTOCONTRAST, BLUR_X, BLUR_Y, CONTRAST, EQUALIZE, MIX_ADD, MIX_END, MIX_SAVE
 
-OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP = range(16)
-GEOM = 16
+OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP, CUBIC = range(17)
+GEOM = 17  # CUBIC: the sample resamples bicubic (else bilinear)
 THREADS_PER_BLOCK = (16, 16)  # 256 threads: one histogram bin each (equalize)
 STATS = 7  # per sample and barrier level: grey sum, min r g b, max r g b (float64)
 _SUM_TYPE = np.float64
@@ -153,22 +153,23 @@ def _resample_body(src, geom, args, order, antialias, scratch, stats, hist, aux,
         if vy >= 0 and vy < g[VH] and vx >= 0 and vx < g[VW]:
             bh = g[BH]
             bw = g[BW]
-            cy, iy, ylo, yhi = filter_window(vy, float32(bh) / float32(g[VH]), bh, antialias)
-            cx, ix, xlo, xhi = filter_window(vx, float32(bw) / float32(g[VW]), bw, antialias)
+            cubic = g[CUBIC] != 0
+            cy, iy, ylo, yhi = filter_window(vy, float32(bh) / float32(g[VH]), bh, antialias, cubic)
+            cx, ix, xlo, xhi = filter_window(vx, float32(bw) / float32(g[VW]), bw, antialias, cubic)
             wysum = float32(0.0)
             for j in range(ylo, yhi):
-                wysum += tri_weight(j, cy, iy)
+                wysum += filter_weight(j, cy, iy, cubic)
             wxsum = float32(0.0)
             for i in range(xlo, xhi):
-                wxsum += tri_weight(i, cx, ix)
+                wxsum += filter_weight(i, cx, ix, cubic)
             base = g[OFFSET] + g[TOP] * g[SY] + g[LEFT] * g[SX]
             for j in range(ylo, yhi):
-                wy = tri_weight(j, cy, iy) / wysum
+                wy = filter_weight(j, cy, iy, cubic) / wysum
                 ar = float32(0.0)
                 ag = float32(0.0)
                 ab = float32(0.0)
                 for i in range(xlo, xhi):
-                    wx = tri_weight(i, cx, ix) / wxsum
+                    wx = filter_weight(i, cx, ix, cubic) / wxsum
                     p = base + j * g[SY] + i * g[SX]
                     ar += wx * float32(src[p])
                     ag += wx * float32(src[p + g[SC]])
@@ -179,6 +180,10 @@ def _resample_body(src, geom, args, order, antialias, scratch, stats, hist, aux,
             r = r / float32(255.0)
             gg = gg / float32(255.0)
             b = b / float32(255.0)
+            if cubic:  # the cubic overshoots; a uint8 image resized stays in its range
+                r = clamp01(r)
+                gg = clamp01(gg)
+                b = clamp01(b)
     end = barrier_step(order[n], 1)
     if active:
         r, gg, b = apply_ops(r, gg, b, order[n], args[n], 0, end, aux, n, y, x)
@@ -336,7 +341,7 @@ def _cuda_namespace() -> dict:
 
 
 GEOM_NAMES = dict(OFFSET=OFFSET, H=H, W=W, SY=SY, SX=SX, SC=SC, TOP=TOP, LEFT=LEFT, BH=BH, BW=BW, VH=VH,
-                  VW=VW, OY=OY, OX=OX, FLIP=FLIP, VFLIP=VFLIP)
+                  VW=VW, OY=OY, OX=OX, FLIP=FLIP, VFLIP=VFLIP, CUBIC=CUBIC)
 
 
 def launch_geometry(n: int, oh: int, ow: int) -> tuple[tuple[int, int, int], tuple[int, int]]:
@@ -422,7 +427,7 @@ def fused_cuda(src, geom, args, order, mean, std, out, *, normalize: bool, antia
 # The transposes are 8x8 vector shuffles (_simd), the output ones with non-temporal
 # stores where aligned. One sample at a time, GIL released.
 
-def _axis_weights(out_size, vsize, voff, box, flip, antialias):
+def _axis_weights(out_size, vsize, voff, box, flip, antialias, cubic):
     """Per output index: first source index, tap count, and normalized weights; and a
     validity mask for indices that fall outside the resized frame (padding)."""
     scale = float32(box) / float32(vsize)
@@ -433,7 +438,7 @@ def _axis_weights(out_size, vsize, voff, box, flip, antialias):
     for o in range(out_size):
         v = (out_size - 1 - o if flip else o) + voff
         if v >= 0 and v < vsize:
-            c, inv, lo, hi = filter_window(v, scale, box, antialias)
+            c, inv, lo, hi = filter_window(v, scale, box, antialias, cubic)
             first[o] = lo
             count[o] = hi - lo
             valid[o] = True
@@ -442,12 +447,12 @@ def _axis_weights(out_size, vsize, voff, box, flip, antialias):
     for o in range(out_size):
         if valid[o]:
             v = (out_size - 1 - o if flip else o) + voff
-            c, inv, lo, hi = filter_window(v, scale, box, antialias)
+            c, inv, lo, hi = filter_window(v, scale, box, antialias, cubic)
             total = float32(0.0)
             for j in range(lo, hi):
-                total += tri_weight(j, c, inv)
+                total += filter_weight(j, c, inv, cubic)
             for j in range(lo, hi):
-                weights[o, j - lo] = tri_weight(j, c, inv) / total
+                weights[o, j - lo] = filter_weight(j, c, inv, cubic) / total
     return first, count, weights, valid
 
 
@@ -458,9 +463,12 @@ def _op_pass(px, ow, op, factor, mean):
     """One ColorJitter op in place over px [ow*3, n] (channel rows, see above); one
     loop per op, so each loop has a fixed body the compiler vectorizes."""
     n = px.shape[1]
-    if op == BRIGHTNESS or op == CONTRAST or op == SOLARIZE or op == INVERT or op == POSTERIZE:
+    if op == BRIGHTNESS or op == CONTRAST or op == SOLARIZE or op == INVERT or op == POSTERIZE or op == SOLARIZE_ADD:
         flat = px.reshape(ow * 3 * n)
-        if op == BRIGHTNESS:
+        if op == SOLARIZE_ADD:
+            for i in range(ow * 3 * n):
+                flat[i] = solarize_add(flat[i], factor)
+        elif op == BRIGHTNESS:
             for i in range(ow * 3 * n):
                 flat[i] = clamp01(flat[i] * factor)
         elif op == CONTRAST:
@@ -690,6 +698,9 @@ def _affine_pass(px, px2, ow, oh, a):
         elif mode == float32(1.0):
             for y in range(oh):
                 r0[y], r1[y], r2[y] = affine_bilinear(img, y, x, oh, ow, a)
+        elif mode >= float32(3.0):
+            for y in range(oh):
+                r0[y], r1[y], r2[y] = affine_pil(img, y, x, oh, ow, a)
         else:
             for y in range(oh):
                 r0[y], r1[y], r2[y] = affine_integer(img, y, x, oh, ow, a)
@@ -851,6 +862,11 @@ def _horizontal_pass(work, oh, bw, ow, xf, xc, xw, xv):
             px3[x, :] = 0.0
 
 
+def _clamp_pass(px):
+    for i in range(px.shape[0]):
+        px[i] = clamp01(px[i])
+
+
 def _output_pass(work, oh, bw, ow, mean, std, normalize, to_uint8, dst, doff, nhwc):
     """Stage 5: each channel transposed to [oh, ow] into dst, with Normalize as
     encode_output does it on the way (or after the uint8 scaling); for NHWC, px [ow*3, oh]
@@ -875,8 +891,9 @@ def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, 
     benchmark times each (gpudecode.bench.suite.kernels --stages)."""
     bh = g[BH]
     bw = g[BW]
-    yf, yc, yw, yv = _axis_weights(oh, g[VH], g[OY], bh, g[VFLIP] != 0, antialias)
-    xf, xc, xw, xv = _axis_weights(ow, g[VW], g[OX], bw, g[FLIP] != 0, antialias)
+    cubic = g[CUBIC] != 0
+    yf, yc, yw, yv = _axis_weights(oh, g[VH], g[OY], bh, g[VFLIP] != 0, antialias, cubic)
+    xf, xc, xw, xv = _axis_weights(ow, g[VW], g[OX], bw, g[FLIP] != 0, antialias, cubic)
     n3 = bw * 3
     # 1. vertical: the box's rows resampled to oh rows, [oh, bw*3] interleaved
     _vertical_pass(src, g, yf, yc, yw, yv, oh, work)
@@ -884,6 +901,8 @@ def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, 
     transpose(work, 0, n3, work, oh * n3, oh, oh, n3, False, float32(0.0), float32(1.0))
     # 3. horizontal: [ow*3, oh]
     _horizontal_pass(work, oh, bw, ow, xf, xc, xw, xv)
+    if cubic:  # the cubic overshoots; a uint8 image resized stays in its range
+        _clamp_pass(work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh])
     # 4. the sample's program, op by op over the whole image (a second image-sized area
     # after px for the ops that read neighbours)
     if order[0] >= 0:
@@ -1070,7 +1089,7 @@ def _cpu_namespace() -> dict:
     for fn in (_saturation_rows, _hue_rows, _gray_rows, _axis_weights, _op_pass, _encode_pass, _rows_u8, _rows_f32,
                _gray_mean, _image, _autocontrast_pass, _equalize_pass, _sharpen_row, _sharpness_pass, _blur_weights,
                _blur_x_pass, _blur_y_pass, _mix_pass,
-               _affine_pass, _program, _vertical_pass, _horizontal_pass, _output_pass, _cpu_sample, _is_identity, _scale_row, _fill, _channel_row, _channel_row_flipped,
+               _affine_pass, _program, _vertical_pass, _horizontal_pass, _clamp_pass, _output_pass, _cpu_sample, _is_identity, _scale_row, _fill, _channel_row, _channel_row_flipped,
                _cpu_identity):
         ns[fn.__name__] = jit()(_compile._rebind(fn, ns))
     # a reassociating reduction (float64 accumulators) so the grey sum vectorizes

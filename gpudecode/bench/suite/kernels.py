@@ -162,8 +162,8 @@ def stages_table(a) -> None:
             g = geom[i]
             bw, n3 = int(g[fused.BW]), int(g[fused.BW]) * 3
             t = [time.perf_counter()]
-            yf, yc, yw, yv = st["_axis_weights"](oh, g[fused.VH], g[fused.OY], g[fused.BH], g[fused.VFLIP] != 0, True)
-            xf, xc, xw, xv = st["_axis_weights"](ow, g[fused.VW], g[fused.OX], bw, g[fused.FLIP] != 0, True)
+            yf, yc, yw, yv = st["_axis_weights"](oh, g[fused.VH], g[fused.OY], g[fused.BH], g[fused.VFLIP] != 0, True, False)
+            xf, xc, xw, xv = st["_axis_weights"](ow, g[fused.VW], g[fused.OX], bw, g[fused.FLIP] != 0, True, False)
             t.append(time.perf_counter())
             st["_vertical_pass"](packed, g, yf, yc, yw, yv, oh, work)
             t.append(time.perf_counter())

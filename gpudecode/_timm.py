@@ -1,0 +1,211 @@
+"""timm's RandAugment (`timm.data.auto_augment.rand_augment_transform`, what
+`create_transform(..., auto_augment="rand-m9-mstd0.5-inc1")` builds) as a step of the
+fused kernel's program, with timm's numbers: its op set (SolarizeAdd, Color,
+TranslateXRel, the "Increasing" variants, ...), each op applied with its probability,
+the magnitude drawn from N(m, mstd) and clipped to [0, mmax], timm's level-to-argument
+functions (signs drawn with probability 1/2), its warps as PIL's `Image.transform`
+(bilinear or bicubic, one drawn per warp when timm's interpolation is "random"), its
+fill (the mean colour).
+
+timm works on PIL uint8 images and truncates each op's result to a level; the kernel
+keeps float32 between ops (as torchvision's float path does), so an op's pixels are
+within a level of timm's own (tests/test_timm.py measures it on photographs).
+"""
+from __future__ import annotations
+
+import math
+import random
+from typing import Any, Sequence
+
+from .augment import _Policy
+from .errors import TransformError
+from .kernels._pixel import (AFFINE, AUTOCONTRAST, BRIGHTNESS, CONTRAST, EQUALIZE, INVERT, POSTERIZE, SATURATION,
+                             SHARPNESS, SOLARIZE, SOLARIZE_ADD)
+
+PIL_BILINEAR, PIL_BICUBIC = 3.0, 4.0  # AFFINE's interpolation argument for PIL's warps
+_DENOM = 10.0  # timm's _LEVEL_DENOM
+WARPS = ("Rotate", "ShearX", "ShearY", "TranslateX", "TranslateY", "TranslateXRel", "TranslateYRel")
+_ENHANCE = {"Color": SATURATION, "Contrast": CONTRAST, "Brightness": BRIGHTNESS, "Sharpness": SHARPNESS}
+OPS = ("AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "PosterizeIncreasing", "PosterizeOriginal",
+       "Solarize", "SolarizeIncreasing", "SolarizeAdd", "Color", "ColorIncreasing", "Contrast", "ContrastIncreasing",
+       "Brightness", "BrightnessIncreasing", "Sharpness", "SharpnessIncreasing", "ShearX", "ShearY", "TranslateX",
+       "TranslateY", "TranslateXRel", "TranslateYRel")
+
+
+def _negate(rng: random.Random, v: float) -> float:
+    return -v if rng.random() > 0.5 else v  # timm's _randomly_negate
+
+
+def level_arg(name: str, m: float, rng: random.Random, hparams: dict) -> float | None:
+    """timm's LEVEL_TO_ARG[name](m): the op's argument at magnitude m (None: none)."""
+    if name in ("AutoContrast", "Equalize", "Invert"):
+        return None
+    if name == "Rotate":
+        return _negate(rng, m / _DENOM * 30.0)
+    if name in ("ShearX", "ShearY"):
+        return _negate(rng, m / _DENOM * 0.3)
+    if name in ("TranslateXRel", "TranslateYRel"):
+        return _negate(rng, m / _DENOM * float(hparams.get("translate_pct", 0.45)))
+    if name in ("TranslateX", "TranslateY"):
+        return _negate(rng, m / _DENOM * float(hparams["translate_const"]))
+    if name == "Posterize":
+        return float(int(m / _DENOM * 4))
+    if name == "PosterizeIncreasing":
+        return float(4 - int(m / _DENOM * 4))
+    if name == "PosterizeOriginal":
+        return float(int(m / _DENOM * 4) + 4)
+    if name == "Solarize":
+        return float(min(256, int(m / _DENOM * 256)))
+    if name == "SolarizeIncreasing":
+        return float(256 - min(256, int(m / _DENOM * 256)))
+    if name == "SolarizeAdd":
+        return float(min(128, int(m / _DENOM * 110)))
+    if name.endswith("Increasing"):  # Color, Contrast, Brightness, Sharpness
+        return max(0.1, 1.0 + _negate(rng, m / _DENOM * 0.9))
+    return m / _DENOM * 1.8 + 0.1  # Color, Contrast, Brightness, Sharpness
+
+
+def pil_matrix(name: str, v: float, size: tuple[int, int]) -> list[float] | None:
+    """PIL's AFFINE matrix (output pixel centre -> source point) of timm's warp `name`
+    with argument v on an image of `size` (h, w); None: the identity (PIL copies)."""
+    h, w = size
+    if name == "ShearX":
+        return [1.0, v, 0.0, 0.0, 1.0, 0.0]
+    if name == "ShearY":
+        return [1.0, 0.0, 0.0, v, 1.0, 0.0]
+    if name in ("TranslateX", "TranslateXRel"):
+        return [1.0, 0.0, v * w if name.endswith("Rel") else v, 0.0, 1.0, 0.0]
+    if name in ("TranslateY", "TranslateYRel"):
+        return [1.0, 0.0, 0.0, 0.0, 1.0, v * h if name.endswith("Rel") else v]
+    # Rotate: PIL's Image.rotate(v) about (w / 2, h / 2), its matrix as it builds it
+    if v % 360.0 == 0.0:
+        return None
+    angle = -math.radians(v % 360.0)
+    m = [round(math.cos(angle), 15), round(math.sin(angle), 15), 0.0,
+         round(-math.sin(angle), 15), round(math.cos(angle), 15), 0.0]
+    cx, cy = w / 2.0, h / 2.0
+    m[2] = m[0] * -cx + m[1] * -cy + cx
+    m[5] = m[3] * -cx + m[4] * -cy + cy
+    return m
+
+
+def timm_op(name: str, v: float | None, mode: str | None, size: tuple[int, int],
+            fill: tuple[float, float, float]) -> tuple[int, tuple[float, ...]] | None:
+    """The kernel op of timm's op `name` applied with argument v (warps: mode bilinear or
+    bicubic); None where it changes nothing."""
+    if name in WARPS:
+        m = pil_matrix(name, float(v or 0.0), size)
+        if m is None:
+            return None
+        return AFFINE, (*m, PIL_BICUBIC if mode == "bicubic" else PIL_BILINEAR, *fill)
+    if name == "AutoContrast":
+        return AUTOCONTRAST, ()
+    if name == "Equalize":
+        return EQUALIZE, ()
+    if name == "Invert":
+        return INVERT, ()
+    assert v is not None
+    if name.startswith("Posterize"):
+        return None if v >= 8 else (POSTERIZE, (float(1 << int(v)),))
+    if name in ("Solarize", "SolarizeIncreasing"):
+        return SOLARIZE, (v / 255.0,)  # PIL: levels at or over the threshold inverted
+    if name == "SolarizeAdd":
+        return SOLARIZE_ADD, (v / 255.0,)
+    return _ENHANCE[name.replace("Increasing", "")], (v,)
+
+
+class TimmRandAugment(_Policy):
+    """timm's RandAugment: `num_layers` ops an image, uniformly with replacement from
+    `ops`, each (name, prob, magnitude, hparams) as timm's AugmentOp: applied with
+    probability prob, at magnitude N(magnitude, magnitude_std) (uniform in [0, magnitude]
+    when the std is infinite) clipped to [0, magnitude_max or 10]. make_params:
+    "timm_rand_augment": [(name, argument, warp interpolation or None), ...] applied."""
+
+    key = "timm_rand_augment"
+
+    def __init__(self, ops: Sequence[tuple[str, float, float, dict]], num_layers: int = 2,
+                 interpolation: Sequence[str] = ("bilinear", "bicubic"),
+                 fill: Sequence[int] = (128, 128, 128)) -> None:
+        for name, *_ in ops:
+            if name not in OPS:
+                raise TransformError(f"timm.data.RandAugment with op {name!r} cannot be fused: the "
+                                     f"kernel has timm's {', '.join(OPS)}")
+        modes = tuple(interpolation)
+        if not modes or any(m not in ("bilinear", "bicubic") for m in modes):
+            raise TransformError(f"timm.data.RandAugment with interpolation {modes} cannot be fused: "
+                                 "its warps are bilinear or bicubic")
+        self.ops = [(str(n), float(p), float(m), dict(h)) for n, p, m, h in ops]
+        self.num_layers = int(num_layers)
+        self.modes = modes
+        self.fill = tuple(int(v) for v in fill)
+        self._fill3 = (self.fill[0] / 255.0, self.fill[1] / 255.0, self.fill[2] / 255.0)
+        if len(self.fill) != 3:
+            raise TransformError(f"timm's fill {fill!r}: three levels (RGB)")
+        self.interpolation = 0.0  # (_Policy's; the warps here carry their own)
+        self._fill = None
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        applied = []
+        for _ in range(self.num_layers):
+            name, prob, magnitude, hp = self.ops[rng.randrange(len(self.ops))]
+            if prob < 1.0 and rng.random() > prob:
+                continue
+            m = magnitude
+            std = float(hp.get("magnitude_std", 0) or 0)
+            if std == math.inf:
+                m = rng.uniform(0.0, m)
+            elif std > 0:
+                m = rng.gauss(m, std)
+            m = max(0.0, min(m, float(hp.get("magnitude_max") or _DENOM)))
+            v = level_arg(name, m, rng, hp)
+            mode = self.modes[rng.randrange(len(self.modes))] if name in WARPS else None
+            applied.append((name, v, mode))
+        return {self.key: applied}
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        for name, v, mode in p.get(self.key) or ():
+            op = timm_op(name, v, mode, size, self._fill3)
+            if op is not None:
+                prog.append(op)
+
+    def __repr__(self) -> str:
+        ops = ", ".join(f"{n}(p={p}, m={m}, mstd={h.get('magnitude_std', 0)})" for n, p, m, h in self.ops)
+        return (f"TimmRandAugment(n={self.num_layers}, ops=[{ops}], interpolation={list(self.modes)}, "
+                f"fill={list(self.fill)})")
+
+
+def _pil_mode(value: Any) -> str:
+    """A PIL resampling constant (or torchvision's mode) by name."""
+    name = getattr(value, "name", None) or getattr(value, "value", None) or value
+    name = {2: "bilinear", 3: "bicubic"}.get(name, name) if isinstance(name, int) else str(name).lower()
+    if name not in ("bilinear", "bicubic"):
+        raise TransformError(f"timm.data.RandAugment with resample {value!r} cannot be fused: its warps "
+                             "are bilinear or bicubic")
+    return name
+
+
+def from_timm_rand_augment(t: Any) -> TimmRandAugment:
+    """timm's RandAugment object as ours, read from its AugmentOps."""
+    if getattr(t, "choice_weights", None) is not None:
+        raise TransformError("timm.data.RandAugment with weighted op choice (a 't' config such as "
+                             "'tweights') cannot be fused: the kernel draws ops uniformly with replacement")
+    ops, modes, fill = [], None, None
+    for op in t.ops:
+        hp = dict(op.hparams)
+        ops.append((op.name, op.prob, op.magnitude, {k: hp[k] for k in ("magnitude_std", "magnitude_max",
+                                                                           "translate_pct", "translate_const")
+                                                     if k in hp}))
+        resample = op.kwargs.get("resample")
+        these = tuple(_pil_mode(r) for r in resample) if isinstance(resample, (list, tuple)) else (_pil_mode(resample),)
+        fc = op.kwargs.get("fillcolor", (128, 128, 128))
+        fc = (int(fc),) * 3 if isinstance(fc, (int, float)) else tuple(int(v) for v in fc)
+        if modes not in (None, these) or fill not in (None, fc):
+            raise TransformError("timm.data.RandAugment with ops of different interpolations or fills "
+                                 "cannot be fused")
+        modes, fill = these, fc
+    if not ops:
+        raise TransformError("timm.data.RandAugment with no ops")
+    return TimmRandAugment(ops, t.num_layers, modes or ("bilinear", "bicubic"), fill or (128, 128, 128))
+
+
+__all__ = ["TimmRandAugment", "from_timm_rand_augment", "level_arg", "pil_matrix", "timm_op"]
