@@ -89,8 +89,8 @@ OPS: tuple[tuple[str, str], ...] = (
     ("per-sample ops (any order)", "ColorJitter, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert, "
                                    "RandomPosterize, RandomAutocontrast, RandomEqualize, RandomAdjustSharpness, "
                                    "GaussianBlur, RandomRotation, RandomAffine"),
-    ("policies", "TrivialAugmentWide, RandAugment, AutoAugment, AugMix; timm's RandAugment (rand-m9-mstd0.5-inc1 "
-                 "and its other configs)"),
+    ("policies", "TrivialAugmentWide, RandAugment, AutoAugment, AugMix; timm's RandAugment, AutoAugment and "
+                 "AugMix (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 and the like)"),
     ("containers", "RandomApply, RandomChoice, RandomOrder over the per-sample ops"),
     ("then", "Normalize, ToDtype; then RandomErasing (last)"),
     ("input conversion (dropped)", "ToImage, PILToTensor, ToTensor (becomes ToDtype(float32, scale=True))"),

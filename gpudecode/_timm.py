@@ -19,8 +19,8 @@ from typing import Any, Sequence
 
 from .augment import _Policy
 from .errors import TransformError
-from .kernels._pixel import (AFFINE, AUTOCONTRAST, BRIGHTNESS, CONTRAST, EQUALIZE, INVERT, POSTERIZE, SATURATION,
-                             SHARPNESS, SOLARIZE, SOLARIZE_ADD)
+from .kernels._pixel import (AFFINE, AUTOCONTRAST, BRIGHTNESS, CONTRAST, EQUALIZE, INVERT, MIX_ADD, MIX_END, MIX_SAVE,
+                             POSTERIZE, SATURATION, SHARPNESS, SOLARIZE, SOLARIZE_ADD)
 
 PIL_BILINEAR, PIL_BICUBIC = 3.0, 4.0  # AFFINE's interpolation argument for PIL's warps
 _DENOM = 10.0  # timm's _LEVEL_DENOM
@@ -114,7 +114,64 @@ def timm_op(name: str, v: float | None, mode: str | None, size: tuple[int, int],
     return _ENHANCE[name.replace("Increasing", "")], (v,)
 
 
-class TimmRandAugment(_Policy):
+Spec = tuple[str, float, float, dict]  # an AugmentOp: name, probability, magnitude, hparams
+
+
+def _check(ops: Sequence[Spec], what: str) -> list[Spec]:
+    for name, *_ in ops:
+        if name not in OPS:
+            raise TransformError(f"{what} with op {name!r} cannot be fused: the kernel has timm's {', '.join(OPS)}")
+    return [(str(n), float(p), float(m), dict(h)) for n, p, m, h in ops]
+
+
+class _TimmPolicy(_Policy):
+    """What timm's policies share: its AugmentOp's draw, the warps' interpolation modes
+    (one drawn a warp when there are two, as timm's "random") and the fill (levels)."""
+
+    def __init__(self, interpolation: Sequence[str], fill: Sequence[int], what: str) -> None:
+        modes = tuple(interpolation)
+        if not modes or any(m not in ("bilinear", "bicubic") for m in modes):
+            raise TransformError(f"{what} with interpolation {modes} cannot be fused: its warps are bilinear or bicubic")
+        if len(tuple(fill)) != 3:
+            raise TransformError(f"timm's fill {fill!r}: three levels (RGB)")
+        self.modes = modes
+        self.fill = tuple(int(v) for v in fill)
+        self._fill3 = (self.fill[0] / 255.0, self.fill[1] / 255.0, self.fill[2] / 255.0)
+        self.interpolation = 0.0  # (_Policy's; the warps here carry their own)
+        self._fill = None
+
+    def draw_op(self, rng: random.Random, spec: Spec) -> tuple[str, float | None, str | None] | None:
+        """timm's AugmentOp.__call__: (name, argument, warp mode), or None when its coin
+        says no."""
+        name, prob, magnitude, hp = spec
+        if prob < 1.0 and rng.random() > prob:
+            return None
+        m = magnitude
+        std = float(hp.get("magnitude_std", 0) or 0)
+        if std == math.inf:
+            m = rng.uniform(0.0, m)
+        elif std > 0:
+            m = rng.gauss(m, std)
+        m = max(0.0, min(m, float(hp.get("magnitude_max") or _DENOM)))
+        v = level_arg(name, m, rng, hp)
+        mode = self.modes[rng.randrange(len(self.modes))] if name in WARPS else None
+        return name, v, mode
+
+    def emit_ops(self, ops: Sequence[tuple], size: tuple[int, int], prog: list) -> None:
+        for name, v, mode in ops:
+            op = timm_op(name, v, mode, size, self._fill3)
+            if op is not None:
+                prog.append(op)
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        self.emit_ops(p.get(self.key) or (), size, prog)
+
+    @staticmethod
+    def _specs(ops: Sequence[Spec]) -> str:
+        return ", ".join(f"{n}(p={p}, m={m}, mstd={h.get('magnitude_std', 0)})" for n, p, m, h in ops)
+
+
+class TimmRandAugment(_TimmPolicy):
     """timm's RandAugment: `num_layers` ops an image, uniformly with replacement from
     `ops`, each (name, prob, magnitude, hparams) as timm's AugmentOp: applied with
     probability prob, at magnitude N(magnitude, magnitude_std) (uniform in [0, magnitude]
@@ -123,89 +180,148 @@ class TimmRandAugment(_Policy):
 
     key = "timm_rand_augment"
 
-    def __init__(self, ops: Sequence[tuple[str, float, float, dict]], num_layers: int = 2,
-                 interpolation: Sequence[str] = ("bilinear", "bicubic"),
+    def __init__(self, ops: Sequence[Spec], num_layers: int = 2, interpolation: Sequence[str] = ("bilinear", "bicubic"),
                  fill: Sequence[int] = (128, 128, 128)) -> None:
-        for name, *_ in ops:
-            if name not in OPS:
-                raise TransformError(f"timm.data.RandAugment with op {name!r} cannot be fused: the "
-                                     f"kernel has timm's {', '.join(OPS)}")
-        modes = tuple(interpolation)
-        if not modes or any(m not in ("bilinear", "bicubic") for m in modes):
-            raise TransformError(f"timm.data.RandAugment with interpolation {modes} cannot be fused: "
-                                 "its warps are bilinear or bicubic")
-        self.ops = [(str(n), float(p), float(m), dict(h)) for n, p, m, h in ops]
+        super().__init__(interpolation, fill, "timm.data.RandAugment")
+        self.ops = _check(ops, "timm.data.RandAugment")
+        if not self.ops:
+            raise TransformError("timm.data.RandAugment with no ops")
         self.num_layers = int(num_layers)
-        self.modes = modes
-        self.fill = tuple(int(v) for v in fill)
-        self._fill3 = (self.fill[0] / 255.0, self.fill[1] / 255.0, self.fill[2] / 255.0)
-        if len(self.fill) != 3:
-            raise TransformError(f"timm's fill {fill!r}: three levels (RGB)")
-        self.interpolation = 0.0  # (_Policy's; the warps here carry their own)
-        self._fill = None
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
-        applied = []
-        for _ in range(self.num_layers):
-            name, prob, magnitude, hp = self.ops[rng.randrange(len(self.ops))]
-            if prob < 1.0 and rng.random() > prob:
-                continue
-            m = magnitude
-            std = float(hp.get("magnitude_std", 0) or 0)
-            if std == math.inf:
-                m = rng.uniform(0.0, m)
-            elif std > 0:
-                m = rng.gauss(m, std)
-            m = max(0.0, min(m, float(hp.get("magnitude_max") or _DENOM)))
-            v = level_arg(name, m, rng, hp)
-            mode = self.modes[rng.randrange(len(self.modes))] if name in WARPS else None
-            applied.append((name, v, mode))
-        return {self.key: applied}
-
-    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
-        for name, v, mode in p.get(self.key) or ():
-            op = timm_op(name, v, mode, size, self._fill3)
-            if op is not None:
-                prog.append(op)
+        drawn = (self.draw_op(rng, self.ops[rng.randrange(len(self.ops))]) for _ in range(self.num_layers))
+        return {self.key: [d for d in drawn if d is not None]}
 
     def __repr__(self) -> str:
-        ops = ", ".join(f"{n}(p={p}, m={m}, mstd={h.get('magnitude_std', 0)})" for n, p, m, h in self.ops)
-        return (f"TimmRandAugment(n={self.num_layers}, ops=[{ops}], interpolation={list(self.modes)}, "
-                f"fill={list(self.fill)})")
+        return (f"TimmRandAugment(n={self.num_layers}, ops=[{self._specs(self.ops)}], "
+                f"interpolation={list(self.modes)}, fill={list(self.fill)})")
 
 
-def _pil_mode(value: Any) -> str:
+class TimmAutoAugment(_TimmPolicy):
+    """timm's AutoAugment (policies v0, v0r, original, originalr): one sub-policy an
+    image, uniformly, its ops each as timm's AugmentOp. make_params: "timm_auto_augment":
+    the ops applied, as TimmRandAugment's."""
+
+    key = "timm_auto_augment"
+
+    def __init__(self, policy: Sequence[Sequence[Spec]], interpolation: Sequence[str] = ("bilinear", "bicubic"),
+                 fill: Sequence[int] = (128, 128, 128)) -> None:
+        super().__init__(interpolation, fill, "timm.data.AutoAugment")
+        self.policy = [_check(sub, "timm.data.AutoAugment") for sub in policy]
+        if not self.policy:
+            raise TransformError("timm.data.AutoAugment with no sub-policies")
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        sub = self.policy[rng.randrange(len(self.policy))]
+        drawn = (self.draw_op(rng, spec) for spec in sub)
+        return {self.key: [d for d in drawn if d is not None]}
+
+    def __repr__(self) -> str:
+        subs = "; ".join(f"[{self._specs(sub)}]" for sub in self.policy)
+        return f"TimmAutoAugment(policy=[{subs}], interpolation={list(self.modes)}, fill={list(self.fill)})"
+
+
+class TimmAugMix(_TimmPolicy):
+    """timm's AugMixAugment (not blended): `width` chains of `depth` ops (1 to 3 drawn a
+    chain when depth <= 0) uniformly from `ops`, mixed with Dirichlet(alpha) weights w,
+    the mix blended into the image by m ~ Beta(alpha, alpha): (1 - m) image + m sum_i w_i
+    chain_i. make_params: "timm_augmix": {"m": m, "weights": [w_i], "chains": [[op, ...]]}.
+    In the kernel: AugMix's MIX ops (the image kept, each chain added to the mix)."""
+
+    key = "timm_augmix"
+
+    def __init__(self, ops: Sequence[Spec], alpha: float = 1.0, width: int = 3, depth: int = -1,
+                 interpolation: Sequence[str] = ("bilinear", "bicubic"), fill: Sequence[int] = (128, 128, 128)) -> None:
+        super().__init__(interpolation, fill, "timm.data.AugMixAugment")
+        self.ops = _check(ops, "timm.data.AugMixAugment")
+        if not self.ops or width < 1 or alpha <= 0:
+            raise TransformError("timm.data.AugMixAugment needs ops, width >= 1 and alpha > 0")
+        self.alpha, self.width, self.depth = float(alpha), int(width), int(depth)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        g = [rng.gammavariate(self.alpha, 1.0) for _ in range(self.width)]
+        total = sum(g)
+        weights = [x / total for x in g] if total > 0 else [1.0 / self.width] * self.width
+        m = rng.betavariate(self.alpha, self.alpha)
+        chains = []
+        for _ in range(self.width):
+            depth = self.depth if self.depth > 0 else rng.randint(1, 3)
+            drawn = (self.draw_op(rng, self.ops[rng.randrange(len(self.ops))]) for _ in range(depth))
+            chains.append([d for d in drawn if d is not None])
+        return {self.key: {"m": m, "weights": weights, "chains": chains}}
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        a = p.get(self.key)
+        if a is None:
+            return
+        prog.append((MIX_SAVE, (1.0 - a["m"],)))
+        for w, chain in zip(a["weights"], a["chains"]):
+            self.emit_ops(chain, size, prog)
+            prog.append((MIX_ADD, (a["m"] * w,)))
+        prog.append((MIX_END, ()))
+
+    def __repr__(self) -> str:
+        return (f"TimmAugMix(alpha={self.alpha}, width={self.width}, depth={self.depth}, "
+                f"ops=[{self._specs(self.ops)}], interpolation={list(self.modes)}, fill={list(self.fill)})")
+
+
+def _pil_mode(value: Any, what: str) -> str:
     """A PIL resampling constant (or torchvision's mode) by name."""
     name = getattr(value, "name", None) or getattr(value, "value", None) or value
     name = {2: "bilinear", 3: "bicubic"}.get(name, name) if isinstance(name, int) else str(name).lower()
     if name not in ("bilinear", "bicubic"):
-        raise TransformError(f"timm.data.RandAugment with resample {value!r} cannot be fused: its warps "
-                             "are bilinear or bicubic")
+        raise TransformError(f"{what} with resample {value!r} cannot be fused: its warps are bilinear or bicubic")
     return name
+
+
+def _read_ops(ops: Sequence[Any], what: str) -> tuple[list[Spec], tuple[str, ...], tuple[int, ...]]:
+    """timm's AugmentOps as (name, prob, magnitude, hparams) specs, with the one
+    interpolation and fill they share."""
+    specs: list[Spec] = []
+    modes: tuple[str, ...] | None = None
+    fill: tuple[int, ...] | None = None
+    for op in ops:
+        hp = dict(op.hparams)
+        specs.append((op.name, op.prob, op.magnitude, {k: hp[k] for k in ("magnitude_std", "magnitude_max",
+                                                                          "translate_pct", "translate_const")
+                                                       if k in hp}))
+        resample = op.kwargs.get("resample")
+        these = tuple(_pil_mode(r, what) for r in resample) if isinstance(resample, (list, tuple)) else (
+            _pil_mode(resample, what),)
+        fc = op.kwargs.get("fillcolor", (128, 128, 128))
+        fc = (int(fc),) * 3 if isinstance(fc, (int, float)) else tuple(int(v) for v in fc)
+        if modes not in (None, these) or fill not in (None, fc):
+            raise TransformError(f"{what} with ops of different interpolations or fills cannot be fused")
+        modes, fill = these, fc
+    return specs, modes or ("bilinear", "bicubic"), fill or (128, 128, 128)
 
 
 def from_timm_rand_augment(t: Any) -> TimmRandAugment:
     """timm's RandAugment object as ours, read from its AugmentOps."""
+    what = "timm.data.RandAugment"
     if getattr(t, "choice_weights", None) is not None:
-        raise TransformError("timm.data.RandAugment with weighted op choice (a 't' config such as "
-                             "'tweights') cannot be fused: the kernel draws ops uniformly with replacement")
-    ops, modes, fill = [], None, None
-    for op in t.ops:
-        hp = dict(op.hparams)
-        ops.append((op.name, op.prob, op.magnitude, {k: hp[k] for k in ("magnitude_std", "magnitude_max",
-                                                                           "translate_pct", "translate_const")
-                                                     if k in hp}))
-        resample = op.kwargs.get("resample")
-        these = tuple(_pil_mode(r) for r in resample) if isinstance(resample, (list, tuple)) else (_pil_mode(resample),)
-        fc = op.kwargs.get("fillcolor", (128, 128, 128))
-        fc = (int(fc),) * 3 if isinstance(fc, (int, float)) else tuple(int(v) for v in fc)
-        if modes not in (None, these) or fill not in (None, fc):
-            raise TransformError("timm.data.RandAugment with ops of different interpolations or fills "
-                                 "cannot be fused")
-        modes, fill = these, fc
-    if not ops:
-        raise TransformError("timm.data.RandAugment with no ops")
-    return TimmRandAugment(ops, t.num_layers, modes or ("bilinear", "bicubic"), fill or (128, 128, 128))
+        raise TransformError(f"{what} with weighted op choice (a 't' config such as 'tweights') cannot be fused: the "
+                             "kernel draws ops uniformly with replacement")
+    specs, modes, fill = _read_ops(t.ops, what)
+    return TimmRandAugment(specs, t.num_layers, modes, fill)
 
 
-__all__ = ["TimmRandAugment", "from_timm_rand_augment", "level_arg", "pil_matrix", "timm_op"]
+def from_timm_auto_augment(t: Any) -> TimmAutoAugment:
+    what = "timm.data.AutoAugment"
+    subs = [_read_ops(sub, what) for sub in t.policy]
+    if any(s[1:] != subs[0][1:] for s in subs):
+        raise TransformError(f"{what} with ops of different interpolations or fills cannot be fused")
+    return TimmAutoAugment([s[0] for s in subs], *subs[0][1:]) if subs else TimmAutoAugment([])
+
+
+def from_timm_augmix(t: Any) -> TimmAugMix:
+    what = "timm.data.AugMixAugment"
+    if getattr(t, "blended", False):
+        raise TransformError(f"{what} with blended=True (an augmix config with 'b1') cannot be fused: its chains are "
+                             "blended one by one, not mixed")
+    specs, modes, fill = _read_ops(t.ops, what)
+    return TimmAugMix(specs, t.alpha, t.width, t.depth, modes, fill)
+
+
+__all__ = ["TimmRandAugment", "TimmAutoAugment", "TimmAugMix", "from_timm_rand_augment", "from_timm_auto_augment",
+           "from_timm_augmix", "level_arg", "pil_matrix", "timm_op"]

@@ -1284,13 +1284,12 @@ _TIMM: dict[str, Any] = {
     "RandomResizedCropAndInterpolation": _timm_rrc,
     "RandomErasing": _timm_erasing,
     "RandAugment": lambda t, f: _timm.from_timm_rand_augment(t),
+    "AutoAugment": lambda t, f: _timm.from_timm_auto_augment(t),
+    "AugMixAugment": lambda t, f: _timm.from_timm_augmix(t),
 }
 
 # Why an op has no fused form, where there is more to say than that it has none yet.
 _WHY = {
-    "timm.AutoAugment": "timm's AutoAugment policies are not fused yet (its RandAugment is; torchvision's "
-                        "AutoAugment fuses)",
-    "timm.AugMixAugment": "timm's AugMix is not fused yet (its RandAugment is; torchvision's AugMix fuses)",
     "torchvision.JPEG": "it re-encodes each image (an encoder per sample, outside any kernel)",
     "torchvision.ElasticTransform": "its displacement field is drawn per sample at the image's full size",
     "torchvision.Lambda": "a Lambda runs Python per image",
