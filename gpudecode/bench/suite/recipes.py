@@ -21,7 +21,14 @@ images, gpudecode runs `Compose.from_torchvision` of it.
   RandAugment(2, 9) or AutoAugment(ImageNet), Normalize: gpudecode, the DataLoader with
   torchvision, and DALI's CPU pipeline with its auto_aug equivalents.
 
-    python bench/recipes.py [--images 1024] [--threads 2] [--repeat 3] [--ops | --policies] [--skip-dali]
+- the batch step (--mixing): MixUp(0.2), CutMix(1.0) (gpudecode's, as the Loader runs
+  torchvision's) and timm's Mixup (mixup 0.8, cutmix 1.0, label smoothing 0.1, as
+  DeiT's and timm's recipes) alone on a float32 batch of 256 at 224 on the CPU with
+  torch's default intra-op threads, ms an image; then the Loader's reference recipe with
+  and without its batch step, alternated, and the difference an image.
+
+    python bench/recipes.py [--images 1024] [--threads 2] [--repeat 3] [--ops | --policies | --mixing]
+                            [--skip-dali]
 """
 from __future__ import annotations
 
@@ -221,6 +228,70 @@ def op_costs(shards, threads, batch, repeat) -> dict[str, float]:
             for name, kw in cases.items()}
 
 
+def mixing(shards, a) -> dict[str, float]:
+    """The batch steps alone (ms an image, median of 7 after a warm-up), then the
+    reference recipe with and without its batch step (img/s, alternated rounds)."""
+    import random
+    import statistics
+    import time
+
+    import torch
+
+    from gpudecode import Loader
+    from gpudecode import transforms as T
+    from gpudecode.mixing import MixUp, as_batch_transform, seeded_call
+
+    n = 256
+    images = torch.rand(n, 3, 224, 224)
+    labels = torch.randint(0, CLASSES, (n,))
+    steps: dict[str, object] = {"MixUp(0.2)": MixUp(alpha=0.2, num_classes=CLASSES),
+                                "CutMix(1.0)": as_batch_transform(mix()).transforms[1]}  # type: ignore[union-attr]
+    try:
+        from timm.data import Mixup
+
+        steps["timm Mixup(0.8, cutmix 1.0, smoothing 0.1)"] = Mixup(
+            mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1, num_classes=CLASSES)
+    except ImportError:
+        print("(timm absent: its Mixup not measured)")
+    rows: dict[str, float] = {}
+    for name, step in steps.items():
+        times = []
+        for k in range(8):
+            x = images.clone()
+            t = time.perf_counter()
+            if hasattr(step, "make_params"):
+                step(x, labels, rng=random.Random(k))  # type: ignore[operator]
+            else:
+                seeded_call(step, x, labels, (0, 0, 0, k))  # type: ignore[arg-type]
+            times.append(time.perf_counter() - t)
+        rows[f"{name} alone, ms an image (batch {n}, {torch.get_num_threads()} torch threads)"] = (
+            statistics.median(times[1:]) / n * 1e3)
+    for name, ms in rows.items():
+        print(f"{name}: {ms:.3f}")
+    loaders = {
+        "reference recipe with MixUp/CutMix": Loader(shards, batch_size=a.batch, device="cpu", num_workers=a.threads,
+                                                     transform=T.Compose.from_torchvision(reference_recipe()),
+                                                     batch_transform=mix()),
+        "reference recipe without a batch step": Loader(shards, batch_size=a.batch, device="cpu",
+                                                        num_workers=a.threads,
+                                                        transform=T.Compose.from_torchvision(reference_recipe())),
+    }
+    rates: dict[str, list[float]] = {k: [] for k in loaders}
+    runs = {case: _epochs(ld) for case, ld in loaders.items()}
+    for go in runs.values():
+        go()  # (warm-up)
+    for _ in range(max(1, a.repeat)):
+        for case, go in runs.items():
+            t = time.perf_counter()
+            count = go()
+            rates[case].append(count / (time.perf_counter() - t))
+    for case, got in rates.items():
+        rows[f"{case}, img/s"] = statistics.median(got)
+    with_, without = (rows[f"{case}, img/s"] for case in loaders)
+    rows["the batch step in the Loader, ms an image"] = (1.0 / with_ - 1.0 / without) * 1e3
+    return rows
+
+
 def _table(a, name: str | None, title: str, rows: dict[str, float], *, added: bool = False) -> None:
     """Prints rows of img/s (and, with `added`, each row's us an image over the first's);
     saves them as bench/_out/<name>.json when named."""
@@ -238,10 +309,18 @@ def main() -> None:
     ap = pipeline_args(__doc__, images=1024)
     ap.add_argument("--ops", action="store_true", help="only each step's added cost (no torchvision rows)")
     ap.add_argument("--skip-dali", action="store_true")
+    ap.add_argument("--mixing", action="store_true",
+                    help="only MixUp/CutMix/timm's Mixup alone and the reference recipe with and without them")
     ap.add_argument("--policies", action="store_true",
                     help="only the auto-augment policies, gpudecode, torchvision and DALI side by side")
     a = ap.parse_args()
     shards, folder = build(a.images)
+    if a.mixing:
+        rows = mixing(shards, a)
+        for name, v in rows.items():
+            print(f"{name:70s} {v:10.3f}")
+        save("recipe_mixing", {"machine": machine(), "args": vars(a), "rows": rows})
+        return
     if a.policies:
         _table(a, "recipe_policies", "RRC(224) + flip + policy + Normalize", policies(shards, folder, a))
         return
