@@ -200,6 +200,7 @@ class Draws(Sequence[dict]):
         geom[:, fused.FLIP] = ints[:, _FLIP]
         geom[:, fused.VFLIP] = ints[:, _VFLIP]
         geom[:, fused.CUBIC] = plan.cubic
+        geom[:, fused.FILLR:fused.FILLB + 1] = plan.pad_fill
         if not plan.program:
             return geom, np.zeros((n, 1, ARGS), np.float32), np.full((n, 1), -1, np.int32)
         # the jitter's ops in each sample's order, those whose range is on (the same for all)

@@ -84,7 +84,8 @@ class _PixelOp(_Step):
 # What fuses, as `gpudecode ops` prints it (the README's "What fuses" section says the same).
 OPS: tuple[tuple[str, str], ...] = (
     ("geometry (one, first)", "RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, "
-                              "Resize + RandomCrop, or none (bilinear or bicubic, antialiased)"),
+                              "Resize + RandomCrop, or none (bilinear or bicubic, antialiased; crops pad with a fill); "
+                              "timm's ResizeKeepRatio and CenterCropOrPad"),
     ("flips (any order)", "RandomHorizontalFlip, RandomVerticalFlip"),
     ("per-sample ops (any order)", "ColorJitter, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert, "
                                    "RandomPosterize, RandomAutocontrast, RandomEqualize, RandomAdjustSharpness, "

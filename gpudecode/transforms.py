@@ -191,11 +191,45 @@ class Resize(Transform):
         return {"resize": self.output_size(*size)}
 
 
-class CenterCrop(Transform):
-    """torchvision's CenterCrop, padding with zeros where the crop is larger."""
+def _pad_fill(fill: Any, what: str) -> tuple[int, int, int]:
+    """A padding fill (one level or three, RGB, in uint8 levels) as three ints."""
+    fills: list[Any] = list(fill) if isinstance(fill, Sequence) else [fill]
+    if len(fills) == 1:
+        fills *= 3
+    if len(fills) != 3 or any(isinstance(f, bool) or not isinstance(f, numbers.Real) or not 0 <= float(f) <= 255
+                              or float(f) != int(float(f)) for f in fills):
+        raise TransformError(f"{what}(fill={fill!r}) cannot be fused: a fill is one whole level in [0, 255] or three "
+                             "(RGB)")
+    return int(float(fills[0])), int(float(fills[1])), int(float(fills[2]))
 
-    def __init__(self, size: int | Sequence[int]) -> None:
+
+class ResizeKeepRatio(Resize):
+    """timm's ResizeKeepRatio (its eval form): each image scaled by one factor, the ratio
+    of its size to `size` (h, w) taken between the smaller (longest=0) and the larger
+    (longest=1) side's, each side rounded: round(side / ratio)."""
+
+    def __init__(self, size: Sequence[int], longest: float = 0.0, interpolation: Any = "bilinear") -> None:
+        super().__init__(_setup_size(size), interpolation)
+        self.longest = float(longest)
+
+    def output_size(self, height: int, width: int) -> tuple[int, int]:
+        th, tw = self.size  # type: ignore[misc]
+        rh, rw = height / th, width / tw
+        ratio = max(rh, rw) * self.longest + min(rh, rw) * (1.0 - self.longest)
+        return max(1, round(height / ratio)), max(1, round(width / ratio))
+
+
+class CenterCrop(Transform):
+    """torchvision's CenterCrop, padding where the crop is larger (with zeros, or `fill`:
+    timm's CenterCropOrPad with the mean colour)."""
+
+    def __init__(self, size: int | Sequence[int], fill: Any = 0) -> None:
         self.size = _setup_size(size)
+        self._fill = _pad_fill(fill, "CenterCrop")
+
+    def __repr__(self) -> str:  # (the fill named only where it is not zeros: saved states keep their fingerprint)
+        return f"CenterCrop(size={self.size!r})" if self._fill == (0, 0, 0) else \
+            f"CenterCrop(size={self.size!r}, fill={list(self._fill)})"
 
     def offsets(self, height: int, width: int) -> tuple[int, int]:
         ch, cw = self.size
@@ -228,8 +262,8 @@ def _padding(padding: Any) -> tuple[int, int, int, int]:
 class RandomCrop(Transform):
     """torchvision's RandomCrop: pad (zeros, `padding` as torchvision reads it, then to the
     crop size where pad_if_needed and the image is smaller), and cut a window of `size`
-    at a uniformly drawn position. The kernel pads with zeros: other fills and padding
-    modes are refused."""
+    at a uniformly drawn position, padding with `fill` (levels); padding modes other than
+    "constant" are refused."""
 
     def __init__(self, size: int | Sequence[int], padding: int | Sequence[int] | None = None,
                  pad_if_needed: bool = False, fill: Any = 0, padding_mode: str = "constant") -> None:
@@ -239,10 +273,12 @@ class RandomCrop(Transform):
             raise ValueError(f"padding must be >= 0, not {padding!r}")
         if padding_mode != "constant":
             raise TransformError(f"RandomCrop(padding_mode={padding_mode!r}) cannot be fused: only 'constant'")
-        fills = fill if isinstance(fill, Sequence) else [fill]
-        if any(not isinstance(f, numbers.Number) or f != 0 for f in fills):
-            raise TransformError(f"RandomCrop(fill={fill!r}) cannot be fused: only fill=0 (the kernel pads with zeros)")
+        self._fill = _pad_fill(fill, "RandomCrop")
         self.pad_if_needed = bool(pad_if_needed)
+
+    def __repr__(self) -> str:
+        text = Transform.__repr__(self)
+        return text if self._fill == (0, 0, 0) else f"{text[:-1]}, fill={list(self._fill)})"
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         height, width = size
@@ -614,6 +650,7 @@ class _Plan:
     vflip: RandomVerticalFlip | None = None
     program: tuple[_Step, ...] = ()  # each sample's kernel program, in the Compose's order
     cubic: bool = False  # the resize is bicubic (one mode; with several, each image's draw says)
+    pad_fill: tuple[int, int, int] = (0, 0, 0)  # the crop's padding colour (levels)
 
     @property
     def jitter(self) -> ColorJitter | None:
@@ -676,7 +713,8 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
     plan = _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,
                  all(getattr(g, "antialias", True) for g in geometry), rest.flip, rest.normalize,
                  rest.dtype or torch.uint8, tuple(steps), rest.erase, rest.vflip, tuple(rest.program),
-                 any(getattr(g, "_modes", ()) == ("bicubic",) for g in geometry))
+                 any(getattr(g, "_modes", ()) == ("bicubic",) for g in geometry),
+                 next((g._fill for g in geometry if isinstance(g, (CenterCrop, RandomCrop))), (0, 0, 0)))
     if plan.out_size is not None:
         for t in plan.program:
             for u in t.inner():
@@ -693,13 +731,13 @@ def _geometry(steps: list[Transform], names: str) -> list[Transform]:
         if not isinstance(t, _GEOMETRY):
             break
         geometry.append(t)
-    kinds = [type(g) for g in geometry]
+    kinds = [Resize if isinstance(g, Resize) else type(g) for g in geometry]
     if kinds not in ([], [RandomResizedCrop], [Resize], [CenterCrop], [RandomCrop], [Resize, CenterCrop],
                      [Resize, RandomCrop]):
         raise TransformError(f"unsupported geometry {[k.__name__ for k in kinds]} in [{names}]: use one of "
                              f"RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, "
                              f"Resize + RandomCrop, or none")
-    if kinds == [Resize] and isinstance(geometry[0].size, int):  # type: ignore[attr-defined]
+    if kinds == [Resize] and (isinstance(geometry[0].size, int) or isinstance(geometry[0], ResizeKeepRatio)):  # type: ignore[attr-defined]
         raise TransformError("Resize(int) alone gives differently sized images; add CenterCrop or give (h, w)")
     return geometry
 
@@ -983,6 +1021,7 @@ class Compose(Transform):
         G, H, W, VH, VW, OY, OX = fused.GEOM, fused.H, fused.W, fused.VH, fused.VW, fused.OY, fused.OX
         box, FLIP, VFLIP, CUBIC = slice(fused.TOP, fused.BW + 1), fused.FLIP, fused.VFLIP, fused.CUBIC
         cubic = self.plan.cubic
+        FILL, fill = slice(fused.FILLR, fused.FILLB + 1), self.plan.pad_fill
         rows: list[list[int]] = []  # (built as lists: a numpy item assignment costs more than the list's)
         progs: list[list] = []
         for p, (h, w) in zip(params, sizes):
@@ -1002,6 +1041,7 @@ class Compose(Transform):
             g[FLIP] = 1 if p.get("flip", False) else 0
             g[VFLIP] = 1 if p.get("vflip", False) else 0
             g[CUBIC] = 1 if p.get("cubic", cubic) else 0
+            g[FILL] = fill
             rows.append(g)
             if program:
                 prog: list = []
@@ -1240,8 +1280,20 @@ def _random_crop(t: Any, floats: bool) -> Transform:
     if padding is not None and type(t).__module__.startswith("torchvision.transforms.v2"):
         left, right, top, bottom = padding  # v2 keeps it as (left, right, top, bottom)
         padding = (left, top, right, bottom)
-    fill = list(t.fill.values()) if isinstance(t.fill, dict) else t.fill
-    return RandomCrop(t.size, padding, t.pad_if_needed, fill, t.padding_mode)
+    return RandomCrop(t.size, padding, t.pad_if_needed, _levels(t.fill, floats), t.padding_mode)
+
+
+def _levels(fill: Any, floats: bool) -> Any:
+    """A torchvision fill as levels: v2's {type: fill} read when one value serves every
+    type, None as zeros, a fill after a float conversion ([0, 1]) times 255."""
+    if isinstance(fill, dict):
+        values = list(fill.values())
+        fill = values[0] if values and all(v == values[0] for v in values) else fill
+    if fill is None:
+        return 0
+    if floats and not isinstance(fill, dict):
+        fill = [round(v * 255.0, 6) for v in fill] if isinstance(fill, (list, tuple)) else round(fill * 255.0, 6)
+    return fill
 
 
 def _random_erasing(t: Any, floats: bool) -> Transform:
@@ -1255,6 +1307,23 @@ def _timm_rrc(t: Any, floats: bool) -> Transform:
     draw) with its interpolation; "random" (bilinear or bicubic, one drawn an image after
     its crop, as timm's random.choice) keeps both modes."""
     return RandomResizedCrop(list(t.size), tuple(t.scale), tuple(t.ratio), t.interpolation, antialias=True)
+
+
+def _timm_resize_keep_ratio(t: Any) -> Transform:
+    """timm's ResizeKeepRatio without its random scale and aspect (the eval transforms')."""
+    if getattr(t, "random_scale_prob", 0) > 0 or getattr(t, "random_aspect_prob", 0) > 0:
+        raise TransformError("timm.data.ResizeKeepRatio with random_scale_prob or random_aspect_prob cannot be fused: "
+                             "its eval form (no random scale or aspect) is")
+    return ResizeKeepRatio(tuple(t.size), t.longest, t.interpolation)
+
+
+def _timm_center_crop_or_pad(t: Any, floats: bool) -> Transform:
+    """timm's CenterCropOrPad: pad with `fill` where the crop is larger, then the centred
+    crop (the offsets of CenterCrop)."""
+    if getattr(t, "padding_mode", "constant") != "constant":
+        raise TransformError(f"timm.data.CenterCropOrPad(padding_mode={t.padding_mode!r}) cannot be fused: only "
+                             "'constant'")
+    return CenterCrop(t.size, _levels(t.fill, floats))
 
 
 def _timm_erasing(t: Any, floats: bool) -> Transform:
@@ -1283,6 +1352,8 @@ _TIMM: dict[str, Any] = {
     "ToTensor": lambda t, f: ToDtype(torch.float32, scale=True),
     "RandomResizedCropAndInterpolation": _timm_rrc,
     "RandomErasing": _timm_erasing,
+    "ResizeKeepRatio": lambda t, f: _timm_resize_keep_ratio(t),
+    "CenterCropOrPad": lambda t, f: _timm_center_crop_or_pad(t, f),
     "RandAugment": lambda t, f: _timm.from_timm_rand_augment(t),
     "AutoAugment": lambda t, f: _timm.from_timm_auto_augment(t),
     "AugMixAugment": lambda t, f: _timm.from_timm_augmix(t),

@@ -40,8 +40,8 @@ import numpy as np
 from . import _compile
 from ._pixel import ARGS, AUTOCONTRAST, BLUR_X, BLUR_Y, CONTRAST, EQUALIZE, MIX_ADD, MIX_END, MIX_SAVE
 
-OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP, CUBIC = range(17)
-GEOM = 17  # CUBIC: the sample resamples bicubic (else bilinear)
+OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP, CUBIC, FILLR, FILLG, FILLB = range(20)
+GEOM = 20  # CUBIC: the sample resamples bicubic (else bilinear); FILL*: the padding's colour, levels
 THREADS_PER_BLOCK = (16, 16)  # 256 threads: one histogram bin each (equalize)
 STATS = 7  # per sample and barrier level: grey sum, min r g b, max r g b (float64)
 _SUM_TYPE = np.float64
@@ -184,6 +184,10 @@ def _resample_body(src, geom, args, order, antialias, scratch, stats, hist, aux,
                 r = clamp01(r)
                 gg = clamp01(gg)
                 b = clamp01(b)
+        else:  # padding (outside the resized frame): the fill's colour
+            r = float32(g[FILLR]) * float32(1.0 / 255.0)
+            gg = float32(g[FILLG]) * float32(1.0 / 255.0)
+            b = float32(g[FILLB]) * float32(1.0 / 255.0)
     end = barrier_step(order[n], 1)
     if active:
         r, gg, b = apply_ops(r, gg, b, order[n], args[n], 0, end, aux, n, y, x)
@@ -341,7 +345,7 @@ def _cuda_namespace() -> dict:
 
 
 GEOM_NAMES = dict(OFFSET=OFFSET, H=H, W=W, SY=SY, SX=SX, SC=SC, TOP=TOP, LEFT=LEFT, BH=BH, BW=BW, VH=VH,
-                  VW=VW, OY=OY, OX=OX, FLIP=FLIP, VFLIP=VFLIP, CUBIC=CUBIC)
+                  VW=VW, OY=OY, OX=OX, FLIP=FLIP, VFLIP=VFLIP, CUBIC=CUBIC, FILLR=FILLR, FILLG=FILLG, FILLB=FILLB)
 
 
 def launch_geometry(n: int, oh: int, ow: int) -> tuple[tuple[int, int, int], tuple[int, int]]:
@@ -862,6 +866,21 @@ def _horizontal_pass(work, oh, bw, ow, xf, xc, xw, xv):
             px3[x, :] = 0.0
 
 
+def _pad_fill_pass(px3, g, yv, xv, oh, ow):
+    """The padding (rows or columns outside the resized frame) in the fill's colour, in
+    px3 [ow, 3*oh] (a column's three channel rows adjacent)."""
+    for c in range(3):
+        v = float32(g[FILLR + c]) * float32(1.0 / 255.0)
+        for x in range(ow):
+            row = px3[x, c * oh:(c + 1) * oh]
+            if not xv[x]:
+                row[:] = v
+                continue
+            for y in range(oh):
+                if not yv[y]:
+                    row[y] = v
+
+
 def _clamp_pass(px):
     for i in range(px.shape[0]):
         px[i] = clamp01(px[i])
@@ -903,6 +922,8 @@ def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, 
     _horizontal_pass(work, oh, bw, ow, xf, xc, xw, xv)
     if cubic:  # the cubic overshoots; a uint8 image resized stays in its range
         _clamp_pass(work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh])
+    if g[FILLR] != 0 or g[FILLG] != 0 or g[FILLB] != 0:  # (zeros are there already)
+        _pad_fill_pass(work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh].reshape((ow, 3 * oh)), g, yv, xv, oh, ow)
     # 4. the sample's program, op by op over the whole image (a second image-sized area
     # after px for the ops that read neighbours)
     if order[0] >= 0:
@@ -985,7 +1006,7 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work):
         if normalize:
             subs[c] = mean[c]
             muls[c] = float32(1.0) / std[c]
-        pads[c] = (float32(0.0) - subs[c]) * muls[c]  # a padded pixel: zero, normalized
+        pads[c] = (float32(g[FILLR + c]) * float32(1.0 / 255.0) - subs[c]) * muls[c]  # a padded pixel, normalized
     base = g[OFFSET] + g[TOP] * g[SY] + g[LEFT] * 3
     for y in range(oh):
         vy = y + oy
@@ -1089,7 +1110,7 @@ def _cpu_namespace() -> dict:
     for fn in (_saturation_rows, _hue_rows, _gray_rows, _axis_weights, _op_pass, _encode_pass, _rows_u8, _rows_f32,
                _gray_mean, _image, _autocontrast_pass, _equalize_pass, _sharpen_row, _sharpness_pass, _blur_weights,
                _blur_x_pass, _blur_y_pass, _mix_pass,
-               _affine_pass, _program, _vertical_pass, _horizontal_pass, _clamp_pass, _output_pass, _cpu_sample, _is_identity, _scale_row, _fill, _channel_row, _channel_row_flipped,
+               _affine_pass, _program, _vertical_pass, _horizontal_pass, _clamp_pass, _pad_fill_pass, _output_pass, _cpu_sample, _is_identity, _scale_row, _fill, _channel_row, _channel_row_flipped,
                _cpu_identity):
         ns[fn.__name__] = jit()(_compile._rebind(fn, ns))
     # a reassociating reduction (float64 accumulators) so the grey sum vectorizes

@@ -262,9 +262,53 @@ def test_bicubic_samples_match_the_oracle_on_both_targets():
                                         factors[k], MEAN, STD, cubic=bool(geom[k, fused.CUBIC]))
         np.testing.assert_allclose(out[k], ref, atol=2e-5, rtol=0)
     assert np.abs(out[::2] - alone[::2]).max() > 1e-3  # the filter made a difference
-    gpu = np.zeros((2, 3, 13, 17), np.float32)
-    fused.fused_cuda(src, geom[:2], factors[:2], order[:2], MEAN, STD, gpu, normalize=True)
-    np.testing.assert_allclose(gpu, out[:2], atol=1e-5, rtol=0)
+    # the simulator runs each thread in Python: one bicubic sample, as small as the batch makes it
+    gpu = np.zeros((1, 3, 13, 17), np.float32)
+    fused.fused_cuda(src, geom[:1], factors[:1], order[:1], MEAN, STD, gpu, normalize=True)
+    np.testing.assert_allclose(gpu, out[:1], atol=1e-5, rtol=0)
+
+
+def _padded(g, oh, ow):
+    """[oh, ow] True where output pixel (y, x) of sample g lies outside its resized frame."""
+    ys = np.arange(oh)
+    xs = np.arange(ow)
+    vy = (oh - 1 - ys if g[fused.VFLIP] else ys) + g[fused.OY]
+    vx = (ow - 1 - xs if g[fused.FLIP] else xs) + g[fused.OX]
+    return ~(((vy >= 0) & (vy < g[fused.VH]))[:, None] & ((vx >= 0) & (vx < g[fused.VW]))[None, :])
+
+
+def test_padding_takes_the_fill_colour_on_both_targets():
+    """FILLR/G/B colour the padding (outside the resized frame: CenterCrop larger than the
+    image, RandomCrop's padding, timm's CenterCropOrPad); every other pixel is the
+    zero-fill run's, bit for bit; the CUDA kernel (simulator) and the identity fast path
+    agree."""
+    src, geom, factors, order, refs = _batch(5, 6, 13, 17, chw=True)
+    order[:] = -1  # (the fill shows as it is: no ColorJitter over it)
+    zero = np.zeros((6, 3, 13, 17), np.float32)
+    fused.fused_cpu(src, geom, factors, order, MEAN, STD, zero, normalize=True)
+    filled = geom.copy()
+    filled[:, fused.FILLR:fused.FILLB + 1] = (124, 116, 104)
+    out = np.zeros_like(zero)
+    fused.fused_cpu(src, filled, factors, order, MEAN, STD, out, normalize=True)
+    fill = (np.array([124, 116, 104], np.float32) * np.float32(1 / 255) - MEAN) / STD
+    seen = 0
+    for k in range(6):
+        pad = _padded(geom[k], 13, 17)
+        seen += pad.sum()
+        np.testing.assert_array_equal(out[k][:, ~pad], zero[k][:, ~pad])
+        np.testing.assert_allclose(out[k][:, pad], np.broadcast_to(fill[:, None], (3, pad.sum())), atol=1e-6)
+    assert seen > 0  # (the batch has padded samples)
+    k = next(k for k in range(6) if _padded(geom[k], 13, 17).any())  # (the simulator: one sample)
+    gpu = np.zeros((1, 3, 13, 17), np.float32)
+    fused.fused_cuda(src, filled[k:k + 1], factors[k:k + 1], order[k:k + 1], MEAN, STD, gpu, normalize=True)
+    np.testing.assert_allclose(gpu[0], out[k], atol=1e-5, rtol=0)
+    isrc, igeom, ifac, iorder, _ = _identity_batch(6, 12, 12, 17)
+    igeom[:, fused.FILLR:fused.FILLB + 1] = (9, 200, 255)
+    fast = np.zeros((12, 3, 12, 17), np.float32)
+    slow = np.zeros_like(fast)
+    fused.fused_cpu(isrc, igeom, ifac, iorder, MEAN, STD, fast, normalize=True)
+    fused.fused_cpu(isrc, igeom, ifac, iorder, MEAN, STD, slow, normalize=True, fast_identity=False)
+    np.testing.assert_array_equal(fast, slow)
 
 
 def _identity_batch(seed, n, oh, ow):

@@ -691,3 +691,34 @@ def test_a_mode_drawn_an_image_is_half_bicubic_and_each_image_resampled_so(photo
         ref = F.resized_crop(x, *p["crop"], [64, 64], interpolation=mode, antialias=True)
         d = (got[k].float() - ref.float()).abs()
         assert (d <= 1).float().mean().item() >= 0.999 and d.max().item() <= 16
+
+
+def test_crop_padding_takes_a_fill_as_torchvision_and_timm_pad(photos):
+    """RandomCrop(padding, fill) pads with the fill as torchvision's pad + crop does (the
+    draw replayed), CenterCrop(fill) as timm's CenterCropOrPad; exact (no resampling)."""
+    import torchvision.transforms.v2.functional as F
+
+    x = torch.from_numpy(np.ascontiguousarray(photos["coffee"][:60, :80])).permute(2, 0, 1).contiguous()
+    tf = T.Compose.from_torchvision(tv.Compose([tv.RandomCrop(64, padding=(7, 3), fill=(10, 200, 30)),
+                                                tv.RandomHorizontalFlip()]))
+    params = tf.make_params([(60, 80)] * 6, seed=1)
+    got = tf(torch.stack([x] * 6), params=params)
+    padded = F.pad(x, [7, 3, 7, 3], fill=[10, 200, 30])
+    for k, p in enumerate(params):
+        i, j, h, w = p["crop"]
+        ref = F.crop(padded, i + 3, j + 7, h, w)
+        assert torch.equal(got[k], F.hflip(ref) if p["flip"] else ref)
+    timm = pytest.importorskip("timm", reason="timm is in the [test] extra")
+    from timm.data.transforms import CenterCropOrPad
+
+    from PIL import Image
+
+    pil = Image.fromarray(x.permute(1, 2, 0).numpy())  # (timm pads a tensor with one level only; a PIL image, RGB)
+    for size in ((72, 96), (50, 90), (40, 40)):
+        ours = T.Compose.from_torchvision(CenterCropOrPad(size, fill=(124, 116, 104)))
+        ref = torch.from_numpy(np.array(CenterCropOrPad(size, fill=(124, 116, 104))(pil))).permute(2, 0, 1)
+        assert torch.equal(ours(x), ref), size
+    assert timm.__version__
+    with pytest.raises(TransformError, match="whole level"):
+        T.CenterCrop(8, fill=300)
+    assert repr(T.CenterCrop(8)) == "CenterCrop(size=(8, 8))"  # (as before fills: saved states keep their fingerprint)
