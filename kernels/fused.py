@@ -453,10 +453,16 @@ def _axis_weights(out_size, vsize, voff, box, flip, antialias, cubic):
             v = (out_size - 1 - o if flip else o) + voff
             c, inv, lo, hi = filter_window(v, scale, box, antialias, cubic)
             total = float32(0.0)
-            for j in range(lo, hi):
-                total += filter_weight(j, c, inv, cubic)
-            for j in range(lo, hi):
-                weights[o, j - lo] = filter_weight(j, c, inv, cubic) / total
+            if cubic:  # (one loop per filter: the bilinear one as it was, with no branch in it)
+                for j in range(lo, hi):
+                    total += cubic_weight(j, c, inv)
+                for j in range(lo, hi):
+                    weights[o, j - lo] = cubic_weight(j, c, inv) / total
+            else:
+                for j in range(lo, hi):
+                    total += tri_weight(j, c, inv)
+                for j in range(lo, hi):
+                    weights[o, j - lo] = tri_weight(j, c, inv) / total
     return first, count, weights, valid
 
 
