@@ -504,10 +504,13 @@ class RandomErasing(Transform):
     channel, or "random" (standard normal noise). Drawn with torchvision's steps from the
     sample's seeded draws, after every other step's; `make_params` gives torchvision's
     names under "erase": {"i", "j", "h", "w"} (None: not erased). Runs on the kernel's
-    output, on its device."""
+    output, on its device. `noise="box"` (with value="random"): one normal colour a box
+    instead of a value a pixel (timm's RandomErasing mode "rand")."""
 
     def __init__(self, p: float = 0.5, scale: Sequence[float] = (0.02, 0.33), ratio: Sequence[float] = (0.3, 3.3),
-                 value: Any = 0.0, inplace: bool = False) -> None:
+                 value: Any = 0.0, inplace: bool = False, *, noise: str = "pixel") -> None:
+        if noise not in ("pixel", "box"):
+            raise ValueError(f"noise must be 'pixel' or 'box', not {noise!r}")
         if not 0.0 <= p <= 1.0:
             raise ValueError("probability should be between 0 and 1")
         if isinstance(value, str) and value != "random":
@@ -528,6 +531,9 @@ class RandomErasing(Transform):
         self.ratio = (float(ratio[0]), float(ratio[1]))
         self.value: list[float] | None = (None if isinstance(value, str) else [float(value)]
                                           if isinstance(value, (int, float)) else [float(v) for v in value])
+        if noise == "box" and self.value is not None:
+            raise ValueError("noise='box' draws the value: give value='random'")
+        self.noise = noise
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         # torchvision: the coin (_RandomApplyTransform), then make_params' tries
@@ -569,9 +575,10 @@ class RandomErasing(Transform):
                 v = fill
             view[k, :, i:i + h, j:j + w] = v.to(view.device, view.dtype)
 
-    @staticmethod
-    def _noise(e: dict) -> torch.Tensor:
+    def _noise(self, e: dict) -> torch.Tensor:
         g = torch.Generator().manual_seed(e["noise"])
+        if self.noise == "box":  # one colour for the box (timm's "rand")
+            return torch.empty((3, 1, 1), dtype=torch.float32).normal_(generator=g).expand(3, e["h"], e["w"])
         return torch.empty((3, e["h"], e["w"]), dtype=torch.float32).normal_(generator=g)
 
     def erase_batch(self, view: torch.Tensor, params: Sequence[dict]) -> None:
@@ -634,7 +641,8 @@ class RandomErasing(Transform):
 
     def __repr__(self) -> str:
         value = "random" if self.value is None else self.value
-        return f"RandomErasing(p={self.p}, scale={self.scale}, ratio={self.ratio}, value={value})"
+        box = ", noise=box" if self.noise == "box" else ""
+        return f"RandomErasing(p={self.p}, scale={self.scale}, ratio={self.ratio}, value={value}{box})"
 
 
 @dataclass(frozen=True)
@@ -1330,20 +1338,21 @@ def _timm_erasing(t: Any, floats: bool) -> Transform:
     """timm's RandomErasing (timm.data.random_erasing), one box an image: the draw of
     torchvision's (area uniform in [min_area, max_area] of the image, log-uniform aspect,
     h and w rounded, 10 attempts, a uniform corner), in mode "pixel" per-pixel normal noise
-    (torchvision's value="random") and in mode "const" zeros (value=0). Refused: "rand"
-    (one random colour a box: torchvision has no such value), several boxes (max_count),
-    and aug splits (num_splits)."""
+    (torchvision's value="random"), in mode "rand" one normal colour a box (noise="box"),
+    and in mode "const" zeros (value=0). Refused: several boxes (max_count) and aug splits
+    (num_splits)."""
     mode = (getattr(t, "mode", "const") or "const").lower()
     lo_c, hi_c = int(getattr(t, "min_count", 1)), int(getattr(t, "max_count", 1))
-    if mode not in ("pixel", "const") or (lo_c, hi_c) != (1, 1) or int(getattr(t, "num_splits", 0)) > 1:
-        why = (f"mode {mode!r} (one random colour a box)" if mode not in ("pixel", "const") else
+    if mode not in ("pixel", "const", "rand") or (lo_c, hi_c) != (1, 1) or int(getattr(t, "num_splits", 0)) > 1:
+        why = (f"mode {mode!r}" if mode not in ("pixel", "const", "rand") else
                f"{lo_c}-{hi_c} boxes an image" if (lo_c, hi_c) != (1, 1) else f"num_splits={t.num_splits}")
         raise TransformError(f"timm.data.random_erasing.RandomErasing with {why} cannot be fused: the kernel "
-                             "erases one box an image, with noise a pixel or a fixed value (timm's --remode "
-                             "pixel or const, --recount 1, no --aug-splits)")
+                             "erases one box an image, with noise a pixel, a colour a box, or a fixed value (timm's "
+                             "--remode pixel, rand or const, --recount 1, no --aug-splits)")
     lo, hi = t.log_aspect_ratio
     return RandomErasing(float(t.probability), (float(t.min_area), float(t.max_area)),
-                         (math.exp(lo), math.exp(hi)), "random" if mode == "pixel" else 0.0)
+                         (math.exp(lo), math.exp(hi)), "random" if mode != "const" else 0.0,
+                         noise="box" if mode == "rand" else "pixel")
 
 
 # timm's transforms (timm.data.transforms_factory.create_transform builds these around torchvision's)

@@ -168,8 +168,7 @@ def test_timms_create_transform_converts_or_is_refused_by_name(shard):
     assert [type(s).__name__ for s in tr.plan.steps] == ["RandomResizedCrop", "RandomHorizontalFlip", "ColorJitter",
                                                        "ToDtype", "Normalize"]
     assert tr.plan.geometry[0].scale == (0.08, 1.0)
-    for kw, match in ((dict(re_prob=0.25, re_mode="rand"), r"RandomErasing with mode 'rand'.* cannot be fused"),
-                      (dict(re_prob=0.25, re_count=2), r"RandomErasing with 1-2 boxes")):
+    for kw, match in ((dict(re_prob=0.25, re_count=2), r"RandomErasing with 1-2 boxes"),):
         with pytest.raises(TransformError, match=match):
             gpudecode.transforms.Compose.from_torchvision(create_transform(224, is_training=True, **kw))
     assert timm.__version__
@@ -235,12 +234,12 @@ def test_timms_other_eval_crops_convert(shard, kw):
         assert (d <= 1 + 1e-3).float().mean().item() >= 0.999 and d.max().item() <= 16
 
 
-@pytest.mark.parametrize("mode", ["pixel", "const"])
+@pytest.mark.parametrize("mode", ["pixel", "const", "rand"])
 def test_timms_random_erasing_converts_with_timms_draw(mode):
     """timm's RandomErasing (--reprob 0.25 --remode pixel, DeiT's and ConvNeXt's recipes)
     converts: the erased boxes' rate, area and aspect as timm draws them (timm's own
-    RandomErasing on 4,000 images of zeros as the reference), noise a pixel in "pixel" mode
-    and zeros in "const"."""
+    RandomErasing on 4,000 images of zeros as the reference), noise a pixel in "pixel" mode,
+    one normal colour a box in "rand", zeros in "const"."""
     import math
     import random
 
@@ -252,8 +251,22 @@ def test_timms_random_erasing_converts_with_timms_draw(mode):
         create_transform(64, is_training=True, re_prob=0.25, re_mode=mode, interpolation="bilinear"))
     er = tr.plan.steps[-1]
     assert type(er).__name__ == "RandomErasing" and er.p == 0.25
-    assert ("value=random" in repr(er)) == (mode == "pixel")  # per-pixel noise, or a fixed value
-    assert mode == "pixel" or list(er.value) in ([0.0], [0.0, 0.0, 0.0])
+    assert ("value=random" in repr(er)) == (mode != "const")  # noise, or a fixed value
+    assert ("noise=box" in repr(er)) == (mode == "rand")
+    assert mode != "const" or list(er.value) in ([0.0], [0.0, 0.0, 0.0])
+    view = torch.zeros(2, 3, 40, 48)
+    params = [{"erase": {"i": 3, "j": 5, "h": 10, "w": 12, "noise": 11}}, {"erase": None}]
+    if mode != "const":
+        er.erase(view, params)
+        box = view[0, :, 3:13, 5:17]
+        outside = view[0].clone()
+        outside[:, 3:13, 5:17] = 0
+        assert box.abs().min() > 0 and view[1].abs().max() == 0 and outside.abs().max() == 0
+        flat = box.reshape(3, -1)
+        assert (flat.std(1).max() == 0) == (mode == "rand")  # one colour a channel, or noise a pixel
+        batched = torch.zeros_like(view)
+        er.erase(batched, params, batched=True)
+        assert torch.equal(batched, view)
     ref = TimmErasing(probability=0.25, mode=mode, device="cpu")
     random.seed(0)
     torch.manual_seed(0)
