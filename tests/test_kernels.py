@@ -248,22 +248,23 @@ def test_bicubic_samples_match_the_oracle_on_both_targets():
     filter with antialias (ATen's and PIL's), the overshoot clipped to [0, 1], on the CPU
     twin and under the CUDA simulator, against the float64 numpy oracle; the bilinear
     samples of the batch unchanged by their neighbours' filter."""
-    src, geom, factors, order, refs = _batch(4, 6, 13, 17, chw=True)
+    # (16 columns: one block of the CUDA kernel, which the simulator runs thread by thread)
+    src, geom, factors, order, refs = _batch(4, 6, 13, 16, chw=True)
     geom[::2, fused.CUBIC] = 1
-    out = np.zeros((6, 3, 13, 17), np.float32)
+    out = np.zeros((6, 3, 13, 16), np.float32)
     fused.fused_cpu(src, geom, factors, order, MEAN, STD, out, normalize=True)
-    alone = np.zeros((6, 3, 13, 17), np.float32)
+    alone = np.zeros((6, 3, 13, 16), np.float32)
     bilinear = geom.copy()
     bilinear[:, fused.CUBIC] = 0
     fused.fused_cpu(src, bilinear, factors, order, MEAN, STD, alone, normalize=True)
     np.testing.assert_array_equal(out[1::2], alone[1::2])
     for k, (img, box, vsize, voff) in enumerate(refs):
-        ref = reference.fused_reference(img, box, vsize, voff, (13, 17), bool(geom[k, fused.FLIP]), order[k],
+        ref = reference.fused_reference(img, box, vsize, voff, (13, 16), bool(geom[k, fused.FLIP]), order[k],
                                         factors[k], MEAN, STD, cubic=bool(geom[k, fused.CUBIC]))
         np.testing.assert_allclose(out[k], ref, atol=2e-5, rtol=0)
     assert np.abs(out[::2] - alone[::2]).max() > 1e-3  # the filter made a difference
     # the simulator runs each thread in Python: one bicubic sample, as small as the batch makes it
-    gpu = np.zeros((1, 3, 13, 17), np.float32)
+    gpu = np.zeros((1, 3, 13, 16), np.float32)
     fused.fused_cuda(src, geom[:1], factors[:1], order[:1], MEAN, STD, gpu, normalize=True)
     np.testing.assert_allclose(gpu, out[:1], atol=1e-5, rtol=0)
 
@@ -282,9 +283,9 @@ def test_padding_takes_the_fill_colour_on_both_targets():
     image, RandomCrop's padding, timm's CenterCropOrPad); every other pixel is the
     zero-fill run's, bit for bit; the CUDA kernel (simulator) and the identity fast path
     agree."""
-    src, geom, factors, order, refs = _batch(5, 6, 13, 17, chw=True)
+    src, geom, factors, order, refs = _batch(5, 6, 13, 16, chw=True)  # (16 columns: one simulated CUDA block)
     order[:] = -1  # (the fill shows as it is: no ColorJitter over it)
-    zero = np.zeros((6, 3, 13, 17), np.float32)
+    zero = np.zeros((6, 3, 13, 16), np.float32)
     fused.fused_cpu(src, geom, factors, order, MEAN, STD, zero, normalize=True)
     filled = geom.copy()
     filled[:, fused.FILLR:fused.FILLB + 1] = (124, 116, 104)
@@ -293,13 +294,13 @@ def test_padding_takes_the_fill_colour_on_both_targets():
     fill = (np.array([124, 116, 104], np.float32) * np.float32(1 / 255) - MEAN) / STD
     seen = 0
     for k in range(6):
-        pad = _padded(geom[k], 13, 17)
+        pad = _padded(geom[k], 13, 16)
         seen += pad.sum()
         np.testing.assert_array_equal(out[k][:, ~pad], zero[k][:, ~pad])
         np.testing.assert_allclose(out[k][:, pad], np.broadcast_to(fill[:, None], (3, pad.sum())), atol=1e-6)
     assert seen > 0  # (the batch has padded samples)
-    k = next(k for k in range(6) if _padded(geom[k], 13, 17).any())  # (the simulator: one sample)
-    gpu = np.zeros((1, 3, 13, 17), np.float32)
+    k = next(k for k in range(6) if _padded(geom[k], 13, 16).any())  # (the simulator: one sample)
+    gpu = np.zeros((1, 3, 13, 16), np.float32)
     fused.fused_cuda(src, filled[k:k + 1], factors[k:k + 1], order[k:k + 1], MEAN, STD, gpu, normalize=True)
     np.testing.assert_allclose(gpu[0], out[k], atol=1e-5, rtol=0)
     isrc, igeom, ifac, iorder, _ = _identity_batch(6, 12, 12, 17)

@@ -55,7 +55,7 @@ REFUSALS = [
     lambda: T.RandomRotation(10, "bicubic"),
     lambda: T.RandomRotation(10, expand=True),
     lambda: T.RandomCrop(8, padding=2, padding_mode="reflect"),
-    lambda: T.RandomCrop(8, padding=2, fill=127),
+    lambda: T.RandomCrop(8, padding=2, fill=(1, 2)),
     lambda: T.GaussianBlur(99),
     lambda: T.RandAugment(magnitude=99),
     lambda: T.TrivialAugmentWide(num_magnitude_bins=1),

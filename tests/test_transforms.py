@@ -297,8 +297,8 @@ def test_refusals(steps, match):
 def test_random_crop_refuses_what_the_kernel_cannot_pad():
     with pytest.raises(TransformError, match="padding_mode='reflect'"):
         T.RandomCrop(8, padding=2, padding_mode="reflect")
-    with pytest.raises(TransformError, match="fill=127"):
-        T.RandomCrop(8, padding=2, fill=127)
+    with pytest.raises(TransformError, match="fill=127.5"):  # (fills are whole levels; 127 pads, see below)
+        T.RandomCrop(8, padding=2, fill=127.5)
     with pytest.raises(TransformError, match="padding_mode='edge'"):
         T.Compose.from_torchvision(tv.Compose([tv.RandomCrop(8, padding=2, padding_mode="edge")]))
 
