@@ -17,9 +17,9 @@ import math
 import random
 from typing import Any, Sequence
 
-from .augment import _Policy
+from .augment import NO_ARGUMENT, _Policy
 from .errors import TransformError
-from .kernels._pixel import (AFFINE, AUTOCONTRAST, BRIGHTNESS, CONTRAST, EQUALIZE, INVERT, MIX_ADD, MIX_END, MIX_SAVE,
+from .kernels._pixel import (AFFINE, BRIGHTNESS, CONTRAST, MIX_ADD, MIX_END, MIX_SAVE,
                              POSTERIZE, SATURATION, SHARPNESS, SOLARIZE, SOLARIZE_ADD)
 
 PIL_BILINEAR, PIL_BICUBIC = 3.0, 4.0  # AFFINE's interpolation argument for PIL's warps
@@ -98,12 +98,8 @@ def timm_op(name: str, v: float | None, mode: str | None, size: tuple[int, int],
         if m is None:
             return None
         return AFFINE, (*m, PIL_BICUBIC if mode == "bicubic" else PIL_BILINEAR, *fill)
-    if name == "AutoContrast":
-        return AUTOCONTRAST, ()
-    if name == "Equalize":
-        return EQUALIZE, ()
-    if name == "Invert":
-        return INVERT, ()
+    if name in NO_ARGUMENT:
+        return NO_ARGUMENT[name], ()
     assert v is not None
     if name.startswith("Posterize"):
         return None if v >= 8 else (POSTERIZE, (float(1 << int(v)),))

@@ -356,6 +356,10 @@ class _Policy(_Step):
                 prog.append(op)
 
 
+# the policies' ops that take no argument (torchvision's and timm's names alike)
+NO_ARGUMENT = {"AutoContrast": AUTOCONTRAST, "Equalize": EQUALIZE, "Invert": INVERT}
+
+
 def _policy_op(name: str, m: float, size: tuple[int, int], interpolation: float,
                fill: tuple[float, float, float] | None) -> tuple[int, tuple[float, ...]] | None:
     """The kernel op torchvision's _apply_image_or_video_transform applies for (name, m)."""
@@ -378,12 +382,8 @@ def _policy_op(name: str, m: float, size: tuple[int, int], interpolation: float,
         return POSTERIZE, (float(1 << int(m)),)
     if name == "Solarize":
         return SOLARIZE, (m,)  # the float bound (1.0) times the magnitude
-    if name == "AutoContrast":
-        return AUTOCONTRAST, ()
-    if name == "Equalize":
-        return EQUALIZE, ()
-    if name == "Invert":
-        return INVERT, ()
+    if name in NO_ARGUMENT:
+        return NO_ARGUMENT[name], ()
     raise ValueError(f"No transform available for {name}")
 
 

@@ -97,14 +97,8 @@ def _timm_draws(config, n, hparams):
     """What timm's RandAugment draws for n images: its ops' functions replaced by
     recorders (names, arguments, the interpolation picked), its own generators seeded."""
     ra = aa.rand_augment_transform(config, dict(hparams))
-    log = []
-    for op in ra.ops:
-        def record(img, *args, _name=op.name, **kw):
-            resample = aa._interpolation(dict(kw)) if _name in WARPS else None  # (timm's own pick, in its op)
-            mode = None if _name not in WARPS else ("bicubic" if int(resample) == 3 else "bilinear")
-            log[-1].append((_name, args[0] if args else None, mode))
-            return img
-        op.aug_fn = record
+    log: list = []
+    _recorders(ra.ops, log)
     random.seed(0)
     np.random.seed(0)
     for _ in range(n):
