@@ -13,6 +13,7 @@ ColorJitter, RandomErasing, subclasses of the steps) are drawn by the Python pat
 """
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Iterator, Sequence, overload
 
 import numpy as np
@@ -43,7 +44,7 @@ def native_spec(plan: "_Plan") -> tuple | None:
         if len(getattr(g, "_modes", ())) > 1:  # a mode drawn an image: the Python path draws it
             return None
         if kind is RandomResizedCrop:
-            geometry.append((1, g.scale[0], g.scale[1], g._log_ratio[0], g._log_ratio[1], min(g.ratio), max(g.ratio)))
+            geometry.append((1, g.scale[0], g.scale[1], math.log(g.ratio[0]), math.log(g.ratio[1]), min(g.ratio), max(g.ratio)))
         elif kind is Resize:
             size = (g.size, -1) if isinstance(g.size, int) else g.size
             geometry.append((2, *size, -1 if g.max_size is None else g.max_size))

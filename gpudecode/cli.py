@@ -396,8 +396,8 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
 
 def _formatted(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.formatter_class = _Help
-    for a in parser._actions:
-        if isinstance(a, argparse._SubParsersAction):
+    for a in parser._actions:  # noqa: SLF001 (argparse lists its subcommands nowhere public)
+        if isinstance(a, argparse._SubParsersAction):  # noqa: SLF001
             for sp in a.choices.values():
                 _formatted(sp)
     return parser

@@ -21,25 +21,23 @@ import torch
 
 from .errors import ErrorPolicy
 from .io import shards as _shards
+from .decode.cpu import CpuDecoder
 from .io.reader import Sample, ShardReader
+from .pipeline import Pipeline, PipelineConfig
 
 
 
 class ShardDataset(torch.utils.data.Dataset):
     """Every sample of a reader's shards by index (see the module doc)."""
 
-    def __init__(self, reader: ShardReader, transform: Any, *, image_exts: Sequence[str],
-                 label_exts: Sequence[str], labels: bool, max_pixels: int, seed: int,
-                 allow_negative_labels: bool = False, num_classes: int | None = None) -> None:
+    def __init__(self, reader: ShardReader, config: PipelineConfig, *, seed: int) -> None:
         self.reader = reader
-        self.transform = transform
-        self.image_exts = list(image_exts)
-        self.label_exts = list(label_exts)
-        self.labels = labels
-        self.max_pixels = max_pixels
+        # the Loader's pipeline configuration, one image a batch on the CPU decoder (full-scale
+        # windows: no DCT scaling, as the kernel's reference); the decoder is made per process
+        self.config = config.replace(batch_size=1, device="cpu", decoder="cpu", ring=1, num_threads=1,
+                                     fast_decode=False, pin_memory=False, batch_transform=None, reuse_held=False)
+        self.transform = config.transform
         self.seed = seed
-        self.allow_negative_labels = allow_negative_labels
-        self.num_classes = num_classes
         counts = reader.sample_counts()
         self._starts: list[int] = []
         total = 0
@@ -96,23 +94,16 @@ class ShardDataset(torch.utils.data.Dataset):
         """(the image transformed, its label): the sample through the Loader's pipeline
         (pipeline.Pipeline, one image a batch, every error raised), on the CPU, drawn as
         the Loader draws its epoch 0 (index `index`, seed, view seeds)."""
-        from .decode.cpu import CpuDecoder
-        from .pipeline import Pipeline
-
         s = self.sample(index)
-        if self._decoder is None:  # (full-scale windows: no DCT scaling, as the kernel's reference)
-            self._decoder = CpuDecoder(num_threads=1, max_pixels=self.max_pixels, buffers=8)
+        if self._decoder is None:
+            self._decoder = CpuDecoder(num_threads=1, max_pixels=self.config.max_pixels, buffers=8)
         # a pipeline a call: its one output slot is the item handed out, never written again
-        pipe = Pipeline(self.transform, batch_size=1, device="cpu", decoder=self._decoder,
-                        image_exts=self.image_exts, label_exts=self.label_exts, labels=self.labels,
-                        num_classes=self.num_classes, allow_negative_labels=self.allow_negative_labels,
-                        policy=ErrorPolicy("raise"), ring=1, num_threads=1, max_pixels=self.max_pixels,
-                        fast_decode=False, pin_memory=False)
+        pipe = Pipeline(self.config.replace(decoder=self._decoder), policy=ErrorPolicy("raise"))
         pipe.ensure_decoder()
         ready = pipe.finish(pipe.prepare([s], seed=self.seed, epoch=0, position=index % self._total))
         assert ready is not None  # (under "raise", a sample that fails raises)
         label = int(ready.batch.labels[0]) if ready.batch.labels is not None else 0
-        if isinstance(self.transform, list):  # several views: each drawn as the Loader draws it
+        if pipe.multi:  # several views: each drawn as the Loader draws it
             return [out[0] for out in ready.batch.images], label
         return ready.batch.images[0], label
 

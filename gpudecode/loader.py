@@ -40,6 +40,7 @@ and the output buffers.
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import itertools
 import os
@@ -49,12 +50,13 @@ import threading
 import time
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
 
 import torch
 
 from ._manifest import _read_json
 from ._probe import DEFAULT_MAX_PIXELS
+from .cursor import Cursor, Start
 from ._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
 from .decode import NAMES, available, check_device, choose, make_decoder
 from .errors import BackendUnavailableError, ConcurrentIterationError, ErrorPolicy, OnError, Skipped, TransformError
@@ -63,7 +65,7 @@ from .io.files import DEFAULT_IMAGE_EXTS, file_cap
 from .io.reader import Sample, ShardReader, split_exts
 from .io.remote import RemoteOptions
 from .mixing import BatchTransform, CutMix, MixUp, RandomChoice, as_batch_transform
-from .pipeline import Batch, Pipeline, Ready
+from .pipeline import Batch, Pipeline, PipelineConfig, Ready
 from .stats import LoaderStats
 from .transforms import Compose, carries_compose
 
@@ -78,39 +80,39 @@ class _Epoch:
     k+1 while "augment" runs the fused kernel on batch k and fills the queue the trainer
     takes from. Exceptions are handed on to the trainer, which re-raises them."""
 
-    def __init__(self, loader: "Loader", epoch: int, start: int) -> None:
+    def __init__(self, loader: "Loader", start: Start) -> None:
         self.loader = loader
+        self.pipe = pipe = loader.pipeline
         self.queue: queue.Queue = queue.Queue(maxsize=max(1, loader.prefetch))
-        self.mid: queue.Queue = queue.Queue(maxsize=loader._pipe.depth)  # the rings are this deep
+        self.mid: queue.Queue = queue.Queue(maxsize=pipe.depth)  # the rings are this deep
         self.group = ThreadGroup("loader")
         self.stop = self.group.stop_event
+        reader = loader.reader
         # the ranks and the even policy, resolved once an epoch (not again each batch)
-        self.rank, self.world = loader.reader.placement()
-        self.even = loader.reader.even
+        self.rank, self.world = reader.placement()
+        self.even = reader.even
         # split="elastic": the epoch's plan from the global position a resumed job stood at
-        self.plan = (loader.reader.plan(epoch, start=loader._global_start)
-                     if loader.reader.mode() == "elastic" else None)
+        self.plan = reader.plan(start.epoch, start=start.global_start) if reader.mode() == "elastic" else None
         if self.plan is not None:
-            loader._epoch_total = self.plan.total
+            loader.cursor.planned(start.run, self.plan.total)
         # a decoder that can be interrupted (the CPU one: between rows, on its native
         # threads) is, so close() or Ctrl-C never waits for a huge image to finish
-        decoder = loader._pipe.decoder
         # (only a decoder this Loader made: one handed in may serve other Loaders too)
-        interrupt = getattr(decoder, "interrupt", None) if loader._pipe.owns_decoder else None
+        interrupt = getattr(pipe.decoder, "interrupt", None) if pipe.owns_decoder else None
         if interrupt is not None:
-            decoder.resume()
+            pipe.decoder.resume()
             self.group.on_stop(interrupt)
-        self.group.start(self._decode_stage, epoch, start, name="decode")
+        self.group.start(self._decode_stage, start.epoch, start.position, name="decode")
         self.group.start(self._augment_stage, name="augment")
 
     def _put(self, q: queue.Queue, item: Any) -> bool:
         return put_until_stopped(q, item, self.stop)
 
     def _decode_stage(self, epoch: int, start: int) -> None:
-        ld = self.loader
-        samples = ld.reader.iter_epoch(epoch, start=start, stop=self.stop, plan=self.plan)
+        ld, pipe, reader = self.loader, self.pipe, self.loader.reader
+        samples = reader.iter_epoch(epoch, start=start, stop=self.stop, plan=self.plan)
         elastic = self.plan.chunks if self.plan is not None else None
-        names = [src.label for src in ld.reader.sources] if ld.reader.sources is not None else None
+        names = [src.label for src in reader.sources] if reader.sources is not None else None
         try:
             position = start
             while not self.stop.is_set():
@@ -123,20 +125,19 @@ class _Epoch:
                     break
                 if names is not None:  # the mix, counted as read (loader.stats.sources)
                     for sample in chunk:
-                        i = ld.reader.source_of(sample.shard)
+                        i = reader.source_of(sample.shard)
                         if i is not None:
                             ld.stats.sources[names[i]] = ld.stats.sources.get(names[i], 0) + 1
-                    with ld.reader._read_lock:
-                        ld.stats.source_read = {names[i]: (t, n) for i, (t, n) in ld.reader.source_read.items()}
+                    ld.stats.source_read = reader.read_times()
                 if elastic is not None:
                     # batch k is chunk k of the global order: its samples draw by their global
                     # positions, as a single process would draw them (any world size alike)
                     k = position // ld.batch_size
                     at = elastic[k] if k < len(elastic) else elastic[-1] + ld.batch_size * (k - len(elastic) + 1)
-                    prepared = ld._pipe.prepare(chunk, seed=ld.seed, epoch=epoch, position=at, rank=0, world=1)
+                    prepared = pipe.prepare(chunk, seed=ld.seed, epoch=epoch, position=at, rank=0, world=1)
                 else:
-                    prepared = ld._pipe.prepare(chunk, seed=ld.seed, epoch=epoch, position=position,
-                                                rank=self.rank, world=self.world)
+                    prepared = pipe.prepare(chunk, seed=ld.seed, epoch=epoch, position=position,
+                                            rank=self.rank, world=self.world)
                 prepared.timing.read = t_read
                 position += len(chunk)
                 prepared.position = position
@@ -149,7 +150,6 @@ class _Epoch:
             samples.close()  # ends the reader's threads (this thread runs its generator)
 
     def _augment_stage(self) -> None:
-        ld = self.loader
         try:
             while True:
                 item = get_until_stopped(self.mid, self.stop)
@@ -158,7 +158,7 @@ class _Epoch:
                 if item is None or isinstance(item, BaseException):
                     self._put(self.queue, item)
                     return
-                ready = ld._pipe.finish(item, self.even)
+                ready = self.pipe.finish(item, self.even)
                 if ready is not None:
                     if not self._put(self.queue, ready):
                         return
@@ -176,16 +176,20 @@ _SUPERSEDED = ("this iterator was ended when iter(loader) started a newer one (t
 class LoaderIterator:
     """An epoch of batches from a Loader (what `iter(loader)` returns). Ends when
     exhausted, on close(), when garbage-collected, or when an exception (Ctrl-C
-    included) passes through `__next__`; its threads are joined then."""
+    included) passes through `__next__`; its threads are joined then. It reports each
+    batch handed over and the epoch's end to the Loader's cursor, for its own run."""
 
-    def __init__(self, loader: "Loader", epoch: int, start: int) -> None:
-        self._loader = loader
-        self.epoch = epoch
+    def __init__(self, loader: "Loader", start: Start, length: Callable[[], int]) -> None:
+        self.epoch = start.epoch
+        self._cursor = loader.cursor
+        self._stats = loader.stats
+        self._run = start.run
+        self._length = length
         self._done = False
         self._superseded = False  # ended by a newer iter(loader)
         self._pid = os.getpid()
         self._busy = threading.Lock()  # one next() at a time
-        self._ep = _Epoch(loader, epoch, start)
+        self._ep = _Epoch(loader, start)
 
     @property
     def active(self) -> bool:
@@ -195,7 +199,7 @@ class LoaderIterator:
         return self
 
     def __len__(self) -> int:
-        return self._loader._batches(self.epoch)
+        return self._length()
 
     def __next__(self) -> "Batch":
         held = False
@@ -222,8 +226,8 @@ class LoaderIterator:
                 self._busy.release()
 
     def _next(self) -> "Batch":
-        ld, ep = self._loader, self._ep
-        gpu = ld._pipe.gpu
+        ep = self._ep
+        gpu = ep.pipe.gpu
         if gpu is not None:
             # asking for batch k: the trainer's work on batch k-2 (and before) is enqueued on its
             # stream; those slots may be reused once that work is done (the augment stage waits)
@@ -236,20 +240,24 @@ class LoaderIterator:
                 raise ConcurrentIterationError(_SUPERSEDED) if self._superseded else StopIteration
             raise RuntimeError("gpudecode loader threads ended without a result (this is a bug)")
         if item is None:
-            ld._finished = True
+            self._cursor.on_end(self._run)
             raise StopIteration
         if isinstance(item, BaseException):
             raise item
         r: Ready = item
-        ld._yielded += 1
+        self._cursor.on_batch(self._run, r.position)
         r.timing.wait = wait
         r.timing.delivered = t0 + wait
-        ld.stats.batches.append(r.timing)
-        ld._position = r.position
+        self._stats.batches.append(r.timing)
         if gpu is not None and r.ready is not None:
             gpu.hand_over(r)
         # a user's batch callable: here, on the trainer's thread, seeded from the batch's draw
-        return ld._pipe.user_step(r.batch, r.draw)
+        return ep.pipe.user_step(r.batch, r.draw)
+
+    def supersede(self) -> None:
+        """Ends this iterator because a newer one started: its next() then says so."""
+        self._superseded = True
+        self.close()
 
     def close(self) -> None:
         """Stops the epoch and joins its threads (idempotent; in a forked child it only
@@ -382,8 +390,6 @@ def _default_seed(world_size: int) -> int:
     return seed
 
 
-
-
 class LoaderSampler:
     """A Loader's share for this rank, where DistributedSampler stands beside a DataLoader:
     `len()` is the samples this rank yields per epoch, `set_epoch(e)` sets the Loader's
@@ -400,23 +406,23 @@ class LoaderSampler:
         self._loader.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[int]:
-        ld = self._loader
-        counts = ld.reader.sample_counts()
+        reader = self._loader.reader
+        counts = reader.sample_counts()
         base, pos = {}, 0
-        for u in ld.reader.urls:
+        for u in reader.urls:
             base[u] = pos
             pos += counts[u]
-        epoch = ld._current_epoch()
-        if ld.reader.mode() == "elastic":  # the plan's order: its segments are read in another
-            files = {u: ld.reader.file_order(u, epoch) for u in ld.reader.files}
-            for url, i in ld.reader.plan(epoch).order():
+        epoch = self._loader.current_epoch
+        if reader.mode() == "elastic":  # the plan's order: its segments are read in another
+            files = {u: reader.file_order(u, epoch) for u in reader.files}
+            for url, i in reader.plan(epoch).order():
                 yield base[url] + (files[url][i] if url in files else i)
             return
-        share = ld.reader.share(epoch)
+        share = reader.share(epoch)
         n = 0
         for seg in share.segments:
             stop = counts[seg.url] if seg.stop is None else seg.stop
-            order = ld.reader.file_order(seg.url, epoch) if seg.url in ld.reader.files else None
+            order = reader.file_order(seg.url, epoch) if seg.url in reader.files else None
             for i in range(seg.start, stop):
                 if share.target is not None and n >= share.target:
                     return
@@ -424,115 +430,206 @@ class LoaderSampler:
                 n += 1
 
 
+def shards_fingerprint(reader: ShardReader) -> str:
+    """The shards (or files) read, in their order, by name: the same data wherever it is
+    mounted, other data (other shards, another order, a tree with other files) differs."""
+    h = hashlib.sha256()
+    if reader.sources is not None:  # a mixture: its terms are part of what is read
+        h.update(repr([(s.weight, s.repeat, s.choose, s.label_offset, len(g)) for s, g in
+                       zip(reader.sources, reader.source_urls)] + [reader.epoch_size]).encode())
+    for u in reader.urls:
+        flist = reader.files.get(u)
+        # (names as the file system gives them: a name that is not UTF-8 keeps its bytes)
+        if flist is None:
+            h.update(os.fsencode(os.path.basename(u.rstrip("/"))) + b"\0")
+        else:
+            h.update(f"files:{len(flist)}\0".encode())
+            for k in flist.keys:
+                h.update(k.encode("utf-8", "surrogateescape") + b"\0")
+    return h.hexdigest()[:16]
+
+
+def transforms_fingerprint(config: PipelineConfig) -> str:
+    """The transforms (views and batch transform) by their repr: a state saved with other
+    transforms is refused."""
+    parts = [repr(v) for v in config.views] + [repr(config.batch_transform)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _what_is_read(reader: ShardReader) -> dict:
+    """What is read: shards, and image files as they lie (their trees or lists)."""
+    files = reader.files
+    out: dict = {"shards": sum(1 for u in reader.urls if u not in files)}
+    if files:
+        out["image_files"] = sum(len(f) for f in files.values())
+        out["file_sources"] = [f.root or u for u, f in files.items()]
+    return out
+
+
+def _mix(reader: ShardReader, epoch: int, skipped: list[Skipped]) -> list[dict]:
+    """A mixture's sources: their samples, what `epoch` draws of each, and what on_error
+    passed over in each this epoch."""
+    mix = reader.mixture(epoch)
+    for m in mix:
+        m["skipped"] = 0
+    for sk in skipped:
+        i = reader.source_of(sk.shard) if sk.shard else None
+        if i is not None:
+            mix[i]["skipped"] += 1
+    return mix
+
+
+def _pipeline_config(transform: Any, batch_transform: Any, *, batch_size: int, device: Any, decoder: Any,
+                     image_ext: Any, label_ext: Any, labels: bool, num_classes: int | None,
+                     allow_negative_labels: bool, workers: tuple[int | None, int | None],
+                     ahead: tuple[int | None, int | None], max_pixels: int, fast_decode: bool, pin_memory: bool,
+                     reuse_buffers: bool) -> PipelineConfig:
+    """The Loader's arguments for its pipeline, checked (a missing decoder extra, a batch
+    transform that cannot mix this transform's output: said now, not at the first batch).
+    `workers`: (num_workers, num_threads), `ahead`: (prefetch_factor, prefetch), each pair
+    a name and its older one."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
+    if None not in workers and workers[0] != workers[1]:
+        raise ValueError("give num_workers or num_threads (its older name), not both")
+    if None not in ahead and ahead[0] != ahead[1]:
+        raise ValueError("give prefetch_factor or prefetch (its older name), not both")
+    threads = workers[0] if workers[0] is not None else workers[1]
+    if threads is not None and threads < 0:
+        raise ValueError(f"num_workers must be >= 0, not {threads}")
+    prefetch = ahead[0] if ahead[0] is not None else (ahead[1] if ahead[1] is not None else 2)
+    if prefetch < 1:
+        raise ValueError(f"prefetch_factor must be >= 1, not {prefetch}")
+    device = check_device(device)
+    transform = _views(transform)
+    if isinstance(transform, list) and batch_transform is not None:
+        raise TransformError("batch_transform with several views is not supported (MixUp and CutMix mix one "
+                             "view's batch): use one transform, or mix each view's batch in your loop")
+    if isinstance(decoder, str):
+        if decoder == "nvjpeg" or choose(decoder, device) not in NAMES:
+            make_decoder(decoder, device=device, num_threads=1, max_pixels=0)  # raises with the reason
+        ok, why = available(choose(decoder, device))
+        if not ok:
+            raise BackendUnavailableError(f"decoder {decoder!r} cannot be used here: {why}")
+    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
+                                    or num_classes < 1):
+        raise ValueError(f"num_classes must be a positive int, not {num_classes!r}")
+    step = None if isinstance(transform, list) else _batch_step(batch_transform, transform, labels, num_classes)
+    if num_classes is None and step is not None:
+        # MixUp/CutMix's classes bound the labels: one past them is that sample's LabelError, not torch's
+        num_classes = _mix_classes(step)
+    if pin_memory and device == "cpu" and not torch.cuda.is_available():
+        warnings.warn("pin_memory=True, but torch sees no CUDA device: batches come in ordinary (pageable) "
+                      "memory", UserWarning, stacklevel=3)
+    return PipelineConfig(transform, batch_size=batch_size, device=device, decoder=decoder,
+                          image_exts=tuple(split_exts(image_ext)),
+                          label_exts=tuple(split_exts(label_ext)) if labels else (), labels=labels,
+                          num_classes=num_classes, allow_negative_labels=bool(allow_negative_labels),
+                          ring=prefetch + 3, num_threads=max(1, threads) if threads is not None else (os.cpu_count() or 1),
+                          max_pixels=max_pixels, fast_decode=fast_decode, pin_memory=bool(pin_memory),
+                          batch_transform=step, reuse_held=bool(reuse_buffers))
+
+
+def _describe(loader: "Loader") -> dict:
+    """Loader.describe(), from the Loader's public attributes."""
+    pipe, reader = loader.pipeline, loader.reader
+    plans, multi = [tf.plan for tf in pipe.views], pipe.multi
+    return {"device": loader.device, "decoder": pipe.decoder_name(),
+            # what actually decodes (the library, GPU, hardware or CPU), once the decoder is made
+            "decoder_backend": getattr(pipe.decoder, "backend", None) if pipe.decoder is not None else None,
+            "num_threads": loader.num_threads, "prefetch": loader.prefetch,
+            "batch_size": loader.batch_size, **_what_is_read(reader), "split": reader.mode(),
+            "out_size": [p.out_size for p in plans] if multi else plans[0].out_size,
+            "dtype": [str(p.dtype) for p in plans] if multi else str(plans[0].dtype),
+            # what runs fused, per view (several views: one list each)
+            "transform": ([[type(t).__name__ for t in p.steps] for p in plans] if multi
+                          else [type(t).__name__ for t in plans[0].steps]),
+            "views": len(plans), "fast_decode": pipe.fast_decode,
+            **({"mix": _mix(reader, loader.current_epoch, loader.skipped)} if reader.sources is not None else {}),
+            # what runs after the fused kernel, on the finished batch
+            "after": [] if loader.batch_transform is None else [repr(loader.batch_transform)]}
+
+
 class Loader:
     """Batches of augmented images from tar shards, on the GPU when there is one: in place
     of torch.utils.data.DataLoader + torchvision transforms, with DataLoader's argument
-    names where they have a meaning here.
+    names where they have a meaning here (docs/guide.md says more of each).
 
     Args:
         urls: shards (see `gpudecode.ShardReader`): a directory, a brace pattern, a list
-            file, URLs. Local shards must exist (checked here). Or images as they lie:
-            an ImageFolder tree (`Loader("imagenet/train", ...)`: torchvision's classes
-            and indices), a list file of `path label` lines, a list of image paths or
-            (path, label) pairs. Or a mixture: a list of `gpudecode.Source`, each any of
-            those with its weight, repeat or choose (and label_offset); each epoch draws
-            exactly its counts from each (`describe()["mix"]`, `loader.stats.sources`),
-            split elastically over the ranks.
+            file, URLs (local ones must exist). Or images as they lie: an ImageFolder tree
+            (torchvision's classes and indices), a list file of `path label` lines, a list
+            of paths or (path, label) pairs. Or a mixture: a list of `gpudecode.Source`,
+            each with its weight, repeat or choose (and label_offset), drawn in exact
+            counts each epoch (`describe()["mix"]`, `loader.stats.sources`).
         batch_size: images per batch.
-        transform: a `gpudecode.transforms.Compose` (a torchvision Compose is converted
-            with `Compose.from_torchvision`, or refused with the reason).
-        batch_transform: run on each finished batch and its labels, on its device:
-            `transforms.MixUp`, `CutMix`, `RandomChoice` over them (torchvision v2's, which
-            are converted, so their draws are seeded; labels become [N, num_classes]
-            float32, num_classes taken from the Loader's when the transform has none), or
-            any callable (images [N, 3, h, w], labels) -> (images, labels) (torchvision's
-            reference RandomMixUp/RandomCutMix in a v1 RandomChoice, timm's Mixup): run as
-            written on the trainer's thread in next(), with Python's, numpy's and torch's
-            generators seeded from the batch's draw and restored after.
-        device: "auto" (CUDA if available, else CPU), "cpu", "cuda" or "cuda:N", or a
-            torch.device of those.
+        transform: a `gpudecode.transforms.Compose` (torchvision's and timm's are converted
+            by `Compose.from_torchvision`, or refused with the reason); a list of them
+            gives several views of each image.
+        batch_transform: run on each finished batch and its labels, on its device: MixUp,
+            CutMix, RandomChoice over them (torchvision v2's converted, drawn seeded; labels
+            become [N, num_classes] float32), or any callable (images, labels) -> (images,
+            labels), run on the trainer's thread with Python's, numpy's and torch's
+            generators seeded from the batch's draw (and restored after).
+        device: "auto" (CUDA if available, else CPU), "cpu", "cuda", "cuda:N" or a torch.device.
         decoder: "auto" | "cpu" | "nvimgcodec" | "dali" | "torchcodec", or a decoder instance
             (see gpudecode.decode); `describe()` says which one runs.
-        shuffle: shard order and a sample shuffle buffer per epoch (DataLoader's meaning;
-            on by default here, as a training loader).
+        shuffle: shard order and a sample shuffle buffer per epoch (on by default).
         seed: fixes every random choice with (epoch, sample position), whatever the thread
-            count. None (default): `torch.initial_seed()`, so `torch.manual_seed(s)`
-            fixes the order; with several ranks rank 0's is used (broadcast when
-            torch.distributed is initialized; otherwise give every rank the same seed).
+            count. None: `torch.initial_seed()`, rank 0's broadcast when torch.distributed
+            is initialized (otherwise give every rank the same seed).
         num_workers: CPU threads that decode and run the kernel (DataLoader's worker
-            processes become threads here; default: all cores; 0 means 1).
-        pin_memory: batches on the CPU come in pinned memory (when CUDA is present), so
-            `.to("cuda", non_blocking=True)` overlaps; no effect with device="cuda".
-        persistent_workers: accepted for DataLoader's sake; threads start per epoch in
-            milliseconds, so there is nothing to keep alive.
-        prefetch_factor: batches prepared ahead (DataLoader's meaning per worker; here for
-            the whole loader; default 2).
+            processes become threads; default: all cores; 0 means 1).
+        pin_memory: CPU batches in pinned memory (when CUDA is present).
+        persistent_workers: accepted for DataLoader's sake (threads start per epoch).
+        prefetch_factor: batches prepared ahead, for the whole loader (default 2).
         drop_last: drop the last, smaller batch.
-        image_ext, label_ext: extensions tried in order (";"-separated); the default
-            image ones are torchvision's (jpg, jpeg, png, webp, bmp, tif, tiff, ppm, pgm)
-            and npy, a tensor sample written by `gpudecode precache`; `.cls` holds an
-            integer as text, `.json` a {"label": int} (gpudecode.labels). labels=False
-            turns labels off.
+        image_ext, label_ext: extensions tried in order (";"-separated); images default to
+            torchvision's (jpg, jpeg, png, webp, bmp, tif, tiff, ppm, pgm) and npy (a tensor
+            sample from `gpudecode precache`); `.cls` holds an integer as text, `.json` a
+            {"label": int}. labels=False turns labels off.
         num_classes: when given, a label must be below it (a LabelError names the sample).
         allow_negative_labels: take negative labels (refused by default: -1 and -100 are
-            CrossEntropyLoss's ignore_index, a sample that would train on nothing).
-        on_error: "raise" (default), "warn" or "skip" for bad shards, undecodable images
-            and bad labels; what was skipped is in `skipped` (see README "Robustness").
-        rank, world_size: this process's part; detected from torch.distributed, torchrun
-            or SLURM when None.
-        even: "auto", None, "pad" or "drop": every rank yields exactly `len(loader)`
-            batches (DDP needs equal step counts): "pad" repeats samples up to ceil(N /
-            ranks) per rank, "drop" leaves out the last N mod ranks samples, as
-            DistributedSampler does. Images lost to on_error="skip" are made up by repeats
-            of others in the same batch. "auto" (default): "pad" with several ranks (as
-            DistributedSampler's default), None alone. None: each sample exactly once
-            (evaluation); a warning says so before the first batch when ranks' counts differ.
-        split: "auto", "shard" or "sample": how an epoch is shared over ranks (see
-            gpudecode.ShardReader); "elastic": the epoch's global order of samples depends
-            on (seed, epoch, sources) alone and each global batch is a run of it (every
-            rank takes batch_size consecutive positions a round), each sample draws its
-            augmentations by its global position, and a state_dict() resumes on another
-            world size or batch size (gpudecode.io.epoch has the design and its costs).
+            CrossEntropyLoss's ignore_index).
+        on_error: "raise" (default), "warn" or "skip" for bad shards, images and labels;
+            what was skipped is in `skipped`.
+        rank, world_size: this process's part; from torch.distributed, torchrun or SLURM
+            when None.
+        even: every rank yields exactly `len(loader)` batches (DDP's equal steps): "pad"
+            repeats samples up to ceil(N / ranks), "drop" leaves out N mod ranks, as
+            DistributedSampler; images lost to on_error="skip" are made up by repeats in
+            their batch. "auto": "pad" with several ranks. None: each sample exactly once
+            (evaluation; a warning when ranks' counts differ).
+        split: "auto", "shard" or "sample" (see gpudecode.ShardReader); "elastic": the
+            epoch's global order depends on (seed, epoch, sources) alone, each sample draws
+            by its global position, and a state resumes on another world size or batch
+            size (gpudecode.io.epoch has the design and its costs).
         max_pixels: images with more pixels are refused (decompression bombs).
-        fast_decode: CPU JPEG decoding with the fast IDCT, plain upsampling and DCT
-            downscaling (not bit-exact; see the decode docs).
+        fast_decode: CPU JPEG decoding with the fast IDCT (not bit-exact).
         remote: timeouts and retries for remote shards (`gpudecode.RemoteOptions`).
-        cache_dir, cache_limit: keep a local copy of each remote shard in `cache_dir`
-            (written atomically, size checked; later epochs read it and make no request),
-            evicting the least recently used copies past `cache_limit` bytes (None: no limit).
+        cache_dir, cache_limit: a local copy of each remote shard in `cache_dir` (later
+            epochs make no request), least recently used ones evicted past `cache_limit` bytes.
+        reuse_buffers: overwrite an output buffer whose batch you still hold (see below).
+        repeated_augs: k > 1 is repeated augmentation (torchvision's `--ra-reps k`, DeiT's
+            `--repeated-aug`): each rank reads what torchvision's RASampler gives it, each
+            copy with its own draws (in place of the script's RASampler).
+        epoch_size: a mixture's epoch: an int, or "all_exhausted" (default: every weighted
+            source at least once) or "first_exhausted" (none repeated).
         num_threads, prefetch: older names of num_workers and prefetch_factor.
 
-    Sizes: `len(loader)` (batches per epoch for this rank), `loader.num_samples` (samples
-    per epoch for this rank), `loader.total_samples` (samples in the shards); `loader.dataset`
-    (map-style view of every sample) and `loader.sampler` (this rank's share, with
-    `set_epoch` and `len`) stand where DataLoader has them.
+    Sizes: `len(loader)` (batches per epoch for this rank), `num_samples` (this rank's
+    samples per epoch), `total_samples`; `dataset` (every sample by index) and `sampler`
+    (this rank's share, with `set_epoch` and `len`) stand where DataLoader has them.
 
-    Epochs: each new iteration starts the next epoch unless `set_epoch` chose one; the
-    README's "Resuming" table says what every order of load_state_dict, set_epoch and
-    iteration does.
+    Epochs: each iteration starts the next epoch unless `set_epoch` chose one; `cursor`
+    (gpudecode.cursor) holds where the Loader stands, in one phase; the guide's
+    "Resuming" table says what every order of load_state_dict, set_epoch and iteration does.
 
-    A yielded batch is yours, as a DataLoader's is: keep it as long as you like, no
-    `.clone()` needed. Batches are made in a ring of `prefetch + 3` output buffers; a
-    buffer is written again only when nothing of yours refers to its last batch any more
-    (no tensor on its memory: the batch, a view or a slice of it), which in the usual loop
-    is always the case, so the ring is reused at full speed; a buffer whose batch you
-    still hold becomes yours, and the ring takes new memory in its place (`reuse_buffers
-    =True` overwrites it anyway, as FFCV's and DALI's iterators do: no allocation, but a
-    batch kept past `prefetch + 3` later ones changes under you). On a GPU a buffer is
-    reused only after the work enqueued on your stream for its batch has completed (an
-    event recorded there; the module doc has the stream design).
-
-    Args (beyond those above):
-        reuse_buffers: see above (default False).
-        repeated_augs: k > 1 is repeated augmentation (the `--ra-sampler --ra-reps k` of
-            torchvision's reference recipes, DeiT's `--repeated-aug`): each rank reads what
-            torchvision's RASampler gives it (the same multiset per epoch and rank, for an
-            ImageFolder tree or a file list; see ShardReader), each copy of an image with
-            its own draws. Use it in place of the script's RASampler.
-        epoch_size: a mixture's epoch: the samples the weighted sources share (an int:
-            the epoch less the repeat/choose sources' counts), or torchdata.nodes' stop
-            criteria: "all_exhausted" (default: every weighted source's samples at least
-            once, the smaller ones cycled) or "first_exhausted" (none repeated).
+    A yielded batch is yours, as a DataLoader's is: keep it, no `.clone()` needed. Batches
+    are made in a ring of `prefetch + 3` buffers; one you still hold a tensor of is not
+    written again (the ring takes new memory in its place) unless `reuse_buffers=True`
+    (FFCV's and DALI's way: no allocation, but a batch kept past `prefetch + 3` later ones
+    changes under you). The module doc has the GPU streams.
     """
 
     def __init__(self, urls: Any, *, batch_size: int, transform: Any, device: "str | torch.device" = "auto",
@@ -548,107 +645,53 @@ class Loader:
                  cache_limit: int | None = None, num_threads: int | None = None,
                  prefetch: int | None = None, batch_transform: Any = None, reuse_buffers: bool = False,
                  repeated_augs: int = 1, epoch_size: int | str | None = None) -> None:
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
-        if num_workers is not None and num_threads is not None and num_workers != num_threads:
-            raise ValueError("give num_workers or num_threads (its older name), not both")
-        if prefetch_factor is not None and prefetch is not None and prefetch_factor != prefetch:
-            raise ValueError("give prefetch_factor or prefetch (its older name), not both")
-        workers = num_workers if num_workers is not None else num_threads
-        if workers is not None and workers < 0:
-            raise ValueError(f"num_workers must be >= 0, not {workers}")
-        ahead = prefetch_factor if prefetch_factor is not None else (prefetch if prefetch is not None else 2)
-        if ahead < 1:
-            raise ValueError(f"prefetch_factor must be >= 1, not {ahead}")
-        transform = _views(transform)
-        if isinstance(transform, list) and batch_transform is not None:
-            raise TransformError("batch_transform with several views is not supported (MixUp and CutMix mix one "
-                                 "view's batch): use one transform, or mix each view's batch in your loop")
-        device = check_device(device)
-        if isinstance(decoder, str):  # a missing extra is said now, not at the first batch
-            if decoder == "nvjpeg" or choose(decoder, device) not in NAMES:
-                make_decoder(decoder, device=device, num_threads=1, max_pixels=0)  # raises with the reason
-            ok, why = available(choose(decoder, device))
-            if not ok:
-                raise BackendUnavailableError(f"decoder {decoder!r} cannot be used here: {why}")
-        self.transform = transform
-        self.batch_transform = (None if isinstance(transform, list)
-                                else _batch_step(batch_transform, transform, labels, num_classes))
-        self.batch_size = batch_size
-        self.device = device
-        self.decoder_name = decoder
-        self.image_exts = split_exts(image_ext)
-        self.label_exts = split_exts(label_ext) if labels else []
-        self.labels = labels
-        if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
-                                        or num_classes < 1):
-            raise ValueError(f"num_classes must be a positive int, not {num_classes!r}")
-        if num_classes is None and self.batch_transform is not None:
-            # MixUp/CutMix's classes bound the labels: one past them is that sample's LabelError, not torch's
-            num_classes = _mix_classes(self.batch_transform)
-        self.num_classes = num_classes
-        self.allow_negative_labels = bool(allow_negative_labels)
-        self.num_threads = max(1, workers) if workers is not None else (os.cpu_count() or 1)
-        self.pin_memory = bool(pin_memory)
-        if self.pin_memory and device == "cpu" and not torch.cuda.is_available():
-            warnings.warn("pin_memory=True, but torch sees no CUDA device: batches come in ordinary (pageable) "
-                          "memory", UserWarning, stacklevel=2)
-        self.persistent_workers = bool(persistent_workers)
-        self.prefetch = ahead
-        self.drop_last = drop_last
-        self.policy = ErrorPolicy(on_error)  # one for every stage: one list of what was skipped
-        self.on_error = self.policy.on_error
-        self.max_pixels = max_pixels
-        self.fast_decode = fast_decode
-        self._seed_given = seed is not None
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
+        config = _pipeline_config(transform, batch_transform, batch_size=batch_size, device=device, decoder=decoder,
+                                  image_ext=image_ext, label_ext=label_ext, labels=labels, num_classes=num_classes,
+                                  allow_negative_labels=allow_negative_labels, workers=(num_workers, num_threads),
+                                  ahead=(prefetch_factor, prefetch), max_pixels=max_pixels, fast_decode=fast_decode,
+                                  pin_memory=pin_memory, reuse_buffers=reuse_buffers)
+        self.batch_size, self.device, self.drop_last = batch_size, config.device, drop_last
+        self.prefetch, self.num_threads = config.ring - 3, config.num_threads
+        self.persistent_workers = bool(persistent_workers)  # (threads start per epoch: nothing to keep alive)
+        self.transform = config.transform if isinstance(config.transform, Compose) else list(config.transform)
+        self.batch_transform = config.batch_transform
+        self.policy = ErrorPolicy(on_error)  # one for every stage: one list of what was skipped
+        self._seed_given = seed is not None
         # the seed before the reader: the default one is made the same on every rank
         self.seed = int(seed) if seed is not None else _default_seed(
             world_size if world_size is not None else _shards.detect_rank()[1])
         self.reader = ShardReader(urls, shuffle=shuffle, seed=self.seed, buffer_size=buffer_size, rank=rank,
                                   world_size=world_size, num_threads=2, policy=self.policy,
-                                  extensions=self.image_exts + self.label_exts, even=even, split=split,
+                                  extensions=list(config.image_exts + config.label_exts), even=even, split=split,
                                   remote=remote, cache_dir=cache_dir, cache_limit=cache_limit,
                                   # tensor samples stay in the mapped shard: the kernel reads them there
-                                  map_extensions=[e for e in self.image_exts if e == "npy"],
+                                  map_extensions=[e for e in config.image_exts if e == "npy"],
                                   # the others are read into recycled memory (no page faults a read)
-                                  pool_extensions=[e for e in self.image_exts if e != "npy"],
+                                  pool_extensions=[e for e in config.image_exts if e != "npy"],
                                   # an image file is read only up to what an image of max_pixels can take
                                   max_file_bytes=file_cap(max_pixels), repeated_augs=repeated_augs,
                                   chunk=batch_size, epoch_size=epoch_size)
-        if not isinstance(transform, list) and transform.plan.out_size is None and batch_size > 1:
+        if isinstance(config.transform, Compose) and config.transform.plan.out_size is None and batch_size > 1:
             _check_stored_sizes(self.reader)
-        self.epoch = 0
         self.stats = LoaderStats()
+        self.cursor = Cursor()  # where this Loader stands in its epochs (one phase value)
         # the per-batch work and every buffer it cycles through (output slots: prefetch + 3)
-        self._pipe = Pipeline(transform, batch_size=batch_size, device=device, decoder=decoder,
-                              image_exts=self.image_exts, label_exts=self.label_exts, labels=labels,
-                              num_classes=num_classes, allow_negative_labels=self.allow_negative_labels,
-                              policy=self.policy, ring=self.prefetch + 3, num_threads=self.num_threads,
-                              max_pixels=max_pixels, fast_decode=fast_decode, pin_memory=self.pin_memory,
-                              batch_transform=self.batch_transform, reuse_held=bool(reuse_buffers))
-        self._pipe.label_offsets = self.reader.label_offsets  # a mixture's sources' (gpudecode.Source)
-        self.reuse_buffers = bool(reuse_buffers)
-        self._position = 0
-        self._yielded = 0        # batches handed over in the current (or last) epoch
-        self._finished = False   # the current (or last) epoch ran to its end
-        self._resume: int | None = None
-        self._global_start = 0   # split="elastic": the global position the running epoch started at
-        self._epoch_total: int | None = None  # split="elastic": the running epoch's samples
-        self._resume_global: int | None = None
-        self._epoch_chosen = True  # set_epoch (or load_state_dict) chose the next epoch
-        self._started = False
+        self._pipe = Pipeline(config.replace(label_offsets=self.reader.label_offsets), policy=self.policy)
         self._active: weakref.ref[LoaderIterator] | None = None
         self._iter_lock = threading.Lock()
         self._pid = os.getpid()
-
-    # -- public API ---------------------------------------------------------------------
 
     @property
     def skipped(self) -> list[Skipped]:
         """Everything skipped under on_error="skip"/"warn": bad shards, images, labels."""
         return self.policy.skipped
+
+    @property
+    def epoch(self) -> int:
+        """The epoch this Loader's record is about (see `current_epoch`)."""
+        return self.cursor.epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Chooses the epoch the next iteration runs (its shard order, shuffle and draws).
@@ -656,46 +699,26 @@ class Loader:
         keeps that place (the next iteration continues e exactly), and set_epoch(f) for
         another f starts f from its beginning, with a warning that names both epochs (the
         rest of e is not read): never f from e's place."""
-        epoch = int(epoch)
-        if self._resume is not None and epoch != self.epoch:
-            warnings.warn(f"set_epoch({epoch}) after load_state_dict() of a state saved {self._yielded} batches into "
-                          f"epoch {self.epoch}: epoch {epoch} starts from its beginning, and the rest of epoch "
-                          f"{self.epoch} is not read (set_epoch({self.epoch}), or no set_epoch, continues it)",
-                          RuntimeWarning, stacklevel=2)
-            self._resume = None
-            self._resume_global = None
-            self._yielded = 0
-            self._position = 0
-            self._finished = False
-        self.epoch = epoch
-        self.reader.set_epoch(epoch)
-        self._epoch_chosen = True
-
-    def _next_epoch(self) -> int:
-        """The epoch the next iteration will run."""
-        return self.epoch if self._epoch_chosen or not self._started else self.epoch + 1
-
-    def _samples(self, epoch: int) -> int:
-        return self.reader.samples_per_epoch(epoch)
+        self.cursor.choose(int(epoch))
+        self.reader.set_epoch(self.cursor.epoch)
 
     def _batches(self, epoch: int) -> int:
-        n = self._samples(epoch)
+        n = self.reader.samples_per_epoch(epoch)
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
-    def _current_epoch(self) -> int:
+    @property
+    def current_epoch(self) -> int:
         """The running epoch; the one that just ran to its end (until the next iteration
         starts or set_epoch chooses one); else the one the next iteration will run."""
         active = self._active() if self._active is not None else None
         if active is not None and active.active:
             return active.epoch
-        if self._finished and not self._epoch_chosen:
-            return self.epoch
-        return self._next_epoch()
+        return self.cursor.epoch if self.cursor.finished else self.cursor.next_epoch()
 
     @property
     def num_samples(self) -> int:
         """Samples this rank yields per epoch (counts the shards' headers once)."""
-        return self._samples(self._current_epoch())
+        return self.reader.samples_per_epoch(self.current_epoch)
 
     @property
     def total_samples(self) -> int:
@@ -707,7 +730,7 @@ class Loader:
         with even=None, batches that lose all their images are not yielded). During an
         epoch and after it ends, that epoch's; before the first, or after set_epoch, the
         next one's (the counts differ between epochs only with even=None and several ranks)."""
-        return self._batches(self._current_epoch())
+        return self._batches(self.current_epoch)
 
     @property
     def dataset(self) -> "ShardDataset":
@@ -716,9 +739,7 @@ class Loader:
         `torch.utils.data.Subset`."""
         from .dataset import ShardDataset
 
-        return ShardDataset(self.reader, self.transform, image_exts=self.image_exts, label_exts=self.label_exts,
-                            labels=self.labels, max_pixels=self.max_pixels, seed=self.seed,
-                            allow_negative_labels=self.allow_negative_labels, num_classes=self.num_classes)
+        return ShardDataset(self.reader, self._pipe.config, seed=self.seed)
 
     @property
     def sampler(self) -> "LoaderSampler":
@@ -738,72 +759,21 @@ class Loader:
         that looks for it, e.g. Lightning: it then finds `sampler` and its set_epoch)."""
         return None
 
-    _STATE_FORMAT = "gpudecode.Loader/1"
-
     def state_dict(self) -> dict:
-        """Where this rank stands, in the plain-dict form of torchdata's StatefulDataLoader
-        (`_num_yielded`, `_iterator_finished`, ...; gpudecode's own in `dataset_state`:
-        epoch, position in samples, seed and the split). Picklable; a job restarted with
-        the same shards, world size and batch size resumes exactly."""
+        """Where this rank stands, in torchdata's StatefulDataLoader form (gpudecode's own in
+        `dataset_state`: epoch, position, seed, split...); picklable. A job restarted with the
+        same shards, world size and batch size resumes exactly (split="elastic": any)."""
         rank, world = self.reader.placement()
-        elastic = {}
+        c, elastic = self.cursor, {}
         if self.reader.mode() == "elastic":
-            elastic = {"global_position": self._global_position(world), "global_start": self._global_start}
-        return {
-            "_index_sampler_state": None,
-            "_sampler_iter_state": None,
-            "_sampler_iter_yielded": self._yielded,
-            "_num_yielded": self._yielded,
-            "_IterableDataset_len_called": None,
-            "_shared_seed": None,
-            "fetcher_state": {"dataset_iter_state": None, "fetcher_ended": self._finished},
-            "dataset_state": {
-                "format": self._STATE_FORMAT, "epoch": self.epoch if self._started else self._next_epoch(),
-                "position": self._position, "seed": self.seed, "rank": rank, "world_size": world,
-                "split": self.reader.mode(), "even": self.reader.even, "shuffle": self.reader.shuffle,
-                "shards": len(self.reader.urls), "batch_size": self.batch_size, "drop_last": self.drop_last,
-                "fingerprint": self._fingerprint(), "transform": self._transform_fingerprint(), **elastic,
-            },
-            "_iterator_finished": self._finished,
-        }
-
-    def _global_position(self, world: int) -> int:
-        """split="elastic": how many positions of the epoch's global order the job has
-        consumed, the same on every rank at a step: this epoch's start, plus whole rounds
-        (a batch of every rank's) for the batches this rank has had; the last round, if
-        partial, to the epoch's end."""
-        if self._finished:
-            return 0
-        consumers = world * _shards.detect_worker()[1]
-        b = self.batch_size
-        local = self._position
-        done = self._global_start + (local // b) * consumers * b + (local % b) * consumers
-        total = self._epoch_total if self._epoch_total is not None else self.reader.plan(self.epoch).total
-        return min(done, total or 0)
-
-    def _transform_fingerprint(self) -> str:
-        """The transforms (views and batch transform) by their repr: a state saved with
-        other transforms is refused."""
-        parts = [repr(v) for v in self._pipe.views] + [repr(self.batch_transform)]
-        return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
-
-    def _fingerprint(self) -> str:
-        """The shards (or files) read, in their order, by name: the same data wherever it is
-        mounted, other data (other shards, another order, a tree with other files) differs."""
-        h = hashlib.sha256()
-        if self.reader.sources is not None:  # a mixture: its terms are part of what is read
-            h.update(repr([(s.weight, s.repeat, s.choose, s.label_offset, len(g)) for s, g in
-                           zip(self.reader.sources, self.reader.source_urls)] + [self.reader.epoch_size]).encode())
-        for u in self.reader.urls:
-            flist = self.reader.files.get(u)
-            # (names as the file system gives them: a name that is not UTF-8 keeps its bytes)
-            if flist is None:
-                h.update(os.fsencode(os.path.basename(u.rstrip("/"))) + b"\0")
-            else:
-                h.update(f"files:{len(flist)}\0".encode())
-                for k in flist.keys:
-                    h.update(k.encode("utf-8", "surrogateescape") + b"\0")
-        return h.hexdigest()[:16]
+            total = c.epoch_total if c.epoch_total is not None else self.reader.plan(c.epoch).total
+            elastic = {"global_start": c.global_start, "global_position": c.global_position(
+                batch_size=self.batch_size, consumers=world * _shards.detect_worker()[1], total=total or 0)}
+        return c.to_state({"seed": self.seed, "rank": rank, "world_size": world, "split": self.reader.mode(),
+                           "even": self.reader.even, "shuffle": self.reader.shuffle, "shards": len(self.reader.urls),
+                           "batch_size": self.batch_size, "drop_last": self.drop_last,
+                           "fingerprint": shards_fingerprint(self.reader),
+                           "transform": transforms_fingerprint(self._pipe.config), **elastic})
 
     def load_state_dict(self, state: dict) -> None:
         """Resumes from state_dict(): the next iteration continues that epoch where it stood
@@ -814,101 +784,31 @@ class Loader:
                 seed was given), world size, split, shard count, batch size, or other shards
                 (their names and order: the fingerprint).
         """
-        ds = state.get("dataset_state") if isinstance(state, dict) else None
-        if not isinstance(ds, dict) or ds.get("format") != self._STATE_FORMAT:
-            raise ValueError("not a gpudecode Loader state (expected Loader.state_dict()'s output)")
+        ds = Cursor.saved(state)
         active = self._active() if self._active is not None else None
         if active is not None and active.active:
             raise ConcurrentIterationError("load_state_dict() while an iterator of this Loader is active: the state "
                                            "takes effect at the next iteration; close or exhaust this one first")
         rank, world = self.reader.placement()
         elastic = ds.get("split") == "elastic" and self.reader.mode() == "elastic"
-        checks = [("split", self.reader.mode()), ("shards", len(self.reader.urls)), ("even", self.reader.even),
-                  ("shuffle", self.reader.shuffle)]
+        mine: list[tuple[str, object]] = [("split", self.reader.mode()), ("shards", len(self.reader.urls)),
+                                          ("even", self.reader.even), ("shuffle", self.reader.shuffle)]
         if not elastic:  # an elastic state resumes on another world size and batch size
-            checks += [("world_size", world), ("batch_size", self.batch_size)]
+            mine += [("world_size", world), ("batch_size", self.batch_size)]
         if self._seed_given:
-            checks.append(("seed", self.seed))
+            mine.append(("seed", self.seed))
         if "fingerprint" in ds:  # (states saved before it was kept have none)
-            checks.append(("fingerprint", self._fingerprint()))
+            mine.append(("fingerprint", shards_fingerprint(self.reader)))
         if "transform" in ds:
-            checks.append(("transform", self._transform_fingerprint()))
-        for name, mine in checks:
-            if ds.get(name) != mine:
-                what = {"fingerprint": "other shards or files (their names and order)",
-                        "transform": "other transforms"}.get(name)
-                saved = what if what else f"{name}={ds.get(name)!r}"
-                here = "" if what else f", this loader has {name}={mine!r}"
-                hint = (" (split='elastic' resumes on another world size)" if name == "world_size" else "")
-                raise ValueError(f"this state was saved with {saved}{here}: it cannot resume here{hint}")
+            mine.append(("transform", transforms_fingerprint(self._pipe.config)))
+        regrid = elastic and (ds.get("world_size"), ds.get("batch_size")) != (world, self.batch_size)
+        self.cursor.from_state(state, mine, regrid=regrid)
         self.seed = self.reader.seed = int(ds["seed"])
-        self._resume = None  # (a state loaded before this one is replaced, not a reason to warn)
-        self._resume_global = None
-        same = ds.get("world_size") == world and ds.get("batch_size") == self.batch_size
-        if state.get("_iterator_finished"):
-            self.set_epoch(int(ds["epoch"]) + 1)
-            self._yielded = 0
-            self._position = 0
-        elif elastic and not same:
-            # the job's global position: this rank's part of the rest of the epoch, from 0
-            self.set_epoch(int(ds["epoch"]))
-            self._resume = 0
-            self._resume_global = int(ds["global_position"])
-            self._global_start = self._resume_global
-            self._yielded = 0
-            self._position = 0
-        else:
-            self.set_epoch(int(ds["epoch"]))
-            self._resume = int(ds["position"])
-            self._yielded = int(state.get("_num_yielded", 0))
-            self._position = self._resume  # state_dict() before the next iteration gives this state back
-            if elastic:
-                self._resume_global = int(ds.get("global_start", 0))
-                self._global_start = self._resume_global
-        self._finished = False
-
-    def _sources(self) -> dict:
-        """What is read: shards, and image files as they lie (their trees or lists)."""
-        files = self.reader.files
-        shards = sum(1 for u in self.reader.urls if u not in files)
-        out: dict = {"shards": shards}
-        if files:
-            out["image_files"] = sum(len(f) for f in files.values())
-            out["file_sources"] = [f.root or u for u, f in files.items()]
-        return out
-
-    def _mix(self) -> list[dict]:
-        """A mixture's sources: their samples, what the next (or running) epoch draws of
-        each, and what on_error passed over in each this epoch."""
-        mix = self.reader.mixture(self._current_epoch())
-        for m in mix:
-            m["skipped"] = 0
-        for sk in self.skipped:
-            i = self.reader.source_of(sk.shard) if sk.shard else None
-            if i is not None:
-                mix[i]["skipped"] += 1
-        return mix
+        self.reader.set_epoch(self.cursor.epoch)
 
     def describe(self) -> dict:
         """What this loader does and with what (the decoder is made on first use)."""
-        dec = self._pipe.decoder_name()
-        plans = [tf.plan for tf in self._pipe.views]
-        multi = self._pipe.multi
-        made = self._pipe.decoder
-        return {"device": self.device, "decoder": dec,
-                # what actually decodes (the library, GPU, hardware or CPU), once the decoder is made
-                "decoder_backend": getattr(made, "backend", None) if made is not None else None,
-                "num_threads": self.num_threads, "prefetch": self.prefetch,
-                "batch_size": self.batch_size, **self._sources(), "split": self.reader.mode(),
-                "out_size": [p.out_size for p in plans] if multi else plans[0].out_size,
-                "dtype": [str(p.dtype) for p in plans] if multi else str(plans[0].dtype),
-                # what runs fused, per view (several views: one list each)
-                "transform": ([[type(t).__name__ for t in p.steps] for p in plans] if multi
-                              else [type(t).__name__ for t in plans[0].steps]),
-                "views": len(plans), "fast_decode": self.fast_decode,
-                **({"mix": self._mix()} if self.reader.sources is not None else {}),
-                # what runs after the fused kernel, on the finished batch
-                "after": [] if self.batch_transform is None else [repr(self.batch_transform)]}
+        return _describe(self)
 
     def __iter__(self) -> LoaderIterator:
         """Starts an epoch (resuming where load_state_dict said, if it was called). An
@@ -917,50 +817,27 @@ class Loader:
         exhausting the last: a sanity check, limit_*_batches, a sized epoch): its next()
         then raises ConcurrentIterationError, never a batch of the new epoch."""
         with self._iter_lock:  # the end and the start are one step: one iterator is active at a time
-            self._in_this_process()
+            if self._pid != os.getpid():
+                # after a fork, the child's copy drops what belongs to the parent: its iterator,
+                # its decoder (threads that are not here), its GPU streams
+                self._pid, self._active = os.getpid(), None
+                self._pipe.after_fork()
             active = self._active() if self._active is not None else None
             if active is not None and active.active:
-                active._superseded = True
-                active.close()
-            return self._start_epoch()
-
-    def _in_this_process(self) -> None:
-        """After a fork, the child's copy of this Loader drops what belongs to the parent:
-        its iterator, its decoder (threads that are not here), its GPU streams."""
-        if self._pid == os.getpid():
-            return
-        self._pid = os.getpid()
-        self._active = None
-        self._pipe.after_fork()
-
-    def _start_epoch(self) -> LoaderIterator:
-        epoch = self._next_epoch()
-        if epoch != self.epoch:
-            self.set_epoch(epoch)
-        self._epoch_chosen = False
-        self._started = True
-        self.reader.warn_unequal(self.epoch)  # here, in the caller's thread, before the first batch
-        self._pipe.ensure_decoder()
-        start = self._resume if self._resume is not None else 0
-        if self._resume is None:
-            self._yielded = 0
-        self._resume = None
-        # split="elastic": a state loaded gives the global position; this rank starts its own
-        # part of the rest at 0
-        self._global_start = self._resume_global or 0
-        self._resume_global = None
-        self._finished = False
-        self._position = start
-        self.policy.reset()
-        self.stats = LoaderStats()
-        it = LoaderIterator(self, self.epoch, start)
-        self._active = weakref.ref(it)
-        return it
+                active.supersede()
+            start = self.cursor.start()
+            self.reader.set_epoch(start.epoch)
+            self.reader.warn_unequal(start.epoch)  # here, in the caller's thread, before the first batch
+            self._pipe.ensure_decoder()
+            self.policy.reset()
+            self.stats = LoaderStats()
+            it = LoaderIterator(self, start, functools.partial(self._batches, start.epoch))
+            self._active = weakref.ref(it)
+            return it
 
     def close(self) -> None:
-        """Ends the active iterator, and releases the decoder (its threads), the output
-        buffers and the CUDA stream. The Loader can be iterated again afterwards (they are
-        made anew)."""
+        """Ends the active iterator, releases the decoder's threads, the output buffers and
+        the CUDA streams; iterating again afterwards makes them anew."""
         active = self._active() if self._active is not None else None
         if active is not None:
             active.close()

@@ -20,7 +20,8 @@ import operator
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from types import MappingProxyType
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -35,7 +36,7 @@ from .mixing import BatchTransform, batch_rng, seeded_call
 from .stats import BatchTiming
 from .transforms import Compose
 
-__all__ = ["Pipeline", "Batch", "MID_QUEUE", "IN_FLIGHT"]
+__all__ = ["Pipeline", "PipelineConfig", "Batch", "Ready", "MID_QUEUE", "IN_FLIGHT"]
 
 # The middle queue between the two stages holds MID_QUEUE prepared batches; decoded
 # batches alive at once are then one in the kernel, MID_QUEUE queued and one being decoded.
@@ -110,25 +111,29 @@ class Ready:
 
 
 
-class Pipeline:
-    """Prepares read batches and finishes them into output slots (see the module doc).
+@dataclass(frozen=True)
+class PipelineConfig:
+    """Everything a Pipeline is built from, fixed once from the user's arguments (the
+    Loader checks them and builds this); `Loader.dataset` builds its pipeline from the same
+    one with `dataclasses.replace` (one image a batch, on the CPU), so the two cannot
+    disagree on the fields read, the label checks or a mixture's label offsets.
 
-    Args:
-        transform: the Compose the kernel runs, or a list of them: several views of each
+    Fields:
+        transform: the Compose the kernel runs, or a tuple of them: several views of each
             image (each finished batch then holds one output per view).
         batch_size: images per batch (the output slots' size).
         device: "cpu" or "cuda[:N]" (as check_device gives it).
         decoder: a decoder name ("auto", "cpu", ...) or a decoder instance (which
-            close() leaves open: it is the caller's).
+            Pipeline.close() leaves open: it is the caller's).
         image_exts, label_exts, labels: the fields read, and whether there are labels.
         num_classes, allow_negative_labels: the label checks (see labels.parse_label).
-        policy: what happens to images and labels that fail (errors.ErrorPolicy: a Loader
-            shares its one with its reader, so one list holds all that was skipped).
+        label_offsets: added to the labels of these shards (a mixture's sources with a
+            label_offset: the reader's `label_offsets`).
         ring: output slots (a Loader's prefetch + 3).
         depth: prepared batches queued between the two stages (the Loader's middle queue);
             decoded batches alive at once are then `in_flight` = depth + 2 (one in the
             kernel, `depth` queued, one being decoded), and every ring a decoded batch lives
-            in (the decoder's, the upload ring) is made that deep here: a deeper queue can
+            in (the decoder's, the upload ring) is made that deep: a deeper queue can
             never overwrite a batch still queued.
         num_threads, max_pixels, fast_decode, pin_memory: as the Loader's.
         batch_transform: a mixing.BatchTransform (MixUp, CutMix, RandomChoice), or a
@@ -137,42 +142,82 @@ class Pipeline:
             it last held (the Loader's reuse_buffers); by default such a slot gets new memory.
     """
 
-    def __init__(self, transform: Compose | Sequence[Compose], *, batch_size: int, device: str, decoder: Any,
-                 image_exts: Sequence[str], label_exts: Sequence[str], labels: bool, num_classes: int | None,
-                 allow_negative_labels: bool, policy: ErrorPolicy, ring: int, num_threads: int, max_pixels: int,
-                 fast_decode: bool, pin_memory: bool, depth: int = MID_QUEUE,
-                 batch_transform: Any = None, reuse_held: bool = False) -> None:
-        if depth < 1:
-            raise ValueError(f"depth must be >= 1, not {depth}")
-        # several views of each image (a list of Composes): each image is decoded once, over
+    transform: Any
+    batch_size: int
+    device: str
+    decoder: Any
+    image_exts: tuple[str, ...]
+    label_exts: tuple[str, ...]
+    labels: bool = True
+    num_classes: int | None = None
+    allow_negative_labels: bool = False
+    label_offsets: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    ring: int = 1
+    depth: int = MID_QUEUE
+    num_threads: int = 1
+    max_pixels: int = 0
+    fast_decode: bool = False
+    pin_memory: bool = False
+    batch_transform: Any = None
+    reuse_held: bool = False
+
+    def __post_init__(self) -> None:
+        if self.depth < 1:
+            raise ValueError(f"depth must be >= 1, not {self.depth}")
+        if self.ring < 1:
+            raise ValueError(f"ring must be >= 1, not {self.ring}")
+        # frozen all the way down: what a Loader saw at construction is what every pipeline reads
+        if isinstance(self.transform, list):
+            object.__setattr__(self, "transform", tuple(self.transform))
+        object.__setattr__(self, "image_exts", tuple(self.image_exts))
+        object.__setattr__(self, "label_exts", tuple(self.label_exts))
+        object.__setattr__(self, "label_offsets", MappingProxyType(dict(self.label_offsets)))
+
+    @property
+    def views(self) -> list[Compose]:
+        return list(self.transform) if isinstance(self.transform, tuple) else [self.transform]
+
+    def replace(self, **changes: Any) -> "PipelineConfig":
+        return dataclasses.replace(self, **changes)
+
+
+class Pipeline:
+    """Prepares read batches and finishes them into output slots (see the module doc),
+    built from a PipelineConfig; `policy` says what happens to images and labels that fail
+    (errors.ErrorPolicy: a Loader shares its one with its reader, so one list holds all
+    that was skipped)."""
+
+    def __init__(self, config: PipelineConfig, *, policy: ErrorPolicy) -> None:
+        self.config = config
+        # several views of each image (a tuple of Composes): each image is decoded once, over
         # the union of the views' windows, and each view's kernel reads its own part of it
-        self.multi = not isinstance(transform, Compose)
-        self.views: list[Compose] = list(transform) if self.multi else [transform]  # type: ignore[arg-type,list-item]
+        self.multi = isinstance(config.transform, tuple)
+        self.views: list[Compose] = config.views
         if not self.views:
             raise ValueError("transform: a Compose, or a non-empty list of them (one per view)")
         self.transform = self.views[0]
-        self.batch_size = batch_size
-        self.device = device
-        self.decoder_spec = decoder
-        self.image_exts = list(image_exts)
-        self.label_exts = list(label_exts)
-        self.labels = labels
-        self.num_classes = num_classes
-        self.allow_negative_labels = allow_negative_labels
+        self.batch_size = config.batch_size
+        self.device = config.device
+        self.decoder_spec = config.decoder
+        self.image_exts = list(config.image_exts)
+        self.label_exts = list(config.label_exts)
+        self.labels = config.labels
+        self.num_classes = config.num_classes
+        self.allow_negative_labels = config.allow_negative_labels
         self.policy = policy
-        self.ring = ring
-        self.depth = depth
-        self.batch_transform = batch_transform  # after the kernel, on the finished batch (see mixing)
-        self.num_threads = num_threads
-        self.max_pixels = max_pixels
-        self.fast_decode = fast_decode
-        self.pin_memory = pin_memory
+        self.ring = ring = config.ring
+        self.depth = config.depth
+        self.batch_transform = config.batch_transform  # after the kernel, on the finished batch (see mixing)
+        self.num_threads = config.num_threads
+        self.max_pixels = config.max_pixels
+        self.fast_decode = config.fast_decode
+        self.pin_memory = config.pin_memory
         self._decoder: Any = None  # made on first use: no CUDA context before workers fork
         self._size: tuple[int, int] | None = None  # the images' one size, for a transform without geometry
         self.outputs: list[list[tuple[torch.Tensor, torch.Tensor]] | None] = [None] * ring  # [slot][view]
         self._own_refs: list[list[int] | None] = [None] * ring  # [slot][view]: the slot's own tensors on its memory
-        self.reuse_held = reuse_held
-        self.label_offsets: dict[str, int] = {}  # per shard (or file list): added to its labels
+        self.reuse_held = config.reuse_held
+        self.label_offsets: Mapping[str, int] = config.label_offsets  # per shard: added to its labels
         self.fresh_slots = 0  # slots given new memory because the caller kept their last batch
         self.slot = 0   # the output slot the next batch goes to (kept across epochs)
         self.seq = 0    # batches decoded so far (the rings' turn; kept across epochs)
@@ -271,7 +316,7 @@ class Pipeline:
         """What the error policy passed over (its list: shared with the reader's)."""
         return self.policy.skipped
 
-    def _probe(self, chunk: list[Sample]) -> Probed:
+    def probe(self, chunk: list[Sample]) -> Probed:
         """Samples with a readable image header (and label, in `extras`), in one native
         call for the batch (see probe_columns); a label that call does not parse, or that
         fails the checks (sign, num_classes), is parse_label's, which says why."""
@@ -345,7 +390,7 @@ class Pipeline:
         sample's global index, which with `seed` and `epoch` fixes its draws."""
         timing = BatchTiming(size=0)
         t0 = time.perf_counter()
-        probed = self._probe(chunk)
+        probed = self.probe(chunk)
         if self.transform.out_size is None and len(probed):
             probed = self._one_size(probed)
         samples = probed.samples
@@ -552,7 +597,7 @@ def _tensors_on(t: torch.Tensor) -> int:
     """How many tensors use t's memory (views and slices of it included); -1 where this
     torch cannot tell (the slot then always gets new memory: never a batch overwritten)."""
     try:
-        return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata)) - 1  # (less the storage object made here)
+        return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata)) - 1  # noqa: SLF001 (torch has no public count)  # (less the storage object made here)
     except (AttributeError, RuntimeError, TypeError):
         return -1
 

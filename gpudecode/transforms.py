@@ -722,7 +722,7 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
                  all(getattr(g, "antialias", True) for g in geometry), rest.flip, rest.normalize,
                  rest.dtype or torch.uint8, tuple(steps), rest.erase, rest.vflip, tuple(rest.program),
                  any(getattr(g, "_modes", ()) == ("bicubic",) for g in geometry),
-                 next((g._fill for g in geometry if isinstance(g, (CenterCrop, RandomCrop))), (0, 0, 0)))
+                 next((g._fill for g in geometry if isinstance(g, (CenterCrop, RandomCrop))), (0, 0, 0)))  # noqa: SLF001
     if plan.out_size is not None:
         for t in plan.program:
             for u in t.inner():

@@ -22,7 +22,7 @@ HELPERS = [name for name, fn in vars(_pixel).items()
            if inspect.isfunction(fn) and fn.__module__ == _pixel.__name__]
 
 
-def _rebind(fn: Callable, namespace: dict) -> Callable:
+def rebind(fn: Callable, namespace: dict) -> Callable:
     new = types.FunctionType(fn.__code__, namespace, fn.__name__, fn.__defaults__, fn.__closure__)
     new.__qualname__ = fn.__qualname__
     new.__doc__ = fn.__doc__
@@ -34,7 +34,7 @@ def _namespace(jit: Callable, extra: dict | None = None, overrides: dict | None 
     if extra:
         ns.update(extra)
     for name in HELPERS:
-        ns[name] = jit(_rebind((overrides or {}).get(name, getattr(_pixel, name)), ns))
+        ns[name] = jit(rebind((overrides or {}).get(name, getattr(_pixel, name)), ns))
     return ns
 
 
@@ -116,7 +116,7 @@ def _install_locator(caching, folder: str) -> bool:
     shared = os.path.join(root, folder, f"numba-{numba.__version__}-llvmlite-{llvmlite.__version__}",
                           _sources_stamp()[:16])
 
-    class KernelCacheLocator(caching._CacheLocator):
+    class KernelCacheLocator(caching._CacheLocator):  # noqa: SLF001 (numba's cache has no public locator hook)
         def __init__(self, py_func, py_file):
             self._lineno = py_func.__code__.co_firstlineno
             self._path = os.path.join(shared, os.path.splitext(os.path.basename(py_file))[0])
@@ -141,7 +141,7 @@ def _install_locator(caching, folder: str) -> bool:
                 return None
             return self
 
-    caching.CacheImpl._locator_classes.insert(0, KernelCacheLocator)
+    caching.CacheImpl._locator_classes.insert(0, KernelCacheLocator)  # noqa: SLF001
     return True
 
 

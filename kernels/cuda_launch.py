@@ -52,6 +52,6 @@ def _run(src, geom, args, order, mean, std, view, dev, *, normalize: bool, antia
         cuda.as_cuda_array(t) for t in (src, g, a, o, m, s, view, scratch, st, hist, aux))
     # a variant's first launch in a process compiles it (or loads it from the disk cache): said on stderr when slow
     variant = ("cuda", str(dev), str(view.dtype), view.is_contiguous())
-    with fused._first_use(variant, "CUDA"):
+    with fused.first_use(variant, "CUDA"):
         fused.fused_cuda(src_d, g_d, a_d, o_d, m_d, s_d, out_d, normalize=normalize, antialias=antialias,
                          stream=nb_stream, scratch=scratch_d, stats=st_d, hist=hist_d, aux=aux_d, levels=levels)

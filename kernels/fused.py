@@ -337,10 +337,10 @@ def _cuda_namespace() -> dict:
     ns.update(GEOM_NAMES, float32=float32, float64=float64, int32=int32)
     helpers: tuple = (_write_out, _block_reduce, _barrier_pixel)
     for fn in helpers:
-        ns[fn.__name__] = cuda.jit(device=True, inline="always")(_compile._rebind(fn, ns))
+        ns[fn.__name__] = cuda.jit(device=True, inline="always")(_compile.rebind(fn, ns))
     bodies: tuple = (_resample_body, _segment_body)
     for fn in bodies:
-        ns[fn.__name__] = _compile._rebind(fn, ns)
+        ns[fn.__name__] = _compile.rebind(fn, ns)
     return ns
 
 
@@ -1088,7 +1088,7 @@ def cpu_kernel():
     """The CPU twin, compiled on first use: samples first, first+step, ... of a batch,
     GIL released (the launcher runs one slice per thread of its pool)."""
     ns = _cpu_namespace()
-    return _compile.cpu_jit()(_compile._rebind(_cpu_batch, ns))
+    return _compile.cpu_jit()(_compile.rebind(_cpu_batch, ns))
 
 
 def cpu_stages() -> dict:
@@ -1118,10 +1118,10 @@ def _cpu_namespace() -> dict:
                _blur_x_pass, _blur_y_pass, _mix_pass,
                _affine_pass, _program, _vertical_pass, _horizontal_pass, _clamp_pass, _pad_fill_pass, _output_pass, _cpu_sample, _is_identity, _scale_row, _fill, _channel_row, _channel_row_flipped,
                _cpu_identity):
-        ns[fn.__name__] = jit()(_compile._rebind(fn, ns))
+        ns[fn.__name__] = jit()(_compile.rebind(fn, ns))
     # a reassociating reduction (float64 accumulators) so the grey sum vectorizes
-    ns["_gray_sum_rows"] = jit(fastmath={"reassoc", "contract"})(_compile._rebind(_gray_sum_rows, ns))
-    ns["_min_max_row"] = jit(fastmath={"nnan", "ninf", "nsz", "reassoc"})(_compile._rebind(_min_max_row, ns))
+    ns["_gray_sum_rows"] = jit(fastmath={"reassoc", "contract"})(_compile.rebind(_gray_sum_rows, ns))
+    ns["_min_max_row"] = jit(fastmath={"nnan", "ninf", "nsz", "reassoc"})(_compile.rebind(_min_max_row, ns))
     return ns
 
 
@@ -1197,7 +1197,7 @@ def fused_cpu(src, geom, args, order, mean, std, out, *, normalize: bool, antial
         stage = work[t, main:main + 3 * oh * ow] if not direct else work[t, :1]
         parts.append((flat if flat is not None else stage, work[t, :main], stage))
     variant = (src.dtype.str, out.dtype.str, normalize, antialias, direct, nhwc, fast_identity)
-    with _first_use(variant):
+    with first_use(variant):
         if threads == 1:
             kernel(*head, *parts[0], 0, 1, *tail)
             return
@@ -1221,7 +1221,7 @@ NOTICE_AFTER_S = 2.0  # a first call still running after this long is compiling:
 
 
 @contextlib.contextmanager
-def _first_use(variant: tuple, target: str = "CPU"):
+def first_use(variant: tuple, target: str = "CPU"):
     """The first call of each kernel variant in a process loads it from the on-disk cache
     (about 0.5 s) or compiles it (tens of seconds, once per machine and numba version):
     when it is still running after NOTICE_AFTER_S, a line on stderr says what is going

@@ -238,3 +238,36 @@ def test_row_resumed_epoch_then_the_next_runs_whole(urls):
                 warnings.simplefilter("error")
                 ld.set_epoch(2)
         assert _keys(ld) == _epoch(urls, 2, **KW)
+
+
+def test_row_checkpoint_after_set_epoch_of_the_next_epoch_runs_that_epoch(urls):
+    """A checkpoint taken between set_epoch(f) and the first batch of f (a loop that saves at
+    the top of each epoch): f runs whole after the load. It used to save "f, finished", and
+    a job resumed from it began f + 1: epoch f's 48 samples were never read."""
+    ld = Loader(urls, **KW)
+    list(ld)  # epoch 0 to its end
+    ld.set_epoch(1)
+    state = ld.state_dict()
+    ds = state["dataset_state"]
+    assert (ds["epoch"], ds["position"], state["_num_yielded"], state["_iterator_finished"]) == (1, 0, 0, False)
+    again = Loader(urls, **KW)
+    again.load_state_dict(state)
+    got = _keys(again)
+    assert got == _epoch(urls, 1, **KW)
+    assert sorted(k for b in got for k in b) == sorted(f"s{k:03d}" for k in range(48))  # every sample, once
+
+
+def test_an_iterator_a_set_epoch_made_stale_changes_no_record(urls):
+    """set_epoch(f) while an iterator of e is still active: the rest of e's batches are no
+    longer recorded (the record is f's, from its beginning), and its end does not mark f ended."""
+    ld = Loader(urls, **KW)
+    it = iter(ld)
+    next(it)
+    ld.set_epoch(4)
+    rest = list(it)  # the old iterator runs out its epoch
+    assert len(rest) == 11
+    state = ld.state_dict()
+    assert (state["dataset_state"]["epoch"], state["dataset_state"]["position"], state["_iterator_finished"]) == \
+        (4, 0, False)
+    assert ld.cursor.phase.value == "ready" and ld.current_epoch == 4
+    assert _keys(ld) == _epoch(urls, 4, **KW)

@@ -535,13 +535,13 @@ def test_a_first_call_that_compiles_says_so(monkeypatch, capsys):
 
     monkeypatch.setattr(fused, "_SEEN", set())
     monkeypatch.setattr(fused.threading, "Timer", AtOnce)
-    with fused._first_use(("a variant",)):
+    with fused.first_use(("a variant",)):
         pass
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("gpudecode: compiling the CPU kernel for this machine (it takes 10-40 s, once: "
                              "the result is kept in ")
     assert err[1].startswith("gpudecode: CPU kernel compiled in ") and len(err) == 2
-    with fused._first_use(("a variant",)):  # seen: nothing said
+    with fused.first_use(("a variant",)):  # seen: nothing said
         pass
     assert capsys.readouterr().err == ""
     # two threads' first calls of one variant at once (precache's decode threads): said once
@@ -550,14 +550,14 @@ def test_a_first_call_that_compiles_says_so(monkeypatch, capsys):
     inside, gate = threading.Event(), threading.Event()
 
     def first() -> None:
-        with fused._first_use(("shared",)):
+        with fused.first_use(("shared",)):
             inside.set()
             gate.wait(10)
 
     t = threading.Thread(target=first)
     t.start()
     assert inside.wait(10)
-    with fused._first_use(("shared",)):
+    with fused.first_use(("shared",)):
         pass
     gate.set()
     t.join(10)

@@ -244,3 +244,14 @@ def test_twenty_epochs_of_exact_counts_in_a_reproducible_order(data):
                 for j, item in enumerate(items[5 * k:5 * k + 5]):
                     by_pos[pos + j] = item
         assert [by_pos[i] for i in range(len(order))] == order, epoch
+
+
+def test_the_dataset_view_of_a_mixture_gives_each_source_its_labels(data):
+    """`loader.dataset[i]` and the Loader label a sample alike: a shard source's label_offset
+    reaches the dataset's pipeline too (both built from one PipelineConfig; the dataset
+    used to build its own and read C's labels without their offset)."""
+    with make([Source(data["b"], name="B"), Source(data["c"], label_offset=5, name="C")]) as ld:
+        ds = ld.dataset
+        by_key = {k: lab for b in ld for k, lab in zip(b.keys, b.labels.tolist())}
+        labels = {ds.sample(i).key: ds[i][1] for i in range(len(ds))}
+    assert labels == by_key and set(labels.values()) == {2, 8}  # C's label 3, after its offset of 5

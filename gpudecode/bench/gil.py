@@ -135,10 +135,7 @@ def python_per_sample(urls: Sequence[str], transform: Any, *, batch_size: int = 
 def _read_as_loader(rd: Any, urls: Sequence[str]) -> list:
     """Every sample of the shards, read as the Loader's reader `rd` reads them (its
     extensions and mapped extensions)."""
-    from ..io.reader import iter_shard
-
-    return [s for u in urls for s in iter_shard(u, on_error=rd.on_error, extensions=rd.extensions,
-                                                    mapped=rd.map_extensions, maps=rd._maps)]
+    return [s for u in urls for s in rd.read_shard(u)]
 
 
 def finish_alone(urls: Sequence[str], transform: Any, *, batch_size: int = 64, num_threads: int = 2,
@@ -157,7 +154,7 @@ def finish_alone(urls: Sequence[str], transform: Any, *, batch_size: int = 64, n
         pipe.ensure_decoder()
         chunks = [samples[i:i + batch_size] for i in range(0, len(samples), batch_size)]
         # (other images are decoded into the decoder's ring, which later batches overwrite)
-        formats = {f for c in chunks for f in pipe._probe(c).formats}
+        formats = {f for c in chunks for f in pipe.probe(c).formats}
         if formats != {"npy"}:
             raise ValueError(f"finish_alone needs shards of tensor samples only (these hold {sorted(formats)})")
         prepared = [pipe.prepare(c, seed=0, epoch=0, position=i * batch_size) for i, c in enumerate(chunks)]

@@ -147,7 +147,7 @@ class ClassicPipeline:
     def close(self) -> None:
         it = getattr(self.loader, "_iterator", None)
         if it is not None and hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()
+            it._shutdown_workers()  # noqa: SLF001 (DataLoader's workers end no other way but del)
         self.loader = None  # type: ignore[assignment]
 
 

@@ -69,7 +69,7 @@ _SHUFFLE_INITIAL = 100  # samples in the shuffle buffer before it gives out the 
 _FILE_PIECE = 64  # files of a file list read by one reader thread in turn
 _GZIP_MAGIC = b"\x1f\x8b"
 
-__all__ = ["Sample", "Failure", "BaseShardReader", "ShardReader", "iter_shard", "count_samples", "shard_counts",
+__all__ = ["Sample", "Failure", "BaseShardReader", "ShardReader", "iter_shard", "count_samples", "shard_counts", "forget_counts",
            "split_exts"]
 
 
@@ -896,6 +896,14 @@ def _sample_starts(url: str) -> np.ndarray | None:
     return found
 
 
+def forget_counts() -> None:
+    """Drops this process's memory of shard sample counts (the disk cache stays): the next
+    count scans the headers again, or reads the disk cache (e.g. a bench's timing from scratch)."""
+    with _COUNTS_LOCK:
+        _COUNTS.clear()
+        _STARTS.clear()
+
+
 def shard_counts(urls: Sequence[str], *, remote: RemoteOptions | None = None, tolerant: bool = False,
                  threads: int = 4, cache: ShardCache | None = None) -> dict[str, int]:
     """Samples per shard for every url (see count_samples), on `threads` threads. Counts of
@@ -1176,6 +1184,12 @@ class BaseShardReader:
             self.source_urls.append(list(urls))
             out += urls
         return out
+
+    def read_shard(self, url: str) -> Iterator[Sample]:
+        """Every sample of one shard, read as this reader reads it in an epoch (its
+        extensions, mapped extensions and maps, its on_error), in the shard's order."""
+        return iter_shard(url, on_error=self.on_error, extensions=self.extensions, mapped=self.map_extensions,
+                          maps=self._maps)
 
     def read_sample(self, url: str, index: int) -> Sample:
         """Sample `index` of source `url` (one of self.urls): a shard's index-th sample
@@ -1654,6 +1668,14 @@ class BaseShardReader:
                 window.advance()
         finally:
             group.stop()
+
+    def read_times(self) -> dict[str, tuple[float, int]]:
+        """A mixture's read so far this epoch, per source label: (seconds on the reader
+        threads, samples); {} when the shards are not a mixture."""
+        if self.sources is None:
+            return {}
+        with self._read_lock:
+            return {self.sources[i].label: (t, n) for i, (t, n) in self.source_read.items()}
 
     def _timed(self, items: Iterator[list[Sample | Failure]], url: str) -> Iterator[list[Sample | Failure]]:
         """`items` with the time spent producing them (not the time their queue made the

@@ -86,13 +86,13 @@ def count_time(urls) -> float:
     with tempfile.TemporaryDirectory() as d:
         old = os.environ.get("GPUDECODE_CACHE_DIR")
         os.environ["GPUDECODE_CACHE_DIR"] = d
-        reader._COUNTS.clear()
+        reader.forget_counts()
         try:
             t = time.perf_counter()
             reader.shard_counts(urls)
             return time.perf_counter() - t
         finally:
-            reader._COUNTS.clear()
+            reader.forget_counts()
             if old is None:
                 del os.environ["GPUDECODE_CACHE_DIR"]
             else:

@@ -1,0 +1,83 @@
+"""Who owns what (issue 37): the Loader is configuration, state and two threads; nothing
+outside loader.py touches its private names (tests included), the Loader class stays
+within 300 lines, and its phase is one value (gpudecode.cursor). ruff's SLF001 (in `make
+test`) keeps loader.py and every other library module out of other modules' privates."""
+from __future__ import annotations
+
+import ast
+import pathlib
+import warnings
+
+import pytest
+
+from gpudecode.cursor import STATE_FORMAT, Cursor, Phase
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+LOADER = ROOT / "gpudecode" / "loader.py"
+
+
+def _loader_class() -> ast.ClassDef:
+    tree = ast.parse(LOADER.read_text())
+    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Loader")
+
+
+def _private_names(cls: ast.ClassDef) -> set[str]:
+    """The Loader's own underscored names: methods and attributes set on self."""
+    names = {n.name for n in cls.body if isinstance(n, (ast.FunctionDef, ast.Assign)) and hasattr(n, "name")}
+    for node in ast.walk(cls):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self":
+            names.add(node.attr)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def test_nothing_outside_loader_py_touches_the_loaders_private_names():
+    private = _private_names(_loader_class())
+    assert {"_pipe", "_active", "_iter_lock"} <= private  # (the scan sees what the class keeps)
+    found = []
+    for top in ("gpudecode", "kernels", "bench", "examples", "tests"):
+        for path in (ROOT / top).rglob("*.py"):
+            if path == LOADER:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.Attribute) and node.attr in private and not (
+                        isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                    found.append(f"{path.relative_to(ROOT)}:{node.lineno}: .{node.attr}")
+    assert not found, "reach-ins into the Loader:\n" + "\n".join(found)
+
+
+def test_the_loader_class_is_at_most_300_lines():
+    cls = _loader_class()
+    assert cls.end_lineno - cls.lineno + 1 <= 300
+
+
+def test_the_cursor_phases_as_the_module_doc_says():
+    c = Cursor()
+    assert (c.phase, c.next_epoch()) == (Phase.READY, 0)
+    s = c.start()
+    assert (c.phase, s.epoch, s.position, s.run) == (Phase.RUNNING, 0, 0, 1)
+    c.on_batch(s.run, 8)
+    c.on_batch(s.run + 1, 99)  # another run's report: nothing
+    assert (c.position, c.yielded) == (8, 1)
+    assert c.next_epoch() == 1  # a dropped iterator: the next iteration is the next epoch
+    c.on_end(s.run)
+    assert c.finished and c.next_epoch() == 1
+    saved = c.to_state({"seed": 1})
+    assert saved["dataset_state"]["format"] == STATE_FORMAT and saved["_iterator_finished"]
+    c.choose(3)  # after an end: f from its beginning, no warning
+    assert (c.phase, c.epoch, c.position, c.yielded, c.finished) == (Phase.READY, 3, 0, 0, False)
+    c.resume(3, position=12, yielded=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c.choose(3)  # the same epoch keeps the loaded place
+    assert (c.phase, c.position) == (Phase.RESUMING, 12)
+    with pytest.warns(RuntimeWarning, match=r"set_epoch\(4\) .* 3 batches into epoch 3"):
+        c.choose(4)
+    s = c.start()
+    assert (s.epoch, s.position, s.yielded) == (4, 0, 0)
+    other = Cursor()
+    with pytest.raises(ValueError, match="seed=1, this loader has seed=2"):
+        other.from_state(saved, [("seed", 2)])
+    other.from_state(saved, [("seed", 1)])
+    assert (other.phase, other.epoch) == (Phase.READY, 1)
+    with pytest.raises(ValueError, match="not a gpudecode Loader state"):
+        Cursor.saved({"dataset_state": {"format": "another"}})
