@@ -1185,9 +1185,10 @@ class BaseShardReader:
             out += urls
         return out
 
-    def read_shard(self, url: str) -> Iterator[Sample]:
+    def read_shard(self, url: str) -> Iterator[Sample | Failure]:
         """Every sample of one shard, read as this reader reads it in an epoch (its
-        extensions, mapped extensions and maps, its on_error), in the shard's order."""
+        extensions, mapped extensions and maps, its on_error: a Failure where it skips),
+        in the shard's order."""
         return iter_shard(url, on_error=self.on_error, extensions=self.extensions, mapped=self.map_extensions,
                           maps=self._maps)
 
