@@ -49,15 +49,22 @@ setup-demo: sysdeps $(BIN)/python
 demo: setup-demo
 	$(BIN)/gpudecode demo --workdir demo_data
 
+# pytest runs on TEST_WORKERS processes (pytest-xdist; the longest tests first, see
+# tests/conftest.py), under coverage; one kernel cache for the run, made empty at its start
+# (the suite and the GPU check's rehearsal compile each kernel once between them).
+TEST_WORKERS ?= 2
+TEST_CACHE := $(CURDIR)/bench/_out/test-kernel-cache
 test: setup
 	$(BIN)/ruff check gpudecode kernels tests bench examples
 	$(BIN)/mypy gpudecode kernels
 	$(BIN)/python tests/fuzz/run.py replay
-	cd tests && ../$(BIN)/python -m coverage run --rcfile=../pyproject.toml --data-file=../.coverage \
-	  -m pytest -q -rs -p no:cacheprovider --durations=25
-	$(BIN)/python -m coverage report --rcfile=pyproject.toml --data-file=.coverage | grep -E '^(Name|TOTAL)' 
+	rm -rf $(TEST_CACHE) .coverage
+	cd tests && GPUDECODE_CACHE_DIR=$(TEST_CACHE) COVERAGE_FILE=../.coverage ../$(BIN)/python -m pytest -q -rs \
+	  -p no:cacheprovider --durations=25 -n $(TEST_WORKERS) --dist worksteal --cov --cov-config=../pyproject.toml \
+	  --cov-report=
+	$(BIN)/python -m coverage report --rcfile=pyproject.toml --data-file=.coverage | grep -E '^(Name|TOTAL)'
 	@# the GPU machine's first run rehearsed here: make gpu-check as it runs there, DALI and torchcodec hidden
-	$(BIN)/python bench/gpu_check.py --rehearse --out bench/_out/gpu-rehearsal
+	GPUDECODE_CACHE_DIR=$(TEST_CACHE) $(BIN)/python bench/gpu_check.py --rehearse --out bench/_out/gpu-rehearsal
 
 # The saved fuzzing inputs through the C++ harnesses under g++'s ASan + UBSan (also in `make test`).
 fuzz-replay: setup

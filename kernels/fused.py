@@ -1260,11 +1260,11 @@ def first_use(variant: tuple, target: str = "CPU"):
                   flush=True)
 
 
-def compile_ptx_all(ccs=((8, 0), (9, 0)), *, text: bool = False) -> dict:
+def compile_ptx_all(ccs=((8, 0), (9, 0)), *, text: bool = False, variants=None) -> dict:
     """Compiles both CUDA kernels to PTX for every compute capability in `ccs` and each
     output dtype and layout, with real type inference and code generation (no GPU
     needed; not under the simulator). Returns {(kernel, cc, variant): ptx length}, or
-    the PTX itself with `text` (for ptxas)."""
+    the PTX itself with `text` (for ptxas). `variants`: only these ("float32-C", "uint8-A", ...)."""
     from numba import cuda, types as t
 
     ns = _cuda_namespace()
@@ -1277,6 +1277,8 @@ def compile_ptx_all(ccs=((8, 0), (9, 0)), *, text: bool = False) -> dict:
     for cc in ccs:
         for out_t in (t.float32, t.float16, t.uint8):
             for layout in ("C", "A"):  # contiguous NCHW, and strided (NHWC views)
+                if variants is not None and f"{out_t}-{layout}" not in variants:
+                    continue
                 out = out_t[:, :, :, ::1] if layout == "C" else out_t[:, :, :, :]
                 r_sig = (t.uint8[::1], t.int64[:, ::1], *common, t.boolean, *tail_in, out)
                 ptx, _ = cuda.compile_ptx(resample, r_sig, cc=cc)

@@ -109,6 +109,30 @@ def http_server():
     srv.close()
 
 
+# The tests that take longest on 2 cores (make test's --durations), run first: with
+# `pytest -n 2` (make test) the other worker takes the many short ones meanwhile, and no
+# long one is left to run alone at the end.
+HEAVY_FIRST = (
+    "test_kernels.py::test_compile_ptx_sm80_sm90_and_ptxas",
+    "test_kernels.py::test_compiled_cpu_kernel_is_cached_on_disk",
+    "test_augment.py::test_cuda_kernel_equals_cpu_twin_under_the_simulator",
+    "test_timm.py::test_warps_and_solarize_add_under_the_cuda_simulator_equal_the_cpu",
+    "test_augment.py::test_op_matches_torchvision_on_real_photos[affine-bilinear]",
+    "test_example_imagenet.py::", "test_precache_runs.py::test_sigkill_at_random_points_then_resume_is_byte_identical",
+    "test_example_elastic.py::", "test_example_lightning.py::", "test_plan.py::test_cli_the_issue_command",
+    "test_lifecycle.py::test_exit_with_an_unfinished_iterator_never_aborts",
+    "test_kernels.py::test_cuda_kernels_equal_cpu",
+)
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    def rank(item) -> int:
+        at = item.nodeid.split("/")[-1]
+        return next((i for i, h in enumerate(HEAVY_FIRST) if at.startswith(h)), len(HEAVY_FIRST))
+
+    items.sort(key=rank)  # (stable: the rest keep their order)
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     if _RUN_CACHE is not None:
         shutil.rmtree(_RUN_CACHE, ignore_errors=True)
