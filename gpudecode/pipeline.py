@@ -31,6 +31,8 @@ from ._probe import Probed, probe_columns
 from .decode import DecodedBatch, choose, make_decoder
 from .errors import DecodeError, ErrorPolicy, Skipped
 from .io.reader import Sample
+from .kernels import fused
+from .kernels.workspace import Workspace
 from .labels import parse_label
 from .mixing import BatchTransform, batch_rng, seeded_call
 from .stats import BatchTiming
@@ -222,6 +224,9 @@ class Pipeline:
         self.slot = 0   # the output slot the next batch goes to (kept across epochs)
         self.seq = 0    # batches decoded so far (the rings' turn; kept across epochs)
         self.gpu: _Streams | None = None
+        # what the kernel works in, one per view, made at the first batch and reused (kernels.workspace:
+        # its launches are one at a time, on this pipeline's augment thread and stream)
+        self.workspaces = [Workspace() for _ in self.views]
         # the last batch handed on, as handed: (images, n, keys, labels), for `even` to repeat
         self._last_good: tuple[Any, int, list[str], torch.Tensor | None] | None = None
 
@@ -291,6 +296,7 @@ class Pipeline:
             self._decoder = None
         self.gpu = None
         self._last_good = None
+        self.workspaces = [Workspace() for _ in self.views]
 
     def close(self) -> None:
         """Releases the decoder (when made here), the output slots and the CUDA side; they
@@ -308,7 +314,8 @@ class Pipeline:
         self.outputs = [None] * self.ring
         self._own_refs = [None] * self.ring
         self._last_good = None
-        self.gpu = None
+        self.gpu = None  # (after wait_idle: no kernel still works in the workspaces)
+        self.workspaces = [Workspace() for _ in self.views]
         self.slot = 0
 
     @property
@@ -509,10 +516,15 @@ class Pipeline:
                     stream.wait_event(gpu.slot_free[slot])  # type: ignore[union-attr]  # the trainer is done
             outs = self._output(slot, len(ok))
             start = _event(stream) if stream is not None else None
+            # the CPU twin's work rows, declared for the batch's widest image (no crop it draws is
+            # wider): a run of images of one size never makes them again, whatever the crops
+            widest = max((w for _, w in p.sizes), default=1) if stream is None else 0
             for v, (tf, (_, view)) in enumerate(zip(self.views, outs)):
+                if widest:
+                    fused.reserve_cpu(self.workspaces[v], self.num_threads, widest, tuple(view.shape))
                 part = decoded if not self.multi else self._view_part(decoded, p, v)
                 tf.apply(part, p.params[v], p.sizes, view, rows=None if whole else ok, stream=stream,
-                         num_threads=self.num_threads)
+                         num_threads=self.num_threads, workspace=self.workspaces[v])
             if start is not None:
                 p.timing.gpu["augment"] = (start, _event(stream))
             # (from a numpy array: torch.tensor over a list of ints costs ~0.7 us an element)

@@ -53,6 +53,7 @@ from .io import shards as _shards
 from .io import files
 from .io.cache import file_sha256
 from .io.reader import Sample, ShardReader, split_exts
+from .kernels.workspace import Workspace
 from .io.writer import ShardWriter, check_key, pattern_head
 from ._manifest import MAX_PARTS, Layout, _read_json, manifest_path, verify, write_json_atomic  # noqa: F401
 from .tensors import encode_npy
@@ -134,6 +135,7 @@ class _Resizer:
     def __init__(self, num_threads: int) -> None:
         self.num_threads = num_threads
         self._tfs: dict[tuple, T.Compose] = {}
+        self.workspace = Workspace()  # (one launch at a time: this unit's thread, its stream)
 
     def _compose(self, resize: tuple[int, int] | None, crop: tuple[int, int] | None) -> T.Compose:
         key = (resize, crop)
@@ -169,7 +171,8 @@ class _Resizer:
             for k, box, prm in zip(rows, boxes, tf.make_params(boxes, 0)):
                 sizes[k], params[k] = box, prm
             res, view = tf.new_output(len(idx), decoded.pixels.device)
-            tf.apply(decoded, params, sizes, view, rows=rows, stream=stream, num_threads=self.num_threads)
+            tf.apply(decoded, params, sizes, view, rows=rows, stream=stream, num_threads=self.num_threads,
+                     workspace=self.workspace)
             u8 = res.to(torch.uint8).cpu().numpy()  # values in [0.5, 255.5]: truncation rounds
             for i, j in enumerate(idx):
                 out[j] = u8[i]

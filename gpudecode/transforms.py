@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 import numbers
 import random
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal, Sequence
 
@@ -39,6 +38,7 @@ from .decode._base import DecodedBatch
 from ._steps import PROGRAM_OPS, SUPPORTED, WAY_OUT, Transform, _PixelOp, _refuse, _Step, _Wrapper  # noqa: F401
 from .errors import KernelLaunchError, TransformError
 from .kernels import fused
+from .kernels.workspace import Workspace
 from .kernels._pixel import ARGS, GRAYSCALE, INVERT, POSTERIZE, SOLARIZE
 
 Layout = Literal["NCHW", "NHWC"]
@@ -878,9 +878,6 @@ def _epoch_key(seed: int, epoch: int) -> int:
     return _mix64(_mix64((seed & _M64) ^ _GAMMA) ^ ((epoch & _M64) * _GAMMA & _M64))
 
 
-_STAGING = threading.local()
-
-
 MAX_CUDA_BATCH = 65535  # the kernels' grid is (columns, rows, images): gridDim.z's limit
 
 
@@ -900,16 +897,6 @@ def launch_failure(err: BaseException, shape: tuple[int, ...], device: str) -> K
     detail = str(err).strip().splitlines()[0] if str(err).strip() else ""
     return KernelLaunchError(f"the fused CUDA kernel could not be launched on {device} for an output of "
                              f"{list(shape)}: {type(err).__name__}{': ' + detail if detail else ''}")
-
-
-def _staging(shape: Sequence[int]) -> torch.Tensor:
-    """A float32 buffer of `shape`, kept per calling thread (a fresh 150 MB tensor per
-    batch costs its page faults every time)."""
-    count = math.prod(shape)
-    buf = getattr(_STAGING, "buf", None)
-    if buf is None or buf.numel() < count:
-        buf = _STAGING.buf = torch.empty(count, dtype=torch.float32)
-    return buf[:count].view(*shape)
 
 
 class Compose(Transform):
@@ -1078,12 +1065,12 @@ class Compose(Transform):
 
     def apply(self, decoded: "DecodedBatch", params: Sequence[dict], sizes: Sequence[tuple[int, int]],
               view: torch.Tensor, *, rows: Sequence[int] | None = None, stream: Any = None,
-              num_threads: int | None = None) -> None:
+              num_threads: int | None = None, workspace: Workspace | None = None) -> None:
         """The fused kernel on decoded images: output i of `view` ([N, 3, h, w], any
         strides) is image rows[i] of `decoded` (default: every image, in order; a row may
         come more than once) transformed with params[rows[i]]; `sizes` are the full images'
         sizes (what the params were drawn for). The geometry the kernel reads is built here,
-        once, from the decoder's offsets, strides and boxes.
+        once, from the decoder's offsets, strides and boxes. `workspace`: see run().
 
         Raises:
             ValueError: params that do not fit their image (a crop outside it).
@@ -1103,7 +1090,8 @@ class Compose(Transform):
         geom[:, fused.H:fused.W + 1] = decoded.shapes[idx]
         geom[:, fused.SY:fused.SC + 1] = decoded.strides[idx]
         geom[:, fused.TOP:fused.BW + 1] = decoded.boxes[idx]
-        self.run(decoded.pixels, geom, args, order, view, stream=stream, num_threads=num_threads)
+        self.run(decoded.pixels, geom, args, order, view, stream=stream, num_threads=num_threads,
+                 workspace=workspace)
         if self.plan.erase is not None:  # after the kernel, on its output (and its stream)
             self.plan.erase.erase(view, [params[k] for k in idx])
 
@@ -1129,10 +1117,14 @@ class Compose(Transform):
         return out, out
 
     def run(self, src: torch.Tensor, geom: np.ndarray, args: np.ndarray, order: np.ndarray,
-            view: torch.Tensor, *, stream: Any = None, num_threads: int | None = None) -> None:
+            view: torch.Tensor, *, stream: Any = None, num_threads: int | None = None,
+            workspace: Workspace | None = None) -> None:
         """Runs the fused kernel on a packed uint8 buffer `src` (1-D, CPU or CUDA) with
         complete geom rows, writing the [N, 3, h, w] view of the output (on the CPU with
-        `num_threads` threads, default all cores; on CUDA on `stream`)."""
+        `num_threads` threads, default all cores; on CUDA on `stream`). `workspace`
+        (kernels.workspace.Workspace): the buffers the kernel works in, kept by the caller
+        between launches (a Pipeline holds one per view); without one they are made for
+        this call."""
         mean, std = self._norm_arrays()
         normalize = self.plan.normalize is not None
         if src.is_cuda:
@@ -1143,7 +1135,7 @@ class Compose(Transform):
                                         "grid holds (its z dimension): use a smaller batch_size")
             try:
                 cuda_launch.run(src, geom, args, order, mean, std, view, normalize=normalize,
-                                antialias=self.plan.antialias, stream=stream)
+                                antialias=self.plan.antialias, stream=stream, workspace=workspace)
             except Exception as e:
                 failed = launch_failure(e, tuple(view.shape), str(src.device))
                 if failed is None:
@@ -1152,13 +1144,14 @@ class Compose(Transform):
             return
         out_np = view.numpy() if view.dtype != torch.float16 else None
         if out_np is None:  # numba CPU has no float16 stores: compute float32, cast
-            tmp = _staging(view.shape)
+            tmp = torch.from_numpy(workspace.array("float16-staging", tuple(view.shape)) if workspace is not None
+                                   else np.empty(tuple(view.shape), np.float32))
             fused.fused_cpu(src.numpy(), geom, args, order, mean, std, tmp.numpy(), normalize=normalize,
-                            antialias=self.plan.antialias, num_threads=num_threads)
+                            antialias=self.plan.antialias, num_threads=num_threads, workspace=workspace)
             view.copy_(tmp)
             return
         fused.fused_cpu(src.numpy(), geom, args, order, mean, std, out_np, normalize=normalize,
-                        antialias=self.plan.antialias, num_threads=num_threads)
+                        antialias=self.plan.antialias, num_threads=num_threads, workspace=workspace)
 
     def __call__(self, images: torch.Tensor | Sequence[torch.Tensor], params: Sequence[dict] | None = None,
                  *, seed: int | None = None) -> torch.Tensor:

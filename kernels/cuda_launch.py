@@ -7,13 +7,16 @@ from typing import Any
 import numpy as np
 
 from . import fused
+from .workspace import Workspace
 
 
 def run(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, mean: np.ndarray, std: np.ndarray,
-        view, *, normalize: bool, antialias: bool, stream: Any = None) -> None:
+        view, *, normalize: bool, antialias: bool, stream: Any = None, workspace: Workspace | None = None) -> None:
     """`src` (uint8, 1-D) and `view` ([N, 3, h, w], any strides) are CUDA tensors; the
     small per-sample arrays (args [N, K, ARGS], or factors [N, NUM_OPS] by op id) are
-    copied to the device on the same stream."""
+    copied to the device on the same stream. The scratch, statistics, histograms, aux
+    planes and those copies are kept in `workspace` (the caller's, reused launch after
+    launch on one stream; without one, a new one for this launch)."""
     import torch
     from numba import cuda
 
@@ -28,10 +31,12 @@ def run(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, mean: np.nda
     # Loader's threads, precache --device cuda:1) must not launch that device's module here
     with torch.cuda.device(index), cuda.gpus[index]:
         _run(src, geom, args, order, mean, std, view, dev, normalize=normalize, antialias=antialias,
-             stream=stream if stream is not None else torch.cuda.current_stream(dev))
+             stream=stream if stream is not None else torch.cuda.current_stream(dev),
+             ws=workspace if workspace is not None else Workspace())
 
 
-def _run(src, geom, args, order, mean, std, view, dev, *, normalize: bool, antialias: bool, stream: Any) -> None:
+def _run(src, geom, args, order, mean, std, view, dev, *, normalize: bool, antialias: bool, stream: Any,
+         ws: Workspace) -> None:
     import torch
     from numba import cuda
 
@@ -41,13 +46,16 @@ def _run(src, geom, args, order, mean, std, view, dev, *, normalize: bool, antia
     ts = stream
     nb_stream = cuda.external_stream(ts.cuda_stream)
     with torch.cuda.stream(ts):
-        # pinned staging: torch's host allocator keeps each buffer until its copy is done
-        g, a, o, m, s, st = (torch.from_numpy(x).pin_memory().to(dev, non_blocking=True)
-                             for x in (geom, args, order, mean, std, fused.stats_init(n, levels)))
-        scratch = torch.empty(fused.scratch_shape(n, levels, oh, ow), dtype=torch.float32, device=dev)
-        hist = torch.zeros(fused.hist_shape(n, levels, equalize), dtype=torch.int32, device=dev)
-        aux = torch.empty(fused.aux_shape(n, bool((order == fused.MIX_SAVE).any()), oh, ow), dtype=torch.float32,
-                          device=dev)
+        # the per-sample arrays through the workspace's pinned buffers (rewritten only once
+        # their last copy has completed), the rest declared by the kernels and kept there
+        g, a, o, m, s, st = (ws.upload(name, np.ascontiguousarray(x), dev) for name, x in (
+            ("geom", geom), ("args", args), ("order", order), ("mean", mean), ("std", std),
+            ("stats", fused.stats_init(n, levels))))
+        ws.uploaded()
+        scratch = ws.tensor("scratch", fused.scratch_shape(n, levels, oh, ow), torch.float32, dev)
+        hist = ws.tensor("hist", fused.hist_shape(n, levels, equalize), torch.int32, dev, zero=True)
+        aux = ws.tensor("aux", fused.aux_shape(n, bool((order == fused.MIX_SAVE).any()), oh, ow), torch.float32,
+                        dev)
     src_d, g_d, a_d, o_d, m_d, s_d, out_d, scratch_d, st_d, hist_d, aux_d = (
         cuda.as_cuda_array(t) for t in (src, g, a, o, m, s, view, scratch, st, hist, aux))
     # a variant's first launch in a process compiles it (or loads it from the disk cache): said on stderr when slow

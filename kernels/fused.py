@@ -34,6 +34,7 @@ import functools
 import os
 import threading
 import time
+from typing import Any
 
 import numpy as np
 
@@ -1131,7 +1132,6 @@ def _cpu_namespace() -> dict:
 # threads sleep when idle, and concurrent callers are safe.
 _POOL = None
 _POOL_LOCK = threading.Lock()
-_WORK = threading.local()  # per calling thread; freed with the thread
 
 
 def _after_fork_in_child() -> None:
@@ -1159,22 +1159,30 @@ def _pool():
         return _POOL
 
 
-def _workspace(threads: int, size: int) -> np.ndarray:
-    """Float32 work buffers, one row per task, kept between calls (grown when needed);
-    a separate set for each calling thread, so concurrent callers never share."""
-    buf = getattr(_WORK, "buffers", None)
-    if buf is None or buf.shape[0] < threads or buf.shape[1] < size:
-        buf = np.empty((threads, size), np.float32)
-        _WORK.buffers = buf
-    return buf
+def cpu_work_shape(threads: int, wide: int, out_shape: tuple[int, ...], direct: bool) -> tuple[int, int]:
+    """The CPU twin's float32 work rows, one per task: the resample's two planes over a
+    source window `wide` pixels wide, AugMix's two images, and (unless the output is
+    float32 written in place) the staging of one sample's output. Returns (threads,
+    floats a row)."""
+    oh, ow = out_shape[2], out_shape[3]
+    main = 2 * oh * wide * 3 + 4 * ow * oh * 3  # (px, px2 and AugMix's two)
+    return threads, main + (0 if direct else 3 * oh * ow)
+
+
+def reserve_cpu(workspace: Any, threads: int, widest: int, out_shape: tuple[int, ...]) -> None:
+    """Makes `workspace` hold the CPU twin's work rows for `threads` tasks and source
+    windows up to `widest` pixels (a batch's widest image: a window is never wider), so
+    the crops a batch draws never make it grow; what the pipeline declares per batch."""
+    workspace.reserve("cpu-work", cpu_work_shape(threads, widest, out_shape, direct=False))
 
 
 def fused_cpu(src, geom, args, order, mean, std, out, *, normalize: bool, antialias: bool = True,
-              num_threads: int | None = None, fast_identity: bool = True) -> None:
+              num_threads: int | None = None, fast_identity: bool = True, workspace: Any = None) -> None:
     """The CPU twin of fused_cuda on numpy arrays (out: [N, 3, H, W], any strides), on
     `num_threads` threads (default: all cores). Output does not depend on num_threads,
     nor on `fast_identity` (the path for samples read 1:1, see _cpu_identity; off: every
-    sample through the general path, for tests)."""
+    sample through the general path, for tests). `workspace` (kernels.workspace.Workspace):
+    where the work rows are kept between calls (without one they are made for the call)."""
     n = out.shape[0]
     if n == 0:
         return
@@ -1182,10 +1190,11 @@ def fused_cpu(src, geom, args, order, mean, std, out, *, normalize: bool, antial
         args = step_args(args, order)
     threads = max(1, min(num_threads or os.cpu_count() or 1, n))
     oh, ow = out.shape[2], out.shape[3]
-    main = 2 * oh * int(geom[:, BW].max()) * 3 + 4 * ow * oh * 3  # (px, px2 and AugMix's two)
     nhwc = out.dtype == np.float32 and out.transpose(0, 2, 3, 1).flags.c_contiguous and not out.flags.c_contiguous
     direct = nhwc or (out.dtype == np.float32 and out.flags.c_contiguous)
-    work = _workspace(threads, main + (0 if direct else 3 * oh * ow))
+    shape = cpu_work_shape(threads, int(geom[:, BW].max()), out.shape, direct)
+    work = workspace.array("cpu-work", shape) if workspace is not None else np.empty(shape, np.float32)
+    main = shape[1] - (0 if direct else 3 * oh * ow)
     kernel = cpu_kernel()
     head = (src, geom, args, order, mean, std, normalize, out.dtype == np.uint8, antialias, out, direct, nhwc)
     tail = (fast_identity,)

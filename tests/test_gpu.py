@@ -502,3 +502,41 @@ def test_an_all_tensor_batch_goes_up_in_one_copy(photos, tmp_path):
         from conftest import decoded_image
 
         np.testing.assert_array_equal(decoded_image(out, 9), img[4:44, 2:52])
+
+
+def test_no_allocation_per_launch_with_a_workspace(photos):
+    """The CUDA kernel's scratch, statistics, histograms, aux planes and per-sample arrays
+    live in the caller's Workspace (kernels.workspace): after the first launch, ten more
+    allocate nothing on the device (torch's allocator counts) and make no buffer, and the
+    pixels are those of a launch without one. (Barrier ops at p=1: every batch has the
+    same two barrier levels; a batch with more levels than any before grows the buffers.)"""
+    from gpudecode.kernels import fused
+    from gpudecode.kernels.workspace import Workspace
+
+    tf = T.Compose([T.RandomResizedCrop(96), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+                    T.RandomEqualize(1.0), T.RandomAutocontrast(1.0), T.Normalize(MEAN, STD)])
+    img = photos["astronaut"]
+    h, w, n = img.shape[0], img.shape[1], 8
+    packed = torch.from_numpy(np.concatenate([img.reshape(-1)] * n)).cuda()
+    sizes = [(h, w)] * n
+    out, view = tf.new_output(n, "cuda")
+
+    def launch(seed: int, ws) -> None:
+        geom, f, o = tf.encode(tf.make_params(sizes, seed), sizes)
+        geom[:, fused.OFFSET] = np.arange(n) * h * w * 3
+        geom[:, fused.H], geom[:, fused.W] = h, w
+        geom[:, fused.SY], geom[:, fused.SX], geom[:, fused.SC] = w * 3, 3, 1
+        tf.run(packed, geom, f, o, view, workspace=ws)
+
+    ws = Workspace()
+    launch(0, ws)
+    torch.cuda.synchronize()
+    before, made = torch.cuda.memory_stats()["allocation.all.allocated"], ws.made
+    for seed in range(1, 11):
+        launch(seed, ws)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_stats()["allocation.all.allocated"] == before and ws.made == made
+    launch(11, ws)
+    kept = out.clone()
+    launch(11, None)
+    assert torch.equal(out, kept)

@@ -81,3 +81,68 @@ def test_the_cursor_phases_as_the_module_doc_says():
     assert (other.phase, other.epoch) == (Phase.READY, 1)
     with pytest.raises(ValueError, match="not a gpudecode Loader state"):
         Cursor.saved({"dataset_state": {"format": "another"}})
+
+
+def _photo_shard(tmp_path, photos, n=48):
+    from conftest import encode, make_shard
+
+    names = list(photos)
+    samples = [{"__key__": f"{i:03d}", "jpg": encode(photos[names[i % len(names)]][:200, :240]), "cls": b"1"}
+               for i in range(n)]
+    return make_shard(tmp_path / "ws.tar", samples)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_no_buffer_is_made_per_launch_after_the_first_batch(tmp_path, photos, monkeypatch, dtype):
+    """The kernel's buffers are declared (kernels.workspace) and held by the Loader's
+    pipeline, one workspace per view: over the ten batches after the first nothing is made,
+    neither by the workspaces nor by the kernels' own numpy calls (counted here). float16
+    goes through the float32 staging the CPU twin needs (numba has no half stores)."""
+    import numpy as np
+    import torch
+
+    from gpudecode import Loader
+    from gpudecode import transforms as T
+    from gpudecode.kernels import fused
+
+    made: list[tuple] = []
+
+    class CountingNumpy:  # the kernels' numpy, every np.empty counted
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def empty(shape, *args, **kw):
+            made.append(tuple(np.atleast_1d(shape)))
+            return np.empty(shape, *args, **kw)
+
+    steps = [T.RandomResizedCrop(64), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+             T.RandomEqualize(1.0), T.Normalize([0.5] * 3, [0.25] * 3)]
+    if dtype == "float16":
+        steps.append(T.ToDtype(torch.float16))
+    ld = Loader(_photo_shard(tmp_path, photos), batch_size=4, transform=T.Compose(steps), device="cpu", seed=3,
+                num_workers=2)
+    it = iter(ld)
+    next(it)
+    before = [ws.made for ws in ld.pipeline.workspaces]
+    assert all(before), "the first batch made the workspace's buffers"
+    monkeypatch.setattr(fused, "np", CountingNumpy())
+    for _ in range(10):
+        next(it)
+    it.close()
+    assert [ws.made for ws in ld.pipeline.workspaces] == before
+    assert not made, made  # no work rows, no staging made per launch
+
+
+def test_a_workspace_grows_by_half_again_and_keeps_its_memory():
+    import numpy as np
+
+    from gpudecode.kernels.workspace import Workspace
+
+    ws = Workspace()
+    a = ws.array("w", (2, 100))
+    b = ws.array("w", (2, 90))  # smaller: a view of the same memory
+    assert b.base is a.base and ws.made == 1
+    c = ws.array("w", (2, 120))  # larger: made again, half as large again (300 elements)
+    assert ws.made == 2 and c.base.size == 300 and ws.array("w", (3, 100)).base is c.base
+    assert ws.array("w", (2, 90), np.int32).dtype == np.int32 and ws.made == 3  # another dtype: its own

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpudecode import _native
-from gpudecode.io import reader
+from gpudecode.io import members
 from gpudecode.io.reader import Failure, Grouper, iter_shard
 from gpudecode.io.tario import is_metadata, split_key
 
@@ -87,16 +87,16 @@ RUNS = [0]
 
 
 def _outcome(url, monkeypatch, batch, members_only, **kw):
-    monkeypatch.setattr(reader, "_READ_BATCH", batch)
-    real = reader._plain_runs
+    monkeypatch.setattr(members, "_READ_BATCH", batch)
+    real = members._plain_runs
     if members_only:
-        monkeypatch.setattr(reader, "_plain_runs", lambda *a: None)
+        monkeypatch.setattr(members, "_plain_runs", lambda *a: None)
     else:  # count the batches that went as runs
         def spy(*a):
             out = real(*a)
             RUNS[0] += out is not None
             return out
-        monkeypatch.setattr(reader, "_plain_runs", spy)
+        monkeypatch.setattr(members, "_plain_runs", spy)
     starts: list[int] = []
     got = []
     for item in iter_shard(url, starts=starts, **kw):
@@ -156,9 +156,9 @@ def test_a_shard_that_shrinks_under_a_batch_is_named(tmp_path, monkeypatch):
     """The file cut while a batch is read: the member path names the member cut off.
     (Small members that came in with the index's reads of their headers are not read
     again: here none is held, so every member is read after the cut.)"""
-    monkeypatch.setattr(reader, "_HELD", 0)
+    monkeypatch.setattr(members, "_HELD", 0)
     url = _tar(tmp_path / "s.tar", CASES["plain"])
-    real = reader._PartReader.read
+    real = members._PartReader.read
     calls = []
 
     def read(self, part, wanted, *rest):
@@ -168,7 +168,7 @@ def test_a_shard_that_shrinks_under_a_batch_is_named(tmp_path, monkeypatch):
         calls.append(1)
         return real(self, part, wanted, *rest)
 
-    monkeypatch.setattr(reader._PartReader, "read", read)
+    monkeypatch.setattr(members._PartReader, "read", read)
     items = list(iter_shard(url, on_error="skip"))
     assert [i.key for i in items if not isinstance(i, Failure)] == ["s00"]
     fault = items[-1]
@@ -185,14 +185,14 @@ def test_held_members_are_the_shard_as_indexed(tmp_path, monkeypatch):
     url = _tar(tmp_path / "s.tar", CASES["plain"])
     with tarfile.open(url) as tf:
         original = {m.name: tf.extractfile(m).read() for m in tf.getmembers()}
-    real = reader._PartReader.read
+    real = members._PartReader.read
 
     def read(self, part, wanted, *rest):
         with open(url, "r+b") as f:
             f.truncate(part.offsets[5] + 1)
         return real(self, part, wanted, *rest)
 
-    monkeypatch.setattr(reader._PartReader, "read", read)
+    monkeypatch.setattr(members._PartReader, "read", read)
     items = list(iter_shard(url, on_error="skip"))
     assert not any(isinstance(i, Failure) for i in items)
     got = {f"{s.key}.{e}": bytes(d) for s in items for e, d in s.fields.items()}

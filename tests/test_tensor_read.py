@@ -161,7 +161,7 @@ def test_mappings_are_kept_between_epochs_and_renewed_for_a_new_file(stored, tmp
     the file's current content."""
     import shutil
 
-    from gpudecode.io.reader import _MapCache
+    from gpudecode.io.members import _MapCache
 
     report, arrays = stored
     shards = [shutil.copy(p, tmp_path / f"copy-{k}.tar") for k, p in enumerate(report.shards)]

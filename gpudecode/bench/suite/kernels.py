@@ -36,21 +36,23 @@ def imagenet_like(n: int):
 def runner(tf, packed, n: int):
     """A timed call of the fused CPU kernel on the n packed 500x375 HWC images: draws
     fresh params each call (included in the time), writes a reused output buffer (as
-    the Loader reuses its output buffers)."""
+    the Loader reuses its output buffers, and its workspace, as the Loader's pipeline does)."""
     import numpy as np
 
     from gpudecode.kernels import fused
+    from gpudecode.kernels.workspace import Workspace
 
     sizes = [(375, 500)] * n
     seed = [0]
     out, view = tf.new_output(n)
+    ws = Workspace()
 
     def run() -> int:
         seed[0] += 1
         geom, f, o = tf.encode(tf.make_params(sizes, seed[0]), sizes)
         geom[:, fused.OFFSET] = np.arange(n) * 375 * 500 * 3
         geom[:, fused.SY], geom[:, fused.SX], geom[:, fused.SC] = 1500, 3, 1
-        tf.run(packed, geom, f, o, view, num_threads=1)
+        tf.run(packed, geom, f, o, view, num_threads=1, workspace=ws)
         return n
 
     return run
