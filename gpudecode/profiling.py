@@ -10,15 +10,22 @@ gpudecode Loader the capacity of each stage and the weakest link.
 
     report = gpudecode.profile(loader, step=train_step, batches=100)
     print(report.summary()); report.plot("batches.png"); report.to_json()
+
+Also the hook the GIL benchmark (gpudecode.bench.gil) measures with: `native_calls_timed(
+clock)` times every call into gpudecode's native code (the C++ module's functions and the
+numba CPU kernel) into a `NativeClock`, so the Python around them is the rest of a part's
+time. A documented, tested hook, so no bench patches the library's modules itself.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import statistics
+import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from ._text import plural
 
@@ -298,3 +305,52 @@ def _advise(report: ProfileReport) -> None:
 
 
 __all__ = ["profile", "ProfileReport", "find_period"]
+
+
+class NativeClock:
+    """Seconds spent inside the calls native_calls_timed wraps, summed over the threads
+    making them: wall time, or with `cpu` each calling thread's CPU time (what the call ran
+    on that thread: with more threads than cores a call's wall time also holds its wait)."""
+
+    def __init__(self, cpu: bool = False) -> None:
+        self.seconds = 0.0
+        self._lock = threading.Lock()
+        self._now = time.thread_time if cpu else time.perf_counter
+
+    def wrap(self, f: Any) -> Any:
+        now = self._now
+
+        def timed(*a: Any, **k: Any) -> Any:
+            t = now()
+            try:
+                return f(*a, **k)
+            finally:
+                dt = now() - t
+                with self._lock:
+                    self.seconds += dt
+        return timed
+
+
+@contextlib.contextmanager
+def native_calls_timed(clock: NativeClock) -> Iterator[NativeClock]:
+    """Within the block, every call into gpudecode's native code (each public function of
+    the C++ module `gpudecode._native`, and the numba CPU kernel `kernels.fused.cpu_kernel`
+    gives) is timed into `clock`; everything is as it was after the block. For one
+    measurement at a time in a process (the calls are wrapped where gpudecode looks them up)."""
+    from . import _native
+    from .kernels import fused
+
+    saved = {}
+    for name in dir(_native):
+        f = getattr(_native, name)
+        if callable(f) and not isinstance(f, type) and not name.startswith("_"):
+            saved[name] = f
+            setattr(_native, name, clock.wrap(f))
+    kernel = fused.cpu_kernel
+    fused.cpu_kernel = lambda: clock.wrap(kernel())  # type: ignore[assignment]
+    try:
+        yield clock
+    finally:
+        for name, f in saved.items():
+            setattr(_native, name, f)
+        fused.cpu_kernel = kernel  # type: ignore[assignment]

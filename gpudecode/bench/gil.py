@@ -16,59 +16,14 @@ Beside them, what the tensor pipeline's rate is made of: its kernel stage alone
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import resource
 import threading
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
+from ..profiling import NativeClock, native_calls_timed
 
-
-class _Clock:
-    """Seconds spent inside wrapped callables, summed over the threads calling them: wall
-    time, or with `cpu` each calling thread's CPU time (what the call ran on that thread:
-    with more threads than cores a call's wall time also holds the time it waited for one)."""
-
-    def __init__(self, cpu: bool = False) -> None:
-        self.seconds = 0.0
-        self._lock = threading.Lock()
-        self._now = time.thread_time if cpu else time.perf_counter
-
-    def wrap(self, f: Any) -> Any:
-        now = self._now
-
-        def timed(*a: Any, **k: Any) -> Any:
-            t = now()
-            try:
-                return f(*a, **k)
-            finally:
-                dt = now() - t
-                with self._lock:
-                    self.seconds += dt
-        return timed
-
-
-@contextlib.contextmanager
-def _natives_timed(clock: _Clock) -> Iterator[None]:
-    """Every native function (gpudecode._native's, the CPU kernel) timed into `clock`."""
-    from .. import _native
-    from ..kernels import fused
-
-    saved = {}
-    for name in dir(_native):
-        f = getattr(_native, name)
-        if callable(f) and not isinstance(f, type) and not name.startswith("_"):
-            saved[name] = f
-            setattr(_native, name, clock.wrap(f))
-    kernel = fused.cpu_kernel
-    fused.cpu_kernel = lambda: clock.wrap(kernel())  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        for name, f in saved.items():
-            setattr(_native, name, f)
-        fused.cpu_kernel = kernel  # type: ignore[assignment]
 
 
 def python_per_sample(urls: Sequence[str], transform: Any, *, batch_size: int = 64, repeat: int = 3) -> dict:
@@ -79,7 +34,7 @@ def python_per_sample(urls: Sequence[str], transform: Any, *, batch_size: int = 
     of every core doing only that, 1 / (1/decode + 1/kernel) x cores."""
     from ..loader import Loader
 
-    clock = _Clock()
+    clock = NativeClock()
     ld = Loader(list(urls), batch_size=batch_size, transform=transform, device="cpu", num_threads=1, seed=0)
     rd = ld.reader
 
@@ -107,7 +62,7 @@ def python_per_sample(urls: Sequence[str], transform: Any, *, batch_size: int = 
 
     pipeline()  # the kernel compiled or loaded, the slots made
     runs: dict[str, list[tuple[float, float]]] = {"reader": [], "prepare": [], "finish": []}
-    with _natives_timed(clock):
+    with native_calls_timed(clock):
         for _ in range(repeat):
             clock.seconds = 0.0
             t = time.perf_counter()
@@ -221,7 +176,7 @@ def loader_python_per_sample(urls: Sequence[str], transform: Any, *, batch_size:
 
     from ..loader import Loader
 
-    clock = _Clock(cpu=True)
+    clock = NativeClock(cpu=True)
     ld = Loader(list(urls), batch_size=batch_size, transform=transform, device="cpu", num_threads=num_threads,
                 seed=0, **loader_kw)
     ld.pipeline.ensure_decoder()
@@ -239,7 +194,7 @@ def loader_python_per_sample(urls: Sequence[str], transform: Any, *, batch_size:
     runs = []
     gc.callbacks.append(on_gc)
     try:
-        with _natives_timed(clock):
+        with native_calls_timed(clock):
             # (the system time over every epoch together: the kernel accounts it in ticks)
             sys_before = resource.getrusage(resource.RUSAGE_SELF).ru_stime
             for _ in range(epochs):
