@@ -505,12 +505,21 @@ class RandomErasing(Transform):
     sample's seeded draws, after every other step's; `make_params` gives torchvision's
     names under "erase": {"i", "j", "h", "w"} (None: not erased). Runs on the kernel's
     output, on its device. `noise="box"` (with value="random"): one normal colour a box
-    instead of a value a pixel (timm's RandomErasing mode "rand")."""
+    instead of a value a pixel (timm's RandomErasing mode "rand"). `count=(lo, hi)`:
+    timm's min_count/max_count, several boxes an image (their number drawn in [lo, hi]
+    after the coin, each box's area drawn as a 1/count share, 10 tries each, in turn:
+    a later box overwrites an earlier one where they meet); their params are then a list
+    under "erase_boxes" (each {"i", "j", "h", "w", "noise"})."""
 
     def __init__(self, p: float = 0.5, scale: Sequence[float] = (0.02, 0.33), ratio: Sequence[float] = (0.3, 3.3),
-                 value: Any = 0.0, inplace: bool = False, *, noise: str = "pixel") -> None:
+                 value: Any = 0.0, inplace: bool = False, *, noise: str = "pixel",
+                 count: tuple[int, int] = (1, 1)) -> None:
         if noise not in ("pixel", "box"):
             raise ValueError(f"noise must be 'pixel' or 'box', not {noise!r}")
+        if not (isinstance(count, (tuple, list)) and len(count) == 2 and all(isinstance(c, int) for c in count)
+                and 1 <= count[0] <= count[1]):
+            raise ValueError(f"count must be (lo, hi) with 1 <= lo <= hi, not {count!r}")
+        self.count = (int(count[0]), int(count[1]))
         if not 0.0 <= p <= 1.0:
             raise ValueError("probability should be between 0 and 1")
         if isinstance(value, str) and value != "random":
@@ -537,22 +546,39 @@ class RandomErasing(Transform):
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         # torchvision: the coin (_RandomApplyTransform), then make_params' tries
+        several = self.count != (1, 1)
         if not rng.random() < self.p:
-            return {"erase": None}
+            return {"erase": None, "erase_boxes": []} if several else {"erase": None}
+        if not several:
+            return {"erase": self._box(rng, size, 1)}
+        # timm's _erase: the number of boxes, then each box's tries (its area a 1/count share)
+        lo_c, hi_c = self.count
+        count = lo_c if lo_c == hi_c else rng.randint(lo_c, hi_c)
+        boxes = [b for b in (self._box(rng, size, count) for _ in range(count)) if b is not None]
+        return {"erase": None, "erase_boxes": boxes}
+
+    def _box(self, rng: random.Random, size: tuple[int, int], count: int) -> dict | None:
+        """One box: 10 tries of an area (a 1/count share) and an aspect, else None."""
         img_h, img_w = size
         area = img_h * img_w
         lo, hi = math.log(self.ratio[0]), math.log(self.ratio[1])
         for _ in range(10):
-            erase_area = area * rng.uniform(*self.scale)
+            erase_area = area * rng.uniform(*self.scale) if count == 1 else rng.uniform(*self.scale) * area / count
             aspect = math.exp(rng.uniform(lo, hi))
             h = int(round(math.sqrt(erase_area * aspect)))
             w = int(round(math.sqrt(erase_area / aspect)))
             if not (h < img_h and w < img_w):
                 continue
             i, j = rng.randrange(img_h - h + 1), rng.randrange(img_w - w + 1)
-            return {"erase": {"i": i, "j": j, "h": h, "w": w,
-                              "noise": rng.getrandbits(63) if self.value is None else None}}
-        return {"erase": None}
+            return {"i": i, "j": j, "h": h, "w": w, "noise": rng.getrandbits(63) if self.value is None else None}
+        return None
+
+    @staticmethod
+    def boxes(p: dict) -> list[dict]:
+        """An image's boxes, in the order they are erased (one, or count's list)."""
+        if "erase_boxes" in p:
+            return p["erase_boxes"]
+        return [p["erase"]] if p.get("erase") is not None else []
 
     def erase(self, view: torch.Tensor, params: Sequence[dict], *, batched: bool | None = None) -> None:
         """Erases in place the rectangles `params` drew, image k of `view` [N, 3, h, w]
@@ -565,15 +591,13 @@ class RandomErasing(Transform):
             return
         fill = None if self.value is None else torch.tensor(self.value, dtype=torch.float32)[:, None, None]
         for k, p in enumerate(params):
-            e = p.get("erase")
-            if e is None:
-                continue
-            i, j, h, w = e["i"], e["j"], e["h"], e["w"]
-            if fill is None:  # "random": the sample's own noise, torchvision's shape and law
-                v = self._noise(e)
-            else:
-                v = fill
-            view[k, :, i:i + h, j:j + w] = v.to(view.device, view.dtype)
+            for e in self.boxes(p):
+                i, j, h, w = e["i"], e["j"], e["h"], e["w"]
+                if fill is None:  # "random": the sample's own noise, torchvision's shape and law
+                    v = self._noise(e)
+                else:
+                    v = fill
+                view[k, :, i:i + h, j:j + w] = v.to(view.device, view.dtype)
 
     def _noise(self, e: dict) -> torch.Tensor:
         g = torch.Generator().manual_seed(e["noise"])
@@ -586,10 +610,14 @@ class RandomErasing(Transform):
         erased images' boxes (and, for value="random", their noise, drawn on the host as
         erase() draws it) go up in one copy from pinned memory, and each erased image is
         rewritten by a fixed number of whole-tensor operations (a mask of its box, the
-        fill or its noise gathered into place)."""
-        payload = self.erase_payload(params)
-        if payload is not None:
-            self.erase_on_device(view, *payload)
+        fill or its noise gathered into place). Several boxes an image: one round a box
+        ordinal (each image's first boxes, then its second...), so an image is written once
+        a round and a later box overwrites an earlier one, as erase() does."""
+        boxes = [self.boxes(p) for p in params]
+        for r in range(max(map(len, boxes), default=0)):
+            payload = self.erase_payload([{"erase": b[r] if r < len(b) else None} for b in boxes])
+            if payload is not None:
+                self.erase_on_device(view, *payload)
 
     def erase_payload(self, params: Sequence[dict]) -> tuple[int, list[np.ndarray]] | None:
         """The host side of erase_batch: (erased images, [boxes [m, 5] (k, i, j, h, w) int64,
@@ -642,7 +670,8 @@ class RandomErasing(Transform):
     def __repr__(self) -> str:
         value = "random" if self.value is None else self.value
         box = ", noise=box" if self.noise == "box" else ""
-        return f"RandomErasing(p={self.p}, scale={self.scale}, ratio={self.ratio}, value={value}{box})"
+        count = f", count={self.count}" if self.count != (1, 1) else ""
+        return f"RandomErasing(p={self.p}, scale={self.scale}, ratio={self.ratio}, value={value}{box}{count})"
 
 
 @dataclass(frozen=True)
@@ -1328,24 +1357,24 @@ def _timm_center_crop_or_pad(t: Any, floats: bool) -> Transform:
 
 
 def _timm_erasing(t: Any, floats: bool) -> Transform:
-    """timm's RandomErasing (timm.data.random_erasing), one box an image: the draw of
-    torchvision's (area uniform in [min_area, max_area] of the image, log-uniform aspect,
-    h and w rounded, 10 attempts, a uniform corner), in mode "pixel" per-pixel normal noise
-    (torchvision's value="random"), in mode "rand" one normal colour a box (noise="box"),
-    and in mode "const" zeros (value=0). Refused: several boxes (max_count) and aug splits
-    (num_splits)."""
+    """timm's RandomErasing (timm.data.random_erasing): timm's draw (the coin, the number
+    of boxes in [min_count, max_count], then for each box 10 tries of an area uniform in
+    [min_area, max_area] of the image over the count, a log-uniform aspect, h and w
+    rounded, a uniform corner), in mode "pixel" per-pixel normal noise (torchvision's
+    value="random"), in mode "rand" one normal colour a box (noise="box"), and in mode
+    "const" zeros (value=0). Refused: aug splits (num_splits: the batch's first part left
+    clean, which a per-sample transform cannot know)."""
     mode = (getattr(t, "mode", "const") or "const").lower()
-    lo_c, hi_c = int(getattr(t, "min_count", 1)), int(getattr(t, "max_count", 1))
-    if mode not in ("pixel", "const", "rand") or (lo_c, hi_c) != (1, 1) or int(getattr(t, "num_splits", 0)) > 1:
-        why = (f"mode {mode!r}" if mode not in ("pixel", "const", "rand") else
-               f"{lo_c}-{hi_c} boxes an image" if (lo_c, hi_c) != (1, 1) else f"num_splits={t.num_splits}")
+    lo_c, hi_c = int(getattr(t, "min_count", 1)), int(getattr(t, "max_count", 1) or 1)
+    if mode not in ("pixel", "const", "rand") or int(getattr(t, "num_splits", 0)) > 1:
+        why = f"mode {mode!r}" if mode not in ("pixel", "const", "rand") else f"num_splits={t.num_splits}"
         raise TransformError(f"timm.data.random_erasing.RandomErasing with {why} cannot be fused: the kernel "
-                             "erases one box an image, with noise a pixel, a colour a box, or a fixed value (timm's "
-                             "--remode pixel, rand or const, --recount 1, no --aug-splits)")
+                             "erases with noise a pixel, a colour a box, or a fixed value (timm's --remode pixel, "
+                             "rand or const), every image of the batch (no --aug-splits)")
     lo, hi = t.log_aspect_ratio
     return RandomErasing(float(t.probability), (float(t.min_area), float(t.max_area)),
                          (math.exp(lo), math.exp(hi)), "random" if mode != "const" else 0.0,
-                         noise="box" if mode == "rand" else "pixel")
+                         noise="box" if mode == "rand" else "pixel", count=(lo_c, hi_c))
 
 
 # timm's transforms (timm.data.transforms_factory.create_transform builds these around torchvision's)

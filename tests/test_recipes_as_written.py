@@ -168,7 +168,7 @@ def test_timms_create_transform_converts_or_is_refused_by_name(shard):
     assert [type(s).__name__ for s in tr.plan.steps] == ["RandomResizedCrop", "RandomHorizontalFlip", "ColorJitter",
                                                        "ToDtype", "Normalize"]
     assert tr.plan.geometry[0].scale == (0.08, 1.0)
-    for kw, match in ((dict(re_prob=0.25, re_count=2), r"RandomErasing with 1-2 boxes"),):
+    for kw, match in ((dict(re_prob=0.25, re_num_splits=2), r"RandomErasing with num_splits=2"),):
         with pytest.raises(TransformError, match=match):
             gpudecode.transforms.Compose.from_torchvision(create_transform(224, is_training=True, **kw))
     assert timm.__version__
@@ -289,6 +289,43 @@ def test_timms_random_erasing_converts_with_timms_draw(mode):
 
     (r1, a1, l1), (r2, a2, l2) = summary(theirs), summary(ours)
     assert abs(r1 - r2) < 0.03 and abs(a1 - a2) < 0.025 and abs(l1 - l2) < 0.1, (summary(theirs), summary(ours))
+
+
+@pytest.mark.parametrize("count", [(1, 3), (2, 2)])
+def test_timms_random_erasing_with_several_boxes_erases_timms_boxes(count):
+    """timm's --recount (min_count/max_count): the boxes timm's own RandomErasing erases,
+    box for box: with Python's generator in the same state, our draw makes timm's calls
+    in timm's order (the coin, the count, each box's tries), so in mode "const" the erased
+    images are equal, on both erase paths (image by image, and the batched one that
+    erases in rounds), over 300 seeds; overlapping boxes are erased in timm's order."""
+    import math
+    import random
+
+    pytest.importorskip("timm", reason="timm is in the [test] extra")
+    from timm.data import create_transform
+    from timm.data.random_erasing import RandomErasing as TimmErasing
+
+    lo, hi = count
+    tr = gpudecode.transforms.Compose.from_torchvision(
+        create_transform(64, is_training=True, re_prob=0.9, re_mode="const", re_count=hi, interpolation="bilinear"))
+    assert tr.plan.steps[-1].count == (1, hi)  # create_transform's re_count is timm's max_count
+    ref = TimmErasing(probability=0.9, mode="const", min_count=lo, max_count=hi, device="cpu")
+    ours = gpudecode.transforms.RandomErasing(0.9, (ref.min_area, ref.max_area),
+                                               tuple(math.exp(v) for v in ref.log_aspect_ratio), 0.0, count=(lo, hi))
+    several = 0
+    for seed in range(300):
+        random.seed(seed)
+        theirs = torch.full((3, 40, 48), 7.0)
+        ref(theirs)
+        p = ours.draw(random.Random(seed), (40, 48))
+        several += len(p["erase_boxes"]) > 1
+        mine = torch.full((2, 3, 40, 48), 7.0)
+        ours.erase(mine, [p, {"erase": None, "erase_boxes": []}])
+        assert torch.equal(mine[0], theirs), seed
+        batched = torch.full((2, 3, 40, 48), 7.0)
+        ours.erase(batched, [p, {"erase": None, "erase_boxes": []}], batched=True)
+        assert torch.equal(batched, mine) and (mine[1] == 7.0).all(), seed
+    assert several > 100  # (several boxes an image are what is tested)
 
 
 def test_repeated_augmentation_is_rasamplers(tmp_path, photos):
