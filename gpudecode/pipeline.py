@@ -36,7 +36,7 @@ from .kernels.workspace import Workspace
 from .labels import parse_label
 from .mixing import BatchTransform, batch_rng, seeded_call
 from .stats import BatchTiming
-from .transforms import Compose
+from .transforms import CenterCrop, Compose, Normalize, Resize
 
 __all__ = ["Pipeline", "PipelineConfig", "Batch", "Ready", "MID_QUEUE", "IN_FLIGHT"]
 
@@ -142,6 +142,8 @@ class PipelineConfig:
             callable (images, labels) -> (images, labels), run on each finished batch.
         reuse_held: write an output slot again even when the caller still holds the batch
             it last held (the Loader's reuse_buffers); by default such a slot gets new memory.
+        each_size: the images keep their own sizes, not one a batch (a transform without
+            geometry); for the sink that sizes each image itself (finish_images: precache's).
     """
 
     transform: Any
@@ -162,6 +164,7 @@ class PipelineConfig:
     pin_memory: bool = False
     batch_transform: Any = None
     reuse_held: bool = False
+    each_size: bool = False
 
     def __post_init__(self) -> None:
         if self.depth < 1:
@@ -227,6 +230,7 @@ class Pipeline:
         # what the kernel works in, one per view, made at the first batch and reused (kernels.workspace:
         # its launches are one at a time, on this pipeline's augment thread and stream)
         self.workspaces = [Workspace() for _ in self.views]
+        self._images: HostImages | None = None  # finish_images' sink, made on first use
         # the last batch handed on, as handed: (images, n, keys, labels), for `even` to repeat
         self._last_good: tuple[Any, int, list[str], torch.Tensor | None] | None = None
 
@@ -398,7 +402,7 @@ class Pipeline:
         timing = BatchTiming(size=0)
         t0 = time.perf_counter()
         probed = self.probe(chunk)
-        if self.transform.out_size is None and len(probed):
+        if self.transform.out_size is None and len(probed) and not self.config.each_size:
             probed = self._one_size(probed)
         samples = probed.samples
         sizes = list(zip(probed.heights, probed.widths))
@@ -480,16 +484,7 @@ class Pipeline:
     def _finish(self, p: _Prepared, slot: int, even: str | None) -> Ready | None:
         t0 = time.perf_counter()
         decoded = p.decoded
-        ok: list[int] = []
-        whole = False  # every image of the batch decoded and kept, in order (the common batch)
-        if decoded is not None:
-            errors = decoded.settle().errors  # (the decoder's deferred checks: an image never written is an error)
-            whole = errors.count(None) == len(errors)
-            ok = list(range(len(errors))) if whole else [k for k, err in enumerate(errors) if err is None]
-            if not whole:
-                for k, err in enumerate(errors):
-                    if err is not None:
-                        self.policy(DecodeError(err, shard=p.samples[k].shard, key=p.samples[k].key))
+        ok, whole = self._decoded(p)
         if even is not None and ok and len(ok) < p.taken:
             # equal steps are promised: images lost to on_error="skip" are made up by
             # repeats of the batch's others, so every rank's batches stay full
@@ -569,6 +564,40 @@ class Pipeline:
         images, labels = seeded_call(step, batch.images, batch.labels, draw)
         return Batch(images, labels, batch.keys)
 
+    def _decoded(self, p: _Prepared) -> tuple[list[int], bool]:
+        """The images of a prepared batch that decoded (each one that did not is its
+        sample's DecodeError under the policy), and whether that is all of them, in order."""
+        if p.decoded is None:
+            return [], False
+        errors = p.decoded.settle().errors  # (the decoder's deferred checks: an image never written is an error)
+        if errors.count(None) == len(errors):
+            return list(range(len(errors))), True
+        for k, err in enumerate(errors):
+            if err is not None:
+                self.policy(DecodeError(err, shard=p.samples[k].shard, key=p.samples[k].key))
+        return [k for k, err in enumerate(errors) if err is None], False
+
+    def finish_images(self, p: _Prepared, plan: Any) -> list[tuple[Sample, np.ndarray]]:
+        """Stage B for a sink of host images at their own sizes (precache's), in place of
+        the output ring: the error policy as finish() applies it, then each decoded image
+        brought to what `plan(h, w)` says (resize to (h, w), then centre crop to (h, w); None:
+        that step not taken) by the transforms' kernel, one launch a plan (HostImages), as
+        uint8 HWC arrays, with their samples, in order."""
+        ok, _ = self._decoded(p)
+        decoded = p.decoded
+        if not ok or decoded is None:
+            return []
+        if self._images is None:
+            self._images = HostImages(self.num_threads)
+        plans = [plan(int(decoded.boxes[k][2]), int(decoded.boxes[k][3])) for k in ok]
+        gpu = self.gpu
+        stream = gpu.augment if gpu is not None else None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            if gpu is not None:
+                stream.wait_event(p.ready)  # type: ignore[union-attr]  # decoded (and uploaded)
+            images = self._images(decoded, ok, plans, stream=stream)  # (host arrays: synchronized)
+        return [(p.samples[k], img) for k, img in zip(ok, images)]
+
     def _made_up(self, p: _Prepared, slot: int, t0: float) -> Ready:
         """A batch whose every image failed, under an even policy: made up of the rank's
         images of the batch before (repeated to the batch's size), so every rank keeps
@@ -597,6 +626,71 @@ class Pipeline:
         batch = Batch(images, lab, [keys[i] for i in idx])
         self._last_good = (images, p.taken, batch.keys, lab)
         return Ready(batch, p.timing, p.position, slot, ready, p.draw)
+
+
+class HostImages:
+    """finish_images' sink: decoded images to host uint8 HWC arrays, each at its own size,
+    straight from the decoder's memory (any layout, CPU or CUDA) with the transforms'
+    kernel (Compose.apply), one launch a plan (resize to, centre crop to), rounded to
+    nearest. An image neither resized nor cropped is copied out as it is."""
+
+    # Normalize with mean -0.5/255 and std 1/255 turns the kernel's [0, 1] result v into
+    # 255 * v + 0.5, so truncating to uint8 rounds to nearest, as torchvision's Resize on
+    # uint8 images does: one float pass and one cast, no separate scale and round passes.
+    _ROUND = Normalize([-0.5 / 255] * 3, [1 / 255] * 3)
+
+    def __init__(self, num_threads: int) -> None:
+        self.num_threads = num_threads
+        self._tfs: dict[tuple, Compose] = {}
+        self.workspace = Workspace()  # (one launch at a time: the pipeline's finishing thread, its stream)
+
+    def _compose(self, resize: tuple[int, int] | None, crop: tuple[int, int] | None) -> Compose:
+        key = (resize, crop)
+        tf = self._tfs.get(key)
+        if tf is None:
+            steps: list[Any] = []
+            if resize is not None:
+                steps.append(Resize(resize))
+            if crop is not None:
+                steps.append(CenterCrop(crop))
+            tf = self._tfs[key] = Compose([*steps, self._ROUND], layout="NHWC")
+        return tf
+
+    def __call__(self, decoded: DecodedBatch, ks: Sequence[int],
+                 plans: Sequence[tuple[tuple[int, int] | None, tuple[int, int] | None]],
+                 stream: Any = None) -> list[np.ndarray]:
+        """Images ks of `decoded`, each by its plan, as host uint8 HWC arrays."""
+        out: list[np.ndarray | None] = [None] * len(ks)
+        groups: dict[tuple, list[int]] = {}
+        for j, (k, plan) in enumerate(zip(ks, plans)):
+            if plan == (None, None):  # kept as it is
+                out[j] = self._host_window(decoded, k)
+            else:
+                groups.setdefault(plan, []).append(j)
+        n = len(decoded.boxes)
+        for (resize, crop), idx in groups.items():
+            tf = self._compose(resize, crop)
+            rows = [ks[j] for j in idx]
+            sizes: list = [None] * n  # the box (the whole image) is what is resized
+            params: list = [None] * n
+            boxes = [(int(decoded.boxes[k][2]), int(decoded.boxes[k][3])) for k in rows]
+            for k, box, prm in zip(rows, boxes, tf.make_params(boxes, 0)):
+                sizes[k], params[k] = box, prm
+            res, view = tf.new_output(len(idx), decoded.pixels.device)
+            tf.apply(decoded, params, sizes, view, rows=rows, stream=stream, num_threads=self.num_threads,
+                     workspace=self.workspace)
+            u8 = res.to(torch.uint8).cpu().numpy()  # values in [0.5, 255.5]: truncation rounds
+            for i, j in enumerate(idx):
+                out[j] = u8[i]
+        return out  # type: ignore[return-value]
+
+    @staticmethod
+    def _host_window(decoded: DecodedBatch, k: int) -> np.ndarray:
+        t, l, bh, bw = (int(v) for v in decoded.boxes[k])
+        sy, sx, sc = (int(v) for v in decoded.strides[k])
+        start = int(decoded.offsets[k]) + t * sy + l * sx
+        img = decoded.pixels[start:].as_strided((bh, bw, 3), (sy, sx, sc))  # any layout the decoder gave
+        return img.cpu().numpy().copy()
 
 
 def _handed(out: torch.Tensor) -> torch.Tensor:

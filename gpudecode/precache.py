@@ -43,17 +43,17 @@ import numpy as np
 import torch
 
 from . import transforms as T
-from ._probe import DEFAULT_MAX_PIXELS, probe_samples
+from ._probe import DEFAULT_MAX_PIXELS
 from .io.files import DEFAULT_IMAGE_EXTS
 from ._version import __version__
-from .decode import DecodedBatch, check_device, choose, make_decoder
-from .errors import (DecodeError, ErrorPolicy, GpuDecodeError, OnError, ShardFormatError, Skipped,
+from .decode import check_device, choose
+from .errors import (ErrorPolicy, GpuDecodeError, OnError, ShardFormatError, Skipped,
                      check_on_error)
 from .io import shards as _shards
 from .io import files
 from .io.cache import file_sha256
 from .io.reader import Sample, ShardReader, split_exts
-from .kernels.workspace import Workspace
+from .pipeline import Pipeline, PipelineConfig
 from .io.writer import ShardWriter, check_key, pattern_head
 from ._manifest import MAX_PARTS, Layout, _read_json, manifest_path, verify, write_json_atomic  # noqa: F401
 from .tensors import encode_npy
@@ -61,6 +61,7 @@ from .tensors import encode_npy
 IMAGE_EXTS = DEFAULT_IMAGE_EXTS  # torchvision's image extensions and .npy
 FORMAT_VERSION = 2
 _NO_LIMIT = 1 << 62
+_CHUNK = 64  # samples a batch through the pipeline
 
 
 # -- settings, layout ----------------------------------------------------------------------------
@@ -122,71 +123,6 @@ def stored_size(height: int, width: int, size: int | tuple[int, int]) -> tuple[i
 # -- resizing ------------------------------------------------------------------------------------
 
 
-class _Resizer:
-    """Brings decoded images to their stored pixels straight from the decoder's memory (any
-    layout, CPU or CUDA) with the transforms' kernel (Compose.apply), one launch per
-    geometry, rounded to nearest uint8."""
-
-    # Normalize with mean -0.5/255 and std 1/255 turns the kernel's [0, 1] result v into
-    # 255 * v + 0.5, so truncating to uint8 rounds to nearest, as torchvision's Resize on
-    # uint8 images does: one float pass and one cast, no separate scale and round passes.
-    _ROUND = T.Normalize([-0.5 / 255] * 3, [1 / 255] * 3)
-
-    def __init__(self, num_threads: int) -> None:
-        self.num_threads = num_threads
-        self._tfs: dict[tuple, T.Compose] = {}
-        self.workspace = Workspace()  # (one launch at a time: this unit's thread, its stream)
-
-    def _compose(self, resize: tuple[int, int] | None, crop: tuple[int, int] | None) -> T.Compose:
-        key = (resize, crop)
-        tf = self._tfs.get(key)
-        if tf is None:
-            steps: list[T.Transform] = []
-            if resize is not None:
-                steps.append(T.Resize(resize))
-            if crop is not None:
-                steps.append(T.CenterCrop(crop))
-            tf = self._tfs[key] = T.Compose([*steps, self._ROUND], layout="NHWC")
-        return tf
-
-    def __call__(self, decoded: DecodedBatch, ks: Sequence[int],
-                 plans: Sequence[tuple[tuple[int, int] | None, tuple[int, int] | None]],
-                 stream: Any = None) -> list[np.ndarray]:
-        """Images ks of `decoded`, each by its plan (resize to, centre crop to; None: not
-        that step), as host uint8 HWC arrays."""
-        out: list[np.ndarray | None] = [None] * len(ks)
-        groups: dict[tuple, list[int]] = {}
-        for j, (k, plan) in enumerate(zip(ks, plans)):
-            if plan == (None, None):  # kept as it is
-                out[j] = self._host_window(decoded, k)
-            else:
-                groups.setdefault(plan, []).append(j)
-        n = len(decoded.boxes)
-        for (resize, crop), idx in groups.items():
-            tf = self._compose(resize, crop)
-            rows = [ks[j] for j in idx]
-            sizes: list = [None] * n  # the box (the whole image) is what is resized
-            params: list = [None] * n
-            boxes = [(int(decoded.boxes[k][2]), int(decoded.boxes[k][3])) for k in rows]
-            for k, box, prm in zip(rows, boxes, tf.make_params(boxes, 0)):
-                sizes[k], params[k] = box, prm
-            res, view = tf.new_output(len(idx), decoded.pixels.device)
-            tf.apply(decoded, params, sizes, view, rows=rows, stream=stream, num_threads=self.num_threads,
-                     workspace=self.workspace)
-            u8 = res.to(torch.uint8).cpu().numpy()  # values in [0.5, 255.5]: truncation rounds
-            for i, j in enumerate(idx):
-                out[j] = u8[i]
-        return out  # type: ignore[return-value]
-
-    @staticmethod
-    def _host_window(decoded: DecodedBatch, k: int) -> np.ndarray:
-        t, l, bh, bw = (int(v) for v in decoded.boxes[k])
-        sy, sx, sc = (int(v) for v in decoded.strides[k])
-        start = int(decoded.offsets[k]) + t * sy + l * sx
-        img = decoded.pixels[start:].as_strided((bh, bw, 3), (sy, sx, sc))  # any layout the decoder gave
-        return img.cpu().numpy().copy()
-
-
 def _plan(h: int, w: int, size: int | tuple[int, int], crop: str) -> tuple[tuple[int, int] | None,
                                                                             tuple[int, int] | None]:
     target = stored_size(h, w, size)
@@ -230,22 +166,8 @@ def device_model(device: str) -> str:
     """The GPU model behind `device` ("" for the CPU), as the manifest records it."""
     if not device.startswith("cuda"):
         return ""
-    import torch
 
     return torch.cuda.get_device_name(torch.device(device))
-
-
-_DECODERS = threading.local()
-
-
-def _decoder(name: str, device: str, threads: int, max_pixels: int) -> Any:
-    """One decoder per (backend, device, threads) and thread: a Ray worker or a rank reuses
-    its own from unit to unit; units run side by side never share one."""
-    cache = _DECODERS.__dict__.setdefault("decoders", {})
-    key = (name, device, threads, max_pixels)
-    if key not in cache:
-        cache[key] = make_decoder(name, device=device, num_threads=threads, max_pixels=max_pixels)
-    return cache[key]
 
 
 def _clear_unit(layout: Layout, unit: int) -> None:
@@ -284,31 +206,31 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
         raise ValueError(f"this run decodes on {settings.device_model or 'the CPU'}, this worker on "
                          f"{here or 'the CPU'}: decoders differ by GPU model (the hardware JPEG decoder), so one "
                          "run's outputs must all come from one model; run it on that model, or start another run")
-    dec = decoder if decoder is not None else _decoder(settings.decoder, dev, threads, settings.max_pixels)
     _clear_unit(layout, unit)
     url = settings.sources[unit]
     source: Any = files.reopen(url) if url.startswith(files.PREFIX) else [url]
     fail = ErrorPolicy(settings.on_error, who="gpudecode precache")  # the reader's and the decoder's
     reader = ShardReader(source, shuffle=False, policy=fail, num_threads=1, rank=0, world_size=1)
-    resize = _Resizer(threads)
     exts = settings.image_exts
+    # the Loader's pipeline (probe, decode, the policy, the kernel), its images each at their
+    # stored size (the host sink: Pipeline.finish_images); the decoder made for this unit
+    # and closed after it, or the one handed in
+    pipe = Pipeline(PipelineConfig(T.Compose([]), batch_size=_CHUNK, device=dev,
+                                   decoder=decoder if decoder is not None else settings.decoder, image_exts=tuple(exts),
+                                   label_exts=(), labels=False, num_threads=threads, max_pixels=settings.max_pixels,
+                                   each_size=True), policy=fail)
+    pipe.ensure_decoder()
     written = 0
+
+    def plan(h: int, w: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+        return _plan(h, w, settings.size, settings.crop)
 
     def flush(chunk: list[Sample], writer: ShardWriter) -> None:
         nonlocal written
-        probed = probe_samples(chunk, exts, settings.max_pixels, fail)
-        if not probed:
+        if not chunk:
             return
-        decoded = dec.decode([p.request() for p in probed]).settle()
-        ks, plans, good = [], [], []
-        for k, p in enumerate(probed):
-            if decoded.errors[k] is not None:
-                fail(DecodeError(f"cannot decode: {decoded.errors[k]}", shard=p.sample.shard, key=p.sample.key))
-                continue
-            ks.append(k)
-            plans.append(_plan(int(decoded.boxes[k][2]), int(decoded.boxes[k][3]), settings.size, settings.crop))
-            good.append(p.sample)
-        for s, img in zip(good, resize(decoded, ks, plans)):
+        prepared = pipe.prepare(chunk, seed=0, epoch=0, position=0)
+        for s, img in pipe.finish_images(prepared, plan):
             fields = {e: d for e, d in s.fields.items() if e not in exts}
             try:
                 check_key(s.key)
@@ -325,14 +247,17 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
     # (no fsync per shard: nothing here is trusted without its sha256, which a resume checks
     # for every shard it keeps, so a shard lost in a crash is redone; this saves a fifth of
     # the time on a small VM disk and lets the system write back while the next unit runs)
-    with writer:
-        chunk: list[Sample] = []
-        for sample in reader:
-            chunk.append(sample)
-            if len(chunk) == 64:
-                flush(chunk, writer)
-                chunk = []
-        flush(chunk, writer)
+    try:
+        with writer:
+            chunk: list[Sample] = []
+            for sample in reader:
+                chunk.append(sample)
+                if len(chunk) == _CHUNK:
+                    flush(chunk, writer)
+                    chunk = []
+            flush(chunk, writer)
+    finally:
+        pipe.close()
     skipped = fail.skipped  # in the order met (the reader's failures are recorded in this thread too)
     shards = [{"path": os.path.relpath(p, layout.folder), "samples": n, "bytes": os.path.getsize(p),
                "sha256": file_sha256(p)} for p, n in zip(writer.shards, writer.counts)]
