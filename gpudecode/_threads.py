@@ -132,7 +132,7 @@ class ThreadGroup:
                 pass
         me = threading.current_thread()
         for t in self.threads:
-            if t is not me:
+            if t is not me and t.ident is not None:  # (one never started: interrupted before its start)
                 t.join(timeout)
                 if t.is_alive() and warn:
                     warnings.warn(f"gpudecode thread {t.name} did not stop within {timeout:.0f} s",

@@ -102,7 +102,11 @@ class _Epoch:
         if interrupt is not None:
             pipe.decoder.resume()
             self.group.on_stop(interrupt)
-        self.group.start(self._decode_stage, start.epoch, start.position, name="decode")
+
+    def start(self, epoch: int, position: int) -> None:
+        """Starts the two threads (apart from __init__: the iterator holds this epoch before
+        any thread runs, so a Ctrl-C that lands while they start still stops them)."""
+        self.group.start(self._decode_stage, epoch, position, name="decode")
         self.group.start(self._augment_stage, name="augment")
 
     def _put(self, q: queue.Queue, item: Any) -> bool:
@@ -190,6 +194,11 @@ class LoaderIterator:
         self._pid = os.getpid()
         self._busy = threading.Lock()  # one next() at a time
         self._ep = _Epoch(loader, start)
+        try:
+            self._ep.start(start.epoch, start.position)
+        except BaseException:  # Ctrl-C while the threads start: stop what started, now (a traceback
+            self.close()       # held by the caller's handler keeps this object alive: no __del__ yet)
+            raise
 
     @property
     def active(self) -> bool:
@@ -726,10 +735,8 @@ class Loader:
         return self.reader.total_samples
 
     def __len__(self) -> int:
-        """Batches per epoch for this rank: what iteration yields (under on_error="skip"
-        with even=None, batches that lose all their images are not yielded). During an
-        epoch and after it ends, that epoch's; before the first, or after set_epoch, the
-        next one's (the counts differ between epochs only with even=None and several ranks)."""
+        """Batches per epoch for this rank (`current_epoch`'s), as iteration yields them (with
+        on_error="skip" and even=None, a batch that loses every image is not yielded)."""
         return self._batches(self.current_epoch)
 
     @property
@@ -749,14 +756,12 @@ class Loader:
 
     @property
     def pipeline(self) -> Pipeline:
-        """The per-batch work of this Loader (read-only: for the profiler and the benches,
-        which measure its stages through it)."""
+        """The per-batch work of this Loader (read-only: the profiler and benches measure it)."""
         return self._pipe
 
     @property
     def batch_sampler(self) -> None:
-        """None: the Loader batches its samples itself (DataLoader's attribute, for code
-        that looks for it, e.g. Lightning: it then finds `sampler` and its set_epoch)."""
+        """None: the Loader batches itself (for code that looks, e.g. Lightning: it uses `sampler`)."""
         return None
 
     def state_dict(self) -> dict:
@@ -832,8 +837,12 @@ class Loader:
             self.policy.reset()
             self.stats = LoaderStats()
             it = LoaderIterator(self, start, functools.partial(self._batches, start.epoch))
-            self._active = weakref.ref(it)
-            return it
+            try:
+                self._active = weakref.ref(it)
+                return it
+            except BaseException:  # Ctrl-C here: the iterator's threads stop before the handler runs
+                it.close()
+                raise
 
     def close(self) -> None:
         """Ends the active iterator, releases the decoder's threads, the output buffers and

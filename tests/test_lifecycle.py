@@ -133,6 +133,15 @@ ld = gpudecode.Loader({urls!r}, batch_size=8, transform=tf, device="cpu", remote
 """
 
 
+def _warm_kernel(shards) -> None:
+    """SCRIPT's kernel variant compiled here, into the run's kernel cache (the scripts
+    inherit GPUDECODE_CACHE_DIR): four scripts at once would each compile it (a minute
+    each on 2 cores), which under a loaded CI ran past their timeout."""
+    tf = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.Normalize([0.5] * 3, [0.25] * 3)])
+    with Loader(shards, batch_size=8, transform=tf, device="cpu") as ld:
+        next(iter(ld))
+
+
 def _script(tmp_path, name, urls, body):
     path = tmp_path / name
     path.write_text(SCRIPT.format(urls=urls) + textwrap.dedent(body))
@@ -145,6 +154,7 @@ def test_exit_with_an_unfinished_iterator_never_aborts(shards, tmp_path):
     without an active exception" in about 3 runs of 4: 8 clean runs in a row would
     happen by chance with probability 2e-5)."""
     endings = {"": 0, "sys.exit(0)": 0, "raise SystemExit(3)": 3, "raise KeyError('x')": 1}
+    _warm_kernel(shards)
     paths = {end: _script(tmp_path, f"exit{i}.py", shards * 10, f"""
         it = iter(ld)
         next(it)
@@ -413,3 +423,33 @@ def test_ctrl_c_on_the_first_line_of_next_still_ends_the_threads(shards, monkeyp
     with pytest.raises(StopIteration):
         next(it)
     assert sum(b[0].shape[0] for b in ld) == 96  # the Loader goes on with a new iterator
+
+
+def test_ctrl_c_while_an_epochs_threads_start_stops_them_before_the_handler_runs(shards, monkeypatch):
+    """A Ctrl-C that lands in iter(loader) after the epoch's first thread started (what CI
+    met once under load: the remote-stall test's handler found the decode, augment and
+    reader threads alive): the threads are stopped before the caller's `except
+    KeyboardInterrupt` runs, whose traceback still holds the half-made iterator."""
+    from gpudecode import _threads
+
+    real = _threads.ThreadGroup.start
+
+    def start(self, target, *args, name):
+        t = real(self, target, *args, name=name)
+        if name == "augment":
+            raise KeyboardInterrupt  # as if the signal landed just after the threads started
+        return t
+
+    monkeypatch.setattr(_threads.ThreadGroup, "start", start)
+    ld = Loader(shards, batch_size=4, transform=T.Compose([T.Resize((16, 16))]), device="cpu")
+    try:
+        iter(ld)
+    except KeyboardInterrupt:
+        alive = [t.name for t in threading.enumerate() if t.is_alive() and t.name in
+                 ("gpudecode-decode", "gpudecode-augment")]
+        assert alive == []
+    else:
+        raise AssertionError("the KeyboardInterrupt was swallowed")
+    monkeypatch.setattr(_threads.ThreadGroup, "start", real)
+    assert len(list(ld)) > 0  # the Loader goes on
+    ld.close()
