@@ -703,7 +703,8 @@ def _tensors_on(t: torch.Tensor) -> int:
     """How many tensors use t's memory (views and slices of it included); -1 where this
     torch cannot tell (the slot then always gets new memory: never a batch overwritten)."""
     try:
-        return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata)) - 1  # noqa: SLF001 (torch has no public count)  # (less the storage object made here)
+        # (less the storage object made here; torch has no public count)
+        return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata)) - 1  # noqa: SLF001
     except (AttributeError, RuntimeError, TypeError):
         return -1
 

@@ -19,7 +19,6 @@ event recorded after it, waited on the host before the next write: long done by 
 from __future__ import annotations
 
 import math
-import threading
 from typing import Any
 
 import numpy as np
@@ -28,15 +27,13 @@ __all__ = ["Workspace"]
 
 
 class Workspace:
-    """Named buffers, reused launch after launch (see the module doc). Not shared between
-    threads: `try_hold()` / `release()` let an owner that may be called from several
-    threads (a Compose called directly) use it from one at a time."""
+    """Named buffers, reused launch after launch (see the module doc); for one launch at
+    a time (one thread, one stream), as its owner makes them."""
 
     def __init__(self) -> None:
         self._arrays: dict[str, np.ndarray] = {}
         self._tensors: dict[tuple, Any] = {}
         self._copied: Any = None  # the CUDA event after the last copy out of the pinned host buffers
-        self._lock = threading.Lock()
         self.made = 0
 
     def array(self, name: str, shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
@@ -91,12 +88,6 @@ class Workspace:
 
         self._copied = torch.cuda.Event()
         self._copied.record()
-
-    def try_hold(self) -> bool:
-        return self._lock.acquire(blocking=False)
-
-    def release(self) -> None:
-        self._lock.release()
 
 
 def _grown(count: int, held: int) -> int:
