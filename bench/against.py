@@ -63,6 +63,13 @@ run("png", png)
 run("tensor", ten)
 run("views", jpg, transform=[train(), T.Compose([T.RandomResizedCrop(32), T.Normalize(MEAN, STD)])])
 run("mixup", jpg, batch_transform=T.RandomChoice([T.MixUp(alpha=0.2, num_classes=7), T.CutMix(alpha=1.0, num_classes=7)]))
+# every op of the kernel's op table, on both of its paths (the per-pixel ops and the barriers)
+run("ops", jpg, transform=T.Compose([T.RandomResizedCrop(64), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+    T.RandomGrayscale(0.3), T.RandomSolarize(0.6, 0.3), T.RandomInvert(0.3), T.RandomPosterize(3, 0.3),
+    T.RandomAutocontrast(0.3), T.RandomEqualize(0.3), T.RandomAdjustSharpness(2.0, 0.3), T.GaussianBlur(5, (0.1, 2.0)),
+    T.RandomRotation(15), T.Normalize(MEAN, STD)]))
+run("augmix", jpg, transform=T.Compose([T.RandomResizedCrop(64), T.AugMix(), T.TrivialAugmentWide(),
+    T.Normalize(MEAN, STD)]))
 run("eval", jpg, transform=T.Compose([T.Resize(72), T.CenterCrop(64), T.Normalize(MEAN, STD)]), shuffle=False,
     even=None, epochs=(0,))
 for world in (2, 3):

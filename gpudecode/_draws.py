@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence, overload
 import numpy as np
 
 from .kernels import fused
-from .kernels._pixel import ARGS
+from .kernels.ops import ARGS, JITTER_OPS
 
 if TYPE_CHECKING:
     from .transforms import Compose, _Plan
@@ -28,6 +28,7 @@ __all__ = ["Draws", "native_spec"]
 
 # the columns of _native.draw_batch's ints (csrc/draws.h)
 _TOP, _LEFT, _CH, _CW, _RH, _RW, _FLIP, _VFLIP, _ORDER = 0, 1, 2, 3, 4, 5, 6, 7, 8
+_JITTER_IDS = np.array(JITTER_OPS, np.int32)
 
 
 def native_spec(plan: "_Plan") -> tuple | None:
@@ -212,6 +213,6 @@ class Draws(Sequence[dict]):
         if width:
             drawn = ints[:, _ORDER:_ORDER + 4]
             ops = drawn[on[drawn]].reshape(n, width)
-            order[:, :width] = ops
+            order[:, :width] = _JITTER_IDS[ops]  # (fn_idx -> the kernel's op ids)
             args[:, :width, 0] = np.take_along_axis(factors, ops, axis=1)
         return geom, args, order

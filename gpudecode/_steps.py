@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 from .errors import TransformError
+from .kernels.ops import OPS_ARGS
 
 
 class Transform:
@@ -77,8 +78,8 @@ class _PixelOp(_Step):
         return {self.key: rng.random() < self.p}
 
     def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
-        if p.get(self.key):
-            prog.append((self.op, (self.factor,)))
+        if p.get(self.key):  # (its one factor where the op table says it reads one)
+            prog.append((self.op, (self.factor,) if OPS_ARGS[self.op] else ()))
 
 
 # What fuses, as `gpudecode ops` prints it (the README's "What fuses" section says the same).

@@ -19,8 +19,8 @@ from typing import Any, Sequence
 
 from .augment import NO_ARGUMENT, _Policy
 from .errors import TransformError
-from .kernels._pixel import (AFFINE, BRIGHTNESS, CONTRAST, MIX_ADD, MIX_END, MIX_SAVE,
-                             POSTERIZE, SATURATION, SHARPNESS, SOLARIZE, SOLARIZE_ADD)
+from .kernels.ops import (AFFINE, BRIGHTNESS, CONTRAST, MIX_ADD, MIX_END, MIX_SAVE,
+                          POSTERIZE, SATURATION, SHARPNESS, SOLARIZE, SOLARIZE_ADD)
 
 PIL_BILINEAR, PIL_BICUBIC = 3.0, 4.0  # AFFINE's interpolation argument for PIL's warps
 _DENOM = 10.0  # timm's _LEVEL_DENOM

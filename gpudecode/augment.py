@@ -22,8 +22,9 @@ from typing import Any, Sequence
 import torch
 
 from .errors import TransformError
-from .kernels._pixel import (AFFINE, AUTOCONTRAST, BLUR_X, BLUR_Y, BRIGHTNESS, CONTRAST, EQUALIZE, INVERT, MAX_BLUR,
-                             MIX_ADD, MIX_END, MIX_SAVE, POSTERIZE, SATURATION, SHARPNESS, SOLARIZE)
+from .kernels._pixel import MAX_BLUR
+from .kernels.ops import (AFFINE, AUTOCONTRAST, BLUR_X, BLUR_Y, BRIGHTNESS, CONTRAST, EQUALIZE, INVERT, MIX_ADD,
+                          MIX_END, MIX_SAVE, POSTERIZE, SATURATION, SHARPNESS, SOLARIZE)
 from ._steps import Transform, _PixelOp, _refuse, _Step, _Wrapper
 
 NEAREST, BILINEAR, INTEGER_MAP = 0.0, 1.0, 2.0  # AFFINE's interpolation argument

@@ -39,7 +39,7 @@ from ._steps import PROGRAM_OPS, SUPPORTED, WAY_OUT, Transform, _PixelOp, _refus
 from .errors import KernelLaunchError, TransformError
 from .kernels import fused
 from .kernels.workspace import Workspace
-from .kernels._pixel import ARGS, GRAYSCALE, INVERT, POSTERIZE, SOLARIZE
+from .kernels.ops import ARGS, GRAYSCALE, INVERT, JITTER_OPS, OPS, OPS_ARGS, POSTERIZE, SOLARIZE
 
 Layout = Literal["NCHW", "NHWC"]
 BRIGHTNESS, CONTRAST, SATURATION, HUE = range(4)
@@ -373,7 +373,7 @@ class ColorJitter(_Step):
         for op in p.get("order", ()):
             f = p.get(_JITTER_NAMES[op])
             if f is not None:
-                prog.append((op, (f,)))
+                prog.append((JITTER_OPS[op], (f,)))
 
 
 class RandomGrayscale(_PixelOp):
@@ -1078,6 +1078,8 @@ class Compose(Transform):
         args = np.zeros((n, width, ARGS), np.float32)
         for k, prog in enumerate(progs):
             for j, (op, a) in enumerate(prog):
+                if len(a) > OPS_ARGS[op]:  # (a step whose emit and the op table disagree: a bug, named)
+                    raise TransformError(f"{OPS[op].name} reads {OPS_ARGS[op]} argument(s), a step emitted {len(a)}")
                 order[k, j] = op
                 args[k, j, :len(a)] = a
         return geom, args, order

@@ -12,41 +12,23 @@ import math
 
 from numpy import float32, int32
 
-# Op ids: ColorJitter's four in torchvision's fn_idx convention, then the other ops of a
-# sample's program. A sample's `order` lists the ops it drew (-1 ends the list) and
-# args[k] holds step k's arguments (ARGS floats; args[k, 0] is the factor of a one-number op).
-BRIGHTNESS = 0
-CONTRAST = 1     # needs the image's grey mean: a barrier (see below)
-SATURATION = 2
-HUE = 3
-GRAYSCALE = 4    # no argument
-SOLARIZE = 5     # the threshold, on the float scale (levels / 255)
-INVERT = 6       # no argument
-POSTERIZE = 7    # the levels kept, 2 ** bits
-AUTOCONTRAST = 8  # per-channel min and max of the image: a barrier
-EQUALIZE = 9     # per-channel histogram of the image: a barrier
-SHARPNESS = 10   # the factor; reads a 3x3 neighbourhood: a barrier
-BLUR_X = 11      # Gaussian blur along x (a torchvision GaussianBlur is BLUR_X then BLUR_Y): kernel
-#                  size, sigma; reads a neighbourhood: a barrier
-AFFINE = 12      # torchvision's theta divided by (w/2, h/2) (6), interpolation (0 nearest, 1
-#                  bilinear, 2: an integer pixel map, source = (a0 x + a1 y + a2, a3 x + a4 y + a5);
-#                  3, 4: PIL's Image.transform(AFFINE) bilinear, bicubic: a0..a5 PIL's matrix),
-#                  fill r, g, b (NaN: no fill, zeros outside): reads anywhere: a barrier
-BLUR_Y = 13      # the same along y
-MIX_SAVE = 14    # AugMix: keep the image (the original) and start the mix as m0 * image
-MIX_ADD = 15     # AugMix: mix += w * image (a chain's result), then the image is the original again
-MIX_END = 16     # AugMix: the image is the mix
-SOLARIZE_ADD = 17  # timm's SolarizeAdd: a value under 128 levels gets `add` (float scale) added, capped
-NUM_OPS = 18
-ARGS = 10        # floats per program step
+# The op ids, their argument counts and barriers: the kernel's op table (kernels/ops.py).
+# A sample's `order` lists the ops it drew (-1 ends the list) and args[k] holds step k's
+# arguments (ARGS floats; args[k, 0] is the factor of a one-number op).
+# (the kernels compiled from this module's namespace read the masks from here too)
+from .ops import (AFFINE, ARGS, AUTOCONTRAST, BARRIER_MASK, BLUR_X, BLUR_Y, BRIGHTNESS,  # noqa: F401
+                  CONTRAST, EQUALIZE, GRAYSCALE, HISTOGRAM_MASK, HUE, INVERT, MEAN_MASK, MIX_ADD, MIX_END, MIX_SAVE,
+                  NUM_OPS, POSTERIZE, RANGE_MASK, SATURATION, SHARPNESS, SOLARIZE, SOLARIZE_ADD)
+
 MAX_BLUR = 63    # largest Gaussian kernel side the CUDA kernel keeps weights for
 BLUR_TAIL = 1e-10  # blur taps under this share of the sum are skipped (they change no value by 1e-9)
 
 
 def is_barrier(op):
     """An op that needs more of the image than its own pixel (a statistic of the whole
-    image, a neighbourhood, or any pixel): the image before it must be complete."""
-    return op == CONTRAST or (op >= AUTOCONTRAST and op <= BLUR_Y)
+    image, a neighbourhood, or any pixel): the image before it must be complete (op >= 0;
+    the op table's barrier flags)."""
+    return ((BARRIER_MASK >> op) & 1) != 0
 
 
 def barrier_step(order, s):

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from . import fused
+from .ops import AUX_MASK, HISTOGRAM_MASK, has
 from .workspace import Workspace
 
 
@@ -42,7 +43,7 @@ def _run(src, geom, args, order, mean, std, view, dev, *, normalize: bool, antia
 
     n, _, oh, ow = view.shape
     levels = fused.barrier_levels(order)
-    equalize = bool((order == fused.EQUALIZE).any())
+    equalize = bool(has(order, HISTOGRAM_MASK).any())
     ts = stream
     nb_stream = cuda.external_stream(ts.cuda_stream)
     with torch.cuda.stream(ts):
@@ -54,7 +55,7 @@ def _run(src, geom, args, order, mean, std, view, dev, *, normalize: bool, antia
         ws.uploaded()
         scratch = ws.tensor("scratch", fused.scratch_shape(n, levels, oh, ow), torch.float32, dev)
         hist = ws.tensor("hist", fused.hist_shape(n, levels, equalize), torch.int32, dev, zero=True)
-        aux = ws.tensor("aux", fused.aux_shape(n, bool((order == fused.MIX_SAVE).any()), oh, ow), torch.float32,
+        aux = ws.tensor("aux", fused.aux_shape(n, bool(has(order, AUX_MASK).any()), oh, ow), torch.float32,
                         dev)
     src_d, g_d, a_d, o_d, m_d, s_d, out_d, scratch_d, st_d, hist_d, aux_d = (
         cuda.as_cuda_array(t) for t in (src, g, a, o, m, s, view, scratch, st, hist, aux))

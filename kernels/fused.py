@@ -7,7 +7,7 @@ Data layout, shared by both targets:
                                geom[n, OFFSET] and pixel (y, x, c) is at
                                offset + y*SY + x*SX + c*SC (HWC or CHW, by strides)
     geom     int64 [N, GEOM]   per-sample geometry (columns named below)
-    args     float32 [N, K, ARGS]  step k's arguments (_pixel's op ids say what they mean)
+    args     float32 [N, K, ARGS]  step k's arguments (the op table, kernels/ops.py, says what they mean)
     order    int32 [N, K]      op ids in application order, -1 after the last
     mean,std float32 [3]       Normalize
     out      [N, 3, H, W]      float32/float16/uint8; any strides (NHWC is a view)
@@ -19,12 +19,12 @@ torchvision's padding CenterCrop): RandomResizedCrop is box=crop, V=out size, O=
 Resize+CenterCrop is box=whole image, V=resized size, O=crop offset. FLIP mirrors x,
 VFLIP mirrors y (of the output: torchvision flips the transformed image).
 
-A program is cut at its barrier ops (_pixel.is_barrier: they read the whole image or a
-neighbourhood of the image before them). On CUDA, kernel 1 resamples and runs the ops
+A program is cut at its barrier ops (the op table's barrier flag: they read the whole
+image or a neighbourhood of the image before them). On CUDA, kernel 1 resamples and runs the ops
 up to the first barrier; kernel 2, launched once per barrier level s = 1, 2, ..., runs
 barrier s and the per-pixel ops after it. Between them the image sits in a float32
 scratch (two, alternating) and the statistic the next barrier needs (grey sum, channel
-min and max, histograms) is reduced per block and added atomically. A sample whose
+min and max, histograms: the op table's statistic) is reduced per block and added atomically. A sample whose
 program ends in a launch writes its output there; later launches skip it.
 """
 from __future__ import annotations
@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from . import _compile
-from ._pixel import ARGS, AUTOCONTRAST, BLUR_X, BLUR_Y, CONTRAST, EQUALIZE, MIX_ADD, MIX_END, MIX_SAVE
+from ._pixel import AFFINE, ARGS, AUTOCONTRAST, BLUR_X, BLUR_Y, CONTRAST, EQUALIZE, MIX_ADD, MIX_END, MIX_SAVE
+from .ops import AUX_MASK, BARRIER_MASK, HISTOGRAM_MASK, MEAN_MASK, RANGE_MASK, has
 
 OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP, CUBIC, FILLR, FILLG, FILLB = range(20)
 GEOM = 20  # CUBIC: the sample resamples bicubic (else bilinear); FILL*: the padding's colour, levels
@@ -62,9 +63,7 @@ def barrier_levels(order: np.ndarray) -> int:
     """The most barrier ops any sample of the batch has: the segment launches it needs."""
     if order.size == 0:
         return 0
-    ops = order.astype(np.int64)
-    barrier = (ops == CONTRAST) | ((ops >= AUTOCONTRAST) & (ops <= BLUR_Y))
-    return int(barrier.sum(axis=1).max())
+    return int(has(order, BARRIER_MASK).sum(axis=1).max())
 
 
 # ---------------------------------------------------------------------------------------
@@ -77,9 +76,10 @@ def _write_out(out, n, y, x, r, g, b, mean, std, normalize, to_uint8):
 
 
 def _block_reduce(op, r, g, b, active, t, partial, red, hs, stats, hist, n, level):
-    """The statistic barrier `op` will need, of this block's pixels, added into
-    stats[n, level] or hist[n, level]. Every thread of the block calls it (it syncs)."""
-    if op == CONTRAST:
+    """The statistic barrier `op` will need (its op table entry says which), of this
+    block's pixels, added into stats[n, level] or hist[n, level]. Every thread of the block
+    calls it (it syncs)."""
+    if (MEAN_MASK >> op) & 1:
         partial[t] = float64(gray(r, g, b)) if active else float64(0.0)
         cuda.syncthreads()
         step = 128
@@ -90,7 +90,7 @@ def _block_reduce(op, r, g, b, active, t, partial, red, hs, stats, hist, n, leve
             step //= 2
         if t == 0:
             cuda.atomic.add(stats, (n, level, 0), partial[0])
-    elif op == AUTOCONTRAST:
+    elif (RANGE_MASK >> op) & 1:
         big = float32(2.0)
         red[t] = r if active else big
         red[256 + t] = g if active else big
@@ -111,7 +111,7 @@ def _block_reduce(op, r, g, b, active, t, partial, red, hs, stats, hist, n, leve
             for c in range(3):
                 cuda.atomic.min(stats, (n, level, 1 + c), float64(red[c * 256]))
                 cuda.atomic.max(stats, (n, level, 4 + c), float64(red[768 + c * 256]))
-    elif op == EQUALIZE:
+    elif (HISTOGRAM_MASK >> op) & 1:
         for c in range(3):
             hs[c * 256 + t] = 0
         cuda.syncthreads()
@@ -237,7 +237,9 @@ def _barrier_pixel(op, a, img, y, x, oh, ow, stats, n, level, lut, wts):
             g += w * img[1, yy, xx]
             b += w * img[2, yy, xx]
         return r, g, b
-    return affine_pixel(img, y, x, oh, ow, a)
+    if op == AFFINE:
+        return affine_pixel(img, y, x, oh, ow, a)
+    return img[0, y, x], img[1, y, x], img[2, y, x]  # (no barrier op of the table comes here: tests/test_op_table)
 
 
 def _segment_body(level, scratch, args, order, stats, hist, aux, mean, std, normalize, to_uint8, out):
@@ -405,11 +407,11 @@ def fused_cuda(src, geom, args, order, mean, std, out, *, normalize: bool, antia
     if stats is None:
         stats = cuda.to_device(stats_init(n, levels), stream=stream)
     if hist is None:
-        hist = cuda.to_device(np.zeros(hist_shape(n, levels, bool((np.asarray(host_order) == EQUALIZE).any())),
+        hist = cuda.to_device(np.zeros(hist_shape(n, levels, bool(has(host_order, HISTOGRAM_MASK).any())),
                                        np.int32),
                               stream=stream)
     if aux is None:
-        aux = cuda.device_array(aux_shape(n, bool((np.asarray(host_order) == MIX_SAVE).any()), oh, ow),
+        aux = cuda.device_array(aux_shape(n, bool(has(host_order, AUX_MASK).any()), oh, ow),
                                 dtype=np.float32, stream=stream)
     to_uint8 = np.dtype(str(out.dtype).replace("torch.", "")) == np.uint8
     grid, block = launch_geometry(n, oh, ow)
