@@ -4,14 +4,44 @@ and augment.py both build on these."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from .errors import TransformError
 from .kernels.ops import OPS_ARGS
 
 
+# The torchvision and timm transforms that convert, by "torchvision.<Name>" or
+# "timm.<Name>": the class of ours that declared it (`class X(Transform,
+# converts="torchvision.X")`), whose `convert(t, floats)` makes one from theirs. Filled as
+# the classes are defined; gpudecode._convert reads it.
+CONVERTS: dict[str, type["Transform"]] = {}
+
+
 class Transform:
     """Base class: a step of a Compose. `draw` returns this step's parameters for one
-    image of size (height, width), from `rng` (a random.Random)."""
+    image of size (height, width), from `rng` (a random.Random).
+
+    A class that stands for torchvision's or timm's transforms says so where it is
+    defined, `converts="torchvision.Name"` (or a tuple of names), and defines
+    `convert(cls, t, floats)`: ours from their object `t`, `floats` telling whether a
+    float conversion came before it (fills and thresholds are then on the [0, 1] scale)."""
+
+    makes_floats = False  # the steps after it see float images (ToDtype to a float type)
+
+    def __init_subclass__(cls, converts: str | tuple[str, ...] = (), **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        names = (converts,) if isinstance(converts, str) else tuple(converts)
+        if names and "convert" not in cls.__dict__:
+            raise TypeError(f"{cls.__name__} declares converts={converts!r} but defines no convert(cls, t, floats)")
+        for name in names:
+            if not name.startswith(("torchvision.", "timm.")) or name in CONVERTS:
+                raise TypeError(f"{cls.__name__}: {name!r} is not torchvision.<Name> or timm.<Name>, or is "
+                                f"converted already (by {getattr(CONVERTS.get(name), '__name__', None)})")
+        CONVERTS.update(dict.fromkeys(names, cls))  # (all checked first: a refused class registers nothing)
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> "Transform":
+        raise NotImplementedError
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         return {}

@@ -17,6 +17,7 @@ import math
 import random
 from typing import Any, Sequence
 
+from ._steps import Transform
 from .augment import NO_ARGUMENT, _Policy
 from .errors import TransformError
 from .kernels.ops import (AFFINE, BRIGHTNESS, CONTRAST, MIX_ADD, MIX_END, MIX_SAVE,
@@ -167,7 +168,7 @@ class _TimmPolicy(_Policy):
         return ", ".join(f"{n}(p={p}, m={m}, mstd={h.get('magnitude_std', 0)})" for n, p, m, h in ops)
 
 
-class TimmRandAugment(_TimmPolicy):
+class TimmRandAugment(_TimmPolicy, converts="timm.RandAugment"):
     """timm's RandAugment: `num_layers` ops an image, uniformly with replacement from
     `ops`, each (name, prob, magnitude, hparams) as timm's AugmentOp: applied with
     probability prob, at magnitude N(magnitude, magnitude_std) (uniform in [0, magnitude]
@@ -175,6 +176,10 @@ class TimmRandAugment(_TimmPolicy):
     "timm_rand_augment": [(name, argument, warp interpolation or None), ...] applied."""
 
     key = "timm_rand_augment"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return from_timm_rand_augment(t)
 
     def __init__(self, ops: Sequence[Spec], num_layers: int = 2, interpolation: Sequence[str] = ("bilinear", "bicubic"),
                  fill: Sequence[int] = (128, 128, 128)) -> None:
@@ -193,12 +198,16 @@ class TimmRandAugment(_TimmPolicy):
                 f"interpolation={list(self.modes)}, fill={list(self.fill)})")
 
 
-class TimmAutoAugment(_TimmPolicy):
+class TimmAutoAugment(_TimmPolicy, converts="timm.AutoAugment"):
     """timm's AutoAugment (policies v0, v0r, original, originalr): one sub-policy an
     image, uniformly, its ops each as timm's AugmentOp. make_params: "timm_auto_augment":
     the ops applied, as TimmRandAugment's."""
 
     key = "timm_auto_augment"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return from_timm_auto_augment(t)
 
     def __init__(self, policy: Sequence[Sequence[Spec]], interpolation: Sequence[str] = ("bilinear", "bicubic"),
                  fill: Sequence[int] = (128, 128, 128)) -> None:
@@ -217,7 +226,7 @@ class TimmAutoAugment(_TimmPolicy):
         return f"TimmAutoAugment(policy=[{subs}], interpolation={list(self.modes)}, fill={list(self.fill)})"
 
 
-class TimmAugMix(_TimmPolicy):
+class TimmAugMix(_TimmPolicy, converts="timm.AugMixAugment"):
     """timm's AugMixAugment (not blended): `width` chains of `depth` ops (1 to 3 drawn a
     chain when depth <= 0) uniformly from `ops`, mixed with Dirichlet(alpha) weights w,
     the mix blended into the image by m ~ Beta(alpha, alpha): (1 - m) image + m sum_i w_i
@@ -225,6 +234,10 @@ class TimmAugMix(_TimmPolicy):
     In the kernel: AugMix's MIX ops (the image kept, each chain added to the mix)."""
 
     key = "timm_augmix"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return from_timm_augmix(t)
 
     def __init__(self, ops: Sequence[Spec], alpha: float = 1.0, width: int = 3, depth: int = -1,
                  interpolation: Sequence[str] = ("bilinear", "bicubic"), fill: Sequence[int] = (128, 128, 128)) -> None:

@@ -25,6 +25,8 @@ from .errors import TransformError
 from .kernels._pixel import MAX_BLUR
 from .kernels.ops import (AFFINE, AUTOCONTRAST, BLUR_X, BLUR_Y, BRIGHTNESS, CONTRAST, EQUALIZE, INVERT, MIX_ADD,
                           MIX_END, MIX_SAVE, POSTERIZE, SATURATION, SHARPNESS, SOLARIZE)
+from . import mixing
+from ._convert import inner, warp_fill
 from ._steps import Transform, _PixelOp, _refuse, _Step, _Wrapper
 
 NEAREST, BILINEAR, INTEGER_MAP = 0.0, 1.0, 2.0  # AFFINE's interpolation argument
@@ -116,32 +118,44 @@ def warp_args(size: tuple[int, int], angle: float, translate: Sequence[float], s
                        fill)
 
 
-class RandomAutocontrast(_PixelOp):
+class RandomAutocontrast(_PixelOp, converts="torchvision.RandomAutocontrast"):
     """torchvision's RandomAutocontrast: with probability p, each channel stretched from
     its [min, max] to [0, 1] (a reduction over the image, then a per-pixel pass)."""
 
     op, key = AUTOCONTRAST, "autocontrast"
 
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.p)
+
     def __init__(self, p: float = 0.5) -> None:
         super().__init__(p)
 
 
-class RandomEqualize(_PixelOp):
+class RandomEqualize(_PixelOp, converts="torchvision.RandomEqualize"):
     """torchvision's RandomEqualize: with probability p, each channel's histogram
     equalized (PIL's table, on the uint8 levels of the float image, as torchvision bins
     float images)."""
 
     op, key = EQUALIZE, "equalize"
 
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.p)
+
     def __init__(self, p: float = 0.5) -> None:
         super().__init__(p)
 
 
-class RandomAdjustSharpness(_PixelOp):
+class RandomAdjustSharpness(_PixelOp, converts="torchvision.RandomAdjustSharpness"):
     """torchvision's RandomAdjustSharpness: with probability p, blended with its 3x3 blur
     (1s around a 5, over 13; borders kept) by `sharpness_factor`."""
 
     op, key = SHARPNESS, "sharpness"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.sharpness_factor, t.p)
 
     def __init__(self, sharpness_factor: float, p: float = 0.5) -> None:
         if sharpness_factor < 0:
@@ -154,12 +168,16 @@ class RandomAdjustSharpness(_PixelOp):
         return self.sharpness_factor
 
 
-class GaussianBlur(_Step):
+class GaussianBlur(_Step, converts="torchvision.GaussianBlur"):
     """torchvision's GaussianBlur: sigma uniform in `sigma` per image (make_params'
     `sigma`: [s, s]), a kernel of `kernel_size` (odd; (width, height) or one int), reflect
     padding. Sizes up to MAX_BLUR (63) are fused."""
 
     keys = ("sigma",)
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(list(t.kernel_size), list(t.sigma))
 
     def __init__(self, kernel_size: int | Sequence[int], sigma: float | Sequence[float] = (0.1, 2.0)) -> None:
         ks = ([int(kernel_size)] * 2 if isinstance(kernel_size, numbers.Integral)
@@ -225,13 +243,19 @@ def _degrees(degrees: Any, name: str = "degrees") -> tuple[float, float]:
     raise TypeError(f"{name} should be a single number or a sequence with length 2.")
 
 
-class RandomRotation(_Warp):
+class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
     """torchvision's RandomRotation: the output image rotated by an angle uniform in
     `degrees` (make_params: "rotation": {"angle"}), nearest or bilinear, `fill` (uint8
     levels; torchvision's default 0) outside, about `center`; expand=False only (the
     output keeps its size)."""
 
     keys = ("rotation",)
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        if t.expand:
+            raise TransformError("RandomRotation(expand=True) cannot be fused: the output would change size")
+        return cls(t.degrees, t.interpolation, False, t.center, warp_fill(t, floats))
 
     def __init__(self, degrees: Any, interpolation: Any = "nearest", expand: bool = False,
                  center: Sequence[float] | None = None, fill: Any = 0) -> None:
@@ -251,12 +275,16 @@ class RandomRotation(_Warp):
                 prog.append((AFFINE, a))
 
 
-class RandomAffine(_Warp):
+class RandomAffine(_Warp, converts="torchvision.RandomAffine"):
     """torchvision's RandomAffine: angle, translation (fractions of the size, rounded to
     pixels), scale and shear drawn as torchvision draws them (make_params: "affine":
     {"angle", "translate", "scale", "shear"}), nearest or bilinear, `fill` outside."""
 
     keys = ("affine",)
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.degrees, t.translate, t.scale, t.shear, t.interpolation, warp_fill(t, floats), t.center)
 
     def __init__(self, degrees: Any, translate: Sequence[float] | None = None, scale: Sequence[float] | None = None,
                  shear: Any = None, interpolation: Any = "nearest", fill: Any = 0,
@@ -388,7 +416,7 @@ def _policy_op(name: str, m: float, size: tuple[int, int], interpolation: float,
     raise ValueError(f"No transform available for {name}")
 
 
-class TrivialAugmentWide(_Policy):
+class TrivialAugmentWide(_Policy, converts="torchvision.TrivialAugmentWide"):
     """torchvision's TrivialAugmentWide: one op of 14 per image, uniformly, at one of
     `num_magnitude_bins` magnitudes, signed ops negated with probability 1/2; make_params:
     "trivial_augment": [(name, magnitude)]."""
@@ -396,6 +424,10 @@ class TrivialAugmentWide(_Policy):
     key = "trivial_augment"
     SPACE = ("Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast",
              "Sharpness", "Posterize", "Solarize", "AutoContrast", "Equalize")
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.num_magnitude_bins, t.interpolation, warp_fill(t, floats))
 
     def __init__(self, num_magnitude_bins: int = 31, interpolation: Any = "nearest", fill: Any = None) -> None:
         super().__init__(interpolation, fill)
@@ -444,13 +476,17 @@ def _rand_augment_magnitudes(name: str, bins: int, size: tuple[int, int]) -> lis
     return None
 
 
-class RandAugment(_Policy):
+class RandAugment(_Policy, converts="torchvision.RandAugment"):
     """torchvision's RandAugment: `num_ops` ops per image, each uniformly of 14 (with
     replacement), at bin `magnitude` of `num_magnitude_bins`, signed ops negated with
     probability 1/2; make_params: "rand_augment": [(name, magnitude), ...]."""
 
     key = "rand_augment"
     SPACE = TrivialAugmentWide.SPACE
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.num_ops, t.magnitude, t.num_magnitude_bins, t.interpolation, warp_fill(t, floats))
 
     def __init__(self, num_ops: int = 2, magnitude: int = 9, num_magnitude_bins: int = 31,
                  interpolation: Any = "nearest", fill: Any = None) -> None:
@@ -496,13 +532,17 @@ IMAGENET_POLICY = (
 )
 
 
-class AutoAugment(_Policy):
+class AutoAugment(_Policy, converts="torchvision.AutoAugment"):
     """torchvision's AutoAugment with the ImageNet policy: one of 25 sub-policies per
     image, each of its two ops applied with its probability at its magnitude bin (of
     10), signed ops negated with probability 1/2; make_params: "auto_augment": the
     [(name, magnitude), ...] applied. Other policies (CIFAR10, SVHN) are refused."""
 
     key = "auto_augment"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.policy, t.interpolation, warp_fill(t, floats))
 
     def __init__(self, policy: Any = "imagenet", interpolation: Any = "nearest", fill: Any = None) -> None:
         name = str(getattr(policy, "value", policy)).lower()
@@ -546,7 +586,7 @@ def _augmix_magnitudes(name: str, size: tuple[int, int]) -> list[float] | None:
     return None
 
 
-class AugMix(_Policy):
+class AugMix(_Policy, converts="torchvision.AugMix"):
     """torchvision's AugMix: `mixture_width` chains of `chain_depth` ops (1 to 3 drawn
     per chain when negative) from AugMix's space at magnitude bins below `severity`,
     mixed by Dirichlet(alpha) weights, the mix blended with the image by a Beta(alpha,
@@ -559,6 +599,10 @@ class AugMix(_Policy):
     PARTIAL = ("ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Posterize", "Solarize", "AutoContrast",
                "Equalize")
     SPACE = PARTIAL + ("Brightness", "Color", "Contrast", "Sharpness")
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.severity, t.mixture_width, t.chain_depth, t.alpha, t.all_ops, t.interpolation, warp_fill(t, floats))
 
     def __init__(self, severity: int = 3, mixture_width: int = 3, chain_depth: int = -1, alpha: float = 1.0,
                  all_ops: bool = True, interpolation: Any = "bilinear", fill: Any = None) -> None:
@@ -618,13 +662,23 @@ def _steps(transforms: Sequence[Transform], wrapper: str) -> list[_Step]:
     return steps
 
 
-class SampleRandomChoice(_Wrapper):
+class SampleRandomChoice(_Wrapper, converts="torchvision.RandomChoice"):
     """torchvision's RandomChoice over per-sample steps: one of them per image, with
     probabilities `p` (default equal); make_params: "choice": its index (and its draws).
     gpudecode.transforms.RandomChoice builds this, or the batch transform over MixUp and
     CutMix, from what it is given."""
 
     keys = ("choice",)
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        """Over per-sample steps, a step of each sample's program; over MixUp and CutMix, a
+        batch transform (mixing.RandomChoice, for Loader(batch_transform=))."""
+        items = inner(t, floats)
+        if items and all(isinstance(x, _Step) for x in items):
+            return cls(items, t.p)
+        batch: list[Any] = list(items)  # (MixUp, CutMix: a batch transform, refused inside a Compose)
+        return mixing.RandomChoice(batch, t.p)  # type: ignore[return-value]
 
     def __init__(self, transforms: Sequence[Transform], p: Sequence[float] | None = None) -> None:
         self.transforms = _steps(transforms, "RandomChoice")
@@ -647,11 +701,15 @@ class SampleRandomChoice(_Wrapper):
         return f"RandomChoice({self.transforms}, p={self.p})"
 
 
-class RandomOrder(_Wrapper):
+class RandomOrder(_Wrapper, converts="torchvision.RandomOrder"):
     """torchvision's RandomOrder: its steps in a random order per image (drawn as they
     run); make_params: "permutation"."""
 
     keys = ("permutation",)
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(inner(t, floats))
 
     def __init__(self, transforms: Sequence[Transform]) -> None:
         self.transforms = _steps(transforms, "RandomOrder")

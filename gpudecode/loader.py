@@ -67,7 +67,8 @@ from .io.remote import RemoteOptions
 from .mixing import BatchTransform, CutMix, MixUp, RandomChoice, as_batch_transform
 from .pipeline import Batch, Pipeline, PipelineConfig, Ready
 from .stats import LoaderStats
-from .transforms import Compose, carries_compose
+from ._convert import carries_compose
+from .transforms import Compose
 
 if TYPE_CHECKING:
     from .dataset import ShardDataset

@@ -33,9 +33,10 @@ import numpy as np
 import torch
 
 from . import _native
+from ._convert import convert, inner, key, levels, qualified
 from ._draws import Draws, native_spec
 from .decode._base import DecodedBatch
-from ._steps import PROGRAM_OPS, SUPPORTED, WAY_OUT, Transform, _PixelOp, _refuse, _Step, _Wrapper  # noqa: F401
+from ._steps import CONVERTS, PROGRAM_OPS, SUPPORTED, WAY_OUT, Transform, _PixelOp, _refuse, _Step, _Wrapper  # noqa: F401
 from .errors import KernelLaunchError, TransformError
 from .kernels import fused
 from .kernels.workspace import Workspace
@@ -88,10 +89,17 @@ def _resize_repr(t: Transform, modes: tuple[str, ...]) -> str:
     return f"{text[:-1]}, interpolation={modes[0] if len(modes) == 1 else list(modes)!r})"
 
 
-class RandomResizedCrop(Transform):
+class RandomResizedCrop(Transform, converts=("torchvision.RandomResizedCrop",
+                                             "timm.RandomResizedCropAndInterpolation")):
     """torchvision's RandomResizedCrop: 10 tries of area ~ U(scale)·H·W and log-uniform
     aspect ratio, else the centred fallback; a bilinear or bicubic resize with antialias,
     or a list of modes to draw one an image from (timm's interpolation="random")."""
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        if key(t) == "timm.RandomResizedCropAndInterpolation":  # torchvision's draw with its interpolation ("random":
+            return cls(list(t.size), tuple(t.scale), tuple(t.ratio), t.interpolation, antialias=True)  # both modes)
+        return cls(t.size, t.scale, t.ratio, t.interpolation, antialias=bool(getattr(t, "antialias", True)))
 
     def __init__(self, size: int | Sequence[int], scale: tuple[float, float] = (0.08, 1.0),
                  ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0), interpolation: Any = "bilinear",
@@ -148,9 +156,13 @@ class RandomResizedCrop(Transform):
         return d
 
 
-class Resize(Transform):
+class Resize(Transform, converts="torchvision.Resize"):
     """torchvision's Resize: an int resizes the shorter side (the longer one keeps the
     aspect ratio, capped by max_size); (h, w) resizes to exactly that."""
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.size, t.interpolation, getattr(t, "max_size", None), antialias=bool(getattr(t, "antialias", True)))
 
     def __init__(self, size: int | Sequence[int], interpolation: Any = "bilinear",
                  max_size: int | None = None, antialias: bool = True) -> None:
@@ -203,10 +215,18 @@ def _pad_fill(fill: Any, what: str) -> tuple[int, int, int]:
     return int(float(fills[0])), int(float(fills[1])), int(float(fills[2]))
 
 
-class ResizeKeepRatio(Resize):
+class ResizeKeepRatio(Resize, converts="timm.ResizeKeepRatio"):
     """timm's ResizeKeepRatio (its eval form): each image scaled by one factor, the ratio
     of its size to `size` (h, w) taken between the smaller (longest=0) and the larger
     (longest=1) side's, each side rounded: round(side / ratio)."""
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        """Its eval form (no random scale or aspect: timm's rkrc/rkrr train crops are refused)."""
+        if getattr(t, "random_scale_prob", 0) > 0 or getattr(t, "random_aspect_prob", 0) > 0:
+            raise TransformError("timm.data.ResizeKeepRatio with random_scale_prob or random_aspect_prob cannot be "
+                                 "fused: its eval form (no random scale or aspect) is")
+        return cls(tuple(t.size), t.longest, t.interpolation)
 
     def __init__(self, size: Sequence[int], longest: float = 0.0, interpolation: Any = "bilinear") -> None:
         super().__init__(_setup_size(size), interpolation)
@@ -219,9 +239,20 @@ class ResizeKeepRatio(Resize):
         return max(1, round(height / ratio)), max(1, round(width / ratio))
 
 
-class CenterCrop(Transform):
+class CenterCrop(Transform, converts=("torchvision.CenterCrop", "timm.CenterCropOrPad")):
     """torchvision's CenterCrop, padding where the crop is larger (with zeros, or `fill`:
     timm's CenterCropOrPad with the mean colour)."""
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        """timm's CenterCropOrPad pads with its `fill` where the crop is larger, then takes the
+        centred crop (CenterCrop's offsets)."""
+        if key(t) == "timm.CenterCropOrPad":
+            if getattr(t, "padding_mode", "constant") != "constant":
+                raise TransformError(f"timm.data.CenterCropOrPad(padding_mode={t.padding_mode!r}) cannot be fused: "
+                                     "only 'constant'")
+            return cls(t.size, levels(t.fill, floats))
+        return cls(t.size)
 
     def __init__(self, size: int | Sequence[int], fill: Any = 0) -> None:
         self.size = _setup_size(size)
@@ -259,11 +290,19 @@ def _padding(padding: Any) -> tuple[int, int, int, int]:
     raise TypeError(f"padding must be an int or a sequence of 1, 2 or 4 ints, not {padding!r}")
 
 
-class RandomCrop(Transform):
+class RandomCrop(Transform, converts="torchvision.RandomCrop"):
     """torchvision's RandomCrop: pad (zeros, `padding` as torchvision reads it, then to the
     crop size where pad_if_needed and the image is smaller), and cut a window of `size`
     at a uniformly drawn position, padding with `fill` (levels); padding modes other than
     "constant" are refused."""
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        padding = t.padding
+        if padding is not None and type(t).__module__.startswith("torchvision.transforms.v2"):
+            left, right, top, bottom = padding  # v2 keeps it as (left, right, top, bottom)
+            padding = (left, top, right, bottom)
+        return cls(t.size, padding, t.pad_if_needed, levels(t.fill, floats), t.padding_mode)
 
     def __init__(self, size: int | Sequence[int], padding: int | Sequence[int] | None = None,
                  pad_if_needed: bool = False, fill: Any = 0, padding_mode: str = "constant") -> None:
@@ -316,18 +355,27 @@ class _Flip(Transform):
         return {self.key: rng.random() < self.p}
 
 
-class RandomHorizontalFlip(_Flip):
+class RandomHorizontalFlip(_Flip, converts="torchvision.RandomHorizontalFlip"):
     """torchvision's RandomHorizontalFlip: `flip` in make_params."""
 
     key = "flip"
 
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.p)
 
-class RandomVerticalFlip(_Flip):
+
+class RandomVerticalFlip(_Flip, converts="torchvision.RandomVerticalFlip"):
     """torchvision's RandomVerticalFlip: with probability p the output image is mirrored
     top to bottom (in the kernel: rows read in reverse); `vflip` in make_params. Drawn
     after RandomHorizontalFlip's coin, wherever it stands among the steps."""
 
     key = "vflip"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.p)
+
 
 
 def _jitter_range(value: Any, name: str, center: float, bound: tuple[float, float],
@@ -347,11 +395,16 @@ def _jitter_range(value: Any, name: str, center: float, bound: tuple[float, floa
     return None if lo == hi == center else (lo, hi)
 
 
-class ColorJitter(_Step):
+class ColorJitter(_Step, converts="torchvision.ColorJitter"):
     """torchvision's ColorJitter: factors uniform in their ranges, the four operations
     in a random order (a permutation per image)."""
 
     keys = ("order", *_JITTER_NAMES)
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(*(0 if r is None else tuple(r)  # (min, max), or None when off
+                     for r in (getattr(t, n) for n in _JITTER_NAMES)))
 
     def __init__(self, brightness: Any = 0, contrast: Any = 0, saturation: Any = 0, hue: Any = 0) -> None:
         inf = float("inf")
@@ -376,19 +429,27 @@ class ColorJitter(_Step):
                 prog.append((JITTER_OPS[op], (f,)))
 
 
-class RandomGrayscale(_PixelOp):
+class RandomGrayscale(_PixelOp, converts="torchvision.RandomGrayscale"):
     """torchvision's RandomGrayscale: with probability p, the image becomes its grey
     value (0.2989 R + 0.587 G + 0.114 B) in all three channels."""
 
     op, key = GRAYSCALE, "grayscale"
 
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.p)
+
     def __init__(self, p: float = 0.1) -> None:
         super().__init__(p)
 
 
-class Grayscale(RandomGrayscale):
+class Grayscale(RandomGrayscale, converts="torchvision.Grayscale"):
     """torchvision's Grayscale(num_output_channels=3): every image grey, in 3 channels
     (1 channel is not supported: the kernel writes RGB)."""
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.num_output_channels)
 
     def __init__(self, num_output_channels: int = 3) -> None:
         if num_output_channels != 3:
@@ -400,13 +461,17 @@ class Grayscale(RandomGrayscale):
         return {self.key: True}  # no draw: torchvision's Grayscale is not random
 
 
-class RandomSolarize(_PixelOp):
+class RandomSolarize(_PixelOp, converts="torchvision.RandomSolarize"):
     """torchvision's RandomSolarize: with probability p, values at or over `threshold`
     are inverted. The threshold is in the input's uint8 levels (DINO's 128), as
     torchvision takes it on uint8 and PIL images; from_torchvision converts a threshold
     given after a float conversion (ToTensor, ToDtype(float)) from the [0, 1] scale."""
 
     op, key = SOLARIZE, "solarize"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.threshold * 255.0 if floats else t.threshold, t.p)
 
     def __init__(self, threshold: float, p: float = 0.5) -> None:
         if not 0 <= threshold <= 255:
@@ -419,21 +484,29 @@ class RandomSolarize(_PixelOp):
         return self.threshold / 255.0
 
 
-class RandomInvert(_PixelOp):
+class RandomInvert(_PixelOp, converts="torchvision.RandomInvert"):
     """torchvision's RandomInvert: with probability p, every value v becomes 1 - v (255 - v
     in uint8 levels)."""
 
     op, key = INVERT, "invert"
 
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.p)
+
     def __init__(self, p: float = 0.5) -> None:
         super().__init__(p)
 
 
-class RandomPosterize(_PixelOp):
+class RandomPosterize(_PixelOp, converts="torchvision.RandomPosterize"):
     """torchvision's RandomPosterize: with probability p, each value keeps `bits` bits
     (torchvision's float formula: floor(v * 2**bits) / 2**bits, clamped)."""
 
     op, key = POSTERIZE, "posterize"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.bits, t.p)
 
     def __init__(self, bits: int, p: float = 0.5) -> None:
         if isinstance(bits, bool) or not isinstance(bits, int) or not 0 <= bits <= 8:
@@ -446,12 +519,16 @@ class RandomPosterize(_PixelOp):
         return float(1 << self.bits)
 
 
-class RandomApply(_Wrapper):
+class RandomApply(_Wrapper, converts="torchvision.RandomApply"):
     """torchvision's RandomApply: its steps with probability p, else none of them. The
     steps are any of the kernel program's (ColorJitter, the per-pixel ops, blur,
     sharpness, autocontrast, equalize, rotations and affine warps, the policies); the coin
     is drawn before the steps' own draws, as torchvision draws it, and a sample that
     loses it runs none of them."""
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(inner(t, floats), t.p)
 
     def __init__(self, transforms: Sequence[Transform], p: float = 0.5) -> None:
         steps = list(transforms)
@@ -477,7 +554,11 @@ class RandomApply(_Wrapper):
             t.emit(p, size, prog)  # type: ignore[attr-defined]
 
 
-class Normalize(Transform):
+class Normalize(Transform, converts="torchvision.Normalize"):
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.mean, t.std)
+
     def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False) -> None:
         if len(mean) != 3 or len(std) != 3:
             raise TransformError("Normalize needs three means and three stds (RGB)")
@@ -487,8 +568,19 @@ class Normalize(Transform):
         self.std = tuple(float(s) for s in std)
 
 
-class ToDtype(Transform):
+class ToDtype(Transform, converts=("torchvision.ToTensor", "torchvision.ConvertImageDtype", "torchvision.ToDtype",
+                                   "timm.ToTensor", "timm.MaybeToTensor")):
     """Output dtype: torch.float32 or torch.float16 (scale=True: [0, 1]) or torch.uint8."""
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        """ToTensor (torchvision's, timm's, timm's MaybeToTensor): float32 in [0, 1]."""
+        name = key(t)
+        if name == "torchvision.ToDtype":
+            return cls(t.dtype if isinstance(t.dtype, torch.dtype) else t.dtype.get(torch.Tensor, None), scale=t.scale)
+        if name == "torchvision.ConvertImageDtype":
+            return cls(t.dtype, scale=True)
+        return cls(torch.float32, scale=True)
 
     def __init__(self, dtype: torch.dtype, scale: bool = False) -> None:
         if dtype not in (torch.float32, torch.float16, torch.uint8):
@@ -496,8 +588,12 @@ class ToDtype(Transform):
         self.dtype = dtype
         self.scale = bool(scale)
 
+    @property
+    def makes_floats(self) -> bool:  # type: ignore[override]
+        return self.dtype.is_floating_point
 
-class RandomErasing(Transform):
+
+class RandomErasing(Transform, converts=("torchvision.RandomErasing", "timm.RandomErasing")):
     """torchvision.transforms.v2.RandomErasing, as the last step (after Normalize or
     ToDtype): with probability p, a rectangle of each output image, of `scale` of its area
     and aspect in `ratio` (10 tries, else nothing), is set to `value`: a number, one per
@@ -510,6 +606,30 @@ class RandomErasing(Transform):
     after the coin, each box's area drawn as a 1/count share, 10 tries each, in turn:
     a later box overwrites an earlier one where they meet); their params are then a list
     under "erase_boxes" (each {"i", "j", "h", "w", "noise"})."""
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        """timm's (timm.data.random_erasing): its draw (the coin, the number of boxes in
+        [min_count, max_count], then for each box 10 tries of an area uniform in
+        [min_area, max_area] of the image over the count, a log-uniform aspect, h and w
+        rounded, a uniform corner), in mode "pixel" per-pixel normal noise (torchvision's
+        value="random"), in mode "rand" one normal colour a box (noise="box"), and in mode
+        "const" zeros (value=0). Refused: aug splits (num_splits: the batch's first part left
+        clean, which a per-sample transform cannot know)."""
+        if key(t) == "timm.RandomErasing":
+            mode = (getattr(t, "mode", "const") or "const").lower()
+            lo_c, hi_c = int(getattr(t, "min_count", 1)), int(getattr(t, "max_count", 1) or 1)
+            if mode not in ("pixel", "const", "rand") or int(getattr(t, "num_splits", 0)) > 1:
+                why = f"mode {mode!r}" if mode not in ("pixel", "const", "rand") else f"num_splits={t.num_splits}"
+                raise TransformError(f"timm.data.random_erasing.RandomErasing with {why} cannot be fused: the "
+                                     "kernel erases with noise a pixel, a colour a box, or a fixed value (timm's "
+                                     "--remode pixel, rand or const), every image of the batch (no --aug-splits)")
+            lo, hi = t.log_aspect_ratio
+            return cls(float(t.probability), (float(t.min_area), float(t.max_area)), (math.exp(lo), math.exp(hi)),
+                       "random" if mode != "const" else 0.0, noise="box" if mode == "rand" else "pixel",
+                       count=(lo_c, hi_c))
+        value = t.value if t.value is not None else "random"  # v2 keeps a list of floats, or None for "random"
+        return cls(t.p, t.scale, t.ratio, value[0] if isinstance(value, list) and len(value) == 1 else value)
 
     def __init__(self, p: float = 0.5, scale: Sequence[float] = (0.02, 0.33), ratio: Sequence[float] = (0.3, 3.3),
                  value: Any = 0.0, inplace: bool = False, *, noise: str = "pixel",
@@ -716,31 +836,12 @@ def _names(steps: Sequence[Any], width: int = 60) -> str:
     return text
 
 
-def _qualified(t: Any) -> str:
-    """The class's own module and name (torchvision's, timm's, the user's), by its public
-    path where its package exports it (torchvision.transforms.v2.JPEG, not ._augment.JPEG)."""
-    import inspect
-    import sys
-
-    if inspect.isfunction(t) or inspect.ismethod(t):
-        return f"function {t.__module__}.{t.__qualname__}"
-    cls = type(t)
-    if cls.__module__ == "builtins":
-        return cls.__qualname__
-    parts = cls.__module__.split(".")
-    for n in range(1, len(parts) + 1):
-        mod = sys.modules.get(".".join(parts[:n]))
-        if mod is not None and getattr(mod, cls.__qualname__, None) is cls:
-            return f"{mod.__name__}.{cls.__qualname__}"
-    return f"{cls.__module__}.{cls.__qualname__}"
-
-
 def _plan(transforms: Sequence[Transform]) -> _Plan:
     steps = list(transforms)
     names = _names(steps)
     for i, t in enumerate(steps):
         if not isinstance(t, Transform):
-            raise _refuse(f"{_qualified(t)} cannot be fused (step {i + 1} of {len(steps)}): a Compose takes "
+            raise _refuse(f"{qualified(t)} cannot be fused (step {i + 1} of {len(steps)}): a Compose takes "
                           "gpudecode.transforms steps (Compose.from_torchvision converts torchvision's)")
     geometry = _geometry(steps, names)
     rest = _AfterGeometry(names)
@@ -1235,235 +1336,16 @@ class Compose(Transform):
         """The fused equivalent of a torchvision (v1 or v2) Compose, or a clear refusal.
         ToImage/PILToTensor/ToTensor-style input conversions are dropped (the loader
         feeds uint8 tensors); ToTensor becomes ToDtype(float32, scale=True)."""
-        return cls(_from_torchvision(tv, False), layout=layout)
+        return cls(convert(tv), layout=layout)
 
 
-def _from_torchvision(tv: Any, floats: bool) -> list[Transform]:
-    """Our steps for torchvision's `tv` (a Compose, or one transform); `floats`: a float
-    conversion came before (thresholds and fills are then on the [0, 1] scale)."""
-    def flat(t: Any) -> list[Any]:  # Composes inside Composes (as DINO's recipe writes them)
-        if type(t).__name__ == "Compose":
-            return [x for u in t.transforms for x in flat(u)]
-        if carries_compose(t):  # an object around a Compose (torchvision's reference presets)
-            return flat(t.transforms)
-        if type(t).__name__ == "ImageClassification":  # torchvision's weights' eval transforms
-            return _image_classification(t)
-        return [t]
-
-    if isinstance(tv, list):  # a Compose's steps, as a list
-        steps = [x for u in tv for x in flat(u)]
-    else:
-        steps = flat(tv)
-    out: list[Transform] = []
-    for i, t in enumerate(steps):
-        name = type(t).__name__
-        module = type(t).__module__
-        # input conversions (the Loader's images are tensors already): torchvision's, timm's
-        if name in ("ToImage", "PILToTensor", "ToPureTensor", "ToImageTensor") or (
-                name == "MaybePILToTensor" and module.startswith("timm.")):
-            continue
-        if isinstance(t, Transform):  # ours, inside a torchvision Compose
-            out.append(t)
-            continue
-        convert = (_CONVERT.get(name) if module.startswith("torchvision.") else
-                   _TIMM.get(name) if module.startswith("timm.") else None)
-        if convert is None:
-            where = f" (step {i + 1} of {len(steps)})" if len(steps) > 1 else ""
-            why = _WHY.get(module.split(".")[0] + "." + name, "gpudecode has no fused form of it")
-            raise _refuse(f"{_qualified(t)} cannot be fused{where}: {why}")
-        step = convert(t, floats)
-        out.append(step)
-        if isinstance(step, ToDtype) and step.dtype.is_floating_point:  # ToTensor, ConvertImageDtype, ToDtype
-            floats = True
-    return out
-
-
-def carries_compose(t: Any) -> bool:
-    """An object that is not a Compose but holds one as `.transforms` (torchvision's
-    reference ClassificationPresetTrain/Eval, what ImageFolder is given): it converts as
-    that Compose."""
-    inner = getattr(t, "transforms", None)
-    return type(t).__name__ != "Compose" and (isinstance(inner, Compose) or type(inner).__name__ == "Compose")
-
-
-def _image_classification(t: Any) -> list[Any]:
-    """torchvision's ImageClassification (`weights.transforms()`): resize the shorter side,
-    centre crop, to float, normalize; as the torchvision ops that do it."""
-    import torchvision.transforms.v2 as tv
-
-    resize = list(t.resize_size) if isinstance(t.resize_size, (list, tuple)) else [t.resize_size]
-    crop = list(t.crop_size) if isinstance(t.crop_size, (list, tuple)) else [t.crop_size]
-    return [tv.Resize(resize[0] if len(resize) == 1 else resize, t.interpolation, antialias=t.antialias),
-            tv.CenterCrop(crop[0] if len(crop) == 1 else crop), tv.ToDtype(torch.float32, scale=True),
-            tv.Normalize(list(t.mean), list(t.std))]
-
-
-def _inner(t: Any, floats: bool) -> list[Transform]:
-    return [x for u in t.transforms for x in _from_torchvision(u, floats)]
-
-
-def _to_dtype(t: Any, floats: bool) -> Transform:
-    dtype = t.dtype if isinstance(t.dtype, torch.dtype) else t.dtype.get(torch.Tensor, None)
-    return ToDtype(dtype, scale=t.scale)
-
-
-def _random_crop(t: Any, floats: bool) -> Transform:
-    padding = t.padding
-    if padding is not None and type(t).__module__.startswith("torchvision.transforms.v2"):
-        left, right, top, bottom = padding  # v2 keeps it as (left, right, top, bottom)
-        padding = (left, top, right, bottom)
-    return RandomCrop(t.size, padding, t.pad_if_needed, _levels(t.fill, floats), t.padding_mode)
-
-
-def _levels(fill: Any, floats: bool) -> Any:
-    """A torchvision fill as levels: v2's {type: fill} read when one value serves every
-    type, None as zeros, a fill after a float conversion ([0, 1]) times 255."""
-    if isinstance(fill, dict):
-        values = list(fill.values())
-        fill = values[0] if values and all(v == values[0] for v in values) else fill
-    if fill is None:
-        return 0
-    if floats and not isinstance(fill, dict):
-        fill = [round(v * 255.0, 6) for v in fill] if isinstance(fill, (list, tuple)) else round(fill * 255.0, 6)
-    return fill
-
-
-def _random_erasing(t: Any, floats: bool) -> Transform:
-    value = t.value if t.value is not None else "random"  # v2 keeps a list of floats, or None for "random"
-    return RandomErasing(t.p, t.scale, t.ratio, value[0] if isinstance(value, list) and len(value) == 1 else value)
-
-
-# torchvision's class name -> ours, from its object and whether a float conversion came before
-def _timm_rrc(t: Any, floats: bool) -> Transform:
-    """timm's RandomResizedCropAndInterpolation: torchvision's RandomResizedCrop (the same
-    draw) with its interpolation; "random" (bilinear or bicubic, one drawn an image after
-    its crop, as timm's random.choice) keeps both modes."""
-    return RandomResizedCrop(list(t.size), tuple(t.scale), tuple(t.ratio), t.interpolation, antialias=True)
-
-
-def _timm_resize_keep_ratio(t: Any) -> Transform:
-    """timm's ResizeKeepRatio without its random scale and aspect (the eval transforms')."""
-    if getattr(t, "random_scale_prob", 0) > 0 or getattr(t, "random_aspect_prob", 0) > 0:
-        raise TransformError("timm.data.ResizeKeepRatio with random_scale_prob or random_aspect_prob cannot be fused: "
-                             "its eval form (no random scale or aspect) is")
-    return ResizeKeepRatio(tuple(t.size), t.longest, t.interpolation)
-
-
-def _timm_center_crop_or_pad(t: Any, floats: bool) -> Transform:
-    """timm's CenterCropOrPad: pad with `fill` where the crop is larger, then the centred
-    crop (the offsets of CenterCrop)."""
-    if getattr(t, "padding_mode", "constant") != "constant":
-        raise TransformError(f"timm.data.CenterCropOrPad(padding_mode={t.padding_mode!r}) cannot be fused: only "
-                             "'constant'")
-    return CenterCrop(t.size, _levels(t.fill, floats))
-
-
-def _timm_erasing(t: Any, floats: bool) -> Transform:
-    """timm's RandomErasing (timm.data.random_erasing): timm's draw (the coin, the number
-    of boxes in [min_count, max_count], then for each box 10 tries of an area uniform in
-    [min_area, max_area] of the image over the count, a log-uniform aspect, h and w
-    rounded, a uniform corner), in mode "pixel" per-pixel normal noise (torchvision's
-    value="random"), in mode "rand" one normal colour a box (noise="box"), and in mode
-    "const" zeros (value=0). Refused: aug splits (num_splits: the batch's first part left
-    clean, which a per-sample transform cannot know)."""
-    mode = (getattr(t, "mode", "const") or "const").lower()
-    lo_c, hi_c = int(getattr(t, "min_count", 1)), int(getattr(t, "max_count", 1) or 1)
-    if mode not in ("pixel", "const", "rand") or int(getattr(t, "num_splits", 0)) > 1:
-        why = f"mode {mode!r}" if mode not in ("pixel", "const", "rand") else f"num_splits={t.num_splits}"
-        raise TransformError(f"timm.data.random_erasing.RandomErasing with {why} cannot be fused: the kernel "
-                             "erases with noise a pixel, a colour a box, or a fixed value (timm's --remode pixel, "
-                             "rand or const), every image of the batch (no --aug-splits)")
-    lo, hi = t.log_aspect_ratio
-    return RandomErasing(float(t.probability), (float(t.min_area), float(t.max_area)),
-                         (math.exp(lo), math.exp(hi)), "random" if mode != "const" else 0.0,
-                         noise="box" if mode == "rand" else "pixel", count=(lo_c, hi_c))
-
-
-# timm's transforms (timm.data.transforms_factory.create_transform builds these around torchvision's)
-_TIMM: dict[str, Any] = {
-    "MaybeToTensor": lambda t, f: ToDtype(torch.float32, scale=True),
-    "ToTensor": lambda t, f: ToDtype(torch.float32, scale=True),
-    "RandomResizedCropAndInterpolation": _timm_rrc,
-    "RandomErasing": _timm_erasing,
-    "ResizeKeepRatio": lambda t, f: _timm_resize_keep_ratio(t),
-    "CenterCropOrPad": lambda t, f: _timm_center_crop_or_pad(t, f),
-    "RandAugment": lambda t, f: _timm.from_timm_rand_augment(t),
-    "AutoAugment": lambda t, f: _timm.from_timm_auto_augment(t),
-    "AugMixAugment": lambda t, f: _timm.from_timm_augmix(t),
-}
-
-# Why an op has no fused form, where there is more to say than that it has none yet.
-_WHY = {
-    "torchvision.JPEG": "it re-encodes each image (an encoder per sample, outside any kernel)",
-    "torchvision.ElasticTransform": "its displacement field is drawn per sample at the image's full size",
-    "torchvision.Lambda": "a Lambda runs Python per image",
-}
-
-_CONVERT: dict[str, Any] = {
-    "ToTensor": lambda t, f: ToDtype(torch.float32, scale=True),
-    "ConvertImageDtype": lambda t, f: ToDtype(t.dtype, scale=True),
-    "ToDtype": _to_dtype,
-    "RandomResizedCrop": lambda t, f: RandomResizedCrop(t.size, t.scale, t.ratio, t.interpolation,
-                                                        antialias=bool(getattr(t, "antialias", True))),
-    "Resize": lambda t, f: Resize(t.size, t.interpolation, getattr(t, "max_size", None),
-                                  antialias=bool(getattr(t, "antialias", True))),
-    "CenterCrop": lambda t, f: CenterCrop(t.size),
-    "RandomCrop": _random_crop,
-    "RandomHorizontalFlip": lambda t, f: RandomHorizontalFlip(t.p),
-    "RandomVerticalFlip": lambda t, f: RandomVerticalFlip(t.p),
-    "ColorJitter": lambda t, f: ColorJitter(*(0 if r is None else tuple(r)  # (min, max), or None when off
-                                              for r in (getattr(t, n) for n in _JITTER_NAMES))),
-    "Normalize": lambda t, f: Normalize(t.mean, t.std),
-    "RandomApply": lambda t, f: RandomApply(_inner(t, f), t.p),
-    "RandomChoice": lambda t, f: RandomChoice(_inner(t, f), t.p),
-    "RandomOrder": lambda t, f: RandomOrder(_inner(t, f)),
-    "RandomGrayscale": lambda t, f: RandomGrayscale(t.p),
-    "Grayscale": lambda t, f: Grayscale(t.num_output_channels),
-    "RandomSolarize": lambda t, f: RandomSolarize(t.threshold * 255.0 if f else t.threshold, t.p),
-    "RandomInvert": lambda t, f: RandomInvert(t.p),
-    "RandomPosterize": lambda t, f: RandomPosterize(t.bits, t.p),
-    "RandomAutocontrast": lambda t, f: RandomAutocontrast(t.p),
-    "RandomEqualize": lambda t, f: RandomEqualize(t.p),
-    "RandomAdjustSharpness": lambda t, f: RandomAdjustSharpness(t.sharpness_factor, t.p),
-    "GaussianBlur": lambda t, f: GaussianBlur(list(t.kernel_size), list(t.sigma)),
-    **{name: (lambda t, f: _warp_from_torchvision(t, f))
-       for name in ("RandomRotation", "RandomAffine", "TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix")},
-    "RandomErasing": _random_erasing,
-}
-
-
-from . import _timm, mixing  # noqa: E402
-from .augment import (AugMix, AutoAugment, GaussianBlur, RandAugment, RandomAdjustSharpness,  # noqa: E402
+from . import _timm, mixing  # noqa: E402, F401  (_timm: its classes declare the timm transforms they convert)
+# (re-exported: __all__ below is derived from the classes' declarations)
+from .augment import (AugMix, AutoAugment, GaussianBlur, RandAugment, RandomAdjustSharpness,  # noqa: E402, F401
                       RandomAffine, RandomAutocontrast, RandomEqualize, RandomOrder, RandomRotation, SampleRandomChoice,
                       TrivialAugmentWide)
-from .mixing import CutMix, MixUp  # noqa: E402  (batch transforms: torchvision's names, here)
+from .mixing import CutMix, MixUp  # noqa: E402, F401  (batch transforms: torchvision's names, here)
 
-
-
-def _warp_from_torchvision(t: Any, floats: bool) -> Transform:
-    """torchvision's RandomRotation, RandomAffine and policies as ours; a fill given after
-    a float conversion ([0, 1] scale) becomes uint8 levels, as ours take it."""
-    fill = t.fill
-    if isinstance(fill, dict):  # v2 keeps {type: fill}: one value for every type is one fill
-        values = list(fill.values())
-        fill = values[0] if values and all(v == values[0] for v in values) else fill
-    if floats and fill is not None and not isinstance(fill, dict):
-        fill = [v * 255.0 for v in fill] if isinstance(fill, (list, tuple)) else fill * 255.0
-    name = type(t).__name__
-    interp = t.interpolation
-    if name == "RandomRotation":
-        if t.expand:
-            raise TransformError("RandomRotation(expand=True) cannot be fused: the output would change size")
-        return RandomRotation(t.degrees, interp, False, t.center, fill)
-    if name == "RandomAffine":
-        return RandomAffine(t.degrees, t.translate, t.scale, t.shear, interp, fill, t.center)
-    if name == "TrivialAugmentWide":
-        return TrivialAugmentWide(t.num_magnitude_bins, interp, fill)
-    if name == "RandAugment":
-        return RandAugment(t.num_ops, t.magnitude, t.num_magnitude_bins, interp, fill)
-    if name == "AugMix":
-        return AugMix(t.severity, t.mixture_width, t.chain_depth, t.alpha, t.all_ops, interp, fill)
-    return AutoAugment(t.policy, interp, fill)
 
 
 class RandomChoice:
@@ -1478,9 +1360,7 @@ class RandomChoice:
             return SampleRandomChoice(items, p)
         return mixing.RandomChoice(items, p)
 
-__all__ = ["Compose", "RandomResizedCrop", "Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip",
-           "RandomVerticalFlip", "ColorJitter",
-           "Normalize", "ToDtype", "RandomErasing", "RandomApply", "RandomGrayscale", "Grayscale", "RandomSolarize",
-           "RandomInvert", "RandomPosterize", "Transform", "sample_rng", "MixUp", "CutMix", "RandomChoice",
-           "RandomAutocontrast", "RandomEqualize", "RandomAdjustSharpness", "GaussianBlur", "RandomRotation",
-           "RandomAffine", "TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix", "RandomOrder"]
+# the ops under torchvision's names: each class that converts torchvision's namesake (its
+# `converts=`), as they are defined; then what is not one op of a Compose
+__all__ = [*(cls.__name__ for name, cls in CONVERTS.items() if name == f"torchvision.{cls.__name__}"),
+           "Compose", "Transform", "RandomChoice", "MixUp", "CutMix", "sample_rng"]

@@ -1,0 +1,133 @@
+"""torchvision's and timm's transforms as ours: the walk over a Compose (and what holds
+one), each step converted by the class that declared it (`converts=` on its class, see
+_steps.CONVERTS), or refused with the reason and the ways out. The conversions
+themselves live on the classes, beside the ops they convert."""
+from __future__ import annotations
+
+import inspect
+import sys
+from typing import Any
+
+import torch
+
+from ._steps import CONVERTS, Transform, _refuse
+
+# input conversions (the Loader's images are tensors already): dropped
+_DROPPED = ("torchvision.ToImage", "torchvision.PILToTensor", "torchvision.ToPureTensor",
+            "torchvision.ToImageTensor", "timm.MaybePILToTensor")
+
+# Why an op has no fused form, where there is more to say than that it has none yet.
+WHY = {
+    "torchvision.JPEG": "it re-encodes each image (an encoder per sample, outside any kernel)",
+    "torchvision.ElasticTransform": "its displacement field is drawn per sample at the image's full size",
+    "torchvision.Lambda": "a Lambda runs Python per image",
+}
+
+
+def key(t: Any) -> str:
+    """"torchvision.<Name>" or "timm.<Name>" for their transforms (whatever submodule
+    defines them), else the class's module and name."""
+    cls = type(t)
+    package = cls.__module__.split(".")[0]
+    return f"{package}.{cls.__name__}"
+
+
+def qualified(t: Any) -> str:
+    """The class's own module and name (torchvision's, timm's, the user's), by its public
+    path where its package exports it (torchvision.transforms.v2.JPEG, not ._augment.JPEG)."""
+    if inspect.isfunction(t) or inspect.ismethod(t):
+        return f"function {t.__module__}.{t.__qualname__}"
+    cls = type(t)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    parts = cls.__module__.split(".")
+    for n in range(1, len(parts) + 1):
+        mod = sys.modules.get(".".join(parts[:n]))
+        if mod is not None and getattr(mod, cls.__qualname__, None) is cls:
+            return f"{mod.__name__}.{cls.__qualname__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def carries_compose(t: Any) -> bool:
+    """An object that is not a Compose but holds one as `.transforms` (torchvision's
+    reference ClassificationPresetTrain/Eval, what ImageFolder is given): it converts as
+    that Compose."""
+    inner = getattr(t, "transforms", None)
+    return type(t).__name__ != "Compose" and type(inner).__name__ == "Compose"
+
+
+def _image_classification(t: Any) -> list[Any]:
+    """torchvision's ImageClassification (`weights.transforms()`): resize the shorter side,
+    centre crop, to float, normalize; as the torchvision ops that do it."""
+    import torchvision.transforms.v2 as tv
+
+    resize = list(t.resize_size) if isinstance(t.resize_size, (list, tuple)) else [t.resize_size]
+    crop = list(t.crop_size) if isinstance(t.crop_size, (list, tuple)) else [t.crop_size]
+    return [tv.Resize(resize[0] if len(resize) == 1 else resize, t.interpolation, antialias=t.antialias),
+            tv.CenterCrop(crop[0] if len(crop) == 1 else crop), tv.ToDtype(torch.float32, scale=True),
+            tv.Normalize(list(t.mean), list(t.std))]
+
+
+def _flat(t: Any) -> list[Any]:
+    """Composes inside Composes (as DINO's recipe writes them), and what holds one."""
+    if type(t).__name__ == "Compose":
+        return [x for u in t.transforms for x in _flat(u)]
+    if carries_compose(t):  # an object around a Compose (torchvision's reference presets)
+        return _flat(t.transforms)
+    if key(t) == "torchvision.ImageClassification":  # torchvision's weights' eval transforms
+        return _image_classification(t)
+    return [t]
+
+
+def convert(tv: Any, floats: bool = False) -> list[Transform]:
+    """Our steps for torchvision's or timm's `tv` (a Compose, one transform, or a list of
+    them); `floats`: a float conversion came before (thresholds and fills are then on the
+    [0, 1] scale)."""
+    steps = [x for u in tv for x in _flat(u)] if isinstance(tv, list) else _flat(tv)
+    out: list[Transform] = []
+    for i, t in enumerate(steps):
+        if isinstance(t, Transform):  # ours, inside a torchvision Compose
+            out.append(t)
+            continue
+        name = key(t)
+        if name in _DROPPED:
+            continue
+        cls = CONVERTS.get(name)
+        if cls is None:
+            where = f" (step {i + 1} of {len(steps)})" if len(steps) > 1 else ""
+            why = WHY.get(name, "gpudecode has no fused form of it")
+            raise _refuse(f"{qualified(t)} cannot be fused{where}: {why}")
+        step = cls.convert(t, floats)
+        out.append(step)
+        floats = floats or step.makes_floats
+    return out
+
+
+def inner(t: Any, floats: bool) -> list[Transform]:
+    """A container's steps (its `.transforms`), converted."""
+    return [x for u in t.transforms for x in convert(u, floats)]
+
+
+def levels(fill: Any, floats: bool) -> Any:
+    """A torchvision fill as levels: v2's {type: fill} read when one value serves every
+    type, None as zeros, a fill after a float conversion ([0, 1]) times 255."""
+    if isinstance(fill, dict):
+        values = list(fill.values())
+        fill = values[0] if values and all(v == values[0] for v in values) else fill
+    if fill is None:
+        return 0
+    if floats and not isinstance(fill, dict):
+        fill = [round(v * 255.0, 6) for v in fill] if isinstance(fill, (list, tuple)) else round(fill * 255.0, 6)
+    return fill
+
+
+def warp_fill(t: Any, floats: bool) -> Any:
+    """A warp's or policy's fill as ours take it: v2's {type: fill} one value for every
+    type; after a float conversion ([0, 1] scale), uint8 levels."""
+    fill = t.fill
+    if isinstance(fill, dict):
+        values = list(fill.values())
+        fill = values[0] if values and all(v == values[0] for v in values) else fill
+    if floats and fill is not None and not isinstance(fill, dict):
+        fill = [v * 255.0 for v in fill] if isinstance(fill, (list, tuple)) else fill * 255.0
+    return fill

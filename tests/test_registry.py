@@ -1,0 +1,82 @@
+"""Conversion by declaration: each of our classes says which torchvision or timm
+transforms it stands for (`converts=`) and converts them itself; the table of
+conversions and transforms.__all__'s ops are derived from those declarations, and a
+declaration without its conversion, a name declared twice or a name of neither package
+fails when the class is defined."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+import torchvision.transforms as v1
+import torchvision.transforms.v2 as v2
+
+from gpudecode import _convert, _steps, augment
+from gpudecode import transforms as T
+
+
+def _find(name: str):
+    package, cls = name.split(".", 1)
+    modules = (["torchvision.transforms.v2", "torchvision.transforms"] if package == "torchvision" else
+               ["timm.data", "timm.data.transforms", "timm.data.random_erasing", "timm.data.auto_augment"])
+    for m in modules:
+        try:
+            found = getattr(importlib.import_module(m), cls, None)
+        except ImportError:  # (timm is optional)
+            continue
+        if isinstance(found, type):
+            return found
+    return None
+
+
+def test_each_declared_name_is_a_transform_of_that_package():
+    for name, cls in _steps.CONVERTS.items():
+        if name.startswith("timm."):
+            pytest.importorskip("timm")
+        found = _find(name)
+        assert found is not None, f"{cls.__name__} declares {name}, which does not exist"
+        assert _convert.key(found.__new__(found)) == name  # (the key conversion looks it up by)
+
+
+def test_the_declarations_are_checked_where_the_class_is_defined():
+    with pytest.raises(TypeError, match="declares converts=.* but defines no convert"):
+        class NoConversion(T.Transform, converts="torchvision.JPEG"):
+            pass
+    with pytest.raises(TypeError, match="converted already \\(by Resize\\)"):
+        class Twice(T.Transform, converts="torchvision.Resize"):
+            @classmethod
+            def convert(cls, t, floats):
+                return cls()
+    with pytest.raises(TypeError, match="is not torchvision.<Name> or timm.<Name>"):
+        class Elsewhere(T.Transform, converts="kornia.Resize"):
+            @classmethod
+            def convert(cls, t, floats):
+                return cls()
+    assert "torchvision.JPEG" not in _steps.CONVERTS  # (a failed declaration registers nothing)
+
+
+def test_all_names_each_op_class_of_a_torchvision_name():
+    ops = {cls.__name__ for name, cls in _steps.CONVERTS.items() if name == f"torchvision.{cls.__name__}"}
+    assert ops <= set(T.__all__) and all(hasattr(T, n) for n in T.__all__)
+    assert len(T.__all__) == len(set(T.__all__))
+    assert {"RandomResizedCrop", "ColorJitter", "GaussianBlur", "AugMix", "RandomOrder", "ToDtype"} <= ops
+
+
+@pytest.mark.parametrize("tv,ours", [
+    (v2.RandomHorizontalFlip(0.3), T.RandomHorizontalFlip),
+    (v1.RandomGrayscale(0.2), T.RandomGrayscale),
+    (v2.RandomChoice([v2.RandomInvert(), v2.RandomEqualize()]), augment.SampleRandomChoice),
+    (v2.ToDtype(torch.float16, scale=True), T.ToDtype),
+    (v1.ToTensor(), T.ToDtype),
+])
+def test_a_transform_converts_through_the_class_that_declared_it(tv, ours):
+    steps = _convert.convert(tv)
+    assert len(steps) == 1 and type(steps[0]) is ours
+
+
+def test_input_conversions_are_dropped_and_the_rest_refused_with_their_reason():
+    assert _convert.convert(v2.Compose([v2.ToImage(), v2.PILToTensor(), v2.ToPureTensor()])) == []
+    with pytest.raises(T.TransformError, match=r"torchvision.transforms.v2.JPEG cannot be fused \(step 2 of 2\): "
+                                               r"it re-encodes each image"):
+        _convert.convert(v2.Compose([v2.RandomInvert(), v2.JPEG(50)]))
