@@ -10,6 +10,20 @@ from .errors import TransformError
 from .kernels.ops import OPS_ARGS
 
 
+# Where a step may stand in a Compose, in order, and what `gpudecode ops` says of each
+# place beside the names of the classes that declare it (_convert.listing).
+GROUPS = {
+    "geometry": ("geometry (one, first)", "{tv}, Resize + CenterCrop, Resize + RandomCrop, or none (bilinear or "
+                 "bicubic, antialiased; crops pad with a fill); timm's {timm}"),
+    "flips": ("flips (any order)", "{tv}"),
+    "per-sample": ("per-sample ops (any order)", "{tv}"),
+    "policies": ("policies", "{tv}; timm's {timm} (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 "
+                 "and the like)"),
+    "containers": ("containers", "{tv} over the per-sample ops"),
+    "then": ("then", "{tv}; then {last} (last); timm's {timm}, {timm_last}"),
+    "last": None,  # (listed in "then"'s line)
+}
+
 # The torchvision and timm transforms that convert, by "torchvision.<Name>" or
 # "timm.<Name>": the class of ours that declared it (`class X(Transform,
 # converts="torchvision.X")`), whose `convert(t, floats)` makes one from theirs. Filled as
@@ -27,12 +41,16 @@ class Transform:
     float conversion came before it (fills and thresholds are then on the [0, 1] scale)."""
 
     makes_floats = False  # the steps after it see float images (ToDtype to a float type)
+    group = ""  # where it may stand in a Compose: one of GROUPS (what `gpudecode ops` lists it under)
 
     def __init_subclass__(cls, converts: str | tuple[str, ...] = (), **kw: Any) -> None:
         super().__init_subclass__(**kw)
         names = (converts,) if isinstance(converts, str) else tuple(converts)
         if names and "convert" not in cls.__dict__:
             raise TypeError(f"{cls.__name__} declares converts={converts!r} but defines no convert(cls, t, floats)")
+        if names and cls.group not in GROUPS:
+            raise TypeError(f"{cls.__name__} declares converts={converts!r} but its group {cls.group!r} is not one "
+                            f"of {list(GROUPS)}")
         for name in names:
             if not name.startswith(("torchvision.", "timm.")) or name in CONVERTS:
                 raise TypeError(f"{cls.__name__}: {name!r} is not torchvision.<Name> or timm.<Name>, or is "
@@ -58,6 +76,8 @@ class _Step(Transform):
     the kernel ops they call for, (op id, args), given the image's size at that point
     (the output's). `moves` marks a step that moves pixels (a flip may not follow it)."""
 
+    group = "per-sample"
+
     keys: tuple[str, ...] = ()
     moves = False
 
@@ -72,6 +92,8 @@ class _Step(Transform):
 class _Wrapper(_Step):
     """A step over other steps (RandomApply, RandomChoice, RandomOrder): it moves pixels
     if one of them does, and is made of them."""
+
+    group = "containers"
 
     transforms: list[_Step]
 
@@ -112,22 +134,12 @@ class _PixelOp(_Step):
             prog.append((self.op, (self.factor,) if OPS_ARGS[self.op] else ()))
 
 
-# What fuses, as `gpudecode ops` prints it (the README's "What fuses" section says the same).
-OPS: tuple[tuple[str, str], ...] = (
-    ("geometry (one, first)", "RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, "
-                              "Resize + RandomCrop, or none (bilinear or bicubic, antialiased; crops pad with a fill); "
-                              "timm's ResizeKeepRatio and CenterCropOrPad"),
-    ("flips (any order)", "RandomHorizontalFlip, RandomVerticalFlip"),
-    ("per-sample ops (any order)", "ColorJitter, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert, "
-                                   "RandomPosterize, RandomAutocontrast, RandomEqualize, RandomAdjustSharpness, "
-                                   "GaussianBlur, RandomRotation, RandomAffine"),
-    ("policies", "TrivialAugmentWide, RandAugment, AutoAugment, AugMix; timm's RandAugment, AutoAugment and "
-                 "AugMix (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 and the like)"),
-    ("containers", "RandomApply, RandomChoice, RandomOrder over the per-sample ops"),
-    ("then", "Normalize, ToDtype; then RandomErasing (last)"),
-    ("input conversion (dropped)", "ToImage, PILToTensor, ToTensor (becomes ToDtype(float32, scale=True))"),
-    ("on the batch", "MixUp, CutMix, RandomChoice over them, or any callable (Loader(batch_transform=))"),
-)
+# What fuses, as `gpudecode ops` prints it (the README's "What fuses" section says the same):
+# generated from the classes' declarations (`python -m gpudecode._convert` rewrites it;
+# tests/test_registry.py fails when it is stale), kept as a module of its own so that the
+# CLI answers without importing torch.
+from ._ops_table import OPS  # noqa: E402
+
 PROGRAM_OPS = f"{OPS[2][1]}, {OPS[3][1]}"
 SUPPORTED = "; ".join(f"{k}: {v}" for k, v in OPS)
 

@@ -354,6 +354,8 @@ def _bins(n: Any) -> int:
 class _Policy(_Step):
     """An auto-augment policy: each sample's ops as [(name, magnitude), ...] under `key`."""
 
+    group = "policies"
+
     moves = True  # (Rotate, Shear, Translate)
     key = ""
     SIGNED = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast", "Sharpness"}

@@ -95,6 +95,8 @@ class RandomResizedCrop(Transform, converts=("torchvision.RandomResizedCrop",
     aspect ratio, else the centred fallback; a bilinear or bicubic resize with antialias,
     or a list of modes to draw one an image from (timm's interpolation="random")."""
 
+    group = "geometry"
+
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
         if key(t) == "timm.RandomResizedCropAndInterpolation":  # torchvision's draw with its interpolation ("random":
@@ -159,6 +161,8 @@ class RandomResizedCrop(Transform, converts=("torchvision.RandomResizedCrop",
 class Resize(Transform, converts="torchvision.Resize"):
     """torchvision's Resize: an int resizes the shorter side (the longer one keeps the
     aspect ratio, capped by max_size); (h, w) resizes to exactly that."""
+
+    group = "geometry"
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
@@ -243,6 +247,8 @@ class CenterCrop(Transform, converts=("torchvision.CenterCrop", "timm.CenterCrop
     """torchvision's CenterCrop, padding where the crop is larger (with zeros, or `fill`:
     timm's CenterCropOrPad with the mean colour)."""
 
+    group = "geometry"
+
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
         """timm's CenterCropOrPad pads with its `fill` where the crop is larger, then takes the
@@ -296,6 +302,8 @@ class RandomCrop(Transform, converts="torchvision.RandomCrop"):
     at a uniformly drawn position, padding with `fill` (levels); padding modes other than
     "constant" are refused."""
 
+    group = "geometry"
+
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
         padding = t.padding
@@ -343,6 +351,8 @@ class RandomCrop(Transform, converts="torchvision.RandomCrop"):
 
 class _Flip(Transform):
     """A mirror of the output image with probability p; make_params says it under `key`."""
+
+    group = "flips"
 
     key = ""
 
@@ -555,6 +565,8 @@ class RandomApply(_Wrapper, converts="torchvision.RandomApply"):
 
 
 class Normalize(Transform, converts="torchvision.Normalize"):
+    group = "then"
+
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
         return cls(t.mean, t.std)
@@ -571,6 +583,8 @@ class Normalize(Transform, converts="torchvision.Normalize"):
 class ToDtype(Transform, converts=("torchvision.ToTensor", "torchvision.ConvertImageDtype", "torchvision.ToDtype",
                                    "timm.ToTensor", "timm.MaybeToTensor")):
     """Output dtype: torch.float32 or torch.float16 (scale=True: [0, 1]) or torch.uint8."""
+
+    group = "then"
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
@@ -606,6 +620,8 @@ class RandomErasing(Transform, converts=("torchvision.RandomErasing", "timm.Rand
     after the coin, each box's area drawn as a 1/count share, 10 tries each, in turn:
     a later box overwrites an earlier one where they meet); their params are then a list
     under "erase_boxes" (each {"i", "j", "h", "w", "noise"})."""
+
+    group = "last"
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:

@@ -2,7 +2,8 @@
 transforms it stands for (`converts=`) and converts them itself; the table of
 conversions and transforms.__all__'s ops are derived from those declarations, and a
 declaration without its conversion, a name declared twice or a name of neither package
-fails when the class is defined."""
+fails when the class is defined, as does one that does not say where it may stand
+in a Compose (its group); `gpudecode ops` lists the declarations."""
 from __future__ import annotations
 
 import importlib
@@ -45,11 +46,20 @@ def test_the_declarations_are_checked_where_the_class_is_defined():
             pass
     with pytest.raises(TypeError, match="converted already \\(by Resize\\)"):
         class Twice(T.Transform, converts="torchvision.Resize"):
+            group = "geometry"
+
             @classmethod
             def convert(cls, t, floats):
                 return cls()
     with pytest.raises(TypeError, match="is not torchvision.<Name> or timm.<Name>"):
         class Elsewhere(T.Transform, converts="kornia.Resize"):
+            group = "geometry"
+
+            @classmethod
+            def convert(cls, t, floats):
+                return cls()
+    with pytest.raises(TypeError, match="its group '' is not one of"):
+        class Nowhere(T.Transform, converts="torchvision.JPEG"):
             @classmethod
             def convert(cls, t, floats):
                 return cls()
@@ -80,3 +90,17 @@ def test_input_conversions_are_dropped_and_the_rest_refused_with_their_reason():
     with pytest.raises(T.TransformError, match=r"torchvision.transforms.v2.JPEG cannot be fused \(step 2 of 2\): "
                                                r"it re-encodes each image"):
         _convert.convert(v2.Compose([v2.RandomInvert(), v2.JPEG(50)]))
+
+
+def test_the_ops_listing_is_generated_from_the_declarations():
+    """`gpudecode ops` (and the refusal messages) list what the classes declare; the
+    listing is a generated module (the CLI answers without torch): stale, this fails."""
+    from gpudecode import _ops_table
+
+    with open(_ops_table.__file__) as f:
+        assert f.read() == _convert.table_source(), "run `python -m gpudecode._convert` to regenerate _ops_table.py"
+    text = dict(_steps.OPS)
+    assert "RandomHorizontalFlip, RandomVerticalFlip" == text["flips (any order)"]
+    assert "timm's RandAugment, AutoAugment, AugMixAugment" in text["policies"]
+    assert all(f"timm's {n}" in _steps.SUPPORTED or n in _steps.SUPPORTED
+               for n in (name.split(".", 1)[1] for name in _steps.CONVERTS))
