@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: setup setup-demo demo test bench sysdeps clean fuzz fuzz-replay gpu-check
+.PHONY: setup setup-demo demo test bench sysdeps clean fuzz fuzz-replay gpu-check ops-table
 
 # libjpeg-turbo's headers are needed to build gpudecode._native; libpng's are used where found.
 sysdeps:
@@ -93,6 +93,10 @@ GPU_PY := $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
 gpu-check:
 	$(GPU_PY) bench/gpu_check.py $(if $(OUT),--out $(OUT),) $(if $(PART),--part $(PART),) \
 	  $(if $(BUDGET),--budget $(BUDGET),)
+
+# `gpudecode ops`' listing, regenerated from the transforms' declarations (after adding an op)
+ops-table: setup
+	cd tests && ../$(BIN)/python -m gpudecode._convert ../gpudecode/_ops_table.py
 
 clean:
 	rm -rf build dist *.egg-info demo_data bench/_out

@@ -135,7 +135,7 @@ class _PixelOp(_Step):
 
 
 # What fuses, as `gpudecode ops` prints it (the README's "What fuses" section says the same):
-# generated from the classes' declarations (`python -m gpudecode._convert` rewrites it;
+# generated from the classes' declarations (`make ops-table` rewrites it;
 # tests/test_registry.py fails when it is stale), kept as a module of its own so that the
 # CLI answers without importing torch.
 from ._ops_table import OPS  # noqa: E402

@@ -98,7 +98,7 @@ def test_the_ops_listing_is_generated_from_the_declarations():
     from gpudecode import _ops_table
 
     with open(_ops_table.__file__) as f:
-        assert f.read() == _convert.table_source(), "run `python -m gpudecode._convert` to regenerate _ops_table.py"
+        assert f.read() == _convert.table_source(), "`make ops-table` regenerates gpudecode/_ops_table.py"
     text = dict(_steps.OPS)
     assert "RandomHorizontalFlip, RandomVerticalFlip" == text["flips (any order)"]
     assert "timm's RandAugment, AutoAugment, AugMixAugment" in text["policies"]
