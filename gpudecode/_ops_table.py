@@ -3,7 +3,7 @@
 OPS: tuple[tuple[str, str], ...] = (
     ('geometry (one, first)', "RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, Resize + RandomCrop, or none (bilinear or bicubic, antialiased; crops pad with a fill); timm's RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad"),
     ('flips (any order)', 'RandomHorizontalFlip, RandomVerticalFlip'),
-    ('per-sample ops (any order)', 'ColorJitter, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert, RandomPosterize, RandomAutocontrast, RandomEqualize, RandomAdjustSharpness, GaussianBlur, RandomRotation, RandomAffine'),
+    ('per-sample ops (any order)', 'ColorJitter, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert, RandomPosterize, RandomAutocontrast, RandomEqualize, RandomAdjustSharpness, GaussianBlur, RandomRotation, RandomAffine, RandomPerspective'),
     ('policies', "TrivialAugmentWide, RandAugment, AutoAugment, AugMix; timm's RandAugment, AutoAugment, AugMixAugment (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 and the like)"),
     ('containers', 'RandomApply, RandomChoice, RandomOrder over the per-sample ops'),
     ('then', "Normalize, ToTensor, ConvertImageDtype, ToDtype; then RandomErasing (last); timm's ToTensor, MaybeToTensor, RandomErasing"),

@@ -19,12 +19,13 @@ import numbers
 import random
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from .errors import TransformError
 from .kernels._pixel import MAX_BLUR
 from .kernels.ops import (AFFINE, AUTOCONTRAST, BLUR_X, BLUR_Y, BRIGHTNESS, CONTRAST, EQUALIZE, INVERT, MIX_ADD,
-                          MIX_END, MIX_SAVE, POSTERIZE, SATURATION, SHARPNESS, SOLARIZE)
+                          MIX_END, MIX_SAVE, PERSPECTIVE, POSTERIZE, SATURATION, SHARPNESS, SOLARIZE)
 from . import mixing
 from ._convert import inner, warp_fill
 from ._steps import Transform, _PixelOp, _refuse, _Step, _Wrapper
@@ -332,6 +333,65 @@ class RandomAffine(_Warp, converts="torchvision.RandomAffine"):
             prog.append((AFFINE, warp_args(size, a["angle"], a["translate"], a["scale"], a["shear"],
                                            self.interpolation, self._fill, self.center)))
 
+
+
+def perspective_coefficients(startpoints: Sequence[Sequence[int]],
+                             endpoints: Sequence[Sequence[int]]) -> list[float]:
+    """torchvision's _get_perspective_coeffs: the 8 coefficients mapping output to input
+    pixels, (x, y) -> ((a x + b y + c) / (g x + h y + 1), (d x + e y + f) / (g x + h y + 1)),
+    solved in float64 from the four corners (startpoints: the input's, endpoints: where
+    they go), then rounded to float32 as torchvision rounds them."""
+    rows, rhs = [], []
+    for (x, y), (u, v) in zip(endpoints, startpoints):
+        rows.append([x, y, 1, 0, 0, 0, -u * x, -u * y])
+        rows.append([0, 0, 0, x, y, 1, -v * x, -v * y])
+        rhs += [u, v]
+    solution = np.linalg.lstsq(np.asarray(rows, np.float64), np.asarray(rhs, np.float64), rcond=None)[0]
+    return solution.astype(np.float32).tolist()
+
+
+class RandomPerspective(_Warp, converts="torchvision.RandomPerspective"):
+    """torchvision's RandomPerspective: with probability p, the four corners each moved
+    inwards by up to distortion_scale of half the size (whole pixels, drawn as torchvision
+    draws them), the image warped so (make_params: "perspective": {"coefficients"}),
+    nearest or bilinear, `fill` outside (torchvision's default 0)."""
+
+    keys = ("perspective",)
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.distortion_scale, t.p, t.interpolation, warp_fill(t, floats))
+
+    def __init__(self, distortion_scale: float = 0.5, p: float = 0.5, interpolation: Any = "bilinear",
+                 fill: Any = 0) -> None:
+        if not 0 <= distortion_scale <= 1:
+            raise ValueError("Argument distortion_scale value should be between 0 and 1")
+        if not 0.0 <= p <= 1.0:
+            raise ValueError("p should be a probability between 0 and 1")
+        self.distortion_scale = float(distortion_scale)
+        self.p = float(p)
+        self._setup(interpolation, fill, None)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        if not rng.random() < self.p:  # torchvision's coin: applied when a uniform draw is under p
+            return {}
+        height, width = size
+        bh = int(self.distortion_scale * (height // 2)) + 1
+        bw = int(self.distortion_scale * (width // 2)) + 1
+        topleft = [rng.randrange(0, bw), rng.randrange(0, bh)]
+        topright = [rng.randrange(width - bw, width), rng.randrange(0, bh)]
+        botright = [rng.randrange(width - bw, width), rng.randrange(height - bh, height)]
+        botleft = [rng.randrange(0, bw), rng.randrange(height - bh, height)]
+        start = [[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]]
+        return {"perspective": {"coefficients": perspective_coefficients(start,
+                                                                        [topleft, topright, botright, botleft])}}
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        d = p.get("perspective")
+        if d is not None:
+            c = [float(v) for v in d["coefficients"]]
+            fill = self._fill if self._fill is not None else (math.nan, math.nan, math.nan)
+            prog.append((PERSPECTIVE, (*c[:6], float(self.interpolation), *fill, c[6], c[7])))
 
 # ---- the policies: (op name, magnitude) lists, emitted as kernel ops -----------------------
 
@@ -730,5 +790,5 @@ class RandomOrder(_Wrapper, converts="torchvision.RandomOrder"):
 
 
 __all__ = ["RandomAutocontrast", "RandomEqualize", "RandomAdjustSharpness", "GaussianBlur", "RandomRotation",
-           "RandomAffine", "TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix", "RandomOrder",
+           "RandomAffine", "RandomPerspective", "TrivialAugmentWide", "RandAugment", "AutoAugment", "AugMix", "RandomOrder",
            "SampleRandomChoice", "IMAGENET_POLICY", "inverse_affine"]

@@ -1358,7 +1358,8 @@ class Compose(Transform):
 from . import _timm, mixing  # noqa: E402, F401  (_timm: its classes declare the timm transforms they convert)
 # (re-exported: __all__ below is derived from the classes' declarations)
 from .augment import (AugMix, AutoAugment, GaussianBlur, RandAugment, RandomAdjustSharpness,  # noqa: E402, F401
-                      RandomAffine, RandomAutocontrast, RandomEqualize, RandomOrder, RandomRotation, SampleRandomChoice,
+                      RandomAffine, RandomAutocontrast, RandomEqualize, RandomOrder, RandomPerspective,
+                      RandomRotation, SampleRandomChoice,
                       TrivialAugmentWide)
 from .mixing import CutMix, MixUp  # noqa: E402, F401  (batch transforms: torchvision's names, here)
 

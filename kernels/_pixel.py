@@ -18,7 +18,7 @@ from numpy import float32, int32
 # (the kernels compiled from this module's namespace read the masks from here too)
 from .ops import (AFFINE, ARGS, AUTOCONTRAST, BARRIER_MASK, BLUR_X, BLUR_Y, BRIGHTNESS,  # noqa: F401
                   CONTRAST, EQUALIZE, GRAYSCALE, HISTOGRAM_MASK, HUE, INVERT, MEAN_MASK, MIX_ADD, MIX_END, MIX_SAVE,
-                  NUM_OPS, POSTERIZE, RANGE_MASK, SATURATION, SHARPNESS, SOLARIZE, SOLARIZE_ADD)
+                  NUM_OPS, PERSPECTIVE, POSTERIZE, RANGE_MASK, SATURATION, SHARPNESS, SOLARIZE, SOLARIZE_ADD)
 
 MAX_BLUR = 63    # largest Gaussian kernel side the CUDA kernel keeps weights for
 BLUR_TAIL = 1e-10  # blur taps under this share of the sum are skipped (they change no value by 1e-9)
@@ -296,31 +296,49 @@ def fetch(img, c, y, x):
     return img[c, y, x]
 
 
-def affine_source(y, x, oh, ow, a):
+def perspective_source(y, x, oh, ow, a):
+    """(ix, iy): the source coordinates of output pixel (y, x) under PERSPECTIVE's args, as
+    torchvision's _perspective_grid and grid_sample compute them in float32: the pixel
+    centre (x + .5, y + .5) through theta1 / (w/2, h/2) over theta2's denominator, minus
+    1, unnormalized with align_corners=False."""
+    xb = float32(x) + float32(0.5)
+    yb = float32(y) + float32(0.5)
+    hw = float32(ow) * float32(0.5)
+    hh = float32(oh) * float32(0.5)
+    den = xb * a[10] + yb * a[11] + float32(1.0)
+    gx = (xb * (a[0] / hw) + yb * (a[1] / hw) + a[2] / hw) / den - float32(1.0)
+    gy = (xb * (a[3] / hh) + yb * (a[4] / hh) + a[5] / hh) / den - float32(1.0)
+    return (gx + float32(1.0)) * hw - float32(0.5), (gy + float32(1.0)) * hh - float32(0.5)
+
+
+def affine_source(y, x, oh, ow, a, persp):
     """(ix, iy, near): the source coordinates of output pixel (y, x) under AFFINE's args
     `a`, and whether they are close enough to the image to read (far outside, or NaN:
-    no tap, and no float -> int conversion of a huge value)."""
-    xc = float32(x) - float32(ow - 1) * float32(0.5)
-    yc = float32(y) - float32(oh - 1) * float32(0.5)
-    ix = grid_source(x, ow, a[0], a[1], a[2], yc)
-    iy = grid_source(y, oh, a[4], a[3], a[5], xc)  # xc * a3 + yc * a4 + a5: the same sum
+    no tap, and no float -> int conversion of a huge value); `persp`: PERSPECTIVE's args."""
+    if persp:
+        ix, iy = perspective_source(y, x, oh, ow, a)
+    else:
+        xc = float32(x) - float32(ow - 1) * float32(0.5)
+        yc = float32(y) - float32(oh - 1) * float32(0.5)
+        ix = grid_source(x, ow, a[0], a[1], a[2], yc)
+        iy = grid_source(y, oh, a[4], a[3], a[5], xc)  # xc * a3 + yc * a4 + a5: the same sum
     near = ix > float32(-2.0) and iy > float32(-2.0) and ix < float32(ow + 1) and iy < float32(oh + 1)
     return ix, iy, near
 
 
-def nearest_source(y, x, oh, ow, a):
+def nearest_source(y, x, oh, ow, a, persp):
     """(sx, sy, inside): grid_sample's nearest source pixel of output pixel (y, x)
     (round half to even), and whether it lies in the image."""
-    ix, iy, near = affine_source(y, x, oh, ow, a)
+    ix, iy, near = affine_source(y, x, oh, ow, a, persp)
     sx = int32(nearbyint(ix)) if near else int32(-1)
     sy = int32(nearbyint(iy)) if near else int32(-1)
     return sx, sy, near and sx >= 0 and sx < ow and sy >= 0 and sy < oh
 
 
-def affine_nearest(img, y, x, oh, ow, a):
+def affine_nearest(img, y, x, oh, ow, a, persp):
     """The nearest pixel, zeros outside, or the fill where the sampled mask is under 0.5
     (that is: outside)."""
-    sx, sy, inside = nearest_source(y, x, oh, ow, a)
+    sx, sy, inside = nearest_source(y, x, oh, ow, a, persp)
     if inside:
         return fetch(img, 0, sy, sx), fetch(img, 1, sy, sx), fetch(img, 2, sy, sx)
     if a[7] == a[7]:  # a fill (NaN: none)
@@ -328,10 +346,10 @@ def affine_nearest(img, y, x, oh, ow, a):
     return float32(0.0), float32(0.0), float32(0.0)
 
 
-def affine_bilinear(img, y, x, oh, ow, a):
+def affine_bilinear(img, y, x, oh, ow, a, persp):
     """grid_sample's bilinear value, taps outside the image zero, summed nw, ne, sw, se;
     with a fill, the sampled mask (the in-image weights' sum) blends it in."""
-    ix, iy, near = affine_source(y, x, oh, ow, a)
+    ix, iy, near = affine_source(y, x, oh, ow, a, persp)
     fx = floorf(ix)
     fy = floorf(iy)
     x0 = int32(fx) if near else int32(0)
@@ -458,17 +476,17 @@ def affine_pil(img, y, x, oh, ow, a):
     return r, g, b
 
 
-def affine_pixel(img, y, x, oh, ow, a):
+def affine_pixel(img, y, x, oh, ow, a, persp):
     """Output pixel (y, x) of torchvision's affine warp of img [3, oh, ow] (same size),
     with AFFINE's args: theta's rows divided by (w/2, h/2), the interpolation, the fill
-    (or PIL's, interpolation 3 or 4)."""
+    (or PIL's, interpolation 3 or 4); `persp`: PERSPECTIVE's args (nearest or bilinear)."""
     if a[6] == float32(2.0):
         return affine_integer(img, y, x, oh, ow, a)
     if a[6] == float32(0.0):
-        return affine_nearest(img, y, x, oh, ow, a)
+        return affine_nearest(img, y, x, oh, ow, a, persp)
     if a[6] >= float32(3.0):
         return affine_pil(img, y, x, oh, ow, a)
-    return affine_bilinear(img, y, x, oh, ow, a)
+    return affine_bilinear(img, y, x, oh, ow, a, persp)
 
 
 def sharpen_value(v, ring, f):

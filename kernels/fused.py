@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 
 from . import _compile
-from ._pixel import AFFINE, ARGS, AUTOCONTRAST, BLUR_X, BLUR_Y, CONTRAST, EQUALIZE, MIX_ADD, MIX_END, MIX_SAVE
+from ._pixel import (AFFINE, ARGS, AUTOCONTRAST, BLUR_X, BLUR_Y, CONTRAST, EQUALIZE, MIX_ADD, MIX_END, MIX_SAVE,
+                     PERSPECTIVE)
 from .ops import AUX_MASK, BARRIER_MASK, HISTOGRAM_MASK, MEAN_MASK, RANGE_MASK, has
 
 OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP, CUBIC, FILLR, FILLG, FILLB = range(20)
@@ -237,8 +238,8 @@ def _barrier_pixel(op, a, img, y, x, oh, ow, stats, n, level, lut, wts):
             g += w * img[1, yy, xx]
             b += w * img[2, yy, xx]
         return r, g, b
-    if op == AFFINE:
-        return affine_pixel(img, y, x, oh, ow, a)
+    if op == AFFINE or op == PERSPECTIVE:
+        return affine_pixel(img, y, x, oh, ow, a, op == PERSPECTIVE)
     return img[0, y, x], img[1, y, x], img[2, y, x]  # (no barrier op of the table comes here: tests/test_op_table)
 
 
@@ -683,7 +684,7 @@ def _blur_y_pass(px, oh, a):
                 row[i] += wj * pj[i]
 
 
-def _affine_pass(px, px2, ow, oh, a):
+def _affine_pass(px, px2, ow, oh, a, persp):
     """The warp, column by column (each output row of px is contiguous), one loop per
     interpolation so that none of them branches on it."""
     px2[:, :] = px
@@ -699,7 +700,7 @@ def _affine_pass(px, px2, ow, oh, a):
         r2 = px[3 * x + 2]
         if mode == float32(0.0):  # (affine_nearest, with the fill's test out of the loop)
             for y in range(oh):
-                sx, sy, inside = nearest_source(y, x, oh, ow, a)
+                sx, sy, inside = nearest_source(y, x, oh, ow, a, persp)
                 if inside:
                     r0[y] = img[sx, 0, sy]
                     r1[y] = img[sx, 1, sy]
@@ -710,7 +711,7 @@ def _affine_pass(px, px2, ow, oh, a):
                     r2[y] = f2
         elif mode == float32(1.0):
             for y in range(oh):
-                r0[y], r1[y], r2[y] = affine_bilinear(img, y, x, oh, ow, a)
+                r0[y], r1[y], r2[y] = affine_bilinear(img, y, x, oh, ow, a, persp)
         elif mode >= float32(3.0):
             for y in range(oh):
                 r0[y], r1[y], r2[y] = affine_pil(img, y, x, oh, ow, a)
@@ -758,8 +759,8 @@ def _program(px, px2, aux, ow, oh, order, args):
             _blur_x_pass(px, px2, ow, a)
         elif op == BLUR_Y:
             _blur_y_pass(px, oh, a)
-        elif op == AFFINE:
-            _affine_pass(px, px2, ow, oh, a)
+        elif op == AFFINE or op == PERSPECTIVE:
+            _affine_pass(px, px2, ow, oh, a, op == PERSPECTIVE)
         else:
             _op_pass(px, ow, op, a[0], float32(0.0))
 

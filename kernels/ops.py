@@ -56,6 +56,10 @@ OPS: tuple[Op, ...] = (
     Op("MIX_ADD", 1, aux=True, doc="AugMix: mix += w * image (a chain's result); the image is the original again"),
     Op("MIX_END", 0, aux=True, doc="AugMix: the image is the mix"),
     Op("SOLARIZE_ADD", 1, doc="timm's SolarizeAdd: a level under 128 gets `add` (float scale), capped at 1"),
+    Op("PERSPECTIVE", 12, True, doc="torchvision's perspective: its coefficients c0..c5 (a0..a5), the "
+                                    "interpolation (0 nearest, 1 bilinear), the fill r, g, b as AFFINE's, then c6, "
+                                    "c7 (a10, a11): source = ((c0 x + c1 y + c2), (c3 x + c4 y + c5)) / (c6 x + "
+                                    "c7 y + 1) at pixel centres; reads any pixel"),
 )
 
 ID: dict[str, int] = {op.name: i for i, op in enumerate(OPS)}
@@ -92,6 +96,7 @@ MIX_SAVE = ID["MIX_SAVE"]
 MIX_ADD = ID["MIX_ADD"]
 MIX_END = ID["MIX_END"]
 SOLARIZE_ADD = ID["SOLARIZE_ADD"]
+PERSPECTIVE = ID["PERSPECTIVE"]
 
 # ColorJitter's operations by torchvision's fn_idx (the order its draws give, native and
 # Python) -> the op ids

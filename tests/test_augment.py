@@ -84,6 +84,13 @@ CASES = {
                        lambda x, p: F.affine(x, **p["affine"], fill=0.0), 0.005),
     "affine-bilinear": (lambda: T.RandomAffine(20, (0.1, 0.2), (0.8, 1.2), 8, "bilinear", fill=None),
                         lambda x, p: F.affine(x, **p["affine"], interpolation=tv.InterpolationMode.BILINEAR), 0.0),
+    "perspective-bilinear": (lambda: T.RandomPerspective(0.5, 1.0),
+                             lambda x, p: F.perspective(x, None, None, tv.InterpolationMode.BILINEAR, fill=0.0,
+                                                        coefficients=p["perspective"]["coefficients"]), 0.0),
+    "perspective-nearest-fill": (lambda: T.RandomPerspective(0.8, 1.0, "nearest", fill=(255, 0, 128)),
+                                 lambda x, p: F.perspective(x, None, None, tv.InterpolationMode.NEAREST,
+                                                            fill=_fill01((255, 0, 128)),
+                                                            coefficients=p["perspective"]["coefficients"]), 0.005),
     "trivial-augment": (lambda: T.TrivialAugmentWide(),
                         lambda x, p: _policy_ref(tv.TrivialAugmentWide())(x, p["trivial_augment"]), 0.01),
     "trivial-augment-bilinear-fill": (
@@ -181,6 +188,7 @@ def test_cuda_kernel_equals_cpu_twin_under_the_simulator():
                  T.RandomEqualize(0.5), T.RandAugment(3, 12), T.RandomAdjustSharpness(1.8, 0.5),
                  T.RandomAffine(15, (0.1, 0.1), (0.9, 1.1), 5, "bilinear", fill=(30, 60, 90)), T.GaussianBlur(5),
                  T.RandomApply([T.RandomRotation(20)], 0.5), T.AugMix(mixture_width=2, chain_depth=2),
+                 T.RandomPerspective(0.5, 0.5, "bilinear", fill=(20, 40, 60)),
                  T.Normalize([0.5] * 3, [0.25] * 3)]
         for out_dtype in ("float32", "uint8"):
             tf = T.Compose(steps if out_dtype == "float32" else steps[:-1])
@@ -307,6 +315,15 @@ def test_warp_blur_and_wrapper_draws_are_distributed_as_torchvision():
     for get in (lambda p: p["angle"], lambda p: p["translate"][0], lambda p: p["translate"][1], lambda p: p["scale"],
                 lambda p: p["shear"][0], lambda p: p["shear"][1]):
         assert stats.ks_2samp([get(p["affine"]) for p in ours], [get(p) for p in theirs]).pvalue > 1e-3
+    size = (37, 52)  # (odd, so the bounds' halves round down as torchvision's)
+    ours = [p.get("perspective") for p in T.Compose([T.RandomPerspective(0.6, 0.7)]).make_params([size] * n, 6)]
+    tp = tv.RandomPerspective(0.6, 0.7)
+    theirs = [tp.make_params([torch.zeros((3, *size), dtype=torch.uint8)]) if float(torch.rand(1)) < 0.7 else None
+              for _ in range(n)]
+    assert stats.binomtest(sum(p is not None for p in ours), n, 0.7).pvalue > 1e-3
+    for k in range(8):  # each coefficient: a function of the four corners drawn alike
+        assert stats.ks_2samp([p["coefficients"][k] for p in ours if p],
+                              [p["coefficients"][k] for p in theirs if p]).pvalue > 1e-3, k
     sig = [p["sigma"][0] for p in T.Compose([T.GaussianBlur(5, (0.1, 2.0))]).make_params([OUT] * n, 3)]
     ref = [tv.GaussianBlur(5, (0.1, 2.0)).make_params([img])["sigma"][0] for _ in range(n)]
     assert stats.ks_2samp(sig, ref).pvalue > 1e-3

@@ -79,6 +79,7 @@ def test_all_names_each_op_class_of_a_torchvision_name():
     (v2.RandomChoice([v2.RandomInvert(), v2.RandomEqualize()]), augment.SampleRandomChoice),
     (v2.ToDtype(torch.float16, scale=True), T.ToDtype),
     (v1.ToTensor(), T.ToDtype),
+    (v2.RandomPerspective(0.3, 0.4, fill=5), T.RandomPerspective),
 ])
 def test_a_transform_converts_through_the_class_that_declared_it(tv, ours):
     steps = _convert.convert(tv)
