@@ -9,7 +9,8 @@ measurement runs in its own process, REV's and this checkout's alternated:
   plans (JPEG, PNG and tensor shards, two views, MixUp/CutMix, eval, 2 and 3 ranks, a
   state loaded mid-epoch), and precache's shards (their sha256): equal, or the plans
   that differ;
-- --speed: Loader img/s (JPEG training, tensor shards at 224 and 256) and precache img/s,
+- --speed: Loader img/s (JPEG training with ColorJitter, and with a rotation and an affine
+  warp; tensor shards at 224 and 256) and precache img/s,
   the best epoch a process, the best of N rounds, and their ratio.
 
 Run it from the repository root with the virtualenv `make setup` made (.venv/bin/python).
@@ -107,7 +108,10 @@ if kind == "precache256":
     sys.exit(0)
 full = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
                   T.Normalize(MEAN, STD)])
-tf = T.Compose([T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)]) if kind == "tensor224" else full
+warps = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.RandomRotation(15, "bilinear"),
+                   T.RandomAffine(0, (0.1, 0.1), (0.9, 1.1), 5), T.Normalize(MEAN, STD)])
+tf = T.Compose([T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)]) if kind == "tensor224" else \
+    warps if kind == "jpeg-warps" else full
 ld = gpudecode.Loader(urls, batch_size=64, transform=tf, device="cpu", num_workers=2, seed=0)
 for b in ld:
     pass
@@ -183,6 +187,7 @@ def main() -> None:
     ap.add_argument("--outputs", action="store_true")
     ap.add_argument("--speed", action="store_true")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--kinds", help="--speed: only these (comma-separated: jpeg, jpeg-warps, tensor224, ...)")
     a = ap.parse_args()
     if not (a.outputs or a.speed):
         ap.error("give --outputs, --speed or both")
@@ -204,13 +209,15 @@ def main() -> None:
             from gpudecode.precache import precache
 
             shards, _ = build(1024)
-            sets = {"jpeg": shards}
+            sets = {"jpeg": shards, "jpeg-warps": shards}  # (ColorJitter; the barrier ops: rotation, affine)
             for size in (224, 256):
                 out = ROOT / "bench" / "_out" / f"against-t{size}"
                 if not list(out.glob("*.tar")):
                     precache(shards, str(out), size=size, crop="center")
                 sets[f"tensor{size}"] = sorted(str(p) for p in out.glob("*.tar"))
             sets["precache256"] = shards
+            if a.kinds:
+                sets = {k: v for k, v in sets.items() if k in a.kinds.split(",")}
             best: dict = {}
             for _ in range(a.rounds):
                 for kind, urls in sets.items():

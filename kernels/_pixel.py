@@ -296,11 +296,27 @@ def fetch(img, c, y, x):
     return img[c, y, x]
 
 
+def near_image(ix, iy, oh, ow):
+    """Whether source coordinates are close enough to the image to read (far outside, or
+    NaN: no tap, and no float -> int conversion of a huge value)."""
+    return ix > float32(-2.0) and iy > float32(-2.0) and ix < float32(ow + 1) and iy < float32(oh + 1)
+
+
+def affine_source(y, x, oh, ow, a):
+    """(ix, iy, near): the source coordinates of output pixel (y, x) under AFFINE's args
+    `a`, and whether they are near enough to the image to read (near_image)."""
+    xc = float32(x) - float32(ow - 1) * float32(0.5)
+    yc = float32(y) - float32(oh - 1) * float32(0.5)
+    ix = grid_source(x, ow, a[0], a[1], a[2], yc)
+    iy = grid_source(y, oh, a[4], a[3], a[5], xc)  # xc * a3 + yc * a4 + a5: the same sum
+    return ix, iy, near_image(ix, iy, oh, ow)
+
+
 def perspective_source(y, x, oh, ow, a):
-    """(ix, iy): the source coordinates of output pixel (y, x) under PERSPECTIVE's args, as
-    torchvision's _perspective_grid and grid_sample compute them in float32: the pixel
-    centre (x + .5, y + .5) through theta1 / (w/2, h/2) over theta2's denominator, minus
-    1, unnormalized with align_corners=False."""
+    """(ix, iy, near): the source coordinates of output pixel (y, x) under PERSPECTIVE's
+    args, as torchvision's _perspective_grid and grid_sample compute them in float32: the
+    pixel centre (x + .5, y + .5) through theta1 / (w/2, h/2) over theta2's denominator,
+    minus 1, unnormalized with align_corners=False."""
     xb = float32(x) + float32(0.5)
     yb = float32(y) + float32(0.5)
     hw = float32(ow) * float32(0.5)
@@ -308,37 +324,34 @@ def perspective_source(y, x, oh, ow, a):
     den = xb * a[10] + yb * a[11] + float32(1.0)
     gx = (xb * (a[0] / hw) + yb * (a[1] / hw) + a[2] / hw) / den - float32(1.0)
     gy = (xb * (a[3] / hh) + yb * (a[4] / hh) + a[5] / hh) / den - float32(1.0)
-    return (gx + float32(1.0)) * hw - float32(0.5), (gy + float32(1.0)) * hh - float32(0.5)
+    ix = (gx + float32(1.0)) * hw - float32(0.5)
+    iy = (gy + float32(1.0)) * hh - float32(0.5)
+    return ix, iy, near_image(ix, iy, oh, ow)
 
 
-def affine_source(y, x, oh, ow, a, persp):
-    """(ix, iy, near): the source coordinates of output pixel (y, x) under AFFINE's args
-    `a`, and whether they are close enough to the image to read (far outside, or NaN:
-    no tap, and no float -> int conversion of a huge value); `persp`: PERSPECTIVE's args."""
-    if persp:
-        ix, iy = perspective_source(y, x, oh, ow, a)
-    else:
-        xc = float32(x) - float32(ow - 1) * float32(0.5)
-        yc = float32(y) - float32(oh - 1) * float32(0.5)
-        ix = grid_source(x, ow, a[0], a[1], a[2], yc)
-        iy = grid_source(y, oh, a[4], a[3], a[5], xc)  # xc * a3 + yc * a4 + a5: the same sum
-    near = ix > float32(-2.0) and iy > float32(-2.0) and ix < float32(ow + 1) and iy < float32(oh + 1)
-    return ix, iy, near
-
-
-def nearest_source(y, x, oh, ow, a, persp):
-    """(sx, sy, inside): grid_sample's nearest source pixel of output pixel (y, x)
+def nearest_of(ix, iy, near, oh, ow):
+    """(sx, sy, inside): grid_sample's nearest source pixel of source coordinates (ix, iy)
     (round half to even), and whether it lies in the image."""
-    ix, iy, near = affine_source(y, x, oh, ow, a, persp)
     sx = int32(nearbyint(ix)) if near else int32(-1)
     sy = int32(nearbyint(iy)) if near else int32(-1)
     return sx, sy, near and sx >= 0 and sx < ow and sy >= 0 and sy < oh
 
 
-def affine_nearest(img, y, x, oh, ow, a, persp):
+def nearest_source(y, x, oh, ow, a):
+    """nearest_of output pixel (y, x) under AFFINE's args."""
+    ix, iy, near = affine_source(y, x, oh, ow, a)
+    return nearest_of(ix, iy, near, oh, ow)
+
+
+def perspective_nearest_source(y, x, oh, ow, a):
+    """nearest_of output pixel (y, x) under PERSPECTIVE's args."""
+    ix, iy, near = perspective_source(y, x, oh, ow, a)
+    return nearest_of(ix, iy, near, oh, ow)
+
+
+def sample_nearest(img, sx, sy, inside, a):
     """The nearest pixel, zeros outside, or the fill where the sampled mask is under 0.5
-    (that is: outside)."""
-    sx, sy, inside = nearest_source(y, x, oh, ow, a, persp)
+    (that is: outside); the fill at a[7:10] (AFFINE's and PERSPECTIVE's)."""
     if inside:
         return fetch(img, 0, sy, sx), fetch(img, 1, sy, sx), fetch(img, 2, sy, sx)
     if a[7] == a[7]:  # a fill (NaN: none)
@@ -346,10 +359,15 @@ def affine_nearest(img, y, x, oh, ow, a, persp):
     return float32(0.0), float32(0.0), float32(0.0)
 
 
-def affine_bilinear(img, y, x, oh, ow, a, persp):
-    """grid_sample's bilinear value, taps outside the image zero, summed nw, ne, sw, se;
-    with a fill, the sampled mask (the in-image weights' sum) blends it in."""
-    ix, iy, near = affine_source(y, x, oh, ow, a, persp)
+def affine_nearest(img, y, x, oh, ow, a):
+    sx, sy, inside = nearest_source(y, x, oh, ow, a)
+    return sample_nearest(img, sx, sy, inside, a)
+
+
+def sample_bilinear(img, ix, iy, near, oh, ow, a):
+    """grid_sample's bilinear value at (ix, iy), taps outside the image zero, summed nw,
+    ne, sw, se; with a fill (a[7:10]), the sampled mask (the in-image weights' sum) blends
+    it in."""
     fx = floorf(ix)
     fy = floorf(iy)
     x0 = int32(fx) if near else int32(0)
@@ -380,6 +398,25 @@ def affine_bilinear(img, y, x, oh, ow, a, persp):
     if a[7] == a[7]:
         return (r - a[7]) * mask + a[7], (g - a[8]) * mask + a[8], (b - a[9]) * mask + a[9]
     return r, g, b
+
+
+def affine_bilinear(img, y, x, oh, ow, a):
+    ix, iy, near = affine_source(y, x, oh, ow, a)
+    return sample_bilinear(img, ix, iy, near, oh, ow, a)
+
+
+def perspective_bilinear(img, y, x, oh, ow, a):
+    ix, iy, near = perspective_source(y, x, oh, ow, a)
+    return sample_bilinear(img, ix, iy, near, oh, ow, a)
+
+
+def perspective_pixel(img, y, x, oh, ow, a):
+    """Output pixel (y, x) of torchvision's perspective warp of img [3, oh, ow] (same
+    size), with PERSPECTIVE's args: nearest (a[6] 0) or bilinear, the fill."""
+    if a[6] == float32(0.0):
+        sx, sy, inside = perspective_nearest_source(y, x, oh, ow, a)
+        return sample_nearest(img, sx, sy, inside, a)
+    return perspective_bilinear(img, y, x, oh, ow, a)
 
 
 def affine_integer(img, y, x, oh, ow, a):
@@ -476,17 +513,17 @@ def affine_pil(img, y, x, oh, ow, a):
     return r, g, b
 
 
-def affine_pixel(img, y, x, oh, ow, a, persp):
+def affine_pixel(img, y, x, oh, ow, a):
     """Output pixel (y, x) of torchvision's affine warp of img [3, oh, ow] (same size),
     with AFFINE's args: theta's rows divided by (w/2, h/2), the interpolation, the fill
-    (or PIL's, interpolation 3 or 4); `persp`: PERSPECTIVE's args (nearest or bilinear)."""
+    (or PIL's, interpolation 3 or 4)."""
     if a[6] == float32(2.0):
         return affine_integer(img, y, x, oh, ow, a)
     if a[6] == float32(0.0):
-        return affine_nearest(img, y, x, oh, ow, a, persp)
+        return affine_nearest(img, y, x, oh, ow, a)
     if a[6] >= float32(3.0):
         return affine_pil(img, y, x, oh, ow, a)
-    return affine_bilinear(img, y, x, oh, ow, a, persp)
+    return affine_bilinear(img, y, x, oh, ow, a)
 
 
 def sharpen_value(v, ring, f):

@@ -238,8 +238,10 @@ def _barrier_pixel(op, a, img, y, x, oh, ow, stats, n, level, lut, wts):
             g += w * img[1, yy, xx]
             b += w * img[2, yy, xx]
         return r, g, b
-    if op == AFFINE or op == PERSPECTIVE:
-        return affine_pixel(img, y, x, oh, ow, a, op == PERSPECTIVE)
+    if op == AFFINE:
+        return affine_pixel(img, y, x, oh, ow, a)
+    if op == PERSPECTIVE:
+        return perspective_pixel(img, y, x, oh, ow, a)
     return img[0, y, x], img[1, y, x], img[2, y, x]  # (no barrier op of the table comes here: tests/test_op_table)
 
 
@@ -684,7 +686,7 @@ def _blur_y_pass(px, oh, a):
                 row[i] += wj * pj[i]
 
 
-def _affine_pass(px, px2, ow, oh, a, persp):
+def _affine_pass(px, px2, ow, oh, a):
     """The warp, column by column (each output row of px is contiguous), one loop per
     interpolation so that none of them branches on it."""
     px2[:, :] = px
@@ -700,7 +702,7 @@ def _affine_pass(px, px2, ow, oh, a, persp):
         r2 = px[3 * x + 2]
         if mode == float32(0.0):  # (affine_nearest, with the fill's test out of the loop)
             for y in range(oh):
-                sx, sy, inside = nearest_source(y, x, oh, ow, a, persp)
+                sx, sy, inside = nearest_source(y, x, oh, ow, a)
                 if inside:
                     r0[y] = img[sx, 0, sy]
                     r1[y] = img[sx, 1, sy]
@@ -711,7 +713,7 @@ def _affine_pass(px, px2, ow, oh, a, persp):
                     r2[y] = f2
         elif mode == float32(1.0):
             for y in range(oh):
-                r0[y], r1[y], r2[y] = affine_bilinear(img, y, x, oh, ow, a, persp)
+                r0[y], r1[y], r2[y] = affine_bilinear(img, y, x, oh, ow, a)
         elif mode >= float32(3.0):
             for y in range(oh):
                 r0[y], r1[y], r2[y] = affine_pil(img, y, x, oh, ow, a)
@@ -719,6 +721,33 @@ def _affine_pass(px, px2, ow, oh, a, persp):
             for y in range(oh):
                 r0[y], r1[y], r2[y] = affine_integer(img, y, x, oh, ow, a)
 
+
+def _perspective_pass(px, px2, ow, oh, a):
+    """The perspective warp, column by column, as _affine_pass (nearest or bilinear)."""
+    px2[:, :] = px
+    img = _image(px2, ow, oh)
+    fill = a[7] == a[7]  # NaN: none (zeros)
+    f0 = a[7] if fill else float32(0.0)
+    f1 = a[8] if fill else float32(0.0)
+    f2 = a[9] if fill else float32(0.0)
+    for x in range(ow):
+        r0 = px[3 * x]
+        r1 = px[3 * x + 1]
+        r2 = px[3 * x + 2]
+        if a[6] == float32(0.0):
+            for y in range(oh):
+                sx, sy, inside = perspective_nearest_source(y, x, oh, ow, a)
+                if inside:
+                    r0[y] = img[sx, 0, sy]
+                    r1[y] = img[sx, 1, sy]
+                    r2[y] = img[sx, 2, sy]
+                else:
+                    r0[y] = f0
+                    r1[y] = f1
+                    r2[y] = f2
+        else:
+            for y in range(oh):
+                r0[y], r1[y], r2[y] = perspective_bilinear(img, y, x, oh, ow, a)
 
 def _mix_pass(px, keep, mix, op, w):
     """AugMix's ops over the whole image (apply_ops' per pixel): keep and start the mix,
@@ -759,8 +788,10 @@ def _program(px, px2, aux, ow, oh, order, args):
             _blur_x_pass(px, px2, ow, a)
         elif op == BLUR_Y:
             _blur_y_pass(px, oh, a)
-        elif op == AFFINE or op == PERSPECTIVE:
-            _affine_pass(px, px2, ow, oh, a, op == PERSPECTIVE)
+        elif op == AFFINE:
+            _affine_pass(px, px2, ow, oh, a)
+        elif op == PERSPECTIVE:
+            _perspective_pass(px, px2, ow, oh, a)
         else:
             _op_pass(px, ow, op, a[0], float32(0.0))
 
@@ -1120,7 +1151,7 @@ def _cpu_namespace() -> dict:
     for fn in (_saturation_rows, _hue_rows, _gray_rows, _axis_weights, _op_pass, _encode_pass, _rows_u8, _rows_f32,
                _gray_mean, _image, _autocontrast_pass, _equalize_pass, _sharpen_row, _sharpness_pass, _blur_weights,
                _blur_x_pass, _blur_y_pass, _mix_pass,
-               _affine_pass, _program, _vertical_pass, _horizontal_pass, _clamp_pass, _pad_fill_pass, _output_pass, _cpu_sample, _is_identity, _scale_row, _fill, _channel_row, _channel_row_flipped,
+               _affine_pass, _perspective_pass, _program, _vertical_pass, _horizontal_pass, _clamp_pass, _pad_fill_pass, _output_pass, _cpu_sample, _is_identity, _scale_row, _fill, _channel_row, _channel_row_flipped,
                _cpu_identity):
         ns[fn.__name__] = jit()(_compile.rebind(fn, ns))
     # a reassociating reduction (float64 accumulators) so the grey sum vectorizes
