@@ -30,7 +30,7 @@ class UsersOwn:  # a transform of the user's own, in a torchvision Compose
 REFUSALS = [
     lambda: T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), tv.JPEG(50)])),
     lambda: T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), tv.ElasticTransform()])),
-    lambda: T.Compose.from_torchvision(tv1.Compose([tv1.RandomResizedCrop(224), tv1.RandomPerspective()])),
+    lambda: T.Compose.from_torchvision(tv1.Compose([tv1.RandomResizedCrop(224), tv1.RandomRotation(30, expand=True)])),
     lambda: T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), tv.Lambda(lambda x: x)])),
     lambda: T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), UsersOwn()])),
     lambda: T.Compose.from_torchvision(lambda x: x),
