@@ -94,9 +94,9 @@ gpu-check:
 	$(GPU_PY) bench/gpu_check.py $(if $(OUT),--out $(OUT),) $(if $(PART),--part $(PART),) \
 	  $(if $(BUDGET),--budget $(BUDGET),)
 
-# `gpudecode ops`' listing, regenerated from the transforms' declarations (after adding an op)
+# `gpudecode ops`' listing and the README's, regenerated from the transforms' declarations (after adding an op)
 ops-table: setup
-	cd tests && ../$(BIN)/python -m gpudecode._convert ../gpudecode/_ops_table.py
+	cd tests && ../$(BIN)/python -c "from gpudecode.transforms.convert import write_table; write_table('../gpudecode/_ops_table.py', '../README.md')"
 
 clean:
 	rm -rf build dist *.egg-info demo_data bench/_out

@@ -367,7 +367,7 @@ def _add_plan(sub: Any) -> None:
 def _cmd_ops(a: argparse.Namespace) -> int:
     import textwrap
 
-    from ._steps import OPS
+    from ._ops_table import OPS
 
     print("What a Compose may hold to be fused (torchvision's classes, or gpudecode.transforms'), in order:")
     for kind, ops in OPS:

@@ -67,7 +67,7 @@ from .io.remote import RemoteOptions
 from .mixing import BatchTransform, CutMix, MixUp, RandomChoice, as_batch_transform
 from .pipeline import Batch, Pipeline, PipelineConfig, Ready
 from .stats import LoaderStats
-from ._convert import carries_compose
+from .transforms.convert import carries_compose
 from .transforms import Compose
 
 if TYPE_CHECKING:

@@ -1,7 +1,10 @@
 """Fused augmentation kernels (installed as gpudecode.kernels).
 
 - `_pixel`: per-pixel math in plain Python, compiled for both targets by `_compile`.
-- `fused`: the CUDA kernels, the CPU twin and their launchers on arrays.
+- `ops`: the op table. `layout`: the arrays' columns and the buffers' shapes.
+- `fused`: the one face of the kernels and their launchers on arrays: `cuda_program`
+  (the CUDA kernels), `cpu_passes` and `cpu_resample` (the CPU twin's passes and
+  resample), `cpu_twin` (its compilation and thread pool).
 - `cuda_launch`: launching on torch CUDA tensors and torch's stream.
 - `reference`: a numpy version of the same math, used only as a test oracle.
 """

@@ -7,13 +7,16 @@ Compilation is lazy and cached per target.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import inspect
 import os
 import tempfile
+import threading
+import time
 import types
-from typing import Callable
+from typing import Callable, Iterator
 
 from .._cache import cache_dir
 from . import _pixel
@@ -174,3 +177,72 @@ def cpu_namespace() -> dict:
     return _namespace(lambda f: numba.njit(nogil=True, error_model="numpy", inline="always")(f),
                       {"np": np},
                       overrides={"floorf": floorf, "nearbyint": nearbyint, "fetch": fetch})
+
+
+def fastmath(*flags: str) -> Callable:
+    """Marks a CPU twin function to be compiled with these fastmath flags (cpu_twin.py reads
+    the mark): a reduction that may reassociate so that it vectorizes."""
+    def mark(fn: Callable) -> Callable:
+        fn.fastmath = set(flags)  # type: ignore[attr-defined]
+        return fn
+    return mark
+
+
+# ---- the first call of a kernel variant in a process: say when it compiles -------------
+
+_SEEN: set = set()
+_STARTED: set = set()  # variants whose first call has begun (its thread says so if it compiles)
+_SEEN_LOCK = threading.Lock()
+NOTICE_AFTER_S = 2.0  # a first call still running after this long is compiling: say so
+
+
+@contextlib.contextmanager
+def first_use(variant: tuple, target: str = "CPU") -> Iterator[None]:
+    """The first call of each kernel variant in a process loads it from the on-disk cache
+    (about 0.5 s) or compiles it (tens of seconds, once per machine and numba version):
+    when it is still running after NOTICE_AFTER_S, a line on stderr says what is going
+    on, and another how long it took. `target`: "CPU" or "CUDA" (its variants are
+    compiled per GPU architecture, 10-20 s each)."""
+    with _SEEN_LOCK:
+        first = variant not in _SEEN and variant not in _STARTED
+        _STARTED.add(variant)
+    if not first:  # known, or another thread's first call is announcing it
+        yield
+        return
+    import sys
+
+    t0 = time.perf_counter()
+    said = threading.Event()
+
+    def notice() -> None:
+        said.set()
+        where = cache_dir()
+        kept = (f"once: the result is kept in {where} for every environment with this numba" if where else
+                "in every process: the kernel cache is off (GPUDECODE_CACHE_DIR=0 or not writable)")
+        what = ("the CPU kernel for this machine (it takes 10-40 s" if target == "CPU" else
+                "the CUDA kernels for this GPU (10-20 s for each output type and layout")
+        print(f"gpudecode: compiling {what}, {kept})...", file=sys.stderr, flush=True)
+
+    timer = threading.Timer(NOTICE_AFTER_S, notice)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+        _SEEN.add(variant)
+        if said.is_set():
+            print(f"gpudecode: {target} kernel compiled in {time.perf_counter() - t0:.0f} s", file=sys.stderr,
+                  flush=True)
+
+
+def _after_fork_in_child() -> None:
+    """A forked child may have inherited the lock held mid-call; a first call another
+    thread had begun is not this process's."""
+    global _SEEN_LOCK, _STARTED
+    _SEEN_LOCK = threading.Lock()
+    _STARTED = set(_SEEN)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,4 +1,4 @@
-"""The batch draws (gpudecode._draws): the native columns against the Python path (each
+"""The batch draws (gpudecode.transforms.draws): the native columns against the Python path (each
 sample's draws in Python over its own stream, `Compose._python_params`), draw by draw,
 for every plan the native call takes; the kernel arrays made from the columns against
 `Compose.encode` of the dicts; the plans it leaves to Python; and the pixels."""

@@ -452,13 +452,13 @@ def test_the_cuda_kernels_disk_cache_is_registered_with_numba_cuda(tmp_path, mon
     pytest.importorskip("numba_cuda")
     from numba.cuda.core import caching
 
-    from gpudecode.kernels import _compile, fused
+    from gpudecode.kernels import _compile, cuda_program
 
     if not _compile.cuda_cache():
         pytest.skip("no writable cache directory")
     loc = caching.CacheImpl._locator_classes[0]
     assert loc.__name__ == "KernelCacheLocator"
-    path = loc.from_function(fused._resample_body, fused.__file__)
+    path = loc.from_function(cuda_program._resample_body, cuda_program.__file__)
     assert path is not None and path.get_cache_path().startswith(os.environ["GPUDECODE_CACHE_DIR"])
     assert "numba-cuda-" in path.get_cache_path()
     assert loc.from_function(test_the_cuda_kernels_disk_cache_is_registered_with_numba_cuda, __file__) is None

@@ -545,8 +545,10 @@ def test_a_first_call_that_compiles_says_so(monkeypatch, capsys):
         def cancel(self):
             pass
 
-    monkeypatch.setattr(fused, "_SEEN", set())
-    monkeypatch.setattr(fused.threading, "Timer", AtOnce)
+    from gpudecode.kernels import _compile
+
+    monkeypatch.setattr(_compile, "_SEEN", set())
+    monkeypatch.setattr(_compile.threading, "Timer", AtOnce)
     with fused.first_use(("a variant",)):
         pass
     err = capsys.readouterr().err.splitlines()

@@ -143,7 +143,7 @@ def test_the_cli_answers_without_torch(tmp_path, photos):
 
 
 def test_ops_lists_what_fuses():
-    from gpudecode._steps import OPS
+    from gpudecode._ops_table import OPS
     from gpudecode.cli import main
     import contextlib
     import io

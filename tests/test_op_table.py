@@ -10,7 +10,7 @@ import pytest
 
 from gpudecode import transforms as T
 from gpudecode.errors import TransformError
-from gpudecode.kernels import _pixel, fused, ops
+from gpudecode.kernels import _pixel, cpu_passes, cuda_program, fused, ops
 
 
 def test_the_ids_are_the_tables_positions_and_the_width_the_widest_ops():
@@ -48,14 +48,14 @@ def test_each_op_has_its_part_in_both_interpreters(op):
     apply_op through _op_pass)."""
     per_pixel = _source(_pixel.apply_op) + _source(_pixel.apply_ops)
     if op.barrier:
-        assert op.name in _source(fused._barrier_pixel), f"{op.name}: no CUDA barrier form"
-        assert op.name in _source(fused._program), f"{op.name}: no CPU pass"
+        assert op.name in _source(cuda_program._barrier_pixel), f"{op.name}: no CUDA barrier form"
+        assert op.name in _source(cpu_passes._program), f"{op.name}: no CPU pass"
     else:
         assert op.name in per_pixel, f"{op.name}: no per-pixel form"
-        assert op.name in per_pixel or op.name in _source(fused._program)
+        assert op.name in per_pixel or op.name in _source(cpu_passes._program)
     if op.statistic:  # reduced by the mask of its kind, not by its name
         mask = {ops.MEAN: "MEAN_MASK", ops.RANGE: "RANGE_MASK", ops.HISTOGRAM: "HISTOGRAM_MASK"}[op.statistic]
-        assert mask in _source(fused._block_reduce)
+        assert mask in _source(cuda_program._block_reduce)
 
 
 def _composes():

@@ -7,13 +7,14 @@ in a Compose (its group); `gpudecode ops` lists the declarations."""
 from __future__ import annotations
 
 import importlib
+import pathlib
 
 import pytest
 import torch
 import torchvision.transforms as v1
 import torchvision.transforms.v2 as v2
 
-from gpudecode import _convert, _steps, augment
+from gpudecode.transforms import base as _steps, containers, convert as _convert
 from gpudecode import transforms as T
 
 
@@ -76,7 +77,7 @@ def test_all_names_each_op_class_of_a_torchvision_name():
 @pytest.mark.parametrize("tv,ours", [
     (v2.RandomHorizontalFlip(0.3), T.RandomHorizontalFlip),
     (v1.RandomGrayscale(0.2), T.RandomGrayscale),
-    (v2.RandomChoice([v2.RandomInvert(), v2.RandomEqualize()]), augment.SampleRandomChoice),
+    (v2.RandomChoice([v2.RandomInvert(), v2.RandomEqualize()]), containers.SampleRandomChoice),
     (v2.ToDtype(torch.float16, scale=True), T.ToDtype),
     (v1.ToTensor(), T.ToDtype),
     (v2.RandomPerspective(0.3, 0.4, fill=5), T.RandomPerspective),
@@ -100,6 +101,9 @@ def test_the_ops_listing_is_generated_from_the_declarations():
 
     with open(_ops_table.__file__) as f:
         assert f.read() == _convert.table_source(), "`make ops-table` regenerates gpudecode/_ops_table.py"
+    readme = pathlib.Path(__file__).resolve().parents[1] / "README.md"
+    text = readme.read_text()
+    assert _convert.with_readme_block(text) == text, "`make ops-table` regenerates the README's list"
     text = dict(_steps.OPS)
     assert "RandomHorizontalFlip, RandomVerticalFlip" == text["flips (any order)"]
     assert "timm's RandAugment, AutoAugment, AugMixAugment" in text["policies"]

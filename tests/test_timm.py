@@ -13,7 +13,7 @@ from scipy import stats
 
 from gpudecode import TransformError
 from gpudecode import transforms as T
-from gpudecode._timm import WARPS, TimmRandAugment, level_arg
+from gpudecode.transforms.timm_augment import WARPS, TimmRandAugment, level_arg
 
 timm = pytest.importorskip("timm", reason="timm is in the [test] extra")
 aa = pytest.importorskip("timm.data.auto_augment")

@@ -1,17 +1,17 @@
 """The base of every fused step: Transform, the program step (_Step) and the op with a
-coin (_PixelOp), and the refusal message that names what can be fused. transforms.py
-and augment.py both build on these."""
+coin (_PixelOp), and the refusal message that names what can be fused. Every module of
+the package builds on these."""
 from __future__ import annotations
 
 import random
 from typing import Any
 
-from .errors import TransformError
-from .kernels.ops import OPS_ARGS
+from ..errors import TransformError
+from ..kernels.ops import OPS_ARGS
 
 
 # Where a step may stand in a Compose, in order, and what `gpudecode ops` says of each
-# place beside the names of the classes that declare it (_convert.listing).
+# place beside the names of the classes that declare it (convert.listing).
 GROUPS = {
     "geometry": ("geometry (one, first)", "{tv}, Resize + CenterCrop, Resize + RandomCrop, or none (bilinear or "
                  "bicubic, antialiased; crops pad with a fill); timm's {timm}"),
@@ -27,7 +27,7 @@ GROUPS = {
 # The torchvision and timm transforms that convert, by "torchvision.<Name>" or
 # "timm.<Name>": the class of ours that declared it (`class X(Transform,
 # converts="torchvision.X")`), whose `convert(t, floats)` makes one from theirs. Filled as
-# the classes are defined; gpudecode._convert reads it.
+# the classes are defined; convert.py reads it.
 CONVERTS: dict[str, type["Transform"]] = {}
 
 
@@ -138,7 +138,8 @@ class _PixelOp(_Step):
 # generated from the classes' declarations (`make ops-table` rewrites it;
 # tests/test_registry.py fails when it is stale), kept as a module of its own so that the
 # CLI answers without importing torch.
-from ._ops_table import OPS  # noqa: E402
+from .._ops_table import OPS  # noqa: E402
+
 
 PROGRAM_OPS = f"{OPS[2][1]}, {OPS[3][1]}"
 SUPPORTED = "; ".join(f"{k}: {v}" for k, v in OPS)

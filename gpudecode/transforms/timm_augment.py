@@ -17,10 +17,10 @@ import math
 import random
 from typing import Any, Sequence
 
-from ._steps import Transform
-from .augment import NO_ARGUMENT, _Policy
-from .errors import TransformError
-from .kernels.ops import (AFFINE, BRIGHTNESS, CONTRAST, MIX_ADD, MIX_END, MIX_SAVE,
+from .base import Transform
+from .policies import NO_ARGUMENT, _Policy
+from ..errors import TransformError
+from ..kernels.ops import (AFFINE, BRIGHTNESS, CONTRAST, MIX_ADD, MIX_END, MIX_SAVE,
                           POSTERIZE, SATURATION, SHARPNESS, SOLARIZE, SOLARIZE_ADD)
 
 PIL_BILINEAR, PIL_BICUBIC = 3.0, 4.0  # AFFINE's interpolation argument for PIL's warps

@@ -18,11 +18,14 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence, overload
 
 import numpy as np
 
-from .kernels import fused
-from .kernels.ops import ARGS, JITTER_OPS
+from ..kernels import fused
+from ..kernels.ops import ARGS, JITTER_OPS
+from .colour import _JITTER_NAMES, ColorJitter
+from .geometry import CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize
 
 if TYPE_CHECKING:
-    from .transforms import Compose, _Plan
+    from .compose import Compose
+    from .plan import _Plan
 
 __all__ = ["Draws", "native_spec"]
 
@@ -33,9 +36,6 @@ _JITTER_IDS = np.array(JITTER_OPS, np.int32)
 
 def native_spec(plan: "_Plan") -> tuple | None:
     """The plan as _native.draw_batch reads it, or None when the Python path draws it."""
-    from .transforms import _JITTER_NAMES, CenterCrop, ColorJitter, RandomCrop, RandomHorizontalFlip, \
-        RandomResizedCrop, RandomVerticalFlip, Resize
-
     if plan.erase is not None:
         return None
     geometry: list[tuple] = []
@@ -128,8 +128,6 @@ class Draws(Sequence[dict]):
         return self._dicts
 
     def _from_columns(self) -> list[dict]:
-        from .transforms import CenterCrop, RandomCrop, RandomResizedCrop, Resize
-
         assert self.columns is not None
         ints, factors = self.columns
         plan = self.compose.plan

@@ -1,0 +1,60 @@
+"""torchvision.transforms.v2-compatible transforms that run as one fused kernel.
+
+The classes take torchvision's arguments and draw their parameters on the host with
+torchvision's algorithms; `Compose` turns a supported sequence into one call of the
+fused kernel (numba CUDA for CUDA tensors, the numba CPU twin otherwise). A sequence the
+kernel cannot express is refused when the Compose is built, never approximated.
+
+Supported shape of a pipeline:
+    geometry    RandomResizedCrop | Resize | CenterCrop | RandomCrop
+                | Resize, CenterCrop | Resize, RandomCrop | none
+    then, in any order, each sample's program: RandomHorizontalFlip, RandomVerticalFlip
+                (before any warp), ColorJitter, RandomGrayscale, Grayscale(3),
+                RandomSolarize, RandomInvert, RandomPosterize, RandomAutocontrast, RandomEqualize, RandomAdjustSharpness, GaussianBlur,
+                RandomRotation, RandomAffine, RandomPerspective, TrivialAugmentWide, RandAugment,
+                AutoAugment, AugMix; RandomApply, RandomChoice, RandomOrder over them
+    then optionally ToDtype(float32 | float16, scale=True), Normalize, ToDtype(float16)
+    last, on the kernel's output: RandomErasing
+Without Normalize or a float ToDtype the output is uint8, as torchvision's would be.
+Without a geometry step the images keep their size (all of a batch must share it: tensor
+shards stored at the training size, `gpudecode precache --size 224 --crop center`).
+The semantics are torchvision's on float images (the uint8 input converted first). Values
+given in pixel levels (a `fill`, a threshold) are in the input's uint8 levels, as
+torchvision takes them for uint8 and PIL images; from_torchvision converts those given
+after a float conversion. Equalize bins the image to uint8 levels and back, as
+torchvision does for float images.
+
+The package, one module per kind of step (each class declares the torchvision or timm
+names it converts, its group and its kernel ops; lists and tables are derived):
+    base        Transform, the program step, the registry of conversions
+    geometry    the geometry steps and the flips
+    colour      ColorJitter and the other per-pixel ops
+    warps       rotations, affine and perspective warps
+    policies    TrivialAugmentWide, RandAugment, AutoAugment, AugMix (timm_augment: timm's)
+    containers  RandomApply, RandomChoice, RandomOrder
+    output      Normalize, ToDtype, RandomErasing
+    plan, draws, rng, compose    a Compose's plan, its draws, each sample's generator, the launch
+    convert     torchvision's and timm's objects as ours
+"""
+from __future__ import annotations
+
+from ..errors import TransformError  # (the error a refused step raises, beside the steps)
+from ..mixing import CutMix, MixUp
+from .base import CONVERTS, Transform
+from .geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
+                       ResizeKeepRatio)
+from .colour import (ColorJitter, GaussianBlur, Grayscale, RandomAdjustSharpness, RandomAutocontrast, RandomEqualize,
+                     RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize)
+from .warps import RandomAffine, RandomPerspective, RandomRotation
+from .policies import AugMix, AutoAugment, RandAugment, TrivialAugmentWide
+from .containers import RandomApply, RandomChoice, RandomOrder, SampleRandomChoice
+from .output import Normalize, RandomErasing, ToDtype
+from . import timm_augment  # (its classes declare the timm transforms they convert)
+from .rng import sample_rng
+from .compose import Compose
+
+
+# the ops under torchvision's names: each class that converts torchvision's namesake (its
+# `converts=`), as they are defined; then what is not one op of a Compose
+__all__ = [*(cls.__name__ for name, cls in CONVERTS.items() if name == f"torchvision.{cls.__name__}"),
+           "Compose", "Transform", "RandomChoice", "MixUp", "CutMix", "sample_rng"]

@@ -1,0 +1,132 @@
+"""Steps over steps, with torchvision's names: RandomApply, RandomChoice, RandomOrder."""
+from __future__ import annotations
+
+import random
+from typing import Any, Sequence
+
+from .. import mixing
+from .base import Transform, _refuse, _Step, _Wrapper
+from .convert import inner
+
+
+class RandomApply(_Wrapper, converts="torchvision.RandomApply"):
+    """torchvision's RandomApply: its steps with probability p, else none of them. The
+    steps are any of the kernel program's (ColorJitter, the per-pixel ops, blur,
+    sharpness, autocontrast, equalize, rotations and affine warps, the policies); the coin
+    is drawn before the steps' own draws, as torchvision draws it, and a sample that
+    loses it runs none of them."""
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(inner(t, floats), t.p)
+
+    def __init__(self, transforms: Sequence[Transform], p: float = 0.5) -> None:
+        steps = list(transforms)
+        if not 0.0 <= p <= 1.0:
+            raise ValueError("probability should be between 0 and 1")
+        if not steps or not all(isinstance(t, _Step) for t in steps):
+            raise _refuse(f"RandomApply({[type(t).__name__ for t in steps]}) cannot be fused: RandomApply is fused "
+                          "around the per-sample ops only")
+        self.transforms = steps  # type: ignore[assignment]
+        self.p = float(p)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        # torchvision: `if self.p < torch.rand(1): return inputs`, then the steps' draws
+        if rng.random() > self.p:
+            return {}
+        out: dict = {}
+        for t in self.transforms:
+            out.update(t.draw(rng, size))
+        return out
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        for t in self.transforms:  # (a lost coin left their keys out: each emits nothing)
+            t.emit(p, size, prog)  # type: ignore[attr-defined]
+
+
+# ---- wrappers over per-sample steps -------------------------------------------------------
+
+def _steps(transforms: Sequence[Transform], wrapper: str) -> list[_Step]:
+    steps: list[Any] = list(transforms)
+    if not steps or not all(isinstance(t, _Step) for t in steps):
+        raise _refuse(f"{wrapper}({[type(t).__name__ for t in steps]}) cannot be fused: {wrapper} is fused over the "
+                      "per-sample ops only")
+    return steps
+
+
+class SampleRandomChoice(_Wrapper, converts="torchvision.RandomChoice"):
+    """torchvision's RandomChoice over per-sample steps: one of them per image, with
+    probabilities `p` (default equal); make_params: "choice": its index (and its draws).
+    gpudecode.transforms.RandomChoice builds this, or the batch transform over MixUp and
+    CutMix, from what it is given."""
+
+    keys = ("choice",)
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        """Over per-sample steps, a step of each sample's program; over MixUp and CutMix, a
+        batch transform (mixing.RandomChoice, for Loader(batch_transform=))."""
+        items = inner(t, floats)
+        if items and all(isinstance(x, _Step) for x in items):
+            return cls(items, t.p)
+        batch: list[Any] = list(items)  # (MixUp, CutMix: a batch transform, refused inside a Compose)
+        return mixing.RandomChoice(batch, t.p)  # type: ignore[return-value]
+
+    def __init__(self, transforms: Sequence[Transform], p: Sequence[float] | None = None) -> None:
+        self.transforms = _steps(transforms, "RandomChoice")
+        if p is None:
+            p = [1.0] * len(self.transforms)
+        if len(p) != len(self.transforms) or any(x < 0 for x in p) or not sum(p) > 0:
+            raise ValueError("Length of p doesn't match the number of transforms")
+        self.p = [float(x) / sum(p) for x in p]
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        k = rng.choices(range(len(self.transforms)), weights=self.p)[0]
+        return {"choice": k, **self.transforms[k].draw(rng, size)}
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        k = p.get("choice")
+        if k is not None:
+            self.transforms[k].emit(p, size, prog)
+
+    def __repr__(self) -> str:
+        return f"RandomChoice({self.transforms}, p={self.p})"
+
+
+class RandomOrder(_Wrapper, converts="torchvision.RandomOrder"):
+    """torchvision's RandomOrder: its steps in a random order per image (drawn as they
+    run); make_params: "permutation"."""
+
+    keys = ("permutation",)
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(inner(t, floats))
+
+    def __init__(self, transforms: Sequence[Transform]) -> None:
+        self.transforms = _steps(transforms, "RandomOrder")
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        perm = list(range(len(self.transforms)))
+        rng.shuffle(perm)
+        out: dict = {"permutation": perm}
+        for k in perm:
+            out.update(self.transforms[k].draw(rng, size))
+        return out
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        for k in p.get("permutation", ()):
+            self.transforms[k].emit(p, size, prog)
+
+
+class RandomChoice:
+    """torchvision's RandomChoice: one of `transforms` with probabilities `p`. Over
+    per-sample steps (ops, policies) it is a step of each sample's program
+    (containers.SampleRandomChoice); over MixUp and CutMix, a batch transform
+    (mixing.RandomChoice, for Loader(batch_transform=))."""
+
+    def __new__(cls, transforms: Sequence[Any], p: Sequence[float] | None = None) -> Any:  # type: ignore[misc]
+        items = list(transforms)
+        if items and all(isinstance(t, _Step) for t in items):
+            return SampleRandomChoice(items, p)
+        return mixing.RandomChoice(items, p)

@@ -1,0 +1,354 @@
+"""The geometry steps (one, first in a Compose) and the flips, with torchvision's names,
+arguments and draws: RandomResizedCrop, Resize, CenterCrop, RandomCrop (timm's
+ResizeKeepRatio and CenterCropOrPad), RandomHorizontalFlip, RandomVerticalFlip."""
+from __future__ import annotations
+
+import math
+import numbers
+import random
+from typing import Any, Sequence
+
+
+from ..errors import TransformError
+from .base import Transform
+from .convert import key, levels
+
+
+def _setup_size(size: Any, name: str = "size") -> tuple[int, int]:
+    if isinstance(size, numbers.Integral):
+        return int(size), int(size)
+    if isinstance(size, Sequence) and len(size) == 1 and isinstance(size[0], numbers.Integral):
+        return int(size[0]), int(size[0])
+    if isinstance(size, Sequence) and len(size) == 2 and all(isinstance(s, numbers.Integral) for s in size):
+        return int(size[0]), int(size[1])
+    raise TypeError(f"{name} must be an int or a sequence of one or two ints, not {size!r}")
+
+
+_MODES = ("bilinear", "bicubic")
+
+
+def _interpolation(interpolation: Any, antialias: bool) -> tuple[str, ...]:
+    """The resampling filter(s) of a resize: ("bilinear",), ("bicubic",), or both (a
+    list or tuple of modes: one drawn an image, as timm's interpolation="random").
+    torchvision's InterpolationMode, its string, or PIL's constant (2, 3) are read."""
+    modes = list(interpolation) if isinstance(interpolation, (list, tuple)) else [interpolation]
+    names = []
+    for m in modes:
+        name = getattr(m, "value", m)
+        name = {2: "bilinear", 3: "bicubic"}.get(name, name) if isinstance(name, int) else str(name).lower()
+        if name not in _MODES:
+            raise TransformError(f"{m!r} interpolation cannot be fused: the kernel resamples bilinear or bicubic")
+        names.append(name)
+    if not names:
+        raise TransformError("no interpolation mode given")
+    if "bicubic" in names and not antialias:
+        raise TransformError("bicubic interpolation with antialias=False cannot be fused: the kernel's bicubic is "
+                             "the antialiased one (torchvision's default for tensors, PIL's)")
+    return tuple(dict.fromkeys(names))
+
+
+def _resize_repr(t: Transform, modes: tuple[str, ...]) -> str:
+    """The repr with the interpolation named where it is not the default (bilinear): a
+    state saved before bicubic existed keeps its transform fingerprint."""
+    text = Transform.__repr__(t)
+    if modes == ("bilinear",):
+        return text
+    return f"{text[:-1]}, interpolation={modes[0] if len(modes) == 1 else list(modes)!r})"
+
+
+class RandomResizedCrop(Transform, converts=("torchvision.RandomResizedCrop",
+                                             "timm.RandomResizedCropAndInterpolation")):
+    """torchvision's RandomResizedCrop: 10 tries of area ~ U(scale)·H·W and log-uniform
+    aspect ratio, else the centred fallback; a bilinear or bicubic resize with antialias,
+    or a list of modes to draw one an image from (timm's interpolation="random")."""
+
+    group = "geometry"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        if key(t) == "timm.RandomResizedCropAndInterpolation":  # torchvision's draw with its interpolation ("random":
+            return cls(list(t.size), tuple(t.scale), tuple(t.ratio), t.interpolation, antialias=True)  # both modes)
+        return cls(t.size, t.scale, t.ratio, t.interpolation, antialias=bool(getattr(t, "antialias", True)))
+
+    def __init__(self, size: int | Sequence[int], scale: tuple[float, float] = (0.08, 1.0),
+                 ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0), interpolation: Any = "bilinear",
+                 antialias: bool = True) -> None:
+        self.size = _setup_size(size)
+        if not isinstance(scale, Sequence) or len(scale) != 2:
+            raise TypeError("scale must be a sequence of two floats")
+        if not isinstance(ratio, Sequence) or len(ratio) != 2:
+            raise TypeError("ratio must be a sequence of two floats")
+        if scale[0] > scale[1] or ratio[0] > ratio[1]:
+            raise ValueError("scale and ratio must be (min, max)")
+        if scale[0] < 0 or ratio[0] <= 0:
+            raise ValueError("scale must be >= 0 and ratio > 0")
+        self._modes = _interpolation(interpolation, bool(antialias))
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.ratio = (float(ratio[0]), float(ratio[1]))
+        self.antialias = bool(antialias)
+        self._log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+
+    @property
+    def interpolation(self) -> str | tuple[str, ...]:
+        return self._modes[0] if len(self._modes) == 1 else self._modes
+
+    def __repr__(self) -> str:
+        return _resize_repr(self, self._modes)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        height, width = size
+        area = height * width
+        for _ in range(10):
+            target_area = area * rng.uniform(self.scale[0], self.scale[1])
+            aspect_ratio = math.exp(rng.uniform(self._log_ratio[0], self._log_ratio[1]))
+            w = int(round(math.sqrt(target_area * aspect_ratio)))
+            h = int(round(math.sqrt(target_area / aspect_ratio)))
+            if 0 < w <= width and 0 < h <= height:
+                i = rng.randint(0, height - h)
+                j = rng.randint(0, width - w)
+                return self._with_mode(rng, {"crop": (i, j, h, w)})
+        in_ratio = float(width) / float(height)
+        if in_ratio < min(self.ratio):
+            w = width
+            h = int(round(w / min(self.ratio)))
+        elif in_ratio > max(self.ratio):
+            h = height
+            w = int(round(h * max(self.ratio)))
+        else:
+            w, h = width, height
+        return self._with_mode(rng, {"crop": ((height - h) // 2, (width - w) // 2, h, w)})
+
+    def _with_mode(self, rng: random.Random, d: dict) -> dict:
+        """With several modes, the image's (after its crop, as timm draws it): "cubic"."""
+        if len(self._modes) > 1:
+            d["cubic"] = self._modes[rng.randrange(len(self._modes))] == "bicubic"
+        return d
+
+
+class Resize(Transform, converts="torchvision.Resize"):
+    """torchvision's Resize: an int resizes the shorter side (the longer one keeps the
+    aspect ratio, capped by max_size); (h, w) resizes to exactly that."""
+
+    group = "geometry"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.size, t.interpolation, getattr(t, "max_size", None), antialias=bool(getattr(t, "antialias", True)))
+
+    def __init__(self, size: int | Sequence[int], interpolation: Any = "bilinear",
+                 max_size: int | None = None, antialias: bool = True) -> None:
+        if isinstance(size, numbers.Integral) or (isinstance(size, Sequence) and len(size) == 1):
+            self.size: int | tuple[int, int] = int(size if isinstance(size, numbers.Integral) else size[0])
+        else:
+            self.size = _setup_size(size)
+        if max_size is not None and not isinstance(self.size, int):
+            raise ValueError("max_size is only allowed when size is an int")
+        if max_size is not None and (isinstance(max_size, bool) or not isinstance(max_size, int)
+                                     or max_size <= self.size):  # type: ignore[operator]
+            # (torchvision's F.resize refuses it so, at the first image)
+            raise ValueError(f"max_size = {max_size} must be strictly greater than the requested size for the "
+                             f"smaller edge size (size={self.size})")
+        self._modes = _interpolation(interpolation, bool(antialias))
+        if len(self._modes) > 1:
+            raise TransformError("Resize takes one interpolation mode (a mode drawn an image is RandomResizedCrop's)")
+        self.max_size = max_size
+        self.antialias = bool(antialias)
+
+    @property
+    def interpolation(self) -> str:
+        return self._modes[0]
+
+    def __repr__(self) -> str:
+        return _resize_repr(self, self._modes)
+
+    def output_size(self, height: int, width: int) -> tuple[int, int]:
+        if not isinstance(self.size, int):
+            return self.size
+        short, long = (width, height) if width <= height else (height, width)
+        new_short, new_long = self.size, int(self.size * long / short)
+        if self.max_size is not None and new_long > self.max_size:
+            new_short, new_long = int(self.max_size * new_short / new_long), self.max_size
+        return (new_long, new_short) if width <= height else (new_short, new_long)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        return {"resize": self.output_size(*size)}
+
+
+def _pad_fill(fill: Any, what: str) -> tuple[int, int, int]:
+    """A padding fill (one level or three, RGB, in uint8 levels) as three ints."""
+    fills: list[Any] = list(fill) if isinstance(fill, Sequence) else [fill]
+    if len(fills) == 1:
+        fills *= 3
+    if len(fills) != 3 or any(isinstance(f, bool) or not isinstance(f, numbers.Real) or not 0 <= float(f) <= 255
+                              or float(f) != int(float(f)) for f in fills):
+        raise TransformError(f"{what}(fill={fill!r}) cannot be fused: a fill is one whole level in [0, 255] or three "
+                             "(RGB)")
+    return int(float(fills[0])), int(float(fills[1])), int(float(fills[2]))
+
+
+class ResizeKeepRatio(Resize, converts="timm.ResizeKeepRatio"):
+    """timm's ResizeKeepRatio (its eval form): each image scaled by one factor, the ratio
+    of its size to `size` (h, w) taken between the smaller (longest=0) and the larger
+    (longest=1) side's, each side rounded: round(side / ratio)."""
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        """Its eval form (no random scale or aspect: timm's rkrc/rkrr train crops are refused)."""
+        if getattr(t, "random_scale_prob", 0) > 0 or getattr(t, "random_aspect_prob", 0) > 0:
+            raise TransformError("timm.data.ResizeKeepRatio with random_scale_prob or random_aspect_prob cannot be "
+                                 "fused: its eval form (no random scale or aspect) is")
+        return cls(tuple(t.size), t.longest, t.interpolation)
+
+    def __init__(self, size: Sequence[int], longest: float = 0.0, interpolation: Any = "bilinear") -> None:
+        super().__init__(_setup_size(size), interpolation)
+        self.longest = float(longest)
+
+    def output_size(self, height: int, width: int) -> tuple[int, int]:
+        th, tw = self.size  # type: ignore[misc]
+        rh, rw = height / th, width / tw
+        ratio = max(rh, rw) * self.longest + min(rh, rw) * (1.0 - self.longest)
+        return max(1, round(height / ratio)), max(1, round(width / ratio))
+
+
+class CenterCrop(Transform, converts=("torchvision.CenterCrop", "timm.CenterCropOrPad")):
+    """torchvision's CenterCrop, padding where the crop is larger (with zeros, or `fill`:
+    timm's CenterCropOrPad with the mean colour)."""
+
+    group = "geometry"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        """timm's CenterCropOrPad pads with its `fill` where the crop is larger, then takes the
+        centred crop (CenterCrop's offsets)."""
+        if key(t) == "timm.CenterCropOrPad":
+            if getattr(t, "padding_mode", "constant") != "constant":
+                raise TransformError(f"timm.data.CenterCropOrPad(padding_mode={t.padding_mode!r}) cannot be fused: "
+                                     "only 'constant'")
+            return cls(t.size, levels(t.fill, floats))
+        return cls(t.size)
+
+    def __init__(self, size: int | Sequence[int], fill: Any = 0) -> None:
+        self.size = _setup_size(size)
+        self._fill = _pad_fill(fill, "CenterCrop")
+
+    def __repr__(self) -> str:  # (the fill named only where it is not zeros: saved states keep their fingerprint)
+        return f"CenterCrop(size={self.size!r})" if self._fill == (0, 0, 0) else \
+            f"CenterCrop(size={self.size!r}, fill={list(self._fill)})"
+
+    def offsets(self, height: int, width: int) -> tuple[int, int]:
+        ch, cw = self.size
+        top = -((ch - height) // 2) if ch > height else int(round((height - ch) / 2.0))
+        left = -((cw - width) // 2) if cw > width else int(round((width - cw) / 2.0))
+        return top, left
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        return {"crop": (*self.offsets(*size), *self.size)}
+
+
+def _padding(padding: Any) -> tuple[int, int, int, int]:
+    """torchvision's padding argument as (left, top, right, bottom)."""
+    if padding is None:
+        return 0, 0, 0, 0
+    if isinstance(padding, numbers.Integral):
+        p = int(padding)
+        return p, p, p, p
+    if isinstance(padding, Sequence) and len(padding) in (1, 2, 4) and all(isinstance(v, numbers.Integral)
+                                                                           for v in padding):
+        v = [int(x) for x in padding]
+        if len(v) == 1:
+            return v[0], v[0], v[0], v[0]
+        if len(v) == 2:
+            return v[0], v[1], v[0], v[1]
+        return v[0], v[1], v[2], v[3]
+    raise TypeError(f"padding must be an int or a sequence of 1, 2 or 4 ints, not {padding!r}")
+
+
+class RandomCrop(Transform, converts="torchvision.RandomCrop"):
+    """torchvision's RandomCrop: pad (zeros, `padding` as torchvision reads it, then to the
+    crop size where pad_if_needed and the image is smaller), and cut a window of `size`
+    at a uniformly drawn position, padding with `fill` (levels); padding modes other than
+    "constant" are refused."""
+
+    group = "geometry"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        padding = t.padding
+        if padding is not None and type(t).__module__.startswith("torchvision.transforms.v2"):
+            left, right, top, bottom = padding  # v2 keeps it as (left, right, top, bottom)
+            padding = (left, top, right, bottom)
+        return cls(t.size, padding, t.pad_if_needed, levels(t.fill, floats), t.padding_mode)
+
+    def __init__(self, size: int | Sequence[int], padding: int | Sequence[int] | None = None,
+                 pad_if_needed: bool = False, fill: Any = 0, padding_mode: str = "constant") -> None:
+        self.size = _setup_size(size)
+        self.padding = _padding(padding)
+        if min(self.padding) < 0:
+            raise ValueError(f"padding must be >= 0, not {padding!r}")
+        if padding_mode != "constant":
+            raise TransformError(f"RandomCrop(padding_mode={padding_mode!r}) cannot be fused: only 'constant'")
+        self._fill = _pad_fill(fill, "RandomCrop")
+        self.pad_if_needed = bool(pad_if_needed)
+
+    def __repr__(self) -> str:
+        text = Transform.__repr__(self)
+        return text if self._fill == (0, 0, 0) else f"{text[:-1]}, fill={list(self._fill)})"
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        height, width = size
+        left, top, right, bottom = self.padding
+        th, tw = self.size
+        pw, ph = width + left + right, height + top + bottom
+        if self.pad_if_needed and pw < tw:  # torchvision pads both sides by the difference
+            left += tw - pw
+            pw += 2 * (tw - pw)
+        if self.pad_if_needed and ph < th:
+            top += th - ph
+            ph += 2 * (th - ph)
+        if ph < th or pw < tw:
+            raise ValueError(f"RandomCrop{self.size}: the image ({height}x{width}, {ph}x{pw} padded) is smaller "
+                             "than the crop (pad_if_needed=True pads it)")
+        if ph == th and pw == tw:
+            i = j = 0
+        else:
+            i = rng.randint(0, ph - th)
+            j = rng.randint(0, pw - tw)
+        return {"crop": (i - top, j - left, th, tw)}  # in the image's own coordinates: zeros outside
+
+
+class _Flip(Transform):
+    """A mirror of the output image with probability p; make_params says it under `key`."""
+
+    group = "flips"
+
+    key = ""
+
+    def __init__(self, p: float = 0.5) -> None:
+        if not 0.0 <= p <= 1.0:
+            raise ValueError("p must be in [0, 1]")
+        self.p = float(p)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        return {self.key: rng.random() < self.p}
+
+
+class RandomHorizontalFlip(_Flip, converts="torchvision.RandomHorizontalFlip"):
+    """torchvision's RandomHorizontalFlip: `flip` in make_params."""
+
+    key = "flip"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.p)
+
+
+class RandomVerticalFlip(_Flip, converts="torchvision.RandomVerticalFlip"):
+    """torchvision's RandomVerticalFlip: with probability p the output image is mirrored
+    top to bottom (in the kernel: rows read in reverse); `vflip` in make_params. Drawn
+    after RandomHorizontalFlip's coin, wherever it stands among the steps."""
+
+    key = "vflip"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.p)

@@ -1,0 +1,168 @@
+"""A Compose's steps checked and sorted into the kernel's plan: the geometry, the
+flips, each sample's program, the output's dtype and normalization, the erasing."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from ..errors import TransformError
+from .base import Transform, _PixelOp, _refuse, _Step
+from .colour import ColorJitter
+from .convert import qualified
+from .geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
+                       ResizeKeepRatio, _Flip)
+from .output import Normalize, RandomErasing, ToDtype
+
+
+@dataclass(frozen=True)
+class _Plan:
+    geometry: tuple[Transform, ...]
+    out_size: tuple[int, int] | None  # None: no geometry, each image keeps its size
+    antialias: bool
+    flip: RandomHorizontalFlip | None
+    normalize: Normalize | None
+    dtype: torch.dtype
+    steps: tuple[Transform, ...] = field(repr=False)
+    erase: RandomErasing | None = None  # on the kernel's output, last
+    vflip: RandomVerticalFlip | None = None
+    program: tuple[_Step, ...] = ()  # each sample's kernel program, in the Compose's order
+    cubic: bool = False  # the resize is bicubic (one mode; with several, each image's draw says)
+    pad_fill: tuple[int, int, int] = (0, 0, 0)  # the crop's padding colour (levels)
+
+    @property
+    def jitter(self) -> ColorJitter | None:
+        return next((u for t in self.program for u in t.inner() if isinstance(u, ColorJitter)), None)
+
+    @property
+    def jitter_draw(self) -> Transform | None:
+        """The program step that draws the jitter: the ColorJitter, or what wraps it."""
+        return next((t for t in self.program if any(isinstance(u, ColorJitter) for u in t.inner())), None)
+
+    @property
+    def pixel_ops(self) -> tuple[_PixelOp, ...]:
+        return tuple(t for t in self.program if isinstance(t, _PixelOp))
+
+
+_GEOMETRY = (RandomResizedCrop, Resize, CenterCrop, RandomCrop)
+
+
+def _names(steps: Sequence[Any], width: int = 60) -> str:
+    """The steps' class names for a message, shortened to about `width` characters."""
+    names = [type(t).__name__ for t in steps]
+    text = ", ".join(names)
+    while len(text) > width and len(names) > 3:
+        names = names[:1] + names[3:] if names[1] == "..." else names[:1] + ["..."] + names[2:]
+        text = ", ".join(names)
+    return text
+
+
+def _plan(transforms: Sequence[Transform]) -> _Plan:
+    steps = list(transforms)
+    names = _names(steps)
+    for i, t in enumerate(steps):
+        if not isinstance(t, Transform):
+            raise _refuse(f"{qualified(t)} cannot be fused (step {i + 1} of {len(steps)}): a Compose takes "
+                          "gpudecode.transforms steps (Compose.from_torchvision converts torchvision's)")
+    geometry = _geometry(steps, names)
+    rest = _AfterGeometry(names)
+    for t in steps[len(geometry):]:
+        rest.add(t)
+    out_size = geometry[-1].size if geometry else None  # type: ignore[attr-defined]
+    plan = _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,
+                 all(getattr(g, "antialias", True) for g in geometry), rest.flip, rest.normalize,
+                 rest.dtype or torch.uint8, tuple(steps), rest.erase, rest.vflip, tuple(rest.program),
+                 any(getattr(g, "_modes", ()) == ("bicubic",) for g in geometry),
+                 next((g._fill for g in geometry if isinstance(g, (CenterCrop, RandomCrop))), (0, 0, 0)))  # noqa: SLF001
+    if plan.out_size is not None:
+        for t in plan.program:
+            for u in t.inner():
+                check = getattr(u, "check_size", None)
+                if check is not None:
+                    check(plan.out_size)
+    return plan
+
+
+def _geometry(steps: list[Transform], names: str) -> list[Transform]:
+    """The leading geometry steps, checked to be one of the supported combinations."""
+    geometry: list[Transform] = []
+    for t in steps:
+        if not isinstance(t, _GEOMETRY):
+            break
+        geometry.append(t)
+    kinds = [Resize if isinstance(g, Resize) else type(g) for g in geometry]
+    if kinds not in ([], [RandomResizedCrop], [Resize], [CenterCrop], [RandomCrop], [Resize, CenterCrop],
+                     [Resize, RandomCrop]):
+        raise TransformError(f"unsupported geometry {[k.__name__ for k in kinds]} in [{names}]: use one of "
+                             f"RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, "
+                             f"Resize + RandomCrop, or none")
+    if kinds == [Resize] and (isinstance(geometry[0].size, int) or isinstance(geometry[0], ResizeKeepRatio)):  # type: ignore[attr-defined]
+        raise TransformError("Resize(int) alone gives differently sized images; add CenterCrop or give (h, w)")
+    return geometry
+
+
+class _AfterGeometry:
+    """The steps after the geometry, taken one at a time and checked where they stand."""
+
+    def __init__(self, names: str) -> None:
+        self.names = names
+        self.flip: RandomHorizontalFlip | None = None
+        self.vflip: RandomVerticalFlip | None = None
+        self.program: list[_Step] = []
+        self.keys: dict[str, str] = {}  # make_params key -> the class that draws it
+        self.normalize: Normalize | None = None
+        self.dtype: torch.dtype | None = None
+        self.erase: RandomErasing | None = None
+
+    def add(self, t: Transform) -> None:
+        what, names = type(t).__name__, self.names
+        if self.erase is not None:
+            raise TransformError(f"{what} after RandomErasing cannot be fused: it erases the finished image [{names}]")
+        if isinstance(t, _GEOMETRY):
+            raise TransformError(f"{what} after other steps cannot be fused: geometry comes first [{names}]")
+        if self.normalize is not None and not isinstance(t, RandomErasing) and not (
+                isinstance(t, ToDtype) and t.dtype in (torch.float16, torch.float32)):
+            raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
+        if isinstance(t, RandomErasing):
+            self.erase = t
+        elif isinstance(t, _Flip):
+            self._flip(t)
+        elif isinstance(t, _Step):
+            self._step(t)
+        elif isinstance(t, Normalize):
+            if self.dtype == torch.uint8:
+                raise TransformError("Normalize needs a float dtype, not ToDtype(uint8)")
+            self.normalize = t
+            self.dtype = self.dtype or torch.float32
+        elif isinstance(t, ToDtype):
+            if t.dtype != torch.uint8 and self.normalize is None and not t.scale:
+                raise TransformError("ToDtype(float) on uint8 images needs scale=True to be fused")
+            self.dtype = t.dtype
+        else:
+            raise _refuse(f"{what} cannot be fused there [{names}]")
+
+    def _flip(self, t: _Flip) -> None:
+        what = type(t).__name__
+        if (self.vflip if isinstance(t, RandomVerticalFlip) else self.flip) is not None:
+            raise TransformError(f"two {what}s [{self.names}]")
+        moving = next((type(u).__name__ for u in self.program if u.moves), None)
+        if moving is not None:
+            raise TransformError(f"{what} after {moving} cannot be fused: the kernel flips while it resamples, "
+                                 f"before the program's warps (put the flip before {moving}) [{self.names}]")
+        if isinstance(t, RandomVerticalFlip):
+            self.vflip = t
+        else:
+            self.flip = t  # type: ignore[assignment]
+
+    def _step(self, t: _Step) -> None:
+        if self.dtype == torch.uint8:
+            raise TransformError(f"{type(t).__name__} after ToDtype(uint8) cannot be fused [{self.names}]")
+        for u in t.inner():
+            for k in u.keys:
+                if k in self.keys:
+                    raise TransformError(f"two {type(u).__name__}s [{self.names}]" if self.keys[k] == type(u).__name__
+                                         else f"{type(u).__name__} and {self.keys[k]} both draw {k!r}: one of them "
+                                         f"per Compose [{self.names}]")
+                self.keys[k] = type(u).__name__
+        self.program.append(t)

@@ -1,0 +1,279 @@
+"""The warps of a sample's program (barriers: each output pixel reads the whole image),
+with torchvision's names, arguments and draws: RandomRotation, RandomAffine,
+RandomPerspective; and the matrices the policies' warps share."""
+from __future__ import annotations
+
+import math
+import numbers
+import random
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import TransformError
+from ..kernels.ops import AFFINE, PERSPECTIVE
+from .base import Transform, _Step
+from .convert import warp_fill
+
+
+NEAREST, BILINEAR, INTEGER_MAP = 0.0, 1.0, 2.0  # AFFINE's interpolation argument
+
+
+def _interpolation(value: Any) -> float:
+    name = str(getattr(value, "value", value)).lower()
+    if name in ("nearest", "0"):
+        return NEAREST
+    if name in ("bilinear", "2"):
+        return BILINEAR
+    raise TransformError(f"interpolation {value!r} cannot be fused for warps: nearest or bilinear (torchvision's "
+                         "tensor warps take only these)")
+
+
+def _fill(fill: Any) -> tuple[float, float, float] | None:
+    """A fill in uint8 levels as the kernel's float RGB (None: no fill, zeros outside)."""
+    if fill is None:
+        return None
+    if isinstance(fill, dict):
+        raise TransformError("a fill per input type (dict) cannot be fused: give a number or an RGB sequence")
+    values = [float(fill)] if isinstance(fill, numbers.Real) else [float(v) for v in fill]
+    if len(values) == 1:
+        values *= 3
+    if len(values) != 3:
+        raise TransformError(f"fill {fill!r}: one value or three (RGB)")
+    return values[0] / 255.0, values[1] / 255.0, values[2] / 255.0
+
+
+def inverse_affine(center: Sequence[float], angle: float, translate: Sequence[float], scale: float,
+                   shear: Sequence[float]) -> list[float]:
+    """The matrix mapping output to input coordinates (centred on the image) of a warp
+    rotating by `angle` degrees, scaling, shearing (degrees) and translating about
+    `center`: rotation-shear RSS = R(angle) Sh(shear); inverse = C RSS^-1 / scale C^-1 T^-1.
+    The same formula and order of operations as torchvision's, so the same float32 theta."""
+    rot = math.radians(angle)
+    sx, sy = math.radians(shear[0]), math.radians(shear[1])
+    cx, cy = center
+    tx, ty = translate
+    cos_sy, tan_sx = math.cos(sy), math.tan(sx)
+    a = math.cos(rot - sy) / cos_sy
+    b = -(a * tan_sx + math.sin(rot))
+    c = math.sin(rot - sy) / cos_sy
+    d = math.cos(rot) - c * tan_sx
+    m = [d / scale, -b / scale, 0.0, -c / scale, a / scale, 0.0]
+    m[2] += m[0] * (-(cx + tx)) + m[1] * (-(cy + ty))
+    m[5] += m[3] * (-(cx + tx)) + m[4] * (-(cy + ty))
+    m[2] += cx
+    m[5] += cy
+    return m
+
+
+def affine_args(matrix: Sequence[float], size: tuple[int, int], interpolation: float,
+                fill: tuple[float, float, float] | None) -> tuple[float, ...]:
+    """AFFINE's kernel arguments: theta's rows divided by (w/2, h/2) in float32, as
+    torchvision's _affine_grid divides them, then the interpolation and the fill (NaN:
+    none)."""
+    h, w = size
+    theta = torch.tensor(matrix, dtype=torch.float32)
+    half = torch.tensor([0.5 * w] * 3 + [0.5 * h] * 3, dtype=torch.float32)
+    scaled = (theta / half).tolist()
+    return (*scaled, interpolation, *(fill if fill is not None else (math.nan,) * 3))
+
+
+def rotation_args(angle: float, size: tuple[int, int], interpolation: float, fill: Any,
+                  center: Sequence[float] | None = None) -> tuple[float, ...] | None:
+    """F.rotate's warp as AFFINE args (None: the identity). Where torchvision takes its
+    exact fast paths (no center; 0 and 180 degrees; 90 and 270 on square images) the
+    kernel maps integer pixels instead, so the result is the same exact permutation."""
+    h, w = size
+    angle = angle % 360
+    if center is None:
+        if angle == 0:
+            return None
+        if angle == 180 or (h == w and angle in (90, 270)):
+            # source (x, y) = (a0 x + a1 y + a2, a3 x + a4 y + a5), in pixels
+            maps = {180: (-1, 0, w - 1, 0, -1, h - 1), 90: (0, -1, w - 1, 1, 0, 0), 270: (0, 1, 0, -1, 0, h - 1)}
+            return (*map(float, maps[int(angle)]), INTEGER_MAP, math.nan, math.nan, math.nan)
+    cf = [0.0, 0.0] if center is None else [c - s * 0.5 for c, s in zip(center, (w, h))]
+    return affine_args(inverse_affine(cf, -angle, (0.0, 0.0), 1.0, (0.0, 0.0)), size, interpolation, fill)
+
+
+def warp_args(size: tuple[int, int], angle: float, translate: Sequence[float], scale: float, shear: Sequence[float],
+              interpolation: float, fill: Any, center: Sequence[float] | None = None) -> tuple[float, ...]:
+    """F.affine's warp as AFFINE args."""
+    h, w = size
+    cf = [0.0, 0.0] if center is None else [c - s * 0.5 for c, s in zip(center, (w, h))]
+    return affine_args(inverse_affine(cf, angle, [float(t) for t in translate], scale, shear), size, interpolation,
+                       fill)
+
+
+class _Warp(_Step):
+    moves = True
+
+    def _setup(self, interpolation: Any, fill: Any, center: Sequence[float] | None) -> None:
+        self.interpolation = _interpolation(interpolation)
+        self.fill = fill
+        self._fill = _fill(fill)
+        if center is not None and len(center) != 2:
+            raise ValueError("center should be a sequence of length 2")
+        self.center = None if center is None else (float(center[0]), float(center[1]))
+
+
+def _degrees(degrees: Any, name: str = "degrees") -> tuple[float, float]:
+    if isinstance(degrees, numbers.Real):
+        if degrees < 0:
+            raise ValueError(f"If {name} is a single number, it must be positive.")
+        return -float(degrees), float(degrees)
+    if isinstance(degrees, Sequence) and len(degrees) == 2:
+        return float(degrees[0]), float(degrees[1])
+    raise TypeError(f"{name} should be a single number or a sequence with length 2.")
+
+
+class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
+    """torchvision's RandomRotation: the output image rotated by an angle uniform in
+    `degrees` (make_params: "rotation": {"angle"}), nearest or bilinear, `fill` (uint8
+    levels; torchvision's default 0) outside, about `center`; expand=False only (the
+    output keeps its size)."""
+
+    keys = ("rotation",)
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        if t.expand:
+            raise TransformError("RandomRotation(expand=True) cannot be fused: the output would change size")
+        return cls(t.degrees, t.interpolation, False, t.center, warp_fill(t, floats))
+
+    def __init__(self, degrees: Any, interpolation: Any = "nearest", expand: bool = False,
+                 center: Sequence[float] | None = None, fill: Any = 0) -> None:
+        if expand:
+            raise TransformError("RandomRotation(expand=True) cannot be fused: the output would change size")
+        self.degrees = _degrees(degrees)
+        self._setup(interpolation, fill, center)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        return {"rotation": {"angle": rng.uniform(*self.degrees)}}
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        r = p.get("rotation")
+        if r is not None:
+            a = rotation_args(r["angle"], size, self.interpolation, self._fill, self.center)
+            if a is not None:
+                prog.append((AFFINE, a))
+
+
+class RandomAffine(_Warp, converts="torchvision.RandomAffine"):
+    """torchvision's RandomAffine: angle, translation (fractions of the size, rounded to
+    pixels), scale and shear drawn as torchvision draws them (make_params: "affine":
+    {"angle", "translate", "scale", "shear"}), nearest or bilinear, `fill` outside."""
+
+    keys = ("affine",)
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.degrees, t.translate, t.scale, t.shear, t.interpolation, warp_fill(t, floats), t.center)
+
+    def __init__(self, degrees: Any, translate: Sequence[float] | None = None, scale: Sequence[float] | None = None,
+                 shear: Any = None, interpolation: Any = "nearest", fill: Any = 0,
+                 center: Sequence[float] | None = None) -> None:
+        self.degrees = _degrees(degrees)
+        if translate is not None:
+            if len(translate) != 2 or not all(0.0 <= t <= 1.0 for t in translate):
+                raise ValueError("translate should be a sequence of length 2 with values between 0 and 1")
+            translate = (float(translate[0]), float(translate[1]))
+        if scale is not None:
+            if len(scale) != 2 or any(s <= 0 for s in scale):
+                raise ValueError("scale values should be positive")
+            scale = (float(scale[0]), float(scale[1]))
+        shears: tuple[float, ...] | None = None
+        if shear is not None:
+            if isinstance(shear, numbers.Real):
+                shears = _degrees(shear, "shear")
+            elif len(shear) in (2, 4):
+                shears = tuple(float(v) for v in shear)
+            else:
+                raise TypeError("shear should be a single number or a sequence of 2 or 4 numbers")
+        self.translate = translate
+        self.scale = scale
+        self.shear = shears
+        self._setup(interpolation, fill, center)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        height, width = size
+        angle = rng.uniform(*self.degrees)
+        tx = ty = 0
+        if self.translate is not None:
+            max_dx, max_dy = self.translate[0] * width, self.translate[1] * height
+            tx, ty = int(round(rng.uniform(-max_dx, max_dx))), int(round(rng.uniform(-max_dy, max_dy)))
+        scale = rng.uniform(*self.scale) if self.scale is not None else 1.0
+        shear_x = shear_y = 0.0
+        if self.shear is not None:
+            shear_x = rng.uniform(self.shear[0], self.shear[1])
+            if len(self.shear) == 4:
+                shear_y = rng.uniform(self.shear[2], self.shear[3])
+        return {"affine": {"angle": angle, "translate": (tx, ty), "scale": scale, "shear": (shear_x, shear_y)}}
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        a = p.get("affine")
+        if a is not None:
+            prog.append((AFFINE, warp_args(size, a["angle"], a["translate"], a["scale"], a["shear"],
+                                           self.interpolation, self._fill, self.center)))
+
+
+def perspective_coefficients(startpoints: Sequence[Sequence[int]],
+                             endpoints: Sequence[Sequence[int]]) -> list[float]:
+    """torchvision's _get_perspective_coeffs: the 8 coefficients mapping output to input
+    pixels, (x, y) -> ((a x + b y + c) / (g x + h y + 1), (d x + e y + f) / (g x + h y + 1)),
+    solved in float64 from the four corners (startpoints: the input's, endpoints: where
+    they go), then rounded to float32 as torchvision rounds them."""
+    rows, rhs = [], []
+    for (x, y), (u, v) in zip(endpoints, startpoints):
+        rows.append([x, y, 1, 0, 0, 0, -u * x, -u * y])
+        rows.append([0, 0, 0, x, y, 1, -v * x, -v * y])
+        rhs += [u, v]
+    solution = np.linalg.lstsq(np.asarray(rows, np.float64), np.asarray(rhs, np.float64), rcond=None)[0]
+    return solution.astype(np.float32).tolist()
+
+
+class RandomPerspective(_Warp, converts="torchvision.RandomPerspective"):
+    """torchvision's RandomPerspective: with probability p, the four corners each moved
+    inwards by up to distortion_scale of half the size (whole pixels, drawn as torchvision
+    draws them), the image warped so (make_params: "perspective": {"coefficients"}),
+    nearest or bilinear, `fill` outside (torchvision's default 0)."""
+
+    keys = ("perspective",)
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.distortion_scale, t.p, t.interpolation, warp_fill(t, floats))
+
+    def __init__(self, distortion_scale: float = 0.5, p: float = 0.5, interpolation: Any = "bilinear",
+                 fill: Any = 0) -> None:
+        if not 0 <= distortion_scale <= 1:
+            raise ValueError("Argument distortion_scale value should be between 0 and 1")
+        if not 0.0 <= p <= 1.0:
+            raise ValueError("p should be a probability between 0 and 1")
+        self.distortion_scale = float(distortion_scale)
+        self.p = float(p)
+        self._setup(interpolation, fill, None)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        if not rng.random() < self.p:  # torchvision's coin: applied when a uniform draw is under p
+            return {}
+        height, width = size
+        bh = int(self.distortion_scale * (height // 2)) + 1
+        bw = int(self.distortion_scale * (width // 2)) + 1
+        topleft = [rng.randrange(0, bw), rng.randrange(0, bh)]
+        topright = [rng.randrange(width - bw, width), rng.randrange(0, bh)]
+        botright = [rng.randrange(width - bw, width), rng.randrange(height - bh, height)]
+        botleft = [rng.randrange(0, bw), rng.randrange(height - bh, height)]
+        start = [[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]]
+        return {"perspective": {"coefficients": perspective_coefficients(start,
+                                                                        [topleft, topright, botright, botleft])}}
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        d = p.get("perspective")
+        if d is not None:
+            c = [float(v) for v in d["coefficients"]]
+            fill = self._fill if self._fill is not None else (math.nan, math.nan, math.nan)
+            prog.append((PERSPECTIVE, (*c[:6], float(self.interpolation), *fill, c[6], c[7])))
+
+# ---- the policies: (op name, magnitude) lists, emitted as kernel ops -----------------------

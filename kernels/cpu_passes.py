@@ -1,0 +1,398 @@
+"""The CPU twin's passes over one sample's image: the resample's axis weights and each op
+of the program (kernels/ops.py) as a pass over the image's channel rows, and the program's
+interpreter (_program). Every function here is compiled for the CPU by cpu_twin.py in the
+namespace of kernels/_pixel.py (the per-pixel formulas CUDA shares)."""
+from __future__ import annotations
+
+from ._compile import fastmath
+
+
+# ---------------------------------------------------------------------------------------
+# CPU twin: the same helpers, in separable passes arranged so that every inner loop runs
+# over contiguous memory and every ColorJitter loop over unit-stride channel rows:
+#   vertical    source rows -> vert [oh, bw*3]    (interleaved, as the source)
+#   transpose   vert -> vt [bw*3, oh]             (row 3*i + c: box column i, channel c)
+#   horizontal  vt -> px [ow*3, oh]               (row 3*x + c: output column x, channel c)
+#   ColorJitter op by op over px (r, g, b of column x are rows 3x, 3x+1, 3x+2)
+#   transpose   px -> out[c] [oh, ow], one channel at a time, applying Normalize on the
+#               way (the uint8 scaling is a pass of its own before it)
+# The transposes are 8x8 vector shuffles (_simd), the output ones with non-temporal
+# stores where aligned. One sample at a time, GIL released.
+
+def _axis_weights(out_size, vsize, voff, box, flip, antialias, cubic):
+    """Per output index: first source index, tap count, and normalized weights; and a
+    validity mask for indices that fall outside the resized frame (padding)."""
+    scale = float32(box) / float32(vsize)
+    first = np.zeros(out_size, np.int64)
+    count = np.zeros(out_size, np.int64)
+    valid = np.zeros(out_size, np.bool_)
+    taps = 1
+    for o in range(out_size):
+        v = (out_size - 1 - o if flip else o) + voff
+        if v >= 0 and v < vsize:
+            c, inv, lo, hi = filter_window(v, scale, box, antialias, cubic)
+            first[o] = lo
+            count[o] = hi - lo
+            valid[o] = True
+            taps = max(taps, hi - lo)
+    weights = np.zeros((out_size, taps), np.float32)
+    for o in range(out_size):
+        if valid[o]:
+            v = (out_size - 1 - o if flip else o) + voff
+            c, inv, lo, hi = filter_window(v, scale, box, antialias, cubic)
+            total = float32(0.0)
+            if cubic:  # (one loop per filter: the bilinear one as it was, with no branch in it)
+                for j in range(lo, hi):
+                    total += cubic_weight(j, c, inv)
+                for j in range(lo, hi):
+                    weights[o, j - lo] = cubic_weight(j, c, inv) / total
+            else:
+                for j in range(lo, hi):
+                    total += tri_weight(j, c, inv)
+                for j in range(lo, hi):
+                    weights[o, j - lo] = tri_weight(j, c, inv) / total
+    return first, count, weights, valid
+
+
+# Index arithmetic below is cast to unsigned (U) or goes through per-row slices: numba
+# checks signed indices for negative wraparound, and that check stops vectorization.
+
+def _op_pass(px, ow, op, factor, mean):
+    """One ColorJitter op in place over px [ow*3, n] (channel rows, see above); one
+    loop per op, so each loop has a fixed body the compiler vectorizes."""
+    n = px.shape[1]
+    if op == BRIGHTNESS or op == CONTRAST or op == SOLARIZE or op == INVERT or op == POSTERIZE or op == SOLARIZE_ADD:
+        flat = px.reshape(ow * 3 * n)
+        if op == SOLARIZE_ADD:
+            for i in range(ow * 3 * n):
+                flat[i] = solarize_add(flat[i], factor)
+        elif op == BRIGHTNESS:
+            for i in range(ow * 3 * n):
+                flat[i] = clamp01(flat[i] * factor)
+        elif op == CONTRAST:
+            for i in range(ow * 3 * n):
+                flat[i] = blend(flat[i], mean, factor)
+        elif op == SOLARIZE:
+            for i in range(ow * 3 * n):
+                flat[i] = solarize(flat[i], factor)
+        elif op == POSTERIZE:
+            for i in range(ow * 3 * n):
+                flat[i] = posterize(flat[i], factor)
+        else:
+            for i in range(ow * 3 * n):
+                flat[i] = float32(1.0) - flat[i]
+        return
+    for x in range(ow):
+        if op == SATURATION:
+            _saturation_rows(px[3 * x], px[3 * x + 1], px[3 * x + 2], factor)
+        elif op == HUE:
+            _hue_rows(px[3 * x], px[3 * x + 1], px[3 * x + 2], factor)
+        elif op == GRAYSCALE:
+            _gray_rows(px[3 * x], px[3 * x + 1], px[3 * x + 2])
+        else:  # any other per-pixel op: its formula (_pixel.apply_op) over the rows
+            _pixel_rows(px[3 * x], px[3 * x + 1], px[3 * x + 2], op, factor)
+
+
+# The channel rows go to these as separate arguments: LLVM then checks at run time that
+# they do not overlap and vectorizes (with the three rows as slices of one array in one
+# function, it gives up and the loops run scalar, 5-10x slower).
+
+def _pixel_rows(r, g, b, op, factor):
+    for i in range(r.shape[0]):
+        r[i], g[i], b[i] = apply_op(op, r[i], g[i], b[i], factor, float32(0.0))
+
+
+def _saturation_rows(r, g, b, factor):
+    for i in range(r.shape[0]):
+        l = gray(r[i], g[i], b[i])
+        r[i] = blend(r[i], l, factor)
+        g[i] = blend(g[i], l, factor)
+        b[i] = blend(b[i], l, factor)
+
+
+def _hue_rows(r, g, b, factor):
+    for i in range(r.shape[0]):
+        rr, gg, bb = adjust_hue(r[i], g[i], b[i], factor)
+        r[i] = rr
+        g[i] = gg
+        b[i] = bb
+
+
+def _gray_rows(r, g, b):
+    for i in range(r.shape[0]):
+        l = gray(r[i], g[i], b[i])
+        r[i] = l
+        g[i] = l
+        b[i] = l
+
+
+@fastmath("reassoc", "contract")  # float64 accumulators: the grey sum vectorizes
+def _gray_sum_rows(r, g, b):
+    total = 0.0
+    for i in range(r.shape[0]):
+        total += gray(r[i], g[i], b[i])
+    return total
+
+
+def _gray_mean(px, ow):
+    n = px.shape[1]
+    total = 0.0
+    for x in range(ow):
+        total += _gray_sum_rows(px[3 * x], px[3 * x + 1], px[3 * x + 2])
+    return float32(total / (ow * n))
+
+
+def _image(px, ow, oh):
+    """px [ow*3, oh] (row 3x + c: column x, channel c) as the image [ow, 3, oh] that the
+    CPU's `fetch` reads as (c, y, x)."""
+    return px.reshape((ow, 3, oh))
+
+
+@fastmath("nnan", "ninf", "nsz", "reassoc")
+def _min_max_row(row, lo, hi):
+    """(min, max) of lo, hi and the row's values (compiled with fastmath: it vectorizes;
+    min and max round nothing)."""
+    for i in range(row.shape[0]):
+        lo = min(lo, row[i])
+        hi = max(hi, row[i])
+    return lo, hi
+
+
+def _autocontrast_pass(px, ow):
+    n = px.shape[1]
+    for c in range(3):
+        lo = float32(2.0)
+        hi = float32(-2.0)
+        for x in range(ow):
+            lo, hi = _min_max_row(px[3 * x + c], lo, hi)
+        low, scale = autocontrast_bounds(lo, hi)
+        for x in range(ow):
+            row = px[3 * x + c]
+            for i in range(n):
+                row[i] = autocontrast(row[i], low, scale)
+
+
+def _equalize_pass(px, ow):
+    """torchvision's equalize: each channel through the LUT of its uint8 histogram (or
+    only quantized, where every pixel but the top level's makes fewer than 255)."""
+    n = px.shape[1]
+    hist = np.zeros(256, np.int64)
+    lut = np.empty(256, np.float32)
+    total = ow * n
+    for c in range(3):
+        hist[:] = 0
+        for x in range(ow):
+            row = px[3 * x + c]
+            for i in range(n):
+                hist[quantize(row[i])] += 1
+        top = 255
+        while hist[top] == 0:
+            top -= 1
+        step = (total - hist[top]) // 255
+        cum = 0
+        for k in range(256):
+            lut[k] = float32(equalize_level(k, cum, max(step, 1)) if step > 0 else k) * float32(1.0 / 255.0)
+            cum += hist[k]
+        for x in range(ow):
+            row = px[3 * x + c]
+            for i in range(n):
+                row[i] = lut[quantize(row[i])]
+
+
+def _sharpness_pass(px, px2, ow, oh, factor):
+    """adjust_sharpness over whole rows: output row 3x + c from rows 3(x-1)+c, 3x+c and
+    3(x+1)+c of the image before it, shifted by -1, 0, +1 (so each loop vectorizes)."""
+    if oh <= 2 or ow <= 2:
+        return
+    px2[:, :] = px
+    m = oh - 2
+    for x in range(1, ow - 1):
+        for c in range(3):
+            a = px2[3 * (x - 1) + c]
+            b = px2[3 * x + c]
+            d = px2[3 * (x + 1) + c]
+            _sharpen_row(px[3 * x + c][1:oh - 1], a[0:m], a[1:m + 1], a[2:m + 2], b[0:m], b[1:m + 1], b[2:m + 2],
+                         d[0:m], d[1:m + 1], d[2:m + 2], factor)
+
+
+def _sharpen_row(out, a0, a1, a2, b0, b1, b2, d0, d1, d2, factor):
+    for i in range(out.shape[0]):
+        ring = a0[i] + a1[i] + a2[i] + b0[i] + b2[i] + d0[i] + d1[i] + d2[i]
+        out[i] = sharpen_value(b1[i], ring, factor)
+
+
+def _blur_weights(size, sigma):
+    """The normalized 1-D weights and the taps worth reading, first to last (blur_first)."""
+    w = np.empty(size, np.float32)
+    total = float32(0.0)
+    for i in range(size):
+        w[i] = float32(gauss_weight(i, size, sigma))
+        total += w[i]
+    for i in range(size):
+        w[i] = w[i] / total
+    first = blur_first(w, size)
+    return w, first, size - first
+
+
+def _blur_x_pass(px, px2, ow, a):
+    """torchvision's gaussian_blur along x (reflect padding): each output row 3x + c a
+    weighted sum of whole rows 3x' + c, into px2, then back."""
+    k = int(a[0])
+    w, first, last = _blur_weights(k, a[1])
+    half = k // 2
+    n = px.shape[1]
+    for x in range(ow):
+        for c in range(3):
+            dst = px2[3 * x + c]
+            src = px[3 * reflect(x + first - half, ow) + c]
+            w0 = w[first]
+            for i in range(n):
+                dst[i] = w0 * src[i]
+            for j in range(first + 1, last):
+                src = px[3 * reflect(x + j - half, ow) + c]
+                wj = w[j]
+                for i in range(n):
+                    dst[i] += wj * src[i]
+    px[:, :] = px2
+
+
+def _blur_y_pass(px, oh, a):
+    """The same along y, in place: each row through a reflect-padded copy of itself."""
+    k = int(a[0])
+    w, first, last = _blur_weights(k, a[1])
+    half = k // 2
+    pad = np.empty(oh + 2 * half, np.float32)
+    for r in range(px.shape[0]):
+        row = px[r]
+        for i in range(oh + 2 * half):
+            pad[i] = row[reflect(i - half, oh)]
+        w0 = w[first]
+        p0 = pad[first:first + oh]
+        for i in range(oh):
+            row[i] = w0 * p0[i]
+        for j in range(first + 1, last):
+            wj = w[j]
+            pj = pad[j:j + oh]
+            for i in range(oh):
+                row[i] += wj * pj[i]
+
+
+def _affine_pass(px, px2, ow, oh, a):
+    """The warp, column by column (each output row of px is contiguous), one loop per
+    interpolation so that none of them branches on it."""
+    px2[:, :] = px
+    img = _image(px2, ow, oh)
+    mode = a[6]
+    fill = a[7] == a[7]  # NaN: none (zeros)
+    f0 = a[7] if fill else float32(0.0)
+    f1 = a[8] if fill else float32(0.0)
+    f2 = a[9] if fill else float32(0.0)
+    for x in range(ow):
+        r0 = px[3 * x]
+        r1 = px[3 * x + 1]
+        r2 = px[3 * x + 2]
+        if mode == float32(0.0):  # (affine_nearest, with the fill's test out of the loop)
+            for y in range(oh):
+                sx, sy, inside = nearest_source(y, x, oh, ow, a)
+                if inside:
+                    r0[y] = img[sx, 0, sy]
+                    r1[y] = img[sx, 1, sy]
+                    r2[y] = img[sx, 2, sy]
+                else:
+                    r0[y] = f0
+                    r1[y] = f1
+                    r2[y] = f2
+        elif mode == float32(1.0):
+            for y in range(oh):
+                r0[y], r1[y], r2[y] = affine_bilinear(img, y, x, oh, ow, a)
+        elif mode >= float32(3.0):
+            for y in range(oh):
+                r0[y], r1[y], r2[y] = affine_pil(img, y, x, oh, ow, a)
+        else:
+            for y in range(oh):
+                r0[y], r1[y], r2[y] = affine_integer(img, y, x, oh, ow, a)
+
+
+def _perspective_pass(px, px2, ow, oh, a):
+    """The perspective warp, column by column, as _affine_pass (nearest or bilinear)."""
+    px2[:, :] = px
+    img = _image(px2, ow, oh)
+    fill = a[7] == a[7]  # NaN: none (zeros)
+    f0 = a[7] if fill else float32(0.0)
+    f1 = a[8] if fill else float32(0.0)
+    f2 = a[9] if fill else float32(0.0)
+    for x in range(ow):
+        r0 = px[3 * x]
+        r1 = px[3 * x + 1]
+        r2 = px[3 * x + 2]
+        if a[6] == float32(0.0):
+            for y in range(oh):
+                sx, sy, inside = perspective_nearest_source(y, x, oh, ow, a)
+                if inside:
+                    r0[y] = img[sx, 0, sy]
+                    r1[y] = img[sx, 1, sy]
+                    r2[y] = img[sx, 2, sy]
+                else:
+                    r0[y] = f0
+                    r1[y] = f1
+                    r2[y] = f2
+        else:
+            for y in range(oh):
+                r0[y], r1[y], r2[y] = perspective_bilinear(img, y, x, oh, ow, a)
+
+
+def _mix_pass(px, keep, mix, op, w):
+    """AugMix's ops over the whole image (apply_ops' per pixel): keep and start the mix,
+    add a chain's result and restore the original, or end with the mix."""
+    flat = px.reshape(px.size)
+    if op == MIX_SAVE:
+        for i in range(flat.shape[0]):
+            keep[i] = flat[i]
+            mix[i] = w * flat[i]
+    elif op == MIX_ADD:
+        for i in range(flat.shape[0]):
+            mix[i] = mix[i] + w * flat[i]
+            flat[i] = keep[i]
+    else:
+        for i in range(flat.shape[0]):
+            flat[i] = mix[i]
+
+
+def _program(px, px2, aux, ow, oh, order, args):
+    """A sample's program, op by op over the whole image (a barrier's statistic is that
+    of the image at its turn); aux: AugMix's two image areas."""
+    for k in range(order.shape[0]):
+        op = order[k]
+        if op < 0:
+            break
+        a = args[k]
+        if op == MIX_SAVE or op == MIX_ADD or op == MIX_END:
+            _mix_pass(px, aux[0], aux[1], op, a[0])
+        elif op == CONTRAST:
+            _op_pass(px, ow, op, a[0], _gray_mean(px, ow))
+        elif op == AUTOCONTRAST:
+            _autocontrast_pass(px, ow)
+        elif op == EQUALIZE:
+            _equalize_pass(px, ow)
+        elif op == SHARPNESS:
+            _sharpness_pass(px, px2, ow, oh, a[0])
+        elif op == BLUR_X:
+            _blur_x_pass(px, px2, ow, a)
+        elif op == BLUR_Y:
+            _blur_y_pass(px, oh, a)
+        elif op == AFFINE:
+            _affine_pass(px, px2, ow, oh, a)
+        elif op == PERSPECTIVE:
+            _perspective_pass(px, px2, ow, oh, a)
+        else:
+            _op_pass(px, ow, op, a[0], float32(0.0))
+
+
+def _encode_pass(px, ow, mean, std, normalize, to_uint8):
+    """Normalize (or the uint8 scaling) in place over the channel rows."""
+    n = px.shape[1]
+    for x in range(ow):
+        for c in range(3):
+            row = px[3 * x + c]
+            for i in range(n):
+                row[i] = encode_output(row[i], c, mean, std, normalize, to_uint8)

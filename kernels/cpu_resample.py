@@ -1,0 +1,316 @@
+"""The CPU twin's resample and its batch loop: source rows to the output, in separable
+passes (the layout in cpu_passes.py's header), the 1:1 path, one sample at a time.
+Every function here is compiled for the CPU by cpu_twin.py."""
+from __future__ import annotations
+
+
+def _rows_u8(dst, src, p, step, w, count, n):
+    """dst[t] = sum_k w[k] * src[p + k*step + t] for t < n: up to three taps in one store
+    per element (the order of the sum is that of accumulating tap by tap)."""
+    s0 = src[p:p + n]
+    w0 = w[0]
+    if count == 1:
+        for t in range(n):
+            dst[t] = w0 * float32(s0[t])
+        return
+    s1 = src[p + step:p + step + n]
+    w1 = w[1]
+    if count == 2:
+        for t in range(n):
+            dst[t] = w0 * float32(s0[t]) + w1 * float32(s1[t])
+        return
+    s2 = src[p + 2 * step:p + 2 * step + n]
+    w2 = w[2]
+    for t in range(n):
+        dst[t] = w0 * float32(s0[t]) + w1 * float32(s1[t]) + w2 * float32(s2[t])
+    for k in range(3, count):
+        sk = src[p + k * step:p + k * step + n]
+        wk = w[k]
+        for t in range(n):
+            dst[t] += wk * float32(sk[t])
+
+
+def _rows_f32(dst, rows, first, w, count):
+    """dst[t] = sum_k w[k] * rows[first + k, t]: the float twin of _rows_u8."""
+    n = dst.shape[0]
+    s0 = rows[first]
+    w0 = w[0]
+    if count == 1:
+        for t in range(n):
+            dst[t] = w0 * s0[t]
+        return
+    s1 = rows[first + 1]
+    w1 = w[1]
+    if count == 2:
+        for t in range(n):
+            dst[t] = w0 * s0[t] + w1 * s1[t]
+        return
+    s2 = rows[first + 2]
+    w2 = w[2]
+    for t in range(n):
+        dst[t] = w0 * s0[t] + w1 * s1[t] + w2 * s2[t]
+    for k in range(3, count):
+        sk = rows[first + k]
+        wk = w[k]
+        for t in range(n):
+            dst[t] += wk * sk[t]
+
+
+def _vertical_pass(src, g, yf, yc, yw, yv, oh, work):
+    """Stage 1 of a sample: the box's rows resampled to oh rows, [oh, bw*3] interleaved,
+    into work[:oh * bw * 3]."""
+    bw = g[BW]
+    sy = g[SY]
+    sx = g[SX]
+    sc = g[SC]
+    base = g[OFFSET] + g[TOP] * sy + g[LEFT] * sx
+    inv255 = float32(1.0 / 255.0)
+    n3 = bw * 3
+    vert = work[:oh * n3].reshape((oh, n3))
+    packed = sx == 3 and sc == 1
+    wrow = np.empty(yw.shape[1], np.float32)
+    for y in range(oh):
+        row = vert[y]
+        if not yv[y]:
+            row[:] = 0.0
+            continue
+        for k in range(yc[y]):
+            wrow[k] = yw[y, k] * inv255
+        p = base + yf[y] * sy
+        if packed:
+            _rows_u8(row, src, p, sy, wrow, yc[y], n3)
+        else:
+            row[:] = 0.0
+            for k in range(yc[y]):
+                w = wrow[k]
+                for i in range(bw):
+                    q = U(p + k * sy + i * sx)
+                    j = U(3 * i)
+                    row[j] += w * float32(src[q])
+                    row[j + U(1)] += w * float32(src[q + U(sc)])
+                    row[j + U(2)] += w * float32(src[q + U(2 * sc)])
+
+
+def _horizontal_pass(work, oh, bw, ow, xf, xc, xw, xv):
+    """Stage 3: the transposed rows [bw*3, oh] resampled to [ow*3, oh] (the three channel
+    rows of a column are adjacent, so each output column is one contiguous weighted sum
+    of [3*oh] blocks), after the two [oh, bw*3] areas of work."""
+    n3 = bw * 3
+    vt = work[oh * n3:2 * oh * n3].reshape((bw, 3 * oh))
+    px3 = work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh].reshape((ow, 3 * oh))
+    for x in range(ow):
+        if xv[x]:
+            _rows_f32(px3[x], vt, xf[x], xw[x], xc[x])
+        else:
+            px3[x, :] = 0.0
+
+
+def _pad_fill_pass(px3, g, yv, xv, oh, ow):
+    """The padding (rows or columns outside the resized frame) in the fill's colour, in
+    px3 [ow, 3*oh] (a column's three channel rows adjacent)."""
+    for c in range(3):
+        v = float32(g[FILLR + c]) * float32(1.0 / 255.0)
+        for x in range(ow):
+            row = px3[x, c * oh:(c + 1) * oh]
+            if not xv[x]:
+                row[:] = v
+                continue
+            for y in range(oh):
+                if not yv[y]:
+                    row[y] = v
+
+
+def _clamp_pass(px):
+    for i in range(px.shape[0]):
+        px[i] = clamp01(px[i])
+
+
+def _output_pass(work, oh, bw, ow, mean, std, normalize, to_uint8, dst, doff, nhwc):
+    """Stage 5: each channel transposed to [oh, ow] into dst, with Normalize as
+    encode_output does it on the way (or after the uint8 scaling); for NHWC, px [ow*3, oh]
+    transposed as a whole is [oh, ow*3], the NHWC image: Normalize goes first, in place."""
+    n3 = bw * 3
+    px = work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh].reshape((ow * 3, oh))
+    pxs = work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh]
+    if nhwc or (to_uint8 and not normalize):
+        _encode_pass(px, ow, mean, std, normalize, to_uint8)
+    if nhwc:  # the (v - 0) * 1 affine only to get the streaming stores
+        transpose(pxs, 0, oh, dst, doff, 3 * ow, 3 * ow, oh, True, float32(0.0), float32(1.0))
+        return
+    for c in range(3):
+        m = mean[c] if normalize else float32(0.0)
+        s = float32(1.0) / std[c] if normalize else float32(1.0)
+        transpose(pxs, c * oh, 3 * oh, dst, doff + c * oh * ow, ow, ow, oh, normalize, m, s)
+
+
+def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, oh, ow, dst, doff, work, nhwc):
+    """One sample; writes its float32 result contiguously at dst[doff:], as [3, oh, ow],
+    or as [oh, ow, 3] with `nhwc`. Its stages are functions of their own, so that a
+    benchmark times each (gpudecode.bench.suite.kernels --stages)."""
+    bh = g[BH]
+    bw = g[BW]
+    cubic = g[CUBIC] != 0
+    yf, yc, yw, yv = _axis_weights(oh, g[VH], g[OY], bh, g[VFLIP] != 0, antialias, cubic)
+    xf, xc, xw, xv = _axis_weights(ow, g[VW], g[OX], bw, g[FLIP] != 0, antialias, cubic)
+    n3 = bw * 3
+    # 1. vertical: the box's rows resampled to oh rows, [oh, bw*3] interleaved
+    _vertical_pass(src, g, yf, yc, yw, yv, oh, work)
+    # 2. transpose to [bw*3, oh], so the horizontal pass reads whole rows too
+    transpose(work, 0, n3, work, oh * n3, oh, oh, n3, False, float32(0.0), float32(1.0))
+    # 3. horizontal: [ow*3, oh]
+    _horizontal_pass(work, oh, bw, ow, xf, xc, xw, xv)
+    if cubic:  # the cubic overshoots; a uint8 image resized stays in its range
+        _clamp_pass(work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh])
+    if g[FILLR] != 0 or g[FILLG] != 0 or g[FILLB] != 0:  # (zeros are there already)
+        _pad_fill_pass(work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh].reshape((ow, 3 * oh)), g, yv, xv, oh, ow)
+    # 4. the sample's program, op by op over the whole image (a second image-sized area
+    # after px for the ops that read neighbours)
+    if order[0] >= 0:
+        px = work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh].reshape((ow * 3, oh))
+        base2 = 2 * oh * n3 + ow * 3 * oh
+        px2 = work[base2:base2 + ow * 3 * oh].reshape((ow * 3, oh))
+        aux = work[base2 + ow * 3 * oh:base2 + 3 * ow * 3 * oh].reshape((2, ow * 3 * oh))
+        _program(px, px2, aux, ow, oh, order, args)
+    # 5. the output, transposed (and normalized) into dst
+    _output_pass(work, oh, bw, ow, mean, std, normalize, to_uint8, dst, doff, nhwc)
+
+
+def _is_identity(g, order, oh, ow):
+    """The sample needs no resampling and no ColorJitter: its box is read 1:1 (a crop,
+    flip and padding at most: CenterCrop or RandomCrop of a stored image of the training
+    size, or no geometry at all), from packed HWC pixels."""
+    return (g[BH] == g[VH] and g[BW] == g[VW] and order[0] < 0 and g[SX] == 3 and g[SC] == 1
+            and g[VH] >= 1 and g[VW] >= 1 and g[VFLIP] == 0)
+
+
+def _scale_row(t, src, p, n, inv255):
+    """t[i] = src[p + i] / 255 as the resampling's single unit tap computes it."""
+    s = src[p:p + n]
+    for i in range(n):
+        t[i] = inv255 * float32(s[i])
+
+
+def _fill(o, a, b, v):
+    for x in range(a, b):
+        o[x] = v
+
+
+def _channel_row(o, t, c, x0, x1, v0, sub, mul):
+    """o[x] = (t[3 * (v0 + x - x0) + c] - sub) * mul for x0 <= x < x1: one channel out of
+    an interleaved row, at a fixed stride (the loop vectorizes)."""
+    n = x1 - x0
+    oo = o[x0:x1]
+    tt = t[3 * v0 + c:]
+    for i in range(n):
+        oo[i] = (tt[U(3 * i)] - sub) * mul
+
+
+def _channel_row_flipped(o, t, c, x0, x1, v0, sub, mul):
+    """_channel_row reading t backwards from column v0 (a flip): o[x] = (t[3 * (v0 - (x -
+    x0)) + c] - sub) * mul. Its own function: one loop choosing its stride at run time
+    did not vectorize, and neither direction got the speed of a fixed one."""
+    n = x1 - x0
+    oo = o[x0:x1]
+    first = 3 * v0 + c
+    for i in range(n):
+        oo[i] = (t[U(first - 3 * i)] - sub) * mul
+
+
+def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work):
+    """The identity-geometry sample (_is_identity) straight to its NCHW float32 output:
+    each source row scaled once, then split into the three channel rows (flipped, padded)
+    with Normalize on the way. The same arithmetic as _cpu_sample on such a sample (a
+    unit tap of 1/255, then (v - mean) * (1 / std)), so the same bits, at memory speed."""
+    vh = g[VH]
+    vw = g[VW]
+    oy = g[OY]
+    ox = g[OX]
+    flip = g[FLIP] != 0
+    inv255 = float32(1.0 / 255.0)
+    # the output columns whose source column vx = (flip ? ow - 1 - x : x) + ox is inside
+    if flip:  # column x reads vx = ow - 1 - x + ox, descending from v0
+        x0 = max(0, ow - 1 + ox - (vw - 1))
+        x1 = min(ow, ow + ox)
+        v0 = ow - 1 - x0 + ox
+    else:
+        x0 = max(0, -ox)
+        x1 = min(ow, vw - ox)
+        v0 = x0 + ox
+    x1 = max(x0, x1)
+    t = work[:3 * vw]
+    subs = np.zeros(3, np.float32)
+    muls = np.ones(3, np.float32)
+    pads = np.zeros(3, np.float32)
+    for c in range(3):
+        if normalize:
+            subs[c] = mean[c]
+            muls[c] = float32(1.0) / std[c]
+        pads[c] = (float32(g[FILLR + c]) * float32(1.0 / 255.0) - subs[c]) * muls[c]  # a padded pixel, normalized
+    base = g[OFFSET] + g[TOP] * g[SY] + g[LEFT] * 3
+    for y in range(oh):
+        vy = y + oy
+        inside = vy >= 0 and vy < vh and x1 > x0
+        if inside:
+            _scale_row(t, src, base + vy * g[SY], 3 * vw, inv255)
+        for c in range(3):
+            start = doff + (c * oh + y) * ow
+            o = dst[start:start + ow]
+            if not inside:
+                _fill(o, 0, ow, pads[c])
+                continue
+            if x0 > 0:  # (a slice assignment per row costs more than the row itself)
+                _fill(o, 0, x0, pads[c])
+            if x1 < ow:
+                _fill(o, x1, ow, pads[c])
+        if not inside:
+            continue
+        # eight columns at a time, all three channels at once (vector shuffles); the
+        # last n % 8 columns one channel at a time
+        n8 = (x1 - x0) // 8 * 8
+        r0 = doff + y * ow
+        for k in range(0, n8, 8):
+            if flip:
+                deinterleave3x8_affine_reversed(t, 3 * (v0 - k - 7), dst, r0 + x0 + k, r0 + oh * ow + x0 + k,
+                                                r0 + 2 * oh * ow + x0 + k, subs[0], muls[0], subs[1], muls[1],
+                                                subs[2], muls[2])
+            else:
+                deinterleave3x8_affine(t, 3 * (v0 + k), dst, r0 + x0 + k, r0 + oh * ow + x0 + k,
+                                       r0 + 2 * oh * ow + x0 + k, subs[0], muls[0], subs[1], muls[1],
+                                       subs[2], muls[2])
+        if n8 < x1 - x0:
+            for c in range(3):
+                start = doff + (c * oh + y) * ow
+                o = dst[start:start + ow]
+                if flip:
+                    _channel_row_flipped(o, t, c, x0 + n8, x1, v0 - n8, subs[c], muls[c])
+                else:
+                    _channel_row(o, t, c, x0 + n8, x1, v0 + n8, subs[c], muls[c])
+
+
+def _cpu_batch(src, geom, args, order, mean, std, normalize, to_uint8, antialias, out, direct, nhwc, flat_out,
+               work, tmp, first, step, fast_identity):
+    """Samples first, first + step, ... of the batch. With `direct`, flat_out is out's
+    own contiguous float32 buffer (NCHW, or NHWC with `nhwc`) and samples are written
+    there; otherwise each goes through `tmp` and is copied (cast) into out, whatever its
+    dtype and strides. With `fast_identity`, samples that need no resampling and no
+    ColorJitter take _cpu_identity where the output is NCHW float32."""
+    oh = out.shape[2]
+    ow = out.shape[3]
+    size = 3 * oh * ow
+    for i in range(first, out.shape[0], step):
+        if fast_identity and direct and not nhwc and not to_uint8 and _is_identity(geom[i], order[i], oh, ow):
+            _cpu_identity(src, geom[i], mean, std, normalize, oh, ow, flat_out, i * size, work)
+        elif direct:
+            _cpu_sample(src, geom[i], args[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
+                        flat_out, i * size, work, nhwc)
+        else:
+            _cpu_sample(src, geom[i], args[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
+                        tmp, 0, work, False)
+            o = out[i]
+            for c in range(3):
+                for y in range(oh):
+                    row = tmp[(c * oh + y) * ow:(c * oh + y + 1) * ow]
+                    orow = o[c, y]
+                    for x in range(ow):
+                        orow[x] = row[x]
+    store_fence()  # the output transposes may stream past the cache: order them first
