@@ -334,11 +334,11 @@ class NativeClock:
 @contextlib.contextmanager
 def native_calls_timed(clock: NativeClock) -> Iterator[NativeClock]:
     """Within the block, every call into gpudecode's native code (each public function of
-    the C++ module `gpudecode._native`, and the numba CPU kernel `kernels.fused.cpu_kernel`
-    gives) is timed into `clock`; everything is as it was after the block. For one
+    the C++ module `gpudecode._native`, and the numba CPU kernel `kernels.cpu_twin.cpu_kernel`
+    gives, which fused_cpu calls) is timed into `clock`; everything is as it was after the block. For one
     measurement at a time in a process (the calls are wrapped where gpudecode looks them up)."""
     from . import _native
-    from .kernels import fused
+    from .kernels import cpu_twin
 
     saved = {}
     for name in dir(_native):
@@ -346,11 +346,11 @@ def native_calls_timed(clock: NativeClock) -> Iterator[NativeClock]:
         if callable(f) and not isinstance(f, type) and not name.startswith("_"):
             saved[name] = f
             setattr(_native, name, clock.wrap(f))
-    kernel = fused.cpu_kernel
-    fused.cpu_kernel = lambda: clock.wrap(kernel())  # type: ignore[assignment]
+    kernel = cpu_twin.cpu_kernel
+    cpu_twin.cpu_kernel = lambda: clock.wrap(kernel())  # type: ignore[assignment]
     try:
         yield clock
     finally:
         for name, f in saved.items():
             setattr(_native, name, f)
-        fused.cpu_kernel = kernel  # type: ignore[assignment]
+        cpu_twin.cpu_kernel = kernel  # type: ignore[assignment]

@@ -44,9 +44,22 @@ def _namespace(jit: Callable, extra: dict | None = None, overrides: dict | None 
 @functools.cache
 def cuda_namespace() -> dict:
     """Helpers as CUDA device functions (inlined: compile_ptx needs no device then)."""
-    from numba import cuda
+    from numba import config, cuda
 
-    return _namespace(lambda f: cuda.jit(device=True, inline="always")(f), {"cuda": cuda})
+    extra: dict = {"cuda": cuda}
+    overrides = {}
+    if not getattr(config, "ENABLE_CUDASIM", False):  # (the simulator runs _pixel's own Python)
+        from numba.cuda import libdevice
+
+        extra["libdevice"] = libdevice
+        overrides["cos2pi"] = _cuda_cos2pi
+    return _namespace(lambda f: cuda.jit(device=True, inline="always")(f), extra, overrides)
+
+
+def _cuda_cos2pi(u):
+    """_pixel.cos2pi on CUDA: libdevice's cospif, which has no large-argument reduction
+    (cosf's slow path, never taken for u in [0, 1), cost the kernels registers)."""
+    return libdevice.cospif(float32(2.0) * u)  # noqa: F821  (bound in the CUDA namespace)
 
 
 # ---------------------------------------------------------------------------------------

@@ -10,15 +10,16 @@ resize.
 """
 import math
 
-from numpy import float32, int32
+from numpy import float32, int32, uint64
 
 # The op ids, their argument counts and barriers: the kernel's op table (kernels/ops.py).
 # A sample's `order` lists the ops it drew (-1 ends the list) and args[k] holds step k's
 # arguments (ARGS floats; args[k, 0] is the factor of a one-number op).
 # (the kernels compiled from this module's namespace read the masks from here too)
 from .ops import (AFFINE, ARGS, AUTOCONTRAST, BARRIER_MASK, BLUR_X, BLUR_Y, BRIGHTNESS,  # noqa: F401
-                  CONTRAST, EQUALIZE, GRAYSCALE, HISTOGRAM_MASK, HUE, INVERT, MEAN_MASK, MIX_ADD, MIX_END, MIX_SAVE,
-                  NUM_OPS, PERSPECTIVE, POSTERIZE, RANGE_MASK, SATURATION, SHARPNESS, SOLARIZE, SOLARIZE_ADD)
+                  CONTRAST, EQUALIZE, GAUSSIAN_NOISE, GRAYSCALE, HISTOGRAM_MASK, HUE, INVERT, MEAN_MASK, MIX_ADD, MIX_END, MIX_SAVE,
+                  NUM_OPS, PERMUTE_CHANNELS, PERSPECTIVE, POSTERIZE, RANGE_MASK, SATURATION, SHARPNESS, SOLARIZE,
+                  SOLARIZE_ADD)
 
 MAX_BLUR = 63    # largest Gaussian kernel side the CUDA kernel keeps weights for
 BLUR_TAIL = 1e-10  # blur taps under this share of the sum are skipped (they change no value by 1e-9)
@@ -182,7 +183,19 @@ def apply_op(op, r, g, b, factor, mean):
         return posterize(r, factor), posterize(g, factor), posterize(b, factor)
     if op == SOLARIZE_ADD:
         return solarize_add(r, factor), solarize_add(g, factor), solarize_add(b, factor)
+    if op == PERMUTE_CHANNELS:
+        k = int32(factor + float32(0.5))  # p[0] + 3 p[1] + 9 p[2]
+        return channel(r, g, b, k % 3), channel(r, g, b, (k // 3) % 3), channel(r, g, b, k // 9)
     return r, g, b
+
+
+def channel(r, g, b, i):
+    """Channel i of the pixel (r, g, b)."""
+    if i == 0:
+        return r
+    if i == 1:
+        return g
+    return b
 
 
 def solarize_add(v, add):
@@ -236,9 +249,60 @@ def apply_ops(r, g, b, order, args, first, last, aux, n, y, x):
             r = aux[1, n, 0, y, x]
             g = aux[1, n, 1, y, x]
             b = aux[1, n, 2, y, x]
+        elif op == GAUSSIAN_NOISE:
+            key = noise_key(args[k, 3], args[k, 4])
+            r = add_noise(r, args[k, 0], args[k, 1], args[k, 2], key, y, x, 0)
+            g = add_noise(g, args[k, 0], args[k, 1], args[k, 2], key, y, x, 1)
+            b = add_noise(b, args[k, 0], args[k, 1], args[k, 2], key, y, x, 2)
         else:
             r, g, b = apply_op(op, r, g, b, w, float32(0.0))
     return r, g, b
+
+
+# GaussianNoise: each pixel's normal value is a function of the sample's key and the
+# pixel's place and channel (the same on both targets, whatever runs where): 32-bit hashes
+# (Wellons' lowbias32, a bijection; uint64 holding 32 bits, masked after each product, so
+# Python ints, numpy scalars and both compiled targets agree) give two uniforms, and
+# Box-Muller a standard normal value.
+
+def hash32(z):
+    m = uint64(0xFFFFFFFF)
+    z = z ^ (z >> uint64(16))
+    z = (z * uint64(0x7FEB352D)) & m
+    z = z ^ (z >> uint64(15))
+    z = (z * uint64(0x846CA68B)) & m
+    return z ^ (z >> uint64(16))
+
+
+def noise_key(lo, hi):
+    """The 32-bit key from its two 16-bit halves (argument floats)."""
+    return uint64(int32(lo)) | (uint64(int32(hi)) << uint64(16))
+
+
+def noise_normal(key, y, x, c):
+    """Standard normal, for pixel (y, x) and channel c of the sample keyed `key`."""
+    m = uint64(0xFFFFFFFF)
+    base = hash32((hash32(((uint64(y) << uint64(16)) | uint64(x)) & m) ^ key) & m)
+    h1 = hash32((base + uint64(2 * c + 1) * uint64(0x9E3779B9)) & m)
+    h2 = hash32((base + uint64(2 * c + 2) * uint64(0x9E3779B9)) & m)
+    u1 = float32((h1 >> uint64(8)) + uint64(1)) * float32(1.0 / 16777216.0)  # (0, 1]
+    u2 = float32(h2 >> uint64(8)) * float32(1.0 / 16777216.0)  # [0, 1)
+    return float32(math.sqrt(float32(-2.0) * math.log(u1))) * cos2pi(u2)
+
+
+def cos2pi(u):
+    """cos(2 pi u) for u in [0, 1) (CUDA: libdevice's cospif, which needs no reduction of a
+    large argument: cosf's slow path would cost the kernels registers)."""
+    return float32(math.cos(float32(6.2831855) * u))
+
+
+def add_noise(v, mean, sigma, clip, key, y, x, c):
+    """torchvision's gaussian_noise: v + (mean + N(0, 1) * sigma), clamped to [0, 1]
+    when `clip` (1.0)."""
+    out = v + (mean + noise_normal(key, y, x, c) * sigma)
+    if clip > float32(0.5):
+        return clamp01(out)
+    return out
 
 
 def quantize(v):

@@ -341,6 +341,18 @@ def _perspective_pass(px, px2, ow, oh, a):
                 r0[y], r1[y], r2[y] = perspective_bilinear(img, y, x, oh, ow, a)
 
 
+def _noise_pass(px, ow, a):
+    """GaussianNoise over the channel rows (row 3x + c holds column x's channel c, y along
+    it): each value's noise is that of its place, as the CUDA kernel's."""
+    n = px.shape[1]
+    key = noise_key(a[3], a[4])
+    for x in range(ow):
+        for c in range(3):
+            row = px[3 * x + c]
+            for i in range(n):
+                row[i] = add_noise(row[i], a[0], a[1], a[2], key, i, x, c)
+
+
 def _mix_pass(px, keep, mix, op, w):
     """AugMix's ops over the whole image (apply_ops' per pixel): keep and start the mix,
     add a chain's result and restore the original, or end with the mix."""
@@ -384,6 +396,8 @@ def _program(px, px2, aux, ow, oh, order, args):
             _affine_pass(px, px2, ow, oh, a)
         elif op == PERSPECTIVE:
             _perspective_pass(px, px2, ow, oh, a)
+        elif op == GAUSSIAN_NOISE:
+            _noise_pass(px, ow, a)
         else:
             _op_pass(px, ow, op, a[0], float32(0.0))
 

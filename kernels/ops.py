@@ -60,6 +60,11 @@ OPS: tuple[Op, ...] = (
                                     "interpolation (0 nearest, 1 bilinear), the fill r, g, b as AFFINE's, then c6, "
                                     "c7 (a10, a11): source = ((c0 x + c1 y + c2), (c3 x + c4 y + c5)) / (c6 x + "
                                     "c7 y + 1) at pixel centres; reads any pixel"),
+    Op("PERMUTE_CHANNELS", 1, doc="torchvision's permute_channels: output channel i is input channel p[i], the "
+                                  "permutation as p[0] + 3 p[1] + 9 p[2]"),
+    Op("GAUSSIAN_NOISE", 5, doc="torchvision's gaussian_noise: mean, sigma, clip (1: to [0, 1]), the sample's "
+                                "32-bit noise key as two 16-bit halves (each pixel's normal value a hash of the "
+                                "key, its place and channel)"),
 )
 
 ID: dict[str, int] = {op.name: i for i, op in enumerate(OPS)}
@@ -97,6 +102,8 @@ MIX_ADD = ID["MIX_ADD"]
 MIX_END = ID["MIX_END"]
 SOLARIZE_ADD = ID["SOLARIZE_ADD"]
 PERSPECTIVE = ID["PERSPECTIVE"]
+PERMUTE_CHANNELS = ID["PERMUTE_CHANNELS"]
+GAUSSIAN_NOISE = ID["GAUSSIAN_NOISE"]
 
 # ColorJitter's operations by torchvision's fn_idx (the order its draws give, native and
 # Python) -> the op ids

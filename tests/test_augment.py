@@ -189,6 +189,7 @@ def test_cuda_kernel_equals_cpu_twin_under_the_simulator():
                  T.RandomAffine(15, (0.1, 0.1), (0.9, 1.1), 5, "bilinear", fill=(30, 60, 90)), T.GaussianBlur(5),
                  T.RandomApply([T.RandomRotation(20)], 0.5), T.AugMix(mixture_width=2, chain_depth=2),
                  T.RandomPerspective(0.5, 0.5, "bilinear", fill=(20, 40, 60)),
+                 T.RandomPhotometricDistort(p=0.7), T.RandomChannelPermutation(), T.GaussianNoise(sigma=0.05),
                  T.Normalize([0.5] * 3, [0.25] * 3)]
         for out_dtype in ("float32", "uint8"):
             tf = T.Compose(steps if out_dtype == "float32" else steps[:-1])
@@ -333,7 +334,7 @@ def test_warp_blur_and_wrapper_draws_are_distributed_as_torchvision():
     assert stats.chisquare(counts, np.array([0.2, 0.3, 0.5]) * n).pvalue > 1e-3
     order = T.Compose([T.RandomOrder([T.RandomEqualize(1.0), T.RandomAutocontrast(1.0), T.RandomInvert(1.0)])]
                       ).make_params([OUT] * n, 5)
-    perms = [tuple(p["permutation"]) for p in order]
+    perms = [tuple(p["random_order"]) for p in order]
     assert len(set(perms)) == 6 and stats.chisquare([perms.count(q) for q in set(perms)]).pvalue > 1e-3
 
 
@@ -351,7 +352,7 @@ def test_wrappers_run_their_steps_as_drawn(photo_batch):
     steps = [lambda x: F.adjust_sharpness(x, 2.5), F.invert, lambda x: F.gaussian_blur(x, [3, 3], [1.0, 1.0])]
     for k, (img, p) in enumerate(zip(photo_batch, params)):
         x = torchvision_apply(img, {"crop": p["crop"]}, OUT)
-        for i in p["permutation"]:
+        for i in p["random_order"]:
             x = steps[i](x)
         x = F.equalize(x) if p["choice"] == 0 else F.posterize(x, 2)
         if p.get("autocontrast"):

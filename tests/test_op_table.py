@@ -65,7 +65,8 @@ def _composes():
     yield T.Compose([T.Resize((16, 16)), T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.RandomGrayscale(1.0),
                      T.RandomSolarize(0.5, 1.0), T.RandomInvert(1.0), T.RandomPosterize(2, 1.0),
                      T.RandomAutocontrast(1.0), T.RandomEqualize(1.0), T.RandomAdjustSharpness(2.0, 1.0),
-                     T.GaussianBlur(3, (0.1, 2.0)), T.RandomRotation(10), T.RandomPerspective(0.5, 1.0)])
+                     T.GaussianBlur(3, (0.1, 2.0)), T.RandomRotation(10), T.RandomPerspective(0.5, 1.0),
+                     T.RandomChannelPermutation(), T.GaussianNoise()])
     yield T.Compose.from_torchvision(v2.Compose([v2.Resize((16, 16)), v2.AugMix()]))
     yield T.Compose.from_torchvision(v2.Compose([v2.Resize((16, 16)), rand_augment_transform(
         "rand-m9-n3-mstd0.5-inc1", {"img_mean": (124, 116, 104)})]))

@@ -353,7 +353,7 @@ def test_sample_rng_native_stream_is_the_python_reference():
     import random
 
     from gpudecode import _native
-    from gpudecode.transforms import _epoch_key, _SampleRandom
+    from gpudecode.transforms.rng import _epoch_key, _SampleRandom
 
     def script(r):
         out = [r.random(), r.getrandbits(0), r.getrandbits(1), r.getrandbits(7), r.getrandbits(63),
@@ -383,7 +383,7 @@ def test_cuda_launch_failures_are_kernel_launch_errors():
     from numba.cuda.cudadrv import driver
 
     from gpudecode import GpuDecodeError, KernelLaunchError
-    from gpudecode.transforms import MAX_CUDA_BATCH, launch_failure
+    from gpudecode.transforms.compose import MAX_CUDA_BATCH, launch_failure
 
     errs = [TypingError("No implementation of function")]
     if hasattr(driver, "LinkerError"):  # (not in the simulator's driver module)

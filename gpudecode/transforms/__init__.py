@@ -41,10 +41,11 @@ from __future__ import annotations
 from ..errors import TransformError  # (the error a refused step raises, beside the steps)
 from ..mixing import CutMix, MixUp
 from .base import CONVERTS, Transform
-from .geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
-                       ResizeKeepRatio)
-from .colour import (ColorJitter, GaussianBlur, Grayscale, RandomAdjustSharpness, RandomAutocontrast, RandomEqualize,
-                     RandomGrayscale, RandomInvert, RandomPosterize, RandomSolarize)
+from .geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResize, RandomResizedCrop,
+                       RandomShortestSize, RandomVerticalFlip, Resize, ResizeKeepRatio, ScaleJitter)
+from .colour import (ColorJitter, GaussianBlur, GaussianNoise, Grayscale, RandomAdjustSharpness, RandomAutocontrast,
+                     RandomChannelPermutation, RandomEqualize, RandomGrayscale, RandomInvert, RandomPhotometricDistort,
+                     RandomPosterize, RandomSolarize)
 from .warps import RandomAffine, RandomPerspective, RandomRotation
 from .policies import AugMix, AutoAugment, RandAugment, TrivialAugmentWide
 from .containers import RandomApply, RandomChoice, RandomOrder, SampleRandomChoice

@@ -13,8 +13,9 @@ from ..kernels.ops import OPS_ARGS
 # Where a step may stand in a Compose, in order, and what `gpudecode ops` says of each
 # place beside the names of the classes that declare it (convert.listing).
 GROUPS = {
-    "geometry": ("geometry (one, first)", "{tv}, Resize + CenterCrop, Resize + RandomCrop, or none (bilinear or "
-                 "bicubic, antialiased; crops pad with a fill); timm's {timm}"),
+    "geometry": ("geometry (one, first)", "{tv}, Resize + CenterCrop, Resize + RandomCrop (RandomResize, "
+                 "RandomShortestSize and ScaleJitter only so), or none (bilinear or bicubic, antialiased; crops pad "
+                 "with a fill); timm's {timm}"),
     "flips": ("flips (any order)", "{tv}"),
     "per-sample": ("per-sample ops (any order)", "{tv}"),
     "policies": ("policies", "{tv}; timm's {timm} (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 "

@@ -1,6 +1,6 @@
 """The per-pixel ops of a sample's program, with torchvision's names, arguments and draws:
-ColorJitter, the grayscale, solarize, invert and posterize ops, autocontrast, equalize,
-sharpness and the Gaussian blur."""
+ColorJitter, RandomPhotometricDistort, RandomChannelPermutation, the grayscale, solarize,
+invert and posterize ops, autocontrast, equalize, sharpness, the Gaussian blur and noise."""
 from __future__ import annotations
 
 import numbers
@@ -9,9 +9,10 @@ from typing import Any, Sequence
 
 from ..errors import TransformError
 from ..kernels._pixel import MAX_BLUR
-from ..kernels.ops import (AUTOCONTRAST, BLUR_X, BLUR_Y, EQUALIZE, GRAYSCALE, INVERT, JITTER_OPS, POSTERIZE,
-                           SHARPNESS, SOLARIZE)
-from .base import Transform, _PixelOp, _Step
+from ..kernels.ops import (AUTOCONTRAST, BLUR_X, BLUR_Y, BRIGHTNESS, CONTRAST, EQUALIZE, GAUSSIAN_NOISE, GRAYSCALE,
+                           HUE, INVERT,
+                           JITTER_OPS, PERMUTE_CHANNELS, POSTERIZE, SATURATION, SHARPNESS, SOLARIZE)
+from .base import Transform, _PixelOp, _refuse, _Step
 
 
 _JITTER_NAMES = ("brightness", "contrast", "saturation", "hue")
@@ -66,6 +67,106 @@ class ColorJitter(_Step, converts="torchvision.ColorJitter"):
             f = p.get(_JITTER_NAMES[op])
             if f is not None:
                 prog.append((JITTER_OPS[op], (f,)))
+
+
+def _permutation_arg(perm: Sequence[int]) -> float:
+    """PERMUTE_CHANNELS' argument: the permutation as p[0] + 3 p[1] + 9 p[2]."""
+    return float(perm[0] + 3 * perm[1] + 9 * perm[2])
+
+
+class RandomChannelPermutation(_Step, converts="torchvision.RandomChannelPermutation"):
+    """torchvision's RandomChannelPermutation: the channels of each image in a random order
+    (a uniform permutation); make_params: "permutation", output channel i is input channel
+    permutation[i]."""
+
+    keys = ("permutation",)
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls()
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        perm = [0, 1, 2]
+        rng.shuffle(perm)
+        return {"permutation": perm}
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        perm = p.get("permutation")
+        if perm is not None and list(perm) != [0, 1, 2]:
+            prog.append((PERMUTE_CHANNELS, (_permutation_arg(perm),)))
+
+
+def _photometric_range(value: Any, name: str, bound: tuple[float, float]) -> tuple[float, float]:
+    if not (isinstance(value, Sequence) and len(value) == 2 and all(isinstance(v, numbers.Real) for v in value)):
+        raise TransformError(f"RandomPhotometricDistort {name} must be (min, max), not {value!r}")
+    lo, hi = float(value[0]), float(value[1])
+    if not bound[0] <= lo <= hi <= bound[1]:
+        raise TransformError(f"RandomPhotometricDistort {name} must have {bound[0]} <= min <= max <= {bound[1]}, "
+                             f"not {value!r}")
+    return lo, hi
+
+
+class RandomPhotometricDistort(_Step, converts="torchvision.RandomPhotometricDistort"):
+    """torchvision's RandomPhotometricDistort (SSD's): brightness, contrast, saturation and
+    hue each applied with probability p with a factor uniform in its range, contrast before
+    saturation or after hue (a fair coin), then with probability p a random permutation of
+    the channels. make_params: torchvision's keys ("brightness_factor", ...,
+    "contrast_before", "channel_permutation"; a factor or the permutation None when not
+    applied). The same kernel ops as ColorJitter's, and RandomChannelPermutation's."""
+
+    keys = ("brightness_factor", "contrast_factor", "saturation_factor", "hue_factor", "contrast_before",
+            "channel_permutation")
+    _FACTORS = (("brightness_factor", "brightness", BRIGHTNESS), ("contrast_factor", "contrast", CONTRAST),
+                ("saturation_factor", "saturation", SATURATION), ("hue_factor", "hue", HUE))
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.brightness, t.contrast, t.saturation, t.hue, t.p)
+
+    def __init__(self, brightness: Sequence[float] = (0.875, 1.125), contrast: Sequence[float] = (0.5, 1.5),
+                 saturation: Sequence[float] = (0.5, 1.5), hue: Sequence[float] = (-0.05, 0.05),
+                 p: float = 0.5) -> None:
+        inf = float("inf")
+        self.brightness = _photometric_range(brightness, "brightness", (0.0, inf))
+        self.contrast = _photometric_range(contrast, "contrast", (0.0, inf))
+        self.saturation = _photometric_range(saturation, "saturation", (0.0, inf))
+        self.hue = _photometric_range(hue, "hue", (-0.5, 0.5))
+        if not 0.0 <= p <= 1.0:
+            raise ValueError("probability should be between 0 and 1")
+        self.p = float(p)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        # torchvision's make_params: each factor's coin then its value, in this order; the
+        # contrast's place; the permutation's coin, then the permutation
+        out: dict = {}
+        for key, name, _ in self._FACTORS:
+            lo, hi = getattr(self, name)
+            out[key] = rng.uniform(lo, hi) if rng.random() < self.p else None
+        out["contrast_before"] = rng.random() < 0.5
+        perm = None
+        if rng.random() < self.p:
+            perm = [0, 1, 2]
+            rng.shuffle(perm)
+        out["channel_permutation"] = perm
+        return out
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        if "contrast_before" not in p:  # (not drawn: a lost coin of what wraps it)
+            return
+        f = {key: p.get(key) for key, _, _ in self._FACTORS}
+        before = p["contrast_before"]
+        for key, _, op in self._FACTORS:  # brightness, contrast (before), saturation, hue, contrast (after)
+            if key == "contrast_factor":
+                continue
+            if f[key] is not None:
+                prog.append((op, (f[key],)))
+            if key == "brightness_factor" and before and f["contrast_factor"] is not None:
+                prog.append((CONTRAST, (f["contrast_factor"],)))
+        if not before and f["contrast_factor"] is not None:
+            prog.append((CONTRAST, (f["contrast_factor"],)))
+        perm = p.get("channel_permutation")
+        if perm is not None and list(perm) != [0, 1, 2]:
+            prog.append((PERMUTE_CHANNELS, (_permutation_arg(perm),)))
 
 
 class RandomGrayscale(_PixelOp, converts="torchvision.RandomGrayscale"):
@@ -260,3 +361,38 @@ class GaussianBlur(_Step, converts="torchvision.GaussianBlur"):
             prog.append((BLUR_X, (float(self.kernel_size[0]), float(s[0]))))
             prog.append((BLUR_Y, (float(self.kernel_size[1]), float(s[1]))))
 
+
+class GaussianNoise(_Step, converts="torchvision.GaussianNoise"):
+    """torchvision's GaussianNoise: each value of the float image plus mean + sigma * a
+    standard normal value, clamped to [0, 1] when `clip`. make_params: "gaussian_noise",
+    the sample's 32-bit noise key: the kernel makes each pixel's normal value from the key,
+    its place and channel (a hash and Box-Muller; the same on both targets). torchvision
+    draws its noise from torch's global generator, not from its parameters: the values are
+    distributed as its (tests/test_photometric.py), not equal to them."""
+
+    keys = ("gaussian_noise",)
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        if not floats:  # (torchvision raises on a uint8 image at the first call)
+            raise _refuse("GaussianNoise on uint8 images: torchvision adds noise to float images only (put "
+                          "ToDtype(torch.float32, scale=True) before it, as torchvision needs)")
+        return cls(t.mean, t.sigma, t.clip)
+
+    def __init__(self, mean: float = 0.0, sigma: float = 0.1, clip: bool = True) -> None:
+        if not (isinstance(sigma, numbers.Real) and isinstance(mean, numbers.Real)):
+            raise TransformError(f"GaussianNoise mean and sigma must be numbers, not {mean!r}, {sigma!r}")
+        if sigma < 0:
+            raise ValueError(f"sigma shouldn't be negative. Got {sigma}")
+        self.mean: float = float(mean)
+        self.sigma: float = float(sigma)
+        self.clip: bool = bool(clip)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        return {"gaussian_noise": rng.getrandbits(32)}
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        key = p.get("gaussian_noise")
+        if key is not None:
+            prog.append((GAUSSIAN_NOISE, (self.mean, self.sigma, 1.0 if self.clip else 0.0, float(key & 0xFFFF),
+                                          float(key >> 16))))

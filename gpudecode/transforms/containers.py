@@ -95,9 +95,10 @@ class SampleRandomChoice(_Wrapper, converts="torchvision.RandomChoice"):
 
 class RandomOrder(_Wrapper, converts="torchvision.RandomOrder"):
     """torchvision's RandomOrder: its steps in a random order per image (drawn as they
-    run); make_params: "permutation"."""
+    run); make_params: "random_order" (torchvision has no name for it; "permutation" is
+    RandomChannelPermutation's)."""
 
-    keys = ("permutation",)
+    keys = ("random_order",)
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
@@ -109,13 +110,13 @@ class RandomOrder(_Wrapper, converts="torchvision.RandomOrder"):
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         perm = list(range(len(self.transforms)))
         rng.shuffle(perm)
-        out: dict = {"permutation": perm}
+        out: dict = {"random_order": perm}
         for k in perm:
             out.update(self.transforms[k].draw(rng, size))
         return out
 
     def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
-        for k in p.get("permutation", ()):
+        for k in p.get("random_order", ()):
             self.transforms[k].emit(p, size, prog)
 
 

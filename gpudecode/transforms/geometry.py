@@ -210,6 +210,115 @@ class ResizeKeepRatio(Resize, converts="timm.ResizeKeepRatio"):
         return max(1, round(height / ratio)), max(1, round(width / ratio))
 
 
+class _RandomSize(Resize):
+    """A Resize whose output size is drawn for each image ("resize" in make_params: (h, w)):
+    the images of a batch differ in size, so a crop (CenterCrop or RandomCrop) must follow
+    it in the Compose; bilinear or bicubic, antialiased as Resize."""
+
+    def __init__(self, interpolation: Any, antialias: bool) -> None:
+        self._modes = _interpolation(interpolation, bool(antialias))
+        if len(self._modes) > 1:
+            raise TransformError(f"{type(self).__name__} takes one interpolation mode")
+        self.antialias = bool(antialias)
+
+    def __repr__(self) -> str:
+        return _resize_repr(self, self._modes)
+
+    def output_size(self, height: int, width: int) -> tuple[int, int]:
+        raise TypeError(f"{type(self).__name__} draws its size for each image (see draw)")
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        raise NotImplementedError
+
+
+def _positive_int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise TransformError(f"{what} must be a positive int, not {value!r}")
+    return int(value)
+
+
+def _scaled(height: int, width: int, r: float, what: str) -> dict:
+    new_h, new_w = int(height * r), int(width * r)
+    if new_h < 1 or new_w < 1:
+        raise ValueError(f"{what} resizes a {height}x{width} image to {new_h}x{new_w}")
+    return {"resize": (new_h, new_w)}
+
+
+class RandomResize(_RandomSize, converts="torchvision.RandomResize"):
+    """torchvision's RandomResize (its segmentation reference's): the shorter side resized
+    to a size drawn uniformly in [min_size, max_size) (torch.randint's), the longer one
+    keeping the aspect ratio, as Resize(size)."""
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.min_size, t.max_size, t.interpolation, antialias=bool(getattr(t, "antialias", True)))
+
+    def __init__(self, min_size: int, max_size: int, interpolation: Any = "bilinear", antialias: bool = True) -> None:
+        self.min_size = _positive_int(min_size, "RandomResize min_size")
+        self.max_size = _positive_int(max_size, "RandomResize max_size")  # type: ignore[assignment]
+        if self.min_size >= self.max_size:  # (torch.randint(min_size, max_size) draws nothing else)
+            raise TransformError(f"RandomResize needs min_size < max_size, not {min_size}, {max_size}")
+        super().__init__(interpolation, antialias)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        short = rng.randrange(self.min_size, self.max_size)  # type: ignore[arg-type]
+        return {"resize": Resize(short).output_size(*size)}
+
+
+class RandomShortestSize(_RandomSize, converts="torchvision.RandomShortestSize"):
+    """torchvision's RandomShortestSize (its detection reference's): one of `min_size`
+    (uniformly) for the shorter side, the ratio capped so that the longer side is at most
+    `max_size`; each side int(side * ratio), as torchvision computes them."""
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(list(t.min_size), t.max_size, t.interpolation, antialias=bool(getattr(t, "antialias", True)))
+
+    def __init__(self, min_size: int | Sequence[int], max_size: int | None = None, interpolation: Any = "bilinear",
+                 antialias: bool = True) -> None:
+        sizes: list = [min_size] if isinstance(min_size, numbers.Integral) else list(min_size)  # type: ignore[arg-type]
+        if not sizes:
+            raise TransformError("RandomShortestSize needs at least one min_size")
+        self.min_size = [_positive_int(v, "RandomShortestSize min_size") for v in sizes]
+        self.max_size = None if max_size is None else _positive_int(max_size, "RandomShortestSize max_size")
+        super().__init__(interpolation, antialias)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        height, width = size
+        r = self.min_size[rng.randrange(len(self.min_size))] / min(height, width)
+        if self.max_size is not None:
+            r = min(r, self.max_size / max(height, width))
+        return _scaled(height, width, r, "RandomShortestSize")
+
+
+class ScaleJitter(_RandomSize, converts="torchvision.ScaleJitter"):
+    """torchvision's ScaleJitter (Large Scale Jitter): each image scaled by the factor that
+    fits it in `target_size` (torchvision's formula: min(target_size[1] / height,
+    target_size[0] / width)) times a scale uniform in `scale_range`; each side
+    int(side * ratio)."""
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(tuple(t.target_size), tuple(t.scale_range), t.interpolation,
+                   antialias=bool(getattr(t, "antialias", True)))
+
+    def __init__(self, target_size: Sequence[int], scale_range: Sequence[float] = (0.1, 2.0),
+                 interpolation: Any = "bilinear", antialias: bool = True) -> None:
+        self.target_size = _setup_size(target_size, "ScaleJitter target_size")
+        lo, hi = (float(v) for v in scale_range)
+        if not 0 < lo <= hi:
+            raise TransformError(f"ScaleJitter scale_range must be (lo, hi) with 0 < lo <= hi, not {scale_range!r}")
+        self.scale_range = (lo, hi)
+        super().__init__(interpolation, antialias)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        height, width = size
+        lo, hi = self.scale_range
+        scale = lo + rng.random() * (hi - lo)
+        r = min(self.target_size[1] / height, self.target_size[0] / width) * scale
+        return _scaled(height, width, r, "ScaleJitter")
+
+
 class CenterCrop(Transform, converts=("torchvision.CenterCrop", "timm.CenterCropOrPad")):
     """torchvision's CenterCrop, padding where the crop is larger (with zeros, or `fill`:
     timm's CenterCropOrPad with the mean colour)."""

@@ -12,7 +12,7 @@ from .base import Transform, _PixelOp, _refuse, _Step
 from .colour import ColorJitter
 from .convert import qualified
 from .geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
-                       ResizeKeepRatio, _Flip)
+                       ResizeKeepRatio, _Flip, _RandomSize)
 from .output import Normalize, RandomErasing, ToDtype
 
 
@@ -97,6 +97,10 @@ def _geometry(steps: list[Transform], names: str) -> list[Transform]:
         raise TransformError(f"unsupported geometry {[k.__name__ for k in kinds]} in [{names}]: use one of "
                              f"RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, "
                              f"Resize + RandomCrop, or none")
+    if kinds == [Resize] and isinstance(geometry[0], _RandomSize):
+        raise TransformError(f"{type(geometry[0]).__name__} alone gives differently sized images: add CenterCrop or "
+                             f"RandomCrop after it (torchvision's references: RandomResize or RandomShortestSize, "
+                             f"then RandomCrop) [{names}]")
     if kinds == [Resize] and (isinstance(geometry[0].size, int) or isinstance(geometry[0], ResizeKeepRatio)):  # type: ignore[attr-defined]
         raise TransformError("Resize(int) alone gives differently sized images; add CenterCrop or give (h, w)")
     return geometry

@@ -60,6 +60,7 @@ def runner(tf, packed, n: int):
 
 def op_cases():
     """(name, our step, torchvision v2's transform) per op, with the arguments recipes use."""
+    import torch
     import torchvision.transforms.v2 as v2
 
     from gpudecode import transforms as T
@@ -84,6 +85,11 @@ def op_cases():
         ("RandAugment(2, 9)", T.RandAugment(2, 9), v2.RandAugment(2, 9)),
         ("AutoAugment(ImageNet)", T.AutoAugment(), v2.AutoAugment()),
         ("AugMix", T.AugMix(), v2.AugMix()),
+        ("RandomPhotometricDistort", T.RandomPhotometricDistort(), v2.RandomPhotometricDistort()),
+        ("RandomChannelPermutation", T.RandomChannelPermutation(), v2.RandomChannelPermutation()),
+        # (torchvision's noise needs a float image: its conversion is counted with it)
+        ("GaussianNoise(0, 0.1)", T.GaussianNoise(), v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
+                                                                  v2.GaussianNoise()])),
     ]
 
 
