@@ -414,7 +414,7 @@ class Pipeline:
         else:
             index = {id(s): position + i for i, s in enumerate(chunk)}
             indices = [index[id(s)] * world + rank for s in samples]
-        # (the common plans drawn natively for the batch, as columns: see gpudecode._draws)
+        # (the common plans drawn natively for the batch, as columns: see gpudecode.transforms.draws)
         try:
             params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
                       for v, tf in enumerate(self.views)]

@@ -10,7 +10,7 @@ resize.
 """
 import math
 
-from numpy import float32, int32, uint64
+from numpy import float32, int32
 
 # The op ids, their argument counts and barriers: the kernel's op table (kernels/ops.py).
 # A sample's `order` lists the ops it drew (-1 ends the list) and args[k] holds step k's
@@ -20,6 +20,8 @@ from .ops import (AFFINE, ARGS, AUTOCONTRAST, BARRIER_MASK, BLUR_X, BLUR_Y, BRIG
                   CONTRAST, EQUALIZE, GAUSSIAN_NOISE, GRAYSCALE, HISTOGRAM_MASK, HUE, INVERT, MEAN_MASK, MIX_ADD, MIX_END, MIX_SAVE,
                   NUM_OPS, PERMUTE_CHANNELS, PERSPECTIVE, POSTERIZE, RANGE_MASK, SATURATION, SHARPNESS, SOLARIZE,
                   SOLARIZE_ADD)
+
+from ._noise import add_noise, cos2pi, hash32, noise_key, noise_normal  # noqa: E402, F401  (GaussianNoise's)
 
 MAX_BLUR = 63    # largest Gaussian kernel side the CUDA kernel keeps weights for
 BLUR_TAIL = 1e-10  # blur taps under this share of the sum are skipped (they change no value by 1e-9)
@@ -257,52 +259,6 @@ def apply_ops(r, g, b, order, args, first, last, aux, n, y, x):
         else:
             r, g, b = apply_op(op, r, g, b, w, float32(0.0))
     return r, g, b
-
-
-# GaussianNoise: each pixel's normal value is a function of the sample's key and the
-# pixel's place and channel (the same on both targets, whatever runs where): 32-bit hashes
-# (Wellons' lowbias32, a bijection; uint64 holding 32 bits, masked after each product, so
-# Python ints, numpy scalars and both compiled targets agree) give two uniforms, and
-# Box-Muller a standard normal value.
-
-def hash32(z):
-    m = uint64(0xFFFFFFFF)
-    z = z ^ (z >> uint64(16))
-    z = (z * uint64(0x7FEB352D)) & m
-    z = z ^ (z >> uint64(15))
-    z = (z * uint64(0x846CA68B)) & m
-    return z ^ (z >> uint64(16))
-
-
-def noise_key(lo, hi):
-    """The 32-bit key from its two 16-bit halves (argument floats)."""
-    return uint64(int32(lo)) | (uint64(int32(hi)) << uint64(16))
-
-
-def noise_normal(key, y, x, c):
-    """Standard normal, for pixel (y, x) and channel c of the sample keyed `key`."""
-    m = uint64(0xFFFFFFFF)
-    base = hash32((hash32(((uint64(y) << uint64(16)) | uint64(x)) & m) ^ key) & m)
-    h1 = hash32((base + uint64(2 * c + 1) * uint64(0x9E3779B9)) & m)
-    h2 = hash32((base + uint64(2 * c + 2) * uint64(0x9E3779B9)) & m)
-    u1 = float32((h1 >> uint64(8)) + uint64(1)) * float32(1.0 / 16777216.0)  # (0, 1]
-    u2 = float32(h2 >> uint64(8)) * float32(1.0 / 16777216.0)  # [0, 1)
-    return float32(math.sqrt(float32(-2.0) * math.log(u1))) * cos2pi(u2)
-
-
-def cos2pi(u):
-    """cos(2 pi u) for u in [0, 1) (CUDA: libdevice's cospif, which needs no reduction of a
-    large argument: cosf's slow path would cost the kernels registers)."""
-    return float32(math.cos(float32(6.2831855) * u))
-
-
-def add_noise(v, mean, sigma, clip, key, y, x, c):
-    """torchvision's gaussian_noise: v + (mean + N(0, 1) * sigma), clamped to [0, 1]
-    when `clip` (1.0)."""
-    out = v + (mean + noise_normal(key, y, x, c) * sigma)
-    if clip > float32(0.5):
-        return clamp01(out)
-    return out
 
 
 def quantize(v):

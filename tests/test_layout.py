@@ -76,6 +76,12 @@ def test_the_transforms_are_modules_of_their_kind_each_under_600_lines():
     assert max(sizes.values()) <= 600, sizes
 
 
+def test_the_kernels_are_modules_each_under_600_lines():
+    sizes = {p.name: len(p.read_text().splitlines()) for p in sorted((PKG / "kernels").glob("*.py"))}
+    assert {"fused.py", "layout.py", "cuda_program.py", "cpu_passes.py", "cpu_resample.py", "cpu_twin.py"} <= set(sizes)
+    assert max(sizes.values()) <= 600, sizes
+
+
 def test_the_graph_sees_imports():  # the check above is not vacuous: the graph holds the package's imports
     graph = _graph()
     assert "gpudecode.transforms.base" in graph["gpudecode.transforms.geometry"]
