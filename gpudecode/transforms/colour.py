@@ -116,8 +116,8 @@ class RandomPhotometricDistort(_Step, converts="torchvision.RandomPhotometricDis
 
     keys = ("brightness_factor", "contrast_factor", "saturation_factor", "hue_factor", "contrast_before",
             "channel_permutation")
-    _FACTORS = (("brightness_factor", "brightness", BRIGHTNESS), ("contrast_factor", "contrast", CONTRAST),
-                ("saturation_factor", "saturation", SATURATION), ("hue_factor", "hue", HUE))
+    _FACTORS = (("brightness_factor", "brightness"), ("contrast_factor", "contrast"),
+                ("saturation_factor", "saturation"), ("hue_factor", "hue"))
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
@@ -139,7 +139,7 @@ class RandomPhotometricDistort(_Step, converts="torchvision.RandomPhotometricDis
         # torchvision's make_params: each factor's coin then its value, in this order; the
         # contrast's place; the permutation's coin, then the permutation
         out: dict = {}
-        for key, name, _ in self._FACTORS:
+        for key, name in self._FACTORS:
             lo, hi = getattr(self, name)
             out[key] = rng.uniform(lo, hi) if rng.random() < self.p else None
         out["contrast_before"] = rng.random() < 0.5
@@ -153,17 +153,12 @@ class RandomPhotometricDistort(_Step, converts="torchvision.RandomPhotometricDis
     def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
         if "contrast_before" not in p:  # (not drawn: a lost coin of what wraps it)
             return
-        f = {key: p.get(key) for key, _, _ in self._FACTORS}
-        before = p["contrast_before"]
-        for key, _, op in self._FACTORS:  # brightness, contrast (before), saturation, hue, contrast (after)
-            if key == "contrast_factor":
-                continue
-            if f[key] is not None:
-                prog.append((op, (f[key],)))
-            if key == "brightness_factor" and before and f["contrast_factor"] is not None:
-                prog.append((CONTRAST, (f["contrast_factor"],)))
-        if not before and f["contrast_factor"] is not None:
-            prog.append((CONTRAST, (f["contrast_factor"],)))
+        contrast = p.get("contrast_factor")
+        # torchvision's transform: brightness, contrast (before), saturation, hue, contrast (after)
+        steps = [(BRIGHTNESS, p.get("brightness_factor")), (CONTRAST, contrast if p["contrast_before"] else None),
+                 (SATURATION, p.get("saturation_factor")), (HUE, p.get("hue_factor")),
+                 (CONTRAST, None if p["contrast_before"] else contrast)]
+        prog.extend((op, (f,)) for op, f in steps if f is not None)
         perm = p.get("channel_permutation")
         if perm is not None and list(perm) != [0, 1, 2]:
             prog.append((PERMUTE_CHANNELS, (_permutation_arg(perm),)))

@@ -125,6 +125,16 @@ class RandomResizedCrop(Transform, converts=("torchvision.RandomResizedCrop",
         return d
 
 
+def _shorter_side_to(height: int, width: int, size: int, max_size: int | None) -> tuple[int, int]:
+    """torchvision's resize to an int: the shorter side to `size`, the longer one keeping
+    the aspect ratio (truncated), capped by `max_size`."""
+    short, long = (width, height) if width <= height else (height, width)
+    new_short, new_long = size, int(size * long / short)
+    if max_size is not None and new_long > max_size:
+        new_short, new_long = int(max_size * new_short / new_long), max_size
+    return (new_long, new_short) if width <= height else (new_short, new_long)
+
+
 class Resize(Transform, converts="torchvision.Resize"):
     """torchvision's Resize: an int resizes the shorter side (the longer one keeps the
     aspect ratio, capped by max_size); (h, w) resizes to exactly that."""
@@ -164,11 +174,7 @@ class Resize(Transform, converts="torchvision.Resize"):
     def output_size(self, height: int, width: int) -> tuple[int, int]:
         if not isinstance(self.size, int):
             return self.size
-        short, long = (width, height) if width <= height else (height, width)
-        new_short, new_long = self.size, int(self.size * long / short)
-        if self.max_size is not None and new_long > self.max_size:
-            new_short, new_long = int(self.max_size * new_short / new_long), self.max_size
-        return (new_long, new_short) if width <= height else (new_short, new_long)
+        return _shorter_side_to(height, width, self.size, self.max_size)
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         return {"resize": self.output_size(*size)}
@@ -262,7 +268,7 @@ class RandomResize(_RandomSize, converts="torchvision.RandomResize"):
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         short = rng.randrange(self.min_size, self.max_size)  # type: ignore[arg-type]
-        return {"resize": Resize(short).output_size(*size)}
+        return {"resize": _shorter_side_to(*size, short, None)}
 
 
 class RandomShortestSize(_RandomSize, converts="torchvision.RandomShortestSize"):
