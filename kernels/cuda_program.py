@@ -280,15 +280,16 @@ def cuda_kernels() -> tuple:
     return cuda.jit(ns["_resample_body"], cache=cache), cuda.jit(ns["_segment_body"], cache=cache)
 
 
-def _cuda_namespace() -> dict:
-    """The kernel bodies and their device helpers, rebound for CUDA."""
-    from numba import cuda, float32, float64, int32
+def _cuda_namespace(fresh: bool = False) -> dict:
+    """The kernel bodies and their device helpers, rebound for CUDA (`fresh`: helpers not
+    yet compiled, for another compute capability than the process's first)."""
+    from numba import float32, float64, int32
 
-    ns = dict(_compile.cuda_namespace())
+    ns = dict(_compile.fresh_cuda_namespace() if fresh else _compile.cuda_namespace())
     ns.update(GEOM_NAMES, float32=float32, float64=float64, int32=int32)
     helpers: tuple = (_write_out, _block_reduce, _barrier_pixel)
     for fn in helpers:
-        ns[fn.__name__] = cuda.jit(device=True, inline="always")(_compile.rebind(fn, ns))
+        ns[fn.__name__] = _compile.cuda_device(_compile.rebind(fn, ns))
     bodies: tuple = (_resample_body, _segment_body)
     for fn in bodies:
         ns[fn.__name__] = _compile.rebind(fn, ns)
@@ -343,23 +344,24 @@ def compile_ptx_all(ccs=((8, 0), (9, 0)), *, text: bool = False, variants=None) 
     the PTX itself with `text` (for ptxas). `variants`: only these ("float32-C", "uint8-A", ...)."""
     from numba import cuda, types as t
 
-    ns = _cuda_namespace()
-    resample = ns["_resample_body"]
-    segment = ns["_segment_body"]
     sizes = {}
     common = (t.float32[:, :, ::1], t.int32[:, ::1])
     tail_in = (t.float32[:, :, :, :, ::1], t.float64[:, :, ::1], t.int32[:, :, :, ::1], t.float32[:, :, :, :, ::1],
                t.float32[::1], t.float32[::1], t.boolean, t.boolean)
     for cc in ccs:
+        ns = _cuda_namespace(fresh=True)  # (device functions compiled for this cc)
+        resample, segment = ns["_resample_body"], ns["_segment_body"]
         for out_t in (t.float32, t.float16, t.uint8):
             for layout in ("C", "A"):  # contiguous NCHW, and strided (NHWC views)
                 if variants is not None and f"{out_t}-{layout}" not in variants:
                     continue
                 out = out_t[:, :, :, ::1] if layout == "C" else out_t[:, :, :, :]
                 r_sig = (t.uint8[::1], t.int64[:, ::1], *common, t.boolean, *tail_in, out)
-                ptx, _ = cuda.compile_ptx(resample, r_sig, cc=cc)
+                with _compile.compiling_for(cc):
+                    ptx, _ = cuda.compile_ptx(resample, r_sig, cc=cc)
                 sizes[("resample", cc, f"{out_t}-{layout}")] = ptx if text else len(ptx)
                 s_sig = (t.int64, t.float32[:, :, :, :, ::1], *common, *tail_in[1:], out)
-                ptx, _ = cuda.compile_ptx(segment, s_sig, cc=cc)
+                with _compile.compiling_for(cc):
+                    ptx, _ = cuda.compile_ptx(segment, s_sig, cc=cc)
                 sizes[("segment", cc, f"{out_t}-{layout}")] = ptx if text else len(ptx)
     return sizes

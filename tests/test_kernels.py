@@ -29,25 +29,21 @@ def _ptxas() -> str | None:
 @pytest.mark.slow  # over 20 s on 2 cores (make test's --durations)
 def test_compile_ptx_sm80_sm90_and_ptxas(tmp_path):
     """Real type inference and code generation for every kernel variant (no GPU needed),
-    then each variant's PTX (sm_80, sm_90) assembled to machine code by the ptxas torch's
-    triton ships (`-v`: registers, spills): no spill stores or loads, and no fewer blocks
-    an SM than measured on 2026-11-24 (resample 78-80 registers: 3 blocks of 256, 37.5%
-    occupancy; segment 64 on sm_80, 56 on sm_90 with AugMix's ops: 4 blocks), so a change
-    that costs occupancy is seen. Prints each kernel's registers (bench/RESULTS.md records
-    them). sm_80: every output dtype and layout; sm_90: the two ends (float32 contiguous,
-    uint8 strided: the variants differ only in the final store, and each compile costs
-    about 20 s of CPU; on a GPU machine test_gpu.py compiles what it runs for the device
-    itself). Two processes side by side, eight compiles each."""
+    then each variant's PTX (sm_80, sm_90; every output dtype and layout) assembled to
+    machine code by the ptxas torch's triton ships (`-v`: registers, spills): no spill
+    stores or loads, and no fewer blocks an SM than measured (resample 70 registers on
+    sm_80: 3 blocks of 256, 37.5% occupancy; segment 64 on sm_80 with AugMix's ops: 4
+    blocks), so a change that costs occupancy is seen. Prints each kernel's registers
+    (bench/RESULTS.md records them). One process for each compute capability, side by
+    side: the device functions are compiled for it (_compile.compiling_for), about 7 s a
+    variant after the first."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
-    ends = ("float32-C", "uint8-A")
-    jobs = [[((8, 0), ("float32-C", "float32-A", "float16-C", "float16-A"))],
-            [((8, 0), ("uint8-C", "uint8-A")), ((9, 0), ends)]]
+    variants = [f"{d}-{layout}" for d in ("float32", "float16", "uint8") for layout in ("C", "A")]
     procs = []
-    for job in jobs:
-        code = ("import json; from gpudecode.kernels import fused; out = {}\n"
-                + "".join(f"out.update(fused.compile_ptx_all(ccs=({cc!r},), text=True, variants={list(v)!r}))\n"
-                          for cc, v in job)
-                + "print(json.dumps({'|'.join(map(str, k)): v for k, v in out.items()}))")
+    for cc in ((8, 0), (9, 0)):
+        code = ("import json; from gpudecode.kernels import fused\n"
+                f"out = fused.compile_ptx_all(ccs=({cc!r},), text=True, variants={variants!r})\n"
+                "print(json.dumps({'|'.join(map(str, k)): v for k, v in out.items()}))")
         procs.append(subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True))
     ptxs = {}
@@ -55,7 +51,7 @@ def test_compile_ptx_sm80_sm90_and_ptxas(tmp_path):
         out, err = p.communicate(timeout=900)
         assert p.returncode == 0, err[-3000:]
         ptxs.update(json.loads(out.strip().splitlines()[-1]))
-    assert len(ptxs) == 2 * (6 + 2) and all(len(v) > 1000 for v in ptxs.values())
+    assert len(ptxs) == 2 * 2 * 6 and all(len(v) > 1000 for v in ptxs.values())
     ptxas = _ptxas()
     if ptxas is None:
         pytest.skip("PTX compiled; torch's triton package ships no ptxas-blackwell here to assemble it")
@@ -73,7 +69,7 @@ def test_compile_ptx_sm80_sm90_and_ptxas(tmp_path):
         assert regs and not any(spills), (key, out.stderr[-2000:])
         report[key] = max(regs)
     print("ptxas registers:", json.dumps(report))
-    assert len(report) == 2 * (6 + 2), report
+    assert len(report) == 2 * 2 * 6, report
     # occupancy from registers: 64K an SM, allocated 8 a thread at a time, 256-thread blocks
     blocks = {k: 65536 // (256 * -(-v // 8) * 8) for k, v in report.items()}
     assert all(b >= (3 if k.startswith("resample") else 4) for k, b in blocks.items()), (report, blocks)
