@@ -51,9 +51,9 @@ def cuda_device(fn: Callable) -> Callable:
     (numba-cuda's Dispatcher.compile_device): `compiling_for` names one where there is no GPU."""
     from numba import config, cuda
 
-    if getattr(config, "ENABLE_CUDASIM", False):  # (the simulator's jit has no forceinline)
-        return cuda.jit(device=True)(fn)
-    return cuda.jit(device=True, forceinline=True)(fn)
+    if getattr(config, "ENABLE_CUDASIM", False):  # (the simulator's jit has no forceinline;
+        return cuda.jit(device=True)(fn)         # mypy reads that one's signature)
+    return cuda.jit(device=True, forceinline=True)(fn)  # type: ignore[call-arg]
 
 
 @contextlib.contextmanager

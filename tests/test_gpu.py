@@ -98,6 +98,28 @@ def test_kernel_program_on_cuda_tensors_equals_the_cpu_twin(photos):
     assert float(far.float().mean()) <= 0.01, float((gpu - cpu).abs().max())
 
 
+def test_newer_ops_on_cuda_tensors_equal_the_cpu_twin(photos):
+    """The ops added after the first GPU check was written (the canvas of RandomZoomOut,
+    made with torch's ops on the device; RandomPerspective, RandomPhotometricDistort,
+    RandomChannelPermutation, GaussianNoise; the drawn resizes) on CUDA tensors against
+    the CPU twin, equal to 2e-4 for 99% of values (the noise's cos is libdevice's)."""
+    from gpudecode import transforms as T
+
+    imgs = [torch.from_numpy(p).permute(2, 0, 1).contiguous() for p in photos.values()] * 3
+    sizes = [tuple(i.shape[1:]) for i in imgs]
+    for tf in (T.Compose([T.RandomZoomOut((123, 117, 104), (1.0, 2.5), p=0.7), T.RandomResizedCrop(80),
+                          T.RandomPhotometricDistort(p=0.7), T.RandomChannelPermutation(),
+                          T.RandomPerspective(0.4, 0.5, fill=(20, 40, 60)), T.ToDtype(torch.float32, scale=True),
+                          T.GaussianNoise(sigma=0.05), T.Normalize(MEAN, STD)]),
+               T.Compose([T.RandomShortestSize([64, 80, 96], 160), T.RandomCrop(72, pad_if_needed=True),
+                          T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)])):
+        params = tf.make_params(sizes, 8)
+        cpu = tf(imgs, params)
+        gpu = tf([i.cuda() for i in imgs], params).cpu()
+        far = (gpu - cpu).abs() > 2e-4
+        assert float(far.float().mean()) <= 0.01, (tf, float((gpu - cpu).abs().max()))
+
+
 def test_recipes_through_the_loader_on_cuda(shards):
     """torchvision's reference recipe (TrivialAugmentWide, RandomErasing, MixUp/CutMix on
     the GPU batch) and DINO's 2 + 6 views with blur, from torchvision Composes."""

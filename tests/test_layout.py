@@ -87,7 +87,19 @@ def test_the_graph_sees_imports():  # the check above is not vacuous: the graph 
     assert "gpudecode.transforms.base" in graph["gpudecode.transforms.geometry"]
     assert "gpudecode.transforms.draws" in graph["gpudecode.transforms.compose"]
     assert "gpudecode.kernels.fused" in graph["gpudecode.transforms.draws"]
-    assert "gpudecode.transforms.compose" not in graph["gpudecode.transforms.draws"]  # (TYPE_CHECKING only)
+    assert "gpudecode.transforms.plan" not in graph["gpudecode.transforms.draws"]  # (TYPE_CHECKING only)
+
+
+def test_the_draws_know_the_plan_not_the_compose():
+    """Draws hold the plan they were drawn for and encode themselves (no call back into a
+    Compose); the launch is the kernels' (kernels.launch), not Compose's."""
+    graph = _graph()
+    for name in ("draws", "plan", "canvas"):
+        assert not any(m == "gpudecode.transforms.compose" for m in graph[f"gpudecode.transforms.{name}"]), name
+    text = (PKG / "transforms" / "draws.py").read_text()
+    assert "compose" not in text.replace("Compose", "")
+    assert "gpudecode.kernels.launch" in graph["gpudecode.transforms.compose"]
+    assert "cuda_launch" not in (PKG / "transforms" / "compose.py").read_text()
 
 
 def test_every_relative_import_names_a_module_of_the_package():

@@ -310,10 +310,10 @@ def test_from_torchvision():
     ours = T.Compose.from_torchvision(ref)
     assert ours.out_size == (64, 64) and ours.dtype == torch.float32
     assert ours.plan.jitter.brightness == (0.6, 1.4) and ours.plan.jitter.hue == (-0.1, 0.1)
-    with pytest.raises(TransformError, match="RandomZoomOut") as e:
-        T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(8), tv.RandomZoomOut()]))
+    with pytest.raises(TransformError, match="RandomIoUCrop") as e:
+        T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(8), tv.RandomIoUCrop()]))
     # the refusal names the step and the ways out, and where the supported ops are listed
-    assert "torchvision.transforms.v2.RandomZoomOut cannot be fused (step 2 of 2)" in str(e.value)
+    assert "torchvision.transforms.v2.RandomIoUCrop cannot be fused (step 2 of 2)" in str(e.value)
     assert "for images, labels in loader" in str(e.value) and "`gpudecode ops`" in str(e.value)
 
 
@@ -383,7 +383,7 @@ def test_cuda_launch_failures_are_kernel_launch_errors():
     from numba.cuda.cudadrv import driver
 
     from gpudecode import GpuDecodeError, KernelLaunchError
-    from gpudecode.transforms.compose import MAX_CUDA_BATCH, launch_failure
+    from gpudecode.kernels.launch import MAX_CUDA_BATCH, launch_failure
 
     errs = [TypingError("No implementation of function")]
     if hasattr(driver, "LinkerError"):  # (not in the simulator's driver module)

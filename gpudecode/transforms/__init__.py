@@ -6,6 +6,7 @@ fused kernel (numba CUDA for CUDA tensors, the numba CPU twin otherwise). A sequ
 kernel cannot express is refused when the Compose is built, never approximated.
 
 Supported shape of a pipeline:
+    canvas      optionally RandomZoomOut (then a geometry step)
     geometry    RandomResizedCrop | Resize | CenterCrop | RandomCrop
                 | Resize, CenterCrop | Resize, RandomCrop | none
     then, in any order, each sample's program: RandomHorizontalFlip, RandomVerticalFlip
@@ -27,6 +28,7 @@ torchvision does for float images.
 The package, one module per kind of step (each class declares the torchvision or timm
 names it converts, its group and its kernel ops; lists and tables are derived):
     base        Transform, the program step, the registry of conversions
+    canvas      RandomZoomOut: each image on a canvas of its own, before the geometry
     geometry    the geometry steps and the flips
     colour      ColorJitter and the other per-pixel ops
     warps       rotations, affine and perspective warps
@@ -41,6 +43,7 @@ from __future__ import annotations
 from ..errors import TransformError  # (the error a refused step raises, beside the steps)
 from ..mixing import CutMix, MixUp
 from .base import CONVERTS, Transform
+from .canvas import RandomZoomOut
 from .geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResize, RandomResizedCrop,
                        RandomShortestSize, RandomVerticalFlip, Resize, ResizeKeepRatio, ScaleJitter)
 from .colour import (ColorJitter, GaussianBlur, GaussianNoise, Grayscale, RandomAdjustSharpness, RandomAutocontrast,

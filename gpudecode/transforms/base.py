@@ -13,7 +13,9 @@ from ..kernels.ops import OPS_ARGS
 # Where a step may stand in a Compose, in order, and what `gpudecode ops` says of each
 # place beside the names of the classes that declare it (convert.listing).
 GROUPS = {
-    "geometry": ("geometry (one, first)", "{tv}, Resize + CenterCrop, Resize + RandomCrop (RandomResize, "
+    "canvas": ("canvas (first, before the geometry)", "{tv}: each image on a canvas of its own size, which a "
+               "geometry step must follow"),
+    "geometry": ("geometry (one, first or after the canvas)", "{tv}, Resize + CenterCrop, Resize + RandomCrop (RandomResize, "
                  "RandomShortestSize and ScaleJitter only so), or none (bilinear or bicubic, antialiased; crops pad "
                  "with a fill); timm's {timm}"),
     "flips": ("flips (any order)", "{tv}"),

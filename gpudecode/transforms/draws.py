@@ -1,13 +1,14 @@
-"""A batch's drawn parameters as columns, drawn in one native call.
+"""A batch's drawn parameters: drawn (in Python, or in one native call), kept, and
+encoded for the kernel — for a plan (transforms.plan), without its Compose.
 
-`Compose.make_params` draws each sample's parameters in Python (random.Random's
-uniform, randint and shuffle over the sample's SplitMix64 stream) and gives them as one
-dict per sample; the kernel wants them as arrays (`Compose.encode`). For the plans most
-training runs use (any supported geometry, the flips, a ColorJitter, Normalize, ToDtype)
-`_native.draw_batch` makes the same draws, in the same order and with the same
-floating-point operations, for the whole batch at once, and gives them as columns;
-`Draws` turns the columns into the kernel's arrays with numpy, and into the dicts only
-when something asks for them. Other plans (a program step other than a plain
+`python_params` draws each sample's parameters in Python (random.Random's uniform,
+randint and shuffle over the sample's SplitMix64 stream) and gives them as one dict per
+sample, with torchvision's names; the kernel wants them as arrays (`encode_dicts`). For
+the plans most training runs use (any supported geometry, the flips, a ColorJitter,
+Normalize, ToDtype) `_native.draw_batch` makes the same draws, in the same order and with
+the same floating-point operations, for the whole batch at once, and gives them as
+columns; `Draws` turns the columns into the kernel's arrays with numpy, and into the dicts
+only when something asks for them. Other plans (a program step other than a plain
 ColorJitter, RandomErasing, subclasses of the steps) are drawn by the Python path, and
 `Draws` holds its dicts. tests/test_draws.py compares the two paths draw by draw.
 """
@@ -18,16 +19,18 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence, overload
 
 import numpy as np
 
+from .. import _native
+from ..errors import TransformError
 from ..kernels import fused
-from ..kernels.ops import ARGS, JITTER_OPS
+from ..kernels.ops import ARGS, JITTER_OPS, OPS, OPS_ARGS
 from .colour import _JITTER_NAMES, ColorJitter
 from .geometry import CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize
+from .rng import _epoch_key, _SampleRandom
 
 if TYPE_CHECKING:
-    from .compose import Compose
     from .plan import _Plan
 
-__all__ = ["Draws", "native_spec"]
+__all__ = ["Draws", "as_draws", "draw_batch", "python_params", "encode_dicts", "native_spec"]
 
 # the columns of _native.draw_batch's ints (csrc/draws.h)
 _TOP, _LEFT, _CH, _CW, _RH, _RW, _FLIP, _VFLIP, _ORDER = 0, 1, 2, 3, 4, 5, 6, 7, 8
@@ -36,7 +39,7 @@ _JITTER_IDS = np.array(JITTER_OPS, np.int32)
 
 def native_spec(plan: "_Plan") -> tuple | None:
     """The plan as _native.draw_batch reads it, or None when the Python path draws it."""
-    if plan.erase is not None:
+    if plan.erase is not None or plan.canvas is not None:
         return None
     geometry: list[tuple] = []
     g: Any
@@ -71,23 +74,149 @@ def native_spec(plan: "_Plan") -> tuple | None:
     return (geometry, flips[0], flips[1], jitter)
 
 
+def draw_batch(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *, epoch: int = 0,
+               indices: Sequence[int] | np.ndarray | None = None) -> "Draws":
+    """The batch's draws as a `Draws`: for the common plans in one native call for the
+    batch, else by the Python path. (seed, epoch, index) fixes each sample's draws."""
+    spec = plan.native_spec
+    if spec is not None and len(sizes):
+        idx = np.arange(len(sizes), dtype=np.int64) if indices is None else np.asarray(indices)
+        if idx.dtype == np.int64 and idx.shape == (len(sizes),):  # (Python ints beyond int64: the Python path)
+            size_array = np.asarray(sizes, np.int64).reshape(-1, 2)
+            cols = _native.draw_batch(spec, size_array, idx, _epoch_key(seed, epoch))
+            if cols is not None:  # (None: a sample it cannot draw; the Python path names why)
+                return Draws(plan, sizes, columns=cols, size_array=size_array)
+    return Draws(plan, sizes, dicts=python_params(plan, sizes, seed, epoch=epoch, indices=indices))
+
+
+def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *, epoch: int = 0,
+                  indices: Sequence[int] | np.ndarray | None = None) -> list[dict]:
+    """make_params drawn in Python, a sample at a time: every plan (the reference of the
+    native draws). Each step draws in the Compose's order; the erasing last."""
+    if indices is None:
+        indices = range(len(sizes))
+    elif isinstance(indices, np.ndarray):
+        indices = indices.tolist()
+    out = []
+    key = _epoch_key(seed, epoch)
+    for (h, w), idx in zip(sizes, indices):
+        if h <= 0 or w <= 0:
+            raise ValueError(f"image size must be positive, got {(h, w)}")
+        rng = _SampleRandom(key, idx)  # sample_rng(seed, epoch, idx)
+        p: dict = {"flip": False, "brightness": None, "contrast": None, "saturation": None, "hue": None,
+                   "order": [0, 1, 2, 3]}
+        size = (h, w)
+        if plan.canvas is not None:
+            d = plan.canvas.draw(rng, size)
+            size = plan.canvas.canvas_size(d, size)
+            p.update(d)
+        for t in plan.geometry:
+            d = t.draw(rng, size)
+            if "resize" in d:
+                size = d["resize"]
+            p.update(d)
+        if plan.flip is not None:
+            p.update(plan.flip.draw(rng, size))
+        if plan.vflip is not None:
+            p.update(plan.vflip.draw(rng, size))
+        osize = plan.out_size or (h, w)  # the image the program's steps see
+        for step in plan.program:  # in the Compose's order
+            p.update(step.draw(rng, osize))
+        if plan.erase is not None:  # drawn last: the other steps' draws are unchanged
+            p.update(plan.erase.draw(rng, plan.out_size or (h, w)))
+        out.append(p)
+    return out
+
+
+def encode_dicts(plan: "_Plan", params: Sequence[dict],
+                 sizes: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Kernel arrays for make_params' dicts: geom int64 [N, GEOM] (the box, resize and
+    window columns and FLIP; OFFSET, H, W and strides are the caller's), args float32
+    [N, K, ARGS] and order int32 [N, K] (each sample's program: the ops its steps drew, in
+    order, K the longest program of the batch). `sizes`: the images' (before a canvas step,
+    whose params give the canvas's)."""
+    n = len(params)
+    if plan.canvas is not None:
+        sizes = [plan.canvas.canvas_size(p, s) for p, s in zip(params, sizes)]
+    oh, ow = plan.output_size(sizes)
+    rrc = plan.rrc
+    program = plan.program
+    G, H, W, VH, VW, OY, OX = fused.GEOM, fused.H, fused.W, fused.VH, fused.VW, fused.OY, fused.OX
+    box, FLIP, VFLIP, CUBIC = slice(fused.TOP, fused.BW + 1), fused.FLIP, fused.VFLIP, fused.CUBIC
+    cubic = plan.cubic
+    FILL, fill = slice(fused.FILLR, fused.FILLB + 1), plan.pad_fill
+    rows: list[list[int]] = []  # (built as lists: a numpy item assignment costs more than the list's)
+    progs: list[list] = []
+    for p, (h, w) in zip(params, sizes):
+        g = [0] * G
+        g[H], g[W] = h, w
+        if rrc:
+            t, l, bh, bw = p["crop"]
+            if t < 0 or l < 0 or bh <= 0 or bw <= 0 or t + bh > h or l + bw > w:
+                raise ValueError(f"crop {p['crop']} is outside the {h}x{w} image")
+            g[box] = (t, l, bh, bw)
+            g[VH], g[VW] = oh, ow
+        else:
+            g[box] = (0, 0, h, w)
+            g[VH], g[VW] = p.get("resize", (h, w))
+            if "crop" in p:
+                g[OY], g[OX] = p["crop"][0], p["crop"][1]
+        g[FLIP] = 1 if p.get("flip", False) else 0
+        g[VFLIP] = 1 if p.get("vflip", False) else 0
+        g[CUBIC] = 1 if p.get("cubic", cubic) else 0
+        g[FILL] = fill
+        rows.append(g)
+        if program:
+            prog: list = []
+            for step in program:
+                step.emit(p, (oh, ow), prog)
+            progs.append(prog)
+    geom = np.array(rows, np.int64).reshape(n, G)
+    width = max([1, *map(len, progs)])
+    order = np.full((n, width), -1, np.int32)
+    args = np.zeros((n, width, ARGS), np.float32)
+    for k, prog in enumerate(progs):
+        for j, (op, a) in enumerate(prog):
+            if len(a) > OPS_ARGS[op]:  # (a step whose emit and the op table disagree: a bug, named)
+                raise TransformError(f"{OPS[op].name} reads {OPS_ARGS[op]} argument(s), a step emitted {len(a)}")
+            order[k, j] = op
+            args[k, j, :len(a)] = a
+    return geom, args, order
+
+
+def dict_boxes(plan: "_Plan", params: Sequence[dict], sizes: Sequence[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
+    """The window (top, left, height, width) of each image the kernel reads, for a decoder
+    to decode no more than that: RandomResizedCrop's crop; the whole image for
+    Resize/CenterCrop (every source pixel can reach the output through the filter)."""
+    if plan.rrc and plan.canvas is None:  # (a crop of a canvas: the canvas needs the whole image)
+        return [tuple(p["crop"]) for p in params]  # type: ignore[misc]
+    return [(0, 0, h, w) for h, w in sizes]
+
+
+def as_draws(plan: "_Plan", params: "Sequence[dict] | Draws", sizes: Sequence[tuple[int, int]]) -> "Draws":
+    """`params` as Draws: itself, or a user's list of make_params dicts held by one."""
+    if isinstance(params, Draws):
+        return params
+    return Draws(plan, sizes, dicts=list(params))
+
+
 class Draws(Sequence[dict]):
     """The parameters drawn for a batch: a sequence of make_params' dicts (made when
     asked for), and the kernel's arrays (`encode`) and decode windows (`boxes`) made from
     columns without them.
 
     Args:
-        compose: the Compose they were drawn for.
+        plan: the plan they were drawn for (a Compose's `plan`).
         sizes: the images' (height, width).
         columns: (ints [N, 12], factors [N, 4]) from _native.draw_batch; or
         dicts: the Python path's make_params.
         size_array: `sizes` as int64 [N, 2], where the caller has it.
     """
 
-    def __init__(self, compose: "Compose", sizes: Sequence[tuple[int, int]], *,
+    def __init__(self, plan: "_Plan", sizes: Sequence[tuple[int, int]], *,
                  columns: tuple[np.ndarray, np.ndarray] | None = None, dicts: list[dict] | None = None,
                  size_array: np.ndarray | None = None) -> None:
-        self.compose = compose
+        self.plan = plan
         self.sizes = sizes
         self.columns = columns
         self._dicts = dicts
@@ -130,7 +259,7 @@ class Draws(Sequence[dict]):
     def _from_columns(self) -> list[dict]:
         assert self.columns is not None
         ints, factors = self.columns
-        plan = self.compose.plan
+        plan = self.plan
         kinds = [type(g) for g in plan.geometry]
         resize = Resize in kinds
         crop = any(k in (RandomResizedCrop, CenterCrop, RandomCrop) for k in kinds)
@@ -157,32 +286,32 @@ class Draws(Sequence[dict]):
         """Compose.decode_boxes as an int64 array [N, 4]: the window of each image the
         kernel reads (top, left, height, width)."""
         if self.columns is None:
-            return np.asarray(self.compose.decode_boxes(self.dicts(), self.sizes), np.int64).reshape(-1, 4)
-        if self.compose.rrc:
+            return np.asarray(dict_boxes(self.plan, self.dicts(), self.sizes), np.int64).reshape(-1, 4)
+        if self.plan.rrc:
             return self.columns[0][:, _TOP:_CW + 1]
         out = np.zeros((len(self.sizes), 4), np.int64)  # the whole image
         out[:, 2:] = self.size_array
         return out
 
     def encode(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Compose.encode of the images `rows` (a row may come more than once)."""
+        """The kernel's arrays (encode_dicts) for the images `rows` (a row may come more
+        than once)."""
+        plan = self.plan
         if self.columns is None:
             dicts = self.dicts()
-            geom, args, order = self.compose.encode([dicts[k] for k in rows], [self.sizes[k] for k in rows])
-            return geom, args, order
+            return encode_dicts(plan, [dicts[k] for k in rows], [self.sizes[k] for k in rows])
         ints, factors = self.columns[0][rows], self.columns[1][rows]
         sizes = self.size_array[rows]
-        plan = self.compose.plan
         n = len(rows)
         if plan.out_size is not None:
             oh, ow = plan.out_size
         elif n and (sizes == sizes[0]).all():  # (no geometry: one size, the batch's)
             oh, ow = sizes[0].tolist()
         else:  # (none, or several: output_size says what it makes of them)
-            oh, ow = self.compose.output_size([tuple(s) for s in sizes.tolist()])
+            oh, ow = plan.output_size([tuple(s) for s in sizes.tolist()])
         geom = np.zeros((n, fused.GEOM), np.int64)
         geom[:, fused.H], geom[:, fused.W] = sizes[:, 0], sizes[:, 1]
-        if self.compose.rrc:
+        if plan.rrc:
             t, l, bh, bw = ints[:, _TOP], ints[:, _LEFT], ints[:, _CH], ints[:, _CW]
             bad = (t < 0) | (l < 0) | (bh <= 0) | (bw <= 0) | (t + bh > sizes[:, 0]) | (l + bw > sizes[:, 1])
             if bad.any():  # (RandomResizedCrop's fallback on a sliver of an image: as torchvision's, empty)
@@ -193,7 +322,7 @@ class Draws(Sequence[dict]):
             geom[:, fused.VH], geom[:, fused.VW] = oh, ow
         else:
             geom[:, fused.BH], geom[:, fused.BW] = sizes[:, 0], sizes[:, 1]
-            kinds = [g[0] for g in self.compose.native_spec[0]]  # type: ignore[index]
+            kinds = [g[0] for g in plan.native_spec[0]]  # type: ignore[index]
             geom[:, fused.VH:fused.VW + 1] = ints[:, _RH:_RW + 1] if 2 in kinds else sizes
             if 3 in kinds or 4 in kinds:  # CenterCrop, RandomCrop: the crop's offset
                 geom[:, fused.OY], geom[:, fused.OX] = ints[:, _TOP], ints[:, _LEFT]
@@ -204,7 +333,7 @@ class Draws(Sequence[dict]):
         if not plan.program:
             return geom, np.zeros((n, 1, ARGS), np.float32), np.full((n, 1), -1, np.int32)
         # the jitter's ops in each sample's order, those whose range is on (the same for all)
-        on = np.array([r is not None for r in self.compose.native_spec[3]])  # type: ignore[index]
+        on = np.array([r is not None for r in plan.native_spec[3]])  # type: ignore[index]
         width = int(on.sum())
         order = np.full((n, max(1, width)), -1, np.int32)
         args = np.zeros((n, max(1, width), ARGS), np.float32)

@@ -2,6 +2,7 @@
 flips, each sample's program, the output's dtype and normalization, the erasing."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -9,8 +10,10 @@ import torch
 
 from ..errors import TransformError
 from .base import Transform, _PixelOp, _refuse, _Step
+from .canvas import RandomZoomOut
 from .colour import ColorJitter
 from .convert import qualified
+from .draws import native_spec
 from .geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
                        ResizeKeepRatio, _Flip, _RandomSize)
 from .output import Normalize, RandomErasing, ToDtype
@@ -30,6 +33,32 @@ class _Plan:
     program: tuple[_Step, ...] = ()  # each sample's kernel program, in the Compose's order
     cubic: bool = False  # the resize is bicubic (one mode; with several, each image's draw says)
     pad_fill: tuple[int, int, int] = (0, 0, 0)  # the crop's padding colour (levels)
+    canvas: RandomZoomOut | None = None  # first, before the geometry: each image made a canvas of its own
+
+    @property
+    def rrc(self) -> bool:
+        """The geometry is a RandomResizedCrop (the window the kernel reads is its crop)."""
+        return bool(self.geometry) and isinstance(self.geometry[0], RandomResizedCrop)
+
+    def output_size(self, sizes: Sequence[tuple[int, int]]) -> tuple[int, int]:
+        """The output (h, w) for images of `sizes`.
+
+        Raises:
+            ValueError: no geometry step and the images differ in size.
+        """
+        if self.out_size is not None:
+            return self.out_size
+        distinct = sorted(set(map(tuple, sizes)))
+        if len(distinct) > 1:
+            raise ValueError(f"images of {len(distinct)} sizes ({distinct[0]}, {distinct[1]}, ...): without a "
+                             "geometry step each image keeps its size, so a batch needs one size (add "
+                             "CenterCrop, RandomCrop or Resize)")
+        return (int(distinct[0][0]), int(distinct[0][1])) if distinct else (1, 1)
+
+    @functools.cached_property
+    def native_spec(self) -> tuple | None:
+        """The plan as _native.draw_batch reads it; None: the Python path draws it."""
+        return native_spec(self)
 
     @property
     def jitter(self) -> ColorJitter | None:
@@ -65,16 +94,21 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
         if not isinstance(t, Transform):
             raise _refuse(f"{qualified(t)} cannot be fused (step {i + 1} of {len(steps)}): a Compose takes "
                           "gpudecode.transforms steps (Compose.from_torchvision converts torchvision's)")
-    geometry = _geometry(steps, names)
+    canvas = steps[0] if steps and isinstance(steps[0], RandomZoomOut) else None
+    geometry = _geometry(steps[1:] if canvas else steps, names)
+    if canvas is not None and not geometry:
+        raise TransformError(f"RandomZoomOut gives each image a canvas of its own size: a geometry step "
+                             f"(RandomResizedCrop, Resize((h, w)), CenterCrop, RandomCrop) must follow it [{names}]")
     rest = _AfterGeometry(names)
-    for t in steps[len(geometry):]:
+    for t in steps[len(geometry) + (canvas is not None):]:
         rest.add(t)
     out_size = geometry[-1].size if geometry else None  # type: ignore[attr-defined]
     plan = _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,
                  all(getattr(g, "antialias", True) for g in geometry), rest.flip, rest.normalize,
                  rest.dtype or torch.uint8, tuple(steps), rest.erase, rest.vflip, tuple(rest.program),
                  any(getattr(g, "_modes", ()) == ("bicubic",) for g in geometry),
-                 next((g._fill for g in geometry if isinstance(g, (CenterCrop, RandomCrop))), (0, 0, 0)))  # noqa: SLF001
+                 next((g._fill for g in geometry if isinstance(g, (CenterCrop, RandomCrop))), (0, 0, 0)),  # noqa: SLF001
+                 canvas)
     if plan.out_size is not None:
         for t in plan.program:
             for u in t.inner():
@@ -125,6 +159,9 @@ class _AfterGeometry:
             raise TransformError(f"{what} after RandomErasing cannot be fused: it erases the finished image [{names}]")
         if isinstance(t, _GEOMETRY):
             raise TransformError(f"{what} after other steps cannot be fused: geometry comes first [{names}]")
+        if isinstance(t, RandomZoomOut):
+            raise TransformError(f"{what} after other steps cannot be fused: it comes first, before the geometry "
+                                 f"[{names}]")
         if self.normalize is not None and not isinstance(t, RandomErasing) and not (
                 isinstance(t, ToDtype) and t.dtype in (torch.float16, torch.float32)):
             raise TransformError(f"{what} after Normalize cannot be fused [{names}]")

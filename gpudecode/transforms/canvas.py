@@ -1,0 +1,109 @@
+"""Canvas steps: first in a Compose, before its geometry, each makes every image a new
+uint8 image (a canvas) of its own size, which the geometry step then reads as it reads a
+decoded image. RandomZoomOut (SSD's; torchvision's detection reference): the image
+padded with a fill onto a canvas up to `side_range` times its size.
+
+The canvas is made as torchvision makes it (F.pad of a uint8 image: the image's levels
+and the fill's, nothing resampled), with torch's own ops on the images' device, then
+packed as a decoded batch; so the fused output equals torchvision's Compose from there on
+as it does for a decoded image. `build` is that step, `Compose.apply` calls it."""
+from __future__ import annotations
+
+import random
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..decode._base import DecodedBatch
+from ..errors import TransformError
+from .base import Transform
+from .convert import levels
+from .geometry import _pad_fill
+
+__all__ = ["RandomZoomOut", "build"]
+
+
+class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
+    """torchvision's RandomZoomOut: with probability p, a canvas of int(h * r) x
+    int(w * r), r uniform in `side_range`, filled with `fill` (levels), the image at a
+    uniformly drawn place on it ("padding": [left, top, right, bottom], torchvision's
+    make_params; absent when the coin said no). The canvases differ in size, so a geometry
+    step must follow."""
+
+    group = "canvas"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(levels(t.fill, floats), tuple(t.side_range), t.p)
+
+    def __init__(self, fill: Any = 0, side_range: Sequence[float] = (1.0, 4.0), p: float = 0.5) -> None:
+        if not 0.0 <= float(p) <= 1.0:
+            raise ValueError(f"p must be in [0, 1], not {p!r}")
+        if len(side_range) != 2 or side_range[0] < 1.0 or side_range[0] > side_range[1]:
+            raise ValueError(f"Invalid side range provided {side_range}.")
+        self.fill = fill
+        self.side_range = (float(side_range[0]), float(side_range[1]))
+        self.p = float(p)
+        self._fill = _pad_fill(fill, "RandomZoomOut")
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        """torchvision's draws, in its order and float32 arithmetic: the coin, r, then the
+        two places (torch.rand's values are float32)."""
+        if rng.random() >= self.p:
+            return {}
+        h, w = size
+        lo, hi = self.side_range
+        r = np.float32(lo) + np.float32(rng.random()) * np.float32(hi - lo)
+        cw, ch = int(np.float32(w) * r), int(np.float32(h) * r)
+        u0, u1 = np.float32(rng.random()), np.float32(rng.random())
+        left, top = int(np.float32(cw - w) * u0), int(np.float32(ch - h) * u1)
+        return {"padding": [left, top, cw - (left + w), ch - (top + h)]}
+
+    def canvas_size(self, params: dict, size: tuple[int, int]) -> tuple[int, int]:
+        """The canvas (h, w) of an image of `size` with these params."""
+        if "padding" not in params:
+            return size
+        left, top, right, bottom = params["padding"]
+        return size[0] + top + bottom, size[1] + left + right
+
+
+def build(step: RandomZoomOut, decoded: DecodedBatch, params: Sequence[dict], sizes: Sequence[tuple[int, int]],
+          rows: np.ndarray) -> DecodedBatch:
+    """The canvases of images `rows` of `decoded` (whole images of `sizes`, drawn for with
+    `params`), packed HWC in one new buffer on its device, in `rows`' order."""
+    pixels = decoded.pixels
+    fill = torch.tensor(step._fill, dtype=torch.uint8, device=pixels.device)  # noqa: SLF001
+    out_sizes = [step.canvas_size(params[k], sizes[k]) for k in rows.tolist()]
+    buf = torch.empty(sum(h * w * 3 for h, w in out_sizes), dtype=torch.uint8, device=pixels.device)
+    offsets = np.zeros(len(rows), np.int64)
+    at = 0
+    for i, k in enumerate(rows.tolist()):
+        h, w = sizes[k]
+        if tuple(decoded.boxes[k].tolist()) != (0, 0, h, w) or tuple(decoded.shapes[k].tolist()) != (h, w):
+            raise TransformError(f"a canvas step needs whole decoded images: image {k} is the "
+                                 f"{tuple(decoded.boxes[k].tolist())} window of {tuple(decoded.shapes[k].tolist())}")
+        sy, sx, sc = decoded.strides[k].tolist()
+        image = pixels.as_strided((h, w, 3), (sy, sx, sc), int(decoded.offsets[k]))
+        ch, cw = out_sizes[i]
+        canvas = buf[at:at + ch * cw * 3].view(ch, cw, 3)
+        if (ch, cw) != (h, w):
+            left, top = params[k]["padding"][:2]
+            # the fill where the image is not: one row of it, copied into the four bands (a
+            # broadcast over rows of a contiguous row: a copy of 3 bytes repeated costs 5x)
+            row = fill.repeat(cw)
+            rows2d = canvas.view(ch, cw * 3)
+            rows2d[:top] = row
+            rows2d[top + h:] = row
+            rows2d[top:top + h, :left * 3] = row[:left * 3]
+            rows2d[top:top + h, (left + w) * 3:] = row[(left + w) * 3:]
+            canvas[top:top + h, left:left + w] = image
+        else:
+            canvas.copy_(image)
+        offsets[i] = at
+        at += ch * cw * 3
+    shapes = np.asarray(out_sizes, np.int64).reshape(-1, 2)
+    strides = np.stack([shapes[:, 1] * 3, np.full(len(rows), 3), np.ones(len(rows), np.int64)], axis=1)
+    boxes = np.zeros((len(rows), 4), np.int64)
+    boxes[:, 2:] = shapes
+    return DecodedBatch(buf, offsets, shapes, strides.astype(np.int64), boxes, [None] * len(rows))
