@@ -47,6 +47,21 @@ def runner(tf, packed, n: int):
     out, view = tf.new_output(n)
     ws = Workspace()
 
+    if tf.plan.canvas is not None:  # (the canvases are made in apply, from the decoded images)
+        from gpudecode.decode._base import DecodedBatch
+
+        shapes = np.asarray(sizes, np.int64)
+        decoded = DecodedBatch(packed, np.arange(n, dtype=np.int64) * 375 * 500 * 3, shapes,
+                               np.tile(np.array([[1500, 3, 1]], np.int64), (n, 1)),
+                               np.concatenate([np.zeros((n, 2), np.int64), shapes], axis=1), [None] * n)
+
+        def run_canvas() -> int:
+            seed[0] += 1
+            tf.apply(decoded, tf.make_params(sizes, seed[0]), sizes, view, num_threads=1, workspace=ws)
+            return n
+
+        return run_canvas
+
     def run() -> int:
         seed[0] += 1
         geom, f, o = tf.encode(tf.make_params(sizes, seed[0]), sizes)
@@ -131,6 +146,7 @@ def ops_table(a) -> None:
         pil_t, pil_n = timeit(run_on(pils), repeat=a.repeat)
         rows[name] = {"fused_added_us": added * 1e6, "tv2_tensor_us": tv_t / tv_n * 1e6,
                       "tv2_pil_us": pil_t / pil_n * 1e6}
+    rows.update(_canvas_rows(a, packed, n, base, crop, norm))
     print(f"CPU: {describe_cpu()}")
     print(f"{n} decoded 500x375 images, 1 core; base RRC(224) + flip + Normalize: {base * 1e6:.0f} us/img fused, "
           f"{bicubic * 1e6:.0f} with a bicubic RRC")
@@ -139,6 +155,33 @@ def ops_table(a) -> None:
         print(f"{name:42s} {r['fused_added_us']:10.0f} {r['tv2_tensor_us']:13.0f} {r['tv2_pil_us']:10.0f}")
     save("kernel_ops", {"machine": machine(), "args": vars(a), "base_us": base * 1e6, "bicubic_base_us": bicubic * 1e6,
                         "ops": rows})
+
+
+def _canvas_rows(a, packed, n: int, base: float, crop: list, norm: list) -> dict:
+    """RandomZoomOut (a canvas step: before the crop, on the whole 500x375 image): its
+    added cost to the fused base; torchvision's, its ZoomOut + RandomResizedCrop(224) less
+    its RandomResizedCrop(224) alone, on the same whole images (tensors)."""
+    import torchvision.transforms.v2 as v2
+
+    from gpudecode import transforms as T
+
+    mean = (123, 117, 104)
+    t, count = timeit(runner(T.Compose([T.RandomZoomOut(mean, (1.0, 4.0), 0.5)] + crop + norm), packed, n),
+                      repeat=a.repeat)
+    whole = [x.permute(2, 0, 1).contiguous() for x in packed.view(n, 375, 500, 3)]
+
+    def tv_time(tf):
+        def go():
+            for x in whole:
+                tf(x)
+            return len(whole)
+        tt, tn = timeit(go, repeat=a.repeat)
+        return tt / tn
+
+    rrc = v2.RandomResizedCrop(224, antialias=True)
+    theirs = tv_time(v2.Compose([v2.RandomZoomOut(list(mean), (1.0, 4.0), 0.5), rrc])) - tv_time(rrc)
+    return {"RandomZoomOut(mean, (1, 4), p=0.5), before RRC": {
+        "fused_added_us": (t / count - base) * 1e6, "tv2_tensor_us": theirs * 1e6, "tv2_pil_us": float("nan")}}
 
 
 def stages_table(a) -> None:
