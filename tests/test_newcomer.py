@@ -53,7 +53,7 @@ REFUSALS = [
     lambda: T.Compose([T.RandomResizedCrop(8), T.ToDtype(torch.uint8), T.Normalize(MEAN, STD)]),
     lambda: T.Compose([T.RandomResizedCrop(8), T.ToDtype(torch.float32)]),
     lambda: T.RandomRotation(10, "bicubic"),
-    lambda: T.RandomRotation(10, expand=True),
+    lambda: T.Compose([T.RandomRotation(10, expand=True), T.ColorJitter(0.1)]),
     lambda: T.RandomCrop(8, padding=2, padding_mode="reflect"),
     lambda: T.RandomCrop(8, padding=2, fill=(1, 2)),
     lambda: T.GaussianBlur(99),

@@ -6,7 +6,7 @@ fused kernel (numba CUDA for CUDA tensors, the numba CPU twin otherwise). A sequ
 kernel cannot express is refused when the Compose is built, never approximated.
 
 Supported shape of a pipeline:
-    canvas      optionally RandomZoomOut (then a geometry step)
+    canvas      optionally RandomZoomOut or RandomRotation(expand=True) (then a geometry step)
     geometry    RandomResizedCrop | Resize | CenterCrop | RandomCrop
                 | Resize, CenterCrop | Resize, RandomCrop | none
     then, in any order, each sample's program: RandomHorizontalFlip, RandomVerticalFlip
@@ -28,7 +28,8 @@ torchvision does for float images.
 The package, one module per kind of step (each class declares the torchvision or timm
 names it converts, its group and its kernel ops; lists and tables are derived):
     base        Transform, the program step, the registry of conversions
-    canvas      RandomZoomOut: each image on a canvas of its own, before the geometry
+    canvas      RandomZoomOut (RandomRotation(expand=True) is in warps): each image on a canvas
+                of its own, before the geometry
     geometry    the geometry steps and the flips
     colour      ColorJitter and the other per-pixel ops
     warps       rotations, affine and perspective warps

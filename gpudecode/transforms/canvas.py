@@ -1,16 +1,19 @@
 """Canvas steps: first in a Compose, before its geometry, each makes every image a new
 uint8 image (a canvas) of its own size, which the geometry step then reads as it reads a
 decoded image. RandomZoomOut (SSD's; torchvision's detection reference): the image
-padded with a fill onto a canvas up to `side_range` times its size.
+padded with a fill onto a canvas up to `side_range` times its size; RandomRotation with
+expand=True (transforms.warps): the whole image rotated, on its bounding box.
 
-The canvas is made as torchvision makes it (F.pad of a uint8 image: the image's levels
-and the fill's, nothing resampled), with torch's own ops on the images' device, then
-packed as a decoded batch; so the fused output equals torchvision's Compose from there on
-as it does for a decoded image. `build` is that step, `Compose.apply` calls it."""
+A canvas step declares `canvas` (True), `canvas_size(params, size)` and
+`paint(canvas, image, params)`: the canvas made as torchvision makes it (F.pad of a uint8
+image; F.rotate's grid_sample, fill and rounding to uint8), with torch's own ops on the
+images' device, then packed as a decoded batch; so the fused output equals torchvision's
+Compose from there on as it does for a decoded image. `build` is that step,
+`Compose.apply` calls it."""
 from __future__ import annotations
 
 import random
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -21,7 +24,19 @@ from .base import Transform
 from .convert import levels
 from .geometry import _pad_fill
 
-__all__ = ["RandomZoomOut", "build"]
+__all__ = ["CanvasStep", "RandomZoomOut", "build"]
+
+
+class CanvasStep(Protocol):
+    """What a canvas step declares (RandomZoomOut; RandomRotation with expand=True)."""
+
+    canvas: bool
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict: ...
+
+    def canvas_size(self, params: dict, size: tuple[int, int]) -> tuple[int, int]: ...
+
+    def paint(self, canvas: torch.Tensor, image: torch.Tensor, params: dict) -> None: ...
 
 
 class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
@@ -32,6 +47,7 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
     step must follow."""
 
     group = "canvas"
+    canvas = True
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
@@ -67,13 +83,29 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
         left, top, right, bottom = params["padding"]
         return size[0] + top + bottom, size[1] + left + right
 
+    def paint(self, canvas: torch.Tensor, image: torch.Tensor, params: dict) -> None:
+        """F.pad of `image` (uint8 HWC) into `canvas` (uint8 HWC, its size)."""
+        if "padding" not in params:
+            canvas.copy_(image)
+            return
+        (h, w), (ch, cw) = image.shape[:2], canvas.shape[:2]
+        left, top = params["padding"][:2]
+        # the fill where the image is not: one row of it, copied into the four bands (a
+        # broadcast over rows of a contiguous row: a copy of 3 bytes repeated costs 5x)
+        row = torch.tensor(self._fill, dtype=torch.uint8, device=canvas.device).repeat(cw)
+        rows2d = canvas.view(ch, cw * 3)
+        rows2d[:top] = row
+        rows2d[top + h:] = row
+        rows2d[top:top + h, :left * 3] = row[:left * 3]
+        rows2d[top:top + h, (left + w) * 3:] = row[(left + w) * 3:]
+        canvas[top:top + h, left:left + w] = image
 
-def build(step: RandomZoomOut, decoded: DecodedBatch, params: Sequence[dict], sizes: Sequence[tuple[int, int]],
+
+def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes: Sequence[tuple[int, int]],
           rows: np.ndarray) -> DecodedBatch:
-    """The canvases of images `rows` of `decoded` (whole images of `sizes`, drawn for with
-    `params`), packed HWC in one new buffer on its device, in `rows`' order."""
+    """The canvases `step` makes of images `rows` of `decoded` (whole images of `sizes`,
+    drawn for with `params`), packed HWC in one new buffer on its device, in `rows`' order."""
     pixels = decoded.pixels
-    fill = torch.tensor(step._fill, dtype=torch.uint8, device=pixels.device)  # noqa: SLF001
     out_sizes = [step.canvas_size(params[k], sizes[k]) for k in rows.tolist()]
     buf = torch.empty(sum(h * w * 3 for h, w in out_sizes), dtype=torch.uint8, device=pixels.device)
     offsets = np.zeros(len(rows), np.int64)
@@ -86,20 +118,7 @@ def build(step: RandomZoomOut, decoded: DecodedBatch, params: Sequence[dict], si
         sy, sx, sc = decoded.strides[k].tolist()
         image = pixels.as_strided((h, w, 3), (sy, sx, sc), int(decoded.offsets[k]))
         ch, cw = out_sizes[i]
-        canvas = buf[at:at + ch * cw * 3].view(ch, cw, 3)
-        if (ch, cw) != (h, w):
-            left, top = params[k]["padding"][:2]
-            # the fill where the image is not: one row of it, copied into the four bands (a
-            # broadcast over rows of a contiguous row: a copy of 3 bytes repeated costs 5x)
-            row = fill.repeat(cw)
-            rows2d = canvas.view(ch, cw * 3)
-            rows2d[:top] = row
-            rows2d[top + h:] = row
-            rows2d[top:top + h, :left * 3] = row[:left * 3]
-            rows2d[top:top + h, (left + w) * 3:] = row[(left + w) * 3:]
-            canvas[top:top + h, left:left + w] = image
-        else:
-            canvas.copy_(image)
+        step.paint(buf[at:at + ch * cw * 3].view(ch, cw, 3), image, params[k])
         offsets[i] = at
         at += ch * cw * 3
     shapes = np.asarray(out_sizes, np.int64).reshape(-1, 2)

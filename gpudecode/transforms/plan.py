@@ -10,8 +10,8 @@ import torch
 
 from ..errors import TransformError
 from .base import Transform, _PixelOp, _refuse, _Step
-from .canvas import RandomZoomOut
 from .colour import ColorJitter
+from .canvas import CanvasStep
 from .convert import qualified
 from .draws import native_spec
 from .geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
@@ -33,7 +33,7 @@ class _Plan:
     program: tuple[_Step, ...] = ()  # each sample's kernel program, in the Compose's order
     cubic: bool = False  # the resize is bicubic (one mode; with several, each image's draw says)
     pad_fill: tuple[int, int, int] = (0, 0, 0)  # the crop's padding colour (levels)
-    canvas: RandomZoomOut | None = None  # first, before the geometry: each image made a canvas of its own
+    canvas: CanvasStep | None = None  # first, before the geometry: each image made a canvas of its own (canvas.py)
 
     @property
     def rrc(self) -> bool:
@@ -94,10 +94,10 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
         if not isinstance(t, Transform):
             raise _refuse(f"{qualified(t)} cannot be fused (step {i + 1} of {len(steps)}): a Compose takes "
                           "gpudecode.transforms steps (Compose.from_torchvision converts torchvision's)")
-    canvas = steps[0] if steps and isinstance(steps[0], RandomZoomOut) else None
+    canvas: Any = steps[0] if steps and getattr(steps[0], "canvas", False) else None
     geometry = _geometry(steps[1:] if canvas else steps, names)
     if canvas is not None and not geometry:
-        raise TransformError(f"RandomZoomOut gives each image a canvas of its own size: a geometry step "
+        raise TransformError(f"{canvas!r} gives each image a canvas of its own size: a geometry step "
                              f"(RandomResizedCrop, Resize((h, w)), CenterCrop, RandomCrop) must follow it [{names}]")
     rest = _AfterGeometry(names)
     for t in steps[len(geometry) + (canvas is not None):]:
@@ -159,9 +159,9 @@ class _AfterGeometry:
             raise TransformError(f"{what} after RandomErasing cannot be fused: it erases the finished image [{names}]")
         if isinstance(t, _GEOMETRY):
             raise TransformError(f"{what} after other steps cannot be fused: geometry comes first [{names}]")
-        if isinstance(t, RandomZoomOut):
-            raise TransformError(f"{what} after other steps cannot be fused: it comes first, before the geometry "
-                                 f"[{names}]")
+        if getattr(t, "canvas", False):
+            raise TransformError(f"{t!r} after other steps cannot be fused: it changes the image's size, so it "
+                                 f"comes first, before the geometry [{names}]")
         if self.normalize is not None and not isinstance(t, RandomErasing) and not (
                 isinstance(t, ToDtype) and t.dtype in (torch.float16, torch.float32)):
             raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
@@ -200,6 +200,9 @@ class _AfterGeometry:
         if self.dtype == torch.uint8:
             raise TransformError(f"{type(t).__name__} after ToDtype(uint8) cannot be fused [{self.names}]")
         for u in t.inner():
+            if getattr(u, "canvas", False):  # (inside a container: it cannot come first)
+                raise TransformError(f"{u!r} inside {type(t).__name__} cannot be fused: it changes the image's "
+                                     f"size, so it comes first, before the geometry, on its own [{self.names}]")
             for k in u.keys:
                 if k in self.keys:
                     raise TransformError(f"two {type(u).__name__}s [{self.names}]" if self.keys[k] == type(u).__name__

@@ -129,25 +129,29 @@ def _degrees(degrees: Any, name: str = "degrees") -> tuple[float, float]:
 
 
 class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
-    """torchvision's RandomRotation: the output image rotated by an angle uniform in
-    `degrees` (make_params: "rotation": {"angle"}), nearest or bilinear, `fill` (uint8
-    levels; torchvision's default 0) outside, about `center`; expand=False only (the
-    output keeps its size)."""
+    """torchvision's RandomRotation: the image rotated by an angle uniform in `degrees`
+    (make_params: "rotation": {"angle"}), nearest or bilinear, `fill` (uint8 levels;
+    torchvision's default 0) outside, about `center`. expand=False: a step of each
+    sample's program, the output keeps its size; expand=True: a canvas step (first, before
+    the geometry: transforms.canvas), the whole rotated image on a canvas of its bounding
+    box, as F.rotate(expand=True) makes it."""
 
     keys = ("rotation",)
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
-        if t.expand:
-            raise TransformError("RandomRotation(expand=True) cannot be fused: the output would change size")
-        return cls(t.degrees, t.interpolation, False, t.center, warp_fill(t, floats))
+        return cls(t.degrees, t.interpolation, bool(t.expand), t.center, warp_fill(t, floats))
 
     def __init__(self, degrees: Any, interpolation: Any = "nearest", expand: bool = False,
                  center: Sequence[float] | None = None, fill: Any = 0) -> None:
-        if expand:
-            raise TransformError("RandomRotation(expand=True) cannot be fused: the output would change size")
         self.degrees = _degrees(degrees)
+        self.expand = bool(expand)
         self._setup(interpolation, fill, center)
+
+    @property
+    def canvas(self) -> bool:
+        """A canvas step (expand=True): the image's size changes, so it comes first."""
+        return self.expand
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         return {"rotation": {"angle": rng.uniform(*self.degrees)}}
@@ -158,6 +162,76 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
             a = rotation_args(r["angle"], size, self.interpolation, self._fill, self.center)
             if a is not None:
                 prog.append((AFFINE, a))
+
+    def canvas_size(self, p: dict, size: tuple[int, int]) -> tuple[int, int]:
+        """The rotated image's (h, w) with expand=True, as F.rotate gives it."""
+        return expanded_rotation(p["rotation"]["angle"], size, self.center)[0]
+
+    def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict) -> None:
+        """F.rotate(expand=True) of `image` (uint8 HWC) into `canvas` (uint8 HWC, its size)."""
+        size, matrix = expanded_rotation(p["rotation"]["angle"], (int(image.shape[0]), int(image.shape[1])), self.center)
+        chw = image.permute(2, 0, 1)
+        if matrix is None:  # torchvision's exact paths: a quarter turn, or none
+            turns = int(p["rotation"]["angle"] % 360) // 90
+            canvas.copy_(torch.rot90(chw, k=turns, dims=(-2, -1)).permute(1, 2, 0) if turns else image)
+            return
+        canvas.copy_(grid_warp(chw, matrix, size, self.interpolation, self.fill).permute(1, 2, 0))
+
+
+def expanded_rotation(angle: float, size: tuple[int, int], center: Sequence[float] | None
+                      ) -> tuple[tuple[int, int], list[float] | None]:
+    """F.rotate(expand=True)'s output (h, w) for an image of `size`, and its inverse matrix
+    (None where torchvision takes a transpose: no center, a multiple of 90 degrees). The
+    size is the bounding box of the matrix's corners, computed with torch's float32 ops in
+    torchvision's order (its 1e-4 truncation before the ceil and floor)."""
+    h, w = size
+    angle = angle % 360
+    if center is None and angle in (0.0, 90.0, 180.0, 270.0):
+        return ((w, h) if angle in (90.0, 270.0) else (h, w)), None
+    cf = [0.0, 0.0] if center is None else [c - s * 0.5 for c, s in zip(center, (w, h))]
+    matrix = inverse_affine(cf, -angle, (0.0, 0.0), 1.0, (0.0, 0.0))
+    hw, hh = 0.5 * w, 0.5 * h
+    corners = torch.tensor([[-hw, -hh, 1.0], [-hw, hh, 1.0], [hw, hh, 1.0], [hw, -hh, 1.0]])
+    moved = torch.matmul(corners, torch.tensor(matrix, dtype=torch.float).view(2, 3).T)
+    lo, hi = moved.aminmax(dim=0)
+    half = torch.tensor((hw, hh))
+    lo, hi = lo + half, hi + half
+    hi = (hi * 1e4).trunc() * 1e-4
+    lo = (lo * 1e4).trunc() * 1e-4
+    extent = hi.ceil() - lo.floor()
+    return (int(extent[1]), int(extent[0])), matrix
+
+
+def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int], interpolation: float,
+              fill: Any) -> torch.Tensor:
+    """An affine warp of a uint8 image [3, h, w] to [3, oh, ow] (`size`) as torchvision's
+    tensor warps make it: the output pixels' centres through `matrix` (centred, scaled to
+    grid_sample's [-1, 1] by the input's half size), grid_sample (zeros outside), the fill
+    blended by the sampled coverage (nearest: where it is under half), rounded to uint8."""
+    h, w = chw.shape[-2:]
+    oh, ow = size
+    dev = chw.device
+    theta = torch.tensor(matrix, dtype=torch.float32, device=dev).reshape(1, 2, 3)
+    grid = torch.empty(1, oh, ow, 3, dtype=torch.float32, device=dev)
+    grid[..., 0].copy_(torch.linspace(-ow * 0.5 + 0.5, ow * 0.5 - 0.5, steps=ow, device=dev))
+    grid[..., 1].copy_(torch.linspace(-oh * 0.5 + 0.5, oh * 0.5 - 0.5, steps=oh, device=dev).unsqueeze_(-1))
+    grid[..., 2].fill_(1)
+    scale = theta.transpose(1, 2).div_(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32, device=dev))
+    sample_at = grid.view(1, oh * ow, 3).bmm(scale).view(1, oh, ow, 2)
+    img = chw.unsqueeze(0).to(torch.float32)
+    levels = None if fill is None else [float(v) for v in (fill if isinstance(fill, Sequence) else [fill] * 3)]
+    if levels is not None:
+        img = torch.cat((img, torch.ones((1, 1, h, w), dtype=torch.float32, device=dev)), dim=1)
+    mode = "nearest" if interpolation == NEAREST else "bilinear"
+    out = torch.nn.functional.grid_sample(img, sample_at, mode=mode, padding_mode="zeros", align_corners=False)
+    if levels is not None:
+        out, mask = out[:, :3], out[:, 3:].expand(1, 3, oh, ow)
+        fill_img = torch.tensor(levels * (3 // len(levels)), dtype=torch.float32, device=dev).view(1, 3, 1, 1)
+        if mode == "nearest":
+            out = torch.where(mask < 0.5, fill_img.expand_as(out), out)
+        else:
+            out = out.sub(fill_img).mul_(mask).add_(fill_img)
+    return out.round_().to(torch.uint8)[0]
 
 
 class RandomAffine(_Warp, converts="torchvision.RandomAffine"):

@@ -158,9 +158,10 @@ def ops_table(a) -> None:
 
 
 def _canvas_rows(a, packed, n: int, base: float, crop: list, norm: list) -> dict:
-    """RandomZoomOut (a canvas step: before the crop, on the whole 500x375 image): its
-    added cost to the fused base; torchvision's, its ZoomOut + RandomResizedCrop(224) less
-    its RandomResizedCrop(224) alone, on the same whole images (tensors)."""
+    """The canvas steps (before the crop, on the whole 500x375 image), RandomZoomOut and
+    RandomRotation(expand=True): the added cost to the fused base; torchvision's, the step
+    + RandomResizedCrop(224) less its RandomResizedCrop(224) alone, on the same whole
+    images (tensors)."""
     import torchvision.transforms.v2 as v2
 
     from gpudecode import transforms as T
@@ -179,9 +180,16 @@ def _canvas_rows(a, packed, n: int, base: float, crop: list, norm: list) -> dict
         return tt / tn
 
     rrc = v2.RandomResizedCrop(224, antialias=True)
-    theirs = tv_time(v2.Compose([v2.RandomZoomOut(list(mean), (1.0, 4.0), 0.5), rrc])) - tv_time(rrc)
-    return {"RandomZoomOut(mean, (1, 4), p=0.5), before RRC": {
+    alone = tv_time(rrc)
+    theirs = tv_time(v2.Compose([v2.RandomZoomOut(list(mean), (1.0, 4.0), 0.5), rrc])) - alone
+    rows = {"RandomZoomOut(mean, (1, 4), p=0.5), before RRC": {
         "fused_added_us": (t / count - base) * 1e6, "tv2_tensor_us": theirs * 1e6, "tv2_pil_us": float("nan")}}
+    t, count = timeit(runner(T.Compose([T.RandomRotation(15, "bilinear", expand=True)] + crop + norm), packed, n),
+                      repeat=a.repeat)
+    theirs = tv_time(v2.Compose([v2.RandomRotation(15, v2.InterpolationMode.BILINEAR, expand=True), rrc])) - alone
+    rows["RandomRotation(15, bilinear, expand=True), before RRC"] = {
+        "fused_added_us": (t / count - base) * 1e6, "tv2_tensor_us": theirs * 1e6, "tv2_pil_us": float("nan")}
+    return rows
 
 
 def stages_table(a) -> None:

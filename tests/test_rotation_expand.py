@@ -1,0 +1,101 @@
+"""RandomRotation(expand=True): a canvas step (first, before the geometry), the whole
+image rotated onto its bounding box as torchvision's F.rotate(expand=True) makes it,
+then the geometry step. Against torchvision replaying our angles on real photographs
+(the canvas itself, and through crops and resizes), the angles' distribution against
+torchvision's make_params, and the places it cannot stand refused with the reason."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms.v2 as tv
+import torchvision.transforms.v2.functional as F
+from scipy import stats
+
+from gpudecode import transforms as T
+from gpudecode.errors import TransformError
+
+NEAREST, BILINEAR = tv.InterpolationMode.NEAREST, tv.InterpolationMode.BILINEAR
+
+
+@pytest.fixture(scope="module")
+def photo_batch(photos):
+    out = [torch.from_numpy(np.ascontiguousarray(p[::6, ::5].transpose(2, 0, 1))) for p in photos.values()]
+    out.append(torch.from_numpy(np.ascontiguousarray(photos["coffee"][::9, ::4].transpose(2, 0, 1))))
+    return out
+
+
+@pytest.mark.parametrize("interpolation,fill,center", [
+    ("nearest", 0, None), ("bilinear", 0, None), ("bilinear", (200, 30, 90), None), ("bilinear", None, None),
+    ("nearest", (10, 20, 30), (12.0, 30.0)),
+])
+def test_the_canvas_is_torchvisions_rotate_expand(photo_batch, interpolation, fill, center):
+    """A CenterCrop of the canvas's own size reads it back unchanged, so the output is the
+    canvas: F.rotate(expand=True)'s uint8 image, bit for bit (the same torch ops)."""
+    mode = NEAREST if interpolation == "nearest" else BILINEAR
+    rot = T.RandomRotation(40, interpolation, expand=True, center=center, fill=fill)
+    for img in photo_batch[:3] + [photo_batch[1][:1]]:  # (the last: grey, read as RGB)
+        size = tuple(img.shape[1:])
+        for seed in range(3):
+            params = T.Compose([rot, T.CenterCrop(8)]).make_params([size], seed)  # (the angle, drawn as ours draw it)
+            angle = params[0]["rotation"]["angle"]
+            src = img.expand(3, -1, -1)
+            want = F.rotate(src, angle, mode, expand=True, center=list(center) if center else None,
+                            fill=list(fill) if isinstance(fill, tuple) else fill)
+            tf = T.Compose([rot, T.CenterCrop(tuple(want.shape[1:]))])
+            got = tf([img], tf.make_params([size], seed))[0]
+            assert got.shape == want.shape
+            assert torch.equal(got, want), (angle, int((got.int() - want.int()).abs().max()))  # (the same torch ops)
+
+
+def test_quarter_turns_take_torchvisions_exact_path(photo_batch):
+    img = photo_batch[0]
+    for angle in (0.0, 90.0, 180.0, 270.0, -90.0):
+        rot = T.RandomRotation((angle, angle), expand=True)
+        want = F.rotate(img, angle, expand=True)
+        tf = T.Compose([rot, T.CenterCrop(tuple(want.shape[1:]))])
+        assert torch.equal(tf([img], seed=0)[0], want), angle
+
+
+@pytest.mark.parametrize("geometry", ["rrc", "resize"])
+def test_rotate_expand_then_the_geometry_matches_torchvision(photo_batch, geometry):
+    geo = T.RandomResizedCrop((40, 48)) if geometry == "rrc" else T.Resize((40, 48))
+    tf = T.Compose([T.RandomRotation(30, "bilinear", expand=True, fill=(123, 117, 104)), geo,
+                    T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)])
+    sizes = [tuple(im.shape[1:]) for im in photo_batch]
+    for seed in range(3):
+        params = tf.make_params(sizes, seed)
+        got = tf(photo_batch, params)
+        for k, (img, p) in enumerate(zip(photo_batch, params)):
+            x = F.rotate(img, p["rotation"]["angle"], BILINEAR, expand=True, fill=[123, 117, 104])
+            x = F.to_dtype(x, torch.float32, scale=True)
+            x = (F.resized_crop(x, *p["crop"], [40, 48], antialias=True) if geometry == "rrc"
+                 else F.resize(x, [40, 48], antialias=True))
+            if p["flip"]:
+                x = F.horizontal_flip(x)
+            err = (got[k] - x.clamp(0, 1)).abs() * 255
+            assert float(err.max()) <= 1.0 + 1e-3, (k, float(err.max()))
+
+
+def test_angles_are_drawn_as_torchvisions():
+    n, size = 3000, (30, 40)
+    img = torch.zeros((3, *size), dtype=torch.uint8)
+    ours = [p["rotation"]["angle"] for p in
+            T.Compose([T.RandomRotation((-20, 50), expand=True), T.Resize((8, 8))]).make_params([size] * n, 4)]
+    torch.manual_seed(0)
+    theirs = [tv.RandomRotation((-20, 50), expand=True).make_params([img])["angle"] for _ in range(n)]
+    assert stats.ks_2samp(ours, theirs).pvalue > 1e-3
+    assert min(ours) >= -20 and max(ours) <= 50
+
+
+def test_where_it_stands():
+    got = T.Compose.from_torchvision(tv.Compose([tv.RandomRotation(15, expand=True, fill=[1, 2, 3]),
+                                                 tv.RandomResizedCrop(32), tv.ToDtype(torch.float32, scale=True)]))
+    assert got.plan.canvas is not None and got.plan.canvas.expand and got.plan.program == ()
+    assert T.Compose([T.RandomResizedCrop(16), T.RandomRotation(10)]).plan.program  # (expand=False: a program step)
+    with pytest.raises(TransformError, match="(?s)expand=True.*comes first"):
+        T.Compose([T.RandomResizedCrop(16), T.RandomRotation(10, expand=True)])
+    with pytest.raises(TransformError, match=r"(?s)inside\s+RandomApply"):
+        T.Compose([T.RandomResizedCrop(16), T.RandomApply([T.RandomRotation(10, expand=True)], 0.5)])
+    with pytest.raises(TransformError, match="(?s)geometry step.*must follow it"):
+        T.Compose([T.RandomRotation(10, expand=True)])
