@@ -6,7 +6,8 @@ fused kernel (numba CUDA for CUDA tensors, the numba CPU twin otherwise). A sequ
 kernel cannot express is refused when the Compose is built, never approximated.
 
 Supported shape of a pipeline:
-    canvas      optionally RandomZoomOut or RandomRotation(expand=True) (then a geometry step)
+    canvas      optionally RandomZoomOut, RandomRotation(expand=True) or ElasticTransform
+                (then a geometry step)
     geometry    RandomResizedCrop | Resize | CenterCrop | RandomCrop
                 | Resize, CenterCrop | Resize, RandomCrop | none
     then, in any order, each sample's program: RandomHorizontalFlip, RandomVerticalFlip
@@ -50,7 +51,7 @@ from .geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResiz
 from .colour import (ColorJitter, GaussianBlur, GaussianNoise, Grayscale, RandomAdjustSharpness, RandomAutocontrast,
                      RandomChannelPermutation, RandomEqualize, RandomGrayscale, RandomInvert, RandomPhotometricDistort,
                      RandomPosterize, RandomSolarize)
-from .warps import RandomAffine, RandomPerspective, RandomRotation
+from .warps import ElasticTransform, RandomAffine, RandomPerspective, RandomRotation
 from .policies import AugMix, AutoAugment, RandAugment, TrivialAugmentWide
 from .containers import RandomApply, RandomChoice, RandomOrder, SampleRandomChoice
 from .output import Normalize, RandomErasing, ToDtype

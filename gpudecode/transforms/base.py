@@ -13,8 +13,8 @@ from ..kernels.ops import OPS_ARGS
 # Where a step may stand in a Compose, in order, and what `gpudecode ops` says of each
 # place beside the names of the classes that declare it (convert.listing).
 GROUPS = {
-    "canvas": ("canvas (first, before the geometry)", "{tv}, RandomRotation(expand=True): each image on a canvas "
-               "of its own size, which a geometry step must follow"),
+    "canvas": ("canvas (first, before the geometry)", "{tv}, RandomRotation(expand=True): each image made anew "
+               "from the decoded one (a canvas), which a geometry step must follow"),
     "geometry": ("geometry (one, first or after the canvas)", "{tv}, Resize + CenterCrop, Resize + RandomCrop (RandomResize, "
                  "RandomShortestSize and ScaleJitter only so), or none (bilinear or bicubic, antialiased; crops pad "
                  "with a fill); timm's {timm}"),

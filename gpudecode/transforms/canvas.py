@@ -2,11 +2,13 @@
 uint8 image (a canvas) of its own size, which the geometry step then reads as it reads a
 decoded image. RandomZoomOut (SSD's; torchvision's detection reference): the image
 padded with a fill onto a canvas up to `side_range` times its size; RandomRotation with
-expand=True (transforms.warps): the whole image rotated, on its bounding box.
+expand=True (transforms.warps): the whole image rotated, on its bounding box;
+ElasticTransform (transforms.warps): the image displaced by a field of its size.
 
-A canvas step declares `canvas` (True), `canvas_size(params, size)` and
-`paint(canvas, image, params)`: the canvas made as torchvision makes it (F.pad of a uint8
-image; F.rotate's grid_sample, fill and rounding to uint8), with torch's own ops on the
+A canvas step declares `canvas` (True), `canvas_why` (why it must come first),
+`canvas_size(params, size)` and `paint(canvas, image, params)`: the canvas made as
+torchvision makes it (F.pad of a uint8 image; F.rotate's and F.elastic's grid_sample,
+fill and rounding to uint8), with torch's own ops on the
 images' device, then packed as a decoded batch; so the fused output equals torchvision's
 Compose from there on as it does for a decoded image. `build` is that step,
 `Compose.apply` calls it."""
@@ -28,9 +30,11 @@ __all__ = ["CanvasStep", "RandomZoomOut", "build"]
 
 
 class CanvasStep(Protocol):
-    """What a canvas step declares (RandomZoomOut; RandomRotation with expand=True)."""
+    """What a canvas step declares (RandomZoomOut; RandomRotation with expand=True;
+    ElasticTransform)."""
 
     canvas: bool
+    canvas_why: str
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict: ...
 
@@ -48,6 +52,7 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
 
     group = "canvas"
     canvas = True
+    canvas_why = "it changes the image's size"
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:

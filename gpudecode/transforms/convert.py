@@ -21,7 +21,6 @@ _DROPPED = ("torchvision.ToImage", "torchvision.PILToTensor", "torchvision.ToPur
 # Why an op has no fused form, where there is more to say than that it has none yet.
 WHY = {
     "torchvision.JPEG": "it re-encodes each image (an encoder per sample, outside any kernel)",
-    "torchvision.ElasticTransform": "its displacement field is drawn per sample at the image's full size",
     "torchvision.Lambda": "a Lambda runs Python per image",
 }
 

@@ -160,8 +160,8 @@ class _AfterGeometry:
         if isinstance(t, _GEOMETRY):
             raise TransformError(f"{what} after other steps cannot be fused: geometry comes first [{names}]")
         if getattr(t, "canvas", False):
-            raise TransformError(f"{t!r} after other steps cannot be fused: it changes the image's size, so it "
-                                 f"comes first, before the geometry [{names}]")
+            raise TransformError(f"{t!r} after other steps cannot be fused: {getattr(t, 'canvas_why', '')}, so it comes first, "
+                                 f"before the geometry [{names}]")
         if self.normalize is not None and not isinstance(t, RandomErasing) and not (
                 isinstance(t, ToDtype) and t.dtype in (torch.float16, torch.float32)):
             raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
@@ -201,8 +201,8 @@ class _AfterGeometry:
             raise TransformError(f"{type(t).__name__} after ToDtype(uint8) cannot be fused [{self.names}]")
         for u in t.inner():
             if getattr(u, "canvas", False):  # (inside a container: it cannot come first)
-                raise TransformError(f"{u!r} inside {type(t).__name__} cannot be fused: it changes the image's "
-                                     f"size, so it comes first, before the geometry, on its own [{self.names}]")
+                raise TransformError(f"{u!r} inside {type(t).__name__} cannot be fused: {getattr(u, 'canvas_why', '')}, so it "
+                                     f"comes first, before the geometry, on its own [{self.names}]")
             for k in u.keys:
                 if k in self.keys:
                     raise TransformError(f"two {type(u).__name__}s [{self.names}]" if self.keys[k] == type(u).__name__

@@ -148,6 +148,8 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
         self.expand = bool(expand)
         self._setup(interpolation, fill, center)
 
+    canvas_why = "it changes the image's size"
+
     @property
     def canvas(self) -> bool:
         """A canvas step (expand=True): the image's size changes, so it comes first."""
@@ -206,8 +208,7 @@ def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int],
               fill: Any) -> torch.Tensor:
     """An affine warp of a uint8 image [3, h, w] to [3, oh, ow] (`size`) as torchvision's
     tensor warps make it: the output pixels' centres through `matrix` (centred, scaled to
-    grid_sample's [-1, 1] by the input's half size), grid_sample (zeros outside), the fill
-    blended by the sampled coverage (nearest: where it is under half), rounded to uint8."""
+    grid_sample's [-1, 1] by the input's half size), then `grid_sample_filled`."""
     h, w = chw.shape[-2:]
     oh, ow = size
     dev = chw.device
@@ -217,13 +218,23 @@ def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int],
     grid[..., 1].copy_(torch.linspace(-oh * 0.5 + 0.5, oh * 0.5 - 0.5, steps=oh, device=dev).unsqueeze_(-1))
     grid[..., 2].fill_(1)
     scale = theta.transpose(1, 2).div_(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32, device=dev))
-    sample_at = grid.view(1, oh * ow, 3).bmm(scale).view(1, oh, ow, 2)
+    return grid_sample_filled(chw, grid.view(1, oh * ow, 3).bmm(scale).view(1, oh, ow, 2), interpolation, fill)
+
+
+def grid_sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: float, fill: Any) -> torch.Tensor:
+    """A uint8 image [3, h, w] sampled at `grid` ([1, oh, ow, 2], grid_sample's [-1, 1]
+    coordinates) as torchvision's tensor warps sample it: grid_sample (zeros outside), the
+    fill (levels; None: none) blended by the sampled coverage (nearest: where it is under
+    half), rounded to uint8 [3, oh, ow]."""
+    h, w = chw.shape[-2:]
+    oh, ow = grid.shape[1:3]
+    dev = chw.device
     img = chw.unsqueeze(0).to(torch.float32)
     levels = None if fill is None else [float(v) for v in (fill if isinstance(fill, Sequence) else [fill] * 3)]
     if levels is not None:
         img = torch.cat((img, torch.ones((1, 1, h, w), dtype=torch.float32, device=dev)), dim=1)
     mode = "nearest" if interpolation == NEAREST else "bilinear"
-    out = torch.nn.functional.grid_sample(img, sample_at, mode=mode, padding_mode="zeros", align_corners=False)
+    out = torch.nn.functional.grid_sample(img, grid, mode=mode, padding_mode="zeros", align_corners=False)
     if levels is not None:
         out, mask = out[:, :3], out[:, 3:].expand(1, 3, oh, ow)
         fill_img = torch.tensor(levels * (3 // len(levels)), dtype=torch.float32, device=dev).view(1, 3, 1, 1)
@@ -232,6 +243,83 @@ def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int],
         else:
             out = out.sub(fill_img).mul_(mask).add_(fill_img)
     return out.round_().to(torch.uint8)[0]
+
+
+def _pair(value: Any, name: str) -> tuple[float, float]:
+    if isinstance(value, numbers.Real):
+        return float(value), float(value)
+    if isinstance(value, Sequence) and len(value) in (1, 2):
+        return float(value[0]), float(value[-1])
+    raise TypeError(f"{name} should be a number or a sequence of one or two numbers, not {value!r}")
+
+
+def _blur_kernel(size: int, sigma: float) -> torch.Tensor:
+    """torchvision's 1-D gaussian: size points evenly over +-(size - 1) / (2 sqrt 2),
+    softmax of -(x / sigma)^2."""
+    lim = (size - 1) / (2.0 * math.sqrt(2.0))
+    return torch.softmax(torch.linspace(-lim, lim, steps=size).div(sigma).pow(2).neg(), dim=0)
+
+
+class ElasticTransform(_Warp, converts="torchvision.ElasticTransform"):
+    """torchvision's ElasticTransform, as a canvas step (first, before the geometry): each
+    image displaced by a field of its own size — per axis uniform noise in [-1, 1) blurred
+    by torchvision's gaussian (kernel int(8 sigma + 1), made odd; reflected edges),
+    scaled by alpha / the side — then sampled (nearest or bilinear, `fill` outside) as
+    F.elastic samples it. The field's noise comes from torch.rand on a generator seeded
+    from the sample's stream (make_params: "displacement_seed"; `displacement` makes the
+    field from it), so it is torchvision's distribution and the same for a seed, not
+    torchvision's global generator's numbers. The blur is applied a side at a time (the 2-D
+    kernel is their product)."""
+
+    group = "canvas"
+    canvas = True
+    keys = ("displacement_seed",)
+    canvas_why = "its field is drawn at the decoded image's size and sampled from the whole image"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(list(t.alpha), list(t.sigma), t.interpolation, warp_fill(t, floats))
+
+    def __init__(self, alpha: Any = 50.0, sigma: Any = 5.0, interpolation: Any = "bilinear", fill: Any = 0) -> None:
+        self.alpha = _pair(alpha, "alpha")
+        self.sigma = _pair(sigma, "sigma")
+        self._setup(interpolation, fill, None)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        return {"displacement_seed": rng.getrandbits(63)}
+
+    def canvas_size(self, p: dict, size: tuple[int, int]) -> tuple[int, int]:
+        return size
+
+    def displacement(self, p: dict, size: tuple[int, int], device: Any = "cpu") -> torch.Tensor:
+        """The field [1, h, w, 2] of these params (torchvision's make_params' "displacement")."""
+        h, w = size
+        gen = torch.Generator().manual_seed(int(p["displacement_seed"]))
+        sides = []
+        for axis, extent in ((0, w), (1, h)):
+            d = torch.rand(1, 1, h, w, generator=gen) * 2 - 1
+            if self.sigma[axis] > 0.0:
+                k = int(8 * self.sigma[axis] + 1)
+                k += 1 - k % 2
+                if k // 2 >= min(h, w):
+                    raise ValueError(f"ElasticTransform(sigma={list(self.sigma)}) blurs with a kernel of {k}: a "
+                                     f"{h}x{w} image is too small for its reflected edges")
+                kx, ky = _blur_kernel(k, self.sigma[0]), _blur_kernel(k, self.sigma[1])
+                d = torch.nn.functional.pad(d, [k // 2] * 4, mode="reflect")
+                d = torch.nn.functional.conv2d(d, kx.view(1, 1, 1, k))
+                d = torch.nn.functional.conv2d(d, ky.view(1, 1, k, 1))
+            sides.append(d * self.alpha[axis] / extent)
+        return torch.cat(sides, 1).permute(0, 2, 3, 1).to(device)
+
+    def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict) -> None:
+        """F.elastic of `image` (uint8 HWC) with this field, into `canvas` (its size)."""
+        h, w = int(image.shape[0]), int(image.shape[1])
+        dev = image.device
+        grid = torch.empty(1, h, w, 2, dtype=torch.float32, device=dev)
+        grid[..., 0].copy_(torch.linspace((-w + 1) / w, (w - 1) / w, w, device=dev))
+        grid[..., 1].copy_(torch.linspace((-h + 1) / h, (h - 1) / h, h, device=dev).unsqueeze_(-1))
+        grid.add_(self.displacement(p, (h, w), dev))
+        canvas.copy_(grid_sample_filled(image.permute(2, 0, 1), grid, self.interpolation, self.fill).permute(1, 2, 0))
 
 
 class RandomAffine(_Warp, converts="torchvision.RandomAffine"):

@@ -158,8 +158,8 @@ def ops_table(a) -> None:
 
 
 def _canvas_rows(a, packed, n: int, base: float, crop: list, norm: list) -> dict:
-    """The canvas steps (before the crop, on the whole 500x375 image), RandomZoomOut and
-    RandomRotation(expand=True): the added cost to the fused base; torchvision's, the step
+    """The canvas steps (before the crop, on the whole 500x375 image), RandomZoomOut,
+    RandomRotation(expand=True) and ElasticTransform: the added cost to the fused base; torchvision's, the step
     + RandomResizedCrop(224) less its RandomResizedCrop(224) alone, on the same whole
     images (tensors)."""
     import torchvision.transforms.v2 as v2
@@ -188,6 +188,10 @@ def _canvas_rows(a, packed, n: int, base: float, crop: list, norm: list) -> dict
                       repeat=a.repeat)
     theirs = tv_time(v2.Compose([v2.RandomRotation(15, v2.InterpolationMode.BILINEAR, expand=True), rrc])) - alone
     rows["RandomRotation(15, bilinear, expand=True), before RRC"] = {
+        "fused_added_us": (t / count - base) * 1e6, "tv2_tensor_us": theirs * 1e6, "tv2_pil_us": float("nan")}
+    t, count = timeit(runner(T.Compose([T.ElasticTransform()] + crop + norm), packed, n), repeat=a.repeat)
+    theirs = tv_time(v2.Compose([v2.ElasticTransform(), rrc])) - alone
+    rows["ElasticTransform(50, 5), before RRC"] = {
         "fused_added_us": (t / count - base) * 1e6, "tv2_tensor_us": theirs * 1e6, "tv2_pil_us": float("nan")}
     return rows
 
