@@ -2,7 +2,7 @@
 (gpudecode.transforms.convert.write_table) from the classes' declarations; do not edit."""
 OPS: tuple[tuple[str, str], ...] = (
     ('canvas (first, before the geometry)', 'RandomZoomOut, ElasticTransform, RandomRotation(expand=True): each image made anew from the decoded one (a canvas), which a geometry step must follow'),
-    ('geometry (one, first or after the canvas)', "RandomResizedCrop, Resize, RandomResize, RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, Resize + CenterCrop, Resize + RandomCrop (RandomResize, RandomShortestSize and ScaleJitter only so), or none (bilinear or bicubic, antialiased; crops pad with a fill); timm's RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad"),
+    ('geometry (one, first or after the canvas)', "RandomResizedCrop, Resize, RandomResize, RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, Resize + CenterCrop, Resize + RandomCrop (RandomResize, RandomShortestSize and ScaleJitter only so), or none (bilinear or bicubic, antialiased, or nearest, nearest-exact; crops pad with a fill); timm's RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad"),
     ('flips (any order)', 'RandomHorizontalFlip, RandomVerticalFlip'),
     ('per-sample ops (any order)', 'ColorJitter, RandomChannelPermutation, RandomPhotometricDistort, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert, RandomPosterize, RandomAutocontrast, RandomEqualize, RandomAdjustSharpness, GaussianBlur, GaussianNoise, RandomRotation, RandomAffine, RandomPerspective'),
     ('policies', "TrivialAugmentWide, RandAugment, AutoAugment, AugMix; timm's RandAugment, AutoAugment, AugMixAugment (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 and the like)"),

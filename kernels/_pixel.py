@@ -49,21 +49,30 @@ def barrier_step(order, s):
     return order.shape[0]
 
 
-def filter_window(i, scale, in_size, antialias, cubic):
-    """Source window of output index i (0-based in the resized, uncropped frame).
+def filter_window(i, scale, in_size, antialias, mode):
+    """Source window of output index i (0-based in the resized, uncropped frame), for the
+    filter `mode` (the FILTER column: 0 bilinear, 1 bicubic, 2 nearest-exact, 3 nearest).
 
     Returns (center, invscale, lo, hi): input indices lo <= j < hi contribute with
-    weight filter_weight(j, center, invscale, cubic) (to be normalized by their sum).
+    weight filter_weight(j, center, invscale, mode == 1) (to be normalized by their sum).
     The filter reaches 1 (bilinear) or 2 (bicubic) input pixels either side, stretched
-    by the scale when antialiasing a downscale: ATen's _upsample_*2d_aa, PIL's resize."""
-    radius = float32(2.0) if cubic else float32(1.0)
-    if antialias and scale >= float32(1.0):
+    by the scale when antialiasing a downscale: ATen's _upsample_*2d_aa, PIL's resize.
+    The nearest modes reach half a pixel, never stretched: the window is the one pixel
+    floor(center), ATen's index, with center (i + 0.5) scale (nearest-exact) or i scale
+    (nearest) in float32; its one weight, normalized, is 1."""
+    radius = float32(2.0) if mode == 1 else float32(1.0)
+    offset = float32(0.5)
+    if mode >= 2:
+        radius = float32(0.5)
+        if mode == 3:
+            offset = float32(0.0)
+    if antialias and scale >= float32(1.0) and mode < 2:
         support = radius * scale
         invscale = float32(1.0) / scale
     else:
         support = radius
         invscale = float32(1.0)
-    center = scale * (float32(i) + float32(0.5))
+    center = scale * (float32(i) + offset)
     lo = int32(center - support + float32(0.5))
     if lo < 0:
         lo = int32(0)

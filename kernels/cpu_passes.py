@@ -19,9 +19,11 @@ from ._compile import fastmath
 # The transposes are 8x8 vector shuffles (_simd), the output ones with non-temporal
 # stores where aligned. One sample at a time, GIL released.
 
-def _axis_weights(out_size, vsize, voff, box, flip, antialias, cubic):
+def _axis_weights(out_size, vsize, voff, box, flip, antialias, mode):
     """Per output index: first source index, tap count, and normalized weights; and a
-    validity mask for indices that fall outside the resized frame (padding)."""
+    validity mask for indices that fall outside the resized frame (padding). `mode`: the
+    filter (FILTER: bilinear, bicubic, nearest-exact, nearest)."""
+    cubic = mode == 1
     scale = float32(box) / float32(vsize)
     first = np.zeros(out_size, np.int64)
     count = np.zeros(out_size, np.int64)
@@ -30,7 +32,7 @@ def _axis_weights(out_size, vsize, voff, box, flip, antialias, cubic):
     for o in range(out_size):
         v = (out_size - 1 - o if flip else o) + voff
         if v >= 0 and v < vsize:
-            c, inv, lo, hi = filter_window(v, scale, box, antialias, cubic)
+            c, inv, lo, hi = filter_window(v, scale, box, antialias, mode)
             first[o] = lo
             count[o] = hi - lo
             valid[o] = True
@@ -39,7 +41,7 @@ def _axis_weights(out_size, vsize, voff, box, flip, antialias, cubic):
     for o in range(out_size):
         if valid[o]:
             v = (out_size - 1 - o if flip else o) + voff
-            c, inv, lo, hi = filter_window(v, scale, box, antialias, cubic)
+            c, inv, lo, hi = filter_window(v, scale, box, antialias, mode)
             total = float32(0.0)
             if cubic:  # (one loop per filter: the bilinear one as it was, with no branch in it)
                 for j in range(lo, hi):

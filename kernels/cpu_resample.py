@@ -149,9 +149,10 @@ def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, 
     benchmark times each (gpudecode.bench.suite.kernels --stages)."""
     bh = g[BH]
     bw = g[BW]
-    cubic = g[CUBIC] != 0
-    yf, yc, yw, yv = _axis_weights(oh, g[VH], g[OY], bh, g[VFLIP] != 0, antialias, cubic)
-    xf, xc, xw, xv = _axis_weights(ow, g[VW], g[OX], bw, g[FLIP] != 0, antialias, cubic)
+    mode = g[FILTER]
+    cubic = mode == 1
+    yf, yc, yw, yv = _axis_weights(oh, g[VH], g[OY], bh, g[VFLIP] != 0, antialias, mode)
+    xf, xc, xw, xv = _axis_weights(ow, g[VW], g[OX], bw, g[FLIP] != 0, antialias, mode)
     n3 = bw * 3
     # 1. vertical: the box's rows resampled to oh rows, [oh, bw*3] interleaved
     _vertical_pass(src, g, yf, yc, yw, yv, oh, work)

@@ -100,9 +100,10 @@ def _resample_body(src, geom, args, order, antialias, scratch, stats, hist, aux,
         if vy >= 0 and vy < g[VH] and vx >= 0 and vx < g[VW]:
             bh = g[BH]
             bw = g[BW]
-            cubic = g[CUBIC] != 0
-            cy, iy, ylo, yhi = filter_window(vy, float32(bh) / float32(g[VH]), bh, antialias, cubic)
-            cx, ix, xlo, xhi = filter_window(vx, float32(bw) / float32(g[VW]), bw, antialias, cubic)
+            mode = g[FILTER]
+            cubic = mode == 1
+            cy, iy, ylo, yhi = filter_window(vy, float32(bh) / float32(g[VH]), bh, antialias, mode)
+            cx, ix, xlo, xhi = filter_window(vx, float32(bw) / float32(g[VW]), bw, antialias, mode)
             wysum = float32(0.0)
             for j in range(ylo, yhi):
                 wysum += filter_weight(j, cy, iy, cubic)

@@ -8,8 +8,8 @@ import numpy as np
 from ._pixel import ARGS
 from .ops import BARRIER_MASK, has
 
-OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP, CUBIC, FILLR, FILLG, FILLB = range(20)
-GEOM = 20  # CUBIC: the sample resamples bicubic (else bilinear); FILL*: the padding's colour, levels
+OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP, FILTER, FILLR, FILLG, FILLB = range(20)
+GEOM = 20  # FILTER: the resample's filter (0 bilinear, 1 bicubic, 2 nearest-exact, 3 nearest); FILL*: the padding's colour, levels
 THREADS_PER_BLOCK = (16, 16)  # 256 threads: one histogram bin each (equalize)
 STATS = 7  # per sample and barrier level: grey sum, min r g b, max r g b (float64)
 _SUM_TYPE = np.float64
@@ -33,7 +33,7 @@ def barrier_levels(order: np.ndarray) -> int:
 
 
 GEOM_NAMES = dict(OFFSET=OFFSET, H=H, W=W, SY=SY, SX=SX, SC=SC, TOP=TOP, LEFT=LEFT, BH=BH, BW=BW, VH=VH,
-                  VW=VW, OY=OY, OX=OX, FLIP=FLIP, VFLIP=VFLIP, CUBIC=CUBIC, FILLR=FILLR, FILLG=FILLG, FILLB=FILLB)
+                  VW=VW, OY=OY, OX=OX, FLIP=FLIP, VFLIP=VFLIP, FILTER=FILTER, FILLR=FILLR, FILLG=FILLG, FILLB=FILLB)
 
 
 def launch_geometry(n: int, oh: int, ow: int) -> tuple[tuple[int, int, int], tuple[int, int]]:

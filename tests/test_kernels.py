@@ -252,23 +252,23 @@ def test_cpu_matches_numpy_oracle(normalize):
 
 
 def test_bicubic_samples_match_the_oracle_on_both_targets():
-    """A bicubic sample (CUBIC set, beside bilinear ones in one batch): Keys' a = -0.5
+    """A bicubic sample (FILTER set, beside bilinear ones in one batch): Keys' a = -0.5
     filter with antialias (ATen's and PIL's), the overshoot clipped to [0, 1], on the CPU
     twin and under the CUDA simulator, against the float64 numpy oracle; the bilinear
     samples of the batch unchanged by their neighbours' filter."""
     # (16 columns: one block of the CUDA kernel, which the simulator runs thread by thread)
     src, geom, factors, order, refs = _batch(4, 6, 13, 16, chw=True)
-    geom[::2, fused.CUBIC] = 1
+    geom[::2, fused.FILTER] = 1
     out = np.zeros((6, 3, 13, 16), np.float32)
     fused.fused_cpu(src, geom, factors, order, MEAN, STD, out, normalize=True)
     alone = np.zeros((6, 3, 13, 16), np.float32)
     bilinear = geom.copy()
-    bilinear[:, fused.CUBIC] = 0
+    bilinear[:, fused.FILTER] = 0
     fused.fused_cpu(src, bilinear, factors, order, MEAN, STD, alone, normalize=True)
     np.testing.assert_array_equal(out[1::2], alone[1::2])
     for k, (img, box, vsize, voff) in enumerate(refs):
         ref = reference.fused_reference(img, box, vsize, voff, (13, 16), bool(geom[k, fused.FLIP]), order[k],
-                                        factors[k], MEAN, STD, cubic=bool(geom[k, fused.CUBIC]))
+                                        factors[k], MEAN, STD, cubic=bool(geom[k, fused.FILTER]))
         np.testing.assert_allclose(out[k], ref, atol=2e-5, rtol=0)
     assert np.abs(out[::2] - alone[::2]).max() > 1e-3  # the filter made a difference
     # the simulator runs each thread in Python: one bicubic sample, as small as the batch makes it

@@ -659,7 +659,8 @@ def test_interpolation_modes_read_and_refused():
     assert T.RandomResizedCrop(8, interpolation=["bilinear", "bicubic"]).interpolation == ("bilinear", "bicubic")
     assert repr(T.Resize(8)) == "Resize(size=8, max_size=None, antialias=True)"  # as before bicubic existed
     assert "interpolation='bicubic'" in repr(T.Resize(8, "bicubic"))
-    for bad, match in (("nearest", "'nearest' interpolation cannot be fused"),
+    assert T.Resize(8, "nearest").interpolation == "nearest"  # (and nearest-exact: tests/test_nearest_resize.py)
+    for bad, match in (("box", "'box' interpolation cannot be fused"),
                        (tv.InterpolationMode.LANCZOS, "LANCZOS.* cannot be fused")):
         with pytest.raises(TransformError, match=match):
             T.Resize(8, bad)

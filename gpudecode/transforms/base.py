@@ -16,7 +16,7 @@ GROUPS = {
     "canvas": ("canvas (first, before the geometry)", "{tv}, RandomRotation(expand=True): each image made anew "
                "from the decoded one (a canvas), which a geometry step must follow"),
     "geometry": ("geometry (one, first or after the canvas)", "{tv}, Resize + CenterCrop, Resize + RandomCrop (RandomResize, "
-                 "RandomShortestSize and ScaleJitter only so), or none (bilinear or bicubic, antialiased; crops pad "
+                 "RandomShortestSize and ScaleJitter only so), or none (bilinear or bicubic, antialiased, or nearest, nearest-exact; crops pad "
                  "with a fill); timm's {timm}"),
     "flips": ("flips (any order)", "{tv}"),
     "per-sample": ("per-sample ops (any order)", "{tv}"),

@@ -142,8 +142,8 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
     rrc = plan.rrc
     program = plan.program
     G, H, W, VH, VW, OY, OX = fused.GEOM, fused.H, fused.W, fused.VH, fused.VW, fused.OY, fused.OX
-    box, FLIP, VFLIP, CUBIC = slice(fused.TOP, fused.BW + 1), fused.FLIP, fused.VFLIP, fused.CUBIC
-    cubic = plan.cubic
+    box, FLIP, VFLIP, FILTER = slice(fused.TOP, fused.BW + 1), fused.FLIP, fused.VFLIP, fused.FILTER
+    resample = plan.resample
     FILL, fill = slice(fused.FILLR, fused.FILLB + 1), plan.pad_fill
     rows: list[list[int]] = []  # (built as lists: a numpy item assignment costs more than the list's)
     progs: list[list] = []
@@ -163,7 +163,7 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
                 g[OY], g[OX] = p["crop"][0], p["crop"][1]
         g[FLIP] = 1 if p.get("flip", False) else 0
         g[VFLIP] = 1 if p.get("vflip", False) else 0
-        g[CUBIC] = 1 if p.get("cubic", cubic) else 0
+        g[FILTER] = (1 if p["cubic"] else 0) if "cubic" in p else resample
         g[FILL] = fill
         rows.append(g)
         if program:
@@ -328,7 +328,7 @@ class Draws(Sequence[dict]):
                 geom[:, fused.OY], geom[:, fused.OX] = ints[:, _TOP], ints[:, _LEFT]
         geom[:, fused.FLIP] = ints[:, _FLIP]
         geom[:, fused.VFLIP] = ints[:, _VFLIP]
-        geom[:, fused.CUBIC] = plan.cubic
+        geom[:, fused.FILTER] = plan.resample
         geom[:, fused.FILLR:fused.FILLB + 1] = plan.pad_fill
         if not plan.program:
             return geom, np.zeros((n, 1, ARGS), np.float32), np.full((n, 1), -1, np.int32)

@@ -24,23 +24,30 @@ def _setup_size(size: Any, name: str = "size") -> tuple[int, int]:
     raise TypeError(f"{name} must be an int or a sequence of one or two ints, not {size!r}")
 
 
-_MODES = ("bilinear", "bicubic")
+_MODES = ("bilinear", "bicubic", "nearest-exact", "nearest")
+FILTERS = {m: k for k, m in enumerate(_MODES)}  # the kernel's FILTER column: a mode's place here
 
 
 def _interpolation(interpolation: Any, antialias: bool) -> tuple[str, ...]:
-    """The resampling filter(s) of a resize: ("bilinear",), ("bicubic",), or both (a
-    list or tuple of modes: one drawn an image, as timm's interpolation="random").
-    torchvision's InterpolationMode, its string, or PIL's constant (2, 3) are read."""
+    """The resampling filter(s) of a resize: ("bilinear",), ("bicubic",), ("nearest-exact",),
+    ("nearest",), or bilinear and bicubic both (a list or tuple of modes: one drawn an
+    image, as timm's interpolation="random"). torchvision's InterpolationMode, its string,
+    or PIL's constant (0, 2, 3) are read. The nearest modes are ATen's (no antialias, as
+    torchvision's resize ignores it for them)."""
     modes = list(interpolation) if isinstance(interpolation, (list, tuple)) else [interpolation]
     names = []
     for m in modes:
         name = getattr(m, "value", m)
-        name = {2: "bilinear", 3: "bicubic"}.get(name, name) if isinstance(name, int) else str(name).lower()
+        name = {0: "nearest", 2: "bilinear", 3: "bicubic"}.get(name, name) if isinstance(name, int) \
+            else str(name).lower()
         if name not in _MODES:
-            raise TransformError(f"{m!r} interpolation cannot be fused: the kernel resamples bilinear or bicubic")
+            raise TransformError(f"{m!r} interpolation cannot be fused: the kernel resamples bilinear, bicubic, "
+                                 "nearest or nearest-exact")
         names.append(name)
     if not names:
         raise TransformError("no interpolation mode given")
+    if len(set(names)) > 1 and not set(names) <= {"bilinear", "bicubic"}:
+        raise TransformError(f"interpolation {names} cannot be fused: a mode drawn an image is bilinear or bicubic")
     if "bicubic" in names and not antialias:
         raise TransformError("bicubic interpolation with antialias=False cannot be fused: the kernel's bicubic is "
                              "the antialiased one (torchvision's default for tensors, PIL's)")
@@ -59,8 +66,9 @@ def _resize_repr(t: Transform, modes: tuple[str, ...]) -> str:
 class RandomResizedCrop(Transform, converts=("torchvision.RandomResizedCrop",
                                              "timm.RandomResizedCropAndInterpolation")):
     """torchvision's RandomResizedCrop: 10 tries of area ~ U(scale)·H·W and log-uniform
-    aspect ratio, else the centred fallback; a bilinear or bicubic resize with antialias,
-    or a list of modes to draw one an image from (timm's interpolation="random")."""
+    aspect ratio, else the centred fallback; a bilinear or bicubic resize with antialias, a
+    nearest or nearest-exact one, or a list of modes to draw one an image from (timm's
+    interpolation="random")."""
 
     group = "geometry"
 
@@ -219,7 +227,7 @@ class ResizeKeepRatio(Resize, converts="timm.ResizeKeepRatio"):
 class _RandomSize(Resize):
     """A Resize whose output size is drawn for each image ("resize" in make_params: (h, w)):
     the images of a batch differ in size, so a crop (CenterCrop or RandomCrop) must follow
-    it in the Compose; bilinear or bicubic, antialiased as Resize."""
+    it in the Compose; any one of Resize's modes."""
 
     def __init__(self, interpolation: Any, antialias: bool) -> None:
         self._modes = _interpolation(interpolation, bool(antialias))

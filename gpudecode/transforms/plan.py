@@ -14,7 +14,7 @@ from .colour import ColorJitter
 from .canvas import CanvasStep
 from .convert import qualified
 from .draws import native_spec
-from .geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
+from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
                        ResizeKeepRatio, _Flip, _RandomSize)
 from .output import Normalize, RandomErasing, ToDtype
 
@@ -31,7 +31,7 @@ class _Plan:
     erase: RandomErasing | None = None  # on the kernel's output, last
     vflip: RandomVerticalFlip | None = None
     program: tuple[_Step, ...] = ()  # each sample's kernel program, in the Compose's order
-    cubic: bool = False  # the resize is bicubic (one mode; with several, each image's draw says)
+    resample: int = 0  # the resize's filter, FILTERS[mode] (one mode; with several, each image's draw says)
     pad_fill: tuple[int, int, int] = (0, 0, 0)  # the crop's padding colour (levels)
     canvas: CanvasStep | None = None  # first, before the geometry: each image made a canvas of its own (canvas.py)
 
@@ -59,6 +59,11 @@ class _Plan:
     def native_spec(self) -> tuple | None:
         """The plan as _native.draw_batch reads it; None: the Python path draws it."""
         return native_spec(self)
+
+    @property
+    def cubic(self) -> bool:
+        """The resize is bicubic (its one mode)."""
+        return self.resample == FILTERS["bicubic"]
 
     @property
     def jitter(self) -> ColorJitter | None:
@@ -106,7 +111,7 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
     plan = _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,
                  all(getattr(g, "antialias", True) for g in geometry), rest.flip, rest.normalize,
                  rest.dtype or torch.uint8, tuple(steps), rest.erase, rest.vflip, tuple(rest.program),
-                 any(getattr(g, "_modes", ()) == ("bicubic",) for g in geometry),
+                 next((FILTERS[g._modes[0]] for g in geometry if len(getattr(g, "_modes", ())) == 1), 0),  # type: ignore[attr-defined]  # noqa: SLF001
                  next((g._fill for g in geometry if isinstance(g, (CenterCrop, RandomCrop))), (0, 0, 0)),  # noqa: SLF001
                  canvas)
     if plan.out_size is not None:
