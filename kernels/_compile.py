@@ -19,10 +19,10 @@ import types
 from typing import Callable, Iterator
 
 from .._cache import cache_dir
-from . import _noise, _pixel
+from . import _filters, _noise, _pixel
 
-HELPERS = [name for name, fn in vars(_pixel).items()  # (_pixel's own, and the noise's it imports)
-           if inspect.isfunction(fn) and fn.__module__ in (_pixel.__name__, _noise.__name__)]
+HELPERS = [name for name, fn in vars(_pixel).items()  # (_pixel's own, and the noise's and filters' it imports)
+           if inspect.isfunction(fn) and fn.__module__ in (_pixel.__name__, _noise.__name__, _filters.__name__)]
 
 
 def rebind(fn: Callable, namespace: dict) -> Callable:
@@ -33,7 +33,7 @@ def rebind(fn: Callable, namespace: dict) -> Callable:
 
 
 def _namespace(jit: Callable, extra: dict | None = None, overrides: dict | None = None) -> dict:
-    ns = {**vars(_noise), **vars(_pixel)}  # (the noise helpers' own globals too: uint64)
+    ns = {**vars(_filters), **vars(_noise), **vars(_pixel)}  # (the helpers' own globals too: uint64)
     if extra:
         ns.update(extra)
     for name in HELPERS:
