@@ -113,9 +113,9 @@ def http_server():
 # `pytest -n 2` (make test) the other worker takes the many short ones meanwhile, and no
 # long one is left to run alone at the end.
 HEAVY_FIRST = (
+    "test_augment.py::test_cuda_kernel_equals_cpu_twin_under_the_simulator",
     "test_kernels.py::test_compile_ptx_sm80_sm90_and_ptxas",
     "test_kernels.py::test_compiled_cpu_kernel_is_cached_on_disk",
-    "test_augment.py::test_cuda_kernel_equals_cpu_twin_under_the_simulator",
     "test_timm.py::test_warps_and_solarize_add_under_the_cuda_simulator_equal_the_cpu",
     "test_augment.py::test_op_matches_torchvision_on_real_photos[affine-bilinear]",
     "test_example_imagenet.py::", "test_precache_runs.py::test_sigkill_at_random_points_then_resume_is_byte_identical",
