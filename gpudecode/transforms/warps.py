@@ -171,13 +171,26 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
 
     def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict) -> None:
         """F.rotate(expand=True) of `image` (uint8 HWC) into `canvas` (uint8 HWC, its size)."""
-        size, matrix = expanded_rotation(p["rotation"]["angle"], (int(image.shape[0]), int(image.shape[1])), self.center)
+        angle = p["rotation"]["angle"] % 360
+        matrix = rotation_matrix(angle, (int(image.shape[0]), int(image.shape[1])), self.center)
         chw = image.permute(2, 0, 1)
         if matrix is None:  # torchvision's exact paths: a quarter turn, or none
-            turns = int(p["rotation"]["angle"] % 360) // 90
+            turns = int(angle) // 90
             canvas.copy_(torch.rot90(chw, k=turns, dims=(-2, -1)).permute(1, 2, 0) if turns else image)
             return
+        size = (int(canvas.shape[0]), int(canvas.shape[1]))  # (canvas_size's: build made it so)
         canvas.copy_(grid_warp(chw, matrix, size, self.interpolation, self.fill).permute(1, 2, 0))
+
+
+def rotation_matrix(angle: float, size: tuple[int, int], center: Sequence[float] | None) -> list[float] | None:
+    """F.rotate's inverse matrix for an image of `size` (None where torchvision takes a
+    transpose: no center, a multiple of 90 degrees)."""
+    h, w = size
+    angle = angle % 360
+    if center is None and angle in (0.0, 90.0, 180.0, 270.0):
+        return None
+    cf = [0.0, 0.0] if center is None else [c - s * 0.5 for c, s in zip(center, (w, h))]
+    return inverse_affine(cf, -angle, (0.0, 0.0), 1.0, (0.0, 0.0))
 
 
 def expanded_rotation(angle: float, size: tuple[int, int], center: Sequence[float] | None
@@ -187,11 +200,9 @@ def expanded_rotation(angle: float, size: tuple[int, int], center: Sequence[floa
     size is the bounding box of the matrix's corners, computed with torch's float32 ops in
     torchvision's order (its 1e-4 truncation before the ceil and floor)."""
     h, w = size
-    angle = angle % 360
-    if center is None and angle in (0.0, 90.0, 180.0, 270.0):
-        return ((w, h) if angle in (90.0, 270.0) else (h, w)), None
-    cf = [0.0, 0.0] if center is None else [c - s * 0.5 for c, s in zip(center, (w, h))]
-    matrix = inverse_affine(cf, -angle, (0.0, 0.0), 1.0, (0.0, 0.0))
+    matrix = rotation_matrix(angle, size, center)
+    if matrix is None:
+        return ((w, h) if angle % 360 in (90.0, 270.0) else (h, w)), None
     hw, hh = 0.5 * w, 0.5 * h
     corners = torch.tensor([[-hw, -hh, 1.0], [-hw, hh, 1.0], [hw, hh, 1.0], [hw, -hh, 1.0]])
     moved = torch.matmul(corners, torch.tensor(matrix, dtype=torch.float).view(2, 3).T)
