@@ -19,10 +19,12 @@ import types
 from typing import Callable, Iterator
 
 from .._cache import cache_dir
-from . import _filters, _noise, _pixel
+from . import _barrier, _filters, _noise, _pixel
 
-HELPERS = [name for name, fn in vars(_pixel).items()  # (_pixel's own, and the noise's and filters' it imports)
-           if inspect.isfunction(fn) and fn.__module__ in (_pixel.__name__, _noise.__name__, _filters.__name__)]
+_HELPER_MODULES = (_pixel, _noise, _filters, _barrier)  # (_noise's and _filters' _pixel imports; _barrier imports _pixel)
+_HELPER_FUNCTIONS = {name: fn for module in (_pixel, _barrier) for name, fn in vars(module).items()
+                     if inspect.isfunction(fn) and fn.__module__ in {m.__name__ for m in _HELPER_MODULES}}
+HELPERS = list(_HELPER_FUNCTIONS)
 
 
 def rebind(fn: Callable, namespace: dict) -> Callable:
@@ -33,11 +35,11 @@ def rebind(fn: Callable, namespace: dict) -> Callable:
 
 
 def _namespace(jit: Callable, extra: dict | None = None, overrides: dict | None = None) -> dict:
-    ns = {**vars(_filters), **vars(_noise), **vars(_pixel)}  # (the helpers' own globals too: uint64)
+    ns = {k: v for m in _HELPER_MODULES for k, v in vars(m).items()}  # (the helpers' own globals too: uint64)
     if extra:
         ns.update(extra)
     for name in HELPERS:
-        ns[name] = jit(rebind((overrides or {}).get(name, getattr(_pixel, name)), ns))
+        ns[name] = jit(rebind((overrides or {}).get(name, _HELPER_FUNCTIONS[name]), ns))
     return ns
 
 

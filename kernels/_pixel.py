@@ -378,12 +378,16 @@ def perspective_bilinear(img, y, x, oh, ow, a):
     return sample_bilinear(img, ix, iy, near, oh, ow, a)
 
 
+def perspective_nearest(img, y, x, oh, ow, a):
+    sx, sy, inside = perspective_nearest_source(y, x, oh, ow, a)
+    return sample_nearest(img, sx, sy, inside, a)
+
+
 def perspective_pixel(img, y, x, oh, ow, a):
     """Output pixel (y, x) of torchvision's perspective warp of img [3, oh, ow] (same
     size), with PERSPECTIVE's args: nearest (a[6] 0) or bilinear, the fill."""
     if a[6] == float32(0.0):
-        sx, sy, inside = perspective_nearest_source(y, x, oh, ow, a)
-        return sample_nearest(img, sx, sy, inside, a)
+        return perspective_nearest(img, y, x, oh, ow, a)
     return perspective_bilinear(img, y, x, oh, ow, a)
 
 
@@ -502,10 +506,12 @@ def sharpen_value(v, ring, f):
 
 
 def sharpen_channel(img, c, y, x, f):
-    """sharpen_value at interior pixel (y, x) of channel c of img [3, h, w]."""
-    s = fetch(img, c, y - 1, x - 1) + fetch(img, c, y - 1, x) + fetch(img, c, y - 1, x + 1) \
-        + fetch(img, c, y, x - 1) + fetch(img, c, y, x + 1) \
-        + fetch(img, c, y + 1, x - 1) + fetch(img, c, y + 1, x) + fetch(img, c, y + 1, x + 1)
+    """sharpen_value at interior pixel (y, x) of channel c of img [3, h, w]; the ring
+    summed a column at a time, as the CPU twin's vectorized pass sums it (the same float
+    sum on both targets)."""
+    s = fetch(img, c, y - 1, x - 1) + fetch(img, c, y, x - 1) + fetch(img, c, y + 1, x - 1) \
+        + fetch(img, c, y - 1, x) + fetch(img, c, y + 1, x) \
+        + fetch(img, c, y - 1, x + 1) + fetch(img, c, y, x + 1) + fetch(img, c, y + 1, x + 1)
     return sharpen_value(fetch(img, c, y, x), s, f)
 
 

@@ -136,12 +136,11 @@ def _gray_sum_rows(r, g, b):
     return total
 
 
-def _gray_mean(px, ow):
-    n = px.shape[1]
+def _gray_sum(px, ow):
     total = 0.0
     for x in range(ow):
         total += _gray_sum_rows(px[3 * x], px[3 * x + 1], px[3 * x + 2])
-    return float32(total / (ow * n))
+    return total
 
 
 def _image(px, ow, oh):
@@ -160,51 +159,64 @@ def _min_max_row(row, lo, hi):
     return lo, hi
 
 
-def _autocontrast_pass(px, ow):
+def _statistic(op, px, ow, st, lut):
+    """The statistic barrier `op` needs of the image (its op table entry names it), into
+    the statistic row st (_barrier.STAT_WIDTH) or, for a histogram, as the equalize
+    tables in lut: the CPU's reductions, vectorized over the channel rows."""
+    n = px.shape[1]
+    if (MEAN_MASK >> op) & 1:
+        st[0] = _gray_sum(px, ow)
+    elif (RANGE_MASK >> op) & 1:
+        for c in range(3):
+            lo = float32(2.0)
+            hi = float32(-2.0)
+            for x in range(ow):
+                lo, hi = _min_max_row(px[3 * x + c], lo, hi)
+            st[1 + c] = lo
+            st[4 + c] = hi
+    elif (HISTOGRAM_MASK >> op) & 1:
+        hist = np.zeros(256, np.int64)
+        total = ow * n
+        for c in range(3):
+            hist[:] = 0
+            for x in range(ow):
+                row = px[3 * x + c]
+                for i in range(n):
+                    hist[quantize(row[i])] += 1
+            top = 255
+            while hist[top] == 0:
+                top -= 1
+            rest = total - hist[top]
+            before = 0
+            for k in range(256):
+                lut[c * 256 + k] = equalize_entry(k, before, rest)
+                before += hist[k]
+
+
+def _autocontrast_pass(px, ow, st):
     n = px.shape[1]
     for c in range(3):
-        lo = float32(2.0)
-        hi = float32(-2.0)
-        for x in range(ow):
-            lo, hi = _min_max_row(px[3 * x + c], lo, hi)
-        low, scale = autocontrast_bounds(lo, hi)
+        low, scale = autocontrast_bounds(float32(st[1 + c]), float32(st[4 + c]))
         for x in range(ow):
             row = px[3 * x + c]
             for i in range(n):
                 row[i] = autocontrast(row[i], low, scale)
 
 
-def _equalize_pass(px, ow):
-    """torchvision's equalize: each channel through the LUT of its uint8 histogram (or
-    only quantized, where every pixel but the top level's makes fewer than 255)."""
+def _lut_pass(px, ow, lut):
+    """Each channel through its table (equalize)."""
     n = px.shape[1]
-    hist = np.zeros(256, np.int64)
-    lut = np.empty(256, np.float32)
-    total = ow * n
     for c in range(3):
-        hist[:] = 0
         for x in range(ow):
             row = px[3 * x + c]
             for i in range(n):
-                hist[quantize(row[i])] += 1
-        top = 255
-        while hist[top] == 0:
-            top -= 1
-        step = (total - hist[top]) // 255
-        cum = 0
-        for k in range(256):
-            lut[k] = float32(equalize_level(k, cum, max(step, 1)) if step > 0 else k) * float32(1.0 / 255.0)
-            cum += hist[k]
-        for x in range(ow):
-            row = px[3 * x + c]
-            for i in range(n):
-                row[i] = lut[quantize(row[i])]
+                row[i] = lut[c * 256 + quantize(row[i])]
 
 
 def _sharpness_pass(px, px2, ow, oh, factor):
     """adjust_sharpness over whole rows: output row 3x + c from rows 3(x-1)+c, 3x+c and
     3(x+1)+c of the image before it, shifted by -1, 0, +1 (so each loop vectorizes)."""
-    if oh <= 2 or ow <= 2:
+    if oh <= 2 or ow <= 2:  # (torchvision's: the image as it is)
         return
     px2[:, :] = px
     m = oh - 2
@@ -215,6 +227,18 @@ def _sharpness_pass(px, px2, ow, oh, factor):
             d = px2[3 * (x + 1) + c]
             _sharpen_row(px[3 * x + c][1:oh - 1], a[0:m], a[1:m + 1], a[2:m + 2], b[0:m], b[1:m + 1], b[2:m + 2],
                          d[0:m], d[1:m + 1], d[2:m + 2], factor)
+    _clamp_rows(px, 0, 3)  # the border keeps its values, clamped (torchvision's blend clamps)
+    _clamp_rows(px, 3 * (ow - 1), 3 * ow)
+    for r in range(3, 3 * (ow - 1)):
+        px[r, 0] = clamp01(px[r, 0])
+        px[r, oh - 1] = clamp01(px[r, oh - 1])
+
+
+def _clamp_rows(px, first, last):
+    for r in range(first, last):
+        row = px[r]
+        for i in range(row.shape[0]):
+            row[i] = clamp01(row[i])
 
 
 def _sharpen_row(out, a0, a1, a2, b0, b1, b2, d0, d1, d2, factor):
@@ -223,24 +247,13 @@ def _sharpen_row(out, a0, a1, a2, b0, b1, b2, d0, d1, d2, factor):
         out[i] = sharpen_value(b1[i], ring, factor)
 
 
-def _blur_weights(size, sigma):
-    """The normalized 1-D weights and the taps worth reading, first to last (blur_first)."""
-    w = np.empty(size, np.float32)
-    total = float32(0.0)
-    for i in range(size):
-        w[i] = float32(gauss_weight(i, size, sigma))
-        total += w[i]
-    for i in range(size):
-        w[i] = w[i] / total
-    first = blur_first(w, size)
-    return w, first, size - first
-
-
-def _blur_x_pass(px, px2, ow, a):
+def _blur_x_pass(px, px2, ow, a, w):
     """torchvision's gaussian_blur along x (reflect padding): each output row 3x + c a
-    weighted sum of whole rows 3x' + c, into px2, then back."""
+    weighted sum of whole rows 3x' + c, into px2, then back (w: barrier_prepare's
+    weights)."""
     k = int(a[0])
-    w, first, last = _blur_weights(k, a[1])
+    first = int(w[MAX_BLUR])
+    last = k - first
     half = k // 2
     n = px.shape[1]
     for x in range(ow):
@@ -258,10 +271,11 @@ def _blur_x_pass(px, px2, ow, a):
     px[:, :] = px2
 
 
-def _blur_y_pass(px, oh, a):
+def _blur_y_pass(px, oh, a, w):
     """The same along y, in place: each row through a reflect-padded copy of itself."""
     k = int(a[0])
-    w, first, last = _blur_weights(k, a[1])
+    first = int(w[MAX_BLUR])
+    last = k - first
     half = k // 2
     pad = np.empty(oh + 2 * half, np.float32)
     for r in range(px.shape[0]):
@@ -279,13 +293,31 @@ def _blur_y_pass(px, oh, a):
                 row[i] += wj * pj[i]
 
 
-def _affine_pass(px, px2, ow, oh, a):
-    """The warp, column by column (each output row of px is contiguous), one loop per
-    interpolation so that none of them branches on it."""
+def _barrier_pass(op, px, px2, ow, oh, a, st, lut, wts):
+    """Barrier op `op` by its formula (_barrier.barrier_pixel) at every pixel, column by
+    column (each output row of px is contiguous), reading a copy of the image before it:
+    any barrier of the table runs here, correct but slow (the loop's body holds every
+    barrier's code: an affine warp took 2.0 ms a 224x224 image here against 0.10-0.14 ms
+    in _warp_pass, AMD EPYC); a barrier whose cost matters gets a pass in _barrier_fast."""
+    px2[:, :] = px
+    img = _image(px2, ow, oh)
+    for x in range(ow):
+        r0 = px[3 * x]
+        r1 = px[3 * x + 1]
+        r2 = px[3 * x + 2]
+        for y in range(oh):
+            r0[y], r1[y], r2[y] = barrier_pixel(op, a, img, y, x, oh, ow, st, lut, wts)
+
+
+def _warp_pass(px, px2, ow, oh, a, perspective):
+    """AFFINE or PERSPECTIVE (barrier_pixel's formulas for them: affine_pixel,
+    perspective_pixel), column by column, one loop per interpolation: a loop whose body
+    holds every interpolation's code ran about 10x slower (_barrier_pass: 2.0 ms against
+    0.10-0.14 ms a 224x224 image, AMD EPYC)."""
     px2[:, :] = px
     img = _image(px2, ow, oh)
     mode = a[6]
-    fill = a[7] == a[7]  # NaN: none (zeros)
+    fill = a[7] == a[7]  # NaN: none (zeros); (sample_nearest's test, out of the loop)
     f0 = a[7] if fill else float32(0.0)
     f1 = a[8] if fill else float32(0.0)
     f2 = a[9] if fill else float32(0.0)
@@ -293,9 +325,12 @@ def _affine_pass(px, px2, ow, oh, a):
         r0 = px[3 * x]
         r1 = px[3 * x + 1]
         r2 = px[3 * x + 2]
-        if mode == float32(0.0):  # (affine_nearest, with the fill's test out of the loop)
+        if mode == float32(0.0):  # (sample_nearest's, with the fill's test out of the loop: 10x faster)
             for y in range(oh):
-                sx, sy, inside = nearest_source(y, x, oh, ow, a)
+                if perspective:
+                    sx, sy, inside = perspective_nearest_source(y, x, oh, ow, a)
+                else:
+                    sx, sy, inside = nearest_source(y, x, oh, ow, a)
                 if inside:
                     r0[y] = img[sx, 0, sy]
                     r1[y] = img[sx, 1, sy]
@@ -304,6 +339,9 @@ def _affine_pass(px, px2, ow, oh, a):
                     r0[y] = f0
                     r1[y] = f1
                     r2[y] = f2
+        elif perspective:
+            for y in range(oh):
+                r0[y], r1[y], r2[y] = perspective_bilinear(img, y, x, oh, ow, a)
         elif mode == float32(1.0):
             for y in range(oh):
                 r0[y], r1[y], r2[y] = affine_bilinear(img, y, x, oh, ow, a)
@@ -315,32 +353,27 @@ def _affine_pass(px, px2, ow, oh, a):
                 r0[y], r1[y], r2[y] = affine_integer(img, y, x, oh, ow, a)
 
 
-def _perspective_pass(px, px2, ow, oh, a):
-    """The perspective warp, column by column, as _affine_pass (nearest or bilinear)."""
-    px2[:, :] = px
-    img = _image(px2, ow, oh)
-    fill = a[7] == a[7]  # NaN: none (zeros)
-    f0 = a[7] if fill else float32(0.0)
-    f1 = a[8] if fill else float32(0.0)
-    f2 = a[9] if fill else float32(0.0)
-    for x in range(ow):
-        r0 = px[3 * x]
-        r1 = px[3 * x + 1]
-        r2 = px[3 * x + 2]
-        if a[6] == float32(0.0):
-            for y in range(oh):
-                sx, sy, inside = perspective_nearest_source(y, x, oh, ow, a)
-                if inside:
-                    r0[y] = img[sx, 0, sy]
-                    r1[y] = img[sx, 1, sy]
-                    r2[y] = img[sx, 2, sy]
-                else:
-                    r0[y] = f0
-                    r1[y] = f1
-                    r2[y] = f2
-        else:
-            for y in range(oh):
-                r0[y], r1[y], r2[y] = perspective_bilinear(img, y, x, oh, ow, a)
+def _barrier_fast(op, px, px2, ow, oh, a, st, lut, wts):
+    """The barriers with a vectorized pass of their own (whole channel rows at a time),
+    each equal to barrier_pixel's formula (tests/test_barrier_interpreter.py); False for
+    the others, which go through _barrier_pass."""
+    if op == CONTRAST:
+        _op_pass(px, ow, op, a[0], contrast_mean(st, oh, ow))
+    elif op == AUTOCONTRAST:
+        _autocontrast_pass(px, ow, st)
+    elif op == EQUALIZE:
+        _lut_pass(px, ow, lut)
+    elif op == SHARPNESS:
+        _sharpness_pass(px, px2, ow, oh, a[0])
+    elif op == BLUR_X:
+        _blur_x_pass(px, px2, ow, a, wts)
+    elif op == BLUR_Y:
+        _blur_y_pass(px, oh, a, wts)
+    elif op == AFFINE or op == PERSPECTIVE:
+        _warp_pass(px, px2, ow, oh, a, op == PERSPECTIVE)
+    else:
+        return False
+    return True
 
 
 def _noise_pass(px, ow, a):
@@ -373,31 +406,25 @@ def _mix_pass(px, keep, mix, op, w):
 
 
 def _program(px, px2, aux, ow, oh, order, args):
-    """A sample's program, op by op over the whole image (a barrier's statistic is that
-    of the image at its turn); aux: AugMix's two image areas."""
+    """A sample's program, op by op over the whole image: a barrier with the statistic of
+    the image at its turn (_statistic), its set-up and its formula (kernels/_barrier.py,
+    as the CUDA kernel's), by a vectorized pass where it has one; aux: AugMix's two
+    image areas."""
+    st = np.zeros(STAT_WIDTH, np.float64)
+    lut = np.empty(768, np.float32)
+    wts = np.empty(MAX_BLUR + 1, np.float32)
     for k in range(order.shape[0]):
         op = order[k]
         if op < 0:
             break
         a = args[k]
-        if op == MIX_SAVE or op == MIX_ADD or op == MIX_END:
+        if is_barrier(op):
+            _statistic(op, px, ow, st, lut)
+            barrier_prepare(op, a, wts)
+            if not _barrier_fast(op, px, px2, ow, oh, a, st, lut, wts):
+                _barrier_pass(op, px, px2, ow, oh, a, st, lut, wts)
+        elif op == MIX_SAVE or op == MIX_ADD or op == MIX_END:
             _mix_pass(px, aux[0], aux[1], op, a[0])
-        elif op == CONTRAST:
-            _op_pass(px, ow, op, a[0], _gray_mean(px, ow))
-        elif op == AUTOCONTRAST:
-            _autocontrast_pass(px, ow)
-        elif op == EQUALIZE:
-            _equalize_pass(px, ow)
-        elif op == SHARPNESS:
-            _sharpness_pass(px, px2, ow, oh, a[0])
-        elif op == BLUR_X:
-            _blur_x_pass(px, px2, ow, a)
-        elif op == BLUR_Y:
-            _blur_y_pass(px, oh, a)
-        elif op == AFFINE:
-            _affine_pass(px, px2, ow, oh, a)
-        elif op == PERSPECTIVE:
-            _perspective_pass(px, px2, ow, oh, a)
         elif op == GAUSSIAN_NOISE:
             _noise_pass(px, ow, a)
         else:

@@ -9,7 +9,6 @@ import functools
 import numpy as np
 
 from . import _compile
-from ._pixel import (AFFINE, AUTOCONTRAST, BLUR_X, BLUR_Y, CONTRAST, EQUALIZE, PERSPECTIVE)
 from .layout import (GEOM_NAMES, aux_shape, barrier_levels, hist_shape, launch_geometry, scratch_shape,
                      stats_init, step_args)
 from .ops import AUX_MASK, HISTOGRAM_MASK, MEAN_MASK, RANGE_MASK, has
@@ -150,47 +149,6 @@ def _resample_body(src, geom, args, order, antialias, scratch, stats, hist, aux,
     _block_reduce(order[n, end], r, gg, b, active, ty * 16 + tx, partial, red, hs, stats, hist, n, 0)
 
 
-def _barrier_pixel(op, a, img, y, x, oh, ow, stats, n, level, lut, wts):
-    """Barrier op `op` (args a) at output pixel (y, x) of img [3, oh, ow], the image
-    before it, with the statistic of its level (stats, or lut: the equalize table as
-    floats, wts: the blur's normalized weights and, at MAX_BLUR, its first tap)."""
-    if op == CONTRAST:
-        m = float32(stats[n, level, 0] / float64(oh * ow))
-        return blend(img[0, y, x], m, a[0]), blend(img[1, y, x], m, a[0]), blend(img[2, y, x], m, a[0])
-    if op == AUTOCONTRAST:
-        lr, sr = autocontrast_bounds(float32(stats[n, level, 1]), float32(stats[n, level, 4]))
-        lg, sg = autocontrast_bounds(float32(stats[n, level, 2]), float32(stats[n, level, 5]))
-        lb, sb = autocontrast_bounds(float32(stats[n, level, 3]), float32(stats[n, level, 6]))
-        return autocontrast(img[0, y, x], lr, sr), autocontrast(img[1, y, x], lg, sg), autocontrast(img[2, y, x], lb, sb)
-    if op == EQUALIZE:
-        return lut[quantize(img[0, y, x])], lut[256 + quantize(img[1, y, x])], lut[512 + quantize(img[2, y, x])]
-    if op == SHARPNESS:
-        if y == 0 or x == 0 or y == oh - 1 or x == ow - 1:
-            return clamp01(img[0, y, x]), clamp01(img[1, y, x]), clamp01(img[2, y, x])
-        return sharpen_channel(img, 0, y, x, a[0]), sharpen_channel(img, 1, y, x, a[0]), \
-            sharpen_channel(img, 2, y, x, a[0])
-    if op == BLUR_X or op == BLUR_Y:
-        size = int32(a[0])
-        first = int32(wts[MAX_BLUR])  # (blur_first, kept after the weights)
-        half = size // 2
-        r = float32(0.0)
-        g = float32(0.0)
-        b = float32(0.0)
-        for i in range(first, size - first):
-            w = wts[i]
-            yy = reflect(y + i - half, oh) if op == BLUR_Y else y
-            xx = reflect(x + i - half, ow) if op == BLUR_X else x
-            r += w * img[0, yy, xx]
-            g += w * img[1, yy, xx]
-            b += w * img[2, yy, xx]
-        return r, g, b
-    if op == AFFINE:
-        return affine_pixel(img, y, x, oh, ow, a)
-    if op == PERSPECTIVE:
-        return perspective_pixel(img, y, x, oh, ow, a)
-    return img[0, y, x], img[1, y, x], img[2, y, x]  # (no barrier op of the table comes here: tests/test_op_table)
-
-
 def _segment_body(level, scratch, args, order, stats, hist, aux, mean, std, normalize, to_uint8, out):
     """Kernel 2, for barrier level `level` >= 1. Same grid. Samples with that many
     barriers: the barrier (reading scratch[(level - 1) % 2]) and the per-pixel ops up to
@@ -215,7 +173,7 @@ def _segment_body(level, scratch, args, order, stats, hist, aux, mean, std, norm
         return
     op = order[n, k]
     a = args[n, k]
-    if op == EQUALIZE:  # the table of each channel, from its histogram (a scan in shared memory)
+    if (HISTOGRAM_MASK >> op) & 1:  # the equalize table of each channel, from its histogram (a scan in shared memory)
         for c in range(3):
             hs[c * 256 + t] = hist[n, level - 1, c, t]
         cuda.syncthreads()
@@ -234,28 +192,17 @@ def _segment_body(level, scratch, args, order, stats, hist, aux, mean, std, norm
                 rest[c] = total - (hs[c * 256 + t] - before)
         cuda.syncthreads()
         for c in range(3):
-            step = rest[c] // 255
             before = hs[c * 256 + t - 1] if t > 0 else int32(0)
-            level_ = equalize_level(t, before, max(step, int32(1))) if step > 0 else int32(t)
-            lut[c * 256 + t] = float32(level_) * float32(1.0 / 255.0)
+            lut[c * 256 + t] = equalize_entry(t, before, rest[c])
         cuda.syncthreads()
-    if op == BLUR_X or op == BLUR_Y:  # the normalized weights, then where they start to count
-        if t == 0:
-            size = int32(a[0])
-            total = float32(0.0)
-            for i in range(size):
-                w = float32(gauss_weight(i, size, a[1]))
-                wts[i] = w
-                total += w
-            for i in range(size):
-                wts[i] = wts[i] / total
-            wts[MAX_BLUR] = float32(blur_first(wts, size))
-        cuda.syncthreads()
+    if t == 0:  # (the blur's weights: barrier_prepare)
+        barrier_prepare(op, a, wts)
+    cuda.syncthreads()
     r = float32(0.0)
     gg = float32(0.0)
     b = float32(0.0)
     if active:
-        r, gg, b = _barrier_pixel(op, a, scratch[(level - 1) % 2, n], y, x, oh, ow, stats, n, level - 1, lut, wts)
+        r, gg, b = barrier_pixel(op, a, scratch[(level - 1) % 2, n], y, x, oh, ow, stats[n, level - 1], lut, wts)
     end = barrier_step(order[n], level + 1)
     if active:
         r, gg, b = apply_ops(r, gg, b, order[n], args[n], k + 1, end, aux, n, y, x)
@@ -288,7 +235,7 @@ def _cuda_namespace(fresh: bool = False) -> dict:
 
     ns = dict(_compile.fresh_cuda_namespace() if fresh else _compile.cuda_namespace())
     ns.update(GEOM_NAMES, float32=float32, float64=float64, int32=int32)
-    helpers: tuple = (_write_out, _block_reduce, _barrier_pixel)
+    helpers: tuple = (_write_out, _block_reduce)
     for fn in helpers:
         ns[fn.__name__] = _compile.cuda_device(_compile.rebind(fn, ns))
     bodies: tuple = (_resample_body, _segment_body)

@@ -31,7 +31,8 @@ The kernel's parts, one module each: layout.py (the columns, arguments and buffe
 shapes above), cuda_program.py (the CUDA kernels and their launch on arrays),
 cpu_passes.py and cpu_resample.py (the CPU twin's passes, its interpreter and its
 resample), cpu_twin.py (its compilation and its launch on a pool of threads), _pixel.py
-(the per-pixel formulas both targets share) and ops.py (the op table). This module is
+(the per-pixel formulas both targets share), _barrier.py (the barrier ops' formulas, both
+targets') and ops.py (the op table). This module is
 their one face: what the launchers and the tests import.
 """
 from __future__ import annotations

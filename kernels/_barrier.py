@@ -1,0 +1,104 @@
+"""The barrier ops' formulas, written once for both targets: what a barrier op (the op
+table's `barrier` flag: it reads more than its own pixel) gives at one output pixel of the
+image before it, given the statistic its table entry names, and the per-op set-up a
+barrier needs before its pixels (the blur's weights, the equalize table's entries).
+
+Both interpreters run a sample's program as the same segments (barrier_step): the
+per-pixel ops of a segment, then the barrier that ends it, with the statistic of the
+image at its turn. What stays target-specific is reducing a statistic over the image
+(CUDA: per block in shared memory, atomics across blocks, a parallel scan of the
+histogram; the CPU: vectorized passes over its channel rows), reading a pixel (`fetch`:
+[3, h, w] on CUDA, [w, 3, h] on the CPU) and the loop over pixels. The CPU twin keeps
+vectorized passes of its own for the barriers that have them (cpu_passes._barrier_fast);
+tests/test_barrier_interpreter.py holds each to barrier_pixel. A barrier op added to the
+table needs its branch here, and nothing in either interpreter.
+
+Compiled with kernels/_pixel.py's helpers (_compile.HELPERS reads both modules).
+"""
+from __future__ import annotations
+
+from numpy import float32, float64, int32
+
+from ._pixel import (AFFINE, AUTOCONTRAST, BLUR_X, BLUR_Y, CONTRAST, EQUALIZE, MAX_BLUR, PERSPECTIVE,  # noqa: F401
+                     SHARPNESS, affine_pixel, autocontrast, autocontrast_bounds, blend, blur_first, clamp01,
+                     equalize_level, fetch, gauss_weight, perspective_pixel, quantize, reflect, sharpen_channel)
+
+# The statistic row of a barrier (CUDA: stats[n, level]; the CPU: one row per sample):
+# [0] the grey sum (float64), [1:4] the channels' minima, [4:7] their maxima.
+STAT_WIDTH = 7
+
+
+def contrast_mean(st, oh, ow):
+    """CONTRAST's grey mean, from the statistic row's grey sum."""
+    return float32(st[0] / float64(oh * ow))
+
+
+def equalize_entry(k, before, rest):
+    """Entry k of a channel's equalize table, on the float scale: torchvision's (PIL's)
+    level from the count of pixels below bin k (`before`) and the count outside the
+    channel's top non-empty bin (`rest`); only quantized where that is under 255."""
+    step = rest // 255
+    level = equalize_level(k, before, max(step, int32(1))) if step > 0 else int32(k)
+    return float32(level) * float32(1.0 / 255.0)
+
+
+def barrier_prepare(op, a, wts):
+    """What a barrier needs of its arguments before its pixels, once per sample: the
+    blur's normalized weights in wts[:size] and, at wts[MAX_BLUR], the first tap that
+    counts (blur_first); nothing for the other barriers."""
+    if op == BLUR_X or op == BLUR_Y:
+        size = int32(a[0])
+        total = float32(0.0)
+        for i in range(size):
+            w = float32(gauss_weight(i, size, a[1]))
+            wts[i] = w
+            total += w
+        for i in range(size):
+            wts[i] = wts[i] / total
+        wts[MAX_BLUR] = float32(blur_first(wts, size))
+
+
+def barrier_pixel(op, a, img, y, x, oh, ow, st, lut, wts):
+    """Barrier op `op` (its step's args a) at output pixel (y, x) of img, the image before
+    it (read through fetch), with its statistic: st (the statistic row), lut (the equalize
+    tables of the three channels, 768 floats), wts (barrier_prepare's blur weights)."""
+    if op == CONTRAST:
+        m = contrast_mean(st, oh, ow)
+        return blend(fetch(img, 0, y, x), m, a[0]), blend(fetch(img, 1, y, x), m, a[0]), \
+            blend(fetch(img, 2, y, x), m, a[0])
+    if op == AUTOCONTRAST:
+        lr, sr = autocontrast_bounds(float32(st[1]), float32(st[4]))
+        lg, sg = autocontrast_bounds(float32(st[2]), float32(st[5]))
+        lb, sb = autocontrast_bounds(float32(st[3]), float32(st[6]))
+        return autocontrast(fetch(img, 0, y, x), lr, sr), autocontrast(fetch(img, 1, y, x), lg, sg), \
+            autocontrast(fetch(img, 2, y, x), lb, sb)
+    if op == EQUALIZE:
+        return lut[quantize(fetch(img, 0, y, x))], lut[256 + quantize(fetch(img, 1, y, x))], \
+            lut[512 + quantize(fetch(img, 2, y, x))]
+    if op == SHARPNESS:  # (the border keeps its values, clamped: torchvision's blend clamps;
+        if oh <= 2 or ow <= 2:  # an image this small as it is, as torchvision's)
+            return fetch(img, 0, y, x), fetch(img, 1, y, x), fetch(img, 2, y, x)
+        if y == 0 or x == 0 or y == oh - 1 or x == ow - 1:
+            return clamp01(fetch(img, 0, y, x)), clamp01(fetch(img, 1, y, x)), clamp01(fetch(img, 2, y, x))
+        return sharpen_channel(img, 0, y, x, a[0]), sharpen_channel(img, 1, y, x, a[0]), \
+            sharpen_channel(img, 2, y, x, a[0])
+    if op == BLUR_X or op == BLUR_Y:
+        size = int32(a[0])
+        first = int32(wts[MAX_BLUR])
+        half = size // 2
+        r = float32(0.0)
+        g = float32(0.0)
+        b = float32(0.0)
+        for i in range(first, size - first):
+            w = wts[i]
+            yy = reflect(y + i - half, oh) if op == BLUR_Y else y
+            xx = reflect(x + i - half, ow) if op == BLUR_X else x
+            r += w * fetch(img, 0, yy, xx)
+            g += w * fetch(img, 1, yy, xx)
+            b += w * fetch(img, 2, yy, xx)
+        return r, g, b
+    if op == AFFINE:
+        return affine_pixel(img, y, x, oh, ow, a)
+    if op == PERSPECTIVE:
+        return perspective_pixel(img, y, x, oh, ow, a)
+    return fetch(img, 0, y, x), fetch(img, 1, y, x), fetch(img, 2, y, x)  # (every barrier of the table has its branch above: tests/test_op_table)
