@@ -99,3 +99,21 @@ def test_the_statistics_are_the_images():
     expected = F.equalize(torch.from_numpy(levels).permute(2, 0, 1)).permute(1, 2, 0).numpy()
     got = np.stack([lut[c * 256 + levels[..., c].astype(np.int64)] for c in range(3)], -1)
     np.testing.assert_array_equal(np.round(got * 255).astype(np.uint8), expected)
+
+
+def test_sharpness_of_values_outside_the_unit_range_is_torchvisions():
+    """GaussianNoise(clip=False) leaves values outside [0, 1]; torchvision's
+    adjust_sharpness clamps the whole result (its blend), the border too, and leaves an
+    image under 3 pixels a side as it is."""
+    import torch
+    from torchvision.transforms.v2 import functional as F
+
+    ns = cpu_twin._cpu_namespace()
+    for name in ("out-of-range", "thin"):
+        img = _images()[name]
+        h, w, _ = img.shape
+        px = _rows(img)
+        ns["_sharpness_pass"](px, np.empty_like(px), w, h, np.float32(1.7))
+        got = px.reshape(w, 3, h).transpose(2, 0, 1)
+        expected = F.adjust_sharpness(torch.from_numpy(img).permute(2, 0, 1).contiguous(), 1.7).permute(1, 2, 0)
+        np.testing.assert_allclose(got, expected.numpy(), atol=2e-6, err_msg=name)
