@@ -74,16 +74,9 @@ def compiling_for(cc: tuple[int, int]) -> Iterator[None]:
 
 
 def _build_cuda_namespace() -> dict:
-    from numba import config, cuda
+    from numba import cuda
 
-    extra: dict = {"cuda": cuda}
-    overrides = {}
-    if not getattr(config, "ENABLE_CUDASIM", False):  # (the simulator runs _pixel's own Python)
-        from numba.cuda import libdevice
-
-        extra["libdevice"] = libdevice
-        overrides["cos2pi"] = _cuda_cos2pi
-    return _namespace(cuda_device, extra, overrides)
+    return _namespace(cuda_device, {"cuda": cuda})
 
 
 @functools.cache
@@ -94,12 +87,6 @@ def cuda_namespace() -> dict:
 
 
 fresh_cuda_namespace = _build_cuda_namespace
-
-
-def _cuda_cos2pi(u):
-    """_pixel.cos2pi on CUDA: libdevice's cospif, which has no large-argument reduction
-    (cosf's slow path, never taken for u in [0, 1), cost the kernels registers)."""
-    return libdevice.cospif(float32(2.0) * u)  # noqa: F821  (bound in the CUDA namespace)
 
 
 # ---------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from .ops import (AFFINE, ARGS, AUTOCONTRAST, BARRIER_MASK, BLUR_X, BLUR_Y, BRIG
                   NUM_OPS, PERMUTE_CHANNELS, PERSPECTIVE, POSTERIZE, RANGE_MASK, SATURATION, SHARPNESS, SOLARIZE,
                   SOLARIZE_ADD)
 
-from ._noise import add_noise, cos2pi, hash32, noise_key, noise_normal  # noqa: E402, F401  (GaussianNoise's)
+from ._noise import add_noise, cos2pi, hash32, log_ratio24, noise_key, noise_normal  # noqa: E402, F401  (GaussianNoise's)
 from ._filters import cubic_weight, filter_weight, filter_window, tri_weight  # noqa: E402, F401  (the resample's)
 
 MAX_BLUR = 63    # largest Gaussian kernel side the CUDA kernel keeps weights for

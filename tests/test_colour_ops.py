@@ -155,6 +155,35 @@ def test_noise_is_distributed_as_torchvisions_and_independent():
     assert len({p["gaussian_noise"] for p in params}) == 4
 
 
+def test_the_noise_log_and_cosine_are_float32_accurate_over_every_input():
+    """Box-Muller's log and cosine (kernels/_noise.py, plain float32 arithmetic so the CPU
+    loop vectorizes) against float64's, at every value they are given: log(k / 2**24)
+    for each k in [1, 2**24] within 3 float32 ulps, cos(2 pi j / 2**24) for each j in
+    [0, 2**24) within 2.5e-7."""
+    import numba
+
+    from gpudecode.kernels import _compile
+
+    ns = _compile.cpu_namespace()
+    log24, cos2pi = ns["log_ratio24"], ns["cos2pi"]
+
+    @numba.njit
+    def worst():
+        lo = 0.0  # in float32 ulps of the result
+        co = 0.0  # absolute
+        for k in range(1, 2 ** 24):
+            ref = np.log(k / 2.0 ** 24)
+            lo = max(lo, abs(float(log24(np.uint64(k))) - ref) / np.spacing(np.float32(-ref)))
+        for j in range(2 ** 24):
+            u = np.float32(j * (1.0 / 2 ** 24))
+            co = max(co, abs(float(cos2pi(u)) - np.cos(2 * np.pi * float(u))))
+        return lo, co
+
+    lo, co = worst()
+    assert lo < 3 and co < 2.5e-7, (lo, co)  # (measured: 2.5 ulps; 2.0e-7, the argument's float32 rounding)
+    assert log24(np.uint64(2 ** 24)) == 0
+
+
 def test_noise_clips_as_torchvision_and_follows_the_other_ops(photo_batch):
     """clip=True: the unclipped values clamped to [0, 1], the same noise (one key); after
     RandomResizedCrop and a ColorJitter on real photographs the clean image is torchvision's
