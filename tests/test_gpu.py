@@ -102,7 +102,8 @@ def test_newer_ops_on_cuda_tensors_equal_the_cpu_twin(photos):
     """The ops added after the first GPU check was written (the canvas of RandomZoomOut,
     made with torch's ops on the device; RandomPerspective, RandomPhotometricDistort,
     RandomChannelPermutation, GaussianNoise; the drawn resizes; RandomRotation(expand=True)
-    and ElasticTransform, whose canvases are torch's grid_sample on the device) on CUDA tensors against
+    and ElasticTransform, whose canvases are torch's grid_sample on the device, and
+    ElasticTransform after the crop, on the kernel's output) on CUDA tensors against
     the CPU twin, equal to 2e-4 for 99% of values (the noise's cos is libdevice's)."""
     from gpudecode import transforms as T
 
@@ -117,7 +118,9 @@ def test_newer_ops_on_cuda_tensors_equal_the_cpu_twin(photos):
                T.Compose([T.RandomRotation(30, "bilinear", expand=True, fill=(9, 99, 199)), T.RandomResizedCrop(64),
                           T.ToDtype(torch.float32, scale=True)]),
                T.Compose([T.ElasticTransform(50.0, 5.0, fill=(1, 2, 3)), T.RandomResizedCrop(64),
-                          T.ToDtype(torch.float32, scale=True)])):
+                          T.ToDtype(torch.float32, scale=True)]),
+               T.Compose([T.RandomResizedCrop(64), T.RandomHorizontalFlip(), T.ElasticTransform(40.0, 4.0),
+                          T.Normalize(MEAN, STD)])):
         params = tf.make_params(sizes, 8)
         cpu = tf(imgs, params)
         gpu = tf([i.cuda() for i in imgs], params).cpu()

@@ -29,7 +29,7 @@ class UsersOwn:  # a transform of the user's own, in a torchvision Compose
 # Every kind of refusal a Compose, a step or the Loader's transform arguments can give
 REFUSALS = [
     lambda: T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), tv.JPEG(50)])),
-    lambda: T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), tv.ElasticTransform()])),
+    lambda: T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), tv.ElasticTransform(), tv.ColorJitter(0.4)])),
     lambda: T.Compose.from_torchvision(tv1.Compose([tv1.RandomResizedCrop(224), tv1.RandomRotation(30, expand=True)])),
     lambda: T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), tv.Lambda(lambda x: x)])),
     lambda: T.Compose.from_torchvision(tv.Compose([tv.RandomResizedCrop(224), UsersOwn()])),

@@ -14,7 +14,9 @@ from ..kernels.ops import OPS_ARGS
 # place beside the names of the classes that declare it (convert.listing).
 GROUPS = {
     "canvas": ("canvas (first, before the geometry)", "{tv}, RandomRotation(expand=True): each image made anew "
-               "from the decoded one (a canvas), which a geometry step must follow"),
+               "from the decoded one (a canvas), which a geometry step must follow; ElasticTransform also "
+               "last, after the geometry and the per-sample ops (then only Normalize, ToDtype, RandomErasing), "
+               "on the kernel's output"),
     "geometry": ("geometry (one, first or after the canvas)", "{tv}, Resize + CenterCrop, Resize + RandomCrop (RandomResize, "
                  "RandomShortestSize and ScaleJitter only so), or none (bilinear or bicubic, antialiased, or nearest, nearest-exact; crops pad "
                  "with a fill); timm's {timm}"),

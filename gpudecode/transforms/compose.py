@@ -20,6 +20,16 @@ from .plan import _plan
 Layout = Literal["NCHW", "NHWC"]
 
 
+def _on(stream: Any, device: torch.device) -> Any:
+    """torch's ops on `stream` (a torch CUDA stream, as the launch takes it) on a CUDA
+    device; nothing to do on the CPU or without one (torch's current stream)."""
+    import contextlib
+
+    if device.type != "cuda" or stream is None:
+        return contextlib.nullcontext()
+    return torch.cuda.stream(stream)
+
+
 class Compose(Transform):
     """A fused pipeline. Call it on a uint8 image [3, H, W] (or [1, H, W]: grey, read
     as RGB), a list of such images of any sizes, or a batch [N, 3, H, W], on the CPU or
@@ -121,10 +131,36 @@ class Compose(Transform):
         geom[:, fused.OFFSET] = decoded.offsets[read]
         geom[:, fused.H:fused.W + 1] = decoded.shapes[read]
         geom[:, fused.SY:fused.SC + 1] = decoded.strides[read]
-        self.run(decoded.pixels, geom, args, order, view, stream=stream, num_threads=num_threads,
-                 workspace=workspace)
+        if self.plan.post is None:
+            self.run(decoded.pixels, geom, args, order, view, stream=stream, num_threads=num_threads,
+                     workspace=workspace)
+        else:
+            self._run_then_warp(decoded.pixels, geom, args, order, view, [params[k] for k in idx], stream,
+                                num_threads, workspace)
         if self.plan.erase is not None:  # after the kernel, on its output (and its stream)
             self.plan.erase.erase(view, [params[k] for k in idx])
+
+    def _run_then_warp(self, src: torch.Tensor, geom: np.ndarray, args: np.ndarray, order: np.ndarray,
+                       view: torch.Tensor, params: list[dict], stream: Any, num_threads: int | None,
+                       workspace: Workspace | None) -> None:
+        """The kernel into float32 images on the [0, 1] scale, the plan's `post` warp of
+        them (torch's ops on their device, on `stream`), then Normalize and the dtype as
+        the kernel writes them (kernels/_pixel.encode_output) into `view`."""
+        n, _, oh, ow = view.shape
+        images = torch.empty((n, 3, oh, ow), dtype=torch.float32, device=view.device)
+        ones = np.ones(3, np.float32)
+        launch(src, geom, args, order, np.zeros(3, np.float32), ones, images, normalize=False,
+               antialias=self.plan.antialias, stream=stream, num_threads=num_threads, workspace=workspace)
+        with _on(stream, view.device):
+            self.plan.post.warp_output(images, params, self.plan.post_levels)  # type: ignore[union-attr]
+            nz = self.plan.normalize
+            if nz is not None:
+                mean = torch.tensor(nz.mean, dtype=torch.float32, device=view.device).view(1, 3, 1, 1)
+                inv = (1.0 / torch.tensor(nz.std, dtype=torch.float32, device=view.device)).view(1, 3, 1, 1)
+                images.sub_(mean).mul_(inv)
+            elif view.dtype == torch.uint8:
+                images.mul_(255.999).floor_()
+            view.copy_(images)
 
     def _norm_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         nz = self.plan.normalize

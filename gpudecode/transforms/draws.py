@@ -39,7 +39,7 @@ _JITTER_IDS = np.array(JITTER_OPS, np.int32)
 
 def native_spec(plan: "_Plan") -> tuple | None:
     """The plan as _native.draw_batch reads it, or None when the Python path draws it."""
-    if plan.erase is not None or plan.canvas is not None:
+    if plan.erase is not None or plan.canvas is not None or plan.post is not None:
         return None
     geometry: list[tuple] = []
     g: Any
@@ -122,6 +122,8 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
         osize = plan.out_size or (h, w)  # the image the program's steps see
         for step in plan.program:  # in the Compose's order
             p.update(step.draw(rng, osize))
+        if plan.post is not None:  # (after the program's steps, as in the Compose)
+            p.update(plan.post.draw(rng, osize))
         if plan.erase is not None:  # drawn last: the other steps' draws are unchanged
             p.update(plan.erase.draw(rng, plan.out_size or (h, w)))
         out.append(p)

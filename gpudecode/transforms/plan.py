@@ -34,6 +34,8 @@ class _Plan:
     resample: int = 0  # the resize's filter, FILTERS[mode] (one mode; with several, each image's draw says)
     pad_fill: tuple[int, int, int] = (0, 0, 0)  # the crop's padding colour (levels)
     canvas: CanvasStep | None = None  # first, before the geometry: each image made a canvas of its own (canvas.py)
+    post: Transform | None = None  # last, after the program: a warp of the kernel's float output (ElasticTransform)
+    post_levels: bool = False  # the image is uint8 at the post step (no float conversion before it)
 
     @property
     def rrc(self) -> bool:
@@ -100,6 +102,9 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
             raise _refuse(f"{qualified(t)} cannot be fused (step {i + 1} of {len(steps)}): a Compose takes "
                           "gpudecode.transforms steps (Compose.from_torchvision converts torchvision's)")
     canvas: Any = steps[0] if steps and getattr(steps[0], "canvas", False) else None
+    if canvas is not None and getattr(canvas, "after_kernel", False) and not (
+            len(steps) > 1 and isinstance(steps[1], _GEOMETRY)):  # no geometry after it: it warps the output
+        canvas = None
     geometry = _geometry(steps[1:] if canvas else steps, names)
     if canvas is not None and not geometry:
         raise TransformError(f"{canvas!r} gives each image a canvas of its own size: a geometry step "
@@ -113,7 +118,7 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
                  rest.dtype or torch.uint8, tuple(steps), rest.erase, rest.vflip, tuple(rest.program),
                  next((FILTERS[g._modes[0]] for g in geometry if len(getattr(g, "_modes", ())) == 1), 0),  # type: ignore[attr-defined]  # noqa: SLF001
                  next((g._fill for g in geometry if isinstance(g, (CenterCrop, RandomCrop))), (0, 0, 0)),  # noqa: SLF001
-                 canvas)
+                 canvas, rest.post, rest.post is not None and rest.post_levels)
     if plan.out_size is not None:
         for t in plan.program:
             for u in t.inner():
@@ -157,6 +162,8 @@ class _AfterGeometry:
         self.normalize: Normalize | None = None
         self.dtype: torch.dtype | None = None
         self.erase: RandomErasing | None = None
+        self.post: Transform | None = None
+        self.post_levels = False
 
     def add(self, t: Transform) -> None:
         what, names = type(t).__name__, self.names
@@ -164,6 +171,18 @@ class _AfterGeometry:
             raise TransformError(f"{what} after RandomErasing cannot be fused: it erases the finished image [{names}]")
         if isinstance(t, _GEOMETRY):
             raise TransformError(f"{what} after other steps cannot be fused: geometry comes first [{names}]")
+        if self.post is not None and not isinstance(t, (Normalize, ToDtype, RandomErasing)):
+            raise TransformError(f"{what} after {type(self.post).__name__} cannot be fused: after the geometry, "
+                                 f"{type(self.post).__name__} warps the kernel's output, so only Normalize, ToDtype and "
+                                 f"RandomErasing may follow it [{names}]")
+        if getattr(t, "after_kernel", False):
+            if self.normalize is not None:
+                raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
+            if self.dtype == torch.uint8:
+                raise TransformError(f"{what} after ToDtype(uint8) cannot be fused [{names}]")
+            self.post = t
+            self.post_levels = self.dtype is None
+            return
         if getattr(t, "canvas", False):
             raise TransformError(f"{t!r} after other steps cannot be fused: {getattr(t, 'canvas_why', '')}, so it comes first, "
                                  f"before the geometry [{names}]")

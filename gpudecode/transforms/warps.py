@@ -237,11 +237,18 @@ def grid_sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: flo
     coordinates) as torchvision's tensor warps sample it: grid_sample (zeros outside), the
     fill (levels; None: none) blended by the sampled coverage (nearest: where it is under
     half), rounded to uint8 [3, oh, ow]."""
+    return sample_filled(chw.to(torch.float32), grid, interpolation, fill).round_().to(torch.uint8)
+
+
+def sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: float, fill: Any,
+                  scale: float = 1.0) -> torch.Tensor:
+    """grid_sample_filled of a float image [3, h, w], unrounded: float32 [3, oh, ow]; the
+    fill's levels times `scale` (1/255 for an image on the [0, 1] scale)."""
     h, w = chw.shape[-2:]
     oh, ow = grid.shape[1:3]
     dev = chw.device
-    img = chw.unsqueeze(0).to(torch.float32)
-    levels = None if fill is None else [float(v) for v in (fill if isinstance(fill, Sequence) else [fill] * 3)]
+    img = chw.unsqueeze(0)
+    levels = None if fill is None else [float(v) * scale for v in (fill if isinstance(fill, Sequence) else [fill] * 3)]
     if levels is not None:
         img = torch.cat((img, torch.ones((1, 1, h, w), dtype=torch.float32, device=dev)), dim=1)
     mode = "nearest" if interpolation == NEAREST else "bilinear"
@@ -253,7 +260,7 @@ def grid_sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: flo
             out = torch.where(mask < 0.5, fill_img.expand_as(out), out)
         else:
             out = out.sub(fill_img).mul_(mask).add_(fill_img)
-    return out.round_().to(torch.uint8)[0]
+    return out[0]
 
 
 def _pair(value: Any, name: str) -> tuple[float, float]:
@@ -280,12 +287,15 @@ class ElasticTransform(_Warp, converts="torchvision.ElasticTransform"):
     from the sample's stream (make_params: "displacement_seed"; `displacement` makes the
     field from it), so it is torchvision's distribution and the same for a seed, not
     torchvision's global generator's numbers. The blur is applied a side at a time (the 2-D
-    kernel is their product)."""
+    kernel is their product). After the geometry (last, then only Normalize, ToDtype,
+    RandomErasing), or with no geometry, it warps the kernel's output instead
+    (warp_output: the field drawn at the output's size)."""
 
     group = "canvas"
     canvas = True
     keys = ("displacement_seed",)
     canvas_why = "its field is drawn at the decoded image's size and sampled from the whole image"
+    after_kernel = True  # after the geometry too: last, on the kernel's output (warp_output)
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
@@ -322,15 +332,35 @@ class ElasticTransform(_Warp, converts="torchvision.ElasticTransform"):
             sides.append(d * self.alpha[axis] / extent)
         return torch.cat(sides, 1).permute(0, 2, 3, 1).to(device)
 
-    def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict) -> None:
-        """F.elastic of `image` (uint8 HWC) with this field, into `canvas` (its size)."""
-        h, w = int(image.shape[0]), int(image.shape[1])
-        dev = image.device
+    def _grid(self, p: dict, h: int, w: int, dev: Any) -> torch.Tensor:
+        """F.elastic's sampling grid of these params at (h, w): the identity grid plus the field."""
         grid = torch.empty(1, h, w, 2, dtype=torch.float32, device=dev)
         grid[..., 0].copy_(torch.linspace((-w + 1) / w, (w - 1) / w, w, device=dev))
         grid[..., 1].copy_(torch.linspace((-h + 1) / h, (h - 1) / h, h, device=dev).unsqueeze_(-1))
-        grid.add_(self.displacement(p, (h, w), dev))
+        return grid.add_(self.displacement(p, (h, w), dev))
+
+    def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict) -> None:
+        """F.elastic of `image` (uint8 HWC) with this field, into `canvas` (its size)."""
+        h, w = int(image.shape[0]), int(image.shape[1])
+        grid = self._grid(p, h, w, image.device)
         canvas.copy_(grid_sample_filled(image.permute(2, 0, 1), grid, self.interpolation, self.fill).permute(1, 2, 0))
+
+    def warp_output(self, images: torch.Tensor, params: Sequence[dict], levels: bool) -> None:
+        """After the geometry: F.elastic of each of the kernel's float images [N, 3, h, w]
+        (the [0, 1] scale, before Normalize), in place, the field drawn at the output's size
+        (as torchvision draws it for the image it is given). `levels`: the image is uint8
+        at this step in the Compose (no float conversion before it), so it is taken in
+        uint8 levels and the warp's result rounded to them, as torchvision's elastic of a
+        uint8 image gives it."""
+        h, w = int(images.shape[2]), int(images.shape[3])
+        if levels:
+            images.mul_(255.0).round_()
+        for k, p in enumerate(params):
+            grid = self._grid(p, h, w, images.device)
+            images[k].copy_(sample_filled(images[k], grid, self.interpolation, self.fill,
+                                          1.0 if levels else 1.0 / 255.0))
+        if levels:
+            images.round_().mul_(1.0 / 255.0)
 
 
 class RandomAffine(_Warp, converts="torchvision.RandomAffine"):

@@ -47,7 +47,7 @@ def runner(tf, packed, n: int):
     out, view = tf.new_output(n)
     ws = Workspace()
 
-    if tf.plan.canvas is not None:  # (the canvases are made in apply, from the decoded images)
+    if tf.plan.canvas is not None or tf.plan.post is not None:  # (canvases and the post warp: in apply)
         from gpudecode.decode._base import DecodedBatch
 
         shapes = np.asarray(sizes, np.int64)
@@ -105,6 +105,7 @@ def op_cases():
         # (torchvision's noise needs a float image: its conversion is counted with it)
         ("GaussianNoise(0, 0.1)", T.GaussianNoise(), v2.Compose([v2.ToImage(), v2.ToDtype(torch.float32, scale=True),
                                                                   v2.GaussianNoise()])),
+        ("ElasticTransform(50, 5), after RRC", T.ElasticTransform(), v2.ElasticTransform()),
     ]
 
 
