@@ -107,12 +107,16 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
 
 
 def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes: Sequence[tuple[int, int]],
-          rows: np.ndarray) -> DecodedBatch:
+          rows: np.ndarray, workspace: Any = None) -> DecodedBatch:
     """The canvases `step` makes of images `rows` of `decoded` (whole images of `sizes`,
-    drawn for with `params`), packed HWC in one new buffer on its device, in `rows`' order."""
+    drawn for with `params`), packed HWC in one buffer on its device, in `rows`' order:
+    the `workspace`'s "canvas" buffer (kernels.workspace.Workspace; reused batch after
+    batch, grown when a batch's canvases need more), or a new one without it."""
     pixels = decoded.pixels
     out_sizes = [step.canvas_size(params[k], sizes[k]) for k in rows.tolist()]
-    buf = torch.empty(sum(h * w * 3 for h, w in out_sizes), dtype=torch.uint8, device=pixels.device)
+    total = sum(h * w * 3 for h, w in out_sizes)
+    buf = (workspace.tensor("canvas", (total,), torch.uint8, pixels.device) if workspace is not None
+           else torch.empty(total, dtype=torch.uint8, device=pixels.device))
     offsets = np.zeros(len(rows), np.int64)
     at = 0
     for i, k in enumerate(rows.tolist()):

@@ -126,7 +126,7 @@ class Compose(Transform):
             read = idx
             geom[:, fused.TOP:fused.BW + 1] = decoded.boxes[idx]  # (the window the decoder gave)
         else:  # the kernel reads the canvases made from the decoded images, in them the boxes encoded
-            decoded = canvas.build(self.plan.canvas, decoded, params, sizes, idx)
+            decoded = canvas.build(self.plan.canvas, decoded, params, sizes, idx, workspace)
             read = np.arange(len(idx))
         geom[:, fused.OFFSET] = decoded.offsets[read]
         geom[:, fused.H:fused.W + 1] = decoded.shapes[read]
@@ -147,7 +147,8 @@ class Compose(Transform):
         them (torch's ops on their device, on `stream`), then Normalize and the dtype as
         the kernel writes them (kernels/_pixel.encode_output) into `view`."""
         n, _, oh, ow = view.shape
-        images = torch.empty((n, 3, oh, ow), dtype=torch.float32, device=view.device)
+        images = (workspace.tensor("post-images", (n, 3, oh, ow), torch.float32, view.device) if workspace is not None
+                  else torch.empty((n, 3, oh, ow), dtype=torch.float32, device=view.device))
         ones = np.ones(3, np.float32)
         launch(src, geom, args, order, np.zeros(3, np.float32), ones, images, normalize=False,
                antialias=self.plan.antialias, stream=stream, num_threads=num_threads, workspace=workspace)
