@@ -9,8 +9,8 @@ measurement runs in its own process, REV's and this checkout's alternated:
   plans (JPEG, PNG and tensor shards, two views, MixUp/CutMix, eval, 2 and 3 ranks, a
   state loaded mid-epoch), and precache's shards (their sha256): equal, or the plans
   that differ;
-- --speed: Loader img/s (JPEG training with ColorJitter, and with a rotation and an affine
-  warp; tensor shards at 224 and 256) and precache img/s,
+- --speed: Loader img/s (JPEG training with ColorJitter, with a rotation and an affine
+  warp, and torchvision's reference recipe; tensor shards at 224 and 256) and precache img/s,
   the best epoch a process, the best of N rounds, and their ratio.
 
 Run it from the repository root with the virtualenv `make setup` made (.venv/bin/python).
@@ -110,9 +110,14 @@ full = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ColorJit
                   T.Normalize(MEAN, STD)])
 warps = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.RandomRotation(15, "bilinear"),
                    T.RandomAffine(0, (0.1, 0.1), (0.9, 1.1), 5), T.Normalize(MEAN, STD)])
+import torch
+reference = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.TrivialAugmentWide(),
+                       T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD), T.RandomErasing(0.25)])
 tf = T.Compose([T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)]) if kind == "tensor224" else \
-    warps if kind == "jpeg-warps" else full
-ld = gpudecode.Loader(urls, batch_size=64, transform=tf, device="cpu", num_workers=2, seed=0)
+    warps if kind == "jpeg-warps" else reference if kind == "jpeg-reference" else full
+mix = T.RandomChoice([T.MixUp(alpha=0.2, num_classes=1000), T.CutMix(alpha=1.0, num_classes=1000)]) \
+    if kind == "jpeg-reference" else None
+ld = gpudecode.Loader(urls, batch_size=64, transform=tf, device="cpu", num_workers=2, seed=0, batch_transform=mix)
 for b in ld:
     pass
 best = 0.0
@@ -209,7 +214,9 @@ def main() -> None:
             from gpudecode.precache import precache
 
             shards, _ = build(1024)
-            sets = {"jpeg": shards, "jpeg-warps": shards}  # (ColorJitter; the barrier ops: rotation, affine)
+            # (ColorJitter; the barrier ops: rotation, affine; torchvision's reference recipe: TrivialAugment,
+            # erasing, MixUp/CutMix)
+            sets = {"jpeg": shards, "jpeg-warps": shards, "jpeg-reference": shards}
             for size in (224, 256):
                 out = ROOT / "bench" / "_out" / f"against-t{size}"
                 if not list(out.glob("*.tar")):
