@@ -104,7 +104,7 @@ def test_newer_ops_on_cuda_tensors_equal_the_cpu_twin(photos):
     RandomChannelPermutation, GaussianNoise; the drawn resizes; RandomRotation(expand=True)
     and ElasticTransform, whose canvases are torch's grid_sample on the device, and
     ElasticTransform after the crop, on the kernel's output) on CUDA tensors against
-    the CPU twin, equal to 2e-4 for 99% of values (the noise's cos is libdevice's)."""
+    the CPU twin, equal to 2e-4 for 99% of values (FMA contraction on CUDA)."""
     from gpudecode import transforms as T
 
     imgs = [torch.from_numpy(p).permute(2, 0, 1).contiguous() for p in photos.values()] * 3
