@@ -296,9 +296,10 @@ def _blur_y_pass(px, oh, a, w):
 def _barrier_pass(op, px, px2, ow, oh, a, st, lut, wts):
     """Barrier op `op` by its formula (_barrier.barrier_pixel) at every pixel, column by
     column (each output row of px is contiguous), reading a copy of the image before it:
-    any barrier of the table runs here, correct but slow (the loop's body holds every
-    barrier's code: an affine warp took 2.0 ms a 224x224 image here against 0.10-0.14 ms
-    in _warp_pass, AMD EPYC); a barrier whose cost matters gets a pass in _barrier_fast."""
+    any barrier of the table runs here, correct but slow (an affine warp took 2.0-2.1 ms a
+    224x224 image here against 0.10-0.14 ms in _warp_pass, AMD EPYC Zen 5: the per-pixel
+    call through barrier_pixel's dispatch is not compiled as cheaply as a loop over one
+    formula); a barrier whose cost matters gets a pass in _barrier_fast."""
     px2[:, :] = px
     img = _image(px2, ow, oh)
     for x in range(ow):
@@ -311,9 +312,10 @@ def _barrier_pass(op, px, px2, ow, oh, a, st, lut, wts):
 
 def _warp_pass(px, px2, ow, oh, a, perspective):
     """AFFINE or PERSPECTIVE (barrier_pixel's formulas for them: affine_pixel,
-    perspective_pixel), column by column, one loop per interpolation: a loop whose body
-    holds every interpolation's code ran about 10x slower (_barrier_pass: 2.0 ms against
-    0.10-0.14 ms a 224x224 image, AMD EPYC)."""
+    perspective_pixel), column by column, one loop per interpolation. The nearest loop
+    reads its pixels itself: the same steps through sample_nearest, a helper that reads
+    the image, ran 10x slower (1.06 ms against 0.11 ms a 224x224 image, AMD EPYC Zen 5;
+    inline="always" or "never" alike: numba leaves that call a call)."""
     px2[:, :] = px
     img = _image(px2, ow, oh)
     mode = a[6]

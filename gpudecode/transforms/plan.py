@@ -172,9 +172,9 @@ class _AfterGeometry:
         if isinstance(t, _GEOMETRY):
             raise TransformError(f"{what} after other steps cannot be fused: geometry comes first [{names}]")
         if self.post is not None and not isinstance(t, (Normalize, ToDtype, RandomErasing)):
-            raise TransformError(f"{what} after {type(self.post).__name__} cannot be fused: after the geometry, "
+            raise TransformError(f"{what} after {type(self.post).__name__} cannot be fused: there "
                                  f"{type(self.post).__name__} warps the kernel's output, so only Normalize, ToDtype and "
-                                 f"RandomErasing may follow it [{names}]")
+                                 f"RandomErasing may follow it (or put it first, before a geometry step) [{names}]")
         if getattr(t, "after_kernel", False):
             if self.normalize is not None:
                 raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
