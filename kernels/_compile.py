@@ -22,8 +22,9 @@ from .._cache import cache_dir
 from . import _barrier, _filters, _noise, _pixel
 
 _HELPER_MODULES = (_pixel, _noise, _filters, _barrier)  # (_noise's and _filters' _pixel imports; _barrier imports _pixel)
+_HELPER_NAMES = {m.__name__ for m in _HELPER_MODULES}
 _HELPER_FUNCTIONS = {name: fn for module in (_pixel, _barrier) for name, fn in vars(module).items()
-                     if inspect.isfunction(fn) and fn.__module__ in {m.__name__ for m in _HELPER_MODULES}}
+                     if inspect.isfunction(fn) and fn.__module__ in _HELPER_NAMES}
 HELPERS = list(_HELPER_FUNCTIONS)
 
 

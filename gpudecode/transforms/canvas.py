@@ -22,6 +22,7 @@ import torch
 
 from ..decode._base import DecodedBatch
 from ..errors import TransformError
+from ..kernels.workspace import Workspace
 from .base import Transform
 from .convert import levels
 from .geometry import _pad_fill
@@ -107,7 +108,7 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
 
 
 def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes: Sequence[tuple[int, int]],
-          rows: np.ndarray, workspace: Any = None) -> DecodedBatch:
+          rows: np.ndarray, workspace: Workspace | None = None) -> DecodedBatch:
     """The canvases `step` makes of images `rows` of `decoded` (whole images of `sizes`,
     drawn for with `params`), packed HWC in one buffer on its device, in `rows`' order:
     the `workspace`'s "canvas" buffer (kernels.workspace.Workspace; reused batch after

@@ -154,14 +154,23 @@ class Compose(Transform):
                antialias=self.plan.antialias, stream=stream, num_threads=num_threads, workspace=workspace)
         with _on(stream, view.device):
             self.plan.post.warp_output(images, params, self.plan.post_levels)  # type: ignore[union-attr]
-            nz = self.plan.normalize
-            if nz is not None:
-                mean = torch.tensor(nz.mean, dtype=torch.float32, device=view.device).view(1, 3, 1, 1)
-                inv = (1.0 / torch.tensor(nz.std, dtype=torch.float32, device=view.device)).view(1, 3, 1, 1)
+            if self.plan.normalize is not None:
+                mean, inv = self._norm_tensors(view.device)
                 images.sub_(mean).mul_(inv)
             elif view.dtype == torch.uint8:
                 images.mul_(255.999).floor_()
             view.copy_(images)
+
+    def _norm_tensors(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalize's mean and 1/std as [1, 3, 1, 1] float32 tensors on `device`, made once
+        a device (no host-to-device copy a batch)."""
+        cache: dict = self.__dict__.setdefault("_norm_on", {})
+        got = cache.get(str(device))
+        if got is None:
+            mean, std = self._norm_arrays()
+            got = cache[str(device)] = (torch.from_numpy(mean).view(1, 3, 1, 1).to(device),
+                                        (1.0 / torch.from_numpy(std)).view(1, 3, 1, 1).to(device))
+        return got
 
     def _norm_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         nz = self.plan.normalize

@@ -118,7 +118,7 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
                  rest.dtype or torch.uint8, tuple(steps), rest.erase, rest.vflip, tuple(rest.program),
                  next((FILTERS[g._modes[0]] for g in geometry if len(getattr(g, "_modes", ())) == 1), 0),  # type: ignore[attr-defined]  # noqa: SLF001
                  next((g._fill for g in geometry if isinstance(g, (CenterCrop, RandomCrop))), (0, 0, 0)),  # noqa: SLF001
-                 canvas, rest.post, rest.post is not None and rest.post_levels)
+                 canvas, rest.post, rest.post_levels)
     if plan.out_size is not None:
         for t in plan.program:
             for u in t.inner():
