@@ -334,7 +334,7 @@ def run_bench(*, env: dict, log: Log, deadline: float | None, out: Path, images:
 
 def run_cpu(*, env: dict, log: Log, deadline: float | None, work: Path, rehearse: bool) -> dict:
     """The host CPU's fused kernel against torchvision, one core (gpudecode.bench.suite.kernels,
-    the main comparison and --ops): the GPU machines' hosts are Intel Xeons, where issue 41
+    the main comparison, --ops and --stages): the GPU machines' hosts are Intel Xeons, where issue 41
     found the base resample 3x its Zen 4 cost; their figures land in the log."""
     t = time.perf_counter()
     n = "8" if rehearse else "128"

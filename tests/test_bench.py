@@ -424,3 +424,24 @@ def test_bench_suite_runs_from_the_package(tmp_path, monkeypatch, capsys):
     for name in ("reader", "kernels", "loader", "formats", "tensors", "recipes", "gpu"):  # each a caller only
         text = (bench / f"{name}.py").read_text()
         assert f"from gpudecode.bench.suite.{name} import main" in text and len(text.splitlines()) < 15
+
+
+def test_kernel_stages_from_memory_and_cached(tmp_path, monkeypatch, capsys):
+    """bench/kernels.py --stages (issue 41): each stage of the base resample timed over
+    distinct images (memory) and over one image and one output slot (cached), and this
+    core's bandwidth: every figure there and positive, in the printout and the JSON."""
+    import functools
+    import sys
+
+    from gpudecode.bench.suite import kernels
+
+    monkeypatch.setattr("gpudecode.bench.suite.OUT", tmp_path)
+    monkeypatch.setattr(kernels, "_bandwidth", functools.partial(kernels._bandwidth, mib=16))
+    monkeypatch.setattr(sys, "argv", ["kernels", "--stages", "--images", "4", "--repeat", "1"])
+    kernels.main()
+    out = capsys.readouterr().out
+    assert "memory/cached" in out and "GB/s" in out
+    doc = json.loads((tmp_path / "kernels_stages.json").read_text())
+    for column in ("stages_us", "stages_cached_us"):
+        assert set(doc[column]) == set(kernels.STAGES) and all(v > 0 for v in doc[column].values())
+    assert doc["whole_us"] > 0 and all(v > 0 for v in doc["bandwidth_gbs"].values())

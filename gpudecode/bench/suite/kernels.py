@@ -202,29 +202,61 @@ def stages_table(a) -> None:
     its Zen 4 cost on an Intel Xeon), stage by stage: the filter weights, the vertical
     pass (the source's rows read), the transpose between the passes, the horizontal
     pass, and the output (transposed and normalized into the batch, streaming stores);
-    each stage timed around its own call, image by image, beside the whole fused call."""
-    import time
-
+    each stage timed around its own call, image by image, beside the whole fused call.
+    Twice: over n distinct images into n output slots (the sources and the outputs go
+    through memory, as in training), and with every sample reading one image and writing
+    one slot (both in the caches): the difference between the columns is what memory
+    costs each stage on this CPU. And this core's memory bandwidth, read and copy."""
     import numpy as np
     import torch
 
     from gpudecode import transforms as T
-    from gpudecode.kernels import fused
 
     imgs = imagenet_like(a.images)
     n = len(imgs)
     packed = np.stack(imgs).reshape(-1)
     tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
+    per = {case: _stage_times(tf, packed, n, a.repeat, distinct=case == "memory") for case in ("memory", "cached")}
+    run = runner(tf, torch.from_numpy(packed), n)
+    run()
+    whole, _ = timeit(run, repeat=a.repeat)
+    bandwidth = _bandwidth()
+    print(describe_cpu())
+    print(f"{n} decoded 500x375 images -> RRC(224) + flip + Normalize, 1 core; the whole fused call "
+          f"{whole / n * 1e6:.0f} us/img; its stages, each timed around its own call, over {n} distinct images "
+          f"(memory) and over one image written to one slot (cached):")
+    print(f"{'stage':12s} {'memory us':>10s} {'share':>6s} {'cached us':>10s} {'memory/cached':>14s}")
+    for stage in STAGES:
+        m, c = per["memory"][stage], per["cached"][stage]
+        print(f"{stage:12s} {m:10.0f} {m / sum(per['memory'].values()):6.0%} {c:10.0f} {m / c:13.2f}x")
+    print(f"{'sum':12s} {sum(per['memory'].values()):10.0f} {'':6s} {sum(per['cached'].values()):10.0f}")
+    print("one core's memory bandwidth (256 MiB): " + ", ".join(f"{k} {v:.1f} GB/s" for k, v in bandwidth.items()))
+    save("kernels_stages", {"machine": machine(), "args": vars(a), "whole_us": whole / n * 1e6,
+                            "stages_us": per["memory"], "stages_cached_us": per["cached"], "bandwidth_gbs": bandwidth})
+
+
+STAGES = ("weights", "vertical", "transpose", "horizontal", "output")
+
+
+def _stage_times(tf, packed, n: int, repeat: int, *, distinct: bool) -> dict:
+    """us an image of each stage of the base resample (see stages_table): sample i reads
+    image i and writes output slot i with `distinct`, else image 0 and slot 0."""
+    import time
+
+    import numpy as np
+    import torch
+
+    from gpudecode.kernels import fused
+
     sizes = [(375, 500)] * n
     st = fused.cpu_stages()
     mean, std = np.array(MEAN, np.float32), np.array(STD, np.float32)
     oh = ow = 224
     dst = torch.empty(n * 3 * oh * ow).numpy()  # (torch's allocations are 64-byte aligned, as the Loader's)
-    names = ("weights", "vertical", "transpose", "horizontal", "output")
-    total = dict.fromkeys(names, 0.0)
-    for rep in range(a.repeat + 1):  # the first round warms up (compiles)
+    total = dict.fromkeys(STAGES, 0.0)
+    for rep in range(repeat + 1):  # the first round warms up (compiles, faults the output's pages in)
         geom, _, _ = tf.encode(tf.make_params(sizes, rep + 1), sizes)
-        geom[:, fused.OFFSET] = np.arange(n) * 375 * 500 * 3
+        geom[:, fused.OFFSET] = np.arange(n) * 375 * 500 * 3 if distinct else 0
         geom[:, fused.SY], geom[:, fused.SX], geom[:, fused.SC] = 1500, 3, 1
         work = np.empty(2 * oh * int(geom[:, fused.BW].max()) * 3 + 4 * ow * oh * 3, np.float32)
         for i in range(n):
@@ -240,22 +272,39 @@ def stages_table(a) -> None:
             t.append(time.perf_counter())
             st["_horizontal_pass"](work, oh, bw, ow, xf, xc, xw, xv)
             t.append(time.perf_counter())
-            st["_output_pass"](work, oh, bw, ow, mean, std, True, False, dst, i * 3 * oh * ow, False)
+            st["_output_pass"](work, oh, bw, ow, mean, std, True, False, dst, (i if distinct else 0) * 3 * oh * ow, False)
             t.append(time.perf_counter())
             if rep:
-                for k, name in enumerate(names):
+                for k, name in enumerate(STAGES):
                     total[name] += t[k + 1] - t[k]
-    per = {k: v / (a.repeat * n) * 1e6 for k, v in total.items()}
-    run = runner(tf, torch.from_numpy(packed), n)
-    run()
-    whole, _ = timeit(run, repeat=a.repeat)
-    print(describe_cpu())
-    print(f"{n} decoded 500x375 images -> RRC(224) + flip + Normalize, 1 core; the whole fused call "
-          f"{whole / n * 1e6:.0f} us/img; its stages, each timed around its own call:")
-    print(f"{'stage':12s} {'us/img':>8s} {'share':>6s}")
-    for stage in names:
-        print(f"{stage:12s} {per[stage]:8.0f} {per[stage] / sum(per.values()):6.0%}")
-    save("kernels_stages", {"machine": machine(), "args": vars(a), "whole_us": whole / n * 1e6, "stages_us": per})
+    return {k: v / (repeat * n) * 1e6 for k, v in total.items()}
+
+
+def _bandwidth(mib: int = 256) -> dict:
+    """One core's read and copy bandwidth in GB/s (the best of three): a sum over a buffer
+    larger than the caches, and torch's copy of it (read + write counted)."""
+    import time
+
+    import numpy as np
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a = torch.ones(mib << 18, dtype=torch.float32)  # mib MiB
+        b = torch.empty_like(a)
+        nbytes = a.numel() * 4
+        best = {"read": 0.0, "copy (read + write)": 0.0}
+        for _ in range(3):
+            t = time.perf_counter()
+            np.add.reduce(a.numpy().view(np.int64))
+            best["read"] = max(best["read"], nbytes / (time.perf_counter() - t) / 1e9)
+            t = time.perf_counter()
+            b.copy_(a)
+            best["copy (read + write)"] = max(best["copy (read + write)"], 2 * nbytes / (time.perf_counter() - t) / 1e9)
+        return best
+    finally:
+        torch.set_num_threads(threads)
 
 
 def main() -> None:
