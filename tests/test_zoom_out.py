@@ -81,14 +81,23 @@ def test_zoom_out_with_ops_after_it_and_uint8_output(photo_batch):
 
 def test_canvas_is_torchvisions_pad_exactly(photo_batch):
     """The canvas (before any resampling) is F.pad's uint8 image, for grey and strided
-    inputs too: a CenterCrop of the canvas's own size (r fixed) reads it back unchanged."""
-    for im in (photo_batch[0][:, :30, :41], photo_batch[1][:1, :25, :33], photo_batch[2].permute(0, 2, 1)):
-        h, w = im.shape[1:]
-        tf = T.Compose([T.RandomZoomOut(FILL, (1.5, 1.5), p=1.0), T.CenterCrop((int(h * 1.5), int(w * 1.5)))])
-        for seed in range(3):
-            p = tf.make_params([(h, w)], seed)[0]
-            src = im.expand(3, -1, -1) if im.shape[0] == 1 else im
-            assert torch.equal(tf([im], [p])[0], F.pad(src, p["padding"], fill=list(FILL))), (tuple(im.shape), p)
+    inputs too, an RGB fill and a grey one (set as memory), a canvas wider than the kept
+    fill row (it grows): a CenterCrop of the canvas's own size (r fixed) reads it back
+    unchanged; pickled (to a worker), the step keeps no fill row."""
+    import pickle
+
+    wide = photo_batch[3].repeat(1, 1, 8)[:, :12, :]  # (800 wide: a canvas of 1,200)
+    for fill in (FILL, (9, 9, 9)):
+        zoom = T.RandomZoomOut(fill, (1.5, 1.5), p=1.0)
+        for im in (photo_batch[0][:, :30, :41], photo_batch[1][:1, :25, :33], photo_batch[2].permute(0, 2, 1), wide):
+            h, w = im.shape[1:]
+            tf = T.Compose([zoom, T.CenterCrop((int(h * 1.5), int(w * 1.5)))])
+            for seed in range(3):
+                p = tf.make_params([(h, w)], seed)[0]
+                src = im.expand(3, -1, -1) if im.shape[0] == 1 else im
+                assert torch.equal(tf([im], [p])[0], F.pad(src, p["padding"], fill=list(fill))), (tuple(im.shape), p)
+        assert pickle.loads(pickle.dumps(zoom))._fill_rows == {}
+    assert zoom._fill_rows == {} and FILL != (9, 9, 9)  # (a grey fill makes no row)
 
 
 def test_draws_are_torchvisions():

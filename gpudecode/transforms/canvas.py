@@ -68,6 +68,11 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
         self.side_range = (float(side_range[0]), float(side_range[1]))
         self.p = float(p)
         self._fill = _pad_fill(fill, "RandomZoomOut")
+        self._fill_rows: dict[torch.device, torch.Tensor] = {}
+
+    def __getstate__(self) -> dict:
+        """Pickled (to a worker process) without the fill rows kept on devices."""
+        return {**self.__dict__, "_fill_rows": {}}
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         """torchvision's draws, in its order and float32 arithmetic: the coin, r, then the
@@ -96,15 +101,26 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
             return
         (h, w), (ch, cw) = image.shape[:2], canvas.shape[:2]
         left, top = params["padding"][:2]
-        # the fill where the image is not: one row of it, copied into the four bands (a
-        # broadcast over rows of a contiguous row: a copy of 3 bytes repeated costs 5x)
-        row = torch.tensor(self._fill, dtype=torch.uint8, device=canvas.device).repeat(cw)
         rows2d = canvas.view(ch, cw * 3)
-        rows2d[:top] = row
-        rows2d[top + h:] = row
-        rows2d[top:top + h, :left * 3] = row[:left * 3]
-        rows2d[top:top + h, (left + w) * 3:] = row[(left + w) * 3:]
+        bands = (rows2d[:top], rows2d[top + h:], rows2d[top:top + h, :left * 3], rows2d[top:top + h, (left + w) * 3:])
+        if len(set(self._fill)) == 1:  # one level: the four bands set as memory
+            for band in bands:
+                band.fill_(self._fill[0])
+        else:  # an RGB fill: one row of it copied into the bands (a broadcast of 3 bytes costs 5x)
+            row = self._fill_row(cw, canvas.device)
+            bands[0][:] = row
+            bands[1][:] = row
+            bands[2][:] = row[:left * 3]
+            bands[3][:] = row[(left + w) * 3:]
         canvas[top:top + h, left:left + w] = image
+
+    def _fill_row(self, width: int, device: torch.device) -> torch.Tensor:
+        """The RGB fill repeated `width` times, uint8 on `device`: kept a device and made
+        again only for a wider canvas (no new tensor, nor host-to-device copy, an image)."""
+        row = self._fill_rows.get(device)
+        if row is None or row.numel() < width * 3:
+            row = self._fill_rows[device] = torch.tensor(self._fill, dtype=torch.uint8).repeat(max(width, 1024)).to(device)
+        return row[:width * 3]
 
 
 def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes: Sequence[tuple[int, int]],
