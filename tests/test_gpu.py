@@ -570,3 +570,58 @@ def test_no_allocation_per_launch_with_a_workspace(photos):
     kept = out.clone()
     launch(11, None)
     assert torch.equal(out, kept)
+
+
+def test_canvas_steps_and_the_post_warp_on_cuda_make_no_host_sync(photos):
+    """The canvas steps (RandomZoomOut with an RGB fill, RandomRotation(expand=True),
+    ElasticTransform first) and ElasticTransform after the crop build their small tensors
+    (matrices, fills, fields) on the host and send them from pinned memory: a batch on
+    CUDA never waits for the stream (torch's sync debug mode raises on a synchronizing
+    call), after a first batch (RandomZoomOut keeps its fill row a device), and the
+    canvases equal the CPU's."""
+    from gpudecode.decode._base import DecodedBatch
+    from gpudecode.kernels.workspace import Workspace
+    from gpudecode.transforms import canvas
+
+    img = photos["astronaut"][::4, ::4]
+    h, w, n = img.shape[0], img.shape[1], 6
+    packed = np.concatenate([img.reshape(-1)] * n)
+    shapes = np.array([[h, w]] * n, np.int64)
+
+    def decoded(pixels):
+        return DecodedBatch(pixels, np.arange(n, dtype=np.int64) * h * w * 3, shapes,
+                            np.tile(np.array([[w * 3, 3, 1]], np.int64), (n, 1)),
+                            np.concatenate([np.zeros((n, 2), np.int64), shapes], axis=1), [None] * n)
+
+    import random
+
+    for step in (T.RandomZoomOut((123, 117, 104), (1.0, 2.0), p=1.0),
+                 T.RandomRotation(25, "bilinear", expand=True, fill=(9, 99, 199)),
+                 T.ElasticTransform(30.0, 4.0, fill=(1, 2, 3))):
+        params = [step.draw(random.Random(k), (h, w)) for k in range(n)]
+        sizes, rows = [(h, w)] * n, np.arange(n)
+        cpu = canvas.build(step, decoded(torch.from_numpy(packed)), params, sizes, rows)
+        ws = Workspace()
+        on_gpu = decoded(torch.from_numpy(packed).cuda())
+        canvas.build(step, on_gpu, params, sizes, rows, ws)  # (the first: RandomZoomOut's fill row goes up)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            gpu = canvas.build(step, on_gpu, params, sizes, rows, ws)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert np.array_equal(gpu.offsets, cpu.offsets) and np.array_equal(gpu.shapes, cpu.shapes)
+        far = (gpu.pixels.cpu().int() - cpu.pixels.int()).abs() > 1
+        assert float(far.float().mean()) <= 0.01, step
+    el = T.ElasticTransform(40.0, 4.0, fill=(1, 2, 3))
+    params = [el.draw(random.Random(k), (48, 40)) for k in range(n)]
+    host = torch.rand(n, 3, 48, 40)
+    images = host.cuda()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        el.warp_output(images, params, levels=True)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    el.warp_output(host, params, levels=True)
+    assert float(((images.cpu() - host).abs() > 1.5 / 255).float().mean()) <= 0.01

@@ -223,13 +223,24 @@ def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int],
     h, w = chw.shape[-2:]
     oh, ow = size
     dev = chw.device
-    theta = torch.tensor(matrix, dtype=torch.float32, device=dev).reshape(1, 2, 3)
+    theta = torch.tensor(matrix, dtype=torch.float32).reshape(1, 2, 3)
     grid = torch.empty(1, oh, ow, 3, dtype=torch.float32, device=dev)
     grid[..., 0].copy_(torch.linspace(-ow * 0.5 + 0.5, ow * 0.5 - 0.5, steps=ow, device=dev))
     grid[..., 1].copy_(torch.linspace(-oh * 0.5 + 0.5, oh * 0.5 - 0.5, steps=oh, device=dev).unsqueeze_(-1))
     grid[..., 2].fill_(1)
-    scale = theta.transpose(1, 2).div_(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32, device=dev))
+    scale = on_device(theta.transpose(1, 2).div(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32)), dev)
     return grid_sample_filled(chw, grid.view(1, oh * ow, 3).bmm(scale).view(1, oh, ow, 2), interpolation, fill)
+
+
+def on_device(host: torch.Tensor, device: Any) -> torch.Tensor:
+    """A small host tensor on `device`: itself on the CPU; on a CUDA device one contiguous
+    copy from pinned memory that does not wait (a tensor made there from Python values or
+    from pageable memory waits for the stream's earlier work: each image's warp would wait
+    for the image before it)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return host
+    return host.contiguous().pin_memory().to(device, non_blocking=True)
 
 
 def grid_sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: float, fill: Any) -> torch.Tensor:
@@ -255,7 +266,7 @@ def sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: float, f
     out = torch.nn.functional.grid_sample(img, grid, mode=mode, padding_mode="zeros", align_corners=False)
     if levels is not None:
         out, mask = out[:, :3], out[:, 3:].expand(1, 3, oh, ow)
-        fill_img = torch.tensor(levels * (3 // len(levels)), dtype=torch.float32, device=dev).view(1, 3, 1, 1)
+        fill_img = on_device(torch.tensor(levels * (3 // len(levels)), dtype=torch.float32), dev).view(1, 3, 1, 1)
         if mode == "nearest":
             out = torch.where(mask < 0.5, fill_img.expand_as(out), out)
         else:
@@ -330,7 +341,7 @@ class ElasticTransform(_Warp, converts="torchvision.ElasticTransform"):
                 d = torch.nn.functional.conv2d(d, kx.view(1, 1, 1, k))
                 d = torch.nn.functional.conv2d(d, ky.view(1, 1, k, 1))
             sides.append(d * self.alpha[axis] / extent)
-        return torch.cat(sides, 1).permute(0, 2, 3, 1).to(device)
+        return on_device(torch.cat(sides, 1).permute(0, 2, 3, 1), device)
 
     def _grid(self, p: dict, h: int, w: int, dev: Any) -> torch.Tensor:
         """F.elastic's sampling grid of these params at (h, w): the identity grid plus the field."""
