@@ -512,11 +512,13 @@ class Pipeline:
             outs = self._output(slot, len(ok))
             start = _event(stream) if stream is not None else None
             # the CPU twin's work rows, declared for the batch's widest image (no crop it draws is
-            # wider): a run of images of one size never makes them again, whatever the crops
+            # wider) and its filter weights for its largest side: a run of images of one size
+            # never makes them again, whatever the crops
             widest = max((w for _, w in p.sizes), default=1) if stream is None else 0
+            largest = max((max(h, w) for h, w in p.sizes), default=1)
             for v, (tf, (_, view)) in enumerate(zip(self.views, outs)):
                 if widest:
-                    fused.reserve_cpu(self.workspaces[v], self.num_threads, widest, tuple(view.shape))
+                    fused.reserve_cpu(self.workspaces[v], self.num_threads, widest, tuple(view.shape), largest)
                 part = decoded if not self.multi else self._view_part(decoded, p, v)
                 tf.apply(part, p.params[v], p.sizes, view, rows=None if whole else ok, stream=stream,
                          num_threads=self.num_threads, workspace=self.workspaces[v])

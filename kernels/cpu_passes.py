@@ -19,15 +19,21 @@ from ._compile import fastmath
 # The transposes are 8x8 vector shuffles (_simd), the output ones with non-temporal
 # stores where aligned. One sample at a time, GIL released.
 
-def _axis_weights(out_size, vsize, voff, box, flip, antialias, mode):
+def _axis_weights(out_size, vsize, voff, box, flip, antialias, mode, index, wbuf):
     """Per output index: first source index, tap count, and normalized weights; and a
-    validity mask for indices that fall outside the resized frame (padding). `mode`: the
-    filter (FILTER: bilinear, bicubic, nearest-exact, nearest)."""
+    validity mask (1: inside) for indices that fall outside the resized frame (padding).
+    `mode`: the filter (FILTER: bilinear, bicubic, nearest-exact, nearest). Written into
+    the caller's memory (no allocation): first, count and valid are index[:3 * out_size]
+    (int64), the weights [out_size, taps] the start of wbuf (float32; held too short for
+    the taps, the reshape raises: cpu_twin.axis_taps bounds them)."""
     cubic = mode == 1
     scale = float32(box) / float32(vsize)
-    first = np.zeros(out_size, np.int64)
-    count = np.zeros(out_size, np.int64)
-    valid = np.zeros(out_size, np.bool_)
+    first = index[:out_size]
+    count = index[out_size:2 * out_size]
+    valid = index[2 * out_size:3 * out_size]
+    first[:] = 0
+    count[:] = 0
+    valid[:] = 0
     taps = 1
     for o in range(out_size):
         v = (out_size - 1 - o if flip else o) + voff
@@ -35,9 +41,10 @@ def _axis_weights(out_size, vsize, voff, box, flip, antialias, mode):
             c, inv, lo, hi = filter_window(v, scale, box, antialias, mode)
             first[o] = lo
             count[o] = hi - lo
-            valid[o] = True
+            valid[o] = 1
             taps = max(taps, hi - lo)
-    weights = np.zeros((out_size, taps), np.float32)
+    weights = wbuf[:out_size * taps].reshape((out_size, taps))
+    weights[:, :] = 0.0
     for o in range(out_size):
         if valid[o]:
             v = (out_size - 1 - o if flip else o) + voff
@@ -159,7 +166,7 @@ def _min_max_row(row, lo, hi):
     return lo, hi
 
 
-def _statistic(op, px, ow, st, lut):
+def _statistic(op, px, ow, st, lut, hist):
     """The statistic barrier `op` needs of the image (its op table entry names it), into
     the statistic row st (_barrier.STAT_WIDTH) or, for a histogram, as the equalize
     tables in lut: the CPU's reductions, vectorized over the channel rows."""
@@ -175,8 +182,7 @@ def _statistic(op, px, ow, st, lut):
             st[1 + c] = lo
             st[4 + c] = hi
     elif (HISTOGRAM_MASK >> op) & 1:
-        hist = np.zeros(256, np.int64)
-        total = ow * n
+        total = ow * n  # (hist: 256 int64 of the caller's)
         for c in range(3):
             hist[:] = 0
             for x in range(ow):
@@ -271,13 +277,14 @@ def _blur_x_pass(px, px2, ow, a, w):
     px[:, :] = px2
 
 
-def _blur_y_pass(px, oh, a, w):
-    """The same along y, in place: each row through a reflect-padded copy of itself."""
+def _blur_y_pass(px, px2, oh, a, w):
+    """The same along y, in place: each row through a reflect-padded copy of itself (in
+    px2's memory: the kernel is at most twice the side, so the padded row fits there)."""
     k = int(a[0])
     first = int(w[MAX_BLUR])
     last = k - first
     half = k // 2
-    pad = np.empty(oh + 2 * half, np.float32)
+    pad = px2.reshape(px2.size)[:oh + 2 * half]
     for r in range(px.shape[0]):
         row = px[r]
         for i in range(oh + 2 * half):
@@ -373,7 +380,7 @@ def _barrier_fast(op, px, px2, ow, oh, a, st, lut, wts):
     elif op == BLUR_X:
         _blur_x_pass(px, px2, ow, a, wts)
     elif op == BLUR_Y:
-        _blur_y_pass(px, oh, a, wts)
+        _blur_y_pass(px, px2, oh, a, wts)
     elif op == AFFINE or op == PERSPECTIVE:
         _warp_pass(px, px2, ow, oh, a, op == PERSPECTIVE)
     else:
@@ -410,21 +417,20 @@ def _mix_pass(px, keep, mix, op, w):
             flat[i] = mix[i]
 
 
-def _program(px, px2, aux, ow, oh, order, args):
+def _program(px, px2, aux, ow, oh, order, args, st, lut, wts, hist):
     """A sample's program, op by op over the whole image: a barrier with the statistic of
     the image at its turn (_statistic), its set-up and its formula (kernels/_barrier.py,
     as the CUDA kernel's), by a vectorized pass where it has one; aux: AugMix's two
-    image areas."""
-    st = np.zeros(STAT_WIDTH, np.float64)
-    lut = np.empty(768, np.float32)
-    wts = np.empty(MAX_BLUR + 1, np.float32)
+    image areas; st (float64, STAT_WIDTH), lut (768), wts (MAX_BLUR + 1) and hist (256
+    int64): the caller's scratch."""
+    st[:] = 0.0
     for k in range(order.shape[0]):
         op = order[k]
         if op < 0:
             break
         a = args[k]
         if is_barrier(op):
-            _statistic(op, px, ow, st, lut)
+            _statistic(op, px, ow, st, lut, hist)
             barrier_prepare(op, a, wts)
             if not _barrier_fast(op, px, px2, ow, oh, a, st, lut, wts):
                 _barrier_pass(op, px, px2, ow, oh, a, st, lut, wts)

@@ -56,9 +56,9 @@ def _rows_f32(dst, rows, first, w, count):
             dst[t] += wk * sk[t]
 
 
-def _vertical_pass(src, g, yf, yc, yw, yv, oh, work):
+def _vertical_pass(src, g, yf, yc, yw, yv, oh, work, wrow):
     """Stage 1 of a sample: the box's rows resampled to oh rows, [oh, bw*3] interleaved,
-    into work[:oh * bw * 3]."""
+    into work[:oh * bw * 3]; wrow: a row of weights' room (yw.shape[1] at least)."""
     bw = g[BW]
     sy = g[SY]
     sx = g[SX]
@@ -68,7 +68,6 @@ def _vertical_pass(src, g, yf, yc, yw, yv, oh, work):
     n3 = bw * 3
     vert = work[:oh * n3].reshape((oh, n3))
     packed = sx == 3 and sc == 1
-    wrow = np.empty(yw.shape[1], np.float32)
     for y in range(oh):
         row = vert[y]
         if not yv[y]:
@@ -143,19 +142,25 @@ def _output_pass(work, oh, bw, ow, mean, std, normalize, to_uint8, dst, doff, nh
         transpose(pxs, c * oh, 3 * oh, dst, doff + c * oh * ow, ow, ow, oh, normalize, m, s)
 
 
-def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, oh, ow, dst, doff, work, nhwc):
+def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, oh, ow, dst, doff, work, nhwc,
+                ints, flts, stats, taps):
     """One sample; writes its float32 result contiguously at dst[doff:], as [3, oh, ow],
     or as [oh, ow, 3] with `nhwc`. Its stages are functions of their own, so that a
-    benchmark times each (gpudecode.bench.suite.kernels --stages)."""
+    benchmark times each (gpudecode.bench.suite.kernels --stages). Its small scratch is
+    the caller's (nothing is allocated): ints (int64: the axes' indices, a histogram),
+    flts (float32: the axes' weights, `taps` a row, then the program's tables) and stats
+    (float64: a barrier's statistic); cpu_twin.small_shapes gives their sizes."""
     bh = g[BH]
     bw = g[BW]
     mode = g[FILTER]
     cubic = mode == 1
-    yf, yc, yw, yv = _axis_weights(oh, g[VH], g[OY], bh, g[VFLIP] != 0, antialias, mode)
-    xf, xc, xw, xv = _axis_weights(ow, g[VW], g[OX], bw, g[FLIP] != 0, antialias, mode)
+    yf, yc, yw, yv = _axis_weights(oh, g[VH], g[OY], bh, g[VFLIP] != 0, antialias, mode, ints[:3 * oh],
+                                   flts[:oh * taps])
+    xf, xc, xw, xv = _axis_weights(ow, g[VW], g[OX], bw, g[FLIP] != 0, antialias, mode,
+                                   ints[3 * oh:3 * (oh + ow)], flts[oh * taps:(oh + ow) * taps])
     n3 = bw * 3
     # 1. vertical: the box's rows resampled to oh rows, [oh, bw*3] interleaved
-    _vertical_pass(src, g, yf, yc, yw, yv, oh, work)
+    _vertical_pass(src, g, yf, yc, yw, yv, oh, work, flts[(oh + ow) * taps:(oh + ow + 1) * taps])
     # 2. transpose to [bw*3, oh], so the horizontal pass reads whole rows too
     transpose(work, 0, n3, work, oh * n3, oh, oh, n3, False, float32(0.0), float32(1.0))
     # 3. horizontal: [ow*3, oh]
@@ -171,7 +176,9 @@ def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, 
         base2 = 2 * oh * n3 + ow * 3 * oh
         px2 = work[base2:base2 + ow * 3 * oh].reshape((ow * 3, oh))
         aux = work[base2 + ow * 3 * oh:base2 + 3 * ow * 3 * oh].reshape((2, ow * 3 * oh))
-        _program(px, px2, aux, ow, oh, order, args)
+        tables = (oh + ow + 1) * taps
+        _program(px, px2, aux, ow, oh, order, args, stats, flts[tables:tables + 768],
+                 flts[tables + 768:tables + 768 + MAX_BLUR + 1], ints[3 * (oh + ow):3 * (oh + ow) + 256])
     # 5. the output, transposed (and normalized) into dst
     _output_pass(work, oh, bw, ow, mean, std, normalize, to_uint8, dst, doff, nhwc)
 
@@ -217,11 +224,12 @@ def _channel_row_flipped(o, t, c, x0, x1, v0, sub, mul):
         oo[i] = (t[U(first - 3 * i)] - sub) * mul
 
 
-def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work):
+def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
     """The identity-geometry sample (_is_identity) straight to its NCHW float32 output:
     each source row scaled once, then split into the three channel rows (flipped, padded)
     with Normalize on the way. The same arithmetic as _cpu_sample on such a sample (a
-    unit tap of 1/255, then (v - mean) * (1 / std)), so the same bits, at memory speed."""
+    unit tap of 1/255, then (v - mean) * (1 / std)), so the same bits, at memory speed.
+    flts: nine floats of the caller's."""
     vh = g[VH]
     vw = g[VW]
     oy = g[OY]
@@ -239,9 +247,11 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work):
         v0 = x0 + ox
     x1 = max(x0, x1)
     t = work[:3 * vw]
-    subs = np.zeros(3, np.float32)
-    muls = np.ones(3, np.float32)
-    pads = np.zeros(3, np.float32)
+    subs = flts[0:3]
+    muls = flts[3:6]
+    pads = flts[6:9]
+    subs[:] = 0.0
+    muls[:] = 1.0
     for c in range(3):
         if normalize:
             subs[c] = mean[c]
@@ -289,24 +299,25 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work):
 
 
 def _cpu_batch(src, geom, args, order, mean, std, normalize, to_uint8, antialias, out, direct, nhwc, flat_out,
-               work, tmp, first, step, fast_identity):
+               work, tmp, ints, flts, stats, taps, first, step, fast_identity):
     """Samples first, first + step, ... of the batch. With `direct`, flat_out is out's
     own contiguous float32 buffer (NCHW, or NHWC with `nhwc`) and samples are written
     there; otherwise each goes through `tmp` and is copied (cast) into out, whatever its
     dtype and strides. With `fast_identity`, samples that need no resampling and no
-    ColorJitter take _cpu_identity where the output is NCHW float32."""
+    ColorJitter take _cpu_identity where the output is NCHW float32. ints, flts, stats:
+    the small scratch of this part (_cpu_sample), `taps` its weights' row."""
     oh = out.shape[2]
     ow = out.shape[3]
     size = 3 * oh * ow
     for i in range(first, out.shape[0], step):
         if fast_identity and direct and not nhwc and not to_uint8 and _is_identity(geom[i], order[i], oh, ow):
-            _cpu_identity(src, geom[i], mean, std, normalize, oh, ow, flat_out, i * size, work)
+            _cpu_identity(src, geom[i], mean, std, normalize, oh, ow, flat_out, i * size, work, flts)
         elif direct:
             _cpu_sample(src, geom[i], args[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
-                        flat_out, i * size, work, nhwc)
+                        flat_out, i * size, work, nhwc, ints, flts, stats, taps)
         else:
             _cpu_sample(src, geom[i], args[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
-                        tmp, 0, work, False)
+                        tmp, 0, work, False, ints, flts, stats, taps)
             o = out[i]
             for c in range(3):
                 for y in range(oh):

@@ -11,7 +11,9 @@ import numpy as np
 
 from . import _compile, cpu_passes, cpu_resample
 from ._compile import first_use
-from .layout import BW, GEOM_NAMES, step_args
+from ._barrier import STAT_WIDTH
+from ._pixel import MAX_BLUR
+from .layout import BH, BW, FILTER, GEOM_NAMES, VH, VW, step_args
 
 
 @functools.cache
@@ -96,11 +98,40 @@ def cpu_work_shape(threads: int, wide: int, out_shape: tuple[int, ...], direct: 
     return threads, main + (0 if direct else 3 * oh * ow)
 
 
-def reserve_cpu(workspace: Any, threads: int, widest: int, out_shape: tuple[int, ...]) -> None:
+def axis_taps(geom: np.ndarray) -> int:
+    """The most filter taps any output pixel of these samples reads along one axis, bounded
+    from above (filter_window: a window of 2 * support + 1 source pixels at most, support
+    the filter's radius stretched by box / frame when antialiasing a downscale), at
+    least 4."""
+    if len(geom) == 0:
+        return 4
+    radius = np.where(geom[:, FILTER] == 1, 2.0, np.where(geom[:, FILTER] >= 2, 0.5, 1.0))
+    stretch = np.maximum(1.0, np.maximum(geom[:, BH] / np.maximum(geom[:, VH], 1),
+                                         geom[:, BW] / np.maximum(geom[:, VW], 1)))
+    return max(4, int((2.0 * radius * stretch).max()) + 3)
+
+
+def small_shapes(threads: int, taps: int, out_shape: tuple[int, ...]) -> dict[str, tuple[tuple[int, int], Any]]:
+    """The CPU twin's small scratch, one row per task (cpu_resample._cpu_sample's ints,
+    flts and stats): name -> (shape, dtype), for weights of up to `taps` taps."""
+    oh, ow = out_shape[2], out_shape[3]
+    return {"cpu-index": ((threads, 3 * (oh + ow) + 256), np.int64),
+            "cpu-weights": ((threads, (oh + ow + 1) * taps + 768 + MAX_BLUR + 1 + 9), np.float32),
+            "cpu-stats": ((threads, STAT_WIDTH), np.float64)}
+
+
+def reserve_cpu(workspace: Any, threads: int, widest: int, out_shape: tuple[int, ...], largest: int = 0) -> None:
     """Makes `workspace` hold the CPU twin's work rows for `threads` tasks and source
     windows up to `widest` pixels (a batch's widest image: a window is never wider), so
-    the crops a batch draws never make it grow; what the pipeline declares per batch."""
+    the crops a batch draws never make it grow, and its small scratch for weights of a
+    source side up to `largest` (default `widest`) resampled to the output's smaller side
+    or more (a frame smaller than the output, padded, may still need more: it grows then);
+    what the pipeline declares per batch."""
     workspace.reserve("cpu-work", cpu_work_shape(threads, widest, out_shape, direct=False))
+    side = max(1, min(out_shape[2], out_shape[3]))
+    taps = max(4, int(4.0 * max(1.0, max(largest, widest) / side)) + 3)  # (a bicubic's radius: 2)
+    for name, (shape, dtype) in small_shapes(threads, taps, out_shape).items():
+        workspace.reserve(name, shape, dtype)
 
 
 def fused_cpu(src, geom, args, order, mean, std, out, *, normalize: bool, antialias: bool = True,
@@ -121,10 +152,14 @@ def fused_cpu(src, geom, args, order, mean, std, out, *, normalize: bool, antial
     direct = nhwc or (out.dtype == np.float32 and out.flags.c_contiguous)
     shape = cpu_work_shape(threads, int(geom[:, BW].max()), out.shape, direct)
     work = workspace.array("cpu-work", shape) if workspace is not None else np.empty(shape, np.float32)
+    taps = axis_taps(geom)
+    ints, flts, stats = (workspace.array(name, shape, dtype) if workspace is not None else np.empty(shape, dtype)
+                         for name, (shape, dtype) in small_shapes(threads, taps, out.shape).items())
     main = shape[1] - (0 if direct else 3 * oh * ow)
     kernel = cpu_kernel()
     head = (src, geom, args, order, mean, std, normalize, out.dtype == np.uint8, antialias, out, direct, nhwc)
     tail = (fast_identity,)
+    small = [(ints[t], flts[t], stats[t], taps) for t in range(threads)]
     # per thread: the float32 buffer samples are written to (out's own memory when
     # direct), the work area, and the staging area of the indirect path
     flat = (out.transpose(0, 2, 3, 1) if nhwc else out).reshape(-1) if direct else None
@@ -135,13 +170,13 @@ def fused_cpu(src, geom, args, order, mean, std, out, *, normalize: bool, antial
     variant = (src.dtype.str, out.dtype.str, normalize, antialias, direct, nhwc, fast_identity)
     with first_use(variant):
         if threads == 1:
-            kernel(*head, *parts[0], 0, 1, *tail)
+            kernel(*head, *parts[0], *small[0], 0, 1, *tail)
             return
         # parts 1.. on the pool, part 0 on this thread (which would only wait): one hand-off
         # and one thread woken fewer per call
-        futures = [_pool().submit(kernel, *head, *parts[t], t, threads, *tail) for t in range(1, threads)]
+        futures = [_pool().submit(kernel, *head, *parts[t], *small[t], t, threads, *tail) for t in range(1, threads)]
         try:
-            kernel(*head, *parts[0], 0, threads, *tail)
+            kernel(*head, *parts[0], *small[0], 0, threads, *tail)
         except BaseException:
             for f in futures:  # (done before the buffers are let go)
                 f.exception()

@@ -38,14 +38,14 @@ their one face: what the launchers and the tests import.
 from __future__ import annotations
 
 from ._compile import first_use
-from .cpu_twin import cpu_kernel, cpu_stages, cpu_work_shape, fused_cpu, reserve_cpu
+from .cpu_twin import axis_taps, cpu_kernel, cpu_stages, cpu_work_shape, fused_cpu, reserve_cpu
 from .cuda_program import compile_ptx_all, cuda_kernels, fused_cuda
 from .layout import (BH, BW, FILTER, FILLB, FILLG, FILLR, FLIP, GEOM, GEOM_NAMES, LEFT, OFFSET, OX, OY, SC, STATS, SX,
                      SY, THREADS_PER_BLOCK, TOP, VFLIP, VH, VW, H, W, aux_shape, barrier_levels, hist_shape,
                      launch_geometry, scratch_shape, stats_init, step_args)
 from ._pixel import ARGS
 
-__all__ = ["first_use", "cpu_kernel", "cpu_stages", "cpu_work_shape", "fused_cpu", "reserve_cpu", "compile_ptx_all",
+__all__ = ["first_use", "axis_taps", "cpu_kernel", "cpu_stages", "cpu_work_shape", "fused_cpu", "reserve_cpu", "compile_ptx_all",
            "cuda_kernels", "fused_cuda", "BH", "BW", "FILTER", "FILLB", "FILLG", "FILLR", "FLIP", "GEOM", "GEOM_NAMES",
            "LEFT", "OFFSET", "OX", "OY", "SC", "STATS", "SX", "SY", "THREADS_PER_BLOCK", "TOP", "VFLIP", "VH", "VW",
            "H", "W", "aux_shape", "barrier_levels", "hist_shape", "launch_geometry", "scratch_shape", "stats_init",

@@ -1,8 +1,8 @@
 """What a launch of the fused kernel works in, declared by the kernel and held by its caller.
 
 The kernels declare the buffers a launch needs, by name and shape, for a batch of N at
-an output size (`fused.cpu_work_shape`, `fused.scratch_shape`, `fused.hist_shape`,
-`fused.aux_shape`, the small per-sample arrays); whoever launches into one output holds a
+an output size (`fused.cpu_work_shape` and `cpu_twin.small_shapes`, `fused.scratch_shape`,
+`fused.hist_shape`, `fused.aux_shape`, the small per-sample arrays); whoever launches into one output holds a
 `Workspace` and hands it to every launch (the Loader's Pipeline: one per view, made once).
 A buffer is made the first time a name is asked for, and again only when a launch needs
 more than it holds (a larger batch or size); otherwise each launch gets a view of the same

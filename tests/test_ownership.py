@@ -137,6 +137,61 @@ def test_no_buffer_is_made_per_launch_after_the_first_batch(tmp_path, photos, mo
     assert not made, made  # no work rows, no staging made per launch
 
 
+@pytest.mark.parametrize("case", ["base", "barriers", "trivial", "identity", "bicubic-float16"])
+def test_the_cpu_kernel_allocates_nothing_a_sample(photos, case):
+    """The CPU twin's per-sample scratch (the axes' filter weights and indices, the
+    program's statistic, tables and histogram, a blur's padded row) is the workspace's,
+    declared by reserve_cpu: numba's runtime counts the same allocations for a launch of
+    2 samples as for one of 16 (those of the call itself: its array arguments' wrappers),
+    and the workspace makes nothing after the first launch."""
+    import numpy as np
+    import torch
+    from numba.core.runtime import _nrt_python, rtsys  # (numba's own allocation counters)
+
+    from gpudecode import transforms as T
+    from gpudecode.kernels import fused
+    from gpudecode.kernels.workspace import Workspace
+
+    norm = T.Normalize([0.5] * 3, [0.25] * 3)
+    steps = {"base": [T.RandomResizedCrop(64), T.RandomHorizontalFlip(), norm],
+             "barriers": [T.RandomResizedCrop(64), T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.RandomEqualize(1.0),
+                          T.RandomAutocontrast(1.0), T.RandomAdjustSharpness(2.0, 1.0), T.GaussianBlur(5, 1.5),
+                          T.RandomRotation(20), norm],
+             "trivial": [T.RandomResizedCrop(64), T.TrivialAugmentWide(), norm],
+             "identity": [T.CenterCrop(64), norm],
+             "bicubic-float16": [T.RandomResizedCrop(64, interpolation="bicubic"), norm, T.ToDtype(torch.float16)],
+             }[case]
+    tf = T.Compose(steps)
+    img = photos["astronaut"][::2, ::2]
+    h, w = img.shape[:2]
+    packed = torch.from_numpy(np.concatenate([img.reshape(-1)] * 16))
+    enabled = _nrt_python.memsys_stats_enabled()
+    _nrt_python.memsys_enable_stats()
+    try:
+        def launch(seed: int, n: int, view, ws) -> None:
+            sizes = [(h, w)] * n
+            geom, f, o = tf.encode(tf.make_params(sizes, seed), sizes)
+            geom[:, fused.OFFSET] = np.arange(n) * h * w * 3
+            geom[:, fused.SY], geom[:, fused.SX], geom[:, fused.SC] = w * 3, 3, 1
+            tf.run(packed, geom, f, o, view, num_threads=1, workspace=ws)
+
+        counts, made = {}, {}
+        for n in (2, 16):
+            out, view = tf.new_output(n)
+            ws = Workspace()
+            fused.reserve_cpu(ws, 1, w, tuple(view.shape), max(h, w))
+            launch(0, n, view, ws)
+            first, before = ws.made, rtsys.get_allocation_stats().alloc
+            for seed in range(1, 11):  # ten launches after the first
+                launch(seed, n, view, ws)
+            counts[n], made[n] = rtsys.get_allocation_stats().alloc - before, ws.made - first
+    finally:
+        if not enabled:
+            _nrt_python.memsys_disable_stats()
+    assert counts[2] == counts[16], counts
+    assert made == {2: 0, 16: 0}, made
+
+
 def test_a_workspace_grows_by_half_again_and_keeps_its_memory():
     import numpy as np
 

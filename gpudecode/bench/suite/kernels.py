@@ -259,14 +259,18 @@ def _stage_times(tf, packed, n: int, repeat: int, *, distinct: bool) -> dict:
         geom[:, fused.OFFSET] = np.arange(n) * 375 * 500 * 3 if distinct else 0
         geom[:, fused.SY], geom[:, fused.SX], geom[:, fused.SC] = 1500, 3, 1
         work = np.empty(2 * oh * int(geom[:, fused.BW].max()) * 3 + 4 * ow * oh * 3, np.float32)
+        taps = fused.axis_taps(geom)
+        index, weights = np.empty(3 * (oh + ow), np.int64), np.empty((oh + ow + 1) * taps, np.float32)
         for i in range(n):
             g = geom[i]
             bw, n3 = int(g[fused.BW]), int(g[fused.BW]) * 3
             t = [time.perf_counter()]
-            yf, yc, yw, yv = st["_axis_weights"](oh, g[fused.VH], g[fused.OY], g[fused.BH], g[fused.VFLIP] != 0, True, False)
-            xf, xc, xw, xv = st["_axis_weights"](ow, g[fused.VW], g[fused.OX], bw, g[fused.FLIP] != 0, True, False)
+            yf, yc, yw, yv = st["_axis_weights"](oh, g[fused.VH], g[fused.OY], g[fused.BH], g[fused.VFLIP] != 0, True,
+                                                 g[fused.FILTER], index[:3 * oh], weights[:oh * taps])
+            xf, xc, xw, xv = st["_axis_weights"](ow, g[fused.VW], g[fused.OX], bw, g[fused.FLIP] != 0, True,
+                                                 g[fused.FILTER], index[3 * oh:], weights[oh * taps:(oh + ow) * taps])
             t.append(time.perf_counter())
-            st["_vertical_pass"](packed, g, yf, yc, yw, yv, oh, work)
+            st["_vertical_pass"](packed, g, yf, yc, yw, yv, oh, work, weights[(oh + ow) * taps:])
             t.append(time.perf_counter())
             st["transpose"](work, 0, n3, work, oh * n3, oh, oh, n3, False, np.float32(0), np.float32(1))
             t.append(time.perf_counter())
