@@ -64,6 +64,7 @@ from .io import shards as _shards
 from .io.files import DEFAULT_IMAGE_EXTS, file_cap
 from .io.reader import Sample, ShardReader, split_exts
 from .io.remote import RemoteOptions
+from .transforms.base import fingerprint_text
 from .mixing import BatchTransform, CutMix, MixUp, RandomChoice, as_batch_transform
 from .pipeline import Batch, Pipeline, PipelineConfig, Ready
 from .stats import LoaderStats
@@ -462,7 +463,7 @@ def shards_fingerprint(reader: ShardReader) -> str:
 def transforms_fingerprint(config: PipelineConfig) -> str:
     """The transforms (views and batch transform) by their repr: a state saved with other
     transforms is refused."""
-    parts = [repr(v) for v in config.views] + [repr(config.batch_transform)]
+    parts = [fingerprint_text(v) for v in config.views] + [fingerprint_text(config.batch_transform)]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
 
 

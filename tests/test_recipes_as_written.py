@@ -251,8 +251,8 @@ def test_timms_random_erasing_converts_with_timms_draw(mode):
         create_transform(64, is_training=True, re_prob=0.25, re_mode=mode, interpolation="bilinear"))
     er = tr.plan.steps[-1]
     assert type(er).__name__ == "RandomErasing" and er.p == 0.25
-    assert ("value=random" in repr(er)) == (mode != "const")  # noise, or a fixed value
-    assert ("noise=box" in repr(er)) == (mode == "rand")
+    assert ("value='random'" in repr(er)) == (mode != "const")  # noise, or a fixed value
+    assert ("noise='box'" in repr(er)) == (mode == "rand")
     assert mode != "const" or list(er.value) in ([0.0], [0.0, 0.0, 0.0])
     view = torch.zeros(2, 3, 40, 48)
     params = [{"erase": {"i": 3, "j": 5, "h": 10, "w": 12, "noise": 11}}, {"erase": None}]

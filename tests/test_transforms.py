@@ -723,3 +723,79 @@ def test_crop_padding_takes_a_fill_as_torchvision_and_timm_pad(photos):
     with pytest.raises(TransformError, match="whole level"):
         T.CenterCrop(8, fill=300)
     assert repr(T.CenterCrop(8)) == "CenterCrop(size=(8, 8))"  # (as before fills: saved states keep their fingerprint)
+
+
+_REPR_CASES = [
+    "T.AugMix(severity=2, interpolation='bilinear')", "T.AutoAugment()", "T.CenterCrop((20, 30))",
+    "T.ColorJitter(0.4, 0.4, 0.4, 0.1)", "T.ColorJitter()", "T.ElasticTransform(30.0, 4.0, fill=(1, 2, 3))",
+    "T.GaussianBlur(5, (0.1, 2.0))", "T.GaussianNoise(sigma=0.2, clip=False)", "T.Grayscale()",
+    "T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])", "T.RandAugment(2, 9)",
+    "T.RandomAdjustSharpness(2.0, 0.3)", "T.RandomAffine(10, (0.1, 0.2), (0.9, 1.1), 5, 'bilinear')",
+    "T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8)", "T.RandomAutocontrast(0.3)",
+    "T.RandomChannelPermutation()", "T.RandomCrop(32, padding=4)", "T.RandomEqualize(0.2)",
+    "T.RandomErasing(p=0.25, value='random')", "T.RandomErasing(value=0.5)", "T.RandomGrayscale(0.2)",
+    "T.RandomHorizontalFlip()", "T.RandomInvert(0.1)", "T.RandomOrder([T.RandomInvert(0.1), T.RandomEqualize(0.2)])",
+    "T.RandomPerspective(0.3, 0.4)", "T.RandomPhotometricDistort(p=0.7)", "T.RandomPosterize(4, 0.3)",
+    "T.RandomResize(200, 300)", "T.RandomResizedCrop(224, scale=(0.35, 1.0), interpolation='bicubic')",
+    "T.RandomRotation(20, expand=True)", "T.RandomRotation((-5, 10), 'bilinear', center=(3, 4), fill=(1, 2, 3))",
+    "T.RandomShortestSize([480, 512], 1333)", "T.RandomSolarize(128, 0.2)", "T.RandomVerticalFlip(0.1)",
+    "T.RandomZoomOut((123, 117, 104), (1.0, 2.0), p=0.3)", "T.Resize(256)", "T.Resize((256, 300), interpolation='nearest')",
+    "T.ResizeKeepRatio(224, longest=0.5, interpolation='bicubic')", "T.ScaleJitter((224, 224))",
+    "T.ToDtype(torch.float16, scale=True)", "T.TrivialAugmentWide()",
+    "T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize([0.5] * 3, [0.25] * 3)], layout='NHWC')",
+]
+
+
+@pytest.mark.parametrize("case", _REPR_CASES)
+def test_a_transforms_repr_makes_it_again(case):
+    """Every public transform's repr is what its constructor takes (the interpolation by
+    name, quoted strings, no argument it does not take): evaluated, it gives the same repr."""
+    import re
+
+    made = eval(case, {"T": T, "torch": torch})
+    text = repr(made)
+    assert repr(eval(text, {**vars(T), "torch": torch})) == text
+    assert not re.search(r"interpolation=\d", text), text
+
+
+# Loader.state_dict fingerprints the transforms by their reprs in the form they had when
+# states began to be saved (transforms.base.fingerprint_text): these values, taken before
+# the reprs were made clearer (warps' and policies' interpolation by name, Compose a step
+# a line), must not change, or a state saved before stops resuming.
+_SAVED_FINGERPRINTS = {
+    "classic": "8bc7f2e5f5a0ce05", "reference": "c32a911e87b21862", "warps": "446f3c652dbbe45b",
+    "canvas": "4d73b134d61a27a8", "elastic": "a8d2ce1ebf25761c", "elastic-after": "05c9824a6a89eca0",
+    "policies": "9821ba9c0051e07f", "grey": "e75b7d5e9a9854ff",
+}
+
+
+def test_saved_states_keep_their_transform_fingerprint():
+    from gpudecode.loader import transforms_fingerprint
+    from gpudecode.mixing import CutMix, MixUp, RandomChoice
+    from gpudecode.pipeline import PipelineConfig
+
+    n = T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    cases = {
+        "classic": (T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1), n]),
+                    None),
+        "reference": (T.Compose([T.RandomResizedCrop(176), T.RandomHorizontalFlip(),
+                                 T.TrivialAugmentWide(interpolation="bilinear"), n, T.RandomErasing(0.1)]),
+                      RandomChoice([MixUp(alpha=0.2, num_classes=10), CutMix(alpha=1.0, num_classes=10)])),
+        "warps": (T.Compose([T.RandomResizedCrop(160), T.RandomRotation(15),
+                             T.RandomAffine(10, (0.1, 0.1), (0.9, 1.1), 5, "bilinear"), T.RandomPerspective(0.3, 0.4), n]),
+                  None),
+        "canvas": (T.Compose([T.RandomRotation(30, "bilinear", expand=True, fill=(9, 99, 199)), T.RandomResizedCrop(64),
+                              n]), None),
+        "elastic": (T.Compose([T.ElasticTransform(50.0, 5.0, fill=(1, 2, 3)), T.RandomResizedCrop(64), n]), None),
+        "elastic-after": (T.Compose([T.RandomResizedCrop(64), T.ElasticTransform(40.0, 4.0), n,
+                                     T.RandomErasing(value="random")]), None),
+        "policies": ([T.Compose([T.RandomResizedCrop(96), T.RandAugment(2, 9), n]),
+                      T.Compose([T.RandomResizedCrop(96), T.AutoAugment(), n]),
+                      T.Compose([T.RandomResizedCrop(96), T.AugMix(severity=2), n])], None),
+        "grey": (T.Compose([T.Resize(256), T.CenterCrop(224), T.Grayscale(), T.ToDtype(torch.float16, scale=True)],
+                           layout="NHWC"), None),
+    }
+    got = {name: transforms_fingerprint(PipelineConfig(transform=tf, batch_size=8, device="cpu", decoder="cpu",
+                                                       image_exts=("jpg",), label_exts=("cls",), batch_transform=bt))
+           for name, (tf, bt) in cases.items()}
+    assert got == _SAVED_FINGERPRINTS

@@ -4,6 +4,7 @@ the package builds on these."""
 from __future__ import annotations
 
 import random
+import threading
 from typing import Any
 
 from ..errors import TransformError
@@ -34,6 +35,25 @@ GROUPS = {
 # converts="torchvision.X")`), whose `convert(t, floats)` makes one from theirs. Filled as
 # the classes are defined; convert.py reads it.
 CONVERTS: dict[str, type["Transform"]] = {}
+
+
+_SAVED = threading.local()
+
+
+def fingerprint_text(obj: Any) -> str:
+    """`repr(obj)` in the forms saved states were fingerprinted with (Loader.state_dict's
+    transform fingerprint): a repr made clearer since keeps its earlier form here
+    (`in_fingerprint`), so a state saved before it still resumes."""
+    _SAVED.depth = getattr(_SAVED, "depth", 0) + 1
+    try:
+        return repr(obj)
+    finally:
+        _SAVED.depth -= 1
+
+
+def in_fingerprint() -> bool:
+    """Whether a repr is being made for fingerprint_text (then: the earlier form)."""
+    return getattr(_SAVED, "depth", 0) > 0
 
 
 class Transform:

@@ -26,6 +26,7 @@ from ..kernels.workspace import Workspace
 from .base import Transform
 from .convert import levels
 from .geometry import _pad_fill
+from .warps import on_device
 
 __all__ = ["CanvasStep", "RandomZoomOut", "build"]
 
@@ -116,10 +117,12 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
 
     def _fill_row(self, width: int, device: torch.device) -> torch.Tensor:
         """The RGB fill repeated `width` times, uint8 on `device`: kept a device and made
-        again only for a wider canvas (no new tensor, nor host-to-device copy, an image)."""
+        again only for a wider canvas (no new tensor, nor host-to-device copy, an image;
+        that one from pinned memory, not waiting for the stream)."""
         row = self._fill_rows.get(device)
         if row is None or row.numel() < width * 3:
-            row = self._fill_rows[device] = torch.tensor(self._fill, dtype=torch.uint8).repeat(max(width, 1024)).to(device)
+            row = self._fill_rows[device] = on_device(torch.tensor(self._fill, dtype=torch.uint8).repeat(max(width, 1024)),
+                                                      device)
         return row[:width * 3]
 
 

@@ -12,7 +12,7 @@ from ..kernels._pixel import MAX_BLUR
 from ..kernels.ops import (AUTOCONTRAST, BLUR_X, BLUR_Y, BRIGHTNESS, CONTRAST, EQUALIZE, GAUSSIAN_NOISE, GRAYSCALE,
                            HUE, INVERT,
                            JITTER_OPS, PERMUTE_CHANNELS, POSTERIZE, SATURATION, SHARPNESS, SOLARIZE)
-from .base import Transform, _PixelOp, _refuse, _Step
+from .base import Transform, _PixelOp, _refuse, _Step, in_fingerprint
 
 
 _JITTER_NAMES = ("brightness", "contrast", "saturation", "hue")
@@ -20,6 +20,8 @@ _JITTER_NAMES = ("brightness", "contrast", "saturation", "hue")
 
 def _jitter_range(value: Any, name: str, center: float, bound: tuple[float, float],
                   clip_first_on_zero: bool) -> tuple[float, float] | None:
+    if value is None:  # (off, as torchvision v2 takes it)
+        return None
     if isinstance(value, numbers.Real):
         if value < 0:
             raise ValueError(f"if {name} is a single number, it must be non negative")
@@ -194,6 +196,9 @@ class Grayscale(RandomGrayscale, converts="torchvision.Grayscale"):
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         return {self.key: True}  # no draw: torchvision's Grayscale is not random
+
+    def __repr__(self) -> str:
+        return super().__repr__() if in_fingerprint() else "Grayscale(num_output_channels=3)"
 
 
 class RandomSolarize(_PixelOp, converts="torchvision.RandomSolarize"):

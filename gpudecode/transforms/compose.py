@@ -12,7 +12,7 @@ from ..kernels import fused
 from ..kernels.launch import launch
 from ..kernels.workspace import Workspace
 from . import canvas
-from .base import Transform
+from .base import Transform, in_fingerprint
 from .convert import convert
 from .draws import Draws, as_draws, draw_batch, encode_dicts, python_params
 from .plan import _plan
@@ -48,6 +48,15 @@ class Compose(Transform):
         self.layout = layout
         self.plan = _plan(self.transforms)
         self._rng = random.Random()
+
+    def __repr__(self) -> str:
+        """torchvision's form, a step a line (the layout where it is not NCHW); it makes
+        this Compose again."""
+        if in_fingerprint():  # (saved states' form: every attribute, the plan too)
+            return super().__repr__()
+        steps = "".join(f"    {t!r},\n" for t in self.transforms)
+        layout = f", layout={self.layout!r}" if self.layout != "NCHW" else ""
+        return f"Compose([\n{steps}]{layout})"
 
     @property
     def rrc(self) -> bool:

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 
 from ..errors import TransformError
-from .base import Transform
+from .base import Transform, in_fingerprint
 from .convert import key, levels
 
 
@@ -216,6 +216,12 @@ class ResizeKeepRatio(Resize, converts="timm.ResizeKeepRatio"):
     def __init__(self, size: Sequence[int], longest: float = 0.0, interpolation: Any = "bilinear") -> None:
         super().__init__(_setup_size(size), interpolation)
         self.longest = float(longest)
+
+    def __repr__(self) -> str:
+        if in_fingerprint():  # (saved states' form: Resize's attributes too)
+            return super().__repr__()
+        mode = "" if self._modes == ("bilinear",) else f", interpolation={self._modes[0]!r}"
+        return f"ResizeKeepRatio(size={self.size!r}, longest={self.longest!r}{mode})"
 
     def output_size(self, height: int, width: int) -> tuple[int, int]:
         th, tw = self.size  # type: ignore[misc]

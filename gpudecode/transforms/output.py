@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..errors import TransformError
-from .base import Transform
+from .base import Transform, in_fingerprint
 from .convert import key
 
 
@@ -255,6 +255,10 @@ class RandomErasing(Transform, converts=("torchvision.RandomErasing", "timm.Rand
 
     def __repr__(self) -> str:
         value = "random" if self.value is None else self.value
-        box = ", noise=box" if self.noise == "box" else ""
+        if in_fingerprint():  # (saved states' form: the names unquoted)
+            box = ", noise=box" if self.noise == "box" else ""
+            count = f", count={self.count}" if self.count != (1, 1) else ""
+            return f"RandomErasing(p={self.p}, scale={self.scale}, ratio={self.ratio}, value={value}{box}{count})"
+        box = ", noise='box'" if self.noise == "box" else ""
         count = f", count={self.count}" if self.count != (1, 1) else ""
-        return f"RandomErasing(p={self.p}, scale={self.scale}, ratio={self.ratio}, value={value}{box}{count})"
+        return f"RandomErasing(p={self.p}, scale={self.scale}, ratio={self.ratio}, value={value!r}{box}{count})"

@@ -13,7 +13,7 @@ import torch
 
 from ..errors import TransformError
 from ..kernels.ops import AFFINE, PERSPECTIVE
-from .base import Transform, _Step
+from .base import Transform, _Step, in_fingerprint
 from .convert import warp_fill
 
 
@@ -28,6 +28,11 @@ def _interpolation(value: Any) -> float:
         return BILINEAR
     raise TransformError(f"interpolation {value!r} cannot be fused for warps: nearest or bilinear (torchvision's "
                          "tensor warps take only these)")
+
+
+def interpolation_name(code: float) -> str:
+    """The name a warp's interpolation code is given by (what its constructor takes)."""
+    return "nearest" if code == NEAREST else "bilinear"
 
 
 def _fill(fill: Any) -> tuple[float, float, float] | None:
@@ -116,6 +121,18 @@ class _Warp(_Step):
         if center is not None and len(center) != 2:
             raise ValueError("center should be a sequence of length 2")
         self.center = None if center is None else (float(center[0]), float(center[1]))
+
+    def __repr__(self) -> str:
+        """The arguments as the constructor takes them: the interpolation by name (its
+        kernel code is internal), no center where the class takes none."""
+        import inspect
+
+        if in_fingerprint():  # (saved states' form: the kernel's code, a center always)
+            return super().__repr__()
+        takes = inspect.signature(type(self).__init__).parameters
+        shown = {k: v for k, v in vars(self).items() if not k.startswith("_") and (k in takes or k != "center")}
+        shown["interpolation"] = interpolation_name(self.interpolation)
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
 def _degrees(degrees: Any, name: str = "degrees") -> tuple[float, float]:
