@@ -86,7 +86,7 @@ class _Epoch:
         self.loader = loader
         self.pipe = pipe = loader.pipeline
         self.queue: queue.Queue = queue.Queue(maxsize=max(1, loader.prefetch))
-        self.mid: queue.Queue = queue.Queue(maxsize=pipe.depth)  # the rings are this deep
+        self.mid: queue.Queue = queue.Queue(maxsize=pipe.config.depth)  # the rings are this deep
         self.group = ThreadGroup("loader")
         self.stop = self.group.stop_event
         reader = loader.reader
@@ -555,7 +555,7 @@ def _describe(loader: "Loader") -> dict:
             # what runs fused, per view (several views: one list each)
             "transform": ([[type(t).__name__ for t in p.steps] for p in plans] if multi
                           else [type(t).__name__ for t in plans[0].steps]),
-            "views": len(plans), "fast_decode": pipe.fast_decode,
+            "views": len(plans), "fast_decode": pipe.config.fast_decode,
             **({"mix": _mix(reader, loader.current_epoch, loader.skipped)} if reader.sources is not None else {}),
             # what runs after the fused kernel, on the finished batch
             "after": [] if loader.batch_transform is None else [repr(loader.batch_transform)]}

@@ -201,28 +201,12 @@ class Pipeline:
         if not self.views:
             raise ValueError("transform: a Compose, or a non-empty list of them (one per view)")
         self.transform = self.views[0]
-        self.batch_size = config.batch_size
-        self.device = config.device
-        self.decoder_spec = config.decoder
-        self.image_exts = list(config.image_exts)
-        self.label_exts = list(config.label_exts)
-        self.labels = config.labels
-        self.num_classes = config.num_classes
-        self.allow_negative_labels = config.allow_negative_labels
         self.policy = policy
-        self.ring = ring = config.ring
-        self.depth = config.depth
-        self.batch_transform = config.batch_transform  # after the kernel, on the finished batch (see mixing)
-        self.num_threads = config.num_threads
-        self.max_pixels = config.max_pixels
-        self.fast_decode = config.fast_decode
-        self.pin_memory = config.pin_memory
+        ring = config.ring
         self._decoder: Any = None  # made on first use: no CUDA context before workers fork
         self._size: tuple[int, int] | None = None  # the images' one size, for a transform without geometry
         self.outputs: list[list[tuple[torch.Tensor, torch.Tensor]] | None] = [None] * ring  # [slot][view]
         self._own_refs: list[list[int] | None] = [None] * ring  # [slot][view]: the slot's own tensors on its memory
-        self.reuse_held = config.reuse_held
-        self.label_offsets: Mapping[str, int] = config.label_offsets  # per shard: added to its labels
         self.fresh_slots = 0  # slots given new memory because the caller kept their last batch
         self.slot = 0   # the output slot the next batch goes to (kept across epochs)
         self.seq = 0    # batches decoded so far (the rings' turn; kept across epochs)
@@ -237,12 +221,12 @@ class Pipeline:
     @property
     def in_flight(self) -> int:
         """Decoded batches alive at once: one in the kernel, `depth` queued, one being decoded."""
-        return self.depth + 2
+        return self.config.depth + 2
 
     @property
     def owns_decoder(self) -> bool:
         """The decoder is made here (from a name), not handed in."""
-        return isinstance(self.decoder_spec, str)
+        return isinstance(self.config.decoder, str)
 
     @property
     def decoder(self) -> Any:
@@ -254,21 +238,21 @@ class Pipeline:
         if self._decoder is not None:
             return self._decoder.name
         if not self.owns_decoder:
-            return self.decoder_spec.name
-        return choose(self.decoder_spec, self.device)
+            return self.config.decoder.name
+        return choose(self.config.decoder, self.config.device)
 
     def ensure_decoder(self) -> None:
         """The decoder (made on first use: no CUDA context before workers fork) and, on a
         GPU, the streams."""
-        if self._decoder is None and not isinstance(self.decoder_spec, str):
-            self._decoder = self.decoder_spec  # a decoder instance (e.g. DaliDecoder(device="cpu"))
+        if self._decoder is None and not isinstance(self.config.decoder, str):
+            self._decoder = self.config.decoder  # a decoder instance (e.g. DaliDecoder(device="cpu"))
         if self._decoder is None:
-            name = choose(self.decoder_spec, self.device)
+            name = choose(self.config.decoder, self.config.device)
             if name != "cpu":
                 # "auto" passes over a GPU decoder that cannot decode here (it says why) for the next
-                spec = self.decoder_spec if self.decoder_spec == "auto" else name
-                made = make_decoder(spec, device=self.device, num_threads=self.num_threads,
-                                    max_pixels=self.max_pixels, fast=self.fast_decode, buffers=self.in_flight)
+                spec = self.config.decoder if self.config.decoder == "auto" else name
+                made = make_decoder(spec, device=self.config.device, num_threads=self.config.num_threads,
+                                    max_pixels=self.config.max_pixels, fast=self.config.fast_decode, buffers=self.in_flight)
                 if made.name == "cpu":  # none could: the CPU decoder, as configured below
                     made.close()
                     name = "cpu"
@@ -283,16 +267,16 @@ class Pipeline:
                 # Python (probe, draws) between decodes, and the kernel's threads share the
                 # cores; the extra one keeps them busy meanwhile (JPEG training pipeline on 2
                 # cores: +3.7%, faster in 6 of 6 alternated runs; bench/RESULTS.md)
-                self._decoder = CpuDecoder(num_threads=self.num_threads + 1, max_pixels=self.max_pixels,
-                                           fast=self.fast_decode,  # (no DCT scaling: views share a window)
+                self._decoder = CpuDecoder(num_threads=self.config.num_threads + 1, max_pixels=self.config.max_pixels,
+                                           fast=self.config.fast_decode,  # (no DCT scaling: views share a window)
                                            out_size=None if self.multi else self.transform.out_size,
-                                           zero_copy=self.device == "cpu", buffers=self.in_flight)
+                                           zero_copy=self.config.device == "cpu", buffers=self.in_flight)
         buffers = getattr(self._decoder, "buffers", None)
         if buffers is not None and buffers < self.in_flight:  # a decoder handed in: it says how many it keeps
             raise ValueError(f"decoder {getattr(self._decoder, 'name', '?')!r} keeps {buffers} results valid at once; the Loader "
                              f"holds {self.in_flight} (give it buffers={self.in_flight} or more)")
-        if self.gpu is None and self.device.startswith("cuda"):
-            self.gpu = _Streams(self.device, self.ring, self.in_flight)
+        if self.gpu is None and self.config.device.startswith("cuda"):
+            self.gpu = _Streams(self.config.device, self.config.ring, self.in_flight)
 
     def after_fork(self) -> None:
         """In a forked child: the decoder's threads and the CUDA streams stayed in the parent."""
@@ -315,8 +299,8 @@ class Pipeline:
             self._decoder = None
         if self.gpu is not None:  # what the trainer may still read is done before its buffers go
             self.gpu.release_handed(keep=0)
-        self.outputs = [None] * self.ring
-        self._own_refs = [None] * self.ring
+        self.outputs = [None] * self.config.ring
+        self._own_refs = [None] * self.config.ring
         self._last_good = None
         self.gpu = None  # (after wait_idle: no kernel still works in the workspaces)
         self.workspaces = [Workspace() for _ in self.views]
@@ -331,7 +315,7 @@ class Pipeline:
         """Samples with a readable image header (and label, in `extras`), in one native
         call for the batch (see probe_columns); a label that call does not parse, or that
         fails the checks (sign, num_classes), is parse_label's, which says why."""
-        exts, negative, classes = self.label_exts, self.allow_negative_labels, self.num_classes
+        exts, negative, classes = self.config.label_exts, self.config.allow_negative_labels, self.config.num_classes
 
         def label(s: Sample) -> int:
             return parse_label(s.fields, exts, shard=s.shard, key=s.key, allow_negative=negative,
@@ -340,11 +324,11 @@ class Pipeline:
         def fits(v: int) -> bool:
             return (v >= 0 or negative) and (classes is None or v < classes)
 
-        if not self.labels:
-            return probe_columns(chunk, self.image_exts, self.max_pixels, self.policy)
-        probed = probe_columns(chunk, self.image_exts, self.max_pixels, self.policy, label, label_exts=exts,
+        if not self.config.labels:
+            return probe_columns(chunk, self.config.image_exts, self.config.max_pixels, self.policy)
+        probed = probe_columns(chunk, self.config.image_exts, self.config.max_pixels, self.policy, label, label_exts=exts,
                                fits=fits)
-        offsets = self.label_offsets
+        offsets = self.config.label_offsets
         if offsets:  # a mixture's sources with label offsets (gpudecode.Source)
             probed.extras = [v + offsets.get(s.shard, 0) for v, s in zip(probed.extras, probed.samples)]
         return probed
@@ -374,14 +358,14 @@ class Pipeline:
         and the slot gets new memory (a DataLoader's promise: a yielded batch is yours).
         `reuse_held` turns that off (FFCV's and DALI's way: the ring overwrites)."""
         pairs = self.outputs[slot]
-        if pairs is not None and not self.reuse_held and self._held(slot):
+        if pairs is not None and not self.config.reuse_held and self._held(slot):
             pairs = None
             self.fresh_slots += 1
         if pairs is None:
-            pairs = self.outputs[slot] = [tf.new_output(self.batch_size, self.device, pin_memory=self.pin_memory,
+            pairs = self.outputs[slot] = [tf.new_output(self.config.batch_size, self.config.device, pin_memory=self.config.pin_memory,
                                                         size=self._size) for tf in self.views]
             self._own_refs[slot] = [_tensors_on(out) for out, _ in pairs]
-        if n == self.batch_size:  # (a full batch: the slot as it is, without slicing)
+        if n == self.config.batch_size:  # (a full batch: the slot as it is, without slicing)
             return pairs
         return [(out[:n], view[:n]) for out, view in pairs]
 
@@ -478,7 +462,7 @@ class Pipeline:
         slot = self.slot
         ready = self._finish(p, slot, even)
         if ready is not None:
-            self.slot = (slot + 1) % self.ring  # kept across epochs (see the loader's module doc)
+            self.slot = (slot + 1) % self.config.ring  # kept across epochs (see the loader's module doc)
         return ready
 
     def _finish(self, p: _Prepared, slot: int, even: str | None) -> Ready | None:
@@ -518,21 +502,21 @@ class Pipeline:
             largest = max((max(h, w) for h, w in p.sizes), default=1)
             for v, (tf, (_, view)) in enumerate(zip(self.views, outs)):
                 if widest:
-                    fused.reserve_cpu(self.workspaces[v], self.num_threads, widest, tuple(view.shape), largest)
+                    fused.reserve_cpu(self.workspaces[v], self.config.num_threads, widest, tuple(view.shape), largest)
                 part = decoded if not self.multi else self._view_part(decoded, p, v)
                 tf.apply(part, p.params[v], p.sizes, view, rows=None if whole else ok, stream=stream,
-                         num_threads=self.num_threads, workspace=self.workspaces[v])
+                         num_threads=self.config.num_threads, workspace=self.workspaces[v])
             if start is not None:
                 p.timing.gpu["augment"] = (start, _event(stream))
             # (from a numpy array: torch.tensor over a list of ints costs ~0.7 us an element)
             lab = None
-            if self.labels:
+            if self.config.labels:
                 lab = torch.from_numpy(np.array(p.labels if whole else [p.labels[k] for k in ok], np.int64))
-            if lab is not None and self.device != "cpu":
-                lab = lab.pin_memory().to(self.device, non_blocking=True)
+            if lab is not None and self.config.device != "cpu":
+                lab = lab.pin_memory().to(self.config.device, non_blocking=True)
             images: Any = [_handed(out) for out, _ in outs] if self.multi else _handed(outs[0][0])
-            if isinstance(self.batch_transform, BatchTransform):  # ours: on the finished batch, on its stream
-                _, lab = self.batch_transform(outs[0][1], lab, rng=batch_rng(*p.draw))  # type: ignore[arg-type]
+            if isinstance(self.config.batch_transform, BatchTransform):  # ours: on the finished batch, on its stream
+                _, lab = self.config.batch_transform(outs[0][1], lab, rng=batch_rng(*p.draw))  # type: ignore[arg-type]
             # (a user's callable runs on the trainer's thread, seeded: Pipeline.user_step)
             if gpu is not None:
                 ready = torch.cuda.Event()
@@ -560,7 +544,7 @@ class Pipeline:
     def user_step(self, batch: "Batch", draw: tuple) -> "Batch":
         """A user's batch callable (not one of ours) on a batch handed over: on the caller's
         thread, its generators seeded from the batch's draw (mixing.seeded_call)."""
-        step = self.batch_transform
+        step = self.config.batch_transform
         if step is None or isinstance(step, BatchTransform):
             return batch
         images, labels = seeded_call(step, batch.images, batch.labels, draw)
@@ -590,7 +574,7 @@ class Pipeline:
         if not ok or decoded is None:
             return []
         if self._images is None:
-            self._images = HostImages(self.num_threads)
+            self._images = HostImages(self.config.num_threads)
         plans = [plan(int(decoded.boxes[k][2]), int(decoded.boxes[k][3])) for k in ok]
         gpu = self.gpu
         stream = gpu.augment if gpu is not None else None

@@ -63,6 +63,21 @@ def _axis_weights(out_size, vsize, voff, box, flip, antialias, mode, index, wbuf
     return first, count, weights, valid
 
 
+def _axis_taps(geom):
+    """The most filter taps _axis_weights gives any output pixel of these samples along
+    either axis, bounded from above (filter_window: at most 2 * support + 1 source pixels,
+    the support the filter's radius stretched by box / frame when antialiasing a
+    downscale), at least 4: the weights' row the caller holds for them."""
+    taps = 4
+    for i in range(geom.shape[0]):
+        g = geom[i]
+        mode = g[FILTER]
+        radius = 2.0 if mode == 1 else (0.5 if mode >= 2 else 1.0)
+        stretch = max(1.0, g[BH] / max(g[VH], 1), g[BW] / max(g[VW], 1))
+        taps = max(taps, int(2.0 * radius * stretch) + 3)
+    return taps
+
+
 # Index arithmetic below is cast to unsigned (U) or goes through per-row slices: numba
 # checks signed indices for negative wraparound, and that check stops vectorization.
 

@@ -13,7 +13,7 @@ from . import _compile, cpu_passes, cpu_resample
 from ._compile import first_use
 from ._barrier import STAT_WIDTH
 from ._pixel import MAX_BLUR
-from .layout import BH, BW, FILTER, GEOM_NAMES, VH, VW, step_args
+from .layout import BW, GEOM_NAMES, step_args
 
 
 @functools.cache
@@ -100,15 +100,8 @@ def cpu_work_shape(threads: int, wide: int, out_shape: tuple[int, ...], direct: 
 
 def axis_taps(geom: np.ndarray) -> int:
     """The most filter taps any output pixel of these samples reads along one axis, bounded
-    from above (filter_window: a window of 2 * support + 1 source pixels at most, support
-    the filter's radius stretched by box / frame when antialiasing a downscale), at
-    least 4."""
-    if len(geom) == 0:
-        return 4
-    radius = np.where(geom[:, FILTER] == 1, 2.0, np.where(geom[:, FILTER] >= 2, 0.5, 1.0))
-    stretch = np.maximum(1.0, np.maximum(geom[:, BH] / np.maximum(geom[:, VH], 1),
-                                         geom[:, BW] / np.maximum(geom[:, VW], 1)))
-    return max(4, int((2.0 * radius * stretch).max()) + 3)
+    from above, at least 4 (cpu_passes._axis_taps, compiled: a launch's few microseconds)."""
+    return int(_cpu_namespace()["_axis_taps"](geom))
 
 
 def small_shapes(threads: int, taps: int, out_shape: tuple[int, ...]) -> dict[str, tuple[tuple[int, int], Any]]:

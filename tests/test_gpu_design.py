@@ -112,7 +112,7 @@ def test_output_slots_carry_over_an_epoch_boundary(tmp_path, photos):
     url = make_shard(tmp_path / "s.tar", samples)
     tf = T.Compose([T.CenterCrop(32), T.Normalize([0.5] * 3, [0.25] * 3)])
     ld = Loader([url], batch_size=4, transform=tf, device="cpu", shuffle=False, prefetch_factor=2, num_workers=1)
-    assert ld.pipeline.ring == 5
+    assert ld.pipeline.config.ring == 5
     first = list(ld)  # 3 batches: slots 0, 1, 2
     last, kept = first[-1], first[-1].images.clone()
     it = iter(ld)

@@ -334,7 +334,7 @@ def test_deeper_queues_never_overwrite_a_batch_still_queued(shards):
     def run(depth: int, prefetch: int, pause: float) -> list:
         ld = Loader(urls, batch_size=4, transform=train_tf(), device="cpu", seed=3, shuffle=False,
                     prefetch_factor=prefetch, num_workers=2)
-        ld.pipeline.depth = depth
+        ld.pipeline.config = ld.pipeline.config.replace(depth=depth)
         out = []
         for b in ld:
             out.append((list(b.keys), b.images.clone()))
