@@ -457,6 +457,40 @@ def _program(px, px2, aux, ow, oh, order, args, st, lut, wts, hist):
             _op_pass(px, ow, op, a[0], float32(0.0))
 
 
+def _blur_field(src, kx, ky, out, pad, tmp):
+    """A field [h, w] (float32) reflect-padded and blurred by kx along x, then by ky along
+    y, into out: ElasticTransform's F.conv2d pair (transforms.warps), separable and
+    vectorized (pad: a row of w + len(kx) - 1, tmp: [h, w], the caller's)."""
+    h = src.shape[0]
+    w = src.shape[1]
+    k = kx.shape[0]
+    half = k // 2
+    for y in range(h):
+        row = src[y]
+        for i in range(w + 2 * half):
+            pad[i] = row[reflect(i - half, w)]
+        t = tmp[y]
+        w0 = kx[0]
+        for x in range(w):
+            t[x] = w0 * pad[x]
+        for j in range(1, k):
+            wj = kx[j]
+            pj = pad[j:j + w]
+            for x in range(w):
+                t[x] += wj * pj[x]
+    for y in range(h):
+        o = out[y]
+        r0 = tmp[reflect(y - half, h)]
+        w0 = ky[0]
+        for x in range(w):
+            o[x] = w0 * r0[x]
+        for j in range(1, k):
+            wj = ky[j]
+            rj = tmp[reflect(y + j - half, h)]
+            for x in range(w):
+                o[x] += wj * rj[x]
+
+
 def _encode_pass(px, ow, mean, std, normalize, to_uint8):
     """Normalize (or the uint8 scaling) in place over the channel rows."""
     n = px.shape[1]

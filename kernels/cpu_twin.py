@@ -104,6 +104,14 @@ def axis_taps(geom: np.ndarray) -> int:
     return int(_cpu_namespace()["_axis_taps"](geom))
 
 
+def blur_field(src: np.ndarray, kx: np.ndarray, ky: np.ndarray, out: np.ndarray, pad: np.ndarray,
+               tmp: np.ndarray) -> None:
+    """`src` [h, w] float32 reflect-padded and blurred by kx along x, then ky along y (odd
+    lengths, each half under its side), into `out` [h, w]; pad (w + len(kx) - 1) and tmp
+    ([h, w]) the caller's scratch: cpu_passes._blur_field, compiled."""
+    _cpu_namespace()["_blur_field"](src, kx, ky, out, pad, tmp)
+
+
 def small_shapes(threads: int, taps: int, out_shape: tuple[int, ...]) -> dict[str, tuple[tuple[int, int], Any]]:
     """The CPU twin's small scratch, one row per task (cpu_resample._cpu_sample's ints,
     flts and stats): name -> (shape, dtype), for weights of up to `taps` taps."""

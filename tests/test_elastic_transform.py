@@ -172,3 +172,24 @@ def test_after_the_crop_through_the_loader_as_the_compose(tmp_path, photos):
                for a in imgs]
     params = tf.make_params([tuple(d.shape[1:]) for d in decoded], 7, epoch=1, indices=[0, 1, 2])
     assert torch.equal(images, tf([d.contiguous() for d in decoded], params))
+
+
+@pytest.mark.parametrize("size,sigma", [((224, 224), (5.0, 5.0)), ((36, 44), (3.0, 2.0)), ((7, 9), (0.4, 0.7)),
+                                        ((300, 200), (2.0, 7.0))])
+def test_the_fields_blur_is_torchvisions_conv2d_pair(size, sigma):
+    """The field's blur (kernels/cpu_passes._blur_field: separable, vectorized) against
+    torchvision's F.pad(reflect) + F.conv2d by kx then ky on the same noise: within float32
+    rounding."""
+    from gpudecode.kernels.cpu_twin import blur_field
+    from gpudecode.transforms.warps import _blur_kernel
+
+    h, w = size
+    k = int(8 * sigma[0] + 1)
+    k += 1 - k % 2
+    d = torch.rand(1, 1, h, w, generator=torch.Generator().manual_seed(3)) * 2 - 1
+    kx, ky = _blur_kernel(k, sigma[0]), _blur_kernel(k, sigma[1])
+    ref = torch.nn.functional.pad(d, [k // 2] * 4, mode="reflect")
+    ref = torch.nn.functional.conv2d(torch.nn.functional.conv2d(ref, kx.view(1, 1, 1, k)), ky.view(1, 1, k, 1))
+    got = np.empty((h, w), np.float32)
+    blur_field(d[0, 0].numpy(), kx.numpy(), ky.numpy(), got, np.empty(w + k - 1, np.float32), np.empty((h, w), np.float32))
+    np.testing.assert_allclose(got, ref[0, 0].numpy(), rtol=0, atol=2e-7)
