@@ -288,7 +288,7 @@ def sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: float, f
         if mode == "nearest":
             out = torch.where(mask < 0.5, fill_img.expand_as(out), out)
         else:
-            out = out.sub(fill_img).mul_(mask).add_(fill_img)
+            out = out.sub_(fill_img).mul_(mask).add_(fill_img)  # (in place: grid_sample's own output)
     return out[0]
 
 
