@@ -12,9 +12,9 @@ import torch
 from ..errors import TransformError
 from ..kernels.ops import (AFFINE, AUTOCONTRAST, BRIGHTNESS, CONTRAST, EQUALIZE, INVERT, MIX_ADD, MIX_END, MIX_SAVE,
                            POSTERIZE, SATURATION, SHARPNESS, SOLARIZE)
-from .base import Transform, _Step, in_fingerprint
+from .base import Transform, _Step
 from .convert import warp_fill
-from .warps import _fill, _interpolation, interpolation_name, rotation_args, warp_args
+from .warps import _fill, _interpolation, named_repr, rotation_args, warp_args
 
 
 def _linspace(lo: float, hi: float, n: int) -> list[float]:
@@ -48,12 +48,7 @@ class _Policy(_Step):
         self._fill = _fill(fill)
 
     def __repr__(self) -> str:
-        """The arguments as the constructor takes them (the interpolation by name)."""
-        if in_fingerprint():  # (saved states' form: the kernel's code)
-            return super().__repr__()
-        shown = {k: v for k, v in vars(self).items() if not k.startswith("_")}
-        shown["interpolation"] = interpolation_name(self.interpolation)
-        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
+        return named_repr(self)
 
     @property
     def keys(self) -> tuple[str, ...]:  # type: ignore[override]
