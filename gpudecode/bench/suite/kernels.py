@@ -229,7 +229,10 @@ def stages_table(a) -> None:
     for stage in STAGES:
         m, c = per["memory"][stage], per["cached"][stage]
         print(f"{stage:12s} {m:10.0f} {m / sum(per['memory'].values()):6.0%} {c:10.0f} {m / c:13.2f}x")
-    print(f"{'sum':12s} {sum(per['memory'].values()):10.0f} {'':6s} {sum(per['cached'].values()):10.0f}")
+    mem, cached = sum(per["memory"].values()), sum(per["cached"].values())
+    print(f"{'sum':12s} {mem:10.0f} {'':6s} {cached:10.0f}")
+    print(f"memory costs the stages about {mem - cached:.0f} us an image of {mem:.0f} ({(mem - cached) / mem:.0%}); the rest "
+          f"is the cores' work on data in the caches")
     print("one core's memory bandwidth (256 MiB): " + ", ".join(f"{k} {v:.1f} GB/s" for k, v in bandwidth.items()))
     save("kernels_stages", {"machine": machine(), "args": vars(a), "whole_us": whole / n * 1e6,
                             "stages_us": per["memory"], "stages_cached_us": per["cached"], "bandwidth_gbs": bandwidth})
