@@ -33,10 +33,14 @@ __all__ = ["CanvasStep", "RandomZoomOut", "build"]
 
 class CanvasStep(Protocol):
     """What a canvas step declares (RandomZoomOut; RandomRotation with expand=True;
-    ElasticTransform)."""
+    ElasticTransform). `canvas_layout`: the layout `paint` writes, "HWC" ([h, w, 3], as
+    decoders leave images) or "CHW" ([3, h, w], as torch's grid_sample gives them: the
+    kernel reads either through the canvas's strides, and a CHW canvas saves the warps a
+    transposing copy an image)."""
 
     canvas: bool
     canvas_why: str
+    canvas_layout: str
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict: ...
 
@@ -55,6 +59,7 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
     group = "canvas"
     canvas = True
     canvas_why = "it changes the image's size"
+    canvas_layout = "HWC"  # (the image copied as it was decoded)
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
@@ -129,15 +134,17 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
 def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes: Sequence[tuple[int, int]],
           rows: np.ndarray, workspace: Workspace | None = None) -> DecodedBatch:
     """The canvases `step` makes of images `rows` of `decoded` (whole images of `sizes`,
-    drawn for with `params`), packed HWC in one buffer on its device, in `rows`' order:
-    the `workspace`'s "canvas" buffer (kernels.workspace.Workspace; reused batch after
-    batch, grown when a batch's canvases need more), or a new one without it."""
+    drawn for with `params`), packed one after the other in one buffer on its device, each
+    in the step's `canvas_layout` (HWC or CHW, said by the batch's strides), in `rows`'
+    order: the `workspace`'s "canvas" buffer (kernels.workspace.Workspace; reused batch
+    after batch, grown when a batch's canvases need more), or a new one without it."""
     pixels = decoded.pixels
     out_sizes = [step.canvas_size(params[k], sizes[k]) for k in rows.tolist()]
     total = sum(h * w * 3 for h, w in out_sizes)
     buf = (workspace.tensor("canvas", (total,), torch.uint8, pixels.device) if workspace is not None
            else torch.empty(total, dtype=torch.uint8, device=pixels.device))
     offsets = np.zeros(len(rows), np.int64)
+    planar = step.canvas_layout == "CHW"
     at = 0
     for i, k in enumerate(rows.tolist()):
         h, w = sizes[k]
@@ -147,11 +154,15 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
         sy, sx, sc = decoded.strides[k].tolist()
         image = pixels.as_strided((h, w, 3), (sy, sx, sc), int(decoded.offsets[k]))
         ch, cw = out_sizes[i]
-        step.paint(buf[at:at + ch * cw * 3].view(ch, cw, 3), image, params[k])
+        region = buf[at:at + ch * cw * 3]
+        step.paint(region.view(3, ch, cw) if planar else region.view(ch, cw, 3), image, params[k])
         offsets[i] = at
         at += ch * cw * 3
     shapes = np.asarray(out_sizes, np.int64).reshape(-1, 2)
-    strides = np.stack([shapes[:, 1] * 3, np.full(len(rows), 3), np.ones(len(rows), np.int64)], axis=1)
+    if planar:  # (row, column, channel) byte strides of [3, h, w]
+        strides = np.stack([shapes[:, 1], np.ones(len(rows), np.int64), shapes[:, 0] * shapes[:, 1]], axis=1)
+    else:
+        strides = np.stack([shapes[:, 1] * 3, np.full(len(rows), 3), np.ones(len(rows), np.int64)], axis=1)
     boxes = np.zeros((len(rows), 4), np.int64)
     boxes[:, 2:] = shapes
     return DecodedBatch(buf, offsets, shapes, strides.astype(np.int64), boxes, [None] * len(rows))

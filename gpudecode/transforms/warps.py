@@ -193,17 +193,20 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
         """The rotated image's (h, w) with expand=True, as F.rotate gives it."""
         return expanded_rotation(p["rotation"]["angle"], size, self.center)[0]
 
+    canvas_layout = "CHW"  # (grid_sample's: no transposing copy an image)
+
     def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict) -> None:
-        """F.rotate(expand=True) of `image` (uint8 HWC) into `canvas` (uint8 HWC, its size)."""
+        """F.rotate(expand=True) of `image` (uint8 HWC) into `canvas` (uint8 [3, h, w], its
+        size)."""
         angle = p["rotation"]["angle"] % 360
         matrix = rotation_matrix(angle, (int(image.shape[0]), int(image.shape[1])), self.center)
         chw = image.permute(2, 0, 1)
         if matrix is None:  # torchvision's exact paths: a quarter turn, or none
             turns = int(angle) // 90
-            canvas.copy_(torch.rot90(chw, k=turns, dims=(-2, -1)).permute(1, 2, 0) if turns else image)
+            canvas.copy_(torch.rot90(chw, k=turns, dims=(-2, -1)) if turns else chw)
             return
-        size = (int(canvas.shape[0]), int(canvas.shape[1]))  # (canvas_size's: build made it so)
-        canvas.copy_(grid_warp(chw, matrix, size, self.interpolation, self.fill).permute(1, 2, 0))
+        size = (int(canvas.shape[1]), int(canvas.shape[2]))  # (canvas_size's: build made it so)
+        canvas.copy_(grid_warp(chw, matrix, size, self.interpolation, self.fill))
 
 
 def rotation_matrix(angle: float, size: tuple[int, int], center: Sequence[float] | None) -> list[float] | None:
@@ -378,11 +381,14 @@ class ElasticTransform(_Warp, converts="torchvision.ElasticTransform"):
         grid[..., 1].copy_(torch.linspace((-h + 1) / h, (h - 1) / h, h, device=dev).unsqueeze_(-1))
         return grid.add_(self.displacement(p, (h, w), dev))
 
+    canvas_layout = "CHW"  # (grid_sample's: no transposing copy an image)
+
     def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict) -> None:
-        """F.elastic of `image` (uint8 HWC) with this field, into `canvas` (its size)."""
+        """F.elastic of `image` (uint8 HWC) with this field, into `canvas` (uint8 [3, h, w],
+        its size)."""
         h, w = int(image.shape[0]), int(image.shape[1])
         grid = self._grid(p, h, w, image.device)
-        canvas.copy_(grid_sample_filled(image.permute(2, 0, 1), grid, self.interpolation, self.fill).permute(1, 2, 0))
+        canvas.copy_(grid_sample_filled(image.permute(2, 0, 1), grid, self.interpolation, self.fill))
 
     def warp_output(self, images: torch.Tensor, params: Sequence[dict], levels: bool) -> None:
         """After the geometry: F.elastic of each of the kernel's float images [N, 3, h, w]
