@@ -6,7 +6,8 @@ expand=True (transforms.warps): the whole image rotated, on its bounding box;
 ElasticTransform (transforms.warps): the image displaced by a field of its size.
 
 A canvas step declares `canvas` (True), `canvas_why` (why it must come first),
-`canvas_size(params, size)` and `paint(canvas, image, params)`: the canvas made as
+`canvas_size(params, size)`, `canvas_layout` ("HWC" or "CHW") and `paint(canvas,
+image, params)`: the canvas made as
 torchvision makes it (F.pad of a uint8 image; F.rotate's and F.elastic's grid_sample,
 fill and rounding to uint8), with torch's own ops on the
 images' device, then packed as a decoded batch; so the fused output equals torchvision's
