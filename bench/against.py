@@ -6,9 +6,9 @@ native module must be the same: refused if csrc/ or CMakeLists.txt differ), and 
 measurement runs in its own process, REV's and this checkout's alternated:
 
 - --outputs: a hash of every batch a Loader yields (images, labels, keys) for a set of
-  plans (JPEG, PNG and tensor shards, two views, MixUp/CutMix, eval, 2 and 3 ranks, a
-  state loaded mid-epoch), and precache's shards (their sha256): equal, or the plans
-  that differ;
+  plans (JPEG, PNG and tensor shards, two views, MixUp/CutMix, every op of the kernel,
+  eval, the canvas steps and the warp after the kernel, 2 and 3 ranks, a state loaded
+  mid-epoch), and precache's shards (their sha256): equal, or the plans that differ;
 - --speed: Loader img/s (JPEG training with ColorJitter, with a rotation and an affine
   warp, and torchvision's reference recipe; tensor shards at 224 and 256) and precache img/s,
   the best epoch a process, the best of N rounds, and their ratio.
@@ -73,6 +73,15 @@ run("augmix", jpg, transform=T.Compose([T.RandomResizedCrop(64), T.AugMix(), T.T
     T.Normalize(MEAN, STD)]))
 run("eval", jpg, transform=T.Compose([T.Resize(72), T.CenterCrop(64), T.Normalize(MEAN, STD)]), shuffle=False,
     even=None, epochs=(0,))
+# the canvas steps (each image made anew before the geometry) and the warp after the kernel
+run("zoomout", jpg, transform=T.Compose([T.RandomZoomOut((123, 117, 104), (1.0, 2.5), p=0.7), T.RandomResizedCrop(64),
+    T.Normalize(MEAN, STD)]), epochs=(0,))
+run("rotate-expand", jpg, transform=T.Compose([T.RandomRotation(30, "bilinear", expand=True, fill=(9, 99, 199)),
+    T.RandomResizedCrop(64), T.Normalize(MEAN, STD)]), epochs=(0,))
+run("elastic", jpg, transform=T.Compose([T.ElasticTransform(30.0, 3.0), T.RandomResizedCrop(64),
+    T.Normalize(MEAN, STD)]), epochs=(0,))
+run("elastic-after", jpg, transform=T.Compose([T.RandomResizedCrop(64), T.ElasticTransform(30.0, 3.0),
+    T.Normalize(MEAN, STD)]), epochs=(0,))
 for world in (2, 3):
     for r in range(world):
         run(f"ranks{world}/r{r}", jpg, rank=r, world_size=world)
