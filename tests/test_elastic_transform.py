@@ -193,3 +193,21 @@ def test_the_fields_blur_is_torchvisions_conv2d_pair(size, sigma):
     got = np.empty((h, w), np.float32)
     blur_field(d[0, 0].numpy(), kx.numpy(), ky.numpy(), got, np.empty(w + k - 1, np.float32), np.empty((h, w), np.float32))
     np.testing.assert_allclose(got, ref[0, 0].numpy(), rtol=0, atol=2e-7)
+
+
+@pytest.mark.parametrize("interpolation,fill", [("bilinear", 0), ("nearest", (1, 2, 3)), ("bilinear", None)])
+@pytest.mark.parametrize("levels", [True, False])
+def test_the_post_warps_batch_form_equals_image_by_image(interpolation, fill, levels):
+    """ElasticTransform after the crop warps a batch in one grid_sample on CUDA (its fields
+    in one upload); on the CPU image by image: the same values, bit for bit (the batch form
+    run here on the CPU)."""
+    import random
+
+    el = T.ElasticTransform(40.0, 4.0, interpolation=interpolation, fill=fill)
+    params = [el.draw(random.Random(k), (48, 40)) for k in range(5)]
+    host = torch.rand(5, 3, 48, 40, generator=torch.Generator().manual_seed(2))
+    a, b = host.clone(), host.clone()
+    el.warp_output(a, params, levels, batched=False)
+    el.warp_output(b, params, levels, batched=True)
+    assert torch.equal(a, b) and not torch.equal(a, host)
+    el.warp_output(host[:0], [], levels, batched=True)  # (an empty batch: nothing to do)

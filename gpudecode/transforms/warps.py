@@ -282,23 +282,31 @@ def sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: float, f
                   scale: float = 1.0) -> torch.Tensor:
     """grid_sample_filled of a float image [3, h, w], unrounded: float32 [3, oh, ow]; the
     fill's levels times `scale` (1/255 for an image on the [0, 1] scale)."""
-    h, w = chw.shape[-2:]
+    return sample_filled_batch(chw.unsqueeze(0), grid, interpolation, fill, scale)[0]
+
+
+def sample_filled_batch(images: torch.Tensor, grid: torch.Tensor, interpolation: float, fill: Any,
+                        scale: float = 1.0) -> torch.Tensor:
+    """sample_filled of float images [N, 3, h, w] at grids [N, oh, ow, 2] in one
+    grid_sample (each image's values as alone: grid_sample and the fill's blend work pixel
+    by pixel): float32 [N, 3, oh, ow]."""
+    n, _, h, w = images.shape
     oh, ow = grid.shape[1:3]
-    dev = chw.device
-    img = chw.unsqueeze(0)
+    dev = images.device
+    img = images
     levels = None if fill is None else [float(v) * scale for v in (fill if isinstance(fill, Sequence) else [fill] * 3)]
     if levels is not None:
-        img = torch.cat((img, torch.ones((1, 1, h, w), dtype=torch.float32, device=dev)), dim=1)
+        img = torch.cat((img, torch.ones((n, 1, h, w), dtype=torch.float32, device=dev)), dim=1)
     mode = "nearest" if interpolation == NEAREST else "bilinear"
     out = torch.nn.functional.grid_sample(img, grid, mode=mode, padding_mode="zeros", align_corners=False)
     if levels is not None:
-        out, mask = out[:, :3], out[:, 3:].expand(1, 3, oh, ow)
+        out, mask = out[:, :3], out[:, 3:].expand(n, 3, oh, ow)
         fill_img = on_device(torch.tensor(levels * (3 // len(levels)), dtype=torch.float32), dev).view(1, 3, 1, 1)
         if mode == "nearest":
             out = torch.where(mask < 0.5, fill_img.expand_as(out), out)
         else:
             out = out.sub_(fill_img).mul_(mask).add_(fill_img)  # (in place: grid_sample's own output)
-    return out[0]
+    return out
 
 
 def _pair(value: Any, name: str) -> tuple[float, float]:
@@ -376,10 +384,15 @@ class ElasticTransform(_Warp, converts="torchvision.ElasticTransform"):
 
     def _grid(self, p: dict, h: int, w: int, dev: Any) -> torch.Tensor:
         """F.elastic's sampling grid of these params at (h, w): the identity grid plus the field."""
+        return self._identity_grid(h, w, dev).add_(self.displacement(p, (h, w), dev))
+
+    @staticmethod
+    def _identity_grid(h: int, w: int, dev: Any) -> torch.Tensor:
+        """F.elastic's identity grid [1, h, w, 2] (pixel centres in grid_sample's [-1, 1])."""
         grid = torch.empty(1, h, w, 2, dtype=torch.float32, device=dev)
         grid[..., 0].copy_(torch.linspace((-w + 1) / w, (w - 1) / w, w, device=dev))
         grid[..., 1].copy_(torch.linspace((-h + 1) / h, (h - 1) / h, h, device=dev).unsqueeze_(-1))
-        return grid.add_(self.displacement(p, (h, w), dev))
+        return grid
 
     canvas_layout = "CHW"  # (grid_sample's: no transposing copy an image)
 
@@ -390,20 +403,30 @@ class ElasticTransform(_Warp, converts="torchvision.ElasticTransform"):
         grid = self._grid(p, h, w, image.device)
         canvas.copy_(grid_sample_filled(image.permute(2, 0, 1), grid, self.interpolation, self.fill))
 
-    def warp_output(self, images: torch.Tensor, params: Sequence[dict], levels: bool) -> None:
+    def warp_output(self, images: torch.Tensor, params: Sequence[dict], levels: bool, *,
+                    batched: bool | None = None) -> None:
         """After the geometry: F.elastic of each of the kernel's float images [N, 3, h, w]
         (the [0, 1] scale, before Normalize), in place, the field drawn at the output's size
         (as torchvision draws it for the image it is given). `levels`: the image is uint8
         at this step in the Compose (no float conversion before it), so it is taken in
         uint8 levels and the warp's result rounded to them, as torchvision's elastic of a
-        uint8 image gives it."""
+        uint8 image gives it. On a CUDA tensor (or with batched=True) the batch's fields go
+        up in one copy and are sampled in one grid_sample (a fixed number of launches); on
+        the CPU image by image (each image's work stays in the caches); the same values."""
         h, w = int(images.shape[2]), int(images.shape[3])
+        if not params:
+            return
         if levels:
             images.mul_(255.0).round_()
-        for k, p in enumerate(params):
-            grid = self._grid(p, h, w, images.device)
-            images[k].copy_(sample_filled(images[k], grid, self.interpolation, self.fill,
-                                          1.0 if levels else 1.0 / 255.0))
+        scale = 1.0 if levels else 1.0 / 255.0
+        if batched if batched is not None else images.device.type == "cuda":
+            fields = on_device(torch.cat([self.displacement(p, (h, w)) for p in params]), images.device)
+            grid = self._identity_grid(h, w, images.device).add(fields)  # (identity + field, as _grid adds them)
+            images.copy_(sample_filled_batch(images, grid, self.interpolation, self.fill, scale))
+        else:
+            for k, p in enumerate(params):
+                grid = self._grid(p, h, w, images.device)
+                images[k].copy_(sample_filled(images[k], grid, self.interpolation, self.fill, scale))
         if levels:
             images.round_().mul_(1.0 / 255.0)
 
