@@ -499,7 +499,7 @@ class Pipeline:
             # wider) and its filter weights for its largest side: a run of images of one size
             # never makes them again, whatever the crops
             widest = max((w for _, w in p.sizes), default=1) if stream is None else 0
-            largest = max((max(h, w) for h, w in p.sizes), default=1)
+            largest = max((max(h, w) for h, w in p.sizes), default=1) if widest else 0
             for v, (tf, (_, view)) in enumerate(zip(self.views, outs)):
                 if widest:
                     fused.reserve_cpu(self.workspaces[v], self.config.num_threads, widest, tuple(view.shape), largest)
