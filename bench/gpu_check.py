@@ -11,8 +11,9 @@ and whether a second process loads them from the disk cache). Then the part aske
 
 - kernels:  tests/test_gpu.py, test_kernels.py, test_transforms.py (the CUDA kernels
             against the CPU twin and torchvision, the GPU decoders, the Loader on CUDA);
-- pipeline: tests/test_gpu_design.py, test_decode.py, test_loader.py (each GPU decoder
-            beside the CPU one, the stream and ring design, the Loader end to end);
+- pipeline: tests/test_gpu_design.py, test_decode.py, test_split.py, test_loader.py (each
+            GPU decoder beside the CPU one, the split decoder's engines, the stream and
+            ring design, the Loader end to end);
 - bench:    gpudecode.bench.suite.gpu (bench/gpu.py): img/s per decoder and batch size
             against the CPU path and the classic DataLoader, and the recipes;
 - cpu:      gpudecode.bench.suite.kernels (bench/kernels.py, --ops, --stages): the host CPU's
@@ -54,7 +55,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = {
     "kernels": ["test_gpu.py", "test_kernels.py", "test_transforms.py"],
-    "pipeline": ["test_gpu_design.py", "test_decode.py", "test_loader.py"],
+    "pipeline": ["test_gpu_design.py", "test_decode.py", "test_split.py", "test_loader.py"],
 }
 ORDER = ("kernels", "pipeline", "bench", "cpu")
 HIDDEN = "nvidia.dali,torchcodec"

@@ -58,8 +58,8 @@ from ._manifest import _read_json
 from ._probe import DEFAULT_MAX_PIXELS
 from .cursor import Cursor, Start
 from ._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
-from .decode import NAMES, available, check_device, choose, make_decoder
-from .errors import BackendUnavailableError, ConcurrentIterationError, ErrorPolicy, OnError, Skipped, TransformError
+from .decode import check_device, check_spec
+from .errors import ConcurrentIterationError, ErrorPolicy, OnError, Skipped, TransformError
 from .io import shards as _shards
 from .io.files import DEFAULT_IMAGE_EXTS, file_cap
 from .io.reader import Sample, ShardReader, split_exts
@@ -516,12 +516,7 @@ def _pipeline_config(transform: Any, batch_transform: Any, *, batch_size: int, d
     if isinstance(transform, list) and batch_transform is not None:
         raise TransformError("batch_transform with several views is not supported (MixUp and CutMix mix one "
                              "view's batch): use one transform, or mix each view's batch in your loop")
-    if isinstance(decoder, str):
-        if decoder == "nvjpeg" or choose(decoder, device) not in NAMES:
-            make_decoder(decoder, device=device, num_threads=1, max_pixels=0)  # raises with the reason
-        ok, why = available(choose(decoder, device))
-        if not ok:
-            raise BackendUnavailableError(f"decoder {decoder!r} cannot be used here: {why}")
+    check_spec(decoder, device)  # (a name, names or shares: refused now, with the reason; nothing made yet)
     if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
                                     or num_classes < 1):
         raise ValueError(f"num_classes must be a positive int, not {num_classes!r}")
@@ -548,6 +543,8 @@ def _describe(loader: "Loader") -> dict:
     return {"device": loader.device, "decoder": pipe.decoder_name(),
             # what actually decodes (the library, GPU, hardware or CPU), once the decoder is made
             "decoder_backend": getattr(pipe.decoder, "backend", None) if pipe.decoder is not None else None,
+            # a split decoder's engines: each one's images, share, rate and idle time so far
+            **({"decoder_engines": pipe.decoder.engine_stats()} if hasattr(pipe.decoder, "engine_stats") else {}),
             "num_threads": loader.num_threads, "prefetch": loader.prefetch,
             "batch_size": loader.batch_size, **_what_is_read(reader), "split": reader.mode(),
             "out_size": [p.out_size for p in plans] if multi else plans[0].out_size,
@@ -583,8 +580,12 @@ class Loader:
             labels), run on the trainer's thread with Python's, numpy's and torch's
             generators seeded from the batch's draw (and restored after).
         device: "auto" (CUDA if available, else CPU), "cpu", "cuda", "cuda:N" or a torch.device.
-        decoder: "auto" | "cpu" | "nvimgcodec" | "dali" | "torchcodec", or a decoder instance
-            (see gpudecode.decode); `describe()` says which one runs.
+        decoder: "auto" (on a GPU every engine at once: the hardware JPEG engine, nvJPEG on
+            CUDA and the CPU's threads, each batch split by their measured rates; on the
+            CPU the CPU decoder) | "cpu" | "nvimgcodec" | "dali" | "torchcodec"; a tuple of
+            engine names for a split of those (e.g. ("nvimgcodec-hw", "cpu")); {engine name:
+            share} to pin the split's shares; or a decoder instance (see gpudecode.decode).
+            `describe()` says what decodes, and each engine's share, rate and idle time.
         shuffle: shard order and a sample shuffle buffer per epoch (on by default).
         seed: fixes every random choice with (epoch, sample position), whatever the thread
             count. None: `torch.initial_seed()`, rank 0's broadcast when torch.distributed

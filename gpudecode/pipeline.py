@@ -125,8 +125,9 @@ class PipelineConfig:
             image (each finished batch then holds one output per view).
         batch_size: images per batch (the output slots' size).
         device: "cpu" or "cuda[:N]" (as check_device gives it).
-        decoder: a decoder name ("auto", "cpu", ...) or a decoder instance (which
-            Pipeline.close() leaves open: it is the caller's).
+        decoder: a decoder name ("auto", "cpu", ...), engine names for a split decoder
+            (a tuple, or {name: share} to pin the shares: decode.make_decoder), or a
+            decoder instance (which Pipeline.close() leaves open: it is the caller's).
         image_exts, label_exts, labels: the fields read, and whether there are labels.
         num_classes, allow_negative_labels: the label checks (see labels.parse_label).
         label_offsets: added to the labels of these shards (a mixture's sources with a
@@ -174,6 +175,10 @@ class PipelineConfig:
         # frozen all the way down: what a Loader saw at construction is what every pipeline reads
         if isinstance(self.transform, list):
             object.__setattr__(self, "transform", tuple(self.transform))
+        if isinstance(self.decoder, list):
+            object.__setattr__(self, "decoder", tuple(self.decoder))
+        elif isinstance(self.decoder, dict):
+            object.__setattr__(self, "decoder", dict(self.decoder))  # (a copy: the caller's may change)
         object.__setattr__(self, "image_exts", tuple(self.image_exts))
         object.__setattr__(self, "label_exts", tuple(self.label_exts))
         object.__setattr__(self, "label_offsets", MappingProxyType(dict(self.label_offsets)))
@@ -225,8 +230,8 @@ class Pipeline:
 
     @property
     def owns_decoder(self) -> bool:
-        """The decoder is made here (from a name), not handed in."""
-        return isinstance(self.config.decoder, str)
+        """The decoder is made here (from a name, names or shares), not handed in."""
+        return isinstance(self.config.decoder, (str, tuple, dict))
 
     @property
     def decoder(self) -> Any:
@@ -242,35 +247,17 @@ class Pipeline:
         return choose(self.config.decoder, self.config.device)
 
     def ensure_decoder(self) -> None:
-        """The decoder (made on first use: no CUDA context before workers fork) and, on a
-        GPU, the streams."""
-        if self._decoder is None and not isinstance(self.config.decoder, str):
-            self._decoder = self.config.decoder  # a decoder instance (e.g. DaliDecoder(device="cpu"))
+        """The decoder (made on first use, by decode.make_decoder: no CUDA context before
+        workers fork) and, on a GPU, the streams."""
         if self._decoder is None:
-            name = choose(self.config.decoder, self.config.device)
-            if name != "cpu":
-                # "auto" passes over a GPU decoder that cannot decode here (it says why) for the next
-                spec = self.config.decoder if self.config.decoder == "auto" else name
-                made = make_decoder(spec, device=self.config.device, num_threads=self.config.num_threads,
-                                    max_pixels=self.config.max_pixels, fast=self.config.fast_decode, buffers=self.in_flight)
-                if made.name == "cpu":  # none could: the CPU decoder, as configured below
-                    made.close()
-                    name = "cpu"
-                else:
-                    self._decoder = made
-            if name == "cpu":
-                from .decode.cpu import CpuDecoder
-
-                # on the CPU the kernel reads tensor samples in place; for a GPU they are
-                # packed with the decoded images and uploaded as one block. One native thread
-                # more than num_threads: the decode stage's own thread runs each batch's
-                # Python (probe, draws) between decodes, and the kernel's threads share the
-                # cores; the extra one keeps them busy meanwhile (JPEG training pipeline on 2
-                # cores: +3.7%, faster in 6 of 6 alternated runs; bench/RESULTS.md)
-                self._decoder = CpuDecoder(num_threads=self.config.num_threads + 1, max_pixels=self.config.max_pixels,
-                                           fast=self.config.fast_decode,  # (no DCT scaling: views share a window)
-                                           out_size=None if self.multi else self.transform.out_size,
-                                           zero_copy=self.config.device == "cpu", buffers=self.in_flight)
+            if self.owns_decoder:
+                c = self.config
+                self._decoder = make_decoder(c.decoder, device=c.device, num_threads=c.num_threads,
+                                             max_pixels=c.max_pixels, fast=c.fast_decode, buffers=self.in_flight,
+                                             # (no DCT scaling with several views: they share a window)
+                                             out_size=None if self.multi else self.transform.out_size)
+            else:
+                self._decoder = self.config.decoder  # a decoder instance (e.g. DaliDecoder(device="cpu"))
         buffers = getattr(self._decoder, "buffers", None)
         if buffers is not None and buffers < self.in_flight:  # a decoder handed in: it says how many it keeps
             raise ValueError(f"decoder {getattr(self._decoder, 'name', '?')!r} keeps {buffers} results valid at once; the Loader "
@@ -428,6 +415,8 @@ class Pipeline:
             with torch.cuda.stream(gpu.decode) if gpu is not None else contextlib.nullcontext():
                 ev = [_event(gpu.decode)] if gpu is not None else []
                 decoded = self._decoder.decode(requests)  # type: ignore[union-attr]
+                if decoded.engines:
+                    timing.engines = decoded.engines
                 if gpu is not None:
                     ev.append(_event(gpu.decode))
                     if decoded.pixels.device.type != "cuda":  # host pixels (the CPU decoder): upload

@@ -387,7 +387,7 @@ def precache(sources: str | Sequence[str], out: str | os.PathLike, *, size: int 
     dev = check_device(device)
     threads = max(1, num_threads or os.cpu_count() or 1)
     urls = _units(sources)
-    name = decoder.name if not isinstance(decoder, str) else choose(decoder, dev)
+    name = choose(decoder, dev) if isinstance(decoder, (str, tuple, list, dict)) else decoder.name
     # local sources by absolute path: the same run whatever the working directory (a resume, a Ray worker)
     sources = [os.path.abspath(_shards.local_path(u)) if _shards.is_local(u) and not u.startswith(files.PREFIX)
                else u for u in urls]

@@ -66,6 +66,7 @@ class ProfileReport:
     stage_capacity: dict[str, float] = field(default_factory=dict)  # img/s each gpudecode stage sustains
     weakest: str | None = None
     source_capacity: dict[str, float] = field(default_factory=dict)  # a mixture's: img/s each source reads
+    decoder_engines: dict[str, dict] = field(default_factory=dict)  # a split decoder's: each engine's share, rate, idle
     stage_median_s: dict[str, float] = field(default_factory=dict)
     advice: list[str] = field(default_factory=list)
     epochs: int = 1                 # epochs the measured batches came from (batches= loops them)
@@ -105,6 +106,10 @@ class ProfileReport:
             caps = ", ".join(f"{k} {v:.0f}" for k, v in self.source_capacity.items())
             slow = min(self.source_capacity, key=lambda k: self.source_capacity[k])
             lines.append(f"read rate by source (one reader thread), img/s: {caps}; slowest: {slow}")
+        if self.decoder_engines:
+            lines.append("decoder engines: " + "; ".join(
+                f"{k} {v['share']:.0%} of the images at {v['images_per_s']:.0f} img/s, idle {v['idle_fraction']:.0%}"
+                for k, v in self.decoder_engines.items()))
         lines += [f"-> {a}" for a in self.advice]
         return "\n".join(lines)
 
@@ -275,6 +280,7 @@ def _stages(iterable: Any, report: ProfileReport) -> None:
     # delivered rate is a mean too, so a stage never shows less than passed through it)
     report.stage_capacity = dict(s.get("stage_capacity_img_s") or {})
     report.source_capacity = dict(s.get("source_read_img_s") or {})
+    report.decoder_engines = dict(s.get("decoder_engines") or {})
     if report.stage_capacity:
         report.weakest = min(report.stage_capacity, key=lambda k: report.stage_capacity[k])
 

@@ -27,6 +27,8 @@ class BatchTiming:
     encoded_bytes: int = 0  # compressed image bytes handed to the decoder
     h2d_bytes: int = 0      # decoded pixels uploaded to the device (the CPU decoder on CUDA)
     gpu: dict = field(default_factory=dict)  # stage -> (start event, end event), or seconds once done
+    # a split decoder's engines: name -> (images, seconds busy on the host, the decode's span)
+    engines: dict = field(default_factory=dict)
 
     def resolve(self) -> bool:
         """Turns completed event pairs into seconds (never waits): True when all are."""
@@ -52,6 +54,26 @@ class BatchTiming:
         """The producer's time for this batch: its two stages (read + probe + decode +
         upload, and augment) run on separate threads, overlapped, so the slower one bounds it."""
         return max(self.read + self.probe + self.stage("decode") + self.stage("h2d"), self.stage("augment"))
+
+
+def engine_summary(batches: list[BatchTiming]) -> dict[str, dict]:
+    """A split decoder's engines over `batches`: each one's share of the images, its rate
+    while busy (img/s, host time) and the fraction of the decode it idled."""
+    total: dict[str, list[float]] = {}  # name -> [images, busy seconds, span seconds]
+    spans = 0.0
+    for b in batches:
+        if not b.engines:
+            continue
+        span_s = max(v[2] for v in b.engines.values())
+        spans += span_s
+        for name, (images, busy, _) in b.engines.items():
+            t = total.setdefault(name, [0, 0.0, 0.0])
+            t[0] += images
+            t[1] += busy
+    images = sum(t[0] for t in total.values())
+    return {name: {"share": n / images if images else 0.0, "images_per_s": n / busy if busy > 0 else 0.0,
+                   "idle_fraction": max(0.0, 1 - busy / spans) if spans > 0 else 0.0}
+            for name, (n, busy, _) in total.items()}
 
 
 @dataclass
@@ -106,6 +128,9 @@ class LoaderStats:
             out["sources"] = dict(self.sources)
         if self.source_read:  # each source's read rate on one reader thread: the slow one stands out
             out["source_read_img_s"] = {k: n / t if t > 0 else float("inf") for k, (t, n) in self.source_read.items()}
+        engines = engine_summary(self.batches)
+        if engines:
+            out["decoder_engines"] = engines
         gpu = [b for b in timed if b.gpu]
         if gpu:  # what the GPU work itself took, as CUDA events saw it on the loader's stream
             out["gpu_median_s"] = {s: statistics.median(float(b.gpu.get(s, 0.0)) for b in gpu)
@@ -120,6 +145,8 @@ class LoaderStats:
         parts = ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in m.items())
         stalls = (f"{plural(len(s['stalls']), 'stall')} (> {s['stall_threshold_s'] * 1e3:.0f} ms wait)" if s["stalls"]
                   else "no stalls")
+        engines = "".join(f"; decoder engine {k}: {v['share']:.0%} of the images, {v['images_per_s']:.0f} img/s "
+                          f"busy, idle {v['idle_fraction']:.0%}" for k, v in s.get("decoder_engines", {}).items())
         return (f"{plural(s['batches'], 'batch')}, {plural(s['images'], 'image')}; median per batch: {parts}; slowest stage: "
                 f"{s['slowest_stage']}; delivered {s['images_per_s']:.0f} img/s (producer alone up to "
-                f"{s['producer_images_per_s']:.0f}); {stalls}")
+                f"{s['producer_images_per_s']:.0f}); {stalls}{engines}")

@@ -206,6 +206,56 @@ def test_loader_on_cuda_matches_the_cpu_loader(shards, decoder):
             assert (b - a).abs().mean() < 0.02, float((b - a).abs().mean())
 
 
+@pytest.mark.parametrize("decoder", ["auto", "cpu-engine-alone"])
+def test_the_split_decoder_on_cuda_matches_the_cpu_loader(shards, decoder):
+    """Every engine at once (decoder "auto" on CUDA), and the CPU engine alone through the
+    split's own upload (one copy from its pinned ring): the CPU Loader's batches, within a
+    GPU decoder's rounding where a GPU engine decoded, bit for bit where none did."""
+    spec = {"cpu": 1.0} if decoder == "cpu-engine-alone" else decoder
+    kw = dict(batch_size=8, transform=train_tf(), seed=1, shuffle=True)
+    cpu = [(b.keys, b.images.clone()) for b in Loader(shards, device="cpu", **kw)]
+    with Loader(shards, device="cuda", decoder=spec, **kw) as ld:
+        gpu = [(b.keys, b.images.cpu()) for b in ld]
+        described = ld.describe()
+    assert [c[0] for c in cpu] == [g[0] for g in gpu]
+    gpu_engines = [k for k, v in described.get("decoder_engines", {}).items() if k != "cpu" and v["images"]]
+    atol = 0.1 if gpu_engines else 1e-4
+    for (_, a), (_, b) in zip(cpu, gpu):
+        torch.testing.assert_close(b, a, atol=atol, rtol=0)
+        assert (b - a).abs().mean() < 0.02, float((b - a).abs().mean())
+    if decoder == "auto" and described["decoder"] == "split":
+        assert sum(v["images"] for v in described["decoder_engines"].values()) == 48
+
+
+def test_the_split_decoder_on_cuda_gives_each_image_its_engines_own_decode(photos):
+    from gpudecode.decode.split import SplitDecoder
+
+    dec = make_decoder("auto", device="cuda", num_threads=2, max_pixels=0)
+    if not isinstance(dec, SplitDecoder):
+        pytest.skip(f"one decoding engine here ({dec.backend}): nothing to split")
+    names = list(photos)
+    reqs = []
+    for k in range(24):
+        img = photos[names[k % len(names)]]
+        h, w = img.shape[:2]
+        fmt = "png" if k % 6 == 5 else "jpeg"
+        data = encode(img, "PNG") if fmt == "png" else encode(img, "JPEG", quality=90)
+        box = (k % 9, k % 13, h // 2 + k, w // 2 + k)
+        reqs.append(Request(data, fmt, h, w, box, "s", str(k)))
+    got = dec.decode(reqs).settle()
+    torch.cuda.synchronize()
+    assert got.pixels.device.type == "cuda" and got.errors.count(None) == len(reqs)
+    images = [decoded_image(got, k) for k in range(len(reqs))]  # (copied before the engines decode again)
+    assignment = dec.last_assignment.copy()
+    assert len(set(assignment.tolist())) > 1, dec.backend
+    for k, r in enumerate(reqs):
+        engine = dec.engines[int(assignment[k])]
+        alone = engine.decoder.decode([r]).settle()
+        torch.cuda.synchronize()
+        assert np.array_equal(images[k], decoded_image(alone, 0)), (k, engine.name)
+    dec.close()
+
+
 def test_batches_survive_a_slow_consumer(shards):
     """The trainer holds batch k while the loader makes k+1, k+2 (output ring, events on the
     trainer's stream guard reuse): batch k must not change under it."""

@@ -147,6 +147,8 @@ class DecodedBatch:
     errors: list[str | None]
     owner: Any = None
     pending: Any = None  # checks the decoder left running (a _span.Untouched), or None: see settle()
+    # a split decoder's engines on this batch: name -> (images, seconds busy on the host, the batch's span)
+    engines: dict[str, tuple[int, float, float]] | None = None
 
     def settle(self) -> "DecodedBatch":
         """Completes the decoder's deferred checks (on a GPU they run on the stream and are
@@ -183,7 +185,11 @@ class Decoder(Protocol):
 
     name: str
     device: str
-    backend: str  # what actually decodes, in words (the library and version, GPU, hardware or CPU)
+
+    @property
+    def backend(self) -> str:
+        """What actually decodes, in words (the library and version, GPU, hardware or CPU)."""
+        ...
 
     @property
     def buffers(self) -> int | None: ...

@@ -89,22 +89,29 @@ class CpuDecoder:
     view spanning the ring buffer and the samples' own bytes (a memory-mapped shard's,
     see ShardReader's map_extensions), and the kernel reads each crop window in place.
     zero_copy=False copies the windows into the ring buffer (for a caller that uploads
-    the pixels as one block)."""
+    the pixels as one block); `pinned` makes the ring's buffers page-locked, so that block
+    goes to a GPU in one copy that does not block the host (the split decoder's CPU
+    engine: gpudecode.decode.split)."""
 
     name = "cpu"
     device = "cpu"
 
     def __init__(self, *, num_threads: int = 2, max_pixels: int = 0, fast: bool = False,
-                 out_size: tuple[int, int] | None = None, buffers: int = 3, zero_copy: bool = True) -> None:
+                 out_size: tuple[int, int] | None = None, buffers: int = 3, zero_copy: bool = True,
+                 pinned: bool = False) -> None:
         if buffers < 1:
             raise ValueError("buffers must be >= 1")
+        if pinned and zero_copy:
+            raise ValueError("pinned=True is for a decoder whose pixels are uploaded: give zero_copy=False too")
         self.zero_copy = zero_copy
+        self.pinned = pinned
         self.num_threads = max(1, num_threads)
         self.max_pixels = max_pixels
         self.fast = fast
         self.out_size = out_size
         self.buffers = buffers
         self._buffers = [np.empty(0, np.uint8) for _ in range(buffers)]
+        self._tensors: list[torch.Tensor | None] = [None] * buffers  # pinned: each buffer's own tensor
         self._turn = 0
         self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="gpudecode-decoder-pool")
         self._stop = np.zeros(1, np.uint8)  # read by the native threads between rows
@@ -188,8 +195,7 @@ class CpuDecoder:
             return self._in_place(rq, tensor, buf, total, offsets, shapes, boxes, errors)
         self._copy_tensors(rq, tensor, offsets, buf, errors)
         boxes[:, 2:] = shapes  # every image here is decoded to its window exactly
-        return DecodedBatch(torch.from_numpy(buf[:max(int(total), 1)]), offsets, shapes, hwc_strides(shapes), boxes,
-                            errors)
+        return DecodedBatch(self._pixels(buf, total), offsets, shapes, hwc_strides(shapes), boxes, errors)
 
     def _decode_on_host(self, requests: Sequence[Request], ks: list[int],
                         errors: list[str | None]) -> dict[int, np.ndarray]:
@@ -218,8 +224,20 @@ class CpuDecoder:
         """The next buffer of the ring (see buffers=), grown to `total` bytes if need be."""
         self._turn = (self._turn + 1) % len(self._buffers)
         if self._buffers[self._turn].size < total:
-            self._buffers[self._turn] = np.empty(int(total * 1.25) + 1, np.uint8)
+            size = int(total * 1.25) + 1
+            if self.pinned:  # (torch's tensor kept: torch knows its memory is page-locked)
+                t = self._tensors[self._turn] = torch.empty(size, dtype=torch.uint8, pin_memory=True)
+                self._buffers[self._turn] = t.numpy()
+            else:
+                self._buffers[self._turn] = np.empty(size, np.uint8)
         return self._buffers[self._turn]
+
+    def _pixels(self, buf: np.ndarray, total: int) -> torch.Tensor:
+        """The first `total` bytes (at least one) of ring buffer `buf` as a tensor: a slice of
+        its pinned tensor when the ring is pinned (so a copy to a GPU need not wait)."""
+        n = max(int(total), 1)
+        t = self._tensors[self._turn]
+        return t[:n] if self.pinned and t is not None else torch.from_numpy(buf[:n])
 
     def _decode_native(self, rq: Requests, ks: list[int], boxes: np.ndarray, scales: np.ndarray,
                        offsets: np.ndarray, buf: np.ndarray, errors: list[str | None]) -> None:

@@ -26,7 +26,9 @@ was not written: its error says so (DecodedBatch.settle), never its stale pixels
 
 hw_load: the share of each batch given to the hardware JPEG decoder where the GPU has
 one (A100, H100, ...; default 0.65 as DALI's default suggests, unmeasured here); the rest
-goes to the CUDA nvJPEG decoder.
+goes to the CUDA nvJPEG decoder. `backends=("hw",)` or `("cuda",)` makes a decoder of one
+GPU backend alone: the split decoder (decode/split.py) makes one of each that works here,
+each an engine whose share it measures, in place of nvImageCodec's fixed hint.
 """
 from __future__ import annotations
 
@@ -90,9 +92,14 @@ class NvImageCodecDecoder:
     name = "nvimgcodec"
 
     def __init__(self, *, device: str = "cuda", num_threads: int = 0, max_pixels: int = 0,
-                 hw_load: float = 0.65, buffers: int = 3) -> None:
+                 hw_load: float = 0.65, buffers: int = 3, backends: Sequence[str] = ("hw", "cuda")) -> None:
         if not 0.0 <= hw_load <= 1.0:
             raise ValueError(f"hw_load must be in [0, 1], not {hw_load}")
+        backends = tuple(backends)
+        if not backends or any(b not in ("hw", "cuda") for b in backends):
+            raise ValueError(f"backends must name 'hw' and/or 'cuda', not {backends!r}")
+        if backends == ("hw",):
+            hw_load = 1.0
         if buffers < 1:
             raise ValueError("buffers must be >= 1")
         self.buffers = buffers
@@ -118,24 +125,34 @@ class NvImageCodecDecoder:
             return
         index = self._dev.index if self._dev.index is not None else torch.cuda.current_device()
         self._dev = torch.device("cuda", index)
-        self.working = self._probe_backends(index)
-        if not (self.working["hw"] or self.working["cuda"]):
+        self.working = _working(index, lambda: self._probe_backends(index))
+        if not any(self.working[b] for b in backends):
+            if backends != ("hw", "cuda"):
+                raise BackendUnavailableError(
+                    f"decoder 'nvimgcodec' on cuda:{index}: its {' and '.join(backends)} backend does not decode a "
+                    f"JPEG here (working: {self.working})")
             raise BackendUnavailableError(
                 f"decoder 'nvimgcodec' on cuda:{index}: none of nvImageCodec {self.version}'s GPU backends decodes "
                 "a JPEG (its nvJPEG extension loads libnvjpeg.so.13: pip install nvidia-nvjpeg-cu13), so every image "
                 "would be decoded by its CPU codecs; use decoder='cpu' (the fast CPU path) or install libnvjpeg")
-        backends = [n.Backend(n.BackendKind.GPU_ONLY, load_hint=1.0), n.Backend(n.BackendKind.HYBRID_CPU_GPU),
-                    n.Backend(n.BackendKind.CPU_ONLY)]
-        if hw_load > 0:
-            backends.insert(0, n.Backend(n.BackendKind.HW_GPU_ONLY, load_hint=hw_load))
-        self._decoder = n.Decoder(device_id=index, max_num_cpu_threads=num_threads, backends=backends,
+        chosen = [n.Backend(n.BackendKind.CPU_ONLY)]
+        if "cuda" in backends:
+            chosen[:0] = [n.Backend(n.BackendKind.GPU_ONLY, load_hint=1.0), n.Backend(n.BackendKind.HYBRID_CPU_GPU)]
+        if "hw" in backends and hw_load > 0:
+            chosen.insert(0, n.Backend(n.BackendKind.HW_GPU_ONLY, load_hint=hw_load))
+        self._decoder = n.Decoder(device_id=index, max_num_cpu_threads=num_threads, backends=chosen,
                                   options=self._options)
-        parts = [name for name, ok in (("hardware JPEG decoder", self.working["hw"] and hw_load > 0),
-                                       ("nvJPEG on CUDA", self.working["cuda"])) if ok]
+        parts = [name for name, ok in (("hardware JPEG decoder", "hw" in backends and self.working["hw"] and hw_load > 0),
+                                       ("nvJPEG on CUDA", "cuda" in backends and self.working["cuda"])) if ok]
         self.backend = (f"nvImageCodec {self.version} on cuda:{index}: {' + '.join(parts)} (CPU codecs for the "
                         f"formats those lack); regions of interest {'on' if self.roi else 'off'}")
         if not self.roi:
             self.backend += " (whole images decoded: nvImageCodec 0.9's GPU ROI decoding crashes, nvImageCodec#55)"
+
+    @property
+    def decodes_windows(self) -> bool:
+        """Whether only each request's box is decoded (regions of interest), not the whole image."""
+        return self.roi
 
     def _probe_backends(self, index: int) -> dict[str, bool]:
         """Which GPU backends decode a small JPEG here, each tried alone: {"hw": ..., "cuda": ...}."""
@@ -254,6 +271,17 @@ class NvImageCodecDecoder:
 
     def close(self) -> None:
         self._decoder = None
+
+
+_WORKING: dict[int, dict[str, bool]] = {}
+
+
+def _working(index: int, probe: Any) -> dict[str, bool]:
+    """Which GPU backends decode on GPU `index` (probe() once a process: each engine of a
+    split decoder is a decoder of its own, and the answer does not change)."""
+    if index not in _WORKING:
+        _WORKING[index] = probe()
+    return dict(_WORKING[index])
 
 
 def _layout(img: Any) -> tuple[int, tuple[int, int], tuple[int, int, int]]:

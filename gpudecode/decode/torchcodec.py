@@ -52,6 +52,7 @@ def missing_api(decoders: Any) -> str:
 class TorchcodecDecoder:
     name = "torchcodec"
     buffers = None  # every batch owns its tensors
+    decodes_windows = False  # whole images: the kernel reads each box inside
 
     def __init__(self, *, device: str = "cuda", max_pixels: int = 0) -> None:
         self._d = _decoders()

@@ -12,6 +12,11 @@ uploads), and the Loader's slowest stage from CUDA events. Targets (issue 11): a
 7,200 img/s on one H100 with at most 6 threads (MLPerf's DALI-fed ResNet-50 rate), and at
 least 10x the classic DataLoader on the same machine.
 
+Then every engine at once (issue 53): the split decoder (decoder "auto" on CUDA: the
+hardware JPEG engine, nvJPEG on CUDA and the CPU decoder's threads) beside each of its
+engines alone, at --engine-threads (2, 4, 7, 14), each engine's share and idle time, and
+the sum of the engines' separate rates as the ceiling the split is compared to.
+
 Then today's recipes on the GPU (issue 19), each written as a torchvision Compose in
 bench/recipes.py: torchvision's reference recipe (TrivialAugmentWide, RandomErasing,
 MixUp/CutMix on the GPU batch) and DINO's 2 x 224 + 6 x 96 views with blur and solarize,
@@ -101,7 +106,7 @@ def loader_run(shards, *, device, decoder, batch, threads, epochs=2) -> dict:
         rate = n / (time.perf_counter() - t)
     s = ld.stats.summary()
     d = ld.describe()
-    out = {"device": device, "decoder": d["decoder"], "backend": d["decoder_backend"], "batch_size": batch,
+    out = {"engines": s.get("decoder_engines", {}), "device": device, "decoder": d["decoder"], "backend": d["decoder_backend"], "batch_size": batch,
            "threads": threads, "images_per_s": rate, "slowest_stage": s.get("slowest_stage"),
            "h2d_bytes_per_image": (s.get("encoded_bytes", 0) if ld.describe()["decoder"] != "cpu"
                                    else s.get("h2d_bytes", 0)) / max(s.get("images", 1), 1) if cuda else 0,
@@ -113,6 +118,52 @@ def loader_run(shards, *, device, decoder, batch, threads, epochs=2) -> dict:
         out["gpu_memory"] = device_memory(free_before)
         out["gpu_stage_ms"] = {k: v * 1e3 for k, v in s.get("gpu_median_s", {}).items()}
     ld.close()
+    return out
+
+
+def split_engines(device: str) -> list[str]:
+    """The engines the split decoder ("auto" on CUDA) is made of here, by name (on the
+    CPU, the rehearsal's: the CPU decoder and nvImageCodec's CPU build, where it imports)."""
+    from gpudecode.decode import available, make_decoder
+    from gpudecode.decode.split import SplitDecoder
+
+    if not device.startswith("cuda"):
+        return ["cpu"] + (["nvimgcodec"] if available("nvimgcodec")[0] else [])
+    dec = make_decoder("split", device=device, num_threads=1, max_pixels=0)
+    names = [e.name for e in dec.engines] if isinstance(dec, SplitDecoder) else [dec.name]
+    dec.close()
+    return names
+
+
+def engine_runs(shards, *, device: str, batch: int, threads: list[int], images: int) -> list[dict]:
+    """Each engine of the split alone ({engine: 1}: the same code path as inside the split)
+    and all of them together, at each thread count, in one call: the split's rate against
+    the sum of the engines' separate rates (its ceiling) and the best engine alone."""
+    engines = split_engines(device)
+    out = []
+    for t in threads:
+        alone = {}
+        for name in engines:
+            print(f"gpu bench: engine {name} alone, {t} threads, batch {batch}", flush=True)
+            try:
+                r = loader_run(shards, device=device, decoder={name: 1.0}, batch=batch, threads=t)
+                alone[name] = r["images_per_s"]
+            except Exception as e:  # reported; the other runs go on
+                out.append({"threads": t, "engine": name, "error": repr(e)})
+        print(f"gpu bench: every engine at once ({', '.join(engines)}), {t} threads", flush=True)
+        row: dict = {"threads": t, "batch_size": batch, "images": images, "alone": alone,
+                     "ceiling": sum(alone.values()), "best_alone": max(alone.values(), default=0.0)}
+        try:
+            r = loader_run(shards, device=device, decoder=tuple(engines) if len(engines) > 1 else "auto",
+                           batch=batch, threads=t)
+            row.update(split=r["images_per_s"], shares={k: v["share"] for k, v in r.get("engines", {}).items()},
+                       idle={k: v["idle_fraction"] for k, v in r.get("engines", {}).items()},
+                       slowest_stage=r.get("slowest_stage"))
+            row["of_ceiling"] = row["split"] / row["ceiling"] if row["ceiling"] else 0.0
+            row["of_best"] = row["split"] / row["best_alone"] if row["best_alone"] else 0.0
+        except Exception as e:
+            row["error"] = repr(e)
+        out.append(row)
     return out
 
 
@@ -156,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--images", type=int, default=4096, help="images in the dataset (without CUDA: at most 256)")
     ap.add_argument("--batch-sizes", default="64,128,256")
     ap.add_argument("--threads", type=int, default=6, help="CPU threads for gpudecode and the classic workers")
+    ap.add_argument("--engine-threads", default="2,4,7,14",
+                    help="thread counts the split decoder is measured at, beside each engine alone (without CUDA: 2)")
     ap.add_argument("--out", default=str(OUT))
     a = ap.parse_args(argv)
     from gpudecode.decode import GPU_ORDER, available
@@ -175,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     shards, folder = build(images)
     report: dict = {"machine": machine(), "gpu": gpu, "versions": versions(), "threads": threads,
                     "images": images, "device": device, "runs": []}
-    decoders = ["cpu"] + [d for d in GPU_ORDER if available(d)[0]]
+    decoders = ["cpu"] + [d for d in GPU_ORDER if available(d)[0]] + (["auto"] if cuda else [])  # auto: every engine
     report["unavailable"] = {d: available(d)[1] for d in GPU_ORDER if not available(d)[0]}
     for d in decoders:
         for b in batches:
@@ -194,8 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     report["runs"].append({"device": "cpu", "decoder": "torchvision classic DataLoader", "threads": threads,
                            "batch_size": batches[0], "images_per_s": n / (time.perf_counter() - t)})
     classic = report["runs"][-1]["images_per_s"]
+    report["engines"] = engine_runs(shards, device=device, batch=batches[-1], images=images,
+                                    threads=[int(t) for t in a.engine_threads.split(",")] if cuda else [2])
     print("gpu bench: recipes", flush=True)
-    report["recipes"] = recipe_runs(shards, decoders=decoders[:2], batch=128 if cuda else batches[0],
+    report["recipes"] = recipe_runs(shards, decoders=decoders[:2] + (["auto"] if cuda else []),
+                                    batch=128 if cuda else batches[0],
                                     threads=threads, device=device)
     if cuda:
         best = max((r for r in report["runs"] if r.get("device") == "cuda" and "images_per_s" in r),
@@ -204,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             report["best"] = {**best, "x_classic": best["images_per_s"] / classic,
                               "target_7200": best["images_per_s"] >= 7200 and best["threads"] <= 6,
                               "target_10x": best["images_per_s"] >= 10 * classic}
-    failed = [r for r in report["runs"] + report["recipes"] if "error" in r]
+    failed = [r for r in report["runs"] + report["recipes"] + report["engines"] if "error" in r]
     report["failed"] = len(failed)
     (out / "gpu.json").write_text(json.dumps(report, indent=1, default=str))
     (out / "gpu.md").write_text("\n".join(render(report)) + "\n")
@@ -242,6 +298,24 @@ def render(report: dict) -> list[str]:
         lines += ["", f"best: {b['decoder']} batch {b['batch_size']}: {b['images_per_s']:.0f} img/s, "
                       f"{b['x_classic']:.1f}x the classic DataLoader; target 7,200 img/s with <= 6 threads: "
                       f"{'met' if b['target_7200'] else 'NOT met'}; target 10x: {'met' if b['target_10x'] else 'NOT met'}"]
+    if report.get("engines"):
+        lines += ["", "Every engine at once (the split decoder) against each engine alone, in one run; the ceiling is "
+                  "the sum of the engines' separate rates:", "",
+                  "| threads | each engine alone, img/s | ceiling | split img/s | of ceiling | of best alone | "
+                  "shares | idle |", "|---:|---|---:|---:|---:|---:|---|---|"]
+        for r in report["engines"]:
+            if "alone" not in r:
+                lines.append(f"| {r['threads']} | {r.get('engine', '')}: error {r['error'][:100]} | | | | | | |")
+                continue
+            alone = ", ".join(f"{k} {v:.0f}" for k, v in r["alone"].items())
+            if "split" not in r:
+                lines.append(f"| {r['threads']} | {alone} | {r['ceiling']:.0f} | error: {r.get('error', '')[:100]} "
+                             "| | | | |")
+                continue
+            shares = ", ".join(f"{k} {v:.0%}" for k, v in r["shares"].items())
+            idle = ", ".join(f"{k} {v:.0%}" for k, v in r["idle"].items())
+            lines.append(f"| {r['threads']} | {alone} | {r['ceiling']:.0f} | {r['split']:.0f} | "
+                         f"{r['of_ceiling']:.2f} | {r['of_best']:.2f} | {shares} | {idle} |")
     if report.get("recipes"):
         lines += ["", "| recipe | device | decoder | batch | threads | img/s |", "|---|---|---|---:|---:|---:|"]
         for r in report["recipes"]:
