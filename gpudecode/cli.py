@@ -13,8 +13,9 @@ from ._version import __version__
 
 
 
-def _whole(low: int) -> Any:
-    """An argparse type: a whole number >= low (argparse then names the option)."""
+def _whole(low: int, high: int = 1 << 40) -> Any:
+    """An argparse type: a whole number in [low, high] (argparse then names the option;
+    the bound keeps a typo like 99999999999999999999 from overflowing a size far inside)."""
     def parse(text: str) -> int:
         try:
             v = int(text)
@@ -22,13 +23,15 @@ def _whole(low: int) -> Any:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
         if v < low:
             raise argparse.ArgumentTypeError(f"{v} is below {low}")
+        if v > high:
+            raise argparse.ArgumentTypeError(f"{v} is above {high}")
         return v
     parse.__name__ = f"whole number >= {low}"
     return parse
 
 
-def _number(*, positive: bool) -> Any:
-    """An argparse type: a finite number, > 0 (positive) or >= 0."""
+def _number(*, positive: bool, high: float = math.inf) -> Any:
+    """An argparse type: a finite number, > 0 (positive) or >= 0, at most `high`."""
     def parse(text: str) -> float:
         try:
             v = float(text)
@@ -36,12 +39,16 @@ def _number(*, positive: bool) -> Any:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         if not math.isfinite(v) or (v <= 0 if positive else v < 0):
             raise argparse.ArgumentTypeError(f"{text} is not a finite number {'> 0' if positive else '>= 0'}")
+        if v > high:
+            raise argparse.ArgumentTypeError(f"{text} is above {high:g}")
         return v
     parse.__name__ = "number"
     return parse
 
 
-COUNT, NONNEG, POSITIVE, DURATION = _whole(1), _whole(0), _number(positive=True), _number(positive=False)
+COUNT, NONNEG, POSITIVE = _whole(1), _whole(0), _number(positive=True)
+DURATION = _number(positive=False, high=3_600_000)  # milliseconds: at most an hour (a sleep that long is a typo)
+KIB = _whole(1, 1 << 20)  # a read size: at most 1 GiB
 
 def _cmd_shard(a: argparse.Namespace) -> int:
     from .folder import shard_folder
@@ -259,7 +266,7 @@ def _add_bench(sub: Any) -> None:
                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("path", help="a folder (shards and/or image files below it), or a make-data dataset (by format)")
     p.add_argument("--out", default="gpudecode-bench", help="where io.json, io.md and io.png go")
-    p.add_argument("--block-kib", type=COUNT, default=1024, help="read size on the local disk")
+    p.add_argument("--block-kib", type=KIB, default=1024, help="read size on the local disk")
     p.add_argument("--tiers", action="store_true", help="also the object-store stand-in (HTTP on 127.0.0.1, "
                    "with and without cache_dir) and the NFS stand-in")
     p.add_argument("--threads", type=COUNT, default=8, help="concurrent reads on the stand-in tiers")

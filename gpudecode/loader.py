@@ -52,6 +52,7 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
 
+import numpy as np
 import torch
 
 from ._manifest import _read_json
@@ -62,11 +63,12 @@ from .decode import check_device, check_spec
 from .errors import ConcurrentIterationError, ErrorPolicy, OnError, Skipped, TransformError
 from .io import shards as _shards
 from .io.files import DEFAULT_IMAGE_EXTS, file_cap
-from .io.reader import Sample, ShardReader, split_exts
+from .io.reader import ShardReader, split_exts
 from .io.remote import RemoteOptions
 from .transforms.base import fingerprint_text
 from .mixing import BatchTransform, CutMix, MixUp, RandomChoice, as_batch_transform
 from .pipeline import Batch, Pipeline, PipelineConfig, Ready
+from .resident import Keep, Keeper, epoch_chunks
 from .stats import LoaderStats
 from .transforms.convert import carries_compose
 from .transforms import Compose
@@ -116,36 +118,52 @@ class _Epoch:
 
     def _decode_stage(self, epoch: int, start: int) -> None:
         ld, pipe, reader = self.loader, self.pipe, self.loader.reader
-        samples = reader.iter_epoch(epoch, start=start, stop=self.stop, plan=self.plan)
+        samples: Any = iter(())
         elastic = self.plan.chunks if self.plan is not None else None
         names = [src.label for src in reader.sources] if reader.sources is not None else None
         try:
+            store = ld.keeper.store(pipe, reader, self.stop)  # (filled once, at the first epoch; None: streaming)
+            if self.stop.is_set():
+                return
+            if store is not None:  # the epoch's order as rows of the store: nothing read, probed or decoded
+                samples = epoch_chunks(reader, store, epoch, start=start, plan=self.plan, batch_size=ld.batch_size,
+                                       policy=pipe.policy)
+            else:
+                samples = reader.iter_epoch(epoch, start=start, stop=self.stop, plan=self.plan)
             position = start
             while not self.stop.is_set():
                 t0 = time.perf_counter()
-                chunk: list[Sample] = list(itertools.islice(samples, ld.batch_size))  # (the loop in C)
+                chunk: Any
+                if store is not None:  # rows of the store, their places in the chunk, the chunk's length
+                    chunk, places, taken = next(samples, (np.zeros(0, np.int64), None, 0))
+                else:
+                    chunk = list(itertools.islice(samples, ld.batch_size))  # (the loop in C)
+                    taken = len(chunk)
                 t_read = time.perf_counter() - t0
                 if self.stop.is_set():
                     return
-                if not chunk or (ld.drop_last and len(chunk) < ld.batch_size):
+                if not taken or (ld.drop_last and taken < ld.batch_size):
                     break
                 if names is not None:  # the mix, counted as read (loader.stats.sources)
-                    for sample in chunk:
+                    read: list[Any] = chunk if store is None else [store.samples[r] for r in chunk.tolist()]
+                    for sample in read:
                         i = reader.source_of(sample.shard)
                         if i is not None:
                             ld.stats.sources[names[i]] = ld.stats.sources.get(names[i], 0) + 1
                     ld.stats.source_read = reader.read_times()
+                prepare = (pipe.prepare if store is None
+                           else functools.partial(pipe.prepare_resident, store=store, places=places, taken=taken))
                 if elastic is not None:
                     # batch k is chunk k of the global order: its samples draw by their global
                     # positions, as a single process would draw them (any world size alike)
                     k = position // ld.batch_size
                     at = elastic[k] if k < len(elastic) else elastic[-1] + ld.batch_size * (k - len(elastic) + 1)
-                    prepared = pipe.prepare(chunk, seed=ld.seed, epoch=epoch, position=at, rank=0, world=1)
+                    prepared = prepare(chunk, seed=ld.seed, epoch=epoch, position=at, rank=0, world=1)
                 else:
-                    prepared = pipe.prepare(chunk, seed=ld.seed, epoch=epoch, position=position,
-                                            rank=self.rank, world=self.world)
+                    prepared = prepare(chunk, seed=ld.seed, epoch=epoch, position=position, rank=self.rank,
+                                       world=self.world)
                 prepared.timing.read = t_read
-                position += len(chunk)
+                position += taken
                 prepared.position = position
                 if not self._put(self.mid, prepared):
                     return
@@ -153,7 +171,8 @@ class _Epoch:
         except BaseException as e:  # handed on to the trainer, which re-raises it
             self._put(self.mid, e)
         finally:
-            samples.close()  # ends the reader's threads (this thread runs its generator)
+            if hasattr(samples, "close"):
+                samples.close()  # ends the reader's threads (this thread runs its generator)
 
     def _augment_stage(self) -> None:
         try:
@@ -555,7 +574,9 @@ def _describe(loader: "Loader") -> dict:
             "views": len(plans), "fast_decode": pipe.config.fast_decode,
             **({"mix": _mix(reader, loader.current_epoch, loader.skipped)} if reader.sources is not None else {}),
             # what runs after the fused kernel, on the finished batch
-            "after": [] if loader.batch_transform is None else [repr(loader.batch_transform)]}
+            "after": [] if loader.batch_transform is None else [repr(loader.batch_transform)],
+            # where the set lives between epochs (keep=): the store's tier and bytes, or why it streams
+            "keep": loader.keeper.describe()}
 
 
 class Loader:
@@ -580,12 +601,8 @@ class Loader:
             labels), run on the trainer's thread with Python's, numpy's and torch's
             generators seeded from the batch's draw (and restored after).
         device: "auto" (CUDA if available, else CPU), "cpu", "cuda", "cuda:N" or a torch.device.
-        decoder: "auto" (on a GPU every engine at once: the hardware JPEG engine, nvJPEG on
-            CUDA and the CPU's threads, each batch split by their measured rates; on the
-            CPU the CPU decoder) | "cpu" | "nvimgcodec" | "dali" | "torchcodec"; a tuple of
-            engine names for a split of those (e.g. ("nvimgcodec-hw", "cpu")); {engine name:
-            share} to pin the split's shares; or a decoder instance (see gpudecode.decode).
-            `describe()` says what decodes, and each engine's share, rate and idle time.
+        decoder: "auto" (on a GPU every engine at once), "cpu", "nvimgcodec", "dali", "torchcodec",
+            engine names, {engine: share} or a decoder (gpudecode.decode.make_decoder).
         shuffle: shard order and a sample shuffle buffer per epoch (on by default).
         seed: fixes every random choice with (epoch, sample position), whatever the thread
             count. None: `torch.initial_seed()`, rank 0's broadcast when torch.distributed
@@ -627,6 +644,7 @@ class Loader:
             copy with its own draws (in place of the script's RASampler).
         epoch_size: a mixture's epoch: an int, or "all_exhausted" (default: every weighted
             source at least once) or "first_exhausted" (none repeated).
+        keep, keep_budget: the set kept decoded in "ram"/"gpu"/"auto" (gpudecode.resident).
         num_threads, prefetch: older names of num_workers and prefetch_factor.
 
     Sizes: `len(loader)` (batches per epoch for this rank), `num_samples` (this rank's
@@ -656,7 +674,8 @@ class Loader:
                  remote: RemoteOptions | None = None, cache_dir: str | os.PathLike | None = None,
                  cache_limit: int | None = None, num_threads: int | None = None,
                  prefetch: int | None = None, batch_transform: Any = None, reuse_buffers: bool = False,
-                 repeated_augs: int = 1, epoch_size: int | str | None = None) -> None:
+                 repeated_augs: int = 1, epoch_size: int | str | None = None, keep: Keep | None = None,
+                 keep_budget: int | None = None) -> None:
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         config = _pipeline_config(transform, batch_transform, batch_size=batch_size, device=device, decoder=decoder,
@@ -664,6 +683,7 @@ class Loader:
                                   allow_negative_labels=allow_negative_labels, workers=(num_workers, num_threads),
                                   ahead=(prefetch_factor, prefetch), max_pixels=max_pixels, fast_decode=fast_decode,
                                   pin_memory=pin_memory, reuse_buffers=reuse_buffers)
+        self.keeper = Keeper(keep, keep_budget, config.device)  # where the set lives between epochs (keep=)
         self.batch_size, self.device, self.drop_last = batch_size, config.device, drop_last
         self.prefetch, self.num_threads = config.ring - 3, config.num_threads
         self.persistent_workers = bool(persistent_workers)  # (threads start per epoch: nothing to keep alive)
@@ -762,10 +782,7 @@ class Loader:
         """The per-batch work of this Loader (read-only: the profiler and benches measure it)."""
         return self._pipe
 
-    @property
-    def batch_sampler(self) -> None:
-        """None: the Loader batches itself (for code that looks, e.g. Lightning: it uses `sampler`)."""
-        return None
+    batch_sampler = None  # the Loader batches itself (for code that looks, e.g. Lightning: it uses `sampler`)
 
     def state_dict(self) -> dict:
         """Where this rank stands, in torchdata's StatefulDataLoader form (gpudecode's own in

@@ -321,22 +321,12 @@ class Pipeline:
         return probed
 
     def _one_size(self, probed: Probed) -> Probed:
-        """A transform without geometry keeps each image's size, and a batch has one: the
-        first image seen fixes it, an image of another size is a bad sample (named)."""
-        if self._size is None:
-            self._size = (probed.heights[0], probed.widths[0])
-        sh, sw = self._size
-        if probed.heights.count(sh) == len(probed) and probed.widths.count(sw) == len(probed):
+        """A transform without geometry: the images of the one size (see _same_size)."""
+        if self._size is not None and probed.heights.count(self._size[0]) == len(probed) \
+                and probed.widths.count(self._size[1]) == len(probed):
             return probed
-        keep = []
-        for k, (h, w, s) in enumerate(zip(probed.heights, probed.widths, probed.samples)):
-            if (h, w) == self._size:
-                keep.append(k)
-            else:
-                self.policy(DecodeError(f"image is {h}x{w}, the others {sh}x{sw}: the transform has no geometry "
-                                        "step, so every image keeps its size and all must have one (add "
-                                        "CenterCrop, RandomCrop or Resize)", shard=s.shard, key=s.key))
-        return probed.keep(keep)
+        keep = self._same_size(list(zip(probed.samples, probed.heights, probed.widths)))
+        return probed if len(keep) == len(probed) else probed.keep(keep)
 
     def _output(self, slot: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(output, its [N, 3, h, w] view) of each view, for the first n images of `slot`.
@@ -429,6 +419,80 @@ class Pipeline:
         timing.decode = time.perf_counter() - t1
         return _Prepared(samples, params, sizes, labels, decoded, timing, taken=len(chunk), seq=seq, ready=ready,
                          draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes)
+
+    def prepare_resident(self, rows: np.ndarray, store: Any, *, seed: int, epoch: int, position: int, rank: int = 0,
+                         world: int = 1, places: np.ndarray | None = None, taken: int | None = None) -> _Prepared:
+        """Stage A for samples kept resident (gpudecode.resident): rows `rows` of `store`,
+        drawn as prepare() draws them (the same positions, the same seeds), read in place:
+        no read, probe or decode. `places`: each row's place in the chunk of the epoch's
+        order it came from (default 0, 1, ...: a chunk whose samples all decoded), `taken`:
+        that chunk's length. A store in RAM feeding a GPU uploads the batch's crop windows,
+        packed, in one copy."""
+        timing = BatchTiming(size=0)
+        t0 = time.perf_counter()
+        samples: list[Any] = [store.samples[r] for r in rows.tolist()]
+        sizes = list(zip(store.heights[rows].tolist(), store.widths[rows].tolist()))
+        labels = store.labels[rows].tolist() if store.labels is not None else [0] * len(rows)
+        at = np.arange(len(rows), dtype=np.int64) if places is None else np.asarray(places, np.int64)
+        if self.transform.out_size is None and len(rows) and not self.config.each_size:
+            keep = self._same_size([(s, h, w) for s, (h, w) in zip(samples, sizes)])
+            if len(keep) < len(rows):
+                rows, samples, at = rows[keep], [samples[k] for k in keep], at[keep]
+                sizes, labels = [sizes[k] for k in keep], [labels[k] for k in keep]
+        indices: Any = (position + at) * world + rank
+        try:
+            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
+                      for v, tf in enumerate(self.views)]
+        except (ValueError, ArithmeticError):  # one image the transform cannot take
+            keep = self._drawable(samples, sizes, indices, seed, epoch)
+            if len(keep) == len(samples):
+                raise
+            rows, samples = rows[keep], [samples[k] for k in keep]
+            sizes, labels, indices = [sizes[k] for k in keep], [labels[k] for k in keep], indices[keep]
+            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
+                      for v, tf in enumerate(self.views)]
+        view_boxes = [pv.boxes() for pv in params]
+        boxes = view_boxes[0] if not self.multi else _union(view_boxes)
+        t1 = time.perf_counter()
+        timing.probe = t1 - t0
+        seq = self.seq
+        decoded = None
+        ready = None
+        if len(rows):
+            self.seq += 1
+            gpu = self.gpu
+            on_host = store.pixels.device.type != "cuda"
+            if gpu is not None:
+                gpu.before_decode(seq)  # the rings' turn of batch seq - in_flight is free
+            decoded = store.gathered(rows, boxes) if gpu is not None and on_host else store.batch(rows, boxes)
+            if gpu is not None:
+                with torch.cuda.stream(gpu.decode):
+                    ev = [_event(gpu.decode)]
+                    if on_host:  # a RAM store feeding a GPU: the windows, packed, in one upload
+                        timing.h2d_bytes = decoded.pixels.numel()
+                        decoded = gpu.upload(decoded, seq)
+                    ev.append(_event(gpu.decode))
+                    timing.gpu["h2d"] = (ev[0], ev[1])
+                    ready = ev[1]
+        timing.decode = time.perf_counter() - t1
+        return _Prepared(samples, params, sizes, labels, decoded, timing, taken=len(rows) if taken is None else taken,
+                         seq=seq, ready=ready, draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes)
+
+    def _same_size(self, items: list[tuple[Any, int, int]]) -> list[int]:
+        """A transform without geometry keeps each image's size, and a batch has one: the
+        first image seen fixes it, an image of another size is a bad sample (named)."""
+        if self._size is None:
+            self._size = (items[0][1], items[0][2])
+        sh, sw = self._size
+        keep = []
+        for k, (s, h, w) in enumerate(items):
+            if (h, w) == self._size:
+                keep.append(k)
+            else:
+                self.policy(DecodeError(f"image is {h}x{w}, the others {sh}x{sw}: the transform has no geometry "
+                                        "step, so every image keeps its size and all must have one (add "
+                                        "CenterCrop, RandomCrop or Resize)", shard=s.shard, key=s.key))
+        return keep
 
     def _drawable(self, samples: list[Sample], sizes: list[tuple[int, int]], indices: Any, seed: int,
                   epoch: int) -> list[int]:

@@ -256,6 +256,33 @@ def test_the_split_decoder_on_cuda_gives_each_image_its_engines_own_decode(photo
     dec.close()
 
 
+@pytest.mark.parametrize("keep", ["gpu", "ram"])
+def test_a_resident_set_on_cuda_gives_the_streamed_batches(shards, keep):
+    """keep="gpu" (the set in device memory, read in place) and keep="ram" (pinned RAM, each
+    batch's windows uploaded): the streamed batches on CUDA with the CPU decoder, bit for
+    bit, over two epochs; after the first, no image bytes go up for keep="gpu"."""
+    kw = dict(batch_size=8, transform=train_tf(), seed=1, shuffle=True, device="cuda", decoder="cpu")
+
+    def run(loader):
+        out = []
+        for e in range(2):
+            loader.set_epoch(e)
+            out += [(b.keys, b.images.cpu(), b.labels.cpu()) for b in loader]
+        return out
+
+    with Loader(shards, **kw) as ld:
+        want = run(ld)
+    with Loader(shards, keep=keep, **kw) as ld:
+        got = run(ld)
+        described = ld.describe()["keep"]
+        h2d = ld.stats.summary()["h2d_bytes"]
+    assert described["tier"] == keep and described["images"] == 48
+    for (ka, ia, la), (kb, ib, lb) in zip(want, got):
+        assert ka == kb and torch.equal(la, lb) and torch.equal(ia, ib)
+    if keep == "gpu":
+        assert h2d == 0
+
+
 def test_batches_survive_a_slow_consumer(shards):
     """The trainer holds batch k while the loader makes k+1, k+2 (output ring, events on the
     trainer's stream guard reuse): batch k must not change under it."""

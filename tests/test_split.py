@@ -139,7 +139,7 @@ def test_an_engine_three_times_slower_gets_a_quarter_and_no_engine_idles(photos)
         got = split.decode(reqs).settle()
         assert got.errors.count(None) == len(reqs)
         shares.append(float(np.mean(split.last_assignment == 1)))
-        (n0, s0, span), (n1, s1, _) = got.engines["fast"], got.engines["slow"]
+        (_, s0, span), (_, s1, _) = got.engines["fast"], got.engines["slow"]
         idle.append(1 - min(s0, s1) / span)
     # the first batch splits evenly (nothing measured yet); then a quarter of the images
     assert shares[0] == pytest.approx(0.5, abs=0.1)

@@ -217,7 +217,8 @@ def _every_engine(auto: bool, common: dict[str, Any]) -> Decoder:
         import warnings
 
         gpu = ", ".join(e.name for e in engines) or "none"
-        warnings.warn(f"decoder='auto': GPU engines that decode here: {gpu}; passed over: " + "; ".join(passed),
+        warnings.warn(f"decoder='auto': GPU engines that decode here: {gpu}; passed over: "
+                      + "; ".join(dict.fromkeys(passed)),
                       RuntimeWarning, stacklevel=3)
     engines.append(_engine("cpu", **common))
     return _split(engines, common["device"], None, common["buffers"])

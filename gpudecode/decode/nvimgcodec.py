@@ -127,7 +127,7 @@ class NvImageCodecDecoder:
         self._dev = torch.device("cuda", index)
         self.working = _working(index, lambda: self._probe_backends(index))
         if not any(self.working[b] for b in backends):
-            if backends != ("hw", "cuda"):
+            if any(self.working.values()):  # the other backend works: this one alone does not
                 raise BackendUnavailableError(
                     f"decoder 'nvimgcodec' on cuda:{index}: its {' and '.join(backends)} backend does not decode a "
                     f"JPEG here (working: {self.working})")

@@ -31,7 +31,7 @@ import random
 import threading
 import time
 import warnings
-from typing import TYPE_CHECKING, Any, Generator, Iterator, Literal, Sequence, cast
+from typing import TYPE_CHECKING, Any, Container, Generator, Iterator, Literal, Sequence, TypeVar, cast
 
 import numpy as np
 
@@ -659,6 +659,65 @@ class BaseShardReader:
             it = _shuffled(it, self.buffer_size, random.Random(f"gpudecode-samples:{self.seed}:{epoch}:{c}"))
         yield from (itertools.islice(it, start, None) if start else it)
 
+    def epoch_keys(self, epoch: int, *, start: int = 0, plan: _epoch.EpochPlan | None = None,
+                   missing: Container[tuple[str, int]] = frozenset()) -> list[tuple[str, int]]:
+        """(shard, index) of each sample iter_epoch(epoch, start=, plan=) yields (its
+        Sample's `shard` and `index`), in the same order, without reading one: the order a resident store (gpudecode.resident)
+        serves its epoch in. `missing`: samples known to be unreadable, left out where the
+        reader would leave them out (on_error="skip")."""
+        if plan is None and self.mode() == "elastic":
+            plan = self.plan(epoch)
+        if plan is not None and plan.mode == "elastic":
+            orders = {u: self.file_order(u, plan.epoch) for u in {seg.url for seg in plan.segments} if u in self.files}
+            runs = [[k for k in self._segment_keys(seg, orders) if k not in missing] for seg in plan.segments]
+            ordered: Iterator[tuple[str, int]] = itertools.chain.from_iterable(
+                _epoch.interleave(part, rows) for part, rows in plan.by_part(runs))
+            if plan.even is not None and plan.target is not None:
+                ordered = _evened(ordered, plan.target)
+            return list(itertools.islice(ordered, start, None))
+        share = self.share(epoch)
+        orders = {}
+        for seg in share.segments:
+            if seg.url in self.files and seg.url not in orders:
+                orders[seg.url] = self.file_order(seg.url, epoch)
+        it: Iterator[tuple[str, int]] = (k for seg in share.segments for k in self._segment_keys(seg, orders)
+                                         if k not in missing)
+        if self.even is not None and share.target is not None:
+            it = _evened(it, share.target)
+        if self.shuffle and any(u not in self.files for u in self.urls):
+            c, _ = self.consumer()
+            it = _shuffled(it, self.buffer_size, random.Random(f"gpudecode-samples:{self.seed}:{epoch}:{c}"))
+        return list(itertools.islice(it, start, None))
+
+    def _segment_keys(self, seg: _shards.Segment, orders: dict[str, list[int]]) -> Iterator[tuple[str, int]]:
+        """(shard, sample index) of a segment's samples, in reading order, as their Samples
+        name them (a file list's sample: its file's path and its index in the list)."""
+        order = orders.get(seg.url)
+        if order is not None:
+            paths = self.files[seg.url].paths
+            end = len(order) if seg.stop is None else seg.stop
+            return ((paths[order[i]], order[i]) for i in range(seg.start, end))
+        end = self.sample_counts()[seg.url] if seg.stop is None else seg.stop
+        return ((seg.url, i) for i in range(seg.start, end))
+
+    def every_key(self) -> Iterator[tuple[str, int]]:
+        """(shard, index) of every sample of every source once, as their Samples name them."""
+        counts = self.sample_counts()
+        for u in dict.fromkeys(self.urls):
+            flist = self.files.get(u)
+            if flist is not None:
+                yield from ((p, i) for i, p in enumerate(flist.paths))
+            else:
+                yield from ((u, i) for i in range(counts[u]))
+
+    def read_every(self, stop: threading.Event | None = None) -> Iterator[Sample]:
+        """Every sample of every source once, in source order (each shard's and file
+        list's samples in their own order), on the reader threads, failures under the
+        error policy: what a resident store is filled from (all of it on every rank)."""
+        orders = {u: list(range(len(f))) for u, f in self.files.items()}
+        segments = [_shards.Segment(u, 0, None) for u in dict.fromkeys(self.urls)]
+        return itertools.chain.from_iterable(self._threaded(segments, stop, orders))
+
     def _iter_elastic(self, plan: _epoch.EpochPlan, stop: threading.Event | None) -> Iterator[Sample]:
         """An elastic plan's samples in the global order: each part's runs read (in
         parallel, on the reader threads), then given out interleaved as the window orders
@@ -890,10 +949,13 @@ def _produce(items: Iterator[list[Sample | Failure]], q: queue.Queue, url: str, 
     return put_until_stopped(q, _END, halt)
 
 
-def _evened(it: Iterator[Sample], target: int) -> Iterator[Sample]:
+_T = TypeVar("_T")
+
+
+def _evened(it: Iterator[_T], target: int) -> Iterator[_T]:
     """Exactly `target` samples: the first `target` of `it`, then repeats of the first
     ones where `it` runs short (samples lost to on_error="skip", or padding)."""
-    head: list[Sample] = []
+    head: list[_T] = []
     n = 0
     for s in it:
         if n >= target:
@@ -933,14 +995,14 @@ def ra_indices(n: int, *, epoch: int, seed: int, rank: int, world_size: int, rep
     return rep[rank:total:world_size][:selected]
 
 
-def _shuffled(it: Iterator[Sample], size: int, rng: random.Random, initial: int = _SHUFFLE_INITIAL
-              ) -> Iterator[Sample]:
+def _shuffled(it: Iterator[_T], size: int, rng: random.Random, initial: int = _SHUFFLE_INITIAL
+              ) -> Iterator[_T]:
     """A shuffle buffer of `size` samples that starts giving them out once it holds
     `initial` (webdataset's convention): while it fills, two samples go in for each one
     out, so an epoch's first batch waits for `initial` samples rather than `size` (1000
     samples took about 27 ms to read from page-cached tensor shards, a sixth of a
     2,048-image epoch's time). Every sample comes out exactly once (samples are never None)."""
-    buf: list[Sample] = []
+    buf: list[_T] = []
     start = max(1, min(initial, size))
     it = iter(it)
     # randrange(n) is _randbelow(n) for n > 0: the same draws without randrange's checks

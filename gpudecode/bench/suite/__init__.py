@@ -3,7 +3,8 @@ in the same run: `reader` (ShardReader against tarfile and webdataset), `kernels
 fused kernel and each op against torchvision), `loader` (the training pipeline against
 torchvision's DataLoader and DALI), `formats` (JPEG, PNG and tensor shards through the
 Loader), `tensors` (tensor shards, precache, the Python per sample, the ceilings),
-`recipes` (today's training recipes), `gpu` (the GPU path; `make gpu-check`).
+`recipes` (today's training recipes), `resident` (the set kept in RAM against streaming,
+and a CIFAR-sized set against torchvision's CIFAR10), `gpu` (the GPU path; `make gpu-check`).
 
 Each runs as `python bench/<name>.py [args]` (a thin caller) or `python -m
 gpudecode.bench.suite.<name>`, and writes its figures to <out>/<name>.json, <out> being

@@ -17,6 +17,9 @@ hardware JPEG engine, nvJPEG on CUDA and the CPU decoder's threads) beside each 
 engines alone, at --engine-threads (2, 4, 7, 14), each engine's share and idle time, and
 the sum of the engines' separate rates as the ceiling the split is compared to.
 
+Then the set kept resident (issue 55): a CIFAR-sized set at batch 1024 and the JPEGs
+precached at 256 with the training recipe, keep="gpu" (keep="ram" without CUDA).
+
 Then today's recipes on the GPU (issue 19), each written as a torchvision Compose in
 bench/recipes.py: torchvision's reference recipe (TrivialAugmentWide, RandomErasing,
 MixUp/CutMix on the GPU batch) and DINO's 2 x 224 + 6 x 96 views with blur and solarize,
@@ -39,6 +42,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 from ..common import machine
 from . import OUT
@@ -167,6 +171,41 @@ def engine_runs(shards, *, device: str, batch: int, threads: list[int], images: 
     return out
 
 
+def resident_runs(shards, *, device: str, threads: int, cifar: int) -> list[dict]:
+    """The set kept resident (issue 55): a CIFAR-sized set (32x32 PNG shards) with
+    RandomCrop(32, padding=4) + flip + Normalize at batch 1024, and the bench's JPEGs
+    precached at 256 with RandomResizedCrop(224) + flip + ColorJitter + Normalize at batch
+    256, each with keep="gpu" on CUDA (keep="ram" without one), img/s of the epochs after
+    the first (which fills the store), and the image bytes uploaded in them."""
+    from gpudecode import Loader
+    from gpudecode import transforms as T
+    from .resident import CIFAR_MEAN, CIFAR_STD, epochs_rate, make_cifar
+    from .tensors import make_tensor_shards
+
+    keep: Literal["gpu", "ram"] = "gpu" if device.startswith("cuda") else "ram"
+    folder = OUT / f"cifar_{cifar}"
+    if not (folder / "cifar-10-batches-py" / "batches.meta").exists():
+        make_cifar(cifar, folder)
+    runs = [("CIFAR-sized 32x32, RandomCrop(32, pad 4) + flip + Normalize", sorted(str(p) for p in folder.glob("cifar-*.tar")),
+             T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.Normalize(CIFAR_MEAN, CIFAR_STD)]),
+             1024),
+            ("precached at 256, RRC(224) + flip + ColorJitter + Normalize", make_tensor_shards(shards, "256", 256, "none"),
+             tf(), 256)]
+    out = []
+    for name, urls, transform, batch in runs:
+        print(f"gpu bench: resident ({keep}) {name}, batch {batch}", flush=True)
+        try:
+            with Loader(urls, batch_size=batch, transform=transform, device=device, num_workers=threads, seed=0,
+                        keep=keep) as ld:
+                rate, first = epochs_rate(ld, 3)
+                out.append({"set": name, "keep": keep, "device": device, "batch_size": batch, "threads": threads,
+                            "images_per_s": rate, "first_epoch_s": first, "store": ld.describe()["keep"],
+                            "h2d_bytes_last_epoch": ld.stats.summary().get("h2d_bytes", 0)})
+        except Exception as e:  # reported; the other runs go on
+            out.append({"set": name, "keep": keep, "device": device, "batch_size": batch, "error": repr(e)})
+    return out
+
+
 def recipe_runs(shards, *, decoders, batch, threads, device="cuda") -> list[dict]:
     """The reference recipe and DINO's multi-crop through the Loader on `device`, per decoder."""
     import torch
@@ -249,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     classic = report["runs"][-1]["images_per_s"]
     report["engines"] = engine_runs(shards, device=device, batch=batches[-1], images=images,
                                     threads=[int(t) for t in a.engine_threads.split(",")] if cuda else [2])
+    report["resident"] = resident_runs(shards, device=device, threads=threads, cifar=50000 if cuda else 2000)
     print("gpu bench: recipes", flush=True)
     report["recipes"] = recipe_runs(shards, decoders=decoders[:2] + (["auto"] if cuda else []),
                                     batch=128 if cuda else batches[0],
@@ -260,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
             report["best"] = {**best, "x_classic": best["images_per_s"] / classic,
                               "target_7200": best["images_per_s"] >= 7200 and best["threads"] <= 6,
                               "target_10x": best["images_per_s"] >= 10 * classic}
-    failed = [r for r in report["runs"] + report["recipes"] + report["engines"] if "error" in r]
+    failed = [r for r in report["runs"] + report["recipes"] + report["engines"] + report["resident"] if "error" in r]
     report["failed"] = len(failed)
     (out / "gpu.json").write_text(json.dumps(report, indent=1, default=str))
     (out / "gpu.md").write_text("\n".join(render(report)) + "\n")
@@ -316,6 +356,15 @@ def render(report: dict) -> list[str]:
             idle = ", ".join(f"{k} {v:.0%}" for k, v in r["idle"].items())
             lines.append(f"| {r['threads']} | {alone} | {r['ceiling']:.0f} | {r['split']:.0f} | "
                          f"{r['of_ceiling']:.2f} | {r['of_best']:.2f} | {shares} | {idle} |")
+    if report.get("resident"):
+        lines += ["", "The set kept resident (keep=): epochs after the first, which fills the store:", "",
+                  "| set | keep | device | batch | img/s | store | image bytes up, last epoch |", "|---|---|---|---:|---:|---|---:|"]
+        for r in report["resident"]:
+            rate = f"{r['images_per_s']:.0f}" if "images_per_s" in r else f"error: {r['error'][:100]}"
+            store = r.get("store", {})
+            lines.append(f"| {r['set']} | {r['keep']} | {r['device']} | {r['batch_size']} | {rate} | "
+                         f"{store.get('tier')} {store.get('bytes', 0) / 2**20:.0f} MiB | "
+                         f"{r.get('h2d_bytes_last_epoch', 0)} |")
     if report.get("recipes"):
         lines += ["", "| recipe | device | decoder | batch | threads | img/s |", "|---|---|---|---:|---:|---:|"]
         for r in report["recipes"]:

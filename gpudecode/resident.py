@@ -1,0 +1,389 @@
+"""The data set kept where it is cheapest to read: decoded images resident in RAM or on the
+GPU, so that epochs after the first do no per-sample host work.
+
+The talks this project comes from give a rule for where a training set should live:
+under 8 GB on the GPU, under 128 GB in RAM, and only then on local SSD or the network.
+`Loader(..., keep="ram" | "gpu" | "auto")` follows it:
+
+- The store is filled once, before the first batch: every sample of every source read
+  (the whole set on every rank: a rank's share changes from epoch to epoch), its image
+  decoded whole and exactly (no DCT scaling: the pixels the CPU decoder gives, Pillow's),
+  kept as uint8 HWC in one buffer, with its label. A sample that fails is the error
+  policy's, as when streaming; under "skip" it is left out of every epoch's order.
+- Each epoch's order is the reader's own (`ShardReader.epoch_keys`: the same shuffle,
+  rank split, `even`, elastic plan and resume position as streaming, without reading),
+  as rows of the store; a batch is a gather of those rows: the fused kernel reads each
+  crop in place from the store. No read, no probe, no decode, no host copy of pixels (a
+  "ram" store feeding a GPU uploads each batch's crop windows, packed, in one copy).
+- The same seed gives the same batches as streaming the same samples (bit for bit on the
+  CPU: the kernel reads the same pixels, drawn by the same positions), except that a
+  sample left out under on_error="skip" is left out of the order itself, so the batches
+  after it shift by one where streaming would have given a batch one image short.
+- The budget: "ram" at most half of the memory available now (/proc/meminfo), "gpu" at
+  most half of the device's free memory (torch.cuda.mem_get_info), each also under
+  `keep_budget` bytes when given; "auto" takes "gpu" for a set under 8 GB that fits there
+  (on a CUDA device), else "ram" under 128 GB, else streams. A set that does not fit is
+  never an out-of-memory in the middle of an epoch: the fill stops as soon as the set is
+  seen (or estimated from the samples read so far) to exceed the budget, and the Loader
+  streams instead, with a one-line warning that says why (`describe()["keep"]`).
+"""
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
+
+import numpy as np
+import torch
+
+from .decode import DecodedBatch, hwc_strides, make_decoder
+from .errors import DecodeError
+
+if TYPE_CHECKING:
+    from .io.reader import Sample
+    from .pipeline import Pipeline
+
+Keep = Literal["ram", "gpu", "auto"]
+KEEPS = ("ram", "gpu", "auto")
+GPU_RULE = 8 << 30     # the talks' rule: a set under 8 GB lives on the GPU
+RAM_RULE = 128 << 30   # and one under 128 GB in RAM
+_FILL_CHUNK = 256      # samples probed and decoded at a time while filling
+_ESTIMATE_AFTER = 1024  # samples read before the set's size is estimated (and refused early)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSample:
+    """What a batch needs of a stored sample besides its pixels: its key and shard (the
+    Batch's keys; errors name them)."""
+
+    key: str
+    shard: str
+    index: int
+
+
+@dataclass
+class Resident:
+    """The filled store: image k's pixels (y, x, c) at `pixels[offsets[k] + (y*w + x)*3 + c]`
+    (packed HWC), its size `shapes[k]`, label `labels[k]`; `rows` maps a sample's (shard,
+    index) to its k; `failed` holds the samples whose image or label failed while filling
+    (with what the error policy recorded), `unread` those the reader could not read."""
+
+    tier: str
+    pixels: torch.Tensor
+    offsets: np.ndarray
+    shapes: np.ndarray
+    labels: np.ndarray | None
+    samples: list[StoredSample]
+    rows: dict[tuple[str, int], int]
+    failed: dict[tuple[str, int], list] = field(default_factory=dict)  # sample -> its Skipped (probe, decode)
+    unread: set[tuple[str, int]] = field(default_factory=set)  # samples the reader could not read
+    read_skips: list = field(default_factory=list)  # the reader's Skipped for those
+    fill_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.strides = hwc_strides(self.shapes)
+        self.heights = self.shapes[:, 0].copy()
+        self.widths = self.shapes[:, 1].copy()
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.pixels.numel())
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def rows_of(self, keys: Sequence[tuple[str, int]]) -> np.ndarray:
+        """The store's rows of samples `keys` ((shard, index) pairs, as Samples name them)."""
+        rows = self.rows
+        return np.fromiter((rows[k] for k in keys), np.int64, len(keys))
+
+    def batch(self, rows: np.ndarray, boxes: np.ndarray) -> DecodedBatch:
+        """Rows `rows` as a decoded batch whose box k is `boxes[k]` (the window each image's
+        crops need) inside the stored image: the kernel reads them in place."""
+        n = len(rows)
+        return DecodedBatch(self.pixels, self.offsets[rows], self.shapes[rows], self.strides[rows],
+                            np.asarray(boxes, np.int64).reshape(n, 4).copy(), [None] * n, owner=self)
+
+    def gathered(self, rows: np.ndarray, boxes: np.ndarray) -> DecodedBatch:
+        """Rows `rows`' windows `boxes` packed one after the other into a new host buffer
+        (a RAM store feeding a GPU: one upload of what the kernel reads, not of the images)."""
+        boxes = np.asarray(boxes, np.int64).reshape(len(rows), 4)
+        sizes = boxes[:, 2] * boxes[:, 3] * 3
+        ends = np.cumsum(sizes)
+        out = np.empty(max(int(ends[-1]) if len(ends) else 0, 1), np.uint8)
+        src = self.pixels.numpy()
+        for k, (r, (t, l, h, w)) in enumerate(zip(rows.tolist(), boxes.tolist())):
+            width = int(self.widths[r])
+            img = src[self.offsets[r]:self.offsets[r] + int(self.heights[r]) * width * 3].reshape(-1, width, 3)
+            out[ends[k] - sizes[k]:ends[k]].reshape(h, w, 3)[...] = img[t:t + h, l:l + w]
+        shapes = boxes[:, 2:].copy()
+        windows = np.zeros_like(boxes)
+        windows[:, 2:] = shapes
+        return DecodedBatch(torch.from_numpy(out), ends - sizes, shapes, hwc_strides(shapes), windows, [None] * len(rows))
+
+    def describe(self) -> dict:
+        return {"tier": self.tier, "bytes": self.nbytes, "images": len(self),
+                "left_out": len(self.failed) + len(self.unread),
+                "fill_s": round(self.fill_seconds, 3)}
+
+
+def available_ram() -> int:
+    """Bytes of memory available now (MemAvailable), or 0 where it cannot be read."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def budgets(keep: str, device: str, cap: int | None) -> dict[str, int]:
+    """The bytes each tier `keep` may use here: {"gpu": ..., "ram": ...} (tiers it cannot
+    use left out)."""
+    out = {}
+    if keep in ("gpu", "auto") and device.startswith("cuda"):
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        out["gpu"] = free // 2 if keep == "gpu" else min(free // 2, GPU_RULE)
+    if keep in ("ram", "auto"):
+        out["ram"] = available_ram() // 2 if keep == "ram" else min(available_ram() // 2, RAM_RULE)
+    if cap is not None:
+        out = {k: min(v, cap) for k, v in out.items()}
+    return out
+
+
+def check_keep(keep: Any, budget: Any, device: str) -> None:
+    """Refuses a keep= or keep_budget= that cannot be used (said where given)."""
+    if keep is None:
+        if budget is not None:
+            raise ValueError("keep_budget= bounds a resident store: give keep='ram', 'gpu' or 'auto' too")
+        return
+    if keep not in KEEPS:
+        raise ValueError(f"keep must be None (stream every epoch), 'ram', 'gpu' or 'auto', not {keep!r}")
+    if keep == "gpu" and not device.startswith("cuda"):
+        raise ValueError(f"keep='gpu' keeps the set in GPU memory: device is {device!r} (use keep='ram')")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+        raise ValueError(f"keep_budget must be a positive number of bytes, not {budget!r}")
+
+
+class Keeper:
+    """A Loader's keep= and keep_budget= (checked here), and its store: filled once, on
+    first use, or the one-line reason the Loader streams instead."""
+
+    def __init__(self, keep: Any, budget: Any, device: str) -> None:
+        check_keep(keep, budget, device)
+        self.keep, self.budget, self.device = keep, budget, device
+        self.resident: Resident | str | None = None  # the store once filled, or why the Loader streams
+
+    def store(self, pipe: "Pipeline", reader: Any, stop: Any = None) -> Resident | None:
+        """The store, filled from `reader` through `pipe`'s probe and decoder the first time
+        (None when streaming: keep=None, or the set does not fit, said once, warned)."""
+        if self.keep is None or isinstance(self.resident, str):
+            return None
+        if self.resident is None:
+            try:
+                self.resident = fill(pipe, reader.read_every(stop), every_key=reader.every_key(), keep=self.keep,
+                                     device=self.device, cap=self.budget, stop=stop)
+            except DoesNotFit as e:
+                self.resident = f"streams: {e}"
+                warnings.warn(f"keep={self.keep!r}: the Loader {self.resident}", RuntimeWarning, stacklevel=3)
+                return None
+        return self.resident
+
+    def describe(self) -> dict:
+        """Where the set lives between epochs: the store's tier, bytes, images and fill
+        time; {"tier": None} when streaming (with "why" when keep= was given)."""
+        if self.keep is None:
+            return {"tier": None}
+        if isinstance(self.resident, str):
+            return {"tier": None, "why": self.resident}
+        if self.resident is None:
+            return {"tier": None, "why": f"keep={self.keep!r}: filled at the first epoch (not yet)"}
+        return self.resident.describe()
+
+
+class DoesNotFit(Exception):
+    """The set exceeds the budget (the message says by how much): the Loader streams."""
+
+
+class _Stopped(Exception):
+    """The fill was stopped (its Loader's iterator closed): filled again next time."""
+
+
+def fill(pipe: "Pipeline", samples: Any, *, every_key: Any, keep: str, device: str, cap: int | None,
+         stop: Any = None) -> Resident | None:
+    """Reads `samples` (every sample once: ShardReader.read_every), decodes each image
+    whole and exactly with the pipeline's decoder spec, and keeps them in the tier
+    `keep` chooses; `every_key`: (shard, index) of every sample there is (the set's size
+    for the early estimate, and what the reader could not read is told from it).
+
+    Raises:
+        DoesNotFit: the set (or its estimate) exceeds every usable tier's budget.
+        DecodeError, LabelError, ...: a bad sample under on_error="raise".
+
+    Returns None when `stop` was set before the store was full.
+    """
+    try:
+        return _fill(pipe, samples, every_key=list(every_key), keep=keep, device=device, cap=cap, stop=stop)
+    except _Stopped:
+        return None
+
+
+def _fill(pipe: "Pipeline", samples: Any, *, every_key: list, keep: str, device: str, cap: int | None,
+          stop: Any) -> Resident:
+    total = len(every_key)
+    t0 = time.perf_counter()
+    limits = budgets(keep, device, cap)
+    most = max(limits.values(), default=0)
+    c = pipe.config
+    spec = c.decoder if isinstance(c.decoder, (str, tuple, dict)) else None
+    # exact whole images (no DCT scaling), on the device the Pipeline decodes on
+    decoder = make_decoder(spec, device=c.device, num_threads=c.num_threads, max_pixels=c.max_pixels,
+                           buffers=2) if spec is not None else c.decoder
+    images: list[np.ndarray] = []
+    kept: list[StoredSample] = []
+    labels: list[int] = []
+    missing: dict[tuple[str, str | None], tuple[str, int]] = {}  # (shard, key) -> (shard, index) of what failed
+    seen = used = 0
+    policy = pipe.policy
+    before = len(policy.skipped)
+    try:
+        chunk: list[Sample] = []
+        for s in samples:
+            chunk.append(s)
+            if len(chunk) == _FILL_CHUNK:
+                used += _decode_chunk(pipe, decoder, chunk, images, kept, labels, missing)
+                seen += len(chunk)
+                chunk = []
+                _check(used, seen, total, most, limits)
+            if stop is not None and stop.is_set():
+                raise _Stopped()
+        if stop is not None and stop.is_set():  # (the reader ends early when stopped)
+            raise _Stopped()
+        if chunk:
+            used += _decode_chunk(pipe, decoder, chunk, images, kept, labels, missing)
+            seen += len(chunk)
+        _check(used, seen, seen, most, limits)
+    finally:
+        if spec is not None:
+            decoder.close()
+    tier = _tier(keep, used, limits)
+    shapes = np.array([img.shape[:2] for img in images], np.int64).reshape(-1, 2)
+    pixels = _pack(images, tier, device, used)
+    sizes = shapes[:, 0] * shapes[:, 1] * 3
+    offsets = np.cumsum(sizes) - sizes
+    rows = {(s.shard, s.index): k for k, s in enumerate(kept)}
+    # what the policy recorded while filling: each failed sample's own records, and the reader's
+    failed: dict[tuple[str, int], list] = {k: [] for k in missing.values()}
+    read_skips = []
+    for sk in policy.skipped[before:]:
+        k = missing.get((sk.shard, sk.key))
+        if k is not None:
+            failed[k].append(sk)
+        else:
+            read_skips.append(sk)
+    unread = set(every_key) - rows.keys() - failed.keys()
+    del policy.skipped[before:]  # (kept by the store: each epoch records what its order meets, epoch_chunks)
+    return Resident(tier, pixels, offsets, shapes, np.array(labels, np.int64) if c.labels else None, kept,
+                    rows, failed, unread, read_skips, time.perf_counter() - t0)
+
+
+def _tier(keep: str, used: int, limits: dict[str, int]) -> str:
+    for tier in ("gpu", "ram"):
+        if tier in limits and used <= limits[tier]:
+            return tier
+    raise DoesNotFit(_too_big(used, limits))
+
+
+def _too_big(used: int, limits: dict[str, int]) -> str:
+    where = ", ".join(f"{t} {v / 2**30:.2f} GiB" for t, v in limits.items()) or "no tier usable here"
+    return f"the decoded set needs {used / 2**30:.2f} GiB, over the budget ({where})"
+
+
+def _check(used: int, seen: int, total: int, most: int, limits: dict[str, int]) -> None:
+    """Refuses as soon as what is decoded exceeds the largest budget, or (after enough
+    samples) its estimate for the whole set does by more than a quarter."""
+    if used > most:
+        raise DoesNotFit(_too_big(used, limits))
+    if seen >= _ESTIMATE_AFTER and total > seen and used / seen * total > 1.25 * most:
+        raise DoesNotFit(f"the decoded set is estimated at {used / seen * total / 2**30:.2f} GiB from its first "
+                         f"{seen} samples, over the budget ({_too_big(used, limits).split('(')[-1]}")
+
+
+def _decode_chunk(pipe: "Pipeline", decoder: Any, chunk: list, images: list, kept: list, labels: list,
+                  missing: dict) -> int:
+    """A chunk's images decoded whole, each copied out as a host uint8 HWC array; what
+    fails is the policy's (and missing). Returns the bytes kept."""
+    probed = pipe.probe(chunk)
+    if len(probed) < len(chunk):
+        ok = {id(s) for s in probed.samples}
+        missing.update(((s.shard, s.key), (s.shard, s.index)) for s in chunk if id(s) not in ok)
+    if not len(probed):
+        return 0
+    boxes = np.zeros((len(probed), 4), np.int64)
+    boxes[:, 2] = probed.heights
+    boxes[:, 3] = probed.widths
+    decoded = decoder.decode(probed.requests(boxes)).settle()
+    used = 0
+    for k, (s, err) in enumerate(zip(probed.samples, decoded.errors)):
+        if err is not None:
+            missing[(s.shard, s.key)] = (s.shard, s.index)
+            pipe.policy(DecodeError(err, shard=s.shard, key=s.key))
+            continue
+        t, l, h, w = (int(v) for v in decoded.boxes[k])
+        sy, sx, sc = (int(v) for v in decoded.strides[k])
+        start = int(decoded.offsets[k]) + t * sy + l * sx
+        img = decoded.pixels[start:].as_strided((h, w, 3), (sy, sx, sc)).cpu().numpy()
+        images.append(img.copy())  # (C order: out of the decoder's buffers, which it reuses)
+        kept.append(StoredSample(s.key, s.shard, s.index))
+        if pipe.config.labels:
+            labels.append(int(probed.extras[k]))
+        used += h * w * 3
+    return used
+
+
+def _pack(images: list[np.ndarray], tier: str, device: str, total: int) -> torch.Tensor:
+    """The images one after the other in one uint8 buffer of the tier: device memory, or
+    RAM (page-locked where a CUDA device will read it)."""
+    pinned = tier == "ram" and device.startswith("cuda")
+    host = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=pinned)
+    flat = host.numpy()
+    at = 0
+    for img in images:
+        flat[at:at + img.size] = img.reshape(-1)
+        at += img.size
+    images.clear()
+    if tier == "gpu":
+        return host.to(torch.device(device))
+    return host
+
+
+def epoch_chunks(reader: Any, store: Resident, epoch: int, *, start: int, plan: Any, batch_size: int,
+                 policy: Any) -> Iterator[tuple[np.ndarray, np.ndarray, int]]:
+    """`epoch`'s batches from position `start` as (the store's rows, their places in the
+    batch's chunk of the order, the chunk's length): the reader's own order
+    (ShardReader.epoch_keys, without reading), cut in chunks of `batch_size` as a streamed
+    epoch is. A sample that failed while filling keeps its place in its chunk, as when
+    streaming (its batch is one image short), and what the policy recorded for it is
+    recorded again, as a streamed epoch records it; what the reader could not read is left
+    out of the order, as the reader leaves it out."""
+    policy.skipped.extend(store.read_skips)
+    keys = reader.epoch_keys(epoch, start=start, plan=plan, missing=store.unread)
+    rows, failed = store.rows, store.failed
+    for a in range(0, len(keys), batch_size):
+        chunk = keys[a:a + batch_size]
+        if not failed or not any(k in failed for k in chunk):
+            yield store.rows_of(chunk), np.arange(len(chunk), dtype=np.int64), len(chunk)
+            continue
+        places = [i for i, k in enumerate(chunk) if k not in failed]
+        for k in chunk:
+            for sk in failed.get(k, ()):
+                policy.skipped.append(sk)
+        yield (np.fromiter((rows[chunk[i]] for i in places), np.int64, len(places)), np.asarray(places, np.int64),
+               len(chunk))

@@ -1,0 +1,270 @@
+"""The resident store (Loader(keep=...), gpudecode.resident): the set decoded once and kept
+in RAM (or on the GPU), every later epoch read in place, in the reader's own order.
+
+The oracle is the same Loader streaming the same samples: with one seed, the batches
+must be the same bit for bit (keys, labels, pixels) in every split mode, for several
+ranks, after a resume, with several views; the reader's order of keys must be the order
+its threads read (tested against the samples it yields)."""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import encode, make_shard
+from gpudecode import Loader, Source
+from gpudecode import transforms as T
+from gpudecode.errors import DecodeError, GpuDecodeError
+from gpudecode.io.reader import ShardReader
+
+
+def _tensor_bytes(img: np.ndarray) -> bytes:
+    b = io.BytesIO()
+    np.save(b, img)
+    return b.getvalue()
+
+
+@pytest.fixture(scope="module")
+def shards(photos, tmp_path_factory):
+    """Four shards of unequal sizes: JPEG (two qualities), PNG and tensor (.npy) samples of
+    the photographs, at several sizes."""
+    d = tmp_path_factory.mktemp("resident")
+    names = sorted(photos)
+    urls, k = [], 0
+    for j, size in enumerate([23, 9, 31, 17]):
+        samples = []
+        for _ in range(size):
+            img = photos[names[k % len(names)]]
+            img = np.ascontiguousarray(img[k % 13: 120 + 7 * (k % 9), k % 7: 140 + 5 * (k % 11)])
+            kind = k % 5
+            if kind == 3:
+                field = {"png": encode(img, "PNG")}
+            elif kind == 4:
+                field = {"npy": _tensor_bytes(img)}
+            else:
+                field = {"jpg": encode(img, "JPEG", quality=80 + 5 * kind)}
+            samples.append({"__key__": f"{j}-{k:05d}", **field, "cls": str(k % 7).encode()})
+            k += 1
+        urls.append(make_shard(d / f"train-{j}.tar", samples))
+    return urls
+
+
+def _tf(size=40):
+    return T.Compose([T.RandomResizedCrop(size), T.RandomHorizontalFlip(), T.Normalize([0.5] * 3, [0.25] * 3)])
+
+
+def _epochs(loader, epochs=(0, 1)):
+    out = []
+    for e in epochs:
+        loader.set_epoch(e)
+        for b in loader:
+            imgs = [v.clone() for v in b.images] if isinstance(b.images, list) else b.images.clone()
+            out.append((e, list(b.keys), b.labels.clone(), imgs))
+    return out
+
+
+def _same(a, b):
+    assert len(a) == len(b) and len(a) > 0
+    for (ea, ka, la, ia), (eb, kb, lb, ib) in zip(a, b):
+        assert (ea, ka) == (eb, kb)
+        assert torch.equal(la, lb)
+        for x, y in zip(ia if isinstance(ia, list) else [ia], ib if isinstance(ib, list) else [ib]):
+            assert torch.equal(x, y), ka
+
+
+KW = dict(batch_size=8, device="cpu", num_workers=1, seed=11, image_ext="jpg;png;npy")
+
+
+@pytest.mark.parametrize("split", ["shard", "sample", "elastic"])
+def test_keep_ram_gives_the_streamed_batches_bit_for_bit(shards, split):
+    with Loader(shards, transform=_tf(), split=split, **KW) as ld:
+        want = _epochs(ld)
+    with Loader(shards, transform=_tf(), split=split, keep="ram", **KW) as ld:
+        got = _epochs(ld)
+        kept = ld.describe()["keep"]
+    _same(got, want)
+    assert kept["tier"] == "ram" and kept["images"] == 80 and kept["bytes"] > 0 and kept["left_out"] == 0
+
+
+@pytest.mark.filterwarnings("ignore:even=:RuntimeWarning")
+@pytest.mark.parametrize("split", ["shard", "elastic"])
+def test_each_rank_gets_its_streamed_share(shards, split):
+    for rank in range(3):
+        kw = dict(KW, rank=rank, world_size=3, split=split)
+        with Loader(shards, transform=_tf(), **kw) as ld:
+            want = _epochs(ld)
+        with Loader(shards, transform=_tf(), keep="ram", **kw) as ld:
+            got = _epochs(ld)
+            assert ld.describe()["keep"]["images"] == 80  # the whole set on every rank
+        _same(got, want)
+
+
+def test_later_epochs_read_nothing(shards, tmp_path):
+    """Once filled, the store is all an epoch reads: the shards' bytes overwritten (size
+    and time kept, so their counts stay valid) change nothing, where any read would fail."""
+    moved = []
+    for u in shards:
+        dst = tmp_path / os.path.basename(u)
+        shutil.copyfile(u, dst)
+        moved.append(str(dst))
+    with Loader(moved, transform=_tf(), keep="ram", **KW) as ld:
+        first = _epochs(ld, (0,))
+        for u in moved:
+            st = os.stat(u)
+            with open(u, "r+b") as f:
+                f.write(b"\xff" * st.st_size)
+            os.utime(u, ns=(st.st_atime_ns, st.st_mtime_ns))
+        again = _epochs(ld, (0, 1))
+    _same(again[:len(first)], first)
+    with Loader(moved, transform=_tf(), **KW) as ld, pytest.raises(GpuDecodeError):
+        list(ld)  # (streaming the overwritten shards fails: the test would see a read)
+
+
+def test_several_views_and_a_batch_transform(shards):
+    views = [T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip()]),
+             T.Compose([T.RandomResizedCrop(16, scale=(0.05, 0.4)), T.ColorJitter(0.4, 0.4, 0.4, 0.1)])]
+    with Loader(shards, transform=views, **KW) as ld:
+        want = _epochs(ld, (0,))
+    with Loader(shards, transform=views, keep="ram", **KW) as ld:
+        got = _epochs(ld, (0,))
+    _same(got, want)
+    mix = T.RandomChoice([T.MixUp(alpha=0.4, num_classes=7), T.CutMix(alpha=1.0, num_classes=7)])
+    with Loader(shards, transform=_tf(), batch_transform=mix, **KW) as ld:
+        want = _epochs(ld, (0,))
+    with Loader(shards, transform=_tf(), batch_transform=mix, keep="ram", **KW) as ld:
+        got = _epochs(ld, (0,))
+    _same(got, want)
+
+
+def test_a_resume_from_the_middle_of_an_epoch(shards):
+    for split in ("sample", "elastic"):
+        with Loader(shards, transform=_tf(), split=split, **KW) as ld:
+            want = _epochs(ld, (1,))
+        with Loader(shards, transform=_tf(), split=split, keep="ram", **KW) as ld:
+            ld.set_epoch(1)
+            it = iter(ld)
+            for _ in range(3):
+                next(it)
+            state = ld.state_dict()
+            it.close()
+        with Loader(shards, transform=_tf(), split=split, keep="ram", **KW) as ld:
+            ld.load_state_dict(state)
+            got = [(1, list(b.keys), b.labels.clone(), b.images.clone()) for b in ld]
+        _same(got, want[3:])
+
+
+def test_a_mixture_and_an_image_folder(shards, photos, tmp_path):
+    for c in ("cat", "dog"):
+        os.makedirs(tmp_path / "tree" / c)
+        for i in range(6):
+            (tmp_path / "tree" / c / f"{i}.png").write_bytes(encode(photos["coffee"][i * 9:i * 9 + 90, :100], "PNG"))
+    tree = str(tmp_path / "tree")
+    mixture = [Source(shards[:2], weight=2.0), Source(tree, weight=1.0, label_offset=7)]
+    for urls in (tree, mixture):
+        with Loader(urls, transform=_tf(), **KW) as ld:
+            want = _epochs(ld)
+        with Loader(urls, transform=_tf(), keep="ram", **KW) as ld:
+            got = _epochs(ld)
+        _same(got, want)
+
+
+def test_a_set_over_the_budget_streams_and_says_why(shards):
+    with Loader(shards, transform=_tf(), **KW) as ld:
+        want = _epochs(ld, (0,))
+    with Loader(shards, transform=_tf(), keep="ram", keep_budget=100_000, **KW) as ld:
+        with pytest.warns(RuntimeWarning, match=r"keep='ram': the Loader streams: the decoded set needs .* over the "
+                                                r"budget \(ram 0.00 GiB\)"):
+            got = _epochs(ld, (0,))
+        why = ld.describe()["keep"]
+    _same(got, want)
+    assert why["tier"] is None and "over the budget" in why["why"]
+
+
+def test_bad_samples_under_skip_give_the_streamed_batches(photos, tmp_path):
+    """A sample that fails keeps its place (its batch one image short, as streamed), and
+    each epoch's `skipped` lists it, as a streamed epoch does."""
+    samples = [{"__key__": f"{k:03d}", "jpg": encode(photos["astronaut"][k:k + 100, :120]), "cls": b"1"}
+               for k in range(20)]
+    samples[5]["jpg"] = samples[5]["jpg"][:300]
+    samples[12]["jpg"] = b"not an image"
+    samples[17]["cls"] = b"minus one"
+    shard = make_shard(tmp_path / "bad.tar", samples)
+    results = {}
+    for keep in (None, "ram"):
+        with Loader(shard, transform=_tf(), keep=keep, on_error="skip", **KW) as ld:
+            got, skipped = [], []
+            for e in (0, 1):
+                got += _epochs(ld, (e,))
+                skipped.append(sorted(s.key for s in ld.skipped))
+            results[keep] = got, skipped
+            if keep:
+                assert ld.describe()["keep"]["left_out"] == 3
+    _same(results["ram"][0], results[None][0])
+    assert results["ram"][1] == results[None][1] == [["005", "012", "017"]] * 2
+    with Loader(shard, transform=_tf(), keep="ram", **KW) as ld, pytest.raises(DecodeError) as e:
+        list(ld)
+    assert e.value.key == "005"
+
+
+def test_a_transform_without_geometry_keeps_the_one_size_rule(shards, photos, tmp_path):
+    same = [{"__key__": f"{k}", "jpg": encode(photos["chelsea"][:64, :64]), "cls": b"0"} for k in range(6)]
+    same[3]["jpg"] = encode(photos["chelsea"][:50, :64])
+    shard = make_shard(tmp_path / "sizes.tar", same)
+    kw = dict(KW, batch_size=3, on_error="skip")
+    tf = T.Compose([T.RandomHorizontalFlip()])
+    with Loader(shard, transform=tf, **kw) as ld, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = [list(b.keys) for b in ld]
+    with Loader(shard, transform=tf, keep="ram", **kw) as ld, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = [list(b.keys) for b in ld]
+        assert [s.key for s in ld.skipped] == ["3"]
+    assert sorted(k for b in got for k in b) == sorted(k for b in want for k in b)
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(keep="disk"), "keep must be None"),
+    (dict(keep="gpu"), "keep='gpu' keeps the set in GPU memory"),
+    (dict(keep_budget=10), "keep_budget= bounds a resident store"),
+    (dict(keep="ram", keep_budget=-1), "keep_budget must be a positive number"),
+    (dict(keep="ram", keep_budget=1.5), "keep_budget must be a positive number"),
+])
+def test_keep_arguments_are_checked_where_given(shards, kw, message):
+    with pytest.raises(ValueError, match=message):
+        Loader(shards, transform=_tf(), **KW, **kw)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(split="shard", shuffle=False), dict(split="shard", world_size=3, even="pad"),
+    dict(split="sample", world_size=3, even="drop"), dict(split="sample", world_size=2, even=None),
+    dict(split="elastic", world_size=3, chunk=8), dict(split="elastic", world_size=2, even="drop", chunk=5),
+    dict(tree=True, split="sample", world_size=2), dict(tree=True, split="elastic", world_size=2, chunk=4),
+    dict(tree=True, repeated_augs=3, world_size=2), dict(mixture=True, world_size=2, chunk=4),
+])
+def test_the_readers_order_of_keys_is_the_order_it_reads(shards, photos, tmp_path, kw):
+    kw = dict(kw)
+    urls: object = shards
+    if kw.pop("tree", False) or kw.get("repeated_augs"):
+        for c in ("a", "b"):
+            os.makedirs(tmp_path / c)
+            for i in range(9):
+                (tmp_path / c / f"{i}.png").write_bytes(encode(photos["rocket"][i:i + 20, :30], "PNG"))
+        urls = str(tmp_path)
+    if kw.pop("mixture", False):
+        urls = [Source(shards[:2], weight=1.0), Source(shards[2:], repeat=0.5)]
+    world = kw.pop("world_size", 1)
+    shuffle = kw.pop("shuffle", True)
+    for rank in range(world):
+        for epoch in (0, 3):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # (even's cost warnings)
+                r = ShardReader(urls, shuffle=shuffle, seed=3,
+                                rank=rank, world_size=world, extensions=["jpg", "png", "npy", "cls"], **kw)
+                streamed = [(s.shard, s.index) for s in r.iter_epoch(epoch)]
+                assert r.epoch_keys(epoch) == streamed
+                assert r.epoch_keys(epoch, start=5) == [(s.shard, s.index) for s in r.iter_epoch(epoch, start=5)]
