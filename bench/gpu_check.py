@@ -188,9 +188,38 @@ def preflight_child() -> int:
         return 0
     facts["decoders"] = decoders_found("cuda" if cuda else "cpu")
     if cuda:
+        facts["engines"] = engines_found()
         facts["kernels"] = kernels_compile()
     print(json.dumps(facts))
     return 0
+
+
+def engines_found() -> dict:
+    """On a GPU: what decoder="auto" makes (the split decoder's engines), which of
+    nvImageCodec's GPU backends decode and why the others do not, and whether its regions
+    of interest work (a child process: a crash there is reported, not suffered)."""
+    out: dict = {}
+    try:
+        from gpudecode.decode import available, make_decoder
+
+        dec = make_decoder("auto", device="cuda", num_threads=2, max_pixels=0)
+        out["auto"] = getattr(dec, "backend", dec.name)
+        dec.close()
+        if available("nvimgcodec")[0]:
+            from gpudecode.decode import nvimgcodec as nv
+
+            probe = nv.NvImageCodecDecoder(device="cuda", num_threads=1, backends=("hw", "cuda"))
+            out["nvimgcodec_backends"] = {"working": probe.working, "why": probe.why}
+            probe.close()
+    except Exception as e:  # reported
+        out["error"] = f"{type(e).__name__}: {e}"
+    try:
+        from gpudecode.decode import nvimgcodec as nv
+
+        out["roi"] = nv.roi_probe(0)
+    except Exception as e:
+        out["roi"] = (False, f"{type(e).__name__}: {e}")
+    return out
 
 
 def decoders_found(device: str) -> dict:
@@ -260,6 +289,14 @@ def preflight_lines(f: dict) -> list[str]:
             lines.append(f"  decoder {name}: {d.get('backend')}; a test JPEG decoded onto {d.get('pixels_on')}")
         else:
             lines.append(f"  decoder {name}: not usable here: {d.get('why') or d.get('error')}")
+    e = f.get("engines")
+    if e is not None:
+        lines.append(f"  decoder 'auto' (every engine): {e.get('auto', e.get('error'))}")
+        nb = e.get("nvimgcodec_backends")
+        if nb:
+            lines.append(f"  nvImageCodec GPU backends: {nb['working']}; why not: {nb['why'] or 'none failed'}")
+        ok, why = e.get("roi", (False, "not probed"))
+        lines.append(f"  nvImageCodec regions of interest on the GPU: {'work' if ok else 'do NOT work'} ({why})")
     k = f.get("kernels")
     if k is not None:
         if k.get("ok"):

@@ -487,3 +487,34 @@ def test_cuda_kernels_compile_on_a_numpy_without_row_stack():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                        env=dict(os.environ, NUMBA_ENABLE_CUDASIM="0"))
     assert "LOADED" in p.stdout, p.stderr[-2000:]
+
+
+# ---------------------------------------------------------------------------------------
+# nvImageCodec's regions of interest, probed in a child process
+
+
+def test_the_roi_probe_reports_a_crash_a_wrong_answer_and_a_hang_without_suffering_them():
+    import sys
+
+    from gpudecode.decode.nvimgcodec import ROI_PROBE, roi_probe
+
+    compile(ROI_PROBE, "roi-probe", "exec")  # (the real probe's script is Python)
+    ok, why = roi_probe(command=[sys.executable, "-c", "print('OK')"])
+    assert ok and "regions decoded" in why
+    ok, why = roi_probe(command=[sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"])
+    assert not ok and "SIGSEGV" in why
+    ok, why = roi_probe(command=[sys.executable, "-c", "import sys; print('WRONG (2, 3) (4, 5)'); sys.exit(3)"])
+    assert not ok and "exited with 3: WRONG" in why
+    ok, why = roi_probe(command=[sys.executable, "-c", "import time; time.sleep(30)"], timeout=0.5)
+    assert not ok and "did not finish" in why
+
+
+def test_the_roi_probe_without_a_gpu_says_so(monkeypatch):
+    pytest.importorskip("nvidia.nvimgcodec")
+    from gpudecode.decode.nvimgcodec import roi_probe, roi_usable
+
+    ok, why = roi_probe(0)  # (the real script: no GPU here, so it fails, in the child)
+    assert not ok and why.startswith("the ROI probe")
+    monkeypatch.setenv("GPUDECODE_NVIMGCODEC_ROI", "probe")
+    assert roi_usable("0.8.0", "cpu")  # (the CPU codecs decode regions: nothing to probe)
+    assert not roi_usable("0.8.0", "cuda")

@@ -57,13 +57,71 @@ def _module():
     return nvimgcodec
 
 
-def roi_usable(version: str, device_type: str) -> bool:
+def roi_usable(version: str, device_type: str, index: int = 0) -> bool:
     """Whether windows are decoded as regions of interest with this nvImageCodec `version`
-    on a `device_type` ("cpu" or "cuda") device (GPUDECODE_NVIMGCODEC_ROI overrides)."""
+    on a `device_type` ("cpu" or "cuda") device. GPUDECODE_NVIMGCODEC_ROI=1 or =0 forces
+    the answer; =probe finds it out on GPU `index` in a child process (roi_probe)."""
     env = os.environ.get("GPUDECODE_NVIMGCODEC_ROI")
     if env in ("0", "1"):
         return env == "1"
-    return device_type == "cpu" or not version.startswith(ROI_BROKEN)
+    if device_type == "cpu":
+        return True
+    if env == "probe":
+        return roi_probe(index)[0]
+    return not version.startswith(ROI_BROKEN)
+
+
+# Decodes regions of a JPEG on a GPU with nvImageCodec, as the decoder would (argv: the GPU
+# index): prints OK when every region came back at its size; a crash kills only this child.
+ROI_PROBE = """
+import io, sys
+import numpy as np
+from PIL import Image
+from nvidia import nvimgcodec as n
+y, x = np.mgrid[0:375, 0:500]
+b = io.BytesIO()
+Image.fromarray(np.stack([x % 256, y % 256, (x + y) % 256], -1).astype(np.uint8)).save(b, format="JPEG", quality=90)
+index = int(sys.argv[1])
+dec = n.Decoder(device_id=index, backends=[n.Backend(n.BackendKind.HW_GPU_ONLY), n.Backend(n.BackendKind.GPU_ONLY),
+                                           n.Backend(n.BackendKind.HYBRID_CPU_GPU)])
+params = n.DecodeParams(apply_exif_orientation=False, color_spec=n.ColorSpec.SRGB, sample_format=n.SampleFormat.I_RGB)
+regions = [(0, 0, 224, 224), (13, 29, 300, 411), (100, 250, 375, 500), (1, 1, 2, 2)]
+streams = [n.CodeStream(b.getvalue()).get_sub_code_stream(region=n.Region(*r)) for r in regions]
+out = dec.decode(streams, params=params)
+for img, (t, l, bottom, right) in zip(out, regions):
+    if img is None or tuple(img.shape[:2]) != (bottom - t, right - l):
+        print("WRONG", None if img is None else tuple(img.shape[:2]), (bottom - t, right - l))
+        sys.exit(3)
+print("OK")
+"""
+
+
+def roi_probe(index: int = 0, *, timeout: float = 180.0, command: Sequence[str] | None = None) -> tuple[bool, str]:
+    """Whether nvImageCodec decodes regions of interest on GPU `index`: tried in a child
+    process, since a release whose ROI decoding is broken crashes with SIGSEGV
+    (nvImageCodec#55), which would end this process; (works, what the child did).
+    `command`: the child's command line (tests give their own)."""
+    import signal
+    import subprocess
+    import sys
+
+    cmd = list(command) if command is not None else [sys.executable, "-c", ROI_PROBE, str(index)]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"the ROI probe did not finish in {timeout:g} s"
+    except OSError as e:
+        return False, f"the ROI probe could not run: {e}"
+    if p.returncode < 0:
+        try:
+            name = signal.Signals(-p.returncode).name
+        except ValueError:
+            name = f"signal {-p.returncode}"
+        return False, f"the ROI probe was killed by {name} (a crash in nvImageCodec's region decoding)"
+    if p.returncode or "OK" not in p.stdout:
+        tail = (p.stdout + p.stderr).strip().splitlines()[-1:] or ["no output"]
+        return False, f"the ROI probe exited with {p.returncode}: {tail[0][:300]}"
+    return True, "regions decoded at their sizes"
 
 
 def _probe_jpeg() -> bytes:
@@ -112,7 +170,7 @@ class NvImageCodecDecoder:
         self.max_pixels = max_pixels
         self.hw_load = hw_load
         self._dev = torch.device(device)
-        self.roi = roi_usable(self.version, self._dev.type)
+        self.roi = roi_usable(self.version, self._dev.type, self._dev.index or 0)
         self._params = n.DecodeParams(apply_exif_orientation=False, color_spec=n.ColorSpec.SRGB,
                                       sample_format=n.SampleFormat.I_RGB)
         # Pillow-exact JPEG: fancy upsampling (libjpeg's default, and nvImageCodec's CPU codec's)
@@ -125,16 +183,17 @@ class NvImageCodecDecoder:
             return
         index = self._dev.index if self._dev.index is not None else torch.cuda.current_device()
         self._dev = torch.device("cuda", index)
-        self.working = _working(index, lambda: self._probe_backends(index))
+        self.working, self.why = _working(index, lambda: self._probe_backends(index))
         if not any(self.working[b] for b in backends):
             if any(self.working.values()):  # the other backend works: this one alone does not
                 raise BackendUnavailableError(
                     f"decoder 'nvimgcodec' on cuda:{index}: its {' and '.join(backends)} backend does not decode a "
-                    f"JPEG here (working: {self.working})")
+                    f"JPEG here ({'; '.join(f'{b}: {self.why.get(b)}' for b in backends)})")
             raise BackendUnavailableError(
                 f"decoder 'nvimgcodec' on cuda:{index}: none of nvImageCodec {self.version}'s GPU backends decodes "
                 "a JPEG (its nvJPEG extension loads libnvjpeg.so.13: pip install nvidia-nvjpeg-cu13), so every image "
-                "would be decoded by its CPU codecs; use decoder='cpu' (the fast CPU path) or install libnvjpeg")
+                "would be decoded by its CPU codecs; use decoder='cpu' (the fast CPU path) or install libnvjpeg; "
+                + "; ".join(f"{b}: {w}" for b, w in self.why.items()))
         chosen = [n.Backend(n.BackendKind.CPU_ONLY)]
         if "cuda" in backends:
             chosen[:0] = [n.Backend(n.BackendKind.GPU_ONLY, load_hint=1.0), n.Backend(n.BackendKind.HYBRID_CPU_GPU)]
@@ -154,19 +213,30 @@ class NvImageCodecDecoder:
         """Whether only each request's box is decoded (regions of interest), not the whole image."""
         return self.roi
 
-    def _probe_backends(self, index: int) -> dict[str, bool]:
-        """Which GPU backends decode a small JPEG here, each tried alone: {"hw": ..., "cuda": ...}."""
+    def _probe_backends(self, index: int) -> tuple[dict[str, bool], dict[str, str]]:
+        """Which GPU backends decode a small JPEG here, each tried alone: ({"hw": ..., "cuda":
+        ...}, why each one that does not, does not). nvJPEG's CUDA decoder is registered
+        as HYBRID_CPU_GPU (the entropy decoding on the host, the rest on the GPU;
+        nvImageCodec#26): a decoder of GPU_ONLY alone has no JPEG decoder and is not made
+        ("Could not create decoder. Code: 7", the H200 run's preflight), so "cuda" is tried
+        as the two together, as the CUDA engine decodes."""
         n = self._n
         data = _probe_jpeg()
         out = {}
-        for name, kind in (("hw", n.BackendKind.HW_GPU_ONLY), ("cuda", n.BackendKind.GPU_ONLY)):
+        why: dict[str, str] = {}
+        tries = (("hw", [n.BackendKind.HW_GPU_ONLY]),
+                 ("cuda", [n.BackendKind.GPU_ONLY, n.BackendKind.HYBRID_CPU_GPU]))
+        for name, kinds in tries:
             try:
-                dec = n.Decoder(device_id=index, backends=[n.Backend(kind)], options=self._options)
+                dec = n.Decoder(device_id=index, backends=[n.Backend(k) for k in kinds], options=self._options)
                 img = dec.decode(n.CodeStream(data), params=self._params, cuda_stream=self._stream())
                 out[name] = img is not None and img.buffer_kind == img.buffer_kind.STRIDED_DEVICE
-            except Exception:  # a backend that cannot even be made here is not working
+                if not out[name]:
+                    why[name] = "decoded nothing on the device" if img is None else "decoded into host memory"
+            except Exception as e:  # a backend that cannot even be made here is not working
                 out[name] = False
-        return out
+                why[name] = f"{type(e).__name__}: {e}"
+        return out, why
 
     def _stream(self) -> int:
         return torch.cuda.current_stream(self._dev).cuda_stream if self._dev.type == "cuda" else 0
@@ -273,15 +343,17 @@ class NvImageCodecDecoder:
         self._decoder = None
 
 
-_WORKING: dict[int, dict[str, bool]] = {}
+_WORKING: dict[int, tuple[dict[str, bool], dict[str, str]]] = {}
 
 
-def _working(index: int, probe: Any) -> dict[str, bool]:
-    """Which GPU backends decode on GPU `index` (probe() once a process: each engine of a
-    split decoder is a decoder of its own, and the answer does not change)."""
+def _working(index: int, probe: Any) -> tuple[dict[str, bool], dict[str, str]]:
+    """Which GPU backends decode on GPU `index`, and why the others do not (probe() once a
+    process: each engine of a split decoder is a decoder of its own, and the answer does
+    not change)."""
     if index not in _WORKING:
         _WORKING[index] = probe()
-    return dict(_WORKING[index])
+    working, why = _WORKING[index]
+    return dict(working), dict(why)
 
 
 def _layout(img: Any) -> tuple[int, tuple[int, int], tuple[int, int, int]]:
