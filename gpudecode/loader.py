@@ -644,7 +644,7 @@ class Loader:
             copy with its own draws (in place of the script's RASampler).
         epoch_size: a mixture's epoch: an int, or "all_exhausted" (default: every weighted
             source at least once) or "first_exhausted" (none repeated).
-        keep, keep_budget: the set kept decoded in "ram"/"gpu"/"auto" (gpudecode.resident).
+        keep, keep_budget, keep_size: the set kept decoded in "ram"/"gpu"/"auto" (gpudecode.resident).
         num_threads, prefetch: older names of num_workers and prefetch_factor.
 
     Sizes: `len(loader)` (batches per epoch for this rank), `num_samples` (this rank's
@@ -675,7 +675,7 @@ class Loader:
                  cache_limit: int | None = None, num_threads: int | None = None,
                  prefetch: int | None = None, batch_transform: Any = None, reuse_buffers: bool = False,
                  repeated_augs: int = 1, epoch_size: int | str | None = None, keep: Keep | None = None,
-                 keep_budget: int | None = None) -> None:
+                 keep_budget: int | None = None, keep_size: int | None = None) -> None:
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         config = _pipeline_config(transform, batch_transform, batch_size=batch_size, device=device, decoder=decoder,
@@ -683,7 +683,7 @@ class Loader:
                                   allow_negative_labels=allow_negative_labels, workers=(num_workers, num_threads),
                                   ahead=(prefetch_factor, prefetch), max_pixels=max_pixels, fast_decode=fast_decode,
                                   pin_memory=pin_memory, reuse_buffers=reuse_buffers)
-        self.keeper = Keeper(keep, keep_budget, config.device)  # where the set lives between epochs (keep=)
+        self.keeper = Keeper(keep, keep_budget, config.device, keep_size)  # where the set lives between epochs
         self.batch_size, self.device, self.drop_last = batch_size, config.device, drop_last
         self.prefetch, self.num_threads = config.ring - 3, config.num_threads
         self.persistent_workers = bool(persistent_workers)  # (threads start per epoch: nothing to keep alive)

@@ -78,6 +78,7 @@ class Resident:
     samples: list[StoredSample]
     rows: dict[tuple[str, int], int]
     failed: dict[tuple[str, int], list] = field(default_factory=dict)  # sample -> its Skipped (probe, decode)
+    size: int | None = None  # the shorter side's most pixels (keep_size), or None: as decoded
     unread: set[tuple[str, int]] = field(default_factory=set)  # samples the reader could not read
     read_skips: list = field(default_factory=list)  # the reader's Skipped for those
     fill_seconds: float = 0.0
@@ -124,7 +125,7 @@ class Resident:
         return DecodedBatch(torch.from_numpy(out), ends - sizes, shapes, hwc_strides(shapes), windows, [None] * len(rows))
 
     def describe(self) -> dict:
-        return {"tier": self.tier, "bytes": self.nbytes, "images": len(self),
+        return {"tier": self.tier, "bytes": self.nbytes, "images": len(self), "size": self.size,
                 "left_out": len(self.failed) + len(self.unread),
                 "fill_s": round(self.fill_seconds, 3)}
 
@@ -158,12 +159,15 @@ def budgets(keep: str, device: str, cap: int | None) -> dict[str, int]:
     return out
 
 
-def check_keep(keep: Any, budget: Any, device: str) -> None:
-    """Refuses a keep= or keep_budget= that cannot be used (said where given)."""
+def check_keep(keep: Any, budget: Any, device: str, size: Any = None) -> None:
+    """Refuses a keep=, keep_budget= or keep_size= that cannot be used (said where given)."""
     if keep is None:
-        if budget is not None:
-            raise ValueError("keep_budget= bounds a resident store: give keep='ram', 'gpu' or 'auto' too")
+        for name, v in (("keep_budget", budget), ("keep_size", size)):
+            if v is not None:
+                raise ValueError(f"{name}= is about a resident store: give keep='ram', 'gpu' or 'auto' too")
         return
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+        raise ValueError(f"keep_size must be a positive int (the shorter side's most pixels), not {size!r}")
     if keep not in KEEPS:
         raise ValueError(f"keep must be None (stream every epoch), 'ram', 'gpu' or 'auto', not {keep!r}")
     if keep == "gpu" and not device.startswith("cuda"):
@@ -176,9 +180,9 @@ class Keeper:
     """A Loader's keep= and keep_budget= (checked here), and its store: filled once, on
     first use, or the one-line reason the Loader streams instead."""
 
-    def __init__(self, keep: Any, budget: Any, device: str) -> None:
-        check_keep(keep, budget, device)
-        self.keep, self.budget, self.device = keep, budget, device
+    def __init__(self, keep: Any, budget: Any, device: str, size: Any = None) -> None:
+        check_keep(keep, budget, device, size)
+        self.keep, self.budget, self.device, self.size = keep, budget, device, size
         self.resident: Resident | str | None = None  # the store once filled, or why the Loader streams
 
     def store(self, pipe: "Pipeline", reader: Any, stop: Any = None) -> Resident | None:
@@ -189,7 +193,7 @@ class Keeper:
         if self.resident is None:
             try:
                 self.resident = fill(pipe, reader.read_every(stop), every_key=reader.every_key(), keep=self.keep,
-                                     device=self.device, cap=self.budget, stop=stop)
+                                     device=self.device, cap=self.budget, stop=stop, size=self.size)
             except DoesNotFit as e:
                 self.resident = f"streams: {e}"
                 warnings.warn(f"keep={self.keep!r}: the Loader {self.resident}", RuntimeWarning, stacklevel=3)
@@ -217,11 +221,13 @@ class _Stopped(Exception):
 
 
 def fill(pipe: "Pipeline", samples: Any, *, every_key: Any, keep: str, device: str, cap: int | None,
-         stop: Any = None) -> Resident | None:
+         stop: Any = None, size: int | None = None) -> Resident | None:
     """Reads `samples` (every sample once: ShardReader.read_every), decodes each image
     whole and exactly with the pipeline's decoder spec, and keeps them in the tier
     `keep` chooses; `every_key`: (shard, index) of every sample there is (the set's size
-    for the early estimate, and what the reader could not read is told from it).
+    for the early estimate, and what the reader could not read is told from it); `size`:
+    an image whose shorter side is longer is resized to it first, as `gpudecode precache
+    --size` stores it (the same pixels: its resize step, Pipeline.finish_images' HostImages).
 
     Raises:
         DoesNotFit: the set (or its estimate) exceeds every usable tier's budget.
@@ -230,13 +236,14 @@ def fill(pipe: "Pipeline", samples: Any, *, every_key: Any, keep: str, device: s
     Returns None when `stop` was set before the store was full.
     """
     try:
-        return _fill(pipe, samples, every_key=list(every_key), keep=keep, device=device, cap=cap, stop=stop)
+        return _fill(pipe, samples, every_key=list(every_key), keep=keep, device=device, cap=cap, stop=stop,
+                     size=size)
     except _Stopped:
         return None
 
 
 def _fill(pipe: "Pipeline", samples: Any, *, every_key: list, keep: str, device: str, cap: int | None,
-          stop: Any) -> Resident:
+          stop: Any, size: int | None) -> Resident:
     total = len(every_key)
     t0 = time.perf_counter()
     limits = budgets(keep, device, cap)
@@ -252,13 +259,14 @@ def _fill(pipe: "Pipeline", samples: Any, *, every_key: list, keep: str, device:
     missing: dict[tuple[str, str | None], tuple[str, int]] = {}  # (shard, key) -> (shard, index) of what failed
     seen = used = 0
     policy = pipe.policy
+    resize = _Resizer(size, c.num_threads) if size is not None else None
     before = len(policy.skipped)
     try:
         chunk: list[Sample] = []
         for s in samples:
             chunk.append(s)
             if len(chunk) == _FILL_CHUNK:
-                used += _decode_chunk(pipe, decoder, chunk, images, kept, labels, missing)
+                used += _decode_chunk(pipe, decoder, chunk, images, kept, labels, missing, resize)
                 seen += len(chunk)
                 chunk = []
                 _check(used, seen, total, most, limits)
@@ -267,7 +275,7 @@ def _fill(pipe: "Pipeline", samples: Any, *, every_key: list, keep: str, device:
         if stop is not None and stop.is_set():  # (the reader ends early when stopped)
             raise _Stopped()
         if chunk:
-            used += _decode_chunk(pipe, decoder, chunk, images, kept, labels, missing)
+            used += _decode_chunk(pipe, decoder, chunk, images, kept, labels, missing, resize)
             seen += len(chunk)
         _check(used, seen, seen, most, limits)
     finally:
@@ -291,7 +299,7 @@ def _fill(pipe: "Pipeline", samples: Any, *, every_key: list, keep: str, device:
     unread = set(every_key) - rows.keys() - failed.keys()
     del policy.skipped[before:]  # (kept by the store: each epoch records what its order meets, epoch_chunks)
     return Resident(tier, pixels, offsets, shapes, np.array(labels, np.int64) if c.labels else None, kept,
-                    rows, failed, unread, read_skips, time.perf_counter() - t0)
+                    rows, failed, size, unread, read_skips, time.perf_counter() - t0)
 
 
 def _tier(keep: str, used: int, limits: dict[str, int]) -> str:
@@ -316,8 +324,27 @@ def _check(used: int, seen: int, total: int, most: int, limits: dict[str, int]) 
                          f"{seen} samples, over the budget ({_too_big(used, limits).split('(')[-1]}")
 
 
+class _Resizer:
+    """Images whose shorter side is over `size` brought down to it, as precache stores them."""
+
+    def __init__(self, size: int, num_threads: int) -> None:
+        from .pipeline import HostImages
+
+        self.size = size
+        self.host = HostImages(num_threads)
+
+    def __call__(self, decoded: DecodedBatch, ks: list[int]) -> dict[int, np.ndarray]:
+        from .precache import _plan
+
+        plans = [_plan(int(decoded.boxes[k][2]), int(decoded.boxes[k][3]), self.size, "none") for k in ks]
+        big = [(k, p) for k, p in zip(ks, plans) if p != (None, None)]
+        if not big:
+            return {}
+        return dict(zip([k for k, _ in big], self.host(decoded, [k for k, _ in big], [p for _, p in big])))
+
+
 def _decode_chunk(pipe: "Pipeline", decoder: Any, chunk: list, images: list, kept: list, labels: list,
-                  missing: dict) -> int:
+                  missing: dict, resize: _Resizer | None = None) -> int:
     """A chunk's images decoded whole, each copied out as a host uint8 HWC array; what
     fails is the policy's (and missing). Returns the bytes kept."""
     probed = pipe.probe(chunk)
@@ -330,17 +357,22 @@ def _decode_chunk(pipe: "Pipeline", decoder: Any, chunk: list, images: list, kep
     boxes[:, 2] = probed.heights
     boxes[:, 3] = probed.widths
     decoded = decoder.decode(probed.requests(boxes)).settle()
+    resized = resize(decoded, [k for k, e in enumerate(decoded.errors) if e is None]) if resize is not None else {}
     used = 0
     for k, (s, err) in enumerate(zip(probed.samples, decoded.errors)):
         if err is not None:
             missing[(s.shard, s.key)] = (s.shard, s.index)
             pipe.policy(DecodeError(err, shard=s.shard, key=s.key))
             continue
-        t, l, h, w = (int(v) for v in decoded.boxes[k])
-        sy, sx, sc = (int(v) for v in decoded.strides[k])
-        start = int(decoded.offsets[k]) + t * sy + l * sx
-        img = decoded.pixels[start:].as_strided((h, w, 3), (sy, sx, sc)).cpu().numpy()
-        images.append(img.copy())  # (C order: out of the decoder's buffers, which it reuses)
+        if k in resized:
+            img = resized[k]
+            h, w = img.shape[:2]
+        else:
+            t, l, h, w = (int(v) for v in decoded.boxes[k])
+            sy, sx, sc = (int(v) for v in decoded.strides[k])
+            start = int(decoded.offsets[k]) + t * sy + l * sx
+            img = decoded.pixels[start:].as_strided((h, w, 3), (sy, sx, sc)).cpu().numpy()
+        images.append(np.array(img, order="C", copy=True))  # (out of the decoder's buffers, which it reuses)
         kept.append(StoredSample(s.key, s.shard, s.index))
         if pipe.config.labels:
             labels.append(int(probed.extras[k]))

@@ -227,10 +227,35 @@ def test_a_transform_without_geometry_keeps_the_one_size_rule(shards, photos, tm
     assert sorted(k for b in got for k in b) == sorted(k for b in want for k in b)
 
 
+def test_keep_size_stores_what_precache_stores(shards, tmp_path):
+    """keep_size=S: each image brought down to a shorter side of S as `gpudecode precache
+    --size S` stores it, the same pixels; keep="auto" on the CPU keeps it in RAM."""
+    from gpudecode.precache import precache
+    from gpudecode.tensors import npy_rgb
+
+    out = precache(shards, tmp_path / "cache", size=64, image_ext="jpg;png;npy")
+    stored = {}
+    for url in out.shards:
+        for s in ShardReader(url).read_shard(url):
+            stored[s.key] = npy_rgb(s.fields["npy"])
+    with Loader(shards, transform=_tf(32), keep="auto", keep_size=64, **KW) as ld:
+        list(ld)
+        store = ld.keeper.resident
+        assert ld.describe()["keep"]["tier"] == "ram" and ld.describe()["keep"]["size"] == 64
+    assert len(store) == len(stored) == 80
+    pixels = store.pixels.numpy()
+    for k, s in enumerate(store.samples):
+        h, w = (int(v) for v in store.shapes[k])
+        img = pixels[store.offsets[k]:store.offsets[k] + h * w * 3].reshape(h, w, 3)
+        assert min(h, w) <= 64 and np.array_equal(img, stored[s.key]), s.key
+
+
 @pytest.mark.parametrize("kw, message", [
     (dict(keep="disk"), "keep must be None"),
+    (dict(keep_size=64), "keep_size= is about a resident store"),
+    (dict(keep="ram", keep_size=0), "keep_size must be a positive int"),
     (dict(keep="gpu"), "keep='gpu' keeps the set in GPU memory"),
-    (dict(keep_budget=10), "keep_budget= bounds a resident store"),
+    (dict(keep_budget=10), "keep_budget= is about a resident store"),
     (dict(keep="ram", keep_budget=-1), "keep_budget must be a positive number"),
     (dict(keep="ram", keep_budget=1.5), "keep_budget must be a positive number"),
 ])
