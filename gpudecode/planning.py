@@ -225,6 +225,8 @@ class Node:
         pcie_gb_s: host-to-device bandwidth per GPU, GB/s.
         cache_gb: a node-local cache (`cache_dir=` on NVMe) for a shared tier, GB; 0: none.
         cache_mb_s: the cache's read bandwidth, MB/s.
+        gpu_memory_gb, ram_gb: each GPU's memory and the node's RAM, GB (where the set
+            may be kept resident: `Loader(keep=...)`).
     """
 
     gpus: int = 8
@@ -234,8 +236,10 @@ class Node:
     pcie_gb_s: float = 25.0
     cache_gb: float = 0.0
     cache_mb_s: float = 10000.0
-    note: str = ("DGX-class: 8 GPUs, 128 cores (2 x 64), 2 x 200 Gbit/s storage links, PCIe Gen4 x16 "
-                 "(25 GB/s) per GPU")
+    gpu_memory_gb: float = 80.0
+    ram_gb: float = 2048.0
+    note: str = ("DGX-class: 8 GPUs of 80 GB, 128 cores (2 x 64), 2 TB of RAM, 2 x 200 Gbit/s storage links, PCIe "
+                 "Gen4 x16 (25 GB/s) per GPU")
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -245,6 +249,8 @@ class Node:
             raise PlanError("a node needs at least 1 GPU, 1 core and 1 link")
         if not (self.link_gbit > 0 and self.pcie_gb_s > 0 and self.cache_gb >= 0 and self.cache_mb_s > 0):
             raise PlanError("link_gbit, pcie_gb_s and cache_mb_s must be > 0, cache_gb >= 0")
+        if not (self.gpu_memory_gb > 0 and self.ram_gb > 0):
+            raise PlanError("gpu_memory_gb and ram_gb must be > 0")
 
     def with_(self, **changes: Any) -> "Node":
         """This node with some fields changed (e.g. from `--node cores=64,cache_gb=3000`)."""
@@ -741,9 +747,55 @@ def plan(costs: Sequence[FormatCost], *, gpus: Iterable[int], consumer: Consumer
         "rows": rows,
         "best": _best(rows),
     }
+    doc["residency"] = residency(costs, dataset_images, node)
     doc["summary"] = summary(doc)
     doc["markdown"] = markdown(doc)
     return doc
+
+
+# The talks' rule for where a training set lives: decoded under 8 GB on the GPU, under 128 GB
+# in RAM; then the compressed bytes in RAM (the page cache), a node-local disk, the network.
+GPU_RESIDENT_GB = 8.0
+RAM_RESIDENT_GB = 128.0
+_DECODED_DEFAULT = 3 * 256 * 341  # bytes of a decoded image at a shorter side of 256 (ImageNet's usual precache)
+
+
+def residency(costs: Sequence[FormatCost], dataset_images: int, node: Node) -> dict:
+    """Where the data set should live on each node, by the talks' rule and this node's
+    memory: the decoded set's size (a tensor format's bytes an image where one is planned,
+    else a 256-pixel image's), the stored set's per format, and the tier they allow, with
+    the Loader's argument for it. Half of each memory is the budget (the Loader's own)."""
+    tensor = [c for c in costs if c.name in ("tensor", "npy")]
+    per = tensor[0].bytes_per_image if tensor else _DECODED_DEFAULT
+    decoded_gb = dataset_images * per / 1e9
+    stored = {c.name: dataset_images * c.bytes_per_image / 1e9 for c in costs}
+    smallest = min(stored.values())
+    gpu_budget, ram_budget = node.gpu_memory_gb / 2, node.ram_gb / 2
+    if decoded_gb <= min(GPU_RESIDENT_GB, gpu_budget):
+        tier, how = "gpu", "keep='gpu' (each GPU holds the set, decoded: later epochs read nothing)"
+    elif decoded_gb <= min(RAM_RESIDENT_GB, ram_budget):
+        tier, how = "ram", "keep='ram' (the node's RAM holds the set, decoded, for each rank)"
+    elif decoded_gb * (128 * 171) / (256 * 341) <= min(RAM_RESIDENT_GB, ram_budget):
+        tier, how = "ram", "keep='ram', keep_size=128 (decoded at a shorter side of 128, as precache --size 128)"
+    elif smallest <= ram_budget:
+        tier, how = "page cache", "the stored shards in RAM (the page cache: the first epoch reads them)"
+    elif node.cache_gb and smallest <= node.cache_gb:
+        tier, how = "local disk", "cache_dir= on the node-local disk (remote shards kept there after the first read)"
+    else:
+        tier, how = "network", "streamed from the storage tier each epoch (the plan's rows)"
+    return {"decoded_gb": decoded_gb, "decoded_bytes_per_image": per, "decoded_from": "a tensor format" if tensor
+            else "a 256-pixel image (no tensor format planned)", "stored_gb": stored, "tier": tier, "how": how,
+            "rule": f"decoded under {GPU_RESIDENT_GB:g} GB: the GPU; under {RAM_RESIDENT_GB:g} GB: RAM; each within "
+                    f"half the memory ({node.gpu_memory_gb:g} GB a GPU, {node.ram_gb:g} GB of RAM a node)"}
+
+
+def _residency_line(doc: dict) -> str:
+    r = doc.get("residency")
+    if not r:
+        return ""
+    stored = ", ".join(f"{k} {v:,.1f} GB" for k, v in r["stored_gb"].items())
+    return (f"Where the set lives ({doc['dataset_images']:,} images; decoded {r['decoded_gb']:,.1f} GB from "
+            f"{r['decoded_from']}; stored {stored}): {r['tier']}: {r['how']}. The rule: {r['rule']}.")
 
 
 def _cuts_in_order(net: Network, sol: Solved, c: FormatCost, t: Tier, need: dict, node: Node,
@@ -851,6 +903,8 @@ def summary(doc: dict, width: int = 100) -> str:
                              subsequent_indent=subsequent_indent)
 
     lines = [fill(_head(doc)[0]), fill(_measurement(doc))]
+    if _residency_line(doc):
+        lines.append(fill(_residency_line(doc)))
     by_key = {(r["gpus"], r["tier"], r["format"]): r for r in doc["rows"]}
     tw = max(len(t) for t in doc["tiers"])
     fw = max(len(f) for f in doc["formats"])
@@ -880,7 +934,7 @@ def markdown(doc: dict) -> str:
     """The full table: every (GPU count, tier, format), edge by edge."""
     from ._report import table
 
-    head = _head(doc) + [_measurement(doc)]
+    head = _head(doc) + [_measurement(doc)] + ([_residency_line(doc)] if _residency_line(doc) else [])
     for name, f in doc["formats"].items():
         gpu = f"; GPU decode {f['gpu_img_s']:,.0f} img/s per GPU" if f["gpu_img_s"] else "; GPU decode: not measured"
         split = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in (f.get("stages") or {}).items())
@@ -939,4 +993,4 @@ def write(doc: dict, out: str | os.PathLike, *, plot_row: int | None = None) -> 
 
 
 __all__ = ["plan", "PlanError", "FormatCost", "Consumer", "Tier", "Node", "TIERS", "costs_from_json", "tiers_from_io",
-           "parse_cost", "tier", "build_network", "solve", "write"]
+           "parse_cost", "tier", "build_network", "solve", "write", "residency"]

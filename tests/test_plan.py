@@ -243,3 +243,26 @@ def test_cli_errors_are_one_line(capsys):
     assert main(["plan", "--cost", "jpg:110:2.4", "--rate", "2000", "--node", "cores=64", "--out", ""]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "changed: cores=64" in text and "1 GPU (1 node)" in text
+
+
+@pytest.mark.parametrize("images, node, tier, how", [
+    (50_000, Node(), "gpu", "keep='gpu'"),                         # 7.5 GB decoded
+    (1_281_167, Node(), "ram", "keep='ram', keep_size=128"),       # 193 GB decoded, 48 GB at a shorter side of 128
+    (400_000, Node(), "ram", "keep='ram' ("),                      # 60 GB decoded
+    (10_000_000, Node(ram_gb=4096), "page cache", "page cache"),   # 377 GB at 128; the JPEGs' 1.1 TB fit in RAM
+    (50_000_000, Node(), "network", "streamed"),                   # LAION-sized
+    (50_000_000, Node(cache_gb=30_000), "local disk", "cache_dir="),
+])
+def test_plan_says_where_the_set_lives(images, node, tier, how):
+    """The talks' table: decoded under 8 GB on the GPU, under 128 GB in RAM (within half of
+    each), then the stored bytes in the page cache, a node-local disk, the network."""
+    from gpudecode.planning import residency
+
+    costs = [FormatCost("jpg", bytes_per_image=110_000, cpu_core_s=0.004),
+             FormatCost("tensor", bytes_per_image=150_528, cpu_core_s=0.0004)]
+    r = residency(costs, images, node)
+    assert r["tier"] == tier and how in r["how"], r
+    assert r["decoded_gb"] == pytest.approx(images * 150_528 / 1e9)
+    doc = plan(costs, gpus=[8], consumer=Consumer(img_s_per_gpu=3000), tiers=["local-nvme"], node=node,
+               dataset_images=images)
+    assert "Where the set lives" in doc["summary"] and doc["residency"]["tier"] == tier
