@@ -131,3 +131,35 @@ def test_what_shardwriter_writes_its_pattern_reads_back(tmp_path, pattern):
         with tarfile.open(u) as t:
             keys += [m.name.split(".")[0] for m in t.getmembers()]
     assert keys == [f"k{i}" for i in range(5)]
+
+
+@pytest.mark.parametrize("pattern", ["train-%06d.tar", "train-{:06d}.tar", "train-{}.tar", "train-{:d}.tar",
+                                     "train-%d.tar"])
+def test_the_writer_and_the_reader_read_one_pattern_alike(tmp_path, pattern):
+    """One grammar (io/pattern.py): what the writer writes under a pattern, the reader reads
+    back by the same pattern, every shard once, in number order."""
+    from gpudecode.io.pattern import ShardPattern
+    from gpudecode.io.reader import ShardReader
+    from gpudecode.io.writer import ShardWriter
+
+    with ShardWriter(str(tmp_path / pattern), maxcount=2) as w:
+        for k in range(11):
+            w.write({"__key__": f"{k:03d}", "cls": str(k).encode()})
+    p = ShardPattern(str(tmp_path / pattern))
+    written = p.written()
+    assert len(written) == 6 and [p.number(f) for f in written] == list(range(6))
+    r = ShardReader(str(tmp_path / pattern))
+    assert r.urls == written
+    assert [s.key for s in r] == [f"{k:03d}" for k in range(11)]
+
+
+@pytest.mark.parametrize("pattern", ["train-{:6}.tar", "train-%6d.tar", "train-{:6d}.tar"])
+def test_a_field_that_pads_with_spaces_is_refused_by_the_writer(tmp_path, pattern):
+    from gpudecode.io.pattern import ShardPattern
+    from gpudecode.io.writer import ShardWriter
+
+    with pytest.raises(ValueError, match="pads the shard number with spaces: write it with a leading zero"):
+        with ShardWriter(str(tmp_path / pattern), maxcount=2) as w:
+            w.write({"__key__": "a", "cls": b"1"})
+    assert not list(tmp_path.iterdir())  # nothing written under a name no one means
+    assert ShardPattern(pattern).regex.fullmatch("train-000005.tar")  # (as a reader's pattern: 6 digits or more)

@@ -15,6 +15,7 @@ import braceexpand
 
 from ..errors import ShardReadError
 from . import files as _files
+from .pattern import FIELD, ShardPattern
 
 ShardSpec = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
@@ -87,7 +88,7 @@ def _expand_one(spec: str, seen: frozenset[str] = frozenset(), files: dict | Non
     if len(urls) != 1:
         return [u for url in urls for u in _matched(url)]
     url = urls[0]
-    if _GLOB.search(url) or _PRINTF.search(url):
+    if _GLOB.search(url) or FIELD.search(url.rpartition("/")[2]):
         return _matched(url)
     if is_local(url):
         path = Path(local_path(url))
@@ -157,8 +158,6 @@ def _one_set(folder: Path, found: list[str]) -> None:
 
 _GLOB = re.compile(r"[*?[]")
 _DIGITS = re.compile(r"\d+")
-# the shard number of a pattern, as ShardWriter takes it: printf's (%06d) or format's ({:06d}, {})
-_PRINTF = re.compile(r"%0?(\d*)d|\{:0?(\d*)d\}|\{\}")
 
 
 def _matched(url: str) -> list[str]:
@@ -172,18 +171,15 @@ def _matched(url: str) -> list[str]:
     """
     if url.startswith(("http://", "https://")):  # no listing there; '?' and '%' are the URL's own
         return [url]
-    m = _PRINTF.search(url)
-    if not _GLOB.search(url) and m is None:
+    numbered = FIELD.search(url.rpartition("/")[2])  # (the shard number: in the file name only, io/pattern.py)
+    if not _GLOB.search(url) and numbered is None:
         return [url]
     if is_local(url) and os.path.exists(local_path(url)):
         return [url]
-    width = (m.group(1) or m.group(2) or "") if m is not None else ""
-    if len(width) > 2:  # a shard number of 100 digits or more is no pattern (found by the fuzzer)
-        raise ValueError(f"shard pattern {url!r}: a field of {width[:12]}{'...' if len(width) > 12 else ''} digits")
-    if m is not None:
-        digits = f"[0-9]{{{int(width)},}}" if width else "[0-9]+"
-        rx = re.compile(re.escape(url[:m.start()]) + f"({digits})" + re.escape(url[m.end():]))
-        pattern = url[:m.start()] + "*" + url[m.end():]
+    if numbered is not None:
+        sp = ShardPattern(url)  # (raises: two fields, a field of 100 digits or more)
+        rx: re.Pattern | None = sp.regex
+        pattern = sp.glob(escape=False)
     else:
         rx, pattern = None, url
     if is_local(url):

@@ -21,66 +21,31 @@ from types import TracebackType
 from typing import BinaryIO, Callable
 
 from ..errors import ShardWriteError
-
-
-_FIELD = r"%0?(\d*)d|\{:?0?(\d*)d?\}"  # a shard number field: printf's (%06d) or format's ({:06d})
-
-
-def _split(pattern: str) -> tuple[str, str]:
-    """(folder part, file name) of a pattern: the shard number is looked for in the file
-    name only, so a folder may hold % or { in its name."""
-    folder, sep, name = pattern.rpartition("/")
-    return folder + sep, name
+from .pattern import ShardPattern
 
 
 def format_pattern(pattern: str, index: int) -> str:
     """`out/train-%06d.tar` or `out/train-{:06d}.tar` with the shard number filled in (in
-    the file name: the folder part is taken as it is).
+    the file name: the folder part is taken as it is; io/pattern.py has the grammar).
 
     Raises:
-        ValueError: the file name has no shard number field, or more than one."""
-    import re
-
-    folder, name = _split(pattern)
-    fields = re.findall(_FIELD, name)  # (printf width, format width) each
-    if any(len(a) > 2 or len(b) > 2 for a, b in fields):
-        raise ValueError(f"shard pattern {pattern!r}: a shard number field of 100 digits or more")
-    if len(fields) != 1:
-        raise ValueError(f"shard pattern {pattern!r} needs one %d or {{}} placeholder for the shard number in its "
-                         f"file name (it has {len(fields)})")
-    m = re.search(_FIELD, name)
-    assert m is not None  # (one field was found)
-    field = m.group(0)
-    number = field % index if field.startswith("%") else field.format(index)
-    return folder + name[:m.start()] + number + name[m.end():]
+        ValueError: the file name has no shard number field, or more than one, or one
+            that pads with spaces."""
+    return ShardPattern(pattern).format(index)
 
 
 def pattern_head(pattern: str) -> str:
-    """What comes before the shard number: `out/train-%06d.tar` -> `out/train-` (the one
-    parser of a pattern's head: a run's state folder, manifest and class index are named
-    from it, and the files of a run are recognised by it)."""
-    import re
-
-    folder, name = _split(pattern)
-    m = re.search(_FIELD, name)
-    return folder + (name[:m.start()] if m else name.split("%", 1)[0].split("{", 1)[0])
+    """What comes before the shard number: `out/train-%06d.tar` -> `out/train-` (a run's
+    state folder, manifest and class index are named from it)."""
+    return ShardPattern.head_of(pattern)
 
 
 def written_by(pattern: str) -> list[str]:
     """The files that `pattern` (`out/train-%06d.tar`, `out/train-{:06d}.tar`) names for
     some shard number and that exist, in number order: what an earlier run left."""
-    import glob
-    import re
-
-    format_pattern(pattern, 0)  # raises: no placeholder, or several
-    folder, name = _split(pattern)
-    m = re.search(_FIELD, name)
-    assert m is not None
-    before, after = folder + name[:m.start()], name[m.end():]
-    rx = re.compile(re.escape(before) + r"(\d+)" + re.escape(after))
-    hits = [(int(mm.group(1)), f) for f in glob.glob(glob.escape(before) + "*" + glob.escape(after))
-            if (mm := rx.fullmatch(f)) and os.path.isfile(f)]
-    return [f for _, f in sorted(hits)]
+    p = ShardPattern(pattern)
+    p.format(0)  # raises: a field that pads with spaces
+    return p.written()
 
 
 def check_key(key: object) -> str:
