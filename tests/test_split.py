@@ -303,6 +303,25 @@ def test_the_loader_on_a_split_gives_the_cpu_decoders_batches_bit_for_bit(tmp_pa
     split.close()
 
 
+def test_several_views_decode_each_image_once_on_the_engine_that_gets_it(tmp_path, photos):
+    """Multi-crop: each image's union window decoded once, by one engine, every view read
+    from it: the CPU decoder's batches bit for bit."""
+    shard = _shard(tmp_path, photos, 24)
+    views = [T.Compose([T.RandomResizedCrop(40), T.RandomHorizontalFlip()]),
+             T.Compose([T.RandomResizedCrop(16, scale=(0.05, 0.4)), T.RandomHorizontalFlip()])]
+    kw = dict(batch_size=8, transform=views, device="cpu", num_workers=1, seed=3)
+    with Loader(shard, decoder="cpu", **kw) as ref:
+        want = [(list(b.keys), [v.clone() for v in b.images]) for b in ref]
+    split = SplitDecoder([CpuDecoder(num_threads=1), Engine(CpuDecoder(num_threads=1), name="cpu2")])
+    with Loader(shard, decoder=split, **kw) as ld:
+        got = [(list(b.keys), [v.clone() for v in b.images]) for b in ld]
+        assert ld.describe()["decoder_engines"]["cpu2"]["images"] > 0
+    assert len(got) == len(want) == 3
+    for (gk, gv), (wk, wv) in zip(got, want):
+        assert gk == wk and all(torch.equal(a, b) for a, b in zip(gv, wv))
+    split.close()
+
+
 def test_the_loader_names_each_bad_image_decoded_by_a_split(tmp_path, photos):
     shard = _shard(tmp_path, photos, 16, bad=(3, 11))
     kw = dict(batch_size=8, transform=T.Compose([T.CenterCrop(48)]), device="cpu", num_workers=1, seed=0,
