@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import _builtins  # noqa: F401  (the builtins as they are now: numba is imported with them, _builtins.py)
 from ._version import __version__
 from .errors import (BackendUnavailableError, ConcurrentIterationError, DecodeError, GpuDecodeError,
                      KernelLaunchError, LabelError, PlanError, ResourceError, ShardFormatError, ShardReadError,

@@ -26,6 +26,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
+from ._builtins import import_numba
 from .transforms.draws import Draws
 from ._probe import Probed, probe_columns
 from .decode import DecodedBatch, choose, make_decoder
@@ -198,6 +199,7 @@ class Pipeline:
     that was skipped)."""
 
     def __init__(self, config: PipelineConfig, *, policy: ErrorPolicy) -> None:
+        import_numba()  # (now: a script may have replaced builtins.print by the first batch, _builtins.py)
         self.config = config
         # several views of each image (a tuple of Composes): each image is decoded once, over
         # the union of the views' windows, and each view's kernel reads its own part of it
