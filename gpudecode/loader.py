@@ -329,6 +329,30 @@ def _views(transform: Any) -> Compose | list[Compose]:
     return transform if isinstance(transform, Compose) else Compose.from_torchvision(transform)
 
 
+def _check_sources(reader: Any, config: PipelineConfig) -> None:
+    """What can be told of the data before reading it, refused now: precached images of
+    several sizes for a transform without one; a mixture's sources whose class names
+    collide (two trees without label_offset); tree labels a label_offset moves out of range
+    (taken later for bad data, a whole source would be skipped under on_error="skip").
+
+    Raises:
+        ValueError, TransformError: the reason, naming the source and label_offset."""
+    if isinstance(config.transform, Compose) and config.transform.plan.out_size is None and config.batch_size > 1:
+        _check_stored_sizes(reader)
+    if reader.sources is None or not config.labels:
+        return
+    reader.classes  # noqa: B018  (a label two sources' trees name differently: refused, naming label_offset)
+    for src, urls in zip(reader.sources, reader.source_urls):
+        labels = [v for u in urls if u in reader.files for v in reader.files[u].labels if v is not None]
+        if not src.label_offset or not labels:
+            continue
+        lo, hi = min(labels), max(labels)  # (a tree's labels carry their offset)
+        if (lo < 0 and not config.allow_negative_labels) or (config.num_classes is not None and hi >= config.num_classes):
+            bound = "negative" if lo < 0 and not config.allow_negative_labels else f"not below num_classes={config.num_classes}"
+            raise ValueError(f"Source {src.label}: label_offset={src.label_offset} makes its labels {lo}..{hi}, "
+                             f"{bound}: every one of its samples would be a LabelError")
+
+
 def _check_stored_sizes(reader: Any) -> None:
     """A transform without a size batches images only of one size: precached shards whose
     manifest says their images differ (crop none) are refused now, not at the first batch."""
@@ -705,8 +729,7 @@ class Loader:
                                   # an image file is read only up to what an image of max_pixels can take
                                   max_file_bytes=file_cap(max_pixels), repeated_augs=repeated_augs,
                                   chunk=batch_size, epoch_size=epoch_size)
-        if isinstance(config.transform, Compose) and config.transform.plan.out_size is None and batch_size > 1:
-            _check_stored_sizes(self.reader)
+        _check_sources(self.reader, config)  # (what the data's metadata tells now, not at the first batch)
         self.stats = LoaderStats()
         self.cursor = Cursor()  # where this Loader stands in its epochs (one phase value)
         # the per-batch work and every buffer it cycles through (output slots: prefetch + 3)

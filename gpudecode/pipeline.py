@@ -30,7 +30,7 @@ from ._builtins import import_numba
 from .transforms.draws import Draws
 from ._probe import Probed, probe_columns
 from .decode import DecodedBatch, choose, make_decoder
-from .errors import DecodeError, ErrorPolicy, Skipped
+from .errors import DecodeError, ErrorPolicy, LabelError, Skipped
 from .io.reader import Sample
 from .kernels import fused
 from .kernels.workspace import Workspace
@@ -305,19 +305,33 @@ class Pipeline:
         call for the batch (see probe_columns); a label that call does not parse, or that
         fails the checks (sign, num_classes), is parse_label's, which says why."""
         exts, negative, classes = self.config.label_exts, self.config.allow_negative_labels, self.config.num_classes
+        offsets = self.config.label_offsets
+        shifts = set(offsets.values()) | {0}  # (a shard without an offset: 0)
+
+        def ok(v: int) -> bool:
+            return (v >= 0 or negative) and (classes is None or v < classes) and -(1 << 63) <= v < (1 << 63)
 
         def label(s: Sample) -> int:
-            return parse_label(s.fields, exts, shard=s.shard, key=s.key, allow_negative=negative,
-                               num_classes=classes)
+            """The label as stored (its source's offset is added below), checked as it will be
+            trained on: with the offset (a label_offset that moves it out of range is named)."""
+            shift = offsets.get(s.shard, 0)
+            if not shift:
+                return parse_label(s.fields, exts, shard=s.shard, key=s.key, allow_negative=negative,
+                                   num_classes=classes)
+            v = parse_label(s.fields, exts, shard=s.shard, key=s.key, allow_negative=True)
+            if not ok(v + shift):
+                bound = "negative" if v + shift < 0 else f"not below num_classes={classes}"
+                raise LabelError(f"label {v} + its source's label_offset {shift} = {v + shift} is {bound}",
+                                 shard=s.shard, key=s.key)
+            return v
 
-        def fits(v: int) -> bool:
-            return (v >= 0 or negative) and (classes is None or v < classes)
+        def fits(v: int) -> bool:  # (native labels: in range with every offset, else label() decides)
+            return all(ok(v + shift) for shift in shifts)
 
         if not self.config.labels:
             return probe_columns(chunk, self.config.image_exts, self.config.max_pixels, self.policy)
         probed = probe_columns(chunk, self.config.image_exts, self.config.max_pixels, self.policy, label, label_exts=exts,
                                fits=fits)
-        offsets = self.config.label_offsets
         if offsets:  # a mixture's sources with label offsets (gpudecode.Source)
             probed.extras = [v + offsets.get(s.shard, 0) for v, s in zip(probed.extras, probed.samples)]
         return probed

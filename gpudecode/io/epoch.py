@@ -285,6 +285,8 @@ class Source:
             raise ValueError(f"Source choose must be an int >= 0, not {self.choose!r}")
         if isinstance(self.label_offset, bool) or not isinstance(self.label_offset, int):
             raise ValueError(f"Source label_offset must be an int, not {self.label_offset!r}")
+        if not -(1 << 62) <= self.label_offset < (1 << 62):
+            raise ValueError(f"Source label_offset must be within +-2**62 (labels are int64), not {self.label_offset}")
 
     @property
     def label(self) -> str:

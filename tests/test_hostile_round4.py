@@ -1,0 +1,95 @@
+"""Issue 57's fourth hostile pass (the new surfaces), a test for each fault fixed so far,
+each failing on the commit before its fix: labels that a label_offset moves out of range
+(checked after the offset, where it is given, naming it), two sources whose classes would
+share labels (refused when the Loader is made), and an offset past int64."""
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from gpudecode import LabelError, Loader, Source
+from gpudecode import transforms as T
+
+from conftest import encode, make_shard
+
+KW = dict(batch_size=4, device="cpu", num_workers=1, seed=0, shuffle=False)
+
+
+def _tf():
+    return T.Compose([T.CenterCrop(24), T.ToDtype(torch.float32, scale=True)])
+
+
+def _shard(path, photos, labels):
+    return make_shard(path, [{"__key__": f"{k:03d}", "jpg": encode(photos["coffee"][:40, :40]),
+                              "cls": str(v).encode()} for k, v in enumerate(labels)])
+
+
+def _tree(root, photos, classes):
+    for c in classes:
+        (root / c).mkdir(parents=True)
+        for k in range(2):
+            (root / c / f"{k}.png").write_bytes(encode(photos["rocket"][k:k + 30, :30], "PNG"))
+    return str(root)
+
+
+def test_two_trees_without_label_offset_are_refused_when_the_loader_is_made(tmp_path, photos):
+    a = _tree(tmp_path / "a", photos, ["cat", "dog"])
+    b = _tree(tmp_path / "b", photos, ["car", "plane"])
+    with pytest.raises(ValueError, match="label 0 is class 'cat' in one source and 'car' in .*label_offset"):
+        Loader([Source(a), Source(b)], transform=_tf(), **KW)
+    with pytest.raises(ValueError, match="label 1 is class 'dog' in one source and 'car'.*label_offset"):
+        Loader([Source(a), Source(b, label_offset=1)], transform=_tf(), **KW)  # too small an offset
+    with Loader([Source(a), Source(b, label_offset=2)], transform=_tf(), **KW) as ld:
+        assert ld.reader.classes == ["cat", "dog", "car", "plane"]
+        assert sorted(int(v) for b in ld for v in b.labels) == [0, 0, 1, 1, 2, 2, 3, 3]
+
+
+def test_a_negative_label_offset_on_shards_is_each_samples_label_error(tmp_path, photos):
+    shard = _shard(tmp_path / "s.tar", photos, [0, 1, 2, 3, 4])
+    with Loader([Source(shard, label_offset=-3)], transform=_tf(), **KW) as ld, pytest.raises(LabelError) as e:
+        list(ld)
+    assert e.value.key == "000" and "label 0 + its source's label_offset -3 = -3 is negative" in str(e.value)
+    with Loader([Source(shard, label_offset=-3)], transform=_tf(), on_error="skip", **KW) as ld:
+        labels = [int(v) for b in ld for v in b.labels]
+        assert sorted(s.key for s in ld.skipped) == ["000", "001", "002"]
+    assert labels == [0, 1]
+
+
+def test_num_classes_bounds_the_labels_after_their_offset(tmp_path, photos):
+    shard = _shard(tmp_path / "s.tar", photos, [0, 1, 2, 3, 4])
+    with Loader([Source(shard, label_offset=5)], transform=_tf(), num_classes=5, **KW) as ld, \
+            pytest.raises(LabelError, match=r"label 0 \+ its source's label_offset 5 = 5 is not below num_classes=5"):
+        list(ld)
+    with Loader([Source(shard, label_offset=5)], transform=_tf(), num_classes=10, **KW) as ld:
+        assert [int(v) for b in ld for v in b.labels] == [5, 6, 7, 8, 9]
+
+
+def test_a_tree_whose_offset_moves_every_label_out_of_range_is_refused_not_skipped(tmp_path, photos):
+    tree = _tree(tmp_path / "t", photos, ["cat", "dog"])
+    with pytest.raises(ValueError, match=r"label_offset=9 makes its labels 9\.\.10, not below num_classes=10"):
+        Loader([Source(tree, label_offset=9)], transform=_tf(), num_classes=10, on_error="skip", **KW)
+    with pytest.raises(ValueError, match=r"label_offset=-1 makes its labels -1\.\.0, negative"):
+        Loader([Source(tree, label_offset=-1)], transform=_tf(), on_error="skip", **KW)
+
+
+def test_a_label_offset_past_int64_is_refused_where_it_is_given(tmp_path, photos):
+    with pytest.raises(ValueError, match=r"label_offset must be within \+-2\*\*62"):
+        Source("x.tar", label_offset=1 << 63)
+
+
+def test_the_native_label_path_and_the_checked_one_agree_with_mixed_offsets(tmp_path, photos):
+    """Shards with and without an offset in one batch: each label checked with its own
+    offset (the native fast path takes a batch whose labels fit with every offset)."""
+    a = _shard(tmp_path / "a.tar", photos, [0, 1, 2])
+    b = _shard(tmp_path / "b.tar", photos, [0, 1, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with Loader([Source(a), Source(b, label_offset=3)], transform=_tf(), num_classes=6,
+                    **dict(KW, batch_size=6)) as ld:
+            assert sorted(int(v) for b in ld for v in b.labels) == [0, 1, 2, 3, 4, 5]
+        with Loader([Source(a), Source(b, label_offset=4)], transform=_tf(), num_classes=6, on_error="skip",
+                    **dict(KW, batch_size=6)) as ld:
+            got = sorted(int(v) for b in ld for v in b.labels)
+            assert [s.key for s in ld.skipped] == ["002"] and got == [0, 1, 2, 4, 5]
