@@ -19,6 +19,8 @@ nothing.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import enum
 import warnings
 from dataclasses import dataclass
@@ -161,12 +163,15 @@ class Cursor:
             raise ValueError("not a gpudecode Loader state (expected Loader.state_dict()'s output)")
         return ds
 
-    def from_state(self, state: dict, mine: list[tuple[str, object]], *, regrid: bool = False) -> None:
-        """Takes a saved place, once every (name, value) of `mine` equals the state's (a
-        ValueError names the first that does not). `regrid`: split="elastic" on another
-        world size or batch size: this rank's part of the rest of the epoch, from the job's
-        global position."""
+    def from_state(self, state: dict, mine: list[tuple[str, object]], *, regrid: bool = False,
+                   size: Any = None) -> None:
+        """Takes a saved place, once its fields are whole numbers in range and every (name,
+        value) of `mine` equals the state's (a ValueError names the first that is not).
+        `regrid`: split="elastic" on another world size or batch size: this rank's part of
+        the rest of the epoch, from the job's global position. `size(epoch)`: the samples
+        this rank reads in an epoch (a saved position past it is refused)."""
         ds = self.saved(state)
+        _check_fields(state, ds, regrid)
         for name, value in mine:
             if ds.get(name) != value:
                 what = {"fingerprint": "other shards or files (their names and order)",
@@ -174,8 +179,13 @@ class Cursor:
                 saved = what if what else f"{name}={ds.get(name)!r}"
                 here = "" if what else f", this loader has {name}={value!r}"
                 hint = " (split='elastic' resumes on another world size)" if name == "world_size" else ""
+                if name == "transform":
+                    hint = " (load_state_dict(state, strict=False) resumes with the transforms changed on purpose)"
                 raise ValueError(f"this state was saved with {saved}{here}: it cannot resume here{hint}")
         epoch = int(ds["epoch"])
+        if size is not None and not regrid and not state.get("_iterator_finished") and ds["position"] > size(epoch):
+            raise ValueError(f"this state's position {ds['position']} is past the {size(epoch)} samples this rank "
+                             f"reads in epoch {epoch}: it cannot resume here")
         if state.get("_iterator_finished"):
             self.ready(epoch + 1)
         elif regrid:
@@ -183,3 +193,25 @@ class Cursor:
         else:
             self.resume(epoch, position=int(ds["position"]), yielded=int(state.get("_num_yielded", 0)),
                         global_start=int(ds.get("global_start", 0)))
+
+
+def _check_fields(state: dict, ds: dict, regrid: bool) -> None:
+    """A saved state's places are whole numbers >= 0 and its flag a bool (a truncated or
+    tampered state is a ValueError naming the field, never a sample read twice)."""
+    def whole(where: dict, name: str, required: bool = True) -> None:
+        if name not in where:
+            if required:
+                raise ValueError(f"this state has no {name!r}: it is not a whole Loader.state_dict()")
+            return
+        v = where[name]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"this state's {name!r} must be a whole number >= 0, not {v!r}")
+
+    whole(ds, "epoch")
+    whole(ds, "position", required=not regrid)
+    whole(ds, "global_start", required=False)
+    whole(ds, "global_position", required=regrid)
+    whole(state, "_num_yielded", required=False)
+    finished = state.get("_iterator_finished", False)
+    if not isinstance(finished, bool):
+        raise ValueError(f"this state's '_iterator_finished' must be True or False, not {finished!r}")

@@ -329,6 +329,25 @@ def _views(transform: Any) -> Compose | list[Compose]:
     return transform if isinstance(transform, Compose) else Compose.from_torchvision(transform)
 
 
+def _resume_keys(reader: ShardReader, config: PipelineConfig, ds: dict, batch_size: int, seed: int | None,
+                 strict: bool) -> tuple[list[tuple[str, object]], bool]:
+    """What a saved state must agree on to resume on this Loader, and whether an elastic
+    state is regridded (another world size or batch size: split="elastic" allows it)."""
+    rank, world = reader.placement()
+    elastic = ds.get("split") == "elastic" and reader.mode() == "elastic"
+    mine: list[tuple[str, object]] = [("split", reader.mode()), ("shards", len(reader.urls)), ("even", reader.even),
+                                      ("shuffle", reader.shuffle)]
+    if not elastic:  # an elastic state resumes on another world size and batch size
+        mine += [("world_size", world), ("batch_size", batch_size)]
+    if seed is not None:
+        mine.append(("seed", seed))
+    if "fingerprint" in ds:  # (states saved before it was kept have none)
+        mine.append(("fingerprint", shards_fingerprint(reader)))
+    if "transform" in ds and strict:
+        mine.append(("transform", transforms_fingerprint(config)))
+    return mine, elastic and (ds.get("world_size"), ds.get("batch_size")) != (world, batch_size)
+
+
 def _check_sources(reader: Any, config: PipelineConfig) -> None:
     """What can be told of the data before reading it, refused now: precached images of
     several sizes for a transform without one; a mixture's sources whose class names
@@ -823,34 +842,24 @@ class Loader:
                            "fingerprint": shards_fingerprint(self.reader),
                            "transform": transforms_fingerprint(self._pipe.config), **elastic})
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict, *, strict: bool = True) -> None:
         """Resumes from state_dict(): the next iteration continues that epoch where it stood
-        (or starts the next one, if it had finished).
+        (or starts the next one, if it had finished). strict=False takes a state saved with
+        other transforms (a fixed bug, a new augmentation schedule): what is read is the same.
 
         Raises:
-            ValueError: a state of another kind, or saved with another seed (when this loader's
-                seed was given), world size, split, shard count, batch size, or other shards
-                (their names and order: the fingerprint).
+            ValueError: a state of another kind, truncated or out of range, or saved with another
+                seed (when this loader's seed was given), world size, split, shard count, batch
+                size, other shards (their names and order: the fingerprint) or, strictly, transforms.
         """
         ds = Cursor.saved(state)
         active = self._active() if self._active is not None else None
         if active is not None and active.active:
             raise ConcurrentIterationError("load_state_dict() while an iterator of this Loader is active: the state "
                                            "takes effect at the next iteration; close or exhaust this one first")
-        rank, world = self.reader.placement()
-        elastic = ds.get("split") == "elastic" and self.reader.mode() == "elastic"
-        mine: list[tuple[str, object]] = [("split", self.reader.mode()), ("shards", len(self.reader.urls)),
-                                          ("even", self.reader.even), ("shuffle", self.reader.shuffle)]
-        if not elastic:  # an elastic state resumes on another world size and batch size
-            mine += [("world_size", world), ("batch_size", self.batch_size)]
-        if self._seed_given:
-            mine.append(("seed", self.seed))
-        if "fingerprint" in ds:  # (states saved before it was kept have none)
-            mine.append(("fingerprint", shards_fingerprint(self.reader)))
-        if "transform" in ds:
-            mine.append(("transform", transforms_fingerprint(self._pipe.config)))
-        regrid = elastic and (ds.get("world_size"), ds.get("batch_size")) != (world, self.batch_size)
-        self.cursor.from_state(state, mine, regrid=regrid)
+        mine, regrid = _resume_keys(self.reader, self._pipe.config, ds, self.batch_size,
+                                    self.seed if self._seed_given else None, strict)
+        self.cursor.from_state(state, mine, regrid=regrid, size=self.reader.samples_per_epoch)
         self.seed = self.reader.seed = int(ds["seed"])
         self.reader.set_epoch(self.cursor.epoch)
 

@@ -93,3 +93,48 @@ def test_the_native_label_path_and_the_checked_one_agree_with_mixed_offsets(tmp_
                     **dict(KW, batch_size=6)) as ld:
             got = sorted(int(v) for b in ld for v in b.labels)
             assert [s.key for s in ld.skipped] == ["002"] and got == [0, 1, 2, 4, 5]
+
+
+@pytest.mark.filterwarnings("ignore:even=:RuntimeWarning")
+def test_split_shard_with_fewer_shards_than_ranks_is_refused_when_made(tmp_path, photos):
+    shards = [_shard(tmp_path / f"s{j}.tar", photos, [0, 1]) for j in range(4)]
+    with pytest.raises(ValueError, match=r"split='shard' gives each of the 5 consumers .* whole shards, and there are "
+                                         r"4: some would read nothing\. Use split='sample' or 'elastic'"):
+        Loader(shards, transform=_tf(), split="shard", rank=4, world_size=5, on_error="skip", **KW)
+    with Loader(shards, transform=_tf(), rank=4, world_size=5, **KW) as ld:  # auto: by sample, every rank fed
+        assert len(ld) == 1 and sum(len(b.keys) for b in ld) == 2
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda s: s["dataset_state"].update(position=10**12), "position 1000000000000 is past the 8 samples"),
+    (lambda s: s["dataset_state"].update(position=3.7), "'position' must be a whole number >= 0, not 3.7"),
+    (lambda s: s["dataset_state"].update(position=-1), "'position' must be a whole number >= 0, not -1"),
+    (lambda s: s["dataset_state"].pop("epoch"), "has no 'epoch': it is not a whole Loader.state_dict"),
+    (lambda s: s.update(_iterator_finished="yes"), "'_iterator_finished' must be True or False"),
+    (lambda s: s["dataset_state"].update(position=True), "must be a whole number >= 0, not True"),
+])
+def test_a_saved_state_is_checked_field_by_field(tmp_path, photos, change, message):
+    shard = _shard(tmp_path / "s.tar", photos, list(range(8)))
+    with Loader(shard, transform=_tf(), **KW) as ld:
+        it = iter(ld)
+        next(it)
+        state = ld.state_dict()
+        it.close()
+    change(state)
+    with Loader(shard, transform=_tf(), **KW) as ld, pytest.raises(ValueError, match=message):
+        ld.load_state_dict(state)
+
+
+def test_a_resume_with_a_changed_transform_has_a_way_out(tmp_path, photos):
+    shard = _shard(tmp_path / "s.tar", photos, list(range(8)))
+    with Loader(shard, transform=_tf(), **KW) as ld:
+        it = iter(ld)
+        next(it)
+        state = ld.state_dict()
+        it.close()
+    other = T.Compose([T.CenterCrop(24), T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)])
+    with Loader(shard, transform=other, **KW) as ld:
+        with pytest.raises(ValueError, match=r"other transforms.*strict=False"):
+            ld.load_state_dict(state)
+        ld.load_state_dict(state, strict=False)
+        assert [k for b in ld for k in b.keys] == [f"{k:03d}" for k in range(4, 8)]

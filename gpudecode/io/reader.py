@@ -251,6 +251,8 @@ class BaseShardReader:
         self._warned_even = False
         self._warned_unequal = False
         self._maps = _MapCache()
+        if split == "shard":
+            self.mode()  # (fewer shards than consumers: refused now, not after an epoch of nothing)
 
     def _expand_sources(self, sources: list[_epoch.Source]) -> list[str]:
         """Each source's urls (in self.source_urls), all of them in order; a shard or file

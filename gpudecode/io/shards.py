@@ -365,6 +365,10 @@ def choose_mode(split: str, n_shards: int, consumers: int, even: str | None) -> 
     does."""
     if split not in ("auto", "shard", "sample", "elastic"):
         raise ValueError(f"split must be 'auto', 'shard', 'sample' or 'elastic', not {split!r}")
+    if split == "shard" and n_shards < consumers:
+        raise ValueError(f"split='shard' gives each of the {consumers} consumers (ranks x DataLoader workers) whole "
+                         f"shards, and there {'is' if n_shards == 1 else 'are'} {n_shards}: some would read nothing. "
+                         "Use split='sample' or 'elastic' (split='auto' splits by sample when shards are fewer)")
     if split != "auto":
         return split
     return "shard" if n_shards >= consumers and even is None else "sample"
