@@ -138,3 +138,51 @@ def test_a_resume_with_a_changed_transform_has_a_way_out(tmp_path, photos):
             ld.load_state_dict(state)
         ld.load_state_dict(state, strict=False)
         assert [k for b in ld for k in b.keys] == [f"{k:03d}" for k in range(4, 8)]
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: T.RandomZoomOut(side_range=(1.0, float("inf"))), "Invalid side range"),
+    (lambda: T.RandomZoomOut(side_range=(float("nan"), 2.0)), "Invalid side range"),
+    (lambda: T.RandomRotation(float("nan"), expand=True), "degrees must be finite numbers"),
+    (lambda: T.RandomRotation((0.0, float("inf"))), "degrees must be finite numbers"),
+    (lambda: T.ElasticTransform(sigma=float("inf")), "sigma must be finite numbers"),
+    (lambda: T.ElasticTransform(alpha=float("nan")), "alpha must be finite numbers"),
+])
+def test_nan_and_infinite_arguments_are_refused_at_construction(make, message):
+    with pytest.raises(ValueError, match=message):
+        make()
+
+
+def test_an_elastic_blur_too_large_for_the_output_is_refused_at_construction():
+    from gpudecode import TransformError
+
+    with pytest.raises(TransformError, match=r"kernel of 41: a 16x16 image is too small"):
+        T.Compose([T.RandomResizedCrop(16), T.ElasticTransform(sigma=5.0)])
+    T.Compose([T.RandomResizedCrop(64), T.ElasticTransform(sigma=5.0)])  # (large enough: taken)
+
+
+def _wide_shard(tmp_path, photos):
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    wide = (np.random.default_rng(0).random((1, 65000, 3)) * 255).astype(np.uint8)
+    b = io.BytesIO()
+    Image.fromarray(wide).save(b, format="PNG")
+    return make_shard(tmp_path / "wide.tar", [{"__key__": "wide", "png": b.getvalue(), "cls": b"1"},
+                                              {"__key__": "ok", "jpg": encode(photos["coffee"][:60, :60]),
+                                               "cls": b"1"}])
+
+
+@pytest.mark.parametrize("first", ["rotation", "elastic"])
+def test_an_image_whose_aspect_makes_the_transform_impossible_is_its_own_error(tmp_path, photos, first):
+    """A 65,000x1 image under a canvas step: that sample's error (was: a MemoryError asking
+    for tens of GB, or one image's ValueError failing the batch)."""
+    step = T.RandomRotation(45, expand=True) if first == "rotation" else T.ElasticTransform()
+    tf = T.Compose([step, T.RandomResizedCrop(32)])
+    with Loader(_wide_shard(tmp_path, photos), transform=tf, on_error="skip", **KW) as ld:
+        keys = [k for b in ld for k in b.keys]
+        assert [s.key for s in ld.skipped] == ["wide"]
+        assert "the transform cannot take this image of 1x65000" in ld.skipped[0].reason
+    assert keys == ["ok"]

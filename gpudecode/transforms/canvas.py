@@ -15,6 +15,8 @@ Compose from there on as it does for a decoded image. `build` is that step,
 `Compose.apply` calls it."""
 from __future__ import annotations
 
+import math
+
 import random
 from typing import Any, Protocol, Sequence
 
@@ -69,8 +71,9 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
     def __init__(self, fill: Any = 0, side_range: Sequence[float] = (1.0, 4.0), p: float = 0.5) -> None:
         if not 0.0 <= float(p) <= 1.0:
             raise ValueError(f"p must be in [0, 1], not {p!r}")
-        if len(side_range) != 2 or side_range[0] < 1.0 or side_range[0] > side_range[1]:
-            raise ValueError(f"Invalid side range provided {side_range}.")
+        if len(side_range) != 2 or not all(math.isfinite(float(v)) for v in side_range) or side_range[0] < 1.0 \
+                or side_range[0] > side_range[1]:
+            raise ValueError(f"Invalid side range provided {side_range} (finite numbers, 1 <= min <= max).")
         self.fill = fill
         self.side_range = (float(side_range[0]), float(side_range[1]))
         self.p = float(p)

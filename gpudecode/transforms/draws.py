@@ -30,7 +30,12 @@ from .rng import _epoch_key, _SampleRandom
 if TYPE_CHECKING:
     from .plan import _Plan
 
-__all__ = ["Draws", "as_draws", "draw_batch", "python_params", "encode_dicts", "native_spec"]
+__all__ = ["Draws", "as_draws", "draw_batch", "python_params", "encode_dicts", "native_spec", "CANVAS_MAX_PIXELS"]
+
+# The most pixels a canvas step may make of one image (Pillow's decompression-bomb limit, the
+# Loader's default max_pixels): a 65,000x1 image rotated with expand=True would need a canvas
+# of ~46,000 x 46,000 (25 GB as float32): that image's error, not the process's MemoryError.
+CANVAS_MAX_PIXELS = 2 * 89_478_485
 
 # the columns of _native.draw_batch's ints (csrc/draws.h)
 _TOP, _LEFT, _CH, _CW, _RH, _RW, _FLIP, _VFLIP, _ORDER = 0, 1, 2, 3, 4, 5, 6, 7, 8
@@ -109,6 +114,9 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
         if plan.canvas is not None:
             d = plan.canvas.draw(rng, size)
             size = plan.canvas.canvas_size(d, size)
+            if size[0] * size[1] > CANVAS_MAX_PIXELS:  # (refused before any allocation: that image's error)
+                raise ValueError(f"its canvas would be {size[0]}x{size[1]} pixels, over the limit of "
+                                 f"{CANVAS_MAX_PIXELS:,} (a {h}x{w} image under {type(plan.canvas).__name__})")
             p.update(d)
         for t in plan.geometry:
             d = t.draw(rng, size)

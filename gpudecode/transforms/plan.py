@@ -125,6 +125,8 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
                 check = getattr(u, "check_size", None)
                 if check is not None:
                     check(plan.out_size)
+        if plan.post is not None and hasattr(plan.post, "check_size"):  # (a warp of the output: its size is known)
+            plan.post.check_size(plan.out_size)
     return plan
 
 

@@ -146,10 +146,18 @@ def _degrees(degrees: Any, name: str = "degrees") -> tuple[float, float]:
     if isinstance(degrees, numbers.Real):
         if degrees < 0:
             raise ValueError(f"If {name} is a single number, it must be positive.")
-        return -float(degrees), float(degrees)
+        return _finite((-float(degrees), float(degrees)), name)
     if isinstance(degrees, Sequence) and len(degrees) == 2:
-        return float(degrees[0]), float(degrees[1])
+        return _finite((float(degrees[0]), float(degrees[1])), name)
     raise TypeError(f"{name} should be a single number or a sequence with length 2.")
+
+
+def _finite(pair: tuple[float, float], name: str) -> tuple[float, float]:
+    """`pair`, when both are finite numbers (NaN and infinities refused where given: each
+    would fail, or drop every image, only when drawn)."""
+    if not all(math.isfinite(v) for v in pair):
+        raise ValueError(f"{name} must be finite numbers, not {pair}")
+    return pair
 
 
 class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
@@ -311,9 +319,9 @@ def sample_filled_batch(images: torch.Tensor, grid: torch.Tensor, interpolation:
 
 def _pair(value: Any, name: str) -> tuple[float, float]:
     if isinstance(value, numbers.Real):
-        return float(value), float(value)
+        return _finite((float(value), float(value)), name)
     if isinstance(value, Sequence) and len(value) in (1, 2):
-        return float(value[0]), float(value[-1])
+        return _finite((float(value[0]), float(value[-1])), name)
     raise TypeError(f"{name} should be a number or a sequence of one or two numbers, not {value!r}")
 
 
@@ -353,7 +361,20 @@ class ElasticTransform(_Warp, converts="torchvision.ElasticTransform"):
         self._setup(interpolation, fill, None)
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
-        return {"displacement_seed": rng.getrandbits(63)}
+        seed = rng.getrandbits(63)
+        self.check_size(size)  # (an image too small for the blur: its own error, when drawn)
+        return {"displacement_seed": seed}
+
+    def check_size(self, size: tuple[int, int]) -> None:
+        """Refuses an image (or, after the crop, an output size) too small for the field's
+        blur (TransformError, a ValueError: a drawn image's is that image's error)."""
+        h, w = size
+        for sigma in self.sigma:
+            k = int(8 * sigma + 1) if sigma > 0.0 else 1
+            k += 1 - k % 2
+            if sigma > 0.0 and k // 2 >= min(h, w):
+                raise TransformError(f"ElasticTransform(sigma={list(self.sigma)}) blurs with a kernel of {k}: a "
+                                     f"{h}x{w} image is too small for its reflected edges")
 
     def canvas_size(self, p: dict, size: tuple[int, int]) -> tuple[int, int]:
         return size
