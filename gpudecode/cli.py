@@ -4,51 +4,13 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import math
 import sys
 from typing import Any
 
+from ._args import COUNT, COUNTS, DURATION, KIB, NONNEG, POSITIVE
 from ._text import plural
 from ._version import __version__
 
-
-
-def _whole(low: int, high: int = 1 << 40) -> Any:
-    """An argparse type: a whole number in [low, high] (argparse then names the option;
-    the bound keeps a typo like 99999999999999999999 from overflowing a size far inside)."""
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if v < low:
-            raise argparse.ArgumentTypeError(f"{v} is below {low}")
-        if v > high:
-            raise argparse.ArgumentTypeError(f"{v} is above {high}")
-        return v
-    parse.__name__ = f"whole number >= {low}"
-    return parse
-
-
-def _number(*, positive: bool, high: float = math.inf) -> Any:
-    """An argparse type: a finite number, > 0 (positive) or >= 0, at most `high`."""
-    def parse(text: str) -> float:
-        try:
-            v = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        if not math.isfinite(v) or (v <= 0 if positive else v < 0):
-            raise argparse.ArgumentTypeError(f"{text} is not a finite number {'> 0' if positive else '>= 0'}")
-        if v > high:
-            raise argparse.ArgumentTypeError(f"{text} is above {high:g}")
-        return v
-    parse.__name__ = "number"
-    return parse
-
-
-COUNT, NONNEG, POSITIVE = _whole(1), _whole(0), _number(positive=True)
-DURATION = _number(positive=False, high=3_600_000)  # milliseconds: at most an hour (a sleep that long is a typo)
-KIB = _whole(1, 1 << 20)  # a read size: at most 1 GiB
 
 def _cmd_shard(a: argparse.Namespace) -> int:
     from .folder import shard_folder
@@ -196,7 +158,7 @@ def _cmd_bench(a: argparse.Namespace) -> int:
         from .bench.train import run_train, train_markdown
 
         doc = run_train(a.data, out, fmt=a.format, step_ms=a.step_ms, model=a.model,
-                        workers=[int(w) for w in a.workers.split(",")], threads=a.threads, batch=a.batch,
+                        workers=list(a.workers), threads=a.threads, batch=a.batch,
                         batches=a.batches, device=a.device)
         print(train_markdown(doc))
     elif a.bench == "io":
@@ -255,7 +217,7 @@ def _add_bench(sub: Any) -> None:
     p.add_argument("--format", default="jpg", choices=["jpg", "png", "tensor"], help="which shards of the dataset")
     p.add_argument("--step-ms", type=DURATION, default=50.0, help="the simulated step (default 50 ms)")
     p.add_argument("--model", default=None, help="a torchvision model (e.g. resnet18): a real step on the GPU")
-    p.add_argument("--workers", default="1,2", help="DataLoader worker counts to run (default 1,2)")
+    p.add_argument("--workers", type=COUNTS, default="1,2", help="DataLoader worker counts to run (default 1,2)")
     p.add_argument("--threads", type=COUNT, default=None, help="gpudecode's threads (default: the most workers)")
     p.add_argument("--batch", type=COUNT, default=64, help="images per batch")
     p.add_argument("--batches", type=COUNT, default=None, help="batches measured (default: one epoch)")

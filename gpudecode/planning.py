@@ -90,6 +90,9 @@ class FormatCost:
         return self.gpu_cpu_core_s if self.gpu_img_s is not None else self.cpu_core_s
 
 
+MIN_RATE, MAX_RATE = 1e-3, 1e8  # img/s per GPU a plan takes: one image in 17 minutes .. 100 million a second
+
+
 @dataclass(frozen=True)
 class Consumer:
     """The GPUs' appetite: images per second one GPU's training step consumes."""
@@ -100,6 +103,9 @@ class Consumer:
     def __post_init__(self) -> None:
         if not (self.img_s_per_gpu > 0 and math.isfinite(self.img_s_per_gpu)):
             raise PlanError(f"the consumer's img/s per GPU must be > 0, got {self.img_s_per_gpu}")
+        if not MIN_RATE <= self.img_s_per_gpu <= MAX_RATE:  # (past these the flows lose their precision)
+            raise PlanError(f"the consumer's img/s per GPU must be within {MIN_RATE:g}..{MAX_RATE:g}, got "
+                            f"{self.img_s_per_gpu:g} (a step of that many ms, or that batch, is a typo)")
 
     @classmethod
     def from_step(cls, *, step_ms: float, batch: int) -> "Consumer":
@@ -715,6 +721,8 @@ def plan(costs: Sequence[FormatCost], *, gpus: Iterable[int], consumer: Consumer
     """
     node = node or Node()
     ts = [tier(x) if isinstance(x, str) else x for x in tiers]
+    if not ts:
+        raise PlanError(f"no storage tier to plan: name one or more ({', '.join(TIERS)})")
     gpus = list(gpus)
     if any(isinstance(g, bool) or not isinstance(g, int) for g in gpus):
         raise PlanError(f"GPU counts must be whole numbers, got {gpus}")

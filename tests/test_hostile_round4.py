@@ -186,3 +186,41 @@ def test_an_image_whose_aspect_makes_the_transform_impossible_is_its_own_error(t
         assert [s.key for s in ld.skipped] == ["wide"]
         assert "the transform cannot take this image of 1x65000" in ld.skipped[0].reason
     assert keys == ["ok"]
+
+
+@pytest.mark.parametrize("module, argv", [
+    ("gpu", ["--batch-sizes", "abc"]), ("gpu", ["--engine-threads", "2,,4"]), ("reader", ["--shards", "0"]),
+    ("kernels", ["--images", "0"]), ("resident", ["--cifar", "-1"]),
+])
+def test_the_bench_scripts_refuse_bad_counts_as_usage_errors(module, argv, capsys):
+    import importlib
+
+    main = importlib.import_module(f"gpudecode.bench.suite.{module}").main
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and f"argument {argv[0]}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["plan", "--cost", "jpg:100:1", "--rate", "1000", "--storage", "", "--gpus", "8"], "no storage tier to plan"),
+    (["plan", "--cost", "jpg:100:1", "--step-ms", "1e300", "--batch", "1", "--gpus", "8"], "must be within"),
+    (["plan", "--cost", "jpg:100:1", "--step-ms", "1e-7", "--batch", "100000", "--gpus", "8"], "must be within"),
+])
+def test_plan_refuses_what_it_cannot_plan_in_a_sentence(argv, message, capsys):
+    from gpudecode.cli import main
+
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_bench_train_workers_and_formats_on_a_missing_gpu(tmp_path, capsys):
+    from gpudecode.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "train", str(tmp_path), "--workers", "abc"])
+    assert e.value.code == 2 and "argument --workers: 'abc' is not a whole number" in capsys.readouterr().err
+    assert main(["bench", "make-data", str(tmp_path / "d"), "--count", "2", "--quiet"]) == 0
+    if not torch.cuda.is_available():
+        assert main(["bench", "formats", str(tmp_path / "d"), "--device", "cuda", "--out", str(tmp_path / "o")]) == 1
+        assert "torch sees no CUDA device" in capsys.readouterr().err

@@ -27,6 +27,9 @@ def run_formats(data: str | os.PathLike, out: str | os.PathLike, *, threads: int
         raise ValueError(f"unknown pipelines {unknown} (choose from {', '.join(NAMES)})")
     if threads < 1 or batch < 1 or repeat < 1:
         raise ValueError("threads, batch and repeat must be >= 1")
+    from ..decode import check_device
+
+    device = check_device(device)  # (cuda without a GPU: refused, not a run that measures nothing and exits 0)
     results: dict[str, dict] = {}
     skipped: dict[str, dict] = {}
     stats: dict[str, dict] = {}

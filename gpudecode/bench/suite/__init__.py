@@ -17,6 +17,7 @@ import argparse
 import os
 from pathlib import Path
 
+from ..._args import COUNT
 from ..common import write_json
 
 OUT = Path(os.environ.get("GPUDECODE_BENCH_OUT") or Path("bench") / "_out").resolve()
@@ -31,8 +32,8 @@ def pipeline_args(doc: str | None, images: int) -> argparse.ArgumentParser:
     """The arguments every pipeline benchmark takes: --images (default `images`),
     --threads (2), --batch (64), --repeat (3); a suite adds its own."""
     ap = argparse.ArgumentParser(description=doc)
-    ap.add_argument("--images", type=int, default=images)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--images", type=COUNT, default=images)
+    ap.add_argument("--threads", type=COUNT, default=2)
+    ap.add_argument("--batch", type=COUNT, default=64)
+    ap.add_argument("--repeat", type=COUNT, default=3)
     return ap

@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from ..._args import COUNT, COUNTS
 from ..common import machine
 from . import OUT
 from .loader import MEAN, STD, build, run_torchvision
@@ -243,10 +244,10 @@ def recipe_runs(shards, *, decoders, batch, threads, device="cuda") -> list[dict
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--images", type=int, default=4096, help="images in the dataset (without CUDA: at most 256)")
-    ap.add_argument("--batch-sizes", default="64,128,256")
-    ap.add_argument("--threads", type=int, default=6, help="CPU threads for gpudecode and the classic workers")
-    ap.add_argument("--engine-threads", default="2,4,7,14",
+    ap.add_argument("--images", type=COUNT, default=4096, help="images in the dataset (without CUDA: at most 256)")
+    ap.add_argument("--batch-sizes", type=COUNTS, default="64,128,256")
+    ap.add_argument("--threads", type=COUNT, default=6, help="CPU threads for gpudecode and the classic workers")
+    ap.add_argument("--engine-threads", type=COUNTS, default="2,4,7,14",
                     help="thread counts the split decoder is measured at, beside each engine alone (without CUDA: 2)")
     ap.add_argument("--out", default=str(OUT))
     a = ap.parse_args(argv)
@@ -258,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu = gpu_facts()
     cuda = gpu["cuda"]
     device = "cuda" if cuda else "cpu"
-    batches = [int(b) for b in a.batch_sizes.split(",")]
+    batches = list(a.batch_sizes)
     images = a.images if cuda else min(a.images, 256)
     if not cuda:  # the rehearsal: the same pipelines, on the CPU, small
         print("no CUDA device (torch.cuda.is_available() is False): GPU figures are not measured here; the same "
@@ -287,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                            "batch_size": batches[0], "images_per_s": n / (time.perf_counter() - t)})
     classic = report["runs"][-1]["images_per_s"]
     report["engines"] = engine_runs(shards, device=device, batch=batches[-1], images=images,
-                                    threads=[int(t) for t in a.engine_threads.split(",")] if cuda else [2])
+                                    threads=list(a.engine_threads) if cuda else [2])
     report["resident"] = resident_runs(shards, device=device, threads=threads, cifar=50000 if cuda else 2000)
     print("gpu bench: recipes", flush=True)
     report["recipes"] = recipe_runs(shards, decoders=decoders[:2] + (["auto"] if cuda else []),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..._args import COUNT
 from ..common import describe_cpu, machine, timeit
 from . import save
 
@@ -314,13 +315,13 @@ def _bandwidth(mib: int = 256) -> dict:
         torch.set_num_threads(threads)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--images", type=int, default=256)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--images", type=COUNT, default=256)
+    ap.add_argument("--repeat", type=COUNT, default=3)
     ap.add_argument("--ops", action="store_true", help="each op's added cost, beside torchvision's")
     ap.add_argument("--stages", action="store_true", help="the base resample's time, stage by stage")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if a.ops:
         ops_table(a)
         return

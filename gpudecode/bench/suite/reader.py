@@ -12,6 +12,7 @@ import tarfile
 import time
 import warnings
 
+from ..._args import COUNT
 from ..common import machine, timeit
 from . import OUT, save
 
@@ -130,12 +131,12 @@ def run_wds(urls):
     return go
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--samples", type=int, default=20000)
-    ap.add_argument("--size", type=int, default=10240, help="bytes of the image member")
-    ap.add_argument("--shards", type=int, default=8)
-    a = ap.parse_args()
+    ap.add_argument("--samples", type=COUNT, default=20000)
+    ap.add_argument("--size", type=COUNT, default=10240, help="bytes of the image member")
+    ap.add_argument("--shards", type=COUNT, default=8)
+    a = ap.parse_args(argv)
     urls = build(a.samples, a.size, a.shards)
     for u in urls:  # page cache
         with open(u, "rb") as f:

@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 
+from ..._args import COUNT
 from ..common import machine
 from . import OUT, save
 from .loader import MEAN, STD, build
@@ -165,12 +166,12 @@ def cifar_part(n: int, threads: int, workers: int, repeat: int) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--images", type=int, default=2048, help="tensor shards' images (part 1)")
-    ap.add_argument("--cifar", type=int, default=10000, help="the CIFAR-sized set's images (part 2)")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--workers", type=int, default=2, help="the DataLoader's worker processes (part 2)")
-    ap.add_argument("--repeat", type=int, default=3, help="epochs measured after the first")
-    ap.add_argument("--rounds", type=int, default=2, help="part 1: stream/ram pairs, alternated")
+    ap.add_argument("--images", type=COUNT, default=2048, help="tensor shards' images (part 1)")
+    ap.add_argument("--cifar", type=COUNT, default=10000, help="the CIFAR-sized set's images (part 2)")
+    ap.add_argument("--threads", type=COUNT, default=2)
+    ap.add_argument("--workers", type=COUNT, default=2, help="the DataLoader's worker processes (part 2)")
+    ap.add_argument("--repeat", type=COUNT, default=3, help="epochs measured after the first")
+    ap.add_argument("--rounds", type=COUNT, default=2, help="part 1: stream/ram pairs, alternated")
     a = ap.parse_args(argv)
     for name, v in (("--images", a.images), ("--cifar", a.cifar), ("--threads", a.threads), ("--repeat", a.repeat),
                     ("--rounds", a.rounds)):
