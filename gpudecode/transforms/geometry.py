@@ -54,6 +54,15 @@ def _interpolation(interpolation: Any, antialias: bool) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def _pil_nearest(interpolation: Any) -> Any:
+    """timm resizes PIL images: its NEAREST is PIL's, the pixel whose centre is nearest
+    (torch's "nearest-exact"), not ATen's legacy "nearest" (which torchvision's NEAREST means
+    on tensors, and which took 47-70% of values more than a level off PIL's)."""
+    modes = list(interpolation) if isinstance(interpolation, (list, tuple)) else [interpolation]
+    out = ["nearest-exact" if str(getattr(m, "value", m)).lower() == "nearest" or m == 0 else m for m in modes]
+    return out if isinstance(interpolation, (list, tuple)) else out[0]
+
+
 def _resize_repr(t: Transform, modes: tuple[str, ...]) -> str:
     """The repr with the interpolation named where it is not the default (bilinear): a
     state saved before bicubic existed keeps its transform fingerprint."""
@@ -75,7 +84,8 @@ class RandomResizedCrop(Transform, converts=("torchvision.RandomResizedCrop",
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
         if key(t) == "timm.RandomResizedCropAndInterpolation":  # torchvision's draw with its interpolation ("random":
-            return cls(list(t.size), tuple(t.scale), tuple(t.ratio), t.interpolation, antialias=True)  # both modes)
+            return cls(list(t.size), tuple(t.scale), tuple(t.ratio), _pil_nearest(t.interpolation),  # both modes)
+                       antialias=True)
         return cls(t.size, t.scale, t.ratio, t.interpolation, antialias=bool(getattr(t, "antialias", True)))
 
     def __init__(self, size: int | Sequence[int], scale: tuple[float, float] = (0.08, 1.0),
