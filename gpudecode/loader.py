@@ -335,10 +335,9 @@ def _resume_keys(reader: ShardReader, config: PipelineConfig, ds: dict, batch_si
     state is regridded (another world size or batch size: split="elastic" allows it)."""
     rank, world = reader.placement()
     elastic = ds.get("split") == "elastic" and reader.mode() == "elastic"
-    mine: list[tuple[str, object]] = [("split", reader.mode()), ("shards", len(reader.urls)), ("even", reader.even),
-                                      ("shuffle", reader.shuffle)]
-    if not elastic:  # an elastic state resumes on another world size and batch size
-        mine += [("world_size", world), ("batch_size", batch_size)]
+    mine: list[tuple[str, object]] = [("split", reader.mode()), ("shards", len(reader.urls)), ("shuffle", reader.shuffle)]
+    if not elastic:  # an elastic state resumes on another world size and batch size (and the even policy that
+        mine += [("world_size", world), ("batch_size", batch_size), ("even", reader.even)]  # goes with its own)
     if seed is not None:
         mine.append(("seed", seed))
     if "fingerprint" in ds:  # (states saved before it was kept have none)
