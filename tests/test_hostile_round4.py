@@ -273,3 +273,24 @@ def test_an_elastic_state_resumes_on_another_world_size_with_the_default_even(tm
     with Loader(shards, transform=_tf(), **kw) as ld:
         ld.load_state_dict(state)
         assert len([k for b in ld for k in b.keys]) > 0
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(epoch_size=10**12), r"epoch_size must be an int in 1\.\.1,000,000,000"),
+    (dict(epoch_size=0), "epoch_size must be an int"),
+    (dict(epoch_size=-5), "epoch_size must be an int"),
+    (dict(epoch_size="all_exausted"), "epoch_size must be an int .* or one of"),
+    (dict(zero=True), "the sources' weights sum to 0"),
+])
+def test_a_mixtures_epoch_is_checked_where_it_is_given(tmp_path, photos, kw, message):
+    a = _shard(tmp_path / "a.tar", photos, [0, 1], prefix="a")
+    b = _shard(tmp_path / "b.tar", photos, [0, 1], prefix="b")
+    w = 0.0 if kw.pop("zero", False) else 1.0
+    with pytest.raises(ValueError, match=message):
+        Loader([Source(a, weight=w), Source(b, weight=w)], transform=_tf(), **KW, **kw)
+
+
+def test_a_huge_repeated_augs_is_refused_where_it_is_given(tmp_path, photos):
+    tree = _tree(tmp_path / "t", photos, ["cat", "dog"])
+    with pytest.raises(ValueError, match=r"repeated_augs must be an int in 1\.\.256"):
+        Loader(tree, transform=_tf(), repeated_augs=10**9, **KW)

@@ -231,9 +231,11 @@ class BaseShardReader:
         self.max_file_bytes = int(max_file_bytes)  # an image file over this is its sample's error, not read
         self._pooled = _Pooled(self.pool_extensions, _native.BlockPool(pool_limit)) if self.pool_extensions else None
         self.even_policy = even  # as given; `even` is what it means for this process
-        if isinstance(repeated_augs, bool) or not isinstance(repeated_augs, int) or repeated_augs < 1:
-            raise ValueError(f"repeated_augs must be an int >= 1, not {repeated_augs!r}")
+        if isinstance(repeated_augs, bool) or not isinstance(repeated_augs, int) or not 1 <= repeated_augs <= 256:
+            raise ValueError(f"repeated_augs must be an int in 1..256 (torchvision's and DeiT's use 3), not "
+                             f"{repeated_augs!r}")
         self.repeated_augs = repeated_augs
+        _check_epoch_size(epoch_size, self.sources)
         if repeated_augs > 1 and split == "elastic":
             raise ValueError("repeated_augs and split='elastic' are two orders of an epoch: choose one")
         if repeated_augs > 1 and (len(self.urls) != 1 or self.urls[0] not in self.files):
@@ -884,6 +886,21 @@ class BaseShardReader:
                 self._record(item)
                 continue
             yield item
+
+
+MAX_EPOCH = 10**9  # samples in a mixture's epoch: a billion (past it the epoch's blocks do not fit in memory)
+
+
+def _check_epoch_size(epoch_size: Any, sources: Sequence[_epoch.Source] | None) -> None:
+    """A mixture's epoch_size and weights, checked where they are given (they were refused
+    only at len() or the first batch, and an epoch of 10**12 samples ran out of memory)."""
+    if epoch_size is not None and not (isinstance(epoch_size, str) and epoch_size in _epoch.STOP_CRITERIA):
+        if isinstance(epoch_size, bool) or not isinstance(epoch_size, int) or not 1 <= epoch_size <= MAX_EPOCH:
+            raise ValueError(f"epoch_size must be an int in 1..{MAX_EPOCH:,} or one of {_epoch.STOP_CRITERIA}, not "
+                             f"{epoch_size!r}")
+    weighted = [s for s in sources or () if s.weight is not None]
+    if weighted and not sum(float(s.weight or 0.0) for s in weighted) > 0:
+        raise ValueError("the sources' weights sum to 0: give some source a weight above 0")
 
 
 def _names(classes: Sequence[str], show: int = 4) -> str:
