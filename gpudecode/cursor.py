@@ -76,7 +76,9 @@ class Cursor:
     def choose(self, epoch: int) -> None:
         """set_epoch(epoch): a state loaded mid-epoch keeps its place for the same epoch;
         any other choice starts `epoch` from its beginning (a loaded place given up is said,
-        with both epochs named)."""
+        with both epochs named). A negative epoch is refused (ValueError): epochs count from 0."""
+        if epoch < 0:
+            raise ValueError(f"epoch must be a whole number >= 0, not {epoch}")
         if self.phase is Phase.RESUMING:
             if epoch == self.epoch:
                 return

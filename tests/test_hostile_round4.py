@@ -294,3 +294,14 @@ def test_a_huge_repeated_augs_is_refused_where_it_is_given(tmp_path, photos):
     tree = _tree(tmp_path / "t", photos, ["cat", "dog"])
     with pytest.raises(ValueError, match=r"repeated_augs must be an int in 1\.\.256"):
         Loader(tree, transform=_tf(), repeated_augs=10**9, **KW)
+
+
+def test_a_negative_epoch_is_refused_and_every_repeat_zero_is_an_empty_epoch(tmp_path, photos):
+    shard = _shard(tmp_path / "s.tar", photos, [0, 1, 2, 3])
+    with Loader(shard, transform=_tf(), **KW) as ld:
+        with pytest.raises(ValueError, match="epoch must be a whole number >= 0, not -1"):
+            ld.set_epoch(-1)
+        ld.set_epoch(10**30)  # (any whole number >= 0: its draws are a hash of it)
+        assert len([k for b in ld for k in b.keys]) == 4
+    with Loader([Source(shard, repeat=0)], transform=_tf(), **KW) as ld:
+        assert len(ld) == 0 and list(ld) == []

@@ -374,9 +374,10 @@ class GaussianNoise(_Step, converts="torchvision.GaussianNoise"):
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
-        if not floats:  # (torchvision raises on a uint8 image at the first call)
-            raise _refuse("GaussianNoise on uint8 images: torchvision adds noise to float images only (put "
-                          "ToDtype(torch.float32, scale=True) before it, as torchvision needs)")
+        if not floats:  # (torchvision 0.29 takes uint8: the noise times 255, truncated to whole levels, clamped)
+            raise _refuse("GaussianNoise on uint8 images cannot be fused: torchvision 0.29 adds it to the uint8 "
+                          "levels (the noise times 255, truncated to whole levels), the kernel to the float image; "
+                          "put ToDtype(torch.float32, scale=True) before it (the same noise, not truncated)")
         return cls(t.mean, t.sigma, t.clip)
 
     def __init__(self, mean: float = 0.0, sigma: float = 0.1, clip: bool = True) -> None:
