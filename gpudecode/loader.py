@@ -329,6 +329,33 @@ def _views(transform: Any) -> Compose | list[Compose]:
     return transform if isinstance(transform, Compose) else Compose.from_torchvision(transform)
 
 
+# DataLoader's arguments the Loader does not take, and what it does in their place
+_DATALOADER_ONLY = {
+    "sampler": "the Loader orders and splits an epoch itself: shuffle= and seed= (each rank's share from "
+               "rank=/world_size= or torchrun's), repeated_augs= for RASampler, split='elastic' to resume on "
+               "another world size; for an order of your own, give the samples in that order (a list of paths)",
+    "batch_sampler": "the Loader makes batches of batch_size itself (drop_last= for the last one)",
+    "collate_fn": "the fused kernel writes each batch as one tensor; a step on each finished batch (MixUp, "
+                  "CutMix, a callable of yours) is batch_transform=",
+    "worker_init_fn": "the Loader's workers are threads of this process: nothing to initialise; seed= fixes "
+                      "every draw",
+    "generator": "seed= fixes every draw (with the epoch and the sample's position)",
+    "multiprocessing_context": "the Loader's workers are threads, not processes",
+    "timeout": "a read that stalls is the remote= options' (timeouts and retries of remote shards)",
+    "pin_memory_device": "batches are made on device= itself",
+    "in_order": "batches always come in order (the same for any number of threads)",
+}
+
+
+def _refuse_dataloader_only(given: dict) -> None:
+    """DataLoader's arguments the Loader does not take are refused with what it does
+    instead; any other unknown argument as Python refuses it."""
+    for name in given:
+        if name in _DATALOADER_ONLY:
+            raise TypeError(f"Loader() takes no {name}= (a DataLoader argument): {_DATALOADER_ONLY[name]}.")
+        raise TypeError(f"Loader() got an unexpected keyword argument {name!r}")
+
+
 def _resume_keys(reader: ShardReader, config: PipelineConfig, ds: dict, batch_size: int, seed: int | None,
                  strict: bool) -> tuple[list[tuple[str, object]], bool]:
     """What a saved state must agree on to resume on this Loader, and whether an elastic
@@ -717,7 +744,8 @@ class Loader:
                  cache_limit: int | None = None, num_threads: int | None = None,
                  prefetch: int | None = None, batch_transform: Any = None, reuse_buffers: bool = False,
                  repeated_augs: int = 1, epoch_size: int | str | None = None, keep: Keep | None = None,
-                 keep_budget: int | None = None, keep_size: int | None = None) -> None:
+                 keep_budget: int | None = None, keep_size: int | None = None, **dataloader_only: Any) -> None:
+        _refuse_dataloader_only(dataloader_only)  # (DataLoader's other arguments: what the Loader does instead)
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         config = _pipeline_config(transform, batch_transform, batch_size=batch_size, device=device, decoder=decoder,

@@ -305,3 +305,18 @@ def test_a_negative_epoch_is_refused_and_every_repeat_zero_is_an_empty_epoch(tmp
         assert len([k for b in ld for k in b.keys]) == 4
     with Loader([Source(shard, repeat=0)], transform=_tf(), **KW) as ld:
         assert len(ld) == 0 and list(ld) == []
+
+
+@pytest.mark.parametrize("name, points", [
+    ("sampler", "shuffle= and seed="), ("collate_fn", "batch_transform="), ("batch_sampler", "batch_size"),
+    ("worker_init_fn", "threads of this process"), ("generator", "seed="),
+])
+def test_dataloader_only_arguments_are_refused_with_the_loaders_way(tmp_path, photos, name, points):
+    """Issue 58, item 5: DataLoader's arguments the Loader does not take name what it does
+    instead, in a whole sentence (was: Python's 'unexpected keyword argument')."""
+    shard = _shard(tmp_path / "s.tar", photos, [0, 1])
+    with pytest.raises(TypeError, match=rf"Loader\(\) takes no {name}= \(a DataLoader argument\): .*{points}") as e:
+        Loader(shard, transform=_tf(), **KW, **{name: None})
+    assert str(e.value).endswith(".")
+    with pytest.raises(TypeError, match="unexpected keyword argument 'batchsize'"):
+        Loader(shard, transform=_tf(), batchsize=2, **KW)

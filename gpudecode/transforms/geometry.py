@@ -219,8 +219,9 @@ class ResizeKeepRatio(Resize, converts="timm.ResizeKeepRatio"):
     def convert(cls, t: Any, floats: bool) -> Transform:
         """Its eval form (no random scale or aspect: timm's rkrc/rkrr train crops are refused)."""
         if getattr(t, "random_scale_prob", 0) > 0 or getattr(t, "random_aspect_prob", 0) > 0:
-            raise TransformError("timm.data.ResizeKeepRatio with random_scale_prob or random_aspect_prob cannot be "
-                                 "fused: its eval form (no random scale or aspect) is")
+            raise TransformError("timm.data.ResizeKeepRatio with random_scale_prob or random_aspect_prob (timm's "
+                                 "rkrr and rkrc train crops) cannot be fused: its eval form (no random scale or "
+                                 "aspect) is; for training, use timm's default crop (RandomResizedCrop)")
         return cls(tuple(t.size), t.longest, t.interpolation)
 
     def __init__(self, size: Sequence[int], longest: float = 0.0, interpolation: Any = "bilinear") -> None:
