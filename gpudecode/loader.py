@@ -347,6 +347,33 @@ _DATALOADER_ONLY = {
 }
 
 
+def _dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
+    """A torch Dataset given as the source: torchvision's ImageFolder or DatasetFolder is
+    read as it lies, its `samples` ((path, label) pairs: its classes, extensions and
+    is_valid_file already applied) on the reader threads, with its `transform` when none is
+    given; any other Dataset is refused with what the Loader reads instead. Anything else
+    passes as it is."""
+    import torch.utils.data
+
+    if not isinstance(urls, torch.utils.data.Dataset) or isinstance(urls, ShardReader):
+        return urls, transform
+    samples = getattr(urls, "samples", None)
+    name = type(urls).__name__
+    if not isinstance(samples, list) or not all(isinstance(s, tuple) and len(s) == 2 for s in samples[:1]):
+        raise TypeError(f"Loader() reads files and shards, not a {name}: give its image folder, a list of paths or "
+                        "(path, label) pairs, or shards (for a synthetic set, `gpudecode bench make-data DIR` "
+                        "writes one).")
+    if getattr(urls, "target_transform", None) is not None:
+        raise TypeError(f"Loader() cannot apply this {name}'s target_transform (labels are read as the folder "
+                        "gives them): map the labels in your loop, or give the (path, label) pairs yourself.")
+    own = getattr(urls, "loader", None)
+    if own is not None and not str(getattr(own, "__module__", "")).startswith("torchvision"):
+        raise TypeError(f"Loader() decodes the files itself, not with this {name}'s own loader=: give the "
+                        "folder (or the (path, label) pairs) if its files are images.")
+    return [(str(p), int(y)) for p, y in samples], transform if transform is not None else getattr(urls, "transform",
+                                                                                                   None)
+
+
 def _refuse_dataloader_only(given: dict) -> None:
     """DataLoader's arguments the Loader does not take are refused with what it does
     instead; any other unknown argument as Python refuses it."""
@@ -731,7 +758,7 @@ class Loader:
     changes under you). The module doc has the GPU streams.
     """
 
-    def __init__(self, urls: Any, *, batch_size: int, transform: Any, device: "str | torch.device" = "auto",
+    def __init__(self, urls: Any, *, batch_size: int, transform: Any = None, device: "str | torch.device" = "auto",
                  decoder: Any = "auto", shuffle: bool = True, seed: int | None = None,
                  image_ext: str | Sequence[str] = DEFAULT_IMAGE_EXTS, label_ext: str | Sequence[str] = "cls",
                  labels: bool = True, num_classes: int | None = None, allow_negative_labels: bool = False,
@@ -746,6 +773,7 @@ class Loader:
                  repeated_augs: int = 1, epoch_size: int | str | None = None, keep: Keep | None = None,
                  keep_budget: int | None = None, keep_size: int | None = None, **dataloader_only: Any) -> None:
         _refuse_dataloader_only(dataloader_only)  # (DataLoader's other arguments: what the Loader does instead)
+        urls, transform = _dataset_source(urls, transform)  # (torchvision's ImageFolder as it is: its samples)
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         config = _pipeline_config(transform, batch_transform, batch_size=batch_size, device=device, decoder=decoder,

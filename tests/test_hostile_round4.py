@@ -320,3 +320,38 @@ def test_dataloader_only_arguments_are_refused_with_the_loaders_way(tmp_path, ph
     assert str(e.value).endswith(".")
     with pytest.raises(TypeError, match="unexpected keyword argument 'batchsize'"):
         Loader(shard, transform=_tf(), batchsize=2, **KW)
+
+
+def test_an_image_folder_dataset_is_taken_as_it_is(tmp_path, photos):
+    """Issue 58, item 4: Loader(ImageFolder(root, transform)) reads the dataset's own samples
+    (classes, extensions and is_valid_file applied) with its transform: the batches of the
+    Loader given the folder and the transform (was: TypeError, expected str ... not tuple)."""
+    import torchvision
+    import torchvision.transforms.v2 as v2
+
+    tree = _tree(tmp_path / "t", photos, ["cat", "dog", "emu"])
+    tv = v2.Compose([v2.ToImage(), v2.CenterCrop(24), v2.ToDtype(torch.float32, scale=True)])
+    ds = torchvision.datasets.ImageFolder(tree, transform=tv)
+    with Loader(ds, **KW) as ld:
+        got = [(list(b.keys), b.images.clone(), b.labels.clone()) for b in ld]
+    with Loader(tree, transform=tv, **KW) as ld:
+        want = [(list(b.keys), b.images.clone(), b.labels.clone()) for b in ld]
+    assert len(got) == len(want) == 2
+    for (gk, gi, gl), (wk, wi, wl) in zip(got, want):  # (keys: the files' paths, whole here, from the root there)
+        assert [k.rsplit("/", 2)[-2:] for k in gk] == [k.split("/") for k in wk]
+        assert torch.equal(gi, wi) and torch.equal(gl, wl)
+    assert sorted(int(v) for _, _, lab in got for v in lab) == [0, 0, 1, 1, 2, 2]
+    only_dogs = torchvision.datasets.ImageFolder(tree, transform=tv, is_valid_file=lambda p: "/dog/" in p,
+                                                 allow_empty=True)
+    with Loader(only_dogs, **KW) as ld:
+        assert sorted(int(v) for b in ld for v in b.labels) == [1, 1]  # (its own choice of files kept)
+
+
+def test_a_dataset_the_loader_cannot_read_is_refused_with_what_it_reads(tmp_path, photos):
+    import torchvision
+
+    with pytest.raises(TypeError, match=r"reads files and shards, not a FakeData: .*gpudecode bench make-data"):
+        Loader(torchvision.datasets.FakeData(size=4), transform=_tf(), **KW)
+    tree = _tree(tmp_path / "t", photos, ["cat", "dog"])
+    with pytest.raises(TypeError, match="cannot apply this ImageFolder's target_transform"):
+        Loader(torchvision.datasets.ImageFolder(tree, target_transform=lambda y: y + 1), transform=_tf(), **KW)
