@@ -355,3 +355,14 @@ def test_a_dataset_the_loader_cannot_read_is_refused_with_what_it_reads(tmp_path
     tree = _tree(tmp_path / "t", photos, ["cat", "dog"])
     with pytest.raises(TypeError, match="cannot apply this ImageFolder's target_transform"):
         Loader(torchvision.datasets.ImageFolder(tree, target_transform=lambda y: y + 1), transform=_tf(), **KW)
+
+
+def test_repeated_augs_says_when_it_changes_an_epochs_size(tmp_path, photos):
+    """Issue 58, item 2: repeated_augs follows torchvision's RASampler exactly, whose epoch
+    is floor(n / 256) * 256 / world_size samples a rank: said, not silent."""
+    tree = _tree(tmp_path / "t", photos, ["cat", "dog"])  # 4 images: an epoch of 0 on one process
+    with pytest.warns(RuntimeWarning, match=r"repeated_augs=3: each of the 1 consumers reads 0 samples an epoch "
+                                            r"\(0 of the 4\)"):
+        ld = Loader(tree, transform=_tf(), repeated_augs=3, **KW)
+    assert len(ld) == 0
+    ld.close()

@@ -328,6 +328,7 @@ def test_timms_random_erasing_with_several_boxes_erases_timms_boxes(count):
     assert several > 100  # (several boxes an image are what is tested)
 
 
+@pytest.mark.filterwarnings("ignore:repeated_augs=:RuntimeWarning")  # (RASampler's 256-rounding, said: test_hostile_round4)
 def test_repeated_augmentation_is_rasamplers(tmp_path, photos):
     """repeated_augs=k: per rank and epoch, the indices torchvision's/DeiT's RASampler
     gives (timm's RepeatAugSampler as the independent reference, seed 0, which seeds with

@@ -255,6 +255,8 @@ class BaseShardReader:
         self._maps = _MapCache()
         if split == "shard":
             self.mode()  # (fewer shards than consumers: refused now, not after an epoch of nothing)
+        if repeated_augs > 1:
+            _warn_ra_epoch(len(self.files[self.urls[0]]), repeated_augs, self.consumer()[1])
 
     def _expand_sources(self, sources: list[_epoch.Source]) -> list[str]:
         """Each source's urls (in self.source_urls), all of them in order; a shard or file
@@ -886,6 +888,18 @@ class BaseShardReader:
                 self._record(item)
                 continue
             yield item
+
+
+def _warn_ra_epoch(n: int, repetitions: int, consumers: int) -> None:
+    """torchvision's RASampler gives each rank floor(n // 256 * 256 / world_size) samples an
+    epoch, whatever the repetitions: on few ranks, or a set of a few hundred images, far
+    fewer than n; said once, as the Loader follows it exactly (its place in scripts)."""
+    per_rank = int(n // 256 * 256 / consumers)
+    if per_rank * consumers < n:
+        warnings.warn(f"repeated_augs={repetitions}: each of the {consumers} consumers reads {per_rank} samples an "
+                      f"epoch ({per_rank * consumers} of the {n}), as torchvision's RASampler gives them "
+                      "(floor(n / 256) * 256 / world_size); without repeated_augs every sample is read once",
+                      RuntimeWarning, stacklevel=4)
 
 
 MAX_EPOCH = 10**9  # samples in a mixture's epoch: a billion (past it the epoch's blocks do not fit in memory)
