@@ -391,21 +391,10 @@ class Pipeline:
         else:
             index = {id(s): position + i for i, s in enumerate(chunk)}
             indices = [index[id(s)] * world + rank for s in samples]
-        # (the common plans drawn natively for the batch, as columns: see gpudecode.transforms.draws)
-        try:
-            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
-                      for v, tf in enumerate(self.views)]
-        except (ValueError, ArithmeticError):  # one image the transform cannot take (a crop larger than it, ...)
-            keep = self._drawable(samples, sizes, indices, seed, epoch)
-            if len(keep) == len(samples):
-                raise  # not one image's: the batch's own failure
+        keep, params, view_boxes, boxes = self._draw(samples, sizes, indices, seed, epoch)
+        if keep is not None:  # (images the transform cannot take: each its sample's error)
             probed = probed.keep(keep)
             samples, sizes, labels = probed.samples, [sizes[i] for i in keep], probed.extras
-            indices = np.asarray([int(indices[i]) for i in keep], np.int64)
-            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
-                      for v, tf in enumerate(self.views)]
-        view_boxes = [pv.boxes() for pv in params]  # [view]: int64 [N, 4] (top, left, height, width)
-        boxes = view_boxes[0] if not self.multi else _union(view_boxes)
         requests = probed.requests(boxes)
         t1 = time.perf_counter()
         timing.probe = t1 - t0
@@ -451,24 +440,15 @@ class Pipeline:
         labels = store.labels[rows].tolist() if store.labels is not None else [0] * len(rows)
         at = np.arange(len(rows), dtype=np.int64) if places is None else np.asarray(places, np.int64)
         if self.transform.out_size is None and len(rows) and not self.config.each_size:
-            keep = self._same_size([(s, h, w) for s, (h, w) in zip(samples, sizes)])
-            if len(keep) < len(rows):
-                rows, samples, at = rows[keep], [samples[k] for k in keep], at[keep]
-                sizes, labels = [sizes[k] for k in keep], [labels[k] for k in keep]
+            same = self._same_size([(s, h, w) for s, (h, w) in zip(samples, sizes)])
+            if len(same) < len(rows):
+                rows, samples, at = rows[same], [samples[k] for k in same], at[same]
+                sizes, labels = [sizes[k] for k in same], [labels[k] for k in same]
         indices: Any = (position + at) * world + rank
-        try:
-            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
-                      for v, tf in enumerate(self.views)]
-        except (ValueError, ArithmeticError):  # one image the transform cannot take
-            keep = self._drawable(samples, sizes, indices, seed, epoch)
-            if len(keep) == len(samples):
-                raise
-            rows, samples = rows[keep], [samples[k] for k in keep]
-            sizes, labels, indices = [sizes[k] for k in keep], [labels[k] for k in keep], indices[keep]
-            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
-                      for v, tf in enumerate(self.views)]
-        view_boxes = [pv.boxes() for pv in params]
-        boxes = view_boxes[0] if not self.multi else _union(view_boxes)
+        drawn, params, view_boxes, boxes = self._draw(samples, sizes, indices, seed, epoch)
+        if drawn is not None:  # (images the transform cannot take: each its sample's error)
+            rows, samples = rows[drawn], [samples[k] for k in drawn]
+            sizes, labels = [sizes[k] for k in drawn], [labels[k] for k in drawn]
         t1 = time.perf_counter()
         timing.probe = t1 - t0
         seq = self.seq
@@ -509,6 +489,28 @@ class Pipeline:
                                         "step, so every image keeps its size and all must have one (add "
                                         "CenterCrop, RandomCrop or Resize)", shard=s.shard, key=s.key))
         return keep
+
+    def _draw(self, samples: list[Any], sizes: list[tuple[int, int]], indices: Any, seed: int,
+              epoch: int) -> tuple[list[int] | None, list[Draws], list[np.ndarray], np.ndarray]:
+        """Each view's draws for a batch (the common plans natively, as columns: see
+        transforms.draws), each view's boxes and the boxes decoded (their union over the
+        views): (the images kept, or None when all are, params, view boxes, boxes). An image
+        the transform cannot take (a crop larger than it, ...) is its sample's DecodeError
+        under the policy and the rest are drawn again, as they would be in a batch alone."""
+        keep = None
+        try:
+            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
+                      for v, tf in enumerate(self.views)]
+        except (ValueError, ArithmeticError):
+            keep = self._drawable(samples, sizes, indices, seed, epoch)
+            if len(keep) == len(samples):
+                raise  # not one image's: the batch's own failure
+            sizes = [sizes[i] for i in keep]
+            indices = np.asarray([int(indices[i]) for i in keep], np.int64)
+            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
+                      for v, tf in enumerate(self.views)]
+        view_boxes = [pv.boxes() for pv in params]  # [view]: int64 [N, 4] (top, left, height, width)
+        return keep, params, view_boxes, view_boxes[0] if not self.multi else _union(view_boxes)
 
     def _drawable(self, samples: list[Sample], sizes: list[tuple[int, int]], indices: Any, seed: int,
                   epoch: int) -> list[int]:

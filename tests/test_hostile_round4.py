@@ -105,6 +105,15 @@ def test_split_shard_with_fewer_shards_than_ranks_is_refused_when_made(tmp_path,
         assert len(ld) == 1 and sum(len(b.keys) for b in ld) == 2
 
 
+def _state_after_one_batch(shard):
+    with Loader(shard, transform=_tf(), **KW) as ld:
+        it = iter(ld)
+        next(it)
+        state = ld.state_dict()
+        it.close()
+    return state
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda s: s["dataset_state"].update(position=10**12), "position 1000000000000 is past the 8 samples"),
     (lambda s: s["dataset_state"].update(position=3.7), "'position' must be a whole number >= 0, not 3.7"),
@@ -115,11 +124,7 @@ def test_split_shard_with_fewer_shards_than_ranks_is_refused_when_made(tmp_path,
 ])
 def test_a_saved_state_is_checked_field_by_field(tmp_path, photos, change, message):
     shard = _shard(tmp_path / "s.tar", photos, list(range(8)))
-    with Loader(shard, transform=_tf(), **KW) as ld:
-        it = iter(ld)
-        next(it)
-        state = ld.state_dict()
-        it.close()
+    state = _state_after_one_batch(shard)
     change(state)
     with Loader(shard, transform=_tf(), **KW) as ld, pytest.raises(ValueError, match=message):
         ld.load_state_dict(state)
@@ -127,11 +132,7 @@ def test_a_saved_state_is_checked_field_by_field(tmp_path, photos, change, messa
 
 def test_a_resume_with_a_changed_transform_has_a_way_out(tmp_path, photos):
     shard = _shard(tmp_path / "s.tar", photos, list(range(8)))
-    with Loader(shard, transform=_tf(), **KW) as ld:
-        it = iter(ld)
-        next(it)
-        state = ld.state_dict()
-        it.close()
+    state = _state_after_one_batch(shard)
     other = T.Compose([T.CenterCrop(24), T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)])
     with Loader(shard, transform=other, **KW) as ld:
         with pytest.raises(ValueError, match=r"other transforms.*strict=False"):

@@ -31,7 +31,7 @@ from ..._args import COUNT
 from ..common import machine
 from . import OUT, save
 from .loader import MEAN, STD, build
-from .tensors import make_tensor_shards
+from .tensors import dataloader_rate, make_tensor_shards
 
 CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 
@@ -145,20 +145,13 @@ def cifar_part(n: int, threads: int, workers: int, repeat: int) -> dict:
     shards = sorted(str(p) for p in folder.glob("cifar-*.tar"))
     ds = torchvision_cifar(str(folder))(str(folder), train=True, download=False, transform=tvt.Compose([
         tvt.RandomCrop(32, padding=4), tvt.RandomHorizontalFlip(), tvt.ToTensor(), tvt.Normalize(CIFAR_MEAN, CIFAR_STD)]))
-    dl = torch.utils.data.DataLoader(ds, batch_size=256, shuffle=True, num_workers=workers)
-    tv_rates = []
-    for epoch in range(repeat + 1):
-        t = time.perf_counter()
-        count = sum(x.shape[0] for x, _ in dl)
-        if epoch:
-            tv_rates.append(count / (time.perf_counter() - t))
+    tv = dataloader_rate(torch.utils.data.DataLoader(ds, batch_size=256, shuffle=True, num_workers=workers), repeat)
     tf = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.Normalize(CIFAR_MEAN, CIFAR_STD)])
     with Loader(shards, batch_size=256, transform=tf, device="cpu", num_threads=threads, seed=0, keep="ram") as ld:
         ours, first = epochs_rate(ld, repeat)
         kept = ld.describe()["keep"]
     with Loader(shards, batch_size=256, transform=tf, device="cpu", num_threads=threads, seed=0) as ld:
         streamed, _ = epochs_rate(ld, repeat)
-    tv = statistics.median(tv_rates)
     return {"images": len(ds), "threads": threads, "workers": workers, "torchvision_img_s": tv, "ram_img_s": ours,
             "stream_img_s": streamed, "ratio": ours / tv, "first_epoch_s": first, "kept": kept, "target": 10.0,
             "met": ours / tv >= 10}

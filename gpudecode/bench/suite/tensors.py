@@ -86,15 +86,19 @@ def classic_epochs(folder, tf, threads, batch, repeat):
     import torch
     from torchvision.datasets import ImageFolder
 
-    dl = torch.utils.data.DataLoader(ImageFolder(folder, transform=tf), batch_size=batch, shuffle=True,
-                                     num_workers=threads, persistent_workers=True, prefetch_factor=2)
+    return dataloader_rate(torch.utils.data.DataLoader(ImageFolder(folder, transform=tf), batch_size=batch, shuffle=True,
+                                                       num_workers=threads, persistent_workers=True, prefetch_factor=2),
+                           repeat)
+
+
+def dataloader_rate(dl, repeat: int) -> float:
+    """img/s of a DataLoader: the median of `repeat` epochs after a first (workers start)."""
     rates = []
     for epoch in range(repeat + 1):
         t = time.perf_counter()
         n = sum(x.shape[0] for x, _ in dl)
         if epoch:
             rates.append(n / (time.perf_counter() - t))
-    del dl
     return statistics.median(rates)
 
 
