@@ -249,8 +249,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=COUNT, default=6, help="CPU threads for gpudecode and the classic workers")
     ap.add_argument("--engine-threads", type=COUNTS, default="2,4,7,14",
                     help="thread counts the split decoder is measured at, beside each engine alone (without CUDA: 2)")
+    ap.add_argument("--sections", default="runs,engines,resident,recipes",
+                    help="which tables to measure, of runs (each decoder and batch, the CPU path, the classic "
+                         "DataLoader), engines, resident, recipes (a short GPU call measures a few)")
     ap.add_argument("--out", default=str(OUT))
     a = ap.parse_args(argv)
+    sections = {s.strip() for s in a.sections.split(",") if s.strip()}
+    unknown = sections - {"runs", "engines", "resident", "recipes"}
+    if unknown or not sections:
+        ap.error(f"--sections: {', '.join(sorted(unknown)) or 'none given'}: choose from runs, engines, resident, "
+                 "recipes")
     from gpudecode.decode import GPU_ORDER, available
 
     out = Path(a.out)
@@ -270,31 +278,34 @@ def main(argv: list[str] | None = None) -> int:
                     "images": images, "device": device, "runs": []}
     decoders = ["cpu"] + [d for d in GPU_ORDER if available(d)[0]] + (["auto"] if cuda else [])  # auto: every engine
     report["unavailable"] = {d: available(d)[1] for d in GPU_ORDER if not available(d)[0]}
-    for d in decoders:
-        for b in batches:
-            print(f"gpu bench: Loader on {device}, decoder {d}, batch {b}", flush=True)
-            try:
-                report["runs"].append(loader_run(shards, device=device, decoder=d, batch=b, threads=threads))
-            except Exception as e:  # a backend that fails here is reported (and makes the exit status 1)
-                report["runs"].append({"device": device, "decoder": d, "batch_size": b, "error": repr(e)})
-    if cuda:
-        report["runs"].append(loader_run(shards, device="cpu", decoder="cpu", batch=batches[0], threads=threads))
-    print("gpu bench: the classic DataLoader", flush=True)
-    go = run_torchvision(folder, threads, batches[0], jitter=True)
-    go()
-    t = time.perf_counter()
-    n = go()
-    report["runs"].append({"device": "cpu", "decoder": "torchvision classic DataLoader", "threads": threads,
-                           "batch_size": batches[0], "images_per_s": n / (time.perf_counter() - t)})
-    classic = report["runs"][-1]["images_per_s"]
+    classic = 0.0
+    if "runs" in sections:
+        for d in decoders:
+            for b in batches:
+                print(f"gpu bench: Loader on {device}, decoder {d}, batch {b}", flush=True)
+                try:
+                    report["runs"].append(loader_run(shards, device=device, decoder=d, batch=b, threads=threads))
+                except Exception as e:  # a backend that fails here is reported (and makes the exit status 1)
+                    report["runs"].append({"device": device, "decoder": d, "batch_size": b, "error": repr(e)})
+        if cuda:
+            report["runs"].append(loader_run(shards, device="cpu", decoder="cpu", batch=batches[0], threads=threads))
+        print("gpu bench: the classic DataLoader", flush=True)
+        go = run_torchvision(folder, threads, batches[0], jitter=True)
+        go()
+        t = time.perf_counter()
+        n = go()
+        report["runs"].append({"device": "cpu", "decoder": "torchvision classic DataLoader", "threads": threads,
+                               "batch_size": batches[0], "images_per_s": n / (time.perf_counter() - t)})
+        classic = report["runs"][-1]["images_per_s"]
     report["engines"] = engine_runs(shards, device=device, batch=batches[-1], images=images,
-                                    threads=list(a.engine_threads) if cuda else [2])
-    report["resident"] = resident_runs(shards, device=device, threads=threads, cifar=50000 if cuda else 2000)
+                                    threads=list(a.engine_threads) if cuda else [2]) if "engines" in sections else []
+    report["resident"] = (resident_runs(shards, device=device, threads=threads, cifar=50000 if cuda else 2000)
+                          if "resident" in sections else [])
     print("gpu bench: recipes", flush=True)
-    report["recipes"] = recipe_runs(shards, decoders=decoders[:2] + (["auto"] if cuda else []),
+    report["recipes"] = [] if "recipes" not in sections else recipe_runs(shards, decoders=decoders[:2] + (["auto"] if cuda else []),
                                     batch=128 if cuda else batches[0],
                                     threads=threads, device=device)
-    if cuda:
+    if cuda and classic:
         best = max((r for r in report["runs"] if r.get("device") == "cuda" and "images_per_s" in r),
                    key=lambda r: r["images_per_s"], default=None)
         if best is not None:

@@ -1,0 +1,178 @@
+"""PNG's inflate half on the GPU (issue 56): nvCOMP's batched raw-Deflate decode of PNG
+IDAT streams, checked equal to zlib's and timed against zlib on the host's cores.
+
+    python bench/nvcomp_inflate.py [--images 256] [--threads 6] [--out DIR]
+
+The corpus: scikit-image's photographs saved by Pillow as PNG in colour types 0, 2, 3, 4
+and 6, zlib levels 0-9, and a 500x375 batch of the photographs (the bench's JPEG set as
+PNG, level 6). For each PNG the host part only: walk the chunks, join the IDAT payloads,
+strip the zlib wrapper (2 header bytes, 4 Adler-32 bytes); nvCOMP inflates the raw
+streams as one batch on the GPU; every output must equal zlib.decompress of the same
+IDAT bytes. Then the batch's inflate rate: nvCOMP (the batch in device memory, its
+stream synchronized) against zlib on one thread and on --threads threads.
+
+Without CUDA or without nvCOMP it says which and exits 0 having measured only zlib:
+no GPU figure is made up. Writes nvcomp.json to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import struct
+import sys
+import time
+import traceback
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+def idat_stream(png: bytes) -> bytes:
+    """The zlib stream of a PNG: its IDAT chunks' payloads joined (CRCs checked)."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG")
+    pos, parts = 8, []
+    while pos + 12 <= len(png):
+        n, kind = struct.unpack(">I4s", png[pos:pos + 8])
+        body = png[pos + 8:pos + 8 + n]
+        if len(body) != n or zlib.crc32(png[pos + 4:pos + 8 + n]) != struct.unpack(">I", png[pos + 8 + n:pos + 12 + n])[0]:
+            raise ValueError(f"chunk {kind!r} at {pos} truncated or its CRC wrong")
+        if kind == b"IDAT":
+            parts.append(body)
+        if kind == b"IEND":
+            break
+        pos += 12 + n
+    return b"".join(parts)
+
+
+def raw_deflate(stream: bytes) -> bytes:
+    cmf, flg = stream[0], stream[1]
+    if cmf & 15 != 8 or (cmf * 256 + flg) % 31 or flg & 32:
+        raise ValueError("not a zlib stream PNG allows")
+    return stream[2:-4]
+
+
+def corpus(n_batch: int) -> list[tuple[str, bytes]]:
+    import numpy as np
+    from PIL import Image
+    from skimage import data
+
+    photos = {"astronaut": data.astronaut(), "coffee": data.coffee(), "chelsea": data.chelsea(),
+              "rocket": data.rocket()}
+    out = []
+    for name, arr in photos.items():
+        im = Image.fromarray(arr)
+        for mode in ("L", "RGB", "P", "LA", "RGBA"):
+            m = im.convert(mode) if mode != "P" else im.quantize(256)
+            for level in range(10):
+                buf = io.BytesIO()
+                m.save(buf, "PNG", compress_level=level)
+                out.append((f"{name}-{mode}-z{level}", buf.getvalue()))
+    rng = np.random.default_rng(0)
+    base = list(photos.values())
+    for i in range(n_batch):
+        a = base[i % len(base)]
+        y = int(rng.integers(0, max(1, a.shape[0] - 375)))
+        x = int(rng.integers(0, max(1, a.shape[1] - 500)))
+        crop = np.ascontiguousarray(np.resize(a[y:y + 375, x:x + 500], (375, 500, 3)))
+        buf = io.BytesIO()
+        Image.fromarray(crop).save(buf, "PNG", compress_level=6)
+        out.append((f"batch-{i}", buf.getvalue()))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images", type=int, default=256, help="500x375 PNGs in the timed batch")
+    ap.add_argument("--threads", type=int, default=6)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--out", default=os.environ.get("OUT") or "bench/_out")
+    a = ap.parse_args(argv)
+    report: dict = {}
+    items = corpus(a.images)
+    streams = [(k, idat_stream(b)) for k, b in items]
+    expect = [zlib.decompress(s) for _, s in streams]
+    raws = [raw_deflate(s) for _, s in streams]
+    batch = [i for i, (k, _) in enumerate(streams) if k.startswith("batch-")]
+    enc = sum(len(raws[i]) for i in batch)
+    dec = sum(len(expect[i]) for i in batch)
+    report["corpus"] = {"pngs": len(items), "batch": len(batch), "batch_raw_deflate_bytes": enc,
+                        "batch_inflated_bytes": dec}
+    print(f"corpus: {len(items)} PNGs; timed batch {len(batch)} of 500x375, {enc / 1e6:.1f} MB deflate -> "
+          f"{dec / 1e6:.1f} MB", flush=True)
+
+    def zlib_batch(pool=None):
+        f = lambda i: zlib.decompress(raws[i], -15)  # noqa: E731
+        return list(pool.map(f, batch)) if pool else [f(i) for i in batch]
+
+    for threads in (1, a.threads):
+        pool = ThreadPoolExecutor(threads) if threads > 1 else None
+        zlib_batch(pool)
+        best = float("inf")
+        for _ in range(a.repeats):
+            t = time.perf_counter()
+            zlib_batch(pool)
+            best = min(best, time.perf_counter() - t)
+        report[f"zlib_{threads}_threads"] = {"s": best, "images_per_s": len(batch) / best, "GB_per_s": dec / best / 1e9}
+        print(f"zlib, {threads} thread(s): {len(batch) / best:,.0f} img/s ({dec / best / 1e9:.2f} GB/s out)", flush=True)
+        if pool:
+            pool.shutdown()
+    try:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("no CUDA device")
+        from nvidia import nvcomp
+
+        report["nvcomp"] = {"version": nvcomp.__version__, "gpu": torch.cuda.get_device_name()}
+        codec = nvcomp.Codec(algorithm="Deflate", bitstream_kind=nvcomp.BitstreamKind.RAW)
+        dev = [torch.frombuffer(bytearray(r), dtype=torch.uint8).cuda() for r in raws]
+        torch.cuda.synchronize()
+        srcs = nvcomp.as_arrays(dev)
+        outs = codec.decode(srcs)
+        bad = []
+        host = outs.cpu()
+        import numpy as np
+
+        for i, (k, _) in enumerate(streams):
+            got = np.asarray(host[i]).tobytes()
+            if got != expect[i]:
+                bad.append((k, len(got), len(expect[i])))
+        report["nvcomp"]["equal"] = len(streams) - len(bad)
+        report["nvcomp"]["unequal"] = bad[:20]
+        print(f"nvCOMP inflate equals zlib on {len(streams) - len(bad)} of {len(streams)} PNGs"
+              + (f"; unequal: {bad[:5]}" if bad else ""), flush=True)
+        one = nvcomp.as_arrays([dev[i] for i in batch])
+        cfgs = {}
+        try:  # the sizes pass done once, outside the timing (a trainer knows them from IHDR)
+            cfgs["sizes found once"] = codec.decompression_config(one)
+        except Exception as e:
+            report["nvcomp"]["config_error"] = repr(e)
+        for label, cfg in [("sizes found by nvCOMP", None)] + [(k, v) for k, v in cfgs.items() if v is not None]:
+            kw = {} if cfg is None else {"decompression_config": cfg}
+            codec.decode(one, **kw)
+            torch.cuda.synchronize()
+            best = float("inf")
+            for _ in range(a.repeats):
+                t = time.perf_counter()
+                r = codec.decode(one, **kw)
+                r[len(batch) - 1]  # waits for the work that produced the batch
+                torch.cuda.synchronize()
+                best = min(best, time.perf_counter() - t)
+            report["nvcomp"][label] = {"s": best, "images_per_s": len(batch) / best, "GB_per_s": dec / best / 1e9}
+            print(f"nvCOMP batched inflate ({label}): {len(batch) / best:,.0f} img/s ({dec / best / 1e9:.2f} GB/s out)",
+                  flush=True)
+    except Exception as e:
+        report["nvcomp_error"] = f"{type(e).__name__}: {e}"
+        print("nvCOMP not measured:", report["nvcomp_error"], flush=True)
+        traceback.print_exc()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "nvcomp.json").write_text(json.dumps(report, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
