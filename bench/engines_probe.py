@@ -88,7 +88,7 @@ def direct(folder: str, engines: list[str], threads: int, device: str = "cuda") 
     from gpudecode.decode import make_decoder
 
     rq = requests(folder, 256)
-    decs = {e: make_decoder(e, device=device, num_threads=threads, max_pixels=0) for e in engines}
+    decs = {e: make_decoder((e,), device=device, num_threads=threads, max_pixels=0) for e in engines}
     out: dict = {"alone": {e: _timed(d, rq, device) for e, d in decs.items()}}
     print("direct, each alone (img/s):", {k: round(v) for k, v in out["alone"].items()}, flush=True)
 
@@ -121,7 +121,7 @@ def direct(folder: str, engines: list[str], threads: int, device: str = "cuda") 
 
     combos = list(dict.fromkeys([tuple(engines)] + [(a, b) for i, a in enumerate(engines) for b in engines[i + 1:]]))
     if "nvimgcodec-hw" in decs:  # two hardware-engine decoders at once: one engine, or a lock?
-        decs["nvimgcodec-hw#2"] = make_decoder("nvimgcodec-hw", device=device, num_threads=threads, max_pixels=0)
+        decs["nvimgcodec-hw#2"] = make_decoder(("nvimgcodec-hw",), device=device, num_threads=threads, max_pixels=0)
         combos.append(("nvimgcodec-hw", "nvimgcodec-hw#2"))
     out["together"] = {}
     for c in combos:
@@ -200,7 +200,7 @@ def roi_pixels(folder: str, engines: list[str], device: str = "cuda") -> dict:
     for e in engines:
         if e == "cpu":
             continue
-        dec = make_decoder(e, device=device, num_threads=2, max_pixels=0)
+        dec = make_decoder((e,), device=device, num_threads=2, max_pixels=0)
         got = dec.decode(rq)
         _sync(device)
         worst, off = 0, 0.0
