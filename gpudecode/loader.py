@@ -660,6 +660,8 @@ def _describe(loader: "Loader") -> dict:
             "decoder_backend": getattr(pipe.decoder, "backend", None) if pipe.decoder is not None else None,
             # a split decoder's engines: each one's images, share, rate and idle time so far
             **({"decoder_engines": pipe.decoder.engine_stats()} if hasattr(pipe.decoder, "engine_stats") else {}),
+            # a tuned split (decoder="auto" on CUDA): the engines decoding now, each subset's measured rate
+            **({"decoder_tuning": pipe.decoder.tuning()} if getattr(pipe.decoder, "tuning", lambda: None)() else {}),
             "num_threads": loader.num_threads, "prefetch": loader.prefetch,
             "batch_size": loader.batch_size, **_what_is_read(reader), "split": reader.mode(),
             "out_size": [p.out_size for p in plans] if multi else plans[0].out_size,

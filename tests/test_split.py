@@ -187,6 +187,106 @@ def test_an_engine_takes_only_its_formats(photos):
     split.close()
 
 
+class Contended(Paced):
+    """A Paced decoder that holds `lock` while it works: engines sharing one lock cannot
+    work at once (as the H200's engines slowed each other down), so a split of them is
+    slower than its fastest engine alone."""
+
+    def __init__(self, ns_per_unit: float, name: str, lock) -> None:
+        super().__init__(ns_per_unit, name)
+        self.lock = lock
+
+    def decode(self, requests):
+        with self.lock:
+            return super().decode(requests)
+
+
+def _tuned_run(split, reqs, batches):
+    for _ in range(batches):
+        got = split.decode(reqs).settle()
+        assert got.errors.count(None) == len(reqs)
+    return split.tuning()
+
+
+def test_tuning_keeps_the_fastest_engine_alone_when_engines_slow_each_other(photos):
+    import threading
+
+    lock = threading.Lock()
+    split = SplitDecoder([Contended(100, "fast", lock), Contended(400, "slow", lock)], tune=True)
+    reqs = _requests(photos, 16, seed=4)
+    t = _tuned_run(split, reqs, 3 * 3 + 2)  # the tournament of 3 subsets, 3 batches each, then 2
+    assert t["using"] == "fast" and t["measuring"] is None, t
+    assert set(t["measured_images_per_s"]) == {"fast", "slow", "fast+slow"}
+    assert t["measured_images_per_s"]["fast"] > t["measured_images_per_s"]["fast+slow"], t
+    assert (split.last_assignment == 0).all()  # every image to the fast engine now
+    stats = split.engine_stats()
+    assert stats["slow"]["idle_s"] < stats["fast"]["busy_s"]  # (left out is not counted as waiting)
+    split.close()
+
+
+def test_tuning_keeps_every_engine_when_they_work_at_once(photos):
+    split = SplitDecoder([Paced(100, "a"), Paced(100, "b")], tune=True)
+    reqs = _requests(photos, 24, seed=5)
+    t = _tuned_run(split, reqs, 3 * 3 + 1)
+    assert t["using"] == "a+b", t
+    assert sorted(set(split.last_assignment.tolist())) == [0, 1]
+    split.close()
+
+
+def test_tuning_measures_the_best_others_again_and_follows_a_change(photos):
+    import threading
+
+    lock = threading.Lock()
+    fast, slow = Contended(100, "fast", lock), Contended(400, "slow", lock)
+    split = SplitDecoder([fast, slow], tune=True, trial=2, retune=3)
+    reqs = _requests(photos, 16, seed=6)
+    assert _tuned_run(split, reqs, 3 * 2)["using"] == "fast"
+    fast.ns, slow.ns = 800, 50  # the machine changes: the other engine is now the fast one
+    seen = []
+    for _ in range(16):
+        split.decode(reqs).settle()
+        seen.append(split.tuning()["using"])
+    assert seen[-1] == "slow", seen
+    split.close()
+
+
+def test_tuning_sends_a_format_its_engines_refuse_to_one_that_takes_it(photos):
+    import threading
+
+    lock = threading.Lock()
+    hw = Engine(Contended(50, "hw", lock), formats=("jpeg",))
+    split = SplitDecoder([hw, Contended(400, "cpu", lock)], tune=True)
+    jpegs = [r for r in _requests(photos, 24, seed=7) if r.format == "jpeg"][:12]
+    assert _tuned_run(split, jpegs, 3 * 3 + 1)["using"] == "hw"
+    mixed = _requests(photos, 16, seed=8)
+    got = split.decode(mixed).settle()
+    assert got.errors.count(None) == len(mixed)  # the PNGs were decoded, by the CPU engine
+    for k, r in enumerate(mixed):
+        assert split.last_assignment[k] == (1 if r.format == "png" else 0), k
+    split.close()
+
+
+def test_tuning_drops_an_engine_that_fails_and_measures_the_rest_again(photos):
+    split = SplitDecoder([Paced(0, "a"), Paced(0, "b"), Broken()], tune=True, trial=2)
+    reqs = _requests(photos, 12, seed=9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (the broken engine's warning)
+        t = _tuned_run(split, reqs, 3 * 2 + 2)
+    assert "broken" not in (t["using"] or "") and t["using"] is not None, t
+    assert all("broken" not in k for k in t["measured_images_per_s"]), t
+    split.close()
+
+
+def test_pinned_shares_and_engine_tuples_are_not_tuned(photos, tmp_path):
+    assert SplitDecoder([Paced(0, "a"), Paced(0, "b")], shares={"a": 1, "b": 1}, tune=True).tuning() is None
+    dec = make_decoder(("cpu", "nvimgcodec"), device="cpu", num_threads=1, max_pixels=0)
+    assert dec.tuning() is None
+    dec.close()
+    for bad in (dict(trial=1), dict(retune=0), dict(trial=2.5), dict(retune=True)):
+        with pytest.raises(ValueError, match="trial|retune"):
+            SplitDecoder([Paced(0, "a")], **bad)
+
+
 def test_a_slow_engine_still_gets_an_image_a_batch(photos):
     split = SplitDecoder([Paced(10, "fast"), Paced(2000, "slow")])
     reqs = _requests(photos, 12)

@@ -15,8 +15,11 @@ Every backend also runs on the CPU (nvImageCodec's and torchcodec's CPU codecs, 
 "auto" on a CUDA device is the split of every engine that works there: nvImageCodec's
 hardware JPEG engine and its nvJPEG on CUDA, each an engine of its own (one whose backend
 cannot be made is passed over with a warning saying why; without nvImageCodec, the first
-of dali, torchcodec), and the CPU decoder on the Loader's threads. A machine where only
-one engine works gets that engine alone. On the CPU "auto" is "cpu", the fastest
+of dali, torchcodec), and the CPU decoder on the Loader's threads, tuned: each subset of
+them is measured for a few batches and the fastest decodes (engines slow each other down;
+on an H200 with 2 or 6 threads the hardware engine alone beat every split, with 14 the
+hardware engine and the CPU decoder together were best). A machine where only one engine
+works gets that engine alone. On the CPU "auto" is "cpu", the fastest
 measured there (one core, 500x375 JPEGs: whole images 1,410 img/s against nvImageCodec's
 1,300 and torchcodec's 1,310; RandomResizedCrop windows 1,690-1,810 against 1,690-1,700
 and 1,190-1,330; bench/RESULTS.md). A tuple of engine names (ENGINES) makes a split of
@@ -221,17 +224,19 @@ def _every_engine(auto: bool, common: dict[str, Any]) -> Decoder:
                       + "; ".join(dict.fromkeys(passed)),
                       RuntimeWarning, stacklevel=3)
     engines.append(_engine("cpu", **common))
-    return _split(engines, common["device"], None, common["buffers"])
+    # tune: which of them decode is measured, not assumed (engines slow each other down:
+    # on an H200 every split of 2 or 6 threads was slower than the hardware engine alone)
+    return _split(engines, common["device"], None, common["buffers"], tune=True)
 
 
-def _split(engines: list, device: str, shares: dict | None, buffers: int) -> Decoder:
+def _split(engines: list, device: str, shares: dict | None, buffers: int, tune: bool = False) -> Decoder:
     from .split import SplitDecoder
 
     if len(engines) == 1 and shares is None:
         return engines[0].decoder
     if shares is not None:
         _check_shares(shares)
-    return SplitDecoder(engines, device=device, shares=shares, buffers=buffers)
+    return SplitDecoder(engines, device=device, shares=shares, buffers=buffers, tune=tune)
 
 
 def _engine(name: str, **common: Any) -> Any:

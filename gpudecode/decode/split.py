@@ -22,6 +22,19 @@ slower. An engine that takes only some formats (`formats=`: the hardware engine 
 JPEG) never gets the others. Every engine decodes at least one image of a batch (when
 there are enough), so a rate that was low for a while is measured again.
 
+Which engines decode at all (`tune=True`, what decoder="auto" makes). Engines slow each
+other down when they run together (on an H200, 2026-11-28: the hardware engine decoded
+11,455 img/s alone and 6,700 of its share beside the CPU decoder; nvJPEG on CUDA takes SMs
+and host cores from both), and a rate measured per engine cannot see that: with 2 or 6
+threads every split there was slower than the hardware engine alone. So the split measures
+what a whole set of engines delivers: each subset of the engines decodes `trial` batches
+(the first of them a warm-up, not counted), its images a second over the rest (the host
+span of decode(), every engine's part included) is kept, and the best subset decodes from
+then on; every `retune` batches the two best others are measured again, and the best then
+kept (a subset whose engine failed is dropped). An image no engine of the subset takes (a
+PNG, with JPEG-only GPU engines) goes to an engine outside it that does. Tuning changes
+who decodes, never the pixels' meaning: each image is still its engine's own decode.
+
 `shares=` pins the split instead: each engine gets that fraction of the images, in batch
 order, whatever it measures (the same batch gives the same assignment every run: the
 choice for bit-reproducible runs, since two engines' pixels may differ by rounding). An
@@ -169,6 +182,68 @@ class _Pending:
         return sorted(out)
 
 
+class _Tuner:
+    """Which subset of the engines decodes (see the module doc): a tournament of every
+    subset, `trial` batches each, then the best; every `retune` batches the two best
+    others measured again."""
+
+    def __init__(self, trial: int, retune: int) -> None:
+        self.trial, self.retune = trial, retune
+        self.measured: dict[tuple[int, ...], float] = {}  # subset -> images a second of decode()
+        self.current: tuple[int, ...] | None = None
+        self.queue: list[tuple[int, ...]] = []  # subsets to measure, the first one now
+        self._done = 0  # batches of the subset measured now
+        self._acc = [0, 0.0]  # its counted images and seconds
+        self._since = 0  # batches since the last measuring ended
+
+    @staticmethod
+    def subsets(active: Sequence[int]) -> list[tuple[int, ...]]:
+        a = list(active)
+        return [tuple(i for b, i in enumerate(a) if m >> b & 1) for m in range(1, 1 << len(a))]
+
+    def pick(self, active: list[int]) -> tuple[int, ...]:
+        """The engines for the next batch."""
+        if len(active) <= 1:
+            return tuple(active)
+        alive = set(active)
+        self.queue = [q for q in self.queue if set(q) <= alive]
+        if not self.queue:
+            if self.current is None or not set(self.current) <= alive:  # the first batches, or an engine failed
+                self.measured = {k: v for k, v in self.measured.items() if set(k) <= alive}
+                self.queue = [k for k in self.subsets(active) if k not in self.measured]
+                if not self.queue:  # (each subset left was measured: the failed engine's are gone)
+                    self.current = max(self.measured, key=lambda k: self.measured[k])
+                    self._since = 0
+            elif self._since >= self.retune:
+                others = sorted((k for k in self.measured if k != self.current and set(k) <= alive),
+                                key=lambda k: -self.measured[k])
+                self.queue = others[:2]
+                self._since = 0
+        return self.queue[0] if self.queue else self.current  # type: ignore[return-value]
+
+    def record(self, subset: tuple[int, ...], images: int, seconds: float) -> None:
+        """A batch of `images` decoded by `subset` in `seconds`."""
+        self._since += 1
+        if not self.queue or subset != self.queue[0]:
+            if subset == self.current and seconds > 0 and images:  # the one in use: its figure kept fresh
+                old = self.measured.get(subset)
+                now = images / seconds
+                self.measured[subset] = now if old is None else 0.9 * old + 0.1 * now
+            return
+        self._done += 1
+        if self._done > 1:  # (the first batch of a trial warms the subset up: not counted)
+            self._acc[0] += images
+            self._acc[1] += seconds
+        if self._done < self.trial:
+            return
+        self.measured[subset] = self._acc[0] / self._acc[1] if self._acc[1] > 0 else 0.0
+        self.queue.pop(0)
+        self._done, self._acc = 0, [0, 0.0]
+        if not self.queue:
+            self.current = max(self.measured, key=lambda k: self.measured[k])
+            self._since = 0
+
+
 class SplitDecoder:
     """Decodes each batch with every engine at once (see the module doc).
 
@@ -180,6 +255,10 @@ class SplitDecoder:
         shares: {engine name: fraction} to pin the split (see the module doc), or None to
             follow the measured rates.
         smoothing: the newest batch's weight in each engine's rate (0 < smoothing <= 1).
+        tune: choose which engines decode by measuring each subset of them (see the module
+            doc; with measured shares only); False: every engine decodes every batch.
+        trial: batches each subset decodes when measured (the first not counted; >= 2).
+        retune: batches between two re-measurings of the best other subsets (>= 1).
         buffers: how many results stay valid at once (the upload ring's depth; the
             engines' own rings count too: see `buffers`).
         own: close the engines' decoders with this one.
@@ -193,7 +272,7 @@ class SplitDecoder:
 
     def __init__(self, engines: Sequence[Decoder | Engine], *, device: str = "cpu",
                  shares: Mapping[str, float] | None = None, smoothing: float = 0.5, buffers: int = 3,
-                 own: bool = True) -> None:
+                 own: bool = True, tune: bool = False, trial: int = 3, retune: int = 400) -> None:
         made = [e if isinstance(e, Engine) else Engine(e) for e in engines]
         if not made:
             raise ValueError("SplitDecoder needs at least one engine")
@@ -205,6 +284,9 @@ class SplitDecoder:
             raise ValueError(f"smoothing must be in (0, 1], not {smoothing!r}")
         if isinstance(buffers, bool) or not isinstance(buffers, int) or buffers < 1:
             raise ValueError(f"buffers must be a positive int, not {buffers!r}")
+        for what, given, least in (("trial", trial, 2), ("retune", retune, 1)):
+            if isinstance(given, bool) or not isinstance(given, int) or given < least:
+                raise ValueError(f"{what} must be an int >= {least}, not {given!r}")
         pinned = None
         if shares is not None:
             pinned = {}
@@ -231,6 +313,8 @@ class SplitDecoder:
         self._stop = False
         self._lock = threading.Lock()
         self._measures: list[tuple[_Part, float]] = []  # GPU parts whose time is not known yet
+        self._tuner = _Tuner(trial, retune) if tune and pinned is None and len(made) > 1 else None
+        self._using: tuple[int, ...] | None = None  # the subset of engines this batch (tuning)
 
     # -- what it is --------------------------------------------------------------------------
 
@@ -268,6 +352,16 @@ class SplitDecoder:
                and (self.shares is None or self.shares.get(e.name, 0.0) > 0)]
         return out
 
+    def tuning(self) -> dict | None:
+        """With tune=True: the engines decoding now, and each subset measured (images a
+        second of decode(), the engines' names joined by '+'); else None."""
+        if self._tuner is None:
+            return None
+        name = lambda k: "+".join(self.engines[i].name for i in k)  # noqa: E731
+        t = self._tuner
+        return {"using": name(t.current) if t.current else None, "measuring": name(t.queue[0]) if t.queue else None,
+                "measured_images_per_s": {name(k): v for k, v in sorted(t.measured.items(), key=lambda kv: -kv[1])}}
+
     def assign(self, rq: Requests) -> np.ndarray:
         """The engine (its index in `engines`) each request goes to."""
         n = len(rq)
@@ -276,6 +370,15 @@ class SplitDecoder:
             raise RuntimeError("every engine of the split decoder failed: " +
                                "; ".join(f"{e.name}: {e.excluded}" for e in self.engines))
         fmts = rq.formats
+        if self._tuner is not None:
+            self._using = self._tuner.pick(active)
+            chosen = list(self._using)
+            pool = active  # (an image no chosen engine takes goes to one that does)
+            if any(not any(self.engines[i].accepts(f) for i in chosen) for f in set(fmts)):
+                chosen = chosen + [i for i in active if i not in chosen and any(
+                    self.engines[i].accepts(f) for f in set(fmts)
+                    if not any(self.engines[j].accepts(f) for j in self._using))]
+            active = sorted(chosen, key=pool.index)
         takes = {i: [self.engines[i].accepts(f) for f in fmts] for i in active}
         if self.shares is not None:
             return self._by_shares(n, active, takes)
@@ -355,6 +458,8 @@ class SplitDecoder:
         if failed:
             parts = [p for p in parts if p.failure is None] + self._retry(rq, failed, caller)
         span_s = time.perf_counter() - t0
+        if self._tuner is not None and self._using is not None:
+            self._tuner.record(self._using, n, span_s)
         for p in parts:
             if caller is not None and p.events:
                 caller.wait_event(p.events[1])  # the caller's stream: every engine's pixels are ready on it
@@ -481,8 +586,8 @@ class SplitDecoder:
                 e.measured(p.units, p.seconds, self.smoothing)
         busy = {p.engine for p in parts}
         for i, e in enumerate(self.engines):  # an engine given nothing this batch idled all of it
-            if e.excluded is None and i not in busy:
-                e.stats.idle += span_s
+            if e.excluded is None and i not in busy and (self._tuner is None or i in (self._using or ())):
+                e.stats.idle += span_s  # (one the tuning left out this batch was not waiting: not counted)
 
     def _resolve(self, *, wait: bool) -> None:
         """GPU parts whose events have completed: their time (the longer of the host's

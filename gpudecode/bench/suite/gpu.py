@@ -111,7 +111,7 @@ def loader_run(shards, *, device, decoder, batch, threads, epochs=2) -> dict:
         rate = n / (time.perf_counter() - t)
     s = ld.stats.summary()
     d = ld.describe()
-    out = {"engines": s.get("decoder_engines", {}), "device": device, "decoder": d["decoder"], "backend": d["decoder_backend"], "batch_size": batch,
+    out = {"engines": s.get("decoder_engines", {}), "tuning": d.get("decoder_tuning"), "device": device, "decoder": d["decoder"], "backend": d["decoder_backend"], "batch_size": batch,
            "threads": threads, "images_per_s": rate, "slowest_stage": s.get("slowest_stage"),
            "h2d_bytes_per_image": (s.get("encoded_bytes", 0) if ld.describe()["decoder"] != "cpu"
                                    else s.get("h2d_bytes", 0)) / max(s.get("images", 1), 1) if cuda else 0,
@@ -168,6 +168,16 @@ def engine_runs(shards, *, device: str, batch: int, threads: list[int], images: 
             row["of_best"] = row["split"] / row["best_alone"] if row["best_alone"] else 0.0
         except Exception as e:
             row["error"] = repr(e)
+        if device.startswith("cuda") and len(engines) > 1:  # decoder="auto": the subset of engines tuned
+            tournament = 3 * (2 ** len(engines) - 1)  # (batches: every subset, 3 each, before the timed epoch)
+            epochs = 2 + -(-tournament // max(1, images // batch))
+            print(f"gpu bench: decoder='auto' (the engines tuned), {t} threads, {epochs} epochs", flush=True)
+            try:
+                r = loader_run(shards, device=device, decoder="auto", batch=batch, threads=t, epochs=epochs)
+                row.update(auto=r["images_per_s"], auto_tuning=r.get("tuning"))
+                row["auto_of_best"] = row["auto"] / row["best_alone"] if row["best_alone"] else 0.0
+            except Exception as e:
+                row["auto_error"] = repr(e)
         out.append(row)
     return out
 
@@ -368,6 +378,19 @@ def render(report: dict) -> list[str]:
             idle = ", ".join(f"{k} {v:.0%}" for k, v in r["idle"].items())
             lines.append(f"| {r['threads']} | {alone} | {r['ceiling']:.0f} | {r['split']:.0f} | "
                          f"{r['of_ceiling']:.2f} | {r['of_best']:.2f} | {shares} | {idle} |")
+        tuned = [r for r in report["engines"] if "auto" in r or "auto_error" in r]
+        if tuned:
+            lines += ["", "decoder='auto' (which engines decode is measured: every subset a few batches, then the "
+                      "fastest):", "", "| threads | img/s | of best alone | engines used | each subset measured, img/s |",
+                      "|---:|---:|---:|---|---|"]
+            for r in tuned:
+                if "auto" not in r:
+                    lines.append(f"| {r['threads']} | error: {r['auto_error'][:100]} | | | |")
+                    continue
+                t = r.get("auto_tuning") or {}
+                measured = ", ".join(f"{k} {v:.0f}" for k, v in (t.get("measured_images_per_s") or {}).items())
+                lines.append(f"| {r['threads']} | {r['auto']:.0f} | {r['auto_of_best']:.2f} | {t.get('using')} | "
+                             f"{measured} |")
     if report.get("resident"):
         lines += ["", "The set kept resident (keep=): epochs after the first, which fills the store:", "",
                   "| set | keep | device | batch | img/s | store | image bytes up, last epoch |", "|---|---|---|---:|---:|---|---:|"]
