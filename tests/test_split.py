@@ -403,6 +403,24 @@ def test_the_loader_on_a_split_gives_the_cpu_decoders_batches_bit_for_bit(tmp_pa
     split.close()
 
 
+def test_the_png_engine_in_a_loaders_split_gives_the_cpu_decoders_batches_bit_for_bit(tmp_path, photos):
+    """decoder=("png", "cpu"): PNGs decoded in two halves (decode/png.py: zlib and the
+    unfilter kernel's CPU twin here), JPEGs by the CPU decoder, the same batches as the
+    CPU decoder alone, bit for bit (issue 56)."""
+    shard = _shard(tmp_path, photos, 40)
+    tf = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.Normalize([0.5] * 3, [0.25] * 3)])
+    kw = dict(batch_size=8, transform=tf, device="cpu", num_workers=1, seed=5)
+    with Loader(shard, decoder="cpu", **kw) as ref:
+        want = _batches(ref)
+    with Loader(shard, decoder={"png": 1.0, "cpu": 0.0001}, **kw) as ld:
+        got = _batches(ld)
+        engines = ld.describe()["decoder_engines"]
+    assert len(got) == len(want) == 5
+    for (gi, gl, gk), (wi, wl, wk) in zip(got, want):
+        assert gk == wk and torch.equal(gl, wl) and torch.equal(gi, wi)
+    assert engines["png"]["images"] == 8 and engines["cpu"]["images"] == 32  # every PNG, no JPEG
+
+
 def test_several_views_decode_each_image_once_on_the_engine_that_gets_it(tmp_path, photos):
     """Multi-crop: each image's union window decoded once, by one engine, every view read
     from it: the CPU decoder's batches bit for bit."""

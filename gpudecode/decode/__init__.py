@@ -46,7 +46,7 @@ _MODULES = {"nvimgcodec": ("nvidia.nvimgcodec", "gpu"), "dali": ("nvidia.dali", 
 def available(name: str) -> tuple[bool, str]:
     """(usable here, why not): the backend's package imports (any device; a CUDA device
     is checked by check_device)."""
-    if name == "cpu":
+    if name in ("cpu", "png"):  # (png: gpudecode's own; on a GPU nvCOMP is used where it imports)
         return True, ""
     if name not in _MODULES:
         return False, f"unknown decoder {name!r} (one of {', '.join(NAMES)}, or 'auto')"
@@ -152,7 +152,9 @@ _NVJPEG = ("decoder 'nvjpeg' (torchvision.io's, deprecated there) is gone: use '
 
 # The engines a split decoder is made of, by name: which decoder each is (decode/split.py)
 ENGINES = {"cpu": "cpu", "nvimgcodec-hw": "nvimgcodec", "nvimgcodec-cuda": "nvimgcodec", "nvimgcodec": "nvimgcodec",
-           "dali": "dali", "torchcodec": "torchcodec"}
+           "dali": "dali", "torchcodec": "torchcodec", "png": "png"}
+# png: PNG in two halves on the split's device (decode/png.py: nvCOMP's inflate and CUDA
+# kernels on a GPU, zlib and their CPU twin on the CPU); it takes PNG only
 GPU_ONLY_ENGINES = ("nvimgcodec-hw", "nvimgcodec-cuda")  # (the others have CPU builds: how the split is tested here)
 
 
@@ -244,6 +246,11 @@ def _engine(name: str, **common: Any) -> Any:
     from .split import Engine
 
     kind = ENGINES[name]
+    if kind == "png":
+        from .png import PngDecoder
+
+        return Engine(PngDecoder(device=common["device"], num_threads=common["num_threads"],
+                                 max_pixels=common["max_pixels"]), name=name, formats=("png",))
     if kind == "cpu":
         cuda = common["device"].startswith("cuda")
         # on a GPU its pixels are uploaded in one copy: packed (no zero copy) into page-locked memory

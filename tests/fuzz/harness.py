@@ -27,7 +27,7 @@ import os
 import re
 import tempfile
 
-TARGETS = ("tar_stream", "gzip_path", "labels", "shard_list", "npy", "image")
+TARGETS = ("tar_stream", "gzip_path", "labels", "shard_list", "npy", "image", "png_halves")
 
 
 def _stream_view(stream):
@@ -194,6 +194,32 @@ def image(data: bytes) -> None:
         if out.errors[0] is None:  # the box's pixels, inside the decoded (or stored) image
             t, l, h, w = (int(v) for v in out.boxes[0])
             assert (h, w) == box[2:] and t + h <= out.shapes[0][0] and l + w <= out.shapes[0][1], (out.boxes[0], box)
+
+
+def png_halves(data: bytes) -> None:
+    """PNG in two halves (decode/png.py: the chunk walk, zlib, the unfilter kernel's CPU
+    twin): refuses with PngError or decodes; whatever both it and libpng decode is the
+    same pixels (the one may refuse what the other takes: a later chunk's CRC, bytes after
+    the stream)."""
+    import numpy as np
+
+    from gpudecode.decode import Request
+    from gpudecode.decode.png import PngDecoder, PngError, read_png
+
+    try:
+        lay = read_png(data, 1 << 22)
+    except PngError:
+        return
+    box = (0, 0, lay.height, lay.width)
+    req = [Request(data, "png", lay.height, lay.width, box, "s", "k")]
+    ours = PngDecoder(device="cpu", max_pixels=1 << 22).decode(req).settle()
+    ref = _decoder().decode(req).settle()
+    if ours.errors[0] is None and ref.errors[0] is None:
+        a = ours.pixels[int(ours.offsets[0]):int(ours.offsets[0]) + lay.height * lay.width * 3].numpy()
+        t, l, h, w = (int(v) for v in ref.boxes[0])
+        sy, sx, sc = (int(v) for v in ref.strides[0])
+        b = ref.pixels[int(ref.offsets[0]) + t * sy + l * sx:].as_strided((h, w, 3), (sy, sx, sc)).numpy()
+        assert np.array_equal(a.reshape(h, w, 3), b), "the two halves and libpng decode it differently"
 
 
 _DECODER = None

@@ -68,7 +68,7 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     imgs = images()
     dirs = {t: out / t for t in ("tar", "probe", "jpeg", "png", "batch", "tar_stream", "gzip_path", "labels",
-                                 "shard_list", "npy", "image")}
+                                 "shard_list", "npy", "image", "png_halves")}
     for d in dirs.values():
         d.mkdir(exist_ok=True)
     tars = [c.data[:1 << 15] for c in tarcorpus.cases()]
@@ -89,8 +89,10 @@ def main(out: Path) -> None:
             (dirs["jpeg"] / (name + "-fast")).write_bytes(bytes([3, 60, 60, 100, 100, 0, 0, 0]) + data)
         if data[:4] == b"\x89PNG":
             (dirs["png"] / name).write_bytes(bytes([1, 10, 20, 200, 200, 0, 0, 0]) + data)
+            (dirs["png_halves"] / name).write_bytes(data)
     for name, data in hand_pngs().items():  # colour types, bit depths, tRNS, Adam7
         (dirs["png"] / name).write_bytes(bytes([1, 30, 40, 120, 160, 0, 0, 0]) + data)
+        (dirs["png_halves"] / name).write_bytes(data)
         (dirs["probe"] / name).write_bytes(data)
     jpegs = [d for d in imgs.values() if d[:2] == b"\xff\xd8"]
     for i in range(0, len(jpegs) - 1, 2):

@@ -1,0 +1,392 @@
+"""PNG split in two halves that run where a batch runs (issue 56): the host reads the
+chunks, the inflate and the pixel work run on the batch's device.
+
+A PNG decode is (1) a walk over the chunks: IHDR, PLTE, the IDAT payloads joined into
+one zlib stream; (2) inflating that stream; (3) undoing each row's filter and turning the
+samples into RGB. `read_png` is (1), on the host: no pixel work. On a GPU, (2) is nvCOMP's
+batched Deflate (every image's stream of the batch in one call) and (3) the CUDA kernels
+of kernels/png.py; on the CPU, (2) is zlib on the decoder's threads and (3) the same
+kernels' CPU twin. Either way the pixels equal the CPU decoder's (libpng with
+csrc/png_decode.cpp's transforms: palette to RGB, grey of 1-4 bits scaled, 16 bits to
+their high byte, alpha dropped, grey to RGB), bit for bit: tests/test_png.py.
+
+What `read_png` refuses is what libpng refuses before the pixels: a wrong signature, IHDR
+not first or of the wrong length, sizes of 0 or over libpng's default limit of 1,000,000,
+a bit depth the colour type does not allow, unknown compression, filter or interlace
+methods, a CRC error in a critical chunk (IHDR, PLTE, IDAT; an ancillary chunk's is
+ignored, as libpng discards the chunk), an unknown critical chunk, a palette image
+without PLTE before IDAT, a bad PLTE length, a second PLTE, no IDAT, a chunk cut short.
+Then the stream: a zlib header PNG does not allow, less or more data than the rows need,
+a stream that does not end after them (zlib checks Adler-32 on the CPU; nvCOMP does not:
+on a GPU a stream that inflates to exactly the right size with a wrong Adler-32 is
+accepted; libpng would refuse it). A filter type over 4 is refused by the kernel.
+Interlaced (Adam7) images are decoded by the CPU decoder's libpng on the host and
+uploaded (`describe()` says how many went so).
+"""
+from __future__ import annotations
+
+import struct
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ._base import DecodedBatch, Request, Requests, hwc_strides
+
+SIGNATURE = b"\x89PNG\r\n\x1a\n"
+CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
+DEPTHS = {0: (1, 2, 4, 8, 16), 2: (8, 16), 3: (1, 2, 4, 8), 4: (8, 16), 6: (8, 16)}
+USER_LIMIT = 1_000_000  # libpng's default PNG_USER_WIDTH_MAX / HEIGHT_MAX
+_CRITICAL = (b"IHDR", b"PLTE", b"IDAT", b"IEND")
+
+
+class PngError(ValueError):
+    """Why a PNG cannot be decoded (the decoder makes it that image's error)."""
+
+
+@dataclass
+class PngLayout:
+    """A PNG's header and its joined IDAT payload (the zlib stream), from read_png."""
+
+    width: int
+    height: int
+    depth: int
+    color: int
+    interlaced: bool
+    palette: np.ndarray  # uint8 [256, 3]: PLTE's entries (at most 2**depth), the rest 0
+    stream: bytes        # the IDAT payloads joined: a zlib stream
+
+    @property
+    def bpp(self) -> int:
+        """Bytes between a byte and the one its filter reads to the left (at least 1)."""
+        return max(1, CHANNELS[self.color] * self.depth // 8)
+
+    @property
+    def stride(self) -> int:
+        """Bytes of a row, without its filter-type byte."""
+        return (self.width * CHANNELS[self.color] * self.depth + 7) // 8
+
+    @property
+    def filtered_size(self) -> int:
+        """Bytes the stream inflates to (non-interlaced): a filter byte and a row, per row."""
+        return self.height * (self.stride + 1)
+
+    def raw_deflate(self) -> memoryview:
+        """The stream without its zlib wrapper (2 header bytes, 4 Adler-32 bytes): what
+        nvCOMP's raw Deflate decodes."""
+        return memoryview(self.stream)[2:-4]
+
+
+def read_png(data: bytes | memoryview, max_pixels: int = 0) -> PngLayout:
+    """The chunks of a PNG walked and checked (see the module doc); raises PngError."""
+    buf = memoryview(data)
+    n = len(buf)
+    if n < 8 or bytes(buf[:8]) != SIGNATURE:
+        raise PngError("not a PNG file (its signature is wrong)")
+    pos = 8
+    header = None
+    palette = np.zeros((256, 3), np.uint8)
+    have_plte = False
+    idat: list[memoryview] = []
+    while True:
+        if pos + 8 > n:
+            break
+        length, kind = struct.unpack_from(">I4s", buf, pos)
+        if length > 0x7FFFFFFF:
+            raise PngError(f"chunk at byte {pos} has a length over 2**31 - 1")
+        if not all(65 <= c <= 90 or 97 <= c <= 122 for c in kind):
+            raise PngError(f"invalid chunk type {kind!r} at byte {pos}")
+        end = pos + 8 + length
+        if end + 4 > n:
+            if kind in _CRITICAL:
+                raise PngError(f"the data ends inside the {kind.decode()} chunk at byte {pos}")
+            break
+        body = buf[pos + 8:end]
+        crc_ok = zlib.crc32(buf[pos + 4:end]) == struct.unpack_from(">I", buf, end)[0]
+        critical = not kind[0] & 32
+        if critical and not crc_ok:
+            raise PngError(f"CRC error in the {kind.decode()} chunk at byte {pos}")
+        if header is None:
+            if kind != b"IHDR" or length != 13:
+                raise PngError("the first chunk is not an IHDR of 13 bytes")
+            header = _ihdr(body, max_pixels)
+        elif kind == b"IHDR":
+            raise PngError("a second IHDR chunk")
+        elif kind == b"PLTE":
+            if idat:
+                break
+            if have_plte:
+                raise PngError("a second PLTE chunk")
+            if header[3] == 3:
+                if length == 0 or length % 3 or length > 768:
+                    raise PngError(f"invalid palette length {length}")
+                count = min(length // 3, 1 << header[2])  # (libpng drops entries past 2**depth silently)
+                palette[:count] = np.frombuffer(body, np.uint8, count * 3).reshape(count, 3)
+            have_plte = True
+        elif kind == b"IDAT":
+            if header[3] == 3 and not have_plte:
+                raise PngError("a palette image without a PLTE chunk before its image data")
+            idat.append(body)
+        elif idat:  # the first chunk after the image data: what libpng reads of the image is over
+            break
+        elif critical and kind != b"IEND":
+            raise PngError(f"unknown critical chunk {kind!r}")
+        elif kind == b"IEND":
+            break
+        pos = end + 4
+    if header is None:
+        raise PngError("the data ends before the IHDR chunk")
+    if not idat:
+        raise PngError("no image data (IDAT chunk)")
+    w, h, depth, color, interlace = header
+    stream = b"".join(idat)
+    if len(stream) < 2 or stream[0] & 15 != 8 or stream[0] >> 4 > 7 or (stream[0] << 8 | stream[1]) % 31 \
+            or stream[1] & 32:
+        raise PngError("the image data is not a zlib stream PNG allows")
+    return PngLayout(w, h, depth, color, bool(interlace), palette, stream)
+
+
+def _ihdr(body: memoryview, max_pixels: int) -> tuple[int, int, int, int, int]:
+    w, h, depth, color, compression, filt, interlace = struct.unpack(">IIBBBBB", body)
+    if not 0 < w <= USER_LIMIT or not 0 < h <= USER_LIMIT:
+        raise PngError(f"image size {w}x{h} is 0 or over libpng's limit of {USER_LIMIT:,} a side")
+    if color not in DEPTHS or depth not in DEPTHS[color]:
+        raise PngError(f"bit depth {depth} is not allowed with colour type {color}")
+    if compression or filt or interlace > 1:
+        raise PngError(f"unknown compression ({compression}), filter ({filt}) or interlace ({interlace}) method")
+    if max_pixels > 0 and w * h > max_pixels:
+        raise PngError(f"image of {w}x{h} pixels is over the limit of {max_pixels} pixels")
+    return w, h, depth, color, interlace
+
+
+def inflate(layout: PngLayout) -> bytes:
+    """The stream inflated by zlib (Adler-32 checked), exactly the rows' bytes; PngError
+    when it holds less or more, or does not end after them."""
+    want = layout.filtered_size
+    d = zlib.decompressobj()
+    try:
+        out = d.decompress(layout.stream, want + 1)
+    except zlib.error as e:
+        raise PngError(f"the image data does not inflate: {e}") from None
+    if len(out) < want:
+        raise PngError(f"not enough image data: {len(out):,} of the {want:,} bytes the rows need")
+    if len(out) > want or not d.eof and d.decompress(d.unconsumed_tail, 1):
+        raise PngError("more image data than the rows need")
+    if not d.eof:
+        raise PngError("the zlib stream does not end after the image data (or its Adler-32 is wrong)")
+    return out
+
+
+@dataclass
+class _Batch:
+    """A batch's PNGs laid out for the kernels."""
+
+    rows: list[int]          # the batch's indices decoded by the kernels
+    layouts: list[PngLayout]
+    meta: np.ndarray         # int64 [n, 7]: kernels/png.py's columns
+    palettes: np.ndarray     # uint8 [n, 256, 3]
+    src_off: np.ndarray      # int64 [n]
+    src_size: int
+    out_size: int
+
+
+def _plan(layouts: list[PngLayout], rows: list[int]) -> _Batch:
+    from ..kernels import png as K
+
+    n = len(layouts)
+    meta = np.zeros((n, K.META), np.int64)
+    src_off = np.zeros(n, np.int64)
+    palettes = np.zeros((n, 256, 3), np.uint8)
+    s = o = 0
+    for j, lay in enumerate(layouts):
+        meta[j] = (lay.height, lay.width, lay.stride, lay.bpp, lay.depth, lay.color, o)
+        src_off[j] = s
+        palettes[j] = lay.palette
+        s += lay.filtered_size
+        o += lay.height * lay.width * 3
+    return _Batch(rows, layouts, meta, palettes, src_off, s, o)
+
+
+class PngDecoder:
+    """PNG decoded by its two halves on `device` (see the module doc). Other formats are
+    each that image's error (in a split decoder this engine takes PNG only).
+
+    Args:
+        device: "cpu" (zlib on `num_threads` threads + the kernels' CPU twin) or
+            "cuda[:N]" (nvCOMP's batched inflate where it imports, else zlib on the host
+            and one upload; the CUDA kernels).
+        num_threads: host threads for the chunk walk and zlib.
+        max_pixels: images over this many pixels are refused (0: no limit).
+    """
+
+    name = "png"
+    decodes_windows = False
+    buffers = None  # each result owns its memory
+
+    def __init__(self, *, device: str = "cpu", num_threads: int = 1, max_pixels: int = 0) -> None:
+        self.device = device
+        self._dev = torch.device(device)
+        self.max_pixels = int(max_pixels)
+        self.num_threads = max(1, int(num_threads))
+        self._pool: ThreadPoolExecutor | None = None
+        self._nvcomp: Any = None
+        self.host_fallbacks = 0  # interlaced images decoded by libpng on the host
+        if self._dev.type == "cuda":
+            try:
+                from nvidia import nvcomp  # type: ignore[import-not-found,attr-defined]
+
+                self._nvcomp = nvcomp.Codec(algorithm="Deflate", bitstream_kind=nvcomp.BitstreamKind.RAW,
+                                            device_id=self._dev.index or 0)
+            except Exception as e:  # not installed, or no usable GPU for it: zlib on the host
+                self._nvcomp_why = f"{type(e).__name__}: {e}"
+
+    @property
+    def backend(self) -> str:
+        if self._dev.type != "cuda":
+            return f"PNG in two halves on the CPU: zlib on {self.num_threads} thread(s), the unfilter kernel's CPU twin"
+        inflate_by = "nvCOMP's batched Deflate" if self._nvcomp is not None else \
+            f"zlib on the host ({getattr(self, '_nvcomp_why', 'nvCOMP absent')})"
+        return f"PNG in two halves on {self._dev}: {inflate_by}, the unfilter kernel in CUDA"
+
+    def _map(self, fn, items):
+        if self.num_threads == 1 or len(items) < 2:
+            return [fn(x) for x in items]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="gpudecode-png")
+        return list(self._pool.map(fn, items))
+
+    def decode(self, requests: Sequence[Request]) -> DecodedBatch:
+        rq = Requests.of(requests)
+        count = len(rq)
+        errors: list[str | None] = [None] * count
+        layouts: dict[int, PngLayout] = {}
+        host: dict[int, np.ndarray] = {}
+
+        def walk(k: int):
+            if rq.formats[k] != "png":
+                return k, None, "this decoder takes PNG only"
+            try:
+                return k, read_png(rq.datas[k], self.max_pixels), None
+            except PngError as e:
+                return k, None, str(e)
+
+        for k, lay, err in self._map(walk, list(range(count))):
+            if err is not None:
+                errors[k] = err
+            elif lay is not None and lay.interlaced:  # Adam7: libpng on the host
+                from .cpu import _png_rgb
+
+                try:
+                    host[k] = _png_rgb(rq.datas[k], self.max_pixels, lay.height, lay.width)
+                    self.host_fallbacks += 1
+                except Exception as e:  # its own error, as the CPU decoder says it
+                    errors[k] = str(e)
+            elif lay is not None:
+                layouts[k] = lay
+        rows = sorted(layouts)
+        plan = _plan([layouts[k] for k in rows], rows)
+        total = plan.out_size + sum(a.size for a in host.values())
+        if self._dev.type == "cuda":
+            pixels, kernel_errors = self._run_cuda(plan, total, errors)
+        else:
+            pixels, kernel_errors = self._run_cpu(plan, total, errors)
+        offsets = np.zeros(count, np.int64)
+        shapes = np.zeros((count, 2), np.int64)
+        for j, k in enumerate(rows):
+            offsets[k] = plan.meta[j, 6]  # (kernels/png.py OUT column)
+            shapes[k] = (plan.layouts[j].height, plan.layouts[j].width)
+            if kernel_errors[j] and errors[k] is None:
+                errors[k] = "a row's filter type is over 4 (PNG defines 0-4)"
+        at = plan.out_size
+        for k, a in sorted(host.items()):
+            pixels[at:at + a.size].copy_(torch.from_numpy(a.reshape(-1)), non_blocking=False)
+            offsets[k], shapes[k] = at, a.shape[:2]
+            at += a.size
+        boxes = np.zeros((count, 4), np.int64)
+        for k in range(count):
+            if errors[k] is None:
+                boxes[k] = rq.boxes[k] if not isinstance(rq.boxes, np.ndarray) else rq.boxes[k]
+        return DecodedBatch(pixels, offsets, shapes, hwc_strides(shapes), boxes, errors)
+
+    def _inflate_host(self, plan: _Batch, errors: list[str | None], into: np.ndarray) -> None:
+        def one(j: int):
+            try:
+                data = inflate(plan.layouts[j])
+            except PngError as e:
+                return j, str(e)
+            into[plan.src_off[j]:plan.src_off[j] + len(data)] = np.frombuffer(data, np.uint8)
+            return j, None
+
+        for j, err in self._map(one, list(range(len(plan.rows)))):
+            if err is not None:
+                errors[plan.rows[j]] = err
+
+    def _run_cpu(self, plan: _Batch, total: int, errors: list[str | None]) -> tuple[torch.Tensor, np.ndarray]:
+        from ..kernels import png as K
+
+        src = np.zeros(max(plan.src_size, 1), np.uint8)
+        self._inflate_host(plan, errors, src)
+        good = np.array([j for j, k in enumerate(plan.rows) if errors[k] is None], np.int64)
+        out = np.zeros(max(total, 1), np.uint8)
+        kernel_errors = np.zeros(len(plan.rows), np.int32)
+        K.decode_rgb_cpu(src, plan.src_off, plan.meta, plan.palettes, out, kernel_errors, good)
+        return torch.from_numpy(out), kernel_errors
+
+    def _run_cuda(self, plan: _Batch, total: int, errors: list[str | None]) -> tuple[torch.Tensor, np.ndarray]:
+        from numba import cuda
+
+        from ..kernels import png as K
+
+        dev = self._dev
+        src = torch.zeros(max(plan.src_size, 1), dtype=torch.uint8, device=dev)
+        if self._nvcomp is not None and plan.rows:
+            self._inflate_nvcomp(plan, errors, src)
+        else:
+            staged = torch.zeros(max(plan.src_size, 1), dtype=torch.uint8, pin_memory=True)
+            self._inflate_host(plan, errors, staged.numpy())
+            src.copy_(staged, non_blocking=True)
+        out = torch.zeros(max(total, 1), dtype=torch.uint8, device=dev)
+        bad = torch.tensor([0 if errors[k] is None else 1 for k in plan.rows] or [0], dtype=torch.int32, device=dev)
+        meta = torch.from_numpy(plan.meta).to(dev)
+        pal = torch.from_numpy(plan.palettes).to(dev)
+        offs = torch.from_numpy(plan.src_off).to(dev)
+        with torch.cuda.device(dev):
+            stream = cuda.external_stream(torch.cuda.current_stream(dev).cuda_stream)
+            K.decode_rgb_cuda(src, offs, meta, pal, out, bad[:len(plan.rows)] if plan.rows else bad[:0], stream)
+        kernel_errors = bad.cpu().numpy()[:len(plan.rows)]  # (waits for the kernels: a bad filter is known here)
+        for j, k in enumerate(plan.rows):
+            if errors[k] is not None:
+                kernel_errors[j] = 0  # (its error is the inflate's, already said)
+        return out, kernel_errors
+
+    def _inflate_nvcomp(self, plan: _Batch, errors: list[str | None], src: torch.Tensor) -> None:
+        """Every stream of the batch inflated in one nvCOMP call, straight into `src`."""
+        nvcomp = __import__("nvidia.nvcomp", fromlist=["Codec"])
+        dev = self._dev
+        raws = [lay.raw_deflate() for lay in plan.layouts]
+        sizes = np.array([len(r) for r in raws], np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        staged = torch.empty(max(int(starts[-1]), 1), dtype=torch.uint8, pin_memory=True)
+        host = staged.numpy()
+        for j, r in enumerate(raws):
+            host[starts[j]:starts[j + 1]] = np.frombuffer(r, np.uint8)
+        comp = staged.to(dev, non_blocking=True)
+        torch.cuda.current_stream(dev).synchronize()
+        ins = nvcomp.as_arrays([comp[int(starts[j]):int(starts[j + 1])] for j in range(len(raws))])
+        outs = self._nvcomp.decode(ins)
+        for j, lay in enumerate(plan.layouts):
+            got = outs[j]
+            if int(got.buffer_size) != lay.filtered_size:
+                errors[plan.rows[j]] = (f"the image data inflates to {int(got.buffer_size):,} bytes, the rows need "
+                                        f"{lay.filtered_size:,}")
+                continue
+            view = torch.as_tensor(got, device=dev).view(torch.uint8).reshape(-1)
+            src[int(plan.src_off[j]):int(plan.src_off[j]) + lay.filtered_size].copy_(view)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None

@@ -1,0 +1,217 @@
+"""PNG's pixel half, one source for the CPU and the GPU: undo the row filters, then turn
+the samples into 8-bit RGB, as libpng does for the CPU decoder (palette to RGB, grey of 1,
+2 or 4 bits scaled to 8, 16 bits to their high byte, alpha dropped, grey copied to R, G
+and B: csrc/png_decode.cpp's transforms).
+
+The input of a batch is each image's inflated IDAT stream (`src`, one flat uint8 buffer,
+image i at `src_off[i]`): `h` rows of one filter-type byte and `stride` bytes. Unfiltering
+happens in place. A row's byte depends on the byte `bpp` to its left and on the row above,
+so one image is `bpp` independent chains (byte lanes): the CUDA kernel gives each lane of
+each image a thread (a batch of 256 RGB images: 768 threads), the CPU twin runs the same
+lane function image by image. A filter type over 4 is the image's error (code 1).
+
+Then every output pixel is independent: a thread per pixel (CUDA), a loop (CPU), reading
+the unfiltered samples at their bit depth. `meta` holds, per image, [h, w, stride, bpp,
+depth, colour type, out offset]; `palettes` [N, 256, 3] (unused entries 0, what libpng
+reads for an index past the palette).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+# meta's columns
+H, W, STRIDE, BPP, DEPTH, COLOR, OUT = range(7)
+META = 7
+LANES_MAX = 8  # bpp of RGBA at 16 bits: the most byte lanes an image has
+
+
+def unfilter_lane(src, base, h, stride, bpp, lane):
+    """Lane `lane` of the image at src[base:] unfiltered in place; 0, or 1 for a filter
+    type over 4 (the image is bad; the rest of the lane is left)."""
+    row = stride + 1
+    for y in range(h):
+        r = base + y * row
+        ft = src[r]
+        if ft > 4:
+            return 1
+        for x in range(lane, stride, bpp):
+            i = r + 1 + x
+            a = np.int32(src[i - bpp]) if x >= bpp else np.int32(0)
+            b = np.int32(src[i - row]) if y > 0 else np.int32(0)
+            c = np.int32(src[i - row - bpp]) if (y > 0 and x >= bpp) else np.int32(0)
+            v = np.int32(src[i])
+            if ft == 1:
+                v += a
+            elif ft == 2:
+                v += b
+            elif ft == 3:
+                v += (a + b) >> 1
+            elif ft == 4:
+                p = a + b - c
+                pa = abs(p - a)
+                pb = abs(p - b)
+                pc = abs(p - c)
+                if pa <= pb and pa <= pc:
+                    v += a
+                elif pb <= pc:
+                    v += b
+                else:
+                    v += c
+            src[i] = np.uint8(v & 255)
+    return 0
+
+
+def rgb_pixel(src, base, stride, depth, color, palette, y, x, out, o):
+    """Output pixel (y, x) of an unfiltered image at src[base:] into out[o:o + 3]."""
+    r = base + y * (stride + 1) + 1
+    if depth < 8:  # grey or palette indices, packed from the high bit
+        bit = x * depth
+        v = (np.int32(src[r + (bit >> 3)]) >> (8 - depth - (bit & 7))) & ((1 << depth) - 1)
+        if color == 3:
+            out[o] = palette[v, 0]
+            out[o + 1] = palette[v, 1]
+            out[o + 2] = palette[v, 2]
+        else:
+            g = np.uint8(v * (255 // ((1 << depth) - 1)))
+            out[o] = g
+            out[o + 1] = g
+            out[o + 2] = g
+        return
+    step = depth >> 3  # bytes a sample: 1 or 2 (the high byte first)
+    if color == 3:
+        v = np.int32(src[r + x])
+        out[o] = palette[v, 0]
+        out[o + 1] = palette[v, 1]
+        out[o + 2] = palette[v, 2]
+    elif color == 0 or color == 4:
+        s = r + x * step * (1 if color == 0 else 2)
+        g = src[s]
+        out[o] = g
+        out[o + 1] = g
+        out[o + 2] = g
+    else:  # 2: RGB, 6: RGBA
+        s = r + x * step * (3 if color == 2 else 4)
+        out[o] = src[s]
+        out[o + 1] = src[s + step]
+        out[o + 2] = src[s + 2 * step]
+
+
+# ---- the CPU twin ----------------------------------------------------------------------
+
+@functools.cache
+def _cpu():
+    import numba
+
+    from ._compile import cpu_jit
+
+    lane = numba.njit(nogil=True, inline="always")(unfilter_lane)
+    pixel = numba.njit(nogil=True, inline="always")(rgb_pixel)
+
+    @cpu_jit()
+    def decode_cpu(src, src_off, meta, palettes, out, errors, rows):  # pragma: no cover (numba)
+        for i in rows:
+            base = src_off[i]
+            h, w, stride, bpp = meta[i, H], meta[i, W], meta[i, STRIDE], meta[i, BPP]
+            bad = 0
+            for k in range(bpp):
+                bad |= lane(src, base, h, stride, bpp, k)
+            errors[i] = bad
+            if bad:
+                continue
+            o = meta[i, OUT]
+            for y in range(h):
+                for x in range(w):
+                    pixel(src, base, stride, meta[i, DEPTH], meta[i, COLOR], palettes[i], y, x, out, o + (y * w + x) * 3)
+
+    return decode_cpu
+
+
+def decode_rgb_cpu(src: np.ndarray, src_off: np.ndarray, meta: np.ndarray, palettes: np.ndarray, out: np.ndarray,
+                   errors: np.ndarray, rows: np.ndarray | None = None) -> None:
+    """The CPU twin over images `rows` (default all): src unfiltered in place, each
+    image's RGB at out[meta[i, OUT]:], errors[i] 0 or the image's error code."""
+    if rows is None:
+        rows = np.arange(len(src_off), dtype=np.int64)
+    _cpu()(src, src_off, meta, palettes, out, errors, rows)
+
+
+# ---- CUDA --------------------------------------------------------------------------------
+
+def _unfilter_kernel(src, src_off, meta, errors):  # pragma: no cover (numba)
+    """A thread per byte lane of each image (LANES_MAX a image, the unused ones return)."""
+    t = cuda.grid(1)  # (cuda, lane and pixel: bound by _cuda_namespace)
+    i = t // LANES_MAX
+    k = t % LANES_MAX
+    if i >= src_off.shape[0] or k >= meta[i, BPP]:
+        return
+    if lane(src, src_off[i], meta[i, H], meta[i, STRIDE], meta[i, BPP], k):
+        errors[i] = 1
+
+
+def _rgb_kernel(src, src_off, meta, palettes, out, errors):  # pragma: no cover (numba)
+    """Blocks along y: one image each; the block's threads stride over its pixels."""
+    i = cuda.blockIdx.y
+    if errors[i]:
+        return
+    w = meta[i, W]
+    n = meta[i, H] * w
+    for p in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, n,
+                   cuda.gridDim.x * cuda.blockDim.x):
+        y = p // w
+        x = p - y * w
+        pixel(src, src_off[i], meta[i, STRIDE], meta[i, DEPTH], meta[i, COLOR], palettes[i], y, x, out,
+              meta[i, OUT] + p * 3)
+
+
+def _cuda_namespace(device) -> dict:
+    from numba import cuda
+
+    return {**globals(), "cuda": cuda, "lane": device(unfilter_lane), "pixel": device(rgb_pixel)}
+
+
+@functools.cache
+def cuda_kernels():
+    """(unfilter, to_rgb): the two CUDA kernels, compiled on first use (and kept on disk)."""
+    from numba import cuda
+
+    from ._compile import cuda_cache, cuda_device, rebind
+
+    ns = _cuda_namespace(cuda_device)
+    cache = cuda_cache()
+    return cuda.jit(cache=cache)(rebind(_unfilter_kernel, ns)), cuda.jit(cache=cache)(rebind(_rgb_kernel, ns))
+
+
+def decode_rgb_cuda(src, src_off, meta, palettes, out, errors, stream=0) -> None:
+    """The same on the GPU: every argument a device array (numba's, or torch's through
+    __cuda_array_interface__), launched on `stream` (numba stream or 0). errors (int32)
+    must start at 0."""
+    unfilter, to_rgb = cuda_kernels()
+    n = int(src_off.shape[0])
+    if n == 0:
+        return
+    threads = 128
+    unfilter[(n * LANES_MAX + threads - 1) // threads, threads, stream](src, src_off, meta, errors)
+    to_rgb[(16, n), 256, stream](src, src_off, meta, palettes, out, errors)
+
+
+def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, str]:
+    """The two kernels' PTX for compute capability `cc` (no GPU needed): what ptxas
+    assembles in the tests (registers, spills)."""
+    from numba import cuda, types
+
+    from ._compile import compiling_for, cuda_device, rebind
+
+    u8 = types.Array(types.uint8, 1, "C")
+    i64 = types.Array(types.int64, 1, "C")
+    m = types.Array(types.int64, 2, "C")
+    pal = types.Array(types.uint8, 3, "C")
+    i32 = types.Array(types.int32, 1, "C")
+    ns = _cuda_namespace(cuda_device)  # (device functions made anew: compiled for `cc`)
+    out = {}
+    for name, fn, sig in (("unfilter", _unfilter_kernel, (u8, i64, m, i32)),
+                          ("rgb", _rgb_kernel, (u8, i64, m, pal, u8, i32))):
+        with compiling_for(cc):
+            out[name] = cuda.compile_ptx(rebind(fn, ns), sig, cc=cc)[0]
+    return out

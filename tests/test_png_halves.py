@@ -1,0 +1,344 @@
+"""PNG in two halves (gpudecode/decode/png.py, kernels/png.py; issue 56): the host's chunk
+walk, the inflate, and the unfilter + RGB kernels (their CPU twin here; the CUDA kernels
+under numba's simulator and as PTX through ptxas) against libpng (the CPU decoder) and
+Pillow's RGB conversion, on every colour type and bit depth, each filter forced per row,
+zlib levels 0-9, and real photographs; malformed streams are each image's own error."""
+from __future__ import annotations
+
+import io
+import os
+import re
+import struct
+import subprocess
+import sys
+import zlib
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import decoded_image
+from gpudecode import _native
+from gpudecode.decode import Request
+from gpudecode.decode.cpu import CpuDecoder
+from gpudecode.decode.png import PngDecoder, PngError, read_png
+from gpudecode.kernels import png as K
+
+pytestmark = pytest.mark.skipif(not _native.has_png, reason="gpudecode._native was built without libpng (the reference)")
+
+# ---- an independent PNG writer: every filter type chosen per row --------------------------
+
+
+def _chunk(kind: bytes, body: bytes, crc: int | None = None) -> bytes:
+    c = zlib.crc32(kind + body) if crc is None else crc
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", c)
+
+
+def _filter_row(kind: int, row: bytes, prev: bytes, bpp: int) -> bytes:
+    out = bytearray(len(row))
+    for x in range(len(row)):
+        a = row[x - bpp] if x >= bpp else 0
+        b = prev[x]
+        c = prev[x - bpp] if x >= bpp else 0
+        if kind == 0:
+            p = 0
+        elif kind == 1:
+            p = a
+        elif kind == 2:
+            p = b
+        elif kind == 3:
+            p = (a + b) // 2
+        else:
+            pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
+            p = a if pa <= pb and pa <= pc else b if pb <= pc else c
+        out[x] = (row[x] - p) & 255
+    return bytes(out)
+
+
+def write_png(samples: np.ndarray, color: int, depth: int, filters, level: int = 6, palette=None,
+              extra: bytes = b"", trns: bytes | None = None) -> bytes:
+    """A PNG of `samples` (h, w, channels) at `depth`, each row filtered by filters(y)."""
+    h, w = samples.shape[:2]
+    ch = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}[color]
+    s = samples.reshape(h, w * ch).astype(np.uint32)
+    rows = []
+    for y in range(h):
+        if depth == 16:
+            row = b"".join(struct.pack(">H", int(v)) for v in s[y])
+        elif depth == 8:
+            row = bytes(int(v) for v in s[y])
+        else:  # packed from the high bit
+            bits = "".join(format(int(v), f"0{depth}b") for v in s[y])
+            bits += "0" * (-len(bits) % 8)
+            row = bytes(int(bits[i:i + 8], 2) for i in range(0, len(bits), 8))
+        rows.append(row)
+    bpp = max(1, ch * depth // 8)
+    raw, prev = bytearray(), bytes(len(rows[0]))
+    for y, row in enumerate(rows):
+        f = filters(y)
+        raw += bytes([f]) + _filter_row(f, row, prev, bpp)
+        prev = row
+    out = b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, color, 0, 0, 0))
+    if palette is not None:
+        out += _chunk(b"PLTE", bytes(np.asarray(palette, np.uint8).reshape(-1)))
+    if trns is not None:
+        out += _chunk(b"tRNS", trns)
+    out += extra
+    z = zlib.compress(bytes(raw), level)
+    return out + _chunk(b"IDAT", z[: len(z) // 2]) + _chunk(b"IDAT", z[len(z) // 2:]) + _chunk(b"IEND", b"")
+
+
+def _req(data: bytes, key: str = "k") -> Request:
+    try:
+        lay = read_png(data)
+        h, w = lay.height, lay.width
+    except PngError:
+        h = w = 1
+    return Request(data, "png", h, w, (0, 0, h, w), "s.tar", key)
+
+
+def _both(datas: list[bytes]):
+    """Each PNG through the two-halves decoder (CPU twin) and the CPU decoder (libpng)."""
+    reqs = [_req(d, str(i)) for i, d in enumerate(datas)]
+    ours = PngDecoder(device="cpu", num_threads=2).decode(reqs).settle()
+    ref = CpuDecoder(num_threads=1).decode(reqs).settle()
+    return reqs, ours, ref
+
+
+KINDS = [(0, 1), (0, 2), (0, 4), (0, 8), (0, 16), (2, 8), (2, 16), (3, 1), (3, 2), (3, 4), (3, 8), (4, 8), (4, 16),
+         (6, 8), (6, 16)]
+FILTERS = {"none": lambda y: 0, "sub": lambda y: 1, "up": lambda y: 2, "average": lambda y: 3, "paeth": lambda y: 4,
+           "each-row": lambda y: (y * 3 + 1) % 5}
+
+
+def _samples(rng, h, w, color, depth):
+    ch = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}[color]
+    top = (1 << depth) - 1
+    base = rng.integers(0, top + 1, (h, w, ch), dtype=np.int64)
+    # smooth areas too (the filters' differences are small there), and both extremes
+    base[: h // 2, : w // 2] = top
+    base[h // 2:, : w // 3] = 0
+    return base
+
+
+@pytest.mark.parametrize("color, depth", KINDS, ids=[f"type{c}-{d}bit" for c, d in KINDS])
+def test_every_colour_type_depth_and_filter_equals_libpng(color, depth):
+    rng = np.random.default_rng(color * 100 + depth)
+    datas = []
+    for name, f in FILTERS.items():
+        for w in (1, 7, 13):  # widths whose packed rows end inside a byte
+            s = _samples(rng, 9, w, color, depth)
+            palette = None
+            if color == 3:
+                palette = rng.integers(0, 256, (1 << depth, 3))
+            datas.append(write_png(s, color, depth, f, level=(w + len(name)) % 10, palette=palette))
+    reqs, ours, ref = _both(datas)
+    for k in range(len(reqs)):
+        assert ref.errors[k] is None and ours.errors[k] is None, (k, ref.errors[k], ours.errors[k])
+        assert np.array_equal(decoded_image(ours, k), decoded_image(ref, k)), k
+
+
+@pytest.mark.parametrize("mode", ["RGB", "L", "P", "LA", "RGBA", "1", "I;16", "RGB;16"])
+def test_photographs_saved_by_pillow_equal_libpng_and_pillow(photos, mode):
+    datas, want = [], []
+    for name in sorted(photos)[:3]:
+        img = Image.fromarray(photos[name][:96, :130])
+        for level in range(10):
+            b = io.BytesIO()
+            if mode == "I;16":
+                im = Image.fromarray(np.asarray(img.convert("L"), np.uint16) * 257)
+            elif mode == "RGB;16":  # 16-bit RGB: the writer above (Pillow writes 8-bit RGB only)
+                a = np.asarray(img, np.uint16) * 257 + np.arange(130, dtype=np.uint16)[None, :, None]
+                datas.append(write_png(a, 2, 16, FILTERS["each-row"], level))
+                want.append(np.asarray(Image.open(io.BytesIO(datas[-1])).convert("RGB")))  # Pillow: the high bytes
+                assert np.array_equal(want[-1], (a >> 8).astype(np.uint8))
+                continue
+            elif mode == "P":
+                im = img.quantize(256 if level % 2 else 37)
+            else:
+                im = img.convert(mode)
+            im.save(b, "PNG", compress_level=level, optimize=False)
+            datas.append(b.getvalue())
+            # Pillow clips 16-bit grey to 255 (not libpng's high byte): libpng alone is the reference there
+            want.append(None if mode == "I;16" else np.asarray(Image.open(io.BytesIO(datas[-1])).convert("RGB")))
+    reqs, ours, ref = _both(datas)
+    for k in range(len(reqs)):
+        assert ref.errors[k] is None and ours.errors[k] is None, (k, ref.errors[k], ours.errors[k])
+        mine = decoded_image(ours, k)
+        assert np.array_equal(mine, decoded_image(ref, k)), k
+        if want[k] is not None:
+            assert np.array_equal(mine, want[k]), k
+
+
+def test_palette_index_past_the_palette_and_trns_read_as_libpng_reads_them():
+    rng = np.random.default_rng(3)
+    s = rng.integers(0, 16, (6, 11, 1))
+    datas = [write_png(s, 3, 4, FILTERS["paeth"], palette=rng.integers(0, 256, (5, 3))),  # indices 5-15: black
+             write_png(s, 3, 4, FILTERS["sub"], palette=rng.integers(0, 256, (16, 3)), trns=bytes(range(16))),
+             write_png(rng.integers(0, 256, (6, 11, 3)), 2, 8, FILTERS["up"], trns=b"\x00\x01\x00\x02\x00\x03")]
+    reqs, ours, ref = _both(datas)
+    for k in range(len(reqs)):
+        assert ref.errors[k] is None and ours.errors[k] is None
+        assert np.array_equal(decoded_image(ours, k), decoded_image(ref, k)), k
+    assert (decoded_image(ours, 0)[s[..., 0] >= 5] == 0).all()
+
+
+def test_crop_boxes_and_interlaced_images_through_the_host():
+    rng = np.random.default_rng(4)
+    img = Image.fromarray(rng.integers(0, 256, (40, 33, 3), dtype=np.uint8))
+    b = io.BytesIO()
+    img.save(b, "PNG")
+    plain = b.getvalue()
+    interlaced = _adam7(np.asarray(img))  # (Pillow writes no Adam7 PNG)
+    reqs = [Request(plain, "png", 40, 33, (5, 7, 20, 11), "s", "a"), Request(interlaced, "png", 40, 33, (1, 2, 30, 30), "s", "b")]
+    dec = PngDecoder(device="cpu")
+    ours = dec.decode(reqs).settle()
+    ref = CpuDecoder(num_threads=1).decode(reqs).settle()
+    for k in range(2):
+        assert ours.errors[k] is None and ref.errors[k] is None
+        assert np.array_equal(decoded_image(ours, k), decoded_image(ref, k))
+        assert np.array_equal(decoded_image(ours, k), np.asarray(img)[reqs[k].box[0]:reqs[k].box[0] + reqs[k].box[2],
+                                                                      reqs[k].box[1]:reqs[k].box[1] + reqs[k].box[3]])
+    assert dec.host_fallbacks == 1  # the interlaced one went through libpng on the host
+
+
+def _adam7(rgb: np.ndarray) -> bytes:
+    """An 8-bit RGB Adam7 PNG of `rgb`, each pass's rows unfiltered (filter 0)."""
+    h, w = rgb.shape[:2]
+    passes = [(0, 0, 8, 8), (0, 4, 8, 8), (4, 0, 8, 4), (0, 2, 4, 4), (2, 0, 4, 2), (0, 1, 2, 2), (1, 0, 2, 1)]
+    raw = bytearray()
+    for y0, x0, dy, dx in passes:
+        sub = rgb[y0::dy, x0::dx]
+        if sub.size == 0:
+            continue
+        for row in sub:
+            raw += b"\x00" + row.tobytes()
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 1)
+    return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", ihdr) + _chunk(b"IDAT", zlib.compress(bytes(raw)))
+            + _chunk(b"IEND", b""))
+
+
+def _broken() -> dict[str, tuple[bytes, str]]:
+    rng = np.random.default_rng(5)
+    s = rng.integers(0, 256, (8, 10, 3))
+    good = write_png(s, 2, 8, FILTERS["each-row"])
+    idat = good.index(b"IDAT") - 4
+    out = {}
+    raw = bytearray(zlib.decompress(b"".join(_idats(good))))
+    raw[3 * (1 + 10 * 3)] = 7  # row 3's filter type: 7
+    out["filter type 7"] = (_rebuild(good, zlib.compress(bytes(raw))), "filter type")
+    out["truncated"] = (good[: idat + 20], "ends inside")
+    bad_crc = bytearray(good)
+    bad_crc[idat + 10] ^= 0xFF
+    out["IDAT CRC"] = (bytes(bad_crc), "CRC error")
+    z = zlib.compress(bytes(zlib.decompress(b"".join(_idats(good)))))
+    out["wrong Adler-32"] = (_rebuild(good, z[:-1] + bytes([z[-1] ^ 1])), "inflate|Adler")
+    out["too little data"] = (_rebuild(good, zlib.compress(bytes(raw[:-5]))), "not enough image data")
+    out["too much data"] = (_rebuild(good, zlib.compress(bytes(raw) + b"\0" * 40)), "more image data")
+    out["no PLTE"] = (write_png(rng.integers(0, 4, (4, 4, 1)), 3, 2, FILTERS["none"]), "PLTE")
+    ihdr = bytearray(good)
+    ihdr[8 + 8 + 8] = 3  # bit depth 3
+    ihdr[8 + 8 + 13:8 + 8 + 17] = struct.pack(">I", zlib.crc32(bytes(ihdr[12:29])))
+    out["bit depth 3"] = (bytes(ihdr), "bit depth")
+    out["not a PNG"] = (b"GIF89a" + good[6:], "signature")
+    return out
+
+
+def _idats(png: bytes) -> list[bytes]:
+    out, pos = [], 8
+    while pos < len(png):
+        n, kind = struct.unpack_from(">I4s", png, pos)
+        if kind == b"IDAT":
+            out.append(png[pos + 8:pos + 8 + n])
+        pos += 12 + n
+    return out
+
+
+def _rebuild(png: bytes, z: bytes) -> bytes:
+    head = png[: png.index(b"IDAT") - 4]
+    return head + _chunk(b"IDAT", z) + _chunk(b"IEND", b"")
+
+
+@pytest.mark.parametrize("name", sorted(_broken()))
+def test_a_malformed_png_is_its_own_error_as_libpng_refuses_it(name):
+    data, why = _broken()[name]
+    rng = np.random.default_rng(6)
+    fine = write_png(rng.integers(0, 256, (5, 6, 3)), 2, 8, FILTERS["sub"])
+    reqs = [_req(fine, "before"), _req(data, "bad"), _req(fine, "after")]
+    ours = PngDecoder(device="cpu").decode(reqs).settle()
+    ref = CpuDecoder(num_threads=1).decode(reqs).settle()
+    assert ours.errors[0] is None and ours.errors[2] is None
+    assert ours.errors[1] is not None and re.search(why, ours.errors[1], re.I), ours.errors[1]
+    assert ref.errors[1] is not None, name  # libpng refuses it too
+    for k in (0, 2):
+        assert np.array_equal(decoded_image(ours, k), decoded_image(ref, k))
+
+
+def test_an_ancillary_chunks_bad_crc_is_ignored_as_libpng_ignores_it():
+    rng = np.random.default_rng(7)
+    text = _chunk(b"tEXt", b"Comment\0hello", crc=12345)
+    data = write_png(rng.integers(0, 256, (5, 6, 3)), 2, 8, FILTERS["up"], extra=text)
+    reqs, ours, ref = _both([data])
+    assert ours.errors[0] is None and ref.errors[0] is None
+    assert np.array_equal(decoded_image(ours, 0), decoded_image(ref, 0))
+
+
+def test_the_cuda_kernels_equal_the_cpu_twin_under_the_simulator():
+    """The CUDA kernels (one source with the twin) run by numba's simulator on tiny images
+    of every kind, a bad filter type among them."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        pytest.skip("runs under numba's CUDA simulator (this machine has a GPU: test_gpu.py runs them there)")
+    from gpudecode.decode.png import _plan, inflate
+
+    rng = np.random.default_rng(8)
+    datas = []
+    for color, depth in KINDS:
+        palette = rng.integers(0, 256, (1 << min(depth, 8), 3)) if color == 3 else None
+        datas.append(write_png(_samples(rng, 5, 6, color, depth), color, depth, FILTERS["each-row"], palette=palette))
+    layouts = [read_png(d) for d in datas]
+    plan = _plan(layouts, list(range(len(layouts))))
+    src = np.zeros(plan.src_size, np.uint8)
+    for j, lay in enumerate(layouts):
+        src[plan.src_off[j]:plan.src_off[j] + lay.filtered_size] = np.frombuffer(inflate(lay), np.uint8)
+    src[plan.src_off[4] + 2 * (layouts[4].stride + 1)] = 9  # image 4, row 2: filter type 9
+    twin_src, gpu_src = src.copy(), src.copy()
+    twin_out = np.zeros(plan.out_size, np.uint8)
+    gpu_out = np.zeros(plan.out_size, np.uint8)
+    twin_err = np.zeros(len(layouts), np.int32)
+    gpu_err = np.zeros(len(layouts), np.int32)
+    K.decode_rgb_cpu(twin_src, plan.src_off, plan.meta, plan.palettes, twin_out, twin_err)
+    K.decode_rgb_cuda(gpu_src, plan.src_off, plan.meta, plan.palettes, gpu_out, gpu_err)
+    assert twin_err.tolist() == gpu_err.tolist() and twin_err[4] == 1 and twin_err.sum() == 1
+    for j in range(len(layouts)):
+        if j == 4:
+            continue
+        a = slice(plan.meta[j, K.OUT], plan.meta[j, K.OUT] + layouts[j].height * layouts[j].width * 3)
+        assert np.array_equal(gpu_out[a], twin_out[a]), KINDS[j]
+
+
+def test_png_kernels_ptx_assembles_for_sm80_and_sm90_without_spills(tmp_path):
+    from test_kernels import _ptxas
+
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    code = ("import json; from gpudecode.kernels import png\n"
+            "print(json.dumps({f'{k}|{cc}': v for cc in ((8, 0), (9, 0)) for k, v in png.compile_ptx(cc).items()}))")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    import json
+
+    ptxs = json.loads(p.stdout.strip().splitlines()[-1])
+    assert len(ptxs) == 4
+    ptxas = _ptxas()
+    if ptxas is None:
+        pytest.skip("PTX compiled; torch's triton package ships no ptxas-blackwell here to assemble it")
+    for key, ptx in ptxs.items():
+        arch = "sm_" + "".join(c for c in key.split("|")[1] if c.isdigit())
+        src = tmp_path / f"{key.replace('|', '-').replace(' ', '').replace(',', '')}.ptx"
+        src.write_text(ptx)
+        out = subprocess.run([ptxas, f"-arch={arch}", "-v", str(src), "-o", os.devnull], capture_output=True,
+                             text=True, timeout=300)
+        assert out.returncode == 0, (key, out.stderr[-2000:])
+        regs = [int(m) for m in re.findall(r"Used (\d+) registers", out.stderr)]
+        spills = [int(m) for m in re.findall(r"(\d+) bytes spill (?:stores|loads)", out.stderr)]
+        assert regs and not any(spills), (key, out.stderr[-2000:])
+        print("png kernel", key, "registers", max(regs))
