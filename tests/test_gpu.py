@@ -714,3 +714,51 @@ def test_canvas_steps_and_the_post_warp_on_cuda_make_no_host_sync(photos):
         el.warp_output(images, params, levels=True)
     el.warp_output(host, params, levels=True)
     assert float(((images.cpu() - host).abs() > 1.5 / 255).float().mean()) <= 0.01
+
+
+@pytest.mark.parametrize("inflate", ["nvcomp", "zlib"])
+def test_png_in_two_halves_on_cuda_equals_libpng(inflate, monkeypatch):
+    """PNG decoded on the GPU (decode/png.py: nvCOMP's batched inflate, or zlib on the
+    host, and the CUDA unfilter kernel) equals the CPU decoder's libpng bit for bit, on
+    every colour type and depth with every filter, and a bad filter type or a short
+    stream is that image's error (issue 56)."""
+    from gpudecode.decode.png import PngDecoder
+    from test_png_halves import FILTERS, KINDS, _broken, _req, _samples, write_png
+
+    rng = np.random.default_rng(11)
+    datas = []
+    for color, depth in KINDS:
+        for f in FILTERS.values():
+            pal = rng.integers(0, 256, (1 << min(depth, 8), 3)) if color == 3 else None
+            datas.append(write_png(_samples(rng, 37, 53, color, depth), color, depth, f, palette=pal))
+    broken = _broken()
+    datas += [broken["filter type 7"][0], broken["too little data"][0]]
+    reqs = [_req(d, str(k)) for k, d in enumerate(datas)]
+    dec = PngDecoder(device="cuda", num_threads=4)
+    if inflate == "zlib":
+        dec._nvcomp = None
+    elif dec._nvcomp is None:
+        pytest.skip(f"nvCOMP is not usable here: {dec.backend}")
+    got = dec.decode(reqs).settle()
+    assert got.pixels.device.type == "cuda"
+    ref = CpuDecoder(num_threads=2).decode(reqs).settle()
+    for k in range(len(reqs) - 2):
+        assert got.errors[k] is None and ref.errors[k] is None, (k, got.errors[k])
+        assert np.array_equal(decoded_image(got, k), decoded_image(ref, k)), k
+    assert "filter type" in got.errors[-2] and "not enough image data" in got.errors[-1]
+
+
+def test_the_png_engine_in_a_split_on_cuda_gives_the_cpu_loaders_batches(tmp_path):
+    """decoder=("png",) on CUDA (PNGs decoded in two halves on the GPU): the batches the CPU
+    decoder gives on CUDA, bit for bit (the same pixels into the same kernel)."""
+    rng = np.random.default_rng(12)
+    samples = [{"__key__": f"{k:04d}", "png": encode(rng.integers(0, 256, (60 + k, 70, 3), dtype=np.uint8), "PNG"),
+                "cls": b"1"} for k in range(24)]
+    shard = make_shard(tmp_path / "p-0.tar", samples)
+    kw = dict(batch_size=8, transform=train_tf(), seed=3, device="cuda")
+    want = [b.images.cpu() for b in Loader(shard, decoder="cpu", **kw)]
+    with Loader(shard, decoder=("png",), **kw) as ld:
+        got = [b.images.cpu() for b in ld]
+    assert len(got) == len(want) == 3
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)

@@ -20,6 +20,9 @@ the sum of the engines' separate rates as the ceiling the split is compared to.
 Then the set kept resident (issue 55): a CIFAR-sized set at batch 1024 and the JPEGs
 precached at 256 with the training recipe, keep="gpu" (keep="ram" without CUDA).
 
+Then PNG (issue 56): the same images as PNG shards through the two-halves engine
+(nvCOMP's inflate + the CUDA unfilter kernel) against libpng on the CPU threads.
+
 Then today's recipes on the GPU (issue 19), each written as a torchvision Compose in
 bench/recipes.py: torchvision's reference recipe (TrivialAugmentWide, RandomErasing,
 MixUp/CutMix on the GPU batch) and DINO's 2 x 224 + 6 x 96 views with blur and solarize,
@@ -217,6 +220,50 @@ def resident_runs(shards, *, device: str, threads: int, cifar: int) -> list[dict
     return out
 
 
+def png_shards(shards: list[str]) -> list[str]:
+    """The bench's JPEG set as PNG shards (each image decoded by Pillow, saved at zlib
+    level 6), made once beside it."""
+    import io
+
+    from PIL import Image
+
+    from gpudecode.io.reader import ShardReader
+    from gpudecode.io.writer import ShardWriter
+
+    root = Path(shards[0]).parent / "png"
+    done = sorted(str(p) for p in root.glob("png-*.tar"))
+    if done:
+        return done
+    root.mkdir(exist_ok=True)
+    with ShardWriter(str(root / "png-%06d.tar"), maxcount=256) as w:
+        for s in ShardReader(shards, shuffle=False, num_threads=1):
+            b = io.BytesIO()
+            Image.open(io.BytesIO(s.fields["jpg"])).save(b, format="PNG", compress_level=6)
+            w.write({"__key__": s.key, "png": b.getvalue(), "cls": s.fields["cls"]})
+    return list(w.shards)
+
+
+def png_runs(shards, *, device: str, batch: int, threads: int) -> list[dict]:
+    """PNG on the GPU path (issue 56): the bench's images as PNG through the two-halves
+    engine (decoder=("png",): nvCOMP's inflate and the CUDA unfilter kernel on a GPU; zlib
+    and the kernel's CPU twin without one) against the CPU decoder (libpng on the
+    threads), the training recipe, img/s of the second epoch; the JPEG figure is the runs'
+    and engines' tables'."""
+    out = []
+    pngs = png_shards(shards)
+    for label, dec in (("libpng on the CPU threads (decoder='cpu')", "cpu"),
+                       ("two halves: inflate + unfilter kernel (decoder=('png',))", ("png",))):
+        print(f"gpu bench: PNG, {label}, {threads} threads, batch {batch}", flush=True)
+        try:
+            r = loader_run(pngs, device=device, decoder=dec, batch=batch, threads=threads)
+            out.append({"decoder": label, "backend": r["backend"], "device": device, "batch_size": batch,
+                        "threads": threads, "images_per_s": r["images_per_s"], "slowest_stage": r["slowest_stage"],
+                        "median_stage_ms": r["median_stage_ms"]})
+        except Exception as e:  # reported; the other runs go on
+            out.append({"decoder": label, "device": device, "batch_size": batch, "error": repr(e)})
+    return out
+
+
 def recipe_runs(shards, *, decoders, batch, threads, device="cuda") -> list[dict]:
     """The reference recipe and DINO's multi-crop through the Loader on `device`, per decoder."""
     import torch
@@ -259,16 +306,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=COUNT, default=6, help="CPU threads for gpudecode and the classic workers")
     ap.add_argument("--engine-threads", type=COUNTS, default="2,4,7,14",
                     help="thread counts the split decoder is measured at, beside each engine alone (without CUDA: 2)")
-    ap.add_argument("--sections", default="runs,engines,resident,recipes",
+    ap.add_argument("--sections", default="runs,engines,resident,png,recipes",
                     help="which tables to measure, of runs (each decoder and batch, the CPU path, the classic "
-                         "DataLoader), engines, resident, recipes (a short GPU call measures a few)")
+                         "DataLoader), engines, resident, png, recipes (a short GPU call measures a few)")
     ap.add_argument("--out", default=str(OUT))
     a = ap.parse_args(argv)
     sections = {s.strip() for s in a.sections.split(",") if s.strip()}
-    unknown = sections - {"runs", "engines", "resident", "recipes"}
+    unknown = sections - {"runs", "engines", "resident", "png", "recipes"}
     if unknown or not sections:
         ap.error(f"--sections: {', '.join(sorted(unknown)) or 'none given'}: choose from runs, engines, resident, "
-                 "recipes")
+                 "png, recipes")
     from gpudecode.decode import GPU_ORDER, available
 
     out = Path(a.out)
@@ -311,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
                                     threads=list(a.engine_threads) if cuda else [2]) if "engines" in sections else []
     report["resident"] = (resident_runs(shards, device=device, threads=threads, cifar=50000 if cuda else 2000)
                           if "resident" in sections else [])
+    report["png"] = (png_runs(shards, device=device, batch=batches[-1], threads=threads)
+                     if "png" in sections else [])
     print("gpu bench: recipes", flush=True)
     report["recipes"] = [] if "recipes" not in sections else recipe_runs(shards, decoders=decoders[:2] + (["auto"] if cuda else []),
                                     batch=128 if cuda else batches[0],
@@ -322,7 +371,8 @@ def main(argv: list[str] | None = None) -> int:
             report["best"] = {**best, "x_classic": best["images_per_s"] / classic,
                               "target_7200": best["images_per_s"] >= 7200 and best["threads"] <= 6,
                               "target_10x": best["images_per_s"] >= 10 * classic}
-    failed = [r for r in report["runs"] + report["recipes"] + report["engines"] + report["resident"] if "error" in r]
+    failed = [r for r in report["runs"] + report["recipes"] + report["engines"] + report["resident"] + report["png"]
+              if "error" in r]
     report["failed"] = len(failed)
     (out / "gpu.json").write_text(json.dumps(report, indent=1, default=str))
     (out / "gpu.md").write_text("\n".join(render(report)) + "\n")
@@ -391,6 +441,14 @@ def render(report: dict) -> list[str]:
                 measured = ", ".join(f"{k} {v:.0f}" for k, v in (t.get("measured_images_per_s") or {}).items())
                 lines.append(f"| {r['threads']} | {r['auto']:.0f} | {r['auto_of_best']:.2f} | {t.get('using')} | "
                              f"{measured} |")
+    if report.get("png"):
+        lines += ["", "PNG (the same images saved as PNG, level 6), the training recipe:", "",
+                  "| decoder | what decoded | device | batch | threads | img/s | slowest stage |",
+                  "|---|---|---|---:|---:|---:|---|"]
+        for r in report["png"]:
+            rate = f"{r['images_per_s']:.0f}" if "images_per_s" in r else f"error: {r['error'][:100]}"
+            lines.append(f"| {r['decoder']} | {r.get('backend', '')} | {r['device']} | {r['batch_size']} | "
+                         f"{r.get('threads', '')} | {rate} | {r.get('slowest_stage', '')} |")
     if report.get("resident"):
         lines += ["", "The set kept resident (keep=): epochs after the first, which fills the store:", "",
                   "| set | keep | device | batch | img/s | store | image bytes up, last epoch |", "|---|---|---|---:|---:|---|---:|"]
