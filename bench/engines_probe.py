@@ -9,6 +9,9 @@ the split decoder's contention, engine by engine, on a CUDA machine.
   decode call holds: its count rate against an idle one's);
 - pairs: the Loader with each pair of engines split, and all three with shares pinned to
   the engines' rates alone (the ideal split if nothing contended), at each --threads;
+- threads: each GPU engine's decoder called alone on one batch with nvImageCodec given 1,
+  2, 4, 8 and 14 CPU threads (the hardware engine alone got slower with more Loader
+  threads on the H200: 9,684 img/s at 2, 8,564 at 14; is it nvImageCodec's own threads?);
 - roi: the same engines alone and split with nvImageCodec's regions of interest on
   (GPUDECODE_NVIMGCODEC_ROI=1), in a child process; first each engine's ROI pixels against
   the CPU decoder's window (max abs difference, share of values off by more than 8).
@@ -162,6 +165,23 @@ def direct(folder: str, engines: list[str], threads: int, device: str = "cuda") 
     return out
 
 
+def nvimgcodec_threads(folder: str, engines: list[str], counts=(1, 2, 4, 8, 14)) -> dict:
+    """Each engine's decoder alone on one batch of 256, by nvImageCodec's CPU threads."""
+    from gpudecode.decode import make_decoder
+
+    rq = requests(folder, 256)
+    out: dict = {}
+    for e in engines:
+        out[e] = {}
+        for n in counts:
+            dec = make_decoder((e,), device="cuda", num_threads=n, max_pixels=0)
+            out[e][n] = _timed(dec, rq, "cuda")
+            dec.close()
+        print(f"threads, {e} alone by nvImageCodec's CPU threads (img/s):",
+              {k: round(v) for k, v in out[e].items()}, flush=True)
+    return out
+
+
 def pairs(shards: list[str], engines: list[str], threads: list[int]) -> list[dict]:
     from gpudecode.bench.suite.gpu import loader_run
 
@@ -225,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--images", type=int, default=2048)
     ap.add_argument("--threads", default="6,14")
-    ap.add_argument("--part", default="all", choices=["all", "direct", "pairs", "roi"])
+    ap.add_argument("--part", default="all", choices=["all", "direct", "pairs", "roi", "threads"])
     ap.add_argument("--out", default=os.environ.get("OUT") or "bench/_out")
     a = ap.parse_args(argv)
     import torch
@@ -259,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
         save()
     elif a.part == "roi":
         return subprocess.call([sys.executable, *sys.argv], env=dict(os.environ, GPUDECODE_NVIMGCODEC_ROI="1"))
+    if a.part in ("all", "threads"):
+        report["threads"] = nvimgcodec_threads(folder, [e for e in engines if e != "cpu"])
+        save()
     if a.part in ("all", "pairs"):
         report["pairs"] = pairs(shards, engines, threads)
         save()
