@@ -204,3 +204,88 @@ def test_a_workspace_grows_by_half_again_and_keeps_its_memory():
     c = ws.array("w", (2, 120))  # larger: made again, half as large again (300 elements)
     assert ws.made == 2 and c.base.size == 300 and ws.array("w", (3, 100)).base is c.base
     assert ws.array("w", (2, 90), np.int32).dtype == np.int32 and ws.made == 3  # another dtype: its own
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """gpudecode's modules (kernels/ as gpudecode.kernels) -> the modules each imports,
+    anywhere in it (a function's lazy import too; a TYPE_CHECKING block's not), from the
+    source tree."""
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    mods: dict[str, pathlib.Path] = {}
+    for base, pkg in ((root / "gpudecode", ("gpudecode",)), (root / "kernels", ("gpudecode", "kernels"))):
+        for p in base.rglob("*.py"):
+            parts = pkg + p.relative_to(base).with_suffix("").parts
+            mods[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for m, p in mods.items():
+        tree = ast.parse(p.read_text())
+        typing_only = {id(sub) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in
+                       ast.dump(node.test) for sub in ast.walk(node)}
+        here = m.split(".") if p.name == "__init__.py" else m.split(".")[:-1]
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.ImportFrom):
+                base_parts = here[:len(here) - node.level + 1] if node.level else []
+                target = ".".join(base_parts + ([node.module] if node.module else []))
+                subs = [f"{target}.{a.name}" for a in node.names if f"{target}.{a.name}" in mods]
+                found = subs if len(subs) == len(node.names) else [target, *subs]
+            elif isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            else:
+                continue
+            edges[m] |= {t for t in found if t in mods and t != m and not m.startswith(t + ".")}
+    return edges
+
+
+def test_no_import_circle():
+    """No module imports one that imports it back, at any depth, lazily or not (issue 54:
+    io/assembly <-> io/counts, transforms/draws <-> plan, transforms/convert -> the package
+    were the last): each module's place in the layers is one."""
+    edges = _import_graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    circles = []
+
+    def visit(v: str) -> None:  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append({a: sorted(b for b in edges[a] if b in comp) for a in sorted(comp)})
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    assert len(edges) > 80 and not circles, circles
+
+
+def test_every_file_architecture_md_names_exists():
+    """ARCHITECTURE.md true to the code: each file it names (a path, or a module's name
+    within its package) is there."""
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    text = (root / "ARCHITECTURE.md").read_text()
+    named = sorted({n.lstrip("/") for n in re.findall(r"[A-Za-z0-9_/]+\.py\b", text)})
+    everywhere = [p.relative_to(root).as_posix() for d in ("gpudecode", "kernels", "tests", "bench")
+                  for p in (root / d).rglob("*.py")]
+    missing = [n for n in named if not any(p == n or p.endswith("/" + n) for p in everywhere)]
+    assert len(named) > 30 and not missing, missing

@@ -14,7 +14,7 @@ from . import shards as _shards
 from .cache import ShardCache
 from .remote import RemoteOptions
 from .tario import BLOCK, Member, TarFault, is_metadata, split_key
-from .counts import sample_starts
+from .count_store import sample_starts
 from .members import (Failure, Sample, _link_kind, _MapCache, _Pooled, _Run, _Runs, _Want,
                       iter_members)
 

@@ -12,7 +12,7 @@ from ..kernels.ops import OPS_ARGS
 
 
 # Where a step may stand in a Compose, in order, and what `gpudecode ops` says of each
-# place beside the names of the classes that declare it (convert.listing).
+# place beside the names of the classes that declare it (ops_table.listing).
 GROUPS = {
     "canvas": ("canvas (first, before the geometry)", "{tv}, RandomRotation(expand=True): each image made anew "
                "from the decoded one (a canvas), which a geometry step must follow; ElasticTransform also "

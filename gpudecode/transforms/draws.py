@@ -14,7 +14,6 @@ ColorJitter, RandomErasing, subclasses of the steps) are drawn by the Python pat
 """
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any, Iterator, Sequence, overload
 
 import numpy as np
@@ -23,14 +22,13 @@ from .. import _native
 from ..errors import TransformError
 from ..kernels import fused
 from ..kernels.ops import ARGS, JITTER_OPS, OPS, OPS_ARGS
-from .colour import _JITTER_NAMES, ColorJitter
-from .geometry import CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize
+from .geometry import CenterCrop, RandomCrop, RandomResizedCrop, Resize
 from .rng import _epoch_key, _SampleRandom
 
 if TYPE_CHECKING:
     from .plan import _Plan
 
-__all__ = ["Draws", "as_draws", "draw_batch", "python_params", "encode_dicts", "native_spec", "CANVAS_MAX_PIXELS"]
+__all__ = ["Draws", "as_draws", "draw_batch", "python_params", "encode_dicts", "CANVAS_MAX_PIXELS"]
 
 # The most pixels a canvas step may make of one image (Pillow's decompression-bomb limit, the
 # Loader's default max_pixels): a 65,000x1 image rotated with expand=True would need a canvas
@@ -40,43 +38,6 @@ CANVAS_MAX_PIXELS = 2 * 89_478_485
 # the columns of _native.draw_batch's ints (csrc/draws.h)
 _TOP, _LEFT, _CH, _CW, _RH, _RW, _FLIP, _VFLIP, _ORDER = 0, 1, 2, 3, 4, 5, 6, 7, 8
 _JITTER_IDS = np.array(JITTER_OPS, np.int32)
-
-
-def native_spec(plan: "_Plan") -> tuple | None:
-    """The plan as _native.draw_batch reads it, or None when the Python path draws it."""
-    if plan.erase is not None or plan.canvas is not None or plan.post is not None:
-        return None
-    geometry: list[tuple] = []
-    g: Any
-    for g in plan.geometry:
-        kind = type(g)
-        if len(getattr(g, "_modes", ())) > 1:  # a mode drawn an image: the Python path draws it
-            return None
-        if kind is RandomResizedCrop:
-            geometry.append((1, g.scale[0], g.scale[1], math.log(g.ratio[0]), math.log(g.ratio[1]), min(g.ratio), max(g.ratio)))
-        elif kind is Resize:
-            size = (g.size, -1) if isinstance(g.size, int) else g.size
-            geometry.append((2, *size, -1 if g.max_size is None else g.max_size))
-        elif kind is CenterCrop:
-            geometry.append((3, *g.size))
-        elif kind is RandomCrop:
-            geometry.append((4, *g.size, *g.padding, int(g.pad_if_needed)))
-        else:
-            return None
-        if any(abs(v) >= 2 ** 53 for v in geometry[-1]):  # (passed as doubles)
-            return None
-    flips = []
-    for f, kind in ((plan.flip, RandomHorizontalFlip), (plan.vflip, RandomVerticalFlip)):
-        if f is not None and type(f) is not kind:
-            return None
-        flips.append(-1.0 if f is None else f.p)
-    jitter = None
-    if plan.program:
-        if len(plan.program) != 1 or type(plan.program[0]) is not ColorJitter:
-            return None
-        cj = plan.program[0]
-        jitter = tuple(getattr(cj, name) for name in _JITTER_NAMES)
-    return (geometry, flips[0], flips[1], jitter)
 
 
 def draw_batch(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *, epoch: int = 0,

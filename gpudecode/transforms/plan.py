@@ -3,6 +3,7 @@ flips, each sample's program, the output's dtype and normalization, the erasing.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -10,10 +11,9 @@ import torch
 
 from ..errors import TransformError
 from .base import Transform, _PixelOp, _refuse, _Step
-from .colour import ColorJitter
+from .colour import _JITTER_NAMES, ColorJitter
 from .canvas import CanvasStep
 from .convert import qualified
-from .draws import native_spec
 from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
                        ResizeKeepRatio, _Flip, _RandomSize)
 from .output import Normalize, RandomErasing, ToDtype
@@ -236,3 +236,40 @@ class _AfterGeometry:
                                          f"per Compose [{self.names}]")
                 self.keys[k] = type(u).__name__
         self.program.append(t)
+
+
+def native_spec(plan: _Plan) -> tuple | None:
+    """The plan as _native.draw_batch reads it, or None when the Python path draws it."""
+    if plan.erase is not None or plan.canvas is not None or plan.post is not None:
+        return None
+    geometry: list[tuple] = []
+    g: Any
+    for g in plan.geometry:
+        kind = type(g)
+        if len(getattr(g, "_modes", ())) > 1:  # a mode drawn an image: the Python path draws it
+            return None
+        if kind is RandomResizedCrop:
+            geometry.append((1, g.scale[0], g.scale[1], math.log(g.ratio[0]), math.log(g.ratio[1]), min(g.ratio), max(g.ratio)))
+        elif kind is Resize:
+            size = (g.size, -1) if isinstance(g.size, int) else g.size
+            geometry.append((2, *size, -1 if g.max_size is None else g.max_size))
+        elif kind is CenterCrop:
+            geometry.append((3, *g.size))
+        elif kind is RandomCrop:
+            geometry.append((4, *g.size, *g.padding, int(g.pad_if_needed)))
+        else:
+            return None
+        if any(abs(v) >= 2 ** 53 for v in geometry[-1]):  # (passed as doubles)
+            return None
+    flips = []
+    for f, kind in ((plan.flip, RandomHorizontalFlip), (plan.vflip, RandomVerticalFlip)):
+        if f is not None and type(f) is not kind:
+            return None
+        flips.append(-1.0 if f is None else f.p)
+    jitter = None
+    if plan.program:
+        if len(plan.program) != 1 or type(plan.program[0]) is not ColorJitter:
+            return None
+        cj = plan.program[0]
+        jitter = tuple(getattr(cj, name) for name in _JITTER_NAMES)
+    return (geometry, flips[0], flips[1], jitter)
