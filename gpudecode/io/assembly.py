@@ -15,6 +15,7 @@ from .cache import ShardCache
 from .remote import RemoteOptions
 from .tario import BLOCK, Member, TarFault, is_metadata, split_key
 from .count_store import sample_starts
+from .parquet import is_parquet, sample_lists
 from .members import (Failure, Sample, _link_kind, _MapCache, _Pooled, _Run, _Runs, _Want,
                       iter_members)
 
@@ -44,6 +45,9 @@ def _shard_lists(url: str, *, on_error: str = "raise", extensions: frozenset[str
                  maps: _MapCache | None = None, pooled: _Pooled | None = None) -> Iterator[list[Sample | Failure]]:
     """iter_shard's items a list at a time (a read batch's samples together: no generator
     step a sample); a list with a fatal Failure ends with it, and is the last."""
+    if is_parquet(url):  # rows as samples (io/parquet.py)
+        yield from sample_lists(url, start=start, stop=stop, extensions=extensions)
+        return
     end = stop if stop is not None else float("inf")
     want = _Want(start, end, extensions)
     seek = None

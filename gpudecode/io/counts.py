@@ -13,6 +13,7 @@ from .assembly import iter_shard
 from .cache import ShardCache
 from .count_store import count_key, forget_count, forget_counts, known_count, remember
 from .members import Failure
+from .parquet import count as parquet_count, is_parquet
 from .remote import RemoteOptions
 
 __all__ = ["count_samples", "shard_counts", "forget_count", "forget_counts"]
@@ -29,6 +30,13 @@ def count_samples(url: str, *, remote: RemoteOptions | None = None, tolerant: bo
     Raises:
         ShardFormatError, ShardReadError: the shard cannot be read to its end (not tolerant).
     """
+    if is_parquet(url):  # its metadata says
+        try:
+            return parquet_count(url)
+        except GpuDecodeError:
+            if tolerant:
+                return 0
+            raise
     found: list[int] = []
     n = 0
     for item in iter_shard(url, on_error="skip", extensions=frozenset(), remote=remote, cache=cache, starts=found):

@@ -44,6 +44,7 @@ from . import epoch as _epoch
 from . import shards as _shards
 from .cache import ShardCache
 from .files import MAX_FILE_BYTES, FileList, iter_files
+from .parquet import is_parquet, read_sample as parquet_read_sample
 from .remote import RemoteOptions
 from .tario import index_file, split_key
 from .assembly import _shard_lists, iter_shard
@@ -310,6 +311,8 @@ class BaseShardReader:
                 if err is not None:
                     raise err
                 return Sample(flist.keys[index], fields, path, index)
+        if is_parquet(url):
+            return parquet_read_sample(url, index, self.extensions)
         if _shards.is_local(url) and not url.endswith((".tgz", ".tar.gz")):
             # random access: the shard's members indexed once (the last 64 shards kept), then
             # one native ranged read a sample (7x the rate of entering the shard each time)
