@@ -22,6 +22,8 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
+import numpy as np
+
 from ..errors import ShardFormatError, ShardReadError
 from . import shards as _shards
 from .members import Failure, Sample
@@ -103,19 +105,6 @@ def classes(url: str) -> tuple[str, ...]:
     return tuple(f.get("names", ())) if isinstance(f, dict) and f.get("_type") == "ClassLabel" else ()
 
 
-def _ext(data: bytes, path: Any) -> str:
-    head = bytes(data[:12])
-    if head[:3] == b"\xff\xd8\xff":
-        return "jpg"
-    if head[:8] == b"\x89PNG\r\n\x1a\n":
-        return "png"
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "webp"
-    if isinstance(path, str) and "." in path:
-        return path.rsplit(".", 1)[1].lower()
-    return "img"
-
-
 def sample_lists(url: str, *, start: int = 0, stop: int | None = None,
                  extensions: frozenset[str] | None = None) -> Iterator[list[Sample | Failure]]:
     """Rows start..stop-1 as Samples, ROWS_A_READ at a time, reading only the row groups
@@ -131,7 +120,8 @@ def sample_lists(url: str, *, start: int = 0, stop: int | None = None,
             rows = meta.row_group(g).num_rows
             lo, hi = max(start, first), min(end, first + rows)
             if lo < hi:
-                table = pf.read_row_group(g, columns=[image] + ([label] if label else []))
+                # (use_threads=False: the reader's threads already read files side by side)
+                table = pf.read_row_group(g, columns=[image] + ([label] if label else []), use_threads=False)
                 for a in range(lo, hi, ROWS_A_READ):
                     b = min(hi, a + ROWS_A_READ)
                     yield _samples(url, table.slice(a - first, b - a), a, image, struct, label, extensions)
@@ -147,30 +137,74 @@ def sample_lists(url: str, *, start: int = 0, stop: int | None = None,
             pf.close()
 
 
+def _binary_views(arr: Any) -> tuple[list[Any], np.ndarray, np.ndarray]:
+    """A (large) binary array's values as memoryviews over its data buffer (no copy: the
+    image bytes stay where pyarrow read them), which are null or empty, and each value's
+    first 12 bytes (zeros past its end) for the format's signature."""
+    import pyarrow as pa
+
+    validity, offsets_buf, data_buf = arr.buffers()[:3]
+    wide = pa.types.is_large_binary(arr.type)
+    offsets = np.frombuffer(offsets_buf, np.int64 if wide else np.int32)[arr.offset:arr.offset + len(arr) + 1]
+    raw = np.frombuffer(data_buf, np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    starts, ends = offsets[:-1].astype(np.int64), offsets[1:].astype(np.int64)
+    empty = ends <= starts
+    if validity is not None:
+        empty |= arr.is_null().to_numpy(zero_copy_only=False)
+    at = starts[:, None] + np.arange(12)
+    heads = np.where(at < ends[:, None], raw[np.minimum(at, max(len(raw) - 1, 0))] if len(raw) else 0, 0)
+    data = raw.data  # (a memoryview of the buffer)
+    return [data[a:b] for a, b in zip(starts.tolist(), ends.tolist())], empty, heads.astype(np.uint8)
+
+
+def _exts(heads: np.ndarray, paths: list[Any]) -> list[str]:
+    """Each value's format from its signature (jpg, png, webp), else its path's suffix, else "img"."""
+    jpeg = (heads[:, 0] == 0xFF) & (heads[:, 1] == 0xD8) & (heads[:, 2] == 0xFF)
+    png = (heads[:, :8] == np.frombuffer(b"\x89PNG\r\n\x1a\n", np.uint8)).all(axis=1)
+    webp = (heads[:, :4] == np.frombuffer(b"RIFF", np.uint8)).all(axis=1) & \
+        (heads[:, 8:12] == np.frombuffer(b"WEBP", np.uint8)).all(axis=1)
+    out = []
+    for k in range(len(heads)):
+        if jpeg[k]:
+            out.append("jpg")
+        elif png[k]:
+            out.append("png")
+        elif webp[k]:
+            out.append("webp")
+        else:
+            p = paths[k]
+            out.append(p.rsplit(".", 1)[1].lower() if isinstance(p, str) and "." in p else "img")
+    return out
+
+
 def _samples(url: str, table: Any, first: int, image: str, struct: bool, label: str | None,
              extensions: frozenset[str] | None) -> list[Sample | Failure]:
-    col = table.column(image)
-    if struct:
-        col = col.combine_chunks()
-        datas = col.field("bytes").to_pylist()
-        paths = col.field("path").to_pylist() if col.type.get_field_index("path") >= 0 else [None] * len(datas)
-    else:
-        datas = col.to_pylist()
-        paths = [None] * len(datas)
-    labels = table.column(label).to_pylist() if label else [None] * len(datas)
+    col = table.column(image).combine_chunks()
+    values = col.field("bytes") if struct else col
+    if struct and col.null_count:  # a null struct: its bytes null too
+        import pyarrow.compute as pc
+
+        values = pc.if_else(col.is_null(), None, values)
+    datas, empty, heads = _binary_views(values)
+    n = len(datas)
+    paths = (col.field("path").to_pylist() if struct and col.type.get_field_index("path") >= 0 else [None] * n)
+    exts = _exts(heads, paths)
+    want_cls = label is not None and (extensions is None or "cls" in extensions)
+    labels = [None if v is None else b"%d" % v for v in table.column(label).to_pylist()] if want_cls \
+        else [None] * n
     out: list[Sample | Failure] = []
-    for k, (data, path, lab) in enumerate(zip(datas, paths, labels)):
+    hole = empty.tolist()  # (a list: numpy's per-element indexing costs a microsecond a row)
+    for k in range(n):
         index = first + k
-        key = f"{index:09d}"
-        if not data:
+        key = "%09d" % index
+        if hole[k]:
             out.append(Failure(ShardFormatError("the row holds no image bytes", shard=url, key=key), fatal=False))
             continue
-        fields: dict[str, bytes] = {}
-        ext = _ext(data, path)
-        if extensions is None or ext in extensions:
-            fields[ext] = data
-        if lab is not None and (extensions is None or "cls" in extensions):
-            fields["cls"] = str(int(lab)).encode()
+        fields: dict[str, Any] = {}
+        if extensions is None or exts[k] in extensions:
+            fields[exts[k]] = datas[k]
+        if labels[k] is not None:
+            fields["cls"] = labels[k]
         out.append(Sample(key, fields, url, index))
     return out
 
