@@ -359,6 +359,8 @@ def _dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
         return urls, transform
     samples = getattr(urls, "samples", None)
     name = type(urls).__name__
+    if name == "FakeData" and type(urls).__module__.startswith("torchvision"):  # `--dummy`
+        return _fake_data(urls), transform if transform is not None else getattr(urls, "transform", None)
     if not isinstance(samples, list) or not all(isinstance(s, tuple) and len(s) == 2 for s in samples[:1]):
         raise TypeError(f"Loader() reads files and shards, not a {name}: give its image folder, a list of paths or "
                         "(path, label) pairs, or shards (for a synthetic set, `gpudecode bench make-data DIR` "
@@ -372,6 +374,27 @@ def _dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
                         "folder (or the (path, label) pairs) if its files are images.")
     return [(str(p), int(y)) for p, y in samples], transform if transform is not None else getattr(urls, "transform",
                                                                                                    None)
+
+
+def _fake_data(ds: Any) -> Any:
+    """torchvision's FakeData as a made file list: sample i is FakeData's image i (its own
+    draws: the seed index + random_offset), as uint8 HWC .npy bytes, with its label."""
+    import copy
+
+    from .io.files import made
+    from .tensors import encode_npy
+
+    plain = copy.copy(ds)
+    plain.transform = plain.target_transform = None
+    if getattr(ds, "target_transform", None) is not None:
+        raise TypeError("Loader() cannot apply this FakeData's target_transform: map the labels in your loop.")
+
+    def make(i: int) -> tuple[bytes, int]:
+        img, label = plain[i]
+        return encode_npy(np.ascontiguousarray(np.asarray(img.convert("RGB")))), int(label)
+
+    size = tuple(getattr(ds, "image_size", ()))
+    return made(f"FakeData({len(ds)}, {size}, seed offset {getattr(ds, 'random_offset', 0)})", len(ds), make, "npy")
 
 
 def _refuse_dataloader_only(given: dict) -> None:

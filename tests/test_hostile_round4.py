@@ -348,11 +348,44 @@ def test_an_image_folder_dataset_is_taken_as_it_is(tmp_path, photos):
         assert sorted(int(v) for b in ld for v in b.labels) == [1, 1]  # (its own choice of files kept)
 
 
+def test_torchvisions_fakedata_is_taken_as_it_is():
+    """Issue 58, item 4 (`--dummy`): Loader(FakeData(...)) gives FakeData's own images (its
+    per-index draws) through its transform, with its labels, split over ranks like any
+    list; made on the reader threads, a million samples kept as no million strings."""
+    import torchvision
+    import torchvision.transforms as v1
+
+    ds = torchvision.datasets.FakeData(30, (3, 20, 26), 7, v1.ToTensor(), random_offset=5)
+    seen = {}
+    for rank in range(2):
+        with Loader(ds, batch_size=4, rank=rank, world_size=2, shuffle=True, seed=1, device="cpu") as ld:
+            for b in ld:
+                for k, img, lab in zip(b.keys, b.images, b.labels):
+                    seen[int(k)] = (img, int(lab))
+    assert sorted(seen) == list(range(30))
+    for i in range(30):
+        want, label = ds[i]
+        torch.testing.assert_close(seen[i][0], want, atol=1e-6, rtol=0)  # (x * (1/255) against x / 255)
+        assert seen[i][1] == label
+    big = torchvision.datasets.FakeData(1281167, (3, 224, 224), 1000, v1.ToTensor())
+    with Loader(big, batch_size=256, device="cpu") as ld:
+        assert len(ld) == 1281167 // 256 + 1 and ld.dataset[1281166][1] == big[1281166][1]
+
+
 def test_a_dataset_the_loader_cannot_read_is_refused_with_what_it_reads(tmp_path, photos):
     import torchvision
 
-    with pytest.raises(TypeError, match=r"reads files and shards, not a FakeData: .*gpudecode bench make-data"):
-        Loader(torchvision.datasets.FakeData(size=4), transform=_tf(), **KW)
+    class Mine(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            return torch.zeros(3, 8, 8), 0
+
+    with pytest.raises(TypeError, match=r"reads files and shards, not a Mine: .*gpudecode bench make-data"):
+        Loader(Mine(), transform=_tf(), **KW)
+    with pytest.raises(TypeError, match="cannot apply this FakeData's target_transform"):
+        Loader(torchvision.datasets.FakeData(size=4, target_transform=lambda y: y), transform=_tf(), **KW)
     tree = _tree(tmp_path / "t", photos, ["cat", "dog"])
     with pytest.raises(TypeError, match="cannot apply this ImageFolder's target_transform"):
         Loader(torchvision.datasets.ImageFolder(tree, target_transform=lambda y: y + 1), transform=_tf(), **KW)

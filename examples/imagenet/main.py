@@ -1,7 +1,6 @@
 """ImageNet-style training, twice: main_dataloader.py reads ImageFolder trees with
-torch.utils.data.DataLoader and torchvision transforms; main.py reads shards made by
-`gpudecode shard` with gpudecode's Loader and the same transforms. `diff
-main_dataloader.py main.py` is the whole swap.
+torch.utils.data.DataLoader and torchvision transforms; main.py gives the same datasets
+to gpudecode's Loader. `diff main_dataloader.py main.py` is the whole swap.
 
 Follows the structure of pytorch/examples' imagenet/main.py: ImageFolder-style
 arguments, -j/-b/--epochs/--resume/-e, DistributedDataParallel under torchrun, and
@@ -10,8 +9,11 @@ distributed validation whose remainder every rank evaluates.
     python main.py DATA -a resnet18 -b 256 --epochs 90
     torchrun --nproc_per_node 8 main.py DATA --dist-backend nccl
 
-DATA holds train/ and val/: one subfolder per class (main_dataloader.py), or a folder
-of shards each (main.py; `gpudecode shard IMAGES/train DATA/train/train-%06d.tar`).
+DATA holds train/ and val/, one subfolder per class; --dummy trains on torchvision's
+FakeData instead (as pytorch/examples' --dummy: --dummy-size images, 224x224). main.py
+gives the same datasets to gpudecode.Loader, which reads them as they lie (a folder of
+shards made by `gpudecode shard` is read by giving its path: Loader(traindir,
+transform=train_tf, ...)).
 """
 import argparse
 import os
@@ -23,6 +25,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.utils.data
 import gpudecode
+import torchvision.datasets as datasets
 import torchvision.models as models
 import torchvision.transforms as transforms
 from torch.utils.data import DataLoader, Subset
@@ -50,6 +53,8 @@ parser.add_argument("--num-classes", default=1000, type=int, help="classes of th
 parser.add_argument("--dist-backend", default="nccl", type=str, help="distributed backend (gloo on the CPU)")
 parser.add_argument("--seed", default=None, type=int, help="seed for initializing training")
 parser.add_argument("--checkpoint-dir", default=".", help="where checkpoints are written")
+parser.add_argument("--dummy", action="store_true", help="use fake data to benchmark")
+parser.add_argument("--dummy-size", default=1281167, type=int, help="training images with --dummy")
 
 best_acc1 = 0
 
@@ -97,9 +102,17 @@ def main():
     val_tf = transforms.Compose([transforms.Resize(args.image_size * 256 // 224), transforms.CenterCrop(args.image_size),
                                  transforms.ToTensor(), normalize])
 
-    train_loader = gpudecode.Loader(traindir, transform=train_tf, batch_size=args.batch_size, shuffle=True,
+    if args.dummy:
+        print("=> Dummy data is used!")
+        val_size = max(1, round(args.dummy_size * 50000 / 1281167))
+        train_dataset = datasets.FakeData(args.dummy_size, (3, 224, 224), args.num_classes, train_tf)
+        val_dataset = datasets.FakeData(val_size, (3, 224, 224), args.num_classes, val_tf, random_offset=args.dummy_size)
+    else:
+        train_dataset = datasets.ImageFolder(traindir, train_tf)
+        val_dataset = datasets.ImageFolder(valdir, val_tf)
+    train_loader = gpudecode.Loader(train_dataset, batch_size=args.batch_size, shuffle=True,
                                     num_workers=args.workers, pin_memory=True)
-    val_loader = gpudecode.Loader(valdir, transform=val_tf, batch_size=args.batch_size, shuffle=False,
+    val_loader = gpudecode.Loader(val_dataset, batch_size=args.batch_size, shuffle=False,
                                   num_workers=args.workers, pin_memory=True, even="drop")
     train_sampler = train_loader.sampler
 

@@ -27,7 +27,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from ..errors import RESOURCE_ERRNOS, LabelError, LocatedError, ShardReadError, resource_error
 
@@ -56,6 +56,8 @@ class FileList:
     classes: tuple[str, ...] = ()
     root: str = ""
     _exts: tuple[str, ...] = field(default=(), repr=False)
+    # a made list (generated): make(i) -> (the sample's bytes, its label) instead of reading paths[i]
+    make: Callable[[int], tuple[bytes, int | None]] | None = field(default=None, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -65,6 +67,8 @@ class FileList:
 
     def part(self, start: int, stop: int) -> "FileList":
         """Files start..stop-1, with their keys and labels (a precache unit)."""
+        if self.make is not None:
+            raise ValueError(f"{self.name} is made, not read from files: it is not cut into precache units")
         return FileList(f"{self.name}#{start}:{stop}", self.paths[start:stop], self.labels[start:stop],
                         self.keys[start:stop], self.classes, self.root, self._exts[start:stop])
 
@@ -94,6 +98,35 @@ def path_key(rel: str) -> str:
     head, _, last = stem.rpartition("/")
     last = last.replace(".", "_")
     return f"{head}/{last}" if head else last
+
+
+class _Numbered(Sequence[Any]):
+    """item(i) for i in range(n), made when asked (a made list of a million samples keeps
+    no million strings)."""
+
+    def __init__(self, n: int, item: Callable[[int], Any]) -> None:
+        self.n, self.item = n, item
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return tuple(self.item(k) for k in range(*i.indices(self.n)))
+        k = i + self.n if i < 0 else i
+        if not 0 <= k < self.n:
+            raise IndexError(i)
+        return self.item(k)
+
+
+def made(name: str, n: int, make: Callable[[int], tuple[bytes, int | None]], ext: str) -> FileList:
+    """A list of `n` samples made by make(i) -> (bytes of format `ext`, label): a
+    synthetic set (torchvision's FakeData) read as a file list is, keys its numbers."""
+    def label(i: int) -> int | None:
+        return make(i)[1]
+
+    return FileList(f"{PREFIX}{name}", _Numbered(n, lambda i: f"{name}/{i}"), _Numbered(n, label),  # type: ignore[arg-type]
+                    _Numbered(n, lambda i: f"{i:09d}"), (), "", _Numbered(n, lambda i: ext), make=make)  # type: ignore[arg-type]
 
 
 def _make(name: str, root: str, items: Sequence[tuple[str, int | None]], classes: Sequence[str] = ()) -> FileList:
@@ -290,6 +323,19 @@ def iter_files(flist: FileList, order: Sequence[int], start: int, stop: int | No
         path = flist.paths[i]
         fields: dict[str, bytes] = {}
         ext = flist.ext(i)
+        if flist.make is not None:  # a made sample
+            try:
+                data, label = flist.make(i)
+            except Exception as e:  # the set's own code failed: this sample's error, named
+                yield path, i, fields, ShardReadError(f"could not make the sample: {type(e).__name__}: {e}",
+                                                      shard=flist.name, key=flist.keys[i])
+                continue
+            if extensions is None or ext in extensions:
+                fields[ext] = data
+            if label is not None and (extensions is None or "cls" in extensions):
+                fields["cls"] = str(label).encode()
+            yield path, i, fields, None
+            continue
         try:
             if extensions is None or ext in extensions:
                 fields[ext] = read_file(path, max_bytes)
