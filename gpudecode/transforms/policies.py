@@ -234,7 +234,9 @@ class AutoAugment(_Policy, converts="torchvision.AutoAugment"):
     def __init__(self, policy: Any = "imagenet", interpolation: Any = "nearest", fill: Any = None) -> None:
         name = str(getattr(policy, "value", policy)).lower()
         if name != "imagenet":
-            raise TransformError(f"AutoAugment(policy={policy!r}) cannot be fused: the ImageNet policy is")
+            raise TransformError(f"AutoAugment(policy={policy!r}) cannot be fused: only the ImageNet policy is (the "
+                                 "CIFAR10 and SVHN tables are not built in); use AutoAugmentPolicy.IMAGENET, or "
+                                 "RandAugment / TrivialAugmentWide")
         super().__init__(interpolation, fill)
         self.policy = "imagenet"
 
