@@ -59,7 +59,7 @@ def _timm_side(root: Path, size: int):
     loader_eval = timm_data.create_loader(ds_eval, is_training=False, interpolation="bicubic", crop_pct=0.875,
                                           **common)
     args = argparse.Namespace(data_dir=str(root), train_split="train", val_split="val", batch_size=4, workers=2,
-                              validation_batch_size=None)
+                              validation_batch_size=None, aug_repeats=0)
     return ds_train, ds_eval, loader_eval, args
 
 
@@ -94,6 +94,17 @@ def test_the_swapped_loaders_yield_what_timms_do(tree):
         assert torch.allclose(y.sum(1), torch.ones(4))
         seen += 1
     assert seen == len(loader_train) == 3  # 12 images, drop_last (as timm's train loader)
+
+
+def test_the_swap_keeps_timms_aug_repeats(tree):
+    """timm's --aug-repeats 3 (its RepeatAugSampler) becomes the Loader's repeated_augs=3,
+    with RASampler's epoch size said where it cuts an epoch (issue 58, item 2)."""
+    ds_train, ds_eval, timm_eval, args = _timm_side(tree, 64)
+    args.aug_repeats = 3
+    scope = {"os": os, "args": args, "dataset_train": ds_train, "dataset_eval": ds_eval, "loader_eval": None}
+    with pytest.warns(RuntimeWarning, match="repeated_augs=3"):
+        exec(textwrap.dedent(swap.TRAIN_SWAP), scope)
+    assert scope["loader_train"].reader.repeated_augs == 3
 
 
 def test_the_swapped_validate_yields_timms_labels(tree):

@@ -33,7 +33,8 @@ VALIDATE_ANCHOR = "    batch_time = AverageMeter()\n"
 TRAIN_SWAP = '''\
     import gpudecode  # gpudecode's Loader in place of create_loader's (run with --no-prefetcher)
     loader_train = gpudecode.Loader(os.path.join(args.data_dir, args.train_split), transform=dataset_train.transform,
-                                    batch_size=args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True)
+                                    batch_size=args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True,
+                                    repeated_augs=max(1, args.aug_repeats))  # (timm's --aug-repeats: its RepeatAugSampler)
     if loader_eval is not None:
         loader_eval = gpudecode.Loader(os.path.join(args.data_dir, args.val_split), transform=dataset_eval.transform,
                                        batch_size=args.validation_batch_size or args.batch_size, shuffle=False,
