@@ -4,8 +4,11 @@ pytorch-image-models checkout) on gpudecode's Loader: the swap, and a check of i
 The swap adds a few lines to each script, after it has built its loaders, and changes
 nothing else: the dataset's transform, the one timm's `create_loader` gave it from the
 command line (`--aa`, `--reprob`, `--remode`, `--train-interpolation`, ...), goes to
-`gpudecode.Loader` as it is. Run the swapped scripts with `--no-prefetcher` (timm's
-prefetcher would normalize and erase on the device a second time).
+`gpudecode.Loader` as it is. With timm's prefetcher on (its default), the transform
+stops at uint8 and timm's PrefetchLoader normalizes and erases on the device while its
+collate mixes: the swap hands the Loader timm's own Normalize, RandomErasing and Mixup
+with the same settings (gpudecode.transforms.timm_augment.prefetcher_transforms), so the
+script gets the batches it would have; `--no-prefetcher` works as well.
 
     python examples/timm/swap.py TIMM_CHECKOUT OUT_DIR
         writes OUT_DIR/train.py and OUT_DIR/validate.py, swapped
@@ -31,20 +34,29 @@ TRAIN_ANCHOR = "    # setup loss function\n"
 VALIDATE_ANCHOR = "    batch_time = AverageMeter()\n"
 
 TRAIN_SWAP = '''\
-    import gpudecode  # gpudecode's Loader in place of create_loader's (run with --no-prefetcher)
-    loader_train = gpudecode.Loader(os.path.join(args.data_dir, args.train_split), transform=dataset_train.transform,
-                                    batch_size=args.batch_size, shuffle=True, num_workers=args.workers, drop_last=True,
-                                    repeated_augs=max(1, args.aug_repeats))  # (timm's --aug-repeats: its RepeatAugSampler)
+    import gpudecode  # gpudecode's Loader in place of create_loader's
+    from gpudecode.transforms.timm_augment import prefetcher_transforms
+    train_tf, mix = dataset_train.transform, None
+    if args.prefetcher:  # what timm's prefetcher does on the device (normalize, erase) and its collate (mix)
+        train_tf, mix = prefetcher_transforms(loader_train, train_tf, collate_fn)
     if loader_eval is not None:
-        loader_eval = gpudecode.Loader(os.path.join(args.data_dir, args.val_split), transform=dataset_eval.transform,
+        eval_tf = prefetcher_transforms(loader_eval, dataset_eval.transform)[0] if args.prefetcher else \\
+            dataset_eval.transform
+        loader_eval = gpudecode.Loader(os.path.join(args.data_dir, args.val_split), transform=eval_tf,
                                        batch_size=args.validation_batch_size or args.batch_size, shuffle=False,
                                        num_workers=args.workers)
+    loader_train = gpudecode.Loader(os.path.join(args.data_dir, args.train_split), transform=train_tf,
+                                    batch_transform=mix, batch_size=args.batch_size, shuffle=True,
+                                    num_workers=args.workers, drop_last=True,
+                                    repeated_augs=max(1, args.aug_repeats))  # (timm's --aug-repeats: its RepeatAugSampler)
 
 '''
 
 VALIDATE_SWAP = '''\
-    import gpudecode  # gpudecode's Loader in place of create_loader's (run with --no-prefetcher)
-    loader = gpudecode.Loader(os.path.join(root_dir, args.split), transform=dataset.transform,
+    import gpudecode  # gpudecode's Loader in place of create_loader's
+    from gpudecode.transforms.timm_augment import prefetcher_transforms
+    eval_tf = prefetcher_transforms(loader, dataset.transform)[0] if args.prefetcher else dataset.transform
+    loader = gpudecode.Loader(os.path.join(root_dir, args.split), transform=eval_tf,
                               batch_size=args.batch_size, shuffle=False, num_workers=args.workers)
 
 '''

@@ -334,3 +334,48 @@ def from_timm_augmix(t: Any) -> TimmAugMix:
 
 __all__ = ["TimmRandAugment", "TimmAutoAugment", "TimmAugMix", "from_timm_rand_augment", "from_timm_auto_augment",
            "from_timm_augmix", "level_arg", "pil_matrix", "timm_op"]
+
+
+def prefetcher_transforms(loader: Any, transform: Any, collate_fn: Any = None) -> tuple[Any, Any]:
+    """What timm's scripts do with their prefetcher on (their default), for the Loader.
+
+    With `--prefetcher` timm's create_transform stops at uint8 tensors (MaybePILToTensor),
+    its PrefetchLoader (`loader`) normalizes them and erases (RandomErasing) on the device,
+    and train.py mixes in the collate (FastCollateMixup) instead of calling Mixup in the
+    loop. Given the PrefetchLoader, the dataset's transform and the script's collate_fn:
+    (the transform as timm builds it without the prefetcher: its steps, then timm's
+    MaybeToTensor, Normalize with the loader's mean and std, and the loader's
+    RandomErasing; the batch transform: timm's Mixup with the collate's settings, or None).
+    The Loader then fuses the transform and runs the Mixup on each batch, so the swapped
+    script sees what timm's loader gave it: normalized, erased, mixed batches.
+
+    Raises:
+        TransformError: `loader` is not timm's PrefetchLoader (nothing to take from it).
+    """
+    import torchvision.transforms as tv
+    from timm.data.random_erasing import RandomErasing
+    from timm.data.transforms import MaybeToTensor
+
+    mean, std = getattr(loader, "mean", None), getattr(loader, "std", None)
+    if mean is None or std is None:
+        raise TransformError(f"prefetcher_transforms takes timm's PrefetchLoader, not a {type(loader).__name__} "
+                             "(with --no-prefetcher the dataset's transform is complete: give it as it is)")
+    steps = list(getattr(transform, "transforms", [transform]))
+    if steps and type(steps[-1]).__name__ in ("MaybePILToTensor", "PILToTensor", "ToNumpy"):
+        steps = steps[:-1]  # (the uint8 tensor the prefetcher took)
+    steps += [MaybeToTensor(), tv.Normalize([float(v) / 255 for v in mean.flatten()],
+                                            [float(v) / 255 for v in std.flatten()])]
+    erase = getattr(loader, "random_erasing", None)
+    if erase is not None:
+        steps.append(RandomErasing(erase.probability, min_area=erase.min_area, max_area=erase.max_area,
+                                   mode=erase.mode, min_count=erase.min_count, max_count=erase.max_count,
+                                   num_splits=erase.num_splits, device="cpu"))
+    mix = None
+    if collate_fn is not None and hasattr(collate_fn, "mixup_alpha"):  # timm's FastCollateMixup (a Mixup)
+        from timm.data import Mixup
+
+        mix = Mixup(mixup_alpha=collate_fn.mixup_alpha, cutmix_alpha=collate_fn.cutmix_alpha,
+                    cutmix_minmax=collate_fn.cutmix_minmax, prob=collate_fn.mix_prob,
+                    switch_prob=collate_fn.switch_prob, mode=collate_fn.mode, correct_lam=collate_fn.correct_lam,
+                    label_smoothing=collate_fn.label_smoothing, num_classes=collate_fn.num_classes)
+    return tv.Compose(steps), mix
