@@ -66,6 +66,7 @@ def test_a_datasets_parquet_set_is_read_as_it_lies(parquet_set):
     assert classes(path) == ("a", "b", "c")
     seen = {}
     with Loader(path, batch_size=8, transform=None, device="cpu", num_workers=2, shuffle=True, seed=3) as ld:
+        assert ld.reader.classes == ["a", "b", "c"]  # the ClassLabel's names, as an ImageFolder tree's
         for b in ld:
             for key, img, lab in zip(b.keys, b.images, b.labels):
                 seen[key] = (img.permute(1, 2, 0).numpy(), int(lab))

@@ -39,12 +39,12 @@ from .._text import plural
 from .. import _native
 
 from .._threads import STOPPED, ThreadGroup, get_until_stopped, put_until_stopped
-from ..errors import (OnError, ResourceError, ShardReadError, Skipped, ErrorPolicy, wrap_data_error)
+from ..errors import (GpuDecodeError, OnError, ResourceError, ShardReadError, Skipped, ErrorPolicy, wrap_data_error)
 from . import epoch as _epoch
 from . import shards as _shards
 from .cache import ShardCache
 from .files import MAX_FILE_BYTES, FileList, iter_files
-from .parquet import is_parquet, read_sample as parquet_read_sample
+from .parquet import classes as parquet_classes, is_parquet, read_sample as parquet_read_sample
 from .remote import RemoteOptions
 from .tario import index_file, split_key
 from .assembly import _shard_lists, iter_shard
@@ -531,6 +531,13 @@ class BaseShardReader:
                 if out and list(f.classes) != out:
                     raise ValueError("the ImageFolder trees read have different classes")
                 out = list(f.classes)
+        if not out:  # a Parquet set's ClassLabel names (datasets writes them into every file's schema)
+            for u in self.urls:
+                if is_parquet(u):
+                    try:
+                        return list(parquet_classes(u))
+                    except GpuDecodeError:
+                        return []
         return out
 
     def file_order(self, name: str, epoch: int) -> list[int]:
