@@ -6,7 +6,7 @@ IDAT streams, checked equal to zlib's and timed against zlib on the host's cores
 The corpus: scikit-image's photographs saved by Pillow as PNG in colour types 0, 2, 3, 4
 and 6, zlib levels 0-9, and a 500x375 batch of the photographs (the bench's JPEG set as
 PNG, level 6). For each PNG the host part only: walk the chunks, join the IDAT payloads,
-strip the zlib wrapper (2 header bytes, 4 Adler-32 bytes); nvCOMP inflates the raw
+strip the zlib wrapper (2 header bytes, 4 Adler-32 bytes), gpudecode.decode.png.read_png's; nvCOMP inflates the raw
 streams as one batch on the GPU; every output must equal zlib.decompress of the same
 IDAT bytes. Then the batch's inflate rate: nvCOMP (the batch in device memory, its
 stream synchronized) against zlib on one thread and on --threads threads.
@@ -20,38 +20,12 @@ import argparse
 import io
 import json
 import os
-import struct
 import sys
 import time
 import traceback
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-
-def idat_stream(png: bytes) -> bytes:
-    """The zlib stream of a PNG: its IDAT chunks' payloads joined (CRCs checked)."""
-    if png[:8] != b"\x89PNG\r\n\x1a\n":
-        raise ValueError("not a PNG")
-    pos, parts = 8, []
-    while pos + 12 <= len(png):
-        n, kind = struct.unpack(">I4s", png[pos:pos + 8])
-        body = png[pos + 8:pos + 8 + n]
-        if len(body) != n or zlib.crc32(png[pos + 4:pos + 8 + n]) != struct.unpack(">I", png[pos + 8 + n:pos + 12 + n])[0]:
-            raise ValueError(f"chunk {kind!r} at {pos} truncated or its CRC wrong")
-        if kind == b"IDAT":
-            parts.append(body)
-        if kind == b"IEND":
-            break
-        pos += 12 + n
-    return b"".join(parts)
-
-
-def raw_deflate(stream: bytes) -> bytes:
-    cmf, flg = stream[0], stream[1]
-    if cmf & 15 != 8 or (cmf * 256 + flg) % 31 or flg & 32:
-        raise ValueError("not a zlib stream PNG allows")
-    return stream[2:-4]
 
 
 def corpus(n_batch: int) -> list[tuple[str, bytes]]:
@@ -92,9 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     report: dict = {}
     items = corpus(a.images)
-    streams = [(k, idat_stream(b)) for k, b in items]
+    from gpudecode.decode.png import read_png  # (the host half: chunks walked, IDATs joined)
+
+    layouts = [read_png(b) for _, b in items]
+    streams = [(k, lay.stream) for (k, _), lay in zip(items, layouts)]
     expect = [zlib.decompress(s) for _, s in streams]
-    raws = [raw_deflate(s) for _, s in streams]
+    raws = [bytes(lay.raw_deflate()) for lay in layouts]
     batch = [i for i, (k, _) in enumerate(streams) if k.startswith("batch-")]
     enc = sum(len(raws[i]) for i in batch)
     dec = sum(len(expect[i]) for i in batch)

@@ -26,6 +26,19 @@ def _ptxas() -> str | None:
     return path if os.access(path, os.X_OK) else None
 
 
+def assemble_without_spills(ptxas: str, ptx: str, arch: str, path) -> int:
+    """`ptx` assembled for `arch` by `ptxas -v` (written to `path` first): it assembles, with
+    no spill stores or loads; the kernel's most registers."""
+    path.write_text(ptx)
+    out = subprocess.run([ptxas, f"-arch={arch}", "-v", str(path), "-o", os.devnull], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, (path.name, out.stderr[-2000:])
+    regs = [int(m) for m in re.findall(r"Used (\d+) registers", out.stderr)]
+    spills = [int(m) for m in re.findall(r"(\d+) bytes spill (?:stores|loads)", out.stderr)]
+    assert regs and not any(spills), (path.name, out.stderr[-2000:])
+    return max(regs)
+
+
 @pytest.mark.slow  # over 20 s on 2 cores (make test's --durations)
 def test_compile_ptx_sm80_sm90_and_ptxas(tmp_path):
     """Real type inference and code generation for every kernel variant (no GPU needed),
@@ -59,15 +72,7 @@ def test_compile_ptx_sm80_sm90_and_ptxas(tmp_path):
     for key, ptx in ptxs.items():
         kernel, cc, variant = key.split("|")
         arch = "sm_" + "".join(c for c in cc if c.isdigit())
-        src = tmp_path / f"{kernel}-{arch}-{variant}.ptx".replace(" ", "")
-        src.write_text(ptx)
-        out = subprocess.run([ptxas, f"-arch={arch}", "-v", str(src), "-o", os.devnull], capture_output=True,
-                             text=True, timeout=300)
-        assert out.returncode == 0, (key, out.stderr[-2000:])
-        regs = [int(m) for m in re.findall(r"Used (\d+) registers", out.stderr)]
-        spills = [int(m) for m in re.findall(r"(\d+) bytes spill (?:stores|loads)", out.stderr)]
-        assert regs and not any(spills), (key, out.stderr[-2000:])
-        report[key] = max(regs)
+        report[key] = assemble_without_spills(ptxas, ptx, arch, tmp_path / f"{kernel}-{arch}-{variant}.ptx".replace(" ", ""))
     print("ptxas registers:", json.dumps(report))
     assert len(report) == 2 * 2 * 6, report
     # occupancy from registers: 64K an SM, allocated 8 a thread at a time, 256-thread blocks

@@ -286,6 +286,8 @@ class PngDecoder:
                     errors[k] = str(e)
             elif lay is not None:
                 layouts[k] = lay
+        from ..kernels import png as K
+
         rows = sorted(layouts)
         plan = _plan([layouts[k] for k in rows], rows)
         total = plan.out_size + sum(a.size for a in host.values())
@@ -296,7 +298,7 @@ class PngDecoder:
         offsets = np.zeros(count, np.int64)
         shapes = np.zeros((count, 2), np.int64)
         for j, k in enumerate(rows):
-            offsets[k] = plan.meta[j, 6]  # (kernels/png.py OUT column)
+            offsets[k] = plan.meta[j, K.OUT]
             shapes[k] = (plan.layouts[j].height, plan.layouts[j].width)
             if kernel_errors[j] and errors[k] is None:
                 errors[k] = "a row's filter type is over 4 (PNG defines 0-4)"
@@ -308,7 +310,7 @@ class PngDecoder:
         boxes = np.zeros((count, 4), np.int64)
         for k in range(count):
             if errors[k] is None:
-                boxes[k] = rq.boxes[k] if not isinstance(rq.boxes, np.ndarray) else rq.boxes[k]
+                boxes[k] = rq.boxes[k]
         return DecodedBatch(pixels, offsets, shapes, hwc_strides(shapes), boxes, errors)
 
     def _inflate_host(self, plan: _Batch, errors: list[str | None], into: np.ndarray) -> None:
@@ -355,7 +357,7 @@ class PngDecoder:
         offs = torch.from_numpy(plan.src_off).to(dev)
         with torch.cuda.device(dev):
             stream = cuda.external_stream(torch.cuda.current_stream(dev).cuda_stream)
-            K.decode_rgb_cuda(src, offs, meta, pal, out, bad[:len(plan.rows)] if plan.rows else bad[:0], stream)
+            K.decode_rgb_cuda(src, offs, meta, pal, out, bad[:len(plan.rows)], stream)
         kernel_errors = bad.cpu().numpy()[:len(plan.rows)]  # (waits for the kernels: a bad filter is known here)
         for j, k in enumerate(plan.rows):
             if errors[k] is not None:
@@ -364,7 +366,8 @@ class PngDecoder:
 
     def _inflate_nvcomp(self, plan: _Batch, errors: list[str | None], src: torch.Tensor) -> None:
         """Every stream of the batch inflated in one nvCOMP call, straight into `src`."""
-        nvcomp = __import__("nvidia.nvcomp", fromlist=["Codec"])
+        from nvidia import nvcomp  # type: ignore[import-not-found,attr-defined]
+
         dev = self._dev
         raws = [lay.raw_deflate() for lay in plan.layouts]
         sizes = np.array([len(r) for r in raws], np.int64)

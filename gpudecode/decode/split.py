@@ -372,13 +372,9 @@ class SplitDecoder:
         fmts = rq.formats
         if self._tuner is not None:
             self._using = self._tuner.pick(active)
-            chosen = list(self._using)
-            pool = active  # (an image no chosen engine takes goes to one that does)
-            if any(not any(self.engines[i].accepts(f) for i in chosen) for f in set(fmts)):
-                chosen = chosen + [i for i in active if i not in chosen and any(
-                    self.engines[i].accepts(f) for f in set(fmts)
-                    if not any(self.engines[j].accepts(f) for j in self._using))]
-            active = sorted(chosen, key=pool.index)
+            # an image no chosen engine takes goes to one that does
+            untaken = {f for f in fmts if not any(self.engines[i].accepts(f) for i in self._using)}
+            active = [i for i in active if i in self._using or any(self.engines[i].accepts(f) for f in untaken)]
         takes = {i: [self.engines[i].accepts(f) for f in fmts] for i in active}
         if self.shares is not None:
             return self._by_shares(n, active, takes)
