@@ -16,9 +16,8 @@ Every backend also runs on the CPU (nvImageCodec's and torchcodec's CPU codecs, 
 hardware JPEG engine and its nvJPEG on CUDA, each an engine of its own (one whose backend
 cannot be made is passed over with a warning saying why; without nvImageCodec, the first
 of dali, torchcodec), and the CPU decoder on the Loader's threads, tuned: each subset of
-them is measured for a few batches and the fastest decodes (engines slow each other down;
-on an H200 with 2 or 6 threads the hardware engine alone beat every split, with 14 the
-hardware engine and the CPU decoder together were best). A machine where only one engine
+them is measured for a few batches and the fastest decodes (engines slow each other down:
+which set is fastest depends on the GPU and the threads; bench/RESULTS.md). A machine where only one engine
 works gets that engine alone. On the CPU "auto" is "cpu", the fastest
 measured there (one core, 500x375 JPEGs: whole images 1,410 img/s against nvImageCodec's
 1,300 and torchcodec's 1,310; RandomResizedCrop windows 1,690-1,810 against 1,690-1,700
@@ -226,8 +225,8 @@ def _every_engine(auto: bool, common: dict[str, Any]) -> Decoder:
                       + "; ".join(dict.fromkeys(passed)),
                       RuntimeWarning, stacklevel=3)
     engines.append(_engine("cpu", **common))
-    # tune: which of them decode is measured, not assumed (engines slow each other down:
-    # on an H200 every split of 2 or 6 threads was slower than the hardware engine alone)
+    # tune: which of them decode is measured, not assumed (engines slow each other down, so
+    # a split can lose to its best engine alone)
     return _split(engines, common["device"], None, common["buffers"], tune=True)
 
 

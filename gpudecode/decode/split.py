@@ -23,10 +23,10 @@ JPEG) never gets the others. Every engine decodes at least one image of a batch 
 there are enough), so a rate that was low for a while is measured again.
 
 Which engines decode at all (`tune=True`, what decoder="auto" makes). Engines slow each
-other down when they run together (on an H200, 2026-11-28: the hardware engine decoded
-11,455 img/s alone and 6,700 of its share beside the CPU decoder; nvJPEG on CUDA takes SMs
-and host cores from both), and a rate measured per engine cannot see that: with 2 or 6
-threads every split there was slower than the hardware engine alone. So the split measures
+other down when they run together (nvJPEG on CUDA takes SMs and host cores from the others;
+the hardware engine decodes less of its share beside the CPU decoder than alone:
+bench/RESULTS.md, the second GPU run), and a rate measured per engine cannot see that: a
+split can be slower than its best engine alone. So the split measures
 what a whole set of engines delivers: each subset of the engines decodes `trial` batches
 (the first of them a warm-up, not counted), its images a second over the rest (the host
 span of decode(), every engine's part included) is kept, and the best subset decodes from

@@ -213,8 +213,8 @@ def resident_runs(shards, *, device: str, threads: int, cifar: int) -> list[dict
                         keep=keep) as ld:
                 rate, first = epochs_rate(ld, 3)
                 summary = ld.stats.summary()
-                # where a batch's time goes (the CIFAR-sized set ran 5.5 ms a batch of 1,024 on an H200,
-                # 2026-11-28, the kernel's share of it unknown): host stages and the GPU's own
+                # where a batch's time goes, host stages and the GPU's own (the kernel's share of a
+                # resident batch is what says whether the host or the GPU binds)
                 out.append({"set": name, "keep": keep, "device": device, "batch_size": batch, "threads": threads,
                             "images_per_s": rate, "first_epoch_s": first, "store": ld.describe()["keep"],
                             "h2d_bytes_last_epoch": summary.get("h2d_bytes", 0),
