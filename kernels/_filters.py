@@ -4,12 +4,13 @@ and nearest-exact indices. Compiled with kernels/_pixel.py's helpers (_compile.H
 reads both modules)."""
 from __future__ import annotations
 
-from numpy import float32, int32
+from numpy import float32, float64, int32, int64
 
 
-def filter_window(i, scale, in_size, antialias, mode):
-    """Source window of output index i (0-based in the resized, uncropped frame), for the
-    filter `mode` (the FILTER column: 0 bilinear, 1 bicubic, 2 nearest-exact, 3 nearest).
+def filter_window(i, scale, in_size, frame, antialias, mode):
+    """Source window of output index i (0-based in the resized, uncropped frame of `frame`
+    pixels along this axis), for the filter `mode` (the FILTER column: 0 bilinear, 1
+    bicubic, 2 nearest-exact, 3 nearest, 4 PIL's nearest).
 
     Returns (center, invscale, lo, hi): input indices lo <= j < hi contribute with
     weight filter_weight(j, center, invscale, mode == 1) (to be normalized by their sum).
@@ -17,7 +18,11 @@ def filter_window(i, scale, in_size, antialias, mode):
     by the scale when antialiasing a downscale: ATen's _upsample_*2d_aa, PIL's resize.
     The nearest modes reach half a pixel, never stretched: the window is the one pixel
     floor(center), ATen's index, with center (i + 0.5) scale (nearest-exact) or i scale
-    (nearest) in float32; its one weight, normalized, is 1."""
+    (nearest) in float32; its one weight, normalized, is 1. PIL's nearest (mode 4) is
+    pil_nearest_index's pixel."""
+    if mode == 4:
+        lo = pil_nearest_index(i, in_size, frame)
+        return float32(lo) + float32(0.5), float32(1.0), lo, lo + int32(1)
     radius = float32(2.0) if mode == 1 else float32(1.0)
     offset = float32(0.5)
     if mode >= 2:
@@ -38,6 +43,26 @@ def filter_window(i, scale, in_size, antialias, mode):
     if hi > in_size:
         hi = int32(in_size)
     return center, invscale, lo, hi
+
+
+def pil_nearest_index(i, in_size, frame):
+    """The source pixel PIL's NEAREST resize of `in_size` pixels to `frame` takes for
+    output i: Pillow walks the row in doubles (x = a / 2, then x += a, with a = in_size /
+    frame) and truncates, so its index is floor((2i + 1) in_size / (2 frame)) except where
+    that quotient is a whole number, where the sum's rounding decides (the walk is
+    repeated then; it is exact elsewhere, its error far under 1 / (2 frame))."""
+    num = int64(2 * i + 1) * int64(in_size)
+    den = int64(2) * int64(frame)
+    q = num // den
+    if num - q * den == 0:
+        a = float64(in_size) / float64(frame)
+        x = a * float64(0.5)
+        for _ in range(i):
+            x += a
+        q = int64(x)
+    if q > in_size - 1:
+        q = int64(in_size - 1)
+    return int32(q)
 
 
 def tri_weight(j, center, invscale):

@@ -21,7 +21,7 @@ from .ops import (AFFINE, ARGS, AUTOCONTRAST, BARRIER_MASK, BLUR_X, BLUR_Y, BRIG
                   SOLARIZE_ADD)
 
 from ._noise import add_noise, cos2pi, hash32, log_ratio24, noise_key, noise_normal  # noqa: E402, F401  (GaussianNoise's)
-from ._filters import cubic_weight, filter_weight, filter_window, tri_weight  # noqa: E402, F401  (the resample's)
+from ._filters import cubic_weight, filter_weight, filter_window, pil_nearest_index, tri_weight  # noqa: E402, F401  (the resample's)
 
 MAX_BLUR = 63    # largest Gaussian kernel side the CUDA kernel keeps weights for
 BLUR_TAIL = 1e-10  # blur taps under this share of the sum are skipped (they change no value by 1e-9)

@@ -22,7 +22,7 @@ from ._compile import fastmath
 def _axis_weights(out_size, vsize, voff, box, flip, antialias, mode, index, wbuf):
     """Per output index: first source index, tap count, and normalized weights; and a
     validity mask (1: inside) for indices that fall outside the resized frame (padding).
-    `mode`: the filter (FILTER: bilinear, bicubic, nearest-exact, nearest). Written into
+    `mode`: the filter (FILTER: bilinear, bicubic, nearest-exact, nearest, PIL's nearest). Written into
     the caller's memory (no allocation): first, count and valid are index[:3 * out_size]
     (int64), the weights [out_size, taps] the start of wbuf (float32; held too short for
     the taps, the reshape raises: cpu_twin.axis_taps bounds them)."""
@@ -38,7 +38,7 @@ def _axis_weights(out_size, vsize, voff, box, flip, antialias, mode, index, wbuf
     for o in range(out_size):
         v = (out_size - 1 - o if flip else o) + voff
         if v >= 0 and v < vsize:
-            c, inv, lo, hi = filter_window(v, scale, box, antialias, mode)
+            c, inv, lo, hi = filter_window(v, scale, box, vsize, antialias, mode)
             first[o] = lo
             count[o] = hi - lo
             valid[o] = 1
@@ -48,7 +48,7 @@ def _axis_weights(out_size, vsize, voff, box, flip, antialias, mode, index, wbuf
     for o in range(out_size):
         if valid[o]:
             v = (out_size - 1 - o if flip else o) + voff
-            c, inv, lo, hi = filter_window(v, scale, box, antialias, mode)
+            c, inv, lo, hi = filter_window(v, scale, box, vsize, antialias, mode)
             total = float32(0.0)
             if cubic:  # (one loop per filter: the bilinear one as it was, with no branch in it)
                 for j in range(lo, hi):

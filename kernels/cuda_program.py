@@ -101,8 +101,8 @@ def _resample_body(src, geom, args, order, antialias, scratch, stats, hist, aux,
             bw = g[BW]
             mode = g[FILTER]
             cubic = mode == 1
-            cy, iy, ylo, yhi = filter_window(vy, float32(bh) / float32(g[VH]), bh, antialias, mode)
-            cx, ix, xlo, xhi = filter_window(vx, float32(bw) / float32(g[VW]), bw, antialias, mode)
+            cy, iy, ylo, yhi = filter_window(vy, float32(bh) / float32(g[VH]), bh, g[VH], antialias, mode)
+            cx, ix, xlo, xhi = filter_window(vx, float32(bw) / float32(g[VW]), bw, g[VW], antialias, mode)
             wysum = float32(0.0)
             for j in range(ylo, yhi):
                 wysum += filter_weight(j, cy, iy, cubic)

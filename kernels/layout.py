@@ -9,7 +9,7 @@ from ._pixel import ARGS
 from .ops import BARRIER_MASK, has
 
 OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP, FILTER, FILLR, FILLG, FILLB = range(20)
-GEOM = 20  # FILTER: the resample's filter (0 bilinear, 1 bicubic, 2 nearest-exact, 3 nearest); FILL*: the padding's colour, levels
+GEOM = 20  # FILTER: the resample's filter (0 bilinear, 1 bicubic, 2 nearest-exact, 3 nearest, 4 PIL's nearest); FILL*: the padding's colour, levels
 THREADS_PER_BLOCK = (16, 16)  # 256 threads: one histogram bin each (equalize)
 STATS = 7  # per sample and barrier level: grey sum, min r g b, max r g b (float64)
 _SUM_TYPE = np.float64

@@ -229,8 +229,8 @@ def test_bench_train_workers_and_formats_on_a_missing_gpu(tmp_path, capsys):
 
 def test_timm_nearest_is_pils_nearest(photos):
     """timm's create_transform(interpolation="nearest") resizes PIL images with PIL's
-    NEAREST: converted as "nearest-exact" (the pixel whose centre is nearest), not ATen's
-    legacy nearest, which was 47-70% of values more than a level off."""
+    NEAREST: converted as "pil-nearest", Pillow's pixel exactly (ATen's legacy nearest was
+    47-70% of values more than a level off; torch's nearest-exact 2.7% of them)."""
     timm = pytest.importorskip("timm")
     import numpy as np
     from PIL import Image
@@ -238,12 +238,18 @@ def test_timm_nearest_is_pils_nearest(photos):
     tt = timm.data.create_transform(64, is_training=True, interpolation="nearest")
     tf = T.Compose.from_torchvision(tt)
     rrc = tf.plan.geometry[0]
-    assert rrc.interpolation == "nearest-exact"
+    assert rrc.interpolation == "pil-nearest"
     img = photos["astronaut"][:300, :400]
-    ours = T.Compose([T.Resize((123, 177), interpolation="nearest-exact")])(
+    ours = T.Compose([T.Resize((123, 177), interpolation="pil-nearest")])(
         torch.from_numpy(img).permute(2, 0, 1).contiguous()).permute(1, 2, 0).numpy()
     pil = np.asarray(Image.fromarray(img).resize((177, 123), Image.Resampling.NEAREST))
-    assert np.mean(ours != pil) < 0.05  # (the legacy nearest: 0.89 of the values differ)
+    assert np.array_equal(ours, pil)
+    tt = timm.data.create_transform(64, is_training=False, interpolation="nearest", crop_pct=0.875)
+    tf = T.Compose.from_torchvision(tt)
+    assert tf.plan.resample == 4
+    timm_out = tt(Image.fromarray(img)).numpy()
+    ours = tf([torch.from_numpy(img).permute(2, 0, 1).contiguous()], tf.make_params([img.shape[:2]], 0))[0].numpy()
+    assert np.abs(ours - timm_out).max() <= 1e-5  # (normalized floats: the same pixels, to float rounding)
 
 
 @pytest.mark.filterwarnings("ignore:even=:RuntimeWarning")

@@ -19,7 +19,7 @@ GROUPS = {
                "last, after the geometry and the per-sample ops (then only Normalize, ToDtype, RandomErasing), "
                "on the kernel's output"),
     "geometry": ("geometry (one, first or after the canvas)", "{tv}, Resize + CenterCrop, Resize + RandomCrop (RandomResize, "
-                 "RandomShortestSize and ScaleJitter only so), or none (bilinear or bicubic, antialiased, or nearest, nearest-exact; crops pad "
+                 "RandomShortestSize and ScaleJitter only so), or none (bilinear or bicubic, antialiased, or nearest, nearest-exact, pil-nearest; crops pad "
                  "with a fill); timm's {timm}"),
     "flips": ("flips (any order)", "{tv}"),
     "per-sample": ("per-sample ops (any order)", "{tv}"),
@@ -88,6 +88,12 @@ class Transform:
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         return {}
+
+    def on_pil_images(self) -> "Transform":
+        """This step, converted from one that ran on PIL images (before the pipeline's
+        ToTensor), with PIL's arithmetic where it picks other pixels than the tensor form's
+        (the resizes' NEAREST: convert.py). The default: the step as it is."""
+        return self
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))

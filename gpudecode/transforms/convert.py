@@ -17,6 +17,10 @@ from .base import CONVERTS, Transform, _refuse
 _DROPPED = ("torchvision.ToImage", "torchvision.PILToTensor", "torchvision.ToPureTensor",
             "torchvision.ToImageTensor", "timm.MaybePILToTensor")
 
+# the steps that take a PIL image to a tensor: the steps before one ran on PIL images
+_FROM_PIL = ("torchvision.ToTensor", "torchvision.PILToTensor", "torchvision.ToImage", "torchvision.ToImageTensor",
+             "timm.MaybePILToTensor", "timm.MaybeToTensor", "timm.ToTensor")
+
 # Why an op has no fused form, where there is more to say than that it has none yet.
 WHY = {
     "torchvision.JPEG": "it re-encodes each image (an encoder per sample, outside any kernel)",
@@ -82,8 +86,10 @@ def _flat(t: Any) -> list[Any]:
 def convert(tv: Any, floats: bool = False) -> list[Transform]:
     """Our steps for torchvision's or timm's `tv` (a Compose, one transform, or a list of
     them); `floats`: a float conversion came before (thresholds and fills are then on the
-    [0, 1] scale)."""
+    [0, 1] scale). The steps before a PIL-to-tensor step ran on PIL images, and take PIL's
+    arithmetic where it picks other pixels (Transform.on_pil_images)."""
     steps = [x for u in tv for x in _flat(u)] if isinstance(tv, list) else _flat(tv)
+    on_pil = next((i for i, t in enumerate(steps) if key(t) in _FROM_PIL), 0)
     out: list[Transform] = []
     for i, t in enumerate(steps):
         if isinstance(t, Transform):  # ours, inside a torchvision Compose
@@ -98,6 +104,8 @@ def convert(tv: Any, floats: bool = False) -> list[Transform]:
             why = WHY.get(name, "gpudecode has no fused form of it")
             raise _refuse(f"{qualified(t)} cannot be fused{where}: {why}")
         step = cls.convert(t, floats)
+        if i < on_pil:
+            step = step.on_pil_images()
         out.append(step)
         floats = floats or step.makes_floats
     return out

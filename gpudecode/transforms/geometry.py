@@ -24,13 +24,14 @@ def _setup_size(size: Any, name: str = "size") -> tuple[int, int]:
     raise TypeError(f"{name} must be an int or a sequence of one or two ints, not {size!r}")
 
 
-_MODES = ("bilinear", "bicubic", "nearest-exact", "nearest")
+_MODES = ("bilinear", "bicubic", "nearest-exact", "nearest", "pil-nearest")
 FILTERS = {m: k for k, m in enumerate(_MODES)}  # the kernel's FILTER column: a mode's place here
 
 
 def _interpolation(interpolation: Any, antialias: bool) -> tuple[str, ...]:
     """The resampling filter(s) of a resize: ("bilinear",), ("bicubic",), ("nearest-exact",),
-    ("nearest",), or bilinear and bicubic both (a list or tuple of modes: one drawn an
+    ("nearest",), ("pil-nearest",) (PIL's NEAREST, as timm resizes: kernels/_filters.py's
+    pil_nearest_index), or bilinear and bicubic both (a list or tuple of modes: one drawn an
     image, as timm's interpolation="random"). torchvision's InterpolationMode, its string,
     or PIL's constant (0, 2, 3) are read. The nearest modes are ATen's (no antialias, as
     torchvision's resize ignores it for them)."""
@@ -42,7 +43,7 @@ def _interpolation(interpolation: Any, antialias: bool) -> tuple[str, ...]:
             else str(name).lower()
         if name not in _MODES:
             raise TransformError(f"{m!r} interpolation cannot be fused: the kernel resamples bilinear, bicubic, "
-                                 "nearest or nearest-exact")
+                                 "nearest, nearest-exact or pil-nearest")
         names.append(name)
     if not names:
         raise TransformError("no interpolation mode given")
@@ -55,12 +56,18 @@ def _interpolation(interpolation: Any, antialias: bool) -> tuple[str, ...]:
 
 
 def _pil_nearest(interpolation: Any) -> Any:
-    """timm resizes PIL images: its NEAREST is PIL's, the pixel whose centre is nearest
-    (torch's "nearest-exact"), not ATen's legacy "nearest" (which torchvision's NEAREST means
-    on tensors, and which took 47-70% of values more than a level off PIL's)."""
+    """timm resizes PIL images: its NEAREST is PIL's ("pil-nearest": the pixel Pillow's
+    resize takes, which is torch's "nearest-exact" but where the source position falls on a
+    pixel edge), not ATen's legacy "nearest" (which torchvision's NEAREST means on tensors,
+    and which took 47-70% of values more than a level off PIL's)."""
     modes = list(interpolation) if isinstance(interpolation, (list, tuple)) else [interpolation]
-    out = ["nearest-exact" if str(getattr(m, "value", m)).lower() == "nearest" or m == 0 else m for m in modes]
+    out = ["pil-nearest" if str(getattr(m, "value", m)).lower() == "nearest" or m == 0 else m for m in modes]
     return out if isinstance(interpolation, (list, tuple)) else out[0]
+
+
+def _pil_modes(modes: tuple[str, ...]) -> tuple[str, ...]:
+    """A resize's modes where it saw PIL images (Transform.on_pil_images): NEAREST is PIL's."""
+    return tuple("pil-nearest" if m == "nearest" else m for m in modes)
 
 
 def _resize_repr(t: Transform, modes: tuple[str, ...]) -> str:
@@ -109,6 +116,10 @@ class RandomResizedCrop(Transform, converts=("torchvision.RandomResizedCrop",
     @property
     def interpolation(self) -> str | tuple[str, ...]:
         return self._modes[0] if len(self._modes) == 1 else self._modes
+
+    def on_pil_images(self) -> Transform:
+        self._modes = _pil_modes(self._modes)
+        return self
 
     def __repr__(self) -> str:
         return _resize_repr(self, self._modes)
@@ -185,6 +196,10 @@ class Resize(Transform, converts="torchvision.Resize"):
     @property
     def interpolation(self) -> str:
         return self._modes[0]
+
+    def on_pil_images(self) -> Transform:
+        self._modes = _pil_modes(self._modes)
+        return self
 
     def __repr__(self) -> str:
         return _resize_repr(self, self._modes)
