@@ -151,3 +151,223 @@ def test_other_layouts_by_their_column_names(tmp_path):
     with Loader(str(path), batch_size=5, transform=None, device="cpu") as ld:
         (b,) = list(ld)
     assert [labels[int(k)] for k in b.keys] == b.labels.tolist() and b.images.dtype == torch.uint8
+
+
+def _pyarrow_rows(path: str) -> list[tuple[bytes | None, int | None]]:
+    """Each row's image bytes and label as pyarrow reads them (the reference)."""
+    t = pq.read_table(path)
+    col = t.column("image").combine_chunks() if "image" in t.column_names else None
+    out = []
+    for k in range(t.num_rows):
+        if col is not None and str(col.type).startswith("struct"):
+            v = col[k].as_py()
+            data = None if v is None else v["bytes"]
+        else:
+            data = t.column(t.column_names[0])[k].as_py()
+        out.append((data, t.column("label")[k].as_py() if "label" in t.column_names else None))
+    return out
+
+
+def _walked(path: str) -> list:
+    """The row groups io/parquet.py read in place (_Group) or left to pyarrow (None)."""
+    import os
+
+    from gpudecode.io import parquet as P
+
+    st = os.stat(path)
+    layout = P._LAYOUTS.get((st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns))
+    return [layout.groups.get(g) for g in range(len(layout.rows))] if layout else []
+
+
+@pytest.mark.parametrize("how", ["datasets", "v2 pages, small pages", "nulls and empties", "snappy", "dictionary"])
+def test_rows_read_in_place_equal_pyarrows(tmp_path, how):
+    """A local file's uncompressed PLAIN image chunks are walked in place (the Thrift page
+    headers, the definition levels, each value's length: io/parquet.plain_pages); every
+    row's bytes, format and label equal pyarrow's read of the file, in page format v1 and
+    v2, with many pages a group, null structs, null and empty bytes, null labels and a
+    signature not known (the path's suffix then); compressed or dictionary-encoded chunks
+    are pyarrow's to read, with the same rows. A second read (the walk kept) is the same."""
+    import pyarrow as pa
+
+    from gpudecode.io.assembly import iter_shard
+    from gpudecode.io.members import Sample
+
+    imgs, kinds, labels = _images(23, seed=5)
+    path = str(tmp_path / "set.parquet")
+    if how == "datasets":
+        _write(path, imgs, labels)
+    else:
+        rows = [{"bytes": b, "path": f"img{k}.{'png' if kinds[k] == 'PNG' else 'jpg'}"} for k, b in enumerate(imgs)]
+        labs: list = list(labels)
+        if how == "nulls and empties":
+            rows[3] = None
+            rows[5] = {"bytes": None, "path": "x.jpg"}
+            rows[8] = {"bytes": b"", "path": "y.jpg"}
+            rows[11] = {"bytes": b"GIF89a" + imgs[11][6:], "path": "odd.gif"}  # (no signature known: the path's)
+            labs[4] = None
+        opts = {"datasets": {}, "v2 pages, small pages": dict(data_page_version="2.0", data_page_size=2048),
+                "nulls and empties": dict(data_page_size=4096), "snappy": dict(compression="snappy"),
+                "dictionary": dict(use_dictionary=True, compression="none")}[how]
+        opts.setdefault("compression", "none")
+        opts.setdefault("use_dictionary", False)
+        pq.write_table(pa.table({"image": pa.array(rows), "label": pa.array(labs, pa.int64())}), path,
+                       row_group_size=9, **opts)
+    ref = _pyarrow_rows(path)
+    for _ in range(2):
+        got = list(iter_shard(path, on_error="skip"))
+        samples = {s.key: s for s in got if isinstance(s, Sample)}
+        for k, (data, label) in enumerate(ref):
+            key = "%09d" % k
+            if not data:
+                assert key not in samples, key
+                continue
+            s = samples[key]
+            ((ext, value),) = [(e, v) for e, v in s.fields.items() if e != "cls"]
+            assert bytes(value) == data, key
+            assert ext == ("gif" if data[:3] == b"GIF" else "png" if data[:4] == b"\x89PNG" else "jpg")
+            assert s.fields.get("cls") == (None if label is None else b"%d" % label), key
+    groups = _walked(path)
+    in_place = how in ("datasets", "v2 pages, small pages", "nulls and empties")
+    assert groups and all((g is not None) == in_place for g in groups), (how, groups)
+
+
+def test_the_pool_and_the_mapping_hold_the_same_bytes(parquet_set):
+    """A Parquet image read into the reader's pooled blocks or as a view of the mapped file
+    (pool_extensions, map_extensions: as a tar member) holds pyarrow's bytes."""
+    from gpudecode.io.reader import ShardReader
+
+    path, images = parquet_set[0], parquet_set[1]
+    for opts in ({"pool_extensions": ("jpg", "png")}, {"map_extensions": ("jpg", "png")}):
+        r = ShardReader([path], shuffle=False, num_threads=1, **opts)
+        seen = 0
+        for s in r:
+            ((ext, v),) = [(e, v) for e, v in s.fields.items() if e != "cls"]
+            assert isinstance(v, memoryview) and bytes(v) == images[int(s.key)], (opts, s.key)
+            if "map_extensions" in opts:
+                assert v.readonly
+            seen += 1
+        r.close()
+        assert seen == len(images)
+
+
+def test_a_file_cut_or_rewritten_after_its_walk_is_read_anew(parquet_set, tmp_path):
+    """The walk is kept by the file's stat: a file rewritten in place with other rows is
+    walked again (its new rows come out), and one cut short after its walk is the file's
+    error naming it, never bytes from past its end."""
+    import shutil
+
+    from gpudecode.io.assembly import iter_shard
+    from gpudecode.io.members import Sample
+
+    path = str(tmp_path / "moving.parquet")
+    shutil.copy(parquet_set[0], path)
+    assert sum(isinstance(s, Sample) for s in iter_shard(path)) == len(parquet_set[1])
+    imgs, _, labels = _images(5, seed=11)
+    _write(path, imgs, labels)
+    got = [s for s in iter_shard(path) if isinstance(s, Sample)]
+    assert [bytes(s.fields[e]) for s in got for e in s.fields if e != "cls"] == imgs
+    with open(path, "r+b") as f:
+        f.truncate(f.seek(0, 2) - 200)
+    with pytest.raises(GpuDecodeError, match="moving.parquet"):
+        for item in iter_shard(path):
+            if not isinstance(item, Sample):
+                raise item.error
+
+
+def test_plain_pages_refuses_hostile_chunks_and_never_reads_past_them(parquet_set):
+    """io/parquet.plain_pages on a real chunk cut, flipped and stretched at random: it
+    refuses (_Unsupported, or the index, value and struct errors the reader catches) or
+    returns spans inside the chunk, one a row; never a hang (hypothesis' deadline)."""
+    import struct
+
+    from hypothesis import given, settings, strategies as st
+
+    from gpudecode.io import parquet as P
+
+    pf = pq.ParquetFile(parquet_set[0])
+    col = pf.metadata.row_group(0).column(0)
+    with open(parquet_set[0], "rb") as f:
+        raw = f.read()[col.data_page_offset:col.data_page_offset + col.total_compressed_size]
+    rows = pf.metadata.row_group(0).num_rows
+    offsets, lengths = P.plain_pages(raw, rows, 2)
+    assert len(offsets) == rows and (lengths > 0).all()
+
+    @settings(max_examples=300, deadline=2000)
+    @given(st.lists(st.tuples(st.integers(0, len(raw) - 1), st.integers(0, 255)), max_size=8),
+           st.integers(0, len(raw)), st.integers(0, 64), st.integers(0, 3))
+    def check(flips, cut, rows_asked, max_def):
+        data = bytearray(raw[:cut])
+        for at, v in flips:
+            if at < len(data):
+                data[at] = v
+        try:
+            offs, lens = P.plain_pages(bytes(data), rows_asked, max_def)
+        except (P._Unsupported, IndexError, ValueError, struct.error):
+            return
+        assert len(offs) == rows_asked
+        real = lens >= 0
+        assert (offs[real] >= 0).all() and (offs[real] + lens[real] <= len(data)).all()
+
+    check()
+
+
+def test_walks_kept_are_bounded_and_the_oldest_go_first(parquet_set, tmp_path, monkeypatch):
+    """The walks kept across epochs hold at most LAYOUT_ROWS rows: past it the oldest
+    file's walk is dropped (and that file is walked again when read, with the same rows)."""
+    import shutil
+
+    from gpudecode.io import parquet as P
+    from gpudecode.io.assembly import iter_shard
+    from gpudecode.io.members import Sample
+
+    P.forget_layouts()
+    monkeypatch.setattr(P, "LAYOUT_ROWS", 50)  # (40 rows a file: one file's walk at a time)
+    paths = [str(tmp_path / f"s{k}.parquet") for k in range(3)]
+    for p in paths:
+        shutil.copy(parquet_set[0], p)
+    firsts = [[bytes(s.fields[e]) for s in iter_shard(p) if isinstance(s, Sample) for e in s.fields if e != "cls"]
+              for p in paths]
+    assert [bool(_walked(p)) for p in paths] == [False, False, True]
+    assert P._LAYOUT_ROWS_HELD[0] == 40
+    again = [bytes(s.fields[e]) for s in iter_shard(paths[0]) if isinstance(s, Sample) for e in s.fields if e != "cls"]
+    assert again == firsts[0] == parquet_set[1] and [bool(_walked(p)) for p in paths] == [True, False, False]
+    P.forget_layouts()
+    assert not P._LAYOUTS and P._LAYOUT_ROWS_HELD[0] == 0
+
+
+def test_inspect_precache_and_an_fsspec_url(parquet_set, tmp_path, capsys):
+    """What a shard source has, from Parquet: `gpudecode inspect` counts its rows and
+    formats; `gpudecode precache` writes the same tensor shards as from a tar shard of the
+    same samples (webdataset writes it: the reference); an fsspec URL (memory://) gives
+    the local file's batches and classes."""
+    import json
+
+    fsspec = pytest.importorskip("fsspec")
+
+    from gpudecode.cli import main
+
+    path, images, kinds, labels = parquet_set
+    assert main(["inspect", path]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["samples"] == len(images)
+    assert report["extensions"] == {"jpg": kinds.count("JPEG"), "png": kinds.count("PNG"), "cls": len(images)}
+    tar = make_shard(tmp_path / "same.tar", [{"__key__": "%09d" % k, "jpg" if kinds[k] == "JPEG" else "png": b,
+                                              "cls": str(labels[k])} for k, b in enumerate(images)])
+    outs = {}
+    for name, src in (("parquet", path), ("tar", tar)):
+        assert main(["precache", src, str(tmp_path / name), "--size", "24", "--crop", "center", "--quiet"]) == 0
+        with Loader(str(tmp_path / name), batch_size=len(images), transform=None, device="cpu", shuffle=False) as ld:
+            (b,) = list(ld)
+            outs[name] = (b.keys, b.images.clone(), b.labels.clone())
+    assert outs["parquet"][0] == outs["tar"][0]
+    assert torch.equal(outs["parquet"][1], outs["tar"][1]) and torch.equal(outs["parquet"][2], outs["tar"][2])
+    with open(path, "rb") as f, fsspec.open("memory://bucket/train-00000-of-00001.parquet", "wb") as g:
+        g.write(f.read())
+    got = {}
+    for url in (path, "memory://bucket/train-00000-of-00001.parquet"):
+        with Loader(url, batch_size=8, transform=None, device="cpu", shuffle=True, seed=3) as ld:
+            got[url] = ([(b.keys, b.images.clone(), b.labels.clone()) for b in ld], ld.reader.classes)
+    (a, ca), (b, cb) = got.values()
+    assert list(ca) == list(cb) == ["a", "b", "c"] and len(a) == len(b) == 5
+    for x, y in zip(a, b):
+        assert x[0] == y[0] and torch.equal(x[1], y[1]) and torch.equal(x[2], y[2])

@@ -46,7 +46,8 @@ def _shard_lists(url: str, *, on_error: str = "raise", extensions: frozenset[str
     """iter_shard's items a list at a time (a read batch's samples together: no generator
     step a sample); a list with a fatal Failure ends with it, and is the last."""
     if is_parquet(url):  # rows as samples (io/parquet.py)
-        yield from sample_lists(url, start=start, stop=stop, extensions=extensions)
+        yield from sample_lists(url, start=start, stop=stop, extensions=extensions, mapped=mapped, maps=maps,
+                                pooled=pooled)
         return
     end = stop if stop is not None else float("inf")
     want = _Want(start, end, extensions)

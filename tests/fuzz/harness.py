@@ -27,7 +27,7 @@ import os
 import re
 import tempfile
 
-TARGETS = ("tar_stream", "gzip_path", "labels", "shard_list", "npy", "image", "png_halves")
+TARGETS = ("tar_stream", "gzip_path", "labels", "shard_list", "npy", "image", "png_halves", "parquet_pages")
 
 
 def _stream_view(stream):
@@ -223,6 +223,28 @@ def png_halves(data: bytes) -> None:
 
 
 _DECODER = None
+
+
+def parquet_pages(data: bytes) -> None:
+    """A Parquet column chunk walked in place (io/parquet.plain_pages: Thrift page
+    headers, definition levels, PLAIN values), its first two bytes the rows asked and the
+    maximum definition level: refused (_Unsupported, or the index, value and struct errors
+    the reader catches, all of which hand the chunk to pyarrow) or one span a row, each
+    inside the chunk."""
+    import struct
+
+    from gpudecode.io import parquet
+
+    if len(data) < 2:
+        return
+    rows, max_def, chunk = data[0], data[1] % 4, data[2:]
+    try:
+        offsets, lengths = parquet.plain_pages(chunk, rows, max_def)
+    except (parquet._Unsupported, IndexError, ValueError, struct.error):
+        return
+    assert len(offsets) == len(lengths) == rows, "not one span a row"
+    real = lengths >= 0
+    assert ((offsets[real] >= 0) & (offsets[real] + lengths[real] <= len(chunk))).all(), "a span past the chunk"
 
 
 def _decoder():

@@ -59,6 +59,34 @@ def hand_pngs() -> dict[str, bytes]:
     return {f"hand-{k}": v for k, v in variants(photos()[0][:24, :20]).items()}
 
 
+def parquet_chunks(imgs: dict[str, bytes]) -> dict[str, bytes]:
+    """Image column chunks as pyarrow writes them uncompressed and PLAIN (page format v1
+    and v2, one or many pages, a null struct, null and empty bytes), each behind its rows
+    and maximum definition level (the parquet_pages target's first two bytes)."""
+    import tempfile
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    small = [d[:2500] for d in imgs.values()][:6]
+    rows = [{"bytes": b, "path": f"{k}.jpg"} for k, b in enumerate(small)] + [None, {"bytes": None, "path": "x"},
+                                                                             {"bytes": b"", "path": "y"}]
+    out = {}
+    for name, opts in {"v1": {}, "v2": {"data_page_version": "2.0"}, "v1-pages": {"data_page_size": 1024},
+                       "v2-pages": {"data_page_version": "2.0", "data_page_size": 1024}}.items():
+        for kind, table in {"struct": pa.table({"image": pa.array(rows)}),
+                            "binary": pa.table({"jpg": pa.array(small, pa.binary())})}.items():
+            with tempfile.TemporaryDirectory() as d:
+                path = f"{d}/x.parquet"
+                pq.write_table(table, path, compression="none", use_dictionary=False, **opts)
+                pf = pq.ParquetFile(path)
+                col = pf.metadata.row_group(0).column(0)
+                raw = Path(path).read_bytes()[col.data_page_offset:col.data_page_offset + col.total_compressed_size]
+                head = bytes([pf.metadata.num_rows, pf.schema.column(0).max_definition_level])
+                out[f"{kind}-{name}"] = head + raw
+    return out
+
+
 def main(out: Path) -> None:
     import tarcorpus
 
@@ -68,7 +96,7 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     imgs = images()
     dirs = {t: out / t for t in ("tar", "probe", "jpeg", "png", "batch", "tar_stream", "gzip_path", "labels",
-                                 "shard_list", "npy", "image", "png_halves")}
+                                 "shard_list", "npy", "image", "png_halves", "parquet_pages")}
     for d in dirs.values():
         d.mkdir(exist_ok=True)
     tars = [c.data[:1 << 15] for c in tarcorpus.cases()]
@@ -90,6 +118,8 @@ def main(out: Path) -> None:
         if data[:4] == b"\x89PNG":
             (dirs["png"] / name).write_bytes(bytes([1, 10, 20, 200, 200, 0, 0, 0]) + data)
             (dirs["png_halves"] / name).write_bytes(data)
+    for name, data in parquet_chunks(imgs).items():
+        (dirs["parquet_pages"] / name).write_bytes(data)
     for name, data in hand_pngs().items():  # colour types, bit depths, tRNS, Adam7
         (dirs["png"] / name).write_bytes(bytes([1, 30, 40, 120, 160, 0, 0, 0]) + data)
         (dirs["png_halves"] / name).write_bytes(data)
