@@ -351,10 +351,15 @@ def _dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
     """A torch Dataset given as the source: torchvision's ImageFolder or DatasetFolder is
     read as it lies, its `samples` ((path, label) pairs: its classes, extensions and
     is_valid_file already applied) on the reader threads, with its `transform` when none is
-    given; any other Dataset is refused with what the Loader reads instead. Anything else
-    passes as it is."""
+    given; FakeData's images are made; a Hugging Face `datasets.Dataset`'s rows are read
+    from its Arrow table (io/parquet.hf_dataset); any other Dataset is refused with what the
+    Loader reads instead. Anything else passes as it is."""
     import torch.utils.data
 
+    if type(urls).__name__ == "Dataset" and type(urls).__module__.startswith("datasets"):  # Hugging Face's
+        from .io.parquet import hf_dataset
+
+        return hf_dataset(urls), transform
     if not isinstance(urls, torch.utils.data.Dataset) or isinstance(urls, ShardReader):
         return urls, transform
     samples = getattr(urls, "samples", None)
@@ -709,7 +714,10 @@ class Loader:
         urls: shards (see `gpudecode.ShardReader`): a directory, a brace pattern, a list
             file, URLs (local ones must exist). Or images as they lie: an ImageFolder tree
             (torchvision's classes and indices), a list file of `path label` lines, a list
-            of paths or (path, label) pairs. Or a mixture: a list of `gpudecode.Source`,
+            of paths or (path, label) pairs, Parquet files (gpudecode.io.parquet). Or a
+            Dataset as a script builds it: torchvision's ImageFolder (or DatasetFolder)
+            with its transform, FakeData, a Hugging Face `datasets.Dataset` (its rows
+            read from its Arrow table). Or a mixture: a list of `gpudecode.Source`,
             each with its weight, repeat or choose (and label_offset), drawn in exact
             counts each epoch (`describe()["mix"]`, `loader.stats.sources`).
         batch_size: images per batch.

@@ -70,10 +70,10 @@ def test_a_datasets_parquet_set_is_read_as_it_lies(parquet_set):
         for b in ld:
             for key, img, lab in zip(b.keys, b.images, b.labels):
                 seen[key] = (img.permute(1, 2, 0).numpy(), int(lab))
-    assert sorted(seen) == [f"{k:09d}" for k in range(40)]  # every row once
+    assert sorted(seen) == [f"train-00000-of-00001/{k:09d}" for k in range(40)]  # every row once
     for k in range(40):
         want = np.asarray(Image.open(io.BytesIO(images[k])).convert("RGB"))
-        got, lab = seen[f"{k:09d}"]
+        got, lab = seen[f"train-00000-of-00001/{k:09d}"]
         assert lab == labels[k]
         assert np.array_equal(got, want), k  # Pillow's pixels (PNG and JPEG rows)
 
@@ -87,7 +87,7 @@ def test_ranks_get_equal_batches_and_every_row_once(parquet_set):
             per_rank.append([list(b.keys) for b in ld])
     assert [len(r) for r in per_rank] == [5, 5] and all(len(b) == 4 for r in per_rank for b in r)
     keys = [k for r in per_rank for b in r for k in b]
-    assert sorted(keys) == [f"{k:09d}" for k in range(40)]
+    assert sorted(keys) == [f"train-00000-of-00001/{k:09d}" for k in range(40)]
 
 
 def test_resume_and_random_access_and_a_tar_shard_beside_it(parquet_set, tmp_path):
@@ -108,7 +108,13 @@ def test_resume_and_random_access_and_a_tar_shard_beside_it(parquet_set, tmp_pat
     tar = make_shard(tmp_path / "t-0.tar", [{"__key__": f"t{k}", "jpg": images[k], "cls": b"2"} for k in range(5)])
     with Loader([path, tar], batch_size=9, transform=None, device="cpu", seed=0) as ld:
         keys = [k for b in ld for k in b.keys]
-    assert len(keys) == 45 and {k for k in keys if k.startswith("t")} == {f"t{k}" for k in range(5)}
+    assert len(keys) == 45 and {k for k in keys if not k.startswith("train-")} == {f"t{k}" for k in range(5)}
+    import shutil
+
+    other = shutil.copy(path, tmp_path / "train-00001-of-00002.parquet")  # (two files: their rows' keys differ)
+    with Loader([path, str(other)], batch_size=8, transform=None, device="cpu") as ld:
+        keys = [k for b in ld for k in b.keys]
+    assert len(keys) == len(set(keys)) == 80
 
 
 def test_a_damaged_file_and_a_row_without_an_image_are_named(parquet_set, tmp_path):
@@ -131,10 +137,10 @@ def test_a_damaged_file_and_a_row_without_an_image_are_named(parquet_set, tmp_pa
     with pytest.raises(ShardFormatError) as e:
         with Loader(str(holey), batch_size=3, transform=None, device="cpu") as ld:
             list(ld)
-    assert e.value.shard.endswith("holey.parquet") and e.value.key == "000000003" and "no image bytes" in str(e.value)
+    assert e.value.shard.endswith("holey.parquet") and e.value.key == "holey/000000003" and "no image bytes" in str(e.value)
     with Loader(str(holey), batch_size=3, transform=None, device="cpu", on_error="skip") as ld:
         keys = [k for b in ld for k in b.keys]
-        assert sorted(keys) == ["000000000", "000000001", "000000002", "000000004", "000000005"]
+        assert sorted(keys) == [f"holey/{k:09d}" for k in (0, 1, 2, 4, 5)]
     no_image = tmp_path / "no-image.parquet"
     pq.write_table(pa.table({"pixels": pa.array([b"x"]), "label": pa.array([1])}), str(no_image))
     with pytest.raises(ShardFormatError, match="no image column .* among the columns pixels, label"):
@@ -150,7 +156,7 @@ def test_other_layouts_by_their_column_names(tmp_path):
     pq.write_table(pa.table({"jpg": pa.array(imgs, pa.binary()), "target": pa.array(labels, pa.int32())}), str(path))
     with Loader(str(path), batch_size=5, transform=None, device="cpu") as ld:
         (b,) = list(ld)
-    assert [labels[int(k)] for k in b.keys] == b.labels.tolist() and b.images.dtype == torch.uint8
+    assert [labels[int(k.split("/")[1])] for k in b.keys] == b.labels.tolist() and b.images.dtype == torch.uint8
 
 
 def _pyarrow_rows(path: str) -> list[tuple[bytes | None, int | None]]:
@@ -217,7 +223,7 @@ def test_rows_read_in_place_equal_pyarrows(tmp_path, how):
         got = list(iter_shard(path, on_error="skip"))
         samples = {s.key: s for s in got if isinstance(s, Sample)}
         for k, (data, label) in enumerate(ref):
-            key = "%09d" % k
+            key = "set/%09d" % k
             if not data:
                 assert key not in samples, key
                 continue
@@ -242,7 +248,7 @@ def test_the_pool_and_the_mapping_hold_the_same_bytes(parquet_set):
         seen = 0
         for s in r:
             ((ext, v),) = [(e, v) for e, v in s.fields.items() if e != "cls"]
-            assert isinstance(v, memoryview) and bytes(v) == images[int(s.key)], (opts, s.key)
+            assert isinstance(v, memoryview) and bytes(v) == images[int(s.key.split("/")[1])], (opts, s.key)
             if "map_extensions" in opts:
                 assert v.readonly
             seen += 1
@@ -351,7 +357,7 @@ def test_inspect_precache_and_an_fsspec_url(parquet_set, tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["samples"] == len(images)
     assert report["extensions"] == {"jpg": kinds.count("JPEG"), "png": kinds.count("PNG"), "cls": len(images)}
-    tar = make_shard(tmp_path / "same.tar", [{"__key__": "%09d" % k, "jpg" if kinds[k] == "JPEG" else "png": b,
+    tar = make_shard(tmp_path / "same.tar", [{"__key__": "train-00000-of-00001/%09d" % k, "jpg" if kinds[k] == "JPEG" else "png": b,
                                               "cls": str(labels[k])} for k, b in enumerate(images)])
     outs = {}
     for name, src in (("parquet", path), ("tar", tar)):
@@ -371,3 +377,43 @@ def test_inspect_precache_and_an_fsspec_url(parquet_set, tmp_path, capsys):
     assert list(ca) == list(cb) == ["a", "b", "c"] and len(a) == len(b) == 5
     for x, y in zip(a, b):
         assert x[0] == y[0] and torch.equal(x[1], y[1]) and torch.equal(x[2], y[2])
+
+
+def test_a_hugging_face_dataset_given_as_it_is(parquet_set):
+    """Loader(datasets.Dataset): the Dataset's own rows (as datasets read the Parquet file:
+    Dataset.from_parquet), pixels equal to Pillow's decode of ds[i]'s bytes, labels and
+    ClassLabel names the Dataset's; a shuffled and selected Dataset gives exactly its rows
+    (key i is ds[i]); a null image is that row's error; a transform set on the Dataset is
+    refused with the way to give it."""
+    import pyarrow as pa
+
+    from gpudecode.errors import GpuDecodeError
+
+    path, images, kinds, labels = parquet_set
+    ds = datasets.Dataset.from_parquet(path)
+    with Loader(ds, batch_size=8, transform=None, device="cpu", shuffle=True, seed=1) as ld:
+        assert list(ld.reader.classes) == ["a", "b", "c"]
+        seen = {k: (img.permute(1, 2, 0).numpy(), int(lab)) for b in ld for k, img, lab in zip(b.keys, b.images,
+                                                                                                  b.labels)}
+    assert sorted(seen) == [f"{k:09d}" for k in range(40)]
+    raw = ds.with_format("arrow")["image"]
+    for k in range(40):
+        want = np.asarray(Image.open(io.BytesIO(images[k])).convert("RGB"))
+        assert raw[k]["bytes"].as_py() == images[k]
+        assert np.array_equal(seen[f"{k:09d}"][0], want) and seen[f"{k:09d}"][1] == labels[k], k
+    sub = ds.shuffle(seed=4).select(range(12))
+    with Loader(sub, batch_size=12, transform=None, device="cpu", shuffle=False) as ld:
+        (b,) = list(ld)
+    for key, img, lab in zip(b.keys, b.images, b.labels):
+        row = sub[int(key)]
+        assert np.array_equal(img.permute(1, 2, 0).numpy(), np.asarray(row["image"].convert("RGB")))
+        assert int(lab) == row["label"]
+    holey = datasets.Dataset(pa.table({"image": pa.array([{"bytes": images[0], "path": None}, None]),
+                                       "label": pa.array([1, 2], pa.int64())}))
+    with pytest.raises(GpuDecodeError, match="no image bytes") as e:
+        with Loader(holey, batch_size=2, transform=None, device="cpu", shuffle=False) as ld:
+            list(ld)
+    assert e.value.key == "000000001"
+    ds.set_transform(lambda x: x)
+    with pytest.raises(TypeError, match=r"give the transform to the Loader \(transform=\)"):
+        Loader(ds, batch_size=2, transform=None, device="cpu")

@@ -119,14 +119,19 @@ class _Numbered(Sequence[Any]):
         return self.item(k)
 
 
-def made(name: str, n: int, make: Callable[[int], tuple[bytes, int | None]], ext: str) -> FileList:
+def made(name: str, n: int, make: Callable[[int], tuple[bytes, int | None]], ext: str | Callable[[int], str], *,
+         label: Callable[[int], int | None] | None = None, classes: Sequence[str] = ()) -> FileList:
     """A list of `n` samples made by make(i) -> (bytes of format `ext`, label): a
-    synthetic set (torchvision's FakeData) read as a file list is, keys its numbers."""
-    def label(i: int) -> int | None:
+    synthetic set (torchvision's FakeData) or a Hugging Face Dataset's rows read as a file
+    list is, keys their numbers. `ext` a format, or ext(i) each sample's; `label`: label(i)
+    where it is cheaper than make's; `classes`: the labels' names."""
+    def made_label(i: int) -> int | None:
         return make(i)[1]
 
-    return FileList(f"{PREFIX}{name}", _Numbered(n, lambda i: f"{name}/{i}"), _Numbered(n, label),  # type: ignore[arg-type]
-                    _Numbered(n, lambda i: f"{i:09d}"), (), "", _Numbered(n, lambda i: ext), make=make)  # type: ignore[arg-type]
+    exts = (lambda i: ext) if isinstance(ext, str) else ext
+    return FileList(f"{PREFIX}{name}", _Numbered(n, lambda i: f"{name}/{i}"),  # type: ignore[arg-type]
+                    _Numbered(n, label or made_label), _Numbered(n, lambda i: f"{i:09d}"),  # type: ignore[arg-type]
+                    tuple(classes), "", _Numbered(n, exts), make=make)  # type: ignore[arg-type]
 
 
 def _make(name: str, root: str, items: Sequence[tuple[str, int | None]], classes: Sequence[str] = ()) -> FileList:

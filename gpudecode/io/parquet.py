@@ -10,7 +10,9 @@ the file's error, naming the columns there are.
 
 A row becomes Sample(key, {ext: image bytes, "cls": label}, url, index): `ext` from the
 bytes' signature (jpg, png, webp, else the row's path suffix, else "img"), the key the
-row's number (nine digits), so the Loader reads a Parquet file exactly as a tar shard:
+file's name without its suffix, a slash and the row's number (nine digits:
+"train-00003-of-00010/000000042", unique across a set's files as a tar sample's key is
+within its set), so the Loader reads a Parquet file exactly as a tar shard:
 counts from the file's metadata (no scan), shuffle, rank shares, `even`, elastic resume
 and random access (`loader.dataset`) by row. A row without image bytes is that sample's
 Failure (its key); a file pyarrow cannot read is the shard's (ShardFormatError).
@@ -562,14 +564,22 @@ def _labels(table: Any, label: str | None, extensions: frozenset[str] | None, n:
     return [None if v is None else b"%d" % v for v in table.column(label).to_pylist()]
 
 
+def key_prefix(url: str) -> str:
+    """The part of every key of the file's rows before the row number: its name without
+    its suffix, and a slash."""
+    name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+    return name.rsplit(".", 1)[0] + "/"
+
+
 def _rows(url: str, first: int, datas: list[Any], hole: list[bool], exts: list[str], labels: list[bytes | None],
           extensions: frozenset[str] | None) -> list[Sample | Failure]:
     """The rows as Samples ({ext: image bytes, "cls": label}), a row without image bytes
     the Failure of its key."""
     out: list[Sample | Failure] = []
+    prefix = key_prefix(url)
     for k in range(len(datas)):
         index = first + k
-        key = "%09d" % index
+        key = "%s%09d" % (prefix, index)
         if hole[k]:
             out.append(Failure(ShardFormatError("the row holds no image bytes", shard=url, key=key), fatal=False))
             continue
@@ -590,3 +600,90 @@ def read_sample(url: str, index: int, extensions: frozenset[str] | None = None) 
                 return item
             raise item.error
     raise IndexError(f"row {index} of Parquet file {url!r} is not there")
+
+
+def _ext_of(head: bytes, path: Any) -> str:
+    """A value's format from its first 12 bytes, else its path's suffix, else "img"."""
+    heads = np.frombuffer(bytes(head[:12]).ljust(12, b"\0"), np.uint8).reshape(1, 12)
+    return _exts(heads, [path])[0]
+
+
+def hf_dataset(ds: Any) -> Any:
+    """A Hugging Face `datasets.Dataset` as it is (its rows, through its indices where it
+    was shuffled, selected or filtered): a made file list (io/files.made) whose sample i
+    is row i's image bytes, a view of the Dataset's memory-mapped Arrow table (no copy),
+    and its label; the image column is its datasets.Image() feature (else one named as
+    IMAGE_COLUMNS), the label its ClassLabel (whose names are the classes) or an integer
+    column named as LABEL_COLUMNS. A row without image bytes is that sample's error.
+
+    Raises:
+        TypeError: no image column, or a transform set on the Dataset (set_transform,
+            with_transform: the Loader decodes and transforms the images itself)."""
+    import pyarrow as pa
+
+    from .files import made
+
+    fmt = getattr(ds, "format", None) or {}
+    if fmt.get("type") == "custom":
+        raise TypeError("Loader() cannot apply this Dataset's own transform (set_transform or with_transform): it "
+                        "decodes and transforms the images itself; give the transform to the Loader (transform=) "
+                        "and the Dataset without one (ds.reset_format()).")
+    features = ds.features
+    image = next((k for k, f in features.items() if type(f).__name__ == "Image"), None) or next(
+        (k for k in features if k.lower() in IMAGE_COLUMNS), None)
+    if image is None:
+        raise TypeError(f"Loader() reads a Dataset's images from an Image column (datasets.Image()); this one has "
+                        f"the columns {', '.join(features)}.")
+    table = getattr(ds.data, "table", ds.data)
+    label = next((k for k, f in features.items() if type(f).__name__ == "ClassLabel"), None) or next(
+        (k for k in features if k.lower() in LABEL_COLUMNS and pa.types.is_integer(table.schema.field(k).type)), None)
+    classes = tuple(features[label].names) if label is not None and type(features[label]).__name__ == "ClassLabel" \
+        else ()
+    col = table.column(image)
+    starts = np.cumsum([0] + [len(c) for c in col.chunks])
+    parts = []
+    for c in col.chunks:
+        values = c.field("bytes") if pa.types.is_struct(c.type) else c
+        paths = c.field("path") if pa.types.is_struct(c.type) and c.type.get_field_index("path") >= 0 else None
+        _, offs_buf, data_buf = values.buffers()[:3]
+        wide = pa.types.is_large_binary(values.type)
+        offs = np.frombuffer(offs_buf, np.int64 if wide else np.int32)[values.offset:values.offset + len(values) + 1]
+        null = (c.is_null().to_numpy(zero_copy_only=False) | values.is_null().to_numpy(zero_copy_only=False)) \
+            if (c.null_count or values.null_count) else None
+        parts.append((offs, memoryview(data_buf) if data_buf is not None else memoryview(b""), null, paths))
+    indices = getattr(ds, "_indices", None)
+    rows = (np.asarray(getattr(indices, "table", indices).column(0).to_numpy(), np.int64) if indices is not None
+            else None)
+    n = len(ds)
+    labels = valid = None
+    if label is not None:
+        lab = table.column(label).combine_chunks()
+        valid = lab.is_valid().to_numpy(zero_copy_only=False)
+        labels = lab.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+        if rows is not None:
+            labels, valid = labels[rows], valid[rows]
+
+    def where(i: int) -> tuple[Any, int]:
+        r = int(rows[i]) if rows is not None else i
+        k = int(np.searchsorted(starts, r, "right")) - 1
+        return parts[k], r - int(starts[k])
+
+    def data(i: int) -> memoryview:
+        (offs, buf, null, _), j = where(i)
+        if null is not None and null[j] or offs[j + 1] <= offs[j]:
+            raise ValueError("the row holds no image bytes")
+        return buf[int(offs[j]):int(offs[j + 1])]
+
+    def ext(i: int) -> str:
+        (offs, buf, _, paths), j = where(i)
+        head = buf[int(offs[j]):min(int(offs[j]) + 12, int(offs[j + 1]))]
+        return _ext_of(head, paths[j].as_py() if paths is not None else None)
+
+    def label_of(i: int) -> int | None:
+        return int(labels[i]) if labels is not None and valid is not None and valid[i] else None
+
+    def make(i: int) -> tuple[Any, int | None]:
+        return data(i), label_of(i)
+
+    name = f"Dataset({n} rows, {image!r}{', ' + repr(label) if label else ''})"
+    return made(name, n, make, ext, label=label_of, classes=classes)
