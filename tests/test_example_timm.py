@@ -67,7 +67,7 @@ def _timm_side(root: Path, size: int, prefetcher: bool = False):
     loader_eval = timm_data.create_loader(ds_eval, is_training=False, interpolation="bicubic", crop_pct=0.875,
                                           **common)
     args = argparse.Namespace(data_dir=str(root), train_split="train", val_split="val", batch_size=4, workers=2,
-                              validation_batch_size=None, aug_repeats=0, prefetcher=prefetcher)
+                              validation_batch_size=None, aug_repeats=0.0, prefetcher=prefetcher)  # (timm: a float)
     return ds_train, ds_eval, loader_eval, args, loader_train, collate_fn
 
 
@@ -146,7 +146,7 @@ def test_the_swap_keeps_timms_aug_repeats(tree):
     """timm's --aug-repeats 3 (its RepeatAugSampler) becomes the Loader's repeated_augs=3,
     with RASampler's epoch size said where it cuts an epoch (issue 58, item 2)."""
     ds_train, ds_eval, timm_eval, args, timm_train, collate_fn = _timm_side(tree, 64)
-    args.aug_repeats = 3
+    args.aug_repeats = 3.0  # (timm's --aug-repeats is a float)
     scope = {"os": os, "args": args, "dataset_train": ds_train, "dataset_eval": ds_eval, "loader_eval": None,
              "loader_train": timm_train, "collate_fn": collate_fn}
     with pytest.warns(RuntimeWarning, match="repeated_augs=3"):

@@ -17,7 +17,11 @@ script gets the batches it would have; `--no-prefetcher` works as well.
         2 epochs of training with DeiT's recipe (RandAugment rand-m9-mstd0.5-inc1,
         RandomErasing 0.25 "pixel", Mixup 0.8 / CutMix 1.0, random interpolation); the
         checkpoint evaluated by the original validate.py and by the swapped one (their
-        results must be equal); 2 epochs under torchrun with 2 processes (gloo).
+        results must be equal); 2 epochs under torchrun with 2 processes (gloo); then
+        the same with timm's prefetcher on (its default) and --aug-repeats 3, whose
+        batches an epoch must be what timm's RepeatAugSampler gives each rank (with at
+        least 256 training images: timm's sampler rounds an epoch down to a multiple of
+        256).
 """
 from __future__ import annotations
 
@@ -48,7 +52,7 @@ TRAIN_SWAP = '''\
     loader_train = gpudecode.Loader(os.path.join(args.data_dir, args.train_split), transform=train_tf,
                                     batch_transform=mix, batch_size=args.batch_size, shuffle=True,
                                     num_workers=args.workers, drop_last=True,
-                                    repeated_augs=max(1, args.aug_repeats))  # (timm's --aug-repeats: its RepeatAugSampler)
+                                    repeated_augs=max(1, int(args.aug_repeats)))  # (timm's --aug-repeats, a float: its RepeatAugSampler)
 
 '''
 
@@ -130,7 +134,28 @@ def check(checkout: Path, out: Path, root: Path) -> dict:
     log = (out / "train_ddp.log").read_text()
     report["torchrun"] = {"result": _result(stdout),
                           "batches_per_epoch": sorted(set(re.findall(r"Train: \d+ \[\s*\d+/(\d+)", log)))}
+    report["prefetcher"] = _prefetcher_run(ddp, data, root, out)
     return report
+
+
+def _prefetcher_run(ddp: Path, data: list[str], root: Path, out: Path) -> dict:
+    """The swapped train.py under torchrun (2 processes: timm's create_loader takes
+    --aug-repeats only when distributed) with timm's prefetcher on and --aug-repeats 3: it
+    trains, and each rank's batches an epoch are those of timm's own RepeatAugSampler over
+    the same images (timm's class, asked directly: len() over the batch size, drop_last)."""
+    from timm.data.distributed_sampler import RepeatAugSampler
+
+    recipe = [a for a in RECIPE if a != "--no-prefetcher"] + ["--aug-repeats", "3"]
+    n = sum(1 for _ in (root / "train").rglob("*") if _.is_file())
+    batch = int(RECIPE[RECIPE.index("-b") + 1])
+    want = len(RepeatAugSampler(list(range(n)), num_replicas=2, rank=0, num_repeats=3)) // batch
+    stdout = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", str(ddp),
+                   *data, "--train-split", "train", "--val-split", "val", *recipe, "--output", str(out / "runs"),
+                   "--experiment", "prefetcher"], out, out / "train_prefetcher.log")
+    log = (out / "train_prefetcher.log").read_text()
+    got = sorted({int(b) for b in re.findall(r"Train: \d+ \[\s*\d+/(\d+)", log)})
+    return {"result": _result(stdout), "images": n, "batches_per_epoch": got, "timm_repeat_aug_batches": want,
+            "equal": got == [want]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     report = check(a.checkout, a.out.resolve(), a.check.resolve())
     print(json.dumps(report, indent=1))
-    return 0 if report["validate"]["equal"] else 1
+    return 0 if report["validate"]["equal"] and report["prefetcher"]["equal"] else 1
 
 
 if __name__ == "__main__":
