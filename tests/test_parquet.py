@@ -295,8 +295,8 @@ def test_plain_pages_refuses_hostile_chunks_and_never_reads_past_them(parquet_se
     with open(parquet_set[0], "rb") as f:
         raw = f.read()[col.data_page_offset:col.data_page_offset + col.total_compressed_size]
     rows = pf.metadata.row_group(0).num_rows
-    offsets, lengths = P.plain_pages(raw, rows, 2)
-    assert len(offsets) == rows and (lengths > 0).all()
+    offsets, lengths, heads = P.plain_pages(raw, rows, 2)
+    assert len(offsets) == rows and (lengths > 0).all() and (heads[:, :3] == [0xFF, 0xD8, 0xFF]).any(axis=1).any()
 
     @settings(max_examples=300, deadline=2000)
     @given(st.lists(st.tuples(st.integers(0, len(raw) - 1), st.integers(0, 255)), max_size=8),
@@ -307,7 +307,7 @@ def test_plain_pages_refuses_hostile_chunks_and_never_reads_past_them(parquet_se
             if at < len(data):
                 data[at] = v
         try:
-            offs, lens = P.plain_pages(bytes(data), rows_asked, max_def)
+            offs, lens, _ = P.plain_pages(bytes(data), rows_asked, max_def)
         except (P._Unsupported, IndexError, ValueError, struct.error):
             return
         assert len(offs) == rows_asked

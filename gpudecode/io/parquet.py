@@ -22,8 +22,8 @@ pyarrow is an optional extra: `pip install 'gpudecode[parquet]'`.
 
 The image bytes are read as they lie where they can be: in a local file, an image column
 chunk stored uncompressed and PLAIN-encoded (what `datasets` writes) has its pages walked
-here over the mapped file (plain_pages: the Thrift page headers, the definition levels,
-each value's length), and the images are then read as a tar shard's members are (one
+here through small reads (plain_pages: the Thrift page headers, the definition levels,
+each value's length and first bytes), and the images are then read as a tar shard's members are (one
 native call a row group's slice: bytes, the reader's pooled blocks, or views of the
 mapping for `map_extensions`), so Parquet and tar cost the same copies. pyarrow's
 read_row_group decoded each image into its own buffers first (0.56x the tar reader's
@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct as _struct
 import threading
 from typing import Any, Iterator, Sequence
 
@@ -203,7 +202,7 @@ def _thrift_struct(buf: bytes, pos: int, depth: int = 0) -> tuple[dict, int]:
         fields[fid], pos = _thrift_value(buf, pos, head & 0x0F, depth)
 
 
-def _levels(buf: bytes, pos: int, end: int, count: int, width: int) -> np.ndarray:
+def _levels(buf: Any, pos: int, end: int, count: int, width: int) -> np.ndarray:
     """`count` definition levels of `width` bits, RLE/bit-packed hybrid, from buf[pos:end]."""
     runs = []
     got = 0
@@ -216,7 +215,7 @@ def _levels(buf: bytes, pos: int, end: int, count: int, width: int) -> np.ndarra
             size = (head >> 1) * width
             if size == 0 or pos + size > end:
                 raise _Unsupported("a bit-packed run past its levels")
-            bits = np.unpackbits(np.frombuffer(buf, np.uint8, size, pos), bitorder="little")
+            bits = np.unpackbits(np.frombuffer(bytes(buf[pos:pos + size]), np.uint8), bitorder="little")
             vals = bits.reshape(-1, width) @ (1 << np.arange(width))
             pos += size
         else:  # a run of one value
@@ -230,7 +229,8 @@ def _levels(buf: bytes, pos: int, end: int, count: int, width: int) -> np.ndarra
     return np.concatenate(runs)[:count]
 
 
-_U32 = _struct.Struct("<I").unpack_from
+def _u32(buf: Any, pos: int) -> int:
+    return int.from_bytes(buf[pos:pos + 4], "little")
 
 
 def _check_values(n: Any, encoding: Any, before: int, rows: int, size: int) -> None:
@@ -243,17 +243,33 @@ def _check_values(n: Any, encoding: Any, before: int, rows: int, size: int) -> N
         raise _Unsupported("not PLAIN, or more values than rows")
 
 
-def plain_pages(chunk: Any, rows: int, max_def: int) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets, lengths) of each row's value in an uncompressed column chunk (bytes or a
-    memoryview) of PLAIN BYTE_ARRAY data pages (v1 or v2, no repetition); a null value's
-    length is -1. _Unsupported for anything else (pyarrow reads it)."""
+def _page_header(chunk: Any, pos: int) -> tuple[dict, int]:
+    """The page header at `pos`, parsed from a window of the chunk's bytes (a larger one
+    where it runs past: statistics may be long), and the position after it."""
+    for span in (256, 4096, 1 << 20):
+        window = bytes(chunk[pos:pos + span])
+        try:
+            header, used = _thrift_struct(window, 0)
+            return header, pos + used
+        except IndexError:
+            if len(window) < span:
+                raise _Unsupported("a page header cut short") from None
+    raise _Unsupported("a page header over 1 MiB")
+
+
+def plain_pages(chunk: Any, rows: int, max_def: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(offsets, lengths, heads) of each row's value in an uncompressed column chunk (bytes,
+    a memoryview or a _FileRegion) of PLAIN BYTE_ARRAY data pages (v1 or v2, no
+    repetition): a null value's length is -1; heads its first 12 bytes (zeros past its end),
+    for the format's signature. _Unsupported for anything else (pyarrow reads it)."""
     width = max_def.bit_length()
     offs: list[int] = []
     lens: list[int] = []
+    heads: list[bytes] = []
     count = 0
     pos = 0
     while pos < len(chunk):
-        header, pos = _thrift_struct(chunk, pos)
+        header, pos = _page_header(chunk, pos)
         kind, size = header.get(1), header.get(3)
         if not isinstance(size, int) or size < 0 or pos + size > len(chunk):
             raise _Unsupported("a page past its chunk")
@@ -267,10 +283,10 @@ def plain_pages(chunk: Any, rows: int, max_def: int) -> tuple[np.ndarray, np.nda
             if max_def:
                 if d.get(3) != 3 or p + 4 > end:
                     raise _Unsupported("definition levels not RLE")
-                length = _U32(chunk, p)[0]
+                length = _u32(chunk, p)
                 if length > end - p - 4:
                     raise _Unsupported("levels past the page")
-                levels = _levels(chunk, p + 4, p + 4 + length, n, width)
+                levels = _levels(bytes(chunk[p + 4:p + 4 + length]), 0, length, n, width)
                 p += 4 + length
         elif kind == 3 and isinstance(header.get(8), dict):  # v2: the levels' lengths in the header
             d = header[8]
@@ -278,30 +294,80 @@ def plain_pages(chunk: Any, rows: int, max_def: int) -> tuple[np.ndarray, np.nda
             _check_values(n, encoding, count, rows, size)
             if rl or not isinstance(dl, int) or not 0 <= dl <= end - p:
                 raise _Unsupported("repetition levels, or levels past the page")
-            levels = _levels(chunk, p, p + dl, n, width) if max_def else None
+            levels = _levels(bytes(chunk[p:p + dl]), 0, dl, n, width) if max_def else None
             p += dl
         elif kind == 1:  # an index page: nothing of the rows'
             continue
         else:
             raise _Unsupported(f"page type {kind}")
         present = None if levels is None or (levels == max_def).all() else (levels == max_def).tolist()
-        for k in range(n):  # (each value's length, then its bytes: 0.04 ms a page of 256 here)
+        take = chunk.read if isinstance(chunk, _FileRegion) else (lambda a, m: chunk[a:a + m])
+        for k in range(n):  # (each value's length, then its bytes)
             if present is not None and not present[k]:
                 offs.append(0)
                 lens.append(-1)
+                heads.append(b"")
                 continue
             if p + 4 > end:
                 raise _Unsupported("a value past its page")
-            length = _U32(chunk, p)[0]
+            b = take(p, 16)
+            length = int.from_bytes(b[:4], "little")
             offs.append(p + 4)
             lens.append(length)
+            heads.append(b[4:4 + min(length, 12)])
             p += 4 + length
         if p > end:
             raise _Unsupported("a value past its page")
         count += n
     if count != rows:
         raise _Unsupported("fewer values than rows")
-    return np.array(offs, np.int64), np.array(lens, np.int64)
+    head = np.frombuffer(b"".join(bytes(h).ljust(12, b"\0") for h in heads), np.uint8).reshape(len(heads), 12)
+    return np.array(offs, np.int64), np.array(lens, np.int64), head
+
+
+class _FileRegion:
+    """`size` bytes of a file from `start`, read as plain_pages indexes them: small preads
+    (a window of WINDOW bytes kept), so a walk reads page headers, levels, lengths and
+    heads alone (a fresh mapping of the file cost a page fault an image: 1.15 against 0.8 ms
+    a row group of 256 of the bench's JPEGs). A file shorter than its metadata says is
+    _Unsupported (pyarrow then reads it, and names it)."""
+
+    WINDOW = 512
+
+    def __init__(self, fd: int, start: int, size: int) -> None:
+        self.fd, self.start, self.size = fd, start, size
+        self.lo, self.buf = 0, b""
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self, a: int, n: int) -> bytes:
+        """n bytes from a (fewer at the end), in one pread of their own (a value's length and
+        head: the values lie far apart, no window would hold two)."""
+        n = min(n, self.size - a)
+        b = os.pread(self.fd, n, self.start + a) if n > 0 else b""
+        if len(b) < n:
+            raise _Unsupported("the file is shorter than its metadata says")
+        return b
+
+    def _hold(self, a: int, b: int) -> None:
+        if a < self.lo or b > self.lo + len(self.buf):
+            want = min(max(b - a, self.WINDOW), self.size - a)
+            self.buf, self.lo = os.pread(self.fd, want, self.start + a), a
+            if len(self.buf) < min(b, self.size) - a:
+                raise _Unsupported("the file is shorter than its metadata says")
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, slice):
+            a, b = max(k.start or 0, 0), min(self.size if k.stop is None else k.stop, self.size)
+            if a >= b:
+                return b""
+            self._hold(a, b)
+            return self.buf[a - self.lo:b - self.lo]
+        if not 0 <= k < self.size:
+            raise IndexError(k)
+        self._hold(k, k + 1)
+        return self.buf[k - self.lo]
 
 
 class _Group:
@@ -360,8 +426,8 @@ class _Group:
 
 
 def _walk(pf: Any, url: str, g: int, image: str, struct: bool, label: str | None) -> _Group | None:
-    """Row group g's image column chunk walked by plain_pages over the mapped file (its
-    labels and, where a signature is not known, paths read by pyarrow: their columns
+    """Row group g's image column chunk walked by plain_pages through small reads
+    (_FileRegion; its labels and, where a signature is not known, paths read by pyarrow: their columns
     alone), or None where pyarrow reads the group instead (compressed, dictionary
     pages, ... or damaged: pyarrow then names what is wrong)."""
     target = f"{image}.bytes" if struct else image
@@ -374,23 +440,18 @@ def _walk(pf: Any, url: str, g: int, image: str, struct: bool, label: str | None
         if (col.compression != "UNCOMPRESSED" or col.has_dictionary_page or leaf.max_repetition_level
                 or leaf.physical_type != "BYTE_ARRAY"):
             return None
-        start, end = col.data_page_offset, col.data_page_offset + col.total_compressed_size
+        start, size = col.data_page_offset, col.total_compressed_size
         try:
             fd = os.open(_shards.local_path(url), os.O_RDONLY)
             try:
-                size = os.fstat(fd).st_size
-                if not 0 <= start < end <= size:
+                if not (0 <= start and 0 < size <= os.fstat(fd).st_size - start):
                     return None
-                mapping = _Mapping(fd, size)
+                offsets, lengths, heads = plain_pages(_FileRegion(fd, start, size), rg.num_rows,
+                                                      leaf.max_definition_level)
             finally:
                 os.close(fd)
-            offsets, lengths = plain_pages(mapping.view[start:end], rg.num_rows, leaf.max_definition_level)
             offsets += start
-            raw = np.frombuffer(mapping.view, np.uint8)
-            idx = offsets[:, None] + np.arange(12)
-            heads = np.where(idx < (offsets + np.maximum(lengths, 0))[:, None], raw[np.minimum(idx, len(raw) - 1)],
-                             0).astype(np.uint8)
-        except (_Unsupported, IndexError, ValueError, OSError, _struct.error):
+        except (_Unsupported, IndexError, ValueError, OSError):
             return None
         paths: list[Any] = [None] * len(offsets)
         exts = _exts(heads, paths)

@@ -230,8 +230,11 @@ def parquet_pages(data: bytes) -> None:
     headers, definition levels, PLAIN values), its first two bytes the rows asked and the
     maximum definition level: refused (_Unsupported, or the index, value and struct errors
     the reader catches, all of which hand the chunk to pyarrow) or one span a row, each
-    inside the chunk."""
+    inside the chunk, its head the value's first bytes; the walk through small reads of a
+    file (_FileRegion, as the reader walks) gives the same."""
     import struct
+
+    import numpy as np
 
     from gpudecode.io import parquet
 
@@ -239,12 +242,21 @@ def parquet_pages(data: bytes) -> None:
         return
     rows, max_def, chunk = data[0], data[1] % 4, data[2:]
     try:
-        offsets, lengths = parquet.plain_pages(chunk, rows, max_def)
+        offsets, lengths, heads = parquet.plain_pages(chunk, rows, max_def)
     except (parquet._Unsupported, IndexError, ValueError, struct.error):
         return
-    assert len(offsets) == len(lengths) == rows, "not one span a row"
+    assert len(offsets) == len(lengths) == len(heads) == rows, "not one span a row"
     real = lengths >= 0
     assert ((offsets[real] >= 0) & (offsets[real] + lengths[real] <= len(chunk))).all(), "a span past the chunk"
+    for k in np.flatnonzero(real)[:8]:
+        o, n = int(offsets[k]), int(lengths[k])
+        assert heads[k].tobytes() == chunk[o:o + min(n, 12)].ljust(12, b"\0"), "a head that is not the value's"
+    if len(chunk) > 2:  # the walk through small reads: the same
+        with tempfile.TemporaryFile() as f:
+            f.write(chunk)
+            f.flush()
+            got = parquet.plain_pages(parquet._FileRegion(f.fileno(), 0, len(chunk)), rows, max_def)
+        assert all(np.array_equal(a, b) for a, b in zip(got, (offsets, lengths, heads))), "small reads disagree"
 
 
 def _decoder():
