@@ -417,3 +417,34 @@ def test_a_hugging_face_dataset_given_as_it_is(parquet_set):
     ds.set_transform(lambda x: x)
     with pytest.raises(TypeError, match=r"give the transform to the Loader \(transform=\)"):
         Loader(ds, batch_size=2, transform=None, device="cpu")
+
+
+def test_an_elastic_resume_on_another_world_size_and_describe(parquet_set, tmp_path):
+    """split="elastic" over two Parquet files: 3 ranks stop after 2 batches each and save;
+    2 ranks finish the epoch from rank 0's state: every row of both files, none twice but
+    the last round's pad (even="pad", the default), equal batches; describe() counts the
+    files as shards."""
+    import shutil
+
+    path = parquet_set[0]
+    other = str(shutil.copy(path, tmp_path / "train-00001-of-00002.parquet"))
+    kw = dict(batch_size=4, transform=None, device="cpu", shuffle=True, seed=9, split="elastic")
+    head, states = [], []
+    for r in range(3):
+        with Loader([path, other], rank=r, world_size=3, **kw) as ld:
+            it = iter(ld)
+            head += [k for b in [next(it), next(it)] for k in b.keys]
+            states.append(ld.state_dict())
+            it.close()
+    tail, batches = [], []
+    for r in range(2):
+        with Loader([path, other], rank=r, world_size=2, **kw) as ld:
+            ld.load_state_dict(states[0])
+            got = [b.keys for b in ld]
+            batches.append(len(got))
+            tail += [k for keys in got for k in keys]
+            described = ld.describe()
+    keys = head + tail
+    assert len(set(keys)) == 80 and len(keys) - 80 == (-(80 - 24)) % 2 and len(set(batches)) == 1
+    assert {k.split("/")[0] for k in keys} == {"train-00000-of-00001", "train-00001-of-00002"}
+    assert described["shards"] == 2 and list(ld.reader.classes) == ["a", "b", "c"]
