@@ -57,6 +57,7 @@ from .pipeline import Pipeline, PipelineConfig
 from .io.writer import ShardWriter, check_key, pattern_head
 from ._manifest import MAX_PARTS, Layout, _read_json, manifest_path, verify, write_json_atomic  # noqa: F401
 from .tensors import encode_npy
+from .transforms.stored import downsizing, stored_size
 
 IMAGE_EXTS = DEFAULT_IMAGE_EXTS  # torchvision's image extensions and .npy
 FORMAT_VERSION = 2
@@ -107,30 +108,6 @@ def parse_bytes(text: str | int | None) -> int | None:
     if scale is None:
         raise ValueError(f"not a byte size: {text!r}")
     return int(float(m.group(1)) * scale)
-
-
-def stored_size(height: int, width: int, size: int | tuple[int, int]) -> tuple[int, int]:
-    """The size an image of (height, width) is resized to before any crop: torchvision's
-    Resize(size) where the shorter side is over `size` (never upscaled), or exactly
-    (H, W) when `size` is a pair."""
-    if not isinstance(size, int):
-        return size
-    if min(height, width) <= size:
-        return height, width
-    return T.Resize(size).output_size(height, width)
-
-
-# -- resizing ------------------------------------------------------------------------------------
-
-
-def _plan(h: int, w: int, size: int | tuple[int, int], crop: str) -> tuple[tuple[int, int] | None,
-                                                                            tuple[int, int] | None]:
-    target = stored_size(h, w, size)
-    resize = None if target == (h, w) else target
-    cut = None
-    if crop == "center" and isinstance(size, int) and target != (size, size):
-        cut = (size, size)
-    return resize, cut
 
 
 # -- one unit ------------------------------------------------------------------------------------
@@ -223,7 +200,7 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
     written = 0
 
     def plan(h: int, w: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
-        return _plan(h, w, settings.size, settings.crop)
+        return downsizing(h, w, settings.size, settings.crop)
 
     def flush(chunk: list[Sample], writer: ShardWriter) -> None:
         nonlocal written

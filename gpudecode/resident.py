@@ -40,6 +40,7 @@ import torch
 
 from .decode import DecodedBatch, hwc_strides, make_decoder
 from .errors import DecodeError
+from .transforms.stored import downsizing
 
 if TYPE_CHECKING:
     from .io.reader import Sample
@@ -334,9 +335,7 @@ class _Resizer:
         self.host = HostImages(num_threads)
 
     def __call__(self, decoded: DecodedBatch, ks: list[int]) -> dict[int, np.ndarray]:
-        from .precache import _plan
-
-        plans = [_plan(int(decoded.boxes[k][2]), int(decoded.boxes[k][3]), self.size, "none") for k in ks]
+        plans = [downsizing(int(decoded.boxes[k][2]), int(decoded.boxes[k][3]), self.size, "none") for k in ks]
         big = [(k, p) for k, p in zip(ks, plans) if p != (None, None)]
         if not big:
             return {}

@@ -277,6 +277,42 @@ def test_no_import_circle():
     assert len(edges) > 80 and not circles, circles
 
 
+LAYERS = [  # ARCHITECTURE.md's layers, lowest first: (package prefixes or modules) a layer
+    ("errors", "_args", "_builtins", "_cache", "_text", "_threads", "_version", "_native", "labels", "tensors",
+     "plots", "_report"),
+    ("kernels",),
+    ("io", "_manifest"),
+    ("decode", "_probe"),
+    ("transforms", "mixing", "_ops_table"),
+    ("pipeline", "resident", "stats", "cursor", "dataset", "folder", "planning"),
+    ("loader", "precache", "profiling", "cli", "demo", "bench", ""),
+]
+
+
+def _layer(module: str) -> int:
+    name = module.split(".", 1)[1] if "." in module else ""
+    top = name.split(".")[0]
+    for k, names in enumerate(LAYERS):
+        if top in names:
+            return k
+    raise AssertionError(f"{module} is in no layer of ARCHITECTURE.md's: add it there and to LAYERS")
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    """ARCHITECTURE.md's layers hold (issue 54: at most 6 imports upward; none now): each
+    import, lazy ones included, goes to the module's own layer or below."""
+    import re
+
+    edges = _import_graph()
+    up = sorted((a, b) for a, bs in edges.items() for b in bs if _layer(a) < _layer(b))
+    assert len(edges) > 80 and not up, up
+    text = (pathlib.Path(__file__).resolve().parents[1] / "ARCHITECTURE.md").read_text()
+    rows = {int(m.group(1)): m.group(2) for m in re.finditer(r"^\| (\d)\. [^|]+\| (.+) \|$", text, re.M)}
+    assert sorted(rows) == list(range(len(LAYERS)))
+    for k, names in enumerate(LAYERS):  # (the document's table says the same)
+        assert all(re.search(rf"\b{re.escape(n)}\b", rows[k]) for n in names if n), (k, rows[k])
+
+
 def test_every_file_architecture_md_names_exists():
     """ARCHITECTURE.md true to the code: each file it names (a path, or a module's name
     within its package) is there."""
