@@ -96,7 +96,7 @@ class _Epoch:
         self.rank, self.world = reader.placement()
         self.even = reader.even
         # split="elastic": the epoch's plan from the global position a resumed job stood at
-        self.plan = reader.plan(start.epoch, start=start.global_start) if reader.mode() == "elastic" else None
+        self.plan = reader.resumable_plan(start.epoch, start.global_start)
         if self.plan is not None:
             loader.cursor.planned(start.run, self.plan.total)
         # a decoder that can be interrupted (the CPU one: between rows, on its native
@@ -416,7 +416,7 @@ def _resume_keys(reader: ShardReader, config: PipelineConfig, ds: dict, batch_si
     """What a saved state must agree on to resume on this Loader, and whether an elastic
     state is regridded (another world size or batch size: split="elastic" allows it)."""
     rank, world = reader.placement()
-    elastic = ds.get("split") == "elastic" and reader.mode() == "elastic"
+    elastic = reader.resumes_anywhere and ds.get("split") == reader.mode()
     mine: list[tuple[str, object]] = [("split", reader.mode()), ("shards", len(reader.urls)), ("shuffle", reader.shuffle)]
     if not elastic:  # an elastic state resumes on another world size and batch size (and the even policy that
         mine += [("world_size", world), ("batch_size", batch_size), ("even", reader.even)]  # goes with its own)
@@ -567,21 +567,9 @@ class LoaderSampler:
             base[u] = pos
             pos += counts[u]
         epoch = self._loader.current_epoch
-        if reader.mode() == "elastic":  # the plan's order: its segments are read in another
-            files = {u: reader.file_order(u, epoch) for u in reader.files}
-            for url, i in reader.plan(epoch).order():
-                yield base[url] + (files[url][i] if url in files else i)
-            return
-        share = reader.share(epoch)
-        n = 0
-        for seg in share.segments:
-            stop = counts[seg.url] if seg.stop is None else seg.stop
-            order = reader.file_order(seg.url, epoch) if seg.url in reader.files else None
-            for i in range(seg.start, stop):
-                if share.target is not None and n >= share.target:
-                    return
-                yield base[seg.url] + (order[i] if order is not None else i)
-                n += 1
+        files = {u: reader.file_order(u, epoch) for u in reader.files}
+        for url, i in reader.plan(epoch).read_order(counts):  # (elastic: the plan's interleaved order)
+            yield base[url] + (files[url][i] if url in files else i)
 
 
 def shards_fingerprint(reader: ShardReader) -> str:
@@ -920,7 +908,7 @@ class Loader:
         same shards, world size and batch size resumes exactly (split="elastic": any)."""
         rank, world = self.reader.placement()
         c, elastic = self.cursor, {}
-        if self.reader.mode() == "elastic":
+        if self.reader.resumes_anywhere:
             total = c.epoch_total if c.epoch_total is not None else self.reader.plan(c.epoch).total
             elastic = {"global_start": c.global_start, "global_position": c.global_position(
                 batch_size=self.batch_size, consumers=world * _shards.detect_worker()[1], total=total or 0)}

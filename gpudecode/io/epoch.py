@@ -101,6 +101,22 @@ class EpochPlan:
         for run_lists in self.by_part(rows):
             yield from interleave(*run_lists)
 
+    def read_order(self, counts: dict[str, int]) -> Iterator[tuple[str, int]]:
+        """order() for every split: a segment without an end (the shard mode) ends at its
+        source's count in `counts`, and at most `target` samples come (what the reader
+        yields before a pad); the elastic order as it is."""
+        if self.mode == "elastic":
+            yield from self.order()
+            return
+        n = 0
+        for seg in self.segments:
+            stop = counts[seg.url] if seg.stop is None else seg.stop
+            for i in range(seg.start, stop):
+                if self.target is not None and n >= self.target:
+                    return
+                yield seg.url, i
+                n += 1
+
     def by_part(self, per_segment: Sequence) -> Iterator[tuple[list, tuple[int, ...]]]:
         """Elastic: per part, (the items of its segments, their first rows)."""
         at = 0

@@ -472,6 +472,17 @@ class BaseShardReader:
         """"shard" or "sample": how this reader splits an epoch (see `split`)."""
         return _shards.choose_mode(self.split, len(self.urls), self.consumer()[1], self.even)
 
+    @property
+    def resumes_anywhere(self) -> bool:
+        """Whether an epoch is one global order that a job resumes on any world size and
+        batch size (split="elastic"): the Loader asks this, not the mode."""
+        return self.mode() == "elastic"
+
+    def resumable_plan(self, epoch: int, start: int = 0) -> _epoch.EpochPlan | None:
+        """The epoch's plan from global position `start` where it is one global order
+        (resumes_anywhere), else None (the reader plans the epoch as it reads it)."""
+        return self.plan(epoch, start=start) if self.resumes_anywhere else None
+
     def sample_counts(self) -> dict[str, int]:
         """Samples per shard (counted once; see shard_counts); a local shard whose size or
         modification time changed is counted again at the next epoch.
