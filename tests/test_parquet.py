@@ -448,3 +448,22 @@ def test_an_elastic_resume_on_another_world_size_and_describe(parquet_set, tmp_p
     assert len(set(keys)) == 80 and len(keys) - 80 == (-(80 - 24)) % 2 and len(set(batches)) == 1
     assert {k.split("/")[0] for k in keys} == {"train-00000-of-00001", "train-00001-of-00002"}
     assert described["shards"] == 2 and list(ld.reader.classes) == ["a", "b", "c"]
+
+
+def test_classes_open_a_file_once_and_again_when_it_changes(parquet_set, tmp_path, monkeypatch):
+    """reader.classes on a Parquet set reads the file's metadata once (a file's classes are
+    kept by its stat); a file rewritten with other names is read again."""
+    import shutil
+
+    from gpudecode.io import parquet as P
+
+    path = str(shutil.copy(parquet_set[0], tmp_path / "c.parquet"))
+    assert P.classes(path) == ("a", "b", "c")
+    opened = []
+    real = P._open
+    monkeypatch.setattr(P, "_open", lambda u: opened.append(u) or real(u))
+    assert P.classes(path) == ("a", "b", "c") and opened == []
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["x", "y"])})
+    datasets.Dataset.from_dict({"image": [{"bytes": parquet_set[1][0], "path": None}], "label": [1]},
+                               features=features).to_parquet(path)
+    assert P.classes(path) == ("x", "y") and opened == [path]

@@ -105,8 +105,37 @@ def count(url: str) -> int:
         return int(pf.metadata.num_rows)
 
 
+def _stat_key(url: str) -> tuple[int, int, int, int] | None:
+    """A local file's (device, inode, size, mtime): what keeps its walk and its classes;
+    None for a remote file, or one that cannot be stat'ed (its reader names it)."""
+    if not _shards.is_local(url):
+        return None
+    try:
+        st = os.stat(_shards.local_path(url))
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+_CLASSES: dict[tuple[int, int, int, int], tuple[str, ...]] = {}  # a local file's classes, by _stat_key
+
+
 def classes(url: str) -> tuple[str, ...]:
-    """The label column's class names where `datasets` wrote them (a ClassLabel), else ()."""
+    """The label column's class names where `datasets` wrote them (a ClassLabel), else ();
+    a local file's are kept (by its stat: a file rewritten is read again), so that
+    `reader.classes` opens it once."""
+    key = _stat_key(url)
+    if key is not None and key in _CLASSES:
+        return _CLASSES[key]
+    names = _read_classes(url)
+    if key is not None:
+        if len(_CLASSES) >= 4096:
+            _CLASSES.clear()
+        _CLASSES[key] = names
+    return names
+
+
+def _read_classes(url: str) -> tuple[str, ...]:
     with _open(url) as pf:
         meta = pf.schema_arrow.metadata or {}
         label = _columns(pf, url)[2]
@@ -519,15 +548,11 @@ def sample_lists(url: str, *, start: int = 0, stop: int | None = None, extension
     local file's groups stored as _walk reads them are read in place (module doc)."""
     pf = None
     try:
-        layout = key = path = None
+        layout = path = None
+        key = _stat_key(url)  # (None where it cannot be stat'ed: _open names it)
         if _shards.is_local(url):
             path = _shards.local_path(url)
-            try:
-                st = os.stat(path)
-                key = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-                layout = _LAYOUTS.get(key)
-            except OSError:
-                pass  # (_open names it)
+            layout = _LAYOUTS.get(key) if key is not None else None
         if layout is None:
             pf = _open(url)
             image, struct, label = _columns(pf, url)
