@@ -9,7 +9,10 @@ Target: Parquet at least the tar rate. Then the same with
 pyarrow's default writer (snappy, dictionary pages tried, row groups of --rows), a layout
 other tools write.
 
-    python bench/parquet.py [--images 4096] [--threads 2] [--rows 100] [--rounds 3]
+    python bench/parquet.py [--images 4096] [--threads 2] [--rows 100] [--rounds 3] [--pool]
+
+--pool reads the images into the reader's recycled blocks (pool_extensions), as the Loader
+reads them, for both formats.
 """
 from __future__ import annotations
 
@@ -53,7 +56,7 @@ def make_parquet(shards: list[str], out: Path, rows: int | None) -> list[str]:
     return paths
 
 
-def read_rate(urls: list[str], threads: int, first: bool = False) -> tuple[float, float]:
+def read_rate(urls: list[str], threads: int, first: bool = False, pool: bool = False) -> tuple[float, float]:
     from gpudecode.io import parquet
     from gpudecode.io.reader import ShardReader
 
@@ -61,10 +64,12 @@ def read_rate(urls: list[str], threads: int, first: bool = False) -> tuple[float
         parquet.forget_layouts()
     t = time.perf_counter()
     n = size = 0
-    for s in ShardReader(urls, shuffle=False, num_threads=threads):
+    reader = ShardReader(urls, shuffle=False, num_threads=threads, pool_extensions=("jpg",) if pool else ())
+    for s in reader:
         n += 1
         size += sum(len(v) for k, v in s.fields.items() if k != "cls")
     dt = time.perf_counter() - t
+    reader.close()
     return n / dt, size / dt / 1e6
 
 
@@ -79,11 +84,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=COUNT, default=2)
     ap.add_argument("--rows", type=COUNT, default=100, help="rows a row group (datasets writes about 100 images)")
     ap.add_argument("--rounds", type=COUNT, default=3)
+    ap.add_argument("--pool", action="store_true", help="read images into recycled blocks, as the Loader does")
     a = ap.parse_args(argv)
     shards = build(a.images)[0]
-    report: dict = {"machine": machine(), "images": a.images, "threads": a.threads}
+    report: dict = {"machine": machine(), "images": a.images, "threads": a.threads, "pool": a.pool}
     print(f"{machine().get('cpu')}; {a.images} JPEGs, {a.threads} reader threads, median of {a.rounds} alternated "
-          "rounds")
+          f"rounds{', images into pooled blocks (as the Loader reads them)' if a.pool else ''}")
     for layout, rows in (("datasets", None), (f"pyarrow defaults, row groups of {a.rows}", a.rows)):
         parquet = make_parquet(shards, OUT / f"parquet_{a.images}_{'datasets' if rows is None else rows}", rows)
         rates: dict[str, list[tuple[float, float]]] = {"tar": [], "parquet, first read": [], "parquet, later": []}
@@ -91,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         read_rate(parquet, a.threads)
         for _ in range(a.rounds):
             for name, urls in (("tar", shards), ("parquet, first read", parquet), ("parquet, later", parquet)):
-                rates[name].append(read_rate(urls, a.threads, first=name.endswith("first read")))
+                rates[name].append(read_rate(urls, a.threads, first=name.endswith("first read"), pool=a.pool))
         med = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in rates.items()}
         ratios = {k: med[k][0] / med["tar"][0] for k in med if k != "tar"}
         print(f"Parquet written by {layout}:")

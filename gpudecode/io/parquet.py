@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct as _struct
 import threading
 from typing import Any, Iterator, Sequence
 
@@ -62,12 +63,23 @@ def _pyarrow(url: str) -> Any:
     return pq
 
 
+_FOOTERS: dict[tuple[int, int, int, int], Any] = {}  # a local file's parsed footer (FileMetaData), by _stat_key
+
+
 def _open(url: str) -> Any:
-    """The file as pyarrow's ParquetFile (local, or through fsspec)."""
+    """The file as pyarrow's ParquetFile (local, or through fsspec). A local file's footer
+    is parsed once (the reader's count, then each read of it, reuse it; by its stat)."""
     pq = _pyarrow(url)
     try:
         if _shards.is_local(url):
-            return pq.ParquetFile(_shards.local_path(url), memory_map=True)
+            key = _stat_key(url)
+            pf = pq.ParquetFile(_shards.local_path(url), memory_map=True,
+                                metadata=_FOOTERS.get(key) if key is not None else None)
+            if key is not None and key not in _FOOTERS:
+                if len(_FOOTERS) >= 4096:
+                    _FOOTERS.clear()
+                _FOOTERS[key] = pf.metadata
+            return pf
         import fsspec
 
         return pq.ParquetFile(fsspec.open(url, "rb").open())
@@ -330,28 +342,50 @@ def plain_pages(chunk: Any, rows: int, max_def: int) -> tuple[np.ndarray, np.nda
         else:
             raise _Unsupported(f"page type {kind}")
         present = None if levels is None or (levels == max_def).all() else (levels == max_def).tolist()
-        take = chunk.read if isinstance(chunk, _FileRegion) else (lambda a, m: chunk[a:a + m])
+        region = isinstance(chunk, _FileRegion)
         for k in range(n):  # (each value's length, then its bytes)
             if present is not None and not present[k]:
                 offs.append(0)
                 lens.append(-1)
-                heads.append(b"")
                 continue
             if p + 4 > end:
                 raise _Unsupported("a value past its page")
-            b = take(p, 16)
-            length = int.from_bytes(b[:4], "little")
+            if region:  # (its length and head in one read)
+                b = chunk.read(p, 16)
+                length = int.from_bytes(b[:4], "little")
+                heads.append(b[4:4 + min(length, 12)])
+            else:
+                length = _U32(chunk, p)[0]
             offs.append(p + 4)
             lens.append(length)
-            heads.append(b[4:4 + min(length, 12)])
             p += 4 + length
         if p > end:
             raise _Unsupported("a value past its page")
         count += n
     if count != rows:
         raise _Unsupported("fewer values than rows")
-    head = np.frombuffer(b"".join(bytes(h).ljust(12, b"\0") for h in heads), np.uint8).reshape(len(heads), 12)
-    return np.array(offs, np.int64), np.array(lens, np.int64), head
+    offsets, lengths = np.array(offs, np.int64), np.array(lens, np.int64)
+    if isinstance(chunk, _FileRegion):
+        real = np.flatnonzero(lengths >= 0)
+        head = np.zeros((len(offsets), 12), np.uint8)
+        if len(real):
+            head[real] = np.frombuffer(b"".join(bytes(h).ljust(12, b"\0") for h in heads), np.uint8).reshape(-1, 12)
+        return offsets, lengths, head
+    return offsets, lengths, _heads(chunk, offsets, lengths)
+
+
+_U32 = _struct.Struct("<I").unpack_from
+
+
+def _heads(buf: Any, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Each value's first 12 bytes (zeros past its end, and for a null) from an in-memory
+    chunk: one gather."""
+    raw = np.frombuffer(buf, np.uint8)
+    if not len(raw):
+        return np.zeros((len(offsets), 12), np.uint8)
+    idx = offsets[:, None] + np.arange(12)
+    inside = idx < (offsets + np.maximum(lengths, 0))[:, None]
+    return np.where(inside, raw[np.minimum(idx, len(raw) - 1)], 0).astype(np.uint8)
 
 
 class _FileRegion:
@@ -410,16 +444,23 @@ class _Group:
         self.end = int((offsets + np.maximum(lengths, 0)).max()) if len(offsets) else 0
 
     def rows(self, url: str, path: str, offset: int, n: int, first: int, mapped: frozenset[str],
-             maps: _MapCache | None, pooled: _Pooled | None, extensions: frozenset[str] | None
-             ) -> list[Sample | Failure] | None:
+             maps: _MapCache | None, pooled: _Pooled | None, extensions: frozenset[str] | None,
+             fresh: tuple[memoryview, int] | None = None) -> list[Sample | Failure] | None:
         """Rows offset..offset+n-1 as Samples, their image bytes read as the reader reads a
         tar member (views of the mapping for `mapped` formats, the pool's blocks for its
-        formats, else bytes); None if the file no longer holds them."""
+        formats, else bytes), or views of `fresh` (the chunk the walk just read, and where
+        in the file it starts); None if the file no longer holds them."""
         at = self.offsets[offset:offset + n]
         size = np.maximum(self.lengths[offset:offset + n], 0)
         exts = self.exts[offset:offset + n]
         hole = (self.lengths[offset:offset + n] <= 0).tolist()
         datas: list[Any] = [b""] * n
+        if fresh is not None:
+            chunk, start = fresh
+            for k, (a, m) in enumerate(zip((at - start).tolist(), size.tolist())):
+                if not hole[k]:
+                    datas[k] = chunk[a:a + m]
+            return self._finish(url, offset, n, first, datas, hole, exts, extensions)
         by_map = [k for k in range(n) if not hole[k] and exts[k] in mapped]
         rest = [k for k in range(n) if not hole[k] and exts[k] not in mapped]
         try:
@@ -447,6 +488,10 @@ class _Group:
                     datas[k] = d
         finally:
             os.close(fd)
+        return self._finish(url, offset, n, first, datas, hole, exts, extensions)
+
+    def _finish(self, url: str, offset: int, n: int, first: int, datas: list[Any], hole: list[bool],
+                exts: list[str], extensions: frozenset[str] | None) -> list[Sample | Failure]:
         labels: list[bytes | None] = [None] * n
         if self.labels is not None and self.valid is not None and (extensions is None or "cls" in extensions):
             values = self.labels[offset:offset + n].tolist()
@@ -454,7 +499,11 @@ class _Group:
         return _rows(url, first, datas, hole, exts, labels, extensions)
 
 
-def _walk(pf: Any, url: str, g: int, image: str, struct: bool, label: str | None) -> _Group | None:
+WHOLE_CHUNK = 64 << 20  # a chunk up to this many bytes is read whole into a pooled block by its first walk
+
+
+def _walk(pf: Any, url: str, g: int, image: str, struct: bool, label: str | None,
+          pooled: _Pooled | None = None) -> tuple[_Group | None, tuple[memoryview, int] | None]:
     """Row group g's image column chunk walked by plain_pages through small reads
     (_FileRegion; its labels and, where a signature is not known, paths read by pyarrow: their columns
     alone), or None where pyarrow reads the group instead (compressed, dictionary
@@ -468,20 +517,28 @@ def _walk(pf: Any, url: str, g: int, image: str, struct: bool, label: str | None
         leaf = pf.schema.column(i)
         if (col.compression != "UNCOMPRESSED" or col.has_dictionary_page or leaf.max_repetition_level
                 or leaf.physical_type != "BYTE_ARRAY"):
-            return None
+            return None, None
         start, size = col.data_page_offset, col.total_compressed_size
+        fresh = None
         try:
             fd = os.open(_shards.local_path(url), os.O_RDONLY)
             try:
                 if not (0 <= start and 0 < size <= os.fstat(fd).st_size - start):
-                    return None
-                offsets, lengths, heads = plain_pages(_FileRegion(fd, start, size), rg.num_rows,
-                                                      leaf.max_definition_level)
+                    return None, None
+                if pooled is not None and size <= WHOLE_CHUNK:
+                    # (the Loader's reads: the chunk in one read into a recycled block, walked there,
+                    # its images handed out as views of it; later epochs read the images alone)
+                    read, _, error = _native.read_ranges(fd, np.array([start], np.int64), np.array([size], np.int64),
+                                                         pooled.pool, np.ones(1, np.uint8))
+                    if error is None and len(read) == 1 and len(read[0]) == size:
+                        fresh = (memoryview(read[0]), start)
+                where: Any = fresh[0] if fresh is not None else _FileRegion(fd, start, size)
+                offsets, lengths, heads = plain_pages(where, rg.num_rows, leaf.max_definition_level)
             finally:
                 os.close(fd)
             offsets += start
-        except (_Unsupported, IndexError, ValueError, OSError):
-            return None
+        except (_Unsupported, IndexError, ValueError, OSError, _struct.error):
+            return None, None
         paths: list[Any] = [None] * len(offsets)
         exts = _exts(heads, paths)
         if struct and "img" in exts and pf.schema_arrow.field(image).type.get_field_index("path") >= 0:
@@ -492,8 +549,8 @@ def _walk(pf: Any, url: str, g: int, image: str, struct: bool, label: str | None
             c = pf.read_row_group(g, columns=[label], use_threads=False).column(label).combine_chunks()
             valid = c.is_valid().to_numpy(zero_copy_only=False)
             labels = c.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-        return _Group(offsets, lengths, exts, labels, valid)
-    return None
+        return _Group(offsets, lengths, exts, labels, valid), fresh
+    return None, None
 
 
 class _Layout:
@@ -568,13 +625,17 @@ def sample_lists(url: str, *, start: int = 0, stop: int | None = None, extension
             lo, hi = max(start, first), min(end, first + rows)
             if lo < hi:
                 group = layout.groups.get(g, False) if path is not None else None
+                fresh = None
                 if group is False:
                     pf = pf or _open(url)
-                    group = layout.groups[g] = _walk(pf, url, g, image, struct, label)
+                    # (the whole chunk read at once only where the whole group is wanted)
+                    group, fresh = _walk(pf, url, g, image, struct, label,
+                                         pooled if (lo, hi) == (first, first + rows) else None)
+                    layout.groups[g] = group
                 table = None
                 for a in range(lo, hi, ROWS_A_READ):
                     b = min(hi, a + ROWS_A_READ)
-                    got = group.rows(url, path, a - first, b - a, a, mapped, maps, pooled, extensions) \
+                    got = group.rows(url, path, a - first, b - a, a, mapped, maps, pooled, extensions, fresh) \
                         if isinstance(group, _Group) and path is not None else None
                     if got is not None:
                         yield got
