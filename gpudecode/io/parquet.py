@@ -22,14 +22,16 @@ pyarrow is an optional extra: `pip install 'gpudecode[parquet]'`.
 
 The image bytes are read as they lie where they can be: in a local file, an image column
 chunk stored uncompressed and PLAIN-encoded (what `datasets` writes) has its pages walked
-here through small reads (plain_pages: the Thrift page headers, the definition levels,
-each value's length and first bytes), and the images are then read as a tar shard's members are (one
-native call a row group's slice: bytes, the reader's pooled blocks, or views of the
-mapping for `map_extensions`), so Parquet and tar cost the same copies. pyarrow's
-read_row_group decoded each image into its own buffers first (0.56x the tar reader's
-rate on the bench's JPEGs). Anything else (compressed or dictionary pages, repeated
-columns, a header this walk does not know, a damaged chunk, a remote file) is read by
-pyarrow, whose errors are the file's."""
+here (plain_pages: the Thrift page headers, the definition levels, each value's length and
+first bytes), once, the walk kept from one epoch to the next. Its images are then read as
+a tar shard's members are (one native call a slice of rows: bytes, the reader's pooled
+blocks, or views of the mapping for `map_extensions`), so Parquet and tar cost the same
+copies. A row group's first read in the Loader (pooled) reads its whole chunk in one read
+and walks it in memory; otherwise the walk goes through small reads (_FileRegion).
+pyarrow's read_row_group decoded each image into its own buffers first (0.56-0.77x the tar
+reader's rate on the bench's JPEGs). Anything else (compressed or dictionary pages,
+repeated columns, a header this walk does not know, a damaged chunk, a remote file) is
+read by pyarrow, whose errors are the file's."""
 from __future__ import annotations
 
 import json
