@@ -88,6 +88,7 @@ def as_parquet(urls: str, out: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    import numpy as np
     import torch
 
     import gpudecode
@@ -146,8 +147,6 @@ def main(argv: list[str] | None = None) -> int:
                   f"{s['tasks']} threads, {s['fds']} descriptors", flush=True)
     ld.close()
     last = series[-1]
-    import numpy as np
-
     first_rss = float(np.median([s["rss_mib"] for s in series[a.warm:a.warm + 100] or series]))
     last_rss = float(np.median([s["rss_mib"] for s in series[-100:]]))
     growth = last_rss - first_rss

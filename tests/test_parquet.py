@@ -461,7 +461,7 @@ def test_classes_open_a_file_once_and_again_when_it_changes(parquet_set, tmp_pat
     assert P.classes(path) == ("a", "b", "c")
     opened = []
     real = P._open
-    monkeypatch.setattr(P, "_open", lambda u: opened.append(u) or real(u))
+    monkeypatch.setattr(P, "_open", lambda u, *key: opened.append(u) or real(u, *key))
     assert P.classes(path) == ("a", "b", "c") and opened == []
     features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=["x", "y"])})
     datasets.Dataset.from_dict({"image": [{"bytes": parquet_set[1][0], "path": None}], "label": [1]},

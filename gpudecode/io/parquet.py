@@ -28,8 +28,8 @@ a tar shard's members are (one native call a slice of rows: bytes, the reader's 
 blocks, or views of the mapping for `map_extensions`), so Parquet and tar cost the same
 copies. A row group's first read in the Loader (pooled) reads its whole chunk in one read
 and walks it in memory; otherwise the walk goes through small reads (_FileRegion).
-pyarrow's read_row_group decoded each image into its own buffers first (0.56-0.77x the tar
-reader's rate on the bench's JPEGs). Anything else (compressed or dictionary pages,
+pyarrow's read_row_group decodes each image into its own buffers first, a copy more than a
+tar shard costs (bench/RESULTS.md has the rates). Anything else (compressed or dictionary pages,
 repeated columns, a header this walk does not know, a damaged chunk, a remote file) is
 read by pyarrow, whose errors are the file's."""
 from __future__ import annotations
@@ -68,19 +68,26 @@ def _pyarrow(url: str) -> Any:
 _FOOTERS: dict[tuple[int, int, int, int], Any] = {}  # a local file's parsed footer (FileMetaData), by _stat_key
 
 
-def _open(url: str) -> Any:
+def _keep(cache: dict, key: Any, value: Any) -> None:
+    """value kept under key in one of the per-file caches (_FOOTERS, _CLASSES): at most 4,096
+    files each, all dropped past that (a file's entry is cheap to make again)."""
+    if len(cache) >= 4096:
+        cache.clear()
+    cache[key] = value
+
+
+def _open(url: str, key: tuple[int, int, int, int] | None = None) -> Any:
     """The file as pyarrow's ParquetFile (local, or through fsspec). A local file's footer
-    is parsed once (the reader's count, then each read of it, reuse it; by its stat)."""
+    is parsed once (the reader's count, then each read of it, reuse it; by its stat:
+    `key`, _stat_key's, where the caller has it)."""
     pq = _pyarrow(url)
     try:
         if _shards.is_local(url):
-            key = _stat_key(url)
+            key = key if key is not None else _stat_key(url)
             pf = pq.ParquetFile(_shards.local_path(url), memory_map=True,
                                 metadata=_FOOTERS.get(key) if key is not None else None)
             if key is not None and key not in _FOOTERS:
-                if len(_FOOTERS) >= 4096:
-                    _FOOTERS.clear()
-                _FOOTERS[key] = pf.metadata
+                _keep(_FOOTERS, key, pf.metadata)
             return pf
         import fsspec
 
@@ -141,16 +148,14 @@ def classes(url: str) -> tuple[str, ...]:
     key = _stat_key(url)
     if key is not None and key in _CLASSES:
         return _CLASSES[key]
-    names = _read_classes(url)
+    names = _read_classes(url, key)
     if key is not None:
-        if len(_CLASSES) >= 4096:
-            _CLASSES.clear()
-        _CLASSES[key] = names
+        _keep(_CLASSES, key, names)
     return names
 
 
-def _read_classes(url: str) -> tuple[str, ...]:
-    with _open(url) as pf:
+def _read_classes(url: str, key: tuple[int, int, int, int] | None) -> tuple[str, ...]:
+    with _open(url, key) as pf:
         meta = pf.schema_arrow.metadata or {}
         label = _columns(pf, url)[2]
     raw = meta.get(b"huggingface")
@@ -272,10 +277,6 @@ def _levels(buf: Any, pos: int, end: int, count: int, width: int) -> np.ndarray:
     return np.concatenate(runs)[:count]
 
 
-def _u32(buf: Any, pos: int) -> int:
-    return int.from_bytes(buf[pos:pos + 4], "little")
-
-
 def _check_values(n: Any, encoding: Any, before: int, rows: int, size: int) -> None:
     """A data page's count and encoding, before its levels are decoded: a count past the
     rows, or past what a page of `size` bytes plausibly holds (a run of levels can say any
@@ -326,7 +327,7 @@ def plain_pages(chunk: Any, rows: int, max_def: int) -> tuple[np.ndarray, np.nda
             if max_def:
                 if d.get(3) != 3 or p + 4 > end:
                     raise _Unsupported("definition levels not RLE")
-                length = _u32(chunk, p)
+                length = int.from_bytes(chunk[p:p + 4], "little")
                 if length > end - p - 4:
                     raise _Unsupported("levels past the page")
                 levels = _levels(bytes(chunk[p + 4:p + 4 + length]), 0, length, n, width)
@@ -391,10 +392,10 @@ def _heads(buf: Any, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 class _FileRegion:
-    """`size` bytes of a file from `start`, read as plain_pages indexes them: small preads
+    """`size` bytes of a file from `start`, read as plain_pages slices them: small preads
     (a window of WINDOW bytes kept), so a walk reads page headers, levels, lengths and
-    heads alone (a fresh mapping of the file cost a page fault an image: 1.15 against 0.8 ms
-    a row group of 256 of the bench's JPEGs). A file shorter than its metadata says is
+    heads alone (a fresh mapping of the file costs a page fault an image, more than these
+    reads: bench/RESULTS.md). A file shorter than its metadata says is
     _Unsupported (pyarrow then reads it, and names it)."""
 
     WINDOW = 512
@@ -422,17 +423,12 @@ class _FileRegion:
             if len(self.buf) < min(b, self.size) - a:
                 raise _Unsupported("the file is shorter than its metadata says")
 
-    def __getitem__(self, k: Any) -> Any:
-        if isinstance(k, slice):
-            a, b = max(k.start or 0, 0), min(self.size if k.stop is None else k.stop, self.size)
-            if a >= b:
-                return b""
-            self._hold(a, b)
-            return self.buf[a - self.lo:b - self.lo]
-        if not 0 <= k < self.size:
-            raise IndexError(k)
-        self._hold(k, k + 1)
-        return self.buf[k - self.lo]
+    def __getitem__(self, k: slice) -> bytes:
+        a, b = max(k.start or 0, 0), min(self.size if k.stop is None else k.stop, self.size)
+        if a >= b:
+            return b""
+        self._hold(a, b)
+        return self.buf[a - self.lo:b - self.lo]
 
 
 class _Group:
@@ -613,7 +609,7 @@ def sample_lists(url: str, *, start: int = 0, stop: int | None = None, extension
             path = _shards.local_path(url)
             layout = _LAYOUTS.get(key) if key is not None else None
         if layout is None:
-            pf = _open(url)
+            pf = _open(url, key)
             image, struct, label = _columns(pf, url)
             meta = pf.metadata
             layout = _Layout(image, struct, label, [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
@@ -645,7 +641,7 @@ def sample_lists(url: str, *, start: int = 0, stop: int | None = None, extension
                     if isinstance(group, _Group):  # the file changed under it: pyarrow reads it, and names it
                         group = layout.groups[g] = None
                     if table is None:
-                        pf = pf or _open(url)
+                        pf = pf or _open(url)  # (stat again: the file may have changed)
                         # (use_threads=False: the reader's threads already read files side by side)
                         table = pf.read_row_group(g, columns=[image] + ([label] if label else []), use_threads=False)
                     yield _samples(url, table.slice(a - first, b - a), a, image, struct, label, extensions)
