@@ -116,11 +116,11 @@ def test_reader_pools_its_images_and_nothing_is_altered(tmp_path, photos):
     assert sorted(s.key for s in kept) == sorted(want)
     for s in kept:  # read an epoch before the others: unchanged
         assert {e: bytes(d) for e, d in s.fields.items()} == want[s.key]
-    assert rd._pooled is not None and 0 < rd._pooled.pool.free_bytes <= 1 << 20
+    assert rd.segments.pooled is not None and 0 < rd.segments.pooled.pool.free_bytes <= 1 << 20
     rd.close()  # (its free blocks freed)
-    assert rd._pooled.pool.free_bytes == 0
+    assert rd.segments.pooled.pool.free_bytes == 0
     other = pickle.loads(pickle.dumps(rd))
-    assert other._pooled is not None and other._pooled.pool is not rd._pooled.pool
+    assert other.segments.pooled is not None and other.segments.pooled.pool is not rd.segments.pooled.pool
     assert sorted(s.key for s in other) == sorted(want)
     # iter_shard without a pool: bytes, the same bytes
     plain = {s.key: s.fields for s in iter_shard(url)}

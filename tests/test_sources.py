@@ -204,7 +204,7 @@ def test_the_profile_names_the_slow_source(data):
     import gpudecode
 
     with make([Source(data["a"], name="fast", choose=60), Source(data["b"], name="slow")], batch_size=6) as ld:
-        real = ld.reader._segment_items
+        real = ld.reader.segments._segment_items
 
         def slowed(seg, group, orders):  # the storage under one source is slow: its reads take longer
             for items in real(seg, group, orders):
@@ -212,7 +212,7 @@ def test_the_profile_names_the_slow_source(data):
                     time.sleep(0.02)
                 yield items
 
-        ld.reader._segment_items = slowed
+        ld.reader.segments._segment_items = slowed
         report = gpudecode.profile(ld, step=0.0)
     caps = report.source_capacity
     assert set(caps) == {"fast", "slow"} and caps["slow"] < caps["fast"] / 3, caps

@@ -171,9 +171,9 @@ def test_mappings_are_kept_between_epochs_and_renewed_for_a_new_file(stored, tmp
         return {s.key: bytes(s.fields["npy"]) for s in r}
 
     first = read()
-    maps = dict(r._maps._maps)
+    maps = dict(r.segments.maps._maps)
     assert len(maps) == len(shards)
-    assert read() == first and all(r._maps._maps[k] is m for k, m in maps.items())  # the same mappings
+    assert read() == first and all(r.segments.maps._maps[k] is m for k, m in maps.items())  # the same mappings
     # replace one shard by a rename (as every gpudecode writer does): its new content is read
     other = make_shard(tmp_path / "other.tar", [{"__key__": "z000", "npy": encode_npy(np.full((4, 5, 3), 7, np.uint8)),
                                                  "cls": b"1"}])
@@ -182,9 +182,9 @@ def test_mappings_are_kept_between_epochs_and_renewed_for_a_new_file(stored, tmp
     got = read()
     assert set(got) == (set(first) - before) | {"z000"}
     assert got["z000"] == encode_npy(np.full((4, 5, 3), 7, np.uint8))
-    assert len(r._maps._maps) == len(shards) + 1  # the old file's mapping waits for the limit (or close)
+    assert len(r.segments.maps._maps) == len(shards) + 1  # the old file's mapping waits for the limit (or close)
     r.close()
-    assert len(r._maps) == 0 and read() == got  # iterable after close: mapped again
+    assert len(r.segments.maps) == 0 and read() == got  # iterable after close: mapped again
     # the limit: least recently used out first, the newest always kept
     cache = _MapCache(limit=1)
     fds = [os.open(p, os.O_RDONLY) for p in shards]
@@ -267,7 +267,7 @@ for p in paths:
         want += [m.name[:-4] for m in t.getmembers() if m.name.endswith(".npy")]
 assert [k for k, _ in got] == want, (len(got), len(want))
 assert all(v == int(k[1:]) % 250 for k, v in got)
-assert len(r._maps._maps) <= 32, len(r._maps._maps)
+assert len(r.segments.maps._maps) <= 32, len(r.segments.maps._maps)
 print("ok", len(got))
 """
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)

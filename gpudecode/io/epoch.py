@@ -87,6 +87,12 @@ class EpochPlan:
     # segments it reads and the row of each one's first sample (for the interleaved order)
     parts: tuple[tuple[int, tuple[int, ...]], ...] = field(default=(), repr=False)
 
+    @property
+    def interleaved(self) -> bool:
+        """Whether the segments' samples are given out interleaved by `parts` (the elastic
+        order) rather than one segment after another."""
+        return self.mode == "elastic"
+
     def order(self) -> Iterator[tuple[str, int]]:
         """(source, sample index in it) of every sample read, in the order yielded (before
         a shuffle buffer, which the shard and sample modes add with shuffle); a source's
