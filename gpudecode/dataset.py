@@ -15,7 +15,7 @@ cache_dir to make that a local read).
 from __future__ import annotations
 
 import bisect
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 
@@ -24,6 +24,9 @@ from .io import shards as _shards
 from .decode.cpu import CpuDecoder
 from .io.reader import Sample, ShardReader
 from .pipeline import Pipeline, PipelineConfig
+
+if TYPE_CHECKING:
+    from .loader import Loader
 
 
 
@@ -39,12 +42,8 @@ class ShardDataset(torch.utils.data.Dataset):
         self.transform = config.transform
         self.seed = seed
         counts = reader.sample_counts()
-        self._starts: list[int] = []
-        total = 0
-        for u in reader.urls:
-            self._starts.append(total)
-            total += counts[u]
-        self._total = total
+        self._starts = reader.inputs.starts(counts)
+        self._total = sum(counts[u] for u in reader.urls)
         self._local()
 
     @property
@@ -123,3 +122,28 @@ def _shard_classes(urls: Sequence[str]) -> list[str]:
         except TypeError:  # not an index of ours (values that do not sort)
             return []
     return []
+
+
+class LoaderSampler:
+    """A Loader's share for this rank, where DistributedSampler stands beside a DataLoader:
+    `len()` is the samples this rank yields per epoch, `set_epoch(e)` sets the Loader's
+    epoch, and iteration gives this rank's dataset indices (the shards' unshuffled order)
+    for the current epoch, before the sample shuffle."""
+
+    def __init__(self, loader: Loader) -> None:
+        self._loader = loader
+
+    def __len__(self) -> int:
+        return self._loader.num_samples
+
+    def set_epoch(self, epoch: int) -> None:
+        self._loader.set_epoch(epoch)
+
+    def __iter__(self) -> Iterator[int]:
+        reader = self._loader.reader
+        counts = reader.sample_counts()
+        base = dict(zip(reader.urls, reader.inputs.starts(counts)))
+        epoch = self._loader.current_epoch
+        files = {u: reader.file_order(u, epoch) for u in reader.files}
+        for url, i in reader.plan(epoch).read_order(counts):  # (elastic: the plan's interleaved order)
+            yield base[url] + (files[url][i] if url in files else i)

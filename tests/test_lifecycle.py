@@ -402,7 +402,7 @@ def test_ctrl_c_on_the_first_line_of_next_still_ends_the_threads(shards, monkeyp
     there too; the traceback (which holds the iterator) must not keep them running."""
     import types
 
-    import gpudecode.loader as loader_mod
+    import gpudecode.epoch_run as loader_mod  # (where the iterator lives)
 
     ld = Loader(shards, batch_size=8, transform=tf(), device="cpu")
     it = iter(ld)

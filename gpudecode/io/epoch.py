@@ -93,6 +93,19 @@ class EpochPlan:
         order) rather than one segment after another."""
         return self.mode == "elastic"
 
+    def draw_at(self, position: int, batch_size: int) -> int | None:
+        """Where the batch this consumer gives out at `position` (its samples so far) stands
+        in the epoch's global order, for its random draws: elastic plans only (batch k is
+        chunk k of this consumer's; past its chunks, runs follow on), None otherwise (each
+        consumer draws by its own position)."""
+        if not self.interleaved:
+            return None
+        k = position // batch_size
+        chunks = self.chunks
+        if k < len(chunks):
+            return chunks[k]
+        return (chunks[-1] if chunks else self.start) + batch_size * (k - len(chunks) + 1)
+
     def order(self) -> Iterator[tuple[str, int]]:
         """(source, sample index in it) of every sample read, in the order yielded (before
         a shuffle buffer, which the shard and sample modes add with shuffle); a source's

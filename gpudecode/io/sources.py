@@ -10,6 +10,7 @@ ImageFolder trees whose class folders differ, a shard in two sources. The epoch 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 from typing import Any, Sequence
 
@@ -115,6 +116,41 @@ class Sources:
                         return list(parquet_classes(u))
                     except GpuDecodeError:
                         return []
+        return out
+
+    def starts(self, counts: dict[str, int]) -> list[int]:
+        """Each url's first index in the sources' samples numbered in their given order
+        (what `Loader.dataset` and its sampler index)."""
+        out, pos = [], 0
+        for u in self.urls:
+            out.append(pos)
+            pos += counts[u]
+        return out
+
+    def fingerprint(self) -> str:
+        """The shards (or files) read, in their order, by name: the same data wherever it is
+        mounted, other data (other shards, another order, a tree with other files) differs."""
+        h = hashlib.sha256()
+        if self.mixture is not None:  # a mixture: its terms are part of what is read
+            h.update(repr([(s.weight, s.repeat, s.choose, s.label_offset, len(g)) for s, g in
+                           zip(self.mixture, self.source_urls)] + [self.epoch_size]).encode())
+        for u in self.urls:
+            flist = self.files.get(u)
+            # (names as the file system gives them: a name that is not UTF-8 keeps its bytes)
+            if flist is None:
+                h.update(os.fsencode(os.path.basename(u.rstrip("/"))) + b"\0")
+            else:
+                h.update(f"files:{len(flist)}\0".encode())
+                for k in flist.keys:
+                    h.update(k.encode("utf-8", "surrogateescape") + b"\0")
+        return h.hexdigest()[:16]
+
+    def describe(self) -> dict:
+        """What is read: shards, and image files as they lie (their trees or lists)."""
+        out: dict = {"shards": sum(1 for u in self.urls if u not in self.files)}
+        if self.files:
+            out["image_files"] = sum(len(f) for f in self.files.values())
+            out["file_sources"] = [f.root or u for u, f in self.files.items()]
         return out
 
     def mixture_counts(self, counts: dict[str, int]) -> tuple[list[int], list[int]]:

@@ -1,0 +1,361 @@
+"""The Loader's arguments checked and made into its parts (`pipeline_config`, the source
+a torch Dataset stands for, the default seed), what a saved state must agree on
+(`resume_keys`) and what `Loader.describe()` says: what loader.py's class would otherwise
+hold besides its own work."""
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import sys
+import warnings
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ._manifest import _read_json
+from .decode import check_device, check_spec
+from .errors import Skipped, TransformError
+from .io import shards as _shards
+from .io.reader import ShardReader, split_exts
+from .mixing import BatchTransform, CutMix, MixUp, RandomChoice, as_batch_transform
+from .pipeline import PipelineConfig
+from .transforms import Compose
+from .transforms.base import fingerprint_text
+from .transforms.convert import carries_compose
+
+if TYPE_CHECKING:
+    from .loader import Loader
+
+
+def views(transform: Any) -> Compose | list[Compose]:
+    """A Compose (converted from torchvision's), or a list of them: several views of each
+    image, each with its own fixed output size (the views' batches are stacked apart).
+    None: no augmentation (images decoded as they are: uint8, each at its own size)."""
+    if transform is None:
+        return Compose([])
+    if isinstance(transform, (list, tuple)):
+        whole = [isinstance(t, Compose) or type(t).__name__ == "Compose" or carries_compose(t) for t in transform]
+        if transform and not any(whole):  # a list of steps (a Compose's .transforms): one transform
+            return Compose.from_torchvision(list(transform))
+        if not all(whole):
+            raise TransformError(
+                "transform=[...] mixes whole transforms and single steps: give one Compose (a list of steps is "
+                "read as one), or one Compose per view for several views of each image")
+        views = [t if isinstance(t, Compose) else Compose.from_torchvision(t) for t in transform]
+        if not views:
+            raise TransformError("transform=[]: give one transform, or one per view")
+        for v, tf in enumerate(views):
+            if tf.plan.out_size is None:
+                raise TransformError(f"view {v} has no size of its own (no RandomResizedCrop, CenterCrop, RandomCrop "
+                                     "or Resize to a fixed size): with several views each needs one")
+        return views
+    return transform if isinstance(transform, Compose) else Compose.from_torchvision(transform)
+
+
+# DataLoader's arguments the Loader does not take, and what it does in their place
+DATALOADER_ONLY = {
+    "sampler": "the Loader orders and splits an epoch itself: shuffle= and seed= (each rank's share from "
+               "rank=/world_size= or torchrun's), repeated_augs= for RASampler, split='elastic' to resume on "
+               "another world size; for an order of your own, give the samples in that order (a list of paths)",
+    "batch_sampler": "the Loader makes batches of batch_size itself (drop_last= for the last one)",
+    "collate_fn": "the fused kernel writes each batch as one tensor; a step on each finished batch (MixUp, "
+                  "CutMix, a callable of yours) is batch_transform=",
+    "worker_init_fn": "the Loader's workers are threads of this process: nothing to initialise; seed= fixes "
+                      "every draw",
+    "generator": "seed= fixes every draw (with the epoch and the sample's position)",
+    "multiprocessing_context": "the Loader's workers are threads, not processes",
+    "timeout": "a read that stalls is the remote= options' (timeouts and retries of remote shards)",
+    "pin_memory_device": "batches are made on device= itself",
+    "in_order": "batches always come in order (the same for any number of threads)",
+}
+
+
+def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
+    """A torch Dataset given as the source: torchvision's ImageFolder or DatasetFolder is
+    read as it lies, its `samples` ((path, label) pairs: its classes, extensions and
+    is_valid_file already applied) on the reader threads, with its `transform` when none is
+    given; FakeData's images are made; a Hugging Face `datasets.Dataset`'s rows are read
+    from its Arrow table (io/parquet.hf_dataset); any other Dataset is refused with what the
+    Loader reads instead. Anything else passes as it is."""
+    import torch.utils.data
+
+    if type(urls).__name__ == "Dataset" and type(urls).__module__.startswith("datasets"):  # Hugging Face's
+        from .io.parquet import hf_dataset
+
+        return hf_dataset(urls), transform
+    if not isinstance(urls, torch.utils.data.Dataset) or isinstance(urls, ShardReader):
+        return urls, transform
+    samples = getattr(urls, "samples", None)
+    name = type(urls).__name__
+    if name == "FakeData" and type(urls).__module__.startswith("torchvision"):  # `--dummy`
+        return _fake_data(urls), transform if transform is not None else getattr(urls, "transform", None)
+    if not isinstance(samples, list) or not all(isinstance(s, tuple) and len(s) == 2 for s in samples[:1]):
+        raise TypeError(f"Loader() reads files and shards, not a {name}: give its image folder, a list of paths or "
+                        "(path, label) pairs, or shards (for a synthetic set, `gpudecode bench make-data DIR` "
+                        "writes one).")
+    if getattr(urls, "target_transform", None) is not None:
+        raise TypeError(f"Loader() cannot apply this {name}'s target_transform (labels are read as the folder "
+                        "gives them): map the labels in your loop, or give the (path, label) pairs yourself.")
+    own = getattr(urls, "loader", None)
+    if own is not None and not str(getattr(own, "__module__", "")).startswith("torchvision"):
+        raise TypeError(f"Loader() decodes the files itself, not with this {name}'s own loader=: give the "
+                        "folder (or the (path, label) pairs) if its files are images.")
+    return [(str(p), int(y)) for p, y in samples], transform if transform is not None else getattr(urls, "transform",
+                                                                                                   None)
+
+
+def _fake_data(ds: Any) -> Any:
+    """torchvision's FakeData as a made file list: sample i is FakeData's image i (its own
+    draws: the seed index + random_offset), as uint8 HWC .npy bytes, with its label."""
+    import copy
+
+    from .io.files import made
+    from .tensors import encode_npy
+
+    plain = copy.copy(ds)
+    plain.transform = plain.target_transform = None
+    if getattr(ds, "target_transform", None) is not None:
+        raise TypeError("Loader() cannot apply this FakeData's target_transform: map the labels in your loop.")
+
+    def make(i: int) -> tuple[bytes, int]:
+        img, label = plain[i]
+        return encode_npy(np.ascontiguousarray(np.asarray(img.convert("RGB")))), int(label)
+
+    size = tuple(getattr(ds, "image_size", ()))
+    return made(f"FakeData({len(ds)}, {size}, seed offset {getattr(ds, 'random_offset', 0)})", len(ds), make, "npy")
+
+
+def refuse_dataloader_only(given: dict) -> None:
+    """DataLoader's arguments the Loader does not take are refused with what it does
+    instead; any other unknown argument as Python refuses it."""
+    for name in given:
+        if name in DATALOADER_ONLY:
+            raise TypeError(f"Loader() takes no {name}= (a DataLoader argument): {DATALOADER_ONLY[name]}.")
+        raise TypeError(f"Loader() got an unexpected keyword argument {name!r}")
+
+
+def resume_keys(reader: ShardReader, config: PipelineConfig, ds: dict, batch_size: int, seed: int | None,
+                 strict: bool) -> tuple[list[tuple[str, object]], bool]:
+    """What a saved state must agree on to resume on this Loader, and whether an elastic
+    state is regridded (another world size or batch size: split="elastic" allows it)."""
+    rank, world = reader.placement()
+    elastic = reader.resumes_anywhere and ds.get("split") == reader.mode()
+    mine: list[tuple[str, object]] = [("split", reader.mode()), ("shards", len(reader.urls)), ("shuffle", reader.shuffle)]
+    if not elastic:  # an elastic state resumes on another world size and batch size (and the even policy that
+        mine += [("world_size", world), ("batch_size", batch_size), ("even", reader.even)]  # goes with its own)
+    if seed is not None:
+        mine.append(("seed", seed))
+    if "fingerprint" in ds:  # (states saved before it was kept have none)
+        mine.append(("fingerprint", reader.inputs.fingerprint()))
+    if "transform" in ds and strict:
+        mine.append(("transform", transforms_fingerprint(config)))
+    return mine, elastic and (ds.get("world_size"), ds.get("batch_size")) != (world, batch_size)
+
+
+def check_sources(reader: Any, config: PipelineConfig) -> None:
+    """What can be told of the data before reading it, refused now: precached images of
+    several sizes for a transform without one; a mixture's sources whose class names
+    collide (two trees without label_offset); tree labels a label_offset moves out of range
+    (taken later for bad data, a whole source would be skipped under on_error="skip").
+
+    Raises:
+        ValueError, TransformError: the reason, naming the source and label_offset."""
+    if isinstance(config.transform, Compose) and config.transform.plan.out_size is None and config.batch_size > 1:
+        _check_stored_sizes(reader)
+    if reader.sources is None or not config.labels:
+        return
+    reader.classes  # noqa: B018  (a label two sources' trees name differently: refused, naming label_offset)
+    for src, urls in zip(reader.sources, reader.source_urls):
+        labels = [v for u in urls if u in reader.files for v in reader.files[u].labels if v is not None]
+        if not src.label_offset or not labels:
+            continue
+        lo, hi = min(labels), max(labels)  # (a tree's labels carry their offset)
+        if (lo < 0 and not config.allow_negative_labels) or (config.num_classes is not None and hi >= config.num_classes):
+            bound = "negative" if lo < 0 and not config.allow_negative_labels else f"not below num_classes={config.num_classes}"
+            raise ValueError(f"Source {src.label}: label_offset={src.label_offset} makes its labels {lo}..{hi}, "
+                             f"{bound}: every one of its samples would be a LabelError")
+
+
+def _check_stored_sizes(reader: Any) -> None:
+    """A transform without a size batches images only of one size: precached shards whose
+    manifest says their images differ (crop none) are refused now, not at the first batch."""
+
+    names = {os.path.basename(v) for v in reader.urls}
+    seen: set[str] = set()
+    for u in reader.urls:
+        if u in reader.files or not _shards.is_local(u):
+            continue
+        folder = os.path.dirname(os.path.abspath(_shards.local_path(u)))
+        if folder in seen or len(seen) >= 16:
+            continue
+        seen.add(folder)
+        try:
+            manifests = [n for n in sorted(os.listdir(folder)) if n.endswith("manifest.json")]
+        except OSError:
+            continue
+        for name in manifests:
+            doc = _read_json(os.path.join(folder, name))
+            if doc is None:  # not JSON, or not an object: says nothing here
+                continue
+            try:  # a manifest that is not one of precache's (or a damaged one) says nothing here
+                varied = doc["pixels"].get("shape") is None
+                size = doc["transform"]["size"]
+                ours = any(os.path.basename(x.get("path", "")) in names for x in doc["shards"])
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue
+            if varied and ours:
+                raise TransformError(
+                    f"these shards were precached with crop none ({os.path.join(folder, name)}): their images "
+                    f"differ in size (shorter side at most {size}), and this transform gives them no size to "
+                    "batch at: add a RandomResizedCrop, CenterCrop or RandomCrop, or precache with --crop center")
+
+
+def _batch_step(step: Any, transform: Compose, labels: bool, num_classes: int | None) -> Any:
+    """The batch transform, checked against the rest now (not at the first batch)."""
+    if step is None:
+        return None
+    step = as_batch_transform(step)
+    if isinstance(step, BatchTransform):
+        step = copy.deepcopy(step)  # num_classes may be filled in below: the caller's object stays as given
+        if not labels:
+            raise TransformError(f"{step!r} mixes labels too: it needs labels=True")
+        if not transform.plan.dtype.is_floating_point:
+            raise TransformError(f"{step!r} mixes float images, and this transform ends in {transform.plan.dtype}: "
+                                 "end it with Normalize or ToDtype(torch.float32, scale=True)")
+        def mixes(s: BatchTransform) -> list[BatchTransform]:
+            return [m for t in s.transforms for m in mixes(t)] if isinstance(s, RandomChoice) else [s]
+
+        mixers = [m for m in mixes(step) if isinstance(m, (MixUp, CutMix))]
+        given = {m.num_classes for m in mixers if m.num_classes is not None}
+        if num_classes is not None:
+            given.add(num_classes)
+        if len(given) > 1:  # (torch's one_hot would fail at the first batch, naming no sample)
+            said = ", ".join(f"{m!r}" for m in mixers) + (f", Loader(num_classes={num_classes})" if num_classes else "")
+            raise TransformError(f"the batch transform and the Loader disagree on the number of classes ({said}): "
+                                 "give them one num_classes")
+        for m in mixers:
+            if m.num_classes is None:
+                if num_classes is None:
+                    raise TransformError(f"{m!r} turns labels into [N, num_classes]: give it num_classes= (or the "
+                                         "Loader's num_classes=)")
+                m.num_classes = num_classes
+    return step
+
+
+def _mix_classes(step: Any) -> int | None:
+    """The num_classes a batch transform (ours, checked by _batch_step) mixes labels into."""
+    if isinstance(step, RandomChoice):
+        return next((c for c in map(_mix_classes, step.transforms) if c is not None), None)
+    return step.num_classes if isinstance(step, (MixUp, CutMix)) else None
+
+
+def default_seed(world_size: int) -> int:
+    """torch.initial_seed(), made the same on every rank: rank 0's is broadcast when
+    torch.distributed is initialized (every rank builds its Loader, as it must to read
+    its part); otherwise each rank's own is used, and a warning says they must agree."""
+    seed = int(torch.initial_seed()) % (1 << 63)
+    if world_size <= 1:
+        return seed
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        box = [seed]
+        dist.broadcast_object_list(box, src=0)
+        return int(box[0])
+    warnings.warn("gpudecode.Loader(seed=None) with several ranks and torch.distributed not initialized: every "
+                  "rank must call torch.manual_seed with the same seed (or pass seed=), or ranks disagree on the "
+                  "split", RuntimeWarning, stacklevel=3)
+    return seed
+
+
+def transforms_fingerprint(config: PipelineConfig) -> str:
+    """The transforms (views and batch transform) by their repr: a state saved with other
+    transforms is refused."""
+    parts = [fingerprint_text(v) for v in config.views] + [fingerprint_text(config.batch_transform)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def _mix(reader: ShardReader, epoch: int, skipped: list[Skipped]) -> list[dict]:
+    """A mixture's sources: their samples, what `epoch` draws of each, and what on_error
+    passed over in each this epoch."""
+    mix = reader.mixture(epoch)
+    for m in mix:
+        m["skipped"] = 0
+    for sk in skipped:
+        i = reader.source_of(sk.shard) if sk.shard else None
+        if i is not None:
+            mix[i]["skipped"] += 1
+    return mix
+
+
+def pipeline_config(transform: Any, batch_transform: Any, *, batch_size: int, device: Any, decoder: Any,
+                     image_ext: Any, label_ext: Any, labels: bool, num_classes: int | None,
+                     allow_negative_labels: bool, workers: tuple[int | None, int | None],
+                     ahead: tuple[int | None, int | None], max_pixels: int, fast_decode: bool, pin_memory: bool,
+                     reuse_buffers: bool) -> PipelineConfig:
+    """The Loader's arguments for its pipeline, checked (a missing decoder extra, a batch
+    transform that cannot mix this transform's output: said now, not at the first batch).
+    `workers`: (num_workers, num_threads), `ahead`: (prefetch_factor, prefetch), each pair
+    a name and its older one."""
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
+    if None not in workers and workers[0] != workers[1]:
+        raise ValueError("give num_workers or num_threads (its older name), not both")
+    if None not in ahead and ahead[0] != ahead[1]:
+        raise ValueError("give prefetch_factor or prefetch (its older name), not both")
+    threads = workers[0] if workers[0] is not None else workers[1]
+    if threads is not None and threads < 0:
+        raise ValueError(f"num_workers must be >= 0, not {threads}")
+    prefetch = ahead[0] if ahead[0] is not None else (ahead[1] if ahead[1] is not None else 2)
+    if prefetch < 1:
+        raise ValueError(f"prefetch_factor must be >= 1, not {prefetch}")
+    device = check_device(device)
+    transform = views(transform)
+    if isinstance(transform, list) and batch_transform is not None:
+        raise TransformError("batch_transform with several views is not supported (MixUp and CutMix mix one "
+                             "view's batch): use one transform, or mix each view's batch in your loop")
+    check_spec(decoder, device)  # (a name, names or shares: refused now, with the reason; nothing made yet)
+    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int)
+                                    or num_classes < 1):
+        raise ValueError(f"num_classes must be a positive int, not {num_classes!r}")
+    step = None if isinstance(transform, list) else _batch_step(batch_transform, transform, labels, num_classes)
+    if num_classes is None and step is not None:
+        # MixUp/CutMix's classes bound the labels: one past them is that sample's LabelError, not torch's
+        num_classes = _mix_classes(step)
+    if pin_memory and device == "cpu" and not torch.cuda.is_available():
+        warnings.warn("pin_memory=True, but torch sees no CUDA device: batches come in ordinary (pageable) "
+                      "memory", UserWarning, stacklevel=3)
+    return PipelineConfig(transform, batch_size=batch_size, device=device, decoder=decoder,
+                          image_exts=tuple(split_exts(image_ext)),
+                          label_exts=tuple(split_exts(label_ext)) if labels else (), labels=labels,
+                          num_classes=num_classes, allow_negative_labels=bool(allow_negative_labels),
+                          ring=prefetch + 3, num_threads=max(1, threads) if threads is not None else (os.cpu_count() or 1),
+                          max_pixels=max_pixels, fast_decode=fast_decode, pin_memory=bool(pin_memory),
+                          batch_transform=step, reuse_held=bool(reuse_buffers))
+
+
+def describe(loader: Loader) -> dict:
+    """Loader.describe(), from the Loader's public attributes."""
+    pipe, reader = loader.pipeline, loader.reader
+    plans, multi = [tf.plan for tf in pipe.views], pipe.multi
+    return {"device": loader.device, "decoder": pipe.decoder_name(),
+            # what actually decodes (the library, GPU, hardware or CPU), once the decoder is made
+            "decoder_backend": getattr(pipe.decoder, "backend", None) if pipe.decoder is not None else None,
+            # a split decoder's engines: each one's images, share, rate and idle time so far
+            **({"decoder_engines": pipe.decoder.engine_stats()} if hasattr(pipe.decoder, "engine_stats") else {}),
+            # a tuned split (decoder="auto" on CUDA): the engines decoding now, each subset's measured rate
+            **({"decoder_tuning": pipe.decoder.tuning()} if getattr(pipe.decoder, "tuning", lambda: None)() else {}),
+            "num_threads": loader.num_threads, "prefetch": loader.prefetch,
+            "batch_size": loader.batch_size, **reader.inputs.describe(), "split": reader.mode(),
+            "out_size": [p.out_size for p in plans] if multi else plans[0].out_size,
+            "dtype": [str(p.dtype) for p in plans] if multi else str(plans[0].dtype),
+            # what runs fused, per view (several views: one list each)
+            "transform": ([[type(t).__name__ for t in p.steps] for p in plans] if multi
+                          else [type(t).__name__ for t in plans[0].steps]),
+            "views": len(plans), "fast_decode": pipe.config.fast_decode,
+            **({"mix": _mix(reader, loader.current_epoch, loader.skipped)} if reader.sources is not None else {}),
+            # what runs after the fused kernel, on the finished batch
+            "after": [] if loader.batch_transform is None else [repr(loader.batch_transform)],
+            # where the set lives between epochs (keep=): the store's tier and bytes, or why it streams
+            "keep": loader.keeper.describe()}
