@@ -7,189 +7,38 @@ finished batch, and of the buffers that work cycles through.
 
 The Loader keeps the configuration, the epoch and resume state, and the threads that
 drive the two stages (loader.py's module doc has the thread and CUDA stream design);
-`Pipeline` holds the decoder, the output slots (`ring` of them, used in turn and kept
-across epochs), the CUDA side (`_Streams`: streams, upload ring, events), what the error
-policy skipped, and the last good batch that `even` padding repeats.
+`Pipeline` holds the decoder, the sink finished batches go to (sinks.py: the
+`OutputRing` of output slots, used in turn and kept across epochs, with the held-batch
+rule and `even`'s make-up; precache's `HostImages`), the CUDA side (`Streams`,
+streams.py: streams, upload ring, events) and what the error policy skipped. What passes
+between the stages (`PipelineConfig`, `Prepared`, `Ready`, `Batch`) is batches.py's.
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
-import operator
-import threading
 import time
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
 
 from ._builtins import import_numba
-from .transforms.draws import Draws
 from ._probe import Probed, probe_columns
-from .decode import DecodedBatch, choose, make_decoder
+from .batches import IN_FLIGHT, MID_QUEUE, Batch, PipelineConfig, Prepared, Ready
+from .decode import choose, make_decoder
 from .errors import DecodeError, ErrorPolicy, LabelError, Skipped
 from .io.reader import Sample
-from .kernels import fused
-from .kernels.workspace import Workspace
 from .labels import parse_label
-from .mixing import BatchTransform, batch_rng, seeded_call
+from .mixing import BatchTransform, seeded_call
+from .sinks import HostImages, OutputRing, Sink
+from .streams import Streams, event
 from .stats import BatchTiming
-from .transforms import CenterCrop, Compose, Normalize, Resize
+from .transforms import Compose
+from .transforms.draws import Draws
 
 __all__ = ["Pipeline", "PipelineConfig", "Batch", "Ready", "MID_QUEUE", "IN_FLIGHT"]
 
-# The middle queue between the two stages holds MID_QUEUE prepared batches; decoded
-# batches alive at once are then one in the kernel, MID_QUEUE queued and one being decoded.
-# Every ring a decoded batch lives in (decoders' rings, the upload ring) is sized from this.
-MID_QUEUE = 1
-IN_FLIGHT = MID_QUEUE + 2
-_KEY = operator.attrgetter("key")
-
-
-class Batch(tuple):
-    """(images, labels), as a DataLoader batch unpacks, with `.images`, `.labels` and
-    `.keys` (the samples' keys, in order). With several views (a Loader given a list of
-    transforms) `images` is a list: one batch per view, in the transforms' order."""
-
-    keys: list[str]
-    # namedtuple's protocol: code that rebuilds collections field by field (Lightning's
-    # transfer to the device, torch's pin_memory and collate) makes a Batch again with
-    # Batch(images, labels); the keys are then unknown (an empty list)
-    _fields = ("images", "labels")
-
-    def __new__(cls, images: Any, labels: torch.Tensor | None = None, keys: list[str] | None = None) -> "Batch":
-        obj = super().__new__(cls, (images, labels))
-        obj.keys = [] if keys is None else keys
-        return obj
-
-    def _asdict(self) -> dict:
-        return {"images": self[0], "labels": self[1]}
-
-    def __getnewargs__(self) -> tuple:  # (pickle: a tuple subclass is remade from these)
-        return (self[0], self[1], self.keys)
-
-    @property
-    def images(self) -> Any:
-        """The images [N, 3, h, w] (in the transform's layout), or a list of them per view."""
-        return self[0]
-
-    @property
-    def labels(self) -> torch.Tensor | None:
-        return self[1]
-
-
-@dataclass
-class _Prepared:
-    """A batch between the two stages: decoded pixels and everything the kernel needs."""
-
-    samples: list[Sample]
-    params: list[Draws]  # [view][image] (transforms.Compose.draw_batch's Draws)
-    sizes: list[tuple[int, int]]
-    labels: list[int]
-    decoded: DecodedBatch | None
-    timing: BatchTiming
-    position: int = 0
-    taken: int = 0  # samples taken from the reader for this batch
-    seq: int = 0    # batches decoded by this Loader before this one (the rings' turn)
-    ready: Any = None  # CUDA event: decoding (and the upload) done, on the decode stream
-    draw: tuple = ()   # (seed, epoch, rank, first sample's position): the batch transform's draws
-    windows: Any = None  # int64 [N, 4]: the box decoded of each image
-    view_boxes: list = field(default_factory=list)  # [view]: int64 [N, 4], the box each view's kernel reads
-
-
-@dataclass
-class Ready:
-    """A finished batch on its way to the trainer: the output slot it occupies and the
-    CUDA event its pixels are ready at (None on the CPU)."""
-
-    batch: "Batch"
-    timing: BatchTiming
-    position: int
-    slot: int
-    ready: Any = None
-    draw: tuple = ()  # the batch transform's draws (seed, epoch, rank, first sample's position)
-
-
-
-@dataclass(frozen=True)
-class PipelineConfig:
-    """Everything a Pipeline is built from, fixed once from the user's arguments (the
-    Loader checks them and builds this); `Loader.dataset` builds its pipeline from the same
-    one with `dataclasses.replace` (one image a batch, on the CPU), so the two cannot
-    disagree on the fields read, the label checks or a mixture's label offsets.
-
-    Fields:
-        transform: the Compose the kernel runs, or a tuple of them: several views of each
-            image (each finished batch then holds one output per view).
-        batch_size: images per batch (the output slots' size).
-        device: "cpu" or "cuda[:N]" (as check_device gives it).
-        decoder: a decoder name ("auto", "cpu", ...), engine names for a split decoder
-            (a tuple, or {name: share} to pin the shares: decode.make_decoder), or a
-            decoder instance (which Pipeline.close() leaves open: it is the caller's).
-        image_exts, label_exts, labels: the fields read, and whether there are labels.
-        num_classes, allow_negative_labels: the label checks (see labels.parse_label).
-        label_offsets: added to the labels of these shards (a mixture's sources with a
-            label_offset: the reader's `label_offsets`).
-        ring: output slots (a Loader's prefetch + 3).
-        depth: prepared batches queued between the two stages (the Loader's middle queue);
-            decoded batches alive at once are then `in_flight` = depth + 2 (one in the
-            kernel, `depth` queued, one being decoded), and every ring a decoded batch lives
-            in (the decoder's, the upload ring) is made that deep: a deeper queue can
-            never overwrite a batch still queued.
-        num_threads, max_pixels, fast_decode, pin_memory: as the Loader's.
-        batch_transform: a mixing.BatchTransform (MixUp, CutMix, RandomChoice), or a
-            callable (images, labels) -> (images, labels), run on each finished batch.
-        reuse_held: write an output slot again even when the caller still holds the batch
-            it last held (the Loader's reuse_buffers); by default such a slot gets new memory.
-        each_size: the images keep their own sizes, not one a batch (a transform without
-            geometry); for the sink that sizes each image itself (finish_images: precache's).
-    """
-
-    transform: Any
-    batch_size: int
-    device: str
-    decoder: Any
-    image_exts: tuple[str, ...]
-    label_exts: tuple[str, ...]
-    labels: bool = True
-    num_classes: int | None = None
-    allow_negative_labels: bool = False
-    label_offsets: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
-    ring: int = 1
-    depth: int = MID_QUEUE
-    num_threads: int = 1
-    max_pixels: int = 0
-    fast_decode: bool = False
-    pin_memory: bool = False
-    batch_transform: Any = None
-    reuse_held: bool = False
-    each_size: bool = False
-
-    def __post_init__(self) -> None:
-        if self.depth < 1:
-            raise ValueError(f"depth must be >= 1, not {self.depth}")
-        if self.ring < 1:
-            raise ValueError(f"ring must be >= 1, not {self.ring}")
-        # frozen all the way down: what a Loader saw at construction is what every pipeline reads
-        if isinstance(self.transform, list):
-            object.__setattr__(self, "transform", tuple(self.transform))
-        if isinstance(self.decoder, list):
-            object.__setattr__(self, "decoder", tuple(self.decoder))
-        elif isinstance(self.decoder, dict):
-            object.__setattr__(self, "decoder", dict(self.decoder))  # (a copy: the caller's may change)
-        object.__setattr__(self, "image_exts", tuple(self.image_exts))
-        object.__setattr__(self, "label_exts", tuple(self.label_exts))
-        object.__setattr__(self, "label_offsets", MappingProxyType(dict(self.label_offsets)))
-
-    @property
-    def views(self) -> list[Compose]:
-        return list(self.transform) if isinstance(self.transform, tuple) else [self.transform]
-
-    def replace(self, **changes: Any) -> "PipelineConfig":
-        return dataclasses.replace(self, **changes)
 
 
 class Pipeline:
@@ -209,21 +58,14 @@ class Pipeline:
             raise ValueError("transform: a Compose, or a non-empty list of them (one per view)")
         self.transform = self.views[0]
         self.policy = policy
-        ring = config.ring
         self._decoder: Any = None  # made on first use: no CUDA context before workers fork
         self._size: tuple[int, int] | None = None  # the images' one size, for a transform without geometry
-        self.outputs: list[list[tuple[torch.Tensor, torch.Tensor]] | None] = [None] * ring  # [slot][view]
-        self._own_refs: list[list[int] | None] = [None] * ring  # [slot][view]: the slot's own tensors on its memory
-        self.fresh_slots = 0  # slots given new memory because the caller kept their last batch
-        self.slot = 0   # the output slot the next batch goes to (kept across epochs)
+        # the sink finished batches go to: output slots (`ring` of them, used in turn and kept across
+        # epochs) with the held-batch rule, `even`'s make-up and the kernel's workspaces (one a view)
+        self.ring = OutputRing(config)
         self.seq = 0    # batches decoded so far (the rings' turn; kept across epochs)
-        self.gpu: _Streams | None = None
-        # what the kernel works in, one per view, made at the first batch and reused (kernels.workspace:
-        # its launches are one at a time, on this pipeline's augment thread and stream)
-        self.workspaces = [Workspace() for _ in self.views]
+        self.gpu: Streams | None = None
         self._images: HostImages | None = None  # finish_images' sink, made on first use
-        # the last batch handed on, as handed: (images, n, keys, labels), for `even` to repeat
-        self._last_good: tuple[Any, int, list[str], torch.Tensor | None] | None = None
 
     @property
     def in_flight(self) -> int:
@@ -265,15 +107,14 @@ class Pipeline:
             raise ValueError(f"decoder {getattr(self._decoder, 'name', '?')!r} keeps {buffers} results valid at once; the Loader "
                              f"holds {self.in_flight} (give it buffers={self.in_flight} or more)")
         if self.gpu is None and self.config.device.startswith("cuda"):
-            self.gpu = _Streams(self.config.device, self.config.ring, self.in_flight)
+            self.gpu = Streams(self.config.device, self.config.ring, self.in_flight)
 
     def after_fork(self) -> None:
         """In a forked child: the decoder's threads and the CUDA streams stayed in the parent."""
         if self.owns_decoder:
             self._decoder = None
         self.gpu = None
-        self._last_good = None
-        self.workspaces = [Workspace() for _ in self.views]
+        self.ring.after_fork()
 
     def close(self) -> None:
         """Releases the decoder (when made here), the output slots and the CUDA side; they
@@ -288,12 +129,8 @@ class Pipeline:
             self._decoder = None
         if self.gpu is not None:  # what the trainer may still read is done before its buffers go
             self.gpu.release_handed(keep=0)
-        self.outputs = [None] * self.config.ring
-        self._own_refs = [None] * self.config.ring
-        self._last_good = None
         self.gpu = None  # (after wait_idle: no kernel still works in the workspaces)
-        self.workspaces = [Workspace() for _ in self.views]
-        self.slot = 0
+        self.ring.clear()
 
     @property
     def skipped(self) -> list[Skipped]:
@@ -301,40 +138,8 @@ class Pipeline:
         return self.policy.skipped
 
     def probe(self, chunk: list[Sample]) -> Probed:
-        """Samples with a readable image header (and label, in `extras`), in one native
-        call for the batch (see probe_columns); a label that call does not parse, or that
-        fails the checks (sign, num_classes), is parse_label's, which says why."""
-        exts, negative, classes = self.config.label_exts, self.config.allow_negative_labels, self.config.num_classes
-        offsets = self.config.label_offsets
-        shifts = set(offsets.values()) | {0}  # (a shard without an offset: 0)
-
-        def ok(v: int) -> bool:
-            return (v >= 0 or negative) and (classes is None or v < classes) and -(1 << 63) <= v < (1 << 63)
-
-        def label(s: Sample) -> int:
-            """The label as stored (its source's offset is added below), checked as it will be
-            trained on: with the offset (a label_offset that moves it out of range is named)."""
-            shift = offsets.get(s.shard, 0)
-            if not shift:
-                return parse_label(s.fields, exts, shard=s.shard, key=s.key, allow_negative=negative,
-                                   num_classes=classes)
-            v = parse_label(s.fields, exts, shard=s.shard, key=s.key, allow_negative=True)
-            if not ok(v + shift):
-                bound = "negative" if v + shift < 0 else f"not below num_classes={classes}"
-                raise LabelError(f"label {v} + its source's label_offset {shift} = {v + shift} is {bound}",
-                                 shard=s.shard, key=s.key)
-            return v
-
-        def fits(v: int) -> bool:  # (native labels: in range with every offset, else label() decides)
-            return all(ok(v + shift) for shift in shifts)
-
-        if not self.config.labels:
-            return probe_columns(chunk, self.config.image_exts, self.config.max_pixels, self.policy)
-        probed = probe_columns(chunk, self.config.image_exts, self.config.max_pixels, self.policy, label, label_exts=exts,
-                               fits=fits)
-        if offsets:  # a mixture's sources with label offsets (gpudecode.Source)
-            probed.extras = [v + offsets.get(s.shard, 0) for v, s in zip(probed.extras, probed.samples)]
-        return probed
+        """Samples with a readable image header (and label, in `extras`): probe_batch."""
+        return probe_batch(self.config, self.policy, chunk)
 
     def _one_size(self, probed: Probed) -> Probed:
         """A transform without geometry: the images of the one size (see _same_size)."""
@@ -344,35 +149,8 @@ class Pipeline:
         keep = self._same_size(list(zip(probed.samples, probed.heights, probed.widths)))
         return probed if len(keep) == len(probed) else probed.keep(keep)
 
-    def _output(self, slot: int, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """(output, its [N, 3, h, w] view) of each view, for the first n images of `slot`.
-        A slot whose last batch the caller still holds (any tensor on its memory, a view
-        or a slice of it included) is not written again: that memory is the caller's now,
-        and the slot gets new memory (a DataLoader's promise: a yielded batch is yours).
-        `reuse_held` turns that off (FFCV's and DALI's way: the ring overwrites)."""
-        pairs = self.outputs[slot]
-        if pairs is not None and not self.config.reuse_held and self._held(slot):
-            pairs = None
-            self.fresh_slots += 1
-        if pairs is None:
-            pairs = self.outputs[slot] = [tf.new_output(self.config.batch_size, self.config.device, pin_memory=self.config.pin_memory,
-                                                        size=self._size) for tf in self.views]
-            self._own_refs[slot] = [_tensors_on(out) for out, _ in pairs]
-        if n == self.config.batch_size:  # (a full batch: the slot as it is, without slicing)
-            return pairs
-        return [(out[:n], view[:n]) for out, view in pairs]
-
-    def _held(self, slot: int) -> bool:
-        """Whether a tensor other than the slot's own (out and its view) still uses the
-        memory of `slot`: the batch handed out from it, or a view of it, kept by the caller."""
-        own = self._own_refs[slot]
-        pairs = self.outputs[slot]
-        if own is None or pairs is None:
-            return False
-        return any(mine < 0 or _tensors_on(out) > mine for (out, _), mine in zip(pairs, own))
-
     def prepare(self, chunk: list[Sample], *, seed: int, epoch: int, position: int, rank: int = 0,
-                world: int = 1) -> _Prepared:
+                world: int = 1) -> Prepared:
         """Stage A: probe, draw the params, decode (only the windows the crops need).
         `position` is the epoch index of chunk[0]; with rank and world it makes each
         sample's global index, which with `seed` and `epoch` fixes its draws."""
@@ -408,25 +186,25 @@ class Pipeline:
             if gpu is not None:
                 gpu.before_decode(seq)  # the rings' turn of batch seq - in_flight is free
             with torch.cuda.stream(gpu.decode) if gpu is not None else contextlib.nullcontext():
-                ev = [_event(gpu.decode)] if gpu is not None else []
+                ev = [event(gpu.decode)] if gpu is not None else []
                 decoded = self._decoder.decode(requests)  # type: ignore[union-attr]
                 if decoded.engines:
                     timing.engines = decoded.engines
                 if gpu is not None:
-                    ev.append(_event(gpu.decode))
+                    ev.append(event(gpu.decode))
                     if decoded.pixels.device.type != "cuda":  # host pixels (the CPU decoder): upload
                         timing.h2d_bytes = decoded.pixels.numel()
                         decoded = gpu.upload(decoded, seq)
-                    ev.append(_event(gpu.decode))
+                    ev.append(event(gpu.decode))
                     timing.gpu["decode"] = (ev[0], ev[1])
                     timing.gpu["h2d"] = (ev[1], ev[2])
                     ready = ev[2]  # the augment stream waits for this
         timing.decode = time.perf_counter() - t1
-        return _Prepared(samples, params, sizes, labels, decoded, timing, taken=len(chunk), seq=seq, ready=ready,
+        return Prepared(samples, params, sizes, labels, decoded, timing, taken=len(chunk), seq=seq, ready=ready,
                          draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes)
 
     def prepare_resident(self, rows: np.ndarray, store: Any, *, seed: int, epoch: int, position: int, rank: int = 0,
-                         world: int = 1, places: np.ndarray | None = None, taken: int | None = None) -> _Prepared:
+                         world: int = 1, places: np.ndarray | None = None, taken: int | None = None) -> Prepared:
         """Stage A for samples kept resident (gpudecode.resident): rows `rows` of `store`,
         drawn as prepare() draws them (the same positions, the same seeds), read in place:
         no read, probe or decode. `places`: each row's place in the chunk of the epoch's
@@ -463,15 +241,15 @@ class Pipeline:
             decoded = store.gathered(rows, boxes) if gpu is not None and on_host else store.batch(rows, boxes)
             if gpu is not None:
                 with torch.cuda.stream(gpu.decode):
-                    ev = [_event(gpu.decode)]
+                    ev = [event(gpu.decode)]
                     if on_host:  # a RAM store feeding a GPU: the windows, packed, in one upload
                         timing.h2d_bytes = decoded.pixels.numel()
                         decoded = gpu.upload(decoded, seq)
-                    ev.append(_event(gpu.decode))
+                    ev.append(event(gpu.decode))
                     timing.gpu["h2d"] = (ev[0], ev[1])
                     ready = ev[1]
         timing.decode = time.perf_counter() - t1
-        return _Prepared(samples, params, sizes, labels, decoded, timing, taken=len(rows) if taken is None else taken,
+        return Prepared(samples, params, sizes, labels, decoded, timing, taken=len(rows) if taken is None else taken,
                          seq=seq, ready=ready, draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes)
 
     def _same_size(self, items: list[tuple[Any, int, int]]) -> list[int]:
@@ -502,7 +280,7 @@ class Pipeline:
             params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
                       for v, tf in enumerate(self.views)]
         except (ValueError, ArithmeticError):
-            keep = self._drawable(samples, sizes, indices, seed, epoch)
+            keep = _drawable(self.views, self.policy, samples, sizes, indices, seed, epoch)
             if len(keep) == len(samples):
                 raise  # not one image's: the batch's own failure
             sizes = [sizes[i] for i in keep]
@@ -512,105 +290,27 @@ class Pipeline:
         view_boxes = [pv.boxes() for pv in params]  # [view]: int64 [N, 4] (top, left, height, width)
         return keep, params, view_boxes, view_boxes[0] if not self.multi else _union(view_boxes)
 
-    def _drawable(self, samples: list[Sample], sizes: list[tuple[int, int]], indices: Any, seed: int,
-                  epoch: int) -> list[int]:
-        """The images of a batch whose draws can be made, each drawn alone (the same draws
-        as in a batch); each one that cannot is its sample's DecodeError under the policy."""
-        keep = []
-        for i, (s, hw) in enumerate(zip(samples, sizes)):
-            try:
-                for v, tf in enumerate(self.views):
-                    tf.draw_batch([hw], view_seed(seed, v), epoch=epoch, indices=np.asarray([int(indices[i])]))
-                keep.append(i)
-            except (ValueError, ArithmeticError) as e:
-                self.policy(DecodeError(f"the transform cannot take this image of {hw[0]}x{hw[1]}: {e}",
-                                        shard=s.shard, key=s.key))
-        return keep
+    def finish(self, p: Prepared, even: str | None = None) -> Ready | None:
+        """Stage B: the error policy, the fused kernel into the next output slot (the
+        OutputRing), and the labels; None when no image of the batch is left (and `even`
+        does not make it up)."""
+        return self.finish_into(self.ring, p, even=even, size=self._size, skipped=self.skipped)
 
-    def finish(self, p: _Prepared, even: str | None = None) -> Ready | None:
-        """Stage B: the error policy, the fused kernel into the next output slot, and the
-        labels; None when no image of the batch is left (and `even` does not make it up)."""
-        slot = self.slot
-        ready = self._finish(p, slot, even)
-        if ready is not None:
-            self.slot = (slot + 1) % self.config.ring  # kept across epochs (see the loader's module doc)
-        return ready
+    def finish_images(self, p: Prepared, plan: Any) -> list[tuple[Sample, np.ndarray]]:
+        """Stage B for a sink of host images at their own sizes (precache's), in place of
+        the output ring: the error policy as finish() applies it, then each decoded image
+        brought to what `plan(h, w)` says (resize to (h, w), then centre crop to (h, w); None:
+        that step not taken) by the transforms' kernel (HostImages), as uint8 HWC arrays,
+        with their samples, in order."""
+        if self._images is None:
+            self._images = HostImages(self.config.num_threads)
+        return self.finish_into(self._images, p, plan=plan)
 
-    def _finish(self, p: _Prepared, slot: int, even: str | None) -> Ready | None:
-        t0 = time.perf_counter()
-        decoded = p.decoded
+    def finish_into(self, sink: Sink, p: Prepared, **options: Any) -> Any:
+        """Stage B into `sink` (sinks.Sink): the decoder's deferred checks and the error
+        policy for each image that failed, then the rest handed to the sink."""
         ok, whole = self._decoded(p)
-        if even is not None and ok and len(ok) < p.taken:
-            # equal steps are promised: images lost to on_error="skip" are made up by
-            # repeats of the batch's others, so every rank's batches stay full
-            ok = [ok[i % len(ok)] for i in range(p.taken)]
-            whole = False
-        if not ok or decoded is None:
-            if even is not None and p.taken:
-                if self._last_good is not None:
-                    return self._made_up(p, slot, t0)
-                last = self.skipped[-1] if self.skipped else None  # the batch's last failure, named
-                raise DecodeError(f"all {p.taken} images of this Loader's first batch failed (they are in "
-                                  f"loader.skipped): with even={even!r} there is no image of this rank "
-                                  "yet to make it up from, and leaving it out would give this rank fewer steps "
-                                  "than the others", shard=last.shard if last else None,
-                                  key=last.key if last else None)
-            return None
-        ready = None
-        gpu = self.gpu
-        stream = gpu.augment if gpu is not None else None
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            if gpu is not None:
-                stream.wait_event(p.ready)  # type: ignore[union-attr]  # decoded (and uploaded)
-                if gpu.slot_free[slot] is not None:
-                    stream.wait_event(gpu.slot_free[slot])  # type: ignore[union-attr]  # the trainer is done
-            outs = self._output(slot, len(ok))
-            start = _event(stream) if stream is not None else None
-            # the CPU twin's work rows, declared for the batch's widest image (no crop it draws is
-            # wider) and its filter weights for its largest side: a run of images of one size
-            # never makes them again, whatever the crops
-            widest = max((w for _, w in p.sizes), default=1) if stream is None else 0
-            largest = max((max(h, w) for h, w in p.sizes), default=1) if widest else 0
-            for v, (tf, (_, view)) in enumerate(zip(self.views, outs)):
-                if widest:
-                    fused.reserve_cpu(self.workspaces[v], self.config.num_threads, widest, tuple(view.shape), largest)
-                part = decoded if not self.multi else self._view_part(decoded, p, v)
-                tf.apply(part, p.params[v], p.sizes, view, rows=None if whole else ok, stream=stream,
-                         num_threads=self.config.num_threads, workspace=self.workspaces[v])
-            if start is not None:
-                p.timing.gpu["augment"] = (start, _event(stream))
-            # (from a numpy array: torch.tensor over a list of ints costs ~0.7 us an element)
-            lab = None
-            if self.config.labels:
-                lab = torch.from_numpy(np.array(p.labels if whole else [p.labels[k] for k in ok], np.int64))
-            if lab is not None and self.config.device != "cpu":
-                lab = lab.pin_memory().to(self.config.device, non_blocking=True)
-            images: Any = [_handed(out) for out, _ in outs] if self.multi else _handed(outs[0][0])
-            if isinstance(self.config.batch_transform, BatchTransform):  # ours: on the finished batch, on its stream
-                _, lab = self.config.batch_transform(outs[0][1], lab, rng=batch_rng(*p.draw))  # type: ignore[arg-type]
-            # (a user's callable runs on the trainer's thread, seeded: Pipeline.user_step)
-            if gpu is not None:
-                ready = torch.cuda.Event()
-                ready.record(stream)
-                gpu.retire(p.seq, ready, decoded)  # its buffers live until the kernel is done
-        p.timing.augment = time.perf_counter() - t0
-        p.timing.size = len(ok)
-        batch = Batch(images, lab, list(map(_KEY, p.samples)) if whole else [p.samples[k].key for k in ok])
-        self._last_good = (images, len(ok), batch.keys, lab)
-        return Ready(batch, p.timing, p.position, slot, ready, p.draw)
-
-    @staticmethod
-    def _view_part(decoded: DecodedBatch, p: _Prepared, v: int) -> DecodedBatch:
-        """The decoded batch as view v's kernel reads it: each image's box moved from the
-        window decoded (the union of the views') to view v's own box inside it."""
-        boxes = decoded.boxes.copy()
-        for k, (window, mine) in enumerate(zip(p.windows, p.view_boxes[v])):
-            t0, l0, h0, w0 = window
-            if (int(boxes[k][2]), int(boxes[k][3])) != (h0, w0):
-                raise ValueError(f"decoder gave a {boxes[k][2]}x{boxes[k][3]} window for one of {h0}x{w0}: several "
-                                 "views need windows decoded at full scale")
-            boxes[k] = (boxes[k][0] + mine[0] - t0, boxes[k][1] + mine[1] - l0, mine[2], mine[3])
-        return dataclasses.replace(decoded, boxes=boxes)
+        return sink.take(p, ok, whole, self.gpu, **options)
 
     def user_step(self, batch: "Batch", draw: tuple) -> "Batch":
         """A user's batch callable (not one of ours) on a batch handed over: on the caller's
@@ -621,7 +321,7 @@ class Pipeline:
         images, labels = seeded_call(step, batch.images, batch.labels, draw)
         return Batch(images, labels, batch.keys)
 
-    def _decoded(self, p: _Prepared) -> tuple[list[int], bool]:
+    def _decoded(self, p: Prepared) -> tuple[list[int], bool]:
         """The images of a prepared batch that decoded (each one that did not is its
         sample's DecodeError under the policy), and whether that is all of them, in order."""
         if p.decoded is None:
@@ -634,136 +334,58 @@ class Pipeline:
                 self.policy(DecodeError(err, shard=p.samples[k].shard, key=p.samples[k].key))
         return [k for k, err in enumerate(errors) if err is None], False
 
-    def finish_images(self, p: _Prepared, plan: Any) -> list[tuple[Sample, np.ndarray]]:
-        """Stage B for a sink of host images at their own sizes (precache's), in place of
-        the output ring: the error policy as finish() applies it, then each decoded image
-        brought to what `plan(h, w)` says (resize to (h, w), then centre crop to (h, w); None:
-        that step not taken) by the transforms' kernel, one launch a plan (HostImages), as
-        uint8 HWC arrays, with their samples, in order."""
-        ok, _ = self._decoded(p)
-        decoded = p.decoded
-        if not ok or decoded is None:
-            return []
-        if self._images is None:
-            self._images = HostImages(self.config.num_threads)
-        plans = [plan(int(decoded.boxes[k][2]), int(decoded.boxes[k][3])) for k in ok]
-        gpu = self.gpu
-        stream = gpu.augment if gpu is not None else None
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            if gpu is not None:
-                stream.wait_event(p.ready)  # type: ignore[union-attr]  # decoded (and uploaded)
-            images = self._images(decoded, ok, plans, stream=stream)  # (host arrays: synchronized)
-        return [(p.samples[k], img) for k, img in zip(ok, images)]
 
-    def _made_up(self, p: _Prepared, slot: int, t0: float) -> Ready:
-        """A batch whose every image failed, under an even policy: made up of the rank's
-        images of the batch before (repeated to the batch's size), so every rank keeps
-        its step count; the failures are in `skipped` and the repeats keep their keys."""
-        src, n, keys, labels = self._last_good  # type: ignore[misc]
-        idx = [i % n for i in range(p.taken)]
-        gpu = self.gpu
-        stream = gpu.augment if gpu is not None else None
-        ready = None
-        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
-            if gpu is not None and gpu.slot_free[slot] is not None:
-                stream.wait_event(gpu.slot_free[slot])  # type: ignore[union-attr]
-            outs = [o for o, _ in self._output(slot, p.taken)]
-            made = []
-            for out, img in zip(outs, src if self.multi else [src]):
-                pick = torch.tensor(idx, device=img.device)
-                out.copy_(img[:n][pick])  # (the batch before came from this Pipeline's slots: the same image shape)
-                made.append(_handed(out))
-            lab = labels[pick.to(labels.device)] if labels is not None else None
-            if gpu is not None:
-                ready = torch.cuda.Event()
-                ready.record(stream)
-        p.timing.augment = time.perf_counter() - t0
-        p.timing.size = p.taken
-        images: Any = made if self.multi else made[0]
-        batch = Batch(images, lab, [keys[i] for i in idx])
-        self._last_good = (images, p.taken, batch.keys, lab)
-        return Ready(batch, p.timing, p.position, slot, ready, p.draw)
+def probe_batch(config: PipelineConfig, policy: ErrorPolicy, chunk: list[Sample]) -> Probed:
+    """Samples with a readable image header (and label, in `extras`), in one native
+    call for the batch (see probe_columns); a label that call does not parse, or that
+    fails the checks (sign, num_classes), is parse_label's, which says why."""
+    exts, negative, classes = config.label_exts, config.allow_negative_labels, config.num_classes
+    offsets = config.label_offsets
+    shifts = set(offsets.values()) | {0}  # (a shard without an offset: 0)
+
+    def ok(v: int) -> bool:
+        return (v >= 0 or negative) and (classes is None or v < classes) and -(1 << 63) <= v < (1 << 63)
+
+    def label(s: Sample) -> int:
+        """The label as stored (its source's offset is added below), checked as it will be
+        trained on: with the offset (a label_offset that moves it out of range is named)."""
+        shift = offsets.get(s.shard, 0)
+        if not shift:
+            return parse_label(s.fields, exts, shard=s.shard, key=s.key, allow_negative=negative,
+                               num_classes=classes)
+        v = parse_label(s.fields, exts, shard=s.shard, key=s.key, allow_negative=True)
+        if not ok(v + shift):
+            bound = "negative" if v + shift < 0 else f"not below num_classes={classes}"
+            raise LabelError(f"label {v} + its source's label_offset {shift} = {v + shift} is {bound}",
+                             shard=s.shard, key=s.key)
+        return v
+
+    def fits(v: int) -> bool:  # (native labels: in range with every offset, else label() decides)
+        return all(ok(v + shift) for shift in shifts)
+
+    if not config.labels:
+        return probe_columns(chunk, config.image_exts, config.max_pixels, policy)
+    probed = probe_columns(chunk, config.image_exts, config.max_pixels, policy, label, label_exts=exts,
+                           fits=fits)
+    if offsets:  # a mixture's sources with label offsets (gpudecode.Source)
+        probed.extras = [v + offsets.get(s.shard, 0) for v, s in zip(probed.extras, probed.samples)]
+    return probed
 
 
-class HostImages:
-    """finish_images' sink: decoded images to host uint8 HWC arrays, each at its own size,
-    straight from the decoder's memory (any layout, CPU or CUDA) with the transforms'
-    kernel (Compose.apply), one launch a plan (resize to, centre crop to), rounded to
-    nearest. An image neither resized nor cropped is copied out as it is."""
-
-    # Normalize with mean -0.5/255 and std 1/255 turns the kernel's [0, 1] result v into
-    # 255 * v + 0.5, so truncating to uint8 rounds to nearest, as torchvision's Resize on
-    # uint8 images does: one float pass and one cast, no separate scale and round passes.
-    _ROUND = Normalize([-0.5 / 255] * 3, [1 / 255] * 3)
-
-    def __init__(self, num_threads: int) -> None:
-        self.num_threads = num_threads
-        self._tfs: dict[tuple, Compose] = {}
-        self.workspace = Workspace()  # (one launch at a time: the pipeline's finishing thread, its stream)
-
-    def _compose(self, resize: tuple[int, int] | None, crop: tuple[int, int] | None) -> Compose:
-        key = (resize, crop)
-        tf = self._tfs.get(key)
-        if tf is None:
-            steps: list[Any] = []
-            if resize is not None:
-                steps.append(Resize(resize))
-            if crop is not None:
-                steps.append(CenterCrop(crop))
-            tf = self._tfs[key] = Compose([*steps, self._ROUND], layout="NHWC")
-        return tf
-
-    def __call__(self, decoded: DecodedBatch, ks: Sequence[int],
-                 plans: Sequence[tuple[tuple[int, int] | None, tuple[int, int] | None]],
-                 stream: Any = None) -> list[np.ndarray]:
-        """Images ks of `decoded`, each by its plan, as host uint8 HWC arrays."""
-        out: list[np.ndarray | None] = [None] * len(ks)
-        groups: dict[tuple, list[int]] = {}
-        for j, (k, plan) in enumerate(zip(ks, plans)):
-            if plan == (None, None):  # kept as it is
-                out[j] = self._host_window(decoded, k)
-            else:
-                groups.setdefault(plan, []).append(j)
-        n = len(decoded.boxes)
-        for (resize, crop), idx in groups.items():
-            tf = self._compose(resize, crop)
-            rows = [ks[j] for j in idx]
-            sizes: list = [None] * n  # the box (the whole image) is what is resized
-            params: list = [None] * n
-            boxes = [(int(decoded.boxes[k][2]), int(decoded.boxes[k][3])) for k in rows]
-            for k, box, prm in zip(rows, boxes, tf.make_params(boxes, 0)):
-                sizes[k], params[k] = box, prm
-            res, view = tf.new_output(len(idx), decoded.pixels.device)
-            tf.apply(decoded, params, sizes, view, rows=rows, stream=stream, num_threads=self.num_threads,
-                     workspace=self.workspace)
-            u8 = res.to(torch.uint8).cpu().numpy()  # values in [0.5, 255.5]: truncation rounds
-            for i, j in enumerate(idx):
-                out[j] = u8[i]
-        return out  # type: ignore[return-value]
-
-    @staticmethod
-    def _host_window(decoded: DecodedBatch, k: int) -> np.ndarray:
-        t, l, bh, bw = (int(v) for v in decoded.boxes[k])
-        sy, sx, sc = (int(v) for v in decoded.strides[k])
-        start = int(decoded.offsets[k]) + t * sy + l * sx
-        img = decoded.pixels[start:].as_strided((bh, bw, 3), (sy, sx, sc))  # any layout the decoder gave
-        return img.cpu().numpy().copy()
-
-
-def _handed(out: torch.Tensor) -> torch.Tensor:
-    """The tensor the caller gets for an output slot's `out`: a tensor of its own over the
-    same memory (so that whether the caller still holds it can be told, _tensors_on)."""
-    return out.view(out.shape)
-
-
-def _tensors_on(t: torch.Tensor) -> int:
-    """How many tensors use t's memory (views and slices of it included); -1 where this
-    torch cannot tell (the slot then always gets new memory: never a batch overwritten)."""
-    try:
-        # (less the storage object made here; torch has no public count)
-        return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata)) - 1  # noqa: SLF001
-    except (AttributeError, RuntimeError, TypeError):
-        return -1
+def _drawable(views: Sequence[Compose], policy: ErrorPolicy, samples: list[Sample], sizes: list[tuple[int, int]],
+              indices: Any, seed: int, epoch: int) -> list[int]:
+    """The images of a batch whose draws can be made, each drawn alone (the same draws
+    as in a batch); each one that cannot is its sample's DecodeError under the policy."""
+    keep = []
+    for i, (s, hw) in enumerate(zip(samples, sizes)):
+        try:
+            for v, tf in enumerate(views):
+                tf.draw_batch([hw], view_seed(seed, v), epoch=epoch, indices=np.asarray([int(indices[i])]))
+            keep.append(i)
+        except (ValueError, ArithmeticError) as e:
+            policy(DecodeError(f"the transform cannot take this image of {hw[0]}x{hw[1]}: {e}",
+                                    shard=s.shard, key=s.key))
+    return keep
 
 
 def view_seed(seed: int, view: int) -> int:
@@ -781,102 +403,3 @@ def _union(boxes: Sequence[np.ndarray]) -> np.ndarray:
     top, left = b[:, :, 0].min(0), b[:, :, 1].min(0)
     bottom, right = (b[:, :, 0] + b[:, :, 2]).max(0), (b[:, :, 1] + b[:, :, 3]).max(0)
     return np.stack([top, left, bottom - top, right - left], axis=1)
-
-
-def _event(stream: Any) -> Any:
-    """A timing CUDA event recorded on `stream` now."""
-    e = torch.cuda.Event(enable_timing=True)
-    e.record(stream)
-    return e
-
-
-class _Streams:
-    """The CUDA side of one Loader, kept from one epoch to the next: the decode and augment
-    streams, the upload ring (device buffers and their pinned staging), the output slots'
-    release events and the slots handed to the trainer, and the decoded batches kept alive
-    until their kernels are done (see the module doc for the protocol)."""
-
-    def __init__(self, device: str, ring: int, in_flight: int = IN_FLIGHT) -> None:
-        self.device = torch.device(device)
-        if self.device.index is None:
-            self.device = torch.device("cuda", torch.cuda.current_device())
-        self.decode = torch.cuda.Stream(device=self.device)
-        self.augment = torch.cuda.Stream(device=self.device)
-        self.slot_free: list[Any] = [None] * ring  # recorded on the trainer's stream when done with a slot
-        self.handed: list[int] = []                # slots handed over whose release is not recorded yet
-        self.in_flight = in_flight  # decoded batches alive at once (Pipeline.in_flight)
-        self.uploads: list[torch.Tensor | None] = [None] * in_flight
-        self.staging: list[torch.Tensor | None] = [None] * in_flight  # pinned host buffers
-        self.staged: list[Any] = [None] * in_flight  # the copy out of staging[k] is done at this event
-        self._lock = threading.Lock()
-        self._retired: list[tuple[int, Any, Any]] = []  # (seq, consumed event, what it keeps alive)
-
-    def wait_idle(self) -> None:
-        """Waits (on the host) for everything enqueued on the decode and augment streams:
-        nothing of ours reads a buffer after this."""
-        self.decode.synchronize()
-        self.augment.synchronize()
-        with self._lock:
-            self._retired = []
-
-    def before_decode(self, seq: int) -> None:
-        """Batch `seq` is about to reuse the rings' turn of batch seq - in_flight: wait (on
-        the host) for that batch's kernel, and let go of the batches whose kernels are done."""
-        with self._lock:
-            keep = []
-            for item in self._retired:
-                s, consumed, _ = item
-                if s <= seq - self.in_flight:
-                    consumed.synchronize()
-                elif not consumed.query():
-                    keep.append(item)
-            self._retired = keep
-
-    def retire(self, seq: int, consumed: Any, owner: Any) -> None:
-        """`owner` (a DecodedBatch) stays alive until `consumed` has completed."""
-        with self._lock:
-            self._retired.append((seq, consumed, owner))
-
-    def upload(self, decoded: DecodedBatch, seq: int) -> DecodedBatch:
-        """Host pixels onto the device on the decode stream (current here): copied into this
-        turn's pinned staging buffer, then uploaded without blocking the host."""
-        pixels = decoded.pixels
-        n = pixels.numel()
-        k = seq % self.in_flight
-        if self.staged[k] is not None:
-            self.staged[k].synchronize()  # the previous upload out of this staging buffer
-        host, dev = self.staging[k], self.uploads[k]
-        if host is None or host.numel() < n:
-            host = self.staging[k] = torch.empty(int(n * 1.25) + 1, dtype=torch.uint8, pin_memory=True)
-        if dev is None or dev.numel() < n:
-            dev = self.uploads[k] = torch.empty(int(n * 1.25) + 1, dtype=torch.uint8, device=self.device)
-        host[:n].copy_(pixels.reshape(-1))
-        dev[:n].copy_(host[:n], non_blocking=True)
-        self.staged[k] = torch.cuda.Event()
-        self.staged[k].record(self.decode)
-        return dataclasses.replace(decoded, pixels=dev[:n], owner=(decoded.owner, dev))
-
-    def release_handed(self, *, keep: int) -> None:
-        """The trainer is done with every handed slot but the last `keep`: events on its
-        stream guard their reuse."""
-        if len(self.handed) <= keep:
-            return
-        done = torch.cuda.Event()
-        done.record(torch.cuda.current_stream(self.device))
-        for slot in self.handed[:len(self.handed) - keep]:
-            self.slot_free[slot] = done
-        del self.handed[:len(self.handed) - keep]
-
-    def hand_over(self, r: "Ready") -> None:
-        """Batch `r` to the trainer's stream: it waits for the kernel; the images and labels
-        are kept from the caching allocator until the trainer's work on them is done."""
-        trainer = torch.cuda.current_stream(self.device)
-        trainer.wait_event(r.ready)
-        # made on the augment stream, used on the trainer's: the caching allocator must not hand
-        # their memory to the augment stream again before the trainer's work on them is done
-        # (the labels are new each batch; an output slot's memory is freed by close())
-        for images in r.batch.images if isinstance(r.batch.images, list) else [r.batch.images]:
-            images.record_stream(trainer)
-        if r.batch.labels is not None and r.batch.labels.device.type == "cuda":
-            r.batch.labels.record_stream(trainer)
-        self.handed.append(r.slot)

@@ -54,7 +54,7 @@ def test_keeping_every_batch_gives_what_cloning_gives(urls, layout):
     ld = Loader(urls, **kw)
     kept = list(ld)  # 12 batches, a ring of 4: each slot came round three times
     assert len(kept) == 12 and ld.pipeline.config.ring == 4
-    assert ld.pipeline.fresh_slots == 12 - 4
+    assert ld.pipeline.ring.fresh_slots == 12 - 4
     for (keys, img, lab), b in zip(cloned, kept):
         assert b.keys == keys
         assert torch.equal(b.images, img) and torch.equal(b.labels, lab)
@@ -80,14 +80,14 @@ def test_the_usual_loop_reuses_the_ring(urls):
             ptrs.add(b.images.data_ptr())
             del b
             gc.collect()  # (nothing cyclic holds a batch: this only makes the test independent of timing)
-    assert ld.pipeline.fresh_slots == 0 and len(ptrs) <= ld.pipeline.config.ring
+    assert ld.pipeline.ring.fresh_slots == 0 and len(ptrs) <= ld.pipeline.config.ring
 
 
 def test_reuse_buffers_is_the_ffcv_way(urls):
     """reuse_buffers=True: the ring overwrites whatever the caller holds (documented)."""
     ld = Loader(urls, batch_size=4, transform=tf(), device="cpu", seed=3, prefetch_factor=1, reuse_buffers=True)
     kept = list(ld)
-    assert ld.pipeline.fresh_slots == 0
+    assert ld.pipeline.ring.fresh_slots == 0
     assert len({b.images.data_ptr() for b in kept}) <= ld.pipeline.config.ring
     ref = [b.images.clone() for b in Loader(urls, batch_size=4, transform=tf(), device="cpu", seed=3)]
     assert not all(torch.equal(a.images, r) for a, r in zip(kept, ref))  # what the opt-out costs

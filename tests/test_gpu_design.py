@@ -125,7 +125,7 @@ def test_output_slots_carry_over_an_epoch_boundary(tmp_path, photos):
     assert nxt.keys == first[0].keys
     rest = list(it)
     assert [b.keys for b in rest] == [b.keys for b in first[1:]]
-    assert ld.pipeline.slot == 6 % 5
+    assert ld.pipeline.ring.slot == 6 % 5
 
 
 def torch_equal(a, b) -> bool:
@@ -155,9 +155,10 @@ class _Event:
 def _streams():
     import threading
 
-    from gpudecode.pipeline import IN_FLIGHT, _Streams
+    from gpudecode.batches import IN_FLIGHT
+    from gpudecode.streams import Streams
 
-    st = object.__new__(_Streams)  # no CUDA here: the bookkeeping alone
+    st = object.__new__(Streams)  # no CUDA here: the bookkeeping alone
     st._lock = threading.Lock()
     st._retired = []
     st.handed = []

@@ -68,6 +68,8 @@ import torch
 from ..errors import Cancelled
 from ._base import DecodedBatch, Decoder, Request, Requests
 from ._span import span
+from ._upload import UploadRing
+from .assign import Assigner, _Tuner
 
 # An image's fixed cost, in pixels' worth of decoding (the header, the entropy decoder's
 # start, the per-image calls): about a 140x140 image's pixels. It only has to be of the
@@ -182,68 +184,6 @@ class _Pending:
         return sorted(out)
 
 
-class _Tuner:
-    """Which subset of the engines decodes (see the module doc): a tournament of every
-    subset, `trial` batches each, then the best; every `retune` batches the two best
-    others measured again."""
-
-    def __init__(self, trial: int, retune: int) -> None:
-        self.trial, self.retune = trial, retune
-        self.measured: dict[tuple[int, ...], float] = {}  # subset -> images a second of decode()
-        self.current: tuple[int, ...] | None = None
-        self.queue: list[tuple[int, ...]] = []  # subsets to measure, the first one now
-        self._done = 0  # batches of the subset measured now
-        self._acc = [0, 0.0]  # its counted images and seconds
-        self._since = 0  # batches since the last measuring ended
-
-    @staticmethod
-    def subsets(active: Sequence[int]) -> list[tuple[int, ...]]:
-        a = list(active)
-        return [tuple(i for b, i in enumerate(a) if m >> b & 1) for m in range(1, 1 << len(a))]
-
-    def pick(self, active: list[int]) -> tuple[int, ...]:
-        """The engines for the next batch."""
-        if len(active) <= 1:
-            return tuple(active)
-        alive = set(active)
-        self.queue = [q for q in self.queue if set(q) <= alive]
-        if not self.queue:
-            if self.current is None or not set(self.current) <= alive:  # the first batches, or an engine failed
-                self.measured = {k: v for k, v in self.measured.items() if set(k) <= alive}
-                self.queue = [k for k in self.subsets(active) if k not in self.measured]
-                if not self.queue:  # (each subset left was measured: the failed engine's are gone)
-                    self.current = max(self.measured, key=lambda k: self.measured[k])
-                    self._since = 0
-            elif self._since >= self.retune:
-                others = sorted((k for k in self.measured if k != self.current and set(k) <= alive),
-                                key=lambda k: -self.measured[k])
-                self.queue = others[:2]
-                self._since = 0
-        return self.queue[0] if self.queue else self.current  # type: ignore[return-value]
-
-    def record(self, subset: tuple[int, ...], images: int, seconds: float) -> None:
-        """A batch of `images` decoded by `subset` in `seconds`."""
-        self._since += 1
-        if not self.queue or subset != self.queue[0]:
-            if subset == self.current and seconds > 0 and images:  # the one in use: its figure kept fresh
-                old = self.measured.get(subset)
-                now = images / seconds
-                self.measured[subset] = now if old is None else 0.9 * old + 0.1 * now
-            return
-        self._done += 1
-        if self._done > 1:  # (the first batch of a trial warms the subset up: not counted)
-            self._acc[0] += images
-            self._acc[1] += seconds
-        if self._done < self.trial:
-            return
-        self.measured[subset] = self._acc[0] / self._acc[1] if self._acc[1] > 0 else 0.0
-        self.queue.pop(0)
-        self._done, self._acc = 0, [0, 0.0]
-        if not self.queue:
-            self.current = max(self.measured, key=lambda k: self.measured[k])
-            self._since = 0
-
-
 class SplitDecoder:
     """Decodes each batch with every engine at once (see the module doc).
 
@@ -307,14 +247,13 @@ class SplitDecoder:
         self.last_assignment = np.zeros(0, np.int64)  # the engine of each image of the last batch
         self._dev = torch.device(device)
         self._turn = 0
-        self._uploads: list[torch.Tensor | None] = [None] * buffers  # device buffers, one a turn
-        self._staging: list[torch.Tensor | None] = [None] * buffers  # pinned, for pageable host pixels
-        self._staged: list[Any] = [None] * buffers  # the copy out of staging[k] is done at this event
+        self._uploads = UploadRing(self._dev, buffers) if self._dev.type == "cuda" else None
         self._stop = False
         self._lock = threading.Lock()
         self._measures: list[tuple[_Part, float]] = []  # GPU parts whose time is not known yet
-        self._tuner = _Tuner(trial, retune) if tune and pinned is None and len(made) > 1 else None
-        self._using: tuple[int, ...] | None = None  # the subset of engines this batch (tuning)
+        # who gets which image: by measured rates (tuned: which engines at all) or by pinned shares
+        self._assigner = Assigner(made, pinned, _Tuner(trial, retune) if tune and pinned is None and len(made) > 1
+                                  else None)
 
     # -- what it is --------------------------------------------------------------------------
 
@@ -345,97 +284,16 @@ class SplitDecoder:
         return {e.name: {**e.stats.as_dict(total), "rate_units_per_s": e.rate, "excluded": e.excluded}
                 for e in self.engines}
 
-    # -- assigning ---------------------------------------------------------------------------
-
-    def _active(self) -> list[int]:
-        out = [i for i, e in enumerate(self.engines) if e.excluded is None
-               and (self.shares is None or self.shares.get(e.name, 0.0) > 0)]
-        return out
+    # -- assigning (decode/assign.py) -------------------------------------------------------
 
     def tuning(self) -> dict | None:
         """With tune=True: the engines decoding now, and each subset measured (images a
         second of decode(), the engines' names joined by '+'); else None."""
-        if self._tuner is None:
-            return None
-        name = lambda k: "+".join(self.engines[i].name for i in k)  # noqa: E731
-        t = self._tuner
-        return {"using": name(t.current) if t.current else None, "measuring": name(t.queue[0]) if t.queue else None,
-                "measured_images_per_s": {name(k): v for k, v in sorted(t.measured.items(), key=lambda kv: -kv[1])}}
+        return self._assigner.tuning()
 
     def assign(self, rq: Requests) -> np.ndarray:
         """The engine (its index in `engines`) each request goes to."""
-        n = len(rq)
-        active = self._active()
-        if not active:
-            raise RuntimeError("every engine of the split decoder failed: " +
-                               "; ".join(f"{e.name}: {e.excluded}" for e in self.engines))
-        fmts = rq.formats
-        if self._tuner is not None:
-            self._using = self._tuner.pick(active)
-            # an image no chosen engine takes goes to one that does
-            untaken = {f for f in fmts if not any(self.engines[i].accepts(f) for i in self._using)}
-            active = [i for i in active if i in self._using or any(self.engines[i].accepts(f) for f in untaken)]
-        takes = {i: [self.engines[i].accepts(f) for f in fmts] for i in active}
-        if self.shares is not None:
-            return self._by_shares(n, active, takes)
-        costs = {i: self.engines[i].costs(rq) for i in active}
-        known = [self.engines[i].rate for i in active if self.engines[i].rate]
-        prior = float(np.mean(known)) if known else 1.0  # an engine not measured yet: the others' mean
-        rates = {i: self.engines[i].rate or prior for i in active}
-        secs = {i: (costs[i] / rates[i]).tolist() for i in active}
-        # largest first (by the cheapest engine's time for it), each to the engine that finishes it soonest
-        cheapest = np.min(np.stack([costs[i] / rates[i] for i in active]), axis=0)
-        load = {i: 0.0 for i in active}
-        out = np.empty(n, np.int64)
-        count = {i: 0 for i in active}
-        for k in np.argsort(-cheapest, kind="stable").tolist():
-            best, when = -1, math.inf
-            for i in active:
-                if takes[i][k]:
-                    t = load[i] + secs[i][k]
-                    if t < when:
-                        best, when = i, t
-            if best < 0:  # no engine takes this format: the first one says why it cannot decode it
-                best = active[0]
-            out[k] = best
-            load[best] += secs[best][k]
-            count[best] += 1
-        self._explore(out, active, takes, secs, count)
-        return out
-
-    @staticmethod
-    def _explore(out: np.ndarray, active: list[int], takes: dict, secs: dict, count: dict) -> None:
-        """Every active engine gets at least one image it takes (its cheapest), from an
-        engine that holds more than one, so that a rate stays measured."""
-        for i in active:
-            if count[i] or len(active) > len(out):
-                continue
-            choices = [k for k in range(len(out)) if takes[i][k] and count[int(out[k])] > 1]
-            if not choices:
-                continue
-            k = min(choices, key=lambda k: secs[i][k])
-            count[int(out[k])] -= 1
-            out[k] = i
-            count[i] += 1
-
-    def _by_shares(self, n: int, active: list[int], takes: dict) -> np.ndarray:
-        """Pinned shares: each image in batch order to the engine furthest behind its share
-        (among those that take its format)."""
-        weight = {i: self.shares[self.engines[i].name] for i in active}  # type: ignore[index]
-        total = sum(weight.values())
-        given = {i: 0 for i in active}
-        out = np.empty(n, np.int64)
-        for k in range(n):
-            best, behind = active[0], -math.inf
-            seen = sum(given.values()) + 1
-            for i in active:
-                if takes[i][k]:
-                    d = weight[i] / total * seen - given[i]
-                    if d > behind:
-                        best, behind = i, d
-            out[k] = best
-            given[best] += 1
-        return out
+        return self._assigner.assign(rq)
 
     # -- decoding ----------------------------------------------------------------------------
 
@@ -454,13 +312,12 @@ class SplitDecoder:
         if failed:
             parts = [p for p in parts if p.failure is None] + self._retry(rq, failed, caller)
         span_s = time.perf_counter() - t0
-        if self._tuner is not None and self._using is not None:
-            self._tuner.record(self._using, n, span_s)
+        self._assigner.record(n, span_s)
         for p in parts:
             if caller is not None and p.events:
                 caller.wait_event(p.events[1])  # the caller's stream: every engine's pixels are ready on it
         self._account(parts, span_s)
-        joined = self._join(rq, parts)
+        joined = _join(rq, parts, self._dev)
         joined.engines = {self.engines[p.engine].name: (len(p.rows), p.seconds, span_s) for p in parts if p.engine >= 0}
         return joined
 
@@ -516,25 +373,9 @@ class SplitDecoder:
         with self._lock:  # (two host engines upload at once: each its own turn)
             self._turn = (self._turn + 1) % self.ring
             k = self._turn
-        host = decoded.pixels.reshape(-1)
-        n = host.numel()
-        staged = not host.is_pinned()
-        if staged:
-            if self._staged[k] is not None:
-                self._staged[k].synchronize()  # (the last copy out of this staging buffer is done)
-            stage = self._staging[k]
-            if stage is None or stage.numel() < n:
-                stage = self._staging[k] = torch.empty(int(n * 1.25) + 1, dtype=torch.uint8, pin_memory=True)
-            stage[:n].copy_(host)
-            host = stage[:n]
-        dev = self._uploads[k]
-        if dev is None or dev.numel() < n:
-            dev = self._uploads[k] = torch.empty(int(n * 1.25) + 1, dtype=torch.uint8, device=self._dev)
-        dev[:n].copy_(host, non_blocking=True)
-        if staged:
-            self._staged[k] = torch.cuda.Event()
-            self._staged[k].record(torch.cuda.current_stream(self._dev))
-        return DecodedBatch(dev[:n], decoded.offsets, decoded.shapes, decoded.strides, decoded.boxes, decoded.errors,
+        assert self._uploads is not None
+        dev, host = self._uploads.upload(decoded.pixels, k, stage=not decoded.pixels.is_pinned())
+        return DecodedBatch(dev, decoded.offsets, decoded.shapes, decoded.strides, decoded.boxes, decoded.errors,
                             owner=(decoded.owner, decoded.pixels, host), pending=decoded.pending)
 
     def _retry(self, rq: Requests, failed: list[_Part], caller: Any) -> list[_Part]:
@@ -547,7 +388,7 @@ class SplitDecoder:
                           "engines, and it decodes no more batches", RuntimeWarning, stacklevel=4)
         rows = np.sort(np.concatenate([p.rows for p in failed]))
         sub = _subset(rq, rows)
-        if not self._active():  # none left: each image's error says why
+        if not self._assigner.active():  # none left: each image's error says why
             errs = "; ".join(f"{self.engines[p.engine].name}: {self.engines[p.engine].excluded}" for p in failed)
             decoded = DecodedBatch(torch.zeros(1, dtype=torch.uint8, device=self._dev), np.zeros(len(rows), np.int64),
                                    np.zeros((len(rows), 2), np.int64), np.zeros((len(rows), 3), np.int64),
@@ -582,7 +423,7 @@ class SplitDecoder:
                 e.measured(p.units, p.seconds, self.smoothing)
         busy = {p.engine for p in parts}
         for i, e in enumerate(self.engines):  # an engine given nothing this batch idled all of it
-            if e.excluded is None and i not in busy and (self._tuner is None or i in (self._using or ())):
+            if e.excluded is None and i not in busy and self._assigner.chosen(i):
                 e.stats.idle += span_s  # (one the tuning left out this batch was not waiting: not counted)
 
     def _resolve(self, *, wait: bool) -> None:
@@ -601,36 +442,6 @@ class SplitDecoder:
             e.stats.idle += max(span_s - seconds, 0.0)
             e.measured(p.units, seconds, self.smoothing)
         self._measures = keep
-
-    # -- joining -----------------------------------------------------------------------------
-
-    def _join(self, rq: Requests, parts: list[_Part]) -> DecodedBatch:
-        """The parts as one DecodedBatch in batch order: pixels a view spanning the parts'
-        buffers (decode._span), each image's offset moved to it."""
-        n = len(rq)
-        if len(parts) == 1 and len(parts[0].rows) == n and parts[0].decoded is not None:
-            return dataclasses.replace(parts[0].decoded)  # (one engine had it all: its rows are 0..n-1 in order)
-        offsets = np.zeros(n, np.int64)
-        shapes = np.zeros((n, 2), np.int64)
-        strides = np.zeros((n, 3), np.int64)
-        boxes = np.zeros((n, 4), np.int64)
-        errors: list[str | None] = [None] * n
-        held = [p for p in parts if p.decoded is not None and p.decoded.pixels.numel()]
-        pixels, rel = span([p.decoded.pixels.data_ptr() for p in held],  # type: ignore[union-attr]
-                           [p.decoded.pixels.numel() for p in held], self._dev)  # type: ignore[union-attr]
-        base = {id(p): int(r) for p, r in zip(held, rel)}
-        pending = []
-        for p in parts:
-            d = p.decoded
-            assert d is not None  # (a failed part was retried or made an error part)
-            offsets[p.rows] = d.offsets + base.get(id(p), 0)
-            shapes[p.rows], strides[p.rows], boxes[p.rows] = d.shapes, d.strides, d.boxes
-            for j, k in enumerate(p.rows.tolist()):
-                errors[k] = d.errors[j]
-            if d.pending is not None:
-                pending.append((p.rows, d.pending))
-        return DecodedBatch(pixels, offsets, shapes, strides, boxes, errors, owner=[p.decoded for p in parts],
-                            pending=_Pending(pending) if pending else None)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -655,6 +466,35 @@ class SplitDecoder:
 
     def __repr__(self) -> str:
         return f"SplitDecoder({self.engines!r}, device={self.device!r}, shares={self.shares!r})"
+
+
+def _join(rq: Requests, parts: list[_Part], device: torch.device) -> DecodedBatch:
+    """The parts as one DecodedBatch in batch order: pixels a view spanning the parts'
+    buffers (decode._span), each image's offset moved to it."""
+    n = len(rq)
+    if len(parts) == 1 and len(parts[0].rows) == n and parts[0].decoded is not None:
+        return dataclasses.replace(parts[0].decoded)  # (one engine had it all: its rows are 0..n-1 in order)
+    offsets = np.zeros(n, np.int64)
+    shapes = np.zeros((n, 2), np.int64)
+    strides = np.zeros((n, 3), np.int64)
+    boxes = np.zeros((n, 4), np.int64)
+    errors: list[str | None] = [None] * n
+    held = [p for p in parts if p.decoded is not None and p.decoded.pixels.numel()]
+    pixels, rel = span([p.decoded.pixels.data_ptr() for p in held],  # type: ignore[union-attr]
+                       [p.decoded.pixels.numel() for p in held], device)  # type: ignore[union-attr]
+    base = {id(p): int(r) for p, r in zip(held, rel)}
+    pending = []
+    for p in parts:
+        d = p.decoded
+        assert d is not None  # (a failed part was retried or made an error part)
+        offsets[p.rows] = d.offsets + base.get(id(p), 0)
+        shapes[p.rows], strides[p.rows], boxes[p.rows] = d.shapes, d.strides, d.boxes
+        for j, k in enumerate(p.rows.tolist()):
+            errors[k] = d.errors[j]
+        if d.pending is not None:
+            pending.append((p.rows, d.pending))
+    return DecodedBatch(pixels, offsets, shapes, strides, boxes, errors, owner=[p.decoded for p in parts],
+                        pending=_Pending(pending) if pending else None)
 
 
 def _subset(rq: Requests, rows: np.ndarray) -> Requests:

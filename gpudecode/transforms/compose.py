@@ -1,6 +1,7 @@
 """Compose: a fused pipeline (plan, draws, launch on the CPU or a CUDA device)."""
 from __future__ import annotations
 
+import os
 import random
 from typing import Any, Literal, Sequence
 
@@ -130,6 +131,13 @@ class Compose(Transform):
             raise ValueError(f"{len(idx)} images for an output of {view.shape[0]}")
         if len(idx) == 0:
             return
+        if stream is None and workspace is not None and decoded.pixels.device.type == "cpu":
+            # the CPU twin's work rows, declared for the batch's widest image (no crop it draws is
+            # wider) and its filter weights for its largest side: a run of images of one size
+            # never makes them again, whatever the crops
+            hw = [sizes[k] for k in idx.tolist()]
+            fused.reserve_cpu(workspace, num_threads or (os.cpu_count() or 1), max(w for _, w in hw),
+                              tuple(view.shape), max(max(h, w) for h, w in hw))
         geom, args, order = as_draws(self.plan, params, sizes).encode(idx)
         if self.plan.canvas is None:
             read = idx

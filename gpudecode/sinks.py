@@ -1,0 +1,293 @@
+"""Where a pipeline's finished images go: the output ring the Loader hands batches from
+(`OutputRing`, with the held-batch rule and `even`'s make-up), and host images at their
+own sizes (`HostImages`, precache's). Pipeline.finish and Pipeline.finish_images put a
+prepared batch's decoded images into one of them."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import time
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+import torch
+
+from .batches import Batch, PipelineConfig, Prepared, Ready
+from .decode import DecodedBatch
+from .errors import DecodeError, Skipped
+from .io.reader import Sample
+from .kernels.workspace import Workspace
+from .mixing import BatchTransform, batch_rng
+from .streams import Streams, event
+from .transforms import CenterCrop, Compose, Normalize, Resize
+
+__all__ = ["Sink", "OutputRing", "HostImages", "view_part"]
+
+
+class Sink(Protocol):
+    """Where Pipeline.finish_into puts a prepared batch: `take` gets the batch, the rows of
+    its images that decoded (`ok`; `whole`: all of them, in order; the failures already
+    went to the error policy) and the CUDA side (None on the CPU), and gives what the
+    caller wants of them. The output ring, precache's host images; a new sink (a store
+    kept on the GPU, a writer) is one more class with `take`."""
+
+    # take(p: Prepared, ok: list[int], whole: bool, gpu: Streams | None, **the sink's own options) -> Any
+    @property
+    def take(self) -> Callable[..., Any]: ...
+
+
+class OutputRing:
+    """The Loader's sink: `config.ring` output slots (each view's output tensor), written in
+    turn and kept across epochs (a new epoch never writes into the pixels of the last
+    batches the trainer still reads), and the one owner of the two rules a finished batch
+    keeps:
+    - a held batch is never written again (DataLoader's promise: a yielded batch is yours):
+      a slot whose last batch the caller still holds, or a view or slice of it, gets new
+      memory (`fresh_slots` counts them); `reuse_held` turns that off (FFCV's and DALI's
+      way: the ring overwrites);
+    - `even` (equal steps on every rank): images lost to on_error="skip" are made up by
+      repeats of the batch's others, a batch whose every image failed by the images of the
+      batch before.
+    The kernel writes into a slot with one workspace per view (kernels.workspace: what it
+    declares is kept from one batch to the next)."""
+
+    def __init__(self, config: PipelineConfig) -> None:
+        self.config, self.views = config, config.views
+        self.multi = isinstance(config.transform, tuple)
+        self.fresh_slots = 0  # slots given new memory because the caller kept their last batch
+        self.clear()
+
+    def clear(self) -> None:
+        """Lets go of the slots, the workspaces and the last batch (made anew when needed)."""
+        self.outputs: list[list[tuple[torch.Tensor, torch.Tensor]] | None] = [None] * self.config.ring  # [slot][view]
+        self._own_refs: list[list[int] | None] = [None] * self.config.ring  # [slot][view]: its own tensors on it
+        self.slot = 0  # the slot the next batch goes to (kept across epochs)
+        self.workspaces = [Workspace() for _ in self.views]
+        # the last batch handed on, as handed: (images, n, keys, labels), for `even` to repeat
+        self._last_good: tuple[Any, int, list[str], torch.Tensor | None] | None = None
+
+    def after_fork(self) -> None:
+        self._last_good = None
+        self.workspaces = [Workspace() for _ in self.views]
+
+    def take(self, p: Prepared, ok: list[int], whole: bool, gpu: Streams | None, *, even: str | None = None,
+             size: tuple[int, int] | None = None, skipped: Sequence[Skipped] = ()) -> Ready | None:
+        """Images `ok` of a prepared batch (`whole`: all of them, in order) through each
+        view's kernel into the next slot, with their labels; None when none is left and
+        `even` does not make the batch up."""
+        t0 = time.perf_counter()
+        if even is not None and ok and len(ok) < p.taken:
+            ok, whole = [ok[i % len(ok)] for i in range(p.taken)], False
+        decoded = p.decoded
+        if not ok or decoded is None:
+            if even is None or not p.taken:
+                return None
+            if self._last_good is None:
+                last = skipped[-1] if skipped else None  # the batch's last failure, named
+                raise DecodeError(f"all {p.taken} images of this Loader's first batch failed (they are in "
+                                  f"loader.skipped): with even={even!r} there is no image of this rank "
+                                  "yet to make it up from, and leaving it out would give this rank fewer steps "
+                                  "than the others", shard=last.shard if last else None,
+                                  key=last.key if last else None)
+            return self._made_up(p, t0, gpu, size)
+        slot, ready = self.slot, None
+        stream = gpu.augment if gpu is not None else None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            if gpu is not None:
+                stream.wait_event(p.ready)  # type: ignore[union-attr]  # decoded (and uploaded)
+                if gpu.slot_free[slot] is not None:
+                    stream.wait_event(gpu.slot_free[slot])  # type: ignore[union-attr]  # the trainer is done
+            outs = self._output(slot, len(ok), size)
+            start = event(stream) if stream is not None else None
+            for v, (tf, (_, view)) in enumerate(zip(self.views, outs)):
+                part = decoded if not self.multi else view_part(decoded, p, v)
+                tf.apply(part, p.params[v], p.sizes, view, rows=None if whole else ok, stream=stream,
+                         num_threads=self.config.num_threads, workspace=self.workspaces[v])
+            if start is not None:
+                p.timing.gpu["augment"] = (start, event(stream))
+            lab = self._labels(p, ok, whole)
+            images: Any = [_handed(out) for out, _ in outs] if self.multi else _handed(outs[0][0])
+            if isinstance(self.config.batch_transform, BatchTransform):  # ours: on the finished batch, on its stream
+                _, lab = self.config.batch_transform(outs[0][1], lab, rng=batch_rng(*p.draw))  # type: ignore[arg-type]
+            # (a user's callable runs on the trainer's thread, seeded: Pipeline.user_step)
+            if gpu is not None:
+                ready = torch.cuda.Event()
+                ready.record(stream)
+                gpu.retire(p.seq, ready, decoded)  # its buffers live until the kernel is done
+        keys = [s.key for s in p.samples] if whole else [p.samples[k].key for k in ok]
+        return self._handed_on(p, images, len(ok), keys, lab, ready, t0)
+
+    def _labels(self, p: Prepared, ok: list[int], whole: bool) -> torch.Tensor | None:
+        if not self.config.labels:
+            return None
+        # (from a numpy array: torch.tensor over a list of ints costs ~0.7 us an element)
+        lab = torch.from_numpy(np.array(p.labels if whole else [p.labels[k] for k in ok], np.int64))
+        if self.config.device != "cpu":
+            lab = lab.pin_memory().to(self.config.device, non_blocking=True)
+        return lab
+
+    def _handed_on(self, p: Prepared, images: Any, n: int, keys: list[str], lab: torch.Tensor | None, ready: Any,
+                   t0: float) -> Ready:
+        p.timing.augment = time.perf_counter() - t0
+        p.timing.size = n
+        batch = Batch(images, lab, keys)
+        self._last_good = (images, n, keys, lab)
+        slot = self.slot
+        self.slot = (slot + 1) % self.config.ring
+        return Ready(batch, p.timing, p.position, slot, ready, p.draw)
+
+    def _made_up(self, p: Prepared, t0: float, gpu: Streams | None, size: tuple[int, int] | None) -> Ready:
+        """A batch whose every image failed, under an even policy: made up of the rank's
+        images of the batch before (repeated to the batch's size), so every rank keeps
+        its step count; the failures are in `skipped` and the repeats keep their keys."""
+        src, n, keys, labels = self._last_good  # type: ignore[misc]
+        idx = [i % n for i in range(p.taken)]
+        slot, ready = self.slot, None
+        stream = gpu.augment if gpu is not None else None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            if gpu is not None and gpu.slot_free[slot] is not None:
+                stream.wait_event(gpu.slot_free[slot])  # type: ignore[union-attr]
+            made = []
+            for (out, _), img in zip(self._output(slot, p.taken, size), src if self.multi else [src]):
+                pick = torch.tensor(idx, device=img.device)
+                out.copy_(img[:n][pick])  # (the batch before came from these slots: the same image shape)
+                made.append(_handed(out))
+            lab = labels[pick.to(labels.device)] if labels is not None else None
+            if gpu is not None:
+                ready = torch.cuda.Event()
+                ready.record(stream)
+        return self._handed_on(p, made if self.multi else made[0], p.taken, [keys[i] for i in idx], lab, ready, t0)
+
+    def _output(self, slot: int, n: int, size: tuple[int, int] | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """(output, its [N, 3, h, w] view) of each view, for the first n images of `slot`,
+        under the held-batch rule (see the class doc)."""
+        pairs = self.outputs[slot]
+        if pairs is not None and not self.config.reuse_held and self._held(slot):
+            pairs = None
+            self.fresh_slots += 1
+        if pairs is None:
+            c = self.config
+            pairs = self.outputs[slot] = [tf.new_output(c.batch_size, c.device, pin_memory=c.pin_memory, size=size)
+                                          for tf in self.views]
+            self._own_refs[slot] = [_tensors_on(out) for out, _ in pairs]
+        if n == self.config.batch_size:  # (a full batch: the slot as it is, without slicing)
+            return pairs
+        return [(out[:n], view[:n]) for out, view in pairs]
+
+    def _held(self, slot: int) -> bool:
+        """Whether a tensor other than the slot's own (out and its view) still uses the
+        memory of `slot`: the batch handed out from it, or a view of it, kept by the caller."""
+        own = self._own_refs[slot]
+        pairs = self.outputs[slot]
+        if own is None or pairs is None:
+            return False
+        return any(mine < 0 or _tensors_on(out) > mine for (out, _), mine in zip(pairs, own))
+
+
+def view_part(decoded: DecodedBatch, p: Prepared, v: int) -> DecodedBatch:
+    """The decoded batch as view v's kernel reads it: each image's box moved from the
+    window decoded (the union of the views') to view v's own box inside it."""
+    boxes = decoded.boxes.copy()
+    for k, (window, mine) in enumerate(zip(p.windows, p.view_boxes[v])):
+        t0, l0, h0, w0 = window
+        if (int(boxes[k][2]), int(boxes[k][3])) != (h0, w0):
+            raise ValueError(f"decoder gave a {boxes[k][2]}x{boxes[k][3]} window for one of {h0}x{w0}: several "
+                             "views need windows decoded at full scale")
+        boxes[k] = (boxes[k][0] + mine[0] - t0, boxes[k][1] + mine[1] - l0, mine[2], mine[3])
+    return dataclasses.replace(decoded, boxes=boxes)
+
+
+class HostImages:
+    """finish_images' sink: decoded images to host uint8 HWC arrays, each at its own size,
+    straight from the decoder's memory (any layout, CPU or CUDA) with the transforms'
+    kernel (Compose.apply), one launch a plan (resize to, centre crop to), rounded to
+    nearest. An image neither resized nor cropped is copied out as it is."""
+
+    # Normalize with mean -0.5/255 and std 1/255 turns the kernel's [0, 1] result v into
+    # 255 * v + 0.5, so truncating to uint8 rounds to nearest, as torchvision's Resize on
+    # uint8 images does: one float pass and one cast, no separate scale and round passes.
+    _ROUND = Normalize([-0.5 / 255] * 3, [1 / 255] * 3)
+
+    def take(self, p: Prepared, ok: list[int], whole: bool, gpu: Streams | None, *,
+             plan: Any) -> list[tuple[Sample, np.ndarray]]:
+        """The decoded images `ok` of a prepared batch, each brought to what `plan(h, w)`
+        says (Pipeline.finish_images), with their samples, in order."""
+        decoded = p.decoded
+        if not ok or decoded is None:
+            return []
+        plans = [plan(int(decoded.boxes[k][2]), int(decoded.boxes[k][3])) for k in ok]
+        stream = gpu.augment if gpu is not None else None
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            if gpu is not None:
+                stream.wait_event(p.ready)  # type: ignore[union-attr]  # decoded (and uploaded)
+            images = self(decoded, ok, plans, stream=stream)  # (host arrays: synchronized)
+        return [(p.samples[k], img) for k, img in zip(ok, images)]
+
+    def __init__(self, num_threads: int) -> None:
+        self.num_threads = num_threads
+        self._tfs: dict[tuple, Compose] = {}
+        self.workspace = Workspace()  # (one launch at a time: the pipeline's finishing thread, its stream)
+
+    def _compose(self, resize: tuple[int, int] | None, crop: tuple[int, int] | None) -> Compose:
+        key = (resize, crop)
+        tf = self._tfs.get(key)
+        if tf is None:
+            steps: list[Any] = []
+            if resize is not None:
+                steps.append(Resize(resize))
+            if crop is not None:
+                steps.append(CenterCrop(crop))
+            tf = self._tfs[key] = Compose([*steps, self._ROUND], layout="NHWC")
+        return tf
+
+    def __call__(self, decoded: DecodedBatch, ks: Sequence[int],
+                 plans: Sequence[tuple[tuple[int, int] | None, tuple[int, int] | None]],
+                 stream: Any = None) -> list[np.ndarray]:
+        """Images ks of `decoded`, each by its plan, as host uint8 HWC arrays."""
+        out: list[np.ndarray | None] = [None] * len(ks)
+        groups: dict[tuple, list[int]] = {}
+        for j, (k, plan) in enumerate(zip(ks, plans)):
+            if plan == (None, None):  # kept as it is
+                out[j] = self._host_window(decoded, k)
+            else:
+                groups.setdefault(plan, []).append(j)
+        n = len(decoded.boxes)
+        for (resize, crop), idx in groups.items():
+            tf = self._compose(resize, crop)
+            rows = [ks[j] for j in idx]
+            sizes: list = [None] * n  # the box (the whole image) is what is resized
+            params: list = [None] * n
+            boxes = [(int(decoded.boxes[k][2]), int(decoded.boxes[k][3])) for k in rows]
+            for k, box, prm in zip(rows, boxes, tf.make_params(boxes, 0)):
+                sizes[k], params[k] = box, prm
+            res, view = tf.new_output(len(idx), decoded.pixels.device)
+            tf.apply(decoded, params, sizes, view, rows=rows, stream=stream, num_threads=self.num_threads,
+                     workspace=self.workspace)
+            u8 = res.to(torch.uint8).cpu().numpy()  # values in [0.5, 255.5]: truncation rounds
+            for i, j in enumerate(idx):
+                out[j] = u8[i]
+        return out  # type: ignore[return-value]
+
+    @staticmethod
+    def _host_window(decoded: DecodedBatch, k: int) -> np.ndarray:
+        t, l, bh, bw = (int(v) for v in decoded.boxes[k])
+        sy, sx, sc = (int(v) for v in decoded.strides[k])
+        start = int(decoded.offsets[k]) + t * sy + l * sx
+        img = decoded.pixels[start:].as_strided((bh, bw, 3), (sy, sx, sc))  # any layout the decoder gave
+        return img.cpu().numpy().copy()
+
+
+def _handed(out: torch.Tensor) -> torch.Tensor:
+    """The tensor the caller gets for an output slot's `out`: a tensor of its own over the
+    same memory (so that whether the caller still holds it can be told, _tensors_on)."""
+    return out.view(out.shape)
+
+
+def _tensors_on(t: torch.Tensor) -> int:
+    """How many tensors use t's memory (views and slices of it included); -1 where this
+    torch cannot tell (the slot then always gets new memory: never a batch overwritten)."""
+    try:
+        # (less the storage object made here; torch has no public count)
+        return int(torch._C._storage_Use_Count(t.untyped_storage()._cdata)) - 1  # noqa: SLF001
+    except (AttributeError, RuntimeError, TypeError):
+        return -1
