@@ -96,7 +96,7 @@ gpu-check:
 
 # `gpudecode ops`' listing and the README's, regenerated from the transforms' declarations (after adding an op)
 ops-table: setup
-	cd tests && ../$(BIN)/python -c "from gpudecode.transforms.ops_table import write_table; write_table('../gpudecode/_ops_table.py', '../README.md')"
+	cd tests && ../$(BIN)/python -c "from gpudecode.transforms.ops_table import write_table; write_table('../gpudecode/_ops_table.py', '../README.md', '../gpudecode/transforms/__init__.py', '../kernels')"
 
 clean:
 	rm -rf build dist *.egg-info demo_data bench/_out

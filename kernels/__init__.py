@@ -1,7 +1,9 @@
 """Fused augmentation kernels (installed as gpudecode.kernels).
 
-- `_pixel`: per-pixel math in plain Python, compiled for both targets by `_compile`.
-- `ops`: the op table. `layout`: the arrays' columns and the buffers' shapes.
+- `_pixel`: per-pixel math in plain Python, compiled for both targets by `_compile`
+  (`_colour`: the colour math and the one-factor per-pixel ops).
+- `ops`: the op table; `opgen` writes the code that follows it (op ids, the per-pixel
+  dispatch). `layout`: the arrays' columns and the buffers' shapes.
 - `fused`: the one face of the kernels and their launchers on arrays: `cuda_program`
   (the CUDA kernels), `cpu_passes` and `cpu_resample` (the CPU twin's passes and
   resample), `cpu_twin` (its compilation and thread pool).

@@ -19,11 +19,11 @@ import types
 from typing import Callable, Iterator
 
 from .._cache import cache_dir
-from . import _barrier, _filters, _noise, _pixel
+from . import _barrier, _colour, _filters, _noise, _pixel
 
-_HELPER_MODULES = (_pixel, _noise, _filters, _barrier)  # (_noise's and _filters' _pixel imports; _barrier imports _pixel)
+_HELPER_MODULES = (_pixel, _colour, _noise, _filters, _barrier)  # (_pixel imports _colour's, _noise's, _filters'; _barrier _pixel's)
 _HELPER_NAMES = {m.__name__ for m in _HELPER_MODULES}
-_HELPER_FUNCTIONS = {name: fn for module in (_pixel, _barrier) for name, fn in vars(module).items()
+_HELPER_FUNCTIONS = {name: fn for module in (_pixel, _colour, _barrier) for name, fn in vars(module).items()
                      if inspect.isfunction(fn) and fn.__module__ in _HELPER_NAMES}
 HELPERS = list(_HELPER_FUNCTIONS)
 

@@ -15,13 +15,20 @@ from numpy import float32, int32
 # A sample's `order` lists the ops it drew (-1 ends the list) and args[k] holds step k's
 # arguments (ARGS floats; args[k, 0] is the factor of a one-number op).
 # (the kernels compiled from this module's namespace read the masks from here too)
-from .ops import (AFFINE, ARGS, AUTOCONTRAST, BARRIER_MASK, BLUR_X, BLUR_Y, BRIGHTNESS,  # noqa: F401
-                  CONTRAST, EQUALIZE, GAUSSIAN_NOISE, GRAYSCALE, HISTOGRAM_MASK, HUE, INVERT, MEAN_MASK, MIX_ADD, MIX_END, MIX_SAVE,
-                  NUM_OPS, PERMUTE_CHANNELS, PERSPECTIVE, POSTERIZE, RANGE_MASK, SATURATION, SHARPNESS, SOLARIZE,
+# <generated: imports>
+from .ops import (AFFINE, ARGS, AUTOCONTRAST, AUX_MASK,  # noqa: F401  (the kernels compiled from this namespace read them)
+                  BARRIER_MASK, BLUR_X, BLUR_Y, BRIGHTNESS, CONTRAST, EQUALIZE, GAUSSIAN_NOISE, GRAYSCALE,
+                  HISTOGRAM_MASK, HUE, INVERT, MEAN_MASK, MIX_ADD, MIX_END, MIX_SAVE, NUM_OPS,
+                  PERMUTE_CHANNELS, PERSPECTIVE, POSTERIZE, RANGE_MASK, SATURATION, SHARPNESS, SOLARIZE,
                   SOLARIZE_ADD)
+# </generated: imports>
 
 from ._noise import add_noise, cos2pi, hash32, log_ratio24, noise_key, noise_normal  # noqa: E402, F401  (GaussianNoise's)
 from ._filters import cubic_weight, filter_weight, filter_window, pil_nearest_index, tri_weight  # noqa: E402, F401  (the resample's)
+from ._colour import (clamp01, gray, blend, floorf, adjust_hue, hue_channel, op_brightness, op_contrast,  # noqa: E402, F401  (the colour ops: their module)
+                      op_saturation, op_hue, op_grayscale, op_solarize, op_invert, op_posterize,
+                      op_solarize_add, op_permute_channels, apply_op, channel, solarize_add, posterize,
+                      solarize)
 
 MAX_BLUR = 63    # largest Gaussian kernel side the CUDA kernel keeps weights for
 BLUR_TAIL = 1e-10  # blur taps under this share of the sum are skipped (they change no value by 1e-9)
@@ -47,128 +54,6 @@ def barrier_step(order, s):
             if count == s:
                 return k
     return order.shape[0]
-
-
-def clamp01(x):
-    if x < float32(0.0):
-        return float32(0.0)
-    if x > float32(1.0):
-        return float32(1.0)
-    return x
-
-
-def gray(r, g, b):
-    """torchvision's rgb_to_grayscale weights."""
-    return r * float32(0.2989) + g * float32(0.587) + b * float32(0.114)
-
-
-def blend(x, y, ratio):
-    """torchvision's _blend on float images: clamp(x * ratio + y * (1 - ratio), 0, 1)."""
-    return clamp01(x * ratio + y * (float32(1.0) - ratio))
-
-
-def floorf(x):
-    """floor as float32 (the CPU target swaps in np.floor, which stays vectorizable)."""
-    return float32(math.floor(x))
-
-
-def adjust_hue(r, g, b, hue):
-    """rgb -> hsv, h = (h + hue) mod 1, hsv -> rgb, with torchvision's formulas
-    (_rgb_to_hsv, _hsv_to_rgb). Branch-free (selects only), so the CPU loop vectorizes
-    and GPU warps do not diverge."""
-    maxc = max(r, max(g, b))
-    minc = min(r, min(g, b))
-    crange = maxc - minc
-    flat = crange == float32(0.0)
-    div = float32(1.0) if flat else crange
-    # torchvision's bc - gc, 2 + rc - bc, 4 + gc - rc with rc = (maxc - r) / div etc.:
-    # the same values (to an ulp) with one reciprocal instead of three divisions
-    inv = float32(1.0) / div
-    h_r = (g - b) * inv
-    h_g = float32(2.0) + (b - r) * inv
-    h_b = float32(4.0) + (r - g) * inv
-    h = h_r if maxc == r else (h_g if maxc == g else h_b)
-    h = h * float32(1.0 / 6.0) + float32(1.0)  # torchvision: fmod(h / 6 + 1, 1); h / 6 + 1 > 0
-    h = h - floorf(h)
-    h = h + hue
-    h = h - floorf(h)  # torch.remainder(h, 1.0)
-    # hsv -> rgb. torchvision picks (v, p, q, t) by sector, with p = v(1-s), q = v(1-sf),
-    # t = v(1-s+sf); the closed form channel_n = v - C * clamp(min(k, 4 - k), 0, 1),
-    # k = (n + 6h) mod 6, n = 5, 3, 1 for r, g, b and chroma C = v*s = max - min, gives
-    # the same values in every sector with fewer operations and no select chains
-    # (torchvision's clamps of p, q, t are implied: results lie in [min, max]).
-    h6 = h * float32(6.0)
-    return hue_channel(float32(5.0), h6, maxc, crange), hue_channel(float32(3.0), h6, maxc, crange), \
-        hue_channel(float32(1.0), h6, maxc, crange)
-
-
-def hue_channel(n, h6, v, chroma):
-    k = n + h6
-    k = k - float32(6.0) if k >= float32(6.0) else k
-    m = min(k, float32(4.0) - k)
-    m = max(float32(0.0), min(m, float32(1.0)))
-    return v - chroma * m
-
-
-def apply_op(op, r, g, b, factor, mean):
-    """One ColorJitter operation on one pixel; `mean` is the image's grayscale mean
-    (used by contrast only)."""
-    if op == BRIGHTNESS:
-        return clamp01(r * factor), clamp01(g * factor), clamp01(b * factor)
-    if op == CONTRAST:
-        return blend(r, mean, factor), blend(g, mean, factor), blend(b, mean, factor)
-    if op == SATURATION:
-        l = gray(r, g, b)
-        return blend(r, l, factor), blend(g, l, factor), blend(b, l, factor)
-    if op == HUE:
-        return adjust_hue(r, g, b, factor)
-    if op == GRAYSCALE:
-        l = gray(r, g, b)
-        return l, l, l
-    if op == SOLARIZE:
-        return solarize(r, factor), solarize(g, factor), solarize(b, factor)
-    if op == INVERT:
-        return float32(1.0) - r, float32(1.0) - g, float32(1.0) - b
-    if op == POSTERIZE:
-        return posterize(r, factor), posterize(g, factor), posterize(b, factor)
-    if op == SOLARIZE_ADD:
-        return solarize_add(r, factor), solarize_add(g, factor), solarize_add(b, factor)
-    if op == PERMUTE_CHANNELS:
-        k = int32(factor + float32(0.5))  # p[0] + 3 p[1] + 9 p[2]
-        return channel(r, g, b, k % 3), channel(r, g, b, (k // 3) % 3), channel(r, g, b, k // 9)
-    return r, g, b
-
-
-def channel(r, g, b, i):
-    """Channel i of the pixel (r, g, b)."""
-    if i == 0:
-        return r
-    if i == 1:
-        return g
-    return b
-
-
-def solarize_add(v, add):
-    """timm's solarize_add (a lookup table on uint8 levels): v + add, capped at 1, where
-    v is under 128 levels; the rest unchanged."""
-    if v < float32(128.0 / 255.0):
-        return min(v + add, float32(1.0))
-    return v
-
-
-def posterize(v, levels):
-    """torchvision's posterize on float images: floor(v * levels) clamped to
-    [0, levels - 1], times 1 / levels."""
-    q = floorf(v * levels)
-    q = max(float32(0.0), min(q, levels - float32(1.0)))
-    return q * (float32(1.0) / levels)
-
-
-def solarize(v, threshold):
-    """torchvision's solarize on float images: a value at or over `threshold` is inverted."""
-    if v >= threshold:
-        return float32(1.0) - v
-    return v
 
 
 def apply_ops(r, g, b, order, args, first, last, aux, n, y, x):

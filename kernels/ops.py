@@ -26,6 +26,8 @@ class Op(NamedTuple):
     barrier: bool = False  # reads more than its own pixel: the image before it complete
     statistic: str = ""    # what a barrier needs of the whole image: MEAN, RANGE, HISTOGRAM, or none
     aux: bool = False      # uses the sample's aux images (the original and the mix: AugMix)
+    pixel: bool = False    # one factor, one pixel: `_pixel.op_<name>(r, g, b, factor, mean)`, dispatched
+    #                        by the generated `_pixel.apply_op` (kernels/opgen.py)
     doc: str = ""
 
 
@@ -35,14 +37,14 @@ HISTOGRAM = "channel histogram"  # each channel's 256-bin histogram
 
 # In id order. ColorJitter's four come first, in torchvision's fn_idx convention.
 OPS: tuple[Op, ...] = (
-    Op("BRIGHTNESS", 1, doc="the factor"),
-    Op("CONTRAST", 1, True, MEAN, doc="the factor; blends with the image's grey mean"),
-    Op("SATURATION", 1, doc="the factor"),
-    Op("HUE", 1, doc="the shift, in turns"),
-    Op("GRAYSCALE", 0),
-    Op("SOLARIZE", 1, doc="the threshold, on the float scale (levels / 255)"),
-    Op("INVERT", 0),
-    Op("POSTERIZE", 1, doc="the levels kept, 2 ** bits"),
+    Op("BRIGHTNESS", 1, pixel=True, doc="the factor"),
+    Op("CONTRAST", 1, True, MEAN, pixel=True, doc="the factor; blends with the image's grey mean"),
+    Op("SATURATION", 1, pixel=True, doc="the factor"),
+    Op("HUE", 1, pixel=True, doc="the shift, in turns"),
+    Op("GRAYSCALE", 0, pixel=True),
+    Op("SOLARIZE", 1, pixel=True, doc="the threshold, on the float scale (levels / 255)"),
+    Op("INVERT", 0, pixel=True),
+    Op("POSTERIZE", 1, pixel=True, doc="the levels kept, 2 ** bits"),
     Op("AUTOCONTRAST", 0, True, RANGE),
     Op("EQUALIZE", 0, True, HISTOGRAM),
     Op("SHARPNESS", 1, True, doc="the factor; reads a 3x3 neighbourhood"),
@@ -55,12 +57,12 @@ OPS: tuple[Op, ...] = (
     Op("MIX_SAVE", 1, aux=True, doc="AugMix: keep the image (the original), start the mix as m0 * image"),
     Op("MIX_ADD", 1, aux=True, doc="AugMix: mix += w * image (a chain's result); the image is the original again"),
     Op("MIX_END", 0, aux=True, doc="AugMix: the image is the mix"),
-    Op("SOLARIZE_ADD", 1, doc="timm's SolarizeAdd: a level under 128 gets `add` (float scale), capped at 1"),
+    Op("SOLARIZE_ADD", 1, pixel=True, doc="timm's SolarizeAdd: a level under 128 gets `add` (float scale), capped at 1"),
     Op("PERSPECTIVE", 12, True, doc="torchvision's perspective: its coefficients c0..c5 (a0..a5), the "
                                     "interpolation (0 nearest, 1 bilinear), the fill r, g, b as AFFINE's, then c6, "
                                     "c7 (a10, a11): source = ((c0 x + c1 y + c2), (c3 x + c4 y + c5)) / (c6 x + "
                                     "c7 y + 1) at pixel centres; reads any pixel"),
-    Op("PERMUTE_CHANNELS", 1, doc="torchvision's permute_channels: output channel i is input channel p[i], the "
+    Op("PERMUTE_CHANNELS", 1, pixel=True, doc="torchvision's permute_channels: output channel i is input channel p[i], the "
                                   "permutation as p[0] + 3 p[1] + 9 p[2]"),
     Op("GAUSSIAN_NOISE", 5, doc="torchvision's gaussian_noise: mean, sigma, clip (1: to [0, 1]), the sample's "
                                 "32-bit noise key as two 16-bit halves (each pixel's normal value a hash of the "
@@ -83,27 +85,29 @@ RANGE_MASK = _mask(lambda op: op.statistic == RANGE)
 HISTOGRAM_MASK = _mask(lambda op: op.statistic == HISTOGRAM)
 AUX_MASK = _mask(lambda op: op.aux)
 
-BRIGHTNESS = ID["BRIGHTNESS"]
-CONTRAST = ID["CONTRAST"]
-SATURATION = ID["SATURATION"]
-HUE = ID["HUE"]
-GRAYSCALE = ID["GRAYSCALE"]
-SOLARIZE = ID["SOLARIZE"]
-INVERT = ID["INVERT"]
-POSTERIZE = ID["POSTERIZE"]
-AUTOCONTRAST = ID["AUTOCONTRAST"]
-EQUALIZE = ID["EQUALIZE"]
-SHARPNESS = ID["SHARPNESS"]
-BLUR_X = ID["BLUR_X"]
-AFFINE = ID["AFFINE"]
-BLUR_Y = ID["BLUR_Y"]
-MIX_SAVE = ID["MIX_SAVE"]
-MIX_ADD = ID["MIX_ADD"]
-MIX_END = ID["MIX_END"]
-SOLARIZE_ADD = ID["SOLARIZE_ADD"]
-PERSPECTIVE = ID["PERSPECTIVE"]
-PERMUTE_CHANNELS = ID["PERMUTE_CHANNELS"]
-GAUSSIAN_NOISE = ID["GAUSSIAN_NOISE"]
+# <generated: constants>
+BRIGHTNESS = 0
+CONTRAST = 1
+SATURATION = 2
+HUE = 3
+GRAYSCALE = 4
+SOLARIZE = 5
+INVERT = 6
+POSTERIZE = 7
+AUTOCONTRAST = 8
+EQUALIZE = 9
+SHARPNESS = 10
+BLUR_X = 11
+AFFINE = 12
+BLUR_Y = 13
+MIX_SAVE = 14
+MIX_ADD = 15
+MIX_END = 16
+SOLARIZE_ADD = 17
+PERSPECTIVE = 18
+PERMUTE_CHANNELS = 19
+GAUSSIAN_NOISE = 20
+# </generated: constants>
 
 # ColorJitter's operations by torchvision's fn_idx (the order its draws give, native and
 # Python) -> the op ids

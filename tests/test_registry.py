@@ -104,8 +104,56 @@ def test_the_ops_listing_is_generated_from_the_declarations():
     readme = pathlib.Path(__file__).resolve().parents[1] / "README.md"
     text = readme.read_text()
     assert ops_table.with_readme_block(text) == text, "`make ops-table` regenerates the README's list"
+    package = pathlib.Path(ops_table.PACKAGE_FILE).read_text()
+    assert ops_table.with_doc_block(package) == package, "`make ops-table` regenerates the package doc's list"
+    assert "GaussianNoise" in T.__doc__ and "timm's RandAugment" in T.__doc__
     text = dict(_steps.OPS)
     assert "RandomHorizontalFlip, RandomVerticalFlip" == text["flips (any order)"]
     assert "timm's RandAugment, AutoAugment, AugMixAugment" in text["policies"]
     assert all(f"timm's {n}" in _steps.SUPPORTED or n in _steps.SUPPORTED
                for n in (name.split(".", 1)[1] for name in _steps.CONVERTS))
+
+
+def test_the_kernels_op_ids_and_pixel_dispatch_are_generated_from_the_op_table(tmp_path):
+    """An op is declared once, by its row in kernels/ops.py's table: its id constant, the
+    kernels' imports and the per-pixel dispatch (`_pixel.apply_op`) are generated from it
+    (`make ops-table`, kernels/opgen.py); stale, this fails. A row added to a copy of the
+    table comes out in the copy's generated lines, dispatched to its `op_<name>`."""
+    import shutil
+
+    import numpy as np
+
+    from gpudecode.kernels import _colour, _pixel, ops, opgen
+
+    assert opgen.stale() == []
+    pixel = [op for op in ops.OPS if op.pixel]
+    assert {op.name for op in pixel} >= {"BRIGHTNESS", "CONTRAST", "HUE", "INVERT", "PERMUTE_CHANNELS"}
+    for i, op in enumerate(ops.OPS):
+        assert getattr(ops, op.name) == i and getattr(_pixel, op.name) == i
+    rng = np.random.default_rng(0)
+    for op in pixel:  # the dispatch gives what the op's own function gives (plain Python: the source both compile)
+        fn = getattr(_colour, f"op_{op.name.lower()}")
+        for _ in range(20):
+            r, g, b, mean = (np.float32(v) for v in rng.random(4))
+            factor = np.float32(rng.choice([0.3, 1.7, 0.25, 5.0, 21.0])) if op.name != "HUE" else np.float32(0.1)
+            assert _pixel.apply_op(ops.ID[op.name], r, g, b, factor, mean) == fn(r, g, b, factor, mean), op.name
+    r, g, b = np.float32(0.2), np.float32(0.5), np.float32(0.9)
+    assert _pixel.apply_op(ops.AFFINE, r, g, b, np.float32(2.0), np.float32(0.0)) == (r, g, b)  # not a pixel op
+
+    copy = tmp_path / "kernels"
+    copy.mkdir()
+    for name in ("ops.py", "_pixel.py", "_colour.py"):
+        shutil.copy(pathlib.Path(opgen.HERE) / name, copy / name)
+    table = (copy / "ops.py").read_text()
+    row = '    Op("GAUSSIAN_NOISE",'
+    table = table.replace(row, '    Op("GAMMA", 1, pixel=True, doc="a test op"),\n' + row)
+    (copy / "ops.py").write_text(table)
+    assert opgen.stale(str(copy)) == ["ops.py", "_pixel.py", "_colour.py"]
+    opgen.write(str(copy))
+    assert opgen.stale(str(copy)) == []
+    made = (copy / "_colour.py").read_text()
+    assert "    if op == GAMMA:\n        return op_gamma(r, g, b, factor, mean)" in made and "import GAMMA\n" in made
+    assert "GAMMA, " in (copy / "_pixel.py").read_text()
+    ids = (copy / "ops.py").read_text()
+    gamma = next(i for i, op in enumerate(opgen.load_table(str(copy)).OPS) if op.name == "GAMMA")
+    assert f"GAMMA = {gamma}\nGAUSSIAN_NOISE = {gamma + 1}" in ids

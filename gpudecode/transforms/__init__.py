@@ -5,18 +5,35 @@ torchvision's algorithms; `Compose` turns a supported sequence into one call of 
 fused kernel (numba CUDA for CUDA tensors, the numba CPU twin otherwise). A sequence the
 kernel cannot express is refused when the Compose is built, never approximated.
 
-Supported shape of a pipeline:
-    canvas      optionally RandomZoomOut, RandomRotation(expand=True) or ElasticTransform
-                (then a geometry step)
-    geometry    RandomResizedCrop | Resize | CenterCrop | RandomCrop
-                | Resize, CenterCrop | Resize, RandomCrop | none
-    then, in any order, each sample's program: RandomHorizontalFlip, RandomVerticalFlip
-                (before any warp), ColorJitter, RandomGrayscale, Grayscale(3),
-                RandomSolarize, RandomInvert, RandomPosterize, RandomAutocontrast, RandomEqualize, RandomAdjustSharpness, GaussianBlur,
-                RandomRotation, RandomAffine, RandomPerspective, TrivialAugmentWide, RandAugment,
-                AutoAugment, AugMix; RandomApply, RandomChoice, RandomOrder over them
-    then optionally ToDtype(float32 | float16, scale=True), Normalize, ToDtype(float16)
-    last, on the kernel's output: RandomErasing
+What fuses, by place in a Compose (written by `make ops-table` from the classes' declarations):
+    - canvas (first, before the geometry): RandomZoomOut, ElasticTransform,
+      RandomRotation(expand=True): each image made anew from the decoded one (a canvas),
+      which a geometry step must follow; ElasticTransform also last, after the geometry and
+      the per-sample ops (then only Normalize, ToDtype, RandomErasing), on the kernel's
+      output
+    - geometry (one, first or after the canvas): RandomResizedCrop, Resize, RandomResize,
+      RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, Resize + CenterCrop, Resize +
+      RandomCrop (RandomResize, RandomShortestSize and ScaleJitter only so), or none
+      (bilinear or bicubic, antialiased, or nearest, nearest-exact, pil-nearest; crops pad
+      with a fill); timm's RandomResizedCropAndInterpolation, ResizeKeepRatio,
+      CenterCropOrPad
+    - flips (any order): RandomHorizontalFlip, RandomVerticalFlip
+    - per-sample ops (any order): ColorJitter, RandomChannelPermutation,
+      RandomPhotometricDistort, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert,
+      RandomPosterize, RandomAutocontrast, RandomEqualize, RandomAdjustSharpness,
+      GaussianBlur, GaussianNoise, RandomRotation, RandomAffine, RandomPerspective
+    - policies: TrivialAugmentWide, RandAugment, AutoAugment, AugMix; timm's RandAugment,
+      AutoAugment, AugMixAugment (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3
+      and the like)
+    - containers: RandomApply, RandomChoice, RandomOrder over the per-sample ops
+    - then: Normalize, ToTensor, ConvertImageDtype, ToDtype; then RandomErasing (last);
+      timm's ToTensor, MaybeToTensor, RandomErasing
+    - input conversion (dropped): ToImage, PILToTensor, ToPureTensor, ToImageTensor; timm's
+      MaybePILToTensor
+    - on the batch: MixUp, CutMix, RandomChoice over them, or any callable
+      (Loader(batch_transform=))
+(the end of the generated list)
+
 Without Normalize or a float ToDtype the output is uint8, as torchvision's would be.
 Without a geometry step the images keep their size (all of a batch must share it: tensor
 shards stored at the training size, `gpudecode precache --size 224 --crop center`).

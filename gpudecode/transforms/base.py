@@ -30,6 +30,9 @@ GROUPS = {
     "last": None,  # (listed in "then"'s line)
 }
 
+# The groups whose steps make up each sample's kernel program (plan.py's `_AfterGeometry`).
+PROGRAM_GROUPS = ("per-sample", "policies", "containers")
+
 # The torchvision and timm transforms that convert, by "torchvision.<Name>" or
 # "timm.<Name>": the class of ours that declared it (`class X(Transform,
 # converts="torchvision.X")`), whose `convert(t, floats)` makes one from theirs. Filled as
@@ -67,6 +70,8 @@ class Transform:
 
     makes_floats = False  # the steps after it see float images (ToDtype to a float type)
     group = ""  # where it may stand in a Compose: one of GROUPS (what `gpudecode ops` lists it under)
+    filter_modes: tuple[str, ...] = ()  # a geometry step's resize filters (several: one drawn an image)
+    crop_fill: tuple[int, int, int] | None = None  # a crop's padding colour (levels), where it pads
 
     def __init_subclass__(cls, converts: str | tuple[str, ...] = (), **kw: Any) -> None:
         super().__init_subclass__(**kw)

@@ -28,8 +28,7 @@ from ..errors import TransformError
 from ..kernels.workspace import Workspace
 from .base import Transform
 from .convert import levels
-from .geometry import _pad_fill
-from .warps import on_device
+from .args import on_device, pad_fill
 
 __all__ = ["CanvasStep", "RandomZoomOut", "build"]
 
@@ -77,7 +76,7 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
         self.fill = fill
         self.side_range = (float(side_range[0]), float(side_range[1]))
         self.p = float(p)
-        self._fill = _pad_fill(fill, "RandomZoomOut")
+        self._fill = pad_fill(fill, "RandomZoomOut")
         self._fill_rows: dict[torch.device, torch.Tensor] = {}
 
     def __getstate__(self) -> dict:

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 
 from ..errors import TransformError
 from .base import Transform, in_fingerprint
+from .args import pad_fill
 from .convert import key, levels
 
 
@@ -117,6 +118,10 @@ class RandomResizedCrop(Transform, converts=("torchvision.RandomResizedCrop",
     def interpolation(self) -> str | tuple[str, ...]:
         return self._modes[0] if len(self._modes) == 1 else self._modes
 
+    @property
+    def filter_modes(self) -> tuple[str, ...]:  # type: ignore[override]
+        return self._modes
+
     def on_pil_images(self) -> Transform:
         self._modes = _pil_modes(self._modes)
         return self
@@ -197,6 +202,10 @@ class Resize(Transform, converts="torchvision.Resize"):
     def interpolation(self) -> str:
         return self._modes[0]
 
+    @property
+    def filter_modes(self) -> tuple[str, ...]:  # type: ignore[override]
+        return self._modes
+
     def on_pil_images(self) -> Transform:
         self._modes = _pil_modes(self._modes)
         return self
@@ -211,18 +220,6 @@ class Resize(Transform, converts="torchvision.Resize"):
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         return {"resize": self.output_size(*size)}
-
-
-def _pad_fill(fill: Any, what: str) -> tuple[int, int, int]:
-    """A padding fill (one level or three, RGB, in uint8 levels) as three ints."""
-    fills: list[Any] = list(fill) if isinstance(fill, Sequence) else [fill]
-    if len(fills) == 1:
-        fills *= 3
-    if len(fills) != 3 or any(isinstance(f, bool) or not isinstance(f, numbers.Real) or not 0 <= float(f) <= 255
-                              or float(f) != int(float(f)) for f in fills):
-        raise TransformError(f"{what}(fill={fill!r}) cannot be fused: a fill is one whole level in [0, 255] or three "
-                             "(RGB)")
-    return int(float(fills[0])), int(float(fills[1])), int(float(fills[2]))
 
 
 class ResizeKeepRatio(Resize, converts="timm.ResizeKeepRatio"):
@@ -384,11 +381,16 @@ class CenterCrop(Transform, converts=("torchvision.CenterCrop", "timm.CenterCrop
 
     def __init__(self, size: int | Sequence[int], fill: Any = 0) -> None:
         self.size = _setup_size(size)
-        self._fill = _pad_fill(fill, "CenterCrop")
+        self._fill = pad_fill(fill, "CenterCrop")
 
     def __repr__(self) -> str:  # (the fill named only where it is not zeros: saved states keep their fingerprint)
         return f"CenterCrop(size={self.size!r})" if self._fill == (0, 0, 0) else \
             f"CenterCrop(size={self.size!r}, fill={list(self._fill)})"
+
+    @property
+    def crop_fill(self) -> tuple[int, int, int]:  # type: ignore[override]
+        """The padding colour (levels) where the crop reaches past the image."""
+        return self._fill
 
     def offsets(self, height: int, width: int) -> tuple[int, int]:
         ch, cw = self.size
@@ -442,12 +444,17 @@ class RandomCrop(Transform, converts="torchvision.RandomCrop"):
             raise ValueError(f"padding must be >= 0, not {padding!r}")
         if padding_mode != "constant":
             raise TransformError(f"RandomCrop(padding_mode={padding_mode!r}) cannot be fused: only 'constant'")
-        self._fill = _pad_fill(fill, "RandomCrop")
+        self._fill = pad_fill(fill, "RandomCrop")
         self.pad_if_needed = bool(pad_if_needed)
 
     def __repr__(self) -> str:
         text = Transform.__repr__(self)
         return text if self._fill == (0, 0, 0) else f"{text[:-1]}, fill={list(self._fill)})"
+
+    @property
+    def crop_fill(self) -> tuple[int, int, int]:  # type: ignore[override]
+        """The padding colour (levels) where the crop reaches past the image."""
+        return self._fill
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         height, width = size

@@ -63,15 +63,49 @@ def with_readme_block(text: str) -> str:
     return text[:start] + readme_block() + text[end:]
 
 
-def write_table(path: str = TABLE_FILE, readme: str | None = None) -> None:
-    """`make ops-table`: the listing written to `path` (default: this package's), and
-    the README's block, given its path."""
+DOC_BEGIN = "What fuses, by place in a Compose (written by `make ops-table` from the classes' declarations):"
+DOC_END = "(the end of the generated list)"
+PACKAGE_FILE = os.path.join(os.path.dirname(__file__), "__init__.py")
+
+
+def doc_block() -> str:
+    """The transforms package docstring's list of what fuses (DOC_BEGIN to DOC_END)."""
+    import textwrap
+
+    rows = [textwrap.fill(f"{kind}: {text}", width=92, initial_indent="    - ", subsequent_indent="      ",
+                          break_on_hyphens=False) for kind, text in listing()]
+    return "\n".join([DOC_BEGIN, *rows, DOC_END])
+
+
+def with_doc_block(text: str) -> str:
+    """`text` (the transforms package's __init__.py) with its generated list replaced."""
+    start, end = text.index(DOC_BEGIN), text.index(DOC_END) + len(DOC_END)
+    return text[:start] + doc_block() + text[end:]
+
+
+def _rewrite(path: str, change) -> None:
+    with open(path) as f:
+        text = f.read()
+    new = change(text)
+    if new != text:
+        with open(path, "w") as f:
+            f.write(new)
+    print(f"wrote {path}'s list of what fuses")
+
+
+def write_table(path: str = TABLE_FILE, readme: str | None = None, package: str | None = None,
+                kernels: str | None = None) -> None:
+    """`make ops-table`: the listing written to `path` (default: this package's), the
+    README's block and the transforms package docstring's list, given their paths; and
+    the kernels' code generated from their op table (kernels/opgen.py), in `kernels` (a
+    checkout's kernels/ folder; default: the installed package's)."""
+    from ..kernels import opgen
+
     with open(path, "w") as f:
         f.write(table_source())
     print(f"wrote {path}")
     if readme is not None:
-        with open(readme) as f:
-            text = f.read()
-        with open(readme, "w") as f:
-            f.write(with_readme_block(text))
-        print(f"wrote {readme}'s list of what fuses")
+        _rewrite(readme, with_readme_block)
+    if package is not None:
+        _rewrite(package, with_doc_block)
+    opgen.write(kernels or opgen.HERE)

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import TransformError
-from .base import Transform, _PixelOp, _refuse, _Step
+from .base import PROGRAM_GROUPS, Transform, _PixelOp, _refuse, _Step
 from .colour import _JITTER_NAMES, ColorJitter
 from .canvas import CanvasStep
 from .convert import qualified
@@ -81,7 +81,6 @@ class _Plan:
         return tuple(t for t in self.program if isinstance(t, _PixelOp))
 
 
-_GEOMETRY = (RandomResizedCrop, Resize, CenterCrop, RandomCrop)
 
 
 def _names(steps: Sequence[Any], width: int = 60) -> str:
@@ -103,7 +102,7 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
                           "gpudecode.transforms steps (Compose.from_torchvision converts torchvision's)")
     canvas: Any = steps[0] if steps and getattr(steps[0], "canvas", False) else None
     if canvas is not None and getattr(canvas, "after_kernel", False) and not (
-            len(steps) > 1 and isinstance(steps[1], _GEOMETRY)):  # no geometry after it: it warps the output
+            len(steps) > 1 and steps[1].group == "geometry"):  # no geometry after it: it warps the output
         canvas = None
     geometry = _geometry(steps[1:] if canvas else steps, names)
     if canvas is not None and not geometry:
@@ -116,8 +115,8 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
     plan = _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,
                  all(getattr(g, "antialias", True) for g in geometry), rest.flip, rest.normalize,
                  rest.dtype or torch.uint8, tuple(steps), rest.erase, rest.vflip, tuple(rest.program),
-                 next((FILTERS[g._modes[0]] for g in geometry if len(getattr(g, "_modes", ())) == 1), 0),  # type: ignore[attr-defined]  # noqa: SLF001
-                 next((g._fill for g in geometry if isinstance(g, (CenterCrop, RandomCrop))), (0, 0, 0)),  # noqa: SLF001
+                 next((FILTERS[g.filter_modes[0]] for g in geometry if len(g.filter_modes) == 1), 0),
+                 next((g.crop_fill for g in geometry if g.crop_fill is not None), (0, 0, 0)),
                  canvas, rest.post, rest.post_levels)
     if plan.out_size is not None:
         for t in plan.program:
@@ -134,7 +133,7 @@ def _geometry(steps: list[Transform], names: str) -> list[Transform]:
     """The leading geometry steps, checked to be one of the supported combinations."""
     geometry: list[Transform] = []
     for t in steps:
-        if not isinstance(t, _GEOMETRY):
+        if t.group != "geometry":
             break
         geometry.append(t)
     kinds = [Resize if isinstance(g, Resize) else type(g) for g in geometry]
@@ -171,7 +170,7 @@ class _AfterGeometry:
         what, names = type(t).__name__, self.names
         if self.erase is not None:
             raise TransformError(f"{what} after RandomErasing cannot be fused: it erases the finished image [{names}]")
-        if isinstance(t, _GEOMETRY):
+        if t.group == "geometry":
             raise TransformError(f"{what} after other steps cannot be fused: geometry comes first [{names}]")
         if self.post is not None and not isinstance(t, (Normalize, ToDtype, RandomErasing)):
             raise TransformError(f"{what} after {type(self.post).__name__} cannot be fused: there "
@@ -191,12 +190,12 @@ class _AfterGeometry:
         if self.normalize is not None and not isinstance(t, RandomErasing) and not (
                 isinstance(t, ToDtype) and t.dtype in (torch.float16, torch.float32)):
             raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
-        if isinstance(t, RandomErasing):
-            self.erase = t
-        elif isinstance(t, _Flip):
-            self._flip(t)
-        elif isinstance(t, _Step):
-            self._step(t)
+        if t.group == "last":
+            self.erase = t  # type: ignore[assignment]
+        elif t.group == "flips":
+            self._flip(t)  # type: ignore[arg-type]
+        elif t.group in PROGRAM_GROUPS:
+            self._step(t)  # type: ignore[arg-type]
         elif isinstance(t, Normalize):
             if self.dtype == torch.uint8:
                 raise TransformError("Normalize needs a float dtype, not ToDtype(uint8)")
@@ -246,7 +245,7 @@ def native_spec(plan: _Plan) -> tuple | None:
     g: Any
     for g in plan.geometry:
         kind = type(g)
-        if len(getattr(g, "_modes", ())) > 1:  # a mode drawn an image: the Python path draws it
+        if len(g.filter_modes) > 1:  # a mode drawn an image: the Python path draws it
             return None
         if kind is RandomResizedCrop:
             geometry.append((1, g.scale[0], g.scale[1], math.log(g.ratio[0]), math.log(g.ratio[1]), min(g.ratio), max(g.ratio)))

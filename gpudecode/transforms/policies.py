@@ -14,7 +14,8 @@ from ..kernels.ops import (AFFINE, AUTOCONTRAST, BRIGHTNESS, CONTRAST, EQUALIZE,
                            POSTERIZE, SATURATION, SHARPNESS, SOLARIZE)
 from .base import Transform, _Step
 from .convert import warp_fill
-from .warps import _fill, _interpolation, named_repr, rotation_args, warp_args
+from .args import fill_rgb, warp_interpolation
+from .warps import named_repr, rotation_args, warp_args
 
 
 def _linspace(lo: float, hi: float, n: int) -> list[float]:
@@ -43,9 +44,9 @@ class _Policy(_Step):
     SIGNED = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast", "Sharpness"}
 
     def __init__(self, interpolation: Any, fill: Any) -> None:
-        self.interpolation = _interpolation(interpolation)
+        self.interpolation = warp_interpolation(interpolation)
         self.fill = fill
-        self._fill = _fill(fill)
+        self._fill = fill_rgb(fill)
 
     def __repr__(self) -> str:
         return named_repr(self)

@@ -15,20 +15,11 @@ from ..errors import TransformError
 from ..kernels.cpu_twin import blur_field
 from ..kernels.ops import AFFINE, PERSPECTIVE
 from .base import Transform, _Step, in_fingerprint
+from .args import NEAREST, fill_rgb, on_device, warp_interpolation
 from .convert import warp_fill
 
 
-NEAREST, BILINEAR, INTEGER_MAP = 0.0, 1.0, 2.0  # AFFINE's interpolation argument
-
-
-def _interpolation(value: Any) -> float:
-    name = str(getattr(value, "value", value)).lower()
-    if name in ("nearest", "0"):
-        return NEAREST
-    if name in ("bilinear", "2"):
-        return BILINEAR
-    raise TransformError(f"interpolation {value!r} cannot be fused for warps: nearest or bilinear (torchvision's "
-                         "tensor warps take only these)")
+INTEGER_MAP = 2.0  # AFFINE's interpolation argument (NEAREST, BILINEAR: args.py)
 
 
 def interpolation_name(code: float) -> str:
@@ -49,20 +40,6 @@ def named_repr(t: Transform) -> str:
     shown = {k: v for k, v in vars(t).items() if not k.startswith("_") and (k != "center" or k in takes)}
     shown["interpolation"] = interpolation_name(shown["interpolation"])
     return f"{type(t).__name__}({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
-
-
-def _fill(fill: Any) -> tuple[float, float, float] | None:
-    """A fill in uint8 levels as the kernel's float RGB (None: no fill, zeros outside)."""
-    if fill is None:
-        return None
-    if isinstance(fill, dict):
-        raise TransformError("a fill per input type (dict) cannot be fused: give a number or an RGB sequence")
-    values = [float(fill)] if isinstance(fill, numbers.Real) else [float(v) for v in fill]
-    if len(values) == 1:
-        values *= 3
-    if len(values) != 3:
-        raise TransformError(f"fill {fill!r}: one value or three (RGB)")
-    return values[0] / 255.0, values[1] / 255.0, values[2] / 255.0
 
 
 def inverse_affine(center: Sequence[float], angle: float, translate: Sequence[float], scale: float,
@@ -131,9 +108,9 @@ class _Warp(_Step):
     moves = True
 
     def _setup(self, interpolation: Any, fill: Any, center: Sequence[float] | None) -> None:
-        self.interpolation = _interpolation(interpolation)
+        self.interpolation = warp_interpolation(interpolation)
         self.fill = fill
-        self._fill = _fill(fill)
+        self._fill = fill_rgb(fill)
         if center is not None and len(center) != 2:
             raise ValueError("center should be a sequence of length 2")
         self.center = None if center is None else (float(center[0]), float(center[1]))
@@ -265,17 +242,6 @@ def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int],
     grid[..., 2].fill_(1)
     scale = on_device(theta.transpose(1, 2).div(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32)), dev)
     return grid_sample_filled(chw, grid.view(1, oh * ow, 3).bmm(scale).view(1, oh, ow, 2), interpolation, fill)
-
-
-def on_device(host: torch.Tensor, device: Any) -> torch.Tensor:
-    """A small host tensor on `device`: itself on the CPU; on a CUDA device one contiguous
-    copy from pinned memory that does not wait (a tensor made there from Python values or
-    from pageable memory waits for the stream's earlier work: each image's warp would wait
-    for the image before it)."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return host
-    return host.contiguous().pin_memory().to(device, non_blocking=True)
 
 
 def grid_sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: float, fill: Any) -> torch.Tensor:
