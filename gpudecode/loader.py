@@ -9,7 +9,7 @@ batch k: the "decode" thread reads, probes and decodes batch k+2 while the "augm
 thread runs the kernel on k+1.
 
 The per-batch work and its buffers belong to the Loader's `pipeline.Pipeline`; the two
-threads here drive it. On a GPU (the design, one owner: the pipeline's `_Streams`, made
+threads here drive it (epoch_run.py). On a GPU (the design, one owner: the pipeline's `Streams`, made
 once per Loader and kept across epochs):
 - Decoding (and the upload of host-decoded pixels, from pinned staging, non-blocking)
   runs on a decode stream; the kernel on an augment stream; each batch's "decoded" event

@@ -32,6 +32,7 @@ and sha256, the sources, and every skipped sample; `verify(out)` checks a folder
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import threading
@@ -105,9 +106,13 @@ def parse_bytes(text: str | int | None) -> int | None:
     unit = (m.group(2) or "").rstrip("b")
     scale = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12,
              "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40}.get(unit)
-    if scale is None:
-        raise ValueError(f"not a byte size: {text!r}")
-    return int(float(m.group(1)) * scale)
+    try:
+        value = float(m.group(1)) * scale if scale is not None else math.nan
+    except ValueError:  # ("1e", "..", "1.2.3": the pattern's characters, not a number)
+        value = math.nan
+    if not math.isfinite(value):  # (also "1e309": past a float, never a size)
+        raise ValueError(f"not a byte size: {text!r} (e.g. 1GB, 512MiB)")
+    return int(value)
 
 
 # -- one unit ------------------------------------------------------------------------------------
