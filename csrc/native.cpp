@@ -18,6 +18,7 @@
 #include "batch.h"
 #include "blocks.h"
 #include "draws.h"
+#include "png_walk.h"
 #include "tar.h"
 
 namespace py = pybind11;
@@ -385,6 +386,37 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("data"),
       "Header facts of a JPEG or PNG as a dict; raises ValueError on anything it cannot read.");
+
+  m.def(
+      "png_walk",
+      [](py::buffer data, long long max_pixels) {
+        ByteView v = view_of(data);
+        PngChunks c;
+        std::string err;
+        {
+          py::gil_scoped_release nogil;
+          err = png_walk(v.data, v.size, max_pixels, c);
+        }
+        if (!err.empty()) throw py::value_error(err);
+        PyObject* raw = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(c.stream_size));
+        if (raw == nullptr) throw py::error_already_set();
+        py::bytes stream = py::reinterpret_steal<py::bytes>(raw);
+        char* dst = PyBytes_AS_STRING(raw);
+        {
+          py::gil_scoped_release nogil;  // (the new bytes object is not seen by anyone yet)
+          size_t at = 0;
+          for (const auto& [off, len] : c.idat) {
+            std::memcpy(dst + at, v.data + off, len);
+            at += len;
+          }
+        }
+        return py::make_tuple(c.width, c.height, c.depth, c.color, c.interlace,
+                              py::bytes(reinterpret_cast<const char*>(c.palette), sizeof(c.palette)), stream);
+      },
+      py::arg("data"), py::arg("max_pixels") = 0,
+      "A PNG's chunks walked and checked with the GIL released (csrc/png_walk.h): (width, height, bit depth, "
+      "colour type, interlace, the palette as 768 bytes, the IDAT payloads joined); raises ValueError saying what "
+      "libpng would refuse.");
 
   m.def(
       "probe_batch",

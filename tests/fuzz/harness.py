@@ -198,17 +198,25 @@ def image(data: bytes) -> None:
 
 def png_halves(data: bytes) -> None:
     """PNG in two halves (decode/png.py: the chunk walk, zlib, the unfilter kernel's CPU
-    twin): refuses with PngError or decodes; whatever both it and libpng decode is the
+    twin): the native walk says what the Python reference says; refuses with PngError or decodes; whatever both it and libpng decode is the
     same pixels (the one may refuse what the other takes: a later chunk's CRC, bytes after
     the stream)."""
     import numpy as np
 
     from gpudecode.decode import Request
-    from gpudecode.decode.png import PngDecoder, PngError, read_png
+    from gpudecode.decode.png import PngDecoder, PngError, read_png, read_png_reference
 
-    try:
-        lay = read_png(data, 1 << 22)
-    except PngError:
+    def walked(fn):  # the native walk and the Python reference: the same layout, or the same refusal
+        try:
+            lay = fn(data, 1 << 22)
+        except PngError as e:
+            return None, str(e)
+        return lay, (lay.width, lay.height, lay.depth, lay.color, lay.interlaced, lay.palette.tobytes(),
+                     bytes(lay.stream))
+
+    lay, ours = walked(read_png)
+    assert ours == walked(read_png_reference)[1], "the native chunk walk and the reference differ"
+    if lay is None:
         return
     box = (0, 0, lay.height, lay.width)
     req = [Request(data, "png", lay.height, lay.width, box, "s", "k")]

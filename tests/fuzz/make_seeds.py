@@ -96,7 +96,7 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     imgs = images()
     dirs = {t: out / t for t in ("tar", "probe", "jpeg", "png", "batch", "tar_stream", "gzip_path", "labels",
-                                 "shard_list", "npy", "image", "png_halves", "parquet_pages")}
+                                 "shard_list", "npy", "image", "png_halves", "parquet_pages", "png_walk")}
     for d in dirs.values():
         d.mkdir(exist_ok=True)
     tars = [c.data[:1 << 15] for c in tarcorpus.cases()]
@@ -118,11 +118,13 @@ def main(out: Path) -> None:
         if data[:4] == b"\x89PNG":
             (dirs["png"] / name).write_bytes(bytes([1, 10, 20, 200, 200, 0, 0, 0]) + data)
             (dirs["png_halves"] / name).write_bytes(data)
+            (dirs["png_walk"] / name).write_bytes(data)
     for name, data in parquet_chunks(imgs).items():
         (dirs["parquet_pages"] / name).write_bytes(data)
     for name, data in hand_pngs().items():  # colour types, bit depths, tRNS, Adam7
         (dirs["png"] / name).write_bytes(bytes([1, 30, 40, 120, 160, 0, 0, 0]) + data)
         (dirs["png_halves"] / name).write_bytes(data)
+        (dirs["png_walk"] / name).write_bytes(data)
         (dirs["probe"] / name).write_bytes(data)
     jpegs = [d for d in imgs.values() if d[:2] == b"\xff\xd8"]
     for i in range(0, len(jpegs) - 1, 2):
