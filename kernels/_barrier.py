@@ -11,7 +11,8 @@ histogram; the CPU: vectorized passes over its channel rows), reading a pixel (`
 [3, h, w] on CUDA, [w, 3, h] on the CPU) and the loop over pixels. The CPU twin keeps
 vectorized passes of its own for the barriers that have them (cpu_passes._barrier_fast);
 tests/test_barrier_interpreter.py holds each to barrier_pixel. A barrier op added to the
-table needs its branch here, and nothing in either interpreter.
+table needs its barrier_<name> here (barrier_pixel's branch for it is generated from the
+table: kernels/opgen.py), and nothing in either interpreter.
 
 Compiled with kernels/_pixel.py's helpers (_compile.HELPERS reads both modules).
 """
@@ -19,9 +20,20 @@ from __future__ import annotations
 
 from numpy import float32, float64, int32
 
-from ._pixel import (AFFINE, AUTOCONTRAST, BLUR_X, BLUR_Y, CONTRAST, EQUALIZE, MAX_BLUR, PERSPECTIVE,  # noqa: F401
-                     SHARPNESS, affine_pixel, autocontrast, autocontrast_bounds, blend, blur_first, clamp01,
-                     equalize_level, fetch, gauss_weight, perspective_pixel, quantize, reflect, sharpen_channel)
+from ._pixel import (MAX_BLUR, affine_pixel, autocontrast, autocontrast_bounds, blend, blur_first,  # noqa: F401
+                     clamp01, equalize_level, fetch, gauss_weight, perspective_pixel, quantize, reflect,
+                     sharpen_channel)
+
+# <generated: barrier ops>
+from .ops import CONTRAST
+from .ops import AUTOCONTRAST
+from .ops import EQUALIZE
+from .ops import SHARPNESS
+from .ops import BLUR_X
+from .ops import AFFINE
+from .ops import BLUR_Y
+from .ops import PERSPECTIVE
+# </generated: barrier ops>
 
 # The statistic row of a barrier (CUDA: stats[n, level]; the CPU: one row per sample):
 # [0] the grey sum (float64), [1:4] the channels' minima, [4:7] their maxima.
@@ -58,47 +70,95 @@ def barrier_prepare(op, a, wts):
         wts[MAX_BLUR] = float32(blur_first(wts, size))
 
 
+# Each barrier op of the table, barrier_<name>(a, img, y, x, oh, ow, st, lut, wts) -> (r, g, b):
+# its step's args a, output pixel (y, x) of img (the image before it, read through fetch), its
+# statistic row st, lut (the equalize tables of the three channels, 768 floats) and wts
+# (barrier_prepare's blur weights). `barrier_pixel`, below, is generated from the table
+# (kernels/opgen.py): a barrier op added to it is its row there and its function here.
+
+def barrier_contrast(a, img, y, x, oh, ow, st, lut, wts):
+    m = contrast_mean(st, oh, ow)
+    return blend(fetch(img, 0, y, x), m, a[0]), blend(fetch(img, 1, y, x), m, a[0]), \
+        blend(fetch(img, 2, y, x), m, a[0])
+
+
+def barrier_autocontrast(a, img, y, x, oh, ow, st, lut, wts):
+    lr, sr = autocontrast_bounds(float32(st[1]), float32(st[4]))
+    lg, sg = autocontrast_bounds(float32(st[2]), float32(st[5]))
+    lb, sb = autocontrast_bounds(float32(st[3]), float32(st[6]))
+    return autocontrast(fetch(img, 0, y, x), lr, sr), autocontrast(fetch(img, 1, y, x), lg, sg), \
+        autocontrast(fetch(img, 2, y, x), lb, sb)
+
+
+def barrier_equalize(a, img, y, x, oh, ow, st, lut, wts):
+    return lut[quantize(fetch(img, 0, y, x))], lut[256 + quantize(fetch(img, 1, y, x))], \
+        lut[512 + quantize(fetch(img, 2, y, x))]
+
+
+def barrier_sharpness(a, img, y, x, oh, ow, st, lut, wts):
+    # (the border keeps its values, clamped: torchvision's blend clamps; an image this
+    # small as it is, as torchvision's)
+    if oh <= 2 or ow <= 2:
+        return fetch(img, 0, y, x), fetch(img, 1, y, x), fetch(img, 2, y, x)
+    if y == 0 or x == 0 or y == oh - 1 or x == ow - 1:
+        return clamp01(fetch(img, 0, y, x)), clamp01(fetch(img, 1, y, x)), clamp01(fetch(img, 2, y, x))
+    return sharpen_channel(img, 0, y, x, a[0]), sharpen_channel(img, 1, y, x, a[0]), \
+        sharpen_channel(img, 2, y, x, a[0])
+
+
+def blur_pixel(a, img, y, x, oh, ow, wts, along_y):
+    """A Gaussian blur's taps along x or y (reflected at the border), barrier_prepare's weights."""
+    size = int32(a[0])
+    first = int32(wts[MAX_BLUR])
+    half = size // 2
+    r = float32(0.0)
+    g = float32(0.0)
+    b = float32(0.0)
+    for i in range(first, size - first):
+        w = wts[i]
+        yy = reflect(y + i - half, oh) if along_y else y
+        xx = x if along_y else reflect(x + i - half, ow)
+        r += w * fetch(img, 0, yy, xx)
+        g += w * fetch(img, 1, yy, xx)
+        b += w * fetch(img, 2, yy, xx)
+    return r, g, b
+
+
+def barrier_blur_x(a, img, y, x, oh, ow, st, lut, wts):
+    return blur_pixel(a, img, y, x, oh, ow, wts, False)
+
+
+def barrier_blur_y(a, img, y, x, oh, ow, st, lut, wts):
+    return blur_pixel(a, img, y, x, oh, ow, wts, True)
+
+
+def barrier_affine(a, img, y, x, oh, ow, st, lut, wts):
+    return affine_pixel(img, y, x, oh, ow, a)
+
+
+def barrier_perspective(a, img, y, x, oh, ow, st, lut, wts):
+    return perspective_pixel(img, y, x, oh, ow, a)
+
+
+# <generated: barrier_pixel>
 def barrier_pixel(op, a, img, y, x, oh, ow, st, lut, wts):
-    """Barrier op `op` (its step's args a) at output pixel (y, x) of img, the image before
-    it (read through fetch), with its statistic: st (the statistic row), lut (the equalize
-    tables of the three channels, 768 floats), wts (barrier_prepare's blur weights)."""
+    """Barrier op `op` (the op table's `barrier` ops) at output pixel (y, x) of img, the image
+    before it: its barrier_<name> (see above). An op that is not one reads the pixel as it is."""
     if op == CONTRAST:
-        m = contrast_mean(st, oh, ow)
-        return blend(fetch(img, 0, y, x), m, a[0]), blend(fetch(img, 1, y, x), m, a[0]), \
-            blend(fetch(img, 2, y, x), m, a[0])
+        return barrier_contrast(a, img, y, x, oh, ow, st, lut, wts)
     if op == AUTOCONTRAST:
-        lr, sr = autocontrast_bounds(float32(st[1]), float32(st[4]))
-        lg, sg = autocontrast_bounds(float32(st[2]), float32(st[5]))
-        lb, sb = autocontrast_bounds(float32(st[3]), float32(st[6]))
-        return autocontrast(fetch(img, 0, y, x), lr, sr), autocontrast(fetch(img, 1, y, x), lg, sg), \
-            autocontrast(fetch(img, 2, y, x), lb, sb)
+        return barrier_autocontrast(a, img, y, x, oh, ow, st, lut, wts)
     if op == EQUALIZE:
-        return lut[quantize(fetch(img, 0, y, x))], lut[256 + quantize(fetch(img, 1, y, x))], \
-            lut[512 + quantize(fetch(img, 2, y, x))]
-    if op == SHARPNESS:  # (the border keeps its values, clamped: torchvision's blend clamps;
-        if oh <= 2 or ow <= 2:  # an image this small as it is, as torchvision's)
-            return fetch(img, 0, y, x), fetch(img, 1, y, x), fetch(img, 2, y, x)
-        if y == 0 or x == 0 or y == oh - 1 or x == ow - 1:
-            return clamp01(fetch(img, 0, y, x)), clamp01(fetch(img, 1, y, x)), clamp01(fetch(img, 2, y, x))
-        return sharpen_channel(img, 0, y, x, a[0]), sharpen_channel(img, 1, y, x, a[0]), \
-            sharpen_channel(img, 2, y, x, a[0])
-    if op == BLUR_X or op == BLUR_Y:
-        size = int32(a[0])
-        first = int32(wts[MAX_BLUR])
-        half = size // 2
-        r = float32(0.0)
-        g = float32(0.0)
-        b = float32(0.0)
-        for i in range(first, size - first):
-            w = wts[i]
-            yy = reflect(y + i - half, oh) if op == BLUR_Y else y
-            xx = reflect(x + i - half, ow) if op == BLUR_X else x
-            r += w * fetch(img, 0, yy, xx)
-            g += w * fetch(img, 1, yy, xx)
-            b += w * fetch(img, 2, yy, xx)
-        return r, g, b
+        return barrier_equalize(a, img, y, x, oh, ow, st, lut, wts)
+    if op == SHARPNESS:
+        return barrier_sharpness(a, img, y, x, oh, ow, st, lut, wts)
+    if op == BLUR_X:
+        return barrier_blur_x(a, img, y, x, oh, ow, st, lut, wts)
     if op == AFFINE:
-        return affine_pixel(img, y, x, oh, ow, a)
+        return barrier_affine(a, img, y, x, oh, ow, st, lut, wts)
+    if op == BLUR_Y:
+        return barrier_blur_y(a, img, y, x, oh, ow, st, lut, wts)
     if op == PERSPECTIVE:
-        return perspective_pixel(img, y, x, oh, ow, a)
-    return fetch(img, 0, y, x), fetch(img, 1, y, x), fetch(img, 2, y, x)  # (every barrier of the table has its branch above: tests/test_op_table)
+        return barrier_perspective(a, img, y, x, oh, ow, st, lut, wts)
+    return fetch(img, 0, y, x), fetch(img, 1, y, x), fetch(img, 2, y, x)
+# </generated: barrier_pixel>

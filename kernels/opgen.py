@@ -6,12 +6,15 @@ Generated, between `# <generated: NAME>` and `# </generated: NAME>` lines:
 - _pixel.py's `imports`: those constants and the table's masks, for the kernels compiled
   from _pixel's namespace;
 - _colour.py's `pixel ops` and `apply_op`: the dispatch over the one-factor per-pixel ops
-  (the table's `pixel` ops), each to its `op_<name>` function there, and their ids.
+  (the table's `pixel` ops), each to its `op_<name>` function there, and their ids;
+- _barrier.py's `barrier ops` and `barrier_pixel`: the dispatch over the barrier ops (the
+  table's `barrier` flag), each to its `barrier_<name>` function there, and their ids.
 
 `make ops-table` writes them (`write()`); tests/test_registry.py checks that the files
 hold what the table generates (`stale()` is empty) and that every `pixel` op has its
-function. A new per-pixel op is then its row in OPS, its `op_<name>` in _colour.py, the
-transform that emits it, its tests, and these generated lines.
+function. A new per-pixel op is then its row in OPS, its `op_<name>` in _colour.py (a
+barrier op: its `barrier_<name>` in _barrier.py; its statistic, if any, is reduced by the
+kind its row names), the transform that emits it, its tests, and these generated lines.
 """
 from __future__ import annotations
 
@@ -68,8 +71,26 @@ def pixel_ops(ops: ModuleType) -> list[str]:
     return [f"from .ops import {op.name}" for op in ops.OPS if op.pixel]
 
 
+def barrier_ops(ops: ModuleType) -> list[str]:
+    """The ids barrier_pixel tests, an import a line."""
+    return [f"from .ops import {op.name}" for op in ops.OPS if op.barrier]
+
+
+def barrier_pixel(ops: ModuleType) -> list[str]:
+    out = ["def barrier_pixel(op, a, img, y, x, oh, ow, st, lut, wts):",
+           '    """Barrier op `op` (the op table\'s `barrier` ops) at output pixel (y, x) of img, the image',
+           '    before it: its barrier_<name> (see above). An op that is not one reads the pixel as it is."""']
+    for op in ops.OPS:
+        if op.barrier:
+            out += [f"    if op == {op.name}:",
+                    f"        return barrier_{op.name.lower()}(a, img, y, x, oh, ow, st, lut, wts)"]
+    out.append("    return fetch(img, 0, y, x), fetch(img, 1, y, x), fetch(img, 2, y, x)")
+    return out
+
+
 REGIONS = {"ops.py": {"constants": constants}, "_pixel.py": {"imports": imports},
-           "_colour.py": {"pixel ops": pixel_ops, "apply_op": apply_op}}
+           "_colour.py": {"pixel ops": pixel_ops, "apply_op": apply_op},
+           "_barrier.py": {"barrier ops": barrier_ops, "barrier_pixel": barrier_pixel}}
 
 
 def _fill(text: str, regions: dict, ops: ModuleType) -> str:

@@ -50,6 +50,7 @@ def test_each_op_has_its_part_in_both_interpreters(op):
     per_pixel = _source(_pixel.apply_op) + _source(_pixel.apply_ops)
     if op.barrier:
         assert op.name in _source(_barrier.barrier_pixel), f"{op.name}: no barrier formula"
+        assert callable(getattr(_barrier, f"barrier_{op.name.lower()}", None)), f"{op.name}: no barrier_<name>"
         assert op.name not in _source(cpu_passes._program) + _source(cuda_program._segment_body)
     else:
         assert op.name in per_pixel, f"{op.name}: no per-pixel form"

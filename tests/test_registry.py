@@ -114,11 +114,12 @@ def test_the_ops_listing_is_generated_from_the_declarations():
                for n in (name.split(".", 1)[1] for name in _steps.CONVERTS))
 
 
-def test_the_kernels_op_ids_and_pixel_dispatch_are_generated_from_the_op_table(tmp_path):
+def test_the_kernels_op_ids_and_dispatch_are_generated_from_the_op_table(tmp_path):
     """An op is declared once, by its row in kernels/ops.py's table: its id constant, the
-    kernels' imports and the per-pixel dispatch (`_pixel.apply_op`) are generated from it
-    (`make ops-table`, kernels/opgen.py); stale, this fails. A row added to a copy of the
-    table comes out in the copy's generated lines, dispatched to its `op_<name>`."""
+    kernels' imports, the per-pixel dispatch (`apply_op`) and the barriers' (`barrier_pixel`)
+    are generated from it (`make ops-table`, kernels/opgen.py); stale, this fails. Rows added
+    to a copy of the table come out in the copy's generated lines, each dispatched to its
+    `op_<name>` or `barrier_<name>`."""
     import shutil
 
     import numpy as np
@@ -142,18 +143,22 @@ def test_the_kernels_op_ids_and_pixel_dispatch_are_generated_from_the_op_table(t
 
     copy = tmp_path / "kernels"
     copy.mkdir()
-    for name in ("ops.py", "_pixel.py", "_colour.py"):
+    for name in ("ops.py", "_pixel.py", "_colour.py", "_barrier.py"):
         shutil.copy(pathlib.Path(opgen.HERE) / name, copy / name)
     table = (copy / "ops.py").read_text()
     row = '    Op("GAUSSIAN_NOISE",'
-    table = table.replace(row, '    Op("GAMMA", 1, pixel=True, doc="a test op"),\n' + row)
+    table = table.replace(row, '    Op("GAMMA", 1, pixel=True, doc="a test op"),\n'
+                                '    Op("GLOW", 1, True, doc="a test barrier op"),\n' + row)
     (copy / "ops.py").write_text(table)
-    assert opgen.stale(str(copy)) == ["ops.py", "_pixel.py", "_colour.py"]
+    assert opgen.stale(str(copy)) == ["ops.py", "_pixel.py", "_colour.py", "_barrier.py"]
     opgen.write(str(copy))
     assert opgen.stale(str(copy)) == []
     made = (copy / "_colour.py").read_text()
     assert "    if op == GAMMA:\n        return op_gamma(r, g, b, factor, mean)" in made and "import GAMMA\n" in made
     assert "GAMMA, " in (copy / "_pixel.py").read_text()
+    barrier = (copy / "_barrier.py").read_text()
+    assert "    if op == GLOW:\n        return barrier_glow(a, img, y, x, oh, ow, st, lut, wts)" in barrier
+    assert "from .ops import GLOW\n" in barrier and "op_glow" not in made
     ids = (copy / "ops.py").read_text()
     gamma = next(i for i, op in enumerate(opgen.load_table(str(copy)).OPS) if op.name == "GAMMA")
-    assert f"GAMMA = {gamma}\nGAUSSIAN_NOISE = {gamma + 1}" in ids
+    assert f"GAMMA = {gamma}\nGLOW = {gamma + 1}\nGAUSSIAN_NOISE = {gamma + 2}" in ids
