@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
 import numpy as np
 import torch
 
+from .batches import Prepared
 from .decode import DecodedBatch, hwc_strides, make_decoder
-from .errors import DecodeError
+from .stats import BatchTiming
 from .transforms.stored import downsizing
 
 if TYPE_CHECKING:
@@ -344,8 +345,9 @@ class _Resizer:
 
 def _decode_chunk(pipe: "Pipeline", decoder: Any, chunk: list, images: list, kept: list, labels: list,
                   missing: dict, resize: _Resizer | None = None) -> int:
-    """A chunk's images decoded whole, each copied out as a host uint8 HWC array; what
-    fails is the policy's (and missing). Returns the bytes kept."""
+    """A chunk's images decoded whole and handed to the store's sink (_Keep) through the
+    pipeline's stage B (Pipeline.finish_into: what fails is the policy's); a sample whose
+    header does not probe is named in `missing` too. Returns the bytes kept."""
     probed = pipe.probe(chunk)
     if len(probed) < len(chunk):
         ok = {id(s) for s in probed.samples}
@@ -355,28 +357,48 @@ def _decode_chunk(pipe: "Pipeline", decoder: Any, chunk: list, images: list, kep
     boxes = np.zeros((len(probed), 4), np.int64)
     boxes[:, 2] = probed.heights
     boxes[:, 3] = probed.widths
-    decoded = decoder.decode(probed.requests(boxes)).settle()
-    resized = resize(decoded, [k for k, e in enumerate(decoded.errors) if e is None]) if resize is not None else {}
-    used = 0
-    for k, (s, err) in enumerate(zip(probed.samples, decoded.errors)):
-        if err is not None:
-            missing[(s.shard, s.key)] = (s.shard, s.index)
-            pipe.policy(DecodeError(err, shard=s.shard, key=s.key))
-            continue
-        if k in resized:
-            img = resized[k]
-            h, w = img.shape[:2]
-        else:
-            t, l, h, w = (int(v) for v in decoded.boxes[k])
-            sy, sx, sc = (int(v) for v in decoded.strides[k])
-            start = int(decoded.offsets[k]) + t * sy + l * sx
-            img = decoded.pixels[start:].as_strided((h, w, 3), (sy, sx, sc)).cpu().numpy()
-        images.append(np.array(img, order="C", copy=True))  # (out of the decoder's buffers, which it reuses)
-        kept.append(StoredSample(s.key, s.shard, s.index))
-        if pipe.config.labels:
-            labels.append(int(probed.extras[k]))
-        used += h * w * 3
-    return used
+    decoded = decoder.decode(probed.requests(boxes))
+    p = Prepared(probed.samples, [], list(zip(probed.heights, probed.widths)), list(probed.extras), decoded,
+                 BatchTiming(size=0), taken=len(chunk))
+    return pipe.finish_into(_Keep(resize, pipe.config.labels), p, images=images, kept=kept, labels=labels,
+                            missing=missing)
+
+
+class _Keep:
+    """The resident store's sink (sinks.Sink): each decoded whole image copied out of the
+    decoder's buffers (which it reuses) as a host uint8 HWC array, resized first to the
+    stored size where one is set, with its sample and label; a sample whose image failed
+    is named in `missing` (its error is already the policy's)."""
+
+    def __init__(self, resize: _Resizer | None, with_labels: bool) -> None:
+        self.resize, self.with_labels = resize, with_labels
+
+    def take(self, p: Prepared, ok: list[int], whole: bool, gpu: Any, *, images: list, kept: list, labels: list,
+             missing: dict) -> int:
+        decoded = p.decoded
+        assert decoded is not None
+        good = set(ok)
+        for k, s in enumerate(p.samples):
+            if k not in good:
+                missing[(s.shard, s.key)] = (s.shard, s.index)
+        resized = self.resize(decoded, ok) if self.resize is not None and ok else {}
+        used = 0
+        for k in ok:
+            s = p.samples[k]
+            if k in resized:
+                img = resized[k]
+                h, w = img.shape[:2]
+            else:
+                t, l, h, w = (int(v) for v in decoded.boxes[k])
+                sy, sx, sc = (int(v) for v in decoded.strides[k])
+                start = int(decoded.offsets[k]) + t * sy + l * sx
+                img = decoded.pixels[start:].as_strided((h, w, 3), (sy, sx, sc)).cpu().numpy()
+            images.append(np.array(img, order="C", copy=True))  # (out of the decoder's buffers, which it reuses)
+            kept.append(StoredSample(s.key, s.shard, s.index))
+            if self.with_labels:
+                labels.append(int(p.labels[k]))
+            used += h * w * 3
+        return used
 
 
 def _pack(images: list[np.ndarray], tier: str, device: str, total: int) -> torch.Tensor:

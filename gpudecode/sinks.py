@@ -28,8 +28,8 @@ class Sink(Protocol):
     """Where Pipeline.finish_into puts a prepared batch: `take` gets the batch, the rows of
     its images that decoded (`ok`; `whole`: all of them, in order; the failures already
     went to the error policy) and the CUDA side (None on the CPU), and gives what the
-    caller wants of them. The output ring, precache's host images; a new sink (a store
-    kept on the GPU, a writer) is one more class with `take`."""
+    caller wants of them: the output ring, precache's host images, the resident store's
+    fill (resident._Keep: whole images kept); a new sink is one more class with `take`."""
 
     # take(p: Prepared, ok: list[int], whole: bool, gpu: Streams | None, **the sink's own options) -> Any
     @property
