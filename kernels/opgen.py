@@ -55,37 +55,44 @@ def imports(ops: ModuleType) -> list[str]:
     return lines
 
 
-def apply_op(ops: ModuleType) -> list[str]:
-    out = ["def apply_op(op, r, g, b, factor, mean):",
-           '    """One per-pixel op (the op table\'s `pixel` ops) on one pixel; `mean` is the image\'s',
-           '    grey mean (CONTRAST\'s). An op that is not one returns the pixel as it is."""']
+def _dispatch(ops: ModuleType, kind: str, head: list[str], prefix: str, args: str, otherwise: str) -> list[str]:
+    """A function whose branches send each op of the table with flag `kind` to its
+    `<prefix><name>(<args>)`; `otherwise` for any other op."""
+    out = list(head)
     for op in ops.OPS:
-        if op.pixel:
-            out += [f"    if op == {op.name}:", f"        return op_{op.name.lower()}(r, g, b, factor, mean)"]
-    out.append("    return r, g, b")
-    return out
+        if getattr(op, kind):
+            out += [f"    if op == {op.name}:", f"        return {prefix}{op.name.lower()}({args})"]
+    return out + [f"    {otherwise}"]
+
+
+def _ids(ops: ModuleType, kind: str) -> list[str]:
+    """The ids a dispatch tests, an import a line (a new op is a line more)."""
+    return [f"from .ops import {op.name}" for op in ops.OPS if getattr(op, kind)]
+
+
+def apply_op(ops: ModuleType) -> list[str]:
+    return _dispatch(ops, "pixel", [
+        "def apply_op(op, r, g, b, factor, mean):",
+        '    """One per-pixel op (the op table\'s `pixel` ops) on one pixel; `mean` is the image\'s',
+        '    grey mean (CONTRAST\'s). An op that is not one returns the pixel as it is."""'],
+        "op_", "r, g, b, factor, mean", "return r, g, b")
 
 
 def pixel_ops(ops: ModuleType) -> list[str]:
-    """The ids apply_op tests, an import a line (a new op is a line more)."""
-    return [f"from .ops import {op.name}" for op in ops.OPS if op.pixel]
+    return _ids(ops, "pixel")
 
 
 def barrier_ops(ops: ModuleType) -> list[str]:
-    """The ids barrier_pixel tests, an import a line."""
-    return [f"from .ops import {op.name}" for op in ops.OPS if op.barrier]
+    return _ids(ops, "barrier")
 
 
 def barrier_pixel(ops: ModuleType) -> list[str]:
-    out = ["def barrier_pixel(op, a, img, y, x, oh, ow, st, lut, wts):",
-           '    """Barrier op `op` (the op table\'s `barrier` ops) at output pixel (y, x) of img, the image',
-           '    before it: its barrier_<name> (see above). An op that is not one reads the pixel as it is."""']
-    for op in ops.OPS:
-        if op.barrier:
-            out += [f"    if op == {op.name}:",
-                    f"        return barrier_{op.name.lower()}(a, img, y, x, oh, ow, st, lut, wts)"]
-    out.append("    return fetch(img, 0, y, x), fetch(img, 1, y, x), fetch(img, 2, y, x)")
-    return out
+    return _dispatch(ops, "barrier", [
+        "def barrier_pixel(op, a, img, y, x, oh, ow, st, lut, wts):",
+        '    """Barrier op `op` (the op table\'s `barrier` ops) at output pixel (y, x) of img, the image',
+        '    before it: its barrier_<name> (see above). An op that is not one reads the pixel as it is."""'],
+        "barrier_", "a, img, y, x, oh, ow, st, lut, wts",
+        "return fetch(img, 0, y, x), fetch(img, 1, y, x), fetch(img, 2, y, x)")
 
 
 REGIONS = {"ops.py": {"constants": constants}, "_pixel.py": {"imports": imports},
