@@ -46,7 +46,7 @@ def imports(ops: ModuleType) -> list[str]:
     line = "from .ops import ("
     for n in names:
         piece = f"{n}, "
-        if len(line) + len(piece) > (60 if not lines else 110):
+        if len(line) + len(piece) > (60 if not lines else 110):  # (the first line carries the noqa comment)
             lines.append(line.rstrip())
             line = "                  "
         line += piece

@@ -4,8 +4,8 @@ chunks, the inflate and the pixel work run on the batch's device.
 A PNG decode is (1) a walk over the chunks: IHDR, PLTE, the IDAT payloads joined into
 one zlib stream; (2) inflating that stream; (3) undoing each row's filter and turning the
 samples into RGB. `read_png` is (1), on the host: no pixel work, in C++ with the GIL
-released (csrc/png_walk.cpp: the decoder's threads walk a batch's PNGs at once; the
-Python walk held the GIL, about 8,000 PNGs of 512x512 a second for the whole process). On a GPU, (2) is nvCOMP's
+released (csrc/png_walk.cpp: the decoder's threads walk a batch's PNGs at once; a walk
+holding the GIL caps the whole process, whatever its threads: bench/RESULTS.md). On a GPU, (2) is nvCOMP's
 batched Deflate (every image's stream of the batch in one call) and (3) the CUDA kernels
 of kernels/png.py; on the CPU, (2) is zlib on the decoder's threads and (3) the same
 kernels' CPU twin. Either way the pixels equal the CPU decoder's (libpng with

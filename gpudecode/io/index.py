@@ -2,8 +2,8 @@
 what `Loader.dataset[i]`, a resident store's misses and torch's map-style datasets read.
 
 A local shard's members are indexed once (a header scan; the last _INDEXES shards kept),
-then a sample is one native ranged read of its members (7x the rate of entering the
-shard at the sample each time); a remote or gzipped shard is read up to the sample.
+then a sample is one native ranged read of its members (not the shard entered at the
+sample each time); a remote or gzipped shard is read up to the sample.
 """
 from __future__ import annotations
 

@@ -223,10 +223,10 @@ class EpochPlanner:
         plan = self.plan(epoch)
         if plan.target is not None:
             return plan.target
-        if plan.count is not None and (plan.mode in ("repeated", "elastic")):
+        if plan.count is not None:
             return plan.count
-        counts = self.counts.get(epoch)
-        return sum(counts[seg.url] if seg.stop is None else seg.stop - seg.start for seg in plan.segments)
+        counts = self.counts.get(epoch)  # (whole shards, not counted to plan them)
+        return sum(counts[seg.url] for seg in plan.segments)
 
     def warn_unequal(self, epoch: int) -> None:
         """even=None asked for with several ranks: say before the first sample when their

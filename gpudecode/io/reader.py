@@ -47,6 +47,17 @@ __all__ = ["Sample", "Failure", "BaseShardReader", "ShardReader", "iter_shard", 
            "forget_counts", "split_exts", "Grouper"]
 
 
+class _Of:
+    """A read-only attribute that is a part's (`part`.`name`): the reader's settings have one
+    owner each, the part that uses them."""
+
+    def __init__(self, part: str, name: str) -> None:
+        self.part, self.name = part, name
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        return self if obj is None else getattr(getattr(obj, self.part), self.name)
+
+
 class BaseShardReader:
     """ShardReader without torch's IterableDataset base: the same reader, for tools that
     must start without importing torch (the CLI's `inspect`). Use ShardReader.
@@ -126,6 +137,28 @@ class BaseShardReader:
     shards (kept on disk, see shard_counts); remote shards are read through once for it.
     """
 
+    urls = _Of("inputs", "urls")
+    files = _Of("inputs", "files")
+    sources = _Of("inputs", "mixture")
+    source_urls = _Of("inputs", "source_urls")
+    label_offsets = _Of("inputs", "label_offsets")
+    epoch_size = _Of("inputs", "epoch_size")
+    remote = _Of("segments", "remote")
+    extensions = _Of("segments", "extensions")
+    map_extensions = _Of("segments", "map_extensions")
+    pool_extensions = _Of("segments", "pool_extensions")
+    pool_limit = _Of("segments", "pool_limit")
+    num_threads = _Of("segments", "num_threads")
+    max_file_bytes = _Of("segments", "max_file_bytes")
+    shuffle = _Of("planner", "shuffle")
+    buffer_size = _Of("planner", "buffer_size")
+    rank = _Of("planner", "rank")
+    world_size = _Of("planner", "world_size")
+    even_policy = _Of("planner", "even_policy")
+    split = _Of("planner", "split")
+    chunk = _Of("planner", "chunk")
+    repeated_augs = _Of("planner", "repeated_augs")
+
     def __init__(self, urls, *, shuffle: bool = False, seed: int = 0, buffer_size: int = 1000,
                  rank: int | None = None, world_size: int | None = None, num_threads: int | None = None,
                  on_error: OnError = "raise", extensions: Sequence[str] | None = None,
@@ -156,15 +189,6 @@ class BaseShardReader:
         self.index = SampleIndex(self.inputs, extensions=exts, max_file_bytes=int(max_file_bytes), remote=remote,
                                  cache=self.cache)
         self.epoch = 0
-        # (read-only views of the parts' settings, by their ShardReader names)
-        self.urls, self.files, self.sources = self.inputs.urls, self.inputs.files, self.inputs.mixture
-        self.source_urls, self.label_offsets = self.inputs.source_urls, self.inputs.label_offsets
-        self.epoch_size, self.remote, self.extensions = epoch_size, remote, exts
-        self.map_extensions, self.pool_extensions = mapped, self.segments.pool_extensions
-        self.num_threads, self.pool_limit, self.max_file_bytes = self.segments.num_threads, pool_limit, int(max_file_bytes)
-        p = self.planner
-        self.shuffle, self.buffer_size, self.rank, self.world_size = p.shuffle, p.buffer_size, p.rank, p.world_size
-        self.even_policy, self.split, self.chunk, self.repeated_augs = even, p.split, chunk, repeated_augs
 
     @property
     def seed(self) -> int:
@@ -311,15 +335,14 @@ class BaseShardReader:
         """Every sample of one shard, read as this reader reads it in an epoch (its
         extensions, mapped extensions and maps, its on_error: a Failure where it skips),
         in the shard's order."""
-        return self.segments.read_shard(url, self.on_error)
+        return self.segments.read_shard(url)
 
     def read_sample(self, url: str, index: int) -> Sample:
         """Sample `index` of source `url` (one of self.urls): see SampleIndex.read."""
         return self.index.read(url, index)
 
     def read_times(self) -> dict[str, tuple[float, int]]:
-        """A mixture's read so far this epoch, per source label: (seconds on the reader
-        threads, samples); {} when the shards are not a mixture."""
+        """A mixture's read so far this epoch, per source (SegmentReader.read_times)."""
         return self.segments.read_times()
 
     @property

@@ -93,9 +93,9 @@ class SegmentReader:
         segments = [_shards.Segment(u, 0, None) for u in dict.fromkeys(self.inputs.urls)]
         return itertools.chain.from_iterable(self.threaded(segments, stop, orders))
 
-    def read_shard(self, url: str, on_error: str) -> Iterator[Sample | Failure]:
+    def read_shard(self, url: str) -> Iterator[Sample | Failure]:
         """Every sample of one shard, in its order, read as an epoch reads it."""
-        return iter_shard(url, on_error=on_error, extensions=self.extensions, mapped=self.map_extensions,
+        return iter_shard(url, on_error=self.policy.on_error, extensions=self.extensions, mapped=self.map_extensions,
                           maps=self.maps)
 
     def read_times(self) -> dict[str, tuple[float, int]]:

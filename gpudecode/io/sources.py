@@ -75,9 +75,6 @@ class Sources:
         made._check_exist(urls)
         return made
 
-    def is_file_list(self, url: str) -> bool:
-        return url in self.files
-
     @property
     def all_file_lists(self) -> bool:
         """Every source is a list of image files (no tar shard)."""
