@@ -344,6 +344,8 @@ def describe(loader: Loader) -> dict:
             "decoder_backend": getattr(pipe.decoder, "backend", None) if pipe.decoder is not None else None,
             # a split decoder's engines: each one's images, share, rate and idle time so far
             **({"decoder_engines": pipe.decoder.engine_stats()} if hasattr(pipe.decoder, "engine_stats") else {}),
+            # what the decoder sent elsewhere (the PNG decoder: interlaced images to libpng, ...)
+            **({"decoder_detours": pipe.decoder.detours()} if hasattr(pipe.decoder, "detours") else {}),
             # a tuned split (decoder="auto" on CUDA): the engines decoding now, each subset's measured rate
             **({"decoder_tuning": pipe.decoder.tuning()} if getattr(pipe.decoder, "tuning", lambda: None)() else {}),
             "num_threads": loader.num_threads, "prefetch": loader.prefetch,

@@ -8,7 +8,13 @@ image i at `src_off[i]`): `h` rows of one filter-type byte and `stride` bytes. U
 happens in place. A row's byte depends on the byte `bpp` to its left and on the row above,
 so one image is `bpp` independent chains (byte lanes): the CUDA kernel gives each lane of
 each image a thread (a batch of 256 RGB images: 768 threads), the CPU twin runs the same
-lane function image by image. A filter type over 4 is the image's error (code 1).
+lane function image by image. A filter type over 4 is the image's error (BAD_FILTER).
+
+Before them on a GPU, where nvCOMP inflated the streams (raw Deflate: it reads no zlib
+wrapper, so it checks no checksum), the Adler-32 of each inflated stream is computed
+and compared with the one its zlib wrapper stores, as zlib does for libpng on the CPU: a
+mismatch is the image's error (BAD_ADLER). A stream is cut into ADLER_CHUNK-byte pieces,
+each summed by one thread (`adler_part`), the pieces added up modulo 65521.
 
 Then every output pixel is independent: a thread per pixel (CUDA), a loop (CPU), reading
 the unfiltered samples at their bit depth. `meta` holds, per image, [h, w, stride, bpp,
@@ -18,6 +24,7 @@ reads for an index past the palette).
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import numpy as np
 
@@ -25,6 +32,10 @@ import numpy as np
 H, W, STRIDE, BPP, DEPTH, COLOR, OUT = range(7)
 META = 7
 LANES_MAX = 8  # bpp of RGBA at 16 bits: the most byte lanes an image has
+# an image's error codes (errors[i]): its filter, its stream's checksum
+BAD_FILTER, BAD_ADLER = 1, 2
+ADLER_MOD = 65521  # Adler-32's modulus (RFC 1950)
+ADLER_CHUNK = 256  # bytes a thread sums at a time (its sums stay far inside int64)
 
 
 def unfilter_lane(src, base, h, stride, bpp, lane):
@@ -61,6 +72,29 @@ def unfilter_lane(src, base, h, stride, bpp, lane):
                     v += c
             src[i] = np.uint8(v & 255)
     return 0
+
+
+def adler_part(src, base, n, start, end):
+    """Bytes start <= p < end of the n-byte stream at src[base:]: (sum of d_p, sum of
+    (n - p) * d_p), each modulo ADLER_MOD. Summed over every piece of a stream they give
+    its Adler-32: a = 1 + S, b = n + W (mod 65521), the checksum b * 65536 + a."""
+    s = np.int64(0)
+    t = np.int64(0)
+    for j in range(end - start):
+        d = np.int64(src[base + start + j])
+        s += d
+        t += j * d  # (at most 255 * 255 * 256 / 2: no overflow for a piece of ADLER_CHUNK)
+    s %= ADLER_MOD
+    # sum (n - start - j) d = (n - start) * s - t, kept non-negative before the modulo
+    w = ((n - start) % ADLER_MOD * s + ADLER_MOD - t % ADLER_MOD) % ADLER_MOD
+    return s, w
+
+
+def adler_value(n, s, w):
+    """The Adler-32 of an n-byte stream from its pieces' sums S and W (adler_part)."""
+    a = (1 + s) % ADLER_MOD
+    b = (n % ADLER_MOD + w) % ADLER_MOD
+    return b * 65536 + a
 
 
 def rgb_pixel(src, base, stride, depth, color, palette, y, x, out, o):
@@ -128,6 +162,38 @@ def _cpu():
     return decode_cpu
 
 
+@functools.cache
+def _adler_cpu():
+    import numba
+
+    from ._compile import cpu_jit
+
+    part = numba.njit(nogil=True, inline="always")(adler_part)
+    value = numba.njit(nogil=True, inline="always")(adler_value)
+
+    @cpu_jit()
+    def adler_cpu(src, src_off, lengths, out):  # pragma: no cover (numba)
+        for i in range(src_off.shape[0]):
+            n = lengths[i]
+            s = np.int64(0)
+            w = np.int64(0)
+            for start in range(0, n, ADLER_CHUNK):
+                cs, cw = part(src, src_off[i], n, start, min(start + ADLER_CHUNK, n))
+                s += cs
+                w += cw
+            out[i] = value(n, s % ADLER_MOD, w % ADLER_MOD)
+
+    return adler_cpu
+
+
+def adler32_cpu(src: np.ndarray, src_off: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The Adler-32 of each stream src[src_off[i]:src_off[i] + lengths[i]], by the pieces
+    the CUDA kernel sums (the twin its test holds to zlib.adler32)."""
+    out = np.zeros(len(src_off), np.int64)
+    _adler_cpu()(src, np.asarray(src_off, np.int64), np.asarray(lengths, np.int64), out)
+    return out
+
+
 def decode_rgb_cpu(src: np.ndarray, src_off: np.ndarray, meta: np.ndarray, palettes: np.ndarray, out: np.ndarray,
                    errors: np.ndarray, rows: np.ndarray | None = None) -> None:
     """The CPU twin over images `rows` (default all): src unfiltered in place, each
@@ -144,10 +210,37 @@ def _unfilter_kernel(src, src_off, meta, errors):  # pragma: no cover (numba)
     t = cuda.grid(1)  # (cuda, lane and pixel: bound by _cuda_namespace)
     i = t // LANES_MAX
     k = t % LANES_MAX
-    if i >= src_off.shape[0] or k >= meta[i, BPP]:
+    if i >= src_off.shape[0] or k >= meta[i, BPP] or errors[i]:  # (an image already refused: left)
         return
     if lane(src, src_off[i], meta[i, H], meta[i, STRIDE], meta[i, BPP], k):
-        errors[i] = 1
+        errors[i] = BAD_FILTER
+
+
+def _adler_kernel(src, src_off, lengths, acc):  # pragma: no cover (numba)
+    """Blocks along y: one image each; each thread sums pieces of ADLER_CHUNK bytes,
+    its totals added into acc[i] (int64 [N, 2], zero at the start)."""
+    i = cuda.blockIdx.y
+    n = lengths[i]
+    s = np.int64(0)
+    w = np.int64(0)
+    for c in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, (n + ADLER_CHUNK - 1) // ADLER_CHUNK,
+                   cuda.gridDim.x * cuda.blockDim.x):
+        start = c * ADLER_CHUNK
+        cs, cw = part(src, src_off[i], n, start, min(start + ADLER_CHUNK, n))
+        s += cs
+        w += cw
+    if s != 0 or w != 0:
+        cuda.atomic.add(acc, (i, 0), s)
+        cuda.atomic.add(acc, (i, 1), w)
+
+
+def _adler_check_kernel(acc, lengths, expected, errors):  # pragma: no cover (numba)
+    """A thread per image: its sums' Adler-32 against the stored one; BAD_ADLER if not."""
+    i = cuda.grid(1)
+    if i >= lengths.shape[0] or errors[i]:
+        return
+    if value(lengths[i], acc[i, 0] % ADLER_MOD, acc[i, 1] % ADLER_MOD) != expected[i]:
+        errors[i] = BAD_ADLER
 
 
 def _rgb_kernel(src, src_off, meta, palettes, out, errors):  # pragma: no cover (numba)
@@ -168,26 +261,50 @@ def _rgb_kernel(src, src_off, meta, palettes, out, errors):  # pragma: no cover 
 def _cuda_namespace(device) -> dict:
     from numba import cuda
 
-    return {**globals(), "cuda": cuda, "lane": device(unfilter_lane), "pixel": device(rgb_pixel)}
+    return {**globals(), "cuda": cuda, "lane": device(unfilter_lane), "pixel": device(rgb_pixel),
+            "part": device(adler_part), "value": device(adler_value)}
+
+
+_KERNELS: dict[str, Callable] = {"unfilter": _unfilter_kernel, "rgb": _rgb_kernel, "adler": _adler_kernel,
+            "adler_check": _adler_check_kernel}
 
 
 @functools.cache
-def cuda_kernels():
-    """(unfilter, to_rgb): the two CUDA kernels, compiled on first use (and kept on disk)."""
+def cuda_kernels() -> dict:
+    """name -> CUDA kernel (_KERNELS), compiled on first use (and kept on disk)."""
     from numba import cuda
 
     from ._compile import cuda_cache, cuda_device, rebind
 
     ns = _cuda_namespace(cuda_device)
     cache = cuda_cache()
-    return cuda.jit(cache=cache)(rebind(_unfilter_kernel, ns)), cuda.jit(cache=cache)(rebind(_rgb_kernel, ns))
+    return {name: cuda.jit(cache=cache)(rebind(fn, ns)) for name, fn in _KERNELS.items()}
+
+
+def check_adler_cuda(src, src_off, lengths, expected, acc, errors, longest: int, stream=0) -> None:
+    """On the GPU: errors[i] = BAD_ADLER where the Adler-32 of the stream
+    src[src_off[i]:src_off[i] + lengths[i]] is not expected[i]; images with an error
+    already are left. Device arrays (numba's, or torch's through
+    __cuda_array_interface__), launched on `stream`: src uint8; src_off, lengths,
+    expected int64; acc int64 [N, 2] of zeros (the sums); errors int32. `longest`: the
+    longest stream's length (the grid's width)."""
+    n = int(src_off.shape[0])
+    if n == 0:
+        return
+    k = cuda_kernels()
+    threads = 256
+    pieces = (int(longest) + ADLER_CHUNK - 1) // ADLER_CHUNK
+    across = max(1, min(32, (pieces + threads - 1) // threads))
+    k["adler"][(across, n), threads, stream](src, src_off, lengths, acc)
+    k["adler_check"][(n + 127) // 128, 128, stream](acc, lengths, expected, errors)
 
 
 def decode_rgb_cuda(src, src_off, meta, palettes, out, errors, stream=0) -> None:
     """The same on the GPU: every argument a device array (numba's, or torch's through
-    __cuda_array_interface__), launched on `stream` (numba stream or 0). errors (int32)
-    must start at 0."""
-    unfilter, to_rgb = cuda_kernels()
+    __cuda_array_interface__), launched on `stream` (numba stream or 0). errors (int32):
+    0, or an image refused already (left as it is)."""
+    k = cuda_kernels()
+    unfilter, to_rgb = k["unfilter"], k["rgb"]
     n = int(src_off.shape[0])
     if n == 0:
         return
@@ -197,8 +314,8 @@ def decode_rgb_cuda(src, src_off, meta, palettes, out, errors, stream=0) -> None
 
 
 def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, str]:
-    """The two kernels' PTX for compute capability `cc` (no GPU needed): what ptxas
-    assembles in the tests (registers, spills)."""
+    """Each kernel's PTX (_KERNELS) for compute capability `cc` (no GPU needed): what
+    ptxas assembles in the tests (registers, spills)."""
     from numba import cuda, types
 
     from ._compile import compiling_for, cuda_device, rebind
@@ -210,8 +327,9 @@ def compile_ptx(cc: tuple[int, int] = (9, 0)) -> dict[str, str]:
     i32 = types.Array(types.int32, 1, "C")
     ns = _cuda_namespace(cuda_device)  # (device functions made anew: compiled for `cc`)
     out = {}
-    for name, fn, sig in (("unfilter", _unfilter_kernel, (u8, i64, m, i32)),
-                          ("rgb", _rgb_kernel, (u8, i64, m, pal, u8, i32))):
+    sigs = {"unfilter": (u8, i64, m, i32), "rgb": (u8, i64, m, pal, u8, i32), "adler": (u8, i64, i64, m),
+            "adler_check": (m, i64, i64, i32)}
+    for name, fn in _KERNELS.items():
         with compiling_for(cc):
-            out[name] = cuda.compile_ptx(rebind(fn, ns), sig, cc=cc)[0]
+            out[name] = cuda.compile_ptx(rebind(fn, ns), sigs[name], cc=cc)[0]
     return out

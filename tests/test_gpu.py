@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import re
 import time
 import warnings
 
@@ -716,12 +717,14 @@ def test_canvas_steps_and_the_post_warp_on_cuda_make_no_host_sync(photos):
     assert float(((images.cpu() - host).abs() > 1.5 / 255).float().mean()) <= 0.01
 
 
-@pytest.mark.parametrize("inflate", ["nvcomp", "zlib"])
+@pytest.mark.parametrize("inflate", ["nvcomp", "zlib", "nvcomp refuses"])
 def test_png_in_two_halves_on_cuda_equals_libpng(inflate, monkeypatch):
     """PNG decoded on the GPU (decode/png.py: nvCOMP's batched inflate, or zlib on the
     host, and the CUDA unfilter kernel) equals the CPU decoder's libpng bit for bit, on
-    every colour type and depth with every filter, and a bad filter type or a short
-    stream is that image's error (issue 56)."""
+    every colour type and depth with every filter; a bad filter type, a short or long
+    stream and a wrong Adler-32 (checked by the CUDA kernel after nvCOMP) are each that
+    image's error, as libpng refuses them (issue 56). An nvCOMP call that raises sends
+    the batch to zlib (detours() counts it)."""
     from gpudecode.decode.png import PngDecoder
     from test_png_halves import FILTERS, KINDS, _broken, _req, _samples, write_png
 
@@ -732,20 +735,30 @@ def test_png_in_two_halves_on_cuda_equals_libpng(inflate, monkeypatch):
             pal = rng.integers(0, 256, (1 << min(depth, 8), 3)) if color == 3 else None
             datas.append(write_png(_samples(rng, 37, 53, color, depth), color, depth, f, palette=pal))
     broken = _broken()
-    datas += [broken["filter type 7"][0], broken["too little data"][0]]
+    bad = ("filter type 7", "too little data", "too much data", "wrong Adler-32")
+    datas += [broken[name][0] for name in bad]
     reqs = [_req(d, str(k)) for k, d in enumerate(datas)]
     dec = PngDecoder(device="cuda", num_threads=4)
     if inflate == "zlib":
         dec._nvcomp = None
     elif dec._nvcomp is None:
         pytest.skip(f"nvCOMP is not usable here: {dec.backend}")
+    elif inflate == "nvcomp refuses":  # the whole call raises: the batch goes to zlib, nothing lost
+        def refuse(*a, **k):
+            raise RuntimeError("refused (this test)")
+        dec._nvcomp = type("Refusing", (), {"decode": staticmethod(refuse)})()
     got = dec.decode(reqs).settle()
     assert got.pixels.device.type == "cuda"
     ref = CpuDecoder(num_threads=2).decode(reqs).settle()
-    for k in range(len(reqs) - 2):
+    for k in range(len(reqs) - len(bad)):
         assert got.errors[k] is None and ref.errors[k] is None, (k, got.errors[k])
         assert np.array_equal(decoded_image(got, k), decoded_image(ref, k)), k
-    assert "filter type" in got.errors[-2] and "not enough image data" in got.errors[-1]
+    for k, name in enumerate(bad, len(reqs) - len(bad)):
+        assert got.errors[k] is not None and re.search(broken[name][1], got.errors[k], re.I), (name, got.errors[k])
+        assert ref.errors[k] is not None, name
+    refused = inflate == "nvcomp refuses"
+    assert dec.detours()["batches_inflated_by_zlib"] == int(refused)
+    assert ("refused (this test)" in dec.detours()["nvcomp_refused"]) if refused else dec.detours()["nvcomp_refused"] is None
 
 
 def test_the_png_engine_in_a_split_on_cuda_gives_the_cpu_loaders_batches(tmp_path):

@@ -200,6 +200,38 @@ def test_crop_boxes_and_interlaced_images_through_the_host():
         assert np.array_equal(decoded_image(ours, k), np.asarray(img)[reqs[k].box[0]:reqs[k].box[0] + reqs[k].box[2],
                                                                       reqs[k].box[1]:reqs[k].box[1] + reqs[k].box[3]])
     assert dec.host_fallbacks == 1  # the interlaced one went through libpng on the host
+    assert dec.detours() == {"interlaced_by_libpng": 1, "batches_inflated_by_zlib": 0, "nvcomp_refused": None}
+
+
+def test_a_loaders_describe_names_the_png_engines_detours(tmp_path):
+    """decoder=("png",): describe() says how many interlaced images went to libpng; a
+    split's engine_stats() (describe()'s decoder_engines) says it for its PNG engine."""
+    from conftest import make_shard
+    from gpudecode import Loader
+    from gpudecode import transforms as T
+
+    rng = np.random.default_rng(6)
+    rgb = rng.integers(0, 256, (24, 20, 3), dtype=np.uint8)
+    b = io.BytesIO()
+    Image.fromarray(rgb).save(b, "PNG")
+    shard = make_shard(tmp_path / "s.tar", [{"__key__": "plain", "png": b.getvalue(), "cls": b"0"},
+                                            {"__key__": "adam7", "png": _adam7(rgb), "cls": b"1"}])
+    with Loader([shard], batch_size=2, decoder=("png",), transform=T.Compose([T.CenterCrop(16)]),
+                num_threads=1, device="cpu", shuffle=False) as ld:
+        (batch,) = list(ld)
+        alone = ld.describe()
+    from gpudecode.decode.split import Engine, SplitDecoder
+
+    split = SplitDecoder([Engine(PngDecoder(), formats=("png",)), Engine(CpuDecoder(num_threads=1), formats=("jpeg",))])
+    reqs = [Request(b.getvalue(), "png", 24, 20, (0, 0, 24, 20), "s", "plain"),
+            Request(_adam7(rgb), "png", 24, 20, (0, 0, 24, 20), "s", "adam7")]
+    assert split.decode(reqs).settle().errors == [None, None]
+    engines = split.engine_stats()
+    split.close()
+    assert batch.keys == ["plain", "adam7"]
+    assert bool((batch.images[0] == batch.images[1]).all())  # the same pixels, two ways
+    assert alone["decoder_detours"]["interlaced_by_libpng"] == 1
+    assert engines["png"]["detours"]["interlaced_by_libpng"] == 1 and "detours" not in engines["cpu"]
 
 
 def _adam7(rgb: np.ndarray) -> bytes:
@@ -316,6 +348,34 @@ def test_the_cuda_kernels_equal_the_cpu_twin_under_the_simulator():
         assert np.array_equal(gpu_out[a], twin_out[a]), KINDS[j]
 
 
+@pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 5552, 5553, 70_000, 300_001])
+def test_the_adler_pieces_give_zlibs_adler32(n):
+    """kernels/png.adler_part summed by pieces (the CUDA kernel's arithmetic, in its CPU
+    twin) equals zlib.adler32 on streams of every length around the piece and 5552 (zlib's
+    own block), of bytes all 255 (the sums' largest) and random."""
+    rng = np.random.default_rng(n)
+    streams = [np.full(n, 255, np.uint8), rng.integers(0, 256, n, dtype=np.uint8)]
+    src = np.concatenate([np.zeros(3, np.uint8), *streams])  # (offsets not at 0)
+    got = K.adler32_cpu(src, np.array([3, 3 + n], np.int64), np.array([n, n], np.int64))
+    assert got.tolist() == [zlib.adler32(x.tobytes()) for x in streams]
+
+
+def test_the_adler_check_kernels_under_the_simulator():
+    """The CUDA Adler-32 check (one source with the twin): a stream with a wrong stored
+    value is BAD_ADLER, one refused already keeps its code, the rest stay 0."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        pytest.skip("runs under numba's CUDA simulator (this machine has a GPU: test_gpu.py runs them there)")
+    rng = np.random.default_rng(9)
+    lengths = np.array([1, 300, 2000, 700], np.int64)
+    offs = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    src = rng.integers(0, 256, int(lengths.sum()), dtype=np.uint8)
+    stored = np.array([zlib.adler32(src[o:o + n].tobytes()) for o, n in zip(offs, lengths)], np.int64)
+    stored[2] ^= 1 << 20
+    errors = np.array([0, 0, 0, K.BAD_FILTER], np.int32)
+    K.check_adler_cuda(src, offs, lengths, stored, np.zeros((4, 2), np.int64), errors, int(lengths.max()))
+    assert errors.tolist() == [0, 0, K.BAD_ADLER, K.BAD_FILTER]
+
+
 def test_png_kernels_ptx_assembles_for_sm80_and_sm90_without_spills(tmp_path):
     from test_kernels import _ptxas, assemble_without_spills
 
@@ -327,7 +387,7 @@ def test_png_kernels_ptx_assembles_for_sm80_and_sm90_without_spills(tmp_path):
     import json
 
     ptxs = json.loads(p.stdout.strip().splitlines()[-1])
-    assert len(ptxs) == 4
+    assert len(ptxs) == 2 * len(K._KERNELS)
     ptxas = _ptxas()
     if ptxas is None:
         pytest.skip("PTX compiled; torch's triton package ships no ptxas-blackwell here to assemble it")

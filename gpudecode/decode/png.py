@@ -19,9 +19,12 @@ methods, a CRC error in a critical chunk (IHDR, PLTE, IDAT; an ancillary chunk's
 ignored, as libpng discards the chunk), an unknown critical chunk, a palette image
 without PLTE before IDAT, a bad PLTE length, a second PLTE, no IDAT, a chunk cut short.
 Then the stream: a zlib header PNG does not allow, less or more data than the rows need,
-a stream that does not end after them (zlib checks Adler-32 on the CPU; nvCOMP does not:
-on a GPU a stream that inflates to exactly the right size with a wrong Adler-32 is
-accepted; libpng would refuse it). A filter type over 4 is refused by the kernel.
+a stream that does not end after them, a wrong Adler-32 (zlib checks it on the CPU; on a
+GPU nvCOMP inflates the raw Deflate inside the wrapper, and kernels/png.py's Adler kernel
+checks each stream against the four bytes that end it). A filter type over 4 is refused
+by the kernel. Where nvCOMP refuses a batch as a whole (its call raises), the batch is
+inflated by zlib on the host instead, so each image gets its own verdict
+(`nvcomp_fallbacks` counts such batches, `describe()` says why).
 Interlaced (Adam7) images are decoded by the CPU decoder's libpng on the host and
 uploaded (`describe()` says how many went so).
 """
@@ -226,6 +229,10 @@ def _plan(layouts: list[PngLayout], rows: list[int]) -> _Batch:
     return _Batch(rows, layouts, meta, palettes, src_off, s, o)
 
 
+_KERNEL_ERRORS = {1: "a row's filter type is over 4 (PNG defines 0-4)",
+                  2: "the image data does not inflate: its Adler-32 is wrong (incorrect data check)"}
+
+
 class PngDecoder:
     """PNG decoded by its two halves on `device` (see the module doc). Other formats are
     each that image's error (in a split decoder this engine takes PNG only).
@@ -250,6 +257,8 @@ class PngDecoder:
         self._pool: ThreadPoolExecutor | None = None
         self._nvcomp: Any = None
         self.host_fallbacks = 0  # interlaced images decoded by libpng on the host
+        self.nvcomp_fallbacks = 0  # batches nvCOMP refused as a whole, inflated by zlib instead
+        self.nvcomp_refused: str | None = None  # the last such refusal, in words
         if self._dev.type == "cuda":
             try:
                 from nvidia import nvcomp  # type: ignore[import-not-found,attr-defined]
@@ -266,6 +275,13 @@ class PngDecoder:
         inflate_by = "nvCOMP's batched Deflate" if self._nvcomp is not None else \
             f"zlib on the host ({getattr(self, '_nvcomp_why', 'nvCOMP absent')})"
         return f"PNG in two halves on {self._dev}: {inflate_by}, the unfilter kernel in CUDA"
+
+    def detours(self) -> dict:
+        """What this decoder sent elsewhere so far: interlaced images decoded by libpng on
+        the host, and batches nvCOMP refused as a whole (inflated by zlib), with the last
+        refusal in words (Loader.describe() shows it)."""
+        return {"interlaced_by_libpng": self.host_fallbacks, "batches_inflated_by_zlib": self.nvcomp_fallbacks,
+                "nvcomp_refused": self.nvcomp_refused}
 
     def _map(self, fn, items):
         if self.num_threads == 1 or len(items) < 2:
@@ -317,7 +333,7 @@ class PngDecoder:
             offsets[k] = plan.meta[j, K.OUT]
             shapes[k] = (plan.layouts[j].height, plan.layouts[j].width)
             if kernel_errors[j] and errors[k] is None:
-                errors[k] = "a row's filter type is over 4 (PNG defines 0-4)"
+                errors[k] = _KERNEL_ERRORS[int(kernel_errors[j])]
         at = plan.out_size
         for k, a in sorted(host.items()):
             pixels[at:at + a.size].copy_(torch.from_numpy(a.reshape(-1)), non_blocking=False)
@@ -360,9 +376,8 @@ class PngDecoder:
 
         dev = self._dev
         src = torch.zeros(max(plan.src_size, 1), dtype=torch.uint8, device=dev)
-        if self._nvcomp is not None and plan.rows:
-            self._inflate_nvcomp(plan, errors, src)
-        else:
+        by_nvcomp = self._nvcomp is not None and bool(plan.rows) and self._inflate_nvcomp(plan, errors, src)
+        if not by_nvcomp:
             staged = torch.zeros(max(plan.src_size, 1), dtype=torch.uint8, pin_memory=True)
             self._inflate_host(plan, errors, staged.numpy())
             src.copy_(staged, non_blocking=True)
@@ -371,17 +386,26 @@ class PngDecoder:
         meta = torch.from_numpy(plan.meta).to(dev)
         pal = torch.from_numpy(plan.palettes).to(dev)
         offs = torch.from_numpy(plan.src_off).to(dev)
+        n = len(plan.rows)
         with torch.cuda.device(dev):
             stream = cuda.external_stream(torch.cuda.current_stream(dev).cuda_stream)
-            K.decode_rgb_cuda(src, offs, meta, pal, out, bad[:len(plan.rows)], stream)
-        kernel_errors = bad.cpu().numpy()[:len(plan.rows)]  # (waits for the kernels: a bad filter is known here)
+            if by_nvcomp and n:  # (zlib checked the host's streams already)
+                lengths = np.array([lay.filtered_size for lay in plan.layouts], np.int64)
+                stored = np.array([struct.unpack(">I", lay.stream[-4:])[0] for lay in plan.layouts], np.int64)
+                K.check_adler_cuda(src, offs, torch.from_numpy(lengths).to(dev), torch.from_numpy(stored).to(dev),
+                                   torch.zeros((n, 2), dtype=torch.int64, device=dev), bad[:n], int(lengths.max()),
+                                   stream)
+            K.decode_rgb_cuda(src, offs, meta, pal, out, bad[:n], stream)
+        kernel_errors = bad.cpu().numpy()[:n]  # (waits for the kernels: a bad filter or checksum is known here)
         for j, k in enumerate(plan.rows):
             if errors[k] is not None:
                 kernel_errors[j] = 0  # (its error is the inflate's, already said)
         return out, kernel_errors
 
-    def _inflate_nvcomp(self, plan: _Batch, errors: list[str | None], src: torch.Tensor) -> None:
-        """Every stream of the batch inflated in one nvCOMP call, straight into `src`."""
+    def _inflate_nvcomp(self, plan: _Batch, errors: list[str | None], src: torch.Tensor) -> bool:
+        """Every stream of the batch inflated in one nvCOMP call, each copied into `src`
+        (its size checked here, its Adler-32 by the caller's kernel). False, nothing set,
+        where nvCOMP refused the batch as a whole (the caller inflates it with zlib)."""
         from nvidia import nvcomp  # type: ignore[import-not-found,attr-defined]
 
         dev = self._dev
@@ -394,16 +418,23 @@ class PngDecoder:
             host[starts[j]:starts[j + 1]] = np.frombuffer(r, np.uint8)
         comp = staged.to(dev, non_blocking=True)
         torch.cuda.current_stream(dev).synchronize()
-        ins = nvcomp.as_arrays([comp[int(starts[j]):int(starts[j + 1])] for j in range(len(raws))])
-        outs = self._nvcomp.decode(ins)
+        try:
+            ins = nvcomp.as_arrays([comp[int(starts[j]):int(starts[j + 1])] for j in range(len(raws))])
+            outs = self._nvcomp.decode(ins)
+            got_sizes = [int(outs[j].buffer_size) for j in range(len(raws))]
+        except Exception as e:  # a stream it cannot take (or its memory) fails the call: zlib says which
+            self.nvcomp_fallbacks += 1
+            self.nvcomp_refused = f"{type(e).__name__}: {e}"
+            return False
         for j, lay in enumerate(plan.layouts):
-            got = outs[j]
-            if int(got.buffer_size) != lay.filtered_size:
-                errors[plan.rows[j]] = (f"the image data inflates to {int(got.buffer_size):,} bytes, the rows need "
-                                        f"{lay.filtered_size:,}")
+            want = lay.filtered_size
+            if got_sizes[j] != want:  # (zlib's words for the same streams)
+                errors[plan.rows[j]] = (f"not enough image data: {got_sizes[j]:,} of the {want:,} bytes the rows need"
+                                        if got_sizes[j] < want else "more image data than the rows need")
                 continue
-            view = torch.as_tensor(got, device=dev).view(torch.uint8).reshape(-1)
-            src[int(plan.src_off[j]):int(plan.src_off[j]) + lay.filtered_size].copy_(view)
+            view = torch.as_tensor(outs[j], device=dev).view(torch.uint8).reshape(-1)
+            src[int(plan.src_off[j]):int(plan.src_off[j]) + want].copy_(view)
+        return True
 
     def close(self) -> None:
         if self._pool is not None:

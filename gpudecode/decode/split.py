@@ -278,10 +278,12 @@ class SplitDecoder:
 
     def engine_stats(self) -> dict[str, dict]:
         """Each engine's images, share, rate (img/s, Mpx/s while busy), busy and idle
-        seconds, and its current rate estimate (cost units a second; None before measured)."""
+        seconds, its current rate estimate (cost units a second; None before measured), and
+        what it sent elsewhere where it says (`detours()`: the PNG engine's)."""
         self._resolve(wait=False)
         total = sum(e.stats.images for e in self.engines)
-        return {e.name: {**e.stats.as_dict(total), "rate_units_per_s": e.rate, "excluded": e.excluded}
+        return {e.name: {**e.stats.as_dict(total), "rate_units_per_s": e.rate, "excluded": e.excluded,
+                         **({"detours": e.decoder.detours()} if hasattr(e.decoder, "detours") else {})}
                 for e in self.engines}
 
     # -- assigning (decode/assign.py) -------------------------------------------------------
