@@ -8,7 +8,9 @@ under 8 GB on the GPU, under 128 GB in RAM, and only then on local SSD or the ne
 - The store is filled once, before the first batch: every sample of every source read
   (the whole set on every rank: a rank's share changes from epoch to epoch), its image
   decoded whole and exactly (no DCT scaling: the pixels the CPU decoder gives, Pillow's),
-  kept as uint8 HWC in one buffer, with its label. A sample that fails is the error
+  kept as uint8 HWC in one buffer, with its label; each image is written once, into its
+  place in that buffer (a mapping reserved at the budget's size, committed as written),
+  so the fill's peak memory is the store, not twice it. A sample that fails is the error
   policy's, as when streaming; under "skip" it is left out of every epoch's order.
 - Each epoch's order is the reader's own (`ShardReader.epoch_keys`: the same shuffle,
   rank split, `even`, elastic plan and resume position as streaming, without reading),
@@ -29,6 +31,7 @@ under 8 GB on the GPU, under 128 GB in RAM, and only then on local SSD or the ne
 """
 from __future__ import annotations
 
+import mmap
 import os
 import time
 import warnings
@@ -255,7 +258,7 @@ def _fill(pipe: "Pipeline", samples: Any, *, every_key: list, keep: str, device:
     # exact whole images (no DCT scaling), on the device the Pipeline decodes on
     decoder = make_decoder(spec, device=c.device, num_threads=c.num_threads, max_pixels=c.max_pixels,
                            buffers=2) if spec is not None else c.decoder
-    images: list[np.ndarray] = []
+    images = _Arena(limits)
     kept: list[StoredSample] = []
     labels: list[int] = []
     missing: dict[tuple[str, str | None], tuple[str, int]] = {}  # (shard, key) -> (shard, index) of what failed
@@ -284,8 +287,8 @@ def _fill(pipe: "Pipeline", samples: Any, *, every_key: list, keep: str, device:
         if spec is not None:
             decoder.close()
     tier = _tier(keep, used, limits)
-    shapes = np.array([img.shape[:2] for img in images], np.int64).reshape(-1, 2)
-    pixels = _pack(images, tier, device, used)
+    shapes = np.array(images.shapes, np.int64).reshape(-1, 2)
+    pixels = images.tensor(tier, device)
     sizes = shapes[:, 0] * shapes[:, 1] * 3
     offsets = np.cumsum(sizes) - sizes
     rows = {(s.shard, s.index): k for k, s in enumerate(kept)}
@@ -343,7 +346,7 @@ class _Resizer:
         return dict(zip([k for k, _ in big], self.host(decoded, [k for k, _ in big], [p for _, p in big])))
 
 
-def _decode_chunk(pipe: "Pipeline", decoder: Any, chunk: list, images: list, kept: list, labels: list,
+def _decode_chunk(pipe: "Pipeline", decoder: Any, chunk: list, images: "_Arena", kept: list, labels: list,
                   missing: dict, resize: _Resizer | None = None) -> int:
     """A chunk's images decoded whole and handed to the store's sink (_Keep) through the
     pipeline's stage B (Pipeline.finish_into: what fails is the policy's); a sample whose
@@ -373,8 +376,8 @@ class _Keep:
     def __init__(self, resize: _Resizer | None, with_labels: bool) -> None:
         self.resize, self.with_labels = resize, with_labels
 
-    def take(self, p: Prepared, ok: list[int], whole: bool, gpu: Any, *, images: list, kept: list, labels: list,
-             missing: dict) -> int:
+    def take(self, p: Prepared, ok: list[int], whole: bool, gpu: Any, *, images: "_Arena", kept: list,
+             labels: list, missing: dict) -> int:
         decoded = p.decoded
         assert decoded is not None
         good = set(ok)
@@ -393,7 +396,7 @@ class _Keep:
                 sy, sx, sc = (int(v) for v in decoded.strides[k])
                 start = int(decoded.offsets[k]) + t * sy + l * sx
                 img = decoded.pixels[start:].as_strided((h, w, 3), (sy, sx, sc)).cpu().numpy()
-            images.append(np.array(img, order="C", copy=True))  # (out of the decoder's buffers, which it reuses)
+            images.append(img)  # (copied out of the decoder's buffers, which it reuses)
             kept.append(StoredSample(s.key, s.shard, s.index))
             if self.with_labels:
                 labels.append(int(p.labels[k]))
@@ -401,20 +404,74 @@ class _Keep:
         return used
 
 
-def _pack(images: list[np.ndarray], tier: str, device: str, total: int) -> torch.Tensor:
-    """The images one after the other in one uint8 buffer of the tier: device memory, or
-    RAM (page-locked where a CUDA device will read it)."""
-    pinned = tier == "ram" and device.startswith("cuda")
-    host = torch.empty(max(total, 1), dtype=torch.uint8, pin_memory=pinned)
-    flat = host.numpy()
-    at = 0
-    for img in images:
-        flat[at:at + img.size] = img.reshape(-1)
-        at += img.size
-    images.clear()
-    if tier == "gpu":
-        return host.to(torch.device(device))
-    return host
+def _reserve(size: int) -> mmap.mmap:
+    """`size` bytes of address space, private and anonymous, committed only as written."""
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_NORESERVE", 0))
+
+
+class _Arena:
+    """The store's bytes, each image written once, where it will stay, as it is decoded:
+    an anonymous mapping the size of the largest budget, reserved but not committed
+    (MAP_NORESERVE: a page takes memory when written), so that the fill's peak is the
+    store itself, not the store twice (decoded images kept apart, then packed). Where the
+    system refuses such a mapping (strict overcommit), the images are kept apart and
+    packed at the end, as before."""
+
+    def __init__(self, limits: dict[str, int]) -> None:
+        self.limits = limits
+        most = max(limits.values(), default=0)
+        self.at = 0
+        self.shapes: list[tuple[int, int]] = []
+        self.parts: list[np.ndarray] = []
+        self.flat: np.ndarray | None = None
+        self._map: mmap.mmap | None = None
+        try:
+            self._map = _reserve(max(int(most), 1))
+            self.flat = np.frombuffer(self._map, np.uint8)
+        except (OSError, OverflowError, ValueError):
+            self._map = None
+            return
+        try:  # (fewer TLB misses where the kernel reads the store: transparent huge pages, if on)
+            self._map.madvise(mmap.MADV_HUGEPAGE)  # type: ignore[union-attr]
+        except (AttributeError, OSError):
+            pass
+
+    def append(self, img: np.ndarray) -> None:
+        """Image `img` (uint8 [h, w, 3], any strides) copied in after the last."""
+        h, w = img.shape[:2]
+        n = h * w * 3
+        if self.flat is not None:
+            if self.at + n > len(self.flat):  # (the mapping is the largest budget)
+                raise DoesNotFit(_too_big(self.at + n, self.limits))
+            self.flat[self.at:self.at + n].reshape(h, w, 3)[...] = img
+        else:
+            self.parts.append(np.array(img, order="C", copy=True))
+        self.shapes.append((h, w))
+        self.at += n
+
+    def tensor(self, tier: str, device: str) -> torch.Tensor:
+        """The images one after the other in one uint8 tensor of the tier: the mapping's
+        written part as it is (RAM), or copied to device memory ("gpu"), or to page-locked
+        memory where a CUDA device will read a "ram" store (its peak is then the store
+        twice, for the copy)."""
+        total = max(self.at, 1)
+        pinned = tier == "ram" and device.startswith("cuda")
+        if self.flat is not None and tier == "ram" and not pinned:
+            return torch.from_numpy(self.flat[:total])  # (it keeps the mapping alive)
+        host = torch.empty(total, dtype=torch.uint8, pin_memory=pinned)
+        flat = host.numpy()
+        if self.flat is not None:
+            flat[:self.at] = self.flat[:self.at]
+        else:
+            at = 0
+            for img in self.parts:
+                flat[at:at + img.size] = img.reshape(-1)
+                at += img.size
+        self.parts.clear()
+        self.flat = self._map = None
+        if tier == "gpu":
+            return host.to(torch.device(device))
+        return host
 
 
 def epoch_chunks(reader: Any, store: Resident, epoch: int, *, start: int, plan: Any, batch_size: int,

@@ -293,3 +293,60 @@ def test_the_readers_order_of_keys_is_the_order_it_reads(shards, photos, tmp_pat
                 streamed = [(s.shard, s.index) for s in r.iter_epoch(epoch)]
                 assert r.epoch_keys(epoch) == streamed
                 assert r.epoch_keys(epoch, start=5) == [(s.shard, s.index) for s in r.iter_epoch(epoch, start=5)]
+
+
+def test_the_store_is_written_once_in_place_or_packed_where_no_mapping(shards, monkeypatch):
+    """The fill writes each image into its place in one reserved mapping (the store is
+    that mapping's written part, not a packed copy); where the system refuses the
+    mapping, the images are packed at the end: the same batches either way."""
+    from gpudecode import resident
+
+    arenas = []
+
+    class Seen(resident._Arena):
+        def __init__(self, limits):
+            super().__init__(limits)
+            arenas.append(self)
+
+    monkeypatch.setattr(resident, "_Arena", Seen)
+    with Loader(shards, transform=_tf(), keep="ram", **KW) as ld:
+        mapped = _epochs(ld)
+        pixels = ld.keeper.resident.pixels
+    (arena,) = arenas
+    assert arena._map is not None and not arena.parts
+    assert pixels.data_ptr() == arena.flat.ctypes.data  # the mapping itself, no packed copy
+
+    def refused(*a, **k):
+        raise OSError("no mapping (this test)")
+
+    monkeypatch.setattr(resident, "_reserve", refused)
+    with Loader(shards, transform=_tf(), keep="ram", **KW) as ld:
+        packed = _epochs(ld)
+        assert torch.equal(ld.keeper.resident.pixels, pixels)
+    _same(packed, mapped)
+
+
+def test_the_fills_peak_is_the_store_not_twice_it(tmp_path):
+    """200 MB of images appended to the store's arena and made its tensor: the process's
+    peak memory (VmHWM) grows by about the store, where keeping the images apart and
+    packing them at the end took twice it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np\n"
+        "from gpudecode.resident import _Arena\n"
+        "def hwm():\n"
+        "    return int([l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]) * 1024\n"
+        "img = np.full((1024, 1024, 3), 7, np.uint8)[:, :, ::-1]  # (strided, as a decoder's view may be)\n"
+        "before = hwm()\n"
+        "a = _Arena({'ram': 1 << 30})\n"
+        "for _ in range(64):\n"
+        "    a.append(img)\n"
+        "t = a.tensor('ram', 'cpu')\n"
+        "assert int(t.numel()) == 64 * img.size and int(t[12345]) == 7\n"
+        "print((hwm() - before) / t.numel())\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    grew = float(p.stdout.strip().splitlines()[-1])
+    assert 0.9 < grew < 1.3, grew
