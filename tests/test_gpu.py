@@ -726,7 +726,7 @@ def test_png_in_two_halves_on_cuda_equals_libpng(inflate, monkeypatch):
     image's error, as libpng refuses them (issue 56). An nvCOMP call that raises sends
     the batch to zlib (detours() counts it)."""
     from gpudecode.decode.png import PngDecoder
-    from test_png_halves import FILTERS, KINDS, _broken, _req, _samples, write_png
+    from test_png_halves import FILTERS, KINDS, _broken, _rebuild, _req, _samples, write_png
 
     rng = np.random.default_rng(11)
     datas = []
@@ -735,7 +735,9 @@ def test_png_in_two_halves_on_cuda_equals_libpng(inflate, monkeypatch):
             pal = rng.integers(0, 256, (1 << min(depth, 8), 3)) if color == 3 else None
             datas.append(write_png(_samples(rng, 37, 53, color, depth), color, depth, f, palette=pal))
     broken = _broken()
-    bad = ("filter type 7", "too little data", "too much data", "wrong Adler-32")
+    good = broken["filter type 7"][0]
+    broken["a zlib header only"] = (_rebuild(good, b"x\x9c"), "not enough image data")  # (nvCOMP never sees it)
+    bad = ("filter type 7", "too little data", "too much data", "wrong Adler-32", "a zlib header only")
     datas += [broken[name][0] for name in bad]
     reqs = [_req(d, str(k)) for k, d in enumerate(datas)]
     dec = PngDecoder(device="cuda", num_threads=4)

@@ -376,6 +376,22 @@ def test_the_adler_check_kernels_under_the_simulator():
     assert errors.tolist() == [0, 0, K.BAD_ADLER, K.BAD_FILTER]
 
 
+@pytest.mark.parametrize("z", [b"x\x9c", b"x\x9c\x03", b"x\x9c\x03\x00\x00", b"x\x9c\x03\x00\x00\x00\x00"])
+def test_a_stream_too_short_for_the_gpus_inflate_gets_zlibs_verdict(z):
+    """The chunk walk takes a zlib stream of 2-7 bytes (its header is checked); nvCOMP is
+    never handed one (no room for a Deflate stream and its Adler-32): the GPU path's
+    verdict for it is zlib's, the one the CPU path gives."""
+    from gpudecode.decode.png import _SHORTEST_ZLIB, _zlib_verdict, adler_stored
+
+    good = write_png(np.zeros((4, 4, 3), np.int64), 2, 8, FILTERS["none"])
+    data = _rebuild(good, z)
+    lay = read_png(data)
+    assert len(lay.stream) < _SHORTEST_ZLIB
+    cpu = PngDecoder(device="cpu").decode([_req(data, "short")]).settle().errors[0]
+    assert cpu is not None and _zlib_verdict(lay) == cpu and "not enough image data" in cpu
+    assert adler_stored(lay) == (int.from_bytes(z[-4:], "big") if len(z) >= 4 else 0)
+
+
 def test_png_kernels_ptx_assembles_for_sm80_and_sm90_without_spills(tmp_path):
     from test_kernels import _ptxas, assemble_without_spills
 

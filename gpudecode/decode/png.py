@@ -229,6 +229,23 @@ def _plan(layouts: list[PngLayout], rows: list[int]) -> _Batch:
     return _Batch(rows, layouts, meta, palettes, src_off, s, o)
 
 
+_SHORTEST_ZLIB = 8  # a zlib header, the shortest Deflate stream (an empty fixed block) and Adler-32
+
+
+def adler_stored(layout: PngLayout) -> int:
+    """The Adler-32 a PNG's zlib stream ends with (0 where it is too short to hold one)."""
+    return struct.unpack(">I", layout.stream[-4:])[0] if len(layout.stream) >= 4 else 0
+
+
+def _zlib_verdict(layout: PngLayout) -> str:
+    """Why zlib refuses `layout`'s stream (one too short for the GPU's inflate), in its words."""
+    try:
+        inflate(layout)
+    except PngError as e:
+        return str(e)
+    return "the image data is shorter than a zlib stream"  # (zlib takes no such stream: not reached)
+
+
 _KERNEL_ERRORS = {1: "a row's filter type is over 4 (PNG defines 0-4)",
                   2: "the image data does not inflate: its Adler-32 is wrong (incorrect data check)"}
 
@@ -391,7 +408,7 @@ class PngDecoder:
             stream = cuda.external_stream(torch.cuda.current_stream(dev).cuda_stream)
             if by_nvcomp and n:  # (zlib checked the host's streams already)
                 lengths = np.array([lay.filtered_size for lay in plan.layouts], np.int64)
-                stored = np.array([struct.unpack(">I", lay.stream[-4:])[0] for lay in plan.layouts], np.int64)
+                stored = np.array([adler_stored(lay) for lay in plan.layouts], np.int64)
                 K.check_adler_cuda(src, offs, torch.from_numpy(lengths).to(dev), torch.from_numpy(stored).to(dev),
                                    torch.zeros((n, 2), dtype=torch.int64, device=dev), bad[:n], int(lengths.max()),
                                    stream)
@@ -409,30 +426,40 @@ class PngDecoder:
         from nvidia import nvcomp  # type: ignore[import-not-found,attr-defined]
 
         dev = self._dev
-        raws = [lay.raw_deflate() for lay in plan.layouts]
+        todo = []
+        for j, lay in enumerate(plan.layouts):
+            if len(lay.stream) < _SHORTEST_ZLIB:  # (no room for a whole stream: zlib says what is wrong)
+                errors[plan.rows[j]] = _zlib_verdict(lay)
+            else:
+                todo.append(j)
+        if not todo:
+            return True
+        raws = [plan.layouts[j].raw_deflate() for j in todo]
         sizes = np.array([len(r) for r in raws], np.int64)
         starts = np.concatenate([[0], np.cumsum(sizes)])
         staged = torch.empty(max(int(starts[-1]), 1), dtype=torch.uint8, pin_memory=True)
         host = staged.numpy()
-        for j, r in enumerate(raws):
-            host[starts[j]:starts[j + 1]] = np.frombuffer(r, np.uint8)
+        for i, r in enumerate(raws):
+            host[starts[i]:starts[i + 1]] = np.frombuffer(r, np.uint8)
         comp = staged.to(dev, non_blocking=True)
         torch.cuda.current_stream(dev).synchronize()
         try:
-            ins = nvcomp.as_arrays([comp[int(starts[j]):int(starts[j + 1])] for j in range(len(raws))])
+            ins = nvcomp.as_arrays([comp[int(starts[i]):int(starts[i + 1])] for i in range(len(raws))])
             outs = self._nvcomp.decode(ins)
-            got_sizes = [int(outs[j].buffer_size) for j in range(len(raws))]
+            got_sizes = [int(outs[i].buffer_size) for i in range(len(raws))]
         except Exception as e:  # a stream it cannot take (or its memory) fails the call: zlib says which
             self.nvcomp_fallbacks += 1
             self.nvcomp_refused = f"{type(e).__name__}: {e}"
+            for j in range(len(plan.layouts)):
+                errors[plan.rows[j]] = None  # (the short ones' verdicts again, from zlib, with the rest)
             return False
-        for j, lay in enumerate(plan.layouts):
-            want = lay.filtered_size
-            if got_sizes[j] != want:  # (zlib's words for the same streams)
-                errors[plan.rows[j]] = (f"not enough image data: {got_sizes[j]:,} of the {want:,} bytes the rows need"
-                                        if got_sizes[j] < want else "more image data than the rows need")
+        for i, j in enumerate(todo):
+            want = plan.layouts[j].filtered_size
+            if got_sizes[i] != want:  # (zlib's words for the same streams)
+                errors[plan.rows[j]] = (f"not enough image data: {got_sizes[i]:,} of the {want:,} bytes the rows need"
+                                        if got_sizes[i] < want else "more image data than the rows need")
                 continue
-            view = torch.as_tensor(outs[j], device=dev).view(torch.uint8).reshape(-1)
+            view = torch.as_tensor(outs[i], device=dev).view(torch.uint8).reshape(-1)
             src[int(plan.src_off[j]):int(plan.src_off[j]) + want].copy_(view)
         return True
 
