@@ -19,6 +19,7 @@
 #include "blocks.h"
 #include "draws.h"
 #include "png_walk.h"
+#include "shuffle.h"
 #include "tar.h"
 
 namespace py = pybind11;
@@ -386,6 +387,26 @@ PYBIND11_MODULE(_native, m) {
       },
       py::arg("data"),
       "Header facts of a JPEG or PNG as a dict; raises ValueError on anything it cannot read.");
+
+  m.def(
+      "shuffle_order",
+      [](int64_t n, int64_t size, int64_t initial, py::array_t<uint32_t, py::array::c_style> state, int index) {
+        if (state.size() != 624) throw py::value_error("an MT19937 state is 624 words");
+        if (n < 0) throw py::value_error("n must be >= 0");
+        PyMersenne rng(state.data(), index);
+        I64 out(n);
+        std::string err;
+        {
+          py::gil_scoped_release nogil;
+          err = shuffle_order(n, size, initial, rng, out.mutable_data());
+        }
+        if (!err.empty()) throw py::value_error(err);
+        return out;
+      },
+      py::arg("n"), py::arg("size"), py::arg("initial"), py::arg("state"), py::arg("index"),
+      "The order 0..n-1 come out of gpudecode.io.planner._shuffled (a shuffle buffer of `size`, giving out once "
+      "it holds `initial`) drawing from a random.Random whose getstate() is (3, (*state, index), None): the same "
+      "order, computed at once with the GIL released (csrc/shuffle.h).");
 
   m.def(
       "png_walk",

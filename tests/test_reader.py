@@ -410,6 +410,38 @@ def test_shuffle_buffer_starts_before_it_is_full():
     assert [first, *rest][:100] != list(range(100))
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_the_native_shuffle_order_is_the_shuffle_buffers_own(seed):
+    """planner.shuffle_order (csrc/shuffle.h: CPython's MT19937 continued from the
+    Random's state, its _randbelow and random.shuffle's draws) gives 0..n-1 in exactly
+    the order _shuffled gives them, whatever n, buffer size and initial fill (edges:
+    empty, one sample, a buffer of 1, buffers larger than the epoch, 2**k lengths where
+    _randbelow redraws most); the Random passed in is left as it was."""
+    import random
+
+    from gpudecode.io.planner import _shuffled, shuffle_order
+
+    pick = random.Random(seed)
+    for n in (0, 1, 2, 255, 256, 257, pick.randrange(3000)):
+        for size in (1, 2, 64, 100, 1000, 5000, pick.randrange(1, 2000)):
+            initial = pick.choice([1, 20, 100, 2000])
+            rng = random.Random(f"epoch:{seed}:{n}:{size}")
+            rng.random()  # (a state mid-block, not just seeded)
+            before = rng.getstate()
+            got = shuffle_order(n, size, rng, initial)
+            assert rng.getstate() == before
+            assert got.tolist() == list(_shuffled(iter(range(n)), size, rng, initial)), (n, size, initial)
+
+
+def test_a_shuffle_buffer_of_2_to_the_32_takes_the_python_path():
+    import random
+
+    from gpudecode.io.planner import _shuffled, shuffle_order
+
+    got = shuffle_order(50, 1 << 32, random.Random(3))
+    assert got.tolist() == list(_shuffled(iter(range(50)), 1 << 32, random.Random(3)))
+
+
 def test_globs_and_printf_patterns_name_shards(tmp_path):
     """The shapes users type: a glob, the `%06d` pattern `gpudecode shard` takes, both in
     a list file too; what they match equals the brace pattern's list (tarfile reads the

@@ -16,6 +16,9 @@ import random
 import warnings
 from typing import Container, Iterator, Literal, TypeVar
 
+import numpy as np
+
+from .. import _native
 from ..errors import ErrorPolicy, ShardReadError
 from . import epoch as _epoch
 from . import shards as _shards
@@ -272,8 +275,7 @@ class EpochPlanner:
         if plan.even is not None and plan.target is not None:
             it = _evened(it, plan.target)
         if not plan.interleaved and self.shuffle and not self.inputs.all_file_lists:
-            rng = random.Random(f"gpudecode-samples:{self.seed}:{plan.epoch}:{plan.consumer}")
-            it = _shuffled(it, self.buffer_size, rng)
+            it = _shuffled(it, self.buffer_size, random.Random(self._shuffle_seed(plan)))
         return itertools.islice(it, start, None) if start else it
 
     def epoch_keys(self, plan: _epoch.EpochPlan, *, start: int = 0,
@@ -282,13 +284,27 @@ class EpochPlanner:
         without reading one; `missing` (known unreadable) left out where the reader would
         leave them out (on_error="skip")."""
         orders = self.orders(plan)
-        runs = ([k for k in self.segment_keys(seg, orders, plan.epoch) if k not in missing] for seg in plan.segments)
+        runs = ([k for k in self.segment_keys(seg, orders, plan.epoch) if k not in missing] if missing
+                else list(self.segment_keys(seg, orders, plan.epoch)) for seg in plan.segments)
         if plan.interleaved:
             keys: Iterator[tuple[str, int]] = itertools.chain.from_iterable(
                 _epoch.interleave(part, rows) for part, rows in plan.by_part(list(runs)))
         else:
             keys = itertools.chain.from_iterable(runs)
-        return list(self.arranged(keys, plan, start))
+        return self.arranged_list(list(keys), plan, start)
+
+    def arranged_list(self, items: list[_T], plan: _epoch.EpochPlan, start: int = 0) -> list[_T]:
+        """arranged() of a whole epoch's list at once: the same items in the same order,
+        the shuffle buffer's draws made natively (shuffle_order), not a sample at a time."""
+        if plan.even is not None and plan.target is not None:
+            items = _evened_list(items, plan.target)
+        if not plan.interleaved and self.shuffle and not self.inputs.all_file_lists:
+            order = shuffle_order(len(items), self.buffer_size, random.Random(self._shuffle_seed(plan)))
+            items = [items[i] for i in order.tolist()]
+        return items[start:] if start else items
+
+    def _shuffle_seed(self, plan: _epoch.EpochPlan) -> str:
+        return f"gpudecode-samples:{self.seed}:{plan.epoch}:{plan.consumer}"
 
     def segment_keys(self, seg: _shards.Segment, orders: dict[str, list[int]], epoch: int
                      ) -> Iterator[tuple[str, int]]:
@@ -300,7 +316,7 @@ class EpochPlanner:
             end = len(order) if seg.stop is None else seg.stop
             return ((paths[order[i]], order[i]) for i in range(seg.start, end))
         end = self.counts.get(epoch)[seg.url] if seg.stop is None else seg.stop
-        return ((seg.url, i) for i in range(seg.start, end))
+        return zip(itertools.repeat(seg.url), range(seg.start, end))  # (the tuples made in C)
 
     def every_key(self, epoch: int) -> Iterator[tuple[str, int]]:
         """(shard, index) of every sample of every source once, as their Samples name them."""
@@ -364,6 +380,27 @@ def _evened(it: Iterator[_T], target: int) -> Iterator[_T]:
     while n < target:
         yield head[n % len(head)]
         n += 1
+
+
+def _evened_list(items: list[_T], target: int) -> list[_T]:
+    """_evened of a whole list: its first `target` items, made up from its head."""
+    if len(items) >= target:
+        return items[:target]
+    if not items:
+        raise ShardReadError(f"no sample could be read to make up {target} of {target} samples")
+    head = items[:_PAD_HEAD]
+    return items + [head[n % len(head)] for n in range(len(items), target)]
+
+
+def shuffle_order(n: int, size: int, rng: random.Random, initial: int = _SHUFFLE_INITIAL) -> np.ndarray:
+    """The order in which _shuffled gives out 0..n-1 drawing from `rng` (int64 [n]): in
+    one native call from rng's MT19937 state (csrc/shuffle.h; rng itself is not advanced),
+    where the buffer is under 2**32 samples, else by _shuffled."""
+    _, state, _ = rng.getstate()
+    try:
+        return _native.shuffle_order(n, size, initial, np.array(state[:624], np.uint32), state[624])
+    except ValueError:
+        return np.fromiter(_shuffled(iter(range(n)), size, rng, initial), np.int64, n)
 
 
 def _shuffled(it: Iterator[_T], size: int, rng: random.Random, initial: int = _SHUFFLE_INITIAL
