@@ -74,6 +74,7 @@ class Prepared:
     draw: tuple = ()   # (seed, epoch, rank, first sample's position): the batch transform's draws
     windows: Any = None  # int64 [N, 4]: the box decoded of each image
     view_boxes: list = field(default_factory=list)  # [view]: int64 [N, 4], the box each view's kernel reads
+    keys: list[str] | None = None  # the samples' keys, where stage A has them as a list already (a resident store)
 
 
 @dataclass

@@ -213,7 +213,7 @@ class Pipeline:
         packed, in one copy."""
         timing = BatchTiming(size=0)
         t0 = time.perf_counter()
-        samples: list[Any] = [store.samples[r] for r in rows.tolist()]
+        samples: list[Any] = store.sample_array[rows].tolist()
         sizes = list(zip(store.heights[rows].tolist(), store.widths[rows].tolist()))
         labels = store.labels[rows].tolist() if store.labels is not None else [0] * len(rows)
         at = np.arange(len(rows), dtype=np.int64) if places is None else np.asarray(places, np.int64)
@@ -223,10 +223,11 @@ class Pipeline:
                 rows, samples, at = rows[same], [samples[k] for k in same], at[same]
                 sizes, labels = [sizes[k] for k in same], [labels[k] for k in same]
         indices: Any = (position + at) * world + rank
-        drawn, params, view_boxes, boxes = self._draw(samples, sizes, indices, seed, epoch)
+        drawn, params, view_boxes, boxes = self._draw(samples, sizes, indices, seed, epoch, store.shapes[rows])
         if drawn is not None:  # (images the transform cannot take: each its sample's error)
             rows, samples = rows[drawn], [samples[k] for k in drawn]
             sizes, labels = [sizes[k] for k in drawn], [labels[k] for k in drawn]
+        keys = store.key_array[rows].tolist()
         t1 = time.perf_counter()
         timing.probe = t1 - t0
         seq = self.seq
@@ -250,7 +251,8 @@ class Pipeline:
                     ready = ev[1]
         timing.decode = time.perf_counter() - t1
         return Prepared(samples, params, sizes, labels, decoded, timing, taken=len(rows) if taken is None else taken,
-                         seq=seq, ready=ready, draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes)
+                         seq=seq, ready=ready, draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes,
+                         keys=keys)
 
     def _same_size(self, items: list[tuple[Any, int, int]]) -> list[int]:
         """A transform without geometry keeps each image's size, and a batch has one: the
@@ -269,15 +271,17 @@ class Pipeline:
         return keep
 
     def _draw(self, samples: list[Any], sizes: list[tuple[int, int]], indices: Any, seed: int,
-              epoch: int) -> tuple[list[int] | None, list[Draws], list[np.ndarray], np.ndarray]:
+              epoch: int, size_array: np.ndarray | None = None
+              ) -> tuple[list[int] | None, list[Draws], list[np.ndarray], np.ndarray]:
         """Each view's draws for a batch (the common plans natively, as columns: see
         transforms.draws), each view's boxes and the boxes decoded (their union over the
         views): (the images kept, or None when all are, params, view boxes, boxes). An image
         the transform cannot take (a crop larger than it, ...) is its sample's DecodeError
         under the policy and the rest are drawn again, as they would be in a batch alone."""
         keep = None
+        size_array = np.asarray(sizes, np.int64).reshape(-1, 2) if size_array is None else size_array
         try:
-            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
+            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices, size_array=size_array)
                       for v, tf in enumerate(self.views)]
         except (ValueError, ArithmeticError):
             keep = _drawable(self.views, self.policy, samples, sizes, indices, seed, epoch)

@@ -92,6 +92,12 @@ class Resident:
         self.strides = hwc_strides(self.shapes)
         self.heights = self.shapes[:, 0].copy()
         self.widths = self.shapes[:, 1].copy()
+        # (object arrays: a batch's samples and keys gathered by its rows in C, not a loop)
+        self.sample_array = np.empty(len(self.samples), object)
+        self.sample_array[:] = self.samples
+        self.key_array = np.array([s.key for s in self.samples], object)
+        # each sample's row, -1 for one that failed while filling: an epoch's order mapped in one call
+        self._row_or_failed = {**dict.fromkeys(self.failed, -1), **self.rows}
 
     @property
     def nbytes(self) -> int:
@@ -104,6 +110,11 @@ class Resident:
         """The store's rows of samples `keys` ((shard, index) pairs, as Samples name them)."""
         rows = self.rows
         return np.fromiter((rows[k] for k in keys), np.int64, len(keys))
+
+    def rows_in_order(self, keys: Sequence[tuple[str, int]]) -> np.ndarray:
+        """rows_of for a whole epoch's order, where a sample that failed while filling is -1
+        (one C-level pass over the keys: no Python per sample)."""
+        return np.fromiter(map(self._row_or_failed.__getitem__, keys), np.int64, len(keys))
 
     def batch(self, rows: np.ndarray, boxes: np.ndarray) -> DecodedBatch:
         """Rows `rows` as a decoded batch whose box k is `boxes[k]` (the window each image's
@@ -485,15 +496,17 @@ def epoch_chunks(reader: Any, store: Resident, epoch: int, *, start: int, plan: 
     out of the order, as the reader leaves it out."""
     policy.skipped.extend(store.read_skips)
     keys = reader.epoch_keys(epoch, start=start, plan=plan, missing=store.unread)
-    rows, failed = store.rows, store.failed
+    order = store.rows_in_order(keys)  # (-1: a sample that failed while filling)
+    failed = store.failed
     for a in range(0, len(keys), batch_size):
-        chunk = keys[a:a + batch_size]
-        if not failed or not any(k in failed for k in chunk):
-            yield store.rows_of(chunk), np.arange(len(chunk), dtype=np.int64), len(chunk)
+        rows = order[a:a + batch_size]
+        n = len(rows)
+        good = rows >= 0
+        if good.all():
+            yield rows, np.arange(n, dtype=np.int64), n
             continue
-        places = [i for i, k in enumerate(chunk) if k not in failed]
-        for k in chunk:
+        for k in keys[a:a + batch_size]:
             for sk in failed.get(k, ()):
                 policy.skipped.append(sk)
-        yield (np.fromiter((rows[chunk[i]] for i in places), np.int64, len(places)), np.asarray(places, np.int64),
-               len(chunk))
+        places = np.flatnonzero(good)
+        yield rows[places], places.astype(np.int64), n

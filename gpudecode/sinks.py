@@ -114,7 +114,10 @@ class OutputRing:
                 ready = torch.cuda.Event()
                 ready.record(stream)
                 gpu.retire(p.seq, ready, decoded)  # its buffers live until the kernel is done
-        keys = [s.key for s in p.samples] if whole else [p.samples[k].key for k in ok]
+        if p.keys is not None:
+            keys = p.keys if whole else [p.keys[k] for k in ok]
+        else:
+            keys = [s.key for s in p.samples] if whole else [p.samples[k].key for k in ok]
         return self._handed_on(p, images, len(ok), keys, lab, ready, t0)
 
     def _labels(self, p: Prepared, ok: list[int], whole: bool) -> torch.Tensor | None:

@@ -91,11 +91,12 @@ class Compose(Transform):
         return self.draw_batch(sizes, seed, epoch=epoch, indices=indices).dicts()
 
     def draw_batch(self, sizes: Sequence[tuple[int, int]], seed: int, *, epoch: int = 0,
-                   indices: Sequence[int] | np.ndarray | None = None) -> Draws:
+                   indices: Sequence[int] | np.ndarray | None = None, size_array: np.ndarray | None = None) -> Draws:
         """make_params' draws as a `Draws` (a sequence of its dicts, made when read; the
         kernel's arrays made without them): for the common plans in one native call for
-        the batch, else by the Python path (see transforms.draws)."""
-        return draw_batch(self.plan, sizes, seed, epoch=epoch, indices=indices)
+        the batch, else by the Python path (see transforms.draws). `size_array`: `sizes`
+        as int64 [N, 2], where the caller has it."""
+        return draw_batch(self.plan, sizes, seed, epoch=epoch, indices=indices, size_array=size_array)
 
     def _python_params(self, sizes: Sequence[tuple[int, int]], seed: int, *, epoch: int = 0,
                        indices: Sequence[int] | np.ndarray | None = None) -> list[dict]:
@@ -131,14 +132,16 @@ class Compose(Transform):
             raise ValueError(f"{len(idx)} images for an output of {view.shape[0]}")
         if len(idx) == 0:
             return
+        draws = as_draws(self.plan, params, sizes)
         if stream is None and workspace is not None and decoded.pixels.device.type == "cpu":
             # the CPU twin's work rows, declared for the batch's widest image (no crop it draws is
             # wider) and its filter weights for its largest side: a run of images of one size
             # never makes them again, whatever the crops
-            hw = [sizes[k] for k in idx.tolist()]
-            fused.reserve_cpu(workspace, num_threads or (os.cpu_count() or 1), max(w for _, w in hw),
-                              tuple(view.shape), max(max(h, w) for h, w in hw))
-        geom, args, order = as_draws(self.plan, params, sizes).encode(idx)
+            hw = (draws.size_array[idx] if isinstance(params, Draws)  # (a caller's dicts may size only `rows`)
+                  else np.asarray([sizes[k] for k in idx.tolist()], np.int64).reshape(-1, 2))
+            fused.reserve_cpu(workspace, num_threads or (os.cpu_count() or 1), int(hw[:, 1].max()),
+                              tuple(view.shape), int(hw.max()))
+        geom, args, order = draws.encode(idx)
         if self.plan.canvas is None:
             read = idx
             geom[:, fused.TOP:fused.BW + 1] = decoded.boxes[idx]  # (the window the decoder gave)

@@ -41,14 +41,16 @@ _JITTER_IDS = np.array(JITTER_OPS, np.int32)
 
 
 def draw_batch(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *, epoch: int = 0,
-               indices: Sequence[int] | np.ndarray | None = None) -> "Draws":
+               indices: Sequence[int] | np.ndarray | None = None, size_array: np.ndarray | None = None) -> "Draws":
     """The batch's draws as a `Draws`: for the common plans in one native call for the
-    batch, else by the Python path. (seed, epoch, index) fixes each sample's draws."""
+    batch, else by the Python path. (seed, epoch, index) fixes each sample's draws.
+    `size_array`: `sizes` as int64 [N, 2], where the caller has it."""
     spec = plan.native_spec
     if spec is not None and len(sizes):
         idx = np.arange(len(sizes), dtype=np.int64) if indices is None else np.asarray(indices)
         if idx.dtype == np.int64 and idx.shape == (len(sizes),):  # (Python ints beyond int64: the Python path)
-            size_array = np.asarray(sizes, np.int64).reshape(-1, 2)
+            if size_array is None:
+                size_array = np.asarray(sizes, np.int64).reshape(-1, 2)
             cols = _native.draw_batch(spec, size_array, idx, _epoch_key(seed, epoch))
             if cols is not None:  # (None: a sample it cannot draw; the Python path names why)
                 return Draws(plan, sizes, columns=cols, size_array=size_array)
