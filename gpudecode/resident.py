@@ -31,6 +31,7 @@ under 8 GB on the GPU, under 128 GB in RAM, and only then on local SSD or the ne
 """
 from __future__ import annotations
 
+import itertools
 import mmap
 import os
 import time
@@ -55,6 +56,8 @@ KEEPS = ("ram", "gpu", "auto")
 GPU_RULE = 8 << 30     # the talks' rule: a set under 8 GB lives on the GPU
 RAM_RULE = 128 << 30   # and one under 128 GB in RAM
 _FILL_CHUNK = 256      # samples probed and decoded at a time while filling
+UNREAD = -1            # a store's code for a sample the reader could not read (epoch_rows)
+FAILED = -2            # FAILED - j: the j-th sample that failed while filling (Resident.failed_keys)
 _ESTIMATE_AFTER = 1024  # samples read before the set's size is estimated (and refused early)
 
 
@@ -96,8 +99,18 @@ class Resident:
         self.sample_array = np.empty(len(self.samples), object)
         self.sample_array[:] = self.samples
         self.key_array = np.array([s.key for s in self.samples], object)
-        # each sample's row, -1 for one that failed while filling: an epoch's order mapped in one call
-        self._row_or_failed = {**dict.fromkeys(self.failed, -1), **self.rows}
+        # each sample's code: its row, or FAILED - j for the j-th that failed while filling, or
+        # UNREAD; per source a code array by sample index, and a dict for keys of other forms
+        self.failed_keys = list(self.failed)
+        self._codes = {**{k: FAILED - j for j, k in enumerate(self.failed_keys)}, **self.rows}
+        self.source_codes: dict[str, np.ndarray] = {}
+        most: dict[str, int] = {}
+        for shard, index in itertools.chain(self._codes, self.unread):
+            most[shard] = max(most.get(shard, -1), index)
+        for shard, top in most.items():
+            self.source_codes[shard] = np.full(top + 1, UNREAD, np.int64)
+        for (shard, index), code in self._codes.items():
+            self.source_codes[shard][index] = code
 
     @property
     def nbytes(self) -> int:
@@ -106,15 +119,11 @@ class Resident:
     def __len__(self) -> int:
         return len(self.samples)
 
-    def rows_of(self, keys: Sequence[tuple[str, int]]) -> np.ndarray:
-        """The store's rows of samples `keys` ((shard, index) pairs, as Samples name them)."""
-        rows = self.rows
-        return np.fromiter((rows[k] for k in keys), np.int64, len(keys))
 
-    def rows_in_order(self, keys: Sequence[tuple[str, int]]) -> np.ndarray:
-        """rows_of for a whole epoch's order, where a sample that failed while filling is -1
-        (one C-level pass over the keys: no Python per sample)."""
-        return np.fromiter(map(self._row_or_failed.__getitem__, keys), np.int64, len(keys))
+    def codes_of(self, keys: Sequence[tuple[str, int]]) -> np.ndarray:
+        """The codes of samples `keys` (see epoch_rows; unread keys must be left out first),
+        in one C-level pass over them."""
+        return np.fromiter(map(self._codes.__getitem__, keys), np.int64, len(keys))
 
     def batch(self, rows: np.ndarray, boxes: np.ndarray) -> DecodedBatch:
         """Rows `rows` as a decoded batch whose box k is `boxes[k]` (the window each image's
@@ -495,18 +504,38 @@ def epoch_chunks(reader: Any, store: Resident, epoch: int, *, start: int, plan: 
     recorded again, as a streamed epoch records it; what the reader could not read is left
     out of the order, as the reader leaves it out."""
     policy.skipped.extend(store.read_skips)
-    keys = reader.epoch_keys(epoch, start=start, plan=plan, missing=store.unread)
-    order = store.rows_in_order(keys)  # (-1: a sample that failed while filling)
-    failed = store.failed
-    for a in range(0, len(keys), batch_size):
+    order = epoch_rows(reader, store, epoch, start=start, plan=plan)
+    for a in range(0, len(order), batch_size):
         rows = order[a:a + batch_size]
         n = len(rows)
         good = rows >= 0
         if good.all():
             yield rows, np.arange(n, dtype=np.int64), n
             continue
-        for k in keys[a:a + batch_size]:
-            for sk in failed.get(k, ()):
-                policy.skipped.append(sk)
+        for code in rows[~good].tolist():
+            policy.skipped.extend(store.failed[store.failed_keys[FAILED - code]])
         places = np.flatnonzero(good)
         yield rows[places], places.astype(np.int64), n
+
+
+def epoch_rows(reader: Any, store: Resident, epoch: int, *, start: int = 0, plan: Any = None) -> np.ndarray:
+    """The store's codes of the samples `reader` gives out in `epoch` from `start`, in
+    order (ShardReader.epoch_keys' order, made from arrays): a row, or FAILED - j for the
+    j-th sample that failed while filling (it keeps its place); what the reader could not
+    read is left out, as the reader leaves it out. A shard's samples are sliced from its
+    code array (no Python per sample); a file list's go by their keys."""
+    planner = reader.planner
+    plan = plan if plan is not None else planner.plan(epoch)
+    orders = planner.orders(plan)
+    runs = []
+    for seg in plan.segments:
+        codes = store.source_codes.get(seg.url) if seg.url not in orders else None
+        end = (planner.counts.get(plan.epoch)[seg.url] if seg.stop is None else seg.stop) if codes is not None else 0
+        if codes is not None and end <= len(codes):
+            run = codes[seg.start:end]
+            runs.append(run[run != UNREAD])
+        else:
+            keys = [k for k in planner.segment_keys(seg, orders, plan.epoch) if k not in store.unread]
+            runs.append(store.codes_of(keys))
+    base = np.concatenate(runs) if runs else np.zeros(0, np.int64)
+    return base[planner.positions(plan, [len(r) for r in runs], start)]

@@ -350,3 +350,53 @@ def test_the_fills_peak_is_the_store_not_twice_it(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     grew = float(p.stdout.strip().splitlines()[-1])
     assert 0.9 < grew < 1.3, grew
+
+
+@pytest.mark.parametrize("kw", [
+    dict(split="shard", shuffle=False), dict(split="shard", world_size=3, even="pad"),
+    dict(split="sample", world_size=3, even="drop"), dict(split="sample", world_size=2, even=None),
+    dict(split="elastic", world_size=3), dict(tree=True, split="sample", world_size=2),
+    dict(tree=True, split="elastic", world_size=2), dict(mixture=True, world_size=2),
+    dict(bad=True), dict(bad=True, split="sample", world_size=2, even="pad"),
+])
+def test_an_epochs_rows_from_arrays_equal_its_keys_rows(shards, photos, tmp_path, kw):
+    """resident.epoch_rows (each shard's codes sliced, the order by positions) gives the
+    rows of ShardReader.epoch_keys' order (Resident.codes_of), for every split, file
+    lists, mixtures and samples that failed while filling (their codes keep their
+    places), from the start and from the middle."""
+    from gpudecode.resident import FAILED, epoch_rows
+
+    kw = dict(kw)
+    urls: object = shards
+    if kw.pop("tree", False):
+        for c in ("a", "b"):
+            os.makedirs(tmp_path / c)
+            for i in range(9):
+                (tmp_path / c / f"{i}.png").write_bytes(encode(photos["rocket"][i:i + 20, :30], "PNG"))
+        urls = str(tmp_path)
+    if kw.pop("mixture", False):
+        urls = [Source(shards[:2], weight=1.0), Source(shards[2:], repeat=0.5)]
+    if kw.pop("bad", False):
+        samples = [{"__key__": f"{k:03d}", "jpg": encode(photos["astronaut"][k:k + 40, :50]), "cls": b"1"}
+                   for k in range(30)]
+        samples[5]["jpg"] = b"not an image"
+        samples[17]["cls"] = b"minus one"
+        urls = [make_shard(tmp_path / "bad.tar", samples), *shards[:2]]
+        kw["on_error"] = "skip"
+    world = kw.pop("world_size", 1)
+    seen = []
+    for rank in range(world):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (even's cost warnings)
+            with Loader(urls, transform=_tf(), keep="ram", rank=rank, world_size=world,
+                        **{**KW, "seed": 3, **kw}) as ld:
+                list(ld)
+                store, rd = ld.keeper.resident, ld.reader
+                for epoch in (0, 3):
+                    for start in (0, 5):
+                        keys = rd.epoch_keys(epoch, start=start, missing=store.unread)
+                        got = epoch_rows(rd, store, epoch, start=start)
+                        assert got.tolist() == store.codes_of(keys).tolist(), (rank, epoch, start)
+                        seen += got.tolist()
+                failed = len(store.failed)
+    assert sum(code <= FAILED for code in seen) > 0 if failed else min(seen) >= 0

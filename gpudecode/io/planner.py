@@ -14,7 +14,7 @@ import math
 import os
 import random
 import warnings
-from typing import Container, Iterator, Literal, TypeVar
+from typing import Container, Iterator, Literal, Sequence, TypeVar
 
 import numpy as np
 
@@ -284,24 +284,32 @@ class EpochPlanner:
         without reading one; `missing` (known unreadable) left out where the reader would
         leave them out (on_error="skip")."""
         orders = self.orders(plan)
-        runs = ([k for k in self.segment_keys(seg, orders, plan.epoch) if k not in missing] if missing
-                else list(self.segment_keys(seg, orders, plan.epoch)) for seg in plan.segments)
-        if plan.interleaved:
-            keys: Iterator[tuple[str, int]] = itertools.chain.from_iterable(
-                _epoch.interleave(part, rows) for part, rows in plan.by_part(list(runs)))
-        else:
-            keys = itertools.chain.from_iterable(runs)
-        return self.arranged_list(list(keys), plan, start)
+        runs = [[k for k in self.segment_keys(seg, orders, plan.epoch) if k not in missing] if missing
+                else list(self.segment_keys(seg, orders, plan.epoch)) for seg in plan.segments]
+        base = list(itertools.chain.from_iterable(runs))
+        return [base[i] for i in self.positions(plan, [len(r) for r in runs], start).tolist()]
 
-    def arranged_list(self, items: list[_T], plan: _epoch.EpochPlan, start: int = 0) -> list[_T]:
-        """arranged() of a whole epoch's list at once: the same items in the same order,
-        the shuffle buffer's draws made natively (shuffle_order), not a sample at a time."""
+    def positions(self, plan: _epoch.EpochPlan, lengths: Sequence[int], start: int = 0) -> np.ndarray:
+        """Where each sample the consumer gives out for `plan` stands among its segments'
+        runs laid end to end (run k: plan.segments[k]'s samples less those missing,
+        lengths[k] of them), in the order given out: interleaved by the plan's parts
+        (elastic), made up or cut to its target under `even`, through the shuffle buffer
+        where shards are shuffled (its draws made natively: shuffle_order), from `start`.
+        arranged() gives the same order a sample at a time, as the reader reads."""
+        if plan.interleaved:
+            runs, at = [], 0
+            for n in lengths:
+                runs.append(range(at, at + n))
+                at += n
+            pos = np.fromiter(itertools.chain.from_iterable(
+                _epoch.interleave(part, rows) for part, rows in plan.by_part(runs)), np.int64)
+        else:
+            pos = np.arange(sum(lengths), dtype=np.int64)
         if plan.even is not None and plan.target is not None:
-            items = _evened_list(items, plan.target)
+            pos = _evened_positions(pos, plan.target)
         if not plan.interleaved and self.shuffle and not self.inputs.all_file_lists:
-            order = shuffle_order(len(items), self.buffer_size, random.Random(self._shuffle_seed(plan)))
-            items = [items[i] for i in order.tolist()]
-        return items[start:] if start else items
+            pos = pos[shuffle_order(len(pos), self.buffer_size, random.Random(self._shuffle_seed(plan)))]
+        return pos[start:] if start else pos
 
     def _shuffle_seed(self, plan: _epoch.EpochPlan) -> str:
         return f"gpudecode-samples:{self.seed}:{plan.epoch}:{plan.consumer}"
@@ -382,14 +390,14 @@ def _evened(it: Iterator[_T], target: int) -> Iterator[_T]:
         n += 1
 
 
-def _evened_list(items: list[_T], target: int) -> list[_T]:
-    """_evened of a whole list: its first `target` items, made up from its head."""
-    if len(items) >= target:
-        return items[:target]
-    if not items:
+def _evened_positions(pos: np.ndarray, target: int) -> np.ndarray:
+    """_evened of a whole epoch's positions: the first `target`, made up from the head."""
+    if len(pos) >= target:
+        return pos[:target]
+    if not len(pos):
         raise ShardReadError(f"no sample could be read to make up {target} of {target} samples")
-    head = items[:_PAD_HEAD]
-    return items + [head[n % len(head)] for n in range(len(items), target)]
+    head = pos[:_PAD_HEAD]
+    return np.concatenate([pos, head[np.arange(len(pos), target) % len(head)]])
 
 
 def shuffle_order(n: int, size: int, rng: random.Random, initial: int = _SHUFFLE_INITIAL) -> np.ndarray:
