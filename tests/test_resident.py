@@ -264,6 +264,20 @@ def test_keep_arguments_are_checked_where_given(shards, kw, message):
         Loader(shards, transform=_tf(), **KW, **kw)
 
 
+def _sources(kw: dict, shards, photos, tmp_path) -> object:
+    """The sources a parametrized case names (its "tree" and "mixture" popped from kw): an
+    image folder of 18 PNGs (also for repeated_augs), a mixture of the shards, else the shards."""
+    if kw.pop("tree", False) or kw.get("repeated_augs"):
+        for c in ("a", "b"):
+            os.makedirs(tmp_path / c)
+            for i in range(9):
+                (tmp_path / c / f"{i}.png").write_bytes(encode(photos["rocket"][i:i + 20, :30], "PNG"))
+        return str(tmp_path)
+    if kw.pop("mixture", False):
+        return [Source(shards[:2], weight=1.0), Source(shards[2:], repeat=0.5)]
+    return shards
+
+
 @pytest.mark.parametrize("kw", [
     dict(split="shard", shuffle=False), dict(split="shard", world_size=3, even="pad"),
     dict(split="sample", world_size=3, even="drop"), dict(split="sample", world_size=2, even=None),
@@ -273,15 +287,7 @@ def test_keep_arguments_are_checked_where_given(shards, kw, message):
 ])
 def test_the_readers_order_of_keys_is_the_order_it_reads(shards, photos, tmp_path, kw):
     kw = dict(kw)
-    urls: object = shards
-    if kw.pop("tree", False) or kw.get("repeated_augs"):
-        for c in ("a", "b"):
-            os.makedirs(tmp_path / c)
-            for i in range(9):
-                (tmp_path / c / f"{i}.png").write_bytes(encode(photos["rocket"][i:i + 20, :30], "PNG"))
-        urls = str(tmp_path)
-    if kw.pop("mixture", False):
-        urls = [Source(shards[:2], weight=1.0), Source(shards[2:], repeat=0.5)]
+    urls = _sources(kw, shards, photos, tmp_path)
     world = kw.pop("world_size", 1)
     shuffle = kw.pop("shuffle", True)
     for rank in range(world):
@@ -367,15 +373,7 @@ def test_an_epochs_rows_from_arrays_equal_its_keys_rows(shards, photos, tmp_path
     from gpudecode.resident import FAILED, epoch_rows
 
     kw = dict(kw)
-    urls: object = shards
-    if kw.pop("tree", False):
-        for c in ("a", "b"):
-            os.makedirs(tmp_path / c)
-            for i in range(9):
-                (tmp_path / c / f"{i}.png").write_bytes(encode(photos["rocket"][i:i + 20, :30], "PNG"))
-        urls = str(tmp_path)
-    if kw.pop("mixture", False):
-        urls = [Source(shards[:2], weight=1.0), Source(shards[2:], repeat=0.5)]
+    urls = _sources(kw, shards, photos, tmp_path)
     if kw.pop("bad", False):
         samples = [{"__key__": f"{k:03d}", "jpg": encode(photos["astronaut"][k:k + 40, :50]), "cls": b"1"}
                    for k in range(30)]
