@@ -100,16 +100,15 @@ class Resident:
         self.sample_array[:] = self.samples
         self.key_array = np.array([s.key for s in self.samples], object)
         # each sample's code: its row, or FAILED - j for the j-th that failed while filling, or
-        # UNREAD; per source a code array by sample index, and a dict for keys of other forms
+        # UNREAD; per shard a code array by sample index (a file list's: list_codes, on first use)
         self.failed_keys = list(self.failed)
-        self._codes = {**{k: FAILED - j for j, k in enumerate(self.failed_keys)}, **self.rows}
-        self.source_codes: dict[str, np.ndarray] = {}
+        self._failed_codes = {k: FAILED - j for j, k in enumerate(self.failed_keys)}
+        self._list_codes: dict[str, np.ndarray] = {}
         most: dict[str, int] = {}
-        for shard, index in itertools.chain(self._codes, self.unread):
+        for shard, index in itertools.chain(self.rows, self.failed, self.unread):
             most[shard] = max(most.get(shard, -1), index)
-        for shard, top in most.items():
-            self.source_codes[shard] = np.full(top + 1, UNREAD, np.int64)
-        for (shard, index), code in self._codes.items():
+        self.source_codes = {shard: np.full(top + 1, UNREAD, np.int64) for shard, top in most.items()}
+        for (shard, index), code in itertools.chain(self.rows.items(), self._failed_codes.items()):
             self.source_codes[shard][index] = code
 
     @property
@@ -120,10 +119,21 @@ class Resident:
         return len(self.samples)
 
 
+    def code(self, key: tuple[str, int]) -> int:
+        """Sample `key`'s code (see epoch_rows)."""
+        row = self.rows.get(key)
+        return row if row is not None else self._failed_codes.get(key, UNREAD)
+
     def codes_of(self, keys: Sequence[tuple[str, int]]) -> np.ndarray:
-        """The codes of samples `keys` (see epoch_rows; unread keys must be left out first),
-        in one C-level pass over them."""
-        return np.fromiter(map(self._codes.__getitem__, keys), np.int64, len(keys))
+        """The codes of samples `keys`, in order."""
+        return np.fromiter(map(self.code, keys), np.int64, len(keys))
+
+    def list_codes(self, name: str, paths: Sequence[str]) -> np.ndarray:
+        """File list `name`'s codes by its index (its samples are (paths[i], i)), made once."""
+        got = self._list_codes.get(name)
+        if got is None:
+            got = self._list_codes[name] = self.codes_of([(p, i) for i, p in enumerate(paths)])
+        return got
 
     def batch(self, rows: np.ndarray, boxes: np.ndarray) -> DecodedBatch:
         """Rows `rows` as a decoded batch whose box k is `boxes[k]` (the window each image's
@@ -471,13 +481,18 @@ class _Arena:
 
     def tensor(self, tier: str, device: str) -> torch.Tensor:
         """The images one after the other in one uint8 tensor of the tier: the mapping's
-        written part as it is (RAM), or copied to device memory ("gpu"), or to page-locked
-        memory where a CUDA device will read a "ram" store (its peak is then the store
-        twice, for the copy)."""
+        written part as it is (RAM), or copied from it to device memory ("gpu"), or to
+        page-locked memory where a CUDA device will read a "ram" store (its peak is then
+        the store twice, for the copy)."""
         total = max(self.at, 1)
         pinned = tier == "ram" and device.startswith("cuda")
-        if self.flat is not None and tier == "ram" and not pinned:
-            return torch.from_numpy(self.flat[:total])  # (it keeps the mapping alive)
+        if self.flat is not None and not pinned:
+            mapped = torch.from_numpy(self.flat[:total])  # (it keeps the mapping alive)
+            if tier == "ram":
+                return mapped
+            on_device = mapped.to(torch.device(device))  # (straight from the mapping: no host copy)
+            self.flat = self._map = None
+            return on_device
         host = torch.empty(total, dtype=torch.uint8, pin_memory=pinned)
         flat = host.numpy()
         if self.flat is not None:
@@ -523,19 +538,23 @@ def epoch_rows(reader: Any, store: Resident, epoch: int, *, start: int = 0, plan
     order (ShardReader.epoch_keys' order, made from arrays): a row, or FAILED - j for the
     j-th sample that failed while filling (it keeps its place); what the reader could not
     read is left out, as the reader leaves it out. A shard's samples are sliced from its
-    code array (no Python per sample); a file list's go by their keys."""
+    code array, a file list's gathered from its own by the list's epoch order: no Python
+    per sample."""
     planner = reader.planner
     plan = plan if plan is not None else planner.plan(epoch)
     orders = planner.orders(plan)
     runs = []
     for seg in plan.segments:
-        codes = store.source_codes.get(seg.url) if seg.url not in orders else None
-        end = (planner.counts.get(plan.epoch)[seg.url] if seg.stop is None else seg.stop) if codes is not None else 0
-        if codes is not None and end <= len(codes):
-            run = codes[seg.start:end]
-            runs.append(run[run != UNREAD])
+        order = orders.get(seg.url)
+        if order is not None:  # a file list: its samples by their index in the list, in its epoch order
+            codes = store.list_codes(seg.url, planner.inputs.files[seg.url].paths)
+            end = len(order) if seg.stop is None else seg.stop
+            run = codes[np.asarray(order[seg.start:end], np.int64)]
         else:
-            keys = [k for k in planner.segment_keys(seg, orders, plan.epoch) if k not in store.unread]
-            runs.append(store.codes_of(keys))
+            codes = store.source_codes.get(seg.url, np.zeros(0, np.int64))
+            end = planner.counts.get(plan.epoch)[seg.url] if seg.stop is None else seg.stop
+            run = (codes[seg.start:end] if end <= len(codes)
+                   else store.codes_of(list(planner.segment_keys(seg, orders, plan.epoch))))
+        runs.append(run[run != UNREAD])
     base = np.concatenate(runs) if runs else np.zeros(0, np.int64)
     return base[planner.positions(plan, [len(r) for r in runs], start)]
