@@ -21,8 +21,10 @@ without PLTE before IDAT, a bad PLTE length, a second PLTE, no IDAT, a chunk cut
 Then the stream: a zlib header PNG does not allow, less or more data than the rows need,
 a stream that does not end after them, a wrong Adler-32 (zlib checks it on the CPU; on a
 GPU nvCOMP inflates the raw Deflate inside the wrapper, and kernels/png.py's Adler kernel
-checks each stream against the four bytes that end it). A filter type over 4 is refused
-by the kernel. Where nvCOMP refuses a batch as a whole (its call raises), the batch is
+checks each stream against the four bytes that end it; zlib reads the four bytes right
+after the Deflate data, so a stream with bytes between the two is refused on the CPU and,
+where its pixels and last four bytes agree, taken on the GPU). A filter type over 4 is
+refused by the kernel. Where nvCOMP refuses a batch as a whole (its call raises), the batch is
 inflated by zlib on the host instead, so each image gets its own verdict
 (`nvcomp_fallbacks` counts such batches, `describe()` says why).
 Interlaced (Adam7) images are decoded by the CPU decoder's libpng on the host and
