@@ -398,3 +398,27 @@ def test_an_epochs_rows_from_arrays_equal_its_keys_rows(shards, photos, tmp_path
                         seen += got.tolist()
                 failed = len(store.failed)
     assert sum(code <= FAILED for code in seen) > 0 if failed else min(seen) >= 0
+
+
+def test_a_ram_store_feeding_a_gpu_packs_each_window_as_numpy_slices_it():
+    """Resident.gathered (what a RAM store uploads for a GPU: each image's window, packed):
+    the native copy equals numpy's slices of the stored images, for windows of every
+    shape (empty, one pixel, whole, at the edges); a window outside its image is refused."""
+    from gpudecode.resident import Resident, StoredSample
+
+    rng = np.random.default_rng(12)
+    shapes = np.array([[5, 7], [1, 1], [33, 20], [8, 64]], np.int64)
+    images = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in shapes.tolist()]
+    sizes = shapes[:, 0] * shapes[:, 1] * 3
+    store = Resident("ram", torch.from_numpy(np.concatenate([i.reshape(-1) for i in images])),
+                     np.cumsum(sizes) - sizes, shapes, None, [StoredSample(str(k), "s", k) for k in range(4)],
+                     {("s", k): k for k in range(4)})
+    rows = np.array([2, 0, 3, 1, 2, 3], np.int64)
+    boxes = np.array([[0, 0, 33, 20], [1, 2, 3, 4], [7, 60, 1, 4], [0, 0, 1, 1], [32, 19, 1, 1], [3, 3, 0, 0]])
+    got = store.gathered(rows, boxes)
+    for k, (r, (t, l, h, w)) in enumerate(zip(rows.tolist(), boxes.tolist())):
+        a = int(got.offsets[k])
+        assert np.array_equal(got.pixels.numpy()[a:a + h * w * 3].reshape(h, w, 3), images[r][t:t + h, l:l + w])
+        assert got.shapes[k].tolist() == [h, w] and got.boxes[k].tolist() == [0, 0, h, w]
+    with pytest.raises(ValueError, match=r"outside stored image 0 \(5x7\)"):
+        store.gathered(np.array([0]), np.array([[3, 0, 3, 7]]))
