@@ -119,7 +119,6 @@ class Resident:
     def __len__(self) -> int:
         return len(self.samples)
 
-
     def code(self, key: tuple[str, int]) -> int:
         """Sample `key`'s code (see epoch_rows)."""
         row = self.rows.get(key)
@@ -151,8 +150,9 @@ class Resident:
         boxes = np.asarray(boxes, np.int64).reshape(len(rows), 4)
         heights, widths = self.heights[rows], self.widths[rows]
         t, l, h, w = boxes.T
-        if ((t < 0) | (l < 0) | (h < 0) | (w < 0) | (t + h > heights) | (l + w > widths)).any():
-            k = int(np.flatnonzero((t < 0) | (l < 0) | (h < 0) | (w < 0) | (t + h > heights) | (l + w > widths))[0])
+        outside = (t < 0) | (l < 0) | (h < 0) | (w < 0) | (t + h > heights) | (l + w > widths)
+        if outside.any():
+            k = int(np.flatnonzero(outside)[0])
             raise ValueError(f"window {tuple(boxes[k].tolist())} is outside stored image {int(rows[k])} "
                              f"({int(heights[k])}x{int(widths[k])})")
         sizes = h * w * 3
@@ -525,9 +525,8 @@ class _Arena:
             mapped = torch.from_numpy(self.flat[:total])  # (it keeps the mapping alive)
             if tier == "ram":
                 return mapped
-            on_device = mapped.to(torch.device(device))  # (straight from the mapping: no host copy)
             self.flat = self._map = None
-            return on_device
+            return mapped.to(torch.device(device))  # (straight from the mapping: no host copy)
         host = torch.empty(total, dtype=torch.uint8, pin_memory=pinned)
         flat = host.numpy()
         if self.flat is not None:
@@ -539,9 +538,7 @@ class _Arena:
                 at += img.size
         self.parts.clear()
         self.flat = self._map = None
-        if tier == "gpu":
-            return host.to(torch.device(device))
-        return host
+        return host.to(torch.device(device)) if tier == "gpu" else host
 
 
 def epoch_chunks(reader: Any, store: Resident, epoch: int, *, start: int, plan: Any, batch_size: int,
@@ -580,16 +577,11 @@ def epoch_rows(reader: Any, store: Resident, epoch: int, *, start: int = 0, plan
     orders = planner.orders(plan)
     runs = []
     for seg in plan.segments:
-        order = orders.get(seg.url)
-        if order is not None:  # a file list: its samples by their index in the list, in its epoch order
-            codes = store.list_codes(seg.url, planner.inputs.files[seg.url].paths)
-            end = len(order) if seg.stop is None else seg.stop
-            run = codes[np.asarray(order[seg.start:end], np.int64)]
-        else:
-            codes = store.source_codes.get(seg.url, np.zeros(0, np.int64))
-            end = planner.counts.get(plan.epoch)[seg.url] if seg.stop is None else seg.stop
-            run = (codes[seg.start:end] if end <= len(codes)
-                   else store.codes_of(list(planner.segment_keys(seg, orders, plan.epoch))))
+        idx = planner.segment_indices(seg, orders, plan.epoch)
+        codes = (store.list_codes(seg.url, planner.inputs.files[seg.url].paths) if seg.url in orders
+                 else store.source_codes.get(seg.url, np.zeros(0, np.int64)))
+        run = (codes[idx] if not len(idx) or int(idx.max()) < len(codes)
+               else store.codes_of(list(planner.segment_keys(seg, orders, plan.epoch))))
         runs.append(run[run != UNREAD])
     base = np.concatenate(runs) if runs else np.zeros(0, np.int64)
     return base[planner.positions(plan, [len(r) for r in runs], start)]

@@ -266,7 +266,7 @@ def _cuda_namespace(device) -> dict:
 
 
 _KERNELS: dict[str, Callable] = {"unfilter": _unfilter_kernel, "rgb": _rgb_kernel, "adler": _adler_kernel,
-            "adler_check": _adler_check_kernel}
+                                 "adler_check": _adler_check_kernel}
 
 
 @functools.cache

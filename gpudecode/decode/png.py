@@ -42,6 +42,7 @@ import numpy as np
 import torch
 
 from .. import _native
+from ..kernels.png import BAD_ADLER, BAD_FILTER
 from ._base import DecodedBatch, Request, Requests, hwc_strides
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -248,8 +249,8 @@ def _zlib_verdict(layout: PngLayout) -> str:
     return "the image data is shorter than a zlib stream"  # (zlib takes no such stream: not reached)
 
 
-_KERNEL_ERRORS = {1: "a row's filter type is over 4 (PNG defines 0-4)",
-                  2: "the image data does not inflate: its Adler-32 is wrong (incorrect data check)"}
+_KERNEL_ERRORS = {BAD_FILTER: "a row's filter type is over 4 (PNG defines 0-4)",
+                  BAD_ADLER: "the image data does not inflate: its Adler-32 is wrong (incorrect data check)"}
 
 
 class PngDecoder:
@@ -408,7 +409,7 @@ class PngDecoder:
         n = len(plan.rows)
         with torch.cuda.device(dev):
             stream = cuda.external_stream(torch.cuda.current_stream(dev).cuda_stream)
-            if by_nvcomp and n:  # (zlib checked the host's streams already)
+            if by_nvcomp:  # (zlib checked the host's streams already)
                 lengths = np.array([lay.filtered_size for lay in plan.layouts], np.int64)
                 stored = np.array([adler_stored(lay) for lay in plan.layouts], np.int64)
                 K.check_adler_cuda(src, offs, torch.from_numpy(lengths).to(dev), torch.from_numpy(stored).to(dev),
@@ -425,45 +426,47 @@ class PngDecoder:
         """Every stream of the batch inflated in one nvCOMP call, each copied into `src`
         (its size checked here, its Adler-32 by the caller's kernel). False, nothing set,
         where nvCOMP refused the batch as a whole (the caller inflates it with zlib)."""
+        # a stream with no room for a whole zlib stream is never nvCOMP's: zlib says what is wrong
+        short = [j for j, lay in enumerate(plan.layouts) if len(lay.stream) < _SHORTEST_ZLIB]
+        todo = [j for j, lay in enumerate(plan.layouts) if len(lay.stream) >= _SHORTEST_ZLIB]
+        outs: Any = []
+        if todo:
+            got = self._nvcomp_decode([plan.layouts[j].raw_deflate() for j in todo])
+            if got is None:
+                return False
+            outs = got
+        for j in short:
+            errors[plan.rows[j]] = _zlib_verdict(plan.layouts[j])
+        for out, j in zip(outs, todo):
+            size, want = int(out.buffer_size), plan.layouts[j].filtered_size
+            if size != want:  # (zlib's words for the same streams)
+                errors[plan.rows[j]] = (f"not enough image data: {size:,} of the {want:,} bytes the rows need"
+                                        if size < want else "more image data than the rows need")
+                continue
+            view = torch.as_tensor(out, device=self._dev).view(torch.uint8).reshape(-1)
+            src[int(plan.src_off[j]):int(plan.src_off[j]) + want].copy_(view)
+        return True
+
+    def _nvcomp_decode(self, raws: list[memoryview]) -> list | None:
+        """Raw Deflate streams staged in pinned memory, uploaded, and inflated in one nvCOMP
+        call: its outputs, or None where the call raised (counted, the reason kept)."""
         from nvidia import nvcomp  # type: ignore[import-not-found,attr-defined]
 
-        dev = self._dev
-        todo = []
-        for j, lay in enumerate(plan.layouts):
-            if len(lay.stream) < _SHORTEST_ZLIB:  # (no room for a whole stream: zlib says what is wrong)
-                errors[plan.rows[j]] = _zlib_verdict(lay)
-            else:
-                todo.append(j)
-        if not todo:
-            return True
-        raws = [plan.layouts[j].raw_deflate() for j in todo]
-        sizes = np.array([len(r) for r in raws], np.int64)
-        starts = np.concatenate([[0], np.cumsum(sizes)])
+        starts = np.concatenate([[0], np.cumsum([len(r) for r in raws])]).astype(np.int64)
         staged = torch.empty(max(int(starts[-1]), 1), dtype=torch.uint8, pin_memory=True)
         host = staged.numpy()
         for i, r in enumerate(raws):
             host[starts[i]:starts[i + 1]] = np.frombuffer(r, np.uint8)
-        comp = staged.to(dev, non_blocking=True)
-        torch.cuda.current_stream(dev).synchronize()
+        comp = staged.to(self._dev, non_blocking=True)
+        torch.cuda.current_stream(self._dev).synchronize()
         try:
-            ins = nvcomp.as_arrays([comp[int(starts[i]):int(starts[i + 1])] for i in range(len(raws))])
-            outs = self._nvcomp.decode(ins)
-            got_sizes = [int(outs[i].buffer_size) for i in range(len(raws))]
+            outs = self._nvcomp.decode(nvcomp.as_arrays([comp[int(starts[i]):int(starts[i + 1])]
+                                                         for i in range(len(raws))]))
+            return [outs[i] for i in range(len(raws))]
         except Exception as e:  # a stream it cannot take (or its memory) fails the call: zlib says which
             self.nvcomp_fallbacks += 1
             self.nvcomp_refused = f"{type(e).__name__}: {e}"
-            for j in range(len(plan.layouts)):
-                errors[plan.rows[j]] = None  # (the short ones' verdicts again, from zlib, with the rest)
-            return False
-        for i, j in enumerate(todo):
-            want = plan.layouts[j].filtered_size
-            if got_sizes[i] != want:  # (zlib's words for the same streams)
-                errors[plan.rows[j]] = (f"not enough image data: {got_sizes[i]:,} of the {want:,} bytes the rows need"
-                                        if got_sizes[i] < want else "more image data than the rows need")
-                continue
-            view = torch.as_tensor(outs[i], device=dev).view(torch.uint8).reshape(-1)
-            src[int(plan.src_off[j]):int(plan.src_off[j]) + want].copy_(view)
-        return True
+            return None
 
     def close(self) -> None:
         if self._pool is not None:

@@ -318,13 +318,25 @@ class EpochPlanner:
                      ) -> Iterator[tuple[str, int]]:
         """(shard, sample index) of a segment's samples, in reading order, as their Samples
         name them (a file list's sample: its file's path and its index in the list)."""
-        order = orders.get(seg.url)
+        order, end = self._span(seg, orders, epoch)
         if order is not None:
             paths = self.inputs.files[seg.url].paths
-            end = len(order) if seg.stop is None else seg.stop
             return ((paths[order[i]], order[i]) for i in range(seg.start, end))
-        end = self.counts.get(epoch)[seg.url] if seg.stop is None else seg.stop
         return zip(itertools.repeat(seg.url), range(seg.start, end))  # (the tuples made in C)
+
+    def segment_indices(self, seg: _shards.Segment, orders: dict[str, list[int]], epoch: int) -> np.ndarray:
+        """segment_keys' sample indices alone (int64): each sample's index in its source."""
+        order, end = self._span(seg, orders, epoch)
+        if order is not None:
+            return np.asarray(order[seg.start:end], np.int64)
+        return np.arange(seg.start, end, dtype=np.int64)
+
+    def _span(self, seg: _shards.Segment, orders: dict[str, list[int]], epoch: int) -> tuple[list[int] | None, int]:
+        """(a file list's epoch order, or None for a shard; where the segment ends)."""
+        order = orders.get(seg.url)
+        if order is not None:
+            return order, len(order) if seg.stop is None else seg.stop
+        return None, self.counts.get(epoch)[seg.url] if seg.stop is None else seg.stop
 
     def every_key(self, epoch: int) -> Iterator[tuple[str, int]]:
         """(shard, index) of every sample of every source once, as their Samples name them."""

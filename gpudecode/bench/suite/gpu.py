@@ -192,17 +192,12 @@ def resident_runs(shards, *, device: str, threads: int, cifar: int) -> list[dict
     256, each with keep="gpu" on CUDA (keep="ram" without one), img/s of the epochs after
     the first (which fills the store), and the image bytes uploaded in them."""
     from gpudecode import Loader
-    from gpudecode import transforms as T
-    from .resident import CIFAR_MEAN, CIFAR_STD, epochs_rate, make_cifar
+    from .resident import cifar_set, epochs_rate
     from .tensors import make_tensor_shards
 
     keep: Literal["gpu", "ram"] = "gpu" if device.startswith("cuda") else "ram"
-    folder = OUT / f"cifar_{cifar}"
-    if not (folder / "cifar-10-batches-py" / "batches.meta").exists():
-        make_cifar(cifar, folder)
-    runs = [("CIFAR-sized 32x32, RandomCrop(32, pad 4) + flip + Normalize", sorted(str(p) for p in folder.glob("cifar-*.tar")),
-             T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.Normalize(CIFAR_MEAN, CIFAR_STD)]),
-             1024),
+    _, cifar_shards, cifar_tf = cifar_set(cifar, OUT)
+    runs = [("CIFAR-sized 32x32, RandomCrop(32, pad 4) + flip + Normalize", cifar_shards, cifar_tf, 1024),
             ("precached at 256, RRC(224) + flip + ColorJitter + Normalize", make_tensor_shards(shards, "256", 256, "none"),
              tf(), 256)]
     out = []

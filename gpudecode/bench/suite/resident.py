@@ -29,6 +29,8 @@ import pickle
 import statistics
 import tarfile
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -137,21 +139,28 @@ def torchvision_cifar(root: str):
     return LocalCIFAR10
 
 
+def cifar_set(n: int, root: Path) -> tuple[Path, list[str], Any]:
+    """The CIFAR-sized set of `n` images under root/cifar_n (made once: make_cifar), its
+    shards, and the CIFAR training transform (RandomCrop(32, padding=4) + flip + Normalize)."""
+    from gpudecode import transforms as T
+
+    folder = root / f"cifar_{n}"
+    if not (folder / "cifar-10-batches-py" / "batches.meta").exists():
+        make_cifar(n, folder)
+    tf = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.Normalize(CIFAR_MEAN, CIFAR_STD)])
+    return folder, sorted(str(p) for p in folder.glob("cifar-*.tar")), tf
+
+
 def cifar_part(n: int, threads: int, workers: int, repeat: int) -> dict:
     import torch
     import torchvision.transforms as tvt
 
     from gpudecode import Loader
-    from gpudecode import transforms as T
 
-    folder = OUT / f"cifar_{n}"
-    if not (folder / "cifar-10-batches-py" / "batches.meta").exists():
-        make_cifar(n, folder)
-    shards = sorted(str(p) for p in folder.glob("cifar-*.tar"))
+    folder, shards, tf = cifar_set(n, OUT)
     ds = torchvision_cifar(str(folder))(str(folder), train=True, download=False, transform=tvt.Compose([
         tvt.RandomCrop(32, padding=4), tvt.RandomHorizontalFlip(), tvt.ToTensor(), tvt.Normalize(CIFAR_MEAN, CIFAR_STD)]))
     tv = dataloader_rate(torch.utils.data.DataLoader(ds, batch_size=256, shuffle=True, num_workers=workers), repeat)
-    tf = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.Normalize(CIFAR_MEAN, CIFAR_STD)])
     with Loader(shards, batch_size=256, transform=tf, device="cpu", num_threads=threads, seed=0, keep="ram") as ld:
         ours, first = epochs_rate(ld, repeat)
         kept = ld.describe()["keep"]
@@ -171,15 +180,10 @@ def host_part(n: int, threads: int, repeat: int, batch: int = 1024) -> dict:
     (Pipeline.prepare_resident: draws, boxes) and stage B (Pipeline.finish: the slot,
     labels, keys; no kernel)."""
     from gpudecode import Loader
-    from gpudecode import transforms as T
     from gpudecode.resident import Resident, epoch_chunks
     from gpudecode.transforms import compose
 
-    folder = OUT / f"cifar_{n}"
-    if not (folder / "cifar-10-batches-py" / "batches.meta").exists():
-        make_cifar(n, folder)
-    shards = sorted(str(p) for p in folder.glob("cifar-*.tar"))
-    tf = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.Normalize(CIFAR_MEAN, CIFAR_STD)])
+    _, shards, tf = cifar_set(n, OUT)
     real = compose.launch
     compose.launch = lambda *a, **k: None  # type: ignore[assignment]
     try:
