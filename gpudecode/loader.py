@@ -6,7 +6,7 @@
 
 Two producer threads prepare batches ahead (up to `prefetch`) while the trainer works on
 batch k: the "decode" thread reads, probes and decodes batch k+2 while the "augment"
-thread runs the kernel on k+1.
+thread runs the kernel on k+1 (a resident store's epoch runs both on one: EpochRun says why).
 
 The per-batch work and its buffers belong to the Loader's `pipeline.Pipeline`; the two
 threads here drive it (epoch_run.py). On a GPU (the design, one owner: the pipeline's `Streams`, made

@@ -211,6 +211,34 @@ def test_bad_samples_under_skip_give_the_streamed_batches(photos, tmp_path):
     assert e.value.key == "005"
 
 
+def test_an_error_in_a_kept_epoch_comes_after_the_batches_before_it(photos, tmp_path):
+    """A kept epoch runs its two stages on one thread (EpochRun): a sample its transform
+    cannot take (a crop larger than it) still reaches the trainer as its DecodeError after
+    every batch before it and none after, as when streaming; and the next epoch starts
+    clean."""
+    samples = [{"__key__": f"{k:03d}", "jpg": encode(photos["coffee"][:120, k:k + 120]), "cls": b"2"}
+               for k in range(20)]
+    samples[13]["jpg"] = encode(photos["coffee"][:60, :60])
+    shard = make_shard(tmp_path / "small.tar", samples)
+    tf = T.Compose([T.RandomCrop(100), T.Normalize([0.5] * 3, [0.25] * 3)])
+    seen = {}
+    for keep in (None, "ram"):
+        with Loader(shard, transform=tf, keep=keep, **KW) as ld:
+            got = []
+            with pytest.raises(DecodeError) as e:
+                for b in ld:
+                    got.append((list(b.keys), b.images.clone()))
+            assert e.value.key == "013" and "small.tar" in str(e.value.shard)
+            ld.set_epoch(1)
+            with pytest.raises(DecodeError):
+                list(ld)
+            seen[keep] = got
+    assert [k for k, _ in seen["ram"]] == [k for k, _ in seen[None]] and seen[None]
+    assert all("013" not in k for k, _ in seen[None])
+    for (_, a), (_, b) in zip(seen["ram"], seen[None]):
+        assert torch.equal(a, b)
+
+
 def test_a_transform_without_geometry_keeps_the_one_size_rule(shards, photos, tmp_path):
     same = [{"__key__": f"{k}", "jpg": encode(photos["chelsea"][:64, :64]), "cls": b"0"} for k in range(6)]
     same[3]["jpg"] = encode(photos["chelsea"][:50, :64])
