@@ -25,7 +25,7 @@ import torch
 
 from ._builtins import import_numba
 from ._probe import Probed, probe_columns
-from .batches import IN_FLIGHT, MID_QUEUE, Batch, PipelineConfig, Prepared, Ready
+from .batches import IN_FLIGHT, MID_QUEUE, Batch, PipelineConfig, Prepared, Ready, SizeRows
 from .decode import choose, make_decoder
 from .errors import DecodeError, ErrorPolicy, LabelError, Skipped
 from .io.reader import Sample
@@ -214,19 +214,20 @@ class Pipeline:
         timing = BatchTiming(size=0)
         t0 = time.perf_counter()
         samples: list[Any] = store.sample_array[rows].tolist()
-        sizes = list(zip(store.heights[rows].tolist(), store.widths[rows].tolist()))
-        labels = store.labels[rows].tolist() if store.labels is not None else [0] * len(rows)
+        shapes = store.shapes[rows]
+        sizes: Sequence[tuple[int, int]] = SizeRows(shapes)
+        labels = store.labels[rows] if store.labels is not None else np.zeros(len(rows), np.int64)
         at = np.arange(len(rows), dtype=np.int64) if places is None else np.asarray(places, np.int64)
         if self.transform.out_size is None and len(rows) and not self.config.each_size:
             same = self._same_size([(s, h, w) for s, (h, w) in zip(samples, sizes)])
             if len(same) < len(rows):
-                rows, samples, at = rows[same], [samples[k] for k in same], at[same]
-                sizes, labels = [sizes[k] for k in same], [labels[k] for k in same]
+                rows, samples, at, shapes = rows[same], [samples[k] for k in same], at[same], shapes[same]
+                sizes, labels = SizeRows(shapes), labels[same]
         indices: Any = (position + at) * world + rank
-        drawn, params, view_boxes, boxes = self._draw(samples, sizes, indices, seed, epoch, store.shapes[rows])
+        drawn, params, view_boxes, boxes = self._draw(samples, sizes, indices, seed, epoch, shapes)
         if drawn is not None:  # (images the transform cannot take: each its sample's error)
-            rows, samples = rows[drawn], [samples[k] for k in drawn]
-            sizes, labels = [sizes[k] for k in drawn], [labels[k] for k in drawn]
+            rows, samples, shapes = rows[drawn], [samples[k] for k in drawn], shapes[drawn]
+            sizes, labels = SizeRows(shapes), labels[drawn]
         keys = store.key_array[rows].tolist()
         t1 = time.perf_counter()
         timing.probe = t1 - t0
@@ -270,7 +271,7 @@ class Pipeline:
                                         "CenterCrop, RandomCrop or Resize)", shard=s.shard, key=s.key))
         return keep
 
-    def _draw(self, samples: list[Any], sizes: list[tuple[int, int]], indices: Any, seed: int,
+    def _draw(self, samples: list[Any], sizes: Sequence[tuple[int, int]], indices: Any, seed: int,
               epoch: int, size_array: np.ndarray | None = None
               ) -> tuple[list[int] | None, list[Draws], list[np.ndarray], np.ndarray]:
         """Each view's draws for a batch (the common plans natively, as columns: see
@@ -376,7 +377,7 @@ def probe_batch(config: PipelineConfig, policy: ErrorPolicy, chunk: list[Sample]
     return probed
 
 
-def _drawable(views: Sequence[Compose], policy: ErrorPolicy, samples: list[Sample], sizes: list[tuple[int, int]],
+def _drawable(views: Sequence[Compose], policy: ErrorPolicy, samples: list[Sample], sizes: Sequence[tuple[int, int]],
               indices: Any, seed: int, epoch: int) -> list[int]:
     """The images of a batch whose draws can be made, each drawn alone (the same draws
     as in a batch); each one that cannot is its sample's DecodeError under the policy."""

@@ -237,6 +237,16 @@ def test_an_error_in_a_kept_epoch_comes_after_the_batches_before_it(photos, tmp_
     assert all("013" not in k for k, _ in seen[None])
     for (_, a), (_, b) in zip(seen["ram"], seen[None]):
         assert torch.equal(a, b)
+    # under on_error="skip" that batch is one image short (its labels and keys with it), as streamed
+    skipped = {}
+    for keep in (None, "ram"):
+        with Loader(shard, transform=tf, keep=keep, on_error="skip", **KW) as ld:
+            skipped[keep] = _epochs(ld)
+            assert [s.key for s in ld.skipped] == ["013"]
+    _same(skipped["ram"], skipped[None])
+    for e in (0, 1):
+        keys = [k for ep, ks, _, _ in skipped["ram"] if ep == e for k in ks]
+        assert sorted(keys) == [f"{k:03d}" for k in range(20) if k != 13]
 
 
 def test_a_transform_without_geometry_keeps_the_one_size_rule(shards, photos, tmp_path):

@@ -133,18 +133,20 @@ class Compose(Transform):
         if len(idx) == 0:
             return
         draws = as_draws(self.plan, params, sizes)
+        # every image in order: slices (views) where a copy by `idx` would be the same rows
+        pick: Any = slice(None) if rows is None and len(decoded.boxes) == len(idx) else idx
         if stream is None and workspace is not None and decoded.pixels.device.type == "cpu":
             # the CPU twin's work rows, declared for the batch's widest image (no crop it draws is
             # wider) and its filter weights for its largest side: a run of images of one size
             # never makes them again, whatever the crops
-            hw = (draws.size_array[idx] if isinstance(params, Draws)  # (a caller's dicts may size only `rows`)
+            hw = (draws.size_array[pick] if isinstance(params, Draws)  # (a caller's dicts may size only `rows`)
                   else np.asarray([sizes[k] for k in idx.tolist()], np.int64).reshape(-1, 2))
             fused.reserve_cpu(workspace, num_threads or (os.cpu_count() or 1), int(hw[:, 1].max()),
                               tuple(view.shape), int(hw.max()))
-        geom, args, order = draws.encode(idx)
+        geom, args, order = draws.encode(None if rows is None else idx)
         if self.plan.canvas is None:
-            read = idx
-            geom[:, fused.TOP:fused.BW + 1] = decoded.boxes[idx]  # (the window the decoder gave)
+            read = pick
+            geom[:, fused.TOP:fused.BW + 1] = decoded.boxes[pick]  # (the window the decoder gave)
         else:  # the kernel reads the canvases made from the decoded images, in them the boxes encoded
             decoded = canvas.build(self.plan.canvas, decoded, params, sizes, idx, workspace)
             read = np.arange(len(idx))

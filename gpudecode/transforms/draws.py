@@ -266,16 +266,20 @@ class Draws(Sequence[dict]):
         out[:, 2:] = self.size_array
         return out
 
-    def encode(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def encode(self, rows: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The kernel's arrays (encode_dicts) for the images `rows` (a row may come more
-        than once)."""
+        than once; None: every image, in order)."""
         plan = self.plan
         if self.columns is None:
             dicts = self.dicts()
+            if rows is None:
+                return encode_dicts(plan, dicts, self.sizes)
             return encode_dicts(plan, [dicts[k] for k in rows], [self.sizes[k] for k in rows])
-        ints, factors = self.columns[0][rows], self.columns[1][rows]
-        sizes = self.size_array[rows]
-        n = len(rows)
+        if rows is None:  # (views, not copies)
+            ints, factors, sizes = self.columns[0], self.columns[1], self.size_array
+        else:
+            ints, factors, sizes = self.columns[0][rows], self.columns[1][rows], self.size_array[rows]
+        n = len(ints)
         if plan.out_size is not None:
             oh, ow = plan.out_size
         elif n and (sizes == sizes[0]).all():  # (no geometry: one size, the batch's)
