@@ -219,7 +219,11 @@ class Pipeline:
         labels = store.labels[rows] if store.labels is not None else np.zeros(len(rows), np.int64)
         at = np.arange(len(rows), dtype=np.int64) if places is None else np.asarray(places, np.int64)
         if self.transform.out_size is None and len(rows) and not self.config.each_size:
-            same = self._same_size([(s, h, w) for s, (h, w) in zip(samples, sizes)])
+            if self._size is None:
+                self._size = (int(shapes[0, 0]), int(shapes[0, 1]))
+            one = (shapes == self._size).all()  # (the usual case: no Python a sample)
+            same = list(range(len(rows))) if one else self._same_size(
+                [(s, h, w) for s, (h, w) in zip(samples, sizes)])
             if len(same) < len(rows):
                 rows, samples, at, shapes = rows[same], [samples[k] for k in same], at[same], shapes[same]
                 sizes, labels = SizeRows(shapes), labels[same]
