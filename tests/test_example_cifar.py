@@ -1,0 +1,98 @@
+"""examples/cifar/train.py, as a user runs it: CIFAR-10's python files packed into PNG
+shards (checked against the files themselves, read with pickle, tarfile and Pillow), the
+test split fed as torchvision's CIFAR10 feeds it, and a short training run with the set
+kept resident."""
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import re
+import subprocess
+import sys
+import tarfile
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "examples", "cifar", "train.py")
+
+
+@pytest.fixture(scope="module")
+def example():
+    spec = importlib.util.spec_from_file_location("cifar_example", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
+
+
+@pytest.fixture(scope="module")
+def data(example, tmp_path_factory):
+    return example.make_demo(str(tmp_path_factory.mktemp("cifar")), n=300)
+
+
+def test_packed_shards_hold_the_python_files_images_and_labels(example, data):
+    shards = example.pack(data, "train", per_shard=100)
+    assert [os.path.basename(s) for s in shards] == ["train-0000.tar", "train-0001.tar", "train-0002.tar"]
+    got_images, got_labels = [], []
+    for s in shards:
+        with tarfile.open(s) as tar:
+            members = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+        keys = sorted({n.rsplit(".", 1)[0] for n in members})
+        for k in keys:
+            got_images.append(np.asarray(Image.open(io.BytesIO(members[f"{k}.png"]))))
+            got_labels.append(int(members[f"{k}.cls"]))
+    import pickle
+
+    planes, labels = [], []
+    for name in example.BATCHES["train"]:
+        with open(os.path.join(data, "cifar-10-batches-py", name), "rb") as f:
+            d = pickle.load(f)
+        planes.append(d["data"])
+        labels += d["labels"]
+    want = np.concatenate(planes).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    np.testing.assert_array_equal(np.stack(got_images), want)
+    assert got_labels == labels
+    mtimes = [os.path.getmtime(s) for s in shards]
+    assert example.pack(data, "train", per_shard=100) == shards  # written once
+    assert [os.path.getmtime(s) for s in shards] == mtimes
+
+
+def test_the_test_split_is_fed_as_torchvisions_cifar10_feeds_it(example, data):
+    import torchvision
+    import torchvision.transforms as tvt
+
+    import gpudecode
+    from gpudecode import transforms as T
+
+    class Stand(torchvision.datasets.CIFAR10):  # (the stand-in's files: not CIFAR's checksums)
+        def _check_integrity(self) -> bool:
+            return True
+
+        def _load_meta(self) -> None:
+            self.classes = [str(i) for i in range(10)]
+
+    ds = Stand(data, train=False, transform=tvt.Compose([tvt.ToTensor(), tvt.Normalize(example.MEAN, example.STD)]))
+    want = torch.stack([ds[i][0] for i in range(len(ds))])
+    want_labels = torch.tensor([ds[i][1] for i in range(len(ds))])
+    with gpudecode.Loader(example.pack(data, "test"), batch_size=25, transform=T.Compose([
+            T.Normalize(example.MEAN, example.STD)]), device="cpu", shuffle=False, keep="auto") as ld:
+        for epoch in (0, 1):  # the first fills the store, the second reads it
+            ld.set_epoch(epoch)
+            batches = list(ld)
+            got = torch.cat([b.images for b in batches])
+            assert torch.equal(torch.cat([b.labels for b in batches]), want_labels)
+            torch.testing.assert_close(got, want, atol=2e-6, rtol=0)
+        assert ld.describe()["keep"]["tier"] == "ram"
+
+
+def test_a_short_training_run_keeps_the_set_resident():
+    r = subprocess.run([sys.executable, SCRIPT, "--demo", "--epochs", "2", "--batch-size", "64", "--steps", "4",
+                        "--width", "8", "--device", "cpu"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    epochs = re.findall(r"epoch (\d): loss ([\d.]+), [\d,]+ img/s \(training included\), kept in ram", r.stdout)
+    assert [e for e, _ in epochs] == ["0", "1"], r.stdout
+    assert all(0 < float(loss) < 5 for _, loss in epochs)
+    assert re.search(r"test accuracy [\d.]+ on 400 images", r.stdout), r.stdout
