@@ -4,7 +4,7 @@ epoch augmented in place by one fused kernel (RandomCrop(32, padding=4) + flip +
 Normalize), no worker processes, no per-sample Python.
 
     python examples/cifar/train.py DATA [--epochs 8] [--batch-size 512] [--device auto]
-    python examples/cifar/train.py --demo          (a CIFAR-sized set cut from scikit-image's photographs)
+    python examples/cifar/train.py --demo [--demo-size 2000]  (a stand-in set cut from scikit-image's photographs)
     python examples/cifar/train.py DATA --torchvision  (the same training fed by torchvision's
                                                           CIFAR10 + DataLoader, to compare)
 
@@ -73,7 +73,7 @@ def pack(data: str, split: str, per_shard: int = 10_000) -> list[str]:
 
 def make_demo(folder: str, n: int = 2000) -> str:
     """A stand-in for CIFAR-10 in torchvision's file format: n 32x32 crops of scikit-image's
-    photographs (n // 5 of them as the test split), labelled by photograph."""
+    photographs for training and n // 5 more for the test split, labelled by photograph."""
     from PIL import Image
     from skimage import data as photos
 
@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("data", nargs="?", help="the folder holding cifar-10-batches-py/")
     p.add_argument("--demo", action="store_true", help="a CIFAR-sized stand-in set, made in a temporary folder")
+    p.add_argument("--demo-size", type=int, default=2000, help="the stand-in's images (a fifth more for its test split)")
     p.add_argument("--epochs", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=512)
     p.add_argument("--steps", type=int, default=0, help="stop each epoch after this many steps (0: the whole epoch)")
@@ -180,10 +181,12 @@ def main(argv: list[str] | None = None) -> dict:
     args = p.parse_args(argv)
     if args.demo == (args.data is not None):
         p.error("give DATA or --demo")
+    if args.demo and args.demo_size < 10:
+        p.error("--demo-size must be at least 10")
     tmp = None
     if args.demo:
         tmp = tempfile.TemporaryDirectory()
-        args.data = make_demo(tmp.name)
+        args.data = make_demo(tmp.name, args.demo_size)
     check_data(args)
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     torch.manual_seed(args.seed)
