@@ -244,7 +244,10 @@ class Pipeline:
             on_host = store.pixels.device.type != "cuda"
             if gpu is not None:
                 gpu.before_decode(seq)  # the rings' turn of batch seq - in_flight is free
-            decoded = store.gathered(rows, boxes) if gpu is not None and on_host else store.batch(rows, boxes)
+            if gpu is not None and on_host:  # (packed straight into the upload's page-locked staging)
+                decoded = store.gathered(rows, boxes, into=lambda n: gpu.uploads.staging_buffer(seq, n))
+            else:
+                decoded = store.batch(rows, boxes)
             if gpu is not None:
                 with torch.cuda.stream(gpu.decode):
                     ev = [event(gpu.decode)]

@@ -38,7 +38,7 @@ import os
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Sequence
 
 import numpy as np
 import torch
@@ -142,10 +142,13 @@ class Resident:
         return DecodedBatch(self.pixels, self.offsets[rows], self.shapes[rows], self.strides[rows],
                             np.asarray(boxes, np.int64).reshape(n, 4).copy(), [None] * n, owner=self)
 
-    def gathered(self, rows: np.ndarray, boxes: np.ndarray) -> DecodedBatch:
-        """Rows `rows`' windows `boxes` packed one after the other into a new host buffer
-        (a RAM store feeding a GPU: one upload of what the kernel reads, not of the images),
-        copied natively with the GIL released (no Python a sample)."""
+    def gathered(self, rows: np.ndarray, boxes: np.ndarray,
+                 into: Callable[[int], torch.Tensor] | None = None) -> DecodedBatch:
+        """Rows `rows`' windows `boxes` packed one after the other into a host buffer (a RAM
+        store feeding a GPU: one upload of what the kernel reads, not of the images),
+        copied natively with the GIL released (no Python a sample). `into(n)`: the uint8
+        CPU tensor of n bytes to pack them in (the upload's staging buffer, so that nothing
+        is copied again before the upload); default a new one."""
         rows = np.asarray(rows, np.int64)
         boxes = np.asarray(boxes, np.int64).reshape(len(rows), 4)
         heights, widths = self.heights[rows], self.widths[rows]
@@ -157,12 +160,16 @@ class Resident:
                              f"({int(heights[k])}x{int(widths[k])})")
         sizes = h * w * 3
         ends = np.cumsum(sizes)
-        out = np.empty(max(int(ends[-1]) if len(ends) else 0, 1), np.uint8)
-        _gather()(self.pixels.numpy(), self.offsets[rows], widths, boxes, out, ends - sizes)
+        total = max(int(ends[-1]) if len(ends) else 0, 1)
+        pixels = into(total) if into is not None else torch.empty(total, dtype=torch.uint8)
+        if pixels.dtype != torch.uint8 or pixels.device.type != "cpu" or pixels.numel() != total:
+            raise ValueError(f"into({total}) gave a {pixels.dtype} tensor of {pixels.numel()} on {pixels.device}: "
+                             f"{total} uint8 bytes on the CPU were asked")
+        _gather()(self.pixels.numpy(), self.offsets[rows], widths, boxes, pixels.numpy(), ends - sizes)
         shapes = boxes[:, 2:].copy()
         windows = np.zeros_like(boxes)
         windows[:, 2:] = shapes
-        return DecodedBatch(torch.from_numpy(out), ends - sizes, shapes, hwc_strides(shapes), windows, [None] * len(rows))
+        return DecodedBatch(pixels, ends - sizes, shapes, hwc_strides(shapes), windows, [None] * len(rows))
 
     def describe(self) -> dict:
         return {"tier": self.tier, "bytes": self.nbytes, "images": len(self), "size": self.size,
@@ -516,18 +523,17 @@ class _Arena:
 
     def tensor(self, tier: str, device: str) -> torch.Tensor:
         """The images one after the other in one uint8 tensor of the tier: the mapping's
-        written part as it is (RAM), or copied from it to device memory ("gpu"), or to
-        page-locked memory where a CUDA device will read a "ram" store (its peak is then
-        the store twice, for the copy)."""
+        written part as it is (RAM: also where a CUDA device reads the store, whose
+        batches are gathered into the upload's page-locked staging, Resident.gathered), or
+        copied from it to device memory ("gpu")."""
         total = max(self.at, 1)
-        pinned = tier == "ram" and device.startswith("cuda")
-        if self.flat is not None and not pinned:
+        if self.flat is not None:
             mapped = torch.from_numpy(self.flat[:total])  # (it keeps the mapping alive)
             if tier == "ram":
                 return mapped
             self.flat = self._map = None
             return mapped.to(torch.device(device))  # (straight from the mapping: no host copy)
-        host = torch.empty(total, dtype=torch.uint8, pin_memory=pinned)
+        host = torch.empty(total, dtype=torch.uint8)
         flat = host.numpy()
         if self.flat is not None:
             flat[:self.at] = self.flat[:self.at]

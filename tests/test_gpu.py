@@ -261,8 +261,8 @@ def test_the_split_decoder_on_cuda_gives_each_image_its_engines_own_decode(photo
 
 @pytest.mark.parametrize("keep", ["gpu", "ram"])
 def test_a_resident_set_on_cuda_gives_the_streamed_batches(shards, keep):
-    """keep="gpu" (the set in device memory, read in place) and keep="ram" (pinned RAM, each
-    batch's windows uploaded): the streamed batches on CUDA with the CPU decoder, bit for
+    """keep="gpu" (the set in device memory, read in place) and keep="ram" (RAM, each batch's
+    windows packed into the upload's page-locked staging and uploaded): the streamed batches on CUDA with the CPU decoder, bit for
     bit, over two epochs; after the first, no image bytes go up for keep="gpu"."""
     kw = dict(batch_size=8, transform=train_tf(), seed=1, shuffle=True, device="cuda", decoder="cpu")
 

@@ -7,6 +7,7 @@ ranks, after a resume, with several views; the reader's order of keys must be th
 its threads read (tested against the samples it yields)."""
 from __future__ import annotations
 
+import functools
 import io
 import os
 import shutil
@@ -460,3 +461,40 @@ def test_a_ram_store_feeding_a_gpu_packs_each_window_as_numpy_slices_it():
         assert got.shapes[k].tolist() == [h, w] and got.boxes[k].tolist() == [0, 0, h, w]
     with pytest.raises(ValueError, match=r"outside stored image 0 \(5x7\)"):
         store.gathered(np.array([0]), np.array([[3, 0, 3, 7]]))
+
+
+def test_a_ram_store_feeding_a_gpu_is_gathered_into_the_uploads_staging_buffer():
+    """On a GPU a RAM store's windows are packed straight into the upload ring's staging
+    buffer of the batch's turn, which upload() then sends without copying it again (the
+    ring on the CPU: the same turns, plain memory); the store itself is the fill's mapping,
+    never a page-locked copy of it (was: the whole store copied into pinned memory)."""
+    from gpudecode.decode._upload import UploadRing
+    from gpudecode.resident import Resident, StoredSample, _Arena
+
+    rng = np.random.default_rng(5)
+    shapes = np.array([[6, 9], [12, 4], [3, 3]], np.int64)
+    images = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in shapes.tolist()]
+    sizes = shapes[:, 0] * shapes[:, 1] * 3
+    store = Resident("ram", torch.from_numpy(np.concatenate([i.reshape(-1) for i in images])),
+                     np.cumsum(sizes) - sizes, shapes, None, [StoredSample(str(k), "s", k) for k in range(3)],
+                     {("s", k): k for k in range(3)})
+    ring = UploadRing(torch.device("cpu"), 2)
+    rows, boxes = np.array([1, 0, 2]), np.array([[2, 1, 5, 3], [0, 0, 6, 9], [1, 1, 2, 2]])
+    want = store.gathered(rows, boxes)
+    for turn in range(5):  # (the turns come round: each its own buffer, grown as needed)
+        got = store.gathered(rows[:turn % 3 + 1], boxes[:turn % 3 + 1], into=functools.partial(ring.staging_buffer, turn))
+        staging = ring.staging[turn % 2]
+        assert got.pixels.data_ptr() == staging.data_ptr()  # packed in the staging buffer itself
+        dev, host = ring.upload(got.pixels, turn)
+        assert host.data_ptr() == staging.data_ptr() and ring.staging[turn % 2] is staging  # not copied again
+        n = got.pixels.numel()
+        assert torch.equal(dev, want.pixels[:n]) and np.array_equal(got.offsets, want.offsets[:turn % 3 + 1])
+    other = torch.arange(40, dtype=torch.uint8)  # pixels from elsewhere: copied into the staging buffer
+    dev, host = ring.upload(other, 7)
+    assert host.data_ptr() == ring.staging[1].data_ptr() and torch.equal(dev, other) and torch.equal(host, other)
+    with pytest.raises(ValueError, match="uint8 bytes on the CPU were asked"):
+        store.gathered(rows, boxes, into=lambda n: torch.empty(n + 1, dtype=torch.uint8))
+    arena = _Arena({"ram": 1 << 20})
+    arena.append(images[0])
+    kept = arena.tensor("ram", "cuda:0")  # (a RAM store a CUDA device reads: no device needed to make it)
+    assert kept.data_ptr() == arena.flat.ctypes.data and not kept.is_pinned()
