@@ -16,7 +16,8 @@ under 8 GB on the GPU, under 128 GB in RAM, and only then on local SSD or the ne
   rank split, `even`, elastic plan and resume position as streaming, without reading),
   as rows of the store; a batch is a gather of those rows: the fused kernel reads each
   crop in place from the store. No read, no probe, no decode, no host copy of pixels (a
-  "ram" store feeding a GPU uploads each batch's crop windows, packed, in one copy).
+  "ram" store feeding a GPU packs each batch's crop windows straight into the upload's
+  page-locked staging buffer and uploads them in one copy; the store is not pinned).
 - The same seed gives the same batches as streaming the same samples (bit for bit on the
   CPU: the kernel reads the same pixels, drawn by the same positions), except that a
   sample left out under on_error="skip" is left out of the order itself, so the batches
