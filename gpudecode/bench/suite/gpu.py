@@ -45,7 +45,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ..._args import COUNT, COUNTS
 from ..common import machine
@@ -190,18 +190,23 @@ def resident_runs(shards, *, device: str, threads: int, cifar: int) -> list[dict
     RandomCrop(32, padding=4) + flip + Normalize at batch 1024, and the bench's JPEGs
     precached at 256 with RandomResizedCrop(224) + flip + ColorJitter + Normalize at batch
     256, each with keep="gpu" on CUDA (keep="ram" without one), img/s of the epochs after
-    the first (which fills the store), and the image bytes uploaded in them."""
+    the first (which fills the store), and the image bytes uploaded in them; on CUDA the
+    256-pixel set with keep="ram" too (the tier of sets of 8-128 GB: each batch's windows
+    gathered into the upload's staging and uploaded)."""
     from gpudecode import Loader
     from .resident import cifar_set, epochs_rate
     from .tensors import make_tensor_shards
 
-    keep: Literal["gpu", "ram"] = "gpu" if device.startswith("cuda") else "ram"
+    cuda = device.startswith("cuda")
+    main: Literal["gpu", "ram"] = "gpu" if cuda else "ram"
     _, cifar_shards, cifar_tf = cifar_set(cifar, OUT)
-    runs = [("CIFAR-sized 32x32, RandomCrop(32, pad 4) + flip + Normalize", cifar_shards, cifar_tf, 1024),
-            ("precached at 256, RRC(224) + flip + ColorJitter + Normalize", make_tensor_shards(shards, "256", 256, "none"),
-             tf(), 256)]
+    at256 = make_tensor_shards(shards, "256", 256, "none")
+    name256 = "precached at 256, RRC(224) + flip + ColorJitter + Normalize"
+    runs: list[tuple[str, list[str], Any, int, Literal["gpu", "ram"]]] = [
+        ("CIFAR-sized 32x32, RandomCrop(32, pad 4) + flip + Normalize", cifar_shards, cifar_tf, 1024, main),
+        (name256, at256, tf(), 256, main)] + ([(name256, at256, tf(), 256, "ram")] if cuda else [])
     out = []
-    for name, urls, transform, batch in runs:
+    for name, urls, transform, batch, keep in runs:
         print(f"gpu bench: resident ({keep}) {name}, batch {batch}", flush=True)
         try:
             with Loader(urls, batch_size=batch, transform=transform, device=device, num_workers=threads, seed=0,
