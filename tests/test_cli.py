@@ -93,13 +93,21 @@ def test_errors_exit_nonzero(tmp_path, capsys):
 
 def test_demo_runs_end_to_end(tmp_path, capsys):
     """`make demo`'s command on a small scale: shards, two epochs, precache, two epochs
-    on the tensor shards."""
+    on the tensor shards, two epochs of the shards kept in RAM (the same last batches as
+    streamed: the same seed gives the same batches)."""
+    import re
+
     assert main(["demo", "--workdir", str(tmp_path / "demo"), "--images", "48", "--batch-size", "16"]) == 0
     out = capsys.readouterr().out
     assert "built 1 shard of real photos" in out and "(48 samples, JPEG and PNG)" in out
     assert out.count("JPEG/PNG shards, epoch") == 2 and out.count("tensor shards, epoch") == 2
     assert "precache: 48 samples -> 1 tensor shard in" in out
     assert "48 images in" in out
+    last = r"epoch (\d): 48 images in [\d.]+ s = \d+ img/s; (last batch mean [-+\d.]+, labels \[[\d, ]+\])"
+    streamed = re.findall("JPEG/PNG shards, " + last, out)
+    kept = re.findall(r"JPEG/PNG shards kept in RAM \(keep='ram'\), " + last, out)
+    assert len(streamed) == 2 and kept == streamed, out
+    assert "the set kept: 48 images" in out and "in ram, decoded once" in out
 
 
 def _tree(root, photos, names=("chelsea", "coffee"), per=3):
