@@ -219,14 +219,12 @@ class Pipeline:
         labels = store.labels[rows] if store.labels is not None else np.zeros(len(rows), np.int64)
         at = np.arange(len(rows), dtype=np.int64) if places is None else np.asarray(places, np.int64)
         if self.transform.out_size is None and len(rows) and not self.config.each_size:
-            if self._size is None:
-                self._size = (int(shapes[0, 0]), int(shapes[0, 1]))
-            one = (shapes == self._size).all()  # (the usual case: no Python a sample)
-            same = list(range(len(rows))) if one else self._same_size(
-                [(s, h, w) for s, (h, w) in zip(samples, sizes)])
-            if len(same) < len(rows):
-                rows, samples, at, shapes = rows[same], [samples[k] for k in same], at[same], shapes[same]
-                sizes, labels = SizeRows(shapes), labels[same]
+            # (a batch of the one size, the usual case, checked on the array: no Python a sample)
+            if self._size is None or not (shapes == self._size).all():
+                same = self._same_size([(s, h, w) for s, (h, w) in zip(samples, sizes)])
+                if len(same) < len(rows):
+                    rows, samples, at, shapes = rows[same], [samples[k] for k in same], at[same], shapes[same]
+                    sizes, labels = SizeRows(shapes), labels[same]
         indices: Any = (position + at) * world + rank
         drawn, params, view_boxes, boxes = self._draw(samples, sizes, indices, seed, epoch, shapes)
         if drawn is not None:  # (images the transform cannot take: each its sample's error)

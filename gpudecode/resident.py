@@ -534,17 +534,13 @@ class _Arena:
                 return mapped
             self.flat = self._map = None
             return mapped.to(torch.device(device))  # (straight from the mapping: no host copy)
-        host = torch.empty(total, dtype=torch.uint8)
+        host = torch.empty(total, dtype=torch.uint8)  # (no mapping: the images kept apart, packed now)
         flat = host.numpy()
-        if self.flat is not None:
-            flat[:self.at] = self.flat[:self.at]
-        else:
-            at = 0
-            for img in self.parts:
-                flat[at:at + img.size] = img.reshape(-1)
-                at += img.size
+        at = 0
+        for img in self.parts:
+            flat[at:at + img.size] = img.reshape(-1)
+            at += img.size
         self.parts.clear()
-        self.flat = self._map = None
         return host.to(torch.device(device)) if tier == "gpu" else host
 
 

@@ -124,11 +124,7 @@ class OutputRing:
         if not self.config.labels:
             return None
         # (from a numpy array: torch.tensor over a list of ints costs ~0.7 us an element)
-        labels = p.labels
-        if isinstance(labels, np.ndarray):
-            lab = torch.from_numpy(labels.astype(np.int64) if whole else labels[ok].astype(np.int64))
-        else:
-            lab = torch.from_numpy(np.array(labels if whole else [labels[k] for k in ok], np.int64))
+        lab = torch.from_numpy(np.array(p.labels, np.int64) if whole else np.asarray(p.labels, np.int64)[ok])
         if self.config.device != "cpu":
             lab = lab.pin_memory().to(self.config.device, non_blocking=True)
         return lab

@@ -275,10 +275,8 @@ class Draws(Sequence[dict]):
             if rows is None:
                 return encode_dicts(plan, dicts, self.sizes)
             return encode_dicts(plan, [dicts[k] for k in rows], [self.sizes[k] for k in rows])
-        if rows is None:  # (views, not copies)
-            ints, factors, sizes = self.columns[0], self.columns[1], self.size_array
-        else:
-            ints, factors, sizes = self.columns[0][rows], self.columns[1][rows], self.size_array[rows]
+        pick: Any = slice(None) if rows is None else rows  # (every image: views, not copies)
+        ints, factors, sizes = self.columns[0][pick], self.columns[1][pick], self.size_array[pick]
         n = len(ints)
         if plan.out_size is not None:
             oh, ow = plan.out_size
