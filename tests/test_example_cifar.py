@@ -61,20 +61,12 @@ def test_packed_shards_hold_the_python_files_images_and_labels(example, data):
 
 
 def test_the_test_split_is_fed_as_torchvisions_cifar10_feeds_it(example, data):
-    import torchvision
     import torchvision.transforms as tvt
 
     import gpudecode
     from gpudecode import transforms as T
 
-    class Stand(torchvision.datasets.CIFAR10):  # (the stand-in's files: not CIFAR's checksums)
-        def _check_integrity(self) -> bool:
-            return True
-
-        def _load_meta(self) -> None:
-            self.classes = [str(i) for i in range(10)]
-
-    ds = Stand(data, train=False, transform=tvt.Compose([tvt.ToTensor(), tvt.Normalize(example.MEAN, example.STD)]))
+    ds = example.stand_in_cifar10()(data, train=False, transform=tvt.Compose([tvt.ToTensor(), tvt.Normalize(example.MEAN, example.STD)]))
     want = torch.stack([ds[i][0] for i in range(len(ds))])
     want_labels = torch.tensor([ds[i][1] for i in range(len(ds))])
     with gpudecode.Loader(example.pack(data, "test"), batch_size=25, transform=T.Compose([

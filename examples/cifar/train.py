@@ -106,6 +106,23 @@ def make_demo(folder: str, n: int = 2000) -> str:
     return folder
 
 
+def stand_in_cifar10() -> type:
+    """torchvision's CIFAR10 class for make_demo's files: they are not CIFAR's, so only
+    their checksums go unchecked (loading and __getitem__ are torchvision's own)."""
+    import torchvision
+
+    class StandIn(torchvision.datasets.CIFAR10):
+        def _check_integrity(self) -> bool:
+            return True
+
+        def _load_meta(self) -> None:
+            with open(os.path.join(self.root, self.base_folder, "batches.meta"), "rb") as f:
+                self.classes = pickle.load(f)["label_names"]
+            self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+
+    return StandIn
+
+
 def net(classes: int = 10, width: int = 64) -> nn.Module:
     """A small residual-free CIFAR net in the fast trainers' shape: conv-BN-GELU blocks, each
     stage max-pooled, a linear head."""
@@ -129,17 +146,7 @@ def loaders(args: argparse.Namespace, device: str):
         train_tf = tvt.Compose([tvt.RandomCrop(32, padding=4), tvt.RandomHorizontalFlip(), tvt.ToTensor(),
                                 tvt.Normalize(MEAN, STD)])
         test_tf = tvt.Compose([tvt.ToTensor(), tvt.Normalize(MEAN, STD)])
-        cifar = torchvision.datasets.CIFAR10
-        if args.demo:  # (the stand-in's files are not CIFAR's: only their checksums are not checked)
-            class Demo(torchvision.datasets.CIFAR10):
-                def _check_integrity(self) -> bool:
-                    return True
-
-                def _load_meta(self) -> None:
-                    with open(os.path.join(self.root, self.base_folder, "batches.meta"), "rb") as f:
-                        self.classes = pickle.load(f)["label_names"]
-                    self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-            cifar = Demo
+        cifar = stand_in_cifar10() if args.demo else torchvision.datasets.CIFAR10
         train = cifar(args.data, train=True, transform=train_tf, download=False)
         test = cifar(args.data, train=False, transform=test_tf, download=False)
         kw = dict(num_workers=args.workers, pin_memory=device.startswith("cuda"), persistent_workers=args.workers > 0)
@@ -194,8 +201,11 @@ def main(argv: list[str] | None = None) -> dict:
     model = net(width=args.width).to(device, memory_format=torch.channels_last)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
     steps_per_epoch = args.steps or len(train)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, args.lr, total_steps=args.epochs * steps_per_epoch,
-                                                pct_start=0.25)
+    total_steps = args.epochs * steps_per_epoch
+    # (OneCycle needs a step or more in each phase: a run of a few steps keeps a constant rate)
+    sched = (torch.optim.lr_scheduler.OneCycleLR(opt, args.lr, total_steps=total_steps,
+                                                 pct_start=min(0.5, max(0.25, 2 / total_steps)))
+             if total_steps >= 4 else None)
     report: dict = {"device": device, "epochs": []}
     for epoch in range(args.epochs):
         if hasattr(train, "set_epoch"):
@@ -209,7 +219,8 @@ def main(argv: list[str] | None = None) -> dict:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            sched.step()
+            if sched is not None:
+                sched.step()
             seen += len(labels)
             total += loss.detach() * len(labels)  # (no host sync a step)
             if step + 1 >= steps_per_epoch:
