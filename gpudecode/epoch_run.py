@@ -31,12 +31,11 @@ class EpochRun:
     takes from. Exceptions are handed on to the trainer, which re-raises them.
 
     An epoch of a resident store (gpudecode.resident) runs both stages on the "decode"
-    thread, one batch after the other: its stage A is no more than draws and boxes (under
-    a microsecond a sample), and split over two threads the stages' Python contended for
-    the GIL, each hand-off waiting for the other thread to wake (tensor shards at 224,
-    batch 64, the kernel a no-op, on a 2-core VM: 463 us a batch on two threads, 231 on
-    one). On a GPU the kernel is asynchronous anyway; on the CPU it is the same kernel,
-    on the same cores."""
+    thread, one batch after the other: its stage A is no more than draws and boxes, and
+    split over two threads the stages' Python contended for the GIL, each hand-off waiting
+    for the other thread to wake, which cost more than the overlap gained (bench/RESULTS.md,
+    the fifteenth session). On a GPU the kernel is asynchronous anyway; on the CPU it is
+    the same kernel, on the same cores."""
 
     def __init__(self, loader: Loader, start: Start) -> None:
         self.loader = loader
