@@ -276,6 +276,7 @@ class PngDecoder:
         self.num_threads = max(1, int(num_threads))
         self._pool: ThreadPoolExecutor | None = None
         self._nvcomp: Any = None
+        self._inflated: Any = None  # nvCOMP's last output batch, alive until the next one (_nvcomp_decode)
         self.host_fallbacks = 0  # interlaced images decoded by libpng on the host
         self.nvcomp_fallbacks = 0  # batches nvCOMP refused as a whole, inflated by zlib instead
         self.nvcomp_refused: str | None = None  # the last such refusal, in words
@@ -449,7 +450,11 @@ class PngDecoder:
 
     def _nvcomp_decode(self, raws: list[memoryview]) -> list | None:
         """Raw Deflate streams staged in pinned memory, uploaded, and inflated in one nvCOMP
-        call: its outputs, or None where the call raised (counted, the reason kept)."""
+        call: its outputs, or None where the call raised (counted, the reason kept).
+
+        The batch is kept (`_inflated`) until the next call: nvCOMP 6's views into a batch do
+        not own its memory, and the caller's copies out of them run later on the current
+        stream, which the next call synchronizes before its batch replaces this one."""
         from nvidia import nvcomp  # type: ignore[import-not-found,attr-defined]
 
         starts = np.concatenate([[0], np.cumsum([len(r) for r in raws])]).astype(np.int64)
@@ -458,17 +463,23 @@ class PngDecoder:
         for i, r in enumerate(raws):
             host[starts[i]:starts[i + 1]] = np.frombuffer(r, np.uint8)
         comp = staged.to(self._dev, non_blocking=True)
-        torch.cuda.current_stream(self._dev).synchronize()
+        torch.cuda.current_stream(self._dev).synchronize()  # (also: the last batch's copies are done)
+        self._inflated = None
         try:
             outs = self._nvcomp.decode(nvcomp.as_arrays([comp[int(starts[i]):int(starts[i + 1])]
                                                          for i in range(len(raws))]))
-            return [outs[i] for i in range(len(raws))]
+            views = [outs[i] for i in range(len(raws))]  # (indexing waits for nvCOMP's work)
         except Exception as e:  # a stream it cannot take (or its memory) fails the call: zlib says which
             self.nvcomp_fallbacks += 1
             self.nvcomp_refused = f"{type(e).__name__}: {e}"
             return None
+        self._inflated = outs
+        return views
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+        if self._inflated is not None:  # (the copies out of it first)
+            torch.cuda.current_stream(self._dev).synchronize()
+            self._inflated = None
