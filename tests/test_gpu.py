@@ -722,8 +722,9 @@ def test_png_in_two_halves_on_cuda_equals_libpng(inflate, monkeypatch):
     """PNG decoded on the GPU (decode/png.py: nvCOMP's batched inflate, or zlib on the
     host, and the CUDA unfilter kernel) equals the CPU decoder's libpng bit for bit, on
     every colour type and depth with every filter; a bad filter type, a short or long
-    stream and a wrong Adler-32 (checked by the CUDA kernel after nvCOMP) are each that
-    image's error, as libpng refuses them (issue 56). An nvCOMP call that raises sends
+    stream, a wrong Adler-32 and bytes after the stream (checked by the CUDA kernel after
+    nvCOMP, its verdict in zlib's words) are each that image's error, as libpng refuses
+    them (issue 56). An nvCOMP call that raises sends
     the batch to zlib (detours() counts it)."""
     from gpudecode.decode.png import PngDecoder
     from test_png_halves import FILTERS, KINDS, _broken, _rebuild, _req, _samples, write_png
@@ -737,7 +738,8 @@ def test_png_in_two_halves_on_cuda_equals_libpng(inflate, monkeypatch):
     broken = _broken()
     good = broken["filter type 7"][0]
     broken["a zlib header only"] = (_rebuild(good, b"x\x9c"), "not enough image data")  # (nvCOMP never sees it)
-    bad = ("filter type 7", "too little data", "too much data", "wrong Adler-32", "a zlib header only")
+    bad = ("filter type 7", "too little data", "too much data", "wrong Adler-32", "a zlib header only",
+           "bytes after the zlib stream")
     datas += [broken[name][0] for name in bad]
     reqs = [_req(d, str(k)) for k, d in enumerate(datas)]
     dec = PngDecoder(device="cuda", num_threads=4)

@@ -267,6 +267,7 @@ def _broken() -> dict[str, tuple[bytes, str]]:
     out["wrong Adler-32"] = (_rebuild(good, z[:-1] + bytes([z[-1] ^ 1])), "inflate|Adler")
     out["too little data"] = (_rebuild(good, zlib.compress(bytes(raw[:-5]))), "not enough image data")
     out["too much data"] = (_rebuild(good, zlib.compress(bytes(raw) + b"\0" * 40)), "more image data")
+    out["bytes after the zlib stream"] = (_rebuild(good, z + b"\0\0\0\0\0"), "after the end of the zlib stream")
     out["no PLTE"] = (write_png(rng.integers(0, 4, (4, 4, 1)), 3, 2, FILTERS["none"]), "PLTE")
     ihdr = bytearray(good)
     ihdr[8 + 8 + 8] = 3  # bit depth 3

@@ -19,11 +19,14 @@ methods, a CRC error in a critical chunk (IHDR, PLTE, IDAT; an ancillary chunk's
 ignored, as libpng discards the chunk), an unknown critical chunk, a palette image
 without PLTE before IDAT, a bad PLTE length, a second PLTE, no IDAT, a chunk cut short.
 Then the stream: a zlib header PNG does not allow, less or more data than the rows need,
-a stream that does not end after them, a wrong Adler-32 (zlib checks it on the CPU; on a
-GPU nvCOMP inflates the raw Deflate inside the wrapper, and kernels/png.py's Adler kernel
-checks each stream against the four bytes that end it; zlib reads the four bytes right
-after the Deflate data, so a stream with bytes between the two is refused on the CPU and,
-where its pixels and last four bytes agree, taken on the GPU). A filter type over 4 is
+a stream that does not end after them, a wrong Adler-32, bytes after the zlib stream
+(libpng's "extra compressed data"). zlib checks the Adler-32 on the CPU. On a GPU nvCOMP
+inflates the raw Deflate inside the wrapper, and kernels/png.py's Adler kernel checks each
+stream against the four bytes that end it; an image it refuses gets zlib's verdict, in
+zlib's words. The one difference: zlib reads the four bytes right after the Deflate data,
+and nvCOMP does not say where that data ends, so a stream with bytes between the two is
+refused on the CPU and, where its pixels and last four bytes agree, taken on the GPU
+(its pixels are right: only a stream made so has such bytes). A filter type over 4 is
 refused by the kernel. Where nvCOMP refuses a batch as a whole (its call raises), the batch is
 inflated by zlib on the host instead, so each image gets its own verdict
 (`nvcomp_fallbacks` counts such batches, `describe()` says why).
@@ -199,6 +202,10 @@ def inflate(layout: PngLayout) -> bytes:
         raise PngError("more image data than the rows need")
     if not d.eof:
         raise PngError("the zlib stream does not end after the image data (or its Adler-32 is wrong)")
+    if d.unused_data:  # (libpng: "Extra compressed data", an error as the CPU decoder reads)
+        n = len(d.unused_data)
+        raise PngError(f"{n:,} byte{'s' * (n != 1)} of image data after the end of the zlib stream "
+                       "(extra compressed data)")
     return out
 
 
@@ -240,13 +247,16 @@ def adler_stored(layout: PngLayout) -> int:
     return struct.unpack(">I", layout.stream[-4:])[0] if len(layout.stream) >= 4 else 0
 
 
-def _zlib_verdict(layout: PngLayout) -> str:
-    """Why zlib refuses `layout`'s stream (one too short for the GPU's inflate), in its words."""
+def _zlib_verdict(layout: PngLayout, otherwise: str = "the image data is shorter than a zlib stream") -> str:
+    """Why zlib refuses `layout`'s stream, in its words: one too short for the GPU's inflate,
+    or one whose last four bytes are not the Adler-32 of what nvCOMP inflated (bytes after
+    the Adler-32, or a wrong one). `otherwise` where zlib takes it (the GPU's inflate
+    found it wrong and zlib did not: not reached for any stream known)."""
     try:
         inflate(layout)
     except PngError as e:
         return str(e)
-    return "the image data is shorter than a zlib stream"  # (zlib takes no such stream: not reached)
+    return otherwise
 
 
 _KERNEL_ERRORS = {BAD_FILTER: "a row's filter type is over 4 (PNG defines 0-4)",
@@ -353,7 +363,9 @@ class PngDecoder:
         for j, k in enumerate(rows):
             offsets[k] = plan.meta[j, K.OUT]
             shapes[k] = (plan.layouts[j].height, plan.layouts[j].width)
-            if kernel_errors[j] and errors[k] is None:
+            if kernel_errors[j] == BAD_ADLER and errors[k] is None:  # zlib's words: what the CPU says of it
+                errors[k] = _zlib_verdict(plan.layouts[j], _KERNEL_ERRORS[BAD_ADLER])
+            elif kernel_errors[j] and errors[k] is None:
                 errors[k] = _KERNEL_ERRORS[int(kernel_errors[j])]
         at = plan.out_size
         for k, a in sorted(host.items()):

@@ -199,8 +199,7 @@ def image(data: bytes) -> None:
 def png_halves(data: bytes) -> None:
     """PNG in two halves (decode/png.py: the chunk walk, zlib, the unfilter kernel's CPU
     twin): the native walk says what the Python reference says; refuses with PngError or decodes; whatever both it and libpng decode is the
-    same pixels (the one may refuse what the other takes: a later chunk's CRC, bytes after
-    the stream)."""
+    same pixels (the one may refuse what the other takes: a later chunk's CRC)."""
     import numpy as np
 
     from gpudecode.decode import Request
