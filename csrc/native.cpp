@@ -431,13 +431,15 @@ PYBIND11_MODULE(_native, m) {
             at += len;
           }
         }
+        py::tuple sizes(c.idat.size());
+        for (size_t i = 0; i < c.idat.size(); ++i) sizes[i] = py::int_(c.idat[i].second);
         return py::make_tuple(c.width, c.height, c.depth, c.color, c.interlace,
-                              py::bytes(reinterpret_cast<const char*>(c.palette), sizeof(c.palette)), stream);
+                              py::bytes(reinterpret_cast<const char*>(c.palette), sizeof(c.palette)), stream, sizes);
       },
       py::arg("data"), py::arg("max_pixels") = 0,
       "A PNG's chunks walked and checked with the GIL released (csrc/png_walk.h): (width, height, bit depth, "
-      "colour type, interlace, the palette as 768 bytes, the IDAT payloads joined); raises ValueError saying what "
-      "libpng would refuse.");
+      "colour type, interlace, the palette as 768 bytes, the IDAT payloads joined, each payload's size); raises "
+      "ValueError saying what libpng would refuse.");
 
   m.def(
       "probe_batch",

@@ -727,7 +727,7 @@ def test_png_in_two_halves_on_cuda_equals_libpng(inflate, monkeypatch):
     them (issue 56). An nvCOMP call that raises sends
     the batch to zlib (detours() counts it)."""
     from gpudecode.decode.png import PngDecoder
-    from test_png_halves import FILTERS, KINDS, _broken, _rebuild, _req, _samples, write_png
+    from test_png_halves import FILTERS, KINDS, _broken, _rebuild, _req, _samples, idat_after_the_stream, write_png
 
     rng = np.random.default_rng(11)
     datas = []
@@ -735,6 +735,7 @@ def test_png_in_two_halves_on_cuda_equals_libpng(inflate, monkeypatch):
         for f in FILTERS.values():
             pal = rng.integers(0, 256, (1 << min(depth, 8), 3)) if color == 3 else None
             datas.append(write_png(_samples(rng, 37, 53, color, depth), color, depth, f, palette=pal))
+    datas.append(idat_after_the_stream(datas[-1]))  # (its last four bytes are no Adler-32: zlib on the host takes it)
     broken = _broken()
     good = broken["filter type 7"][0]
     broken["a zlib header only"] = (_rebuild(good, b"x\x9c"), "not enough image data")  # (nvCOMP never sees it)

@@ -15,6 +15,7 @@ import zlib
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from conftest import decoded_image
@@ -307,6 +308,29 @@ def test_a_malformed_png_is_its_own_error_as_libpng_refuses_it(name):
         assert np.array_equal(decoded_image(ours, k), decoded_image(ref, k))
 
 
+def idat_after_the_stream(png: bytes, tail: bytes = b"") -> bytes:
+    """`png` with its zlib stream (and `tail` after it) in two IDAT chunks, then a third that
+    libpng never reads: the stream ends in the second."""
+    z = b"".join(_idats(png)) + tail
+    head = png[: png.index(b"IDAT") - 4]
+    return (head + _chunk(b"IDAT", z[:9]) + _chunk(b"IDAT", z[9:]) + _chunk(b"IDAT", b"never read by libpng")
+            + _chunk(b"IEND", b""))
+
+
+def test_idat_chunks_after_the_one_the_stream_ends_in_are_not_read_as_libpng_reads_none():
+    """libpng stops at the end of the zlib stream: the rest of the IDAT chunk it ends in is
+    an error ("Extra compressed data"), the IDAT chunks after that one are never read."""
+    rng = np.random.default_rng(9)
+    good = write_png(rng.integers(0, 256, (9, 7, 3)), 2, 8, FILTERS["paeth"])
+    reqs, ours, ref = _both([good, idat_after_the_stream(good), idat_after_the_stream(good, b"\0")])
+    for k in (0, 1):
+        assert ours.errors[k] is None and ref.errors[k] is None, (ours.errors[k], ref.errors[k])
+        assert np.array_equal(decoded_image(ours, k), decoded_image(ref, k))
+    assert np.array_equal(decoded_image(ours, 1), decoded_image(ours, 0))
+    assert ref.errors[2] is not None and "extra compressed data" in ref.errors[2].lower()
+    assert ours.errors[2] is not None and "in the IDAT chunk it ends in" in ours.errors[2], ours.errors[2]
+
+
 def test_an_ancillary_chunks_bad_crc_is_ignored_as_libpng_ignores_it():
     rng = np.random.default_rng(7)
     text = _chunk(b"tEXt", b"Comment\0hello", crc=12345)
@@ -375,6 +399,49 @@ def test_the_adler_check_kernels_under_the_simulator():
     errors = np.array([0, 0, 0, K.BAD_FILTER], np.int32)
     K.check_adler_cuda(src, offs, lengths, stored, np.zeros((4, 2), np.int64), errors, int(lengths.max()))
     assert errors.tolist() == [0, 0, K.BAD_ADLER, K.BAD_FILTER]
+
+
+def test_what_the_adler_kernel_refuses_zlib_decides_as_on_the_cpu_under_the_simulator():
+    """The GPU path after nvCOMP (decode/png.py's _run_cuda), with the raw Deflate inflated
+    here as nvCOMP inflates it (bytes after its end ignored) and the kernels under the
+    simulator: a stream whose last four bytes are no Adler-32 is decided by zlib, as the
+    CPU decoder's libpng decides it. A stream that ends before its last IDAT chunk is taken
+    (zlib's inflate unfiltered again: the pixels of the same PNG without that chunk); a
+    wrong Adler-32 and bytes after the stream in its chunk are refused in zlib's words."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        pytest.skip("runs under numba's CUDA simulator (this machine has a GPU: test_gpu.py runs nvCOMP there)")
+    from gpudecode.decode.png import _plan, adler_stored
+
+    rng = np.random.default_rng(10)
+    good = write_png(_samples(rng, 6, 5, 3, 4), 3, 4, FILTERS["each-row"], palette=rng.integers(0, 256, (16, 3)))
+    datas = [good, idat_after_the_stream(good), _broken()["wrong Adler-32"][0], idat_after_the_stream(good, b"\0")]
+    lays = [read_png(d) for d in datas]
+    plan = _plan(lays, list(range(len(lays))))
+    src = torch.zeros(plan.src_size, dtype=torch.uint8)
+    for j, lay in enumerate(lays):  # nvCOMP's part: raw Deflate
+        raw = zlib.decompressobj(-15).decompress(bytes(lay.raw_deflate()))
+        src[plan.src_off[j]:plan.src_off[j] + len(raw)] = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+    n = len(lays)
+    lengths = np.array([lay.filtered_size for lay in lays], np.int64)
+    stored = np.array([adler_stored(lay) for lay in lays], np.int64)
+    kernel_errors = np.zeros(n, np.int32)
+    K.check_adler_cuda(src.numpy(), plan.src_off, lengths, stored, np.zeros((n, 2), np.int64), kernel_errors,
+                       int(lengths.max()))
+    assert kernel_errors.tolist() == [0, K.BAD_ADLER, K.BAD_ADLER, K.BAD_ADLER]
+    out = torch.zeros(plan.out_size, dtype=torch.uint8)
+    K.decode_rgb_cuda(src.numpy(), plan.src_off, plan.meta, plan.palettes, out.numpy(), kernel_errors)
+    errors: list[str | None] = [None] * n
+    PngDecoder(device="cpu")._checksums_by_zlib(
+        plan, kernel_errors, errors, src, tuple(torch.from_numpy(a) for a in (plan.src_off, plan.meta, plan.palettes))
+        + (out,), 0)
+    ref = CpuDecoder(num_threads=1).decode([_req(d, str(k)) for k, d in enumerate(datas)]).settle()
+    assert kernel_errors.tolist() == [0, 0, 0, 0]
+    assert errors[:2] == [None, None] and ref.errors[:2] == [None, None]
+    assert "incorrect data check" in errors[2] and "incorrect data check" in ref.errors[2]
+    assert "extra compressed data" in errors[3] and "Extra compressed data" in ref.errors[3]
+    size = 6 * 5 * 3
+    image = [out[int(plan.meta[j, K.OUT]):int(plan.meta[j, K.OUT]) + size].numpy().reshape(6, 5, 3) for j in (0, 1)]
+    assert np.array_equal(image[1], image[0]) and np.array_equal(image[0], decoded_image(ref, 0))
 
 
 @pytest.mark.parametrize("z", [b"x\x9c", b"x\x9c\x03", b"x\x9c\x03\x00\x00", b"x\x9c\x03\x00\x00\x00\x00"])

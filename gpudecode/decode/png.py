@@ -19,14 +19,17 @@ methods, a CRC error in a critical chunk (IHDR, PLTE, IDAT; an ancillary chunk's
 ignored, as libpng discards the chunk), an unknown critical chunk, a palette image
 without PLTE before IDAT, a bad PLTE length, a second PLTE, no IDAT, a chunk cut short.
 Then the stream: a zlib header PNG does not allow, less or more data than the rows need,
-a stream that does not end after them, a wrong Adler-32, bytes after the zlib stream
-(libpng's "extra compressed data"). zlib checks the Adler-32 on the CPU. On a GPU nvCOMP
+a stream that does not end after them, a wrong Adler-32, bytes after the stream in the
+IDAT chunk it ends in (libpng's "extra compressed data"; IDAT chunks after that one are
+not read, as libpng reads none). zlib checks the Adler-32 on the CPU. On a GPU nvCOMP
 inflates the raw Deflate inside the wrapper, and kernels/png.py's Adler kernel checks each
-stream against the four bytes that end it; an image it refuses gets zlib's verdict, in
-zlib's words. The one difference: zlib reads the four bytes right after the Deflate data,
-and nvCOMP does not say where that data ends, so a stream with bytes between the two is
-refused on the CPU and, where its pixels and last four bytes agree, taken on the GPU
-(its pixels are right: only a stream made so has such bytes). A filter type over 4 is
+stream against the four bytes that end it; zlib on the host decides an image it refuses
+(an error in zlib's words, or, for a stream that ends before the last IDAT chunk, zlib's
+inflate uploaded and unfiltered again). The one difference: zlib reads the four bytes
+right after the Deflate data, and nvCOMP does not say where that data ends, so a stream
+with bytes between the two is refused on the CPU and, where its pixels and last four
+bytes agree, taken on the GPU (its pixels are right: only a stream made so has such
+bytes). A filter type over 4 is
 refused by the kernel. Where nvCOMP refuses a batch as a whole (its call raises), the batch is
 inflated by zlib on the host instead, so each image gets its own verdict
 (`nvcomp_fallbacks` counts such batches, `describe()` says why).
@@ -35,6 +38,7 @@ uploaded (`describe()` says how many went so).
 """
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -70,6 +74,7 @@ class PngLayout:
     interlaced: bool
     palette: np.ndarray  # uint8 [256, 3]: PLTE's entries (at most 2**depth), the rest 0
     stream: bytes        # the IDAT payloads joined: a zlib stream
+    idat_sizes: tuple[int, ...] = ()  # each IDAT payload's size, in order (where `stream` ends in one: inflate)
 
     @property
     def bpp(self) -> int:
@@ -86,6 +91,11 @@ class PngLayout:
         """Bytes the stream inflates to (non-interlaced): a filter byte and a row, per row."""
         return self.height * (self.stride + 1)
 
+    def ends_a_chunk(self, at: int) -> bool:
+        """Whether `at` bytes into `stream` is where an IDAT payload ends (all of it, where the
+        sizes are not known)."""
+        return at in itertools.accumulate(self.idat_sizes) if self.idat_sizes else at == len(self.stream)
+
     def raw_deflate(self) -> memoryview:
         """The stream without its zlib wrapper (2 header bytes, 4 Adler-32 bytes): what
         nvCOMP's raw Deflate decodes."""
@@ -97,11 +107,11 @@ def read_png(data: bytes | memoryview, max_pixels: int = 0) -> PngLayout:
     released (csrc/png_walk.cpp: the decoder's threads walk a batch's PNGs at once); the
     IDAT payloads joined. Raises PngError."""
     try:
-        w, h, depth, color, interlace, palette, stream = _native.png_walk(data, max_pixels)
+        w, h, depth, color, interlace, palette, stream, sizes = _native.png_walk(data, max_pixels)
     except ValueError as e:
         raise PngError(str(e)) from None
     return PngLayout(w, h, depth, color, bool(interlace), np.frombuffer(palette, np.uint8).reshape(256, 3).copy(),
-                     stream)
+                     stream, sizes)
 
 
 def read_png_reference(data: bytes | memoryview, max_pixels: int = 0) -> PngLayout:
@@ -171,7 +181,7 @@ def read_png_reference(data: bytes | memoryview, max_pixels: int = 0) -> PngLayo
     if len(stream) < 2 or stream[0] & 15 != 8 or stream[0] >> 4 > 7 or (stream[0] << 8 | stream[1]) % 31 \
             or stream[1] & 32:
         raise PngError("the image data is not a zlib stream PNG allows")
-    return PngLayout(w, h, depth, color, bool(interlace), palette, stream)
+    return PngLayout(w, h, depth, color, bool(interlace), palette, stream, tuple(len(b) for b in idat))
 
 
 def _ihdr(body: memoryview, max_pixels: int) -> tuple[int, int, int, int, int]:
@@ -202,9 +212,10 @@ def inflate(layout: PngLayout) -> bytes:
         raise PngError("more image data than the rows need")
     if not d.eof:
         raise PngError("the zlib stream does not end after the image data (or its Adler-32 is wrong)")
-    if d.unused_data:  # (libpng: "Extra compressed data", an error as the CPU decoder reads)
-        n = len(d.unused_data)
-        raise PngError(f"{n:,} byte{'s' * (n != 1)} of image data after the end of the zlib stream "
+    if d.unused_data and not layout.ends_a_chunk(len(layout.stream) - len(d.unused_data)):
+        # libpng refuses the rest of the IDAT chunk the stream ends in ("Extra compressed data", an error
+        # as the CPU decoder reads) and reads no IDAT chunk after it
+        raise PngError("image data after the end of the zlib stream, in the IDAT chunk it ends in "
                        "(extra compressed data)")
     return out
 
@@ -247,16 +258,13 @@ def adler_stored(layout: PngLayout) -> int:
     return struct.unpack(">I", layout.stream[-4:])[0] if len(layout.stream) >= 4 else 0
 
 
-def _zlib_verdict(layout: PngLayout, otherwise: str = "the image data is shorter than a zlib stream") -> str:
-    """Why zlib refuses `layout`'s stream, in its words: one too short for the GPU's inflate,
-    or one whose last four bytes are not the Adler-32 of what nvCOMP inflated (bytes after
-    the Adler-32, or a wrong one). `otherwise` where zlib takes it (the GPU's inflate
-    found it wrong and zlib did not: not reached for any stream known)."""
+def _zlib_verdict(layout: PngLayout) -> str:
+    """Why zlib refuses `layout`'s stream (one too short for the GPU's inflate), in its words."""
     try:
         inflate(layout)
     except PngError as e:
         return str(e)
-    return otherwise
+    return "the image data is shorter than a zlib stream"  # (zlib takes no such stream: not reached)
 
 
 _KERNEL_ERRORS = {BAD_FILTER: "a row's filter type is over 4 (PNG defines 0-4)",
@@ -363,9 +371,7 @@ class PngDecoder:
         for j, k in enumerate(rows):
             offsets[k] = plan.meta[j, K.OUT]
             shapes[k] = (plan.layouts[j].height, plan.layouts[j].width)
-            if kernel_errors[j] == BAD_ADLER and errors[k] is None:  # zlib's words: what the CPU says of it
-                errors[k] = _zlib_verdict(plan.layouts[j], _KERNEL_ERRORS[BAD_ADLER])
-            elif kernel_errors[j] and errors[k] is None:
+            if kernel_errors[j] and errors[k] is None:
                 errors[k] = _KERNEL_ERRORS[int(kernel_errors[j])]
         at = plan.out_size
         for k, a in sorted(host.items()):
@@ -429,11 +435,41 @@ class PngDecoder:
                                    torch.zeros((n, 2), dtype=torch.int64, device=dev), bad[:n], int(lengths.max()),
                                    stream)
             K.decode_rgb_cuda(src, offs, meta, pal, out, bad[:n], stream)
-        kernel_errors = bad.cpu().numpy()[:n]  # (waits for the kernels: a bad filter or checksum is known here)
-        for j, k in enumerate(plan.rows):
-            if errors[k] is not None:
-                kernel_errors[j] = 0  # (its error is the inflate's, already said)
+            kernel_errors = bad.cpu().numpy()[:n]  # (waits for the kernels: a bad filter or checksum is known here)
+            for j, k in enumerate(plan.rows):
+                if errors[k] is not None:
+                    kernel_errors[j] = 0  # (its error is the inflate's, already said)
+            if by_nvcomp and (kernel_errors == BAD_ADLER).any():
+                self._checksums_by_zlib(plan, kernel_errors, errors, src, (offs, meta, pal, out), stream)
         return out, kernel_errors
+
+    def _checksums_by_zlib(self, plan: _Batch, kernel_errors: np.ndarray, errors: list[str | None],
+                           src: torch.Tensor, args: tuple, stream: Any) -> None:
+        """The images whose last four bytes are not the Adler-32 of what nvCOMP inflated,
+        decided by zlib on the host as the CPU decides them: refused in zlib's words (a
+        wrong Adler-32, bytes after the stream), or taken (a stream that ends in an IDAT
+        chunk that more IDAT chunks follow: libpng reads none of them), inflated by zlib,
+        uploaded and unfiltered again."""
+        from ..kernels import png as K
+
+        again: list[int] = []
+        for j in np.flatnonzero(kernel_errors == BAD_ADLER).tolist():
+            try:
+                data = inflate(plan.layouts[j])
+            except PngError as e:
+                errors[plan.rows[j]] = str(e)
+                kernel_errors[j] = 0
+                continue
+            lo = int(plan.src_off[j])
+            src[lo:lo + len(data)].copy_(torch.frombuffer(bytearray(data), dtype=torch.uint8))
+            again.append(j)
+        if again:
+            offs, meta, pal, out = args
+            redo = torch.ones(len(plan.rows), dtype=torch.int32)
+            redo[again] = 0
+            redo = redo.to(src.device)
+            K.decode_rgb_cuda(src, offs, meta, pal, out, redo, stream)
+            kernel_errors[again] = redo.cpu().numpy()[again]  # (a bad filter type, or 0)
 
     def _inflate_nvcomp(self, plan: _Batch, errors: list[str | None], src: torch.Tensor) -> bool:
         """Every stream of the batch inflated in one nvCOMP call, each copied into `src`
