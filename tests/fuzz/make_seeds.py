@@ -56,7 +56,13 @@ def images() -> dict[str, bytes]:
 def hand_pngs() -> dict[str, bytes]:
     from test_png import variants  # PNGs written by hand: what Pillow cannot write (Adam7, 1-4 bits)
 
-    return {f"hand-{k}": v for k, v in variants(photos()[0][:24, :20]).items()}
+    from test_png_halves import idat_after_the_stream  # a stream that ends before its last IDAT chunk
+
+    out = {f"hand-{k}": v for k, v in variants(photos()[0][:24, :20]).items()}
+    first = next(iter(out.values()))
+    out["hand-idat-after-the-stream"] = idat_after_the_stream(first)
+    out["hand-extra-data-in-its-chunk"] = idat_after_the_stream(first, b"\0")
+    return out
 
 
 def parquet_chunks(imgs: dict[str, bytes]) -> dict[str, bytes]:
