@@ -198,8 +198,10 @@ def image(data: bytes) -> None:
 
 def png_halves(data: bytes) -> None:
     """PNG in two halves (decode/png.py: the chunk walk, zlib, the unfilter kernel's CPU
-    twin): the native walk says what the Python reference says; refuses with PngError or decodes; whatever both it and libpng decode is the
-    same pixels (the one may refuse what the other takes: a later chunk's CRC)."""
+    twin): the native walk says what the Python reference says; refuses with PngError or decodes.
+    What the walk takes, the two halves and libpng both refuse or both decode, to the same
+    pixels (the walk itself may refuse what libpng takes: the CRC of an IDAT chunk after the
+    one the stream ends in, which libpng never reads)."""
     import numpy as np
 
     from gpudecode.decode import Request
@@ -221,6 +223,8 @@ def png_halves(data: bytes) -> None:
     req = [Request(data, "png", lay.height, lay.width, box, "s", "k")]
     ours = PngDecoder(device="cpu", max_pixels=1 << 22).decode(req).settle()
     ref = _decoder().decode(req).settle()
+    assert (ours.errors[0] is None) == (ref.errors[0] is None), \
+        f"the two halves and libpng disagree: {ours.errors[0]!r} against {ref.errors[0]!r}"
     if ours.errors[0] is None and ref.errors[0] is None:
         a = ours.pixels[int(ours.offsets[0]):int(ours.offsets[0]) + lay.height * lay.width * 3].numpy()
         t, l, h, w = (int(v) for v in ref.boxes[0])
