@@ -20,6 +20,10 @@ sysdeps:
 	@if [ ! -f /usr/include/png.h ] && command -v apt-get >/dev/null 2>&1; then \
 	  apt-get install -y -q libpng-dev || echo "libpng-dev not installed: PNG will go through pyspng"; \
 	fi
+	@# libdeflate's headers (optional: PNG's image data inflated about twice as fast as zlib does)
+	@if [ ! -f /usr/include/libdeflate.h ] && command -v apt-get >/dev/null 2>&1; then \
+	  apt-get install -y -q libdeflate-dev || echo "libdeflate-dev not installed: PNG is inflated by zlib"; \
+	fi
 
 $(BIN)/python:
 	@echo "==> creating the virtualenv $(VENV)"

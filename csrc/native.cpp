@@ -19,6 +19,9 @@
 #include "blocks.h"
 #include "draws.h"
 #include "png_walk.h"
+#ifdef GPUDECODE_HAVE_PNG
+#include "png_decode.h"
+#endif
 #include "shuffle.h"
 #include "tar.h"
 
@@ -747,4 +750,27 @@ PYBIND11_MODULE(_native, m) {
       "native threads; returns one error message per item (\"\" when it decoded). stop: a uint8 "
       "array another thread may set nonzero to end the decode within a row (errors then: stopped).");
   m.attr("STOPPED") = kStopped;
+#ifdef GPUDECODE_HAVE_PNG
+  m.def(
+      "decode_png",
+      [](py::buffer data, std::tuple<int, int, int, int> box, int64_t max_pixels, bool direct) {
+        ByteView v = view_of(data);
+        const auto [top, left, height, width] = box;
+        const Box b{top, left, height, width};
+        std::vector<uint8_t> out(height > 0 && width > 0 ? size_t(height) * size_t(width) * 3 : 0);
+        std::string err;
+        bool by_direct = false;
+        {
+          py::gil_scoped_release nogil;
+          err = decode_png_crop(v.data, v.size, b, max_pixels, out.data(), nullptr, direct, &by_direct);
+        }
+        return py::make_tuple(err.empty() ? py::object(py::none()) : py::object(py::str(err)),
+                              py::bytes(reinterpret_cast<const char*>(out.data()), out.size()),
+                              by_direct ? "direct" : "libpng");
+      },
+      py::arg("data"), py::arg("box"), py::arg("max_pixels") = 0, py::arg("direct") = true,
+      "One PNG's box (top, left, height, width) as the CPU decoder decodes it: (error or None, RGB HWC bytes, "
+      "'direct' or 'libpng': which path decided). direct=False: through libpng always (csrc/png_decode.h), the "
+      "reference of the direct path.");
+#endif
 }

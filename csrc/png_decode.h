@@ -17,7 +17,11 @@ namespace gpudecode {
 // checksum are checked before the pixels are trusted), only the box's are kept.
 // Returns "" on success, otherwise what went wrong (and `out` is unspecified); kStopped
 // when `stop` (may be nullptr) was set from another thread before the last row.
+// `direct` (where zlib's headers were found): most PNGs decoded without libpng, to the
+// same pixels and verdicts (png_decode.cpp says which, and why it is faster); false: libpng
+// always (the reference the tests and the fuzzer hold the direct path to).
+// `decided_directly` (may be nullptr): set to whether the direct path decided this image.
 std::string decode_png_crop(const uint8_t* data, size_t size, const Box& box, int64_t max_pixels, uint8_t* out,
-                            const uint8_t* stop = nullptr);
+                            const uint8_t* stop = nullptr, bool direct = true, bool* decided_directly = nullptr);
 
 }  // namespace gpudecode

@@ -242,3 +242,76 @@ def test_ancillary_damage_is_tolerated_as_pyspng_does(photos):
     data = good[:a - 8] + text[:-1] + bytes([text[-1] ^ 1]) + good[a - 8:]
     np.testing.assert_array_equal(native(data), img)
     np.testing.assert_array_equal(pyspng.load(data, format="RGB"), img)
+
+
+# ---- the direct path (csrc/png_decode.cpp): most PNGs decoded without libpng ----
+
+def _direct_and_libpng(data: bytes, box: tuple[int, int, int, int]):
+    """(error, pixels, path) of the CPU decoder's PNG decode, then of libpng alone."""
+    return _native.decode_png(data, box, 0, True), _native.decode_png(data, box, 0, False)
+
+
+def _with_cinfo(z: bytes, cinfo: int) -> bytes:
+    """The zlib stream `z` with another declared window (CINFO), its header check made right."""
+    cmf, flg = (cinfo << 4) | 8, z[1] & 0xE0
+    return bytes([cmf, flg | (31 - ((cmf << 8 | flg) % 31))]) + z[2:]
+
+
+def test_the_direct_path_equals_libpng_on_every_kind_filter_and_box(pngs, photos):
+    """The CPU decoder decodes a PNG without libpng (its zlib stream inflated whole, each
+    row unfiltered by a loop for its filter type) where the result is sure to be libpng's:
+    the same pixels on every colour type, bit depth and filter, photographs with each filter
+    forced, crop windows; interlaced images (and a stream declaring a window under 32 KiB)
+    go to libpng."""
+    from test_png_halves import FILTERS, KINDS, _samples, idat_after_the_stream, write_png
+
+    rng = np.random.default_rng(13)
+    datas = dict(pngs)
+    for color, depth in KINDS:
+        for fname, f in FILTERS.items():
+            pal = rng.integers(0, 256, (1 << min(depth, 8), 3)) if color == 3 else None
+            datas[f"type{color}-{depth}bit-{fname}"] = write_png(_samples(rng, 19, 29, color, depth), color, depth, f,
+                                                                 palette=pal)
+    photo = np.ascontiguousarray(photos["chelsea"][:40, :57])
+    for fname in ("sub", "up", "average", "paeth", "each-row"):
+        datas[f"photo-{fname}"] = write_png(photo, 2, 8, FILTERS[fname])
+        datas[f"photo-rgba-{fname}"] = write_png(np.dstack([photo, photo[..., :1]]), 6, 8, FILTERS[fname])
+    datas["idat-after-the-stream"] = idat_after_the_stream(datas["photo-paeth"])
+    a, b = _idat_span(datas["photo-paeth"])
+    datas["small-window"] = _with_idat(datas["photo-paeth"], _with_cinfo(datas["photo-paeth"][a:b], 5))
+    for name, data in datas.items():
+        w, h = struct.unpack(">II", data[16:24])
+        boxes = [(0, 0, h, w), (h // 3, 0, h - h // 3, w), (1, w // 4, h // 2, w // 2), (h - 1, w - 1, 1, 1)]
+        for box in boxes:
+            (err, px, path), (ref_err, ref, _) = _direct_and_libpng(data, box)
+            assert err is None and ref_err is None, (name, err, ref_err)
+            assert px == ref, (name, box)
+            assert path == ("libpng" if "adam7" in name or name == "small-window" else "direct"), (name, path)
+        if not ("adam7" in name or "16" in name or "trns" in name):  # Pillow reads 16 bits and tRNS otherwise
+            want = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+            np.testing.assert_array_equal(np.frombuffer(_direct_and_libpng(data, boxes[0])[0][1], np.uint8)
+                                          .reshape(h, w, 3), want, err_msg=name)
+
+
+def test_what_libpng_refuses_the_direct_path_leaves_to_libpng(photos):
+    """A PNG libpng refuses is never decoded by the direct path: each malformed stream goes
+    to libpng, which refuses it in its own words (the same error as libpng alone). Among
+    them, the two the direct path must see for itself: bytes after the zlib stream in its
+    IDAT chunk (whole IDAT chunks after it are not read, as libpng reads none), and a
+    stream that reaches past the window it declares (a whole-buffer inflate would take it;
+    libpng, inflating a row at a time, does not)."""
+    from test_png_halves import _broken, idat_after_the_stream
+
+    h, w = 64, 64
+    top = np.ascontiguousarray(photos["astronaut"][:h // 2, :w])
+    far = png_bytes(np.concatenate([top, top]), color=2)  # the bottom half repeats the top: distances of 32 rows
+    a, b = _idat_span(far)
+    cases = {name: data for name, (data, _) in _broken().items()}
+    cases["bytes after the stream in its chunk"] = idat_after_the_stream(_pil(top), b"\0")
+    cases["a distance past the declared window"] = _with_idat(far, _with_cinfo(zlib.compress(
+        zlib.decompress(far[a:b]), 9), 1))
+    for name, data in cases.items():
+        for box in ((0, 0, 1, 1), (0, 0, 2, 3)):
+            (err, _, path), (ref_err, _, _) = _direct_and_libpng(data, box)
+            assert ref_err is not None, name  # (libpng refuses every one)
+            assert err == ref_err and path == "libpng", (name, err, ref_err, path)

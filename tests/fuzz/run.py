@@ -55,6 +55,16 @@ if _PNG is not None:
     CPP["png"] = 1 << 15
     FLAGS += ["-DGPUDECODE_HAVE_PNG"]
     LIBS += _PNG
+    # the direct path of png_decode.cpp (zlib, and libdeflate where found), as the module's build has it:
+    # the png target holds it to libpng
+    _ZLIB = _pkg("zlib")
+    if _ZLIB is not None:
+        FLAGS += ["-DGPUDECODE_HAVE_ZLIB"]
+        LIBS += _ZLIB
+        _DEFLATE = _pkg("libdeflate")
+        if _DEFLATE is not None:
+            FLAGS += ["-DGPUDECODE_HAVE_LIBDEFLATE"]
+            LIBS += _DEFLATE
 
 
 def _jpeg_flags() -> list[str]:
