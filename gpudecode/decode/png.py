@@ -25,11 +25,13 @@ not read, as libpng reads none). zlib checks the Adler-32 on the CPU. On a GPU n
 inflates the raw Deflate inside the wrapper, and kernels/png.py's Adler kernel checks each
 stream against the four bytes that end it; zlib on the host decides an image it refuses
 (an error in zlib's words, or, for a stream that ends before the last IDAT chunk, zlib's
-inflate uploaded and unfiltered again). The one difference: zlib reads the four bytes
-right after the Deflate data, and nvCOMP does not say where that data ends, so a stream
-with bytes between the two is refused on the CPU and, where its pixels and last four
-bytes agree, taken on the GPU (its pixels are right: only a stream made so has such
-bytes). A filter type over 4 is
+inflate uploaded and unfiltered again). Two differences, both for streams made so (their
+pixels are what their Deflate data says): zlib reads the four bytes right after the
+Deflate data, and nvCOMP does not say where that data ends, so a stream with bytes between
+the two is refused on the CPU and, where its pixels and last four bytes agree, taken on
+the GPU; and libpng, inflating a row at a time, keeps only the window a stream declares,
+so a distance past a window declared under 32 KiB is its error, while the halves (zlib or
+nvCOMP, the whole stream at once) take it. A filter type over 4 is
 refused by the kernel. Where nvCOMP refuses a batch as a whole (its call raises), the batch is
 inflated by zlib on the host instead, so each image gets its own verdict
 (`nvcomp_fallbacks` counts such batches, `describe()` says why).
