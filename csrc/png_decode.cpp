@@ -60,8 +60,30 @@ inline uint8_t paeth(int a, int b, int c) {
   return uint8_t((a & m) | (bc & ~m));
 }
 
+// Paeth with one or two bytes a pixel: each lane's byte to the left carried in a register
+// (through memory, each byte's chain would add a store-to-load forwarding to the Paeth
+// arithmetic); wider pixels go a pixel at a time in SIMD lanes (paeth_row below).
+template <size_t BPP>
+void paeth_row_narrow(uint8_t* cur, const uint8_t* prev, size_t n) {
+  if (n < BPP) return;
+  int a[BPP], c[BPP];
+  for (size_t k = 0; k < BPP; ++k) {
+    a[k] = cur[k] = uint8_t(cur[k] + prev[k]);
+    c[k] = prev[k];
+  }
+  for (size_t i = BPP; i + BPP <= n; i += BPP)
+    for (size_t k = 0; k < BPP; ++k) {
+      const int b = prev[i + k];
+      a[k] = cur[i + k] = uint8_t(cur[i + k] + paeth(a[k], b, c[k]));
+      c[k] = b;
+    }
+}
+
 template <size_t BPP>
 void unfilter_row(int filter, uint8_t* cur, const uint8_t* prev, size_t n) {
+  if constexpr (BPP <= 2) {  // (n is a whole number of pixels: a row of 1 or 2 bytes a pixel)
+    if (filter == 4) return paeth_row_narrow<BPP>(cur, prev, n);
+  }
   switch (filter) {
     case 1:
       for (size_t i = BPP; i < n; ++i) cur[i] = uint8_t(cur[i] + cur[i - BPP]);
