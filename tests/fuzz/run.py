@@ -90,20 +90,31 @@ def build_fuzzers(targets: list[str]) -> None:
         subprocess.run(cmd, check=True)
 
 
-def build_replay(targets: list[str]) -> dict[str, Path]:
+def build_replay(targets: list[str], flags: list[str] | None = None, libs: list[str] | None = None,
+                 suffix: str = "") -> dict[str, Path]:
     cxx = os.environ.get("CXX") or shutil.which("g++") or shutil.which("clang++")
     if cxx is None:
         sys.exit("a C++ compiler is needed")
     out = {}
     (BUILD / "replay").mkdir(parents=True, exist_ok=True)
     for t in targets:
-        exe = BUILD / "replay" / t
-        cmd = [cxx, *FLAGS, "-O1", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-               "-fno-omit-frame-pointer", str(FUZZ / f"{t}_fuzzer.cpp"), str(FUZZ / "replay_main.cpp"),
-               *map(str, SOURCES), *_jpeg_flags(), *LIBS, "-o", str(exe)]
+        exe = BUILD / "replay" / (t + suffix)
+        cmd = [cxx, *(FLAGS if flags is None else flags), "-O1", "-fsanitize=address,undefined",
+               "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", str(FUZZ / f"{t}_fuzzer.cpp"),
+               str(FUZZ / "replay_main.cpp"), *map(str, SOURCES), *_jpeg_flags(), *(LIBS if libs is None else libs),
+               "-o", str(exe)]
         subprocess.run(cmd, check=True)
-        out[t] = exe
+        out[t + suffix] = exe
     return out
+
+
+def _zlib_build() -> tuple[list[str], list[str]] | None:
+    """FLAGS and LIBS without libdeflate, where it was found: the png target is replayed
+    once more with the direct path's zlib inflate (what a build without libdeflate runs)."""
+    if "-DGPUDECODE_HAVE_LIBDEFLATE" not in FLAGS:
+        return None
+    deflate = _pkg("libdeflate") or []
+    return [f for f in FLAGS if f != "-DGPUDECODE_HAVE_LIBDEFLATE"], [x for x in LIBS if x not in deflate]
 
 
 def saved(target: str) -> list[Path]:
@@ -180,8 +191,11 @@ def merge(targets: list[str]) -> None:
 
 def replay(targets: list[str]) -> int:
     exes = build_replay([t for t in targets if t in CPP])
+    plain = _zlib_build()
+    if plain is not None and "png" in exes:
+        exes.update(build_replay(["png"], *plain, suffix="-zlib"))
     for t, exe in exes.items():
-        dirs = [str(d) for d in saved(t)]
+        dirs = [str(d) for d in saved(t.split("-")[0])]
         r = subprocess.run([str(exe), *dirs], capture_output=True, text=True)
         print(f"{t}: {r.stdout.strip()}{' FAILED' if r.returncode else ''}")
         if r.returncode:
