@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <csetjmp>
 #include <cstring>
+#include <new>
 #include <vector>
 
 #ifdef GPUDECODE_HAVE_ZLIB
@@ -267,9 +268,11 @@ bool decode_direct(const uint8_t* data, size_t size, const Box& box, int64_t max
   if (want > kDirectMax || c.stream_size > 0xFFFFFFFFu) return false;
   result = box_outside(box, H, W);
   if (!result.empty()) return true;
-  std::vector<uint8_t> stream(c.stream_size), rows(want + 8);  // (+ 8: a pixel's 8-byte reads at a row's end)
-  size_t at = 0;
+  // (a refused allocation throws std::bad_alloc: the caller then leaves the image to libpng)
+  std::vector<uint8_t> stream(c.stream_size), rows(want + 8), zero(stride + 8);  // (+ 8: 8-byte reads at a row's end)
   std::vector<size_t> ends;  // where each IDAT payload ends in the joined stream
+  ends.reserve(c.idat.size());
+  size_t at = 0;
   for (const auto& [off, len] : c.idat) {
     std::memcpy(stream.data() + at, data + off, len);
     ends.push_back(at += len);
@@ -287,7 +290,6 @@ bool decode_direct(const uint8_t* data, size_t size, const Box& box, int64_t max
   if (used != stream.size() && !std::binary_search(ends.begin(), ends.end(), used)) return false;
   for (int64_t y = 0; y < H; ++y)  // libpng unfilters every row: a bad filter type anywhere is its error
     if (rows[size_t(y) * (stride + 1)] > 4) return false;
-  const std::vector<uint8_t> zero(stride + 8, 0);
   const int64_t bottom = int64_t(box.top) + box.height;
   for (int64_t y = 0; y < bottom; ++y) {
     if ((y & 63) == 0 && stop_requested(stop)) {
@@ -347,7 +349,13 @@ std::string decode_png_crop(const uint8_t* data, size_t size, const Box& box, in
   if (decided_directly != nullptr) *decided_directly = false;
 #ifdef GPUDECODE_HAVE_ZLIB
   std::string decided;
-  if (direct && decode_direct(data, size, box, max_pixels, out, stop, decided)) {
+  bool done = false;
+  try {  // (memory refused, in the walk or the buffers: libpng decides; nothing may throw on a pool thread)
+    done = direct && decode_direct(data, size, box, max_pixels, out, stop, decided);
+  } catch (const std::bad_alloc&) {
+    done = false;
+  }
+  if (done) {
     if (decided_directly != nullptr) *decided_directly = true;
     return decided;
   }
