@@ -18,6 +18,7 @@ import os
 import re
 import time
 import warnings
+import zlib
 
 import numpy as np
 import pytest
@@ -764,6 +765,39 @@ def test_png_in_two_halves_on_cuda_equals_libpng(inflate, monkeypatch):
     refused = inflate == "nvcomp refuses"
     assert dec.detours()["batches_inflated_by_zlib"] == int(refused)
     assert ("refused (this test)" in dec.detours()["nvcomp_refused"]) if refused else dec.detours()["nvcomp_refused"] is None
+
+
+def test_png_on_cuda_reuses_the_sizes_nvcomp_found_for_images_of_one_size():
+    """Batches whose PNGs have the sizes of an earlier batch's reuse the sizes nvCOMP found
+    for it (its pass over the streams made once: decode/png.py's _nvcomp_decode), with
+    libpng's pixels and no image sent to zlib; behind the same IHDR sizes, a stream with too
+    little or too much data is still that image's error, in zlib's words."""
+    from gpudecode.decode.png import PngDecoder
+    from test_png_halves import FILTERS, _idats, _rebuild, _req, write_png
+
+    rng = np.random.default_rng(14)
+    goods = [write_png(rng.integers(0, 256, (24, 31, 3)), 2, 8, FILTERS["each-row"]) for _ in range(6)]
+    reqs = [_req(d, str(k)) for k, d in enumerate(goods)]
+    dec = PngDecoder(device="cuda", num_threads=2)
+    if dec._nvcomp is None:
+        pytest.skip(f"nvCOMP is not usable here: {dec.backend}")
+    ref = CpuDecoder(num_threads=2).decode(reqs).settle()
+    for _ in range(3):
+        got = dec.decode(reqs).settle()
+        for k in range(len(reqs)):
+            assert got.errors[k] is None and np.array_equal(decoded_image(got, k), decoded_image(ref, k)), k
+    d = dec.detours()
+    assert "nvcomp_sizes_not_kept" not in d, d
+    assert (d["nvcomp_sizes_reused"], d["adler_by_zlib"], d["batches_inflated_by_zlib"]) == (2, 0, 0), d
+    raw = zlib.decompress(b"".join(_idats(goods[0])))
+    mixed = list(goods)
+    mixed[1] = _rebuild(goods[0], zlib.compress(raw[:-7]))
+    mixed[3] = _rebuild(goods[0], zlib.compress(raw + b"\0" * 50))
+    got = dec.decode([_req(x, str(k)) for k, x in enumerate(mixed)]).settle()
+    assert re.search("not enough image data", got.errors[1]) and re.search("more image data", got.errors[3]), \
+        got.errors
+    for k in (0, 2, 4, 5):
+        assert got.errors[k] is None and np.array_equal(decoded_image(got, k), decoded_image(ref, k)), k
 
 
 def test_the_png_engine_in_a_split_on_cuda_gives_the_cpu_loaders_batches(tmp_path):

@@ -201,7 +201,8 @@ def test_crop_boxes_and_interlaced_images_through_the_host():
         assert np.array_equal(decoded_image(ours, k), np.asarray(img)[reqs[k].box[0]:reqs[k].box[0] + reqs[k].box[2],
                                                                       reqs[k].box[1]:reqs[k].box[1] + reqs[k].box[3]])
     assert dec.host_fallbacks == 1  # the interlaced one went through libpng on the host
-    assert dec.detours() == {"interlaced_by_libpng": 1, "batches_inflated_by_zlib": 0, "nvcomp_refused": None}
+    assert dec.detours() == {"interlaced_by_libpng": 1, "batches_inflated_by_zlib": 0, "nvcomp_refused": None,
+                             "adler_by_zlib": 0, "nvcomp_sizes_reused": 0}
 
 
 def test_a_loaders_describe_names_the_png_engines_detours(tmp_path):
@@ -530,3 +531,97 @@ def test_the_native_chunk_walk_equals_the_python_reference_message_for_message(p
             assert ours == ref, (data[:40], ours[:2], ref[:2])
             ok, refused = ok + (ours[0] != "error"), refused + (ours[0] == "error")
     assert ok >= 25 and refused > 300, (ok, refused)  # (both outcomes many times: the comparison says something)
+
+
+class _StandInNvcomp:
+    """nvCOMP's batched raw Deflate as decode/png.py calls it, on the CPU (zlib): decode()
+    finds each stream's size unless given a config (then it holds each output to the
+    config's size: `fails` raises where one does not fit, else the output is cut or padded
+    with 0xAB, as a real one might leave it)."""
+
+    def __init__(self, fails: bool):
+        self.fails, self.passes = fails, 0
+
+    @staticmethod
+    def as_arrays(tensors):
+        return list(tensors)
+
+    def decompression_config(self, batch):
+        self.passes += 1
+        return tuple(len(zlib.decompressobj(-15).decompress(bytes(t.numpy()))) for t in batch)
+
+    def decode(self, batch, decompression_config=None):
+        if decompression_config is None:
+            decompression_config = self.decompression_config(batch)
+        out = []
+        for t, size in zip(batch, decompression_config):
+            data = zlib.decompressobj(-15).decompress(bytes(t.numpy()))
+            if len(data) != size and self.fails:
+                raise RuntimeError("a stream does not fit its size (stand-in)")
+            a = np.frombuffer(bytearray((data + b"\xab" * size)[:size]), np.uint8).view(_Sized)
+            out.append(a)
+        return out
+
+
+class _Sized(np.ndarray):
+    @property
+    def buffer_size(self) -> int:
+        return int(self.size)
+
+
+@pytest.mark.parametrize("fails", [True, False], ids=["a misfit raises", "a misfit is cut or padded"])
+def test_nvcomps_sizes_are_kept_for_batches_of_one_size_and_a_misfit_is_still_its_error(fails, monkeypatch):
+    """decode/png.py's nvCOMP path (_inflate_nvcomp, _nvcomp_decode) with a stand-in for
+    nvCOMP on the CPU: the sizes nvCOMP finds for a batch whose streams all fit IHDR's are
+    kept and reused by the next batch of the same sizes (no second pass); a batch with a
+    stream that does not fit them is inflated right all the same, each image's verdict
+    zlib's: where nvCOMP raises, the batch's sizes are found again; where it cuts or pads,
+    the Adler-32 check (here its CPU twin) sends the image to zlib."""
+    import sys
+    import types
+
+    from gpudecode.decode.png import _plan, adler_stored, inflate
+
+    nv = _StandInNvcomp(fails)
+    monkeypatch.setitem(sys.modules, "nvidia.nvcomp", types.SimpleNamespace(as_arrays=nv.as_arrays))
+    import nvidia
+
+    monkeypatch.setattr(nvidia, "nvcomp", sys.modules["nvidia.nvcomp"], raising=False)
+    rng = np.random.default_rng(15)
+    goods = [write_png(rng.integers(0, 256, (12, 17, 3)), 2, 8, FILTERS["each-row"]) for _ in range(4)]
+    raw = zlib.decompress(b"".join(_idats(goods[0])))
+    short = _rebuild(goods[0], zlib.compress(raw[:-5]))
+    long = _rebuild(goods[0], zlib.compress(raw + b"\0" * 30))
+    dec = PngDecoder(device="cpu")
+    dec._nvcomp = nv
+
+    def run(datas):
+        lays = [read_png(d) for d in datas]
+        plan = _plan(lays, list(range(len(lays))))
+        src = torch.zeros(plan.src_size, dtype=torch.uint8)
+        errors: list[str | None] = [None] * len(lays)
+        assert dec._inflate_nvcomp(plan, errors, src)
+        for j, lay in enumerate(lays):  # the Adler-32 check, then zlib for what it refuses
+            if errors[j] is None:
+                got = src[plan.src_off[j]:plan.src_off[j] + lay.filtered_size].numpy().tobytes()
+                if zlib.adler32(got) != adler_stored(lay):
+                    dec.adler_by_zlib += 1
+                    try:
+                        got = inflate(lay)
+                    except PngError as e:
+                        errors[j] = str(e)
+                        continue
+                assert got == zlib.decompress(lay.stream)
+        return errors
+
+    assert run(goods) == [None] * 4 and nv.passes == 1
+    assert run(goods) == [None] * 4 and nv.passes == 1 and dec.sizes_reused == 1  # (kept)
+    errors = run([goods[0], short, goods[2], long])  # (IHDR's sizes those of `goods`)
+    assert errors[0] is None and errors[2] is None
+    assert "not enough image data" in errors[1] and "more image data" in errors[3], errors
+    if fails:  # the kept sizes refused: found again for the batch, and dropped (no other kept)
+        assert nv.passes == 2 and dec.adler_by_zlib == 0 and dec._sizes == {}
+    else:  # cut or padded to the kept sizes: the Adler-32 sends both to zlib
+        assert nv.passes == 1 and dec.adler_by_zlib == 2 and dec.sizes_reused == 2
+    run(goods)
+    assert dec._sizes is not None and len(dec._sizes) == 1  # (the good batch's sizes, kept again or still)

@@ -253,6 +253,7 @@ def _plan(layouts: list[PngLayout], rows: list[int]) -> _Batch:
 
 
 _SHORTEST_ZLIB = 8  # a zlib header, the shortest Deflate stream (an empty fixed block) and Adler-32
+_SIZES_KEPT = 8  # nvCOMP size configs kept (a set of images of one size needs one; a last smaller batch another)
 
 
 def adler_stored(layout: PngLayout) -> int:
@@ -297,6 +298,10 @@ class PngDecoder:
         self._pool: ThreadPoolExecutor | None = None
         self._nvcomp: Any = None
         self._inflated: Any = None  # nvCOMP's last output batch, alive until the next one (_nvcomp_decode)
+        self._sizes: dict[tuple[int, ...], Any] | None = {}  # IHDR's sizes -> nvCOMP's config (_nvcomp_decode)
+        self.sizes_reused = 0  # batches inflated with kept sizes
+        self.sizes_kept_off: str | None = None  # why sizes are not kept (an nvCOMP without configs)
+        self.adler_by_zlib = 0  # images the Adler-32 check sent to zlib on the host (_checksums_by_zlib)
         self.host_fallbacks = 0  # interlaced images decoded by libpng on the host
         self.nvcomp_fallbacks = 0  # batches nvCOMP refused as a whole, inflated by zlib instead
         self.nvcomp_refused: str | None = None  # the last such refusal, in words
@@ -322,7 +327,9 @@ class PngDecoder:
         the host, and batches nvCOMP refused as a whole (inflated by zlib), with the last
         refusal in words (Loader.describe() shows it)."""
         return {"interlaced_by_libpng": self.host_fallbacks, "batches_inflated_by_zlib": self.nvcomp_fallbacks,
-                "nvcomp_refused": self.nvcomp_refused}
+                "nvcomp_refused": self.nvcomp_refused, "adler_by_zlib": self.adler_by_zlib,
+                "nvcomp_sizes_reused": self.sizes_reused, **({"nvcomp_sizes_not_kept": self.sizes_kept_off}
+                                                             if self.sizes_kept_off else {})}
 
     def _map(self, fn, items):
         if self.num_threads == 1 or len(items) < 2:
@@ -456,6 +463,7 @@ class PngDecoder:
 
         again: list[int] = []
         for j in np.flatnonzero(kernel_errors == BAD_ADLER).tolist():
+            self.adler_by_zlib += 1
             try:
                 data = inflate(plan.layouts[j])
             except PngError as e:
@@ -481,26 +489,42 @@ class PngDecoder:
         short = [j for j, lay in enumerate(plan.layouts) if len(lay.stream) < _SHORTEST_ZLIB]
         todo = [j for j, lay in enumerate(plan.layouts) if len(lay.stream) >= _SHORTEST_ZLIB]
         outs: Any = []
+        wants = tuple(plan.layouts[j].filtered_size for j in todo)
+        fresh = None
         if todo:
-            got = self._nvcomp_decode([plan.layouts[j].raw_deflate() for j in todo])
+            got = self._nvcomp_decode([plan.layouts[j].raw_deflate() for j in todo], wants)
             if got is None:
                 return False
-            outs = got
+            outs, fresh = got
         for j in short:
             errors[plan.rows[j]] = _zlib_verdict(plan.layouts[j])
+        fits = True
         for out, j in zip(outs, todo):
             size, want = int(out.buffer_size), plan.layouts[j].filtered_size
             if size != want:  # (zlib's words for the same streams)
                 errors[plan.rows[j]] = (f"not enough image data: {size:,} of the {want:,} bytes the rows need"
                                         if size < want else "more image data than the rows need")
+                fits = False
                 continue
             view = torch.as_tensor(out, device=self._dev).view(torch.uint8).reshape(-1)
             src[int(plan.src_off[j]):int(plan.src_off[j]) + want].copy_(view)
+        if fresh is not None and fits and self._sizes is not None:  # (sizes nvCOMP found equal to IHDR's: kept)
+            if len(self._sizes) >= _SIZES_KEPT:
+                self._sizes.pop(next(iter(self._sizes)))
+            self._sizes[wants] = fresh
         return True
 
-    def _nvcomp_decode(self, raws: list[memoryview]) -> list | None:
+    def _nvcomp_decode(self, raws: list[memoryview], wants: tuple[int, ...]) -> tuple[list, Any] | None:
         """Raw Deflate streams staged in pinned memory, uploaded, and inflated in one nvCOMP
-        call: its outputs, or None where the call raised (counted, the reason kept).
+        call: (its outputs, the sizes it found as a decompression config, or None where it
+        used kept ones), or None where the call raised (counted, the reason kept).
+
+        Sizes: nvCOMP finds each raw stream's inflated size by a pass over it (on an H200
+        that halved the inflate's rate: bench/RESULTS.md). A batch whose streams' sizes (from
+        IHDR, `wants`) are those of an earlier batch, all found equal to IHDR's, reuses that
+        batch's config (`_sizes`): a set of images of one size pays the pass once. A stream
+        that does not fit them fails the call (inflated again with its sizes found) or is
+        caught by the Adler-32 check (decided by zlib).
 
         The batch is kept (`_inflated`) until the next call: nvCOMP 6's views into a batch do
         not own its memory, and the caller's copies out of them run later on the current
@@ -508,23 +532,44 @@ class PngDecoder:
         from nvidia import nvcomp  # type: ignore[import-not-found,attr-defined]
 
         starts = np.concatenate([[0], np.cumsum([len(r) for r in raws])]).astype(np.int64)
-        staged = torch.empty(max(int(starts[-1]), 1), dtype=torch.uint8, pin_memory=True)
+        cuda = self._dev.type == "cuda"  # (else a test's stand-in for nvCOMP on the CPU)
+        staged = torch.empty(max(int(starts[-1]), 1), dtype=torch.uint8, pin_memory=cuda)
         host = staged.numpy()
         for i, r in enumerate(raws):
             host[starts[i]:starts[i + 1]] = np.frombuffer(r, np.uint8)
-        comp = staged.to(self._dev, non_blocking=True)
-        torch.cuda.current_stream(self._dev).synchronize()  # (also: the last batch's copies are done)
+        comp = staged.to(self._dev, non_blocking=cuda)
+        if cuda:
+            torch.cuda.current_stream(self._dev).synchronize()  # (also: the last batch's copies are done)
         self._inflated = None
+        kept = self._sizes.get(wants) if self._sizes is not None else None
+        fresh = None
         try:
-            outs = self._nvcomp.decode(nvcomp.as_arrays([comp[int(starts[i]):int(starts[i + 1])]
-                                                         for i in range(len(raws))]))
-            views = [outs[i] for i in range(len(raws))]  # (indexing waits for nvCOMP's work)
+            batch = nvcomp.as_arrays([comp[int(starts[i]):int(starts[i + 1])] for i in range(len(raws))])
+            if kept is None and self._sizes is not None:
+                try:  # (the pass decode() would make, its result kept)
+                    fresh = self._nvcomp.decompression_config(batch)
+                except Exception as e:  # (an nvCOMP without it: decode() finds the sizes, as before)
+                    self._sizes, self.sizes_kept_off = None, f"{type(e).__name__}: {e}"
+            try:
+                config = kept if kept is not None else fresh
+                outs = (self._nvcomp.decode(batch) if config is None else
+                        self._nvcomp.decode(batch, decompression_config=config))
+                views = [outs[i] for i in range(len(raws))]  # (indexing waits for nvCOMP's work)
+            except Exception:
+                if kept is None:
+                    raise
+                assert self._sizes is not None
+                self._sizes.pop(wants, None)  # a stream these sizes do not fit: its own found
+                outs = self._nvcomp.decode(batch)
+                views = [outs[i] for i in range(len(raws))]
+            else:
+                self.sizes_reused += kept is not None
         except Exception as e:  # a stream it cannot take (or its memory) fails the call: zlib says which
             self.nvcomp_fallbacks += 1
             self.nvcomp_refused = f"{type(e).__name__}: {e}"
             return None
         self._inflated = outs
-        return views
+        return views, fresh
 
     def close(self) -> None:
         if self._pool is not None:
