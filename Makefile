@@ -85,6 +85,7 @@ bench: setup
 	$(BIN)/python bench/kernels.py
 	$(BIN)/python bench/loader.py
 	$(BIN)/python bench/formats.py
+	$(BIN)/python bench/png.py
 	$(BIN)/python bench/tensors.py
 
 # On any CUDA machine: the GPU tests and bench/gpu.py, reports in $(OUT) (or bench/_out/gpu).
