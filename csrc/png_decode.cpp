@@ -47,7 +47,8 @@ std::string box_outside(const Box& box, int64_t H, int64_t W) {
 // else goes to libpng, which then says what is wrong in its own words: a walk that refuses,
 // an interlaced image, a stream that does not inflate to exactly the rows' bytes with a
 // right Adler-32, bytes after the stream in the IDAT chunk it ends in, a declared window
-// under 32 KiB (libpng's zlib keeps only that much history), a filter type over 4, an
+// under 32 KiB that the image data outgrows (libpng's zlib keeps only that much history), a
+// filter type over 4, an
 // image of over kDirectMax filtered bytes (libpng holds a row, this path the whole image).
 // tests/test_png.py and the png fuzzer hold the two paths to the same verdicts and pixels.
 
@@ -277,9 +278,10 @@ bool decode_direct(const uint8_t* data, size_t size, const Box& box, int64_t max
     std::memcpy(stream.data() + at, data + off, len);
     ends.push_back(at += len);
   }
-  // a window under 32 KiB: libpng's zlib, inflating a row at a time, holds only that much
-  // history, and refuses a distance past it; one whole-buffer inflate would not
-  if (stream.size() < 2 || (stream[0] >> 4) != 7) return false;
+  // a window under 32 KiB that the image data outgrows: libpng's zlib, inflating a row at a
+  // time, holds only that much history and refuses a distance past it, which one whole-buffer
+  // inflate would take (where the data fits the window, no distance can reach past it)
+  if (stream.size() < 2 || ((stream[0] >> 4) != 7 && want > (size_t(1) << ((stream[0] >> 4) + 8)))) return false;
   if (stop_requested(stop)) {
     result = kStopped;
     return true;

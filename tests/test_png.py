@@ -261,9 +261,9 @@ def test_the_direct_path_equals_libpng_on_every_kind_filter_and_box(pngs, photos
     """The CPU decoder decodes a PNG without libpng (its zlib stream inflated whole, each
     row unfiltered by a loop for its filter type) where the result is sure to be libpng's:
     the same pixels on every colour type, bit depth and filter, photographs with each filter
-    forced, crop windows; interlaced images (and a stream declaring a window under 32 KiB)
-    go to libpng."""
-    from test_png_halves import FILTERS, KINDS, _samples, idat_after_the_stream, write_png
+    forced, crop windows; interlaced images (and a stream declaring a window under 32 KiB
+    that its data outgrows) go to libpng."""
+    from test_png_halves import FILTERS, KINDS, _idats, _rebuild, _samples, idat_after_the_stream, write_png
 
     rng = np.random.default_rng(13)
     datas = dict(pngs)
@@ -277,8 +277,11 @@ def test_the_direct_path_equals_libpng_on_every_kind_filter_and_box(pngs, photos
         datas[f"photo-{fname}"] = write_png(photo, 2, 8, FILTERS[fname])
         datas[f"photo-rgba-{fname}"] = write_png(np.dstack([photo, photo[..., :1]]), 6, 8, FILTERS[fname])
     datas["idat-after-the-stream"] = idat_after_the_stream(datas["photo-paeth"])
-    a, b = _idat_span(datas["photo-paeth"])
-    datas["small-window"] = _with_idat(datas["photo-paeth"], _with_cinfo(datas["photo-paeth"][a:b], 5))
+    a, b = _idat_span(datas["photo-paeth"])  # (6,880 bytes of image data)
+    datas["small-window"] = _with_idat(datas["photo-paeth"], _with_cinfo(datas["photo-paeth"][a:b], 5))  # (8 KiB)
+    small = zlib.compressobj(9, zlib.DEFLATED, 9)  # a 512-byte window, which the image data outgrows
+    datas["outgrown-window"] = _rebuild(datas["photo-paeth"], small.compress(zlib.decompress(
+        b"".join(_idats(datas["photo-paeth"])))) + small.flush())
     for name, data in datas.items():
         w, h = struct.unpack(">II", data[16:24])
         boxes = [(0, 0, h, w), (h // 3, 0, h - h // 3, w), (1, w // 4, h // 2, w // 2), (h - 1, w - 1, 1, 1)]
@@ -286,7 +289,7 @@ def test_the_direct_path_equals_libpng_on_every_kind_filter_and_box(pngs, photos
             (err, px, path), (ref_err, ref, _) = _direct_and_libpng(data, box)
             assert err is None and ref_err is None, (name, err, ref_err)
             assert px == ref, (name, box)
-            assert path == ("libpng" if "adam7" in name or name == "small-window" else "direct"), (name, path)
+            assert path == ("libpng" if "adam7" in name or name == "outgrown-window" else "direct"), (name, path)
         if not ("adam7" in name or "16" in name or "trns" in name):  # Pillow reads 16 bits and tRNS otherwise
             want = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
             np.testing.assert_array_equal(np.frombuffer(_direct_and_libpng(data, boxes[0])[0][1], np.uint8)

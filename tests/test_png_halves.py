@@ -201,8 +201,9 @@ def test_crop_boxes_and_interlaced_images_through_the_host():
         assert np.array_equal(decoded_image(ours, k), np.asarray(img)[reqs[k].box[0]:reqs[k].box[0] + reqs[k].box[2],
                                                                       reqs[k].box[1]:reqs[k].box[1] + reqs[k].box[3]])
     assert dec.host_fallbacks == 1  # the interlaced one went through libpng on the host
-    assert dec.detours() == {"interlaced_by_libpng": 1, "batches_inflated_by_zlib": 0, "nvcomp_refused": None,
-                             "adler_by_zlib": 0, "nvcomp_sizes_reused": 0}
+    assert dec.detours() == {"interlaced_by_libpng": 1, "outgrowing_their_window_by_libpng": 0,
+                             "batches_inflated_by_zlib": 0, "nvcomp_refused": None, "adler_by_zlib": 0,
+                             "nvcomp_sizes_reused": 0}
 
 
 def test_a_loaders_describe_names_the_png_engines_detours(tmp_path):
@@ -625,3 +626,32 @@ def test_nvcomps_sizes_are_kept_for_batches_of_one_size_and_a_misfit_is_still_it
         assert nv.passes == 1 and dec.adler_by_zlib == 2 and dec.sizes_reused == 2
     run(goods)
     assert dec._sizes is not None and len(dec._sizes) == 1  # (the good batch's sizes, kept again or still)
+
+
+def test_a_stream_outgrowing_its_declared_window_goes_to_libpng():
+    """A zlib stream declaring a window under 32 KiB that the image data outgrows: libpng,
+    inflating a row at a time, keeps only that window and refuses a distance past it,
+    which a whole-stream inflate (zlib here, nvCOMP on a GPU) would take. Such an image
+    goes to libpng on the host: refused as libpng refuses it, or decoded as it decodes it;
+    a small window the data fits stays in the two halves."""
+    rng = np.random.default_rng(16)
+    top = rng.integers(0, 256, (16, 24, 3))
+    raw = b"".join(b"\0" + bytes(int(v) for v in r.reshape(-1)) for r in np.concatenate([top, top]))
+    base = write_png(np.concatenate([top, top]), 2, 8, FILTERS["none"])
+
+    def window(bits: int, data: bytes = raw) -> bytes:
+        c = zlib.compressobj(9, zlib.DEFLATED, bits)
+        return c.compress(data) + c.flush()
+
+    z = window(15)  # (the bottom half repeats the top: distances of 16 rows, 1,168 bytes)
+    far = z[:1].replace(z[:1], bytes([(1 << 4) | 8])) + z[1:]  # the same stream declaring 512 bytes
+    far = far[:1] + bytes([(far[1] & 0xE0) | (31 - ((far[0] << 8 | (far[1] & 0xE0)) % 31))]) + far[2:]
+    datas = [_rebuild(base, far), _rebuild(base, window(9)), _rebuild(base, window(12))]
+    reqs, ours, ref = _both(datas)
+    assert ref.errors[0] is not None and ours.errors[0] == ref.errors[0], (ours.errors[0], ref.errors[0])
+    for k in (1, 2):
+        assert ours.errors[k] is None and ref.errors[k] is None
+        assert np.array_equal(decoded_image(ours, k), decoded_image(ref, k))
+    dec = PngDecoder(device="cpu")
+    dec.decode(reqs).settle()
+    assert dec.detours()["outgrowing_their_window_by_libpng"] == 2  # (window(12): 4 KiB, which 2,352 bytes fit)

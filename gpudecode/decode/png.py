@@ -25,18 +25,18 @@ not read, as libpng reads none). zlib checks the Adler-32 on the CPU. On a GPU n
 inflates the raw Deflate inside the wrapper, and kernels/png.py's Adler kernel checks each
 stream against the four bytes that end it; zlib on the host decides an image it refuses
 (an error in zlib's words, or, for a stream that ends before the last IDAT chunk, zlib's
-inflate uploaded and unfiltered again). Two differences, both for streams made so (their
-pixels are what their Deflate data says): zlib reads the four bytes right after the
-Deflate data, and nvCOMP does not say where that data ends, so a stream with bytes between
-the two is refused on the CPU and, where its pixels and last four bytes agree, taken on
-the GPU; and libpng, inflating a row at a time, keeps only the window a stream declares,
-so a distance past a window declared under 32 KiB is its error, while the halves (zlib or
-nvCOMP, the whole stream at once) take it. A filter type over 4 is
+inflate uploaded and unfiltered again). An image whose stream declares a window under
+32 KiB that its data outgrows goes to libpng on the host (libpng, inflating a row at a
+time, keeps only that window and refuses a distance past it; a whole-stream inflate takes
+it). One difference is left, for streams made so: zlib reads the four bytes right after
+the Deflate data, and nvCOMP does not say where that data ends, so a stream with bytes
+between the two is refused on the CPU and, where its pixels and last four bytes agree,
+taken on the GPU (its pixels what its Deflate data says). A filter type over 4 is
 refused by the kernel. Where nvCOMP refuses a batch as a whole (its call raises), the batch is
 inflated by zlib on the host instead, so each image gets its own verdict
 (`nvcomp_fallbacks` counts such batches, `describe()` says why).
-Interlaced (Adam7) images are decoded by the CPU decoder's libpng on the host and
-uploaded (`describe()` says how many went so).
+Interlaced (Adam7) images, and those outgrowing their declared window, are decoded by the
+CPU decoder's libpng on the host and uploaded (`describe()` says how many went so).
 """
 from __future__ import annotations
 
@@ -92,6 +92,15 @@ class PngLayout:
     def filtered_size(self) -> int:
         """Bytes the stream inflates to (non-interlaced): a filter byte and a row, per row."""
         return self.height * (self.stride + 1)
+
+    @property
+    def outgrows_its_window(self) -> bool:
+        """Whether the stream declares a window under 32 KiB (zlib's CINFO) that the image
+        data outgrows: then libpng, inflating a row at a time with only that window of
+        history, refuses a distance past it, which a whole-stream inflate (zlib here,
+        nvCOMP) would take; such an image goes to libpng."""
+        cinfo = self.stream[0] >> 4 if self.stream else 7
+        return cinfo < 7 and self.filtered_size > 1 << (cinfo + 8)
 
     def ends_a_chunk(self, at: int) -> bool:
         """Whether `at` bytes into `stream` is where an IDAT payload ends (all of it, where the
@@ -303,6 +312,7 @@ class PngDecoder:
         self.sizes_kept_off: str | None = None  # why sizes are not kept (an nvCOMP without configs)
         self.adler_by_zlib = 0  # images the Adler-32 check sent to zlib on the host (_checksums_by_zlib)
         self.host_fallbacks = 0  # interlaced images decoded by libpng on the host
+        self.window_fallbacks = 0  # images outgrowing their zlib window, decided by libpng on the host
         self.nvcomp_fallbacks = 0  # batches nvCOMP refused as a whole, inflated by zlib instead
         self.nvcomp_refused: str | None = None  # the last such refusal, in words
         if self._dev.type == "cuda":
@@ -326,7 +336,8 @@ class PngDecoder:
         """What this decoder sent elsewhere so far: interlaced images decoded by libpng on
         the host, and batches nvCOMP refused as a whole (inflated by zlib), with the last
         refusal in words (Loader.describe() shows it)."""
-        return {"interlaced_by_libpng": self.host_fallbacks, "batches_inflated_by_zlib": self.nvcomp_fallbacks,
+        return {"interlaced_by_libpng": self.host_fallbacks, "outgrowing_their_window_by_libpng": self.window_fallbacks,
+                "batches_inflated_by_zlib": self.nvcomp_fallbacks,
                 "nvcomp_refused": self.nvcomp_refused, "adler_by_zlib": self.adler_by_zlib,
                 "nvcomp_sizes_reused": self.sizes_reused, **({"nvcomp_sizes_not_kept": self.sizes_kept_off}
                                                              if self.sizes_kept_off else {})}
@@ -356,14 +367,17 @@ class PngDecoder:
         for k, lay, err in self._map(walk, list(range(count))):
             if err is not None:
                 errors[k] = err
-            elif lay is not None and lay.interlaced:  # Adam7: libpng on the host
+            elif lay is not None and (lay.interlaced or lay.outgrows_its_window):  # libpng on the host
                 from .cpu import _png_rgb
 
                 try:
                     host[k] = _png_rgb(rq.datas[k], self.max_pixels, lay.height, lay.width)
-                    self.host_fallbacks += 1
                 except Exception as e:  # its own error, as the CPU decoder says it
                     errors[k] = str(e)
+                if lay.interlaced:
+                    self.host_fallbacks += 1
+                else:
+                    self.window_fallbacks += 1
             elif lay is not None:
                 layouts[k] = lay
         from ..kernels import png as K
