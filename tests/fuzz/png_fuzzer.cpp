@@ -33,7 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t* o = data;
   std::vector<uint8_t> fixed;
   const uint8_t* img = data + 8;
-  size_t n = size - 8;
+  const size_t n = size - 8;
   if (o[0] & 2) {
     fixed = crcs_made_right(img, n);
     img = fixed.data();
