@@ -1,7 +1,8 @@
 """Decoders: compressed bytes in, RGB uint8 pixels out, behind one protocol (_base.py).
 
 - "cpu": libjpeg-turbo decoding only each crop's window (gpudecode._native, native
-  threads), libpng for PNG (pyspng without it), Pillow for the rest; bit-exact with Pillow. Always there.
+  threads), PNG natively (libpng's pixels; libpng itself where its direct path cannot be sure;
+  pyspng without libpng), Pillow for the rest; bit-exact with Pillow. Always there.
 - "nvimgcodec": NVIDIA nvImageCodec, batched ROI decoding (nvJPEG, the hardware JPEG
   decoder) into Images the kernel reads in place (extra `gpudecode[gpu]`).
 - "dali": NVIDIA DALI's decoders.image_slice ("mixed" on a GPU) (extra `gpudecode[dali]`).

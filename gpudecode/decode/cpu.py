@@ -1,5 +1,6 @@
-"""CPU decoding: JPEG through libjpeg-turbo decoding only the needed window, PNG through
-libpng (gpudecode._native, native threads, GIL released; pyspng where the module was built
+"""CPU decoding: JPEG through libjpeg-turbo decoding only the needed window, PNG natively
+(gpudecode._native, native threads, GIL released: a direct path with libpng's pixels and
+verdicts, libpng itself where that path cannot be sure; pyspng where the module was built
 without libpng); tensor samples
 (.npy, from `gpudecode precache`) read in place (see CpuDecoder); anything else through
 Pillow. Everything comes out RGB uint8:
@@ -116,7 +117,8 @@ class CpuDecoder:
         self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="gpudecode-decoder-pool")
         self._stop = np.zeros(1, np.uint8)  # read by the native threads between rows
         self.backend = (f"the CPU: libjpeg-turbo (crop windows{', fast mode' if fast else ''}), "
-                        f"{'libpng' if _native.has_png else 'pyspng'} and Pillow, on {self.num_threads} native threads")
+                        f"{'PNG natively (libpng for what its direct path leaves)' if _native.has_png else 'pyspng'} "
+                        f"and Pillow, on {self.num_threads} native threads")
 
     def interrupt(self) -> None:
         """Ends a decode running on another thread: the native threads look at this between

@@ -21,7 +21,7 @@ Then the set kept resident (issue 55): a CIFAR-sized set at batch 1024 and the J
 precached at 256 with the training recipe, keep="gpu" (keep="ram" without CUDA).
 
 Then PNG (issue 56): the same images as PNG shards through the two-halves engine
-(nvCOMP's inflate + the CUDA unfilter kernel) against libpng on the CPU threads.
+(nvCOMP's inflate + the CUDA unfilter kernel) against the CPU decoder on the CPU threads.
 
 Then today's recipes on the GPU (issue 19), each written as a torchvision Compose in
 bench/recipes.py: torchvision's reference recipe (TrivialAugmentWide, RandomErasing,
@@ -118,7 +118,8 @@ def loader_run(shards, *, device, decoder, batch, threads, epochs=2) -> dict:
            "threads": threads, "images_per_s": rate, "slowest_stage": s.get("slowest_stage"),
            "h2d_bytes_per_image": (s.get("encoded_bytes", 0) if ld.describe()["decoder"] != "cpu"
                                    else s.get("h2d_bytes", 0)) / max(s.get("images", 1), 1) if cuda else 0,
-           "median_stage_ms": {k: v * 1e3 for k, v in s.get("median_s", {}).items()}}
+           "median_stage_ms": {k: v * 1e3 for k, v in s.get("median_s", {}).items()},
+           **({"detours": d["decoder_detours"]} if d.get("decoder_detours") else {})}
     if cuda:
         from gpudecode.bench.common import device_memory
 
@@ -252,19 +253,18 @@ def png_shards(shards: list[str]) -> list[str]:
 def png_runs(shards, *, device: str, batch: int, threads: int) -> list[dict]:
     """PNG on the GPU path (issue 56): the bench's images as PNG through the two-halves
     engine (decoder=("png",): nvCOMP's inflate and the CUDA unfilter kernel on a GPU; zlib
-    and the kernel's CPU twin without one) against the CPU decoder (libpng on the
-    threads), the training recipe, img/s of the second epoch; the JPEG figure is the runs'
+    and the kernel's CPU twin without one) against the CPU decoder (on the threads), the training recipe, img/s of the second epoch; the JPEG figure is the runs'
     and engines' tables'."""
     out = []
     pngs = png_shards(shards)
-    for label, dec in (("libpng on the CPU threads (decoder='cpu')", "cpu"),
+    for label, dec in (("the CPU decoder on the CPU threads (decoder='cpu')", "cpu"),
                        ("two halves: inflate + unfilter kernel (decoder=('png',))", ("png",))):
         print(f"gpu bench: PNG, {label}, {threads} threads, batch {batch}", flush=True)
         try:
             r = loader_run(pngs, device=device, decoder=dec, batch=batch, threads=threads)
             out.append({"decoder": label, "backend": r["backend"], "device": device, "batch_size": batch,
                         "threads": threads, "images_per_s": r["images_per_s"], "slowest_stage": r["slowest_stage"],
-                        "median_stage_ms": r["median_stage_ms"]})
+                        "median_stage_ms": r["median_stage_ms"], "detours": r.get("detours")})
         except Exception as e:  # reported; the other runs go on
             out.append({"decoder": label, "device": device, "batch_size": batch, "error": repr(e)})
     return out
@@ -455,6 +455,9 @@ def render(report: dict) -> list[str]:
             rate = f"{r['images_per_s']:.0f}" if "images_per_s" in r else f"error: {r['error'][:100]}"
             lines.append(f"| {r['decoder']} | {r.get('backend', '')} | {r['device']} | {r['batch_size']} | "
                          f"{r.get('threads', '')} | {rate} | {r.get('slowest_stage', '')} |")
+        for r in report["png"]:  # (where images went elsewhere, and nvCOMP's sizes kept: decode/png.py)
+            if r.get("detours"):
+                lines.append(f"\n{r['decoder']}: detours {r['detours']}")
     if report.get("resident"):
         lines += ["", "The set kept resident (keep=): epochs after the first, which fills the store:", "",
                   "| set | keep | device | batch | img/s | store | image bytes up, last epoch | median ms a batch "
