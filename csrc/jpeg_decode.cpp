@@ -133,13 +133,10 @@ std::string decode_jpeg_crop(const uint8_t* data, size_t size, const Box& box, c
   jpeg_start_decompress(&cinfo);
 
   const int W = int(cinfo.output_width), H = int(cinfo.output_height);
-  // int64: a box near INT_MAX must be refused, not overflow
-  if (box.top < 0 || box.left < 0 || box.height <= 0 || box.width <= 0 || int64_t(box.top) + box.height > H ||
-      int64_t(box.left) + box.width > W) {
+  const std::string outside = box_outside(box, H, W);
+  if (!outside.empty()) {
     jpeg_destroy_decompress(&cinfo);
-    return "crop box (top=" + std::to_string(box.top) + ", left=" + std::to_string(box.left) +
-           ", height=" + std::to_string(box.height) + ", width=" + std::to_string(box.width) +
-           ") is outside the " + std::to_string(H) + "x" + std::to_string(W) + " image";
+    return outside;
   }
   const int margin = opt.fast ? 0 : 1;
   const int x0 = std::max(0, box.left - margin);

@@ -10,6 +10,17 @@ struct Box {
   int top, left, height, width;
 };
 
+// "" where `box` lies inside an H x W image, else the error the decoders give for it.
+inline std::string box_outside(const Box& box, int64_t H, int64_t W) {
+  // int64: a box near INT_MAX must be refused, not overflow
+  if (box.top < 0 || box.left < 0 || box.height <= 0 || box.width <= 0 || int64_t(box.top) + box.height > H ||
+      int64_t(box.left) + box.width > W)
+    return "crop box (top=" + std::to_string(box.top) + ", left=" + std::to_string(box.left) +
+           ", height=" + std::to_string(box.height) + ", width=" + std::to_string(box.width) + ") is outside the " +
+           std::to_string(H) + "x" + std::to_string(W) + " image";
+  return "";
+}
+
 struct DecodeOptions {
   // Exact mode (fast == false): accurate integer IDCT and fancy upsampling, and the
   // window grown by one pixel so chroma upsampling sees its neighbours: the output

@@ -25,31 +25,20 @@
 namespace gpudecode {
 namespace {
 
-std::string box_outside(const Box& box, int64_t H, int64_t W) {
-  // int64: a box near INT_MAX must be refused, not overflow
-  if (box.top < 0 || box.left < 0 || box.height <= 0 || box.width <= 0 || int64_t(box.top) + box.height > H ||
-      int64_t(box.left) + box.width > W)
-    return "crop box (top=" + std::to_string(box.top) + ", left=" + std::to_string(box.left) +
-           ", height=" + std::to_string(box.height) + ", width=" + std::to_string(box.width) + ") is outside the " +
-           std::to_string(H) + "x" + std::to_string(W) + " image";
-  return "";
-}
-
 #ifdef GPUDECODE_HAVE_ZLIB
 // ---- The direct path: libpng's result without libpng, where that result is sure ----
 //
 // The chunks walked (png_walk.h, which checks every IDAT CRC), the joined zlib stream
-// inflated in one call (libdeflate where it was found, about twice zlib's speed; libpng
-// inflates a row at a time through zlib), each row unfiltered in place by a loop for its
-// filter type (Paeth and Average a pixel at a time in SIMD lanes), and the box's rows turned
-// to RGB as libpng's transforms below turn them: 2-3x libpng's speed on photographs
-// (bench/RESULTS.md). It decides only what it is sure libpng decides the same way; anything
-// else goes to libpng, which then says what is wrong in its own words: a walk that refuses,
-// an interlaced image, a stream that does not inflate to exactly the rows' bytes with a
-// right Adler-32, bytes after the stream in the IDAT chunk it ends in, a declared window
-// under 32 KiB that the image data outgrows (libpng's zlib keeps only that much history), a
-// filter type over 4, an
-// image of over kDirectMax filtered bytes (libpng holds a row, this path the whole image).
+// inflated in one call (libdeflate where it was found, else zlib; libpng inflates a row at a
+// time through zlib), each row unfiltered in place by a loop for its filter type (Paeth and
+// Average a pixel at a time in SIMD lanes), and the box's rows turned to RGB as libpng's
+// transforms below turn them (its speed against libpng: bench/RESULTS.md). It decides only
+// what it is sure libpng decides the same way; anything else goes to libpng, which then says
+// what is wrong in its own words: a walk that refuses, an interlaced image, a stream that
+// does not inflate to exactly the rows' bytes with a right Adler-32, bytes after the stream
+// in the IDAT chunk it ends in, a declared window under 32 KiB that the image data outgrows
+// (libpng's zlib keeps only that much history), a filter type over 4, an image of over
+// kDirectMax filtered bytes (libpng holds a row, this path the whole image).
 // tests/test_png.py and the png fuzzer hold the two paths to the same verdicts and pixels.
 
 constexpr size_t kDirectMax = size_t(1) << 26;  // bytes of filtered image data (a 4K RGB image is 25 MB)
@@ -232,7 +221,7 @@ struct FreeDecompressor {
 
 // The zlib stream `in` inflated into exactly `want` bytes of `out`, its Adler-32 checked;
 // `used`: the bytes of `in` it took. False for anything else (less or more data, bad data).
-// libdeflate where it was found (about twice zlib's speed), else zlib.
+// libdeflate where it was found (the faster: bench/RESULTS.md), else zlib.
 bool inflate_whole(const std::vector<uint8_t>& in, uint8_t* out, size_t want, size_t& used) {
 #ifdef GPUDECODE_HAVE_LIBDEFLATE
   thread_local std::unique_ptr<libdeflate_decompressor, FreeDecompressor> d(libdeflate_alloc_decompressor());

@@ -533,12 +533,12 @@ class PngDecoder:
         call: (its outputs, the sizes it found as a decompression config, or None where it
         used kept ones), or None where the call raised (counted, the reason kept).
 
-        Sizes: nvCOMP finds each raw stream's inflated size by a pass over it (on an H200
-        that halved the inflate's rate: bench/RESULTS.md). A batch whose streams' sizes (from
-        IHDR, `wants`) are those of an earlier batch, all found equal to IHDR's, reuses that
-        batch's config (`_sizes`): a set of images of one size pays the pass once. A stream
-        that does not fit them fails the call (inflated again with its sizes found) or is
-        caught by the Adler-32 check (decided by zlib).
+        Sizes: nvCOMP finds each raw stream's inflated size by a pass over it (its cost on
+        an H200: bench/RESULTS.md). A batch whose streams' sizes (from IHDR, `wants`) are
+        those of an earlier batch, all found equal to IHDR's, reuses that batch's config
+        (`_sizes`): a set of images of one size pays the pass once. A stream that does not
+        fit them fails the call (inflated again with its sizes found) or is caught by the
+        Adler-32 check (decided by zlib).
 
         The batch is kept (`_inflated`) until the next call: nvCOMP 6's views into a batch do
         not own its memory, and the caller's copies out of them run later on the current
