@@ -436,13 +436,15 @@ PYBIND11_MODULE(_native, m) {
         }
         py::tuple sizes(c.idat.size());
         for (size_t i = 0; i < c.idat.size(); ++i) sizes[i] = py::int_(c.idat[i].second);
+        py::object fault = c.fault.empty() ? py::object(py::none()) : py::object(py::str(c.fault));
         return py::make_tuple(c.width, c.height, c.depth, c.color, c.interlace,
-                              py::bytes(reinterpret_cast<const char*>(c.palette), sizeof(c.palette)), stream, sizes);
+                              py::bytes(reinterpret_cast<const char*>(c.palette), sizeof(c.palette)), stream, sizes,
+                              fault);
       },
       py::arg("data"), py::arg("max_pixels") = 0,
       "A PNG's chunks walked and checked with the GIL released (csrc/png_walk.h): (width, height, bit depth, "
-      "colour type, interlace, the palette as 768 bytes, the IDAT payloads joined, each payload's size); raises "
-      "ValueError saying what libpng would refuse.");
+      "colour type, interlace, the palette as 768 bytes, the IDAT payloads joined, each payload's size, the fault "
+      "that ended the image data or None); raises ValueError saying what libpng would refuse.");
 
   m.def(
       "probe_batch",
@@ -735,6 +737,13 @@ PYBIND11_MODULE(_native, m) {
       "message per item (\"\" when it decoded).");
 
   m.attr("has_png") = has_png();
+#if defined(GPUDECODE_HAVE_LIBDEFLATE)
+  m.attr("png_inflater") = "libdeflate";  // (what inflates a PNG the direct path decodes: png_decode.cpp)
+#elif defined(GPUDECODE_HAVE_ZLIB) && defined(GPUDECODE_HAVE_PNG)
+  m.attr("png_inflater") = "zlib";
+#else
+  m.attr("png_inflater") = py::none();
+#endif
   m.def(
       "decode_batch",
       [](const std::vector<py::buffer>& items, U8 kinds, I32 boxes, I32 scale_denoms, I64 offsets, U8 out, bool fast,

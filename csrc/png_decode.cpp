@@ -39,7 +39,15 @@ namespace {
 // in the IDAT chunk it ends in, a declared window under 32 KiB that the image data outgrows
 // (libpng's zlib keeps only that much history), a filter type over 4, an image of over
 // kDirectMax filtered bytes (libpng holds a row, this path the whole image).
-// tests/test_png.py and the png fuzzer hold the two paths to the same verdicts and pixels.
+// tests/test_png.py and the png fuzzer hold the two paths to the same verdicts and pixels,
+// with one difference where libdeflate inflates: it reads some Deflate streams that zlib (so
+// libpng) calls invalid, each a well-formed reading with a right Adler-32 over the rows it
+// gives: a length symbol 286 or 287 (read as 258, as 285 is) or a distance symbol 30 or 31
+// (read as 29) in a block of fixed codes; more than 286 length or 30 distance codes declared
+// in a block's header; a run of code lengths that runs past the last one (the extra ones
+// dropped); a code-length code of a single codeword. zlib refuses each, libdeflate decodes it.
+// No encoder writes them: a bit flipped in a real file that lands there leaves the image's
+// own pixels (its Adler-32 still right), and anything else it changes fails the Adler-32.
 
 constexpr size_t kDirectMax = size_t(1) << 26;  // bytes of filtered image data (a 4K RGB image is 25 MB)
 
@@ -248,7 +256,7 @@ bool inflate_whole(const std::vector<uint8_t>& in, uint8_t* out, size_t want, si
 bool decode_direct(const uint8_t* data, size_t size, const Box& box, int64_t max_pixels, uint8_t* out,
                    const uint8_t* stop, std::string& result) {
   PngChunks c;
-  if (!png_walk(data, size, max_pixels, c).empty() || c.interlace) return false;
+  if (!png_walk(data, size, max_pixels, c).empty() || c.interlace || !c.fault.empty()) return false;
   const int64_t H = c.height, W = c.width;
   static const int kChannels[7] = {1, 0, 3, 1, 2, 0, 4};
   const size_t channels = size_t(kChannels[c.color]);

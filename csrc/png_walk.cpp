@@ -127,8 +127,11 @@ std::string png_walk(const uint8_t* buf, size_t n, long long max_pixels, PngChun
   while (pos + 8 <= n) {
     const uint32_t length = be32(buf + pos);
     const uint8_t* kind = buf + pos + 4;
-    if (length > 0x7FFFFFFFu) return "chunk at byte " + std::to_string(pos) + " has a length over 2**31 - 1";
-    if (!(letter(kind[0]) && letter(kind[1]) && letter(kind[2]) && letter(kind[3]))) {
+    // After the image data began, a fault ends it and is kept (PngChunks::fault), not refused.
+    const bool later = !out.idat.empty();
+    std::string fault;
+    if (length > 0x7FFFFFFFu) fault = "chunk at byte " + std::to_string(pos) + " has a length over 2**31 - 1";
+    else if (!(letter(kind[0]) && letter(kind[1]) && letter(kind[2]) && letter(kind[3]))) {
       // (Python's repr of the 4 bytes: double quotes when they hold ' and no ", \xNN for the rest)
       const bool dq = std::memchr(kind, '\'', 4) && !std::memchr(kind, '"', 4);
       const char quote = dq ? '"' : '\'';
@@ -144,17 +147,23 @@ std::string png_walk(const uint8_t* buf, size_t n, long long max_pixels, PngChun
         else { shown += "\\x"; shown += hex[c >> 4]; shown += hex[c & 15]; }
       }
       shown += quote;
-      return "invalid chunk type " + shown + " at byte " + std::to_string(pos);
+      fault = "invalid chunk type " + shown + " at byte " + std::to_string(pos);
     }
+    if (fault.empty() && later && !is(kind, "IDAT")) break;  // the image data is over: libpng reads no further
     const size_t end = pos + 8 + length;
-    if (end + 4 > n) {
-      if (critical_kind(kind)) return "the data ends inside the " + name(kind) + " chunk at byte " + std::to_string(pos);
+    if (fault.empty() && end + 4 > n) {
+      if (!critical_kind(kind)) break;
+      fault = "the data ends inside the " + name(kind) + " chunk at byte " + std::to_string(pos);
+    }
+    const bool critical = !(kind[0] & 32);
+    if (fault.empty() && critical && png_crc32(buf + pos + 4, length + 4) != be32(buf + end))
+      fault = "CRC error in the " + name(kind) + " chunk at byte " + std::to_string(pos);
+    if (!fault.empty()) {
+      if (!later) return fault;
+      out.fault = fault;
       break;
     }
     const uint8_t* body = buf + pos + 8;
-    const bool critical = !(kind[0] & 32);
-    if (critical && png_crc32(buf + pos + 4, length + 4) != be32(buf + end))
-      return "CRC error in the " + name(kind) + " chunk at byte " + std::to_string(pos);
     if (!header) {
       if (!is(kind, "IHDR") || length != 13) return "the first chunk is not an IHDR of 13 bytes";
       std::string err = ihdr(body, max_pixels, out);
@@ -163,7 +172,6 @@ std::string png_walk(const uint8_t* buf, size_t n, long long max_pixels, PngChun
     } else if (is(kind, "IHDR")) {
       return "a second IHDR chunk";
     } else if (is(kind, "PLTE")) {
-      if (!out.idat.empty()) break;
       if (have_plte) return "a second PLTE chunk";
       if (out.color == 3) {
         if (length == 0 || length % 3 || length > 768) return "invalid palette length " + std::to_string(length);
@@ -175,8 +183,6 @@ std::string png_walk(const uint8_t* buf, size_t n, long long max_pixels, PngChun
       if (out.color == 3 && !have_plte) return "a palette image without a PLTE chunk before its image data";
       out.idat.emplace_back(pos + 8, length);
       out.stream_size += length;
-    } else if (!out.idat.empty()) {  // the first chunk after the image data: what libpng reads is over
-      break;
     } else if (critical && !is(kind, "IEND")) {
       return "unknown critical chunk " + kind_repr(kind);
     } else if (is(kind, "IEND")) {

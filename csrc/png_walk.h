@@ -16,10 +16,17 @@ struct PngChunks {
   uint8_t palette[768] = {};                       // PLTE's entries (at most 2**depth), the rest 0
   std::vector<std::pair<size_t, size_t>> idat;     // (offset, length) of each IDAT payload, in order
   size_t stream_size = 0;                           // their total
+  // What ended the walk after the first IDAT chunk, where it was a fault (a later IDAT chunk
+  // cut short or failing its CRC, a chunk header that is not one): libpng reads on from the
+  // image data only as its stream asks, so this refuses the PNG only where the stream reaches
+  // it. "" when the image data ended cleanly (a chunk of another kind, or the end of the data).
+  std::string fault;
 };
 
 // Walks `data`; returns "" and fills `out`, or what is wrong (the message the Python walker
-// gave: tests compare them). `max_pixels` > 0 refuses larger images.
+// gave: tests compare them). `max_pixels` > 0 refuses larger images. After the first IDAT
+// chunk nothing is refused: what follows is read as libpng reads it, only as far as the
+// image data goes (`out.fault`).
 std::string png_walk(const uint8_t* data, size_t size, long long max_pixels, PngChunks& out);
 
 // CRC-32 (PNG's, zlib's crc32) of `size` bytes.

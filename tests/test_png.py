@@ -318,3 +318,86 @@ def test_what_libpng_refuses_the_direct_path_leaves_to_libpng(photos):
             (err, _, path), (ref_err, _, _) = _direct_and_libpng(data, box)
             assert ref_err is not None, name  # (libpng refuses every one)
             assert err == ref_err and path == "libpng", (name, err, ref_err, path)
+
+
+def test_what_follows_the_image_data_is_decided_as_libpng_decides_it(photos):
+    """After the first IDAT chunk libpng reads only as far as the zlib stream asks: a cut,
+    a bad CRC or a broken chunk header past the stream's end changes nothing. The direct
+    path decides the PNGs whose image data ended cleanly (a chunk of another kind, whatever
+    it holds) and leaves those with a fault after their first IDAT chunk to libpng: the same
+    error, or the same pixels, as libpng alone."""
+    from test_png_halves import after_the_image_data
+
+    top = np.ascontiguousarray(photos["astronaut"][:24, :31])
+    for name, (data, fault, refused) in after_the_image_data(_pil(top)).items():
+        for box in ((0, 0, 24, 31), (3, 5, 10, 7)):
+            (err, px, path), (ref_err, ref, _) = _direct_and_libpng(data, box)
+            assert (ref_err is not None) == refused, (name, ref_err)
+            assert err == ref_err and px == ref, (name, err, ref_err)
+            assert path == ("libpng" if fault else "direct"), (name, path)
+        if not refused:
+            assert _direct_and_libpng(data, (0, 0, 24, 31))[0][1] == top.tobytes(), name
+
+
+def _fixed_block(data: bytes, tail: tuple[int, int, int]) -> bytes:
+    """A Deflate stream of one block of fixed codes (RFC 1951 3.2.6): `data` but its last 258
+    bytes as literals, then one match of those 258 bytes written as `tail` = (length symbol,
+    distance symbol, the distance's extra bits); no encoder writes symbols past 285 or 29."""
+    bits: list[int] = [1, 1, 0]  # BFINAL, BTYPE 01 (LSB first)
+
+    def code(value: int, n: int) -> None:  # a Huffman code, its most significant bit first
+        bits.extend((value >> (n - 1 - i)) & 1 for i in range(n))
+
+    def extra(value: int, n: int) -> None:  # extra bits, least significant first
+        bits.extend((value >> i) & 1 for i in range(n))
+
+    def literal_or_length(sym: int) -> None:
+        if sym < 144:
+            code(0x30 + sym, 8)
+        elif sym < 256:
+            code(0x190 + sym - 144, 9)
+        elif sym < 280:
+            code(sym - 256, 7)
+        else:
+            code(0xC0 + sym - 280, 8)
+
+    for b in data[:-258]:
+        literal_or_length(b)
+    length_sym, dist_sym, dist_extra = tail
+    literal_or_length(length_sym)
+    code(dist_sym, 5)
+    extra(dist_extra, 13)
+    literal_or_length(256)
+    bits.extend([0] * (-len(bits) % 8))
+    return bytes(sum(bit << i for i, bit in enumerate(bits[k:k + 8])) for k in range(0, len(bits), 8))
+
+
+def test_deflate_symbols_zlib_refuses_are_read_as_libdeflate_reads_them_or_refused_as_libpng_refuses_them():
+    """The one difference the direct path keeps from libpng, where libdeflate inflates (the list
+    in csrc/png_decode.cpp): Deflate readings zlib calls invalid and libdeflate takes. A length
+    symbol 286 reads as 258, as 285 does, and a distance symbol 30 as 29: each such stream gives
+    the pixels of the stream with 285 and 29, whose Adler-32 it carries; libpng refuses it in
+    zlib's words. Where zlib inflates, the direct path leaves it to libpng, as every other."""
+    w, h = 300, 100
+    rng = np.random.default_rng(23)
+    rows = rng.integers(0, 5, (h, w + 1)).astype(np.uint8)  # (filter types 0-4 wherever the match lands)
+    data = rows.tobytes()
+    dist = 24577 + 100  # distance symbol 29: 24577 and 13 extra bits
+    data = data[:-258] + bytes(data[len(data) - 258 - dist + k] for k in range(258))
+
+    def png(tail: tuple[int, int, int]) -> bytes:
+        z = b"\x78\x01" + _fixed_block(data, tail) + struct.pack(">I", zlib.adler32(data))
+        return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
+                + _chunk(b"IDAT", z) + _chunk(b"IEND", b""))
+
+    box = (0, 0, h, w)
+    (err, want, path), (ref_err, ref, _) = _direct_and_libpng(png((285, 29, 100)), box)
+    assert err is None and ref_err is None and want == ref and path == "direct"
+    assert zlib.decompress(png((285, 29, 100))[41:-16]) == data  # (the stream is what it says: zlib reads it)
+    for tail, zlib_says in (((286, 29, 100), "invalid literal/length code"), ((285, 30, 100), "invalid distance code")):
+        (err, px, path), (ref_err, _, _) = _direct_and_libpng(png(tail), box)
+        assert ref_err == f"libpng: IDAT: {zlib_says}", ref_err
+        if _native.png_inflater == "libdeflate":
+            assert err is None and px == want and path == "direct", (tail, err)
+        else:
+            assert err == ref_err and path == "libpng", (tail, err)

@@ -202,7 +202,7 @@ def test_crop_boxes_and_interlaced_images_through_the_host():
                                                                       reqs[k].box[1]:reqs[k].box[1] + reqs[k].box[3]])
     assert dec.host_fallbacks == 1  # the interlaced one went through libpng on the host
     assert dec.detours() == {"interlaced_by_libpng": 1, "outgrowing_their_window_by_libpng": 0,
-                             "batches_inflated_by_zlib": 0, "nvcomp_refused": None, "adler_by_zlib": 0,
+                             "a_fault_after_the_image_data_by_libpng": 0, "batches_inflated_by_zlib": 0, "nvcomp_refused": None, "adler_by_zlib": 0,
                              "nvcomp_sizes_reused": 0}
 
 
@@ -331,6 +331,62 @@ def test_idat_chunks_after_the_one_the_stream_ends_in_are_not_read_as_libpng_rea
     assert np.array_equal(decoded_image(ours, 1), decoded_image(ours, 0))
     assert ref.errors[2] is not None and "extra compressed data" in ref.errors[2].lower()
     assert ours.errors[2] is not None and "in the IDAT chunk it ends in" in ours.errors[2], ours.errors[2]
+
+
+def after_the_image_data(png: bytes) -> dict[str, tuple[bytes, bool, bool]]:
+    """`png` (one IDAT chunk, then IEND) with what follows its image data changed: name ->
+    (the PNG, whether the walk keeps a fault, whether libpng refuses it). libpng reads a
+    chunk after the first IDAT only when the zlib stream asks for more data: past the chunk
+    the stream ends in, nothing is read, a cut, a bad CRC or a broken chunk header included."""
+    z = b"".join(_idats(png))
+    head = png[: png.index(b"IDAT") - 4]
+    whole, iend = head + _chunk(b"IDAT", z), _chunk(b"IEND", b"")
+    bad = _chunk(b"IDAT", b"never read", crc=1)
+    return {
+        "a bad CRC in an IDAT chunk after the stream": (whole + bad + iend, True, False),
+        "an IDAT chunk after the stream cut short": (whole + _chunk(b"IDAT", b"x" * 40)[:30], True, False),
+        "a chunk type not of letters after the stream": (whole + b"\0\0\0\0\x01\x02\x03\x04\0\0\0\0", True, False),
+        "a chunk length over 2**31 - 1 after the stream": (whole + b"\xff\xff\xff\xffIDAT", True, False),
+        "the Adler-32 in a second IDAT chunk, a bad third": (head + _chunk(b"IDAT", z[:-4]) + _chunk(b"IDAT", z[-4:])
+                                                              + bad + iend, True, False),
+        "the Adler-32 in a second IDAT chunk with a bad CRC": (head + _chunk(b"IDAT", z[:-4])
+                                                               + _chunk(b"IDAT", z[-4:], crc=1) + iend, True, True),
+        "the stream running into an IDAT chunk with a bad CRC": (head + _chunk(b"IDAT", z[:12])
+                                                                 + _chunk(b"IDAT", z[12:], crc=1) + iend, True, True),
+        "the stream running into an IDAT chunk cut short": (head + _chunk(b"IDAT", z[:12]) + _chunk(b"IDAT", z[12:])[:-6],
+                                                            True, True),
+        "IEND cut short": (whole + iend[:10], False, False),
+        "a bad CRC in IEND": (whole + _chunk(b"IEND", b"", crc=1), False, False),
+        "a second IHDR after the image data": (whole + head[8:33] + iend, False, False),
+        "a PLTE with a bad CRC after the image data": (whole + _chunk(b"PLTE", b"\0" * 6, crc=1) + iend, False, False),
+    }
+
+
+def test_what_follows_the_image_data_is_read_only_as_far_as_libpng_reads_it():
+    """After the first IDAT chunk the walk refuses nothing: a chunk of another kind ends the
+    image data whatever it holds, and a fault (a later IDAT chunk cut short or with a bad
+    CRC, a broken chunk header) ends it with the fault kept; libpng decides such an image
+    on the host. Each PNG gets libpng's verdict and pixels, by both walks alike."""
+    from gpudecode.decode.png import read_png_reference
+
+    rng = np.random.default_rng(21)
+    good = write_png(rng.integers(0, 256, (11, 9, 3)), 2, 8, FILTERS["paeth"])
+    cases = after_the_image_data(good)
+    reqs = [Request(d, "png", 11, 9, (0, 0, 11, 9), "s.tar", str(i)) for i, (d, _, _) in enumerate(cases.values())]
+    dec = PngDecoder(device="cpu", num_threads=2)
+    ours = dec.decode(reqs).settle()
+    ref = CpuDecoder(num_threads=1).decode(reqs).settle()
+    whole = CpuDecoder(num_threads=1).decode([Request(good, "png", 11, 9, (0, 0, 11, 9), "s.tar", "good")]).settle()
+    faults = 0
+    for k, (name, (data, fault, refused)) in enumerate(cases.items()):
+        assert _walk(read_png, data) == _walk(read_png_reference, data), name
+        assert (read_png(data).fault is not None) == fault, (name, read_png(data).fault)
+        faults += fault
+        assert (ref.errors[k] is not None) == refused, (name, ref.errors[k])  # (the cases say what libpng does)
+        assert ours.errors[k] == ref.errors[k], (name, ours.errors[k], ref.errors[k])
+        if not refused:
+            assert np.array_equal(decoded_image(ours, k), decoded_image(whole, 0)), name
+    assert dec.detours()["a_fault_after_the_image_data_by_libpng"] == faults == 8
 
 
 def test_an_ancillary_chunks_bad_crc_is_ignored_as_libpng_ignores_it():
@@ -489,7 +545,8 @@ def _walk(fn, data: bytes, max_pixels: int = 0):
         lay = fn(data, max_pixels)
     except PngError as e:
         return "error", str(e)
-    return (lay.width, lay.height, lay.depth, lay.color, lay.interlaced, lay.palette.tobytes(), bytes(lay.stream))
+    return (lay.width, lay.height, lay.depth, lay.color, lay.interlaced, lay.palette.tobytes(), bytes(lay.stream),
+            lay.idat_sizes, lay.fault)
 
 
 def test_the_native_chunk_walk_equals_the_python_reference_message_for_message(photos):

@@ -17,7 +17,10 @@ not first or of the wrong length, sizes of 0 or over libpng's default limit of 1
 a bit depth the colour type does not allow, unknown compression, filter or interlace
 methods, a CRC error in a critical chunk (IHDR, PLTE, IDAT; an ancillary chunk's is
 ignored, as libpng discards the chunk), an unknown critical chunk, a palette image
-without PLTE before IDAT, a bad PLTE length, a second PLTE, no IDAT, a chunk cut short.
+without PLTE before IDAT, a bad PLTE length, a second PLTE, no IDAT, a chunk cut short:
+each up to the first IDAT chunk. From there on libpng reads a chunk only when the stream
+asks for more data, so the walk reads as it does: a chunk of another kind ends the image
+data whatever it holds, and a fault (below) ends it without refusing the PNG.
 Then the stream: a zlib header PNG does not allow, less or more data than the rows need,
 a stream that does not end after them, a wrong Adler-32, bytes after the stream in the
 IDAT chunk it ends in (libpng's "extra compressed data"; IDAT chunks after that one are
@@ -35,8 +38,11 @@ taken on the GPU (its pixels what its Deflate data says). A filter type over 4 i
 refused by the kernel. Where nvCOMP refuses a batch as a whole (its call raises), the batch is
 inflated by zlib on the host instead, so each image gets its own verdict
 (`nvcomp_fallbacks` counts such batches, `describe()` says why).
-Interlaced (Adam7) images, and those outgrowing their declared window, are decoded by the
-CPU decoder's libpng on the host and uploaded (`describe()` says how many went so).
+Interlaced (Adam7) images, those outgrowing their declared window, and those with a fault
+after their image data began (a later IDAT chunk cut short or failing its CRC, a chunk
+header that is not one: libpng reads on only as far as the stream asks, so it refuses such
+a PNG only where the stream reaches the fault) are decoded by the CPU decoder's libpng on
+the host and uploaded (`describe()` says how many went so).
 """
 from __future__ import annotations
 
@@ -77,6 +83,10 @@ class PngLayout:
     palette: np.ndarray  # uint8 [256, 3]: PLTE's entries (at most 2**depth), the rest 0
     stream: bytes        # the IDAT payloads joined: a zlib stream
     idat_sizes: tuple[int, ...] = ()  # each IDAT payload's size, in order (where `stream` ends in one: inflate)
+    # the fault that ended the image data after its first IDAT chunk (a later IDAT chunk cut short
+    # or failing its CRC, a chunk header that is not one), or None: libpng refuses the PNG for it
+    # only where its stream reaches that chunk, so such an image is libpng's to decide (decode)
+    fault: str | None = None
 
     @property
     def bpp(self) -> int:
@@ -118,11 +128,11 @@ def read_png(data: bytes | memoryview, max_pixels: int = 0) -> PngLayout:
     released (csrc/png_walk.cpp: the decoder's threads walk a batch's PNGs at once); the
     IDAT payloads joined. Raises PngError."""
     try:
-        w, h, depth, color, interlace, palette, stream, sizes = _native.png_walk(data, max_pixels)
+        w, h, depth, color, interlace, palette, stream, sizes, fault = _native.png_walk(data, max_pixels)
     except ValueError as e:
         raise PngError(str(e)) from None
     return PngLayout(w, h, depth, color, bool(interlace), np.frombuffer(palette, np.uint8).reshape(256, 3).copy(),
-                     stream, sizes)
+                     stream, sizes, fault)
 
 
 def read_png_reference(data: bytes | memoryview, max_pixels: int = 0) -> PngLayout:
@@ -137,24 +147,30 @@ def read_png_reference(data: bytes | memoryview, max_pixels: int = 0) -> PngLayo
     palette = np.zeros((256, 3), np.uint8)
     have_plte = False
     idat: list[memoryview] = []
+    fault = None
     while True:
         if pos + 8 > n:
             break
         length, kind = struct.unpack_from(">I4s", buf, pos)
-        if length > 0x7FFFFFFF:
-            raise PngError(f"chunk at byte {pos} has a length over 2**31 - 1")
-        if not all(65 <= c <= 90 or 97 <= c <= 122 for c in kind):
-            raise PngError(f"invalid chunk type {kind!r} at byte {pos}")
         end = pos + 8 + length
-        if end + 4 > n:
-            if kind in _CRITICAL:
-                raise PngError(f"the data ends inside the {kind.decode()} chunk at byte {pos}")
-            break
-        body = buf[pos + 8:end]
-        crc_ok = zlib.crc32(buf[pos + 4:end]) == struct.unpack_from(">I", buf, end)[0]
         critical = not kind[0] & 32
-        if critical and not crc_ok:
-            raise PngError(f"CRC error in the {kind.decode()} chunk at byte {pos}")
+        if length > 0x7FFFFFFF:
+            fault = f"chunk at byte {pos} has a length over 2**31 - 1"
+        elif not all(65 <= c <= 90 or 97 <= c <= 122 for c in kind):
+            fault = f"invalid chunk type {kind!r} at byte {pos}"
+        elif idat and kind != b"IDAT":
+            break  # the image data is over: libpng reads no further
+        elif end + 4 > n:
+            if kind not in _CRITICAL:
+                break
+            fault = f"the data ends inside the {kind.decode()} chunk at byte {pos}"
+        elif critical and zlib.crc32(buf[pos + 4:end]) != struct.unpack_from(">I", buf, end)[0]:
+            fault = f"CRC error in the {kind.decode()} chunk at byte {pos}"
+        if fault is not None:
+            if not idat:
+                raise PngError(fault)
+            break  # (after the image data began: kept, libpng's to decide)
+        body = buf[pos + 8:end]
         if header is None:
             if kind != b"IHDR" or length != 13:
                 raise PngError("the first chunk is not an IHDR of 13 bytes")
@@ -162,8 +178,6 @@ def read_png_reference(data: bytes | memoryview, max_pixels: int = 0) -> PngLayo
         elif kind == b"IHDR":
             raise PngError("a second IHDR chunk")
         elif kind == b"PLTE":
-            if idat:
-                break
             if have_plte:
                 raise PngError("a second PLTE chunk")
             if header[3] == 3:
@@ -176,8 +190,6 @@ def read_png_reference(data: bytes | memoryview, max_pixels: int = 0) -> PngLayo
             if header[3] == 3 and not have_plte:
                 raise PngError("a palette image without a PLTE chunk before its image data")
             idat.append(body)
-        elif idat:  # the first chunk after the image data: what libpng reads of the image is over
-            break
         elif critical and kind != b"IEND":
             raise PngError(f"unknown critical chunk {kind!r}")
         elif kind == b"IEND":
@@ -192,7 +204,7 @@ def read_png_reference(data: bytes | memoryview, max_pixels: int = 0) -> PngLayo
     if len(stream) < 2 or stream[0] & 15 != 8 or stream[0] >> 4 > 7 or (stream[0] << 8 | stream[1]) % 31 \
             or stream[1] & 32:
         raise PngError("the image data is not a zlib stream PNG allows")
-    return PngLayout(w, h, depth, color, bool(interlace), palette, stream, tuple(len(b) for b in idat))
+    return PngLayout(w, h, depth, color, bool(interlace), palette, stream, tuple(len(b) for b in idat), fault)
 
 
 def _ihdr(body: memoryview, max_pixels: int) -> tuple[int, int, int, int, int]:
@@ -311,8 +323,9 @@ class PngDecoder:
         self.sizes_reused = 0  # batches inflated with kept sizes
         self.sizes_kept_off: str | None = None  # why sizes are not kept (an nvCOMP without configs)
         self.adler_by_zlib = 0  # images the Adler-32 check sent to zlib on the host (_checksums_by_zlib)
-        self.host_fallbacks = 0  # interlaced images decoded by libpng on the host
+        self.host_fallbacks = 0  # interlaced images sent to libpng on the host (decoded, or refused in its words)
         self.window_fallbacks = 0  # images outgrowing their zlib window, decided by libpng on the host
+        self.fault_fallbacks = 0  # images with a fault after their image data began, decided by libpng on the host
         self.nvcomp_fallbacks = 0  # batches nvCOMP refused as a whole, inflated by zlib instead
         self.nvcomp_refused: str | None = None  # the last such refusal, in words
         if self._dev.type == "cuda":
@@ -333,10 +346,13 @@ class PngDecoder:
         return f"PNG in two halves on {self._dev}: {inflate_by}, the unfilter kernel in CUDA"
 
     def detours(self) -> dict:
-        """What this decoder sent elsewhere so far: interlaced images decoded by libpng on
-        the host, and batches nvCOMP refused as a whole (inflated by zlib), with the last
-        refusal in words (Loader.describe() shows it)."""
+        """What this decoder sent elsewhere so far: images decided by libpng on the host
+        (interlaced, outgrowing their zlib window, a fault after the image data began),
+        batches nvCOMP refused as a whole (inflated by zlib), with the last refusal in words,
+        images whose Adler-32 zlib decided, batches that reused nvCOMP's sizes
+        (Loader.describe() shows it)."""
         return {"interlaced_by_libpng": self.host_fallbacks, "outgrowing_their_window_by_libpng": self.window_fallbacks,
+                "a_fault_after_the_image_data_by_libpng": self.fault_fallbacks,
                 "batches_inflated_by_zlib": self.nvcomp_fallbacks,
                 "nvcomp_refused": self.nvcomp_refused, "adler_by_zlib": self.adler_by_zlib,
                 "nvcomp_sizes_reused": self.sizes_reused, **({"nvcomp_sizes_not_kept": self.sizes_kept_off}
@@ -367,7 +383,7 @@ class PngDecoder:
         for k, lay, err in self._map(walk, list(range(count))):
             if err is not None:
                 errors[k] = err
-            elif lay is not None and (lay.interlaced or lay.outgrows_its_window):  # libpng on the host
+            elif lay is not None and (lay.interlaced or lay.outgrows_its_window or lay.fault):  # libpng on the host
                 from .cpu import _png_rgb
 
                 try:
@@ -376,6 +392,8 @@ class PngDecoder:
                     errors[k] = str(e)
                 if lay.interlaced:
                     self.host_fallbacks += 1
+                elif lay.fault:
+                    self.fault_fallbacks += 1
                 else:
                     self.window_fallbacks += 1
             elif lay is not None:

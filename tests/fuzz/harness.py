@@ -199,9 +199,9 @@ def image(data: bytes) -> None:
 def png_halves(data: bytes) -> None:
     """PNG in two halves (decode/png.py: the chunk walk, zlib, the unfilter kernel's CPU
     twin): the native walk says what the Python reference says; refuses with PngError or decodes.
-    What the walk takes, the two halves and libpng both refuse or both decode, to the same
-    pixels (the walk itself may refuse what libpng takes: the CRC of an IDAT chunk after the
-    one the stream ends in, which libpng never reads)."""
+    The two halves and libpng both refuse or both decode, to the same pixels: what the walk
+    refuses, libpng refuses too (the walk reads after the first IDAT chunk only as libpng
+    does), and what it takes is decoded to libpng's verdict."""
     import numpy as np
 
     from gpudecode.decode import Request
@@ -213,11 +213,13 @@ def png_halves(data: bytes) -> None:
         except PngError as e:
             return None, str(e)
         return lay, (lay.width, lay.height, lay.depth, lay.color, lay.interlaced, lay.palette.tobytes(),
-                     bytes(lay.stream))
+                     bytes(lay.stream), lay.idat_sizes, lay.fault)
 
     lay, ours = walked(read_png)
     assert ours == walked(read_png_reference)[1], "the native chunk walk and the reference differ"
     if lay is None:
+        ref = _decoder().decode([Request(data, "png", 1, 1, (0, 0, 1, 1), "s", "k")]).settle()
+        assert ref.errors[0] is not None, f"the walk refuses what libpng takes: {ours!r}"
         return
     box = (0, 0, lay.height, lay.width)
     req = [Request(data, "png", lay.height, lay.width, box, "s", "k")]
