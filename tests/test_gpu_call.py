@@ -1,0 +1,44 @@
+"""bench/gpu_call.sh, the prepared GPU call, rehearsed on this machine (GPU_CALL_REHEARSE=1:
+the same steps, small, every test of test_gpu.py skipping with its reason): each step runs in
+its order under its limit, each bench section leaves its report in $OUT, both CIFAR runs
+train, and nothing in the script's own plumbing fails, so a lent GPU's minutes go to the GPU."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(not (ROOT / "bench" / "gpu_call.sh").exists(), reason="bench/ is not in this tree")
+def test_the_prepared_gpu_call_runs_every_step_in_order_on_the_cpu(tmp_path):
+    env = {**os.environ, "GPU_CALL_REHEARSE": "1", "PY": sys.executable, "OUT": str(tmp_path / "out"),
+           "END": str(int(time.time()) + 600), "CUDA_VISIBLE_DEVICES": ""}
+    env.setdefault("GPUDECODE_CACHE_DIR", str(tmp_path / "kcache"))
+    run = subprocess.run(["bash", str(ROOT / "bench" / "gpu_call.sh")], cwd=ROOT, env=env, capture_output=True,
+                         text=True, timeout=900)
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log[-3000:]
+    steps = re.findall(r"^==> (.+?) \(\d+ s left\)$", log, re.M)
+    assert steps == ["the machine", "tests/test_gpu.py: the PNG and resident tests", "bench/gpu.py --sections png",
+                     "bench/gpu.py --sections resident", "tests/test_gpu.py: the rest",
+                     "the CIFAR example: gpudecode, then torchvision's DataLoader", "bench/gpu.py --sections engines",
+                     "done"], log[-3000:]
+    assert "| libpng: True" in log and "Traceback" not in log, log[:3000]
+    assert len(re.findall(r"^\d+ skipped, \d+ deselected", log, re.M)) == 2, log  # (no CUDA: each test says why)
+    assert log.count("test accuracy") == 2, log[-3000:]
+    out = tmp_path / "out"
+    for name in ("png", "resident", "engines"):
+        report = json.loads((out / f"gpu-{name}.json").read_text())
+        assert report["failed"] == 0 and report[name], (name, report.get(name))
+        assert all("images_per_s" in r or "split" in r for r in report[name]), report[name]
+    md = (out / "gpu-bench.md").read_text()
+    assert md.count("# bench/gpu.py: no CUDA device") == 3 and "none is a GPU figure" in md
+    assert len(list(out.iterdir())) <= 5  # (with on-device.sh's three: at most the eight files that come back)
