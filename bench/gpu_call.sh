@@ -11,7 +11,8 @@
 # Steps, in order: what the open issues' acceptance waits on first, then what checks the rest:
 #   1. the machine, and what the build found (libpng, libdeflate);
 #   2. tests/test_gpu.py's PNG and resident tests (code that has never run on a device);
-#   3. bench/gpu.py's PNG section (the two-halves engine against the CPU decoder, its detours);
+#   3. bench/gpu.py's PNG section (the two-halves engine against the CPU decoder, its detours), and
+#      nvCOMP's inflate against zlib with 64, 256 and 1,024 streams a call (bench/nvcomp_inflate.py);
 #   4. its resident section (keep="gpu": the CIFAR-sized set at batch 1024, the 256-pixel store);
 #   5. the rest of tests/test_gpu.py;
 #   6. the CIFAR example fed by gpudecode and by torchvision's DataLoader (14 workers);
@@ -19,8 +20,8 @@
 # With END 570 s after the start and about 40 s of build, every step gets its share; a slow one
 # takes from the last steps, never from the ones before it.
 # What it prints, on-device.sh streams into $OUT/run.log (beside its gpu.txt and build.log); each bench
-# section adds its gpu.json as $OUT/gpu-<section>.json and its table to $OUT/gpu-bench.md: seven files of
-# the eight that come back. A step cut by its limit leaves its lines behind.
+# section adds its gpu.json as $OUT/gpu-<section>.json and its table to $OUT/gpu-bench.md, and
+# nvcomp_inflate.py its nvcomp.json: the eight files that come back. A step cut by its limit leaves its lines behind.
 # GPU_CALL_REHEARSE=1 runs the same steps small on a machine without CUDA (tests/test_gpu_call.py).
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -70,8 +71,12 @@ section() {  # section NAME WANT KEEP ARGS...
 }
 if [ "$small" = 1 ]; then set=(--images 32 --batch-sizes 16 --threads 2); else
   set=(--images 1024 --batch-sizes 256 --threads 6); fi
-section png 100 340 "${set[@]}"
-section resident 70 270 "${set[@]}"
+section png 100 380 "${set[@]}"
+step "bench/nvcomp_inflate.py: nvCOMP against zlib, and with more streams a call"
+if [ "$small" = 1 ]; then inflate=(--images 16 --calls 8,16 --threads 2 --repeats 1); else
+  inflate=(--images 1024 --calls 64,256,1024 --threads 6); fi
+(cd /tmp && timeout -s INT -k 10 "$(budget 45 330)" $PY "$here/bench/nvcomp_inflate.py" "${inflate[@]}" --out "$out") 2>&1
+section resident 70 260 "${set[@]}"
 
 step "tests/test_gpu.py: the rest"
 (cd tests && timeout -s INT -k 15 "$(budget 150 120)" $PY -m pytest "${tests[@]}" --durations=8 test_gpu.py -k "not ($new)") 2>&1

@@ -1,7 +1,7 @@
 """PNG's inflate half on the GPU (issue 56): nvCOMP's batched raw-Deflate decode of PNG
 IDAT streams, checked equal to zlib's and timed against zlib on the host's cores.
 
-    python bench/nvcomp_inflate.py [--images 256] [--threads 6] [--out DIR]
+    python bench/nvcomp_inflate.py [--images 256] [--threads 6] [--calls 64,256] [--out DIR]
 
 The corpus: scikit-image's photographs saved by Pillow as PNG in colour types 0, 2, 3, 4
 and 6, zlib levels 0-9, and a 500x375 batch of the photographs (the bench's JPEG set as
@@ -9,7 +9,11 @@ PNG, level 6). For each PNG the host part only: walk the chunks, join the IDAT p
 strip the zlib wrapper (2 header bytes, 4 Adler-32 bytes), gpudecode.decode.png.read_png's; nvCOMP inflates the raw
 streams as one batch on the GPU; every output must equal zlib.decompress of the same
 IDAT bytes. Then the batch's inflate rate: nvCOMP (the batch in device memory, its
-stream synchronized) against zlib on one thread and on --threads threads.
+stream synchronized) against zlib on one thread and on --threads threads (zlib on at most
+256 of the images). --calls: nvCOMP's rate with that many streams in one call (the first
+ones of the batch, their sizes found once), since a call of one batch's streams may not fill
+the GPU (a stream is inflated by one unit of it): whether the rate grows with the streams a
+call holds.
 
 Without CUDA or without nvCOMP it says which and exits 0 having measured only zlib:
 no GPU figure is made up. Writes nvcomp.json to --out.
@@ -26,6 +30,10 @@ import traceback
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+
+class _NoDevice(RuntimeError):
+    """No CUDA device here: nvCOMP is not measured (said in one line)."""
 
 
 def corpus(n_batch: int) -> list[tuple[str, bytes]]:
@@ -46,14 +54,20 @@ def corpus(n_batch: int) -> list[tuple[str, bytes]]:
                 out.append((f"{name}-{mode}-z{level}", buf.getvalue()))
     rng = np.random.default_rng(0)
     base = list(photos.values())
+    crops = []
     for i in range(n_batch):
         a = base[i % len(base)]
         y = int(rng.integers(0, max(1, a.shape[0] - 375)))
         x = int(rng.integers(0, max(1, a.shape[1] - 500)))
-        crop = np.ascontiguousarray(np.resize(a[y:y + 375, x:x + 500], (375, 500, 3)))
+        crops.append(np.ascontiguousarray(np.resize(a[y:y + 375, x:x + 500], (375, 500, 3))))
+
+    def png(crop) -> bytes:  # (on every core: Pillow's zlib releases the GIL)
         buf = io.BytesIO()
         Image.fromarray(crop).save(buf, "PNG", compress_level=6)
-        out.append((f"batch-{i}", buf.getvalue()))
+        return buf.getvalue()
+
+    with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        out += [(f"batch-{i}", b) for i, b in enumerate(pool.map(png, crops))]
     return out
 
 
@@ -62,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--images", type=int, default=256, help="500x375 PNGs in the timed batch")
     ap.add_argument("--threads", type=int, default=6)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--calls", default="", help="streams in one nvCOMP call, comma-separated (at most --images)")
     ap.add_argument("--out", default=os.environ.get("OUT") or "bench/_out")
     a = ap.parse_args(argv)
     report: dict = {}
@@ -72,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     streams = [(k, lay.stream) for (k, _), lay in zip(items, layouts)]
     expect = [zlib.decompress(s) for _, s in streams]
     raws = [bytes(lay.raw_deflate()) for lay in layouts]
-    batch = [i for i, (k, _) in enumerate(streams) if k.startswith("batch-")]
+    whole = [i for i, (k, _) in enumerate(streams) if k.startswith("batch-")]
+    batch = whole[:256]  # (timed against zlib; the --calls sizes take from `whole`)
     enc = sum(len(raws[i]) for i in batch)
     dec = sum(len(expect[i]) for i in batch)
     report["corpus"] = {"pngs": len(items), "batch": len(batch), "batch_raw_deflate_bytes": enc,
@@ -100,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         if not torch.cuda.is_available():
-            raise RuntimeError("no CUDA device")
+            raise _NoDevice("no CUDA device")
         from nvidia import nvcomp
 
         report["nvcomp"] = {"version": nvcomp.__version__, "gpu": torch.cuda.get_device_name()}
@@ -141,10 +157,32 @@ def main(argv: list[str] | None = None) -> int:
             report["nvcomp"][label] = {"s": best, "images_per_s": len(batch) / best, "GB_per_s": dec / best / 1e9}
             print(f"nvCOMP batched inflate ({label}): {len(batch) / best:,.0f} img/s ({dec / best / 1e9:.2f} GB/s out)",
                   flush=True)
+        calls = {}
+        for size in (int(c) for c in a.calls.split(",") if c.strip()):
+            size = min(size, len(whole))
+            some = nvcomp.as_arrays([dev[i] for i in whole[:size]])
+            cfg = codec.decompression_config(some) if cfgs.get("sizes found once") is not None else None
+            kw = {} if cfg is None else {"decompression_config": cfg}
+            codec.decode(some, **kw)
+            torch.cuda.synchronize()
+            best = float("inf")
+            for _ in range(a.repeats):
+                t = time.perf_counter()
+                r = codec.decode(some, **kw)
+                r[size - 1]
+                torch.cuda.synchronize()
+                best = min(best, time.perf_counter() - t)
+            out_bytes = sum(len(expect[i]) for i in whole[:size])
+            calls[size] = {"s": best, "images_per_s": size / best, "GB_per_s": out_bytes / best / 1e9}
+            how = "sizes found once" if cfg is not None else "sizes found by nvCOMP"
+            print(f"nvCOMP, {size} streams in one call ({how}): {size / best:,.0f} img/s "
+                  f"({out_bytes / best / 1e9:.2f} GB/s out)", flush=True)
+        report["nvcomp"]["calls"] = calls
     except Exception as e:
         report["nvcomp_error"] = f"{type(e).__name__}: {e}"
         print("nvCOMP not measured:", report["nvcomp_error"], flush=True)
-        traceback.print_exc()
+        if not isinstance(e, _NoDevice):  # (a failure on a GPU: its whole story)
+            traceback.print_exc()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "nvcomp.json").write_text(json.dumps(report, indent=1, default=str))

@@ -28,6 +28,7 @@ def test_the_prepared_gpu_call_runs_every_step_in_order_on_the_cpu(tmp_path):
     assert run.returncode == 0, log[-3000:]
     steps = re.findall(r"^==> (.+?) \(\d+ s left\)$", log, re.M)
     assert steps == ["the machine", "tests/test_gpu.py: the PNG and resident tests", "bench/gpu.py --sections png",
+                     "bench/nvcomp_inflate.py: nvCOMP against zlib, and with more streams a call",
                      "bench/gpu.py --sections resident", "tests/test_gpu.py: the rest",
                      "the CIFAR example: gpudecode, then torchvision's DataLoader", "bench/gpu.py --sections engines",
                      "done"], log[-3000:]
@@ -39,6 +40,8 @@ def test_the_prepared_gpu_call_runs_every_step_in_order_on_the_cpu(tmp_path):
         report = json.loads((out / f"gpu-{name}.json").read_text())
         assert report["failed"] == 0 and report[name], (name, report.get(name))
         assert all("images_per_s" in r or "split" in r for r in report[name]), report[name]
+    inflate = json.loads((out / "nvcomp.json").read_text())  # (zlib only here: nvCOMP says why it was not measured)
+    assert inflate["zlib_1_threads"]["images_per_s"] > 0 and "no CUDA device" in inflate["nvcomp_error"], inflate
     md = (out / "gpu-bench.md").read_text()
     assert md.count("# bench/gpu.py: no CUDA device") == 3 and "none is a GPU figure" in md
     assert len(list(out.iterdir())) <= 5  # (with on-device.sh's three: at most the eight files that come back)
