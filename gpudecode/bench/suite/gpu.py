@@ -119,7 +119,9 @@ def loader_run(shards, *, device, decoder, batch, threads, epochs=2) -> dict:
            "h2d_bytes_per_image": (s.get("encoded_bytes", 0) if ld.describe()["decoder"] != "cpu"
                                    else s.get("h2d_bytes", 0)) / max(s.get("images", 1), 1) if cuda else 0,
            "median_stage_ms": {k: v * 1e3 for k, v in s.get("median_s", {}).items()},
-           **({"detours": d["decoder_detours"]} if d.get("decoder_detours") else {})}
+           **({"detours": d["decoder_detours"]} if d.get("decoder_detours") else {}),
+           **({"engine_detours": {name: e["detours"] for name, e in d["decoder_engines"].items() if e.get("detours")}}
+              if any(e.get("detours") for e in d.get("decoder_engines", {}).values()) else {})}
     if cuda:
         from gpudecode.bench.common import device_memory
 
@@ -261,18 +263,24 @@ def png_shards(shards: list[str]) -> list[str]:
 def png_runs(shards, *, device: str, batch: int, threads: int) -> list[dict]:
     """PNG on the GPU path (issue 56): the bench's images as PNG through the two-halves
     engine (decoder=("png",): nvCOMP's inflate and the CUDA unfilter kernel on a GPU; zlib
-    and the kernel's CPU twin without one) against the CPU decoder (on the threads), the training recipe, img/s of the second epoch; the JPEG figure is the runs'
+    and the kernel's CPU twin without one) against the CPU decoder (on the threads), and the
+    two splitting each batch (decoder=("png", "cpu"): the GPU's halves and the host's cores
+    at once), the training recipe, img/s of the second epoch; the JPEG figure is the runs'
     and engines' tables'."""
     out = []
     pngs = png_shards(shards)
     for label, dec in (("the CPU decoder on the CPU threads (decoder='cpu')", "cpu"),
-                       ("two halves: inflate + unfilter kernel (decoder=('png',))", ("png",))):
+                       ("two halves: inflate + unfilter kernel (decoder=('png',))", ("png",)),
+                       ("both at once, each batch split by their rates (decoder=('png', 'cpu'))", ("png", "cpu"))):
         print(f"gpu bench: PNG, {label}, {threads} threads, batch {batch}", flush=True)
         try:
             r = loader_run(pngs, device=device, decoder=dec, batch=batch, threads=threads)
             out.append({"decoder": label, "backend": r["backend"], "device": device, "batch_size": batch,
                         "threads": threads, "images_per_s": r["images_per_s"], "slowest_stage": r["slowest_stage"],
-                        "median_stage_ms": r["median_stage_ms"], "detours": r.get("detours")})
+                        "median_stage_ms": r["median_stage_ms"],
+                        "detours": r.get("detours") or r.get("engine_detours", {}).get("png"),
+                        **({"shares": {name: e.get("share") for name, e in r["engines"].items()}} if r.get("engines")
+                           else {})})
         except Exception as e:  # reported; the other runs go on
             out.append({"decoder": label, "device": device, "batch_size": batch, "error": repr(e)})
     return out
@@ -468,6 +476,9 @@ def render(report: dict) -> list[str]:
         for r in report["png"]:  # (where images went elsewhere, and nvCOMP's sizes kept: decode/png.py)
             if r.get("detours"):
                 lines.append(f"\n{r['decoder']}: detours {r['detours']}")
+            if r.get("shares"):
+                lines.append(f"\n{r['decoder']}: shares of the images " +
+                             ", ".join(f"{name} {share:.0%}" for name, share in r["shares"].items()))
     if report.get("resident"):
         lines += ["", "The set kept resident (keep=): epochs after the first, which fills the store:", "",
                   "| set | keep | device | batch | img/s | store | image bytes up, last epoch | median ms a batch "
