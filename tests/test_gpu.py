@@ -800,6 +800,34 @@ def test_png_on_cuda_reuses_the_sizes_nvcomp_found_for_images_of_one_size():
         assert got.errors[k] is None and np.array_equal(decoded_image(got, k), decoded_image(ref, k)), k
 
 
+def test_png_on_cuda_reads_deflate_codings_zlib_refuses_as_one_of_the_cpu_paths_does():
+    """Deflate codings zlib calls invalid and libdeflate reads (a length symbol 286, a distance
+    symbol 30, in a block of fixed codes: test_png.fixed_code_pngs). What nvCOMP makes of them
+    is not documented, so the GPU path is held to one of the CPU's two verdicts: libpng's
+    refusal, or the pixels of libdeflate's reading (those of the stream as encoders write it);
+    which one is printed for the notes."""
+    from gpudecode.decode.png import PngDecoder
+    from test_png import fixed_code_pngs
+    from test_png_halves import _req
+
+    pngs = fixed_code_pngs()
+    reqs = [_req(d, name) for name, d in pngs.items()]
+    dec = PngDecoder(device="cuda", num_threads=2)
+    if dec._nvcomp is None:
+        pytest.skip(f"nvCOMP is not usable here: {dec.backend}")
+    got = dec.decode(reqs).settle()
+    assert got.errors[0] is None
+    want = decoded_image(got, 0)
+    ref = CpuDecoder(num_threads=1).decode(reqs[:1]).settle()
+    assert np.array_equal(want, decoded_image(ref, 0))
+    for k, name in enumerate(list(pngs)[1:], 1):
+        print(f"nvCOMP on a stream with a {name}: {got.errors[k] or 'decoded'}")
+        if got.errors[k] is None:
+            assert np.array_equal(decoded_image(got, k), want), name
+        else:  # (refused as libpng refuses it, in zlib's words)
+            assert re.search("invalid (literal/length|distance) code", got.errors[k]), (name, got.errors[k])
+
+
 def test_the_png_engine_in_a_split_on_cuda_gives_the_cpu_loaders_batches(tmp_path):
     """decoder=("png",) on CUDA (PNGs decoded in two halves on the GPU): the batches the CPU
     decoder gives on CUDA, bit for bit (the same pixels into the same kernel)."""

@@ -372,12 +372,11 @@ def _fixed_block(data: bytes, tail: tuple[int, int, int]) -> bytes:
     return bytes(sum(bit << i for i, bit in enumerate(bits[k:k + 8])) for k in range(0, len(bits), 8))
 
 
-def test_deflate_symbols_zlib_refuses_are_read_as_libdeflate_reads_them_or_refused_as_libpng_refuses_them():
-    """The one difference the direct path keeps from libpng, where libdeflate inflates (the list
-    in csrc/png_decode.cpp): Deflate readings zlib calls invalid and libdeflate takes. A length
-    symbol 286 reads as 258, as 285 does, and a distance symbol 30 as 29: each such stream gives
-    the pixels of the stream with 285 and 29, whose Adler-32 it carries; libpng refuses it in
-    zlib's words. Where zlib inflates, the direct path leaves it to libpng, as every other."""
+def fixed_code_pngs() -> dict[str, bytes]:
+    """A 300x100 grey PNG whose stream is one block of fixed codes ending in a match of 258
+    bytes at a distance of 24,677, written three ways: as any encoder would (length symbol 285,
+    distance symbol 29), with length symbol 286, and with distance symbol 30. libdeflate reads
+    all three alike; zlib refuses the last two."""
     w, h = 300, 100
     rng = np.random.default_rng(23)
     rows = rng.integers(0, 5, (h, w + 1)).astype(np.uint8)  # (filter types 0-4 wherever the match lands)
@@ -390,14 +389,27 @@ def test_deflate_symbols_zlib_refuses_are_read_as_libdeflate_reads_them_or_refus
         return (b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 0, 0, 0, 0))
                 + _chunk(b"IDAT", z) + _chunk(b"IEND", b""))
 
-    box = (0, 0, h, w)
-    (err, want, path), (ref_err, ref, _) = _direct_and_libpng(png((285, 29, 100)), box)
+    out = {"as encoders write it": png((285, 29, 100)), "length symbol 286": png((286, 29, 100)),
+           "distance symbol 30": png((285, 30, 100))}
+    assert zlib.decompress(out["as encoders write it"][41:-16]) == data  # (the stream is what it says: zlib reads it)
+    return out
+
+
+def test_deflate_symbols_zlib_refuses_are_read_as_libdeflate_reads_them_or_refused_as_libpng_refuses_them():
+    """The one difference the direct path keeps from libpng, where libdeflate inflates (the list
+    in csrc/png_decode.cpp): Deflate readings zlib calls invalid and libdeflate takes. A length
+    symbol 286 reads as 258, as 285 does, and a distance symbol 30 as 29: each such stream gives
+    the pixels of the stream with 285 and 29, whose Adler-32 it carries; libpng refuses it in
+    zlib's words. Where zlib inflates, the direct path leaves it to libpng, as every other."""
+    pngs = fixed_code_pngs()
+    box = (0, 0, 100, 300)
+    (err, want, path), (ref_err, ref, _) = _direct_and_libpng(pngs["as encoders write it"], box)
     assert err is None and ref_err is None and want == ref and path == "direct"
-    assert zlib.decompress(png((285, 29, 100))[41:-16]) == data  # (the stream is what it says: zlib reads it)
-    for tail, zlib_says in (((286, 29, 100), "invalid literal/length code"), ((285, 30, 100), "invalid distance code")):
-        (err, px, path), (ref_err, _, _) = _direct_and_libpng(png(tail), box)
+    for name, zlib_says in (("length symbol 286", "invalid literal/length code"),
+                            ("distance symbol 30", "invalid distance code")):
+        (err, px, path), (ref_err, _, _) = _direct_and_libpng(pngs[name], box)
         assert ref_err == f"libpng: IDAT: {zlib_says}", ref_err
         if _native.png_inflater == "libdeflate":
-            assert err is None and px == want and path == "direct", (tail, err)
+            assert err is None and px == want and path == "direct", (name, err)
         else:
-            assert err == ref_err and path == "libpng", (tail, err)
+            assert err == ref_err and path == "libpng", (name, err)
