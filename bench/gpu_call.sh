@@ -55,7 +55,7 @@ print("gpudecode", gpudecode.__version__, "from", gpudecode.__file__, "| libpng:
 tests=(-q -rfEs -p no:cacheprovider --tb=short)
 new="png or resident"  # (without CUDA every test of the file skips, saying why)
 step "tests/test_gpu.py: the PNG and resident tests"
-(cd tests && timeout -s INT -k 15 "$(budget 90 440)" $PY -m pytest "${tests[@]}" test_gpu.py -k "$new") 2>&1
+(cd tests && timeout -s INT -k 15 "$(budget 90 440)" $PY -m pytest "${tests[@]}" -rP test_gpu.py -k "$new") 2>&1
 
 # bench/gpu.py, a section a process (each its own limit): its gpu.json kept as gpu-NAME.json, its table
 # added to gpu-bench.md
