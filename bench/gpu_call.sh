@@ -52,10 +52,10 @@ run bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total --format=cs
 (cd /tmp && $PY -c 'import gpudecode, gpudecode._native as n
 print("gpudecode", gpudecode.__version__, "from", gpudecode.__file__, "| libpng:", n.has_png, "| the CPU decoder'"'"'s PNG inflate:", n.png_inflater)') 2>&1
 
-tests=(-q -rfEs -p no:cacheprovider --tb=short)
+tests=(-q -p no:cacheprovider --tb=short)
 new="png or resident"  # (without CUDA every test of the file skips, saying why)
 step "tests/test_gpu.py: the PNG and resident tests"
-(cd tests && timeout -s INT -k 15 "$(budget 90 440)" $PY -m pytest "${tests[@]}" -rP test_gpu.py -k "$new") 2>&1
+(cd tests && timeout -s INT -k 15 "$(budget 90 440)" $PY -m pytest "${tests[@]}" -rfEsP test_gpu.py -k "$new") 2>&1
 
 # bench/gpu.py, a section a process (each its own limit): its gpu.json kept as gpu-NAME.json, its table
 # added to gpu-bench.md
@@ -79,7 +79,7 @@ if [ "$small" = 1 ]; then inflate=(--images 16 --calls 8,16 --threads 2 --repeat
 section resident 70 260 "${set[@]}"
 
 step "tests/test_gpu.py: the rest"
-(cd tests && timeout -s INT -k 15 "$(budget 150 120)" $PY -m pytest "${tests[@]}" --durations=8 test_gpu.py -k "not ($new)") 2>&1
+(cd tests && timeout -s INT -k 15 "$(budget 150 120)" $PY -m pytest "${tests[@]}" -rfEs --durations=8 test_gpu.py -k "not ($new)") 2>&1
 
 step "the CIFAR example: gpudecode, then torchvision's DataLoader"
 if [ "$small" = 1 ]; then cifar=(--demo --demo-size 200 --epochs 1 --steps 2 --batch-size 32); workers=2; else
