@@ -45,7 +45,9 @@ namespace {
 // gives: a length symbol 286 or 287 (read as 258, as 285 is) or a distance symbol 30 or 31
 // (read as 29) in a block of fixed codes; more than 286 length or 30 distance codes declared
 // in a block's header; a run of code lengths that runs past the last one (the extra ones
-// dropped); a code-length code of a single codeword. zlib refuses each, libdeflate decodes it.
+// dropped); a code-length code of a single codeword; a code of one codeword read through the
+// bit pattern it leaves unused (read as that codeword), and a distance code of no codewords
+// that a match uses anyway (read as distance 1). zlib refuses each, libdeflate decodes it.
 // No encoder writes them: a bit flipped in a real file that lands there leaves the image's
 // own pixels (its Adler-32 still right), and anything else it changes fails the Adler-32.
 
