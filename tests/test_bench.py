@@ -460,3 +460,28 @@ def test_the_resident_benchs_host_part(tmp_path, monkeypatch):
     assert got["images"] == 300 and got["loader_img_s"] > 0
     assert set(got["ns_per_sample"]) == {"order", "prepare", "finish"} and all(v > 0 for v in got["ns_per_sample"].values())
     assert got["sum_ns"] == pytest.approx(sum(got["ns_per_sample"].values())) and got["met"] == (got["sum_ns"] < 1000)
+
+
+def test_a_gpu_bench_cut_by_its_time_limit_still_writes_what_it_measured(tmp_path, monkeypatch, capsys):
+    """bench/gpu.py under a call's time limit (SIGINT first): each run is printed as soon as
+    it is measured, and an interrupted section still leaves the report of those before it,
+    marked cut, with exit status 1."""
+    from gpudecode.bench.suite import gpu, loader
+
+    monkeypatch.setattr(loader, "OUT", tmp_path / "data")  # (its dataset, made here)
+    monkeypatch.setattr(gpu, "OUT", tmp_path / "data")
+    row = {"threads": 2, "batch_size": 8, "images": 8, "alone": {"cpu": 1.0}, "ceiling": 1.0, "best_alone": 1.0,
+           "split": 1.0, "shares": {"cpu": 1.0}, "idle": {"cpu": 0.0}, "of_ceiling": 1.0, "of_best": 1.0}
+    monkeypatch.setattr(gpu, "engine_runs", lambda *a, **k: [gpu._said(dict(row))])
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gpu, "png_runs", interrupted)
+    assert gpu.main(["--sections", "engines,png", "--images", "8", "--batch-sizes", "8", "--out",
+                     str(tmp_path / "out")]) == 1
+    out = capsys.readouterr().out
+    assert "gpu bench: measured " + json.dumps(row) in out and "interrupted" in out
+    report = json.loads((tmp_path / "out" / "gpu.json").read_text())
+    assert report["engines"] == [row] and report["png"] == [] and "interrupted" in report["cut"]
+    assert "**interrupted" in (tmp_path / "out" / "gpu.md").read_text()

@@ -159,6 +159,7 @@ def engine_runs(shards, *, device: str, batch: int, threads: list[int], images: 
             try:
                 r = loader_run(shards, device=device, decoder={name: 1.0}, batch=batch, threads=t)
                 alone[name] = r["images_per_s"]
+                _said({"threads": t, "engine": name, "alone_images_per_s": r["images_per_s"]})
             except Exception as e:  # reported; the other runs go on
                 out.append({"threads": t, "engine": name, "error": repr(e)})
         print(f"gpu bench: every engine at once ({', '.join(engines)}), {t} threads", flush=True)
@@ -184,8 +185,15 @@ def engine_runs(shards, *, device: str, batch: int, threads: list[int], images: 
                 row["auto_of_best"] = row["auto"] / row["best_alone"] if row["best_alone"] else 0.0
             except Exception as e:
                 row["auto_error"] = repr(e)
-        out.append(row)
+        out.append(_said(row))
     return out
+
+
+def _said(row: dict) -> dict:
+    """`row` printed as one line as soon as it is measured (a call cut by its time limit
+    before the report is written still leaves it in the log), and returned."""
+    print("gpu bench: measured " + json.dumps(row, default=str), flush=True)
+    return row
 
 
 def resident_runs(shards, *, device: str, threads: int, cifar: int) -> list[dict]:
@@ -218,12 +226,12 @@ def resident_runs(shards, *, device: str, threads: int, cifar: int) -> list[dict
                 summary = ld.stats.summary()
                 # where a batch's time goes, host stages and the GPU's own (the kernel's share of a
                 # resident batch is what says whether the host or the GPU binds)
-                out.append({"set": name, "keep": keep, "device": device, "batch_size": batch, "threads": threads,
-                            "images_per_s": rate, "first_epoch_s": first, "store": ld.describe()["keep"],
-                            "h2d_bytes_last_epoch": summary.get("h2d_bytes", 0),
-                            "slowest_stage": summary.get("slowest_stage"),
-                            "median_stage_ms": {k: v * 1e3 for k, v in summary.get("median_s", {}).items()},
-                            "gpu_stage_ms": {k: v * 1e3 for k, v in summary.get("gpu_median_s", {}).items()}})
+                out.append(_said({"set": name, "keep": keep, "device": device, "batch_size": batch,
+                                  "threads": threads, "images_per_s": rate, "first_epoch_s": first,
+                                  "store": ld.describe()["keep"], "h2d_bytes_last_epoch": summary.get("h2d_bytes", 0),
+                                  "slowest_stage": summary.get("slowest_stage"),
+                                  "median_stage_ms": {k: v * 1e3 for k, v in summary.get("median_s", {}).items()},
+                                  "gpu_stage_ms": {k: v * 1e3 for k, v in summary.get("gpu_median_s", {}).items()}}))
         except Exception as e:  # reported; the other runs go on
             out.append({"set": name, "keep": keep, "device": device, "batch_size": batch, "error": repr(e)})
     return out
@@ -275,12 +283,12 @@ def png_runs(shards, *, device: str, batch: int, threads: int) -> list[dict]:
         print(f"gpu bench: PNG, {label}, {threads} threads, batch {batch}", flush=True)
         try:
             r = loader_run(pngs, device=device, decoder=dec, batch=batch, threads=threads)
-            out.append({"decoder": label, "backend": r["backend"], "device": device, "batch_size": batch,
-                        "threads": threads, "images_per_s": r["images_per_s"], "slowest_stage": r["slowest_stage"],
-                        "median_stage_ms": r["median_stage_ms"],
-                        "detours": r.get("detours") or r.get("engine_detours", {}).get("png"),
-                        **({"shares": {name: e.get("share") for name, e in r["engines"].items()}} if r.get("engines")
-                           else {})})
+            out.append(_said({"decoder": label, "backend": r["backend"], "device": device, "batch_size": batch,
+                              "threads": threads, "images_per_s": r["images_per_s"],
+                              "slowest_stage": r["slowest_stage"], "median_stage_ms": r["median_stage_ms"],
+                              "detours": r.get("detours") or r.get("engine_detours", {}).get("png"),
+                              **({"shares": {name: e.get("share") for name, e in r["engines"].items()}}
+                                 if r.get("engines") else {})}))
         except Exception as e:  # reported; the other runs go on
             out.append({"decoder": label, "device": device, "batch_size": batch, "error": repr(e)})
     return out
@@ -358,35 +366,41 @@ def main(argv: list[str] | None = None) -> int:
     decoders = ["cpu"] + [d for d in GPU_ORDER if available(d)[0]] + (["auto"] if cuda else [])  # auto: every engine
     report["unavailable"] = {d: available(d)[1] for d in GPU_ORDER if not available(d)[0]}
     classic = 0.0
-    if "runs" in sections:
-        for d in decoders:
-            for b in batches:
-                print(f"gpu bench: Loader on {device}, decoder {d}, batch {b}", flush=True)
-                try:
-                    report["runs"].append(loader_run(shards, device=device, decoder=d, batch=b, threads=threads))
-                except Exception as e:  # a backend that fails here is reported (and makes the exit status 1)
-                    report["runs"].append({"device": device, "decoder": d, "batch_size": b, "error": repr(e)})
-        if cuda:
-            report["runs"].append(loader_run(shards, device="cpu", decoder="cpu", batch=batches[0], threads=threads))
-        print("gpu bench: the classic DataLoader", flush=True)
-        go = run_torchvision(folder, threads, batches[0], jitter=True)
-        go()
-        t = time.perf_counter()
-        n = go()
-        report["runs"].append({"device": "cpu", "decoder": "torchvision classic DataLoader", "threads": threads,
-                               "batch_size": batches[0], "images_per_s": n / (time.perf_counter() - t)})
-        classic = report["runs"][-1]["images_per_s"]
-    report["engines"] = engine_runs(shards, device=device, batch=batches[-1], images=images,
-                                    threads=list(a.engine_threads) if cuda else [2]) if "engines" in sections else []
-    report["resident"] = (resident_runs(shards, device=device, threads=threads, cifar=50000 if cuda else 2000)
-                          if "resident" in sections else [])
-    report["png"] = (png_runs(shards, device=device, batch=batches[-1], threads=threads)
-                     if "png" in sections else [])
-    if "recipes" in sections:
-        print("gpu bench: recipes", flush=True)
-    report["recipes"] = [] if "recipes" not in sections else recipe_runs(shards, decoders=decoders[:2] + (["auto"] if cuda else []),
-                                    batch=128 if cuda else batches[0],
-                                    threads=threads, device=device)
+    for name in ("engines", "resident", "png", "recipes"):
+        report[name] = []
+    try:
+        if "runs" in sections:
+            for d in decoders:
+                for b in batches:
+                    print(f"gpu bench: Loader on {device}, decoder {d}, batch {b}", flush=True)
+                    try:
+                        report["runs"].append(loader_run(shards, device=device, decoder=d, batch=b, threads=threads))
+                    except Exception as e:  # a backend that fails here is reported (and makes the exit status 1)
+                        report["runs"].append({"device": device, "decoder": d, "batch_size": b, "error": repr(e)})
+            if cuda:
+                report["runs"].append(loader_run(shards, device="cpu", decoder="cpu", batch=batches[0], threads=threads))
+            print("gpu bench: the classic DataLoader", flush=True)
+            go = run_torchvision(folder, threads, batches[0], jitter=True)
+            go()
+            t = time.perf_counter()
+            n = go()
+            report["runs"].append({"device": "cpu", "decoder": "torchvision classic DataLoader", "threads": threads,
+                                   "batch_size": batches[0], "images_per_s": n / (time.perf_counter() - t)})
+            classic = report["runs"][-1]["images_per_s"]
+        report["engines"] = engine_runs(shards, device=device, batch=batches[-1], images=images,
+                                        threads=list(a.engine_threads) if cuda else [2]) if "engines" in sections else []
+        report["resident"] = (resident_runs(shards, device=device, threads=threads, cifar=50000 if cuda else 2000)
+                              if "resident" in sections else [])
+        report["png"] = (png_runs(shards, device=device, batch=batches[-1], threads=threads)
+                         if "png" in sections else [])
+        if "recipes" in sections:
+            print("gpu bench: recipes", flush=True)
+        report["recipes"] = [] if "recipes" not in sections else recipe_runs(shards, decoders=decoders[:2] + (["auto"] if cuda else []),
+                                        batch=128 if cuda else batches[0],
+                                        threads=threads, device=device)
+    except KeyboardInterrupt:  # (a call's time limit, SIGINT first: what was measured is still written)
+        report["cut"] = "interrupted: the sections not in this report were not measured (or not all of them)"
+        print(f"gpu bench: {report['cut']}", flush=True)
     if cuda and classic:
         best = max((r for r in report["runs"] if r.get("device") == "cuda" and "images_per_s" in r),
                    key=lambda r: r["images_per_s"], default=None)
@@ -400,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "gpu.json").write_text(json.dumps(report, indent=1, default=str))
     (out / "gpu.md").write_text("\n".join(render(report)) + "\n")
     print("\n".join(render(report)), flush=True)
-    return 1 if failed else 0
+    return 1 if failed or report.get("cut") else 0
 
 
 def render(report: dict) -> list[str]:
@@ -413,6 +427,8 @@ def render(report: dict) -> list[str]:
                   "none is a GPU figure.", ""]
     lines += [f"{m.get('cpu')}, {m.get('cores')} cores; torch {m.get('versions', {}).get('torch')}; "
               f"{json.dumps(report['versions'])}; GPU {json.dumps(gpu)}", ""]
+    if report.get("cut"):
+        lines += [f"**{report['cut']}**", ""]
     if report.get("unavailable"):
         lines += ["not measured: " + "; ".join(f"{d} ({why})" for d, why in report["unavailable"].items()), ""]
     if report["runs"]:  # (a call of other sections has none)
