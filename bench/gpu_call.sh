@@ -48,7 +48,6 @@ run() { "$@" 2>&1; }
 step "the machine"
 run bash -c 'nproc; lscpu | grep -E "Model name|^CPU family|^Model:"; free -g | head -2'
 run bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi'"
-[ -f "$out/build.log" ] && run grep -E "gpudecode: " "$out/build.log"
 (cd /tmp && $PY -c 'import gpudecode, gpudecode._native as n
 print("gpudecode", gpudecode.__version__, "from", gpudecode.__file__, "| libpng:", n.has_png, "| the CPU decoder'"'"'s PNG inflate:", n.png_inflater)') 2>&1
 

@@ -114,14 +114,14 @@ def loader_run(shards, *, device, decoder, batch, threads, epochs=2) -> dict:
         rate = n / (time.perf_counter() - t)
     s = ld.stats.summary()
     d = ld.describe()
+    engine_detours = {name: e["detours"] for name, e in d.get("decoder_engines", {}).items() if e.get("detours")}
     out = {"engines": s.get("decoder_engines", {}), "tuning": d.get("decoder_tuning"), "device": device, "decoder": d["decoder"], "backend": d["decoder_backend"], "batch_size": batch,
            "threads": threads, "images_per_s": rate, "slowest_stage": s.get("slowest_stage"),
            "h2d_bytes_per_image": (s.get("encoded_bytes", 0) if ld.describe()["decoder"] != "cpu"
                                    else s.get("h2d_bytes", 0)) / max(s.get("images", 1), 1) if cuda else 0,
            "median_stage_ms": {k: v * 1e3 for k, v in s.get("median_s", {}).items()},
            **({"detours": d["decoder_detours"]} if d.get("decoder_detours") else {}),
-           **({"engine_detours": {name: e["detours"] for name, e in d["decoder_engines"].items() if e.get("detours")}}
-              if any(e.get("detours") for e in d.get("decoder_engines", {}).values()) else {})}
+           **({"engine_detours": engine_detours} if engine_detours else {})}
     if cuda:
         from gpudecode.bench.common import device_memory
 
