@@ -13,7 +13,8 @@
 #   2. tests/test_gpu.py's PNG and resident tests (code that has never run on a device);
 #   3. bench/gpu.py's PNG section (the two-halves engine against the CPU decoder, its detours), and
 #      nvCOMP's inflate against zlib with 64, 256 and 1,024 streams a call (bench/nvcomp_inflate.py);
-#   4. its resident section (keep="gpu": the CIFAR-sized set at batch 1024, the 256-pixel store);
+#   4. its resident section (keep="gpu": the CIFAR-sized set at batch 1024, the 256-pixel store), and
+#      what one launch of the kernel costs the host, piece by piece (bench/launch_probe.py, into run.log);
 #   5. the rest of tests/test_gpu.py;
 #   6. the CIFAR example fed by gpudecode and by torchvision's DataLoader (14 workers);
 #   7. bench/gpu.py's engines section at 6 and 14 threads, with what time is left.
@@ -76,6 +77,9 @@ if [ "$small" = 1 ]; then inflate=(--images 16 --calls 8,16 --threads 2 --repeat
   inflate=(--images 1024 --calls 64,256,1024 --threads 6); fi
 (cd /tmp && timeout -s INT -k 10 "$(budget 45 330)" $PY "$here/bench/nvcomp_inflate.py" "${inflate[@]}" --out "$out") 2>&1
 section resident 70 260 "${set[@]}"
+step "bench/launch_probe.py: a launch's host work, piece by piece"
+if [ "$small" = 1 ]; then probe=(--batch 64 --repeats 20); else probe=(--batch 1024 --repeats 300); fi
+(cd /tmp && timeout -s INT -k 10 "$(budget 25 240)" $PY "$here/bench/launch_probe.py" "${probe[@]}") 2>&1
 
 step "tests/test_gpu.py: the rest"
 (cd tests && timeout -s INT -k 15 "$(budget 150 120)" $PY -m pytest "${tests[@]}" -rfEs --durations=8 test_gpu.py -k "not ($new)") 2>&1

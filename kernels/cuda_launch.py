@@ -2,12 +2,14 @@
 cuda.external_stream), tensors passed by __cuda_array_interface__, no synchronize."""
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from . import fused
-from .ops import AUX_MASK, HISTOGRAM_MASK, has
+from .ops import AUX_MASK, BARRIER_MASK, HISTOGRAM_MASK, NUM_OPS
 from .workspace import Workspace
 
 
@@ -31,36 +33,71 @@ def run(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, mean: np.nda
     # inside the tensor's device context: a thread whose current device is another one (the
     # Loader's threads, precache --device cuda:1) must not launch that device's module here
     with torch.cuda.device(index), cuda.gpus[index]:
-        _run(src, geom, args, order, mean, std, view, dev, normalize=normalize, antialias=antialias,
+        _run(src, geom, args, order, mean, std, view, dev, index, normalize=normalize, antialias=antialias,
              stream=stream if stream is not None else torch.cuda.current_stream(dev),
              ws=workspace if workspace is not None else Workspace())
 
 
-def _run(src, geom, args, order, mean, std, view, dev, *, normalize: bool, antialias: bool, stream: Any,
-         ws: Workspace) -> None:
+def _run(src, geom, args, order, mean, std, view, dev, index: int, *, normalize: bool, antialias: bool,
+         stream: Any, ws: Workspace) -> None:
     import torch
     from numba import cuda
 
-    n, _, oh, ow = view.shape
-    levels = fused.barrier_levels(order)
-    equalize = bool(has(order, HISTOGRAM_MASK).any())
-    ts = stream
-    nb_stream = cuda.external_stream(ts.cuda_stream)
-    with torch.cuda.stream(ts):
-        # the per-sample arrays through the workspace's pinned buffers (rewritten only once
-        # their last copy has completed), the rest declared by the kernels and kept there
-        g, a, o, m, s, st = (ws.upload(name, np.ascontiguousarray(x), dev) for name, x in (
-            ("geom", geom), ("args", args), ("order", order), ("mean", mean), ("std", std),
-            ("stats", fused.stats_init(n, levels))))
-        ws.uploaded()
-        scratch = ws.tensor("scratch", fused.scratch_shape(n, levels, oh, ow), torch.float32, dev)
-        hist = ws.tensor("hist", fused.hist_shape(n, levels, equalize), torch.int32, dev, zero=True)
-        aux = ws.tensor("aux", fused.aux_shape(n, bool(has(order, AUX_MASK).any()), oh, ow), torch.float32,
-                        dev)
-    src_d, g_d, a_d, o_d, m_d, s_d, out_d, scratch_d, st_d, hist_d, aux_d = (
-        cuda.as_cuda_array(t) for t in (src, g, a, o, m, s, view, scratch, st, hist, aux))
+    nb_stream = _external_stream(index, stream.cuda_stream)
+    with torch.cuda.stream(stream):
+        arrays, levels = launch_arrays(src, geom, args, order, mean, std, view, ws, cuda.as_cuda_array)
     # a variant's first launch in a process compiles it (or loads it from the disk cache): said on stderr when slow
     variant = ("cuda", str(dev), str(view.dtype), view.is_contiguous())
     with fused.first_use(variant, "CUDA"):
-        fused.fused_cuda(src_d, g_d, a_d, o_d, m_d, s_d, out_d, normalize=normalize, antialias=antialias,
-                         stream=nb_stream, scratch=scratch_d, stats=st_d, hist=hist_d, aux=aux_d, levels=levels)
+        fused.fused_cuda(*arrays[:7], normalize=normalize, antialias=antialias, stream=nb_stream, scratch=arrays[7],
+                         stats=arrays[8], hist=arrays[9], aux=arrays[10], levels=levels)
+
+
+def launch_arrays(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, mean: np.ndarray, std: np.ndarray,
+                  view, ws: Workspace, convert: Callable[[Any], Any]) -> tuple[tuple, int]:
+    """The kernels' eleven array arguments (src, geom, args, order, mean, std, out,
+    scratch, stats, hist, aux), each converted by `convert` (numba's wrapper of a CUDA
+    tensor), and the batch's barrier levels. The per-sample arrays and the statistics'
+    starting values go up in one copy on the current stream (ws.upload_packed); the
+    buffers and their wrappers are the workspace's, made at a launch's first use of a
+    shape: a launch after it converts only `src` and `view`. Device-agnostic (on CPU
+    tensors with a numpy `convert` it runs under the CUDA simulator: tests)."""
+    import torch
+
+    n, _, oh, ow = view.shape
+    dev = src.device
+    bits = _OP_BITS.take(order.astype(np.int64) + 1, mode="clip")  # (ops.has's reading of each entry, at once)
+    levels = int(np.count_nonzero(bits & BARRIER_MASK, axis=1).max()) if order.size else 0
+    equalize = bool((bits & HISTOGRAM_MASK).any())
+    mix = bool((bits & AUX_MASK).any())
+    # (no barrier: the kernels never read the statistics, so they get one sample's, as scratch does)
+    g, a, o, m, s, st = ws.upload_packed("launch", [np.ascontiguousarray(x) for x in (
+        geom, args, order, mean, std, _stats_start(n if levels else 1, levels))], dev, convert=convert)
+    if dev.type == "cuda":
+        ws.uploaded()
+    _, scratch = ws.tensor("scratch", fused.scratch_shape(n, levels, oh, ow), torch.float32, dev, convert=convert)
+    hist_t, hist = ws.tensor("hist", fused.hist_shape(n, levels, equalize), torch.int32, dev, convert=convert)
+    hist_t.zero_()
+    _, aux = ws.tensor("aux", fused.aux_shape(n, mix, oh, ow), torch.float32, dev, convert=convert)
+    return (convert(src), g, a, o, m, s, convert(view), scratch, st, hist, aux), levels
+
+
+# op id + 1 -> the op's bit (0: no op), ids past the last read as the last (as ops.has clips them)
+_OP_BITS = np.array([0] + [1 << k for k in range(NUM_OPS)], np.int64)
+
+
+@functools.lru_cache(maxsize=8)
+def _stats_start(n: int, levels: int) -> np.ndarray:
+    """fused.stats_init(n, levels), made once for each size (read-only: it is only sent)."""
+    st = fused.stats_init(n, levels)
+    st.flags.writeable = False
+    return st
+
+
+@functools.lru_cache(maxsize=64)
+def _external_stream(index: int, handle: int) -> Any:
+    """numba's object for torch's stream `handle` on device `index` (made once: a launch
+    on the same stream reuses it; the object owns nothing)."""
+    from numba import cuda
+
+    return cuda.external_stream(handle)

@@ -29,7 +29,8 @@ def test_the_prepared_gpu_call_runs_every_step_in_order_on_the_cpu(tmp_path):
     steps = re.findall(r"^==> (.+?) \(\d+ s left\)$", log, re.M)
     assert steps == ["the machine", "tests/test_gpu.py: the PNG and resident tests", "bench/gpu.py --sections png",
                      "bench/nvcomp_inflate.py: nvCOMP against zlib, and with more streams a call",
-                     "bench/gpu.py --sections resident", "tests/test_gpu.py: the rest",
+                     "bench/gpu.py --sections resident", "bench/launch_probe.py: a launch's host work, piece by piece",
+                     "tests/test_gpu.py: the rest",
                      "the CIFAR example: gpudecode, then torchvision's DataLoader", "bench/gpu.py --sections engines",
                      "done"], log[-3000:]
     assert "| libpng: True" in log and "Traceback" not in log, log[:3000]
@@ -41,6 +42,8 @@ def test_the_prepared_gpu_call_runs_every_step_in_order_on_the_cpu(tmp_path):
         assert report["failed"] == 0 and report[name], (name, report.get(name))
         assert all("images_per_s" in r or "split" in r for r in report[name]), report[name]
     inflate = json.loads((out / "nvcomp.json").read_text())  # (zlib only here: nvCOMP says why it was not measured)
+    probe = json.loads(re.search(r"^(\{.*\"host_us\".*\})$", log, re.M).group(1))  # (the CPU's form: said so)
+    assert probe["device"].startswith("cpu (no CUDA device") and len(probe["host_us"]) == 2, probe
     assert inflate["zlib_1_threads"]["images_per_s"] > 0 and "no CUDA device" in inflate["nvcomp_error"], inflate
     md = (out / "gpu-bench.md").read_text()
     assert md.count("# bench/gpu.py: no CUDA device") == 3 and "none is a GPU figure" in md

@@ -529,6 +529,69 @@ def test_real_gpu_equals_cpu():
     np.testing.assert_allclose(out.cpu().numpy(), cpu, atol=1e-5)
 
 
+def test_a_cuda_launch_sends_its_arrays_in_one_copy_and_converts_them_once(photos):
+    """cuda_launch.launch_arrays, which makes a CUDA launch's eleven array arguments, run on
+    CPU tensors (numpy as the conversion) under the simulator, launch after launch through
+    one workspace: the kernels given its arrays write what they write given fresh arrays
+    of their own, bit for bit, with the per-sample arrays and the statistics' starting
+    values sent as one packed buffer, a smaller batch between, and programs with barriers
+    (equalize's histograms zeroed, the statistics started again, each launch); a launch
+    after a shape's first converts only the source and the output."""
+    import torch
+
+    from gpudecode import transforms as T
+    from gpudecode.kernels import cuda_launch
+    from gpudecode.kernels.workspace import ALIGN, Workspace
+    from tvref import pack_hwc
+
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        pytest.skip("the simulator's form of a launch (on a GPU, tests/test_gpu.py launches for real)")
+    plain = T.Compose([T.RandomResizedCrop((6, 8)), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
+    barriers = T.Compose([T.RandomResizedCrop((6, 8)), T.RandomEqualize(1.0), T.Normalize(MEAN, STD)])
+    names = ["astronaut", "coffee", "chelsea", "rocket"]
+    ws = Workspace()
+    converted, sent = [], []
+
+    def convert(t):
+        sent.append(tuple(t.shape))
+        return t.numpy()
+
+    # (the last launch the one before it again: nothing of that launch may stay behind)
+    launches = [(plain, 3, 0), (plain, 3, 1), (plain, 2, 2), (barriers, 1, 3), (barriers, 1, 3)]
+    for k, (tf, n, seed) in enumerate(launches):
+        imgs = [torch.from_numpy(np.ascontiguousarray(photos[k][40 + 3 * seed:60 + 3 * seed, 50:72].transpose(2, 0, 1)))
+                for k in names[:n]]
+        sizes = [tuple(i.shape[1:]) for i in imgs]
+        geom, args, order = tf.encode(tf.make_params(sizes, seed), sizes)
+        src = pack_hwc(imgs, geom, sizes)
+        mean, std = tf._norm_arrays()
+        if k == 0 or launches[k] != launches[k - 1]:
+            want = np.full((n, 3, 6, 8), np.nan, np.float32)
+            fused.fused_cuda(src, geom, args, order, mean, std, want, normalize=True)
+        got = torch.full((n, 3, 6, 8), float("nan"))
+        before, sent[:] = ws.converted, []
+        arrays, levels = cuda_launch.launch_arrays(torch.from_numpy(src), geom, args, order, mean, std, got, ws, convert)
+        assert levels == fused.barrier_levels(order) and (levels > 0) == (tf is barriers)
+        fused.fused_cuda(*arrays[:7], normalize=True, scratch=arrays[7], stats=arrays[8], hist=arrays[9],
+                         aux=arrays[10], levels=levels)
+        np.testing.assert_array_equal(got.numpy(), want, err_msg=f"launch {k}")
+        converted.append((ws.converted - before, list(sent)))
+        # the per-sample arrays: views of the one buffer sent (each part at its own ALIGN-byte start)
+        bases = {a.__array_interface__["data"][0] for a in arrays[1:6] + (arrays[8],)}
+        packed = ws._tensors[("launch", "cpu")]
+        assert all(0 <= b - packed.data_ptr() < packed.numel() and (b - packed.data_ptr()) % ALIGN == 0
+                   for b in bases) and len(bases) == 6
+        np.testing.assert_array_equal(arrays[1], geom)
+    # first launch: the six parts and the three buffers; then none until a shape changes (the
+    # batch of 3: the parts after the first, which start elsewhere; the barrier batch: the parts,
+    # its scratch and histograms), and none at the barrier batch's second launch, which converts
+    # the source and the output alone
+    counts = [c for c, _ in converted]
+    assert counts[0] == 9 and counts[1] == 0 and 4 <= counts[2] <= 6 and counts[4] == 0, converted
+    assert (1, 1, 3, 6, 8) in converted[3][1]  # (the barrier batch's scratch: one image a sample)
+    assert converted[4][1] == [(20 * 22 * 3,), (1, 3, 6, 8)], converted
+
+
 def test_a_first_call_that_compiles_says_so(monkeypatch, capsys):
     """The first call of a kernel variant still running after NOTICE_AFTER_S (compiling,
     not loading the cached kernel) prints a line while it runs and one when done; later

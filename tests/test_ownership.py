@@ -206,6 +206,45 @@ def test_a_workspace_grows_by_half_again_and_keeps_its_memory():
     assert ws.array("w", (2, 90), np.int32).dtype == np.int32 and ws.made == 3  # another dtype: its own
 
 
+def test_a_packed_upload_sends_each_part_as_it_is_and_keeps_its_views():
+    """Workspace.upload_packed (a CUDA launch's per-sample arrays in one copy), on the CPU:
+    each part arrives equal to numpy's array (any dtype, a strided one too) at its own
+    ALIGN-byte start of one buffer; the same parts again reuse the buffer and the views'
+    converted forms; more bytes make the buffer again, and the views with it."""
+    import numpy as np
+
+    from gpudecode.kernels.workspace import ALIGN, Workspace
+
+    rng = np.random.default_rng(0)
+
+    def parts(n: int) -> list[np.ndarray]:
+        return [rng.integers(-2**40, 2**40, (n, 20)), rng.random((n, 3, 4), np.float32),
+                rng.integers(-1, 9, (n, 5)).astype(np.int32), np.arange(3, dtype=np.float32),
+                rng.random((4, n)).T, np.zeros(0, np.float32)]
+
+    ws, seen = Workspace(), []
+
+    def convert(t):
+        seen.append(tuple(t.shape))
+        return t.numpy()
+
+    first = None
+    for n in (8, 8, 5, 40):
+        sent = parts(n)
+        got = ws.upload_packed("p", sent, "cpu", convert=convert)
+        plain = ws.upload_packed("q", sent, "cpu")
+        buf = ws._tensors[("p", "cpu")]
+        for a, g, t in zip(sent, got, plain):
+            np.testing.assert_array_equal(g, a)
+            np.testing.assert_array_equal(t.numpy(), a)
+            assert g.dtype == a.dtype and (a.size == 0 or (g.ctypes.data - buf.data_ptr()) % ALIGN == 0)
+        if first is None:
+            first = (ws.made, list(seen))
+        elif n == 8:  # the same shapes again: nothing made, nothing converted
+            assert (ws.made, seen) == first
+    assert len(seen) > 6 and ws._tensors[("p", "cpu")].numel() >= 40 * 20 * 8
+
+
 def _import_graph() -> dict[str, set[str]]:
     """gpudecode's modules (kernels/ as gpudecode.kernels) -> the modules each imports,
     anywhere in it (a function's lazy import too; a TYPE_CHECKING block's not), from the
