@@ -12,7 +12,8 @@
 #   1. the machine, and what the build found (libpng, libdeflate);
 #   2. tests/test_gpu.py's PNG and resident tests (code that has never run on a device);
 #   3. bench/gpu.py's PNG section (the two-halves engine against the CPU decoder, its detours), and
-#      nvCOMP's inflate against zlib with 64, 256 and 1,024 streams a call (bench/nvcomp_inflate.py);
+#      nvCOMP's inflate against zlib with 64, 256 and 1,024 streams a call, and straight into one buffer
+#      (bench/nvcomp_inflate.py);
 #   4. its resident section (keep="gpu": the CIFAR-sized set at batch 1024, the 256-pixel store), and
 #      what one launch of the kernel costs the host, piece by piece (bench/launch_probe.py, into run.log);
 #   5. the rest of tests/test_gpu.py;

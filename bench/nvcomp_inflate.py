@@ -13,7 +13,8 @@ stream synchronized) against zlib on one thread and on --threads threads (zlib o
 256 of the images). --calls: nvCOMP's rate with that many streams in one call (the first
 ones of the batch, their sizes found once), since a call of one batch's streams may not fill
 the GPU (a stream is inflated by one unit of it): whether the rate grows with the streams a
-call holds.
+call holds. Then the batch carved out of one buffer and inflated straight into another
+(into_one_buffer: nvCOMP 6's offset tables and out=), the form the PNG engine could take.
 
 Without CUDA or without nvCOMP it says which and exits 0 having measured only zlib:
 no GPU figure is made up. Writes nvcomp.json to --out.
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:
             report["nvcomp"]["config_error"] = repr(e)
 
-        def best_of(arrays, count: int, cfg) -> float:
+        def best_of(arrays, count: int, cfg, codec=codec) -> float:
             """The fastest of --repeats decodes of `arrays` (`count` streams) after a warm-up, in seconds."""
             kw = {} if cfg is None else {"decompression_config": cfg}
             codec.decode(arrays, **kw)
@@ -175,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"nvCOMP, {size} streams in one call ({how}): {size / best:,.0f} img/s "
                   f"({out_bytes / best / 1e9:.2f} GB/s out)", flush=True)
         report["nvcomp"]["calls"] = calls
+        report["nvcomp"]["into_one_buffer"] = into_one_buffer(nvcomp, codec, [raws[i] for i in batch],
+                                                              [expect[i] for i in batch], best_of)
     except Exception as e:
         report["nvcomp_error"] = f"{type(e).__name__}: {e}"
         print("nvCOMP not measured:", report["nvcomp_error"], flush=True)
@@ -184,6 +187,78 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "nvcomp.json").write_text(json.dumps(report, indent=1, default=str))
     return 0
+
+
+def into_one_buffer(nvcomp, codec, raws: list[bytes], expect: list[bytes], best_of) -> dict:
+    """The batch as the PNG engine could hand it to nvCOMP 6 (not yet how it does: this
+    measures whether to): the streams in one device buffer carved by an offset table
+    (`as_arrays(buffer, offsets, sizes)`, no object a stream), inflated straight into one
+    output buffer carved the same way (`decode(..., out=)`: the unfilter kernel's input,
+    no copy a stream after). Checked equal to zlib; timed as the other rows; the host
+    time of making each batch object both ways; and what nvCOMP says of an output of
+    more room than the stream fills (its buffer_size) and of one too small (its error),
+    which the engine's size check would rest on. Each part's failure is reported."""
+    import numpy as np
+    import torch
+
+    r: dict = {}
+    try:
+        align = 16
+        offs = np.concatenate([[0], np.cumsum([-(-len(x) // align) * align for x in raws])]).astype(np.int64)
+        host = np.zeros(int(offs[-1]), np.uint8)
+        for x, o in zip(raws, offs):
+            host[o:o + len(x)] = np.frombuffer(x, np.uint8)
+        comp = torch.from_numpy(host).cuda()
+        outs = np.concatenate([[0], np.cumsum([-(-len(x) // align) * align for x in expect])]).astype(np.int64)
+        dst = torch.zeros(int(outs[-1]), dtype=torch.uint8, device="cuda")
+        sizes = [len(x) for x in raws]
+        wants = [len(x) for x in expect]
+        t = time.perf_counter()
+        srcs = nvcomp.as_arrays(comp, offs[:-1].tolist(), sizes)
+        r["host_us_carved_batch"] = (time.perf_counter() - t) * 1e6
+        views = [comp[int(o):int(o) + n] for o, n in zip(offs, sizes)]
+        t = time.perf_counter()
+        nvcomp.as_arrays(views)
+        r["host_us_batch_of_slices"] = (time.perf_counter() - t) * 1e6
+        out = nvcomp.as_arrays(dst, outs[:-1].tolist(), wants)
+        cfg = codec.decompression_config(srcs)
+        codec.decode(srcs, out=out, decompression_config=cfg)
+        torch.cuda.synchronize()
+        got = dst.cpu().numpy()
+        r["equal"] = sum(got[o:o + len(x)].tobytes() == x for o, x in zip(outs, expect))
+        r["of"] = len(expect)
+        best = best_of_out(codec, srcs, out, cfg, best_of)
+        r["s"], r["images_per_s"] = best, len(raws) / best
+        print(f"nvCOMP into one carved buffer: equal to zlib on {r['equal']} of {len(expect)}; "
+              f"{len(raws) / best:,.0f} img/s; a batch object {r['host_us_carved_batch']:.0f} us carved, "
+              f"{r['host_us_batch_of_slices']:.0f} us from {len(raws)} slices", flush=True)
+    except Exception as e:
+        r["error"] = f"{type(e).__name__}: {e}"
+        print("nvCOMP into one buffer not measured:", r["error"], flush=True)
+        traceback.print_exc()
+    for label, room in (("more_room", 64), ("too_small", -64)):  # one stream, an output of want + room bytes
+        try:
+            x, want = raws[0], len(expect[0])
+            one = nvcomp.as_arrays([torch.frombuffer(bytearray(x), dtype=torch.uint8).cuda()])
+            buf = torch.zeros(want + room, dtype=torch.uint8, device="cuda")
+            o = nvcomp.as_arrays(buf, [0], [want + room])
+            res = codec.decode(one, out=o)
+            torch.cuda.synchronize()
+            r[label] = {"buffer_size": int(res[0].buffer_size), "want": want,
+                        "equal": buf[:want].cpu().numpy().tobytes() == expect[0]}
+        except Exception as e:
+            r[label] = {"error": f"{type(e).__name__}: {e}"}
+        print(f"nvCOMP, an output of {room:+d} bytes of room: {r[label]}", flush=True)
+    return r
+
+
+def best_of_out(codec, srcs, out, cfg, best_of) -> float:
+    """best_of's timing of decode(srcs, out=out): the same repeats, warm-up and waits."""
+    class _Into:  # (best_of calls codec.decode(arrays, **kw): this one adds out=)
+        def decode(self, arrays, **kw):
+            return codec.decode(arrays, out=out, **kw)
+
+    return best_of(srcs, 1, cfg, codec=_Into())
 
 
 if __name__ == "__main__":
