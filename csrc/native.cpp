@@ -545,6 +545,28 @@ PYBIND11_MODULE(_native, m) {
       "released: 0, or the errno (EFAULT, ENOMEM: pages past the end of a file that shrank).");
 
   m.def(
+      "huge_pages",
+      [](const py::buffer& memory) -> int {
+        py::buffer_info info = memory.request(true);
+        const uintptr_t huge = uintptr_t(2) << 20;
+        const uintptr_t start = uintptr_t(info.ptr);
+        const uintptr_t lo = (start + huge - 1) / huge * huge;
+        const uintptr_t hi = (start + uintptr_t(info.size) * uintptr_t(info.itemsize)) / huge * huge;
+        if (hi <= lo) return 0;
+#ifdef MADV_HUGEPAGE
+        return madvise(reinterpret_cast<void*>(lo), size_t(hi - lo), MADV_HUGEPAGE) != 0 ? errno : 0;
+#else
+        return ENOSYS;
+#endif
+      },
+      py::arg("memory"),
+      "madvise(MADV_HUGEPAGE) over the whole 2 MiB pages inside a writable buffer (anonymous memory: "
+      "a large output or a ring buffer the kernels write each batch): where transparent huge pages are "
+      "on for madvised memory, the pages not yet touched come as 2 MiB ones (a fault per 2 MiB, fewer "
+      "TLB misses). 0 (also when the buffer holds no whole huge page), or the errno (EINVAL where the "
+      "kernel has no transparent huge pages; ENOSYS where the platform has no such advice).");
+
+  m.def(
       "draw_batch",
       [](const py::tuple& spec, const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& sizes,
          const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& indices,

@@ -32,9 +32,32 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ALIGN", "Workspace"]
+__all__ = ["ALIGN", "HUGE_FROM", "Workspace", "huge_pages"]
 
 ALIGN = 256  # bytes: where each part of a packed upload starts (any dtype's alignment, and CUDA's)
+HUGE_FROM = 4 << 20  # bytes: host memory this large is advised into transparent huge pages (huge_pages)
+
+
+def huge_pages(memory: Any) -> Any:
+    """`memory` (a CPU tensor or numpy array, contiguous, freshly made: not yet touched)
+    advised into transparent huge pages where it is HUGE_FROM bytes or more and the
+    kernel gives them to madvised memory: its first touch then faults once per 2 MiB
+    instead of once per 4 KiB, and the kernels' passes over it miss the TLB less (a batch
+    output of 64 at 224, 38.5 MB: made and written in 4.4 ms against 14.5, then written
+    again 3-6% faster; bench/RESULTS.md). Advice only: nothing changes where the kernel
+    says no. Pinned and device memory are left as they are. Returns `memory`."""
+    from .._native import huge_pages as advise
+
+    if isinstance(memory, np.ndarray):
+        if memory.nbytes >= HUGE_FROM and memory.flags.c_contiguous:
+            advise(memory.reshape(-1).view(np.uint8))
+        return memory
+    import torch
+
+    if (memory.device.type == "cpu" and memory.numel() * memory.element_size() >= HUGE_FROM
+            and memory.is_contiguous() and not memory.is_pinned()):
+        advise(memory.reshape(-1).view(torch.uint8).numpy())
+    return memory
 
 
 class Workspace:
@@ -55,7 +78,7 @@ class Workspace:
         count = math.prod(shape)
         buf = self._arrays.get(name)
         if buf is None or buf.dtype != np.dtype(dtype) or buf.size < count:
-            buf = self._arrays[name] = np.empty(_grown(count, buf.size if buf is not None else 0), dtype)
+            buf = self._arrays[name] = huge_pages(np.empty(_grown(count, buf.size if buf is not None else 0), dtype))
             self.made += 1
         return buf[:count].reshape(shape)
 
@@ -78,7 +101,8 @@ class Workspace:
         buf = self._tensors.get(key)
         if buf is None or buf.dtype != dtype or buf.numel() < count:
             size = _grown(count, buf.numel() if buf is not None else 0)
-            buf = self._tensors[key] = torch.empty(size, dtype=dtype, device=device, pin_memory=pin_memory)
+            buf = self._tensors[key] = huge_pages(torch.empty(size, dtype=dtype, device=device,
+                                                              pin_memory=pin_memory))
             self.made += 1
         if convert is None:
             out = buf[:count].view(*shape)

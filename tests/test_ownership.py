@@ -245,6 +245,52 @@ def test_a_packed_upload_sends_each_part_as_it_is_and_keeps_its_views():
     assert len(seen) > 6 and ws._tensors[("p", "cpu")].numel() >= 40 * 20 * 8
 
 
+def _huge_kib(address: int) -> int | None:
+    """AnonHugePages (KiB) of the mapping of this process that holds `address` (None: no
+    such mapping)."""
+    lines = pathlib.Path("/proc/self/smaps").read_text().splitlines()
+    inside = False
+    for line in lines:
+        head = line.split()
+        if "-" in head[0] and len(head) >= 5 and ":" not in head[0]:
+            lo, hi = (int(x, 16) for x in head[0].split("-"))
+            inside = lo <= address < hi
+        elif inside and line.startswith("AnonHugePages:"):
+            return int(head[1])
+    return None
+
+
+def test_large_host_buffers_are_advised_into_huge_pages():
+    """kernels.workspace.huge_pages: a batch output on the CPU (Compose.new_output), a large
+    workspace array and the CPU decoder's ring come in 2 MiB pages where the kernel gives
+    them to madvised memory (their first touch: a fault per 2 MiB); small, pinned and
+    strided memory are left alone; the memory's contents and identity are the caller's."""
+    import numpy as np
+    import torch
+
+    from gpudecode import transforms as T
+    from gpudecode.decode.cpu import CpuDecoder
+    from gpudecode.kernels.workspace import HUGE_FROM, Workspace, huge_pages
+
+    mode = pathlib.Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not mode.exists() or "[never]" in mode.read_text():
+        pytest.skip("this kernel gives no transparent huge pages")
+    small = np.empty(HUGE_FROM // 2, np.uint8)
+    assert huge_pages(small) is small
+    strided = np.empty((HUGE_FROM, 2), np.uint8)[:, 0]
+    assert huge_pages(strided) is strided  # (left alone: not one run of memory)
+    out, view = T.Compose([T.CenterCrop(224), T.Normalize([0.5] * 3, [0.2] * 3)]).new_output(64)
+    arr = Workspace().array("w", (8 << 20,), np.float32)
+    dec = CpuDecoder()
+    ring = dec._next_buffer(16 << 20)
+    for t in (out.view(-1), torch.from_numpy(arr), torch.from_numpy(ring)):
+        t.view(torch.uint8).fill_(7)  # (the first touch)
+        middle = t.data_ptr() + t.numel() * t.element_size() // 2  # (its first and last pages: 4 KiB ones)
+        assert (_huge_kib(middle) or 0) >= 2048, t.numel()
+        assert int(t.view(torch.uint8)[:: 1 << 20].min()) == 7
+    dec.close()
+
+
 def _import_graph() -> dict[str, set[str]]:
     """gpudecode's modules (kernels/ as gpudecode.kernels) -> the modules each imports,
     anywhere in it (a function's lazy import too; a TYPE_CHECKING block's not), from the

@@ -26,6 +26,7 @@ import torch
 
 from .. import _native
 from ..errors import Cancelled
+from ..kernels.workspace import huge_pages
 from ..tensors import npy_layout, npy_rgb
 from ._base import DecodedBatch, Request, Requests, hwc_strides, pillow_formats
 from ._span import span
@@ -230,8 +231,8 @@ class CpuDecoder:
             if self.pinned:  # (torch's tensor kept: torch knows its memory is page-locked)
                 t = self._tensors[self._turn] = torch.empty(size, dtype=torch.uint8, pin_memory=True)
                 self._buffers[self._turn] = t.numpy()
-            else:
-                self._buffers[self._turn] = np.empty(size, np.uint8)
+            else:  # (2 MiB pages where the kernel gives them: kernels.workspace.huge_pages)
+                self._buffers[self._turn] = huge_pages(np.empty(size, np.uint8))
         return self._buffers[self._turn]
 
     def _pixels(self, buf: np.ndarray, total: int) -> torch.Tensor:

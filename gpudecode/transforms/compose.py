@@ -11,7 +11,7 @@ import torch
 from ..decode._base import DecodedBatch
 from ..kernels import fused
 from ..kernels.launch import launch
-from ..kernels.workspace import Workspace
+from ..kernels.workspace import Workspace, huge_pages
 from . import canvas
 from .base import Transform, in_fingerprint
 from .convert import convert
@@ -209,10 +209,11 @@ class Compose(Transform):
             raise ValueError("a Compose without a geometry step needs the images' size for its output")
         oh, ow = self.plan.out_size or size  # type: ignore[misc]
         pin = pin_memory and torch.device(device).type == "cpu" and torch.cuda.is_available()
+        # (a large host output in 2 MiB pages where the kernel gives them: kernels.workspace.huge_pages)
         if self.layout == "NHWC":
-            out = torch.empty((n, oh, ow, 3), dtype=self.plan.dtype, device=device, pin_memory=pin)
+            out = huge_pages(torch.empty((n, oh, ow, 3), dtype=self.plan.dtype, device=device, pin_memory=pin))
             return out, out.permute(0, 3, 1, 2)
-        out = torch.empty((n, 3, oh, ow), dtype=self.plan.dtype, device=device, pin_memory=pin)
+        out = huge_pages(torch.empty((n, 3, oh, ow), dtype=self.plan.dtype, device=device, pin_memory=pin))
         return out, out
 
     def run(self, src: torch.Tensor, geom: np.ndarray, args: np.ndarray, order: np.ndarray,
