@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,10 +45,13 @@ def huge_pages(memory: Any) -> Any:
     kernel gives them to madvised memory: its first touch then faults once per 2 MiB
     instead of once per 4 KiB, and the kernels' passes over it miss the TLB less (a batch
     output of 64 at 224, 38.5 MB: made and written in 4.4 ms against 14.5, then written
-    again 3-6% faster; bench/RESULTS.md). Advice only: nothing changes where the kernel
-    says no. Pinned and device memory are left as they are. Returns `memory`."""
+    again 4-10% faster; bench/RESULTS.md). Advice only: nothing changes where the kernel
+    says no. Pinned and device memory are left as they are; GPUDECODE_HUGE_PAGES=0 in the
+    environment (read at each call) leaves everything. Returns `memory`."""
     from .._native import huge_pages as advise
 
+    if os.environ.get("GPUDECODE_HUGE_PAGES", "1") == "0":
+        return memory
     if isinstance(memory, np.ndarray):
         if memory.nbytes >= HUGE_FROM and memory.flags.c_contiguous:
             advise(memory.reshape(-1).view(np.uint8))

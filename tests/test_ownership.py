@@ -260,11 +260,12 @@ def _huge_kib(address: int) -> int | None:
     return None
 
 
-def test_large_host_buffers_are_advised_into_huge_pages():
+def test_large_host_buffers_are_advised_into_huge_pages(monkeypatch):
     """kernels.workspace.huge_pages: a batch output on the CPU (Compose.new_output), a large
     workspace array and the CPU decoder's ring come in 2 MiB pages where the kernel gives
     them to madvised memory (their first touch: a fault per 2 MiB); small, pinned and
-    strided memory are left alone; the memory's contents and identity are the caller's."""
+    strided memory are left alone, and all of it with GPUDECODE_HUGE_PAGES=0; the memory's
+    contents and identity are the caller's."""
     import numpy as np
     import torch
 
@@ -289,6 +290,9 @@ def test_large_host_buffers_are_advised_into_huge_pages():
         assert (_huge_kib(middle) or 0) >= 2048, t.numel()
         assert int(t.view(torch.uint8)[:: 1 << 20].min()) == 7
     dec.close()
+    monkeypatch.setenv("GPUDECODE_HUGE_PAGES", "0")  # (turned off: left in 4 KiB pages)
+    off = huge_pages(torch.empty(8 << 20, dtype=torch.uint8)).fill_(1)
+    assert _huge_kib(off.data_ptr() + (4 << 20)) == 0
 
 
 def _import_graph() -> dict[str, set[str]]:
