@@ -627,18 +627,23 @@ class _Sized(np.ndarray):
         return int(self.size)
 
 
+@pytest.mark.parametrize("staged", [1, 3], ids=["staged on one thread", "staged on three"])
 @pytest.mark.parametrize("fails", [True, False], ids=["a misfit raises", "a misfit is cut or padded"])
-def test_nvcomps_sizes_are_kept_for_batches_of_one_size_and_a_misfit_is_still_its_error(fails, monkeypatch):
+def test_nvcomps_sizes_are_kept_for_batches_of_one_size_and_a_misfit_is_still_its_error(fails, staged, monkeypatch):
     """decode/png.py's nvCOMP path (_inflate_nvcomp, _nvcomp_decode) with a stand-in for
     nvCOMP on the CPU: the sizes nvCOMP finds for a batch whose streams all fit IHDR's are
     kept and reused by the next batch of the same sizes (no second pass); a batch with a
     stream that does not fit them is inflated right all the same, each image's verdict
     zlib's: where nvCOMP raises, the batch's sizes are found again; where it cuts or pads,
-    the Adler-32 check (here its CPU twin) sends the image to zlib."""
+    the Adler-32 check (here its CPU twin) sends the image to zlib. The streams staged on
+    one thread or split over three (what a large batch gets), to the same bytes."""
     import sys
     import types
 
+    from gpudecode.decode import png as png_module
     from gpudecode.decode.png import _plan, adler_stored, inflate
+
+    monkeypatch.setattr(png_module, "_STAGE_SHARE", 1)  # (a share of any size: the split as a large batch's)
 
     nv = _StandInNvcomp(fails)
     monkeypatch.setitem(sys.modules, "nvidia.nvcomp", types.SimpleNamespace(as_arrays=nv.as_arrays))
@@ -650,7 +655,7 @@ def test_nvcomps_sizes_are_kept_for_batches_of_one_size_and_a_misfit_is_still_it
     raw = zlib.decompress(b"".join(_idats(goods[0])))
     short = _rebuild(goods[0], zlib.compress(raw[:-5]))
     long = _rebuild(goods[0], zlib.compress(raw + b"\0" * 30))
-    dec = PngDecoder(device="cpu")
+    dec = PngDecoder(device="cpu", num_threads=staged)
     dec._nvcomp = nv
 
     def run(datas):
