@@ -275,11 +275,17 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
                 _fill(o, x1, ow, pads[c])
         if not inside:
             continue
-        # eight columns at a time, all three channels at once (vector shuffles); the
-        # last n % 8 columns one channel at a time
-        n8 = (x1 - x0) // 8 * 8
+        # eight columns at a time, all three channels at once (vector shuffles); a row of 8
+        # or more whose width is not a multiple of 8 ends with one more block, of its last
+        # eight columns (some written twice, with the same values), in place of a scalar
+        # tail (32x32 crops: 2.7 -> 1.4 us an image); a row under 8 columns one channel at
+        # a time
+        n = x1 - x0
+        n8 = n // 8 * 8
         r0 = doff + y * ow
-        for k in range(0, n8, 8):
+        blocks = n8 + (8 if n8 < n and n >= 8 else 0)
+        for b in range(0, blocks, 8):
+            k = b if b < n8 else n - 8
             if flip:
                 deinterleave3x8_affine_reversed(t, 3 * (v0 - k - 7), dst, r0 + x0 + k, r0 + oh * ow + x0 + k,
                                                 r0 + 2 * oh * ow + x0 + k, subs[0], muls[0], subs[1], muls[1],
@@ -288,14 +294,14 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
                 deinterleave3x8_affine(t, 3 * (v0 + k), dst, r0 + x0 + k, r0 + oh * ow + x0 + k,
                                        r0 + 2 * oh * ow + x0 + k, subs[0], muls[0], subs[1], muls[1],
                                        subs[2], muls[2])
-        if n8 < x1 - x0:
+        if n < 8:
             for c in range(3):
                 start = doff + (c * oh + y) * ow
                 o = dst[start:start + ow]
                 if flip:
-                    _channel_row_flipped(o, t, c, x0 + n8, x1, v0 - n8, subs[c], muls[c])
+                    _channel_row_flipped(o, t, c, x0, x1, v0, subs[c], muls[c])
                 else:
-                    _channel_row(o, t, c, x0 + n8, x1, v0 + n8, subs[c], muls[c])
+                    _channel_row(o, t, c, x0, x1, v0, subs[c], muls[c])
 
 
 def _cpu_batch(src, geom, args, order, mean, std, normalize, to_uint8, antialias, out, direct, nhwc, flat_out,

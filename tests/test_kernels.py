@@ -358,22 +358,26 @@ def _identity_batch(seed, n, oh, ow):
     return np.concatenate(flats), np.stack(geoms), factors, order, refs
 
 
-@pytest.mark.parametrize("normalize", [True, False])
-def test_identity_fast_path_equals_general_path_and_oracle(normalize):
-    """Samples read 1:1 take the CPU twin's fast path (a row scaled, split into channels,
+@pytest.mark.parametrize("normalize,ow", [(True, 17), (False, 17), (True, 9), (True, 32)])
+def test_identity_fast_path_equals_general_path_and_oracle(normalize, ow):
+    """Samples read 1:1 take the CPU twin's fast path (a row scaled, split into channels
+    eight columns at a time, the last eight again where the width is no multiple of 8,
     flipped and padded on the way): bit for bit what the general path (resampling with a
-    unit tap) gives, and the numpy oracle's values."""
-    src, geom, factors, order, refs = _identity_batch(3, 40, 12, 17)
-    fast = np.full((40, 3, 12, 17), np.nan, np.float32)
-    slow = np.full((40, 3, 12, 17), np.nan, np.float32)
+    unit tap) gives, and the numpy oracle's values; windows of every width from 0 to the
+    output's (17, 9 and 32 columns)."""
+    src, geom, factors, order, refs = _identity_batch(3, 40, 12, ow)
+    fast = np.full((40, 3, 12, ow), np.nan, np.float32)
+    slow = np.full((40, 3, 12, ow), np.nan, np.float32)
     fused.fused_cpu(src, geom, factors, order, MEAN, STD, fast, normalize=normalize, num_threads=2)
     fused.fused_cpu(src, geom, factors, order, MEAN, STD, slow, normalize=normalize, num_threads=2,
                     fast_identity=False)
     np.testing.assert_array_equal(fast, slow)
     for k, (img, box, vsize, voff) in enumerate(refs):
-        ref = reference.fused_reference(img, box, vsize, voff, (12, 17), bool(geom[k, fused.FLIP]), order[k],
+        ref = reference.fused_reference(img, box, vsize, voff, (12, ow), bool(geom[k, fused.FLIP]), order[k],
                                         factors[k], MEAN if normalize else None, STD if normalize else None)
         np.testing.assert_allclose(fast[k], ref, atol=2e-6, rtol=0)
+    if ow != 17:
+        return
     # the CUDA kernel (simulator) on the same samples
     gpu = np.zeros_like(fast)
     fused.fused_cuda(src, geom[:6], factors[:6], order[:6], MEAN, STD, gpu[:6], normalize=normalize)
