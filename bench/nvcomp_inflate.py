@@ -192,16 +192,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def staging(raws: list[bytes], whole: list[int], threads: int, repeats: int) -> dict:
     """The host's copy of a batch's raw Deflate streams into one staging buffer (page-locked
-    where CUDA is: what decode/png.py's _nvcomp_decode does before its one upload), on one
-    thread as the engine does it, and split over `threads` threads (numpy's copies release
+    where CUDA is), by the engine's own stage_streams: on one thread, and split over
+    `threads` threads as the engine splits a large batch (numpy's copies release
     the GIL): whether the copy binds on this host and would gain from the engine's pool.
     The batch of 256 and every image of the batch set (--images). No GPU is used."""
     import numpy as np
     import torch
 
+    from gpudecode.decode.png import stage_streams
+
     out: dict = {"pinned": torch.cuda.is_available()}
     for label, idx in (("256", whole[:256]), ("all", whole)):
-        views = [np.frombuffer(raws[i], np.uint8) for i in idx]
+        views = [raws[i] for i in idx]
         starts = np.concatenate([[0], np.cumsum([len(v) for v in views])]).astype(np.int64)
         buf = torch.empty(int(starts[-1]), dtype=torch.uint8, pin_memory=out["pinned"]).numpy()
         row = {"images": len(idx), "MB": int(starts[-1]) / 1e6}
@@ -212,19 +214,13 @@ def staging(raws: list[bytes], whole: list[int], threads: int, repeats: int) -> 
                 best = float("inf")
                 for _ in range(repeats + 1):
                     t = time.perf_counter()
-                    list(pool.map(_copy_into, parts))
+                    list(pool.map(lambda part: stage_streams(*part), parts))
                     best = min(best, time.perf_counter() - t)
             row[f"{k}_threads_ms"] = best * 1e3
         out[label] = row
         print(f"staging {len(idx)} streams ({row['MB']:.1f} MB, {'pinned' if out['pinned'] else 'pageable'}): "
               f"{row['1_threads_ms']:.2f} ms on one thread, {row[f'{threads}_threads_ms']:.2f} on {threads}", flush=True)
     return out
-
-
-def _copy_into(part: tuple) -> None:
-    buf, starts, views, lo, hi = part
-    for i in range(lo, hi):
-        buf[starts[i]:starts[i + 1]] = views[i]
 
 
 def into_one_buffer(nvcomp, codec, raws: list[bytes], expect: list[bytes], best_of) -> dict:

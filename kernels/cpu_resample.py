@@ -278,8 +278,8 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
         # eight columns at a time, all three channels at once (vector shuffles); a row of 8
         # or more whose width is not a multiple of 8 ends with one more block, of its last
         # eight columns (some written twice, with the same values), in place of a scalar
-        # tail (32x32 crops: 2.7 -> 1.4 us an image); a row under 8 columns one channel at
-        # a time
+        # tail, which cost small crops most of their time (bench/RESULTS.md); a row under 8
+        # columns one channel at a time
         n = x1 - x0
         n8 = n // 8 * 8
         r0 = doff + y * ow

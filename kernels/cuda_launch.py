@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from . import fused
-from .ops import AUX_MASK, BARRIER_MASK, HISTOGRAM_MASK, NUM_OPS
+from .ops import AUX_MASK, BARRIER_MASK, HISTOGRAM_MASK, op_bits
 from .workspace import Workspace
 
 
@@ -66,7 +66,7 @@ def launch_arrays(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, me
 
     n, _, oh, ow = view.shape
     dev = src.device
-    bits = _OP_BITS.take(order.astype(np.int64) + 1, mode="clip")  # (ops.has's reading of each entry, at once)
+    bits = op_bits(order)  # (read once for the three questions below)
     levels = int(np.count_nonzero(bits & BARRIER_MASK, axis=1).max()) if order.size else 0
     equalize = bool((bits & HISTOGRAM_MASK).any())
     mix = bool((bits & AUX_MASK).any())
@@ -75,15 +75,11 @@ def launch_arrays(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, me
         geom, args, order, mean, std, _stats_start(n if levels else 1, levels))], dev, convert=convert)
     if dev.type == "cuda":
         ws.uploaded()
-    _, scratch = ws.tensor("scratch", fused.scratch_shape(n, levels, oh, ow), torch.float32, dev, convert=convert)
-    hist_t, hist = ws.tensor("hist", fused.hist_shape(n, levels, equalize), torch.int32, dev, convert=convert)
+    _, scratch = ws.converted_tensor("scratch", fused.scratch_shape(n, levels, oh, ow), torch.float32, dev, convert)
+    hist_t, hist = ws.converted_tensor("hist", fused.hist_shape(n, levels, equalize), torch.int32, dev, convert)
     hist_t.zero_()
-    _, aux = ws.tensor("aux", fused.aux_shape(n, mix, oh, ow), torch.float32, dev, convert=convert)
+    _, aux = ws.converted_tensor("aux", fused.aux_shape(n, mix, oh, ow), torch.float32, dev, convert)
     return (convert(src), g, a, o, m, s, convert(view), scratch, st, hist, aux), levels
-
-
-# op id + 1 -> the op's bit (0: no op), ids past the last read as the last (as ops.has clips them)
-_OP_BITS = np.array([0] + [1 << k for k in range(NUM_OPS)], np.int64)
 
 
 @functools.lru_cache(maxsize=8)

@@ -114,8 +114,17 @@ GAUSSIAN_NOISE = 20
 JITTER_OPS = (BRIGHTNESS, CONTRAST, SATURATION, HUE)
 
 
+# op id + 1 -> the op's bit (index 0: no op)
+_OP_BITS = np.array([0] + [1 << k for k in range(NUM_OPS)], np.int64)
+
+
+def op_bits(order: np.ndarray) -> np.ndarray:
+    """For each entry of `order` (op ids, -1 for none), its op's bit (0 for none; an id
+    past the last reads as the last): `op_bits(order) & mask` asks of a whole mask at once."""
+    return _OP_BITS.take(np.asarray(order).astype(np.int64) + 1, mode="clip")
+
+
 def has(order: np.ndarray, mask: int) -> np.ndarray:
     """For each entry of `order` (op ids, -1 for none), whether its op is in `mask`."""
-    ops = np.asarray(order).astype(np.int64)
-    return (ops >= 0) & (((mask >> np.clip(ops, 0, NUM_OPS - 1)) & 1) == 1)
+    return (op_bits(order) & mask) != 0
 

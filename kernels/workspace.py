@@ -19,9 +19,9 @@ event recorded after it, waited on the host before the next write: long done by 
 A launch's host work is kept per launch, not per array (at the CIFAR-sized target of
 1,000,000 img/s a batch of 1024 leaves the host 1 ms): the small per-sample arrays go up
 packed, one copy (`upload_packed`), and a buffer's view of a shape is made once, with its
-form for the kernel (`convert`: numba's wrapper of a CUDA tensor, 6 us of Python each on a
-Zen 4 core with the driver's calls left out), and given again while the buffer and the
-shape stay (`tensor(..., convert=)`).
+form for the kernel (`convert`: numba's wrapper of a CUDA tensor, which costs microseconds
+of Python each: bench/RESULTS.md), and given again while the buffer and the shape stay
+(`converted_tensor`).
 """
 from __future__ import annotations
 
@@ -43,9 +43,8 @@ def huge_pages(memory: Any) -> Any:
     """`memory` (a CPU tensor or numpy array, contiguous, freshly made: not yet touched)
     advised into transparent huge pages where it is HUGE_FROM bytes or more and the
     kernel gives them to madvised memory: its first touch then faults once per 2 MiB
-    instead of once per 4 KiB, and the kernels' passes over it miss the TLB less (a batch
-    output of 64 at 224, 38.5 MB: made and written in 4.4 ms against 14.5, then written
-    again 4-10% faster; bench/RESULTS.md). Advice only: nothing changes where the kernel
+    instead of once per 4 KiB, and the kernels' passes over it miss the TLB less
+    (bench/huge_pages.py; bench/RESULTS.md). Advice only: nothing changes where the kernel
     says no. Pinned and device memory are left as they are; GPUDECODE_HUGE_PAGES=0 in the
     environment (read at each call) leaves everything. Returns `memory`."""
     from .._native import huge_pages as advise
@@ -92,27 +91,34 @@ class Workspace:
         self.array(name, shape, dtype)
 
     def tensor(self, name: str, shape: tuple[int, ...], dtype: Any, device: Any, *, pin_memory: bool = False,
-               zero: bool = False, convert: Callable[[Any], Any] | None = None) -> Any:
+               zero: bool = False) -> Any:
         """A torch tensor of `shape` on `device` (zeroed with `zero`, on the current stream;
-        else contents undefined), a view of the buffer kept as `name` for that device.
-        With `convert`: (the view, convert(view)), both kept while the buffer and the
-        shape stay, so a launch after the first converts nothing."""
+        else contents undefined), a view of the buffer kept as `name` for that device."""
+        count = math.prod(shape)
+        out = self._buffer(name, count, dtype, device, pin_memory)[:count].view(*shape)
+        return out.zero_() if zero else out
+
+    def converted_tensor(self, name: str, shape: tuple[int, ...], dtype: Any, device: Any,
+                  convert: Callable[[Any], Any]) -> tuple[Any, Any]:
+        """(tensor(name, shape, dtype, device), convert of it), both kept while the buffer
+        and the shape stay, so a launch after the first converts nothing."""
+        count = math.prod(shape)
+        buf = self._buffer(name, count, dtype, device, False)
+        return self._view((name, str(device)), buf, (tuple(shape), dtype), lambda: buf[:count].view(*shape), convert)
+
+    def _buffer(self, name: str, count: int, dtype: Any, device: Any, pin_memory: bool) -> Any:
+        """The 1-D buffer kept as `name` for `device`, of `count` elements at least (made
+        again, half as large again, where it holds fewer or another dtype)."""
         import torch
 
-        device = torch.device(device)
-        count = math.prod(shape)
-        key = (name, str(device))
+        key = (name, str(torch.device(device)))
         buf = self._tensors.get(key)
         if buf is None or buf.dtype != dtype or buf.numel() < count:
             size = _grown(count, buf.numel() if buf is not None else 0)
             buf = self._tensors[key] = huge_pages(torch.empty(size, dtype=dtype, device=device,
                                                               pin_memory=pin_memory))
             self.made += 1
-        if convert is None:
-            out = buf[:count].view(*shape)
-            return out.zero_() if zero else out
-        out, converted = self._view(key, buf, (tuple(shape), dtype), lambda: buf[:count].view(*shape), convert)
-        return (out.zero_() if zero else out), converted
+        return buf
 
     def _view(self, key: tuple, buf: Any, spec: tuple, make: Callable[[], Any],
               convert: Callable[[Any], Any]) -> tuple[Any, Any]:
@@ -134,16 +140,16 @@ class Workspace:
         multiple of ALIGN bytes) of one pinned host buffer, the bytes in use then copied
         on the current stream, without blocking, into one device buffer (both kept as
         `name`). Returns each part's view of the device buffer, in order; with `convert`,
-        each part's converted form instead (see `tensor`). Every part is copied as it is
-        (C order); the views have the parts' shapes and dtypes. The layout (each part's
+        each part's converted form instead (see `converted_tensor`). Every part is copied
+        as it is (C order); the views have the parts' shapes and dtypes. The layout (each part's
         place, the views, their converted forms) is kept: parts of the same shapes and
         dtypes again cost their bytes' copies and the one copy up."""
         key = (name, str(device))
         spec = tuple((a.shape, a.dtype) for a in parts)
+        self._wait_copied()  # (the pinned buffer rewritten, or made again, only after its last copy out)
         held = self._packed.get(key)
         if held is None or held[0] != spec or held[1] is not convert:
             held = self._packed[key] = (spec, convert, *self._pack_layout(name, device, parts, convert))
-        self._wait_copied()
         for dst, a in zip(held[2], parts):
             dst[...] = a
         held[3].copy_(held[4], non_blocking=True)
@@ -160,7 +166,6 @@ class Workspace:
         for a in parts:
             offsets.append(end)
             end += -(-a.nbytes // ALIGN) * ALIGN
-        self._wait_copied()  # (a buffer made again here must not be one a copy still reads)
         staged = self.tensor(name + "/host", (max(end, 1),), torch.uint8, "cpu", pin_memory=torch.cuda.is_available())
         dev = self.tensor(name, (max(end, 1),), torch.uint8, device)
         host = staged.numpy()

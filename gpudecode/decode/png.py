@@ -278,8 +278,9 @@ _STAGE_SHARE = 4 << 20  # bytes of compressed streams a thread stages at the lea
 _SIZES_KEPT = 8  # nvCOMP size configs kept (a set of images of one size needs one; a last smaller batch another)
 
 
-def _stage(host: np.ndarray, starts: np.ndarray, raws: Sequence[Any], lo: int, hi: int) -> None:
-    """Streams lo..hi of `raws` copied into `host` at their `starts`."""
+def stage_streams(host: np.ndarray, starts: np.ndarray, raws: Sequence[Any], lo: int, hi: int) -> None:
+    """Streams lo..hi of `raws` (bytes-like) copied into `host` at their `starts`: the
+    engine's staging before its upload, a share per thread."""
     for i in range(lo, hi):
         host[starts[i]:starts[i + 1]] = np.frombuffer(raws[i], np.uint8)
 
@@ -575,11 +576,10 @@ class PngDecoder:
         staged = torch.empty(max(int(starts[-1]), 1), dtype=torch.uint8, pin_memory=cuda)
         host = staged.numpy()
         # the streams staged on the engine's threads, idle meanwhile, where the batch is large
-        # (numpy's copies release the GIL; 74.5 MB of 256 streams: 7.2 ms on one thread of a
-        # 2-core VM, 4.6 on two; bench/nvcomp_inflate.py measures the host's own)
+        # (numpy's copies release the GIL; bench/nvcomp_inflate.py times the copy on its host)
         k = min(self.num_threads, len(raws), max(1, int(starts[-1]) // _STAGE_SHARE))
         cuts = np.linspace(0, len(raws), k + 1).astype(np.int64)
-        self._map(lambda j: _stage(host, starts, raws, int(cuts[j]), int(cuts[j + 1])), list(range(k)))
+        self._map(lambda j: stage_streams(host, starts, raws, int(cuts[j]), int(cuts[j + 1])), list(range(k)))
         comp = staged.to(self._dev, non_blocking=cuda)
         if cuda:
             torch.cuda.current_stream(self._dev).synchronize()  # (also: the last batch's copies are done)
