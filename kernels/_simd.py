@@ -1,5 +1,5 @@
 """An 8x8 float32 block transpose for the CPU twin, as LLVM vector shuffles (and an
-RGB deinterleave of eight pixels, for the kernel's 1:1 path).
+RGB deinterleave of eight pixels' bytes, for the kernel's 1:1 path).
 
 numba compiles a scalar transpose to one load and one store per element (about 90 µs for
 a 224x900 float32 matrix on a Zen 4 core); this one loads eight rows as eight 8-wide
@@ -123,6 +123,29 @@ def transpose16x8_affine_stream(typingctx, src, soff, sstride, dst, doff, dstrid
 
 
 @intrinsic
+def prefetch(typingctx, arr, off):
+    """A hint to bring arr's element `off` into the cache (llvm.prefetch: a read, kept
+    close); never faults, wherever it points. The 1:1 path asks for the next source row
+    while it splits this one: a flipped row's bytes are read from its end back, which the
+    hardware's stream prefetch did not follow (the flipped half of a batch ran 3x slower
+    than the other without this; bench/RESULTS.md)."""
+    if not isinstance(arr, types.Array):
+        return None
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        byte = ir.IntType(8).as_pointer()
+        fn = builder.module.declare_intrinsic("llvm.prefetch", fnty=ir.FunctionType(ir.VoidType(), [byte, _I32, _I32,
+                                                                                                   _I32]))
+        # (read, locality 3: keep in every level, data cache)
+        builder.call(fn, [builder.bitcast(builder.gep(data, [args[1]]), byte), ir.Constant(_I32, 0),
+                          ir.Constant(_I32, 3), ir.Constant(_I32, 1)])
+        return context.get_dummy_value()
+
+    return types.void(arr, types.int64), codegen
+
+
+@intrinsic
 def store_fence(typingctx):
     """A sequentially consistent fence (x86: mfence), which also orders non-temporal
     stores before whatever the thread does next (handing the batch to another thread)."""
@@ -175,59 +198,56 @@ def transpose(src, soff, sstride, dst, doff, dstride, rows, cols, affine, sub, m
 
 def _deinterleave_codegen(reverse):
     def codegen(context, builder, signature, args):
-        s, soff, d, d0, d1, d2 = args[:6]
+        s, soff, d, d0, d1, d2, scale = args[:7]
         s_data = context.make_array(signature.args[0])(context, builder, s).data
         d_data = context.make_array(signature.args[2])(context, builder, d).data
 
-        def vptr(data, off):
-            return builder.bitcast(builder.gep(data, [off]), _VEC.as_pointer())
+        def splat(value):
+            v = builder.insert_element(ir.Constant(_VEC, ir.Undefined), value, ir.Constant(_I32, 0))
+            return _shuffle(builder, v, v, [0] * 8)
 
-        def lanes(values, n):
-            return ir.Constant(ir.VectorType(_I32, n), [ir.Constant(_I32, i) for i in values])
-
-        a = builder.load(vptr(s_data, soff), align=4)
-        b = builder.load(vptr(s_data, builder.add(soff, ir.Constant(_I64, 8))), align=4)
-        c = builder.load(vptr(s_data, builder.add(soff, ir.Constant(_I64, 16))), align=4)
-        ab = builder.shuffle_vector(a, b, lanes(range(16), 16))
-        cc = builder.shuffle_vector(c, c, lanes([i % 8 for i in range(16)], 16))
+        bytes24 = ir.VectorType(ir.IntType(8), 24)
+        raw = builder.load(builder.bitcast(builder.gep(s_data, [soff]), bytes24.as_pointer()), align=1)
         for ch, dof in enumerate((d0, d1, d2)):
             pick = [3 * k + ch for k in range(8)]
-            v = builder.shuffle_vector(ab, cc, lanes(pick[::-1] if reverse else pick, 8))
-            sub = builder.insert_element(ir.Constant(_VEC, ir.Undefined), args[6 + 2 * ch], ir.Constant(_I32, 0))
-            mul = builder.insert_element(ir.Constant(_VEC, ir.Undefined), args[7 + 2 * ch], ir.Constant(_I32, 0))
-            sub = _shuffle(builder, sub, sub, [0] * 8)
-            mul = _shuffle(builder, mul, mul, [0] * 8)
-            builder.store(builder.fmul(builder.fsub(v, sub), mul), vptr(d_data, dof), align=4)
+            order = ir.Constant(ir.VectorType(_I32, 8), [ir.Constant(_I32, i) for i in (pick[::-1] if reverse else pick)])
+            # scale * v, the product as the resampling's unit tap computes it; then the affine
+            v = builder.fmul(splat(scale), builder.uitofp(builder.shuffle_vector(raw, raw, order), _VEC))
+            v = builder.fmul(builder.fsub(v, splat(args[7 + 2 * ch])), splat(args[8 + 2 * ch]))
+            builder.store(v, builder.bitcast(builder.gep(d_data, [dof]), _VEC.as_pointer()), align=4)
         return context.get_dummy_value()
 
     return codegen
 
 
 def _deinterleave_sig(src, dst):
+    if not (isinstance(src, types.Array) and src.dtype == types.uint8 and _float32_arrays(dst)):
+        return None
     f = types.float32
-    return types.void(src, types.int64, dst, types.int64, types.int64, types.int64, f, f, f, f, f, f)
+    return types.void(src, types.int64, dst, types.int64, types.int64, types.int64, f, f, f, f, f, f, f)
 
 
 @intrinsic
-def deinterleave3x8_affine(typingctx, src, soff, dst, d0, d1, d2, sub0, mul0, sub1, mul1, sub2, mul2):
-    """Eight interleaved pixels src[soff:soff + 24] (r, g, b, r, g, b, ...) split into
-    their channels: dst[dc + k] = (src[soff + 3k + c] - sub_c) * mul_c for k < 8, c < 3;
-    three loads, six shuffles, three stores (the auto-vectorized strided loop ran at
-    about 60% of this). Element offsets; no bounds checks (the caller's)."""
-    if not _float32_arrays(src, dst):
-        return None
-    return _deinterleave_sig(src, dst), _deinterleave_codegen(False)
+def deinterleave3x8_u8_affine(typingctx, src, soff, dst, d0, d1, d2, scale, sub0, mul0, sub1, mul1, sub2, mul2):
+    """Eight interleaved pixels, the bytes src[soff:soff + 24] of a uint8 array (r, g, b,
+    r, g, b, ...), split into their channels, scaled and made affine: dst[dc + k] =
+    (scale * float32(src[soff + 3k + c]) - sub_c) * mul_c for k < 8, c < 3. One load, a
+    byte shuffle, a conversion and three stores a channel; the same bits as a row scaled
+    into floats first and split then, without that row's store and reload (bench/RESULTS.md
+    has the 1:1 path's figures). Element offsets; no bounds checks (the caller's)."""
+    sig = _deinterleave_sig(src, dst)
+    return None if sig is None else (sig, _deinterleave_codegen(False))
 
 
 @intrinsic
-def deinterleave3x8_affine_reversed(typingctx, src, soff, dst, d0, d1, d2, sub0, mul0, sub1, mul1, sub2, mul2):
-    """deinterleave3x8_affine with the eight pixels in reverse order (a flip):
-    dst[dc + k] = (src[soff + 3(7 - k) + c] - sub_c) * mul_c."""
-    if not _float32_arrays(src, dst):
-        return None
-    return _deinterleave_sig(src, dst), _deinterleave_codegen(True)
+def deinterleave3x8_u8_affine_reversed(typingctx, src, soff, dst, d0, d1, d2, scale, sub0, mul0, sub1, mul1, sub2,
+                                       mul2):
+    """deinterleave3x8_u8_affine with the eight pixels in reverse order (a flip):
+    dst[dc + k] = (scale * float32(src[soff + 3(7 - k) + c]) - sub_c) * mul_c."""
+    sig = _deinterleave_sig(src, dst)
+    return None if sig is None else (sig, _deinterleave_codegen(True))
 
 
-__all__ = ["store_fence", "transpose", "transpose8x8", "transpose8x8_affine", "transpose8x8_affine_stream",
+__all__ = ["prefetch", "store_fence", "transpose", "transpose8x8", "transpose8x8_affine", "transpose8x8_affine_stream",
            "transpose16x8_affine_stream",
-           "deinterleave3x8_affine", "deinterleave3x8_affine_reversed"]
+           "deinterleave3x8_u8_affine", "deinterleave3x8_u8_affine_reversed"]

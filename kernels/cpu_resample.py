@@ -226,8 +226,8 @@ def _channel_row_flipped(o, t, c, x0, x1, v0, sub, mul):
 
 def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
     """The identity-geometry sample (_is_identity) straight to its NCHW float32 output:
-    each source row scaled once, then split into the three channel rows (flipped, padded)
-    with Normalize on the way. The same arithmetic as _cpu_sample on such a sample (a
+    each source row's bytes split into the three channel rows (flipped, padded), scaled
+    and normalized on the way. The same arithmetic as _cpu_sample on such a sample (a
     unit tap of 1/255, then (v - mean) * (1 / std)), so the same bits, at memory speed.
     flts: nine floats of the caller's."""
     vh = g[VH]
@@ -258,10 +258,12 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
             muls[c] = float32(1.0) / std[c]
         pads[c] = (float32(g[FILLR + c]) * float32(1.0 / 255.0) - subs[c]) * muls[c]  # a padded pixel, normalized
     base = g[OFFSET] + g[TOP] * g[SY] + g[LEFT] * 3
+    n = x1 - x0
+    lo = v0 - n + 1 if flip else v0  # the first source column the window reads
     for y in range(oh):
         vy = y + oy
         inside = vy >= 0 and vy < vh and x1 > x0
-        if inside:
+        if inside and n < 8:  # (a row of 8 or more reads its bytes straight from src)
             _scale_row(t, src, base + vy * g[SY], 3 * vw, inv255)
         for c in range(3):
             start = doff + (c * oh + y) * ow
@@ -275,26 +277,7 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
                 _fill(o, x1, ow, pads[c])
         if not inside:
             continue
-        # eight columns at a time, all three channels at once (vector shuffles); a row of 8
-        # or more whose width is not a multiple of 8 ends with one more block, of its last
-        # eight columns (some written twice, with the same values), in place of a scalar
-        # tail, which cost small crops most of their time (bench/RESULTS.md); a row under 8
-        # columns one channel at a time
-        n = x1 - x0
-        n8 = n // 8 * 8
-        r0 = doff + y * ow
-        blocks = n8 + (8 if n8 < n and n >= 8 else 0)
-        for b in range(0, blocks, 8):
-            k = b if b < n8 else n - 8
-            if flip:
-                deinterleave3x8_affine_reversed(t, 3 * (v0 - k - 7), dst, r0 + x0 + k, r0 + oh * ow + x0 + k,
-                                                r0 + 2 * oh * ow + x0 + k, subs[0], muls[0], subs[1], muls[1],
-                                                subs[2], muls[2])
-            else:
-                deinterleave3x8_affine(t, 3 * (v0 + k), dst, r0 + x0 + k, r0 + oh * ow + x0 + k,
-                                       r0 + 2 * oh * ow + x0 + k, subs[0], muls[0], subs[1], muls[1],
-                                       subs[2], muls[2])
-        if n < 8:
+        if n < 8:  # one channel at a time
             for c in range(3):
                 start = doff + (c * oh + y) * ow
                 o = dst[start:start + ow]
@@ -302,6 +285,29 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
                     _channel_row_flipped(o, t, c, x0, x1, v0, subs[c], muls[c])
                 else:
                     _channel_row(o, t, c, x0, x1, v0, subs[c], muls[c])
+            continue
+        # eight columns at a time, all three channels at once, from the row's bytes (vector
+        # shuffles; the scaling on the way, as _scale_row does it); a width that is not a
+        # multiple of 8 ends with one more block, of its last eight columns (some written
+        # twice, with the same values), in place of a scalar tail, which cost small crops
+        # most of their time (bench/RESULTS.md)
+        n8 = n // 8 * 8
+        r0 = doff + y * ow
+        row = base + vy * g[SY]
+        if vy + 1 < vh and y + 1 < oh:  # the next row's window on its way meanwhile (see prefetch)
+            for q in range(row + g[SY] + 3 * lo, row + g[SY] + 3 * (lo + n) + 63, 64):
+                prefetch(src, q)
+        blocks = n8 + (8 if n8 < n else 0)
+        for b in range(0, blocks, 8):
+            k = b if b < n8 else n - 8
+            if flip:
+                deinterleave3x8_u8_affine_reversed(src, row + 3 * (v0 - k - 7), dst, r0 + x0 + k,
+                                                   r0 + oh * ow + x0 + k, r0 + 2 * oh * ow + x0 + k, inv255,
+                                                   subs[0], muls[0], subs[1], muls[1], subs[2], muls[2])
+            else:
+                deinterleave3x8_u8_affine(src, row + 3 * (v0 + k), dst, r0 + x0 + k, r0 + oh * ow + x0 + k,
+                                          r0 + 2 * oh * ow + x0 + k, inv255, subs[0], muls[0], subs[1], muls[1],
+                                          subs[2], muls[2])
 
 
 def _cpu_batch(src, geom, args, order, mean, std, normalize, to_uint8, antialias, out, direct, nhwc, flat_out,

@@ -47,8 +47,9 @@ def _cpu_namespace() -> dict:
     ns["U"] = np.uint64
     ns["transpose"] = _simd.transpose
     ns["store_fence"] = _simd.store_fence
-    ns["deinterleave3x8_affine"] = _simd.deinterleave3x8_affine
-    ns["deinterleave3x8_affine_reversed"] = _simd.deinterleave3x8_affine_reversed
+    ns["prefetch"] = _simd.prefetch
+    ns["deinterleave3x8_u8_affine"] = _simd.deinterleave3x8_u8_affine
+    ns["deinterleave3x8_u8_affine_reversed"] = _simd.deinterleave3x8_u8_affine_reversed
     for module in (cpu_passes, cpu_resample):
         for name, fn in vars(module).items():
             if inspect.isfunction(fn) and fn.__module__ == module.__name__:
@@ -145,6 +146,8 @@ def fused_cpu(src, geom, args, order, mean, std, out, *, normalize: bool, antial
     n = out.shape[0]
     if n == 0:
         return
+    if src.dtype != np.uint8:
+        raise TypeError(f"the CPU kernel reads packed uint8 pixels, not {src.dtype}")
     if args.ndim == 2:
         args = step_args(args, order)
     threads = max(1, min(num_threads or os.cpu_count() or 1, n))

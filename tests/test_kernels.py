@@ -384,6 +384,16 @@ def test_identity_fast_path_equals_general_path_and_oracle(normalize, ow):
     np.testing.assert_allclose(gpu[:6], fast[:6], atol=1e-5, rtol=0)
 
 
+def test_cpu_kernel_refuses_pixels_that_are_not_uint8():
+    """The CPU kernel reads packed uint8 pixels (the 1:1 path splits their bytes): any
+    other dtype is refused by name, before numba would fail to type it."""
+    src, geom, factors, order, _ = _identity_batch(3, 2, 12, 17)
+    out = np.zeros((2, 3, 12, 17), np.float32)
+    with pytest.raises(TypeError, match="uint8 pixels, not float32"):
+        fused.fused_cpu(src.astype(np.float32), geom, factors, order, MEAN, STD, out, normalize=True)
+    assert not out.any()
+
+
 @pytest.mark.slow  # over 20 s on 2 cores under coverage (35-47 s each, 2026-11-25)
 @pytest.mark.parametrize("dtype", [np.float32, np.uint8, np.float16])
 def test_cuda_kernels_equal_cpu(dtype):
