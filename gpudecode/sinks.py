@@ -42,9 +42,13 @@ class OutputRing:
     batches the trainer still reads), and the one owner of the two rules a finished batch
     keeps:
     - a held batch is never written again (DataLoader's promise: a yielded batch is yours):
-      a slot whose last batch the caller still holds, or a view or slice of it, gets new
+      a slot whose last batch the caller still holds, or a view or slice of it, gets other
       memory (`fresh_slots` counts them); `reuse_held` turns that off (FFCV's and DALI's
-      way: the ring overwrites);
+      way: the ring overwrites). On the CPU the memory given up so is kept as a spare (up
+      to `config.ring` of them) and taken again once the caller lets its batch go
+      (`spares_reused` counts those): a caller who keeps a window of a few recent batches
+      reuses their memory instead of taking new memory each time (held memory: at most
+      twice the ring's);
     - `even` (equal steps on every rank): images lost to on_error="skip" are made up by
       repeats of the batch's others, a batch whose every image failed by the images of the
       batch before.
@@ -54,14 +58,19 @@ class OutputRing:
     def __init__(self, config: PipelineConfig) -> None:
         self.config, self.views = config, config.views
         self.multi = isinstance(config.transform, tuple)
-        self.fresh_slots = 0  # slots given new memory because the caller kept their last batch
+        self.fresh_slots = 0  # slots given other memory because the caller kept their last batch
+        self.spares_reused = 0  # ... of which taken from the spares (memory the caller had let go)
         self.clear()
 
     def clear(self) -> None:
         """Lets go of the slots, the workspaces and the last batch (made anew when needed)."""
         self.outputs: list[list[tuple[torch.Tensor, torch.Tensor]] | None] = [None] * self.config.ring  # [slot][view]
         self._own_refs: list[list[int] | None] = [None] * self.config.ring  # [slot][view]: its own tensors on it
+        self._sizes: list[Any] = [None] * self.config.ring  # [slot]: the size its outputs were made for
         self.slot = 0  # the slot the next batch goes to (kept across epochs)
+        # outputs given up by slots whose batch the caller kept, to take again once let go:
+        # (pairs, their own tensors' counts, the size they were made for)
+        self._spares: list[tuple[list[tuple[torch.Tensor, torch.Tensor]], list[int], Any]] = []
         self.workspaces = [Workspace() for _ in self.views]
         # the last batch handed on, as handed: (images, n, keys, labels), for `even` to repeat
         self._last_good: tuple[Any, int, list[str], torch.Tensor | None] | None = None
@@ -165,14 +174,25 @@ class OutputRing:
         """(output, its [N, 3, h, w] view) of each view, for the first n images of `slot`,
         under the held-batch rule (see the class doc)."""
         pairs = self.outputs[slot]
-        if pairs is not None and not self.config.reuse_held and self._held(slot):
+        c = self.config
+        if pairs is not None and not c.reuse_held and self._held(slot):
+            # (a CUDA output is not kept: the trainer's stream may read it after it is let go)
+            if torch.device(c.device).type == "cpu" and len(self._spares) < c.ring:
+                self._spares.append((pairs, self._own_refs[slot], self._sizes[slot]))  # type: ignore[arg-type]
             pairs = None
             self.fresh_slots += 1
         if pairs is None:
-            c = self.config
-            pairs = self.outputs[slot] = [tf.new_output(c.batch_size, c.device, pin_memory=c.pin_memory, size=size)
-                                          for tf in self.views]
-            self._own_refs[slot] = [_tensors_on(out) for out, _ in pairs]
+            spare = next((k for k, (prs, own, made) in enumerate(self._spares)
+                          if made == size and not _used(prs, own)), None)
+            if spare is not None:
+                pairs, self._own_refs[slot], _ = self._spares.pop(spare)
+                self.outputs[slot] = pairs
+                self.spares_reused += 1
+            else:
+                pairs = self.outputs[slot] = [tf.new_output(c.batch_size, c.device, pin_memory=c.pin_memory,
+                                                            size=size) for tf in self.views]
+                self._own_refs[slot] = [_tensors_on(out) for out, _ in pairs]
+            self._sizes[slot] = size
         if n == self.config.batch_size:  # (a full batch: the slot as it is, without slicing)
             return pairs
         return [(out[:n], view[:n]) for out, view in pairs]
@@ -184,7 +204,7 @@ class OutputRing:
         pairs = self.outputs[slot]
         if own is None or pairs is None:
             return False
-        return any(mine < 0 or _tensors_on(out) > mine for (out, _), mine in zip(pairs, own))
+        return _used(pairs, own)
 
 
 def view_part(decoded: DecodedBatch, p: Prepared, v: int) -> DecodedBatch:
@@ -284,6 +304,12 @@ def _handed(out: torch.Tensor) -> torch.Tensor:
     """The tensor the caller gets for an output slot's `out`: a tensor of its own over the
     same memory (so that whether the caller still holds it can be told, _tensors_on)."""
     return out.view(out.shape)
+
+
+def _used(pairs: list[tuple[torch.Tensor, torch.Tensor]], own: list[int]) -> bool:
+    """Whether a tensor other than the outputs' own (out and its view) uses their memory,
+    or that cannot be told."""
+    return any(mine < 0 or _tensors_on(out) > mine for (out, _), mine in zip(pairs, own))
 
 
 def _tensors_on(t: torch.Tensor) -> int:

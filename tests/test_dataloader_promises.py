@@ -11,6 +11,7 @@ silent traps):
 """
 from __future__ import annotations
 
+import collections
 import gc
 import warnings
 
@@ -81,6 +82,40 @@ def test_the_usual_loop_reuses_the_ring(urls):
             del b
             gc.collect()  # (nothing cyclic holds a batch: this only makes the test independent of timing)
     assert ld.pipeline.ring.fresh_slots == 0 and len(ptrs) <= ld.pipeline.config.ring
+
+
+def test_a_window_of_kept_batches_reuses_the_memory_it_lets_go(urls):
+    """A caller who keeps its last 3 batches (a ring of 4, the batches made ahead beside
+    them, so the ring's slots come round while their batches are kept and take other
+    memory): the memory given up is taken again once its batch leaves the window. Over two
+    epochs (48 batches) the outputs made stay within the ring and its spares (5-6 made in
+    runs here, where each slot given other memory would have made one: 31-39); every batch
+    kept is what cloning gives."""
+    kw = dict(batch_size=2, transform=tf(), device="cpu", seed=3, prefetch_factor=1)
+    cloning = Loader(urls, **kw)
+    ref = []
+    for epoch in range(2):
+        cloning.set_epoch(epoch)
+        ref += [(b.keys, b.images.clone()) for b in cloning]
+    ld = Loader(urls, **kw)
+    ring = ld.pipeline.ring
+    window: collections.deque = collections.deque(maxlen=3)
+    ptrs, made = [], []  # each batch's memory; outputs made so far (not taken from the spares)
+    for epoch in range(2):
+        ld.set_epoch(epoch)
+        for b in ld:
+            window.append(b)
+            ptrs.append(b.images.data_ptr())
+            del b
+            gc.collect()
+            made.append(ld.pipeline.config.ring + ring.fresh_slots - ring.spares_reused)
+            first = len(ptrs) - len(window)
+            for j, kept in enumerate(window):  # nothing kept was written again
+                assert kept.keys == ref[first + j][0] and torch.equal(kept.images, ref[first + j][1])
+    assert ld.pipeline.config.ring == 4 and len(ptrs) == len(ref) == 48
+    assert ring.fresh_slots >= 8  # slots came round while their batch was kept ...
+    assert made[-1] <= 4 + 4  # ... and took the spares' memory: the ring and at most as many spares made
+    assert len(set(ptrs)) <= made[-1]
 
 
 def test_reuse_buffers_is_the_ffcv_way(urls):
