@@ -44,8 +44,8 @@ class OutputRing:
     - a held batch is never written again (DataLoader's promise: a yielded batch is yours):
       a slot whose last batch the caller still holds, or a view or slice of it, gets other
       memory (`fresh_slots` counts them); `reuse_held` turns that off (FFCV's and DALI's
-      way: the ring overwrites). On the CPU the memory given up so is kept as a spare (up
-      to `config.ring` of them) and taken again once the caller lets its batch go
+      way: the ring overwrites). On the CPU (not pinned) the memory given up so is kept as
+      a spare (up to `config.ring` of them) and taken again once the caller lets its batch go
       (`spares_reused` counts those): a caller who keeps a window of a few recent batches
       reuses their memory instead of taking new memory each time (held memory: at most
       twice the ring's);
@@ -176,8 +176,10 @@ class OutputRing:
         pairs = self.outputs[slot]
         c = self.config
         if pairs is not None and not c.reuse_held and self._held(slot):
-            # (a CUDA output is not kept: the trainer's stream may read it after it is let go)
-            if torch.device(c.device).type == "cpu" and len(self._spares) < c.ring:
+            # (not for a CUDA output or a pinned one: a copy or kernel the trainer queued on
+            # a stream may still read it after the batch is let go)
+            if (torch.device(c.device).type == "cpu" and not (c.pin_memory and torch.cuda.is_available())
+                    and len(self._spares) < c.ring):
                 self._spares.append((pairs, self._own_refs[slot], self._sizes[slot]))  # type: ignore[arg-type]
             pairs = None
             self.fresh_slots += 1
