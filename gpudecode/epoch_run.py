@@ -214,10 +214,12 @@ class LoaderIterator:
     def _next(self) -> "Batch":
         ep = self._ep
         gpu = ep.pipe.gpu
-        if gpu is not None:
+        slots = gpu if gpu is not None else ep.pipe.ring.pinned  # (CUDA outputs, or pinned host ones)
+        if slots is not None:
             # asking for batch k: the trainer's work on batch k-2 (and before) is enqueued on its
-            # stream; those slots may be reused once that work is done (the augment stage waits)
-            gpu.release_handed(keep=1)
+            # stream; those slots may be reused once that work is done (the augment stage waits,
+            # or for pinned host outputs the host)
+            slots.release_handed(keep=1)
         t0 = time.perf_counter()
         item = get_until_stopped(ep.queue, threading.Event(), alive=ep.group.alive)
         wait = time.perf_counter() - t0
@@ -237,6 +239,8 @@ class LoaderIterator:
         self._stats.batches.append(r.timing)
         if gpu is not None and r.ready is not None:
             gpu.hand_over(r)
+        elif slots is not None and gpu is None:
+            slots.handed.append(r.slot)
         # a user's batch callable: here, on the trainer's thread, seeded from the batch's draw
         return ep.pipe.user_step(r.batch, r.draw)
 

@@ -18,7 +18,7 @@ from .errors import DecodeError, Skipped
 from .io.reader import Sample
 from .kernels.workspace import Workspace
 from .mixing import BatchTransform, batch_rng
-from .streams import Streams, event
+from .streams import SlotRelease, Streams, event
 from .transforms import CenterCrop, Compose, Normalize, Resize
 
 __all__ = ["Sink", "OutputRing", "HostImages", "view_part"]
@@ -72,12 +72,18 @@ class OutputRing:
         # (pairs, their own tensors' counts, the size they were made for)
         self._spares: list[tuple[list[tuple[torch.Tensor, torch.Tensor]], list[int], Any]] = []
         self.workspaces = [Workspace() for _ in self.views]
+        c = self.config
+        # pinned host outputs: the trainer's non_blocking copies from a slot done before it is
+        # written again (events the iterator records as the trainer asks for batches)
+        self.pinned = SlotRelease(c.ring) if (torch.device(c.device).type == "cpu" and c.pin_memory
+                                              and torch.cuda.is_available()) else None
         # the last batch handed on, as handed: (images, n, keys, labels), for `even` to repeat
         self._last_good: tuple[Any, int, list[str], torch.Tensor | None] | None = None
 
     def after_fork(self) -> None:
         self._last_good = None
         self.workspaces = [Workspace() for _ in self.views]
+        self.pinned = None  # (the parent's CUDA events: none of the child's)
 
     def take(self, p: Prepared, ok: list[int], whole: bool, gpu: Streams | None, *, even: str | None = None,
              size: tuple[int, int] | None = None, skipped: Sequence[Skipped] = ()) -> Ready | None:
@@ -183,6 +189,8 @@ class OutputRing:
                 self._spares.append((pairs, self._own_refs[slot], self._sizes[slot]))  # type: ignore[arg-type]
             pairs = None
             self.fresh_slots += 1
+        if pairs is not None and self.pinned is not None:
+            self.pinned.wait_free(slot)  # the trainer's copies from it are done
         if pairs is None:
             spare = next((k for k, (prs, own, made) in enumerate(self._spares)
                           if made == size and not _used(prs, own)), None)

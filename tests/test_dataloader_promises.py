@@ -118,6 +118,60 @@ def test_a_window_of_kept_batches_reuses_the_memory_it_lets_go(urls):
     assert len(set(ptrs)) <= made[-1]
 
 
+def test_pinned_slots_wait_for_the_trainers_copies(urls, monkeypatch):
+    """pin_memory=True (host outputs the trainer copies with non_blocking=True): asking for
+    batch k records an event on the trainer's stream for the slots of batches k-2 and
+    before, and a slot is written again only after the host has waited for the event
+    recorded once the trainer had its last batch and asked for the one after. (No CUDA here:
+    the ring's bookkeeping with stand-in events.)"""
+    import torch
+
+    from gpudecode.streams import SlotRelease
+
+    received = [0]
+
+    class Event:
+        def record(self, stream=None):
+            self.at = received[0]  # batches the trainer had when it was recorded
+
+        def synchronize(self):
+            pass
+
+    monkeypatch.setattr(torch.cuda, "Event", lambda *a, **k: Event())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    ld = Loader(urls, batch_size=2, transform=tf(), device="cpu", seed=3, prefetch_factor=1)
+    ring = ld.pipeline.ring
+    assert ring.pinned is None  # (no CUDA here: no pinned outputs)
+    written, waits = [0], []
+
+    class Logged(SlotRelease):
+        def wait_free(self, slot):
+            done = self.slot_free[slot]
+            waits.append((written[0] - 1, slot, None if done is None else done.at))
+            super().wait_free(slot)
+
+    ring.pinned = Logged(ld.pipeline.config.ring)
+    output = ring._output
+
+    def counted(slot, n, size):
+        written[0] += 1
+        return output(slot, n, size)
+
+    monkeypatch.setattr(ring, "_output", counted)
+    got = []
+    for b in ld:
+        received[0] += 1
+        got.append((b.keys, b.images.clone()))
+        del b
+        gc.collect()
+    ref = [(b.keys, b.images.clone()) for b in Loader(urls, batch_size=2, transform=tf(), device="cpu", seed=3)]
+    assert [k for k, _ in got] == [k for k, _ in ref] and all(torch.equal(a, r) for (_, a), (_, r) in zip(got, ref))
+    n = ld.pipeline.config.ring
+    assert len(got) == 24 and [k for k, _, _ in waits] == list(range(n, 24))  # every reuse of a slot waited ...
+    for k, slot, at in waits:  # ... for the event recorded after the trainer had its last batch
+        assert slot == k % n and at is not None and at >= k - n + 2, (k, slot, at)
+
+
 def test_reuse_buffers_is_the_ffcv_way(urls):
     """reuse_buffers=True: the ring overwrites whatever the caller holds (documented)."""
     ld = Loader(urls, batch_size=4, transform=tf(), device="cpu", seed=3, prefetch_factor=1, reuse_buffers=True)
