@@ -385,6 +385,27 @@ def test_gpu_lagging_consumer_across_two_epochs(shards, decoder):
                 assert (img.cpu() - rimg).abs().mean() < 0.02, keys
 
 
+def test_pinned_batches_copied_behind_a_lagging_stream_are_not_overwritten(shards):
+    """pin_memory=True on the CPU path: each batch is copied to the GPU with
+    non_blocking=True behind tens of ms of queued GPU work, then let go at once; the host
+    runs ahead, and every slot comes round again while copies from it may still be queued.
+    Each copy, read after the queue drains, equals the batch the same Loader gives without
+    pinning (its slots wait for the copies: SlotRelease)."""
+    kw = dict(batch_size=4, transform=train_tf(), seed=7, shuffle=True, prefetch_factor=1)
+    ref = [(b.keys, b.images.clone()) for b in Loader(shards, device="cpu", **kw)]
+    ld = Loader(shards, device="cpu", pin_memory=True, **kw)
+    got = []
+    for b in ld:
+        assert b.images.is_pinned()
+        torch.cuda._sleep(50_000_000)  # the trainer's stream lags far behind the host
+        got.append((b.keys, b.images.to("cuda", non_blocking=True)))
+        del b
+    torch.cuda.synchronize()
+    assert [k for k, _ in got] == [k for k, _ in ref]
+    for (keys, dev), (_, want) in zip(got, ref):
+        assert torch.equal(dev.cpu(), want), keys
+
+
 def _odd_jpegs(photos) -> dict[str, bytes]:
     img = np.ascontiguousarray(photos["chelsea"][:120, :160])
     exif = __import__("PIL.Image", fromlist=["Exif"]).Exif()
