@@ -237,9 +237,10 @@ class LoaderIterator:
         r.timing.wait = wait
         r.timing.delivered = t0 + wait
         self._stats.batches.append(r.timing)
-        if gpu is not None and r.ready is not None:
-            gpu.hand_over(r)
-        elif slots is not None and gpu is None:
+        if gpu is not None:
+            if r.ready is not None:
+                gpu.hand_over(r)
+        elif slots is not None:  # a pinned host slot: its release is recorded as for a CUDA one
             slots.handed.append(r.slot)
         # a user's batch callable: here, on the trainer's thread, seeded from the batch's draw
         return ep.pipe.user_step(r.batch, r.draw)

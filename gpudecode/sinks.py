@@ -73,17 +73,20 @@ class OutputRing:
         self._spares: list[tuple[list[tuple[torch.Tensor, torch.Tensor]], list[int], Any]] = []
         self.workspaces = [Workspace() for _ in self.views]
         c = self.config
+        host = torch.device(c.device).type == "cpu"
         # pinned host outputs: the trainer's non_blocking copies from a slot done before it is
         # written again (events the iterator records as the trainer asks for batches)
-        self.pinned = SlotRelease(c.ring) if (torch.device(c.device).type == "cpu" and c.pin_memory
-                                              and torch.cuda.is_available()) else None
+        self.pinned = SlotRelease(c.ring) if host and c.pin_memory and torch.cuda.is_available() else None
+        # spares only of pageable host memory: a copy or kernel the trainer queued on a stream
+        # may still read a CUDA or pinned output after its batch is let go
+        self._keep_spares = host and self.pinned is None
         # the last batch handed on, as handed: (images, n, keys, labels), for `even` to repeat
         self._last_good: tuple[Any, int, list[str], torch.Tensor | None] | None = None
 
     def after_fork(self) -> None:
         self._last_good = None
         self.workspaces = [Workspace() for _ in self.views]
-        self.pinned = None  # (the parent's CUDA events: none of the child's)
+        self.pinned = None  # (the parent's CUDA events; a forked child makes no CUDA calls of them)
 
     def take(self, p: Prepared, ok: list[int], whole: bool, gpu: Streams | None, *, even: str | None = None,
              size: tuple[int, int] | None = None, skipped: Sequence[Skipped] = ()) -> Ready | None:
@@ -182,10 +185,7 @@ class OutputRing:
         pairs = self.outputs[slot]
         c = self.config
         if pairs is not None and not c.reuse_held and self._held(slot):
-            # (not for a CUDA output or a pinned one: a copy or kernel the trainer queued on
-            # a stream may still read it after the batch is let go)
-            if (torch.device(c.device).type == "cpu" and not (c.pin_memory and torch.cuda.is_available())
-                    and len(self._spares) < c.ring):
+            if self._keep_spares and len(self._spares) < c.ring:
                 self._spares.append((pairs, self._own_refs[slot], self._sizes[slot]))  # type: ignore[arg-type]
             pairs = None
             self.fresh_slots += 1
