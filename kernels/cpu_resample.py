@@ -77,7 +77,7 @@ def _vertical_pass(src, g, yf, yc, yw, yv, oh, work, wrow):
             wrow[k] = yw[y, k] * inv255
         p = base + yf[y] * sy
         if packed:
-            if y + 2 < oh and yv[y + 2]:  # the next row's source rows on their way meanwhile
+            if y + 2 < oh and yv[y + 2]:  # the source rows of the row after next on their way meanwhile
                 for k in range(yc[y + 2]):
                     q0 = base + (yf[y + 2] + k) * sy
                     for q in range(q0, q0 + n3 + 63, 64):
