@@ -23,6 +23,12 @@ def _shuffle(builder, a, b, lanes):
     return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(_I32, 8), [ir.Constant(_I32, i) for i in lanes]))
 
 
+def _splat(builder, value):
+    """A float32 scalar in all eight lanes."""
+    v = builder.insert_element(ir.Constant(_VEC, ir.Undefined), value, ir.Constant(_I32, 0))
+    return _shuffle(builder, v, v, [0] * 8)
+
+
 def _codegen(affine, stream=False, halves=1):
     """halves=2: sixteen source rows, two 8x8 blocks side by side, so that each of the
     eight destination rows gets 16 floats (one whole 64-byte line) in two adjacent
@@ -69,10 +75,7 @@ def block8(builder, rows, affine_args):
     cols = [_shuffle(builder, u[k], u[k + 4], [0, 1, 2, 3, 8, 9, 10, 11]) for k in range(4)]
     cols += [_shuffle(builder, u[k], u[k + 4], [4, 5, 6, 7, 12, 13, 14, 15]) for k in range(4)]
     if affine_args is not None:  # (v - sub) * mul, both broadcast
-        sub = builder.insert_element(ir.Constant(_VEC, ir.Undefined), affine_args[6], ir.Constant(_I32, 0))
-        sub = _shuffle(builder, sub, sub, [0] * 8)
-        mul = builder.insert_element(ir.Constant(_VEC, ir.Undefined), affine_args[7], ir.Constant(_I32, 0))
-        mul = _shuffle(builder, mul, mul, [0] * 8)
+        sub, mul = _splat(builder, affine_args[6]), _splat(builder, affine_args[7])
         cols = [builder.fmul(builder.fsub(c, sub), mul) for c in cols]
     return cols
 
@@ -125,10 +128,9 @@ def transpose16x8_affine_stream(typingctx, src, soff, sstride, dst, doff, dstrid
 @intrinsic
 def prefetch(typingctx, arr, off):
     """A hint to bring arr's element `off` into the cache (llvm.prefetch: a read, kept
-    close); never faults, wherever it points. The 1:1 path asks for the next source row
-    while it splits this one: a flipped row's bytes are read from its end back, which the
-    hardware's stream prefetch did not follow (the flipped half of a batch ran 3x slower
-    than the other without this; bench/RESULTS.md)."""
+    close); never faults, wherever it points. The CPU kernel asks for source rows it will
+    read next: a flipped row's bytes are read from its end back, which the hardware's
+    stream prefetch did not follow (bench/RESULTS.md, 2026-11-29)."""
     if not isinstance(arr, types.Array):
         return None
 
@@ -202,18 +204,14 @@ def _deinterleave_codegen(reverse):
         s_data = context.make_array(signature.args[0])(context, builder, s).data
         d_data = context.make_array(signature.args[2])(context, builder, d).data
 
-        def splat(value):
-            v = builder.insert_element(ir.Constant(_VEC, ir.Undefined), value, ir.Constant(_I32, 0))
-            return _shuffle(builder, v, v, [0] * 8)
-
         bytes24 = ir.VectorType(ir.IntType(8), 24)
         raw = builder.load(builder.bitcast(builder.gep(s_data, [soff]), bytes24.as_pointer()), align=1)
         for ch, dof in enumerate((d0, d1, d2)):
             pick = [3 * k + ch for k in range(8)]
             order = ir.Constant(ir.VectorType(_I32, 8), [ir.Constant(_I32, i) for i in (pick[::-1] if reverse else pick)])
             # scale * v, the product as the resampling's unit tap computes it; then the affine
-            v = builder.fmul(splat(scale), builder.uitofp(builder.shuffle_vector(raw, raw, order), _VEC))
-            v = builder.fmul(builder.fsub(v, splat(args[7 + 2 * ch])), splat(args[8 + 2 * ch]))
+            v = builder.fmul(_splat(builder, scale), builder.uitofp(builder.shuffle_vector(raw, raw, order), _VEC))
+            v = builder.fmul(builder.fsub(v, _splat(builder, args[7 + 2 * ch])), _splat(builder, args[8 + 2 * ch]))
             builder.store(v, builder.bitcast(builder.gep(d_data, [dof]), _VEC.as_pointer()), align=4)
         return context.get_dummy_value()
 

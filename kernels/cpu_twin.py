@@ -45,11 +45,7 @@ def _cpu_namespace() -> dict:
     ns["np"] = np
     ns["float32"] = np.float32
     ns["U"] = np.uint64
-    ns["transpose"] = _simd.transpose
-    ns["store_fence"] = _simd.store_fence
-    ns["prefetch"] = _simd.prefetch
-    ns["deinterleave3x8_u8_affine"] = _simd.deinterleave3x8_u8_affine
-    ns["deinterleave3x8_u8_affine_reversed"] = _simd.deinterleave3x8_u8_affine_reversed
+    ns.update({name: getattr(_simd, name) for name in _simd.__all__})  # (transpose, prefetch, ...)
     for module in (cpu_passes, cpu_resample):
         for name, fn in vars(module).items():
             if inspect.isfunction(fn) and fn.__module__ == module.__name__:
