@@ -39,27 +39,32 @@ ALIGN = 256  # bytes: where each part of a packed upload starts (any dtype's ali
 HUGE_FROM = 4 << 20  # bytes: host memory this large is advised into transparent huge pages (huge_pages)
 
 
-def huge_pages(memory: Any) -> Any:
+def huge_pages(memory: Any, *, touch: bool = False) -> Any:
     """`memory` (a CPU tensor or numpy array, contiguous, freshly made: not yet touched)
     advised into transparent huge pages where it is HUGE_FROM bytes or more and the
     kernel gives them to madvised memory: its first touch then faults once per 2 MiB
     instead of once per 4 KiB, and the kernels' passes over it miss the TLB less
     (bench/huge_pages.py; bench/RESULTS.md). Advice only: nothing changes where the kernel
     says no. Pinned and device memory are left as they are; GPUDECODE_HUGE_PAGES=0 in the
-    environment (read at each call) leaves everything. Returns `memory`."""
+    environment (read at each call) leaves everything. With `touch` (memory about to be
+    written whole, by several threads) the advised memory is also faulted in here, one
+    write per 2 MiB from this thread: threads faulting the same huge page in at once wait
+    on each other (bench/RESULTS.md). Returns `memory`."""
     from .._native import huge_pages as advise
 
     if os.environ.get("GPUDECODE_HUGE_PAGES", "1") == "0":
         return memory
     if isinstance(memory, np.ndarray):
         if memory.nbytes >= HUGE_FROM and memory.flags.c_contiguous:
-            advise(memory.reshape(-1).view(np.uint8))
+            advise(flat := memory.reshape(-1).view(np.uint8))
+            if touch:
+                flat[::2 << 20] = 0
         return memory
     import torch
 
     if (memory.device.type == "cpu" and memory.numel() * memory.element_size() >= HUGE_FROM
             and memory.is_contiguous() and not memory.is_pinned()):
-        advise(memory.reshape(-1).view(torch.uint8).numpy())
+        huge_pages(memory.reshape(-1).view(torch.uint8).numpy(), touch=touch)
     return memory
 
 

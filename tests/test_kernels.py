@@ -173,6 +173,44 @@ def test_compiled_cpu_kernel_is_cached_on_disk(tmp_path):
     assert any(p.suffix == ".nbc" for p in cache_dir.rglob("*"))
 
 
+_BOUNDS_PROBE = """
+import numpy as np, torch
+from gpudecode import transforms as T
+rng = np.random.default_rng(0)
+norm = [T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])]
+pipelines = [
+    [T.RandomResizedCrop(24), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1)] + norm,
+    [T.CenterCrop(40), T.RandomHorizontalFlip()] + norm,  # (1:1 reads, padded where the image is smaller)
+    [T.RandomCrop(32, padding=4, pad_if_needed=True, fill=(9, 8, 7)), T.RandomHorizontalFlip()] + norm,
+    [T.Resize((20, 50)), T.RandomVerticalFlip(), T.GaussianBlur(5), T.RandomAffine(15, (0.1, 0.1), (0.8, 1.2))],
+    [T.RandomRotation(30, expand=True), T.Resize((30, 30)), T.RandomPerspective(p=1.0), T.TrivialAugmentWide()],
+    [T.RandomZoomOut(p=1.0), T.RandomResizedCrop(28, interpolation="bicubic"),
+     T.ToDtype(torch.uint8)],
+    [T.Resize((30, 26), interpolation="nearest"), T.ElasticTransform(20.0)],
+]
+for steps in pipelines:
+    for layout in ("NCHW", "NHWC"):
+        tf = T.Compose(steps, layout=layout)
+        for trial in range(12):
+            h, w = int(rng.integers(1, 70)), int(rng.integers(1, 70))
+            hwc = torch.from_numpy(rng.integers(0, 256, (h, w, 3), dtype=np.uint8))
+            for im in (hwc.permute(2, 0, 1), hwc.permute(2, 0, 1).contiguous(), hwc[:, :, 1:2].permute(2, 0, 1)):
+                tf(im, seed=trial)  # one image: read through its own storage, exactly its bytes
+print("in bounds")
+"""
+
+
+@pytest.mark.slow  # a compile with bounds checks (about 70 s on 2 cores)
+def test_the_cpu_kernel_reads_only_inside_each_image():
+    """Every read the CPU kernel makes lies inside the image it reads (numba's bounds
+    checks on, each image alone in its storage): what lets a direct call read a list of
+    separate images through one view of the address space they lie in (compose._sources).
+    (The checks were seen to work: a source 10 bytes short of its image raises IndexError.)"""
+    env = dict(os.environ, NUMBA_BOUNDSCHECK="1", GPUDECODE_CACHE_DIR="0")
+    res = subprocess.run([sys.executable, "-c", _BOUNDS_PROBE], env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0 and res.stdout.strip().endswith("in bounds"), res.stderr[-3000:]
+
+
 def test_cache_stamp_covers_every_kernel_source(tmp_path, monkeypatch):
     """Editing any kernels/*.py (helpers are inlined from other files) invalidates the
     cached kernels, not only an edit of the file that defines them."""

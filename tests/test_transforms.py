@@ -799,3 +799,82 @@ def test_saved_states_keep_their_transform_fingerprint():
                                                        image_exts=("jpg",), label_exts=("cls",), batch_transform=bt))
            for name, (tf, bt) in cases.items()}
     assert got == _SAVED_FINGERPRINTS
+
+
+# ---- the direct call's inputs and outputs ------------------------------------------------------
+
+@pytest.mark.parametrize("steps", [
+    [T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.Normalize(MEAN, STD)],
+    [T.CenterCrop(64), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)],  # (read 1:1: the packed fast path)
+    [T.Resize(40), T.CenterCrop(40), T.RandomRotation(20)],  # (a canvas step: the images painted first)
+])
+def test_images_in_any_strides_are_read_where_they_lie_as_their_contiguous_copies(photos, steps):
+    from gpudecode.transforms.compose import _sources
+
+    tf = T.Compose(steps)
+    hwc = torch.from_numpy(np.stack([photos["astronaut"][:200, :240], photos["coffee"][:200, :240]]))
+    chelsea = torch.from_numpy(photos["chelsea"])
+    cases = {
+        "a batch of CHW views of HWC memory": hwc.permute(0, 3, 1, 2),
+        "a contiguous batch": hwc.permute(0, 3, 1, 2).contiguous(),
+        "one CHW view": chelsea.permute(2, 0, 1),
+        "crop and step views of one image": [chelsea.permute(2, 0, 1)[:, 10:190, 5:230],
+                                             chelsea.permute(2, 0, 1)[:, ::2, ::3]],
+        "separate images, views and grey": [chelsea.permute(2, 0, 1), chw(photos["coffee"]),
+                                            torch.from_numpy(photos["astronaut"][:90, :70, :1].copy()).permute(2, 0, 1),
+                                            chw(photos["rocket"])[:, 5:, 7:]],
+        "an expanded grey image": [torch.from_numpy(photos["camera"][:80, :90, 0].copy())[None].expand(3, -1, -1),
+                                   chw(photos["coffee"])],
+    }
+    for name, images in cases.items():
+        listed = [images] if isinstance(images, torch.Tensor) and images.ndim == 3 else list(images)
+        copies = [im.contiguous().clone() for im in listed]
+        got = tf(images, seed=3)
+        got = got[None] if got.ndim == 3 else got
+        assert torch.equal(got, tf(copies, seed=3)), name
+        src, offsets, _ = _sources(listed, torch.device("cpu"))  # read where they lie: no copy
+        assert [src.data_ptr() + int(o) for o in offsets] == [im.data_ptr() for im in listed], name
+    # the reference itself, once: torchvision on the contiguous images
+    images = cases["a batch of CHW views of HWC memory"]
+    if isinstance(steps[0], T.RandomResizedCrop):
+        plain = T.Compose(steps[:2] + [T.ToDtype(torch.float32, scale=True)])
+        params = plain.make_params([tuple(im.shape[1:]) for im in images], 5)
+        out = plain(images, params)
+        for k, p in enumerate(params):
+            assert max_err_levels(out[k], torchvision_apply(images[k].contiguous(), p, (48, 48))) <= 1.0
+
+
+def test_a_call_writes_into_out_when_given_and_refuses_one_that_does_not_fit(photos):
+    im = chw(photos["chelsea"])
+    batch = [im, chw(photos["coffee"])]
+    for layout, shape in (("NCHW", (2, 3, 32, 32)), ("NHWC", (2, 32, 32, 3))):
+        tf = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)], layout=layout)
+        out = torch.full(shape, float("nan"))
+        assert tf(batch, seed=1, out=out) is out and torch.equal(out, tf(batch, seed=1))
+        one = torch.empty(shape[1:])
+        assert tf(im, seed=2, out=one) is one and torch.equal(one, tf(im, seed=2))
+        for bad in (torch.empty(shape[1:]), torch.empty(shape, dtype=torch.float64), torch.empty((3,) + shape[1:])):
+            with pytest.raises(ValueError, match=r"out= must be a torch.float32 tensor of shape"):
+                tf(batch, seed=1, out=bad)
+    same = T.Compose([T.CenterCrop(16)])  # uint8 out: could be the input's own memory
+    whole = torch.zeros((2, 3, 40, 40), dtype=torch.uint8)
+    with pytest.raises(ValueError, match="shares memory"):
+        same(whole[:, :, :16, :16], out=whole[:, :, 20:36, 20:36])
+
+
+def test_a_cpu_call_uses_torchs_thread_count(photos, monkeypatch):
+    import gpudecode.transforms.compose as compose
+
+    seen = []
+    real = compose.launch
+    monkeypatch.setattr(compose, "launch", lambda *a, **k: seen.append(k["num_threads"]) or real(*a, **k))
+    tf = T.Compose([T.RandomResizedCrop(32), T.Normalize(MEAN, STD)])
+    batch = [chw(photos["chelsea"])] * 4
+    before = torch.get_num_threads()
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            tf(batch, seed=0)
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1, 2]

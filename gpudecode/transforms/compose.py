@@ -1,6 +1,7 @@
 """Compose: a fused pipeline (plan, draws, launch on the CPU or a CUDA device)."""
 from __future__ import annotations
 
+import ctypes
 import os
 import random
 from typing import Any, Literal, Sequence
@@ -35,7 +36,13 @@ class Compose(Transform):
     """A fused pipeline. Call it on a uint8 image [3, H, W] (or [1, H, W]: grey, read
     as RGB), a list of such images of any sizes, or a batch [N, 3, H, W], on the CPU or
     a CUDA device; it returns [N, 3, h, w] ([3, h, w] for one image; NHWC with
-    layout="NHWC") on the same device.
+    layout="NHWC") on the same device, made for the call, or written into `out=` (a
+    tensor of that shape and the output's dtype, returned; reusing one saves the first
+    touch of fresh memory, a large part of a CPU call: bench/RESULTS.md). Images are read where they are
+    when they share one storage (a batch tensor, or a CHW view of HWC memory such as
+    `torch.from_numpy(hwc).permute(2, 0, 1)`), in any strides; a list of separate images
+    is copied into one buffer first. On the CPU a call uses torch.get_num_threads()
+    threads (1 in a DataLoader worker).
 
     Args:
         transforms: the steps (see the module docstring for what can be fused).
@@ -211,9 +218,10 @@ class Compose(Transform):
         pin = pin_memory and torch.device(device).type == "cpu" and torch.cuda.is_available()
         # (a large host output in 2 MiB pages where the kernel gives them: kernels.workspace.huge_pages)
         if self.layout == "NHWC":
-            out = huge_pages(torch.empty((n, oh, ow, 3), dtype=self.plan.dtype, device=device, pin_memory=pin))
+            out = huge_pages(torch.empty((n, oh, ow, 3), dtype=self.plan.dtype, device=device, pin_memory=pin),
+                             touch=True)
             return out, out.permute(0, 3, 1, 2)
-        out = huge_pages(torch.empty((n, 3, oh, ow), dtype=self.plan.dtype, device=device, pin_memory=pin))
+        out = huge_pages(torch.empty((n, 3, oh, ow), dtype=self.plan.dtype, device=device, pin_memory=pin), touch=True)
         return out, out
 
     def run(self, src: torch.Tensor, geom: np.ndarray, args: np.ndarray, order: np.ndarray,
@@ -230,7 +238,7 @@ class Compose(Transform):
                antialias=self.plan.antialias, stream=stream, num_threads=num_threads, workspace=workspace)
 
     def __call__(self, images: torch.Tensor | Sequence[torch.Tensor], params: Sequence[dict] | None = None,
-                 *, seed: int | None = None) -> torch.Tensor:
+                 *, seed: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         single = isinstance(images, torch.Tensor) and images.ndim == 3
         if isinstance(images, torch.Tensor):
             batch = [images] if images.ndim == 3 else list(images.unbind(0))
@@ -251,29 +259,33 @@ class Compose(Transform):
             params = self.make_params(sizes, self._rng.getrandbits(63) if seed is None else seed)
         elif len(params) != len(batch):
             raise ValueError(f"{len(params)} params for {len(batch)} images")
-        flat = [im.contiguous().reshape(-1) for im in batch]
+        src, offsets, strides = _sources(batch, device)
         n = len(batch)
-        offsets = np.zeros(n, np.int64)
-        strides = np.zeros((n, 3), np.int64)
-        offset = 0
-        for k, (im, f) in enumerate(zip(batch, flat)):
-            c, h, w = im.shape
-            offsets[k] = offset
-            strides[k] = (w, 1, h * w if c == 3 else 0)  # CHW; one grey channel read as RGB
-            offset += f.numel()
-        if len(flat) == 1:
-            src = flat[0]
-        elif flat:
-            src = torch.cat(flat)
-        else:
-            src = torch.empty(0, dtype=torch.uint8, device=device)
         shapes = np.asarray(sizes, np.int64).reshape(n, 2)
         # whole images: the box of each is the window the transform needs, inside it
         boxes = np.asarray(self.decode_boxes(params, sizes), np.int64).reshape(n, 4)
         decoded = DecodedBatch(src, offsets, shapes, strides, boxes, [None] * n)
-        out, view = self.new_output(n, device, size=self.output_size(sizes))
-        self.apply(decoded, params, sizes, view)
-        return out[0] if single else out
+        if out is None:
+            out, view = self.new_output(n, device, size=self.output_size(sizes))
+        else:
+            view = self._given_output(out, n, device, self.output_size(sizes), single, batch)
+        self.apply(decoded, params, sizes, view, num_threads=torch.get_num_threads() if device.type == "cpu" else None)
+        return out[0] if single and out.ndim == 4 else out
+
+    def _given_output(self, out: torch.Tensor, n: int, device: torch.device, size: tuple[int, int], single: bool,
+                      batch: Sequence[torch.Tensor]) -> torch.Tensor:
+        """The [N, 3, h, w] view the kernel writes of a caller's `out=`, or a ValueError
+        saying what it should be."""
+        oh, ow = size
+        shape = (n, oh, ow, 3) if self.layout == "NHWC" else (n, 3, oh, ow)
+        want = shape[1:] if single else shape
+        if tuple(out.shape) != want or out.dtype != self.plan.dtype or out.device != device:
+            raise ValueError(f"out= must be a {self.plan.dtype} tensor of shape {list(want)} on {device} "
+                             f"(this call's {self.layout} output), got {out.dtype} {list(out.shape)} on {out.device}")
+        if any(out.untyped_storage().data_ptr() == im.untyped_storage().data_ptr() for im in batch):
+            raise ValueError("out= shares memory with the images it is made from")
+        full = out.unsqueeze(0) if single else out
+        return full.permute(0, 3, 1, 2) if self.layout == "NHWC" else full
 
     @classmethod
     def from_torchvision(cls, tv: Any, *, layout: Layout = "NCHW") -> "Compose":
@@ -281,3 +293,41 @@ class Compose(Transform):
         ToImage/PILToTensor/ToTensor-style input conversions are dropped (the loader
         feeds uint8 tensors); ToTensor becomes ToDtype(float32, scale=True)."""
         return cls(convert(tv), layout=layout)
+
+
+def _sources(batch: Sequence[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+    """The images of a direct call as the kernel reads them: one 1-D uint8 buffer, each
+    image's offset in it and its (row, column, channel) strides in bytes (a grey image's
+    channel stride 0: read as RGB). Images are read where they lie, in any strides: those
+    sharing one storage (a batch tensor, a CHW view of HWC memory) through it; separate
+    CPU images through a view of the stretch of address space they lie in (read only at
+    their own bytes: the kernel reads nothing between them). Separate CUDA images are
+    copied into one buffer, each as its memory holds it where that is compact (a permuted
+    view stays a byte copy, not a transpose), else made contiguous first."""
+    n = len(batch)
+    strides = np.zeros((n, 3), np.int64)
+    for k, im in enumerate(batch):
+        sc, sy, sx = im.stride()
+        strides[k] = (sy, sx, sc if im.shape[0] == 3 else 0)
+    if not batch:
+        return torch.empty(0, dtype=torch.uint8, device=device), np.zeros(0, np.int64), strides
+    if len({im.untyped_storage().data_ptr() for im in batch}) == 1:
+        whole = torch.empty(0, dtype=torch.uint8, device=device).set_(batch[0].untyped_storage())
+        return whole, np.asarray([im.storage_offset() for im in batch], np.int64), strides
+    extents = [1 + sum((size - 1) * st for size, st in zip(im.shape, im.stride())) if im.numel() else 0
+               for im in batch]
+    if device.type == "cpu":
+        starts = np.asarray([im.data_ptr() if e else 0 for im, e in zip(batch, extents)], np.int64)
+        read = [k for k, e in enumerate(extents) if e]
+        lo = int(starts[read].min()) if read else 0
+        hi = max((int(starts[k]) + extents[k] for k in read), default=lo + 1)
+        span = np.frombuffer((ctypes.c_uint8 * (hi - lo)).from_address(lo), np.uint8)  # (nothing touched)
+        return torch.from_numpy(span), np.where(starts > 0, starts - lo, 0), strides
+    parts = []
+    for k, im in enumerate(batch):
+        if extents[k] != im.numel():  # (a view with gaps: a crop of a larger image, a strided step)
+            im = im.contiguous()
+            sc, sy, sx = im.stride()
+            strides[k] = (sy, sx, sc if im.shape[0] == 3 else 0)
+        parts.append(im.as_strided((im.numel(),), (1,)))  # its bytes, in memory order
+    return torch.cat(parts), np.cumsum([0] + [p.numel() for p in parts[:-1]], dtype=np.int64), strides

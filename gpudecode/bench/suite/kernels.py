@@ -361,12 +361,20 @@ def main(argv: list[str] | None = None) -> None:
                 tv2(t)
             return n
 
+        reused = ours.new_output(n)[0]
+
+        def run_call(out=None):  # the direct call on the same tensors: copied into one buffer, a fresh output
+            ours(tensors, out=out)
+            return n
+
         def run_tv1():
             for p in pils:
                 tv1(p)
             return n
 
-        for name, fn in [(f"gpudecode fused CPU, {tag}", run_ours), (f"torchvision v2 tensors, {tag}", run_tv2),
+        for name, fn in [(f"gpudecode fused CPU, {tag}", run_ours), (f"gpudecode Compose(tensors), {tag}", run_call),
+                         (f"gpudecode Compose(tensors, out=), {tag}", lambda: run_call(reused)),
+                         (f"torchvision v2 tensors, {tag}", run_tv2),
                          (f"torchvision classic PIL, {tag}", run_tv1)]:
             t, count = timeit(fn, repeat=a.repeat)
             rows[name] = count / t
