@@ -808,10 +808,12 @@ def test_saved_states_keep_their_transform_fingerprint():
     [T.CenterCrop(64), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)],  # (read 1:1: the packed fast path)
     [T.Resize(40), T.CenterCrop(40), T.RandomRotation(20)],  # (a canvas step: the images painted first)
 ])
-def test_images_in_any_strides_are_read_where_they_lie_as_their_contiguous_copies(photos, steps):
+def test_images_in_any_strides_are_read_where_they_lie_as_their_contiguous_copies(photos, steps, tmp_path):
     from gpudecode.transforms.compose import _sources
 
     tf = T.Compose(steps)
+    mapped = np.memmap(tmp_path / "image.raw", mode="w+", dtype=np.uint8, shape=photos["coffee"].shape)
+    mapped[:] = photos["coffee"]  # (a mapping: far from the heap in the address space)
     hwc = torch.from_numpy(np.stack([photos["astronaut"][:200, :240], photos["coffee"][:200, :240]]))
     chelsea = torch.from_numpy(photos["chelsea"])
     cases = {
@@ -823,6 +825,7 @@ def test_images_in_any_strides_are_read_where_they_lie_as_their_contiguous_copie
         "separate images, views and grey": [chelsea.permute(2, 0, 1), chw(photos["coffee"]),
                                             torch.from_numpy(photos["astronaut"][:90, :70, :1].copy()).permute(2, 0, 1),
                                             chw(photos["rocket"])[:, 5:, 7:]],
+        "a mapped file's image beside a heap one": [torch.from_numpy(mapped).permute(2, 0, 1), chw(photos["chelsea"])],
         "an expanded grey image": [torch.from_numpy(photos["camera"][:80, :90, 0].copy())[None].expand(3, -1, -1),
                                    chw(photos["coffee"])],
     }

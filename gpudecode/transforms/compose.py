@@ -321,7 +321,7 @@ def _sources(batch: Sequence[torch.Tensor], device: torch.device) -> tuple[torch
         read = [k for k, e in enumerate(extents) if e]
         lo = int(starts[read].min()) if read else 0
         hi = max((int(starts[k]) + extents[k] for k in read), default=lo + 1)
-        span = np.frombuffer((ctypes.c_uint8 * (hi - lo)).from_address(lo), np.uint8)  # (nothing touched)
+        span = np.frombuffer(memoryview((ctypes.c_uint8 * (hi - lo)).from_address(lo)), np.uint8)  # (nothing touched)
         return torch.from_numpy(span), np.where(starts > 0, starts - lo, 0), strides
     parts = []
     for k, im in enumerate(batch):
