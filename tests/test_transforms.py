@@ -859,6 +859,17 @@ def test_a_call_writes_into_out_when_given_and_refuses_one_that_does_not_fit(pho
         for bad in (torch.empty(shape[1:]), torch.empty(shape, dtype=torch.float64), torch.empty((3,) + shape[1:])):
             with pytest.raises(ValueError, match=r"out= must be a torch.float32 tensor of shape"):
                 tf(batch, seed=1, out=bad)
+        big = torch.zeros((2, 40, 40, 3) if layout == "NHWC" else (2, 3, 40, 40))  # an out with gaps
+        part = big[:, :32, :32] if layout == "NHWC" else big[:, :, :32, :32]
+        assert tf(batch, seed=1, out=part) is part and torch.equal(part, out)
+        part.zero_()
+        assert not big.any()  # nothing written around it
+        with pytest.raises(ValueError, match="does not require grad"):
+            tf(batch, seed=1, out=torch.empty(shape, requires_grad=True))
+    with pytest.raises(ValueError, match="dense tensors on the CPU or a CUDA device, not meta"):
+        tf([torch.empty((3, 8, 8), dtype=torch.uint8, device="meta")])
+    with pytest.raises(ValueError, match="dense tensors"):
+        tf([torch.zeros((3, 8, 8), dtype=torch.uint8).to_sparse()])
     same = T.Compose([T.CenterCrop(16)])  # uint8 out: could be the input's own memory
     whole = torch.zeros((2, 3, 40, 40), dtype=torch.uint8)
     with pytest.raises(ValueError, match="shares memory"):

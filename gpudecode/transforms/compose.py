@@ -254,6 +254,9 @@ class Compose(Transform):
         if len(devices) > 1:
             raise ValueError(f"images are on several devices: {devices}")
         device = batch[0].device if batch else torch.device("cpu")
+        if device.type not in ("cpu", "cuda") or any(im.layout != torch.strided for im in batch):
+            raise ValueError(f"images must be dense tensors on the CPU or a CUDA device, not {device.type} "
+                             f"{batch[0].layout}")
         sizes = [(int(im.shape[1]), int(im.shape[2])) for im in batch]
         if params is None:
             params = self.make_params(sizes, self._rng.getrandbits(63) if seed is None else seed)
@@ -282,6 +285,8 @@ class Compose(Transform):
         if tuple(out.shape) != want or out.dtype != self.plan.dtype or out.device != device:
             raise ValueError(f"out= must be a {self.plan.dtype} tensor of shape {list(want)} on {device} "
                              f"(this call's {self.layout} output), got {out.dtype} {list(out.shape)} on {out.device}")
+        if out.requires_grad or out.layout != torch.strided:
+            raise ValueError("out= must be a dense tensor that does not require grad")
         if any(out.untyped_storage().data_ptr() == im.untyped_storage().data_ptr() for im in batch):
             raise ValueError("out= shares memory with the images it is made from")
         full = out.unsqueeze(0) if single else out
