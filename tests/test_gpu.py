@@ -72,6 +72,20 @@ def test_cuda_kernel_equals_cpu_twin_on_photos(photos):
     torch.testing.assert_close(gpu.cpu(), cpu, atol=2e-4, rtol=0)
 
 
+def test_a_cuda_batch_in_any_strides_is_read_where_it_lies_as_on_the_cpu(photos):
+    """A batch tensor on the device, and CHW views of HWC device memory, read through their
+    storage (no copy), give the CPU twin's output for the same params; out= on the device."""
+    tf = train_tf(64)
+    hwc = torch.from_numpy(np.stack([photos["astronaut"][:200, :240], photos["coffee"][:200, :240]]))
+    params = tf.make_params([(200, 240)] * 2, 11)
+    cpu = tf(hwc.permute(0, 3, 1, 2).contiguous(), params)
+    for images in (hwc.cuda().permute(0, 3, 1, 2), hwc.permute(0, 3, 1, 2).contiguous().cuda()):
+        torch.testing.assert_close(tf(images, params).cpu(), cpu, atol=2e-4, rtol=0)
+        out = torch.empty((2, 3, 64, 64), device="cuda")
+        assert tf(images, params, out=out) is out
+        torch.testing.assert_close(out.cpu(), cpu, atol=2e-4, rtol=0)
+
+
 def test_cuda_kernel_against_torchvision_on_cuda_tensors(photos):
     tf = train_tf(80)
     imgs = [torch.from_numpy(p).permute(2, 0, 1).contiguous().cuda() for p in photos.values()]
