@@ -241,8 +241,8 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
     finally:
         pipe.close()
     skipped = fail.skipped  # in the order met (the reader's failures are recorded in this thread too)
-    shards = [{"path": os.path.relpath(p, layout.folder), "samples": n, "bytes": os.path.getsize(p),
-               "sha256": file_sha256(p)} for p, n in zip(writer.shards, writer.counts)]
+    shards = [{"path": os.path.relpath(p, layout.folder), "samples": n, "bytes": os.path.getsize(p), "sha256": sha}
+              for p, n, sha in zip(writer.shards, writer.counts, writer.sha256s)]  # (hashed as written)
     record = {"unit": unit, "source": url, "samples": written, "shards": shards,
               "skipped": [{"shard": s.shard, "key": s.key, "offset": s.offset, "reason": s.reason, "error": s.error}
                           for s in skipped]}

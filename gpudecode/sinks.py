@@ -293,7 +293,10 @@ class HostImages:
             boxes = [(int(decoded.boxes[k][2]), int(decoded.boxes[k][3])) for k in rows]
             for k, box, prm in zip(rows, boxes, tf.make_params(boxes, 0)):
                 sizes[k], params[k] = box, prm
-            res, view = tf.new_output(len(idx), decoded.pixels.device)
+            # (the float output kept between batches: only its uint8 cast leaves here)
+            res = self.workspace.tensor("host-images", (len(idx), *tf.out_size, 3), torch.float32,  # type: ignore[misc]
+                                        decoded.pixels.device)
+            view = res.permute(0, 3, 1, 2)
             tf.apply(decoded, params, sizes, view, rows=rows, stream=stream, num_threads=self.num_threads,
                      workspace=self.workspace)
             u8 = res.to(torch.uint8).cpu().numpy()  # values in [0.5, 255.5]: truncation rounds

@@ -45,6 +45,50 @@ def test_long_and_unicode_keys_round_trip(tmp_path):
         assert [m.name for m in tf][::2] == [f"{k}.jpg" for k in keys]
 
 
+def test_the_bytes_are_pythons_tarfile_pax_bytes_and_the_sha256s_theirs(tmp_path):
+    """The writer puts members down itself (one header build, the data unstaged); the file is
+    what Python's tarfile writes for the same members in PAX format, byte for byte: long and
+    unicode names (pax headers), every size around a block, bytes, bytearray, contiguous and
+    strided buffers, shards split by count and by size; sha256s as hashlib's of the file."""
+    import hashlib
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    samples = []
+    for k in range(60):
+        key = f"{k:05d}" if k % 7 else ("dir/" * 40 + f"long{k}" if k % 2 else f"ünï/{k}")
+        sample: dict = {"__key__": key, "cls": str(k)}
+        for ext in ("jpg", "json"):
+            data = seeded_bytes(int(rng.choice([0, 1, 511, 512, 513, 1024, 7000, 30000])), k)
+            sample[ext] = [data, bytearray(data), memoryview(data), data.hex()][k % 4]
+        if k % 5 == 0:
+            sample["npy"] = memoryview(np.arange(64, dtype=np.uint8).reshape(8, 8)[:, ::2])  # strided
+        samples.append(sample)
+    for maxcount, maxsize in ((10000, 3 << 30), (17, 3 << 30), (10000, 200_000), (1, 1)):
+        out = tmp_path / f"{maxcount}-{maxsize}"
+        with ShardWriter(str(out / "s-%04d.tar"), maxcount=maxcount, maxsize=maxsize) as w:
+            for sample in samples:
+                w.write(sample)
+        assert sum(w.counts) == len(samples) and len(w.shards) > (1 if maxcount < 10000 or maxsize < 1 << 30 else 0)
+        done = 0
+        for path, count, sha in zip(w.shards, w.counts, w.sha256s):
+            ref = io.BytesIO()
+            with tarfile.open(fileobj=ref, mode="w", format=tarfile.PAX_FORMAT) as tf:
+                for sample in samples[done:done + count]:
+                    for ext, data in sample.items():
+                        if ext == "__key__":
+                            continue
+                        raw = data.encode() if isinstance(data, str) else bytes(data)
+                        info = tarfile.TarInfo(f"{sample['__key__']}.{ext}")
+                        info.size, info.mode, info.uname, info.gname = len(raw), 0o444, "gpudecode", "gpudecode"
+                        tf.addfile(info, io.BytesIO(raw))
+            done += count
+            with open(path, "rb") as f:
+                assert f.read() == ref.getvalue(), path
+            assert sha == hashlib.sha256(ref.getvalue()).hexdigest()
+
+
 @pytest.mark.parametrize("key", ["", "a\0b", "a\nb", "/abs", "a/../b", "a//b", "./a", "a/.", "x.y", "d/x.y", 7])
 def test_bad_keys_are_refused(tmp_path, key):
     with ShardWriter(str(tmp_path / "s-%03d.tar")) as w:

@@ -14,11 +14,11 @@ key and extension).
 from __future__ import annotations
 
 import errno
-import io
+import hashlib
 import os
 import tarfile
 from types import TracebackType
-from typing import BinaryIO, Callable
+from typing import Any, BinaryIO, Callable
 
 from ..errors import ShardWriteError
 from .pattern import ShardPattern
@@ -74,6 +74,10 @@ def _describe(e: OSError) -> str:
     return e.strerror or str(e)
 
 
+BLOCK = tarfile.BLOCKSIZE
+_ZEROS = bytes(tarfile.RECORDSIZE + 2 * BLOCK)  # (the most zeros written at once: the end of an archive)
+
+
 def _file_size(members: int) -> int:
     """A tar file's size with `members` bytes of members: the end-of-archive blocks added,
     padded to tarfile's record size."""
@@ -87,8 +91,10 @@ class ShardWriter:
     a context manager. Shard i is named by `pattern`
     (`%d` or `{}` filled with i) or by `namer(i)`. A shard is renamed into place once
     complete, after an fsync (`fsync=False` leaves the writing back to the system: for
-    callers that check what they find, as precache's resume does by sha256). `shards` and `counts` list the complete
-    shards and their sample counts."""
+    callers that check what they find, as precache's resume does by sha256). `shards`, `counts`
+    and `sha256s` list the complete shards, their sample counts and sha256s (hashed as
+    written: the file is not read back). The bytes are those Python's tarfile writes in
+    PAX format for the same members."""
 
     def __init__(self, pattern: str | None = None, *, maxcount: int = 10000, maxsize: int = 3 << 30,
                  namer: Callable[[int], str] | None = None, fsync: bool = True) -> None:
@@ -105,8 +111,9 @@ class ShardWriter:
         self.maxsize = maxsize
         self.shards: list[str] = []
         self.counts: list[int] = []  # samples per shard, as self.shards
-        self._tar: tarfile.TarFile | None = None
+        self.sha256s: list[str] = []  # each complete shard's sha256, as self.shards (hashed while written)
         self._file: BinaryIO | None = None
+        self._hash: Any = None  # the shard's sha256 so far
         self._path = ""
         self._tmp = ""
         self._count = 0
@@ -124,15 +131,14 @@ class ShardWriter:
 
     def _discard(self) -> None:
         """Drops the shard being written: closes it and removes the partial file."""
-        tar, f, tmp = self._tar, self._file, self._tmp
-        self._tar = self._file = None
+        f, tmp = self._file, self._tmp
+        self._file = self._hash = None
         self._tmp = ""
-        for closer in (tar, f):
-            if closer is not None:
-                try:
-                    closer.close()
-                except OSError:
-                    pass
+        if f is not None:
+            try:
+                f.close()
+            except OSError:
+                pass
         if tmp:
             try:
                 os.unlink(tmp)
@@ -147,17 +153,17 @@ class ShardWriter:
         try:
             os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
             self._file = self._open(self._tmp)
-            self._tar = tarfile.open(fileobj=self._file, mode="w", format=tarfile.PAX_FORMAT)
+            self._hash = hashlib.sha256()
         except OSError as e:
             raise self._fail(e, "start the shard") from None
         self._count = self._size = 0
 
     def _finish(self) -> None:
-        if self._tar is None:
+        if self._file is None:
             return
         try:
-            self._tar.close()
-            assert self._file is not None
+            # the end of the archive as tarfile writes it: two zero blocks, then zeros to its record size
+            self._put(_ZEROS[:_file_size(self._size) - self._size])
             self._file.flush()
             if self.fsync:
                 os.fsync(self._file.fileno())
@@ -165,10 +171,16 @@ class ShardWriter:
             os.replace(self._tmp, self._path)
         except OSError as e:
             raise self._fail(e, "finish the shard") from None
-        self._tar = self._file = None
+        self.sha256s.append(self._hash.hexdigest())
+        self._file = self._hash = None
         self._tmp = ""
         self.shards.append(self._path)
         self.counts.append(self._count)
+
+    def _put(self, data: bytes | memoryview) -> None:
+        assert self._file is not None
+        self._file.write(data)
+        self._hash.update(data)
 
     def write(self, sample: dict) -> None:
         """Writes one sample.
@@ -188,24 +200,31 @@ class ShardWriter:
                 data = data.encode()
             if not isinstance(data, (bytes, bytearray, memoryview)):
                 raise ValueError(f"field {ext!r} of sample {key!r} must be bytes or str, not {type(data).__name__}")
-            fields.append((ext, bytes(data)))
-        infos = []
+            if not isinstance(data, bytes):  # (a contiguous buffer is written as it is, others copied)
+                view = memoryview(data)
+                data = view.cast("B") if view.c_contiguous else view.tobytes()
+            fields.append((ext, data))
+        members = []
         need = 0
         for ext, data in fields:
+            # a member as tarfile writes it in PAX format: its header blocks (a pax one first
+            # where ustar's fields do not hold the name), its data, zeros to the next block
             info = tarfile.TarInfo(f"{key}.{ext}")
             info.size = len(data)
             info.mode = 0o444
             info.uname = info.gname = "gpudecode"
-            infos.append(info)
-            # the member's bytes in the file: its header blocks (pax ones included), its padded data
-            need += len(info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")) + -(-len(data) // 512) * 512
-        if (self._tar is None or self._count >= self.maxcount
+            header = info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+            members.append((header, data))
+            need += len(header) + -(-len(data) // BLOCK) * BLOCK
+        if (self._file is None or self._count >= self.maxcount
                 or (self._count and _file_size(self._size + need) > self.maxsize)):
             self._next()
-        assert self._tar is not None
         try:
-            for info, (_, data) in zip(infos, fields):
-                self._tar.addfile(info, io.BytesIO(data))
+            for header, data in members:
+                self._put(header)
+                self._put(data)
+                if len(data) % BLOCK:
+                    self._put(_ZEROS[:BLOCK - len(data) % BLOCK])
             self._size += need
         except OSError as e:
             raise self._fail(e, "write the shard") from None
