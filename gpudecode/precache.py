@@ -37,6 +37,7 @@ import os
 import re
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -207,20 +208,29 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
     def plan(h: int, w: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
         return downsizing(h, w, settings.size, settings.crop)
 
-    def flush(chunk: list[Sample], writer: ShardWriter) -> None:
+    def put(done: list[tuple[Sample, np.ndarray]], writer: ShardWriter) -> None:  # (the writing thread)
+        for s, img in done:
+            writer.write({"__key__": s.key, "npy": encode_npy(img), **{e: d for e, d in s.fields.items() if e not in exts}})
+
+    def flush(chunk: list[Sample], writer: ShardWriter, behind: Any) -> Any:
+        """The chunk decoded and resized here, written on the writing thread once the chunk
+        before it is (in order); returns that write's future."""
         nonlocal written
         if not chunk:
-            return
+            return None
         prepared = pipe.prepare(chunk, seed=0, epoch=0, position=0)
+        done = []
         for s, img in pipe.finish_images(prepared, plan):
-            fields = {e: d for e, d in s.fields.items() if e not in exts}
             try:
                 check_key(s.key)
             except ValueError as e:  # a key the reader takes but no shard may hold (`a/../k`, a newline)
                 fail(ShardFormatError(f"sample key cannot be written to a shard: {e}", shard=s.shard, key=s.key))
                 continue
-            writer.write({"__key__": s.key, "npy": encode_npy(img), **fields})
-            written += 1
+            done.append((s, img))
+        if pending[0] is not None:
+            pending[0].result()  # (its ShardWriteError, if any, is raised here)
+        pending[0] = behind.submit(put, done, writer)
+        written += len(done)
         if progress is not None:
             progress(len(chunk))
 
@@ -229,15 +239,26 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
     # (no fsync per shard: nothing here is trusted without its sha256, which a resume checks
     # for every shard it keeps, so a shard lost in a crash is redone; this saves a fifth of
     # the time on a small VM disk and lets the system write back while the next unit runs)
+    # The writing (npy encoding, tar members, sha256, the file) runs on a thread of its own,
+    # one chunk behind the decoding: it is serial, and most of it lets go of the GIL.
+    pending: list[Any] = [None]
     try:
-        with writer:
-            chunk: list[Sample] = []
-            for sample in reader:
-                chunk.append(sample)
-                if len(chunk) == _CHUNK:
-                    flush(chunk, writer)
-                    chunk = []
-            flush(chunk, writer)
+        with writer, ThreadPoolExecutor(1, thread_name_prefix="gpudecode-precache-write") as behind:
+            read_all = False
+            try:
+                chunk: list[Sample] = []
+                for sample in reader:
+                    chunk.append(sample)
+                    if len(chunk) == _CHUNK:
+                        flush(chunk, writer, behind)
+                        chunk = []
+                flush(chunk, writer, behind)
+                read_all = True
+            finally:
+                if pending[0] is not None:  # (done before the writer finishes or discards its shard)
+                    error = pending[0].exception()
+                    if error is not None and read_all:
+                        raise error
     finally:
         pipe.close()
     skipped = fail.skipped  # in the order met (the reader's failures are recorded in this thread too)
