@@ -212,12 +212,12 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
         for s, img in done:
             writer.write({"__key__": s.key, "npy": encode_npy(img), **{e: d for e, d in s.fields.items() if e not in exts}})
 
-    def flush(chunk: list[Sample], writer: ShardWriter, behind: Any) -> Any:
-        """The chunk decoded and resized here, written on the writing thread once the chunk
-        before it is (in order); returns that write's future."""
+    def flush(chunk: list[Sample], writer: ShardWriter, behind: Any) -> None:
+        """The chunk decoded and resized here, then handed to the writing thread once the
+        chunk before it is written (in order: one chunk is written while the next decodes)."""
         nonlocal written
         if not chunk:
-            return None
+            return
         prepared = pipe.prepare(chunk, seed=0, epoch=0, position=0)
         done = []
         for s, img in pipe.finish_images(prepared, plan):

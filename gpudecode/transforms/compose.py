@@ -38,11 +38,11 @@ class Compose(Transform):
     a CUDA device; it returns [N, 3, h, w] ([3, h, w] for one image; NHWC with
     layout="NHWC") on the same device, made for the call, or written into `out=` (a
     tensor of that shape and the output's dtype, returned; reusing one saves the first
-    touch of fresh memory, a large part of a CPU call: bench/RESULTS.md). Images are read where they are
-    when they share one storage (a batch tensor, or a CHW view of HWC memory such as
-    `torch.from_numpy(hwc).permute(2, 0, 1)`), in any strides; a list of separate images
-    is copied into one buffer first. On the CPU a call uses torch.get_num_threads()
-    threads (1 in a DataLoader worker).
+    touch of fresh memory, a large part of a CPU call: bench/RESULTS.md). Images are read
+    where they lie, in any strides (a batch tensor, CHW views of HWC memory such as
+    `torch.from_numpy(hwc).permute(2, 0, 1)`, a list of separate CPU images); only a list
+    of separate CUDA images is copied into one buffer first. On the CPU a call uses
+    torch.get_num_threads() threads (1 in a DataLoader worker).
 
     Args:
         transforms: the steps (see the module docstring for what can be fused).
