@@ -58,7 +58,7 @@ from .io.reader import Sample, ShardReader, split_exts
 from .pipeline import Pipeline, PipelineConfig
 from .io.writer import ShardWriter, check_key, pattern_head
 from ._manifest import MAX_PARTS, Layout, _read_json, manifest_path, verify, write_json_atomic  # noqa: F401
-from .tensors import encode_npy
+from .tensors import npy_parts
 from .transforms.stored import downsizing, stored_size
 
 IMAGE_EXTS = DEFAULT_IMAGE_EXTS  # torchvision's image extensions and .npy
@@ -210,7 +210,7 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
 
     def put(done: list[tuple[Sample, np.ndarray]], writer: ShardWriter) -> None:  # (the writing thread)
         for s, img in done:
-            writer.write({"__key__": s.key, "npy": encode_npy(img), **{e: d for e, d in s.fields.items() if e not in exts}})
+            writer.write({"__key__": s.key, "npy": npy_parts(img), **{e: d for e, d in s.fields.items() if e not in exts}})
 
     def flush(chunk: list[Sample], writer: ShardWriter, behind: Any) -> None:
         """The chunk decoded and resized here, then handed to the writing thread once the

@@ -28,6 +28,18 @@ def encode_npy(img: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
+def npy_parts(img: np.ndarray) -> tuple[bytes, memoryview]:
+    """encode_npy's bytes in two parts, its header and the pixels' own memory (no copy of
+    them): what a writer that takes parts (ShardWriter) writes one after the other."""
+    img = np.asarray(img)
+    if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
+        raise ValueError(f"a tensor sample is uint8 [H, W, 3], not {img.dtype} {list(img.shape)}")
+    img = np.ascontiguousarray(img)
+    head = io.BytesIO()
+    np.lib.format.write_array_header_1_0(head, np.lib.format.header_data_from_array_1_0(img))
+    return head.getvalue(), memoryview(img.reshape(-1).data)
+
+
 def npy_layout(data: bytes | memoryview) -> tuple[int, int, int]:
     """(height, width, offset of the pixels) of a tensor sample.
 

@@ -64,6 +64,8 @@ def test_the_bytes_are_pythons_tarfile_pax_bytes_and_the_sha256s_theirs(tmp_path
             sample[ext] = [data, bytearray(data), memoryview(data), data.hex()][k % 4]
         if k % 5 == 0:
             sample["npy"] = memoryview(np.arange(64, dtype=np.uint8).reshape(8, 8)[:, ::2])  # strided
+        if k % 3 == 0:  # parts, written as their concatenation (precache's npy header and pixels)
+            sample["raw"] = (b"head", memoryview(seeded_bytes(700, k)), bytearray(b"tail"), "")
         samples.append(sample)
     for maxcount, maxsize in ((10000, 3 << 30), (17, 3 << 30), (10000, 200_000), (1, 1)):
         out = tmp_path / f"{maxcount}-{maxsize}"
@@ -79,7 +81,8 @@ def test_the_bytes_are_pythons_tarfile_pax_bytes_and_the_sha256s_theirs(tmp_path
                     for ext, data in sample.items():
                         if ext == "__key__":
                             continue
-                        raw = data.encode() if isinstance(data, str) else bytes(data)
+                        pieces = data if isinstance(data, tuple) else (data,)
+                        raw = b"".join(p.encode() if isinstance(p, str) else bytes(p) for p in pieces)
                         info = tarfile.TarInfo(f"{sample['__key__']}.{ext}")
                         info.size, info.mode, info.uname, info.gname = len(raw), 0o444, "gpudecode", "gpudecode"
                         tf.addfile(info, io.BytesIO(raw))
@@ -87,6 +90,36 @@ def test_the_bytes_are_pythons_tarfile_pax_bytes_and_the_sha256s_theirs(tmp_path
             with open(path, "rb") as f:
                 assert f.read() == ref.getvalue(), path
             assert sha == hashlib.sha256(ref.getvalue()).hexdigest()
+
+
+@pytest.mark.parametrize("name", ["k.jpg", "d/e/f.npy", "a" * 96 + ".cls", "a" * 97 + ".cls", "ü/x.jpg",
+                                  "tab\there.x", "\udcff.x"])
+@pytest.mark.parametrize("size", [0, 1, 511, 512, 8 ** 11 - 1, 8 ** 11])
+def test_a_members_header_is_tarfiles_for_any_name_and_size(name, size):
+    """The header built from a template (ASCII names of 100 bytes or fewer, sizes ustar
+    holds) and the ones tarfile builds (pax: longer or non-ASCII names, 8 GiB or more) are
+    what tarfile's TarInfo.tobuf gives in PAX format."""
+    from gpudecode.io.writer import _header
+
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.uname, info.gname = size, 0o444, "gpudecode", "gpudecode"
+    assert _header(name, size) == info.tobuf(tarfile.PAX_FORMAT, "utf-8", "surrogateescape")
+
+
+def test_npy_parts_are_encode_npys_bytes_without_a_copy_of_the_pixels():
+    import numpy as np
+
+    from gpudecode.tensors import encode_npy, npy_parts
+
+    rng = np.random.default_rng(0)
+    for shape in [(1, 1, 3), (375, 500, 3), (7, 13, 3)]:
+        img = rng.integers(0, 256, shape, dtype=np.uint8)
+        head, pixels = npy_parts(img)
+        assert head + bytes(pixels) == encode_npy(img) and np.shares_memory(np.frombuffer(pixels, np.uint8), img)
+        strided = img[:, ::2]  # (not contiguous: copied once)
+        assert b"".join(bytes(p) for p in npy_parts(strided)) == encode_npy(strided)
+    with pytest.raises(ValueError, match="uint8 \\[H, W, 3\\]"):
+        npy_parts(np.zeros((4, 4), np.uint8))
 
 
 @pytest.mark.parametrize("key", ["", "a\0b", "a\nb", "/abs", "a/../b", "a//b", "./a", "a/.", "x.y", "d/x.y", 7])
