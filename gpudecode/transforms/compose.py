@@ -288,7 +288,7 @@ class Compose(Transform):
         if out.requires_grad or out.layout != torch.strided:
             raise ValueError("out= must be a dense tensor that does not require grad")
         if any(out.untyped_storage().data_ptr() == im.untyped_storage().data_ptr() for im in batch):
-            raise ValueError("out= shares memory with the images it is made from")
+            raise ValueError("out= shares memory with the images being transformed")
         full = out.unsqueeze(0) if single else out
         return full.permute(0, 3, 1, 2) if self.layout == "NHWC" else full
 
