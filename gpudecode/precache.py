@@ -204,6 +204,7 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
                                    each_size=True), policy=fail)
     pipe.ensure_decoder()
     written = 0
+    pending: Any = None  # the last chunk's write (a future of the writing thread)
 
     def plan(h: int, w: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
         return downsizing(h, w, settings.size, settings.crop)
@@ -215,7 +216,7 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
     def flush(chunk: list[Sample], writer: ShardWriter, behind: Any) -> None:
         """The chunk decoded and resized here, then handed to the writing thread once the
         chunk before it is written (in order: one chunk is written while the next decodes)."""
-        nonlocal written
+        nonlocal written, pending
         if not chunk:
             return
         prepared = pipe.prepare(chunk, seed=0, epoch=0, position=0)
@@ -227,9 +228,9 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
                 fail(ShardFormatError(f"sample key cannot be written to a shard: {e}", shard=s.shard, key=s.key))
                 continue
             done.append((s, img))
-        if pending[0] is not None:
-            pending[0].result()  # (its ShardWriteError, if any, is raised here)
-        pending[0] = behind.submit(put, done, writer)
+        if pending is not None:
+            pending.result()  # (its ShardWriteError, if any, is raised here)
+        pending = behind.submit(put, done, writer)
         written += len(done)
         if progress is not None:
             progress(len(chunk))
@@ -241,7 +242,6 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
     # the time on a small VM disk and lets the system write back while the next unit runs)
     # The writing (npy encoding, tar members, sha256, the file) runs on a thread of its own,
     # one chunk behind the decoding: it is serial, and most of it lets go of the GIL.
-    pending: list[Any] = [None]
     try:
         with writer, ThreadPoolExecutor(1, thread_name_prefix="gpudecode-precache-write") as behind:
             read_all = False
@@ -255,8 +255,8 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
                 flush(chunk, writer, behind)
                 read_all = True
             finally:
-                if pending[0] is not None:  # (done before the writer finishes or discards its shard)
-                    error = pending[0].exception()
+                if pending is not None:  # (done before the writer finishes or discards its shard)
+                    error = pending.exception()
                     if error is not None and read_all:
                         raise error
     finally:

@@ -93,11 +93,12 @@ def _buffer(data: object, ext: str, key: str) -> bytes | memoryview:
 
 
 # The ustar header block tarfile writes (PAX format) for a member whose name is ASCII and
-# fits ustar's 100 bytes, mode 444, owner gpudecode, mtime 0, with the name, size and
-# checksum fields to fill: the common member, built here in a few microseconds (tarfile
-# takes about 35); every other member is tarfile's own (test_writer checks them alike).
+# fits ustar's 100 bytes, mode 444, owner gpudecode, mtime 0 (device numbers NULs, as a
+# file's), with the name, size and checksum fields to fill: the common member, built from
+# this instead of by tarfile's slower tobuf (bench/RESULTS.md); every other member is
+# tarfile's own (test_writer checks both against tarfile).
 _USTAR = (b"\0" * 100 + b"0000444\0" + b"0000000\0" * 2 + b"\0" * 12 + b"00000000000\0" + b" " * 8 + b"0"
-          + b"\0" * 100 + b"ustar\x0000" + b"gpudecode".ljust(32, b"\0") * 2).ljust(BLOCK, b"\0")  # (device numbers: NULs, as a file's)
+          + b"\0" * 100 + b"ustar\x0000" + b"gpudecode".ljust(32, b"\0") * 2).ljust(BLOCK, b"\0")
 
 
 def _header(name: str, size: int) -> bytes:

@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> None:
 
         reused = ours.new_output(n)[0]
 
-        def run_call(out=None):  # the direct call on the same tensors: copied into one buffer, a fresh output
+        def run_call(out=None):  # the direct call on the same tensors (read where they lie), a fresh output or `out`
             ours(tensors, out=out)
             return n
 
