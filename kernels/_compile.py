@@ -237,13 +237,21 @@ _SEEN_LOCK = threading.Lock()
 NOTICE_AFTER_S = 2.0  # a first call still running after this long is compiling: say so
 
 
-@contextlib.contextmanager
-def first_use(variant: tuple, target: str = "CPU") -> Iterator[None]:
+_KNOWN = contextlib.nullcontext()  # (stateless: one for every call of a variant already loaded)
+
+
+def first_use(variant: tuple, target: str = "CPU") -> contextlib.AbstractContextManager[None]:
     """The first call of each kernel variant in a process loads it from the on-disk cache
     (about 0.5 s) or compiles it (tens of seconds, once per machine and numba version):
     when it is still running after NOTICE_AFTER_S, a line on stderr says what is going
     on, and another how long it took. `target`: "CPU" or "CUDA" (its variants are
-    compiled per GPU architecture, 10-20 s each)."""
+    compiled per GPU architecture, 10-20 s each). A variant already loaded costs a set
+    lookup (a direct call of one small image pays this every call)."""
+    return _KNOWN if variant in _SEEN else _announce(variant, target)
+
+
+@contextlib.contextmanager
+def _announce(variant: tuple, target: str) -> Iterator[None]:
     with _SEEN_LOCK:
         first = variant not in _SEEN and variant not in _STARTED
         _STARTED.add(variant)

@@ -50,10 +50,11 @@ def huge_pages(memory: Any, *, touch: bool = False) -> Any:
     written whole, by several threads) the advised memory is also faulted in here, one
     write per 2 MiB from this thread: threads faulting the same huge page in at once wait
     on each other (bench/RESULTS.md). Returns `memory`."""
+    small = (memory.nbytes if isinstance(memory, np.ndarray) else memory.numel() * memory.element_size()) < HUGE_FROM
+    if small or os.environ.get("GPUDECODE_HUGE_PAGES", "1") == "0":  # (a small one first: a direct call's)
+        return memory
     from .._native import huge_pages as advise
 
-    if os.environ.get("GPUDECODE_HUGE_PAGES", "1") == "0":
-        return memory
     if isinstance(memory, np.ndarray):
         if memory.nbytes >= HUGE_FROM and memory.flags.c_contiguous:
             advise(flat := memory.reshape(-1).view(np.uint8))

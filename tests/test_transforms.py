@@ -124,6 +124,9 @@ def test_same_seed_same_output_and_no_mutation(photo_batch):
     a = tf(photo_batch, seed=7)
     b = tf(photo_batch, seed=7)
     assert torch.equal(a, b) and not torch.equal(a, tf(photo_batch, seed=8))
+    # a seed's draws (kept as the native columns) are make_params' dicts for it, given back
+    dicts = tf.make_params([tuple(im.shape[1:]) for im in photo_batch], 7)
+    assert isinstance(dicts, list) and torch.equal(tf(photo_batch, dicts), a)
     assert all(torch.equal(x, y) for x, y in zip(before, photo_batch))
     assert tf([], seed=0).shape == (0, 3, 32, 32)
     tf2 = pickle.loads(pickle.dumps(tf))

@@ -246,33 +246,35 @@ class Compose(Transform):
                 raise ValueError(f"expected an image [C, H, W] or a batch [N, C, H, W], got shape {tuple(images.shape)}")
         else:
             batch = list(images)
+        sizes, devices, dense = [], set(), True  # (one pass: a direct call of one image pays each step)
         for k, im in enumerate(batch):
             if not isinstance(im, torch.Tensor) or im.dtype != torch.uint8 or im.ndim != 3 or im.shape[0] not in (1, 3):
                 raise TypeError(f"image {k}: expected a uint8 tensor [3, H, W] or [1, H, W], got "
                                 f"{getattr(im, 'dtype', type(im))} {tuple(getattr(im, 'shape', ()))}")
-        devices = {im.device for im in batch}
+            devices.add(im.device)
+            dense = dense and im.layout == torch.strided
+            sizes.append((im.shape[1], im.shape[2]))
         if len(devices) > 1:
             raise ValueError(f"images are on several devices: {devices}")
         device = batch[0].device if batch else torch.device("cpu")
-        if device.type not in ("cpu", "cuda") or any(im.layout != torch.strided for im in batch):
+        if device.type not in ("cpu", "cuda") or not dense:
             raise ValueError(f"images must be dense tensors on the CPU or a CUDA device, not {device.type} "
                              f"{batch[0].layout}")
-        sizes = [(int(im.shape[1]), int(im.shape[2])) for im in batch]
-        if params is None:
-            params = self.make_params(sizes, self._rng.getrandbits(63) if seed is None else seed)
-        elif len(params) != len(batch):
-            raise ValueError(f"{len(params)} params for {len(batch)} images")
-        src, offsets, strides = _sources(batch, device)
         n = len(batch)
         shapes = np.asarray(sizes, np.int64).reshape(n, 2)
+        if params is None:  # (kept as the draws' columns: no dicts made and read back)
+            params = self.draw_batch(sizes, self._rng.getrandbits(63) if seed is None else seed, size_array=shapes)
+        elif len(params) != n:
+            raise ValueError(f"{len(params)} params for {n} images")
+        draws = as_draws(self.plan, params, sizes)
+        src, offsets, strides = _sources(batch, device)
         # whole images: the box of each is the window the transform needs, inside it
-        boxes = np.asarray(self.decode_boxes(params, sizes), np.int64).reshape(n, 4)
-        decoded = DecodedBatch(src, offsets, shapes, strides, boxes, [None] * n)
+        decoded = DecodedBatch(src, offsets, shapes, strides, draws.boxes(), [None] * n)
         if out is None:
             out, view = self.new_output(n, device, size=self.output_size(sizes))
         else:
             view = self._given_output(out, n, device, self.output_size(sizes), single, batch)
-        self.apply(decoded, params, sizes, view, num_threads=torch.get_num_threads() if device.type == "cpu" else None)
+        self.apply(decoded, draws, sizes, view, num_threads=torch.get_num_threads() if device.type == "cpu" else None)
         return out[0] if single and out.ndim == 4 else out
 
     def _given_output(self, out: torch.Tensor, n: int, device: torch.device, size: tuple[int, int], single: bool,
@@ -317,7 +319,7 @@ def _sources(batch: Sequence[torch.Tensor], device: torch.device) -> tuple[torch
     if not batch:
         return torch.empty(0, dtype=torch.uint8, device=device), np.zeros(0, np.int64), strides
     if len({im.untyped_storage().data_ptr() for im in batch}) == 1:
-        whole = torch.empty(0, dtype=torch.uint8, device=device).set_(batch[0].untyped_storage())
+        whole = batch[0].as_strided((batch[0].untyped_storage().nbytes(),), (1,), 0)  # (uint8: a byte an element)
         return whole, np.asarray([im.storage_offset() for im in batch], np.int64), strides
     extents = [1 + sum((size - 1) * st for size, st in zip(im.shape, im.stride())) if im.numel() else 0
                for im in batch]

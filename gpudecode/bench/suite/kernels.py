@@ -386,6 +386,22 @@ def main(argv: list[str] | None = None) -> None:
                      T.Normalize(MEAN, STD)] + ([T.ToDtype(dtype)] if dtype != torch.float32 else [])
             t, count = timeit(runner(T.Compose(steps, layout=layout), packed, n), repeat=a.repeat)
             variants[f"{layout} {str(dtype).replace('torch.', '')}"] = count / t
+    # one CIFAR-sized image a call, as a Dataset's __getitem__ calls a transform: the fixed cost of a call
+    small = [c.contiguous() for c in torch.nn.functional.interpolate(
+        torch.stack(tensors[:64]).float(), size=(32, 32), mode="area").round().to(torch.uint8)]
+    per_call = {}
+    for name, tf in (("gpudecode Compose(image)", T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(),
+                                                             T.Normalize(MEAN, STD)])),
+                     ("torchvision v2 (image)", v2.Compose([v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip(),
+                                                           v2.ToDtype(torch.float32, scale=True),
+                                                           v2.Normalize(MEAN, STD)]))):
+        def run_small(tf=tf):
+            for _ in range(10):
+                for im in small:
+                    tf(im)
+            return 10 * len(small)
+        t, count = timeit(run_small, repeat=a.repeat)
+        per_call[name] = t / count * 1e6
     print(f"CPU: {describe_cpu()}")
     print(f"{n} decoded 500x375 images -> 224x224, 1 core (gpudecode num_threads=1, torch 1 thread)")
     print(f"{'pipeline':44s} {'img/s':>8s} {'x tv2':>7s} {'x PIL':>7s}")
@@ -397,7 +413,11 @@ def main(argv: list[str] | None = None) -> None:
     print("gpudecode fused CPU with ColorJitter, by output layout and dtype:")
     for name, r in variants.items():
         print(f"  {name:16s} {r:8.0f} img/s")
-    save("kernels", {"machine": machine(), "args": vars(a), "img_per_s": rows, "outputs": variants})
+    print("one 32x32 image a call, RandomCrop(32, padding=4) + flip + Normalize (a Dataset's __getitem__):")
+    for name, us in per_call.items():
+        print(f"  {name:26s} {us:8.1f} us a call ({per_call['torchvision v2 (image)'] / us:.2f}x torchvision v2)")
+    save("kernels", {"machine": machine(), "args": vars(a), "img_per_s": rows, "outputs": variants,
+                     "us_per_call_32x32": per_call})
 
 
 if __name__ == "__main__":
