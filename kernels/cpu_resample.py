@@ -30,6 +30,45 @@ def _rows_u8(dst, src, p, step, w, count, n):
             dst[t] += wk * float32(sk[t])
 
 
+def _rows_u8_planar(dst, src, p, step, sc, w, count, n):
+    """_rows_u8 for planar pixels (columns adjacent, channel planes `sc` apart: a
+    contiguous CHW image, or grey with sc = 0): dst[3t + c] = sum_k w[k] * src[p + k*step
+    + c*sc + t] for t < n, the three channels of a tap read as three unit-stride rows and
+    stored interleaved in one pass (the sum's order is _rows_u8's)."""
+    w0 = w[0]
+    r0, g0, b0 = src[p:p + n], src[p + sc:p + sc + n], src[p + 2 * sc:p + 2 * sc + n]
+    if count == 1:
+        for t in range(n):
+            dst[3 * t] = w0 * float32(r0[t])
+            dst[3 * t + 1] = w0 * float32(g0[t])
+            dst[3 * t + 2] = w0 * float32(b0[t])
+        return
+    w1 = w[1]
+    q = p + step
+    r1, g1, b1 = src[q:q + n], src[q + sc:q + sc + n], src[q + 2 * sc:q + 2 * sc + n]
+    if count == 2:
+        for t in range(n):
+            dst[3 * t] = w0 * float32(r0[t]) + w1 * float32(r1[t])
+            dst[3 * t + 1] = w0 * float32(g0[t]) + w1 * float32(g1[t])
+            dst[3 * t + 2] = w0 * float32(b0[t]) + w1 * float32(b1[t])
+        return
+    w2 = w[2]
+    q = p + 2 * step
+    r2, g2, b2 = src[q:q + n], src[q + sc:q + sc + n], src[q + 2 * sc:q + 2 * sc + n]
+    for t in range(n):
+        dst[3 * t] = w0 * float32(r0[t]) + w1 * float32(r1[t]) + w2 * float32(r2[t])
+        dst[3 * t + 1] = w0 * float32(g0[t]) + w1 * float32(g1[t]) + w2 * float32(g2[t])
+        dst[3 * t + 2] = w0 * float32(b0[t]) + w1 * float32(b1[t]) + w2 * float32(b2[t])
+    for k in range(3, count):
+        wk = w[k]
+        q = p + k * step
+        rk, gk, bk = src[q:q + n], src[q + sc:q + sc + n], src[q + 2 * sc:q + 2 * sc + n]
+        for t in range(n):
+            dst[3 * t] += wk * float32(rk[t])
+            dst[3 * t + 1] += wk * float32(gk[t])
+            dst[3 * t + 2] += wk * float32(bk[t])
+
+
 def _rows_f32(dst, rows, first, w, count):
     """dst[t] = sum_k w[k] * rows[first + k, t]: the float twin of _rows_u8."""
     n = dst.shape[0]
@@ -83,6 +122,8 @@ def _vertical_pass(src, g, yf, yc, yw, yv, oh, work, wrow):
                     for q in range(q0, q0 + n3 + 63, 64):
                         prefetch(src, q)
             _rows_u8(row, src, p, sy, wrow, yc[y], n3)
+        elif sx == 1:  # planar: CHW (the direct call's usual image) or grey
+            _rows_u8_planar(row, src, p, sy, sc, wrow, yc[y], bw)
         else:
             row[:] = 0.0
             for k in range(yc[y]):

@@ -460,6 +460,48 @@ def test_cuda_kernels_equal_cpu(dtype):
         np.testing.assert_allclose(gpu, cpu, atol=1e-5, rtol=0)
 
 
+def test_planar_and_grey_pixels_resample_as_packed_bit_for_bit():
+    """The vertical pass reads planar pixels (a contiguous CHW image, channel planes with a
+    gap between them, grey read as RGB) three unit-stride rows at a time: the same sums in
+    the same order as packed HWC pixels, so the output is the same bits, for every tap
+    count (1:1, upscaled: 2, bicubic: 4, downscaled: many) and in both filters."""
+    rng = np.random.default_rng(11)
+    h, w, oh, ow = 37, 29, 12, 10
+    img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+    grey = img[..., 1].copy()
+    gap = 5  # bytes between the channel planes of the second planar copy
+    planes = np.zeros(3 * (h * w + gap), np.uint8)
+    for c in range(3):
+        planes[c * (h * w + gap):c * (h * w + gap) + h * w] = img[..., c].reshape(-1)
+    layouts = {  # name -> (bytes, (SY, SX, SC), the RGB image they hold)
+        "packed": (img.reshape(-1), (3 * w, 3, 1), img),
+        "planar": (np.ascontiguousarray(img.transpose(2, 0, 1)).reshape(-1), (w, 1, h * w), img),
+        "planar with gaps": (planes, (w, 1, h * w + gap), img),
+        "grey": (grey.reshape(-1), (w, 1, 0), np.repeat(grey[..., None], 3, axis=2)),
+        "grey as packed RGB": (np.repeat(grey[..., None], 3, axis=2).reshape(-1), (3 * w, 3, 1), None),
+    }
+    boxes = [(3, 2, oh, ow), (0, 0, h, w), (5, 4, 7, 6), (1, 3, 30, 25), (2, 1, 12, 3), (4, 0, 1, 29)]
+    for cubic in (0, 1):
+        outs = {}
+        for name, (flat, (sy, sx, sc), _) in layouts.items():
+            geom = np.zeros((len(boxes), fused.GEOM), np.int64)
+            for k, box in enumerate(boxes):
+                geom[k, fused.H], geom[k, fused.W] = h, w
+                geom[k, fused.TOP:fused.BW + 1] = box
+                geom[k, fused.VH], geom[k, fused.VW] = oh, ow
+                geom[k, fused.SY], geom[k, fused.SX], geom[k, fused.SC] = sy, sx, sc
+                geom[k, fused.FLIP] = k % 2
+                geom[k, fused.FILTER] = cubic
+            order = np.full((len(boxes), 1), -1, np.int32)
+            out = np.zeros((len(boxes), 3, oh, ow), np.float32)
+            fused.fused_cpu(flat, geom, np.zeros((len(boxes), 4), np.float32), order, MEAN, STD, out, normalize=True)
+            outs[name] = out
+        for name in ("planar", "planar with gaps"):
+            np.testing.assert_array_equal(outs[name], outs["packed"], err_msg=name)
+        np.testing.assert_array_equal(outs["grey"], outs["grey as packed RGB"])
+        assert not np.array_equal(outs["grey"], outs["packed"])  # (the grey image is not the colour one)
+
+
 @pytest.mark.parametrize("h,w", [(7, 10), (16, 24)])
 def test_nhwc_view_equals_nchw(h, w):
     """Outputs are written through strides: an NHWC buffer is a [N, 3, H, W] view (the
