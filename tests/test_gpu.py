@@ -73,17 +73,27 @@ def test_cuda_kernel_equals_cpu_twin_on_photos(photos):
 
 
 def test_a_cuda_batch_in_any_strides_is_read_where_it_lies_as_on_the_cpu(photos):
-    """A batch tensor on the device, and CHW views of HWC device memory, read through their
-    storage (no copy), give the CPU twin's output for the same params; out= on the device."""
+    """A batch tensor on the device, CHW views of HWC device memory, and separate device
+    images (a view, a contiguous one, a crop of a larger one) are read where they lie (no
+    copy: the buffer the kernel reads starts at the lowest image) and give the CPU twin's
+    output for the same params; out= on the device."""
+    from gpudecode.transforms.compose import _sources
+
     tf = train_tf(64)
     hwc = torch.from_numpy(np.stack([photos["astronaut"][:200, :240], photos["coffee"][:200, :240]]))
     params = tf.make_params([(200, 240)] * 2, 11)
     cpu = tf(hwc.permute(0, 3, 1, 2).contiguous(), params)
-    for images in (hwc.cuda().permute(0, 3, 1, 2), hwc.permute(0, 3, 1, 2).contiguous().cuda()):
+    larger = torch.from_numpy(photos["coffee"][:210, :250]).cuda().permute(2, 0, 1).contiguous()
+    separate = [hwc[0].cuda().permute(2, 0, 1), larger[:, :200, :240]]
+    for images in (hwc.cuda().permute(0, 3, 1, 2), hwc.permute(0, 3, 1, 2).contiguous().cuda(), separate):
         torch.testing.assert_close(tf(images, params).cpu(), cpu, atol=2e-4, rtol=0)
         out = torch.empty((2, 3, 64, 64), device="cuda")
         assert tf(images, params, out=out) is out
         torch.testing.assert_close(out.cpu(), cpu, atol=2e-4, rtol=0)
+    pixels, offsets, _ = _sources(separate, torch.device("cuda"))
+    lowest = min(im.data_ptr() for im in separate)
+    assert pixels.data_ptr() == lowest
+    assert [pixels.data_ptr() + int(o) for o in offsets] == [im.data_ptr() for im in separate]
 
 
 def test_cuda_kernel_against_torchvision_on_cuda_tensors(photos):

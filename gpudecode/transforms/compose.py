@@ -1,7 +1,6 @@
 """Compose: a fused pipeline (plan, draws, launch on the CPU or a CUDA device)."""
 from __future__ import annotations
 
-import ctypes
 import os
 import random
 from typing import Any, Literal, Sequence
@@ -10,6 +9,7 @@ import numpy as np
 import torch
 
 from ..decode._base import DecodedBatch
+from ..decode._span import span
 from ..kernels import fused
 from ..kernels.launch import launch
 from ..kernels.workspace import Workspace, huge_pages
@@ -40,8 +40,8 @@ class Compose(Transform):
     tensor of that shape and the output's dtype, returned; reusing one saves the first
     touch of fresh memory, a large part of a CPU call: bench/RESULTS.md). Images are read
     where they lie, in any strides (a batch tensor, CHW views of HWC memory such as
-    `torch.from_numpy(hwc).permute(2, 0, 1)`, a list of separate CPU images); only a list
-    of separate CUDA images is copied into one buffer first. On the CPU a call uses
+    `torch.from_numpy(hwc).permute(2, 0, 1)`, a list of separate images on the CPU or one
+    CUDA device). On the CPU a call uses
     torch.get_num_threads() threads (1 in a DataLoader worker).
 
     Args:
@@ -305,12 +305,11 @@ class Compose(Transform):
 def _sources(batch: Sequence[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
     """The images of a direct call as the kernel reads them: one 1-D uint8 buffer, each
     image's offset in it and its (row, column, channel) strides in bytes (a grey image's
-    channel stride 0: read as RGB). Images are read where they lie, in any strides: those
-    sharing one storage (a batch tensor, a CHW view of HWC memory) through it; separate
-    CPU images through a view of the stretch of address space they lie in (read only at
-    their own bytes: the kernel reads nothing between them). Separate CUDA images are
-    copied into one buffer, each as its memory holds it where that is compact (a permuted
-    view stays a byte copy, not a transpose), else made contiguous first."""
+    channel stride 0: read as RGB). Images are read where they lie, in any strides, on
+    either device: those sharing one storage (a batch tensor, a CHW view of HWC memory)
+    through it; separate images through a view of the stretch of address space they lie
+    in (decode._span: the kernel reads only each image's own bytes, nothing between them;
+    a device's allocations share one virtual address space, as the GPU decoders' do)."""
     n = len(batch)
     strides = np.zeros((n, 3), np.int64)
     for k, im in enumerate(batch):
@@ -323,18 +322,8 @@ def _sources(batch: Sequence[torch.Tensor], device: torch.device) -> tuple[torch
         return whole, np.asarray([im.storage_offset() for im in batch], np.int64), strides
     extents = [1 + sum((size - 1) * st for size, st in zip(im.shape, im.stride())) if im.numel() else 0
                for im in batch]
-    if device.type == "cpu":
-        starts = np.asarray([im.data_ptr() if e else 0 for im, e in zip(batch, extents)], np.int64)
-        read = [k for k, e in enumerate(extents) if e]
-        lo = int(starts[read].min()) if read else 0
-        hi = max((int(starts[k]) + extents[k] for k in read), default=lo + 1)
-        span = np.frombuffer(memoryview((ctypes.c_uint8 * (hi - lo)).from_address(lo)), np.uint8)  # (nothing touched)
-        return torch.from_numpy(span), np.where(starts > 0, starts - lo, 0), strides
-    parts = []
-    for k, im in enumerate(batch):
-        if extents[k] != im.numel():  # (a view with gaps: a crop of a larger image, a strided step)
-            im = im.contiguous()
-            sc, sy, sx = im.stride()
-            strides[k] = (sy, sx, sc if im.shape[0] == 3 else 0)
-        parts.append(im.as_strided((im.numel(),), (1,)))  # its bytes, in memory order
-    return torch.cat(parts), np.cumsum([0] + [p.numel() for p in parts[:-1]], dtype=np.int64), strides
+    read = [k for k, e in enumerate(extents) if e]  # (an empty image is never read: offset 0)
+    pixels, rel = span([batch[k].data_ptr() for k in read], [extents[k] for k in read], device)
+    offsets = np.zeros(n, np.int64)
+    offsets[read] = rel
+    return pixels, offsets, strides
