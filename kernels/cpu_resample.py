@@ -370,12 +370,16 @@ def _cpu_batch(src, geom, args, order, mean, std, normalize, to_uint8, antialias
     for i in range(first, out.shape[0], step):
         if fast_identity and direct and not nhwc and not to_uint8 and _is_identity(geom[i], order[i], oh, ow):
             _cpu_identity(src, geom[i], mean, std, normalize, oh, ow, flat_out, i * size, work, flts)
-        elif direct:
-            _cpu_sample(src, geom[i], args[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
-                        flat_out, i * size, work, nhwc, ints, flts, stats, taps)
+            continue
+        # one call site, its arguments typed alike either way (no literal 0/False): the sample's
+        # code is compiled and inlined once, not once per constant (compile time: RESULTS)
+        if direct:
+            dst, doff, into_nhwc = flat_out, i * size, nhwc
         else:
-            _cpu_sample(src, geom[i], args[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
-                        tmp, 0, work, False, ints, flts, stats, taps)
+            dst, doff, into_nhwc = tmp, 0, False
+        _cpu_sample(src, geom[i], args[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
+                    dst, doff, work, into_nhwc, ints, flts, stats, taps)
+        if not direct:
             o = out[i]
             for c in range(3):
                 for y in range(oh):
