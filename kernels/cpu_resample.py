@@ -232,8 +232,8 @@ def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, 
 def _is_identity(g, order, oh, ow):
     """The sample needs no resampling and no ColorJitter: its box is read 1:1 (a crop,
     flip and padding at most: CenterCrop or RandomCrop of a stored image of the training
-    size, or no geometry at all), from packed HWC pixels."""
-    return (g[BH] == g[VH] and g[BW] == g[VW] and order[0] < 0 and g[SX] == 3 and g[SC] == 1
+    size, or no geometry at all), from packed HWC pixels or planar ones (CHW, grey)."""
+    return (g[BH] == g[VH] and g[BW] == g[VW] and order[0] < 0 and ((g[SX] == 3 and g[SC] == 1) or g[SX] == 1)
             and g[VH] >= 1 and g[VW] >= 1 and g[VFLIP] == 0)
 
 
@@ -270,6 +270,25 @@ def _channel_row_flipped(o, t, c, x0, x1, v0, sub, mul):
         oo[i] = (t[U(first - 3 * i)] - sub) * mul
 
 
+def _plane_row(o, src, p, x0, x1, v0, inv255, sub, mul):
+    """o[x] = (src[p + v0 + x - x0] / 255 - sub) * mul for x0 <= x < x1: a channel row read
+    straight from its plane, as _scale_row then _channel_row compute it."""
+    n = x1 - x0
+    oo = o[x0:x1]
+    s = src[p + v0:p + v0 + n]
+    for i in range(n):
+        oo[i] = (inv255 * float32(s[i]) - sub) * mul
+
+
+def _plane_row_flipped(o, src, p, x0, x1, v0, inv255, sub, mul):
+    """_plane_row reading the plane backwards from column v0 (a flip)."""
+    n = x1 - x0
+    oo = o[x0:x1]
+    s = src[p + v0 - n + 1:p + v0 + 1]
+    for i in range(n):
+        oo[i] = (inv255 * float32(s[U(n - 1 - i)]) - sub) * mul
+
+
 def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
     """The identity-geometry sample (_is_identity) straight to its NCHW float32 output:
     each source row's bytes split into the three channel rows (flipped, padded), scaled
@@ -303,6 +322,27 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
             subs[c] = mean[c]
             muls[c] = float32(1.0) / std[c]
         pads[c] = (float32(g[FILLR + c]) * float32(1.0 / 255.0) - subs[c]) * muls[c]  # a padded pixel, normalized
+    if g[SX] == 1:  # planar (CHW, or grey with SC 0): each channel row read straight from its plane
+        base = g[OFFSET] + g[TOP] * g[SY] + g[LEFT]
+        for y in range(oh):
+            vy = y + oy
+            inside = vy >= 0 and vy < vh and x1 > x0
+            for c in range(3):
+                start = doff + (c * oh + y) * ow
+                o = dst[start:start + ow]
+                if not inside:
+                    _fill(o, 0, ow, pads[c])
+                    continue
+                if x0 > 0:
+                    _fill(o, 0, x0, pads[c])
+                if x1 < ow:
+                    _fill(o, x1, ow, pads[c])
+                p = base + c * g[SC] + vy * g[SY]
+                if flip:
+                    _plane_row_flipped(o, src, p, x0, x1, v0, inv255, subs[c], muls[c])
+                else:
+                    _plane_row(o, src, p, x0, x1, v0, inv255, subs[c], muls[c])
+        return
     base = g[OFFSET] + g[TOP] * g[SY] + g[LEFT] * 3
     n = x1 - x0
     lo = v0 - n + 1 if flip else v0  # the first source column the window reads

@@ -462,9 +462,11 @@ def test_cuda_kernels_equal_cpu(dtype):
 
 def test_planar_and_grey_pixels_resample_as_packed_bit_for_bit():
     """The vertical pass reads planar pixels (a contiguous CHW image, channel planes with a
-    gap between them, grey read as RGB) three unit-stride rows at a time: the same sums in
-    the same order as packed HWC pixels, so the output is the same bits, for every tap
-    count (1:1, upscaled: 2, bicubic: 4, downscaled: many) and in both filters."""
+    gap between them, grey read as RGB) three unit-stride rows at a time, and the 1:1 path
+    reads their channel rows straight from the planes: the same arithmetic in the same
+    order as for packed HWC pixels, so the output is the same bits, for every tap count
+    (1:1, padded, upscaled: 2, bicubic: 4, downscaled: many), in both filters, flipped or
+    not, and equal to the resampling path's with the 1:1 path off."""
     rng = np.random.default_rng(11)
     h, w, oh, ow = 37, 29, 12, 10
     img = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
@@ -480,21 +482,30 @@ def test_planar_and_grey_pixels_resample_as_packed_bit_for_bit():
         "grey": (grey.reshape(-1), (w, 1, 0), np.repeat(grey[..., None], 3, axis=2)),
         "grey as packed RGB": (np.repeat(grey[..., None], 3, axis=2).reshape(-1), (3 * w, 3, 1), None),
     }
-    boxes = [(3, 2, oh, ow), (0, 0, h, w), (5, 4, 7, 6), (1, 3, 30, 25), (2, 1, 12, 3), (4, 0, 1, 29)]
-    for cubic in (0, 1):
+    # (box, (OY, OX)): read 1:1 (the 1:1 path, padded where the offset leaves the box), or resampled
+    boxes = [((3, 2, oh, ow), (0, 0)), ((3, 2, oh, ow), (-3, 2)), ((0, 1, oh, ow), (4, -5)), ((0, 0, h, w), (0, 0)),
+             ((5, 4, 7, 6), (0, 0)), ((1, 3, 30, 25), (0, 0)), ((2, 1, 12, 3), (0, 0)), ((4, 0, 1, 29), (0, 0))]
+    for cubic, normalize in ((0, True), (1, True), (0, False)):
         outs = {}
         for name, (flat, (sy, sx, sc), _) in layouts.items():
-            geom = np.zeros((len(boxes), fused.GEOM), np.int64)
-            for k, box in enumerate(boxes):
+            geom = np.zeros((2 * len(boxes), fused.GEOM), np.int64)
+            for k, (box, offset) in enumerate(boxes * 2):  # each box unflipped and flipped
                 geom[k, fused.H], geom[k, fused.W] = h, w
                 geom[k, fused.TOP:fused.BW + 1] = box
-                geom[k, fused.VH], geom[k, fused.VW] = oh, ow
+                geom[k, fused.VH], geom[k, fused.VW] = box[2:] if box[2:] == (oh, ow) else (oh, ow)
+                geom[k, fused.OY], geom[k, fused.OX] = offset
                 geom[k, fused.SY], geom[k, fused.SX], geom[k, fused.SC] = sy, sx, sc
-                geom[k, fused.FLIP] = k % 2
+                geom[k, fused.FLIP] = k >= len(boxes)
                 geom[k, fused.FILTER] = cubic
-            order = np.full((len(boxes), 1), -1, np.int32)
-            out = np.zeros((len(boxes), 3, oh, ow), np.float32)
-            fused.fused_cpu(flat, geom, np.zeros((len(boxes), 4), np.float32), order, MEAN, STD, out, normalize=True)
+                geom[k, fused.FILLR:fused.FILLB + 1] = (10, 128, 250)
+            order = np.full((len(geom), 1), -1, np.int32)
+            out = np.zeros((len(geom), 3, oh, ow), np.float32)
+            fused.fused_cpu(flat, geom, np.zeros((len(geom), 4), np.float32), order, MEAN, STD, out,
+                            normalize=normalize)
+            general = np.zeros_like(out)  # (every sample through the resampling path: the same bits)
+            fused.fused_cpu(flat, geom, np.zeros((len(geom), 4), np.float32), order, MEAN, STD, general,
+                            normalize=normalize, fast_identity=False)
+            np.testing.assert_array_equal(out, general, err_msg=name)
             outs[name] = out
         for name in ("planar", "planar with gaps"):
             np.testing.assert_array_equal(outs[name], outs["packed"], err_msg=name)
