@@ -812,7 +812,7 @@ def test_saved_states_keep_their_transform_fingerprint():
     [T.Resize(40), T.CenterCrop(40), T.RandomRotation(20)],  # (a canvas step: the images painted first)
 ])
 def test_images_in_any_strides_are_read_where_they_lie_as_their_contiguous_copies(photos, steps, tmp_path):
-    from gpudecode.transforms.compose import _sources
+    from gpudecode.transforms.compose import _batch_source, _sources
 
     tf = T.Compose(steps)
     mapped = np.memmap(tmp_path / "image.raw", mode="w+", dtype=np.uint8, shape=photos["coffee"].shape)
@@ -831,6 +831,10 @@ def test_images_in_any_strides_are_read_where_they_lie_as_their_contiguous_copie
         "a mapped file's image beside a heap one": [torch.from_numpy(mapped).permute(2, 0, 1), chw(photos["chelsea"])],
         "an expanded grey image": [torch.from_numpy(photos["camera"][:80, :90, 0].copy())[None].expand(3, -1, -1),
                                    chw(photos["coffee"])],
+        "a grey batch": torch.from_numpy(np.stack([photos["camera"][:80, :90, 0], photos["camera"][5:85, 7:97, 0]]))[:, None],
+        "one image expanded to a batch": chw(photos["coffee"])[None].expand(3, -1, -1, -1),
+        "every other image of a batch, cropped": torch.stack([chw(p[:120, :150]) for p in photos.values()])[::2, :, 5:,
+                                                                                                             3:],
     }
     for name, images in cases.items():
         listed = [images] if isinstance(images, torch.Tensor) and images.ndim == 3 else list(images)
@@ -838,7 +842,10 @@ def test_images_in_any_strides_are_read_where_they_lie_as_their_contiguous_copie
         got = tf(images, seed=3)
         got = got[None] if got.ndim == 3 else got
         assert torch.equal(got, tf(copies, seed=3)), name
-        src, offsets, _ = _sources(listed, torch.device("cpu"))  # read where they lie: no copy
+        if isinstance(images, torch.Tensor) and images.ndim == 4:  # (a batch tensor: read as a whole)
+            _, _, _, (src, offsets, _) = _batch_source(images)
+        else:
+            src, offsets, _ = _sources(listed, torch.device("cpu"))  # read where they lie: no copy
         assert [src.data_ptr() + int(o) for o in offsets] == [im.data_ptr() for im in listed], name
     # the reference itself, once: torchvision on the contiguous images
     images = cases["a batch of CHW views of HWC memory"]
@@ -873,6 +880,17 @@ def test_a_call_writes_into_out_when_given_and_refuses_one_that_does_not_fit(pho
         tf([torch.empty((3, 8, 8), dtype=torch.uint8, device="meta")])
     with pytest.raises(ValueError, match="dense tensors"):
         tf([torch.zeros((3, 8, 8), dtype=torch.uint8).to_sparse()])
+    # a batch tensor is checked as a whole (no per-image pass): the same refusals
+    with pytest.raises(ValueError, match="dense tensors on the CPU or a CUDA device, not meta"):
+        tf(torch.empty((2, 3, 8, 8), dtype=torch.uint8, device="meta"))
+    with pytest.raises(ValueError, match="dense tensors"):
+        tf(torch.zeros((2, 3, 8, 8), dtype=torch.uint8).to_sparse())
+    for bad in (torch.zeros((2, 3, 8, 8)), torch.zeros((2, 2, 8, 8), dtype=torch.uint8)):
+        with pytest.raises(TypeError, match=r"expected a uint8 batch \[N, 3, H, W\] or \[N, 1, H, W\], got"):
+            tf(bad)
+    batch8 = torch.zeros((2, 3, 8, 8), dtype=torch.uint8)
+    with pytest.raises(ValueError, match="shares memory"):
+        T.Compose([T.CenterCrop(8)])(batch8[:1], out=batch8[1:])
     same = T.Compose([T.CenterCrop(16)])  # uint8 out: could be the input's own memory
     whole = torch.zeros((2, 3, 40, 40), dtype=torch.uint8)
     with pytest.raises(ValueError, match="shares memory"):

@@ -240,40 +240,40 @@ class Compose(Transform):
     def __call__(self, images: torch.Tensor | Sequence[torch.Tensor], params: Sequence[dict] | None = None,
                  *, seed: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         single = isinstance(images, torch.Tensor) and images.ndim == 3
-        if isinstance(images, torch.Tensor):
-            batch = [images] if images.ndim == 3 else list(images.unbind(0))
-            if images.ndim not in (3, 4):
-                raise ValueError(f"expected an image [C, H, W] or a batch [N, C, H, W], got shape {tuple(images.shape)}")
+        if isinstance(images, torch.Tensor) and images.ndim == 4:  # a batch tensor: no per-image work
+            device, sizes, shapes, (src, offsets, strides) = _batch_source(images)
+            owners: Sequence[torch.Tensor] = [images]
         else:
-            batch = list(images)
-        sizes, devices, dense = [], set(), True  # (one pass: a direct call of one image pays each step)
-        for k, im in enumerate(batch):
-            if not isinstance(im, torch.Tensor) or im.dtype != torch.uint8 or im.ndim != 3 or im.shape[0] not in (1, 3):
-                raise TypeError(f"image {k}: expected a uint8 tensor [3, H, W] or [1, H, W], got "
-                                f"{getattr(im, 'dtype', type(im))} {tuple(getattr(im, 'shape', ()))}")
-            devices.add(im.device)
-            dense = dense and im.layout == torch.strided
-            sizes.append((im.shape[1], im.shape[2]))
-        if len(devices) > 1:
-            raise ValueError(f"images are on several devices: {devices}")
-        device = batch[0].device if batch else torch.device("cpu")
-        if device.type not in ("cpu", "cuda") or not dense:
-            raise ValueError(f"images must be dense tensors on the CPU or a CUDA device, not {device.type} "
-                             f"{batch[0].layout}")
-        n = len(batch)
-        shapes = np.asarray(sizes, np.int64).reshape(n, 2)
+            if isinstance(images, torch.Tensor) and images.ndim != 3:
+                raise ValueError(f"expected an image [C, H, W] or a batch [N, C, H, W], got shape {tuple(images.shape)}")
+            owners = batch = [images] if isinstance(images, torch.Tensor) else list(images)
+            sizes, devices, dense = [], set(), True  # (one pass: a direct call of one image pays each step)
+            for k, im in enumerate(batch):
+                if (not isinstance(im, torch.Tensor) or im.dtype != torch.uint8 or im.ndim != 3
+                        or im.shape[0] not in (1, 3)):
+                    raise TypeError(f"image {k}: expected a uint8 tensor [3, H, W] or [1, H, W], got "
+                                    f"{getattr(im, 'dtype', type(im))} {tuple(getattr(im, 'shape', ()))}")
+                devices.add(im.device)
+                dense = dense and im.layout == torch.strided
+                sizes.append((im.shape[1], im.shape[2]))
+            if len(devices) > 1:
+                raise ValueError(f"images are on several devices: {devices}")
+            device = batch[0].device if batch else torch.device("cpu")
+            _check_device(device, dense, batch[0].layout if batch else torch.strided)
+            shapes = np.asarray(sizes, np.int64).reshape(len(batch), 2)
+            src, offsets, strides = _sources(batch, device)
+        n = len(sizes)
         if params is None:  # (kept as the draws' columns: no dicts made and read back)
             params = self.draw_batch(sizes, self._rng.getrandbits(63) if seed is None else seed, size_array=shapes)
         elif len(params) != n:
             raise ValueError(f"{len(params)} params for {n} images")
         draws = as_draws(self.plan, params, sizes)
-        src, offsets, strides = _sources(batch, device)
         # whole images: the box of each is the window the transform needs, inside it
         decoded = DecodedBatch(src, offsets, shapes, strides, draws.boxes(), [None] * n)
         if out is None:
             out, view = self.new_output(n, device, size=self.output_size(sizes))
         else:
-            view = self._given_output(out, n, device, self.output_size(sizes), single, batch)
+            view = self._given_output(out, n, device, self.output_size(sizes), single, owners)
         self.apply(decoded, draws, sizes, view, num_threads=torch.get_num_threads() if device.type == "cpu" else None)
         return out[0] if single and out.ndim == 4 else out
 
@@ -300,6 +300,31 @@ class Compose(Transform):
         ToImage/PILToTensor/ToTensor-style input conversions are dropped (the loader
         feeds uint8 tensors); ToTensor becomes ToDtype(float32, scale=True)."""
         return cls(convert(tv), layout=layout)
+
+
+def _check_device(device: torch.device, dense: bool, layout: torch.layout) -> None:
+    if device.type not in ("cpu", "cuda") or not dense:
+        raise ValueError(f"images must be dense tensors on the CPU or a CUDA device, not {device.type} {layout}")
+
+
+def _batch_source(images: torch.Tensor) -> tuple[torch.device, list[tuple[int, int]], np.ndarray,
+                                                  tuple[torch.Tensor, np.ndarray, np.ndarray]]:
+    """A batch tensor [N, C, H, W] as _sources gives images, with no work per image (a
+    batch of 1024 CIFAR images a call): (device, sizes, shapes [N, 2], (its storage as
+    bytes, each image's offset in it, strides [N, 3]))."""
+    if images.dtype != torch.uint8 or images.shape[1] not in (1, 3):
+        raise TypeError(f"expected a uint8 batch [N, 3, H, W] or [N, 1, H, W], got {images.dtype} "
+                        f"{tuple(images.shape)}")
+    _check_device(images.device, images.layout == torch.strided, images.layout)
+    n, c, h, w = images.shape
+    sn, sc, sy, sx = images.stride()
+    shapes = np.empty((n, 2), np.int64)
+    shapes[:] = (h, w)
+    strides = np.empty((n, 3), np.int64)
+    strides[:] = (sy, sx, sc if c == 3 else 0)
+    offsets = int(images.storage_offset()) + int(sn) * np.arange(n, dtype=np.int64)
+    whole = images.as_strided((images.untyped_storage().nbytes(),), (1,), 0)  # (uint8: a byte an element)
+    return images.device, [(h, w)] * n, shapes, (whole, offsets, strides)
 
 
 def _sources(batch: Sequence[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
