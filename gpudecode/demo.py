@@ -82,7 +82,7 @@ def run_demo(workdir: str, *, images: int = 512, batch_size: int = 64, seed: int
         print("  ", loader.stats)
 
     print("(the first epoch also loads the compiled kernel, about 0.5 s, or on a machine's first run compiles it "
-          "once: 10-40 s, said while it runs)")
+          "once: up to a minute or so, said while it runs)")
     for epoch in range(2):
         run_epoch(loader, epoch, "JPEG/PNG shards,")
     from .precache import precache

@@ -268,7 +268,7 @@ def _announce(variant: tuple, target: str) -> Iterator[None]:
         where = cache_dir()
         kept = (f"once: the result is kept in {where} for every environment with this numba" if where else
                 "in every process: the kernel cache is off (GPUDECODE_CACHE_DIR=0 or not writable)")
-        what = ("the CPU kernel for this machine (it takes 10-40 s" if target == "CPU" else
+        what = ("the CPU kernel for this machine (it takes up to a minute or so" if target == "CPU" else
                 "the CUDA kernels for this GPU (10-20 s for each output type and layout")
         print(f"gpudecode: compiling {what}, {kept})...", file=sys.stderr, flush=True)
 
