@@ -222,6 +222,17 @@ def cpu_namespace() -> dict:
                       overrides={"floorf": floorf, "nearbyint": nearbyint, "fetch": fetch})
 
 
+def inline_once(fn: Callable) -> Callable:
+    """Marks a large CPU twin function with one call site to be copied into its caller by
+    numba before typing (inline="always"; cpu_twin.py reads the mark). As a function of its
+    own, its library was optimized and made machine code, then optimized again inside its
+    caller's library, at each level of the sample's call tree: a third of the compile
+    (bench/RESULTS.md). The helpers called everywhere are inlined by LLVM instead
+    (cpu_namespace): copying them into thousands of call sites cost more."""
+    fn.inline = "always"  # type: ignore[attr-defined]
+    return fn
+
+
 def fastmath(*flags: str) -> Callable:
     """Marks a CPU twin function to be compiled with these fastmath flags (cpu_twin.py reads
     the mark): a reduction that may reassociate so that it vectorizes."""

@@ -4,7 +4,7 @@ interpreter (_program). Every function here is compiled for the CPU by cpu_twin.
 namespace of kernels/_pixel.py (the per-pixel formulas CUDA shares)."""
 from __future__ import annotations
 
-from ._compile import fastmath
+from ._compile import fastmath, inline_once
 
 
 # ---------------------------------------------------------------------------------------
@@ -315,6 +315,7 @@ def _blur_y_pass(px, px2, oh, a, w):
                 row[i] += wj * pj[i]
 
 
+@inline_once
 def _barrier_pass(op, px, px2, ow, oh, a, st, lut, wts):
     """Barrier op `op` by its formula (_barrier.barrier_pixel) at every pixel, column by
     column (each output row of px is contiguous), reading a copy of the image before it:
@@ -380,6 +381,7 @@ def _warp_pass(px, px2, ow, oh, a, perspective):
                 r0[y], r1[y], r2[y] = affine_integer(img, y, x, oh, ow, a)
 
 
+@inline_once
 def _barrier_fast(op, px, px2, ow, oh, a, st, lut, wts):
     """The barriers with a vectorized pass of their own (whole channel rows at a time),
     each equal to barrier_pixel's formula (tests/test_barrier_interpreter.py); False for
@@ -432,6 +434,7 @@ def _mix_pass(px, keep, mix, op, w):
             flat[i] = mix[i]
 
 
+@inline_once
 def _program(px, px2, aux, ow, oh, order, args, st, lut, wts, hist):
     """A sample's program, op by op over the whole image: a barrier with the statistic of
     the image at its turn (_statistic), its set-up and its formula (kernels/_barrier.py,

@@ -3,6 +3,8 @@ passes (the layout in cpu_passes.py's header), the 1:1 path, one sample at a tim
 Every function here is compiled for the CPU by cpu_twin.py."""
 from __future__ import annotations
 
+from ._compile import inline_once
+
 
 def _rows_u8(dst, src, p, step, w, count, n):
     """dst[t] = sum_k w[k] * src[p + k*step + t] for t < n: up to three taps in one store
@@ -188,6 +190,7 @@ def _output_pass(work, oh, bw, ow, mean, std, normalize, to_uint8, dst, doff, nh
         transpose(pxs, c * oh, 3 * oh, dst, doff + c * oh * ow, ow, ow, oh, normalize, m, s)
 
 
+@inline_once
 def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, oh, ow, dst, doff, work, nhwc,
                 ints, flts, stats, taps):
     """One sample; writes its float32 result contiguously at dst[doff:], as [3, oh, ow],

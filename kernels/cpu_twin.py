@@ -49,8 +49,8 @@ def _cpu_namespace() -> dict:
     for module in (cpu_passes, cpu_resample):
         for name, fn in vars(module).items():
             if inspect.isfunction(fn) and fn.__module__ == module.__name__:
-                flags = getattr(fn, "fastmath", None)
-                ns[name] = (jit(fastmath=flags) if flags else jit())(_compile.rebind(fn, ns))
+                marks = {"fastmath": getattr(fn, "fastmath", None), "inline": getattr(fn, "inline", None)}
+                ns[name] = jit(**{k: v for k, v in marks.items() if v})(_compile.rebind(fn, ns))
     return ns
 
 
