@@ -252,6 +252,19 @@ def _fill(o, a, b, v):
         o[x] = v
 
 
+def _pad_row(o, inside, x0, x1, ow, pad):
+    """The padded part of an output channel row of the 1:1 path: all of it where the row is
+    outside the source, else its columns left of x0 and from x1 on. (_fill, not a slice
+    assignment: that cost more per row than the row itself.)"""
+    if not inside:
+        _fill(o, 0, ow, pad)
+        return
+    if x0 > 0:
+        _fill(o, 0, x0, pad)
+    if x1 < ow:
+        _fill(o, x1, ow, pad)
+
+
 def _channel_row(o, t, c, x0, x1, v0, sub, mul):
     """o[x] = (t[3 * (v0 + x - x0) + c] - sub) * mul for x0 <= x < x1: one channel out of
     an interleaved row, at a fixed stride (the loop vectorizes)."""
@@ -333,13 +346,9 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
             for c in range(3):
                 start = doff + (c * oh + y) * ow
                 o = dst[start:start + ow]
+                _pad_row(o, inside, x0, x1, ow, pads[c])
                 if not inside:
-                    _fill(o, 0, ow, pads[c])
                     continue
-                if x0 > 0:
-                    _fill(o, 0, x0, pads[c])
-                if x1 < ow:
-                    _fill(o, x1, ow, pads[c])
                 p = base + c * g[SC] + vy * g[SY]
                 if flip:
                     _plane_row_flipped(o, src, p, x0, x1, v0, inv255, subs[c], muls[c])
@@ -356,14 +365,7 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
             _scale_row(t, src, base + vy * g[SY], 3 * vw, inv255)
         for c in range(3):
             start = doff + (c * oh + y) * ow
-            o = dst[start:start + ow]
-            if not inside:
-                _fill(o, 0, ow, pads[c])
-                continue
-            if x0 > 0:  # (a slice assignment per row costs more than the row itself)
-                _fill(o, 0, x0, pads[c])
-            if x1 < ow:
-                _fill(o, x1, ow, pads[c])
+            _pad_row(dst[start:start + ow], inside, x0, x1, ow, pads[c])
         if not inside:
             continue
         if n < 8:  # one channel at a time
