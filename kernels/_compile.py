@@ -216,7 +216,7 @@ def cpu_namespace() -> dict:
     # error_model="numpy": no ZeroDivisionError checks, whose branches stop vectorization
     # forceinline: LLVM inlines every helper into its callers (alwaysinline; left to itself it
     # would not inline adjust_hue). numba's inline="always" did the same by copying the helper's
-    # IR into each of some 5,700 call sites before typing: most of the compile (RESULTS)
+    # IR into each of thousands of call sites before typing: most of the compile (bench/RESULTS.md)
     return _namespace(lambda f: numba.njit(nogil=True, error_model="numpy", forceinline=True)(f),
                       {"np": np},
                       overrides={"floorf": floorf, "nearbyint": nearbyint, "fetch": fetch})
@@ -226,8 +226,8 @@ def inline_once(fn: Callable) -> Callable:
     """Marks a large CPU twin function with one call site to be copied into its caller by
     numba before typing (inline="always"; cpu_twin.py reads the mark). As a function of its
     own, its library was optimized and made machine code, then optimized again inside its
-    caller's library, at each level of the sample's call tree: a third of the compile
-    (bench/RESULTS.md). The helpers called everywhere are inlined by LLVM instead
+    caller's library, at each level of the sample's call tree (the compile's share in
+    bench/RESULTS.md). The helpers called everywhere are inlined by LLVM instead
     (cpu_namespace): copying them into thousands of call sites cost more."""
     fn.inline = "always"  # type: ignore[attr-defined]
     return fn

@@ -307,6 +307,11 @@ def _check_device(device: torch.device, dense: bool, layout: torch.layout) -> No
         raise ValueError(f"images must be dense tensors on the CPU or a CUDA device, not {device.type} {layout}")
 
 
+def _storage_bytes(image: torch.Tensor) -> torch.Tensor:
+    """The whole storage of a uint8 tensor as a 1-D view from its start (a byte an element)."""
+    return image.as_strided((image.untyped_storage().nbytes(),), (1,), 0)
+
+
 def _batch_source(images: torch.Tensor) -> tuple[torch.device, list[tuple[int, int]], np.ndarray,
                                                   tuple[torch.Tensor, np.ndarray, np.ndarray]]:
     """A batch tensor [N, C, H, W] as _sources gives images, with no work per image (a
@@ -323,8 +328,7 @@ def _batch_source(images: torch.Tensor) -> tuple[torch.device, list[tuple[int, i
     strides = np.empty((n, 3), np.int64)
     strides[:] = (sy, sx, sc if c == 3 else 0)
     offsets = int(images.storage_offset()) + int(sn) * np.arange(n, dtype=np.int64)
-    whole = images.as_strided((images.untyped_storage().nbytes(),), (1,), 0)  # (uint8: a byte an element)
-    return images.device, [(h, w)] * n, shapes, (whole, offsets, strides)
+    return images.device, [(h, w)] * n, shapes, (_storage_bytes(images), offsets, strides)
 
 
 def _sources(batch: Sequence[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
@@ -343,8 +347,7 @@ def _sources(batch: Sequence[torch.Tensor], device: torch.device) -> tuple[torch
     if not batch:
         return torch.empty(0, dtype=torch.uint8, device=device), np.zeros(0, np.int64), strides
     if len({im.untyped_storage().data_ptr() for im in batch}) == 1:
-        whole = batch[0].as_strided((batch[0].untyped_storage().nbytes(),), (1,), 0)  # (uint8: a byte an element)
-        return whole, np.asarray([im.storage_offset() for im in batch], np.int64), strides
+        return _storage_bytes(batch[0]), np.asarray([im.storage_offset() for im in batch], np.int64), strides
     extents = [1 + sum((size - 1) * st for size, st in zip(im.shape, im.stride())) if im.numel() else 0
                for im in batch]
     read = [k for k, e in enumerate(extents) if e]  # (an empty image is never read: offset 0)
