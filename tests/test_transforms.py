@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import itertools
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -895,6 +896,53 @@ def test_a_call_writes_into_out_when_given_and_refuses_one_that_does_not_fit(pho
     whole = torch.zeros((2, 3, 40, 40), dtype=torch.uint8)
     with pytest.raises(ValueError, match="shares memory"):
         same(whole[:, :, :16, :16], out=whole[:, :, 20:36, 20:36])
+
+
+def test_pil_images_are_read_as_torchvisions_pil_to_tensor_makes_them(photos):
+    """A Dataset's PIL images go to a call as they come (torchvision's transforms take them):
+    RGB and L read as PILToTensor makes them, bit for bit; other modes refused by name."""
+    from PIL import Image
+
+    tf = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+                    T.Normalize(MEAN, STD)])
+    rgb = [Image.fromarray(photos[n]) for n in ("chelsea", "coffee", "rocket")]
+    grey = Image.fromarray(photos["camera"][..., 0]).convert("L")
+    as_tensors = [tv.functional.pil_to_tensor(im) for im in rgb + [grey]]
+    assert [t.shape[0] for t in as_tensors] == [3, 3, 3, 1]
+    assert torch.equal(tf(rgb + [grey], seed=7), tf(as_tensors, seed=7))
+    one = tf(rgb[0], seed=8)  # one image: one output, as for a [3, H, W] tensor
+    assert one.shape == (3, 48, 48) and torch.equal(one, tf(as_tensors[0], seed=8))
+    assert torch.equal(tf(tuple(rgb[:2]), seed=9), tf(as_tensors[:2], seed=9))
+    for mode in ("RGBA", "P", "LA", "1", "CMYK", "I;16", "F"):
+        odd = Image.fromarray(photos["camera"][..., 0]).convert(mode)
+        with pytest.raises(TypeError, match=rf"image 1: a PIL image in mode '{re.escape(mode)}'; the transforms read "
+                                            r"RGB and L \(grey\) PIL images: convert it first"):
+            tf([rgb[0], odd])
+    with pytest.raises(TypeError, match=r"image 1: expected a uint8 tensor \[3, H, W\] or \[1, H, W\] or a PIL image, "
+                                        r"got <class 'str'>"):
+        tf([rgb[0], "photo.jpg"])
+
+
+def test_a_torchvision_dataset_takes_the_converted_transform_in_place_of_its_own():
+    """The drop-in use: torchvision's FakeData (PIL images) with the converted Compose as its
+    transform, through DataLoader's workers, against the same dataset with torchvision's."""
+    from torchvision.datasets import FakeData
+
+    steps = tv.Compose([tv.PILToTensor(), tv.Resize(40), tv.CenterCrop(32), tv.ToDtype(torch.float32, scale=True),
+                        tv.Normalize(MEAN, STD)])
+    ours = T.Compose.from_torchvision(steps)
+    ref = FakeData(size=12, image_size=(3, 45, 60), num_classes=5, transform=steps, random_offset=3)
+    data = FakeData(size=12, image_size=(3, 45, 60), num_classes=5, transform=ours, random_offset=3)
+    loaders = [torch.utils.data.DataLoader(d, batch_size=4, num_workers=2) for d in (ref, data)]
+    batches = 0
+    for (want, want_labels), (got, labels) in zip(*loaders):
+        assert got.shape == want.shape == (4, 3, 32, 32) and torch.equal(labels, want_labels)
+        # in levels: torchvision resizes the uint8 image and rounds it (half a level), the kernel
+        # resizes in float32 (within a level of torchvision's float resize, as above)
+        levels = (got - want).abs() * torch.tensor(STD).view(1, 3, 1, 1) * 255
+        assert float(levels.max()) <= 1.5 and float(levels.mean()) < 0.4  # (rounding alone: 0.25)
+        batches += 1
+    assert batches == 3
 
 
 def test_a_cpu_call_uses_torchs_thread_count(photos, monkeypatch):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 from typing import Any, Literal, Sequence
 
 import numpy as np
@@ -41,7 +42,9 @@ class Compose(Transform):
     touch of fresh memory, a large part of a CPU call: bench/RESULTS.md). Images are read
     where they lie, in any strides (a batch tensor, CHW views of HWC memory such as
     `torch.from_numpy(hwc).permute(2, 0, 1)`, a list of separate images on the CPU or one
-    CUDA device). On the CPU a call uses
+    CUDA device). PIL images in RGB or L mode, alone or in a list, are read as torchvision's
+    PILToTensor makes them (a copy of their pixels), so a torchvision dataset takes the
+    Compose as its transform; other modes are refused. On the CPU a call uses
     torch.get_num_threads() threads (1 in a DataLoader worker).
 
     Args:
@@ -237,8 +240,10 @@ class Compose(Transform):
         launch(src, geom, args, order, mean, std, view, normalize=self.plan.normalize is not None,
                antialias=self.plan.antialias, stream=stream, num_threads=num_threads, workspace=workspace)
 
-    def __call__(self, images: torch.Tensor | Sequence[torch.Tensor], params: Sequence[dict] | None = None,
+    def __call__(self, images: torch.Tensor | Sequence[torch.Tensor] | Any, params: Sequence[dict] | None = None,
                  *, seed: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+        if not isinstance(images, (torch.Tensor, list, tuple)):  # (one PIL image, as torchvision's are called)
+            images = _pil_tensor(images, 0) if _is_pil(images) else images
         single = isinstance(images, torch.Tensor) and images.ndim == 3
         if isinstance(images, torch.Tensor) and images.ndim == 4:  # a batch tensor: no per-image work
             device, sizes, shapes, (src, offsets, strides) = _batch_source(images)
@@ -249,10 +254,12 @@ class Compose(Transform):
             owners = batch = [images] if isinstance(images, torch.Tensor) else list(images)
             sizes, devices, dense = [], set(), True  # (one pass: a direct call of one image pays each step)
             for k, im in enumerate(batch):
+                if not isinstance(im, torch.Tensor) and _is_pil(im):
+                    im = batch[k] = _pil_tensor(im, k)
                 if (not isinstance(im, torch.Tensor) or im.dtype != torch.uint8 or im.ndim != 3
                         or im.shape[0] not in (1, 3)):
-                    raise TypeError(f"image {k}: expected a uint8 tensor [3, H, W] or [1, H, W], got "
-                                    f"{getattr(im, 'dtype', type(im))} {tuple(getattr(im, 'shape', ()))}")
+                    raise TypeError(f"image {k}: expected a uint8 tensor [3, H, W] or [1, H, W] or a PIL image, "
+                                    f"got {getattr(im, 'dtype', type(im))} {tuple(getattr(im, 'shape', ()))}")
                 devices.add(im.device)
                 dense = dense and im.layout == torch.strided
                 sizes.append((im.shape[1], im.shape[2]))
@@ -300,6 +307,24 @@ class Compose(Transform):
         ToImage/PILToTensor/ToTensor-style input conversions are dropped (the loader
         feeds uint8 tensors); ToTensor becomes ToDtype(float32, scale=True)."""
         return cls(convert(tv), layout=layout)
+
+
+def _is_pil(image: Any) -> bool:
+    """Whether `image` is a PIL image (Pillow not imported: it cannot be one)."""
+    pil = sys.modules.get("PIL.Image")
+    return pil is not None and isinstance(image, pil.Image)
+
+
+def _pil_tensor(image: Any, k: int) -> torch.Tensor:
+    """A PIL image as the kernel reads it, as torchvision's PILToTensor makes it (its pixels
+    copied, in the image's own HWC order: a CHW view of them): RGB as [3, H, W], L (grey) as
+    [1, H, W]. Other modes are refused rather than read as something else (a palette's
+    indices, an alpha channel dropped, 16-bit levels cut)."""
+    if image.mode not in ("RGB", "L"):
+        raise TypeError(f"image {k}: a PIL image in mode {image.mode!r}; the transforms read RGB and L (grey) "
+                        f"PIL images: convert it first, e.g. image.convert(\"RGB\").")
+    pixels = torch.from_numpy(np.array(image, dtype=np.uint8, copy=True))
+    return pixels.permute(2, 0, 1) if pixels.ndim == 3 else pixels[None]
 
 
 def _check_device(device: torch.device, dense: bool, layout: torch.layout) -> None:
