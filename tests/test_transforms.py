@@ -13,7 +13,7 @@ import torch
 import torchvision.transforms.v2 as tv
 from scipy import stats
 
-from gpudecode import TransformError
+from gpudecode import DecodeError, TransformError
 from gpudecode import transforms as T
 
 from tvref import torchvision_apply
@@ -898,7 +898,7 @@ def test_a_call_writes_into_out_when_given_and_refuses_one_that_does_not_fit(pho
         same(whole[:, :, :16, :16], out=whole[:, :, 20:36, 20:36])
 
 
-def test_pil_images_are_read_as_torchvisions_pil_to_tensor_makes_them(photos):
+def test_pil_images_are_read_as_torchvisions_pil_to_tensor_makes_them(photos, tmp_path):
     """A Dataset's PIL images go to a call as they come (torchvision's transforms take them):
     RGB and L read as PILToTensor makes them, bit for bit; other modes refused by name."""
     from PIL import Image
@@ -921,6 +921,15 @@ def test_pil_images_are_read_as_torchvisions_pil_to_tensor_makes_them(photos):
     with pytest.raises(TypeError, match=r"image 1: expected a uint8 tensor \[3, H, W\] or \[1, H, W\] or a PIL image, "
                                         r"got <class 'str'>"):
         tf([rgb[0], "photo.jpg"])
+    # a file opened lazily, cut short: PIL fails as it decodes, the call says which image and file
+    rgb[1].save(tmp_path / "cut.jpg", quality=90)
+    data = (tmp_path / "cut.jpg").read_bytes()
+    (tmp_path / "cut.jpg").write_bytes(data[:len(data) // 2])
+    with Image.open(tmp_path / "cut.jpg") as cut:
+        with pytest.raises(DecodeError, match=r"image 1: PIL could not read its pixels \(OSError: image file is "
+                                              r"truncated.*\)\. \(key '.*cut\.jpg'\)") as e:
+            tf([rgb[0], cut])
+    assert isinstance(e.value.__cause__, OSError) and e.value.key == str(tmp_path / "cut.jpg")
 
 
 def test_a_torchvision_dataset_takes_the_converted_transform_in_place_of_its_own():

@@ -11,6 +11,7 @@ import torch
 
 from ..decode._base import DecodedBatch
 from ..decode._span import span
+from ..errors import DecodeError
 from ..kernels import fused
 from ..kernels.launch import launch
 from ..kernels.workspace import Workspace, huge_pages
@@ -323,7 +324,12 @@ def _pil_tensor(image: Any, k: int) -> torch.Tensor:
     if image.mode not in ("RGB", "L"):
         raise TypeError(f"image {k}: a PIL image in mode {image.mode!r}; the transforms read RGB and L (grey) "
                         f"PIL images: convert it first, e.g. image.convert(\"RGB\").")
-    pixels = torch.from_numpy(np.array(image, dtype=np.uint8, copy=True))
+    try:  # (a lazily opened image is decoded here: a cut or corrupt file fails here)
+        array = np.array(image, dtype=np.uint8, copy=True)
+    except (OSError, SyntaxError, ValueError) as e:
+        name = getattr(image, "filename", None) or None
+        raise DecodeError(f"image {k}: PIL could not read its pixels ({type(e).__name__}: {e}).", key=name) from e
+    pixels = torch.from_numpy(array)
     return pixels.permute(2, 0, 1) if pixels.ndim == 3 else pixels[None]
 
 

@@ -402,6 +402,20 @@ def main(argv: list[str] | None = None) -> None:
             return 10 * len(small)
         t, count = timeit(run_small, repeat=a.repeat)
         per_call[name] = t / count * 1e6
+    # the same as PIL images, as torchvision's CIFAR10 dataset gives them, with the classic recipe
+    # (ToTensor) and the Compose converted from it as the dataset's transform
+    small_pil = [Image.fromarray(im.permute(1, 2, 0).numpy()) for im in small]
+    classic = v1.Compose([v1.RandomCrop(32, padding=4), v1.RandomHorizontalFlip(), v1.ToTensor(),
+                          v1.Normalize(MEAN, STD)])
+    for name, tf in (("gpudecode Compose(PIL image)", T.Compose.from_torchvision(classic)),
+                     ("torchvision classic (PIL image)", classic)):
+        def run_pil(tf=tf):
+            for _ in range(10):
+                for im in small_pil:
+                    tf(im)
+            return 10 * len(small_pil)
+        t, count = timeit(run_pil, repeat=a.repeat)
+        per_call[name] = t / count * 1e6
     # the same images as one CHW batch tensor a call (a set kept as a tensor, e.g. on the GPU): per image
     stacked = torch.stack(small * 16)  # [1024, 3, 32, 32]
     reuse = cifar.new_output(len(stacked))[0]
@@ -425,7 +439,8 @@ def main(argv: list[str] | None = None) -> None:
     print("32x32 images, RandomCrop(32, padding=4) + flip + Normalize: one a call (a Dataset's __getitem__), "
           "or a CHW batch tensor of 1024 a call:")
     for name, us in per_call.items():
-        print(f"  {name:34s} {us:8.2f} us an image ({per_call['torchvision v2 (image)'] / us:.2f}x torchvision v2)")
+        print(f"  {name:34s} {us:8.2f} us an image ({per_call['torchvision v2 (image)'] / us:.2f}x torchvision v2, "
+              f"{per_call['torchvision classic (PIL image)'] / us:.2f}x classic on PIL)")
     save("kernels", {"machine": machine(), "args": vars(a), "img_per_s": rows, "outputs": variants,
                      "us_per_image_32x32": per_call})
 
