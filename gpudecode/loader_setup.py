@@ -111,6 +111,7 @@ def _fake_data(ds: Any) -> Any:
     draws: the seed index + random_offset), as uint8 HWC .npy bytes, with its label."""
     import copy
 
+    from .decode.cpu import pil_pixels
     from .io.files import made
     from .tensors import encode_npy
 
@@ -121,7 +122,7 @@ def _fake_data(ds: Any) -> Any:
 
     def make(i: int) -> tuple[bytes, int]:
         img, label = plain[i]
-        return encode_npy(np.ascontiguousarray(np.asarray(img.convert("RGB")))), int(label)
+        return encode_npy(np.ascontiguousarray(pil_pixels(img))), int(label)
 
     size = tuple(getattr(ds, "image_size", ()))
     return made(f"FakeData({len(ds)}, {size}, seed offset {getattr(ds, 'random_offset', 0)})", len(ds), make, "npy")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import collections
 import itertools
 import pickle
-import re
 
 import numpy as np
 import pytest
@@ -900,7 +899,8 @@ def test_a_call_writes_into_out_when_given_and_refuses_one_that_does_not_fit(pho
 
 def test_pil_images_are_read_as_torchvisions_pil_to_tensor_makes_them(photos, tmp_path):
     """A Dataset's PIL images go to a call as they come (torchvision's transforms take them):
-    RGB and L read as PILToTensor makes them, bit for bit; other modes refused by name."""
+    RGB and L read as PILToTensor makes them, bit for bit; other modes made RGB as the
+    decoders make every image."""
     from PIL import Image
 
     tf = T.Compose([T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
@@ -913,11 +913,15 @@ def test_pil_images_are_read_as_torchvisions_pil_to_tensor_makes_them(photos, tm
     one = tf(rgb[0], seed=8)  # one image: one output, as for a [3, H, W] tensor
     assert one.shape == (3, 48, 48) and torch.equal(one, tf(as_tensors[0], seed=8))
     assert torch.equal(tf(tuple(rgb[:2]), seed=9), tf(as_tensors[:2], seed=9))
-    for mode in ("RGBA", "P", "LA", "1", "CMYK", "I;16", "F"):
-        odd = Image.fromarray(photos["camera"][..., 0]).convert(mode)
-        with pytest.raises(TypeError, match=rf"image 1: a PIL image in mode '{re.escape(mode)}'; the transforms read "
-                                            r"RGB and L \(grey\) PIL images: convert it first"):
-            tf([rgb[0], odd])
+    # other modes: RGB as the decoders make every image (Pillow's convert("RGB"); 16-bit grey by its high byte)
+    for mode in ("RGBA", "P", "LA", "1", "CMYK", "YCbCr"):
+        odd = Image.fromarray(photos["chelsea"]).convert(mode)
+        want = tv.functional.pil_to_tensor(odd.convert("RGB"))
+        assert torch.equal(tf([rgb[0], odd], seed=3), tf([as_tensors[0], want], seed=3)), mode
+    levels = photos["camera"][..., 0]
+    deep = Image.fromarray(levels.astype(np.uint16) * 256 + 7)
+    assert deep.mode == "I;16"
+    assert torch.equal(tf(deep, seed=4), tf(torch.from_numpy(levels.copy())[None], seed=4))
     with pytest.raises(TypeError, match=r"image 1: expected a uint8 tensor \[3, H, W\] or \[1, H, W\] or a PIL image, "
                                         r"got <class 'str'>"):
         tf([rgb[0], "photo.jpg"])

@@ -32,16 +32,27 @@ from ._base import DecodedBatch, Request, Requests, hwc_strides, pillow_formats
 from ._span import span
 
 
+def pil_pixels(im, *, grey: bool = False) -> np.ndarray:
+    """A PIL image's pixels as every image here comes out (the module docstring): uint8
+    [H, W, 3] RGB; 16-bit (and 32-bit integer) grey by the high byte of each level; any
+    other mode as Pillow's convert("RGB") makes it (palette expanded, alpha dropped). With
+    `grey`, grey (L or 16-bit) stays one channel, [H, W, 1] (the kernel reads it as RGB:
+    the same output). The array may be read-only (Pillow's own bytes)."""
+    if im.mode in ("I;16", "I;16B", "I;16L", "I"):
+        a = (np.asarray(im, dtype=np.uint32) >> 8).astype(np.uint8)[..., None]
+        return a if grey else np.repeat(a, 3, axis=2)
+    if grey and im.mode == "L":
+        return np.asarray(im)[..., None]
+    return np.asarray(im if im.mode == "RGB" else im.convert("RGB"))
+
+
 def _pillow_rgb(data: bytes, max_pixels: int) -> np.ndarray:
     from PIL import Image
 
     with Image.open(io.BytesIO(data), formats=pillow_formats()) as im:
         if max_pixels and im.width * im.height > max_pixels:
             raise ValueError(f"image of {im.width}x{im.height} pixels is over the limit of {max_pixels} pixels")
-        if im.mode in ("I;16", "I;16B", "I;16L", "I"):
-            a = np.asarray(im, dtype=np.uint32) >> 8
-            return np.repeat(a.astype(np.uint8)[..., None], 3, axis=2)
-        return np.asarray(im.convert("RGB"))
+        return pil_pixels(im)
 
 
 def _png_rgb(data: bytes, max_pixels: int, height: int, width: int) -> np.ndarray:

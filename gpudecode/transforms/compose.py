@@ -43,9 +43,10 @@ class Compose(Transform):
     touch of fresh memory, a large part of a CPU call: bench/RESULTS.md). Images are read
     where they lie, in any strides (a batch tensor, CHW views of HWC memory such as
     `torch.from_numpy(hwc).permute(2, 0, 1)`, a list of separate images on the CPU or one
-    CUDA device). PIL images in RGB or L mode, alone or in a list, are read as torchvision's
-    PILToTensor makes them (a copy of their pixels), so a torchvision dataset takes the
-    Compose as its transform; other modes are refused. On the CPU a call uses
+    CUDA device). PIL images, alone or in a list, are read as torchvision's PILToTensor
+    makes RGB and L ones (a copy of their pixels), so a torchvision dataset takes the
+    Compose as its transform; other modes become RGB as the decoders make them (a
+    palette expanded, alpha dropped, 16-bit grey by its high byte). On the CPU a call uses
     torch.get_num_threads() threads (1 in a DataLoader worker).
 
     Args:
@@ -317,20 +318,18 @@ def _is_pil(image: Any) -> bool:
 
 
 def _pil_tensor(image: Any, k: int) -> torch.Tensor:
-    """A PIL image as the kernel reads it, as torchvision's PILToTensor makes it (its pixels
-    copied, in the image's own HWC order: a CHW view of them): RGB as [3, H, W], L (grey) as
-    [1, H, W]. Other modes are refused rather than read as something else (a palette's
-    indices, an alpha channel dropped, 16-bit levels cut)."""
-    if image.mode not in ("RGB", "L"):
-        raise TypeError(f"image {k}: a PIL image in mode {image.mode!r}; the transforms read RGB and L (grey) "
-                        f"PIL images: convert it first, e.g. image.convert(\"RGB\").")
+    """A PIL image as the kernel reads it: its pixels as the decoders make every image
+    (decode.cpu.pil_pixels: RGB; grey kept as one channel, read as RGB; a palette expanded,
+    alpha dropped, 16-bit levels by their high byte), copied, as a CHW view of HWC memory."""
+    from ..decode.cpu import pil_pixels
+
     try:  # (a lazily opened image is decoded here: a cut or corrupt file fails here)
-        array = np.array(image, dtype=np.uint8, copy=True)
+        array = pil_pixels(image, grey=True)
     except (OSError, SyntaxError, ValueError) as e:
         name = getattr(image, "filename", None) or None
         raise DecodeError(f"image {k}: PIL could not read its pixels ({type(e).__name__}: {e}).", key=name) from e
-    pixels = torch.from_numpy(array)
-    return pixels.permute(2, 0, 1) if pixels.ndim == 3 else pixels[None]
+    pixels = torch.from_numpy(array if array.flags.writeable else array.copy())
+    return pixels.permute(2, 0, 1)
 
 
 def _check_device(device: torch.device, dense: bool, layout: torch.layout) -> None:
