@@ -528,6 +528,43 @@ def test_a_path_too_long_for_the_file_system_is_a_shard_read_error():
     assert e.value.shard == long
 
 
+def test_a_remote_pattern_whose_backend_is_missing_is_a_shard_read_error(tmp_path):
+    """Found by the shard_list fuzzer: a glob over s3:// without s3fs installed escaped as
+    fsspec's bare ImportError ("Install s3fs to access S3"); an unknown protocol as its
+    ValueError. Both are ShardReadErrors naming the pattern, fsspec's error as the cause;
+    an fsspec file system that is there (memory://) lists its files."""
+    import fsspec
+
+    from gpudecode import ShardReadError
+    from gpudecode.io.shards import expand_urls
+
+    with pytest.raises(ShardReadError, match=r"cannot list the files the pattern names: ValueError: Protocol not "
+                                             r"known: nosuch") as e:
+        expand_urls("nosuch://bucket/train-*.tar")
+    assert e.value.shard == "nosuch://bucket/train-*.tar" and isinstance(e.value.__cause__, ValueError)
+    try:
+        import s3fs  # noqa: F401
+    except ImportError:
+        with pytest.raises(ShardReadError, match=r"ImportError: Install s3fs to access S3") as e:
+            expand_urls("s3://bucket/xt/x-{000..001}-*.tar")
+        assert e.value.shard == "s3://bucket/xt/x-000-*.tar" and isinstance(e.value.__cause__, ImportError)
+    # every file a remote glob matches (it gave the first alone: fsspec's get_fs_token_paths globbed it
+    # already, and the first of its matches was globbed again), in the pattern's spelling
+    fs = fsspec.filesystem("memory")
+    urls, keys = _many_shards(tmp_path, 2)
+    for name, local in zip(("b-0.tar", "b-1.tar", "c-0.tar", "d-000002.tar", "d-000010.tar", "d-7.tar"), urls * 3):
+        fs.pipe(f"/listing/{name}", Path(local).read_bytes())
+    try:
+        assert expand_urls("memory://listing/b-*.tar") == ["memory://listing/b-0.tar", "memory://listing/b-1.tar"]
+        assert expand_urls("memory:///listing/b-*.tar") == ["memory:///listing/b-0.tar", "memory:///listing/b-1.tar"]
+        with pytest.warns(RuntimeWarning, match=r"numbers 2\.\.10 lack 3, 4, 5, 6, 7 and 2 more"):
+            assert expand_urls("memory://listing/d-%06d.tar") == ["memory://listing/d-000002.tar",
+                                                                  "memory://listing/d-000010.tar"]
+        assert [s.key for s in ShardReader("memory://listing/b-*.tar")] == keys  # (both shards read)
+    finally:
+        fs.rm("/listing", recursive=True)
+
+
 def test_a_pattern_field_of_absurd_width_is_a_value_error():
     """Found by the shard_list fuzzer: `%0111...1d` (a width of dozens of digits) overflowed
     the regular expression built from it (a bare OverflowError); writing refuses it too."""

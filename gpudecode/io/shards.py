@@ -189,11 +189,16 @@ def _matched(url: str) -> list[str]:
         prefix = "file://" if url.startswith("file://") else ""
         found = [prefix + f for f in found if os.path.isfile(f)]
     else:
-        import fsspec
+        try:
+            import fsspec
 
-        fs, _, paths = fsspec.get_fs_token_paths(pattern)
-        proto = url.split("://", 1)[0]
-        found = [f"{proto}://{p}" if "://" not in p else p for p in fs.glob(paths[0] if paths else pattern)]
+            fs, path = fsspec.core.url_to_fs(pattern)  # (get_fs_token_paths would glob it itself)
+            listed = fs.glob(path)
+        except Exception as e:  # fsspec and its backends raise their own types (a backend not installed: ImportError)
+            raise ShardReadError(f"cannot list the files the pattern names: {type(e).__name__}: {e}", shard=url) from e
+        proto, rest = url.split("://", 1)
+        # in the user's spelling (memory:// lists "/a/b" for memory://a/b): what the pattern's regex matches
+        found = [p if "://" in p else f"{proto}://{p if rest.startswith('/') else p.lstrip('/')}" for p in listed]
     if rx is not None:
         hits = [(int(mm.group(1)), f) for f in found if (mm := rx.fullmatch(f))]
         found = [f for _, f in sorted(hits)]
