@@ -345,7 +345,8 @@ TarIndex run_index(Source& src, int64_t end, int64_t start = 0, int64_t max_memb
         const std::string err = p.extended(d, s.size);
         if (!err.empty()) {
           const int64_t at = p.position();
-          const std::string name = at + kTarBlock <= end ? p.refused_member(src.fetch(at, kTarBlock)) : "";
+          // (a pax path names the member even where the archive ends before the next header)
+          const std::string name = p.refused_member(at + kTarBlock <= end ? src.fetch(at, kTarBlock) : nullptr);
           if (!name.empty()) {
             idx.error_member = name;
             idx.has_error_member = true;
