@@ -565,6 +565,54 @@ def test_a_remote_pattern_whose_backend_is_missing_is_a_shard_read_error(tmp_pat
         fs.rm("/listing", recursive=True)
 
 
+def test_a_remote_folder_and_list_file_name_their_shards_as_local_ones_do(tmp_path):
+    """A folder or a list file on an fsspec file system (memory:// here; s3://, gs://) names
+    the shards a local one does (they failed as shards: "cannot open shard"); the samples
+    read through them are tarfile's; a folder of two gpudecode sets is refused as locally."""
+    import fsspec
+
+    from gpudecode import ShardReadError
+    from gpudecode.io.shards import expand_urls
+
+    urls, keys = _many_shards(tmp_path, 3)
+    (tmp_path / "list.txt").write_text("# two of them\ns-000.tar\n\n" + urls[2] + "\n")
+    fs = fsspec.filesystem("memory")
+    for u in urls:
+        fs.pipe(f"/rf/{os.path.basename(u)}", Path(u).read_bytes())
+    fs.pipe("/rf/notes.txt.bak", b"x")
+    fs.pipe("/rf/list.txt", b"\xef\xbb\xbf# two of them\ns-000.tar\n\nmemory://rf/s-002.tar\n")
+    fs.pipe("/rf/lists.txt", b"list.txt\nmemory://rf/s-001.tar\n")
+    fs.pipe("/rf/loop.txt", b"s-000.tar\nloop.txt\n")
+    fs.pipe("/empty/notes.md", b"x")
+    fs.pipe("/two/train-000000.tar", b"x")
+    fs.pipe("/two/train-classes.json", b"{}")
+    fs.pipe("/two/val-000000.tar", b"x")
+    fs.pipe("/two/val-classes.json", b"{}")
+    try:
+        names = [os.path.basename(u) for u in expand_urls(str(tmp_path))]
+        for folder in ("memory://rf", "memory://rf/"):
+            assert expand_urls(folder) == [f"memory://rf/{n}" for n in names], folder
+            assert [smp.key for smp in ShardReader(folder)] == keys
+        listed = expand_urls("memory://rf/list.txt")
+        assert [os.path.basename(u) for u in listed] == [os.path.basename(u) for u in expand_urls(str(tmp_path / "list.txt"))]
+        assert listed == ["memory://rf/s-000.tar", "memory://rf/s-002.tar"]
+        assert expand_urls("memory://rf/lists.txt") == listed + ["memory://rf/s-001.tar"]
+        with pytest.raises(ValueError, match="includes itself"):
+            expand_urls("memory://rf/loop.txt")
+        with pytest.raises(ShardReadError, match="the folder holds no .tar/.tgz/.tar.gz shards") as e:
+            expand_urls("memory://empty/")
+        assert e.value.shard == "memory://empty/"
+        with pytest.raises(ShardReadError, match=r"holds 2 sets of shards written by gpudecode shard \(train-\*: 1, "
+                                                 r"val-\*: 1\): name one, e.g. memory://two/train-%06d.tar"):
+            expand_urls("memory://two")
+        with pytest.raises(ShardReadError, match="cannot read the list: FileNotFoundError"):
+            expand_urls("memory://rf/missing.txt")
+        assert expand_urls("memory://rf/s-009.tar") == ["memory://rf/s-009.tar"]  # (a shard: no request)
+    finally:
+        for d in ("/rf", "/empty", "/two"):
+            fs.rm(d, recursive=True)
+
+
 def test_a_pattern_field_of_absurd_width_is_a_value_error():
     """Found by the shard_list fuzzer: `%0111...1d` (a width of dozens of digits) overflowed
     the regular expression built from it (a bare OverflowError); writing refuses it too."""

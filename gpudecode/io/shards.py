@@ -99,7 +99,7 @@ def _expand_one(spec: str, seen: frozenset[str] = frozenset(), files: dict | Non
         if is_dir:
             found = sorted(str(p) for p in path.iterdir() if p.name.endswith(SHARD_SUFFIXES) and p.is_file())
             if found:
-                _one_set(path, found)
+                _one_set(str(path), found, [p.name for p in path.glob("*-classes.json")])
                 return found
             if files is None:
                 raise ShardReadError("directory holds no .tar/.tgz/.tar.gz shards (an ImageFolder tree is read "
@@ -120,40 +120,91 @@ def _expand_one(spec: str, seen: frozenset[str] = frozenset(), files: dict | Non
                     line = str(path.parent / local_path(line))
                 out.extend(_expand_one(line, seen | {key}, files))
             return out
+    elif not url.lower().startswith(("http://", "https://")):
+        return _remote_folder_or_list(url, seen, files)
     return [url]
 
 
-def _one_set(folder: Path, found: list[str]) -> None:
+def _remote_folder_or_list(url: str, seen: frozenset[str], files: dict | None) -> list[str]:
+    """A URL on an fsspec file system that lists (s3://, gs://, memory://; not HTTP) read as
+    a local path is: a folder (a URL ending in "/", or a name without a dot that is a folder
+    there) gives its shards, sorted; a list file (.txt, .list, ...) its lines, relative ones
+    from its folder; anything else is the URL itself (a shard), with no request made.
+
+    Raises:
+        ShardReadError: the folder holds no shards, or cannot be listed or read.
+    """
+    name = url.rstrip("/").rpartition("/")[2]
+    is_list = name.endswith(_LIST_SUFFIXES)
+    maybe_folder = url.endswith("/") or (name and "." not in name)
+    if not (is_list or maybe_folder):
+        return [url]
+    try:
+        import fsspec
+
+        fs, path = fsspec.core.url_to_fs(url)
+        if maybe_folder:
+            if not fs.isdir(path):
+                return [url]  # (a shard named without a suffix)
+            entries = fs.ls(path, detail=True)
+        else:
+            text = fs.cat_file(path).decode("utf-8-sig")  # (a BOM is no part of the first line)
+    except Exception as e:  # fsspec and its backends raise their own types
+        raise ShardReadError(f"cannot {'list the folder' if maybe_folder else 'read the list'}: "
+                             f"{type(e).__name__}: {e}", shard=url) from e
+    if maybe_folder:
+        names = sorted(e["name"].rstrip("/").rpartition("/")[2] for e in entries if e.get("type") == "file")
+        base = url.rstrip("/")
+        found = [f"{base}/{n}" for n in names if n.endswith(SHARD_SUFFIXES)]
+        if not found:
+            raise ShardReadError("the folder holds no .tar/.tgz/.tar.gz shards (a remote ImageFolder tree is not "
+                                 "read: make shards of it with gpudecode shard)", shard=url)
+        _one_set(base, found, [n for n in names if n.endswith("-classes.json")])
+        return found
+    if url in seen:
+        raise ValueError(f"shard list {url!r} includes itself")
+    folder = url.rpartition("/")[0]
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            out.extend(_expand_one(line if "://" in line or line.startswith("/") else f"{folder}/{line}",
+                                   seen | {url}, files))
+    return out
+
+
+def _one_set(folder: str, found: list[str], indexes: list[str]) -> None:
     """A folder holding the shards of several sets `gpudecode shard` wrote (train-*, val-*,
-    each with its class index beside) is not one dataset: refused, naming the sets.
+    each with its class index beside: `indexes`, the folder's *-classes.json names) is not
+    one dataset: refused, naming the sets.
 
     Raises:
         ShardReadError: two sets or more.
     """
     sets = {}
-    for idx in folder.glob("*-classes.json"):
-        head = idx.name[:-len("-classes.json")]
+    for idx in indexes:
+        head = idx[:-len("-classes.json")]
         rx = re.compile(re.escape(head) + r"[-_.]?\d+(\.tar|\.tgz|\.tar\.gz)")
-        members = [f for f in found if rx.fullmatch(os.path.basename(f))]
+        members = [f for f in found if rx.fullmatch(f.rpartition("/")[2])]
         if members:
             sets[head] = members
     if len(sets) > 1:
         shown = ", ".join(f"{h}-*: {len(m)}" for h, m in sorted(sets.items()))
         first = sorted(sets)[0]
         raise ShardReadError(f"the folder holds {len(sets)} sets of shards written by gpudecode shard ({shown}): "
-                             f"name one, e.g. {folder / first}-%06d.tar, or all with {folder}/*.tar",
-                             shard=str(folder))
+                             f"name one, e.g. {folder}/{first}-%06d.tar, or all with {folder}/*.tar",
+                             shard=folder)
     # shards of another tool: names that differ before their numbers (train-000.tar beside
     # val-000.tar) are read as one set, as asked, but said
     groups: dict[str, int] = {}
     for f in found:  # a name with its numbers taken out: train-000003.tar -> train-#.tar
-        head = _DIGITS.sub("#", os.path.basename(f))
+        head = _DIGITS.sub("#", f.rpartition("/")[2])
         groups[head] = groups.get(head, 0) + 1
     if len(groups) > 1 and all(n > 0 for n in groups.values()) and len(groups) < len(found):
         shown = ", ".join(f"{h}: {n}" for h, n in sorted(groups.items())[:4])
         warnings.warn(f"{folder}: its shards are read as one set, but their names fall in {len(groups)} groups "
                       f"({shown}): if these are different splits (train and val), name one with a pattern, e.g. "
-                      f"{folder / sorted(groups)[0].replace('#', '*')}", RuntimeWarning, stacklevel=5)
+                      f"{folder}/{sorted(groups)[0].replace('#', '*')}", RuntimeWarning, stacklevel=5)
 
 
 _GLOB = re.compile(r"[*?[]")
@@ -257,9 +308,9 @@ def expand_urls(urls: ShardSpec, *, files: dict | None = None) -> list[str]:
     directory (its .tar/.tgz/.tar.gz files, sorted); a text file (.txt/.list/.lst/.shards)
     of URLs, one a line, relative paths taken from the file's folder; several patterns
     joined by `::`; a glob (`train-*.tar`, sorted) and the printf pattern `gpudecode shard`
-    writes (`train-%06d.tar`: the files that fit it, in number order), local or on an
-    fsspec file system that lists (not HTTP). Local paths, `file://` and any fsspec URL
-    (`http://`, `s3://`, ...).
+    writes (`train-%06d.tar`: the files that fit it, in number order). Folders, list files,
+    globs and printf patterns work local or on an fsspec file system that lists (s3://,
+    gs://; not HTTP). Local paths, `file://` and any fsspec URL (`http://`, `s3://`, ...).
 
     With `files` (a dict), image files are taken too (gpudecode.io.files): an ImageFolder
     tree, a list file of `path label` lines, image paths or (path, label) pairs in a list
