@@ -608,6 +608,15 @@ def test_a_remote_folder_and_list_file_name_their_shards_as_local_ones_do(tmp_pa
         with pytest.raises(ShardReadError, match="cannot read the list: FileNotFoundError"):
             expand_urls("memory://rf/missing.txt")
         assert expand_urls("memory://rf/s-009.tar") == ["memory://rf/s-009.tar"]  # (a shard: no request)
+        # read shuffled through a glob and a local cache, two epochs: the local folder's samples, byte for byte
+        cache = tmp_path / "cache"
+        for epoch in (0, 1):
+            got, want = (ShardReader(u, shuffle=True, seed=5, cache_dir=c) for u, c in
+                         (("memory://rf/s-*.tar", cache), (str(tmp_path), None)))
+            got.set_epoch(epoch)
+            want.set_epoch(epoch)
+            assert as_pairs(got) == as_pairs(want) and sorted(smp.key for smp in got) == sorted(keys)
+        assert len([p for p in cache.rglob("*") if p.is_file() and p.name.endswith(".tar")]) == 3
     finally:
         for d in ("/rf", "/empty", "/two"):
             fs.rm(d, recursive=True)
