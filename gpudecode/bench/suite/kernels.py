@@ -391,30 +391,22 @@ def main(argv: list[str] | None = None) -> None:
         torch.stack(tensors[:64]).float(), size=(32, 32), mode="area").round().to(torch.uint8)]
     per_call = {}
     cifar = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
-    for name, tf in (("gpudecode Compose(image)", cifar),
-                     ("torchvision v2 (image)", v2.Compose([v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip(),
-                                                           v2.ToDtype(torch.float32, scale=True),
-                                                           v2.Normalize(MEAN, STD)]))):
-        def run_small(tf=tf):
-            for _ in range(10):
-                for im in small:
-                    tf(im)
-            return 10 * len(small)
-        t, count = timeit(run_small, repeat=a.repeat)
-        per_call[name] = t / count * 1e6
-    # the same as PIL images, as torchvision's CIFAR10 dataset gives them, with the classic recipe
-    # (ToTensor) and the Compose converted from it as the dataset's transform
+    # the same as PIL images too, as torchvision's CIFAR10 dataset gives them, with the classic
+    # recipe (ToTensor) and the Compose converted from it as the dataset's transform
     small_pil = [Image.fromarray(im.permute(1, 2, 0).numpy()) for im in small]
     classic = v1.Compose([v1.RandomCrop(32, padding=4), v1.RandomHorizontalFlip(), v1.ToTensor(),
                           v1.Normalize(MEAN, STD)])
-    for name, tf in (("gpudecode Compose(PIL image)", T.Compose.from_torchvision(classic)),
-                     ("torchvision classic (PIL image)", classic)):
-        def run_pil(tf=tf):
+    tv2_small = v2.Compose([v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip(),
+                            v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+    for name, tf, images in (("gpudecode Compose(image)", cifar, small), ("torchvision v2 (image)", tv2_small, small),
+                             ("gpudecode Compose(PIL image)", T.Compose.from_torchvision(classic), small_pil),
+                             ("torchvision classic (PIL image)", classic, small_pil)):
+        def run_small(tf=tf, images=images):
             for _ in range(10):
-                for im in small_pil:
+                for im in images:
                     tf(im)
-            return 10 * len(small_pil)
-        t, count = timeit(run_pil, repeat=a.repeat)
+            return 10 * len(images)
+        t, count = timeit(run_small, repeat=a.repeat)
         per_call[name] = t / count * 1e6
     # the same images as one CHW batch tensor a call (a set kept as a tensor, e.g. on the GPU): per image
     stacked = torch.stack(small * 16)  # [1024, 3, 32, 32]
