@@ -607,6 +607,10 @@ def test_a_remote_folder_and_list_file_name_their_shards_as_local_ones_do(tmp_pa
             expand_urls("memory://two")
         with pytest.raises(ShardReadError, match="cannot read the list: FileNotFoundError"):
             expand_urls("memory://rf/missing.txt")
+        fs.pipe("/rf/images.txt", b"# a file list\nimg/a.jpg 3\nimg/b.png 1\n")  # (read locally, a file list)
+        for files in (None, {}):
+            with pytest.raises(ShardReadError, match=r"the list names image files .*: remote file lists are not read"):
+                expand_urls("memory://rf/images.txt", files=files)
         assert expand_urls("memory://rf/s-009.tar") == ["memory://rf/s-009.tar"]  # (a shard: no request)
         # read shuffled through a glob and a local cache, two epochs: the local folder's samples, byte for byte
         cache = tmp_path / "cache"

@@ -27,7 +27,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from ..errors import RESOURCE_ERRNOS, LabelError, LocatedError, ShardReadError, resource_error
 
@@ -203,11 +203,17 @@ def looks_like_file_list(path: Path) -> bool:
     """A list file of `path label` lines (or paths of images alone), not of shard URLs:
     its first entry names an image file."""
     with open(path, encoding="utf-8-sig", errors="replace") as f:
-        for line in f:
-            line = line.strip()
-            if line and not line.startswith("#"):
-                head = line.rsplit(None, 1)
-                return is_image_file(head[0]) or (len(head) == 2 and is_image_file(line))
+        return names_images(f)
+
+
+def names_images(lines: Iterable[str]) -> bool:
+    """Whether a list file's first entry (`lines`, comments and blank lines passed over)
+    names an image file, alone or followed by a label."""
+    for line in lines:
+        line = line.strip()
+        if line and not line.startswith("#"):
+            head = line.rsplit(None, 1)
+            return is_image_file(head[0]) or (len(head) == 2 and is_image_file(line))
     return False
 
 

@@ -163,6 +163,9 @@ def _remote_folder_or_list(url: str, seen: frozenset[str], files: dict | None) -
         return found
     if url in seen:
         raise ValueError(f"shard list {url!r} includes itself")
+    if _files.names_images(text.splitlines()):
+        raise ShardReadError("the list names image files (a file list of `path label` lines): remote file lists are "
+                             "not read; make shards of the images with gpudecode shard, or copy both here.", shard=url)
     folder = url.rpartition("/")[0]
     out = []
     for line in text.splitlines():
