@@ -112,10 +112,7 @@ def _expand_one(spec: str, seen: frozenset[str] = frozenset(), files: dict | Non
             if key in seen:
                 raise ValueError(f"shard list {url!r} includes itself")
             out = []
-            for line in path.read_text(encoding="utf-8-sig").splitlines():  # (a BOM is no part of the first line)
-                line = line.strip()
-                if not line or line.startswith("#"):
-                    continue
+            for line in _entries(path.read_text(encoding="utf-8-sig")):  # (a BOM is no part of the first line)
                 if is_local(line) and not os.path.isabs(local_path(line)):
                     line = str(path.parent / local_path(line))
                 out.extend(_expand_one(line, seen | {key}, files))
@@ -139,6 +136,8 @@ def _remote_folder_or_list(url: str, seen: frozenset[str], files: dict | None) -
     maybe_folder = url.endswith("/") or (name and "." not in name)
     if not (is_list or maybe_folder):
         return [url]
+    if is_list and url in seen:
+        raise ValueError(f"shard list {url!r} includes itself")
     try:
         import fsspec
 
@@ -161,19 +160,19 @@ def _remote_folder_or_list(url: str, seen: frozenset[str], files: dict | None) -
                                  "read: make shards of it with gpudecode shard)", shard=url)
         _one_set(base, found, [n for n in names if n.endswith("-classes.json")])
         return found
-    if url in seen:
-        raise ValueError(f"shard list {url!r} includes itself")
-    if _files.names_images(text.splitlines()):
+    lines = _entries(text)
+    if _files.names_images(lines):
         raise ShardReadError("the list names image files (a file list of `path label` lines): remote file lists are "
                              "not read; make shards of the images with gpudecode shard, or copy both here.", shard=url)
     folder = url.rpartition("/")[0]
-    out = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line and not line.startswith("#"):
-            out.extend(_expand_one(line if "://" in line or line.startswith("/") else f"{folder}/{line}",
-                                   seen | {url}, files))
-    return out
+    return [u for line in lines
+            for u in _expand_one(line if "://" in line or line.startswith("/") else f"{folder}/{line}",
+                                 seen | {url}, files)]
+
+
+def _entries(text: str) -> list[str]:
+    """A shard list's entries: its lines stripped, blank ones and `#` comments left out."""
+    return [line for raw in text.splitlines() if (line := raw.strip()) and not line.startswith("#")]
 
 
 def _one_set(folder: str, found: list[str], indexes: list[str]) -> None:
