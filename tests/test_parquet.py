@@ -467,3 +467,55 @@ def test_classes_open_a_file_once_and_again_when_it_changes(parquet_set, tmp_pat
     datasets.Dataset.from_dict({"image": [{"bytes": parquet_set[1][0], "path": None}], "label": [1]},
                                features=features).to_parquet(path)
     assert P.classes(path) == ("x", "y") and opened == [path]
+
+
+def test_a_folder_of_parquet_files_is_named_by_its_folder(parquet_set, tmp_path):
+    """A Hugging Face dataset's data/ folder named as it is, local or on fsspec (memory://):
+    its Parquet files, sorted, the same batches as the files named one by one; the files
+    of two splits in one folder, or Parquet files beside tar shards, refused by name."""
+    import shutil
+
+    from gpudecode.errors import ShardReadError
+    from gpudecode.io.shards import expand_urls
+
+    fsspec = pytest.importorskip("fsspec")
+    path = parquet_set[0]
+    data = tmp_path / "data"
+    data.mkdir()
+    files = [str(shutil.copy(path, data / f"train-0000{k}-of-00002.parquet")) for k in (1, 0)][::-1]
+    (data / "README.md").write_text("a dataset card")
+    remote = "memory://hub/data"
+    for f in files:
+        with open(f, "rb") as src, fsspec.open(f"{remote}/{f.rpartition('/')[2]}", "wb") as dst:
+            dst.write(src.read())
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    assert expand_urls(str(data)) == expand_urls(str(data) + "/") == files
+    assert expand_urls(remote) == expand_urls(remote + "/") == [f"{remote}/{f.rpartition('/')[2]}" for f in files]
+    got = []
+    for spec in (files, str(data), remote):
+        with Loader(spec, batch_size=16, transform=None, device="cpu", shuffle=True, seed=2) as ld:
+            got.append([(b.keys, b.images.clone(), b.labels.clone()) for b in ld])
+            assert ld.reader.classes == ["a", "b", "c"]
+    assert sum(len(b[0]) for b in got[0]) == rows == 80
+    for other in got[1:]:
+        assert len(other) == len(got[0])
+        for x, y in zip(got[0], other):
+            assert x[0] == y[0] and torch.equal(x[1], y[1]) and torch.equal(x[2], y[2])
+    plain = tmp_path / "plain"  # names of no convention: every one, sorted
+    plain.mkdir()
+    shutil.copy(path, plain / "b.PQ")
+    shutil.copy(path, plain / "a.parquet")
+    assert expand_urls(str(plain)) == [f"{plain}/a.parquet", f"{plain}/b.PQ"]
+    shutil.copy(path, data / "test-00000-of-00001.parquet")
+    with pytest.raises(ShardReadError, match=r"Parquet files of 2 splits \(test: 1, train: 2\): name one, e\.g\. "
+                                             r".*/data/train-\*\.parquet") as e:
+        expand_urls(str(data))
+    assert e.value.shard == str(data)
+    with open(path, "rb") as src, fsspec.open(f"{remote}/test-00000-of-00001.parquet", "wb") as dst:
+        dst.write(src.read())
+    with pytest.raises(ShardReadError, match="2 splits"):
+        Loader(remote, batch_size=4, transform=None, device="cpu")
+    make_shard(plain / "t-0.tar", [{"__key__": "x", "jpg": parquet_set[1][0]}])
+    with pytest.raises(ShardReadError, match=r"both tar shards \(1\) and Parquet files \(2\): name the ones"):
+        expand_urls(str(plain))
+    fsspec.filesystem("memory").rm("/hub", recursive=True)

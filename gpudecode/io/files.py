@@ -162,8 +162,8 @@ def scan_tree(root: str) -> FileList:
     root = os.path.abspath(root)
     classes = find_classes(root)
     if not classes:
-        raise ShardReadError("is neither shards nor an ImageFolder tree: it holds no .tar/.tgz/.tar.gz shards "
-                             "and no class folders (an ImageFolder tree has one subfolder of images per class)",
+        raise ShardReadError("is neither shards nor an ImageFolder tree: it holds no .tar/.tgz/.tar.gz shards, "
+                             "no Parquet files and no class folders (an ImageFolder tree has one subfolder of images per class)",
                              shard=root)
     items: list[tuple[str, int | None]] = []
     empty = []

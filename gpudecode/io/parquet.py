@@ -53,7 +53,7 @@ ROWS_A_READ = 256  # rows a list of samples holds (a row group is read in slices
 
 
 def is_parquet(url: str) -> bool:
-    return url.split("?", 1)[0].lower().endswith((".parquet", ".pq"))
+    return url.split("?", 1)[0].lower().endswith(_shards.PARQUET_SUFFIXES)
 
 
 def _pyarrow(url: str) -> Any:

@@ -20,6 +20,7 @@ from .pattern import FIELD, ShardPattern
 ShardSpec = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 
 SHARD_SUFFIXES = (".tar", ".tgz", ".tar.gz")
+PARQUET_SUFFIXES = (".parquet", ".pq")  # (by name, any case: io/parquet.is_parquet)
 _LIST_SUFFIXES = (".txt", ".list", ".lst", ".shards")
 _AT_PATTERN = re.compile(r"^(.*)@(\d+)([^/]*)$")
 MAX_SHARDS = 1_000_000  # a pattern naming more is refused before it is expanded
@@ -97,13 +98,13 @@ def _expand_one(spec: str, seen: frozenset[str] = frozenset(), files: dict | Non
         except OSError as e:  # a name too long for the file system, ...: not a bare OSError
             raise ShardReadError(f"cannot look at the path: {e.strerror or e}", shard=url) from e
         if is_dir:
-            found = sorted(str(p) for p in path.iterdir() if p.name.endswith(SHARD_SUFFIXES) and p.is_file())
+            names = [p.name for p in path.iterdir() if _is_data(p.name) and p.is_file()]
+            found = _folder_data(str(path), names, [p.name for p in path.glob("*-classes.json")])
             if found:
-                _one_set(str(path), found, [p.name for p in path.glob("*-classes.json")])
                 return found
             if files is None:
-                raise ShardReadError("directory holds no .tar/.tgz/.tar.gz shards (an ImageFolder tree is read "
-                                     "by gpudecode.Loader and ShardReader as it is)", shard=url)
+                raise ShardReadError("directory holds no .tar/.tgz/.tar.gz shards or Parquet files (an ImageFolder "
+                                     "tree is read by gpudecode.Loader and ShardReader as it is)", shard=url)
             return [_register(_files.scan_tree(str(path)), files)]
         if path.suffix in _LIST_SUFFIXES and is_file and files is not None and _files.looks_like_file_list(path):
             return [_register(_files.read_list(path), files)]
@@ -152,13 +153,12 @@ def _remote_folder_or_list(url: str, seen: frozenset[str], files: dict | None) -
         raise ShardReadError(f"cannot {'list the folder' if maybe_folder else 'read the list'}: "
                              f"{type(e).__name__}: {e}", shard=url) from e
     if maybe_folder:
-        names = sorted(e["name"].rstrip("/").rpartition("/")[2] for e in entries if e.get("type") == "file")
-        base = url.rstrip("/")
-        found = [f"{base}/{n}" for n in names if n.endswith(SHARD_SUFFIXES)]
+        names = [e["name"].rstrip("/").rpartition("/")[2] for e in entries if e.get("type") == "file"]
+        found = _folder_data(url.rstrip("/"), [n for n in names if _is_data(n)],
+                             [n for n in names if n.endswith("-classes.json")])
         if not found:
-            raise ShardReadError("the folder holds no .tar/.tgz/.tar.gz shards (a remote ImageFolder tree is not "
-                                 "read: make shards of it with gpudecode shard)", shard=url)
-        _one_set(base, found, [n for n in names if n.endswith("-classes.json")])
+            raise ShardReadError("the folder holds no .tar/.tgz/.tar.gz shards or Parquet files (a remote "
+                                 "ImageFolder tree is not read: make shards of it with gpudecode shard)", shard=url)
         return found
     lines = _entries(text)
     if _files.names_images(lines):
@@ -173,6 +173,43 @@ def _remote_folder_or_list(url: str, seen: frozenset[str], files: dict | None) -
 def _entries(text: str) -> list[str]:
     """A shard list's entries: its lines stripped, blank ones and `#` comments left out."""
     return [line for raw in text.splitlines() if (line := raw.strip()) and not line.startswith("#")]
+
+
+def _is_data(name: str) -> bool:
+    return name.endswith(SHARD_SUFFIXES) or name.lower().endswith(PARQUET_SUFFIXES)
+
+
+_SPLIT_FILE = re.compile(r"(.+?)-\d+-of-\d+\.(?:parquet|pq)", re.IGNORECASE)  # Hugging Face: train-00000-of-00004.parquet
+
+
+def _folder_data(folder: str, names: list[str], indexes: list[str]) -> list[str]:
+    """A folder's data files (`names`: those _is_data takes), sorted, as paths under
+    `folder`: its tar shards, or its Parquet files (a Hugging Face dataset's data/ folder);
+    [] where it holds neither.
+
+    Raises:
+        ShardReadError: the folder holds both kinds; or the sets of several splits (see
+            _one_set; Parquet files named as the Hugging Face Hub names them:
+            train-00000-of-00004.parquet beside test-00000-of-00001.parquet).
+    """
+    tars = sorted(n for n in names if n.endswith(SHARD_SUFFIXES))
+    parquet = sorted(n for n in names if n.lower().endswith(PARQUET_SUFFIXES))
+    if tars and parquet:
+        raise ShardReadError(f"the folder holds both tar shards ({len(tars)}) and Parquet files ({len(parquet)}): "
+                             f"name the ones to read, e.g. {folder}/*.tar or {folder}/*.parquet", shard=folder)
+    if parquet:
+        splits: dict[str, int] = {}
+        for n in parquet:
+            if m := _SPLIT_FILE.fullmatch(n):
+                splits[m.group(1)] = splits.get(m.group(1), 0) + 1
+        if len(splits) > 1:
+            shown = ", ".join(f"{h}: {k}" for h, k in sorted(splits.items())[:4])
+            raise ShardReadError(f"the folder holds the Parquet files of {len(splits)} splits ({shown}): name one, "
+                                 f"e.g. {folder}/{'train' if 'train' in splits else sorted(splits)[0]}-*.parquet", shard=folder)
+    found = [f"{folder}/{n}" for n in tars or parquet]
+    if found:
+        _one_set(folder, found, indexes)
+    return found
 
 
 def _one_set(folder: str, found: list[str], indexes: list[str]) -> None:
