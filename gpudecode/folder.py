@@ -10,7 +10,7 @@ from pathlib import Path
 from . import _native
 from .decode._base import pillow_formats
 from .errors import ShardReadError
-from .io.files import IMG_EXTENSIONS, is_image_file, path_key, read_file
+from .io.files import IMG_EXTENSIONS, class_files, find_classes, is_image_file, path_key, read_file, warn_loops
 from .io.writer import ShardWriter, format_pattern, pattern_head, written_by
 
 _PIL_EXT = {"JPEG": "jpg", "WEBP": "webp", "GIF": "gif", "BMP": "bmp", "TIFF": "tiff", "PPM": "ppm"}  # (PGM and PBM are "PPM")
@@ -90,7 +90,7 @@ def shard_folder(src: str | os.PathLike, pattern: str, *, shard_size: int = 1000
     if not src.is_dir():
         raise FileNotFoundError(f"{src} is not a directory")
     format_pattern(pattern, 0)
-    classes = sorted(d.name for d in src.iterdir() if d.is_dir())
+    classes = find_classes(str(src))
     if not classes:
         raise ValueError(f"{src} has no class subfolders")
     index = {c: i for i, c in enumerate(classes)}
@@ -115,10 +115,9 @@ def shard_folder(src: str | os.PathLike, pattern: str, *, shard_size: int = 1000
                              "write these shards under another name")
     files = []
     rejected: list[tuple[str, str]] = []
-    for c in classes:  # what torchvision's ImageFolder takes as samples; everything else is named, not packed
-        for p in sorted((src / c).rglob("*")):
-            if p.is_dir():
-                continue
+    loops: list[str] = []
+    for c in classes:  # what torchvision's ImageFolder takes as samples (links followed); the rest named, not packed
+        for p in map(Path, class_files(str(src / c), loops)):
             if not is_image_file(p.name):
                 rejected.append((str(p), "not an image file by its extension (torchvision's ImageFolder skips it: "
                                          f"{', '.join(IMG_EXTENSIONS)})"))
@@ -128,6 +127,7 @@ def shard_folder(src: str | os.PathLike, pattern: str, *, shard_size: int = 1000
                 rejected.append((str(p), "not a regular file (a FIFO, a device or a socket)"))
             else:
                 files.append((p, index[c]))
+    warn_loops(str(src), loops, "packed", stacklevel=2)
     if key == "path":
         keys: dict[str, Path] = {}
         for p, _ in files:

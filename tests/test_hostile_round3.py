@@ -328,6 +328,51 @@ def test_a_symlink_loop_in_a_tree_lists_each_file_once_and_says_so(tmp_path, pho
     assert sorted(keys) == ["cat/img0", "cat/img2", "dog/img1", "dog/img3"]
 
 
+def test_gpudecode_shard_packs_what_imagefolder_lists_through_links_and_says_of_a_loop(tmp_path, photos):
+    """`gpudecode shard` (folder.shard_folder) takes the files torchvision's ImageFolder
+    takes: images in a folder a class reaches through a symbolic link too (it packed only
+    the class folder's own tree before), in nested folders, and a class folder that is a
+    link; the shards read back by tarfile hold each file's bytes once, with its label. A
+    loop is packed once and said, as the Loader's tree reader says it."""
+    import json
+
+    from torchvision.datasets import ImageFolder
+
+    from gpudecode.folder import shard_folder
+
+    root = _tree(tmp_path / "t", photos, n=6)
+    elsewhere = _tree(tmp_path / "elsewhere", photos, n=4, classes=("more", "deeper/down"))
+    (root / "cat" / "linked").symlink_to(elsewhere)  # cat/linked/more/img0.jpg, cat/linked/deeper/down/img1.jpg
+    (root / "cat" / "a").mkdir()
+    (root / "cat" / "a" / "z.png").write_bytes(encode(np.zeros((5, 7, 3), np.uint8), "png"))
+    (root / "bird").symlink_to(elsewhere / "more")  # a class folder that is a link
+    want = sorted((os.path.relpath(p, root), label) for p, label in ImageFolder(str(root)).samples)
+    assert len(want) == 13 and any("linked" in p for p, _ in want)
+
+    def packed(out):
+        got = []
+        for shard in sorted(out.glob("*.tar")):
+            with tarfile.open(shard) as tf:
+                members = {m.name: tf.extractfile(m).read() for m in tf if m.isfile()}
+            for name, data in members.items():
+                if name.endswith(".json"):
+                    meta = json.loads(data)
+                    image = [v for k, v in members.items() if k.startswith(name[:-5] + ".") and
+                             not k.endswith((".json", ".cls"))]
+                    assert image == [(root / meta["path"]).read_bytes()], meta
+                    assert int(members[name[:-5] + ".cls"]) == meta["label"]
+                    got.append((meta["path"], meta["label"]))
+        return sorted(got)
+
+    report = shard_folder(root, str(tmp_path / "out" / "t-%06d.tar"), shard_size=4, progress=False)
+    assert report.written == 13 and report.rejected == [] and report.classes == {"bird": 0, "cat": 1, "dog": 2}
+    assert packed(tmp_path / "out") == want
+    (root / "cat" / "a" / "again").symlink_to(root / "cat")  # cat/a/again/a/again/... for ever
+    with pytest.warns(RuntimeWarning, match=r"1 folder\(s\) reached again through symbolic links .* packed once"):
+        report = shard_folder(root, str(tmp_path / "out2" / "t-%06d.tar"), progress=False)
+    assert packed(tmp_path / "out2") == want
+
+
 def _many_scans(data: bytes, extra: int) -> bytes:
     """A progressive JPEG whose last scan is repeated `extra` times (a scan count only a
     hostile file has; the probe refuses it before anything decodes it)."""

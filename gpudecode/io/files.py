@@ -153,6 +153,34 @@ def find_classes(root: str) -> list[str]:
         return sorted(e.name for e in it if e.is_dir())
 
 
+def class_files(folder: str, loops: list[str]) -> list[str]:
+    """The paths of every file under a class folder (any name: the caller picks the
+    images), in torchvision's ImageFolder order: its folders walked following symbolic
+    links, sorted, each one's files sorted. A folder reached again through a link (a loop,
+    or a second link to a folder seen) is listed once; each is added to `loops`."""
+    visited: set[str] = set()
+    walked = []
+    for dirpath, dirnames, fnames in os.walk(folder, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in visited:  # (torchvision's ImageFolder lists its files again at each pass round a loop)
+            loops.append(dirpath)
+            dirnames[:] = []
+            continue
+        visited.add(real)
+        walked.append((dirpath, fnames))
+    return [os.path.join(dirpath, f) for dirpath, fnames in sorted(walked) for f in sorted(fnames)]
+
+
+def warn_loops(root: str, loops: list[str], verb: str, stacklevel: int) -> None:
+    """Says which folders class_files reached again through symbolic links, if any."""
+    if loops:
+        import warnings
+
+        warnings.warn(f"ImageFolder tree {root}: {len(loops)} folder(s) reached again through symbolic links (e.g. "
+                      f"{loops[0]}) are {verb} once, not again (torchvision's ImageFolder would list their files "
+                      "again at each pass round the loop)", RuntimeWarning, stacklevel=stacklevel + 1)
+
+
 def scan_tree(root: str) -> FileList:
     """An ImageFolder tree (see the module doc).
 
@@ -170,28 +198,10 @@ def scan_tree(root: str) -> FileList:
     loops: list[str] = []
     for index, cls in enumerate(classes):
         before = len(items)
-        visited: set[str] = set()
-        walked = []
-        for dirpath, dirnames, fnames in os.walk(os.path.join(root, cls), followlinks=True):
-            real = os.path.realpath(dirpath)
-            if real in visited:  # a symlink loop (or a second link to a folder seen): its files are listed once
-                loops.append(dirpath)
-                dirnames[:] = []
-                continue
-            visited.add(real)
-            walked.append((dirpath, fnames))
-        for dirpath, fnames in sorted(walked):
-            for fname in sorted(fnames):
-                if is_image_file(fname):
-                    items.append((os.path.join(dirpath, fname), index))
+        items.extend((f, index) for f in class_files(os.path.join(root, cls), loops) if is_image_file(f))
         if len(items) == before:
             empty.append(cls)
-    if loops:
-        import warnings
-
-        warnings.warn(f"ImageFolder tree {root}: {len(loops)} folder(s) reached again through symbolic links (e.g. "
-                      f"{loops[0]}) are read once, not again (torchvision's ImageFolder would list their files again "
-                      "at each pass round the loop)", RuntimeWarning, stacklevel=3)
+    warn_loops(root, loops, "read", stacklevel=3)
     if empty:
         more = f" and {len(empty) - 3} more" if len(empty) > 3 else ""
         raise ShardReadError(f"ImageFolder tree: no image in class folder(s) {', '.join(map(repr, empty[:3]))}{more} "
