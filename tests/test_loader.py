@@ -435,3 +435,36 @@ def test_random_erasing_through_the_loader(shards):
         erased += sum(p["erase"] is not None for p in tf.make_params(sizes, 4, indices=positions))
         pos += len(keys)
     assert pos == 30 and 0 < erased < 30
+
+
+def test_dataset_random_access_on_a_gzipped_a_remote_and_a_plain_shard(tmp_path):
+    """`loader.dataset[i]` reads sample i of a .tar.gz shard (read up to it) and of an
+    fsspec one (memory://) as of a plain local shard (indexed once): Pillow's pixels of
+    the member tarfile wrote, and its label; an index past the end is an IndexError."""
+    import tarfile
+
+    fsspec = pytest.importorskip("fsspec")
+    rng = np.random.default_rng(0)
+    images = [rng.integers(0, 256, (6 + i, 9, 3), dtype=np.uint8) for i in range(5)]
+    for name, mode in (("s.tar.gz", "w:gz"), ("s.tar", "w")):
+        with tarfile.open(tmp_path / name, mode) as tf:
+            for i, img in enumerate(images):
+                b = io.BytesIO()
+                Image.fromarray(img).save(b, "PNG")
+                for ext, data in (("png", b.getvalue()), ("cls", str(i * 3).encode())):
+                    info = tarfile.TarInfo(f"k{i}.{ext}")
+                    info.size = len(data)
+                    tf.addfile(info, io.BytesIO(data))
+    with open(tmp_path / "s.tar", "rb") as f, fsspec.open("memory://ds/s.tar", "wb") as g:
+        g.write(f.read())
+    try:
+        for url in (str(tmp_path / "s.tar.gz"), "memory://ds/s.tar", str(tmp_path / "s.tar")):
+            ds = Loader(url, batch_size=2, transform=None, device="cpu").dataset
+            assert len(ds) == 5
+            for i in (3, 0, 4, 3):
+                img, label = ds[i]
+                assert label == i * 3 and np.array_equal(img.permute(1, 2, 0).numpy(), images[i]), (url, i)
+            with pytest.raises(IndexError):
+                ds[5]
+    finally:
+        fsspec.filesystem("memory").rm("/ds", recursive=True)
