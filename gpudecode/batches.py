@@ -191,6 +191,15 @@ class PipelineConfig:
         object.__setattr__(self, "label_exts", tuple(self.label_exts))
         object.__setattr__(self, "label_offsets", MappingProxyType(dict(self.label_offsets)))
 
+    # pickled with the Loader's dataset (torch's DataLoader workers under spawn): a
+    # MappingProxyType does not pickle, its dict does
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "label_offsets": dict(self.label_offsets)}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        object.__setattr__(self, "label_offsets", MappingProxyType(dict(self.label_offsets)))
+
     @property
     def views(self) -> list[Compose]:
         return list(self.transform) if isinstance(self.transform, tuple) else [self.transform]

@@ -254,3 +254,18 @@ def test_the_dataset_view_of_a_mixture_gives_each_source_its_labels(data):
         by_key = {k: lab for b in ld for k, lab in zip(b.keys, b.labels.tolist())}
         labels = {ds.sample(i).key: ds[i][1] for i in range(len(ds))}
     assert labels == by_key and set(labels.values()) == {2, 8}  # C's label 3, after its offset of 5
+
+
+def test_the_dataset_view_goes_to_spawned_dataloader_workers(data):
+    """`loader.dataset` is a map-style dataset for torch's DataLoader, which pickles it to
+    each worker under the "spawn" start method (macOS's and Windows' default, and what
+    CUDA jobs use): a mixture's label offsets went in a MappingProxyType that does not
+    pickle. Through 2 spawned workers each item equals the item read in this process."""
+    with make([Source(data["b"], name="B"), Source(data["c"], label_offset=5, name="C")]) as ld:
+        ds = ld.dataset
+        want = [ds[i] for i in range(len(ds))]
+    loader = torch.utils.data.DataLoader(ds, batch_size=7, num_workers=2, multiprocessing_context="spawn")
+    got = [(img, int(lab)) for imgs, labs in loader for img, lab in zip(imgs, labs)]
+    assert len(got) == len(want) == 50 and {lab for _, lab in got} == {2, 8}
+    for (a, la), (b, lb) in zip(got, want):
+        assert la == lb and torch.equal(a, b)
