@@ -11,7 +11,6 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
 from ._manifest import _read_json
@@ -76,7 +75,8 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
     """A torch Dataset given as the source: torchvision's ImageFolder or DatasetFolder is
     read as it lies, its `samples` ((path, label) pairs: its classes, extensions and
     is_valid_file already applied) on the reader threads, with its `transform` when none is
-    given; FakeData's images are made; a Hugging Face `datasets.Dataset`'s rows are read
+    given; FakeData's images are made, and torchvision's in-memory sets (CIFAR10, MNIST,
+    ...) read from their arrays (io/vision_sets); a Hugging Face `datasets.Dataset`'s rows are read
     from its Arrow table (io/parquet.hf_dataset); any other Dataset is refused with what the
     Loader reads instead. Anything else passes as it is."""
     import torch.utils.data
@@ -89,8 +89,11 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
         return urls, transform
     samples = getattr(urls, "samples", None)
     name = type(urls).__name__
-    if name == "FakeData" and type(urls).__module__.startswith("torchvision"):  # `--dummy`
-        return _fake_data(urls), transform if transform is not None else getattr(urls, "transform", None)
+    from .io.vision_sets import vision_set
+
+    made = vision_set(urls)  # FakeData (`--dummy`), CIFAR10, MNIST, ...: no files, images made or in memory
+    if made is not None:
+        return made, transform if transform is not None else getattr(urls, "transform", None)
     if not isinstance(samples, list) or not all(isinstance(s, tuple) and len(s) == 2 for s in samples[:1]):
         raise TypeError(f"Loader() reads files and shards, not a {name}: give its image folder, a list of paths or "
                         "(path, label) pairs, or shards (for a synthetic set, `gpudecode bench make-data DIR` "
@@ -104,28 +107,6 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
                         "folder (or the (path, label) pairs) if its files are images.")
     return [(str(p), int(y)) for p, y in samples], transform if transform is not None else getattr(urls, "transform",
                                                                                                    None)
-
-
-def _fake_data(ds: Any) -> Any:
-    """torchvision's FakeData as a made file list: sample i is FakeData's image i (its own
-    draws: the seed index + random_offset), as uint8 HWC .npy bytes, with its label."""
-    import copy
-
-    from .decode.cpu import pil_pixels
-    from .io.files import made
-    from .tensors import encode_npy
-
-    plain = copy.copy(ds)
-    plain.transform = plain.target_transform = None
-    if getattr(ds, "target_transform", None) is not None:
-        raise TypeError("Loader() cannot apply this FakeData's target_transform: map the labels in your loop.")
-
-    def make(i: int) -> tuple[bytes, int]:
-        img, label = plain[i]
-        return encode_npy(np.ascontiguousarray(pil_pixels(img))), int(label)
-
-    size = tuple(getattr(ds, "image_size", ()))
-    return made(f"FakeData({len(ds)}, {size}, seed offset {getattr(ds, 'random_offset', 0)})", len(ds), make, "npy")
 
 
 def refuse_dataloader_only(given: dict) -> None:

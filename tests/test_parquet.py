@@ -6,6 +6,7 @@ and a row without an image are errors naming the file and the row."""
 from __future__ import annotations
 
 import io
+import pickle
 
 import numpy as np
 import pytest
@@ -404,10 +405,11 @@ def test_a_hugging_face_dataset_given_as_it_is(parquet_set):
     sub = ds.shuffle(seed=4).select(range(12))
     with Loader(sub, batch_size=12, transform=None, device="cpu", shuffle=False) as ld:
         (b,) = list(ld)
+        again = pickle.loads(pickle.dumps(ld.dataset))  # (as to DataLoader's spawned workers: the Dataset, rebuilt)
     for key, img, lab in zip(b.keys, b.images, b.labels):
         row = sub[int(key)]
         assert np.array_equal(img.permute(1, 2, 0).numpy(), np.asarray(row["image"].convert("RGB")))
-        assert int(lab) == row["label"]
+        assert int(lab) == row["label"] == again[int(key)][1] and torch.equal(again[int(key)][0], img)
     holey = datasets.Dataset(pa.table({"image": pa.array([{"bytes": images[0], "path": None}, None]),
                                        "label": pa.array([1, 2], pa.int64())}))
     with pytest.raises(GpuDecodeError, match="no image bytes") as e:

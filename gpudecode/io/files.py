@@ -58,6 +58,16 @@ class FileList:
     _exts: tuple[str, ...] = field(default=(), repr=False)
     # a made list (generated): make(i) -> (the sample's bytes, its label) instead of reading paths[i]
     make: Callable[[int], tuple[bytes, int | None]] | None = field(default=None, repr=False, compare=False)
+    # a made list's recipe, (function, args) that make it again: what pickles in its place (its
+    # make is a closure over the set; torch's DataLoader sends Loader.dataset to spawned workers)
+    rebuild: tuple[Callable[..., Any], tuple] | None = field(default=None, repr=False, compare=False)
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        if self.make is not None:
+            if self.rebuild is None:
+                raise TypeError(f"{self.name[len(PREFIX):]}: a made list without a recipe does not pickle")
+            return self.rebuild
+        return super().__reduce_ex__(protocol)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -120,18 +130,20 @@ class _Numbered(Sequence[Any]):
 
 
 def made(name: str, n: int, make: Callable[[int], tuple[bytes, int | None]], ext: str | Callable[[int], str], *,
-         label: Callable[[int], int | None] | None = None, classes: Sequence[str] = ()) -> FileList:
+         label: Callable[[int], int | None] | None = None, classes: Sequence[str] = (),
+         rebuild: tuple[Callable[..., Any], tuple] | None = None) -> FileList:
     """A list of `n` samples made by make(i) -> (bytes of format `ext`, label): a
     synthetic set (torchvision's FakeData) or a Hugging Face Dataset's rows read as a file
     list is, keys their numbers. `ext` a format, or ext(i) each sample's; `label`: label(i)
-    where it is cheaper than make's; `classes`: the labels' names."""
+    where it is cheaper than make's; `classes`: the labels' names; `rebuild`: (function,
+    args) that make the list again, what pickles in its place."""
     def made_label(i: int) -> int | None:
         return make(i)[1]
 
     exts = (lambda i: ext) if isinstance(ext, str) else ext
     return FileList(f"{PREFIX}{name}", _Numbered(n, lambda i: f"{name}/{i}"),  # type: ignore[arg-type]
                     _Numbered(n, label or made_label), _Numbered(n, lambda i: f"{i:09d}"),  # type: ignore[arg-type]
-                    tuple(classes), "", _Numbered(n, exts), make=make)  # type: ignore[arg-type]
+                    tuple(classes), "", _Numbered(n, exts), make=make, rebuild=rebuild)  # type: ignore[arg-type]
 
 
 def _make(name: str, root: str, items: Sequence[tuple[str, int | None]], classes: Sequence[str] = ()) -> FileList:

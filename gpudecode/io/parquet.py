@@ -840,4 +840,4 @@ def hf_dataset(ds: Any) -> Any:
         return data(i), label_of(i)
 
     name = f"Dataset({n} rows, {image!r}{', ' + repr(label) if label else ''})"
-    return made(name, n, make, ext, label=label_of, classes=classes)
+    return made(name, n, make, ext, label=label_of, classes=classes, rebuild=(hf_dataset, (ds,)))

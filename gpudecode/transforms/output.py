@@ -21,13 +21,21 @@ class Normalize(Transform, converts="torchvision.Normalize"):
     def convert(cls, t: Any, floats: bool) -> Transform:
         return cls(t.mean, t.std)
 
-    def __init__(self, mean: Sequence[float], std: Sequence[float], inplace: bool = False) -> None:
+    def __init__(self, mean: Sequence[float] | float, std: Sequence[float] | float, inplace: bool = False) -> None:
+        mean, std = _per_channel(mean), _per_channel(std)
         if len(mean) != 3 or len(std) != 3:
-            raise TransformError("Normalize needs three means and three stds (RGB)")
+            raise TransformError("Normalize needs three means and three stds (RGB), or one of each for all three")
         if any(s == 0 for s in std):
             raise ValueError("std evaluated to zero, leading to division by zero")
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
+
+
+def _per_channel(v: Sequence[float] | float) -> list[float]:
+    """One value serves every channel, as torchvision's Normalize broadcasts it (MNIST's
+    Normalize((0.1307,), (0.3081,)) on a grey image made RGB)."""
+    v = [v] if isinstance(v, (int, float)) else list(v)
+    return v * 3 if len(v) == 1 else v
 
 
 class ToDtype(Transform, converts=("torchvision.ToTensor", "torchvision.ConvertImageDtype", "torchvision.ToDtype",

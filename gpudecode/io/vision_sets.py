@@ -1,0 +1,181 @@
+"""torchvision's datasets that hold no files to read, as made file lists (io/files.made):
+FakeData (its images made by its own draws), and the sets held in memory as one array of
+images (CIFAR10, CIFAR100, SVHN, STL10, MNIST and its kin, USPS), each image read from the
+array. A sample is the image torchvision's own `__getitem__` gives (a PIL image, as
+uint8 HWC RGB .npy bytes) with its label: an array's layout and labels are checked against
+`__getitem__` when the list is made, and a set they do not match is read through its
+`__getitem__` itself. Each list pickles as its recipe (the set, transforms taken off).
+"""
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Any
+
+import numpy as np
+
+from ..tensors import encode_npy
+from .files import FileList, made
+
+
+def vision_set(ds: Any) -> FileList | None:
+    """`ds` as a made list, if it is a torchvision dataset without files (FakeData, or an
+    in-memory set); None for any other (ImageFolder: its files are read).
+
+    Raises:
+        TypeError: a target_transform set (the labels are the set's own), or items that
+            are not (a PIL image, an integer label).
+    """
+    if not any(c.__module__.startswith("torchvision.datasets") for c in type(ds).__mro__):
+        return None
+    if any(c.__name__ == "FakeData" for c in type(ds).__mro__):
+        return _items(_plain(ds), "FakeData", f"{tuple(getattr(ds, 'image_size', ()))}, seed offset "
+                                              f"{getattr(ds, 'random_offset', 0)}")
+    arr = _array(getattr(ds, "data", None))
+    if arr is None or len(arr) != len(ds) or len(arr) == 0:
+        return None
+    return image_arrays(_plain(ds))
+
+
+def _plain(ds: Any) -> Any:
+    """A shallow copy of `ds` without its transform (the Loader runs it: Loader() takes
+    the set's transform when given none)."""
+    if getattr(ds, "target_transform", None) is not None:
+        raise TypeError(f"Loader() cannot apply this {type(ds).__name__}'s target_transform (labels are read as the "
+                        "set gives them): map the labels in your loop.")
+    plain = copy.copy(ds)
+    plain.transform = None
+    return plain
+
+
+def _array(data: Any) -> np.ndarray | None:
+    """A set's `data` as a uint8 numpy array of images ([N, H, W], [N, H, W, C] or
+    [N, C, H, W]), or None."""
+    if type(data).__module__.startswith("torch") and hasattr(data, "numpy"):
+        data = data.detach().cpu().numpy() if data.device.type != "cpu" else data.numpy()
+    if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim not in (3, 4):
+        return None
+    return data
+
+
+def _split(ds: Any) -> str:
+    if isinstance(getattr(ds, "train", None), bool):
+        return "train" if ds.train else "test"
+    split = getattr(ds, "split", None)
+    return split if isinstance(split, str) else ""
+
+
+def _labels(ds: Any, n: int) -> np.ndarray | None | bool:
+    """The set's labels as int64 [n] (`targets`, or `labels` as SVHN and STL10 name them);
+    None: it has none; False: an attribute this does not read as one label a sample
+    (QMNIST's rows of eight)."""
+    for attr in ("targets", "labels"):
+        t = getattr(ds, attr, None)
+        if t is None:
+            continue
+        if type(t).__module__.startswith("torch") and hasattr(t, "numpy"):
+            t = t.detach().cpu().numpy()
+        a = np.asarray(t)
+        return a.astype(np.int64) if a.ndim == 1 and len(a) == n and a.dtype.kind in "iub" else False
+    return None
+
+
+class _ArrayImages:
+    """Sample i of an in-memory set: image i of `arr` as HWC RGB .npy bytes ("hwc",
+    "chw" or "grey" layout; one channel repeated in three, as PIL's convert("RGB") does)
+    and label i."""
+
+    def __init__(self, arr: np.ndarray, layout: str, labels: np.ndarray | None) -> None:
+        self.arr, self.layout, self.labels = arr, layout, labels
+
+    def pixels(self, i: int) -> np.ndarray:
+        a = self.arr[i]
+        if self.layout == "chw":
+            a = a.transpose(1, 2, 0)
+        elif self.layout == "grey":
+            a = a[:, :, None]
+        if a.shape[2] == 1:
+            a = np.broadcast_to(a, (a.shape[0], a.shape[1], 3))
+        return np.ascontiguousarray(a)
+
+    def label(self, i: int) -> int | None:
+        return int(self.labels[i]) if self.labels is not None else None
+
+    def __call__(self, i: int) -> tuple[bytes, int | None]:
+        return encode_npy(self.pixels(i)), self.label(i)
+
+
+def image_arrays(plain: Any) -> FileList:
+    """An in-memory set (transforms taken off: _plain) read from its array, where its
+    layout and labels give what its `__getitem__` gives for its first, middle and last
+    images; else through `__getitem__` (_items)."""
+    from ..decode.cpu import pil_pixels
+
+    arr = _array(plain.data)
+    assert arr is not None
+    n, name, split = len(arr), type(plain).__name__, _split(plain)
+    layout = ("grey" if arr.ndim == 3 else "hwc" if arr.shape[3] in (1, 3) else "chw" if arr.shape[1] in (1, 3)
+              else "")
+    labels = _labels(plain, n)
+    if not layout or labels is False:
+        return _items(plain, name, split)
+    images = _ArrayImages(arr, layout, labels if isinstance(labels, np.ndarray) else None)
+    for i in sorted({0, n // 2, n - 1}):
+        img, y = plain[i]
+        if not _is_pil(img) or not np.array_equal(pil_pixels(img), images.pixels(i)) or \
+                (images.labels is not None and (not _is_int(y) or int(y) != images.labels[i])):
+            return _items(plain, name, split)
+    if layout == "grey" or arr.shape[-1 if layout == "hwc" else 1] == 1:
+        warnings.warn(f"{name}'s images are grey: the Loader gives them as 3 equal channels, as for every image "
+                      f"(torchvision's {name} gives 1: images[:, :1] is that)", RuntimeWarning, stacklevel=4)
+    h, w = images.pixels(0).shape[:2]
+    return made(f"{name}({n} images of {h}x{w}{', ' + split if split else ''})", n, images, "npy",
+                label=images.label, classes=_names(plain),
+                rebuild=(image_arrays, (plain,)))
+
+
+class _Items:
+    """Sample i of a set through its own `__getitem__`: (a PIL image, a label)."""
+
+    def __init__(self, plain: Any) -> None:
+        self.plain = plain
+
+    def __call__(self, i: int) -> tuple[bytes, int]:
+        from ..decode.cpu import pil_pixels
+
+        img, label = self.plain[i]
+        if not _is_pil(img) or not _is_int(label):
+            raise TypeError(f"item {i} is ({type(img).__name__}, {type(label).__name__}), not (a PIL image, an "
+                            "integer label)")
+        return encode_npy(np.ascontiguousarray(pil_pixels(img))), int(label)
+
+
+def _items(plain: Any, name: str, detail: str) -> FileList:
+    """A set read through its `__getitem__`, item by item; its first item checked here.
+
+    Raises:
+        TypeError: its items are not (a PIL image, an integer label)."""
+    make = _Items(plain)
+    if len(plain):
+        try:
+            make(0)
+        except TypeError as e:
+            raise TypeError(f"Loader() reads a {name} as (image, label) items: {e}") from None
+    return made(f"{name}({len(plain)}{', ' + detail if detail else ''})", len(plain), make, "npy",
+                classes=_names(plain), rebuild=(_items, (plain, name, detail)))
+
+
+def _is_pil(img: Any) -> bool:
+    return type(img).__module__.startswith("PIL.") and hasattr(img, "mode")
+
+
+def _is_int(y: Any) -> bool:
+    return isinstance(y, (int, np.integer)) or (getattr(y, "ndim", None) == 0 and getattr(y, "dtype", None) is not None
+                                                and str(y.dtype).replace("torch.", "").startswith(("int", "uint")))
+
+
+def _names(ds: Any) -> tuple[str, ...]:
+    """The set's class names (`classes`, a list of strings), or ()."""
+    classes = getattr(ds, "classes", None)
+    ok = isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes)
+    return tuple(classes) if ok else ()  # type: ignore[arg-type]

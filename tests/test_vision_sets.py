@@ -1,0 +1,235 @@
+"""torchvision's in-memory datasets given to the Loader as they are (io/vision_sets.py):
+CIFAR10 (HWC array), SVHN (CHW) and MNIST (grey), each written in torchvision's own file
+format from scikit-image's photographs and loaded by torchvision's own classes (only
+their checksums skipped); every image and label against the set's own __getitem__, the
+set's torchvision transform against torchvision itself (MNIST) or against the same
+images from PNG shards (CIFAR10, the same draws); a set whose __getitem__ disagrees with
+its array read through __getitem__; made lists (these, FakeData) pickled whole."""
+from __future__ import annotations
+
+import pickle
+import struct
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+import torchvision.transforms as tvt
+import torchvision.transforms.v2 as tv2
+from PIL import Image
+
+from gpudecode import Loader
+from gpudecode import transforms as T
+
+from conftest import encode, make_shard
+
+
+def _photos(n: int, size: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """n size x size RGB crops of scikit-image's photographs, and a label for each (the
+    photograph)."""
+    from skimage import data
+
+    pictures = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket()]
+    rng = np.random.default_rng(seed)
+    out, labels = [], []
+    for _ in range(n):
+        c = int(rng.integers(len(pictures)))
+        p = pictures[c]
+        s = int(rng.integers(size, min(p.shape[:2]) // 2))
+        t, l = int(rng.integers(0, p.shape[0] - s)), int(rng.integers(0, p.shape[1] - s))
+        out.append(np.asarray(Image.fromarray(p[t:t + s, l:l + s]).resize((size, size), Image.Resampling.BILINEAR)))
+        labels.append(c)
+    return np.stack(out), np.asarray(labels)
+
+
+class StandInCIFAR10(torchvision.datasets.CIFAR10):
+    """torchvision's CIFAR10 on files in its format that are not CIFAR's: only the checksums
+    go unchecked (loading and __getitem__ are torchvision's)."""
+
+    def _check_integrity(self) -> bool:
+        return True
+
+    def _load_meta(self) -> None:
+        self.classes = ["astronaut", "coffee", "chelsea", "rocket"] + [f"c{i}" for i in range(4, 10)]
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+
+
+class StandInSVHN(torchvision.datasets.SVHN):
+    def _check_integrity(self) -> bool:
+        return True
+
+
+class Mirrored(StandInCIFAR10):
+    """A set whose __getitem__ is not its array's image (a flip of it)."""
+
+    def __getitem__(self, i):
+        img, y = super().__getitem__(i)
+        return img.transpose(Image.Transpose.FLIP_LEFT_RIGHT), y
+
+
+class Tensors(StandInCIFAR10):
+    """A set whose items are tensors, not PIL images."""
+
+    def __getitem__(self, i):
+        return torch.from_numpy(self.data[i]).permute(2, 0, 1), int(self.targets[i])
+
+
+@pytest.fixture(scope="module")
+def cifar(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cifar")
+    base = root / "cifar-10-batches-py"
+    base.mkdir()
+    images, labels = _photos(100, 32)
+    for k, name in enumerate([f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]):
+        part = slice(20 * k, 20 * k + 20) if k < 5 else slice(0, 10)
+        with open(base / name, "wb") as f:  # rows: the red plane, then green, then blue
+            pickle.dump({"data": images[part].transpose(0, 3, 1, 2).reshape(-1, 3072),
+                         "labels": labels[part].tolist()}, f)
+    return str(root), images, labels
+
+
+@pytest.fixture(scope="module")
+def mnist(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mnist")
+    raw = root / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    rgb, labels = _photos(40, 28, seed=1)
+    grey = np.asarray([np.asarray(Image.fromarray(im).convert("L")) for im in rgb])
+    for split in ("train", "t10k"):
+        for name, arr in (("images-idx3", grey), ("labels-idx1", labels.astype(np.uint8))):
+            with open(raw / f"{split}-{name}-ubyte", "wb") as f:  # the IDX format: magic, dims, data
+                f.write(struct.pack(">HBB", 0, 8, arr.ndim) + struct.pack(f">{arr.ndim}I", *arr.shape) + arr.tobytes())
+    return str(root), grey, labels
+
+
+def _batches(ld):
+    keys, images, labels = [], [], []
+    for b in ld:
+        keys += b.keys
+        images.append(b.images.clone())
+        labels.append(b.labels.clone())
+    return keys, torch.cat(images), torch.cat(labels)
+
+
+def _pil_tensor(img: Image.Image) -> torch.Tensor:
+    return torch.from_numpy(np.array(img.convert("RGB"))).permute(2, 0, 1)
+
+
+def test_cifar10_as_it_lies_every_image_and_label_its_getitems(cifar):
+    root, images, labels = cifar
+    ds = StandInCIFAR10(root, train=True)
+    assert ds.data.shape == (100, 32, 32, 3)
+    with Loader(ds, batch_size=16, transform=None, device="cpu", shuffle=True, seed=1) as ld:
+        keys, got, labs = _batches(ld)
+        assert ld.reader.classes == ds.classes and ld.num_samples == 100
+    assert sorted(keys) == [f"{i:09d}" for i in range(100)]  # every image once, shuffled
+    for key, img, lab in zip(keys, got, labs.tolist()):
+        want, y = ds[int(key)]
+        assert lab == y == labels[int(key)] and torch.equal(img, _pil_tensor(want)), key
+    test = StandInCIFAR10(root, train=False)
+    with Loader(test, batch_size=10, transform=None, device="cpu", shuffle=False) as ld:
+        _, got, labs = _batches(ld)
+    assert torch.equal(got, torch.from_numpy(images[:10]).permute(0, 3, 1, 2)) and labs.tolist() == labels[:10].tolist()
+
+
+def test_cifar10s_own_torchvision_transform_as_from_png_shards(cifar, tmp_path):
+    """The set's transform (the CIFAR recipe, torchvision's) taken as a Loader takes it:
+    the batches the same images give from PNG shards, in the same order, with the same
+    seed (each draw comes from the seed, the epoch and the sample's place)."""
+    root, images, labels = cifar
+    tv = tvt.Compose([tvt.RandomCrop(32, padding=4), tvt.RandomHorizontalFlip(), tvt.ToTensor(),
+                      tvt.Normalize((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))])
+    ds = StandInCIFAR10(root, train=True, transform=tv)
+    shard = make_shard(tmp_path / "c-0.tar", [{"__key__": f"{i:09d}", "png": encode(images[i], "PNG"),
+                                               "cls": str(int(labels[i])).encode()} for i in range(100)])
+    out = []
+    for src, tf in ((ds, None), (shard, tv)):
+        with Loader(src, batch_size=32, transform=tf, device="cpu", shuffle=False, seed=7) as ld:
+            assert ld.describe()["transform"] == ["RandomCrop", "RandomHorizontalFlip", "ToDtype", "Normalize"]
+            ld.set_epoch(2)
+            out.append(_batches(ld))
+    (ka, a, la), (kb, b, lb) = out
+    assert ka == kb and torch.equal(la, lb) and torch.equal(a, b) and a.dtype == torch.float32
+
+
+def test_mnist_grey_with_its_normalize_against_torchvision_and_said(mnist):
+    """MNIST's images are grey (an [N, 28, 28] tensor): 3 equal channels, said once; its
+    usual transform (ToTensor + one-value Normalize) against torchvision's own ds[i]."""
+    root, grey, labels = mnist
+    tv = tvt.Compose([tvt.ToTensor(), tvt.Normalize((0.1307,), (0.3081,))])
+    ds = torchvision.datasets.MNIST(root, train=True, transform=tv)
+    with pytest.warns(RuntimeWarning, match=r"MNIST's images are grey: the Loader gives them as 3 equal channels.*"
+                                            r"images\[:, :1\]"):
+        ld = Loader(ds, batch_size=8, device="cpu", shuffle=False)
+    with ld:
+        keys, got, labs = _batches(ld)
+        assert ld.reader.classes == ds.classes
+    assert got.shape == (40, 3, 28, 28) and torch.equal(got[:, 0], got[:, 1]) and torch.equal(got[:, 0], got[:, 2])
+    want = torch.stack([ds[i][0] for i in range(40)])  # torchvision's [1, 28, 28] floats
+    torch.testing.assert_close(got[:, :1], want, atol=1e-6, rtol=0)
+    assert labs.tolist() == labels.tolist()
+
+
+def test_svhn_a_channels_first_array_with_labels(tmp_path):
+    scipy_io = pytest.importorskip("scipy.io")
+    images, labels = _photos(30, 32, seed=2)
+    labels = labels + 7  # 7..10: SVHN's file says 10 for the digit 0
+    scipy_io.savemat(tmp_path / "train_32x32.mat", {"X": images.transpose(1, 2, 3, 0), "y": labels[:, None]})
+    ds = StandInSVHN(str(tmp_path), split="train")
+    assert ds.data.shape == (30, 3, 32, 32)
+    with Loader(ds, batch_size=8, transform=None, device="cpu", shuffle=False) as ld:
+        keys, got, labs = _batches(ld)
+    assert torch.equal(got, torch.from_numpy(images).permute(0, 3, 1, 2))
+    assert labs.tolist() == [int(ds[i][1]) for i in range(30)] == [y % 10 for y in labels.tolist()]
+
+
+def test_a_set_whose_getitem_is_not_its_array_is_read_through_getitem(cifar):
+    root, images, _ = cifar
+    with Loader(Mirrored(root, train=True), batch_size=25, transform=None, device="cpu", shuffle=False) as ld:
+        _, got, _ = _batches(ld)
+    assert torch.equal(got, torch.from_numpy(images[:, :, ::-1].copy()).permute(0, 3, 1, 2))
+    with pytest.raises(TypeError, match=r"reads a Tensors as \(image, label\) items: item 0 is \(Tensor, int\), not "
+                                        r"\(a PIL image, an integer label\)"):
+        Loader(Tensors(root, train=True), batch_size=4, device="cpu")
+    with pytest.raises(TypeError, match="cannot apply this StandInCIFAR10's target_transform"):
+        Loader(StandInCIFAR10(root, train=True, target_transform=lambda y: y + 1), batch_size=4, device="cpu")
+
+
+def test_made_lists_pickle_as_their_recipes_and_keep_ram_gives_the_streamed_batches(cifar):
+    """A made list (an in-memory set, FakeData) pickles as the set it is made from, so
+    Loader.dataset goes to spawned DataLoader workers; the set kept in RAM gives the
+    streamed batches."""
+    root, _, _ = cifar
+    tf = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip()])
+    for ds in (StandInCIFAR10(root, train=True), torchvision.datasets.FakeData(12, (3, 40, 36), num_classes=3)):
+        with Loader(ds, batch_size=8, transform=tf, device="cpu", seed=3) as ld:
+            again = pickle.loads(pickle.dumps(ld.dataset))
+            for i in (0, 5, len(ds) - 1):
+                (a, la), (b, lb) = ld.dataset[i], again[i]
+                assert la == lb and torch.equal(a, b)
+    epochs = {}
+    for keep in (None, "ram"):
+        with Loader(StandInCIFAR10(root, train=True), batch_size=16, transform=tf, device="cpu", seed=5,
+                    keep=keep) as ld:
+            epochs[keep] = []
+            for e in range(2):
+                ld.set_epoch(e)
+                epochs[keep].append(_batches(ld))
+            if keep:
+                assert ld.describe()["keep"]["tier"] == "ram"
+    for (ka, a, la), (kb, b, lb) in zip(epochs[None], epochs["ram"]):
+        assert ka == kb and torch.equal(a, b) and torch.equal(la, lb)
+
+
+def test_a_one_value_normalize_is_torchvisions_broadcast():
+    """Normalize((m,), (s,)) on an RGB image: torchvision broadcasts the one value over
+    the three channels, and so does the converted step."""
+    from gpudecode.errors import TransformError
+
+    x = torch.randint(0, 256, (2, 3, 9, 11), dtype=torch.uint8)
+    tv = tv2.Compose([tv2.ToDtype(torch.float32, scale=True), tv2.Normalize((0.1307,), (0.3081,))])
+    ours = T.Compose.from_torchvision(tv)
+    torch.testing.assert_close(ours(x), tv(x), atol=1e-5, rtol=0)
+    assert T.Normalize(0.5, 0.25).mean == (0.5,) * 3 and T.Normalize([0.5], [0.25]).std == (0.25,) * 3
+    with pytest.raises(TransformError, match="three means and three stds"):
+        T.Normalize((0.5, 0.5), (0.2, 0.2))
