@@ -9,18 +9,17 @@ Normalize), no worker processes, no per-sample Python.
                                                           CIFAR10 + DataLoader, to compare)
 
 DATA is the folder torchvision's `CIFAR10(DATA, download=True)` leaves (cifar-10-batches-py/
-inside). The first run packs its training and test images into PNG tar shards (the
-WebDataset layout: `00042.png` + `00042.cls`) under DATA/gpudecode/, once; the Loader reads
-those. Each epoch prints its loss, img/s and where the set lives (`describe()["keep"]`).
+inside). Both ways build the same torchvision CIFAR10 datasets with torchvision's transforms;
+the only change is `gpudecode.Loader(dataset, ...)` in place of `DataLoader(dataset, ...)`:
+the Loader reads the images from the dataset's array and converts its transform. Each epoch
+prints its loss, img/s and where the set lives (`describe()["keep"]`).
 """
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import pickle
 import sys
-import tarfile
 import tempfile
 import time
 
@@ -31,44 +30,6 @@ import torch.nn.functional as F
 
 MEAN, STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 BATCHES = {"train": [f"data_batch_{i}" for i in range(1, 6)], "test": ["test_batch"]}
-
-
-def read_cifar(data: str, split: str) -> tuple[np.ndarray, np.ndarray]:
-    """The split's images (uint8 [N, 32, 32, 3]) and labels from torchvision's python files
-    (each row: the red plane, then green, then blue, as CIFAR ships them)."""
-    images, labels = [], []
-    for name in BATCHES[split]:
-        with open(os.path.join(data, "cifar-10-batches-py", name), "rb") as f:
-            d = pickle.load(f, encoding="latin1")
-        images.append(np.asarray(d["data"], np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1))
-        labels.append(np.asarray(d["labels"], np.int64))
-    return np.concatenate(images), np.concatenate(labels)
-
-
-def pack(data: str, split: str, per_shard: int = 10_000) -> list[str]:
-    """The split as PNG tar shards under DATA/gpudecode/ (written once: a shard is renamed
-    into place when whole, so an interrupted run writes it again)."""
-    from PIL import Image
-
-    out = os.path.join(data, "gpudecode")
-    os.makedirs(out, exist_ok=True)
-    images, labels = read_cifar(data, split)
-    shards = []
-    for s0 in range(0, len(images), per_shard):
-        path = os.path.join(out, f"{split}-{s0 // per_shard:04d}.tar")
-        shards.append(path)
-        if os.path.exists(path):
-            continue
-        with tarfile.open(path + ".part", "w") as tar:
-            for k in range(s0, min(len(images), s0 + per_shard)):
-                buf = io.BytesIO()
-                Image.fromarray(images[k]).save(buf, format="PNG")
-                for ext, payload in (("png", buf.getvalue()), ("cls", str(int(labels[k])).encode())):
-                    info = tarfile.TarInfo(f"{k:05d}.{ext}")
-                    info.size = len(payload)
-                    tar.addfile(info, io.BytesIO(payload))
-        os.replace(path + ".part", path)
-    return shards
 
 
 def make_demo(folder: str, n: int = 2000) -> str:
@@ -136,32 +97,27 @@ def net(classes: int = 10, width: int = 64) -> nn.Module:
 
 
 def loaders(args: argparse.Namespace, device: str):
-    """(train, test) as iterables of (images, labels) on `device`: gpudecode's Loader over the
-    packed shards, the set kept resident; or, with --torchvision, torchvision's CIFAR10 with
-    DataLoader and the same transforms through PIL."""
-    if args.torchvision:
-        import torchvision
-        import torchvision.transforms as tvt
+    """(train, test) as iterables of (images, labels) on `device`: torchvision's CIFAR10
+    datasets with torchvision's transforms, fed by gpudecode's Loader (the set kept
+    resident), or with --torchvision by DataLoader."""
+    import torchvision
+    import torchvision.transforms as tvt
 
-        train_tf = tvt.Compose([tvt.RandomCrop(32, padding=4), tvt.RandomHorizontalFlip(), tvt.ToTensor(),
-                                tvt.Normalize(MEAN, STD)])
-        test_tf = tvt.Compose([tvt.ToTensor(), tvt.Normalize(MEAN, STD)])
-        cifar = stand_in_cifar10() if args.demo else torchvision.datasets.CIFAR10
-        train = cifar(args.data, train=True, transform=train_tf, download=False)
-        test = cifar(args.data, train=False, transform=test_tf, download=False)
+    train_tf = tvt.Compose([tvt.RandomCrop(32, padding=4), tvt.RandomHorizontalFlip(), tvt.ToTensor(),
+                            tvt.Normalize(MEAN, STD)])
+    test_tf = tvt.Compose([tvt.ToTensor(), tvt.Normalize(MEAN, STD)])
+    cifar = stand_in_cifar10() if args.demo else torchvision.datasets.CIFAR10
+    train = cifar(args.data, train=True, transform=train_tf, download=False)
+    test = cifar(args.data, train=False, transform=test_tf, download=False)
+    if args.torchvision:
         kw = dict(num_workers=args.workers, pin_memory=device.startswith("cuda"), persistent_workers=args.workers > 0)
         return (torch.utils.data.DataLoader(train, batch_size=args.batch_size, shuffle=True, drop_last=True, **kw),
                 torch.utils.data.DataLoader(test, batch_size=1000, **kw))
     import gpudecode
-    from gpudecode import transforms as T
 
-    train_tf = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
-    test_tf = T.Compose([T.Normalize(MEAN, STD)])
-    train = gpudecode.Loader(pack(args.data, "train"), batch_size=args.batch_size, transform=train_tf, device=device,
-                             drop_last=True, seed=args.seed, keep="auto")
-    test = gpudecode.Loader(pack(args.data, "test"), batch_size=1000, transform=test_tf, device=device,
-                            shuffle=False, seed=args.seed, keep="auto")
-    return train, test
+    return (gpudecode.Loader(train, batch_size=args.batch_size, device=device, drop_last=True, seed=args.seed,
+                             keep="auto"),
+            gpudecode.Loader(test, batch_size=1000, device=device, shuffle=False, seed=args.seed, keep="auto"))
 
 
 def check_data(args: argparse.Namespace) -> None:
