@@ -76,7 +76,7 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
     read as it lies, its `samples` ((path, label) pairs: its classes, extensions and
     is_valid_file already applied) on the reader threads, with its `transform` when none is
     given; FakeData's images are made, and torchvision's in-memory sets (CIFAR10, MNIST,
-    ...) read from their arrays (io/vision_sets); a Hugging Face `datasets.Dataset`'s rows are read
+    ...) read from their arrays (vision_sets.py); a Hugging Face `datasets.Dataset`'s rows are read
     from its Arrow table (io/parquet.hf_dataset); any other Dataset is refused with what the
     Loader reads instead. Anything else passes as it is."""
     import torch.utils.data
@@ -87,9 +87,11 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
         return hf_dataset(urls), transform
     if not isinstance(urls, torch.utils.data.Dataset) or isinstance(urls, ShardReader):
         return urls, transform
+    if isinstance(urls, torch.utils.data.Subset):  # random_split's parts: the set's samples at its indices
+        return subset_source(urls, transform)
     samples = getattr(urls, "samples", None)
     name = type(urls).__name__
-    from .io.vision_sets import vision_set
+    from .vision_sets import vision_set
 
     made = vision_set(urls)  # FakeData (`--dummy`), CIFAR10, MNIST, ...: no files, images made or in memory
     if made is not None:
@@ -107,6 +109,34 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
                         "folder (or the (path, label) pairs) if its files are images.")
     return [(str(p), int(y)) for p, y in samples], transform if transform is not None else getattr(urls, "transform",
                                                                                                    None)
+
+
+def subset_source(sub: Any, transform: Any = None) -> tuple[Any, Any]:
+    """A torch Subset (random_split's parts) of any Dataset dataset_source reads: its set's
+    samples at its indices, in their order (an ImageFolder's (path, label) pairs, a made
+    list's samples: files.taken); the set's transform when none is given, as the Subset's
+    items have it.
+
+    Raises:
+        TypeError: the set is not one a Loader reads. IndexError: an index out of range."""
+    from .io.files import FileList, taken
+
+    base, tf = dataset_source(sub.dataset, transform)
+    if isinstance(base, FileList) and base.make is not None:
+        return taken(base, sub.indices, rebuild=(_subset_list, (sub,))), tf
+    if isinstance(base, list):
+        try:
+            return [base[int(i)] for i in sub.indices], tf
+        except IndexError:
+            raise IndexError(f"a Subset index is out of range for its {type(sub.dataset).__name__} of {len(base)} "
+                             "samples") from None
+    raise TypeError(f"Loader() reads a Subset of an ImageFolder, an in-memory torchvision set or a Hugging Face "
+                    f"Dataset, not of a {type(sub.dataset).__name__}")
+
+
+def _subset_list(sub: Any) -> Any:
+    """A Subset's made list again (what one pickles as)."""
+    return subset_source(sub)[0]
 
 
 def refuse_dataloader_only(given: dict) -> None:

@@ -1,4 +1,4 @@
-"""torchvision's in-memory datasets given to the Loader as they are (io/vision_sets.py):
+"""torchvision's in-memory datasets given to the Loader as they are (gpudecode/vision_sets.py):
 CIFAR10 (HWC array), SVHN (CHW) and MNIST (grey), each written in torchvision's own file
 format from scikit-image's photographs and loaded by torchvision's own classes (only
 their checksums skipped); every image and label against the set's own __getitem__, the
@@ -233,3 +233,44 @@ def test_a_one_value_normalize_is_torchvisions_broadcast():
     assert T.Normalize(0.5, 0.25).mean == (0.5,) * 3 and T.Normalize([0.5], [0.25]).std == (0.25,) * 3
     with pytest.raises(TransformError, match="three means and three stds"):
         T.Normalize((0.5, 0.5), (0.2, 0.2))
+
+
+def test_random_split_parts_and_subsets_are_their_sets_samples_at_their_indices(cifar, tmp_path):
+    """torch's Subset (random_split's parts) of an in-memory set and of an ImageFolder: the
+    Loader gives item k as the Subset gives it (the set's item indices[k]), nested Subsets
+    too; a Subset's dataset view pickles; an index out of range, or a Subset of a set the
+    Loader does not read, is refused when the Loader is made."""
+    from torchvision.datasets import ImageFolder
+
+    root, _, _ = cifar
+    ds = StandInCIFAR10(root, train=True)
+    part, rest = torch.utils.data.random_split(ds, [70, 30], generator=torch.Generator().manual_seed(0))
+    inner = torch.utils.data.Subset(rest, [29, 0, 7, 7])  # nested, an index twice
+    for sub in (part, inner):
+        with Loader(sub, batch_size=16, transform=None, device="cpu", shuffle=False) as ld:
+            _, got, labs = _batches(ld)
+            again = pickle.loads(pickle.dumps(ld.dataset))
+            assert torch.equal(again[1][0], got[1]) and again[1][1] == int(labs[1])
+        assert len(got) == len(sub)
+        for k in range(len(sub)):
+            img, y = sub[k]
+            assert int(labs[k]) == y and torch.equal(got[k], _pil_tensor(img)), k
+    tree = tmp_path / "tree"
+    images, labels = _photos(12, 40, seed=3)
+    for k, (img, y) in enumerate(zip(images, labels)):
+        (tree / f"class{y}").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(img).save(tree / f"class{y}" / f"{k:02d}.png")
+    folder = ImageFolder(str(tree))
+    sub = torch.utils.data.Subset(folder, [11, 3, 5, 0])
+    with Loader(sub, batch_size=4, transform=None, device="cpu", shuffle=False) as ld:
+        _, got, labs = _batches(ld)
+    for k in range(4):
+        img, y = sub[k]
+        assert int(labs[k]) == y and torch.equal(got[k], _pil_tensor(img)), k
+    with pytest.raises(IndexError, match="index 100 is out of range"):
+        Loader(torch.utils.data.Subset(ds, [0, 100]), batch_size=2, device="cpu")
+    with pytest.raises(IndexError, match="out of range for its ImageFolder of 12 samples"):
+        Loader(torch.utils.data.Subset(folder, [12]), batch_size=2, device="cpu")
+    tensors = torch.utils.data.TensorDataset(torch.zeros(4, 3, 8, 8, dtype=torch.uint8), torch.zeros(4))
+    with pytest.raises(TypeError, match="not a TensorDataset"):
+        Loader(torch.utils.data.Subset(tensors, [0, 1]), batch_size=2, device="cpu")

@@ -146,6 +146,21 @@ def made(name: str, n: int, make: Callable[[int], tuple[bytes, int | None]], ext
                     tuple(classes), "", _Numbered(n, exts), make=make, rebuild=rebuild)  # type: ignore[arg-type]
 
 
+def taken(flist: FileList, indices: Sequence[int], rebuild: tuple[Callable[..., Any], tuple]) -> FileList:
+    """A made list's samples at `indices` (a torch Subset's, random_split's), in that order:
+    sample k is flist's sample indices[k], with its label and format."""
+    idx = [int(i) for i in indices]
+    make = flist.make
+    assert make is not None
+    n = len(flist)
+    bad = next((i for i in idx if not 0 <= i < n), None)
+    if bad is not None:
+        raise IndexError(f"index {bad} is out of range for {flist.name[len(PREFIX):]} ({n} samples)")
+    return made(f"{flist.name[len(PREFIX):]}[{len(idx)} of {n}]", len(idx), lambda k: make(idx[k]),
+                lambda k: flist.ext(idx[k]), label=lambda k: flist.labels[idx[k]], classes=flist.classes,
+                rebuild=rebuild)
+
+
 def _make(name: str, root: str, items: Sequence[tuple[str, int | None]], classes: Sequence[str] = ()) -> FileList:
     paths, labels, keys, exts = [], [], [], []
     for path, label in items:

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..tensors import encode_npy
-from .files import FileList, made
+from .io.files import FileList, made
+from .tensors import encode_npy
 
 
 def vision_set(ds: Any) -> FileList | None:
@@ -109,7 +109,7 @@ def image_arrays(plain: Any) -> FileList:
     """An in-memory set (transforms taken off: _plain) read from its array, where its
     layout and labels give what its `__getitem__` gives for its first, middle and last
     images; else through `__getitem__` (_items)."""
-    from ..decode.cpu import pil_pixels
+    from .decode.cpu import pil_pixels
 
     arr = _array(plain.data)
     assert arr is not None
@@ -141,7 +141,7 @@ class _Items:
         self.plain = plain
 
     def __call__(self, i: int) -> tuple[bytes, int]:
-        from ..decode.cpu import pil_pixels
+        from .decode.cpu import pil_pixels
 
         img, label = self.plain[i]
         if not _is_pil(img) or not _is_int(label):
