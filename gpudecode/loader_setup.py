@@ -89,6 +89,10 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
         return urls, transform
     if isinstance(urls, torch.utils.data.Subset):  # random_split's parts: the set's samples at its indices
         return subset_source(urls, transform)
+    if isinstance(urls, torch.utils.data.TensorDataset):  # images and labels as tensors of one's own
+        from .vision_sets import tensor_set
+
+        return tensor_set(urls), transform
     samples = getattr(urls, "samples", None)
     name = type(urls).__name__
     from .vision_sets import vision_set

@@ -1,7 +1,7 @@
 """torchvision's datasets that hold no files to read, as made file lists (io/files.made):
 FakeData (its images made by its own draws), and the sets held in memory as one array of
 images (CIFAR10, CIFAR100, SVHN, STL10, MNIST and its kin, USPS), each image read from the
-array. A sample is the image torchvision's own `__getitem__` gives (a PIL image, as
+array; and torch's TensorDataset of uint8 images and labels. A sample is the image torchvision's own `__getitem__` gives (a PIL image, as
 uint8 HWC RGB .npy bytes) with its label: an array's layout and labels are checked against
 `__getitem__` when the list is made, and a set they do not match is read through its
 `__getitem__` itself. Each list pickles as its recipe (the set, transforms taken off).
@@ -35,6 +35,41 @@ def vision_set(ds: Any) -> FileList | None:
     if arr is None or len(arr) != len(ds) or len(arr) == 0:
         return None
     return image_arrays(_plain(ds))
+
+
+def tensor_set(ds: Any) -> FileList:
+    """torch's TensorDataset(images, labels) (or images alone): uint8 images [N, 3, H, W]
+    (torch's layout, looked for first), [N, H, W, 3] or grey [N, H, W] (one channel made
+    three, said), labels an integer vector.
+
+    Raises:
+        TypeError: images that are not uint8 images of one of those layouts, more than two
+            tensors, or labels that are not one integer a sample.
+    """
+    tensors = list(ds.tensors)
+    arr = _array(tensors[0]) if tensors else None
+    layout = "" if arr is None else ("grey" if arr.ndim == 3 else "chw" if arr.shape[1] in (1, 3)
+                                     else "hwc" if arr.shape[3] in (1, 3) else "")
+    if len(tensors) not in (1, 2) or arr is None or not layout:
+        first = f", the first {tensors[0].dtype} {list(tensors[0].shape)}" if tensors else ""
+        floats = " (floats: give the images as uint8, x.mul(255).round().to(torch.uint8), and ToDtype and " \
+                 "Normalize in the transform)" if tensors and tensors[0].is_floating_point() else ""
+        raise TypeError(f"Loader() reads a TensorDataset of uint8 images ([N, 3, H, W], [N, H, W, 3] or [N, H, W]) "
+                        f"and integer labels beside them; this one holds {len(tensors)} tensor(s){first}{floats}")
+    labels: np.ndarray | None = None
+    if len(tensors) == 2:
+        found = _label_array(tensors[1], len(arr))
+        if not isinstance(found, np.ndarray):
+            raise TypeError(f"Loader() reads a TensorDataset's second tensor as one integer label a sample, not "
+                            f"{tensors[1].dtype} {list(tensors[1].shape)}")
+        labels = found
+    images = _ArrayImages(arr, layout, labels)
+    if layout == "grey" or arr.shape[1 if layout == "chw" else 3] == 1:
+        warnings.warn("TensorDataset's images are grey: the Loader gives them as 3 equal channels, as for every image "
+                      "(images[:, :1] is the one channel)", RuntimeWarning, stacklevel=4)
+    h, w = images.pixels(0).shape[:2] if len(arr) else (0, 0)
+    return made(f"TensorDataset({len(arr)} images of {h}x{w})", len(arr), images, "npy", label=images.label,
+                rebuild=(tensor_set, (ds,)))
 
 
 def _plain(ds: Any) -> Any:
@@ -71,13 +106,18 @@ def _labels(ds: Any, n: int) -> np.ndarray | None | bool:
     (QMNIST's rows of eight)."""
     for attr in ("targets", "labels"):
         t = getattr(ds, attr, None)
-        if t is None:
-            continue
-        if type(t).__module__.startswith("torch") and hasattr(t, "numpy"):
-            t = t.detach().cpu().numpy()
-        a = np.asarray(t)
-        return a.astype(np.int64) if a.ndim == 1 and len(a) == n and a.dtype.kind in "iub" else False
+        if t is not None:
+            return _label_array(t, n)
     return None
+
+
+def _label_array(t: Any, n: int) -> np.ndarray | bool:
+    """Labels `t` (a list, array or tensor) as int64 [n], or False where they are not one
+    integer a sample."""
+    if type(t).__module__.startswith("torch") and hasattr(t, "numpy"):
+        t = t.detach().cpu().numpy()
+    a = np.asarray(t)
+    return a.astype(np.int64) if a.ndim == 1 and len(a) == n and a.dtype.kind in "iub" else False
 
 
 class _ArrayImages:

@@ -271,6 +271,50 @@ def test_random_split_parts_and_subsets_are_their_sets_samples_at_their_indices(
         Loader(torch.utils.data.Subset(ds, [0, 100]), batch_size=2, device="cpu")
     with pytest.raises(IndexError, match="out of range for its ImageFolder of 12 samples"):
         Loader(torch.utils.data.Subset(folder, [12]), batch_size=2, device="cpu")
-    tensors = torch.utils.data.TensorDataset(torch.zeros(4, 3, 8, 8, dtype=torch.uint8), torch.zeros(4))
-    with pytest.raises(TypeError, match="not a TensorDataset"):
-        Loader(torch.utils.data.Subset(tensors, [0, 1]), batch_size=2, device="cpu")
+    with pytest.raises(TypeError, match="not a Mine"):
+        Loader(torch.utils.data.Subset(Mine(), [0, 1]), batch_size=2, device="cpu")
+
+
+class Mine(torch.utils.data.Dataset):
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return torch.zeros(3, 8, 8), 0
+
+
+def test_a_tensor_dataset_of_uint8_images_in_any_layout(cifar):
+    """TensorDataset(images, labels) of one's own: uint8 [N, 3, H, W], [N, H, W, 3] or grey
+    [N, H, W] (said), each image and label the tensors' (a Subset of it too); floats, a
+    third tensor or labels that are not one integer a sample are refused, saying what is
+    read."""
+    from torch.utils.data import Subset, TensorDataset
+
+    _, images, labels = cifar
+    chw = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
+    y = torch.from_numpy(labels)
+    for ds in (TensorDataset(chw, y), TensorDataset(torch.from_numpy(images), y), TensorDataset(chw)):
+        with Loader(ds, batch_size=32, transform=None, device="cpu", shuffle=False, labels=len(ds.tensors) == 2) as ld:
+            got, labs = [], []
+            for b in ld:
+                got.append(b.images.clone())
+                labs.append(b.labels)
+        assert torch.equal(torch.cat(got), chw)
+        assert torch.equal(torch.cat(labs), y) if len(ds.tensors) == 2 else all(lab is None for lab in labs)
+    with Loader(Subset(TensorDataset(chw, y), [9, 2]), batch_size=2, transform=None, device="cpu",
+                shuffle=False) as ld:
+        _, got, labs = _batches(ld)
+    assert torch.equal(got, chw[[9, 2]]) and labs.tolist() == [labels[9], labels[2]]
+    grey = chw[:, 0]
+    with pytest.warns(RuntimeWarning, match="TensorDataset's images are grey"):
+        ld = Loader(TensorDataset(grey, y), batch_size=50, transform=None, device="cpu", shuffle=False)
+    with ld:
+        _, got, _ = _batches(ld)
+    assert torch.equal(got, grey[:, None].expand(-1, 3, -1, -1))
+    with pytest.raises(TypeError, match=r"this one holds 2 tensor\(s\), the first torch.float32 \[100, 3, 32, 32\] "
+                                        r"\(floats: give the images as uint8"):
+        Loader(TensorDataset(chw.float() / 255, y), batch_size=4, device="cpu")
+    with pytest.raises(TypeError, match=r"holds 3 tensor\(s\)"):
+        Loader(TensorDataset(chw, y, y), batch_size=4, device="cpu")
+    with pytest.raises(TypeError, match=r"second tensor as one integer label a sample, not torch.float32 \[100, 2\]"):
+        Loader(TensorDataset(chw, torch.zeros(100, 2)), batch_size=4, device="cpu")
