@@ -120,16 +120,25 @@ def _label_array(t: Any, n: int) -> np.ndarray | bool:
     return a.astype(np.int64) if a.ndim == 1 and len(a) == n and a.dtype.kind in "iub" else False
 
 
+_HWC_COPY = 1 << 30  # an array of images in another layout, up to this many bytes, is copied once as HWC
+
+
 class _ArrayImages:
     """Sample i of an in-memory set: image i of `arr` as HWC RGB .npy bytes ("hwc",
     "chw" or "grey" layout; one channel repeated in three, as PIL's convert("RGB") does)
     and label i."""
 
     def __init__(self, arr: np.ndarray, layout: str, labels: np.ndarray | None) -> None:
+        if layout in ("hwc", "chw") and arr.nbytes <= _HWC_COPY:  # (CIFAR10's array is a strided view of planes)
+            hwc = arr.transpose(0, 2, 3, 1) if layout == "chw" else arr
+            if not hwc.flags.c_contiguous:  # made HWC once: each image then a slice, not a gather of 3 planes
+                arr, layout = np.ascontiguousarray(hwc), "hwc"
         self.arr, self.layout, self.labels = arr, layout, labels
 
     def pixels(self, i: int) -> np.ndarray:
         a = self.arr[i]
+        if self.layout == "hwc" and a.flags.c_contiguous and a.shape[2] == 3:
+            return a
         if self.layout == "chw":
             a = a.transpose(1, 2, 0)
         elif self.layout == "grey":

@@ -115,10 +115,17 @@ def _pil_tensor(img: Image.Image) -> torch.Tensor:
     return torch.from_numpy(np.array(img.convert("RGB"))).permute(2, 0, 1)
 
 
-def test_cifar10_as_it_lies_every_image_and_label_its_getitems(cifar):
+@pytest.mark.parametrize("copied", [True, False], ids=["made-hwc-once", "each-image-gathered"])
+def test_cifar10_as_it_lies_every_image_and_label_its_getitems(cifar, copied, monkeypatch):
+    """(CIFAR10's array is a strided HWC view of its planes: copied as HWC once when it is
+    small enough, else each image gathered from the view.)"""
+    import gpudecode.vision_sets
+
+    if not copied:
+        monkeypatch.setattr(gpudecode.vision_sets, "_HWC_COPY", 0)
     root, images, labels = cifar
     ds = StandInCIFAR10(root, train=True)
-    assert ds.data.shape == (100, 32, 32, 3)
+    assert ds.data.shape == (100, 32, 32, 3) and not ds.data.flags.c_contiguous
     with Loader(ds, batch_size=16, transform=None, device="cpu", shuffle=True, seed=1) as ld:
         keys, got, labs = _batches(ld)
         assert ld.reader.classes == ds.classes and ld.num_samples == 100
@@ -170,7 +177,12 @@ def test_mnist_grey_with_its_normalize_against_torchvision_and_said(mnist):
     assert labs.tolist() == labels.tolist()
 
 
-def test_svhn_a_channels_first_array_with_labels(tmp_path):
+@pytest.mark.parametrize("copied", [True, False], ids=["made-hwc-once", "each-image-transposed"])
+def test_svhn_a_channels_first_array_with_labels(tmp_path, copied, monkeypatch):
+    import gpudecode.vision_sets
+
+    if not copied:
+        monkeypatch.setattr(gpudecode.vision_sets, "_HWC_COPY", 0)
     scipy_io = pytest.importorskip("scipy.io")
     images, labels = _photos(30, 32, seed=2)
     labels = labels + 7  # 7..10: SVHN's file says 10 for the digit 0
