@@ -330,3 +330,29 @@ def test_a_tensor_dataset_of_uint8_images_in_any_layout(cifar):
         Loader(TensorDataset(chw, y, y), batch_size=4, device="cpu")
     with pytest.raises(TypeError, match=r"second tensor as one integer label a sample, not torch.float32 \[100, 2\]"):
         Loader(TensorDataset(chw, torch.zeros(100, 2)), batch_size=4, device="cpu")
+
+
+class Flaky(Mirrored):
+    """A set read through __getitem__ whose item 7 fails."""
+
+    def __getitem__(self, i):
+        if i == 7:
+            raise OSError("the disk said no")
+        return super().__getitem__(i)
+
+
+def test_an_item_that_fails_is_its_own_error_named_and_passed_over(cifar):
+    from gpudecode import ShardReadError
+
+    root, images, _ = cifar
+    with pytest.raises(ShardReadError, match=r"could not make the sample: OSError: the disk said no "
+                                             r"\(shard 'Flaky\(100, train\)/7', key '000000007'\)"):
+        with Loader(Flaky(root, train=True), batch_size=10, transform=None, device="cpu", shuffle=False) as ld:
+            list(ld)
+    with pytest.warns(RuntimeWarning, match="the disk said no"):
+        with Loader(Flaky(root, train=True), batch_size=10, transform=None, device="cpu", shuffle=False,
+                    on_error="warn") as ld:
+            keys, got, _ = _batches(ld)
+            assert len(ld.skipped) == 1
+    assert keys == [f"{i:09d}" for i in range(100) if i != 7]
+    assert torch.equal(got, torch.from_numpy(np.delete(images, 7, 0)[:, :, ::-1].copy()).permute(0, 3, 1, 2))

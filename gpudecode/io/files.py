@@ -376,7 +376,7 @@ def iter_files(flist: FileList, order: Sequence[int], start: int, stop: int | No
                 data, label = flist.make(i)
             except Exception as e:  # the set's own code failed: this sample's error, named
                 yield path, i, fields, ShardReadError(f"could not make the sample: {type(e).__name__}: {e}",
-                                                      shard=flist.name, key=flist.keys[i])
+                                                      shard=path, key=flist.keys[i])  # (as its decode errors)
                 continue
             if extensions is None or ext in extensions:
                 fields[ext] = data
