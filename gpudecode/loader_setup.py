@@ -17,6 +17,7 @@ from ._manifest import _read_json
 from .decode import check_device, check_spec
 from .errors import Skipped, TransformError
 from .io import shards as _shards
+from .io.epoch import Source
 from .io.reader import ShardReader, split_exts
 from .mixing import BatchTransform, CutMix, MixUp, RandomChoice, as_batch_transform
 from .pipeline import PipelineConfig
@@ -81,10 +82,15 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
     Loader reads instead. Anything else passes as it is."""
     import torch.utils.data
 
-    if type(urls).__name__ == "Dataset" and type(urls).__module__.startswith("datasets"):  # Hugging Face's
+    if _hf_dataset(urls):
         from .io.parquet import hf_dataset
 
         return hf_dataset(urls), transform
+    if isinstance(urls, torch.utils.data.ConcatDataset):
+        return _several(list(urls.datasets), transform)
+    if isinstance(urls, (list, tuple)) and any(_is_dataset(u) or isinstance(u, Source) and _is_dataset(u.urls)
+                                               for u in urls):
+        return _several(list(urls), transform)
     if not isinstance(urls, torch.utils.data.Dataset) or isinstance(urls, ShardReader):
         return urls, transform
     if isinstance(urls, torch.utils.data.Subset):  # random_split's parts: the set's samples at its indices
@@ -111,31 +117,65 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
     if own is not None and not str(getattr(own, "__module__", "")).startswith("torchvision"):
         raise TypeError(f"Loader() decodes the files itself, not with this {name}'s own loader=: give the "
                         "folder (or the (path, label) pairs) if its files are images.")
-    return [(str(p), int(y)) for p, y in samples], transform if transform is not None else getattr(urls, "transform",
-                                                                                                   None)
+    from .io.files import folder_samples
+
+    return folder_samples(urls), transform if transform is not None else getattr(urls, "transform", None)
+
+
+def _hf_dataset(x: Any) -> bool:
+    return type(x).__name__ == "Dataset" and type(x).__module__.startswith("datasets")  # Hugging Face's
+
+
+def _is_dataset(x: Any) -> bool:
+    import torch.utils.data
+
+    return (isinstance(x, torch.utils.data.Dataset) and not isinstance(x, ShardReader)) or _hf_dataset(x)
+
+
+def _several(items: list, transform: Any) -> tuple[Any, Any]:
+    """A list (or ConcatDataset) of datasets, other sources beside them, or a mixture of
+    gpudecode.Source whose urls are datasets: each dataset read as dataset_source reads it
+    (its own list: its own labels, as ConcatDataset gives them); their transform, the one
+    they agree on when none is given.
+
+    Raises:
+        TypeError: datasets with different transforms and no transform= given."""
+    import dataclasses
+
+
+    out: list = []
+    theirs: list = []
+    for item in items:
+        src = item.urls if isinstance(item, Source) else item
+        if _is_dataset(src):
+            got, tf = dataset_source(src, None)
+            theirs.append(tf)
+            src = got
+        out.append(dataclasses.replace(item, urls=src) if isinstance(item, Source) else src)
+    if transform is None:
+        distinct = {repr(t): t for t in theirs if t is not None}
+        if len(distinct) > 1 or (distinct and None in theirs):
+            raise TypeError("Loader() was given datasets with different transforms (" +
+                            "; ".join(repr(t).replace("\n", " ") for t in theirs) + "): give the one to run as "
+                            "transform=")
+        transform = next(iter(distinct.values()), None)
+    return out, transform
 
 
 def subset_source(sub: Any, transform: Any = None) -> tuple[Any, Any]:
     """A torch Subset (random_split's parts) of any Dataset dataset_source reads: its set's
-    samples at its indices, in their order (an ImageFolder's (path, label) pairs, a made
-    list's samples: files.taken); the set's transform when none is given, as the Subset's
-    items have it.
+    samples at its indices, in their order (files.taken); the set's transform when none is
+    given, as the Subset's items have it.
 
     Raises:
         TypeError: the set is not one a Loader reads. IndexError: an index out of range."""
     from .io.files import FileList, taken
 
     base, tf = dataset_source(sub.dataset, transform)
-    if isinstance(base, FileList) and base.make is not None:
-        return taken(base, sub.indices, rebuild=(_subset_list, (sub,))), tf
-    if isinstance(base, list):
-        try:
-            return [base[int(i)] for i in sub.indices], tf
-        except IndexError:
-            raise IndexError(f"a Subset index is out of range for its {type(sub.dataset).__name__} of {len(base)} "
-                             "samples") from None
-    raise TypeError(f"Loader() reads a Subset of an ImageFolder, an in-memory torchvision set or a Hugging Face "
-                    f"Dataset, not of a {type(sub.dataset).__name__}")
+    if not isinstance(base, FileList):
+        raise TypeError(f"Loader() reads a Subset of an ImageFolder, an in-memory torchvision set, a TensorDataset "
+                        f"or a Hugging Face Dataset, not of a {type(sub.dataset).__name__}")
+    return taken(base, sub.indices, rebuild=(_subset_list, (sub,))), tf
 
 
 def _subset_list(sub: Any) -> Any:

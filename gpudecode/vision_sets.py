@@ -9,6 +9,7 @@ uint8 HWC RGB .npy bytes) with its label: an array's layout and labels are check
 from __future__ import annotations
 
 import copy
+import os
 import warnings
 from typing import Any
 
@@ -178,7 +179,7 @@ def image_arrays(plain: Any) -> FileList:
         warnings.warn(f"{name}'s images are grey: the Loader gives them as 3 equal channels, as for every image "
                       f"(torchvision's {name} gives 1: images[:, :1] is that)", RuntimeWarning, stacklevel=4)
     h, w = images.pixels(0).shape[:2]
-    return made(f"{name}({n} images of {h}x{w}{', ' + split if split else ''})", n, images, "npy",
+    return made(f"{name}({n} images of {h}x{w}{', ' + split if split else ''}{_root(plain)})", n, images, "npy",
                 label=images.label, classes=_names(plain),
                 rebuild=(image_arrays, (plain,)))
 
@@ -210,8 +211,15 @@ def _items(plain: Any, name: str, detail: str) -> FileList:
             make(0)
         except TypeError as e:
             raise TypeError(f"Loader() reads a {name} as (image, label) items: {e}") from None
-    return made(f"{name}({len(plain)}{', ' + detail if detail else ''})", len(plain), make, "npy",
+    return made(f"{name}({len(plain)}{', ' + detail if detail else ''}{_root(plain)})", len(plain), make, "npy",
                 classes=_names(plain), rebuild=(_items, (plain, name, detail)))
+
+
+def _root(ds: Any) -> str:
+    """", in ROOT" for a set read from a folder (two sets of one kind and split, from two
+    folders, are two lists), else ""."""
+    root = getattr(ds, "root", None)
+    return f", in {os.path.abspath(os.fspath(root))}" if isinstance(root, (str, os.PathLike)) and root else ""
 
 
 def _is_pil(img: Any) -> bool:

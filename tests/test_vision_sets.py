@@ -281,7 +281,7 @@ def test_random_split_parts_and_subsets_are_their_sets_samples_at_their_indices(
         assert int(labs[k]) == y and torch.equal(got[k], _pil_tensor(img)), k
     with pytest.raises(IndexError, match="index 100 is out of range"):
         Loader(torch.utils.data.Subset(ds, [0, 100]), batch_size=2, device="cpu")
-    with pytest.raises(IndexError, match="out of range for its ImageFolder of 12 samples"):
+    with pytest.raises(IndexError, match=r"index 12 is out of range for .*tree \(12 samples\)"):
         Loader(torch.utils.data.Subset(folder, [12]), batch_size=2, device="cpu")
     with pytest.raises(TypeError, match="not a Mine"):
         Loader(torch.utils.data.Subset(Mine(), [0, 1]), batch_size=2, device="cpu")
@@ -346,7 +346,7 @@ def test_an_item_that_fails_is_its_own_error_named_and_passed_over(cifar):
 
     root, images, _ = cifar
     with pytest.raises(ShardReadError, match=r"could not make the sample: OSError: the disk said no "
-                                             r"\(shard 'Flaky\(100, train\)/7', key '000000007'\)"):
+                                             r"\(shard 'Flaky\(100, train, in .*cifar0\)/7', key '000000007'\)"):
         with Loader(Flaky(root, train=True), batch_size=10, transform=None, device="cpu", shuffle=False) as ld:
             list(ld)
     with pytest.warns(RuntimeWarning, match="the disk said no"):
@@ -356,3 +356,54 @@ def test_an_item_that_fails_is_its_own_error_named_and_passed_over(cifar):
             assert len(ld.skipped) == 1
     assert keys == [f"{i:09d}" for i in range(100) if i != 7]
     assert torch.equal(got, torch.from_numpy(np.delete(images, 7, 0)[:, :, ::-1].copy()).permute(0, 3, 1, 2))
+
+
+def test_several_datasets_a_concat_dataset_and_a_mixture_of_them(cifar, tmp_path):
+    """A list or a ConcatDataset of datasets (CIFAR10's two splits, an ImageFolder beside a
+    shard) reads each with its own labels, as ConcatDataset gives them; an ImageFolder keeps
+    its classes and keys (the same as its folder named); gpudecode.Source takes datasets,
+    a label_offset reaching a made list's labels too; different transforms and no
+    transform= are refused."""
+    from torchvision.datasets import ImageFolder
+
+    from gpudecode import Source
+
+    root, images, labels = cifar
+    train, test = StandInCIFAR10(root, train=True), StandInCIFAR10(root, train=False)
+    concat = torch.utils.data.ConcatDataset([train, test])
+    for spec in (concat, [train, test]):
+        with Loader(spec, batch_size=22, transform=None, device="cpu", shuffle=False) as ld:
+            _, got, labs = _batches(ld)
+            assert ld.reader.classes == train.classes
+        assert len(got) == len(concat) == 110
+        for k in (0, 57, 99, 100, 109):
+            img, y = concat[k]
+            assert int(labs[k]) == y and torch.equal(got[k], _pil_tensor(img)), k
+    tree = tmp_path / "tree"
+    for k in range(6):
+        (tree / f"c{k % 2}").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(images[k]).save(tree / f"c{k % 2}" / f"{k}.png")
+    folder = ImageFolder(str(tree))
+    with Loader(folder, batch_size=6, transform=None, device="cpu", shuffle=False) as a, \
+            Loader(str(tree), batch_size=6, transform=None, device="cpu", shuffle=False) as b:
+        (x,), (y,) = list(a), list(b)
+        assert a.reader.classes == a.dataset.classes == folder.classes == ["c0", "c1"]
+        assert x.keys == y.keys == ["c0/0", "c0/2", "c0/4", "c1/1", "c1/3", "c1/5"] and torch.equal(x.images, y.images)
+    with pytest.raises(ValueError, match="same tree|named twice"):
+        Loader([folder, str(tree)], batch_size=2, device="cpu")
+    with Loader([Source(test, name="test"), Source(folder, label_offset=10, name="tree")], batch_size=16,
+                transform=None, device="cpu", shuffle=False) as ld:
+        got = {k: int(lab) for b in ld for k, lab in zip(b.keys, b.labels)}
+    assert sorted(v for k, v in got.items() if "/" in k) == [10, 10, 10, 11, 11, 11]
+    assert [got[f"{i:09d}"] for i in range(10)] == labels[:10].tolist()
+    with Loader([Source(test, label_offset=5)], batch_size=10, transform=None, device="cpu", shuffle=False) as ld:
+        (b,) = list(ld)
+        again = pickle.loads(pickle.dumps(ld.dataset))
+    assert b.labels.tolist() == (labels[:10] + 5).tolist() and again[3][1] == labels[3] + 5
+    flipped = StandInCIFAR10(root, train=True, transform=tvt.RandomHorizontalFlip())
+    with pytest.raises(TypeError, match="datasets with different transforms .*: give the one to run as transform="):
+        Loader([test, flipped], batch_size=2, device="cpu")
+    with Loader([test, flipped], batch_size=20, transform=T.Compose([T.Resize((8, 8))]), device="cpu") as ld:
+        assert len(ld.dataset) == 110
+    with pytest.raises(ValueError, match=r"'StandInCIFAR10\(10 images of 32x32, test, in .*\)' is named twice"):
+        Loader([test, StandInCIFAR10(root, train=False)], batch_size=2, device="cpu")

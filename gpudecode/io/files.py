@@ -25,6 +25,7 @@ import os
 import random
 import re
 import stat
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -147,18 +148,43 @@ def made(name: str, n: int, make: Callable[[int], tuple[bytes, int | None]], ext
 
 
 def taken(flist: FileList, indices: Sequence[int], rebuild: tuple[Callable[..., Any], tuple]) -> FileList:
-    """A made list's samples at `indices` (a torch Subset's, random_split's), in that order:
-    sample k is flist's sample indices[k], with its label and format."""
+    """A list's samples at `indices` (a torch Subset's, random_split's), in that order:
+    sample k is flist's sample indices[k], with its label, format and key (a made list's
+    keys are its new numbers); `rebuild` makes a made one again (what it pickles as).
+
+    Raises:
+        IndexError: an index out of range."""
     idx = [int(i) for i in indices]
-    make = flist.make
-    assert make is not None
-    n = len(flist)
+    n, name = len(flist), flist.name[len(PREFIX):]
     bad = next((i for i in idx if not 0 <= i < n), None)
     if bad is not None:
-        raise IndexError(f"index {bad} is out of range for {flist.name[len(PREFIX):]} ({n} samples)")
-    return made(f"{flist.name[len(PREFIX):]}[{len(idx)} of {n}]", len(idx), lambda k: make(idx[k]),
-                lambda k: flist.ext(idx[k]), label=lambda k: flist.labels[idx[k]], classes=flist.classes,
-                rebuild=rebuild)
+        raise IndexError(f"index {bad} is out of range for {name} ({n} samples)")
+    if flist.make is None:
+        return dataclasses.replace(flist, name=f"{flist.name}[{len(idx)} of {n}]",
+                                   paths=tuple(flist.paths[i] for i in idx), labels=tuple(flist.labels[i] for i in idx),
+                                   keys=tuple(flist.keys[i] for i in idx), _exts=tuple(flist.ext(i) for i in idx))
+    make = flist.make
+    return made(f"{name}[{len(idx)} of {n}]", len(idx), lambda k: make(idx[k]), lambda k: flist.ext(idx[k]),
+                label=lambda k: flist.labels[idx[k]], classes=flist.classes, rebuild=rebuild)
+
+
+def shifted(flist: FileList, offset: int) -> FileList:
+    """`flist` with `offset` added to its labels (a mixture Source's label_offset): a made
+    list's too, whose labels its make gives."""
+    if flist.make is None:
+        return dataclasses.replace(flist, labels=tuple(None if v is None else v + offset for v in flist.labels))
+    make = flist.make
+
+    def moved(i: int) -> tuple[bytes, int | None]:
+        data, label = make(i)
+        return data, None if label is None else label + offset
+
+    def label(i: int) -> int | None:
+        v = flist.labels[i]
+        return None if v is None else v + offset
+
+    return made(flist.name[len(PREFIX):], len(flist), moved, flist.ext, label=label, classes=flist.classes,
+                rebuild=(shifted, (flist, offset)))
 
 
 def _make(name: str, root: str, items: Sequence[tuple[str, int | None]], classes: Sequence[str] = ()) -> FileList:
@@ -296,6 +322,17 @@ def from_items(items: Sequence[Any]) -> FileList:
         else:
             pairs.append((os.fspath(it), None))
     return _make(f"{PREFIX}<list of {len(pairs)} files>", "", pairs)
+
+
+def folder_samples(ds: Any) -> FileList:
+    """A torchvision ImageFolder's (or DatasetFolder's) `samples`, with its `classes`, as
+    the Loader reads its root: keys the paths under the root, named as the root's tree
+    (so the same tree given twice, as a folder and as a dataset, is refused as read twice)."""
+    root = os.path.abspath(os.fspath(getattr(ds, "root", "") or "")) if getattr(ds, "root", None) else ""
+    classes = getattr(ds, "classes", None)
+    names = tuple(classes) if isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes) else ()
+    pairs = [(os.fspath(p), int(y)) for p, y in ds.samples]
+    return _make(f"{PREFIX}{root or type(ds).__name__ + f'({len(pairs)} files)'}", root, pairs, names)
 
 
 def is_file_item(item: Any) -> bool:

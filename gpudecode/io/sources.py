@@ -18,7 +18,7 @@ from .._text import plural
 from ..errors import GpuDecodeError, ShardReadError
 from . import epoch as _epoch
 from . import shards as _shards
-from .files import FileList
+from .files import FileList, shifted
 from .parquet import classes as parquet_classes, is_parquet
 
 __all__ = ["Sources", "MAX_EPOCH"]
@@ -210,8 +210,7 @@ def _expand_sources(sources: list[_epoch.Source], files: dict[str, FileList]
             if u in found:
                 f = found[u]
                 if src.label_offset:
-                    f = dataclasses.replace(f, labels=tuple(None if v is None else v + src.label_offset
-                                                            for v in f.labels))
+                    f = shifted(f, src.label_offset)
                 files[u] = f
             elif src.label_offset:
                 offsets[u] = src.label_offset
