@@ -108,8 +108,10 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
         return made, transform if transform is not None else getattr(urls, "transform", None)
     if not isinstance(samples, list) or not all(isinstance(s, tuple) and len(s) == 2 for s in samples[:1]):
         raise TypeError(f"Loader() reads files and shards, not a {name}: give its image folder, a list of paths or "
-                        "(path, label) pairs, or shards (for a synthetic set, `gpudecode bench make-data DIR` "
-                        "writes one).")
+                        "(path, label) pairs, shards, or its images as a TensorDataset of uint8 tensors (the datasets "
+                        "it reads as they are: ImageFolder, CIFAR10, MNIST and torchvision's other in-memory sets, "
+                        "FakeData, TensorDataset, Hugging Face's, and Subsets and ConcatDatasets of them; for a "
+                        "synthetic set, `gpudecode bench make-data DIR` writes one).")
     if getattr(urls, "target_transform", None) is not None:
         raise TypeError(f"Loader() cannot apply this {name}'s target_transform (labels are read as the folder "
                         "gives them): map the labels in your loop, or give the (path, label) pairs yourself.")

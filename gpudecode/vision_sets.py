@@ -1,8 +1,10 @@
-"""torchvision's datasets that hold no files to read, as made file lists (io/files.made):
-FakeData (its images made by its own draws), and the sets held in memory as one array of
+"""Datasets that hold no files to read, as made file lists (io/files.made): torchvision's
+FakeData (its images made by its own draws) and its sets held in memory as one array of
 images (CIFAR10, CIFAR100, SVHN, STL10, MNIST and its kin, USPS), each image read from the
-array; and torch's TensorDataset of uint8 images and labels. A sample is the image torchvision's own `__getitem__` gives (a PIL image, as
-uint8 HWC RGB .npy bytes) with its label: an array's layout and labels are checked against
+array; and torch's TensorDataset of uint8 images and labels.
+
+A torchvision set's sample is the image its own `__getitem__` gives (a PIL image, as uint8
+HWC RGB .npy bytes) with its label: an array's layout and labels are checked against
 `__getitem__` when the list is made, and a set they do not match is read through its
 `__getitem__` itself. Each list pickles as its recipe (the set, transforms taken off).
 """
