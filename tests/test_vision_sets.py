@@ -7,6 +7,7 @@ images from PNG shards (CIFAR10, the same draws); a set whose __getitem__ disagr
 its array read through __getitem__; made lists (these, FakeData) pickled whole."""
 from __future__ import annotations
 
+import io
 import pickle
 import struct
 
@@ -407,3 +408,41 @@ def test_several_datasets_a_concat_dataset_and_a_mixture_of_them(cifar, tmp_path
         assert len(ld.dataset) == 110
     with pytest.raises(ValueError, match=r"'StandInCIFAR10\(10 images of 32x32, test, in .*\)' is named twice"):
         Loader([test, StandInCIFAR10(root, train=False)], batch_size=2, device="cpu")
+
+
+@pytest.mark.parametrize("copy_limit", [1 << 30, 0], ids=["made-hwc-once", "as-given"])
+def test_every_layout_gives_pils_rgb_conversion(copy_limit, monkeypatch):
+    """Property (hypothesis): for any array of images in any of the layouts read (HWC with 3
+    or 1 channels, CHW with 3 or 1, grey; contiguous or a strided view), each image is what
+    PIL's convert("RGB") makes of that image, and the set's labels its own."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    import gpudecode.vision_sets as vs
+
+    monkeypatch.setattr(vs, "_HWC_COPY", copy_limit)
+
+    @settings(max_examples=60, deadline=None)
+    @given(n=st.integers(1, 4), h=st.integers(1, 9), w=st.integers(1, 9), layout=st.sampled_from(
+        ["hwc3", "hwc1", "chw3", "chw1", "grey"]), view=st.booleans(), seed=st.integers(0, 2**32 - 1))
+    def check(n, h, w, layout, view, seed):
+        rng = np.random.default_rng(seed)
+        c = 1 if layout in ("hwc1", "chw1", "grey") else 3
+        hwc = rng.integers(0, 256, (n, h, w, c), dtype=np.uint8)
+        if layout.startswith("chw"):
+            arr = np.ascontiguousarray(hwc.transpose(0, 3, 1, 2))
+            arr = arr if not view else np.ascontiguousarray(hwc.transpose(3, 0, 1, 2)).transpose(1, 0, 2, 3)
+        elif layout == "grey":
+            arr = hwc[..., 0] if view else np.ascontiguousarray(hwc[..., 0])
+        else:
+            arr = hwc if not view else np.ascontiguousarray(hwc.transpose(0, 3, 1, 2)).transpose(0, 2, 3, 1)
+        labels = rng.integers(0, 10, n)
+        kind = "grey" if layout == "grey" else layout[:3]
+        images = vs._ArrayImages(arr, kind, labels)
+        for i in range(n):
+            pil = Image.fromarray(hwc[i, :, :, 0] if c == 1 else hwc[i])
+            assert np.array_equal(images.pixels(i), np.asarray(pil.convert("RGB"))), (layout, view, i)
+            data, label = images(i)
+            assert label == labels[i] and np.array_equal(np.load(io.BytesIO(data)), images.pixels(i))
+
+    check()
