@@ -8,6 +8,7 @@ its array read through __getitem__; made lists (these, FakeData) pickled whole."
 from __future__ import annotations
 
 import io
+import os
 import pickle
 import struct
 
@@ -130,6 +131,9 @@ def test_cifar10_as_it_lies_every_image_and_label_its_getitems(cifar, copied, mo
     with Loader(ds, batch_size=16, transform=None, device="cpu", shuffle=True, seed=1) as ld:
         keys, got, labs = _batches(ld)
         assert ld.reader.classes == ds.classes and ld.num_samples == 100
+        d = ld.describe()
+        assert (d["shards"], d["image_files"], d["file_sources"]) == (
+            0, 100, [f"StandInCIFAR10(100 images of 32x32, train, in {os.path.abspath(root)})"])
     assert sorted(keys) == [f"{i:09d}" for i in range(100)]  # every image once, shuffled
     for key, img, lab in zip(keys, got, labs.tolist()):
         want, y = ds[int(key)]

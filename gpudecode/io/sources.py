@@ -18,7 +18,7 @@ from .._text import plural
 from ..errors import GpuDecodeError, ShardReadError
 from . import epoch as _epoch
 from . import shards as _shards
-from .files import FileList, shifted
+from .files import PREFIX as _files_prefix, FileList, shifted
 from .parquet import classes as parquet_classes, is_parquet
 
 __all__ = ["Sources", "MAX_EPOCH"]
@@ -147,7 +147,7 @@ class Sources:
         out: dict = {"shards": sum(1 for u in self.urls if u not in self.files)}
         if self.files:
             out["image_files"] = sum(len(f) for f in self.files.values())
-            out["file_sources"] = [f.root or u for u, f in self.files.items()]
+            out["file_sources"] = [f.root or u.removeprefix(_files_prefix) for u, f in self.files.items()]
         return out
 
     def mixture_counts(self, counts: dict[str, int]) -> tuple[list[int], list[int]]:
