@@ -5,6 +5,7 @@ hold besides its own work."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import os
 import sys
@@ -76,9 +77,11 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
     """A torch Dataset given as the source: torchvision's ImageFolder or DatasetFolder is
     read as it lies, its `samples` ((path, label) pairs: its classes, extensions and
     is_valid_file already applied) on the reader threads, with its `transform` when none is
-    given; FakeData's images are made, and torchvision's in-memory sets (CIFAR10, MNIST,
-    ...) read from their arrays (vision_sets.py); a Hugging Face `datasets.Dataset`'s rows are read
-    from its Arrow table (io/parquet.hf_dataset); any other Dataset is refused with what the
+    given; FakeData's images are made, torchvision's in-memory sets (CIFAR10, MNIST, ...)
+    and a TensorDataset read from their arrays (vision_sets.py); a Hugging Face
+    `datasets.Dataset`'s rows are read from its Arrow table (io/parquet.hf_dataset); a
+    Subset is its set's samples at its indices, a ConcatDataset or a list of datasets (or a
+    mixture of Sources of them) each one's; any other Dataset is refused with what the
     Loader reads instead. Anything else passes as it is."""
     import torch.utils.data
 
@@ -142,9 +145,6 @@ def _several(items: list, transform: Any) -> tuple[Any, Any]:
 
     Raises:
         TypeError: datasets with different transforms and no transform= given."""
-    import dataclasses
-
-
     out: list = []
     theirs: list = []
     for item in items:
