@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 
-from .errors import ErrorPolicy
+from .errors import ErrorPolicy, LabelError, ShardReadError
 from .io import shards as _shards
 from .decode.cpu import CpuDecoder
 from .io.reader import Sample, ShardReader
@@ -44,6 +44,7 @@ class ShardDataset(torch.utils.data.Dataset):
         counts = reader.sample_counts()
         self._starts = reader.inputs.starts(counts)
         self._total = sum(counts[u] for u in reader.urls)
+        self._targets: list[int] | None = None  # (read when first asked; kept, and pickled with the rest)
         self._local()
 
     @property
@@ -55,6 +56,53 @@ class ShardDataset(torch.utils.data.Dataset):
         if names:
             return names
         return _shard_classes(self.reader.urls)
+
+    @property
+    def targets(self) -> list[int]:
+        """Each sample's label by index, as torchvision's ImageFolder and CIFAR10 give
+        `targets` (for class counts, a weighted or stratified draw): the labels the Loader
+        trains on (a mixture source's label_offset added). A file list's come from the list;
+        a shard's are read from its label members alone, once, then kept.
+
+        Raises:
+            ValueError: the Loader reads no labels (labels=False).
+            LabelError: a sample without a label, or with one the Loader refuses (named).
+        """
+        if self._targets is None:
+            self._targets = self._read_targets()
+        return self._targets
+
+    def _read_targets(self) -> list[int]:
+        from .io.assembly import iter_shard
+        from .labels import parse_label
+
+        cfg = self.config
+        if not cfg.labels:
+            raise ValueError("the Loader reads no labels (labels=False): there are no targets")
+        out: list[int] = []
+        counts = self.reader.sample_counts()
+        for url in self.reader.urls:
+            shift = cfg.label_offsets.get(url, 0)
+            flist = self.reader.inputs.files.get(url)
+            if flist is not None:
+                for i, v in enumerate(flist.labels):
+                    if v is None:
+                        raise LabelError(f"no label (looked for .{', .'.join(cfg.label_exts)})", shard=flist.paths[i],
+                                         key=flist.keys[i])
+                    out.append(v + shift)
+                continue
+            got = 0
+            for s in iter_shard(url, extensions=frozenset(e.lower() for e in cfg.label_exts),
+                                remote=self.reader.segments.remote, cache=self.reader.cache):
+                if not isinstance(s, Sample):
+                    raise s.error
+                out.append(parse_label(s.fields, cfg.label_exts, shard=url, key=s.key, num_classes=cfg.num_classes,
+                                       allow_negative=cfg.allow_negative_labels or bool(shift)) + shift)
+                got += 1
+            if got != counts[url]:
+                raise ShardReadError(f"the shard holds {got} samples now, {counts[url]} when it was counted (it "
+                                     "changed since)", shard=url)
+        return out
 
     @property
     def class_to_idx(self) -> dict[str, int]:

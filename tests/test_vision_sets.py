@@ -450,3 +450,46 @@ def test_every_layout_gives_pils_rgb_conversion(copy_limit, monkeypatch):
             assert label == labels[i] and np.array_equal(np.load(io.BytesIO(data)), images.pixels(i))
 
     check()
+
+
+def test_the_dataset_views_targets_are_the_labels_the_loader_trains_on(cifar, tmp_path):
+    """loader.dataset.targets as torchvision's sets give `targets`: CIFAR10's and an
+    ImageFolder's their own; shards' read from their .cls members (tarfile's reference),
+    a mixture's label_offset added; a sample without a label named; labels=False has none."""
+    import tarfile
+
+    from torchvision.datasets import ImageFolder
+
+    from gpudecode import LabelError, Source
+
+    root, images, labels = cifar
+    ds = StandInCIFAR10(root, train=True)
+    with Loader(ds, batch_size=8, device="cpu", transform=None) as ld:
+        assert ld.dataset.targets == ds.targets
+    tree = tmp_path / "tree"
+    for k in range(5):
+        (tree / f"c{k % 3}").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(images[k]).save(tree / f"c{k % 3}" / f"{k}.png")
+    with Loader(ImageFolder(str(tree)), batch_size=8, device="cpu", transform=None) as ld:
+        assert ld.dataset.targets == ImageFolder(str(tree)).targets == [0, 0, 1, 1, 2]
+    shards = [make_shard(tmp_path / f"s-{j}.tar", [{"__key__": f"k{j}-{i}", "png": encode(images[i], "PNG"),
+                                                   "cls": str((i * 7 + j) % 10).encode()} for i in range(9 + j)])
+              for j in range(3)]
+    want = []
+    for s in shards:
+        with tarfile.open(s) as tf:
+            want += [int(tf.extractfile(m).read()) for m in tf if m.name.endswith(".cls")]
+    with Loader(shards, batch_size=8, device="cpu", transform=None) as ld:
+        assert ld.dataset.targets == want and len(want) == len(ld.dataset) == 30
+        assert pickle.loads(pickle.dumps(ld.dataset)).targets == want  # (kept, and pickled with it)
+    with Loader([Source(shards[:1]), Source(shards[1:], label_offset=10)], batch_size=8, device="cpu",
+                transform=None) as ld:
+        assert ld.dataset.targets == want[:9] + [v + 10 for v in want[9:]]
+    bare = make_shard(tmp_path / "bare.tar", [{"__key__": "a", "png": encode(images[0], "PNG"), "cls": b"1"},
+                                             {"__key__": "b", "png": encode(images[1], "PNG")}])
+    with Loader(bare, batch_size=2, device="cpu", transform=None) as ld:
+        with pytest.raises(LabelError, match=r"no label .*key 'b'"):
+            print(ld.dataset.targets)
+    with Loader(bare, batch_size=2, device="cpu", transform=None, labels=False) as ld:
+        with pytest.raises(ValueError, match="reads no labels"):
+            print(ld.dataset.targets)
