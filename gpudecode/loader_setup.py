@@ -104,9 +104,11 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
         return tensor_set(urls), transform
     samples = getattr(urls, "samples", None)
     name = type(urls).__name__
-    from .vision_sets import vision_set
+    from .vision_sets import file_set, vision_set
 
     made = vision_set(urls)  # FakeData (`--dummy`), CIFAR10, MNIST, ...: no files, images made or in memory
+    if made is None and samples is None and getattr(urls, "loader", None) in (None, _torchvision_loader()):
+        made = file_set(urls)  # Food101, Flowers102, ...: files named in a private list
     if made is not None:
         return made, transform if transform is not None else getattr(urls, "transform", None)
     if not isinstance(samples, list) or not all(isinstance(s, tuple) and len(s) == 2 for s in samples[:1]):
@@ -125,6 +127,16 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
     from .io.files import folder_samples
 
     return folder_samples(urls), transform if transform is not None else getattr(urls, "transform", None)
+
+
+def _torchvision_loader() -> Any:
+    """torchvision's default_loader (what a set given no loader= opens its files with), or
+    a stand-in where torchvision is not installed."""
+    try:
+        from torchvision.datasets.folder import default_loader
+    except ImportError:
+        return object()
+    return default_loader
 
 
 def _hf_dataset(x: Any) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import ShardReadError
 from .io.files import FileList, made
 from .tensors import encode_npy
 
@@ -75,6 +76,53 @@ def tensor_set(ds: Any) -> FileList:
                 rebuild=(tensor_set, (ds,)))
 
 
+def file_set(ds: Any) -> FileList | None:
+    """A torchvision set of image files that names them in a private list: its (path,
+    label) pairs from `_samples` (StanfordCars, GTSRB, Imagenette), `imgs` (Places365), or
+    `_image_files` / `_images` beside `_labels` (Food101, Flowers102, DTD, FGVCAircraft,
+    SUN397, OxfordIIITPet), read as an ImageFolder's `samples` are (the files decoded here,
+    its classes kept); None where it has none. Its first and last items are checked
+    against its own `__getitem__` (that image, that label) when the list is made.
+
+    Raises:
+        TypeError: its items are not its files' images with integer labels (another
+            target type, or a set that changes them: give the (path, label) pairs).
+    """
+    from .io.files import folder_samples
+
+    pairs = None
+    for attr in ("_samples", "imgs"):
+        v = getattr(ds, attr, None)
+        if isinstance(v, list) and v and all(isinstance(x, tuple) and len(x) == 2 for x in v[:1]):
+            pairs = list(v)
+            break
+    labels = getattr(ds, "_labels", None)
+    for attr in ("_image_files", "_images"):
+        files = getattr(ds, attr, None)
+        if pairs is None and isinstance(files, list) and isinstance(labels, list) and files and \
+                len(files) == len(labels):
+            pairs = list(zip(files, labels))
+    if pairs is None or len(pairs) != len(ds):
+        return None
+    plain = _plain(ds)
+    from PIL import Image
+
+    for i in sorted({0, len(pairs) - 1}):
+        path, label = pairs[i]
+        try:
+            img, y = plain[i]
+            with Image.open(path) as own:
+                same = _is_pil(img) and np.array_equal(np.asarray(img.convert("RGB")), np.asarray(own.convert("RGB")))
+        except OSError as e:  # (a file named that is not there, or not an image: the set's, named)
+            raise ShardReadError(f"{type(ds).__name__}'s item {i} cannot be read: {type(e).__name__}: {e}",
+                                 shard=os.fspath(path)) from e
+        if not same or not _is_int(y) or not _is_int(label) or int(y) != int(label):
+            raise TypeError(f"Loader() reads a {type(ds).__name__} from its image files, but its item {i} is not "
+                            f"({os.fspath(path)!r}, {label!r}) as read (another target type, or items it changes): "
+                            "give the (path, label) pairs yourself")
+    return folder_samples(ds, [(p, int(y)) for p, y in pairs])
+
+
 def _plain(ds: Any) -> Any:
     """A shallow copy of `ds` without its transform (the Loader runs it: Loader() takes
     the set's transform when given none)."""
@@ -83,6 +131,8 @@ def _plain(ds: Any) -> Any:
                         "set gives them): map the labels in your loop.")
     plain = copy.copy(ds)
     plain.transform = None
+    if getattr(plain, "transforms", None) is not None:  # (VisionDataset's transform and target_transform together)
+        plain.transforms = None
     return plain
 
 

@@ -493,3 +493,64 @@ def test_the_dataset_views_targets_are_the_labels_the_loader_trains_on(cifar, tm
     with Loader(bare, batch_size=2, device="cpu", transform=None, labels=False) as ld:
         with pytest.raises(ValueError, match="reads no labels"):
             print(ld.dataset.targets)
+
+
+def _food101(root, images, labels, classes=("apple_pie", "baklava", "churros")):
+    """Food-101's layout (meta/train.json: {class: [class/image id]}, images/class/id.jpg)."""
+    import json
+
+    meta = {c: [] for c in classes}
+    for k, (img, y) in enumerate(zip(images, labels)):
+        c = classes[y % len(classes)]
+        (root / "food-101" / "images" / c).mkdir(parents=True, exist_ok=True)
+        Image.fromarray(img).save(root / "food-101" / "images" / c / f"{k}.jpg", quality=90)
+        meta[c].append(f"{c}/{k}")
+    (root / "food-101" / "meta").mkdir(parents=True)
+    (root / "food-101" / "meta" / "train.json").write_text(json.dumps(meta))
+
+
+def test_sets_of_files_named_in_private_lists_food101_and_oxford_pets(cifar, tmp_path):
+    """torchvision's Food101 and OxfordIIITPet on files in their layouts (loaded by their own
+    classes): read from their files as an ImageFolder is (keys, classes, targets), every
+    image and label their __getitem__'s; a target type that is not one integer, a set that
+    changes its items, or a file gone, refused by name."""
+    from torchvision.datasets import Food101, OxfordIIITPet
+
+    from gpudecode import ShardReadError
+
+    _, images, labels = cifar
+    _food101(tmp_path / "f", images[:12], labels[:12])
+    food = Food101(str(tmp_path / "f"), split="train")
+    pets_root = tmp_path / "p" / "oxford-iiit-pet"
+    (pets_root / "images").mkdir(parents=True)
+    (pets_root / "annotations").mkdir()
+    lines = []
+    for k in range(8):
+        breed = ["Abyssinian", "beagle"][k % 2]
+        Image.fromarray(images[20 + k]).save(pets_root / "images" / f"{breed}_{k}.jpg", quality=90)
+        lines.append(f"{breed}_{k} {k % 2 + 1} {k % 2 + 1} 1")
+    (pets_root / "annotations" / "trainval.txt").write_text("\n".join(lines) + "\n")
+    pets = OxfordIIITPet(str(tmp_path / "p"))
+    for ds in (food, pets):
+        with Loader(ds, batch_size=5, transform=None, device="cpu", shuffle=False) as ld:
+            _, got, labs = _batches(ld)
+            assert ld.dataset.classes == ds.classes and ld.dataset.targets == [ds[i][1] for i in range(len(ds))]
+        assert len(got) == len(ds)
+        for k in range(len(ds)):
+            img, y = ds[k]
+            assert int(labs[k]) == y and torch.equal(got[k], _pil_tensor(img)), (type(ds).__name__, k)
+    with pytest.raises(TypeError, match=r"reads a OxfordIIITPet from its image files, but its item 0 is not"):
+        Loader(OxfordIIITPet(str(tmp_path / "p"), target_types=["category", "binary-category"]), batch_size=2,
+               device="cpu")
+
+    class Darker(Food101):
+        def __getitem__(self, i):
+            img, y = super().__getitem__(i)
+            return img.point(lambda v: v // 2), y
+
+    with pytest.raises(TypeError, match="give the .path, label. pairs yourself"):
+        Loader(Darker(str(tmp_path / "f")), batch_size=2, device="cpu")
+    os.remove(food._image_files[0])
+    with pytest.raises(ShardReadError, match=r"Food101's item 0 cannot be read: FileNotFoundError") as e:
+        Loader(Food101(str(tmp_path / "f")), batch_size=2, device="cpu")
+    assert e.value.shard == os.fspath(food._image_files[0])

@@ -324,14 +324,15 @@ def from_items(items: Sequence[Any]) -> FileList:
     return _make(f"{PREFIX}<list of {len(pairs)} files>", "", pairs)
 
 
-def folder_samples(ds: Any) -> FileList:
-    """A torchvision ImageFolder's (or DatasetFolder's) `samples`, with its `classes`, as
-    the Loader reads its root: keys the paths under the root, named as the root's tree
-    (so the same tree given twice, as a folder and as a dataset, is refused as read twice)."""
+def folder_samples(ds: Any, pairs: Sequence[tuple[Any, int]] | None = None) -> FileList:
+    """A torchvision ImageFolder's (or DatasetFolder's) `samples` (or `pairs` of another
+    set of files), with its `classes`, as the Loader reads its root: keys the paths under
+    the root, named as the root's tree (so the same tree given twice, as a folder and as a
+    dataset, is refused as read twice)."""
     root = os.path.abspath(os.fspath(getattr(ds, "root", "") or "")) if getattr(ds, "root", None) else ""
     classes = getattr(ds, "classes", None)
     names = tuple(classes) if isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes) else ()
-    pairs = [(os.fspath(p), int(y)) for p, y in ds.samples]
+    pairs = [(os.fspath(p), int(y)) for p, y in (ds.samples if pairs is None else pairs)]
     return _make(f"{PREFIX}{root or type(ds).__name__ + f'({len(pairs)} files)'}", root, pairs, names)
 
 
