@@ -223,9 +223,15 @@ class SegmentReader:
                                     cache=self.cache, mapped=self.map_extensions, maps=self.maps,
                                     pooled=self.pooled)
             return
+        run: list[Sample | Failure] = []  # (in lists of up to _CHUNK, as _produce hands them on: no list a file)
         for path, i, fields, err in iter_files(flist, (orders or {})[seg.url], seg.start, seg.stop,
                                                 extensions=self.extensions, max_bytes=self.max_file_bytes):
-            yield [Sample(flist.keys[i], fields, path, i) if err is None else Failure(err, fatal=False)]
+            run.append(Sample(flist.keys[i], fields, path, i) if err is None else Failure(err, fatal=False))
+            if len(run) >= _CHUNK:
+                yield run
+                run = []
+        if run:
+            yield run
 
     def _consume(self, seg: _shards.Segment, q: queue.Queue, outer: threading.Event,
                  group: ThreadGroup) -> Generator[list[Sample], None, bool]:
