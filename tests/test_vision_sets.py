@@ -410,8 +410,12 @@ def test_several_datasets_a_concat_dataset_and_a_mixture_of_them(cifar, tmp_path
         Loader([test, flipped], batch_size=2, device="cpu")
     with Loader([test, flipped], batch_size=20, transform=T.Compose([T.Resize((8, 8))]), device="cpu") as ld:
         assert len(ld.dataset) == 110
-    with pytest.raises(ValueError, match=r"'StandInCIFAR10\(10 images of 32x32, test, in .*\)' is named twice"):
-        Loader([test, StandInCIFAR10(root, train=False)], batch_size=2, device="cpu")
+    with pytest.raises(ValueError, match=r"'StandInCIFAR10\(10 images of 32x32, test, in .*\)' is named twice \(to "
+                                         r"read a set more than once an epoch, give it once as gpudecode.Source"):
+        Loader(torch.utils.data.ConcatDataset([test, StandInCIFAR10(root, train=False)]), batch_size=2, device="cpu")
+    with Loader([Source(test, repeat=2)], batch_size=16, transform=None, device="cpu") as ld:  # (the way to)
+        keys = [k for b in ld for k in b.keys]
+    assert len(keys) == 20 and sorted(set(keys)) == [f"{i:09d}" for i in range(10)]
 
 
 @pytest.mark.parametrize("copy_limit", [1 << 30, 0], ids=["made-hwc-once", "as-given"])

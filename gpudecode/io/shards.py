@@ -308,7 +308,8 @@ def _matched(url: str) -> list[str]:
 
 def _register(flist, files: dict) -> str:
     if flist.name in files:
-        raise ValueError(f"{flist.name[len(_files.PREFIX):]!r} is named twice")
+        raise ValueError(f"{flist.name[len(_files.PREFIX):]!r} is named twice (to read a set more than once an "
+                         "epoch, give it once as gpudecode.Source(..., repeat=k))")
     if flist.root:
         real = os.path.realpath(flist.root)
         for other in files.values():  # the same tree through a symlinked alias is the same tree
