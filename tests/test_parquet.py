@@ -498,6 +498,7 @@ def test_a_folder_of_parquet_files_is_named_by_its_folder(parquet_set, tmp_path)
         with Loader(spec, batch_size=16, transform=None, device="cpu", shuffle=True, seed=2) as ld:
             got.append([(b.keys, b.images.clone(), b.labels.clone()) for b in ld])
             assert ld.reader.classes == ["a", "b", "c"]
+            assert ld.dataset.targets == [v for f in files for v in pq.read_table(f)["label"].to_pylist()]
     assert sum(len(b[0]) for b in got[0]) == rows == 80
     for other in got[1:]:
         assert len(other) == len(got[0])
