@@ -79,9 +79,12 @@ class Loader:
             file, URLs (local ones must exist). Or images as they lie: an ImageFolder tree
             (torchvision's classes and indices), a list file of `path label` lines, a list
             of paths or (path, label) pairs, Parquet files (gpudecode.io.parquet). Or a
-            Dataset as a script builds it: torchvision's ImageFolder (or DatasetFolder)
-            with its transform, FakeData, a Hugging Face `datasets.Dataset` (its rows
-            read from its Arrow table). Or a mixture: a list of `gpudecode.Source`,
+            Dataset as a script builds it, with its transform: torchvision's ImageFolder
+            (or DatasetFolder), its in-memory sets (CIFAR10, MNIST, ...: read from their
+            arrays), its sets of files (Food101, Flowers102, ...), FakeData; torch's
+            TensorDataset of uint8 images, Subset and ConcatDataset (or a list of
+            datasets); a Hugging Face `datasets.Dataset` (its rows read from its Arrow
+            table). Or a mixture: a list of `gpudecode.Source`,
             each with its weight, repeat or choose (and label_offset), drawn in exact
             counts each epoch (`describe()["mix"]`, `loader.stats.sources`).
         batch_size: images per batch.
