@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 
-from .errors import ErrorPolicy, LabelError, ShardReadError
+from .errors import ErrorPolicy, ShardReadError
 from .io import shards as _shards
 from .decode.cpu import CpuDecoder
 from .io.reader import Sample, ShardReader
@@ -74,7 +74,7 @@ class ShardDataset(torch.utils.data.Dataset):
 
     def _read_targets(self) -> list[int]:
         from .io.assembly import iter_shard
-        from .labels import parse_label
+        from .pipeline import trained_label
 
         cfg = self.config
         if not cfg.labels:
@@ -82,22 +82,17 @@ class ShardDataset(torch.utils.data.Dataset):
         out: list[int] = []
         counts = self.reader.sample_counts()
         for url in self.reader.urls:
-            shift = cfg.label_offsets.get(url, 0)
             flist = self.reader.inputs.files.get(url)
-            if flist is not None:
-                for i, v in enumerate(flist.labels):
-                    if v is None:
-                        raise LabelError(f"no label (looked for .{', .'.join(cfg.label_exts)})", shard=flist.paths[i],
-                                         key=flist.keys[i])
-                    out.append(v + shift)
+            if flist is not None:  # (its labels given as the reader hands them on: a .cls field)
+                out += [trained_label(cfg, {} if v is None else {"cls": str(v).encode()}, shard=flist.paths[i],
+                                      key=flist.keys[i]) for i, v in enumerate(flist.labels)]
                 continue
             got = 0
             for s in iter_shard(url, extensions=frozenset(e.lower() for e in cfg.label_exts),
                                 remote=self.reader.segments.remote, cache=self.reader.cache):
                 if not isinstance(s, Sample):
                     raise s.error
-                out.append(parse_label(s.fields, cfg.label_exts, shard=url, key=s.key, num_classes=cfg.num_classes,
-                                       allow_negative=cfg.allow_negative_labels or bool(shift)) + shift)
+                out.append(trained_label(cfg, s.fields, shard=url, key=s.key))
                 got += 1
             if got != counts[url]:
                 raise ShardReadError(f"the shard holds {got} samples now, {counts[url]} when it was counted (it "

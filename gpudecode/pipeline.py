@@ -345,33 +345,40 @@ class Pipeline:
         return [k for k, err in enumerate(errors) if err is None], False
 
 
+def _label_ok(config: PipelineConfig, v: int) -> bool:
+    """A label the Loader trains on (its sign and num_classes checked, int64)."""
+    return ((v >= 0 or config.allow_negative_labels) and (config.num_classes is None or v < config.num_classes)
+            and -(1 << 63) <= v < (1 << 63))
+
+
+def trained_label(config: PipelineConfig, fields: dict, *, shard: str, key: str) -> int:
+    """A sample's label as it is trained on: parsed from its label member (parse_label),
+    its source's label_offset added, checked with the offset (a label_offset that moves it
+    out of range is named). The one rule for the Loader's batches and `dataset.targets`."""
+    shift = config.label_offsets.get(shard, 0)
+    if not shift:
+        return parse_label(fields, config.label_exts, shard=shard, key=key,
+                           allow_negative=config.allow_negative_labels, num_classes=config.num_classes)
+    v = parse_label(fields, config.label_exts, shard=shard, key=key, allow_negative=True)
+    if not _label_ok(config, v + shift):
+        bound = "negative" if v + shift < 0 else f"not below num_classes={config.num_classes}"
+        raise LabelError(f"label {v} + its source's label_offset {shift} = {v + shift} is {bound}",
+                         shard=shard, key=key)
+    return v + shift
+
+
 def probe_batch(config: PipelineConfig, policy: ErrorPolicy, chunk: list[Sample]) -> Probed:
     """Samples with a readable image header (and label, in `extras`), in one native
     call for the batch (see probe_columns); a label that call does not parse, or that
-    fails the checks (sign, num_classes), is parse_label's, which says why."""
-    exts, negative, classes = config.label_exts, config.allow_negative_labels, config.num_classes
-    offsets = config.label_offsets
+    fails the checks (sign, num_classes), is trained_label's, which says why."""
+    exts, offsets = config.label_exts, config.label_offsets
     shifts = set(offsets.values()) | {0}  # (a shard without an offset: 0)
 
-    def ok(v: int) -> bool:
-        return (v >= 0 or negative) and (classes is None or v < classes) and -(1 << 63) <= v < (1 << 63)
-
-    def label(s: Sample) -> int:
-        """The label as stored (its source's offset is added below), checked as it will be
-        trained on: with the offset (a label_offset that moves it out of range is named)."""
-        shift = offsets.get(s.shard, 0)
-        if not shift:
-            return parse_label(s.fields, exts, shard=s.shard, key=s.key, allow_negative=negative,
-                               num_classes=classes)
-        v = parse_label(s.fields, exts, shard=s.shard, key=s.key, allow_negative=True)
-        if not ok(v + shift):
-            bound = "negative" if v + shift < 0 else f"not below num_classes={classes}"
-            raise LabelError(f"label {v} + its source's label_offset {shift} = {v + shift} is {bound}",
-                             shard=s.shard, key=s.key)
-        return v
+    def label(s: Sample) -> int:  # (as stored: the offsets are added below, to every label at once)
+        return trained_label(config, s.fields, shard=s.shard, key=s.key) - offsets.get(s.shard, 0)
 
     def fits(v: int) -> bool:  # (native labels: in range with every offset, else label() decides)
-        return all(ok(v + shift) for shift in shifts)
+        return all(_label_ok(config, v + shift) for shift in shifts)
 
     if not config.labels:
         return probe_columns(chunk, config.image_exts, config.max_pixels, policy)
