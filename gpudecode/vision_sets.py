@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from .decode._base import is_pil
 from .errors import ShardReadError
 from .io.files import FileList, made
 from .tensors import encode_npy
@@ -52,8 +53,7 @@ def tensor_set(ds: Any) -> FileList:
     """
     tensors = list(ds.tensors)
     arr = _array(tensors[0]) if tensors else None
-    layout = "" if arr is None else ("grey" if arr.ndim == 3 else "chw" if arr.shape[1] in (1, 3)
-                                     else "hwc" if arr.shape[3] in (1, 3) else "")
+    layout = "" if arr is None else _layout(arr, chw_first=True)
     if len(tensors) not in (1, 2) or arr is None or not layout:
         first = f", the first {tensors[0].dtype} {list(tensors[0].shape)}" if tensors else ""
         floats = " (floats: give the images as uint8, x.mul(255).round().to(torch.uint8), and ToDtype and " \
@@ -68,9 +68,7 @@ def tensor_set(ds: Any) -> FileList:
                             f"{tensors[1].dtype} {list(tensors[1].shape)}")
         labels = found
     images = _ArrayImages(arr, layout, labels)
-    if layout == "grey" or arr.shape[1 if layout == "chw" else 3] == 1:
-        warnings.warn("TensorDataset's images are grey: the Loader gives them as 3 equal channels, as for every image "
-                      "(images[:, :1] is the one channel)", RuntimeWarning, stacklevel=4)
+    _say_grey(arr, layout, "TensorDataset", "images[:, :1] is the one channel")
     h, w = images.pixels(0).shape[:2] if len(arr) else (0, 0)
     return made(f"TensorDataset({len(arr)} images of {h}x{w})", len(arr), images, "npy", label=images.label,
                 rebuild=(tensor_set, (ds,)))
@@ -112,7 +110,7 @@ def file_set(ds: Any) -> FileList | None:
         try:
             img, y = plain[i]
             with Image.open(path) as own:
-                same = _is_pil(img) and np.array_equal(np.asarray(img.convert("RGB")), np.asarray(own.convert("RGB")))
+                same = is_pil(img) and np.array_equal(np.asarray(img.convert("RGB")), np.asarray(own.convert("RGB")))
         except OSError as e:  # (a file named that is not there, or not an image: the set's, named)
             raise ShardReadError(f"{type(ds).__name__}'s item {i} cannot be read: {type(e).__name__}: {e}",
                                  shard=os.fspath(path)) from e
@@ -139,11 +137,33 @@ def _plain(ds: Any) -> Any:
 def _array(data: Any) -> np.ndarray | None:
     """A set's `data` as a uint8 numpy array of images ([N, H, W], [N, H, W, C] or
     [N, C, H, W]), or None."""
-    if type(data).__module__.startswith("torch") and hasattr(data, "numpy"):
-        data = data.detach().cpu().numpy() if data.device.type != "cpu" else data.numpy()
+    data = _numpy(data)
     if not isinstance(data, np.ndarray) or data.dtype != np.uint8 or data.ndim not in (3, 4):
         return None
     return data
+
+
+def _numpy(x: Any) -> Any:
+    """A torch tensor as a numpy array (on the CPU); anything else as it is."""
+    if type(x).__module__.startswith("torch") and hasattr(x, "numpy"):
+        return x.detach().cpu().numpy()
+    return x
+
+
+def _layout(arr: np.ndarray, *, chw_first: bool) -> str:
+    """"grey" [N, H, W], "hwc" [N, H, W, 1|3] or "chw" [N, 1|3, H, W] ("" if none): which
+    of the two 4-D layouts is looked for first where both fit (torch's own, for tensors)."""
+    if arr.ndim == 3:
+        return "grey"
+    order = ("chw", "hwc") if chw_first else ("hwc", "chw")
+    return next((k for k in order if arr.shape[1 if k == "chw" else 3] in (1, 3)), "")
+
+
+def _say_grey(arr: np.ndarray, layout: str, name: str, theirs: str) -> None:
+    """The one-channel images of a set come as 3 equal channels: said."""
+    if layout == "grey" or arr.shape[1 if layout == "chw" else 3] == 1:
+        warnings.warn(f"{name}'s images are grey: the Loader gives them as 3 equal channels, as for every image "
+                      f"({theirs})", RuntimeWarning, stacklevel=5)
 
 
 def _split(ds: Any) -> str:
@@ -167,9 +187,7 @@ def _labels(ds: Any, n: int) -> np.ndarray | None | bool:
 def _label_array(t: Any, n: int) -> np.ndarray | bool:
     """Labels `t` (a list, array or tensor) as int64 [n], or False where they are not one
     integer a sample."""
-    if type(t).__module__.startswith("torch") and hasattr(t, "numpy"):
-        t = t.detach().cpu().numpy()
-    a = np.asarray(t)
+    a = np.asarray(_numpy(t))
     return a.astype(np.int64) if a.ndim == 1 and len(a) == n and a.dtype.kind in "iub" else False
 
 
@@ -216,20 +234,17 @@ def image_arrays(plain: Any) -> FileList:
     arr = _array(plain.data)
     assert arr is not None
     n, name, split = len(arr), type(plain).__name__, _split(plain)
-    layout = ("grey" if arr.ndim == 3 else "hwc" if arr.shape[3] in (1, 3) else "chw" if arr.shape[1] in (1, 3)
-              else "")
+    layout = _layout(arr, chw_first=False)
     labels = _labels(plain, n)
     if not layout or labels is False:
         return _items(plain, name, split)
     images = _ArrayImages(arr, layout, labels if isinstance(labels, np.ndarray) else None)
     for i in sorted({0, n // 2, n - 1}):
         img, y = plain[i]
-        if not _is_pil(img) or not np.array_equal(pil_pixels(img), images.pixels(i)) or \
+        if not is_pil(img) or not np.array_equal(pil_pixels(img), images.pixels(i)) or \
                 (images.labels is not None and (not _is_int(y) or int(y) != images.labels[i])):
             return _items(plain, name, split)
-    if layout == "grey" or arr.shape[-1 if layout == "hwc" else 1] == 1:
-        warnings.warn(f"{name}'s images are grey: the Loader gives them as 3 equal channels, as for every image "
-                      f"(torchvision's {name} gives 1: images[:, :1] is that)", RuntimeWarning, stacklevel=4)
+    _say_grey(arr, layout, name, f"torchvision's {name} gives 1: images[:, :1] is that")
     h, w = images.pixels(0).shape[:2]
     return made(f"{name}({n} images of {h}x{w}{', ' + split if split else ''}{_root(plain)})", n, images, "npy",
                 label=images.label, classes=_names(plain),
@@ -246,7 +261,7 @@ class _Items:
         from .decode.cpu import pil_pixels
 
         img, label = self.plain[i]
-        if not _is_pil(img) or not _is_int(label):
+        if not is_pil(img) or not _is_int(label):
             raise TypeError(f"item {i} is ({type(img).__name__}, {type(label).__name__}), not (a PIL image, an "
                             "integer label)")
         return encode_npy(np.ascontiguousarray(pil_pixels(img))), int(label)
@@ -272,10 +287,6 @@ def _root(ds: Any) -> str:
     folders, are two lists), else ""."""
     root = getattr(ds, "root", None)
     return f", in {os.path.abspath(os.fspath(root))}" if isinstance(root, (str, os.PathLike)) and root else ""
-
-
-def _is_pil(img: Any) -> bool:
-    return type(img).__module__.startswith("PIL.") and hasattr(img, "mode")
 
 
 def _is_int(y: Any) -> bool:

@@ -1,6 +1,7 @@
 """The decoder protocol."""
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, Sequence, overload
 
@@ -23,6 +24,12 @@ PLUGIN_FORMATS = {
     "JXL": ("JPEG XL", "pillow-jxl-plugin", "pillow_jxl", None),
 }
 _OPENABLE: tuple[str, ...] | None = None
+
+
+def is_pil(image: object) -> bool:
+    """Whether `image` is a PIL image (Pillow not imported: it cannot be one)."""
+    pil = sys.modules.get("PIL.Image")
+    return pil is not None and isinstance(image, pil.Image)
 
 
 def pillow_formats() -> tuple[str, ...]:

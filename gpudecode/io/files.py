@@ -329,7 +329,8 @@ def folder_samples(ds: Any, pairs: Sequence[tuple[Any, int]] | None = None) -> F
     set of files), with its `classes`, as the Loader reads its root: keys the paths under
     the root, named as the root's tree (so the same tree given twice, as a folder and as a
     dataset, is refused as read twice)."""
-    root = os.path.abspath(os.fspath(getattr(ds, "root", "") or "")) if getattr(ds, "root", None) else ""
+    root = getattr(ds, "root", None)
+    root = os.path.abspath(os.fspath(root)) if root else ""
     classes = getattr(ds, "classes", None)
     names = tuple(classes) if isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes) else ()
     pairs = [(os.fspath(p), int(y)) for p, y in (ds.samples if pairs is None else pairs)]

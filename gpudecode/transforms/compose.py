@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import os
 import random
-import sys
 from typing import Any, Literal, Sequence
 
 import numpy as np
 import torch
 
-from ..decode._base import DecodedBatch
+from ..decode._base import DecodedBatch, is_pil
 from ..decode._span import span
 from ..errors import DecodeError
 from ..kernels import fused
@@ -245,7 +244,7 @@ class Compose(Transform):
     def __call__(self, images: torch.Tensor | Sequence[torch.Tensor] | Any, params: Sequence[dict] | None = None,
                  *, seed: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         if not isinstance(images, (torch.Tensor, list, tuple)):  # (one PIL image, as torchvision's are called)
-            images = _pil_tensor(images, 0) if _is_pil(images) else images
+            images = _pil_tensor(images, 0) if is_pil(images) else images
         single = isinstance(images, torch.Tensor) and images.ndim == 3
         if isinstance(images, torch.Tensor) and images.ndim == 4:  # a batch tensor: no per-image work
             device, sizes, shapes, (src, offsets, strides) = _batch_source(images)
@@ -256,7 +255,7 @@ class Compose(Transform):
             owners = batch = [images] if isinstance(images, torch.Tensor) else list(images)
             sizes, devices, dense = [], set(), True  # (one pass: a direct call of one image pays each step)
             for k, im in enumerate(batch):
-                if not isinstance(im, torch.Tensor) and _is_pil(im):
+                if not isinstance(im, torch.Tensor) and is_pil(im):
                     im = batch[k] = _pil_tensor(im, k)
                 if (not isinstance(im, torch.Tensor) or im.dtype != torch.uint8 or im.ndim != 3
                         or im.shape[0] not in (1, 3)):
@@ -309,12 +308,6 @@ class Compose(Transform):
         ToImage/PILToTensor/ToTensor-style input conversions are dropped (the loader
         feeds uint8 tensors); ToTensor becomes ToDtype(float32, scale=True)."""
         return cls(convert(tv), layout=layout)
-
-
-def _is_pil(image: Any) -> bool:
-    """Whether `image` is a PIL image (Pillow not imported: it cannot be one)."""
-    pil = sys.modules.get("PIL.Image")
-    return pil is not None and isinstance(image, pil.Image)
 
 
 def _pil_tensor(image: Any, k: int) -> torch.Tensor:
