@@ -291,8 +291,17 @@ def test_large_host_buffers_are_advised_into_huge_pages(monkeypatch):
         assert int(t.view(torch.uint8)[:: 1 << 20].min()) == 7
     dec.close()
     monkeypatch.setenv("GPUDECODE_HUGE_PAGES", "0")  # (turned off: left in 4 KiB pages)
-    off = huge_pages(torch.empty(8 << 20, dtype=torch.uint8)).fill_(1)
-    assert _huge_kib(off.data_ptr() + (4 << 20)) == 0
+    import mmap
+
+    import gpudecode._native
+
+    advised = []
+    monkeypatch.setattr(gpudecode._native, "huge_pages", lambda m: advised.append(m))
+    # a fresh mapping (torch.empty may reuse memory an earlier test advised, and be huge already)
+    fresh = mmap.mmap(-1, 8 << 20)
+    off = huge_pages(torch.from_numpy(np.frombuffer(fresh, np.uint8))).fill_(1)
+    assert _huge_kib(off.data_ptr() + (4 << 20)) == 0 and advised == []
+    del off
 
 
 def _import_graph() -> dict[str, set[str]]:
