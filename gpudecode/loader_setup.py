@@ -16,7 +16,8 @@ import torch
 
 from ._manifest import _read_json
 from .decode import check_device, check_spec
-from .errors import Skipped, TransformError
+from .errors import LabelError, Skipped, TransformError
+from .io import files as _files
 from .io import shards as _shards
 from .io.epoch import Source
 from .io.reader import ShardReader, split_exts
@@ -74,15 +75,18 @@ DATALOADER_ONLY = {
 
 
 def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
-    """A torch Dataset given as the source: torchvision's ImageFolder or DatasetFolder is
-    read as it lies, its `samples` ((path, label) pairs: its classes, extensions and
-    is_valid_file already applied) on the reader threads, with its `transform` when none is
-    given; FakeData's images are made, torchvision's in-memory sets (CIFAR10, MNIST, ...)
-    and a TensorDataset read from their arrays (vision_sets.py); a Hugging Face
-    `datasets.Dataset`'s rows are read from its Arrow table (io/parquet.hf_dataset); a
-    Subset is its set's samples at its indices, a ConcatDataset or a list of datasets (or a
-    mixture of Sources of them) each one's; any other Dataset is refused with what the
-    Loader reads instead. Anything else passes as it is."""
+    """A torch Dataset given as the source, as the list of samples the reader reads
+    (vision_sets.py), with its `transform` when none is given (taken off the set: the
+    Loader runs it): torchvision's ImageFolder or DatasetFolder read as it lies, its
+    `samples` ((path, label) pairs: its classes, extensions and is_valid_file already
+    applied) on the reader threads; FakeData's images made; torchvision's in-memory sets
+    (CIFAR10, MNIST, ...) and a TensorDataset read from their arrays, its sets of files
+    named in private lists (Food101, ...) from their files; a Hugging Face
+    `datasets.Dataset`'s rows from its Arrow table (io/parquet.hf_dataset); a Subset is its
+    set's samples at its indices, a ConcatDataset or a list of datasets (or a mixture of
+    Sources of them) each one's; any other map-style Dataset (a script's own, a set whose
+    items are not its files') through its own `__getitem__`; an IterableDataset refused.
+    Anything else passes as it is."""
     import torch.utils.data
 
     if _hf_dataset(urls):
@@ -102,31 +106,22 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
         from .vision_sets import tensor_set
 
         return tensor_set(urls), transform
+    if isinstance(urls, torch.utils.data.IterableDataset):
+        raise TypeError(f"Loader() reads a Dataset by index, not an IterableDataset ({type(urls).__name__}): give "
+                        "its shards, image folder, files or (path, label) pairs")
+    from .vision_sets import file_set, folder_set, items_set, vision_set
+
     samples = getattr(urls, "samples", None)
-    name = type(urls).__name__
-    from .vision_sets import file_set, vision_set
-
-    made = vision_set(urls)  # FakeData (`--dummy`), CIFAR10, MNIST, ...: no files, images made or in memory
-    if made is None and samples is None and getattr(urls, "loader", None) in (None, _torchvision_loader()):
-        made = file_set(urls)  # Food101, Flowers102, ...: files named in a private list
-    if made is not None:
-        return made, transform if transform is not None else getattr(urls, "transform", None)
-    if not isinstance(samples, list) or not all(isinstance(s, tuple) and len(s) == 2 for s in samples[:1]):
-        raise TypeError(f"Loader() reads files and shards, not a {name}: give its image folder, a list of paths or "
-                        "(path, label) pairs, shards, or its images as a TensorDataset of uint8 tensors (the datasets "
-                        "it reads as they are: ImageFolder, CIFAR10, MNIST and torchvision's other in-memory sets, "
-                        "FakeData, TensorDataset, Hugging Face's, and Subsets and ConcatDatasets of them; for a "
-                        "synthetic set, `gpudecode bench make-data DIR` writes one).")
-    if getattr(urls, "target_transform", None) is not None:
-        raise TypeError(f"Loader() cannot apply this {name}'s target_transform (labels are read as the folder "
-                        "gives them): map the labels in your loop, or give the (path, label) pairs yourself.")
-    own = getattr(urls, "loader", None)
-    if own is not None and not str(getattr(own, "__module__", "")).startswith("torchvision"):
-        raise TypeError(f"Loader() decodes the files itself, not with this {name}'s own loader=: give the "
-                        "folder (or the (path, label) pairs) if its files are images.")
-    from .io.files import folder_samples
-
-    return folder_samples(urls), transform if transform is not None else getattr(urls, "transform", None)
+    made: Any
+    if isinstance(samples, list) and all(isinstance(s, tuple) and len(s) == 2 for s in samples[:1]):
+        made = folder_set(urls)  # ImageFolder, DatasetFolder: its files
+    else:
+        made = vision_set(urls)  # FakeData (`--dummy`), CIFAR10, MNIST, ...: no files, images made or in memory
+        if made is None and getattr(urls, "loader", None) in (None, _torchvision_loader()):
+            made = file_set(urls)  # Food101, Flowers102, ...: files named in a private list
+        if made is None:
+            made = items_set(urls)  # a script's own Dataset, Caltech101, ...: through its __getitem__
+    return made, transform if transform is not None else getattr(urls, "transform", None)
 
 
 def _torchvision_loader() -> Any:
@@ -187,8 +182,7 @@ def subset_source(sub: Any, transform: Any = None) -> tuple[Any, Any]:
 
     base, tf = dataset_source(sub.dataset, transform)
     if not isinstance(base, FileList):
-        raise TypeError(f"Loader() reads a Subset of an ImageFolder, an in-memory torchvision set, a TensorDataset "
-                        f"or a Hugging Face Dataset, not of a {type(sub.dataset).__name__}")
+        raise TypeError(f"Loader() reads a Subset of a Dataset, not of a {type(sub.dataset).__name__}")
     return taken(base, sub.indices, rebuild=(_subset_list, (sub,))), tf
 
 
@@ -234,11 +228,19 @@ def check_sources(reader: Any, config: PipelineConfig) -> None:
         ValueError, TransformError: the reason, naming the source and label_offset."""
     if isinstance(config.transform, Compose) and config.transform.plan.out_size is None and config.batch_size > 1:
         _check_stored_sizes(reader)
-    if reader.sources is None or not config.labels:
+    if not config.labels:
+        return
+    for flist in reader.files.values():
+        got = flist.labels[:1] if _files.costly_labels(flist) else flist.labels
+        if len(flist) and all(v is None for v in got):
+            raise LabelError("its samples have no labels (images alone): give labels=False to read images alone",
+                             shard=flist.name[len(_files.PREFIX):])
+    if reader.sources is None:
         return
     reader.classes  # noqa: B018  (a label two sources' trees name differently: refused, naming label_offset)
     for src, urls in zip(reader.sources, reader.source_urls):
-        labels = [v for u in urls if u in reader.files for v in reader.files[u].labels if v is not None]
+        labels = [v for u in urls if u in reader.files and not _files.costly_labels(reader.files[u])
+                  for v in reader.files[u].labels if v is not None]
         if not src.label_offset or not labels:
             continue
         lo, hi = min(labels), max(labels)  # (a tree's labels carry their offset)

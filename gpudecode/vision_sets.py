@@ -1,12 +1,18 @@
-"""Datasets that hold no files to read, as made file lists (io/files.made): torchvision's
-FakeData (its images made by its own draws) and its sets held in memory as one array of
-images (CIFAR10, CIFAR100, SVHN, STL10, MNIST and its kin, USPS), each image read from the
-array; and torch's TensorDataset of uint8 images and labels.
+"""Datasets given to the Loader as they are, as made file lists (io/files.made):
+torchvision's FakeData (its images made by its own draws) and its sets held in memory as
+one array of images (CIFAR10, CIFAR100, SVHN, STL10, MNIST and its kin, USPS), each image
+read from the array; torch's TensorDataset of uint8 images and labels; torchvision's sets
+of image files named in private lists (Food101, Flowers102, ...: read as an ImageFolder's
+files are); and any other map-style Dataset (a script's own class, Caltech101, a set whose
+items are not its files' or its array's), read through its own `__getitem__`.
 
 A torchvision set's sample is the image its own `__getitem__` gives (a PIL image, as uint8
-HWC RGB .npy bytes) with its label: an array's layout and labels are checked against
-`__getitem__` when the list is made, and a set they do not match is read through its
-`__getitem__` itself. Each list pickles as its recipe (the set, transforms taken off).
+HWC RGB .npy bytes) with its label: an array's layout and labels, or a list's files, are
+checked against `__getitem__` when the list is made, and a set they do not match is read
+through its `__getitem__` itself. A set's `transform` is taken off (the Loader runs it);
+its `target_transform` is kept: it runs in `__getitem__` where items are read that way,
+and once a label where labels are read from the set's list or array (labels_of). Each
+list pickles as its recipe (the set, its transform taken off).
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+import torch
 
 from .decode._base import is_pil
 from .errors import ShardReadError
@@ -28,8 +35,8 @@ def vision_set(ds: Any) -> FileList | None:
     in-memory set); None for any other (ImageFolder: its files are read).
 
     Raises:
-        TypeError: a target_transform set (the labels are the set's own), or items that
-            are not (a PIL image, an integer label).
+        TypeError: items that are not (an image, an integer label), or a target_transform
+            that does not give an integer label.
     """
     if not any(c.__module__.startswith("torchvision.datasets") for c in type(ds).__mro__):
         return None
@@ -78,16 +85,8 @@ def file_set(ds: Any) -> FileList | None:
     """A torchvision set of image files that names them in a private list: its (path,
     label) pairs from `_samples` (StanfordCars, GTSRB, Imagenette), `imgs` (Places365), or
     `_image_files` / `_images` beside `_labels` (Food101, Flowers102, DTD, FGVCAircraft,
-    SUN397, OxfordIIITPet), read as an ImageFolder's `samples` are (the files decoded here,
-    its classes kept); None where it has none. Its first and last items are checked
-    against its own `__getitem__` (that image, that label) when the list is made.
-
-    Raises:
-        TypeError: its items are not its files' images with integer labels (another
-            target type, or a set that changes them: give the (path, label) pairs).
-    """
-    from .io.files import folder_samples
-
+    SUN397, OxfordIIITPet), read as an ImageFolder's `samples` are (folder_set); None
+    where it has none."""
     pairs = None
     for attr in ("_samples", "imgs"):
         v = getattr(ds, attr, None)
@@ -102,35 +101,103 @@ def file_set(ds: Any) -> FileList | None:
             pairs = list(zip(files, labels))
     if pairs is None or len(pairs) != len(ds):
         return None
+    return folder_set(ds, pairs, check=True)
+
+
+def folder_set(ds: Any, pairs: list[tuple[Any, Any]] | None = None, *, check: bool = False) -> FileList:
+    """A set of image files (torchvision's ImageFolder or DatasetFolder, its `samples`; or
+    `pairs`, another set's (path, label) list) read as its root's tree is (files.
+    folder_samples: the files decoded here, its classes kept), its labels through its
+    target_transform (labels_of). Where `check` is asked, or its class has a
+    `__getitem__` of its own, its first and last items are checked against that
+    `__getitem__` (the file's image, that label) when the list is made; a set whose
+    items are not its files' (another target type, items it changes, a loader= of its
+    own) is read through its `__getitem__` (items_set).
+
+    Raises:
+        ShardReadError: a file it names, checked, that cannot be read (named).
+        TypeError: labels that are not integers (or that its target_transform does not
+            make integers).
+    """
+    from .io.files import folder_samples
+
+    pairs = list(ds.samples if pairs is None else pairs)
+    own = getattr(ds, "loader", None)
+    if own is not None and not str(getattr(own, "__module__", "")).startswith("torchvision"):
+        return items_set(ds, "its own loader= opens its files")
+    if not all(_is_int(y) for _, y in pairs):
+        return items_set(ds, "its labels are not integers")
+    check = check or not str(getattr(type(ds).__getitem__, "__module__", "")).startswith("torchvision")
     plain = _plain(ds)
+    ys = labels_of(ds, [int(y) for _, y in pairs])
+    if check and pairs and not _reads_its_files(ds, plain, pairs, ys):
+        return items_set(ds, "its items are not its files' images with their labels")
+    return folder_samples(ds, list(zip((p for p, _ in pairs), ys)))
+
+
+def _reads_its_files(ds: Any, plain: Any, pairs: list, ys: list[int]) -> bool:
+    """Whether items 0 and n-1 of the set (transform taken off) are its files' images,
+    as Pillow opens them, with labels `ys`.
+
+    Raises:
+        ShardReadError: a file that cannot be read (named)."""
     from PIL import Image
 
+    from .decode.cpu import pil_pixels
+
     for i in sorted({0, len(pairs) - 1}):
-        path, label = pairs[i]
+        path = pairs[i][0]
         try:
-            img, y = plain[i]
+            item = plain[i]
             with Image.open(path) as own:
-                same = is_pil(img) and np.array_equal(np.asarray(img.convert("RGB")), np.asarray(own.convert("RGB")))
+                want = pil_pixels(own)
         except OSError as e:  # (a file named that is not there, or not an image: the set's, named)
             raise ShardReadError(f"{type(ds).__name__}'s item {i} cannot be read: {type(e).__name__}: {e}",
                                  shard=os.fspath(path)) from e
-        if not same or not _is_int(y) or not _is_int(label) or int(y) != int(label):
-            raise TypeError(f"Loader() reads a {type(ds).__name__} from its image files, but its item {i} is not "
-                            f"({os.fspath(path)!r}, {label!r}) as read (another target type, or items it changes): "
-                            "give the (path, label) pairs yourself")
-    return folder_samples(ds, [(p, int(y)) for p, y in pairs])
+        img, y = item if isinstance(item, tuple) and len(item) == 2 else (None, None)
+        got = item_pixels(img)
+        if got is None or not np.array_equal(got, want) or not _is_int(y) or int(y) != ys[i]:  # type: ignore[arg-type]
+            return False
+    return True
+
+
+def labels_of(ds: Any, labels: list[int]) -> list[int]:
+    """A set's labels, read from its list or array, through its target_transform (run
+    once a label, here, as its `__getitem__` runs it on each item's); as they are where
+    it has none.
+
+    Raises:
+        TypeError: a target_transform that gives a label that is not an integer."""
+    tt = getattr(ds, "target_transform", None)
+    if tt is None:
+        return labels
+    out = []
+    for y in labels:
+        got = tt(y)
+        if not _is_int(got):
+            raise TypeError(f"this {type(ds).__name__}'s target_transform makes label {y} {_kind(got)}, not an "
+                            "integer: the Loader trains on one integer label a sample (map it to yours in your loop)")
+        out.append(int(got))
+    return out
 
 
 def _plain(ds: Any) -> Any:
     """A shallow copy of `ds` without its transform (the Loader runs it: Loader() takes
-    the set's transform when given none)."""
-    if getattr(ds, "target_transform", None) is not None:
-        raise TypeError(f"Loader() cannot apply this {type(ds).__name__}'s target_transform (labels are read as the "
-                        "set gives them): map the labels in your loop.")
+    the set's transform when given none); its target_transform kept (a VisionDataset's
+    `transforms`, both together, made the target's alone; a `transforms` of another kind
+    is the set's own, left)."""
     plain = copy.copy(ds)
-    plain.transform = None
-    if getattr(plain, "transforms", None) is not None:  # (VisionDataset's transform and target_transform together)
-        plain.transforms = None
+    if getattr(plain, "transform", None) is not None:
+        try:
+            plain.transform = None
+        except AttributeError:  # (a property of its own: its items then say what they are, _Items)
+            pass
+    both = getattr(plain, "transforms", None)
+    if type(both).__name__ == "StandardTransform" and type(both).__module__.startswith("torchvision"):
+        from torchvision.datasets.vision import StandardTransform  # (VisionDataset's transform and target_transform)
+
+        tt = getattr(plain, "target_transform", None)
+        plain.transforms = None if tt is None else StandardTransform(None, tt)
     return plain
 
 
@@ -238,6 +305,8 @@ def image_arrays(plain: Any) -> FileList:
     labels = _labels(plain, n)
     if not layout or labels is False:
         return _items(plain, name, split)
+    if isinstance(labels, np.ndarray) and getattr(plain, "target_transform", None) is not None:
+        labels = np.asarray(labels_of(plain, labels.tolist()), dtype=np.int64)
     images = _ArrayImages(arr, layout, labels if isinstance(labels, np.ndarray) else None)
     for i in sorted({0, n // 2, n - 1}):
         img, y = plain[i]
@@ -252,34 +321,99 @@ def image_arrays(plain: Any) -> FileList:
 
 
 class _Items:
-    """Sample i of a set through its own `__getitem__`: (a PIL image, a label)."""
+    """Sample i of a set through its own `__getitem__`: (an image, a label), or an image
+    alone where `labelled` is False."""
 
-    def __init__(self, plain: Any) -> None:
-        self.plain = plain
+    def __init__(self, plain: Any, labelled: bool = True) -> None:
+        self.plain, self.labelled = plain, labelled
 
-    def __call__(self, i: int) -> tuple[bytes, int]:
-        from .decode.cpu import pil_pixels
+    def __call__(self, i: int) -> tuple[bytes, int | None]:
+        return self.sample(i, self.plain[i])
 
-        img, label = self.plain[i]
-        if not is_pil(img) or not _is_int(label):
-            raise TypeError(f"item {i} is ({type(img).__name__}, {type(label).__name__}), not (a PIL image, an "
-                            "integer label)")
-        return encode_npy(np.ascontiguousarray(pil_pixels(img))), int(label)
+    def sample(self, i: int, item: Any) -> tuple[bytes, int | None]:
+        """Item i as the sample's (.npy bytes, label)."""
+        pair = isinstance(item, (tuple, list)) and len(item) == 2
+        img, label = item if self.labelled and pair else (item, None)
+        got = item_pixels(img)
+        if got is None or (self.labelled and not (pair and _is_int(label))) or \
+                (not self.labelled and isinstance(item, (tuple, list))):
+            want = "(an image, an integer label)" if self.labelled else "an image"
+            have = f"({', '.join(_kind(x) for x in item)})" if isinstance(item, (tuple, list)) else _kind(item)
+            floats = " (float pixels: the Loader reads uint8 images and runs the transform itself; it takes a set's " \
+                     "`transform` off and runs it, so a transform the set runs under another name must go)" if getattr(img, "dtype", None) is not None and \
+                str(img.dtype).replace("torch.", "").startswith(("float", "bfloat")) else ""
+            raise TypeError(f"item {i} is {have}, not {want}: an image is a PIL image, a uint8 tensor [C, H, W] or "
+                            f"a uint8 array [H, W, C] of 1 or 3 channels{floats}")
+        return encode_npy(got), None if label is None else int(label)
+
+
+def item_pixels(img: Any) -> np.ndarray | None:
+    """An item's image as uint8 HWC RGB (contiguous): a PIL image as every image here is
+    read (decode.cpu.pil_pixels); a uint8 tensor [C, H, W] (torchvision's layout: read_image,
+    ToImage, tv_tensors.Image) or [H, W], a uint8 numpy array [H, W, C] or [H, W], of 1 or 3
+    channels (one made three, as a grey file is); None for anything else."""
+    from .decode.cpu import pil_pixels
+
+    if is_pil(img):
+        return np.ascontiguousarray(pil_pixels(img))
+    is_tensor = isinstance(img, torch.Tensor)
+    a = _numpy(img)
+    if not isinstance(a, np.ndarray) or a.dtype != np.uint8 or a.ndim not in (2, 3) or 0 in a.shape:
+        return None
+    if a.ndim == 2:
+        a = a[:, :, None]
+    elif is_tensor:
+        a = a.transpose(1, 2, 0)
+    if a.shape[2] not in (1, 3):
+        return None
+    return np.ascontiguousarray(np.broadcast_to(a, (*a.shape[:2], 3)) if a.shape[2] == 1 else a)
+
+
+def _kind(x: Any) -> str:
+    """What a value is, for a message: its type, with a tensor's or array's dtype and shape."""
+    shape = getattr(x, "shape", None)
+    if shape is not None and getattr(x, "dtype", None) is not None:
+        return f"{type(x).__name__} {str(x.dtype).replace('torch.', '')} {list(shape)}"
+    return type(x).__name__
 
 
 def _items(plain: Any, name: str, detail: str) -> FileList:
-    """A set read through its `__getitem__`, item by item; its first item checked here.
+    """A set read through its `__getitem__`, item by item; its first item checked here
+    (its items (image, label), or images alone).
 
     Raises:
-        TypeError: its items are not (a PIL image, an integer label)."""
-    make = _Items(plain)
+        TypeError: its first item is not an image, alone or with an integer label."""
+    whole = f"{name}({len(plain)}{', ' + detail if detail else ''}{_root(plain)})"
+    try:
+        first = plain[0] if len(plain) else None
+    except Exception as e:  # (its own code's error, as a sample's is when streaming: named)
+        raise ShardReadError(f"{name}'s item 0 cannot be read: {type(e).__name__}: {e}", shard=whole) from e
+    make = _Items(plain, isinstance(first, (tuple, list)))
     if len(plain):
         try:
-            make(0)
+            make.sample(0, first)  # (the item read above: a PIL image opened lazily is read, its file closed)
         except TypeError as e:
             raise TypeError(f"Loader() reads a {name} as (image, label) items: {e}") from None
-    return made(f"{name}({len(plain)}{', ' + detail if detail else ''}{_root(plain)})", len(plain), make, "npy",
-                classes=_names(plain), rebuild=(_items, (plain, name, detail)))
+    return made(whole, len(plain), make, "npy", classes=_names(plain), rebuild=(_items, (plain, name, detail)))
+
+
+def items_set(ds: Any, why: str = "") -> FileList:
+    """Any map-style Dataset the Loader has no faster way to read (a script's own class,
+    torchvision's Caltech101, a set whose items are not its files'): its items through its
+    own `__getitem__`, on the reader threads (its own code opens and decodes each image),
+    each (an image, an integer label) or an image alone; its `transform` taken off, its
+    target_transform kept (_plain). `why` says why it is read this way (in its name).
+
+    Raises:
+        TypeError: a set with no length, or a first item that is not an image (alone or
+            with an integer label)."""
+    name = type(ds).__name__
+    try:
+        len(ds)
+    except TypeError:
+        raise TypeError(f"Loader() reads a Dataset by index and needs its length: this {name} has no __len__") \
+            from None
+    return _items(_plain(ds), name, f"read through its __getitem__{': ' + why if why else ''}")
 
 
 def _root(ds: Any) -> str:

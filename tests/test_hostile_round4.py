@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from gpudecode import LabelError, Loader, Source
+from gpudecode import LabelError, Loader, ShardReadError, Source
 from gpudecode import transforms as T
 
 from conftest import encode, make_shard
@@ -379,6 +379,9 @@ def test_torchvisions_fakedata_is_taken_as_it_is():
 
 
 def test_a_dataset_the_loader_cannot_read_is_refused_with_what_it_reads(tmp_path, photos):
+    """A Dataset read through its __getitem__ whose items are not uint8 images (floats: a
+    transform ran under another name), one with no length, an IterableDataset, and a
+    target_transform that does not make an integer label: each refused, saying what."""
     import torchvision
 
     class Mine(torch.utils.data.Dataset):
@@ -388,13 +391,42 @@ def test_a_dataset_the_loader_cannot_read_is_refused_with_what_it_reads(tmp_path
         def __getitem__(self, i):
             return torch.zeros(3, 8, 8), 0
 
-    with pytest.raises(TypeError, match=r"reads files and shards, not a Mine: .*gpudecode bench make-data"):
+    class Endless(torch.utils.data.Dataset):
+        def __getitem__(self, i):
+            return torch.zeros(3, 8, 8, dtype=torch.uint8), 0
+
+    class OneHot(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            from PIL import Image
+
+            return Image.fromarray(photos["rocket"][:30, :30]), torch.eye(2)[i % 2]
+
+    class Stream(torch.utils.data.IterableDataset):
+        def __iter__(self):
+            return iter([])
+
+    with pytest.raises(TypeError, match=r"reads a Mine as \(image, label\) items: item 0 is \(Tensor float32 "
+                                        r"\[3, 8, 8\], int\), not .* \(float pixels: .*must go\)"):
         Loader(Mine(), transform=_tf(), **KW)
-    with pytest.raises(TypeError, match="cannot apply this FakeData's target_transform"):
-        Loader(torchvision.datasets.FakeData(size=4, target_transform=lambda y: y), transform=_tf(), **KW)
+    with pytest.raises(TypeError, match="needs its length: this Endless has no __len__"):
+        Loader(Endless(), transform=_tf(), **KW)
+    with pytest.raises(TypeError, match=r"not an IterableDataset \(Stream\): give its shards"):
+        Loader(Stream(), transform=_tf(), **KW)
     tree = _tree(tmp_path / "t", photos, ["cat", "dog"])
-    with pytest.raises(TypeError, match="cannot apply this ImageFolder's target_transform"):
-        Loader(torchvision.datasets.ImageFolder(tree, target_transform=lambda y: y + 1), transform=_tf(), **KW)
+    one_hot = torchvision.datasets.ImageFolder(tree, target_transform=lambda y: torch.eye(2)[y])
+    with pytest.raises(TypeError, match=r"ImageFolder's target_transform makes label 0 Tensor float32 \[2\], not an "
+                                        "integer"):
+        Loader(one_hot, transform=_tf(), **KW)
+    with pytest.raises(TypeError, match=r"item 0 is \(Image, Tensor float32 \[2\]\), not \(an image, an integer "
+                                        r"label\)"):
+        Loader(OneHot(), transform=_tf(), **KW)
+    with pytest.raises(ShardReadError, match=r"FakeData's item 0 cannot be read: RuntimeError: .*Scalar") as e:
+        Loader(torchvision.datasets.FakeData(size=4, target_transform=lambda y: torch.eye(10)[y]), transform=_tf(),
+               **KW)
+    assert e.value.shard.startswith("FakeData(4, ")
 
 
 def test_repeated_augs_says_when_it_changes_an_epochs_size(tmp_path, photos):

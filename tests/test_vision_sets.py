@@ -201,15 +201,26 @@ def test_svhn_a_channels_first_array_with_labels(tmp_path, copied, monkeypatch):
 
 
 def test_a_set_whose_getitem_is_not_its_array_is_read_through_getitem(cifar):
-    root, images, _ = cifar
+    root, images, labels = cifar
     with Loader(Mirrored(root, train=True), batch_size=25, transform=None, device="cpu", shuffle=False) as ld:
         _, got, _ = _batches(ld)
     assert torch.equal(got, torch.from_numpy(images[:, :, ::-1].copy()).permute(0, 3, 1, 2))
-    with pytest.raises(TypeError, match=r"reads a Tensors as \(image, label\) items: item 0 is \(Tensor, int\), not "
-                                        r"\(a PIL image, an integer label\)"):
-        Loader(Tensors(root, train=True), batch_size=4, device="cpu")
-    with pytest.raises(TypeError, match="cannot apply this StandInCIFAR10's target_transform"):
-        Loader(StandInCIFAR10(root, train=True, target_transform=lambda y: y + 1), batch_size=4, device="cpu")
+    with Loader(Tensors(root, train=True), batch_size=25, transform=None, device="cpu", shuffle=False) as ld:
+        _, got, labs = _batches(ld)
+    assert torch.equal(got, torch.from_numpy(images).permute(0, 3, 1, 2)) and labs.tolist() == labels.tolist()
+
+
+def test_a_target_transform_gives_the_labels_its_getitem_gives(cifar):
+    """A target_transform, run once a label where labels are read from the set's array
+    (its __getitem__ runs it on each item): the labels its items have."""
+    root, images, labels = cifar
+    ds = StandInCIFAR10(root, train=True, target_transform=lambda y: 9 - y)
+    with Loader(ds, batch_size=25, transform=None, device="cpu", shuffle=False) as ld:
+        keys, got, labs = _batches(ld)
+        assert ld.dataset.targets == [ds[i][1] for i in range(len(ds))]
+    assert "through its __getitem__" not in str(ld.describe()["file_sources"])  # (read from its array)
+    assert labs.tolist() == [ds[i][1] for i in range(len(ds))] == (9 - labels).tolist()
+    assert torch.equal(got, torch.from_numpy(images).permute(0, 3, 1, 2))
 
 
 def test_made_lists_pickle_as_their_recipes_and_keep_ram_gives_the_streamed_batches(cifar):
@@ -288,8 +299,10 @@ def test_random_split_parts_and_subsets_are_their_sets_samples_at_their_indices(
         Loader(torch.utils.data.Subset(ds, [0, 100]), batch_size=2, device="cpu")
     with pytest.raises(IndexError, match=r"index 12 is out of range for .*tree \(12 samples\)"):
         Loader(torch.utils.data.Subset(folder, [12]), batch_size=2, device="cpu")
-    with pytest.raises(TypeError, match="not a Mine"):
-        Loader(torch.utils.data.Subset(Mine(), [0, 1]), batch_size=2, device="cpu")
+    mine = torch.utils.data.Subset(Mine(), [3, 1])  # (a Subset of a set read through its __getitem__)
+    with Loader(mine, batch_size=2, transform=None, device="cpu", shuffle=False) as ld:
+        _, got, labs = _batches(ld)
+    assert torch.equal(got, torch.stack([mine[0][0], mine[1][0]])) and labs.tolist() == [3, 1]
 
 
 class Mine(torch.utils.data.Dataset):
@@ -297,7 +310,7 @@ class Mine(torch.utils.data.Dataset):
         return 4
 
     def __getitem__(self, i):
-        return torch.zeros(3, 8, 8), 0
+        return torch.full((3, 8, 8), 10 * i, dtype=torch.uint8), i
 
 
 def test_a_tensor_dataset_of_uint8_images_in_any_layout(cifar):
@@ -543,7 +556,8 @@ def test_sets_of_files_named_in_private_lists_food101_and_oxford_pets(cifar, tmp
         for k in range(len(ds)):
             img, y = ds[k]
             assert int(labs[k]) == y and torch.equal(got[k], _pil_tensor(img)), (type(ds).__name__, k)
-    with pytest.raises(TypeError, match=r"reads a OxfordIIITPet from its image files, but its item 0 is not"):
+    with pytest.raises(TypeError, match=r"reads a OxfordIIITPet as \(image, label\) items: item 0 is \(Image, "
+                                        r"tuple\), not \(an image, an integer label\)"):
         Loader(OxfordIIITPet(str(tmp_path / "p"), target_types=["category", "binary-category"]), batch_size=2,
                device="cpu")
 
@@ -552,8 +566,14 @@ def test_sets_of_files_named_in_private_lists_food101_and_oxford_pets(cifar, tmp
             img, y = super().__getitem__(i)
             return img.point(lambda v: v // 2), y
 
-    with pytest.raises(TypeError, match="give the .path, label. pairs yourself"):
-        Loader(Darker(str(tmp_path / "f")), batch_size=2, device="cpu")
+    darker = Darker(str(tmp_path / "f"))
+    with Loader(darker, batch_size=5, transform=None, device="cpu", shuffle=False) as ld:
+        _, got, labs = _batches(ld)
+        assert ld.describe()["file_sources"] == [f"Darker(12, read through its __getitem__: its items are not its "
+                                                 f"files' images with their labels, in {food.root})"]
+    for k in range(len(darker)):
+        img, y = darker[k]
+        assert int(labs[k]) == y and torch.equal(got[k], _pil_tensor(img))
     os.remove(food._image_files[0])
     with pytest.raises(ShardReadError, match=r"Food101's item 0 cannot be read: FileNotFoundError") as e:
         Loader(Food101(str(tmp_path / "f")), batch_size=2, device="cpu")

@@ -115,8 +115,8 @@ class _Numbered(Sequence[Any]):
     """item(i) for i in range(n), made when asked (a made list of a million samples keeps
     no million strings)."""
 
-    def __init__(self, n: int, item: Callable[[int], Any]) -> None:
-        self.n, self.item = n, item
+    def __init__(self, n: int, item: Callable[[int], Any], costly: bool = False) -> None:
+        self.n, self.item, self.costly = n, item, costly  # costly: each item a sample made (made's labels)
 
     def __len__(self) -> int:
         return self.n
@@ -132,18 +132,20 @@ class _Numbered(Sequence[Any]):
 
 def made(name: str, n: int, make: Callable[[int], tuple[bytes, int | None]], ext: str | Callable[[int], str], *,
          label: Callable[[int], int | None] | None = None, classes: Sequence[str] = (),
-         rebuild: tuple[Callable[..., Any], tuple] | None = None) -> FileList:
+         rebuild: tuple[Callable[..., Any], tuple] | None = None, costly: bool = False) -> FileList:
     """A list of `n` samples made by make(i) -> (bytes of format `ext`, label): a
     synthetic set (torchvision's FakeData) or a Hugging Face Dataset's rows read as a file
     list is, keys their numbers. `ext` a format, or ext(i) each sample's; `label`: label(i)
-    where it is cheaper than make's; `classes`: the labels' names; `rebuild`: (function,
-    args) that make the list again, what pickles in its place."""
+    where it is cheaper than make's (`costly`: it is not: it reads another made list's);
+    `classes`: the labels' names; `rebuild`: (function, args) that make the list again,
+    what pickles in its place."""
     def made_label(i: int) -> int | None:
         return make(i)[1]
 
     exts = (lambda i: ext) if isinstance(ext, str) else ext
     return FileList(f"{PREFIX}{name}", _Numbered(n, lambda i: f"{name}/{i}"),  # type: ignore[arg-type]
-                    _Numbered(n, label or made_label), _Numbered(n, lambda i: f"{i:09d}"),  # type: ignore[arg-type]
+                    _Numbered(n, label or made_label, costly or label is None),  # type: ignore[arg-type]
+                    _Numbered(n, lambda i: f"{i:09d}"),  # type: ignore[arg-type]
                     tuple(classes), "", _Numbered(n, exts), make=make, rebuild=rebuild)  # type: ignore[arg-type]
 
 
@@ -165,7 +167,13 @@ def taken(flist: FileList, indices: Sequence[int], rebuild: tuple[Callable[..., 
                                    keys=tuple(flist.keys[i] for i in idx), _exts=tuple(flist.ext(i) for i in idx))
     make = flist.make
     return made(f"{name}[{len(idx)} of {n}]", len(idx), lambda k: make(idx[k]), lambda k: flist.ext(idx[k]),
-                label=lambda k: flist.labels[idx[k]], classes=flist.classes, rebuild=rebuild)
+                label=lambda k: flist.labels[idx[k]], classes=flist.classes, rebuild=rebuild, costly=costly_labels(flist))
+
+
+def costly_labels(flist: FileList) -> bool:
+    """Whether each of the list's labels costs a sample made (a set read through its
+    __getitem__, FakeData): not read whole before training."""
+    return bool(getattr(flist.labels, "costly", False))
 
 
 def shifted(flist: FileList, offset: int) -> FileList:
@@ -184,20 +192,40 @@ def shifted(flist: FileList, offset: int) -> FileList:
         return None if v is None else v + offset
 
     return made(flist.name[len(PREFIX):], len(flist), moved, flist.ext, label=label, classes=flist.classes,
-                rebuild=(shifted, (flist, offset)))
+                rebuild=(shifted, (flist, offset)), costly=costly_labels(flist))
 
 
-def _make(name: str, root: str, items: Sequence[tuple[str, int | None]], classes: Sequence[str] = ()) -> FileList:
+def _make(name: str, root: str, items: Sequence[tuple[str, int | None]], classes: Sequence[str] = (),
+          given: str = "") -> FileList:
+    """The list of `items` ((path, label) pairs), keys their paths under `root` (absolute;
+    `given`: the same folder as its set named it, which its paths may start with)."""
     paths, labels, keys, exts = [], [], [], []
+    prefixes = tuple({p.rstrip(os.sep) + os.sep for p in (root, given) if p})
     for path, label in items:
-        rel = os.path.relpath(path, root) if root else path
-        if ".." in Path(rel).parts:  # (a list line "../imgs/x.jpg"): no key may climb, its absolute path names it
-            rel = os.path.abspath(path).lstrip(os.sep)
+        rel = _under(path, prefixes)  # (os.path.relpath's answer, where it is plain: a million paths in 1 s, not 8)
+        if rel is None:
+            rel = os.path.relpath(path, root) if root else path
+            if ".." in Path(rel).parts:  # (a list line "../imgs/x.jpg"): no key may climb, its absolute path names it
+                rel = os.path.abspath(path).lstrip(os.sep)
         paths.append(path)
         labels.append(label)
         keys.append(path_key(rel.replace(os.sep, "/")))
         exts.append(_split_ext(path)[1])
     return FileList(name, tuple(paths), tuple(labels), tuple(keys), tuple(classes), root, tuple(exts))
+
+
+def _under(path: str, prefixes: tuple[str, ...]) -> str | None:
+    """`path` after the folder prefix it starts with, where what follows is plain (no empty,
+    "." or ".." part, no part starting with a dot, no trailing separator): what relpath
+    would give; else None."""
+    for pre in prefixes:
+        if path.startswith(pre):
+            rest = path[len(pre):]
+            sep = os.sep
+            if rest and not rest.startswith((".", sep)) and sep + "." not in rest and sep + sep not in rest and \
+                    not rest.endswith(sep):
+                return rest
+    return None
 
 
 def find_classes(root: str) -> list[str]:
@@ -334,7 +362,8 @@ def folder_samples(ds: Any, pairs: Sequence[tuple[Any, int]] | None = None) -> F
     classes = getattr(ds, "classes", None)
     names = tuple(classes) if isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes) else ()
     pairs = [(os.fspath(p), int(y)) for p, y in (ds.samples if pairs is None else pairs)]
-    return _make(f"{PREFIX}{root or type(ds).__name__ + f'({len(pairs)} files)'}", root, pairs, names)
+    given = os.fspath(ds.root) if isinstance(getattr(ds, "root", None), (str, os.PathLike)) else ""
+    return _make(f"{PREFIX}{root or type(ds).__name__ + f'({len(pairs)} files)'}", root, pairs, names, given)
 
 
 def is_file_item(item: Any) -> bool:

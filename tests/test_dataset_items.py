@@ -1,0 +1,306 @@
+"""Any map-style Dataset given to the Loader as it is (vision_sets.items_set): a script's own
+class as torchvision's tutorial writes one (a CSV of file names and labels, read_image, a
+`transform` attribute), torchvision's Caltech101, an ImageFolder with a loader= of its own,
+a class with `samples` whose items are not its files'; read through its own __getitem__,
+its transform taken off and run by the Loader, its target_transform kept. Each against
+the set's own items (torchvision's DataLoader for the tutorial's); the sets read from
+their files or arrays (an ImageFolder's target_transform, a class whose items are its
+files') named as read from them."""
+from __future__ import annotations
+
+import csv
+import pickle
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+import torchvision.transforms.v2 as tv2
+from PIL import Image
+
+from gpudecode import Loader, ShardReadError
+from gpudecode import transforms as T
+
+from conftest import PHOTO_NAMES
+
+
+def _batches(ld):
+    keys, images, labels = [], [], []
+    for b in ld:
+        keys += b.keys
+        images.append(b.images.clone())
+        labels.append(None if b.labels is None else b.labels.clone())
+    return keys, torch.cat(images), None if labels[0] is None else torch.cat(labels)
+
+
+def _rgb(img) -> torch.Tensor:
+    """A PIL image as Pillow's convert("RGB") gives it, CHW."""
+    return torch.from_numpy(np.array(img.convert("RGB"))).permute(2, 0, 1)
+
+
+class CustomImageDataset(torch.utils.data.Dataset):
+    """torchvision's tutorial's Dataset ("Datasets & DataLoaders"), as written there: a CSV
+    of (file name, label) rows, read_image, `transform` and `target_transform`."""
+
+    def __init__(self, annotations_file, img_dir, transform=None, target_transform=None):
+        with open(annotations_file, newline="") as f:
+            self.img_labels = [(row[0], int(row[1])) for row in csv.reader(f)]
+        self.img_dir = img_dir
+        self.transform = transform
+        self.target_transform = target_transform
+
+    def __len__(self):
+        return len(self.img_labels)
+
+    def __getitem__(self, idx):
+        from torchvision.io import read_image
+
+        name, label = self.img_labels[idx]
+        image = read_image(f"{self.img_dir}/{name}")
+        if self.transform:
+            image = self.transform(image)
+        if self.target_transform:
+            label = self.target_transform(label)
+        return image, label
+
+
+@pytest.fixture(scope="module")
+def tutorial(tmp_path_factory, photos):
+    """Ten crops of the photographs as JPEG and PNG files, and the CSV naming them."""
+    root = tmp_path_factory.mktemp("tutorial")
+    rows = []
+    for k in range(10):
+        name = PHOTO_NAMES[k % len(PHOTO_NAMES)]
+        p = photos[name]
+        crop = p[7 * k:7 * k + 48 + k, 5 * k:5 * k + 56]
+        fname = f"img{k}.{'png' if k % 3 == 0 else 'jpg'}"
+        Image.fromarray(crop).save(root / fname)
+        rows.append((fname, k % 4))
+    with open(root / "labels.csv", "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+    return str(root)
+
+
+def test_torchvisions_tutorial_dataset_with_its_transform_against_dataloader(tutorial):
+    """The tutorial's Dataset with a v2 transform on its tensors and a target_transform:
+    the Loader's batches are DataLoader's (the same crop, flip and Normalize), keys its
+    indices, and the set is named as read through its __getitem__."""
+    tf = tv2.Compose([tv2.CenterCrop(40), tv2.RandomHorizontalFlip(p=1.0), tv2.ToDtype(torch.float32, scale=True),
+                      tv2.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+    ds = CustomImageDataset(f"{tutorial}/labels.csv", tutorial, transform=tf, target_transform=lambda y: 3 - y)
+    want = list(torch.utils.data.DataLoader(ds, batch_size=4))
+    with Loader(ds, batch_size=4, device="cpu", shuffle=False) as ld:
+        got = list(ld)
+        assert ld.describe()["file_sources"] == ["CustomImageDataset(10, read through its __getitem__)"]
+        assert ld.dataset.targets == [3 - y for _, y in ds.img_labels]
+    assert ds.transform is tf  # (taken off a copy: the set is as it was)
+    assert len(got) == len(want) == 3
+    for b, (x, y) in zip(got, want):
+        torch.testing.assert_close(b.images, x, atol=1e-6, rtol=0)  # (x * (1/255) against x / 255)
+        assert torch.equal(b.labels, y)
+    assert got[0].keys == [f"{i:09d}" for i in range(4)]
+
+
+class OwnTransforms(torch.utils.data.Dataset):
+    """A set that runs a transform of its own, named `transforms` (not torchvision's pair
+    of transform and target_transform): left to it, as DataLoader would."""
+
+    def __init__(self, photo, transforms):
+        self.photo, self.transforms = photo, transforms
+
+    def __len__(self):
+        return 3
+
+    def __getitem__(self, i):
+        return self.transforms(Image.fromarray(self.photo[10 * i:10 * i + 40, :44])), i
+
+
+def test_a_transform_of_its_own_under_another_name_is_left_to_it(photos):
+    ds = OwnTransforms(photos["coffee"], tv2.CenterCrop(24))
+    with Loader(ds, batch_size=3, transform=None, device="cpu", shuffle=False) as ld:
+        _, got, labs = _batches(ld)
+    assert torch.equal(got, torch.stack([_rgb(ds[i][0]) for i in range(3)])) and got.shape[-1] == 24
+    floats = OwnTransforms(photos["coffee"], tv2.Compose([tv2.PILToTensor(), tv2.ToDtype(torch.float32, scale=True)]))
+    with pytest.raises(TypeError, match=r"item 0 is \(Tensor float32 \[3, 40, 44\], int\).*under another name must go"):
+        Loader(floats, batch_size=3, device="cpu")
+
+
+class Kinds(torch.utils.data.Dataset):
+    """Items of every image kind a Dataset gives: PIL images (RGB, grey, RGBA, palette),
+    uint8 tensors [3, H, W], [1, H, W], [H, W], uint8 arrays [H, W, 3], [H, W, 1],
+    [H, W] (strided or not); `labelled` False: images alone."""
+
+    def __init__(self, photo, labelled=True):
+        self.photo, self.labelled = photo, labelled
+
+    def __len__(self):
+        return 10
+
+    def image(self, i):
+        p = self.photo[3 * i:3 * i + 20, 2 * i:2 * i + 24]
+        pil = Image.fromarray(p)
+        grey = np.array(pil.convert("L"))
+        return [pil, pil.convert("L"), pil.convert("RGBA"), pil.convert("P"),
+                torch.from_numpy(p).permute(2, 0, 1), torch.from_numpy(grey)[None], torch.from_numpy(grey),
+                p[:, ::-1], grey[:, :, None], grey][i]
+
+    def __getitem__(self, i):
+        return (self.image(i), i) if self.labelled else self.image(i)
+
+
+def _want(img) -> torch.Tensor:
+    """What an item's image is as RGB CHW: Pillow's conversion, or the tensor or array's
+    channels (one made three)."""
+    if isinstance(img, Image.Image):
+        return _rgb(img)
+    t = torch.as_tensor(np.ascontiguousarray(img))
+    t = t[None] if t.ndim == 2 else (t.permute(2, 0, 1) if isinstance(img, np.ndarray) else t)
+    return t.expand(3, -1, -1)
+
+
+@pytest.mark.parametrize("labelled", [True, False], ids=["image-label", "image-alone"])
+def test_every_image_kind_an_item_gives(photos, labelled):
+    """Every kind of image an item gives, as Pillow's RGB conversion makes it (PIL images)
+    or with its channels (one made three); a set of images alone is refused unless
+    labels=False, then read without."""
+    from gpudecode import LabelError
+
+    ds = Kinds(photos["astronaut"], labelled)
+    if not labelled:
+        with pytest.raises(LabelError, match=r"have no labels \(images alone\): give labels=False .*shard 'Kinds"):
+            Loader(ds, batch_size=1, transform=None, device="cpu")
+    with Loader(ds, batch_size=1, transform=None, device="cpu", shuffle=False, labels=labelled) as ld:
+        keys, got, labs = _batches(ld)
+    assert keys == [f"{i:09d}" for i in range(10)]
+    assert labs is None if not labelled else labs.tolist() == list(range(10))
+    for i in range(10):
+        assert torch.equal(got[i], _want(ds.image(i))), i
+
+
+def test_torchvisions_caltech101_through_its_getitem(tmp_path, photos):
+    """torchvision's Caltech101 (images named by their place in each category's folder,
+    grey ones among them) on files in its layout: every image and label its own."""
+    from torchvision.datasets import Caltech101
+
+    base = tmp_path / "caltech101" / "101_ObjectCategories"
+    for c, cat in enumerate(["BACKGROUND_Google", "accordion", "anchor", "ant"]):
+        (base / cat).mkdir(parents=True)
+        for k in range(1, 3 + c % 2):
+            im = Image.fromarray(photos[PHOTO_NAMES[(c + k) % len(PHOTO_NAMES)]][:30 + k, :36])
+            (im.convert("L") if k == 2 else im).save(base / cat / f"image_{k:04d}.jpg", quality=90)
+    ds = Caltech101(str(tmp_path), transform=tv2.Compose([tv2.PILToTensor(), tv2.CenterCrop(28)]))
+    with Loader(ds, batch_size=3, device="cpu", shuffle=False) as ld:
+        _, got, labs = _batches(ld)
+        assert ld.dataset.classes == []  # (Caltech101 names its classes `categories`)
+    assert len(got) == len(ds) == 8
+    plain = Caltech101(str(tmp_path))
+    for i in range(len(ds)):
+        img, y = plain[i]
+        assert int(labs[i]) == y and torch.equal(got[i], tv2.CenterCrop(28)(_rgb(img))), i
+
+
+def test_an_image_folder_with_its_own_loader_and_one_with_a_target_transform(tmp_path, photos):
+    """An ImageFolder with a loader= of its own is read through its __getitem__ (its
+    loader opens each file); one with a target_transform from its files, the labels
+    through it."""
+    from torchvision.datasets import ImageFolder
+
+    for c in ("cat", "dog"):
+        (tmp_path / c).mkdir()
+        for k in range(3):
+            Image.fromarray(photos["chelsea"][10 * k:10 * k + 30, :40]).save(tmp_path / c / f"{k}.png")
+
+    def grey(path):
+        with Image.open(path) as im:
+            return im.convert("L")
+
+    own = ImageFolder(str(tmp_path), loader=grey)
+    with Loader(own, batch_size=6, transform=None, device="cpu", shuffle=False) as ld:
+        _, got, labs = _batches(ld)
+        assert ld.describe()["file_sources"] == [
+            f"ImageFolder(6, read through its __getitem__: its own loader= opens its files, in {tmp_path})"]
+    for i in range(6):
+        img, y = own[i]
+        assert img.mode == "L" and int(labs[i]) == y and torch.equal(got[i], _rgb(img))
+    shifted = ImageFolder(str(tmp_path), target_transform=lambda y: y + 7)
+    with Loader(shifted, batch_size=6, transform=None, device="cpu", shuffle=False) as ld:
+        keys, got, labs = _batches(ld)
+        assert ld.describe()["file_sources"] == [str(tmp_path)] and ld.dataset.classes == ["cat", "dog"]
+        assert ld.dataset.targets == [shifted[i][1] for i in range(6)]
+    assert labs.tolist() == [7, 7, 7, 8, 8, 8] and keys[0] == "cat/0"
+    for i in range(6):
+        assert torch.equal(got[i], _rgb(shifted[i][0]))
+
+
+class Boxes(torch.utils.data.Dataset):
+    """A class of its own with `samples` ((path, label) pairs) whose items are its files'
+    images (cropped where `crop`), as PIL images or tensors."""
+
+    def __init__(self, samples, crop=False, tensors=False):
+        self.samples, self.crop, self.tensors = samples, crop, tensors
+
+    def __len__(self):
+        return len(self.samples)
+
+    def __getitem__(self, i):
+        path, y = self.samples[i]
+        with Image.open(path) as im:
+            im = im.convert("RGB")
+            if self.crop:
+                im = im.crop((2, 3, 20, 25))
+        return (torchvision.transforms.functional.pil_to_tensor(im) if self.tensors else im), y
+
+
+def test_a_class_with_samples_is_read_from_its_files_only_where_its_items_are_theirs(tmp_path, photos):
+    pairs = []
+    for k in range(5):
+        path = tmp_path / f"{k}.jpg"
+        Image.fromarray(photos["coffee"][20 * k:20 * k + 40, :50]).save(path, quality=92)
+        pairs.append((str(path), k % 2))
+    for ds, files in ((Boxes(pairs), True), (Boxes(pairs, tensors=True), True), (Boxes(pairs, crop=True), False)):
+        with Loader(ds, batch_size=5, transform=None, device="cpu", shuffle=False) as ld:
+            _, got, labs = _batches(ld)
+            named = ld.describe()["file_sources"][0]
+        assert ("through its __getitem__" not in named) == files, named
+        for i in range(5):
+            img, y = ds[i]
+            assert int(labs[i]) == y and torch.equal(got[i], img if ds.tensors else _rgb(img)), (named, i)
+
+
+class Flaky(Kinds):
+    def __getitem__(self, i):
+        if i == 6:
+            raise OSError("the share went away")
+        return super().__getitem__(i)
+
+
+def test_an_item_that_fails_is_named_and_the_list_pickles_and_keeps(photos):
+    """An item whose __getitem__ raises is its own error, named (passed over under
+    on_error="warn"); the list pickles as its set; keep="ram" gives the streamed batches."""
+    with pytest.raises(ShardReadError, match=r"could not make the sample: OSError: the share went away \(shard "
+                                             r"'Flaky\(10, read through its __getitem__\)/6', key '000000006'\)"):
+        with Loader(Flaky(photos["rocket"]), batch_size=2, transform=None, device="cpu", shuffle=False) as ld:
+            list(ld)
+    with pytest.warns(RuntimeWarning, match="the share went away"):
+        with Loader(Flaky(photos["rocket"]), batch_size=2, transform=None, device="cpu", shuffle=False,
+                    on_error="warn") as ld:
+            keys, _, _ = _batches(ld)
+    assert keys == [f"{i:09d}" for i in range(10) if i != 6]
+    ds = Kinds(photos["rocket"])
+    tf = T.Compose([T.RandomResizedCrop(16), T.RandomHorizontalFlip()])
+    with Loader(ds, batch_size=4, transform=tf, device="cpu", seed=2) as ld:
+        again = pickle.loads(pickle.dumps(ld.dataset))
+        for i in (0, 4, 9):
+            (a, la), (b, lb) = ld.dataset[i], again[i]
+            assert la == lb == i and torch.equal(a, b)
+    epochs = {}
+    for keep in (None, "ram"):
+        with Loader(ds, batch_size=4, transform=tf, device="cpu", seed=2, keep=keep) as ld:
+            epochs[keep] = []
+            for e in range(2):
+                ld.set_epoch(e)
+                epochs[keep].append(_batches(ld))
+            if keep:
+                assert ld.describe()["keep"]["tier"] == "ram"
+    for (k0, x0, y0), (k1, x1, y1) in zip(epochs[None], epochs["ram"]):
+        assert k0 == k1 and torch.equal(x0, x1) and torch.equal(y0, y1)
