@@ -104,10 +104,33 @@ def file_set(ds: Any) -> FileList | None:
     return folder_set(ds, pairs, check=True)
 
 
-def folder_set(ds: Any, pairs: list[tuple[Any, Any]] | None = None, *, check: bool = False) -> FileList:
+def timm_set(ds: Any) -> FileList | None:
+    """timm's ImageDataset over a folder (what timm.data.create_dataset gives for one,
+    train.py's): its reader's (path, label) `samples`, root and classes, read as an
+    ImageFolder's files are (folder_set, its first and last items checked against its
+    `__getitem__`); None for any other set (its tar reader, bytes asked for, features
+    beside the image)."""
+    if not type(ds).__module__.startswith("timm") or getattr(ds, "load_bytes", False) or \
+            getattr(ds, "additional_features", None) is not None:
+        return None
+    reader = getattr(ds, "reader", None)
+    pairs = getattr(reader, "samples", None)
+    if not isinstance(pairs, list) or not pairs or not all(
+            isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], (str, os.PathLike)) for x in pairs[:1]) or \
+            len(pairs) != len(ds):
+        return None
+    index = getattr(reader, "class_to_idx", None)
+    classes = sorted(index, key=index.__getitem__) if isinstance(index, dict) and \
+        sorted(index.values()) == list(range(len(index))) else None
+    return folder_set(ds, pairs, check=True, root=getattr(reader, "root", None), classes=classes)
+
+
+def folder_set(ds: Any, pairs: list[tuple[Any, Any]] | None = None, *, check: bool = False, root: Any = None,
+               classes: Any = None) -> FileList:
     """A set of image files (torchvision's ImageFolder or DatasetFolder, its `samples`; or
-    `pairs`, another set's (path, label) list) read as its root's tree is (files.
-    folder_samples: the files decoded here, its classes kept), its labels through its
+    `pairs`, another set's (path, label) list, with its `root` and `classes` where they
+    are not the set's attributes) read as its root's tree is (files.folder_samples: the
+    files decoded here, its classes kept), its labels through its
     target_transform (labels_of). Where `check` is asked, or its class has a
     `__getitem__` of its own, its first and last items are checked against that
     `__getitem__` (the file's image, that label) when the list is made; a set whose
@@ -132,7 +155,7 @@ def folder_set(ds: Any, pairs: list[tuple[Any, Any]] | None = None, *, check: bo
     ys = labels_of(ds, [int(y) for _, y in pairs])
     if check and pairs and not _reads_its_files(ds, plain, pairs, ys):
         return items_set(ds, "its items are not its files' images with their labels")
-    return folder_samples(ds, list(zip((p for p, _ in pairs), ys)))
+    return folder_samples(ds, list(zip((p for p, _ in pairs), ys)), root=root, classes=classes)
 
 
 def _reads_its_files(ds: Any, plain: Any, pairs: list, ys: list[int]) -> bool:

@@ -9,6 +9,8 @@ files') named as read from them."""
 from __future__ import annotations
 
 import csv
+import gc
+import os
 import pickle
 
 import numpy as np
@@ -304,3 +306,33 @@ def test_an_item_that_fails_is_named_and_the_list_pickles_and_keeps(photos):
                 assert ld.describe()["keep"]["tier"] == "ram"
     for (k0, x0, y0), (k1, x1, y1) in zip(epochs[None], epochs["ram"]):
         assert k0 == k1 and torch.equal(x0, x1) and torch.equal(y0, y1)
+
+
+@pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
+def test_timms_image_dataset_is_read_from_its_files(tmp_path, photos):
+    """timm's create_dataset for a folder (an ImageDataset over its folder reader, as timm's
+    train.py makes one): read from its files as an ImageFolder is (classes, keys, targets),
+    every image and label its __getitem__'s; with input_img_mode="L" its items are not its
+    files' images, so it is read through its __getitem__."""
+    from timm.data import create_dataset
+
+    for c, cls in enumerate(["tench", "goldfish", "shark"]):
+        (tmp_path / cls).mkdir()
+        for k in range(2 + c):
+            Image.fromarray(photos[PHOTO_NAMES[c + k]][k:36 + k, :40]).save(tmp_path / cls / f"{k}.jpg", quality=90)
+    ds = create_dataset("", root=str(tmp_path), split="train")
+    with Loader(ds, batch_size=4, transform=None, device="cpu", shuffle=False) as ld:
+        keys, got, labs = _batches(ld)
+        assert ld.describe()["file_sources"] == [str(tmp_path)]
+        assert ld.dataset.classes == ["goldfish", "shark", "tench"]  # (timm's class_to_idx: sorted names)
+        assert ld.dataset.targets == [ds[i][1] for i in range(len(ds))]
+    assert keys == [os.path.splitext(ds.filename(i))[0] for i in range(len(ds))]
+    for i in range(len(ds)):
+        img, y = ds[i]
+        assert int(labs[i]) == y and torch.equal(got[i], _rgb(img)), i
+    grey = create_dataset("", root=str(tmp_path), split="train", input_img_mode="L")
+    with Loader(grey, batch_size=9, transform=None, device="cpu", shuffle=False) as ld:
+        _, got, _ = _batches(ld)
+        assert "read through its __getitem__: its items are not its files'" in ld.describe()["file_sources"][0]
+    assert all(torch.equal(got[i], _rgb(grey[i][0])) for i in range(len(grey)))
+    gc.collect()  # (timm's folder reader leaves each file it opens to the collector: its warnings, here)

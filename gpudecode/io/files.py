@@ -352,18 +352,20 @@ def from_items(items: Sequence[Any]) -> FileList:
     return _make(f"{PREFIX}<list of {len(pairs)} files>", "", pairs)
 
 
-def folder_samples(ds: Any, pairs: Sequence[tuple[Any, int]] | None = None) -> FileList:
+def folder_samples(ds: Any, pairs: Sequence[tuple[Any, int]] | None = None, *, root: Any = None,
+                   classes: Any = None) -> FileList:
     """A torchvision ImageFolder's (or DatasetFolder's) `samples` (or `pairs` of another
-    set of files), with its `classes`, as the Loader reads its root: keys the paths under
-    the root, named as the root's tree (so the same tree given twice, as a folder and as a
-    dataset, is refused as read twice)."""
-    root = getattr(ds, "root", None)
-    root = os.path.abspath(os.fspath(root)) if root else ""
-    classes = getattr(ds, "classes", None)
+    set of files), with its `classes`, as the Loader reads its root (`root`, `classes`:
+    where the set keeps them elsewhere): keys the paths under the root, named as the root's
+    tree (so the same tree given twice, as a folder and as a dataset, is refused as read
+    twice)."""
+    given = root if root is not None else getattr(ds, "root", None)
+    given = os.fspath(given) if isinstance(given, (str, os.PathLike)) else ""
+    top = os.path.abspath(given) if given else ""
+    classes = classes if classes is not None else getattr(ds, "classes", None)
     names = tuple(classes) if isinstance(classes, (list, tuple)) and all(isinstance(c, str) for c in classes) else ()
     pairs = [(os.fspath(p), int(y)) for p, y in (ds.samples if pairs is None else pairs)]
-    given = os.fspath(ds.root) if isinstance(getattr(ds, "root", None), (str, os.PathLike)) else ""
-    return _make(f"{PREFIX}{root or type(ds).__name__ + f'({len(pairs)} files)'}", root, pairs, names, given)
+    return _make(f"{PREFIX}{top or type(ds).__name__ + f'({len(pairs)} files)'}", top, pairs, names, given)
 
 
 def is_file_item(item: Any) -> bool:
