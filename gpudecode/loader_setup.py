@@ -74,7 +74,7 @@ DATALOADER_ONLY = {
 }
 
 
-def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
+def dataset_source(urls: Any, transform: Any, place: int | None = None) -> tuple[Any, Any]:
     """A torch Dataset given as the source, as the list of samples the reader reads
     (vision_sets.py), with its `transform` when none is given (taken off the set: the
     Loader runs it): torchvision's ImageFolder or DatasetFolder read as it lies, its
@@ -85,8 +85,10 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
     `datasets.Dataset`'s rows from its Arrow table (io/parquet.hf_dataset); a Subset is its
     set's samples at its indices, a ConcatDataset or a list of datasets (or a mixture of
     Sources of them) each one's; any other map-style Dataset (a script's own, a set whose
-    items are not its files') through its own `__getitem__`; an IterableDataset refused.
-    Anything else passes as it is."""
+    items are not its files', an object with `__getitem__` and `__len__` that is no
+    Dataset, as DataLoader takes) through its own `__getitem__`; an IterableDataset refused.
+    Anything else passes as it is. `place`: the set's place in a list of them, in the
+    name of a set read through `__getitem__` (two sets of one class, told apart)."""
     import torch.utils.data
 
     if _hf_dataset(urls):
@@ -98,7 +100,7 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
     if isinstance(urls, (list, tuple)) and any(_is_dataset(u) or isinstance(u, Source) and _is_dataset(u.urls)
                                                for u in urls):
         return _several(list(urls), transform)
-    if not isinstance(urls, torch.utils.data.Dataset) or isinstance(urls, ShardReader):
+    if not _is_dataset(urls):
         return urls, transform
     if isinstance(urls, torch.utils.data.Subset):  # random_split's parts: the set's samples at its indices
         return subset_source(urls, transform)
@@ -122,7 +124,7 @@ def dataset_source(urls: Any, transform: Any) -> tuple[Any, Any]:
         if made is None:
             made = timm_set(urls)  # timm's create_dataset(name, root) for a folder
         if made is None:
-            made = items_set(urls)  # a script's own Dataset, Caltech101, ...: through its __getitem__
+            made = items_set(urls, place=place)  # a script's own Dataset, Caltech101, ...: through its __getitem__
     return made, transform if transform is not None else getattr(urls, "transform", None)
 
 
@@ -141,9 +143,19 @@ def _hf_dataset(x: Any) -> bool:
 
 
 def _is_dataset(x: Any) -> bool:
+    """A torch Dataset, a Hugging Face one, or an object of a class of its own with
+    `__getitem__` and `__len__` that is not a kind of source the Loader names otherwise
+    (DataLoader takes such an object as a map-style set)."""
+    import numpy as np
     import torch.utils.data
 
-    return (isinstance(x, torch.utils.data.Dataset) and not isinstance(x, ShardReader)) or _hf_dataset(x)
+    if isinstance(x, ShardReader):
+        return False
+    if isinstance(x, torch.utils.data.Dataset) or _hf_dataset(x):
+        return True
+    named = (str, bytes, os.PathLike, list, tuple, dict, Source, np.ndarray, torch.Tensor)
+    return not isinstance(x, named) and not isinstance(x, type) and hasattr(type(x), "__getitem__") and \
+        hasattr(type(x), "__len__")
 
 
 def _several(items: list, transform: Any) -> tuple[Any, Any]:
@@ -156,10 +168,15 @@ def _several(items: list, transform: Any) -> tuple[Any, Any]:
         TypeError: datasets with different transforms and no transform= given."""
     out: list = []
     theirs: list = []
-    for item in items:
+    whose: dict[str, Any] = {}  # a made list's name -> the set it was made of
+    for k, item in enumerate(items):
         src = item.urls if isinstance(item, Source) else item
         if _is_dataset(src):
             got, tf = dataset_source(src, None)
+            name = getattr(got, "name", None)
+            if name in whose and whose[name] is not src:  # (two sets of one class read through __getitem__)
+                got, tf = dataset_source(src, None, place=k)
+            whose[getattr(got, "name", "")] = src
             theirs.append(tf)
             src = got
         out.append(dataclasses.replace(item, urls=src) if isinstance(item, Source) else src)

@@ -420,12 +420,14 @@ def _items(plain: Any, name: str, detail: str) -> FileList:
     return made(whole, len(plain), make, "npy", classes=_names(plain), rebuild=(_items, (plain, name, detail)))
 
 
-def items_set(ds: Any, why: str = "") -> FileList:
+def items_set(ds: Any, why: str = "", place: int | None = None) -> FileList:
     """Any map-style Dataset the Loader has no faster way to read (a script's own class,
     torchvision's Caltech101, a set whose items are not its files'): its items through its
     own `__getitem__`, on the reader threads (its own code opens and decodes each image),
     each (an image, an integer label) or an image alone; its `transform` taken off, its
-    target_transform kept (_plain). `why` says why it is read this way (in its name).
+    target_transform kept (_plain). `why` says why it is read this way, `place` where it
+    stands in a list of sets given together (both in its name: two sets of one class in a
+    list are two lists).
 
     Raises:
         TypeError: a set with no length, or a first item that is not an image (alone or
@@ -436,7 +438,8 @@ def items_set(ds: Any, why: str = "") -> FileList:
     except TypeError:
         raise TypeError(f"Loader() reads a Dataset by index and needs its length: this {name} has no __len__") \
             from None
-    return _items(_plain(ds), name, f"read through its __getitem__{': ' + why if why else ''}")
+    where = "" if place is None else f", item {place} of the list"
+    return _items(_plain(ds), name, f"read through its __getitem__{': ' + why if why else ''}{where}")
 
 
 def _root(ds: Any) -> str:

@@ -336,3 +336,31 @@ def test_timms_image_dataset_is_read_from_its_files(tmp_path, photos):
         assert "read through its __getitem__: its items are not its files'" in ld.describe()["file_sources"][0]
     assert all(torch.equal(got[i], _rgb(grey[i][0])) for i in range(len(grey)))
     gc.collect()  # (timm's folder reader leaves each file it opens to the collector: its warnings, here)
+
+
+class Duck:
+    """A set of its own that is no torch Dataset (DataLoader takes it: __getitem__ and
+    __len__)."""
+
+    def __init__(self, photo):
+        self.photo = photo
+
+    def __len__(self):
+        return 4
+
+    def __getitem__(self, i):
+        return self.photo[5 * i:5 * i + 20, :24], i
+
+
+def test_an_object_with_getitem_and_len_is_a_map_style_set(photos):
+    ds = Duck(photos["chelsea"])
+    want = list(torch.utils.data.DataLoader(ds, batch_size=4))[0]  # (HWC arrays, collated as they are)
+    with Loader(ds, batch_size=4, transform=None, device="cpu", shuffle=False) as ld:
+        _, got, labs = _batches(ld)
+    assert torch.equal(got, want[0].permute(0, 3, 1, 2)) and torch.equal(labs, want[1])
+    with Loader([ds, Duck(photos["coffee"])], batch_size=4, transform=None, device="cpu", shuffle=False) as ld:
+        assert ld.describe()["file_sources"] == ["Duck(4, read through its __getitem__)",
+                                                 "Duck(4, read through its __getitem__, item 1 of the list)"]
+        assert sum(len(b.keys) for b in ld) == 8
+    with pytest.raises(ValueError, match=r"'Duck\(4, read through its __getitem__\)' is named twice .*repeat=k"):
+        Loader([ds, ds], batch_size=4, transform=None, device="cpu")

@@ -3,6 +3,9 @@ RandomResizedCrop(224) + flip + ColorJitter(0.4, 0.4, 0.4, 0.1) + Normalize on
 ImageNet-like JPEGs (500x375, quality 90):
 
 - gpudecode.Loader from tar shards (CPU path, --threads threads);
+- the Loader given the torch Dataset objects a script builds, with their torchvision
+  transform: an ImageFolder (read from its files) and a script's own Dataset over the
+  same files (OwnDataset: read through its __getitem__, which opens each image with PIL);
 - torchvision classic: ImageFolder + PIL + the same transforms in a DataLoader with
   --threads workers; and the same without ColorJitter;
 - DALI's CPU pipeline doing the equivalent (file reader, random-crop decode, resize,
@@ -68,14 +71,55 @@ def run_gpudecode(shards, threads, batch, split="auto"):
     return go, ld
 
 
+class OwnDataset:
+    """A script's own Dataset over the folder's files, as torchvision's tutorial writes one
+    (the images opened with PIL in __getitem__, a `transform` attribute): what a Loader
+    given an object it has no faster way to read reads through __getitem__."""
+
+    def __init__(self, folder, transform=None):
+        self.items = sorted((os.path.join(folder, c, f), int(c[1:])) for c in os.listdir(folder)
+                            for f in os.listdir(os.path.join(folder, c)))
+        self.transform = transform
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, i):
+        from PIL import Image
+
+        path, y = self.items[i]
+        with Image.open(path) as im:
+            img = im.convert("RGB")
+        return (self.transform(img) if self.transform else img), y
+
+
+def run_dataset(ds, threads, batch):
+    """The Loader given a torch Dataset object (ImageFolder: read from its files; a
+    script's own: through its __getitem__), with the set's torchvision transform."""
+    from gpudecode import Loader
+
+    ld = Loader(ds, batch_size=batch, device="cpu", num_threads=threads)
+    epoch = [0]
+
+    def go():
+        ld.set_epoch(epoch[0])
+        epoch[0] += 1
+        return sum(b.images.shape[0] for b in ld)
+    return go
+
+
+def _tv_transform(jitter):
+    import torchvision.transforms as v1
+
+    return v1.Compose([v1.RandomResizedCrop(224), v1.RandomHorizontalFlip()]
+                      + ([v1.ColorJitter(0.4, 0.4, 0.4, 0.1)] if jitter else []) + [v1.ToTensor(), v1.Normalize(MEAN, STD)])
+
+
 def run_torchvision(folder, threads, batch, jitter):
     import torch
-    import torchvision.transforms as v1
     from torchvision.datasets import ImageFolder
 
-    tf = v1.Compose([v1.RandomResizedCrop(224), v1.RandomHorizontalFlip()]
-                    + ([v1.ColorJitter(0.4, 0.4, 0.4, 0.1)] if jitter else []) + [v1.ToTensor(), v1.Normalize(MEAN, STD)])
-    ds = ImageFolder(folder, transform=tf)
+    ds = ImageFolder(folder, transform=_tv_transform(jitter))
     dl = torch.utils.data.DataLoader(ds, batch_size=batch, shuffle=True, num_workers=threads,
                                      persistent_workers=True, prefetch_factor=2)
 
@@ -212,6 +256,12 @@ def main() -> None:
     go, ld = run_gpudecode(shards, a.threads, a.batch)
     rows["gpudecode Loader (CPU), ColorJitter"] = timed(go, a.repeat)
     stats = str(ld.stats)
+    from torchvision.datasets import ImageFolder
+
+    rows["gpudecode Loader(ImageFolder object)"] = timed(
+        run_dataset(ImageFolder(folder, transform=_tv_transform(True)), a.threads, a.batch), a.repeat)
+    rows["gpudecode Loader(own Dataset), __getitem__"] = timed(
+        run_dataset(OwnDataset(folder, transform=_tv_transform(True)), a.threads, a.batch), a.repeat)
     rows["torchvision classic DataLoader, ColorJitter"] = timed(run_torchvision(folder, a.threads, a.batch, True), a.repeat)
     rows["torchvision classic DataLoader, no jitter"] = timed(run_torchvision(folder, a.threads, a.batch, False), a.repeat)
     if not a.skip_dali:
@@ -219,9 +269,10 @@ def main() -> None:
     ours = rows["gpudecode Loader (CPU), ColorJitter"]
     print(f"{a.images} JPEGs 500x375 q90 -> 224x224 float, batch {a.batch}, {a.threads} threads/workers, "
           f"{os.cpu_count()} cores")
-    print(f"{'pipeline':46s} {'img/s':>8s} {'gpudecode x':>12s}")
+    print(f"{'pipeline':46s} {'img/s':>8s} {'gpudecode x':>12s} {'x classic':>10s}")
+    classic = rows["torchvision classic DataLoader, ColorJitter"]
     for name, r in rows.items():
-        print(f"{name:46s} {r:8.0f} {ours / r:12.2f}")
+        print(f"{name:46s} {r:8.0f} {ours / r:12.2f} {r / classic:10.2f}")
     print("gpudecode stages (last epoch):", stats)
     save("loader", {"machine": machine(), "args": vars(a), "img_per_s": rows, "gpudecode_stats": stats})
 
