@@ -87,8 +87,10 @@ def dataset_source(urls: Any, transform: Any, place: int | None = None) -> tuple
     Sources of them) each one's; any other map-style Dataset (a script's own, a set whose
     items are not its files', an object with `__getitem__` and `__len__` that is no
     Dataset, as DataLoader takes) through its own `__getitem__`; an IterableDataset refused.
-    Anything else passes as it is. `place`: the set's place in a list of them, in the
+    A tensor or array of images, or a value that names no source, is refused. Anything else
+    passes as it is. `place`: the set's place in a list of them, in the
     name of a set read through `__getitem__` (two sets of one class, told apart)."""
+    import numpy as np
     import torch.utils.data
 
     if _hf_dataset(urls):
@@ -100,7 +102,14 @@ def dataset_source(urls: Any, transform: Any, place: int | None = None) -> tuple
     if isinstance(urls, (list, tuple)) and any(_is_dataset(u) or isinstance(u, Source) and _is_dataset(u.urls)
                                                for u in urls):
         return _several(list(urls), transform)
+    if isinstance(urls, (torch.Tensor, np.ndarray)):
+        raise TypeError(f"Loader() reads images held in one {type(urls).__name__} as torch.utils.data.TensorDataset("
+                        "images, labels): uint8 [N, 3, H, W], [N, H, W, 3] or [N, H, W] (give labels=False for "
+                        "images alone)")
     if not _is_dataset(urls):
+        if not isinstance(urls, (str, os.PathLike, ShardReader)) and not hasattr(urls, "__iter__"):
+            raise TypeError(f"Loader() reads shards, image folders, files or a Dataset, not a value of type "
+                            f"{type(urls).__name__}")
         return urls, transform
     if isinstance(urls, torch.utils.data.Subset):  # random_split's parts: the set's samples at its indices
         return subset_source(urls, transform)
