@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import os
+import threading
 import warnings
 from typing import Any
 
@@ -349,9 +350,14 @@ class _Items:
 
     def __init__(self, plain: Any, labelled: bool = True) -> None:
         self.plain, self.labelled = plain, labelled
+        self.lock: threading.Lock | None = None  # one call at a time (a set holding an open file: _shared_handles)
 
     def __call__(self, i: int) -> tuple[bytes, int | None]:
-        return self.sample(i, self.plain[i])
+        if self.lock is None:
+            return self.sample(i, self.plain[i])
+        with self.lock:
+            item = self.plain[i]
+        return self.sample(i, item)
 
     def sample(self, i: int, item: Any) -> tuple[bytes, int | None]:
         """Item i as the sample's (.npy bytes, label)."""
@@ -417,7 +423,47 @@ def _items(plain: Any, name: str, detail: str) -> FileList:
             make.sample(0, first)  # (the item read above: a PIL image opened lazily is read, its file closed)
         except TypeError as e:
             raise TypeError(f"Loader() reads a {name} as (image, label) items: {e}") from None
+    shared = _shared_handles(plain)  # (after its first item: a file it opens at its first call is open now)
+    if shared:
+        make.lock = threading.Lock()
+        warnings.warn(f"{name}'s __getitem__ is called one item at a time, not on every reader thread at once: it "
+                      f"holds {', '.join(shared)}, which threads would share (a seek and a read of one thread "
+                      "between another's); open the file in each call, or read it with os.pread, to read on "
+                      "every thread", RuntimeWarning, stacklevel=5)
     return made(whole, len(plain), make, "npy", classes=_names(plain), rebuild=(_items, (plain, name, detail)))
+
+
+def _shared_handles(plain: Any) -> list[str]:
+    """What in a set (its attributes, and theirs or their items one level down) is a
+    handle that calls on several threads at once would share with no lock of its own: an
+    open Python file or stream (a seek and a read are two steps), a tarfile.TarFile over
+    one, an LMDB transaction or cursor; as "self.NAME (Type)". Zip files (ZipFile locks its
+    reads), h5py files (h5py's lock), mmaps and anything closed are not."""
+    import io
+    import tarfile
+
+    def unsafe(v: Any) -> bool:
+        if isinstance(v, io.IOBase):
+            return not v.closed
+        if isinstance(v, tarfile.TarFile):
+            return not getattr(v, "closed", False)
+        return type(v).__module__.split(".")[0] == "lmdb" and type(v).__name__ in ("Transaction", "Cursor")
+
+    def below(name: str, v: Any) -> list[tuple[str, Any]]:
+        if isinstance(v, dict):
+            return [(f"self.{name}[{k!r}]", x) for k, x in list(v.items())[:100]]
+        if isinstance(v, (list, tuple)):
+            return [(f"self.{name}[{k}]", x) for k, x in enumerate(v[:100])]
+        if hasattr(v, "__dict__") and not isinstance(v, (io.IOBase, tarfile.TarFile, type)):
+            return [(f"self.{name}.{k}", x) for k, x in list(vars(v).items())[:100]]
+        return []
+
+    found: list[str] = []
+    for name, v in list(getattr(plain, "__dict__", {}).items()):
+        for where, x in [(f"self.{name}", v)] + below(name, v):
+            if unsafe(x) and len(found) < 3:
+                found.append(f"{where} ({type(x).__name__})")
+    return found
 
 
 def items_set(ds: Any, why: str = "", place: int | None = None) -> FileList:

@@ -12,6 +12,7 @@ import csv
 import gc
 import os
 import pickle
+import warnings
 
 import numpy as np
 import pytest
@@ -364,3 +365,60 @@ def test_an_object_with_getitem_and_len_is_a_map_style_set(photos):
         assert sum(len(b.keys) for b in ld) == 8
     with pytest.raises(ValueError, match=r"'Duck\(4, read through its __getitem__\)' is named twice .*repeat=k"):
         Loader([ds, ds], batch_size=4, transform=None, device="cpu")
+
+
+class Packed(torch.utils.data.Dataset):
+    """A set of its own that reads its images from one file it holds open (raw HWC
+    pixels at fixed offsets: a seek, then a read), opened at its first call as a
+    DataLoader set opens it in each worker; `pread`: read with os.pread (no shared
+    position) instead."""
+
+    def __init__(self, path, n, shape, pread=False):
+        self.path, self.n, self.shape, self.pread, self.f = path, n, shape, pread, None
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        size = int(np.prod(self.shape))
+        if self.pread:
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                data = os.pread(fd, size, i * size)
+            finally:
+                os.close(fd)
+        else:
+            if self.f is None:
+                self.f = open(self.path, "rb")
+            self.f.seek(i * size)
+            data = self.f.read(size)
+        return np.frombuffer(data, np.uint8).reshape(self.shape), i % 3
+
+
+def test_a_set_holding_an_open_file_is_called_one_item_at_a_time(tmp_path, photos):
+    """The reader threads would share a set's open file (one thread's seek between
+    another's seek and read: the wrong pixels, said by nothing): such a set is called one
+    item at a time, said once; 400 images over 4 threads, every one its own. A set that
+    opens nothing it keeps is called on every thread."""
+    shape = (24, 32, 3)
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (400, *shape), dtype=np.uint8)
+    images[:, :8] = photos["rocket"][:8, :32]
+    path = str(tmp_path / "packed.bin")
+    images.tofile(path)
+    ds = Packed(path, 400, shape)
+    with pytest.warns(RuntimeWarning, match=r"Packed's __getitem__ is called one item at a time.*holds self.f "
+                                            r"\(BufferedReader\).*os.pread"):
+        ld = Loader(ds, batch_size=40, transform=None, device="cpu", shuffle=True, seed=1, num_threads=4)
+    with ld:
+        for _ in range(2):
+            for b in ld:
+                for k, img in zip(b.keys, b.images):
+                    assert torch.equal(img, torch.from_numpy(images[int(k)]).permute(2, 0, 1)), k
+        ld.reader.files[ld.reader.urls[0]].make.plain.f.close()  # (its copy's file: the set never closes it)
+    assert ds.f is None  # (its copy opened the file: the set itself is as it was)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with Loader(Packed(path, 400, shape, pread=True), batch_size=40, transform=None, device="cpu",
+                    num_threads=4) as ld:
+            assert ld.reader.files[ld.reader.urls[0]].make.lock is None
