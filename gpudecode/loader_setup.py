@@ -102,6 +102,9 @@ def dataset_source(urls: Any, transform: Any, place: int | None = None) -> tuple
     if isinstance(urls, (list, tuple)) and any(_is_dataset(u) or isinstance(u, Source) and _is_dataset(u.urls)
                                                for u in urls):
         return _several(list(urls), transform)
+    if type(urls).__name__ in ("DatasetDict", "IterableDatasetDict") and type(urls).__module__.startswith("datasets"):
+        raise TypeError(f"Loader() reads one split of a Hugging Face {type(urls).__name__}: give "
+                        f"ds[{next(iter(urls), 'train')!r}] (its splits: {', '.join(map(str, urls))})")
     if isinstance(urls, (torch.Tensor, np.ndarray)):
         raise TypeError(f"Loader() reads images held in one {type(urls).__name__} as torch.utils.data.TensorDataset("
                         "images, labels): uint8 [N, 3, H, W], [N, H, W, 3] or [N, H, W] (give labels=False for "

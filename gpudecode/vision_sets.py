@@ -423,6 +423,7 @@ def _items(plain: Any, name: str, detail: str) -> FileList:
             make.sample(0, first)  # (the item read above: a PIL image opened lazily is read, its file closed)
         except TypeError as e:
             raise TypeError(f"Loader() reads a {name} as (image, label) items: {e}") from None
+    label = _own_labels(plain, make) if make.labelled and len(plain) else None
     shared = _shared_handles(plain)  # (after its first item: a file it opens at its first call is open now)
     if shared:
         make.lock = threading.Lock()
@@ -430,7 +431,33 @@ def _items(plain: Any, name: str, detail: str) -> FileList:
                       f"holds {', '.join(shared)}, which threads would share (a seek and a read of one thread "
                       "between another's); open the file in each call, or read it with os.pread, to read on "
                       "every thread", RuntimeWarning, stacklevel=5)
-    return made(whole, len(plain), make, "npy", classes=_names(plain), rebuild=(_items, (plain, name, detail)))
+    return made(whole, len(plain), make, "npy", label=label, classes=_names(plain),
+                rebuild=(_items, (plain, name, detail)))
+
+
+def _own_labels(plain: Any, make: _Items) -> Any:
+    """label(i) from the set's own `targets` (or `labels`: one integer a sample, through its
+    target_transform) where its first, middle and last items have those labels: a label
+    without the item made (`loader.dataset.targets`, a label_offset's check); else None."""
+    n = len(plain)
+    found = _labels(plain, n)
+    if not isinstance(found, np.ndarray):
+        return None
+    try:
+        ys = np.asarray(labels_of(plain, found.tolist()), dtype=np.int64)
+        if any(make(i)[1] != ys[i] for i in sorted({0, n // 2, n - 1})):
+            return None
+    except Exception:  # (an item or a target_transform that fails: labels from the items, each its own error)
+        return None
+    return _LabelOf(ys)
+
+
+class _LabelOf:
+    def __init__(self, ys: np.ndarray) -> None:
+        self.ys = ys
+
+    def __call__(self, i: int) -> int:
+        return int(self.ys[i])
 
 
 def _shared_handles(plain: Any) -> list[str]:

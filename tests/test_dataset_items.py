@@ -422,3 +422,29 @@ def test_a_set_holding_an_open_file_is_called_one_item_at_a_time(tmp_path, photo
         with Loader(Packed(path, 400, shape, pread=True), batch_size=40, transform=None, device="cpu",
                     num_threads=4) as ld:
             assert ld.reader.files[ld.reader.urls[0]].make.lock is None
+
+
+class Counted(Duck):
+    """A set with its own `targets`, counting its __getitem__ calls."""
+
+    def __init__(self, photo, targets):
+        super().__init__(photo)
+        self.targets, self.calls = targets, 0
+
+    def __getitem__(self, i):
+        self.calls += 1
+        return self.photo[5 * i:5 * i + 20, :24], 3 * i
+
+
+def test_targets_from_the_sets_own_labels_where_its_items_agree(photos):
+    """loader.dataset.targets of a set read through __getitem__: from its own `targets`
+    where its first, middle and last items have those labels (no item made for it), else
+    from its items."""
+    own = Counted(photos["chelsea"], [0, 3, 6, 9])
+    with Loader(own, batch_size=4, transform=None, device="cpu") as ld:
+        ld.reader.files[ld.reader.urls[0]].make.plain.calls = 0
+        assert ld.dataset.targets == [0, 3, 6, 9]
+        assert ld.reader.files[ld.reader.urls[0]].make.plain.calls == 0
+    stale = Counted(photos["chelsea"], [0, 1, 2, 3])  # (its targets are not its items' labels)
+    with Loader(stale, batch_size=4, transform=None, device="cpu", shuffle=False) as ld:
+        assert ld.dataset.targets == [0, 3, 6, 9] and next(iter(ld)).labels.tolist() == [0, 3, 6, 9]

@@ -419,6 +419,13 @@ def test_a_dataset_the_loader_cannot_read_is_refused_with_what_it_reads(tmp_path
         Loader(torch.zeros(4, 3, 8, 8, dtype=torch.uint8), transform=_tf(), **KW)
     with pytest.raises(TypeError, match="not a value of type int"):
         Loader(5, transform=_tf(), **KW)
+    import datasets
+
+    splits = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"label": [0]}),
+                                   "test": datasets.Dataset.from_dict({"label": [1]})})
+    with pytest.raises(TypeError, match=r"one split of a Hugging Face DatasetDict: give ds\['train'\] \(its splits: "
+                                        r"train, test\)"):
+        Loader(splits, transform=_tf(), **KW)
     tree = _tree(tmp_path / "t", photos, ["cat", "dog"])
     one_hot = torchvision.datasets.ImageFolder(tree, target_transform=lambda y: torch.eye(2)[y])
     with pytest.raises(TypeError, match=r"ImageFolder's target_transform makes label 0 Tensor float32 \[2\], not an "
