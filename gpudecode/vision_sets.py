@@ -27,7 +27,7 @@ import torch
 
 from .decode._base import is_pil
 from .errors import ShardReadError
-from .io.files import FileList, made
+from .io.files import FileList, is_image_file, made, named_files
 from .tensors import encode_npy
 
 
@@ -159,9 +159,9 @@ def folder_set(ds: Any, pairs: list[tuple[Any, Any]] | None = None, *, check: bo
     return folder_samples(ds, list(zip((p for p, _ in pairs), ys)), root=root, classes=classes)
 
 
-def _reads_its_files(ds: Any, plain: Any, pairs: list, ys: list[int]) -> bool:
-    """Whether items 0 and n-1 of the set (transform taken off) are its files' images,
-    as Pillow opens them, with labels `ys`.
+def _reads_its_files(ds: Any, plain: Any, pairs: list, ys: list[int] | None) -> bool:
+    """Whether items 0, n/2 and n-1 of the set (transform taken off) are its files'
+    images, as Pillow opens them, with labels `ys` (None: images alone).
 
     Raises:
         ShardReadError: a file that cannot be read (named)."""
@@ -169,7 +169,7 @@ def _reads_its_files(ds: Any, plain: Any, pairs: list, ys: list[int]) -> bool:
 
     from .decode.cpu import pil_pixels
 
-    for i in sorted({0, len(pairs) - 1}):
+    for i in sorted({0, len(pairs) // 2, len(pairs) - 1}):
         path = pairs[i][0]
         try:
             item = plain[i]
@@ -178,11 +178,71 @@ def _reads_its_files(ds: Any, plain: Any, pairs: list, ys: list[int]) -> bool:
         except OSError as e:  # (a file named that is not there, or not an image: the set's, named)
             raise ShardReadError(f"{type(ds).__name__}'s item {i} cannot be read: {type(e).__name__}: {e}",
                                  shard=os.fspath(path)) from e
-        img, y = item if isinstance(item, tuple) and len(item) == 2 else (None, None)
+        if ys is None:
+            img, y = (None, None) if isinstance(item, (tuple, list)) else (item, None)
+        else:
+            img, y = item if isinstance(item, (tuple, list)) and len(item) == 2 else (None, None)
         got = item_pixels(img)
-        if got is None or not np.array_equal(got, want) or not _is_int(y) or int(y) != ys[i]:  # type: ignore[arg-type]
+        if got is None or not np.array_equal(got, want) or \
+                (ys is not None and (not _is_int(y) or int(y) != ys[i])):  # type: ignore[arg-type, call-overload]
             return False
     return True
+
+
+_LABEL_NAMES = ("targets", "labels", "label", "y", "target", "class_ids")  # where a set of its own keeps its labels
+
+
+def path_set(ds: Any, place: int | None = None) -> FileList | None:
+    """A set of its own (or torchvision's: LFWPeople) that keeps its images' file paths in
+    a list, one a sample, in any attribute (`self.paths`, `self.files`, ...: the paths of
+    image files that are there), with its labels in another (`targets`, `labels`, `y`, ...:
+    one integer a sample), or a list of (path, label) pairs: read from those files, as an
+    ImageFolder's are (the files decoded here, keys their paths under the set's `root` or
+    the paths' common folder), where its first, middle and last items are those files'
+    images with those labels (through its target_transform); else None."""
+    n = len(ds)
+    if n == 0:
+        return None
+    probe = sorted({0, n // 2, n - 1})
+    pairs: list | None = None
+    for v in list(getattr(ds, "__dict__", {}).values()):
+        if not (isinstance(v, (list, tuple)) or (isinstance(v, np.ndarray) and v.ndim == 1)) or len(v) != n:
+            continue
+        if all(isinstance(v[i], tuple) and len(v[i]) == 2 and _is_image_path(v[i][0]) and _is_int(v[i][1])
+               for i in probe):
+            pairs = [(os.fspath(p), int(y)) for p, y in v]
+            break
+        if all(_is_image_path(v[i]) for i in probe):
+            labels = next((a for a in (_label_array(getattr(ds, k), n) for k in _LABEL_NAMES
+                                       if getattr(ds, k, None) is not None) if isinstance(a, np.ndarray)), None)
+            pairs = [(os.fspath(p), None if labels is None else int(labels[k])) for k, p in enumerate(v)]
+            break
+    if pairs is None:
+        return None
+    plain = _plain(ds)
+    labelled = pairs[0][1] is not None
+    ys = labels_of(ds, [int(y) for _, y in pairs]) if labelled else None
+    try:
+        if not _reads_its_files(ds, plain, pairs, ys):
+            return None
+    except ShardReadError:  # (a file it names that cannot be opened: its own __getitem__ says what it reads)
+        return None
+    root = getattr(ds, "root", None)
+    root = os.fspath(root) if isinstance(root, (str, os.PathLike)) and root else ""
+    if not root or not all(os.path.abspath(p).startswith(os.path.abspath(root) + os.sep) for p, _ in pairs):
+        root = os.path.commonpath([os.path.abspath(p) for p, _ in pairs])
+        root = os.path.dirname(root) if os.path.isfile(root) else root  # (one file, or one named throughout)
+    where = "" if place is None else f", item {place} of the list"
+    return named_files(f"{type(ds).__name__}({n} files{where}, in {os.path.abspath(root)})", root,
+                       [(p, y) for (p, _), y in zip(pairs, ys if ys is not None else [None] * n)], _names(ds))
+
+
+def _is_image_path(x: Any) -> bool:
+    """A path (str or PathLike) of an image file that is there."""
+    if not isinstance(x, (str, os.PathLike)):
+        return False
+    p = os.fspath(x)
+    return isinstance(p, str) and is_image_file(p) and os.path.isfile(p)
 
 
 def labels_of(ds: Any, labels: list[int]) -> list[int]:

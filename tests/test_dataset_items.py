@@ -448,3 +448,89 @@ def test_targets_from_the_sets_own_labels_where_its_items_agree(photos):
     stale = Counted(photos["chelsea"], [0, 1, 2, 3])  # (its targets are not its items' labels)
     with Loader(stale, batch_size=4, transform=None, device="cpu", shuffle=False) as ld:
         assert ld.dataset.targets == [0, 3, 6, 9] and next(iter(ld)).labels.tolist() == [0, 3, 6, 9]
+
+
+class Paths(torch.utils.data.Dataset):
+    """A set of its own as many scripts write one: its image files' paths in a list, their
+    labels in another; each item opened with PIL (made grey where `grey`), or read with
+    torchvision's read_image (`tensors`)."""
+
+    def __init__(self, image_paths, labels=None, transform=None, grey=False, tensors=False):
+        self.image_paths, self.transform, self.grey, self.tensors = image_paths, transform, grey, tensors
+        if labels is not None:
+            self.labels = labels
+
+    def __len__(self):
+        return len(self.image_paths)
+
+    def __getitem__(self, i):
+        from torchvision.io import read_image
+
+        if self.tensors:
+            img = read_image(self.image_paths[i])
+        else:
+            with Image.open(self.image_paths[i]) as im:
+                img = im.convert("L" if self.grey else "RGB")
+        if self.transform:
+            img = self.transform(img)
+        return (img, self.labels[i]) if hasattr(self, "labels") else img
+
+
+def test_a_set_that_lists_its_files_paths_is_read_from_its_files(tmp_path, photos):
+    """A set of its own keeping its files' paths and labels in lists is read from its files
+    (the Loader's decoder, keys their paths under their folder), the same images and labels
+    as its items, its transform run; one whose items are not its files' images (grey) is
+    read through its __getitem__; images alone with labels=False; torchvision's LFWPeople
+    (its paths in `data`) too."""
+    paths = []
+    for k in range(7):
+        (tmp_path / f"c{k % 2}").mkdir(exist_ok=True)
+        path = tmp_path / f"c{k % 2}" / f"{k}.{'png' if k % 3 else 'jpg'}"
+        Image.fromarray(photos[PHOTO_NAMES[k]][:40, :48]).save(path)
+        paths.append(str(path))
+    labels = [k % 2 for k in range(7)]
+    tf = tv2.Compose([tv2.CenterCrop(32), tv2.ToImage(), tv2.ToDtype(torch.float32, scale=True)])
+    for ds in (Paths(paths, labels, transform=tf), Paths(paths, labels, transform=tf, tensors=True)):
+        want = list(torch.utils.data.DataLoader(ds, batch_size=7))[0]
+        with Loader(ds, batch_size=7, device="cpu", shuffle=False) as ld:
+            b = next(iter(ld))
+            assert ld.describe()["file_sources"] == [f"Paths(7 files, in {tmp_path})"]
+        torch.testing.assert_close(b.images, want[0], atol=1e-6, rtol=0)
+        assert b.labels.tolist() == labels and b.keys == [f"c{k % 2}/{k}" for k in range(7)]
+    grey = Paths(paths, labels, grey=True)
+    with Loader(grey, batch_size=7, transform=None, device="cpu", shuffle=False) as ld:
+        _, got, _ = _batches(ld)
+        assert ld.describe()["file_sources"] == ["Paths(7, read through its __getitem__)"]
+    assert all(torch.equal(got[i], _rgb(grey[i][0])) for i in range(7))
+    alone = Paths(paths)
+    with Loader(alone, batch_size=7, transform=tv2.CenterCrop(30), device="cpu", shuffle=False, labels=False) as ld:
+        b = next(iter(ld))
+        assert b.labels is None and ld.describe()["file_sources"] == [f"Paths(7 files, in {tmp_path})"]
+    assert torch.equal(b.images, torch.stack([tv2.CenterCrop(30)(_rgb(alone[i])) for i in range(7)]))
+
+
+def test_torchvisions_lfw_people_is_read_from_its_files(tmp_path, photos):
+    from torchvision.datasets import LFWPeople
+
+    class StandInLFW(LFWPeople):
+        def _check_integrity(self):
+            return True
+
+    base = tmp_path / "lfw-py"
+    people = {"Ada_Lovelace": 2, "Alan_Turing": 3}
+    for p, (name, count) in enumerate(people.items()):
+        for k in range(1, count + 1):
+            (base / "lfw_funneled" / name).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(photos[PHOTO_NAMES[p + k]][:50, :50]).save(base / "lfw_funneled" / name /
+                                                                       f"{name}_{k:04d}.jpg", quality=92)
+    (base / "lfw-names.txt").write_text("".join(f"{n}\t{c}\n" for n, c in people.items()))
+    (base / "peopleDevTrain.txt").write_text(f"{len(people)}\n" + "".join(f"{n}\t{c}\n" for n, c in people.items()))
+    ds = StandInLFW(str(tmp_path), split="train")
+    with Loader(ds, batch_size=5, transform=None, device="cpu", shuffle=False) as ld:
+        keys, got, labs = _batches(ld)
+        assert ld.describe()["file_sources"] == [f"StandInLFW(5 files, in {base})"]
+        assert ld.dataset.targets == ds.targets == [0, 0, 1, 1, 1]
+    assert keys[0] == "lfw_funneled/Ada_Lovelace/Ada_Lovelace_0001"
+    for i in range(5):
+        img, y = ds[i]
+        assert int(labs[i]) == y and torch.equal(got[i], _rgb(img))

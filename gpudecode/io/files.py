@@ -368,6 +368,12 @@ def folder_samples(ds: Any, pairs: Sequence[tuple[Any, int]] | None = None, *, r
     return _make(f"{PREFIX}{top or type(ds).__name__ + f'({len(pairs)} files)'}", top, pairs, names, given)
 
 
+def named_files(name: str, root: str, pairs: Sequence[tuple[str, int | None]], classes: Sequence[str] = ()) -> FileList:
+    """A list named `name` of the files `pairs` ((path, label or None)), keys their paths
+    under `root` (as the set named it)."""
+    return _make(PREFIX + name, os.path.abspath(root) if root else "", pairs, classes, root)
+
+
 def is_file_item(item: Any) -> bool:
     """An entry of a user's list that names an image file (or a (path, label) pair)."""
     if isinstance(item, (tuple, list)):

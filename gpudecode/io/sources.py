@@ -143,11 +143,12 @@ class Sources:
         return h.hexdigest()[:16]
 
     def describe(self) -> dict:
-        """What is read: shards, and image files as they lie (their trees or lists)."""
+        """What is read: shards, and image files as they lie (their trees, list files, or
+        the sets that name them: each list by its name)."""
         out: dict = {"shards": sum(1 for u in self.urls if u not in self.files)}
         if self.files:
             out["image_files"] = sum(len(f) for f in self.files.values())
-            out["file_sources"] = [f.root or u.removeprefix(_files_prefix) for u, f in self.files.items()]
+            out["file_sources"] = [u.removeprefix(_files_prefix) for u in self.files]
         return out
 
     def mixture_counts(self, counts: dict[str, int]) -> tuple[list[int], list[int]]:

@@ -4,8 +4,9 @@ ImageNet-like JPEGs (500x375, quality 90):
 
 - gpudecode.Loader from tar shards (CPU path, --threads threads);
 - the Loader given the torch Dataset objects a script builds, with their torchvision
-  transform: an ImageFolder (read from its files) and a script's own Dataset over the
-  same files (OwnDataset: read through its __getitem__, which opens each image with PIL);
+  transform: an ImageFolder (read from its files), and a script's own Dataset over the
+  same files (OwnDataset, which opens each image with PIL) that lists its files' paths (read
+  from its files) or keeps names under a folder (read through its __getitem__);
 - torchvision classic: ImageFolder + PIL + the same transforms in a DataLoader with
   --threads workers; and the same without ColorJitter;
 - DALI's CPU pipeline doing the equivalent (file reader, random-crop decode, resize,
@@ -72,22 +73,31 @@ def run_gpudecode(shards, threads, batch, split="auto"):
 
 
 class OwnDataset:
-    """A script's own Dataset over the folder's files, as torchvision's tutorial writes one
-    (the images opened with PIL in __getitem__, a `transform` attribute): what a Loader
-    given an object it has no faster way to read reads through __getitem__."""
+    """A script's own Dataset over the folder's files (PIL opens each image in __getitem__,
+    a `transform` attribute), in two kinds: `listed`, its files' paths in one list and
+    their labels in another (the Loader reads the files itself: vision_sets.path_set);
+    else names under `img_dir`, as torchvision's tutorial keeps them (the Loader has no
+    path to read: it goes through __getitem__)."""
 
-    def __init__(self, folder, transform=None):
-        self.items = sorted((os.path.join(folder, c, f), int(c[1:])) for c in os.listdir(folder)
-                            for f in os.listdir(os.path.join(folder, c)))
-        self.transform = transform
+    def __init__(self, folder, transform=None, listed=False):
+        items = sorted((os.path.join(c, f), int(c[1:])) for c in os.listdir(folder)
+                       for f in os.listdir(os.path.join(folder, c)))
+        self.img_dir, self.transform = folder, transform
+        if listed:
+            self.paths, self.labels = [os.path.join(folder, n) for n, _ in items], [y for _, y in items]
+        else:
+            self.img_labels = items
 
     def __len__(self):
-        return len(self.items)
+        return len(getattr(self, "paths", None) or self.img_labels)
 
     def __getitem__(self, i):
         from PIL import Image
 
-        path, y = self.items[i]
+        if hasattr(self, "paths"):
+            path, y = self.paths[i], self.labels[i]
+        else:
+            path, y = os.path.join(self.img_dir, self.img_labels[i][0]), self.img_labels[i][1]
         with Image.open(path) as im:
             img = im.convert("RGB")
         return (self.transform(img) if self.transform else img), y
@@ -260,6 +270,8 @@ def main() -> None:
 
     rows["gpudecode Loader(ImageFolder object)"] = timed(
         run_dataset(ImageFolder(folder, transform=_tv_transform(True)), a.threads, a.batch), a.repeat)
+    rows["gpudecode Loader(own Dataset, paths listed)"] = timed(
+        run_dataset(OwnDataset(folder, transform=_tv_transform(True), listed=True), a.threads, a.batch), a.repeat)
     rows["gpudecode Loader(own Dataset), __getitem__"] = timed(
         run_dataset(OwnDataset(folder, transform=_tv_transform(True)), a.threads, a.batch), a.repeat)
     rows["torchvision classic DataLoader, ColorJitter"] = timed(run_torchvision(folder, a.threads, a.batch, True), a.repeat)
