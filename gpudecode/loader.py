@@ -82,13 +82,11 @@ class Loader:
             Dataset as a script builds it, with its transform: torchvision's ImageFolder
             (or DatasetFolder), its in-memory sets (CIFAR10, MNIST, ...: read from their
             arrays), its sets of files (Food101, Flowers102, ...), FakeData; torch's
-            TensorDataset of uint8 images, Subset and ConcatDataset (or a list of
-            datasets); timm's create_dataset for a folder; a Hugging Face
-            `datasets.Dataset` (its rows read from its Arrow table); any other map-style
-            Dataset (a script's own class) through its own `__getitem__`, its
-            `transform` run by the Loader. Or a mixture: a list of `gpudecode.Source`,
-            each with its weight, repeat or choose (and label_offset), drawn in exact
-            counts each epoch (`describe()["mix"]`, `loader.stats.sources`).
+            TensorDataset, Subset, ConcatDataset (or a list of datasets); timm's; a
+            Hugging Face `datasets.Dataset`; any other (a script's own: from its files
+            where it lists them, else through its `__getitem__`). Or a mixture: a list of
+            `gpudecode.Source`, each with its weight, repeat or choose (and label_offset),
+            drawn in exact counts each epoch (`describe()["mix"]`, `loader.stats.sources`).
         batch_size: images per batch.
         transform: a `gpudecode.transforms.Compose` (torchvision's and timm's are converted
             by `Compose.from_torchvision`, or refused with the reason); a list of them

@@ -123,7 +123,7 @@ def dataset_source(urls: Any, transform: Any, place: int | None = None) -> tuple
     if isinstance(urls, torch.utils.data.IterableDataset):
         raise TypeError(f"Loader() reads a Dataset by index, not an IterableDataset ({type(urls).__name__}): give "
                         "its shards, image folder, files or (path, label) pairs")
-    from .vision_sets import file_set, folder_set, items_set, path_set, timm_set, vision_set
+    from .vision_sets import file_set, folder_set, items_set, path_set, plain_copy, timm_set, vision_set
 
     samples = getattr(urls, "samples", None)
     made: Any
@@ -135,10 +135,10 @@ def dataset_source(urls: Any, transform: Any, place: int | None = None) -> tuple
             made = file_set(urls)  # Food101, Flowers102, ...: files named in a private list
         if made is None:
             made = timm_set(urls)  # timm's create_dataset(name, root) for a folder
-        if made is None:
-            made = path_set(urls, place)  # a set of its own with a list of its image files' paths
-        if made is None:
-            made = items_set(urls, place=place)  # a script's own Dataset, Caltech101, ...: through its __getitem__
+        if made is None:  # a script's own Dataset: from its files where it names them, else through __getitem__
+            plain = plain_copy(urls)
+            made = path_set(urls, place, plain)
+            made = items_set(urls, place=place, plain=plain) if made is None else made
     return made, transform if transform is not None else getattr(urls, "transform", None)
 
 

@@ -42,12 +42,12 @@ def vision_set(ds: Any) -> FileList | None:
     if not any(c.__module__.startswith("torchvision.datasets") for c in type(ds).__mro__):
         return None
     if any(c.__name__ == "FakeData" for c in type(ds).__mro__):
-        return _items(_plain(ds), "FakeData", f"{tuple(getattr(ds, 'image_size', ()))}, seed offset "
+        return _items(plain_copy(ds), "FakeData", f"{tuple(getattr(ds, 'image_size', ()))}, seed offset "
                                               f"{getattr(ds, 'random_offset', 0)}")
     arr = _array(getattr(ds, "data", None))
     if arr is None or len(arr) != len(ds) or len(arr) == 0:
         return None
-    return image_arrays(_plain(ds))
+    return image_arrays(plain_copy(ds))
 
 
 def tensor_set(ds: Any) -> FileList:
@@ -152,7 +152,7 @@ def folder_set(ds: Any, pairs: list[tuple[Any, Any]] | None = None, *, check: bo
     if not all(_is_int(y) for _, y in pairs):
         return items_set(ds, "its labels are not integers")
     check = check or not str(getattr(type(ds).__getitem__, "__module__", "")).startswith("torchvision")
-    plain = _plain(ds)
+    plain = plain_copy(ds)
     ys = labels_of(ds, [int(y) for _, y in pairs])
     if check and pairs and not _reads_its_files(ds, plain, pairs, ys):
         return items_set(ds, "its items are not its files' images with their labels")
@@ -192,49 +192,105 @@ def _reads_its_files(ds: Any, plain: Any, pairs: list, ys: list[int] | None) -> 
 _LABEL_NAMES = ("targets", "labels", "label", "y", "target", "class_ids")  # where a set of its own keeps its labels
 
 
-def path_set(ds: Any, place: int | None = None) -> FileList | None:
-    """A set of its own (or torchvision's: LFWPeople) that keeps its images' file paths in
-    a list, one a sample, in any attribute (`self.paths`, `self.files`, ...: the paths of
-    image files that are there), with its labels in another (`targets`, `labels`, `y`, ...:
-    one integer a sample), or a list of (path, label) pairs: read from those files, as an
-    ImageFolder's are (the files decoded here, keys their paths under the set's `root` or
-    the paths' common folder), where its first, middle and last items are those files'
-    images with those labels (through its target_transform); else None."""
-    n = len(ds)
+def path_set(ds: Any, place: int | None = None, plain: Any = None) -> FileList | None:
+    """A set of its own (or torchvision's: LFWPeople) that names its images' files in a
+    column, one a sample: a list (or array, or a pandas DataFrame's column) of their paths,
+    or of their names under a folder it names (`self.img_dir`, `self.root`, ...), or of
+    (path, label) pairs; its labels in another column (`targets`, `labels`, `y`, ..., or
+    the DataFrame's), the one that gives its items' labels. Read from those files, as an
+    ImageFolder's are (the files decoded here, keys their paths under that folder, or the
+    set's `root`, or their common folder), where its first, middle and last items are those
+    files' images with those labels (through its target_transform); else None. `plain`:
+    the set without its transform (plain_copy), where one is made already."""
+    try:
+        n = len(ds)
+    except TypeError:  # (no length: items_set says so)
+        return None
     if n == 0:
         return None
+    plain = plain_copy(ds) if plain is None else plain
     probe = sorted({0, n // 2, n - 1})
-    pairs: list | None = None
-    for v in list(getattr(ds, "__dict__", {}).values()):
-        if not (isinstance(v, (list, tuple)) or (isinstance(v, np.ndarray) and v.ndim == 1)) or len(v) != n:
-            continue
-        if all(isinstance(v[i], tuple) and len(v[i]) == 2 and _is_image_path(v[i][0]) and _is_int(v[i][1])
-               for i in probe):
-            pairs = [(os.fspath(p), int(y)) for p, y in v]
-            break
-        if all(_is_image_path(v[i]) for i in probe):
-            labels = next((a for a in (_label_array(getattr(ds, k), n) for k in _LABEL_NAMES
-                                       if getattr(ds, k, None) is not None) if isinstance(a, np.ndarray)), None)
-            pairs = [(os.fspath(p), None if labels is None else int(labels[k])) for k, p in enumerate(v)]
-            break
-    if pairs is None:
-        return None
-    plain = _plain(ds)
-    labelled = pairs[0][1] is not None
-    ys = labels_of(ds, [int(y) for _, y in pairs]) if labelled else None
     try:
-        if not _reads_its_files(ds, plain, pairs, ys):
-            return None
-    except ShardReadError:  # (a file it names that cannot be opened: its own __getitem__ says what it reads)
+        items = {i: plain[i] for i in probe}
+    except Exception:  # (its own error: items_set names it)
         return None
+    labelled = all(isinstance(x, (tuple, list)) and len(x) == 2 for x in items.values())
+    if not labelled and any(isinstance(x, (tuple, list)) for x in items.values()):
+        return None
+    images = {i: item_pixels(x[0] if labelled else x) for i, x in items.items()}
+    if any(v is None for v in images.values()) or (labelled and not all(_is_int(x[1]) for x in items.values())):
+        return None
+    columns = _columns(ds, n)
+    folders = [""] + [os.fspath(v) for v in getattr(ds, "__dict__", {}).values()
+                      if isinstance(v, (str, os.PathLike)) and v and os.path.isdir(v)]
+    found = _file_column(columns, folders, probe, images)
+    if found is None:
+        return None
+    paths, theirs = found
+    ys: list[int] | None = None
+    if labelled:
+        want = {i: int(x[1]) for i, x in items.items()}
+        named = [c for k, c in columns if k in _LABEL_NAMES] + [c for k, c in columns if k not in _LABEL_NAMES]
+        for col in ([theirs] if theirs is not None else []) + named:
+            if all(_is_int(col[i]) for i in probe) and labels_of(ds, [int(col[i]) for i in probe]) == \
+                    [want[i] for i in probe]:
+                got = _label_array(list(col), n)
+                if isinstance(got, np.ndarray):
+                    ys = labels_of(ds, got.tolist())
+                    break
+        if ys is None:
+            return None
     root = getattr(ds, "root", None)
     root = os.fspath(root) if isinstance(root, (str, os.PathLike)) and root else ""
-    if not root or not all(os.path.abspath(p).startswith(os.path.abspath(root) + os.sep) for p, _ in pairs):
-        root = os.path.commonpath([os.path.abspath(p) for p, _ in pairs])
+    if not root or not all(os.path.abspath(p).startswith(os.path.abspath(root) + os.sep) for p in paths):
+        root = os.path.commonpath([os.path.abspath(p) for p in paths])
         root = os.path.dirname(root) if os.path.isfile(root) else root  # (one file, or one named throughout)
     where = "" if place is None else f", item {place} of the list"
     return named_files(f"{type(ds).__name__}({n} files{where}, in {os.path.abspath(root)})", root,
-                       [(p, y) for (p, _), y in zip(pairs, ys if ys is not None else [None] * n)], _names(ds))
+                       list(zip(paths, ys if ys is not None else [None] * n)), _names(ds))
+
+
+def _columns(ds: Any, n: int) -> list[tuple[str, Any]]:
+    """The set's attributes that hold one value a sample: lists, tuples and 1-D arrays of
+    length n, and a pandas DataFrame's columns (by attribute, then column name)."""
+    out: list[tuple[str, Any]] = []
+    for k, v in list(getattr(ds, "__dict__", {}).items()):
+        if isinstance(v, (list, tuple)) or (isinstance(v, np.ndarray) and v.ndim == 1):
+            if len(v) == n:
+                out.append((k, v))
+        elif type(v).__name__ == "DataFrame" and type(v).__module__.startswith("pandas") and len(v) == n:
+            out += [(str(c), v[c].tolist()) for c in v.columns]
+    return out
+
+
+def _file_column(columns: list[tuple[str, Any]], folders: list[str], probe: list[int],
+                 images: dict[int, Any]) -> tuple[list[str], Any] | None:
+    """The column that names the probed items' files (paths, names under one of
+    `folders`, or (path, label) pairs) whose images, as Pillow opens them, are `images`:
+    (every sample's path, the pairs' labels or None); None where none does."""
+    from PIL import Image
+
+    from .decode.cpu import pil_pixels
+
+    for _, col in columns:
+        pairs = all(isinstance(col[i], tuple) and len(col[i]) == 2 for i in probe)
+        names = [col[i][0] if pairs else col[i] for i in probe]
+        if not all(isinstance(x, (str, os.PathLike)) for x in names):
+            continue
+        for folder in folders:
+            if not all(_is_image_path(os.path.join(folder, x)) for x in names):
+                continue
+            try:
+                same = True
+                for i, x in zip(probe, names):
+                    with Image.open(os.path.join(folder, x)) as im:
+                        same = same and np.array_equal(pil_pixels(im), images[i])
+            except OSError:
+                same = False
+            if same:
+                paths = [os.path.join(folder, os.fspath(x[0] if pairs else x)) for x in col]
+                return paths, [x[1] for x in col] if pairs else None
+    return None
 
 
 def _is_image_path(x: Any) -> bool:
@@ -265,7 +321,7 @@ def labels_of(ds: Any, labels: list[int]) -> list[int]:
     return out
 
 
-def _plain(ds: Any) -> Any:
+def plain_copy(ds: Any) -> Any:
     """A shallow copy of `ds` without its transform (the Loader runs it: Loader() takes
     the set's transform when given none); its target_transform kept (a VisionDataset's
     `transforms`, both together, made the target's alone; a `transforms` of another kind
@@ -377,7 +433,7 @@ class _ArrayImages:
 
 
 def image_arrays(plain: Any) -> FileList:
-    """An in-memory set (transforms taken off: _plain) read from its array, where its
+    """An in-memory set (transforms taken off: plain_copy) read from its array, where its
     layout and labels give what its `__getitem__` gives for its first, middle and last
     images; else through `__getitem__` (_items)."""
     from .decode.cpu import pil_pixels
@@ -553,14 +609,15 @@ def _shared_handles(plain: Any) -> list[str]:
     return found
 
 
-def items_set(ds: Any, why: str = "", place: int | None = None) -> FileList:
+def items_set(ds: Any, why: str = "", place: int | None = None, plain: Any = None) -> FileList:
     """Any map-style Dataset the Loader has no faster way to read (a script's own class,
     torchvision's Caltech101, a set whose items are not its files'): its items through its
     own `__getitem__`, on the reader threads (its own code opens and decodes each image),
     each (an image, an integer label) or an image alone; its `transform` taken off, its
-    target_transform kept (_plain). `why` says why it is read this way, `place` where it
+    target_transform kept (plain_copy). `why` says why it is read this way, `place` where it
     stands in a list of sets given together (both in its name: two sets of one class in a
-    list are two lists).
+    list are two lists); `plain`: the set without its transform, where one is made already
+    (one copy: a file its first calls open is one file).
 
     Raises:
         TypeError: a set with no length, or a first item that is not an image (alone or
@@ -572,7 +629,8 @@ def items_set(ds: Any, why: str = "", place: int | None = None) -> FileList:
         raise TypeError(f"Loader() reads a Dataset by index and needs its length: this {name} has no __len__") \
             from None
     where = "" if place is None else f", item {place} of the list"
-    return _items(_plain(ds), name, f"read through its __getitem__{': ' + why if why else ''}{where}")
+    return _items(plain_copy(ds) if plain is None else plain, name,
+                  f"read through its __getitem__{': ' + why if why else ''}{where}")
 
 
 def _root(ds: Any) -> str:

@@ -43,23 +43,31 @@ def _rgb(img) -> torch.Tensor:
 
 class CustomImageDataset(torch.utils.data.Dataset):
     """torchvision's tutorial's Dataset ("Datasets & DataLoaders"), as written there: a CSV
-    of (file name, label) rows, read_image, `transform` and `target_transform`."""
+    of (file name, label) rows read by pandas, read_image, `transform` and
+    `target_transform`; its file names kept in `names` instead where `hidden` (a column the
+    Loader cannot see as one a sample: read through __getitem__)."""
 
-    def __init__(self, annotations_file, img_dir, transform=None, target_transform=None):
-        with open(annotations_file, newline="") as f:
-            self.img_labels = [(row[0], int(row[1])) for row in csv.reader(f)]
+    def __init__(self, annotations_file, img_dir, transform=None, target_transform=None, hidden=False):
+        import pandas as pd
+
+        self.img_labels = pd.read_csv(annotations_file)
+        if hidden:
+            self.img_labels = {"rows": self.img_labels.values.tolist()}
         self.img_dir = img_dir
         self.transform = transform
         self.target_transform = target_transform
 
     def __len__(self):
-        return len(self.img_labels)
+        return len(self.img_labels["rows"] if isinstance(self.img_labels, dict) else self.img_labels)
 
     def __getitem__(self, idx):
         from torchvision.io import read_image
 
-        name, label = self.img_labels[idx]
-        image = read_image(f"{self.img_dir}/{name}")
+        if isinstance(self.img_labels, dict):
+            name, label = self.img_labels["rows"][idx]
+        else:
+            name, label = self.img_labels.iloc[idx, 0], self.img_labels.iloc[idx, 1]
+        image = read_image(os.path.join(self.img_dir, name))
         if self.transform:
             image = self.transform(image)
         if self.target_transform:
@@ -80,28 +88,33 @@ def tutorial(tmp_path_factory, photos):
         Image.fromarray(crop).save(root / fname)
         rows.append((fname, k % 4))
     with open(root / "labels.csv", "w", newline="") as f:
-        csv.writer(f).writerows(rows)
+        csv.writer(f).writerows([("file", "label")] + rows)
     return str(root)
 
 
 def test_torchvisions_tutorial_dataset_with_its_transform_against_dataloader(tutorial):
     """The tutorial's Dataset with a v2 transform on its tensors and a target_transform:
-    the Loader's batches are DataLoader's (the same crop, flip and Normalize), keys its
-    indices, and the set is named as read through its __getitem__."""
+    the Loader's batches are DataLoader's (the same crop, flip and Normalize). Its
+    DataFrame names its files under its img_dir, so the Loader reads them (keys their
+    names); with the names where the Loader cannot see them, through its __getitem__
+    (keys its indices)."""
     tf = tv2.Compose([tv2.CenterCrop(40), tv2.RandomHorizontalFlip(p=1.0), tv2.ToDtype(torch.float32, scale=True),
                       tv2.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
-    ds = CustomImageDataset(f"{tutorial}/labels.csv", tutorial, transform=tf, target_transform=lambda y: 3 - y)
-    want = list(torch.utils.data.DataLoader(ds, batch_size=4))
-    with Loader(ds, batch_size=4, device="cpu", shuffle=False) as ld:
-        got = list(ld)
-        assert ld.describe()["file_sources"] == ["CustomImageDataset(10, read through its __getitem__)"]
-        assert ld.dataset.targets == [3 - y for _, y in ds.img_labels]
-    assert ds.transform is tf  # (taken off a copy: the set is as it was)
-    assert len(got) == len(want) == 3
-    for b, (x, y) in zip(got, want):
-        torch.testing.assert_close(b.images, x, atol=1e-6, rtol=0)  # (x * (1/255) against x / 255)
-        assert torch.equal(b.labels, y)
-    assert got[0].keys == [f"{i:09d}" for i in range(4)]
+    for hidden in (False, True):
+        ds = CustomImageDataset(f"{tutorial}/labels.csv", tutorial, transform=tf, target_transform=lambda y: 3 - y,
+                                hidden=hidden)
+        want = list(torch.utils.data.DataLoader(ds, batch_size=4))
+        with Loader(ds, batch_size=4, device="cpu", shuffle=False) as ld:
+            got = list(ld)
+            assert ld.describe()["file_sources"] == ["CustomImageDataset(10, read through its __getitem__)" if hidden
+                                                     else f"CustomImageDataset(10 files, in {tutorial})"]
+            assert ld.dataset.targets == [3 - k % 4 for k in range(10)]
+        assert ds.transform is tf  # (taken off a copy: the set is as it was)
+        assert len(got) == len(want) == 3
+        for b, (x, y) in zip(got, want):
+            torch.testing.assert_close(b.images, x, atol=1e-6, rtol=0)  # (x * (1/255) against x / 255)
+            assert torch.equal(b.labels, y)
+        assert got[0].keys == ([f"{i:09d}" for i in range(4)] if hidden else [f"img{i}" for i in range(4)])
 
 
 class OwnTransforms(torch.utils.data.Dataset):
