@@ -76,28 +76,25 @@ class OwnDataset:
     """A script's own Dataset over the folder's files (PIL opens each image in __getitem__,
     a `transform` attribute), in two kinds: `listed`, its files' paths in one list and
     their labels in another (the Loader reads the files itself: vision_sets.path_set);
-    else names under `img_dir`, as torchvision's tutorial keeps them (the Loader has no
-    path to read: it goes through __getitem__)."""
+    else its records in a dict by index (no column the Loader reads: it goes through
+    __getitem__)."""
 
     def __init__(self, folder, transform=None, listed=False):
-        items = sorted((os.path.join(c, f), int(c[1:])) for c in os.listdir(folder)
+        items = sorted((os.path.join(folder, c, f), int(c[1:])) for c in os.listdir(folder)
                        for f in os.listdir(os.path.join(folder, c)))
-        self.img_dir, self.transform = folder, transform
+        self.transform = transform
         if listed:
-            self.paths, self.labels = [os.path.join(folder, n) for n, _ in items], [y for _, y in items]
+            self.paths, self.labels = [p for p, _ in items], [y for _, y in items]
         else:
-            self.img_labels = items
+            self.records = dict(enumerate(items))
 
     def __len__(self):
-        return len(getattr(self, "paths", None) or self.img_labels)
+        return len(self.paths) if hasattr(self, "paths") else len(self.records)
 
     def __getitem__(self, i):
         from PIL import Image
 
-        if hasattr(self, "paths"):
-            path, y = self.paths[i], self.labels[i]
-        else:
-            path, y = os.path.join(self.img_dir, self.img_labels[i][0]), self.img_labels[i][1]
+        path, y = (self.paths[i], self.labels[i]) if hasattr(self, "paths") else self.records[i]
         with Image.open(path) as im:
             img = im.convert("RGB")
         return (self.transform(img) if self.transform else img), y
