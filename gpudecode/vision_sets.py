@@ -172,7 +172,10 @@ def _reads_its_files(ds: Any, plain: Any, pairs: list, ys: list[int] | None) -> 
     for i in sorted({0, len(pairs) // 2, len(pairs) - 1}):
         path = pairs[i][0]
         try:
-            item = plain[i]
+            got_items, drew = _drawn(plain, [i])
+            if drew:
+                return False
+            item = got_items[i]
             with Image.open(path) as own:
                 want = pil_pixels(own)
         except OSError as e:  # (a file named that is not there, or not an image: the set's, named)
@@ -187,6 +190,35 @@ def _reads_its_files(ds: Any, plain: Any, pairs: list, ys: list[int] | None) -> 
                 (ys is not None and (not _is_int(y) or int(y) != ys[i])):  # type: ignore[arg-type, call-overload]
             return False
     return True
+
+
+def _drawn(plain: Any, indices: list[int]) -> tuple[dict[int, Any], bool]:
+    """The set's items at `indices`, and whether its __getitem__ drew random numbers while
+    it made them (Python's, numpy's or torch's own generator, or one the set holds): an
+    augmentation of its own that its items at these indices may not show."""
+    before = _rng_states(plain)
+    items = {i: plain[i] for i in indices}
+    return items, _rng_states(plain) != before
+
+
+def _rng_states(plain: Any) -> list[bytes]:
+    """The states of the random generators a __getitem__ may draw from: Python's, numpy's
+    and torch's global ones, and the generators the set holds (its attributes)."""
+    import pickle
+    import random
+
+    out = [pickle.dumps(random.getstate()), pickle.dumps(np.random.get_state()),
+           torch.get_rng_state().numpy().tobytes()]
+    for v in list(getattr(plain, "__dict__", {}).values()):
+        if isinstance(v, random.Random):
+            out.append(pickle.dumps(v.getstate()))
+        elif isinstance(v, np.random.Generator):
+            out.append(pickle.dumps(v.bit_generator.state))
+        elif isinstance(v, np.random.RandomState):
+            out.append(pickle.dumps(v.get_state()))
+        elif isinstance(v, torch.Generator):
+            out.append(v.get_state().numpy().tobytes())
+    return out
 
 
 _LABEL_NAMES = ("targets", "labels", "label", "y", "target", "class_ids")  # where a set of its own keeps its labels
@@ -211,8 +243,10 @@ def path_set(ds: Any, place: int | None = None, plain: Any = None) -> FileList |
     plain = plain_copy(ds) if plain is None else plain
     probe = sorted({0, n // 2, n - 1})
     try:
-        items = {i: plain[i] for i in probe}
+        items, drew = _drawn(plain, probe)
     except Exception:  # (its own error: items_set names it)
+        return None
+    if drew:  # (an augmentation of its own, under another name than `transform`: its items are not its files')
         return None
     labelled = all(isinstance(x, (tuple, list)) and len(x) == 2 for x in items.values())
     if not labelled and any(isinstance(x, (tuple, list)) for x in items.values()):

@@ -547,3 +547,36 @@ def test_torchvisions_lfw_people_is_read_from_its_files(tmp_path, photos):
     for i in range(5):
         img, y = ds[i]
         assert int(labs[i]) == y and torch.equal(got[i], _rgb(img))
+
+
+class Rare(Paths):
+    """A set that lists its files but augments its items itself, under no `transform`: a
+    flip it draws (Python's generator, or one it holds) and almost never takes, so its
+    probed items are its files' images."""
+
+    def __init__(self, image_paths, labels, own_rng=False):
+        super().__init__(image_paths, labels)
+        self.rng = np.random.default_rng(0) if own_rng else None
+
+    def __getitem__(self, i):
+        import random
+
+        img, y = super().__getitem__(i)
+        draw = self.rng.random() if self.rng is not None else random.random()
+        return (img.transpose(Image.Transpose.FLIP_LEFT_RIGHT) if draw < 1e-12 else img), y
+
+
+def test_a_set_that_draws_random_numbers_is_read_through_its_getitem(tmp_path, photos):
+    """Its items drawn at random (an augmentation of its own the probed items may not
+    show): read through __getitem__, never from its files, whatever its items look like."""
+    paths = []
+    for k in range(4):
+        paths.append(str(tmp_path / f"{k}.png"))
+        Image.fromarray(photos[PHOTO_NAMES[k]][:30, :30]).save(paths[-1])
+    with Image.open(paths[2]) as im:
+        assert torch.equal(_rgb(Rare(paths, [0] * 4)[2][0]), _rgb(im))
+    for own_rng in (False, True):
+        with Loader(Rare(paths, [0, 1, 0, 1], own_rng), batch_size=4, transform=None, device="cpu") as ld:
+            assert ld.describe()["file_sources"] == ["Rare(4, read through its __getitem__)"], own_rng
+    with Loader(Paths(paths, [0, 1, 0, 1]), batch_size=4, transform=None, device="cpu") as ld:
+        assert ld.describe()["file_sources"] == [f"Paths(4 files, in {tmp_path})"]
