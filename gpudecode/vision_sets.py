@@ -231,9 +231,10 @@ def path_set(ds: Any, place: int | None = None, plain: Any = None) -> FileList |
     (path, label) pairs; its labels in another column (`targets`, `labels`, `y`, ..., or
     the DataFrame's), the one that gives its items' labels. Read from those files, as an
     ImageFolder's are (the files decoded here, keys their paths under that folder, or the
-    set's `root`, or their common folder), where its first, middle and last items are those
-    files' images with those labels (through its target_transform); else None. `plain`:
-    the set without its transform (plain_copy), where one is made already."""
+    set's `root`, or their common folder), where its first, second, middle and last items
+    are those files' images with those labels (through its target_transform) and its
+    __getitem__ drew no random number making them (_drawn); else None. `plain`: the set
+    without its transform (plain_copy), where one is made already."""
     try:
         n = len(ds)
     except TypeError:  # (no length: items_set says so)
@@ -241,7 +242,7 @@ def path_set(ds: Any, place: int | None = None, plain: Any = None) -> FileList |
     if n == 0:
         return None
     plain = plain_copy(ds) if plain is None else plain
-    probe = sorted({0, n // 2, n - 1})
+    probe = sorted({0, min(1, n - 1), n // 2, n - 1})  # (the second too: a set that treats odd items apart)
     try:
         items, drew = _drawn(plain, probe)
     except Exception:  # (its own error: items_set names it)
