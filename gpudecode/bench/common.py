@@ -121,6 +121,18 @@ def rate(fn: Callable[[], int], repeat: int = 3, *, warmup: int = 1) -> float:
     return statistics.median(rates)
 
 
+def epochs(ld: Any) -> Callable[[], int]:
+    """A callable running a Loader's next epoch (set_epoch 0, 1, ...), returning the
+    samples it gave: what `rate` times."""
+    epoch = [0]
+
+    def go() -> int:
+        ld.set_epoch(epoch[0])
+        epoch[0] += 1
+        return sum(len(b.keys) for b in ld)
+    return go
+
+
 def spread(rates: Sequence[float]) -> dict:
     """Median, min, max of repeated measurements."""
     return {"median": statistics.median(rates), "min": min(rates), "max": max(rates), "runs": list(rates)}

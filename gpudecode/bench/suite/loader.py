@@ -20,7 +20,7 @@ from __future__ import annotations
 import io
 import os
 
-from ..common import machine, rate
+from ..common import epochs, machine, rate
 from . import OUT, pipeline_args, save
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -63,13 +63,7 @@ def run_gpudecode(shards, threads, batch, split="auto"):
     tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
                     T.Normalize(MEAN, STD)])
     ld = Loader(shards, batch_size=batch, transform=tf, device="cpu", num_threads=threads, split=split)
-    epoch = [0]
-
-    def go():
-        ld.set_epoch(epoch[0])
-        epoch[0] += 1
-        return sum(b.images.shape[0] for b in ld)
-    return go, ld
+    return epochs(ld), ld
 
 
 class OwnDataset:
@@ -105,14 +99,7 @@ def run_dataset(ds, threads, batch):
     script's own: through its __getitem__), with the set's torchvision transform."""
     from gpudecode import Loader
 
-    ld = Loader(ds, batch_size=batch, device="cpu", num_threads=threads)
-    epoch = [0]
-
-    def go():
-        ld.set_epoch(epoch[0])
-        epoch[0] += 1
-        return sum(b.images.shape[0] for b in ld)
-    return go
+    return epochs(Loader(ds, batch_size=batch, device="cpu", num_threads=threads))
 
 
 def _tv_transform(jitter):

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import os
 
-from ..common import machine
+from ..common import epochs, machine
 from . import pipeline_args, save
 from .loader import MEAN, STD, build, dali_epochs, timed
 
@@ -79,17 +79,6 @@ def dino_views():
     return [global1, global2] + [local] * 6
 
 
-def _epochs(ld):
-    """A callable running the Loader's next epoch, returning the images it gave."""
-    epoch = [0]
-
-    def go():
-        ld.set_epoch(epoch[0])
-        epoch[0] += 1
-        return sum(b.labels.shape[0] for b in ld)
-    return go
-
-
 def _dataloader(folder, threads, batch, transform, collate=None):
     import torch
     from torchvision.datasets import ImageFolder
@@ -107,7 +96,7 @@ def gpudecode_reference(shards, threads, batch):
     from gpudecode import Loader
     from gpudecode import transforms as T
 
-    return _epochs(Loader(shards, batch_size=batch, transform=T.Compose.from_torchvision(reference_recipe()),
+    return epochs(Loader(shards, batch_size=batch, transform=T.Compose.from_torchvision(reference_recipe()),
                           device="cpu", num_workers=threads, batch_transform=mix()))
 
 
@@ -167,7 +156,7 @@ def policies(shards, folder, a) -> dict[str, float]:
     rows = {}
     for policy, name in (("ta", "TrivialAugmentWide"), ("ra", "RandAugment(2, 9)"), ("aa", "AutoAugment")):
         tf = T.Compose.from_torchvision(policy_recipe(policy))
-        rows[f"{name}: gpudecode Loader"] = timed(_epochs(Loader(shards, batch_size=a.batch, transform=tf,
+        rows[f"{name}: gpudecode Loader"] = timed(epochs(Loader(shards, batch_size=a.batch, transform=tf,
                                                                  device="cpu", num_workers=a.threads)), a.repeat)
         rows[f"{name}: torchvision DataLoader"] = timed(_dataloader(folder, a.threads, a.batch,
                                                                     policy_recipe(policy)), a.repeat)
@@ -181,7 +170,7 @@ def gpudecode_dino(shards, threads, batch):
     from gpudecode import transforms as T
 
     views = [T.Compose.from_torchvision(v) for v in dino_views()]
-    return _epochs(Loader(shards, batch_size=batch, transform=views, device="cpu", num_workers=threads))
+    return epochs(Loader(shards, batch_size=batch, transform=views, device="cpu", num_workers=threads))
 
 
 def torchvision_dino(folder, threads, batch):
@@ -224,7 +213,7 @@ def op_costs(shards, threads, batch, repeat) -> dict[str, float]:
         "+ RandAugment(2, 9)": dict(transform=T.Compose(crop + [T.RandAugment(2, 9)] + norm)),
         "+ AutoAugment (ImageNet)": dict(transform=T.Compose(crop + [T.AutoAugment()] + norm)),
     }
-    return {name: timed(_epochs(Loader(shards, batch_size=batch, device="cpu", num_workers=threads, **kw)), repeat)
+    return {name: timed(epochs(Loader(shards, batch_size=batch, device="cpu", num_workers=threads, **kw)), repeat)
             for name, kw in cases.items()}
 
 
@@ -277,7 +266,7 @@ def mixing(shards, a) -> dict[str, float]:
                                                         transform=T.Compose.from_torchvision(reference_recipe())),
     }
     rates: dict[str, list[float]] = {k: [] for k in loaders}
-    runs = {case: _epochs(ld) for case, ld in loaders.items()}
+    runs = {case: epochs(ld) for case, ld in loaders.items()}
     for go in runs.values():
         go()  # (warm-up)
     for _ in range(max(1, a.repeat)):
