@@ -159,9 +159,9 @@ def folder_set(ds: Any, pairs: list[tuple[Any, Any]] | None = None, *, check: bo
     return folder_samples(ds, list(zip((p for p, _ in pairs), ys)), root=root, classes=classes)
 
 
-def _reads_its_files(ds: Any, plain: Any, pairs: list, ys: list[int] | None) -> bool:
+def _reads_its_files(ds: Any, plain: Any, pairs: list, ys: list[int]) -> bool:
     """Whether items 0, n/2 and n-1 of the set (transform taken off) are its files'
-    images, as Pillow opens them, with labels `ys` (None: images alone).
+    images, as Pillow opens them, with labels `ys`, made with no random number drawn.
 
     Raises:
         ShardReadError: a file that cannot be read (named)."""
@@ -181,13 +181,9 @@ def _reads_its_files(ds: Any, plain: Any, pairs: list, ys: list[int] | None) -> 
         except OSError as e:  # (a file named that is not there, or not an image: the set's, named)
             raise ShardReadError(f"{type(ds).__name__}'s item {i} cannot be read: {type(e).__name__}: {e}",
                                  shard=os.fspath(path)) from e
-        if ys is None:
-            img, y = (None, None) if isinstance(item, (tuple, list)) else (item, None)
-        else:
-            img, y = item if isinstance(item, (tuple, list)) and len(item) == 2 else (None, None)
+        img, y = item if isinstance(item, (tuple, list)) and len(item) == 2 else (None, None)
         got = item_pixels(img)
-        if got is None or not np.array_equal(got, want) or \
-                (ys is not None and (not _is_int(y) or int(y) != ys[i])):  # type: ignore[arg-type, call-overload]
+        if got is None or not np.array_equal(got, want) or not _is_int(y) or int(y) != ys[i]:  # type: ignore[arg-type]
             return False
     return True
 
@@ -261,25 +257,30 @@ def path_set(ds: Any, place: int | None = None, plain: Any = None) -> FileList |
     found = _file_column(columns, folders, probe, images)
     if found is None:
         return None
-    paths, theirs = found
+    paths, theirs, root = found
     ys: list[int] | None = None
     if labelled:
-        want = {i: int(x[1]) for i, x in items.items()}
+        want = [int(items[i][1]) for i in probe]
         named = [c for k, c in columns if k in _LABEL_NAMES] + [c for k, c in columns if k not in _LABEL_NAMES]
         for col in ([theirs] if theirs is not None else []) + named:
-            if all(_is_int(col[i]) for i in probe) and labels_of(ds, [int(col[i]) for i in probe]) == \
-                    [want[i] for i in probe]:
-                got = _label_array(list(col), n)
-                if isinstance(got, np.ndarray):
-                    ys = labels_of(ds, got.tolist())
-                    break
+            try:
+                if not all(_is_int(col[i]) for i in probe) or labels_of(ds, [int(col[i]) for i in probe]) != want:
+                    continue
+            except Exception:  # (its target_transform refuses another column's values: not its labels)
+                continue
+            got = _label_array(list(col), n)
+            if isinstance(got, np.ndarray):
+                ys = labels_of(ds, got.tolist())
+                break
         if ys is None:
             return None
-    root = getattr(ds, "root", None)
-    root = os.fspath(root) if isinstance(root, (str, os.PathLike)) and root else ""
-    if not root or not all(os.path.abspath(p).startswith(os.path.abspath(root) + os.sep) for p in paths):
-        root = os.path.commonpath([os.path.abspath(p) for p in paths])
-        root = os.path.dirname(root) if os.path.isfile(root) else root  # (one file, or one named throughout)
+    if not root:  # (paths named whole: under the set's root, or their common folder)
+        whole = [os.path.abspath(p) for p in paths]
+        own = getattr(ds, "root", None)
+        root = os.path.abspath(os.fspath(own)) if isinstance(own, (str, os.PathLike)) and own else ""
+        if not root or not all(p.startswith(root + os.sep) for p in whole):
+            root = os.path.commonpath(whole)
+            root = os.path.dirname(root) if os.path.isfile(root) else root  # (one file, or one named throughout)
     where = "" if place is None else f", item {place} of the list"
     return named_files(f"{type(ds).__name__}({n} files{where}, in {os.path.abspath(root)})", root,
                        list(zip(paths, ys if ys is not None else [None] * n)), _names(ds))
@@ -299,10 +300,11 @@ def _columns(ds: Any, n: int) -> list[tuple[str, Any]]:
 
 
 def _file_column(columns: list[tuple[str, Any]], folders: list[str], probe: list[int],
-                 images: dict[int, Any]) -> tuple[list[str], Any] | None:
+                 images: dict[int, Any]) -> tuple[list[str], Any, str] | None:
     """The column that names the probed items' files (paths, names under one of
     `folders`, or (path, label) pairs) whose images, as Pillow opens them, are `images`:
-    (every sample's path, the pairs' labels or None); None where none does."""
+    (every sample's path, the pairs' labels or None, the folder or ""); None where none
+    does (or where another of its entries is not a path)."""
     from PIL import Image
 
     from .decode.cpu import pil_pixels
@@ -323,8 +325,11 @@ def _file_column(columns: list[tuple[str, Any]], folders: list[str], probe: list
             except OSError:
                 same = False
             if same:
-                paths = [os.path.join(folder, os.fspath(x[0] if pairs else x)) for x in col]
-                return paths, [x[1] for x in col] if pairs else None
+                try:
+                    paths = [os.path.join(folder, os.fspath(x[0] if pairs else x)) for x in col]
+                except (TypeError, IndexError):  # (a value that names no file: a NaN of a DataFrame)
+                    return None
+                return paths, [x[1] for x in col] if pairs else None, folder
     return None
 
 

@@ -515,6 +515,11 @@ def test_a_set_that_lists_its_files_paths_is_read_from_its_files(tmp_path, photo
         _, got, _ = _batches(ld)
         assert ld.describe()["file_sources"] == ["Paths(7, read through its __getitem__)"]
     assert all(torch.equal(got[i], _rgb(grey[i][0])) for i in range(7))
+    holed = Paths(paths[:2] + [None] + paths[3:], labels)  # (a value that names no file, where no probe looks)
+    with Loader(holed, batch_size=7, transform=None, device="cpu", shuffle=False, on_error="skip") as ld:
+        keys, _, _ = _batches(ld)
+        assert ld.describe()["file_sources"] == ["Paths(7, read through its __getitem__)"]
+    assert keys == [f"{i:09d}" for i in range(7) if i != 2]
     alone = Paths(paths)
     with Loader(alone, batch_size=7, transform=tv2.CenterCrop(30), device="cpu", shuffle=False, labels=False) as ld:
         b = next(iter(ld))
