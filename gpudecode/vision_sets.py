@@ -108,7 +108,7 @@ def file_set(ds: Any) -> FileList | None:
 def timm_set(ds: Any) -> FileList | None:
     """timm's ImageDataset over a folder (what timm.data.create_dataset gives for one,
     train.py's): its reader's (path, label) `samples`, root and classes, read as an
-    ImageFolder's files are (folder_set, its first and last items checked against its
+    ImageFolder's files are (folder_set, its first, middle and last items checked against its
     `__getitem__`); None for any other set (its tar reader, bytes asked for, features
     beside the image)."""
     if not type(ds).__module__.startswith("timm") or getattr(ds, "load_bytes", False) or \
@@ -133,7 +133,7 @@ def folder_set(ds: Any, pairs: list[tuple[Any, Any]] | None = None, *, check: bo
     are not the set's attributes) read as its root's tree is (files.folder_samples: the
     files decoded here, its classes kept), its labels through its
     target_transform (labels_of). Where `check` is asked, or its class has a
-    `__getitem__` of its own, its first and last items are checked against that
+    `__getitem__` of its own, its first, middle and last items are checked against that
     `__getitem__` (the file's image, that label) when the list is made; a set whose
     items are not its files' (another target type, items it changes, a loader= of its
     own) is read through its `__getitem__` (items_set).
