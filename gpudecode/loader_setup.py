@@ -105,7 +105,7 @@ def dataset_source(urls: Any, transform: Any, place: int | None = None) -> tuple
     if type(urls).__name__ in ("DatasetDict", "IterableDatasetDict") and type(urls).__module__.startswith("datasets"):
         raise TypeError(f"Loader() reads one split of a Hugging Face {type(urls).__name__}: give "
                         f"ds[{next(iter(urls), 'train')!r}] (its splits: {', '.join(map(str, urls))})")
-    if isinstance(urls, (torch.Tensor, np.ndarray)):
+    if isinstance(urls, torch.Tensor) or (isinstance(urls, np.ndarray) and urls.dtype.kind in "biuf"):
         raise TypeError(f"Loader() reads images held in one {type(urls).__name__} as torch.utils.data.TensorDataset("
                         "images, labels): uint8 [N, 3, H, W], [N, H, W, 3] or [N, H, W] (give labels=False for "
                         "images alone)")
@@ -168,8 +168,9 @@ def _is_dataset(x: Any) -> bool:
     if isinstance(x, torch.utils.data.Dataset) or _hf_dataset(x):
         return True
     named = (str, bytes, os.PathLike, list, tuple, dict, Source, np.ndarray, torch.Tensor)
-    return not isinstance(x, named) and not isinstance(x, type) and hasattr(type(x), "__getitem__") and \
-        hasattr(type(x), "__len__")
+    listed = type(x).__module__.startswith("pandas") and type(x).__name__ in ("Series", "Index")  # (paths, as a list)
+    return not isinstance(x, named) and not isinstance(x, type) and not listed and \
+        hasattr(type(x), "__getitem__") and hasattr(type(x), "__len__")
 
 
 def _several(items: list, transform: Any) -> tuple[Any, Any]:

@@ -366,7 +366,18 @@ class Duck:
         return self.photo[5 * i:5 * i + 20, :24], i
 
 
-def test_an_object_with_getitem_and_len_is_a_map_style_set(photos):
+def test_an_object_with_getitem_and_len_is_a_map_style_set(photos, tmp_path):
+    """An object of a class of its own with __getitem__ and __len__ is a map-style set, as
+    DataLoader takes it; an array or pandas Series of paths stays a list of files."""
+    import pandas as pd
+
+    paths = []
+    for k in range(3):
+        paths.append(str(tmp_path / f"{k}.png"))
+        Image.fromarray(photos["coffee"][k:k + 20, :20]).save(paths[-1])
+    for listed in (np.array(paths), pd.Series(paths)):
+        with Loader(listed, batch_size=3, transform=None, device="cpu", labels=False) as ld:
+            assert ld.describe()["file_sources"] == ["<list of 3 files>"] and len(next(iter(ld)).keys) == 3
     ds = Duck(photos["chelsea"])
     want = list(torch.utils.data.DataLoader(ds, batch_size=4))[0]  # (HWC arrays, collated as they are)
     with Loader(ds, batch_size=4, transform=None, device="cpu", shuffle=False) as ld:
