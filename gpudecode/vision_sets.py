@@ -20,7 +20,7 @@ import copy
 import os
 import threading
 import warnings
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -288,15 +288,33 @@ def path_set(ds: Any, place: int | None = None, plain: Any = None) -> FileList |
 
 def _columns(ds: Any, n: int) -> list[tuple[str, Any]]:
     """The set's attributes that hold one value a sample: lists, tuples and 1-D arrays of
-    length n, and a pandas DataFrame's columns (by attribute, then column name)."""
+    length n, and a pandas DataFrame's columns (by attribute, then column name; each read
+    as a list only when it is taken: a frame may hold many)."""
     out: list[tuple[str, Any]] = []
     for k, v in list(getattr(ds, "__dict__", {}).items()):
         if isinstance(v, (list, tuple)) or (isinstance(v, np.ndarray) and v.ndim == 1):
             if len(v) == n:
                 out.append((k, v))
         elif type(v).__name__ == "DataFrame" and type(v).__module__.startswith("pandas") and len(v) == n:
-            out += [(str(c), v[c].tolist()) for c in v.columns]
+            out += [(str(c), _FrameColumn(v, j)) for j, c in enumerate(v.columns)]
     return out
+
+
+class _FrameColumn(Sequence[Any]):
+    """Column j of a pandas DataFrame as a sequence: a value by position, the whole column
+    read once, when iterated."""
+
+    def __init__(self, frame: Any, j: int) -> None:
+        self.frame, self.j = frame, j
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.frame.iat[i, self.j]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.frame.iloc[:, self.j].tolist())
 
 
 def _file_column(columns: list[tuple[str, Any]], folders: list[str], probe: list[int],

@@ -596,3 +596,22 @@ def test_a_set_that_draws_random_numbers_is_read_through_its_getitem(tmp_path, p
             assert ld.describe()["file_sources"] == ["Rare(4, read through its __getitem__)"], own_rng
     with Loader(Paths(paths, [0, 1, 0, 1]), batch_size=4, transform=None, device="cpu") as ld:
         assert ld.describe()["file_sources"] == [f"Paths(4 files, in {tmp_path})"]
+
+
+def test_a_wide_frame_reads_only_the_columns_it_takes(tutorial, monkeypatch):
+    """A DataFrame with many columns beside its file names and labels (features, metadata):
+    read from its files, only the two columns taken read whole."""
+    import pandas as pd
+
+    ds = CustomImageDataset(f"{tutorial}/labels.csv", tutorial)
+    wide = pd.DataFrame({f"f{j}": np.arange(10) * j for j in range(300)})
+    ds.img_labels = pd.concat([ds.img_labels, wide], axis=1)
+    calls = []
+    real = pd.Series.tolist
+    monkeypatch.setattr(pd.Series, "tolist", lambda self: calls.append(self.name) or real(self))
+    with Loader(ds, batch_size=5, transform=tv2.CenterCrop(40), device="cpu", shuffle=False) as ld:
+        _, got, labs = _batches(ld)
+        assert ld.describe()["file_sources"] == [f"CustomImageDataset(10 files, in {tutorial})"]
+    assert sorted(calls) == ["file", "label"]
+    assert labs.tolist() == [k % 4 for k in range(10)]
+    assert torch.equal(got, torch.stack([tv2.CenterCrop(40)(ds[i][0]) for i in range(10)]))
