@@ -86,12 +86,13 @@ def file_set(ds: Any) -> FileList | None:
     """A torchvision set of image files that names them in a private list: its (path,
     label) pairs from `_samples` (StanfordCars, GTSRB, Imagenette), `imgs` (Places365), or
     `_image_files` / `_images` beside `_labels` (Food101, Flowers102, DTD, FGVCAircraft,
-    SUN397, OxfordIIITPet), read as an ImageFolder's `samples` are (folder_set); None
-    where it has none."""
-    pairs = None
+    SUN397, OxfordIIITPet), or built from its fields as its `__getitem__` builds them
+    (Caltech101, Caltech256, CelebA: _named_by_fields), read as an ImageFolder's `samples`
+    are (folder_set); None where it has none."""
+    pairs = _named_by_fields(ds)
     for attr in ("_samples", "imgs"):
         v = getattr(ds, attr, None)
-        if isinstance(v, list) and v and all(isinstance(x, tuple) and len(x) == 2 for x in v[:1]):
+        if pairs is None and isinstance(v, list) and v and all(isinstance(x, tuple) and len(x) == 2 for x in v[:1]):
             pairs = list(v)
             break
     labels = getattr(ds, "_labels", None)
@@ -103,6 +104,31 @@ def file_set(ds: Any) -> FileList | None:
     if pairs is None or len(pairs) != len(ds):
         return None
     return folder_set(ds, pairs, check=True)
+
+
+def _named_by_fields(ds: Any) -> list[tuple[str, int]] | None:
+    """The (path, label) pairs of a torchvision set whose `__getitem__` builds each file's
+    path from its fields, as it builds it: Caltech101 (category targets), Caltech256, CelebA
+    (identity targets); None for any other (or a set without those fields)."""
+    names = {c.__name__ for c in type(ds).__mro__ if c.__module__.startswith("torchvision.datasets")}
+    root = getattr(ds, "root", None)
+    if not isinstance(root, (str, os.PathLike)):
+        return None
+    root = os.fspath(root)
+    try:
+        if "Caltech101" in names and list(getattr(ds, "target_type", ())) == ["category"]:
+            base = os.path.join(root, "101_ObjectCategories")
+            return [(os.path.join(base, ds.categories[y], f"image_{k:04d}.jpg"), int(y)) for y, k in zip(ds.y, ds.index)]
+        if "Caltech256" in names:
+            base = os.path.join(root, "256_ObjectCategories")
+            return [(os.path.join(base, ds.categories[y], f"{y + 1:03d}_{k:04d}.jpg"), int(y))
+                    for y, k in zip(ds.y, ds.index)]
+        if "CelebA" in names and list(getattr(ds, "target_type", ())) == ["identity"]:
+            base = os.path.join(root, ds.base_folder, "img_align_celeba")
+            return [(os.path.join(base, f), int(t)) for f, t in zip(ds.filename, ds.identity[:, 0].tolist())]
+    except (AttributeError, TypeError, IndexError):  # (a version whose fields are others: read through __getitem__)
+        return None
+    return None
 
 
 def timm_set(ds: Any) -> FileList | None:

@@ -193,26 +193,55 @@ def test_every_image_kind_an_item_gives(photos, labelled):
         assert torch.equal(got[i], _want(ds.image(i))), i
 
 
-def test_torchvisions_caltech101_through_its_getitem(tmp_path, photos):
-    """torchvision's Caltech101 (images named by their place in each category's folder,
-    grey ones among them) on files in its layout: every image and label its own."""
-    from torchvision.datasets import Caltech101
+def test_torchvisions_caltech_and_celeba_from_the_files_their_getitem_opens(tmp_path, photos):
+    """torchvision's Caltech101, Caltech256 (images named by their place in each
+    category's folder, grey ones among them) and CelebA (identity targets) on files in
+    their layouts: read from the files their __getitem__ opens, every image and label
+    their own; CelebA with its attributes as targets (40 values) refused by what it is."""
+    from torchvision.datasets import Caltech101, Caltech256, CelebA
 
-    base = tmp_path / "caltech101" / "101_ObjectCategories"
-    for c, cat in enumerate(["BACKGROUND_Google", "accordion", "anchor", "ant"]):
-        (base / cat).mkdir(parents=True)
+    cats = ["BACKGROUND_Google", "accordion", "anchor", "ant"]
+    for c, cat in enumerate(cats):
         for k in range(1, 3 + c % 2):
             im = Image.fromarray(photos[PHOTO_NAMES[(c + k) % len(PHOTO_NAMES)]][:30 + k, :36])
-            (im.convert("L") if k == 2 else im).save(base / cat / f"image_{k:04d}.jpg", quality=90)
-    ds = Caltech101(str(tmp_path), transform=tv2.Compose([tv2.PILToTensor(), tv2.CenterCrop(28)]))
-    with Loader(ds, batch_size=3, device="cpu", shuffle=False) as ld:
-        _, got, labs = _batches(ld)
-        assert ld.dataset.classes == []  # (Caltech101 names its classes `categories`)
-    assert len(got) == len(ds) == 8
-    plain = Caltech101(str(tmp_path))
-    for i in range(len(ds)):
-        img, y = plain[i]
-        assert int(labs[i]) == y and torch.equal(got[i], tv2.CenterCrop(28)(_rgb(img))), i
+            for where, name in (("caltech101/101_ObjectCategories", f"image_{k:04d}.jpg"),
+                                ("caltech256/256_ObjectCategories", f"{c + 1:03d}_{k:04d}.jpg")):
+                folder = tmp_path / where / (cat if "101" in where else f"{c + 1:03d}.{cat}")
+                folder.mkdir(parents=True, exist_ok=True)
+                (im.convert("L") if k == 2 else im).save(folder / name, quality=90)
+    celeba = tmp_path / "celeba"
+    (celeba / "img_align_celeba").mkdir(parents=True)
+    names = [f"{k:06d}.jpg" for k in range(1, 7)]
+    for k, name in enumerate(names):
+        Image.fromarray(photos[PHOTO_NAMES[k]][:36, :30]).save(celeba / "img_align_celeba" / name, quality=90)
+    (celeba / "list_eval_partition.txt").write_text("".join(f"{n} {k % 2}\n" for k, n in enumerate(names)))
+    (celeba / "identity_CelebA.txt").write_text("".join(f"{n} {100 + k}\n" for k, n in enumerate(names)))
+    for fname, cols in (("list_bbox_celeba.txt", "x_1 y_1"), ("list_landmarks_align_celeba.txt", "lefteye_x"),
+                        ("list_attr_celeba.txt", "Smiling Young")):
+        (celeba / fname).write_text(f"{len(names)}\n{cols}\n" +
+                                    "".join(f"{n} {' '.join(['1'] * len(cols.split()))}\n" for n in names))
+
+    class StandInCelebA(CelebA):
+        def _check_integrity(self):
+            return True
+
+    crop = tv2.Compose([tv2.PILToTensor(), tv2.CenterCrop(28)])
+    sets = [Caltech101(str(tmp_path), transform=crop), Caltech256(str(tmp_path), transform=crop),
+            StandInCelebA(str(tmp_path), split="train", target_type="identity", transform=crop)]
+    for ds in sets:
+        with Loader(ds, batch_size=3, device="cpu", shuffle=False) as ld:
+            _, got, labs = _batches(ld)
+            assert "through its __getitem__" not in ld.describe()["file_sources"][0], ld.describe()["file_sources"]
+            assert ld.dataset.targets == labs.tolist()
+        ds.transform = None
+        assert len(got) == len(ds) > 0
+        for i in range(len(ds)):
+            img, y = ds[i]
+            assert int(labs[i]) == y and torch.equal(got[i], tv2.CenterCrop(28)(_rgb(img))), (type(ds).__name__, i)
+    assert labs.tolist() == [100, 102, 104]
+    with pytest.raises(TypeError, match=r"reads a StandInCelebA as \(image, label\) items: item 0 is \(JpegImageFile, Tensor "
+                                        r"int64 \[2\]\)"):
+        Loader(StandInCelebA(str(tmp_path), split="train"), batch_size=3, device="cpu")
 
 
 def test_an_image_folder_with_its_own_loader_and_one_with_a_target_transform(tmp_path, photos):
