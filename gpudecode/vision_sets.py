@@ -87,7 +87,7 @@ def file_set(ds: Any) -> FileList | None:
     label) pairs from `_samples` (StanfordCars, GTSRB, Imagenette), `imgs` (Places365), or
     `_image_files` / `_images` beside `_labels` (Food101, Flowers102, DTD, FGVCAircraft,
     SUN397, OxfordIIITPet), or built from its fields as its `__getitem__` builds them
-    (Caltech101, Caltech256, CelebA: _named_by_fields), read as an ImageFolder's `samples`
+    (Caltech101, Caltech256, INaturalist, CelebA: _named_by_fields), read as an ImageFolder's `samples`
     are (folder_set); None where it has none."""
     pairs = _named_by_fields(ds)
     for attr in ("_samples", "imgs"):
@@ -108,8 +108,9 @@ def file_set(ds: Any) -> FileList | None:
 
 def _named_by_fields(ds: Any) -> list[tuple[str, int]] | None:
     """The (path, label) pairs of a torchvision set whose `__getitem__` builds each file's
-    path from its fields, as it builds it: Caltech101 (category targets), Caltech256, CelebA
-    (identity targets); None for any other (or a set without those fields)."""
+    path from its fields, as it builds it: Caltech101 (category targets), Caltech256,
+    INaturalist (one target type), CelebA (identity targets); None for any other (or a set
+    without those fields)."""
     names = {c.__name__ for c in type(ds).__mro__ if c.__module__.startswith("torchvision.datasets")}
     root = getattr(ds, "root", None)
     if not isinstance(root, (str, os.PathLike)):
@@ -123,6 +124,10 @@ def _named_by_fields(ds: Any) -> list[tuple[str, int]] | None:
             base = os.path.join(root, "256_ObjectCategories")
             return [(os.path.join(base, ds.categories[y], f"{y + 1:03d}_{k:04d}.jpg"), int(y))
                     for y, k in zip(ds.y, ds.index)]
+        if "INaturalist" in names and len(ds.target_type) == 1 and getattr(ds, "loader", None) is None:
+            kind = ds.target_type[0]
+            return [(os.path.join(root, ds.all_categories[c], f), int(c if kind == "full" else ds.categories_map[c][kind]))
+                    for c, f in ds.index]
         if "CelebA" in names and list(getattr(ds, "target_type", ())) == ["identity"]:
             base = os.path.join(root, ds.base_folder, "img_align_celeba")
             return [(os.path.join(base, f), int(t)) for f, t in zip(ds.filename, ds.identity[:, 0].tolist())]

@@ -195,10 +195,10 @@ def test_every_image_kind_an_item_gives(photos, labelled):
 
 def test_torchvisions_caltech_and_celeba_from_the_files_their_getitem_opens(tmp_path, photos):
     """torchvision's Caltech101, Caltech256 (images named by their place in each
-    category's folder, grey ones among them) and CelebA (identity targets) on files in
-    their layouts: read from the files their __getitem__ opens, every image and label
+    category's folder, grey ones among them), INaturalist (its full and kingdom targets)
+    and CelebA (identity targets) on files in their layouts: read from the files their __getitem__ opens, every image and label
     their own; CelebA with its attributes as targets (40 values) refused by what it is."""
-    from torchvision.datasets import Caltech101, Caltech256, CelebA
+    from torchvision.datasets import Caltech101, Caltech256, CelebA, INaturalist
 
     cats = ["BACKGROUND_Google", "accordion", "anchor", "ant"]
     for c, cat in enumerate(cats):
@@ -225,8 +225,15 @@ def test_torchvisions_caltech_and_celeba_from_the_files_their_getitem_opens(tmp_
         def _check_integrity(self):
             return True
 
+    for k, kind in enumerate(["00000_Animalia_Chordata_Aves_Passeriformes_Corvidae_Corvus_corax",
+                              "00001_Plantae_Tracheophyta_Magnoliopsida_Rosales_Rosaceae_Rosa_canina"]):
+        (tmp_path / "2021_train_mini" / kind).mkdir(parents=True)
+        for j in range(2 + k):
+            Image.fromarray(photos[PHOTO_NAMES[k + j]][:32, :40]).save(tmp_path / "2021_train_mini" / kind / f"{j}.jpg")
     crop = tv2.Compose([tv2.PILToTensor(), tv2.CenterCrop(28)])
     sets = [Caltech101(str(tmp_path), transform=crop), Caltech256(str(tmp_path), transform=crop),
+            INaturalist(str(tmp_path), "2021_train_mini", transform=crop),
+            INaturalist(str(tmp_path), "2021_train_mini", target_type="kingdom", transform=crop),
             StandInCelebA(str(tmp_path), split="train", target_type="identity", transform=crop)]
     for ds in sets:
         with Loader(ds, batch_size=3, device="cpu", shuffle=False) as ld:
