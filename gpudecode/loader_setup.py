@@ -76,8 +76,8 @@ DATALOADER_ONLY = {
 
 def dataset_source(urls: Any, transform: Any, place: int | None = None) -> tuple[Any, Any]:
     """A torch Dataset given as the source, as the list of samples the reader reads
-    (vision_sets.py), with its `transform` when none is given (taken off the set: the
-    Loader runs it): torchvision's ImageFolder or DatasetFolder read as it lies, its
+    (vision_sets.py, own_sets.py), with its `transform` when none is given (taken off the
+    set: the Loader runs it): torchvision's ImageFolder or DatasetFolder read as it lies, its
     `samples` ((path, label) pairs: its classes, extensions and is_valid_file already
     applied) on the reader threads; FakeData's images made; torchvision's in-memory sets
     (CIFAR10, MNIST, ...) and a TensorDataset read from their arrays, its sets of files
@@ -123,7 +123,8 @@ def dataset_source(urls: Any, transform: Any, place: int | None = None) -> tuple
     if isinstance(urls, torch.utils.data.IterableDataset):
         raise TypeError(f"Loader() reads a Dataset by index, not an IterableDataset ({type(urls).__name__}): give "
                         "its shards, image folder, files or (path, label) pairs")
-    from .vision_sets import file_set, folder_set, items_set, path_set, plain_copy, timm_set, vision_set
+    from .own_sets import items_set, path_set, plain_copy
+    from .vision_sets import file_set, folder_set, timm_set, vision_set
 
     samples = getattr(urls, "samples", None)
     made: Any

@@ -1,4 +1,4 @@
-"""Any map-style Dataset given to the Loader as it is (vision_sets.items_set): a script's own
+"""Any map-style Dataset given to the Loader as it is (own_sets.py): a script's own
 class as torchvision's tutorial writes one (a CSV of file names and labels, read_image, a
 `transform` attribute), torchvision's Caltech101, an ImageFolder with a loader= of its own,
 a class with `samples` whose items are not its files'; read through its own __getitem__,

@@ -383,7 +383,7 @@ LAYERS = [  # ARCHITECTURE.md's layers, lowest first: (package prefixes or modul
     ("decode", "_probe"),
     ("transforms", "mixing", "_ops_table"),
     ("pipeline", "batches", "sinks", "streams", "resident", "stats", "cursor", "dataset", "folder", "planning",
-     "vision_sets"),
+     "vision_sets", "own_sets"),
     ("loader", "loader_setup", "epoch_run", "precache", "profiling", "cli", "demo", "bench", ""),
 ]
 

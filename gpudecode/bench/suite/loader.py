@@ -69,7 +69,7 @@ def run_gpudecode(shards, threads, batch, split="auto"):
 class OwnDataset:
     """A script's own Dataset over the folder's files (PIL opens each image in __getitem__,
     a `transform` attribute), in two kinds: `listed`, its files' paths in one list and
-    their labels in another (the Loader reads the files itself: vision_sets.path_set);
+    their labels in another (the Loader reads the files itself: own_sets.path_set);
     else its records in a dict by index (no column the Loader reads: it goes through
     __getitem__)."""
 
