@@ -323,7 +323,9 @@ def kind_of(x: Any) -> str:
 
 def items_of(plain: Any, name: str, detail: str) -> FileList:
     """A set read through its `__getitem__`, item by item; its first item checked here
-    (its items (image, label), or images alone).
+    (its items (image, label), or images alone); its labels from its own `targets` where
+    they agree (_own_labels); called one item at a time where it holds an open file
+    (_shared_handles), said.
 
     Raises:
         TypeError: its first item is not an image, alone or with an integer label."""
@@ -410,7 +412,7 @@ def _shared_handles(plain: Any) -> list[str]:
 
 def items_set(ds: Any, why: str = "", place: int | None = None, plain: Any = None) -> FileList:
     """Any map-style Dataset the Loader has no faster way to read (a script's own class,
-    torchvision's Caltech101, a set whose items are not its files'): its items through its
+    torchvision's PCAM, a set whose items are not its files'): its items through its
     own `__getitem__`, on the reader threads (its own code opens and decodes each image),
     each (an image, an integer label) or an image alone; its `transform` taken off, its
     target_transform kept (plain_copy). `why` says why it is read this way, `place` where it
@@ -429,7 +431,7 @@ def items_set(ds: Any, why: str = "", place: int | None = None, plain: Any = Non
             from None
     where = "" if place is None else f", item {place} of the list"
     return items_of(plain_copy(ds) if plain is None else plain, name,
-                  f"read through its __getitem__{': ' + why if why else ''}{where}")
+                    f"read through its __getitem__{': ' + why if why else ''}{where}")
 
 
 def root_note(ds: Any) -> str:

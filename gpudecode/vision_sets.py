@@ -41,7 +41,7 @@ def vision_set(ds: Any) -> FileList | None:
         return None
     if any(c.__name__ == "FakeData" for c in type(ds).__mro__):
         return items_of(plain_copy(ds), "FakeData", f"{tuple(getattr(ds, 'image_size', ()))}, seed offset "
-                                              f"{getattr(ds, 'random_offset', 0)}")
+                                                    f"{getattr(ds, 'random_offset', 0)}")
     arr = _array(getattr(ds, "data", None))
     if arr is None or len(arr) != len(ds) or len(arr) == 0:
         return None
