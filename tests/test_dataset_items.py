@@ -1,11 +1,13 @@
-"""Any map-style Dataset given to the Loader as it is (own_sets.py): a script's own
-class as torchvision's tutorial writes one (a CSV of file names and labels, read_image, a
-`transform` attribute), torchvision's Caltech101, an ImageFolder with a loader= of its own,
-a class with `samples` whose items are not its files'; read through its own __getitem__,
-its transform taken off and run by the Loader, its target_transform kept. Each against
-the set's own items (torchvision's DataLoader for the tutorial's); the sets read from
-their files or arrays (an ImageFolder's target_transform, a class whose items are its
-files') named as read from them."""
+"""Any map-style Dataset given to the Loader as it is (own_sets.py, vision_sets.py): a
+script's own class that names its files in a column (torchvision's tutorial's, with its
+pandas CSV; paths and labels in lists), read from those files where its probed items are
+theirs and its __getitem__ draws no random number; torchvision's Caltech101, Caltech256,
+INaturalist, CelebA and LFWPeople, and timm's ImageDataset, read from their files; and
+anything else (items of every image kind, an ImageFolder with a loader= of its own, a set
+whose items are not its files', one drawing random numbers, one holding an open file, an
+object with __getitem__ and __len__) read through its own __getitem__, its transform taken
+off and run by the Loader, its target_transform kept. Each against the set's own items
+(torchvision's DataLoader for the tutorial's), and named as it is read."""
 from __future__ import annotations
 
 import csv
