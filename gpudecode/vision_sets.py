@@ -183,8 +183,8 @@ def folder_set(ds: Any, pairs: list[tuple[Any, Any]] | None = None, *, check: bo
     check = check or not str(getattr(type(ds).__getitem__, "__module__", "")).startswith("torchvision")
     plain = plain_copy(ds)
     ys = labels_of(ds, [int(y) for _, y in pairs])
-    if check and pairs and not _reads_its_files(ds, plain, pairs, ys):
-        return items_set(ds, "its items are not its files' images with their labels")
+    if check and pairs and not _reads_its_files(ds, plain, pairs, ys):  # (the copy probed, read on: one copy)
+        return items_set(ds, "its items are not its files' images with their labels", plain=plain)
     return folder_samples(ds, list(zip((p for p, _ in pairs), ys)), root=root, classes=classes)
 
 
