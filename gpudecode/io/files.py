@@ -202,7 +202,7 @@ def _make(name: str, root: str, items: Sequence[tuple[str, int | None]], classes
     paths, labels, keys, exts = [], [], [], []
     prefixes = tuple({p.rstrip(os.sep) + os.sep for p in (root, given) if p})
     for path, label in items:
-        rel = _under(path, prefixes)  # (os.path.relpath's answer, where it is plain: a million paths in 1 s, not 8)
+        rel = _under(path, prefixes)  # (relpath's answer by prefix where the path is plain: relpath is slow per path)
         if rel is None:
             rel = os.path.relpath(path, root) if root else path
             if ".." in Path(rel).parts:  # (a list line "../imgs/x.jpg"): no key may climb, its absolute path names it
