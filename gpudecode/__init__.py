@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _builtins  # noqa: F401  (the builtins as they are now: numba is imported with them, _builtins.py)
 from ._version import __version__
-from .errors import (BackendUnavailableError, ConcurrentIterationError, DecodeError, GpuDecodeError,
+from .errors import (BackendUnavailableError, ConcurrentIterationError, DecodeError, FieldError, GpuDecodeError,
                      KernelLaunchError, LabelError, PlanError, ResourceError, ShardFormatError, ShardReadError,
                      ShardWriteError, Skipped, TransformError)
 
@@ -61,7 +61,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "__version__", "GpuDecodeError", "ShardFormatError", "ShardReadError", "ShardWriteError", "DecodeError",
-    "LabelError", "BackendUnavailableError", "ResourceError", "KernelLaunchError", "TransformError", "ConcurrentIterationError",
+    "LabelError", "FieldError", "BackendUnavailableError", "ResourceError", "KernelLaunchError", "TransformError", "ConcurrentIterationError",
     "PlanError",
     "Skipped", *_LAZY,
 ]

@@ -29,24 +29,42 @@ IN_FLIGHT = MID_QUEUE + 2
 class Batch(tuple):
     """(images, labels), as a DataLoader batch unpacks, with `.images`, `.labels` and
     `.keys` (the samples' keys, in order). With several views (a Loader given a list of
-    transforms) `images` is a list: one batch per view, in the transforms' order."""
+    transforms) `images` is a list: one batch per view, in the transforms' order. A Loader
+    given `fields` hands out (images, labels, *fields), or (images, *fields) under
+    labels=False: a Batch class of those names (`Batch.named`), `.fields` maps each name to
+    its values."""
 
     keys: list[str]
     # namedtuple's protocol: code that rebuilds collections field by field (Lightning's
     # transfer to the device, torch's pin_memory and collate) makes a Batch again with
-    # Batch(images, labels); the keys are then unknown (an empty list)
-    _fields = ("images", "labels")
+    # type(batch)(*values); the keys are then unknown (an empty list), the names kept
+    _fields: tuple[str, ...] = ("images", "labels")
 
-    def __new__(cls, images: Any, labels: torch.Tensor | None = None, keys: list[str] | None = None) -> "Batch":
-        obj = super().__new__(cls, (images, labels))
+    def __new__(cls, *values: Any, keys: list[str] | None = None) -> "Batch":
+        if len(values) < len(cls._fields) and cls._fields == ("images", "labels"):
+            values = values + (None,) * (2 - len(values))  # (Batch(images): no labels)
+        if len(values) != len(cls._fields):
+            raise TypeError(f"a Batch of {cls._fields} takes {len(cls._fields)} values, not {len(values)}")
+        obj = super().__new__(cls, values)
         obj.keys = [] if keys is None else keys
         return obj
 
-    def _asdict(self) -> dict:
-        return {"images": self[0], "labels": self[1]}
+    @staticmethod
+    def named(names: tuple[str, ...]) -> type["Batch"]:
+        """The Batch class whose elements are `names` (the first is "images")."""
+        names = tuple(names)
+        if names == Batch._fields:
+            return Batch
+        made = _NAMED.get(names)
+        if made is None:
+            made = _NAMED[names] = type("Batch", (Batch,), {"_fields": names, "__slots__": ()})
+        return made
 
-    def __getnewargs__(self) -> tuple:  # (pickle: a tuple subclass is remade from these)
-        return (self[0], self[1], self.keys)
+    def _asdict(self) -> dict:
+        return dict(zip(self._fields, self))
+
+    def __reduce__(self) -> tuple:  # (pickle: a class of names is made again by its names)
+        return (_remade, (self._fields, tuple(self), self.keys))
 
     @property
     def images(self) -> Any:
@@ -55,7 +73,28 @@ class Batch(tuple):
 
     @property
     def labels(self) -> torch.Tensor | None:
-        return self[1]
+        """The labels [N] (int64), [N, num_classes] after MixUp/CutMix, None without labels."""
+        return self[1] if self._fields[1] == "labels" else None
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """Each field (`Loader(..., fields=)`) by its name, in order."""
+        skip = 2 if self._fields[1:2] == ("labels",) else 1
+        return dict(zip(self._fields[skip:], self[skip:]))
+
+    def with_(self, images: Any, labels: Any) -> "Batch":
+        """This batch with its images and labels replaced (a batch transform's), its
+        fields and keys kept."""
+        rest = tuple(self[2:]) if self._fields[1:2] == ("labels",) else tuple(self[1:])
+        head = (images, labels) if self._fields[1:2] == ("labels",) else (images,)
+        return type(self)(*head, *rest, keys=self.keys)
+
+
+_NAMED: dict[tuple[str, ...], type[Batch]] = {}
+
+
+def _remade(names: tuple[str, ...], values: tuple, keys: list[str]) -> Batch:
+    return Batch.named(names)(*values, keys=keys)
 
 
 class SizeRows(Sequence[tuple[int, int]]):
@@ -105,6 +144,8 @@ class Prepared:
     windows: Any = None  # int64 [N, 4]: the box decoded of each image
     view_boxes: list = field(default_factory=list)  # [view]: int64 [N, 4], the box each view's kernel reads
     keys: list[str] | None = None  # the samples' keys, where stage A has them as a list already (a resident store)
+    fields: list = field(default_factory=list)  # [field][sample]: each field's value (fields.read_fields)
+    field_errors: dict = field(default_factory=dict)  # {sample's place: its FieldError}
 
 
 @dataclass
@@ -153,6 +194,8 @@ class PipelineConfig:
             it last held (the Loader's reuse_buffers); by default such a slot gets new memory.
         each_size: the images keep their own sizes, not one a batch (a transform without
             geometry); for the sink that sizes each image itself (finish_images: precache's).
+        fields: the samples' other members handed out beside images and labels (fields.py's
+            FieldSpecs, checked by fields.field_specs).
     """
 
     transform: Any
@@ -174,6 +217,14 @@ class PipelineConfig:
     batch_transform: Any = None
     reuse_held: bool = False
     each_size: bool = False
+    fields: tuple = ()
+
+    @property
+    def batch_names(self) -> tuple[str, ...]:
+        """The names of a finished batch's elements: images, labels (where there are
+        labels or no fields: a Batch is (images, None) without either), then each field."""
+        head = ("images", "labels") if self.labels or not self.fields else ("images",)
+        return head + tuple(f.exts[0] for f in self.fields)
 
     def __post_init__(self) -> None:
         if self.depth < 1:

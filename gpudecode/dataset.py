@@ -132,8 +132,9 @@ class ShardDataset(torch.utils.data.Dataset):
         url, j = self.locate(index)
         return self.reader.read_sample(url, j)
 
-    def __getitem__(self, index: int) -> tuple[Any, int]:
-        """(the image transformed, its label): the sample through the Loader's pipeline
+    def __getitem__(self, index: int) -> tuple[Any, ...]:
+        """(the image transformed, its label), then its fields where the Loader has any (its
+        label left out under labels=False): the sample through the Loader's pipeline
         (pipeline.Pipeline, one image a batch, every error raised), on the CPU, drawn as
         the Loader draws its epoch 0 (index `index`, seed, view seeds)."""
         s = self.sample(index)
@@ -144,10 +145,12 @@ class ShardDataset(torch.utils.data.Dataset):
         pipe.ensure_decoder()
         ready = pipe.finish(pipe.prepare([s], seed=self.seed, epoch=0, position=index % self._total))
         assert ready is not None  # (under "raise", a sample that fails raises)
-        label = int(ready.batch.labels[0]) if ready.batch.labels is not None else 0
-        if pipe.multi:  # several views: each drawn as the Loader draws it
-            return [out[0] for out in ready.batch.images], label
-        return ready.batch.images[0], label
+        batch = ready.batch
+        label = int(batch.labels[0]) if batch.labels is not None else 0
+        image = [out[0] for out in batch.images] if pipe.multi else batch.images[0]  # (several views: a list)
+        if self.config.fields:  # (its fields after it, as a batch holds them)
+            return (image, *([label] if self.config.labels else []), *(v[0] for v in batch.fields.values()))
+        return image, label
 
 
 def _shard_classes(urls: Sequence[str]) -> list[str]:

@@ -59,6 +59,11 @@ class LabelError(LocatedError, ValueError):
     """A sample has no label, or a label that is not an integer."""
 
 
+class FieldError(LocatedError, ValueError):
+    """A sample's field (`Loader(..., fields=)`) is missing, cannot be decoded, or its
+    function raised."""
+
+
 class ShardWriteError(LocatedError, OSError):
     """A shard (or manifest) could not be written: disk full, permissions, ... `shard`
     names the output; nothing partial is left under its name."""

@@ -42,9 +42,10 @@ def parse_label(fields: dict[str, bytes], label_exts: Sequence[str], *, shard: s
         if ext == "json":
             value = _json_label(data, shard, key)
         else:
-            if len(data) > _MAX_TEXT or _TEXT_INT.fullmatch(data) is None:
-                raise _refuse(f"label .{ext} is not an integer: {bytes(data[:40])!r}", shard, key)
-            value = int(data)
+            try:
+                value = parse_text_int(data, fits=False)
+            except ValueError as e:
+                raise _refuse(f"label .{ext} {e}", shard, key) from None
         if not _INT64[0] <= value <= _INT64[1]:
             raise _refuse(f"label .{ext} = {value} does not fit int64", shard, key)
         if value < 0 and not allow_negative:
@@ -54,6 +55,20 @@ def parse_label(fields: dict[str, bytes], label_exts: Sequence[str], *, shard: s
             raise _refuse(f"label .{ext} = {value} is not below num_classes={num_classes}", shard, key)
         return value
     raise _refuse(f"no label (looked for .{', .'.join(label_exts)})", shard, key)
+
+
+def parse_text_int(data: bytes, *, fits: bool = True) -> int:
+    """An integer written as ASCII text (optionally signed, surrounded by whitespace: the
+    module doc's rule), fitting int64 where `fits`.
+
+    Raises:
+        ValueError: not such an integer ("is not an integer: ..."), or one over int64."""
+    if len(data) > _MAX_TEXT or _TEXT_INT.fullmatch(data) is None:
+        raise ValueError(f"is not an integer: {bytes(data[:40])!r}")
+    value = int(data)
+    if fits and not _INT64[0] <= value <= _INT64[1]:
+        raise ValueError(f"= {value} does not fit int64")
+    return value
 
 
 class _Repeated(Exception):

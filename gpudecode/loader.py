@@ -53,10 +53,9 @@ from .dataset import LoaderSampler
 from .epoch_run import LoaderIterator
 from .errors import ConcurrentIterationError, ErrorPolicy, OnError, Skipped
 from .io import shards as _shards
-from .io.files import DEFAULT_IMAGE_EXTS, file_cap
-from .io.reader import ShardReader
+from .io.files import DEFAULT_IMAGE_EXTS
 from .io.remote import RemoteOptions
-from .loader_setup import (check_sources, dataset_source, default_seed, describe, pipeline_config,
+from .loader_setup import (check_sources, dataset_source, default_seed, describe, loader_reader, pipeline_config,
                            refuse_dataloader_only, resume_keys, transforms_fingerprint)
 from .pipeline import Pipeline
 from .resident import Keep, Keeper
@@ -113,6 +112,9 @@ class Loader:
             torchvision's (jpg, jpeg, png, webp, bmp, tif, tiff, ppm, pgm) and npy (a tensor
             sample from `gpudecode precache`); `.cls` holds an integer as text, `.json` a
             {"label": int}. labels=False turns labels off.
+        fields: a sample's other members, each one more element of a batch, after the labels
+            (a caption: fields="txt" gives (images, labels, captions)); a dict {ext: fn}
+            runs fn on each value (gpudecode.fields has the decoding and batching).
         num_classes: when given, a label must be below it (a LabelError names the sample).
         allow_negative_labels: take negative labels (refused by default: -1 and -100 are
             CrossEntropyLoss's ignore_index).
@@ -171,7 +173,8 @@ class Loader:
                  cache_limit: int | None = None, num_threads: int | None = None,
                  prefetch: int | None = None, batch_transform: Any = None, reuse_buffers: bool = False,
                  repeated_augs: int = 1, epoch_size: int | str | None = None, keep: Keep | None = None,
-                 keep_budget: int | None = None, keep_size: int | None = None, **dataloader_only: Any) -> None:
+                 keep_budget: int | None = None, keep_size: int | None = None, fields: Any = None,
+                 **dataloader_only: Any) -> None:
         refuse_dataloader_only(dataloader_only)  # (DataLoader's other arguments: what the Loader does instead)
         urls, transform = dataset_source(urls, transform)  # (torchvision's ImageFolder as it is: its samples)
         if (rank is None) != (world_size is None):
@@ -180,7 +183,7 @@ class Loader:
                                   image_ext=image_ext, label_ext=label_ext, labels=labels, num_classes=num_classes,
                                   allow_negative_labels=allow_negative_labels, workers=(num_workers, num_threads),
                                   ahead=(prefetch_factor, prefetch), max_pixels=max_pixels, fast_decode=fast_decode,
-                                  pin_memory=pin_memory, reuse_buffers=reuse_buffers)
+                                  pin_memory=pin_memory, reuse_buffers=reuse_buffers, fields=fields)
         self.keeper = Keeper(keep, keep_budget, config.device, keep_size)  # where the set lives between epochs
         self.batch_size, self.device, self.drop_last = batch_size, config.device, drop_last
         self.prefetch, self.num_threads = config.ring - 3, config.num_threads
@@ -192,17 +195,10 @@ class Loader:
         # the seed before the reader: the default one is made the same on every rank
         seed = int(seed) if seed is not None else default_seed(
             world_size if world_size is not None else _shards.detect_rank()[1])
-        self.reader = ShardReader(urls, shuffle=shuffle, seed=seed, buffer_size=buffer_size, rank=rank,
-                                  world_size=world_size, num_threads=2, policy=self.policy,
-                                  extensions=list(config.image_exts + config.label_exts), even=even, split=split,
-                                  remote=remote, cache_dir=cache_dir, cache_limit=cache_limit,
-                                  # tensor samples stay in the mapped shard: the kernel reads them there
-                                  map_extensions=[e for e in config.image_exts if e == "npy"],
-                                  # the others are read into recycled memory (no page faults a read)
-                                  pool_extensions=[e for e in config.image_exts if e != "npy"],
-                                  # an image file is read only up to what an image of max_pixels can take
-                                  max_file_bytes=file_cap(max_pixels), repeated_augs=repeated_augs,
-                                  chunk=batch_size, epoch_size=epoch_size)
+        self.reader = loader_reader(urls, config, self.policy, shuffle=shuffle, seed=seed, buffer_size=buffer_size,
+                                    rank=rank, world_size=world_size, even=even, split=split, remote=remote,
+                                    cache_dir=cache_dir, cache_limit=cache_limit, repeated_augs=repeated_augs,
+                                    epoch_size=epoch_size)
         check_sources(self.reader, config)  # (what the data's metadata tells now, not at the first batch)
         self.stats = LoaderStats()
         self.cursor = Cursor()  # where this Loader stands in its epochs (one phase value)

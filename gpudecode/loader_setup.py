@@ -17,7 +17,9 @@ import torch
 from ._manifest import _read_json
 from .decode import check_device, check_spec
 from .errors import LabelError, Skipped, TransformError
+from .fields import field_specs
 from .io import files as _files
+from .io.files import file_cap
 from .io import shards as _shards
 from .io.epoch import Source
 from .io.reader import ShardReader, split_exts
@@ -253,6 +255,20 @@ def resume_keys(reader: ShardReader, config: PipelineConfig, ds: dict, batch_siz
     return mine, elastic and (ds.get("world_size"), ds.get("batch_size")) != (world, batch_size)
 
 
+def loader_reader(urls: Any, config: PipelineConfig, policy: Any, **options: Any) -> ShardReader:
+    """The Loader's ShardReader of `urls` (its `options`: shuffle, seed, ranks, split, ...):
+    the members the pipeline reads (images, labels, fields), each image kind read the way
+    the kernel reads it cheapest."""
+    return ShardReader(urls, num_threads=2, policy=policy,
+                       extensions=[*config.image_exts, *config.label_exts, *(e for f in config.fields for e in f.exts)],
+                       # tensor samples stay in the mapped shard: the kernel reads them there
+                       map_extensions=[e for e in config.image_exts if e == "npy"],
+                       # the others are read into recycled memory (no page faults a read)
+                       pool_extensions=[e for e in config.image_exts if e != "npy"],
+                       # an image file is read only up to what an image of max_pixels can take
+                       max_file_bytes=file_cap(config.max_pixels), chunk=config.batch_size, **options)
+
+
 def check_sources(reader: Any, config: PipelineConfig) -> None:
     """What can be told of the data before reading it, refused now: precached images of
     several sizes for a transform without one; a mixture's sources whose class names
@@ -263,6 +279,8 @@ def check_sources(reader: Any, config: PipelineConfig) -> None:
         ValueError, TransformError: the reason, naming the source and label_offset."""
     if isinstance(config.transform, Compose) and config.transform.plan.out_size is None and config.batch_size > 1:
         _check_stored_sizes(reader)
+    if config.fields:
+        _fields_read_here(reader)
     if not config.labels:
         return
     for flist in reader.files.values():
@@ -283,6 +301,22 @@ def check_sources(reader: Any, config: PipelineConfig) -> None:
             bound = "negative" if lo < 0 and not config.allow_negative_labels else f"not below num_classes={config.num_classes}"
             raise ValueError(f"Source {src.label}: label_offset={src.label_offset} makes its labels {lo}..{hi}, "
                              f"{bound}: every one of its samples would be a LabelError")
+
+
+def _fields_read_here(reader: Any) -> None:
+    """`fields` are a tar sample's other members: sources without such members (images as
+    they lie, Datasets, Parquet rows) are refused, naming the first."""
+    from .io.parquet import is_parquet
+
+    for url in reader.urls:
+        if url in reader.files:
+            raise ValueError(f"fields: {reader.files[url].name[len(_files.PREFIX):]!r} is images as they lie (a "
+                             "folder, a list of files or a Dataset), whose samples have an image and a label "
+                             "only: fields are read from tar shards (WebDataset's layout), whose samples' "
+                             "members they name")
+        if is_parquet(url):
+            raise ValueError(f"fields: {url!r} is a Parquet file, whose image and label columns alone are read; "
+                             "fields are read from tar shards")
 
 
 def _check_stored_sizes(reader: Any) -> None:
@@ -400,7 +434,7 @@ def pipeline_config(transform: Any, batch_transform: Any, *, batch_size: int, de
                      image_ext: Any, label_ext: Any, labels: bool, num_classes: int | None,
                      allow_negative_labels: bool, workers: tuple[int | None, int | None],
                      ahead: tuple[int | None, int | None], max_pixels: int, fast_decode: bool, pin_memory: bool,
-                     reuse_buffers: bool) -> PipelineConfig:
+                     reuse_buffers: bool, fields: Any = None) -> PipelineConfig:
     """The Loader's arguments for its pipeline, checked (a missing decoder extra, a batch
     transform that cannot mix this transform's output: said now, not at the first batch).
     `workers`: (num_workers, num_threads), `ahead`: (prefetch_factor, prefetch), each pair
@@ -433,8 +467,14 @@ def pipeline_config(transform: Any, batch_transform: Any, *, batch_size: int, de
     if pin_memory and device == "cpu" and not torch.cuda.is_available():
         warnings.warn("pin_memory=True, but torch sees no CUDA device: batches come in ordinary (pageable) "
                       "memory", UserWarning, stacklevel=3)
+    image_exts = tuple(split_exts(image_ext))
+    if fields is not None and image_exts == tuple(_files.DEFAULT_IMAGE_EXTS):
+        # (a field named by one of the default image extensions, npy most often, is that field: the
+        # images are the other extensions; an image_ext given that names it is refused, by field_specs)
+        taken = {e for f in field_specs(fields, ()) for e in f.exts}
+        image_exts = tuple(e for e in image_exts if e not in taken)
     return PipelineConfig(transform, batch_size=batch_size, device=device, decoder=decoder,
-                          image_exts=tuple(split_exts(image_ext)),
+                          image_exts=image_exts, fields=field_specs(fields, image_exts),
                           label_exts=tuple(split_exts(label_ext)) if labels else (), labels=labels,
                           num_classes=num_classes, allow_negative_labels=bool(allow_negative_labels),
                           ring=prefetch + 3, num_threads=max(1, threads) if threads is not None else (os.cpu_count() or 1),
@@ -463,6 +503,8 @@ def describe(loader: Loader) -> dict:
             "transform": ([[type(t).__name__ for t in p.steps] for p in plans] if multi
                           else [type(t).__name__ for t in plans[0].steps]),
             "views": len(plans), "fast_decode": pipe.config.fast_decode,
+            # each element of a batch, by name: images, labels, then each field (fields=)
+            "batch": list(pipe.config.batch_names),
             **({"mix": _mix(reader, loader.current_epoch, loader.skipped)} if reader.sources is not None else {}),
             # what runs after the fused kernel, on the finished batch
             "after": [] if loader.batch_transform is None else [repr(loader.batch_transform)],

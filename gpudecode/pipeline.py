@@ -28,6 +28,7 @@ from ._probe import Probed, probe_columns
 from .batches import IN_FLIGHT, MID_QUEUE, Batch, PipelineConfig, Prepared, Ready, SizeRows
 from .decode import choose, make_decoder
 from .errors import DecodeError, ErrorPolicy, LabelError, Skipped
+from .fields import disagreeing, read_fields
 from .io.reader import Sample
 from .labels import parse_label
 from .mixing import BatchTransform, seeded_call
@@ -200,8 +201,10 @@ class Pipeline:
                     timing.gpu["h2d"] = (ev[1], ev[2])
                     ready = ev[2]  # the augment stream waits for this
         timing.decode = time.perf_counter() - t1
+        values, failed = read_fields(self.config.fields, samples) if self.config.fields else ([], {})
         return Prepared(samples, params, sizes, labels, decoded, timing, taken=len(chunk), seq=seq, ready=ready,
-                         draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes)
+                         draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes,
+                         fields=values, field_errors=failed)
 
     def prepare_resident(self, rows: np.ndarray, store: Any, *, seed: int, epoch: int, position: int, rank: int = 0,
                          world: int = 1, places: np.ndarray | None = None, taken: int | None = None) -> Prepared:
@@ -258,7 +261,7 @@ class Pipeline:
         timing.decode = time.perf_counter() - t1
         return Prepared(samples, params, sizes, labels, decoded, timing, taken=len(rows) if taken is None else taken,
                          seq=seq, ready=ready, draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes,
-                         keys=keys)
+                         keys=keys, fields=[list(col[rows]) for col in store.fields])
 
     def _same_size(self, items: list[tuple[Any, int, int]]) -> list[int]:
         """A transform without geometry keeps each image's size, and a batch has one: the
@@ -316,10 +319,25 @@ class Pipeline:
             self._images = HostImages(self.config.num_threads)
         return self.finish_into(self._images, p, plan=plan)
 
-    def finish_into(self, sink: Sink, p: Prepared, **options: Any) -> Any:
+    def finish_into(self, sink: Sink, p: Prepared, *, agree: bool = True, **options: Any) -> Any:
         """Stage B into `sink` (sinks.Sink): the decoder's deferred checks and the error
-        policy for each image that failed, then the rest handed to the sink."""
+        policy for each image that failed, then for each sample whose fields failed (and,
+        with `agree`, whose array field differs from its batch's first: fields.disagreeing),
+        then the rest handed to the sink."""
         ok, whole = self._decoded(p)
+        if self.config.fields and ok:
+            kept = set(ok)
+            bad = {k: e for k, e in p.field_errors.items() if k in kept}
+            for k in sorted(bad):
+                self.policy(bad[k])
+            rest = [k for k in ok if k not in bad]
+            if agree:
+                worse = disagreeing(self.config.fields, p.fields, rest, p.samples)
+                for k in sorted(worse):
+                    self.policy(worse[k])
+                bad.update(worse)
+            if bad:
+                ok, whole = [k for k in ok if k not in bad], False
         return sink.take(p, ok, whole, self.gpu, **options)
 
     def user_step(self, batch: "Batch", draw: tuple) -> "Batch":
@@ -329,7 +347,7 @@ class Pipeline:
         if step is None or isinstance(step, BatchTransform):
             return batch
         images, labels = seeded_call(step, batch.images, batch.labels, draw)
-        return Batch(images, labels, batch.keys)
+        return batch.with_(images, labels)
 
     def _decoded(self, p: Prepared) -> tuple[list[int], bool]:
         """The images of a prepared batch that decoded (each one that did not is its

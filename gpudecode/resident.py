@@ -46,6 +46,7 @@ import torch
 
 from .batches import Prepared
 from .decode import DecodedBatch, hwc_strides, make_decoder
+from .fields import read_fields
 from .stats import BatchTiming
 from .transforms.stored import downsizing
 
@@ -92,6 +93,7 @@ class Resident:
     unread: set[tuple[str, int]] = field(default_factory=set)  # samples the reader could not read
     read_skips: list = field(default_factory=list)  # the reader's Skipped for those
     fill_seconds: float = 0.0
+    fields: list[np.ndarray] = field(default_factory=list)  # [field]: an object array of each row's value
 
     def __post_init__(self) -> None:
         self.strides = hwc_strides(self.shapes)
@@ -334,6 +336,7 @@ def _fill(pipe: "Pipeline", samples: Any, *, every_key: list, keep: str, device:
     images = _Arena(limits)
     kept: list[StoredSample] = []
     labels: list[int] = []
+    fields: list[list] = [[] for _ in c.fields]
     missing: dict[tuple[str, str | None], tuple[str, int]] = {}  # (shard, key) -> (shard, index) of what failed
     seen = used = 0
     policy = pipe.policy
@@ -344,7 +347,7 @@ def _fill(pipe: "Pipeline", samples: Any, *, every_key: list, keep: str, device:
         for s in samples:
             chunk.append(s)
             if len(chunk) == _FILL_CHUNK:
-                used += _decode_chunk(pipe, decoder, chunk, images, kept, labels, missing, resize)
+                used += _decode_chunk(pipe, decoder, chunk, images, kept, labels, fields, missing, resize)
                 seen += len(chunk)
                 chunk = []
                 _check(used, seen, total, most, limits)
@@ -353,7 +356,7 @@ def _fill(pipe: "Pipeline", samples: Any, *, every_key: list, keep: str, device:
         if stop is not None and stop.is_set():  # (the reader ends early when stopped)
             raise _Stopped()
         if chunk:
-            used += _decode_chunk(pipe, decoder, chunk, images, kept, labels, missing, resize)
+            used += _decode_chunk(pipe, decoder, chunk, images, kept, labels, fields, missing, resize)
             seen += len(chunk)
         _check(used, seen, seen, most, limits)
     finally:
@@ -377,7 +380,15 @@ def _fill(pipe: "Pipeline", samples: Any, *, every_key: list, keep: str, device:
     unread = set(every_key) - rows.keys() - failed.keys()
     del policy.skipped[before:]  # (kept by the store: each epoch records what its order meets, epoch_chunks)
     return Resident(tier, pixels, offsets, shapes, np.array(labels, np.int64) if c.labels else None, kept,
-                    rows, failed, size, unread, read_skips, time.perf_counter() - t0)
+                    rows, failed, size, unread, read_skips, time.perf_counter() - t0,
+                    [_objects(col) for col in fields])
+
+
+def _objects(values: list) -> np.ndarray:
+    """`values` as a 1-d object array (a batch's gathered by its rows in C)."""
+    out = np.empty(len(values), object)
+    out[:] = values
+    return out
 
 
 def _tier(keep: str, used: int, limits: dict[str, int]) -> str:
@@ -420,7 +431,7 @@ class _Resizer:
 
 
 def _decode_chunk(pipe: "Pipeline", decoder: Any, chunk: list, images: "_Arena", kept: list, labels: list,
-                  missing: dict, resize: _Resizer | None = None) -> int:
+                  fields: list, missing: dict, resize: _Resizer | None = None) -> int:
     """A chunk's images decoded whole and handed to the store's sink (_Keep) through the
     pipeline's stage B (Pipeline.finish_into: what fails is the policy's); a sample whose
     header does not probe is named in `missing` too. Returns the bytes kept."""
@@ -434,10 +445,13 @@ def _decode_chunk(pipe: "Pipeline", decoder: Any, chunk: list, images: "_Arena",
     boxes[:, 2] = probed.heights
     boxes[:, 3] = probed.widths
     decoded = decoder.decode(probed.requests(boxes))
+    values, failed = read_fields(pipe.config.fields, probed.samples) if pipe.config.fields else ([], {})
     p = Prepared(probed.samples, [], list(zip(probed.heights, probed.widths)), list(probed.extras), decoded,
-                 BatchTiming(size=0), taken=len(chunk))
-    return pipe.finish_into(_Keep(resize, pipe.config.labels), p, images=images, kept=kept, labels=labels,
-                            missing=missing)
+                 BatchTiming(size=0), taken=len(chunk), fields=values, field_errors=failed)
+    # (each value kept as it is: a batch's values are checked against each other as they are
+    # batched, every epoch, as a streamed batch's are)
+    return pipe.finish_into(_Keep(resize, pipe.config.labels), p, agree=False, images=images, kept=kept,
+                            labels=labels, fields=fields, missing=missing)
 
 
 class _Keep:
@@ -450,7 +464,7 @@ class _Keep:
         self.resize, self.with_labels = resize, with_labels
 
     def take(self, p: Prepared, ok: list[int], whole: bool, gpu: Any, *, images: "_Arena", kept: list,
-             labels: list, missing: dict) -> int:
+             labels: list, fields: list, missing: dict) -> int:
         decoded = p.decoded
         assert decoded is not None
         good = set(ok)
@@ -473,6 +487,8 @@ class _Keep:
             kept.append(StoredSample(s.key, s.shard, s.index))
             if self.with_labels:
                 labels.append(int(p.labels[k]))
+            for col, values in zip(fields, p.fields):
+                col.append(values[k])
             used += h * w * 3
         return used
 

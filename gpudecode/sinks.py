@@ -15,6 +15,7 @@ import torch
 from .batches import Batch, PipelineConfig, Prepared, Ready
 from .decode import DecodedBatch
 from .errors import DecodeError, Skipped
+from .fields import collate
 from .io.reader import Sample
 from .kernels.workspace import Workspace
 from .mixing import BatchTransform, batch_rng
@@ -80,8 +81,8 @@ class OutputRing:
         # spares only of pageable host memory: a copy or kernel the trainer queued on a stream
         # may still read a CUDA or pinned output after its batch is let go
         self._keep_spares = host and self.pinned is None
-        # the last batch handed on, as handed: (images, n, keys, labels), for `even` to repeat
-        self._last_good: tuple[Any, int, list[str], torch.Tensor | None] | None = None
+        # the last batch handed on, as handed: (images, n, keys, labels, fields), for `even` to repeat
+        self._last_good: tuple[Any, int, list[str], torch.Tensor | None, list] | None = None
 
     def after_fork(self) -> None:
         self._last_good = None
@@ -124,6 +125,7 @@ class OutputRing:
             if start is not None:
                 p.timing.gpu["augment"] = (start, event(stream))
             lab = self._labels(p, ok, whole)
+            fields = [collate(col if whole else [col[k] for k in ok], self.config.device) for col in p.fields]
             images: Any = [_handed(out) for out, _ in outs] if self.multi else _handed(outs[0][0])
             if isinstance(self.config.batch_transform, BatchTransform):  # ours: on the finished batch, on its stream
                 _, lab = self.config.batch_transform(outs[0][1], lab, rng=batch_rng(*p.draw))  # type: ignore[arg-type]
@@ -136,7 +138,7 @@ class OutputRing:
             keys = p.keys if whole else [p.keys[k] for k in ok]
         else:
             keys = [s.key for s in p.samples] if whole else [p.samples[k].key for k in ok]
-        return self._handed_on(p, images, len(ok), keys, lab, ready, t0)
+        return self._handed_on(p, images, len(ok), keys, lab, ready, t0, fields)
 
     def _labels(self, p: Prepared, ok: list[int], whole: bool) -> torch.Tensor | None:
         if not self.config.labels:
@@ -148,11 +150,12 @@ class OutputRing:
         return lab
 
     def _handed_on(self, p: Prepared, images: Any, n: int, keys: list[str], lab: torch.Tensor | None, ready: Any,
-                   t0: float) -> Ready:
+                   t0: float, fields: list) -> Ready:
         p.timing.augment = time.perf_counter() - t0
         p.timing.size = n
-        batch = Batch(images, lab, keys)
-        self._last_good = (images, n, keys, lab)
+        head = (images, lab) if self.config.labels or not self.config.fields else (images,)
+        batch = Batch.named(self.config.batch_names)(*head, *fields, keys=keys)
+        self._last_good = (images, n, keys, lab, fields)
         slot = self.slot
         self.slot = (slot + 1) % self.config.ring
         return Ready(batch, p.timing, p.position, slot, ready, p.draw)
@@ -161,7 +164,7 @@ class OutputRing:
         """A batch whose every image failed, under an even policy: made up of the rank's
         images of the batch before (repeated to the batch's size), so every rank keeps
         its step count; the failures are in `skipped` and the repeats keep their keys."""
-        src, n, keys, labels = self._last_good  # type: ignore[misc]
+        src, n, keys, labels, fields = self._last_good  # type: ignore[misc]
         idx = [i % n for i in range(p.taken)]
         slot, ready = self.slot, None
         stream = gpu.augment if gpu is not None else None
@@ -174,10 +177,12 @@ class OutputRing:
                 out.copy_(img[:n][pick])  # (the batch before came from these slots: the same image shape)
                 made.append(_handed(out))
             lab = labels[pick.to(labels.device)] if labels is not None else None
+            again = [v[pick.to(v.device)] if isinstance(v, torch.Tensor) else [v[i] for i in idx] for v in fields]
             if gpu is not None:
                 ready = torch.cuda.Event()
                 ready.record(stream)
-        return self._handed_on(p, made if self.multi else made[0], p.taken, [keys[i] for i in idx], lab, ready, t0)
+        return self._handed_on(p, made if self.multi else made[0], p.taken, [keys[i] for i in idx], lab, ready, t0,
+                               again)
 
     def _output(self, slot: int, n: int, size: tuple[int, int] | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(output, its [N, 3, h, w] view) of each view, for the first n images of `slot`,

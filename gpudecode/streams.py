@@ -115,6 +115,7 @@ class Streams(SlotRelease):
         # (the labels are new each batch; an output slot's memory is freed by close())
         for images in r.batch.images if isinstance(r.batch.images, list) else [r.batch.images]:
             images.record_stream(trainer)
-        if r.batch.labels is not None and r.batch.labels.device.type == "cuda":
-            r.batch.labels.record_stream(trainer)
+        for t in [r.batch.labels, *r.batch.fields.values()]:  # (the labels, and each field that is a tensor)
+            if hasattr(t, "record_stream") and t.device.type == "cuda":
+                t.record_stream(trainer)
         self.handed.append(r.slot)

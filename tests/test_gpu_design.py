@@ -191,8 +191,8 @@ def test_decoded_buffers_live_until_their_kernels_are_done():
 
 
 def test_slots_are_released_on_the_trainers_stream(monkeypatch):
-    """Asking for batch k releases every handed slot but the last; the images and labels
-    handed over carry record_stream for the trainer's stream."""
+    """Asking for batch k releases every handed slot but the last; the images, labels and
+    field tensors handed over carry record_stream for the trainer's stream."""
     import torch
 
     st = _streams()
@@ -217,9 +217,10 @@ def test_slots_are_released_on_the_trainers_stream(monkeypatch):
     from types import SimpleNamespace
 
     for slot in (3, 4):
-        batch = SimpleNamespace(images=T(), labels=T())
+        batch = SimpleNamespace(images=T(), labels=T(), fields={"npy": T(), "txt": ["a caption"]})
         st.hand_over(SimpleNamespace(ready=_Event(), batch=batch, slot=slot))
         assert len(batch.images.recorded) == 1 and len(batch.labels.recorded) == 1
+        assert len(batch.fields["npy"].recorded) == 1  # (a field's tensor too; a list has nothing to record)
     assert st.handed == [3, 4]
     st.release_handed(keep=1)
     assert st.handed == [4] and st.slot_free[3] is not None and st.slot_free[4] is None

@@ -382,7 +382,7 @@ LAYERS = [  # ARCHITECTURE.md's layers, lowest first: (package prefixes or modul
     ("io", "_manifest"),
     ("decode", "_probe"),
     ("transforms", "mixing", "_ops_table"),
-    ("pipeline", "batches", "sinks", "streams", "resident", "stats", "cursor", "dataset", "folder", "planning",
+    ("pipeline", "batches", "sinks", "streams", "resident", "stats", "cursor", "dataset", "folder", "planning", "fields",
      "vision_sets", "own_sets"),
     ("loader", "loader_setup", "epoch_run", "precache", "profiling", "cli", "demo", "bench", ""),
 ]

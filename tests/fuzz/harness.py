@@ -17,6 +17,10 @@ Promises checked:
   parser accepts, numpy's parser reads the same shape, dtype and offset.
 - image: probe + CPU decode on hostile bytes give pixels of the probed size or the
   project's DecodeError / a per-image error string; never another exception.
+- fields: a sample's field (the first byte picks txt, cls, json, npy or another
+  extension) decodes to what Python's own readers make of the rest (str, int, json.loads,
+  numpy's np.load without pickles, bytes), or ValueError; an array never larger than
+  the member's bytes.
 """
 from __future__ import annotations
 
@@ -27,7 +31,7 @@ import os
 import re
 import tempfile
 
-TARGETS = ("tar_stream", "gzip_path", "labels", "shard_list", "npy", "image", "png_halves", "parquet_pages")
+TARGETS = ("tar_stream", "gzip_path", "labels", "shard_list", "npy", "image", "png_halves", "parquet_pages", "fields")
 
 
 def _stream_view(stream):
@@ -170,6 +174,43 @@ def npy(data: bytes) -> None:
         return
     assert h >= 1 and w >= 1 and off + h * w * 3 <= len(data)
     assert npy_rgb(data).shape == (h, w, 3)
+
+
+_FIELD_EXTS = ("txt", "cls", "json", "npy", "seg.npy", "bin")
+
+
+def fields(data: bytes) -> None:
+    import numpy as np
+
+    from gpudecode.fields import decode_member
+
+    if not data:
+        return
+    ext, body = _FIELD_EXTS[data[0] % len(_FIELD_EXTS)], data[1:]
+    try:
+        value = decode_member(ext, body)
+    except ValueError:
+        value = None
+    if ext == "txt":
+        try:
+            want = body.decode("utf-8")
+        except UnicodeDecodeError:
+            want = None
+        assert value == want, "a caption differs from Python's UTF-8 decoding"
+    elif ext == "cls":
+        assert value is None or (type(value) is int and value == int(body) and -(1 << 63) <= value < (1 << 63))
+    elif ext == "json":
+        if value is not None:  # (compared as written out: NaN is not equal to itself)
+            assert json.dumps(value) == json.dumps(json.loads(body)), "a JSON field differs from json.loads"
+    elif ext.endswith("npy"):
+        if value is None:
+            return
+        assert isinstance(value, np.ndarray) and not value.dtype.hasobject and value.nbytes <= len(body)
+        ref = np.load(io.BytesIO(body), allow_pickle=False)
+        assert ref.shape == value.shape and ref.dtype == value.dtype
+        assert np.array_equal(ref, value, equal_nan=value.dtype.kind in "fc"), "an .npy field differs from np.load"
+    else:
+        assert value == body
 
 
 def image(data: bytes) -> None:

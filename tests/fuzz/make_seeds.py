@@ -102,7 +102,7 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     imgs = images()
     dirs = {t: out / t for t in ("tar", "probe", "jpeg", "png", "batch", "tar_stream", "gzip_path", "labels",
-                                 "shard_list", "npy", "image", "png_halves", "parquet_pages", "png_walk")}
+                                 "shard_list", "npy", "image", "png_halves", "parquet_pages", "png_walk", "fields")}
     for d in dirs.values():
         d.mkdir(exist_ok=True)
     tars = [c.data[:1 << 15] for c in tarcorpus.cases()]
@@ -148,7 +148,24 @@ def main(out: Path) -> None:
     for i, img in enumerate(photos()[:2]):
         (dirs["npy"] / f"n{i}").write_bytes(encode_npy(img[:16, :16]))
         (dirs["probe"] / f"npy{i}").write_bytes(encode_npy(img[:8, :8]))  # the native npy header parser
+    for i, (kind, body) in enumerate(field_seeds()):  # (the first byte picks the extension: harness.fields)
+        (dirs["fields"] / f"f{i}").write_bytes(bytes([kind]) + body)
     print(f"seeds in {out}")
+
+
+def field_seeds() -> list[tuple[int, bytes]]:
+    """A sample's fields of each kind harness.fields reads: (extension's index, bytes)."""
+    import numpy as np
+
+    arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.asfortranarray(np.eye(3, dtype=np.int16)),
+              np.array([True, False]), np.zeros((0, 4), np.uint8), np.array(3.5)]
+    out = [(0, "a photograph of a café".encode()), (0, b"\xff\xfe"), (1, b" 12\n"), (1, b"1e3"),
+           (2, b'{"tags": ["a", "b"], "score": 0.5}'), (2, b"[[[[]]]]"), (2, b"NaN"), (5, b"\x00raw")]
+    for i, a in enumerate(arrays):
+        b = io.BytesIO()
+        np.save(b, a)
+        out.append((3 + i % 2, b.getvalue()))
+    return out
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ ImageNet-like JPEGs (500x375, quality 90):
 
     python bench/loader.py [--images 2048] [--threads 2]
     python bench/loader.py --splits   the Loader with split shard, sample and elastic
+    python bench/loader.py --captions image-text pairs (CLIP-style): the Loader with
+        fields="txt" against webdataset's pipeline as OpenCLIP builds it
 """
 from __future__ import annotations
 
@@ -236,15 +238,104 @@ def remote_splits(shards, a, names) -> dict:
     return out
 
 
+CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
+
+
+def captioned(shards: list[str]) -> list[str]:
+    """The bench's shards again with a caption (.txt, 40-90 characters of UTF-8) beside
+    each image, as LAION's and CC12M's shards hold them."""
+    import tarfile
+
+    from gpudecode.io.writer import ShardWriter
+
+    root = OUT / f"{os.path.basename(os.path.dirname(shards[0]))}_captioned"
+    done = sorted(str(p) for p in root.glob("train-*.tar"))
+    if done:
+        return done
+    words = ["a", "photo", "of", "the", "astronaut", "coffee", "cat", "rocket", "cells", "on", "table", "café",
+             "under", "light", "blue", "sky"]
+    with ShardWriter(str(root / "train-%06d.tar"), maxcount=256) as w:
+        for u in shards:
+            with tarfile.open(u) as t:
+                for m in t.getmembers():
+                    if m.name.endswith(".jpg"):
+                        key = m.name[:-4]
+                        k = int(key)
+                        text = " ".join(words[(k * 7 + j * 3) % len(words)] for j in range(8 + k % 10))
+                        w.write({"__key__": key, "jpg": t.extractfile(m).read(), "txt": text})  # type: ignore[union-attr]
+    return w.shards
+
+
+def tokens(text: str):
+    """A stand-in tokenizer, the same in every pipeline: the first 77 characters' code
+    points as an int64 [77] tensor, zero-padded (a CLIP tokenizer's output shape)."""
+    import torch
+
+    ids = [ord(c) for c in text[:77]]
+    return torch.tensor(ids + [0] * (77 - len(ids)), dtype=torch.int64)
+
+
+def captions(shards, a) -> None:
+    """Image-text pairs as CLIP-style training reads them: OpenCLIP's train transform
+    (RandomResizedCrop(224, scale=(0.9, 1.0), bicubic) + Normalize with CLIP's mean and
+    std), each caption tokenized on the workers; the Loader (fields={"txt": tokens},
+    labels=False) against webdataset's pipeline as OpenCLIP's data.py builds it
+    (decode("pilrgb"), rename, map_dict, to_tuple, batched, in a WebLoader with
+    --threads workers), and the Loader without the captions (what the field costs)."""
+    import torch
+    import torchvision.transforms as v1
+    import webdataset as wds
+
+    from gpudecode import Loader
+    from gpudecode import transforms as T
+
+    urls = captioned(shards)
+    ours = T.Compose([T.RandomResizedCrop(224, scale=(0.9, 1.0), interpolation="bicubic"),
+                      T.Normalize(CLIP_MEAN, CLIP_STD)])
+
+    def loader(fields):
+        return epochs(Loader(urls, batch_size=a.batch, transform=ours, device="cpu", num_threads=a.threads,
+                             labels=False, fields=fields))
+
+    preprocess = v1.Compose([v1.RandomResizedCrop(224, scale=(0.9, 1.0), interpolation=v1.InterpolationMode.BICUBIC),
+                             v1.ToTensor(), v1.Normalize(CLIP_MEAN, CLIP_STD)])
+
+    def web():
+        pipe = (wds.WebDataset(urls, shardshuffle=len(urls), empty_check=False).shuffle(1000).decode("pilrgb")
+                .rename(image="jpg;png;jpeg;webp", text="txt").map_dict(image=preprocess, text=tokens)
+                .to_tuple("image", "text").batched(a.batch, partial=True))
+        dl = wds.WebLoader(pipe, batch_size=None, shuffle=False, num_workers=a.threads, persistent_workers=True)
+
+        def go():
+            return sum(x.shape[0] for x, _ in dl)
+        return go
+
+    rows = {"gpudecode Loader, captions tokenized": timed(loader({"txt": tokens}), a.repeat),
+            "gpudecode Loader, images alone": timed(loader(None), a.repeat),
+            "webdataset + DataLoader (OpenCLIP's)": timed(web(), a.repeat)}
+    ref = rows["webdataset + DataLoader (OpenCLIP's)"]
+    print(f"{a.images} image-text pairs (JPEG 500x375 q90 + .txt) -> 224x224 float + [77] tokens, batch {a.batch}, "
+          f"{a.threads} threads/workers, {os.cpu_count()} cores, torch {torch.__version__}, webdataset "
+          f"{getattr(wds, '__version__', '?')}")
+    print(f"{'pipeline':46s} {'img/s':>8s} {'x webdataset':>13s}")
+    for name, r in rows.items():
+        print(f"{name:46s} {r:8.0f} {r / ref:13.2f}")
+    save("loader_captions", {"machine": machine(), "args": vars(a), "img_per_s": rows})
+
+
 def main() -> None:
     ap = pipeline_args(__doc__, images=2048)
     ap.add_argument("--skip-dali", action="store_true")
     ap.add_argument("--splits", action="store_true", help="the Loader with each split (shard, sample, elastic)")
     ap.add_argument("--remote", action="store_true", help="with --splits: also over HTTP with a node cache")
+    ap.add_argument("--captions", action="store_true", help="image-text pairs: fields='txt' against webdataset")
     a = ap.parse_args()
     shards, folder = build(a.images)
     if a.splits:
         splits(shards, a)
+        return
+    if a.captions:
+        captions(shards, a)
         return
     rows = {}
     go, ld = run_gpudecode(shards, a.threads, a.batch)
