@@ -186,10 +186,12 @@ def _npy(data: bytes) -> np.ndarray:
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
         else:
             raise ValueError(f"version {version}")
-    except (ValueError, OSError, SyntaxError, TypeError, EOFError) as e:
-        raise ValueError(f"is not a .npy array ({str(e)[:80]})") from None
+    except Exception as e:  # (numpy's header parser on hostile bytes: ValueError, SyntaxError, TokenError, ...)
+        raise ValueError(f"is not a .npy array ({type(e).__name__}: {str(e)[:80]})") from None
     if dtype.hasobject:
         raise ValueError("is a .npy of Python objects (a pickle): refused, it would run code from the shard")
+    if any(d < 0 for d in shape):
+        raise ValueError(f"is a .npy whose header gives a negative dimension: {shape}")
     count = math.prod(shape)
     need = count * dtype.itemsize
     start = fp.tell()

@@ -28,6 +28,7 @@ with atheris.instrument_imports(include=["gpudecode"]):
     import gpudecode.decode.cpu  # noqa: F401
     import gpudecode.decode.png  # noqa: F401
     import gpudecode.io.parquet  # noqa: F401
+    import gpudecode.fields  # noqa: F401
 
 import harness  # noqa: E402
 
