@@ -17,6 +17,8 @@ from gpudecode.bench import data as bdata
 from gpudecode.cli import main
 from gpudecode.profiling import find_period
 
+from conftest import tar_samples
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
@@ -424,6 +426,30 @@ def test_bench_suite_runs_from_the_package(tmp_path, monkeypatch, capsys):
     for name in ("reader", "kernels", "loader", "formats", "tensors", "recipes", "gpu"):  # each a caller only
         text = (bench / f"{name}.py").read_text()
         assert f"from gpudecode.bench.suite.{name} import main" in text and len(text.splitlines()) < 15
+
+
+def test_the_captions_bench_runs_each_pipeline(tmp_path, monkeypatch, capsys):
+    """bench/loader.py --captions: image-text pairs through the Loader (with and without
+    its captions) and through webdataset's pipeline as OpenCLIP builds it, every rate in
+    the printout and the JSON; the captioned shards hold each image with its caption."""
+    import sys
+
+    from gpudecode.bench.suite import loader
+
+    monkeypatch.setattr(loader, "OUT", tmp_path)
+    monkeypatch.setattr("gpudecode.bench.suite.OUT", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["loader", "--captions", "--images", "48", "--repeat", "1", "--batch", "16",
+                                      "--skip-dali"])
+    loader.main()
+    out = capsys.readouterr().out
+    assert "x webdataset" in out and "captions tokenized" in out
+    doc = json.loads((tmp_path / "loader_captions.json").read_text())
+    assert len(doc["img_per_s"]) == 3 and all(v > 0 for v in doc["img_per_s"].values())
+    got = [s for p in sorted((tmp_path / "loader_48_captioned").glob("train-*.tar")) for s in tar_samples(p)]
+    source = {k: f["jpg"] for p in sorted((tmp_path / "loader_48").glob("train-*.tar")) for k, f in tar_samples(p)}
+    assert len(got) == 48 and all(set(f) == {"jpg", "txt"} and f["jpg"] == source[k] and len(f["txt"].decode()) > 10
+                                  for k, f in got)
+    assert loader.tokens("ab").tolist()[:3] == [97, 98, 0] and loader.tokens("x" * 100).shape == (77,)
 
 
 def test_kernel_stages_from_memory_and_cached(tmp_path, monkeypatch, capsys):
