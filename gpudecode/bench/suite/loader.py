@@ -242,7 +242,7 @@ CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.261302
 
 
 def captioned(shards: list[str]) -> list[str]:
-    """The bench's shards again with a caption (.txt, 40-90 characters of UTF-8) beside
+    """The bench's shards again with a caption (.txt, 32-90 characters of UTF-8) beside
     each image, as LAION's and CC12M's shards hold them."""
     import tarfile
 
