@@ -24,8 +24,12 @@ them, where that is safe:
 pickle, pyd, pkl, pth and pt members would run code from the shard when read: they are
 refused unless a function reads them (it is given the bytes). A function's values are
 batched by the first value's kind: tensors and arrays stacked (every one of the batch's
-shape and dtype), Python ints, floats and bools as a tensor, anything else as a list.
+shape and dtype), Python ints, floats and bools as a tensor (int64, float64, bool, as
+DataLoader's default_collate makes them), anything else as a list.
 Tensors go to the Loader's device, as labels do.
+
+A Parquet file's fields are its other columns, by name (any case), their values as
+pyarrow gives them (io/parquet.py reads them beside the image column); a null is no field.
 
 A sample whose field is missing, cannot be decoded, or whose function raises is that
 sample's FieldError, naming its shard and key (skipped under on_error="skip", as a bad
@@ -123,10 +127,13 @@ def _last(ext: str) -> str:
 
 def decode_member(ext: str, data: Any, *, raw: bool = False) -> Any:
     """A member's value by its last extension (the module doc's table); `raw`: its bytes
-    (a pickled member, read by the caller's function).
+    (a pickled member, read by the caller's function). A value that is not bytes (a
+    Parquet column's) is taken as it is.
 
     Raises:
         ValueError: the bytes are not what the extension says, with the reason."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        return data  # (a Parquet column's value, as pyarrow gives it: a str, an int, a list)
     kind = _last(ext)
     if raw or kind in UNSAFE:
         return bytes(data)
@@ -291,8 +298,8 @@ def collate(values: Sequence[Any], device: str) -> Any:
         out = torch.stack(list(values))
     elif isinstance(kind, tuple):
         out = torch.from_numpy(np.stack(values))
-    else:
-        out = torch.tensor(list(values))
+    else:  # (Python numbers as DataLoader's default_collate makes them: float64, int64, bool)
+        out = torch.tensor(list(values), dtype={float: torch.float64, int: torch.int64, bool: torch.bool}[kind])
     if device != "cpu" and out.device.type == "cpu":
         out = out.pin_memory().to(device, non_blocking=True) if torch.cuda.is_available() else out.to(device)
     return out

@@ -280,7 +280,7 @@ def check_sources(reader: Any, config: PipelineConfig) -> None:
     if isinstance(config.transform, Compose) and config.transform.plan.out_size is None and config.batch_size > 1:
         _check_stored_sizes(reader)
     if config.fields:
-        _fields_read_here(reader)
+        _fields_read_here(reader, config)
     if not config.labels:
         return
     for flist in reader.files.values():
@@ -303,20 +303,30 @@ def check_sources(reader: Any, config: PipelineConfig) -> None:
                              f"{bound}: every one of its samples would be a LabelError")
 
 
-def _fields_read_here(reader: Any) -> None:
-    """`fields` are a tar sample's other members: sources without such members (images as
-    they lie, Datasets, Parquet rows) are refused, naming the first."""
-    from .io.parquet import is_parquet
+def _fields_read_here(reader: Any, config: PipelineConfig) -> None:
+    """`fields` are a tar sample's other members, or a Parquet file's other columns:
+    sources without them (images as they lie, Datasets) are refused, naming the first, and
+    so is a Parquet file with no column a field names.
+
+    Raises:
+        ValueError: the source, and what it has instead."""
+    from .io.parquet import IMAGE_COLUMNS, column_names, is_parquet
 
     for url in reader.urls:
         if url in reader.files:
             raise ValueError(f"fields: {reader.files[url].name[len(_files.PREFIX):]!r} is images as they lie (a "
                              "folder, a list of files or a Dataset), whose samples have an image and a label "
                              "only: fields are read from tar shards (WebDataset's layout), whose samples' "
-                             "members they name")
-        if is_parquet(url):
-            raise ValueError(f"fields: {url!r} is a Parquet file, whose image and label columns alone are read; "
-                             "fields are read from tar shards")
+                             "members they name, and from Parquet files' columns")
+    first = next((u for u in reader.urls if is_parquet(u)), None)
+    if first is None:
+        return
+    names = column_names(first)
+    have = {n.lower() for n in names if n.lower() not in IMAGE_COLUMNS}
+    for f in config.fields:
+        if not have.intersection(f.exts):
+            raise ValueError(f"fields: the Parquet file {first!r} has no column {f.name!r} (its columns: "
+                             f"{', '.join(names)})")
 
 
 def _check_stored_sizes(reader: Any) -> None:

@@ -186,6 +186,39 @@ def test_refused_when_the_loader_is_made(shards, tmp_path, photos):
         Loader(str(tmp_path / "tree"), batch_size=4, transform=TF, device="cpu", fields="txt")
 
 
+@pytest.mark.parametrize("compressed", [False, True])
+def test_a_parquet_files_other_columns_are_fields(tmp_path, photos, compressed):
+    """Image-text pairs in Parquet (a caption column beside the image, as the hub's
+    captioned sets hold them): each named column a field, its values as pyarrow's
+    to_pylist gives them, row for row, whether the rows are read in place (uncompressed)
+    or by pyarrow; a null is no field, the row's FieldError; a column not there is refused."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rows = _samples(photos, 30)
+    captions = [r["txt"] for r in rows]
+    captions[11] = None
+    table = pa.table({"image": pa.array([r["jpg"] for r in rows], pa.binary()),
+                      "label": pa.array([int(r["cls"]) for r in rows], pa.int64()),
+                      "Caption": pa.array(captions, pa.string()),
+                      "score": pa.array([k / 3 for k in range(30)], pa.float64()),
+                      "tags": pa.array([["x"] * (k % 3) for k in range(30)], pa.list_(pa.string()))})
+    path = str(tmp_path / "pairs.parquet")
+    pq.write_table(table, path, row_group_size=8, compression="zstd" if compressed else "none", use_dictionary=False)
+    want = pq.read_table(path).to_pylist()
+    ld = Loader(path, batch_size=8, transform=TF, device="cpu", seed=2, fields=["caption", "score", "tags"],
+                on_error="skip")
+    got = _flat(ld)
+    assert len(got) == 29
+    for key, _, lab, caption, score, tags in got:
+        row = want[int(key.rsplit("/", 1)[1])]
+        assert (caption, score, tags, int(lab)) == (row["Caption"], row["score"], row["tags"], row["label"])
+    assert [s.key for s in ld.skipped] == ["pairs/000000011"] and "no field .caption" in ld.skipped[0].reason
+    b = next(iter(Loader(path, batch_size=4, transform=TF, device="cpu", shuffle=False, fields="score")))
+    assert b.fields["score"].dtype == torch.float64  # (Python floats as DataLoader's default_collate makes them)
+    with pytest.raises(ValueError, match="has no column 'txt'.*Caption"):
+        Loader(path, batch_size=4, transform=TF, device="cpu", fields="txt")
+
+
 def test_a_pickle_read_by_the_callers_function_and_alternatives_in_order(tmp_path, photos):
     rows = [{"__key__": f"k{i}", "jpg": encode(photos["coffee"][:40, :40]), "cls": "1",
              **({"pyd": pickle.dumps({"i": i})} if i % 2 else {"caption": f"c{i}".encode()})} for i in range(6)]

@@ -1,5 +1,6 @@
 """Parquet files read as shards (issue 58): each row a sample, read by row groups on the
-reader's threads, only the image column and the label column.
+reader's threads, only the image column and the label column (and the columns a Loader's
+`fields=` names, by pyarrow, a row group at a time: `_Layout.extra`).
 
 The Hugging Face `datasets` layout is recognised as it lies: an `image` column of
 {bytes, path} structs (what `datasets.Image()` writes) and a `label` column (a
@@ -118,6 +119,12 @@ def _columns(pf: Any, url: str) -> tuple[str, bool, str | None]:
         raise ShardFormatError(f"image column {image!r} holds {t}, not bytes", shard=url)
     label = next((n for n in names if n.lower() in LABEL_COLUMNS and pa.types.is_integer(schema.field(n).type)), None)
     return image, struct, label
+
+
+def column_names(url: str) -> list[str]:
+    """The file's columns, by name (its schema: nothing is scanned)."""
+    with _open(url) as pf:
+        return list(pf.schema_arrow.names)
 
 
 def count(url: str) -> int:
@@ -555,9 +562,18 @@ class _Layout:
     """A local file as walked: its columns, rows a row group, and the groups walked so far
     (None: pyarrow reads that group)."""
 
-    def __init__(self, image: str, struct: bool, label: str | None, rows: list[int]) -> None:
+    def __init__(self, image: str, struct: bool, label: str | None, rows: list[int], names: Sequence[str] = ()) -> None:
         self.image, self.struct, self.label, self.rows = image, struct, label, rows
+        self.names = list(names)  # (every column's name: the ones a Loader's fields= asks for are read too)
         self.groups: dict[int, _Group | None] = {}
+
+    def extra(self, extensions: frozenset[str] | None) -> list[str]:
+        """The columns read as fields (their names, lower-cased, in `extensions`): neither
+        the image column nor the label column nor one named as an image column is."""
+        if not extensions:
+            return []
+        return [n for n in self.names if n.lower() in extensions and n not in (self.image, self.label)
+                and n.lower() not in IMAGE_COLUMNS]
 
 
 # Files walked, kept from one epoch to the next (their stat: device, inode, size, mtime):
@@ -612,10 +628,12 @@ def sample_lists(url: str, *, start: int = 0, stop: int | None = None, extension
             pf = _open(url, key)
             image, struct, label = _columns(pf, url)
             meta = pf.metadata
-            layout = _Layout(image, struct, label, [meta.row_group(g).num_rows for g in range(meta.num_row_groups)])
+            layout = _Layout(image, struct, label, [meta.row_group(g).num_rows for g in range(meta.num_row_groups)],
+                             pf.schema_arrow.names)
             if key is not None:
                 _remember(key, layout)
         image, struct, label = layout.image, layout.struct, layout.label
+        extra = layout.extra(extensions)  # (columns a Loader's fields= names: read by pyarrow, a group at a time)
         total = sum(layout.rows)
         end = total if stop is None else min(stop, total)
         first = 0
@@ -631,12 +649,16 @@ def sample_lists(url: str, *, start: int = 0, stop: int | None = None, extension
                                          pooled if (lo, hi) == (first, first + rows) else None)
                     layout.groups[g] = group
                 table = None
+                more = None
+                if extra:
+                    pf = pf or _open(url)
+                    more = pf.read_row_group(g, columns=extra, use_threads=False)
                 for a in range(lo, hi, ROWS_A_READ):
                     b = min(hi, a + ROWS_A_READ)
                     got = group.rows(url, path, a - first, b - a, a, mapped, maps, pooled, extensions, fresh) \
                         if isinstance(group, _Group) and path is not None else None
                     if got is not None:
-                        yield got
+                        yield _with_columns(got, more, a - first, a) if more is not None else got
                         continue
                     if isinstance(group, _Group):  # the file changed under it: pyarrow reads it, and names it
                         group = layout.groups[g] = None
@@ -644,7 +666,8 @@ def sample_lists(url: str, *, start: int = 0, stop: int | None = None, extension
                         pf = pf or _open(url)  # (stat again: the file may have changed)
                         # (use_threads=False: the reader's threads already read files side by side)
                         table = pf.read_row_group(g, columns=[image] + ([label] if label else []), use_threads=False)
-                    yield _samples(url, table.slice(a - first, b - a), a, image, struct, label, extensions)
+                    read = _samples(url, table.slice(a - first, b - a), a, image, struct, label, extensions)
+                    yield _with_columns(read, more, a - first, a) if more is not None else read
             first += rows
             if first >= end:
                 break
@@ -655,6 +678,21 @@ def sample_lists(url: str, *, start: int = 0, stop: int | None = None, extension
     finally:
         if pf is not None:
             pf.close()
+
+
+def _with_columns(rows: list[Sample | Failure], table: Any, at: int, first: int) -> list[Sample | Failure]:
+    """Each Sample of `rows` (the file's rows from `first`, the group's from `at`) with the
+    values of `table`'s columns in its fields, by the column's lower-cased name, as pyarrow
+    gives them (a str, an int, a list, bytes); a null is no field."""
+    n = max((r.index - first + 1 for r in rows if isinstance(r, Sample)), default=0)
+    cols = {name.lower(): table.column(name).slice(at, n).to_pylist() for name in table.column_names}
+    for r in rows:
+        if isinstance(r, Sample):
+            for name, values in cols.items():
+                v = values[r.index - first]
+                if v is not None:
+                    r.fields[name] = v
+    return rows
 
 
 def _binary_views(arr: Any) -> tuple[list[Any], np.ndarray, np.ndarray]:
