@@ -15,6 +15,7 @@ between the stages (`PipelineConfig`, `Prepared`, `Ready`, `Batch`) is batches.p
 """
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import hashlib
 import time
@@ -67,6 +68,9 @@ class Pipeline:
         self.seq = 0    # batches decoded so far (the rings' turn; kept across epochs)
         self.gpu: Streams | None = None
         self._images: HostImages | None = None  # finish_images' sink, made on first use
+        # the samples' fields (fields.read_fields: a tokenizer of the user's, ...) are read on a
+        # thread of their own while the batch decodes (the decoders release the GIL): made on first use
+        self._fields_thread: concurrent.futures.ThreadPoolExecutor | None = None
 
     @property
     def in_flight(self) -> int:
@@ -115,6 +119,7 @@ class Pipeline:
         if self.owns_decoder:
             self._decoder = None
         self.gpu = None
+        self._fields_thread = None  # (its thread stayed in the parent)
         self.ring.after_fork()
 
     def close(self) -> None:
@@ -132,6 +137,9 @@ class Pipeline:
             self.gpu.release_handed(keep=0)
         self.gpu = None  # (after wait_idle: no kernel still works in the workspaces)
         self.ring.clear()
+        if self._fields_thread is not None:
+            self._fields_thread.shutdown(wait=True)
+            self._fields_thread = None
 
     @property
     def skipped(self) -> list[Skipped]:
@@ -175,6 +183,7 @@ class Pipeline:
             probed = probed.keep(keep)
             samples, sizes, labels = probed.samples, [sizes[i] for i in keep], probed.extras
         requests = probed.requests(boxes)
+        fields = self._read_fields(samples) if self.config.fields else None
         t1 = time.perf_counter()
         timing.probe = t1 - t0
         decoded = None
@@ -201,10 +210,16 @@ class Pipeline:
                     timing.gpu["h2d"] = (ev[1], ev[2])
                     ready = ev[2]  # the augment stream waits for this
         timing.decode = time.perf_counter() - t1
-        values, failed = read_fields(self.config.fields, samples) if self.config.fields else ([], {})
+        values, failed = fields.result() if fields is not None else ([], {})
         return Prepared(samples, params, sizes, labels, decoded, timing, taken=len(chunk), seq=seq, ready=ready,
                          draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes,
                          fields=values, field_errors=failed)
+
+    def _read_fields(self, samples: list[Sample]) -> "concurrent.futures.Future":
+        """read_fields(samples) started on the fields' thread (it runs while the batch decodes)."""
+        if self._fields_thread is None:
+            self._fields_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpudecode-fields")
+        return self._fields_thread.submit(read_fields, self.config.fields, samples)
 
     def prepare_resident(self, rows: np.ndarray, store: Any, *, seed: int, epoch: int, position: int, rank: int = 0,
                          world: int = 1, places: np.ndarray | None = None, taken: int | None = None) -> Prepared:

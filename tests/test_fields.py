@@ -116,6 +116,30 @@ def test_labels_off_gives_images_and_fields_and_a_function_runs_on_each(shards):
     assert ld.describe()["batch"] == ["images", "txt", "json", "cls"]
 
 
+def test_the_function_runs_on_the_fields_thread_and_close_ends_it(shards):
+    """A field's function runs on a thread of its own while the batch decodes (not the
+    trainer's, not the decode stage's), and close() ends that thread."""
+    import threading
+
+    where = set()
+
+    def upper(text):
+        where.add(threading.current_thread().name)
+        return text.upper()
+
+    ld = Loader(shards, batch_size=8, transform=TF, device="cpu", shuffle=False, fields={"txt": upper})
+    b = next(iter(ld))
+    assert b.fields["txt"] == [t.upper() for t in _wds_texts(shards, b.keys)]
+    assert len(where) == 1 and where.pop().startswith("gpudecode-fields")
+    ld.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("gpudecode-fields")]
+
+
+def _wds_texts(shards, keys):
+    ref = _wds_fields(shards)
+    return [ref[k][0] for k in keys]
+
+
 def test_each_bad_field_is_its_samples_error_and_skipped_alone(tmp_path, photos):
     good = _samples(photos, 12)
     bad = {3: ("txt", b"\xff\xfe not utf-8"), 5: ("json", b"{bad json"), 7: ("npy", b"\x93NUMPY garbage"),

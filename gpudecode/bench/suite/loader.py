@@ -267,18 +267,33 @@ def captioned(shards: list[str]) -> list[str]:
 
 
 def tokens(text: str):
-    """A stand-in tokenizer, the same in every pipeline: the first 77 characters' code
-    points as an int64 [77] tensor, zero-padded (a CLIP tokenizer's output shape)."""
+    """A stand-in tokenizer: the first 77 characters' code points as an int64 [77] tensor,
+    zero-padded (a CLIP tokenizer's output shape)."""
     import torch
 
     ids = [ord(c) for c in text[:77]]
     return torch.tensor(ids + [0] * (77 - len(ids)), dtype=torch.int64)
 
 
+def tokenizer(name: str):
+    """(the function each caption goes through, what it is): OpenCLIP's own tokenizer for
+    ViT-B-32 (its SimpleTokenizer, `tokenizer(text)[0]` as OpenCLIP's data.py calls it)
+    for "openclip", else the stand-in (`tokens`)."""
+    if name == "openclip":
+        import open_clip
+
+        tok = open_clip.get_tokenizer("ViT-B-32")
+
+        def one(text: str):
+            return tok(text)[0]
+        return one, f"OpenCLIP {open_clip.__version__} SimpleTokenizer"
+    return tokens, "a stand-in (77 code points)"
+
+
 def captions(shards, a) -> None:
     """Image-text pairs as CLIP-style training reads them: OpenCLIP's train transform
     (RandomResizedCrop(224, scale=(0.9, 1.0), bicubic) + Normalize with CLIP's mean and
-    std), each caption tokenized on the workers; the Loader (fields={"txt": tokens},
+    std), each caption tokenized on the workers (--tokenizer); the Loader (fields={"txt": tok},
     labels=False) against webdataset's pipeline as OpenCLIP's data.py builds it
     (decode("pilrgb"), rename, map_dict, to_tuple, batched, in a WebLoader with
     --threads workers), and the Loader without the captions (what the field costs)."""
@@ -290,6 +305,7 @@ def captions(shards, a) -> None:
     from gpudecode import transforms as T
 
     urls = captioned(shards)
+    tok, tok_name = tokenizer(a.tokenizer)
     ours = T.Compose([T.RandomResizedCrop(224, scale=(0.9, 1.0), interpolation="bicubic"),
                       T.Normalize(CLIP_MEAN, CLIP_STD)])
 
@@ -302,7 +318,7 @@ def captions(shards, a) -> None:
 
     def web():
         pipe = (wds.WebDataset(urls, shardshuffle=len(urls), empty_check=False).shuffle(1000).decode("pilrgb")
-                .rename(image="jpg;png;jpeg;webp", text="txt").map_dict(image=preprocess, text=tokens)
+                .rename(image="jpg;png;jpeg;webp", text="txt").map_dict(image=preprocess, text=tok)
                 .to_tuple("image", "text").batched(a.batch, partial=True))
         dl = wds.WebLoader(pipe, batch_size=None, shuffle=False, num_workers=a.threads, persistent_workers=True)
 
@@ -310,17 +326,17 @@ def captions(shards, a) -> None:
             return sum(x.shape[0] for x, _ in dl)
         return go
 
-    rows = {"gpudecode Loader, captions tokenized": timed(loader({"txt": tokens}), a.repeat),
+    rows = {"gpudecode Loader, captions tokenized": timed(loader({"txt": tok}), a.repeat),
             "gpudecode Loader, images alone": timed(loader(None), a.repeat),
             "webdataset + DataLoader (OpenCLIP's)": timed(web(), a.repeat)}
     ref = rows["webdataset + DataLoader (OpenCLIP's)"]
     print(f"{a.images} image-text pairs (JPEG 500x375 q90 + .txt) -> 224x224 float + [77] tokens, batch {a.batch}, "
           f"{a.threads} threads/workers, {os.cpu_count()} cores, torch {torch.__version__}, webdataset "
-          f"{getattr(wds, '__version__', '?')}")
+          f"{getattr(wds, '__version__', '?')}; tokenizer: {tok_name}")
     print(f"{'pipeline':46s} {'img/s':>8s} {'x webdataset':>13s}")
     for name, r in rows.items():
         print(f"{name:46s} {r:8.0f} {r / ref:13.2f}")
-    save("loader_captions", {"machine": machine(), "args": vars(a), "img_per_s": rows})
+    save("loader_captions", {"machine": machine(), "args": vars(a), "tokenizer": tok_name, "img_per_s": rows})
 
 
 def main() -> None:
@@ -329,6 +345,8 @@ def main() -> None:
     ap.add_argument("--splits", action="store_true", help="the Loader with each split (shard, sample, elastic)")
     ap.add_argument("--remote", action="store_true", help="with --splits: also over HTTP with a node cache")
     ap.add_argument("--captions", action="store_true", help="image-text pairs: fields='txt' against webdataset")
+    ap.add_argument("--tokenizer", choices=("openclip", "standin"), default="standin",
+                    help="with --captions: OpenCLIP's own (pip install open_clip_torch) or a stand-in")
     a = ap.parse_args()
     shards, folder = build(a.images)
     if a.splits:
