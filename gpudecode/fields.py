@@ -7,8 +7,8 @@ Each field is one more element of the batch tuple, in the order given:
 DataLoader over a Dataset returning `(image, label, caption)` or `(image, caption)`
 batches them. A field names a member by its extension ("txt"), with alternatives tried
 in order ("txt;caption", as `label_ext`); a dict {extension: function} also runs the
-function on each decoded value (a tokenizer, a parser of one's own) on the Loader's
-threads, not the trainer's.
+function on each decoded value (a tokenizer, a parser of one's own) on a thread of the
+Loader's own while the batch decodes (pipeline.py), not the trainer's.
 
 Members are decoded by their last extension as webdataset's default decoders decode
 them, where that is safe:

@@ -121,6 +121,22 @@ def rate(fn: Callable[[], int], repeat: int = 3, *, warmup: int = 1) -> float:
     return statistics.median(rates)
 
 
+def alternated(runs: dict[str, Callable[[], int]], repeat: int = 3) -> dict[str, float]:
+    """Each run's median items a second (rate's), the runs taken in turn after one warm-up
+    each: `repeat` rounds, every other one in reverse order, so that a machine that speeds
+    up or slows down over the minutes weighs on every run alike."""
+    for fn in runs.values():
+        fn()
+    got: dict[str, list[float]] = {k: [] for k in runs}
+    names = list(runs)
+    for r in range(repeat):
+        for k in (names if r % 2 == 0 else names[::-1]):
+            t = time.perf_counter()
+            n = runs[k]()
+            got[k].append(n / (time.perf_counter() - t))
+    return {k: statistics.median(v) for k, v in got.items()}
+
+
 def epochs(ld: Any) -> Callable[[], int]:
     """A callable running a Loader's next epoch (set_epoch 0, 1, ...), returning the
     samples it gave: what `rate` times."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import io
 import os
 
-from ..common import epochs, machine, rate
+from ..common import alternated, epochs, machine, rate
 from . import OUT, pipeline_args, save
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -169,20 +169,9 @@ timed = rate  # (the median rate after a warm-up run: gpudecode.bench.common.rat
 def splits(shards, a) -> None:
     """The Loader's rate (the JPEG pipeline above, shuffled) with each split, epochs
     alternated in one run (issue 40: the elastic order's cost against whole shards)."""
-    import statistics
-    import time
-
     names = ("shard", "sample", "elastic")
-    runs = {k: run_gpudecode(shards, a.threads, a.batch, split=k)[0] for k in names}
-    for go in runs.values():
-        go()  # warm-up: the kernel, the counts, the page cache
-    got: dict[str, list[float]] = {k: [] for k in names}
-    for r in range(a.repeat * 2):
-        for k in (names if r % 2 == 0 else names[::-1]):
-            t = time.perf_counter()
-            n = runs[k]()
-            got[k].append(n / (time.perf_counter() - t))
-    med = {k: statistics.median(v) for k, v in got.items()}
+    # (one warm-up each: the kernel, the counts, the page cache)
+    med = alternated({k: run_gpudecode(shards, a.threads, a.batch, split=k)[0] for k in names}, a.repeat * 2)
     print(f"{a.images} JPEGs 500x375 q90, batch {a.batch}, {a.threads} threads, shuffled; {len(shards)} shards")
     for k in names:
         print(f"split={k:8s} {med[k]:8.0f} img/s  {med[k] / med['shard']:.2f}x whole shards")
@@ -326,9 +315,9 @@ def captions(shards, a) -> None:
             return sum(x.shape[0] for x, _ in dl)
         return go
 
-    rows = {"gpudecode Loader, captions tokenized": timed(loader({"txt": tok}), a.repeat),
-            "gpudecode Loader, images alone": timed(loader(None), a.repeat),
-            "webdataset + DataLoader (OpenCLIP's)": timed(web(), a.repeat)}
+    rows = alternated({"gpudecode Loader, captions tokenized": loader({"txt": tok}),
+                       "gpudecode Loader, images alone": loader(None),
+                       "webdataset + DataLoader (OpenCLIP's)": web()}, a.repeat)
     ref = rows["webdataset + DataLoader (OpenCLIP's)"]
     print(f"{a.images} image-text pairs (JPEG 500x375 q90 + .txt) -> 224x224 float + [77] tokens, batch {a.batch}, "
           f"{a.threads} threads/workers, {os.cpu_count()} cores, torch {torch.__version__}, webdataset "
