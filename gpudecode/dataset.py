@@ -142,6 +142,7 @@ class ShardDataset(torch.utils.data.Dataset):
             self._decoder = CpuDecoder(num_threads=1, max_pixels=self.config.max_pixels, buffers=8)
         # a pipeline a call: its one output slot is the item handed out, never written again
         pipe = Pipeline(self.config.replace(decoder=self._decoder), policy=ErrorPolicy("raise"))
+        pipe.fields_aside = False  # (one item: its fields read here, no thread made for them)
         pipe.ensure_decoder()
         ready = pipe.finish(pipe.prepare([s], seed=self.seed, epoch=0, position=index % self._total))
         assert ready is not None  # (under "raise", a sample that fails raises)

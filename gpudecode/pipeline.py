@@ -71,6 +71,7 @@ class Pipeline:
         # the samples' fields (fields.read_fields: a tokenizer of the user's, ...) are read on a
         # thread of their own while the batch decodes (the decoders release the GIL): made on first use
         self._fields_thread: concurrent.futures.ThreadPoolExecutor | None = None
+        self.fields_aside = True  # (False: read in the stage's own thread, for a pipeline of one item: Loader.dataset)
 
     @property
     def in_flight(self) -> int:
@@ -216,7 +217,12 @@ class Pipeline:
                          fields=values, field_errors=failed)
 
     def _read_fields(self, samples: list[Sample]) -> "concurrent.futures.Future":
-        """read_fields(samples) started on the fields' thread (it runs while the batch decodes)."""
+        """read_fields(samples) started on the fields' thread (it runs while the batch decodes),
+        or read here where `fields_aside` is off."""
+        if not self.fields_aside:
+            done: concurrent.futures.Future = concurrent.futures.Future()
+            done.set_result(read_fields(self.config.fields, samples))
+            return done
         if self._fields_thread is None:
             self._fields_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpudecode-fields")
         return self._fields_thread.submit(read_fields, self.config.fields, samples)

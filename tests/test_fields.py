@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import threading
 
 import numpy as np
 import pytest
@@ -119,8 +120,6 @@ def test_labels_off_gives_images_and_fields_and_a_function_runs_on_each(shards):
 def test_the_function_runs_on_the_fields_thread_and_close_ends_it(shards):
     """A field's function runs on a thread of its own while the batch decodes (not the
     trainer's, not the decode stage's), and close() ends that thread."""
-    import threading
-
     where = set()
 
     def upper(text):
@@ -334,7 +333,9 @@ def test_views_batch_callables_pickling_and_the_dataset(shards):
     rebuilt = type(b)(*[x for x in b])  # (namedtuple's protocol: torch's collate, Lightning's transfer)
     assert rebuilt.fields == b.fields and rebuilt._asdict()["txt"] == b.fields["txt"]
     one = Loader(shards, batch_size=4, transform=TF, device="cpu", shuffle=False, fields=["txt", "npy"])
+    threads = threading.active_count()
     image, label, text, arr = one.dataset[5]
+    assert threading.active_count() == threads  # (one item: no thread made for its fields)
     key = one.dataset.sample(5).key
     assert text == ref[key][0] and label == ref[key][3] and np.array_equal(arr.numpy(), ref[key][2])
     assert image.shape == (3, 24, 24)
