@@ -29,7 +29,8 @@ DataLoader's default_collate makes them), anything else as a list.
 Tensors go to the Loader's device, as labels do.
 
 A Parquet file's fields are its other columns, by name (any case), their values as
-pyarrow gives them (io/parquet.py reads them beside the image column); a null is no field.
+pyarrow gives them (io/parquet.py reads them beside the image column), and so are a
+Hugging Face Dataset's given as it is (parquet.hf_dataset); a null is no field.
 
 A sample whose field is missing, cannot be decoded, or whose function raises is that
 sample's FieldError, naming its shard and key (skipped under on_error="skip", as a bad
@@ -48,7 +49,7 @@ import torch
 from .errors import FieldError
 from .labels import parse_text_int
 
-__all__ = ["FieldSpec", "field_specs", "read_fields", "disagreeing", "collate"]
+__all__ = ["FieldSpec", "batched", "field_specs", "read_fields", "disagreeing", "collate"]
 
 TEXT = frozenset({"txt", "text", "transcript"})
 INTS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})
@@ -209,9 +210,30 @@ def _npy(data: bytes) -> np.ndarray:
     return arr.reshape(shape[::-1]).T.copy() if fortran else arr.reshape(shape).copy()
 
 
+class batched:
+    """A field's function that takes the batch's values as one list and gives one result
+    a value (a tokenizer's list form: OpenCLIP's `tokenizer(texts)` -> [N, 77], Hugging
+    Face's batch encoding): `fields={"txt": gpudecode.fields.batched(tokenizer)}`. It is
+    called once a batch, on the fields' thread. Where it raises, it is called again on
+    each value alone, so that only the samples it fails on are their FieldErrors."""
+
+    def __init__(self, fn: Callable[[list], Any]) -> None:
+        if not callable(fn):
+            raise TypeError(f"batched() takes a function, not {type(fn).__name__}")
+        self.fn = fn
+        self.__qualname__ = f"batched({_fn_name(fn)})"
+
+    def __call__(self, values: list) -> Any:
+        return self.fn(values)
+
+    def __repr__(self) -> str:
+        return self.__qualname__
+
+
 def read_fields(specs: Sequence[FieldSpec], samples: Sequence[Any]) -> tuple[list[list[Any]], dict[int, FieldError]]:
     """Each field's value for each sample ([field][sample]), and the samples whose fields
-    failed, by their place: {k: the FieldError of sample k} (its value there is None)."""
+    failed, by their place: {k: the FieldError of sample k} (its value there is None). A
+    `batched` function runs once over the values of the samples that have not failed."""
     values: list[list[Any]] = [[None] * len(samples) for _ in specs]
     errors: dict[int, FieldError] = {}
     for k, s in enumerate(samples):
@@ -221,7 +243,65 @@ def read_fields(specs: Sequence[FieldSpec], samples: Sequence[Any]) -> tuple[lis
             except _Failed as e:
                 errors[k] = FieldError(str(e), shard=s.shard, key=s.key)
                 break
+    for f, spec in enumerate(specs):
+        if isinstance(spec.fn, batched):
+            _run_batched(spec, values[f], errors, samples)
     return values, errors
+
+
+def _run_batched(spec: FieldSpec, column: list[Any], errors: dict[int, FieldError], samples: Sequence[Any]) -> None:
+    """column[k] (sample k's decoded value) replaced by its part of spec.fn's result over
+    the column's values whose samples have not failed; each sample the function fails on
+    alone is its FieldError."""
+    fn = spec.fn
+    assert isinstance(fn, batched)
+    rows = [k for k in range(len(column)) if k not in errors]
+    if not rows:
+        return
+    try:
+        out = _parts(fn([column[k] for k in rows]), len(rows), fn)
+    except _WrongLength:
+        raise
+    except Exception:  # (one value it cannot take: each alone, each failure its sample's)
+        out = []
+        for k in list(rows):
+            try:
+                out.append(_parts(fn([column[k]]), 1, fn)[0])
+            except _WrongLength:
+                raise
+            except Exception as e:
+                s = samples[k]
+                errors[k] = FieldError(f"field .{spec.name}: {fn!r} raised {type(e).__name__}: {str(e)[:120]}",
+                                       shard=s.shard, key=s.key)
+                errors[k].__cause__ = e
+                out.append(None)
+    for k, v in zip(rows, out):
+        column[k] = v
+
+
+class _WrongLength(TypeError):
+    pass
+
+
+def _parts(result: Any, n: int, fn: Any) -> list[Any]:
+    """A batched function's result as one value a sample: a tensor's or array's rows, a
+    sequence's items.
+
+    Raises:
+        TypeError: a result that is not n values (the function's fault, not a sample's)."""
+    if isinstance(result, torch.Tensor):
+        parts: list[Any] = list(result.unbind(0)) if result.dim() else []
+    elif isinstance(result, np.ndarray):
+        parts = list(result) if result.ndim else []
+    elif isinstance(result, (list, tuple)):
+        parts = list(result)
+    else:
+        raise _WrongLength(f"{fn!r} gave a {type(result).__name__}: a batched function gives a tensor, an array or "
+                           f"a list, one value for each of the {n} it was given")
+    if len(parts) != n:
+        raise _WrongLength(f"{fn!r} gave {len(parts)} values for the {n} it was given: a batched function gives one "
+                           "for each")
+    return parts
 
 
 class _Failed(Exception):
@@ -237,8 +317,8 @@ def _one(spec: FieldSpec, fields: Mapping[str, Any]) -> Any:
             value = decode_member(ext, data, raw=spec.fn is not None and _last(ext) in UNSAFE)
         except ValueError as e:
             raise _Failed(f"field .{ext} {e}") from None
-        if spec.fn is None:
-            return value
+        if spec.fn is None or isinstance(spec.fn, batched):
+            return value  # (a batched function runs on the batch's values: read_fields)
         try:
             return spec.fn(value)
         except Exception as e:  # (the caller's code: its error is this sample's, named)

@@ -313,11 +313,20 @@ def _fields_read_here(reader: Any, config: PipelineConfig) -> None:
     from .io.parquet import IMAGE_COLUMNS, column_names, is_parquet
 
     for url in reader.urls:
-        if url in reader.files:
-            raise ValueError(f"fields: {reader.files[url].name[len(_files.PREFIX):]!r} is images as they lie (a "
-                             "folder, a list of files or a Dataset), whose samples have an image and a label "
-                             "only: fields are read from tar shards (WebDataset's layout), whose samples' "
-                             "members they name, and from Parquet files' columns")
+        flist = reader.files.get(url)
+        if flist is None:
+            continue
+        name = flist.name[len(_files.PREFIX):]
+        if flist.extra is None:
+            raise ValueError(f"fields: {name!r} is images as they lie (a folder, a list of files or a Dataset), whose "
+                             "samples have an image and a label only: fields are read from tar shards "
+                             "(WebDataset's layout), whose samples' members they name, from Parquet files' and "
+                             "Hugging Face Datasets' columns")
+        have = {n.lower() for n in flist.extra_names}
+        for f in config.fields:
+            if not have.intersection(f.exts):
+                raise ValueError(f"fields: {name} has no column {f.name!r} (its other columns: "
+                                 f"{', '.join(flist.extra_names) or 'none'})")
     first = next((u for u in reader.urls if is_parquet(u)), None)
     if first is None:
         return

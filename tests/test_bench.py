@@ -444,12 +444,14 @@ def test_the_captions_bench_runs_each_pipeline(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "x webdataset" in out and "captions tokenized" in out
     doc = json.loads((tmp_path / "loader_captions.json").read_text())
-    assert len(doc["img_per_s"]) == 3 and all(v > 0 for v in doc["img_per_s"].values())
+    assert len(doc["img_per_s"]) == 4 and all(v > 0 for v in doc["img_per_s"].values())
     got = [s for p in sorted((tmp_path / "loader_48_captioned").glob("train-*.tar")) for s in tar_samples(p)]
     source = {k: f["jpg"] for p in sorted((tmp_path / "loader_48").glob("train-*.tar")) for k, f in tar_samples(p)}
     assert len(got) == 48 and all(set(f) == {"jpg", "txt"} and f["jpg"] == source[k] and len(f["txt"].decode()) > 10
                                   for k, f in got)
     assert loader.tokens("ab").tolist()[:3] == [97, 98, 0] and loader.tokens("x" * 100).shape == (77,)
+    one, many, _ = loader.tokenizer("standin")
+    assert torch.equal(many(["ab", "c"]), torch.stack([one("ab"), one("c")]))
 
 
 def test_kernel_stages_from_memory_and_cached(tmp_path, monkeypatch, capsys):

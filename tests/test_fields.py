@@ -139,6 +139,40 @@ def _wds_texts(shards, keys):
     return [ref[k][0] for k in keys]
 
 
+def test_a_batched_function_runs_once_a_batch_and_fails_only_its_samples(tmp_path, photos):
+    """fields.batched(fn): fn takes the batch's values as one list (a tokenizer's list
+    form) and gives a value each, the same as fn on each alone; where it raises, only the
+    samples it fails on alone are FieldErrors; a result of another length is the
+    function's own error, raised."""
+    from gpudecode.fields import batched
+
+    calls = []
+
+    def tokenize(texts):
+        calls.append(len(texts))
+        if any("number 5 " in t for t in texts):
+            raise ValueError("cannot take number 5")
+        ids = [[ord(c) % 1000 for c in t][:16] for t in texts]
+        return torch.tensor([i + [0] * (16 - len(i)) for i in ids], dtype=torch.int64)
+
+    rows = _samples(photos, 12)
+    url = make_shard(tmp_path / "b.tar", rows)
+    ld = Loader(url, batch_size=6, transform=TF, device="cpu", shuffle=False, on_error="skip",
+                fields={"txt": batched(tokenize)})
+    got = _flat(ld)
+    assert calls == [6, 1, 1, 1, 1, 1, 1, 6]  # (the first batch's call failed: its values one by one; the second once)
+    assert [k for k, *_ in got] == [f"sample{i:04d}" for i in range(12) if i != 5]
+    for key, _, _, toks in got:
+        text = rows[int(key[-4:])]["txt"]
+        assert torch.equal(toks, tokenize([text])[0])
+    (s,) = ld.skipped
+    assert s.key == "sample0005" and "cannot take number 5" in s.reason and "batched(" in s.reason
+    short = Loader(url, batch_size=6, transform=TF, device="cpu", shuffle=False,
+                   fields={"txt": batched(lambda texts: texts[:-1])})
+    with pytest.raises(TypeError, match="gave 5 values for the 6"):
+        list(short)
+
+
 def test_each_bad_field_is_its_samples_error_and_skipped_alone(tmp_path, photos):
     good = _samples(photos, 12)
     bad = {3: ("txt", b"\xff\xfe not utf-8"), 5: ("json", b"{bad json"), 7: ("npy", b"\x93NUMPY garbage"),
@@ -371,3 +405,32 @@ def test_precached_tensor_shards_keep_their_fields(shards, tmp_path):
     assert sorted(k for k, *_ in got) == sorted(ref)
     for key, img, lab, t, j in got:
         assert (t, j, int(lab)) == (ref[key][0], ref[key][1], ref[key][3]) and img.shape == (3, 24, 24)
+
+
+def test_a_hugging_face_datasets_other_columns_are_fields(photos):
+    """A `datasets.Dataset` given as it is (an Image column, a ClassLabel, a caption and a
+    score column): each named column a field, row for row through its indices (shuffled and
+    selected), a null no field (the row's FieldError), a column not there refused."""
+    datasets = pytest.importorskip("datasets")
+    rows = _samples(photos, 20)
+    texts = [r["txt"] for r in rows]
+    texts[4] = None
+    features = datasets.Features({"image": datasets.Image(), "label": datasets.ClassLabel(names=list("abcde")),
+                                  "text": datasets.Value("string"), "score": datasets.Value("float64")})
+    ds = datasets.Dataset.from_dict({"image": [{"bytes": r["jpg"], "path": None} for r in rows],
+                                     "label": [int(r["cls"]) for r in rows], "text": texts,
+                                     "score": [k / 4 for k in range(20)]}, features=features)
+    view = ds.shuffle(seed=1).select(range(15))
+    ld = Loader(view, batch_size=4, transform=TF, device="cpu", seed=0, fields=["text", "score"], on_error="skip")
+    got = _flat(ld)
+    want = {str(k): view[k] for k in range(len(view))}
+    gone = [str(k) for k in range(len(view)) if view[k]["text"] is None]
+    assert len(gone) == 1  # (row 4 is in the view)
+    assert sorted(int(k) for k, *_ in got) == sorted(int(k) for k in want if k not in gone)
+    for key, _, lab, text, score in got:
+        row = want[str(int(key))]
+        assert (text, float(score), int(lab)) == (row["text"], row["score"], row["label"])
+    assert [int(s.key) for s in ld.skipped] == [int(k) for k in gone] and "no field .text" in ld.skipped[0].reason
+    with pytest.raises(ValueError, match="has no column 'txt'.*text, score"):
+        Loader(ds, batch_size=4, transform=TF, device="cpu", fields="txt")
+

@@ -62,6 +62,10 @@ class FileList:
     # a made list's recipe, (function, args) that make it again: what pickles in its place (its
     # make is a closure over the set; torch's DataLoader sends Loader.dataset to spawned workers)
     rebuild: tuple[Callable[..., Any], tuple] | None = field(default=None, repr=False, compare=False)
+    # a made list's other values by name (a Hugging Face Dataset's other columns): extra(i, names)
+    # -> {name: value} of those asked for (a Loader's fields=); `extra_names` lists them all
+    extra: Callable[[int, frozenset[str]], dict[str, Any]] | None = field(default=None, repr=False, compare=False)
+    extra_names: tuple[str, ...] = ()
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         if self.make is not None:
@@ -132,13 +136,16 @@ class _Numbered(Sequence[Any]):
 
 def made(name: str, n: int, make: Callable[[int], tuple[bytes, int | None]], ext: str | Callable[[int], str], *,
          label: Callable[[int], int | None] | None = None, classes: Sequence[str] = (),
-         rebuild: tuple[Callable[..., Any], tuple] | None = None, costly: bool = False) -> FileList:
+         rebuild: tuple[Callable[..., Any], tuple] | None = None, costly: bool = False,
+         extra: Callable[[int, frozenset[str]], dict[str, Any]] | None = None,
+         extra_names: Sequence[str] = ()) -> FileList:
     """A list of `n` samples made by make(i) -> (bytes of format `ext`, label): a
     synthetic set (torchvision's FakeData) or a Hugging Face Dataset's rows read as a file
     list is, keys their numbers. `ext` a format, or ext(i) each sample's; `label`: label(i)
     where it is cheaper than make's (`costly`: it is not: it reads another made list's);
     `classes`: the labels' names; `rebuild`: (function, args) that make the list again,
-    what pickles in its place."""
+    what pickles in its place; `extra`: extra(i, names), sample i's other values of
+    `names` (fields=), `extra_names` all it has."""
     def made_label(i: int) -> int | None:
         return make(i)[1]
 
@@ -146,7 +153,8 @@ def made(name: str, n: int, make: Callable[[int], tuple[bytes, int | None]], ext
     return FileList(f"{PREFIX}{name}", _Numbered(n, lambda i: f"{name}/{i}"),  # type: ignore[arg-type]
                     _Numbered(n, label or made_label, costly or label is None),  # type: ignore[arg-type]
                     _Numbered(n, lambda i: f"{i:09d}"),  # type: ignore[arg-type]
-                    tuple(classes), "", _Numbered(n, exts), make=make, rebuild=rebuild)  # type: ignore[arg-type]
+                    tuple(classes), "", _Numbered(n, exts), make=make, rebuild=rebuild,  # type: ignore[arg-type]
+                    extra=extra, extra_names=tuple(extra_names))
 
 
 def taken(flist: FileList, indices: Sequence[int], rebuild: tuple[Callable[..., Any], tuple]) -> FileList:
@@ -165,9 +173,10 @@ def taken(flist: FileList, indices: Sequence[int], rebuild: tuple[Callable[..., 
         return dataclasses.replace(flist, name=f"{flist.name}[{len(idx)} of {n}]",
                                    paths=tuple(flist.paths[i] for i in idx), labels=tuple(flist.labels[i] for i in idx),
                                    keys=tuple(flist.keys[i] for i in idx), _exts=tuple(flist.ext(i) for i in idx))
-    make = flist.make
+    make, extra = flist.make, flist.extra
     return made(f"{name}[{len(idx)} of {n}]", len(idx), lambda k: make(idx[k]), lambda k: flist.ext(idx[k]),
-                label=lambda k: flist.labels[idx[k]], classes=flist.classes, rebuild=rebuild, costly=costly_labels(flist))
+                label=lambda k: flist.labels[idx[k]], classes=flist.classes, rebuild=rebuild, costly=costly_labels(flist),
+                extra=None if extra is None else (lambda k, names: extra(idx[k], names)), extra_names=flist.extra_names)
 
 
 def costly_labels(flist: FileList) -> bool:
@@ -192,7 +201,8 @@ def shifted(flist: FileList, offset: int) -> FileList:
         return None if v is None else v + offset
 
     return made(flist.name[len(PREFIX):], len(flist), moved, flist.ext, label=label, classes=flist.classes,
-                rebuild=(shifted, (flist, offset)), costly=costly_labels(flist))
+                rebuild=(shifted, (flist, offset)), costly=costly_labels(flist), extra=flist.extra,
+                extra_names=flist.extra_names)
 
 
 def _make(name: str, root: str, items: Sequence[tuple[str, int | None]], classes: Sequence[str] = (),
@@ -458,6 +468,14 @@ def iter_files(flist: FileList, order: Sequence[int], start: int, stop: int | No
                 fields[ext] = data
             if label is not None and (extensions is None or "cls" in extensions):
                 fields["cls"] = str(label).encode()
+            if flist.extra is not None and extensions:  # (its other values that fields= names)
+                try:
+                    for k, v in flist.extra(i, extensions).items():
+                        fields.setdefault(k, v)  # (never in place of the image or the label)
+                except Exception as e:
+                    yield path, i, {}, ShardReadError(f"could not read the sample's other values: {type(e).__name__}: "
+                                                      f"{e}", shard=path, key=flist.keys[i])
+                    continue
             yield path, i, fields, None
             continue
         try:

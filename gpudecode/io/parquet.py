@@ -877,5 +877,13 @@ def hf_dataset(ds: Any) -> Any:
     def make(i: int) -> tuple[Any, int | None]:
         return data(i), label_of(i)
 
+    others = [k for k in features if k not in (image, label) and k.lower() not in IMAGE_COLUMNS]
+
+    def extra(i: int, names: frozenset[str]) -> dict[str, Any]:  # (the columns a Loader's fields= names)
+        r = int(rows[i]) if rows is not None else i
+        got = {k.lower(): table.column(k)[r].as_py() for k in others if k.lower() in names}
+        return {k: v for k, v in got.items() if v is not None}  # (a null is no field)
+
     name = f"Dataset({n} rows, {image!r}{', ' + repr(label) if label else ''})"
-    return made(name, n, make, ext, label=label_of, classes=classes, rebuild=(hf_dataset, (ds,)))
+    return made(name, n, make, ext, label=label_of, classes=classes, rebuild=(hf_dataset, (ds,)), extra=extra,
+                extra_names=others)

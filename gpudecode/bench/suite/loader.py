@@ -265,9 +265,12 @@ def tokens(text: str):
 
 
 def tokenizer(name: str):
-    """(the function each caption goes through, what it is): OpenCLIP's own tokenizer for
-    ViT-B-32 (its SimpleTokenizer, `tokenizer(text)[0]` as OpenCLIP's data.py calls it)
-    for "openclip", else the stand-in (`tokens`)."""
+    """(the function each caption goes through, its list form, what it is): OpenCLIP's
+    own tokenizer for ViT-B-32 (its SimpleTokenizer: `tokenizer(text)[0]` as OpenCLIP's
+    data.py calls it, `tokenizer(texts)` on a list) for "openclip", else the stand-in
+    (`tokens`)."""
+    import torch
+
     if name == "openclip":
         import open_clip
 
@@ -275,26 +278,31 @@ def tokenizer(name: str):
 
         def one(text: str):
             return tok(text)[0]
-        return one, f"OpenCLIP {open_clip.__version__} SimpleTokenizer"
-    return tokens, "a stand-in (77 code points)"
+        return one, tok, f"OpenCLIP {open_clip.__version__} SimpleTokenizer"
+
+    def many(texts: list):
+        return torch.stack([tokens(t) for t in texts])
+    return tokens, many, "a stand-in (77 code points)"
 
 
 def captions(shards, a) -> None:
     """Image-text pairs as CLIP-style training reads them: OpenCLIP's train transform
     (RandomResizedCrop(224, scale=(0.9, 1.0), bicubic) + Normalize with CLIP's mean and
-    std), each caption tokenized on the workers (--tokenizer); the Loader (fields={"txt": tok},
-    labels=False) against webdataset's pipeline as OpenCLIP's data.py builds it
-    (decode("pilrgb"), rename, map_dict, to_tuple, batched, in a WebLoader with
-    --threads workers), and the Loader without the captions (what the field costs)."""
+    std), each caption tokenized on the workers (--tokenizer). The Loader
+    (fields={"txt": tok}, labels=False; and with the tokenizer's list form once a batch,
+    fields.batched) against webdataset's pipeline as OpenCLIP's data.py builds it
+    (decode("pilrgb"), rename, map_dict, to_tuple, batched, in a WebLoader with --threads
+    workers), and the Loader without the captions (what the field costs)."""
     import torch
     import torchvision.transforms as v1
     import webdataset as wds
 
     from gpudecode import Loader
     from gpudecode import transforms as T
+    from gpudecode.fields import batched
 
     urls = captioned(shards)
-    tok, tok_name = tokenizer(a.tokenizer)
+    tok, tok_list, tok_name = tokenizer(a.tokenizer)
     ours = T.Compose([T.RandomResizedCrop(224, scale=(0.9, 1.0), interpolation="bicubic"),
                       T.Normalize(CLIP_MEAN, CLIP_STD)])
 
@@ -316,6 +324,7 @@ def captions(shards, a) -> None:
         return go
 
     rows = alternated({"gpudecode Loader, captions tokenized": loader({"txt": tok}),
+                       "gpudecode Loader, tokenized a batch at a time": loader({"txt": batched(tok_list)}),
                        "gpudecode Loader, images alone": loader(None),
                        "webdataset + DataLoader (OpenCLIP's)": web()}, a.repeat)
     ref = rows["webdataset + DataLoader (OpenCLIP's)"]
