@@ -112,9 +112,9 @@ class Loader:
             torchvision's (jpg, jpeg, png, webp, bmp, tif, tiff, ppm, pgm) and npy (a tensor
             sample from `gpudecode precache`); `.cls` holds an integer as text, `.json` a
             {"label": int}. labels=False turns labels off.
-        fields: a sample's other members, each one more element of a batch, after the labels
-            (a caption: fields="txt" gives (images, labels, captions)); a dict {ext: fn}
-            runs fn on each value (gpudecode.fields has the decoding and batching).
+        fields: a sample's other members (or Parquet / Hugging Face columns), each one more
+            element of a batch, after the labels (fields="txt" gives (images, labels,
+            captions)); {ext: fn} runs fn on each value (gpudecode.fields says more).
         num_classes: when given, a label must be below it (a LabelError names the sample).
         allow_negative_labels: take negative labels (refused by default: -1 and -100 are
             CrossEntropyLoss's ignore_index).
