@@ -272,7 +272,10 @@ def tokenizer(name: str):
     import torch
 
     if name == "openclip":
-        import open_clip
+        try:
+            import open_clip
+        except ImportError as e:
+            raise SystemExit(f"--tokenizer openclip needs OpenCLIP ({e}): pip install open_clip_torch") from e
 
         tok = open_clip.get_tokenizer("ViT-B-32")
 
