@@ -242,6 +242,7 @@ def read_fields(specs: Sequence[FieldSpec], samples: Sequence[Any]) -> tuple[lis
                 values[f][k] = _one(spec, s.fields)
             except _Failed as e:
                 errors[k] = FieldError(str(e), shard=s.shard, key=s.key)
+                errors[k].__cause__ = e.__cause__  # (a function's own exception, where one raised)
                 break
     for f, spec in enumerate(specs):
         if isinstance(spec.fn, batched):

@@ -167,6 +167,15 @@ def test_a_batched_function_runs_once_a_batch_and_fails_only_its_samples(tmp_pat
         assert torch.equal(toks, tokenize([text])[0])
     (s,) = ld.skipped
     assert s.key == "sample0005" and "cannot take number 5" in s.reason and "batched(" in s.reason
+
+    def picky(text):
+        if "number 3 " in text:
+            raise KeyError("three")
+        return text
+
+    with pytest.raises(FieldError, match="picky raised KeyError") as e:  # (the function's exception its cause)
+        list(Loader(url, batch_size=6, transform=TF, device="cpu", shuffle=False, fields={"txt": picky}))
+    assert isinstance(e.value.__cause__, KeyError) and e.value.key == "sample0003"
     short = Loader(url, batch_size=6, transform=TF, device="cpu", shuffle=False,
                    fields={"txt": batched(lambda texts: texts[:-1])})
     with pytest.raises(TypeError, match="gave 5 values for the 6"):
