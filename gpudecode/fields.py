@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from .errors import FieldError
+from .io.members import split_exts
 from .labels import parse_text_int
 
 __all__ = ["FieldSpec", "batched", "field_specs", "read_fields", "disagreeing", "collate"]
@@ -79,8 +80,6 @@ def field_specs(fields: Any, image_exts: Sequence[str]) -> tuple[FieldSpec, ...]
         ValueError: an empty name, a field that is the image itself, one named twice, a
             pickled member without a function to read it; TypeError: a value of another
             type, a function that is not callable."""
-    from .io.members import split_exts
-
     if fields is None:
         return ()
     if isinstance(fields, str):
@@ -255,33 +254,32 @@ def _run_batched(spec: FieldSpec, column: list[Any], errors: dict[int, FieldErro
     the column's values whose samples have not failed; each sample the function fails on
     alone is its FieldError."""
     fn = spec.fn
-    assert isinstance(fn, batched)
     rows = [k for k in range(len(column)) if k not in errors]
     if not rows:
         return
     try:
-        out = _parts(fn([column[k] for k in rows]), len(rows), fn)
-    except _WrongLength:
-        raise
+        result = fn([column[k] for k in rows])  # type: ignore[misc]
     except Exception:  # (one value it cannot take: each alone, each failure its sample's)
-        out = []
-        for k in list(rows):
+        out: list[Any] = []
+        for k in rows:
             try:
-                out.append(_parts(fn([column[k]]), 1, fn)[0])
-            except _WrongLength:
-                raise
+                one = fn([column[k]])  # type: ignore[misc]
             except Exception as e:
                 s = samples[k]
-                errors[k] = FieldError(f"field .{spec.name}: {fn!r} raised {type(e).__name__}: {str(e)[:120]}",
-                                       shard=s.shard, key=s.key)
+                errors[k] = FieldError(_raised(spec.name, fn, e), shard=s.shard, key=s.key)
                 errors[k].__cause__ = e
                 out.append(None)
+            else:
+                out.append(_parts(one, 1, fn)[0])
+    else:
+        out = _parts(result, len(rows), fn)
     for k, v in zip(rows, out):
         column[k] = v
 
 
-class _WrongLength(TypeError):
-    pass
+def _raised(name: str, fn: Any, e: BaseException) -> str:
+    """What a sample's FieldError says of a function of the user's that raised on it."""
+    return f"field .{name}: {_fn_name(fn)} raised {type(e).__name__}: {str(e)[:120]}"
 
 
 def _parts(result: Any, n: int, fn: Any) -> list[Any]:
@@ -297,11 +295,11 @@ def _parts(result: Any, n: int, fn: Any) -> list[Any]:
     elif isinstance(result, (list, tuple)):
         parts = list(result)
     else:
-        raise _WrongLength(f"{fn!r} gave a {type(result).__name__}: a batched function gives a tensor, an array or "
-                           f"a list, one value for each of the {n} it was given")
+        raise TypeError(f"{fn!r} gave a {type(result).__name__}: a batched function gives a tensor, an array or "
+                        f"a list, one value for each of the {n} it was given")
     if len(parts) != n:
-        raise _WrongLength(f"{fn!r} gave {len(parts)} values for the {n} it was given: a batched function gives one "
-                           "for each")
+        raise TypeError(f"{fn!r} gave {len(parts)} values for the {n} it was given: a batched function gives one "
+                        "for each")
     return parts
 
 
@@ -323,7 +321,7 @@ def _one(spec: FieldSpec, fields: Mapping[str, Any]) -> Any:
         try:
             return spec.fn(value)
         except Exception as e:  # (the caller's code: its error is this sample's, named)
-            raise _Failed(f"field .{ext}: {_fn_name(spec.fn)} raised {type(e).__name__}: {str(e)[:120]}") from e
+            raise _Failed(_raised(ext, spec.fn, e)) from e
     raise _Failed(f"no field .{spec.name} (looked for .{', .'.join(spec.exts)})")
 
 

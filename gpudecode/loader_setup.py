@@ -487,13 +487,15 @@ def pipeline_config(transform: Any, batch_transform: Any, *, batch_size: int, de
         warnings.warn("pin_memory=True, but torch sees no CUDA device: batches come in ordinary (pageable) "
                       "memory", UserWarning, stacklevel=3)
     image_exts = tuple(split_exts(image_ext))
-    if fields is not None and image_exts == tuple(_files.DEFAULT_IMAGE_EXTS):
-        # (a field named by one of the default image extensions, npy most often, is that field: the
-        # images are the other extensions; an image_ext given that names it is refused, by field_specs)
-        taken = {e for f in field_specs(fields, ()) for e in f.exts}
+    default = image_exts == tuple(_files.DEFAULT_IMAGE_EXTS)
+    # (a field named by one of the default image extensions, npy most often, is that field: the
+    # images are the other extensions; an image_ext given that names it is refused, by field_specs)
+    specs = field_specs(fields, () if default else image_exts)
+    if default:
+        taken = {e for f in specs for e in f.exts}
         image_exts = tuple(e for e in image_exts if e not in taken)
     return PipelineConfig(transform, batch_size=batch_size, device=device, decoder=decoder,
-                          image_exts=image_exts, fields=field_specs(fields, image_exts),
+                          image_exts=image_exts, fields=specs,
                           label_exts=tuple(split_exts(label_ext)) if labels else (), labels=labels,
                           num_classes=num_classes, allow_negative_labels=bool(allow_negative_labels),
                           ring=prefetch + 3, num_threads=max(1, threads) if threads is not None else (os.cpu_count() or 1),
