@@ -18,6 +18,7 @@ from . import canvas
 from .base import Transform, in_fingerprint
 from .convert import convert
 from .draws import Draws, as_draws, draw_batch, encode_dicts, python_params
+from .masks import warp_masks
 from .plan import _plan
 
 Layout = Literal["NCHW", "NHWC"]
@@ -123,6 +124,21 @@ class Compose(Transform):
         decoder to decode no more than that: RandomResizedCrop's crop; the whole image for
         Resize/CenterCrop (every source pixel can reach the output through the filter)."""
         return [tuple(b) for b in as_draws(self.plan, params, sizes).boxes().tolist()]  # type: ignore[misc]
+
+    def masks(self, masks: Sequence[Any], params: Sequence[dict], *, fill: int = 0,
+              dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The images' masks moved as this Compose moves the images under `params` (the
+        images' own draws: make_params, draw_batch), as torchvision.transforms.v2 moves a
+        tv_tensors.Mask beside its image: cropped, resized by nearest neighbour, padded with
+        `fill` and flipped. `masks`: one [H, W] tensor or array of class indices an image
+        (its size), on the CPU or a CUDA device; returns [N, h, w] of `dtype` (default:
+        the masks' own) on their device. A Compose that moves pixels otherwise (a rotation,
+        an affine or perspective warp, a canvas step) is refused (transforms.masks)."""
+        sizes = params.sizes if isinstance(params, Draws) else [tuple(m.shape[-2:]) for m in masks]
+        out = warp_masks(self.plan, masks, as_draws(self.plan, params, sizes), fill=fill, dtype=dtype)
+        if not out:
+            raise ValueError("no masks given")
+        return torch.stack(out)
 
     def apply(self, decoded: "DecodedBatch", params: Sequence[dict], sizes: Sequence[tuple[int, int]],
               view: torch.Tensor, *, rows: Sequence[int] | None = None, stream: Any = None,

@@ -1,0 +1,181 @@
+"""Dense targets moved with their images: a segmentation mask (one class index a pixel)
+cropped, resized, padded and flipped exactly as the fused kernel moves the image it
+belongs to, with the image's own draws.
+
+torchvision.transforms.v2 moves a `tv_tensors.Mask` beside its image with the same
+parameters, resizing it by nearest neighbour whatever the image's interpolation (ATen's
+"nearest": source index floor(dst * in / out) in float32, capped at in - 1; exact copies
+at scale 1 and 2), and padding it with the fill given for masks. This module does the
+same from the kernel's geometry columns (kernels/layout.py: the box of the source, the
+size it is resized to, the output window's offset in it, the flips), so that whatever
+the kernel does to a sample's image its mask follows: one index per output row and one
+per output column, gathered (on the mask's device: the CPU or a CUDA device alike).
+
+What moves pixels elsewhere (the program's warps: RandomRotation, RandomAffine,
+RandomPerspective and the policies' geometric ops; a canvas step; ElasticTransform) is
+not followed: `refusal` names it, and a mask is refused with such a transform rather
+than handed out misaligned.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import TransformError
+from ..kernels import fused
+
+if TYPE_CHECKING:
+    from .draws import Draws
+    from .plan import _Plan
+
+__all__ = ["refusal", "mask_indices", "as_mask", "fill_fits", "warp_mask", "warp_masks", "resize_mask", "MASK_DTYPES"]
+
+# the dtypes a mask may have (an index a pixel), and what a numpy array of another
+# integer dtype becomes (torch has no unsigned types past uint8 for indexing and losses)
+MASK_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.bool)
+_WIDER = {np.dtype(np.uint16): np.int32, np.dtype(np.uint32): np.int64}
+
+
+def refusal(plan: "_Plan") -> str | None:
+    """Why a mask cannot follow images under `plan` (the step that moves pixels in a way
+    the geometry columns do not say), or None where it can."""
+    if plan.canvas is not None:
+        return f"{type(plan.canvas).__name__} makes each image a canvas of its own"
+    if plan.post is not None:
+        return f"{type(plan.post).__name__} warps the kernel's output"
+    moving = next((type(u).__name__ for t in plan.program for u in t.inner() if u.moves), None)
+    if moving is not None:
+        return f"{moving} moves pixels in each sample's program"
+    return None
+
+
+def _nearest(v: np.ndarray, n_in: np.ndarray, n_out: np.ndarray) -> np.ndarray:
+    """ATen's nearest source index of output index v, for a side of n_in resized to n_out
+    (arrays that broadcast)."""
+    scale = n_in.astype(np.float32) / n_out.astype(np.float32)
+    near = np.minimum(np.floor(v.astype(np.float32) * scale).astype(np.int64), n_in - 1)
+    return np.where(n_out == n_in, v, np.where(n_out == 2 * n_in, v >> 1, near))
+
+
+def _axis(n: int, flip: np.ndarray, offset: np.ndarray, vsize: np.ndarray, start: np.ndarray,
+          size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    o = np.arange(n, dtype=np.int64)
+    v = np.where(flip[:, None] != 0, n - 1 - o, o) + offset[:, None]
+    inside = (v >= 0) & (v < vsize[:, None])
+    v = np.clip(v, 0, np.maximum(vsize - 1, 0)[:, None])
+    return start[:, None] + _nearest(v, size[:, None], vsize[:, None]), inside
+
+
+def mask_indices(geom: np.ndarray, out_size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For each sample of the kernel's geometry `geom` [N, GEOM] and the output (h, w):
+    the source row of each output row [N, h] and whether it is inside the resized image
+    (not padding) [N, h], and the same for the columns [N, w] — the mask's rows and
+    columns under the image's crop, resize, padding and flips."""
+    g = np.asarray(geom, np.int64).reshape(-1, fused.GEOM)
+    oh, ow = out_size
+    rows, rin = _axis(oh, g[:, fused.VFLIP], g[:, fused.OY], g[:, fused.VH], g[:, fused.TOP], g[:, fused.BH])
+    cols, cin = _axis(ow, g[:, fused.FLIP], g[:, fused.OX], g[:, fused.VW], g[:, fused.LEFT], g[:, fused.BW])
+    return rows, rin, cols, cin
+
+
+def fill_fits(fill: int, dtype: torch.dtype) -> bool:
+    """Whether a mask of `dtype` can hold the class index `fill`."""
+    if dtype == torch.bool:
+        return fill in (0, 1)
+    info = torch.iinfo(dtype)
+    return info.min <= fill <= info.max
+
+
+def as_mask(mask: Any) -> torch.Tensor:
+    """A mask [H, W] (or [1, H, W]) as a tensor of one of MASK_DTYPES.
+
+    Raises:
+        TypeError: not 2-D, or not of an integer (or bool) dtype, with what it is."""
+    if isinstance(mask, np.ndarray):
+        if not mask.dtype.isnative:  # (a big-endian 16-bit PNG's, an .npy's)
+            mask = mask.astype(mask.dtype.newbyteorder("="))
+        if mask.dtype in _WIDER:
+            mask = mask.astype(_WIDER[mask.dtype])
+        if mask.dtype.kind not in "iub" or mask.dtype.itemsize > 8:
+            raise TypeError(f"a mask is [H, W] of class indices (an integer or bool dtype), not "
+                            f"{mask.shape} {mask.dtype}")
+        mask = torch.from_numpy(np.ascontiguousarray(mask))
+    if not isinstance(mask, torch.Tensor):
+        raise TypeError(f"a mask is a tensor or array [H, W] of class indices, not {type(mask).__name__}")
+    if mask.ndim == 3 and mask.shape[0] == 1:
+        mask = mask[0]
+    if mask.ndim != 2 or mask.dtype not in MASK_DTYPES:
+        raise TypeError(f"a mask is [H, W] of class indices (an integer or bool dtype), not "
+                        f"{tuple(mask.shape)} {mask.dtype}")
+    return mask
+
+
+def warp_mask(mask: torch.Tensor, rows: np.ndarray, rin: np.ndarray, cols: np.ndarray, cin: np.ndarray,
+              fill: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """One mask [H, W] gathered at (rows x cols) (mask_indices' rows for one sample), and
+    `fill` where a row or column is outside the resized image: a new tensor [h, w] on the
+    mask's device, or written into `out` ([h, w], on that device, of any mask dtype: the
+    values converted as they are written) and returned."""
+    if mask.device.type == "cpu":  # (numpy's row-then-column gather: several times torch's index_select on the CPU)
+        a = mask.numpy()[rows][:, cols]
+        dst = a if out is None else out.numpy()
+        if out is not None:
+            dst[...] = a
+        if not rin.all():
+            dst[~rin] = fill
+        if not cin.all():
+            dst[:, ~cin] = fill
+        return torch.from_numpy(a) if out is None else out
+    dev = mask.device
+    res = mask.index_select(0, torch.from_numpy(rows).to(dev)).index_select(1, torch.from_numpy(cols).to(dev))
+    if out is not None:
+        res = out.copy_(res)
+    if not rin.all():
+        res[torch.from_numpy(~rin).to(dev)] = fill
+    if not cin.all():
+        res[:, torch.from_numpy(~cin).to(dev)] = fill
+    return res
+
+
+def warp_masks(plan: "_Plan", masks: Sequence[Any], draws: "Draws", *, fill: int = 0,
+               dtype: torch.dtype | None = None) -> list[torch.Tensor]:
+    """Each mask moved as the kernel moves its image under `draws` (the images' draws,
+    one a mask, in order): a list of [h, w] tensors, each of `dtype` (default: the
+    mask's own), on the mask's device.
+
+    Raises:
+        TransformError: a plan whose steps move pixels a mask cannot follow (refusal);
+        ValueError: a mask whose size is not its image's, or a fill its dtype cannot hold."""
+    why = refusal(plan)
+    if why is not None:
+        raise TransformError(f"masks cannot follow the images: {why}")
+    if len(masks) != len(draws):
+        raise ValueError(f"{len(masks)} masks for {len(draws)} images")
+    ms = [as_mask(m) for m in masks]
+    for k, (m, (h, w)) in enumerate(zip(ms, draws.sizes)):
+        if tuple(m.shape) != (int(h), int(w)):
+            raise ValueError(f"mask {k} is {m.shape[0]}x{m.shape[1]}, its image {h}x{w}")
+    if not ms:
+        return []
+    geom = draws.encode()[0]
+    out_size = plan.output_size(draws.sizes)
+    rows, rin, cols, cin = mask_indices(geom, out_size)
+    out = []
+    for k, m in enumerate(ms):
+        m = m if dtype is None else m.to(dtype)
+        if not fill_fits(int(fill), m.dtype):
+            raise ValueError(f"fill {fill} does not fit mask {k}'s {m.dtype}: give a dtype that holds it")
+        out.append(warp_mask(m, rows[k], rin[k], cols[k], cin[k], int(fill)))
+    return out
+
+
+def resize_mask(mask: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """A mask [H, W] resized to `size` (h, w) by nearest neighbour, as torchvision resizes
+    a tv_tensors.Mask (the resident store's keep_size, where its image was resized)."""
+    h, w = size
+    g = np.zeros((1, fused.GEOM), np.int64)
+    g[0, fused.BH], g[0, fused.BW], g[0, fused.VH], g[0, fused.VW] = mask.shape[0], mask.shape[1], h, w
+    rows, rin, cols, cin = mask_indices(g, (h, w))
+    return warp_mask(mask, rows[0], rin[0], cols[0], cin[0], 0)
