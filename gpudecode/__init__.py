@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ._probe import ImageInfo, probe, probe_batch
     from .profiling import ProfileReport, profile
     from .planning import plan
+    from .fields import Mask
 
 _LAZY = {
     "ShardReader": ("gpudecode.io.reader", "ShardReader"),
@@ -40,6 +41,7 @@ _LAZY = {
     "profile": ("gpudecode.profiling", "profile"),
     "ProfileReport": ("gpudecode.profiling", "ProfileReport"),
     "plan": ("gpudecode.planning", "plan"),
+    "Mask": ("gpudecode.fields", "Mask"),
 }
 
 

@@ -226,6 +226,11 @@ class PipelineConfig:
         head = ("images", "labels") if self.labels or not self.fields else ("images",)
         return head + tuple(f.exts[0] for f in self.fields)
 
+    @property
+    def masks(self) -> bool:
+        """Whether a field is a Mask (moved with its image: fields.follow_masks)."""
+        return any(getattr(f, "mask", None) is not None for f in self.fields)
+
     def __post_init__(self) -> None:
         if self.depth < 1:
             raise ValueError(f"depth must be >= 1, not {self.depth}")

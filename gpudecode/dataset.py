@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 import torch
 
 from .errors import ErrorPolicy, ShardReadError
+from .fields import row
 from .io import shards as _shards
 from .decode.cpu import CpuDecoder
 from .io.reader import Sample, ShardReader
@@ -150,7 +151,7 @@ class ShardDataset(torch.utils.data.Dataset):
         label = int(batch.labels[0]) if batch.labels is not None else 0
         image = [out[0] for out in batch.images] if pipe.multi else batch.images[0]  # (several views: a list)
         if self.config.fields:  # (its fields after it, as a batch holds them)
-            return (image, *([label] if self.config.labels else []), *(v[0] for v in batch.fields.values()))
+            return (image, *([label] if self.config.labels else []), *(row(v, 0) for v in batch.fields.values()))
         return image, label
 
 

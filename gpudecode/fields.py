@@ -38,6 +38,8 @@ label is); so is one whose array differs in shape or dtype from its batch's firs
 """
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -49,14 +51,52 @@ import torch
 from .errors import FieldError
 from .io.members import split_exts
 from .labels import parse_text_int
+from .transforms.masks import MASK_DTYPES, as_mask, fill_fits, mask_indices, warp_mask
 
-__all__ = ["FieldSpec", "batched", "field_specs", "read_fields", "disagreeing", "collate"]
+__all__ = ["FieldSpec", "Mask", "batched", "field_specs", "read_fields", "follow_masks", "disagreeing", "collate"]
 
 TEXT = frozenset({"txt", "text", "transcript"})
 INTS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})
 JSON = frozenset({"json", "jsn"})
 UNSAFE = frozenset({"pickle", "pyd", "pkl", "pth", "pt"})
 _MAX_JSON_DEPTH = 64
+
+
+class Mask:
+    """A field that is the sample's segmentation mask: one class index a pixel, moved with
+    its image by the image's own draws (cropped, resized by nearest neighbour, padded with
+    `fill`, flipped) as torchvision.transforms.v2 moves a tv_tensors.Mask beside its
+    image: `fields={"png": gpudecode.Mask(fill=255)}` (255: the ignore index of
+    torchvision's segmentation reference). In a batch, a tensor [N, h, w] of the images'
+    output size (a list of them, one a view, under several views), of `dtype` (default:
+    the mask's own: uint8 for an 8-bit PNG), on the Loader's device.
+
+    The member is a PNG of one channel (a palette image's indices, not its colours; grey
+    values; 16-bit grey as int32), read as Pillow reads it after the project's PNG walker
+    has checked its chunks, or an .npy array [H, W] of integers or bools. A mask of another
+    size than its image, of several channels, or that does not decode is its sample's
+    FieldError. A transform that moves pixels otherwise (a rotation, an affine or
+    perspective warp, a canvas step) and MixUp / CutMix are refused when the Loader is
+    made."""
+
+    def __init__(self, fill: int = 0, dtype: torch.dtype | None = None) -> None:
+        if isinstance(fill, bool) or not isinstance(fill, (int, np.integer)):
+            raise TypeError(f"Mask(fill=) is a class index (an int), not {fill!r}")
+        if dtype is not None and dtype not in MASK_DTYPES:
+            raise TypeError(f"Mask(dtype=) is one of {', '.join(str(d) for d in MASK_DTYPES)}, not {dtype!r}")
+        self.fill, self.dtype = int(fill), dtype
+        if dtype is not None and not fill_fits(self.fill, dtype):
+            raise ValueError(f"Mask(fill={fill}) does not fit {dtype}")
+
+    def __repr__(self) -> str:
+        return f"Mask(fill={self.fill}" + (f", dtype={self.dtype})" if self.dtype is not None else ")")
+
+    def __call__(self, value: Any) -> Any:  # (a Mask is applied by follow_masks, with the image's draws)
+        raise TypeError("a Mask is moved with its image by the Loader (fields.follow_masks), not called")
+
+
+# Pillow's one-channel modes, as a mask's indices: palette indices, grey, 1-bit, 16-bit and 32-bit grey
+_MASK_MODES = frozenset({"P", "L", "1", "I;16", "I;16B", "I;16L", "I"})
 
 
 @dataclass(frozen=True)
@@ -70,6 +110,10 @@ class FieldSpec:
     @property
     def name(self) -> str:
         return ";".join(self.exts)
+
+    @property
+    def mask(self) -> "Mask | None":
+        return self.fn if isinstance(self.fn, Mask) else None
 
 
 def field_specs(fields: Any, image_exts: Sequence[str]) -> tuple[FieldSpec, ...]:
@@ -209,6 +253,58 @@ def _npy(data: bytes) -> np.ndarray:
     return arr.reshape(shape[::-1]).T.copy() if fortran else arr.reshape(shape).copy()
 
 
+def decode_mask(data: Any, max_pixels: int = 0) -> torch.Tensor:
+    """A Mask member's value: a PNG of one channel as Pillow reads it (its chunks checked
+    first by the PNG walker, decode.png.read_png: what libpng refuses, and a size over
+    `max_pixels`, refused before any pixel is read), or an .npy [H, W] of integers or
+    bools; by its bytes, whatever its extension or column is named. A Parquet value
+    {"bytes": ...} (a Hugging Face Image column) is its bytes.
+
+    Raises:
+        ValueError: anything else, with the reason."""
+    if isinstance(data, Mapping) and "bytes" in data:
+        data = data["bytes"]
+    if isinstance(data, (np.ndarray, torch.Tensor)):
+        raw: Any = data
+    elif not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ValueError(f"is a {type(data).__name__}, not a mask (a PNG or .npy)")
+    elif bytes(data[:8]) == b"\x89PNG\r\n\x1a\n":
+        raw = _png_mask(bytes(data), max_pixels)
+    elif bytes(data[:6]) == b"\x93NUMPY":
+        raw = _npy(bytes(data))
+    else:
+        raise ValueError("is not a mask: a mask is a PNG or an .npy array")
+    try:
+        mask = as_mask(raw)
+    except TypeError as e:
+        raise ValueError(f"is not a mask: {e}") from None
+    if max_pixels > 0 and mask.numel() > max_pixels:
+        raise ValueError(f"is a mask of {mask.shape[0]}x{mask.shape[1]}, over the limit of {max_pixels} pixels")
+    return mask
+
+
+def _png_mask(data: bytes, max_pixels: int) -> np.ndarray:
+    import io
+
+    from PIL import Image
+
+    from .decode.png import read_png
+
+    try:
+        read_png(data, max_pixels)
+    except ValueError as e:
+        raise ValueError(f"is not a PNG that decodes ({e})") from None
+    try:
+        with Image.open(io.BytesIO(data), formats=["PNG"]) as im:
+            mode = im.mode
+            arr = np.array(im) if mode in _MASK_MODES else None
+    except Exception as e:  # (Pillow on a stream cut short or corrupt: OSError, SyntaxError, ValueError, ...)
+        raise ValueError(f"is not a PNG that decodes ({type(e).__name__}: {str(e)[:80]})") from None
+    if arr is None:
+        raise ValueError(f"is a PNG of mode {mode}: a mask has one channel a pixel (a palette or grey PNG)")
+    return arr
+
+
 class batched:
     """A field's function that takes the batch's values as one list and gives one result
     a value (a tokenizer's list form: OpenCLIP's `tokenizer(texts)` -> [N, 77], Hugging
@@ -229,16 +325,26 @@ class batched:
         return self.__qualname__
 
 
-def read_fields(specs: Sequence[FieldSpec], samples: Sequence[Any]) -> tuple[list[list[Any]], dict[int, FieldError]]:
+def read_fields(specs: Sequence[FieldSpec], samples: Sequence[Any], *, sizes: Sequence[tuple[int, int]] | None = None,
+                follow: tuple[Sequence[Any], Sequence[Any]] | None = None, max_pixels: int = 0,
+                pool: concurrent.futures.Executor | None = None,
+                on_host: bool = True) -> tuple[list[list[Any]], dict[int, FieldError]]:
     """Each field's value for each sample ([field][sample]), and the samples whose fields
     failed, by their place: {k: the FieldError of sample k} (its value there is None). A
-    `batched` function runs once over the values of the samples that have not failed."""
+    `batched` function runs once over the values of the samples that have not failed.
+    `sizes`: the images' (height, width), which each Mask must have; `follow`: (the views'
+    plans, their draws) to move the masks by (follow_masks); `max_pixels`: a mask's limit;
+    `pool`: threads the masks are decoded and moved on, a part of the batch each (Pillow's
+    inflate and numpy's gathers release the GIL), else here; `on_host`: the batch stays on
+    the host (follow_masks)."""
     values: list[list[Any]] = [[None] * len(samples) for _ in specs]
     errors: dict[int, FieldError] = {}
     for k, s in enumerate(samples):
         for f, spec in enumerate(specs):
+            if spec.mask is not None:
+                continue  # (below, on the pool)
             try:
-                values[f][k] = _one(spec, s.fields)
+                values[f][k] = _one(spec, s.fields, max_pixels)
             except _Failed as e:
                 errors[k] = FieldError(str(e), shard=s.shard, key=s.key)
                 errors[k].__cause__ = e.__cause__  # (a function's own exception, where one raised)
@@ -246,7 +352,106 @@ def read_fields(specs: Sequence[FieldSpec], samples: Sequence[Any]) -> tuple[lis
     for f, spec in enumerate(specs):
         if isinstance(spec.fn, batched):
             _run_batched(spec, values[f], errors, samples)
+    masked = [f for f, spec in enumerate(specs) if spec.mask is not None]
+    if masked:
+        def decode(part: list[int]) -> list[tuple[int, int, Any]]:
+            out: list[tuple[int, int, Any]] = []
+            for k in part:
+                s = samples[k]
+                for f in masked:
+                    try:
+                        v = _one(specs[f], s.fields, max_pixels)
+                        if sizes is not None:
+                            _same_size(v, sizes[k], specs[f])
+                    except _Failed as e:
+                        out.append((k, f, FieldError(str(e), shard=s.shard, key=s.key)))
+                        break
+                    out.append((k, f, v))
+            return out
+
+        for k, f, v in _parts_on(pool, decode, [k for k in range(len(samples)) if k not in errors]):
+            if isinstance(v, FieldError):
+                errors[k] = v
+            else:
+                values[f][k] = v
+        if follow is not None:
+            follow_masks(specs, values, errors, samples, *follow, pool=pool, on_host=on_host)
     return values, errors
+
+
+def _parts_on(pool: concurrent.futures.Executor | None, fn: Callable[[list[int]], list], rows: list[int]) -> list:
+    """fn over `rows`, split into a part a thread of `pool` (here where there is none, or
+    too few rows), its results joined in order."""
+    parts = getattr(pool, "_max_workers", 1)
+    if pool is None or parts < 2 or len(rows) < 4:
+        return fn(rows)
+    step = -(-len(rows) // parts)
+    return [r for out in pool.map(fn, [rows[i:i + step] for i in range(0, len(rows), step)]) for r in out]
+
+
+def _same_size(mask: torch.Tensor, size: tuple[int, int], spec: FieldSpec) -> None:
+    h, w = (int(v) for v in size)
+    if tuple(mask.shape) != (h, w):
+        raise _Failed(f"field .{spec.name} is a mask of {mask.shape[0]}x{mask.shape[1]}, its image {h}x{w}: a "
+                      "mask has its image's size")
+
+
+def follow_masks(specs: Sequence[FieldSpec], values: list[list[Any]], errors: dict[int, FieldError],
+                 samples: Sequence[Any], plans: Sequence[Any], draws: Sequence[Any], *,
+                 pool: concurrent.futures.Executor | None = None, on_host: bool = True) -> None:
+    """Each Mask field's values (decoded masks, each its image's size) replaced by the mask
+    moved as the kernel moves its image under each view's plan and draws (one draw a
+    sample, in order; transforms.masks): a tensor [h, w], or a tuple of them, one a view,
+    under several views; on `pool`'s threads, a part of the batch each, where given. The
+    rows are written into one batch tensor a view (each value a row of it, which collate
+    hands out as it is): in Mask.dtype where the batch stays on the host (`on_host`), else
+    in the masks' own dtype (converted on the device, after a copy of fewer bytes). A fill
+    the mask's dtype cannot hold is its sample's FieldError."""
+    masked = [f for f, spec in enumerate(specs) if spec.mask is not None]
+    if not masked or not len(samples):
+        return
+    sizes = [plan.output_size(d.sizes) for plan, d in zip(plans, draws)]
+    moves = [mask_indices(d.encode()[0], size) for d, size in zip(draws, sizes)]  # [view]: rows, inside, cols, inside
+    for f in masked:
+        spec, column = specs[f], values[f]
+        mask = spec.mask
+        assert mask is not None
+        rows = [k for k in range(len(samples)) if k not in errors]
+        dtypes = [column[k].dtype for k in rows]
+        carry = _carried(mask, dtypes)
+        if mask.dtype is not None and on_host:
+            carry = mask.dtype if fill_fits(mask.fill, mask.dtype) else carry
+        into = carry or (dtypes[0] if dtypes and dtypes.count(dtypes[0]) == len(dtypes) else None)
+        # (masks of several dtypes without Mask(dtype=): each its own, for disagreeing() to name)
+        outs = [torch.empty((len(samples), *size), dtype=into) for size in sizes] if into is not None else None
+        move = functools.partial(_moved, column=column, carry=carry, spec=spec, samples=samples, moves=moves,
+                                 outs=outs)
+        for k, v in _parts_on(pool, move, rows):
+            if isinstance(v, FieldError):
+                errors[k] = v
+                column[k] = None
+            else:
+                column[k] = v
+
+
+def _moved(part: list[int], *, column: list[Any], carry: torch.dtype | None, spec: FieldSpec, samples: Sequence[Any],
+           moves: Sequence[tuple[np.ndarray, ...]], outs: list[torch.Tensor] | None) -> list[tuple[int, Any]]:
+    """follow_masks for the rows `part` of a Mask field's column: (row, its mask moved, or
+    its FieldError), each written into row k of `outs` (one a view) where given."""
+    mask = spec.mask
+    assert mask is not None
+    out: list[tuple[int, Any]] = []
+    for k in part:
+        m = column[k] if carry is None or fill_fits(mask.fill, column[k].dtype) else column[k].to(carry)
+        if not fill_fits(mask.fill, m.dtype):
+            s = samples[k]
+            out.append((k, FieldError(f"field .{spec.name} is a {m.dtype} mask, which cannot hold the fill "
+                                      f"{mask.fill}: give Mask(dtype=) one that does", shard=s.shard, key=s.key)))
+            continue
+        moved = tuple(warp_mask(m, r[k], ri[k], c[k], ci[k], mask.fill, None if outs is None else outs[v][k])
+                      for v, (r, ri, c, ci) in enumerate(moves))
+        out.append((k, moved[0] if len(moved) == 1 else moved))
+    return out
 
 
 def _run_batched(spec: FieldSpec, column: list[Any], errors: dict[int, FieldError], samples: Sequence[Any]) -> None:
@@ -307,12 +512,14 @@ class _Failed(Exception):
     pass
 
 
-def _one(spec: FieldSpec, fields: Mapping[str, Any]) -> Any:
+def _one(spec: FieldSpec, fields: Mapping[str, Any], max_pixels: int = 0) -> Any:
     for ext in spec.exts:
         data = fields.get(ext)
         if data is None:
             continue
         try:
+            if spec.mask is not None:
+                return decode_mask(data, max_pixels)
             value = decode_member(ext, data, raw=spec.fn is not None and _last(ext) in UNSAFE)
         except ValueError as e:
             raise _Failed(f"field .{ext} {e}") from None
@@ -338,6 +545,8 @@ def _kind(v: Any) -> Any:
         return ("array", v.shape, v.dtype)
     if type(v) in (bool, int, float):
         return type(v)
+    if type(v) is tuple and v and all(isinstance(x, torch.Tensor) for x in v):  # (a Mask under several views)
+        return ("views", *(_kind(x) for x in v))
     return None
 
 
@@ -364,21 +573,67 @@ def disagreeing(specs: Sequence[FieldSpec], values: list[list[Any]], rows: Seque
 def _said(v: Any) -> str:
     if isinstance(v, (torch.Tensor, np.ndarray)):
         return f"{type(v).__name__} {tuple(v.shape)} {v.dtype}"
+    if type(v) is tuple and v and all(isinstance(x, torch.Tensor) for x in v):
+        return "(" + ", ".join(_said(x) for x in v) + ")"
     return type(v).__name__
 
 
-def collate(values: Sequence[Any], device: str) -> Any:
+def is_views(value: Any) -> bool:
+    """Whether a field's batch value is a Mask's, one tensor a view (a batch's values that
+    are tensors are stacked, never a list of them)."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, torch.Tensor) for v in value)
+
+
+def row(value: Any, k: int) -> Any:
+    """Sample k's value of a field's batch value (a tensor's row, a list's item, each view's row)."""
+    return [v[k] for v in value] if is_views(value) else value[k]
+
+
+def _carried(mask: Mask, dtypes: list[torch.dtype]) -> torch.dtype | None:
+    """The dtype a batch's masks are moved in (None: each its own): their one dtype where
+    they share one that holds the fill, so that the conversion to Mask.dtype is made once,
+    on the batch, on its device (collate: a uint8 batch goes to a GPU, not an int64 one);
+    else Mask.dtype itself."""
+    if mask.dtype is None:
+        return None
+    if dtypes and dtypes.count(dtypes[0]) == len(dtypes) and fill_fits(mask.fill, dtypes[0]):
+        return None
+    return mask.dtype
+
+
+def _whole(values: Sequence[torch.Tensor]) -> torch.Tensor | None:
+    """The batch tensor whose rows `values` are, all of its rows in order (follow_masks'),
+    or None: a tensor over their one storage, which holds exactly them."""
+    first = values[0]
+    step = first.numel() * first.element_size()
+    storage = first.untyped_storage()
+    start = storage.data_ptr()
+    if storage.nbytes() != len(values) * step or not all(
+            v.is_contiguous() and v.untyped_storage().data_ptr() == start and v.data_ptr() == start + i * step
+            for i, v in enumerate(values)):
+        return None
+    shape = (len(values), *first.shape)
+    strides = [int(np.prod(shape[i + 1:], dtype=np.int64)) for i in range(len(shape))]
+    return torch.empty(0, dtype=first.dtype, device=first.device).set_(storage, 0, shape, strides)
+
+
+def collate(values: Sequence[Any], device: str, dtype: torch.dtype | None = None) -> Any:
     """A batch's values of one field (agreeing, as disagreeing() checked): tensors and
-    arrays stacked, numbers as a tensor (on `device`), anything else a list."""
+    arrays stacked, numbers as a tensor (on `device`), anything else a list. `dtype`: a
+    Mask's, its batch made so on `device` (after the copy there)."""
     kind = _kind(values[0]) if len(values) else None
     if kind is None:
         return list(values)
+    if isinstance(kind, tuple) and kind[0] == "views":  # (a Mask under several views: a batch a view)
+        return [collate([v[i] for v in values], device, dtype) for i in range(len(kind) - 1)]
     if isinstance(kind, tuple) and kind[0] == "tensor":
-        out = torch.stack(list(values))
+        out = _whole(values)  # (a Mask's batch, written in place by follow_masks: handed out as it is)
+        if out is None:
+            out = torch.stack(list(values))
     elif isinstance(kind, tuple):
         out = torch.from_numpy(np.stack(values))
     else:  # (Python numbers as DataLoader's default_collate makes them: float64, int64, bool)
         out = torch.tensor(list(values), dtype={float: torch.float64, int: torch.int64, bool: torch.bool}[kind])
     if device != "cpu" and out.device.type == "cpu":
         out = out.pin_memory().to(device, non_blocking=True) if torch.cuda.is_available() else out.to(device)
-    return out
+    return out if dtype is None else out.to(dtype)

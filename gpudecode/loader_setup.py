@@ -28,6 +28,7 @@ from .pipeline import PipelineConfig
 from .transforms import Compose
 from .transforms.base import fingerprint_text
 from .transforms.convert import carries_compose
+from .transforms.masks import refusal as mask_refusal
 
 if TYPE_CHECKING:
     from .loader import Loader
@@ -494,6 +495,8 @@ def pipeline_config(transform: Any, batch_transform: Any, *, batch_size: int, de
     if default:
         taken = {e for f in specs for e in f.exts}
         image_exts = tuple(e for e in image_exts if e not in taken)
+    if any(f.mask is not None for f in specs):
+        _masks_follow(transform, step)
     return PipelineConfig(transform, batch_size=batch_size, device=device, decoder=decoder,
                           image_exts=image_exts, fields=specs,
                           label_exts=tuple(split_exts(label_ext)) if labels else (), labels=labels,
@@ -501,6 +504,21 @@ def pipeline_config(transform: Any, batch_transform: Any, *, batch_size: int, de
                           ring=prefetch + 3, num_threads=max(1, threads) if threads is not None else (os.cpu_count() or 1),
                           max_pixels=max_pixels, fast_decode=fast_decode, pin_memory=bool(pin_memory),
                           batch_transform=step, reuse_held=bool(reuse_buffers))
+
+
+def _masks_follow(transform: Any, step: Any) -> None:
+    """A Mask field follows its image through crops, resizes, padding and flips: a
+    transform that moves pixels otherwise, and a batch transform that mixes images, are
+    refused (TransformError), with the step named."""
+    for v, tf in enumerate(transform if isinstance(transform, list) else [transform]):
+        why = mask_refusal(tf.plan)
+        if why is not None:
+            at = f" (view {v})" if isinstance(transform, list) else ""
+            raise TransformError(f"fields: a Mask cannot follow its image{at}: {why}; a mask follows crops, "
+                                 "resizes, padding and flips")
+    if isinstance(step, BatchTransform):
+        raise TransformError(f"fields: a Mask cannot follow its image through {step!r}, which mixes images "
+                             "(a mixed image has no one mask): mix in your loop where your masks allow it")
 
 
 def describe(loader: Loader) -> dict:

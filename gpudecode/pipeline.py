@@ -29,7 +29,7 @@ from ._probe import Probed, probe_columns
 from .batches import IN_FLIGHT, MID_QUEUE, Batch, PipelineConfig, Prepared, Ready, SizeRows
 from .decode import choose, make_decoder
 from .errors import DecodeError, ErrorPolicy, LabelError, Skipped
-from .fields import disagreeing, read_fields
+from .fields import disagreeing, follow_masks, read_fields
 from .io.reader import Sample
 from .labels import parse_label
 from .mixing import BatchTransform, seeded_call
@@ -71,6 +71,8 @@ class Pipeline:
         # the samples' fields (fields.read_fields: a tokenizer of the user's, ...) are read on a
         # thread of their own while the batch decodes (the decoders release the GIL): made on first use
         self._fields_thread: concurrent.futures.ThreadPoolExecutor | None = None
+        # the masks (fields.Mask) are decoded and moved on num_threads threads, a part of the batch each
+        self._mask_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.fields_aside = True  # (False: read in the stage's own thread, for a pipeline of one item: Loader.dataset)
 
     @property
@@ -120,7 +122,7 @@ class Pipeline:
         if self.owns_decoder:
             self._decoder = None
         self.gpu = None
-        self._fields_thread = None  # (its thread stayed in the parent)
+        self._fields_thread = self._mask_pool = None  # (their threads stayed in the parent)
         self.ring.after_fork()
 
     def close(self) -> None:
@@ -138,9 +140,10 @@ class Pipeline:
             self.gpu.release_handed(keep=0)
         self.gpu = None  # (after wait_idle: no kernel still works in the workspaces)
         self.ring.clear()
-        if self._fields_thread is not None:
-            self._fields_thread.shutdown(wait=True)
-            self._fields_thread = None
+        for pool in (self._fields_thread, self._mask_pool):
+            if pool is not None:
+                pool.shutdown(wait=True)
+        self._fields_thread = self._mask_pool = None
 
     @property
     def skipped(self) -> list[Skipped]:
@@ -184,7 +187,7 @@ class Pipeline:
             probed = probed.keep(keep)
             samples, sizes, labels = probed.samples, [sizes[i] for i in keep], probed.extras
         requests = probed.requests(boxes)
-        fields = self._read_fields(samples) if self.config.fields else None
+        fields = self._read_fields(samples, sizes, params) if self.config.fields else None
         t1 = time.perf_counter()
         timing.probe = t1 - t0
         decoded = None
@@ -216,16 +219,30 @@ class Pipeline:
                          draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes,
                          fields=values, field_errors=failed)
 
-    def _read_fields(self, samples: list[Sample]) -> "concurrent.futures.Future":
+    def _read_fields(self, samples: list[Sample], sizes: Sequence[tuple[int, int]],
+                     params: list[Draws]) -> "concurrent.futures.Future":
         """read_fields(samples) started on the fields' thread (it runs while the batch decodes),
-        or read here where `fields_aside` is off."""
+        or read here where `fields_aside` is off; masks checked against `sizes` and moved by
+        each view's `params`."""
+        c = self.config
+        kw: dict[str, Any] = dict(sizes=sizes, max_pixels=c.max_pixels, on_host=c.device == "cpu",
+                                  follow=([tf.plan for tf in self.views], params) if c.masks else None)
+        if c.masks and self.fields_aside:
+            kw["pool"] = self.mask_pool()
         if not self.fields_aside:
             done: concurrent.futures.Future = concurrent.futures.Future()
-            done.set_result(read_fields(self.config.fields, samples))
+            done.set_result(read_fields(c.fields, samples, **kw))
             return done
         if self._fields_thread is None:
             self._fields_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpudecode-fields")
-        return self._fields_thread.submit(read_fields, self.config.fields, samples)
+        return self._fields_thread.submit(read_fields, c.fields, samples, **kw)
+
+    def mask_pool(self) -> concurrent.futures.ThreadPoolExecutor | None:
+        """The threads masks are decoded and moved on (made on first use; None with one thread)."""
+        if self._mask_pool is None and self.config.num_threads > 1:
+            self._mask_pool = concurrent.futures.ThreadPoolExecutor(self.config.num_threads,
+                                                                    thread_name_prefix="gpudecode-masks")
+        return self._mask_pool
 
     def prepare_resident(self, rows: np.ndarray, store: Any, *, seed: int, epoch: int, position: int, rank: int = 0,
                          world: int = 1, places: np.ndarray | None = None, taken: int | None = None) -> Prepared:
@@ -280,9 +297,14 @@ class Pipeline:
                     timing.gpu["h2d"] = (ev[0], ev[1])
                     ready = ev[1]
         timing.decode = time.perf_counter() - t1
+        values: list[list[Any]] = [list(col[rows]) for col in store.fields]
+        failed: dict[int, Any] = {}
+        if self.config.masks:  # (the masks kept as decoded, moved here by the batch's draws)
+            follow_masks(self.config.fields, values, failed, samples, [tf.plan for tf in self.views], params,
+                         pool=self.mask_pool(), on_host=self.config.device == "cpu")
         return Prepared(samples, params, sizes, labels, decoded, timing, taken=len(rows) if taken is None else taken,
                          seq=seq, ready=ready, draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes,
-                         keys=keys, fields=[list(col[rows]) for col in store.fields])
+                         keys=keys, fields=values, field_errors=failed)
 
     def _same_size(self, items: list[tuple[Any, int, int]]) -> list[int]:
         """A transform without geometry keeps each image's size, and a batch has one: the

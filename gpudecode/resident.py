@@ -48,6 +48,7 @@ from .batches import Prepared
 from .decode import DecodedBatch, hwc_strides, make_decoder
 from .fields import read_fields
 from .stats import BatchTiming
+from .transforms.masks import resize_mask
 from .transforms.stored import downsizing
 
 if TYPE_CHECKING:
@@ -445,12 +446,15 @@ def _decode_chunk(pipe: "Pipeline", decoder: Any, chunk: list, images: "_Arena",
     boxes[:, 2] = probed.heights
     boxes[:, 3] = probed.widths
     decoded = decoder.decode(probed.requests(boxes))
-    values, failed = read_fields(pipe.config.fields, probed.samples) if pipe.config.fields else ([], {})
-    p = Prepared(probed.samples, [], list(zip(probed.heights, probed.widths)), list(probed.extras), decoded,
+    sizes = list(zip(probed.heights, probed.widths))
+    values, failed = read_fields(pipe.config.fields, probed.samples, sizes=sizes, max_pixels=pipe.config.max_pixels) \
+        if pipe.config.fields else ([], {})
+    p = Prepared(probed.samples, [], sizes, list(probed.extras), decoded,
                  BatchTiming(size=0), taken=len(chunk), fields=values, field_errors=failed)
     # (each value kept as it is: a batch's values are checked against each other as they are
     # batched, every epoch, as a streamed batch's are)
-    return pipe.finish_into(_Keep(resize, pipe.config.labels), p, agree=False, images=images, kept=kept,
+    masks = [f.mask is not None for f in pipe.config.fields]
+    return pipe.finish_into(_Keep(resize, pipe.config.labels, masks), p, agree=False, images=images, kept=kept,
                             labels=labels, fields=fields, missing=missing)
 
 
@@ -460,8 +464,9 @@ class _Keep:
     stored size where one is set, with its sample and label; a sample whose image failed
     is named in `missing` (its error is already the policy's)."""
 
-    def __init__(self, resize: _Resizer | None, with_labels: bool) -> None:
+    def __init__(self, resize: _Resizer | None, with_labels: bool, masks: Sequence[bool] = ()) -> None:
         self.resize, self.with_labels = resize, with_labels
+        self.masks = list(masks) or None  # [field]: whether it is a Mask (resized with its image; its bytes kept)
 
     def take(self, p: Prepared, ok: list[int], whole: bool, gpu: Any, *, images: "_Arena", kept: list,
              labels: list, fields: list, missing: dict) -> int:
@@ -487,8 +492,13 @@ class _Keep:
             kept.append(StoredSample(s.key, s.shard, s.index))
             if self.with_labels:
                 labels.append(int(p.labels[k]))
-            for col, values in zip(fields, p.fields):
-                col.append(values[k])
+            for f, (col, values) in enumerate(zip(fields, p.fields)):
+                value = values[k]
+                if self.masks is not None and self.masks[f]:
+                    if k in resized:  # (its image resized to the stored size: the mask with it)
+                        value = resize_mask(value, (h, w))
+                    used += value.numel() * value.element_size()
+                col.append(value)
             used += h * w * 3
         return used
 

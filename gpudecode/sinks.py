@@ -15,7 +15,7 @@ import torch
 from .batches import Batch, PipelineConfig, Prepared, Ready
 from .decode import DecodedBatch
 from .errors import DecodeError, Skipped
-from .fields import collate
+from .fields import collate, is_views
 from .io.reader import Sample
 from .kernels.workspace import Workspace
 from .mixing import BatchTransform, batch_rng
@@ -125,7 +125,8 @@ class OutputRing:
             if start is not None:
                 p.timing.gpu["augment"] = (start, event(stream))
             lab = self._labels(p, ok, whole)
-            fields = [collate(col if whole else [col[k] for k in ok], self.config.device) for col in p.fields]
+            fields = [collate(col if whole else [col[k] for k in ok], self.config.device, getattr(spec.mask, "dtype", None))
+                      for col, spec in zip(p.fields, self.config.fields)]
             images: Any = [_handed(out) for out, _ in outs] if self.multi else _handed(outs[0][0])
             if isinstance(self.config.batch_transform, BatchTransform):  # ours: on the finished batch, on its stream
                 _, lab = self.config.batch_transform(outs[0][1], lab, rng=batch_rng(*p.draw))  # type: ignore[arg-type]
@@ -177,7 +178,7 @@ class OutputRing:
                 out.copy_(img[:n][pick])  # (the batch before came from these slots: the same image shape)
                 made.append(_handed(out))
             lab = labels[pick.to(labels.device)] if labels is not None else None
-            again = [v[pick.to(v.device)] if isinstance(v, torch.Tensor) else [v[i] for i in idx] for v in fields]
+            again = [_repeated(v, pick, idx) for v in fields]
             if gpu is not None:
                 ready = torch.cuda.Event()
                 ready.record(stream)
@@ -220,6 +221,16 @@ class OutputRing:
         if own is None or pairs is None:
             return False
         return _used(pairs, own)
+
+
+def _repeated(value: Any, pick: torch.Tensor, idx: list[int]) -> Any:
+    """A field's batch value (a tensor, a list of values, or a Mask's list of tensors, one a
+    view) at rows `idx` (`pick` as a tensor)."""
+    if isinstance(value, torch.Tensor):
+        return value[pick.to(value.device)]
+    if is_views(value):
+        return [v[pick.to(v.device)] for v in value]
+    return [value[i] for i in idx]
 
 
 def view_part(decoded: DecodedBatch, p: Prepared, v: int) -> DecodedBatch:
