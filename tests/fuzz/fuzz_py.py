@@ -18,7 +18,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # first, they stay as written
 import gpudecode.kernels.png  # noqa: E402,F401
 
-with atheris.instrument_imports(include=["gpudecode"]):
+# (Pillow's PNG chunk reader too: the mask target's PNGs go through it after the PNG walker)
+with atheris.instrument_imports(include=["gpudecode", "PIL.PngImagePlugin"]):
     import gpudecode.io.reader  # noqa: F401
     import gpudecode.io.shards  # noqa: F401
     import gpudecode.io.tario  # noqa: F401
@@ -29,6 +30,7 @@ with atheris.instrument_imports(include=["gpudecode"]):
     import gpudecode.decode.png  # noqa: F401
     import gpudecode.io.parquet  # noqa: F401
     import gpudecode.fields  # noqa: F401
+    import PIL.PngImagePlugin  # noqa: F401
 
 import harness  # noqa: E402
 

@@ -21,6 +21,9 @@ Promises checked:
   extension) decodes to what Python's own readers make of the rest (str, int, json.loads,
   numpy's np.load without pickles, bytes), or ValueError; an array never larger than
   the member's bytes.
+- mask: a segmentation mask's member (PNG or .npy, `gpudecode.Mask`) is a 2-D tensor of
+  a mask dtype equal to what Pillow (np.array of the PNG) or np.load read, within the
+  pixel limit, or ValueError; never another exception.
 """
 from __future__ import annotations
 
@@ -31,7 +34,8 @@ import os
 import re
 import tempfile
 
-TARGETS = ("tar_stream", "gzip_path", "labels", "shard_list", "npy", "image", "png_halves", "parquet_pages", "fields")
+TARGETS = ("tar_stream", "gzip_path", "labels", "shard_list", "npy", "image", "png_halves", "parquet_pages", "fields",
+           "mask")
 
 
 def _stream_view(stream):
@@ -211,6 +215,33 @@ def fields(data: bytes) -> None:
         assert np.array_equal(ref, value, equal_nan=value.dtype.kind in "fc"), "an .npy field differs from np.load"
     else:
         assert value == body
+
+
+_MASK_LIMIT = 1 << 16
+
+
+def mask(data: bytes) -> None:
+    import numpy as np
+    import torch
+    from PIL import Image
+
+    from gpudecode.fields import decode_mask
+    from gpudecode.transforms.masks import MASK_DTYPES
+
+    try:
+        got = decode_mask(data, _MASK_LIMIT)
+    except ValueError:
+        return
+    assert isinstance(got, torch.Tensor) and got.ndim == 2 and got.dtype in MASK_DTYPES
+    assert got.numel() <= _MASK_LIMIT, "a mask over the pixel limit was read"
+    if data[:4] == b"\x89PNG":
+        with Image.open(io.BytesIO(data)) as im:
+            ref = np.array(im)
+    else:
+        ref = np.load(io.BytesIO(data), allow_pickle=False)
+    ref = ref[0] if ref.ndim == 3 else ref
+    assert tuple(ref.shape) == tuple(got.shape), "a mask's shape differs from its reader's"
+    assert np.array_equal(ref.astype(np.int64), got.numpy().astype(np.int64)), "a mask differs from its reader's"
 
 
 def image(data: bytes) -> None:

@@ -102,7 +102,8 @@ def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     imgs = images()
     dirs = {t: out / t for t in ("tar", "probe", "jpeg", "png", "batch", "tar_stream", "gzip_path", "labels",
-                                 "shard_list", "npy", "image", "png_halves", "parquet_pages", "png_walk", "fields")}
+                                 "shard_list", "npy", "image", "png_halves", "parquet_pages", "png_walk", "fields",
+                                 "mask")}
     for d in dirs.values():
         d.mkdir(exist_ok=True)
     tars = [c.data[:1 << 15] for c in tarcorpus.cases()]
@@ -150,6 +151,8 @@ def main(out: Path) -> None:
         (dirs["probe"] / f"npy{i}").write_bytes(encode_npy(img[:8, :8]))  # the native npy header parser
     for i, (kind, body) in enumerate(field_seeds()):  # (the first byte picks the extension: harness.fields)
         (dirs["fields"] / f"f{i}").write_bytes(bytes([kind]) + body)
+    for name, body in mask_seeds().items():
+        (dirs["mask"] / name).write_bytes(body)
     print(f"seeds in {out}")
 
 
@@ -165,6 +168,30 @@ def field_seeds() -> list[tuple[int, bytes]]:
         b = io.BytesIO()
         np.save(b, a)
         out.append((3 + i % 2, b.getvalue()))
+    return out
+
+
+def mask_seeds() -> dict[str, bytes]:
+    """Segmentation masks harness.mask reads: PNGs of each one-channel mode (palette of 1-8
+    bits, grey, 1-bit, 16-bit), an RGB one (refused), .npy of each integer kind."""
+    import numpy as np
+    from PIL import Image
+
+    m = (np.arange(12 * 10).reshape(12, 10) // 17).astype(np.uint8)
+    out = {}
+    for name, im, kw in [("p8", Image.fromarray(m), {}), ("p2", Image.fromarray(m % 4), {"bits": 2}),
+                         ("l8", Image.fromarray(m * 30), {}), ("one", Image.fromarray(m % 2 == 1), {}),
+                         ("i16", Image.fromarray(m.astype(np.uint16) * 900), {}),
+                         ("rgb", Image.fromarray(np.stack([m] * 3, -1)), {})]:
+        if name.startswith("p"):
+            im.putpalette([v for i in range(256) for v in (i, 255 - i, i // 2)])
+        b = io.BytesIO()
+        im.save(b, "PNG", **kw)
+        out[name] = b.getvalue()
+    for dt in ("u1", "<i2", ">u2", "<i8", "?", "<f4"):
+        b = io.BytesIO()
+        np.save(b, (m % 2).astype(dt))
+        out[f"npy-{dt.strip('<>')}{'-be' if dt[0] == '>' else ''}"] = b.getvalue()
     return out
 
 
