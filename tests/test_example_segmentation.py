@@ -1,0 +1,44 @@
+"""examples/segmentation: images with palette-PNG masks trained on with torchvision's
+segmentation reference recipe, each mask moved with its image: every image once an
+epoch as (images, masks) with padding at the ignore index, and a mask that is not one
+(a colour PNG) skipped and named, the rest trained on."""
+from __future__ import annotations
+
+import io
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from conftest import make_shard, tar_samples
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "segmentation" / "train.py"
+
+
+def _run(tmp_path, *extra):
+    p = subprocess.run([sys.executable, str(EXAMPLE), "--epochs", "2", *extra], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p.stdout
+
+
+def test_the_example_trains_on_masks_and_skips_a_colour_mask(tmp_path):
+    out = _run(tmp_path, "--make-demo", str(tmp_path / "set"))
+    assert "48 images with masks, 6 batches an epoch" in out and "['images', 'seg.png']" in out, out
+    assert re.findall(r"epoch (\d): (\d+) images", out) == [("0", "48"), ("1", "48")], out
+    assert "skipped" not in out
+
+    (_, first), *_ = tar_samples(tmp_path / "set" / "seg-000000.tar")
+    with Image.open(io.BytesIO(first["seg.png"])) as im:
+        assert im.mode == "P"
+        colour = im.convert("RGB")
+    b = io.BytesIO()
+    colour.save(b, "PNG")  # (a colour-coded mask: its classes are not its pixels)
+    make_shard(tmp_path / "set" / "seg-000002.tar", [{"__key__": "colour-0000", "jpg": first["jpg"], "seg.png": b.getvalue()}])
+    out = _run(tmp_path, "--data", str(tmp_path / "set"))
+    assert "49 images with masks" in out and "skipped 1: colour-0000: field .seg.png is a PNG of mode RGB" in out, out
+    assert re.findall(r"epoch (\d): (\d+) images", out) == [("0", "47"), ("1", "47")], out  # (6 batches of 8, less it)
+    assert np.isfinite([float(v) for v in re.findall(r"loss ([0-9.]+)", out)]).all()
