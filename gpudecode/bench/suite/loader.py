@@ -16,6 +16,9 @@ ImageNet-like JPEGs (500x375, quality 90):
     python bench/loader.py --splits   the Loader with split shard, sample and elastic
     python bench/loader.py --captions image-text pairs (CLIP-style): the Loader with
         fields="txt" against webdataset's pipeline as OpenCLIP builds it
+    python bench/loader.py --masks    segmentation (images with palette-PNG masks):
+        torchvision's segmentation reference recipe, the Loader with a Mask field against
+        torchvision v2 moving a tv_tensors.Mask over webdataset in a DataLoader
 """
 from __future__ import annotations
 
@@ -340,6 +343,103 @@ def captions(shards, a) -> None:
     save("loader_captions", {"machine": machine(), "args": vars(a), "tokenizer": tok_name, "img_per_s": rows})
 
 
+def masked(shards: list[str]) -> list[str]:
+    """The bench's shards again with a segmentation mask (.seg.png, a palette PNG) beside
+    each image: the photograph's grey levels, smoothed over 9x9 pixels, in 8 classes
+    (regions with real photographs' boundaries; as VOC and ADE20K keep their masks)."""
+    import tarfile
+
+    import numpy as np
+    from PIL import Image, ImageFilter
+
+    from gpudecode.io.writer import ShardWriter
+
+    root = OUT / f"{os.path.basename(os.path.dirname(shards[0]))}_masked"
+    done = sorted(str(p) for p in root.glob("train-*.tar"))
+    if done:
+        return done
+    palette = [v for i in range(256) for v in ((i * 37) % 256, (i * 91) % 256, (i * 13) % 256)]
+    with ShardWriter(str(root / "train-%06d.tar"), maxcount=256) as w:
+        for u in shards:
+            with tarfile.open(u) as t:
+                for m in t.getmembers():
+                    if m.name.endswith(".jpg"):
+                        data = t.extractfile(m).read()  # type: ignore[union-attr]
+                        with Image.open(io.BytesIO(data)) as im:
+                            grey = np.asarray(im.convert("L").filter(ImageFilter.BoxBlur(4)))
+                        seg = Image.fromarray((grey // 32).astype(np.uint8))
+                        seg.putpalette(palette)
+                        b = io.BytesIO()
+                        seg.save(b, "PNG")
+                        w.write({"__key__": m.name[:-4], "jpg": data, "seg.png": b.getvalue()})
+    return w.shards
+
+
+def masks(shards, a) -> None:
+    """Segmentation as torchvision's reference trains it (references/segmentation/presets.py
+    at its defaults: base 520, crop 480): RandomResize(260, 1040), RandomCrop(480,
+    pad_if_needed; the mask padded with 255), flip, Normalize, the mask as int64. The
+    Loader (fields={"seg.png": Mask(fill=255, dtype=torch.int64)}, labels=False) against
+    torchvision.transforms.v2 moving the image and its tv_tensors.Mask together over
+    webdataset in a WebLoader with --threads workers; the Loader with the masks as they are
+    decoded (uint8: what int64 costs on the host; on a GPU the conversion is the device's),
+    and without them (what they cost)."""
+    import numpy as np
+    import torch
+    import torchvision.transforms.v2 as v2
+    import webdataset as wds
+    from torchvision import tv_tensors
+
+    from gpudecode import Loader, Mask
+    from gpudecode import transforms as T
+
+    urls = masked(shards)
+    ours = T.Compose([T.RandomResize(260, 1040), T.RandomCrop(480, pad_if_needed=True), T.RandomHorizontalFlip(),
+                      T.Normalize(MEAN, STD)])
+
+    def loader(fields):
+        return epochs(Loader(urls, batch_size=a.batch, transform=ours, device="cpu", num_threads=a.threads,
+                             labels=False, fields=fields))
+
+    reference = v2.Compose([v2.RandomResize(260, 1040), v2.RandomHorizontalFlip(),
+                            v2.RandomCrop(480, pad_if_needed=True, fill={tv_tensors.Image: 0, tv_tensors.Mask: 255}),
+                            v2.ToDtype({tv_tensors.Image: torch.float32, tv_tensors.Mask: torch.int64, "others": None},
+                                       scale=True),
+                            v2.Normalize(MEAN, STD)])
+
+    def read_mask(data: bytes):  # (webdataset's "pil" makes every PNG RGB: a mask's indices read as Pillow reads them)
+        from PIL import Image
+
+        with Image.open(io.BytesIO(data)) as im:
+            return np.array(im)
+
+    def sample(image, mask):
+        img = tv_tensors.Image(v2.functional.pil_to_tensor(image))
+        return reference(img, tv_tensors.Mask(torch.from_numpy(mask)))
+
+    def web():
+        pipe = (wds.WebDataset(urls, shardshuffle=len(urls), empty_check=False).shuffle(1000)
+                .decode(wds.handle_extension("seg.png", read_mask), "pil")
+                .to_tuple("jpg", "seg.png").map(lambda x: sample(*x)).batched(a.batch, partial=True))
+        dl = wds.WebLoader(pipe, batch_size=None, shuffle=False, num_workers=a.threads, persistent_workers=True)
+
+        def go():
+            return sum(x.shape[0] for x, _ in dl)
+        return go
+
+    rows = alternated({"gpudecode Loader, Mask field": loader({"seg.png": Mask(fill=255, dtype=torch.int64)}),
+                       "gpudecode Loader, Mask field as uint8": loader({"seg.png": Mask(fill=255)}),
+                       "gpudecode Loader, images alone": loader(None),
+                       "torchvision v2 reference + webdataset": web()}, a.repeat)
+    ref = rows["torchvision v2 reference + webdataset"]
+    print(f"{a.images} JPEGs 500x375 q90 + palette-PNG masks -> 480x480 float + int64 masks, batch {a.batch}, "
+          f"{a.threads} threads/workers, {os.cpu_count()} cores, torch {torch.__version__}")
+    print(f"{'pipeline':46s} {'img/s':>8s} {'x torchvision':>14s}")
+    for name, r in rows.items():
+        print(f"{name:46s} {r:8.0f} {r / ref:14.2f}")
+    save("loader_masks", {"machine": machine(), "args": vars(a), "img_per_s": rows})
+
+
 def main() -> None:
     ap = pipeline_args(__doc__, images=2048)
     ap.add_argument("--skip-dali", action="store_true")
@@ -348,6 +448,7 @@ def main() -> None:
     ap.add_argument("--captions", action="store_true", help="image-text pairs: fields='txt' against webdataset")
     ap.add_argument("--tokenizer", choices=("openclip", "standin"), default="standin",
                     help="with --captions: OpenCLIP's own (pip install open_clip_torch) or a stand-in")
+    ap.add_argument("--masks", action="store_true", help="segmentation: a Mask field against torchvision v2's reference")
     a = ap.parse_args()
     shards, folder = build(a.images)
     if a.splits:
@@ -355,6 +456,9 @@ def main() -> None:
         return
     if a.captions:
         captions(shards, a)
+        return
+    if a.masks:
+        masks(shards, a)
         return
     rows = {}
     go, ld = run_gpudecode(shards, a.threads, a.batch)
