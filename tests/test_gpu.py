@@ -13,6 +13,7 @@ test_decode.py, the Loader with those decoders in test_loader.py).
 from __future__ import annotations
 
 import contextlib
+import io
 import functools
 import os
 import re
@@ -309,6 +310,39 @@ def test_a_resident_set_on_cuda_gives_the_streamed_batches(shards, keep):
         assert ka == kb and torch.equal(la, lb) and torch.equal(ia, ib)
     if keep == "gpu":
         assert h2d == 0
+
+
+def test_masks_on_cuda_equal_the_cpu_loaders(photos, tmp_path):
+    """gpudecode.Mask fields on CUDA: each batch's masks (uint8 up, int64 made on the
+    device) on the device, equal to the CPU Loader's, streamed and from keep="gpu"; and
+    Compose.masks on CUDA tensors equal to its CPU result."""
+    from PIL import Image
+
+    from gpudecode import Mask
+
+    samples = []
+    names = list(photos)
+    for k in range(24):
+        img = np.ascontiguousarray(photos[names[k % len(names)]][:90 + k, :100])
+        seg = Image.fromarray((img.mean(2) // 40).astype(np.uint8))
+        b = io.BytesIO()
+        seg.save(b, "PNG")
+        samples.append({"__key__": f"m{k:03d}", "jpg": encode(img), "cls": str(k % 3), "seg.png": b.getvalue()})
+    url = make_shard(tmp_path / "masks-000000.tar", samples)
+    tf = T.Compose([T.RandomResize(60, 120), T.RandomCrop(80, pad_if_needed=True), T.RandomHorizontalFlip(),
+                    T.Normalize(MEAN, STD)])
+    kw = dict(batch_size=8, transform=tf, seed=2, fields={"seg.png": Mask(fill=255, dtype=torch.int64)})
+    cpu = [(b.keys, b[2].clone()) for b in Loader([url], device="cpu", **kw)]
+    for keep in (None, "gpu"):
+        with Loader([url], device="cuda", decoder="cpu", keep=keep, **kw) as ld:
+            got = [(b.keys, b[2]) for b in ld]
+        assert [k for k, _ in got] == [k for k, _ in cpu]
+        for (_, a), (_, m) in zip(cpu, got):
+            assert m.device.type == "cuda" and m.dtype == torch.int64 and torch.equal(m.cpu(), a)
+    masks = [torch.randint(0, 9, (40 + k, 50), dtype=torch.uint8) for k in range(6)]
+    d = tf.draw_batch([tuple(m.shape) for m in masks], 5)
+    on_gpu = tf.masks([m.cuda() for m in masks], d, fill=255)
+    assert on_gpu.device.type == "cuda" and torch.equal(on_gpu.cpu(), tf.masks(masks, d, fill=255))
 
 
 def test_batches_survive_a_slow_consumer(shards):
