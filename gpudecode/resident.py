@@ -447,8 +447,8 @@ def _decode_chunk(pipe: "Pipeline", decoder: Any, chunk: list, images: "_Arena",
     boxes[:, 3] = probed.widths
     decoded = decoder.decode(probed.requests(boxes))
     sizes = list(zip(probed.heights, probed.widths))
-    values, failed = read_fields(pipe.config.fields, probed.samples, sizes=sizes, max_pixels=pipe.config.max_pixels) \
-        if pipe.config.fields else ([], {})
+    values, failed = read_fields(pipe.config.fields, probed.samples, sizes=sizes, max_pixels=pipe.config.max_pixels,
+                                 pool=pipe.mask_pool() if pipe.config.masks else None) if pipe.config.fields else ([], {})
     p = Prepared(probed.samples, [], sizes, list(probed.extras), decoded,
                  BatchTiming(size=0), taken=len(chunk), fields=values, field_errors=failed)
     # (each value kept as it is: a batch's values are checked against each other as they are
