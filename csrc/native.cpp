@@ -803,5 +803,25 @@ PYBIND11_MODULE(_native, m) {
       "One PNG's box (top, left, height, width) as the CPU decoder decodes it: (error or None, RGB HWC bytes, "
       "'direct' or 'libpng': which path decided). direct=False: through libpng always (csrc/png_decode.h), the "
       "reference of the direct path.");
+  m.def(
+      "png_samples",
+      [](py::buffer data, int64_t max_pixels, py::buffer out) {
+        ByteView v = view_of(data);
+        py::buffer_info o = out.request(true);
+        if (!o.readonly && o.ndim >= 1) {
+          bool done = false;
+          {
+            py::gil_scoped_release nogil;
+            done = decode_png_samples(v.data, v.size, max_pixels, static_cast<uint8_t*>(o.ptr),
+                                      size_t(o.size) * size_t(o.itemsize));
+          }
+          return done;
+        }
+        throw py::type_error("png_samples writes into a writable array");
+      },
+      py::arg("data"), py::arg("max_pixels"), py::arg("out"),
+      "A grey or palette PNG's samples as Pillow's np.array gives them, written into `out` (contiguous, "
+      "height x width: uint8, bool for 1-bit grey, int32 for 16 bits) with the GIL released: whether it decided "
+      "(False: an image the direct path is not sure of, or of another kind; read it another way).");
 #endif
 }

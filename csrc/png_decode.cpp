@@ -253,6 +253,32 @@ bool inflate_whole(const std::vector<uint8_t>& in, uint8_t* out, size_t want, si
 #endif
 }
 
+// The walked image's rows (`stride` bytes each after its filter-type byte, `want` bytes in
+// all) inflated into `rows`, still filtered: false where libpng might decide otherwise (see
+// above: a window under 32 KiB that the data outgrows, a stream that is not exactly the rows,
+// bytes after it in its IDAT chunk, a filter type over 4).
+bool inflated_rows(const uint8_t* data, const PngChunks& c, size_t stride, size_t want, std::vector<uint8_t>& rows) {
+  std::vector<uint8_t> stream(c.stream_size);
+  std::vector<size_t> ends;  // where each IDAT payload ends in the joined stream
+  ends.reserve(c.idat.size());
+  size_t at = 0;
+  for (const auto& [off, len] : c.idat) {
+    std::memcpy(stream.data() + at, data + off, len);
+    ends.push_back(at += len);
+  }
+  // a window under 32 KiB that the image data outgrows: libpng's zlib, inflating a row at a
+  // time, holds only that much history and refuses a distance past it, which one whole-buffer
+  // inflate would take (where the data fits the window, no distance can reach past it)
+  if (stream.size() < 2 || ((stream[0] >> 4) != 7 && want > (size_t(1) << ((stream[0] >> 4) + 8)))) return false;
+  size_t used = 0;
+  if (!inflate_whole(stream, rows.data(), want, used)) return false;
+  // libpng refuses the rest of the IDAT chunk the stream ends in, and reads no chunk after it
+  if (used != stream.size() && !std::binary_search(ends.begin(), ends.end(), used)) return false;
+  for (size_t y = 0; y < want; y += stride + 1)  // libpng unfilters every row: a bad filter type anywhere is its error
+    if (rows[y] > 4) return false;
+  return true;
+}
+
 // True when it decided (`result`: "" for the pixels written, or the box's error, or
 // kStopped); false to leave the image to libpng (nothing written to `out` that matters).
 bool decode_direct(const uint8_t* data, size_t size, const Box& box, int64_t max_pixels, uint8_t* out,
@@ -268,29 +294,13 @@ bool decode_direct(const uint8_t* data, size_t size, const Box& box, int64_t max
   if (want > kDirectMax || c.stream_size > 0xFFFFFFFFu) return false;
   result = box_outside(box, H, W);
   if (!result.empty()) return true;
-  // (a refused allocation throws std::bad_alloc: the caller then leaves the image to libpng)
-  std::vector<uint8_t> stream(c.stream_size), rows(want + 8), zero(stride + 8);  // (+ 8: 8-byte reads at a row's end)
-  std::vector<size_t> ends;  // where each IDAT payload ends in the joined stream
-  ends.reserve(c.idat.size());
-  size_t at = 0;
-  for (const auto& [off, len] : c.idat) {
-    std::memcpy(stream.data() + at, data + off, len);
-    ends.push_back(at += len);
-  }
-  // a window under 32 KiB that the image data outgrows: libpng's zlib, inflating a row at a
-  // time, holds only that much history and refuses a distance past it, which one whole-buffer
-  // inflate would take (where the data fits the window, no distance can reach past it)
-  if (stream.size() < 2 || ((stream[0] >> 4) != 7 && want > (size_t(1) << ((stream[0] >> 4) + 8)))) return false;
   if (stop_requested(stop)) {
     result = kStopped;
     return true;
   }
-  size_t used = 0;
-  if (!inflate_whole(stream, rows.data(), want, used)) return false;
-  // libpng refuses the rest of the IDAT chunk the stream ends in, and reads no chunk after it
-  if (used != stream.size() && !std::binary_search(ends.begin(), ends.end(), used)) return false;
-  for (int64_t y = 0; y < H; ++y)  // libpng unfilters every row: a bad filter type anywhere is its error
-    if (rows[size_t(y) * (stride + 1)] > 4) return false;
+  // (a refused allocation throws std::bad_alloc: the caller then leaves the image to libpng)
+  std::vector<uint8_t> rows(want + 8), zero(stride + 8);  // (+ 8: 8-byte reads at a row's end)
+  if (!inflated_rows(data, c, stride, want, rows)) return false;
   const int64_t bottom = int64_t(box.top) + box.height;
   for (int64_t y = 0; y < bottom; ++y) {
     if ((y & 63) == 0 && stop_requested(stop)) {
@@ -305,7 +315,60 @@ bool decode_direct(const uint8_t* data, size_t size, const Box& box, int64_t max
   }
   return true;
 }
+// Row `r` (unfiltered samples of a grey or palette image) as Pillow's mode for it gives its
+// values, `w` of them into `out`: 8 bits as they are; palette indices of 1-4 bits as they
+// are; grey of 2 and 4 bits scaled to 8 (Pillow's "L;2", "L;4"); 1-bit grey 0 or 1 (mode
+// "1", a bool each); 16 bits as an int32 (mode "I;16", widened).
+void row_to_samples(const uint8_t* r, int depth, int color, int64_t w, uint8_t* out) {
+  if (depth == 16) {
+    for (int64_t x = 0; x < w; ++x) {
+      const int32_t v = (int32_t(r[2 * x]) << 8) | r[2 * x + 1];
+      std::memcpy(out + 4 * x, &v, 4);
+    }
+  } else if (depth == 8) {
+    std::memcpy(out, r, size_t(w));
+  } else {
+    const int mask = (1 << depth) - 1, scale = color == 0 && depth > 1 ? 255 / mask : 1;
+    for (int64_t x = 0; x < w; ++x) {
+      const int64_t bit = x * depth;
+      out[x] = uint8_t(((r[bit >> 3] >> (8 - depth - int(bit & 7))) & mask) * scale);
+    }
+  }
+}
 #endif
+
+}  // namespace
+
+bool decode_png_samples(const uint8_t* data, size_t size, int64_t max_pixels, uint8_t* out, size_t out_size) {
+#ifdef GPUDECODE_HAVE_ZLIB
+  PngChunks c;
+  if (!png_walk(data, size, max_pixels, c).empty() || c.interlace || !c.fault.empty()) return false;
+  if (c.color != 0 && c.color != 3) return false;
+  const int64_t H = c.height, W = c.width;
+  const size_t stride = (size_t(W) * size_t(c.depth) + 7) / 8;
+  const size_t bpp = std::max<size_t>(1, size_t(c.depth) / 8);
+  const size_t want = size_t(H) * (stride + 1);
+  const size_t item = c.depth == 16 ? 4 : 1;
+  if (want > kDirectMax || c.stream_size > 0xFFFFFFFFu || out_size != size_t(H) * size_t(W) * item) return false;
+  try {
+    std::vector<uint8_t> rows(want + 8), zero(stride + 8);  // (+ 8: 8-byte reads at a row's end)
+    if (!inflated_rows(data, c, stride, want, rows)) return false;
+    for (int64_t y = 0; y < H; ++y) {
+      uint8_t* row = rows.data() + size_t(y) * (stride + 1);
+      unfilter(row[0], row + 1, y ? row + 1 - (stride + 1) : zero.data(), stride, bpp);
+      row_to_samples(row + 1, c.depth, c.color, W, out + size_t(y) * size_t(W) * item);
+    }
+  } catch (const std::bad_alloc&) {
+    return false;
+  }
+  return true;
+#else
+  (void)data, (void)size, (void)max_pixels, (void)out, (void)out_size;
+  return false;
+#endif
+}
+
+namespace {
 
 struct Source {
   const uint8_t* data;

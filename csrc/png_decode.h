@@ -24,4 +24,13 @@ namespace gpudecode {
 std::string decode_png_crop(const uint8_t* data, size_t size, const Box& box, int64_t max_pixels, uint8_t* out,
                             const uint8_t* stop = nullptr, bool direct = true, bool* decided_directly = nullptr);
 
+// A PNG of one channel (grey or palette, not interlaced) decoded to its samples as Pillow's
+// np.array gives them, into `out` (height * width items: uint8, bool for 1-bit grey, int32
+// for 16 bits; png_decode.cpp's row_to_samples says how each depth reads): the direct
+// path's walk, inflate and unfilter, with the GIL's owner free to run (it takes none).
+// Returns whether it decided: false (nothing that matters written) for an image it is not
+// sure of, any other colour type, interlacing, a size that is not `out_size`'s, or a
+// build without zlib; the caller then reads the image another way.
+bool decode_png_samples(const uint8_t* data, size_t size, int64_t max_pixels, uint8_t* out, size_t out_size);
+
 }  // namespace gpudecode

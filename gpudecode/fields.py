@@ -72,8 +72,8 @@ class Mask:
     the mask's own: uint8 for an 8-bit PNG), on the Loader's device.
 
     The member is a PNG of one channel (a palette image's indices, not its colours; grey
-    values; 16-bit grey as int32), read as Pillow reads it after the project's PNG walker
-    has checked its chunks, or an .npy array [H, W] of integers or bools. A mask of another
+    values; 16-bit grey as int32), its values as Pillow's np.array gives them, or an .npy
+    array [H, W] of integers or bools. A mask of another
     size than its image, of several channels, or that does not decode is its sample's
     FieldError. A transform that moves pixels otherwise (a rotation, an affine or
     perspective warp, a canvas step) and MixUp / CutMix are refused when the Loader is
@@ -254,11 +254,11 @@ def _npy(data: bytes) -> np.ndarray:
 
 
 def decode_mask(data: Any, max_pixels: int = 0) -> torch.Tensor:
-    """A Mask member's value: a PNG of one channel as Pillow reads it (its chunks checked
-    first by the PNG walker, decode.png.read_png: what libpng refuses, and a size over
-    `max_pixels`, refused before any pixel is read), or an .npy [H, W] of integers or
-    bools; by its bytes, whatever its extension or column is named. A Parquet value
-    {"bytes": ...} (a Hugging Face Image column) is its bytes.
+    """A Mask member's value, by its bytes, whatever its extension or column is named: a
+    PNG of one channel, its values as Pillow's np.array gives them (_png_mask: its chunks
+    checked first by the PNG walker, so what libpng refuses, and a size over `max_pixels`,
+    is refused before any pixel is read), or an .npy [H, W] of integers or bools. A Parquet
+    value {"bytes": ...} (a Hugging Face Image column) is its bytes.
 
     Raises:
         ValueError: anything else, with the reason."""
@@ -283,17 +283,33 @@ def decode_mask(data: Any, max_pixels: int = 0) -> torch.Tensor:
     return mask
 
 
+_PIL_MODES = {2: "RGB", 4: "LA", 6: "RGBA"}  # (Pillow's mode of a PNG of several channels, by colour type)
+
+
 def _png_mask(data: bytes, max_pixels: int) -> np.ndarray:
+    """A one-channel PNG's samples as Pillow's np.array gives them: natively where the
+    CPU decoder's direct path is sure of the image (_native.png_samples: walk, inflate and
+    unfilter with the GIL released; taken as libpng takes it, as every PNG here is, where
+    Pillow would refuse a file without IEND or with a broken chunk after the image data),
+    else by Pillow itself (interlaced images, streams the direct path leaves to libpng)."""
     import io
 
     from PIL import Image
 
+    from . import _native
     from .decode.png import read_png
 
     try:
-        read_png(data, max_pixels)
+        layout = read_png(data, max_pixels)
     except ValueError as e:
         raise ValueError(f"is not a PNG that decodes ({e})") from None
+    if layout.color in _PIL_MODES:
+        raise ValueError(f"is a PNG of mode {_PIL_MODES[layout.color]}: a mask has one channel a pixel (a palette or "
+                         "grey PNG)")
+    dtype = np.int32 if layout.depth == 16 else np.bool_ if layout.color == 0 and layout.depth == 1 else np.uint8
+    out: np.ndarray = np.empty((layout.height, layout.width), dtype)
+    if _native.has_png and _native.png_samples(data, max_pixels, out):  # (built with the PNG decoder)
+        return out
     try:
         with Image.open(io.BytesIO(data), formats=["PNG"]) as im:
             mode = im.mode

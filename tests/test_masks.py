@@ -272,6 +272,36 @@ def test_each_mask_format_reads_as_pillow_and_numpy_read_it():
     assert decode_member("seg.png", png(m)) == png(m)  # (without Mask, a field is the member's bytes)
 
 
+def test_every_one_channel_png_kind_reads_as_pillow_reads_it_natively_where_it_can(photos):
+    """Every grey and palette PNG kind (bit depths 1-16, tRNS, Adam7: test_png's
+    hand-written variants of a photograph; Pillow's own grey PNG with its adaptive row
+    filters): decode_mask equals Pillow's np.array; the CPU decoder's native samples path
+    decides each one not interlaced (the GIL released), Pillow reads the interlaced ones;
+    the kinds of several channels are refused by name."""
+    from test_png import variants
+
+    from gpudecode import _native
+
+    img = centre(photos["chelsea"], 37, 45)
+    kinds = variants(img)
+    kinds["pillow-grey"] = png(img[..., 1])
+    kinds["pillow-grey-16"] = png(img[..., 1].astype(np.uint16) * 257)
+    read = 0
+    for name, data in kinds.items():
+        with Image.open(io.BytesIO(data)) as im:
+            mode, ref = im.mode, np.array(im)
+        if mode not in ("P", "L", "1", "I;16", "I;16B", "I"):
+            with pytest.raises(ValueError, match=f"is a PNG of mode {mode}: a mask has one channel"):
+                decode_mask(data)
+            continue
+        got = decode_mask(data)
+        assert got.shape == ref.shape and np.array_equal(got.numpy().astype(np.int64), ref.astype(np.int64)), name
+        out = np.empty(ref.shape, np.int32 if ref.dtype == np.uint16 else ref.dtype)
+        assert _native.png_samples(data, 0, out) == ("adam7" not in name), name
+        read += 1
+    assert read == 21  # (9 kinds, each plain and Adam7; Pillow's palette, grey and 16-bit grey)
+
+
 def test_each_bad_mask_is_its_samples_error_and_skipped_alone(tmp_path, photos):
     """An RGB PNG, a JPEG, a mask of another size, a cut PNG, a PNG failing its CRC, an
     .npy of floats, a missing mask and one over max_pixels: each its sample's FieldError

@@ -173,7 +173,8 @@ def field_seeds() -> list[tuple[int, bytes]]:
 
 def mask_seeds() -> dict[str, bytes]:
     """Segmentation masks harness.mask reads: PNGs of each one-channel mode (palette of 1-8
-    bits, grey, 1-bit, 16-bit), an RGB one (refused), .npy of each integer kind."""
+    bits, grey, 1-bit, 16-bit; and hand_pngs' one-channel kinds), an RGB one (refused), .npy
+    of each integer kind."""
     import numpy as np
     from PIL import Image
 
@@ -188,6 +189,8 @@ def mask_seeds() -> dict[str, bytes]:
         b = io.BytesIO()
         im.save(b, "PNG", **kw)
         out[name] = b.getvalue()
+    # (every one-channel kind written by hand: bit depths 1-16, tRNS, Adam7, which Pillow reads)
+    out.update({k: v for k, v in hand_pngs().items() if ("gray" in k or "palette" in k) and "alpha" not in k})
     for dt in ("u1", "<i2", ">u2", "<i8", "?", "<f4"):
         b = io.BytesIO()
         np.save(b, (m % 2).astype(dt))

@@ -68,5 +68,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (err != ref_err && !(err.empty() && libdeflate_reads_it(ref_err))) __builtin_trap();
   if (err != ref_err) return 0;
   if (err.empty() && std::memcmp(out.data(), ref.data(), bytes) != 0) __builtin_trap();
+  // the samples path (gpudecode.Mask's): it writes within its buffer, exactly the image's size, and
+  // where it decides, libpng takes the whole image too (tests/fuzz/harness.py's mask target
+  // compares the values with Pillow's and libpng's)
+  gpudecode::PngChunks c;
+  if (!gpudecode::png_walk(img, n, max_pixels, c).empty() || (c.color != 0 && c.color != 3)) return 0;
+  std::vector<uint8_t> samples(size_t(c.width) * size_t(c.height) * (c.depth == 16 ? 4 : 1));
+  if (!gpudecode::decode_png_samples(img, n, max_pixels, samples.data(), samples.size())) return 0;
+  const gpudecode::Box whole{0, 0, int(c.height), int(c.width)};
+  std::vector<uint8_t> full(size_t(c.width) * size_t(c.height) * 3);
+  const std::string whole_err = gpudecode::decode_png_crop(img, n, whole, max_pixels, full.data(), nullptr, false);
+  if (!whole_err.empty() && !libdeflate_reads_it(whole_err)) __builtin_trap();
   return 0;
 }
