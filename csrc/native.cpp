@@ -808,7 +808,10 @@ PYBIND11_MODULE(_native, m) {
       [](py::buffer data, int64_t max_pixels, py::buffer out) {
         ByteView v = view_of(data);
         py::buffer_info o = out.request(true);
-        if (!o.readonly && o.ndim >= 1) {
+        bool contiguous = o.ndim >= 1 && o.strides.back() == o.itemsize;
+        for (py::ssize_t k = o.ndim - 1; contiguous && k > 0; --k)
+          contiguous = o.strides[size_t(k - 1)] == o.strides[size_t(k)] * o.shape[size_t(k)];
+        if (!o.readonly && contiguous) {
           bool done = false;
           {
             py::gil_scoped_release nogil;
@@ -817,7 +820,7 @@ PYBIND11_MODULE(_native, m) {
           }
           return done;
         }
-        throw py::type_error("png_samples writes into a writable array");
+        throw py::type_error("png_samples writes into a writable C-contiguous array");
       },
       py::arg("data"), py::arg("max_pixels"), py::arg("out"),
       "A grey or palette PNG's samples as Pillow's np.array gives them, written into `out` (contiguous, "

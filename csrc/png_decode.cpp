@@ -315,6 +315,7 @@ bool decode_direct(const uint8_t* data, size_t size, const Box& box, int64_t max
   }
   return true;
 }
+
 // Row `r` (unfiltered samples of a grey or palette image) as Pillow's mode for it gives its
 // values, `w` of them into `out`: 8 bits as they are; palette indices of 1-4 bits as they
 // are; grey of 2 and 4 bits scaled to 8 (Pillow's "L;2", "L;4"); 1-bit grey 0 or 1 (mode

@@ -300,6 +300,9 @@ def test_every_one_channel_png_kind_reads_as_pillow_reads_it_natively_where_it_c
         assert _native.png_samples(data, 0, out) == ("adam7" not in name), name
         read += 1
     assert read == 21  # (9 kinds, each plain and Adam7; Pillow's palette, grey and 16-bit grey)
+    strided = np.empty((img.shape[0], 2 * img.shape[1]), np.uint8)[:, ::2]  # (the right size, not contiguous)
+    with pytest.raises(TypeError, match="C-contiguous"):
+        _native.png_samples(kinds["gray"], 0, strided)
 
 
 def test_each_bad_mask_is_its_samples_error_and_skipped_alone(tmp_path, photos):
