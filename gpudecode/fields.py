@@ -396,10 +396,10 @@ def read_fields(specs: Sequence[FieldSpec], samples: Sequence[Any], *, sizes: Se
 
 
 def _parts_on(pool: concurrent.futures.Executor | None, fn: Callable[[list[int]], list], rows: list[int]) -> list:
-    """fn over `rows`, split into a part a thread of `pool` (here where there is none, or
-    too few rows), its results joined in order."""
-    parts = getattr(pool, "_max_workers", 1)
-    if pool is None or parts < 2 or len(rows) < 4:
+    """fn over `rows` in parts of at least 4 rows (at most 16 parts) on `pool`'s threads
+    (here where there is none, or too few rows), its results joined in order."""
+    parts = min(16, len(rows) // 4)
+    if pool is None or parts < 2:
         return fn(rows)
     step = -(-len(rows) // parts)
     return [r for out in pool.map(fn, [rows[i:i + step] for i in range(0, len(rows), step)]) for r in out]
@@ -433,15 +433,9 @@ def follow_masks(specs: Sequence[FieldSpec], values: list[list[Any]], errors: di
         mask = spec.mask
         assert mask is not None
         rows = [k for k in range(len(samples)) if k not in errors]
-        dtypes = [column[k].dtype for k in rows]
-        carry = _carried(mask, dtypes)
-        if mask.dtype is not None and on_host:
-            carry = mask.dtype if fill_fits(mask.fill, mask.dtype) else carry
-        into = carry or (dtypes[0] if dtypes and dtypes.count(dtypes[0]) == len(dtypes) else None)
-        # (masks of several dtypes without Mask(dtype=): each its own, for disagreeing() to name)
+        into = _batch_dtype(mask, [column[k].dtype for k in rows], on_host)
         outs = [torch.empty((len(samples), *size), dtype=into) for size in sizes] if into is not None else None
-        move = functools.partial(_moved, column=column, carry=carry, spec=spec, samples=samples, moves=moves,
-                                 outs=outs)
+        move = functools.partial(_moved, column=column, spec=spec, samples=samples, moves=moves, outs=outs)
         for k, v in _parts_on(pool, move, rows):
             if isinstance(v, FieldError):
                 errors[k] = v
@@ -450,18 +444,31 @@ def follow_masks(specs: Sequence[FieldSpec], values: list[list[Any]], errors: di
                 column[k] = v
 
 
-def _moved(part: list[int], *, column: list[Any], carry: torch.dtype | None, spec: FieldSpec, samples: Sequence[Any],
+def _batch_dtype(mask: Mask, dtypes: list[torch.dtype], on_host: bool) -> torch.dtype | None:
+    """The dtype a Mask field's batch tensor is written in (None: no batch tensor, each mask
+    its own, for disagreeing() to name masks of several dtypes without Mask(dtype=)):
+    Mask.dtype on the host; on the way to a device, the masks' one dtype where it holds the
+    fill (collate converts the batch there, after a copy of fewer bytes), else Mask.dtype."""
+    one = dtypes[0] if dtypes and dtypes.count(dtypes[0]) == len(dtypes) else None
+    if mask.dtype is None or (not on_host and one is not None and fill_fits(mask.fill, one)):
+        return one
+    return mask.dtype
+
+
+def _moved(part: list[int], *, column: list[Any], spec: FieldSpec, samples: Sequence[Any],
            moves: Sequence[tuple[np.ndarray, ...]], outs: list[torch.Tensor] | None) -> list[tuple[int, Any]]:
     """follow_masks for the rows `part` of a Mask field's column: (row, its mask moved, or
-    its FieldError), each written into row k of `outs` (one a view) where given."""
+    its FieldError), each written into row k of `outs` (one a view, converted as written)
+    where given."""
     mask = spec.mask
     assert mask is not None
     out: list[tuple[int, Any]] = []
     for k in part:
-        m = column[k] if carry is None or fill_fits(mask.fill, column[k].dtype) else column[k].to(carry)
-        if not fill_fits(mask.fill, m.dtype):
+        m = column[k]
+        held = outs[0].dtype if outs is not None else m.dtype  # (the dtype the fill is written in)
+        if not fill_fits(mask.fill, held):
             s = samples[k]
-            out.append((k, FieldError(f"field .{spec.name} is a {m.dtype} mask, which cannot hold the fill "
+            out.append((k, FieldError(f"field .{spec.name} is a {held} mask, which cannot hold the fill "
                                       f"{mask.fill}: give Mask(dtype=) one that does", shard=s.shard, key=s.key)))
             continue
         moved = tuple(warp_mask(m, r[k], ri[k], c[k], ci[k], mask.fill, None if outs is None else outs[v][k])
@@ -603,18 +610,6 @@ def is_views(value: Any) -> bool:
 def row(value: Any, k: int) -> Any:
     """Sample k's value of a field's batch value (a tensor's row, a list's item, each view's row)."""
     return [v[k] for v in value] if is_views(value) else value[k]
-
-
-def _carried(mask: Mask, dtypes: list[torch.dtype]) -> torch.dtype | None:
-    """The dtype a batch's masks are moved in (None: each its own): their one dtype where
-    they share one that holds the fill, so that the conversion to Mask.dtype is made once,
-    on the batch, on its device (collate: a uint8 batch goes to a GPU, not an int64 one);
-    else Mask.dtype itself."""
-    if mask.dtype is None:
-        return None
-    if dtypes and dtypes.count(dtypes[0]) == len(dtypes) and fill_fits(mask.fill, dtypes[0]):
-        return None
-    return mask.dtype
 
 
 def _whole(values: Sequence[torch.Tensor]) -> torch.Tensor | None:
