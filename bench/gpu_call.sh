@@ -51,7 +51,7 @@ step "the machine"
 run bash -c 'nproc; lscpu | grep -E "Model name|^CPU family|^Model:"; free -g | head -2'
 run bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo 'no nvidia-smi'"
 (cd /tmp && $PY -c 'import gpudecode, gpudecode._native as n
-print("gpudecode", gpudecode.__version__, "from", gpudecode.__file__, "| libpng:", n.has_png, "| the CPU decoder'"'"'s PNG inflate:", n.png_inflater)') 2>&1
+print("gpudecode", gpudecode.__version__, "from", gpudecode.__file__, "| libpng:", n.libpng, "| the CPU decoder'"'"'s PNG inflate:", n.png_inflater)') 2>&1
 
 tests=(-q -p no:cacheprovider --tb=short)
 new="png or resident or pinned or where_it_lies or masks"  # (without CUDA every test of the file skips, saying why)

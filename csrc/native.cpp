@@ -759,6 +759,19 @@ PYBIND11_MODULE(_native, m) {
       "message per item (\"\" when it decoded).");
 
   m.attr("has_png") = has_png();
+#ifdef GPUDECODE_HAVE_PNG
+  {
+    const LibpngVersions v = libpng_versions();
+    py::dict d;
+    d["built"] = v.built;
+    d["running"] = v.running;
+    d["zlib"] = v.zlib;
+    d["linked_in"] = v.linked_in;
+    m.attr("libpng") = d;
+  }
+#else
+  m.attr("libpng") = py::none();
+#endif
 #if defined(GPUDECODE_HAVE_LIBDEFLATE)
   m.attr("png_inflater") = "libdeflate";  // (what inflates a PNG the direct path decodes: png_decode.cpp)
 #elif defined(GPUDECODE_HAVE_ZLIB) && defined(GPUDECODE_HAVE_PNG)

@@ -506,4 +506,18 @@ std::string decode_png_crop(const uint8_t* data, size_t size, const Box& box, in
   return "";
 }
 
+LibpngVersions libpng_versions() {
+#ifdef GPUDECODE_PNG_STATIC
+  const bool linked_in = true;
+#else
+  const bool linked_in = false;
+#endif
+#ifdef GPUDECODE_HAVE_ZLIB
+  const char* zlib = zlibVersion();
+#else
+  const char* zlib = "";  // (libpng's own, not reachable without zlib's headers)
+#endif
+  return {PNG_LIBPNG_VER_STRING, png_get_libpng_ver(nullptr), zlib, linked_in};
+}
+
 }  // namespace gpudecode

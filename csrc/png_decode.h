@@ -33,4 +33,12 @@ std::string decode_png_crop(const uint8_t* data, size_t size, const Box& box, in
 // build without zlib; the caller then reads the image another way.
 bool decode_png_samples(const uint8_t* data, size_t size, int64_t max_pixels, uint8_t* out, size_t out_size);
 
+// The libpng this module was compiled against, the one that runs (the same unless a shared
+// libpng was linked and another of its SONAME was loaded first), and the zlib that runs.
+struct LibpngVersions {
+  std::string built, running, zlib;
+  bool linked_in;  // the static archive (CMakeLists.txt's GPUDECODE_STATIC_PNG)
+};
+LibpngVersions libpng_versions();
+
 }  // namespace gpudecode

@@ -4,6 +4,7 @@ and crop windows; damaged data is an error, never altered pixels."""
 from __future__ import annotations
 
 import io
+import json
 import struct
 import zlib
 
@@ -242,6 +243,48 @@ def test_ancillary_damage_is_tolerated_as_pyspng_does(photos):
     data = good[:a - 8] + text[:-1] + bytes([text[-1] ^ 1]) + good[a - 8:]
     np.testing.assert_array_equal(native(data), img)
     np.testing.assert_array_equal(pyspng.load(data, format="RGB"), img)
+
+
+_IMPORT_ORDER = r"""
+import json, sys
+if sys.argv[1] == "torchvision first":
+    import torchvision.io  # loads the libpng16.so.16 torchvision bundles
+from gpudecode import _native
+data = open(sys.argv[2], "rb").read()
+err, px, path = _native.decode_png(data, (0, 0, 16, 16), 0, False)
+print(json.dumps({"libpng": _native.libpng, "err": err, "pixels": px.hex(), "path": path}))
+"""
+
+
+def test_the_libpng_that_decides_does_not_depend_on_what_was_imported_first(tmp_path):
+    """A shared libpng is found by its SONAME: torchvision bundles a newer libpng16.so.16,
+    and a process that imported torchvision first would have the CPU decoder run that one.
+    The two disagree on what they refuse (the newer refuses a chunk name with its reserved
+    bit set, a name the PNG specification tells decoders to take as unknown, as Pillow
+    does). The build links libpng in (CMakeLists.txt): the same libpng, and the same verdict
+    on that file, whatever the process loaded before."""
+    import subprocess
+    import sys
+
+    img = np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+    good = png_bytes(img, color=2)
+    a, _ = _idat_span(good)
+    path = tmp_path / "reserved.png"
+    path.write_bytes(good[:a - 8] + _chunk(b"cccc", b"hi") + good[a - 8:])
+    seen = {}
+    for order in ("gpudecode first", "torchvision first"):
+        done = subprocess.run([sys.executable, "-c", _IMPORT_ORDER, order, str(path)],
+                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        seen[order] = json.loads(done.stdout)
+    first, second = seen["gpudecode first"], seen["torchvision first"]
+    assert first["libpng"]["linked_in"], first["libpng"]  # (a build that found libpng16.a: make sysdeps)
+    assert first["libpng"] == second["libpng"] and first["libpng"]["running"] == first["libpng"]["built"]
+    assert first["err"] is None and second["err"] is None, (first["err"], second["err"])
+    assert first["path"] == second["path"] == "libpng"
+    pixels = np.frombuffer(bytes.fromhex(second["pixels"]), np.uint8).reshape(16, 16, 3)
+    np.testing.assert_array_equal(pixels, img)
+    np.testing.assert_array_equal(np.asarray(Image.open(path).convert("RGB")), img)  # Pillow takes it too
 
 
 # ---- the direct path (csrc/png_decode.cpp): most PNGs decoded without libpng ----

@@ -70,6 +70,18 @@ def _png_rgb(data: bytes, max_pixels: int, height: int, width: int) -> np.ndarra
     return pyspng.load(data, format="RGB")
 
 
+def _png_backend() -> str:
+    """What decodes a PNG here, with the libpng that runs and how it came in."""
+    if not _native.has_png:
+        return "pyspng"
+    v = _native.libpng
+    assert v is not None  # (a build with libpng has its versions)
+    how = "linked in" if v["linked_in"] else "shared"
+    if v["running"] != v["built"]:  # (a shared libpng of the same SONAME was loaded first)
+        how += f", built against {v['built']}"
+    return f"PNG natively (libpng {v['running']}, {how}, for what its direct path leaves)"
+
+
 def host_rgb(r: Request, max_pixels: int) -> np.ndarray:
     """The whole image of a non-JPEG request, RGB uint8 HWC, decoded on the host: PNG
     through libpng (or pyspng), tensor samples (.npy) as a view of their bytes, the rest by Pillow.
@@ -129,7 +141,7 @@ class CpuDecoder:
         self._pool = ThreadPoolExecutor(self.num_threads, thread_name_prefix="gpudecode-decoder-pool")
         self._stop = np.zeros(1, np.uint8)  # read by the native threads between rows
         self.backend = (f"the CPU: libjpeg-turbo (crop windows{', fast mode' if fast else ''}), "
-                        f"{'PNG natively (libpng for what its direct path leaves)' if _native.has_png else 'pyspng'} "
+                        f"{_png_backend()} "
                         f"and Pillow, on {self.num_threads} native threads")
 
     def interrupt(self) -> None:
