@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ._probe import ImageInfo, probe, probe_batch
     from .profiling import ProfileReport, profile
     from .planning import plan
-    from .fields import Mask
+    from .fields import Boxes, Mask
 
 _LAZY = {
     "ShardReader": ("gpudecode.io.reader", "ShardReader"),
@@ -42,6 +42,7 @@ _LAZY = {
     "ProfileReport": ("gpudecode.profiling", "ProfileReport"),
     "plan": ("gpudecode.planning", "plan"),
     "Mask": ("gpudecode.fields", "Mask"),
+    "Boxes": ("gpudecode.fields", "Boxes"),
 }
 
 

@@ -231,6 +231,11 @@ class PipelineConfig:
         """Whether a field is a Mask (moved with its image: fields.follow_masks)."""
         return any(getattr(f, "mask", None) is not None for f in self.fields)
 
+    @property
+    def follows(self) -> bool:
+        """Whether a field follows its image: a Mask or Boxes (fields.follow_targets)."""
+        return self.masks or any(getattr(f, "boxes", None) is not None for f in self.fields)
+
     def __post_init__(self) -> None:
         if self.depth < 1:
             raise ValueError(f"depth must be >= 1, not {self.depth}")

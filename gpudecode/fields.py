@@ -51,9 +51,11 @@ import torch
 from .errors import FieldError
 from .io.members import split_exts
 from .labels import parse_text_int
+from .transforms.boxes import Stored, as_boxes, box_moves, check_format, move_boxes, target
 from .transforms.masks import MASK_DTYPES, as_mask, fill_fits, mask_indices, warp_mask
 
-__all__ = ["FieldSpec", "Mask", "batched", "field_specs", "read_fields", "follow_masks", "disagreeing", "collate"]
+__all__ = ["FieldSpec", "Mask", "Boxes", "batched", "field_specs", "read_fields", "follow_targets", "disagreeing",
+           "collate"]
 
 TEXT = frozenset({"txt", "text", "transcript"})
 INTS = frozenset({"cls", "cls2", "class", "count", "index", "inx", "id"})
@@ -95,6 +97,39 @@ class Mask:
         raise TypeError("a Mask is moved with its image by the Loader (fields.follow_masks), not called")
 
 
+class Boxes:
+    """A field that is the sample's bounding boxes (and their labels), moved with its image
+    by the image's own draws as torchvision.transforms.v2 moves a tv_tensors.BoundingBoxes
+    beside its image (cropped, scaled, shifted by the padding, clamped to the output,
+    flipped), then the boxes whose width or height falls under `min_size`, or area under
+    `min_area`, dropped with their labels, as SanitizeBoundingBoxes drops them (1 and 1 by
+    default; 0 and 0 keep every box). `format`: the boxes' format as stored and handed out,
+    "XYXY", "XYWH" (COCO's) or "CXCYWH".
+
+    In a batch, a list of one dict a sample, as torchvision's detection models take their
+    targets: {"boxes": float32 [K, 4], "labels": int64 [K]} ("labels" where the member has
+    them), on the Loader's device (one copy a batch). The member is read by its bytes: JSON
+    (a list of boxes; {"boxes": [...], "labels": [...]}, or "bbox" and "category" as a
+    Hugging Face detection set's objects; a list of COCO annotations, each with "bbox" and
+    "category_id") or an .npy [K, 4]; a Parquet struct or list column the same way. A
+    member that is none of these, or holds a box that is not finite or of negative width or
+    height, is its sample's FieldError. A transform that moves pixels otherwise, several
+    views, and MixUp / CutMix are refused when the Loader is made."""
+
+    def __init__(self, format: str = "XYXY", *, min_size: float = 1.0, min_area: float = 1.0) -> None:
+        self.format = check_format(format)
+        for name, v in (("min_size", min_size), ("min_area", min_area)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"Boxes({name}=) is a number of pixels, 0 or more, not {v!r}")
+        self.min_size, self.min_area = float(min_size), float(min_area)
+
+    def __repr__(self) -> str:
+        return f"Boxes({self.format!r}, min_size={self.min_size:g}, min_area={self.min_area:g})"
+
+    def __call__(self, value: Any) -> Any:  # (Boxes are applied by follow_targets, with the image's draws)
+        raise TypeError("Boxes are moved with their image by the Loader (fields.follow_targets), not called")
+
+
 # Pillow's one-channel modes, as a mask's indices: palette indices, grey, 1-bit, 16-bit and 32-bit grey
 _MASK_MODES = frozenset({"P", "L", "1", "I;16", "I;16B", "I;16L", "I"})
 
@@ -114,6 +149,10 @@ class FieldSpec:
     @property
     def mask(self) -> "Mask | None":
         return self.fn if isinstance(self.fn, Mask) else None
+
+    @property
+    def boxes(self) -> "Boxes | None":
+        return self.fn if isinstance(self.fn, Boxes) else None
 
 
 def field_specs(fields: Any, image_exts: Sequence[str]) -> tuple[FieldSpec, ...]:
@@ -283,6 +322,18 @@ def decode_mask(data: Any, max_pixels: int = 0) -> torch.Tensor:
     return mask
 
 
+def decode_boxes(data: Any, fmt: str = "XYXY") -> Stored:
+    """A Boxes member's value, by its bytes, whatever its extension: an .npy [K, 4], else
+    JSON (checked as any JSON field is); a value that is not bytes (a Parquet column's) as
+    it is. Returns the boxes as_boxes reads, XYXY (transforms.boxes.Stored).
+
+    Raises:
+        ValueError: anything else, with the reason."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        data = _npy(bytes(data)) if bytes(data[:6]) == b"\x93NUMPY" else _json(bytes(data))
+    return Stored(*as_boxes(data, fmt))
+
+
 _PIL_MODES = {2: "RGB", 4: "LA", 6: "RGBA"}  # (Pillow's mode of a PNG of several channels, by colour type)
 
 
@@ -390,8 +441,8 @@ def read_fields(specs: Sequence[FieldSpec], samples: Sequence[Any], *, sizes: Se
                 errors[k] = v
             else:
                 values[f][k] = v
-        if follow is not None:
-            follow_masks(specs, values, errors, samples, *follow, pool=pool, on_host=on_host)
+    if follow is not None:
+        follow_targets(specs, values, errors, samples, *follow, pool=pool, on_host=on_host)
     return values, errors
 
 
@@ -410,6 +461,44 @@ def _same_size(mask: torch.Tensor, size: tuple[int, int], spec: FieldSpec) -> No
     if tuple(mask.shape) != (h, w):
         raise _Failed(f"field .{spec.name} is a mask of {mask.shape[0]}x{mask.shape[1]}, its image {h}x{w}: a "
                       "mask has its image's size")
+
+
+def follow_targets(specs: Sequence[FieldSpec], values: list[list[Any]], errors: dict[int, FieldError],
+                   samples: Sequence[Any], plans: Sequence[Any], draws: Sequence[Any], *,
+                   pool: concurrent.futures.Executor | None = None, on_host: bool = True) -> None:
+    """Each Mask's and Boxes' values (as decoded) replaced by their moves under each view's
+    plan and draws (one draw a sample, in order): follow_masks, follow_boxes."""
+    follow_masks(specs, values, errors, samples, plans, draws, pool=pool, on_host=on_host)
+    follow_boxes(specs, values, errors, samples, plans, draws)
+
+
+def follow_boxes(specs: Sequence[FieldSpec], values: list[list[Any]], errors: dict[int, FieldError],
+                 samples: Sequence[Any], plans: Sequence[Any], draws: Sequence[Any]) -> None:
+    """Each Boxes field's values (decode_boxes') replaced by the sample's target, its boxes
+    moved as the kernel moves its image under the one view's plan and draws, those too
+    small dropped with their labels (transforms.boxes): all the batch's boxes in one pass."""
+    fields = [f for f, spec in enumerate(specs) if spec.boxes is not None]
+    if not fields or not len(samples):
+        return
+    if len(plans) != 1:
+        raise ValueError("Boxes follow one view")  # (the Loader refuses it when made: loader_setup)
+    out_size = plans[0].output_size(draws[0].sizes)
+    moves = box_moves(draws[0].encode()[0])
+    for f in fields:
+        spec, column = specs[f], values[f]
+        boxes = spec.boxes
+        assert boxes is not None
+        rows = [k for k in range(len(samples)) if k not in errors]
+        if not rows:
+            continue
+        counts = np.array([len(column[k].xyxy) for k in rows])
+        moved, ok = move_boxes(np.concatenate([column[k].xyxy for k in rows]).reshape(-1, 4),
+                               np.repeat(moves[rows], counts, axis=0), out_size,
+                               min_size=boxes.min_size, min_area=boxes.min_area)
+        for k, start, n in zip(rows, np.cumsum(counts) - counts, counts):
+            keep = np.flatnonzero(ok[start:start + n])
+            labels = column[k].labels
+            column[k] = target(moved[start:start + n][keep], None if labels is None else labels[keep], boxes.format)
 
 
 def follow_masks(specs: Sequence[FieldSpec], values: list[list[Any]], errors: dict[int, FieldError],
@@ -543,6 +632,8 @@ def _one(spec: FieldSpec, fields: Mapping[str, Any], max_pixels: int = 0) -> Any
         try:
             if spec.mask is not None:
                 return decode_mask(data, max_pixels)
+            if spec.boxes is not None:
+                return decode_boxes(data, spec.boxes.format)
             value = decode_member(ext, data, raw=spec.fn is not None and _last(ext) in UNSAFE)
         except ValueError as e:
             raise _Failed(f"field .{ext} {e}") from None
@@ -628,10 +719,13 @@ def _whole(values: Sequence[torch.Tensor]) -> torch.Tensor | None:
     return torch.empty(0, dtype=first.dtype, device=first.device).set_(storage, 0, shape, strides)
 
 
-def collate(values: Sequence[Any], device: str, dtype: torch.dtype | None = None) -> Any:
+def collate(values: Sequence[Any], device: str, dtype: torch.dtype | None = None, *, targets: bool = False) -> Any:
     """A batch's values of one field (agreeing, as disagreeing() checked): tensors and
     arrays stacked, numbers as a tensor (on `device`), anything else a list. `dtype`: a
-    Mask's, its batch made so on `device` (after the copy there)."""
+    Mask's, its batch made so on `device` (after the copy there); `targets`: a Boxes
+    field's, a list of its dicts (_targets_to)."""
+    if targets:
+        return _targets_to(values, device)
     kind = _kind(values[0]) if len(values) else None
     if kind is None:
         return list(values)
@@ -648,3 +742,21 @@ def collate(values: Sequence[Any], device: str, dtype: torch.dtype | None = None
     if device != "cpu" and out.device.type == "cpu":
         out = out.pin_memory().to(device, non_blocking=True) if torch.cuda.is_available() else out.to(device)
     return out if dtype is None else out.to(dtype)
+
+
+def _targets_to(values: Sequence[dict[str, torch.Tensor]], device: str) -> list[dict[str, torch.Tensor]]:
+    """A Boxes field's batch: its targets, each a dict of tensors, as a list on `device`
+    (the batch's boxes, and its labels, each moved in one copy and handed out in parts)."""
+    out = [dict(v) for v in values]
+    if device == "cpu" or not out:
+        return out
+    for key in ("boxes", "labels"):
+        have = [t for t in out if key in t]
+        if not have:
+            continue
+        whole = torch.cat([t[key] for t in have])
+        whole = whole.pin_memory().to(device, non_blocking=True) if torch.cuda.is_available() else whole.to(device)
+        for t, part in zip(have, whole.split([len(t[key]) for t in have])):
+            t[key] = part
+    return out
+

@@ -497,6 +497,8 @@ def pipeline_config(transform: Any, batch_transform: Any, *, batch_size: int, de
         image_exts = tuple(e for e in image_exts if e not in taken)
     if any(f.mask is not None for f in specs):
         _masks_follow(transform, step)
+    if any(f.boxes is not None for f in specs):
+        _boxes_follow(transform, step)
     return PipelineConfig(transform, batch_size=batch_size, device=device, decoder=decoder,
                           image_exts=image_exts, fields=specs,
                           label_exts=tuple(split_exts(label_ext)) if labels else (), labels=labels,
@@ -519,6 +521,22 @@ def _masks_follow(transform: Any, step: Any) -> None:
     if isinstance(step, BatchTransform):
         raise TransformError(f"fields: a Mask cannot follow its image through {step!r}, which mixes images "
                              "(a mixed image has no one mask): mix in your loop where your masks allow it")
+
+
+def _boxes_follow(transform: Any, step: Any) -> None:
+    """Boxes follow their image through crops, resizes, padding and flips, in one view: a
+    transform that moves pixels otherwise, several views, and a batch transform that mixes
+    images are refused (TransformError), with the step named."""
+    if isinstance(transform, list) and len(transform) > 1:
+        raise TransformError(f"fields: Boxes follow one view, and {len(transform)} are given: a view's boxes "
+                             "would be another view's crop of them")
+    why = mask_refusal((transform[0] if isinstance(transform, list) else transform).plan)
+    if why is not None:
+        raise TransformError(f"fields: Boxes cannot follow their image: {why}; boxes follow crops, resizes, "
+                             "padding and flips")
+    if isinstance(step, BatchTransform):
+        raise TransformError(f"fields: Boxes cannot follow their image through {step!r}, which mixes images: mix "
+                             "in your loop where your boxes allow it")
 
 
 def describe(loader: Loader) -> dict:

@@ -29,7 +29,7 @@ from ._probe import Probed, probe_columns
 from .batches import IN_FLIGHT, MID_QUEUE, Batch, PipelineConfig, Prepared, Ready, SizeRows
 from .decode import choose, make_decoder
 from .errors import DecodeError, ErrorPolicy, LabelError, Skipped
-from .fields import disagreeing, follow_masks, read_fields
+from .fields import disagreeing, follow_targets, read_fields
 from .io.reader import Sample
 from .labels import parse_label
 from .mixing import BatchTransform, seeded_call
@@ -226,7 +226,7 @@ class Pipeline:
         each view's `params`."""
         c = self.config
         kw: dict[str, Any] = dict(sizes=sizes, max_pixels=c.max_pixels, on_host=c.device == "cpu",
-                                  follow=([tf.plan for tf in self.views], params) if c.masks else None)
+                                  follow=([tf.plan for tf in self.views], params) if c.follows else None)
         if c.masks and self.fields_aside:
             kw["pool"] = self.mask_pool()
         if not self.fields_aside:
@@ -299,8 +299,8 @@ class Pipeline:
         timing.decode = time.perf_counter() - t1
         values: list[list[Any]] = [list(col[rows]) for col in store.fields]
         failed: dict[int, Any] = {}
-        if self.config.masks:  # (the masks kept as decoded, moved here by the batch's draws)
-            follow_masks(self.config.fields, values, failed, samples, [tf.plan for tf in self.views], params,
+        if self.config.follows:  # (masks and boxes kept as decoded, moved here by the batch's draws)
+            follow_targets(self.config.fields, values, failed, samples, [tf.plan for tf in self.views], params,
                          pool=self.mask_pool(), on_host=self.config.device == "cpu")
         return Prepared(samples, params, sizes, labels, decoded, timing, taken=len(rows) if taken is None else taken,
                          seq=seq, ready=ready, draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes,

@@ -48,6 +48,7 @@ from .batches import Prepared
 from .decode import DecodedBatch, hwc_strides, make_decoder
 from .fields import read_fields
 from .stats import BatchTiming
+from .transforms.boxes import Stored, scale_boxes
 from .transforms.masks import resize_mask
 from .transforms.stored import downsizing
 
@@ -454,7 +455,8 @@ def _decode_chunk(pipe: "Pipeline", decoder: Any, chunk: list, images: "_Arena",
     # (each value kept as it is: a batch's values are checked against each other as they are
     # batched, every epoch, as a streamed batch's are)
     masks = [f.mask is not None for f in pipe.config.fields]
-    return pipe.finish_into(_Keep(resize, pipe.config.labels, masks), p, agree=False, images=images, kept=kept,
+    boxed = [f.boxes is not None for f in pipe.config.fields]
+    return pipe.finish_into(_Keep(resize, pipe.config.labels, masks, boxed), p, agree=False, images=images, kept=kept,
                             labels=labels, fields=fields, missing=missing)
 
 
@@ -464,9 +466,11 @@ class _Keep:
     stored size where one is set, with its sample and label; a sample whose image failed
     is named in `missing` (its error is already the policy's)."""
 
-    def __init__(self, resize: _Resizer | None, with_labels: bool, masks: Sequence[bool] = ()) -> None:
+    def __init__(self, resize: _Resizer | None, with_labels: bool, masks: Sequence[bool] = (),
+                 boxes: Sequence[bool] = ()) -> None:
         self.resize, self.with_labels = resize, with_labels
         self.masks = list(masks) or None  # [field]: whether it is a Mask (resized with its image; its bytes kept)
+        self.boxes = list(boxes) or None  # [field]: whether it is Boxes (scaled with its image)
 
     def take(self, p: Prepared, ok: list[int], whole: bool, gpu: Any, *, images: "_Arena", kept: list,
              labels: list, fields: list, missing: dict) -> int:
@@ -498,6 +502,10 @@ class _Keep:
                     if k in resized:  # (its image resized to the stored size: the mask with it)
                         value = resize_mask(value, (h, w))
                     used += value.numel() * value.element_size()
+                elif self.boxes is not None and self.boxes[f]:
+                    if k in resized:  # (its image resized to the stored size: the boxes with it)
+                        value = Stored(scale_boxes(value.xyxy, p.sizes[k], (h, w)), value.labels)
+                    used += value.xyxy.nbytes + (value.labels.nbytes if value.labels is not None else 0)
                 col.append(value)
             used += h * w * 3
         return used

@@ -125,8 +125,8 @@ class OutputRing:
             if start is not None:
                 p.timing.gpu["augment"] = (start, event(stream))
             lab = self._labels(p, ok, whole)
-            fields = [collate(col if whole else [col[k] for k in ok], self.config.device, getattr(spec.mask, "dtype", None))
-                      for col, spec in zip(p.fields, self.config.fields)]
+            fields = [collate(col if whole else [col[k] for k in ok], self.config.device, getattr(spec.mask, "dtype", None),
+                              targets=spec.boxes is not None) for col, spec in zip(p.fields, self.config.fields)]
             images: Any = [_handed(out) for out, _ in outs] if self.multi else _handed(outs[0][0])
             if isinstance(self.config.batch_transform, BatchTransform):  # ours: on the finished batch, on its stream
                 _, lab = self.config.batch_transform(outs[0][1], lab, rng=batch_rng(*p.draw))  # type: ignore[arg-type]

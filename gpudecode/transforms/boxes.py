@@ -1,0 +1,247 @@
+"""Bounding boxes moved with their images: a detection target's boxes cropped, scaled,
+shifted by the padding, clamped and flipped exactly as the fused kernel moves the image
+they belong to, with the image's own draws; then the boxes left too small dropped, with
+their labels.
+
+torchvision.transforms.v2 moves a `tv_tensors.BoundingBoxes` beside its image with the same
+parameters: a crop subtracts its corner and clamps to the new canvas, a resize multiplies
+by new / old (float32 of the Python ratio), padding adds its offset, a flip mirrors, and
+`SanitizeBoundingBoxes` (min_size, min_area: 1 by default) drops the boxes whose width,
+height or area fell below them, and their labels. Every such chain is one affine map an
+axis and one clamp to the output, which this module reads from the kernel's geometry
+columns (kernels/layout.py: the source box, the size it is resized to, the output
+window's offset in it, the flips), as transforms/masks.py does for a mask. (A chain's
+inner clamps are each to a window holding the output's, so the last clamp is theirs.)
+
+What moves pixels elsewhere (a rotation, an affine or perspective warp, a canvas step,
+ElasticTransform) is refused, as for masks (transforms.masks.refusal).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import TransformError
+from ..kernels import fused
+from .masks import refusal
+
+if TYPE_CHECKING:
+    from .draws import Draws
+    from .plan import _Plan
+
+__all__ = ["Stored", "FORMATS", "as_boxes", "box_moves", "move_boxes", "scale_boxes", "warp_boxes", "target", "check_format",
+           "refused"]
+
+FORMATS = ("XYXY", "XYWH", "CXCYWH")  # (torchvision's axis-aligned BoundingBoxFormat names)
+_BOX_KEYS = ("boxes", "bbox", "bboxes")
+_LABEL_KEYS = ("labels", "category_id", "category", "categories")
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A sample's boxes as read, before they move: XYXY float32 [K, 4], labels int64 [K] or
+    None (one object, not a tuple: the resident store keeps it in an object array)."""
+
+    xyxy: np.ndarray
+    labels: np.ndarray | None
+
+
+def to_xyxy(b: np.ndarray, fmt: str) -> np.ndarray:
+    """Boxes [K, 4] (float32) of format `fmt` as XYXY, in float32 as torchvision converts them."""
+    if fmt == "XYXY":
+        return b.copy()
+    if fmt == "XYWH":
+        return np.concatenate([b[:, :2], b[:, :2] + b[:, 2:]], axis=1)
+    half = b[:, 2:] / np.float32(2)
+    return np.concatenate([b[:, :2] - half, b[:, :2] + half], axis=1)
+
+
+def from_xyxy(b: np.ndarray, fmt: str) -> np.ndarray:
+    if fmt == "XYXY":
+        return b
+    wh = b[:, 2:] - b[:, :2]
+    if fmt == "XYWH":
+        return np.concatenate([b[:, :2], wh], axis=1)
+    return np.concatenate([(b[:, :2] + b[:, 2:]) / np.float32(2), wh], axis=1)
+
+
+def as_boxes(value: Any, fmt: str = "XYXY") -> tuple[np.ndarray, np.ndarray | None]:
+    """A sample's boxes as stored, checked: (XYXY float32 [K, 4], labels int64 [K] or None).
+
+    Takes an array or tensor [K, 4]; a list of boxes (4 numbers each); a dict with the boxes
+    under "boxes" or "bbox" (a Hugging Face detection set's `objects`) and the labels under
+    "labels", "category_id" or "category"; or a list of COCO annotations, each a dict with
+    "bbox" and "category_id". The boxes are read in `fmt` (COCO's are XYWH).
+
+    Raises:
+        ValueError: anything else, with what it is: a box not of 4 finite numbers, one of
+            negative width or height, labels that are not integers, or not one a box."""
+    labels: Any = None
+    if isinstance(value, Mapping):
+        boxes = next((value[k] for k in _BOX_KEYS if k in value), None)
+        if boxes is None:
+            raise ValueError(f"is a record with no boxes (looked for {', '.join(repr(k) for k in _BOX_KEYS)}; "
+                             f"it has {', '.join(repr(str(k)) for k in list(value)[:6]) or 'no keys'})")
+        labels = next((value[k] for k in _LABEL_KEYS if k in value), None)
+    elif isinstance(value, (list, tuple)) and value and all(isinstance(a, Mapping) for a in value):
+        if not all(any(k in a for k in _BOX_KEYS) for a in value):
+            raise ValueError("is a list of records, not each with a box (COCO's annotations have \"bbox\")")
+        boxes = [next(a[k] for k in _BOX_KEYS if k in a) for a in value]
+        found = [next((a[k] for k in _LABEL_KEYS if k in a), None) for a in value]
+        if any(x is not None for x in found):
+            if any(x is None for x in found):
+                raise ValueError("is a list of records, some with a label and some without")
+            labels = found
+    else:
+        boxes = value
+    b = _numbers(boxes, "boxes")
+    if b.size == 0:
+        b = b.reshape(0, 4)
+    if b.ndim != 2 or b.shape[1] != 4:
+        raise ValueError(f"holds boxes of shape {tuple(b.shape)}: boxes are [K, 4] ({fmt})")
+    b = b.astype(np.float32)
+    if not np.isfinite(b).all():
+        raise ValueError("holds a box that is not finite (nan or inf)")
+    xyxy = to_xyxy(b, fmt)
+    bad = np.flatnonzero((xyxy[:, 2] < xyxy[:, 0]) | (xyxy[:, 3] < xyxy[:, 1]))
+    if bad.size:
+        raise ValueError(f"holds box {int(bad[0])}, {b[bad[0]].tolist()}, of negative width or height as {fmt}")
+    lab = None
+    if labels is not None:
+        lab_a = _numbers(labels, "labels")
+        if lab_a.size == 0:  # (an empty JSON list: numpy's float64)
+            lab_a = lab_a.astype(np.int64).reshape(0)
+        if lab_a.dtype.kind not in "iu" or lab_a.ndim != 1:
+            raise ValueError(f"holds labels that are not a list of integers ({tuple(lab_a.shape)} {lab_a.dtype})")
+        if len(lab_a) != len(b):
+            raise ValueError(f"holds {len(b)} boxes and {len(lab_a)} labels: one label a box")
+        lab = lab_a.astype(np.int64)
+    return xyxy, lab
+
+
+def _numbers(v: Any, what: str) -> np.ndarray:
+    if isinstance(v, torch.Tensor):
+        v = v.detach().cpu().numpy()
+    if isinstance(v, np.ndarray):
+        a = v
+    else:
+        if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)):
+            raise ValueError(f"holds {what} that are a {type(v).__name__}, not a list of numbers")
+        if any(isinstance(x, bool) for x in _flat(v)):
+            raise ValueError(f"holds {what} with a bool among the numbers")
+        try:
+            a = np.asarray(v)
+        except ValueError:
+            raise ValueError(f"holds {what} of ragged lengths: [K, 4] numbers") from None
+    if a.dtype.kind not in "iuf" or a.dtype.itemsize > 8:
+        raise ValueError(f"holds {what} that are not numbers ({a.dtype})")
+    return a
+
+
+def _flat(v: Any) -> list:
+    out: list = []
+    for x in v:
+        out.extend(_flat(x) if isinstance(x, (list, tuple)) else [x])
+    return out
+
+
+def box_moves(geom: np.ndarray) -> np.ndarray:
+    """Each sample's map of box coordinates under the kernel's geometry `geom` [N, GEOM]:
+    [N, 8] float64 (scale x, scale y, left, top, flip, vflip, shift x, shift y): x_out =
+    (x - left) * scale x - shift x, then the clamp to the output and the flips. The scales
+    are float32 of the ratio (resized / source size), as torchvision makes them."""
+    g = np.asarray(geom, np.int64).reshape(-1, fused.GEOM)
+    out = np.empty((len(g), 8), np.float64)
+    out[:, 0] = (g[:, fused.VW] / np.maximum(g[:, fused.BW], 1)).astype(np.float32)
+    out[:, 1] = (g[:, fused.VH] / np.maximum(g[:, fused.BH], 1)).astype(np.float32)
+    out[:, 2], out[:, 3] = g[:, fused.LEFT], g[:, fused.TOP]
+    out[:, 4], out[:, 5] = g[:, fused.FLIP] != 0, g[:, fused.VFLIP] != 0
+    out[:, 6], out[:, 7] = g[:, fused.OX], g[:, fused.OY]
+    return out
+
+
+def move_boxes(xyxy: np.ndarray, move: np.ndarray, out_size: tuple[int, int], *, min_size: float = 1.0,
+               min_area: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+    """XYXY boxes (float32 [K, 4]) moved by their samples' rows of box_moves (`move`: [K, 8],
+    one a box, or [8] for all): (the boxes moved, XYXY float32 [K, 4]; whether each is kept
+    [K], its width and height at least `min_size` and its area at least `min_area`, as
+    SanitizeBoundingBoxes keeps it). Every box is clamped to the output (h, w) `out_size`
+    after its scale, so a box that reaches the crop's edge ends on the output's, never a
+    float32 rounding past it."""
+    m = np.broadcast_to(np.asarray(move, np.float64), (len(xyxy), 8)).astype(np.float32)
+    oh, ow = (np.float32(v) for v in out_size)
+    b = np.asarray(xyxy, np.float32).reshape(-1, 4)
+    x = (b[:, 0::2] - m[:, 2:3]) * m[:, 0:1] - m[:, 6:7]
+    y = (b[:, 1::2] - m[:, 3:4]) * m[:, 1:2] - m[:, 7:8]
+    np.clip(x, 0, ow, out=x)
+    np.clip(y, 0, oh, out=y)
+    x = np.where(m[:, 4:5] != 0, ow - x[:, ::-1], x)
+    y = np.where(m[:, 5:6] != 0, oh - y[:, ::-1], y)
+    out = np.stack([x[:, 0], y[:, 0], x[:, 1], y[:, 1]], axis=1).astype(np.float32)
+    w, h = out[:, 2] - out[:, 0], out[:, 3] - out[:, 1]
+    return out, (w >= min_size) & (h >= min_size) & (w * h >= min_area)
+
+
+def scale_boxes(xyxy: np.ndarray, size: tuple[int, int], to: tuple[int, int]) -> np.ndarray:
+    """XYXY boxes of an image of `size` (h, w) in the coordinates of that image resized to
+    `to` (the resident store's keep_size), as torchvision's resize moves them."""
+    (h, w), (nh, nw) = size, to
+    r = np.array([nw / w, nh / h, nw / w, nh / h], np.float32)
+    return (xyxy * r).astype(np.float32)
+
+
+def warp_boxes(plan: "_Plan", boxes: Sequence[Any], draws: "Draws", *, fmt: str = "XYXY", min_size: float = 1.0,
+               min_area: float = 1.0) -> list[dict[str, torch.Tensor]]:
+    """Each image's boxes moved as the kernel moves the image under `draws` (one entry an
+    image, in order; anything as_boxes takes): {"boxes": float32 [K', 4] in `fmt`, and
+    "labels": int64 [K'] where the entry has labels}, the boxes dropped by min_size /
+    min_area gone with their labels.
+
+    Raises:
+        TransformError: a plan whose steps move pixels boxes cannot follow (refusal);
+        ValueError: boxes as_boxes refuses, named by their place."""
+    refused(plan)
+    if len(boxes) != len(draws):
+        raise ValueError(f"{len(boxes)} entries of boxes for {len(draws)} images")
+    if not len(boxes):
+        return []
+    moves = box_moves(draws.encode()[0])
+    out_size = plan.output_size(draws.sizes)
+    out = []
+    for k, v in enumerate(boxes):
+        try:
+            xyxy, labels = as_boxes(v, fmt)
+        except ValueError as e:
+            raise ValueError(f"entry {k} {e}") from None
+        moved, ok = move_boxes(xyxy, moves[k], out_size, min_size=min_size, min_area=min_area)
+        out.append(target(moved[ok], None if labels is None else labels[ok], fmt))
+    return out
+
+
+def target(xyxy: np.ndarray, labels: np.ndarray | None, fmt: str) -> dict[str, torch.Tensor]:
+    """A sample's detection target as torchvision's detection models take it."""
+    t = {"boxes": torch.from_numpy(np.ascontiguousarray(from_xyxy(xyxy, fmt), np.float32))}
+    if labels is not None:
+        t["labels"] = torch.from_numpy(np.ascontiguousarray(labels, np.int64))
+    return t
+
+
+def check_format(fmt: Any) -> str:
+    """A box format's name, upper-cased (a tv_tensors.BoundingBoxFormat's name is taken too).
+
+    Raises:
+        ValueError: not an axis-aligned format."""
+    name = getattr(fmt, "name", fmt)
+    if not isinstance(name, str) or name.upper() not in FORMATS:
+        raise ValueError(f"a box format is one of {', '.join(FORMATS)}, not {fmt!r}")
+    return name.upper()
+
+
+def refused(plan: "_Plan") -> None:
+    """Raises TransformError where boxes cannot follow images under `plan` (masks' refusal)."""
+    why = refusal(plan)
+    if why is not None:
+        raise TransformError(f"boxes cannot follow the images: {why}")
