@@ -280,6 +280,8 @@ def _npy(data: bytes) -> np.ndarray:
         raise ValueError(f"is not a .npy array ({type(e).__name__}: {str(e)[:80]})") from None
     if dtype.hasobject:
         raise ValueError("is a .npy of Python objects (a pickle): refused, it would run code from the shard")
+    if any(type(d) is not int for d in shape):  # (numpy's parser takes True / False as dimensions; reshape does not)
+        raise ValueError(f"is a .npy whose header gives a dimension that is not an integer: {shape}")
     if any(d < 0 for d in shape):
         raise ValueError(f"is a .npy whose header gives a negative dimension: {shape}")
     count = math.prod(shape)
