@@ -10,7 +10,7 @@
 #
 # Steps, in order: what the open issues' acceptance waits on first, then what checks the rest:
 #   1. the machine, and what the build found (libpng, libdeflate);
-#   2. tests/test_gpu.py's PNG, resident, pinned-slot, strided-batch and mask tests (code that has never run on a device);
+#   2. tests/test_gpu.py's PNG, resident, pinned-slot, strided-batch, mask and box tests (code that has never run on a device);
 #   3. bench/gpu.py's PNG section (the two-halves engine against the CPU decoder, its detours), and
 #      nvCOMP's inflate against zlib with 64, 256 and 1,024 streams a call, and straight into one buffer
 #      (bench/nvcomp_inflate.py);
@@ -54,7 +54,7 @@ run bash -c "nvidia-smi --query-gpu=name,driver_version,memory.total --format=cs
 print("gpudecode", gpudecode.__version__, "from", gpudecode.__file__, "| libpng:", n.libpng, "| the CPU decoder'"'"'s PNG inflate:", n.png_inflater)') 2>&1
 
 tests=(-q -p no:cacheprovider --tb=short)
-new="png or resident or pinned or where_it_lies or masks"  # (without CUDA every test of the file skips, saying why)
+new="png or resident or pinned or where_it_lies or masks or boxes"  # (without CUDA every test of the file skips, saying why)
 step "tests/test_gpu.py: the PNG, resident, pinned-slot, strided-batch and mask tests"
 (cd tests && timeout -s INT -k 15 "$(budget 90 440)" $PY -m pytest "${tests[@]}" -rfEsP test_gpu.py -k "$new") 2>&1
 

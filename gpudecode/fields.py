@@ -103,8 +103,9 @@ class Boxes:
     beside its image (cropped, scaled, shifted by the padding, clamped to the output,
     flipped), then the boxes whose width or height falls under `min_size`, or area under
     `min_area`, dropped with their labels, as SanitizeBoundingBoxes drops them (1 and 1 by
-    default; 0 and 0 keep every box). `format`: the boxes' format as stored and handed out,
-    "XYXY", "XYWH" (COCO's) or "CXCYWH".
+    default; 0 and 0 keep every box). `format`: the boxes' format as stored, "XYXY", "XYWH"
+    (COCO's) or "CXCYWH"; `out_format`: as handed out (default: `format`; torchvision's
+    detection models take "XYXY").
 
     In a batch, a list of one dict a sample, as torchvision's detection models take their
     targets: {"boxes": float32 [K, 4], "labels": int64 [K]} ("labels" where the member has
@@ -116,15 +117,18 @@ class Boxes:
     height, is its sample's FieldError. A transform that moves pixels otherwise, several
     views, and MixUp / CutMix are refused when the Loader is made."""
 
-    def __init__(self, format: str = "XYXY", *, min_size: float = 1.0, min_area: float = 1.0) -> None:
+    def __init__(self, format: str = "XYXY", *, out_format: str | None = None, min_size: float = 1.0,
+                 min_area: float = 1.0) -> None:
         self.format = check_format(format)
+        self.out_format = self.format if out_format is None else check_format(out_format)
         for name, v in (("min_size", min_size), ("min_area", min_area)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"Boxes({name}=) is a number of pixels, 0 or more, not {v!r}")
         self.min_size, self.min_area = float(min_size), float(min_area)
 
     def __repr__(self) -> str:
-        return f"Boxes({self.format!r}, min_size={self.min_size:g}, min_area={self.min_area:g})"
+        out = f", out_format={self.out_format!r}" if self.out_format != self.format else ""
+        return f"Boxes({self.format!r}{out}, min_size={self.min_size:g}, min_area={self.min_area:g})"
 
     def __call__(self, value: Any) -> Any:  # (Boxes are applied by follow_targets, with the image's draws)
         raise TypeError("Boxes are moved with their image by the Loader (fields.follow_targets), not called")
@@ -500,7 +504,8 @@ def follow_boxes(specs: Sequence[FieldSpec], values: list[list[Any]], errors: di
         for k, start, n in zip(rows, np.cumsum(counts) - counts, counts):
             keep = np.flatnonzero(ok[start:start + n])
             labels = column[k].labels
-            column[k] = target(moved[start:start + n][keep], None if labels is None else labels[keep], boxes.format)
+            column[k] = target(moved[start:start + n][keep], None if labels is None else labels[keep],
+                               boxes.out_format)
 
 
 def follow_masks(specs: Sequence[FieldSpec], values: list[list[Any]], errors: dict[int, FieldError],

@@ -95,6 +95,14 @@ def test_boxes_move_as_torchvision_moves_bounding_boxes():
                     torch.testing.assert_close(as_xyxy(got["boxes"], fmt, osz), ref, rtol=0, atol=1e-4)
                     kept, dropped = kept + len(ref), dropped + int((~keep).sum())
     assert kept > 1000 and dropped > 300  # (both branches taken, often)
+    # read in one format, handed out in another (COCO's XYWH to the XYXY detection models take)
+    xyxy = [random_boxes(rng, h, w) for h, w in sizes]
+    tf = PLANS["rrc+flips"]()
+    d = tf.draw_batch(sizes, 3)
+    a = tf.boxes([in_format(b, "XYWH", s) for b, s in zip(xyxy, sizes)], d, format="XYWH", out_format="XYXY")
+    b = tf.boxes(xyxy, d)
+    assert all(torch.allclose(x["boxes"], y["boxes"], atol=1e-4) for x, y in zip(a, b))
+    assert repr(Boxes("xywh", out_format="XYXY")) == "Boxes('XYWH', out_format='XYXY', min_size=1, min_area=1)"
 
 
 def test_a_box_at_the_crops_edge_is_kept():
@@ -301,6 +309,9 @@ def test_each_member_form_reads_as_json_and_numpy_read_it():
     (b"{\"boxes\": [[0, 0, 1, 4]], \"labels\": [1.5]}", "labels that are not a list of integers"),
     (b"{\"labels\": [1]}", "a record with no boxes"),
     (b"[[true, 0, 1, 4]]", "a bool among the numbers"),
+    (b"[[]]", "boxes of shape \\(1, 0\\)"),
+    (b"[{\"bbox\": [], \"category\": []}]", "boxes of shape \\(1, 0\\)"),
+    (b"{\"boxes\": [], \"labels\": [[]]}", "labels that are not a list of integers"),
     (b"\"0 0 1 4\"", "a str, not a list of numbers"),
     (b"[{\"bbox\": [0, 0, 1, 1], \"category_id\": 1}, {\"bbox\": [0, 0, 2, 2]}]", "some with a label"),
     (b"\xff\xfe not json", "is not valid JSON"),

@@ -345,6 +345,38 @@ def test_masks_on_cuda_equal_the_cpu_loaders(photos, tmp_path):
     assert on_gpu.device.type == "cuda" and torch.equal(on_gpu.cpu(), tf.masks(masks, d, fill=255))
 
 
+def test_boxes_on_cuda_equal_the_cpu_loaders(photos, tmp_path):
+    """gpudecode.Boxes fields on CUDA: each batch's targets on the device (the batch's boxes
+    and labels each one copy), equal to the CPU Loader's, streamed and from keep="gpu"."""
+    import json
+
+    from gpudecode import Boxes
+
+    samples = []
+    names = list(photos)
+    rng = np.random.default_rng(0)
+    for k in range(24):
+        img = np.ascontiguousarray(photos[names[k % len(names)]][:90 + k, :100])
+        x0, y0 = rng.uniform(0, 60, 3), rng.uniform(0, 50, 3)
+        boxes = np.stack([x0, y0, x0 + rng.uniform(5, 40, 3), y0 + rng.uniform(5, 40, 3)], 1)
+        member = json.dumps({"boxes": boxes.tolist(), "labels": [k, k + 1, k + 2]}).encode()
+        samples.append({"__key__": f"b{k:03d}", "jpg": encode(img), "cls": str(k % 3), "json": member})
+    url = make_shard(tmp_path / "boxes-000000.tar", samples)
+    tf = T.Compose([T.ScaleJitter((80, 80)), T.RandomCrop(80, pad_if_needed=True), T.RandomHorizontalFlip(),
+                    T.Normalize(MEAN, STD)])
+    kw = dict(batch_size=8, transform=tf, seed=2, labels=False, fields={"json": Boxes()})
+    cpu = [(b.keys, b[1]) for b in Loader([url], device="cpu", **kw)]
+    assert sum(len(t["boxes"]) for _, ts in cpu for t in ts) > 30
+    for keep in (None, "gpu"):
+        with Loader([url], device="cuda", decoder="cpu", keep=keep, **kw) as ld:
+            got = [(b.keys, b[1]) for b in ld]
+        assert [k for k, _ in got] == [k for k, _ in cpu]
+        for (_, want), (_, ts) in zip(cpu, got):
+            for a, t in zip(want, ts):
+                assert t["boxes"].device.type == "cuda" and t["labels"].device.type == "cuda"
+                assert torch.equal(t["boxes"].cpu(), a["boxes"]) and torch.equal(t["labels"].cpu(), a["labels"])
+
+
 def test_batches_survive_a_slow_consumer(shards):
     """The trainer holds batch k while the loader makes k+1, k+2 (output ring, events on the
     trainer's stream guard reuse): batch k must not change under it."""

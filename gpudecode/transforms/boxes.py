@@ -98,7 +98,7 @@ def as_boxes(value: Any, fmt: str = "XYXY") -> tuple[np.ndarray, np.ndarray | No
     else:
         boxes = value
     b = _numbers(boxes, "boxes")
-    if b.size == 0:
+    if b.shape == (0,):  # (no box: an empty list)
         b = b.reshape(0, 4)
     if b.ndim != 2 or b.shape[1] != 4:
         raise ValueError(f"holds boxes of shape {tuple(b.shape)}: boxes are [K, 4] ({fmt})")
@@ -112,8 +112,8 @@ def as_boxes(value: Any, fmt: str = "XYXY") -> tuple[np.ndarray, np.ndarray | No
     lab = None
     if labels is not None:
         lab_a = _numbers(labels, "labels")
-        if lab_a.size == 0:  # (an empty JSON list: numpy's float64)
-            lab_a = lab_a.astype(np.int64).reshape(0)
+        if lab_a.shape == (0,):  # (an empty list: numpy's float64)
+            lab_a = lab_a.astype(np.int64)
         if lab_a.dtype.kind not in "iu" or lab_a.ndim != 1:
             raise ValueError(f"holds labels that are not a list of integers ({tuple(lab_a.shape)} {lab_a.dtype})")
         if len(lab_a) != len(b):
@@ -193,10 +193,11 @@ def scale_boxes(xyxy: np.ndarray, size: tuple[int, int], to: tuple[int, int]) ->
     return (xyxy * r).astype(np.float32)
 
 
-def warp_boxes(plan: "_Plan", boxes: Sequence[Any], draws: "Draws", *, fmt: str = "XYXY", min_size: float = 1.0,
-               min_area: float = 1.0) -> list[dict[str, torch.Tensor]]:
+def warp_boxes(plan: "_Plan", boxes: Sequence[Any], draws: "Draws", *, fmt: str = "XYXY", out_fmt: str | None = None,
+               min_size: float = 1.0, min_area: float = 1.0) -> list[dict[str, torch.Tensor]]:
     """Each image's boxes moved as the kernel moves the image under `draws` (one entry an
-    image, in order; anything as_boxes takes): {"boxes": float32 [K', 4] in `fmt`, and
+    image, in order; anything as_boxes takes, in `fmt`): {"boxes": float32 [K', 4] in
+    `out_fmt` (default `fmt`), and
     "labels": int64 [K'] where the entry has labels}, the boxes dropped by min_size /
     min_area gone with their labels.
 
@@ -217,7 +218,7 @@ def warp_boxes(plan: "_Plan", boxes: Sequence[Any], draws: "Draws", *, fmt: str 
         except ValueError as e:
             raise ValueError(f"entry {k} {e}") from None
         moved, ok = move_boxes(xyxy, moves[k], out_size, min_size=min_size, min_area=min_area)
-        out.append(target(moved[ok], None if labels is None else labels[ok], fmt))
+        out.append(target(moved[ok], None if labels is None else labels[ok], out_fmt or fmt))
     return out
 
 

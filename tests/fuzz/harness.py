@@ -26,6 +26,12 @@ Promises checked:
   pixel limit, or ValueError; never another exception. A PNG Pillow refuses and libpng
   takes (no IEND, a broken chunk after the image data) is read as the CPU decoder reads
   it: its samples through libpng's transforms are the CPU decoder's RGB pixels.
+- boxes: a detection target's member (JSON or .npy, `gpudecode.Boxes`; the first byte
+  picks the format) is finite XYXY float32 [K, 4] of no negative width or height, equal
+  to what json.loads or np.load read (converted as torchvision converts the format), with
+  int64 labels one a box where the member has them, or ValueError; never another
+  exception. Moved by a crop, a resize, padding and flips drawn from the bytes, every box
+  lies in the output and every box kept is at least the minimum size.
 """
 from __future__ import annotations
 
@@ -37,7 +43,7 @@ import re
 import tempfile
 
 TARGETS = ("tar_stream", "gzip_path", "labels", "shard_list", "npy", "image", "png_halves", "parquet_pages", "fields",
-           "mask")
+           "mask", "boxes")
 
 
 def _stream_view(stream):
@@ -255,9 +261,7 @@ def mask(data: bytes) -> None:
         return
     # taken where Pillow refuses: the CPU decoder (its direct path, which the png fuzzer holds
     # to libpng's verdicts and pixels) takes it too, with the RGB libpng's transforms make of
-    # these samples. (Not libpng itself here: which libpng16.so.16 serves the process depends on
-    # what was imported first, and torchvision's newer one refuses chunk names the system's
-    # 1.6.39 takes: the session note says more.)
+    # these samples. (The module's own libpng, linked in: the same whatever was imported first.)
     layout = read_png(data, _MASK_LIMIT)
     err, rgb, _ = _native.decode_png(data, (0, 0, layout.height, layout.width), _MASK_LIMIT, True)
     assert err is None, f"a PNG mask the CPU decoder refuses ({err}) was read"
@@ -269,6 +273,69 @@ def mask(data: bytes) -> None:
         want = np.repeat(grey[..., None], 3, axis=2)
     assert np.array_equal(np.frombuffer(rgb, np.uint8).reshape(want.shape), want.astype(np.uint8)), \
         "a PNG mask differs from libpng's pixels"
+
+
+_BOX_FORMATS = ("XYXY", "XYWH", "CXCYWH")
+_BOX_KEYS, _LABEL_KEYS = ("boxes", "bbox", "bboxes"), ("labels", "category_id", "category", "categories")
+
+
+def _boxes_said(value):
+    """(boxes, labels or None) as a member's JSON says them, by the rule fields.Boxes
+    documents: a record's boxes and labels keys, a list of COCO annotations, a bare list."""
+    if isinstance(value, dict):
+        return (next(value[k] for k in _BOX_KEYS if k in value),
+                next((value[k] for k in _LABEL_KEYS if k in value), None))
+    if isinstance(value, list) and value and all(isinstance(a, dict) for a in value):
+        labels = [next((a[k] for k in _LABEL_KEYS if k in a), None) for a in value]
+        return [next(a[k] for k in _BOX_KEYS if k in a) for a in value], None if labels[0] is None else labels
+    return value, None
+
+
+def boxes(data: bytes) -> None:
+    import numpy as np
+    import torch
+    import torchvision.transforms.v2.functional as F
+    from torchvision import tv_tensors
+
+    from gpudecode.fields import decode_boxes
+    from gpudecode.transforms.boxes import box_moves, move_boxes
+
+    if not data:
+        return
+    fmt, body = _BOX_FORMATS[data[0] % 3], data[1:]
+    try:
+        got = decode_boxes(body, fmt)
+    except ValueError:
+        return
+    xyxy, labels = got.xyxy, got.labels
+    assert xyxy.dtype == np.float32 and xyxy.ndim == 2 and xyxy.shape[1] == 4 and np.isfinite(xyxy).all()
+    assert (xyxy[:, 2] >= xyxy[:, 0]).all() and (xyxy[:, 3] >= xyxy[:, 1]).all(), "a box of negative size was read"
+    assert labels is None or (labels.dtype == np.int64 and labels.shape == (len(xyxy),))
+    if body[:6] == b"\x93NUMPY":
+        said, said_labels = np.load(io.BytesIO(body), allow_pickle=False), None
+    else:
+        said, said_labels = _boxes_said(json.loads(body))
+    ref = np.asarray(said, np.float64).astype(np.float32).reshape(-1, 4)
+    ref = F.convert_bounding_box_format(tv_tensors.BoundingBoxes(torch.from_numpy(ref), format=fmt, canvas_size=(1, 1)),
+                                        new_format="XYXY").as_subclass(torch.Tensor).numpy()
+    assert np.array_equal(ref, xyxy), "boxes differ from what json.loads / np.load read"
+    assert (labels is None) == (said_labels is None) and (labels is None or labels.tolist() == list(said_labels))
+    # a move drawn from the bytes: a source box, the size it is resized to, an offset, flips
+    from gpudecode.kernels import fused
+
+    rng = np.random.default_rng(len(data) * 7919 + data[-1])
+    g = np.zeros((1, fused.GEOM), np.int64)
+    g[0, fused.TOP], g[0, fused.LEFT] = rng.integers(-8, 64, 2)
+    g[0, fused.BH], g[0, fused.BW], g[0, fused.VH], g[0, fused.VW] = rng.integers(1, 96, 4)
+    g[0, fused.OY], g[0, fused.OX] = rng.integers(-16, 48, 2)
+    g[0, fused.FLIP], g[0, fused.VFLIP] = rng.integers(0, 2, 2)
+    out_size = tuple(int(v) for v in rng.integers(1, 64, 2))
+    moved, ok = move_boxes(xyxy, box_moves(g)[0], out_size, min_size=1.0, min_area=1.0)
+    assert moved.shape == xyxy.shape and np.isfinite(moved).all()
+    assert (moved[:, 0::2] >= 0).all() and (moved[:, 0::2] <= out_size[1]).all(), "a box left the output"
+    assert (moved[:, 1::2] >= 0).all() and (moved[:, 1::2] <= out_size[0]).all(), "a box left the output"
+    w, h = moved[ok, 2] - moved[ok, 0], moved[ok, 3] - moved[ok, 1]
+    assert (w >= 1).all() and (h >= 1).all() and (w * h >= 1).all(), "a box under the minimum was kept"
 
 
 def image(data: bytes) -> None:

@@ -103,7 +103,7 @@ def main(out: Path) -> None:
     imgs = images()
     dirs = {t: out / t for t in ("tar", "probe", "jpeg", "png", "batch", "tar_stream", "gzip_path", "labels",
                                  "shard_list", "npy", "image", "png_halves", "parquet_pages", "png_walk", "fields",
-                                 "mask")}
+                                 "mask", "boxes")}
     for d in dirs.values():
         d.mkdir(exist_ok=True)
     tars = [c.data[:1 << 15] for c in tarcorpus.cases()]
@@ -153,6 +153,8 @@ def main(out: Path) -> None:
         (dirs["fields"] / f"f{i}").write_bytes(bytes([kind]) + body)
     for name, body in mask_seeds().items():
         (dirs["mask"] / name).write_bytes(body)
+    for name, body in box_seeds().items():
+        (dirs["boxes"] / name).write_bytes(body)
     print(f"seeds in {out}")
 
 
@@ -168,6 +170,23 @@ def field_seeds() -> list[tuple[int, bytes]]:
         b = io.BytesIO()
         np.save(b, a)
         out.append((3 + i % 2, b.getvalue()))
+    return out
+
+
+def box_seeds() -> dict[str, bytes]:
+    """Detection targets harness.boxes reads, the first byte the format (XYXY, XYWH,
+    CXCYWH): each JSON form, .npy of floats and ints, empty, and a few it refuses."""
+    import json
+
+    b = [[1.5, 2, 10, 12], [0, 0, 3, 4], [20, 30, 25.25, 31]]
+    forms = {"record": {"boxes": b, "labels": [3, 7, 1]}, "hf": {"bbox": b, "category": [1, 2, 3]},
+             "coco": [{"bbox": x, "category_id": c, "iscrowd": 0} for x, c in zip(b, [5, 6, 7])],
+             "bare": b, "empty": [], "no-labels": {"boxes": b}, "negative": [[5, 0, 1, 4]], "nan": [[0, 0, 1e999, 1]]}
+    out = {f"{name}-{f}": bytes([f]) + json.dumps(v).encode() for name, v in forms.items() for f in range(3)}
+    for i, a in enumerate([np.array(b), np.array(b, np.int16), np.zeros((0, 4), np.float32), np.ones((2, 3))]):
+        buf = io.BytesIO()
+        np.save(buf, a)
+        out[f"npy{i}"] = bytes([i % 3]) + buf.getvalue()
     return out
 
 

@@ -1,0 +1,44 @@
+"""examples/detection: images with COCO annotations trained on with the large-scale-jitter
+recipe and torchvision's Faster R-CNN, each sample's boxes moved with its image: every
+image once an epoch as (images, targets), and a sample whose annotations hold a box of
+negative width skipped and named, the rest trained on."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from conftest import make_shard, tar_samples
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "detection" / "train.py"
+
+
+def _run(tmp_path, *extra):
+    p = subprocess.run([sys.executable, str(EXAMPLE), *extra], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return p.stdout
+
+
+def test_the_example_trains_on_boxes_and_skips_a_bad_annotation(tmp_path):
+    out = _run(tmp_path, "--epochs", "2", "--make-demo", str(tmp_path / "set"))
+    assert "48 images with boxes, 6 batches an epoch" in out and "['images', 'json']" in out, out
+    epochs = re.findall(r"epoch (\d): (\d+) images, (\d+) boxes", out)
+    assert [(e, n) for e, n, _ in epochs] == [("0", "48"), ("1", "48")] and all(int(b) > 48 for *_, b in epochs), out
+    assert "skipped" not in out
+
+    (_, first), *_ = tar_samples(tmp_path / "set" / "det-000000.tar")
+    anns = json.loads(first["json"])
+    assert anns and all(set(a) == {"bbox", "category_id", "iscrowd"} for a in anns)
+    anns[0]["bbox"][2] = -5  # (a box of negative width)
+    make_shard(tmp_path / "set" / "det-000002.tar",
+               [{"__key__": "bad-0000", "jpg": first["jpg"], "json": json.dumps(anns).encode()}])
+    out = _run(tmp_path, "--epochs", "1", "--data", str(tmp_path / "set"))
+    assert "49 images with boxes" in out, out
+    assert re.search(r"skipped 1: bad-0000: field \.json holds box 0, .* of negative width or height as XYWH", out), out
+    assert re.findall(r"epoch (\d): (\d+) images", out) == [("0", "47")], out  # (6 batches of 8, less it)
+    assert np.isfinite([float(v) for v in re.findall(r"loss ([0-9.]+)", out)]).all()
