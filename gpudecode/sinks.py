@@ -5,6 +5,7 @@ prepared batch's decoded images into one of them."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import time
 from typing import Any, Callable, Protocol, Sequence
@@ -230,7 +231,7 @@ def _repeated(value: Any, pick: torch.Tensor, idx: list[int]) -> Any:
         return value[pick.to(value.device)]
     if is_views(value):
         return [v[pick.to(v.device)] for v in value]
-    return [value[i] for i in idx]
+    return [copy.deepcopy(value[i]) for i in idx]  # (each its own: a Boxes target's tensors, a JSON record)
 
 
 def view_part(decoded: DecodedBatch, p: Prepared, v: int) -> DecodedBatch:

@@ -454,6 +454,32 @@ def test_the_captions_bench_runs_each_pipeline(tmp_path, monkeypatch, capsys):
     assert torch.equal(many(["ab", "c"]), torch.stack([one("ab"), one("c")]))
 
 
+def test_the_boxes_bench_runs_each_pipeline(tmp_path, monkeypatch, capsys):
+    """bench/loader.py --boxes: images with COCO annotations through the Loader (with and
+    without its Boxes field) and through torchvision v2 over webdataset, every rate in the
+    printout and the JSON; the boxed shards hold each image with annotations in it."""
+    import sys
+
+    from gpudecode.bench.suite import loader
+
+    monkeypatch.setattr(loader, "OUT", tmp_path)
+    monkeypatch.setattr("gpudecode.bench.suite.OUT", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["loader", "--boxes", "--images", "32", "--repeat", "1", "--batch", "8",
+                                      "--skip-dali"])
+    loader.main()
+    out = capsys.readouterr().out
+    assert "x torchvision" in out and "COCO annotations" in out
+    doc = json.loads((tmp_path / "loader_boxes.json").read_text())
+    assert len(doc["img_per_s"]) == 3 and all(v > 0 for v in doc["img_per_s"].values())
+    got = [s for p in sorted((tmp_path / "loader_32_boxed").glob("train-*.tar")) for s in tar_samples(p)]
+    source = {k: f["jpg"] for p in sorted((tmp_path / "loader_32").glob("train-*.tar")) for k, f in tar_samples(p)}
+    assert len(got) == 32 and all(set(f) == {"jpg", "json"} and f["jpg"] == source[k] for k, f in got)
+    for _, f in got:
+        for a in json.loads(f["json"]):
+            x, y, w, h = a["bbox"]
+            assert 0 <= x and 0 <= y and x + w <= 500.01 and y + h <= 375.01 and 1 <= a["category_id"] <= 90
+
+
 def test_kernel_stages_from_memory_and_cached(tmp_path, monkeypatch, capsys):
     """bench/kernels.py --stages (issue 41): each stage of the base resample timed over
     distinct images (memory) and over one image and one output slot (cached), and this

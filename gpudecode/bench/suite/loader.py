@@ -19,6 +19,9 @@ ImageNet-like JPEGs (500x375, quality 90):
     python bench/loader.py --masks    segmentation (images with palette-PNG masks):
         torchvision's segmentation reference recipe, the Loader with a Mask field against
         torchvision v2 moving a tv_tensors.Mask over webdataset in a DataLoader
+    python bench/loader.py --boxes    detection (images with COCO annotations): the
+        large-scale-jitter recipe at 640, the Loader with a Boxes field against torchvision
+        v2 moving tv_tensors.BoundingBoxes (and SanitizeBoundingBoxes) over webdataset
 """
 from __future__ import annotations
 
@@ -440,6 +443,99 @@ def masks(shards, a) -> None:
     save("loader_masks", {"machine": machine(), "args": vars(a), "img_per_s": rows})
 
 
+def boxed(shards: list[str]) -> list[str]:
+    """The bench's shards again with COCO annotations (.json: a list of {"bbox": [x, y, w,
+    h], "category_id", "iscrowd"}) beside each image: 1-14 boxes of 8-60% of each side
+    (COCO has 7.3 an image), some reaching the border, seeded by the image's key."""
+    import json
+    import tarfile
+    import zlib
+
+    import numpy as np
+
+    from gpudecode.io.writer import ShardWriter
+
+    root = OUT / f"{os.path.basename(os.path.dirname(shards[0]))}_boxed"
+    done = sorted(str(p) for p in root.glob("train-*.tar"))
+    if done:
+        return done
+    with ShardWriter(str(root / "train-%06d.tar"), maxcount=256) as w:
+        for u in shards:
+            with tarfile.open(u) as t:
+                for m in t.getmembers():
+                    if m.name.endswith(".jpg"):
+                        key = m.name[:-4]
+                        rng = np.random.default_rng(zlib.crc32(key.encode()))
+                        n = int(rng.integers(1, 15))
+                        wh = rng.uniform(0.08, 0.6, (n, 2)) * (500, 375)
+                        xy = rng.uniform(0, 1, (n, 2)) * ((500, 375) - wh)
+                        anns = [{"bbox": [round(float(v), 2) for v in (*p, *s)], "category_id": int(c), "iscrowd": 0}
+                                for p, s, c in zip(xy, wh, rng.integers(1, 91, n))]
+                        w.write({"__key__": key, "jpg": t.extractfile(m).read(),  # type: ignore[union-attr]
+                                 "json": json.dumps(anns).encode()})
+    return w.shards
+
+
+def boxes(shards, a) -> None:
+    """Detection with the large-scale-jitter recipe of torchvision's detection reference
+    (references/detection/presets.py, "lsj"), at 640 in place of its 1024 (a batch of
+    1024x1024 float images is 200 MB a 16 here): ScaleJitter((640, 640)), a 640 crop padded
+    where the image is smaller, flip, the image to float, the boxes to XYXY and sanitized.
+    The Loader (fields={"json": Boxes("XYWH", out_format="XYXY")}, labels=False) against
+    torchvision.transforms.v2 moving the image and its tv_tensors.BoundingBoxes together
+    (then SanitizeBoundingBoxes) over webdataset in a WebLoader with --threads workers; the
+    Loader without the boxes (what they cost)."""
+    import torch
+    import torchvision.transforms.v2 as v2
+    import webdataset as wds
+    from torchvision import tv_tensors
+
+    from gpudecode import Boxes, Loader
+    from gpudecode import transforms as T
+
+    urls = boxed(shards)
+    size = 640
+    ours = T.Compose([T.ScaleJitter((size, size)), T.RandomCrop(size, pad_if_needed=True), T.RandomHorizontalFlip(),
+                      T.ToDtype(torch.float32, scale=True)])
+
+    def loader(fields):
+        return epochs(Loader(urls, batch_size=a.batch, transform=ours, device="cpu", num_threads=a.threads,
+                             labels=False, fields=fields))
+
+    reference = v2.Compose([v2.ScaleJitter((size, size)), v2.RandomCrop(size, pad_if_needed=True),
+                            v2.RandomHorizontalFlip(), v2.ToDtype(torch.float32, scale=True),
+                            v2.ConvertBoundingBoxFormat("XYXY"), v2.SanitizeBoundingBoxes()])
+
+    def sample(image, anns):
+        img = tv_tensors.Image(v2.functional.pil_to_tensor(image))
+        box = tv_tensors.BoundingBoxes([x["bbox"] for x in anns], format="XYWH", canvas_size=img.shape[-2:])
+        return reference(img, {"boxes": box, "labels": torch.tensor([x["category_id"] for x in anns])})
+
+    def collate(samples):
+        return torch.stack([x for x, _ in samples]), [t for _, t in samples]
+
+    def web():
+        pipe = (wds.WebDataset(urls, shardshuffle=len(urls), empty_check=False).shuffle(1000).decode("pil")
+                .to_tuple("jpg", "json").map(lambda x: sample(*x)).batched(a.batch, partial=True,
+                                                                            collation_fn=collate))
+        dl = wds.WebLoader(pipe, batch_size=None, shuffle=False, num_workers=a.threads, persistent_workers=True)
+
+        def go():
+            return sum(x.shape[0] for x, _ in dl)
+        return go
+
+    rows = alternated({"gpudecode Loader, Boxes field": loader({"json": Boxes("XYWH", out_format="XYXY")}),
+                       "gpudecode Loader, images alone": loader(None),
+                       "torchvision v2 reference + webdataset": web()}, a.repeat)
+    ref = rows["torchvision v2 reference + webdataset"]
+    print(f"{a.images} JPEGs 500x375 q90 + COCO annotations (1-14 boxes) -> {size}x{size} float + boxes, batch "
+          f"{a.batch}, {a.threads} threads/workers, {os.cpu_count()} cores, torch {torch.__version__}")
+    print(f"{'pipeline':46s} {'img/s':>8s} {'x torchvision':>14s}")
+    for name, r in rows.items():
+        print(f"{name:46s} {r:8.0f} {r / ref:14.2f}")
+    save("loader_boxes", {"machine": machine(), "args": vars(a), "img_per_s": rows})
+
+
 def main() -> None:
     ap = pipeline_args(__doc__, images=2048)
     ap.add_argument("--skip-dali", action="store_true")
@@ -449,6 +545,7 @@ def main() -> None:
     ap.add_argument("--tokenizer", choices=("openclip", "standin"), default="standin",
                     help="with --captions: OpenCLIP's own (pip install open_clip_torch) or a stand-in")
     ap.add_argument("--masks", action="store_true", help="segmentation: a Mask field against torchvision v2's reference")
+    ap.add_argument("--boxes", action="store_true", help="detection: a Boxes field against torchvision v2's LSJ recipe")
     a = ap.parse_args()
     shards, folder = build(a.images)
     if a.splits:
@@ -459,6 +556,9 @@ def main() -> None:
         return
     if a.masks:
         masks(shards, a)
+        return
+    if a.boxes:
+        boxes(shards, a)
         return
     rows = {}
     go, ld = run_gpudecode(shards, a.threads, a.batch)
