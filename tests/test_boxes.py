@@ -361,6 +361,10 @@ def test_what_boxes_cannot_follow_is_refused_when_the_loader_is_made(det_shards)
     with pytest.raises(TransformError, match="mixes\\s+images"):
         Loader(urls, batch_size=4, transform=PLANS["segmentation-reference"](), device="cpu", fields={"boxes": Boxes()},
                batch_transform=T.CutMix(num_classes=5))
+    bb = tv_tensors.BoundingBoxes([[1, 2, 3, 4]], format="CXCYWH", canvas_size=(9, 9))
+    with pytest.raises(ValueError, match="entry 0 holds BoundingBoxes of format CXCYWH, read as XYXY"):
+        PLANS["rrc+flips"]().boxes([bb], PLANS["rrc+flips"]().draw_batch([(9, 9)], 0))
+    assert len(PLANS["rrc+flips"]().boxes([bb], PLANS["rrc+flips"]().draw_batch([(9, 9)], 0), format="CXCYWH")) == 1
     with pytest.raises(ValueError, match="a box format is one of XYXY, XYWH, CXCYWH, not 'XYXYXYXY'"):
         Boxes("XYXYXYXY")
     with pytest.raises(ValueError, match="Boxes\\(min_size=\\) is a number of pixels"):

@@ -80,6 +80,9 @@ def as_boxes(value: Any, fmt: str = "XYXY") -> tuple[np.ndarray, np.ndarray | No
         ValueError: anything else, with what it is: a box not of 4 finite numbers, one of
             negative width or height, labels that are not integers, or not one a box."""
     labels: Any = None
+    said = getattr(getattr(value, "format", None), "name", None)  # (a tv_tensors.BoundingBoxes says its own)
+    if said is not None and said != fmt:
+        raise ValueError(f"holds BoundingBoxes of format {said}, read as {fmt}: give that format")
     if isinstance(value, Mapping):
         boxes = next((value[k] for k in _BOX_KEYS if k in value), None)
         if boxes is None:
