@@ -55,7 +55,7 @@ print("gpudecode", gpudecode.__version__, "from", gpudecode.__file__, "| libpng:
 
 tests=(-q -p no:cacheprovider --tb=short)
 new="png or resident or pinned or where_it_lies or masks or boxes"  # (without CUDA every test of the file skips, saying why)
-step "tests/test_gpu.py: the PNG, resident, pinned-slot, strided-batch and mask tests"
+step "tests/test_gpu.py: the PNG, resident, pinned-slot, strided-batch, mask and box tests"
 (cd tests && timeout -s INT -k 15 "$(budget 90 440)" $PY -m pytest "${tests[@]}" -rfEsP test_gpu.py -k "$new") 2>&1
 
 # bench/gpu.py, a section a process (each its own limit): its gpu.json kept as gpu-NAME.json, its table

@@ -19,6 +19,7 @@ import torchvision.transforms.v2.functional as F
 from torchvision import tv_tensors
 from torchvision.transforms.v2.functional._misc import _get_sanitize_bounding_boxes_mask
 
+import gpudecode
 from gpudecode import Boxes, Loader, TransformError
 from gpudecode import transforms as T
 from gpudecode.fields import _targets_to, decode_boxes
@@ -273,6 +274,35 @@ def test_a_box_lies_on_its_rectangle_through_every_geometry(rect_shards, keep):
         assert n > 30 and np.mean(mirrored) < 0.9, name
         if keep:
             assert ld.describe()["keep"]["tier"] == "ram"
+
+
+def test_a_mask_and_boxes_of_one_sample_move_together(tmp_path):
+    """A Mask field and a Boxes field of the same samples (instance and panoptic sets hold
+    both): each kept box bounds its rectangle's pixels in the moved mask, to a pixel."""
+    from test_masks import png
+
+    samples = []
+    for i in range(16):
+        img, box = _rectangles(i, 60 + (i % 4) * 9, 70 + (i % 3) * 13)
+        samples.append({"__key__": f"r{i:03d}", "jpg": encode(img), "seg.png": png((img[..., 0] > 0).astype(np.uint8)),
+                        "json": json.dumps(box.tolist()).encode()})
+    url = make_shard(tmp_path / "both-000000.tar", samples)
+    tf = PLANS["rrc+flips"]()
+    ld = Loader([url], batch_size=8, transform=tf, device="cpu", seed=3, labels=False,
+                fields={"seg.png": gpudecode.Mask(fill=0), "json": Boxes(min_size=2, min_area=4)})
+    checked = 0
+    for epoch in range(3):
+        ld.set_epoch(epoch)
+        for _, masks, targets in ld:
+            for m, t in zip(masks, targets):
+                ys, xs = torch.nonzero(m, as_tuple=True)
+                if not len(t["boxes"]):
+                    continue
+                (x0, y0, x1, y1), = t["boxes"].tolist()
+                got = [float(xs.min()), float(ys.min()), float(xs.max()) + 1, float(ys.max()) + 1]
+                assert np.allclose(got, [x0, y0, x1, y1], atol=1.0), (got, t["boxes"])
+                checked += 1
+    assert checked > 30
 
 
 def test_each_member_form_reads_as_json_and_numpy_read_it():

@@ -27,13 +27,13 @@ def test_the_prepared_gpu_call_runs_every_step_in_order_on_the_cpu(tmp_path):
     log = run.stdout + run.stderr
     assert run.returncode == 0, log[-3000:]
     steps = re.findall(r"^==> (.+?) \(\d+ s left\)$", log, re.M)
-    assert steps == ["the machine", "tests/test_gpu.py: the PNG, resident, pinned-slot, strided-batch and mask tests", "bench/gpu.py --sections png",
+    assert steps == ["the machine", "tests/test_gpu.py: the PNG, resident, pinned-slot, strided-batch, mask and box tests", "bench/gpu.py --sections png",
                      "bench/nvcomp_inflate.py: nvCOMP against zlib, and with more streams a call",
                      "bench/gpu.py --sections resident", "bench/launch_probe.py: a launch's host work, piece by piece",
                      "tests/test_gpu.py: the rest",
                      "the CIFAR example: gpudecode, then torchvision's DataLoader", "bench/gpu.py --sections engines",
                      "done"], log[-3000:]
-    assert "| libpng: True" in log and "Traceback" not in log, log[:3000]
+    assert "'linked_in': True} |" in log and "Traceback" not in log, log[:3000]
     assert len(re.findall(r"^\d+ skipped, \d+ deselected", log, re.M)) == 2, log  # (no CUDA: each test says why)
     assert log.count("test accuracy") == 2, log[-3000:]
     out = tmp_path / "out"
