@@ -420,27 +420,39 @@ def masks(shards, a) -> None:
         img = tv_tensors.Image(v2.functional.pil_to_tensor(image))
         return reference(img, tv_tensors.Mask(torch.from_numpy(mask)))
 
-    def web():
-        pipe = (wds.WebDataset(urls, shardshuffle=len(urls), empty_check=False).shuffle(1000)
-                .decode(wds.handle_extension("seg.png", read_mask), "pil")
-                .to_tuple("jpg", "seg.png").map(lambda x: sample(*x)).batched(a.batch, partial=True))
-        dl = wds.WebLoader(pipe, batch_size=None, shuffle=False, num_workers=a.threads, persistent_workers=True)
-
-        def go():
-            return sum(x.shape[0] for x, _ in dl)
-        return go
-
+    web = (wds.WebDataset(urls, shardshuffle=len(urls), empty_check=False).shuffle(1000)
+           .decode(wds.handle_extension("seg.png", read_mask), "pil")
+           .to_tuple("jpg", "seg.png").map(lambda x: sample(*x)).batched(a.batch, partial=True))
     rows = alternated({"gpudecode Loader, Mask field": loader({"seg.png": Mask(fill=255, dtype=torch.int64)}),
                        "gpudecode Loader, Mask field as uint8": loader({"seg.png": Mask(fill=255)}),
                        "gpudecode Loader, images alone": loader(None),
-                       "torchvision v2 reference + webdataset": web()}, a.repeat)
+                       "torchvision v2 reference + webdataset": _web_epochs(web, a.threads)}, a.repeat)
+    _against_torchvision(rows, f"{a.images} JPEGs 500x375 q90 + palette-PNG masks -> 480x480 float + int64 masks",
+                         "loader_masks", a)
+
+
+def _web_epochs(pipe, threads: int):
+    """go(): one epoch of the webdataset pipeline `pipe` (batches of (images, targets)) in a
+    WebLoader with `threads` workers, its image count."""
+    import webdataset as wds
+
+    dl = wds.WebLoader(pipe, batch_size=None, shuffle=False, num_workers=threads, persistent_workers=True)
+
+    def go():
+        return sum(x.shape[0] for x, _ in dl)
+    return go
+
+
+def _against_torchvision(rows: dict, what: str, name: str, a) -> None:
+    """The rows' rates and their ratios to torchvision's, printed and saved as `name`."""
+    import torch
+
     ref = rows["torchvision v2 reference + webdataset"]
-    print(f"{a.images} JPEGs 500x375 q90 + palette-PNG masks -> 480x480 float + int64 masks, batch {a.batch}, "
-          f"{a.threads} threads/workers, {os.cpu_count()} cores, torch {torch.__version__}")
+    print(f"{what}, batch {a.batch}, {a.threads} threads/workers, {os.cpu_count()} cores, torch {torch.__version__}")
     print(f"{'pipeline':46s} {'img/s':>8s} {'x torchvision':>14s}")
-    for name, r in rows.items():
-        print(f"{name:46s} {r:8.0f} {r / ref:14.2f}")
-    save("loader_masks", {"machine": machine(), "args": vars(a), "img_per_s": rows})
+    for row, r in rows.items():
+        print(f"{row:46s} {r:8.0f} {r / ref:14.2f}")
+    save(name, {"machine": machine(), "args": vars(a), "img_per_s": rows})
 
 
 def boxed(shards: list[str]) -> list[str]:
@@ -514,26 +526,13 @@ def boxes(shards, a) -> None:
     def collate(samples):
         return torch.stack([x for x, _ in samples]), [t for _, t in samples]
 
-    def web():
-        pipe = (wds.WebDataset(urls, shardshuffle=len(urls), empty_check=False).shuffle(1000).decode("pil")
-                .to_tuple("jpg", "json").map(lambda x: sample(*x)).batched(a.batch, partial=True,
-                                                                            collation_fn=collate))
-        dl = wds.WebLoader(pipe, batch_size=None, shuffle=False, num_workers=a.threads, persistent_workers=True)
-
-        def go():
-            return sum(x.shape[0] for x, _ in dl)
-        return go
-
+    web = (wds.WebDataset(urls, shardshuffle=len(urls), empty_check=False).shuffle(1000).decode("pil")
+           .to_tuple("jpg", "json").map(lambda x: sample(*x)).batched(a.batch, partial=True, collation_fn=collate))
     rows = alternated({"gpudecode Loader, Boxes field": loader({"json": Boxes("XYWH", out_format="XYXY")}),
                        "gpudecode Loader, images alone": loader(None),
-                       "torchvision v2 reference + webdataset": web()}, a.repeat)
-    ref = rows["torchvision v2 reference + webdataset"]
-    print(f"{a.images} JPEGs 500x375 q90 + COCO annotations (1-14 boxes) -> {size}x{size} float + boxes, batch "
-          f"{a.batch}, {a.threads} threads/workers, {os.cpu_count()} cores, torch {torch.__version__}")
-    print(f"{'pipeline':46s} {'img/s':>8s} {'x torchvision':>14s}")
-    for name, r in rows.items():
-        print(f"{name:46s} {r:8.0f} {r / ref:14.2f}")
-    save("loader_boxes", {"machine": machine(), "args": vars(a), "img_per_s": rows})
+                       "torchvision v2 reference + webdataset": _web_epochs(web, a.threads)}, a.repeat)
+    _against_torchvision(rows, f"{a.images} JPEGs 500x375 q90 + COCO annotations (1-14 boxes) -> {size}x{size} "
+                         "float + boxes", "loader_boxes", a)
 
 
 def main() -> None:
