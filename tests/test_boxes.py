@@ -338,6 +338,7 @@ def test_each_member_form_reads_as_json_and_numpy_read_it():
     (b"{\"boxes\": [[0, 0, 1, 4]], \"labels\": [\"cat\"]}", "labels that are not"),
     (b"{\"boxes\": [[0, 0, 1, 4]], \"labels\": [1.5]}", "labels that are not a list of integers"),
     (b"{\"labels\": [1]}", "a record with no boxes"),
+    (b"{\"boxes\": [[0, 0, 1, 4]], \"labels\": [18446744073709551615]}", "a label over int64's range"),
     (b"[[true, 0, 1, 4]]", "a bool among the numbers"),
     (b"[[]]", "boxes of shape \\(1, 0\\)"),
     (b"[{\"bbox\": [], \"category\": []}]", "boxes of shape \\(1, 0\\)"),

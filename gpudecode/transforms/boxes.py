@@ -121,6 +121,8 @@ def as_boxes(value: Any, fmt: str = "XYXY") -> tuple[np.ndarray, np.ndarray | No
             raise ValueError(f"holds labels that are not a list of integers ({tuple(lab_a.shape)} {lab_a.dtype})")
         if len(lab_a) != len(b):
             raise ValueError(f"holds {len(b)} boxes and {len(lab_a)} labels: one label a box")
+        if lab_a.dtype == np.uint64 and (lab_a > np.iinfo(np.int64).max).any():
+            raise ValueError(f"holds a label over int64's range ({int(lab_a.max())})")
         lab = lab_a.astype(np.int64)
     return xyxy, lab
 
