@@ -51,8 +51,8 @@ import torch
 from .errors import FieldError
 from .io.members import split_exts
 from .labels import parse_text_int
-from .transforms.boxes import Stored, as_boxes, box_moves, check_format, move_boxes, target
-from .transforms.masks import MASK_DTYPES, as_mask, fill_fits, mask_indices, warp_mask
+from .transforms.boxes import Stored, as_boxes, box_moves, check_format, move_boxes, on_canvas, target
+from .transforms.masks import MASK_DTYPES, as_mask, fill_fits, mask_indices, places, warp_mask
 
 __all__ = ["FieldSpec", "Mask", "Boxes", "batched", "field_specs", "read_fields", "follow_targets", "disagreeing",
            "collate"]
@@ -78,7 +78,8 @@ class Mask:
     array [H, W] of integers or bools. A mask of another
     size than its image, of several channels, or that does not decode is its sample's
     FieldError. A transform that moves pixels otherwise (a rotation, an affine or
-    perspective warp, a canvas step) and MixUp / CutMix are refused when the Loader is
+    perspective warp, a canvas step other than RandomZoomOut's, which the mask follows) and
+    MixUp / CutMix are refused when the Loader is
     made."""
 
     def __init__(self, fill: int = 0, dtype: torch.dtype | None = None) -> None:
@@ -490,6 +491,7 @@ def follow_boxes(specs: Sequence[FieldSpec], values: list[list[Any]], errors: di
         raise ValueError("Boxes follow one view")  # (the Loader refuses it when made: loader_setup)
     out_size = plans[0].output_size(draws[0].sizes)
     moves = box_moves(draws[0].encode()[0])
+    placed = places(plans[0], draws[0])  # (a RandomZoomOut's canvases: the boxes on them first)
     for f in fields:
         spec, column = specs[f], values[f]
         boxes = spec.boxes
@@ -498,8 +500,10 @@ def follow_boxes(specs: Sequence[FieldSpec], values: list[list[Any]], errors: di
         if not rows:
             continue
         counts = np.array([len(column[k].xyxy) for k in rows])
-        moved, ok = move_boxes(np.concatenate([column[k].xyxy for k in rows]).reshape(-1, 4),
-                               np.repeat(moves[rows], counts, axis=0), out_size,
+        xyxy = np.concatenate([column[k].xyxy for k in rows]).reshape(-1, 4)
+        if placed is not None:
+            xyxy = on_canvas(xyxy, np.repeat(placed[rows], counts, axis=0))
+        moved, ok = move_boxes(xyxy, np.repeat(moves[rows], counts, axis=0), out_size,
                                min_size=boxes.min_size, min_area=boxes.min_area)
         for k, start, n in zip(rows, np.cumsum(counts) - counts, counts):
             keep = np.flatnonzero(ok[start:start + n])
@@ -523,7 +527,8 @@ def follow_masks(specs: Sequence[FieldSpec], values: list[list[Any]], errors: di
     if not masked or not len(samples):
         return
     sizes = [plan.output_size(d.sizes) for plan, d in zip(plans, draws)]
-    moves = [mask_indices(d.encode()[0], size) for d, size in zip(draws, sizes)]  # [view]: rows, inside, cols, inside
+    moves = [mask_indices(d.encode()[0], size, places(plan, d))  # [view]: rows, inside, cols, inside
+             for plan, d, size in zip(plans, draws, sizes)]
     for f in masked:
         spec, column = specs[f], values[f]
         mask = spec.mask

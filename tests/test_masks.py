@@ -38,12 +38,19 @@ PLANS = {
                                                  T.Normalize([0.5] * 3, [0.2] * 3)]),
     "resize-exact-2x": lambda: T.Compose([T.Resize((64, 80))]),
     "no-geometry": lambda: T.Compose([T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)]),
+    # a canvas that places the image (SSD's RandomZoomOut): the mask placed with it
+    "zoomout+resize": lambda: T.Compose([T.RandomZoomOut(fill=0, side_range=(1.0, 2.5), p=0.7), T.Resize((40, 40)),
+                                         T.RandomHorizontalFlip()]),
+    "zoomout+rrc": lambda: T.Compose([T.RandomZoomOut(fill=0, side_range=(1.0, 3.0)),
+                                      T.RandomResizedCrop(24, scale=(0.3, 1.0)), T.RandomVerticalFlip()]),
 }
 
 
 def tv_mask(mask: torch.Tensor, p: dict, out_size, fill: int) -> torch.Tensor:
     """torchvision.transforms.v2.functional on a tv_tensors.Mask with the image's params."""
     m = tv_tensors.Mask(mask[None])
+    if "padding" in p:  # (RandomZoomOut's canvas, the mask's fill around it)
+        m = F.pad(m, list(p["padding"]), fill=fill)
     if "resize" in p:
         m = F.resize(m, list(p["resize"]))
     if "crop" in p:
@@ -356,7 +363,8 @@ def test_what_a_mask_cannot_follow_is_refused_when_the_loader_is_made(seg_shards
     for tf, what in [(T.Compose([T.RandomResizedCrop(24), T.RandomRotation(20)]), "RandomRotation moves pixels"),
                      (T.Compose([T.Resize((24, 24)), T.RandomAffine(10)]), "RandomAffine moves pixels"),
                      (T.Compose([T.Resize((24, 24)), T.TrivialAugmentWide()]), "TrivialAugmentWide moves pixels"),
-                     (T.Compose([T.RandomZoomOut(), T.Resize((24, 24))]), "RandomZoomOut makes each image a canvas"),
+                     (T.Compose([T.RandomRotation(20, expand=True), T.Resize((24, 24))]),
+                      "RandomRotation makes each image a canvas"),
                      (T.Compose([T.Resize((24, 24)), T.ElasticTransform()]), "ElasticTransform warps")]:
         with pytest.raises(TransformError, match=what):
             Loader(urls, batch_size=4, transform=tf, device="cpu", fields={"seg": Mask()})

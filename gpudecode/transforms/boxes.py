@@ -13,8 +13,10 @@ columns (kernels/layout.py: the source box, the size it is resized to, the outpu
 window's offset in it, the flips), as transforms/masks.py does for a mask. (A chain's
 inner clamps are each to a window holding the output's, so the last clamp is theirs.)
 
-What moves pixels elsewhere (a rotation, an affine or perspective warp, a canvas step,
-ElasticTransform) is refused, as for masks (transforms.masks.refusal).
+A canvas step that places the image unchanged on a larger canvas (RandomZoomOut) is
+followed as torchvision's pad moves boxes: shifted to the image's place, clamped to the
+canvas (on_canvas). What moves pixels elsewhere (a rotation, an affine or perspective
+warp, ElasticTransform) is refused, as for masks (transforms.masks.refusal).
 """
 from __future__ import annotations
 
@@ -26,13 +28,13 @@ import torch
 
 from ..errors import TransformError
 from ..kernels import fused
-from .masks import refusal
+from .masks import places, refusal
 
 if TYPE_CHECKING:
     from .draws import Draws
     from .plan import _Plan
 
-__all__ = ["Stored", "FORMATS", "as_boxes", "box_moves", "move_boxes", "scale_boxes", "warp_boxes", "target", "check_format",
+__all__ = ["Stored", "FORMATS", "as_boxes", "box_moves", "on_canvas", "move_boxes", "scale_boxes", "warp_boxes", "target", "check_format",
            "refused"]
 
 FORMATS = ("XYXY", "XYWH", "CXCYWH")  # (torchvision's axis-aligned BoundingBoxFormat names)
@@ -168,6 +170,17 @@ def box_moves(geom: np.ndarray) -> np.ndarray:
     return out
 
 
+def on_canvas(xyxy: np.ndarray, placed: np.ndarray) -> np.ndarray:
+    """XYXY boxes (float32 [K, 4]) in the coordinates of their images' canvases (`placed`:
+    their samples' rows of masks.places, [K, 6] or [6]), clamped to the canvas, as
+    torchvision's pad moves them."""
+    p = np.broadcast_to(np.asarray(placed, np.int64), (len(xyxy), 6)).astype(np.float32)
+    b = np.asarray(xyxy, np.float32).reshape(-1, 4)
+    x = np.clip(b[:, 0::2] + p[:, 1:2], 0, p[:, 5:6])
+    y = np.clip(b[:, 1::2] + p[:, 0:1], 0, p[:, 4:5])
+    return np.stack([x[:, 0], y[:, 0], x[:, 1], y[:, 1]], axis=1).astype(np.float32)
+
+
 def move_boxes(xyxy: np.ndarray, move: np.ndarray, out_size: tuple[int, int], *, min_size: float = 1.0,
                min_area: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
     """XYXY boxes (float32 [K, 4]) moved by their samples' rows of box_moves (`move`: [K, 8],
@@ -215,6 +228,7 @@ def warp_boxes(plan: "_Plan", boxes: Sequence[Any], draws: "Draws", *, fmt: str 
     if not len(boxes):
         return []
     moves = box_moves(draws.encode()[0])
+    placed = places(plan, draws)
     out_size = plan.output_size(draws.sizes)
     out = []
     for k, v in enumerate(boxes):
@@ -222,6 +236,8 @@ def warp_boxes(plan: "_Plan", boxes: Sequence[Any], draws: "Draws", *, fmt: str 
             xyxy, labels = as_boxes(v, fmt)
         except ValueError as e:
             raise ValueError(f"entry {k} {e}") from None
+        if placed is not None:
+            xyxy = on_canvas(xyxy, placed[k])
         moved, ok = move_boxes(xyxy, moves[k], out_size, min_size=min_size, min_area=min_area)
         out.append(target(moved[ok], None if labels is None else labels[ok], out_fmt or fmt))
     return out

@@ -62,6 +62,12 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
     canvas = True
     canvas_why = "it changes the image's size"
     canvas_layout = "HWC"  # (the image copied as it was decoded)
+    places = True  # the image lies on its canvas unchanged, at place(): masks and boxes follow it
+
+    def place(self, params: dict) -> tuple[int, int]:
+        """Where the image's top-left corner lies on its canvas (top, left)."""
+        left, top = params["padding"][:2] if "padding" in params else (0, 0)
+        return int(top), int(left)
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:

@@ -134,7 +134,8 @@ class Compose(Transform):
         `fill` and flipped. `masks`: one [H, W] tensor or array of class indices an image
         (its size), on the CPU or a CUDA device; returns [N, h, w] of `dtype` (default:
         the masks' own) on their device. A Compose that moves pixels otherwise (a rotation,
-        an affine or perspective warp, a canvas step) is refused (transforms.masks)."""
+        an affine or perspective warp, a canvas step other than RandomZoomOut's) is refused
+        (transforms.masks)."""
         sizes = params.sizes if isinstance(params, Draws) else [tuple(m.shape[-2:]) for m in masks]
         out = warp_masks(self.plan, masks, as_draws(self.plan, params, sizes), fill=fill, dtype=dtype)
         if not out:

@@ -11,10 +11,12 @@ size it is resized to, the output window's offset in it, the flips), so that wha
 the kernel does to a sample's image its mask follows: one index per output row and one
 per output column, gathered (on the mask's device: the CPU or a CUDA device alike).
 
+A canvas step that places the image unchanged on a larger canvas (RandomZoomOut) is
+followed too: the mask is placed as its image is, the canvas around it the mask's fill.
 What moves pixels elsewhere (the program's warps: RandomRotation, RandomAffine,
-RandomPerspective and the policies' geometric ops; a canvas step; ElasticTransform) is
-not followed: `refusal` names it, and a mask is refused with such a transform rather
-than handed out misaligned.
+RandomPerspective and the policies' geometric ops; ElasticTransform) is not followed:
+`refusal` names it, and a mask is refused with such a transform rather than handed out
+misaligned.
 """
 from __future__ import annotations
 
@@ -30,7 +32,8 @@ if TYPE_CHECKING:
     from .draws import Draws
     from .plan import _Plan
 
-__all__ = ["refusal", "mask_indices", "as_mask", "fill_fits", "warp_mask", "warp_masks", "resize_mask", "MASK_DTYPES"]
+__all__ = ["refusal", "places", "mask_indices", "as_mask", "fill_fits", "warp_mask", "warp_masks", "resize_mask",
+           "MASK_DTYPES"]
 
 # the dtypes a mask may have (an index a pixel), and what a numpy array of another
 # integer dtype becomes (torch has no unsigned types past uint8 for indexing and losses)
@@ -41,7 +44,7 @@ _WIDER = {np.dtype(np.uint16): np.int32, np.dtype(np.uint32): np.int64}
 def refusal(plan: "_Plan") -> str | None:
     """Why a mask cannot follow images under `plan` (the step that moves pixels in a way
     the geometry columns do not say), or None where it can."""
-    if plan.canvas is not None:
+    if plan.canvas is not None and not getattr(plan.canvas, "places", False):
         return f"{type(plan.canvas).__name__} makes each image a canvas of its own"
     if plan.post is not None:
         return f"{type(plan.post).__name__} warps the kernel's output"
@@ -49,6 +52,19 @@ def refusal(plan: "_Plan") -> str | None:
     if moving is not None:
         return f"{moving} moves pixels in each sample's program"
     return None
+
+
+def places(plan: "_Plan", draws: "Draws") -> np.ndarray | None:
+    """Each image's place on its canvas [N, 6] (top, left, the image's height and width,
+    the canvas's) where `plan` begins with a canvas step that places it (RandomZoomOut),
+    else None: the kernel's geometry columns are then the canvas's."""
+    canvas: Any = plan.canvas  # (a step with places = True: refusal() lets no other through)
+    if canvas is None:
+        return None
+    out = np.zeros((len(draws), 6), np.int64)
+    for k, (p, (h, w)) in enumerate(zip(draws.dicts(), draws.sizes)):
+        out[k] = (*canvas.place(p), h, w, *canvas.canvas_size(p, (h, w)))
+    return out
 
 
 def _nearest(v: np.ndarray, n_in: np.ndarray, n_out: np.ndarray) -> np.ndarray:
@@ -68,16 +84,28 @@ def _axis(n: int, flip: np.ndarray, offset: np.ndarray, vsize: np.ndarray, start
     return start[:, None] + _nearest(v, size[:, None], vsize[:, None]), inside
 
 
-def mask_indices(geom: np.ndarray, out_size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def mask_indices(geom: np.ndarray, out_size: tuple[int, int], placed: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """For each sample of the kernel's geometry `geom` [N, GEOM] and the output (h, w):
     the source row of each output row [N, h] and whether it is inside the resized image
     (not padding) [N, h], and the same for the columns [N, w] — the mask's rows and
-    columns under the image's crop, resize, padding and flips."""
+    columns under the image's crop, resize, padding and flips. `placed` (places'): the
+    geometry is of canvases, each image at its place on its own; a row or column of the
+    canvas around the image is outside too."""
     g = np.asarray(geom, np.int64).reshape(-1, fused.GEOM)
     oh, ow = out_size
     rows, rin = _axis(oh, g[:, fused.VFLIP], g[:, fused.OY], g[:, fused.VH], g[:, fused.TOP], g[:, fused.BH])
     cols, cin = _axis(ow, g[:, fused.FLIP], g[:, fused.OX], g[:, fused.VW], g[:, fused.LEFT], g[:, fused.BW])
+    if placed is not None:  # (canvas rows and columns to the image's own)
+        rows, rin = _on_image(rows, rin, placed[:, 0], placed[:, 2])
+        cols, cin = _on_image(cols, cin, placed[:, 1], placed[:, 3])
     return rows, rin, cols, cin
+
+
+def _on_image(v: np.ndarray, inside: np.ndarray, start: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    v = v - start[:, None]
+    inside = inside & (v >= 0) & (v < size[:, None])
+    return np.clip(v, 0, np.maximum(size - 1, 0)[:, None]), inside
 
 
 def fill_fits(fill: int, dtype: torch.dtype) -> bool:
@@ -161,7 +189,7 @@ def warp_masks(plan: "_Plan", masks: Sequence[Any], draws: "Draws", *, fill: int
         return []
     geom = draws.encode()[0]
     out_size = plan.output_size(draws.sizes)
-    rows, rin, cols, cin = mask_indices(geom, out_size)
+    rows, rin, cols, cin = mask_indices(geom, out_size, places(plan, draws))
     out = []
     for k, m in enumerate(ms):
         m = m if dtype is None else m.to(dtype)
