@@ -30,8 +30,9 @@ Promises checked:
   picks the format) is finite XYXY float32 [K, 4] of no negative width or height, equal
   to what json.loads or np.load read (converted as torchvision converts the format), with
   int64 labels one a box where the member has them, or ValueError; never another
-  exception. Moved by a crop, a resize, padding and flips drawn from the bytes, every box
-  lies in the output and every box kept is at least the minimum size.
+  exception. Placed on a canvas (RandomZoomOut's) or not, then moved by a crop, a resize,
+  padding and flips drawn from the bytes, every box lies in the canvas and then in the
+  output, and every box kept is at least the minimum size.
 """
 from __future__ import annotations
 
@@ -298,7 +299,7 @@ def boxes(data: bytes) -> None:
     from torchvision import tv_tensors
 
     from gpudecode.fields import decode_boxes
-    from gpudecode.transforms.boxes import box_moves, move_boxes
+    from gpudecode.transforms.boxes import box_moves, move_boxes, on_canvas
 
     if not data:
         return
@@ -330,6 +331,12 @@ def boxes(data: bytes) -> None:
     g[0, fused.OY], g[0, fused.OX] = rng.integers(-16, 48, 2)
     g[0, fused.FLIP], g[0, fused.VFLIP] = rng.integers(0, 2, 2)
     out_size = tuple(int(v) for v in rng.integers(1, 64, 2))
+    if data[-1] & 1:  # (placed on a RandomZoomOut canvas first: clamped to it)
+        top, left, bottom, right = (int(v) for v in rng.integers(0, 32, 4))
+        h, w = (int(v) for v in rng.integers(1, 64, 2))
+        xyxy = on_canvas(xyxy, np.array([top, left, h, w, h + top + bottom, w + left + right]))
+        assert (xyxy[:, 0::2] >= 0).all() and (xyxy[:, 0::2] <= w + left + right).all(), "a box left its canvas"
+        assert (xyxy[:, 1::2] >= 0).all() and (xyxy[:, 1::2] <= h + top + bottom).all(), "a box left its canvas"
     moved, ok = move_boxes(xyxy, box_moves(g)[0], out_size, min_size=1.0, min_area=1.0)
     assert moved.shape == xyxy.shape and np.isfinite(moved).all()
     assert (moved[:, 0::2] >= 0).all() and (moved[:, 0::2] <= out_size[1]).all(), "a box left the output"
