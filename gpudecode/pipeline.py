@@ -301,7 +301,7 @@ class Pipeline:
         failed: dict[int, Any] = {}
         if self.config.follows:  # (masks and boxes kept as decoded, moved here by the batch's draws)
             follow_targets(self.config.fields, values, failed, samples, [tf.plan for tf in self.views], params,
-                         pool=self.mask_pool(), on_host=self.config.device == "cpu")
+                           pool=self.mask_pool() if self.config.masks else None, on_host=self.config.device == "cpu")
         return Prepared(samples, params, sizes, labels, decoded, timing, taken=len(rows) if taken is None else taken,
                          seq=seq, ready=ready, draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes,
                          keys=keys, fields=values, field_errors=failed)
