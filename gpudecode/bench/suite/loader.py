@@ -239,25 +239,33 @@ CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.261302
 def captioned(shards: list[str]) -> list[str]:
     """The bench's shards again with a caption (.txt, 32-90 characters of UTF-8) beside
     each image, as LAION's and CC12M's shards hold them."""
+    words = ["a", "photo", "of", "the", "astronaut", "coffee", "cat", "rocket", "cells", "on", "table", "café",
+             "under", "light", "blue", "sky"]
+
+    def caption(key: str, jpeg: bytes) -> dict:
+        k = int(key)
+        return {"txt": " ".join(words[(k * 7 + j * 3) % len(words)] for j in range(8 + k % 10))}
+    return _with_members(shards, "captioned", caption)
+
+
+def _with_members(shards: list[str], name: str, make) -> list[str]:
+    """The bench's shards written again under OUT (once: kept for later runs) as
+    <their folder>_<name>, each JPEG with the members make(key, its bytes) gives beside it."""
     import tarfile
 
     from gpudecode.io.writer import ShardWriter
 
-    root = OUT / f"{os.path.basename(os.path.dirname(shards[0]))}_captioned"
+    root = OUT / f"{os.path.basename(os.path.dirname(shards[0]))}_{name}"
     done = sorted(str(p) for p in root.glob("train-*.tar"))
     if done:
         return done
-    words = ["a", "photo", "of", "the", "astronaut", "coffee", "cat", "rocket", "cells", "on", "table", "café",
-             "under", "light", "blue", "sky"]
     with ShardWriter(str(root / "train-%06d.tar"), maxcount=256) as w:
         for u in shards:
             with tarfile.open(u) as t:
                 for m in t.getmembers():
                     if m.name.endswith(".jpg"):
-                        key = m.name[:-4]
-                        k = int(key)
-                        text = " ".join(words[(k * 7 + j * 3) % len(words)] for j in range(8 + k % 10))
-                        w.write({"__key__": key, "jpg": t.extractfile(m).read(), "txt": text})  # type: ignore[union-attr]
+                        data = t.extractfile(m).read()  # type: ignore[union-attr]
+                        w.write({"__key__": m.name[:-4], "jpg": data, **make(m.name[:-4], data)})
     return w.shards
 
 
@@ -350,32 +358,20 @@ def masked(shards: list[str]) -> list[str]:
     """The bench's shards again with a segmentation mask (.seg.png, a palette PNG) beside
     each image: the photograph's grey levels, smoothed over 9x9 pixels, in 8 classes
     (regions with real photographs' boundaries; as VOC and ADE20K keep their masks)."""
-    import tarfile
-
     import numpy as np
     from PIL import Image, ImageFilter
 
-    from gpudecode.io.writer import ShardWriter
-
-    root = OUT / f"{os.path.basename(os.path.dirname(shards[0]))}_masked"
-    done = sorted(str(p) for p in root.glob("train-*.tar"))
-    if done:
-        return done
     palette = [v for i in range(256) for v in ((i * 37) % 256, (i * 91) % 256, (i * 13) % 256)]
-    with ShardWriter(str(root / "train-%06d.tar"), maxcount=256) as w:
-        for u in shards:
-            with tarfile.open(u) as t:
-                for m in t.getmembers():
-                    if m.name.endswith(".jpg"):
-                        data = t.extractfile(m).read()  # type: ignore[union-attr]
-                        with Image.open(io.BytesIO(data)) as im:
-                            grey = np.asarray(im.convert("L").filter(ImageFilter.BoxBlur(4)))
-                        seg = Image.fromarray((grey // 32).astype(np.uint8))
-                        seg.putpalette(palette)
-                        b = io.BytesIO()
-                        seg.save(b, "PNG")
-                        w.write({"__key__": m.name[:-4], "jpg": data, "seg.png": b.getvalue()})
-    return w.shards
+
+    def mask(key: str, jpeg: bytes) -> dict:
+        with Image.open(io.BytesIO(jpeg)) as im:
+            grey = np.asarray(im.convert("L").filter(ImageFilter.BoxBlur(4)))
+        seg = Image.fromarray((grey // 32).astype(np.uint8))
+        seg.putpalette(palette)
+        b = io.BytesIO()
+        seg.save(b, "PNG")
+        return {"seg.png": b.getvalue()}
+    return _with_members(shards, "masked", mask)
 
 
 def masks(shards, a) -> None:
@@ -460,32 +456,19 @@ def boxed(shards: list[str]) -> list[str]:
     h], "category_id", "iscrowd"}) beside each image: 1-14 boxes of 8-60% of each side
     (COCO has 7.3 an image), some reaching the border, seeded by the image's key."""
     import json
-    import tarfile
     import zlib
 
     import numpy as np
 
-    from gpudecode.io.writer import ShardWriter
-
-    root = OUT / f"{os.path.basename(os.path.dirname(shards[0]))}_boxed"
-    done = sorted(str(p) for p in root.glob("train-*.tar"))
-    if done:
-        return done
-    with ShardWriter(str(root / "train-%06d.tar"), maxcount=256) as w:
-        for u in shards:
-            with tarfile.open(u) as t:
-                for m in t.getmembers():
-                    if m.name.endswith(".jpg"):
-                        key = m.name[:-4]
-                        rng = np.random.default_rng(zlib.crc32(key.encode()))
-                        n = int(rng.integers(1, 15))
-                        wh = rng.uniform(0.08, 0.6, (n, 2)) * (500, 375)
-                        xy = rng.uniform(0, 1, (n, 2)) * ((500, 375) - wh)
-                        anns = [{"bbox": [round(float(v), 2) for v in (*p, *s)], "category_id": int(c), "iscrowd": 0}
-                                for p, s, c in zip(xy, wh, rng.integers(1, 91, n))]
-                        w.write({"__key__": key, "jpg": t.extractfile(m).read(),  # type: ignore[union-attr]
-                                 "json": json.dumps(anns).encode()})
-    return w.shards
+    def annotations(key: str, jpeg: bytes) -> dict:
+        rng = np.random.default_rng(zlib.crc32(key.encode()))
+        n = int(rng.integers(1, 15))
+        wh = rng.uniform(0.08, 0.6, (n, 2)) * (500, 375)
+        xy = rng.uniform(0, 1, (n, 2)) * ((500, 375) - wh)
+        anns = [{"bbox": [round(float(v), 2) for v in (*p, *s)], "category_id": int(c), "iscrowd": 0}
+                for p, s, c in zip(xy, wh, rng.integers(1, 91, n))]
+        return {"json": json.dumps(anns).encode()}
+    return _with_members(shards, "boxed", annotations)
 
 
 def boxes(shards, a) -> None:
