@@ -407,10 +407,10 @@ def read_fields(specs: Sequence[FieldSpec], samples: Sequence[Any], *, sizes: Se
     failed, by their place: {k: the FieldError of sample k} (its value there is None). A
     `batched` function runs once over the values of the samples that have not failed.
     `sizes`: the images' (height, width), which each Mask must have; `follow`: (the views'
-    plans, their draws) to move the masks by (follow_masks); `max_pixels`: a mask's limit;
-    `pool`: threads the masks are decoded and moved on, a part of the batch each (Pillow's
-    inflate and numpy's gathers release the GIL), else here; `on_host`: the batch stays on
-    the host (follow_masks)."""
+    plans, their draws) to move the masks and boxes by (follow_targets); `max_pixels`: a
+    mask's limit; `pool`: threads the masks are decoded and moved on, a part of the batch
+    each (Pillow's inflate and numpy's gathers release the GIL), else here; `on_host`: the
+    batch stays on the host (follow_masks)."""
     values: list[list[Any]] = [[None] * len(samples) for _ in specs]
     errors: dict[int, FieldError] = {}
     for k, s in enumerate(samples):
@@ -470,28 +470,42 @@ def _same_size(mask: torch.Tensor, size: tuple[int, int], spec: FieldSpec) -> No
                       "mask has its image's size")
 
 
+@dataclass(frozen=True)
+class _Geometry:
+    """A view's moves for a batch: the kernel's geometry columns [N, GEOM], each image's
+    place on its canvas (transforms.masks.places; None without a canvas step), the output
+    size (h, w)."""
+
+    geom: np.ndarray
+    placed: np.ndarray | None
+    out_size: tuple[int, int]
+
+
 def follow_targets(specs: Sequence[FieldSpec], values: list[list[Any]], errors: dict[int, FieldError],
                    samples: Sequence[Any], plans: Sequence[Any], draws: Sequence[Any], *,
                    pool: concurrent.futures.Executor | None = None, on_host: bool = True) -> None:
     """Each Mask's and Boxes' values (as decoded) replaced by their moves under each view's
-    plan and draws (one draw a sample, in order): follow_masks, follow_boxes."""
-    follow_masks(specs, values, errors, samples, plans, draws, pool=pool, on_host=on_host)
-    follow_boxes(specs, values, errors, samples, plans, draws)
+    plan and draws (one draw a sample, in order): follow_masks, follow_boxes, from each
+    view's geometry, worked out once."""
+    if not len(samples) or not any(spec.mask is not None or spec.boxes is not None for spec in specs):
+        return
+    views = [_Geometry(d.encode()[0], places(plan, d), plan.output_size(d.sizes)) for plan, d in zip(plans, draws)]
+    follow_masks(specs, values, errors, samples, views, pool=pool, on_host=on_host)
+    follow_boxes(specs, values, errors, samples, views)
 
 
 def follow_boxes(specs: Sequence[FieldSpec], values: list[list[Any]], errors: dict[int, FieldError],
-                 samples: Sequence[Any], plans: Sequence[Any], draws: Sequence[Any]) -> None:
+                 samples: Sequence[Any], views: Sequence[_Geometry]) -> None:
     """Each Boxes field's values (decode_boxes') replaced by the sample's target, its boxes
-    moved as the kernel moves its image under the one view's plan and draws, those too
-    small dropped with their labels (transforms.boxes): all the batch's boxes in one pass."""
+    moved as the kernel moves its image in the one view, those too small dropped with their
+    labels (transforms.boxes): all the batch's boxes in one pass."""
     fields = [f for f, spec in enumerate(specs) if spec.boxes is not None]
-    if not fields or not len(samples):
+    if not fields:
         return
-    if len(plans) != 1:
+    if len(views) != 1:
         raise ValueError("Boxes follow one view")  # (the Loader refuses it when made: loader_setup)
-    out_size = plans[0].output_size(draws[0].sizes)
-    moves = box_moves(draws[0].encode()[0])
-    placed = places(plans[0], draws[0])  # (a RandomZoomOut's canvases: the boxes on them first)
+    out_size, placed = views[0].out_size, views[0].placed  # (placed: a RandomZoomOut's canvases, the boxes on them)
+    moves = box_moves(views[0].geom)
     for f in fields:
         spec, column = specs[f], values[f]
         boxes = spec.boxes
@@ -513,22 +527,21 @@ def follow_boxes(specs: Sequence[FieldSpec], values: list[list[Any]], errors: di
 
 
 def follow_masks(specs: Sequence[FieldSpec], values: list[list[Any]], errors: dict[int, FieldError],
-                 samples: Sequence[Any], plans: Sequence[Any], draws: Sequence[Any], *,
+                 samples: Sequence[Any], views: Sequence[_Geometry], *,
                  pool: concurrent.futures.Executor | None = None, on_host: bool = True) -> None:
     """Each Mask field's values (decoded masks, each its image's size) replaced by the mask
-    moved as the kernel moves its image under each view's plan and draws (one draw a
-    sample, in order; transforms.masks): a tensor [h, w], or a tuple of them, one a view,
+    moved as the kernel moves its image in each view (transforms.masks): a tensor [h, w],
+    or a tuple of them, one a view,
     under several views; on `pool`'s threads, a part of the batch each, where given. The
     rows are written into one batch tensor a view (each value a row of it, which collate
     hands out as it is): in Mask.dtype where the batch stays on the host (`on_host`), else
     in the masks' own dtype (converted on the device, after a copy of fewer bytes). A fill
     the mask's dtype cannot hold is its sample's FieldError."""
     masked = [f for f, spec in enumerate(specs) if spec.mask is not None]
-    if not masked or not len(samples):
+    if not masked:
         return
-    sizes = [plan.output_size(d.sizes) for plan, d in zip(plans, draws)]
-    moves = [mask_indices(d.encode()[0], size, places(plan, d))  # [view]: rows, inside, cols, inside
-             for plan, d, size in zip(plans, draws, sizes)]
+    sizes = [v.out_size for v in views]
+    moves = [mask_indices(v.geom, v.out_size, v.placed) for v in views]  # [view]: rows, inside, cols, inside
     for f in masked:
         spec, column = specs[f], values[f]
         mask = spec.mask
@@ -752,8 +765,13 @@ def collate(values: Sequence[Any], device: str, dtype: torch.dtype | None = None
     else:  # (Python numbers as DataLoader's default_collate makes them: float64, int64, bool)
         out = torch.tensor(list(values), dtype={float: torch.float64, int: torch.int64, bool: torch.bool}[kind])
     if device != "cpu" and out.device.type == "cpu":
-        out = out.pin_memory().to(device, non_blocking=True) if torch.cuda.is_available() else out.to(device)
+        out = _to_device(out, device)
     return out if dtype is None else out.to(dtype)
+
+
+def _to_device(t: torch.Tensor, device: str) -> torch.Tensor:
+    """A host tensor copied to `device`: through pinned memory, without waiting, where CUDA is."""
+    return t.pin_memory().to(device, non_blocking=True) if torch.cuda.is_available() else t.to(device)
 
 
 def _targets_to(values: Sequence[dict[str, torch.Tensor]], device: str) -> list[dict[str, torch.Tensor]]:
@@ -766,8 +784,7 @@ def _targets_to(values: Sequence[dict[str, torch.Tensor]], device: str) -> list[
         have = [t for t in out if key in t]
         if not have:
             continue
-        whole = torch.cat([t[key] for t in have])
-        whole = whole.pin_memory().to(device, non_blocking=True) if torch.cuda.is_available() else whole.to(device)
+        whole = _to_device(torch.cat([t[key] for t in have]), device)
         for t, part in zip(have, whole.split([len(t[key]) for t in have])):
             t[key] = part
     return out
