@@ -52,6 +52,7 @@ from .errors import FieldError
 from .io.members import split_exts
 from .labels import parse_text_int
 from .transforms.boxes import Stored, as_boxes, box_moves, check_format, move_boxes, on_canvas, target
+from .transforms.stored import RECORD, Record, read_record
 from .transforms.masks import MASK_DTYPES, as_mask, fill_fits, mask_indices, places, warp_mask
 
 __all__ = ["FieldSpec", "Mask", "Boxes", "batched", "field_specs", "read_fields", "follow_targets", "disagreeing",
@@ -418,7 +419,11 @@ def read_fields(specs: Sequence[FieldSpec], samples: Sequence[Any], *, sizes: Se
             if spec.mask is not None:
                 continue  # (below, on the pool)
             try:
-                values[f][k] = _one(spec, s.fields, max_pixels)
+                values[f][k] = v = _one(spec, s.fields, max_pixels)
+                if spec.boxes is not None:
+                    rec = _record(s.fields, None if sizes is None else sizes[k])
+                    if rec is not None:  # (boxes on the image before precache stored it: moved as it was)
+                        values[f][k] = Stored(rec.boxes(v.xyxy), v.labels)
             except _Failed as e:
                 errors[k] = FieldError(str(e), shard=s.shard, key=s.key)
                 errors[k].__cause__ = e.__cause__  # (a function's own exception, where one raised)
@@ -435,6 +440,9 @@ def read_fields(specs: Sequence[FieldSpec], samples: Sequence[Any], *, sizes: Se
                 for f in masked:
                     try:
                         v = _one(specs[f], s.fields, max_pixels)
+                        rec = _record(s.fields, None if sizes is None else sizes[k])
+                        if rec is not None:
+                            v = _stored_mask(rec, v, specs[f])
                         if sizes is not None:
                             _same_size(v, sizes[k], specs[f])
                     except _Failed as e:
@@ -461,6 +469,29 @@ def _parts_on(pool: concurrent.futures.Executor | None, fn: Callable[[list[int]]
         return fn(rows)
     step = -(-len(rows) // parts)
     return [r for out in pool.map(fn, [rows[i:i + step] for i in range(0, len(rows), step)]) for r in out]
+
+
+def _record(fields: Mapping[str, Any], size: tuple[int, int] | None) -> Record | None:
+    """The sample's record of how precache stored its image (transforms.stored), checked
+    against the image's (height, width) `size` where known; None where it has none."""
+    data = fields.get(RECORD)
+    if data is None:
+        return None
+    try:
+        rec = read_record(data)
+    except ValueError as e:
+        raise _Failed(f"member .{RECORD} {e}") from None
+    if size is not None and rec.size != tuple(int(v) for v in size):
+        raise _Failed(f"member .{RECORD} says its image was stored at {rec.size[0]}x{rec.size[1]}, the image is "
+                      f"{int(size[0])}x{int(size[1])}: the record is not this image's")
+    return rec
+
+
+def _stored_mask(rec: Record, mask: torch.Tensor, spec: FieldSpec) -> torch.Tensor:
+    try:
+        return rec.mask(mask)
+    except ValueError as e:
+        raise _Failed(f"field .{spec.name} {e}") from None
 
 
 def _same_size(mask: torch.Tensor, size: tuple[int, int], spec: FieldSpec) -> None:

@@ -29,6 +29,7 @@ from .transforms import Compose
 from .transforms.base import fingerprint_text
 from .transforms.convert import carries_compose
 from .transforms.masks import refusal as mask_refusal
+from .transforms.stored import RECORD
 
 if TYPE_CHECKING:
     from .loader import Loader
@@ -258,10 +259,12 @@ def resume_keys(reader: ShardReader, config: PipelineConfig, ds: dict, batch_siz
 
 def loader_reader(urls: Any, config: PipelineConfig, policy: Any, **options: Any) -> ShardReader:
     """The Loader's ShardReader of `urls` (its `options`: shuffle, seed, ranks, split, ...):
-    the members the pipeline reads (images, labels, fields), each image kind read the way
-    the kernel reads it cheapest."""
+    the members the pipeline reads (images, labels, fields; where masks or boxes follow the
+    images, the record of a precached image's resize: transforms.stored), each image kind
+    read the way the kernel reads it cheapest."""
+    fields = [e for f in config.fields for e in f.exts] + ([RECORD] if config.follows else [])
     return ShardReader(urls, num_threads=2, policy=policy,
-                       extensions=[*config.image_exts, *config.label_exts, *(e for f in config.fields for e in f.exts)],
+                       extensions=[*config.image_exts, *config.label_exts, *fields],
                        # tensor samples stay in the mapped shard: the kernel reads them there
                        map_extensions=[e for e in config.image_exts if e == "npy"],
                        # the others are read into recycled memory (no page faults a read)
@@ -278,8 +281,13 @@ def check_sources(reader: Any, config: PipelineConfig) -> None:
 
     Raises:
         ValueError, TransformError: the reason, naming the source and label_offset."""
-    if isinstance(config.transform, Compose) and config.transform.plan.out_size is None and config.batch_size > 1:
-        _check_stored_sizes(reader)
+    sized = isinstance(config.transform, Compose) and config.transform.plan.out_size is None and config.batch_size > 1
+    if sized or config.follows:
+        stored = _precached(reader)
+        if sized:
+            _check_stored_sizes(stored)
+        if config.follows:
+            _check_stored_records(stored)
     if config.fields:
         _fields_read_here(reader, config)
     if not config.labels:
@@ -339,11 +347,12 @@ def _fields_read_here(reader: Any, config: PipelineConfig) -> None:
                              f"{', '.join(names)})")
 
 
-def _check_stored_sizes(reader: Any) -> None:
-    """A transform without a size batches images only of one size: precached shards whose
-    manifest says their images differ (crop none) are refused now, not at the first batch."""
-
+def _precached(reader: Any) -> list[tuple[str, dict]]:
+    """The precache manifests beside the reader's local shards that list one of them (in at
+    most 16 folders): [(path, manifest)]; a manifest that is not precache's, or a damaged
+    one, says nothing here and is left out."""
     names = {os.path.basename(v) for v in reader.urls}
+    found: list[tuple[str, dict]] = []
     seen: set[str] = set()
     for u in reader.urls:
         if u in reader.files or not _shards.is_local(u):
@@ -360,17 +369,38 @@ def _check_stored_sizes(reader: Any) -> None:
             doc = _read_json(os.path.join(folder, name))
             if doc is None:  # not JSON, or not an object: says nothing here
                 continue
-            try:  # a manifest that is not one of precache's (or a damaged one) says nothing here
-                varied = doc["pixels"].get("shape") is None
-                size = doc["transform"]["size"]
+            try:
+                doc["pixels"].get("shape"), doc["transform"]["size"], int(doc["version"])
                 ours = any(os.path.basename(x.get("path", "")) in names for x in doc["shards"])
             except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 continue
-            if varied and ours:
-                raise TransformError(
-                    f"these shards were precached with crop none ({os.path.join(folder, name)}): their images "
-                    f"differ in size (shorter side at most {size}), and this transform gives them no size to "
-                    "batch at: add a RandomResizedCrop, CenterCrop or RandomCrop, or precache with --crop center")
+            if ours:
+                found.append((os.path.join(folder, name), doc))
+    return found
+
+
+def _check_stored_sizes(stored: list[tuple[str, dict]]) -> None:
+    """A transform without a size batches images only of one size: precached shards whose
+    manifest says their images differ (crop none) are refused now, not at the first batch."""
+    for path, doc in stored:
+        if doc["pixels"].get("shape") is None:
+            raise TransformError(
+                f"these shards were precached with crop none ({path}): their images differ in size (shorter side "
+                f"at most {doc['transform']['size']}), and this transform gives them no size to batch at: add a "
+                "RandomResizedCrop, CenterCrop or RandomCrop, or precache with --crop center")
+
+
+def _check_stored_records(stored: list[tuple[str, dict]]) -> None:
+    """Masks and boxes follow a precached image by the record precache writes beside it
+    (transforms.stored) since the manifest's version 3: shards precached before it, whose
+    resized images have none, are refused now, not trained on with boxes where their images
+    were before the resize."""
+    for path, doc in stored:
+        if int(doc["version"]) < 3:
+            raise ValueError(
+                f"these shards were precached by an older gpudecode ({path}: version {doc['version']}), which did not "
+                "record how it resized each image: a Mask or Boxes field cannot be moved onto the stored images; "
+                "precache them again with this version")
 
 
 def _batch_step(step: Any, transform: Compose, labels: bool, num_classes: int | None) -> Any:

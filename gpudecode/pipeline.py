@@ -352,12 +352,12 @@ class Pipeline:
         does not make it up)."""
         return self.finish_into(self.ring, p, even=even, size=self._size, skipped=self.skipped)
 
-    def finish_images(self, p: Prepared, plan: Any) -> list[tuple[Sample, np.ndarray]]:
+    def finish_images(self, p: Prepared, plan: Any) -> list[tuple[Sample, np.ndarray, tuple[int, int]]]:
         """Stage B for a sink of host images at their own sizes (precache's), in place of
         the output ring: the error policy as finish() applies it, then each decoded image
         brought to what `plan(h, w)` says (resize to (h, w), then centre crop to (h, w); None:
         that step not taken) by the transforms' kernel (HostImages), as uint8 HWC arrays,
-        with their samples, in order."""
+        with their samples and the (h, w) each was decoded at, in order."""
         if self._images is None:
             self._images = HostImages(self.config.num_threads)
         return self.finish_into(self._images, p, plan=plan)

@@ -5,6 +5,9 @@ torchvision's Resize, rounded to uint8) and kept as a `.npy` field (uint8 RGB, H
 gpudecode.tensors) in the same WebDataset layout, with the sample's other fields (labels,
 metadata) copied as they are. The Loader reads these shards like any others: the random
 crop, flip and ColorJitter still happen at train time, on pixels that need no decoding.
+Where an image is resized or cut, a record of how (`.gpudecode.json`: transforms.stored)
+is written beside it, so that the members which lie on the image, a Mask's pixels and
+Boxes' coordinates, are moved onto the stored image when the Loader reads them.
 
 Stored size: `size=S` brings the shorter side down to S (never up); with `crop="center"`
 the S x S centre is then cut (zero-padded, as torchvision's CenterCrop, where an image is
@@ -49,7 +52,7 @@ from ._probe import DEFAULT_MAX_PIXELS
 from .io.files import DEFAULT_IMAGE_EXTS
 from ._version import __version__
 from .decode import check_device, choose
-from .errors import (ErrorPolicy, GpuDecodeError, OnError, ShardFormatError, Skipped,
+from .errors import (ErrorPolicy, FieldError, GpuDecodeError, OnError, ShardFormatError, Skipped,
                      check_on_error)
 from .io import shards as _shards
 from .io import files
@@ -59,10 +62,10 @@ from .pipeline import Pipeline, PipelineConfig
 from .io.writer import ShardWriter, check_key, pattern_head
 from ._manifest import MAX_PARTS, Layout, _read_json, manifest_path, verify, write_json_atomic  # noqa: F401
 from .tensors import npy_parts
-from .transforms.stored import downsizing, stored_size
+from .transforms.stored import RECORD, downsizing, made, read_record, stored_size
 
 IMAGE_EXTS = DEFAULT_IMAGE_EXTS  # torchvision's image extensions and .npy
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: a record of each resized image's steps beside it (transforms.stored.RECORD)
 _NO_LIMIT = 1 << 62
 _CHUNK = 64  # samples a batch through the pipeline
 
@@ -209,9 +212,26 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
     def plan(h: int, w: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
         return downsizing(h, w, settings.size, settings.crop)
 
-    def put(done: list[tuple[Sample, np.ndarray]], writer: ShardWriter) -> None:  # (the writing thread)
-        for s, img in done:
-            writer.write({"__key__": s.key, "npy": npy_parts(img), **{e: d for e, d in s.fields.items() if e not in exts}})
+    def _record(s: Sample, h: int, w: int) -> bytes | None:
+        """The sample's record of how its image was stored (transforms.stored), after the
+        one it came with (an image precached before); None where neither resized it."""
+        data = s.fields.get(RECORD)
+        try:
+            earlier = None if data is None else read_record(data)
+        except ValueError as e:
+            raise FieldError(f"member .{RECORD} {e}", shard=s.shard, key=s.key) from None
+        if earlier is not None and earlier.size != (h, w):
+            raise FieldError(f"member .{RECORD} says its image was stored at {earlier.size[0]}x{earlier.size[1]}, the "
+                             f"image is {h}x{w}: the record is not this image's", shard=s.shard, key=s.key)
+        rec = made(h, w, *plan(h, w), earlier)
+        return None if rec is None else rec.member()
+
+    def put(done: list[tuple[Sample, np.ndarray, bytes | None]], writer: ShardWriter) -> None:  # (the writing thread)
+        for s, img, record in done:
+            kept = {e: d for e, d in s.fields.items() if e not in exts and e != RECORD}
+            if record is not None:
+                kept[RECORD] = record
+            writer.write({"__key__": s.key, "npy": npy_parts(img), **kept})
 
     def flush(chunk: list[Sample], writer: ShardWriter, behind: Any) -> None:
         """The chunk decoded and resized here, then handed to the writing thread once the
@@ -221,13 +241,17 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
             return
         prepared = pipe.prepare(chunk, seed=0, epoch=0, position=0)
         done = []
-        for s, img in pipe.finish_images(prepared, plan):
+        for s, img, (h, w) in pipe.finish_images(prepared, plan):
             try:
                 check_key(s.key)
+                record = _record(s, h, w)
+            except FieldError as e:  # (a record it came with that is not one, or not its image's)
+                fail(e)
+                continue
             except ValueError as e:  # a key the reader takes but no shard may hold (`a/../k`, a newline)
                 fail(ShardFormatError(f"sample key cannot be written to a shard: {e}", shard=s.shard, key=s.key))
                 continue
-            done.append((s, img))
+            done.append((s, img, record))
         if pending is not None:
             pending.result()  # (its ShardWriteError, if any, is raised here)
         pending = behind.submit(put, done, writer)

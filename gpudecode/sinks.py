@@ -259,19 +259,21 @@ class HostImages:
     _ROUND = Normalize([-0.5 / 255] * 3, [1 / 255] * 3)
 
     def take(self, p: Prepared, ok: list[int], whole: bool, gpu: Streams | None, *,
-             plan: Any) -> list[tuple[Sample, np.ndarray]]:
+             plan: Any) -> list[tuple[Sample, np.ndarray, tuple[int, int]]]:
         """The decoded images `ok` of a prepared batch, each brought to what `plan(h, w)`
-        says (Pipeline.finish_images), with their samples, in order."""
+        says (Pipeline.finish_images), with their samples and the size each was decoded at,
+        in order."""
         decoded = p.decoded
         if not ok or decoded is None:
             return []
-        plans = [plan(int(decoded.boxes[k][2]), int(decoded.boxes[k][3])) for k in ok]
+        sizes = [(int(decoded.boxes[k][2]), int(decoded.boxes[k][3])) for k in ok]
+        plans = [plan(h, w) for h, w in sizes]
         stream = gpu.augment if gpu is not None else None
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             if gpu is not None:
                 stream.wait_event(p.ready)  # type: ignore[union-attr]  # decoded (and uploaded)
             images = self(decoded, ok, plans, stream=stream)  # (host arrays: synchronized)
-        return [(p.samples[k], img) for k, img in zip(ok, images)]
+        return [(p.samples[k], img, hw) for k, img, hw in zip(ok, images, sizes)]
 
     def __init__(self, num_threads: int) -> None:
         self.num_threads = num_threads

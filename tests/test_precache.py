@@ -18,6 +18,7 @@ from gpudecode import transforms as T
 from gpudecode.cli import main
 from gpudecode.precache import precache, stored_size
 from gpudecode.tensors import encode_npy, npy_layout
+from gpudecode.transforms.stored import RECORD, Record, read_record
 
 from tvref import torchvision_apply
 from conftest import GPU_BACKENDS, cpu_built_decoder, encode, make_shard
@@ -72,7 +73,6 @@ def test_tensor_shards_match_torchvision_resize(source, cached):
     seen = {}
     for shard in report.shards:
         for key, fields in _members(shard).items():
-            assert set(fields) == {"npy", "cls", "json"}
             seen[key] = (shard, fields)
     assert list(seen) == [s["__key__"] for s in samples]  # all of them, in source order
     for s in samples:
@@ -83,6 +83,10 @@ def test_tensor_shards_match_torchvision_resize(source, cached):
         src = _pil_rgb(s.get("jpg", s.get("png")))
         h, w = src.shape[:2]
         assert stored.dtype == np.uint8 and stored.shape == (*stored_size(h, w, SIZE), 3)
+        # a record of the resize beside each image resized (where masks and boxes follow it from)
+        assert set(fields) == {"npy", "cls", "json"} | ({RECORD} if min(h, w) > SIZE else set())
+        if min(h, w) > SIZE:
+            assert read_record(fields[RECORD][1]) == Record((h, w), (("resize", *stored.shape[:2]),))
         if min(h, w) <= SIZE:
             np.testing.assert_array_equal(stored, src)
         else:
@@ -288,7 +292,7 @@ def test_long_keys_survive_precache(photos, tmp_path):
     r = precache(src, str(tmp_path / "out" / "t-%06d.tar"), size=64)
     assert r.samples == 1
     with tarfile.open(r.shards[0]) as tf:
-        assert sorted(m.name for m in tf) == sorted([f"{key}.npy", f"{key}.cls"])
+        assert sorted(m.name for m in tf) == sorted([f"{key}.npy", f"{key}.cls", f"{key}.{RECORD}"])
 
 
 def test_source_key_with_nul_is_refused_by_the_reader(tmp_path):
@@ -333,4 +337,4 @@ def test_one_key_rule_for_reading_and_writing(tmp_path, capsys):
     for p in sorted((tmp_path / "out2").glob("*.tar")):
         with tarfile.open(p) as t:
             written += [m.name for m in t.getmembers()]
-    assert sorted(written) == ["k0000.cls", "k0000.npy", "k0002.cls", "k0002.npy"]
+    assert sorted(written) == [f"k0000.{e}" for e in ("cls", RECORD, "npy")] + [f"k0002.{e}" for e in ("cls", RECORD, "npy")]

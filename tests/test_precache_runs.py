@@ -25,6 +25,7 @@ from gpudecode import precache as P
 from gpudecode.cli import main
 from gpudecode.precache import merge, parse_bytes, parse_size, precache, verify
 from gpudecode.io.shards import detect_rank
+from gpudecode.transforms.stored import RECORD, downsizing, made, read_record
 
 from conftest import encode, make_shard
 
@@ -123,10 +124,13 @@ def test_stored_pixels_match_torchvision(src, tmp_path, size, crop):
     stored = parse_size(size)
     for s in samples:
         fields = got[s["__key__"]]
-        assert set(fields) == {"npy", "cls", "json"}
         assert fields["cls"] == s["cls"] and fields["json"] == s["json"]
         img = _source_rgb(s)
         h, w = img.shape[1:]
+        steps = downsizing(h, w, stored, crop)  # (a record of them beside each image resized or cut)
+        assert set(fields) == {"npy", "cls", "json"} | ({RECORD} if steps != (None, None) else set())
+        if steps != (None, None):
+            assert read_record(fields[RECORD]) == made(h, w, *steps)
         if isinstance(stored, tuple):
             ref = F.resize(img, list(stored), antialias=True)
         else:

@@ -33,6 +33,12 @@ Promises checked:
   exception. Placed on a canvas (RandomZoomOut's) or not, then moved by a crop, a resize,
   padding and flips drawn from the bytes, every box lies in the canvas and then in the
   output, and every box kept is at least the minimum size.
+- record: a precached image's record (`.gpudecode.json`, transforms.stored) is read as
+  json.loads reads it (its source size and steps, each a size of two integers from 1),
+  or ValueError; never another exception. Its member written again reads the same. Boxes
+  drawn from the bytes, moved by it, lie in the stored image (a record of no step leaves
+  them as they were, as no record does); a mask of its source size,
+  where the record's sizes are small, comes out of the stored image's size.
 """
 from __future__ import annotations
 
@@ -44,7 +50,7 @@ import re
 import tempfile
 
 TARGETS = ("tar_stream", "gzip_path", "labels", "shard_list", "npy", "image", "png_halves", "parquet_pages", "fields",
-           "mask", "boxes")
+           "mask", "boxes", "record")
 
 
 def _stream_view(stream):
@@ -343,6 +349,36 @@ def boxes(data: bytes) -> None:
     assert (moved[:, 1::2] >= 0).all() and (moved[:, 1::2] <= out_size[0]).all(), "a box left the output"
     w, h = moved[ok, 2] - moved[ok, 0], moved[ok, 3] - moved[ok, 1]
     assert (w >= 1).all() and (h >= 1).all() and (w * h >= 1).all(), "a box under the minimum was kept"
+
+
+def record(data: bytes) -> None:
+    import numpy as np
+    import torch
+
+    from gpudecode.transforms.stored import read_record
+
+    try:
+        rec = read_record(data)
+    except ValueError:
+        return
+    doc = json.loads(data)
+    assert list(rec.source) == doc["from"] and [[op, h, w] for op, h, w in rec.steps] == [
+        [*s.keys(), *next(iter(s.values()))] for s in doc["steps"]], "the record differs from what json.loads read"
+    assert read_record(rec.member()) == rec, "the record written again reads otherwise"
+    rng = np.random.default_rng(len(data) * 7919 + data[-1])
+    (h, w), (sh, sw) = rec.source, rec.size
+    x0, y0 = rng.uniform(-2, w + 2, 5), rng.uniform(-2, h + 2, 5)
+    xyxy = np.stack([x0, y0, x0 + rng.uniform(0, w, 5), y0 + rng.uniform(0, h, 5)], 1).astype(np.float32)
+    moved = rec.boxes(xyxy)
+    assert moved.shape == (5, 4) and np.isfinite(moved).all()
+    if not rec.steps:  # (a record of no step: the boxes as they were, as without one)
+        assert np.array_equal(moved, xyxy), "a record of no step moved the boxes"
+        return
+    assert (moved[:, 0::2] >= 0).all() and (moved[:, 0::2] <= sw).all(), "a box left the stored image"
+    assert (moved[:, 1::2] >= 0).all() and (moved[:, 1::2] <= sh).all(), "a box left the stored image"
+    if max(max(s[1:]) for s in [("", *rec.source), *rec.steps]) <= 64:
+        mask = torch.from_numpy(rng.integers(0, 3, rec.source).astype(np.uint8))
+        assert tuple(rec.mask(mask).shape) == rec.size, "a mask not of the stored image's size"
 
 
 def image(data: bytes) -> None:

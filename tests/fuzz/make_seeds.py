@@ -103,7 +103,7 @@ def main(out: Path) -> None:
     imgs = images()
     dirs = {t: out / t for t in ("tar", "probe", "jpeg", "png", "batch", "tar_stream", "gzip_path", "labels",
                                  "shard_list", "npy", "image", "png_halves", "parquet_pages", "png_walk", "fields",
-                                 "mask", "boxes")}
+                                 "mask", "boxes", "record")}
     for d in dirs.values():
         d.mkdir(exist_ok=True)
     tars = [c.data[:1 << 15] for c in tarcorpus.cases()]
@@ -155,6 +155,8 @@ def main(out: Path) -> None:
         (dirs["mask"] / name).write_bytes(body)
     for name, body in box_seeds().items():
         (dirs["boxes"] / name).write_bytes(body)
+    for name, body in record_seeds().items():
+        (dirs["record"] / name).write_bytes(body)
     print(f"seeds in {out}")
 
 
@@ -188,6 +190,21 @@ def box_seeds() -> dict[str, bytes]:
         np.save(buf, a)
         out[f"npy{i}"] = bytes([i % 3]) + buf.getvalue()
     return out
+
+
+def record_seeds() -> dict[str, bytes]:
+    """Records of precached images (harness.record): as precache writes them (a resize; a
+    resize and its centre cut; a cut that pads; a set precached twice; small ones a mask
+    is moved through), and a few it refuses."""
+    from gpudecode.transforms.stored import made
+
+    out = {"resize": made(480, 640, (256, 341), None), "cut": made(480, 640, (224, 298), (224, 224)),
+           "pad": made(30, 41, None, (48, 48)), "small": made(40, 60, (20, 30), (24, 24))}
+    out["twice"] = out["cut"].then((30, 30), None)  # type: ignore[union-attr]
+    seeds = {k: v.member() for k, v in out.items()}  # type: ignore[union-attr]
+    seeds.update({"version2": b'{"version": 2, "from": [4, 4], "steps": []}', "bool": b'{"version": 1, "from": [4, true], '
+                  b'"steps": []}', "step": b'{"version": 1, "from": [4, 4], "steps": [{"spin": [1, 1]}]}'})
+    return seeds
 
 
 def mask_seeds() -> dict[str, bytes]:

@@ -35,7 +35,7 @@ SOURCES = [ROOT / "csrc" / n for n in ("tar.cpp", "probe.cpp", "jpeg_decode.cpp"
 CPP = {"tar": 1 << 15, "probe": 4096, "jpeg": 1 << 15, "batch": 1 << 16, "png_walk": 1 << 15}  # target: -max_len
 PY = {"tar_stream": 1 << 14, "gzip_path": 1 << 14, "labels": 256, "shard_list": 256, "npy": 4096, "image": 1 << 15,
       "png_halves": 1 << 15, "parquet_pages": 1 << 15, "fields": 4096,
-      "mask": 1 << 13, "boxes": 2048}
+      "mask": 1 << 13, "boxes": 2048, "record": 1024}
 FLAGS = ["-std=c++17", "-g", "-I", str(ROOT / "csrc")]
 LIBS = ["-ljpeg", "-lpthread"]
 
