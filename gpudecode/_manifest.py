@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 
+from ._record import RECORD, read_record
 from .errors import ShardWriteError
 from .io.cache import file_sha256
 from .io.writer import format_pattern, pattern_head
@@ -86,7 +87,8 @@ def _read_json(path: str) -> dict | None:
 def verify(out: str | os.PathLike, *, checksums: bool = True) -> list[str]:
     """Checks a precache output against its manifest: every shard present, with its size,
     sha256 (unless `checksums` is False) and sample count, no key twice in a shard, every
-    sample's pixels a valid array of the stored shape; the counts add up to the manifest's
+    sample's pixels a valid array of the stored shape, and of the size its record (where it
+    has one: _record) says it was stored at; the counts add up to the manifest's
     total; no shard in the folder that the manifest does not list. Returns the problems
     found (empty: all good)."""
     from .io.reader import Failure, iter_shard
@@ -113,7 +115,7 @@ def verify(out: str | os.PathLike, *, checksums: bool = True) -> list[str]:
             continue
         count = 0
         keys: set[str] = set()
-        for item in iter_shard(path, on_error="skip", extensions=frozenset({"npy"})):
+        for item in iter_shard(path, on_error="skip", extensions=frozenset({"npy", RECORD})):
             if isinstance(item, Failure):
                 problems.append(f"{s['path']}: {item.error}")
                 break
@@ -126,7 +128,15 @@ def verify(out: str | os.PathLike, *, checksums: bool = True) -> list[str]:
             except ValueError as e:
                 problems.append(f"{s['path']}: sample {item.key!r}: {e}")
                 continue
-            if shape is not None and [h, w, 3] != list(shape):
+            record = item.fields.get(RECORD)
+            try:
+                stored = None if record is None else read_record(record).size
+            except ValueError as e:
+                problems.append(f"{s['path']}: sample {item.key!r}: member .{RECORD} {e}")
+                continue
+            if stored is not None and stored != (h, w):
+                problems.append(f"{s['path']}: sample {item.key!r} is {h}x{w}, its .{RECORD} says {stored[0]}x{stored[1]}")
+            elif shape is not None and [h, w, 3] != list(shape):
                 problems.append(f"{s['path']}: sample {item.key!r} is {h}x{w}, the manifest says {shape[0]}x{shape[1]}")
             elif most is not None and min(h, w) > most:
                 problems.append(f"{s['path']}: sample {item.key!r} is {h}x{w}, over the stored size {most}")

@@ -52,7 +52,8 @@ from .errors import FieldError
 from .io.members import split_exts
 from .labels import parse_text_int
 from .transforms.boxes import Stored, as_boxes, box_moves, check_format, move_boxes, on_canvas, target
-from .transforms.stored import RECORD, Record, read_record
+from ._record import RECORD, Record, read_record
+from .transforms.stored import stored_boxes, stored_mask
 from .transforms.masks import MASK_DTYPES, as_mask, fill_fits, mask_indices, places, warp_mask
 
 __all__ = ["FieldSpec", "Mask", "Boxes", "batched", "field_specs", "read_fields", "follow_targets", "disagreeing",
@@ -423,7 +424,7 @@ def read_fields(specs: Sequence[FieldSpec], samples: Sequence[Any], *, sizes: Se
                 if spec.boxes is not None:
                     rec = _record(s.fields, None if sizes is None else sizes[k])
                     if rec is not None:  # (boxes on the image before precache stored it: moved as it was)
-                        values[f][k] = Stored(rec.boxes(v.xyxy), v.labels)
+                        values[f][k] = Stored(stored_boxes(rec, v.xyxy), v.labels)
             except _Failed as e:
                 errors[k] = FieldError(str(e), shard=s.shard, key=s.key)
                 errors[k].__cause__ = e.__cause__  # (a function's own exception, where one raised)
@@ -489,7 +490,7 @@ def _record(fields: Mapping[str, Any], size: tuple[int, int] | None) -> Record |
 
 def _stored_mask(rec: Record, mask: torch.Tensor, spec: FieldSpec) -> torch.Tensor:
     try:
-        return rec.mask(mask)
+        return stored_mask(rec, mask)
     except ValueError as e:
         raise _Failed(f"field .{spec.name} {e}") from None
 

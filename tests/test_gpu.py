@@ -400,12 +400,14 @@ def test_precache_on_cuda(photos, shards, tmp_path):
     a = precache(shards, str(tmp_path / "cpu" / "t-%06d.tar"), size=64, device="cpu")
     b = precache(shards, str(tmp_path / "gpu" / "t-%06d.tar"), size=64, device="cuda")
     assert a.samples == b.samples
-    ra = {s.key: s.fields["npy"] for s in gpudecode_reader(a.shards)}
-    rb = {s.key: s.fields["npy"] for s in gpudecode_reader(b.shards)}
+    ra = {s.key: s.fields for s in gpudecode_reader(a.shards)}
+    rb = {s.key: s.fields for s in gpudecode_reader(b.shards)}
     assert ra.keys() == rb.keys()
     for k in ra:
-        x, y = np.load(_bytes(ra[k])), np.load(_bytes(rb[k]))
+        x, y = np.load(_bytes(ra[k]["npy"])), np.load(_bytes(rb[k]["npy"]))
         assert x.shape == y.shape and psnr(x, y) > 38, k
+        # the same record of each resize beside its image (the masks and boxes follow it)
+        assert ra[k].get("gpudecode.json") == rb[k].get("gpudecode.json") and "gpudecode.json" in ra[k], k
 
 
 def gpudecode_reader(urls):

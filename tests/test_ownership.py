@@ -377,7 +377,7 @@ def test_no_import_circle():
 
 LAYERS = [  # ARCHITECTURE.md's layers, lowest first: (package prefixes or modules) a layer
     ("errors", "_args", "_builtins", "_cache", "_text", "_threads", "_version", "_native", "labels", "tensors",
-     "plots", "_report"),
+     "plots", "_report", "_record"),
     ("kernels",),
     ("io", "_manifest"),
     ("decode", "_probe"),

@@ -9,6 +9,7 @@ refused with boxes and masks; each bad record its sample's error, in the Loader 
 precache."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -23,7 +24,7 @@ from torchvision import tv_tensors
 from gpudecode import Boxes, FieldError, Loader, Mask
 from gpudecode import transforms as T
 from gpudecode.precache import precache
-from gpudecode.transforms.stored import RECORD, Record, downsizing, made, read_record
+from gpudecode.transforms.stored import RECORD, Record, downsizing, made, read_record, stored_boxes, stored_mask
 
 from conftest import encode, make_shard
 from test_boxes import _rectangles, tv_boxes
@@ -60,7 +61,7 @@ def _cases(n: int, seed: int = 0):
 
 
 def test_a_record_moves_boxes_as_the_stored_image_moved():
-    """Record.boxes (after its member's round trip) equals the transforms' own box moves
+    """stored_boxes (after its member's round trip) equals the transforms' own box moves
     (Compose.boxes) for Resize + CenterCrop, and torchvision's Resize + CenterCrop on a
     BoundingBoxes, where the cut crops or pads by an even margin. Where it pads by an odd
     one, torchvision places its image (pad (c - h) // 2 before) a pixel from where it places
@@ -74,7 +75,7 @@ def test_a_record_moves_boxes_as_the_stored_image_moved():
         x0, y0 = rng.uniform(0, w, 9), rng.uniform(0, h, 9)
         boxes = np.stack([x0, y0, x0 + rng.uniform(0, w, 9), y0 + rng.uniform(0, h, 9)], 1)
         boxes = np.minimum(boxes, [w, h, w, h]).astype(np.float32)
-        ours = rec.boxes(boxes)
+        ours = stored_boxes(rec, boxes)
         tf = T.Compose([*([T.Resize(resize)] if resize else []), *([T.CenterCrop(cut)] if cut else [])])
         own = tf.boxes([boxes], tf.draw_batch([(h, w)], 0), min_size=0, min_area=0)[0]["boxes"].numpy()
         np.testing.assert_array_equal(ours, own)
@@ -91,11 +92,11 @@ def test_a_record_moves_boxes_as_the_stored_image_moved():
         got = F.center_crop(torch.from_numpy(img).permute(2, 0, 1), [c, c])
         ys, xs = torch.nonzero(got[0] > 0, as_tuple=True)
         where = [float(xs.min()), float(ys.min()), float(xs.max()) + 1, float(ys.max()) + 1]
-        assert made(h, w, None, (c, c)).boxes(box).tolist() == [where]
+        assert stored_boxes(made(h, w, None, (c, c)), box).tolist() == [where]
 
 
 def test_a_record_moves_a_mask_as_torchvision_moves_a_mask(photos):
-    """Record.mask equals torchvision's Resize (nearest) then CenterCrop (0 where it pads)
+    """stored_mask equals torchvision's Resize (nearest) then CenterCrop (0 where it pads)
     on a tv_tensors.Mask, on the photographs' segmentations, odd margins included; a mask
     not of the image's size before it was stored is refused, naming both sizes."""
     names = sorted(photos)
@@ -104,10 +105,10 @@ def test_a_record_moves_a_mask_as_torchvision_moves_a_mask(photos):
         resize, cut = downsizing(h, w, size, crop)
         rec = read_record(made(h, w, resize, cut).member())
         _, theirs = tv_stored(None, mask, (h, w), resize, cut)
-        assert torch.equal(rec.mask(mask), theirs)
-        assert rec.mask(mask).shape == rec.size
+        assert torch.equal(stored_mask(rec, mask), theirs)
+        assert stored_mask(rec, mask).shape == rec.size
     with pytest.raises(ValueError, match=r"is a mask of 30x40; its image was 60x80 before it was stored at 30x40"):
-        made(60, 80, (30, 40), None).mask(torch.zeros(30, 40, dtype=torch.uint8))
+        stored_mask(made(60, 80, (30, 40), None), torch.zeros(30, 40, dtype=torch.uint8))
 
 
 def _rect_samples(n: int, *, coco: bool = False) -> list[dict]:
@@ -345,3 +346,32 @@ def test_a_bad_record_is_its_samples_error_in_the_loader_and_in_precache(tmp_pat
         doc = json.load(f)
     assert [s["key"] for s in doc["skipped"]] == ["r001", "r003"]
     assert os.path.getsize(rep.shards[0]) > 0
+
+
+def test_verify_checks_each_record_against_its_image(rects, tmp_path):
+    """`gpudecode verify` reads each sample's record: one that is not a record, and one
+    whose stored size is not its image's, are problems naming shard and sample (the
+    shard's bytes and sha256 otherwise the manifest's)."""
+    from gpudecode.io.cache import file_sha256
+    from gpudecode.precache import verify
+
+    url, _ = rects
+    rep = precache([url], str(tmp_path / "out"), size=48, crop="center")
+    assert verify(tmp_path / "out") == []
+    shard = rep.shards[0]
+    changed = {f"r002.{RECORD}": made(70, 90, (30, 30), None).member(), f"r004.{RECORD}": b"junk"}
+    with tarfile.open(shard) as src, tarfile.open(tmp_path / "new.tar", "w", format=tarfile.USTAR_FORMAT) as dst:
+        for member in src.getmembers():
+            data = changed.get(member.name, src.extractfile(member).read())
+            member.size = len(data)
+            dst.addfile(member, io.BytesIO(data))
+    os.replace(tmp_path / "new.tar", shard)
+    with open(rep.manifest) as f:
+        doc = json.load(f)
+    doc["shards"][0].update(bytes=os.path.getsize(shard), sha256=file_sha256(shard))
+    with open(rep.manifest, "w") as f:
+        json.dump(doc, f)
+    name = os.path.basename(shard)
+    assert verify(tmp_path / "out") == [
+        f"{name}: sample 'r002' is 48x48, its .{RECORD} says 30x30",
+        f"{name}: sample 'r004': member .{RECORD} is not a record of how its image was stored (not JSON)"]

@@ -355,7 +355,7 @@ def record(data: bytes) -> None:
     import numpy as np
     import torch
 
-    from gpudecode.transforms.stored import read_record
+    from gpudecode.transforms.stored import read_record, stored_boxes, stored_mask
 
     try:
         rec = read_record(data)
@@ -369,7 +369,7 @@ def record(data: bytes) -> None:
     (h, w), (sh, sw) = rec.source, rec.size
     x0, y0 = rng.uniform(-2, w + 2, 5), rng.uniform(-2, h + 2, 5)
     xyxy = np.stack([x0, y0, x0 + rng.uniform(0, w, 5), y0 + rng.uniform(0, h, 5)], 1).astype(np.float32)
-    moved = rec.boxes(xyxy)
+    moved = stored_boxes(rec, xyxy)
     assert moved.shape == (5, 4) and np.isfinite(moved).all()
     if not rec.steps:  # (a record of no step: the boxes as they were, as without one)
         assert np.array_equal(moved, xyxy), "a record of no step moved the boxes"
@@ -378,7 +378,7 @@ def record(data: bytes) -> None:
     assert (moved[:, 1::2] >= 0).all() and (moved[:, 1::2] <= sh).all(), "a box left the stored image"
     if max(max(s[1:]) for s in [("", *rec.source), *rec.steps]) <= 64:
         mask = torch.from_numpy(rng.integers(0, 3, rec.source).astype(np.uint8))
-        assert tuple(rec.mask(mask).shape) == rec.size, "a mask not of the stored image's size"
+        assert tuple(stored_mask(rec, mask).shape) == rec.size, "a mask not of the stored image's size"
 
 
 def image(data: bytes) -> None:

@@ -1,0 +1,91 @@
+"""The record precache writes beside an image it resizes or cuts (the member RECORD):
+the size the sample's other members were made for, then each step (a resize, a centre
+cut). Here, at the foundation, so that the manifest's check (verify) and the transforms
+(transforms.stored: the moves of a mask and of boxes by it) both read it; a record is a
+shard's data, read as untrusted."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+RECORD = "gpudecode.json"  # the member (extension) of a sample's record
+_VERSION = 1
+_MAX_STEPS = 16  # steps a record may hold
+_MAX_SIDE = (1 << 31) - 1
+_MAX_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class Record:
+    """How a stored image was made from the image its sample's other members lie on:
+    `source` (height, width), then `steps`, each ("resize", h, w) (torchvision's Resize to
+    exactly (h, w)) or ("crop", h, w) (CenterCrop: cut, or zero-padded where smaller)."""
+
+    source: tuple[int, int]
+    steps: tuple[tuple[str, int, int], ...]
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """The stored image's (height, width)."""
+        return (self.steps[-1][1], self.steps[-1][2]) if self.steps else self.source
+
+    def then(self, resize: tuple[int, int] | None, cut: tuple[int, int] | None) -> "Record":
+        """This record with a further downsizing (resize, then centre cut) after it."""
+        more = [("resize", *resize)] if resize is not None else []
+        if cut is not None:
+            more.append(("crop", *cut))
+        return Record(self.source, (*self.steps, *more))
+
+    def member(self) -> bytes:
+        """The record as the member precache writes (compact JSON)."""
+        doc = {"version": _VERSION, "from": list(self.source), "steps": [{op: [h, w]} for op, h, w in self.steps]}
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+
+def made(height: int, width: int, resize: tuple[int, int] | None, cut: tuple[int, int] | None,
+         earlier: Record | None = None) -> Record | None:
+    """The record of an image of (height, width) downsized by (resize, cut) (downsizing's),
+    after `earlier` (the record it came with: an image stored once already); None where
+    the image is kept as it is and came with none."""
+    if resize is None and cut is None:
+        return earlier
+    if earlier is None:
+        earlier = Record((int(height), int(width)), ())
+    return earlier.then(resize, cut)
+
+
+def read_record(data: Any) -> Record:
+    """A sample's RECORD member, checked (it is a shard's data, read as untrusted).
+
+    Raises:
+        ValueError: not a record this version reads, with the reason."""
+    if not isinstance(data, (bytes, bytearray, memoryview)) or len(data) > _MAX_BYTES:
+        raise ValueError(f"is not a record of how its image was stored (not JSON bytes of at most {_MAX_BYTES})")
+    try:
+        doc = json.loads(bytes(data))
+    except (ValueError, RecursionError):
+        raise ValueError("is not a record of how its image was stored (not JSON)") from None
+    if not isinstance(doc, dict) or set(doc) != {"version", "from", "steps"}:
+        raise ValueError('is not a record of how its image was stored ({"version", "from", "steps"})')
+    if doc["version"] != _VERSION or isinstance(doc["version"], bool):
+        raise ValueError(f"is a record of version {doc['version']!r}: this gpudecode reads version {_VERSION}")
+    source = _size(doc["from"], "from")
+    steps = doc["steps"]
+    if not isinstance(steps, list) or len(steps) > _MAX_STEPS:
+        raise ValueError(f"is a record whose steps are not a list of at most {_MAX_STEPS}")
+    out = []
+    for step in steps:
+        if not isinstance(step, dict) or len(step) != 1 or next(iter(step)) not in ("resize", "crop"):
+            raise ValueError(f'is a record with a step {str(step)[:40]}: a step is {{"resize": [h, w]}} or '
+                             '{"crop": [h, w]}')
+        (op, size), = step.items()
+        out.append((op, *_size(size, op)))
+    return Record(source, tuple(out))
+
+
+def _size(v: Any, what: str) -> tuple[int, int]:
+    if (not isinstance(v, list) or len(v) != 2 or any(isinstance(x, bool) or not isinstance(x, int) for x in v)
+            or not all(1 <= x <= _MAX_SIDE for x in v)):
+        raise ValueError(f"is a record whose {what} is {str(v)[:40]}, not a size [height, width]")
+    return int(v[0]), int(v[1])
