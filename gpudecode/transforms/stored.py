@@ -46,20 +46,25 @@ def stored_boxes(rec: Record, xyxy: np.ndarray) -> np.ndarray:
     """XYXY boxes (float32 [K, 4]) on the source image moved onto the stored one, step by
     step as torchvision moves a BoundingBoxes (scaled and clamped to the resized image;
     shifted by the cut and clamped to it), with the image's own placement
-    (CenterCrop.offsets): none dropped, so labels and any other list stay aligned."""
-    from .boxes import move_boxes  # (boxes.py is below: no circle)
-
-    b = np.asarray(xyxy, np.float32).reshape(-1, 4)
+    (CenterCrop.offsets): none dropped, so labels and any other list stay aligned. The
+    float32 operations are move_boxes' for a scale alone and a shift alone (its result
+    to the bit), without its general form's cost: a record is moved a sample at a time."""
+    b = np.array(xyxy, np.float32).reshape(-1, 4)
     h, w = rec.source
     for op, th, tw in rec.steps:
         if op == "resize":
-            move = [tw / w, th / h, 0, 0, 0, 0, 0, 0]
+            b *= np.array([tw / w, th / h] * 2, np.float64).astype(np.float32)
         else:
-            top, left = CenterCrop((th, tw)).offsets(h, w)
-            move = [1, 1, left, top, 0, 0, 0, 0]
-        b, _ = move_boxes(b, np.array(move, np.float64), (th, tw), min_size=0, min_area=0)
+            top, left = _cut(th, tw).offsets(h, w)
+            b -= np.array([left, top] * 2, np.float32)
+        np.clip(b, 0, np.array([tw, th] * 2, np.float32), out=b)
         h, w = th, tw
     return b
+
+
+@functools.lru_cache(maxsize=256)
+def _cut(h: int, w: int) -> CenterCrop:
+    return CenterCrop((h, w))
 
 
 def stored_mask(rec: Record, mask: torch.Tensor) -> torch.Tensor:
