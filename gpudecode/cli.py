@@ -400,7 +400,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("precache", help="write tensor shards of decoded, downsized images (read by the Loader "
                        "like any shards; crops and jitter stay random at train time)",
                        description="Decodes every image once and stores its pixels (uint8 HWC .npy) in WebDataset "
-                       "shards with the samples' other fields. Resumable (--resume), spread over ranks (torchrun, "
+                       "shards with the samples' other fields, and beside each image it resizes or cuts a record of "
+                       "how (KEY.gpudecode.json: the Loader moves masks and boxes onto the stored image by it). "
+                       "Resumable (--resume), spread over ranks (torchrun, "
                        "SLURM, SLURM arrays; no coordinator) or a Ray cluster (--ray); `gpudecode verify OUT` checks "
                        "the result against its manifest.")
     s.add_argument("src", nargs="?", help="source shards: path, brace pattern, directory, list file or URL")
