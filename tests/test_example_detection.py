@@ -1,7 +1,8 @@
 """examples/detection: images with COCO annotations trained on with the large-scale-jitter
 recipe and torchvision's Faster R-CNN, each sample's boxes moved with its image: every
 image once an epoch as (images, targets), and a sample whose annotations hold a box of
-negative width skipped and named, the rest trained on."""
+negative width skipped and named, the rest trained on; with --precache, from tensor
+shards whose boxes follow their resized images."""
 from __future__ import annotations
 
 import json
@@ -42,3 +43,20 @@ def test_the_example_trains_on_boxes_and_skips_a_bad_annotation(tmp_path):
     assert re.search(r"skipped 1: bad-0000: field \.json holds box 0, .* of negative width or height as XYWH", out), out
     assert re.findall(r"epoch (\d): (\d+) images", out) == [("0", "47")], out  # (6 batches of 8, less it)
     assert np.isfinite([float(v) for v in re.findall(r"loss ([0-9.]+)", out)]).all()
+
+
+def test_the_example_trains_from_precached_tensor_shards(tmp_path):
+    """--precache 96: the demo's images decoded once into tensor shards at shorter side 96
+    (each with its record), then trained from: every image once, boxes in every batch; a
+    second run keeps the precached shards (resume)."""
+    from gpudecode.transforms.stored import RECORD, read_record
+
+    out = _run(tmp_path, "--epochs", "1", "--make-demo", str(tmp_path / "set"), "--precache", "96")
+    cache = tmp_path / "set-precached-96"
+    assert f"precached 48 images (shorter side at most 96) into {cache}, 48 decoded now" in out, out
+    epochs = re.findall(r"epoch (\d): (\d+) images, (\d+) boxes", out)
+    assert [(e, n) for e, n, _ in epochs] == [("0", "48")] and int(epochs[0][2]) > 48, out
+    records = [read_record(s[RECORD]) for p in sorted(cache.glob("*.tar")) for _, s in tar_samples(p)]
+    assert len(records) == 48 and all(min(r.size) == 96 and min(r.source) > 96 for r in records)
+    again = _run(tmp_path, "--epochs", "1", "--data", str(tmp_path / "set"), "--precache", "96")
+    assert f"precached 48 images (shorter side at most 96) into {cache}, 0 decoded now" in again, again

@@ -5,6 +5,7 @@ batches of (images, targets) as torchvision's detection models take them.
 
     python examples/detection/train.py --data "coco/train-{000000..000117}.tar" --classes 91
     python examples/detection/train.py --make-demo DIR    # write small shards (offline), then train
+    python examples/detection/train.py --make-demo DIR --precache 96   # decode once to tensors first
 
 The transform is the large-scale-jitter recipe of torchvision's detection reference
 (references/detection/presets.py, "lsj") at the demo's size: ScaleJitter to the square,
@@ -13,6 +14,11 @@ RandomPhotometricDistort; the boxes a crop leaves too small are dropped with the
 (SanitizeBoundingBoxes' rule). The model is torchvision's Faster R-CNN on MobileNetV3,
 untrained. A sample whose annotations are not boxes (a negative width, a box that is not
 a number) is skipped and named (`on_error="skip"`).
+
+With `--precache S`, the images are first decoded once into tensor shards at shorter side
+S (`gpudecode.precache.precache`, beside the data), and training reads those: no JPEG is
+decoded again. The annotations are copied as they are; beside each resized image a record
+of its resize lets the Loader move the boxes onto the stored image before the recipe.
 """
 from __future__ import annotations
 
@@ -81,10 +87,21 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--size", type=int, default=128, help="ScaleJitter's target and the crop's size")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precache", type=int, default=None, metavar="S",
+                    help="decode once into tensor shards at shorter side S first (DIR-precached-S), train from them")
     args = ap.parse_args()
     data = make_demo(args.make_demo) if args.make_demo else args.data
     if data is None:
         ap.error("give --data or --make-demo")
+    if args.precache:
+        from gpudecode.precache import precache
+
+        base = args.make_demo or (args.data if os.path.isdir(args.data) else "data")
+        out = f"{os.path.abspath(base).rstrip(os.sep)}-precached-{args.precache}"
+        report = precache(data, out, size=args.precache, resume=True)  # (a second run keeps what is done)
+        print(f"precached {report.samples} images (shorter side at most {args.precache}) into {out}, "
+              f"{report.written} decoded now")
+        data = out
     device = "cuda" if torch.cuda.is_available() else "cpu"
     train = T.Compose([T.ScaleJitter((args.size, args.size), scale_range=(0.5, 1.5)),
                        T.RandomCrop(args.size, pad_if_needed=True), T.RandomHorizontalFlip(),
