@@ -84,6 +84,25 @@ def read_record(data: Any) -> Record:
     return Record(source, tuple(out))
 
 
+def image_record(data: Any, size: tuple[int, int] | None) -> Record:
+    """read_record of a sample's member, its stored size checked against the image's
+    (height, width) `size` where given.
+
+    Raises:
+        ValueError: not a record, or not this image's, the member named."""
+    try:
+        rec = read_record(data)
+    except ValueError as e:
+        raise ValueError(f"member .{RECORD} {e}") from None
+    if size is None:
+        return rec
+    h, w = int(size[0]), int(size[1])
+    if rec.size != (h, w):
+        raise ValueError(f"member .{RECORD} says its image was stored at {rec.size[0]}x{rec.size[1]}, the image is "
+                         f"{h}x{w}: the record is not this image's")
+    return rec
+
+
 def _size(v: Any, what: str) -> tuple[int, int]:
     if (not isinstance(v, list) or len(v) != 2 or any(isinstance(x, bool) or not isinstance(x, int) for x in v)
             or not all(1 <= x <= _MAX_SIDE for x in v)):

@@ -52,7 +52,7 @@ from .errors import FieldError
 from .io.members import split_exts
 from .labels import parse_text_int
 from .transforms.boxes import Stored, as_boxes, box_moves, check_format, move_boxes, on_canvas, target
-from ._record import RECORD, Record, read_record
+from ._record import RECORD, Record, image_record
 from .transforms.stored import stored_boxes, stored_mask
 from .transforms.masks import MASK_DTYPES, as_mask, fill_fits, mask_indices, places, warp_mask
 
@@ -415,16 +415,17 @@ def read_fields(specs: Sequence[FieldSpec], samples: Sequence[Any], *, sizes: Se
     batch stays on the host (follow_masks)."""
     values: list[list[Any]] = [[None] * len(samples) for _ in specs]
     errors: dict[int, FieldError] = {}
+    records = _records(specs, samples, sizes, errors)  # (once a sample, for its masks and boxes alike)
     for k, s in enumerate(samples):
+        if k in errors:
+            continue
         for f, spec in enumerate(specs):
             if spec.mask is not None:
                 continue  # (below, on the pool)
             try:
                 values[f][k] = v = _one(spec, s.fields, max_pixels)
-                if spec.boxes is not None:
-                    rec = _record(s.fields, None if sizes is None else sizes[k])
-                    if rec is not None:  # (boxes on the image before precache stored it: moved as it was)
-                        values[f][k] = Stored(stored_boxes(rec, v.xyxy), v.labels)
+                if spec.boxes is not None and k in records:  # (boxes on the image before precache stored it)
+                    values[f][k] = Stored(stored_boxes(records[k], v.xyxy), v.labels)
             except _Failed as e:
                 errors[k] = FieldError(str(e), shard=s.shard, key=s.key)
                 errors[k].__cause__ = e.__cause__  # (a function's own exception, where one raised)
@@ -441,9 +442,8 @@ def read_fields(specs: Sequence[FieldSpec], samples: Sequence[Any], *, sizes: Se
                 for f in masked:
                     try:
                         v = _one(specs[f], s.fields, max_pixels)
-                        rec = _record(s.fields, None if sizes is None else sizes[k])
-                        if rec is not None:
-                            v = _stored_mask(rec, v, specs[f])
+                        if k in records:
+                            v = _stored_mask(records[k], v, specs[f])
                         if sizes is not None:
                             _same_size(v, sizes[k], specs[f])
                     except _Failed as e:
@@ -472,20 +472,24 @@ def _parts_on(pool: concurrent.futures.Executor | None, fn: Callable[[list[int]]
     return [r for out in pool.map(fn, [rows[i:i + step] for i in range(0, len(rows), step)]) for r in out]
 
 
-def _record(fields: Mapping[str, Any], size: tuple[int, int] | None) -> Record | None:
-    """The sample's record of how precache stored its image (transforms.stored), checked
-    against the image's (height, width) `size` where known; None where it has none."""
-    data = fields.get(RECORD)
-    if data is None:
-        return None
-    try:
-        rec = read_record(data)
-    except ValueError as e:
-        raise _Failed(f"member .{RECORD} {e}") from None
-    if size is not None and rec.size != tuple(int(v) for v in size):
-        raise _Failed(f"member .{RECORD} says its image was stored at {rec.size[0]}x{rec.size[1]}, the image is "
-                      f"{int(size[0])}x{int(size[1])}: the record is not this image's")
-    return rec
+def _records(specs: Sequence[FieldSpec], samples: Sequence[Any], sizes: Sequence[tuple[int, int]] | None,
+             errors: dict[int, FieldError]) -> dict[int, Record]:
+    """Where a Mask or Boxes field follows the images: each sample's record of how precache
+    stored its image (_record), by its place, checked against the image's (height, width)
+    where `sizes` are known; a sample whose record is not one, or not its image's, is its
+    FieldError in `errors`. Samples without a record are not in the result."""
+    out: dict[int, Record] = {}
+    if not any(spec.mask is not None or spec.boxes is not None for spec in specs):
+        return out
+    for k, s in enumerate(samples):
+        data = s.fields.get(RECORD)
+        if data is None:
+            continue
+        try:
+            out[k] = image_record(data, None if sizes is None else sizes[k])
+        except ValueError as e:
+            errors[k] = FieldError(str(e), shard=s.shard, key=s.key)
+    return out
 
 
 def _stored_mask(rec: Record, mask: torch.Tensor, spec: FieldSpec) -> torch.Tensor:

@@ -62,7 +62,8 @@ from .pipeline import Pipeline, PipelineConfig
 from .io.writer import ShardWriter, check_key, pattern_head
 from ._manifest import MAX_PARTS, Layout, _read_json, manifest_path, verify, write_json_atomic  # noqa: F401
 from .tensors import npy_parts
-from .transforms.stored import RECORD, downsizing, made, read_record, stored_size
+from ._record import image_record
+from .transforms.stored import RECORD, downsizing, made, stored_size
 
 IMAGE_EXTS = DEFAULT_IMAGE_EXTS  # torchvision's image extensions and .npy
 FORMAT_VERSION = 3  # 3: a record of each resized image's steps beside it (transforms.stored.RECORD)
@@ -217,12 +218,9 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
         one it came with (an image precached before); None where neither resized it."""
         data = s.fields.get(RECORD)
         try:
-            earlier = None if data is None else read_record(data)
+            earlier = None if data is None else image_record(data, (h, w))
         except ValueError as e:
-            raise FieldError(f"member .{RECORD} {e}", shard=s.shard, key=s.key) from None
-        if earlier is not None and earlier.size != (h, w):
-            raise FieldError(f"member .{RECORD} says its image was stored at {earlier.size[0]}x{earlier.size[1]}, the "
-                             f"image is {h}x{w}: the record is not this image's", shard=s.shard, key=s.key)
+            raise FieldError(str(e), shard=s.shard, key=s.key) from None
         rec = made(h, w, *plan(h, w), earlier)
         return None if rec is None else rec.member()
 
