@@ -51,10 +51,10 @@ import torch
 from .errors import FieldError
 from .io.members import split_exts
 from .labels import parse_text_int
-from .transforms.boxes import Stored, as_boxes, box_moves, check_format, move_boxes, on_canvas, target
+from .transforms.boxes import Stored, as_boxes, box_moves, check_format, kept, move_boxes, on_canvas, target, warped_boxes
 from ._record import RECORD, Record, image_record
 from .transforms.stored import stored_boxes, stored_mask
-from .transforms.masks import MASK_DTYPES, as_mask, fill_fits, mask_indices, places, warp_mask
+from .transforms.masks import MASK_DTYPES, as_mask, drawn_warps, fill_fits, mask_indices, move_mask, places
 
 __all__ = ["FieldSpec", "Mask", "Boxes", "batched", "field_specs", "read_fields", "follow_targets", "disagreeing",
            "collate"]
@@ -69,8 +69,9 @@ _MAX_JSON_DEPTH = 64
 class Mask:
     """A field that is the sample's segmentation mask: one class index a pixel, moved with
     its image by the image's own draws (cropped, resized by nearest neighbour, padded with
-    `fill`, flipped) as torchvision.transforms.v2 moves a tv_tensors.Mask beside its
-    image: `fields={"png": gpudecode.Mask(fill=255)}` (255: the ignore index of
+    `fill`, flipped; rotated, warped by RandomAffine or RandomPerspective by nearest
+    neighbour, `fill` outside) as torchvision.transforms.v2 moves a tv_tensors.Mask beside
+    its image: `fields={"png": gpudecode.Mask(fill=255)}` (255: the ignore index of
     torchvision's segmentation reference). In a batch, a tensor [N, h, w] of the images'
     output size (a list of them, one a view, under several views), of `dtype` (default:
     the mask's own: uint8 for an 8-bit PNG), on the Loader's device.
@@ -79,10 +80,9 @@ class Mask:
     values; 16-bit grey as int32), its values as Pillow's np.array gives them, or an .npy
     array [H, W] of integers or bools. A mask of another
     size than its image, of several channels, or that does not decode is its sample's
-    FieldError. A transform that moves pixels otherwise (a rotation, an affine or
-    perspective warp, a canvas step other than RandomZoomOut's, which the mask follows) and
-    MixUp / CutMix are refused when the Loader is
-    made."""
+    FieldError. A transform that moves pixels otherwise (the policies' geometric ops, as
+    torchvision's AutoAugment family refuses masks; ElasticTransform) and MixUp / CutMix
+    are refused when the Loader is made."""
 
     def __init__(self, fill: int = 0, dtype: torch.dtype | None = None) -> None:
         if isinstance(fill, bool) or not isinstance(fill, (int, np.integer)):
@@ -104,7 +104,8 @@ class Boxes:
     """A field that is the sample's bounding boxes (and their labels), moved with its image
     by the image's own draws as torchvision.transforms.v2 moves a tv_tensors.BoundingBoxes
     beside its image (cropped, scaled, shifted by the padding, clamped to the output,
-    flipped), then the boxes whose width or height falls under `min_size`, or area under
+    flipped; through a rotation, an affine or a perspective warp, the box around its
+    corners' new places, clamped), then, after the last step, the boxes whose width or height falls under `min_size`, or area under
     `min_area`, dropped with their labels, as SanitizeBoundingBoxes drops them (1 and 1 by
     default; 0 and 0 keep every box). `format`: the boxes' format as stored, "XYXY", "XYWH"
     (COCO's) or "CXCYWH"; `out_format`: as handed out (default: `format`; torchvision's
@@ -117,8 +118,9 @@ class Boxes:
     Hugging Face detection set's objects; a list of COCO annotations, each with "bbox" and
     "category_id") or an .npy [K, 4]; a Parquet struct or list column the same way. A
     member that is none of these, or holds a box that is not finite or of negative width or
-    height, is its sample's FieldError. A transform that moves pixels otherwise, several
-    views, and MixUp / CutMix are refused when the Loader is made."""
+    height, is its sample's FieldError. A transform that moves pixels otherwise (the
+    policies' geometric ops, ElasticTransform), several views, and MixUp / CutMix are
+    refused when the Loader is made."""
 
     def __init__(self, format: str = "XYXY", *, out_format: str | None = None, min_size: float = 1.0,
                  min_area: float = 1.0) -> None:
@@ -510,11 +512,14 @@ def _same_size(mask: torch.Tensor, size: tuple[int, int], spec: FieldSpec) -> No
 class _Geometry:
     """A view's moves for a batch: the kernel's geometry columns [N, GEOM], each image's
     place on its canvas (transforms.masks.places; None without a canvas step), the output
-    size (h, w)."""
+    size (h, w), each image's warps before the geometry and after it (drawn_warps; None
+    where there are none)."""
 
     geom: np.ndarray
     placed: np.ndarray | None
     out_size: tuple[int, int]
+    before: list | None = None
+    after: list | None = None
 
 
 def follow_targets(specs: Sequence[FieldSpec], values: list[list[Any]], errors: dict[int, FieldError],
@@ -525,7 +530,8 @@ def follow_targets(specs: Sequence[FieldSpec], values: list[list[Any]], errors: 
     view's geometry, worked out once."""
     if not len(samples) or not any(spec.mask is not None or spec.boxes is not None for spec in specs):
         return
-    views = [_Geometry(d.encode()[0], places(plan, d), plan.output_size(d.sizes)) for plan, d in zip(plans, draws)]
+    views = [_Geometry(d.encode()[0], places(plan, d), plan.output_size(d.sizes), *drawn_warps(plan, d))
+             for plan, d in zip(plans, draws)]
     follow_masks(specs, values, errors, samples, views, pool=pool, on_host=on_host)
     follow_boxes(specs, values, errors, samples, views)
 
@@ -540,7 +546,8 @@ def follow_boxes(specs: Sequence[FieldSpec], values: list[list[Any]], errors: di
         return
     if len(views) != 1:
         raise ValueError("Boxes follow one view")  # (the Loader refuses it when made: loader_setup)
-    out_size, placed = views[0].out_size, views[0].placed  # (placed: a RandomZoomOut's canvases, the boxes on them)
+    view = views[0]
+    out_size, placed = view.out_size, view.placed  # (placed: a RandomZoomOut's canvases, the boxes on them)
     moves = box_moves(views[0].geom)
     for f in fields:
         spec, column = specs[f], values[f]
@@ -553,8 +560,13 @@ def follow_boxes(specs: Sequence[FieldSpec], values: list[list[Any]], errors: di
         xyxy = np.concatenate([column[k].xyxy for k in rows]).reshape(-1, 4)
         if placed is not None:
             xyxy = on_canvas(xyxy, np.repeat(placed[rows], counts, axis=0))
+        if view.before is not None:  # (an expanded rotation's canvas)
+            xyxy = warped_boxes(xyxy, counts, [view.before[k] for k in rows])
         moved, ok = move_boxes(xyxy, np.repeat(moves[rows], counts, axis=0), out_size,
                                min_size=boxes.min_size, min_area=boxes.min_area)
+        if view.after is not None:  # (the program's warps, then what SanitizeBoundingBoxes keeps)
+            moved = warped_boxes(moved, counts, [view.after[k] for k in rows])
+            ok = kept(moved, min_size=boxes.min_size, min_area=boxes.min_area)
         for k, start, n in zip(rows, np.cumsum(counts) - counts, counts):
             keep = np.flatnonzero(ok[start:start + n])
             labels = column[k].labels
@@ -577,7 +589,7 @@ def follow_masks(specs: Sequence[FieldSpec], values: list[list[Any]], errors: di
     if not masked:
         return
     sizes = [v.out_size for v in views]
-    moves = [mask_indices(v.geom, v.out_size, v.placed) for v in views]  # [view]: rows, inside, cols, inside
+    moves = [(*mask_indices(v.geom, v.out_size, v.placed), v.before, v.after) for v in views]
     for f in masked:
         spec, column = specs[f], values[f]
         mask = spec.mask
@@ -606,7 +618,7 @@ def _batch_dtype(mask: Mask, dtypes: list[torch.dtype], on_host: bool) -> torch.
 
 
 def _moved(part: list[int], *, column: list[Any], spec: FieldSpec, samples: Sequence[Any],
-           moves: Sequence[tuple[np.ndarray, ...]], outs: list[torch.Tensor] | None) -> list[tuple[int, Any]]:
+           moves: Sequence[tuple[Any, ...]], outs: list[torch.Tensor] | None) -> list[tuple[int, Any]]:
     """follow_masks for the rows `part` of a Mask field's column: (row, its mask moved, or
     its FieldError), each written into row k of `outs` (one a view, converted as written)
     where given."""
@@ -621,8 +633,9 @@ def _moved(part: list[int], *, column: list[Any], spec: FieldSpec, samples: Sequ
             out.append((k, FieldError(f"field .{spec.name} is a {held} mask, which cannot hold the fill "
                                       f"{mask.fill}: give Mask(dtype=) one that does", shard=s.shard, key=s.key)))
             continue
-        moved = tuple(warp_mask(m, r[k], ri[k], c[k], ci[k], mask.fill, None if outs is None else outs[v][k])
-                      for v, (r, ri, c, ci) in enumerate(moves))
+        moved = tuple(move_mask(m, (r[k], ri[k], c[k], ci[k]), mask.fill, before and before[k], after and after[k],
+                                None if outs is None else outs[v][k])
+                      for v, (r, ri, c, ci, before, after) in enumerate(moves))
         out.append((k, moved[0] if len(moved) == 1 else moved))
     return out
 

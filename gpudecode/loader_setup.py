@@ -539,7 +539,7 @@ def pipeline_config(transform: Any, batch_transform: Any, *, batch_size: int, de
 
 
 def _masks_follow(transform: Any, step: Any) -> None:
-    """A Mask field follows its image through crops, resizes, padding and flips: a
+    """A Mask field follows its image through crops, resizes, padding, flips and warps: a
     transform that moves pixels otherwise, and a batch transform that mixes images, are
     refused (TransformError), with the step named."""
     for v, tf in enumerate(transform if isinstance(transform, list) else [transform]):
@@ -547,14 +547,15 @@ def _masks_follow(transform: Any, step: Any) -> None:
         if why is not None:
             at = f" (view {v})" if isinstance(transform, list) else ""
             raise TransformError(f"fields: a Mask cannot follow its image{at}: {why}; a mask follows crops, "
-                                 "resizes, padding, flips and RandomZoomOut's canvas")
+                                 "resizes, padding, flips, RandomZoomOut's canvas, rotations and affine and "
+                                 "perspective warps")
     if isinstance(step, BatchTransform):
         raise TransformError(f"fields: a Mask cannot follow its image through {step!r}, which mixes images "
                              "(a mixed image has no one mask): mix in your loop where your masks allow it")
 
 
 def _boxes_follow(transform: Any, step: Any) -> None:
-    """Boxes follow their image through crops, resizes, padding and flips, in one view: a
+    """Boxes follow their image through crops, resizes, padding, flips and warps, in one view: a
     transform that moves pixels otherwise, several views, and a batch transform that mixes
     images are refused (TransformError), with the step named."""
     if isinstance(transform, list) and len(transform) > 1:
@@ -563,7 +564,8 @@ def _boxes_follow(transform: Any, step: Any) -> None:
     why = mask_refusal((transform[0] if isinstance(transform, list) else transform).plan)
     if why is not None:
         raise TransformError(f"fields: Boxes cannot follow their image: {why}; boxes follow crops, resizes, "
-                             "padding, flips and RandomZoomOut's canvas")
+                             "padding, flips, RandomZoomOut's canvas, rotations and affine and perspective "
+                             "warps")
     if isinstance(step, BatchTransform):
         raise TransformError(f"fields: Boxes cannot follow their image through {step!r}, which mixes images: mix "
                              "in your loop where your boxes allow it")

@@ -5,6 +5,7 @@ an earlier run cannot hide a bug (set GPUDECODE_CACHE_DIR to choose one)."""
 from __future__ import annotations
 
 import io
+import json
 import os
 import random
 import shutil
@@ -162,3 +163,32 @@ def tar_samples(path) -> list[tuple[str, dict[str, bytes]]]:
                 out.append((key, {}))
             out[-1][1][ext] = t.extractfile(m).read()  # type: ignore[union-attr]
     return out
+
+
+@pytest.fixture(scope="session")
+def rect_shards(tmp_path_factory):
+    """Images of one flat rectangle (test_boxes._rectangles) with its box as JSON: 24, of
+    five heights and three widths."""
+    from test_boxes import _rectangles
+
+    d = tmp_path_factory.mktemp("rects")
+    samples = []
+    for i in range(24):
+        img, box = _rectangles(i, 60 + (i % 5) * 9, 70 + (i % 3) * 13)
+        samples.append({"__key__": f"r{i:03d}", "png": encode(img, "PNG"),
+                        "json": json.dumps({"boxes": box.tolist(), "labels": [i]}).encode()})
+    return [make_shard(d / "rects-000000.tar", samples)]
+
+
+@pytest.fixture(scope="session")
+def block_shards(tmp_path_factory):
+    """Images of flat blocks with their masks (test_masks._blocks) as PNGs: 24, of five
+    heights and three widths."""
+    from test_masks import _blocks, png
+
+    d = tmp_path_factory.mktemp("blocks")
+    samples = []
+    for i in range(24):
+        img, mask = _blocks(i, 60 + (i % 5) * 9, 70 + (i % 3) * 13)
+        samples.append({"__key__": f"b{i:03d}", "png": encode(img, "PNG"), "cls": "0", "mask.png": png(mask)})
+    return [make_shard(d / "blocks-000000.tar", samples)]

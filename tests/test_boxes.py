@@ -35,7 +35,21 @@ def tv_boxes(boxes: np.ndarray, fmt: str, size, p: dict, out_size) -> tuple[torc
     the image's params, then as XYXY, clamped to the output and sanitized at its defaults:
     (the boxes kept, XYXY; which were kept). (The clamp at the end is the one difference
     from torchvision's own chain: see test_a_box_at_the_crops_edge_is_kept.)"""
-    x = tv_tensors.BoundingBoxes(torch.as_tensor(boxes), format=fmt, canvas_size=tuple(size))
+    x = tv_moved(tv_tensors.BoundingBoxes(torch.as_tensor(boxes), format=fmt, canvas_size=tuple(size)), p, out_size)
+    return tv_sanitized(x)
+
+
+def tv_sanitized(x) -> tuple[torch.Tensor, torch.Tensor]:
+    """BoundingBoxes as XYXY, clamped to their canvas, and which SanitizeBoundingBoxes keeps
+    at its defaults: (the boxes kept, which were kept)."""
+    x = F.clamp_bounding_boxes(F.convert_bounding_box_format(x, new_format="XYXY"))
+    keep = _get_sanitize_bounding_boxes_mask(x.as_subclass(torch.Tensor), x.format, x.canvas_size)
+    return x.as_subclass(torch.Tensor)[keep], keep
+
+
+def tv_moved(x, p: dict, out_size):
+    """torchvision's functional ops on a BoundingBoxes with the image's params: the canvas
+    (RandomZoomOut's), the geometry, the flips."""
     if "padding" in p:  # (RandomZoomOut's canvas)
         x = F.pad(x, list(p["padding"]))
     if "resize" in p:
@@ -52,9 +66,7 @@ def tv_boxes(boxes: np.ndarray, fmt: str, size, p: dict, out_size) -> tuple[torc
         x = F.horizontal_flip(x)
     if p.get("vflip"):
         x = F.vertical_flip(x)
-    x = F.clamp_bounding_boxes(F.convert_bounding_box_format(x, new_format="XYXY"))
-    keep = _get_sanitize_bounding_boxes_mask(x.as_subclass(torch.Tensor), x.format, x.canvas_size)
-    return x.as_subclass(torch.Tensor)[keep], keep
+    return x
 
 
 def as_xyxy(boxes: torch.Tensor, fmt: str, size) -> torch.Tensor:
@@ -229,17 +241,6 @@ def _rectangles(seed: int, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
     return img, np.array([[x0, y0, x1, y1]], np.float32)
 
 
-@pytest.fixture(scope="module")
-def rect_shards(tmp_path_factory):
-    d = tmp_path_factory.mktemp("rects")
-    samples = []
-    for i in range(24):
-        img, box = _rectangles(i, 60 + (i % 5) * 9, 70 + (i % 3) * 13)
-        samples.append({"__key__": f"r{i:03d}", "png": encode(img, "PNG"),
-                        "json": json.dumps({"boxes": box.tolist(), "labels": [i]}).encode()})
-    return [make_shard(d / "rects-000000.tar", samples)]
-
-
 @pytest.mark.parametrize("keep", [None, "ram"])
 def test_a_box_lies_on_its_rectangle_through_every_geometry(rect_shards, keep):
     """Images of one coloured rectangle and its box: after crops, resizes, padding and both
@@ -384,10 +385,8 @@ def test_each_bad_member_is_its_samples_error_and_skipped_alone(tmp_path, photos
 
 def test_what_boxes_cannot_follow_is_refused_when_the_loader_is_made(det_shards):
     urls, _ = det_shards
-    for tf, what in [(T.Compose([T.RandomResizedCrop(24), T.RandomRotation(20)]), "RandomRotation moves pixels"),
-                     (T.Compose([T.Resize((24, 24)), T.RandomAffine(10)]), "RandomAffine moves pixels"),
-                     (T.Compose([T.RandomRotation(20, expand=True), T.Resize((24, 24))]),
-                      "RandomRotation makes each image a canvas"),
+    for tf, what in [(T.Compose([T.RandomResizedCrop(24), T.RandAugment()]), "RandAugment moves pixels"),
+                     (T.Compose([T.ElasticTransform(), T.Resize((24, 24))]), "ElasticTransform makes each image a canvas"),
                      ([PLANS["rrc+flips"](), PLANS["rrc+flips"]()], "Boxes follow one view, and 2 are given")]:
         with pytest.raises(TransformError, match=what):
             Loader(urls, batch_size=4, transform=tf, device="cpu", labels=False, fields={"boxes": Boxes()})
@@ -403,8 +402,8 @@ def test_what_boxes_cannot_follow_is_refused_when_the_loader_is_made(det_shards)
     with pytest.raises(ValueError, match="Boxes\\(min_size=\\) is a number of pixels"):
         Boxes(min_size=-1)
     assert Boxes(tv_tensors.BoundingBoxFormat.CXCYWH).format == "CXCYWH" and Boxes("xywh").format == "XYWH"
-    with pytest.raises(TransformError, match="RandomRotation moves pixels"):
-        T.Compose([T.Resize((24, 24)), T.RandomRotation(30)]).boxes([np.zeros((0, 4))],
+    with pytest.raises(TransformError, match="TrivialAugmentWide moves pixels"):
+        T.Compose([T.Resize((24, 24)), T.TrivialAugmentWide()]).boxes([np.zeros((0, 4))],
                                                                      T.Compose([T.Resize((8, 8))]).draw_batch([(9, 9)], 0))
 
 

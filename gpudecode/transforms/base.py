@@ -116,9 +116,15 @@ class _Step(Transform):
 
     keys: tuple[str, ...] = ()
     moves = False
+    follows = False  # (a step that moves pixels: whether boxes and masks follow it, by `drawn`)
 
     def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
         raise NotImplementedError
+
+    def drawn(self, p: dict, size: tuple[int, int]) -> list:
+        """The warps these params draw for an image of `size`, in order (transforms.warped.
+        Drawn: how its boxes and mask follow them); none for a step that moves no pixel."""
+        return []
 
     def inner(self) -> list["_Step"]:
         """The steps it is made of (wrappers), itself included."""
@@ -136,6 +142,10 @@ class _Wrapper(_Step):
     @property
     def moves(self) -> bool:  # type: ignore[override]
         return any(t.moves for t in self.transforms)
+
+    @property
+    def follows(self) -> bool:  # type: ignore[override]
+        return all(t.follows or not t.moves for t in self.transforms)
 
     def inner(self) -> list[_Step]:
         return [self, *(u for t in self.transforms for u in t.inner())]

@@ -15,8 +15,12 @@ inner clamps are each to a window holding the output's, so the last clamp is the
 
 A canvas step that places the image unchanged on a larger canvas (RandomZoomOut) is
 followed as torchvision's pad moves boxes: shifted to the image's place, clamped to the
-canvas (on_canvas). What moves pixels elsewhere (a rotation, an affine or perspective
-warp, ElasticTransform) is refused, as for masks (transforms.masks.refusal).
+canvas (on_canvas). The warps (RandomRotation, expanded or not, RandomAffine,
+RandomPerspective) move each box as torchvision moves it: its four corners through the
+warp, the box around them, clamped (transforms.warped); the boxes too small are dropped
+after the last step, as SanitizeBoundingBoxes at the end of a torchvision pipeline drops
+them. What moves pixels otherwise (the policies' geometric ops, ElasticTransform) is
+refused, as for masks (transforms.masks.refusal).
 """
 from __future__ import annotations
 
@@ -28,13 +32,14 @@ import torch
 
 from ..errors import TransformError
 from ..kernels import fused
-from .masks import places, refusal
+from .masks import drawn_warps, places, refusal
+from .warped import Drawn, warp_boxes_by
 
 if TYPE_CHECKING:
     from .draws import Draws
     from .plan import _Plan
 
-__all__ = ["Stored", "FORMATS", "as_boxes", "box_moves", "on_canvas", "move_boxes", "scale_boxes", "warp_boxes", "target", "check_format",
+__all__ = ["Stored", "FORMATS", "as_boxes", "box_moves", "on_canvas", "move_boxes", "kept", "warped_boxes", "scale_boxes", "warp_boxes", "target", "check_format",
            "refused"]
 
 FORMATS = ("XYXY", "XYWH", "CXCYWH")  # (torchvision's axis-aligned BoundingBoxFormat names)
@@ -199,8 +204,26 @@ def move_boxes(xyxy: np.ndarray, move: np.ndarray, out_size: tuple[int, int], *,
     x = np.where(m[:, 4:5] != 0, ow - x[:, ::-1], x)
     y = np.where(m[:, 5:6] != 0, oh - y[:, ::-1], y)
     out = np.stack([x[:, 0], y[:, 0], x[:, 1], y[:, 1]], axis=1).astype(np.float32)
-    w, h = out[:, 2] - out[:, 0], out[:, 3] - out[:, 1]
-    return out, (w >= min_size) & (h >= min_size) & (w * h >= min_area)
+    return out, kept(out, min_size=min_size, min_area=min_area)
+
+
+def kept(xyxy: np.ndarray, *, min_size: float = 1.0, min_area: float = 1.0) -> np.ndarray:
+    """Which XYXY boxes SanitizeBoundingBoxes keeps [K]: width and height at least
+    `min_size`, area at least `min_area`."""
+    w, h = xyxy[:, 2] - xyxy[:, 0], xyxy[:, 3] - xyxy[:, 1]
+    return (w >= min_size) & (h >= min_size) & (w * h >= min_area)
+
+
+def warped_boxes(xyxy: np.ndarray, counts: "Sequence[int] | np.ndarray", drawn: Sequence[Sequence[Drawn]]) -> np.ndarray:
+    """XYXY boxes (float32 [K, 4], `counts` an image, in order) each through its image's
+    warps (`drawn`: one list an image; warped.warp_boxes_by)."""
+    out = np.asarray(xyxy, np.float32).reshape(-1, 4).copy()
+    start = 0
+    for n, ds in zip(counts, drawn):
+        if n and ds:
+            out[start:start + n] = warp_boxes_by(out[start:start + n], ds)
+        start += int(n)
+    return out
 
 
 def scale_boxes(xyxy: np.ndarray, size: tuple[int, int], to: tuple[int, int]) -> np.ndarray:
@@ -229,6 +252,7 @@ def warp_boxes(plan: "_Plan", boxes: Sequence[Any], draws: "Draws", *, fmt: str 
         return []
     moves = box_moves(draws.encode()[0])
     placed = places(plan, draws)
+    before, after = drawn_warps(plan, draws)
     out_size = plan.output_size(draws.sizes)
     out = []
     for k, v in enumerate(boxes):
@@ -238,7 +262,12 @@ def warp_boxes(plan: "_Plan", boxes: Sequence[Any], draws: "Draws", *, fmt: str 
             raise ValueError(f"entry {k} {e}") from None
         if placed is not None:
             xyxy = on_canvas(xyxy, placed[k])
+        if before is not None:
+            xyxy = warp_boxes_by(xyxy, before[k])
         moved, ok = move_boxes(xyxy, moves[k], out_size, min_size=min_size, min_area=min_area)
+        if after is not None and after[k]:
+            moved = warp_boxes_by(moved, after[k])
+            ok = kept(moved, min_size=min_size, min_area=min_area)
         out.append(target(moved[ok], None if labels is None else labels[ok], out_fmt or fmt))
     return out
 

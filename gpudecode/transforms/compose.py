@@ -131,11 +131,12 @@ class Compose(Transform):
         """The images' masks moved as this Compose moves the images under `params` (the
         images' own draws: make_params, draw_batch), as torchvision.transforms.v2 moves a
         tv_tensors.Mask beside its image: cropped, resized by nearest neighbour, padded with
-        `fill` and flipped. `masks`: one [H, W] tensor or array of class indices an image
-        (its size), on the CPU or a CUDA device; returns [N, h, w] of `dtype` (default:
-        the masks' own) on their device. A Compose that moves pixels otherwise (a rotation,
-        an affine or perspective warp, a canvas step other than RandomZoomOut's) is refused
-        (transforms.masks)."""
+        `fill`, flipped, and rotated or warped (RandomRotation, RandomAffine,
+        RandomPerspective) by nearest neighbour with `fill` outside. `masks`: one [H, W]
+        tensor or array of class indices an image (its size), on the CPU or a CUDA device;
+        returns [N, h, w] of `dtype` (default: the masks' own) on their device. A Compose
+        that moves pixels otherwise (the policies' geometric ops, ElasticTransform) is
+        refused (transforms.masks)."""
         sizes = params.sizes if isinstance(params, Draws) else [tuple(m.shape[-2:]) for m in masks]
         out = warp_masks(self.plan, masks, as_draws(self.plan, params, sizes), fill=fill, dtype=dtype)
         if not out:
@@ -148,7 +149,9 @@ class Compose(Transform):
         """The images' bounding boxes moved as this Compose moves the images under `params`
         (the images' own draws, with their sizes: draw_batch), as torchvision.transforms.v2
         moves a tv_tensors.BoundingBoxes beside its image and SanitizeBoundingBoxes then
-        drops the boxes under `min_size` / `min_area` with their labels. `boxes`: one entry an
+        drops the boxes under `min_size` / `min_area` with their labels after the last step
+        (a warp moves a box's four corners and takes the box around them, as torchvision
+        does; transforms.warped). `boxes`: one entry an
         image, [K, 4] in `format` or a record with labels (transforms.boxes.as_boxes says
         which); `sizes`: the images' (height, width), where `params` are dicts (draw_batch's
         Draws carry them). Returns one {"boxes", "labels"} dict an image, on the CPU, its

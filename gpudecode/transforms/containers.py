@@ -43,6 +43,9 @@ class RandomApply(_Wrapper, converts="torchvision.RandomApply"):
         for t in self.transforms:  # (a lost coin left their keys out: each emits nothing)
             t.emit(p, size, prog)  # type: ignore[attr-defined]
 
+    def drawn(self, p: dict, size: tuple[int, int]) -> list:
+        return [d for t in self.transforms for d in t.drawn(p, size)]  # type: ignore[attr-defined]
+
 
 # ---- wrappers over per-sample steps -------------------------------------------------------
 
@@ -89,6 +92,10 @@ class SampleRandomChoice(_Wrapper, converts="torchvision.RandomChoice"):
         if k is not None:
             self.transforms[k].emit(p, size, prog)
 
+    def drawn(self, p: dict, size: tuple[int, int]) -> list:
+        k = p.get("choice")
+        return [] if k is None else self.transforms[k].drawn(p, size)
+
     def __repr__(self) -> str:
         return f"RandomChoice({self.transforms}, p={self.p})"
 
@@ -118,6 +125,9 @@ class RandomOrder(_Wrapper, converts="torchvision.RandomOrder"):
     def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
         for k in p.get("random_order", ()):
             self.transforms[k].emit(p, size, prog)
+
+    def drawn(self, p: dict, size: tuple[int, int]) -> list:
+        return [d for k in p.get("random_order", ()) for d in self.transforms[k].drawn(p, size)]
 
 
 class RandomChoice:

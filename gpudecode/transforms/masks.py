@@ -13,10 +13,12 @@ per output column, gathered (on the mask's device: the CPU or a CUDA device alik
 
 A canvas step that places the image unchanged on a larger canvas (RandomZoomOut) is
 followed too: the mask is placed as its image is, the canvas around it the mask's fill.
-What moves pixels elsewhere (the program's warps: RandomRotation, RandomAffine,
-RandomPerspective and the policies' geometric ops; ElasticTransform) is not followed:
-`refusal` names it, and a mask is refused with such a transform rather than handed out
-misaligned.
+The warps (RandomRotation, expanded or not, RandomAffine, RandomPerspective, also inside
+RandomApply, RandomChoice and RandomOrder) are followed by nearest neighbour on the
+image's own sampling grid (transforms.warped: `drawn_warps` gathers a batch's). What
+moves pixels otherwise (the policies' geometric ops, as torchvision's AutoAugment family
+refuses masks; ElasticTransform) is not followed: `refusal` names it, and a mask is
+refused with such a transform rather than handed out misaligned.
 """
 from __future__ import annotations
 
@@ -27,12 +29,13 @@ import torch
 
 from ..errors import TransformError
 from ..kernels import fused
+from .warped import Drawn
 
 if TYPE_CHECKING:
     from .draws import Draws
     from .plan import _Plan
 
-__all__ = ["refusal", "places", "mask_indices", "as_mask", "fill_fits", "warp_mask", "warp_masks", "resize_mask",
+__all__ = ["refusal", "places", "drawn_warps", "move_mask", "mask_indices", "as_mask", "fill_fits", "warp_mask", "warp_masks", "resize_mask",
            "MASK_DTYPES"]
 
 # the dtypes a mask may have (an index a pixel), and what a numpy array of another
@@ -44,11 +47,13 @@ _WIDER = {np.dtype(np.uint16): np.int32, np.dtype(np.uint32): np.int64}
 def refusal(plan: "_Plan") -> str | None:
     """Why a mask cannot follow images under `plan` (the step that moves pixels in a way
     the geometry columns do not say), or None where it can."""
-    if plan.canvas is not None and not getattr(plan.canvas, "places", False):
-        return f"{type(plan.canvas).__name__} makes each image a canvas of its own"
+    canvas = plan.canvas
+    if canvas is not None and not (getattr(canvas, "places", False) or getattr(canvas, "follows", False)):
+        return f"{type(canvas).__name__} makes each image a canvas of its own"
     if plan.post is not None:
         return f"{type(plan.post).__name__} warps the kernel's output"
-    moving = next((type(u).__name__ for t in plan.program for u in t.inner() if u.moves), None)
+    moving = next((type(u).__name__ for t in plan.program for u in t.inner()
+                   if u.moves and not u.follows and len(u.inner()) == 1), None)  # (the step itself, not its wrapper)
     if moving is not None:
         return f"{moving} moves pixels in each sample's program"
     return None
@@ -58,13 +63,33 @@ def places(plan: "_Plan", draws: "Draws") -> np.ndarray | None:
     """Each image's place on its canvas [N, 6] (top, left, the image's height and width,
     the canvas's) where `plan` begins with a canvas step that places it (RandomZoomOut),
     else None: the kernel's geometry columns are then the canvas's."""
-    canvas: Any = plan.canvas  # (a step with places = True: refusal() lets no other through)
-    if canvas is None:
+    canvas: Any = plan.canvas
+    if canvas is None or not getattr(canvas, "places", False):  # (an expanded rotation's: drawn_warps)
         return None
     out = np.zeros((len(draws), 6), np.int64)
     for k, (p, (h, w)) in enumerate(zip(draws.dicts(), draws.sizes)):
         out[k] = (*canvas.place(p), h, w, *canvas.canvas_size(p, (h, w)))
     return out
+
+
+def drawn_warps(plan: "_Plan", draws: "Draws") -> tuple[list[list[Drawn]] | None, list[list[Drawn]] | None]:
+    """The warps each image's boxes and mask follow under `plan` and `draws`: (before the
+    geometry, the canvas step's at the image's size: an expanded rotation; after it, the
+    program's at the output's size, in order), one list an image, each None where the plan
+    has no such warp."""
+    canvas: Any = plan.canvas
+    warps_canvas = canvas is not None and getattr(canvas, "follows", False)
+    warps_after = any(u.moves for t in plan.program for u in t.inner())
+    if not (warps_canvas or warps_after) or not len(draws):
+        return None, None
+    dicts = draws.dicts()
+    before = [canvas.drawn(p, (int(h), int(w))) for p, (h, w) in zip(dicts, draws.sizes)] if warps_canvas else None
+    after = None
+    if warps_after:
+        sizes = draws.sizes if canvas is None else [canvas.canvas_size(p, s) for p, s in zip(dicts, draws.sizes)]
+        out = plan.output_size(sizes)
+        after = [[d for t in plan.program for d in t.drawn(p, out)] for p in dicts]
+    return before, after
 
 
 def _nearest(v: np.ndarray, n_in: np.ndarray, n_out: np.ndarray) -> np.ndarray:
@@ -190,13 +215,32 @@ def warp_masks(plan: "_Plan", masks: Sequence[Any], draws: "Draws", *, fill: int
     geom = draws.encode()[0]
     out_size = plan.output_size(draws.sizes)
     rows, rin, cols, cin = mask_indices(geom, out_size, places(plan, draws))
+    before, after = drawn_warps(plan, draws)
     out = []
     for k, m in enumerate(ms):
         m = m if dtype is None else m.to(dtype)
         if not fill_fits(int(fill), m.dtype):
             raise ValueError(f"fill {fill} does not fit mask {k}'s {m.dtype}: give a dtype that holds it")
-        out.append(warp_mask(m, rows[k], rin[k], cols[k], cin[k], int(fill)))
+        out.append(move_mask(m, (rows[k], rin[k], cols[k], cin[k]), int(fill), None if before is None else before[k],
+                             None if after is None else after[k]))
     return out
+
+
+def move_mask(mask: torch.Tensor, index: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], fill: int,
+              before: Sequence[Drawn] | None = None, after: Sequence[Drawn] | None = None,
+              out: torch.Tensor | None = None) -> torch.Tensor:
+    """One mask moved as its image: through the warps `before` the geometry (an expanded
+    rotation's canvas), gathered at `index` (its rows of mask_indices: the crop, resize,
+    padding and flips), then through the program's warps `after`; `fill` wherever the
+    image has none of its own pixels. Into `out` where given (warp_mask's)."""
+    for d in before or ():
+        mask = d.mask(mask, fill)
+    if not after:
+        return warp_mask(mask, *index, fill, out)
+    moved = warp_mask(mask, *index, fill)
+    for d in after:
+        moved = d.mask(moved, fill)
+    return moved if out is None else out.copy_(moved)
 
 
 def resize_mask(mask: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:

@@ -17,6 +17,7 @@ from ..kernels.ops import AFFINE, PERSPECTIVE
 from .base import Transform, _Step, in_fingerprint
 from .args import NEAREST, fill_rgb, on_device, warp_interpolation
 from .convert import warp_fill
+from .warped import Drawn, forward_affine, rotate_shear
 
 
 INTEGER_MAP = 2.0  # AFFINE's interpolation argument (NEAREST, BILINEAR: args.py)
@@ -48,15 +49,9 @@ def inverse_affine(center: Sequence[float], angle: float, translate: Sequence[fl
     rotating by `angle` degrees, scaling, shearing (degrees) and translating about
     `center`: rotation-shear RSS = R(angle) Sh(shear); inverse = C RSS^-1 / scale C^-1 T^-1.
     The same formula and order of operations as torchvision's, so the same float32 theta."""
-    rot = math.radians(angle)
-    sx, sy = math.radians(shear[0]), math.radians(shear[1])
     cx, cy = center
     tx, ty = translate
-    cos_sy, tan_sx = math.cos(sy), math.tan(sx)
-    a = math.cos(rot - sy) / cos_sy
-    b = -(a * tan_sx + math.sin(rot))
-    c = math.sin(rot - sy) / cos_sy
-    d = math.cos(rot) - c * tan_sx
+    a, b, c, d = rotate_shear(angle, shear)
     m = [d / scale, -b / scale, 0.0, -c / scale, a / scale, 0.0]
     m[2] += m[0] * (-(cx + tx)) + m[1] * (-(cy + ty))
     m[5] += m[3] * (-(cx + tx)) + m[4] * (-(cy + ty))
@@ -106,6 +101,7 @@ def warp_args(size: tuple[int, int], angle: float, translate: Sequence[float], s
 
 class _Warp(_Step):
     moves = True
+    follows = True  # (boxes and masks follow it: `drawn`)
 
     def _setup(self, interpolation: Any, fill: Any, center: Sequence[float] | None) -> None:
         self.interpolation = warp_interpolation(interpolation)
@@ -174,6 +170,10 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
             if a is not None:
                 prog.append((AFFINE, a))
 
+    def drawn(self, p: dict, size: tuple[int, int]) -> list[Drawn]:
+        r = p.get("rotation")
+        return [] if r is None else [rotation_drawn(r["angle"], size, self.center, self.expand)]
+
     def canvas_size(self, p: dict, size: tuple[int, int]) -> tuple[int, int]:
         """The rotated image's (h, w) with expand=True, as F.rotate gives it."""
         return expanded_rotation(p["rotation"]["angle"], size, self.center)[0]
@@ -203,6 +203,27 @@ def rotation_matrix(angle: float, size: tuple[int, int], center: Sequence[float]
         return None
     cf = [0.0, 0.0] if center is None else [c - s * 0.5 for c, s in zip(center, (w, h))]
     return inverse_affine(cf, -angle, (0.0, 0.0), 1.0, (0.0, 0.0))
+
+
+def rotation_drawn(angle: float, size: tuple[int, int], center: Sequence[float] | None, expand: bool) -> Drawn:
+    """F.rotate's warp of an image of `size` as its boxes and mask follow it: the boxes by
+    torchvision's forward matrix of the angle as drawn (rotate_bounding_boxes'), the mask
+    as the image is sampled (turned exactly where torchvision turns it). Expanded, the
+    boxes are shifted onto the canvas where the image lies on it (its centre on the
+    canvas's, as F.rotate samples it), and clamped to the image's canvas: torchvision
+    shifts them by the least of the image's moved corners and clamps them to a canvas it
+    works out anew, which can be a pixel off the image's (F.rotate's boxes then lie up to
+    half a pixel off their image, and a resize after it scales them by another ratio)."""
+    h, w = size
+    forward = forward_affine([w * 0.5, h * 0.5] if center is None else center, -angle, (0.0, 0.0), 1.0, (0.0, 0.0))
+    a = angle % 360
+    out, inverse = expanded_rotation(angle, size, center) if expand else ((h, w), rotation_matrix(angle, size, center))
+    turns = int(a) // 90 if inverse is None else 0
+    if inverse is None and not expand and a in (90.0, 270.0) and h != w:  # (a quarter turn keeps a square's size only)
+        inverse = inverse_affine([0.0, 0.0], -a, (0.0, 0.0), 1.0, (0.0, 0.0))
+        turns = 0
+    shift = ((out[1] - w) * 0.5, (out[0] - h) * 0.5)  # (the image's centre is its canvas's: F.rotate's grid)
+    return Drawn("affine", (h, w), out, tuple(forward), None if inverse is None else tuple(inverse), turns, shift)
 
 
 def expanded_rotation(angle: float, size: tuple[int, int], center: Sequence[float] | None
@@ -313,6 +334,7 @@ class ElasticTransform(_Warp, converts="torchvision.ElasticTransform"):
 
     group = "canvas"
     canvas = True
+    follows = False  # (its field moves boxes and masks nowhere they can be told: refused with them)
     keys = ("displacement_seed",)
     canvas_why = "its field is drawn at the decoded image's size and sampled from the whole image"
     after_kernel = True  # after the geometry too: last, on the kernel's output (warp_output)
@@ -469,6 +491,18 @@ class RandomAffine(_Warp, converts="torchvision.RandomAffine"):
                 shear_y = rng.uniform(self.shear[2], self.shear[3])
         return {"affine": {"angle": angle, "translate": (tx, ty), "scale": scale, "shear": (shear_x, shear_y)}}
 
+    def drawn(self, p: dict, size: tuple[int, int]) -> list[Drawn]:
+        a = p.get("affine")
+        if a is None:
+            return []
+        h, w = size
+        translate, center = [float(t) for t in a["translate"]], self.center
+        forward = forward_affine([w * 0.5, h * 0.5] if center is None else center, a["angle"], translate, a["scale"],
+                                 a["shear"])
+        cf = [0.0, 0.0] if center is None else [c - s * 0.5 for c, s in zip(center, (w, h))]
+        inverse = inverse_affine(cf, a["angle"], translate, a["scale"], a["shear"])
+        return [Drawn("affine", (h, w), (h, w), tuple(forward), tuple(inverse))]
+
     def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
         a = p.get("affine")
         if a is not None:
@@ -526,6 +560,12 @@ class RandomPerspective(_Warp, converts="torchvision.RandomPerspective"):
         start = [[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]]
         return {"perspective": {"coefficients": perspective_coefficients(start,
                                                                         [topleft, topright, botright, botleft])}}
+
+    def drawn(self, p: dict, size: tuple[int, int]) -> list[Drawn]:
+        d = p.get("perspective")
+        if d is None:
+            return []
+        return [Drawn("perspective", size, size, coefficients=tuple(float(v) for v in d["coefficients"]))]
 
     def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
         d = p.get("perspective")

@@ -1,0 +1,200 @@
+"""Detection targets through the warps: a sample's boxes and mask moved by a rotation, an
+affine or a perspective warp exactly as torchvision.transforms.v2 moves a
+`tv_tensors.BoundingBoxes` and a `tv_tensors.Mask` beside the image the warp is drawn for.
+
+Boxes: each box's four corners through the warp's forward map (torchvision's: the affine
+matrix built with inverted=False in pixel coordinates, about the image's centre or the
+warp's `center`; a perspective's coefficients inverted), the box around them, clamped to
+the result (an expanded rotation first shifts them onto its canvas). Masks: sampled by
+nearest neighbour on the image's own grid (the matrix or coefficients the kernel warps
+the image with), the mask's fill outside; as a gather of the mask's own values, so a mask
+of any integer dtype keeps them exactly (torchvision samples a float32 copy: the same
+values below 2 ** 24). Where torchvision rotates exactly (a quarter turn, no centre) the
+mask is turned as the image is.
+
+A `Drawn` is one warp as drawn for one image; the warp steps make them (warps.py:
+`drawn`), transforms.masks gathers them for a batch (`drawn_warps`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+
+__all__ = ["Drawn", "rotate_shear", "forward_affine", "affine_grid", "perspective_grid", "nearest_sample", "warp_boxes_by"]
+
+_CORNERS = [[0, 1], [2, 1], [2, 3], [0, 3]]  # (XYXY columns: top-left, top-right, bottom-right, bottom-left)
+
+
+def rotate_shear(angle: float, shear: Sequence[float]) -> tuple[float, float, float, float]:
+    """The rotation-shear matrix RSS = R(angle) Sh(shear) (degrees; unit determinant),
+    [[a, b], [c, d]], in torchvision's order of operations."""
+    rot = math.radians(angle)
+    sx, sy = math.radians(shear[0]), math.radians(shear[1])
+    cos_sy, tan_sx = math.cos(sy), math.tan(sx)
+    a = math.cos(rot - sy) / cos_sy
+    b = -(a * tan_sx + math.sin(rot))
+    c = math.sin(rot - sy) / cos_sy
+    return a, b, c, math.cos(rot) - c * tan_sx
+
+
+def forward_affine(center: Sequence[float], angle: float, translate: Sequence[float], scale: float,
+                   shear: Sequence[float]) -> list[float]:
+    """The matrix mapping input to output pixel coordinates of a warp rotating by `angle`
+    degrees, scaling, shearing (degrees) and translating about `center` (pixels): T C RSS
+    C^-1, in torchvision's order of operations (its inverted=False matrix, by which it
+    moves boxes)."""
+    cx, cy = center
+    tx, ty = translate
+    a, b, c, d = rotate_shear(angle, shear)
+    m = [a * scale, b * scale, 0.0, c * scale, d * scale, 0.0]
+    m[2] += cx + tx - m[0] * cx - m[1] * cy
+    m[5] += cy + ty - m[3] * cx - m[4] * cy
+    return m
+
+
+def _inverted_perspective(c: Sequence[float]) -> tuple[list[float], list[float]]:
+    """A perspective's coefficients (output to input) inverted, as torchvision inverts them
+    to move boxes: (numerator rows [2, 3], denominator rows [2, 3]), in Python floats."""
+    denom = c[0] * c[4] - c[1] * c[3]
+    if denom == 0:
+        raise ValueError(f"perspective coefficients {list(c)} cannot be inverted to move boxes")
+    inv = [(c[4] - c[5] * c[7]) / denom, (-c[1] + c[2] * c[7]) / denom, (c[1] * c[5] - c[2] * c[4]) / denom,
+           (-c[3] + c[5] * c[6]) / denom, (c[0] - c[2] * c[6]) / denom, (-c[0] * c[5] + c[2] * c[3]) / denom,
+           (-c[4] * c[6] + c[3] * c[7]) / denom, (-c[0] * c[7] + c[1] * c[6]) / denom]
+    return inv[:6], [inv[6], inv[7], 1.0] * 2
+
+
+def _axes(oh: int, ow: int, centred: bool, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The output pixels' centres, x [1, ow] and y [oh, 1] (centred on the image, or from
+    its corner), float32 as torchvision's grids hold them."""
+    lo_x, lo_y = (-ow * 0.5 + 0.5, -oh * 0.5 + 0.5) if centred else (0.5, 0.5)
+    return (torch.linspace(lo_x, lo_x + ow - 1, steps=ow, device=device).view(1, ow),
+            torch.linspace(lo_y, lo_y + oh - 1, steps=oh, device=device).view(oh, 1))
+
+
+def _rows(m: Sequence[float], x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """m [2, 3] (Python floats, taken as float32) applied to the points (x, y) of a grid:
+    (m00 x + (m01 y + m02), m10 x + (m11 y + m12)), each [oh, ow], float32."""
+    f = torch.tensor(m, dtype=torch.float32).tolist()
+    return (x * f[0] + (y * f[1] + f[2]), x * f[3] + (y * f[4] + f[5]))
+
+
+def affine_grid(matrix: Sequence[float], size: tuple[int, int], out: tuple[int, int],
+                device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each output pixel of an affine warp of an image of `size` (h, w) to `out`
+    (oh, ow) samples it, as (x, y) [oh, ow] in grid_sample's [-1, 1] coordinates: the
+    output pixels' centres through `matrix` (output to input, centred), divided by the
+    input's half size, in float32 as torchvision's tensor warps make them (to a rounding:
+    its bmm's sums may round otherwise; the gather below sends a point to another pixel
+    only where it falls within a rounding of the half-way between two)."""
+    (h, w), (oh, ow) = size, out
+    theta = torch.tensor(matrix, dtype=torch.float64).reshape(2, 3).to(torch.float32)
+    scaled = (theta / torch.tensor([[0.5 * w], [0.5 * h]], dtype=torch.float32)).tolist()
+    x, y = _axes(int(oh), int(ow), True, torch.device(device))
+    return _rows(scaled[0] + scaled[1], x, y)
+
+
+def perspective_grid(coefficients: Sequence[float], size: tuple[int, int],
+                     device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Where each pixel of a perspective warp of an image of `size` (h, w) by
+    `coefficients` (output to input pixels) samples it, as (x, y) [h, w] in grid_sample's
+    coordinates, float32 as torchvision's grid (affine_grid's rounding)."""
+    h, w = size
+    c = [float(v) for v in coefficients]
+    theta1 = torch.tensor([[c[0], c[1], c[2]], [c[3], c[4], c[5]]], dtype=torch.float32)
+    scaled = (theta1 / torch.tensor([[0.5 * w], [0.5 * h]], dtype=torch.float32)).tolist()
+    x, y = _axes(int(h), int(w), False, torch.device(device))
+    nx, ny = _rows(scaled[0] + scaled[1], x, y)
+    den = _rows([c[6], c[7], 1.0] * 2, x, y)[0]
+    return nx.div_(den).sub_(1.0), ny.div_(den).sub_(1.0)
+
+
+def nearest_sample(mask: torch.Tensor, grid: tuple[torch.Tensor, torch.Tensor], fill: int) -> torch.Tensor:
+    """A mask [h, w] sampled at `grid` ((x, y) [oh, ow], grid_sample's coordinates) as
+    grid_sample samples it (nearest, align_corners=False: the unnormalized coordinate
+    rounded half to even), `fill` where a sample falls outside: [oh, ow] of the mask's
+    dtype, its values gathered unchanged."""
+    h, w = mask.shape
+    gx, gy = grid
+    padded = mask.new_full((h + 2, w + 2), fill)  # (a border of the fill: where a point outside is sent)
+    padded[1:-1, 1:-1] = mask
+    ux = gx.add(1).mul_(float(w)).mul_(0.5).sub_(0.5).round_().nan_to_num_(nan=-1.0).clamp_(-1, w).add_(1)
+    uy = gy.add(1).mul_(float(h)).mul_(0.5).sub_(0.5).round_().nan_to_num_(nan=-1.0).clamp_(-1, h).add_(1)
+    return torch.take(padded, uy.to(torch.int64).mul_(w + 2).add_(ux.to(torch.int64)))
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """One warp as drawn for one image of `size` (h, w), its result of `out` (h, w): an
+    expanded rotation's canvas, else `size`.
+
+    kind "affine": `forward` (6: input to output pixels, torchvision's box matrix),
+    `inverse` (6: output to input, centred: the image's own, as the kernel samples it; None
+    where torchvision turns the image exactly, by `turns` quarter turns), `shift` (x, y:
+    an expanded rotation's, from the image's centre to its canvas's, where the image lies
+    on it). kind "perspective": `coefficients` (8: output to input pixels)."""
+
+    kind: str
+    size: tuple[int, int]
+    out: tuple[int, int]
+    forward: tuple[float, ...] = ()
+    inverse: tuple[float, ...] | None = None
+    turns: int = 0
+    shift: tuple[float, float] = (0.0, 0.0)
+    coefficients: tuple[float, ...] = ()
+
+    def points(self, pts: np.ndarray) -> np.ndarray:
+        """Points [K, 2] (x, y, float32) where the warp takes them, float32 [K, 2] (an
+        expanded rotation's on its canvas)."""
+        p = np.asarray(pts, np.float32).reshape(-1, 2)
+        if self.kind == "perspective":
+            num, den = (np.asarray(v, np.float32).reshape(2, 3) for v in _inverted_perspective(self.coefficients))
+            return (_apply(num, p) / _apply(den, p)).astype(np.float32)
+        moved = _apply(np.asarray(self.forward, np.float32).reshape(2, 3), p)
+        if self.shift != (0.0, 0.0):  # (onto an expanded rotation's canvas, where its image lies)
+            moved = moved + np.asarray(self.shift, np.float32)
+        return moved.astype(np.float32)
+
+    def boxes(self, xyxy: np.ndarray) -> np.ndarray:
+        """XYXY boxes (float32 [K, 4]) warped: the box around each one's moved corners,
+        clamped to the result's size."""
+        b = np.asarray(xyxy, np.float32).reshape(-1, 4)
+        if not len(b):
+            return b.copy()
+        pts = self.points(b[:, _CORNERS].reshape(-1, 2)).reshape(-1, 4, 2)
+        oh, ow = (np.float32(v) for v in self.out)
+        lo, hi = pts.min(axis=1), pts.max(axis=1)
+        out = np.concatenate([lo, hi], axis=1)
+        np.clip(out[:, 0::2], 0, ow, out=out[:, 0::2])
+        np.clip(out[:, 1::2], 0, oh, out=out[:, 1::2])
+        return out.astype(np.float32)
+
+    def mask(self, mask: torch.Tensor, fill: int) -> torch.Tensor:
+        """A mask [h, w] (of `size`) warped as the image is, by nearest neighbour, `fill`
+        outside: [oh, ow] of its dtype, on its device."""
+        if tuple(mask.shape) != tuple(self.size):
+            raise ValueError(f"a {mask.shape[0]}x{mask.shape[1]} mask for a warp of a {self.size[0]}x{self.size[1]} "
+                             "image")
+        if self.kind == "perspective":
+            return nearest_sample(mask, perspective_grid(self.coefficients, self.size, mask.device), fill)
+        if self.inverse is None:
+            return torch.rot90(mask, k=self.turns, dims=(0, 1)).clone() if self.turns else mask.clone()
+        return nearest_sample(mask, affine_grid(self.inverse, self.size, self.out, mask.device), fill)
+
+
+def _apply(m: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """Points [K, 2] through rows m [2, 3] (x' = m00 x + m01 y + m02, ...), in float32."""
+    return p @ m[:, :2].T + m[:, 2]
+
+
+def warp_boxes_by(xyxy: np.ndarray, drawn: Sequence[Drawn]) -> np.ndarray:
+    """XYXY boxes (float32 [K, 4]) through each warp of `drawn` in turn, clamped after each
+    as torchvision clamps after each transform."""
+    for d in drawn:
+        xyxy = d.boxes(xyxy)
+    return xyxy
