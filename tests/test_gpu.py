@@ -343,6 +343,14 @@ def test_masks_on_cuda_equal_the_cpu_loaders(photos, tmp_path):
     d = tf.draw_batch([tuple(m.shape) for m in masks], 5)
     on_gpu = tf.masks([m.cuda() for m in masks], d, fill=255)
     assert on_gpu.device.type == "cuda" and torch.equal(on_gpu.cpu(), tf.masks(masks, d, fill=255))
+    # through the warps (an expanded rotation's canvas, an affine warp and a perspective after
+    # the crop), sampled on the device: the CPU's masks, to a rounding at a half-way point
+    warped = T.Compose([T.RandomRotation(20, expand=True), T.RandomResize(60, 120), T.RandomCrop(80, pad_if_needed=True),
+                        T.RandomAffine(25, shear=5), T.RandomPerspective(0.3, p=0.8)])
+    d = warped.draw_batch([tuple(m.shape) for m in masks], 6)
+    on_gpu = warped.masks([m.cuda() for m in masks], d, fill=255)
+    on_cpu = warped.masks(masks, d, fill=255)
+    assert on_gpu.device.type == "cuda" and int((on_gpu.cpu() != on_cpu).sum()) <= on_cpu.numel() // 10_000
 
 
 def test_boxes_on_cuda_equal_the_cpu_loaders(photos, tmp_path):

@@ -99,3 +99,11 @@ def test_where_it_stands():
         T.Compose([T.RandomResizedCrop(16), T.RandomApply([T.RandomRotation(10, expand=True)], 0.5)])
     with pytest.raises(TransformError, match="(?s)geometry step.*must follow it"):
         T.Compose([T.RandomRotation(10, expand=True)])
+    # a canvas step and a later one drawing under one key would share one draw: refused
+    with pytest.raises(TransformError, match=r"(?s)RandomRotation first and RandomRotation after the geometry both\s+draw "
+                                             r"'rotation'"):
+        T.Compose([T.RandomRotation(10, expand=True), T.Resize((16, 16)), T.RandomApply([T.RandomRotation(5)])])
+    with pytest.raises(TransformError, match="both draw 'displacement_seed'"):
+        T.Compose([T.ElasticTransform(), T.Resize((16, 16)), T.ElasticTransform()])
+    ok = T.Compose([T.RandomRotation(10, expand=True), T.Resize((16, 16)), T.RandomAffine(5)])
+    assert ok.plan.canvas is not None and len(ok.plan.program) == 1

@@ -111,6 +111,7 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
     rest = _AfterGeometry(names)
     for t in steps[len(geometry) + (canvas is not None):]:
         rest.add(t)
+    _one_draw_a_key(canvas, rest, names)
     out_size = geometry[-1].size if geometry else None  # type: ignore[attr-defined]
     plan = _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,
                  all(getattr(g, "antialias", True) for g in geometry), rest.flip, rest.normalize,
@@ -127,6 +128,17 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
         if plan.post is not None and hasattr(plan.post, "check_size"):  # (a warp of the output: its size is known)
             plan.post.check_size(plan.out_size)
     return plan
+
+
+def _one_draw_a_key(canvas: Any, rest: "_AfterGeometry", names: str) -> None:
+    """Refuses a canvas step and a later step that draw under one make_params key (an
+    expanded RandomRotation and a RandomRotation; ElasticTransform first and last): one
+    sample's params hold one draw a key, so the two would share it."""
+    later = {**rest.keys, **{k: type(rest.post).__name__ for k in getattr(rest.post, "keys", ())}}
+    for k in getattr(canvas, "keys", ()) if canvas is not None else ():
+        if k in later:
+            raise TransformError(f"{type(canvas).__name__} first and {later[k]} after the geometry both draw {k!r}: "
+                                 f"one of them per Compose [{names}]")
 
 
 def _geometry(steps: list[Transform], names: str) -> list[Transform]:
