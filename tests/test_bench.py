@@ -480,6 +480,26 @@ def test_the_boxes_bench_runs_each_pipeline(tmp_path, monkeypatch, capsys):
             assert 0 <= x and 0 <= y and x + w <= 500.01 and y + h <= 375.01 and 1 <= a["category_id"] <= 90
 
 
+def test_the_masks_bench_runs_each_pipeline_through_a_rotation(tmp_path, monkeypatch, capsys):
+    """bench/loader.py --masks --rotate 15: images with palette-PNG masks through the Loader
+    (its Mask field as int64 and as uint8, and without it) and through torchvision v2 over
+    webdataset, RandomRotation(15) in both: every rate in the printout and the JSON."""
+    import sys
+
+    from gpudecode.bench.suite import loader
+
+    monkeypatch.setattr(loader, "OUT", tmp_path)
+    monkeypatch.setattr("gpudecode.bench.suite.OUT", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["loader", "--masks", "--rotate", "15", "--images", "16", "--repeat", "1",
+                                      "--batch", "8", "--skip-dali"])
+    loader.main()
+    out = capsys.readouterr().out
+    assert "x torchvision" in out and "palette-PNG masks" in out and "RandomRotation(15) after the flip" in out
+    doc = json.loads((tmp_path / "loader_masks_rotate.json").read_text())
+    assert len(doc["img_per_s"]) == 4 and all(v > 0 for v in doc["img_per_s"].values())
+    assert doc["args"]["rotate"] == 15.0
+
+
 def test_kernel_stages_from_memory_and_cached(tmp_path, monkeypatch, capsys):
     """bench/kernels.py --stages (issue 41): each stage of the base resample timed over
     distinct images (memory) and over one image and one output slot (cached), and this

@@ -309,6 +309,24 @@ def test_the_loaders_warped_targets_are_compose_s_with_its_draws(tmp_path, photo
         assert pos == 20, name
 
 
+def test_a_perspective_that_collapses_its_image_leaves_no_box():
+    """A perspective drawn for a side of one pixel puts its four corners on one line, and
+    its coefficients cannot be inverted (torchvision raises moving boxes by it): every box
+    is left empty and dropped (kept, at the origin, with min_size=0), the mask follows the
+    image as ever (found by the boxes fuzzer)."""
+    tf = T.Compose([T.Resize((8, 1)), T.RandomPerspective(1.0, p=1.0)])
+    d = tf.draw_batch([(20, 10)], 0)
+    c = d[0]["perspective"]["coefficients"]
+    assert c[0] * c[4] - c[1] * c[3] == 0
+    with pytest.raises(RuntimeError, match="can not be inverted"):
+        F.perspective(tv_tensors.BoundingBoxes([[1, 1, 5, 5]], format="XYXY", canvas_size=(8, 1)), None, None,
+                      coefficients=c)
+    assert tf.boxes([np.array([[1, 1, 5, 5]], np.float32)], d)[0]["boxes"].shape == (0, 4)
+    kept = tf.boxes([np.array([[1, 1, 5, 5]], np.float32)], d, min_size=0, min_area=0)[0]["boxes"]
+    assert kept.tolist() == [[0.0, 0.0, 0.0, 0.0]]
+    assert tf.masks([torch.ones(20, 10, dtype=torch.uint8)], d, fill=7).shape == (1, 8, 1)
+
+
 def test_what_still_cannot_be_followed_is_refused():
     """The policies' geometric ops (torchvision's AutoAugment family refuses boxes and masks
     too) and ElasticTransform are refused, with the step named, as before."""

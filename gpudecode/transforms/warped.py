@@ -148,6 +148,14 @@ class Drawn:
     shift: tuple[float, float] = (0.0, 0.0)
     coefficients: tuple[float, ...] = ()
 
+    @property
+    def collapses(self) -> bool:
+        """A perspective that maps its whole image onto a line (its coefficients cannot be
+        inverted: a side of one pixel draws four corners on one line), which no box
+        survives: its boxes become empty ones at the origin, where torchvision raises."""
+        c = self.coefficients
+        return self.kind == "perspective" and c[0] * c[4] - c[1] * c[3] == 0
+
     def points(self, pts: np.ndarray) -> np.ndarray:
         """Points [K, 2] (x, y, float32) where the warp takes them, float32 [K, 2] (an
         expanded rotation's on its canvas)."""
@@ -162,14 +170,16 @@ class Drawn:
 
     def boxes(self, xyxy: np.ndarray) -> np.ndarray:
         """XYXY boxes (float32 [K, 4]) warped: the box around each one's moved corners,
-        clamped to the result's size."""
+        clamped to the result's size (each empty where the warp `collapses`)."""
         b = np.asarray(xyxy, np.float32).reshape(-1, 4)
         if not len(b):
             return b.copy()
+        if self.collapses:
+            return np.zeros_like(b)
         pts = self.points(b[:, _CORNERS].reshape(-1, 2)).reshape(-1, 4, 2)
         oh, ow = (np.float32(v) for v in self.out)
         lo, hi = pts.min(axis=1), pts.max(axis=1)
-        out = np.concatenate([lo, hi], axis=1)
+        out = np.nan_to_num(np.concatenate([lo, hi], axis=1), nan=0.0)  # (a corner on the warp's horizon: 0/0)
         np.clip(out[:, 0::2], 0, ow, out=out[:, 0::2])
         np.clip(out[:, 1::2], 0, oh, out=out[:, 1::2])
         return out.astype(np.float32)

@@ -31,6 +31,7 @@ with atheris.instrument_imports(include=["gpudecode", "PIL.PngImagePlugin"]):
     import gpudecode.io.parquet  # noqa: F401
     import gpudecode.fields  # noqa: F401
     import gpudecode.transforms.boxes  # noqa: F401
+    import gpudecode.transforms.warped  # noqa: F401
     import gpudecode._record  # noqa: F401
     import gpudecode.transforms.stored  # noqa: F401
     import PIL.PngImagePlugin  # noqa: F401

@@ -349,6 +349,24 @@ def boxes(data: bytes) -> None:
     assert (moved[:, 1::2] >= 0).all() and (moved[:, 1::2] <= out_size[0]).all(), "a box left the output"
     w, h = moved[ok, 2] - moved[ok, 0], moved[ok, 3] - moved[ok, 1]
     assert (w >= 1).all() and (h >= 1).all() and (w * h >= 1).all(), "a box under the minimum was kept"
+    # then a warp drawn from the bytes (a rotation, an affine warp, a perspective): each box the
+    # box around its corners' new places, inside the output, and what is kept is what kept() says
+    from gpudecode.transforms.boxes import kept
+    from gpudecode.transforms.warps import RandomAffine, RandomPerspective, RandomRotation
+
+    step = [RandomRotation(180, center=None if data[-1] & 2 else (3.5, -2.0)),
+            RandomAffine(90, (0.5, 0.5), (0.1, 3.0), (-60, 60, -60, 60)), RandomPerspective(1.0, p=1.0)][data[0] % 3]
+    import random
+
+    drawn = step.drawn(step.draw(random.Random(len(data)), out_size), out_size)
+    warped = drawn[0].boxes(moved) if drawn else moved
+    assert warped.shape == moved.shape and np.isfinite(warped).all(), "a warped box is not finite"
+    assert (warped[:, 0::2] >= 0).all() and (warped[:, 0::2] <= out_size[1]).all(), "a warped box left the output"
+    assert (warped[:, 1::2] >= 0).all() and (warped[:, 1::2] <= out_size[0]).all(), "a warped box left the output"
+    assert (warped[:, 2] >= warped[:, 0]).all() and (warped[:, 3] >= warped[:, 1]).all(), "a warped box turned over"
+    ok = kept(warped, min_size=1.0, min_area=1.0)
+    w, h = warped[ok, 2] - warped[ok, 0], warped[ok, 3] - warped[ok, 1]
+    assert (w >= 1).all() and (h >= 1).all(), "a warped box under the minimum was kept"
 
 
 def record(data: bytes) -> None:

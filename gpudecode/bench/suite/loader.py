@@ -22,6 +22,8 @@ ImageNet-like JPEGs (500x375, quality 90):
     python bench/loader.py --boxes    detection (images with COCO annotations): the
         large-scale-jitter recipe at 640, the Loader with a Boxes field against torchvision
         v2 moving tv_tensors.BoundingBoxes (and SanitizeBoundingBoxes) over webdataset
+    python bench/loader.py --masks --rotate 15   (or --boxes) with RandomRotation(15) after
+        the flip in both pipelines: the masks and boxes through a warp
 """
 from __future__ import annotations
 
@@ -394,7 +396,7 @@ def masks(shards, a) -> None:
 
     urls = masked(shards)
     ours = T.Compose([T.RandomResize(260, 1040), T.RandomCrop(480, pad_if_needed=True), T.RandomHorizontalFlip(),
-                      T.Normalize(MEAN, STD)])
+                      *_rotation(T, a), T.Normalize(MEAN, STD)])
 
     def loader(fields):
         return epochs(Loader(urls, batch_size=a.batch, transform=ours, device="cpu", num_threads=a.threads,
@@ -402,6 +404,7 @@ def masks(shards, a) -> None:
 
     reference = v2.Compose([v2.RandomResize(260, 1040), v2.RandomHorizontalFlip(),
                             v2.RandomCrop(480, pad_if_needed=True, fill={tv_tensors.Image: 0, tv_tensors.Mask: 255}),
+                            *_rotation(v2, a, fill={tv_tensors.Image: 0, tv_tensors.Mask: 255}),
                             v2.ToDtype({tv_tensors.Image: torch.float32, tv_tensors.Mask: torch.int64, "others": None},
                                        scale=True),
                             v2.Normalize(MEAN, STD)])
@@ -423,8 +426,17 @@ def masks(shards, a) -> None:
                        "gpudecode Loader, Mask field as uint8": loader({"seg.png": Mask(fill=255)}),
                        "gpudecode Loader, images alone": loader(None),
                        "torchvision v2 reference + webdataset": _web_epochs(web, a.threads)}, a.repeat)
-    _against_torchvision(rows, f"{a.images} JPEGs 500x375 q90 + palette-PNG masks -> 480x480 float + int64 masks",
-                         "loader_masks", a)
+    _against_torchvision(rows, f"{a.images} JPEGs 500x375 q90 + palette-PNG masks -> 480x480 float + int64 masks"
+                         + _rotated(a), "loader_masks" + ("_rotate" if a.rotate else ""), a)
+
+
+def _rotation(ns, a, **kw) -> list:
+    """[RandomRotation(--rotate)] of `ns` (gpudecode.transforms or torchvision's v2), or none."""
+    return [ns.RandomRotation(a.rotate, **kw)] if a.rotate else []
+
+
+def _rotated(a) -> str:
+    return f", RandomRotation({a.rotate:g}) after the flip" if a.rotate else ""
 
 
 def _web_epochs(pipe, threads: int):
@@ -491,14 +503,14 @@ def boxes(shards, a) -> None:
     urls = boxed(shards)
     size = 640
     ours = T.Compose([T.ScaleJitter((size, size)), T.RandomCrop(size, pad_if_needed=True), T.RandomHorizontalFlip(),
-                      T.ToDtype(torch.float32, scale=True)])
+                      *_rotation(T, a), T.ToDtype(torch.float32, scale=True)])
 
     def loader(fields):
         return epochs(Loader(urls, batch_size=a.batch, transform=ours, device="cpu", num_threads=a.threads,
                              labels=False, fields=fields))
 
     reference = v2.Compose([v2.ScaleJitter((size, size)), v2.RandomCrop(size, pad_if_needed=True),
-                            v2.RandomHorizontalFlip(), v2.ToDtype(torch.float32, scale=True),
+                            v2.RandomHorizontalFlip(), *_rotation(v2, a), v2.ToDtype(torch.float32, scale=True),
                             v2.ConvertBoundingBoxFormat("XYXY"), v2.SanitizeBoundingBoxes()])
 
     def sample(image, anns):
@@ -515,7 +527,7 @@ def boxes(shards, a) -> None:
                        "gpudecode Loader, images alone": loader(None),
                        "torchvision v2 reference + webdataset": _web_epochs(web, a.threads)}, a.repeat)
     _against_torchvision(rows, f"{a.images} JPEGs 500x375 q90 + COCO annotations (1-14 boxes) -> {size}x{size} "
-                         "float + boxes", "loader_boxes", a)
+                         "float + boxes" + _rotated(a), "loader_boxes" + ("_rotate" if a.rotate else ""), a)
 
 
 def main() -> None:
@@ -528,6 +540,8 @@ def main() -> None:
                     help="with --captions: OpenCLIP's own (pip install open_clip_torch) or a stand-in")
     ap.add_argument("--masks", action="store_true", help="segmentation: a Mask field against torchvision v2's reference")
     ap.add_argument("--boxes", action="store_true", help="detection: a Boxes field against torchvision v2's LSJ recipe")
+    ap.add_argument("--rotate", type=float, default=0.0,
+                    help="with --masks or --boxes: RandomRotation(DEG) after the flip in both pipelines")
     a = ap.parse_args()
     shards, folder = build(a.images)
     if a.splits:
