@@ -42,3 +42,14 @@ def test_the_example_trains_on_masks_and_skips_a_colour_mask(tmp_path):
     assert "49 images with masks" in out and "skipped 1: colour-0000: field .seg.png is a PNG of mode RGB" in out, out
     assert re.findall(r"epoch (\d): (\d+) images", out) == [("0", "47"), ("1", "47")], out  # (6 batches of 8, less it)
     assert np.isfinite([float(v) for v in re.findall(r"loss ([0-9.]+)", out)]).all()
+
+
+def test_the_example_rotates_masks_with_their_images(tmp_path):
+    """--rotate 30: RandomRotation(30) after the flip; every image once an epoch, the
+    corners the rotation brings in ignored (more of the pixels than without it)."""
+    plain = _run(tmp_path, "--make-demo", str(tmp_path / "set"), "--epochs", "1")
+    rotated = _run(tmp_path, "--data", str(tmp_path / "set"), "--rotate", "30", "--epochs", "1")
+    assert re.findall(r"epoch (\d): (\d+) images", rotated) == [("0", "48")], rotated
+    share = [float(re.search(r"([0-9.]+)% of pixels ignored", out).group(1)) for out in (plain, rotated)]
+    assert share[1] > share[0] + 3, share  # (a 30-degree turn brings in corners of about 10% on average)
+    assert np.isfinite(float(re.search(r"loss ([0-9.]+)", rotated).group(1)))

@@ -5,6 +5,7 @@ batches of (images, masks).
 
     python examples/segmentation/train.py --data "ade20k/train-{000000..000099}.tar" --classes 150
     python examples/segmentation/train.py --make-demo DIR    # write small shards (offline), then train
+    python examples/segmentation/train.py --make-demo DIR --rotate 20   # RandomRotation(20) too
 
 The transform is torchvision's segmentation reference (references/segmentation/presets.py)
 scaled to the demo's images: RandomResize(0.5 x base, 2 x base), RandomCrop(crop,
@@ -12,6 +13,11 @@ pad_if_needed), RandomHorizontalFlip, Normalize; the masks padded with 255, the 
 index of its loss. (The reference flips before its crop; the kernel flips its output, so
 the flip is written after the crop: the same distribution.) A sample whose mask does not
 decode or is not its image's size is skipped and named (`on_error="skip"`).
+
+With `--rotate DEG`, RandomRotation(DEG) follows the flip (as satellite, medical and
+document sets are often trained): each mask is rotated with its image, by nearest
+neighbour, and the corners the rotation brings in are the ignore index in the mask (its
+fill), so the loss leaves them out.
 """
 from __future__ import annotations
 
@@ -87,6 +93,7 @@ def main() -> None:
     ap.add_argument("--base-size", type=int, default=96, help="RandomResize draws the shorter side in [0.5, 2) x this")
     ap.add_argument("--crop-size", type=int, default=80)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rotate", type=float, default=0.0, metavar="DEG", help="RandomRotation(DEG) after the flip")
     args = ap.parse_args()
     data = make_demo(args.make_demo) if args.make_demo else args.data
     if data is None:
@@ -94,6 +101,7 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     train = T.Compose([T.RandomResize(args.base_size // 2, args.base_size * 2),
                        T.RandomCrop(args.crop_size, pad_if_needed=True), T.RandomHorizontalFlip(),
+                       *([T.RandomRotation(args.rotate)] if args.rotate else []),
                        T.ToDtype(torch.float32, scale=True), T.Normalize(MEAN, STD)])
     loader = gpudecode.Loader(data, batch_size=args.batch_size, transform=train, device=device, labels=False,
                               fields={"seg.png": gpudecode.Mask(fill=IGNORE, dtype=torch.int64)},
@@ -105,7 +113,7 @@ def main() -> None:
     with loader:
         for epoch in range(args.epochs):
             loader.set_epoch(epoch)
-            t, seen, total, right, counted = time.perf_counter(), 0, 0.0, 0, 0
+            t, seen, total, right, counted, ignored = time.perf_counter(), 0, 0.0, 0, 0, 0
             for images, masks in loader:
                 logits = model(images)
                 loss = nn.functional.cross_entropy(logits, masks, ignore_index=IGNORE)
@@ -117,8 +125,10 @@ def main() -> None:
                 total += loss.item() * len(images)
                 right += int((logits.argmax(1)[valid] == masks[valid]).sum())
                 counted += int(valid.sum())
+                ignored += int((~valid).sum())
             print(f"epoch {epoch}: {seen} images, loss {total / max(seen, 1):.3f}, pixel accuracy "
-                  f"{right / max(counted, 1):.2f}, {seen / (time.perf_counter() - t):,.0f} images/s")
+                  f"{right / max(counted, 1):.2f}, {100 * ignored / max(ignored + counted, 1):.1f}% of pixels "
+                  f"ignored (padding, rotated-in corners), {seen / (time.perf_counter() - t):,.0f} images/s")
     if loader.skipped:
         print(f"skipped {len(loader.skipped)}: {loader.skipped[0].key}: {loader.skipped[0].reason}")
 
