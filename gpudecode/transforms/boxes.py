@@ -62,8 +62,8 @@ def to_xyxy(b: np.ndarray, fmt: str) -> np.ndarray:
         return b.copy()
     if fmt == "XYWH":
         return np.concatenate([b[:, :2], b[:, :2] + b[:, 2:]], axis=1)
-    half = b[:, 2:] / np.float32(2)
-    return np.concatenate([b[:, :2] - half, b[:, :2] + half], axis=1)
+    corner = b[:, :2] - b[:, 2:] / np.float32(2)  # (torchvision's order: x1 = cx - w / 2, then x2 = x1 + w)
+    return np.concatenate([corner, corner + b[:, 2:]], axis=1)
 
 
 def from_xyxy(b: np.ndarray, fmt: str) -> np.ndarray:
@@ -72,7 +72,7 @@ def from_xyxy(b: np.ndarray, fmt: str) -> np.ndarray:
     wh = b[:, 2:] - b[:, :2]
     if fmt == "XYWH":
         return np.concatenate([b[:, :2], wh], axis=1)
-    return np.concatenate([(b[:, :2] + b[:, 2:]) / np.float32(2), wh], axis=1)
+    return np.concatenate([(b[:, :2] * np.float32(2) + wh) / np.float32(2), wh], axis=1)  # (torchvision's order)
 
 
 def as_boxes(value: Any, fmt: str = "XYXY") -> tuple[np.ndarray, np.ndarray | None]:
