@@ -115,7 +115,7 @@ def verify(out: str | os.PathLike, *, checksums: bool = True) -> list[str]:
             continue
         count = 0
         keys: set[str] = set()
-        for item in iter_shard(path, on_error="skip", extensions=frozenset({"npy", RECORD})):
+        for item in iter_shard(path, on_error="skip"):  # (every member: a record may name one moved, from any run)
             if isinstance(item, Failure):
                 problems.append(f"{s['path']}: {item.error}")
                 break
@@ -130,10 +130,17 @@ def verify(out: str | os.PathLike, *, checksums: bool = True) -> list[str]:
                 continue
             record = item.fields.get(RECORD)
             try:
-                stored = None if record is None else read_record(record).size
+                rec = None if record is None else read_record(record)
             except ValueError as e:
                 problems.append(f"{s['path']}: sample {item.key!r}: member .{RECORD} {e}")
                 continue
+            stored = None if rec is None else rec.size
+            for name, steps in rec.moved if rec is not None else ():
+                said, size = rec.size_after(steps), _plane_size(item.fields.get(name))  # type: ignore[union-attr]
+                if size != said:
+                    problems.append(f"{s['path']}: sample {item.key!r}: member .{name} is "
+                                    f"{'x'.join(map(str, size)) if size else 'missing or not a PNG or .npy'}, its "
+                                    f".{RECORD} says it was moved to {said[0]}x{said[1]}")
             if stored is not None and stored != (h, w):
                 problems.append(f"{s['path']}: sample {item.key!r} is {h}x{w}, its .{RECORD} says {stored[0]}x{stored[1]}")
             elif shape is not None and [h, w, 3] != list(shape):
@@ -153,6 +160,32 @@ def verify(out: str | os.PathLike, *, checksums: bool = True) -> list[str]:
                 extra.append(n)
         problems += [f"{n}: a shard the manifest does not list (another run's?)" for n in extra]
     return problems
+
+
+def _plane_size(data: bytes | None) -> tuple[int, int] | None:
+    """A mask member's (height, width) from its header (a PNG's IHDR, an .npy's shape [H,
+    W]), or None where it is neither."""
+    import struct
+
+    if data is None:
+        return None
+    if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24 and data[12:16] == b"IHDR":
+        w, h = struct.unpack(">II", data[16:24])
+        return int(h), int(w)
+    if data[:6] == b"\x93NUMPY":
+        import io
+
+        import numpy as np
+
+        try:
+            fp = io.BytesIO(data)
+            version = np.lib.format.read_magic(fp)
+            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+            shape = read[version](fp)[0]
+        except Exception:  # (numpy's header parser: ValueError, SyntaxError, TypeError, EOFError ...; KeyError)
+            return None
+        return (int(shape[0]), int(shape[1])) if len(shape) == 2 else None
+    return None
 
 
 def _matches(layout: Layout, name: str) -> bool:

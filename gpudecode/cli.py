@@ -99,7 +99,8 @@ def _cmd_precache(a: argparse.Namespace) -> int:
                      num_threads=a.threads, on_error="warn" if a.keep_going else "raise",
                      max_pixels=DEFAULT_MAX_PIXELS if a.max_pixels is None else a.max_pixels, device=a.device,
                      decoder=a.decoder, rank=a.rank, world_size=a.world_size, resume=a.resume,
-                     executor="ray" if a.ray is not None else "local", ray_address=a.ray or None, progress=progress)
+                     executor="ray" if a.ray is not None else "local", ray_address=a.ray or None, progress=progress,
+                     masks=a.mask or ())
     finally:
         if bar is not None:
             bar.close()
@@ -412,6 +413,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "or HxW: exactly that")
     s.add_argument("--crop", choices=["none", "center"], default="none",
                    help="center: then cut the SxS centre (train at the stored size)")
+    s.add_argument("--mask", action="append", default=None, metavar="EXT",
+                   help="a member that is a segmentation mask (e.g. seg.png; repeatable): moved with its image here, "
+                   "once, rather than by the Loader each epoch")
     g = s.add_mutually_exclusive_group()
     g.add_argument("--shard-size", type=COUNT, default=None, help="samples per output shard "
                    "(default: one output shard per source shard)")

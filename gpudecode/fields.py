@@ -496,7 +496,7 @@ def _records(specs: Sequence[FieldSpec], samples: Sequence[Any], sizes: Sequence
 
 def _stored_mask(rec: Record, mask: torch.Tensor, spec: FieldSpec) -> torch.Tensor:
     try:
-        return stored_mask(rec, mask)
+        return stored_mask(rec, mask, rec.done(spec.name))  # (precache may have moved it, through some steps)
     except ValueError as e:
         raise _Failed(f"field .{spec.name} {e}") from None
 

@@ -62,7 +62,7 @@ from .pipeline import Pipeline, PipelineConfig
 from .io.writer import ShardWriter, check_key, pattern_head
 from ._manifest import MAX_PARTS, Layout, _read_json, manifest_path, verify, write_json_atomic  # noqa: F401
 from .tensors import npy_parts
-from ._record import image_record
+from ._record import Record, image_record
 from .transforms.stored import RECORD, downsizing, made, stored_size
 
 IMAGE_EXTS = DEFAULT_IMAGE_EXTS  # torchvision's image extensions and .npy
@@ -140,13 +140,17 @@ class Settings:
     # the GPU model decoding ("" on the CPU): GPU decoders differ by model (A100 and H100 have a
     # hardware JPEG decoder, others decode with CUDA), so one run's outputs come from one model
     device_model: str = ""
+    masks: list[str] = field(default_factory=list)  # the members moved with their images (masks=)
 
     def doc(self) -> dict:
-        return {"format_version": FORMAT_VERSION, "gpudecode": __version__, "sources": self.sources,
-                "size": list(self.size) if isinstance(self.size, tuple) else self.size, "crop": self.crop,
-                "shard_size": self.shard_size, "shard_bytes": self.shard_bytes, "image_exts": self.image_exts,
-                "max_pixels": self.max_pixels, "device": self.device, "decoder": self.decoder,
-                "on_error": self.on_error, "device_model": self.device_model}
+        doc = {"format_version": FORMAT_VERSION, "gpudecode": __version__, "sources": self.sources,
+               "size": list(self.size) if isinstance(self.size, tuple) else self.size, "crop": self.crop,
+               "shard_size": self.shard_size, "shard_bytes": self.shard_bytes, "image_exts": self.image_exts,
+               "max_pixels": self.max_pixels, "device": self.device, "decoder": self.decoder,
+               "on_error": self.on_error, "device_model": self.device_model}
+        if self.masks:  # (only where given: a run without it resumes as it was made)
+            doc["masks"] = self.masks
+        return doc
 
 
 def device_model(device: str) -> str:
@@ -213,20 +217,31 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
     def plan(h: int, w: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
         return downsizing(h, w, settings.size, settings.crop)
 
-    def _record(s: Sample, h: int, w: int) -> bytes | None:
+    def _record(s: Sample, h: int, w: int) -> tuple[bytes | None, dict[str, bytes]]:
         """The sample's record of how its image was stored (transforms.stored), after the
-        one it came with (an image precached before); None where neither resized it."""
+        one it came with (an image precached before), or None where neither resized it;
+        and its `masks` members moved onto the stored image (the record says so)."""
         data = s.fields.get(RECORD)
         try:
             earlier = None if data is None else image_record(data, (h, w))
+            rec = made(h, w, *plan(h, w), earlier)
+            if rec is None:
+                return None, {}
+            moved = {}
+            for e in settings.masks:
+                if e in s.fields:
+                    try:
+                        moved[e] = moved_mask(s.fields[e], rec, rec.done(e), settings.max_pixels)
+                    except ValueError as why:
+                        raise ValueError(f"member .{e} {why}") from None
         except ValueError as e:
             raise FieldError(str(e), shard=s.shard, key=s.key) from None
-        rec = made(h, w, *plan(h, w), earlier)
-        return None if rec is None else rec.member()
+        return rec.with_moved(moved).member(), moved
 
-    def put(done: list[tuple[Sample, np.ndarray, bytes | None]], writer: ShardWriter) -> None:  # (the writing thread)
-        for s, img, record in done:
-            kept = {e: d for e, d in s.fields.items() if e not in exts and e != RECORD}
+    def put(done: list[tuple[Sample, np.ndarray, bytes | None, dict[str, bytes]]],
+            writer: ShardWriter) -> None:  # (the writing thread)
+        for s, img, record, moved in done:
+            kept = {e: moved.get(e, d) for e, d in s.fields.items() if e not in exts and e != RECORD}
             if record is not None:
                 kept[RECORD] = record
             writer.write({"__key__": s.key, "npy": npy_parts(img), **kept})
@@ -242,14 +257,14 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
         for s, img, (h, w) in pipe.finish_images(prepared, plan):
             try:
                 check_key(s.key)
-                record = _record(s, h, w)
+                record, moved = _record(s, h, w)
             except FieldError as e:  # (a record it came with that is not one, or not its image's)
                 fail(e)
                 continue
             except ValueError as e:  # a key the reader takes but no shard may hold (`a/../k`, a newline)
                 fail(ShardFormatError(f"sample key cannot be written to a shard: {e}", shard=s.shard, key=s.key))
                 continue
-            done.append((s, img, record))
+            done.append((s, img, record, moved))
         if pending is not None:
             pending.result()  # (its ShardWriteError, if any, is raised here)
         pending = behind.submit(put, done, writer)
@@ -291,6 +306,38 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
                           for s in skipped]}
     write_json_atomic(layout.record(unit), record)
     return record
+
+
+def moved_mask(data: Any, rec: Record, done: int, max_pixels: int) -> bytes:
+    """A mask member (a PNG of one channel or an .npy, as a Mask field reads it) moved
+    onto the stored image by `rec`, through the steps after its first `done`
+    (transforms.stored.stored_mask: nearest neighbour, 0 where a cut pads), written back
+    in its own form: a PNG of its mode (a palette image keeps its palette, 16-bit grey its
+    16 bits), an .npy of its dtype; the values the Mask field reads are the moved mask's.
+
+    Raises:
+        ValueError: not a mask, or not of its image's size (the member's FieldError)."""
+    import io
+
+    from PIL import Image
+
+    from .fields import _npy, decode_mask
+    from .transforms.stored import stored_mask
+
+    arr = stored_mask(rec, decode_mask(data, max_pixels), done).numpy()
+    raw = bytes(data["bytes"] if isinstance(data, dict) else data)
+    out = io.BytesIO()
+    if raw[:6] == b"\x93NUMPY":
+        np.save(out, arr.astype(_npy(raw).dtype), allow_pickle=False)
+        return out.getvalue()
+    with Image.open(io.BytesIO(raw)) as im:
+        mode, palette = im.mode, (im.getpalette() if im.mode == "P" else None)
+    kind = bool if mode == "1" else np.uint8 if mode in ("L", "P") else np.uint16  # (the 16-bit greys: I;16, I)
+    img = Image.fromarray(np.ascontiguousarray(arr.astype(kind)))
+    if palette is not None:
+        img.putpalette(palette)
+    img.save(out, "PNG")
+    return out.getvalue()
 
 
 def _unit_done(layout: Layout, unit: int, *, check_sha: bool) -> dict | None:
@@ -378,7 +425,7 @@ def precache(sources: str | Sequence[str], out: str | os.PathLike, *, size: int 
              max_pixels: int = DEFAULT_MAX_PIXELS, device: Any = "cpu", decoder: Any = "auto",
              rank: int | None = None, world_size: int | None = None, resume: bool = False,
              executor: str = "local", ray_address: str | None = None,
-             progress: Callable[[int, int | None], None] | None = None) -> PrecacheReport:
+             progress: Callable[[int, int | None], None] | None = None, masks: Sequence[str] = ()) -> PrecacheReport:
     """Writes tensor shards of the images in `sources` (any shard list ShardReader takes)
     into `out` (a directory, or a shard pattern such as `cache/train-%06d.tar`), and the
     manifest once every source shard is done (see the module doc).
@@ -400,6 +447,11 @@ def precache(sources: str | Sequence[str], out: str | os.PathLike, *, size: int 
             `ray_address`, or a local Ray started here; the same output).
         progress: called as progress(done, total) with the source samples handled so far
             and the number to do (None where not known up front: remote shards).
+        masks: members that are segmentation masks (e.g. "seg.png"): where an image is
+            resized or cut, its mask is moved with it here, once (nearest neighbour, as
+            the Loader would move it each epoch), written back in its own form, and the
+            record says so; the Loader's Mask field then reads it at the stored size.
+            Other members are copied as they are.
 
     Raises:
         ValueError: bad arguments; `out` holds another run; a resume with other settings.
@@ -419,7 +471,7 @@ def precache(sources: str | Sequence[str], out: str | os.PathLike, *, size: int 
     settings = Settings(sources=sources, size=stored, crop=crop, shard_size=shard_size, shard_bytes=limit,
                         image_exts=split_exts(image_ext), max_pixels=max_pixels,
                         device="cuda" if dev.startswith("cuda") else "cpu", decoder=name, on_error=on_error,
-                        device_model=device_model(dev))
+                        device_model=device_model(dev), masks=_masks(masks, split_exts(image_ext)))
     layout = Layout(out)
     if (rank is None) != (world_size is None):
         raise ValueError("give both rank and world_size, or neither")
@@ -438,6 +490,21 @@ def precache(sources: str | Sequence[str], out: str | os.PathLike, *, size: int 
     else:
         records = _run_local(settings, layout.out, todo, threads, dev, decoder, tick)
     return _report(layout, records, kept, todo, t0)
+
+
+def _masks(masks: Sequence[str] | str, image_exts: list[str]) -> list[str]:
+    """precache's masks=, checked: member names (a sample's extensions), none an image's.
+
+    Raises:
+        ValueError: a name no member may have, or an image's extension."""
+    names = [masks] if isinstance(masks, str) else list(masks)
+    for m in names:
+        if (not isinstance(m, str) or not m or len(m) > 64 or m.startswith(".") or m == RECORD
+                or not all(c.isascii() and (c.isalnum() or c in "._-") for c in m)):
+            raise ValueError(f"masks= names members by their extension (e.g. 'seg.png'), not {m!r}")
+        if m.lower() in image_exts:
+            raise ValueError(f"masks= names {m!r}, an image extension here: the image is not its own mask")
+    return sorted(set(names))
 
 
 def _checked(size: Any, crop: str, shard_size: int | None, shard_bytes: int | str | None, on_error: str,

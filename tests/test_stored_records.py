@@ -302,6 +302,14 @@ BAD_RECORDS = [
     (b'{"version": 1, "from": [70, 90], "steps": [{"crop": [2.5, 1]}]}', r"crop is \[2.5, 1\], not a size"),
     (json.dumps({"version": 1, "from": [70, 90], "steps": [{"crop": [70, 90]}] * 17}).encode(), r"at most 16"),
     (b"[" * 5000, r"at most 4096"),
+    (b'{"version": 1, "from": [70, 90], "steps": [{"crop": [9, 9]}], "moved": ["seg.png"]}', r"moved is not a mapping"),
+    (b'{"version": 1, "from": [70, 90], "steps": [{"crop": [9, 9]}], "moved": {"a/b": 1}}', r"named 'a/b', not a"),
+    (b'{"version": 1, "from": [70, 90], "steps": [{"crop": [9, 9]}], "moved": {"gpudecode.json": 1}}', r"not a member"),
+    (b'{"version": 1, "from": [70, 90], "steps": [{"crop": [9, 9]}], "moved": {"seg.png": 0}}', r"through 0 steps"),
+    (b'{"version": 1, "from": [70, 90], "steps": [{"crop": [9, 9]}], "moved": {"seg.png": 2}}', r"not 1 to its 1"),
+    (b'{"version": 1, "from": [70, 90], "steps": [{"crop": [9, 9]}], "moved": {"seg.png": true}}', r"through True"),
+    (json.dumps({"version": 1, "from": [70, 90], "steps": [{"crop": [9, 9]}],
+                 "moved": {f"m{i}": 1 for i in range(17)}}).encode(), r"at most 16 members"),
 ]
 
 

@@ -67,17 +67,19 @@ def _cut(h: int, w: int) -> CenterCrop:
     return CenterCrop((h, w))
 
 
-def stored_mask(rec: Record, mask: torch.Tensor) -> torch.Tensor:
+def stored_mask(rec: Record, mask: torch.Tensor, done: int = 0) -> torch.Tensor:
     """A mask [H, W] of the source image's size moved onto the stored image as the
-    image was (nearest neighbour as torchvision resizes a Mask; 0 where a cut pads)."""
+    image was (nearest neighbour as torchvision resizes a Mask; 0 where a cut pads);
+    `done`: the steps it has been through already (Record.done: precache moved it), the
+    mask then of the image's size after them, moved through the rest."""
     from .masks import warp_masks
 
-    if tuple(mask.shape) != rec.source:
-        raise ValueError(f"is a mask of {mask.shape[0]}x{mask.shape[1]}; its image was "
-                         f"{rec.source[0]}x{rec.source[1]} before it was stored at {rec.size[0]}x{rec.size[1]} "
-                         f"(.{RECORD}): a mask has its image's size")
-    size = rec.source
-    for part in _parts(rec.steps):  # (a resize and its cut at a time: one plan the kernel has)
+    size = rec.size_after(done)
+    if tuple(mask.shape) != size:
+        when = "before it was stored at" if not done else f"after {done} of the steps that stored it at"
+        raise ValueError(f"is a mask of {mask.shape[0]}x{mask.shape[1]}; its image was {size[0]}x{size[1]} {when} "
+                         f"{rec.size[0]}x{rec.size[1]} (.{RECORD}): a mask has its image's size")
+    for part in _parts(rec.steps[done:]):  # (a resize and its cut at a time: one plan the kernel has)
         tf = _compose(part)
         mask = warp_masks(tf.plan, [mask], tf.draw_batch([size], 0))[0]
         size = part[-1][1:]
