@@ -402,7 +402,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "like any shards; crops and jitter stay random at train time)",
                        description="Decodes every image once and stores its pixels (uint8 HWC .npy) in WebDataset "
                        "shards with the samples' other fields, and beside each image it resizes or cuts a record of "
-                       "how (KEY.gpudecode.json: the Loader moves masks and boxes onto the stored image by it). "
+                       "how (KEY.gpudecode.json: the Loader moves masks and boxes onto the stored image by it; --mask moves a "
+                       "mask member here, once). "
                        "Resumable (--resume), spread over ranks (torchrun, "
                        "SLURM, SLURM arrays; no coordinator) or a Ray cluster (--ray); `gpudecode verify OUT` checks "
                        "the result against its manifest.")

@@ -383,6 +383,8 @@ def record(data: bytes) -> None:
     assert list(rec.source) == doc["from"] and [[op, h, w] for op, h, w in rec.steps] == [
         [*s.keys(), *next(iter(s.values()))] for s in doc["steps"]], "the record differs from what json.loads read"
     assert read_record(rec.member()) == rec, "the record written again reads otherwise"
+    assert dict(rec.moved) == doc.get("moved", {}), "the moved members differ from what json.loads read"
+    assert all(1 <= n <= len(rec.steps) for _, n in rec.moved), "a member moved through steps the record has not"
     rng = np.random.default_rng(len(data) * 7919 + data[-1])
     (h, w), (sh, sw) = rec.source, rec.size
     x0, y0 = rng.uniform(-2, w + 2, 5), rng.uniform(-2, h + 2, 5)
@@ -397,6 +399,9 @@ def record(data: bytes) -> None:
     if max(max(s[1:]) for s in [("", *rec.source), *rec.steps]) <= 64:
         mask = torch.from_numpy(rng.integers(0, 3, rec.source).astype(np.uint8))
         assert tuple(stored_mask(rec, mask).shape) == rec.size, "a mask not of the stored image's size"
+        for name, n in rec.moved:  # (a member moved through its first n steps: the rest from that size)
+            part = torch.from_numpy(rng.integers(0, 3, rec.size_after(n)).astype(np.uint8))
+            assert tuple(stored_mask(rec, part, rec.done(name)).shape) == rec.size, "a moved mask not stored"
 
 
 def image(data: bytes) -> None:

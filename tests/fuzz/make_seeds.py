@@ -201,6 +201,8 @@ def record_seeds() -> dict[str, bytes]:
     out = {"resize": made(480, 640, (256, 341), None), "cut": made(480, 640, (224, 298), (224, 224)),
            "pad": made(30, 41, None, (48, 48)), "small": made(40, 60, (20, 30), (24, 24))}
     out["twice"] = out["cut"].then((30, 30), None)  # type: ignore[union-attr]
+    out["moved"] = out["small"].with_moved(["seg.png"])  # type: ignore[union-attr]
+    out["moved-then"] = out["moved"].then((10, 12), (8, 8))
     seeds = {k: v.member() for k, v in out.items()}  # type: ignore[union-attr]
     seeds.update({"version2": b'{"version": 2, "from": [4, 4], "steps": []}', "bool": b'{"version": 1, "from": [4, true], '
                   b'"steps": []}', "step": b'{"version": 1, "from": [4, 4], "steps": [{"spin": [1, 1]}]}'})
