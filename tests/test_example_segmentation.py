@@ -53,3 +53,24 @@ def test_the_example_rotates_masks_with_their_images(tmp_path):
     share = [float(re.search(r"([0-9.]+)% of pixels ignored", out).group(1)) for out in (plain, rotated)]
     assert share[1] > share[0] + 3, share  # (a 30-degree turn brings in corners of about 10% on average)
     assert np.isfinite(float(re.search(r"loss ([0-9.]+)", rotated).group(1)))
+
+
+def test_the_example_trains_from_precached_shards_with_their_masks_moved(tmp_path):
+    """--precache 64: the images decoded once into tensor shards at shorter side 64, each
+    mask moved there with its image (a palette PNG of the stored size, its record saying
+    so), then trained from: every image once; a second run keeps the shards (resume)."""
+    from gpudecode.transforms.stored import RECORD, read_record
+
+    out = _run(tmp_path, "--epochs", "1", "--make-demo", str(tmp_path / "set"), "--precache", "64")
+    cache = tmp_path / "set-precached-64"
+    assert f"precached 48 images and their masks (shorter side at most 64) into {cache}, 48 decoded now" in out, out
+    assert re.findall(r"epoch (\d): (\d+) images", out) == [("0", "48")], out
+    samples = [s for p in sorted(cache.glob("*.tar")) for _, s in tar_samples(p)]
+    assert len(samples) == 48
+    for s in samples:
+        rec = read_record(s[RECORD])
+        with Image.open(io.BytesIO(s["seg.png"])) as im:
+            assert im.mode == "P" and im.size == (rec.size[1], rec.size[0]) and min(rec.size) == 64
+        assert rec.done("seg.png") == len(rec.steps) == 1 and min(rec.source) > 64
+    again = _run(tmp_path, "--epochs", "1", "--data", str(tmp_path / "set"), "--precache", "64")
+    assert f"into {cache}, 0 decoded now" in again, again

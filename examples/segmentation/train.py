@@ -6,6 +6,7 @@ batches of (images, masks).
     python examples/segmentation/train.py --data "ade20k/train-{000000..000099}.tar" --classes 150
     python examples/segmentation/train.py --make-demo DIR    # write small shards (offline), then train
     python examples/segmentation/train.py --make-demo DIR --rotate 20   # RandomRotation(20) too
+    python examples/segmentation/train.py --make-demo DIR --precache 64  # decode once to tensors first
 
 The transform is torchvision's segmentation reference (references/segmentation/presets.py)
 scaled to the demo's images: RandomResize(0.5 x base, 2 x base), RandomCrop(crop,
@@ -18,6 +19,11 @@ With `--rotate DEG`, RandomRotation(DEG) follows the flip (as satellite, medical
 document sets are often trained): each mask is rotated with its image, by nearest
 neighbour, and the corners the rotation brings in are the ignore index in the mask (its
 fill), so the loss leaves them out.
+
+With `--precache S`, the images are first decoded once into tensor shards at shorter side
+S (`gpudecode.precache.precache`, beside the data), their masks moved with them there,
+once (`masks=["seg.png"]`: written back as palette PNGs of the stored size), and training
+reads those: no JPEG is decoded again, and each mask decoded is the stored image's size.
 """
 from __future__ import annotations
 
@@ -94,10 +100,22 @@ def main() -> None:
     ap.add_argument("--crop-size", type=int, default=80)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rotate", type=float, default=0.0, metavar="DEG", help="RandomRotation(DEG) after the flip")
+    ap.add_argument("--precache", type=int, default=None, metavar="S",
+                    help="decode once into tensor shards at shorter side S first, the masks moved there too "
+                    "(DIR-precached-S), train from them")
     args = ap.parse_args()
     data = make_demo(args.make_demo) if args.make_demo else args.data
     if data is None:
         ap.error("give --data or --make-demo")
+    if args.precache:
+        from gpudecode.precache import precache
+
+        base = args.make_demo or (args.data if os.path.isdir(args.data) else "data")
+        out = f"{os.path.abspath(base).rstrip(os.sep)}-precached-{args.precache}"
+        report = precache(data, out, size=args.precache, resume=True, masks=["seg.png"])  # (a second run keeps them)
+        print(f"precached {report.samples} images and their masks (shorter side at most {args.precache}) into "
+              f"{out}, {report.written} decoded now")
+        data = out
     device = "cuda" if torch.cuda.is_available() else "cpu"
     train = T.Compose([T.RandomResize(args.base_size // 2, args.base_size * 2),
                        T.RandomCrop(args.crop_size, pad_if_needed=True), T.RandomHorizontalFlip(),
