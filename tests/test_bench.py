@@ -500,6 +500,29 @@ def test_the_masks_bench_runs_each_pipeline_through_a_rotation(tmp_path, monkeyp
     assert doc["args"]["rotate"] == 15.0
 
 
+def test_the_precached_masks_bench_runs_each_pipeline(tmp_path, monkeypatch, capsys):
+    """bench/loader.py --masks --precache 96: the masked set precached with and without its
+    masks moved, the Loader over each (and over the images alone): every rate in the
+    printout and the JSON; the moved set's masks are of the stored size."""
+    import sys
+
+    from gpudecode.bench.suite import loader
+    from gpudecode.transforms.stored import RECORD, read_record
+
+    monkeypatch.setattr(loader, "OUT", tmp_path)
+    monkeypatch.setattr("gpudecode.bench.suite.OUT", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["loader", "--masks", "--precache", "96", "--images", "16", "--repeat", "1",
+                                      "--batch", "8", "--skip-dali"])
+    loader.main()
+    out = capsys.readouterr().out
+    assert "x each epoch" in out and "precached at 96" in out
+    doc = json.loads((tmp_path / "loader_masks_precached.json").read_text())
+    assert len(doc["img_per_s"]) == 3 and all(v > 0 for v in doc["img_per_s"].values())
+    moved = [s for p in sorted((tmp_path / "loader_16_masked_precached_96" / "moved").glob("*.tar"))
+             for _, s in tar_samples(p)]
+    assert len(moved) == 16 and all(read_record(s[RECORD]).done("seg.png") == 1 for s in moved)
+
+
 def test_kernel_stages_from_memory_and_cached(tmp_path, monkeypatch, capsys):
     """bench/kernels.py --stages (issue 41): each stage of the base resample timed over
     distinct images (memory) and over one image and one output slot (cached), and this

@@ -24,6 +24,9 @@ ImageNet-like JPEGs (500x375, quality 90):
         v2 moving tv_tensors.BoundingBoxes (and SanitizeBoundingBoxes) over webdataset
     python bench/loader.py --masks --rotate 15   (or --boxes) with RandomRotation(15) after
         the flip in both pipelines: the masks and boxes through a warp
+    python bench/loader.py --masks --precache 256   segmentation from tensor shards: the set
+        precached with its masks moved there (--mask) against the Loader moving each
+        full-size mask every epoch
 """
 from __future__ import annotations
 
@@ -439,6 +442,43 @@ def _rotated(a) -> str:
     return f", RandomRotation({a.rotate:g}) after the flip" if a.rotate else ""
 
 
+def precached_masks(shards, a) -> None:
+    """Segmentation from tensor shards: the masked set precached at --precache S (shorter
+    side), once with its masks moved there by precache (masks=["seg.png"]) and once
+    without (the Loader decoding each full-size mask and moving it onto the stored image
+    every epoch, by its record); the Loader over each with RandomResizedCrop(224) + flip +
+    Normalize and an int64 Mask field, and over the images alone."""
+    import torch
+
+    from gpudecode import Loader, Mask
+    from gpudecode import transforms as T
+    from gpudecode.precache import precache
+
+    urls = masked(shards)
+    root = OUT / f"{os.path.basename(os.path.dirname(urls[0]))}_precached_{a.precache}"
+    sets = {moved: precache(urls, str(root / ("moved" if moved else "each-epoch")), size=a.precache, resume=True,
+                            masks=["seg.png"] if moved else (), num_threads=a.threads).shards
+            for moved in (True, False)}  # (kept for later runs: a second run resumes, decoding none)
+    tf = T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
+
+    def loader(shards, fields):
+        return epochs(Loader(shards, batch_size=a.batch, transform=tf, device="cpu", num_threads=a.threads,
+                             labels=False, fields=fields))
+
+    mask = {"seg.png": Mask(fill=255, dtype=torch.int64)}
+    rows = alternated({"masks moved by precache (--mask)": loader(sets[True], mask),
+                       "masks moved by the Loader each epoch": loader(sets[False], mask),
+                       "images alone": loader(sets[True], None)}, a.repeat)
+    ref = rows["masks moved by the Loader each epoch"]
+    print(f"{a.images} JPEGs 500x375 + palette-PNG masks precached at {a.precache} -> RandomResizedCrop(224) + flip "
+          f"+ Normalize, int64 masks, batch {a.batch}, {a.threads} threads, {os.cpu_count()} cores, "
+          f"torch {torch.__version__}")
+    print(f"{'tensor shards':40s} {'img/s':>8s} {'x each epoch':>13s}")
+    for row, r in rows.items():
+        print(f"{row:40s} {r:8.0f} {r / ref:13.2f}")
+    save("loader_masks_precached", {"machine": machine(), "args": vars(a), "img_per_s": rows})
+
+
 def _web_epochs(pipe, threads: int):
     """go(): one epoch of the webdataset pipeline `pipe` (batches of (images, targets)) in a
     WebLoader with `threads` workers, its image count."""
@@ -540,6 +580,8 @@ def main() -> None:
                     help="with --captions: OpenCLIP's own (pip install open_clip_torch) or a stand-in")
     ap.add_argument("--masks", action="store_true", help="segmentation: a Mask field against torchvision v2's reference")
     ap.add_argument("--boxes", action="store_true", help="detection: a Boxes field against torchvision v2's LSJ recipe")
+    ap.add_argument("--precache", type=int, default=0, metavar="S",
+                    help="with --masks: from tensor shards precached at S, masks moved by precache or each epoch")
     ap.add_argument("--rotate", type=float, default=0.0,
                     help="with --masks or --boxes: RandomRotation(DEG) after the flip in both pipelines")
     a = ap.parse_args()
@@ -551,7 +593,7 @@ def main() -> None:
         captions(shards, a)
         return
     if a.masks:
-        masks(shards, a)
+        (precached_masks if a.precache else masks)(shards, a)
         return
     if a.boxes:
         boxes(shards, a)
