@@ -105,9 +105,9 @@ class Boxes:
     by the image's own draws as torchvision.transforms.v2 moves a tv_tensors.BoundingBoxes
     beside its image (cropped, scaled, shifted by the padding, clamped to the output,
     flipped; through a rotation, an affine or a perspective warp, the box around its
-    corners' new places, clamped), then, after the last step, the boxes whose width or height falls under `min_size`, or area under
-    `min_area`, dropped with their labels, as SanitizeBoundingBoxes drops them (1 and 1 by
-    default; 0 and 0 keep every box). `format`: the boxes' format as stored, "XYXY", "XYWH"
+    corners' new places, clamped), then, after the last step, the boxes whose width or
+    height falls under `min_size`, or area under `min_area`, dropped with their labels, as
+    SanitizeBoundingBoxes drops them (1 and 1 by default; 0 and 0 keep every box). `format`: the boxes' format as stored, "XYXY", "XYWH"
     (COCO's) or "CXCYWH"; `out_format`: as handed out (default: `format`; torchvision's
     detection models take "XYXY").
 

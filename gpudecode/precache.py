@@ -229,7 +229,7 @@ def run_unit(settings: Settings, out: str, unit: int, *, threads: int = 0, devic
                 return None, {}
             moved = {}
             for e in settings.masks:
-                if e in s.fields:
+                if e in s.fields and rec.done(e) < len(rec.steps):  # (one moved through every step: as it is)
                     try:
                         moved[e] = moved_mask(s.fields[e], rec, rec.done(e), settings.max_pixels)
                     except ValueError as why:

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from .draws import Draws
     from .plan import _Plan
 
-__all__ = ["Stored", "FORMATS", "as_boxes", "box_moves", "on_canvas", "move_boxes", "kept", "warped_boxes", "scale_boxes", "warp_boxes", "target", "check_format",
-           "refused"]
+__all__ = ["Stored", "FORMATS", "as_boxes", "box_moves", "on_canvas", "move_boxes", "kept", "warped_boxes",
+           "scale_boxes", "warp_boxes", "target", "check_format", "refused"]
 
 FORMATS = ("XYXY", "XYWH", "CXCYWH")  # (torchvision's axis-aligned BoundingBoxFormat names)
 _BOX_KEYS = ("boxes", "bbox", "bboxes")
@@ -214,7 +214,8 @@ def kept(xyxy: np.ndarray, *, min_size: float = 1.0, min_area: float = 1.0) -> n
     return (w >= min_size) & (h >= min_size) & (w * h >= min_area)
 
 
-def warped_boxes(xyxy: np.ndarray, counts: "Sequence[int] | np.ndarray", drawn: Sequence[Sequence[Drawn]]) -> np.ndarray:
+def warped_boxes(xyxy: np.ndarray, counts: "Sequence[int] | np.ndarray",
+                 drawn: Sequence[Sequence[Drawn]]) -> np.ndarray:
     """XYXY boxes (float32 [K, 4], `counts` an image, in order) each through its image's
     warps (`drawn`: one list an image; warped.warp_boxes_by)."""
     out = np.asarray(xyxy, np.float32).reshape(-1, 4).copy()

@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 
-__all__ = ["Drawn", "rotate_shear", "forward_affine", "affine_grid", "perspective_grid", "nearest_sample", "warp_boxes_by"]
+__all__ = ["Drawn", "rotate_shear", "forward_affine", "affine_grid", "perspective_grid", "nearest_sample",
+           "warp_boxes_by"]
 
 _CORNERS = [[0, 1], [2, 1], [2, 3], [0, 3]]  # (XYXY columns: top-left, top-right, bottom-right, bottom-left)
 

@@ -213,7 +213,7 @@ def rotation_drawn(angle: float, size: tuple[int, int], center: Sequence[float] 
     canvas's, as F.rotate samples it), and clamped to the image's canvas: torchvision
     shifts them by the least of the image's moved corners and clamps them to a canvas it
     works out anew, which can be a pixel off the image's (F.rotate's boxes then lie up to
-    half a pixel off their image, and a resize after it scales them by another ratio)."""
+    a pixel off their image, and a resize after it scales them by another ratio)."""
     h, w = size
     forward = forward_affine([w * 0.5, h * 0.5] if center is None else center, -angle, (0.0, 0.0), 1.0, (0.0, 0.0))
     a = angle % 360
