@@ -80,9 +80,10 @@ class Mask:
     values; 16-bit grey as int32), its values as Pillow's np.array gives them, or an .npy
     array [H, W] of integers or bools. A mask of another
     size than its image, of several channels, or that does not decode is its sample's
-    FieldError. A transform that moves pixels otherwise (the policies' geometric ops, as
-    torchvision's AutoAugment family refuses masks; ElasticTransform) and MixUp / CutMix
-    are refused when the Loader is made."""
+    FieldError. ElasticTransform is followed too (its field, by nearest neighbour). A
+    transform that moves pixels otherwise (the policies' geometric ops, as torchvision's
+    AutoAugment family refuses masks) and MixUp / CutMix are refused when the Loader is
+    made."""
 
     def __init__(self, fill: int = 0, dtype: torch.dtype | None = None) -> None:
         if isinstance(fill, bool) or not isinstance(fill, (int, np.integer)):
@@ -118,9 +119,9 @@ class Boxes:
     Hugging Face detection set's objects; a list of COCO annotations, each with "bbox" and
     "category_id") or an .npy [K, 4]; a Parquet struct or list column the same way. A
     member that is none of these, or holds a box that is not finite or of negative width or
-    height, is its sample's FieldError. A transform that moves pixels otherwise (the
-    policies' geometric ops, ElasticTransform), several views, and MixUp / CutMix are
-    refused when the Loader is made."""
+    height, is its sample's FieldError. ElasticTransform moves boxes as torchvision's
+    elastic_bounding_boxes does. A transform that moves pixels otherwise (the policies'
+    geometric ops), several views, and MixUp / CutMix are refused when the Loader is made."""
 
     def __init__(self, format: str = "XYXY", *, out_format: str | None = None, min_size: float = 1.0,
                  min_area: float = 1.0) -> None:

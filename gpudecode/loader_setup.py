@@ -547,8 +547,8 @@ def _masks_follow(transform: Any, step: Any) -> None:
         if why is not None:
             at = f" (view {v})" if isinstance(transform, list) else ""
             raise TransformError(f"fields: a Mask cannot follow its image{at}: {why}; a mask follows crops, "
-                                 "resizes, padding, flips, RandomZoomOut's canvas, rotations and affine and "
-                                 "perspective warps")
+                                 "resizes, padding, flips, RandomZoomOut's canvas, rotations, affine and "
+                                 "perspective warps and ElasticTransform")
     if isinstance(step, BatchTransform):
         raise TransformError(f"fields: a Mask cannot follow its image through {step!r}, which mixes images "
                              "(a mixed image has no one mask): mix in your loop where your masks allow it")
@@ -564,8 +564,8 @@ def _boxes_follow(transform: Any, step: Any) -> None:
     why = mask_refusal((transform[0] if isinstance(transform, list) else transform).plan)
     if why is not None:
         raise TransformError(f"fields: Boxes cannot follow their image: {why}; boxes follow crops, resizes, "
-                             "padding, flips, RandomZoomOut's canvas, rotations and affine and perspective "
-                             "warps")
+                             "padding, flips, RandomZoomOut's canvas, rotations, affine and perspective "
+                             "warps and ElasticTransform")
     if isinstance(step, BatchTransform):
         raise TransformError(f"fields: Boxes cannot follow their image through {step!r}, which mixes images: mix "
                              "in your loop where your boxes allow it")

@@ -1,6 +1,7 @@
 """Boxes and masks through the warps (transforms/warped.py): RandomRotation (expanded or
 not, quarter turns, a centre given), RandomAffine (translation, scale, both shears, a
-centre), RandomPerspective, and each inside RandomApply and RandomOrder. Against
+centre), RandomPerspective, each inside RandomApply and RandomOrder, and ElasticTransform
+(first, on the decoded image; last, on the kernel's output). Against
 torchvision.transforms.v2, which moves a tv_tensors.BoundingBoxes (its corners, the box
 around them) and a tv_tensors.Mask (nearest neighbour, the mask's fill) with the same
 params; through the Loader (its draws replayed), streamed and resident; and against the
@@ -41,6 +42,9 @@ WARPS = {
                                      T.ColorJitter(0.2), T.Normalize([0.5] * 3, [0.2] * 3)]),
     "expanded rotation": lambda: T.Compose([T.RandomRotation(35, expand=True), T.Resize((32, 32)),
                                             T.RandomHorizontalFlip()]),
+    "elastic first": lambda: T.Compose([T.ElasticTransform(30.0, 3.0), T.Resize((30, 30)), T.RandomHorizontalFlip()]),
+    "elastic last": lambda: T.Compose([T.RandomResizedCrop(28, scale=(0.3, 1.0)), T.RandomHorizontalFlip(),
+                                       T.RandomRotation(15), T.ElasticTransform(40.0, 4.0)]),
 }
 SIZES = [(37, 41), (50, 33), (64, 64), (31, 70), (28, 28), (40, 40)]
 
@@ -66,14 +70,31 @@ def tv_warps(x, step, p: dict, fill=None):
     return x
 
 
+def tv_canvas(tf, x, p: dict, size, fill=None):
+    """torchvision's op for a Compose's canvas step (an expanded rotation, an elastic warp
+    first) on a tv_tensor of an image of `size`, or `x` as it is."""
+    canvas = tf.plan.canvas
+    if isinstance(canvas, T.RandomRotation):
+        return F.rotate(x, p["rotation"]["angle"], expand=True, fill=fill)
+    if isinstance(canvas, T.ElasticTransform):
+        return F.elastic(x, canvas.displacement(p, tuple(size)), fill=fill)
+    return x
+
+
+def tv_post(tf, x, p: dict, out_size, fill=None):
+    """torchvision's elastic warp last (on the kernel's output), where the Compose has one."""
+    if tf.plan.post is None:
+        return x
+    return F.elastic(x, tf.plan.post.displacement(p, tuple(out_size)), fill=fill)
+
+
 def tv_warped_mask(tf, mask: torch.Tensor, p: dict, out_size, fill: int) -> torch.Tensor:
     """torchvision's moves of a mask under a Compose with warps, with an image's params."""
-    if isinstance(tf.plan.canvas, T.RandomRotation):  # (expanded: first, on the image)
-        mask = F.rotate(tv_tensors.Mask(mask[None]), p["rotation"]["angle"], expand=True, fill=fill)[0]
+    mask = tv_canvas(tf, tv_tensors.Mask(mask[None]), p, mask.shape, fill)[0]
     m = tv_tensors.Mask(tv_mask(mask.as_subclass(torch.Tensor), p, out_size, fill)[None])
     for step in tf.plan.program:
         m = tv_warps(m, step, p, fill)
-    return m[0].as_subclass(torch.Tensor)
+    return tv_post(tf, m, p, out_size, fill)[0].as_subclass(torch.Tensor)
 
 
 def tv_warped_boxes(tf, boxes: np.ndarray, size, p: dict, out_size) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,12 +102,12 @@ def tv_warped_boxes(tf, boxes: np.ndarray, size, p: dict, out_size) -> tuple[tor
     then SanitizeBoundingBoxes' choice: (the boxes kept, which were kept). The boxes are
     clamped to the output before the warps (ours are: torchvision's Resize alone leaves a
     box reaching out of its image unclamped, and rotates it whole)."""
-    x = tv_moved(tv_tensors.BoundingBoxes(torch.as_tensor(boxes), format="XYXY", canvas_size=tuple(size)), p,
-                 out_size)
-    x = F.clamp_bounding_boxes(x)
+    x = tv_canvas(tf, tv_tensors.BoundingBoxes(torch.as_tensor(boxes), format="XYXY", canvas_size=tuple(size)), p,
+                  size)
+    x = F.clamp_bounding_boxes(tv_moved(x, p, out_size))
     for step in tf.plan.program:
         x = tv_warps(x, step, p)
-    return tv_sanitized(x)
+    return tv_sanitized(tv_post(tf, x, p, out_size))
 
 
 def test_boxes_through_the_warps_move_as_torchvisions():
@@ -99,7 +120,7 @@ def test_boxes_through_the_warps_move_as_torchvisions():
     kept = dropped = 0
     for name, make in WARPS.items():
         tf = make()
-        if tf.plan.canvas is not None:
+        if isinstance(tf.plan.canvas, T.RandomRotation):  # (its boxes follow the image: the test below)
             continue
         warped = 0
         for seed in range(12):
@@ -112,7 +133,7 @@ def test_boxes_through_the_warps_move_as_torchvisions():
                 assert got["labels"].tolist() == (torch.nonzero(keep)[:, 0] * 3).tolist(), (name, seed, k)
                 torch.testing.assert_close(got["boxes"], ref, rtol=0, atol=1e-4)
                 kept, dropped = kept + len(ref), dropped + int((~keep).sum())
-                warped += any(key in d[k] for key in ("rotation", "affine", "perspective"))
+                warped += any(key in d[k] for key in ("rotation", "affine", "perspective", "displacement_seed"))
         assert warped > 30, name  # (the warps drawn, often)
     assert kept > 1500 and dropped > 200
 
@@ -208,6 +229,7 @@ def _bounds(images: torch.Tensor) -> list[torch.Tensor | None]:
 
 LOADER_PLANS = ("rrc+flip+rotation", "resize+crop+affine(centre)", "randomcrop+perspective", "containers",
                 "expanded rotation")
+ELASTIC = ("elastic first", "elastic last")  # (masks follow the field exactly; boxes by an approximate inverse)
 
 
 def _plain(name: str) -> T.Compose:
@@ -252,7 +274,7 @@ def test_a_mask_lies_on_its_warped_image(block_shards, keep):
     inside each block the kernel's image has its mask's class colour; where the mask is its
     fill the image is black (two pixels or more from the image's edge: the bilinear image
     and the antialiased resize blend there); a mirrored image does not lie on its mask."""
-    for name in LOADER_PLANS:
+    for name in LOADER_PLANS + ELASTIC:
         tf = _plain(name)
         ld = Loader(block_shards, batch_size=8, transform=tf, device="cpu", seed=1, num_workers=2, keep=keep,
                     keep_size=48 if keep else None, fields={"mask.png": Mask(fill=99)}, image_ext="png")
@@ -285,7 +307,7 @@ def test_the_loaders_warped_targets_are_compose_s_with_its_draws(tmp_path, photo
         samples.append({"__key__": key, "jpg": encode(img), "cls": "0", "seg.png": png(masks[key]),
                         "json": json.dumps({"boxes": boxes[key].tolist(), "labels": list(range(i % 5))}).encode()})
     urls = [make_shard(tmp_path / "warp-000000.tar", samples)]
-    for name in ("containers", "expanded rotation"):
+    for name in ("containers", "expanded rotation", "elastic first"):
         tf = WARPS[name]()
         fields = {"seg.png": Mask(fill=255), "json": Boxes()}
         ld = Loader(urls, batch_size=6, transform=tf, device="cpu", shuffle=False, seed=7, fields=fields)
@@ -329,11 +351,11 @@ def test_a_perspective_that_collapses_its_image_leaves_no_box():
 
 def test_what_still_cannot_be_followed_is_refused():
     """The policies' geometric ops (torchvision's AutoAugment family refuses boxes and masks
-    too) and ElasticTransform are refused, with the step named, as before."""
+    too) are refused, with the step named, inside a container too."""
     sizes = [(30, 30)]
     for tf, what in [(T.Compose([T.Resize((24, 24)), T.RandomOrder([T.RandomRotation(5), T.TrivialAugmentWide()])]),
                       "TrivialAugmentWide moves pixels"),
-                     (T.Compose([T.Resize((24, 24)), T.ElasticTransform()]), "ElasticTransform warps")]:
+                     (T.Compose([T.Resize((24, 24)), T.RandomApply([T.AutoAugment()])]), "AutoAugment moves pixels")]:
         with pytest.raises(TransformError, match=what):
             tf.masks([torch.zeros(30, 30, dtype=torch.uint8)], tf.draw_batch(sizes, 0))
         with pytest.raises(TransformError, match=what):

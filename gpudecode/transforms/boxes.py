@@ -19,8 +19,9 @@ canvas (on_canvas). The warps (RandomRotation, expanded or not, RandomAffine,
 RandomPerspective) move each box as torchvision moves it: its four corners through the
 warp, the box around them, clamped (transforms.warped); the boxes too small are dropped
 after the last step, as SanitizeBoundingBoxes at the end of a torchvision pipeline drops
-them. What moves pixels otherwise (the policies' geometric ops, ElasticTransform) is
-refused, as for masks (transforms.masks.refusal).
+them. ElasticTransform moves them as torchvision's elastic_bounding_boxes does. What
+moves pixels otherwise (the policies' geometric ops) is refused, as for masks
+(transforms.masks.refusal).
 """
 from __future__ import annotations
 

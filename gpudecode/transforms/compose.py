@@ -135,8 +135,8 @@ class Compose(Transform):
         RandomPerspective) by nearest neighbour with `fill` outside. `masks`: one [H, W]
         tensor or array of class indices an image (its size), on the CPU or a CUDA device;
         returns [N, h, w] of `dtype` (default: the masks' own) on their device. A Compose
-        that moves pixels otherwise (the policies' geometric ops, ElasticTransform) is
-        refused (transforms.masks)."""
+        that moves pixels otherwise (the policies' geometric ops) is refused
+        (transforms.masks); ElasticTransform is followed, by its field."""
         sizes = params.sizes if isinstance(params, Draws) else [tuple(m.shape[-2:]) for m in masks]
         out = warp_masks(self.plan, masks, as_draws(self.plan, params, sizes), fill=fill, dtype=dtype)
         if not out:

@@ -15,10 +15,11 @@ A canvas step that places the image unchanged on a larger canvas (RandomZoomOut)
 followed too: the mask is placed as its image is, the canvas around it the mask's fill.
 The warps (RandomRotation, expanded or not, RandomAffine, RandomPerspective, also inside
 RandomApply, RandomChoice and RandomOrder) are followed by nearest neighbour on the
-image's own sampling grid (transforms.warped: `drawn_warps` gathers a batch's). What
-moves pixels otherwise (the policies' geometric ops, as torchvision's AutoAugment family
-refuses masks; ElasticTransform) is not followed: `refusal` names it, and a mask is
-refused with such a transform rather than handed out misaligned.
+image's own sampling grid (transforms.warped: `drawn_warps` gathers a batch's), and so
+is ElasticTransform (first, on the image; or last, on the kernel's output), by its field.
+What moves pixels otherwise (the policies' geometric ops, as torchvision's AutoAugment
+family refuses masks) is not followed: `refusal` names it, and a mask is refused with
+such a transform rather than handed out misaligned.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def refusal(plan: "_Plan") -> str | None:
     canvas = plan.canvas
     if canvas is not None and not (getattr(canvas, "places", False) or getattr(canvas, "follows", False)):
         return f"{type(canvas).__name__} makes each image a canvas of its own"
-    if plan.post is not None:
+    if plan.post is not None and not getattr(plan.post, "follows", False):
         return f"{type(plan.post).__name__} warps the kernel's output"
     moving = next((type(u).__name__ for t in plan.program for u in t.inner()
                    if u.moves and not u.follows and len(u.inner()) == 1), None)  # (the step itself, not its wrapper)
@@ -79,7 +80,7 @@ def drawn_warps(plan: "_Plan", draws: "Draws") -> tuple[list[list[Drawn]] | None
     has no such warp."""
     canvas: Any = plan.canvas
     warps_canvas = canvas is not None and getattr(canvas, "follows", False)
-    warps_after = any(u.moves for t in plan.program for u in t.inner())
+    warps_after = any(u.moves for t in plan.program for u in t.inner()) or plan.post is not None
     if not (warps_canvas or warps_after) or not len(draws):
         return None, None
     dicts = draws.dicts()
@@ -88,7 +89,9 @@ def drawn_warps(plan: "_Plan", draws: "Draws") -> tuple[list[list[Drawn]] | None
     if warps_after:
         sizes = draws.sizes if canvas is None else [canvas.canvas_size(p, s) for p, s in zip(dicts, draws.sizes)]
         out = plan.output_size(sizes)
-        after = [[d for t in plan.program for d in t.drawn(p, out)] for p in dicts]
+        post: Any = plan.post  # (last: ElasticTransform on the kernel's output, its field at the output's size)
+        after = [[d for t in plan.program for d in t.drawn(p, out)] + (post.drawn(p, out) if post is not None else [])
+                 for p in dicts]
     return before, after
 
 

@@ -18,15 +18,15 @@ A `Drawn` is one warp as drawn for one image; the warp steps make them (warps.py
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 
-__all__ = ["Drawn", "rotate_shear", "forward_affine", "affine_grid", "perspective_grid", "nearest_sample",
-           "warp_boxes_by"]
+__all__ = ["Drawn", "rotate_shear", "forward_affine", "affine_grid", "perspective_grid", "identity_grid",
+           "nearest_sample", "warp_boxes_by"]
 
 _CORNERS = [[0, 1], [2, 1], [2, 3], [0, 3]]  # (XYXY columns: top-left, top-right, bottom-right, bottom-left)
 
@@ -115,6 +115,15 @@ def perspective_grid(coefficients: Sequence[float], size: tuple[int, int],
     return nx.div_(den).sub_(1.0), ny.div_(den).sub_(1.0)
 
 
+def identity_grid(h: int, w: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The pixels' centres [1, h, w, 2] in grid_sample's [-1, 1] coordinates, as
+    torchvision's elastic warps make them (the grid a displacement field is added to)."""
+    grid = torch.empty(1, h, w, 2, dtype=torch.float32, device=device)
+    grid[..., 0].copy_(torch.linspace((-w + 1) / w, (w - 1) / w, w, device=device))
+    grid[..., 1].copy_(torch.linspace((-h + 1) / h, (h - 1) / h, h, device=device).unsqueeze_(-1))
+    return grid
+
+
 def nearest_sample(mask: torch.Tensor, grid: tuple[torch.Tensor, torch.Tensor], fill: int) -> torch.Tensor:
     """A mask [h, w] sampled at `grid` ((x, y) [oh, ow], grid_sample's coordinates) as
     grid_sample samples it (nearest, align_corners=False: the unnormalized coordinate
@@ -138,7 +147,12 @@ class Drawn:
     `inverse` (6: output to input, centred: the image's own, as the kernel samples it; None
     where torchvision turns the image exactly, by `turns` quarter turns), `shift` (x, y:
     an expanded rotation's, from the image's centre to its canvas's, where the image lies
-    on it). kind "perspective": `coefficients` (8: output to input pixels)."""
+    on it). kind "perspective": `coefficients` (8: output to input pixels). kind "field":
+    `displacement()` makes the field [1, h, w, 2] (ElasticTransform's, drawn when asked
+    for: a field a sample is a few MB), the image sampled at the identity grid plus it;
+    its boxes move as torchvision's elastic_bounding_boxes moves them (each corner, its
+    coordinates rounded up, to the identity grid minus the field there: an approximate
+    inverse, torchvision's)."""
 
     kind: str
     size: tuple[int, int]
@@ -148,6 +162,7 @@ class Drawn:
     turns: int = 0
     shift: tuple[float, float] = (0.0, 0.0)
     coefficients: tuple[float, ...] = ()
+    displacement: Callable[[], torch.Tensor] | None = field(default=None, compare=False, repr=False)
 
     @property
     def collapses(self) -> bool:
@@ -161,6 +176,8 @@ class Drawn:
         """Points [K, 2] (x, y, float32) where the warp takes them, float32 [K, 2] (an
         expanded rotation's on its canvas)."""
         p = np.asarray(pts, np.float32).reshape(-1, 2)
+        if self.kind == "field":
+            return self._field_points(p)
         if self.kind == "perspective":
             num, den = (np.asarray(v, np.float32).reshape(2, 3) for v in _inverted_perspective(self.coefficients))
             return (_apply(num, p) / _apply(den, p)).astype(np.float32)
@@ -168,6 +185,15 @@ class Drawn:
         if self.shift != (0.0, 0.0):  # (onto an expanded rotation's canvas, where its image lies)
             moved = moved + np.asarray(self.shift, np.float32)
         return moved.astype(np.float32)
+
+    def _field_points(self, p: np.ndarray) -> np.ndarray:
+        assert self.displacement is not None
+        h, w = self.size
+        inverse = identity_grid(h, w).sub_(self.displacement())
+        at = torch.from_numpy(np.ceil(p)).to(torch.int64)
+        x, y = at[:, 0].clamp(0, w - 1), at[:, 1].clamp(0, h - 1)
+        half = torch.tensor([w, h], dtype=torch.float32) * 0.5
+        return inverse[0, y, x, :].add_(1).mul_(half).sub_(0.5).numpy()
 
     def boxes(self, xyxy: np.ndarray) -> np.ndarray:
         """XYXY boxes (float32 [K, 4]) warped: the box around each one's moved corners,
@@ -191,6 +217,10 @@ class Drawn:
         if tuple(mask.shape) != tuple(self.size):
             raise ValueError(f"a {mask.shape[0]}x{mask.shape[1]} mask for a warp of a {self.size[0]}x{self.size[1]} "
                              "image")
+        if self.kind == "field":
+            assert self.displacement is not None
+            grid = identity_grid(*self.size, device=mask.device).add_(self.displacement().to(mask.device))[0]
+            return nearest_sample(mask, (grid[..., 0], grid[..., 1]), fill)
         if self.kind == "perspective":
             return nearest_sample(mask, perspective_grid(self.coefficients, self.size, mask.device), fill)
         if self.inverse is None:

@@ -3,6 +3,7 @@ with torchvision's names, arguments and draws: RandomRotation, RandomAffine,
 RandomPerspective; and the matrices the policies' warps share."""
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 import random
@@ -17,7 +18,7 @@ from ..kernels.ops import AFFINE, PERSPECTIVE
 from .base import Transform, _Step, in_fingerprint
 from .args import NEAREST, fill_rgb, on_device, warp_interpolation
 from .convert import warp_fill
-from .warped import Drawn, forward_affine, rotate_shear
+from .warped import Drawn, forward_affine, identity_grid, rotate_shear
 
 
 INTEGER_MAP = 2.0  # AFFINE's interpolation argument (NEAREST, BILINEAR: args.py)
@@ -330,11 +331,11 @@ class ElasticTransform(_Warp, converts="torchvision.ElasticTransform"):
     torchvision's global generator's numbers. The blur is applied a side at a time (the 2-D
     kernel is their product). After the geometry (last, then only Normalize, ToDtype,
     RandomErasing), or with no geometry, it warps the kernel's output instead
-    (warp_output: the field drawn at the output's size)."""
+    (warp_output: the field drawn at the output's size). Masks and boxes follow it either
+    way (`drawn`: the same field; transforms.warped)."""
 
     group = "canvas"
     canvas = True
-    follows = False  # (its field moves boxes and masks nowhere they can be told: refused with them)
     keys = ("displacement_seed",)
     canvas_why = "its field is drawn at the decoded image's size and sampled from the whole image"
     after_kernel = True  # after the geometry too: last, on the kernel's output (warp_output)
@@ -398,10 +399,14 @@ class ElasticTransform(_Warp, converts="torchvision.ElasticTransform"):
     @staticmethod
     def _identity_grid(h: int, w: int, dev: Any) -> torch.Tensor:
         """F.elastic's identity grid [1, h, w, 2] (pixel centres in grid_sample's [-1, 1])."""
-        grid = torch.empty(1, h, w, 2, dtype=torch.float32, device=dev)
-        grid[..., 0].copy_(torch.linspace((-w + 1) / w, (w - 1) / w, w, device=dev))
-        grid[..., 1].copy_(torch.linspace((-h + 1) / h, (h - 1) / h, h, device=dev).unsqueeze_(-1))
-        return grid
+        return identity_grid(h, w, dev)
+
+    def drawn(self, p: dict, size: tuple[int, int]) -> list[Drawn]:
+        """Its field for an image of `size` as boxes and masks follow it (made when they ask)."""
+        if "displacement_seed" not in p:
+            return []
+        h, w = int(size[0]), int(size[1])
+        return [Drawn("field", (h, w), (h, w), displacement=functools.partial(self.displacement, p, (h, w)))]
 
     canvas_layout = "CHW"  # (grid_sample's: no transposing copy an image)
 
