@@ -351,14 +351,19 @@ def boxes(data: bytes) -> None:
     assert (w >= 1).all() and (h >= 1).all() and (w * h >= 1).all(), "a box under the minimum was kept"
     # then a warp drawn from the bytes (a rotation, an affine warp, a perspective): each box the
     # box around its corners' new places, inside the output, and what is kept is what kept() says
+    from gpudecode.errors import TransformError
     from gpudecode.transforms.boxes import kept
-    from gpudecode.transforms.warps import RandomAffine, RandomPerspective, RandomRotation
+    from gpudecode.transforms.warps import ElasticTransform, RandomAffine, RandomPerspective, RandomRotation
 
     step = [RandomRotation(180, center=None if data[-1] & 2 else (3.5, -2.0)),
-            RandomAffine(90, (0.5, 0.5), (0.1, 3.0), (-60, 60, -60, 60)), RandomPerspective(1.0, p=1.0)][data[0] % 3]
+            RandomAffine(90, (0.5, 0.5), (0.1, 3.0), (-60, 60, -60, 60)), RandomPerspective(1.0, p=1.0),
+            ElasticTransform(80.0, 1.0)][data[0] % 4]
     import random
 
-    drawn = step.drawn(step.draw(random.Random(len(data)), out_size), out_size)
+    try:
+        drawn = step.drawn(step.draw(random.Random(len(data)), out_size), out_size)
+    except TransformError:  # (an output too small for the elastic field's blur: refused by name, as drawn)
+        return
     warped = drawn[0].boxes(moved) if drawn else moved
     assert warped.shape == moved.shape and np.isfinite(warped).all(), "a warped box is not finite"
     assert (warped[:, 0::2] >= 0).all() and (warped[:, 0::2] <= out_size[1]).all(), "a warped box left the output"
