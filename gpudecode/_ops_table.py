@@ -8,6 +8,7 @@ OPS: tuple[tuple[str, str], ...] = (
     ('policies', "TrivialAugmentWide, RandAugment, AutoAugment, AugMix; timm's RandAugment, AutoAugment, AugMixAugment (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 and the like)"),
     ('containers', 'RandomApply, RandomChoice, RandomOrder over the per-sample ops'),
     ('then', "Normalize, ToTensor, ConvertImageDtype, ToDtype; then RandomErasing (last); timm's ToTensor, MaybeToTensor, RandomErasing"),
+    ('detection boxes (anywhere; SanitizeBoundingBoxes after what moves them)', 'SanitizeBoundingBoxes, ConvertBoundingBoxFormat, ClampBoundingBoxes: what a gpudecode.Boxes field hands out (the format; the boxes dropped after the last step, with their labels); the boxes are clamped at every step already'),
     ('input conversion (dropped)', "ToImage, PILToTensor, ToPureTensor, ToImageTensor; timm's MaybePILToTensor"),
     ('on the batch', 'MixUp, CutMix, RandomChoice over them, or any callable (Loader(batch_transform=))'),
 )

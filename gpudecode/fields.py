@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from .errors import FieldError
+from .errors import FieldError, TransformError
 from .io.members import split_exts
 from .labels import parse_text_int
 from .transforms.boxes import Stored, as_boxes, box_moves, check_format, kept, move_boxes, on_canvas, target, warped_boxes
@@ -108,9 +108,12 @@ class Boxes:
     flipped; through a rotation, an affine or a perspective warp, the box around its
     corners' new places, clamped), then, after the last step, the boxes whose width or
     height falls under `min_size`, or area under `min_area`, dropped with their labels, as
-    SanitizeBoundingBoxes drops them (1 and 1 by default; 0 and 0 keep every box). `format`: the boxes' format as stored, "XYXY", "XYWH"
-    (COCO's) or "CXCYWH"; `out_format`: as handed out (default: `format`; torchvision's
-    detection models take "XYXY").
+    SanitizeBoundingBoxes drops them (1 and 1 by default; 0 and 0 keep every box).
+    `format`: the boxes' format as stored, "XYXY", "XYWH" (COCO's) or "CXCYWH";
+    `out_format`: as handed out (default: `format`; torchvision's detection models take
+    "XYXY"). A transform's SanitizeBoundingBoxes and ConvertBoundingBoxFormat set these
+    where the field leaves them (`following`: a torchvision detection pipeline converts as
+    written).
 
     In a batch, a list of one dict a sample, as torchvision's detection models take their
     targets: {"boxes": float32 [K, 4], "labels": int64 [K]} ("labels" where the member has
@@ -123,14 +126,38 @@ class Boxes:
     elastic_bounding_boxes does. A transform that moves pixels otherwise (the policies'
     geometric ops), several views, and MixUp / CutMix are refused when the Loader is made."""
 
-    def __init__(self, format: str = "XYXY", *, out_format: str | None = None, min_size: float = 1.0,
-                 min_area: float = 1.0) -> None:
+    def __init__(self, format: str = "XYXY", *, out_format: str | None = None, min_size: float | None = None,
+                 min_area: float | None = None) -> None:
         self.format = check_format(format)
         self.out_format = self.format if out_format is None else check_format(out_format)
         for name, v in (("min_size", min_size), ("min_area", min_area)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                                  or v < 0):
                 raise ValueError(f"Boxes({name}=) is a number of pixels, 0 or more, not {v!r}")
-        self.min_size, self.min_area = float(min_size), float(min_area)
+        self.min_size = 1.0 if min_size is None else float(min_size)
+        self.min_area = 1.0 if min_area is None else float(min_area)
+        self._given = (out_format is not None, min_size is not None or min_area is not None)
+
+    def following(self, plan: Any) -> "Boxes":
+        """These Boxes with what a transform's plan says of its boxes (transforms.targets):
+        ConvertBoundingBoxFormat's format handed out, SanitizeBoundingBoxes' sizes.
+
+        Raises:
+            TransformError: the field gives one of them otherwise than the transform."""
+        fmt, sizes = getattr(plan, "box_format", None), getattr(plan, "box_sizes", None)
+        out_format, min_size, min_area = self.out_format, self.min_size, self.min_area
+        if fmt is not None:
+            if self._given[0] and fmt != out_format:
+                raise TransformError(f"{self!r} hands its boxes out as {out_format}, and the transform's "
+                                     f"ConvertBoundingBoxFormat as {fmt}: give one of them")
+            out_format = fmt
+        if sizes is not None:
+            if self._given[1] and sizes != (min_size, min_area):
+                raise TransformError(f"{self!r} drops boxes under min_size={min_size:g}, min_area={min_area:g}, and "
+                                     f"the transform's SanitizeBoundingBoxes under {sizes[0]:g}, {sizes[1]:g}: give "
+                                     "one of them")
+            min_size, min_area = sizes
+        return Boxes(self.format, out_format=out_format, min_size=min_size, min_area=min_area)
 
     def __repr__(self) -> str:
         out = f", out_format={self.out_format!r}" if self.out_format != self.format else ""

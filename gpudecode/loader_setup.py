@@ -17,7 +17,8 @@ import torch
 from ._manifest import _read_json
 from .decode import check_device, check_spec
 from .errors import LabelError, Skipped, TransformError
-from .fields import field_specs
+from .fields import FieldSpec, field_specs
+from .transforms.targets import ConvertBoundingBoxFormat, SanitizeBoundingBoxes
 from .io import files as _files
 from .io.files import file_cap
 from .io import shards as _shards
@@ -529,6 +530,7 @@ def pipeline_config(transform: Any, batch_transform: Any, *, batch_size: int, de
         _masks_follow(transform, step)
     if any(f.boxes is not None for f in specs):
         _boxes_follow(transform, step)
+    specs = _box_steps(specs, transform)
     return PipelineConfig(transform, batch_size=batch_size, device=device, decoder=decoder,
                           image_exts=image_exts, fields=specs,
                           label_exts=tuple(split_exts(label_ext)) if labels else (), labels=labels,
@@ -569,6 +571,25 @@ def _boxes_follow(transform: Any, step: Any) -> None:
     if isinstance(step, BatchTransform):
         raise TransformError(f"fields: Boxes cannot follow their image through {step!r}, which mixes images: mix "
                              "in your loop where your boxes allow it")
+
+
+def _box_steps(specs: tuple[FieldSpec, ...], transform: Any) -> tuple[FieldSpec, ...]:
+    """The fields with what the transform says of its boxes (SanitizeBoundingBoxes,
+    ConvertBoundingBoxFormat: transforms.targets) in its Boxes field.
+
+    Raises:
+        TransformError: such steps and no Boxes field (nothing moves the boxes they are
+            about), or a Boxes field that says otherwise."""
+    plans = [tf.plan for tf in (transform if isinstance(transform, list) else [transform])]
+    said = next((p for p in plans if p.box_format is not None or p.box_sizes is not None), None)
+    if said is None:
+        return specs
+    if not any(f.boxes is not None for f in specs):
+        steps = [type(t).__name__ for t in said.steps if isinstance(t, (SanitizeBoundingBoxes, ConvertBoundingBoxFormat))]
+        raise TransformError(f"fields: the transform's {' and '.join(dict.fromkeys(steps))} set what a "
+                             "gpudecode.Boxes field hands out, and no field is one: name the boxes member, e.g. "
+                             "fields={\"json\": gpudecode.Boxes(\"XYWH\")}")
+    return tuple(FieldSpec(f.exts, f.boxes.following(said)) if f.boxes is not None else f for f in specs)
 
 
 def describe(loader: Loader) -> dict:

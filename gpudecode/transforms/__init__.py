@@ -28,6 +28,10 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
     - containers: RandomApply, RandomChoice, RandomOrder over the per-sample ops
     - then: Normalize, ToTensor, ConvertImageDtype, ToDtype; then RandomErasing (last);
       timm's ToTensor, MaybeToTensor, RandomErasing
+    - detection boxes (anywhere; SanitizeBoundingBoxes after what moves them):
+      SanitizeBoundingBoxes, ConvertBoundingBoxFormat, ClampBoundingBoxes: what a
+      gpudecode.Boxes field hands out (the format; the boxes dropped after the last step,
+      with their labels); the boxes are clamped at every step already
     - input conversion (dropped): ToImage, PILToTensor, ToPureTensor, ToImageTensor; timm's
       MaybePILToTensor
     - on the batch: MixUp, CutMix, RandomChoice over them, or any callable
@@ -54,6 +58,9 @@ names it converts, its group and its kernel ops; lists and tables are derived):
     policies    TrivialAugmentWide, RandAugment, AutoAugment, AugMix (timm_augment: timm's)
     containers  RandomApply, RandomChoice, RandomOrder
     output      Normalize, ToDtype, RandomErasing
+    targets     SanitizeBoundingBoxes, ConvertBoundingBoxFormat, ClampBoundingBoxes: what a Boxes
+                field hands out (no pixel changes); boxes, masks, stored, warped: targets moved
+                with their images
     plan, draws, rng, compose    a Compose's plan, its draws, each sample's generator, the launch
     convert     torchvision's and timm's objects as ours
 """
@@ -72,6 +79,7 @@ from .warps import ElasticTransform, RandomAffine, RandomPerspective, RandomRota
 from .policies import AugMix, AutoAugment, RandAugment, TrivialAugmentWide
 from .containers import RandomApply, RandomChoice, RandomOrder, SampleRandomChoice
 from .output import Normalize, RandomErasing, ToDtype
+from .targets import ClampBoundingBoxes, ConvertBoundingBoxFormat, SanitizeBoundingBoxes
 from . import timm_augment  # (its classes declare the timm transforms they convert)
 from .rng import sample_rng
 from .compose import Compose

@@ -28,6 +28,9 @@ GROUPS = {
     "containers": ("containers", "{tv} over the per-sample ops"),
     "then": ("then", "{tv}; then {last} (last); timm's {timm}, {timm_last}"),
     "last": None,  # (listed in "then"'s line)
+    "targets": ("detection boxes (anywhere; SanitizeBoundingBoxes after what moves them)", "{tv}: what a "
+                "gpudecode.Boxes field hands out (the format; the boxes dropped after the last step, with their "
+                "labels); the boxes are clamped at every step already"),
 }
 
 # The groups whose steps make up each sample's kernel program (plan.py's `_AfterGeometry`).

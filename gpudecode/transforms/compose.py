@@ -144,8 +144,8 @@ class Compose(Transform):
         return torch.stack(out)
 
     def boxes(self, boxes: Sequence[Any], params: Sequence[dict], *, sizes: Sequence[tuple[int, int]] | None = None,
-              format: str = "XYXY", out_format: str | None = None, min_size: float = 1.0,
-              min_area: float = 1.0) -> list[dict[str, torch.Tensor]]:
+              format: str = "XYXY", out_format: str | None = None, min_size: float | None = None,
+              min_area: float | None = None) -> list[dict[str, torch.Tensor]]:
         """The images' bounding boxes moved as this Compose moves the images under `params`
         (the images' own draws, with their sizes: draw_batch), as torchvision.transforms.v2
         moves a tv_tensors.BoundingBoxes beside its image and SanitizeBoundingBoxes then
@@ -155,16 +155,21 @@ class Compose(Transform):
         image, [K, 4] in `format` or a record with labels (transforms.boxes.as_boxes says
         which); `sizes`: the images' (height, width), where `params` are dicts (draw_batch's
         Draws carry them). Returns one {"boxes", "labels"} dict an image, on the CPU, its
-        boxes in `out_format` (default: `format`). A
-        Compose that moves pixels otherwise is refused, as for masks."""
+        boxes in `out_format`. Where not given, `out_format` is this Compose's
+        ConvertBoundingBoxFormat's (else `format`), and min_size and min_area are its
+        SanitizeBoundingBoxes' (else 1 and 1). A Compose that moves pixels otherwise is
+        refused, as for masks."""
         if isinstance(params, Draws):
             sizes = params.sizes
         elif sizes is None:
             raise TypeError("Compose.boxes needs the images' sizes: give sizes=, or draw_batch's draws")
         draws = as_draws(self.plan, params, sizes)
+        out_format = out_format if out_format is not None else self.plan.box_format
+        said = self.plan.box_sizes or (1.0, 1.0)
         return warp_boxes(self.plan, boxes, draws, fmt=check_format(format),
-                          out_fmt=None if out_format is None else check_format(out_format), min_size=min_size,
-                          min_area=min_area)
+                          out_fmt=None if out_format is None else check_format(out_format),
+                          min_size=said[0] if min_size is None else min_size,
+                          min_area=said[1] if min_area is None else min_area)
 
     def apply(self, decoded: "DecodedBatch", params: Sequence[dict], sizes: Sequence[tuple[int, int]],
               view: torch.Tensor, *, rows: Sequence[int] | None = None, stream: Any = None,

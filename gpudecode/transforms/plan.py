@@ -17,6 +17,7 @@ from .convert import qualified
 from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
                        ResizeKeepRatio, _Flip, _RandomSize)
 from .output import Normalize, RandomErasing, ToDtype
+from .targets import box_settings
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class _Plan:
     canvas: CanvasStep | None = None  # first, before the geometry: each image made a canvas of its own (canvas.py)
     post: Transform | None = None  # last, after the program: a warp of the kernel's float output (ElasticTransform)
     post_levels: bool = False  # the image is uint8 at the post step (no float conversion before it)
+    box_format: str | None = None  # ConvertBoundingBoxFormat's: the format a Boxes field hands out (targets.py)
+    box_sizes: tuple[float, float] | None = None  # SanitizeBoundingBoxes' (min_size, min_area)
 
     @property
     def rrc(self) -> bool:
@@ -94,12 +97,14 @@ def _names(steps: Sequence[Any], width: int = 60) -> str:
 
 
 def _plan(transforms: Sequence[Transform]) -> _Plan:
-    steps = list(transforms)
-    names = _names(steps)
-    for i, t in enumerate(steps):
+    given = list(transforms)
+    names = _names(given)
+    for i, t in enumerate(given):
         if not isinstance(t, Transform):
-            raise _refuse(f"{qualified(t)} cannot be fused (step {i + 1} of {len(steps)}): a Compose takes "
+            raise _refuse(f"{qualified(t)} cannot be fused (step {i + 1} of {len(given)}): a Compose takes "
                           "gpudecode.transforms steps (Compose.from_torchvision converts torchvision's)")
+    box_format, box_sizes = box_settings(given, names)
+    steps = [t for t in given if t.group != "targets"]  # (they change no pixel: what a Boxes field hands out)
     canvas: Any = steps[0] if steps and getattr(steps[0], "canvas", False) else None
     if canvas is not None and getattr(canvas, "after_kernel", False) and not (
             len(steps) > 1 and steps[1].group == "geometry"):  # no geometry after it: it warps the output
@@ -115,10 +120,10 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
     out_size = geometry[-1].size if geometry else None  # type: ignore[attr-defined]
     plan = _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,
                  all(getattr(g, "antialias", True) for g in geometry), rest.flip, rest.normalize,
-                 rest.dtype or torch.uint8, tuple(steps), rest.erase, rest.vflip, tuple(rest.program),
+                 rest.dtype or torch.uint8, tuple(given), rest.erase, rest.vflip, tuple(rest.program),
                  next((FILTERS[g.filter_modes[0]] for g in geometry if len(g.filter_modes) == 1), 0),
                  next((g.crop_fill for g in geometry if g.crop_fill is not None), (0, 0, 0)),
-                 canvas, rest.post, rest.post_levels)
+                 canvas, rest.post, rest.post_levels, box_format, box_sizes)
     if plan.out_size is not None:
         for t in plan.program:
             for u in t.inner():
