@@ -15,8 +15,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # numba compiles the kernels from their bytecode, which must not carry atheris's tracing
 # calls (a cold numba cache failed every png_halves input with a TypingError): imported
-# first, they stay as written
+# first, they stay as written (the CPU twin's too: the boxes target's ElasticTransform blurs
+# its field with it)
 import gpudecode.kernels.png  # noqa: E402,F401
+import gpudecode.kernels.cpu_passes  # noqa: E402,F401
+import gpudecode.kernels.cpu_twin  # noqa: E402,F401
 
 # (Pillow's PNG chunk reader too: the mask target's PNGs go through it after the PNG walker)
 with atheris.instrument_imports(include=["gpudecode", "PIL.PngImagePlugin"]):
