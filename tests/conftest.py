@@ -192,3 +192,27 @@ def block_shards(tmp_path_factory):
         img, mask = _blocks(i, 60 + (i % 5) * 9, 70 + (i % 3) * 13)
         samples.append({"__key__": f"b{i:03d}", "png": encode(img, "PNG"), "cls": "0", "mask.png": png(mask)})
     return [make_shard(d / "blocks-000000.tar", samples)]
+
+
+def replace_members(shard: str, changed: dict, manifest: str | None = None) -> None:
+    """Rewrites the tar `shard` with the members named in `changed` (full member names)
+    holding those bytes, the rest as they were; and, where given, the precache manifest's
+    entry for it (bytes, sha256) brought up to date, so that only the content differs."""
+    import tarfile
+
+    from gpudecode.io.cache import file_sha256
+
+    new = shard + ".new"
+    with tarfile.open(shard) as src, tarfile.open(new, "w", format=tarfile.USTAR_FORMAT) as dst:
+        for member in src.getmembers():
+            data = changed.get(member.name, src.extractfile(member).read())
+            member.size = len(data)
+            dst.addfile(member, io.BytesIO(data))
+    os.replace(new, shard)
+    if manifest is not None:
+        with open(manifest) as f:
+            doc = json.load(f)
+        entry = next(s for s in doc["shards"] if os.path.basename(s["path"]) == os.path.basename(shard))
+        entry.update(bytes=os.path.getsize(shard), sha256=file_sha256(shard))
+        with open(manifest, "w") as f:
+            json.dump(doc, f)

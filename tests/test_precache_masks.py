@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
 import tarfile
 
@@ -24,7 +23,7 @@ from gpudecode import transforms as T
 from gpudecode.precache import precache, verify
 from gpudecode.transforms.stored import RECORD, read_record
 
-from conftest import encode, make_shard
+from conftest import encode, make_shard, replace_members
 from test_masks import centre, npy, palette_png, png, slic_mask
 
 SIZES = [(70, 90), (96, 64), (120, 150), (50, 50), (83, 101), (64, 200)]
@@ -144,23 +143,10 @@ def test_a_set_precached_twice_moves_its_masks_through_the_steps_left(seg, tmp_p
 def test_verify_names_a_moved_mask_of_the_wrong_size(seg, tmp_path):
     """A moved mask member that is not the size its record says (here put back at its
     source size) is a problem `gpudecode verify` names, with the member and both sizes."""
-    from gpudecode.io.cache import file_sha256
-
     url, samples = seg
     rep = precache([url], str(tmp_path / "out"), size=48, crop="center", masks=["seg.png"])
     shard = rep.shards[0]
-    changed = {"s000.seg.png": samples[0]["seg.png"]}
-    with tarfile.open(shard) as src, tarfile.open(tmp_path / "new.tar", "w", format=tarfile.USTAR_FORMAT) as dst:
-        for member in src.getmembers():
-            data = changed.get(member.name, src.extractfile(member).read())
-            member.size = len(data)
-            dst.addfile(member, io.BytesIO(data))
-    os.replace(tmp_path / "new.tar", shard)
-    with open(rep.manifest) as f:
-        doc = json.load(f)
-    doc["shards"][0].update(bytes=os.path.getsize(shard), sha256=file_sha256(shard))
-    with open(rep.manifest, "w") as f:
-        json.dump(doc, f)
+    replace_members(shard, {"s000.seg.png": samples[0]["seg.png"]}, rep.manifest)
     problems = verify(tmp_path / "out")
     assert len(problems) == 1 and re.search(r"sample 's000': member \.seg\.png is 70x90, its \.gpudecode\.json says "
                                             r"it was moved to 48x48", problems[0]), problems

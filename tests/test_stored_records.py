@@ -9,7 +9,6 @@ refused with boxes and masks; each bad record its sample's error, in the Loader 
 precache."""
 from __future__ import annotations
 
-import io
 import json
 import os
 import re
@@ -26,7 +25,7 @@ from gpudecode import transforms as T
 from gpudecode.precache import precache
 from gpudecode.transforms.stored import RECORD, Record, downsizing, made, read_record, stored_boxes, stored_mask
 
-from conftest import encode, make_shard
+from conftest import encode, make_shard, replace_members
 from test_boxes import _rectangles, tv_boxes
 from test_masks import centre, png, slic_mask
 
@@ -360,7 +359,6 @@ def test_verify_checks_each_record_against_its_image(rects, tmp_path):
     """`gpudecode verify` reads each sample's record: one that is not a record, and one
     whose stored size is not its image's, are problems naming shard and sample (the
     shard's bytes and sha256 otherwise the manifest's)."""
-    from gpudecode.io.cache import file_sha256
     from gpudecode.precache import verify
 
     url, _ = rects
@@ -368,17 +366,7 @@ def test_verify_checks_each_record_against_its_image(rects, tmp_path):
     assert verify(tmp_path / "out") == []
     shard = rep.shards[0]
     changed = {f"r002.{RECORD}": made(70, 90, (30, 30), None).member(), f"r004.{RECORD}": b"junk"}
-    with tarfile.open(shard) as src, tarfile.open(tmp_path / "new.tar", "w", format=tarfile.USTAR_FORMAT) as dst:
-        for member in src.getmembers():
-            data = changed.get(member.name, src.extractfile(member).read())
-            member.size = len(data)
-            dst.addfile(member, io.BytesIO(data))
-    os.replace(tmp_path / "new.tar", shard)
-    with open(rep.manifest) as f:
-        doc = json.load(f)
-    doc["shards"][0].update(bytes=os.path.getsize(shard), sha256=file_sha256(shard))
-    with open(rep.manifest, "w") as f:
-        json.dump(doc, f)
+    replace_members(shard, changed, rep.manifest)
     name = os.path.basename(shard)
     assert verify(tmp_path / "out") == [
         f"{name}: sample 'r002' is 48x48, its .{RECORD} says 30x30",

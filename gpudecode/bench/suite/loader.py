@@ -349,13 +349,10 @@ def captions(shards, a) -> None:
                        "gpudecode Loader, tokenized a batch at a time": loader({"txt": batched(tok_list)}),
                        "gpudecode Loader, images alone": loader(None),
                        "webdataset + DataLoader (OpenCLIP's)": web()}, a.repeat)
-    ref = rows["webdataset + DataLoader (OpenCLIP's)"]
     print(f"{a.images} image-text pairs (JPEG 500x375 q90 + .txt) -> 224x224 float + [77] tokens, batch {a.batch}, "
           f"{a.threads} threads/workers, {os.cpu_count()} cores, torch {torch.__version__}, webdataset "
           f"{getattr(wds, '__version__', '?')}; tokenizer: {tok_name}")
-    print(f"{'pipeline':46s} {'img/s':>8s} {'x webdataset':>13s}")
-    for name, r in rows.items():
-        print(f"{name:46s} {r:8.0f} {r / ref:13.2f}")
+    _ratios(rows, "webdataset + DataLoader (OpenCLIP's)", "pipeline", "x webdataset")
     save("loader_captions", {"machine": machine(), "args": vars(a), "tokenizer": tok_name, "img_per_s": rows})
 
 
@@ -469,13 +466,10 @@ def precached_masks(shards, a) -> None:
     rows = alternated({"masks moved by precache (--mask)": loader(sets[True], mask),
                        "masks moved by the Loader each epoch": loader(sets[False], mask),
                        "images alone": loader(sets[True], None)}, a.repeat)
-    ref = rows["masks moved by the Loader each epoch"]
     print(f"{a.images} JPEGs 500x375 + palette-PNG masks precached at {a.precache} -> RandomResizedCrop(224) + flip "
           f"+ Normalize, int64 masks, batch {a.batch}, {a.threads} threads, {os.cpu_count()} cores, "
           f"torch {torch.__version__}")
-    print(f"{'tensor shards':40s} {'img/s':>8s} {'x each epoch':>13s}")
-    for row, r in rows.items():
-        print(f"{row:40s} {r:8.0f} {r / ref:13.2f}")
+    _ratios(rows, "masks moved by the Loader each epoch", "tensor shards", "x each epoch")
     save("loader_masks_precached", {"machine": machine(), "args": vars(a), "img_per_s": rows})
 
 
@@ -495,12 +489,18 @@ def _against_torchvision(rows: dict, what: str, name: str, a) -> None:
     """The rows' rates and their ratios to torchvision's, printed and saved as `name`."""
     import torch
 
-    ref = rows["torchvision v2 reference + webdataset"]
     print(f"{what}, batch {a.batch}, {a.threads} threads/workers, {os.cpu_count()} cores, torch {torch.__version__}")
-    print(f"{'pipeline':46s} {'img/s':>8s} {'x torchvision':>14s}")
-    for row, r in rows.items():
-        print(f"{row:46s} {r:8.0f} {r / ref:14.2f}")
+    _ratios(rows, "torchvision v2 reference + webdataset", "pipeline", "x torchvision")
     save(name, {"machine": machine(), "args": vars(a), "img_per_s": rows})
+
+
+def _ratios(rows: dict, ref: str, first: str, against: str) -> None:
+    """The rows' rates and each one's ratio to row `ref`'s, as a table (columns `first`,
+    img/s, `against`)."""
+    width = max(40, *map(len, rows))
+    print(f"{first:{width}s} {'img/s':>8s} {against:>14s}")
+    for row, r in rows.items():
+        print(f"{row:{width}s} {r:8.0f} {r / rows[ref]:14.2f}")
 
 
 def boxed(shards: list[str]) -> list[str]:
