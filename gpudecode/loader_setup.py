@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ._manifest import _read_json
+from ._manifest import _read_json, manifest_path
 from .decode import check_device, check_spec
-from .errors import LabelError, Skipped, TransformError
+from .errors import GpuDecodeError, LabelError, Skipped, TransformError
 from .fields import FieldSpec, field_specs
 from .transforms.targets import ConvertBoundingBoxFormat, SanitizeBoundingBoxes
 from .io import files as _files
@@ -288,7 +288,7 @@ def check_sources(reader: Any, config: PipelineConfig) -> None:
         if sized:
             _check_stored_sizes(stored)
         if config.follows:
-            _check_stored_records(stored)
+            _check_stored_records(stored + _remote_precached(reader))
     if config.fields:
         _fields_read_here(reader, config)
     if not config.labels:
@@ -368,15 +368,52 @@ def _precached(reader: Any) -> list[tuple[str, dict]]:
             continue
         for name in manifests:
             doc = _read_json(os.path.join(folder, name))
-            if doc is None:  # not JSON, or not an object: says nothing here
-                continue
-            try:
-                doc["pixels"].get("shape"), doc["transform"]["size"], int(doc["version"])
-                ours = any(os.path.basename(x.get("path", "")) in names for x in doc["shards"])
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                continue
-            if ours:
+            if doc is not None and _manifest_doc(doc, names):  # (not JSON, not a manifest: says nothing here)
                 found.append((os.path.join(folder, name), doc))
+    return found
+
+
+def _manifest_doc(doc: Any, names: set[str]) -> bool:
+    """Whether `doc` (a JSON document) is a precache manifest listing one of the shards
+    `names` (their base names)."""
+    try:
+        doc["pixels"].get("shape"), doc["transform"]["size"], int(doc["version"])
+        return any(os.path.basename(x.get("path", "")) in names for x in doc["shards"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
+def _remote_precached(reader: Any) -> list[tuple[str, dict]]:
+    """The precache manifests beside the reader's HTTP(S) shards that list one of them (in
+    at most 16 folders): `manifest.json` there, or the one a shard pattern names
+    (`train-manifest.json` beside `train-000000-000.tar`), each read once (at most 16 MiB;
+    one that is not there, or not a manifest, says nothing). Read only where a Mask or
+    Boxes field follows the images: an older set's boxes must not be read unmoved."""
+    import json
+    import re
+
+    from .io.remote import open_remote
+
+    names = {u.rsplit("/", 1)[-1] for u in reader.urls}
+    found: list[tuple[str, dict]] = []
+    seen: set[str] = set()
+    for u in reader.urls:
+        if u.split("://", 1)[0].lower() not in ("http", "https"):
+            continue
+        folder, name = u.rsplit("/", 1)
+        head = re.match(r"(.*?)\d", name)
+        pattern = f"{head.group(1) if head else ''}%06d.tar"  # (precache's names: a pattern's manifest beside it)
+        for url in dict.fromkeys([f"{folder}/manifest.json", f"{folder}/{manifest_path(pattern)}"]):
+            if url in seen or len(seen) >= 32:
+                continue
+            seen.add(url)
+            try:
+                with open_remote(url, getattr(reader, "remote", None)) as f:
+                    doc = json.loads(f.read(1 << 24))
+            except (GpuDecodeError, OSError, ValueError):  # (not there, not JSON: says nothing here)
+                continue
+            if _manifest_doc(doc, names):
+                found.append((url, doc))
     return found
 
 

@@ -288,6 +288,35 @@ def test_shards_precached_before_the_record_are_refused_with_boxes_or_masks(rect
                                            fields="json")) == 18
 
 
+def test_remote_shards_precached_before_the_record_are_refused_too(rects, tmp_path, http_server):
+    """Over HTTP: the manifest beside the shards (manifest.json) is read once where a Boxes
+    or Mask field follows the images; a version-2 one is refused as the local one is, naming
+    its URL; a current one reads as the local set does; none there says nothing."""
+    url, _ = rects
+    rep = precache([url], str(tmp_path / "out"), size=48, crop="center")
+    shard = os.path.basename(rep.shards[0])
+    with open(rep.shards[0], "rb") as f:
+        http_server.files[f"/set/{shard}"] = f.read()
+    with open(rep.manifest) as f:
+        doc = json.load(f)
+    remote = [http_server.url(f"/set/{shard}")]
+    kw = dict(batch_size=6, transform=T.Compose([]), device="cpu", shuffle=False, labels=False)
+    local = [t["boxes"] for b in Loader(rep.shards, fields={"json": Boxes()}, **kw) for t in b[1]]
+    assert len(local) == 18
+    http_server.files["/set/manifest.json"] = json.dumps(doc).encode()
+    got = [t["boxes"] for b in Loader(remote, fields={"json": Boxes()}, **kw) for t in b[1]]
+    assert all(torch.equal(a, b) for a, b in zip(got, local)) and len(got) == 18
+    doc["version"] = 2
+    http_server.files["/set/manifest.json"] = json.dumps(doc).encode()
+    for fields in ({"json": Boxes()}, {"seg.png": Mask()}):
+        with pytest.raises(ValueError, match=r"precached by an older gpudecode \(http://127\.0\.0\.1:\d+/set/manifest\.json: "
+                                             r"version 2\)"):
+            Loader(remote, fields=fields, **kw)
+    assert sum(len(b.keys) for b in Loader(remote, fields="json", **kw)) == 18  # (no field follows: not read)
+    del http_server.files["/set/manifest.json"]
+    assert sum(len(b.keys) for b in Loader(remote, fields={"json": Boxes()}, **kw)) == 18
+
+
 BAD_RECORDS = [
     (b"not json", r"not JSON"),
     (b"[1, 2]", r'\{"version", "from", "steps"\}'),
