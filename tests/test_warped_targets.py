@@ -331,6 +331,31 @@ def test_the_loaders_warped_targets_are_compose_s_with_its_draws(tmp_path, photo
         assert pos == 20, name
 
 
+def test_each_view_warps_its_own_masks(block_shards):
+    """Several views, each with its own warps (a rotation, an elastic field first, an affine
+    warp in a container): a list of mask batches, one a view, each Compose.masks' with that
+    view's draws; and each lies on its view's images."""
+    from gpudecode.pipeline import view_seed
+
+    from test_masks import _blocks
+
+    views = [_plain("rrc+flip+rotation"), _plain("elastic first"), _plain("containers")]
+    ld = Loader(block_shards, batch_size=8, transform=views, device="cpu", shuffle=False, seed=4,
+                fields={"mask.png": Mask(fill=99)}, image_ext="png")
+    ld.set_epoch(1)
+    pos = 0
+    for b in ld:
+        images, _, masks = b
+        assert isinstance(masks, list) and len(masks) == 3
+        sizes = [_blocks(int(k[1:]), 60 + (int(k[1:]) % 5) * 9, 70 + (int(k[1:]) % 3) * 13)[1] for k in b.keys]
+        for v, (tf, mk, im) in enumerate(zip(views, masks, images)):
+            d = tf.draw_batch([m.shape for m in sizes], view_seed(4, v), epoch=1, indices=list(range(pos, pos + len(b.keys))))
+            assert torch.equal(mk, tf.masks([torch.from_numpy(m) for m in sizes], d, fill=99)), v
+            assert _agree(im, mk) > 0.99, v
+        pos += len(b.keys)
+    assert pos == 24
+
+
 def test_a_perspective_that_collapses_its_image_leaves_no_box():
     """A perspective drawn for a side of one pixel puts its four corners on one line, and
     its coefficients cannot be inverted (torchvision raises moving boxes by it): every box
