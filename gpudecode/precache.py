@@ -7,7 +7,9 @@ metadata) copied as they are. The Loader reads these shards like any others: the
 crop, flip and ColorJitter still happen at train time, on pixels that need no decoding.
 Where an image is resized or cut, a record of how (`.gpudecode.json`: transforms.stored)
 is written beside it, so that the members which lie on the image, a Mask's pixels and
-Boxes' coordinates, are moved onto the stored image when the Loader reads them.
+Boxes' coordinates, are moved onto the stored image when the Loader reads them; the
+members named in `masks=` are moved here instead, once (moved_mask), and the record says
+so.
 
 Stored size: `size=S` brings the shorter side down to S (never up); with `crop="center"`
 the S x S centre is then cut (zero-padded, as torchvision's CenterCrop, where an image is
