@@ -117,14 +117,15 @@ class Boxes:
 
     In a batch, a list of one dict a sample, as torchvision's detection models take their
     targets: {"boxes": float32 [K, 4], "labels": int64 [K]} ("labels" where the member has
-    them), on the Loader's device (one copy a batch). The member is read by its bytes: JSON
+    them), on the Loader's device (one copy a batch); under several views, a list of such
+    lists, one a view (each view's boxes moved with that view's image). The member is read by its bytes: JSON
     (a list of boxes; {"boxes": [...], "labels": [...]}, or "bbox" and "category" as a
     Hugging Face detection set's objects; a list of COCO annotations, each with "bbox" and
     "category_id") or an .npy [K, 4]; a Parquet struct or list column the same way. A
     member that is none of these, or holds a box that is not finite or of negative width or
     height, is its sample's FieldError. ElasticTransform moves boxes as torchvision's
     elastic_bounding_boxes does. A transform that moves pixels otherwise (the policies'
-    geometric ops), several views, and MixUp / CutMix are refused when the Loader is made."""
+    geometric ops) and MixUp / CutMix are refused when the Loader is made."""
 
     def __init__(self, format: str = "XYXY", *, out_format: str | None = None, min_size: float | None = None,
                  min_area: float | None = None) -> None:
@@ -567,16 +568,12 @@ def follow_targets(specs: Sequence[FieldSpec], values: list[list[Any]], errors: 
 def follow_boxes(specs: Sequence[FieldSpec], values: list[list[Any]], errors: dict[int, FieldError],
                  samples: Sequence[Any], views: Sequence[_Geometry]) -> None:
     """Each Boxes field's values (decode_boxes') replaced by the sample's target, its boxes
-    moved as the kernel moves its image in the one view, those too small dropped with their
-    labels (transforms.boxes): all the batch's boxes in one pass."""
+    moved as the kernel moves its image, those too small dropped with their labels
+    (transforms.boxes): all the batch's boxes in one pass a view; under several views, a
+    tuple of targets, one a view."""
     fields = [f for f, spec in enumerate(specs) if spec.boxes is not None]
     if not fields:
         return
-    if len(views) != 1:
-        raise ValueError("Boxes follow one view")  # (the Loader refuses it when made: loader_setup)
-    view = views[0]
-    out_size, placed = view.out_size, view.placed  # (placed: a RandomZoomOut's canvases, the boxes on them)
-    moves = box_moves(views[0].geom)
     for f in fields:
         spec, column = specs[f], values[f]
         boxes = spec.boxes
@@ -584,22 +581,31 @@ def follow_boxes(specs: Sequence[FieldSpec], values: list[list[Any]], errors: di
         rows = [k for k in range(len(samples)) if k not in errors]
         if not rows:
             continue
-        counts = np.array([len(column[k].xyxy) for k in rows])
-        xyxy = np.concatenate([column[k].xyxy for k in rows]).reshape(-1, 4)
-        if placed is not None:
-            xyxy = on_canvas(xyxy, np.repeat(placed[rows], counts, axis=0))
-        if view.before is not None:  # (an expanded rotation's canvas)
-            xyxy = warped_boxes(xyxy, counts, [view.before[k] for k in rows])
-        moved, ok = move_boxes(xyxy, np.repeat(moves[rows], counts, axis=0), out_size,
-                               min_size=boxes.min_size, min_area=boxes.min_area)
-        if view.after is not None:  # (the program's warps, then what SanitizeBoundingBoxes keeps)
-            moved = warped_boxes(moved, counts, [view.after[k] for k in rows])
-            ok = kept(moved, min_size=boxes.min_size, min_area=boxes.min_area)
-        for k, start, n in zip(rows, np.cumsum(counts) - counts, counts):
-            keep = np.flatnonzero(ok[start:start + n])
-            labels = column[k].labels
-            column[k] = target(moved[start:start + n][keep], None if labels is None else labels[keep],
-                               boxes.out_format)
+        stored = [column[k] for k in rows]
+        moved = [_boxes_in_view(stored, rows, view, boxes) for view in views]
+        for i, k in enumerate(rows):
+            column[k] = moved[0][i] if len(views) == 1 else tuple(m[i] for m in moved)
+
+
+def _boxes_in_view(stored: list[Stored], rows: list[int], view: _Geometry, boxes: Boxes) -> list[dict]:
+    """The targets of the samples `rows` (their boxes as read, `stored`) in one view."""
+    out_size, placed = view.out_size, view.placed  # (placed: a RandomZoomOut's canvases, the boxes on them)
+    counts = np.array([len(s.xyxy) for s in stored])
+    xyxy = np.concatenate([s.xyxy for s in stored]).reshape(-1, 4)
+    if placed is not None:
+        xyxy = on_canvas(xyxy, np.repeat(placed[rows], counts, axis=0))
+    if view.before is not None:  # (an expanded rotation's canvas)
+        xyxy = warped_boxes(xyxy, counts, [view.before[k] for k in rows])
+    moved, ok = move_boxes(xyxy, np.repeat(box_moves(view.geom)[rows], counts, axis=0), out_size,
+                           min_size=boxes.min_size, min_area=boxes.min_area)
+    if view.after is not None:  # (the program's warps, then what SanitizeBoundingBoxes keeps)
+        moved = warped_boxes(moved, counts, [view.after[k] for k in rows])
+        ok = kept(moved, min_size=boxes.min_size, min_area=boxes.min_area)
+    out = []
+    for s, start, n in zip(stored, np.cumsum(counts) - counts, counts):
+        keep = np.flatnonzero(ok[start:start + n])
+        out.append(target(moved[start:start + n][keep], None if s.labels is None else s.labels[keep], boxes.out_format))
+    return out
 
 
 def follow_masks(specs: Sequence[FieldSpec], values: list[list[Any]], errors: dict[int, FieldError],
@@ -794,10 +800,16 @@ def _said(v: Any) -> str:
     return type(v).__name__
 
 
+class Views(list):
+    """A Boxes field's batch value under several views: one list of targets a view (a list
+    type of its own: a field's plain batch value may be a list of lists)."""
+
+
 def is_views(value: Any) -> bool:
-    """Whether a field's batch value is a Mask's, one tensor a view (a batch's values that
-    are tensors are stacked, never a list of them)."""
-    return isinstance(value, list) and bool(value) and all(isinstance(v, torch.Tensor) for v in value)
+    """Whether a field's batch value is one a view: a Mask's, one tensor a view (a batch's
+    values that are tensors are stacked, never a list of them), or Boxes' (Views)."""
+    return isinstance(value, Views) or (isinstance(value, list) and bool(value)
+                                        and all(isinstance(v, torch.Tensor) for v in value))
 
 
 def row(value: Any, k: int) -> Any:
@@ -827,6 +839,8 @@ def collate(values: Sequence[Any], device: str, dtype: torch.dtype | None = None
     Mask's, its batch made so on `device` (after the copy there); `targets`: a Boxes
     field's, a list of its dicts (_targets_to)."""
     if targets:
+        if len(values) and type(values[0]) is tuple:  # (Boxes under several views: a list of targets a view)
+            return Views(_targets_to([v[i] for v in values], device) for i in range(len(values[0])))
         return _targets_to(values, device)
     kind = _kind(values[0]) if len(values) else None
     if kind is None:

@@ -594,15 +594,15 @@ def _masks_follow(transform: Any, step: Any) -> None:
 
 
 def _boxes_follow(transform: Any, step: Any) -> None:
-    """Boxes follow their image through crops, resizes, padding, flips and warps, in one view: a
-    transform that moves pixels otherwise, several views, and a batch transform that mixes
-    images are refused (TransformError), with the step named."""
-    if isinstance(transform, list) and len(transform) > 1:
-        raise TransformError(f"fields: Boxes follow one view, and {len(transform)} are given: a view's boxes "
-                             "would be another view's crop of them")
-    why = mask_refusal((transform[0] if isinstance(transform, list) else transform).plan)
-    if why is not None:
-        raise TransformError(f"fields: Boxes cannot follow their image: {why}; boxes follow crops, resizes, "
+    """Boxes follow their image through crops, resizes, padding, flips and warps, in each
+    view: a transform that moves pixels otherwise, and a batch transform that mixes images,
+    are refused (TransformError), with the step named."""
+    for v, tf in enumerate(transform if isinstance(transform, list) else [transform]):
+        why = mask_refusal(tf.plan)
+        if why is None:
+            continue
+        at = f" (view {v})" if isinstance(transform, list) else ""
+        raise TransformError(f"fields: Boxes cannot follow their image{at}: {why}; boxes follow crops, resizes, "
                              "padding, flips, RandomZoomOut's canvas, rotations, affine and perspective "
                              "warps and ElasticTransform")
     if isinstance(step, BatchTransform):
@@ -621,6 +621,9 @@ def _box_steps(specs: tuple[FieldSpec, ...], transform: Any) -> tuple[FieldSpec,
     said = next((p for p in plans if p.box_format is not None or p.box_sizes is not None), None)
     if said is None:
         return specs
+    if len({(p.box_format, p.box_sizes) for p in plans}) > 1:
+        raise TransformError("fields: the views' SanitizeBoundingBoxes and ConvertBoundingBoxFormat differ: one Boxes "
+                             "field hands out one format and drops boxes by one rule, so give every view the same")
     if not any(f.boxes is not None for f in specs):
         steps = [type(t).__name__ for t in said.steps if isinstance(t, (SanitizeBoundingBoxes, ConvertBoundingBoxFormat))]
         raise TransformError(f"fields: the transform's {' and '.join(dict.fromkeys(steps))} set what a "

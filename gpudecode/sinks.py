@@ -16,7 +16,7 @@ import torch
 from .batches import Batch, PipelineConfig, Prepared, Ready
 from .decode import DecodedBatch
 from .errors import DecodeError, Skipped
-from .fields import collate, is_views
+from .fields import Views, collate, is_views
 from .io.reader import Sample
 from .kernels.workspace import Workspace
 from .mixing import BatchTransform, batch_rng
@@ -230,7 +230,9 @@ def _repeated(value: Any, pick: torch.Tensor, idx: list[int]) -> Any:
     if isinstance(value, torch.Tensor):
         return value[pick.to(value.device)]
     if is_views(value):
-        return [v[pick.to(v.device)] for v in value]
+        out = [v[pick.to(v.device)] if isinstance(v, torch.Tensor) else [copy.deepcopy(v[i]) for i in idx]
+               for v in value]
+        return Views(out) if isinstance(value, Views) else out
     return [copy.deepcopy(value[i]) for i in idx]  # (each its own: a Boxes target's tensors, a JSON record)
 
 

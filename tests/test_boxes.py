@@ -387,7 +387,8 @@ def test_what_boxes_cannot_follow_is_refused_when_the_loader_is_made(det_shards)
     urls, _ = det_shards
     for tf, what in [(T.Compose([T.RandomResizedCrop(24), T.RandAugment()]), "RandAugment moves pixels"),
                      (T.Compose([T.Resize((24, 24)), T.AugMix()]), "AugMix moves pixels"),
-                     ([PLANS["rrc+flips"](), PLANS["rrc+flips"]()], "Boxes follow one view, and 2 are given")]:
+                     ([PLANS["rrc+flips"](), T.Compose([T.Resize((24, 24)), T.TrivialAugmentWide()])],
+                      r"Boxes cannot follow their image \(view 1\): TrivialAugmentWide moves pixels")]:
         with pytest.raises(TransformError, match=what):
             Loader(urls, batch_size=4, transform=tf, device="cpu", labels=False, fields={"boxes": Boxes()})
     with pytest.raises(TransformError, match="mixes\\s+images"):

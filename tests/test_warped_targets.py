@@ -356,6 +356,57 @@ def test_each_view_warps_its_own_masks(block_shards):
     assert pos == 24
 
 
+def test_boxes_under_a_weak_and_a_strong_view(tmp_path, photos):
+    """Two views (a weak one: crop and flip; a strong one: crop, flip, a rotation and
+    colour): a batch's targets are a list of two target lists, each Compose.boxes' with
+    that view's draws; the dataset's item holds one target a view; a batch made up under
+    even repeats them, view by view; and the views' box steps must agree."""
+    from gpudecode.fields import Views
+    from gpudecode.pipeline import view_seed
+
+    from test_boxes import _det_samples, _reference
+
+    samples = _det_samples(photos, 12)
+    url = make_shard(tmp_path / "det-000000.tar", samples)
+    refs = _reference(samples)
+    sizes = {s["__key__"]: (36 + (i * 7) % 30, 40 + (i * 11) % 30) for i, s in enumerate(samples)}
+    views = [T.Compose([T.RandomResizedCrop(24, scale=(0.5, 1.0)), T.RandomHorizontalFlip()]),
+             T.Compose([T.RandomResizedCrop(24, scale=(0.3, 1.0)), T.RandomHorizontalFlip(), T.RandomRotation(20),
+                        T.ColorJitter(0.4, 0.4)])]
+    ld = Loader([url], batch_size=6, transform=views, device="cpu", shuffle=False, seed=4, labels=False,
+                fields={"boxes": Boxes()})
+    ld.set_epoch(1)
+    pos = seen = 0
+    for b in ld:
+        images, targets = b
+        assert isinstance(targets, Views) and len(targets) == 2 and all(len(t) == len(b.keys) for t in targets)
+        sz = [sizes[k] for k in b.keys]
+        for v, (tf, ts) in enumerate(zip(views, targets)):
+            d = tf.draw_batch(sz, view_seed(4, v), epoch=1, indices=list(range(pos, pos + len(b.keys))))
+            ref = tf.boxes([{"boxes": refs[k][0], **({} if refs[k][1] is None else {"labels": refs[k][1]})}
+                            for k in b.keys], d)
+            for t, r in zip(ts, ref):
+                assert torch.equal(t["boxes"], r["boxes"]) and t.keys() == r.keys()
+                seen += len(t["boxes"])
+        pos += len(b.keys)
+    assert pos == 12 and seen > 20
+    image, item = ld.dataset[5]
+    assert isinstance(item, list) and len(item) == 2 and all(isinstance(t, dict) for t in item)
+    bad = [dict(s) for s in samples[:6]]
+    for s in bad[3:]:
+        s["jpg"] = b"not an image"
+    url2 = make_shard(tmp_path / "even-000000.tar", bad)
+    ld = Loader([url2], batch_size=3, transform=views, device="cpu", shuffle=False, on_error="skip", labels=False,
+                even="pad", rank=0, world_size=1, fields={"boxes": Boxes()})
+    first, made = list(ld)
+    assert made.keys == first.keys and isinstance(made[1], Views)
+    for a, b in zip(made[1], first[1]):
+        assert all(torch.equal(x["boxes"], y["boxes"]) and x["boxes"] is not y["boxes"] for x, y in zip(a, b))
+    with pytest.raises(TransformError, match="the views' SanitizeBoundingBoxes and ConvertBoundingBoxFormat differ"):
+        Loader([url], batch_size=6, transform=[views[0], T.Compose([*views[1].transforms, T.SanitizeBoundingBoxes(4)])],
+               device="cpu", labels=False, fields={"boxes": Boxes()})
+
+
 def test_a_perspective_that_collapses_its_image_leaves_no_box():
     """A perspective drawn for a side of one pixel puts its four corners on one line, and
     its coefficients cannot be inverted (torchvision raises moving boxes by it): every box
