@@ -37,8 +37,10 @@ class _Plan:
     canvas: CanvasStep | None = None  # first, before the geometry: each image made a canvas of its own (canvas.py)
     post: Transform | None = None  # last, after the program: a warp of the kernel's float output (ElasticTransform)
     post_levels: bool = False  # the image is uint8 at the post step (no float conversion before it)
-    box_format: str | None = None  # ConvertBoundingBoxFormat's: the format a Boxes field hands out (targets.py)
-    box_sizes: tuple[float, float] | None = None  # SanitizeBoundingBoxes' (min_size, min_area)
+    # ConvertBoundingBoxFormat's format and SanitizeBoundingBoxes' (min_size, min_area): what a Boxes field hands
+    # out (targets.py); out of the repr, which saved states' fingerprints hold (their steps are in the Compose's)
+    box_format: str | None = field(default=None, repr=False)
+    box_sizes: tuple[float, float] | None = field(default=None, repr=False)
 
     @property
     def rrc(self) -> bool:
