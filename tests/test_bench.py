@@ -428,20 +428,27 @@ def test_bench_suite_runs_from_the_package(tmp_path, monkeypatch, capsys):
         assert f"from gpudecode.bench.suite.{name} import main" in text and len(text.splitlines()) < 15
 
 
-def test_the_captions_bench_runs_each_pipeline(tmp_path, monkeypatch, capsys):
-    """bench/loader.py --captions: image-text pairs through the Loader (with and without
-    its captions) and through webdataset's pipeline as OpenCLIP builds it, every rate in
-    the printout and the JSON; the captioned shards hold each image with its caption."""
+def _run_loader_bench(monkeypatch, capsys, tmp_path, args: list[str]) -> str:
+    """bench/loader.py run with `args`, its outputs under tmp_path: what it printed."""
     import sys
 
     from gpudecode.bench.suite import loader
 
     monkeypatch.setattr(loader, "OUT", tmp_path)
     monkeypatch.setattr("gpudecode.bench.suite.OUT", tmp_path)
-    monkeypatch.setattr(sys, "argv", ["loader", "--captions", "--images", "48", "--repeat", "1", "--batch", "16",
-                                      "--skip-dali"])
+    monkeypatch.setattr(sys, "argv", ["loader", *args])
     loader.main()
-    out = capsys.readouterr().out
+    return capsys.readouterr().out
+
+
+def test_the_captions_bench_runs_each_pipeline(tmp_path, monkeypatch, capsys):
+    """bench/loader.py --captions: image-text pairs through the Loader (with and without
+    its captions) and through webdataset's pipeline as OpenCLIP builds it, every rate in
+    the printout and the JSON; the captioned shards hold each image with its caption."""
+    from gpudecode.bench.suite import loader
+
+    out = _run_loader_bench(monkeypatch, capsys, tmp_path,
+                            ["--captions", "--images", "48", "--repeat", "1", "--batch", "16", "--skip-dali"])
     assert "x webdataset" in out and "captions tokenized" in out
     doc = json.loads((tmp_path / "loader_captions.json").read_text())
     assert len(doc["img_per_s"]) == 4 and all(v > 0 for v in doc["img_per_s"].values())
@@ -458,16 +465,8 @@ def test_the_boxes_bench_runs_each_pipeline(tmp_path, monkeypatch, capsys):
     """bench/loader.py --boxes: images with COCO annotations through the Loader (with and
     without its Boxes field) and through torchvision v2 over webdataset, every rate in the
     printout and the JSON; the boxed shards hold each image with annotations in it."""
-    import sys
-
-    from gpudecode.bench.suite import loader
-
-    monkeypatch.setattr(loader, "OUT", tmp_path)
-    monkeypatch.setattr("gpudecode.bench.suite.OUT", tmp_path)
-    monkeypatch.setattr(sys, "argv", ["loader", "--boxes", "--images", "32", "--repeat", "1", "--batch", "8",
-                                      "--skip-dali"])
-    loader.main()
-    out = capsys.readouterr().out
+    out = _run_loader_bench(monkeypatch, capsys, tmp_path,
+                            ["--boxes", "--images", "32", "--repeat", "1", "--batch", "8", "--skip-dali"])
     assert "x torchvision" in out and "COCO annotations" in out
     doc = json.loads((tmp_path / "loader_boxes.json").read_text())
     assert len(doc["img_per_s"]) == 3 and all(v > 0 for v in doc["img_per_s"].values())
@@ -484,16 +483,8 @@ def test_the_masks_bench_runs_each_pipeline_through_a_rotation(tmp_path, monkeyp
     """bench/loader.py --masks --rotate 15: images with palette-PNG masks through the Loader
     (its Mask field as int64 and as uint8, and without it) and through torchvision v2 over
     webdataset, RandomRotation(15) in both: every rate in the printout and the JSON."""
-    import sys
-
-    from gpudecode.bench.suite import loader
-
-    monkeypatch.setattr(loader, "OUT", tmp_path)
-    monkeypatch.setattr("gpudecode.bench.suite.OUT", tmp_path)
-    monkeypatch.setattr(sys, "argv", ["loader", "--masks", "--rotate", "15", "--images", "16", "--repeat", "1",
-                                      "--batch", "8", "--skip-dali"])
-    loader.main()
-    out = capsys.readouterr().out
+    out = _run_loader_bench(monkeypatch, capsys, tmp_path, ["--masks", "--rotate", "15", "--images", "16", "--repeat",
+                                                            "1", "--batch", "8", "--skip-dali"])
     assert "x torchvision" in out and "palette-PNG masks" in out and "RandomRotation(15) after the flip" in out
     doc = json.loads((tmp_path / "loader_masks_rotate.json").read_text())
     assert len(doc["img_per_s"]) == 4 and all(v > 0 for v in doc["img_per_s"].values())
@@ -504,17 +495,10 @@ def test_the_precached_masks_bench_runs_each_pipeline(tmp_path, monkeypatch, cap
     """bench/loader.py --masks --precache 96: the masked set precached with and without its
     masks moved, the Loader over each (and over the images alone): every rate in the
     printout and the JSON; the moved set's masks are of the stored size."""
-    import sys
-
-    from gpudecode.bench.suite import loader
     from gpudecode.transforms.stored import RECORD, read_record
 
-    monkeypatch.setattr(loader, "OUT", tmp_path)
-    monkeypatch.setattr("gpudecode.bench.suite.OUT", tmp_path)
-    monkeypatch.setattr(sys, "argv", ["loader", "--masks", "--precache", "96", "--images", "16", "--repeat", "1",
-                                      "--batch", "8", "--skip-dali"])
-    loader.main()
-    out = capsys.readouterr().out
+    out = _run_loader_bench(monkeypatch, capsys, tmp_path, ["--masks", "--precache", "96", "--images", "16", "--repeat",
+                                                            "1", "--batch", "8", "--skip-dali"])
     assert "x each epoch" in out and "precached at 96" in out
     doc = json.loads((tmp_path / "loader_masks_precached.json").read_text())
     assert len(doc["img_per_s"]) == 3 and all(v > 0 for v in doc["img_per_s"].values())

@@ -408,6 +408,19 @@ def test_what_boxes_cannot_follow_is_refused_when_the_loader_is_made(det_shards)
                                                                      T.Compose([T.Resize((8, 8))]).draw_batch([(9, 9)], 0))
 
 
+def made_up(tmp_path, samples: list[dict], transform) -> tuple:
+    """(a batch of the first 3 samples, the batch even="pad" makes up of them), the last 3
+    samples' images spoiled (each skipped), read with a Boxes field."""
+    part = [dict(s) for s in samples[:6]]
+    for s in part[3:]:
+        s["jpg"] = b"not an image"
+    url = make_shard(tmp_path / "even-000000.tar", part)
+    ld = Loader([url], batch_size=3, transform=transform, device="cpu", shuffle=False, on_error="skip", labels=False,
+                even="pad", rank=0, world_size=1, fields={"boxes": Boxes()})
+    first, made = list(ld)
+    return first, made
+
+
 def test_the_dataset_even_and_a_device_carry_the_boxes(det_shards, tmp_path, photos):
     """The dataset's item holds its target; a batch made up under even repeats its targets;
     a batch's targets go to a device in one copy of boxes and one of labels, each sample's
@@ -419,13 +432,7 @@ def test_the_dataset_even_and_a_device_carry_the_boxes(det_shards, tmp_path, pho
                 fields={"boxes": Boxes()})
     image, t = ld.dataset[5]
     _check(tf, refs, ["d005"], [t], [(36 + 35 % 30, 40 + 55 % 30)], 4, 0, [5])
-    part = _det_samples(photos, 6)
-    for s in part[3:]:
-        s["jpg"] = b"not an image"
-    url = make_shard(tmp_path / "even-000000.tar", part)
-    ld = Loader([url], batch_size=3, transform=tf, device="cpu", shuffle=False, on_error="skip", labels=False,
-                even="pad", rank=0, world_size=1, fields={"boxes": Boxes()})
-    first, made = list(ld)
+    first, made = made_up(tmp_path, _det_samples(photos, 6), tf)
     assert made.keys == first.keys and all(torch.equal(a["boxes"], b["boxes"]) for a, b in zip(made[1], first[1]))
     targets = [{"boxes": torch.rand(n, 4), "labels": torch.arange(n)} for n in (3, 0, 5)] + [{"boxes": torch.rand(2, 4)}]
     moved = _targets_to(targets, "meta")

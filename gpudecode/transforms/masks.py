@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     from .draws import Draws
     from .plan import _Plan
 
-__all__ = ["refusal", "places", "drawn_warps", "move_mask", "mask_indices", "as_mask", "fill_fits", "warp_mask", "warp_masks", "resize_mask",
+__all__ = ["refusal", "places", "drawn_warps", "move_mask", "mask_indices", "as_mask", "fill_fits", "warp_mask",
+           "warp_masks", "resize_mask",
            "MASK_DTYPES"]
 
 # the dtypes a mask may have (an index a pixel), and what a numpy array of another

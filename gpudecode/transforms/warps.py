@@ -402,11 +402,13 @@ class ElasticTransform(_Warp, converts="torchvision.ElasticTransform"):
         return identity_grid(h, w, dev)
 
     def drawn(self, p: dict, size: tuple[int, int]) -> list[Drawn]:
-        """Its field for an image of `size` as boxes and masks follow it (made when they ask)."""
+        """Its field for an image of `size` as boxes and masks follow it (made when they first
+        ask, then kept: a sample's mask and boxes read one field)."""
         if "displacement_seed" not in p:
             return []
         h, w = int(size[0]), int(size[1])
-        return [Drawn("field", (h, w), (h, w), displacement=functools.partial(self.displacement, p, (h, w)))]
+        field = functools.cache(functools.partial(self.displacement, p, (h, w)))
+        return [Drawn("field", (h, w), (h, w), displacement=field)]
 
     canvas_layout = "CHW"  # (grid_sample's: no transposing copy an image)
 
