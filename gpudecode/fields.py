@@ -52,6 +52,7 @@ from .errors import FieldError, TransformError
 from .io.members import split_exts
 from .labels import parse_text_int
 from .transforms.boxes import Stored, as_boxes, box_moves, check_format, kept, move_boxes, on_canvas, target, warped_boxes
+from .transforms.iou_crop import emptied
 from ._record import RECORD, Record, image_record
 from .transforms.stored import stored_boxes, stored_mask
 from .transforms.masks import MASK_DTYPES, as_mask, drawn_warps, fill_fits, mask_indices, move_mask, places
@@ -549,6 +550,7 @@ class _Geometry:
     out_size: tuple[int, int]
     before: list | None = None
     after: list | None = None
+    crops: list[dict] | None = None  # each image's draws, where its crop was drawn from its boxes (RandomIoUCrop)
 
 
 def follow_targets(specs: Sequence[FieldSpec], values: list[list[Any]], errors: dict[int, FieldError],
@@ -559,7 +561,8 @@ def follow_targets(specs: Sequence[FieldSpec], values: list[list[Any]], errors: 
     view's geometry, worked out once."""
     if not len(samples) or not any(spec.mask is not None or spec.boxes is not None for spec in specs):
         return
-    views = [_Geometry(d.encode()[0], places(plan, d), plan.output_size(d.sizes), *drawn_warps(plan, d))
+    views = [_Geometry(d.encode()[0], places(plan, d), plan.output_size(d.sizes), *drawn_warps(plan, d),
+                       crops=d.dicts() if plan.reads_boxes else None)
              for plan, d in zip(plans, draws)]
     follow_masks(specs, values, errors, samples, views, pool=pool, on_host=on_host)
     follow_boxes(specs, values, errors, samples, views)
@@ -596,6 +599,9 @@ def _boxes_in_view(stored: list[Stored], rows: list[int], view: _Geometry, boxes
         xyxy = on_canvas(xyxy, np.repeat(placed[rows], counts, axis=0))
     if view.before is not None:  # (an expanded rotation's canvas)
         xyxy = warped_boxes(xyxy, counts, [view.before[k] for k in rows])
+    if view.crops is not None:  # (RandomIoUCrop's: the boxes whose centres its crop leaves out, emptied)
+        xyxy = np.concatenate([emptied(xyxy[start:start + n], view.crops[k])
+                               for k, start, n in zip(rows, np.cumsum(counts) - counts, counts)]).reshape(-1, 4)
     moved, ok = move_boxes(xyxy, np.repeat(box_moves(view.geom)[rows], counts, axis=0), out_size,
                            min_size=boxes.min_size, min_area=boxes.min_area)
     if view.after is not None:  # (the program's warps, then what SanitizeBoundingBoxes keeps)

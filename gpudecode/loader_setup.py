@@ -567,6 +567,7 @@ def pipeline_config(transform: Any, batch_transform: Any, *, batch_size: int, de
         _masks_follow(transform, step)
     if any(f.boxes is not None for f in specs):
         _boxes_follow(transform, step)
+    _boxes_drawn_from(specs, transform)
     specs = _box_steps(specs, transform)
     return PipelineConfig(transform, batch_size=batch_size, device=device, decoder=decoder,
                           image_exts=image_exts, fields=specs,
@@ -608,6 +609,19 @@ def _boxes_follow(transform: Any, step: Any) -> None:
     if isinstance(step, BatchTransform):
         raise TransformError(f"fields: Boxes cannot follow their image through {step!r}, which mixes images: mix "
                              "in your loop where your boxes allow it")
+
+
+def _boxes_drawn_from(specs: tuple[FieldSpec, ...], transform: Any) -> None:
+    """A transform that draws its crops from the samples' boxes (RandomIoUCrop) needs one
+    Boxes field to draw them from: none, or several, is refused (TransformError)."""
+    if not any(tf.plan.reads_boxes for tf in (transform if isinstance(transform, list) else [transform])):
+        return
+    boxed = [f.name for f in specs if f.boxes is not None]
+    if len(boxed) != 1:
+        raise TransformError("fields: RandomIoUCrop draws its crop from each sample's boxes, and "
+                             + ("no field is one: name the boxes member, e.g. fields={\"json\": "
+                                "gpudecode.Boxes(\"XYWH\")}" if not boxed else
+                                f"{len(boxed)} fields are ({', '.join(boxed)}): give one Boxes field"))
 
 
 def _box_steps(specs: tuple[FieldSpec, ...], transform: Any) -> tuple[FieldSpec, ...]:

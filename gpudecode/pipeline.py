@@ -74,6 +74,10 @@ class Pipeline:
         # the masks (fields.Mask) are decoded and moved on num_threads threads, a part of the batch each
         self._mask_pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.fields_aside = True  # (False: read in the stage's own thread, for a pipeline of one item: Loader.dataset)
+        # a view whose crops are drawn from the samples' boxes (RandomIoUCrop): the Boxes field's place, whose
+        # values are read before the draws (loader_setup checks there is one)
+        self._drawn_from = (next((f for f, spec in enumerate(config.fields) if spec.boxes is not None), None)
+                            if any(tf.plan.reads_boxes for tf in self.views) else None)
 
     @property
     def in_flight(self) -> int:
@@ -182,12 +186,17 @@ class Pipeline:
         else:
             index = {id(s): position + i for i, s in enumerate(chunk)}
             indices = [index[id(s)] * world + rank for s in samples]
-        keep, params, view_boxes, boxes = self._draw(samples, sizes, indices, seed, epoch)
+        at = self._drawn_from
+        first = self._fields_first(samples, sizes) if at is not None else None
+        keep, params, view_boxes, boxes = self._draw(samples, sizes, indices, seed, epoch,
+                                                     targets=None if first is None or at is None else first[0][at])
         if keep is not None:  # (images the transform cannot take: each its sample's error)
             probed = probed.keep(keep)
             samples, sizes, labels = probed.samples, [sizes[i] for i in keep], probed.extras
+            if first is not None:
+                first = _kept_fields(first, keep)
         requests = probed.requests(boxes)
-        fields = self._read_fields(samples, sizes, params) if self.config.fields else None
+        fields = self._read_fields(samples, sizes, params, first) if self.config.fields else None
         t1 = time.perf_counter()
         timing.probe = t1 - t0
         decoded = None
@@ -219,12 +228,28 @@ class Pipeline:
                          draw=(seed, epoch, rank, position), windows=boxes, view_boxes=view_boxes,
                          fields=values, field_errors=failed)
 
-    def _read_fields(self, samples: list[Sample], sizes: Sequence[tuple[int, int]],
-                     params: list[Draws]) -> "concurrent.futures.Future":
+    def _fields_first(self, samples: list[Sample], sizes: Sequence[tuple[int, int]]
+                      ) -> tuple[list[list[Any]], dict[int, Any]]:
+        """read_fields(samples) here, before the draws, where a view draws from the boxes
+        (RandomIoUCrop): (values, errors), masks checked against `sizes`, none moved yet."""
+        c = self.config
+        return read_fields(c.fields, samples, sizes=sizes, max_pixels=c.max_pixels, on_host=c.device == "cpu",
+                           pool=self.mask_pool() if c.masks else None)
+
+    def _read_fields(self, samples: list[Sample], sizes: Sequence[tuple[int, int]], params: list[Draws],
+                     first: tuple[list[list[Any]], dict[int, Any]] | None = None) -> "concurrent.futures.Future":
         """read_fields(samples) started on the fields' thread (it runs while the batch decodes),
         or read here where `fields_aside` is off; masks checked against `sizes` and moved by
-        each view's `params`."""
+        each view's `params`. `first`: the fields read before the draws (_fields_first),
+        moved here."""
         c = self.config
+        if first is not None:
+            values, failed = first
+            follow_targets(c.fields, values, failed, samples, [tf.plan for tf in self.views], params,
+                           pool=self.mask_pool() if c.masks else None, on_host=c.device == "cpu")
+            done_first: concurrent.futures.Future = concurrent.futures.Future()
+            done_first.set_result((values, failed))
+            return done_first
         kw: dict[str, Any] = dict(sizes=sizes, max_pixels=c.max_pixels, on_host=c.device == "cpu",
                                   follow=([tf.plan for tf in self.views], params) if c.follows else None)
         if c.masks and self.fields_aside:
@@ -267,7 +292,9 @@ class Pipeline:
                     rows, samples, at, shapes = rows[same], [samples[k] for k in same], at[same], shapes[same]
                     sizes, labels = SizeRows(shapes), labels[same]
         indices: Any = (position + at) * world + rank
-        drawn, params, view_boxes, boxes = self._draw(samples, sizes, indices, seed, epoch, shapes)
+        drawn, params, view_boxes, boxes = self._draw(
+            samples, sizes, indices, seed, epoch, shapes,
+            targets=None if self._drawn_from is None else store.fields[self._drawn_from][rows].tolist())
         if drawn is not None:  # (images the transform cannot take: each its sample's error)
             rows, samples, shapes = rows[drawn], [samples[k] for k in drawn], shapes[drawn]
             sizes, labels = SizeRows(shapes), labels[drawn]
@@ -323,25 +350,29 @@ class Pipeline:
         return keep
 
     def _draw(self, samples: list[Any], sizes: Sequence[tuple[int, int]], indices: Any, seed: int,
-              epoch: int, size_array: np.ndarray | None = None
+              epoch: int, size_array: np.ndarray | None = None, targets: list[Any] | None = None
               ) -> tuple[list[int] | None, list[Draws], list[np.ndarray], np.ndarray]:
         """Each view's draws for a batch (the common plans natively, as columns: see
         transforms.draws), each view's boxes and the boxes decoded (their union over the
         views): (the images kept, or None when all are, params, view boxes, boxes). An image
         the transform cannot take (a crop larger than it, ...) is its sample's DecodeError
-        under the policy and the rest are drawn again, as they would be in a batch alone."""
+        under the policy and the rest are drawn again, as they would be in a batch alone.
+        `targets`: the Boxes field's values as read (transforms.boxes.Stored; None where a
+        sample's fields failed), where a view draws from them (RandomIoUCrop)."""
         keep = None
         size_array = np.asarray(sizes, np.int64).reshape(-1, 2) if size_array is None else size_array
+        xyxy = None if targets is None else [_NO_BOX if t is None else t.xyxy for t in targets]
         try:
-            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices, size_array=size_array)
-                      for v, tf in enumerate(self.views)]
+            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices, size_array=size_array,
+                                    boxes=xyxy) for v, tf in enumerate(self.views)]
         except (ValueError, ArithmeticError):
-            keep = _drawable(self.views, self.policy, samples, sizes, indices, seed, epoch)
+            keep = _drawable(self.views, self.policy, samples, sizes, indices, seed, epoch, xyxy)
             if len(keep) == len(samples):
                 raise  # not one image's: the batch's own failure
             sizes = [sizes[i] for i in keep]
             indices = np.asarray([int(indices[i]) for i in keep], np.int64)
-            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices)
+            xyxy = None if xyxy is None else [xyxy[i] for i in keep]
+            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices, boxes=xyxy)
                       for v, tf in enumerate(self.views)]
         view_boxes = [pv.boxes() for pv in params]  # [view]: int64 [N, 4] (top, left, height, width)
         return keep, params, view_boxes, view_boxes[0] if not self.multi else _union(view_boxes)
@@ -451,19 +482,32 @@ def probe_batch(config: PipelineConfig, policy: ErrorPolicy, chunk: list[Sample]
 
 
 def _drawable(views: Sequence[Compose], policy: ErrorPolicy, samples: list[Sample], sizes: Sequence[tuple[int, int]],
-              indices: Any, seed: int, epoch: int) -> list[int]:
+              indices: Any, seed: int, epoch: int, xyxy: list[np.ndarray] | None = None) -> list[int]:
     """The images of a batch whose draws can be made, each drawn alone (the same draws
     as in a batch); each one that cannot is its sample's DecodeError under the policy."""
     keep = []
     for i, (s, hw) in enumerate(zip(samples, sizes)):
         try:
             for v, tf in enumerate(views):
-                tf.draw_batch([hw], view_seed(seed, v), epoch=epoch, indices=np.asarray([int(indices[i])]))
+                tf.draw_batch([hw], view_seed(seed, v), epoch=epoch, indices=np.asarray([int(indices[i])]),
+                              boxes=None if xyxy is None else [xyxy[i]])
             keep.append(i)
         except (ValueError, ArithmeticError) as e:
             policy(DecodeError(f"the transform cannot take this image of {hw[0]}x{hw[1]}: {e}",
                                     shard=s.shard, key=s.key))
     return keep
+
+
+_NO_BOX = np.zeros((0, 4), np.float32)  # (a sample whose fields failed: drawn without boxes, then skipped)
+
+
+def _kept_fields(first: tuple[list[list[Any]], dict[int, Any]], keep: list[int]
+                 ) -> tuple[list[list[Any]], dict[int, Any]]:
+    """Fields read for a batch (values [field][sample], errors by place) for the samples
+    `keep` only, in order."""
+    values, failed = first
+    place = {k: i for i, k in enumerate(keep)}
+    return [[col[k] for k in keep] for col in values], {place[k]: e for k, e in failed.items() if k in place}
 
 
 def view_seed(seed: int, view: int) -> int:

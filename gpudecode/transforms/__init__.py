@@ -12,11 +12,12 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       the per-sample ops (then only Normalize, ToDtype, RandomErasing), on the kernel's
       output
     - geometry (one, first or after the canvas): RandomResizedCrop, Resize, RandomResize,
-      RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, Resize + CenterCrop, Resize +
-      RandomCrop (RandomResize, RandomShortestSize and ScaleJitter only so), or none
-      (bilinear or bicubic, antialiased, or nearest, nearest-exact, pil-nearest; crops pad
-      with a fill); timm's RandomResizedCropAndInterpolation, ResizeKeepRatio,
-      CenterCropOrPad
+      RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, RandomIoUCrop, Resize +
+      CenterCrop, Resize + RandomCrop (RandomResize, RandomShortestSize and ScaleJitter only
+      so), RandomIoUCrop + Resize((h, w)) (RandomIoUCrop only so: its crop drawn from a
+      Boxes field's boxes), or none (bilinear or bicubic, antialiased, or nearest,
+      nearest-exact, pil-nearest; crops pad with a fill); timm's
+      RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad
     - flips (any order): RandomHorizontalFlip, RandomVerticalFlip
     - per-sample ops (any order): ColorJitter, RandomChannelPermutation,
       RandomPhotometricDistort, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert,
@@ -72,6 +73,7 @@ from .base import CONVERTS, Transform
 from .canvas import RandomZoomOut
 from .geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResize, RandomResizedCrop,
                        RandomShortestSize, RandomVerticalFlip, Resize, ResizeKeepRatio, ScaleJitter)
+from .iou_crop import RandomIoUCrop
 from .colour import (ColorJitter, GaussianBlur, GaussianNoise, Grayscale, RandomAdjustSharpness, RandomAutocontrast,
                      RandomChannelPermutation, RandomEqualize, RandomGrayscale, RandomInvert, RandomPhotometricDistort,
                      RandomPosterize, RandomSolarize)

@@ -19,7 +19,8 @@ GROUPS = {
                "last, after the geometry and the per-sample ops (then only Normalize, ToDtype, RandomErasing), "
                "on the kernel's output"),
     "geometry": ("geometry (one, first or after the canvas)", "{tv}, Resize + CenterCrop, Resize + RandomCrop (RandomResize, "
-                 "RandomShortestSize and ScaleJitter only so), or none (bilinear or bicubic, antialiased, or nearest, nearest-exact, pil-nearest; crops pad "
+                 "RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h, w)) (RandomIoUCrop only "
+                 "so: its crop drawn from a Boxes field's boxes), or none (bilinear or bicubic, antialiased, or nearest, nearest-exact, pil-nearest; crops pad "
                  "with a fill); timm's {timm}"),
     "flips": ("flips (any order)", "{tv}"),
     "per-sample": ("per-sample ops (any order)", "{tv}"),

@@ -13,6 +13,8 @@ columns (kernels/layout.py: the source box, the size it is resized to, the outpu
 window's offset in it, the flips), as transforms/masks.py does for a mask. (A chain's
 inner clamps are each to a window holding the output's, so the last clamp is theirs.)
 
+RandomIoUCrop's crop is such a crop; the boxes whose centres it leaves out are emptied
+there (transforms.iou_crop.emptied), as torchvision zeroes them, and dropped at the end.
 A canvas step that places the image unchanged on a larger canvas (RandomZoomOut) is
 followed as torchvision's pad moves boxes: shifted to the image's place, clamped to the
 canvas (on_canvas). The warps (RandomRotation, expanded or not, RandomAffine,
@@ -33,6 +35,7 @@ import torch
 
 from ..errors import TransformError
 from ..kernels import fused
+from .iou_crop import emptied
 from .masks import drawn_warps, places, refusal
 from .warped import Drawn, warp_boxes_by
 
@@ -256,6 +259,7 @@ def warp_boxes(plan: "_Plan", boxes: Sequence[Any], draws: "Draws", *, fmt: str 
     placed = places(plan, draws)
     before, after = drawn_warps(plan, draws)
     out_size = plan.output_size(draws.sizes)
+    dicts = draws.dicts() if plan.reads_boxes else None
     out = []
     for k, v in enumerate(boxes):
         try:
@@ -266,6 +270,8 @@ def warp_boxes(plan: "_Plan", boxes: Sequence[Any], draws: "Draws", *, fmt: str 
             xyxy = on_canvas(xyxy, placed[k])
         if before is not None:
             xyxy = warp_boxes_by(xyxy, before[k])
+        if dicts is not None:  # (RandomIoUCrop's: the boxes whose centres its crop leaves out, emptied)
+            xyxy = emptied(xyxy, dicts[k])
         moved, ok = move_boxes(xyxy, moves[k], out_size, min_size=min_size, min_area=min_area)
         if after is not None and after[k]:
             moved = warp_boxes_by(moved, after[k])

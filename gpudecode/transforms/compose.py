@@ -18,7 +18,7 @@ from . import canvas
 from .base import Transform, in_fingerprint
 from .convert import convert
 from .draws import Draws, as_draws, draw_batch, encode_dicts, python_params
-from .boxes import check_format, warp_boxes
+from .boxes import as_boxes, check_format, warp_boxes
 from .masks import warp_masks
 from .plan import _plan
 
@@ -96,20 +96,33 @@ class Compose(Transform):
         return self.plan.dtype
 
     def make_params(self, sizes: Sequence[tuple[int, int]], seed: int, *, epoch: int = 0,
-                    indices: Sequence[int] | None = None) -> list[dict]:
+                    indices: Sequence[int] | None = None, boxes: Sequence[Any] | None = None) -> list[dict]:
         """One dict per image of size (height, width), with torchvision's names: `crop`
         (top, left, height, width) (for Resize + CenterCrop: in the resized image, whose
         size is `resize`), `flip`, `brightness`, `contrast`, `saturation`, `hue` (None
-        when off), `order` (torchvision's fn_idx). (seed, epoch, index) fixes each draw."""
-        return self.draw_batch(sizes, seed, epoch=epoch, indices=indices).dicts()
+        when off), `order` (torchvision's fn_idx). (seed, epoch, index) fixes each draw.
+        `boxes`: see draw_batch."""
+        return self.draw_batch(sizes, seed, epoch=epoch, indices=indices, boxes=boxes).dicts()
 
     def draw_batch(self, sizes: Sequence[tuple[int, int]], seed: int, *, epoch: int = 0,
-                   indices: Sequence[int] | np.ndarray | None = None, size_array: np.ndarray | None = None) -> Draws:
+                   indices: Sequence[int] | np.ndarray | None = None, size_array: np.ndarray | None = None,
+                   boxes: Sequence[Any] | None = None, format: str = "XYXY") -> Draws:
         """make_params' draws as a `Draws` (a sequence of its dicts, made when read; the
         kernel's arrays made without them): for the common plans in one native call for
         the batch, else by the Python path (see transforms.draws). `size_array`: `sizes`
-        as int64 [N, 2], where the caller has it."""
-        return draw_batch(self.plan, sizes, seed, epoch=epoch, indices=indices, size_array=size_array)
+        as int64 [N, 2], where the caller has it. `boxes`: each image's boxes (anything
+        Compose.boxes takes, in `format`), which a Compose with RandomIoUCrop draws its
+        crops from (the Loader gives its Boxes field's)."""
+        xyxy = None
+        if boxes is not None and self.plan.reads_boxes:
+            fmt = check_format(format)
+            xyxy = []
+            for k, v in enumerate(boxes):
+                try:
+                    xyxy.append(as_boxes(v, fmt)[0])
+                except ValueError as e:
+                    raise ValueError(f"entry {k} {e}") from None
+        return draw_batch(self.plan, sizes, seed, epoch=epoch, indices=indices, size_array=size_array, boxes=xyxy)
 
     def _python_params(self, sizes: Sequence[tuple[int, int]], seed: int, *, epoch: int = 0,
                        indices: Sequence[int] | np.ndarray | None = None) -> list[dict]:

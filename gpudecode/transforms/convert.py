@@ -116,12 +116,29 @@ def inner(t: Any, floats: bool) -> list[Transform]:
     return [x for u in t.transforms for x in convert(u, floats)]
 
 
+def image_fill(fill: Any) -> Any:
+    """The image's fill of torchvision v2's {type: fill} (the value it looks up for an
+    image or a plain tensor; a defaultdict's default where neither is named, as SSD's
+    preset gives RandomZoomOut `defaultdict(lambda: mean, {tv_tensors.Mask: 0})`), or the
+    one value every type has; another dict is returned as it is (refused where a fill is
+    read). Not a dict: `fill` itself."""
+    if not isinstance(fill, dict):
+        return fill
+    for k, v in fill.items():
+        if getattr(k, "__name__", None) in ("Image", "Tensor") and getattr(k, "__module__", "").startswith(
+                ("torchvision", "torch")):
+            return v
+    factory = getattr(fill, "default_factory", None)
+    if factory is not None:
+        return factory()
+    values = list(fill.values())
+    return values[0] if values and all(v == values[0] for v in values) else fill
+
+
 def levels(fill: Any, floats: bool) -> Any:
-    """A torchvision fill as levels: v2's {type: fill} read when one value serves every
-    type, None as zeros, a fill after a float conversion ([0, 1]) times 255."""
-    if isinstance(fill, dict):
-        values = list(fill.values())
-        fill = values[0] if values and all(v == values[0] for v in values) else fill
+    """A torchvision fill as levels: v2's {type: fill} read for the image (image_fill),
+    None as zeros, a fill after a float conversion ([0, 1]) times 255."""
+    fill = image_fill(fill)
     if fill is None:
         return 0
     if floats and not isinstance(fill, dict):
@@ -132,10 +149,7 @@ def levels(fill: Any, floats: bool) -> Any:
 def warp_fill(t: Any, floats: bool) -> Any:
     """A warp's or policy's fill as ours take it: v2's {type: fill} one value for every
     type; after a float conversion ([0, 1] scale), uint8 levels."""
-    fill = t.fill
-    if isinstance(fill, dict):
-        values = list(fill.values())
-        fill = values[0] if values and all(v == values[0] for v in values) else fill
+    fill = image_fill(t.fill)
     if floats and fill is not None and not isinstance(fill, dict):
         fill = [v * 255.0 for v in fill] if isinstance(fill, (list, tuple)) else fill * 255.0
     return fill

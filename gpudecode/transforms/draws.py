@@ -41,10 +41,15 @@ _JITTER_IDS = np.array(JITTER_OPS, np.int32)
 
 
 def draw_batch(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *, epoch: int = 0,
-               indices: Sequence[int] | np.ndarray | None = None, size_array: np.ndarray | None = None) -> "Draws":
+               indices: Sequence[int] | np.ndarray | None = None, size_array: np.ndarray | None = None,
+               boxes: Sequence[np.ndarray] | None = None) -> "Draws":
     """The batch's draws as a `Draws`: for the common plans in one native call for the
-    batch, else by the Python path. (seed, epoch, index) fixes each sample's draws.
-    `size_array`: `sizes` as int64 [N, 2], where the caller has it."""
+    batch, else by the Python path. (seed, epoch, index) fixes each sample's draws (and,
+    where a step draws from them, its boxes). `size_array`: `sizes` as int64 [N, 2], where
+    the caller has it; `boxes`: each image's boxes, XYXY float32 [K, 4] in its own
+    coordinates, for a plan that reads them (RandomIoUCrop's)."""
+    if plan.reads_boxes:
+        return Draws(plan, sizes, dicts=python_params(plan, sizes, seed, epoch=epoch, indices=indices, boxes=boxes))
     spec = plan.native_spec
     if spec is not None and len(sizes):
         idx = np.arange(len(sizes), dtype=np.int64) if indices is None else np.asarray(indices)
@@ -58,16 +63,26 @@ def draw_batch(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *, ep
 
 
 def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *, epoch: int = 0,
-                  indices: Sequence[int] | np.ndarray | None = None) -> list[dict]:
+                  indices: Sequence[int] | np.ndarray | None = None,
+                  boxes: Sequence[np.ndarray] | None = None) -> list[dict]:
     """make_params drawn in Python, a sample at a time: every plan (the reference of the
-    native draws). Each step draws in the Compose's order; the erasing last."""
+    native draws). Each step draws in the Compose's order; the erasing last. `boxes`: see
+    draw_batch (a step that reads them sees them where it stands: on the canvas)."""
+    geometry = plan.geometry[:1] if plan.rrc else plan.geometry  # (a crop resized: its crop alone draws)
+    if plan.reads_boxes:
+        if boxes is None:
+            raise TransformError(f"{type(plan.geometry[0]).__name__} draws its crop from each image's boxes: give "
+                                 "them (draw_batch(sizes, seed, boxes=[...]); the Loader reads its gpudecode.Boxes "
+                                 "field)")
+        if len(boxes) != len(sizes):
+            raise ValueError(f"{len(boxes)} entries of boxes for {len(sizes)} images")
     if indices is None:
         indices = range(len(sizes))
     elif isinstance(indices, np.ndarray):
         indices = indices.tolist()
     out = []
     key = _epoch_key(seed, epoch)
-    for (h, w), idx in zip(sizes, indices):
+    for i, ((h, w), idx) in enumerate(zip(sizes, indices)):
         if h <= 0 or w <= 0:
             raise ValueError(f"image size must be positive, got {(h, w)}")
         rng = _SampleRandom(key, idx)  # sample_rng(seed, epoch, idx)
@@ -81,8 +96,9 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
                 raise ValueError(f"its canvas would be {size[0]}x{size[1]} pixels, over the limit of "
                                  f"{CANVAS_MAX_PIXELS:,} (a {h}x{w} image under {type(plan.canvas).__name__})")
             p.update(d)
-        for t in plan.geometry:
-            d = t.draw(rng, size)
+        for t in geometry:
+            d = t.draw(rng, size, _seen(plan, boxes[i], p, (h, w))) if boxes is not None and getattr(  # type: ignore[call-arg]
+                t, "reads_boxes", False) else t.draw(rng, size)
             if "resize" in d:
                 size = d["resize"]
             p.update(d)
@@ -99,6 +115,24 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
             p.update(plan.erase.draw(rng, plan.out_size or (h, w)))
         out.append(p)
     return out
+
+
+def _seen(plan: "_Plan", xyxy: np.ndarray, p: dict, size: tuple[int, int]) -> np.ndarray:
+    """An image's boxes (XYXY float32 [K, 4]) where the geometry sees them: on the canvas a
+    canvas step drew (`p`: the draws so far) made of the image of `size`, as the Boxes
+    field moves them there (transforms.boxes)."""
+    from .boxes import on_canvas
+    from .warped import warp_boxes_by
+
+    canvas: Any = plan.canvas
+    b = np.asarray(xyxy, np.float32).reshape(-1, 4)
+    if canvas is None or not len(b):
+        return b
+    if getattr(canvas, "places", False):
+        return on_canvas(b, np.array([*canvas.place(p), *size, *canvas.canvas_size(p, size)], np.int64))
+    if getattr(canvas, "follows", False):
+        return warp_boxes_by(b, canvas.drawn(p, size))
+    return b
 
 
 def encode_dicts(plan: "_Plan", params: Sequence[dict],

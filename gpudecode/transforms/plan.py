@@ -16,6 +16,7 @@ from .canvas import CanvasStep
 from .convert import qualified
 from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
                        ResizeKeepRatio, _Flip, _RandomSize)
+from .iou_crop import RandomIoUCrop
 from .output import Normalize, RandomErasing, ToDtype
 from .targets import box_settings
 
@@ -44,8 +45,15 @@ class _Plan:
 
     @property
     def rrc(self) -> bool:
-        """The geometry is a RandomResizedCrop (the window the kernel reads is its crop)."""
-        return bool(self.geometry) and isinstance(self.geometry[0], RandomResizedCrop)
+        """The geometry is a crop resized to the output (the window the kernel reads is its
+        crop): RandomResizedCrop, or RandomIoUCrop + Resize((h, w)), whose first step alone
+        draws."""
+        return bool(self.geometry) and isinstance(self.geometry[0], (RandomResizedCrop, RandomIoUCrop))
+
+    @property
+    def reads_boxes(self) -> bool:
+        """A step draws from the sample's boxes (RandomIoUCrop): the draws need them."""
+        return bool(self.geometry) and getattr(self.geometry[0], "reads_boxes", False)
 
     def output_size(self, sizes: Sequence[tuple[int, int]]) -> tuple[int, int]:
         """The output (h, w) for images of `sizes`.
@@ -156,11 +164,15 @@ def _geometry(steps: list[Transform], names: str) -> list[Transform]:
             break
         geometry.append(t)
     kinds = [Resize if isinstance(g, Resize) else type(g) for g in geometry]
+    if kinds and kinds[0] is RandomIoUCrop and not (kinds == [RandomIoUCrop, Resize] and type(geometry[1]) is Resize
+                                                    and not isinstance(geometry[1].size, int)):  # type: ignore[attr-defined]
+        raise TransformError(f"RandomIoUCrop gives differently sized images: a Resize((h, w)) follows it, so that a "
+                             f"batch has one size (SSD trains at 300x300) [{names}]")
     if kinds not in ([], [RandomResizedCrop], [Resize], [CenterCrop], [RandomCrop], [Resize, CenterCrop],
-                     [Resize, RandomCrop]):
+                     [Resize, RandomCrop], [RandomIoUCrop, Resize]):
         raise TransformError(f"unsupported geometry {[k.__name__ for k in kinds]} in [{names}]: use one of "
                              f"RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, "
-                             f"Resize + RandomCrop, or none")
+                             f"Resize + RandomCrop, RandomIoUCrop + Resize((h, w)), or none")
     if kinds == [Resize] and isinstance(geometry[0], _RandomSize):
         raise TransformError(f"{type(geometry[0]).__name__} alone gives differently sized images: add CenterCrop or "
                              f"RandomCrop after it (torchvision's references: RandomResize or RandomShortestSize, "

@@ -1,0 +1,302 @@
+"""RandomIoUCrop (SSD's crop, torchvision's detection reference "ssd" and "ssdlite"), whose
+crop is drawn from the sample's boxes: its draws are torchvision's make_params given the
+same random numbers; the image and its boxes are torchvision's functional ops with those
+params (the boxes whose centres fall outside the crop dropped, as SanitizeBoundingBoxes
+after torchvision's RandomIoUCrop drops them); through the Loader from a Boxes field,
+streamed and resident, with a Mask beside it, under the error policy; what it needs and
+cannot take refused by name."""
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms.v2 as tv
+import torchvision.transforms.v2.functional as F
+from torchvision import tv_tensors
+
+import gpudecode
+from gpudecode import Boxes, Loader, TransformError
+from gpudecode import transforms as T
+from gpudecode.transforms.iou_crop import MAX_ROUNDS
+
+from conftest import encode, make_shard
+from test_boxes import _rectangles, random_boxes, tv_sanitized
+from test_masks import png
+from test_transforms import max_err_levels
+
+
+class _Recorder(random.Random):
+    """A generator whose every draw is kept, to be given to torchvision's make_params in
+    its order: randrange as torch.randint's, random() as torch.rand's (float32)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed)
+        self.ints: list[int] = []
+        self.floats: list[float] = []
+
+    def randrange(self, *args, **kw):  # type: ignore[override]
+        v = super().randrange(*args, **kw)
+        self.ints.append(v)
+        return v
+
+    def random(self) -> float:
+        v = super().random()
+        self.floats.append(v)
+        return v
+
+    def getrandbits(self, k: int) -> int:  # (defined here: randrange then draws bits, not random())
+        return super().getrandbits(k)
+
+
+def _theirs(monkeypatch, t: tv.RandomIoUCrop, rec: _Recorder, size, boxes: np.ndarray) -> dict:
+    """torchvision's make_params, its torch.randint and torch.rand giving the draws `rec` made."""
+    ints, floats = iter(rec.ints), iter(rec.floats)
+    monkeypatch.setattr(torch, "randint", lambda low, high, size: torch.tensor([next(ints)]))
+    monkeypatch.setattr(torch, "rand", lambda n: torch.tensor([next(floats) for _ in range(n)], dtype=torch.float32))
+    image = tv_tensors.Image(torch.zeros((3, *size), dtype=torch.uint8))
+    bb = tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY", canvas_size=tuple(size))
+    try:
+        return t.make_params([image, bb])
+    finally:
+        monkeypatch.undo()
+
+
+def test_the_draws_are_torchvisions_make_params(monkeypatch):
+    """For images of many sizes and boxes (some reaching out of the image, some tiny, none),
+    under the default options and others: our draw's crop and the boxes it keeps are
+    torchvision's make_params', given the same numbers; "leave as is" is the whole image."""
+    rng = np.random.default_rng(0)
+    cases = [({}, 300), ({"sampler_options": [0.3, 0.5, 0.9], "trials": 5}, 120),
+             ({"min_scale": 0.1, "max_scale": 0.6, "min_aspect_ratio": 0.8, "max_aspect_ratio": 1.25}, 120)]
+    crops = as_is = 0
+    for kw, n in cases:
+        ours, theirs = T.RandomIoUCrop(**kw), tv.RandomIoUCrop(**kw)
+        for i in range(n):
+            h, w = int(rng.integers(8, 300)), int(rng.integers(8, 300))
+            boxes = random_boxes(rng, h, w, n=int(rng.integers(1, 9)))
+            if kw:  # (options with no "leave as is": an image and boxes a crop can meet, else torchvision never ends)
+                w = max(8, int(h * rng.uniform(0.8, 1.25)))
+                boxes = (boxes.clip(0, None) % np.float32(min(h, w) / 2)).astype(np.float32)
+                boxes[:, 2:] = boxes[:, :2] + np.float32(min(h, w) / 2)
+            if i % 7 == 0 and not kw:  # (small boxes: high IoUs are hard to reach; "leave as is" ends the loop)
+                boxes[:, 2:] = boxes[:, :2] + rng.uniform(0.5, 6, (len(boxes), 2)).astype(np.float32)
+            rec = _Recorder(i)
+            got = ours.draw(rec, (h, w), boxes)
+            want = _theirs(monkeypatch, theirs, rec, (h, w), boxes)
+            if not want:
+                assert got == {"crop": (0, 0, h, w)}, (kw, i)
+                as_is += 1
+                continue
+            assert got["crop"] == (want["top"], want["left"], want["height"], want["width"]), (kw, i)
+            assert got["inside"].tolist() == want["is_within_crop_area"].tolist(), (kw, i)
+            crops += 1
+    assert crops > 300 and as_is > 30
+
+
+def test_an_image_without_boxes_and_options_that_never_end(monkeypatch):
+    """No box: torchvision draws until "leave as is" comes; the outcome is the image as it
+    is, here at once. Options with no "leave as is" and no box that can meet them: the
+    image's error (ValueError, the Loader's DecodeError), not a hang."""
+    assert T.RandomIoUCrop().draw(random.Random(0), (40, 50), np.zeros((0, 4), np.float32)) == {"crop": (0, 0, 40, 50)}
+    with pytest.raises(ValueError, match="no box"):
+        T.RandomIoUCrop(sampler_options=[0.5]).draw(random.Random(0), (40, 50), np.zeros((0, 4), np.float32))
+    tiny = np.array([[0, 0, 0.5, 0.5]], np.float32)  # (IoU with any crop far under 0.9)
+    with pytest.raises(ValueError, match=f"no crop in {MAX_ROUNDS} options"):
+        T.RandomIoUCrop(sampler_options=[0.9], trials=2).draw(random.Random(0), (40, 50), tiny)
+    with pytest.raises(ValueError, match="height 0"):
+        T.RandomIoUCrop().draw(random.Random(1), (1, 50), np.array([[0, 0, 10, 1]], np.float32))
+
+
+SSD = lambda size=(40, 40): T.Compose([  # noqa: E731  (torchvision's "ssd" preset, a batch of one size)
+    T.RandomZoomOut(fill=(123, 117, 104), side_range=(1.0, 3.0), p=0.6), T.RandomIoUCrop(), T.Resize(size),
+    T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True), T.SanitizeBoundingBoxes()])
+
+
+def _tv_chain(img: torch.Tensor, boxes: np.ndarray, labels: np.ndarray, p: dict, size, fill):
+    """torchvision's functional ops on an image and its BoundingBoxes with our params:
+    RandomZoomOut's pad, RandomIoUCrop's crop and its zeroing of the boxes outside, the
+    Resize, the flip, SanitizeBoundingBoxes: (image float32, boxes kept, their labels)."""
+    x = tv_tensors.Image(F.to_dtype(img, torch.float32, scale=True))  # (resized in float, as the kernel does)
+    b = tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY", canvas_size=tuple(img.shape[-2:]))
+    if "padding" in p:
+        x, b = F.pad(x, list(p["padding"]), fill=[v / 255 for v in fill]), F.pad(b, list(p["padding"]))
+    t, l, h, w = p["crop"]
+    x, b = F.crop(x, t, l, h, w), F.crop(b, t, l, h, w)
+    if "inside" in p:
+        b[~torch.from_numpy(p["inside"])] = 0
+    x, b = F.resize(x, list(size), antialias=True), F.resize(b, list(size))
+    if p["flip"]:
+        x, b = F.horizontal_flip(x), F.horizontal_flip(b)
+    kept, keep = tv_sanitized(b)
+    return x.as_subclass(torch.Tensor), kept, labels[keep.numpy()]
+
+
+def test_the_image_and_its_boxes_are_torchvisions_with_those_draws(photos):
+    """SSD's recipe (RandomZoomOut, RandomIoUCrop, Resize, flip) on crops of photographs
+    with boxes: the kernel's images within a level of torchvision's functional ops with
+    our draws, and Compose.boxes their boxes and labels, the centres left out dropped."""
+    tf = SSD()
+    rng = np.random.default_rng(1)
+    names = sorted(photos)
+    imgs, entries = [], []
+    for i in range(24):
+        h, w = int(rng.integers(30, 90)), int(rng.integers(30, 90))
+        src = photos[names[i % len(names)]]
+        imgs.append(torch.from_numpy(np.ascontiguousarray(src[:h, :w])).permute(2, 0, 1).contiguous())
+        boxes = random_boxes(rng, h, w, n=int(rng.integers(0, 6)))
+        entries.append({"boxes": boxes, "labels": np.arange(len(boxes)) + 10 * i})
+    sizes = [tuple(im.shape[-2:]) for im in imgs]
+    dropped = cropped = 0
+    for seed in range(4):
+        d = tf.draw_batch(sizes, seed, boxes=entries)
+        got = tf(imgs, d)
+        targets = tf.boxes(entries, d)
+        for k, (img, e, p) in enumerate(zip(imgs, entries, d)):
+            want, boxes, labels = _tv_chain(img, e["boxes"], e["labels"], p, (40, 40), (123, 117, 104))
+            assert max_err_levels(got[k], want) <= 1.0, (seed, k, p)
+            torch.testing.assert_close(targets[k]["boxes"], boxes, rtol=0, atol=1e-4)
+            assert targets[k]["labels"].tolist() == labels.tolist()
+            cropped += p["crop"][2:] != (sizes[k] if "padding" not in p else tf.plan.canvas.canvas_size(p, sizes[k]))
+            dropped += int((~p["inside"]).sum()) if "inside" in p else 0
+    assert cropped > 30 and dropped > 10
+
+
+def _rect_samples(n: int, mask: bool = False) -> list[dict]:
+    """Images of one flat rectangle (and sometimes a second, far smaller one) with their
+    boxes as JSON; with `mask`, the rectangles' mask as a PNG."""
+    out = []
+    for i in range(n):
+        img, box = _rectangles(i, 60 + (i % 5) * 9, 70 + (i % 3) * 13)
+        boxes, labels = box.tolist(), [1]
+        seg = (img[..., 0] > 0).astype(np.uint8)
+        if i % 3 == 0:  # (a second object, a 4x4 block in a corner, of another colour)
+            img[1:5, 1:5], seg[1:5, 1:5] = (40, 200, 230), 2
+            boxes.append([1, 1, 5, 5])
+            labels.append(2)
+        s = {"__key__": f"r{i:03d}", "png": encode(img, "PNG"),
+             "json": json.dumps({"boxes": boxes, "labels": labels}).encode()}
+        if mask:
+            s["seg.png"] = png(seg)
+        out.append(s)
+    return out
+
+
+@pytest.fixture(scope="module")
+def rects(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ioucrop")
+    return make_shard(d / "rects-000000.tar", _rect_samples(24, mask=True))
+
+
+@pytest.mark.parametrize("keep", [None, "ram"])
+def test_the_loader_draws_from_its_boxes_field(rects, keep):
+    """Through the Loader, streamed and resident: each batch's targets are Compose.boxes of
+    the samples' boxes with the draws made from them (the Loader's seed, epoch and places),
+    the images those draws' (bit for bit: the same images through the Compose), and each
+    kept box bounds its rectangle in the image."""
+    from PIL import Image
+    import io
+
+    samples = {s["__key__"]: s for s in _rect_samples(24)}
+    tf = T.Compose([T.RandomIoUCrop(), T.Resize((48, 48)), T.RandomHorizontalFlip()])
+    ld = Loader([rects], batch_size=8, transform=tf, device="cpu", seed=4, labels=False, image_ext="png",
+                keep=keep, shuffle=False, fields={"json": Boxes()})
+    boxes_seen = 0
+    for epoch in range(2):
+        ld.set_epoch(epoch)
+        pos = 0
+        for images, targets in ld:
+            entries = [json.loads(samples[f"r{k:03d}"]["json"]) for k in range(pos, pos + len(images))]
+            decoded = [torch.from_numpy(np.array(Image.open(io.BytesIO(samples[f"r{k:03d}"]["png"])))).permute(2, 0, 1)
+                       .contiguous() for k in range(pos, pos + len(images))]
+            sizes = [tuple(im.shape[-2:]) for im in decoded]
+            d = tf.draw_batch(sizes, 4, epoch=epoch, indices=list(range(pos, pos + len(images))), boxes=entries)
+            assert torch.equal(images, tf(decoded, d))
+            for t, want in zip(targets, tf.boxes(entries, d)):
+                torch.testing.assert_close(t["boxes"], want["boxes"], rtol=0, atol=0)
+                assert t["labels"].tolist() == want["labels"].tolist()
+                boxes_seen += len(t["boxes"])
+            for img, t in zip(images, targets):
+                bright = img.float().mean(0) > 60
+                for x0, y0, x1, y1 in t["boxes"].tolist():
+                    inner = bright[int(y0) + 2:int(np.ceil(y1)) - 2, int(x0) + 2:int(np.ceil(x1)) - 2]
+                    assert inner.numel() == 0 or inner.float().mean() > 0.99
+            pos += len(images)
+        assert pos == 24
+    assert boxes_seen > 30
+    if keep:
+        assert ld.describe()["keep"]["tier"] == "ram"
+
+
+def test_a_mask_follows_the_crop_drawn_from_the_boxes(rects):
+    """A Mask beside the Boxes field: each kept box bounds its object's pixels in the moved
+    mask, to a pixel; under two views (each its own crop, drawn from the same boxes)."""
+    tf = [T.Compose([T.RandomZoomOut(side_range=(1.0, 2.0)), T.RandomIoUCrop(), T.Resize((40, 40)),
+                     T.RandomHorizontalFlip()]),
+          T.Compose([T.RandomIoUCrop(min_scale=0.5), T.Resize((32, 32))])]
+    ld = Loader([rects], batch_size=8, transform=tf, device="cpu", seed=2, labels=False, image_ext="png",
+                fields={"seg.png": gpudecode.Mask(fill=0), "json": Boxes(min_size=2, min_area=4)})
+    checked = 0
+    for epoch in range(3):
+        ld.set_epoch(epoch)
+        for _, masks, targets in ld:
+            for view_masks, view_targets in zip(masks, targets):
+                for m, t in zip(view_masks, view_targets):
+                    for (x0, y0, x1, y1), lab in zip(t["boxes"].tolist(), t["labels"].tolist()):
+                        ys, xs = torch.nonzero(m == lab, as_tuple=True)
+                        got = [float(xs.min()), float(ys.min()), float(xs.max()) + 1, float(ys.max()) + 1]
+                        assert np.allclose(got, [x0, y0, x1, y1], atol=1.0), (got, t["boxes"])
+                        checked += 1
+    assert checked > 40
+
+
+def test_what_it_needs_and_cannot_take_is_refused(rects, tmp_path):
+    """No Boxes field, two, a Resize(int) or nothing after it, a draw without boxes: each
+    refused by name; a sample whose boxes cannot be read is its FieldError, the others
+    drawn and kept; a sample with no box is resized whole."""
+    with pytest.raises(TransformError, match=r"(?s)RandomIoUCrop\s+draws.*no\s+field\s+is\s+one"):
+        Loader([rects], batch_size=4, transform=SSD(), device="cpu", labels=False, image_ext="png")
+    with pytest.raises(TransformError, match=r"(?s)2\s+fields\s+are"):
+        Loader([rects], batch_size=4, transform=SSD(), device="cpu", labels=False, image_ext="png",
+               fields={"json": Boxes(), "seg.png": Boxes()})
+    for geometry in ([T.RandomIoUCrop()], [T.RandomIoUCrop(), T.Resize(40)], [T.RandomIoUCrop(), T.CenterCrop(8)]):
+        with pytest.raises(TransformError, match=r"(?s)RandomIoUCrop\s+gives\s+differently\s+sized"):
+            T.Compose(geometry)
+    with pytest.raises(TransformError, match=r"(?s)draws\s+its\s+crop\s+from\s+each\s+image's\s+boxes"):
+        SSD().draw_batch([(30, 30)], 0)
+    with pytest.raises(TransformError, match=r"(?s)draws\s+its\s+crop"):
+        SSD()(torch.zeros((3, 30, 30), dtype=torch.uint8))
+
+    img, box = _rectangles(0, 60, 70)
+    bad = [{"__key__": "a", "png": encode(img, "PNG"), "json": json.dumps([box.tolist()[0]]).encode()},
+           {"__key__": "b", "png": encode(img, "PNG"), "json": b"[[1, 2, 3]]"},
+           {"__key__": "c", "png": encode(img, "PNG"), "json": b"[]"}]
+    url = make_shard(tmp_path / "bad.tar", bad)
+    tf = T.Compose([T.RandomIoUCrop(), T.Resize((30, 30))])
+    ld = Loader([url], batch_size=3, transform=tf, device="cpu", labels=False, image_ext="png", on_error="skip",
+                fields={"json": Boxes()}, seed=0)
+    (images, targets), = list(ld)
+    assert len(images) == 2 and [s.key for s in ld.skipped] == ["b"]
+    assert "field .json" in ld.skipped[0].reason
+    whole = torch.from_numpy(img).permute(2, 0, 1).contiguous()
+    assert torch.equal(images[1], T.Compose([T.Resize((30, 30))])(whole)) and len(targets[1]["boxes"]) == 0
+
+
+def test_torchvisions_ssd_preset_converts():
+    """torchvision's SSD steps convert (the photometric distortion after the geometry, where
+    the kernel runs it; the zoom-out's {type: fill} read for the image: the mean, not the
+    masks' 0), and the draws keep torchvision's arguments."""
+    mean = (123.0, 117.0, 104.0)
+    fill = defaultdict(lambda: mean, {tv_tensors.Mask: 0})
+    ours = T.Compose.from_torchvision(tv.Compose([
+        tv.RandomZoomOut(fill=fill), tv.RandomIoUCrop(min_scale=0.2, sampler_options=[0.1, 0.5, 2.0], trials=9),
+        tv.Resize((300, 300)), tv.RandomHorizontalFlip(), tv.RandomPhotometricDistort(),
+        tv.ToDtype(torch.float32, scale=True), tv.SanitizeBoundingBoxes()]))
+    zoom, crop = ours.transforms[0], ours.transforms[1]
+    assert isinstance(crop, T.RandomIoUCrop) and crop.min_scale == 0.2 and crop.trials == 9
+    assert crop.sampler_options == [0.1, 0.5, 2.0]
+    assert tuple(zoom._fill) == (123, 117, 104)
+    assert ours.plan.rrc and ours.plan.reads_boxes and ours.out_size == (300, 300)
