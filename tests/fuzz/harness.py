@@ -32,7 +32,9 @@ Promises checked:
   int64 labels one a box where the member has them, or ValueError; never another
   exception. Placed on a canvas (RandomZoomOut's) or not, then moved by a crop, a resize,
   padding and flips drawn from the bytes, every box lies in the canvas and then in the
-  output, and every box kept is at least the minimum size.
+  output, and every box kept is at least the minimum size. A RandomIoUCrop drawn from
+  them (an image of a size from the bytes) ends, inside the image, holding one box's
+  centre at least where it crops, the boxes it leaves out emptied at its corner.
 - record: a precached image's record (`.gpudecode.json`, transforms.stored) is read as
   json.loads reads it (its source size and steps, each a size of two integers from 1),
   or ValueError; never another exception. Its member written again reads the same. Boxes
@@ -349,6 +351,25 @@ def boxes(data: bytes) -> None:
     assert (moved[:, 1::2] >= 0).all() and (moved[:, 1::2] <= out_size[0]).all(), "a box left the output"
     w, h = moved[ok, 2] - moved[ok, 0], moved[ok, 3] - moved[ok, 1]
     assert (w >= 1).all() and (h >= 1).all() and (w * h >= 1).all(), "a box under the minimum was kept"
+    # a crop drawn from the boxes (RandomIoUCrop, SSD's): inside the image, the boxes whose centres
+    # it holds marked, one at least where it crops; those it leaves out emptied at its corner
+    import random
+
+    from gpudecode.transforms.iou_crop import RandomIoUCrop, emptied
+
+    ih, iw = (int(v) for v in rng.integers(1, 300, 2))
+    try:
+        p = RandomIoUCrop().draw(random.Random(len(data)), (ih, iw), xyxy)
+    except ValueError as e:  # (an image of one row: torchvision's division by zero, named)
+        assert "height 0" in str(e), str(e)
+    else:
+        t, l, ch, cw = p["crop"]
+        assert 0 <= t and 0 <= l and 0 < ch and 0 < cw and t + ch <= ih and l + cw <= iw, (p["crop"], ih, iw)
+        if "inside" in p:
+            assert p["inside"].shape == (len(xyxy),) and p["inside"].any(), "a crop that holds no box's centre"
+            out = emptied(xyxy, p)
+            assert np.array_equal(out[p["inside"]], xyxy[p["inside"]]), "a box inside the crop changed"
+            assert (out[~p["inside"]] == np.float32([l, t, l, t])).all(), "a box left out is not emptied"
     # then a warp drawn from the bytes (a rotation, an affine warp, a perspective): each box the
     # box around its corners' new places, inside the output, and what is kept is what kept() says
     from gpudecode.errors import TransformError
@@ -358,8 +379,6 @@ def boxes(data: bytes) -> None:
     step = [RandomRotation(180, center=None if data[-1] & 2 else (3.5, -2.0)),
             RandomAffine(90, (0.5, 0.5), (0.1, 3.0), (-60, 60, -60, 60)), RandomPerspective(1.0, p=1.0),
             ElasticTransform(80.0, 1.0)][data[0] % 4]
-    import random
-
     try:
         drawn = step.drawn(step.draw(random.Random(len(data)), out_size), out_size)
     except TransformError:  # (an output too small for the elastic field's blur: refused by name, as drawn)
