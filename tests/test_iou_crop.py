@@ -29,46 +29,39 @@ from test_masks import png
 from test_transforms import max_err_levels
 
 
-class _Recorder(random.Random):
-    """A generator whose every draw is kept, to be given to torchvision's make_params in
-    its order: randrange as torch.randint's, random() as torch.rand's (float32)."""
+def _theirs(monkeypatch, t: tv.RandomIoUCrop, blocks: list, size, boxes: np.ndarray) -> dict:
+    """torchvision's make_params given our draw's numbers: each torch.randint the first of
+    a round's block (an option), each torch.rand the block's next (float32)."""
+    rounds = iter(blocks)
+    at = {"block": None, "next": 0}
 
-    def __init__(self, seed: int) -> None:
-        super().__init__(seed)
-        self.ints: list[int] = []
-        self.floats: list[float] = []
+    def randint(low, high, size):
+        at["block"], at["next"] = next(rounds), 1
+        return torch.tensor([min(int(at["block"][0] * high), high - 1)])
 
-    def randrange(self, *args, **kw):  # type: ignore[override]
-        v = super().randrange(*args, **kw)
-        self.ints.append(v)
-        return v
+    def rand(n):
+        k = at["next"]
+        at["next"] += n
+        return torch.tensor(at["block"][k:k + n], dtype=torch.float32)
 
-    def random(self) -> float:
-        v = super().random()
-        self.floats.append(v)
-        return v
-
-    def getrandbits(self, k: int) -> int:  # (defined here: randrange then draws bits, not random())
-        return super().getrandbits(k)
-
-
-def _theirs(monkeypatch, t: tv.RandomIoUCrop, rec: _Recorder, size, boxes: np.ndarray) -> dict:
-    """torchvision's make_params, its torch.randint and torch.rand giving the draws `rec` made."""
-    ints, floats = iter(rec.ints), iter(rec.floats)
-    monkeypatch.setattr(torch, "randint", lambda low, high, size: torch.tensor([next(ints)]))
-    monkeypatch.setattr(torch, "rand", lambda n: torch.tensor([next(floats) for _ in range(n)], dtype=torch.float32))
     image = tv_tensors.Image(torch.zeros((3, *size), dtype=torch.uint8))
     bb = tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY", canvas_size=tuple(size))
-    try:
+    with monkeypatch.context() as m:
+        m.setattr(torch, "randint", randint)
+        m.setattr(torch, "rand", rand)
         return t.make_params([image, bb])
-    finally:
-        monkeypatch.undo()
 
 
 def test_the_draws_are_torchvisions_make_params(monkeypatch):
-    """For images of many sizes and boxes (some reaching out of the image, some tiny, none),
-    under the default options and others: our draw's crop and the boxes it keeps are
-    torchvision's make_params', given the same numbers; "leave as is" is the whole image."""
+    """For images of many sizes and boxes (some reaching out of the image, some tiny), under
+    the default options and others: our draw's crop and the boxes it keeps are torchvision's
+    make_params', given the same numbers (each round's block of the crop's stream, read in
+    torchvision's order); "leave as is" is the whole image."""
+    from gpudecode.transforms import iou_crop
+
+    blocks: list = []
+    made = iou_crop.uniforms
+    monkeypatch.setattr(iou_crop, "uniforms", lambda *a: blocks.append(made(*a)) or blocks[-1])
     rng = np.random.default_rng(0)
     cases = [({}, 300), ({"sampler_options": [0.3, 0.5, 0.9], "trials": 5}, 120),
              ({"min_scale": 0.1, "max_scale": 0.6, "min_aspect_ratio": 0.8, "max_aspect_ratio": 1.25}, 120)]
@@ -84,9 +77,9 @@ def test_the_draws_are_torchvisions_make_params(monkeypatch):
                 boxes[:, 2:] = boxes[:, :2] + np.float32(min(h, w) / 2)
             if i % 7 == 0 and not kw:  # (small boxes: high IoUs are hard to reach; "leave as is" ends the loop)
                 boxes[:, 2:] = boxes[:, :2] + rng.uniform(0.5, 6, (len(boxes), 2)).astype(np.float32)
-            rec = _Recorder(i)
-            got = ours.draw(rec, (h, w), boxes)
-            want = _theirs(monkeypatch, theirs, rec, (h, w), boxes)
+            blocks.clear()
+            got = ours.draw(random.Random(i), (h, w), boxes)
+            want = _theirs(monkeypatch, theirs, list(blocks), (h, w), boxes)
             if not want:
                 assert got == {"crop": (0, 0, h, w)}, (kw, i)
                 as_is += 1
@@ -300,3 +293,26 @@ def test_torchvisions_ssd_preset_converts():
     assert crop.sampler_options == [0.1, 0.5, 2.0]
     assert tuple(zoom._fill) == (123, 117, 104)
     assert ours.plan.rrc and ours.plan.reads_boxes and ours.out_size == (300, 300)
+
+
+@pytest.mark.parametrize("fill", [0, (123, 117, 104)])
+def test_a_canvas_window_is_that_window_of_the_canvas(photos, fill):
+    """A crop of RandomZoomOut's canvas makes only the crop (canvas.build's windows): each
+    window equal to that part of the whole canvas, whether it holds the whole image, a part
+    of it, or only the fill."""
+    from gpudecode.decode._base import DecodedBatch
+    from gpudecode.transforms import canvas
+
+    img = torch.from_numpy(np.ascontiguousarray(photos[sorted(photos)[0]][:30, :40]))
+    step = T.RandomZoomOut(fill=fill, side_range=(2.0, 3.0), p=1.0)
+    p = {"padding": [25, 10, 15, 20]}  # (a 60 x 80 canvas, the image at top 10, left 25)
+    flat = img.reshape(-1).clone()
+    one = DecodedBatch(flat, np.zeros(1, np.int64), np.array([[30, 40]]), np.array([[120, 3, 1]]),
+                       np.array([[0, 0, 30, 40]]), [None])
+    whole = canvas.build(step, one, [p], [(30, 40)], np.array([0]))
+    full = whole.pixels.view(60, 80, 3)
+    for window in [(0, 0, 60, 80), (10, 25, 30, 40), (12, 30, 10, 5), (0, 0, 9, 20), (5, 20, 40, 50), (40, 0, 20, 80)]:
+        got = canvas.build(step, one, [p], [(30, 40)], np.array([0]), windows=np.array([window]))
+        t, l, h, w = window
+        assert tuple(got.shapes[0]) == (h, w)
+        assert torch.equal(got.pixels.view(h, w, 3), full[t:t + h, l:l + w]), window

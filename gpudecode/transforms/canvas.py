@@ -129,6 +129,22 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
             bands[3][:] = row[(left + w) * 3:]
         canvas[top:top + h, left:left + w] = image
 
+    def paint_window(self, out: torch.Tensor, image: torch.Tensor, params: dict,
+                     window: tuple[int, int, int, int]) -> None:
+        """The window (top, left, height, width) of the canvas `paint` makes, into `out`
+        (uint8 HWC, the window's size): the image's part inside it, the fill around."""
+        t0, l0, wh, ww = window
+        top, left = self.place(params)
+        h, w = image.shape[:2]
+        y0, y1, x0, x1 = max(top, t0), min(top + h, t0 + wh), max(left, l0), min(left + w, l0 + ww)
+        if y0 >= y1 or x0 >= x1 or (y1 - y0, x1 - x0) != (wh, ww):  # (fill where the image does not cover it)
+            if len(set(self._fill)) == 1:
+                out.fill_(self._fill[0])
+            else:
+                out.view(wh, ww * 3)[:] = self._fill_row(ww, out.device)
+        if y0 < y1 and x0 < x1:
+            out[y0 - t0:y1 - t0, x0 - l0:x1 - l0] = image[y0 - top:y1 - top, x0 - left:x1 - left]
+
     def _fill_row(self, width: int, device: torch.device) -> torch.Tensor:
         """The RGB fill repeated `width` times, uint8 on `device`: kept a device and made
         again only for a wider canvas (no new tensor, nor host-to-device copy, an image;
@@ -141,14 +157,20 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
 
 
 def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes: Sequence[tuple[int, int]],
-          rows: np.ndarray, workspace: Workspace | None = None) -> DecodedBatch:
+          rows: np.ndarray, workspace: Workspace | None = None, windows: np.ndarray | None = None) -> DecodedBatch:
     """The canvases `step` makes of images `rows` of `decoded` (whole images of `sizes`,
     drawn for with `params`), packed one after the other in one buffer on its device, each
     in the step's `canvas_layout` (HWC or CHW, said by the batch's strides), in `rows`'
     order: the `workspace`'s "canvas" buffer (kernels.workspace.Workspace; reused batch
-    after batch, grown when a batch's canvases need more), or a new one without it."""
+    after batch, grown when a batch's canvases need more), or a new one without it.
+    `windows` (int64 [len(rows), 4], top, left, height, width in each canvas), for a step
+    that places the image (RandomZoomOut's `paint_window`): only those windows of the
+    canvases are made (a crop of a canvas up to 16 times its image reads a part of it)."""
     pixels = decoded.pixels
-    out_sizes = [step.canvas_size(params[k], sizes[k]) for k in rows.tolist()]
+    if windows is not None:
+        out_sizes = [(int(wh), int(ww)) for wh, ww in np.asarray(windows)[:, 2:].tolist()]
+    else:
+        out_sizes = [step.canvas_size(params[k], sizes[k]) for k in rows.tolist()]
     total = sum(h * w * 3 for h, w in out_sizes)
     buf = (workspace.tensor("canvas", (total,), torch.uint8, pixels.device) if workspace is not None
            else torch.empty(total, dtype=torch.uint8, device=pixels.device))
@@ -164,7 +186,10 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
         image = pixels.as_strided((h, w, 3), (sy, sx, sc), int(decoded.offsets[k]))
         ch, cw = out_sizes[i]
         region = buf[at:at + ch * cw * 3]
-        step.paint(region.view(3, ch, cw) if planar else region.view(ch, cw, 3), image, params[k])
+        if windows is not None:
+            step.paint_window(region.view(ch, cw, 3), image, params[k], tuple(windows[i].tolist()))  # type: ignore[attr-defined]
+        else:
+            step.paint(region.view(3, ch, cw) if planar else region.view(ch, cw, 3), image, params[k])
         offsets[i] = at
         at += ch * cw * 3
     shapes = np.asarray(out_sizes, np.int64).reshape(-1, 2)

@@ -219,7 +219,12 @@ class Compose(Transform):
             read = pick
             geom[:, fused.TOP:fused.BW + 1] = decoded.boxes[pick]  # (the window the decoder gave)
         else:  # the kernel reads the canvases made from the decoded images, in them the boxes encoded
-            decoded = canvas.build(self.plan.canvas, decoded, params, sizes, idx, workspace)
+            # (a crop of a canvas that places its image, RandomZoomOut's: only the crop is made, and read whole)
+            windows = (geom[:, fused.TOP:fused.BW + 1].copy() if self.plan.rrc and getattr(self.plan.canvas, "places", False)
+                       else None)
+            decoded = canvas.build(self.plan.canvas, decoded, params, sizes, idx, workspace, windows)
+            if windows is not None:
+                geom[:, fused.TOP] = geom[:, fused.LEFT] = 0
             read = np.arange(len(idx))
         geom[:, fused.OFFSET] = decoded.offsets[read]
         geom[:, fused.H:fused.W + 1] = decoded.shapes[read]

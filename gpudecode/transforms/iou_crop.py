@@ -4,11 +4,15 @@ target. It stands first in the geometry (after a canvas step, RandomZoomOut in S
 recipe), and a Resize((h, w)) follows it, so that a batch has one size: the kernel reads
 the crop and resizes it, as for RandomResizedCrop.
 
-torchvision's make_params, in its order and float32 arithmetic: an option drawn (a minimum
-IoU; one of 1 or more leaves the image as it is), then up to `trials` crops of sides
-U(min_scale, max_scale) each, kept where the aspect ratio is in range, the crop is not
-empty, some box's centre lies strictly inside it and one of those boxes overlaps the crop
-by at least the option's IoU. The boxes whose centres lie outside are made empty (each the
+torchvision's make_params, in its float32 arithmetic: an option drawn (a minimum IoU; one
+of 1 or more leaves the image as it is), then up to `trials` crops of sides U(min_scale,
+max_scale) each, kept where the aspect ratio is in range, the crop is not empty, some box's
+centre lies strictly inside it and one of those boxes overlaps the crop by at least the
+option's IoU. Its numbers come from a stream of the crop's own, keyed by one number of the
+sample's generator, a block of them a round: so a round's trials are checked together
+(numpy over [trials, boxes]) and the crop takes one number of the sample's, whatever it
+tries; each trial still takes its numbers in torchvision's order (tests/test_iou_crop.py
+gives them to torchvision's make_params and gets its crop). The boxes whose centres lie outside are made empty (each the
 crop's corner, which every later step keeps empty), and the Boxes field drops them after
 the last step, as SanitizeBoundingBoxes after torchvision's does.
 
@@ -28,9 +32,10 @@ import numpy as np
 from ..errors import TransformError
 from .base import Transform
 
-__all__ = ["RandomIoUCrop", "MAX_ROUNDS", "emptied"]
+__all__ = ["RandomIoUCrop", "MAX_ROUNDS", "emptied", "uniforms"]
 
 MAX_ROUNDS = 1000  # options drawn before an image is its sample's error (torchvision: no end)
+_GAMMA = 0x9E3779B97F4A7C15  # (SplitMix64's increment, as transforms.rng)
 _DEFAULT_OPTIONS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
 
 
@@ -75,7 +80,10 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
     def draw(self, rng: random.Random, size: tuple[int, int], boxes: np.ndarray | None = None) -> dict:
         """{"crop": (top, left, height, width), "inside": bool [K]} (the boxes whose centres
         are inside), or {"crop": the whole image} where the option drawn leaves it as it
-        is. `boxes`: XYXY float32 [K, 4] in this image's coordinates.
+        is. `boxes`: XYXY float32 [K, 4] in this image's coordinates. One number of `rng`
+        keys the crop's own stream (uniforms): a round (an option and its trials) takes
+        1 + 4 * trials of it, each trial torchvision's (2 numbers, 2 more where the aspect
+        ratio holds), all of a round's trials checked at once.
 
         Raises:
             ValueError: no crop found in MAX_ROUNDS options drawn (options with none of 1
@@ -92,45 +100,84 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
                 return whole
             raise ValueError("RandomIoUCrop finds no crop for an image with no box, and its sampler options leave "
                              "no image as it is (none of 1 or more)")
-        cx = np.float32(0.5) * (b[:, 0] + b[:, 2])
-        cy = np.float32(0.5) * (b[:, 1] + b[:, 3])
+        key = rng.getrandbits(64)
+        centres = (np.float32(0.5) * (b[:, 0] + b[:, 2]), np.float32(0.5) * (b[:, 1] + b[:, 3]))
         area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
-        lo, span = self._f32
-        options = self.sampler_options
-        for _ in range(MAX_ROUNDS):
-            least = options[rng.randrange(len(options))]
+        options, block = self.sampler_options, 1 + 4 * self.trials
+        for r in range(MAX_ROUNDS):
+            u = uniforms(key, r * block, block)
+            least = options[min(int(u[0] * len(options)), len(options) - 1)]
             if least >= 1.0:
                 return whole
-            for _ in range(self.trials):
-                new_w = int(np.float32(w) * (lo + span * np.float32(rng.random())))
-                new_h = int(np.float32(h) * (lo + span * np.float32(rng.random())))
-                if new_h == 0:
-                    raise ValueError(f"RandomIoUCrop draws a crop of height 0 from this {h}x{w} image "
-                                     f"(min_scale {self.min_scale:g})")
-                if not self.min_aspect_ratio <= new_w / new_h <= self.max_aspect_ratio:
-                    continue
-                left = int(np.float32(w - new_w) * np.float32(rng.random()))
-                top = int(np.float32(h - new_h) * np.float32(rng.random()))
-                right, bottom = left + new_w, top + new_h
-                if left == right or top == bottom:
-                    continue
-                inside = (left < cx) & (cx < right) & (top < cy) & (cy < bottom)
-                if not inside.any():
-                    continue
-                if _iou(b[inside], area[inside], left, top, right, bottom).max() < np.float32(least):
-                    continue
-                return {"crop": (top, left, new_h, new_w), "inside": inside}
+            found = self._round(u[1:].astype(np.float32), (h, w), b, centres, area, least)
+            if found is not None:
+                return found
         raise ValueError(f"RandomIoUCrop found no crop in {MAX_ROUNDS} options drawn, {self.trials} tries each "
                          "(its sampler options leave no image as it is: none of 1 or more)")
 
+    def _round(self, v: np.ndarray, size: tuple[int, int], b: np.ndarray, centres: tuple[np.ndarray, np.ndarray],
+               area: np.ndarray, least: float) -> dict | None:
+        """One option's trials over the float32 uniforms `v` (4 * trials): the first crop
+        torchvision's loop would take, or None."""
+        h, w = size
+        lo, span = self._f32
+        s = lo + span * v  # (each place's side factor, float32 as torch computes it)
+        new_w, new_h = (np.float32(w) * s).astype(np.int64), (np.float32(h) * s).astype(np.int64)
+        ws, hs = new_w.tolist(), new_h.tolist()
+        starts, at, zero = [], 0, False
+        for _ in range(self.trials):  # (a trial takes 2 numbers, 4 where its aspect ratio holds)
+            cw, ch = ws[at], hs[at + 1]
+            if ch == 0:  # (torchvision divides by it here: an error, unless a trial before finds a crop)
+                zero = True
+                break
+            if self.min_aspect_ratio <= cw / ch <= self.max_aspect_ratio:
+                starts.append(at)
+                at += 4
+            else:
+                at += 2
+        found = None
+        if starts:
+            at_ = np.asarray(starts)
+            cw_, ch_ = new_w[at_], new_h[at_ + 1]
+            left = (np.float32(w) - cw_.astype(np.float32)) * v[at_ + 2]
+            top = (np.float32(h) - ch_.astype(np.float32)) * v[at_ + 3]
+            left, top = left.astype(np.int64), top.astype(np.int64)
+            right, bottom = left + cw_, top + ch_
+            cx, cy = centres
+            inside = ((left[:, None] < cx) & (cx < right[:, None]) & (top[:, None] < cy) & (cy < bottom[:, None]))
+            iou = _iou(b, area, left, top, right, bottom)
+            best = np.where(inside, iou, np.float32(-1)).max(axis=1)
+            ok = (cw_ > 0) & (ch_ > 0) & inside.any(axis=1) & ~(best < np.float32(least))
+            hit = np.flatnonzero(ok)
+            if hit.size:
+                i = int(hit[0])
+                found = {"crop": (int(top[i]), int(left[i]), int(ch_[i]), int(cw_[i])), "inside": inside[i]}
+        if found is None and zero:
+            raise ValueError(f"RandomIoUCrop draws a crop of height 0 from this {h}x{w} image "
+                             f"(min_scale {self.min_scale:g})")
+        return found
 
-def _iou(b: np.ndarray, area: np.ndarray, left: int, top: int, right: int, bottom: int) -> np.ndarray:
-    """torchvision's box_iou of boxes `b` (XYXY float32 [K, 4], their areas `area`) with one
-    box, in float32."""
-    crop = np.array([left, top, right, bottom], np.float32)
-    wh = np.clip(np.minimum(b[:, 2:], crop[2:]) - np.maximum(b[:, :2], crop[:2]), 0, None)
-    inter = wh[:, 0] * wh[:, 1]
-    return inter / (area + (crop[2] - crop[0]) * (crop[3] - crop[1]) - inter)
+
+def uniforms(key: int, start: int, n: int) -> np.ndarray:
+    """Numbers `start` .. `start + n` of the SplitMix64 stream keyed by `key` (the sample
+    generator's, transforms.rng), as float64 uniforms in [0, 1): made at once."""
+    i = np.arange(start + 1, start + n + 1, dtype=np.uint64)
+    z = np.uint64(key) + i * np.uint64(_GAMMA)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / 9007199254740992.0)
+
+
+def _iou(b: np.ndarray, area: np.ndarray, left: np.ndarray, top: np.ndarray, right: np.ndarray,
+         bottom: np.ndarray) -> np.ndarray:
+    """torchvision's box_iou of boxes `b` (XYXY float32 [K, 4], their areas `area`) with each
+    crop (int64 [C] corners), in float32: [C, K]."""
+    l, t, r, bt = (x.astype(np.float32)[:, None] for x in (left, top, right, bottom))
+    iw = np.clip(np.minimum(b[:, 2], r) - np.maximum(b[:, 0], l), 0, None)
+    ih = np.clip(np.minimum(b[:, 3], bt) - np.maximum(b[:, 1], t), 0, None)
+    inter = iw * ih
+    return inter / (area + (r - l) * (bt - t) - inter)
 
 
 def emptied(xyxy: np.ndarray, p: dict) -> np.ndarray:

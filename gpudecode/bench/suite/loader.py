@@ -22,6 +22,9 @@ ImageNet-like JPEGs (500x375, quality 90):
     python bench/loader.py --boxes    detection (images with COCO annotations): the
         large-scale-jitter recipe at 640, the Loader with a Boxes field against torchvision
         v2 moving tv_tensors.BoundingBoxes (and SanitizeBoundingBoxes) over webdataset
+    python bench/loader.py --boxes --recipe ssd   SSD's recipe (torchvision's "ssd" preset):
+        RandomZoomOut, RandomIoUCrop (its crop drawn from the boxes), Resize((300, 300)),
+        flip, RandomPhotometricDistort
     python bench/loader.py --masks --rotate 15   (or --boxes) with RandomRotation(15) after
         the flip in both pipelines: the masks and boxes through a warp
     python bench/loader.py --masks --precache 256   segmentation from tensor shards: the set
@@ -531,7 +534,10 @@ def boxes(shards, a) -> None:
     The Loader (fields={"json": Boxes("XYWH", out_format="XYXY")}, labels=False) against
     torchvision.transforms.v2 moving the image and its tv_tensors.BoundingBoxes together
     (then SanitizeBoundingBoxes) over webdataset in a WebLoader with --threads workers; the
-    Loader without the boxes (what they cost)."""
+    Loader without the boxes (what they cost). With --recipe ssd, SSD's (the reference's
+    "ssd" preset at 300 with a Resize so that a batch has one size; its photometric
+    distortion after the flip in both pipelines, where the kernel runs it), where the
+    crop is drawn from the boxes (RandomIoUCrop), so the Loader reads them in either case."""
     import torch
     import torchvision.transforms.v2 as v2
     import webdataset as wds
@@ -541,17 +547,23 @@ def boxes(shards, a) -> None:
     from gpudecode import transforms as T
 
     urls = boxed(shards)
-    size = 640
-    ours = T.Compose([T.ScaleJitter((size, size)), T.RandomCrop(size, pad_if_needed=True), T.RandomHorizontalFlip(),
-                      *_rotation(T, a), T.ToDtype(torch.float32, scale=True)])
+    size = 640 if a.recipe == "lsj" else 300
+
+    def recipe(ns):  # (SSD's distortion after the flip in both: the kernel runs it there)
+        if a.recipe == "ssd":
+            return [ns.RandomZoomOut(fill=[123, 117, 104]), ns.RandomIoUCrop(), ns.Resize((size, size)),
+                    ns.RandomHorizontalFlip(), ns.RandomPhotometricDistort(), *_rotation(ns, a)]
+        return [ns.ScaleJitter((size, size)), ns.RandomCrop(size, pad_if_needed=True), ns.RandomHorizontalFlip(),
+                *_rotation(ns, a)]
+
+    ours = T.Compose([*recipe(T), T.ToDtype(torch.float32, scale=True)])
 
     def loader(fields):
         return epochs(Loader(urls, batch_size=a.batch, transform=ours, device="cpu", num_threads=a.threads,
                              labels=False, fields=fields))
 
-    reference = v2.Compose([v2.ScaleJitter((size, size)), v2.RandomCrop(size, pad_if_needed=True),
-                            v2.RandomHorizontalFlip(), *_rotation(v2, a), v2.ToDtype(torch.float32, scale=True),
-                            v2.ConvertBoundingBoxFormat("XYXY"), v2.SanitizeBoundingBoxes()])
+    reference = v2.Compose([*recipe(v2), v2.ToDtype(torch.float32, scale=True), v2.ConvertBoundingBoxFormat("XYXY"),
+                            v2.SanitizeBoundingBoxes()])
 
     def sample(image, anns):
         img = tv_tensors.Image(v2.functional.pil_to_tensor(image))
@@ -563,11 +575,13 @@ def boxes(shards, a) -> None:
 
     web = (wds.WebDataset(urls, shardshuffle=len(urls), empty_check=False).shuffle(1000).decode("pil")
            .to_tuple("jpg", "json").map(lambda x: sample(*x)).batched(a.batch, partial=True, collation_fn=collate))
-    rows = alternated({"gpudecode Loader, Boxes field": loader({"json": Boxes("XYWH", out_format="XYXY")}),
-                       "gpudecode Loader, images alone": loader(None),
-                       "torchvision v2 reference + webdataset": _web_epochs(web, a.threads)}, a.repeat)
-    _against_torchvision(rows, f"{a.images} JPEGs 500x375 q90 + COCO annotations (1-14 boxes) -> {size}x{size} "
-                         "float + boxes" + _rotated(a), "loader_boxes" + ("_rotate" if a.rotate else ""), a)
+    ours_rows = {"gpudecode Loader, Boxes field": loader({"json": Boxes("XYWH", out_format="XYXY")})}
+    if a.recipe == "lsj":  # (SSD's crop is drawn from the boxes: no Loader without them)
+        ours_rows["gpudecode Loader, images alone"] = loader(None)
+    rows = alternated({**ours_rows, "torchvision v2 reference + webdataset": _web_epochs(web, a.threads)}, a.repeat)
+    _against_torchvision(rows, f"{a.images} JPEGs 500x375 q90 + COCO annotations (1-14 boxes), {a.recipe} -> "
+                         f"{size}x{size} float + boxes" + _rotated(a),
+                         "loader_boxes" + ("_ssd" if a.recipe == "ssd" else "") + ("_rotate" if a.rotate else ""), a)
 
 
 def main() -> None:
@@ -580,6 +594,8 @@ def main() -> None:
                     help="with --captions: OpenCLIP's own (pip install open_clip_torch) or a stand-in")
     ap.add_argument("--masks", action="store_true", help="segmentation: a Mask field against torchvision v2's reference")
     ap.add_argument("--boxes", action="store_true", help="detection: a Boxes field against torchvision v2's LSJ recipe")
+    ap.add_argument("--recipe", choices=("lsj", "ssd"), default="lsj",
+                    help="with --boxes: large-scale jitter at 640, or SSD's (zoom out, IoU crop) at 300")
     ap.add_argument("--precache", type=int, default=0, metavar="S",
                     help="with --masks: from tensor shards precached at S, masks moved by precache or each epoch")
     ap.add_argument("--rotate", type=float, default=0.0,
