@@ -2,7 +2,8 @@
 recipe and torchvision's Faster R-CNN, each sample's boxes moved with its image: every
 image once an epoch as (images, targets), and a sample whose annotations hold a box of
 negative width skipped and named, the rest trained on; with --precache, from tensor
-shards whose boxes follow their resized images."""
+shards whose boxes follow their resized images; with --recipe ssd, SSD's zoom-out and
+IoU crop."""
 from __future__ import annotations
 
 import json
@@ -60,3 +61,13 @@ def test_the_example_trains_from_precached_tensor_shards(tmp_path):
     assert len(records) == 48 and all(min(r.size) == 96 and min(r.source) > 96 for r in records)
     again = _run(tmp_path, "--epochs", "1", "--data", str(tmp_path / "set"), "--precache", "96")
     assert f"precached 48 images (shorter side at most 96) into {cache}, 0 decoded now" in again, again
+
+
+def test_the_example_trains_with_ssds_recipe(tmp_path):
+    """--recipe ssd: RandomZoomOut, RandomIoUCrop (its crop drawn from each sample's boxes),
+    Resize: every image once an epoch, boxes in the batches, a finite loss."""
+    out = _run(tmp_path, "--epochs", "1", "--make-demo", str(tmp_path / "set"), "--recipe", "ssd")
+    epochs = re.findall(r"epoch (\d): (\d+) images, (\d+) boxes", out)
+    assert [(e, n) for e, n, _ in epochs] == [("0", "48")] and int(epochs[0][2]) > 24, out
+    assert np.isfinite([float(v) for v in re.findall(r"loss ([0-9.]+)", out)]).all()
+    assert "skipped" not in out

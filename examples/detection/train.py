@@ -6,12 +6,17 @@ batches of (images, targets) as torchvision's detection models take them.
     python examples/detection/train.py --data "coco/train-{000000..000117}.tar" --classes 91
     python examples/detection/train.py --make-demo DIR    # write small shards (offline), then train
     python examples/detection/train.py --make-demo DIR --precache 96   # decode once to tensors first
+    python examples/detection/train.py --make-demo DIR --recipe ssd    # SSD's zoom-out and IoU crop
 
 The transform is the large-scale-jitter recipe of torchvision's detection reference
 (references/detection/presets.py, "lsj") at the demo's size: ScaleJitter to the square,
 RandomCrop of it padded where the image is smaller, RandomHorizontalFlip, then
 RandomPhotometricDistort; the boxes a crop leaves too small are dropped with their labels
-(SanitizeBoundingBoxes' rule). The model is torchvision's Faster R-CNN on MobileNetV3,
+(SanitizeBoundingBoxes' rule). With `--recipe ssd`, SSD's ("ssd" in the same presets):
+RandomZoomOut onto a canvas of the mean colour, RandomIoUCrop (its crop drawn from the
+sample's boxes: the boxes whose centres it leaves out are dropped), a Resize to the square
+so that a batch has one size, the flip, then RandomPhotometricDistort (which the preset
+runs first; here after the geometry, where the kernel runs it). The model is torchvision's Faster R-CNN on MobileNetV3,
 untrained. A sample whose annotations are not boxes (a negative width, a box that is not
 a number) is skipped and named (`on_error="skip"`).
 
@@ -87,6 +92,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--size", type=int, default=128, help="ScaleJitter's target and the crop's size")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--recipe", choices=("lsj", "ssd"), default="lsj",
+                    help="large-scale jitter, or SSD's (RandomZoomOut, RandomIoUCrop)")
     ap.add_argument("--precache", type=int, default=None, metavar="S",
                     help="decode once into tensor shards at shorter side S first (DIR-precached-S), train from them")
     args = ap.parse_args()
@@ -103,9 +110,13 @@ def main() -> None:
               f"{report.written} decoded now")
         data = out
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    train = T.Compose([T.ScaleJitter((args.size, args.size), scale_range=(0.5, 1.5)),
-                       T.RandomCrop(args.size, pad_if_needed=True), T.RandomHorizontalFlip(),
-                       T.RandomPhotometricDistort(), T.ToDtype(torch.float32, scale=True)])
+    if args.recipe == "ssd":
+        geometry = [T.RandomZoomOut(fill=(123, 117, 104)), T.RandomIoUCrop(), T.Resize((args.size, args.size))]
+    else:
+        geometry = [T.ScaleJitter((args.size, args.size), scale_range=(0.5, 1.5)),
+                    T.RandomCrop(args.size, pad_if_needed=True)]
+    train = T.Compose([*geometry, T.RandomHorizontalFlip(), T.RandomPhotometricDistort(),
+                       T.ToDtype(torch.float32, scale=True)])
     loader = gpudecode.Loader(data, batch_size=args.batch_size, transform=train, device=device, labels=False,
                               fields={"json": gpudecode.Boxes("XYWH", out_format="XYXY")},
                               num_threads=args.threads, shuffle=True, seed=0, on_error="skip", drop_last=True)
