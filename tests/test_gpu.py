@@ -353,9 +353,12 @@ def test_masks_on_cuda_equal_the_cpu_loaders(photos, tmp_path):
     assert on_gpu.device.type == "cuda" and int((on_gpu.cpu() != on_cpu).sum()) <= on_cpu.numel() // 10_000
 
 
-def test_boxes_on_cuda_equal_the_cpu_loaders(photos, tmp_path):
+@pytest.mark.parametrize("recipe", ["lsj", "ssd"])
+def test_boxes_on_cuda_equal_the_cpu_loaders(photos, tmp_path, recipe):
     """gpudecode.Boxes fields on CUDA: each batch's targets on the device (the batch's boxes
-    and labels each one copy), equal to the CPU Loader's, streamed and from keep="gpu"."""
+    and labels each one copy), equal to the CPU Loader's, streamed and from keep="gpu";
+    with SSD's recipe (RandomIoUCrop drawn from the boxes, a window of RandomZoomOut's
+    canvas made on the device) the images too."""
     import json
 
     from gpudecode import Boxes
@@ -370,15 +373,22 @@ def test_boxes_on_cuda_equal_the_cpu_loaders(photos, tmp_path):
         member = json.dumps({"boxes": boxes.tolist(), "labels": [k, k + 1, k + 2]}).encode()
         samples.append({"__key__": f"b{k:03d}", "jpg": encode(img), "cls": str(k % 3), "json": member})
     url = make_shard(tmp_path / "boxes-000000.tar", samples)
-    tf = T.Compose([T.ScaleJitter((80, 80)), T.RandomCrop(80, pad_if_needed=True), T.RandomHorizontalFlip(),
-                    T.Normalize(MEAN, STD)])
+    geometry = ([T.ScaleJitter((80, 80)), T.RandomCrop(80, pad_if_needed=True)] if recipe == "lsj" else
+                [T.RandomZoomOut(fill=(123, 117, 104), p=0.7), T.RandomIoUCrop(), T.Resize((80, 80))])
+    tf = T.Compose([*geometry, T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
     kw = dict(batch_size=8, transform=tf, seed=2, labels=False, fields={"json": Boxes()})
+    cpu_images = [b.images for b in Loader([url], device="cpu", **kw)]
     cpu = [(b.keys, b[1]) for b in Loader([url], device="cpu", **kw)]
     assert sum(len(t["boxes"]) for _, ts in cpu for t in ts) > 30
     for keep in (None, "gpu"):
         with Loader([url], device="cuda", decoder="cpu", keep=keep, **kw) as ld:
-            got = [(b.keys, b[1]) for b in ld]
+            got, images = [], []
+            for b in ld:
+                got.append((b.keys, b[1]))
+                images.append(b.images.cpu())
         assert [k for k, _ in got] == [k for k, _ in cpu]
+        for a, b in zip(cpu_images, images):
+            torch.testing.assert_close(b, a, atol=1e-4, rtol=0)
         for (_, want), (_, ts) in zip(cpu, got):
             for a, t in zip(want, ts):
                 assert t["boxes"].device.type == "cuda" and t["labels"].device.type == "cuda"

@@ -316,3 +316,24 @@ def test_a_canvas_window_is_that_window_of_the_canvas(photos, fill):
         t, l, h, w = window
         assert tuple(got.shapes[0]) == (h, w)
         assert torch.equal(got.pixels.view(h, w, 3), full[t:t + h, l:l + w]), window
+
+
+def test_the_dataset_item_and_even_draw_from_the_boxes(rects, tmp_path):
+    """The dataset's item is its sample as the batch gives it (the fields read before its
+    draw); a batch made up under even repeats its samples' images and targets."""
+    tf = T.Compose([T.RandomIoUCrop(), T.Resize((32, 32)), T.RandomHorizontalFlip()])
+    kw = dict(transform=tf, device="cpu", shuffle=False, seed=6, labels=False, image_ext="png",
+              fields={"json": Boxes()})
+    ld = Loader([rects], batch_size=8, **kw)
+    images, targets = next(iter(ld))
+    for i in (0, 3, 7):
+        image, t = ld.dataset[i]
+        assert torch.equal(image, images[i]) and torch.equal(t["boxes"], targets[i]["boxes"])
+        assert torch.equal(t["labels"], targets[i]["labels"])
+    part = _rect_samples(6)
+    for s in part[3:]:
+        s["png"] = b"not an image"
+    url = make_shard(tmp_path / "even-000000.tar", part)
+    first, made = list(Loader([url], batch_size=3, on_error="skip", even="pad", rank=0, world_size=1, **kw))
+    assert made.keys == first.keys and torch.equal(made.images, first.images)
+    assert all(torch.equal(a["boxes"], b["boxes"]) for a, b in zip(made[1], first[1]))
