@@ -169,3 +169,23 @@ def test_loader_gives_the_compose_on_the_decoded_images(tmp_path, photos):
                for a in imgs]
     params = tf.make_params([tuple(d.shape[1:]) for d in decoded], 7, epoch=1, indices=[0, 1, 2])
     assert torch.equal(images, tf([d.contiguous() for d in decoded], params))
+
+
+def test_fast_decode_under_a_canvas_step_decodes_whole_images(tmp_path, photos):
+    """fast_decode=True lets the JPEG decoder scale a decode down by the output's size; a
+    canvas is made of the whole image at its size, so under a canvas step it does not
+    scale (the Loader failed every batch, refusing the scaled decode): the batches those
+    without fast_decode are, but for the fast IDCT's rounding, for RandomZoomOut and an
+    expanded rotation."""
+    import gpudecode
+    from conftest import encode, make_shard
+
+    imgs = [np.ascontiguousarray(photos[n][:300, :360]) for n in ("astronaut", "coffee", "chelsea", "rocket")]
+    shard = make_shard(tmp_path / "f-000000.tar", [{"__key__": f"{i:03d}", "jpg": encode(a), "cls": b"1"}
+                                                    for i, a in enumerate(imgs)])
+    for canvas in (T.RandomZoomOut(FILL, (1.0, 2.0), p=1.0), T.RandomRotation(20, expand=True)):
+        tf = T.Compose([canvas, T.RandomResizedCrop(24)])
+        fast, plain = (list(gpudecode.Loader(shard, batch_size=4, transform=tf, device="cpu", shuffle=False, seed=3,
+                                              fast_decode=f)) for f in (True, False))
+        assert len(fast) == 1 and fast[0].images.shape == plain[0].images.shape == (4, 3, 24, 24)
+        assert (fast[0].images.float() - plain[0].images.float()).abs().mean() < 1.5, canvas
