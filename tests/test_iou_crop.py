@@ -297,9 +297,10 @@ def test_torchvisions_ssd_preset_converts():
 
 @pytest.mark.parametrize("fill", [0, (123, 117, 104)])
 def test_a_canvas_window_is_that_window_of_the_canvas(photos, fill):
-    """A crop of RandomZoomOut's canvas makes only the crop (canvas.build's windows): each
-    window equal to that part of the whole canvas, whether it holds the whole image, a part
-    of it, or only the fill."""
+    """A crop of RandomZoomOut's canvas makes only the crop (canvas.build's windows), from
+    only the part of the image inside it (read_window: what the decoder is asked for),
+    given in a whole decode or alone: each window equal to that part of the whole canvas,
+    whether it holds the whole image, a part of it, or only the fill."""
     from gpudecode.decode._base import DecodedBatch
     from gpudecode.transforms import canvas
 
@@ -307,15 +308,23 @@ def test_a_canvas_window_is_that_window_of_the_canvas(photos, fill):
     step = T.RandomZoomOut(fill=fill, side_range=(2.0, 3.0), p=1.0)
     p = {"padding": [25, 10, 15, 20]}  # (a 60 x 80 canvas, the image at top 10, left 25)
     flat = img.reshape(-1).clone()
-    one = DecodedBatch(flat, np.zeros(1, np.int64), np.array([[30, 40]]), np.array([[120, 3, 1]]),
-                       np.array([[0, 0, 30, 40]]), [None])
-    whole = canvas.build(step, one, [p], [(30, 40)], np.array([0]))
-    full = whole.pixels.view(60, 80, 3)
+
+    def decoded(box):  # (the whole image decoded, `box` the part asked for in it, as a direct call gives it)
+        return DecodedBatch(flat, np.zeros(1, np.int64), np.array([[30, 40]]), np.array([[120, 3, 1]]),
+                            np.array([box]), [None])
+
+    full = canvas.build(step, decoded((0, 0, 30, 40)), [p], [(30, 40)], np.array([0])).pixels.view(60, 80, 3)
     for window in [(0, 0, 60, 80), (10, 25, 30, 40), (12, 30, 10, 5), (0, 0, 9, 20), (5, 20, 40, 50), (40, 0, 20, 80)]:
-        got = canvas.build(step, one, [p], [(30, 40)], np.array([0]), windows=np.array([window]))
+        part = canvas.read_window(step, p, (30, 40), window)
         t, l, h, w = window
-        assert tuple(got.shapes[0]) == (h, w)
-        assert torch.equal(got.pixels.view(h, w, 3), full[t:t + h, l:l + w]), window
+        for given in (decoded(part), DecodedBatch(  # (and that part alone, as a crop decoder gives it)
+                img[part[0]:part[0] + part[2], part[1]:part[1] + part[3]].reshape(-1).clone(), np.zeros(1, np.int64),
+                np.array([part[2:]]), np.array([[part[3] * 3, 3, 1]]), np.array([(0, 0, *part[2:])]), [None])):
+            got = canvas.build(step, given, [p], [(30, 40)], np.array([0]), windows=np.array([window]))
+            assert tuple(got.shapes[0]) == (h, w)
+            assert torch.equal(got.pixels.view(h, w, 3), full[t:t + h, l:l + w]), window
+    assert canvas.read_window(step, p, (30, 40), (40, 0, 20, 80)) == (0, 0, 1, 1)  # (fill only: one pixel asked)
+    assert canvas.read_window(step, p, (30, 40), (5, 20, 40, 50)) == (0, 0, 30, 40)
 
 
 def test_the_dataset_item_and_even_draw_from_the_boxes(rects, tmp_path):

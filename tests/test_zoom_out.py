@@ -139,12 +139,27 @@ def test_from_torchvision_and_refusals():
         T.RandomZoomOut(side_range=(0.5, 2.0))
 
 
-def test_decoders_are_asked_for_whole_images():
-    """A crop of a canvas needs the whole image decoded: decode_boxes says so."""
-    tf = T.Compose([T.RandomZoomOut(p=1.0), T.RandomResizedCrop(16)])
-    sizes = [(40, 50), (33, 21)]
+def test_decoders_are_asked_for_the_part_of_the_image_the_crop_holds():
+    """A crop of RandomZoomOut's canvas needs only the part of the image inside it decoded
+    (one pixel where it holds none, only fill): decode_boxes says which, the rectangles'
+    intersection; a canvas made otherwise (an expanded rotation) needs the whole image."""
+    tf = T.Compose([T.RandomZoomOut(p=0.8, side_range=(1.0, 4.0)), T.RandomResizedCrop(16, scale=(0.02, 0.5))])
+    sizes = [(40, 50), (33, 21), (64, 48), (20, 90)] * 50
     params = tf.make_params(sizes, 0)
-    assert tf.decode_boxes(params, sizes) == [(0, 0, 40, 50), (0, 0, 33, 21)]
+    parts = fills = 0
+    for (h, w), p, box in zip(sizes, params, tf.decode_boxes(params, sizes)):
+        left, top = p.get("padding", (0, 0))[:2]
+        t, l, ch, cw = p["crop"]
+        ys, xs = range(max(t, top), min(t + ch, top + h)), range(max(l, left), min(l + cw, left + w))
+        if not ys or not xs:
+            assert box == (0, 0, 1, 1)
+            fills += 1
+        else:
+            assert box == (ys.start - top, xs.start - left, len(ys), len(xs))
+            parts += (len(ys), len(xs)) != (h, w)
+    assert parts > 50 and fills > 3
+    rot = T.Compose([T.RandomRotation(30, expand=True), T.RandomResizedCrop(16)])
+    assert rot.decode_boxes(rot.make_params(sizes[:2], 0), sizes[:2]) == [(0, 0, 40, 50), (0, 0, 33, 21)]
 
 
 def test_loader_gives_the_compose_on_the_decoded_images(tmp_path, photos):

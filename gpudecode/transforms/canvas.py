@@ -129,12 +129,14 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
             bands[3][:] = row[(left + w) * 3:]
         canvas[top:top + h, left:left + w] = image
 
-    def paint_window(self, out: torch.Tensor, image: torch.Tensor, params: dict,
+    def paint_window(self, out: torch.Tensor, image: torch.Tensor, at: tuple[int, int],
                      window: tuple[int, int, int, int]) -> None:
         """The window (top, left, height, width) of the canvas `paint` makes, into `out`
-        (uint8 HWC, the window's size): the image's part inside it, the fill around."""
+        (uint8 HWC, the window's size): `image` (uint8 HWC: the image, or the part of it
+        decoded) lying at `at` (top, left) on the canvas, its part inside the window, the
+        fill around."""
         t0, l0, wh, ww = window
-        top, left = self.place(params)
+        top, left = at
         h, w = image.shape[:2]
         y0, y1, x0, x1 = max(top, t0), min(top + h, t0 + wh), max(left, l0), min(left + w, l0 + ww)
         if y0 >= y1 or x0 >= x1 or (y1 - y0, x1 - x0) != (wh, ww):  # (fill where the image does not cover it)
@@ -156,6 +158,20 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
         return row[:width * 3]
 
 
+def read_window(step: Any, params: dict, size: tuple[int, int],
+                window: Sequence[int]) -> tuple[int, int, int, int]:
+    """The part of an image of `size` (top, left, height, width, in the image) that the
+    `window` of its canvas covers, under a step that places it (RandomZoomOut): what a
+    decoder need decode of it; (0, 0, 1, 1) where the window holds none of it (fill only)."""
+    top, left = step.place(params)
+    h, w = size
+    t, l, wh, ww = (int(v) for v in window)
+    y0, y1, x0, x1 = max(t, top), min(t + wh, top + h), max(l, left), min(l + ww, left + w)
+    if y0 >= y1 or x0 >= x1:
+        return (0, 0, 1, 1)
+    return (y0 - top, x0 - left, y1 - y0, x1 - x0)
+
+
 def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes: Sequence[tuple[int, int]],
           rows: np.ndarray, workspace: Workspace | None = None, windows: np.ndarray | None = None) -> DecodedBatch:
     """The canvases `step` makes of images `rows` of `decoded` (whole images of `sizes`,
@@ -165,7 +181,8 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
     after batch, grown when a batch's canvases need more), or a new one without it.
     `windows` (int64 [len(rows), 4], top, left, height, width in each canvas), for a step
     that places the image (RandomZoomOut's `paint_window`): only those windows of the
-    canvases are made (a crop of a canvas up to 16 times its image reads a part of it)."""
+    canvases are made (a crop of a canvas up to 16 times its image reads a part of it), of
+    the part of each image the decoder was asked for (read_window), where its box says."""
     pixels = decoded.pixels
     if windows is not None:
         out_sizes = [(int(wh), int(ww)) for wh, ww in np.asarray(windows)[:, 2:].tolist()]
@@ -179,6 +196,10 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
     at = 0
     for i, k in enumerate(rows.tolist()):
         h, w = sizes[k]
+        if windows is not None:
+            offsets[i] = at
+            at += _paint_part(step, decoded, k, params[k], (h, w), tuple(windows[i].tolist()), buf, at)
+            continue
         if tuple(decoded.boxes[k].tolist()) != (0, 0, h, w) or tuple(decoded.shapes[k].tolist()) != (h, w):
             raise TransformError(f"a canvas step needs whole decoded images: image {k} is the "
                                  f"{tuple(decoded.boxes[k].tolist())} window of {tuple(decoded.shapes[k].tolist())}")
@@ -186,10 +207,7 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
         image = pixels.as_strided((h, w, 3), (sy, sx, sc), int(decoded.offsets[k]))
         ch, cw = out_sizes[i]
         region = buf[at:at + ch * cw * 3]
-        if windows is not None:
-            step.paint_window(region.view(ch, cw, 3), image, params[k], tuple(windows[i].tolist()))  # type: ignore[attr-defined]
-        else:
-            step.paint(region.view(3, ch, cw) if planar else region.view(ch, cw, 3), image, params[k])
+        step.paint(region.view(3, ch, cw) if planar else region.view(ch, cw, 3), image, params[k])
         offsets[i] = at
         at += ch * cw * 3
     shapes = np.asarray(out_sizes, np.int64).reshape(-1, 2)
@@ -200,3 +218,25 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
     boxes = np.zeros((len(rows), 4), np.int64)
     boxes[:, 2:] = shapes
     return DecodedBatch(buf, offsets, shapes, strides.astype(np.int64), boxes, [None] * len(rows))
+
+
+def _paint_part(step: Any, decoded: DecodedBatch, k: int, params: dict, size: tuple[int, int],
+                window: tuple[int, int, int, int], buf: torch.Tensor, at: int) -> int:
+    """Window `window` of image k's canvas painted into `buf` at `at` from the part of the
+    image the decoder gave (asked for read_window's; its box says where that lies in its
+    pixels): the bytes written.
+
+    Raises:
+        TransformError: a part decoded at another size (a decoder that scaled it down)."""
+    t, l, h, w = read_window(step, params, size, window)
+    bt, bl, bh, bw = (int(v) for v in decoded.boxes[k])
+    if (bh, bw) != (h, w):
+        raise TransformError(f"a canvas step needs its images at full scale: image {k}'s part {(t, l, h, w)} was "
+                             f"decoded as {bh}x{bw}")
+    sh, sw = (int(v) for v in decoded.shapes[k])
+    sy, sx, sc = decoded.strides[k].tolist()
+    pixels = decoded.pixels.as_strided((sh, sw, 3), (sy, sx, sc), int(decoded.offsets[k]))
+    top, left = step.place(params)
+    _, _, wh, ww = window
+    step.paint_window(buf[at:at + wh * ww * 3].view(wh, ww, 3), pixels, (top + t - bt, left + l - bl), window)
+    return wh * ww * 3

@@ -195,9 +195,13 @@ def dict_boxes(plan: "_Plan", params: Sequence[dict], sizes: Sequence[tuple[int,
     """The window (top, left, height, width) of each image the kernel reads, for a decoder
     to decode no more than that: RandomResizedCrop's crop; the whole image for
     Resize/CenterCrop (every source pixel can reach the output through the filter)."""
-    if plan.rrc and plan.canvas is None:  # (a crop of a canvas: the canvas needs the whole image)
+    if plan.rrc and plan.canvas is None:
         return [tuple(p["crop"]) for p in params]  # type: ignore[misc]
-    return [(0, 0, h, w) for h, w in sizes]
+    if plan.rrc and getattr(plan.canvas, "places", False):  # (a crop of RandomZoomOut's canvas: the image's part in it)
+        from .canvas import read_window
+
+        return [read_window(plan.canvas, p, (h, w), p["crop"]) for p, (h, w) in zip(params, sizes)]
+    return [(0, 0, h, w) for h, w in sizes]  # (a canvas made otherwise needs the whole image)
 
 
 def as_draws(plan: "_Plan", params: "Sequence[dict] | Draws", sizes: Sequence[tuple[int, int]]) -> "Draws":
