@@ -346,3 +346,26 @@ def test_the_dataset_item_and_even_draw_from_the_boxes(rects, tmp_path):
     first, made = list(Loader([url], batch_size=3, on_error="skip", even="pad", rank=0, world_size=1, **kw))
     assert made.keys == first.keys and torch.equal(made.images, first.images)
     assert all(torch.equal(a["boxes"], b["boxes"]) for a, b in zip(made[1], first[1]))
+
+
+def test_the_crop_sees_the_boxes_where_a_canvas_puts_them():
+    """After a canvas step the crop is drawn from the boxes on the canvas: an expanded
+    rotation by 90 degrees (a box's corners land exactly: (x, y) -> (y, W - x)) and
+    RandomZoomOut (shifted by the padding): each draw's boxes inside are those whose moved
+    centres its crop holds."""
+    b = np.array([[5, 5, 25, 15], [30, 20, 55, 38], [1, 30, 9, 39]], np.float32)
+    for first, moved in ((T.RandomRotation((90, 90), expand=True),
+                          lambda p: np.stack([b[:, 1], 60 - b[:, 2], b[:, 3], 60 - b[:, 0]], 1)),
+                         (T.RandomZoomOut(p=0.7), lambda p: b + np.float32(p.get("padding", [0, 0])[:2] * 2))):
+        tf = T.Compose([first, T.RandomIoUCrop(), T.Resize((32, 32))])
+        d = tf.draw_batch([(40, 60)] * 40, 1, boxes=[b] * 40)
+        cropped = 0
+        for p in d:
+            if "inside" not in p:
+                continue
+            m = moved(p)
+            cx, cy = (m[:, 0] + m[:, 2]) / 2, (m[:, 1] + m[:, 3]) / 2
+            t, l, h, w = p["crop"]
+            assert p["inside"].tolist() == ((l < cx) & (cx < l + w) & (t < cy) & (cy < t + h)).tolist(), p
+            cropped += 1
+        assert cropped > 10, first
