@@ -104,6 +104,28 @@ def test_an_image_without_boxes_and_options_that_never_end(monkeypatch):
         T.RandomIoUCrop().draw(random.Random(1), (1, 50), np.array([[0, 0, 10, 1]], np.float32))
 
 
+def test_a_member_of_many_boxes_is_checked_in_parts(monkeypatch):
+    """200,000 boxes (a hostile member): the trials are checked against them a few at a
+    time (never more than 2^20 trial-box pairs at once), the crop the one a trial at a time
+    finds; with options that never leave the image as it is, the rounds are fewer, bounded
+    by the work, and the image is its error."""
+    from gpudecode.transforms import iou_crop
+
+    rng = np.random.default_rng(3)
+    xy = rng.uniform(0, 300, (200_000, 2)).astype(np.float32)
+    many = np.concatenate([xy, xy + np.float32(2)], 1)
+    seen: list = []
+    made = iou_crop._iou
+    monkeypatch.setattr(iou_crop, "_iou", lambda b, *a: seen.append(len(a[1]) * len(b)) or made(b, *a))
+    got = T.RandomIoUCrop().draw(random.Random(0), (320, 320), many)
+    assert seen and max(seen) <= 1 << 20 and "crop" in got
+    monkeypatch.setattr(iou_crop, "_CELLS", 1 << 30)  # (all of a round's trials at once: the same crop)
+    again = T.RandomIoUCrop().draw(random.Random(0), (320, 320), many)
+    assert again["crop"] == got["crop"] and np.array_equal(again.get("inside"), got.get("inside"))
+    with pytest.raises(ValueError, match=r"no crop in 33 options drawn, 40 tries each, for 200000 boxes"):
+        T.RandomIoUCrop(sampler_options=[0.99]).draw(random.Random(0), (320, 320), many)
+
+
 SSD = lambda size=(40, 40): T.Compose([  # noqa: E731  (torchvision's "ssd" preset, a batch of one size)
     T.RandomZoomOut(fill=(123, 117, 104), side_range=(1.0, 3.0), p=0.6), T.RandomIoUCrop(), T.Resize(size),
     T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True), T.SanitizeBoundingBoxes()])

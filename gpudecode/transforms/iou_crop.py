@@ -19,8 +19,10 @@ the last step, as SanitizeBoundingBoxes after torchvision's does.
 Two choices of ours, where torchvision's loop has no end: an image with no box never finds
 a crop, so torchvision loops until it draws a "leave as is" option; here such an image is
 left as it is at once (the outcome torchvision reaches, without its draws). And where the
-options hold no "leave as is" and no crop is found in `MAX_ROUNDS` options, the image is
-its sample's error, not a hang."""
+options hold no "leave as is" and no crop is found in `MAX_ROUNDS` options (fewer for a
+member of many boxes: about 2^28 trial-box pairs in all), the image is its sample's error,
+not a hang. A round's trials are checked against the boxes at most 2^20 trial-box pairs at
+a time, so a hostile member of a million boxes costs memory of its own size."""
 from __future__ import annotations
 
 import math
@@ -36,6 +38,8 @@ __all__ = ["RandomIoUCrop", "MAX_ROUNDS", "emptied", "uniforms"]
 
 MAX_ROUNDS = 1000  # options drawn before an image is its sample's error (torchvision: no end)
 _GAMMA = 0x9E3779B97F4A7C15  # (SplitMix64's increment, as transforms.rng)
+_CELLS = 1 << 20  # trial-box pairs checked at once (a member of a million boxes: a trial at a time)
+_WORK = 1 << 28  # trial-box pairs tried, where no option leaves the image as it is, before it is an error
 _DEFAULT_OPTIONS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
 
 
@@ -104,7 +108,9 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
         centres = (np.float32(0.5) * (b[:, 0] + b[:, 2]), np.float32(0.5) * (b[:, 1] + b[:, 3]))
         area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
         options, block = self.sampler_options, 1 + 4 * self.trials
-        for r in range(MAX_ROUNDS):
+        # (options with "leave as is" end soon: 1 in len(options) rounds; without, a round's work bounds them)
+        rounds = MAX_ROUNDS if self._as_is else max(1, min(MAX_ROUNDS, _WORK // (self.trials * len(b))))
+        for r in range(rounds):
             u = uniforms(key, r * block, block)
             least = options[min(int(u[0] * len(options)), len(options) - 1)]
             if least >= 1.0:
@@ -112,8 +118,8 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
             found = self._round(u[1:].astype(np.float32), (h, w), b, centres, area, least)
             if found is not None:
                 return found
-        raise ValueError(f"RandomIoUCrop found no crop in {MAX_ROUNDS} options drawn, {self.trials} tries each "
-                         "(its sampler options leave no image as it is: none of 1 or more)")
+        raise ValueError(f"RandomIoUCrop found no crop in {rounds} options drawn, {self.trials} tries each, for "
+                         f"{len(b)} boxes (its sampler options leave no image as it is: none of 1 or more)")
 
     def _round(self, v: np.ndarray, size: tuple[int, int], b: np.ndarray, centres: tuple[np.ndarray, np.ndarray],
                area: np.ndarray, least: float) -> dict | None:
@@ -136,26 +142,34 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
             else:
                 at += 2
         found = None
-        if starts:
-            at_ = np.asarray(starts)
-            cw_, ch_ = new_w[at_], new_h[at_ + 1]
-            left = (np.float32(w) - cw_.astype(np.float32)) * v[at_ + 2]
-            top = (np.float32(h) - ch_.astype(np.float32)) * v[at_ + 3]
-            left, top = left.astype(np.int64), top.astype(np.int64)
-            right, bottom = left + cw_, top + ch_
-            cx, cy = centres
-            inside = ((left[:, None] < cx) & (cx < right[:, None]) & (top[:, None] < cy) & (cy < bottom[:, None]))
-            iou = _iou(b, area, left, top, right, bottom)
-            best = np.where(inside, iou, np.float32(-1)).max(axis=1)
-            ok = (cw_ > 0) & (ch_ > 0) & inside.any(axis=1) & ~(best < np.float32(least))
-            hit = np.flatnonzero(ok)
-            if hit.size:
-                i = int(hit[0])
-                found = {"crop": (int(top[i]), int(left[i]), int(ch_[i]), int(cw_[i])), "inside": inside[i]}
+        step = max(1, _CELLS // len(b))  # (trials checked together: at most _CELLS trial-box pairs at once)
+        for first in range(0, len(starts), step):
+            found = self._first(np.asarray(starts[first:first + step]), v, new_w, new_h, size, b, centres, area, least)
+            if found is not None:
+                break
         if found is None and zero:
             raise ValueError(f"RandomIoUCrop draws a crop of height 0 from this {h}x{w} image "
                              f"(min_scale {self.min_scale:g})")
         return found
+
+    @staticmethod
+    def _first(at: np.ndarray, v: np.ndarray, new_w: np.ndarray, new_h: np.ndarray, size: tuple[int, int],
+               b: np.ndarray, centres: tuple[np.ndarray, np.ndarray], area: np.ndarray, least: float) -> dict | None:
+        """The first of the trials starting at places `at` (their aspect ratios in range)
+        whose crop is not empty, holds a box's centre and overlaps one of those by `least`."""
+        h, w = size
+        cw, ch = new_w[at], new_h[at + 1]
+        left = ((np.float32(w) - cw.astype(np.float32)) * v[at + 2]).astype(np.int64)
+        top = ((np.float32(h) - ch.astype(np.float32)) * v[at + 3]).astype(np.int64)
+        right, bottom = left + cw, top + ch
+        cx, cy = centres
+        inside = (left[:, None] < cx) & (cx < right[:, None]) & (top[:, None] < cy) & (cy < bottom[:, None])
+        best = np.where(inside, _iou(b, area, left, top, right, bottom), np.float32(-1)).max(axis=1)
+        hit = np.flatnonzero((cw > 0) & (ch > 0) & inside.any(axis=1) & ~(best < np.float32(least)))
+        if not hit.size:
+            return None
+        i = int(hit[0])
+        return {"crop": (int(top[i]), int(left[i]), int(ch[i]), int(cw[i])), "inside": inside[i]}
 
 
 def uniforms(key: int, start: int, n: int) -> np.ndarray:
