@@ -37,7 +37,7 @@ from .sinks import HostImages, OutputRing, Sink
 from .streams import Streams, event
 from .stats import BatchTiming
 from .transforms import Compose
-from .transforms.draws import Draws
+from .transforms.draws import Draws, draw_batch
 
 __all__ = ["Pipeline", "PipelineConfig", "Batch", "Ready", "MID_QUEUE", "IN_FLIGHT"]
 
@@ -364,9 +364,9 @@ class Pipeline:
         keep = None
         size_array = np.asarray(sizes, np.int64).reshape(-1, 2) if size_array is None else size_array
         xyxy = None if targets is None else [_NO_BOX if t is None else t.xyxy for t in targets]
-        try:
-            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices, size_array=size_array,
-                                    boxes=xyxy) for v, tf in enumerate(self.views)]
+        try:  # (the plan's draws: boxes as read, XYXY already, not checked again as Compose.draw_batch checks a caller's)
+            params = [draw_batch(tf.plan, sizes, view_seed(seed, v), epoch=epoch, indices=indices,
+                                 size_array=size_array, boxes=xyxy) for v, tf in enumerate(self.views)]
         except (ValueError, ArithmeticError):
             keep = _drawable(self.views, self.policy, samples, sizes, indices, seed, epoch, xyxy)
             if len(keep) == len(samples):
@@ -374,7 +374,7 @@ class Pipeline:
             sizes = [sizes[i] for i in keep]
             indices = np.asarray([int(indices[i]) for i in keep], np.int64)
             xyxy = None if xyxy is None else [xyxy[i] for i in keep]
-            params = [tf.draw_batch(sizes, view_seed(seed, v), epoch=epoch, indices=indices, boxes=xyxy)
+            params = [draw_batch(tf.plan, sizes, view_seed(seed, v), epoch=epoch, indices=indices, boxes=xyxy)
                       for v, tf in enumerate(self.views)]
         view_boxes = [pv.boxes() for pv in params]  # [view]: int64 [N, 4] (top, left, height, width)
         return keep, params, view_boxes, view_boxes[0] if not self.multi else _union(view_boxes)
@@ -491,8 +491,8 @@ def _drawable(views: Sequence[Compose], policy: ErrorPolicy, samples: list[Sampl
     for i, (s, hw) in enumerate(zip(samples, sizes)):
         try:
             for v, tf in enumerate(views):
-                tf.draw_batch([hw], view_seed(seed, v), epoch=epoch, indices=np.asarray([int(indices[i])]),
-                              boxes=None if xyxy is None else [xyxy[i]])
+                draw_batch(tf.plan, [hw], view_seed(seed, v), epoch=epoch, indices=np.asarray([int(indices[i])]),
+                           boxes=None if xyxy is None else [xyxy[i]])
             keep.append(i)
         except (ValueError, ArithmeticError) as e:
             policy(DecodeError(f"the transform cannot take this image of {hw[0]}x{hw[1]}: {e}",
