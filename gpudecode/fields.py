@@ -290,9 +290,10 @@ def _depth(v: Any) -> int:
     while level:
         nxt: list[Any] = []
         for x in level:
-            if isinstance(x, dict):
+            t = type(x)  # (json.loads makes dicts and lists of these exact types)
+            if t is dict:
                 nxt.extend(x.values())
-            elif isinstance(x, list):
+            elif t is list:
                 nxt.extend(x)
         depth, level = depth + 1, nxt
         if depth > _MAX_JSON_DEPTH:

@@ -100,7 +100,7 @@ def as_boxes(value: Any, fmt: str = "XYXY") -> tuple[np.ndarray, np.ndarray | No
             raise ValueError(f"is a record with no boxes (looked for {', '.join(repr(k) for k in _BOX_KEYS)}; "
                              f"it has {', '.join(repr(str(k)) for k in list(value)[:6]) or 'no keys'})")
         labels = next((value[k] for k in _LABEL_KEYS if k in value), None)
-    elif isinstance(value, (list, tuple)) and value and all(isinstance(a, Mapping) for a in value):
+    elif isinstance(value, (list, tuple)) and value and all(type(a) is dict or isinstance(a, Mapping) for a in value):
         if not all(any(k in a for k in _BOX_KEYS) for a in value):
             raise ValueError("is a list of records, not each with a box (COCO's annotations have \"bbox\")")
         boxes = [next(a[k] for k in _BOX_KEYS if k in a) for a in value]
@@ -146,7 +146,7 @@ def _numbers(v: Any, what: str) -> np.ndarray:
     else:
         if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)):
             raise ValueError(f"holds {what} that are a {type(v).__name__}, not a list of numbers")
-        if any(isinstance(x, bool) for x in _flat(v)):
+        if _has_bool(v):
             raise ValueError(f"holds {what} with a bool among the numbers")
         try:
             a = np.asarray(v)
@@ -157,11 +157,20 @@ def _numbers(v: Any, what: str) -> np.ndarray:
     return a
 
 
-def _flat(v: Any) -> list:
-    out: list = []
-    for x in v:
-        out.extend(_flat(x) if isinstance(x, (list, tuple)) else [x])
-    return out
+def _has_bool(v: Any) -> bool:
+    """Whether a bool lies anywhere in nested lists and tuples `v` (numpy would take it as
+    a number)."""
+    stack = [v]
+    while stack:
+        for x in stack.pop():
+            t = type(x)
+            if t is float or t is int:  # (the usual: JSON's numbers)
+                continue
+            if t is bool or isinstance(x, np.bool_):
+                return True
+            if isinstance(x, (list, tuple)):
+                stack.append(x)
+    return False
 
 
 def box_moves(geom: np.ndarray) -> np.ndarray:
