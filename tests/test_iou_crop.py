@@ -280,6 +280,10 @@ def test_what_it_needs_and_cannot_take_is_refused(rects, tmp_path):
     for geometry in ([T.RandomIoUCrop()], [T.RandomIoUCrop(), T.Resize(40)], [T.RandomIoUCrop(), T.CenterCrop(8)]):
         with pytest.raises(TransformError, match=r"(?s)RandomIoUCrop\s+gives\s+differently\s+sized"):
             T.Compose(geometry)
+    for bad in (dict(max_scale=1.5), dict(min_scale=0.8, max_scale=0.5), dict(min_aspect_ratio=2.0, max_aspect_ratio=1.0),
+                dict(min_aspect_ratio=0.0), dict(sampler_options=[]), dict(trials=0), dict(min_scale=float("nan"))):
+        with pytest.raises(TransformError, match="RandomIoUCrop"):
+            T.RandomIoUCrop(**bad)
     with pytest.raises(TransformError, match=r"(?s)draws\s+its\s+crop\s+from\s+each\s+image's\s+boxes"):
         SSD().draw_batch([(30, 30)], 0)
     with pytest.raises(TransformError, match=r"(?s)draws\s+its\s+crop"):

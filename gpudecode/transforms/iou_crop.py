@@ -69,8 +69,12 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
         self.min_scale, self.max_scale = _number(min_scale, "min_scale"), _number(max_scale, "max_scale")
         self.min_aspect_ratio = _number(min_aspect_ratio, "min_aspect_ratio")
         self.max_aspect_ratio = _number(max_aspect_ratio, "max_aspect_ratio")
-        if not 0.0 <= self.min_scale <= self.max_scale:
-            raise TransformError(f"RandomIoUCrop needs 0 <= min_scale <= max_scale, not {min_scale!r}, {max_scale!r}")
+        if not 0.0 <= self.min_scale <= self.max_scale <= 1.0:
+            raise TransformError(f"RandomIoUCrop needs 0 <= min_scale <= max_scale <= 1 (a crop inside the image), not "
+                                 f"{min_scale!r}, {max_scale!r}")
+        if not 0.0 < self.min_aspect_ratio <= self.max_aspect_ratio:
+            raise TransformError(f"RandomIoUCrop needs 0 < min_aspect_ratio <= max_aspect_ratio, not "
+                                 f"{min_aspect_ratio!r}, {max_aspect_ratio!r}")
         options = list(_DEFAULT_OPTIONS if sampler_options is None else sampler_options)
         if not options:
             raise TransformError("RandomIoUCrop needs at least one sampler option")
@@ -99,12 +103,12 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
         h, w = size
         whole = {"crop": (0, 0, h, w)}
         b = np.asarray(boxes, np.float32).reshape(-1, 4)
+        key = rng.getrandbits(64)  # (taken whatever the boxes: the sample's later draws never depend on them)
         if not len(b):
             if self._as_is:
                 return whole
             raise ValueError("RandomIoUCrop finds no crop for an image with no box, and its sampler options leave "
                              "no image as it is (none of 1 or more)")
-        key = rng.getrandbits(64)
         centres = (np.float32(0.5) * (b[:, 0] + b[:, 2]), np.float32(0.5) * (b[:, 1] + b[:, 3]))
         area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
         options, block = self.sampler_options, 1 + 4 * self.trials
