@@ -12,12 +12,13 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       the per-sample ops (then only Normalize, ToDtype, RandomErasing), on the kernel's
       output
     - geometry (one, first or after the canvas): RandomResizedCrop, Resize, RandomResize,
-      RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, RandomIoUCrop, Resize +
-      CenterCrop, Resize + RandomCrop (RandomResize, RandomShortestSize and ScaleJitter only
-      so), RandomIoUCrop + Resize((h, w)) (RandomIoUCrop only so: its crop drawn from a
-      Boxes field's boxes), or none (bilinear or bicubic, antialiased, or nearest,
-      nearest-exact, pil-nearest; crops pad with a fill); timm's
-      RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad
+      RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, RandomIoUCrop, FixedSizeCrop
+      (the detection reference's), Resize + CenterCrop, Resize + RandomCrop or FixedSizeCrop
+      (RandomResize, RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h,
+      w)) (RandomIoUCrop only so: its crop drawn from a Boxes field's boxes), or none
+      (bilinear or bicubic, antialiased, or nearest, nearest-exact, pil-nearest; crops pad
+      with a fill); timm's RandomResizedCropAndInterpolation, ResizeKeepRatio,
+      CenterCropOrPad
     - flips (any order): RandomHorizontalFlip, RandomVerticalFlip
     - per-sample ops (any order): ColorJitter, RandomChannelPermutation,
       RandomPhotometricDistort, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert,
@@ -71,7 +72,7 @@ from ..errors import TransformError  # (the error a refused step raises, beside 
 from ..mixing import CutMix, MixUp
 from .base import CONVERTS, Transform
 from .canvas import RandomZoomOut
-from .geometry import (CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResize, RandomResizedCrop,
+from .geometry import (CenterCrop, FixedSizeCrop, RandomCrop, RandomHorizontalFlip, RandomResize, RandomResizedCrop,
                        RandomShortestSize, RandomVerticalFlip, Resize, ResizeKeepRatio, ScaleJitter)
 from .iou_crop import RandomIoUCrop
 from .colour import (ColorJitter, GaussianBlur, GaussianNoise, Grayscale, RandomAdjustSharpness, RandomAutocontrast,
@@ -90,4 +91,4 @@ from .compose import Compose
 # the ops under torchvision's names: each class that converts torchvision's namesake (its
 # `converts=`), as they are defined; then what is not one op of a Compose
 __all__ = [*(cls.__name__ for name, cls in CONVERTS.items() if name == f"torchvision.{cls.__name__}"),
-           "Compose", "Transform", "RandomChoice", "MixUp", "CutMix", "sample_rng"]
+           "Compose", "Transform", "RandomChoice", "FixedSizeCrop", "MixUp", "CutMix", "sample_rng"]

@@ -18,7 +18,7 @@ GROUPS = {
                "from the decoded one (a canvas), which a geometry step must follow; ElasticTransform also "
                "last, after the geometry and the per-sample ops (then only Normalize, ToDtype, RandomErasing), "
                "on the kernel's output"),
-    "geometry": ("geometry (one, first or after the canvas)", "{tv}, Resize + CenterCrop, Resize + RandomCrop (RandomResize, "
+    "geometry": ("geometry (one, first or after the canvas)", "{tv}, FixedSizeCrop (the detection reference's), Resize + CenterCrop, Resize + RandomCrop or FixedSizeCrop (RandomResize, "
                  "RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h, w)) (RandomIoUCrop only "
                  "so: its crop drawn from a Boxes field's boxes), or none (bilinear or bicubic, antialiased, or nearest, nearest-exact, pil-nearest; crops pad "
                  "with a fill); timm's {timm}"),

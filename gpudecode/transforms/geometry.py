@@ -9,6 +9,8 @@ import random
 from typing import Any, Sequence
 
 
+import numpy as np
+
 from ..errors import TransformError
 from .base import Transform, in_fingerprint
 from .args import pad_fill
@@ -476,6 +478,31 @@ class RandomCrop(Transform, converts="torchvision.RandomCrop"):
             i = rng.randint(0, ph - th)
             j = rng.randint(0, pw - tw)
         return {"crop": (i - top, j - left, th, tw)}  # in the image's own coordinates: zeros outside
+
+
+class FixedSizeCrop(RandomCrop):
+    """The FixedSizeCrop of torchvision's detection reference (references/detection/
+    transforms.py; its "lsj" preset: ScaleJitter, then this): a window of `size` at
+    offsets int((h - th) * r) and int((w - tw) * r), one r = torch.rand(1) for both (no
+    draw where the image fits inside), the part past the image filled with `fill` at the
+    bottom and right: the image stays at the top-left where it is smaller. A crop, as
+    RandomCrop is, for what may stand before it and for the boxes and masks that follow."""
+
+    def __init__(self, size: int | Sequence[int], fill: Any = 0, padding_mode: str = "constant") -> None:
+        super().__init__(size, None, False, fill, padding_mode)
+
+    def __repr__(self) -> str:
+        fill = "" if self._fill == (0, 0, 0) else f", fill={list(self._fill)}"
+        return f"FixedSizeCrop(size={self.size!r}{fill})"
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        height, width = size
+        th, tw = self.size
+        if min(height, th) == height and min(width, tw) == width:
+            return {"crop": (0, 0, th, tw)}
+        r = np.float32(rng.random())  # (torch.rand(1): float32, and int() of float32 products)
+        top, left = int(np.float32(max(height - th, 0)) * r), int(np.float32(max(width - tw, 0)) * r)
+        return {"crop": (top, left, th, tw)}
 
 
 class _Flip(Transform):

@@ -163,7 +163,8 @@ def _geometry(steps: list[Transform], names: str) -> list[Transform]:
         if t.group != "geometry":
             break
         geometry.append(t)
-    kinds = [Resize if isinstance(g, Resize) else type(g) for g in geometry]
+    kinds = [Resize if isinstance(g, Resize) else RandomCrop if isinstance(g, RandomCrop) else type(g)
+             for g in geometry]
     if kinds and kinds[0] is RandomIoUCrop and not (kinds == [RandomIoUCrop, Resize] and type(geometry[1]) is Resize
                                                     and not isinstance(geometry[1].size, int)):  # type: ignore[attr-defined]
         raise TransformError(f"RandomIoUCrop gives differently sized images: a Resize((h, w)) follows it, so that a "
