@@ -10,8 +10,8 @@ batches of (images, targets) as torchvision's detection models take them.
 
 The transform is the large-scale-jitter recipe of torchvision's detection reference
 (references/detection/presets.py, "lsj") at the demo's size: ScaleJitter to the square,
-RandomCrop of it padded where the image is smaller, RandomHorizontalFlip, then
-RandomPhotometricDistort; the boxes a crop leaves too small are dropped with their labels
+the reference's FixedSizeCrop (the image at the top-left, filled with the mean colour
+where it is smaller), RandomHorizontalFlip, then RandomPhotometricDistort; the boxes a crop leaves too small are dropped with their labels
 (SanitizeBoundingBoxes' rule). With `--recipe ssd`, SSD's ("ssd" in the same presets):
 RandomZoomOut onto a canvas of the mean colour, RandomIoUCrop (its crop drawn from the
 sample's boxes: the boxes whose centres it leaves out are dropped), a Resize to the square
@@ -114,7 +114,7 @@ def main() -> None:
         geometry = [T.RandomZoomOut(fill=(123, 117, 104)), T.RandomIoUCrop(), T.Resize((args.size, args.size))]
     else:
         geometry = [T.ScaleJitter((args.size, args.size), scale_range=(0.5, 1.5)),
-                    T.RandomCrop(args.size, pad_if_needed=True)]
+                    T.FixedSizeCrop(args.size, fill=(123, 117, 104))]
     train = T.Compose([*geometry, T.RandomHorizontalFlip(), T.RandomPhotometricDistort(),
                        T.ToDtype(torch.float32, scale=True)])
     loader = gpudecode.Loader(data, batch_size=args.batch_size, transform=train, device=device, labels=False,
