@@ -101,7 +101,7 @@ def _names(steps: Sequence[Any], width: int = 60) -> str:
     names = [type(t).__name__ for t in steps]
     text = ", ".join(names)
     while len(text) > width and len(names) > 3:
-        names = names[:1] + names[3:] if names[1] == "..." else names[:1] + ["..."] + names[2:]
+        names = names[:2] + names[3:] if names[1] == "..." else names[:1] + ["..."] + names[2:]
         text = ", ".join(names)
     return text
 
@@ -203,7 +203,8 @@ class _AfterGeometry:
         if self.erase is not None:
             raise TransformError(f"{what} after RandomErasing cannot be fused: it erases the finished image [{names}]")
         if t.group == "geometry":
-            raise TransformError(f"{what} after other steps cannot be fused: geometry comes first [{names}]")
+            raise TransformError(f"{what} after other steps cannot be fused: geometry comes first{self._move_hint()} "
+                                 f"[{names}]")
         if self.post is not None and not isinstance(t, (Normalize, ToDtype, RandomErasing)):
             raise TransformError(f"{what} after {type(self.post).__name__} cannot be fused: there "
                                  f"{type(self.post).__name__} warps the kernel's output, so only Normalize, ToDtype and "
@@ -218,7 +219,7 @@ class _AfterGeometry:
             return
         if getattr(t, "canvas", False):
             raise TransformError(f"{t!r} after other steps cannot be fused: {getattr(t, 'canvas_why', '')}, so it comes first, "
-                                 f"before the geometry [{names}]")
+                                 f"before the geometry{self._move_hint()} [{names}]")
         if self.normalize is not None and not isinstance(t, RandomErasing) and not (
                 isinstance(t, ToDtype) and t.dtype in (torch.float16, torch.float32)):
             raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
@@ -239,6 +240,16 @@ class _AfterGeometry:
             self.dtype = t.dtype
         else:
             raise _refuse(f"{what} cannot be fused there [{names}]")
+
+    def _move_hint(self) -> str:
+        """Where only colour steps came before a geometry or canvas step (torchvision's SSD
+        preset begins with RandomPhotometricDistort): how to write it so that it fuses."""
+        steps = [type(t).__name__ for t in self.program]
+        if not steps or self.flip or self.vflip or any(u.moves for t in self.program for u in t.inner()):
+            return ""
+        return (f"; {', '.join(dict.fromkeys(steps))} before it would run after the geometry here: put "
+                f"{'it' if len(steps) == 1 else 'them'} after the geometry and the flips (a colour step commutes with "
+                "crops and flips, not exactly with a resize's filter, nor with a contrast taken over the whole image)")
 
     def _flip(self, t: _Flip) -> None:
         what = type(t).__name__
