@@ -90,6 +90,42 @@ def test_the_draws_are_torchvisions_make_params(monkeypatch):
     assert crops > 300 and as_is > 30
 
 
+def test_a_batchs_crops_are_each_images_own():
+    """crops() draws a batch's first rounds at once: each image's crop and inside-flags
+    are crop()'s for its key alone, for images of no box, a few, many (drawn alone), under
+    the default options, options without "leave as is", and few trials (several rounds);
+    an image crop() refuses is refused by the batch."""
+    rng = np.random.default_rng(7)
+    cases = [{}, {"sampler_options": [0.1, 0.3, 0.5, 0.7], "trials": 3}, {"trials": 1, "min_scale": 0.5},
+             {"min_aspect_ratio": 0.9, "max_aspect_ratio": 1.1, "sampler_options": [0.5, 0.9, 1.0]}]
+    many = 0
+    for kw in cases:
+        t = T.RandomIoUCrop(**kw)
+        for _ in range(6):
+            n = int(rng.integers(1, 40))
+            sizes = [(int(rng.integers(20, 200)), int(rng.integers(20, 200))) for _ in range(n)]
+            if kw:  # (options without "leave as is": images a crop can meet, of aspect near the ratios')
+                sizes = [(h, int(np.clip(w, h * 0.8, h * 1.3))) for h, w in sizes]
+            boxes = []
+            for h, w in sizes:
+                k = int(rng.choice([0, 1, 3, 9, 300])) if not kw.get("sampler_options") or 1.0 in kw["sampler_options"] \
+                    else int(rng.choice([1, 3, 9]))
+                xy = rng.uniform(0, 0.6, (k, 2)) * (w, h)
+                b = np.concatenate([xy, xy + rng.uniform(0.2, 0.4, (k, 2)) * (w, h)], 1).astype(np.float32)
+                boxes.append(b)
+                many += k > 256
+            keys = [int(v) for v in rng.integers(0, 2**63, n)]
+            got = t.crops(keys, sizes, boxes)
+            for key, size, b, g in zip(keys, sizes, boxes, got):
+                want = t.crop(key, size, b)
+                assert g["crop"] == want["crop"], (kw, size, len(b))
+                assert np.array_equal(g.get("inside", np.zeros(0)), want.get("inside", np.zeros(0)))
+    assert many > 3
+    one_row = [np.array([[0, 0, 10, 1]], np.float32)]
+    with pytest.raises(ValueError, match="height 0"):
+        T.RandomIoUCrop().crops([1], [(1, 50)], one_row)
+
+
 def test_an_image_without_boxes_and_options_that_never_end(monkeypatch):
     """No box: torchvision draws until "leave as is" comes; the outcome is the image as it
     is, here at once. Options with no "leave as is" and no box that can meet them: the

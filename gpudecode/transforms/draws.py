@@ -82,6 +82,7 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
         indices = indices.tolist()
     out = []
     key = _epoch_key(seed, epoch)
+    crops: list[tuple[int, int, tuple[int, int], np.ndarray]] = []  # (a crop drawn from the boxes: made for the batch)
     for i, ((h, w), idx) in enumerate(zip(sizes, indices)):
         if h <= 0 or w <= 0:
             raise ValueError(f"image size must be positive, got {(h, w)}")
@@ -97,8 +98,10 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
                                  f"{CANVAS_MAX_PIXELS:,} (a {h}x{w} image under {type(plan.canvas).__name__})")
             p.update(d)
         for t in geometry:
-            d = t.draw(rng, size, _seen(plan, boxes[i], p, (h, w))) if boxes is not None and getattr(  # type: ignore[call-arg]
-                t, "reads_boxes", False) else t.draw(rng, size)
+            if getattr(t, "reads_boxes", False) and boxes is not None:  # (its key now; its crop with the batch's, below)
+                crops.append((i, rng.getrandbits(64), size, _seen(plan, boxes[i], p, (h, w))))
+                continue
+            d = t.draw(rng, size)
             if "resize" in d:
                 size = d["resize"]
             p.update(d)
@@ -114,6 +117,10 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
         if plan.erase is not None:  # drawn last: the other steps' draws are unchanged
             p.update(plan.erase.draw(rng, plan.out_size or (h, w)))
         out.append(p)
+    if crops:  # (the crop changes no size a later draw reads: a crop resized to the output)
+        made = plan.geometry[0].crops([c[1] for c in crops], [c[2] for c in crops], [c[3] for c in crops])  # type: ignore[attr-defined]
+        for (i, *_), d in zip(crops, made):
+            out[i].update(d)
     return out
 
 

@@ -10,8 +10,8 @@ max_scale) each, kept where the aspect ratio is in range, the crop is not empty,
 centre lies strictly inside it and one of those boxes overlaps the crop by at least the
 option's IoU. Its numbers come from a stream of the crop's own, keyed by one number of the
 sample's generator, a block of them a round: so a round's trials are checked together
-(numpy over [trials, boxes]) and the crop takes one number of the sample's, whatever it
-tries; each trial still takes its numbers in torchvision's order (tests/test_iou_crop.py
+(numpy over [trials, boxes]; a batch's first rounds over all its images at once, `crops`)
+and the crop takes one number of the sample's, whatever it tries; each trial still takes its numbers in torchvision's order (tests/test_iou_crop.py
 gives them to torchvision's make_params and gets its crop). The boxes whose centres lie outside are made empty (each the
 crop's corner, which every later step keeps empty), and the Boxes field drops them after
 the last step, as SanitizeBoundingBoxes after torchvision's does.
@@ -41,6 +41,8 @@ _GAMMA = 0x9E3779B97F4A7C15  # (SplitMix64's increment, as transforms.rng)
 _CELLS = 1 << 20  # trial-box pairs checked at once (a member of a million boxes: a trial at a time)
 _WORK = 1 << 28  # trial-box pairs tried, where no option leaves the image as it is, before it is an error
 _DEFAULT_OPTIONS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
+_BATCH_BOXES = 256  # an image of more boxes draws alone (crops)
+_BATCH_ROUNDS = 4  # rounds drawn for a batch at once, then an image at a time
 
 
 def _number(v: Any, what: str) -> float:
@@ -100,10 +102,14 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
         if boxes is None:
             raise TransformError("RandomIoUCrop draws its crop from each image's boxes: give them (the Loader does, "
                                  "from its gpudecode.Boxes field; Compose.draw_batch(sizes, seed, boxes=[...]))")
+        key = rng.getrandbits(64)  # (taken whatever the boxes: the sample's later draws never depend on them)
+        return self.crop(key, size, np.asarray(boxes, np.float32).reshape(-1, 4))
+
+    def crop(self, key: int, size: tuple[int, int], b: np.ndarray, start: int = 0) -> dict:
+        """`draw`'s result for the crop's stream `key` (rounds from `start` on): the
+        reference the batched `crops` equals."""
         h, w = size
         whole = {"crop": (0, 0, h, w)}
-        b = np.asarray(boxes, np.float32).reshape(-1, 4)
-        key = rng.getrandbits(64)  # (taken whatever the boxes: the sample's later draws never depend on them)
         if not len(b):
             if self._as_is:
                 return whole
@@ -112,9 +118,8 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
         centres = (np.float32(0.5) * (b[:, 0] + b[:, 2]), np.float32(0.5) * (b[:, 1] + b[:, 3]))
         area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
         options, block = self.sampler_options, 1 + 4 * self.trials
-        # (options with "leave as is" end soon: 1 in len(options) rounds; without, a round's work bounds them)
-        rounds = MAX_ROUNDS if self._as_is else max(1, min(MAX_ROUNDS, _WORK // (self.trials * len(b))))
-        for r in range(rounds):
+        rounds = self._rounds(len(b))
+        for r in range(start, rounds):
             u = uniforms(key, r * block, block)
             least = options[min(int(u[0] * len(options)), len(options) - 1)]
             if least >= 1.0:
@@ -124,6 +129,116 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
                 return found
         raise ValueError(f"RandomIoUCrop found no crop in {rounds} options drawn, {self.trials} tries each, for "
                          f"{len(b)} boxes (its sampler options leave no image as it is: none of 1 or more)")
+
+    def _rounds(self, boxes: int) -> int:
+        """The options drawn before an image is its error: options with "leave as is" end soon
+        (1 in len(options) rounds); without, the work bounds them."""
+        return MAX_ROUNDS if self._as_is else max(1, min(MAX_ROUNDS, _WORK // (self.trials * boxes)))
+
+    def crops(self, keys: Sequence[int], sizes: Sequence[tuple[int, int]], boxes: Sequence[np.ndarray]) -> list[dict]:
+        """`crop` of each image (its stream's key, its size, its boxes XYXY float32 [K, 4]) for
+        a batch: the first rounds of all images at once (numpy over [trials of the batch,
+        boxes]; an image of many boxes, and what is left after those rounds, an image at a
+        time). Equal to `crop` image by image.
+
+        Raises:
+            ValueError: an image `crop` raises for (the batch's draws are then made an
+                image at a time, each error its sample's)."""
+        out: list[dict | None] = [None] * len(keys)
+        todo = []
+        for i, b in enumerate(boxes):
+            if 0 < len(b) <= _BATCH_BOXES:
+                todo.append(i)
+            else:
+                out[i] = self.crop(keys[i], sizes[i], b)
+        r = 0
+        while todo and r < _BATCH_ROUNDS:
+            todo = self._batch_round(todo, r, keys, sizes, boxes, out)
+            r += 1
+        for i in todo:
+            out[i] = self.crop(keys[i], sizes[i], boxes[i], start=r)
+        return out  # type: ignore[return-value]
+
+    def _batch_round(self, todo: list[int], r: int, keys: Sequence[int], sizes: Sequence[tuple[int, int]],
+                     boxes: Sequence[np.ndarray], out: list[dict | None]) -> list[int]:
+        """Round r of the images `todo` at once, their results into `out`: the images still
+        without a crop."""
+        m_all = len(todo)
+        block, options, trials = 1 + 4 * self.trials, self.sampler_options, self.trials
+        u = uniforms(np.array([keys[i] for i in todo], np.uint64), r * block, block)  # [M, block]
+        least = [options[min(int(v * len(options)), len(options) - 1)] for v in u[:, 0].tolist()]
+        v = u[:, 1:].astype(np.float32)
+        hw = np.array([sizes[i] for i in todo], np.int64).reshape(-1, 2)
+        lo, span = self._f32
+        s = lo + span * v
+        new_w = (hw[:, 1:2].astype(np.float32) * s).astype(np.int64)
+        new_h = (hw[:, 0:1].astype(np.float32) * s).astype(np.int64)
+        ws, hs = new_w.tolist(), new_h.tolist()
+        cand_m, cand_at, zero = [], [], set()
+        for m in range(m_all):
+            if least[m] >= 1.0:
+                h, w = sizes[todo[m]]
+                out[todo[m]] = {"crop": (0, 0, h, w)}
+                continue
+            wl, hl, at = ws[m], hs[m], 0
+            for _ in range(trials):
+                cw, ch = wl[at], hl[at + 1]
+                if ch == 0:
+                    zero.add(m)
+                    break
+                if self.min_aspect_ratio <= cw / ch <= self.max_aspect_ratio:
+                    cand_m.append(m)
+                    cand_at.append(at)
+                    at += 4
+                else:
+                    at += 2
+        first: dict[int, int] = {}
+        inside = np.zeros((0, 0), bool)
+        c_top = c_left = c_h = c_w = np.zeros(0, np.int64)
+        if cand_m:
+            cm, ca = np.asarray(cand_m), np.asarray(cand_at)
+            c_w, c_h = new_w[cm, ca], new_h[cm, ca + 1]
+            c_left = ((hw[cm, 1].astype(np.float32) - c_w.astype(np.float32)) * v[cm, ca + 2]).astype(np.int64)
+            c_top = ((hw[cm, 0].astype(np.float32) - c_h.astype(np.float32)) * v[cm, ca + 3]).astype(np.int64)
+            kmax = max(len(boxes[todo[m]]) for m in set(cand_m))
+            pb = np.zeros((m_all, kmax, 4), np.float32)
+            valid = np.zeros((m_all, kmax), bool)
+            for m in set(cand_m):
+                b = boxes[todo[m]]
+                pb[m, :len(b)], valid[m, :len(b)] = b, True
+            cx, cy = np.float32(0.5) * (pb[..., 0] + pb[..., 2]), np.float32(0.5) * (pb[..., 1] + pb[..., 3])
+            area = (pb[..., 2] - pb[..., 0]) * (pb[..., 3] - pb[..., 1])
+            l, t = c_left.astype(np.float32)[:, None], c_top.astype(np.float32)[:, None]
+            rt, bt = (c_left + c_w).astype(np.float32)[:, None], (c_top + c_h).astype(np.float32)[:, None]
+            inside = valid[cm] & (l < cx[cm]) & (cx[cm] < rt) & (t < cy[cm]) & (cy[cm] < bt)
+            bx = pb[cm]
+            iw = np.clip(np.minimum(bx[..., 2], rt) - np.maximum(bx[..., 0], l), 0, None)
+            ih = np.clip(np.minimum(bx[..., 3], bt) - np.maximum(bx[..., 1], t), 0, None)
+            inter = iw * ih
+            with np.errstate(invalid="ignore", divide="ignore"):  # (the padding's empty boxes: masked out)
+                iou = inter / (area[cm] + (rt - l) * (bt - t) - inter)
+            best = np.where(inside, iou, np.float32(-1)).max(axis=1)
+            floor = np.array([least[m] for m in cand_m], np.float32)
+            ok = (c_w > 0) & (c_h > 0) & inside.any(axis=1) & ~(best < floor)
+            for c in np.flatnonzero(ok).tolist():
+                first.setdefault(int(cm[c]), c)
+        left_over: list[int] = []
+        for m, i in enumerate(todo):
+            if out[i] is not None:
+                continue
+            hit = first.get(m)
+            if hit is not None:
+                out[i] = {"crop": (int(c_top[hit]), int(c_left[hit]), int(c_h[hit]), int(c_w[hit])),
+                          "inside": inside[hit, :len(boxes[i])].copy()}
+            elif m in zero:
+                h, w = sizes[i]
+                raise ValueError(f"RandomIoUCrop draws a crop of height 0 from this {h}x{w} image "
+                                 f"(min_scale {self.min_scale:g})")
+            elif r + 1 >= self._rounds(len(boxes[i])):
+                out[i] = self.crop(keys[i], sizes[i], boxes[i], start=r + 1)  # (raises: no rounds are left)
+            else:
+                left_over.append(i)
+        return left_over
 
     def _round(self, v: np.ndarray, size: tuple[int, int], b: np.ndarray, centres: tuple[np.ndarray, np.ndarray],
                area: np.ndarray, least: float) -> dict | None:
@@ -176,11 +291,12 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
         return {"crop": (int(top[i]), int(left[i]), int(ch[i]), int(cw[i])), "inside": inside[i]}
 
 
-def uniforms(key: int, start: int, n: int) -> np.ndarray:
+def uniforms(key: int | np.ndarray, start: int, n: int) -> np.ndarray:
     """Numbers `start` .. `start + n` of the SplitMix64 stream keyed by `key` (the sample
-    generator's, transforms.rng), as float64 uniforms in [0, 1): made at once."""
+    generator's, transforms.rng), as float64 uniforms in [0, 1): made at once; [n], or
+    [len(key), n] for an array of keys (uint64)."""
     i = np.arange(start + 1, start + n + 1, dtype=np.uint64)
-    z = np.uint64(key) + i * np.uint64(_GAMMA)
+    z = (np.uint64(key) if np.ndim(key) == 0 else np.asarray(key, np.uint64)[:, None]) + i * np.uint64(_GAMMA)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     z ^= z >> np.uint64(31)
