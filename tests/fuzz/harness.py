@@ -34,7 +34,8 @@ Promises checked:
   padding and flips drawn from the bytes, every box lies in the canvas and then in the
   output, and every box kept is at least the minimum size. A RandomIoUCrop drawn from
   them (an image of a size from the bytes) ends, inside the image, holding one box's
-  centre at least where it crops, the boxes it leaves out emptied at its corner.
+  centre at least where it crops, the boxes it leaves out emptied at its corner, and drawn
+  in a batch of two it is the same crop.
 - record: a precached image's record (`.gpudecode.json`, transforms.stored) is read as
   json.loads reads it (its source size and steps, each a size of two integers from 1),
   or ValueError; never another exception. Its member written again reads the same. Boxes
@@ -358,11 +359,27 @@ def boxes(data: bytes) -> None:
     from gpudecode.transforms.iou_crop import RandomIoUCrop, emptied
 
     ih, iw = (int(v) for v in rng.integers(1, 300, 2))
+    crop = RandomIoUCrop()
     try:
-        p = RandomIoUCrop().draw(random.Random(len(data)), (ih, iw), xyxy)
+        p = crop.draw(random.Random(len(data)), (ih, iw), xyxy)
     except ValueError as e:  # (an image of one row: torchvision's division by zero, named)
         assert "height 0" in str(e), str(e)
     else:
+        # drawn with a batch (its first rounds at once), the same crop
+        key = random.Random(len(data)).getrandbits(64)
+        other = xyxy[::-1].copy()
+        try:
+            alone = crop.crop(key + 1, (iw, ih), other)
+        except ValueError:  # (an image too low for its crops: refused alone, so in the batch too)
+            alone = None
+        try:
+            both = crop.crops([key, key + 1], [(ih, iw), (iw, ih)], [xyxy, other])
+        except ValueError as e:
+            assert alone is None, f"the batch refused what crop() takes: {e}"
+        else:
+            assert alone is not None, "the batch took what crop() refuses"
+            for got, want in zip(both, (p, alone)):
+                assert got["crop"] == want["crop"] and np.array_equal(got.get("inside"), want.get("inside"))
         t, l, ch, cw = p["crop"]
         assert 0 <= t and 0 <= l and 0 < ch and 0 < cw and t + ch <= ih and l + cw <= iw, (p["crop"], ih, iw)
         if "inside" in p:
