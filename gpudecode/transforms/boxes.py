@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from .draws import Draws
     from .plan import _Plan
 
-__all__ = ["Stored", "FORMATS", "as_boxes", "box_moves", "on_canvas", "move_boxes", "kept", "warped_boxes",
+__all__ = ["Stored", "FORMATS", "as_boxes", "entries", "box_moves", "on_canvas", "move_boxes", "kept", "warped_boxes",
            "scale_boxes", "warp_boxes", "target", "check_format", "refused"]
 
 FORMATS = ("XYXY", "XYWH", "CXCYWH")  # (torchvision's axis-aligned BoundingBoxFormat names)
@@ -270,11 +270,7 @@ def warp_boxes(plan: "_Plan", boxes: Sequence[Any], draws: "Draws", *, fmt: str 
     out_size = plan.output_size(draws.sizes)
     dicts = draws.dicts() if plan.reads_boxes else None
     out = []
-    for k, v in enumerate(boxes):
-        try:
-            xyxy, labels = as_boxes(v, fmt)
-        except ValueError as e:
-            raise ValueError(f"entry {k} {e}") from None
+    for k, (xyxy, labels) in enumerate(entries(boxes, fmt)):
         if placed is not None:
             xyxy = on_canvas(xyxy, placed[k])
         if before is not None:
@@ -286,6 +282,21 @@ def warp_boxes(plan: "_Plan", boxes: Sequence[Any], draws: "Draws", *, fmt: str 
             moved = warp_boxes_by(moved, after[k])
             ok = kept(moved, min_size=min_size, min_area=min_area)
         out.append(target(moved[ok], None if labels is None else labels[ok], out_fmt or fmt))
+    return out
+
+
+def entries(boxes: Sequence[Any], fmt: str) -> list[tuple[np.ndarray, np.ndarray | None]]:
+    """A caller's boxes, one entry an image (anything as_boxes takes, in `fmt`), read:
+    as_boxes' (XYXY, labels) each.
+
+    Raises:
+        ValueError: an entry as_boxes refuses, named by its place."""
+    out = []
+    for k, v in enumerate(boxes):
+        try:
+            out.append(as_boxes(v, fmt))
+        except ValueError as e:
+            raise ValueError(f"entry {k} {e}") from None
     return out
 
 

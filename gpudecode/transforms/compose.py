@@ -18,7 +18,7 @@ from . import canvas
 from .base import Transform, in_fingerprint
 from .convert import convert
 from .draws import Draws, as_draws, draw_batch, encode_dicts, python_params
-from .boxes import as_boxes, check_format, warp_boxes
+from .boxes import check_format, entries, warp_boxes
 from .masks import warp_masks
 from .plan import _plan
 
@@ -115,13 +115,7 @@ class Compose(Transform):
         crops from (the Loader gives its Boxes field's)."""
         xyxy = None
         if boxes is not None and self.plan.reads_boxes:
-            fmt = check_format(format)
-            xyxy = []
-            for k, v in enumerate(boxes):
-                try:
-                    xyxy.append(as_boxes(v, fmt)[0])
-                except ValueError as e:
-                    raise ValueError(f"entry {k} {e}") from None
+            xyxy = [b for b, _ in entries(boxes, check_format(format))]
         return draw_batch(self.plan, sizes, seed, epoch=epoch, indices=indices, size_array=size_array, boxes=xyxy)
 
     def _python_params(self, sizes: Sequence[tuple[int, int]], seed: int, *, epoch: int = 0,

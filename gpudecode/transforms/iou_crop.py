@@ -117,11 +117,11 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
                              "no image as it is (none of 1 or more)")
         centres = (np.float32(0.5) * (b[:, 0] + b[:, 2]), np.float32(0.5) * (b[:, 1] + b[:, 3]))
         area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
-        options, block = self.sampler_options, 1 + 4 * self.trials
+        block = 1 + 4 * self.trials
         rounds = self._rounds(len(b))
         for r in range(start, rounds):
             u = uniforms(key, r * block, block)
-            least = options[min(int(u[0] * len(options)), len(options) - 1)]
+            least = self._option(float(u[0]))
             if least >= 1.0:
                 return whole
             found = self._round(u[1:].astype(np.float32), (h, w), b, centres, area, least)
@@ -129,6 +129,29 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
                 return found
         raise ValueError(f"RandomIoUCrop found no crop in {rounds} options drawn, {self.trials} tries each, for "
                          f"{len(b)} boxes (its sampler options leave no image as it is: none of 1 or more)")
+
+    def _option(self, u: float) -> float:
+        """The minimum IoU a round's first number draws (torch.randint's over the options)."""
+        options = self.sampler_options
+        return options[min(int(u * len(options)), len(options) - 1)]
+
+    def _trials(self, ws: list[int], hs: list[int]) -> tuple[list[int], bool]:
+        """A round's trials over its crops' sides (`ws`, `hs`: each place's, as the numbers
+        give them): the places of those whose aspect ratio holds, in order (a trial takes 2
+        numbers, 4 where it holds), and whether a crop of height 0 came (torchvision
+        divides by it there: an error, unless a trial before it finds a crop)."""
+        starts: list[int] = []
+        at = 0
+        for _ in range(self.trials):
+            cw, ch = ws[at], hs[at + 1]
+            if ch == 0:
+                return starts, True
+            if self.min_aspect_ratio <= cw / ch <= self.max_aspect_ratio:
+                starts.append(at)
+                at += 4
+            else:
+                at += 2
+        return starts, False
 
     def _rounds(self, boxes: int) -> int:
         """The options drawn before an image is its error: options with "leave as is" end soon
@@ -164,9 +187,9 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
         """Round r of the images `todo` at once, their results into `out`: the images still
         without a crop."""
         m_all = len(todo)
-        block, options, trials = 1 + 4 * self.trials, self.sampler_options, self.trials
+        block = 1 + 4 * self.trials
         u = uniforms(np.array([keys[i] for i in todo], np.uint64), r * block, block)  # [M, block]
-        least = [options[min(int(v * len(options)), len(options) - 1)] for v in u[:, 0].tolist()]
+        least = [self._option(v) for v in u[:, 0].tolist()]
         v = u[:, 1:].astype(np.float32)
         hw = np.array([sizes[i] for i in todo], np.int64).reshape(-1, 2)
         lo, span = self._f32
@@ -174,24 +197,19 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
         new_w = (hw[:, 1:2].astype(np.float32) * s).astype(np.int64)
         new_h = (hw[:, 0:1].astype(np.float32) * s).astype(np.int64)
         ws, hs = new_w.tolist(), new_h.tolist()
-        cand_m, cand_at, zero = [], [], set()
+        cand_m: list[int] = []
+        cand_at: list[int] = []
+        zero: set[int] = set()
         for m in range(m_all):
             if least[m] >= 1.0:
                 h, w = sizes[todo[m]]
                 out[todo[m]] = {"crop": (0, 0, h, w)}
                 continue
-            wl, hl, at = ws[m], hs[m], 0
-            for _ in range(trials):
-                cw, ch = wl[at], hl[at + 1]
-                if ch == 0:
-                    zero.add(m)
-                    break
-                if self.min_aspect_ratio <= cw / ch <= self.max_aspect_ratio:
-                    cand_m.append(m)
-                    cand_at.append(at)
-                    at += 4
-                else:
-                    at += 2
+            starts, low = self._trials(ws[m], hs[m])
+            cand_m += [m] * len(starts)
+            cand_at += starts
+            if low:
+                zero.add(m)
         first: dict[int, int] = {}
         inside = np.zeros((0, 0), bool)
         c_top = c_left = c_h = c_w = np.zeros(0, np.int64)
@@ -248,18 +266,7 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
         lo, span = self._f32
         s = lo + span * v  # (each place's side factor, float32 as torch computes it)
         new_w, new_h = (np.float32(w) * s).astype(np.int64), (np.float32(h) * s).astype(np.int64)
-        ws, hs = new_w.tolist(), new_h.tolist()
-        starts, at, zero = [], 0, False
-        for _ in range(self.trials):  # (a trial takes 2 numbers, 4 where its aspect ratio holds)
-            cw, ch = ws[at], hs[at + 1]
-            if ch == 0:  # (torchvision divides by it here: an error, unless a trial before finds a crop)
-                zero = True
-                break
-            if self.min_aspect_ratio <= cw / ch <= self.max_aspect_ratio:
-                starts.append(at)
-                at += 4
-            else:
-                at += 2
+        starts, zero = self._trials(new_w.tolist(), new_h.tolist())
         found = None
         step = max(1, _CELLS // len(b))  # (trials checked together: at most _CELLS trial-box pairs at once)
         for first in range(0, len(starts), step):
