@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .profiling import ProfileReport, profile
     from .planning import plan
     from .fields import Boxes, Mask
+    from .transforms.ragged import RaggedBatch
 
 _LAZY = {
     "ShardReader": ("gpudecode.io.reader", "ShardReader"),
@@ -43,6 +44,7 @@ _LAZY = {
     "plan": ("gpudecode.planning", "plan"),
     "Mask": ("gpudecode.fields", "Mask"),
     "Boxes": ("gpudecode.fields", "Boxes"),
+    "RaggedBatch": ("gpudecode.transforms.ragged", "RaggedBatch"),
 }
 
 

@@ -548,7 +548,7 @@ class _Geometry:
 
     geom: np.ndarray
     placed: np.ndarray | None
-    out_size: tuple[int, int]
+    out_size: Any  # (h, w); int64 [N, 2] where each image has its own (ragged=True)
     before: list | None = None
     after: list | None = None
     crops: list[dict] | None = None  # each image's draws, where its crop was drawn from its boxes (RandomIoUCrop)
@@ -562,7 +562,8 @@ def follow_targets(specs: Sequence[FieldSpec], values: list[list[Any]], errors: 
     view's geometry, worked out once."""
     if not len(samples) or not any(spec.mask is not None or spec.boxes is not None for spec in specs):
         return
-    views = [_Geometry(d.encode()[0], places(plan, d), plan.output_size(d.sizes), *drawn_warps(plan, d),
+    views = [_Geometry(d.encode()[0], places(plan, d), d.out_sizes() if plan.ragged else plan.output_size(d.sizes),
+                       *drawn_warps(plan, d),
                        crops=d.dicts() if plan.reads_boxes else None)
              for plan, d in zip(plans, draws)]
     follow_masks(specs, values, errors, samples, views, pool=pool, on_host=on_host)
@@ -595,6 +596,8 @@ def _boxes_in_view(stored: list[Stored], rows: list[int], view: _Geometry, boxes
     """The targets of the samples `rows` (their boxes as read, `stored`) in one view."""
     out_size, placed = view.out_size, view.placed  # (placed: a RandomZoomOut's canvases, the boxes on them)
     counts = np.array([len(s.xyxy) for s in stored])
+    if isinstance(out_size, np.ndarray):  # (each image its own output size: each box its image's)
+        out_size = np.repeat(out_size[rows], counts, axis=0)
     xyxy = np.concatenate([s.xyxy for s in stored]).reshape(-1, 4)
     if placed is not None:
         xyxy = on_canvas(xyxy, np.repeat(placed[rows], counts, axis=0))

@@ -568,6 +568,7 @@ def pipeline_config(transform: Any, batch_transform: Any, *, batch_size: int, de
     if any(f.boxes is not None for f in specs):
         _boxes_follow(transform, step)
     _boxes_drawn_from(specs, transform)
+    _ragged_alone(transform, step, specs)
     specs = _box_steps(specs, transform)
     return PipelineConfig(transform, batch_size=batch_size, device=device, decoder=decoder,
                           image_exts=image_exts, fields=specs,
@@ -609,6 +610,26 @@ def _boxes_follow(transform: Any, step: Any) -> None:
     if isinstance(step, BatchTransform):
         raise TransformError(f"fields: Boxes cannot follow their image through {step!r}, which mixes images: mix "
                              "in your loop where your boxes allow it")
+
+
+def _ragged_alone(transform: Any, step: Any, specs: tuple[FieldSpec, ...]) -> None:
+    """A transform whose images keep their own sizes (Compose(ragged=True)) gives batches of
+    one view as RaggedBatch lists, with Boxes fields and labels: several views, a batch
+    transform of ours (which mixes a batch tensor) and Mask fields (masks come as one
+    tensor a batch) are refused with it (TransformError)."""
+    tfs = transform if isinstance(transform, list) else [transform]
+    if not any(getattr(tf, "ragged", False) for tf in tfs):
+        return
+    if isinstance(transform, list):
+        raise TransformError("a Compose with ragged=True gives one view's images at their own sizes: several views "
+                             "are not supported with it (give one transform)")
+    if isinstance(step, BatchTransform):
+        raise TransformError(f"batch_transform {step!r} mixes a batch tensor, and ragged=True gives images of their "
+                             "own sizes (a RaggedBatch): mix in your loop where the sizes allow it")
+    masked = [f.name for f in specs if f.mask is not None]
+    if masked:
+        raise TransformError(f"fields: a Mask ({masked[0]}) with ragged=True is not supported yet (masks come as "
+                             "one tensor a batch, of one size): keep a geometry of one output size for masks")
 
 
 def _boxes_drawn_from(specs: tuple[FieldSpec, ...], transform: Any) -> None:
@@ -661,7 +682,8 @@ def describe(loader: Loader) -> dict:
             **({"decoder_tuning": pipe.decoder.tuning()} if getattr(pipe.decoder, "tuning", lambda: None)() else {}),
             "num_threads": loader.num_threads, "prefetch": loader.prefetch,
             "batch_size": loader.batch_size, **reader.inputs.describe(), "split": reader.mode(),
-            "out_size": [p.out_size for p in plans] if multi else plans[0].out_size,
+            # (None: each image its own size; "ragged": batches of them, RaggedBatch lists of one padded batch)
+            "out_size": [p.out_size for p in plans] if multi else "ragged" if plans[0].ragged else plans[0].out_size,
             "dtype": [str(p.dtype) for p in plans] if multi else str(plans[0].dtype),
             # what runs fused, per view (several views: one list each)
             "transform": ([[type(t).__name__ for t in p.steps] for p in plans] if multi

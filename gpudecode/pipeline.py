@@ -176,7 +176,7 @@ class Pipeline:
         timing = BatchTiming(size=0)
         t0 = time.perf_counter()
         probed = self.probe(chunk)
-        if self.transform.out_size is None and len(probed) and not self.config.each_size:
+        if self.transform.out_size is None and len(probed) and not self.config.each_size and not self.transform.ragged:
             probed = self._one_size(probed)
         samples = probed.samples
         sizes = list(zip(probed.heights, probed.widths))
@@ -286,7 +286,7 @@ class Pipeline:
         sizes: Sequence[tuple[int, int]] = SizeRows(shapes)
         labels = store.labels[rows] if store.labels is not None else np.zeros(len(rows), np.int64)
         at = np.arange(len(rows), dtype=np.int64) if places is None else np.asarray(places, np.int64)
-        if self.transform.out_size is None and len(rows) and not self.config.each_size:
+        if self.transform.out_size is None and len(rows) and not self.config.each_size and not self.transform.ragged:
             # (a batch of the one size, the usual case, checked on the array: no Python a sample)
             if self._size is None or not (shapes == self._size).all():
                 same = self._same_size([(s, h, w) for s, (h, w) in zip(samples, sizes)])

@@ -21,7 +21,7 @@ from .io.reader import Sample
 from .kernels.workspace import Workspace
 from .mixing import BatchTransform, batch_rng
 from .streams import SlotRelease, Streams, event
-from .transforms import CenterCrop, Compose, Normalize, Resize
+from .transforms import CenterCrop, Compose, Normalize, RaggedBatch, Resize
 
 __all__ = ["Sink", "OutputRing", "HostImages", "view_part"]
 
@@ -60,6 +60,7 @@ class OutputRing:
     def __init__(self, config: PipelineConfig) -> None:
         self.config, self.views = config, config.views
         self.multi = isinstance(config.transform, tuple)
+        self.ragged = not self.multi and self.views[0].ragged  # (several views with it: refused by loader_setup)
         self.fresh_slots = 0  # slots given other memory because the caller kept their last batch
         self.spares_reused = 0  # ... of which taken from the spares (memory the caller had let go)
         self.clear()
@@ -112,6 +113,10 @@ class OutputRing:
             return self._made_up(p, t0, gpu, size)
         slot, ready = self.slot, None
         stream = gpu.augment if gpu is not None else None
+        own = None
+        if self.ragged:  # (each image its own size: the batch padded to its largest)
+            own = p.params[0].out_sizes(None if whole else ok)
+            size = (int(own[:, 0].max()), int(own[:, 1].max()))
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             if gpu is not None:
                 stream.wait_event(p.ready)  # type: ignore[union-attr]  # decoded (and uploaded)
@@ -128,7 +133,8 @@ class OutputRing:
             lab = self._labels(p, ok, whole)
             fields = [collate(col if whole else [col[k] for k in ok], self.config.device, getattr(spec.mask, "dtype", None),
                               targets=spec.boxes is not None) for col, spec in zip(p.fields, self.config.fields)]
-            images: Any = [_handed(out) for out, _ in outs] if self.multi else _handed(outs[0][0])
+            images: Any = ([_handed(out) for out, _ in outs] if self.multi else _handed(outs[0][0]) if own is None
+                           else RaggedBatch(_handed(outs[0][0]), own, self.views[0].layout))
             if isinstance(self.config.batch_transform, BatchTransform):  # ours: on the finished batch, on its stream
                 _, lab = self.config.batch_transform(outs[0][1], lab, rng=batch_rng(*p.draw))  # type: ignore[arg-type]
             # (a user's callable runs on the trainer's thread, seeded: Pipeline.user_step)
@@ -174,10 +180,15 @@ class OutputRing:
             if gpu is not None and gpu.slot_free[slot] is not None:
                 stream.wait_event(gpu.slot_free[slot])  # type: ignore[union-attr]
             made = []
+            if isinstance(src, RaggedBatch):  # (its padded batch's size, its images' own sizes)
+                hw = src.padded.shape[1:3] if src.layout == "NHWC" else src.padded.shape[2:4]
+                size = (int(hw[0]), int(hw[1]))
             for (out, _), img in zip(self._output(slot, p.taken, size), src if self.multi else [src]):
-                pick = torch.tensor(idx, device=img.device)
-                out.copy_(img[:n][pick])  # (the batch before came from these slots: the same image shape)
-                made.append(_handed(out))
+                whole_img = img.padded if isinstance(img, RaggedBatch) else img
+                pick = torch.tensor(idx, device=whole_img.device)
+                out.copy_(whole_img[:n][pick])  # (the batch before came from these slots: the same image shape)
+                made.append(_handed(out) if not isinstance(img, RaggedBatch)
+                            else RaggedBatch(_handed(out), img.sizes[idx], img.layout))
             lab = labels[pick.to(labels.device)] if labels is not None else None
             again = [_repeated(v, pick, idx) for v in fields]
             if gpu is not None:
@@ -191,6 +202,8 @@ class OutputRing:
         under the held-batch rule (see the class doc)."""
         pairs = self.outputs[slot]
         c = self.config
+        if self.ragged:
+            return self._ragged_output(slot, n, size)  # type: ignore[arg-type]
         if pairs is not None and not c.reuse_held and self._held(slot):
             if self._keep_spares and len(self._spares) < c.ring:
                 self._spares.append((pairs, self._own_refs[slot], self._sizes[slot]))  # type: ignore[arg-type]
@@ -213,6 +226,33 @@ class OutputRing:
         if n == self.config.batch_size:  # (a full batch: the slot as it is, without slicing)
             return pairs
         return [(out[:n], view[:n]) for out, view in pairs]
+
+    def _ragged_output(self, slot: int, n: int, size: tuple[int, int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """_output for images of their own sizes (a batch padded to its largest, which
+        changes from batch to batch): the slot's memory is one flat buffer, grown when a
+        batch needs more (by a quarter more than asked: a few growths, then none), each
+        batch a view of its start; the held-batch rule as for the others (no spares)."""
+        c, tf = self.config, self.views[0]
+        pairs = self.outputs[slot]
+        if pairs is not None and not c.reuse_held and self._held(slot):
+            pairs = self.outputs[slot] = None
+            self.fresh_slots += 1
+        if pairs is not None and self.pinned is not None:
+            self.pinned.wait_free(slot)  # the trainer's copies from it are done
+        h, w = size
+        need = c.batch_size * 3 * h * w
+        if pairs is None or pairs[0][0].numel() < need:
+            grown = need if pairs is None else max(need, pairs[0][0].numel() * 5 // 4)
+            pin = c.pin_memory and torch.device(c.device).type == "cpu" and torch.cuda.is_available()
+            flat = torch.empty(grown, dtype=tf.plan.dtype, device=c.device, pin_memory=pin)
+            pairs = self.outputs[slot] = [(flat, flat)]
+            self._own_refs[slot] = [_tensors_on(flat)]
+        flat = pairs[0][0]
+        if tf.layout == "NHWC":
+            out = flat[:n * 3 * h * w].view(n, h, w, 3)
+            return [(out, out.permute(0, 3, 1, 2))]
+        out = flat[:n * 3 * h * w].view(n, 3, h, w)
+        return [(out, out)]
 
     def _held(self, slot: int) -> bool:
         """Whether a tensor other than the slot's own (out and its view) still uses the

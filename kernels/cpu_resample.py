@@ -232,6 +232,28 @@ def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, 
     _output_pass(work, oh, bw, ow, mean, std, normalize, to_uint8, dst, doff, nhwc)
 
 
+def _spread(flat, doff, sh, sw, oh, ow, nhwc):
+    """A sample written compactly at flat[doff:] ([3, sh, sw], or [sh, sw, 3] with `nhwc`)
+    spread in place to the batch's [3, oh, ow] (or [oh, ow, 3]) at the same place, zeros
+    around it. Every row moves to an address no lower than its own, so rows are moved
+    from the last to the first, each from its end: no row is overwritten before it moves."""
+    planes = 1 if nhwc else 3
+    width = 3 * sw if nhwc else sw
+    full = 3 * ow if nhwc else ow
+    for c in range(planes - 1, -1, -1):
+        for y in range(oh - 1, -1, -1):
+            d = doff + (c * oh + y) * full
+            if y >= sh:
+                for x in range(full):
+                    flat[d + x] = 0.0
+                continue
+            s = doff + (c * sh + y) * width
+            for x in range(width - 1, -1, -1):
+                flat[d + x] = flat[s + x]
+            for x in range(width, full):
+                flat[d + x] = 0.0
+
+
 def _is_identity(g, order, oh, ow):
     """The sample needs no resampling and no ColorJitter: its box is read 1:1 (a crop,
     flip and padding at most: CenterCrop or RandomCrop of a stored image of the training
@@ -413,8 +435,16 @@ def _cpu_batch(src, geom, args, order, mean, std, normalize, to_uint8, antialias
     ow = out.shape[3]
     size = 3 * oh * ow
     for i in range(first, out.shape[0], step):
-        if fast_identity and direct and not nhwc and not to_uint8 and _is_identity(geom[i], order[i], oh, ow):
-            _cpu_identity(src, geom[i], mean, std, normalize, oh, ow, flat_out, i * size, work, flts)
+        # the sample's own size (OH, OW: at the top-left of the batch's, zeros around it), else the batch's
+        soh = oh
+        sow = ow
+        if geom[i, OH] > 0:
+            soh = geom[i, OH]
+            sow = geom[i, OW]
+        if fast_identity and direct and not nhwc and not to_uint8 and _is_identity(geom[i], order[i], soh, sow):
+            _cpu_identity(src, geom[i], mean, std, normalize, soh, sow, flat_out, i * size, work, flts)
+            if soh != oh or sow != ow:
+                _spread(flat_out, i * size, soh, sow, oh, ow, False)
             continue
         # one call site, its arguments typed alike either way (no literal 0/False): the sample's
         # code is compiled and inlined once, not once per constant (compile time: RESULTS)
@@ -422,14 +452,22 @@ def _cpu_batch(src, geom, args, order, mean, std, normalize, to_uint8, antialias
             dst, doff, into_nhwc = flat_out, i * size, nhwc
         else:
             dst, doff, into_nhwc = tmp, 0, False
-        _cpu_sample(src, geom[i], args[i], order[i], mean, std, normalize, to_uint8, antialias, oh, ow,
+        _cpu_sample(src, geom[i], args[i], order[i], mean, std, normalize, to_uint8, antialias, soh, sow,
                     dst, doff, work, into_nhwc, ints, flts, stats, taps)
+        if direct and (soh != oh or sow != ow):
+            _spread(flat_out, i * size, soh, sow, oh, ow, nhwc)
         if not direct:
             o = out[i]
             for c in range(3):
                 for y in range(oh):
-                    row = tmp[(c * oh + y) * ow:(c * oh + y + 1) * ow]
                     orow = o[c, y]
-                    for x in range(ow):
+                    if y >= soh:
+                        for x in range(ow):
+                            orow[x] = float32(0.0)
+                        continue
+                    row = tmp[(c * soh + y) * sow:(c * soh + y + 1) * sow]
+                    for x in range(sow):
                         orow[x] = row[x]
+                    for x in range(sow, ow):
+                        orow[x] = float32(0.0)
     store_fence()  # the output transposes may stream past the cache: order them first

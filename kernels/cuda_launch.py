@@ -50,14 +50,15 @@ def _run(src, geom, args, order, mean, std, view, dev, index: int, *, normalize:
     variant = ("cuda", str(dev), str(view.dtype), view.is_contiguous())
     with fused.first_use(variant, "CUDA"):
         fused.fused_cuda(*arrays[:7], normalize=normalize, antialias=antialias, stream=nb_stream, scratch=arrays[7],
-                         stats=arrays[8], hist=arrays[9], aux=arrays[10], levels=levels)
+                         stats=arrays[8], hist=arrays[9], aux=arrays[10], levels=levels, ragged=arrays[11])
 
 
 def launch_arrays(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, mean: np.ndarray, std: np.ndarray,
                   view, ws: Workspace, convert: Callable[[Any], Any]) -> tuple[tuple, int]:
     """The kernels' eleven array arguments (src, geom, args, order, mean, std, out,
     scratch, stats, hist, aux), each converted by `convert` (numba's wrapper of a CUDA
-    tensor), and the batch's barrier levels. The per-sample arrays and the statistics'
+    tensor), then whether a sample is smaller than the batch (layout.own_sizes: `geom`'s
+    OH, OW are set on the way up), and the batch's barrier levels. The per-sample arrays and the statistics'
     starting values go up in one copy on the current stream (ws.upload_packed); the
     buffers and their wrappers are the workspace's, made at a launch's first use of a
     shape: a launch after it converts only `src` and `view`. Device-agnostic (on CPU
@@ -66,6 +67,7 @@ def launch_arrays(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, me
 
     n, _, oh, ow = view.shape
     dev = src.device
+    geom, ragged = fused.own_sizes(geom, oh, ow)
     bits = op_bits(order)  # (read once for the three questions below)
     levels = int(np.count_nonzero(bits & BARRIER_MASK, axis=1).max()) if order.size else 0
     equalize = bool((bits & HISTOGRAM_MASK).any())
@@ -79,7 +81,7 @@ def launch_arrays(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, me
     hist_t, hist = ws.converted_tensor("hist", fused.hist_shape(n, levels, equalize), torch.int32, dev, convert)
     hist_t.zero_()
     _, aux = ws.converted_tensor("aux", fused.aux_shape(n, mix, oh, ow), torch.float32, dev, convert)
-    return (convert(src), g, a, o, m, s, convert(view), scratch, st, hist, aux), levels
+    return (convert(src), g, a, o, m, s, convert(view), scratch, st, hist, aux, ragged), levels
 
 
 @functools.lru_cache(maxsize=8)

@@ -9,7 +9,7 @@ import functools
 import numpy as np
 
 from . import _compile
-from .layout import (GEOM_NAMES, aux_shape, barrier_levels, hist_shape, launch_geometry, scratch_shape,
+from .layout import (GEOM_NAMES, aux_shape, barrier_levels, hist_shape, launch_geometry, own_sizes, scratch_shape,
                      stats_init, step_args)
 from .ops import AUX_MASK, HISTOGRAM_MASK, MEAN_MASK, RANGE_MASK, has
 
@@ -84,10 +84,13 @@ def _resample_body(src, geom, args, order, antialias, scratch, stats, hist, aux,
     ty = cuda.threadIdx.y
     x = cuda.blockIdx.x * cuda.blockDim.x + tx
     y = cuda.blockIdx.y * cuda.blockDim.y + ty
-    oh = out.shape[2]
-    ow = out.shape[3]
-    active = x < ow and y < oh
     g = geom[n]
+    oh = g[OH]  # the sample's own size (layout.own_sizes sets the batch's where a row leaves it 0)
+    ow = g[OW]
+    if (x >= ow or y >= oh) and x < out.shape[3] and y < out.shape[2]:  # around a smaller sample: zeros
+        for c in range(3):
+            out[n, c, y, x] = float32(0.0)
+    active = x < ow and y < oh
     r = float32(0.0)
     gg = float32(0.0)
     b = float32(0.0)
@@ -149,7 +152,7 @@ def _resample_body(src, geom, args, order, antialias, scratch, stats, hist, aux,
     _block_reduce(order[n, end], r, gg, b, active, ty * 16 + tx, partial, red, hs, stats, hist, n, 0)
 
 
-def _segment_body(level, scratch, args, order, stats, hist, aux, mean, std, normalize, to_uint8, out):
+def _segment_body(level, geom, scratch, args, order, stats, hist, aux, mean, std, normalize, to_uint8, out):
     """Kernel 2, for barrier level `level` >= 1. Same grid. Samples with that many
     barriers: the barrier (reading scratch[(level - 1) % 2]) and the per-pixel ops up to
     the next one; then the output, or scratch[level % 2] and the next statistic."""
@@ -167,6 +170,9 @@ def _segment_body(level, scratch, args, order, stats, hist, aux, mean, std, norm
     y = cuda.blockIdx.y * cuda.blockDim.y + ty
     oh = out.shape[2]
     ow = out.shape[3]
+    if RAGGED:  # (a constant: the variant for samples of their own sizes; kernel 1 wrote the zeros around them)
+        oh = geom[n, OH]
+        ow = geom[n, OW]
     active = x < ow and y < oh
     k = barrier_step(order[n], level)
     if k >= order.shape[1] or order[n, k] < 0:  # this sample's program is done
@@ -219,13 +225,14 @@ def _segment_body(level, scratch, args, order, stats, hist, aux, mean, std, norm
 
 @functools.cache
 def cuda_kernels() -> tuple:
-    """(resample_kernel, segment_kernel), compiled on first use for each signature, and
-    kept on disk (_compile.cuda_cache) so other processes and ranks load them."""
+    """(resample_kernel, segment_kernel, the segment kernel for samples of their own
+    sizes), compiled on first use for each signature, and kept on disk
+    (_compile.cuda_cache) so other processes and ranks load them."""
     from numba import cuda
 
     ns = _cuda_namespace()
     cache = _compile.cuda_cache()
-    return cuda.jit(ns["_resample_body"], cache=cache), cuda.jit(ns["_segment_body"], cache=cache)
+    return tuple(cuda.jit(ns[name], cache=cache) for name in ("_resample_body", "_segment_body", "_segment_ragged"))
 
 
 def _cuda_namespace(fresh: bool = False) -> dict:
@@ -239,20 +246,30 @@ def _cuda_namespace(fresh: bool = False) -> dict:
     for fn in helpers:
         ns[fn.__name__] = _compile.cuda_device(_compile.rebind(fn, ns))
     bodies: tuple = (_resample_body, _segment_body)
+    ns["RAGGED"] = False
     for fn in bodies:
         ns[fn.__name__] = _compile.rebind(fn, ns)
+    # the segment kernel reading each sample's own size (OH, OW) where a batch holds samples of their own
+    # sizes: a variant of its own (a name of its own: its own disk cache), as the size held in registers costs
+    # the other one occupancy (test_kernels: ptxas's registers)
+    ragged = _compile.rebind(_segment_body, {**ns, "RAGGED": True})
+    ragged.__qualname__ = ragged.__name__ = "_segment_ragged"
+    ns["_segment_ragged"] = ragged
     return ns
 
 
 def fused_cuda(src, geom, args, order, mean, std, out, *, normalize: bool, antialias: bool = True,
-               stream=0, scratch=None, stats=None, hist=None, aux=None, levels: int | None = None) -> None:
+               stream=0, scratch=None, stats=None, hist=None, aux=None, levels: int | None = None,
+               ragged: bool | None = None) -> None:
     """Launches the kernels on `stream` (numba stream, or 0). Arguments are device
     arrays or objects with __cuda_array_interface__ (torch CUDA tensors); nothing is
     synchronized here. `args` may be the older factors [N, NUM_OPS] (host arrays only).
     scratch (float32, scratch_shape), stats (stats_init's values) and hist (int32 zeros,
     hist_shape) and aux (float32, aux_shape) may be given as device arrays to reuse
     buffers; `levels`
-    (barrier_levels(order)) saves reading a device `order` back."""
+    (barrier_levels(order)) saves reading a device `order` back. A host `geom` gets its
+    OH, OW set where they are 0 (layout.own_sizes); a device one must have them, and
+    `ragged` (whether a sample is smaller than the batch) then says which segment kernel runs."""
     from numba import cuda
 
     n, _, oh, ow = out.shape
@@ -264,7 +281,11 @@ def fused_cuda(src, geom, args, order, mean, std, out, *, normalize: bool, antia
         order.copy_to_host()
     if levels is None:
         levels = barrier_levels(host_order)
-    resample, segment = cuda_kernels()
+    if isinstance(geom, np.ndarray):
+        geom, ragged = own_sizes(geom, oh, ow)
+    resample, segment, segment_ragged = cuda_kernels()
+    if ragged:
+        segment = segment_ragged
     if scratch is None:
         scratch = cuda.device_array(scratch_shape(n, levels, oh, ow), dtype=np.float32, stream=stream)
     if stats is None:
@@ -281,7 +302,7 @@ def fused_cuda(src, geom, args, order, mean, std, out, *, normalize: bool, antia
     resample[grid, block, stream](src, geom, args, order, antialias, scratch, stats, hist, aux, mean, std, normalize,
                                   to_uint8, out)
     for level in range(1, levels + 1):
-        segment[grid, block, stream](level, scratch, args, order, stats, hist, aux, mean, std, normalize, to_uint8,
+        segment[grid, block, stream](level, geom, scratch, args, order, stats, hist, aux, mean, std, normalize, to_uint8,
                                      out)
 
 
@@ -298,7 +319,7 @@ def compile_ptx_all(ccs=((8, 0), (9, 0)), *, text: bool = False, variants=None) 
                t.float32[::1], t.float32[::1], t.boolean, t.boolean)
     for cc in ccs:
         ns = _cuda_namespace(fresh=True)  # (device functions compiled for this cc)
-        resample, segment = ns["_resample_body"], ns["_segment_body"]
+        resample, segment, ragged = ns["_resample_body"], ns["_segment_body"], ns["_segment_ragged"]
         for out_t in (t.float32, t.float16, t.uint8):
             for layout in ("C", "A"):  # contiguous NCHW, and strided (NHWC views)
                 if variants is not None and f"{out_t}-{layout}" not in variants:
@@ -308,8 +329,11 @@ def compile_ptx_all(ccs=((8, 0), (9, 0)), *, text: bool = False, variants=None) 
                 with _compile.compiling_for(cc):
                     ptx, _ = cuda.compile_ptx(resample, r_sig, cc=cc)
                 sizes[("resample", cc, f"{out_t}-{layout}")] = ptx if text else len(ptx)
-                s_sig = (t.int64, t.float32[:, :, :, :, ::1], *common, *tail_in[1:], out)
+                s_sig = (t.int64, t.int64[:, ::1], t.float32[:, :, :, :, ::1], *common, *tail_in[1:], out)
                 with _compile.compiling_for(cc):
                     ptx, _ = cuda.compile_ptx(segment, s_sig, cc=cc)
                 sizes[("segment", cc, f"{out_t}-{layout}")] = ptx if text else len(ptx)
+                with _compile.compiling_for(cc):
+                    ptx, _ = cuda.compile_ptx(ragged, s_sig, cc=cc)
+                sizes[("segment_ragged", cc, f"{out_t}-{layout}")] = ptx if text else len(ptx)
     return sizes

@@ -8,8 +8,11 @@ import numpy as np
 from ._pixel import ARGS
 from .ops import BARRIER_MASK, has
 
-OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP, FILTER, FILLR, FILLG, FILLB = range(20)
-GEOM = 20  # FILTER: the resample's filter (0 bilinear, 1 bicubic, 2 nearest-exact, 3 nearest, 4 PIL's nearest); FILL*: the padding's colour, levels
+OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP, FILTER, FILLR, FILLG, FILLB, OH, OW = range(22)
+# FILTER: the resample's filter (0 bilinear, 1 bicubic, 2 nearest-exact, 3 nearest, 4 PIL's nearest); FILL*: the
+# padding's colour, levels; OH, OW: the sample's own output size, in the top-left corner of the batch's (a batch of
+# images of their own sizes, zeros around each: Compose(ragged=True)); 0: the batch's
+GEOM = 22
 THREADS_PER_BLOCK = (16, 16)  # 256 threads: one histogram bin each (equalize)
 STATS = 7  # per sample and barrier level: grey sum, min r g b, max r g b (float64)
 _SUM_TYPE = np.float64
@@ -33,7 +36,22 @@ def barrier_levels(order: np.ndarray) -> int:
 
 
 GEOM_NAMES = dict(OFFSET=OFFSET, H=H, W=W, SY=SY, SX=SX, SC=SC, TOP=TOP, LEFT=LEFT, BH=BH, BW=BW, VH=VH,
-                  VW=VW, OY=OY, OX=OX, FLIP=FLIP, VFLIP=VFLIP, FILTER=FILTER, FILLR=FILLR, FILLG=FILLG, FILLB=FILLB)
+                  VW=VW, OY=OY, OX=OX, FLIP=FLIP, VFLIP=VFLIP, FILTER=FILTER, FILLR=FILLR, FILLG=FILLG, FILLB=FILLB, OH=OH,
+                 OW=OW)
+
+
+def own_sizes(geom: np.ndarray, oh: int, ow: int) -> tuple[np.ndarray, bool]:
+    """`geom` with every row's OH, OW set (the batch's (oh, ow) where a row leaves them 0:
+    what the CUDA kernels read), and whether a sample is smaller than the batch (the
+    segment kernel's variant that reads them). A copy only where a row is changed."""
+    own = geom[:, OH] > 0
+    ragged = bool(((geom[own, OH] != oh) | (geom[own, OW] != ow)).any()) if own.any() else False
+    if own.all():
+        return geom, ragged
+    geom = geom.copy()
+    geom[~own, OH] = oh
+    geom[~own, OW] = ow
+    return geom, ragged
 
 
 def launch_geometry(n: int, oh: int, ow: int) -> tuple[tuple[int, int, int], tuple[int, int]]:

@@ -479,15 +479,17 @@ def test_the_boxes_bench_runs_each_pipeline(tmp_path, monkeypatch, capsys):
             assert 0 <= x and 0 <= y and x + w <= 500.01 and y + h <= 375.01 and 1 <= a["category_id"] <= 90
 
 
-def test_the_boxes_bench_runs_ssds_recipe(tmp_path, monkeypatch, capsys):
-    """bench/loader.py --boxes --recipe ssd: SSD's recipe (RandomIoUCrop drawn from the
-    boxes) through the Loader and through torchvision v2 over webdataset: both rates."""
-    out = _run_loader_bench(monkeypatch, capsys, tmp_path, ["--boxes", "--recipe", "ssd", "--images", "16", "--repeat",
+@pytest.mark.parametrize("recipe,shape", [("ssd", "300x300"), ("ssdlite", "images of their own sizes")])
+def test_the_boxes_bench_runs_ssds_recipes(tmp_path, monkeypatch, capsys, recipe, shape):
+    """bench/loader.py --boxes --recipe ssd / ssdlite: SSD's recipes (RandomIoUCrop drawn
+    from the boxes; ssdlite's as written, images of their own sizes) through the Loader and
+    through torchvision v2 over webdataset: both rates."""
+    out = _run_loader_bench(monkeypatch, capsys, tmp_path, ["--boxes", "--recipe", recipe, "--images", "16", "--repeat",
                                                             "1", "--batch", "8", "--skip-dali"])
-    assert "x torchvision" in out and "ssd -> 300x300" in out
-    doc = json.loads((tmp_path / "loader_boxes_ssd.json").read_text())
+    assert "x torchvision" in out and f"{recipe} -> {shape}" in out
+    doc = json.loads((tmp_path / f"loader_boxes_{recipe}.json").read_text())
     assert set(doc["img_per_s"]) == {"gpudecode Loader, Boxes field", "torchvision v2 reference + webdataset"}
-    assert all(v > 0 for v in doc["img_per_s"].values()) and doc["args"]["recipe"] == "ssd"
+    assert all(v > 0 for v in doc["img_per_s"].values()) and doc["args"]["recipe"] == recipe
 
 
 def test_the_masks_bench_runs_each_pipeline_through_a_rotation(tmp_path, monkeypatch, capsys):

@@ -3,7 +3,8 @@ recipe and torchvision's Faster R-CNN, each sample's boxes moved with its image:
 image once an epoch as (images, targets), and a sample whose annotations hold a box of
 negative width skipped and named, the rest trained on; with --precache, from tensor
 shards whose boxes follow their resized images; with --recipe ssd, SSD's zoom-out and
-IoU crop."""
+IoU crop; with --recipe ssdlite / multiscale, those presets as written (images of their
+own sizes)."""
 from __future__ import annotations
 
 import json
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from conftest import make_shard, tar_samples
 
@@ -67,6 +69,17 @@ def test_the_example_trains_with_ssds_recipe(tmp_path):
     """--recipe ssd: RandomZoomOut, RandomIoUCrop (its crop drawn from each sample's boxes),
     Resize: every image once an epoch, boxes in the batches, a finite loss."""
     out = _run(tmp_path, "--epochs", "1", "--make-demo", str(tmp_path / "set"), "--recipe", "ssd")
+    epochs = re.findall(r"epoch (\d): (\d+) images, (\d+) boxes", out)
+    assert [(e, n) for e, n, _ in epochs] == [("0", "48")] and int(epochs[0][2]) > 24, out
+    assert np.isfinite([float(v) for v in re.findall(r"loss ([0-9.]+)", out)]).all()
+    assert "skipped" not in out
+
+
+@pytest.mark.parametrize("recipe", ["ssdlite", "multiscale"])
+def test_the_example_trains_with_images_of_their_own_sizes(tmp_path, recipe):
+    """--recipe ssdlite / multiscale, the presets as written (ragged=True): every image once
+    an epoch, at sizes of their own, boxes in the batches, a finite loss."""
+    out = _run(tmp_path, "--epochs", "1", "--make-demo", str(tmp_path / "set"), "--recipe", recipe)
     epochs = re.findall(r"epoch (\d): (\d+) images, (\d+) boxes", out)
     assert [(e, n) for e, n, _ in epochs] == [("0", "48")] and int(epochs[0][2]) > 24, out
     assert np.isfinite([float(v) for v in re.findall(r"loss ([0-9.]+)", out)]).all()

@@ -46,7 +46,8 @@ def test_compile_ptx_sm80_sm90_and_ptxas(tmp_path):
     machine code by the ptxas torch's triton ships (`-v`: registers, spills): no spill
     stores or loads, and no fewer blocks an SM than measured (resample 70 registers on
     sm_80: 3 blocks of 256, 37.5% occupancy; segment 64 on sm_80 with AugMix's ops: 4
-    blocks), so a change that costs occupancy is seen. Prints each kernel's registers
+    blocks; segment_ragged, the segment kernel for samples of their own sizes, which holds
+    each sample's size: 3), so a change that costs occupancy is seen. Prints each kernel's registers
     (bench/RESULTS.md records them). One process for each compute capability, side by
     side: the device functions are compiled for it (_compile.compiling_for), about 7 s a
     variant after the first."""
@@ -64,7 +65,7 @@ def test_compile_ptx_sm80_sm90_and_ptxas(tmp_path):
         out, err = p.communicate(timeout=900)
         assert p.returncode == 0, err[-3000:]
         ptxs.update(json.loads(out.strip().splitlines()[-1]))
-    assert len(ptxs) == 2 * 2 * 6 and all(len(v) > 1000 for v in ptxs.values())
+    assert len(ptxs) == 2 * 3 * 6 and all(len(v) > 1000 for v in ptxs.values())
     ptxas = _ptxas()
     if ptxas is None:
         pytest.skip("PTX compiled; torch's triton package ships no ptxas-blackwell here to assemble it")
@@ -74,10 +75,11 @@ def test_compile_ptx_sm80_sm90_and_ptxas(tmp_path):
         arch = "sm_" + "".join(c for c in cc if c.isdigit())
         report[key] = assemble_without_spills(ptxas, ptx, arch, tmp_path / f"{kernel}-{arch}-{variant}.ptx".replace(" ", ""))
     print("ptxas registers:", json.dumps(report))
-    assert len(report) == 2 * 2 * 6, report
+    assert len(report) == 2 * 3 * 6, report
     # occupancy from registers: 64K an SM, allocated 8 a thread at a time, 256-thread blocks
     blocks = {k: 65536 // (256 * -(-v // 8) * 8) for k, v in report.items()}
-    assert all(b >= (3 if k.startswith("resample") else 4) for k, b in blocks.items()), (report, blocks)
+    least = {"resample": 3, "segment": 4, "segment_ragged": 3}
+    assert all(b >= least[k.split("|")[0]] for k, b in blocks.items()), (report, blocks)
 
 
 @pytest.mark.parametrize("rows,cols", [(1, 1), (8, 8), (8, 17), (23, 8), (13, 29), (224, 900), (64, 3)])
@@ -686,7 +688,8 @@ def test_a_cuda_launch_sends_its_arrays_in_one_copy_and_converts_them_once(photo
         packed = ws._tensors[("launch", "cpu")]
         assert all(0 <= b - packed.data_ptr() < packed.numel() and (b - packed.data_ptr()) % ALIGN == 0
                    for b in bases) and len(bases) == 6
-        np.testing.assert_array_equal(arrays[1], geom)
+        np.testing.assert_array_equal(arrays[1], fused.own_sizes(geom, 6, 8)[0])  # (OH, OW: the batch's)
+        assert (arrays[1][:, fused.OH:fused.OW + 1] == (6, 8)).all() and arrays[11] is False
     # first launch: the six parts and the three buffers; then none until a shape changes (the
     # batch of 3: the parts after the first, which start elsewhere; the barrier batch: the parts,
     # its scratch and histograms), and none at the barrier batch's second launch, which converts

@@ -7,6 +7,7 @@ batches of (images, targets) as torchvision's detection models take them.
     python examples/detection/train.py --make-demo DIR    # write small shards (offline), then train
     python examples/detection/train.py --make-demo DIR --precache 96   # decode once to tensors first
     python examples/detection/train.py --make-demo DIR --recipe ssd    # SSD's zoom-out and IoU crop
+    python examples/detection/train.py --make-demo DIR --recipe ssdlite   # images of their own sizes
 
 The transform is the large-scale-jitter recipe of torchvision's detection reference
 (references/detection/presets.py, "lsj") at the demo's size: ScaleJitter to the square,
@@ -16,7 +17,11 @@ where it is smaller), RandomHorizontalFlip, then RandomPhotometricDistort; the b
 RandomZoomOut onto a canvas of the mean colour, RandomIoUCrop (its crop drawn from the
 sample's boxes: the boxes whose centres it leaves out are dropped), a Resize to the square
 so that a batch has one size, the flip, then RandomPhotometricDistort (which the preset
-runs first; here after the geometry, where the kernel runs it). The model is torchvision's Faster R-CNN on MobileNetV3,
+runs first; here after the geometry, where the kernel runs it). With `--recipe ssdlite`
+or `--recipe multiscale`, those presets as written (RandomIoUCrop alone;
+RandomShortestSize), each image at its own size: `Compose(..., ragged=True)`, a batch a
+`gpudecode.RaggedBatch` (a list of images, views of one padded batch), which the model
+takes as it is. The model is torchvision's Faster R-CNN on MobileNetV3,
 untrained. A sample whose annotations are not boxes (a negative width, a box that is not
 a number) is skipped and named (`on_error="skip"`).
 
@@ -92,8 +97,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--size", type=int, default=128, help="ScaleJitter's target and the crop's size")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--recipe", choices=("lsj", "ssd"), default="lsj",
-                    help="large-scale jitter, or SSD's (RandomZoomOut, RandomIoUCrop)")
+    ap.add_argument("--recipe", choices=("lsj", "ssd", "ssdlite", "multiscale"), default="lsj",
+                    help="large-scale jitter; SSD's (RandomZoomOut, RandomIoUCrop, Resize); ssdlite's or multiscale's "
+                         "as written (images of their own sizes)")
     ap.add_argument("--precache", type=int, default=None, metavar="S",
                     help="decode once into tensor shards at shorter side S first (DIR-precached-S), train from them")
     args = ap.parse_args()
@@ -112,17 +118,22 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     if args.recipe == "ssd":
         geometry = [T.RandomZoomOut(fill=(123, 117, 104)), T.RandomIoUCrop(), T.Resize((args.size, args.size))]
+    elif args.recipe == "ssdlite":  # (its crop kept at its size: ragged=True below)
+        geometry = [T.RandomIoUCrop()]
+    elif args.recipe == "multiscale":  # (the reference's sizes, scaled to the demo's)
+        geometry = [T.RandomShortestSize([args.size * s // 800 for s in range(480, 801, 32)], max_size=args.size * 5 // 3)]
     else:
         geometry = [T.ScaleJitter((args.size, args.size), scale_range=(0.5, 1.5)),
                     T.FixedSizeCrop(args.size, fill=(123, 117, 104))]
-    train = T.Compose([*geometry, T.RandomHorizontalFlip(), T.RandomPhotometricDistort(),
-                       T.ToDtype(torch.float32, scale=True)])
+    colour = [T.RandomPhotometricDistort()] if args.recipe in ("lsj", "ssd") else []  # (as the presets)
+    train = T.Compose([*geometry, T.RandomHorizontalFlip(), *colour, T.ToDtype(torch.float32, scale=True)],
+                      ragged=args.recipe in ("ssdlite", "multiscale"))
     loader = gpudecode.Loader(data, batch_size=args.batch_size, transform=train, device=device, labels=False,
                               fields={"json": gpudecode.Boxes("XYWH", out_format="XYXY")},
                               num_threads=args.threads, shuffle=True, seed=0, on_error="skip", drop_last=True)
     print(f"{loader.total_samples} images with boxes, {len(loader)} batches an epoch on {device}; "
           f"a batch is {loader.describe()['batch']}")
-    # (the images come at the crop's size: the model's own resize is told to keep it)
+    # (the images come at the crop's size, or near it: the model's own resize is told to keep it)
     model = fasterrcnn_mobilenet_v3_large_320_fpn(weights=None, weights_backbone=None, num_classes=args.classes,
                                                   min_size=args.size, max_size=args.size).to(device)
     model.train()
@@ -132,7 +143,7 @@ def main() -> None:
             loader.set_epoch(epoch)
             t, seen, boxes, total = time.perf_counter(), 0, 0, 0.0
             for images, targets in loader:
-                losses = model(list(images), targets)
+                losses = model(list(images), targets)  # (a RaggedBatch is a list already)
                 loss = sum(losses.values())
                 opt.zero_grad()
                 loss.backward()  # type: ignore[union-attr]

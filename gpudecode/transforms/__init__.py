@@ -15,10 +15,11 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, RandomIoUCrop, FixedSizeCrop
       (the detection reference's), Resize + CenterCrop, Resize + RandomCrop or FixedSizeCrop
       (RandomResize, RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h,
-      w)) (RandomIoUCrop only so: its crop drawn from a Boxes field's boxes), or none
-      (bilinear or bicubic, antialiased, or nearest, nearest-exact, pil-nearest; crops pad
-      with a fill); timm's RandomResizedCropAndInterpolation, ResizeKeepRatio,
-      CenterCropOrPad
+      w)) (its crop drawn from a Boxes field's boxes), or none; with Compose(ragged=True),
+      images of their own sizes: also Resize(int), RandomResize, RandomShortestSize,
+      ScaleJitter or RandomIoUCrop alone (bilinear or bicubic, antialiased, or nearest,
+      nearest-exact, pil-nearest; crops pad with a fill); timm's
+      RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad
     - flips (any order): RandomHorizontalFlip, RandomVerticalFlip
     - per-sample ops (any order): ColorJitter, RandomChannelPermutation,
       RandomPhotometricDistort, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert,
@@ -86,9 +87,10 @@ from .targets import ClampBoundingBoxes, ConvertBoundingBoxFormat, SanitizeBound
 from . import timm_augment  # (its classes declare the timm transforms they convert)
 from .rng import sample_rng
 from .compose import Compose
+from .ragged import RaggedBatch
 
 
 # the ops under torchvision's names: each class that converts torchvision's namesake (its
 # `converts=`), as they are defined; then what is not one op of a Compose
 __all__ = [*(cls.__name__ for name, cls in CONVERTS.items() if name == f"torchvision.{cls.__name__}"),
-           "Compose", "Transform", "RandomChoice", "FixedSizeCrop", "MixUp", "CutMix", "sample_rng"]
+           "Compose", "Transform", "RandomChoice", "FixedSizeCrop", "MixUp", "CutMix", "sample_rng", "RaggedBatch"]

@@ -19,9 +19,10 @@ GROUPS = {
                "last, after the geometry and the per-sample ops (then only Normalize, ToDtype, RandomErasing), "
                "on the kernel's output"),
     "geometry": ("geometry (one, first or after the canvas)", "{tv}, FixedSizeCrop (the detection reference's), Resize + CenterCrop, Resize + RandomCrop or FixedSizeCrop (RandomResize, "
-                 "RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h, w)) (RandomIoUCrop only "
-                 "so: its crop drawn from a Boxes field's boxes), or none (bilinear or bicubic, antialiased, or nearest, nearest-exact, pil-nearest; crops pad "
-                 "with a fill); timm's {timm}"),
+                 "RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h, w)) (its crop drawn from a "
+                 "Boxes field's boxes), or none; with Compose(ragged=True), images of their own sizes: also Resize(int), "
+                 "RandomResize, RandomShortestSize, ScaleJitter or RandomIoUCrop alone (bilinear or bicubic, "
+                 "antialiased, or nearest, nearest-exact, pil-nearest; crops pad with a fill); timm's {timm}"),
     "flips": ("flips (any order)", "{tv}"),
     "per-sample": ("per-sample ops (any order)", "{tv}"),
     "policies": ("policies", "{tv}; timm's {timm} (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 "

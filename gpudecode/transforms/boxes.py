@@ -205,10 +205,11 @@ def move_boxes(xyxy: np.ndarray, move: np.ndarray, out_size: tuple[int, int], *,
     one a box, or [8] for all): (the boxes moved, XYXY float32 [K, 4]; whether each is kept
     [K], its width and height at least `min_size` and its area at least `min_area`, as
     SanitizeBoundingBoxes keeps it). Every box is clamped to the output (h, w) `out_size`
-    after its scale, so a box that reaches the crop's edge ends on the output's, never a
-    float32 rounding past it."""
+    (or [K, 2], each box's image's: images of their own sizes) after its scale, so a box
+    that reaches the crop's edge ends on the output's, never a float32 rounding past it."""
     m = np.broadcast_to(np.asarray(move, np.float64), (len(xyxy), 8)).astype(np.float32)
-    oh, ow = (np.float32(v) for v in out_size)
+    size = np.asarray(out_size, np.float32)
+    oh, ow = (size[:, 0:1], size[:, 1:2]) if size.ndim == 2 else (size[0], size[1])
     b = np.asarray(xyxy, np.float32).reshape(-1, 4)
     x = (b[:, 0::2] - m[:, 2:3]) * m[:, 0:1] - m[:, 6:7]
     y = (b[:, 1::2] - m[:, 3:4]) * m[:, 1:2] - m[:, 7:8]
@@ -267,7 +268,7 @@ def warp_boxes(plan: "_Plan", boxes: Sequence[Any], draws: "Draws", *, fmt: str 
     moves = box_moves(draws.encode()[0])
     placed = places(plan, draws)
     before, after = drawn_warps(plan, draws)
-    out_size = plan.output_size(draws.sizes)
+    out_size: Any = draws.out_sizes() if plan.ragged else plan.output_size(draws.sizes)
     dicts = draws.dicts() if plan.reads_boxes else None
     out = []
     for k, (xyxy, labels) in enumerate(entries(boxes, fmt)):
@@ -277,7 +278,8 @@ def warp_boxes(plan: "_Plan", boxes: Sequence[Any], draws: "Draws", *, fmt: str 
             xyxy = warp_boxes_by(xyxy, before[k])
         if dicts is not None:  # (RandomIoUCrop's: the boxes whose centres its crop leaves out, emptied)
             xyxy = emptied(xyxy, dicts[k])
-        moved, ok = move_boxes(xyxy, moves[k], out_size, min_size=min_size, min_area=min_area)
+        moved, ok = move_boxes(xyxy, moves[k], out_size[k] if plan.ragged else out_size, min_size=min_size,
+                               min_area=min_area)
         if after is not None and after[k]:
             moved = warp_boxes_by(moved, after[k])
             ok = kept(moved, min_size=min_size, min_area=min_area)

@@ -21,6 +21,7 @@ from .draws import Draws, as_draws, draw_batch, encode_dicts, python_params
 from .boxes import check_format, entries, warp_boxes
 from .masks import warp_masks
 from .plan import _plan
+from .ragged import RaggedBatch
 
 Layout = Literal["NCHW", "NHWC"]
 
@@ -53,15 +54,26 @@ class Compose(Transform):
     Args:
         transforms: the steps (see the module docstring for what can be fused).
         layout: "NCHW" (default) or "NHWC".
+        ragged: each image keeps a size of its own, as torchvision's detection recipes
+            leave them (no geometry; Resize(int), RandomShortestSize, RandomResize,
+            ScaleJitter alone; RandomIoUCrop alone, after RandomZoomOut or not): a call
+            (and a Loader batch) gives a `RaggedBatch`, a list of images of their own
+            sizes, each a view of one padded batch (its `padded`, `sizes`, `mask()`).
     """
 
-    def __init__(self, transforms: Sequence[Transform], *, layout: Layout = "NCHW") -> None:
+    def __init__(self, transforms: Sequence[Transform], *, layout: Layout = "NCHW", ragged: bool = False) -> None:
         if layout not in ("NCHW", "NHWC"):
             raise ValueError("layout must be 'NCHW' or 'NHWC'")
         self.transforms = list(transforms)
         self.layout = layout
-        self.plan = _plan(self.transforms)
+        self._ragged = bool(ragged)  # (in the plan: a saved state's fingerprint holds the steps)
+        self.plan = _plan(self.transforms, self._ragged)
         self._rng = random.Random()
+
+    @property
+    def ragged(self) -> bool:
+        """Each image keeps its own size: batches are RaggedBatch lists (see Args)."""
+        return self._ragged
 
     def __repr__(self) -> str:
         """torchvision's form, a step a line (the layout where it is not NCHW); it makes
@@ -70,7 +82,8 @@ class Compose(Transform):
             return super().__repr__()
         steps = "".join(f"    {t!r},\n" for t in self.transforms)
         layout = f", layout={self.layout!r}" if self.layout != "NCHW" else ""
-        return f"Compose([\n{steps}]{layout})"
+        ragged = ", ragged=True" if self._ragged else ""
+        return f"Compose([\n{steps}]{layout}{ragged})"
 
     @property
     def rrc(self) -> bool:
@@ -301,7 +314,7 @@ class Compose(Transform):
                antialias=self.plan.antialias, stream=stream, num_threads=num_threads, workspace=workspace)
 
     def __call__(self, images: torch.Tensor | Sequence[torch.Tensor] | Any, params: Sequence[dict] | None = None,
-                 *, seed: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                 *, seed: int | None = None, out: torch.Tensor | None = None) -> Any:
         if not isinstance(images, (torch.Tensor, list, tuple)):  # (one PIL image, as torchvision's are called)
             images = _pil_tensor(images, 0) if is_pil(images) else images
         single = isinstance(images, torch.Tensor) and images.ndim == 3
@@ -337,12 +350,28 @@ class Compose(Transform):
         draws = as_draws(self.plan, params, sizes)
         # whole images: the box of each is the window the transform needs, inside it
         decoded = DecodedBatch(src, offsets, shapes, strides, draws.boxes(), [None] * n)
+        if self.plan.ragged:
+            return self._ragged_call(decoded, draws, sizes, device, single, out)
         if out is None:
             out, view = self.new_output(n, device, size=self.output_size(sizes))
         else:
             view = self._given_output(out, n, device, self.output_size(sizes), single, owners)
         self.apply(decoded, draws, sizes, view, num_threads=torch.get_num_threads() if device.type == "cpu" else None)
         return out[0] if single and out.ndim == 4 else out
+
+    def _ragged_call(self, decoded: DecodedBatch, draws: Draws, sizes: Sequence[tuple[int, int]], device: torch.device,
+                     single: bool, out: Any) -> Any:
+        """A call under ragged=True: a RaggedBatch of the images at their own sizes (one image:
+        its tensor, at its size)."""
+        if out is not None:
+            raise ValueError("out= is not taken with ragged=True: each call's padded batch has the size of its "
+                             "largest image")
+        own = draws.out_sizes()
+        size = (int(own[:, 0].max()), int(own[:, 1].max())) if len(own) else (1, 1)
+        padded, view = self.new_output(len(own), device, size=size)
+        self.apply(decoded, draws, sizes, view, num_threads=torch.get_num_threads() if device.type == "cpu" else None)
+        batch = RaggedBatch(padded, own, self.layout)
+        return batch[0] if single else batch
 
     def _given_output(self, out: torch.Tensor, n: int, device: torch.device, size: tuple[int, int], single: bool,
                       batch: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -362,11 +391,12 @@ class Compose(Transform):
         return full.permute(0, 3, 1, 2) if self.layout == "NHWC" else full
 
     @classmethod
-    def from_torchvision(cls, tv: Any, *, layout: Layout = "NCHW") -> "Compose":
+    def from_torchvision(cls, tv: Any, *, layout: Layout = "NCHW", ragged: bool = False) -> "Compose":
         """The fused equivalent of a torchvision (v1 or v2) Compose, or a clear refusal.
         ToImage/PILToTensor/ToTensor-style input conversions are dropped (the loader
-        feeds uint8 tensors); ToTensor becomes ToDtype(float32, scale=True)."""
-        return cls(convert(tv), layout=layout)
+        feeds uint8 tensors); ToTensor becomes ToDtype(float32, scale=True). `ragged`: see
+        the class doc (a detection recipe that leaves each image its own size)."""
+        return cls(convert(tv), layout=layout, ragged=ragged)
 
 
 def _pil_tensor(image: Any, k: int) -> torch.Tensor:

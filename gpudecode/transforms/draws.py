@@ -83,6 +83,7 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
     out = []
     key = _epoch_key(seed, epoch)
     crops: list[tuple[int, int, tuple[int, int], np.ndarray]] = []  # (a crop drawn from the boxes: made for the batch)
+    later: list[tuple[_SampleRandom, tuple[int, int]]] = []  # each sample's stream and size, for its draws after the geometry
     for i, ((h, w), idx) in enumerate(zip(sizes, indices)):
         if h <= 0 or w <= 0:
             raise ValueError(f"image size must be positive, got {(h, w)}")
@@ -105,23 +106,38 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
             if "resize" in d:
                 size = d["resize"]
             p.update(d)
+        out.append(p)
+        later.append((rng, size))
+    if crops:  # (drawn for the batch at once; each sample's stream took its one number above)
+        made = plan.geometry[0].crops([c[1] for c in crops], [c[2] for c in crops], [c[3] for c in crops])  # type: ignore[attr-defined]
+        for (i, *_), d in zip(crops, made):
+            out[i].update(d)
+    for p, (rng, size), hw in zip(out, later, sizes):  # (each sample's stream goes on where it stood)
         if plan.flip is not None:
             p.update(plan.flip.draw(rng, size))
         if plan.vflip is not None:
             p.update(plan.vflip.draw(rng, size))
-        osize = plan.out_size or (h, w)  # the image the program's steps see
+        osize = sample_out(plan, p, size) if plan.ragged else plan.out_size or (int(hw[0]), int(hw[1]))  # what the program sees
         for step in plan.program:  # in the Compose's order
             p.update(step.draw(rng, osize))
         if plan.post is not None:  # (after the program's steps, as in the Compose)
             p.update(plan.post.draw(rng, osize))
         if plan.erase is not None:  # drawn last: the other steps' draws are unchanged
-            p.update(plan.erase.draw(rng, plan.out_size or (h, w)))
-        out.append(p)
-    if crops:  # (the crop changes no size a later draw reads: a crop resized to the output)
-        made = plan.geometry[0].crops([c[1] for c in crops], [c[2] for c in crops], [c[3] for c in crops])  # type: ignore[attr-defined]
-        for (i, *_), d in zip(crops, made):
-            out[i].update(d)
+            p.update(plan.erase.draw(rng, osize))
     return out
+
+
+def sample_out(plan: "_Plan", p: dict, size: tuple[int, int]) -> tuple[int, int]:
+    """The output (h, w) of one image under its draws `p`: the plan's one size, or (ragged)
+    its own: the crop of a RandomIoUCrop alone (read 1:1), its drawn resize, or `size`
+    (the image's, or its canvas's: what the geometry starts from)."""
+    if plan.out_size is not None:
+        return plan.out_size
+    if plan.rrc:
+        return int(p["crop"][2]), int(p["crop"][3])
+    if "resize" in p:
+        return int(p["resize"][0]), int(p["resize"][1])
+    return int(size[0]), int(size[1])
 
 
 def _seen(plan: "_Plan", xyxy: np.ndarray, p: dict, size: tuple[int, int]) -> np.ndarray:
@@ -152,7 +168,12 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
     n = len(params)
     if plan.canvas is not None:
         sizes = [plan.canvas.canvas_size(p, s) for p, s in zip(params, sizes)]
-    oh, ow = plan.output_size(sizes)
+    ragged = plan.ragged and plan.out_size is None
+    if ragged:  # each image its own output size, in the top-left of the batch's (OH, OW)
+        outs = [sample_out(plan, p, s) for p, s in zip(params, sizes)]
+        oh, ow = max([1, *(o[0] for o in outs)]), max([1, *(o[1] for o in outs)])
+    else:
+        oh, ow = plan.output_size(sizes)
     rrc = plan.rrc
     program = plan.program
     G, H, W, VH, VW, OY, OX = fused.GEOM, fused.H, fused.W, fused.VH, fused.VW, fused.OY, fused.OX
@@ -161,15 +182,19 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
     FILL, fill = slice(fused.FILLR, fused.FILLB + 1), plan.pad_fill
     rows: list[list[int]] = []  # (built as lists: a numpy item assignment costs more than the list's)
     progs: list[list] = []
-    for p, (h, w) in zip(params, sizes):
+    OH, OW = fused.OH, fused.OW
+    for k, (p, (h, w)) in enumerate(zip(params, sizes)):
         g = [0] * G
         g[H], g[W] = h, w
+        so = outs[k] if ragged else (oh, ow)  # this image's output
+        if ragged:
+            g[OH], g[OW] = so
         if rrc:
             t, l, bh, bw = p["crop"]
             if t < 0 or l < 0 or bh <= 0 or bw <= 0 or t + bh > h or l + bw > w:
                 raise ValueError(f"crop {p['crop']} is outside the {h}x{w} image")
             g[box] = (t, l, bh, bw)
-            g[VH], g[VW] = oh, ow
+            g[VH], g[VW] = so
         else:
             g[box] = (0, 0, h, w)
             g[VH], g[VW] = p.get("resize", (h, w))
@@ -183,7 +208,7 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
         if program:
             prog: list = []
             for step in program:
-                step.emit(p, (oh, ow), prog)
+                step.emit(p, so, prog)
             progs.append(prog)
     geom = np.array(rows, np.int64).reshape(n, G)
     width = max([1, *map(len, progs)])
@@ -298,6 +323,23 @@ class Draws(Sequence[dict]):
                 f = fv[k]  # type: ignore[index]
                 p["brightness"], p["contrast"], p["saturation"], p["hue"] = f
             out.append(p)
+        return out
+
+    def out_sizes(self, rows: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
+        """Each image's output (h, w), int64 [N, 2] (of the images `rows`, default all):
+        the plan's one size, or with ragged=True each image's own (sample_out)."""
+        plan = self.plan
+        pick = range(len(self.sizes)) if rows is None else np.asarray(rows, np.int64).tolist()
+        if plan.out_size is not None or not plan.ragged:
+            one = plan.out_size or plan.output_size([self.sizes[k] for k in pick])
+            return np.tile(np.asarray(one, np.int64), (len(pick), 1))
+        dicts = self.dicts()
+        out = np.zeros((len(pick), 2), np.int64)
+        for i, k in enumerate(pick):
+            size = self.sizes[k]
+            if plan.canvas is not None:
+                size = plan.canvas.canvas_size(dicts[k], size)
+            out[i] = sample_out(plan, dicts[k], size)
         return out
 
     def boxes(self) -> np.ndarray:

@@ -42,6 +42,9 @@ class _Plan:
     # out (targets.py); out of the repr, which saved states' fingerprints hold (their steps are in the Compose's)
     box_format: str | None = field(default=None, repr=False)
     box_sizes: tuple[float, float] | None = field(default=None, repr=False)
+    # each image at its own size (Compose(ragged=True)): the output is each image's, at the top-left of the batch's
+    # padded one (RaggedBatch); out_size None where the geometry leaves sizes to the images and their draws
+    ragged: bool = field(default=False, repr=False)
 
     @property
     def rrc(self) -> bool:
@@ -59,15 +62,21 @@ class _Plan:
         """The output (h, w) for images of `sizes`.
 
         Raises:
-            ValueError: no geometry step and the images differ in size.
+            ValueError: no geometry step and the images differ in size; a ragged plan whose
+                sizes come from the draws (Draws.out_sizes says each image's).
         """
         if self.out_size is not None:
             return self.out_size
+        if self.ragged:
+            if self.geometry or self.canvas is not None:
+                raise ValueError("each image's output size comes from its draws here (Draws.out_sizes)")
+            return (max([1, *(int(h) for h, _ in sizes)]), max([1, *(int(w) for _, w in sizes)]))
         distinct = sorted(set(map(tuple, sizes)))
         if len(distinct) > 1:
             raise ValueError(f"images of {len(distinct)} sizes ({distinct[0]}, {distinct[1]}, ...): without a "
                              "geometry step each image keeps its size, so a batch needs one size (add "
-                             "CenterCrop, RandomCrop or Resize)")
+                             "CenterCrop, RandomCrop or Resize; or Compose(..., ragged=True): a list of images of "
+                             "their own sizes, as detection models take them)")
         return (int(distinct[0][0]), int(distinct[0][1])) if distinct else (1, 1)
 
     @functools.cached_property
@@ -106,7 +115,7 @@ def _names(steps: Sequence[Any], width: int = 60) -> str:
     return text
 
 
-def _plan(transforms: Sequence[Transform]) -> _Plan:
+def _plan(transforms: Sequence[Transform], ragged: bool = False) -> _Plan:
     given = list(transforms)
     names = _names(given)
     for i, t in enumerate(given):
@@ -119,7 +128,7 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
     if canvas is not None and getattr(canvas, "after_kernel", False) and not (
             len(steps) > 1 and steps[1].group == "geometry"):  # no geometry after it: it warps the output
         canvas = None
-    geometry = _geometry(steps[1:] if canvas else steps, names)
+    geometry = _geometry(steps[1:] if canvas else steps, names, ragged)
     if canvas is not None and not geometry:
         raise TransformError(f"{canvas!r} gives each image a canvas of its own size: a geometry step "
                              f"(RandomResizedCrop, Resize((h, w)), CenterCrop, RandomCrop) must follow it [{names}]")
@@ -127,13 +136,16 @@ def _plan(transforms: Sequence[Transform]) -> _Plan:
     for t in steps[len(geometry) + (canvas is not None):]:
         rest.add(t)
     _one_draw_a_key(canvas, rest, names)
-    out_size = geometry[-1].size if geometry else None  # type: ignore[attr-defined]
-    plan = _Plan(tuple(geometry), tuple(out_size) if out_size is not None else None,
+    out_size = _fixed_size(geometry)
+    if ragged and (rest.post is not None or rest.erase is not None):
+        raise TransformError(f"{type(rest.post or rest.erase).__name__} with ragged=True cannot be fused: it works on "
+                             f"the padded batch, not on each image at its size [{names}]")
+    plan = _Plan(tuple(geometry), out_size,
                  all(getattr(g, "antialias", True) for g in geometry), rest.flip, rest.normalize,
                  rest.dtype or torch.uint8, tuple(given), rest.erase, rest.vflip, tuple(rest.program),
                  next((FILTERS[g.filter_modes[0]] for g in geometry if len(g.filter_modes) == 1), 0),
                  next((g.crop_fill for g in geometry if g.crop_fill is not None), (0, 0, 0)),
-                 canvas, rest.post, rest.post_levels, box_format, box_sizes)
+                 canvas, rest.post, rest.post_levels, box_format, box_sizes, bool(ragged))
     if plan.out_size is not None:
         for t in plan.program:
             for u in t.inner():
@@ -156,8 +168,21 @@ def _one_draw_a_key(canvas: Any, rest: "_AfterGeometry", names: str) -> None:
                                  f"one of them per Compose [{names}]")
 
 
-def _geometry(steps: list[Transform], names: str) -> list[Transform]:
-    """The leading geometry steps, checked to be one of the supported combinations."""
+def _fixed_size(geometry: Sequence[Transform]) -> tuple[int, int] | None:
+    """The one output size of the geometry; None where each image has its own (no geometry,
+    a Resize of the shorter side, a RandomIoUCrop alone: under ragged=True)."""
+    if not geometry:
+        return None
+    last: Any = geometry[-1]
+    if isinstance(last, (_RandomSize, ResizeKeepRatio, RandomIoUCrop)) or isinstance(last.size, int):
+        return None
+    return int(last.size[0]), int(last.size[1])
+
+
+def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[Transform]:
+    """The leading geometry steps, checked to be one of the supported combinations (with
+    `ragged`, also those that leave each image a size of its own: a Resize of the shorter
+    side, RandomShortestSize, RandomResize, ScaleJitter, RandomIoUCrop alone)."""
     geometry: list[Transform] = []
     for t in steps:
         if t.group != "geometry":
@@ -165,10 +190,13 @@ def _geometry(steps: list[Transform], names: str) -> list[Transform]:
         geometry.append(t)
     kinds = [Resize if isinstance(g, Resize) else RandomCrop if isinstance(g, RandomCrop) else type(g)
              for g in geometry]
+    if ragged and kinds in ([Resize], [RandomIoUCrop]):
+        return geometry
     if kinds and kinds[0] is RandomIoUCrop and not (kinds == [RandomIoUCrop, Resize] and type(geometry[1]) is Resize
                                                     and not isinstance(geometry[1].size, int)):  # type: ignore[attr-defined]
         raise TransformError(f"RandomIoUCrop gives differently sized images: a Resize((h, w)) follows it, so that a "
-                             f"batch has one size (SSD trains at 300x300) [{names}]")
+                             f"batch has one size (SSD trains at 300x300), or Compose(..., ragged=True) keeps each "
+                             f"image's own [{names}]")
     if kinds not in ([], [RandomResizedCrop], [Resize], [CenterCrop], [RandomCrop], [Resize, CenterCrop],
                      [Resize, RandomCrop], [RandomIoUCrop, Resize]):
         raise TransformError(f"unsupported geometry {[k.__name__ for k in kinds]} in [{names}]: use one of "
@@ -177,9 +205,11 @@ def _geometry(steps: list[Transform], names: str) -> list[Transform]:
     if kinds == [Resize] and isinstance(geometry[0], _RandomSize):
         raise TransformError(f"{type(geometry[0]).__name__} alone gives differently sized images: add CenterCrop or "
                              f"RandomCrop after it (torchvision's references: RandomResize or RandomShortestSize, "
-                             f"then RandomCrop) [{names}]")
+                             f"then RandomCrop), or Compose(..., ragged=True) for images of their own sizes "
+                             f"[{names}]")
     if kinds == [Resize] and (isinstance(geometry[0].size, int) or isinstance(geometry[0], ResizeKeepRatio)):  # type: ignore[attr-defined]
-        raise TransformError("Resize(int) alone gives differently sized images; add CenterCrop or give (h, w)")
+        raise TransformError("Resize(int) alone gives differently sized images; add CenterCrop or give (h, w), or "
+                             "Compose(..., ragged=True) for images of their own sizes")
     return geometry
 
 
@@ -282,6 +312,8 @@ class _AfterGeometry:
 
 def native_spec(plan: _Plan) -> tuple | None:
     """The plan as _native.draw_batch reads it, or None when the Python path draws it."""
+    if plan.ragged and plan.out_size is None:  # (each image's own output size: the Python path's)
+        return None
     if plan.erase is not None or plan.canvas is not None or plan.post is not None:
         return None
     geometry: list[tuple] = []

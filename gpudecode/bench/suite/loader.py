@@ -484,7 +484,7 @@ def _web_epochs(pipe, threads: int):
     dl = wds.WebLoader(pipe, batch_size=None, shuffle=False, num_workers=threads, persistent_workers=True)
 
     def go():
-        return sum(x.shape[0] for x, _ in dl)
+        return sum(len(x) for x, _ in dl)  # (a list where each image has its own size)
     return go
 
 
@@ -537,7 +537,9 @@ def boxes(shards, a) -> None:
     Loader without the boxes (what they cost). With --recipe ssd, SSD's (the reference's
     "ssd" preset at 300 with a Resize so that a batch has one size; its photometric
     distortion after the flip in both pipelines, where the kernel runs it), where the
-    crop is drawn from the boxes (RandomIoUCrop), so the Loader reads them in either case."""
+    crop is drawn from the boxes (RandomIoUCrop), so the Loader reads them in either case.
+    With --recipe ssdlite, the "ssdlite" preset as written: RandomIoUCrop and the flip, each
+    image at its own size (Compose(ragged=True): a RaggedBatch; torchvision's batch a list)."""
     import torch
     import torchvision.transforms.v2 as v2
     import webdataset as wds
@@ -548,15 +550,18 @@ def boxes(shards, a) -> None:
 
     urls = boxed(shards)
     size = 640 if a.recipe == "lsj" else 300
+    ragged = a.recipe == "ssdlite"
 
     def recipe(ns):  # (SSD's distortion after the flip in both: the kernel runs it there)
+        if ragged:
+            return [ns.RandomIoUCrop(), ns.RandomHorizontalFlip(), *_rotation(ns, a)]
         if a.recipe == "ssd":
             return [ns.RandomZoomOut(fill=[123, 117, 104]), ns.RandomIoUCrop(), ns.Resize((size, size)),
                     ns.RandomHorizontalFlip(), ns.RandomPhotometricDistort(), *_rotation(ns, a)]
         return [ns.ScaleJitter((size, size)), ns.RandomCrop(size, pad_if_needed=True), ns.RandomHorizontalFlip(),
                 *_rotation(ns, a)]
 
-    ours = T.Compose([*recipe(T), T.ToDtype(torch.float32, scale=True)])
+    ours = T.Compose([*recipe(T), T.ToDtype(torch.float32, scale=True)], ragged=ragged)
 
     def loader(fields):
         return epochs(Loader(urls, batch_size=a.batch, transform=ours, device="cpu", num_threads=a.threads,
@@ -570,8 +575,9 @@ def boxes(shards, a) -> None:
         box = tv_tensors.BoundingBoxes([x["bbox"] for x in anns], format="XYWH", canvas_size=img.shape[-2:])
         return reference(img, {"boxes": box, "labels": torch.tensor([x["category_id"] for x in anns])})
 
-    def collate(samples):
-        return torch.stack([x for x, _ in samples]), [t for _, t in samples]
+    def collate(samples):  # (ssdlite's images of their own sizes: a list, as the reference's collate keeps them)
+        images = [x for x, _ in samples]
+        return images if ragged else torch.stack(images), [t for _, t in samples]
 
     web = (wds.WebDataset(urls, shardshuffle=len(urls), empty_check=False).shuffle(1000).decode("pil")
            .to_tuple("jpg", "json").map(lambda x: sample(*x)).batched(a.batch, partial=True, collation_fn=collate))
@@ -579,9 +585,11 @@ def boxes(shards, a) -> None:
     if a.recipe == "lsj":  # (SSD's crop is drawn from the boxes: no Loader without them)
         ours_rows["gpudecode Loader, images alone"] = loader(None)
     rows = alternated({**ours_rows, "torchvision v2 reference + webdataset": _web_epochs(web, a.threads)}, a.repeat)
+    shape = "images of their own sizes" if ragged else f"{size}x{size}"
     _against_torchvision(rows, f"{a.images} JPEGs 500x375 q90 + COCO annotations (1-14 boxes), {a.recipe} -> "
-                         f"{size}x{size} float + boxes" + _rotated(a),
-                         "loader_boxes" + ("_ssd" if a.recipe == "ssd" else "") + ("_rotate" if a.rotate else ""), a)
+                         f"{shape} float + boxes" + _rotated(a),
+                         "loader_boxes" + ("" if a.recipe == "lsj" else f"_{a.recipe}") + ("_rotate" if a.rotate else ""),
+                         a)
 
 
 def main() -> None:
@@ -594,8 +602,9 @@ def main() -> None:
                     help="with --captions: OpenCLIP's own (pip install open_clip_torch) or a stand-in")
     ap.add_argument("--masks", action="store_true", help="segmentation: a Mask field against torchvision v2's reference")
     ap.add_argument("--boxes", action="store_true", help="detection: a Boxes field against torchvision v2's LSJ recipe")
-    ap.add_argument("--recipe", choices=("lsj", "ssd"), default="lsj",
-                    help="with --boxes: large-scale jitter at 640, or SSD's (zoom out, IoU crop) at 300")
+    ap.add_argument("--recipe", choices=("lsj", "ssd", "ssdlite"), default="lsj",
+                    help="with --boxes: large-scale jitter at 640, SSD's (zoom out, IoU crop) at 300, or ssdlite's "
+                         "as written (IoU crop, flip: images of their own sizes)")
     ap.add_argument("--precache", type=int, default=0, metavar="S",
                     help="with --masks: from tensor shards precached at S, masks moved by precache or each epoch")
     ap.add_argument("--rotate", type=float, default=0.0,

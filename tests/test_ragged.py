@@ -1,0 +1,347 @@
+"""Batches of images of their own sizes (Compose(ragged=True)): each sample at the top-left
+of the batch's padded output, zeros around it, every op, flip and statistic seeing its own
+size. The kernel against a launch of each sample alone (both targets); the Compose and the
+Loader against torchvision v2 on real photographs."""
+from __future__ import annotations
+
+import io
+import json
+import pickle
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms.v2 as tv
+import torchvision.transforms.v2.functional as F
+from torchvision import tv_tensors
+
+import gpudecode
+from gpudecode import Boxes, Loader, RaggedBatch, TransformError
+from gpudecode import transforms as T
+from gpudecode.kernels import fused, ops
+
+from conftest import make_shard
+from test_boxes import random_boxes, tv_sanitized
+from test_iou_crop import _rect_samples
+from test_kernels import MEAN, STD, _case
+from test_transforms import max_err_levels
+
+
+def _program(rng, n):
+    """Programs with each kind of statistic and a size-reading op: contrast (grey mean),
+    autocontrast (range), equalize (histogram), sharpness (neighbours), an affine warp
+    about the centre (its size), and the jitter's pixel ops."""
+    width = 4
+    order = np.full((n, width), -1, np.int32)
+    args = np.zeros((n, width, fused.ARGS), np.float32)
+    for k in range(n):
+        pick = [ops.BRIGHTNESS, [ops.CONTRAST, ops.AUTOCONTRAST, ops.EQUALIZE, ops.SHARPNESS, ops.AFFINE][k % 5],
+                ops.HUE]
+        if k % 3 == 2:
+            pick.append(ops.EQUALIZE)
+        for j, op in enumerate(pick):
+            order[k, j] = op
+            if op == ops.AFFINE:  # a small rotation about the centre, bilinear, zeros outside
+                a = np.deg2rad(rng.uniform(-20, 20))
+                args[k, j, :10] = (np.cos(a), -np.sin(a), 0.05, np.sin(a), np.cos(a), -0.03, 1, np.nan, np.nan,
+                                   np.nan)
+            else:
+                args[k, j, 0] = rng.uniform(0.6, 1.4) if op != ops.HUE else rng.uniform(-0.1, 0.1)
+    return args, order
+
+
+def _ragged(seed, n, chw=False):
+    """A batch of samples, each with its own output size (OH, OW), and each sample's row
+    with OH = 0 for a launch of it alone at that size."""
+    rng = np.random.default_rng(seed)
+    flats, geoms, sizes, off = [], [], [], 0
+    for k in range(n):
+        h, w = int(rng.integers(2, 30)), int(rng.integers(2, 30))
+        oh, ow = int(rng.integers(1, 24)), int(rng.integers(1, 24))
+        flat, g, _ = _case(rng, h, w, oh, ow, "rrc" if k % 2 else "resize", chw=chw and k % 2 == 1)
+        g[fused.OFFSET] = off
+        g[fused.OH], g[fused.OW] = oh, ow
+        off += flat.size
+        flats.append(flat)
+        geoms.append(g)
+        sizes.append((oh, ow))
+    args, order = _program(rng, n)
+    return np.concatenate(flats), np.stack(geoms), args, order, sizes
+
+
+def _alone(run, src, geom, args, order, sizes, dtype):
+    """Each sample launched alone at its own size (OH unset): what the batch must hold."""
+    out = []
+    for k, (oh, ow) in enumerate(sizes):
+        g = geom[k:k + 1].copy()
+        g[:, fused.OH:fused.OW + 1] = 0
+        one = np.zeros((1, 3, oh, ow), dtype)
+        run(src, g, args[k:k + 1], order[k:k + 1], one)
+        out.append(one[0])
+    return out
+
+
+def _check(batch, alone, sizes):
+    for k, ((oh, ow), a) in enumerate(zip(sizes, alone)):
+        np.testing.assert_array_equal(batch[k, :, :oh, :ow], a, err_msg=f"sample {k}")
+        rest = batch[k].copy()
+        rest[:, :oh, :ow] = 0
+        assert not rest.any(), f"sample {k}: not zero around its {oh}x{ow}"
+
+
+@pytest.mark.parametrize("dtype,layout", [(np.float32, "NCHW"), (np.float32, "NHWC"), (np.uint8, "NCHW"),
+                                          (np.float32, "strided")])
+def test_cpu_twin_runs_each_sample_at_its_own_size(dtype, layout):
+    """Bit for bit each sample alone at its size (the general path, the 1:1 path, the
+    staged one of uint8 and strided outputs, NHWC), zeros around it, whatever the threads."""
+    src, geom, args, order, sizes = _ragged(3, 11, chw=True)
+    normalize = dtype != np.uint8
+
+    def run(s, g, a, o, out):
+        fused.fused_cpu(s, g, a, o, MEAN, STD, out, normalize=normalize, num_threads=2)
+
+    oh, ow = max(s[0] for s in sizes) + 2, max(s[1] for s in sizes) + 1
+    for fast in (True, False):
+        if layout == "NHWC":
+            full = np.full((len(sizes), oh, ow, 3), 7, dtype)
+            batch = full.transpose(0, 3, 1, 2)
+        elif layout == "strided":  # (not contiguous: each sample staged, then copied)
+            batch = np.full((len(sizes), 3, oh, ow + 3), 7, dtype)[..., :ow]
+        else:
+            batch = np.full((len(sizes), 3, oh, ow), 7, dtype)
+        fused.fused_cpu(src, geom, args, order, MEAN, STD, batch, normalize=normalize, num_threads=2,
+                        fast_identity=fast)
+        _check(batch, _alone(run, src, geom, args, order, sizes, dtype), sizes)
+
+
+def test_identity_samples_of_their_own_size_spread_in_place():
+    """Samples read 1:1 (no program: the 1:1 path), each its own size, written in place
+    and spread to the batch's rows: the same as alone."""
+    src, geom, args, order, sizes = _ragged(5, 9)
+    order[:] = -1
+    for k in range(len(sizes)):  # (a box of the sample's size, read 1:1)
+        oh, ow = sizes[k]
+        h, w = geom[k, fused.H], geom[k, fused.W]
+        geom[k, fused.TOP:fused.BW + 1] = (0, 0, h, w)
+        geom[k, fused.VH], geom[k, fused.VW] = h, w
+        geom[k, fused.OY], geom[k, fused.OX] = 0, 0
+    batch = np.full((len(sizes), 3, 25, 26), 7, np.float32)
+    fused.fused_cpu(src, geom, args, order, MEAN, STD, batch, normalize=True)
+
+    def run(s, g, a, o, out):
+        fused.fused_cpu(s, g, a, o, MEAN, STD, out, normalize=True)
+
+    _check(batch, _alone(run, src, geom, args, order, sizes, np.float32), sizes)
+
+
+def test_cuda_kernels_run_each_sample_at_its_own_size():
+    """Under the simulator: the CUDA kernels' batch equals each sample alone on CUDA, and
+    the CPU twin's batch (its statistics over the sample's own pixels: kernel 1 and the
+    barrier launches read OH and OW)."""
+    src, geom, args, order, sizes = _ragged(7, 5)
+    oh, ow = max(s[0] for s in sizes), max(s[1] for s in sizes) + 2
+
+    def run(s, g, a, o, out):
+        fused.fused_cuda(s, g, a, o, MEAN, STD, out, normalize=True)
+
+    batch = np.full((len(sizes), 3, oh, ow), 7, np.float32)
+    fused.fused_cuda(src, geom, args, order, MEAN, STD, batch, normalize=True)
+    _check(batch, _alone(run, src, geom, args, order, sizes, np.float32), sizes)
+    cpu = np.zeros_like(batch)
+    fused.fused_cpu(src, geom, args, order, MEAN, STD, cpu, normalize=True)
+    np.testing.assert_allclose(batch, cpu, atol=2e-5, rtol=0)
+
+
+# --- the Compose and the Loader against torchvision v2 -----------------------------------------
+
+FILL = (123, 117, 104)
+# torchvision's detection reference presets (references/detection/presets.py), at a photograph crop's scale:
+# each leaves every image a size of its own (the reference's collate keeps a tuple of them)
+PRESETS = {
+    "hflip": lambda: [T.RandomHorizontalFlip(0.5)],
+    "multiscale": lambda: [T.RandomShortestSize((24, 32, 40, 48), max_size=70), T.RandomHorizontalFlip(0.5)],
+    "ssdlite": lambda: [T.RandomIoUCrop(), T.RandomHorizontalFlip(0.5)],
+    # (its RandomPhotometricDistort, which the preset runs first, after the flip here: where the kernel runs it)
+    "ssd": lambda: [T.RandomZoomOut(fill=FILL), T.RandomIoUCrop(), T.RandomHorizontalFlip(0.5)],
+}
+
+
+def _tv_chain(img: torch.Tensor, boxes: np.ndarray, p: dict) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """torchvision's functional ops with our params on an image and its BoundingBoxes (in
+    float: resized as the kernel resizes): (image, boxes kept by SanitizeBoundingBoxes,
+    which of them)."""
+    x = tv_tensors.Image(F.to_dtype(img, torch.float32, scale=True))
+    b = tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY", canvas_size=tuple(img.shape[-2:]))
+    if "padding" in p:
+        x, b = F.pad(x, list(p["padding"]), fill=[v / 255 for v in FILL]), F.pad(b, list(p["padding"]))
+    if "crop" in p:
+        x, b = F.crop(x, *p["crop"]), F.crop(b, *p["crop"])
+    if "inside" in p:
+        b[~torch.from_numpy(p["inside"])] = 0
+    if "resize" in p:
+        x, b = F.resize(x, list(p["resize"]), antialias=True), F.resize(b, list(p["resize"]))
+    if p["flip"]:
+        x, b = F.horizontal_flip(x), F.horizontal_flip(b)
+    kept, keep = tv_sanitized(b)
+    return x.as_subclass(torch.Tensor), kept, keep.numpy()
+
+
+def _photo_crops(photos, n: int, seed: int = 1):
+    rng = np.random.default_rng(seed)
+    names = sorted(photos)
+    imgs, entries = [], []
+    for i in range(n):
+        h, w = int(rng.integers(30, 90)), int(rng.integers(30, 90))
+        src = photos[names[i % len(names)]]
+        imgs.append(torch.from_numpy(np.ascontiguousarray(src[:h, :w])).permute(2, 0, 1).contiguous())
+        boxes = random_boxes(rng, h, w, n=int(rng.integers(1, 6)))
+        entries.append({"boxes": boxes, "labels": np.arange(len(boxes)) + 10 * i})
+    return imgs, entries
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_detection_presets_as_written_match_torchvision(photos, preset):
+    """Each preset on crops of photographs with boxes, as its recipe writes it (no resize
+    to one size): a RaggedBatch of each image at its own size (views of one padded batch,
+    zeros around each), within a level of torchvision's functional ops with our draws (1:1
+    crops and flips exact), and Compose.boxes its boxes, clamped to each image's own size."""
+    tf = T.Compose([*PRESETS[preset](), T.ToDtype(torch.float32, scale=True)], ragged=True)
+    imgs, entries = _photo_crops(photos, 16)
+    sizes = [tuple(im.shape[-2:]) for im in imgs]
+    # (1:1 crops and flips: exact; the canvas's fill, levels / 255 in float32 against torchvision's: an ulp)
+    shapes, levels = set(), {"hflip": 0.0, "ssdlite": 0.0, "ssd": 1e-3, "multiscale": 1.0}[preset]
+    for seed in range(3):
+        d = tf.draw_batch(sizes, seed, boxes=entries)
+        got = tf(imgs, d)
+        assert isinstance(got, RaggedBatch) and len(got) == len(imgs)
+        assert got.padded.shape[2:] == tuple(got.sizes.max(0).values.tolist())
+        targets = tf.boxes(entries, d)
+        for k, (img, e, p) in enumerate(zip(imgs, entries, d)):
+            want, boxes, keep = _tv_chain(img, e["boxes"], p)
+            assert got[k].shape == want.shape and got[k].data_ptr() == got.padded[k].data_ptr()
+            err = max_err_levels(got[k], want)
+            assert err <= levels, (preset, seed, k, p, err)
+            h, w = got.sizes[k].tolist()
+            assert not got.padded[k, :, h:].any() and not got.padded[k, :, :, w:].any()
+            torch.testing.assert_close(targets[k]["boxes"], boxes, rtol=0, atol=1e-4)
+            assert targets[k]["labels"].tolist() == e["labels"][keep].tolist()
+            shapes.add(tuple(want.shape))
+    assert len(shapes) >= len(imgs)  # (sizes of their own)
+
+
+def test_the_programs_statistics_are_each_images_own(photos):
+    """ColorJitter's contrast (the grey mean), autocontrast, equalize and a rotation about the
+    centre on images of their own sizes: each image of the batch is what the same steps
+    without ragged give it alone (bit for bit), whatever sizes stand beside it."""
+    steps = [T.RandomHorizontalFlip(), T.ColorJitter(0.3, 0.4, 0.3, 0.05), T.RandomAutocontrast(0.5),
+             T.RandomEqualize(0.5), T.RandomRotation(15), T.Normalize([0.5] * 3, [0.25] * 3)]
+    tf = T.Compose(steps, ragged=True)
+    alone = T.Compose(steps)
+    imgs, _ = _photo_crops(photos, 10, seed=5)
+    sizes = [tuple(im.shape[-2:]) for im in imgs]
+    for seed in range(2):
+        d = tf.draw_batch(sizes, seed)
+        got = tf(imgs, d)
+        for k, img in enumerate(imgs):
+            torch.testing.assert_close(got[k], alone([img], [d[k]])[0], rtol=0, atol=0)
+            h, w = sizes[k]
+            assert not got.padded[k, :, h:].any() and not got.padded[k, :, :, w:].any()
+    one = tf(imgs[0], seed=1)  # (one image: its tensor, at its size)
+    assert isinstance(one, torch.Tensor) and one.shape == (3, *sizes[0])
+
+
+def test_nhwc_the_mask_and_pickling():
+    imgs = [torch.randint(0, 256, (3, h, w), dtype=torch.uint8) for h, w in ((20, 31), (33, 12), (7, 9))]
+    tf = T.Compose([T.RandomHorizontalFlip()], layout="NHWC", ragged=True)
+    got = tf(imgs, seed=0)
+    nchw = T.Compose([T.RandomHorizontalFlip()], ragged=True)(imgs, seed=0)
+    assert got.padded.shape == (3, 33, 31, 3) and [tuple(g.shape) for g in got] == [(20, 31, 3), (33, 12, 3), (7, 9, 3)]
+    for a, b in zip(got, nchw):
+        assert torch.equal(a.permute(2, 0, 1), b)
+    mask = nchw.mask()
+    assert mask.shape == (3, 33, 31) and mask.dtype == torch.bool
+    assert (~mask).sum((1, 2)).tolist() == [20 * 31, 33 * 12, 7 * 9] and not mask[2, :7, :9].any()
+    back = pickle.loads(pickle.dumps(nchw))
+    assert isinstance(back, RaggedBatch) and all(torch.equal(a, b) for a, b in zip(back, nchw))
+    assert "ragged=True" in repr(tf) and repr(T.Compose([T.RandomHorizontalFlip()], ragged=True)).endswith(
+        "ragged=True)")
+
+
+def test_torchvisions_presets_convert_with_ragged():
+    """torchvision's presets as written convert with ragged=True; without it, each is refused
+    with the way to take it."""
+    hflip = tv.Compose([tv.RandomHorizontalFlip(0.5), tv.ToDtype(torch.float32, scale=True)])
+    multiscale = tv.Compose([tv.RandomShortestSize((480, 512, 544), max_size=1333), tv.RandomHorizontalFlip(0.5),
+                             tv.ToDtype(torch.float32, scale=True)])
+    ssdlite = tv.Compose([tv.RandomIoUCrop(), tv.RandomHorizontalFlip(0.5), tv.ToDtype(torch.float32, scale=True),
+                          tv.SanitizeBoundingBoxes()])
+    for preset in (hflip, multiscale, ssdlite):
+        ours = T.Compose.from_torchvision(preset, ragged=True)
+        assert ours.ragged and ours.out_size is None
+    for preset in (multiscale, ssdlite):
+        with pytest.raises(TransformError, match=r"ragged=True"):
+            T.Compose.from_torchvision(preset)
+    with pytest.raises(ValueError, match=r"ragged=True"):  # (no geometry: refused at the batch of two sizes)
+        T.Compose.from_torchvision(hflip)([torch.zeros((3, 4, 5), dtype=torch.uint8),
+                                           torch.zeros((3, 5, 4), dtype=torch.uint8)])
+    with pytest.raises(TransformError, match=r"RandomErasing with ragged=True"):
+        T.Compose([T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True), T.RandomErasing()], ragged=True)
+    with pytest.raises(ValueError, match="out= is not taken"):
+        T.Compose([T.RandomHorizontalFlip()], ragged=True)([torch.zeros((3, 4, 5), dtype=torch.uint8)],
+                                                            out=torch.zeros((1, 3, 4, 5)))
+
+
+@pytest.fixture(scope="module")
+def rects(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ragged")
+    return make_shard(d / "rects-000000.tar", _rect_samples(24))
+
+
+@pytest.mark.parametrize("preset,keep", [("ssdlite", None), ("multiscale", None), ("ssd", "ram")])
+def test_the_loader_gives_ragged_batches_with_their_boxes(rects, preset, keep):
+    """Through the Loader (streamed, and resident): each batch a RaggedBatch equal to the
+    Compose's on the decoded images with the Loader's draws (bit for bit), its targets
+    Compose.boxes', every box inside its own image; a batch kept is not written again."""
+    from PIL import Image
+
+    samples = {s["__key__"]: s for s in _rect_samples(24)}
+    tf = T.Compose([*PRESETS[preset](), T.ToDtype(torch.float32, scale=True)], ragged=True)
+    ld = Loader([rects], batch_size=8, transform=tf, device="cpu", seed=4, labels=False, image_ext="png",
+                keep=keep, shuffle=False, fields={"json": Boxes()})
+    held = []
+    for epoch in range(2):
+        ld.set_epoch(epoch)
+        pos = 0
+        for images, targets in ld:
+            assert isinstance(images, RaggedBatch)
+            keys = [f"r{k:03d}" for k in range(pos, pos + len(images))]
+            entries = [json.loads(samples[k]["json"]) for k in keys]
+            decoded = [torch.from_numpy(np.array(Image.open(io.BytesIO(samples[k]["png"])))).permute(2, 0, 1)
+                       .contiguous() for k in keys]
+            d = tf.draw_batch([tuple(im.shape[-2:]) for im in decoded], 4, epoch=epoch,
+                              indices=list(range(pos, pos + len(images))), boxes=entries)
+            want = tf(decoded, d)
+            assert torch.equal(images.sizes, want.sizes) and torch.equal(images.padded, want.padded)
+            for img, t, w in zip(images, targets, tf.boxes(entries, d)):
+                torch.testing.assert_close(t["boxes"], w["boxes"], rtol=0, atol=0)
+                h, wd = img.shape[-2:]
+                assert (t["boxes"][:, 2] <= wd).all() and (t["boxes"][:, 3] <= h).all()
+            held.append((images, images.padded.clone()))
+            pos += len(images)
+        assert pos == 24
+    assert all(torch.equal(images.padded, copy) for images, copy in held)  # (yours: never written again)
+    assert len({tuple(im.shape) for images, _ in held for im in images}) > 10
+
+
+def test_what_ragged_does_not_take_in_the_loader_is_refused(rects):
+    tf = T.Compose([T.RandomIoUCrop(), T.RandomHorizontalFlip()], ragged=True)
+    kw = dict(device="cpu", labels=False, image_ext="png", fields={"json": Boxes()})
+    with pytest.raises(TransformError, match="several views"):
+        Loader([rects], batch_size=4, transform=[tf, tf], **kw)
+    with pytest.raises(TransformError, match="a Mask .* with ragged=True"):
+        Loader([rects], batch_size=4, transform=tf, device="cpu", labels=False, image_ext="png",
+               fields={"json": Boxes(), "seg.png": gpudecode.Mask()})
+    with pytest.raises(TransformError, match="mixes a batch tensor"):
+        Loader([rects], batch_size=4, transform=T.Compose([T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)],
+                                                          ragged=True),
+               batch_transform=T.MixUp(num_classes=3), device="cpu", image_ext="png")
