@@ -172,29 +172,31 @@ def _clamp_pass(px):
         px[i] = clamp01(px[i])
 
 
-def _output_pass(work, oh, bw, ow, mean, std, normalize, to_uint8, dst, doff, nhwc):
+def _output_pass(work, oh, bw, ow, mean, std, normalize, to_uint8, dst, doff, nhwc, rs, ps):
     """Stage 5: each channel transposed to [oh, ow] into dst, with Normalize as
     encode_output does it on the way (or after the uint8 scaling); for NHWC, px [ow*3, oh]
-    transposed as a whole is [oh, ow*3], the NHWC image: Normalize goes first, in place."""
+    transposed as a whole is [oh, ow*3], the NHWC image: Normalize goes first, in place.
+    rs, ps: dst's row and plane strides (the image's own, ow or 3 * ow, and oh * ow; a
+    batch's larger ones for a sample of its own size at the top-left of its place)."""
     n3 = bw * 3
     px = work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh].reshape((ow * 3, oh))
     pxs = work[2 * oh * n3:2 * oh * n3 + ow * 3 * oh]
     if nhwc or (to_uint8 and not normalize):
         _encode_pass(px, ow, mean, std, normalize, to_uint8)
     if nhwc:  # the (v - 0) * 1 affine only to get the streaming stores
-        transpose(pxs, 0, oh, dst, doff, 3 * ow, 3 * ow, oh, True, float32(0.0), float32(1.0))
+        transpose(pxs, 0, oh, dst, doff, rs, 3 * ow, oh, True, float32(0.0), float32(1.0))
         return
     for c in range(3):
         m = mean[c] if normalize else float32(0.0)
         s = float32(1.0) / std[c] if normalize else float32(1.0)
-        transpose(pxs, c * oh, 3 * oh, dst, doff + c * oh * ow, ow, ow, oh, normalize, m, s)
+        transpose(pxs, c * oh, 3 * oh, dst, doff + c * ps, rs, ow, oh, normalize, m, s)
 
 
 @inline_once
 def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, oh, ow, dst, doff, work, nhwc,
-                ints, flts, stats, taps):
-    """One sample; writes its float32 result contiguously at dst[doff:], as [3, oh, ow],
-    or as [oh, ow, 3] with `nhwc`. Its stages are functions of their own, so that a
+                ints, flts, stats, taps, rs, ps):
+    """One sample; writes its float32 result at dst[doff:], as [3, oh, ow], or as [oh, ow,
+    3] with `nhwc`, rows `rs` floats apart and planes `ps` (see _output_pass). Its stages are functions of their own, so that a
     benchmark times each (gpudecode.bench.suite.kernels --stages). Its small scratch is
     the caller's (nothing is allocated): ints (int64: the axes' indices, a histogram),
     flts (float32: the axes' weights, `taps` a row, then the program's tables) and stats
@@ -229,29 +231,24 @@ def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, 
         _program(px, px2, aux, ow, oh, order, args, stats, flts[tables:tables + 768],
                  flts[tables + 768:tables + 768 + MAX_BLUR + 1], ints[3 * (oh + ow):3 * (oh + ow) + 256])
     # 5. the output, transposed (and normalized) into dst
-    _output_pass(work, oh, bw, ow, mean, std, normalize, to_uint8, dst, doff, nhwc)
+    _output_pass(work, oh, bw, ow, mean, std, normalize, to_uint8, dst, doff, nhwc, rs, ps)
 
 
-def _spread(flat, doff, sh, sw, oh, ow, nhwc):
-    """A sample written compactly at flat[doff:] ([3, sh, sw], or [sh, sw, 3] with `nhwc`)
-    spread in place to the batch's [3, oh, ow] (or [oh, ow, 3]) at the same place, zeros
-    around it. Every row moves to an address no lower than its own, so rows are moved
-    from the last to the first, each from its end: no row is overwritten before it moves."""
+def _zero_around(flat, doff, sh, sw, oh, ow, nhwc):
+    """Zeros around a sample of its own size (sh, sw) written at the top-left of its place
+    at flat[doff:] in the batch's [3, oh, ow] (or [oh, ow, 3] with `nhwc`)."""
     planes = 1 if nhwc else 3
     width = 3 * sw if nhwc else sw
     full = 3 * ow if nhwc else ow
-    for c in range(planes - 1, -1, -1):
-        for y in range(oh - 1, -1, -1):
-            d = doff + (c * oh + y) * full
-            if y >= sh:
-                for x in range(full):
-                    flat[d + x] = 0.0
-                continue
-            s = doff + (c * sh + y) * width
-            for x in range(width - 1, -1, -1):
-                flat[d + x] = flat[s + x]
-            for x in range(width, full):
-                flat[d + x] = 0.0
+    for c in range(planes):
+        base = doff + c * oh * full
+        for y in range(sh):
+            row = flat[base + y * full + width:base + (y + 1) * full]
+            for x in range(row.shape[0]):
+                row[x] = 0.0
+        rest = flat[base + sh * full:base + oh * full]
+        for x in range(rest.shape[0]):
+            rest[x] = 0.0
 
 
 def _is_identity(g, order, oh, ow):
@@ -327,12 +324,13 @@ def _plane_row_flipped(o, src, p, x0, x1, v0, inv255, sub, mul):
         oo[i] = (inv255 * float32(s[U(n - 1 - i)]) - sub) * mul
 
 
-def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
+def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts, rs, ps):
     """The identity-geometry sample (_is_identity) straight to its NCHW float32 output:
     each source row's bytes split into the three channel rows (flipped, padded), scaled
     and normalized on the way. The same arithmetic as _cpu_sample on such a sample (a
     unit tap of 1/255, then (v - mean) * (1 / std)), so the same bits, at memory speed.
-    flts: nine floats of the caller's."""
+    flts: nine floats of the caller's; rs, ps: dst's row and plane strides (ow and oh * ow
+    for an image of its own; a batch's for a sample smaller than it)."""
     vh = g[VH]
     vw = g[VW]
     oy = g[OY]
@@ -366,7 +364,7 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
             vy = y + oy
             inside = vy >= 0 and vy < vh and x1 > x0
             for c in range(3):
-                start = doff + (c * oh + y) * ow
+                start = doff + c * ps + y * rs
                 o = dst[start:start + ow]
                 _pad_row(o, inside, x0, x1, ow, pads[c])
                 if not inside:
@@ -386,13 +384,13 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
         if inside and n < 8:  # (a row of 8 or more reads its bytes straight from src)
             _scale_row(t, src, base + vy * g[SY], 3 * vw, inv255)
         for c in range(3):
-            start = doff + (c * oh + y) * ow
+            start = doff + c * ps + y * rs
             _pad_row(dst[start:start + ow], inside, x0, x1, ow, pads[c])
         if not inside:
             continue
         if n < 8:  # one channel at a time
             for c in range(3):
-                start = doff + (c * oh + y) * ow
+                start = doff + c * ps + y * rs
                 o = dst[start:start + ow]
                 if flip:
                     _channel_row_flipped(o, t, c, x0, x1, v0, subs[c], muls[c])
@@ -405,7 +403,7 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
         # twice, with the same values), in place of a scalar tail, which cost small crops
         # most of their time (bench/RESULTS.md)
         n8 = n // 8 * 8
-        r0 = doff + y * ow
+        r0 = doff + y * rs
         row = base + vy * g[SY]
         if vy + 1 < vh and y + 1 < oh:  # the next row's window on its way meanwhile (see prefetch)
             for q in range(row + g[SY] + 3 * lo, row + g[SY] + 3 * (lo + n) + 63, 64):
@@ -415,11 +413,11 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts):
             k = b if b < n8 else n - 8
             if flip:
                 deinterleave3x8_u8_affine_reversed(src, row + 3 * (v0 - k - 7), dst, r0 + x0 + k,
-                                                   r0 + oh * ow + x0 + k, r0 + 2 * oh * ow + x0 + k, inv255,
+                                                   r0 + ps + x0 + k, r0 + 2 * ps + x0 + k, inv255,
                                                    subs[0], muls[0], subs[1], muls[1], subs[2], muls[2])
             else:
-                deinterleave3x8_u8_affine(src, row + 3 * (v0 + k), dst, r0 + x0 + k, r0 + oh * ow + x0 + k,
-                                          r0 + 2 * oh * ow + x0 + k, inv255, subs[0], muls[0], subs[1], muls[1],
+                deinterleave3x8_u8_affine(src, row + 3 * (v0 + k), dst, r0 + x0 + k, r0 + ps + x0 + k,
+                                          r0 + 2 * ps + x0 + k, inv255, subs[0], muls[0], subs[1], muls[1],
                                           subs[2], muls[2])
 
 
@@ -442,20 +440,20 @@ def _cpu_batch(src, geom, args, order, mean, std, normalize, to_uint8, antialias
             soh = geom[i, OH]
             sow = geom[i, OW]
         if fast_identity and direct and not nhwc and not to_uint8 and _is_identity(geom[i], order[i], soh, sow):
-            _cpu_identity(src, geom[i], mean, std, normalize, soh, sow, flat_out, i * size, work, flts)
+            _cpu_identity(src, geom[i], mean, std, normalize, soh, sow, flat_out, i * size, work, flts, ow, oh * ow)
             if soh != oh or sow != ow:
-                _spread(flat_out, i * size, soh, sow, oh, ow, False)
+                _zero_around(flat_out, i * size, soh, sow, oh, ow, False)
             continue
         # one call site, its arguments typed alike either way (no literal 0/False): the sample's
         # code is compiled and inlined once, not once per constant (compile time: RESULTS)
-        if direct:
-            dst, doff, into_nhwc = flat_out, i * size, nhwc
-        else:
-            dst, doff, into_nhwc = tmp, 0, False
+        if direct:  # (in its place in the batch: the batch's strides)
+            dst, doff, into_nhwc, rs, ps = flat_out, i * size, nhwc, 3 * ow if nhwc else ow, oh * ow
+        else:  # (staged compactly, then copied)
+            dst, doff, into_nhwc, rs, ps = tmp, 0, False, sow, soh * sow
         _cpu_sample(src, geom[i], args[i], order[i], mean, std, normalize, to_uint8, antialias, soh, sow,
-                    dst, doff, work, into_nhwc, ints, flts, stats, taps)
+                    dst, doff, work, into_nhwc, ints, flts, stats, taps, rs, ps)
         if direct and (soh != oh or sow != ow):
-            _spread(flat_out, i * size, soh, sow, oh, ow, nhwc)
+            _zero_around(flat_out, i * size, soh, sow, oh, ow, nhwc)
         if not direct:
             o = out[i]
             for c in range(3):

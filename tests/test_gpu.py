@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 import torch
 
+import gpudecode
 from gpudecode import Loader
 from gpudecode import transforms as T
 from gpudecode.decode import Request, available, make_decoder
@@ -353,12 +354,14 @@ def test_masks_on_cuda_equal_the_cpu_loaders(photos, tmp_path):
     assert on_gpu.device.type == "cuda" and int((on_gpu.cpu() != on_cpu).sum()) <= on_cpu.numel() // 10_000
 
 
-@pytest.mark.parametrize("recipe", ["lsj", "ssd"])
+@pytest.mark.parametrize("recipe", ["lsj", "ssd", "ssdlite", "multiscale"])
 def test_boxes_on_cuda_equal_the_cpu_loaders(photos, tmp_path, recipe):
     """gpudecode.Boxes fields on CUDA: each batch's targets on the device (the batch's boxes
     and labels each one copy), equal to the CPU Loader's, streamed and from keep="gpu";
     with SSD's recipe (RandomIoUCrop drawn from the boxes, a window of RandomZoomOut's
-    canvas made on the device) the images too."""
+    canvas made on the device) the images too; ssdlite's and multiscale's as written, images
+    of their own sizes (ragged=True: RaggedBatch on the device, each image at its own size,
+    contrast's statistics and the zeros around each from the CUDA kernels)."""
     import json
 
     from gpudecode import Boxes
@@ -373,9 +376,13 @@ def test_boxes_on_cuda_equal_the_cpu_loaders(photos, tmp_path, recipe):
         member = json.dumps({"boxes": boxes.tolist(), "labels": [k, k + 1, k + 2]}).encode()
         samples.append({"__key__": f"b{k:03d}", "jpg": encode(img), "cls": str(k % 3), "json": member})
     url = make_shard(tmp_path / "boxes-000000.tar", samples)
-    geometry = ([T.ScaleJitter((80, 80)), T.RandomCrop(80, pad_if_needed=True)] if recipe == "lsj" else
-                [T.RandomZoomOut(fill=(123, 117, 104), p=0.7), T.RandomIoUCrop(), T.Resize((80, 80))])
-    tf = T.Compose([*geometry, T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
+    geometry = {"lsj": [T.ScaleJitter((80, 80)), T.RandomCrop(80, pad_if_needed=True)],
+                "ssd": [T.RandomZoomOut(fill=(123, 117, 104), p=0.7), T.RandomIoUCrop(), T.Resize((80, 80))],
+                "ssdlite": [T.RandomIoUCrop()],
+                "multiscale": [T.RandomShortestSize((48, 64, 80), max_size=120)]}[recipe]
+    ragged = recipe in ("ssdlite", "multiscale")
+    colour = [T.ColorJitter(0.3, 0.3, 0.3)] if ragged else []  # (contrast: each image's own grey mean)
+    tf = T.Compose([*geometry, T.RandomHorizontalFlip(), *colour, T.Normalize(MEAN, STD)], ragged=ragged)
     kw = dict(batch_size=8, transform=tf, seed=2, labels=False, fields={"json": Boxes()})
     cpu_images = [b.images for b in Loader([url], device="cpu", **kw)]
     cpu = [(b.keys, b[1]) for b in Loader([url], device="cpu", **kw)]
@@ -385,9 +392,13 @@ def test_boxes_on_cuda_equal_the_cpu_loaders(photos, tmp_path, recipe):
             got, images = [], []
             for b in ld:
                 got.append((b.keys, b[1]))
-                images.append(b.images.cpu())
+                images.append(b.images if ragged else b.images.cpu())
         assert [k for k, _ in got] == [k for k, _ in cpu]
         for a, b in zip(cpu_images, images):
+            if ragged:
+                assert isinstance(b, gpudecode.RaggedBatch) and b.padded.device.type == "cuda"
+                assert torch.equal(b.sizes, a.sizes)
+                a, b = a.padded, b.padded.cpu()
             torch.testing.assert_close(b, a, atol=1e-4, rtol=0)
         for (_, want), (_, ts) in zip(cpu, got):
             for a, t in zip(want, ts):

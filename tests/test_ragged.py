@@ -5,6 +5,7 @@ Loader against torchvision v2 on real photographs."""
 from __future__ import annotations
 
 import io
+import os
 import json
 import pickle
 
@@ -345,3 +346,29 @@ def test_what_ragged_does_not_take_in_the_loader_is_refused(rects):
         Loader([rects], batch_size=4, transform=T.Compose([T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)],
                                                           ragged=True),
                batch_transform=T.MixUp(num_classes=3), device="cpu", image_ext="png")
+
+
+def test_a_cuda_launchs_arrays_say_ragged_and_run_it():
+    """cuda_launch.launch_arrays (a Loader's CUDA launch) on a batch of samples of their own
+    sizes, under the simulator: OH, OW sent for every row (the batch's where a row left them
+    0), the ragged segment kernel chosen, and the result the CPU twin's."""
+    from gpudecode.kernels import cuda_launch
+    from gpudecode.kernels.workspace import Workspace
+
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        pytest.skip("the simulator's form of a launch (on a GPU, tests/test_gpu.py launches for real)")
+    src, geom, args, order, sizes = _ragged(11, 4)
+    geom[0, fused.OH:fused.OW + 1] = 0  # (a row of the batch's size)
+    oh, ow = max(s[0] for s in sizes[1:]), max(s[1] for s in sizes[1:])
+    sizes[0] = (oh, ow)
+    got = torch.full((4, 3, oh, ow), float("nan"))
+    arrays, levels = cuda_launch.launch_arrays(torch.from_numpy(src), geom, args, order, MEAN, STD, got, Workspace(),
+                                               lambda t: t.numpy())
+    assert arrays[11] is True and (arrays[1][:, fused.OH:fused.OW + 1] == np.asarray(sizes)).all()
+    fused.fused_cuda(*arrays[:7], normalize=True, scratch=arrays[7], stats=arrays[8], hist=arrays[9], aux=arrays[10],
+                     levels=levels, ragged=arrays[11])
+    cpu = np.zeros((4, 3, oh, ow), np.float32)
+    fused.fused_cpu(src, geom, args, order, MEAN, STD, cpu, normalize=True)
+    np.testing.assert_allclose(got.numpy(), cpu, atol=2e-5, rtol=0)
+    _check(cpu, _alone(lambda s, g, a, o, out: fused.fused_cpu(s, g, a, o, MEAN, STD, out, normalize=True),
+                       src, geom, args, order, sizes, np.float32), sizes)

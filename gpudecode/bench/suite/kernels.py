@@ -280,7 +280,8 @@ def _stage_times(tf, packed, n: int, repeat: int, *, distinct: bool) -> dict:
             t.append(time.perf_counter())
             st["_horizontal_pass"](work, oh, bw, ow, xf, xc, xw, xv)
             t.append(time.perf_counter())
-            st["_output_pass"](work, oh, bw, ow, mean, std, True, False, dst, (i if distinct else 0) * 3 * oh * ow, False)
+            st["_output_pass"](work, oh, bw, ow, mean, std, True, False, dst, (i if distinct else 0) * 3 * oh * ow, False,
+                               ow, oh * ow)
             t.append(time.perf_counter())
             if rep:
                 for k, name in enumerate(STAGES):
