@@ -387,6 +387,7 @@ def boxes(data: bytes) -> None:
             out = emptied(xyxy, p)
             assert np.array_equal(out[p["inside"]], xyxy[p["inside"]]), "a box inside the crop changed"
             assert (out[~p["inside"]] == np.float32([l, t, l, t])).all(), "a box left out is not emptied"
+        _ragged_crop(xyxy, labels, ih, iw, len(data))
     # then a warp drawn from the bytes (a rotation, an affine warp, a perspective): each box the
     # box around its corners' new places, inside the output, and what is kept is what kept() says
     from gpudecode.errors import TransformError
@@ -408,6 +409,38 @@ def boxes(data: bytes) -> None:
     ok = kept(warped, min_size=1.0, min_area=1.0)
     w, h = warped[ok, 2] - warped[ok, 0], warped[ok, 3] - warped[ok, 1]
     assert (w >= 1).all() and (h >= 1).all(), "a warped box under the minimum was kept"
+
+
+def _ragged_crop(xyxy, labels, ih: int, iw: int, seed: int) -> None:
+    """ssdlite's preset as written (RandomIoUCrop, a flip; ragged=True) on two images
+    beside each other, one with the bytes' boxes: each image the exact crop of its source
+    (flipped or not) at its own size, zeros around it in the padded batch, its boxes inside
+    its own size."""
+    import numpy as np
+    import torch
+
+    from gpudecode import transforms as T
+
+    tf = T.Compose([T.RandomIoUCrop(), T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)], ragged=True)
+    gen = np.random.default_rng(seed)
+    imgs = [torch.from_numpy(gen.integers(0, 256, (3, h, w), dtype=np.uint8)) for h, w in ((ih, iw), (iw % 40 + 2, 9))]
+    entries = [{"boxes": xyxy, "labels": labels if labels is not None else np.zeros(len(xyxy), np.int64)},
+               {"boxes": np.float32([[1, 1, 5, 5]]), "labels": np.int64([3])}]
+    try:
+        d = tf.draw_batch([tuple(i.shape[1:]) for i in imgs], seed, boxes=entries)
+    except ValueError as e:  # (an image of one row, or no crop found for it: named, as crop() names it)
+        assert "height 0" in str(e) or "no crop" in str(e), str(e)
+        return
+    got = tf(imgs, d)
+    targets = tf.boxes(entries, d)
+    for k, (img, p) in enumerate(zip(imgs, d)):
+        t, l, h, w = p["crop"]
+        want = img[:, t:t + h, l:l + w].float().mul_(1 / 255)  # (the kernel's and torchvision's to_dtype: a product)
+        want = want.flip(-1) if p["flip"] else want
+        assert tuple(got.sizes[k].tolist()) == (h, w) and torch.equal(got[k], want), "a ragged image is not its crop"
+        assert not got.padded[k, :, h:].any() and not got.padded[k, :, :, w:].any(), "not zero around an image"
+        b = targets[k]["boxes"]
+        assert (b[:, 0::2] >= 0).all() and (b[:, 0::2] <= w).all() and (b[:, 1::2] <= h).all(), "a box left its image"
 
 
 def record(data: bytes) -> None:
