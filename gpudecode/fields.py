@@ -632,8 +632,10 @@ def follow_masks(specs: Sequence[FieldSpec], values: list[list[Any]], errors: di
     masked = [f for f, spec in enumerate(specs) if spec.mask is not None]
     if not masked:
         return
-    sizes = [v.out_size for v in views]
-    moves = [(*mask_indices(v.geom, v.out_size, v.placed), v.before, v.after) for v in views]
+    # (each image its own size, ragged=True: the batch's largest, each mask at its top-left, the fill around it)
+    sizes = [(int(v.out_size[:, 0].max()), int(v.out_size[:, 1].max())) if isinstance(v.out_size, np.ndarray)
+             else v.out_size for v in views]
+    moves = [(*mask_indices(v.geom, size, v.placed), v.before, v.after) for v, size in zip(views, sizes)]
     for f in masked:
         spec, column = specs[f], values[f]
         mask = spec.mask

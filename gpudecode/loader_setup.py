@@ -568,7 +568,7 @@ def pipeline_config(transform: Any, batch_transform: Any, *, batch_size: int, de
     if any(f.boxes is not None for f in specs):
         _boxes_follow(transform, step)
     _boxes_drawn_from(specs, transform)
-    _ragged_alone(transform, step, specs)
+    _ragged_alone(transform, step)
     specs = _box_steps(specs, transform)
     return PipelineConfig(transform, batch_size=batch_size, device=device, decoder=decoder,
                           image_exts=image_exts, fields=specs,
@@ -612,11 +612,11 @@ def _boxes_follow(transform: Any, step: Any) -> None:
                              "in your loop where your boxes allow it")
 
 
-def _ragged_alone(transform: Any, step: Any, specs: tuple[FieldSpec, ...]) -> None:
+def _ragged_alone(transform: Any, step: Any) -> None:
     """A transform whose images keep their own sizes (Compose(ragged=True)) gives batches of
-    one view as RaggedBatch lists, with Boxes fields and labels: several views, a batch
-    transform of ours (which mixes a batch tensor) and Mask fields (masks come as one
-    tensor a batch) are refused with it (TransformError)."""
+    one view as RaggedBatch lists, with Boxes and Mask fields (a Mask's batch a RaggedBatch
+    too) and labels: several views and a batch transform of ours (which mixes a batch
+    tensor) are refused with it (TransformError)."""
     tfs = transform if isinstance(transform, list) else [transform]
     if not any(getattr(tf, "ragged", False) for tf in tfs):
         return
@@ -626,10 +626,6 @@ def _ragged_alone(transform: Any, step: Any, specs: tuple[FieldSpec, ...]) -> No
     if isinstance(step, BatchTransform):
         raise TransformError(f"batch_transform {step!r} mixes a batch tensor, and ragged=True gives images of their "
                              "own sizes (a RaggedBatch): mix in your loop where the sizes allow it")
-    masked = [f.name for f in specs if f.mask is not None]
-    if masked:
-        raise TransformError(f"fields: a Mask ({masked[0]}) with ragged=True is not supported yet (masks come as "
-                             "one tensor a batch, of one size): keep a geometry of one output size for masks")
 
 
 def _boxes_drawn_from(specs: tuple[FieldSpec, ...], transform: Any) -> None:

@@ -133,6 +133,8 @@ class OutputRing:
             lab = self._labels(p, ok, whole)
             fields = [collate(col if whole else [col[k] for k in ok], self.config.device, getattr(spec.mask, "dtype", None),
                               targets=spec.boxes is not None) for col, spec in zip(p.fields, self.config.fields)]
+            if own is not None:  # (a Mask's batch, each at its image's own size: views of it, as the images)
+                fields = [RaggedBatch(v, own) if spec.mask is not None else v for v, spec in zip(fields, self.config.fields)]
             images: Any = ([_handed(out) for out, _ in outs] if self.multi else _handed(outs[0][0]) if own is None
                            else RaggedBatch(_handed(outs[0][0]), own, self.views[0].layout))
             if isinstance(self.config.batch_transform, BatchTransform):  # ours: on the finished batch, on its stream
@@ -267,6 +269,8 @@ class OutputRing:
 def _repeated(value: Any, pick: torch.Tensor, idx: list[int]) -> Any:
     """A field's batch value (a tensor, a list of values, or a Mask's list of tensors, one a
     view) at rows `idx` (`pick` as a tensor)."""
+    if isinstance(value, RaggedBatch):  # (a Mask's masks at their images' sizes)
+        return RaggedBatch(value.padded[pick.to(value.padded.device)], value.sizes[idx], value.layout)
     if isinstance(value, torch.Tensor):
         return value[pick.to(value.device)]
     if is_views(value):

@@ -167,24 +167,28 @@ PRESETS = {
 }
 
 
-def _tv_chain(img: torch.Tensor, boxes: np.ndarray, p: dict) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
-    """torchvision's functional ops with our params on an image and its BoundingBoxes (in
-    float: resized as the kernel resizes): (image, boxes kept by SanitizeBoundingBoxes,
-    which of them)."""
+def _tv_chain(img: torch.Tensor, boxes: np.ndarray, mask: torch.Tensor, p: dict
+              ) -> tuple[torch.Tensor, torch.Tensor, np.ndarray, torch.Tensor]:
+    """torchvision's functional ops with our params on an image, its BoundingBoxes and its
+    Mask (the image in float: resized as the kernel resizes; the mask padded with 255):
+    (image, boxes kept by SanitizeBoundingBoxes, which of them, mask)."""
     x = tv_tensors.Image(F.to_dtype(img, torch.float32, scale=True))
     b = tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY", canvas_size=tuple(img.shape[-2:]))
+    m = tv_tensors.Mask(mask[None])
     if "padding" in p:
         x, b = F.pad(x, list(p["padding"]), fill=[v / 255 for v in FILL]), F.pad(b, list(p["padding"]))
+        m = F.pad(m, list(p["padding"]), fill=255)
     if "crop" in p:
-        x, b = F.crop(x, *p["crop"]), F.crop(b, *p["crop"])
+        x, b, m = F.crop(x, *p["crop"]), F.crop(b, *p["crop"]), F.crop(m, *p["crop"])
     if "inside" in p:
         b[~torch.from_numpy(p["inside"])] = 0
     if "resize" in p:
         x, b = F.resize(x, list(p["resize"]), antialias=True), F.resize(b, list(p["resize"]))
+        m = F.resize(m, list(p["resize"]), interpolation=tv.InterpolationMode.NEAREST)
     if p["flip"]:
-        x, b = F.horizontal_flip(x), F.horizontal_flip(b)
+        x, b, m = F.horizontal_flip(x), F.horizontal_flip(b), F.horizontal_flip(m)
     kept, keep = tv_sanitized(b)
-    return x.as_subclass(torch.Tensor), kept, keep.numpy()
+    return x.as_subclass(torch.Tensor), kept, keep.numpy(), m.as_subclass(torch.Tensor)[0]
 
 
 def _photo_crops(photos, n: int, seed: int = 1):
@@ -205,10 +209,13 @@ def test_detection_presets_as_written_match_torchvision(photos, preset):
     """Each preset on crops of photographs with boxes, as its recipe writes it (no resize
     to one size): a RaggedBatch of each image at its own size (views of one padded batch,
     zeros around each), within a level of torchvision's functional ops with our draws (1:1
-    crops and flips exact), and Compose.boxes its boxes, clamped to each image's own size."""
+    crops and flips exact), Compose.boxes its boxes, clamped to each image's own size, and
+    Compose.masks its mask (a RaggedBatch too, the fill around each), exact."""
     tf = T.Compose([*PRESETS[preset](), T.ToDtype(torch.float32, scale=True)], ragged=True)
     imgs, entries = _photo_crops(photos, 16)
     sizes = [tuple(im.shape[-2:]) for im in imgs]
+    gen = np.random.default_rng(2)
+    masks = [torch.from_numpy(gen.integers(0, 5, (h, w), dtype=np.uint8)) for h, w in sizes]
     # (1:1 crops and flips: exact; the canvas's fill, levels / 255 in float32 against torchvision's: an ulp)
     shapes, levels = set(), {"hflip": 0.0, "ssdlite": 0.0, "ssd": 1e-3, "multiscale": 1.0}[preset]
     for seed in range(3):
@@ -217,8 +224,13 @@ def test_detection_presets_as_written_match_torchvision(photos, preset):
         assert isinstance(got, RaggedBatch) and len(got) == len(imgs)
         assert got.padded.shape[2:] == tuple(got.sizes.max(0).values.tolist())
         targets = tf.boxes(entries, d)
+        moved = tf.masks(masks, d, fill=255)
+        assert isinstance(moved, RaggedBatch) and torch.equal(moved.sizes, got.sizes)
         for k, (img, e, p) in enumerate(zip(imgs, entries, d)):
-            want, boxes, keep = _tv_chain(img, e["boxes"], p)
+            want, boxes, keep, mask = _tv_chain(img, e["boxes"], masks[k], p)
+            assert torch.equal(moved[k], mask), (preset, seed, k, p)
+            h, w = mask.shape
+            assert (moved.padded[k, h:] == 255).all() and (moved.padded[k, :, w:] == 255).all()
             assert got[k].shape == want.shape and got[k].data_ptr() == got.padded[k].data_ptr()
             err = max_err_levels(got[k], want)
             assert err <= levels, (preset, seed, k, p, err)
@@ -232,19 +244,22 @@ def test_detection_presets_as_written_match_torchvision(photos, preset):
 
 def test_the_programs_statistics_are_each_images_own(photos):
     """ColorJitter's contrast (the grey mean), autocontrast, equalize and a rotation about the
-    centre on images of their own sizes: each image of the batch is what the same steps
-    without ragged give it alone (bit for bit), whatever sizes stand beside it."""
+    centre on images of their own sizes: each image of the batch, and its boxes, are what
+    the same steps without ragged give it alone (bit for bit), whatever sizes stand beside it."""
     steps = [T.RandomHorizontalFlip(), T.ColorJitter(0.3, 0.4, 0.3, 0.05), T.RandomAutocontrast(0.5),
              T.RandomEqualize(0.5), T.RandomRotation(15), T.Normalize([0.5] * 3, [0.25] * 3)]
     tf = T.Compose(steps, ragged=True)
     alone = T.Compose(steps)
-    imgs, _ = _photo_crops(photos, 10, seed=5)
+    imgs, entries = _photo_crops(photos, 10, seed=5)
     sizes = [tuple(im.shape[-2:]) for im in imgs]
     for seed in range(2):
         d = tf.draw_batch(sizes, seed)
         got = tf(imgs, d)
+        targets = tf.boxes(entries, d)  # (the rotation's boxes about each image's own centre)
         for k, img in enumerate(imgs):
             torch.testing.assert_close(got[k], alone([img], [d[k]])[0], rtol=0, atol=0)
+            want = alone.boxes([entries[k]], [d[k]], sizes=[sizes[k]])[0]
+            assert torch.equal(targets[k]["boxes"], want["boxes"]) and torch.equal(targets[k]["labels"], want["labels"])
             h, w = sizes[k]
             assert not got.padded[k, :, h:].any() and not got.padded[k, :, :, w:].any()
     one = tf(imgs[0], seed=1)  # (one image: its tensor, at its size)
@@ -295,26 +310,27 @@ def test_torchvisions_presets_convert_with_ragged():
 @pytest.fixture(scope="module")
 def rects(tmp_path_factory):
     d = tmp_path_factory.mktemp("ragged")
-    return make_shard(d / "rects-000000.tar", _rect_samples(24))
+    return make_shard(d / "rects-000000.tar", _rect_samples(24, mask=True))
 
 
 @pytest.mark.parametrize("preset,keep", [("ssdlite", None), ("multiscale", None), ("ssd", "ram")])
 def test_the_loader_gives_ragged_batches_with_their_boxes(rects, preset, keep):
     """Through the Loader (streamed, and resident): each batch a RaggedBatch equal to the
     Compose's on the decoded images with the Loader's draws (bit for bit), its targets
-    Compose.boxes', every box inside its own image; a batch kept is not written again."""
+    Compose.boxes', every box inside its own image, its masks (a Mask field) Compose.masks';
+    a batch kept is not written again."""
     from PIL import Image
 
-    samples = {s["__key__"]: s for s in _rect_samples(24)}
+    samples = {s["__key__"]: s for s in _rect_samples(24, mask=True)}
     tf = T.Compose([*PRESETS[preset](), T.ToDtype(torch.float32, scale=True)], ragged=True)
     ld = Loader([rects], batch_size=8, transform=tf, device="cpu", seed=4, labels=False, image_ext="png",
-                keep=keep, shuffle=False, fields={"json": Boxes()})
+                keep=keep, shuffle=False, fields={"json": Boxes(), "seg.png": gpudecode.Mask(fill=255)})
     held = []
     for epoch in range(2):
         ld.set_epoch(epoch)
         pos = 0
-        for images, targets in ld:
-            assert isinstance(images, RaggedBatch)
+        for images, targets, masks in ld:
+            assert isinstance(images, RaggedBatch) and isinstance(masks, RaggedBatch)
             keys = [f"r{k:03d}" for k in range(pos, pos + len(images))]
             entries = [json.loads(samples[k]["json"]) for k in keys]
             decoded = [torch.from_numpy(np.array(Image.open(io.BytesIO(samples[k]["png"])))).permute(2, 0, 1)
@@ -323,6 +339,9 @@ def test_the_loader_gives_ragged_batches_with_their_boxes(rects, preset, keep):
                               indices=list(range(pos, pos + len(images))), boxes=entries)
             want = tf(decoded, d)
             assert torch.equal(images.sizes, want.sizes) and torch.equal(images.padded, want.padded)
+            segs = [torch.from_numpy(np.array(Image.open(io.BytesIO(samples[k]["seg.png"])))) for k in keys]
+            moved = tf.masks(segs, d, fill=255)
+            assert torch.equal(masks.sizes, want.sizes) and torch.equal(masks.padded, moved.padded)
             for img, t, w in zip(images, targets, tf.boxes(entries, d)):
                 torch.testing.assert_close(t["boxes"], w["boxes"], rtol=0, atol=0)
                 h, wd = img.shape[-2:]
@@ -339,9 +358,6 @@ def test_what_ragged_does_not_take_in_the_loader_is_refused(rects):
     kw = dict(device="cpu", labels=False, image_ext="png", fields={"json": Boxes()})
     with pytest.raises(TransformError, match="several views"):
         Loader([rects], batch_size=4, transform=[tf, tf], **kw)
-    with pytest.raises(TransformError, match="a Mask .* with ragged=True"):
-        Loader([rects], batch_size=4, transform=tf, device="cpu", labels=False, image_ext="png",
-               fields={"json": Boxes(), "seg.png": gpudecode.Mask()})
     with pytest.raises(TransformError, match="mixes a batch tensor"):
         Loader([rects], batch_size=4, transform=T.Compose([T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)],
                                                           ragged=True),
@@ -372,3 +388,26 @@ def test_a_cuda_launchs_arrays_say_ragged_and_run_it():
     np.testing.assert_allclose(got.numpy(), cpu, atol=2e-5, rtol=0)
     _check(cpu, _alone(lambda s, g, a, o, out: fused.fused_cpu(s, g, a, o, MEAN, STD, out, normalize=True),
                        src, geom, args, order, sizes, np.float32), sizes)
+
+
+def test_the_dataset_item_and_evens_made_up_batch_keep_their_sizes(rects, tmp_path):
+    """Loader.dataset's item is its image at its own size as the batch gives it; under
+    even="pad" a batch whose every image failed is made of the batch before's images,
+    their sizes and targets (a RaggedBatch too)."""
+    tf = T.Compose([T.RandomIoUCrop(), T.RandomHorizontalFlip()], ragged=True)
+    kw = dict(transform=tf, device="cpu", shuffle=False, seed=6, labels=False, image_ext="png",
+              fields={"json": Boxes()})
+    images, targets = next(iter(Loader([rects], batch_size=8, **kw)))
+    ld = Loader([rects], batch_size=8, **kw)
+    for i in (0, 5):
+        image, t = ld.dataset[i]
+        assert torch.equal(image, images[i]) and torch.equal(t["boxes"], targets[i]["boxes"])
+    part = _rect_samples(6)
+    for s in part[3:]:
+        s["png"] = b"not an image"
+    url = make_shard(tmp_path / "even-000000.tar", part)
+    first, made = list(Loader([url], batch_size=3, on_error="skip", even="pad", rank=0, world_size=1, **kw))
+    assert isinstance(made.images, RaggedBatch) and made.keys == first.keys
+    assert torch.equal(made.images.sizes, first.images.sizes) and torch.equal(made.images.padded, first.images.padded)
+    assert made.images.padded.data_ptr() != first.images.padded.data_ptr()
+    assert all(torch.equal(a["boxes"], b["boxes"]) for a, b in zip(made[1], first[1]))

@@ -58,7 +58,8 @@ class Compose(Transform):
             leave them (no geometry; Resize(int), RandomShortestSize, RandomResize,
             ScaleJitter alone; RandomIoUCrop alone, after RandomZoomOut or not): a call
             (and a Loader batch) gives a `RaggedBatch`, a list of images of their own
-            sizes, each a view of one padded batch (its `padded`, `sizes`, `mask()`).
+            sizes, each a view of one padded batch (its `padded`, `sizes`, `mask()`); a
+            Mask field's batch, and `masks()`, a RaggedBatch of the masks so.
     """
 
     def __init__(self, transforms: Sequence[Transform], *, layout: Layout = "NCHW", ragged: bool = False) -> None:
@@ -154,13 +155,18 @@ class Compose(Transform):
         `fill`, flipped, and rotated or warped (RandomRotation, RandomAffine,
         RandomPerspective) by nearest neighbour with `fill` outside. `masks`: one [H, W]
         tensor or array of class indices an image (its size), on the CPU or a CUDA device;
-        returns [N, h, w] of `dtype` (default: the masks' own) on their device. A Compose
+        returns [N, h, w] of `dtype` (default: the masks' own) on their device (with
+        ragged=True a RaggedBatch: each mask at its image's own size, `fill` around it in
+        `padded`). A Compose
         that moves pixels otherwise (the policies' geometric ops) is refused
         (transforms.masks); ElasticTransform is followed, by its field."""
         sizes = params.sizes if isinstance(params, Draws) else [tuple(m.shape[-2:]) for m in masks]
-        out = warp_masks(self.plan, masks, as_draws(self.plan, params, sizes), fill=fill, dtype=dtype)
+        draws = as_draws(self.plan, params, sizes)
+        out = warp_masks(self.plan, masks, draws, fill=fill, dtype=dtype)
         if not out:
             raise ValueError("no masks given")
+        if self.plan.ragged:  # (each at its image's own size: views of the padded batch, `fill` around each)
+            return RaggedBatch(torch.stack(out), draws.out_sizes())  # type: ignore[return-value]
         return torch.stack(out)
 
     def boxes(self, boxes: Sequence[Any], params: Sequence[dict], *, sizes: Sequence[tuple[int, int]] | None = None,

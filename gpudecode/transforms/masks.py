@@ -88,11 +88,14 @@ def drawn_warps(plan: "_Plan", draws: "Draws") -> tuple[list[list[Drawn]] | None
     before = [canvas.drawn(p, (int(h), int(w))) for p, (h, w) in zip(dicts, draws.sizes)] if warps_canvas else None
     after = None
     if warps_after:
-        sizes = draws.sizes if canvas is None else [canvas.canvas_size(p, s) for p, s in zip(dicts, draws.sizes)]
-        out = plan.output_size(sizes)
+        if plan.ragged:  # (each image's own output size)
+            outs = [(int(h), int(w)) for h, w in draws.out_sizes().tolist()]
+        else:
+            sizes = draws.sizes if canvas is None else [canvas.canvas_size(p, s) for p, s in zip(dicts, draws.sizes)]
+            outs = [plan.output_size(sizes)] * len(dicts)
         post: Any = plan.post  # (last: ElasticTransform on the kernel's output, its field at the output's size)
         after = [[d for t in plan.program for d in t.drawn(p, out)] + (post.drawn(p, out) if post is not None else [])
-                 for p in dicts]
+                 for p, out in zip(dicts, outs)]
     return before, after
 
 
@@ -105,10 +108,14 @@ def _nearest(v: np.ndarray, n_in: np.ndarray, n_out: np.ndarray) -> np.ndarray:
 
 
 def _axis(n: int, flip: np.ndarray, offset: np.ndarray, vsize: np.ndarray, start: np.ndarray,
-          size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+          size: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One axis of mask_indices over the batch's `n`; `own`: each sample's own output size
+    along it (0: the batch's), past which it is outside (a sample at the top-left of a
+    padded batch; a flip mirrors it within its own size)."""
     o = np.arange(n, dtype=np.int64)
-    v = np.where(flip[:, None] != 0, n - 1 - o, o) + offset[:, None]
-    inside = (v >= 0) & (v < vsize[:, None])
+    m = np.where(own > 0, own, n)[:, None]
+    v = np.where(flip[:, None] != 0, m - 1 - o, o) + offset[:, None]
+    inside = (v >= 0) & (v < vsize[:, None]) & (o < m)
     v = np.clip(v, 0, np.maximum(vsize - 1, 0)[:, None])
     return start[:, None] + _nearest(v, size[:, None], vsize[:, None]), inside
 
@@ -118,13 +125,16 @@ def mask_indices(geom: np.ndarray, out_size: tuple[int, int], placed: np.ndarray
     """For each sample of the kernel's geometry `geom` [N, GEOM] and the output (h, w):
     the source row of each output row [N, h] and whether it is inside the resized image
     (not padding) [N, h], and the same for the columns [N, w] — the mask's rows and
-    columns under the image's crop, resize, padding and flips. `placed` (places'): the
+    columns under the image's crop, resize, padding and flips (a sample of its own size,
+    OH and OW, at the top-left of the batch's: outside past it). `placed` (places'): the
     geometry is of canvases, each image at its place on its own; a row or column of the
     canvas around the image is outside too."""
     g = np.asarray(geom, np.int64).reshape(-1, fused.GEOM)
     oh, ow = out_size
-    rows, rin = _axis(oh, g[:, fused.VFLIP], g[:, fused.OY], g[:, fused.VH], g[:, fused.TOP], g[:, fused.BH])
-    cols, cin = _axis(ow, g[:, fused.FLIP], g[:, fused.OX], g[:, fused.VW], g[:, fused.LEFT], g[:, fused.BW])
+    rows, rin = _axis(oh, g[:, fused.VFLIP], g[:, fused.OY], g[:, fused.VH], g[:, fused.TOP], g[:, fused.BH],
+                      g[:, fused.OH])
+    cols, cin = _axis(ow, g[:, fused.FLIP], g[:, fused.OX], g[:, fused.VW], g[:, fused.LEFT], g[:, fused.BW],
+                      g[:, fused.OW])
     if placed is not None:  # (canvas rows and columns to the image's own)
         rows, rin = _on_image(rows, rin, placed[:, 0], placed[:, 2])
         cols, cin = _on_image(cols, cin, placed[:, 1], placed[:, 3])
@@ -217,7 +227,7 @@ def warp_masks(plan: "_Plan", masks: Sequence[Any], draws: "Draws", *, fill: int
     if not ms:
         return []
     geom = draws.encode()[0]
-    out_size = plan.output_size(draws.sizes)
+    out_size = batch_size(plan, draws)
     rows, rin, cols, cin = mask_indices(geom, out_size, places(plan, draws))
     before, after = drawn_warps(plan, draws)
     out = []
@@ -228,6 +238,14 @@ def warp_masks(plan: "_Plan", masks: Sequence[Any], draws: "Draws", *, fill: int
         out.append(move_mask(m, (rows[k], rin[k], cols[k], cin[k]), int(fill), None if before is None else before[k],
                              None if after is None else after[k]))
     return out
+
+
+def batch_size(plan: "_Plan", draws: "Draws") -> tuple[int, int]:
+    """The batch's output (h, w): the plan's one, or (ragged) its largest image's."""
+    if not plan.ragged:
+        return plan.output_size(draws.sizes)
+    own = draws.out_sizes()
+    return (int(own[:, 0].max()), int(own[:, 1].max())) if len(own) else (1, 1)
 
 
 def move_mask(mask: torch.Tensor, index: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], fill: int,

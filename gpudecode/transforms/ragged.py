@@ -10,7 +10,8 @@ import torch
 
 
 class RaggedBatch(list):
-    """A list of images, each [3, h, w] at its own size (or [h, w, 3] in NHWC), as
+    """A list of images, each [3, h, w] at its own size (or [h, w, 3] in NHWC; a Mask
+    field's masks [h, w], their padded batch [N, H, W] with the mask's fill around each), as
     torchvision's detection models take them (`model(list_of_images, targets)`); each a
     view of one padded batch:
 
@@ -27,14 +28,14 @@ class RaggedBatch(list):
         sizes = torch.as_tensor(np.asarray(sizes, np.int64).reshape(-1, 2))
         if len(sizes) != padded.shape[0]:
             raise ValueError(f"{len(sizes)} sizes for a padded batch of {padded.shape[0]}")
-        h_at, w_at = (1, 2) if layout == "NHWC" else (2, 3)
+        h_at, w_at = (1, 2) if layout == "NHWC" else (padded.ndim - 2, padded.ndim - 1)
         if len(sizes) and (int(sizes[:, 0].max()) > padded.shape[h_at] or int(sizes[:, 1].max()) > padded.shape[w_at]):
             raise ValueError(f"sizes up to {tuple(sizes.max(0).values.tolist())} for a padded batch of "
                              f"{tuple(padded.shape)}")
         if layout == "NHWC":
             views = [padded[k, :h, :w] for k, (h, w) in enumerate(sizes.tolist())]
         else:
-            views = [padded[k, :, :h, :w] for k, (h, w) in enumerate(sizes.tolist())]
+            views = [padded[k, ..., :h, :w] for k, (h, w) in enumerate(sizes.tolist())]
         super().__init__(views)
         self.padded = padded
         self.sizes = sizes
@@ -43,7 +44,7 @@ class RaggedBatch(list):
     def mask(self) -> torch.Tensor:
         """[N, H, W] bool on the padded batch's device: True where a pixel is padding
         (DETR's NestedTensor mask), False on each image."""
-        h_at, w_at = (1, 2) if self.layout == "NHWC" else (2, 3)
+        h_at, w_at = (1, 2) if self.layout == "NHWC" else (self.padded.ndim - 2, self.padded.ndim - 1)
         hh, ww = self.padded.shape[h_at], self.padded.shape[w_at]
         dev = self.padded.device
         sizes = self.sizes.to(dev)
