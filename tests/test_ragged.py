@@ -243,11 +243,12 @@ def test_detection_presets_as_written_match_torchvision(photos, preset):
 
 
 def test_the_programs_statistics_are_each_images_own(photos):
-    """ColorJitter's contrast (the grey mean), autocontrast, equalize and a rotation about the
-    centre on images of their own sizes: each image of the batch, and its boxes, are what
+    """ColorJitter's contrast (the grey mean), autocontrast, equalize, a rotation about the
+    centre and RandomErasing's boxes (drawn in each image) on images of their own sizes: each image of the batch, and its boxes, are what
     the same steps without ragged give it alone (bit for bit), whatever sizes stand beside it."""
     steps = [T.RandomHorizontalFlip(), T.ColorJitter(0.3, 0.4, 0.3, 0.05), T.RandomAutocontrast(0.5),
-             T.RandomEqualize(0.5), T.RandomRotation(15), T.Normalize([0.5] * 3, [0.25] * 3)]
+             T.RandomEqualize(0.5), T.RandomRotation(15), T.Normalize([0.5] * 3, [0.25] * 3),
+             T.RandomErasing(0.7, value="random")]
     tf = T.Compose(steps, ragged=True)
     alone = T.Compose(steps)
     imgs, entries = _photo_crops(photos, 10, seed=5)
@@ -300,8 +301,8 @@ def test_torchvisions_presets_convert_with_ragged():
     with pytest.raises(ValueError, match=r"ragged=True"):  # (no geometry: refused at the batch of two sizes)
         T.Compose.from_torchvision(hflip)([torch.zeros((3, 4, 5), dtype=torch.uint8),
                                            torch.zeros((3, 5, 4), dtype=torch.uint8)])
-    with pytest.raises(TransformError, match=r"RandomErasing with ragged=True"):
-        T.Compose([T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True), T.RandomErasing()], ragged=True)
+    with pytest.raises(TransformError, match=r"ElasticTransform with ragged=True"):
+        T.Compose([T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True), T.ElasticTransform()], ragged=True)
     with pytest.raises(ValueError, match="out= is not taken"):
         T.Compose([T.RandomHorizontalFlip()], ragged=True)([torch.zeros((3, 4, 5), dtype=torch.uint8)],
                                                             out=torch.zeros((1, 3, 4, 5)))

@@ -137,9 +137,9 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False) -> _Plan:
         rest.add(t)
     _one_draw_a_key(canvas, rest, names)
     out_size = _fixed_size(geometry)
-    if ragged and (rest.post is not None or rest.erase is not None):
-        raise TransformError(f"{type(rest.post or rest.erase).__name__} with ragged=True cannot be fused: it works on "
-                             f"the padded batch, not on each image at its size [{names}]")
+    if ragged and rest.post is not None:
+        raise TransformError(f"{type(rest.post).__name__} with ragged=True cannot be fused: it warps the padded batch, "
+                             f"not each image at its size [{names}]")
     plan = _Plan(tuple(geometry), out_size,
                  all(getattr(g, "antialias", True) for g in geometry), rest.flip, rest.normalize,
                  rest.dtype or torch.uint8, tuple(given), rest.erase, rest.vflip, tuple(rest.program),
