@@ -278,6 +278,14 @@ def test_nhwc_the_mask_and_pickling():
     mask = nchw.mask()
     assert mask.shape == (3, 33, 31) and mask.dtype == torch.bool
     assert (~mask).sum((1, 2)).tolist() == [20 * 31, 33 * 12, 7 * 9] and not mask[2, :7, :9].any()
+    for bad, say in (([[3, 4], [-1, 2], [1, 1]], "negative"), ([[3, 4]], "1 sizes for a padded batch of 3"),
+                     ([[34, 1], [1, 1], [1, 1]], "sizes up to")):
+        with pytest.raises(ValueError, match=say):
+            RaggedBatch(nchw.padded, bad)
+    half = nchw.to(torch.float16)  # (one copy of the padded batch, the views over it)
+    assert isinstance(half, RaggedBatch) and half.padded.dtype == torch.float16 and torch.equal(half.sizes, nchw.sizes)
+    assert all(a.data_ptr() == half.padded[k].data_ptr() and a.shape == b.shape
+               for k, (a, b) in enumerate(zip(half, nchw)))
     back = pickle.loads(pickle.dumps(nchw))
     assert isinstance(back, RaggedBatch) and all(torch.equal(a, b) for a, b in zip(back, nchw))
     assert "ragged=True" in repr(tf) and repr(T.Compose([T.RandomHorizontalFlip()], ragged=True)).endswith(
@@ -412,3 +420,19 @@ def test_the_dataset_item_and_evens_made_up_batch_keep_their_sizes(rects, tmp_pa
     assert torch.equal(made.images.sizes, first.images.sizes) and torch.equal(made.images.padded, first.images.padded)
     assert made.images.padded.data_ptr() != first.images.padded.data_ptr()
     assert all(torch.equal(a["boxes"], b["boxes"]) for a, b in zip(made[1], first[1]))
+
+
+def test_an_nhwc_loader_gives_the_same_images_and_reuse_buffers_reuses_the_slot(rects):
+    """layout="NHWC" through the Loader: each batch the NCHW Loader's, permuted (the slot's
+    buffer viewed [N, H, W, 3]); with reuse_buffers=True the ring overwrites a slot held
+    (FFCV's way) instead of taking new memory."""
+    steps = [T.RandomShortestSize((30, 40, 50), max_size=90), T.RandomHorizontalFlip(), T.ColorJitter(0.2, 0.3)]
+    kw = dict(batch_size=8, device="cpu", seed=3, labels=False, image_ext="png", shuffle=False)
+    nchw = [b.images for b in Loader([rects], transform=T.Compose(steps, ragged=True), **kw)]
+    nhwc = [b.images for b in Loader([rects], transform=T.Compose(steps, layout="NHWC", ragged=True), **kw)]
+    for a, b in zip(nchw, nhwc, strict=True):
+        assert b.layout == "NHWC" and torch.equal(a.sizes, b.sizes)
+        assert torch.equal(a.padded, b.padded.permute(0, 3, 1, 2)) and torch.equal(a[1], b[1].permute(2, 0, 1))
+    ld = Loader([rects], transform=T.Compose(steps, ragged=True), reuse_buffers=True, prefetch_factor=1, **kw)
+    kept = [b.images for b in ld]
+    assert ld._pipe.ring.fresh_slots == 0 and len({b.padded.untyped_storage().data_ptr() for b in kept}) <= 4

@@ -20,12 +20,15 @@ class RaggedBatch(list):
                 torchvision's detection models pad, GeneralizedRCNNTransform.batch_images)
         sizes   int64 [N, 2], each image's (h, w), on the CPU
 
-    `mask()` gives DETR's padding mask ([N, H, W], True on the padding). Indexing and
+    `mask()` gives DETR's padding mask ([N, H, W], True on the padding); `to()` and
+    `pin_memory()` move the padded batch in one copy. Indexing and
     iterating give the views; a slice gives a plain list of them. The images are the
     caller's, as a DataLoader batch is (the Loader's held-batch rule covers the views)."""
 
     def __init__(self, padded: torch.Tensor, sizes: Any, layout: str = "NCHW") -> None:
         sizes = torch.as_tensor(np.asarray(sizes, np.int64).reshape(-1, 2))
+        if len(sizes) and int(sizes.min()) < 0:
+            raise ValueError(f"sizes must not be negative, got {tuple(sizes.min(0).values.tolist())} at least")
         if len(sizes) != padded.shape[0]:
             raise ValueError(f"{len(sizes)} sizes for a padded batch of {padded.shape[0]}")
         h_at, w_at = (1, 2) if layout == "NHWC" else (padded.ndim - 2, padded.ndim - 1)
@@ -51,6 +54,15 @@ class RaggedBatch(list):
         rows = torch.arange(hh, device=dev).view(1, hh, 1) >= sizes[:, 0].view(-1, 1, 1)
         cols = torch.arange(ww, device=dev).view(1, 1, ww) >= sizes[:, 1].view(-1, 1, 1)
         return rows | cols
+
+    def to(self, *args: Any, **kwargs: Any) -> "RaggedBatch":
+        """The batch moved or cast as `Tensor.to` does it, in one copy of the padded batch
+        (not one an image, as `[im.to(device) for im in batch]` makes)."""
+        return RaggedBatch(self.padded.to(*args, **kwargs), self.sizes, self.layout)
+
+    def pin_memory(self) -> "RaggedBatch":
+        """The batch in pinned host memory (for a non_blocking copy to a GPU)."""
+        return RaggedBatch(self.padded.pin_memory(), self.sizes, self.layout)
 
     def __repr__(self) -> str:
         shape = "x".join(map(str, self.padded.shape))
