@@ -479,11 +479,13 @@ def test_the_boxes_bench_runs_each_pipeline(tmp_path, monkeypatch, capsys):
             assert 0 <= x and 0 <= y and x + w <= 500.01 and y + h <= 375.01 and 1 <= a["category_id"] <= 90
 
 
-@pytest.mark.parametrize("recipe,shape", [("ssd", "300x300"), ("ssdlite", "images of their own sizes")])
+@pytest.mark.parametrize("recipe,shape", [("ssd", "300x300"), ("ssdlite", "images of their own sizes"),
+                                          ("multiscale", "images of their own sizes")])
 def test_the_boxes_bench_runs_ssds_recipes(tmp_path, monkeypatch, capsys, recipe, shape):
-    """bench/loader.py --boxes --recipe ssd / ssdlite: SSD's recipes (RandomIoUCrop drawn
-    from the boxes; ssdlite's as written, images of their own sizes) through the Loader and
-    through torchvision v2 over webdataset: both rates."""
+    """bench/loader.py --boxes --recipe ssd / ssdlite / multiscale: SSD's recipes
+    (RandomIoUCrop drawn from the boxes; ssdlite's as written, images of their own sizes)
+    and multiscale's as written, through the Loader and through torchvision v2 over
+    webdataset: both rates."""
     out = _run_loader_bench(monkeypatch, capsys, tmp_path, ["--boxes", "--recipe", recipe, "--images", "16", "--repeat",
                                                             "1", "--batch", "8", "--skip-dali"])
     assert "x torchvision" in out and f"{recipe} -> {shape}" in out

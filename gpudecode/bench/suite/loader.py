@@ -539,7 +539,9 @@ def boxes(shards, a) -> None:
     distortion after the flip in both pipelines, where the kernel runs it), where the
     crop is drawn from the boxes (RandomIoUCrop), so the Loader reads them in either case.
     With --recipe ssdlite, the "ssdlite" preset as written: RandomIoUCrop and the flip, each
-    image at its own size (Compose(ragged=True): a RaggedBatch; torchvision's batch a list)."""
+    image at its own size (Compose(ragged=True): a RaggedBatch; torchvision's batch a list);
+    with --recipe multiscale, the "multiscale" preset as written: RandomShortestSize(480 to
+    800 by 32, max_size=1333) and the flip, each image at its own size."""
     import torch
     import torchvision.transforms.v2 as v2
     import webdataset as wds
@@ -550,9 +552,12 @@ def boxes(shards, a) -> None:
 
     urls = boxed(shards)
     size = 640 if a.recipe == "lsj" else 300
-    ragged = a.recipe == "ssdlite"
+    ragged = a.recipe in ("ssdlite", "multiscale")
 
     def recipe(ns):  # (SSD's distortion after the flip in both: the kernel runs it there)
+        if a.recipe == "multiscale":
+            return [ns.RandomShortestSize(list(range(480, 801, 32)), max_size=1333), ns.RandomHorizontalFlip(),
+                    *_rotation(ns, a)]
         if ragged:
             return [ns.RandomIoUCrop(), ns.RandomHorizontalFlip(), *_rotation(ns, a)]
         if a.recipe == "ssd":
@@ -602,9 +607,9 @@ def main() -> None:
                     help="with --captions: OpenCLIP's own (pip install open_clip_torch) or a stand-in")
     ap.add_argument("--masks", action="store_true", help="segmentation: a Mask field against torchvision v2's reference")
     ap.add_argument("--boxes", action="store_true", help="detection: a Boxes field against torchvision v2's LSJ recipe")
-    ap.add_argument("--recipe", choices=("lsj", "ssd", "ssdlite"), default="lsj",
+    ap.add_argument("--recipe", choices=("lsj", "ssd", "ssdlite", "multiscale"), default="lsj",
                     help="with --boxes: large-scale jitter at 640, SSD's (zoom out, IoU crop) at 300, or ssdlite's "
-                         "as written (IoU crop, flip: images of their own sizes)")
+                         "or multiscale's as written (images of their own sizes)")
     ap.add_argument("--precache", type=int, default=0, metavar="S",
                     help="with --masks: from tensor shards precached at S, masks moved by precache or each epoch")
     ap.add_argument("--rotate", type=float, default=0.0,
