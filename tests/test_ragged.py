@@ -435,4 +435,4 @@ def test_an_nhwc_loader_gives_the_same_images_and_reuse_buffers_reuses_the_slot(
         assert torch.equal(a.padded, b.padded.permute(0, 3, 1, 2)) and torch.equal(a[1], b[1].permute(2, 0, 1))
     ld = Loader([rects], transform=T.Compose(steps, ragged=True), reuse_buffers=True, prefetch_factor=1, **kw)
     kept = [b.images for b in ld]
-    assert ld._pipe.ring.fresh_slots == 0 and len({b.padded.untyped_storage().data_ptr() for b in kept}) <= 4
+    assert ld.pipeline.ring.fresh_slots == 0 and len({b.padded.untyped_storage().data_ptr() for b in kept}) <= 4
