@@ -2,6 +2,7 @@
 // Python's floats do, so the draws agree with the Python path bit for bit.
 #include "draws.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -136,6 +137,112 @@ std::string draw_batch(const DrawPlan& plan, const int64_t* sizes, const int64_t
     }
   }
   return "";
+}
+
+namespace {
+
+// Number j of the stream keyed by `key` (iou_crop.uniforms): a float64 in [0, 1)
+double stream_uniform(uint64_t key, uint64_t j) {
+  return double(SplitMix::mix(key + (j + 1) * 0x9E3779B97F4A7C15ULL) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+// numpy's minimum, maximum and clip(x, 0, None) in float32: a NaN goes through
+float np_min(float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : (b < a ? b : a); }
+float np_max(float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : (b > a ? b : a); }
+float clip0(float x) { return std::isnan(x) ? x : (x < 0.0f ? 0.0f : x); }
+
+// A box's centre and area (the reference's float32 products)
+struct BoxPre {
+  float cx, cy, area;
+};
+
+// Whether the crop (left, top, cw, ch) holds a box's centre and one of those boxes
+// overlaps it by `least` (torchvision's box_iou in float32; the IoUs' maximum a NaN
+// where one is, as numpy's max); `inside` its flags where it does.
+bool iou_hit(const float* b, const BoxPre* pre, int64_t k, int64_t left, int64_t top, int64_t cw, int64_t ch,
+             float least, uint8_t* inside) {
+  const double l = double(left), t = double(top), r = double(left + cw), bt = double(top + ch);
+  const float lf = float(left), tf = float(top), rf = float(left + cw), bf = float(top + ch);
+  const float carea = (rf - lf) * (bf - tf);
+  bool any = false;
+  float best = -1.0f;
+  for (int64_t j = 0; j < k; ++j) {
+    const BoxPre& p = pre[j];
+    if (!(l < double(p.cx) && double(p.cx) < r && t < double(p.cy) && double(p.cy) < bt)) continue;
+    any = true;
+    const float* x = b + 4 * j;
+    const float iw = clip0(np_min(x[2], rf) - np_max(x[0], lf));
+    const float ih = clip0(np_min(x[3], bf) - np_max(x[1], tf));
+    const float inter = iw * ih;
+    const float denom = (p.area + carea) - inter;
+    best = np_max(best, inter / denom);
+  }
+  if (!any || best < least) return false;
+  for (int64_t j = 0; j < k; ++j) {
+    const BoxPre& p = pre[j];
+    inside[j] = l < double(p.cx) && double(p.cx) < r && t < double(p.cy) && double(p.cy) < bt;
+  }
+  return true;
+}
+
+int8_t iou_crop(const IouCropSpec& s, bool as_is, uint64_t key, int64_t h, int64_t w, const float* b, int64_t k,
+                int64_t* crop, uint8_t* inside, std::vector<BoxPre>& pre) {
+  crop[0] = 0, crop[1] = 0, crop[2] = h, crop[3] = w;
+  if (k == 0) return as_is ? kIouWhole : kIouError;
+  pre.resize(size_t(k));
+  for (int64_t j = 0; j < k; ++j) {
+    const float* x = b + 4 * j;
+    pre[j] = BoxPre{0.5f * (x[0] + x[2]), 0.5f * (x[1] + x[3]), (x[2] - x[0]) * (x[3] - x[1])};
+  }
+  int64_t rounds = s.max_rounds;
+  if (!as_is) {  // (the reference's max(1, min(MAX_ROUNDS, work // (trials * boxes))), without overflow)
+    const int64_t by_work = s.trials > s.work / k ? 0 : s.work / (s.trials * k);
+    rounds = std::max<int64_t>(1, std::min(s.max_rounds, by_work));
+  }
+  const uint64_t block = 1 + 4 * uint64_t(s.trials);
+  const size_t n_opt = s.options.size();
+  const float fw = float(w), fh = float(h);
+  for (int64_t round = 0; round < rounds; ++round) {
+    const uint64_t base = uint64_t(round) * block;
+    size_t o = size_t(stream_uniform(key, base) * double(n_opt));  // (torch.randint over the options)
+    if (o > n_opt - 1) o = n_opt - 1;
+    if (s.options[o] >= 1.0) return kIouWhole;
+    const float least = float(s.options[o]);
+    uint64_t at = base + 1;  // (this trial's first number)
+    for (int64_t trial = 0; trial < s.trials; ++trial) {
+      const float sw = s.min_scale + s.scale_span * float(stream_uniform(key, at));
+      const float sh = s.min_scale + s.scale_span * float(stream_uniform(key, at + 1));
+      const int64_t cw = int64_t(fw * sw), ch = int64_t(fh * sh);
+      if (ch == 0) return kIouError;  // (torchvision divides by it: the reference names it)
+      const double aspect = double(cw) / double(ch);
+      if (!(s.min_aspect <= aspect && aspect <= s.max_aspect)) {
+        at += 2;
+        continue;
+      }
+      const int64_t left = int64_t((fw - float(cw)) * float(stream_uniform(key, at + 2)));
+      const int64_t top = int64_t((fh - float(ch)) * float(stream_uniform(key, at + 3)));
+      at += 4;
+      if (cw > 0 && iou_hit(b, pre.data(), k, left, top, cw, ch, least, inside)) {
+        crop[0] = top, crop[1] = left, crop[2] = ch, crop[3] = cw;
+        return kIouCrop;
+      }
+    }
+  }
+  return kIouError;
+}
+
+}  // namespace
+
+void iou_crops(const IouCropSpec& spec, const uint64_t* keys, const int64_t* sizes, const float* boxes,
+               const int64_t* offsets, size_t n, int64_t* crops, int8_t* status, uint8_t* inside) {
+  bool as_is = false;
+  for (double v : spec.options) as_is = as_is || v >= 1.0;
+  std::vector<BoxPre> pre;
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t at = offsets[i], k = offsets[i + 1] - offsets[i];
+    status[i] = iou_crop(spec, as_is, keys[i], sizes[2 * i], sizes[2 * i + 1], boxes + 4 * at, k, crops + 4 * i,
+                         inside + at, pre);
+  }
 }
 
 }  // namespace gpudecode

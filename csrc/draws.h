@@ -63,4 +63,25 @@ enum : int { kTop = 0, kLeft, kCropH, kCropW, kResizeH, kResizeW, kFlip, kVflip,
 std::string draw_batch(const DrawPlan& plan, const int64_t* sizes, const int64_t* indices, size_t n, uint64_t key,
                        int64_t* ints, double* factors);
 
+// RandomIoUCrop's draw (gpudecode/transforms/iou_crop.py, whose RandomIoUCrop.crop is the
+// reference): rounds of an option and `trials` crops from the stream keyed by the image's
+// key, in torchvision's float32 arithmetic, the first crop that holds a box's centre and
+// overlaps one of those boxes by the option's IoU.
+struct IouCropSpec {
+  float min_scale = 0, scale_span = 0;    // the sides' factor: min_scale + span * U
+  double min_aspect = 0, max_aspect = 0;  // the aspect ratios kept (w / h)
+  std::vector<double> options;            // the minimum IoUs; one of 1 or more leaves the image as it is
+  int64_t trials = 0;
+  int64_t max_rounds = 0;  // options drawn before an image is its error
+  int64_t work = 0;        // trial-box pairs tried, where no option leaves an image as it is
+};
+enum IouStatus : int8_t { kIouCrop = 0, kIouWhole = 1, kIouError = 2 };
+
+// Image i: its stream's key keys[i], its size sizes[i] (h, w), its boxes (XYXY float32)
+// boxes[offsets[i] .. offsets[i + 1]). Each image's status: kIouCrop (crops[i] its top,
+// left, height, width; inside[offsets[i] ..] 1 for the boxes whose centres it holds),
+// kIouWhole (crops[i] the whole image) or kIouError (no crop: the reference says why).
+void iou_crops(const IouCropSpec& spec, const uint64_t* keys, const int64_t* sizes, const float* boxes,
+               const int64_t* offsets, size_t n, int64_t* crops, int8_t* status, uint8_t* inside);
+
 }  // namespace gpudecode

@@ -614,6 +614,51 @@ PYBIND11_MODULE(_native, m) {
       "sample cannot be drawn (the Python path says why).");
 
   m.def(
+      "iou_crops",
+      [](const py::tuple& spec, const py::array_t<uint64_t, py::array::c_style | py::array::forcecast>& keys,
+         const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& sizes,
+         const py::array_t<float, py::array::c_style | py::array::forcecast>& boxes,
+         const py::array_t<int64_t, py::array::c_style | py::array::forcecast>& offsets) -> py::tuple {
+        IouCropSpec s;
+        s.min_scale = float(spec[0].cast<double>());
+        s.scale_span = float(spec[1].cast<double>());
+        s.min_aspect = spec[2].cast<double>();
+        s.max_aspect = spec[3].cast<double>();
+        s.options = spec[4].cast<std::vector<double>>();
+        s.trials = spec[5].cast<int64_t>();
+        s.max_rounds = spec[6].cast<int64_t>();
+        s.work = spec[7].cast<int64_t>();
+        if (s.options.empty() || s.trials < 1 || s.max_rounds < 1 || s.work < 1)
+          throw py::value_error("iou_crops needs options, and trials, rounds and work of at least 1");
+        const py::ssize_t n = keys.size();
+        if (sizes.ndim() != 2 || sizes.shape(0) != n || sizes.shape(1) != 2)
+          throw py::value_error("sizes must be [N, 2] for N keys");
+        if (offsets.ndim() != 1 || offsets.shape(0) != n + 1) throw py::value_error("offsets must be [N + 1] for N keys");
+        if (boxes.ndim() != 2 || boxes.shape(1) != 4) throw py::value_error("boxes must be [K, 4]");
+        const int64_t* off = offsets.data();
+        for (py::ssize_t i = 0; i < n; ++i)
+          if (off[i] < 0 || off[i + 1] < off[i] || off[i + 1] > boxes.shape(0))
+            throw py::value_error("offsets must rise from 0 to at most the boxes' count");
+        if (n > 0 && off[0] != 0) throw py::value_error("offsets must rise from 0 to at most the boxes' count");
+        I64 crops({n, py::ssize_t(4)});
+        py::array_t<int8_t> status(n);
+        py::array_t<bool> inside(boxes.shape(0));
+        std::fill_n(inside.mutable_data(), inside.size(), false);
+        {
+          py::gil_scoped_release nogil;
+          iou_crops(s, keys.data(), sizes.data(), boxes.data(), off, size_t(n), crops.mutable_data(),
+                    status.mutable_data(), reinterpret_cast<uint8_t*>(inside.mutable_data()));
+        }
+        return py::make_tuple(crops, status, inside);
+      },
+      py::arg("spec"), py::arg("keys"), py::arg("sizes"), py::arg("boxes"), py::arg("offsets"),
+      "RandomIoUCrop's draws for a batch (gpudecode.transforms.iou_crop): spec (min_scale, the scale's span, "
+      "both float32 values; min and max aspect ratio, the options, trials, the rounds at most, the work bound), "
+      "keys [N] (each image's stream), sizes [N, 2], boxes XYXY [K, 4] (image i's rows offsets[i] .. "
+      "offsets[i + 1]) -> (crops [N, 4] top, left, height, width; status [N]: 0 a crop, 1 the whole image, 2 no "
+      "crop (the Python reference says why); inside [K] bool, the boxes whose centres a crop holds).");
+
+  m.def(
       "probe_fields",
       [](const py::list& fields, const std::vector<std::string>& image_exts, const std::vector<std::string>& label_exts,
          int num_threads) {

@@ -91,10 +91,10 @@ def test_the_draws_are_torchvisions_make_params(monkeypatch):
 
 
 def test_a_batchs_crops_are_each_images_own():
-    """crops() draws a batch's first rounds at once: each image's crop and inside-flags
-    are crop()'s for its key alone, for images of no box, a few, many (drawn alone), under
-    the default options, options without "leave as is", and few trials (several rounds);
-    an image crop() refuses is refused by the batch."""
+    """crops() draws a batch natively (_native.iou_crops): each image's crop and
+    inside-flags are crop()'s (the Python reference) for its key alone, for images of no
+    box, a few, many, under the default options, options without "leave as is", and few
+    trials (several rounds); an image crop() refuses is refused by the batch."""
     rng = np.random.default_rng(7)
     cases = [{}, {"sampler_options": [0.1, 0.3, 0.5, 0.7], "trials": 3}, {"trials": 1, "min_scale": 0.5},
              {"min_aspect_ratio": 0.9, "max_aspect_ratio": 1.1, "sampler_options": [0.5, 0.9, 1.0]}]
@@ -124,6 +124,95 @@ def test_a_batchs_crops_are_each_images_own():
     one_row = [np.array([[0, 0, 10, 1]], np.float32)]
     with pytest.raises(ValueError, match="height 0"):
         T.RandomIoUCrop().crops([1], [(1, 50)], one_row)
+
+
+def _same(t: T.RandomIoUCrop, keys, sizes, boxes) -> int:
+    """crops() against crop() image by image: the same crop and flags, or the same error
+    (crops raises the first image's); how many images crop() refuses."""
+    want, errors = [], 0
+    for key, size, b in zip(keys, sizes, boxes):
+        try:
+            want.append(t.crop(key, size, b))
+        except ValueError as e:
+            want.append(e)
+            errors += 1
+    first = next((w for w in want if isinstance(w, ValueError)), None)
+    if first is not None:
+        with pytest.raises(ValueError) as got:
+            t.crops(keys, sizes, boxes)
+        assert str(got.value) == str(first)
+        return errors
+    for g, w, b in zip(t.crops(keys, sizes, boxes), want, boxes):
+        assert g["crop"] == w["crop"]
+        assert ("inside" in g) == ("inside" in w) and np.array_equal(g.get("inside", ()), w.get("inside", ()))
+        assert "inside" not in g or g["inside"].shape == (len(b),)
+    return errors
+
+
+def test_the_native_draws_are_the_references_on_odd_boxes_and_sizes():
+    """The native draws against the Python reference where float32 edges lie: boxes of no
+    width or height, turned over (x2 < x1: not what a Boxes field reads, but what a caller
+    may pass), past the image, covering it, NaN and infinite corners, an IoU of 0 / 0 (numpy's
+    NaN rules in the IoU's maximum), images of one row or column (the height-0 error), a side that float32
+    rounds up to a whole number, very large images, one trial, narrow aspect ratios, options of 0 alone and of 0.99 alone."""
+    rng = np.random.default_rng(11)
+    kinds = [{}, {"trials": 1}, {"sampler_options": [0.0]}, {"sampler_options": [0.99], "trials": 2},
+             {"min_aspect_ratio": 0.98, "max_aspect_ratio": 1.02}, {"min_scale": 0.0, "max_scale": 0.1},
+             {"min_scale": 1.0, "max_scale": 1.0}]
+    errors = images = 0
+    for kw in kinds:
+        t = T.RandomIoUCrop(**kw)
+        for _ in range(12):
+            n = int(rng.integers(1, 12))
+            sizes = [(int(v), int(u)) for v, u in rng.choice([1, 2, 3, 17, 64, 301, 10_000], (n, 2))]
+            boxes = []
+            for h, w in sizes:
+                k = int(rng.integers(0, 7))
+                b = rng.uniform(-0.3, 1.3, (k, 4)) * np.float32([w, h, w, h])
+                kind = rng.integers(0, 6, k)
+                b[kind == 0, 2] = b[kind == 0, 0]  # (no width)
+                b[kind == 1] = [0, 0, w, h]  # (the whole image)
+                b[kind == 2, 3] = np.nan
+                b[kind == 3, 0] = -np.inf
+                b[kind == 4] = b[kind == 4][:, [2, 3, 0, 1]]  # (turned over)
+                boxes.append(b.astype(np.float32))
+            keys = [int(v) for v in rng.integers(0, 2**63, n, dtype=np.int64)]
+            if _same(t, keys, sizes, boxes):
+                errors += 1
+            for one in range(n):  # (each image alone too: the batch's error is its first image's)
+                errors += _same(t, keys[one:one + 1], sizes[one:one + 1], boxes[one:one + 1])
+                images += 1
+    assert errors > 20 and images > 300
+    # an IoU of 0 / 0 (a box turned over whose negative area cancels the crop's): NaN, which
+    # numpy's maximum keeps and its comparison passes, so the crop is taken
+    whole = T.RandomIoUCrop(min_scale=1.0, max_scale=1.0, sampler_options=[0.99])
+    over = [np.array([[64, 0, 0, 64]], np.float32)]
+    assert whole.crop(5, (64, 64), over[0])["crop"] == (0, 0, 64, 64)
+    _same(whole, [5], [(64, 64)], over)
+    # float32 sides, as torch's: 10 * float32(0.7) is 6.99999988 in float64, 7 in float32
+    seven = T.RandomIoUCrop(min_scale=0.7, max_scale=0.7, sampler_options=[0.0])
+    full = [np.array([[0, 0, 10, 10]], np.float32)]
+    assert seven.crop(5, (10, 10), full[0])["crop"][2:] == (7, 7)
+    _same(seven, [5], [(10, 10)], full)
+
+
+def test_the_native_call_checks_its_arrays():
+    """_native.iou_crops refuses arrays that do not fit together (offsets past the boxes,
+    falling, not from 0; sizes not [N, 2]) with a ValueError, never a read out of bounds."""
+    from gpudecode import _native
+
+    t = T.RandomIoUCrop()
+    b = np.zeros((3, 4), np.float32)
+    keys, sizes = np.array([1, 2], np.uint64), np.array([[9, 9], [9, 9]], np.int64)
+    for off in ([0, 2, 4], [0, 2, 1], [1, 2, 3], [0, 3]):
+        with pytest.raises(ValueError, match="offsets"):
+            _native.iou_crops(t._spec, keys, sizes, b, np.array(off, np.int64))
+    with pytest.raises(ValueError, match="sizes"):
+        _native.iou_crops(t._spec, keys, sizes[:1], b, np.array([0, 1, 3], np.int64))
+    with pytest.raises(ValueError, match="boxes"):
+        _native.iou_crops(t._spec, keys, sizes, b.reshape(-1), np.array([0, 1, 3], np.int64))
+    crops, status, inside = _native.iou_crops(t._spec, keys, sizes, b, np.array([0, 1, 3], np.int64))
+    assert crops.shape == (2, 4) and status.shape == (2,) and inside.shape == (3,)
 
 
 def test_an_image_without_boxes_and_options_that_never_end(monkeypatch):

@@ -82,7 +82,7 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
         indices = indices.tolist()
     out = []
     key = _epoch_key(seed, epoch)
-    crops: list[tuple[int, int, tuple[int, int], np.ndarray]] = []  # (a crop drawn from the boxes: made for the batch)
+    crops: list[tuple[int, int, tuple[int, int], np.ndarray, dict]] = []  # (a crop drawn from the boxes: made for the batch)
     later: list[tuple[_SampleRandom, tuple[int, int]]] = []  # each sample's stream and size, for its draws after the geometry
     for i, ((h, w), idx) in enumerate(zip(sizes, indices)):
         if h <= 0 or w <= 0:
@@ -100,7 +100,7 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
             p.update(d)
         for t in geometry:
             if getattr(t, "reads_boxes", False) and boxes is not None:  # (its key now; its crop with the batch's, below)
-                crops.append((i, rng.getrandbits(64), size, _seen(plan, boxes[i], p, (h, w))))
+                crops.append((i, rng.getrandbits(64), size, boxes[i], dict(p)))  # (where it sees them: below)
                 continue
             d = t.draw(rng, size)
             if "resize" in d:
@@ -109,7 +109,8 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
         out.append(p)
         later.append((rng, size))
     if crops:  # (drawn for the batch at once; each sample's stream took its one number above)
-        made = plan.geometry[0].crops([c[1] for c in crops], [c[2] for c in crops], [c[3] for c in crops])  # type: ignore[attr-defined]
+        seen = _seen_all(plan, [c[3] for c in crops], [c[4] for c in crops], [sizes[c[0]] for c in crops])
+        made = plan.geometry[0].crops([c[1] for c in crops], [c[2] for c in crops], seen)  # type: ignore[attr-defined]
         for (i, *_), d in zip(crops, made):
             out[i].update(d)
     for p, (rng, size), hw in zip(out, later, sizes):  # (each sample's stream goes on where it stood)
@@ -138,6 +139,26 @@ def sample_out(plan: "_Plan", p: dict, size: tuple[int, int]) -> tuple[int, int]
     if "resize" in p:
         return int(p["resize"][0]), int(p["resize"][1])
     return int(size[0]), int(size[1])
+
+
+def _seen_all(plan: "_Plan", xyxy: Sequence[np.ndarray], ps: Sequence[dict],
+              sizes: Sequence[tuple[int, int]]) -> list[np.ndarray]:
+    """`_seen` of each image (its boxes, its draws so far, its size), a canvas that places
+    the image moving them all in one call."""
+    canvas: Any = plan.canvas
+    b = [np.asarray(x, np.float32).reshape(-1, 4) for x in xyxy]
+    if canvas is None:
+        return b
+    if not getattr(canvas, "places", False):
+        return [_seen(plan, x, p, (int(hw[0]), int(hw[1]))) for x, p, hw in zip(b, ps, sizes)]
+    from .boxes import on_canvas
+
+    counts = [len(x) for x in b]
+    if not sum(counts):
+        return b
+    rows = np.array([[*canvas.place(p), h, w, *canvas.canvas_size(p, (h, w))] for p, (h, w) in zip(ps, sizes)], np.int64)
+    moved = on_canvas(np.concatenate(b), np.repeat(rows, counts, axis=0))
+    return np.split(moved, np.cumsum(counts)[:-1])
 
 
 def _seen(plan: "_Plan", xyxy: np.ndarray, p: dict, size: tuple[int, int]) -> np.ndarray:

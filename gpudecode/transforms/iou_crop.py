@@ -9,20 +9,23 @@ of 1 or more leaves the image as it is), then up to `trials` crops of sides U(mi
 max_scale) each, kept where the aspect ratio is in range, the crop is not empty, some box's
 centre lies strictly inside it and one of those boxes overlaps the crop by at least the
 option's IoU. Its numbers come from a stream of the crop's own, keyed by one number of the
-sample's generator, a block of them a round: so a round's trials are checked together
-(numpy over [trials, boxes]; a batch's first rounds over all its images at once, `crops`)
-and the crop takes one number of the sample's, whatever it tries; each trial still takes its numbers in torchvision's order (tests/test_iou_crop.py
-gives them to torchvision's make_params and gets its crop). The boxes whose centres lie outside are made empty (each the
-crop's corner, which every later step keeps empty), and the Boxes field drops them after
-the last step, as SanitizeBoundingBoxes after torchvision's does.
+sample's generator, a block of them a round: the crop takes one number of the sample's,
+whatever it tries, and each trial takes its numbers in torchvision's order
+(tests/test_iou_crop.py gives them to torchvision's make_params and gets its crop). A
+batch's crops are drawn natively (`crops`: _native.iou_crops, in the same float32
+arithmetic, with the GIL released); `crop`, numpy over a round's trials and the boxes, is
+its reference, and the tests hold the two equal. The boxes whose centres lie outside are
+made empty (each the crop's corner, which every later step keeps empty), and the Boxes
+field drops them after the last step, as SanitizeBoundingBoxes after torchvision's does.
 
 Two choices of ours, where torchvision's loop has no end: an image with no box never finds
 a crop, so torchvision loops until it draws a "leave as is" option; here such an image is
 left as it is at once (the outcome torchvision reaches, without its draws). And where the
 options hold no "leave as is" and no crop is found in `MAX_ROUNDS` options (fewer for a
 member of many boxes: about 2^28 trial-box pairs in all), the image is its sample's error,
-not a hang. A round's trials are checked against the boxes at most 2^20 trial-box pairs at
-a time, so a hostile member of a million boxes costs memory of its own size."""
+not a hang. The native draw holds a box's centre and area at a time (memory of the
+member's own size); the reference checks a round's trials against the boxes at most 2^20
+trial-box pairs at a time."""
 from __future__ import annotations
 
 import math
@@ -31,6 +34,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .. import _native
 from ..errors import TransformError
 from .base import Transform
 
@@ -41,8 +45,6 @@ _GAMMA = 0x9E3779B97F4A7C15  # (SplitMix64's increment, as transforms.rng)
 _CELLS = 1 << 20  # trial-box pairs checked at once (a member of a million boxes: a trial at a time)
 _WORK = 1 << 28  # trial-box pairs tried, where no option leaves the image as it is, before it is an error
 _DEFAULT_OPTIONS = (0.0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0)
-_BATCH_BOXES = 256  # an image of more boxes draws alone (crops)
-_BATCH_ROUNDS = 4  # rounds drawn for a batch at once, then an image at a time
 
 
 def _number(v: Any, what: str) -> float:
@@ -86,6 +88,8 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
         self.trials = trials
         self._f32 = (np.float32(self.min_scale), np.float32(self.max_scale - self.min_scale))
         self._as_is = any(v >= 1.0 for v in self.sampler_options)
+        self._spec = (float(self._f32[0]), float(self._f32[1]), self.min_aspect_ratio, self.max_aspect_ratio,
+                      self.sampler_options, trials, MAX_ROUNDS, _WORK)  # (as _native.iou_crops reads it)
 
     def draw(self, rng: random.Random, size: tuple[int, int], boxes: np.ndarray | None = None) -> dict:
         """{"crop": (top, left, height, width), "inside": bool [K]} (the boxes whose centres
@@ -160,103 +164,30 @@ class RandomIoUCrop(Transform, converts="torchvision.RandomIoUCrop"):
 
     def crops(self, keys: Sequence[int], sizes: Sequence[tuple[int, int]], boxes: Sequence[np.ndarray]) -> list[dict]:
         """`crop` of each image (its stream's key, its size, its boxes XYXY float32 [K, 4]) for
-        a batch: the first rounds of all images at once (numpy over [trials of the batch,
-        boxes]; an image of many boxes, and what is left after those rounds, an image at a
-        time). Equal to `crop` image by image.
+        a batch, in one native call (_native.iou_crops, with the GIL released): equal to
+        `crop` image by image, whose Python is its reference.
 
         Raises:
             ValueError: an image `crop` raises for (the batch's draws are then made an
                 image at a time, each error its sample's)."""
-        out: list[dict | None] = [None] * len(keys)
-        todo = []
-        for i, b in enumerate(boxes):
-            if 0 < len(b) <= _BATCH_BOXES:
-                todo.append(i)
+        n = len(keys)
+        counts = np.fromiter((len(b) for b in boxes), np.int64, n)
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        flat = np.concatenate([np.asarray(b, np.float32).reshape(-1, 4) for b in boxes]) if n else np.zeros((0, 4), np.float32)
+        made, status, inside = _native.iou_crops(self._spec, np.array(keys, np.uint64), np.array(sizes, np.int64).reshape(n, 2),
+                                                 flat, offsets)
+        out: list[dict] = []
+        for i, (row, st) in enumerate(zip(made.tolist(), status.tolist())):
+            if st == 0:
+                out.append({"crop": tuple(row), "inside": inside[offsets[i]:offsets[i + 1]]})
+            elif st == 1:
+                out.append({"crop": tuple(row)})
             else:
-                out[i] = self.crop(keys[i], sizes[i], b)
-        r = 0
-        while todo and r < _BATCH_ROUNDS:
-            todo = self._batch_round(todo, r, keys, sizes, boxes, out)
-            r += 1
-        for i in todo:
-            out[i] = self.crop(keys[i], sizes[i], boxes[i], start=r)
-        return out  # type: ignore[return-value]
-
-    def _batch_round(self, todo: list[int], r: int, keys: Sequence[int], sizes: Sequence[tuple[int, int]],
-                     boxes: Sequence[np.ndarray], out: list[dict | None]) -> list[int]:
-        """Round r of the images `todo` at once, their results into `out`: the images still
-        without a crop."""
-        m_all = len(todo)
-        block = 1 + 4 * self.trials
-        u = uniforms(np.array([keys[i] for i in todo], np.uint64), r * block, block)  # [M, block]
-        least = [self._option(v) for v in u[:, 0].tolist()]
-        v = u[:, 1:].astype(np.float32)
-        hw = np.array([sizes[i] for i in todo], np.int64).reshape(-1, 2)
-        lo, span = self._f32
-        s = lo + span * v
-        new_w = (hw[:, 1:2].astype(np.float32) * s).astype(np.int64)
-        new_h = (hw[:, 0:1].astype(np.float32) * s).astype(np.int64)
-        ws, hs = new_w.tolist(), new_h.tolist()
-        cand_m: list[int] = []
-        cand_at: list[int] = []
-        zero: set[int] = set()
-        for m in range(m_all):
-            if least[m] >= 1.0:
-                h, w = sizes[todo[m]]
-                out[todo[m]] = {"crop": (0, 0, h, w)}
-                continue
-            starts, low = self._trials(ws[m], hs[m])
-            cand_m += [m] * len(starts)
-            cand_at += starts
-            if low:
-                zero.add(m)
-        first: dict[int, int] = {}
-        inside = np.zeros((0, 0), bool)
-        c_top = c_left = c_h = c_w = np.zeros(0, np.int64)
-        if cand_m:
-            cm, ca = np.asarray(cand_m), np.asarray(cand_at)
-            c_w, c_h = new_w[cm, ca], new_h[cm, ca + 1]
-            c_left = ((hw[cm, 1].astype(np.float32) - c_w.astype(np.float32)) * v[cm, ca + 2]).astype(np.int64)
-            c_top = ((hw[cm, 0].astype(np.float32) - c_h.astype(np.float32)) * v[cm, ca + 3]).astype(np.int64)
-            kmax = max(len(boxes[todo[m]]) for m in set(cand_m))
-            pb = np.zeros((m_all, kmax, 4), np.float32)
-            valid = np.zeros((m_all, kmax), bool)
-            for m in set(cand_m):
-                b = boxes[todo[m]]
-                pb[m, :len(b)], valid[m, :len(b)] = b, True
-            cx, cy = np.float32(0.5) * (pb[..., 0] + pb[..., 2]), np.float32(0.5) * (pb[..., 1] + pb[..., 3])
-            area = (pb[..., 2] - pb[..., 0]) * (pb[..., 3] - pb[..., 1])
-            l, t = c_left.astype(np.float32)[:, None], c_top.astype(np.float32)[:, None]
-            rt, bt = (c_left + c_w).astype(np.float32)[:, None], (c_top + c_h).astype(np.float32)[:, None]
-            inside = valid[cm] & (l < cx[cm]) & (cx[cm] < rt) & (t < cy[cm]) & (cy[cm] < bt)
-            bx = pb[cm]
-            iw = np.clip(np.minimum(bx[..., 2], rt) - np.maximum(bx[..., 0], l), 0, None)
-            ih = np.clip(np.minimum(bx[..., 3], bt) - np.maximum(bx[..., 1], t), 0, None)
-            inter = iw * ih
-            with np.errstate(invalid="ignore", divide="ignore"):  # (the padding's empty boxes: masked out)
-                iou = inter / (area[cm] + (rt - l) * (bt - t) - inter)
-            best = np.where(inside, iou, np.float32(-1)).max(axis=1)
-            floor = np.array([least[m] for m in cand_m], np.float32)
-            ok = (c_w > 0) & (c_h > 0) & inside.any(axis=1) & ~(best < floor)
-            for c in np.flatnonzero(ok).tolist():
-                first.setdefault(int(cm[c]), c)
-        left_over: list[int] = []
-        for m, i in enumerate(todo):
-            if out[i] is not None:
-                continue
-            hit = first.get(m)
-            if hit is not None:
-                out[i] = {"crop": (int(c_top[hit]), int(c_left[hit]), int(c_h[hit]), int(c_w[hit])),
-                          "inside": inside[hit, :len(boxes[i])].copy()}
-            elif m in zero:
-                h, w = sizes[i]
-                raise ValueError(f"RandomIoUCrop draws a crop of height 0 from this {h}x{w} image "
-                                 f"(min_scale {self.min_scale:g})")
-            elif r + 1 >= self._rounds(len(boxes[i])):
-                out[i] = self.crop(keys[i], sizes[i], boxes[i], start=r + 1)  # (raises: no rounds are left)
-            else:
-                left_over.append(i)
-        return left_over
+                self.crop(keys[i], sizes[i], boxes[i])  # (raises: the reference says why)
+                raise RuntimeError(f"RandomIoUCrop's native draw found no crop for a {sizes[i]} image of "
+                                   f"{len(boxes[i])} boxes where its reference does: report this")
+        return out
 
     def _round(self, v: np.ndarray, size: tuple[int, int], b: np.ndarray, centres: tuple[np.ndarray, np.ndarray],
                area: np.ndarray, least: float) -> dict | None:
@@ -318,7 +249,8 @@ def _iou(b: np.ndarray, area: np.ndarray, left: np.ndarray, top: np.ndarray, rig
     iw = np.clip(np.minimum(b[:, 2], r) - np.maximum(b[:, 0], l), 0, None)
     ih = np.clip(np.minimum(b[:, 3], bt) - np.maximum(b[:, 1], t), 0, None)
     inter = iw * ih
-    return inter / (area + (r - l) * (bt - t) - inter)
+    with np.errstate(invalid="ignore", divide="ignore"):  # (0 / 0 for a box turned over: NaN, which passes)
+        return inter / (area + (r - l) * (bt - t) - inter)
 
 
 def emptied(xyxy: np.ndarray, p: dict) -> np.ndarray:
