@@ -581,3 +581,22 @@ def test_a_gpu_bench_cut_by_its_time_limit_still_writes_what_it_measured(tmp_pat
     report = json.loads((tmp_path / "out" / "gpu.json").read_text())
     assert report["engines"] == [row] and report["png"] == [] and "interrupted" in report["cut"]
     assert "**interrupted" in (tmp_path / "out" / "gpu.md").read_text()
+
+
+def test_the_draws_bench_compares_each_recipe_with_torchvisions(capsys):
+    """bench/draws.py: each recipe's draws as the Loader makes them against torchvision v2's
+    make_params for the same steps, and the IoU crops natively against their Python
+    reference: every figure positive, in the printout and the JSON, the CPU named."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "draws.py"
+    spec = importlib.util.spec_from_file_location("bench_draws", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--batch", "6", "--repeats", "1"]) == 0
+    out = capsys.readouterr().out
+    doc = json.loads(out.strip().splitlines()[-1])
+    rows = doc["us_an_image"]
+    assert len(rows) == 5 and all(v > 0 for row in rows.values() for v in row.values())
+    assert sum("iou crops, native" in row for row in rows.values()) == 2 and "family" in doc["machine"]
+    assert "x" in out and "its IoU crops: native / the Python reference" in out
