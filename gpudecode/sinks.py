@@ -202,17 +202,10 @@ class OutputRing:
     def _output(self, slot: int, n: int, size: tuple[int, int] | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """(output, its [N, 3, h, w] view) of each view, for the first n images of `slot`,
         under the held-batch rule (see the class doc)."""
-        pairs = self.outputs[slot]
         c = self.config
         if self.ragged:
             return self._ragged_output(slot, n, size)  # type: ignore[arg-type]
-        if pairs is not None and not c.reuse_held and self._held(slot):
-            if self._keep_spares and len(self._spares) < c.ring:
-                self._spares.append((pairs, self._own_refs[slot], self._sizes[slot]))  # type: ignore[arg-type]
-            pairs = None
-            self.fresh_slots += 1
-        if pairs is not None and self.pinned is not None:
-            self.pinned.wait_free(slot)  # the trainer's copies from it are done
+        pairs = self._free_slot(slot, spare=True)
         if pairs is None:
             spare = next((k for k, (prs, own, made) in enumerate(self._spares)
                           if made == size and not _used(prs, own)), None)
@@ -235,12 +228,7 @@ class OutputRing:
         batch needs more (by a quarter more than asked: a few growths, then none), each
         batch a view of its start; the held-batch rule as for the others (no spares)."""
         c, tf = self.config, self.views[0]
-        pairs = self.outputs[slot]
-        if pairs is not None and not c.reuse_held and self._held(slot):
-            pairs = self.outputs[slot] = None
-            self.fresh_slots += 1
-        if pairs is not None and self.pinned is not None:
-            self.pinned.wait_free(slot)  # the trainer's copies from it are done
+        pairs = self._free_slot(slot, spare=False)
         h, w = size
         need = c.batch_size * 3 * h * w
         if pairs is None or pairs[0][0].numel() < need:
@@ -255,6 +243,20 @@ class OutputRing:
             return [(out, out.permute(0, 3, 1, 2))]
         out = flat[:n * 3 * h * w].view(n, 3, h, w)
         return [(out, out)]
+
+    def _free_slot(self, slot: int, spare: bool) -> list | None:
+        """The outputs of `slot` to write the next batch into, once the trainer's copies
+        from it are done; None where the batch handed out from it is still held (the held
+        rule: a fresh slot is made, and the held one, with `spare`, kept as a spare)."""
+        pairs = self.outputs[slot]
+        if pairs is not None and not self.config.reuse_held and self._held(slot):
+            if spare and self._keep_spares and len(self._spares) < self.config.ring:
+                self._spares.append((pairs, self._own_refs[slot], self._sizes[slot]))  # type: ignore[arg-type]
+            pairs = self.outputs[slot] = None
+            self.fresh_slots += 1
+        if pairs is not None and self.pinned is not None:
+            self.pinned.wait_free(slot)  # the trainer's copies from it are done
+        return pairs
 
     def _held(self, slot: int) -> bool:
         """Whether a tensor other than the slot's own (out and its view) still uses the

@@ -285,6 +285,7 @@ class Draws(Sequence[dict]):
         self.columns = columns
         self._dicts = dicts
         self._size_array = size_array
+        self._own: np.ndarray | None = None  # (out_sizes under ragged=True, made when first asked)
 
     @property
     def size_array(self) -> np.ndarray:
@@ -348,20 +349,22 @@ class Draws(Sequence[dict]):
 
     def out_sizes(self, rows: Sequence[int] | np.ndarray | None = None) -> np.ndarray:
         """Each image's output (h, w), int64 [N, 2] (of the images `rows`, default all):
-        the plan's one size, or with ragged=True each image's own (sample_out)."""
+        the plan's one size, or with ragged=True each image's own (sample_out, made once
+        for the batch: the boxes, the masks and the output ring each ask)."""
         plan = self.plan
-        pick = range(len(self.sizes)) if rows is None else np.asarray(rows, np.int64).tolist()
         if plan.out_size is not None or not plan.ragged:
+            pick = range(len(self.sizes)) if rows is None else np.asarray(rows, np.int64).tolist()
             one = plan.out_size or plan.output_size([self.sizes[k] for k in pick])
             return np.tile(np.asarray(one, np.int64), (len(pick), 1))
-        dicts = self.dicts()
-        out = np.zeros((len(pick), 2), np.int64)
-        for i, k in enumerate(pick):
-            size = self.sizes[k]
-            if plan.canvas is not None:
-                size = plan.canvas.canvas_size(dicts[k], size)
-            out[i] = sample_out(plan, dicts[k], size)
-        return out
+        if self._own is None:
+            dicts = self.dicts()
+            own = np.zeros((len(self.sizes), 2), np.int64)
+            for k, size in enumerate(self.sizes):
+                if plan.canvas is not None:
+                    size = plan.canvas.canvas_size(dicts[k], size)
+                own[k] = sample_out(plan, dicts[k], size)
+            self._own = own
+        return self._own.copy() if rows is None else self._own[np.asarray(rows, np.int64)]
 
     def boxes(self) -> np.ndarray:
         """Compose.decode_boxes as an int64 array [N, 4]: the window of each image the
