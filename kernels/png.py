@@ -5,10 +5,15 @@ and B: csrc/png_decode.cpp's transforms).
 
 The input of a batch is each image's inflated IDAT stream (`src`, one flat uint8 buffer,
 image i at `src_off[i]`): `h` rows of one filter-type byte and `stride` bytes. Unfiltering
-happens in place. A row's byte depends on the byte `bpp` to its left and on the row above,
-so one image is `bpp` independent chains (byte lanes): the CUDA kernel gives each lane of
-each image a thread (a batch of 256 RGB images: 768 threads), the CPU twin runs the same
-lane function image by image. A filter type over 4 is the image's error (BAD_FILTER).
+happens in place, a pixel's bytes at a time (`unfilter_unit`, the one source of the
+filters' arithmetic): a pixel depends on the one to its left and on the two above it
+(above and above-left). The CPU twin takes an image's pixels in row order. The CUDA kernel
+gives each image a block and each of its rows a thread, and runs them as a wavefront: at
+step t the thread of row j unfilters pixel t - j, and the block synchronizes between steps,
+so every pixel's three neighbours are done one step or more before it (a block of R rows
+takes w + R - 1 steps, a chunk of R rows at a time for a taller image, where one thread per
+byte lane would walk all w * h pixels of its image in order). A filter type over 4 is the
+image's error (BAD_FILTER).
 
 Before them on a GPU, where nvCOMP inflated the streams (raw Deflate: it reads no zlib
 wrapper, so it checks no checksum), the Adler-32 of each inflated stream is computed
@@ -31,47 +36,45 @@ import numpy as np
 # meta's columns
 H, W, STRIDE, BPP, DEPTH, COLOR, OUT = range(7)
 META = 7
-LANES_MAX = 8  # bpp of RGBA at 16 bits: the most byte lanes an image has
+ROWS_MAX = 256  # rows the unfilter kernel's block takes at a time (its threads)
 # an image's error codes (errors[i]): its filter, its stream's checksum
 BAD_FILTER, BAD_ADLER = 1, 2
 ADLER_MOD = 65521  # Adler-32's modulus (RFC 1950)
 ADLER_CHUNK = 256  # bytes a thread sums at a time (its sums stay far inside int64)
 
 
-def unfilter_lane(src, base, h, stride, bpp, lane):
-    """Lane `lane` of the image at src[base:] unfiltered in place; 0, or 1 for a filter
-    type over 4 (the image is bad; the rest of the lane is left)."""
-    row = stride + 1
-    for y in range(h):
-        r = base + y * row
-        ft = src[r]
-        if ft > 4:
-            return 1
-        for x in range(lane, stride, bpp):
-            i = r + 1 + x
-            a = np.int32(src[i - bpp]) if x >= bpp else np.int32(0)
-            b = np.int32(src[i - row]) if y > 0 else np.int32(0)
-            c = np.int32(src[i - row - bpp]) if (y > 0 and x >= bpp) else np.int32(0)
-            v = np.int32(src[i])
-            if ft == 1:
+def unfilter_unit(src, r, row, x0, bpp, y, ft, stride):
+    """Bytes x0 .. x0 + bpp of the row at src[r] (its filter type `ft`, 0 to 4, in
+    src[r]; `row` bytes from one row to the next, `y` its index) unfiltered in place: a
+    pixel's bytes (one byte where samples are packed below 8 bits). Their left neighbours
+    and the row above must be unfiltered already."""
+    for k in range(bpp):
+        x = x0 + k
+        if x >= stride:
+            return
+        i = r + 1 + x
+        a = np.int32(src[i - bpp]) if x >= bpp else np.int32(0)
+        b = np.int32(src[i - row]) if y > 0 else np.int32(0)
+        c = np.int32(src[i - row - bpp]) if (y > 0 and x >= bpp) else np.int32(0)
+        v = np.int32(src[i])
+        if ft == 1:
+            v += a
+        elif ft == 2:
+            v += b
+        elif ft == 3:
+            v += (a + b) >> 1
+        elif ft == 4:
+            p = a + b - c
+            pa = abs(p - a)
+            pb = abs(p - b)
+            pc = abs(p - c)
+            if pa <= pb and pa <= pc:
                 v += a
-            elif ft == 2:
+            elif pb <= pc:
                 v += b
-            elif ft == 3:
-                v += (a + b) >> 1
-            elif ft == 4:
-                p = a + b - c
-                pa = abs(p - a)
-                pb = abs(p - b)
-                pc = abs(p - c)
-                if pa <= pb and pa <= pc:
-                    v += a
-                elif pb <= pc:
-                    v += b
-                else:
-                    v += c
-            src[i] = np.uint8(v & 255)
-    return 0
+            else:
+                v += c
+        src[i] = np.uint8(v & 255)
 
 
 def adler_part(src, base, n, start, end):
@@ -140,7 +143,7 @@ def _cpu():
 
     from ._compile import cpu_jit
 
-    lane = numba.njit(nogil=True, inline="always")(unfilter_lane)
+    unit = numba.njit(nogil=True, inline="always")(unfilter_unit)
     pixel = numba.njit(nogil=True, inline="always")(rgb_pixel)
 
     @cpu_jit()
@@ -148,9 +151,16 @@ def _cpu():
         for i in rows:
             base = src_off[i]
             h, w, stride, bpp = meta[i, H], meta[i, W], meta[i, STRIDE], meta[i, BPP]
+            row = stride + 1
             bad = 0
-            for k in range(bpp):
-                bad |= lane(src, base, h, stride, bpp, k)
+            for y in range(h):
+                r = base + y * row
+                ft = src[r]
+                if ft > 4:
+                    bad = BAD_FILTER
+                    break
+                for x0 in range(0, stride, bpp):
+                    unit(src, r, row, x0, bpp, y, ft, stride)
             errors[i] = bad
             if bad:
                 continue
@@ -206,14 +216,34 @@ def decode_rgb_cpu(src: np.ndarray, src_off: np.ndarray, meta: np.ndarray, palet
 # ---- CUDA --------------------------------------------------------------------------------
 
 def _unfilter_kernel(src, src_off, meta, errors):  # pragma: no cover (numba)
-    """A thread per byte lane of each image (LANES_MAX a image, the unused ones return)."""
-    t = cuda.grid(1)  # (cuda, lane and pixel: bound by _cuda_namespace)
-    i = t // LANES_MAX
-    k = t % LANES_MAX
-    if i >= src_off.shape[0] or k >= meta[i, BPP] or errors[i]:  # (an image already refused: left)
+    """A block per image, a thread per row of a chunk of blockDim rows: the wavefront (see
+    the module's doc). An image refused already is left whole."""
+    i = cuda.blockIdx.x  # (cuda and unit: bound by _cuda_namespace)
+    j = cuda.threadIdx.x
+    rows = cuda.blockDim.x
+    refused = errors[i]
+    cuda.syncthreads()  # (every thread has read it before one of them may write it)
+    if refused:
         return
-    if lane(src, src_off[i], meta[i, H], meta[i, STRIDE], meta[i, BPP], k):
-        errors[i] = BAD_FILTER
+    base = src_off[i]
+    h, stride, bpp = meta[i, H], meta[i, STRIDE], meta[i, BPP]
+    row = stride + 1
+    units = (stride + bpp - 1) // bpp
+    for y0 in range(0, h, rows):
+        y = y0 + j
+        r = base + y * row
+        live = y < h
+        ft = np.uint8(0)
+        if live:
+            ft = src[r]
+            if ft > 4:
+                errors[i] = BAD_FILTER
+                live = False
+        for t in range(units + rows - 1):  # (the same count in every thread: each reaches every barrier)
+            u = t - j
+            if live and u >= 0 and u < units:
+                unit(src, r, row, u * bpp, bpp, y, ft, stride)
+            cuda.syncthreads()
 
 
 def _adler_kernel(src, src_off, lengths, acc):  # pragma: no cover (numba)
@@ -261,7 +291,7 @@ def _rgb_kernel(src, src_off, meta, palettes, out, errors):  # pragma: no cover 
 def _cuda_namespace(device) -> dict:
     from numba import cuda
 
-    return {**globals(), "cuda": cuda, "lane": device(unfilter_lane), "pixel": device(rgb_pixel),
+    return {**globals(), "cuda": cuda, "unit": device(unfilter_unit), "pixel": device(rgb_pixel),
             "part": device(adler_part), "value": device(adler_value)}
 
 
@@ -299,17 +329,23 @@ def check_adler_cuda(src, src_off, lengths, expected, acc, errors, longest: int,
     k["adler_check"][(n + 127) // 128, 128, stream](acc, lengths, expected, errors)
 
 
-def decode_rgb_cuda(src, src_off, meta, palettes, out, errors, stream=0) -> None:
+def wavefront_rows(tallest: int) -> int:
+    """The unfilter kernel's block: the rows it takes at a time (a multiple of 32, at most
+    ROWS_MAX), for a batch whose tallest image has `tallest` rows."""
+    return max(32, min(ROWS_MAX, (int(tallest) + 31) // 32 * 32))
+
+
+def decode_rgb_cuda(src, src_off, meta, palettes, out, errors, stream=0, tallest: int = ROWS_MAX) -> None:
     """The same on the GPU: every argument a device array (numba's, or torch's through
     __cuda_array_interface__), launched on `stream` (numba stream or 0). errors (int32):
-    0, or an image refused already (left as it is)."""
+    0, or an image refused already (left as it is). `tallest`: the rows of the batch's
+    tallest image (the unfilter's block: wavefront_rows)."""
     k = cuda_kernels()
     unfilter, to_rgb = k["unfilter"], k["rgb"]
     n = int(src_off.shape[0])
     if n == 0:
         return
-    threads = 128
-    unfilter[(n * LANES_MAX + threads - 1) // threads, threads, stream](src, src_off, meta, errors)
+    unfilter[n, wavefront_rows(tallest), stream](src, src_off, meta, errors)
     to_rgb[(16, n), 256, stream](src, src_off, meta, palettes, out, errors)
 
 

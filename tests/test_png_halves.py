@@ -422,13 +422,49 @@ def test_the_cuda_kernels_equal_the_cpu_twin_under_the_simulator():
     twin_err = np.zeros(len(layouts), np.int32)
     gpu_err = np.zeros(len(layouts), np.int32)
     K.decode_rgb_cpu(twin_src, plan.src_off, plan.meta, plan.palettes, twin_out, twin_err)
-    K.decode_rgb_cuda(gpu_src, plan.src_off, plan.meta, plan.palettes, gpu_out, gpu_err)
+    K.decode_rgb_cuda(gpu_src, plan.src_off, plan.meta, plan.palettes, gpu_out, gpu_err, tallest=int(plan.meta[:, K.H].max()))
     assert twin_err.tolist() == gpu_err.tolist() and twin_err[4] == 1 and twin_err.sum() == 1
     for j in range(len(layouts)):
         if j == 4:
             continue
         a = slice(plan.meta[j, K.OUT], plan.meta[j, K.OUT] + layouts[j].height * layouts[j].width * 3)
         assert np.array_equal(gpu_out[a], twin_out[a]), KINDS[j]
+
+
+def test_the_wavefront_takes_images_taller_than_its_block_under_the_simulator():
+    """The unfilter kernel's wavefront over images taller than its block (a block of 32
+    rows: 70 rows are three chunks, each chunk's first row reading the last one's), wide
+    and narrow, one byte a pixel to eight (RGBA at 16 bits), packed 1-bit grey, every
+    filter type per row, and a bad filter type in a later chunk: the pixels libpng gives
+    (Pillow's reading of the same files), the bad image its error."""
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        pytest.skip("runs under numba's CUDA simulator (this machine has a GPU: test_gpu.py runs them there)")
+    from gpudecode.decode.png import _plan, inflate
+
+    rng = np.random.default_rng(21)
+    kinds = [(2, 8, 70, 5), (6, 16, 70, 3), (0, 1, 67, 19), (3, 4, 33, 7), (4, 8, 40, 2), (2, 8, 70, 4)]
+    datas = []
+    for color, depth, h, w in kinds:
+        palette = rng.integers(0, 256, (1 << min(depth, 8), 3)) if color == 3 else None
+        datas.append(write_png(_samples(rng, h, w, color, depth), color, depth, FILTERS["each-row"], palette=palette))
+    layouts = [read_png(d) for d in datas]
+    plan = _plan(layouts, list(range(len(layouts))))
+    src = np.zeros(plan.src_size, np.uint8)
+    for j, lay in enumerate(layouts):
+        src[plan.src_off[j]:plan.src_off[j] + lay.filtered_size] = np.frombuffer(inflate(lay), np.uint8)
+    src[plan.src_off[5] + 45 * (layouts[5].stride + 1)] = 7  # the last image, row 45 (its second chunk): type 7
+    out = np.zeros(plan.out_size, np.uint8)
+    errors = np.zeros(len(layouts), np.int32)
+    assert K.wavefront_rows(32) == 32 and K.wavefront_rows(70) == 96 and K.wavefront_rows(5000) == K.ROWS_MAX
+    K.decode_rgb_cuda(src, plan.src_off, plan.meta, plan.palettes, out, errors, tallest=32)
+    assert errors.tolist() == [0, 0, 0, 0, 0, K.BAD_FILTER]
+    for j, (color, depth, h, w) in enumerate(kinds[:5]):
+        got = out[plan.meta[j, K.OUT]:plan.meta[j, K.OUT] + h * w * 3].reshape(h, w, 3)
+        want = np.asarray(Image.open(io.BytesIO(datas[j])).convert("RGB")) if depth < 16 else None
+        ref = _both([datas[j]])[2]
+        assert np.array_equal(got, decoded_image(ref, 0)), (color, depth)
+        if want is not None:
+            assert np.array_equal(got, want), (color, depth)
 
 
 @pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 5552, 5553, 70_000, 300_001])
@@ -487,7 +523,8 @@ def test_what_the_adler_kernel_refuses_zlib_decides_as_on_the_cpu_under_the_simu
                        int(lengths.max()))
     assert kernel_errors.tolist() == [0, K.BAD_ADLER, K.BAD_ADLER, K.BAD_ADLER]
     out = torch.zeros(plan.out_size, dtype=torch.uint8)
-    K.decode_rgb_cuda(src.numpy(), plan.src_off, plan.meta, plan.palettes, out.numpy(), kernel_errors)
+    K.decode_rgb_cuda(src.numpy(), plan.src_off, plan.meta, plan.palettes, out.numpy(), kernel_errors,
+                      tallest=int(plan.meta[:, K.H].max()))
     errors: list[str | None] = [None] * n
     PngDecoder(device="cpu")._checksums_by_zlib(
         plan, kernel_errors, errors, src, tuple(torch.from_numpy(a) for a in (plan.src_off, plan.meta, plan.palettes))

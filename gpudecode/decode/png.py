@@ -483,7 +483,7 @@ class PngDecoder:
                 K.check_adler_cuda(src, offs, torch.from_numpy(lengths).to(dev), torch.from_numpy(stored).to(dev),
                                    torch.zeros((n, 2), dtype=torch.int64, device=dev), bad[:n], int(lengths.max()),
                                    stream)
-            K.decode_rgb_cuda(src, offs, meta, pal, out, bad[:n], stream)
+            K.decode_rgb_cuda(src, offs, meta, pal, out, bad[:n], stream, tallest=int(plan.meta[:, K.H].max()))
             kernel_errors = bad.cpu().numpy()[:n]  # (waits for the kernels: a bad filter or checksum is known here)
             for j, k in enumerate(plan.rows):
                 if errors[k] is not None:
@@ -518,7 +518,7 @@ class PngDecoder:
             redo = torch.ones(len(plan.rows), dtype=torch.int32)
             redo[again] = 0
             redo = redo.to(src.device)
-            K.decode_rgb_cuda(src, offs, meta, pal, out, redo, stream)
+            K.decode_rgb_cuda(src, offs, meta, pal, out, redo, stream, tallest=int(plan.meta[:, K.H].max()))
             kernel_errors[again] = redo.cpu().numpy()[again]  # (a bad filter type, or 0)
 
     def _inflate_nvcomp(self, plan: _Batch, errors: list[str | None], src: torch.Tensor) -> bool:
