@@ -89,6 +89,9 @@ def test_a_transform_converts_through_the_class_that_declared_it(tv, ours):
 
 def test_input_conversions_are_dropped_and_the_rest_refused_with_their_reason():
     assert _convert.convert(v2.Compose([v2.ToImage(), v2.PILToTensor(), v2.ToPureTensor()])) == []
+    assert _convert.convert(v2.Compose([v2.RGB(), v2.Identity()])) == []  # (the images are RGB already; a no-op)
+    with_them = T.Compose.from_torchvision(v2.Compose([v2.RGB(), v2.RandomCrop(8), v2.Identity(), v2.RandomInvert()]))
+    assert repr(with_them.plan) == repr(T.Compose.from_torchvision(v2.Compose([v2.RandomCrop(8), v2.RandomInvert()])).plan)
     with pytest.raises(T.TransformError, match=r"torchvision.transforms.v2.JPEG cannot be fused \(step 2 of 2\): "
                                                r"it re-encodes each image"):
         _convert.convert(v2.Compose([v2.RandomInvert(), v2.JPEG(50)]))

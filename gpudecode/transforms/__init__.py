@@ -6,11 +6,12 @@ fused kernel (numba CUDA for CUDA tensors, the numba CPU twin otherwise). A sequ
 kernel cannot express is refused when the Compose is built, never approximated.
 
 What fuses, by place in a Compose (written by `make ops-table` from the classes' declarations):
-    - canvas (first, before the geometry): RandomZoomOut, ElasticTransform,
+    - canvas (first, before the geometry): RandomZoomOut, Pad, ElasticTransform,
       RandomRotation(expand=True): each image made anew from the decoded one (a canvas),
-      which a geometry step must follow; ElasticTransform also last, after the geometry and
-      the per-sample ops (then only Normalize, ToDtype, RandomErasing), on the kernel's
-      output
+      which a geometry step must follow (Pad before a RandomCrop folds into the crop's
+      padding: no canvas); Pad only with padding_mode='constant'; ElasticTransform also
+      last, after the geometry and the per-sample ops (then only Normalize, ToDtype,
+      RandomErasing), on the kernel's output
     - geometry (one, first or after the canvas): RandomResizedCrop, Resize, RandomResize,
       RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, RandomIoUCrop, FixedSizeCrop
       (the detection reference's), Resize + CenterCrop, Resize + RandomCrop or FixedSizeCrop
@@ -35,8 +36,8 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       SanitizeBoundingBoxes, ConvertBoundingBoxFormat, ClampBoundingBoxes: what a
       gpudecode.Boxes field hands out (the format; the boxes dropped after the last step,
       with their labels); the boxes are clamped at every step already
-    - input conversion (dropped): ToImage, PILToTensor, ToPureTensor, ToImageTensor; timm's
-      MaybePILToTensor
+    - input conversion and no-ops (dropped): ToImage, PILToTensor, ToPureTensor,
+      ToImageTensor, RGB, Identity; timm's MaybePILToTensor
     - on the batch: MixUp, CutMix, RandomChoice over them, or any callable
       (Loader(batch_transform=))
 (the end of the generated list)
@@ -53,7 +54,7 @@ torchvision does for float images.
 The package, one module per kind of step (each class declares the torchvision or timm
 names it converts, its group and its kernel ops; lists and tables are derived):
     base        Transform, the program step, the registry of conversions
-    canvas      RandomZoomOut (RandomRotation(expand=True) is in warps): each image on a canvas
+    canvas      RandomZoomOut, Pad (RandomRotation(expand=True) is in warps): each image on a canvas
                 of its own, before the geometry
     geometry    the geometry steps and the flips
     colour      ColorJitter and the other per-pixel ops
@@ -72,7 +73,7 @@ from __future__ import annotations
 from ..errors import TransformError  # (the error a refused step raises, beside the steps)
 from ..mixing import CutMix, MixUp
 from .base import CONVERTS, Transform
-from .canvas import RandomZoomOut
+from .canvas import Pad, RandomZoomOut
 from .geometry import (CenterCrop, FixedSizeCrop, RandomCrop, RandomHorizontalFlip, RandomResize, RandomResizedCrop,
                        RandomShortestSize, RandomVerticalFlip, Resize, ResizeKeepRatio, ScaleJitter)
 from .iou_crop import RandomIoUCrop

@@ -15,7 +15,8 @@ from ..kernels.ops import OPS_ARGS
 # place beside the names of the classes that declare it (ops_table.listing).
 GROUPS = {
     "canvas": ("canvas (first, before the geometry)", "{tv}, RandomRotation(expand=True): each image made anew "
-               "from the decoded one (a canvas), which a geometry step must follow; ElasticTransform also "
+               "from the decoded one (a canvas), which a geometry step must follow (Pad before a RandomCrop "
+               "folds into the crop's padding: no canvas); Pad only with padding_mode='constant'; ElasticTransform also "
                "last, after the geometry and the per-sample ops (then only Normalize, ToDtype, RandomErasing), "
                "on the kernel's output"),
     "geometry": ("geometry (one, first or after the canvas)", "{tv}, FixedSizeCrop (the detection reference's), Resize + CenterCrop, Resize + RandomCrop or FixedSizeCrop (RandomResize, "

@@ -30,7 +30,7 @@ from .base import Transform
 from .convert import levels
 from .args import on_device, pad_fill
 
-__all__ = ["CanvasStep", "RandomZoomOut", "build"]
+__all__ = ["CanvasStep", "Pad", "RandomZoomOut", "build"]
 
 
 class CanvasStep(Protocol):
@@ -156,6 +156,52 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
             row = self._fill_rows[device] = on_device(torch.tensor(self._fill, dtype=torch.uint8).repeat(max(width, 1024)),
                                                       device)
         return row[:width * 3]
+
+
+class Pad(RandomZoomOut, converts="torchvision.Pad"):
+    """torchvision's Pad (padding_mode "constant"; the others are refused): each image on a
+    canvas larger by `padding` (torchvision's argument: an int, or 1, 2 or 4 of them,
+    read as (left, top, right, bottom)), filled with `fill` (levels), drawn from no random
+    number. A canvas step like RandomZoomOut at a fixed place, so a geometry step follows
+    it; before a RandomCrop the plan folds it into the crop's own padding (`fold_into`:
+    no canvas is made, the kernel reads past the image as the fill)."""
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.padding, levels(t.fill, floats), t.padding_mode)
+
+    def __init__(self, padding: Any, fill: Any = 0, padding_mode: str = "constant") -> None:
+        from .geometry import _padding
+
+        if padding_mode != "constant":
+            raise TransformError(f"Pad(padding_mode={padding_mode!r}) cannot be fused: only 'constant' (the others "
+                                 "read the image's own pixels past its edge)")
+        self.padding = _padding(padding)
+        if min(self.padding) < 0:
+            raise ValueError(f"Pad's padding must be >= 0, not {padding!r}")
+        super().__init__(fill, (1.0, 1.0), 1.0)
+        self.padding_mode = padding_mode
+
+    def __repr__(self) -> str:
+        return f"Pad(padding={list(self.padding)}, fill={list(self._fill)}, padding_mode={self.padding_mode!r})"
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        """{"padding": [left, top, right, bottom]}, as RandomZoomOut's draws say where the
+        image lies; no random number is taken."""
+        return {"padding": list(self.padding)}
+
+    def fold_into(self, crop: Any) -> Transform | None:
+        """The RandomCrop that pads as this Pad and then `crop` do (their paddings added,
+        the same draws: torchvision's RandomCrop draws over the padded size either way), or
+        None where that crop pads too with another fill (or is not a RandomCrop)."""
+        from .geometry import RandomCrop
+
+        if type(crop) is not RandomCrop:
+            return None
+        if (any(crop.padding) or crop.pad_if_needed) and tuple(crop.crop_fill) != tuple(self._fill):
+            return None
+        padding = tuple(a + b for a, b in zip(self.padding, crop.padding))
+        return RandomCrop(crop.size, padding, crop.pad_if_needed, list(self._fill))
 
 
 def read_window(step: Any, params: dict, size: tuple[int, int],

@@ -13,9 +13,9 @@ import torch
 from .base import CONVERTS, Transform, _refuse
 
 
-# input conversions (the Loader's images are tensors already): dropped
+# input conversions (the Loader's images are RGB tensors already) and no-ops: dropped
 _DROPPED = ("torchvision.ToImage", "torchvision.PILToTensor", "torchvision.ToPureTensor",
-            "torchvision.ToImageTensor", "timm.MaybePILToTensor")
+            "torchvision.ToImageTensor", "torchvision.RGB", "torchvision.Identity", "timm.MaybePILToTensor")
 
 # the steps that take a PIL image to a tensor: the steps before one ran on PIL images
 _FROM_PIL = ("torchvision.ToTensor", "torchvision.PILToTensor", "torchvision.ToImage", "torchvision.ToImageTensor",

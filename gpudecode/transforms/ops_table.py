@@ -30,7 +30,7 @@ def listing() -> tuple[tuple[str, str], ...]:
                                           last=", ".join(_names("torchvision.", "last")),
                                           timm_last=", ".join(_names("timm.", "last")))))
     dropped = [n.split(".", 1)[1] for n in _DROPPED if n.startswith("torchvision.")]
-    out.append(("input conversion (dropped)", ", ".join(dropped) + "; timm's " +
+    out.append(("input conversion and no-ops (dropped)", ", ".join(dropped) + "; timm's " +
                 ", ".join(n.split(".", 1)[1] for n in _DROPPED if n.startswith("timm."))))
     out.append(("on the batch", "MixUp, CutMix, RandomChoice over them, or any callable (Loader(batch_transform=))"))
     return tuple(out)

@@ -136,6 +136,9 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False) -> _Plan:
     for t in steps[len(geometry) + (canvas is not None):]:
         rest.add(t)
     _one_draw_a_key(canvas, rest, names)
+    folded = canvas.fold_into(geometry[0]) if len(geometry) == 1 and hasattr(canvas, "fold_into") else None
+    if folded is not None:  # (a Pad before a RandomCrop: the crop's own padding, no canvas)
+        canvas, geometry = None, [folded]
     out_size = _fixed_size(geometry)
     if ragged and rest.post is not None:
         raise TransformError(f"{type(rest.post).__name__} with ragged=True cannot be fused: it warps the padded batch, "
