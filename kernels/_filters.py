@@ -7,6 +7,25 @@ from __future__ import annotations
 from numpy import float32, float64, int32, int64
 
 
+def frame_index(v, size, pad):
+    """Index v of a frame of `size` pixels along an axis where the padding (outside
+    0 <= v < size) reads it under the pad mode `pad` (the PAD column: 1 the edge, 2 a
+    reflection without the edge repeated, 3 one with it, as torch's pad modes "replicate",
+    "reflect" and "symmetric"); 0, or v inside: v as it is. Clamped into the frame (a
+    padding wider than one reflection reaches is refused before the kernel)."""
+    if pad == 0 or (v >= 0 and v < size):
+        return v
+    if pad == 2:
+        v = -v if v < 0 else 2 * (size - 1) - v
+    elif pad == 3:
+        v = -v - 1 if v < 0 else 2 * size - 1 - v
+    if v < 0:
+        v = 0
+    if v > size - 1:
+        v = size - 1
+    return v
+
+
 def filter_window(i, scale, in_size, frame, antialias, mode):
     """Source window of output index i (0-based in the resized, uncropped frame of `frame`
     pixels along this axis), for the filter `mode` (the FILTER column: 0 bilinear, 1

@@ -24,7 +24,7 @@ from .ops import (AFFINE, ARGS, AUTOCONTRAST, AUX_MASK,  # noqa: F401  (the kern
 # </generated: imports>
 
 from ._noise import add_noise, cos2pi, hash32, log_ratio24, noise_key, noise_normal  # noqa: E402, F401  (GaussianNoise's)
-from ._filters import cubic_weight, filter_weight, filter_window, pil_nearest_index, tri_weight  # noqa: E402, F401  (the resample's)
+from ._filters import cubic_weight, filter_weight, filter_window, frame_index, pil_nearest_index, tri_weight  # noqa: E402, F401  (the resample's)
 from ._colour import (clamp01, gray, blend, floorf, adjust_hue, hue_channel, op_brightness, op_contrast,  # noqa: E402, F401  (the colour ops: their module)
                       op_saturation, op_hue, op_grayscale, op_solarize, op_invert, op_posterize,
                       op_solarize_add, op_permute_channels, apply_op, channel, solarize_add, posterize,

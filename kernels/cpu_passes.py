@@ -19,13 +19,14 @@ from ._compile import fastmath, inline_once
 # The transposes are 8x8 vector shuffles (_simd), the output ones with non-temporal
 # stores where aligned. One sample at a time, GIL released.
 
-def _axis_weights(out_size, vsize, voff, box, flip, antialias, mode, index, wbuf):
+def _axis_weights(out_size, vsize, voff, box, flip, antialias, mode, index, wbuf, pad):
     """Per output index: first source index, tap count, and normalized weights; and a
     validity mask (1: inside) for indices that fall outside the resized frame (padding).
     `mode`: the filter (FILTER: bilinear, bicubic, nearest-exact, nearest, PIL's nearest). Written into
     the caller's memory (no allocation): first, count and valid are index[:3 * out_size]
     (int64), the weights [out_size, taps] the start of wbuf (float32; held too short for
-    the taps, the reshape raises: cpu_twin.axis_taps bounds them)."""
+    the taps, the reshape raises: cpu_twin.axis_taps bounds them). `pad`: the padding's
+    mode (frame_index: where a padded index reads the frame)."""
     cubic = mode == 1
     scale = float32(box) / float32(vsize)
     first = index[:out_size]
@@ -36,7 +37,7 @@ def _axis_weights(out_size, vsize, voff, box, flip, antialias, mode, index, wbuf
     valid[:] = 0
     taps = 1
     for o in range(out_size):
-        v = (out_size - 1 - o if flip else o) + voff
+        v = frame_index((out_size - 1 - o if flip else o) + voff, vsize, pad)
         if v >= 0 and v < vsize:
             c, inv, lo, hi = filter_window(v, scale, box, vsize, antialias, mode)
             first[o] = lo
@@ -47,7 +48,7 @@ def _axis_weights(out_size, vsize, voff, box, flip, antialias, mode, index, wbuf
     weights[:, :] = 0.0
     for o in range(out_size):
         if valid[o]:
-            v = (out_size - 1 - o if flip else o) + voff
+            v = frame_index((out_size - 1 - o if flip else o) + voff, vsize, pad)
             c, inv, lo, hi = filter_window(v, scale, box, vsize, antialias, mode)
             total = float32(0.0)
             if cubic:  # (one loop per filter: the bilinear one as it was, with no branch in it)

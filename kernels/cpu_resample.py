@@ -206,9 +206,9 @@ def _cpu_sample(src, g, args, order, mean, std, normalize, to_uint8, antialias, 
     mode = g[FILTER]
     cubic = mode == 1
     yf, yc, yw, yv = _axis_weights(oh, g[VH], g[OY], bh, g[VFLIP] != 0, antialias, mode, ints[:3 * oh],
-                                   flts[:oh * taps])
+                                   flts[:oh * taps], g[PAD])
     xf, xc, xw, xv = _axis_weights(ow, g[VW], g[OX], bw, g[FLIP] != 0, antialias, mode,
-                                   ints[3 * oh:3 * (oh + ow)], flts[oh * taps:(oh + ow) * taps])
+                                   ints[3 * oh:3 * (oh + ow)], flts[oh * taps:(oh + ow) * taps], g[PAD])
     n3 = bw * 3
     # 1. vertical: the box's rows resampled to oh rows, [oh, bw*3] interleaved
     _vertical_pass(src, g, yf, yc, yw, yv, oh, work, flts[(oh + ow) * taps:(oh + ow + 1) * taps])
@@ -256,7 +256,7 @@ def _is_identity(g, order, oh, ow):
     flip and padding at most: CenterCrop or RandomCrop of a stored image of the training
     size, or no geometry at all), from packed HWC pixels or planar ones (CHW, grey)."""
     return (g[BH] == g[VH] and g[BW] == g[VW] and order[0] < 0 and ((g[SX] == 3 and g[SC] == 1) or g[SX] == 1)
-            and g[VH] >= 1 and g[VW] >= 1 and g[VFLIP] == 0)
+            and g[VH] >= 1 and g[VW] >= 1 and g[VFLIP] == 0 and g[PAD] == 0)
 
 
 def _scale_row(t, src, p, n, inv255):

@@ -97,8 +97,8 @@ def _resample_body(src, geom, args, order, antialias, scratch, stats, hist, aux,
     if active:
         xs = ow - 1 - x if g[FLIP] != 0 else x
         ys = oh - 1 - y if g[VFLIP] != 0 else y
-        vy = ys + g[OY]
-        vx = xs + g[OX]
+        vy = frame_index(ys + g[OY], g[VH], g[PAD])  # (the padding's pixel, where it reads the frame)
+        vx = frame_index(xs + g[OX], g[VW], g[PAD])
         if vy >= 0 and vy < g[VH] and vx >= 0 and vx < g[VW]:
             bh = g[BH]
             bw = g[BW]

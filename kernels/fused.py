@@ -14,8 +14,9 @@ Data layout, shared by both targets:
 (`factors` float32 [N, NUM_OPS] by op id, the older form, is still taken: see step_args.)
 
 Geometry: the box (TOP, LEFT, BH, BW) of the source is resized to (VH, VW) and the
-output is the window at (OY, OX) of that resized image (zeros outside it, as
-torchvision's padding CenterCrop): RandomResizedCrop is box=crop, V=out size, O=0;
+output is the window at (OY, OX) of that resized image (the fill outside it, as
+torchvision's padding CenterCrop; or, PAD, the frame's edge or a reflection of it, as a
+RandomCrop's padding_mode): RandomResizedCrop is box=crop, V=out size, O=0;
 Resize+CenterCrop is box=whole image, V=resized size, O=crop offset. FLIP mirrors x,
 VFLIP mirrors y (of the output: torchvision flips the transformed image). OH, OW (when
 set): the sample's own output size, at the top-left of the batch's, which is zero around
@@ -42,13 +43,13 @@ from __future__ import annotations
 from ._compile import first_use
 from .cpu_twin import axis_taps, cpu_kernel, cpu_stages, cpu_work_shape, fused_cpu, reserve_cpu
 from .cuda_program import compile_ptx_all, cuda_kernels, fused_cuda
-from .layout import (BH, BW, FILTER, FILLB, FILLG, FILLR, FLIP, GEOM, GEOM_NAMES, LEFT, OFFSET, OH, OW, OX, OY, SC, STATS, SX,
-                     SY, THREADS_PER_BLOCK, TOP, VFLIP, VH, VW, H, W, aux_shape, barrier_levels, hist_shape,
+from .layout import (BH, BW, FILTER, FILLB, FILLG, FILLR, FLIP, GEOM, GEOM_NAMES, LEFT, OFFSET, OH, OW, OX, OY, PAD, SC, STATS,
+                     SX, SY, THREADS_PER_BLOCK, TOP, VFLIP, VH, VW, H, W, aux_shape, barrier_levels, hist_shape,
                      launch_geometry, own_sizes, scratch_shape, stats_init, step_args)
 from ._pixel import ARGS
 
 __all__ = ["first_use", "axis_taps", "cpu_kernel", "cpu_stages", "cpu_work_shape", "fused_cpu", "reserve_cpu", "compile_ptx_all",
            "cuda_kernels", "fused_cuda", "BH", "BW", "FILTER", "FILLB", "FILLG", "FILLR", "FLIP", "GEOM", "GEOM_NAMES",
-           "LEFT", "OFFSET", "OH", "OW", "OX", "OY", "SC", "STATS", "SX", "SY", "THREADS_PER_BLOCK", "TOP", "VFLIP", "VH", "VW",
+           "LEFT", "OFFSET", "OH", "OW", "OX", "OY", "PAD", "SC", "STATS", "SX", "SY", "THREADS_PER_BLOCK", "TOP", "VFLIP", "VH", "VW",
            "H", "W", "aux_shape", "barrier_levels", "hist_shape", "launch_geometry", "own_sizes", "scratch_shape", "stats_init",
            "step_args", "ARGS"]

@@ -8,11 +8,12 @@ import numpy as np
 from ._pixel import ARGS
 from .ops import BARRIER_MASK, has
 
-OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP, FILTER, FILLR, FILLG, FILLB, OH, OW = range(22)
+OFFSET, H, W, SY, SX, SC, TOP, LEFT, BH, BW, VH, VW, OY, OX, FLIP, VFLIP, FILTER, FILLR, FILLG, FILLB, OH, OW, PAD = range(23)
 # FILTER: the resample's filter (0 bilinear, 1 bicubic, 2 nearest-exact, 3 nearest, 4 PIL's nearest); FILL*: the
 # padding's colour, levels; OH, OW: the sample's own output size, in the top-left corner of the batch's (a batch of
-# images of their own sizes, zeros around each: Compose(ragged=True)); 0: the batch's
-GEOM = 22
+# images of their own sizes, zeros around each: Compose(ragged=True)); 0: the batch's; PAD: what the padding
+# (outside the resized frame) reads: 0 the fill, 1 the edge, 2 a reflection, 3 a symmetric one (torch's pad modes)
+GEOM = 23
 THREADS_PER_BLOCK = (16, 16)  # 256 threads: one histogram bin each (equalize)
 STATS = 7  # per sample and barrier level: grey sum, min r g b, max r g b (float64)
 _SUM_TYPE = np.float64
@@ -37,7 +38,7 @@ def barrier_levels(order: np.ndarray) -> int:
 
 GEOM_NAMES = dict(OFFSET=OFFSET, H=H, W=W, SY=SY, SX=SX, SC=SC, TOP=TOP, LEFT=LEFT, BH=BH, BW=BW, VH=VH,
                   VW=VW, OY=OY, OX=OX, FLIP=FLIP, VFLIP=VFLIP, FILTER=FILTER, FILLR=FILLR, FILLG=FILLG, FILLB=FILLB, OH=OH,
-                 OW=OW)
+                  OW=OW, PAD=PAD)
 
 
 def own_sizes(geom: np.ndarray, oh: int, ow: int) -> tuple[np.ndarray, bool]:

@@ -1,9 +1,11 @@
-"""Pad (torchvision's, padding_mode "constant"): a canvas step at a fixed place, folded into
-a RandomCrop that follows it (the crop's own padding: no canvas made, the native draws and
-the resident fast path as for RandomCrop(padding=)). Pixels against torchvision's
-functional pad and geometry replaying our parameters on real photographs; the fold against
-RandomCrop(padding=) bit for bit, in a Compose and through the Loader; conversions of
-torchvision's v1 and v2 Pad; the padding modes it cannot take refused by name."""
+"""Pad: a canvas step at a fixed place, folded into a RandomCrop that follows it (the crop's
+own padding: no canvas made, the native draws and the resident fast path as for
+RandomCrop(padding=)); and a crop's padding modes that read the image's own pixels (edge,
+reflect, symmetric: the kernel reads the frame at the reflected place). Pixels against
+torchvision's functional pad and geometry replaying our parameters on real photographs;
+the fold against RandomCrop(padding=) bit for bit, in a Compose and through the Loader;
+the CUDA kernel against the twin under the simulator; masks; conversions of torchvision's
+v1 and v2 Pad and RandomCrop; what they cannot take refused by name."""
 from __future__ import annotations
 
 import numpy as np
@@ -107,8 +109,8 @@ def test_pad_before_random_crop_is_random_crops_padding_bit_for_bit(photo_batch)
 
 def test_from_torchvision_v1_and_v2_and_refusals():
     """torchvision's Pad (v1 and v2; an int, a pair, four; a fill, v2's fill by type)
-    converts with its padding read as torchvision reads it; padding modes that read the
-    image's own pixels are refused by name, as is a negative padding."""
+    converts with its padding read as torchvision reads it; a padding mode torch has not
+    is refused by name, as is a negative padding."""
     for mod in (tv, tv1):
         for padding, want in ((4, (4, 4, 4, 4)), ([2, 6], (2, 6, 2, 6)), ((1, 2, 3, 4), (1, 2, 3, 4))):
             got = T.Compose.from_torchvision(mod.Compose([mod.Pad(padding, fill=7), mod.CenterCrop(20)]))
@@ -119,9 +121,11 @@ def test_from_torchvision_v1_and_v2_and_refusals():
     crop = folded.plan.geometry[0]
     assert folded.plan.canvas is None and crop.padding == (4, 4, 4, 4) and crop.crop_fill == (5, 5, 5)
     assert repr(T.Pad((1, 2), fill=3)) == "Pad(padding=[1, 2, 1, 2], fill=[3, 3, 3], padding_mode='constant')"
-    for mode in ("reflect", "edge", "symmetric"):
-        with pytest.raises(TransformError, match=f"Pad\\(padding_mode='{mode}'\\) cannot be fused"):
-            T.Compose.from_torchvision(tv.Compose([tv.Pad(4, padding_mode=mode), tv.RandomCrop(32)]))
+    with pytest.raises(TransformError, match="Pad\\(padding_mode='wrap'\\) cannot be fused"):
+        T.Pad(4, padding_mode="wrap")
+    for mode in ("reflect", "edge", "symmetric"):  # (read from the image: fused as the crop's padding, test below)
+        got = T.Compose.from_torchvision(tv.Compose([tv.Pad(4, padding_mode=mode), tv.RandomCrop(32)]))
+        assert got.plan.canvas is None and got.plan.geometry[0].padding_mode == mode
     with pytest.raises(ValueError, match="padding must be >= 0"):
         T.Pad((1, -2))
     with pytest.raises(TransformError, match=r"(?s)geometry step.*must follow\s+it"):
@@ -158,3 +162,172 @@ def test_the_loader_takes_pad_and_crop_as_random_crops_padding(tmp_path, photos)
             assert len(a) == len(b) == 3
             for (xa, ya), (xb, yb) in zip(a, b):
                 assert torch.equal(xa, xb) and torch.equal(ya, yb), (keep, epoch)
+
+
+# --- the padding modes that read the image's own pixels ------------------------------------
+
+MODES = {"edge": "edge", "reflect": "reflect", "symmetric": "symmetric"}
+
+
+def _crop_theirs(img: torch.Tensor, p: dict, mode: str, resize=None) -> torch.Tensor:
+    """torchvision's functional ops with our draws: the resize (where one comes first), the
+    pad by the crop's reach past the frame in `mode`, the crop, the flip."""
+    x = F.to_dtype(img, torch.float32, scale=True)
+    if resize is not None:
+        x = F.resize(x, list(resize), antialias=True)
+    t, l, h, w = p["crop"]
+    fh, fw = x.shape[-2:]
+    pad = [max(0, -l), max(0, -t), max(0, l + w - fw), max(0, t + h - fh)]
+    x = F.pad(x, pad, padding_mode=mode)
+    x = F.crop(x, t + pad[1], l + pad[0], h, w)
+    return F.horizontal_flip(x) if p["flip"] else x
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_crops_padding_mode_is_torchvisions_pad_on_real_photos(photo_batch, mode):
+    """RandomCrop(padding=, padding_mode=edge / reflect / symmetric), alone and after a
+    Resize, flipped, into float32, uint8 and NHWC: torchvision's pad in that mode and its
+    crop with the same draws, within float32 rounding (the same source pixels: the kernel
+    reads the frame at the reflected place). Drawn natively, as RandomCrop is."""
+    sizes = [tuple(im.shape[1:]) for im in photo_batch]
+    for resize in (None, (40, 52)):
+        geometry = ([T.Resize(resize)] if resize else []) + [T.RandomCrop((36, 44), padding=(9, 6, 3, 11),
+                                                                          padding_mode=mode)]
+        tf = T.Compose([*geometry, T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)])
+        assert tf.native_spec is not None and tf.plan.pad_mode == {"edge": 1, "reflect": 2, "symmetric": 3}[mode]
+        for seed in range(3):
+            params = tf.make_params(sizes, seed)
+            got = tf(photo_batch, params)
+            for k, (img, p) in enumerate(zip(photo_batch, params)):
+                want = _crop_theirs(img, p, MODES[mode], resize)
+                err = float(((got[k] - want.clamp(0, 1)).abs() * 255).max())
+                assert err <= (1e-3 if resize is None else 1.0 + 1e-3), (mode, resize, k, p, err)
+        u8 = T.Compose([*geometry, T.RandomHorizontalFlip()])
+        params = u8.make_params(sizes, 4)
+        want = torch.stack([F.to_dtype(_crop_theirs(im, p, MODES[mode], resize).clamp(0, 1), torch.uint8, scale=True)
+                            for im, p in zip(photo_batch, params)])
+        assert (u8(photo_batch, params).int() - want.int()).abs().max() <= (0 if resize is None else 1)
+        nhwc = T.Compose([*geometry, T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)], layout="NHWC")
+        params = nhwc.make_params(sizes, 5)
+        assert torch.equal(nhwc(photo_batch, params).permute(0, 3, 1, 2), tf(photo_batch, params))
+
+
+def test_the_cuda_kernel_reads_the_padding_as_the_twin_under_the_simulator():
+    """The CUDA resample's padding (frame_index) against the CPU twin's, for each mode, a
+    flip and a crop reaching past every side of small images (the simulator's sizes)."""
+    import os
+
+    from gpudecode.kernels import fused
+
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        pytest.skip("runs under numba's CUDA simulator (on a GPU, tests/test_gpu.py compares the targets)")
+    rng = np.random.default_rng(5)
+    imgs = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in ((9, 11), (12, 7), (10, 10))]
+    for mode in (1, 2, 3):
+        tf = T.Compose([T.RandomCrop((14, 16), padding=(5, 4, 6, 3), padding_mode=[*MODES][mode - 1]),
+                        T.RandomHorizontalFlip(), T.Normalize([0.5] * 3, [0.25] * 3)])
+        sizes = [im.shape[:2] for im in imgs]
+        geom, args, order = tf.encode(tf.make_params(sizes, mode), sizes)
+        src = np.concatenate([im.reshape(-1) for im in imgs])
+        starts = np.cumsum([0] + [im.size for im in imgs[:-1]])
+        geom[:, fused.OFFSET] = starts
+        geom[:, fused.SY], geom[:, fused.SX], geom[:, fused.SC] = [im.shape[1] * 3 for im in imgs], 3, 1
+        assert (geom[:, fused.PAD] == mode).all()
+        mean, std = np.full(3, 0.5, np.float32), np.full(3, 0.25, np.float32)
+        gpu = np.zeros((3, 3, 14, 16), np.float32)
+        cpu = np.zeros_like(gpu)
+        fused.fused_cuda(src, geom, args, order, mean, std, gpu, normalize=True)
+        fused.fused_cpu(src, geom, args, order, mean, std, cpu, normalize=True)
+        np.testing.assert_allclose(gpu, cpu, atol=2e-6, rtol=0)
+
+
+def test_padding_modes_convert_fold_and_are_refused_where_torchvision_refuses():
+    """torchvision's RandomCrop(padding_mode=...) (v1 and v2) converts; Pad(reflect) folds
+    into a RandomCrop that pads no more, and is refused elsewhere; a padding past one
+    reflection is the sample's error (torch's pad refuses it), natively drawn or not;
+    boxes are refused (torchvision refuses them too); FixedSizeCrop stays constant."""
+    for mod in (tv, tv1):
+        got = T.Compose.from_torchvision(mod.Compose([mod.RandomCrop(32, padding=4, padding_mode="reflect"),
+                                                      mod.RandomHorizontalFlip()]))
+        crop = got.plan.geometry[0]
+        assert crop.padding_mode == "reflect" and got.plan.pad_mode == 2 and got.native_spec is not None
+        assert "padding_mode='reflect'" in repr(crop)
+    folded = T.Compose([T.Pad(4, padding_mode="reflect"), T.RandomCrop(32)])
+    assert folded.plan.canvas is None and folded.plan.pad_mode == 2 and folded.plan.geometry[0].padding == (4, 4, 4, 4)
+    with pytest.raises(TransformError, match="fuses only before a RandomCrop"):
+        T.Compose([T.Pad(4, padding_mode="reflect"), T.Resize((8, 8))])
+    with pytest.raises(TransformError, match="fuses only before a RandomCrop"):  # (a reflection of a reflection)
+        T.Compose([T.Pad(4, padding_mode="reflect"), T.RandomCrop(32, padding=2, padding_mode="reflect")])
+    edge = T.Compose([T.Pad(4, padding_mode="edge"), T.RandomCrop(32, padding=2, padding_mode="edge")])
+    assert edge.plan.canvas is None and edge.plan.geometry[0].padding == (6, 6, 6, 6)  # (edge twice: edge once)
+    with pytest.raises(TransformError, match="reflects twice"):
+        T.RandomCrop(32, padding=2, pad_if_needed=True, padding_mode="reflect")
+    with pytest.raises(TransformError, match="only 'constant'"):
+        T.FixedSizeCrop(32, padding_mode="reflect")
+    wide = T.Compose([T.RandomCrop(16, padding=8, padding_mode="reflect")])
+    for seed in range(2):  # (the native draws leave it to the Python path, which names it when drawing)
+        with pytest.raises(ValueError, match="by more than it holds"):
+            wide.draw_batch([(20, 20), (8, 30)], seed)
+        assert wide.draw_batch([(20, 20), (9, 30)], seed).columns is not None
+    forged = wide.draw_batch([(20, 20), (9, 30)], 0)  # (arrays for a frame it was not drawn for: refused too)
+    with pytest.raises(ValueError, match="by more than it holds"):
+        wide.encode(forged.dicts(), [(20, 20), (8, 30)])
+    with pytest.raises(ValueError, match="by more than it holds"):
+        wide._python_params([(8, 30)], 0)
+    assert T.Compose([T.RandomCrop(16, padding=8, padding_mode="symmetric")])._python_params([(8, 30)], 0)
+    from gpudecode.transforms.boxes import refused
+
+    with pytest.raises(TransformError, match="torchvision refuses for boxes too"):
+        refused(T.Compose([T.RandomCrop(32, padding=4, padding_mode="edge")]).plan)
+
+
+def test_a_mask_reads_the_padding_as_its_image(photo_batch):
+    """A mask through RandomCrop(padding_mode=reflect / edge / symmetric) is torchvision's
+    pad of the mask in that mode and its crop (the image's draws), flips included."""
+    sizes = [tuple(im.shape[1:]) for im in photo_batch]
+    masks = [torch.from_numpy(np.random.default_rng(k).integers(0, 9, s, dtype=np.int64)) for k, s in enumerate(sizes)]
+    for mode in MODES:
+        tf = T.Compose([T.RandomCrop((30, 40), padding=(7, 5, 8, 9), padding_mode=mode), T.RandomHorizontalFlip()])
+        params = tf.make_params(sizes, 2)
+        got = tf.masks(masks, params, fill=255)
+        for k, (m, p) in enumerate(zip(masks, params)):
+            t, l, h, w = p["crop"]
+            fh, fw = m.shape
+            pad = [max(0, -l), max(0, -t), max(0, l + w - fw), max(0, t + h - fh)]
+            x = F.pad(tv_tensors.Mask(m[None]), pad, padding_mode=mode)
+            want = F.crop(x, t + pad[1], l + pad[0], h, w)[0]
+            want = want.flip(-1) if p["flip"] else want
+            assert torch.equal(got[k], want.as_subclass(torch.Tensor)), (mode, k, p)
+
+
+def test_the_loader_reads_a_reflected_padding_streamed_and_resident(tmp_path, photos):
+    """CIFAR's recipe with a reflected padding (RandomCrop(32, padding=4,
+    padding_mode="reflect"), airbench's) through the Loader, streamed and keep="ram": each
+    batch is the Compose on the decoded images with the Loader's draws, value for value,
+    and its padding is torchvision's reflection of each image."""
+    import io
+
+    from PIL import Image
+
+    import gpudecode
+    from conftest import encode, make_shard
+
+    names = list(photos)
+    arrays = [np.ascontiguousarray(photos[names[i % len(names)]][8 * i:8 * i + 64:2, 5 * i:5 * i + 64:2])
+              for i in range(6)]
+    shard = make_shard(tmp_path / "r-000000.tar", [{"__key__": f"{i:03d}", "png": encode(a, "PNG"), "cls": b"0"}
+                                                    for i, a in enumerate(arrays)])
+    tf = T.Compose([T.RandomCrop(32, padding=4, padding_mode="reflect"), T.RandomHorizontalFlip(),
+                    T.ToDtype(torch.float32, scale=True)])
+    decoded = [torch.from_numpy(np.array(Image.open(io.BytesIO(encode(a, "PNG"))).convert("RGB"))).permute(2, 0, 1)
+               .contiguous() for a in arrays]
+    for keep in (None, "ram"):
+        loader = gpudecode.Loader(shard, batch_size=6, transform=tf, device="cpu", shuffle=False, seed=3, keep=keep)
+        for epoch in (0, 1):
+            loader.set_epoch(epoch)
+            (images, _), = list(loader)
+            params = tf.make_params([(32, 32)] * 6, 3, epoch=epoch, indices=list(range(6)))
+            assert torch.equal(images, tf(decoded, params)), (keep, epoch)
+            for k, p in enumerate(params):
+                want = _crop_theirs(decoded[k], p, "reflect")
+                assert float((images[k] - want).abs().max()) < 1e-6, (keep, epoch, k)

@@ -9,8 +9,8 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
     - canvas (first, before the geometry): RandomZoomOut, Pad, ElasticTransform,
       RandomRotation(expand=True): each image made anew from the decoded one (a canvas),
       which a geometry step must follow (Pad before a RandomCrop folds into the crop's
-      padding: no canvas); Pad only with padding_mode='constant'; ElasticTransform also
-      last, after the geometry and the per-sample ops (then only Normalize, ToDtype,
+      padding: no canvas; its edge, reflect and symmetric modes only so); ElasticTransform
+      also last, after the geometry and the per-sample ops (then only Normalize, ToDtype,
       RandomErasing), on the kernel's output
     - geometry (one, first or after the canvas): RandomResizedCrop, Resize, RandomResize,
       RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, RandomIoUCrop, FixedSizeCrop
@@ -19,8 +19,9 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       w)) (its crop drawn from a Boxes field's boxes), or none; with Compose(ragged=True),
       images of their own sizes: also Resize(int), RandomResize, RandomShortestSize,
       ScaleJitter or RandomIoUCrop alone (bilinear or bicubic, antialiased, or nearest,
-      nearest-exact, pil-nearest; crops pad with a fill); timm's
-      RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad
+      nearest-exact, pil-nearest; a RandomCrop pads with a fill, the edge, or a reflection:
+      every padding_mode); timm's RandomResizedCropAndInterpolation, ResizeKeepRatio,
+      CenterCropOrPad
     - flips (any order): RandomHorizontalFlip, RandomVerticalFlip
     - per-sample ops (any order): ColorJitter, RandomChannelPermutation,
       RandomPhotometricDistort, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert,

@@ -16,14 +16,16 @@ from ..kernels.ops import OPS_ARGS
 GROUPS = {
     "canvas": ("canvas (first, before the geometry)", "{tv}, RandomRotation(expand=True): each image made anew "
                "from the decoded one (a canvas), which a geometry step must follow (Pad before a RandomCrop "
-               "folds into the crop's padding: no canvas); Pad only with padding_mode='constant'; ElasticTransform also "
+               "folds into the crop's padding: no canvas; its edge, reflect and symmetric modes only so); "
+               "ElasticTransform also "
                "last, after the geometry and the per-sample ops (then only Normalize, ToDtype, RandomErasing), "
                "on the kernel's output"),
     "geometry": ("geometry (one, first or after the canvas)", "{tv}, FixedSizeCrop (the detection reference's), Resize + CenterCrop, Resize + RandomCrop or FixedSizeCrop (RandomResize, "
                  "RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h, w)) (its crop drawn from a "
                  "Boxes field's boxes), or none; with Compose(ragged=True), images of their own sizes: also Resize(int), "
                  "RandomResize, RandomShortestSize, ScaleJitter or RandomIoUCrop alone (bilinear or bicubic, "
-                 "antialiased, or nearest, nearest-exact, pil-nearest; crops pad with a fill); timm's {timm}"),
+                 "antialiased, or nearest, nearest-exact, pil-nearest; a RandomCrop pads with a fill, the edge, or a "
+                 "reflection: every padding_mode); timm's {timm}"),
     "flips": ("flips (any order)", "{tv}"),
     "per-sample": ("per-sample ops (any order)", "{tv}"),
     "policies": ("policies", "{tv}; timm's {timm} (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 "

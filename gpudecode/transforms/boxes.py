@@ -324,5 +324,8 @@ def check_format(fmt: Any) -> str:
 def refused(plan: "_Plan") -> None:
     """Raises TransformError where boxes cannot follow images under `plan` (masks' refusal)."""
     why = refusal(plan)
+    if why is None and plan.pad_mode != 0:
+        why = ("a crop's padding that reads the image's own pixels (padding_mode edge, reflect or symmetric), which "
+               "torchvision refuses for boxes too")
     if why is not None:
         raise TransformError(f"boxes cannot follow the images: {why}")

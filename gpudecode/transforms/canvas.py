@@ -159,23 +159,23 @@ class RandomZoomOut(Transform, converts="torchvision.RandomZoomOut"):
 
 
 class Pad(RandomZoomOut, converts="torchvision.Pad"):
-    """torchvision's Pad (padding_mode "constant"; the others are refused): each image on a
-    canvas larger by `padding` (torchvision's argument: an int, or 1, 2 or 4 of them,
-    read as (left, top, right, bottom)), filled with `fill` (levels), drawn from no random
-    number. A canvas step like RandomZoomOut at a fixed place, so a geometry step follows
-    it; before a RandomCrop the plan folds it into the crop's own padding (`fold_into`:
-    no canvas is made, the kernel reads past the image as the fill)."""
+    """torchvision's Pad: each image on a canvas larger by `padding` (torchvision's
+    argument: an int, or 1, 2 or 4 of them, read as (left, top, right, bottom)), filled
+    with `fill` (levels), drawn from no random number. A canvas step like RandomZoomOut at
+    a fixed place, so a geometry step follows it; before a RandomCrop the plan folds it
+    into the crop's own padding (`fold_into`: no canvas is made, the kernel reads past the
+    image as the fill). The padding modes that read the image's own pixels ("edge",
+    "reflect", "symmetric") fuse only so folded."""
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
         return cls(t.padding, levels(t.fill, floats), t.padding_mode)
 
     def __init__(self, padding: Any, fill: Any = 0, padding_mode: str = "constant") -> None:
-        from .geometry import _padding
+        from .geometry import PAD_MODES, _padding
 
-        if padding_mode != "constant":
-            raise TransformError(f"Pad(padding_mode={padding_mode!r}) cannot be fused: only 'constant' (the others "
-                                 "read the image's own pixels past its edge)")
+        if padding_mode not in PAD_MODES:
+            raise TransformError(f"Pad(padding_mode={padding_mode!r}) cannot be fused: one of {', '.join(PAD_MODES)}")
         self.padding = _padding(padding)
         if min(self.padding) < 0:
             raise ValueError(f"Pad's padding must be >= 0, not {padding!r}")
@@ -193,15 +193,19 @@ class Pad(RandomZoomOut, converts="torchvision.Pad"):
     def fold_into(self, crop: Any) -> Transform | None:
         """The RandomCrop that pads as this Pad and then `crop` do (their paddings added,
         the same draws: torchvision's RandomCrop draws over the padded size either way), or
-        None where that crop pads too with another fill (or is not a RandomCrop)."""
+        None where that crop pads too in another way (another fill or mode; or a reflection
+        of the reflection), or is not a RandomCrop."""
         from .geometry import RandomCrop
 
         if type(crop) is not RandomCrop:
             return None
-        if (any(crop.padding) or crop.pad_if_needed) and tuple(crop.crop_fill) != tuple(self._fill):
-            return None
+        if any(crop.padding) or crop.pad_if_needed:
+            if crop.padding_mode != self.padding_mode or self.padding_mode in ("reflect", "symmetric"):
+                return None
+            if self.padding_mode == "constant" and tuple(crop.crop_fill) != tuple(self._fill):
+                return None
         padding = tuple(a + b for a, b in zip(self.padding, crop.padding))
-        return RandomCrop(crop.size, padding, crop.pad_if_needed, list(self._fill))
+        return RandomCrop(crop.size, padding, crop.pad_if_needed, list(self._fill), self.padding_mode)
 
 
 def read_window(step: Any, params: dict, size: tuple[int, int],

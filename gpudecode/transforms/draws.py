@@ -14,6 +14,7 @@ ColorJitter, RandomErasing, subclasses of the steps) are drawn by the Python pat
 """
 from __future__ import annotations
 
+import random
 from typing import TYPE_CHECKING, Any, Iterator, Sequence, overload
 
 import numpy as np
@@ -57,6 +58,9 @@ def draw_batch(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *, ep
             if size_array is None:
                 size_array = np.asarray(sizes, np.int64).reshape(-1, 2)
             cols = _native.draw_batch(spec, size_array, idx, _epoch_key(seed, epoch))
+            if cols is not None and plan.pad_mode >= 2:  # (a padding past one reflection: the Python path names it)
+                frames = cols[0][:, _RH:_RW + 1] if any(g[0] == 2 for g in spec[0]) else size_array
+                cols = cols if plan.geometry[-1].reflects(frames).all() else None  # type: ignore[attr-defined]
             if cols is not None:  # (None: a sample it cannot draw; the Python path names why)
                 return Draws(plan, sizes, columns=cols, size_array=size_array)
     return Draws(plan, sizes, dicts=python_params(plan, sizes, seed, epoch=epoch, indices=indices))
@@ -225,6 +229,7 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
         g[VFLIP] = 1 if p.get("vflip", False) else 0
         g[FILTER] = (1 if p["cubic"] else 0) if "cubic" in p else resample
         g[FILL] = fill
+        g[fused.PAD] = plan.pad_mode
         rows.append(g)
         if program:
             prog: list = []
@@ -232,6 +237,7 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
                 step.emit(p, so, prog)
             progs.append(prog)
     geom = np.array(rows, np.int64).reshape(n, G)
+    _check_reflection(plan, geom)
     width = max([1, *map(len, progs)])
     order = np.full((n, width), -1, np.int32)
     args = np.zeros((n, width, ARGS), np.float32)
@@ -242,6 +248,19 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
             order[k, j] = op
             args[k, j, :len(a)] = a
     return geom, args, order
+
+
+def _check_reflection(plan: "_Plan", geom: np.ndarray) -> None:
+    """Raises the draw's ValueError for the first sample whose crop pads past one
+    reflection of its frame (the kernel's VH, VW: the image or its resize), as torch's pad
+    refuses it; the pipeline then draws the batch's samples alone, each error its own."""
+    if plan.pad_mode < 2 or not len(geom):
+        return
+    crop: Any = plan.geometry[-1]
+    bad = ~crop.reflects(geom[:, fused.VH:fused.VW + 1])
+    if bad.any():
+        k = int(np.flatnonzero(bad)[0])
+        crop.draw(random.Random(0), tuple(geom[k, fused.VH:fused.VW + 1].tolist()))  # (raises its error)
 
 
 def dict_boxes(plan: "_Plan", params: Sequence[dict], sizes: Sequence[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
@@ -412,10 +431,12 @@ class Draws(Sequence[dict]):
             geom[:, fused.VH:fused.VW + 1] = ints[:, _RH:_RW + 1] if 2 in kinds else sizes
             if 3 in kinds or 4 in kinds:  # CenterCrop, RandomCrop: the crop's offset
                 geom[:, fused.OY], geom[:, fused.OX] = ints[:, _TOP], ints[:, _LEFT]
+            _check_reflection(plan, geom)
         geom[:, fused.FLIP] = ints[:, _FLIP]
         geom[:, fused.VFLIP] = ints[:, _VFLIP]
         geom[:, fused.FILTER] = plan.resample
         geom[:, fused.FILLR:fused.FILLB + 1] = plan.pad_fill
+        geom[:, fused.PAD] = plan.pad_mode
         if not plan.program:
             return geom, np.zeros((n, 1, ARGS), np.float32), np.full((n, 1), -1, np.int32)
         # the jitter's ops in each sample's order, those whose range is on (the same for all)

@@ -422,11 +422,15 @@ def _padding(padding: Any) -> tuple[int, int, int, int]:
     raise TypeError(f"padding must be an int or a sequence of 1, 2 or 4 ints, not {padding!r}")
 
 
+PAD_MODES = {"constant": 0, "edge": 1, "reflect": 2, "symmetric": 3}  # (the kernels' PAD column)
+
+
 class RandomCrop(Transform, converts="torchvision.RandomCrop"):
     """torchvision's RandomCrop: pad (zeros, `padding` as torchvision reads it, then to the
     crop size where pad_if_needed and the image is smaller), and cut a window of `size`
-    at a uniformly drawn position, padding with `fill` (levels); padding modes other than
-    "constant" are refused."""
+    at a uniformly drawn position, padding with `fill` (levels), or with `padding_mode`
+    "edge", "reflect" or "symmetric" the image's own pixels there, as torch's pad reads
+    them (the kernel reads the frame at the reflected place: no padded copy is made)."""
 
     group = "geometry"
 
@@ -444,14 +448,39 @@ class RandomCrop(Transform, converts="torchvision.RandomCrop"):
         self.padding = _padding(padding)
         if min(self.padding) < 0:
             raise ValueError(f"padding must be >= 0, not {padding!r}")
-        if padding_mode != "constant":
-            raise TransformError(f"RandomCrop(padding_mode={padding_mode!r}) cannot be fused: only 'constant'")
+        if padding_mode not in PAD_MODES:
+            raise TransformError(f"RandomCrop(padding_mode={padding_mode!r}) cannot be fused: one of "
+                                 f"{', '.join(PAD_MODES)}")
+        if padding_mode in ("reflect", "symmetric") and pad_if_needed and any(self.padding):
+            raise TransformError(f"RandomCrop(padding={padding!r}, pad_if_needed=True, padding_mode={padding_mode!r}) "
+                                 "cannot be fused: torchvision's v1 reflects twice there (the padding, then the "
+                                 "rest) and v2 once; give the padding or pad_if_needed")
         self._fill = pad_fill(fill, "RandomCrop")
         self.pad_if_needed = bool(pad_if_needed)
+        self.padding_mode = padding_mode
+        self.pad_mode = PAD_MODES[padding_mode]
 
     def __repr__(self) -> str:
         text = Transform.__repr__(self)
-        return text if self._fill == (0, 0, 0) else f"{text[:-1]}, fill={list(self._fill)})"
+        if self._fill != (0, 0, 0):
+            text = f"{text[:-1]}, fill={list(self._fill)})"
+        return text if self.pad_mode == 0 else f"{text[:-1]}, padding_mode={self.padding_mode!r})"
+
+    def reflects(self, sizes: np.ndarray) -> np.ndarray:
+        """Whether the padding of each image of `sizes` (int64 [N, 2], what the crop reads:
+        the image, or its resize) is within one reflection of it, as torch's pad takes it
+        (reflect: less than the side; symmetric: up to it), bool [N]; every one for the
+        other modes."""
+        h, w = sizes[:, 0], sizes[:, 1]
+        if self.pad_mode < 2:
+            return np.ones(len(sizes), bool)
+        left, top, right, bottom = (np.full(len(sizes), v, np.int64) for v in self.padding)
+        th, tw = self.size
+        if self.pad_if_needed:  # (draw's: both sides by the difference)
+            grow_w, grow_h = np.maximum(tw - (w + left + right), 0), np.maximum(th - (h + top + bottom), 0)
+            left, right, top, bottom = left + grow_w, right + grow_w, top + grow_h, bottom + grow_h
+        edge = 1 if self.pad_mode == 2 else 0  # (reflect does not repeat the edge: one pixel less)
+        return (np.maximum(left, right) <= w - edge) & (np.maximum(top, bottom) <= h - edge)
 
     @property
     def crop_fill(self) -> tuple[int, int, int]:  # type: ignore[override]
@@ -472,6 +501,9 @@ class RandomCrop(Transform, converts="torchvision.RandomCrop"):
         if ph < th or pw < tw:
             raise ValueError(f"RandomCrop{self.size}: the image ({height}x{width}, {ph}x{pw} padded) is smaller "
                              "than the crop (pad_if_needed=True pads it)")
+        if self.pad_mode >= 2 and not self.reflects(np.array([[height, width]]))[0]:
+            raise ValueError(f"RandomCrop{self.size}: padding_mode={self.padding_mode!r} pads this {height}x{width} "
+                             f"image by more than it holds (torch's pad refuses it)")
         if ph == th and pw == tw:
             i = j = 0
         else:
@@ -489,6 +521,8 @@ class FixedSizeCrop(RandomCrop):
     RandomCrop is, for what may stand before it and for the boxes and masks that follow."""
 
     def __init__(self, size: int | Sequence[int], fill: Any = 0, padding_mode: str = "constant") -> None:
+        if padding_mode != "constant":
+            raise TransformError(f"FixedSizeCrop(padding_mode={padding_mode!r}) cannot be fused: only 'constant'")
         super().__init__(size, None, False, fill, padding_mode)
 
     def __repr__(self) -> str:

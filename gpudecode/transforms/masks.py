@@ -107,14 +107,25 @@ def _nearest(v: np.ndarray, n_in: np.ndarray, n_out: np.ndarray) -> np.ndarray:
     return np.where(n_out == n_in, v, np.where(n_out == 2 * n_in, v >> 1, near))
 
 
+def frame_indices(v: np.ndarray, size: np.ndarray, pad: np.ndarray) -> np.ndarray:
+    """kernels' frame_index over arrays: where each index of a frame of `size` reads it
+    under its padding mode `pad` (0: as it is)."""
+    low, high = v < 0, v >= size
+    out = np.where(pad == 2, np.where(low, -v, np.where(high, 2 * (size - 1) - v, v)), v)
+    out = np.where(pad == 3, np.where(low, -v - 1, np.where(high, 2 * size - 1 - v, v)), out)
+    return np.where(pad != 0, np.clip(out, 0, np.maximum(size - 1, 0)), v)
+
+
 def _axis(n: int, flip: np.ndarray, offset: np.ndarray, vsize: np.ndarray, start: np.ndarray,
-          size: np.ndarray, own: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+          size: np.ndarray, own: np.ndarray, pad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """One axis of mask_indices over the batch's `n`; `own`: each sample's own output size
     along it (0: the batch's), past which it is outside (a sample at the top-left of a
     padded batch; a flip mirrors it within its own size)."""
     o = np.arange(n, dtype=np.int64)
     m = np.where(own > 0, own, n)[:, None]
     v = np.where(flip[:, None] != 0, m - 1 - o, o) + offset[:, None]
+    if pad is not None and (pad != 0).any():  # (a padding that reads the frame: where the kernel reads it)
+        v = frame_indices(v, vsize[:, None], pad[:, None])
     inside = (v >= 0) & (v < vsize[:, None]) & (o < m)
     v = np.clip(v, 0, np.maximum(vsize - 1, 0)[:, None])
     return start[:, None] + _nearest(v, size[:, None], vsize[:, None]), inside
@@ -132,9 +143,9 @@ def mask_indices(geom: np.ndarray, out_size: tuple[int, int], placed: np.ndarray
     g = np.asarray(geom, np.int64).reshape(-1, fused.GEOM)
     oh, ow = out_size
     rows, rin = _axis(oh, g[:, fused.VFLIP], g[:, fused.OY], g[:, fused.VH], g[:, fused.TOP], g[:, fused.BH],
-                      g[:, fused.OH])
+                      g[:, fused.OH], g[:, fused.PAD])
     cols, cin = _axis(ow, g[:, fused.FLIP], g[:, fused.OX], g[:, fused.VW], g[:, fused.LEFT], g[:, fused.BW],
-                      g[:, fused.OW])
+                      g[:, fused.OW], g[:, fused.PAD])
     if placed is not None:  # (canvas rows and columns to the image's own)
         rows, rin = _on_image(rows, rin, placed[:, 0], placed[:, 2])
         cols, cin = _on_image(cols, cin, placed[:, 1], placed[:, 3])

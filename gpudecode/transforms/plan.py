@@ -45,6 +45,8 @@ class _Plan:
     # each image at its own size (Compose(ragged=True)): the output is each image's, at the top-left of the batch's
     # padded one (RaggedBatch); out_size None where the geometry leaves sizes to the images and their draws
     ragged: bool = field(default=False, repr=False)
+    # what the crop's padding reads (kernels' PAD column: 0 the fill, 1 the edge, 2 reflect, 3 symmetric)
+    pad_mode: int = field(default=0, repr=False)
 
     @property
     def rrc(self) -> bool:
@@ -139,6 +141,10 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False) -> _Plan:
     folded = canvas.fold_into(geometry[0]) if len(geometry) == 1 and hasattr(canvas, "fold_into") else None
     if folded is not None:  # (a Pad before a RandomCrop: the crop's own padding, no canvas)
         canvas, geometry = None, [folded]
+    elif getattr(canvas, "padding_mode", "constant") != "constant":
+        raise TransformError(f"{canvas!r} cannot be fused here: a Pad that reads the image's own pixels "
+                             f"(padding_mode={canvas.padding_mode!r}) fuses only before a RandomCrop that pads no "
+                             f"more (it becomes that crop's padding) [{names}]")
     out_size = _fixed_size(geometry)
     if ragged and rest.post is not None:
         raise TransformError(f"{type(rest.post).__name__} with ragged=True cannot be fused: it warps the padded batch, "
@@ -148,7 +154,8 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False) -> _Plan:
                  rest.dtype or torch.uint8, tuple(given), rest.erase, rest.vflip, tuple(rest.program),
                  next((FILTERS[g.filter_modes[0]] for g in geometry if len(g.filter_modes) == 1), 0),
                  next((g.crop_fill for g in geometry if g.crop_fill is not None), (0, 0, 0)),
-                 canvas, rest.post, rest.post_levels, box_format, box_sizes, bool(ragged))
+                 canvas, rest.post, rest.post_levels, box_format, box_sizes, bool(ragged),
+                 max([0, *(int(getattr(g, "pad_mode", 0)) for g in geometry)]))
     if plan.out_size is not None:
         for t in plan.program:
             for u in t.inner():

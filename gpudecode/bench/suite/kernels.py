@@ -270,9 +270,10 @@ def _stage_times(tf, packed, n: int, repeat: int, *, distinct: bool) -> dict:
             bw, n3 = int(g[fused.BW]), int(g[fused.BW]) * 3
             t = [time.perf_counter()]
             yf, yc, yw, yv = st["_axis_weights"](oh, g[fused.VH], g[fused.OY], g[fused.BH], g[fused.VFLIP] != 0, True,
-                                                 g[fused.FILTER], index[:3 * oh], weights[:oh * taps])
+                                                 g[fused.FILTER], index[:3 * oh], weights[:oh * taps], g[fused.PAD])
             xf, xc, xw, xv = st["_axis_weights"](ow, g[fused.VW], g[fused.OX], bw, g[fused.FLIP] != 0, True,
-                                                 g[fused.FILTER], index[3 * oh:], weights[oh * taps:(oh + ow) * taps])
+                                                 g[fused.FILTER], index[3 * oh:], weights[oh * taps:(oh + ow) * taps],
+                                                 g[fused.PAD])
             t.append(time.perf_counter())
             st["_vertical_pass"](packed, g, yf, yc, yw, yv, oh, work, weights[(oh + ow) * taps:])
             t.append(time.perf_counter())
