@@ -298,12 +298,13 @@ def test_refusals(steps, match):
 
 
 def test_random_crop_refuses_what_the_kernel_cannot_pad():
-    with pytest.raises(TransformError, match="padding_mode='reflect'"):
-        T.RandomCrop(8, padding=2, padding_mode="reflect")
+    """A padding mode torch's pad has not, and a fill between levels, are refused by name
+    (the edge, reflect and symmetric modes are taken: tests/test_pad.py)."""
+    with pytest.raises(TransformError, match="padding_mode='wrap'"):
+        T.RandomCrop(8, padding=2, padding_mode="wrap")
     with pytest.raises(TransformError, match="fill=127.5"):  # (fills are whole levels; 127 pads, see below)
         T.RandomCrop(8, padding=2, fill=127.5)
-    with pytest.raises(TransformError, match="padding_mode='edge'"):
-        T.Compose.from_torchvision(tv.Compose([tv.RandomCrop(8, padding=2, padding_mode="edge")]))
+    assert repr(T.RandomCrop(8, padding=2)) == "RandomCrop(size=(8, 8), padding=(2, 2, 2, 2), pad_if_needed=False)"
 
 
 def test_from_torchvision():
@@ -735,7 +736,8 @@ _REPR_CASES = [
     "T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])", "T.RandAugment(2, 9)",
     "T.RandomAdjustSharpness(2.0, 0.3)", "T.RandomAffine(10, (0.1, 0.2), (0.9, 1.1), 5, 'bilinear')",
     "T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8)", "T.RandomAutocontrast(0.3)",
-    "T.RandomChannelPermutation()", "T.RandomCrop(32, padding=4)", "T.RandomEqualize(0.2)",
+    "T.RandomChannelPermutation()", "T.RandomCrop(32, padding=4)", "T.RandomCrop(32, padding=4, padding_mode='reflect', fill=3)",
+    "T.Pad((1, 2), fill=5, padding_mode='edge')", "T.RandomEqualize(0.2)",
     "T.RandomErasing(p=0.25, value='random')", "T.RandomErasing(value=0.5)", "T.RandomGrayscale(0.2)",
     "T.RandomHorizontalFlip()", "T.RandomInvert(0.1)", "T.RandomOrder([T.RandomInvert(0.1), T.RandomEqualize(0.2)])",
     "T.RandomPerspective(0.3, 0.4)", "T.RandomPhotometricDistort(p=0.7)", "T.RandomPosterize(4, 0.3)",

@@ -457,8 +457,17 @@ class RandomCrop(Transform, converts="torchvision.RandomCrop"):
                                  "rest) and v2 once; give the padding or pad_if_needed")
         self._fill = pad_fill(fill, "RandomCrop")
         self.pad_if_needed = bool(pad_if_needed)
-        self.padding_mode = padding_mode
-        self.pad_mode = PAD_MODES[padding_mode]
+        self._padding_mode = padding_mode  # (private: a constant crop's repr, and fingerprint, as before)
+
+    @property
+    def padding_mode(self) -> str:
+        """torch's pad mode of the padding: constant (the fill), edge, reflect, symmetric."""
+        return self._padding_mode
+
+    @property
+    def pad_mode(self) -> int:
+        """The padding mode as the kernels' PAD column says it (0 constant ... 3 symmetric)."""
+        return PAD_MODES[self._padding_mode]
 
     def __repr__(self) -> str:
         text = Transform.__repr__(self)
