@@ -133,8 +133,9 @@ def test_newer_ops_on_cuda_tensors_equal_the_cpu_twin(photos):
     made with torch's ops on the device; RandomPerspective, RandomPhotometricDistort,
     RandomChannelPermutation, GaussianNoise; the drawn resizes; RandomRotation(expand=True)
     and ElasticTransform, whose canvases are torch's grid_sample on the device, and
-    ElasticTransform after the crop, on the kernel's output) on CUDA tensors against
-    the CPU twin, equal to 2e-4 for 99% of values (FMA contraction on CUDA)."""
+    ElasticTransform after the crop, on the kernel's output; a crop's padding in the edge,
+    reflect and symmetric modes) on CUDA tensors against the CPU twin, equal to 2e-4 for
+    99% of values (FMA contraction on CUDA)."""
     from gpudecode import transforms as T
 
     imgs = [torch.from_numpy(p).permute(2, 0, 1).contiguous() for p in photos.values()] * 3
@@ -150,7 +151,9 @@ def test_newer_ops_on_cuda_tensors_equal_the_cpu_twin(photos):
                T.Compose([T.ElasticTransform(50.0, 5.0, fill=(1, 2, 3)), T.RandomResizedCrop(64),
                           T.ToDtype(torch.float32, scale=True)]),
                T.Compose([T.RandomResizedCrop(64), T.RandomHorizontalFlip(), T.ElasticTransform(40.0, 4.0),
-                          T.Normalize(MEAN, STD)])):
+                          T.Normalize(MEAN, STD)]),
+               *(T.Compose([T.Resize((70, 90)), T.RandomCrop((80, 96), padding=(12, 7, 5, 9), padding_mode=mode),
+                            T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)]) for mode in ("edge", "reflect", "symmetric"))):
         params = tf.make_params(sizes, 8)
         cpu = tf(imgs, params)
         gpu = tf([i.cuda() for i in imgs], params).cpu()
