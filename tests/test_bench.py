@@ -543,15 +543,18 @@ def test_kernel_stages_from_memory_and_cached(tmp_path, monkeypatch, capsys):
     assert doc["whole_us"] > 0 and all(v > 0 for v in doc["bandwidth_gbs"].values())
 
 
-def test_the_resident_benchs_host_part(tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", ["constant", "reflect"])
+def test_the_resident_benchs_host_part(tmp_path, monkeypatch, mode):
     """bench/resident.py part 3 (issue 55): a resident epoch's host work per sample with
-    the kernel's launch a no-op, by part, every figure there; the launch is put back."""
+    the kernel's launch a no-op, by part, every figure there; the launch is put back; with
+    the crop's padding reflected too (--padding-mode reflect: airbench's)."""
     from gpudecode.bench.suite import resident
     from gpudecode.transforms import compose
 
     monkeypatch.setattr(resident, "OUT", tmp_path)
     launch = compose.launch
-    got = resident.host_part(300, 1, 1, batch=64)
+    assert resident.cifar_set(300, tmp_path, mode)[2].plan.geometry[0].padding_mode == mode
+    got = resident.host_part(300, 1, 1, batch=64, padding_mode=mode)
     assert compose.launch is launch
     assert got["images"] == 300 and got["loader_img_s"] > 0
     assert set(got["ns_per_sample"]) == {"order", "prepare", "finish"} and all(v > 0 for v in got["ns_per_sample"].values())

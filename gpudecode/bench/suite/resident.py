@@ -141,27 +141,29 @@ def torchvision_cifar(root: str):
     return LocalCIFAR10
 
 
-def cifar_set(n: int, root: Path) -> tuple[Path, list[str], Any]:
+def cifar_set(n: int, root: Path, padding_mode: str = "constant") -> tuple[Path, list[str], Any]:
     """The CIFAR-sized set of `n` images under root/cifar_n (made once: make_cifar), its
-    shards, and the CIFAR training transform (RandomCrop(32, padding=4) + flip + Normalize)."""
+    shards, and the CIFAR training transform (RandomCrop(32, padding=4) + flip + Normalize;
+    its padding in `padding_mode`: "reflect" is airbench's)."""
     from gpudecode import transforms as T
 
     folder = root / f"cifar_{n}"
     if not (folder / "cifar-10-batches-py" / "batches.meta").exists():
         make_cifar(n, folder)
-    tf = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.Normalize(CIFAR_MEAN, CIFAR_STD)])
+    tf = T.Compose([T.RandomCrop(32, padding=4, padding_mode=padding_mode), T.RandomHorizontalFlip(),
+                    T.Normalize(CIFAR_MEAN, CIFAR_STD)])
     return folder, sorted(str(p) for p in folder.glob("cifar-*.tar")), tf
 
 
-def cifar_part(n: int, threads: int, workers: int, repeat: int) -> dict:
+def cifar_part(n: int, threads: int, workers: int, repeat: int, padding_mode: str = "constant") -> dict:
     import torch
     import torchvision.transforms as tvt
 
     from gpudecode import Loader
 
-    folder, shards, tf = cifar_set(n, OUT)
+    folder, shards, tf = cifar_set(n, OUT, padding_mode)
     ds = torchvision_cifar(str(folder))(str(folder), train=True, download=False, transform=tvt.Compose([
-        tvt.RandomCrop(32, padding=4), tvt.RandomHorizontalFlip(), tvt.ToTensor(), tvt.Normalize(CIFAR_MEAN, CIFAR_STD)]))
+        tvt.RandomCrop(32, padding=4, padding_mode=padding_mode), tvt.RandomHorizontalFlip(), tvt.ToTensor(), tvt.Normalize(CIFAR_MEAN, CIFAR_STD)]))
     tv = dataloader_rate(torch.utils.data.DataLoader(ds, batch_size=256, shuffle=True, num_workers=workers), repeat)
     with Loader(shards, batch_size=256, transform=tf, device="cpu", num_threads=threads, seed=0, keep="ram") as ld:
         ours, first = epochs_rate(ld, repeat)
@@ -174,10 +176,11 @@ def cifar_part(n: int, threads: int, workers: int, repeat: int) -> dict:
             given[keep] = epochs_rate(ld, repeat)[0]
     return {"images": len(ds), "threads": threads, "workers": workers, "torchvision_img_s": tv, "ram_img_s": ours,
             "stream_img_s": streamed, "ratio": ours / tv, "first_epoch_s": first, "kept": kept, "target": 10.0,
-            "met": ours / tv >= 10, "given_img_s": given[None], "given_ram_img_s": given["ram"]}
+            "met": ours / tv >= 10, "given_img_s": given[None], "given_ram_img_s": given["ram"],
+            "padding_mode": padding_mode}
 
 
-def host_part(n: int, threads: int, repeat: int, batch: int = 1024) -> dict:
+def host_part(n: int, threads: int, repeat: int, batch: int = 1024, padding_mode: str = "constant") -> dict:
     """Part 3: the host's own work in a resident epoch, what bounds a GPU's rate once its
     kernel is fast (issue 55's 1,000,000 img/s needs it under 1 us a sample): the CIFAR
     part's Loader (keep="ram", batch `batch`) with the fused kernel's launch made a no-op,
@@ -189,7 +192,7 @@ def host_part(n: int, threads: int, repeat: int, batch: int = 1024) -> dict:
     from gpudecode.resident import Resident, epoch_chunks
     from gpudecode.transforms import compose
 
-    _, shards, tf = cifar_set(n, OUT)
+    _, shards, tf = cifar_set(n, OUT, padding_mode)
     real = compose.launch
     compose.launch = lambda *a, **k: None  # type: ignore[assignment]
     try:
@@ -231,6 +234,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--workers", type=COUNT, default=2, help="the DataLoader's worker processes (part 2)")
     ap.add_argument("--repeat", type=COUNT, default=3, help="epochs measured after the first")
     ap.add_argument("--rounds", type=COUNT, default=2, help="part 1: stream/ram pairs, alternated")
+    ap.add_argument("--padding-mode", default="constant", choices=("constant", "edge", "reflect", "symmetric"),
+                    help="the CIFAR crop's padding (parts 2, 3; reflect: airbench's)")
     a = ap.parse_args(argv)
     for name, v in (("--images", a.images), ("--cifar", a.cifar), ("--threads", a.threads), ("--repeat", a.repeat),
                     ("--rounds", a.rounds)):
@@ -239,13 +244,14 @@ def main(argv: list[str] | None = None) -> dict:
     if a.workers < 0:
         ap.error("--workers must be at least 0")
     out = {"machine": machine(), "tensors": tensor_part(a.images, a.threads, a.repeat, a.rounds),
-           "cifar": cifar_part(a.cifar, a.threads, a.workers, a.repeat),
-           "host": host_part(a.cifar, a.threads, a.repeat)}
+           "cifar": cifar_part(a.cifar, a.threads, a.workers, a.repeat, a.padding_mode),
+           "host": host_part(a.cifar, a.threads, a.repeat, padding_mode=a.padding_mode)}
     t, c, h = out["tensors"], out["cifar"], out["host"]
     print(f"tensor shards at 224, flip + Normalize, {a.threads} threads: keep='ram' {t['ram_img_s']:.0f} img/s, "
           f"streamed from the page cache {t['stream_img_s']:.0f} ({t['ratio']:.2f}x; target 1.5x: "
           f"{'met' if t['met'] else 'NOT met'}); the store filled in {t['fill_s']:.1f} s")
-    print(f"CIFAR-sized ({c['images']} of 32x32), RandomCrop(32, padding=4) + flip + Normalize: keep='ram' "
+    mode = "" if a.padding_mode == "constant" else f", padding_mode={a.padding_mode!r}"
+    print(f"CIFAR-sized ({c['images']} of 32x32), RandomCrop(32, padding=4{mode}) + flip + Normalize: keep='ram' "
           f"{c['ram_img_s']:.0f} img/s ({a.threads} threads), streamed {c['stream_img_s']:.0f}, torchvision CIFAR10 + "
           f"DataLoader({a.workers} workers) {c['torchvision_img_s']:.0f} ({c['ratio']:.1f}x; target 10x: "
           f"{'met' if c['met'] else 'NOT met'})")
