@@ -331,3 +331,21 @@ def test_the_loader_reads_a_reflected_padding_streamed_and_resident(tmp_path, ph
             for k, p in enumerate(params):
                 want = _crop_theirs(decoded[k], p, "reflect")
                 assert float((images[k] - want).abs().max()) < 1e-6, (keep, epoch, k)
+
+
+def test_frame_index_is_numpys_pad_for_every_mode_and_size():
+    """The kernels' frame_index (and the masks' frame_indices, its numpy form) against
+    numpy's own np.pad of an index ramp, in each mode, for frames of 1 to 24 pixels and
+    every padding one reflection reaches (reflect: less than the frame; symmetric and edge:
+    up to it)."""
+    from gpudecode.kernels._filters import frame_index
+    from gpudecode.transforms.masks import frame_indices
+
+    for mode, name in ((1, "edge"), (2, "reflect"), (3, "symmetric")):
+        for n in range(1, 25):
+            for pad in range(0, n if mode == 2 else n + 1):
+                v = np.arange(-pad, n + pad)
+                want = np.pad(np.arange(n), pad, mode=name)
+                assert [frame_index(int(i), n, mode) for i in v] == want.tolist(), (name, n, pad)
+                assert frame_indices(v, np.int64(n), np.int64(mode)).tolist() == want.tolist(), (name, n, pad)
+    assert [frame_index(i, 5, 0) for i in (-3, 2, 7)] == [-3, 2, 7]  # (constant: as it is; the caller fills)
