@@ -256,7 +256,7 @@ def _is_identity(g, order, oh, ow):
     flip and padding at most: CenterCrop or RandomCrop of a stored image of the training
     size, or no geometry at all), from packed HWC pixels or planar ones (CHW, grey)."""
     return (g[BH] == g[VH] and g[BW] == g[VW] and order[0] < 0 and ((g[SX] == 3 and g[SC] == 1) or g[SX] == 1)
-            and g[VH] >= 1 and g[VW] >= 1 and g[VFLIP] == 0 and g[PAD] == 0)
+            and g[VH] >= 1 and g[VW] >= 1 and g[VFLIP] == 0)
 
 
 def _scale_row(t, src, p, n, inv255):
@@ -282,6 +282,20 @@ def _pad_row(o, inside, x0, x1, ow, pad):
         _fill(o, 0, x0, pad)
     if x1 < ow:
         _fill(o, x1, ow, pad)
+
+
+def _frame_cols(o, src, p, sx, x0, x1, ow, ox, vw, flip, pad, inv255, sub, mul):
+    """The padded columns of an output channel row of the 1:1 path (left of x0, from x1
+    on) where a padding mode reads the frame (frame_index): column v of the frame row at
+    src[p + v * sx], as _plane_row computes a pixel."""
+    a = min(max(x0, 0), ow) if x1 > x0 else ow  # (the columns left of the window: 0 .. a; right: b .. ow)
+    b = max(min(x1, ow), a) if x1 > x0 else ow
+    for x in range(a):
+        v = frame_index((ow - 1 - x if flip else x) + ox, vw, pad)
+        o[x] = (inv255 * float32(src[p + v * sx]) - sub) * mul
+    for x in range(b, ow):
+        v = frame_index((ow - 1 - x if flip else x) + ox, vw, pad)
+        o[x] = (inv255 * float32(src[p + v * sx]) - sub) * mul
 
 
 def _channel_row(o, t, c, x0, x1, v0, sub, mul):
@@ -358,15 +372,19 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts, r
             subs[c] = mean[c]
             muls[c] = float32(1.0) / std[c]
         pads[c] = (float32(g[FILLR + c]) * float32(1.0 / 255.0) - subs[c]) * muls[c]  # a padded pixel, normalized
+    pad = g[PAD]  # (a padding that reads the frame: each row in it, its padded columns by _frame_cols)
     if g[SX] == 1:  # planar (CHW, or grey with SC 0): each channel row read straight from its plane
         base = g[OFFSET] + g[TOP] * g[SY] + g[LEFT]
         for y in range(oh):
-            vy = y + oy
+            vy = frame_index(y + oy, vh, pad)
             inside = vy >= 0 and vy < vh and x1 > x0
             for c in range(3):
                 start = doff + c * ps + y * rs
                 o = dst[start:start + ow]
                 _pad_row(o, inside, x0, x1, ow, pads[c])
+                if pad != 0:
+                    _frame_cols(o, src, base + c * g[SC] + vy * g[SY], 1, x0, x1, ow, ox, vw, flip, pad, inv255,
+                                subs[c], muls[c])
                 if not inside:
                     continue
                 p = base + c * g[SC] + vy * g[SY]
@@ -379,13 +397,16 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts, r
     n = x1 - x0
     lo = v0 - n + 1 if flip else v0  # the first source column the window reads
     for y in range(oh):
-        vy = y + oy
+        vy = frame_index(y + oy, vh, pad)
         inside = vy >= 0 and vy < vh and x1 > x0
         if inside and n < 8:  # (a row of 8 or more reads its bytes straight from src)
             _scale_row(t, src, base + vy * g[SY], 3 * vw, inv255)
         for c in range(3):
             start = doff + c * ps + y * rs
             _pad_row(dst[start:start + ow], inside, x0, x1, ow, pads[c])
+            if pad != 0:
+                _frame_cols(dst[start:start + ow], src, base + vy * g[SY] + c * g[SC], 3, x0, x1, ow, ox, vw, flip,
+                            pad, inv255, subs[c], muls[c])
         if not inside:
             continue
         if n < 8:  # one channel at a time

@@ -398,6 +398,33 @@ def _identity_batch(seed, n, oh, ow):
     return np.concatenate(flats), np.stack(geoms), factors, order, refs
 
 
+@pytest.mark.parametrize("pad", [1, 2, 3])
+def test_identity_fast_path_reads_a_padding_mode_as_the_general_path(pad):
+    """Samples read 1:1 whose padding reads the frame (PAD: edge, reflect, symmetric) take
+    the fast path too: bit for bit what the general path gives, packed HWC and planar CHW,
+    flipped or not, windows reaching past every side (and wholly past one)."""
+    src, geom, factors, order, refs = _identity_batch(5, 40, 12, 17)
+    geom[:, fused.PAD] = pad
+    fast = np.full((40, 3, 12, 17), np.nan, np.float32)
+    slow = np.full((40, 3, 12, 17), np.nan, np.float32)
+    fused.fused_cpu(src, geom, factors, order, MEAN, STD, fast, normalize=True, num_threads=2)
+    fused.fused_cpu(src, geom, factors, order, MEAN, STD, slow, normalize=True, num_threads=2, fast_identity=False)
+    np.testing.assert_array_equal(fast, slow)
+    assert not np.isnan(fast).any()
+    planar = []  # (the same images as CHW planes)
+    g2 = geom.copy()
+    off = 0
+    for k, (img, *_rest) in enumerate(refs):
+        h, w = img.shape[:2]
+        planar.append(np.ascontiguousarray(img.transpose(2, 0, 1)).reshape(-1))
+        g2[k, fused.OFFSET], g2[k, fused.SY], g2[k, fused.SX], g2[k, fused.SC] = off, w, 1, h * w
+        off += img.size
+    psrc = np.concatenate(planar)
+    pfast = np.full_like(fast, np.nan)
+    fused.fused_cpu(psrc, g2, factors, order, MEAN, STD, pfast, normalize=True, num_threads=2)
+    np.testing.assert_array_equal(pfast, slow)
+
+
 @pytest.mark.parametrize("normalize,ow", [(True, 17), (False, 17), (True, 9), (True, 32)])
 def test_identity_fast_path_equals_general_path_and_oracle(normalize, ow):
     """Samples read 1:1 take the CPU twin's fast path (a row scaled, split into channels
