@@ -284,18 +284,26 @@ def _pad_row(o, inside, x0, x1, ow, pad):
         _fill(o, x1, ow, pad)
 
 
-def _frame_cols(o, src, p, sx, x0, x1, ow, ox, vw, flip, pad, inv255, sub, mul):
-    """The padded columns of an output channel row of the 1:1 path (left of x0, from x1
-    on) where a padding mode reads the frame (frame_index): column v of the frame row at
-    src[p + v * sx], as _plane_row computes a pixel."""
+def _frame_cols(dst, r0, ps, src, p, sx, sc, x0, x1, ow, ox, vw, flip, pad, inv255, subs, muls):
+    """The padded columns of an output row of the 1:1 path (left of x0, from x1 on; the
+    three channel rows at dst[r0 + c * ps:]) where a padding mode reads the frame
+    (frame_index): column v of the frame row at src[p + v * sx] (channel c sc further),
+    as _plane_row computes a pixel; each column's index found once for its three channels."""
     a = min(max(x0, 0), ow) if x1 > x0 else ow  # (the columns left of the window: 0 .. a; right: b .. ow)
     b = max(min(x1, ow), a) if x1 > x0 else ow
     for x in range(a):
-        v = frame_index((ow - 1 - x if flip else x) + ox, vw, pad)
-        o[x] = (inv255 * float32(src[p + v * sx]) - sub) * mul
+        _frame_px(dst, r0, ps, x, src, p + frame_index((ow - 1 - x if flip else x) + ox, vw, pad) * sx, sc,
+                  inv255, subs, muls)
     for x in range(b, ow):
-        v = frame_index((ow - 1 - x if flip else x) + ox, vw, pad)
-        o[x] = (inv255 * float32(src[p + v * sx]) - sub) * mul
+        _frame_px(dst, r0, ps, x, src, p + frame_index((ow - 1 - x if flip else x) + ox, vw, pad) * sx, sc,
+                  inv255, subs, muls)
+
+
+def _frame_px(dst, r0, ps, x, src, q, sc, inv255, subs, muls):
+    """Output column x's three channels (planes ps apart from dst[r0 + x]) from the pixel at
+    src[q] (channel c at q + c * sc)."""
+    for c in range(3):
+        dst[r0 + c * ps + x] = (inv255 * float32(src[q + c * sc]) - subs[c]) * muls[c]
 
 
 def _channel_row(o, t, c, x0, x1, v0, sub, mul):
@@ -382,9 +390,6 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts, r
                 start = doff + c * ps + y * rs
                 o = dst[start:start + ow]
                 _pad_row(o, inside, x0, x1, ow, pads[c])
-                if pad != 0:
-                    _frame_cols(o, src, base + c * g[SC] + vy * g[SY], 1, x0, x1, ow, ox, vw, flip, pad, inv255,
-                                subs[c], muls[c])
                 if not inside:
                     continue
                 p = base + c * g[SC] + vy * g[SY]
@@ -392,6 +397,9 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts, r
                     _plane_row_flipped(o, src, p, x0, x1, v0, inv255, subs[c], muls[c])
                 else:
                     _plane_row(o, src, p, x0, x1, v0, inv255, subs[c], muls[c])
+            if pad != 0:  # (the three channels' padded columns at once, over _pad_row's fill)
+                _frame_cols(dst, doff + y * rs, ps, src, base + vy * g[SY], 1, g[SC], x0, x1, ow, ox, vw, flip, pad,
+                            inv255, subs, muls)
         return
     base = g[OFFSET] + g[TOP] * g[SY] + g[LEFT] * 3
     n = x1 - x0
@@ -404,9 +412,9 @@ def _cpu_identity(src, g, mean, std, normalize, oh, ow, dst, doff, work, flts, r
         for c in range(3):
             start = doff + c * ps + y * rs
             _pad_row(dst[start:start + ow], inside, x0, x1, ow, pads[c])
-            if pad != 0:
-                _frame_cols(dst[start:start + ow], src, base + vy * g[SY] + c * g[SC], 3, x0, x1, ow, ox, vw, flip,
-                            pad, inv255, subs[c], muls[c])
+        if pad != 0:  # (the three channels' padded columns at once)
+            _frame_cols(dst, doff + y * rs, ps, src, base + vy * g[SY], 3, g[SC], x0, x1, ow, ox, vw, flip, pad,
+                        inv255, subs, muls)
         if not inside:
             continue
         if n < 8:  # one channel at a time
