@@ -253,7 +253,9 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
 def _check_reflection(plan: "_Plan", geom: np.ndarray) -> None:
     """Raises the draw's ValueError for the first sample whose crop pads past one
     reflection of its frame (the kernel's VH, VW: the image or its resize), as torch's pad
-    refuses it; the pipeline then draws the batch's samples alone, each error its own."""
+    refuses it; the pipeline then draws the batch's samples alone, each error its own. For
+    dicts (a caller's may not come from the draws); native columns are checked when drawn
+    (draw_batch), so their encode does not check again."""
     if plan.pad_mode < 2 or not len(geom):
         return
     crop: Any = plan.geometry[-1]
@@ -431,7 +433,6 @@ class Draws(Sequence[dict]):
             geom[:, fused.VH:fused.VW + 1] = ints[:, _RH:_RW + 1] if 2 in kinds else sizes
             if 3 in kinds or 4 in kinds:  # CenterCrop, RandomCrop: the crop's offset
                 geom[:, fused.OY], geom[:, fused.OX] = ints[:, _TOP], ints[:, _LEFT]
-            _check_reflection(plan, geom)
         geom[:, fused.FLIP] = ints[:, _FLIP]
         geom[:, fused.VFLIP] = ints[:, _VFLIP]
         geom[:, fused.FILTER] = plan.resample
