@@ -75,6 +75,19 @@ void center_crop(const GeomStep& g, int64_t height, int64_t width, int64_t* row)
   row[kCropH] = ch, row[kCropW] = cw;
 }
 
+// FiveCrop's crops (geometry.CornerCrop): false where the crop does not fit
+bool corner_crop(const GeomStep& g, int64_t height, int64_t width, int64_t* row) {
+  const int64_t ch = int64_t(g.a[0]), cw = int64_t(g.a[1]);
+  const int corner = int(g.a[2]), mirror = int(g.a[3]);
+  if (ch > height || cw > width) return false;
+  int64_t top = corner < 2 ? 0 : corner < 4 ? height - ch : round_int(double(height - ch) / 2.0);
+  int64_t left = corner == 4 ? round_int(double(width - cw) / 2.0) : corner % 2 ? width - cw : 0;
+  if (mirror == 1) left = width - cw - left;
+  if (mirror == 2) top = height - ch - top;
+  row[kTop] = top, row[kLeft] = left, row[kCropH] = ch, row[kCropW] = cw;
+  return true;
+}
+
 bool random_crop(const GeomStep& g, SplitMix& rng, int64_t height, int64_t width, int64_t* row) {
   const int64_t th = int64_t(g.a[0]), tw = int64_t(g.a[1]);
   int64_t left = int64_t(g.a[2]), top = int64_t(g.a[3]);
@@ -117,6 +130,9 @@ std::string draw_batch(const DrawPlan& plan, const int64_t* sizes, const int64_t
         case kRandomResizedCrop: random_resized_crop(g, rng, height, width, row); break;
         case kResize: resize(g, height, width, row); break;
         case kCenterCrop: center_crop(g, height, width, row); break;
+        case kCornerCrop:
+          if (!corner_crop(g, height, width, row)) return "the crop is larger than the image";
+          break;
         case kRandomCrop:
           if (!random_crop(g, rng, height, width, row)) return "the image is smaller than RandomCrop's crop";
           break;

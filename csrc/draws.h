@@ -34,13 +34,14 @@ struct SplitMix {
 };
 
 // A geometry step (the plan's leading ones, in order).
-enum GeomKind : int { kRandomResizedCrop = 1, kResize = 2, kCenterCrop = 3, kRandomCrop = 4 };
+enum GeomKind : int { kRandomResizedCrop = 1, kResize = 2, kCenterCrop = 3, kRandomCrop = 4, kCornerCrop = 5 };
 struct GeomStep {
   int kind = 0;
   // kRandomResizedCrop: scale lo, hi, log ratio lo, hi, ratio min, max
   // kResize: size h (or the shorter side's), w (-1: an int size), max_size (-1: none)
   // kCenterCrop: h, w
   // kRandomCrop: h, w, padding left, top, right, bottom, pad_if_needed
+  // kCornerCrop: h, w, corner (top-left, top-right, bottom-left, bottom-right, center), mirror (0, 1 h, 2 v)
   double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 };
 

@@ -26,7 +26,7 @@ from .io.epoch import Source
 from .io.reader import ShardReader, split_exts
 from .mixing import BatchTransform, CutMix, MixUp, RandomChoice, as_batch_transform
 from .pipeline import PipelineConfig
-from .transforms import Compose
+from .transforms import Compose, Views
 from .transforms.base import fingerprint_text
 from .transforms.convert import carries_compose
 from .transforms.masks import refusal as mask_refusal
@@ -45,12 +45,12 @@ def views(transform: Any) -> Compose | list[Compose]:
     if isinstance(transform, (list, tuple)):
         whole = [isinstance(t, Compose) or type(t).__name__ == "Compose" or carries_compose(t) for t in transform]
         if transform and not any(whole):  # a list of steps (a Compose's .transforms): one transform
-            return Compose.from_torchvision(list(transform))
+            return _one(list(transform))
         if not all(whole):
             raise TransformError(
                 "transform=[...] mixes whole transforms and single steps: give one Compose (a list of steps is "
                 "read as one), or one Compose per view for several views of each image")
-        views = [t if isinstance(t, Compose) else Compose.from_torchvision(t) for t in transform]
+        views = [v for t in transform for v in ([t] if isinstance(t, Compose) else Views.from_torchvision(t))]
         if not views:
             raise TransformError("transform=[]: give one transform, or one per view")
         for v, tf in enumerate(views):
@@ -58,7 +58,14 @@ def views(transform: Any) -> Compose | list[Compose]:
                 raise TransformError(f"view {v} has no size of its own (no RandomResizedCrop, CenterCrop, RandomCrop "
                                      "or Resize to a fixed size): with several views each needs one")
         return views
-    return transform if isinstance(transform, Compose) else Compose.from_torchvision(transform)
+    return transform if isinstance(transform, Compose) else _one(transform)
+
+
+def _one(transform: Any) -> Compose | list[Compose]:
+    """One transform of torchvision's (or a list of steps) converted: a Compose, or, where it
+    holds a FiveCrop or TenCrop, one view a crop (transforms.crops)."""
+    views = Views.from_torchvision(transform)
+    return views[0] if len(views) == 1 else list(views)
 
 
 # DataLoader's arguments the Loader does not take, and what it does in their place

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import hashlib
 import time
 from typing import Any, Sequence
 
@@ -38,6 +37,7 @@ from .streams import Streams, event
 from .stats import BatchTiming
 from .transforms import Compose
 from .transforms.draws import Draws, draw_batch
+from .transforms.rng import view_seed
 
 __all__ = ["Pipeline", "PipelineConfig", "Batch", "Ready", "MID_QUEUE", "IN_FLIGHT"]
 
@@ -510,14 +510,6 @@ def _kept_fields(first: tuple[list[list[Any]], dict[int, Any]], keep: list[int]
     values, failed = first
     place = {k: i for i, k in enumerate(keep)}
     return [[col[k] for k in keep] for col in values], {place[k]: e for k, e in failed.items() if k in place}
-
-
-def view_seed(seed: int, view: int) -> int:
-    """The seed view `view` draws from: `seed` itself for view 0 (one view draws as a
-    plain transform does), an independent one for each other view."""
-    if view == 0:
-        return seed
-    return int.from_bytes(hashlib.sha256(f"gpudecode-view:{seed}:{view}".encode()).digest()[:8], "little") >> 1
 
 
 def _union(boxes: Sequence[np.ndarray]) -> np.ndarray:

@@ -441,6 +441,25 @@ def _run_loader_bench(monkeypatch, capsys, tmp_path, args: list[str]) -> str:
     return capsys.readouterr().out
 
 
+def test_the_recipes_bench_times_ten_crops_both_ways(tmp_path, monkeypatch, capsys):
+    """bench/recipes.py --crops: evaluation over TenCrop through the Loader (ten views) and
+    through the DataLoader with torchvision: both rates and their ratio, in the printout and
+    the JSON."""
+    import sys
+
+    from gpudecode.bench.suite import loader, recipes
+
+    monkeypatch.setattr(loader, "OUT", tmp_path)
+    monkeypatch.setattr("gpudecode.bench.suite.OUT", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["recipes", "--crops", "--images", "16", "--batch", "8", "--repeat", "1"])
+    recipes.main()
+    out = capsys.readouterr().out
+    assert "TenCrop(224)" in out and "ten crops: gpudecode / torchvision = " in out
+    doc = json.loads((tmp_path / "recipe_crops.json").read_text())
+    assert set(doc["img_per_s"]) == {"gpudecode Loader, TenCrop as 10 views", "torchvision DataLoader, TenCrop"}
+    assert all(v > 0 for v in doc["img_per_s"].values())
+
+
 def test_the_captions_bench_runs_each_pipeline(tmp_path, monkeypatch, capsys):
     """bench/loader.py --captions: image-text pairs through the Loader (with and without
     its captions) and through webdataset's pipeline as OpenCLIP builds it, every rate in

@@ -33,6 +33,10 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
     - containers: RandomApply, RandomChoice, RandomOrder over the per-sample ops
     - then: Normalize, ToTensor, ConvertImageDtype, ToDtype; then RandomErasing (last);
       timm's ToTensor, MaybeToTensor, RandomErasing
+    - several crops of each image (one such step): FiveCrop, TenCrop: each crop a view of
+      its own (a Resize before it; Normalize, ToDtype, Grayscale after it): the Loader's
+      `images` a list of the crops' batches, as DataLoader collates torchvision's tuple;
+      gpudecode.transforms.Views calls them
     - detection boxes (anywhere; SanitizeBoundingBoxes after what moves them):
       SanitizeBoundingBoxes, ConvertBoundingBoxFormat, ClampBoundingBoxes: what a
       gpudecode.Boxes field hands out (the format; the boxes dropped after the last step,
@@ -62,6 +66,7 @@ names it converts, its group and its kernel ops; lists and tables are derived):
     warps       rotations, affine and perspective warps
     policies    TrivialAugmentWide, RandAugment, AutoAugment, AugMix (timm_augment: timm's)
     containers  RandomApply, RandomChoice, RandomOrder
+    crops       FiveCrop, TenCrop (each crop a view) and Views, which calls several Composes at once
     output      Normalize, ToDtype, RandomErasing
     targets     SanitizeBoundingBoxes, ConvertBoundingBoxFormat, ClampBoundingBoxes: what a Boxes
                 field hands out (no pixel changes); boxes, masks, stored, warped: targets moved
@@ -89,10 +94,11 @@ from .targets import ClampBoundingBoxes, ConvertBoundingBoxFormat, SanitizeBound
 from . import timm_augment  # (its classes declare the timm transforms they convert)
 from .rng import sample_rng
 from .compose import Compose
+from .crops import FiveCrop, TenCrop, Views
 from .ragged import RaggedBatch
 
 
 # the ops under torchvision's names: each class that converts torchvision's namesake (its
 # `converts=`), as they are defined; then what is not one op of a Compose
 __all__ = [*(cls.__name__ for name, cls in CONVERTS.items() if name == f"torchvision.{cls.__name__}"),
-           "Compose", "Transform", "RandomChoice", "FixedSizeCrop", "MixUp", "CutMix", "sample_rng", "RaggedBatch"]
+           "Compose", "Transform", "RandomChoice", "FixedSizeCrop", "MixUp", "CutMix", "sample_rng", "RaggedBatch", "Views"]

@@ -33,6 +33,9 @@ GROUPS = {
     "containers": ("containers", "{tv} over the per-sample ops"),
     "then": ("then", "{tv}; then {last} (last); timm's {timm}, {timm_last}"),
     "last": None,  # (listed in "then"'s line)
+    "views": ("several crops of each image (one such step)", "{tv}: each crop a view of its own (a Resize before it; "
+              "Normalize, ToDtype, Grayscale after it): the Loader's `images` a list of the crops' batches, as "
+              "DataLoader collates torchvision's tuple; gpudecode.transforms.Views calls them"),
     "targets": ("detection boxes (anywhere; SanitizeBoundingBoxes after what moves them)", "{tv}: what a "
                 "gpudecode.Boxes field hands out (the format; the boxes dropped after the last step, with their "
                 "labels); the boxes are clamped at every step already"),

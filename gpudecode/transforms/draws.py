@@ -348,7 +348,7 @@ class Draws(Sequence[dict]):
         plan = self.plan
         kinds = [type(g) for g in plan.geometry]
         resize = Resize in kinds
-        crop = any(k in (RandomResizedCrop, CenterCrop, RandomCrop) for k in kinds)
+        crop = any(issubclass(k, (RandomResizedCrop, CenterCrop, RandomCrop)) for k in kinds)
         jitter = bool(plan.program)
         iv = ints.tolist()
         fv = [[None if v != v else v for v in r] for r in factors.tolist()] if jitter else None  # (NaN: off)
@@ -431,7 +431,7 @@ class Draws(Sequence[dict]):
             geom[:, fused.BH], geom[:, fused.BW] = sizes[:, 0], sizes[:, 1]
             kinds = [g[0] for g in plan.native_spec[0]]  # type: ignore[index]
             geom[:, fused.VH:fused.VW + 1] = ints[:, _RH:_RW + 1] if 2 in kinds else sizes
-            if 3 in kinds or 4 in kinds:  # CenterCrop, RandomCrop: the crop's offset
+            if 3 in kinds or 4 in kinds or 5 in kinds:  # CenterCrop, RandomCrop, CornerCrop: the crop's offset
                 geom[:, fused.OY], geom[:, fused.OX] = ints[:, _TOP], ints[:, _LEFT]
         geom[:, fused.FLIP] = ints[:, _FLIP]
         geom[:, fused.VFLIP] = ints[:, _VFLIP]

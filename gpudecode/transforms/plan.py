@@ -14,7 +14,7 @@ from .base import PROGRAM_GROUPS, Transform, _PixelOp, _refuse, _Step
 from .colour import _JITTER_NAMES, ColorJitter
 from .canvas import CanvasStep
 from .convert import qualified
-from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
+from .geometry import (FILTERS, CenterCrop, CornerCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
                        ResizeKeepRatio, _Flip, _RandomSize)
 from .iou_crop import RandomIoUCrop
 from .output import Normalize, RandomErasing, ToDtype
@@ -124,6 +124,11 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False) -> _Plan:
         if not isinstance(t, Transform):
             raise _refuse(f"{qualified(t)} cannot be fused (step {i + 1} of {len(given)}): a Compose takes "
                           "gpudecode.transforms steps (Compose.from_torchvision converts torchvision's)")
+    crops = next((t for t in given if t.group == "views"), None)
+    if crops is not None:
+        raise TransformError(f"{crops!r} makes several images of each, and a Compose makes one: give the steps to "
+                             f"the Loader as its transform (a list of the crops' batches), or\n"
+                             f"  gpudecode.transforms.Views.from_torchvision(steps) (a tuple of crops a call)")
     box_format, box_sizes = box_settings(given, names)
     steps = [t for t in given if t.group != "targets"]  # (they change no pixel: what a Boxes field hands out)
     canvas: Any = steps[0] if steps and getattr(steps[0], "canvas", False) else None
@@ -198,8 +203,8 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
         if t.group != "geometry":
             break
         geometry.append(t)
-    kinds = [Resize if isinstance(g, Resize) else RandomCrop if isinstance(g, RandomCrop) else type(g)
-             for g in geometry]
+    kinds = [Resize if isinstance(g, Resize) else RandomCrop if isinstance(g, RandomCrop) else
+             CenterCrop if isinstance(g, CenterCrop) else type(g) for g in geometry]
     if ragged and kinds in ([Resize], [RandomIoUCrop]):
         return geometry
     if kinds and kinds[0] is RandomIoUCrop and not (kinds == [RandomIoUCrop, Resize] and type(geometry[1]) is Resize
@@ -339,6 +344,8 @@ def native_spec(plan: _Plan) -> tuple | None:
             geometry.append((2, *size, -1 if g.max_size is None else g.max_size))
         elif kind is CenterCrop:
             geometry.append((3, *g.size))
+        elif kind is CornerCrop:
+            geometry.append((5, *g.size, *g.native))
         elif kind is RandomCrop:
             geometry.append((4, *g.size, *g.padding, int(g.pad_if_needed)))
         else:

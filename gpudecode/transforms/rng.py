@@ -2,6 +2,7 @@
 (seed, epoch, index)."""
 from __future__ import annotations
 
+import hashlib
 import random
 from typing import Any
 
@@ -67,3 +68,11 @@ def sample_rng(seed: int, epoch: int, index: int) -> random.Random:
 
 def _epoch_key(seed: int, epoch: int) -> int:
     return _mix64(_mix64((seed & _M64) ^ _GAMMA) ^ ((epoch & _M64) * _GAMMA & _M64))
+
+
+def view_seed(seed: int, view: int) -> int:
+    """The seed view `view` draws from: `seed` itself for view 0 (one view draws as a
+    plain transform does), an independent one for each other view."""
+    if view == 0:
+        return seed
+    return int.from_bytes(hashlib.sha256(f"gpudecode-view:{seed}:{view}".encode()).digest()[:8], "little") >> 1

@@ -15,6 +15,11 @@ images, gpudecode runs `Compose.from_torchvision` of it.
   global views, 0.5 local), RandomSolarize(128, 0.2) on the second, Normalize; each image
   decoded once for its 8 views (the DataLoader: a dataset transform returning the 8).
 
+- evaluation over ten crops (--crops): Resize(256), TenCrop(224), ToImage, ToDtype,
+  Normalize: gpudecode's Loader (a view a crop, each image decoded once; `images` a list
+  of 10 batches) against the DataLoader running the same Compose on PIL images (its
+  default collate making the same list), img/s of images (each ten crops).
+
 - each step's added cost per image over RRC(224) + flip + Normalize on the same Loader
   (--ops).
 - the auto-augment policies alone (--policies): RRC(224), flip, TrivialAugmentWide,
@@ -27,7 +32,7 @@ images, gpudecode runs `Compose.from_torchvision` of it.
   torch's default intra-op threads, ms an image; then the Loader's reference recipe with
   and without its batch step, alternated, and the difference an image.
 
-    python bench/recipes.py [--images 1024] [--threads 2] [--repeat 3] [--ops | --policies | --mixing]
+    python bench/recipes.py [--images 1024] [--threads 2] [--repeat 3] [--ops | --policies | --mixing | --crops]
                             [--skip-dali]
 """
 from __future__ import annotations
@@ -181,6 +186,24 @@ def torchvision_dino(folder, threads, batch):
     return _dataloader(folder, threads, batch, crops)
 
 
+def ten_crops():
+    import torch
+    import torchvision.transforms.v2 as T
+
+    return T.Compose([T.Resize(256), T.TenCrop(224), T.ToImage(), T.ToDtype(torch.float32, scale=True),
+                      T.Normalize(MEAN, STD)])
+
+
+def crops(shards, folder, a) -> dict[str, float]:
+    """Evaluation over ten crops, the Loader against the DataLoader (see the module doc)."""
+    from gpudecode import Loader
+
+    return {"gpudecode Loader, TenCrop as 10 views": timed(epochs(Loader(
+                shards, batch_size=a.batch, transform=ten_crops(), device="cpu", num_workers=a.threads,
+                shuffle=False)), a.repeat),
+            "torchvision DataLoader, TenCrop": timed(_dataloader(folder, a.threads, a.batch, ten_crops()), a.repeat)}
+
+
 def op_costs(shards, threads, batch, repeat) -> dict[str, float]:
     """img/s of the base recipe and of the base with each step added, in one run."""
 
@@ -302,8 +325,15 @@ def main() -> None:
                     help="only MixUp/CutMix/timm's Mixup alone and the reference recipe with and without them")
     ap.add_argument("--policies", action="store_true",
                     help="only the auto-augment policies, gpudecode, torchvision and DALI side by side")
+    ap.add_argument("--crops", action="store_true", help="only evaluation over ten crops, gpudecode and torchvision")
     a = ap.parse_args()
     shards, folder = build(a.images)
+    if a.crops:
+        rows = crops(shards, folder, a)
+        _table(a, "recipe_crops", "Resize(256) + TenCrop(224) + Normalize", rows)
+        values = list(rows.values())
+        print(f"ten crops: gpudecode / torchvision = {values[0] / values[1]:.2f}x")
+        return
     if a.mixing:
         rows = mixing(shards, a)
         for name, v in rows.items():
