@@ -108,6 +108,8 @@ def test_refusals_name_the_step_and_the_way():
             make()
     with pytest.raises(TransformError, match="Views takes"):
         Views([T.FiveCrop(3)])
+    with pytest.raises(ValueError, match="cannot be negative"):
+        TenCrop((4, -1))
 
 
 @pytest.fixture(scope="module")

@@ -163,7 +163,8 @@ def test_newer_ops_on_cuda_tensors_equal_the_cpu_twin(photos):
 
 def test_recipes_through_the_loader_on_cuda(shards):
     """torchvision's reference recipe (TrivialAugmentWide, RandomErasing, MixUp/CutMix on
-    the GPU batch) and DINO's 2 + 6 views with blur, from torchvision Composes."""
+    the GPU batch), DINO's 2 + 6 views with blur, and TenCrop's ten, from torchvision
+    Composes."""
     import torchvision.transforms.v2 as tv
 
     from gpudecode import Loader
@@ -185,6 +186,13 @@ def test_recipes_through_the_loader_on_cuda(shards):
     local = tv.Compose([tv.RandomResizedCrop(32), tv.RandomGrayscale(0.2), tv.ToDtype(torch.float32, scale=True)])
     views = next(iter(Loader(urls, batch_size=8, transform=blur + [local] * 6, device="cuda", seed=2))).images
     assert len(views) == 8 and views[0].is_cuda and views[7].shape[-1] == 32
+    ten = tv.Compose([tv.Resize(48), tv.TenCrop(40, vertical_flip=True), tv.ToDtype(torch.float32, scale=True),
+                      tv.Normalize(MEAN, STD)])  # (evaluation's ten crops: ten views, the CPU Loader's within 2e-3)
+    crops = [b.images for b in Loader(urls, batch_size=8, transform=ten, device="cpu", shuffle=False)]
+    for g, c in zip((b.images for b in Loader(urls, batch_size=8, transform=ten, device="cuda", decoder="cpu",
+                                              shuffle=False)), crops):
+        assert len(g) == len(c) == 10 and g[9].is_cuda
+        assert all(float(((x.cpu() - y).abs() > 2e-3).float().mean()) <= 0.01 for x, y in zip(g, c))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

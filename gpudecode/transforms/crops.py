@@ -60,6 +60,13 @@ class _Crops(Transform):
         return [before + crop + after for crop in self.crops()]
 
 
+def _crop_size(size: Any) -> tuple[int, int]:
+    got = _setup_size(size)
+    if min(got) < 0:
+        raise ValueError(f"a crop's size cannot be negative, got {size!r}")
+    return got
+
+
 class FiveCrop(_Crops, converts="torchvision.FiveCrop"):
     """torchvision's FiveCrop: the image's top-left, top-right, bottom-left, bottom-right
     and centre crops of `size`, five views (see the module doc)."""
@@ -69,7 +76,7 @@ class FiveCrop(_Crops, converts="torchvision.FiveCrop"):
         return cls(t.size)
 
     def __init__(self, size: int | Sequence[int]) -> None:
-        self.size = _setup_size(size)
+        self.size = _crop_size(size)
 
     def crops(self) -> list[list[Transform]]:
         return [[CornerCrop(self.size, corner)] for corner in CORNERS]
@@ -84,7 +91,7 @@ class TenCrop(_Crops, converts="torchvision.TenCrop"):
         return cls(t.size, t.vertical_flip)
 
     def __init__(self, size: int | Sequence[int], vertical_flip: bool = False) -> None:
-        self.size = _setup_size(size)
+        self.size = _crop_size(size)
         self.vertical_flip = bool(vertical_flip)
 
     def crops(self) -> list[list[Transform]]:
