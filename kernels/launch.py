@@ -3,6 +3,7 @@ kernels on the tensors' device and stream, or the CPU twin on host threads), and
 mapping of a failed CUDA launch to the project's error."""
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,18 @@ def launch(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, mean: np.
         KernelLaunchError: the CUDA kernel could not be compiled or launched (names the
             batch shape and device; the driver's error as __cause__).
     """
+    import torch
+
+    if view.dtype == torch.bfloat16 or (view.dtype == torch.float16 and not src.is_cuda):
+        # (no bfloat16 stores in either numba target, no float16 in numba's CPU one: the kernel writes
+        # float32 and torch casts it, rounding to nearest, ties to even, on the kernel's stream)
+        staging = (workspace.tensor("16-bit-staging", tuple(view.shape), torch.float32, view.device)
+                   if workspace is not None else torch.empty(tuple(view.shape), dtype=torch.float32, device=view.device))
+        launch(src, geom, args, order, mean, std, staging, normalize=normalize, antialias=antialias, stream=stream,
+               num_threads=num_threads, workspace=workspace)
+        with torch.cuda.stream(stream) if src.is_cuda and stream is not None else contextlib.nullcontext():
+            view.copy_(staging)
+        return
     if src.is_cuda:
         from . import cuda_launch
 
@@ -60,15 +73,6 @@ def launch(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, mean: np.
             if failed is None:
                 raise
             raise failed from e
-        return
-    import torch
-
-    if view.dtype == torch.float16:  # numba CPU has no float16 stores: compute float32, cast
-        tmp = (workspace.array("float16-staging", tuple(view.shape)) if workspace is not None
-               else np.empty(tuple(view.shape), np.float32))
-        fused_cpu(src.numpy(), geom, args, order, mean, std, tmp, normalize=normalize, antialias=antialias,
-                  num_threads=num_threads, workspace=workspace)
-        view.copy_(torch.from_numpy(tmp))
         return
     fused_cpu(src.numpy(), geom, args, order, mean, std, view.numpy(), normalize=normalize, antialias=antialias,
               num_threads=num_threads, workspace=workspace)

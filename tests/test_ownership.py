@@ -92,12 +92,12 @@ def _photo_shard(tmp_path, photos, n=48):
     return make_shard(tmp_path / "ws.tar", samples)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "elastic-after"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "elastic-after"])
 def test_no_buffer_is_made_per_launch_after_the_first_batch(tmp_path, photos, monkeypatch, dtype):
     """The kernel's buffers are declared (kernels.workspace) and held by the Loader's
     pipeline, one workspace per view: over the ten batches after the first nothing is made,
     neither by the workspaces nor by the kernels' own numpy calls (counted here). float16
-    goes through the float32 staging the CPU twin needs (numba has no half stores); an
+    and bfloat16 go through the float32 staging the kernels need (numba has no such stores); an
     ElasticTransform after the crop through the float images it warps."""
     import numpy as np
     import torch
@@ -119,8 +119,8 @@ def test_no_buffer_is_made_per_launch_after_the_first_batch(tmp_path, photos, mo
 
     steps = [T.RandomResizedCrop(64), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
              T.RandomEqualize(1.0), T.Normalize([0.5] * 3, [0.25] * 3)]
-    if dtype == "float16":
-        steps.append(T.ToDtype(torch.float16))
+    if dtype in ("float16", "bfloat16"):
+        steps.append(T.ToDtype(getattr(torch, dtype)))
     if dtype == "elastic-after":
         steps[3:4] = [T.ElasticTransform(20.0, 2.0)]  # (in place of the equalize: it comes last)
     ld = Loader(_photo_shard(tmp_path, photos), batch_size=4, transform=T.Compose(steps), device="cpu", seed=3,

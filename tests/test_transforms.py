@@ -117,6 +117,28 @@ def test_uint8_output_and_nhwc(photos):
     assert h.dtype == torch.float16 and torch.allclose(h.float(), f, atol=1e-2)
 
 
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_16_bit_outputs_are_the_float32_output_rounded_once(photos, dtype):
+    """float16 and bfloat16 outputs (ToDtype from uint8 with scale, or after Normalize;
+    NCHW and NHWC) are the float32 output cast by torch (round to nearest, ties to even),
+    bit for bit; and torchvision's float32 pipeline so rounded within the kernel's level."""
+    im = chw(photos["astronaut"])
+    tv_steps = [tv.RandomResizedCrop(64), tv.RandomHorizontalFlip(), tv.ColorJitter(0.4, 0.4, 0.4, 0.1)]
+    for tail, f32_tail in (([tv.ToDtype(dtype, scale=True)], [tv.ToDtype(torch.float32, scale=True)]),
+                           ([tv.ToDtype(torch.float32, scale=True), tv.Normalize(MEAN, STD), tv.ToDtype(dtype)],
+                            [tv.ToDtype(torch.float32, scale=True), tv.Normalize(MEAN, STD)])):
+        for layout in ("NHWC", "NCHW"):
+            half = T.Compose.from_torchvision(tv.Compose(tv_steps + tail), layout=layout)
+            full = T.Compose.from_torchvision(tv.Compose(tv_steps + f32_tail), layout=layout)
+            p = half.make_params([tuple(im.shape[1:])] * 3, seed=5)
+            h, f = half([im] * 3, p), full([im] * 3, p)
+            assert h.dtype == dtype and h.shape == f.shape and torch.equal(h, f.to(dtype)), layout
+        if len(tail) == 1:  # (torchvision's float32 pipeline, rounded to the 16-bit type: the kernel's 1 level)
+            ref = torch.stack([torchvision_apply(im, q, (64, 64)) for q in p]).to(dtype)
+            assert float((h.float() - ref.float()).abs().max()) <= 1.01 / 255 + torch.finfo(dtype).eps
+
+
 def test_same_seed_same_output_and_no_mutation(photo_batch):
     tf = T.Compose([T.RandomResizedCrop(32), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
                     T.Normalize(MEAN, STD)])

@@ -38,9 +38,15 @@ def _per_channel(v: Sequence[float] | float) -> list[float]:
     return v * 3 if len(v) == 1 else v
 
 
+OUTPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.uint8)
+
+
 class ToDtype(Transform, converts=("torchvision.ToTensor", "torchvision.ConvertImageDtype", "torchvision.ToDtype",
                                    "timm.ToTensor", "timm.MaybeToTensor")):
-    """Output dtype: torch.float32 or torch.float16 (scale=True: [0, 1]) or torch.uint8."""
+    """Output dtype: torch.float32, torch.float16 or torch.bfloat16 (scale=True: [0, 1]) or
+    torch.uint8. A 16-bit float output is the float32 value rounded once (to nearest, ties
+    to even: torch's cast); torchvision computes in the 16-bit type itself (a level of it
+    apart, at most, where the two roundings differ)."""
 
     group = "then"
 
@@ -55,8 +61,8 @@ class ToDtype(Transform, converts=("torchvision.ToTensor", "torchvision.ConvertI
         return cls(torch.float32, scale=True)
 
     def __init__(self, dtype: torch.dtype, scale: bool = False) -> None:
-        if dtype not in (torch.float32, torch.float16, torch.uint8):
-            raise TransformError(f"ToDtype({dtype}) is not supported: use float32, float16 or uint8")
+        if dtype not in OUTPUT_DTYPES:
+            raise TransformError(f"ToDtype({dtype}) is not supported: use float32, float16, bfloat16 or uint8")
         self.dtype = dtype
         self.scale = bool(scale)
 

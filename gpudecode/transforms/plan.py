@@ -266,7 +266,7 @@ class _AfterGeometry:
             raise TransformError(f"{t!r} after other steps cannot be fused: {getattr(t, 'canvas_why', '')}, so it comes first, "
                                  f"before the geometry{self._move_hint()} [{names}]")
         if self.normalize is not None and not isinstance(t, RandomErasing) and not (
-                isinstance(t, ToDtype) and t.dtype in (torch.float16, torch.float32)):
+                isinstance(t, ToDtype) and t.dtype.is_floating_point):
             raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
         if t.group == "last":
             self.erase = t  # type: ignore[assignment]
