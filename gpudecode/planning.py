@@ -696,7 +696,7 @@ def _advice(kinds: list[str], cost: FormatCost, t: Tier, need: dict, node: Node,
         elif k == "cache":
             moves.append(f"a faster node-local cache (reads {node.cache_mb_s:,.0f} MB/s)")
         elif k == "pcie":
-            moves.append("less per image over PCIe: uint8 or float16 output, or augment on the GPU")
+            moves.append("less per image over PCIe: uint8, float16 or bfloat16 output, or augment on the GPU")
         elif k == "gpu-decode":
             moves.append("more GPU decode throughput (hardware decoder, larger batches)")
     return "; ".join(moves)

@@ -88,7 +88,8 @@ def test_train_evaluate_resume_single_process(data, tmp_path):
 @pytest.mark.slow  # over 20 s on 2 cores (make test's --durations)
 def test_dummy_runs_in_both_scripts_and_evaluates_alike(tmp_path):
     """--dummy (pytorch/examples' FakeData run) through the swapped script: it trains, and
-    its checkpoint evaluates on FakeData's validation images as the DataLoader script's."""
+    its checkpoint evaluates on FakeData's validation images as the DataLoader script's,
+    on their centre crops and on ten crops of each (--ten-crop)."""
     ckpt = tmp_path / "ckpt"
     ckpt.mkdir()
     dummy = ["--dummy", "--dummy-size", "40"]
@@ -101,6 +102,12 @@ def test_dummy_runs_in_both_scripts_and_evaluates_alike(tmp_path):
     # FakeData's float noise made into images, then Normalize: the loaders' values agree to float rounding
     for (a1, a5, n), (b1, b5, m) in zip(accuracies(ours), accuracies(theirs)):
         assert (a1, a5, n) == (b1, b5, m)
+    # --ten-crop: v2's TenCrop, the DataLoader's collated list of ten batches and the Loader's ten views
+    ours = run("main.py", "unused", *COMMON, *dummy, "-e", "--ten-crop", "--resume", ckpt / "checkpoint.pth.tar",
+               cwd=tmp_path)
+    theirs = run("main_dataloader.py", "unused", *COMMON, *dummy, "-e", "--ten-crop", "--resume",
+                 ckpt / "checkpoint.pth.tar", cwd=tmp_path)
+    assert accuracies(ours) == accuracies(theirs) and [a[2] for a in accuracies(ours)] == ["2"]
 
 
 @pytest.mark.slow  # over 20 s on 2 cores (make test's --durations)

@@ -381,3 +381,32 @@ def test_loader_dataset_has_imagefolders_classes(tmp_path, photos):
     assert main(["shard", str(tree), str(tmp_path / "sh" / "train-%06d.tar"), "--quiet"]) == 0
     ld = gpudecode.Loader(str(tmp_path / "sh" / "train-%06d.tar"), batch_size=1, transform=None, device="cpu")
     assert ld.dataset.classes == ref.classes and ld.dataset.class_to_idx == ref.class_to_idx
+
+
+def test_to_pil_image_first_converts_as_the_pil_pipeline_it_begins(photos):
+    """[ToPILImage(), ...PIL steps..., ToTensor(), Normalize] (a dataset of arrays or
+    tensors made PIL images first, as many scripts write it): the steps before ToTensor
+    take PIL's arithmetic, and the output equals torchvision's on the same tensor image
+    (nearest: exactly; bilinear: within a level); ToPILImage after another step, after a
+    float conversion, or of another mode is refused, naming it."""
+    import torchvision.transforms as tv1
+
+    from gpudecode.transforms import Compose
+
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    img = torch.from_numpy(photos["chelsea"]).permute(2, 0, 1).contiguous()
+    for mode, most in ((tv.InterpolationMode.NEAREST, 1e-5), (tv.InterpolationMode.BILINEAR, 1.01 / 255)):
+        for T in (tv, tv1):
+            to_tensor = [T.ToTensor()] if T is tv1 else [tv.ToImage(), tv.ToDtype(torch.float32, scale=True)]
+            steps = [T.ToPILImage(), T.Resize(131, interpolation=mode), T.CenterCrop((96, 112)), *to_tensor,
+                     T.Normalize(mean, std)]
+            ours = Compose.from_torchvision(T.Compose(steps))  # (as the steps after it, on PIL images)
+            assert repr(ours.transforms) == repr(Compose.from_torchvision(T.Compose(steps[1:])).transforms)
+            want = T.Compose(steps)(img)
+            err = float(((ours(img) - want).abs() * torch.tensor(std).view(3, 1, 1)).max())
+            assert err <= most, (T.__name__, mode, err)
+    for steps, said in (([tv.CenterCrop(8), tv.ToPILImage()], "step 2 of 2"),
+                        ([tv.ToDtype(torch.float32, scale=True), tv.ToPILImage()], "rounded down"),
+                        ([tv.ToPILImage(mode="L"), tv.ToImage()], "only as the first step")):
+        with pytest.raises(TransformError, match=said):
+            Compose.from_torchvision(tv.Compose(steps))

@@ -27,6 +27,7 @@ import torch.utils.data
 import torchvision.datasets as datasets
 import torchvision.models as models
 import torchvision.transforms as transforms
+import torchvision.transforms.v2 as transforms_v2
 from torch.utils.data import DataLoader, Subset
 from torch.utils.data.distributed import DistributedSampler
 
@@ -49,6 +50,8 @@ parser.add_argument("-p", "--print-freq", default=10, type=int, metavar="N", hel
 parser.add_argument("--resume", default="", type=str, metavar="PATH", help="path to latest checkpoint")
 parser.add_argument("-e", "--evaluate", dest="evaluate", action="store_true", help="evaluate model on validation set")
 parser.add_argument("--image-size", default=224, type=int, help="training crop size (validation: 256/224 of it)")
+parser.add_argument("--ten-crop", action="store_true",
+                    help="validate on ten crops of each image (TenCrop), each image's outputs averaged")
 parser.add_argument("--num-classes", default=1000, type=int, help="classes of the model's output")
 parser.add_argument("--dist-backend", default="nccl", type=str, help="distributed backend (gloo on the CPU)")
 parser.add_argument("--seed", default=None, type=int, help="seed for initializing training")
@@ -101,6 +104,11 @@ def main():
                                    transforms.ToTensor(), normalize])
     val_tf = transforms.Compose([transforms.Resize(args.image_size * 256 // 224), transforms.CenterCrop(args.image_size),
                                  transforms.ToTensor(), normalize])
+    if args.ten_crop:  # v2 runs the steps after TenCrop on each crop; collated, a list of ten batches
+        val_tf = transforms_v2.Compose([
+            transforms_v2.Resize(args.image_size * 256 // 224), transforms_v2.TenCrop(args.image_size),
+            transforms_v2.ToImage(), transforms_v2.ToDtype(torch.float32, scale=True),
+            transforms_v2.Normalize(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225])])
 
     if args.dummy:
         print("=> Dummy data is used!")
@@ -170,14 +178,15 @@ def validate(val_loader, model, criterion, device, args):
             end = time.time()
             for i, (images, target) in enumerate(loader):
                 i = base_progress + i
-                images = images.to(device, non_blocking=True)
+                crops = images if isinstance(images, list) else [images]  # (--ten-crop: a batch a crop)
+                images = torch.cat(crops).to(device, non_blocking=True)
                 target = target.to(device, non_blocking=True)
-                output = model(images)
+                output = model(images).view(len(crops), target.size(0), -1).mean(0)  # an image's crops averaged
                 loss = criterion(output, target)
                 acc1, acc5 = accuracy(output, target, topk=(1, 5))
-                losses.update(loss.item(), images.size(0))
-                top1.update(acc1[0].item(), images.size(0))
-                top5.update(acc5[0].item(), images.size(0))
+                losses.update(loss.item(), target.size(0))
+                top1.update(acc1[0].item(), target.size(0))
+                top5.update(acc5[0].item(), target.size(0))
                 batch_time.update(time.time() - end)
                 end = time.time()
                 if i % args.print_freq == 0:

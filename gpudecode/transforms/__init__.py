@@ -31,8 +31,9 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       AutoAugment, AugMixAugment (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3
       and the like)
     - containers: RandomApply, RandomChoice, RandomOrder over the per-sample ops
-    - then: Normalize, ToTensor, ConvertImageDtype, ToDtype; then RandomErasing (last);
-      timm's ToTensor, MaybeToTensor, RandomErasing
+    - then: Normalize, ToTensor, ConvertImageDtype, ToDtype; then RandomErasing,
+      LinearTransformation (last, in this order; LinearTransformation on a float output of
+      one size); timm's ToTensor, MaybeToTensor, RandomErasing
     - several crops of each image (one such step): FiveCrop, TenCrop: each crop a view of
       its own (a Resize before it; Normalize, ToDtype, Grayscale after it): the Loader's
       `images` a list of the crops' batches, as DataLoader collates torchvision's tuple;
@@ -42,7 +43,7 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       gpudecode.Boxes field hands out (the format; the boxes dropped after the last step,
       with their labels); the boxes are clamped at every step already
     - input conversion and no-ops (dropped): ToImage, PILToTensor, ToPureTensor,
-      ToImageTensor, RGB, Identity; timm's MaybePILToTensor
+      ToImageTensor, RGB, Identity, ToPILImage (first); timm's MaybePILToTensor
     - on the batch: MixUp, CutMix, RandomChoice over them, or any callable
       (Loader(batch_transform=))
 (the end of the generated list)
@@ -89,7 +90,7 @@ from .colour import (ColorJitter, GaussianBlur, GaussianNoise, Grayscale, Random
 from .warps import ElasticTransform, RandomAffine, RandomPerspective, RandomRotation
 from .policies import AugMix, AutoAugment, RandAugment, TrivialAugmentWide
 from .containers import RandomApply, RandomChoice, RandomOrder, SampleRandomChoice
-from .output import Normalize, RandomErasing, ToDtype
+from .output import LinearTransformation, Normalize, RandomErasing, ToDtype
 from .targets import ClampBoundingBoxes, ConvertBoundingBoxFormat, SanitizeBoundingBoxes
 from . import timm_augment  # (its classes declare the timm transforms they convert)
 from .rng import sample_rng

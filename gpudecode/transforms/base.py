@@ -31,7 +31,8 @@ GROUPS = {
     "policies": ("policies", "{tv}; timm's {timm} (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 "
                  "and the like)"),
     "containers": ("containers", "{tv} over the per-sample ops"),
-    "then": ("then", "{tv}; then {last} (last); timm's {timm}, {timm_last}"),
+    "then": ("then", "{tv}; then {last} (last, in this order; LinearTransformation on a float output of one size); "
+             "timm's {timm}, {timm_last}"),
     "last": None,  # (listed in "then"'s line)
     "views": ("several crops of each image (one such step)", "{tv}: each crop a view of its own (a Resize before it; "
               "Normalize, ToDtype, Grayscale after it): the Loader's `images` a list of the crops' batches, as "

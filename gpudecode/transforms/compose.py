@@ -250,6 +250,9 @@ class Compose(Transform):
                                 num_threads, workspace)
         if self.plan.erase is not None:  # after the kernel, on its output (and its stream)
             self.plan.erase.erase(view, [params[k] for k in idx])
+        if self.plan.linear is not None:  # last, on the output (erased or not), on the kernel's stream
+            with _on(stream, view.device):
+                self.plan.linear.transform_batch(view)
 
     def _run_then_warp(self, src: torch.Tensor, geom: np.ndarray, args: np.ndarray, order: np.ndarray,
                        view: torch.Tensor, params: list[dict], stream: Any, num_threads: int | None,

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ..errors import TransformError
 from .base import CONVERTS, Transform, _refuse
 
 
@@ -97,6 +98,12 @@ def convert(tv: Any, floats: bool = False) -> list[Transform]:
             continue
         name = key(t)
         if name in _DROPPED:
+            continue
+        if name == "torchvision.ToPILImage":  # (first: the images are RGB uint8 tensors, made PIL images as they are)
+            if out or floats or getattr(t, "mode", None) not in (None, "RGB"):
+                raise TransformError(f"{qualified(t)} cannot be fused (step {i + 1} of {len(steps)}): only as the "
+                                     "first step, of mode None or 'RGB' (the Loader's images are RGB uint8, and "
+                                     "a PIL image of a float one is rounded down)")
             continue
         cls = CONVERTS.get(name)
         if cls is None:

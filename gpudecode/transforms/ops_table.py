@@ -29,7 +29,7 @@ def listing() -> tuple[tuple[str, str], ...]:
                                           timm=", ".join(_names("timm.", group)),
                                           last=", ".join(_names("torchvision.", "last")),
                                           timm_last=", ".join(_names("timm.", "last")))))
-    dropped = [n.split(".", 1)[1] for n in _DROPPED if n.startswith("torchvision.")]
+    dropped = [n.split(".", 1)[1] for n in _DROPPED if n.startswith("torchvision.")] + ["ToPILImage (first)"]
     out.append(("input conversion and no-ops (dropped)", ", ".join(dropped) + "; timm's " +
                 ", ".join(n.split(".", 1)[1] for n in _DROPPED if n.startswith("timm."))))
     out.append(("on the batch", "MixUp, CutMix, RandomChoice over them, or any callable (Loader(batch_transform=))"))

@@ -276,3 +276,66 @@ class RandomErasing(Transform, converts=("torchvision.RandomErasing", "timm.Rand
         box = ", noise='box'" if self.noise == "box" else ""
         count = f", count={self.count}" if self.count != (1, 1) else ""
         return f"RandomErasing(p={self.p}, scale={self.scale}, ratio={self.ratio}, value={value!r}{box}{count})"
+
+
+class LinearTransformation(Transform, converts="torchvision.LinearTransformation"):
+    """torchvision's LinearTransformation (a whitening, ZCA's): each output image,
+    flattened in C, H, W order, less `mean_vector`, times `transformation_matrix` (D x D,
+    D = 3 x h x w of the output), as the last step, on the kernel's float output and its
+    device (one matrix product a batch). It needs a float output (ToDtype(float32,
+    scale=True) or Normalize before it) of one size. On a 16-bit output the product is taken
+    in float32 and rounded once (torchvision takes it in the 16-bit type)."""
+
+    group = "last"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls(t.transformation_matrix, t.mean_vector)
+
+    def __init__(self, transformation_matrix: Any, mean_vector: Any) -> None:
+        m = torch.as_tensor(transformation_matrix).detach()
+        v = torch.as_tensor(mean_vector).detach()
+        if m.ndim != 2 or m.shape[0] != m.shape[1]:
+            raise ValueError(f"transformation_matrix should be square. Got {tuple(m.shape)} rectangular matrix.")
+        if v.ndim != 1 or v.shape[0] != m.shape[0]:
+            raise ValueError(f"mean_vector should have the same length {tuple(v.shape)} as any one of the "
+                             f"dimensions of the transformation_matrix [{tuple(m.shape)}]")
+        if not (m.is_floating_point() and v.is_floating_point()):
+            raise ValueError("transformation_matrix and mean_vector must be float tensors")
+        self._matrix = m.to("cpu", torch.float32).contiguous()
+        self._mean = v.to("cpu", torch.float32).contiguous()
+        if not (torch.isfinite(self._matrix).all() and torch.isfinite(self._mean).all()):
+            raise ValueError("transformation_matrix and mean_vector must be finite")
+        self._on: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    @property
+    def transformation_matrix(self) -> torch.Tensor:
+        return self._matrix
+
+    @property
+    def mean_vector(self) -> torch.Tensor:
+        return self._mean
+
+    def __repr__(self) -> str:  # (the values by their digest: a saved state's fingerprint tells two matrices apart)
+        import hashlib
+
+        digest = hashlib.sha256(self._matrix.numpy().tobytes() + self._mean.numpy().tobytes()).hexdigest()[:16]
+        return f"LinearTransformation(D={self._matrix.shape[0]}, sha256={digest})"
+
+    def check_size(self, size: tuple[int, int]) -> None:
+        """Refuses an output size whose images are not D values (TransformError)."""
+        if 3 * size[0] * size[1] != self._matrix.shape[0]:
+            raise TransformError(f"LinearTransformation's matrix is {self._matrix.shape[0]} square, and the output "
+                                 f"images are 3 x {size[0]} x {size[1]} = {3 * size[0] * size[1]} values")
+
+    def transform_batch(self, view: torch.Tensor) -> None:
+        """The whitening of every image of `view` ([N, 3, h, w], float, any strides), in
+        place, with torch's ops on its device (the caller's stream current)."""
+        n, c, h, w = view.shape
+        self.check_size((h, w))
+        got = self._on.get(str(view.device))
+        if got is None:
+            got = self._on[str(view.device)] = (self._matrix.to(view.device), self._mean.to(view.device))
+        matrix, mean = got
+        flat = view.reshape(n, c * h * w).float() - mean
+        view.copy_(torch.mm(flat, matrix).view(n, c, h, w))

@@ -17,7 +17,7 @@ from .convert import qualified
 from .geometry import (FILTERS, CenterCrop, CornerCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
                        ResizeKeepRatio, _Flip, _RandomSize)
 from .iou_crop import RandomIoUCrop
-from .output import Normalize, RandomErasing, ToDtype
+from .output import LinearTransformation, Normalize, RandomErasing, ToDtype
 from .targets import box_settings
 
 
@@ -47,6 +47,8 @@ class _Plan:
     ragged: bool = field(default=False, repr=False)
     # what the crop's padding reads (kernels' PAD column: 0 the fill, 1 the edge, 2 reflect, 3 symmetric)
     pad_mode: int = field(default=0, repr=False)
+    # last, after the erasing: a matrix product of each flattened output image (output.LinearTransformation)
+    linear: LinearTransformation | None = field(default=None, repr=False)
 
     @property
     def rrc(self) -> bool:
@@ -160,7 +162,10 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False) -> _Plan:
                  next((FILTERS[g.filter_modes[0]] for g in geometry if len(g.filter_modes) == 1), 0),
                  next((g.crop_fill for g in geometry if g.crop_fill is not None), (0, 0, 0)),
                  canvas, rest.post, rest.post_levels, box_format, box_sizes, bool(ragged),
-                 max([0, *(int(getattr(g, "pad_mode", 0)) for g in geometry)]))
+                 max([0, *(int(getattr(g, "pad_mode", 0)) for g in geometry)]), rest.linear)
+    if ragged and plan.linear is not None:
+        raise TransformError(f"LinearTransformation with ragged=True cannot be fused: its matrix takes images of one "
+                             f"size [{names}]")
     if plan.out_size is not None:
         for t in plan.program:
             for u in t.inner():
@@ -169,6 +174,8 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False) -> _Plan:
                     check(plan.out_size)
         if plan.post is not None and hasattr(plan.post, "check_size"):  # (a warp of the output: its size is known)
             plan.post.check_size(plan.out_size)
+        if plan.linear is not None:
+            plan.linear.check_size(plan.out_size)
     return plan
 
 
@@ -240,11 +247,20 @@ class _AfterGeometry:
         self.normalize: Normalize | None = None
         self.dtype: torch.dtype | None = None
         self.erase: RandomErasing | None = None
+        self.linear: LinearTransformation | None = None
         self.post: Transform | None = None
         self.post_levels = False
 
     def add(self, t: Transform) -> None:
         what, names = type(t).__name__, self.names
+        if self.linear is not None:
+            raise TransformError(f"{what} after LinearTransformation cannot be fused: it is the last step [{names}]")
+        if isinstance(t, LinearTransformation):
+            if self.dtype is None or not self.dtype.is_floating_point:
+                raise TransformError(f"LinearTransformation on uint8 images cannot be fused: give a float output "
+                                     f"before it (ToDtype(torch.float32, scale=True) or Normalize) [{names}]")
+            self.linear = t
+            return
         if self.erase is not None:
             raise TransformError(f"{what} after RandomErasing cannot be fused: it erases the finished image [{names}]")
         if t.group == "geometry":
@@ -280,7 +296,8 @@ class _AfterGeometry:
             self.normalize = t
             self.dtype = self.dtype or torch.float32
         elif isinstance(t, ToDtype):
-            if t.dtype != torch.uint8 and self.normalize is None and not t.scale:
+            if t.dtype != torch.uint8 and self.normalize is None and not t.scale and not (
+                    self.dtype is not None and self.dtype.is_floating_point):  # (a float image made another float type)
                 raise TransformError("ToDtype(float) on uint8 images needs scale=True to be fused")
             self.dtype = t.dtype
         else:
