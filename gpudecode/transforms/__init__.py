@@ -67,7 +67,7 @@ names it converts, its group and its kernel ops; lists and tables are derived):
     warps       rotations, affine and perspective warps
     policies    TrivialAugmentWide, RandAugment, AutoAugment, AugMix (timm_augment: timm's)
     containers  RandomApply, RandomChoice, RandomOrder
-    crops       FiveCrop, TenCrop (each crop a view) and Views, which calls several Composes at once
+    crops       FiveCrop, TenCrop: each crop a view (views: Views, which calls several Composes at once)
     output      Normalize, ToDtype, RandomErasing
     targets     SanitizeBoundingBoxes, ConvertBoundingBoxFormat, ClampBoundingBoxes: what a Boxes
                 field hands out (no pixel changes); boxes, masks, stored, warped: targets moved
@@ -95,7 +95,8 @@ from .targets import ClampBoundingBoxes, ConvertBoundingBoxFormat, SanitizeBound
 from . import timm_augment  # (its classes declare the timm transforms they convert)
 from .rng import sample_rng
 from .compose import Compose
-from .crops import FiveCrop, TenCrop, Views
+from .crops import FiveCrop, TenCrop
+from .views import Views
 from .ragged import RaggedBatch
 
 

@@ -4,7 +4,7 @@ torchvision's FiveCrop makes a tuple of five crops of each image (its four corne
 centre), TenCrop ten (those five, then the five of the image mirrored), and the steps after
 it run on each crop; DataLoader's collate turns the tuples into a list of five (ten)
 batches. Here each crop is a view of its own: a Compose of the steps before the crop step,
-the crop at its place (geometry.CornerCrop), TenCrop's mirror, and the steps after. The
+the crop at its place (CornerCrop), TenCrop's mirror, and the steps after. The
 Loader takes such a transform as it takes a list of views (every image decoded once for
 all its crops; `images` a list of the crops' batches, as DataLoader's), and `Views` calls
 them on images (a tuple, as torchvision's transform returns).
@@ -13,20 +13,57 @@ The crops draw nothing, but torchvision draws a random step's parameters once fo
 crops of an image, and separate views would draw them apart: a random step before or after
 the crop step is refused (evaluation pipelines, where these are used, have none). Before
 it, a Resize (the crop is taken of the resized image); after it, the output steps
-(Normalize, ToDtype, ToTensor) and Grayscale.
+(Normalize, ToDtype, ToTensor, LinearTransformation) and Grayscale.
 """
 from __future__ import annotations
 
-import random
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 from ..errors import TransformError
 from .base import Transform
 from .colour import Grayscale
-from .convert import convert
-from .geometry import CORNERS, CornerCrop, RandomHorizontalFlip, RandomVerticalFlip, Resize, ResizeKeepRatio, \
-    _RandomSize, _setup_size
-from .rng import view_seed
+from .output import LinearTransformation
+from .geometry import CenterCrop, RandomHorizontalFlip, RandomVerticalFlip, Resize, ResizeKeepRatio, _RandomSize, \
+    _setup_size
+
+
+CORNERS = ("top-left", "top-right", "bottom-left", "bottom-right", "center")  # FiveCrop's order
+
+
+class CornerCrop(CenterCrop):
+    """One of FiveCrop's crops: at a corner of the image or its centre,
+    as torchvision's five_crop places it; `mirror` "h" or "v": the crop TenCrop takes of
+    the image flipped so, placed in the image as it is (the flip that follows it in its
+    view mirrors the crop). The crop must fit in the image (torchvision's refusal)."""
+
+    def __init__(self, size: int | Sequence[int], corner: str, mirror: str | None = None) -> None:
+        super().__init__(size)
+        if corner not in CORNERS or mirror not in (None, "h", "v"):
+            raise ValueError(f"CornerCrop: corner must be one of {CORNERS} and mirror None, 'h' or 'v', not "
+                             f"{corner!r}, {mirror!r}")
+        self.corner = corner
+        self.mirror = mirror
+
+    def __repr__(self) -> str:
+        return Transform.__repr__(self)
+
+    @property
+    def native(self) -> tuple[int, int]:
+        """(corner, mirror) as _native.draw_batch reads them: CORNERS' index, 0 / 1 ("h") / 2 ("v")."""
+        return CORNERS.index(self.corner), (None, "h", "v").index(self.mirror)
+
+    def offsets(self, height: int, width: int) -> tuple[int, int]:
+        ch, cw = self.size
+        if ch > height or cw > width:
+            raise ValueError(f"the crop of {ch}x{cw} is larger than the {height}x{width} image (torchvision's FiveCrop "
+                             "and TenCrop refuse it so)")
+        top = {"top": 0, "bottom": height - ch}.get(self.corner.split("-")[0], int(round((height - ch) / 2.0)))
+        left = {"left": 0, "right": width - cw}.get(self.corner.split("-")[-1], int(round((width - cw) / 2.0)))
+        if self.mirror == "h":  # (the crop of the mirrored image at `left`: columns from the other side here)
+            left = width - cw - left
+        elif self.mirror == "v":
+            top = height - ch - top
+        return top, left
 
 
 class _Crops(Transform):
@@ -52,11 +89,11 @@ class _Crops(Transform):
                                      f"before it (each crop is a view of its own, and torchvision takes the "
                                      f"crops of one image)")
         for t in after:
-            if t.group not in ("then", "targets") and type(t) is not Grayscale:
+            if t.group not in ("then", "targets") and type(t) not in (Grayscale, LinearTransformation):
                 raise TransformError(
                     f"{type(t).__name__} after {name} cannot be fused: torchvision draws a step's parameters once "
                     f"for all the crops of an image, and each crop here is a view that draws its own; only "
-                    f"Normalize, ToDtype and Grayscale may follow it")
+                    f"Normalize, ToDtype, Grayscale and LinearTransformation may follow it")
         return [before + crop + after for crop in self.crops()]
 
 
@@ -110,50 +147,3 @@ def split(steps: list[Transform]) -> list[list[Transform]] | None:
         raise TransformError(f"{type(crops[0]).__name__} and {type(crops[1]).__name__} in one transform cannot be "
                              "fused: one step that makes several crops of each image")
     return crops[0].views(steps)
-
-
-class Views(list):
-    """Several Composes of each image, called together: a call returns the tuple of their
-    outputs, as a torchvision transform with FiveCrop or TenCrop returns its crops (and
-    DataLoader collates a list of batches, the Loader's `images` with these views). A list:
-    the Loader takes it as its transform, one view each.
-
-    `Views.from_torchvision(tf)` converts a transform holding a FiveCrop or TenCrop (see
-    transforms.crops), or any other as one view; `Views([g, g, local])` holds Composes of
-    your own (DINO's views: each draws apart, view 0 as a one-view call with the seed)."""
-
-    def __init__(self, views: Iterable[Any]) -> None:
-        from .compose import Compose
-
-        super().__init__(views)
-        if not self or not all(isinstance(v, Compose) for v in self):
-            raise TransformError("Views takes one gpudecode.transforms.Compose or more (Views.from_torchvision "
-                                 "converts torchvision's)")
-        self._rng = random.Random()
-
-    @classmethod
-    def from_torchvision(cls, tv: Any, *, layout: str = "NCHW") -> "Views":
-        """A torchvision (or timm) transform, or a list of steps, as views: one a crop of a
-        FiveCrop or TenCrop, else one."""
-        from .compose import Compose
-
-        steps = convert(tv)
-        made = split(steps) or [steps]
-        return cls(Compose(v, layout=layout) for v in made)  # type: ignore[arg-type]
-
-    def __call__(self, images: Any, *, seed: int | None = None) -> tuple:
-        """Each view's output of `images` (what a Compose takes: one image, a list, a
-        batch, PIL images), in order; `seed` fixes the draws (view v draws from
-        view_seed(seed, v), as in the Loader)."""
-        from .compose import _pil_tensor
-        from ..decode._base import is_pil
-
-        if is_pil(images):  # (its pixels read once for every view)
-            images = _pil_tensor(images, 0)
-        elif isinstance(images, (list, tuple)) and any(is_pil(im) for im in images):
-            images = [_pil_tensor(im, k) if is_pil(im) else im for k, im in enumerate(images)]
-        seed = self._rng.getrandbits(63) if seed is None else seed
-        return tuple(v(images, seed=view_seed(seed, k)) for k, v in enumerate(self))
-
-    def __repr__(self) -> str:
-        return f"Views({list.__repr__(self)})"

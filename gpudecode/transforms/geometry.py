@@ -404,45 +404,6 @@ class CenterCrop(Transform, converts=("torchvision.CenterCrop", "timm.CenterCrop
         return {"crop": (*self.offsets(*size), *self.size)}
 
 
-CORNERS = ("top-left", "top-right", "bottom-left", "bottom-right", "center")  # FiveCrop's order
-
-
-class CornerCrop(CenterCrop):
-    """One of FiveCrop's crops (transforms.crops): at a corner of the image or its centre,
-    as torchvision's five_crop places it; `mirror` "h" or "v": the crop TenCrop takes of
-    the image flipped so, placed in the image as it is (the flip that follows it in its
-    view mirrors the crop). The crop must fit in the image (torchvision's refusal)."""
-
-    def __init__(self, size: int | Sequence[int], corner: str, mirror: str | None = None) -> None:
-        super().__init__(size)
-        if corner not in CORNERS or mirror not in (None, "h", "v"):
-            raise ValueError(f"CornerCrop: corner must be one of {CORNERS} and mirror None, 'h' or 'v', not "
-                             f"{corner!r}, {mirror!r}")
-        self.corner = corner
-        self.mirror = mirror
-
-    def __repr__(self) -> str:
-        return Transform.__repr__(self)
-
-    @property
-    def native(self) -> tuple[int, int]:
-        """(corner, mirror) as _native.draw_batch reads them: CORNERS' index, 0 / 1 ("h") / 2 ("v")."""
-        return CORNERS.index(self.corner), (None, "h", "v").index(self.mirror)
-
-    def offsets(self, height: int, width: int) -> tuple[int, int]:
-        ch, cw = self.size
-        if ch > height or cw > width:
-            raise ValueError(f"the crop of {ch}x{cw} is larger than the {height}x{width} image (torchvision's FiveCrop "
-                             "and TenCrop refuse it so)")
-        top = {"top": 0, "bottom": height - ch}.get(self.corner.split("-")[0], int(round((height - ch) / 2.0)))
-        left = {"left": 0, "right": width - cw}.get(self.corner.split("-")[-1], int(round((width - cw) / 2.0)))
-        if self.mirror == "h":  # (the crop of the mirrored image at `left`: columns from the other side here)
-            left = width - cw - left
-        elif self.mirror == "v":
-            top = height - ch - top
-        return top, left
-
-
 def _padding(padding: Any) -> tuple[int, int, int, int]:
     """torchvision's padding argument as (left, top, right, bottom)."""
     if padding is None:

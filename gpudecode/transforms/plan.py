@@ -14,8 +14,9 @@ from .base import PROGRAM_GROUPS, Transform, _PixelOp, _refuse, _Step
 from .colour import _JITTER_NAMES, ColorJitter
 from .canvas import CanvasStep
 from .convert import qualified
-from .geometry import (FILTERS, CenterCrop, CornerCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
+from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
                        ResizeKeepRatio, _Flip, _RandomSize)
+from .crops import CornerCrop
 from .iou_crop import RandomIoUCrop
 from .output import LinearTransformation, Normalize, RandomErasing, ToDtype
 from .targets import box_settings

@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> None:
     # output layouts and dtypes (ColorJitter on): what the other output choices cost
     variants = {}
     for layout in ("NCHW", "NHWC"):
-        for dtype in (torch.float32, torch.float16):
+        for dtype in (torch.float32, torch.float16, torch.bfloat16):
             steps = [T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
                      T.Normalize(MEAN, STD)] + ([T.ToDtype(dtype)] if dtype != torch.float32 else [])
             t, count = timeit(runner(T.Compose(steps, layout=layout), packed, n), repeat=a.repeat)
