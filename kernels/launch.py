@@ -52,8 +52,13 @@ def launch(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, mean: np.
     if view.dtype == torch.bfloat16 or (view.dtype == torch.float16 and not src.is_cuda):
         # (no bfloat16 stores in either numba target, no float16 in numba's CPU one: the kernel writes
         # float32 and torch casts it, rounding to nearest, ties to even, on the kernel's stream)
-        staging = (workspace.tensor("16-bit-staging", tuple(view.shape), torch.float32, view.device)
-                   if workspace is not None else torch.empty(tuple(view.shape), dtype=torch.float32, device=view.device))
+        flat = (workspace.tensor("16-bit-staging", (view.numel(),), torch.float32, view.device)
+                if workspace is not None else torch.empty(view.numel(), dtype=torch.float32, device=view.device))
+        # laid out as `view` is where it is dense in some order (NHWC's permuted view): the cast then runs
+        # over memory in order, not across strides
+        dense = min(view.stride()) >= 0 and sum((n - 1) * st for n, st in zip(view.shape, view.stride())) + 1 == \
+            view.numel()
+        staging = flat.as_strided(tuple(view.shape), view.stride()) if dense else flat.view(tuple(view.shape))
         launch(src, geom, args, order, mean, std, staging, normalize=normalize, antialias=antialias, stream=stream,
                num_threads=num_threads, workspace=workspace)
         with torch.cuda.stream(stream) if src.is_cuda and stream is not None else contextlib.nullcontext():
