@@ -101,6 +101,10 @@ CASES = {
                      lambda x, p: _policy_ref(tv.RandAugment(3, 9))(x, p["rand_augment"]), 0.01),
     "auto-augment": (lambda: T.AutoAugment(), lambda x, p: _policy_ref(tv.AutoAugment())(x, p["auto_augment"]),
                      0.01),
+    **{f"auto-augment-{policy.value}": (
+        lambda policy=policy: T.AutoAugment(policy),
+        lambda x, p, policy=policy: _policy_ref(tv.AutoAugment(policy))(x, p["auto_augment"]), 0.01)
+       for policy in (tv.AutoAugmentPolicy.CIFAR10, tv.AutoAugmentPolicy.SVHN)},
     "augmix": (lambda: T.AugMix(), lambda x, p: _augmix_ref(tv.AugMix())(x, p["augmix"]), 0.01),
     "augmix-nearest-depth2": (lambda: T.AugMix(severity=5, mixture_width=2, chain_depth=2, all_ops=False,
                                                interpolation="nearest"),
@@ -246,6 +250,9 @@ def _contingency(a: list, b: list) -> float:
     (lambda: T.TrivialAugmentWide(), lambda: tv.TrivialAugmentWide(), "trivial_augment"),
     (lambda: T.RandAugment(2, 9), lambda: tv.RandAugment(2, 9), "rand_augment"),
     (lambda: T.AutoAugment(), lambda: tv.AutoAugment(), "auto_augment"),
+    (lambda: T.AutoAugment(tv.AutoAugmentPolicy.CIFAR10), lambda: tv.AutoAugment(tv.AutoAugmentPolicy.CIFAR10),
+     "auto_augment"),
+    (lambda: T.AutoAugment("svhn"), lambda: tv.AutoAugment(tv.AutoAugmentPolicy.SVHN), "auto_augment"),
 ])
 def test_policy_draws_are_distributed_as_torchvision(ours, theirs, key):
     """Which ops, how many per image, which magnitudes and signs: ours (seeded per
@@ -396,8 +403,8 @@ def test_reference_timm_and_dino_recipes_convert(photo_batch):
 def test_refusals_name_what_is_supported():
     with pytest.raises(TransformError, match="expand=True"):
         T.Compose.from_torchvision(tv.RandomRotation(10, expand=True))
-    with pytest.raises(TransformError, match="ImageNet policy"):
-        T.AutoAugment(tv.AutoAugmentPolicy.CIFAR10)
+    with pytest.raises(TransformError, match="the policies are imagenet, cifar10, svhn"):
+        T.AutoAugment("cifar100")
     with pytest.raises(TransformError, match="kernel sides up to 63"):
         T.GaussianBlur(65)
     with pytest.raises(TransformError, match="half the kernel"):

@@ -64,6 +64,29 @@ def test_the_test_split_is_fed_as_torchvisions_cifar10_feeds_it(example, data):
         assert ld.describe()["keep"]["tier"] == "ram"
 
 
+def test_autoaugment_converts_with_its_cifar10_policy(example, data):
+    """--autoaugment: torchvision's AutoAugment(CIFAR10) after the flip converts as that
+    policy (the ops its 25 sub-policies name, drawn per image) and trains from the store."""
+    import argparse
+
+    import gpudecode
+
+    args = argparse.Namespace(data=data, demo=True, autoaugment=True, torchvision=False, batch_size=50, seed=1)
+    train, _ = example.loaders(args, "cpu")
+    with train:
+        assert train.describe()["transform"] == ["RandomCrop", "RandomHorizontalFlip", "AutoAugment", "ToDtype",
+                                                 "Normalize"]
+        policy = train.transform.plan.program[0]
+        assert isinstance(policy, gpudecode.transforms.AutoAugment) and policy.policy == "cifar10"
+        drawn = [name for p in train.transform.make_params([(32, 32)] * 400, 3) for name, _ in p["auto_augment"]]
+        assert {"TranslateY", "Brightness", "Sharpness"} <= set(drawn) <= {
+            name for sub in gpudecode.transforms.policies.CIFAR10_POLICY for name, _, _ in sub}
+        for epoch in (0, 1):
+            train.set_epoch(epoch)
+            images = torch.cat([b.images for b in train])
+            assert images.shape == (300, 3, 32, 32) and torch.isfinite(images).all()
+
+
 def test_a_short_training_run_keeps_the_set_resident():
     r = subprocess.run([sys.executable, SCRIPT, "--demo", "--epochs", "2", "--batch-size", "64", "--steps", "4",
                         "--width", "8", "--device", "cpu"], capture_output=True, text=True, timeout=600)

@@ -103,7 +103,8 @@ def loaders(args: argparse.Namespace, device: str):
     import torchvision
     import torchvision.transforms as tvt
 
-    train_tf = tvt.Compose([tvt.RandomCrop(32, padding=4), tvt.RandomHorizontalFlip(), tvt.ToTensor(),
+    policy = [tvt.AutoAugment(tvt.AutoAugmentPolicy.CIFAR10)] if args.autoaugment else []
+    train_tf = tvt.Compose([tvt.RandomCrop(32, padding=4), tvt.RandomHorizontalFlip(), *policy, tvt.ToTensor(),
                             tvt.Normalize(MEAN, STD)])
     test_tf = tvt.Compose([tvt.ToTensor(), tvt.Normalize(MEAN, STD)])
     cifar = stand_in_cifar10() if args.demo else torchvision.datasets.CIFAR10
@@ -139,6 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--width", type=int, default=64, help="the net's first stage's channels")
     p.add_argument("--device", default="auto", help="auto (a GPU when there is one), cpu, cuda, cuda:N")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--autoaugment", action="store_true", help="AutoAugment's CIFAR10 policy after the flip")
     p.add_argument("--torchvision", action="store_true", help="feed it with torchvision's CIFAR10 + DataLoader")
     p.add_argument("--workers", type=int, default=4, help="DataLoader's worker processes (with --torchvision)")
     args = p.parse_args(argv)

@@ -219,12 +219,45 @@ IMAGENET_POLICY = (
     (("Equalize", 0.8, None), ("Equalize", 0.6, None)),
 )
 
+# The paper's CIFAR10 and SVHN policies, in the same form
+CIFAR10_POLICY = (
+    (("Invert", 0.1, None), ("Contrast", 0.2, 6)), (("Rotate", 0.7, 2), ("TranslateX", 0.3, 9)),
+    (("Sharpness", 0.8, 1), ("Sharpness", 0.9, 3)), (("ShearY", 0.5, 8), ("TranslateY", 0.7, 9)),
+    (("AutoContrast", 0.5, None), ("Equalize", 0.9, None)), (("ShearY", 0.2, 7), ("Posterize", 0.3, 7)),
+    (("Color", 0.4, 3), ("Brightness", 0.6, 7)), (("Sharpness", 0.3, 9), ("Brightness", 0.7, 9)),
+    (("Equalize", 0.6, None), ("Equalize", 0.5, None)), (("Contrast", 0.6, 7), ("Sharpness", 0.6, 5)),
+    (("Color", 0.7, 7), ("TranslateX", 0.5, 8)), (("Equalize", 0.3, None), ("AutoContrast", 0.4, None)),
+    (("TranslateY", 0.4, 3), ("Sharpness", 0.2, 6)), (("Brightness", 0.9, 6), ("Color", 0.2, 8)),
+    (("Solarize", 0.5, 2), ("Invert", 0.0, None)), (("Equalize", 0.2, None), ("AutoContrast", 0.6, None)),
+    (("Equalize", 0.2, None), ("Equalize", 0.6, None)), (("Color", 0.9, 9), ("Equalize", 0.6, None)),
+    (("AutoContrast", 0.8, None), ("Solarize", 0.2, 8)), (("Brightness", 0.1, 3), ("Color", 0.7, 0)),
+    (("Solarize", 0.4, 5), ("AutoContrast", 0.9, None)), (("TranslateY", 0.9, 9), ("TranslateY", 0.7, 9)),
+    (("AutoContrast", 0.9, None), ("Solarize", 0.8, 3)), (("Equalize", 0.8, None), ("Invert", 0.1, None)),
+    (("TranslateY", 0.7, 9), ("AutoContrast", 0.9, None)),
+)
+SVHN_POLICY = (
+    (("ShearX", 0.9, 4), ("Invert", 0.2, None)), (("ShearY", 0.9, 8), ("Invert", 0.7, None)),
+    (("Equalize", 0.6, None), ("Solarize", 0.6, 6)), (("Invert", 0.9, None), ("Equalize", 0.6, None)),
+    (("Equalize", 0.6, None), ("Rotate", 0.9, 3)), (("ShearX", 0.9, 4), ("AutoContrast", 0.8, None)),
+    (("ShearY", 0.9, 8), ("Invert", 0.4, None)), (("ShearY", 0.9, 5), ("Solarize", 0.2, 6)),
+    (("Invert", 0.9, None), ("AutoContrast", 0.8, None)), (("Equalize", 0.6, None), ("Rotate", 0.9, 3)),
+    (("ShearX", 0.9, 4), ("Solarize", 0.3, 3)), (("ShearY", 0.8, 8), ("Invert", 0.7, None)),
+    (("Equalize", 0.9, None), ("TranslateY", 0.6, 6)), (("Invert", 0.9, None), ("Equalize", 0.6, None)),
+    (("Contrast", 0.3, 3), ("Rotate", 0.8, 4)), (("Invert", 0.8, None), ("TranslateY", 0.0, 2)),
+    (("ShearY", 0.7, 6), ("Solarize", 0.4, 8)), (("Invert", 0.6, None), ("Rotate", 0.8, 4)),
+    (("ShearY", 0.3, 7), ("TranslateX", 0.9, 3)), (("ShearX", 0.1, 6), ("Invert", 0.6, None)),
+    (("Solarize", 0.7, 2), ("TranslateY", 0.6, 7)), (("ShearY", 0.8, 4), ("Invert", 0.8, None)),
+    (("ShearX", 0.7, 9), ("TranslateY", 0.8, 3)), (("ShearY", 0.8, 5), ("AutoContrast", 0.7, None)),
+    (("ShearX", 0.7, 2), ("Invert", 0.1, None)),
+)
+POLICIES = {"imagenet": IMAGENET_POLICY, "cifar10": CIFAR10_POLICY, "svhn": SVHN_POLICY}
+
 
 class AutoAugment(_Policy, converts="torchvision.AutoAugment"):
-    """torchvision's AutoAugment with the ImageNet policy: one of 25 sub-policies per
-    image, each of its two ops applied with its probability at its magnitude bin (of
-    10), signed ops negated with probability 1/2; make_params: "auto_augment": the
-    [(name, magnitude), ...] applied. Other policies (CIFAR10, SVHN) are refused."""
+    """torchvision's AutoAugment with its ImageNet, CIFAR10 or SVHN policy: one of the
+    policy's 25 sub-policies per image, each of its two ops applied with its probability at
+    its magnitude bin (of 10), signed ops negated with probability 1/2; make_params:
+    "auto_augment": the [(name, magnitude), ...] applied."""
 
     key = "auto_augment"
 
@@ -234,18 +267,18 @@ class AutoAugment(_Policy, converts="torchvision.AutoAugment"):
 
     def __init__(self, policy: Any = "imagenet", interpolation: Any = "nearest", fill: Any = None) -> None:
         name = str(getattr(policy, "value", policy)).lower()
-        if name != "imagenet":
-            raise TransformError(f"AutoAugment(policy={policy!r}) cannot be fused: only the ImageNet policy is (the "
-                                 "CIFAR10 and SVHN tables are not built in); use AutoAugmentPolicy.IMAGENET, or "
-                                 "RandAugment / TrivialAugmentWide")
+        if name not in POLICIES:
+            raise TransformError(f"AutoAugment(policy={policy!r}) cannot be fused: the policies are "
+                                 f"{', '.join(POLICIES)} (torchvision's AutoAugmentPolicy)")
         super().__init__(interpolation, fill)
-        self.policy = "imagenet"
+        self.policy = name
 
     def magnitudes(self, name: str, bins: int, size: tuple[int, int]) -> list[float] | None:
         return _rand_augment_magnitudes(name, bins, size)  # (RandAugment's table)
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
-        sub = IMAGENET_POLICY[rng.randrange(len(IMAGENET_POLICY))]
+        table = POLICIES[self.policy]
+        sub = table[rng.randrange(len(table))]
         ops = []
         for name, probability, index in sub:
             if not rng.random() <= probability:
