@@ -580,6 +580,18 @@ def test_the_resident_benchs_host_part(tmp_path, monkeypatch, mode):
     assert got["sum_ns"] == pytest.approx(sum(got["ns_per_sample"].values())) and got["met"] == (got["sum_ns"] < 1000)
 
 
+def test_the_resident_benchs_cifar_part_with_autoaugment(tmp_path, monkeypatch):
+    """bench/resident.py --autoaugment: part 2 with AutoAugment's CIFAR10 policy after the
+    flip on both sides (the Loader's converted, torchvision's on PIL images): every rate."""
+    from gpudecode.bench.suite import resident
+
+    monkeypatch.setattr(resident, "OUT", tmp_path)
+    assert resident.cifar_set(300, tmp_path, autoaugment=True)[2].plan.program[0].policy == "cifar10"
+    got = resident.cifar_part(300, 1, 0, 1, autoaugment=True)
+    assert got["images"] == 300 and got["autoaugment"] is True
+    assert all(got[k] > 0 for k in ("torchvision_img_s", "ram_img_s", "stream_img_s", "given_img_s", "given_ram_img_s"))
+
+
 def test_a_gpu_bench_cut_by_its_time_limit_still_writes_what_it_measured(tmp_path, monkeypatch, capsys):
     """bench/gpu.py under a call's time limit (SIGINT first): each run is printed as soon as
     it is measured, and an interrupted section still leaves the report of those before it,

@@ -141,29 +141,35 @@ def torchvision_cifar(root: str):
     return LocalCIFAR10
 
 
-def cifar_set(n: int, root: Path, padding_mode: str = "constant") -> tuple[Path, list[str], Any]:
+def cifar_set(n: int, root: Path, padding_mode: str = "constant", autoaugment: bool = False
+              ) -> tuple[Path, list[str], Any]:
     """The CIFAR-sized set of `n` images under root/cifar_n (made once: make_cifar), its
     shards, and the CIFAR training transform (RandomCrop(32, padding=4) + flip + Normalize;
-    its padding in `padding_mode`: "reflect" is airbench's)."""
+    its padding in `padding_mode`: "reflect" is airbench's; `autoaugment`: AutoAugment's
+    CIFAR10 policy after the flip)."""
     from gpudecode import transforms as T
 
     folder = root / f"cifar_{n}"
     if not (folder / "cifar-10-batches-py" / "batches.meta").exists():
         make_cifar(n, folder)
-    tf = T.Compose([T.RandomCrop(32, padding=4, padding_mode=padding_mode), T.RandomHorizontalFlip(),
+    policy = [T.AutoAugment("cifar10")] if autoaugment else []
+    tf = T.Compose([T.RandomCrop(32, padding=4, padding_mode=padding_mode), T.RandomHorizontalFlip(), *policy,
                     T.Normalize(CIFAR_MEAN, CIFAR_STD)])
     return folder, sorted(str(p) for p in folder.glob("cifar-*.tar")), tf
 
 
-def cifar_part(n: int, threads: int, workers: int, repeat: int, padding_mode: str = "constant") -> dict:
+def cifar_part(n: int, threads: int, workers: int, repeat: int, padding_mode: str = "constant",
+               autoaugment: bool = False) -> dict:
     import torch
     import torchvision.transforms as tvt
 
     from gpudecode import Loader
 
-    folder, shards, tf = cifar_set(n, OUT, padding_mode)
+    folder, shards, tf = cifar_set(n, OUT, padding_mode, autoaugment)
+    policy = [tvt.AutoAugment(tvt.AutoAugmentPolicy.CIFAR10)] if autoaugment else []
     ds = torchvision_cifar(str(folder))(str(folder), train=True, download=False, transform=tvt.Compose([
-        tvt.RandomCrop(32, padding=4, padding_mode=padding_mode), tvt.RandomHorizontalFlip(), tvt.ToTensor(), tvt.Normalize(CIFAR_MEAN, CIFAR_STD)]))
+        tvt.RandomCrop(32, padding=4, padding_mode=padding_mode), tvt.RandomHorizontalFlip(), *policy, tvt.ToTensor(),
+        tvt.Normalize(CIFAR_MEAN, CIFAR_STD)]))
     tv = dataloader_rate(torch.utils.data.DataLoader(ds, batch_size=256, shuffle=True, num_workers=workers), repeat)
     with Loader(shards, batch_size=256, transform=tf, device="cpu", num_threads=threads, seed=0, keep="ram") as ld:
         ours, first = epochs_rate(ld, repeat)
@@ -177,10 +183,11 @@ def cifar_part(n: int, threads: int, workers: int, repeat: int, padding_mode: st
     return {"images": len(ds), "threads": threads, "workers": workers, "torchvision_img_s": tv, "ram_img_s": ours,
             "stream_img_s": streamed, "ratio": ours / tv, "first_epoch_s": first, "kept": kept, "target": 10.0,
             "met": ours / tv >= 10, "given_img_s": given[None], "given_ram_img_s": given["ram"],
-            "padding_mode": padding_mode}
+            "padding_mode": padding_mode, "autoaugment": autoaugment}
 
 
-def host_part(n: int, threads: int, repeat: int, batch: int = 1024, padding_mode: str = "constant") -> dict:
+def host_part(n: int, threads: int, repeat: int, batch: int = 1024, padding_mode: str = "constant",
+              autoaugment: bool = False) -> dict:
     """Part 3: the host's own work in a resident epoch, what bounds a GPU's rate once its
     kernel is fast (issue 55's 1,000,000 img/s needs it under 1 us a sample): the CIFAR
     part's Loader (keep="ram", batch `batch`) with the fused kernel's launch made a no-op,
@@ -192,7 +199,7 @@ def host_part(n: int, threads: int, repeat: int, batch: int = 1024, padding_mode
     from gpudecode.resident import Resident, epoch_chunks
     from gpudecode.transforms import compose
 
-    _, shards, tf = cifar_set(n, OUT, padding_mode)
+    _, shards, tf = cifar_set(n, OUT, padding_mode, autoaugment)
     real = compose.launch
     compose.launch = lambda *a, **k: None  # type: ignore[assignment]
     try:
@@ -236,6 +243,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rounds", type=COUNT, default=2, help="part 1: stream/ram pairs, alternated")
     ap.add_argument("--padding-mode", default="constant", choices=("constant", "edge", "reflect", "symmetric"),
                     help="the CIFAR crop's padding (parts 2, 3; reflect: airbench's)")
+    ap.add_argument("--autoaugment", action="store_true", help="parts 2, 3: AutoAugment's CIFAR10 policy after the flip")
     a = ap.parse_args(argv)
     for name, v in (("--images", a.images), ("--cifar", a.cifar), ("--threads", a.threads), ("--repeat", a.repeat),
                     ("--rounds", a.rounds)):
@@ -244,14 +252,15 @@ def main(argv: list[str] | None = None) -> dict:
     if a.workers < 0:
         ap.error("--workers must be at least 0")
     out = {"machine": machine(), "tensors": tensor_part(a.images, a.threads, a.repeat, a.rounds),
-           "cifar": cifar_part(a.cifar, a.threads, a.workers, a.repeat, a.padding_mode),
-           "host": host_part(a.cifar, a.threads, a.repeat, padding_mode=a.padding_mode)}
+           "cifar": cifar_part(a.cifar, a.threads, a.workers, a.repeat, a.padding_mode, a.autoaugment),
+           "host": host_part(a.cifar, a.threads, a.repeat, padding_mode=a.padding_mode, autoaugment=a.autoaugment)}
     t, c, h = out["tensors"], out["cifar"], out["host"]
     print(f"tensor shards at 224, flip + Normalize, {a.threads} threads: keep='ram' {t['ram_img_s']:.0f} img/s, "
           f"streamed from the page cache {t['stream_img_s']:.0f} ({t['ratio']:.2f}x; target 1.5x: "
           f"{'met' if t['met'] else 'NOT met'}); the store filled in {t['fill_s']:.1f} s")
     mode = "" if a.padding_mode == "constant" else f", padding_mode={a.padding_mode!r}"
-    print(f"CIFAR-sized ({c['images']} of 32x32), RandomCrop(32, padding=4{mode}) + flip + Normalize: keep='ram' "
+    policy = " + AutoAugment(CIFAR10)" if a.autoaugment else ""
+    print(f"CIFAR-sized ({c['images']} of 32x32), RandomCrop(32, padding=4{mode}) + flip{policy} + Normalize: keep='ram' "
           f"{c['ram_img_s']:.0f} img/s ({a.threads} threads), streamed {c['stream_img_s']:.0f}, torchvision CIFAR10 + "
           f"DataLoader({a.workers} workers) {c['torchvision_img_s']:.0f} ({c['ratio']:.1f}x; target 10x: "
           f"{'met' if c['met'] else 'NOT met'})")
