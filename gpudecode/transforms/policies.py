@@ -77,9 +77,12 @@ class _Policy(_Step):
 NO_ARGUMENT = {"AutoContrast": AUTOCONTRAST, "Equalize": EQUALIZE, "Invert": INVERT}
 
 
+@functools.lru_cache(maxsize=8192)
 def _policy_op(name: str, m: float, size: tuple[int, int], interpolation: float,
                fill: tuple[float, float, float] | None) -> tuple[int, tuple[float, ...]] | None:
-    """The kernel op torchvision's _apply_image_or_video_transform applies for (name, m)."""
+    """The kernel op torchvision's _apply_image_or_video_transform applies for (name, m)
+    (kept for each (name, m, size, ...): the policies draw from a few bins, and a warp's
+    arguments cost microseconds to make)."""
     zero = (0.0, 0.0)
     if name == "Identity":
         return None

@@ -67,8 +67,8 @@ def affine_args(matrix: Sequence[float], size: tuple[int, int], interpolation: f
     torchvision's _affine_grid divides them, then the interpolation and the fill (NaN:
     none)."""
     h, w = size
-    theta = torch.tensor(matrix, dtype=torch.float32)
-    half = torch.tensor([0.5 * w] * 3 + [0.5 * h] * 3, dtype=torch.float32)
+    theta = np.asarray(matrix, np.float32)  # (numpy's float32 arithmetic is torch's: IEEE, one rounding a step)
+    half = np.asarray([0.5 * w] * 3 + [0.5 * h] * 3, np.float32)
     scaled = (theta / half).tolist()
     return (*scaled, interpolation, *(fill if fill is not None else (math.nan,) * 3))
 
