@@ -306,6 +306,10 @@ class LinearTransformation(Transform, converts="torchvision.LinearTransformation
         self._mean = v.to("cpu", torch.float32).contiguous()
         if not (torch.isfinite(self._matrix).all() and torch.isfinite(self._mean).all()):
             raise ValueError("transformation_matrix and mean_vector must be finite")
+        import hashlib
+
+        # (the values by their digest, made once: a saved state's fingerprint tells two matrices apart)
+        self._digest = hashlib.sha256(self._matrix.numpy().tobytes() + self._mean.numpy().tobytes()).hexdigest()[:16]
         self._on: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     @property
@@ -316,11 +320,8 @@ class LinearTransformation(Transform, converts="torchvision.LinearTransformation
     def mean_vector(self) -> torch.Tensor:
         return self._mean
 
-    def __repr__(self) -> str:  # (the values by their digest: a saved state's fingerprint tells two matrices apart)
-        import hashlib
-
-        digest = hashlib.sha256(self._matrix.numpy().tobytes() + self._mean.numpy().tobytes()).hexdigest()[:16]
-        return f"LinearTransformation(D={self._matrix.shape[0]}, sha256={digest})"
+    def __repr__(self) -> str:
+        return f"LinearTransformation(D={self._matrix.shape[0]}, sha256={self._digest})"
 
     def check_size(self, size: tuple[int, int]) -> None:
         """Refuses an output size whose images are not D values (TransformError)."""
