@@ -68,7 +68,7 @@ names it converts, its group and its kernel ops; lists and tables are derived):
     policies    TrivialAugmentWide, RandAugment, AutoAugment, AugMix (timm_augment: timm's)
     containers  RandomApply, RandomChoice, RandomOrder
     crops       FiveCrop, TenCrop: each crop a view (views: Views, which calls several Composes at once)
-    output      Normalize, ToDtype, RandomErasing
+    output      Normalize, ToDtype, RandomErasing, LinearTransformation
     targets     SanitizeBoundingBoxes, ConvertBoundingBoxFormat, ClampBoundingBoxes: what a Boxes
                 field hands out (no pixel changes); boxes, masks, stored, warped: targets moved
                 with their images
