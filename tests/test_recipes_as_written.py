@@ -410,3 +410,41 @@ def test_to_pil_image_first_converts_as_the_pil_pipeline_it_begins(photos):
                         ([tv.ToPILImage(mode="L"), tv.ToImage()], "only as the first step")):
         with pytest.raises(TransformError, match=said):
             Compose.from_torchvision(tv.Compose(steps))
+
+
+def test_a_centre_crop_then_a_resize_as_celebas_recipes_write_it(photos, tmp_path):
+    """[CenterCrop(c), Resize(s)] (CelebA's GAN and VAE recipes): the centre crop resized,
+    as torchvision's, within a level on photographs, square and not, its mask and boxes
+    moved as v2 moves them; the decoder is asked for the crop alone; an image smaller than the crop is that image's error, named by its
+    key through the Loader (torchvision would pad it: not done here, said)."""
+    from torchvision import tv_tensors
+
+    from gpudecode.transforms import Compose
+
+    for crop, size in ((148, 64), ((150, 120), 64), (100, (50, 70))):
+        tv_tf = tv.Compose([tv.CenterCrop(crop), tv.Resize(size), tv.ToDtype(torch.float32, scale=True)])
+        ours = Compose.from_torchvision(tv_tf)
+        for a in photos.values():
+            img = tv_tensors.Image(torch.from_numpy(np.ascontiguousarray(a[:218, :178])).permute(2, 0, 1))
+            want, got = tv_tf(img), ours(img)
+            assert got.shape == want.shape, (crop, size)
+            assert float((got - want).abs().max()) * 255 <= 1.0 + 1e-3, (crop, size)
+        d = ours.draw_batch([(218, 178)], 0)
+        ch, cw = (crop, crop) if isinstance(crop, int) else crop
+        assert d.boxes().tolist() == [[int(round((218 - ch) / 2)), int(round((178 - cw) / 2)), ch, cw]]
+        # a mask and boxes beside the image move as torchvision's v2 moves a Mask and BoundingBoxes
+        mask = torch.from_numpy(np.random.default_rng(0).integers(0, 5, (218, 178)).astype(np.uint8))
+        moved = tv.Compose([tv.CenterCrop(crop), tv.Resize(size)])
+        assert torch.equal(ours.masks([mask], d)[0], moved(tv_tensors.Mask(mask)).as_subclass(torch.Tensor))
+        box = torch.tensor([[10.0, 20.0, 150.0, 200.0]])
+        want_box = moved(tv_tensors.BoundingBoxes(box, format="XYXY", canvas_size=(218, 178)))
+        got_box = ours.boxes([box.numpy()], d, min_size=0, min_area=0)[0]["boxes"]
+        torch.testing.assert_close(got_box, want_box.as_subclass(torch.Tensor), atol=1e-4, rtol=0)
+    samples = [{"__key__": f"s{i}", "png": encode(photos["astronaut"][:218 - 80 * i, :178], "PNG"), "cls": b"1"}
+               for i in range(2)]
+    url = make_shard(tmp_path / "celeba.tar", samples)
+    ld = gpudecode.Loader([url], batch_size=2, device="cpu", shuffle=False, on_error="skip",
+                          transform=tv.Compose([tv.CenterCrop(148), tv.Resize(64), tv.ToDtype(torch.float32, scale=True)]))
+    batches = list(ld)
+    assert [b.keys for b in batches] == [["s0"]] and batches[0].images.shape == (1, 3, 64, 64)
+    assert [s.key for s in ld.skipped] == ["s1"] and "larger than the 138x178 image" in ld.skipped[0].reason

@@ -14,14 +14,14 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       RandomErasing), on the kernel's output
     - geometry (one, first or after the canvas): RandomResizedCrop, Resize, RandomResize,
       RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, RandomIoUCrop, FixedSizeCrop
-      (the detection reference's), Resize + CenterCrop, Resize + RandomCrop or FixedSizeCrop
-      (RandomResize, RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h,
-      w)) (its crop drawn from a Boxes field's boxes), or none; with Compose(ragged=True),
-      images of their own sizes: also Resize(int), RandomResize, RandomShortestSize,
-      ScaleJitter or RandomIoUCrop alone (bilinear or bicubic, antialiased, or nearest,
-      nearest-exact, pil-nearest; a RandomCrop pads with a fill, the edge, or a reflection:
-      every padding_mode); timm's RandomResizedCropAndInterpolation, ResizeKeepRatio,
-      CenterCropOrPad
+      (the detection reference's), Resize + CenterCrop, CenterCrop + Resize (the crop inside
+      the image), Resize + RandomCrop or FixedSizeCrop (RandomResize, RandomShortestSize and
+      ScaleJitter only so), RandomIoUCrop + Resize((h, w)) (its crop drawn from a Boxes
+      field's boxes), or none; with Compose(ragged=True), images of their own sizes: also
+      Resize(int), RandomResize, RandomShortestSize, ScaleJitter or RandomIoUCrop alone
+      (bilinear or bicubic, antialiased, or nearest, nearest-exact, pil-nearest; a
+      RandomCrop pads with a fill, the edge, or a reflection: every padding_mode); timm's
+      RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad
     - flips (any order): RandomHorizontalFlip, RandomVerticalFlip
     - per-sample ops (any order): ColorJitter, RandomChannelPermutation,
       RandomPhotometricDistort, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert,

@@ -56,7 +56,15 @@ class _Plan:
         """The geometry is a crop resized to the output (the window the kernel reads is its
         crop): RandomResizedCrop, or RandomIoUCrop + Resize((h, w)), whose first step alone
         draws."""
-        return bool(self.geometry) and isinstance(self.geometry[0], (RandomResizedCrop, RandomIoUCrop))
+        return bool(self.geometry) and (isinstance(self.geometry[0], (RandomResizedCrop, RandomIoUCrop))
+                                        or self.crop_resized)
+
+    @property
+    def crop_resized(self) -> bool:
+        """CenterCrop, then a Resize (CelebA's recipes): the centre crop, which must fit in
+        the image, resized to the output as a RandomResizedCrop's crop is."""
+        return len(self.geometry) == 2 and isinstance(self.geometry[0], CenterCrop) and \
+            type(self.geometry[1]) is Resize
 
     @property
     def reads_boxes(self) -> bool:
@@ -197,6 +205,9 @@ def _fixed_size(geometry: Sequence[Transform]) -> tuple[int, int] | None:
     if not geometry:
         return None
     last: Any = geometry[-1]
+    if len(geometry) == 2 and isinstance(geometry[0], CenterCrop) and type(last) is Resize:  # (the crop's, resized)
+        out = last.output_size(*geometry[0].size)  # type: ignore[attr-defined]
+        return int(out[0]), int(out[1])
     if isinstance(last, (_RandomSize, ResizeKeepRatio, RandomIoUCrop)) or isinstance(last.size, int):
         return None
     return int(last.size[0]), int(last.size[1])
@@ -220,10 +231,13 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
         raise TransformError(f"RandomIoUCrop gives differently sized images: a Resize((h, w)) follows it, so that a "
                              f"batch has one size (SSD trains at 300x300), or Compose(..., ragged=True) keeps each "
                              f"image's own [{names}]")
+    if kinds == [CenterCrop, Resize] and type(geometry[1]) is not Resize:
+        raise TransformError(f"{type(geometry[1]).__name__} after CenterCrop cannot be fused: a Resize of the crop "
+                             f"only [{names}]")
     if kinds not in ([], [RandomResizedCrop], [Resize], [CenterCrop], [RandomCrop], [Resize, CenterCrop],
-                     [Resize, RandomCrop], [RandomIoUCrop, Resize]):
+                     [Resize, RandomCrop], [RandomIoUCrop, Resize], [CenterCrop, Resize]):
         raise TransformError(f"unsupported geometry {[k.__name__ for k in kinds]} in [{names}]: use one of "
-                             f"RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, "
+                             f"RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, CenterCrop + Resize, "
                              f"Resize + RandomCrop, RandomIoUCrop + Resize((h, w)), or none")
     if kinds == [Resize] and isinstance(geometry[0], _RandomSize):
         raise TransformError(f"{type(geometry[0]).__name__} alone gives differently sized images: add CenterCrop or "
@@ -347,7 +361,7 @@ def native_spec(plan: _Plan) -> tuple | None:
     """The plan as _native.draw_batch reads it, or None when the Python path draws it."""
     if plan.ragged and plan.out_size is None:  # (each image's own output size: the Python path's)
         return None
-    if plan.erase is not None or plan.canvas is not None or plan.post is not None:
+    if plan.erase is not None or plan.canvas is not None or plan.post is not None or plan.crop_resized:
         return None
     geometry: list[tuple] = []
     g: Any
