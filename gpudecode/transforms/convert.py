@@ -109,9 +109,10 @@ def convert(tv: Any, floats: bool = False) -> list[Transform]:
         if cls is None:
             where = f" (step {i + 1} of {len(steps)})" if len(steps) > 1 else ""
             why = WHY.get(name, "gpudecode has no fused form of it")
-            crops = next((key(u) for u in steps[:i] if key(u) in ("torchvision.FiveCrop", "torchvision.TenCrop")), None)
+            crops = next((type(u).__name__ for u in steps[:i]
+                          if getattr(CONVERTS.get(key(u)), "group", None) == "views"), None)
             if crops is not None and name == "torchvision.Lambda":  # (v1's idiom: a Lambda that stacks the crops)
-                why = (f"{crops.split('.')[1]}'s crops come as a list of batches; put the steps it runs on "
+                why = (f"{crops}'s crops come as a list of batches; put the steps it runs on "
                        "each crop (ToTensor, Normalize) in its place")
             raise _refuse(f"{qualified(t)} cannot be fused{where}: {why}")
         step = cls.convert(t, floats)
