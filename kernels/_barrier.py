@@ -40,9 +40,10 @@ from .ops import PERSPECTIVE
 STAT_WIDTH = 7
 
 
-def contrast_mean(st, oh, ow):
-    """CONTRAST's grey mean, from the statistic row's grey sum."""
-    return float32(st[0] / float64(oh * ow))
+def contrast_mean(st, oh, ow, a):
+    """CONTRAST's grey mean, from the statistic row's grey sum, times its step's scale
+    (1 + a[1]: exactly the mean where a[1] is 0)."""
+    return float32(st[0] / float64(oh * ow)) * (float32(1.0) + a[1])
 
 
 def equalize_entry(k, before, rest):
@@ -77,7 +78,7 @@ def barrier_prepare(op, a, wts):
 # (kernels/opgen.py): a barrier op added to it is its row there and its function here.
 
 def barrier_contrast(a, img, y, x, oh, ow, st, lut, wts):
-    m = contrast_mean(st, oh, ow)
+    m = contrast_mean(st, oh, ow, a)
     return blend(fetch(img, 0, y, x), m, a[0]), blend(fetch(img, 1, y, x), m, a[0]), \
         blend(fetch(img, 2, y, x), m, a[0])
 

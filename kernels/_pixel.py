@@ -86,9 +86,10 @@ def apply_ops(r, g, b, order, args, first, last, aux, n, y, x):
             b = aux[1, n, 2, y, x]
         elif op == GAUSSIAN_NOISE:
             key = noise_key(args[k, 3], args[k, 4])
+            one = args[k, 5] > float32(0.5)  # (one channel: every channel the first's noise)
             r = add_noise(r, args[k, 0], args[k, 1], args[k, 2], key, y, x, 0)
-            g = add_noise(g, args[k, 0], args[k, 1], args[k, 2], key, y, x, 1)
-            b = add_noise(b, args[k, 0], args[k, 1], args[k, 2], key, y, x, 2)
+            g = add_noise(g, args[k, 0], args[k, 1], args[k, 2], key, y, x, 0 if one else 1)
+            b = add_noise(b, args[k, 0], args[k, 1], args[k, 2], key, y, x, 0 if one else 2)
         else:
             r, g, b = apply_op(op, r, g, b, w, float32(0.0))
     return r, g, b

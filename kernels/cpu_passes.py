@@ -388,7 +388,7 @@ def _barrier_fast(op, px, px2, ow, oh, a, st, lut, wts):
     each equal to barrier_pixel's formula (tests/test_barrier_interpreter.py); False for
     the others, which go through _barrier_pass."""
     if op == CONTRAST:
-        _op_pass(px, ow, op, a[0], contrast_mean(st, oh, ow))
+        _op_pass(px, ow, op, a[0], contrast_mean(st, oh, ow, a))
     elif op == AUTOCONTRAST:
         _autocontrast_pass(px, ow, st)
     elif op == EQUALIZE:
@@ -411,11 +411,13 @@ def _noise_pass(px, ow, a):
     it): each value's noise is that of its place, as the CUDA kernel's."""
     n = px.shape[1]
     key = noise_key(a[3], a[4])
+    one = a[5] > float32(0.5)  # (one channel: every channel the first's noise)
     for x in range(ow):
         for c in range(3):
             row = px[3 * x + c]
+            k = 0 if one else c
             for i in range(n):
-                row[i] = add_noise(row[i], a[0], a[1], a[2], key, i, x, c)
+                row[i] = add_noise(row[i], a[0], a[1], a[2], key, i, x, k)
 
 
 def _mix_pass(px, keep, mix, op, w):

@@ -39,7 +39,7 @@ def launch(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, mean: np.
            workspace: Workspace | None = None) -> None:
     """Runs the fused kernel on a packed uint8 tensor `src` (1-D, CPU or CUDA) with
     complete geom rows, writing the [N, 3, h, w] tensor `view` (any strides, on src's
-    device): on CUDA on `stream` (default: torch's current one), on the CPU with
+    device; a channel stride of 0: one channel, the three equal values written to it): on CUDA on `stream` (default: torch's current one), on the CPU with
     `num_threads` threads (default all cores). `workspace`: the buffers the kernel works in,
     kept by the caller between launches; without one they are made for this call.
 
@@ -62,7 +62,10 @@ def launch(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, mean: np.
         launch(src, geom, args, order, mean, std, staging, normalize=normalize, antialias=antialias, stream=stream,
                num_threads=num_threads, workspace=workspace)
         with torch.cuda.stream(stream) if src.is_cuda and stream is not None else contextlib.nullcontext():
-            view.copy_(staging)
+            if view.stride(1) == 0:  # (one channel written three times: its memory once)
+                view[:, :1].copy_(staging[:, :1])
+            else:
+                view.copy_(staging)
         return
     if src.is_cuda:
         from . import cuda_launch

@@ -38,7 +38,10 @@ HISTOGRAM = "channel histogram"  # each channel's 256-bin histogram
 # In id order. ColorJitter's four come first, in torchvision's fn_idx convention.
 OPS: tuple[Op, ...] = (
     Op("BRIGHTNESS", 1, pixel=True, doc="the factor"),
-    Op("CONTRAST", 1, True, MEAN, pixel=True, doc="the factor; blends with the image's grey mean"),
+    Op("CONTRAST", 2, True, MEAN, pixel=True, doc="the factor; the grey mean's scale less 1 (0; for an image of "
+                                                "one channel, kept as three equal ones, 1 / (0.2989 + 0.587 + "
+                                                "0.114) - 1: the mean of that channel, as torchvision takes it); "
+                                                "blends with the image's grey mean"),
     Op("SATURATION", 1, pixel=True, doc="the factor"),
     Op("HUE", 1, pixel=True, doc="the shift, in turns"),
     Op("GRAYSCALE", 0, pixel=True),
@@ -64,9 +67,10 @@ OPS: tuple[Op, ...] = (
                                     "c7 y + 1) at pixel centres; reads any pixel"),
     Op("PERMUTE_CHANNELS", 1, pixel=True, doc="torchvision's permute_channels: output channel i is input channel p[i], the "
                                   "permutation as p[0] + 3 p[1] + 9 p[2]"),
-    Op("GAUSSIAN_NOISE", 5, doc="torchvision's gaussian_noise: mean, sigma, clip (1: to [0, 1]), the sample's "
+    Op("GAUSSIAN_NOISE", 6, doc="torchvision's gaussian_noise: mean, sigma, clip (1: to [0, 1]), the sample's "
                                 "32-bit noise key as two 16-bit halves (each pixel's normal value a hash of the "
-                                "key, its place and channel)"),
+                                "key, its place and channel), one channel (1: every channel gets the first's "
+                                "noise, an image of one channel kept as three equal ones)"),
 )
 
 ID: dict[str, int] = {op.name: i for i, op in enumerate(OPS)}

@@ -626,8 +626,7 @@ def test_pixel_ops_from_torchvision_and_where_they_may_stand():
     assert [type(t).__name__ for t in before.plan.program] == ["RandomGrayscale", "ColorJitter"]
     with pytest.raises(TransformError, match="two RandomGrayscales"):
         T.Compose([T.RandomGrayscale(), T.RandomGrayscale()])
-    with pytest.raises(TransformError, match="num_output_channels=1"):
-        T.Compose.from_torchvision(tv.Grayscale())
+    assert T.Compose.from_torchvision(tv.Grayscale()).plan.channels == 1  # (torchvision's default: tests/test_grey_output.py)
 
 
 
@@ -754,7 +753,7 @@ def test_crop_padding_takes_a_fill_as_torchvision_and_timm_pad(photos):
 _REPR_CASES = [
     "T.AugMix(severity=2, interpolation='bilinear')", "T.AutoAugment()", "T.CenterCrop((20, 30))",
     "T.ColorJitter(0.4, 0.4, 0.4, 0.1)", "T.ColorJitter()", "T.ElasticTransform(30.0, 4.0, fill=(1, 2, 3))",
-    "T.GaussianBlur(5, (0.1, 2.0))", "T.GaussianNoise(sigma=0.2, clip=False)", "T.Grayscale()",
+    "T.GaussianBlur(5, (0.1, 2.0))", "T.GaussianNoise(sigma=0.2, clip=False)", "T.Grayscale()", "T.Grayscale(3)",
     "T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])", "T.RandAugment(2, 9)",
     "T.RandomAdjustSharpness(2.0, 0.3)", "T.RandomAffine(10, (0.1, 0.2), (0.9, 1.1), 5, 'bilinear')",
     "T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8)", "T.RandomAutocontrast(0.3)",
@@ -819,7 +818,7 @@ def test_saved_states_keep_their_transform_fingerprint():
         "policies": ([T.Compose([T.RandomResizedCrop(96), T.RandAugment(2, 9), n]),
                       T.Compose([T.RandomResizedCrop(96), T.AutoAugment(), n]),
                       T.Compose([T.RandomResizedCrop(96), T.AugMix(severity=2), n])], None),
-        "grey": (T.Compose([T.Resize(256), T.CenterCrop(224), T.Grayscale(), T.ToDtype(torch.float16, scale=True)],
+        "grey": (T.Compose([T.Resize(256), T.CenterCrop(224), T.Grayscale(3), T.ToDtype(torch.float16, scale=True)],
                            layout="NHWC"), None),
     }
     got = {name: transforms_fingerprint(PipelineConfig(transform=tf, batch_size=8, device="cpu", decoder="cpu",

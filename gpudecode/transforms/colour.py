@@ -7,6 +7,8 @@ import numbers
 import random
 from typing import Any, Sequence
 
+import numpy as np
+
 from ..errors import TransformError
 from ..kernels._pixel import MAX_BLUR
 from ..kernels.ops import (AUTOCONTRAST, BLUR_X, BLUR_Y, BRIGHTNESS, CONTRAST, EQUALIZE, GAUSSIAN_NOISE, GRAYSCALE,
@@ -181,24 +183,58 @@ class RandomGrayscale(_PixelOp, converts="torchvision.RandomGrayscale"):
 
 
 class Grayscale(RandomGrayscale, converts="torchvision.Grayscale"):
-    """torchvision's Grayscale(num_output_channels=3): every image grey, in 3 channels
-    (1 channel is not supported: the kernel writes RGB)."""
+    """torchvision's Grayscale: every image grey, in `num_output_channels` channels (3, or
+    1: the output [N, 1, H, W], as torchvision's; torchvision's default is 1). After
+    Grayscale(1) the steps act as torchvision's do on one channel: saturation, hue,
+    RandomGrayscale and RandomChannelPermutation change nothing, contrast blends with that
+    channel's mean; a Normalize, fill or erasing value after it gives one value (or three
+    equal ones). The kernel keeps the channel as three equal ones and writes the first."""
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
         return cls(t.num_output_channels)
 
-    def __init__(self, num_output_channels: int = 3) -> None:
-        if num_output_channels != 3:
-            raise TransformError("Grayscale(num_output_channels=1) cannot be fused: the kernel writes 3 channels "
-                                 "(use num_output_channels=3, or take one channel of the batch)")
+    def __init__(self, num_output_channels: int = 1) -> None:
+        if num_output_channels not in (1, 3):
+            raise TransformError(f"Grayscale(num_output_channels={num_output_channels!r}): 1 or 3")
         super().__init__(1.0)
+        self._channels = int(num_output_channels)
+
+    @property
+    def num_output_channels(self) -> int:
+        return self._channels
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         return {self.key: True}  # no draw: torchvision's Grayscale is not random
 
     def __repr__(self) -> str:
-        return super().__repr__() if in_fingerprint() else "Grayscale(num_output_channels=3)"
+        if in_fingerprint():  # (a 3-channel one as before this option: saved states' fingerprints hold it)
+            return super().__repr__() if self._channels == 3 else "Grayscale(p=1.0, num_output_channels=1)"
+        return f"Grayscale(num_output_channels={self._channels})"
+
+
+# the grey mean of three equal channels v, v, v (0.2989 v + 0.587 v + 0.114 v in float32) scaled back to v's:
+# CONTRAST's second argument after Grayscale(1)
+_WEIGHTS = float(np.float32(0.2989)) + float(np.float32(0.587)) + float(np.float32(0.114))
+ONE_CHANNEL_MEAN = 1.0 / _WEIGHTS - 1.0
+_NO_CHANGE_ON_ONE = frozenset((SATURATION, HUE, GRAYSCALE, PERMUTE_CHANNELS))
+
+
+def one_channel(prog: list) -> list:
+    """A program's ops (op id, args) as torchvision's act on an image of one channel (the
+    kernel holds it as three equal ones): saturation, hue, grayscale and a channel
+    permutation change nothing there (dropped), contrast blends with that channel's own
+    mean, the noise is the same in every channel."""
+    out = []
+    for op, a in prog:
+        if op in _NO_CHANGE_ON_ONE:
+            continue
+        if op == CONTRAST:
+            a = (a[0], ONE_CHANNEL_MEAN)
+        elif op == GAUSSIAN_NOISE:
+            a = (*a[:5], 1.0)
+        out.append((op, a))
+    return out
 
 
 class RandomSolarize(_PixelOp, converts="torchvision.RandomSolarize"):

@@ -248,11 +248,12 @@ class Compose(Transform):
         else:
             self._run_then_warp(decoded.pixels, geom, args, order, view, [params[k] for k in idx], stream,
                                 num_threads, workspace)
+        own = view[:, :1] if self.plan.channels == 1 else view  # (the output's own channels)
         if self.plan.erase is not None:  # after the kernel, on its output (and its stream)
-            self.plan.erase.erase(view, [params[k] for k in idx])
+            self.plan.erase.erase(own, [params[k] for k in idx])
         if self.plan.linear is not None:  # last, on the output (erased or not), on the kernel's stream
             with _on(stream, view.device):
-                self.plan.linear.transform_batch(view)
+                self.plan.linear.transform_batch(own)
 
     def _run_then_warp(self, src: torch.Tensor, geom: np.ndarray, args: np.ndarray, order: np.ndarray,
                        view: torch.Tensor, params: list[dict], stream: Any, num_threads: int | None,
@@ -273,7 +274,10 @@ class Compose(Transform):
                 images.sub_(mean).mul_(inv)
             elif view.dtype == torch.uint8:
                 images.mul_(255.999).floor_()
-            view.copy_(images)
+            if self.plan.channels == 1:  # (the view's channels are one memory: the first written)
+                view[:, :1].copy_(images[:, :1])
+            else:
+                view.copy_(images)
 
     def _norm_tensors(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalize's mean and 1/std as [1, 3, 1, 1] float32 tensors on `device`, made once
@@ -296,18 +300,21 @@ class Compose(Transform):
                    size: tuple[int, int] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """(output tensor in `layout`, its [N, 3, h, w] view that the kernel writes);
         pinned host memory with `pin_memory` on the CPU (where CUDA is present). `size`:
-        the images' size, for a Compose without geometry."""
+        the images' size, for a Compose without geometry. An output of one channel
+        (Grayscale(1)) is [N, 1, h, w] (NHWC: [N, h, w, 1]), its view that channel three
+        times (stride 0)."""
         if self.plan.out_size is None and size is None:
             raise ValueError("a Compose without a geometry step needs the images' size for its output")
         oh, ow = self.plan.out_size or size  # type: ignore[misc]
         pin = pin_memory and torch.device(device).type == "cpu" and torch.cuda.is_available()
         # (a large host output in 2 MiB pages where the kernel gives them: kernels.workspace.huge_pages)
+        c = self.plan.channels
         if self.layout == "NHWC":
-            out = huge_pages(torch.empty((n, oh, ow, 3), dtype=self.plan.dtype, device=device, pin_memory=pin),
+            out = huge_pages(torch.empty((n, oh, ow, c), dtype=self.plan.dtype, device=device, pin_memory=pin),
                              touch=True)
-            return out, out.permute(0, 3, 1, 2)
-        out = huge_pages(torch.empty((n, 3, oh, ow), dtype=self.plan.dtype, device=device, pin_memory=pin), touch=True)
-        return out, out
+            return out, _three(out.permute(0, 3, 1, 2))
+        out = huge_pages(torch.empty((n, c, oh, ow), dtype=self.plan.dtype, device=device, pin_memory=pin), touch=True)
+        return out, _three(out)
 
     def run(self, src: torch.Tensor, geom: np.ndarray, args: np.ndarray, order: np.ndarray,
             view: torch.Tensor, *, stream: Any = None, num_threads: int | None = None,
@@ -387,7 +394,8 @@ class Compose(Transform):
         """The [N, 3, h, w] view the kernel writes of a caller's `out=`, or a ValueError
         saying what it should be."""
         oh, ow = size
-        shape = (n, oh, ow, 3) if self.layout == "NHWC" else (n, 3, oh, ow)
+        c = self.plan.channels
+        shape = (n, oh, ow, c) if self.layout == "NHWC" else (n, c, oh, ow)
         want = shape[1:] if single else shape
         if tuple(out.shape) != want or out.dtype != self.plan.dtype or out.device != device:
             raise ValueError(f"out= must be a {self.plan.dtype} tensor of shape {list(want)} on {device} "
@@ -397,7 +405,7 @@ class Compose(Transform):
         if any(out.untyped_storage().data_ptr() == im.untyped_storage().data_ptr() for im in batch):
             raise ValueError("out= shares memory with the images being transformed")
         full = out.unsqueeze(0) if single else out
-        return full.permute(0, 3, 1, 2) if self.layout == "NHWC" else full
+        return _three(full.permute(0, 3, 1, 2) if self.layout == "NHWC" else full)
 
     @classmethod
     def from_torchvision(cls, tv: Any, *, layout: Layout = "NCHW", ragged: bool = False) -> "Compose":
@@ -406,6 +414,12 @@ class Compose(Transform):
         feeds uint8 tensors); ToTensor becomes ToDtype(float32, scale=True). `ragged`: see
         the class doc (a detection recipe that leaves each image its own size)."""
         return cls(convert(tv), layout=layout, ragged=ragged)
+
+
+def _three(view: torch.Tensor) -> torch.Tensor:
+    """The [N, 3, h, w] view the kernel writes of an output [N, C, h, w]: itself, or one
+    channel three times (stride 0: the kernel writes three equal values to it)."""
+    return view if view.shape[1] == 3 else view.expand(view.shape[0], 3, view.shape[2], view.shape[3])
 
 
 def _pil_tensor(image: Any, k: int) -> torch.Tensor:

@@ -23,6 +23,7 @@ from .. import _native
 from ..errors import TransformError
 from ..kernels import fused
 from ..kernels.ops import ARGS, JITTER_OPS, OPS, OPS_ARGS
+from .colour import one_channel
 from .geometry import CenterCrop, RandomCrop, RandomResizedCrop, Resize
 from .rng import _epoch_key, _SampleRandom
 
@@ -205,6 +206,7 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
         oh, ow = plan.output_size(sizes)
     rrc = plan.rrc
     program = plan.program
+    one_at, mark = plan.one_channel_at, 0
     G, H, W, VH, VW, OY, OX = fused.GEOM, fused.H, fused.W, fused.VH, fused.VW, fused.OY, fused.OX
     box, FLIP, VFLIP, FILTER = slice(fused.TOP, fused.BW + 1), fused.FLIP, fused.VFLIP, fused.FILTER
     resample = plan.resample
@@ -237,9 +239,11 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
         rows.append(g)
         if program:
             prog: list = []
-            for step in program:
+            for i, step in enumerate(program):
                 step.emit(p, so, prog)
-            progs.append(prog)
+                if i == one_at:  # (Grayscale(1): the steps after it act on one channel)
+                    mark = len(prog)
+            progs.append(prog if one_at is None else prog[:mark] + one_channel(prog[mark:]))
     geom = np.array(rows, np.int64).reshape(n, G)
     _check_reflection(plan, geom)
     width = max([1, *map(len, progs)])

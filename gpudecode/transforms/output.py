@@ -181,29 +181,36 @@ class RandomErasing(Transform, converts=("torchvision.RandomErasing", "timm.Rand
         return [p["erase"]] if p.get("erase") is not None else []
 
     def erase(self, view: torch.Tensor, params: Sequence[dict], *, batched: bool | None = None) -> None:
-        """Erases in place the rectangles `params` drew, image k of `view` [N, 3, h, w]
-        with params[k]. On a CUDA tensor (or with batched=True) in a fixed number of
+        """Erases in place the rectangles `params` drew, image k of `view` [N, C, h, w]
+        (C 3, or 1 after Grayscale(1)) with params[k]. On a CUDA tensor (or with batched=True) in a fixed number of
         operations and one upload for the batch (erase_batch), however many images are
         erased; on the CPU image by image (no host-device traffic to save there, and no
         pass over the whole batch). Both give the same values bit for bit."""
         if batched if batched is not None else view.device.type == "cuda":
             self.erase_batch(view, params)
             return
-        fill = None if self.value is None else torch.tensor(self.value, dtype=torch.float32)[:, None, None]
+        c = view.shape[1]
+        fill = None if self.value is None else self._fill_values(c)[:, None, None]
         for k, p in enumerate(params):
             for e in self.boxes(p):
                 i, j, h, w = e["i"], e["j"], e["h"], e["w"]
                 if fill is None:  # "random": the sample's own noise, torchvision's shape and law
-                    v = self._noise(e)
+                    v = self._noise(e, c)
                 else:
                     v = fill
                 view[k, :, i:i + h, j:j + w] = v.to(view.device, view.dtype)
 
-    def _noise(self, e: dict) -> torch.Tensor:
+    def _noise(self, e: dict, c: int = 3) -> torch.Tensor:
         g = torch.Generator().manual_seed(e["noise"])
         if self.noise == "box":  # one colour for the box (timm's "rand")
-            return torch.empty((3, 1, 1), dtype=torch.float32).normal_(generator=g).expand(3, e["h"], e["w"])
-        return torch.empty((3, e["h"], e["w"]), dtype=torch.float32).normal_(generator=g)
+            return torch.empty((c, 1, 1), dtype=torch.float32).normal_(generator=g).expand(c, e["h"], e["w"])
+        return torch.empty((c, e["h"], e["w"]), dtype=torch.float32).normal_(generator=g)
+
+    def _fill_values(self, c: int) -> torch.Tensor:
+        """The fill of an image of c channels (one value repeated; after Grayscale(1) the
+        plan has checked that the values are equal)."""
+        values = self.value or [0.0]
+        return torch.tensor((values * 3 if len(values) == 1 else values)[:c], dtype=torch.float32)
 
     def erase_batch(self, view: torch.Tensor, params: Sequence[dict]) -> None:
         """erase() for a whole batch on its device without a host synchronization: the
@@ -215,25 +222,25 @@ class RandomErasing(Transform, converts=("torchvision.RandomErasing", "timm.Rand
         a round and a later box overwrites an earlier one, as erase() does."""
         boxes = [self.boxes(p) for p in params]
         for r in range(max(map(len, boxes), default=0)):
-            payload = self.erase_payload([{"erase": b[r] if r < len(b) else None} for b in boxes])
+            payload = self.erase_payload([{"erase": b[r] if r < len(b) else None} for b in boxes], view.shape[1])
             if payload is not None:
                 self.erase_on_device(view, *payload)
 
-    def erase_payload(self, params: Sequence[dict]) -> tuple[int, list[np.ndarray]] | None:
+    def erase_payload(self, params: Sequence[dict], c: int = 3) -> tuple[int, list[np.ndarray]] | None:
         """The host side of erase_batch: (erased images, [boxes [m, 5] (k, i, j, h, w) int64,
-        then noise offsets int64 and the noise float32, or the fill float32 [3]], as bytes),
-        None when nothing is erased."""
+        then noise offsets int64 and the noise float32, or the fill float32 [c]], as bytes),
+        None when nothing is erased; c: the images' channels."""
         erased = [(k, p["erase"]) for k, p in enumerate(params) if p.get("erase") is not None]
         if not erased:
             return None
         boxes = np.array([[k, e["i"], e["j"], e["h"], e["w"]] for k, e in erased], np.int64)
         pieces = [boxes.view(np.uint8).reshape(-1)]
         if self.value is None:
-            sizes = boxes[:, 3] * boxes[:, 4] * 3
+            sizes = boxes[:, 3] * boxes[:, 4] * c
             pieces.append(np.asarray(np.cumsum(sizes) - sizes, np.int64).view(np.uint8))
-            pieces.append(torch.cat([self._noise(e).reshape(-1) for _, e in erased]).numpy().view(np.uint8))
+            pieces.append(torch.cat([self._noise(e, c).reshape(-1) for _, e in erased]).numpy().view(np.uint8))
         else:
-            pieces.append(np.array(self.value * 3 if len(self.value) == 1 else self.value, np.float32).view(np.uint8))
+            pieces.append(self._fill_values(c).numpy().view(np.uint8))
         return len(erased), pieces
 
     def erase_on_device(self, view: torch.Tensor, m: int, pieces: list[np.ndarray]) -> None:
@@ -263,8 +270,8 @@ class RandomErasing(Transform, converts=("torchvision.RandomErasing", "timm.Rand
             at_ = starts_t.view(m, 1, 1, 1) + (cs * hh + ry.unsqueeze(1)) * ww + rx.unsqueeze(1)
             values = noise[torch.where(inside, at_, 0)].to(view.dtype)
         else:
-            values = moved[at:at + 12].view(torch.float32).view(1, c, 1, 1).to(view.dtype)
-        imgs = view[k_]  # [m, 3, oh, ow] (a gather: the erased images only)
+            values = moved[at:at + 4 * c].view(torch.float32).view(1, c, 1, 1).to(view.dtype)
+        imgs = view[k_]  # [m, C, oh, ow] (a gather: the erased images only)
         view[k_] = torch.where(inside, values, imgs)
 
     def __repr__(self) -> str:
@@ -323,17 +330,18 @@ class LinearTransformation(Transform, converts="torchvision.LinearTransformation
     def __repr__(self) -> str:
         return f"LinearTransformation(D={self._matrix.shape[0]}, sha256={self._digest})"
 
-    def check_size(self, size: tuple[int, int]) -> None:
+    def check_size(self, size: tuple[int, int], channels: int = 3) -> None:
         """Refuses an output size whose images are not D values (TransformError)."""
-        if 3 * size[0] * size[1] != self._matrix.shape[0]:
+        if channels * size[0] * size[1] != self._matrix.shape[0]:
             raise TransformError(f"LinearTransformation's matrix is {self._matrix.shape[0]} square, and the output "
-                                 f"images are 3 x {size[0]} x {size[1]} = {3 * size[0] * size[1]} values")
+                                 f"images are {channels} x {size[0]} x {size[1]} = {channels * size[0] * size[1]} "
+                                 "values")
 
     def transform_batch(self, view: torch.Tensor) -> None:
-        """The whitening of every image of `view` ([N, 3, h, w], float, any strides), in
+        """The whitening of every image of `view` ([N, C, h, w], float, any strides), in
         place, with torch's ops on its device (the caller's stream current)."""
         n, c, h, w = view.shape
-        self.check_size((h, w))
+        self.check_size((h, w), c)
         got = self._on.get(str(view.device))
         if got is None:
             got = self._on[str(view.device)] = (self._matrix.to(view.device), self._mean.to(view.device))

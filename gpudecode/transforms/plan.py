@@ -11,7 +11,7 @@ import torch
 
 from ..errors import TransformError
 from .base import PROGRAM_GROUPS, Transform, _PixelOp, _refuse, _Step
-from .colour import _JITTER_NAMES, ColorJitter
+from .colour import _JITTER_NAMES, ColorJitter, Grayscale
 from .canvas import CanvasStep
 from .convert import qualified
 from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
@@ -50,6 +50,10 @@ class _Plan:
     pad_mode: int = field(default=0, repr=False)
     # last, after the erasing: a matrix product of each flattened output image (output.LinearTransformation)
     linear: LinearTransformation | None = field(default=None, repr=False)
+    # the output's channels: 1 after a Grayscale(num_output_channels=1), program step `one_channel_at` (the steps
+    # after it act on one channel, colour.one_channel; the kernel writes the first of three equal ones)
+    channels: int = field(default=3, repr=False)
+    one_channel_at: int | None = field(default=None, repr=False)
 
     @property
     def rrc(self) -> bool:
@@ -171,7 +175,11 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False) -> _Plan:
                  next((FILTERS[g.filter_modes[0]] for g in geometry if len(g.filter_modes) == 1), 0),
                  next((g.crop_fill for g in geometry if g.crop_fill is not None), (0, 0, 0)),
                  canvas, rest.post, rest.post_levels, box_format, box_sizes, bool(ragged),
-                 max([0, *(int(getattr(g, "pad_mode", 0)) for g in geometry)]), rest.linear)
+                 max([0, *(int(getattr(g, "pad_mode", 0)) for g in geometry)]), rest.linear,
+                 channels=1 if rest.one_channel_at is not None else 3, one_channel_at=rest.one_channel_at)
+    if ragged and plan.channels == 1:
+        raise TransformError(f"Grayscale(num_output_channels=1) with ragged=True cannot be fused: give "
+                             f"num_output_channels=3 and take images[:, :1] [{names}]")
     if ragged and plan.linear is not None:
         raise TransformError(f"LinearTransformation with ragged=True cannot be fused: its matrix takes images of one "
                              f"size [{names}]")
@@ -184,7 +192,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False) -> _Plan:
         if plan.post is not None and hasattr(plan.post, "check_size"):  # (a warp of the output: its size is known)
             plan.post.check_size(plan.out_size)
         if plan.linear is not None:
-            plan.linear.check_size(plan.out_size)
+            plan.linear.check_size(plan.out_size, plan.channels)
     return plan
 
 
@@ -265,9 +273,12 @@ class _AfterGeometry:
         self.linear: LinearTransformation | None = None
         self.post: Transform | None = None
         self.post_levels = False
+        self.one_channel_at: int | None = None  # the program's Grayscale(1)
 
     def add(self, t: Transform) -> None:
         what, names = type(t).__name__, self.names
+        if self.one_channel_at is not None:
+            self._one_channel(t)
         if self.linear is not None:
             raise TransformError(f"{what} after LinearTransformation cannot be fused: it is the last step [{names}]")
         if isinstance(t, LinearTransformation):
@@ -354,7 +365,28 @@ class _AfterGeometry:
                                          else f"{type(u).__name__} and {self.keys[k]} both draw {k!r}: one of them "
                                          f"per Compose [{self.names}]")
                 self.keys[k] = type(u).__name__
+        if isinstance(t, Grayscale) and t.num_output_channels == 1:
+            self.one_channel_at = len(self.program)
+        elif any(isinstance(u, Grayscale) and u.num_output_channels == 1 for u in t.inner()):
+            raise TransformError(f"Grayscale(num_output_channels=1) inside {type(t).__name__} cannot be fused: the "
+                                 f"images of a batch would have 1 or 3 channels [{self.names}]")
         self.program.append(t)
+
+    def _one_channel(self, t: Transform) -> None:
+        """Refuses a step after Grayscale(1) that gives its channels different values: a
+        Normalize, fill or erasing value of three different numbers (torchvision's raise on
+        one channel)."""
+        if isinstance(t, Normalize) and (len(set(t.mean)) > 1 or len(set(t.std)) > 1):
+            raise TransformError(f"Normalize of three different means or stds after Grayscale(num_output_channels=1): "
+                                 f"the image has one channel (give one mean and one std) [{self.names}]")
+        inner = t.inner() if isinstance(t, _Step) else [t]
+        for u in inner:
+            fill = getattr(u, "_fill", None)
+            value = getattr(u, "value", None) if isinstance(u, RandomErasing) else None
+            if (fill is not None and len(set(fill)) > 1) or (value is not None and len(set(value)) > 1):
+                raise TransformError(f"{type(u).__name__} with a fill of three different values after "
+                                     f"Grayscale(num_output_channels=1): the image has one channel (give one value) "
+                                     f"[{self.names}]")
 
 
 def native_spec(plan: _Plan) -> tuple | None:
