@@ -55,8 +55,8 @@ from .errors import ConcurrentIterationError, ErrorPolicy, OnError, Skipped
 from .io import shards as _shards
 from .io.files import DEFAULT_IMAGE_EXTS
 from .io.remote import RemoteOptions
-from .loader_setup import (check_sources, dataset_source, default_seed, describe, loader_reader, pipeline_config,
-                           refuse_dataloader_only, resume_keys, transforms_fingerprint)
+from .loader_setup import (check_sources, dataset_source, default_seed, describe, grey_output, loader_reader,
+                           pipeline_config, refuse_dataloader_only, resume_keys, transforms_fingerprint)
 from .pipeline import Pipeline
 from .resident import Keep, Keeper
 from .stats import LoaderStats
@@ -188,7 +188,6 @@ class Loader:
         self.batch_size, self.device, self.drop_last = batch_size, config.device, drop_last
         self.prefetch, self.num_threads = config.ring - 3, config.num_threads
         self.persistent_workers = bool(persistent_workers)  # (threads start per epoch: nothing to keep alive)
-        self.transform = config.transform if isinstance(config.transform, Compose) else list(config.transform)
         self.batch_transform = config.batch_transform
         self.policy = ErrorPolicy(on_error)  # one for every stage: one list of what was skipped
         self._seed_given = seed is not None
@@ -199,6 +198,8 @@ class Loader:
                                     rank=rank, world_size=world_size, even=even, split=split, remote=remote,
                                     cache_dir=cache_dir, cache_limit=cache_limit, repeated_augs=repeated_augs,
                                     epoch_size=epoch_size)
+        config = grey_output(self.reader, config)  # (a grey set's images: one channel, as torchvision's)
+        self.transform = config.transform if isinstance(config.transform, Compose) else list(config.transform)
         check_sources(self.reader, config)  # (what the data's metadata tells now, not at the first batch)
         self.stats = LoaderStats()
         self.cursor = Cursor()  # where this Loader stands in its epochs (one phase value)

@@ -281,6 +281,23 @@ def loader_reader(urls: Any, config: PipelineConfig, policy: Any, **options: Any
                        max_file_bytes=file_cap(config.max_pixels), chunk=config.batch_size, **options)
 
 
+def grey_output(reader: Any, config: PipelineConfig) -> PipelineConfig:
+    """`config` with its transforms for images of one channel (Compose(grey=True)) where
+    every source is a grey set's array (MNIST's, a TensorDataset of [N, H, W] images): the
+    output has one channel, as torchvision's has for them. A grey set beside sources of
+    three channels stays three equal channels, said (torchvision's batch would mix them)."""
+    inputs = reader.inputs
+    grey = [u for u in inputs.urls if u in inputs.files and inputs.files[u].grey]
+    if not grey:
+        return config
+    if len(grey) < len(inputs.urls):
+        warnings.warn(f"{inputs.files[grey[0]].name[len(_files.PREFIX):]}'s images are grey and other sources' have "
+                      f"3 channels: the Loader gives the grey ones as 3 equal channels", RuntimeWarning, stacklevel=3)
+        return config
+    tf = config.transform
+    return config.replace(transform=tf.for_grey() if isinstance(tf, Compose) else [v.for_grey() for v in tf])
+
+
 def check_sources(reader: Any, config: PipelineConfig) -> None:
     """What can be told of the data before reading it, refused now: precached images of
     several sizes for a transform without one; a mixture's sources whose class names

@@ -16,7 +16,6 @@ pickles as its recipe (the set, its transform taken off).
 from __future__ import annotations
 
 import os
-import warnings
 from typing import Any
 
 import numpy as np
@@ -74,10 +73,9 @@ def tensor_set(ds: Any) -> FileList:
                             f"{tensors[1].dtype} {list(tensors[1].shape)}")
         labels = found
     images = _ArrayImages(arr, layout, labels)
-    _say_grey(arr, layout, "TensorDataset", "images[:, :1] is the one channel")
     h, w = images.pixels(0).shape[:2] if len(arr) else (0, 0)
     return made(f"TensorDataset({len(arr)} images of {h}x{w})", len(arr), images, "npy", label=images.label,
-                rebuild=(tensor_set, (ds,)))
+                rebuild=(tensor_set, (ds,)), grey=_is_grey(arr, layout))
 
 
 def file_set(ds: Any) -> FileList | None:
@@ -235,11 +233,10 @@ def _layout(arr: np.ndarray, *, chw_first: bool) -> str:
     return next((k for k in order if arr.shape[1 if k == "chw" else 3] in (1, 3)), "")
 
 
-def _say_grey(arr: np.ndarray, layout: str, name: str, theirs: str) -> None:
-    """The one-channel images of a set come as 3 equal channels: said."""
-    if layout == "grey" or arr.shape[1 if layout == "chw" else 3] == 1:
-        warnings.warn(f"{name}'s images are grey: the Loader gives them as 3 equal channels, as for every image "
-                      f"({theirs})", RuntimeWarning, stacklevel=5)
+def _is_grey(arr: np.ndarray, layout: str) -> bool:
+    """The set's images have one channel (MNIST's [N, H, W]): the Loader's output then has
+    one, as torchvision's."""
+    return layout == "grey" or arr.shape[1 if layout == "chw" else 3] == 1
 
 
 def _split(ds: Any) -> str:
@@ -304,10 +301,9 @@ def image_arrays(plain: Any) -> FileList:
         if not is_pil(img) or not np.array_equal(pil_pixels(img), images.pixels(i)) or \
                 (images.labels is not None and (not is_int(y) or int(y) != images.labels[i])):
             return items_of(plain, name, split)
-    _say_grey(arr, layout, name, f"torchvision's {name} gives 1: images[:, :1] is that")
     h, w = images.pixels(0).shape[:2]
     return made(f"{name}({n} images of {h}x{w}{', ' + split if split else ''}{root_note(plain)})", n, images, "npy",
                 label=images.label, classes=class_names(plain),
-                rebuild=(image_arrays, (plain,)))
+                rebuild=(image_arrays, (plain,)), grey=_is_grey(arr, layout))
 
 

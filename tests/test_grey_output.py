@@ -234,3 +234,68 @@ def test_the_one_channel_kernel_under_the_cuda_simulator_equals_the_cpu_twin():
                PYTHONPATH=os.path.dirname(__file__) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
+
+
+# -- images of one channel from the start: Compose(grey=True), a grey set's Loader ---------------
+
+def test_grey_images_through_the_steps_as_torchvision_on_one_channel(photos):
+    """Compose(grey=True) on [1, H, W] images (real photographs made grey) against
+    torchvision's functional ops on those tensors, replaying the draws: the jitter (contrast
+    with the channel's mean, saturation and hue nothing), Grayscale(1) and RandomGrayscale
+    nothing; Grayscale(3) makes three equal channels of it, as torchvision repeats it."""
+    greys = [torch.from_numpy(np.ascontiguousarray(p[..., 1]))[None] for p in photos.values()]
+    sizes = [tuple(g.shape[1:]) for g in greys]
+    steps = [T.RandomResizedCrop(36), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.6, 0.8, 0.2),
+             T.RandomGrayscale(0.5), T.RandomAutocontrast(0.5), T.ToDtype(torch.float32, scale=True),
+             T.Normalize([0.5], [0.25])]
+    tf = T.Compose(steps, grey=True)
+    assert tf.channels == 1 and "grey=True" in repr(tf)
+    params = tf.make_params(sizes, 8)
+    got = tf(greys, params)
+    assert got.shape == (len(greys), 1, 36, 36)
+    for k, (img, p) in enumerate(zip(greys, params)):
+        x = F.to_dtype(img, torch.float32, scale=True)
+        t, l, h, w = p["crop"]
+        x = F.resized_crop(x, t, l, h, w, [36, 36], antialias=True)
+        x = F.horizontal_flip(x) if p["flip"] else x
+        for op in p["order"]:
+            if p.get(_JITTER[op]) is not None:
+                x = getattr(F, f"adjust_{_JITTER[op]}")(x, p[_JITTER[op]])
+        x = F.rgb_to_grayscale(x, 1) if p["grayscale"] else x  # (one channel in, one out: itself)
+        x = F.autocontrast(x) if p["autocontrast"] else x
+        x = F.normalize(x, [0.5], [0.25])
+        assert (got[k] - x).abs().max() < 1e-4, (k, p)
+    three = T.Compose([T.CenterCrop(20), T.Grayscale(3), T.ColorJitter(saturation=0.5)], grey=True)
+    out = three(greys[:2])
+    assert out.shape == (2, 3, 20, 20) and torch.equal(out[:, 0], out[:, 2])
+    assert torch.equal(out[:, :1], torch.stack([F.center_crop(g, [20, 20]) for g in greys[:2]]))
+    assert T.Compose([T.CenterCrop(20), T.Grayscale()], grey=True).channels == 1
+    with pytest.raises(ValueError, match="image 1 has 3 channels"):
+        tf([greys[0], chw(photos["coffee"])])
+    with pytest.raises(TransformError, match="on images of one channel"):
+        T.Compose([T.CenterCrop(20), T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])], grey=True)
+    with pytest.raises(TransformError, match="RandomCrop with a fill of three different values on images of one"):
+        T.Compose([T.RandomCrop(20, padding=2, fill=(1, 2, 3))], grey=True)
+    with pytest.raises(TransformError, match="1 or 3 channels"):
+        T.Compose([T.CenterCrop(20), T.RandomApply([T.Grayscale(3)], p=0.5)], grey=True)
+
+
+@pytest.mark.parametrize("keep", [None, "ram"])
+def test_a_grey_sets_loader_gives_one_channel_streamed_or_kept(photos, keep):
+    """A TensorDataset of grey [N, H, W] images: one channel (native draws, the jitter made
+    one channel's), the same batches streamed and kept in RAM, and the Compose's call on
+    the images with the Loader's draws."""
+    grey = torch.stack([torch.from_numpy(np.ascontiguousarray(p[:40, :40, 0])) for p in photos.values()] * 4)
+    ds = TensorDataset(grey, torch.arange(len(grey)))
+    steps = tv.Compose([tv.RandomCrop(32, padding=4), tv.RandomHorizontalFlip(), tv.ColorJitter(0.3, 0.3, 0.3, 0.1),
+                        tv.ToDtype(torch.float32, scale=True), tv.Normalize((0.1307,), (0.3081,))])
+    ld = gpudecode.Loader(ds, transform=steps, batch_size=8, seed=6, shuffle=False,
+                          **({} if keep is None else {"keep": keep}))
+    assert ld.transform.grey and ld.transform.native_spec is not None
+    got = torch.cat([b for b, _ in ld])
+    assert got.shape == (len(grey), 1, 32, 32)
+    tf = ld.transform
+    for start in range(0, len(grey), 8):
+        idx = list(range(start, min(start + 8, len(grey))))
+        params = tf.make_params([(40, 40)] * len(idx), ld.seed, indices=idx)
+        assert torch.equal(tf(grey[idx][:, None], params), got[idx])

@@ -164,22 +164,39 @@ def test_cifar10s_own_torchvision_transform_as_from_png_shards(cifar, tmp_path):
     assert ka == kb and torch.equal(la, lb) and torch.equal(a, b) and a.dtype == torch.float32
 
 
-def test_mnist_grey_with_its_normalize_against_torchvision_and_said(mnist):
-    """MNIST's images are grey (an [N, 28, 28] tensor): 3 equal channels, said once; its
-    usual transform (ToTensor + one-value Normalize) against torchvision's own ds[i]."""
+def test_mnist_grey_with_its_normalize_against_torchvision(mnist):
+    """MNIST's images are grey (an [N, 28, 28] tensor): one channel, as torchvision's; its
+    usual transform (ToTensor + one-value Normalize) against torchvision's own ds[i]; with
+    ColorJitter, saturation and hue change nothing and contrast takes the channel's mean,
+    as torchvision's ops on one channel replaying the Loader's draws."""
     root, grey, labels = mnist
     tv = tvt.Compose([tvt.ToTensor(), tvt.Normalize((0.1307,), (0.3081,))])
     ds = torchvision.datasets.MNIST(root, train=True, transform=tv)
-    with pytest.warns(RuntimeWarning, match=r"MNIST's images are grey: the Loader gives them as 3 equal channels.*"
-                                            r"images\[:, :1\]"):
-        ld = Loader(ds, batch_size=8, device="cpu", shuffle=False)
-    with ld:
+    with Loader(ds, batch_size=8, device="cpu", shuffle=False) as ld:
         keys, got, labs = _batches(ld)
-        assert ld.reader.classes == ds.classes
-    assert got.shape == (40, 3, 28, 28) and torch.equal(got[:, 0], got[:, 1]) and torch.equal(got[:, 0], got[:, 2])
+        assert ld.reader.classes == ds.classes and ld.transform.channels == 1
+    assert got.shape == (40, 1, 28, 28)
     want = torch.stack([ds[i][0] for i in range(40)])  # torchvision's [1, 28, 28] floats
-    torch.testing.assert_close(got[:, :1], want, atol=1e-6, rtol=0)
+    torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
     assert labs.tolist() == labels.tolist()
+
+    import torchvision.transforms.v2 as v2
+    import torchvision.transforms.v2.functional as F
+
+    steps = v2.Compose([v2.RandomCrop(24), v2.ColorJitter(0.4, 0.5, 0.6, 0.2), v2.ToDtype(torch.float32, scale=True)])
+    with Loader(torchvision.datasets.MNIST(root, train=True), transform=steps, batch_size=8, device="cpu",
+                shuffle=False, seed=3) as ld:
+        keys, got, _ = _batches(ld)
+        tf = ld.transform
+    params = tf.make_params([(28, 28)] * 8, ld.seed, indices=range(8))  # (the first batch's draws)
+    assert tf.native_spec is not None and got.shape == (40, 1, 24, 24)
+    for k, p in enumerate(params):
+        t, left, h, w = p["crop"]
+        x = F.crop(torch.from_numpy(grey[k])[None].float() / 255, t, left, h, w)
+        for op in p["order"]:
+            name = ["brightness", "contrast", "saturation", "hue"][op]
+            x = getattr(F, f"adjust_{name}")(x, p[name])
+        assert (got[k] - x).abs().max() < 1e-5, (k, p)
 
 
 @pytest.mark.parametrize("copied", [True, False], ids=["made-hwc-once", "each-image-transposed"])
@@ -336,11 +353,16 @@ def test_a_tensor_dataset_of_uint8_images_in_any_layout(cifar):
         _, got, labs = _batches(ld)
     assert torch.equal(got, chw[[9, 2]]) and labs.tolist() == [labels[9], labels[2]]
     grey = chw[:, 0]
-    with pytest.warns(RuntimeWarning, match="TensorDataset's images are grey"):
-        ld = Loader(TensorDataset(grey, y), batch_size=50, transform=None, device="cpu", shuffle=False)
+    with Loader(TensorDataset(grey, y), batch_size=50, transform=None, device="cpu", shuffle=False) as ld:
+        _, got, _ = _batches(ld)
+    assert torch.equal(got, grey[:, None])  # (one channel, as the set holds them)
+    with pytest.warns(RuntimeWarning, match=r"TensorDataset\(100 images of 32x32\)'s images are grey and other "
+                                            r"sources' have 3 channels"):
+        ld = Loader([TensorDataset(grey, y), TensorDataset(chw[:50], y[:50])], batch_size=50, transform=None,
+                    device="cpu", shuffle=False)
     with ld:
         _, got, _ = _batches(ld)
-    assert torch.equal(got, grey[:, None].expand(-1, 3, -1, -1))
+    assert torch.equal(got[:100], grey[:, None].expand(-1, 3, -1, -1)) and torch.equal(got[100:], chw[:50])
     with pytest.raises(TypeError, match=r"this one holds 2 tensor\(s\), the first torch.float32 \[100, 3, 32, 32\] "
                                         r"\(floats: give the images as uint8"):
         Loader(TensorDataset(chw.float() / 255, y), batch_size=4, device="cpu")

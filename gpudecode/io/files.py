@@ -66,6 +66,8 @@ class FileList:
     # -> {name: value} of those asked for (a Loader's fields=); `extra_names` lists them all
     extra: Callable[[int, frozenset[str]], dict[str, Any]] | None = field(default=None, repr=False, compare=False)
     extra_names: tuple[str, ...] = ()
+    # every image has one channel (a grey set's array: MNIST's): the Loader's output then has one, as torchvision's
+    grey: bool = False
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         if self.make is not None:
@@ -138,14 +140,14 @@ def made(name: str, n: int, make: Callable[[int], tuple[bytes, int | None]], ext
          label: Callable[[int], int | None] | None = None, classes: Sequence[str] = (),
          rebuild: tuple[Callable[..., Any], tuple] | None = None, costly: bool = False,
          extra: Callable[[int, frozenset[str]], dict[str, Any]] | None = None,
-         extra_names: Sequence[str] = ()) -> FileList:
+         extra_names: Sequence[str] = (), grey: bool = False) -> FileList:
     """A list of `n` samples made by make(i) -> (bytes of format `ext`, label): a
     synthetic set (torchvision's FakeData) or a Hugging Face Dataset's rows read as a file
     list is, keys their numbers. `ext` a format, or ext(i) each sample's; `label`: label(i)
     where it is cheaper than make's (`costly`: it is not: it reads another made list's);
     `classes`: the labels' names; `rebuild`: (function, args) that make the list again,
     what pickles in its place; `extra`: extra(i, names), sample i's other values of
-    `names` (fields=), `extra_names` all it has."""
+    `names` (fields=), `extra_names` all it has; `grey`: every image has one channel."""
     def made_label(i: int) -> int | None:
         return make(i)[1]
 
@@ -154,7 +156,7 @@ def made(name: str, n: int, make: Callable[[int], tuple[bytes, int | None]], ext
                     _Numbered(n, label or made_label, costly or label is None),  # type: ignore[arg-type]
                     _Numbered(n, lambda i: f"{i:09d}"),  # type: ignore[arg-type]
                     tuple(classes), "", _Numbered(n, exts), make=make, rebuild=rebuild,  # type: ignore[arg-type]
-                    extra=extra, extra_names=tuple(extra_names))
+                    extra=extra, extra_names=tuple(extra_names), grey=grey)
 
 
 def taken(flist: FileList, indices: Sequence[int], rebuild: tuple[Callable[..., Any], tuple]) -> FileList:
@@ -176,7 +178,8 @@ def taken(flist: FileList, indices: Sequence[int], rebuild: tuple[Callable[..., 
     make, extra = flist.make, flist.extra
     return made(f"{name}[{len(idx)} of {n}]", len(idx), lambda k: make(idx[k]), lambda k: flist.ext(idx[k]),
                 label=lambda k: flist.labels[idx[k]], classes=flist.classes, rebuild=rebuild, costly=costly_labels(flist),
-                extra=None if extra is None else (lambda k, names: extra(idx[k], names)), extra_names=flist.extra_names)
+                extra=None if extra is None else (lambda k, names: extra(idx[k], names)), extra_names=flist.extra_names,
+                grey=flist.grey)
 
 
 def costly_labels(flist: FileList) -> bool:
@@ -202,7 +205,7 @@ def shifted(flist: FileList, offset: int) -> FileList:
 
     return made(flist.name[len(PREFIX):], len(flist), moved, flist.ext, label=label, classes=flist.classes,
                 rebuild=(shifted, (flist, offset)), costly=costly_labels(flist), extra=flist.extra,
-                extra_names=flist.extra_names)
+                extra_names=flist.extra_names, grey=flist.grey)
 
 
 def _make(name: str, root: str, items: Sequence[tuple[str, int | None]], classes: Sequence[str] = (),

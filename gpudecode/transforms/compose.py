@@ -60,21 +60,43 @@ class Compose(Transform):
             (and a Loader batch) gives a `RaggedBatch`, a list of images of their own
             sizes, each a view of one padded batch (its `padded`, `sizes`, `mask()`); a
             Mask field's batch, and `masks()`, a RaggedBatch of the masks so.
+        grey: the images have one channel, as torchvision's grey sets give them (MNIST's
+            [1, H, W]; the Loader sets it for such sets): the output has one channel, as
+            torchvision's on such images (saturation, hue and grayscale change nothing,
+            contrast blends with the channel's mean), unless a Grayscale(3) makes three.
+            A call then takes images of one channel only ([1, H, W], a batch [N, 1, H, W],
+            PIL "L" images).
     """
 
-    def __init__(self, transforms: Sequence[Transform], *, layout: Layout = "NCHW", ragged: bool = False) -> None:
+    def __init__(self, transforms: Sequence[Transform], *, layout: Layout = "NCHW", ragged: bool = False,
+                 grey: bool = False) -> None:
         if layout not in ("NCHW", "NHWC"):
             raise ValueError("layout must be 'NCHW' or 'NHWC'")
         self.transforms = list(transforms)
         self.layout = layout
         self._ragged = bool(ragged)  # (in the plan: a saved state's fingerprint holds the steps)
-        self.plan = _plan(self.transforms, self._ragged)
+        self._grey = bool(grey)
+        self.plan = _plan(self.transforms, self._ragged, self._grey)
         self._rng = random.Random()
 
     @property
     def ragged(self) -> bool:
         """Each image keeps its own size: batches are RaggedBatch lists (see Args)."""
         return self._ragged
+
+    @property
+    def grey(self) -> bool:
+        """The images have one channel (see Args)."""
+        return self._grey
+
+    def for_grey(self) -> "Compose":
+        """This Compose for images of one channel (grey=True), steps and layout kept."""
+        return self if self._grey else Compose(self.transforms, layout=self.layout, ragged=self._ragged, grey=True)
+
+    @property
+    def channels(self) -> int:
+        """The output's channels: 3, or 1 (a Grayscale(1), or grey images)."""
+        return self.plan.channels
 
     def __repr__(self) -> str:
         """torchvision's form, a step a line (the layout where it is not NCHW); it makes
@@ -84,7 +106,8 @@ class Compose(Transform):
         steps = "".join(f"    {t!r},\n" for t in self.transforms)
         layout = f", layout={self.layout!r}" if self.layout != "NCHW" else ""
         ragged = ", ragged=True" if self._ragged else ""
-        return f"Compose([\n{steps}]{layout}{ragged})"
+        grey = ", grey=True" if self._grey else ""
+        return f"Compose([\n{steps}]{layout}{ragged}{grey})"
 
     @property
     def rrc(self) -> bool:
@@ -359,6 +382,9 @@ class Compose(Transform):
             shapes = np.asarray(sizes, np.int64).reshape(len(batch), 2)
             src, offsets, strides = _sources(batch, device)
         n = len(sizes)
+        if self._grey and (strides[:, 2] != 0).any():  # (three channels of their own: not grey)
+            k = int(np.flatnonzero(strides[:, 2] != 0)[0])
+            raise ValueError(f"image {k} has 3 channels: Compose(grey=True) takes images of one channel ([1, H, W])")
         if params is None:  # (kept as the draws' columns: no dicts made and read back)
             params = self.draw_batch(sizes, self._rng.getrandbits(63) if seed is None else seed, size_array=shapes)
         elif len(params) != n:

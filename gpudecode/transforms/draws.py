@@ -22,8 +22,8 @@ import numpy as np
 from .. import _native
 from ..errors import TransformError
 from ..kernels import fused
-from ..kernels.ops import ARGS, JITTER_OPS, OPS, OPS_ARGS
-from .colour import one_channel
+from ..kernels.ops import ARGS, CONTRAST, HUE, JITTER_OPS, OPS, OPS_ARGS, SATURATION
+from .colour import ONE_CHANNEL_MEAN, one_channel
 from .geometry import CenterCrop, RandomCrop, RandomResizedCrop, Resize
 from .rng import _epoch_key, _SampleRandom
 
@@ -206,7 +206,7 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
         oh, ow = plan.output_size(sizes)
     rrc = plan.rrc
     program = plan.program
-    one_at, mark = plan.one_channel_at, 0
+    one = plan.one_channel
     G, H, W, VH, VW, OY, OX = fused.GEOM, fused.H, fused.W, fused.VH, fused.VW, fused.OY, fused.OX
     box, FLIP, VFLIP, FILTER = slice(fused.TOP, fused.BW + 1), fused.FLIP, fused.VFLIP, fused.FILTER
     resample = plan.resample
@@ -239,11 +239,16 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
         rows.append(g)
         if program:
             prog: list = []
-            for i, step in enumerate(program):
-                step.emit(p, so, prog)
-                if i == one_at:  # (Grayscale(1): the steps after it act on one channel)
-                    mark = len(prog)
-            progs.append(prog if one_at is None else prog[:mark] + one_channel(prog[mark:]))
+            if one is None:
+                for step in program:
+                    step.emit(p, so, prog)
+            else:  # (the steps one[0] < i <= one[1] act on one channel)
+                for i, step in enumerate(program):
+                    start = len(prog)
+                    step.emit(p, so, prog)
+                    if one[0] < i <= one[1]:
+                        prog[start:] = one_channel(prog[start:])
+            progs.append(prog)
     geom = np.array(rows, np.int64).reshape(n, G)
     _check_reflection(plan, geom)
     width = max([1, *map(len, progs)])
@@ -458,4 +463,17 @@ class Draws(Sequence[dict]):
             ops = drawn[on[drawn]].reshape(n, width)
             order[:, :width] = _JITTER_IDS[ops]  # (fn_idx -> the kernel's op ids)
             args[:, :width, 0] = np.take_along_axis(factors, ops, axis=1)
+            if plan.one_channel is not None:  # (images of one channel: colour.one_channel on the arrays)
+                order, args = _one_channel_arrays(order, args)
         return geom, args, order
+
+
+def _one_channel_arrays(order: np.ndarray, args: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The jitter's arrays as colour.one_channel makes a program: saturation and hue
+    dropped (each row's other ops moved up, in their order), contrast with the one
+    channel's mean."""
+    args[order == CONTRAST, 1] = ONE_CHANNEL_MEAN
+    kept = (order != SATURATION) & (order != HUE)
+    at = np.argsort(~kept, axis=1, kind="stable")  # (each row's kept ops first, in order)
+    order = np.where(kept, order, -1)
+    return np.take_along_axis(order, at, axis=1), np.take_along_axis(args, at[:, :, None], axis=1)

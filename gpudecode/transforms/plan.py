@@ -50,10 +50,12 @@ class _Plan:
     pad_mode: int = field(default=0, repr=False)
     # last, after the erasing: a matrix product of each flattened output image (output.LinearTransformation)
     linear: LinearTransformation | None = field(default=None, repr=False)
-    # the output's channels: 1 after a Grayscale(num_output_channels=1), program step `one_channel_at` (the steps
-    # after it act on one channel, colour.one_channel; the kernel writes the first of three equal ones)
+    # the output's channels: 1 after a Grayscale(num_output_channels=1), or from the start for images of one channel
+    # (Compose(grey=True): MNIST's), unless a Grayscale(3) makes three. `one_channel` (a, b): the program steps a < i
+    # <= b act on one channel (colour.one_channel); the kernel holds it as three equal ones and writes the first
     channels: int = field(default=3, repr=False)
-    one_channel_at: int | None = field(default=None, repr=False)
+    one_channel: tuple[int, int] | None = field(default=None, repr=False)
+    grey: bool = field(default=False, repr=False)  # the images have one channel (Compose(grey=True))
 
     @property
     def rrc(self) -> bool:
@@ -132,7 +134,7 @@ def _names(steps: Sequence[Any], width: int = 60) -> str:
     return text
 
 
-def _plan(transforms: Sequence[Transform], ragged: bool = False) -> _Plan:
+def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = False) -> _Plan:
     given = list(transforms)
     names = _names(given)
     for i, t in enumerate(given):
@@ -155,6 +157,10 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False) -> _Plan:
         raise TransformError(f"{canvas!r} gives each image a canvas of its own size: a geometry step "
                              f"(RandomResizedCrop, Resize((h, w)), CenterCrop, RandomCrop) must follow it [{names}]")
     rest = _AfterGeometry(names)
+    if grey:  # (the images have one channel from the start: what fills them must be one value)
+        for t in steps[:len(geometry) + (canvas is not None)]:
+            rest.one_channel(t, "on images of one channel")
+        rest.one_at = -1
     for t in steps[len(geometry) + (canvas is not None):]:
         rest.add(t)
     _one_draw_a_key(canvas, rest, names)
@@ -176,10 +182,12 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False) -> _Plan:
                  next((g.crop_fill for g in geometry if g.crop_fill is not None), (0, 0, 0)),
                  canvas, rest.post, rest.post_levels, box_format, box_sizes, bool(ragged),
                  max([0, *(int(getattr(g, "pad_mode", 0)) for g in geometry)]), rest.linear,
-                 channels=1 if rest.one_channel_at is not None else 3, one_channel_at=rest.one_channel_at)
+                 channels=1 if rest.one_at is not None and rest.one_end is None else 3,
+                 one_channel=None if rest.one_at is None else (rest.one_at, len(rest.program) if rest.one_end is None
+                                                               else rest.one_end), grey=bool(grey))
     if ragged and plan.channels == 1:
-        raise TransformError(f"Grayscale(num_output_channels=1) with ragged=True cannot be fused: give "
-                             f"num_output_channels=3 and take images[:, :1] [{names}]")
+        raise TransformError(f"an output of one channel with ragged=True cannot be fused: give "
+                             f"Grayscale(num_output_channels=3) and take images[:, :1] [{names}]")
     if ragged and plan.linear is not None:
         raise TransformError(f"LinearTransformation with ragged=True cannot be fused: its matrix takes images of one "
                              f"size [{names}]")
@@ -273,12 +281,14 @@ class _AfterGeometry:
         self.linear: LinearTransformation | None = None
         self.post: Transform | None = None
         self.post_levels = False
-        self.one_channel_at: int | None = None  # the program's Grayscale(1)
+        self.one_at: int | None = None  # the program's Grayscale(1) (-1: images of one channel)
+        self.one_end: int | None = None  # the Grayscale(3) that makes them three channels again
 
     def add(self, t: Transform) -> None:
         what, names = type(t).__name__, self.names
-        if self.one_channel_at is not None:
-            self._one_channel(t)
+        if self.one_at is not None and self.one_end is None:
+            self.one_channel(t, "after Grayscale(num_output_channels=1)" if self.one_at >= 0 else
+                             "on images of one channel")
         if self.linear is not None:
             raise TransformError(f"{what} after LinearTransformation cannot be fused: it is the last step [{names}]")
         if isinstance(t, LinearTransformation):
@@ -365,28 +375,32 @@ class _AfterGeometry:
                                          else f"{type(u).__name__} and {self.keys[k]} both draw {k!r}: one of them "
                                          f"per Compose [{self.names}]")
                 self.keys[k] = type(u).__name__
-        if isinstance(t, Grayscale) and t.num_output_channels == 1:
-            self.one_channel_at = len(self.program)
-        elif any(isinstance(u, Grayscale) and u.num_output_channels == 1 for u in t.inner()):
-            raise TransformError(f"Grayscale(num_output_channels=1) inside {type(t).__name__} cannot be fused: the "
-                                 f"images of a batch would have 1 or 3 channels [{self.names}]")
+        one = self.one_at is not None and self.one_end is None  # (one channel before this step)
+        if isinstance(t, Grayscale) and one != (t.num_output_channels == 1):
+            if one:
+                self.one_end = len(self.program)  # (three from here: torchvision repeats the channel)
+            else:
+                self.one_at = len(self.program)
+        elif any(isinstance(u, Grayscale) and one != (u.num_output_channels == 1) for u in t.inner()):
+            raise TransformError(f"{next(u for u in t.inner() if isinstance(u, Grayscale))!r} inside "
+                                 f"{type(t).__name__} cannot be fused: the images of a batch would have 1 or 3 "
+                                 f"channels [{self.names}]")
         self.program.append(t)
 
-    def _one_channel(self, t: Transform) -> None:
-        """Refuses a step after Grayscale(1) that gives its channels different values: a
-        Normalize, fill or erasing value of three different numbers (torchvision's raise on
-        one channel)."""
+    def one_channel(self, t: Transform, where: str) -> None:
+        """Refuses a step on an image of one channel (after Grayscale(1), or a grey set's)
+        that gives its channels different values: a Normalize, fill or erasing value of
+        three different numbers (torchvision's raise on one channel)."""
         if isinstance(t, Normalize) and (len(set(t.mean)) > 1 or len(set(t.std)) > 1):
-            raise TransformError(f"Normalize of three different means or stds after Grayscale(num_output_channels=1): "
-                                 f"the image has one channel (give one mean and one std) [{self.names}]")
+            raise TransformError(f"Normalize of three different means or stds {where}: the image has one channel "
+                                 f"(give one mean and one std) [{self.names}]")
         inner = t.inner() if isinstance(t, _Step) else [t]
         for u in inner:
             fill = getattr(u, "_fill", None)
             value = getattr(u, "value", None) if isinstance(u, RandomErasing) else None
             if (fill is not None and len(set(fill)) > 1) or (value is not None and len(set(value)) > 1):
-                raise TransformError(f"{type(u).__name__} with a fill of three different values after "
-                                     f"Grayscale(num_output_channels=1): the image has one channel (give one value) "
-                                     f"[{self.names}]")
+                raise TransformError(f"{type(u).__name__} with a fill of three different values {where}: the image "
+                                     f"has one channel (give one value) [{self.names}]")
 
 
 def native_spec(plan: _Plan) -> tuple | None:
