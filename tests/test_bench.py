@@ -592,6 +592,20 @@ def test_the_resident_benchs_cifar_part_with_autoaugment(tmp_path, monkeypatch):
     assert all(got[k] > 0 for k in ("torchvision_img_s", "ram_img_s", "stream_img_s", "given_img_s", "given_ram_img_s"))
 
 
+def test_the_resident_benchs_mnist_part(tmp_path, monkeypatch):
+    """bench/resident.py --mnist: part 4's grey set read by torchvision's MNIST class, the
+    Loader's batches of one channel (three with Grayscale(3)), every rate."""
+    import torchvision
+
+    from gpudecode.bench.suite import resident
+
+    monkeypatch.setattr(resident, "OUT", tmp_path)
+    got = resident.mnist_part(300, 1, 0, 1)
+    assert len(torchvision.datasets.MNIST(str(tmp_path / "mnist_300"), train=True)) == 300
+    assert got["shapes"] == [[256, 1, 28, 28], [256, 3, 28, 28]]
+    assert all(got[k] > 0 for k in ("torchvision_img_s", "ram_img_s", "three_img_s"))
+
+
 def test_a_gpu_bench_cut_by_its_time_limit_still_writes_what_it_measured(tmp_path, monkeypatch, capsys):
     """bench/gpu.py under a call's time limit (SIGINT first): each run is printed as soon as
     it is measured, and an interrupted section still leaves the report of those before it,

@@ -161,6 +161,29 @@ def test_newer_ops_on_cuda_tensors_equal_the_cpu_twin(photos):
         assert float(far.float().mean()) <= 0.01, (tf, float((gpu - cpu).abs().max()))
 
 
+def test_one_channel_outputs_on_cuda_equal_the_cpu_twin(photos):
+    """Grayscale(1) and grey images (Compose(grey=True)): the kernel writing one channel
+    three times (a stride-0 view), the one-channel contrast and noise, the erasing and a
+    bfloat16 NHWC output, on CUDA tensors against the CPU twin."""
+    imgs = [torch.from_numpy(p).permute(2, 0, 1).contiguous() for p in photos.values()] * 2
+    greys = [i[1:2].contiguous() for i in imgs]
+    sizes = [tuple(i.shape[1:]) for i in imgs]
+    steps = [T.RandomResizedCrop(48), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1),
+             T.ToDtype(torch.float32, scale=True), T.GaussianNoise(sigma=0.05), T.Normalize([0.5], [0.25]),
+             T.RandomErasing(p=0.5, value="random")]
+    cases = [(T.Compose([steps[0], T.Grayscale(), *steps[1:]]), imgs),
+             (T.Compose(steps, grey=True), greys),
+             (T.Compose([T.Resize((40, 36)), T.Grayscale(), T.ToDtype(torch.bfloat16, scale=True)], layout="NHWC"),
+              imgs)]
+    for tf, batch in cases:
+        params = tf.make_params(sizes, 8)
+        cpu = tf(batch, params)
+        gpu = tf([i.cuda() for i in batch], params).cpu()
+        assert gpu.shape == cpu.shape and 1 in gpu.shape[1::2]
+        far = (gpu.float() - cpu.float()).abs() > (2e-4 if cpu.dtype == torch.float32 else 1e-2)
+        assert float(far.float().mean()) <= 0.01, (tf, float((gpu.float() - cpu.float()).abs().max()))
+
+
 def test_recipes_through_the_loader_on_cuda(shards):
     """torchvision's reference recipe (TrivialAugmentWide, RandomErasing, MixUp/CutMix on
     the GPU batch), DINO's 2 + 6 views with blur, and TenCrop's ten, from torchvision

@@ -15,12 +15,17 @@ against torchvision's CIFAR10 with DataLoader, in one run:
 
 3. the host's work per sample of part 2's resident epochs at batch 1024 with the fused
    kernel's launch made a no-op (host_part): what bounds a GPU's rate once the kernel is
-   fast.
+   fast;
+4. with --mnist: an MNIST-sized grey set (part 2's images, grey, 28x28, in torchvision's
+   IDX files), RandomCrop(28, padding=2) + Normalize((0.1307,), (0.3081,)): torchvision's
+   MNIST class with DataLoader against that object given to the Loader (one channel, as
+   torchvision's; keep="ram"), and the Loader with Grayscale(3) before Normalize (three
+   equal channels, what it gave before its output had one).
 
 Targets (issue 55, on the CPU): part 1 at least 1.5x; part 2 at least 10x; part 3 under
 1 us a sample (the host's share of the GPU's 1,000,000 img/s).
 
-    python bench/resident.py [--images 2048] [--cifar 10000] [--threads 2] [--workers 2] [--repeat 3]
+    python bench/resident.py [--images 2048] [--cifar 10000] [--threads 2] [--workers 2] [--repeat 3] [--mnist]
 """
 from __future__ import annotations
 
@@ -186,6 +191,45 @@ def cifar_part(n: int, threads: int, workers: int, repeat: int, padding_mode: st
             "padding_mode": padding_mode, "autoaugment": autoaugment}
 
 
+def mnist_part(n: int, threads: int, workers: int, repeat: int) -> dict:
+    """Part 4: part 2's images made an MNIST-sized grey set (the green channel's middle
+    28x28) in torchvision's IDX files, torchvision's MNIST + DataLoader against that object
+    given to the Loader (keep="ram"), one channel and, with Grayscale(3), three."""
+    import struct
+
+    import torch
+    import torchvision
+    import torchvision.transforms as tvt
+
+    from gpudecode import Loader
+
+    folder, _, _ = cifar_set(n, OUT)
+    root = OUT / f"mnist_{n}"
+    raw = root / "MNIST" / "raw"
+    if not (raw / "train-labels-idx1-ubyte").exists():
+        cifar = torchvision_cifar(str(folder))(str(folder), train=True, download=False)
+        grey, labels = cifar.data[:, 2:30, 2:30, 1].copy(), np.asarray(cifar.targets, np.uint8)
+        raw.mkdir(parents=True, exist_ok=True)
+        for split in ("t10k", "train"):  # (torchvision's MNIST looks for both; the test split the same images)
+            for name, arr in (("images-idx3", grey), ("labels-idx1", labels)):
+                with open(raw / f"{split}-{name}-ubyte", "wb") as f:  # IDX: magic, sizes, bytes
+                    f.write(struct.pack(">HBB", 0, 8, arr.ndim) + struct.pack(f">{arr.ndim}I", *arr.shape) +
+                            arr.tobytes())
+
+    def mnist(*grey3: Any) -> Any:
+        return torchvision.datasets.MNIST(str(root), train=True, transform=tvt.Compose([
+            tvt.RandomCrop(28, padding=2), *grey3, tvt.ToTensor(), tvt.Normalize((0.1307,), (0.3081,))]))
+
+    tv = dataloader_rate(torch.utils.data.DataLoader(mnist(), batch_size=256, shuffle=True, num_workers=workers), repeat)
+    rates, shapes = {}, []
+    for name, ds in (("one", mnist()), ("three", mnist(tvt.Grayscale(3)))):
+        with Loader(ds, batch_size=256, device="cpu", num_threads=threads, seed=0, keep="ram") as ld:
+            rates[name], _ = epochs_rate(ld, repeat)
+            shapes.append(list(next(iter(ld)).images.shape))
+    return {"images": n, "threads": threads, "workers": workers, "torchvision_img_s": tv, "ram_img_s": rates["one"],
+            "three_img_s": rates["three"], "ratio": rates["one"] / tv, "shapes": shapes}
+
+
 def host_part(n: int, threads: int, repeat: int, batch: int = 1024, padding_mode: str = "constant",
               autoaugment: bool = False) -> dict:
     """Part 3: the host's own work in a resident epoch, what bounds a GPU's rate once its
@@ -244,6 +288,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--padding-mode", default="constant", choices=("constant", "edge", "reflect", "symmetric"),
                     help="the CIFAR crop's padding (parts 2, 3; reflect: airbench's)")
     ap.add_argument("--autoaugment", action="store_true", help="parts 2, 3: AutoAugment's CIFAR10 policy after the flip")
+    ap.add_argument("--mnist", action="store_true", help="part 4: an MNIST-sized grey set, one channel out")
     a = ap.parse_args(argv)
     for name, v in (("--images", a.images), ("--cifar", a.cifar), ("--threads", a.threads), ("--repeat", a.repeat),
                     ("--rounds", a.rounds)):
@@ -272,6 +317,12 @@ def main(argv: list[str] | None = None) -> dict:
           f"the order {hp['order']:.0f} ns, stage A {hp['prepare']:.0f} ns, stage B {hp['finish']:.0f} ns: "
           f"{h['sum_ns']:.0f} ns (a GPU's 1M img/s needs under 1,000: {'met' if h['met'] else 'NOT met'} on this "
           f"core); the Loader so, {h['loader_img_s']:.0f} img/s")
+    if a.mnist:
+        m = out["mnist"] = mnist_part(a.cifar, a.threads, a.workers, a.repeat)
+        print(f"MNIST-sized grey ({m['images']} of 28x28), RandomCrop(28, padding=2) + Normalize, torchvision's MNIST "
+              f"given to the Loader, keep='ram': {m['ram_img_s']:.0f} img/s, batches {m['shapes'][0]}; torchvision "
+              f"MNIST + DataLoader({a.workers} workers) {m['torchvision_img_s']:.0f} ({m['ratio']:.1f}x); with "
+              f"Grayscale(3), batches {m['shapes'][1]}: {m['three_img_s']:.0f} img/s")
     print(f"on {out['machine'].get('cpu')}, {out['machine'].get('cores')} cores")
     save("resident", out)
     return out
