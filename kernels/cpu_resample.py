@@ -485,7 +485,7 @@ def _cpu_batch(src, geom, args, order, mean, std, normalize, to_uint8, antialias
             _zero_around(flat_out, i * size, soh, sow, oh, ow, nhwc)
         if not direct:
             o = out[i]
-            for c in range(3):
+            for c in range(3 if out.strides[1] != 0 else 1):  # (a channel stride of 0: one channel, written once)
                 for y in range(oh):
                     orow = o[c, y]
                     if y >= soh:

@@ -67,6 +67,15 @@ def launch(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, mean: np.
             else:
                 view.copy_(staging)
         return
+    if not src.is_cuda and view.stride(1) == 0:
+        # (one channel written three times: the CPU twin's fast paths write a dense batch, so it writes one in the
+        # workspace and its first channel is copied out, a third of it)
+        staging = (workspace.tensor("one-channel-staging", tuple(view.shape), view.dtype, view.device)
+                   if workspace is not None else torch.empty(tuple(view.shape), dtype=view.dtype))
+        launch(src, geom, args, order, mean, std, staging, normalize=normalize, antialias=antialias,
+               num_threads=num_threads, workspace=workspace)
+        view[:, :1].copy_(staging[:, :1])
+        return
     if src.is_cuda:
         from . import cuda_launch
 

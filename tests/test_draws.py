@@ -49,10 +49,15 @@ def _plans(draw) -> T.Compose:
         steps.append(T.RandomHorizontalFlip(draw(st.sampled_from([0.0, 0.5, 1.0, 0.3]))))
     if draw(st.booleans()):
         steps.append(T.RandomVerticalFlip(draw(st.sampled_from([0.0, 0.5, 1.0]))))
-    steps += draw(_jitter())
+    program = list(draw(_jitter()))
+    grey = draw(st.sampled_from([None, 1, 3]))  # (a Grayscale draws nothing: the native path encodes its op)
+    if grey is not None:
+        program.insert(draw(st.integers(0, len(program))), T.Grayscale(grey))
+    steps += program
+    source = draw(st.booleans())  # (images of one channel: the ops after it made one channel's)
     if draw(st.booleans()):
-        steps.append(T.Normalize(MEAN, STD))
-    return T.Compose(steps)
+        steps.append(T.Normalize([0.5] * 3, [0.25] * 3) if grey == 1 or source else T.Normalize(MEAN, STD))
+    return T.Compose(steps, grey=source)
 
 
 def _same_arrays(a: tuple, b: tuple) -> None:

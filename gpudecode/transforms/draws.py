@@ -22,8 +22,8 @@ import numpy as np
 from .. import _native
 from ..errors import TransformError
 from ..kernels import fused
-from ..kernels.ops import ARGS, CONTRAST, HUE, JITTER_OPS, OPS, OPS_ARGS, SATURATION
-from .colour import ONE_CHANNEL_MEAN, one_channel
+from ..kernels.ops import ARGS, CONTRAST, GRAYSCALE, HUE, JITTER_OPS, OPS, OPS_ARGS, SATURATION
+from .colour import ONE_CHANNEL_MEAN, Grayscale, one_channel
 from .geometry import CenterCrop, RandomCrop, RandomResizedCrop, Resize
 from .rng import _epoch_key, _SampleRandom
 
@@ -362,7 +362,8 @@ class Draws(Sequence[dict]):
         kinds = [type(g) for g in plan.geometry]
         resize = Resize in kinds
         crop = any(issubclass(k, (RandomResizedCrop, CenterCrop, RandomCrop)) for k in kinds)
-        jitter = bool(plan.program)
+        jitter = any(type(t) is not Grayscale for t in plan.program)
+        grey = len(plan.program) > int(jitter)  # (a Grayscale step: no draw, its key set)
         iv = ints.tolist()
         fv = [[None if v != v else v for v in r] for r in factors.tolist()] if jitter else None  # (NaN: off)
         out = []
@@ -378,6 +379,8 @@ class Draws(Sequence[dict]):
             if jitter:
                 f = fv[k]  # type: ignore[index]
                 p["brightness"], p["contrast"], p["saturation"], p["hue"] = f
+            if grey:
+                p["grayscale"] = True
             out.append(p)
         return out
 
@@ -453,27 +456,33 @@ class Draws(Sequence[dict]):
         geom[:, fused.PAD] = plan.pad_mode
         if not plan.program:
             return geom, np.zeros((n, 1, ARGS), np.float32), np.full((n, 1), -1, np.int32)
-        # the jitter's ops in each sample's order, those whose range is on (the same for all)
-        on = np.array([r is not None for r in plan.native_spec[3]])  # type: ignore[index]
+        # each program step's ops: the jitter's in each sample's order (those whose range is on, the same for all),
+        # a Grayscale's one op
+        on = np.array([r is not None for r in plan.native_spec[3] or (None,) * 4])  # type: ignore[index]
         width = int(on.sum())
-        order = np.full((n, max(1, width)), -1, np.int32)
-        args = np.zeros((n, max(1, width), ARGS), np.float32)
-        if width:
-            drawn = ints[:, _ORDER:_ORDER + 4]
-            ops = drawn[on[drawn]].reshape(n, width)
-            order[:, :width] = _JITTER_IDS[ops]  # (fn_idx -> the kernel's op ids)
-            args[:, :width, 0] = np.take_along_axis(factors, ops, axis=1)
-            if plan.one_channel is not None:  # (images of one channel: colour.one_channel on the arrays)
-                order, args = _one_channel_arrays(order, args)
+        one = plan.one_channel
+        orders, argss = [], []
+        for i, step in enumerate(plan.program):
+            w = 1 if type(step) is Grayscale else width
+            order = np.full((n, w), GRAYSCALE if w and type(step) is Grayscale else -1, np.int32)
+            args = np.zeros((n, w, ARGS), np.float32)
+            if type(step) is not Grayscale and width:
+                drawn = ints[:, _ORDER:_ORDER + 4]
+                ops = drawn[on[drawn]].reshape(n, width)
+                order[:] = _JITTER_IDS[ops]  # (fn_idx -> the kernel's op ids)
+                args[:, :, 0] = np.take_along_axis(factors, ops, axis=1)
+            if one is not None and one[0] < i <= one[1]:  # (on one channel: colour.one_channel on the arrays)
+                args[order == CONTRAST, 1] = ONE_CHANNEL_MEAN
+                order[(order == SATURATION) | (order == HUE) | (order == GRAYSCALE)] = -1
+            orders.append(order)
+            argss.append(args)
+        order, args = np.concatenate(orders, axis=1), np.concatenate(argss, axis=1)
+        if order.shape[1] == 0:
+            return geom, np.zeros((n, 1, ARGS), np.float32), np.full((n, 1), -1, np.int32)
+        if (order < 0).any():  # (ops dropped: each row's others first, in order, as encode_dicts leaves them)
+            at = np.argsort(order < 0, axis=1, kind="stable")
+            order, args = np.take_along_axis(order, at, axis=1), np.take_along_axis(args, at[:, :, None], axis=1)
+            args[order < 0] = 0
+            width = max(1, int((order >= 0).sum(axis=1).max()))
+            order, args = np.ascontiguousarray(order[:, :width]), np.ascontiguousarray(args[:, :width])
         return geom, args, order
-
-
-def _one_channel_arrays(order: np.ndarray, args: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The jitter's arrays as colour.one_channel makes a program: saturation and hue
-    dropped (each row's other ops moved up, in their order), contrast with the one
-    channel's mean."""
-    args[order == CONTRAST, 1] = ONE_CHANNEL_MEAN
-    kept = (order != SATURATION) & (order != HUE)
-    at = np.argsort(~kept, axis=1, kind="stable")  # (each row's kept ops first, in order)
-    order = np.where(kept, order, -1)
-    return np.take_along_axis(order, at, axis=1), np.take_along_axis(args, at[:, :, None], axis=1)

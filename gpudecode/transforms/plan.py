@@ -436,9 +436,10 @@ def native_spec(plan: _Plan) -> tuple | None:
             return None
         flips.append(-1.0 if f is None else f.p)
     jitter = None
-    if plan.program:
-        if len(plan.program) != 1 or type(plan.program[0]) is not ColorJitter:
+    drawn = [t for t in plan.program if type(t) is not Grayscale]  # (a Grayscale draws nothing: its op is encoded)
+    if drawn:
+        if len(drawn) != 1 or type(drawn[0]) is not ColorJitter:
             return None
-        cj = plan.program[0]
+        cj = drawn[0]
         jitter = tuple(getattr(cj, name) for name in _JITTER_NAMES)
     return (geometry, flips[0], flips[1], jitter)
