@@ -131,7 +131,7 @@ def dataset_source(urls: Any, transform: Any, place: int | None = None) -> tuple
     if isinstance(urls, torch.utils.data.TensorDataset):  # images and labels as tensors of one's own
         from .vision_sets import tensor_set
 
-        return tensor_set(urls), transform
+        return tensor_set(urls, place), transform
     if isinstance(urls, torch.utils.data.IterableDataset):
         raise TypeError(f"Loader() reads a Dataset by index, not an IterableDataset ({type(urls).__name__}): give "
                         "its shards, image folder, files or (path, label) pairs")

@@ -47,10 +47,12 @@ def vision_set(ds: Any) -> FileList | None:
     return image_arrays(plain_copy(ds))
 
 
-def tensor_set(ds: Any) -> FileList:
+def tensor_set(ds: Any, place: int | None = None) -> FileList:
     """torch's TensorDataset(images, labels) (or images alone): uint8 images [N, 3, H, W]
-    (torch's layout, looked for first), [N, H, W, 3] or grey [N, H, W] (one channel made
-    three, said), labels an integer vector.
+    (torch's layout, looked for first), [N, H, W, 3] or grey [N, H, W] (the Loader's output
+    then has one channel, as torchvision's), labels an integer vector. `place`: where it
+    stands in a list of sets given together (in its name: two TensorDatasets of one shape
+    in a list are two lists).
 
     Raises:
         TypeError: images that are not uint8 images of one of those layouts, more than two
@@ -74,8 +76,9 @@ def tensor_set(ds: Any) -> FileList:
         labels = found
     images = _ArrayImages(arr, layout, labels)
     h, w = images.pixels(0).shape[:2] if len(arr) else (0, 0)
-    return made(f"TensorDataset({len(arr)} images of {h}x{w})", len(arr), images, "npy", label=images.label,
-                rebuild=(tensor_set, (ds,)), grey=_is_grey(arr, layout))
+    where = "" if place is None else f", item {place} of the list"
+    return made(f"TensorDataset({len(arr)} images of {h}x{w}{where})", len(arr), images, "npy", label=images.label,
+                rebuild=(tensor_set, (ds, place)), grey=_is_grey(arr, layout))
 
 
 def file_set(ds: Any) -> FileList | None:

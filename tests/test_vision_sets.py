@@ -363,6 +363,13 @@ def test_a_tensor_dataset_of_uint8_images_in_any_layout(cifar):
     with ld:
         _, got, _ = _batches(ld)
     assert torch.equal(got[:100], grey[:, None].expand(-1, 3, -1, -1)) and torch.equal(got[100:], chw[:50])
+    # two TensorDatasets of one shape in a list: two lists, the second named by its place
+    with Loader([TensorDataset(chw, y), TensorDataset(chw.flip(0), y.flip(0))], batch_size=50, transform=None,
+                device="cpu", shuffle=False) as ld:
+        _, got, labs = _batches(ld)
+        assert ld.describe()["file_sources"] == ["TensorDataset(100 images of 32x32)",
+                                                 "TensorDataset(100 images of 32x32, item 1 of the list)"]
+    assert torch.equal(got, torch.cat([chw, chw.flip(0)])) and torch.equal(labs, torch.cat([y, y.flip(0)]))
     with pytest.raises(TypeError, match=r"this one holds 2 tensor\(s\), the first torch.float32 \[100, 3, 32, 32\] "
                                         r"\(floats: give the images as uint8"):
         Loader(TensorDataset(chw.float() / 255, y), batch_size=4, device="cpu")
