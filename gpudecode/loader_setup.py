@@ -705,6 +705,8 @@ def describe(loader: Loader) -> dict:
             # (None: each image its own size; "ragged": batches of them, RaggedBatch lists of one padded batch)
             "out_size": [p.out_size for p in plans] if multi else "ragged" if plans[0].ragged else plans[0].out_size,
             "dtype": [str(p.dtype) for p in plans] if multi else str(plans[0].dtype),
+            # the images' channels: 1 after a Grayscale(1), or for a grey set (MNIST's), as torchvision's; else 3
+            "channels": [p.channels for p in plans] if multi else plans[0].channels,
             # what runs fused, per view (several views: one list each)
             "transform": ([[type(t).__name__ for t in p.steps] for p in plans] if multi
                           else [type(t).__name__ for t in plans[0].steps]),

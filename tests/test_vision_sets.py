@@ -174,7 +174,7 @@ def test_mnist_grey_with_its_normalize_against_torchvision(mnist):
     ds = torchvision.datasets.MNIST(root, train=True, transform=tv)
     with Loader(ds, batch_size=8, device="cpu", shuffle=False) as ld:
         keys, got, labs = _batches(ld)
-        assert ld.reader.classes == ds.classes and ld.transform.channels == 1
+        assert ld.reader.classes == ds.classes and ld.transform.channels == 1 and ld.describe()["channels"] == 1
     assert got.shape == (40, 1, 28, 28)
     want = torch.stack([ds[i][0] for i in range(40)])  # torchvision's [1, 28, 28] floats
     torch.testing.assert_close(got, want, atol=1e-6, rtol=0)
