@@ -185,8 +185,6 @@ def test_what_grayscale_1_refuses():
         T.Grayscale(2)
     with pytest.raises(TransformError, match="1 or 3 channels"):
         T.Compose([T.RandomResizedCrop(8), T.RandomApply([T.Grayscale()], p=0.5)])
-    with pytest.raises(TransformError, match="one mean and one std"):
-        T.Compose([T.RandomResizedCrop(8), T.Grayscale(), T.Normalize([0.4, 0.5, 0.6], [0.2, 0.2, 0.2])])
     with pytest.raises(TransformError, match="RandomRotation with a fill of three different values"):
         T.Compose([T.RandomResizedCrop(8), T.Grayscale(), T.RandomRotation(10, fill=(1, 2, 3))])
     with pytest.raises(TransformError, match="RandomErasing with a fill"):
@@ -194,8 +192,10 @@ def test_what_grayscale_1_refuses():
                    T.RandomErasing(value=[0.1, 0.2, 0.3])])
     with pytest.raises(TransformError, match="ragged=True"):
         T.Compose([T.Resize(8), T.Grayscale()], ragged=True)
-    # what stays: equal values, a fill of one number, Grayscale(3) and its fingerprint's form
-    T.Compose([T.RandomResizedCrop(8), T.Grayscale(), T.RandomRotation(10, fill=7), T.Normalize([0.5] * 3, [0.2] * 3)])
+    # what stays: equal values, a fill of one number, Grayscale(3) and its fingerprint's form; three means: three
+    assert T.Compose([T.RandomResizedCrop(8), T.Grayscale(), T.RandomRotation(10, fill=7),
+                      T.Normalize([0.5] * 3, [0.2] * 3)]).channels == 1
+    assert T.Compose([T.RandomResizedCrop(8), T.Grayscale(), T.Normalize([0.4, 0.5, 0.6], [0.2] * 3)]).channels == 3
     assert repr(T.Grayscale(3)) == "Grayscale(num_output_channels=3)" and repr(T.Grayscale()) == \
         "Grayscale(num_output_channels=1)"
     assert T.Compose.from_torchvision(tv.Compose([tv.CenterCrop(8), tv.Grayscale(3)])).plan.channels == 3
@@ -272,8 +272,15 @@ def test_grey_images_through_the_steps_as_torchvision_on_one_channel(photos):
     assert T.Compose([T.CenterCrop(20), T.Grayscale()], grey=True).channels == 1
     with pytest.raises(ValueError, match="image 1 has 3 channels"):
         tf([greys[0], chw(photos["coffee"])])
-    with pytest.raises(TransformError, match="on images of one channel"):
-        T.Compose([T.CenterCrop(20), T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])], grey=True)
+    # a Normalize of three means makes three channels, as torchvision v2's broadcasts them
+    imagenet = ([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    three = T.Compose([T.CenterCrop(20), T.ColorJitter(contrast=0.5), T.Normalize(*imagenet)], grey=True)
+    params = three.make_params(sizes[:2], 1)
+    out = three(greys[:2], params)
+    want = [tv.Normalize(*imagenet)(F.adjust_contrast(F.to_dtype(F.center_crop(g, [20, 20]), torch.float32, scale=True),
+                                                      p["contrast"])) for g, p in zip(greys[:2], params)]
+    assert out.shape == (2, 3, 20, 20) and all(w.shape == (3, 20, 20) for w in want)
+    assert max(float((o - w).abs().max()) for o, w in zip(out, want)) < 1e-4
     with pytest.raises(TransformError, match="RandomCrop with a fill of three different values on images of one"):
         T.Compose([T.RandomCrop(20, padding=2, fill=(1, 2, 3))], grey=True)
     with pytest.raises(TransformError, match="1 or 3 channels"):
@@ -299,3 +306,24 @@ def test_a_grey_sets_loader_gives_one_channel_streamed_or_kept(photos, keep):
         idx = list(range(start, min(start + 8, len(grey))))
         params = tf.make_params([(40, 40)] * len(idx), ld.seed, indices=idx)
         assert torch.equal(tf(grey[idx][:, None], params), got[idx])
+
+
+def test_a_call_on_images_of_one_channel_keeps_one_as_torchvision_does(photos):
+    """A Compose called on images that all have one channel (PIL "L" images, [1, H, W]
+    tensors, a [N, 1, H, W] batch) runs as Compose(grey=True): the output has one channel,
+    as torchvision's transform gives it (a dataset's transform, MNIST's); a list mixing
+    one and three channels reads the grey ones as RGB (three channels)."""
+    import torchvision.transforms as v1
+    from PIL import Image
+
+    steps = v1.Compose([v1.CenterCrop(24), v1.ToTensor(), v1.Normalize((0.1307,), (0.3081,))])
+    ours = T.Compose.from_torchvision(steps)
+    grey = [Image.fromarray(np.ascontiguousarray(p[:60, :50, 0])) for p in photos.values()]
+    for im in grey:
+        got = ours(im)
+        assert got.shape == (1, 24, 24)
+        torch.testing.assert_close(got, steps(im), atol=1e-6, rtol=0)
+    tensors = [torch.from_numpy(np.array(im))[None] for im in grey]
+    assert ours(tensors).shape == (len(grey), 1, 24, 24) and ours(torch.stack(tensors)).shape == (len(grey), 1, 24, 24)
+    assert ours([tensors[0], chw(photos["coffee"])]).shape == (2, 3, 24, 24)
+    assert repr(ours) == repr(T.Compose.from_torchvision(steps)) and not ours.grey  # (itself unchanged)

@@ -71,7 +71,7 @@ REFUSALS = [
     lambda: T.TrivialAugmentWide(num_magnitude_bins=1),
     lambda: T.Grayscale(num_output_channels=2),
     lambda: T.Compose([T.RandomResizedCrop(8), T.RandomApply([T.Grayscale()], p=0.5)]),
-    lambda: T.Compose([T.RandomResizedCrop(8), T.Grayscale(), T.Normalize([0.4, 0.5, 0.6], [0.2, 0.2, 0.2])]),
+    lambda: T.Compose([T.RandomResizedCrop(8), T.Grayscale(), T.RandomRotation(10, fill=(1, 2, 3))]),
     lambda: T.MixUp(alpha=0, num_classes=10),
     lambda: T.MixUp(alpha=1.0, num_classes=0),
     lambda: T.RandomChoice([]),

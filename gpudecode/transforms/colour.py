@@ -187,8 +187,10 @@ class Grayscale(RandomGrayscale, converts="torchvision.Grayscale"):
     1: the output [N, 1, H, W], as torchvision's; torchvision's default is 1). After
     Grayscale(1) the steps act as torchvision's do on one channel: saturation, hue,
     RandomGrayscale and RandomChannelPermutation change nothing, contrast blends with that
-    channel's mean; a Normalize, fill or erasing value after it gives one value (or three
-    equal ones). The kernel keeps the channel as three equal ones and writes the first."""
+    channel's mean; a fill or erasing value after it gives one value (or three equal
+    ones); a Normalize of three different means makes three channels, as torchvision v2's
+    broadcasts them. The kernel keeps the channel as three equal ones and writes the
+    first."""
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:

@@ -388,12 +388,13 @@ class _AfterGeometry:
         self.program.append(t)
 
     def one_channel(self, t: Transform, where: str) -> None:
-        """Refuses a step on an image of one channel (after Grayscale(1), or a grey set's)
-        that gives its channels different values: a Normalize, fill or erasing value of
-        three different numbers (torchvision's raise on one channel)."""
+        """A step on an image of one channel (after Grayscale(1), or a grey set's): a
+        Normalize of three different means or stds makes three channels of it, as
+        torchvision v2's broadcasts them (v1's raises); a fill or erasing value of three
+        different numbers is refused (torchvision's raise on one channel)."""
         if isinstance(t, Normalize) and (len(set(t.mean)) > 1 or len(set(t.std)) > 1):
-            raise TransformError(f"Normalize of three different means or stds {where}: the image has one channel "
-                                 f"(give one mean and one std) [{self.names}]")
+            self.one_end = len(self.program)  # (every program step before it on one channel; three after)
+            return
         inner = t.inner() if isinstance(t, _Step) else [t]
         for u in inner:
             fill = getattr(u, "_fill", None)
