@@ -308,16 +308,16 @@ def test_a_grey_sets_loader_gives_one_channel_streamed_or_kept(photos, keep):
         assert torch.equal(tf(grey[idx][:, None], params), got[idx])
 
 
-def test_a_call_on_images_of_one_channel_keeps_one_as_torchvision_does(photos):
-    """A Compose called on images that all have one channel (PIL "L" images, [1, H, W]
-    tensors, a [N, 1, H, W] batch) runs as Compose(grey=True): the output has one channel,
-    as torchvision's transform gives it (a dataset's transform, MNIST's); a list mixing
-    one and three channels reads the grey ones as RGB (three channels)."""
+def test_a_grey_compose_as_a_grey_datasets_transform_gives_torchvisions_one_channel(photos):
+    """from_torchvision(..., grey=True) as a grey set's transform (PIL "L" images, MNIST's):
+    [1, H, W], as torchvision's own transform gives; [1, H, W] tensors and a [N, 1, H, W]
+    batch alike. Without grey=True a call reads grey images as RGB (three channels), as it
+    always did."""
     import torchvision.transforms as v1
     from PIL import Image
 
     steps = v1.Compose([v1.CenterCrop(24), v1.ToTensor(), v1.Normalize((0.1307,), (0.3081,))])
-    ours = T.Compose.from_torchvision(steps)
+    ours = T.Compose.from_torchvision(steps, grey=True)
     grey = [Image.fromarray(np.ascontiguousarray(p[:60, :50, 0])) for p in photos.values()]
     for im in grey:
         got = ours(im)
@@ -325,5 +325,5 @@ def test_a_call_on_images_of_one_channel_keeps_one_as_torchvision_does(photos):
         torch.testing.assert_close(got, steps(im), atol=1e-6, rtol=0)
     tensors = [torch.from_numpy(np.array(im))[None] for im in grey]
     assert ours(tensors).shape == (len(grey), 1, 24, 24) and ours(torch.stack(tensors)).shape == (len(grey), 1, 24, 24)
-    assert ours([tensors[0], chw(photos["coffee"])]).shape == (2, 3, 24, 24)
-    assert repr(ours) == repr(T.Compose.from_torchvision(steps)) and not ours.grey  # (itself unchanged)
+    rgb = T.Compose.from_torchvision(steps)
+    assert rgb(tensors).shape == (len(grey), 3, 24, 24) and torch.equal(rgb(tensors)[:, :1], ours(tensors))

@@ -37,12 +37,11 @@ def _on(stream: Any, device: torch.device) -> Any:
 
 
 class Compose(Transform):
-    """A fused pipeline. Call it on a uint8 image [3, H, W] (or [1, H, W]), a list of
-    such images of any sizes, or a batch [N, 3, H, W] (or [N, 1, H, W]), on the CPU or
-    a CUDA device; it returns [N, 3, h, w] ([3, h, w] for one image; NHWC with
-    layout="NHWC"; one channel where every image has one, as torchvision's ops keep it:
-    see `grey`; a list mixing both reads the grey ones as RGB) on the same device, made
-    for the call, or written into `out=` (a
+    """A fused pipeline. Call it on a uint8 image [3, H, W] (or [1, H, W]: grey, read
+    as RGB; with grey=True, kept one channel), a list of such images of any sizes, or a
+    batch [N, 3, H, W], on the CPU or a CUDA device; it returns [N, 3, h, w] ([3, h, w]
+    for one image; NHWC with layout="NHWC"; one channel after Grayscale(1) or with
+    grey=True) on the same device, made for the call, or written into `out=` (a
     tensor of that shape and the output's dtype, returned; reusing one saves the first
     touch of fresh memory, a large part of a CPU call: bench/RESULTS.md). Images are read
     where they lie, in any strides (a batch tensor, CHW views of HWC memory such as
@@ -358,9 +357,6 @@ class Compose(Transform):
                  *, seed: int | None = None, out: torch.Tensor | None = None) -> Any:
         if not isinstance(images, (torch.Tensor, list, tuple)):  # (one PIL image, as torchvision's are called)
             images = _pil_tensor(images, 0) if is_pil(images) else images
-        if not self._grey and _one_channel(images):  # (as torchvision's ops keep one channel one: see grey)
-            twin = self.__dict__.get("_grey_twin") or self.__dict__.setdefault("_grey_twin", self.for_grey())
-            return twin(images, params, seed=self._rng.getrandbits(63) if seed is None else seed, out=out)
         single = isinstance(images, torch.Tensor) and images.ndim == 3
         if isinstance(images, torch.Tensor) and images.ndim == 4:  # a batch tensor: no per-image work
             device, sizes, shapes, (src, offsets, strides) = _batch_source(images)
@@ -439,24 +435,14 @@ class Compose(Transform):
         return _three(full.permute(0, 3, 1, 2) if self.layout == "NHWC" else full)
 
     @classmethod
-    def from_torchvision(cls, tv: Any, *, layout: Layout = "NCHW", ragged: bool = False) -> "Compose":
+    def from_torchvision(cls, tv: Any, *, layout: Layout = "NCHW", ragged: bool = False,
+                         grey: bool = False) -> "Compose":
         """The fused equivalent of a torchvision (v1 or v2) Compose, or a clear refusal.
         ToImage/PILToTensor/ToTensor-style input conversions are dropped (the loader
         feeds uint8 tensors); ToTensor becomes ToDtype(float32, scale=True). `ragged`: see
-        the class doc (a detection recipe that leaves each image its own size)."""
-        return cls(convert(tv), layout=layout, ragged=ragged)
-
-
-def _one_channel(images: Any) -> bool:
-    """Every image of a call has one channel ([1, H, W] tensors, a batch [N, 1, H, W], PIL
-    grey images), at least one image."""
-    if isinstance(images, torch.Tensor):
-        return images.ndim in (3, 4) and images.shape[-3] == 1
-    return bool(images) and all(im.ndim == 3 and im.shape[0] == 1 if isinstance(im, torch.Tensor) else
-                                is_pil(im) and im.mode in _GREY_MODES for im in images)
-
-
-_GREY_MODES = ("L", "I;16", "I;16B", "I;16L", "I")  # (decode.cpu.pil_pixels keeps them one channel)
+        the class doc (a detection recipe that leaves each image its own size); `grey`:
+        images of one channel (MNIST's, as a dataset's transform: see the class doc)."""
+        return cls(convert(tv), layout=layout, ragged=ragged, grey=grey)
 
 
 def _three(view: torch.Tensor) -> torch.Tensor:
