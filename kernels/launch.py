@@ -67,9 +67,10 @@ def launch(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, mean: np.
             else:
                 view.copy_(staging)
         return
-    if not src.is_cuda and view.stride(1) == 0:
-        # (one channel written three times: the CPU twin's fast paths write a dense batch, so it writes one in the
-        # workspace and its first channel is copied out, a third of it)
+    if not src.is_cuda and view.stride(1) == 0 and bool((np.asarray(order) < 0).all()):
+        # (one channel written three times, no program: the CPU twin's 1:1 and direct paths write a dense batch, so
+        # it writes one in the workspace and its first channel is copied out; a sample with a program is staged by
+        # the twin anyway, which then copies its first channel alone)
         staging = (workspace.tensor("one-channel-staging", tuple(view.shape), view.dtype, view.device)
                    if workspace is not None else torch.empty(tuple(view.shape), dtype=view.dtype))
         launch(src, geom, args, order, mean, std, staging, normalize=normalize, antialias=antialias,
