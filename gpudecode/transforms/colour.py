@@ -219,7 +219,7 @@ class Grayscale(RandomGrayscale, converts="torchvision.Grayscale"):
 # CONTRAST's second argument after Grayscale(1)
 _WEIGHTS = float(np.float32(0.2989)) + float(np.float32(0.587)) + float(np.float32(0.114))
 ONE_CHANNEL_MEAN = 1.0 / _WEIGHTS - 1.0
-_NO_CHANGE_ON_ONE = frozenset((SATURATION, HUE, GRAYSCALE, PERMUTE_CHANNELS))
+NO_CHANGE_ON_ONE = (SATURATION, HUE, GRAYSCALE, PERMUTE_CHANNELS)  # (the ops one_channel drops)
 
 
 def one_channel(prog: list) -> list:
@@ -229,7 +229,7 @@ def one_channel(prog: list) -> list:
     mean, the noise is the same in every channel."""
     out = []
     for op, a in prog:
-        if op in _NO_CHANGE_ON_ONE:
+        if op in NO_CHANGE_ON_ONE:
             continue
         if op == CONTRAST:
             a = (a[0], ONE_CHANNEL_MEAN)

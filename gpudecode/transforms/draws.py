@@ -22,8 +22,8 @@ import numpy as np
 from .. import _native
 from ..errors import TransformError
 from ..kernels import fused
-from ..kernels.ops import ARGS, CONTRAST, GRAYSCALE, HUE, JITTER_OPS, OPS, OPS_ARGS, SATURATION
-from .colour import ONE_CHANNEL_MEAN, Grayscale, one_channel
+from ..kernels.ops import ARGS, CONTRAST, GRAYSCALE, JITTER_OPS, OPS, OPS_ARGS
+from .colour import NO_CHANGE_ON_ONE, ONE_CHANNEL_MEAN, Grayscale, one_channel
 from .geometry import CenterCrop, RandomCrop, RandomResizedCrop, Resize
 from .rng import _epoch_key, _SampleRandom
 
@@ -463,17 +463,17 @@ class Draws(Sequence[dict]):
         one = plan.one_channel
         orders, argss = [], []
         for i, step in enumerate(plan.program):
-            w = 1 if type(step) is Grayscale else width
-            order = np.full((n, w), GRAYSCALE if w and type(step) is Grayscale else -1, np.int32)
-            args = np.zeros((n, w, ARGS), np.float32)
-            if type(step) is not Grayscale and width:
+            if type(step) is Grayscale:
+                order, args = np.full((n, 1), GRAYSCALE, np.int32), np.zeros((n, 1, ARGS), np.float32)
+            else:  # (the ColorJitter)
                 drawn = ints[:, _ORDER:_ORDER + 4]
                 ops = drawn[on[drawn]].reshape(n, width)
-                order[:] = _JITTER_IDS[ops]  # (fn_idx -> the kernel's op ids)
+                order = _JITTER_IDS[ops]  # (fn_idx -> the kernel's op ids)
+                args = np.zeros((n, width, ARGS), np.float32)
                 args[:, :, 0] = np.take_along_axis(factors, ops, axis=1)
             if one is not None and one[0] < i <= one[1]:  # (on one channel: colour.one_channel on the arrays)
                 args[order == CONTRAST, 1] = ONE_CHANNEL_MEAN
-                order[(order == SATURATION) | (order == HUE) | (order == GRAYSCALE)] = -1
+                order = np.where(np.isin(order, NO_CHANGE_ON_ONE), -1, order)
             orders.append(order)
             argss.append(args)
         order, args = np.concatenate(orders, axis=1), np.concatenate(argss, axis=1)

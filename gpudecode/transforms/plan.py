@@ -51,11 +51,11 @@ class _Plan:
     # last, after the erasing: a matrix product of each flattened output image (output.LinearTransformation)
     linear: LinearTransformation | None = field(default=None, repr=False)
     # the output's channels: 1 after a Grayscale(num_output_channels=1), or from the start for images of one channel
-    # (Compose(grey=True): MNIST's), unless a Grayscale(3) makes three. `one_channel` (a, b): the program steps a < i
-    # <= b act on one channel (colour.one_channel); the kernel holds it as three equal ones and writes the first
+    # (Compose(grey=True): MNIST's; then a is -1), unless a Grayscale(3) makes three. `one_channel` (a, b): the
+    # program steps a < i <= b act on one channel (colour.one_channel); the kernel holds it as three equal ones and
+    # writes the first
     channels: int = field(default=3, repr=False)
     one_channel: tuple[int, int] | None = field(default=None, repr=False)
-    grey: bool = field(default=False, repr=False)  # the images have one channel (Compose(grey=True))
 
     @property
     def rrc(self) -> bool:
@@ -184,7 +184,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
                  max([0, *(int(getattr(g, "pad_mode", 0)) for g in geometry)]), rest.linear,
                  channels=1 if rest.one_at is not None and rest.one_end is None else 3,
                  one_channel=None if rest.one_at is None else (rest.one_at, len(rest.program) if rest.one_end is None
-                                                               else rest.one_end), grey=bool(grey))
+                                                               else rest.one_end))
     if ragged and plan.channels == 1:
         raise TransformError(f"an output of one channel with ragged=True cannot be fused: give "
                              f"Grayscale(num_output_channels=3) and take images[:, :1] [{names}]")
