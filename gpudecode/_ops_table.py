@@ -8,8 +8,9 @@ OPS: tuple[tuple[str, str], ...] = (
     ('policies', "TrivialAugmentWide, RandAugment, AutoAugment, AugMix; timm's RandAugment, AutoAugment, AugMixAugment (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 and the like)"),
     ('containers', 'RandomApply, RandomChoice, RandomOrder over the per-sample ops'),
     ('then', "Normalize, ToTensor, ConvertImageDtype, ToDtype; then RandomErasing, LinearTransformation (last, in this order; LinearTransformation on a float output of one size); timm's ToTensor, MaybeToTensor, RandomErasing"),
+    ('channels (anywhere)', 'RGB: an image of one channel (a grey set\'s, or after Grayscale(1)) made three equal ones, an RGB one as it is; so is a function or Lambda that returns img.convert("RGB") and nothing else (CLIP\'s preprocess)'),
     ('several crops of each image (one such step)', "FiveCrop, TenCrop: each crop a view of its own (a Resize before it; Normalize, ToDtype, Grayscale after it): the Loader's `images` a list of the crops' batches, as DataLoader collates torchvision's tuple; gpudecode.transforms.Views calls them"),
     ('detection boxes (anywhere; SanitizeBoundingBoxes after what moves them)', 'SanitizeBoundingBoxes, ConvertBoundingBoxFormat, ClampBoundingBoxes: what a gpudecode.Boxes field hands out (the format; the boxes dropped after the last step, with their labels); the boxes are clamped at every step already'),
-    ('input conversion and no-ops (dropped)', "ToImage, PILToTensor, ToPureTensor, ToImageTensor, RGB, Identity, ToPILImage (first); timm's MaybePILToTensor"),
+    ('input conversion and no-ops (dropped)', "ToImage, PILToTensor, ToPureTensor, ToImageTensor, Identity, ToPILImage (first); timm's MaybePILToTensor"),
     ('on the batch', 'MixUp, CutMix, RandomChoice over them, or any callable (Loader(batch_transform=))'),
 )

@@ -5,8 +5,10 @@ threads (`fields={"txt": tokenize}`), batches of (images, tokens).
     python examples/clip/train.py --data "cc12m/{00000..01242}.tar" --epochs 1
     python examples/clip/train.py --make-demo DIR     # write small captioned shards (offline), then train
 
-The transform is OpenCLIP's for training: RandomResizedCrop(scale=(0.9, 1.0), bicubic)
-and Normalize with CLIP's mean and std. The tokenizer here is a stand-in (UTF-8 bytes, 77
+The transform is OpenCLIP's for training as open_clip writes it (torchvision's
+RandomResizedCrop(scale=(0.9, 1.0), bicubic), its `_convert_to_rgb` function, ToTensor,
+Normalize with CLIP's mean and std), given to the Loader as it is: the function that
+returns `image.convert("RGB")` is taken for torchvision's RGB step. The tokenizer here is a stand-in (UTF-8 bytes, 77
 of them): pass open_clip's (`open_clip.get_tokenizer(name)`, whose call gives [1, 77]) in
 its place. A sample whose caption is missing or not UTF-8 is skipped and named
 (`on_error="skip"`, `loader.skipped`), the rest of its batch kept.
@@ -20,12 +22,17 @@ import time
 
 import torch
 import torch.nn as nn
+import torchvision.transforms as v1
 
 import gpudecode
-from gpudecode import transforms as T
 
 CLIP_MEAN, CLIP_STD = [0.48145466, 0.4578275, 0.40821073], [0.26862954, 0.26130258, 0.27577711]
 CONTEXT = 77
+
+
+def _convert_to_rgb(image):
+    """open_clip's (open_clip/transform.py), as its transforms hold it."""
+    return image.convert("RGB")
 
 
 def tokenize(text: str) -> torch.Tensor:
@@ -92,8 +99,9 @@ def main() -> None:
     if data is None:
         ap.error("give --data or --make-demo")
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    train = T.Compose([T.RandomResizedCrop(args.image_size, scale=(0.9, 1.0), interpolation="bicubic"),
-                       T.ToDtype(torch.float32, scale=True), T.Normalize(CLIP_MEAN, CLIP_STD)])
+    train = v1.Compose([v1.RandomResizedCrop(args.image_size, scale=(0.9, 1.0),
+                                             interpolation=v1.InterpolationMode.BICUBIC),
+                        _convert_to_rgb, v1.ToTensor(), v1.Normalize(CLIP_MEAN, CLIP_STD)])
     loader = gpudecode.Loader(data, batch_size=args.batch_size, transform=train, device=device, labels=False,
                               fields={"txt": tokenize}, num_threads=args.threads, shuffle=True, seed=0,
                               on_error="skip", drop_last=True)

@@ -34,6 +34,9 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
     - then: Normalize, ToTensor, ConvertImageDtype, ToDtype; then RandomErasing,
       LinearTransformation (last, in this order; LinearTransformation on a float output of
       one size); timm's ToTensor, MaybeToTensor, RandomErasing
+    - channels (anywhere): RGB: an image of one channel (a grey set's, or after
+      Grayscale(1)) made three equal ones, an RGB one as it is; so is a function or Lambda
+      that returns img.convert("RGB") and nothing else (CLIP's preprocess)
     - several crops of each image (one such step): FiveCrop, TenCrop: each crop a view of
       its own (a Resize before it; Normalize, ToDtype, Grayscale after it): the Loader's
       `images` a list of the crops' batches, as DataLoader collates torchvision's tuple;
@@ -43,7 +46,7 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       gpudecode.Boxes field hands out (the format; the boxes dropped after the last step,
       with their labels); the boxes are clamped at every step already
     - input conversion and no-ops (dropped): ToImage, PILToTensor, ToPureTensor,
-      ToImageTensor, RGB, Identity, ToPILImage (first); timm's MaybePILToTensor
+      ToImageTensor, Identity, ToPILImage (first); timm's MaybePILToTensor
     - on the batch: MixUp, CutMix, RandomChoice over them, or any callable
       (Loader(batch_transform=))
 (the end of the generated list)
@@ -86,7 +89,7 @@ from .geometry import (CenterCrop, FixedSizeCrop, RandomCrop, RandomHorizontalFl
 from .iou_crop import RandomIoUCrop
 from .colour import (ColorJitter, GaussianBlur, GaussianNoise, Grayscale, RandomAdjustSharpness, RandomAutocontrast,
                      RandomChannelPermutation, RandomEqualize, RandomGrayscale, RandomInvert, RandomPhotometricDistort,
-                     RandomPosterize, RandomSolarize)
+                     RandomPosterize, RandomSolarize, RGB)
 from .warps import ElasticTransform, RandomAffine, RandomPerspective, RandomRotation
 from .policies import AugMix, AutoAugment, RandAugment, TrivialAugmentWide
 from .containers import RandomApply, RandomChoice, RandomOrder, SampleRandomChoice

@@ -35,6 +35,9 @@ GROUPS = {
     "then": ("then", "{tv}; then {last} (last, in this order; LinearTransformation on a float output of one size); "
              "timm's {timm}, {timm_last}"),
     "last": None,  # (listed in "then"'s line)
+    "channels": ("channels (anywhere)", "{tv}: an image of one channel (a grey set's, or after Grayscale(1)) made "
+                 "three equal ones, an RGB one as it is; so is a function or Lambda that returns img.convert(\"RGB\") "
+                 "and nothing else (CLIP's preprocess)"),
     "views": ("several crops of each image (one such step)", "{tv}: each crop a view of its own (a Resize before it; "
               "Normalize, ToDtype, Grayscale after it): the Loader's `images` a list of the crops' batches, as "
               "DataLoader collates torchvision's tuple; gpudecode.transforms.Views calls them"),

@@ -215,6 +215,21 @@ class Grayscale(RandomGrayscale, converts="torchvision.Grayscale"):
         return f"Grayscale(num_output_channels={self._channels})"
 
 
+class RGB(Transform, converts="torchvision.RGB"):
+    """torchvision v2's RGB: an image of one channel made three equal ones (a grey set's,
+    or one after Grayscale(1)); an image of three channels as it is. It may stand anywhere
+    in a Compose, and runs no op: the kernel holds one channel as three equal ones
+    already, so it only sets how many the output has. from_torchvision also takes for it a
+    function or Lambda that returns `img.convert("RGB")` and does nothing else (CLIP's
+    and open_clip's preprocess write it so)."""
+
+    group = "channels"
+
+    @classmethod
+    def convert(cls, t: Any, floats: bool) -> Transform:
+        return cls()
+
+
 # the grey mean of three equal channels v, v, v (0.2989 v + 0.587 v + 0.114 v in float32) scaled back to v's:
 # CONTRAST's second argument after Grayscale(1)
 _WEIGHTS = float(np.float32(0.2989)) + float(np.float32(0.587)) + float(np.float32(0.114))

@@ -16,6 +16,7 @@ from ..kernels.launch import launch
 from ..kernels.workspace import Workspace, huge_pages
 from . import canvas
 from .base import Transform, in_fingerprint
+from .colour import RGB
 from .convert import convert
 from .draws import Draws, as_draws, draw_batch, encode_dicts, python_params
 from .boxes import check_format, entries, warp_boxes
@@ -103,6 +104,9 @@ class Compose(Transform):
         """torchvision's form, a step a line (the layout where it is not NCHW); it makes
         this Compose again."""
         if in_fingerprint():  # (saved states' form: every attribute, the plan too)
+            if not self._grey and any(isinstance(t, RGB) for t in self.transforms):  # (no step on three channels:
+                return repr(Compose([t for t in self.transforms if not isinstance(t, RGB)],  # dropped before RGB was
+                                    layout=self.layout, ragged=self._ragged))  # one, as the form saved then)
             return super().__repr__()
         steps = "".join(f"    {t!r},\n" for t in self.transforms)
         layout = f", layout={self.layout!r}" if self.layout != "NCHW" else ""

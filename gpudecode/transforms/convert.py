@@ -16,7 +16,7 @@ from .base import CONVERTS, Transform, _refuse
 
 # input conversions (the Loader's images are RGB tensors already) and no-ops: dropped
 _DROPPED = ("torchvision.ToImage", "torchvision.PILToTensor", "torchvision.ToPureTensor",
-            "torchvision.ToImageTensor", "torchvision.RGB", "torchvision.Identity", "timm.MaybePILToTensor")
+            "torchvision.ToImageTensor", "torchvision.Identity", "timm.MaybePILToTensor")
 
 # the steps that take a PIL image to a tensor: the steps before one ran on PIL images
 _FROM_PIL = ("torchvision.ToTensor", "torchvision.PILToTensor", "torchvision.ToImage", "torchvision.ToImageTensor",
@@ -51,6 +51,30 @@ def qualified(t: Any) -> str:
         if mod is not None and getattr(mod, cls.__qualname__, None) is cls:
             return f"{mod.__name__}.{cls.__qualname__}"
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+_NOT_STEPS = ("RESUME", "PRECALL", "PUSH_NULL", "CACHE", "NOP", "NOT_TAKEN")  # (bookkeeping, no effect)
+
+
+def converts_to_rgb(t: Any) -> bool:
+    """`t` is a function, or torchvision's Lambda of one, whose whole body is
+    `return <its one argument>.convert("RGB")` (CLIP's `_convert_image_to_rgb`, open_clip's
+    `_convert_to_rgb`, and their copies, under any name): read from its bytecode, not its
+    name, so another body is never taken for it."""
+    import dis
+
+    fn = getattr(t, "lambd", None) if key(t) == "torchvision.Lambda" else t
+    code = getattr(fn, "__code__", None)
+    if not (inspect.isfunction(fn) and code is not None and code.co_argcount == 1 and code.co_kwonlyargcount == 0
+            and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)):
+        return False
+    steps = [(i.opname, i.argval) for i in dis.get_instructions(fn) if i.opname not in _NOT_STEPS]
+    if len(steps) != 5:
+        return False
+    (load, arg), (attr, name), (const, mode), (call, n), (ret, _) = steps
+    return (load.startswith("LOAD_FAST") and arg == code.co_varnames[0] and attr in ("LOAD_METHOD", "LOAD_ATTR")
+            and name == "convert" and const == "LOAD_CONST" and mode == "RGB" and call == "CALL" and n == 1
+            and ret == "RETURN_VALUE")
 
 
 def carries_compose(t: Any) -> bool:
@@ -105,7 +129,7 @@ def convert(tv: Any, floats: bool = False) -> list[Transform]:
                                      "first step, of mode None or 'RGB' (the Loader's images are RGB uint8, and "
                                      "a PIL image of a float one is rounded down)")
             continue
-        cls = CONVERTS.get(name)
+        cls = CONVERTS.get("torchvision.RGB" if converts_to_rgb(t) else name)
         if cls is None:
             where = f" (step {i + 1} of {len(steps)})" if len(steps) > 1 else ""
             why = WHY.get(name, "gpudecode has no fused form of it")

@@ -13,7 +13,7 @@ The crops draw nothing, but torchvision draws a random step's parameters once fo
 crops of an image, and separate views would draw them apart: a random step before or after
 the crop step is refused (evaluation pipelines, where these are used, have none). Before
 it, a Resize (the crop is taken of the resized image); after it, the output steps
-(Normalize, ToDtype, ToTensor, LinearTransformation) and Grayscale.
+(Normalize, ToDtype, ToTensor, LinearTransformation) and Grayscale; RGB anywhere.
 """
 from __future__ import annotations
 
@@ -83,13 +83,13 @@ class _Crops(Transform):
         before, after = list(steps[:at]), list(steps[at + 1:])
         name = type(self).__name__
         for t in before:
-            if t.group not in ("targets",) and not (isinstance(t, (Resize, ResizeKeepRatio))
+            if t.group not in ("targets", "channels") and not (isinstance(t, (Resize, ResizeKeepRatio))
                                                     and not isinstance(t, _RandomSize)):
                 raise TransformError(f"{type(t).__name__} before {name} cannot be fused: only a Resize may come "
                                      f"before it (each crop is a view of its own, and torchvision takes the "
                                      f"crops of one image)")
         for t in after:
-            if t.group not in ("then", "targets") and type(t) not in (Grayscale, LinearTransformation):
+            if t.group not in ("then", "targets", "channels") and type(t) not in (Grayscale, LinearTransformation):
                 raise TransformError(
                     f"{type(t).__name__} after {name} cannot be fused: torchvision draws a step's parameters once "
                     f"for all the crops of an image, and each crop here is a view that draws its own; only "

@@ -3,6 +3,7 @@ flips, each sample's program, the output's dtype and normalization, the erasing.
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -11,7 +12,7 @@ import torch
 
 from ..errors import TransformError
 from .base import PROGRAM_GROUPS, Transform, _PixelOp, _refuse, _Step
-from .colour import _JITTER_NAMES, ColorJitter, Grayscale
+from .colour import _JITTER_NAMES, RGB, ColorJitter, Grayscale
 from .canvas import CanvasStep
 from .convert import qualified
 from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
@@ -148,6 +149,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
                              f"  gpudecode.transforms.Views.from_torchvision(steps) (a tuple of crops a call)")
     box_format, box_sizes = box_settings(given, names)
     steps = [t for t in given if t.group != "targets"]  # (they change no pixel: what a Boxes field hands out)
+    every, steps = steps, [t for t in steps if not isinstance(t, RGB)]  # (RGB: where the channels become three)
     canvas: Any = steps[0] if steps and getattr(steps[0], "canvas", False) else None
     if canvas is not None and getattr(canvas, "after_kernel", False) and not (
             len(steps) > 1 and steps[1].group == "geometry"):  # no geometry after it: it warps the output
@@ -157,11 +159,14 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         raise TransformError(f"{canvas!r} gives each image a canvas of its own size: a geometry step "
                              f"(RandomResizedCrop, Resize((h, w)), CenterCrop, RandomCrop) must follow it [{names}]")
     rest = _AfterGeometry(names)
+    front = _front(every, len(geometry) + (canvas is not None))  # (the canvas and geometry, with RGBs among them)
     if grey:  # (the images have one channel from the start: what fills them must be one value)
-        for t in steps[:len(geometry) + (canvas is not None)]:
+        for t in itertools.takewhile(lambda t: not isinstance(t, RGB), every[:front]):
             rest.one_channel(t, "on images of one channel")
         rest.one_at = -1
-    for t in steps[len(geometry) + (canvas is not None):]:
+        if any(isinstance(t, RGB) for t in every[:front]):
+            rest.one_end = -1  # (three channels from the start: the kernel reads one as three already)
+    for t in every[front:]:
         rest.add(t)
     _one_draw_a_key(canvas, rest, names)
     folded = canvas.fold_into(geometry[0]) if len(geometry) == 1 and hasattr(canvas, "fold_into") else None
@@ -229,6 +234,16 @@ def _fixed_size(geometry: Sequence[Transform]) -> tuple[int, int] | None:
     return int(last.size[0]), int(last.size[1])
 
 
+def _front(steps: list[Transform], n: int) -> int:
+    """Where the steps after the first `n` that are not RGB begin in `steps`."""
+    seen = 0
+    for k, t in enumerate(steps):
+        if seen == n:
+            return k
+        seen += not isinstance(t, RGB)
+    return len(steps)
+
+
 def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[Transform]:
     """The leading geometry steps, checked to be one of the supported combinations (with
     `ragged`, also those that leave each image a size of its own: a Resize of the shorter
@@ -286,6 +301,9 @@ class _AfterGeometry:
 
     def add(self, t: Transform) -> None:
         what, names = type(t).__name__, self.names
+        if isinstance(t, RGB):
+            self._rgb()
+            return
         if self.one_at is not None and self.one_end is None:
             self.one_channel(t, "after Grayscale(num_output_channels=1)" if self.one_at >= 0 else
                              "on images of one channel")
@@ -339,6 +357,17 @@ class _AfterGeometry:
         else:
             raise _refuse(f"{what} cannot be fused there [{names}]")
 
+    def _rgb(self) -> None:
+        """RGB: one channel made three equal ones from here (the steps before it on one
+        channel; the program's next steps on three); on three channels it is no step."""
+        if self.one_at is None or self.one_end is not None:
+            return
+        last = self.linear or self.erase or self.post
+        if last is not None:
+            raise TransformError(f"RGB after {type(last).__name__} on an image of one channel cannot be fused: put it "
+                                 f"before {type(last).__name__} [{self.names}]")
+        self.one_end = len(self.program) - 1
+
     def _move_hint(self) -> str:
         """Where only colour steps came before a geometry or canvas step (torchvision's SSD
         preset begins with RandomPhotometricDistort): how to write it so that it fuses."""
@@ -377,6 +406,9 @@ class _AfterGeometry:
                 self.keys[k] = type(u).__name__
         one = self.one_at is not None and self.one_end is None  # (one channel before this step)
         if isinstance(t, Grayscale) and one != (t.num_output_channels == 1):
+            if self.one_end is not None:
+                raise TransformError(f"{t!r} after RGB made three channels of one cannot be fused: one channel "
+                                     f"once a Compose [{self.names}]")
             if one:
                 self.one_end = len(self.program)  # (three from here: torchvision repeats the channel)
             else:
