@@ -552,6 +552,7 @@ class _Geometry:
     before: list | None = None
     after: list | None = None
     crops: list[dict] | None = None  # each image's draws, where its crop was drawn from its boxes (RandomIoUCrop)
+    mirror: tuple[bool, bool] = (False, False)  # the plan's: a flip before the geometry (masks.mask_indices)
 
 
 def follow_targets(specs: Sequence[FieldSpec], values: list[list[Any]], errors: dict[int, FieldError],
@@ -564,7 +565,7 @@ def follow_targets(specs: Sequence[FieldSpec], values: list[list[Any]], errors: 
         return
     views = [_Geometry(d.encode()[0], places(plan, d), d.out_sizes() if plan.ragged else plan.output_size(d.sizes),
                        *drawn_warps(plan, d),
-                       crops=d.dicts() if plan.reads_boxes else None)
+                       crops=d.dicts() if plan.reads_boxes else None, mirror=plan.mirror)
              for plan, d in zip(plans, draws)]
     follow_masks(specs, values, errors, samples, views, pool=pool, on_host=on_host)
     follow_boxes(specs, values, errors, samples, views)
@@ -635,7 +636,7 @@ def follow_masks(specs: Sequence[FieldSpec], values: list[list[Any]], errors: di
     # (each image its own size, ragged=True: the batch's largest, each mask at its top-left, the fill around it)
     sizes = [(int(v.out_size[:, 0].max()), int(v.out_size[:, 1].max())) if isinstance(v.out_size, np.ndarray)
              else v.out_size for v in views]
-    moves = [(*mask_indices(v.geom, size, v.placed), v.before, v.after) for v, size in zip(views, sizes)]
+    moves = [(*mask_indices(v.geom, size, v.placed, v.mirror), v.before, v.after) for v, size in zip(views, sizes)]
     for f in masked:
         spec, column = specs[f], values[f]
         mask = spec.mask

@@ -45,10 +45,13 @@ def _jitter() -> st.SearchStrategy:
 @st.composite
 def _plans(draw) -> T.Compose:
     steps = list(draw(_geometry()))
+    flips = []
     if draw(st.booleans()):
-        steps.append(T.RandomHorizontalFlip(draw(st.sampled_from([0.0, 0.5, 1.0, 0.3]))))
+        flips.append(T.RandomHorizontalFlip(draw(st.sampled_from([0.0, 0.5, 1.0, 0.3]))))
     if draw(st.booleans()):
-        steps.append(T.RandomVerticalFlip(draw(st.sampled_from([0.0, 0.5, 1.0]))))
+        flips.append(T.RandomVerticalFlip(draw(st.sampled_from([0.0, 0.5, 1.0]))))
+    # (the flips before the geometry, or after it: before, its windows are mirrored on flipped samples)
+    steps = flips + steps if draw(st.booleans()) else steps + flips
     program = list(draw(_jitter()))
     grey = draw(st.sampled_from([None, 1, 3]))  # (a Grayscale draws nothing: the native path encodes its op)
     if grey is not None:

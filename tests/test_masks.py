@@ -196,6 +196,32 @@ def test_the_loaders_masks_are_torchvisions_with_the_loaders_draws(seg_shards):
     assert pos == 40 and ld.describe()["batch"] == ["images", "labels", "seg"]
 
 
+def test_the_loaders_masks_with_a_flip_before_the_geometry(seg_shards):
+    """A flip before the geometry (flip, RandomResize, RandomCrop): each mask is
+    torchvision's flip of the mask, then its resize and crop, with the Loader's draws
+    (nearest neighbours picked in the flipped mask, not mirrored from the unflipped)."""
+    urls, samples = seg_shards
+    refs = _reference_masks(samples)
+    tf = T.Compose([T.RandomHorizontalFlip(), T.RandomVerticalFlip(), T.RandomResize(20, 60),
+                    T.RandomCrop(40, pad_if_needed=True)])
+    assert tf.plan.mirror == (True, True)
+    ld = Loader(urls, batch_size=8, transform=tf, device="cpu", shuffle=False, seed=3, fields={"seg": SEG})
+    pos, flips = 0, set()
+    for _, _, masks in ld:
+        keys = list(range(pos, pos + len(masks)))
+        sizes = [tuple(refs[samples[k]["__key__"]].shape) for k in keys]
+        d = tf.draw_batch(sizes, 3, indices=keys)
+        for i, k in enumerate(keys):
+            p = d[i]
+            m = refs[samples[k]["__key__"]]
+            m = m.flip(-1) if p["flip"] else m
+            m = m.flip(-2) if p["vflip"] else m
+            assert torch.equal(masks[i], tv_mask(m, {**p, "flip": False, "vflip": False}, (40, 40), 255)), (k, p)
+            flips.add((p["flip"], p["vflip"]))
+        pos += len(masks)
+    assert pos == 40 and len(flips) == 4
+
+
 def _blocks(seed: int, h: int, w: int) -> tuple[np.ndarray, np.ndarray]:
     """An image of flat coloured blocks and its mask (the block's class), made so that a
     misplaced, misflipped or misscaled mask cannot agree with its image."""

@@ -107,3 +107,75 @@ def test_where_it_stands():
         T.Compose([T.ElasticTransform(), T.Resize((16, 16)), T.ElasticTransform()])
     ok = T.Compose([T.RandomRotation(10, expand=True), T.Resize((16, 16)), T.RandomAffine(5)])
     assert ok.plan.canvas is not None and len(ok.plan.program) == 1
+
+
+# -- expand=False first, before the geometry (`[RandomRotation(30), RandomResizedCrop(224), ...]`) ---------------
+
+@pytest.mark.parametrize("interpolation,fill,center", [
+    ("nearest", 0, None), ("bilinear", (200, 30, 90), None), ("nearest", (10, 20, 30), (12.0, 30.0)),
+])
+def test_a_rotation_before_the_geometry_rotates_the_whole_image(photo_batch, interpolation, fill, center):
+    """RandomRotation(expand=False) first, then a geometry step: a canvas of the image's
+    size, F.rotate's uint8 image bit for bit (a CenterCrop of the whole canvas reads it
+    back), then the crop of it, as torchvision's Compose rotates the whole image and then
+    crops; quarter turns of oblong images by the affine grid, as F.rotate's."""
+    mode = NEAREST if interpolation == "nearest" else BILINEAR
+    rot = T.RandomRotation(40, interpolation, center=center, fill=fill)
+    assert T.Compose([rot, T.RandomResizedCrop(8)]).plan.canvas is rot
+    for img in photo_batch[:3]:
+        size = tuple(img.shape[1:])
+        tf = T.Compose([rot, T.CenterCrop(size)])
+        for seed in range(3):
+            params = tf.make_params([size], seed)
+            want = F.rotate(img, params[0]["rotation"]["angle"], mode, center=list(center) if center else None,
+                            fill=list(fill) if isinstance(fill, tuple) else fill)
+            assert torch.equal(tf([img], params)[0], want)
+    oblong = photo_batch[0]
+    assert oblong.shape[1] != oblong.shape[2]
+    for angle in (90.0, 180.0, 270.0):
+        tf = T.Compose([T.RandomRotation((angle, angle)), T.CenterCrop(tuple(oblong.shape[1:]))])
+        assert torch.equal(tf([oblong], seed=0)[0], F.rotate(oblong, angle)), angle
+
+
+def test_the_udacity_recipe_as_written_matches_torchvision(photo_batch):
+    """The recipe many courses teach, `[RandomRotation(30), RandomResizedCrop(224),
+    RandomHorizontalFlip(), ToTensor(), Normalize]`, converted: torchvision's functional
+    ops replaying its draws (rotate the whole image, crop, flip) within a level."""
+    import torchvision.transforms as v1
+
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    tf = T.Compose.from_torchvision(v1.Compose([v1.RandomRotation(30), v1.RandomResizedCrop(40),
+                                                v1.RandomHorizontalFlip(), v1.ToTensor(), v1.Normalize(mean, std)]))
+    assert isinstance(tf.plan.canvas, T.RandomRotation) and tf.plan.program == ()
+    sizes = [tuple(im.shape[1:]) for im in photo_batch]
+    for seed in range(2):
+        params = tf.make_params(sizes, seed)
+        got = tf(photo_batch, params)
+        for k, (img, p) in enumerate(zip(photo_batch, params)):
+            x = F.to_dtype(F.rotate(img, p["rotation"]["angle"], NEAREST), torch.float32, scale=True)
+            x = F.resized_crop(x, *p["crop"], [40, 40], antialias=True)
+            x = F.normalize(F.horizontal_flip(x) if p["flip"] else x, mean, std)
+            err = (got[k] - x).abs() * torch.tensor(std).view(3, 1, 1) * 255
+            assert (err > 1 + 1e-3).float().mean() <= 0.001 and float(err.max()) <= 16, (k, float(err.max()))
+
+
+def test_masks_and_boxes_follow_a_rotation_before_the_geometry(photo_batch):
+    """A mask and boxes through the rotation canvas and the crop: torchvision's F.rotate of
+    the tv_tensors, then its crop, with the same draws."""
+    from torchvision import tv_tensors
+
+    img = photo_batch[1]
+    h, w = img.shape[1:]
+    tf = T.Compose([T.RandomRotation(25), T.RandomCrop((40, 44))])
+    sizes = [(h, w)] * 6
+    params = tf.make_params(sizes, 3)
+    mask = (img[0] // 40).to(torch.uint8)
+    got = tf.masks([mask] * 6, params)
+    boxes = np.array([[4.0, 6.0, 30.0, 28.0], [20.0, 10.0, w - 2.0, h - 3.0]], np.float32)
+    moved = tf.boxes([boxes] * 6, params, sizes=sizes, min_size=0.0, min_area=0.0)
+    for k, p in enumerate(params):
+        m = F.rotate(tv_tensors.Mask(mask[None]), p["rotation"]["angle"])
+        assert torch.equal(got[k], F.crop(m, *p["crop"])[0].as_subclass(torch.Tensor)), k
+        b = tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY", canvas_size=(h, w))
+        b = F.crop(F.rotate(b, p["rotation"]["angle"]), *p["crop"])  # (empty ones kept: min_size=0)
+        torch.testing.assert_close(moved[k]["boxes"], b.as_subclass(torch.Tensor).float(), atol=1e-3, rtol=0)

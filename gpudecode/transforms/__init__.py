@@ -7,10 +7,11 @@ kernel cannot express is refused when the Compose is built, never approximated.
 
 What fuses, by place in a Compose (written by `make ops-table` from the classes' declarations):
     - canvas (first, before the geometry): RandomZoomOut, Pad, ElasticTransform,
-      RandomRotation(expand=True): each image made anew from the decoded one (a canvas),
-      which a geometry step must follow (Pad before a RandomCrop folds into the crop's
-      padding: no canvas; its edge, reflect and symmetric modes only so); ElasticTransform
-      also last, after the geometry and the per-sample ops (then only Normalize, ToDtype,
+      RandomRotation (expand=True, or any where a geometry step follows it: the whole image
+      rotated, then cropped): each image made anew from the decoded one (a canvas), which a
+      geometry step must follow (Pad before a RandomCrop folds into the crop's padding: no
+      canvas; its edge, reflect and symmetric modes only so); ElasticTransform also last,
+      after the geometry and the per-sample ops (then only Normalize, ToDtype,
       RandomErasing), on the kernel's output
     - geometry (one, first or after the canvas): RandomResizedCrop, Resize, RandomResize,
       RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, RandomIoUCrop, FixedSizeCrop
@@ -22,7 +23,9 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       (bilinear or bicubic, antialiased, or nearest, nearest-exact, pil-nearest; a
       RandomCrop pads with a fill, the edge, or a reflection: every padding_mode); timm's
       RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad
-    - flips (any order): RandomHorizontalFlip, RandomVerticalFlip
+    - flips (any order; after the geometry, or first, before it): RandomHorizontalFlip,
+      RandomVerticalFlip (first: flipped, then cropped, as torchvision's; not before a
+      nearest resize)
     - per-sample ops (any order): ColorJitter, RandomChannelPermutation,
       RandomPhotometricDistort, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert,
       RandomPosterize, RandomAutocontrast, RandomEqualize, RandomAdjustSharpness,

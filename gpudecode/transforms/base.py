@@ -14,7 +14,8 @@ from ..kernels.ops import OPS_ARGS
 # Where a step may stand in a Compose, in order, and what `gpudecode ops` says of each
 # place beside the names of the classes that declare it (ops_table.listing).
 GROUPS = {
-    "canvas": ("canvas (first, before the geometry)", "{tv}, RandomRotation(expand=True): each image made anew "
+    "canvas": ("canvas (first, before the geometry)", "{tv}, RandomRotation (expand=True, or any where a geometry "
+               "step follows it: the whole image rotated, then cropped): each image made anew "
                "from the decoded one (a canvas), which a geometry step must follow (Pad before a RandomCrop "
                "folds into the crop's padding: no canvas; its edge, reflect and symmetric modes only so); "
                "ElasticTransform also "
@@ -27,7 +28,8 @@ GROUPS = {
                  "RandomResize, RandomShortestSize, ScaleJitter or RandomIoUCrop alone (bilinear or bicubic, "
                  "antialiased, or nearest, nearest-exact, pil-nearest; a RandomCrop pads with a fill, the edge, or a "
                  "reflection: every padding_mode); timm's {timm}"),
-    "flips": ("flips (any order)", "{tv}"),
+    "flips": ("flips (any order; after the geometry, or first, before it)", "{tv} (first: flipped, then cropped, as "
+              "torchvision's; not before a nearest resize)"),
     "per-sample": ("per-sample ops (any order)", "{tv}"),
     "policies": ("policies", "{tv}; timm's {timm} (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 "
                  "and the like)"),

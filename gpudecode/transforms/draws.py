@@ -250,6 +250,8 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
                         prog[start:] = one_channel(prog[start:])
             progs.append(prog)
     geom = np.array(rows, np.int64).reshape(n, G)
+    if any(plan.mirror):
+        mirror_first(plan, geom, geom[:, fused.OH:fused.OW + 1] if ragged else np.array([oh, ow]))
     _check_reflection(plan, geom)
     width = max([1, *map(len, progs)])
     order = np.full((n, width), -1, np.int32)
@@ -261,6 +263,37 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
             order[k, j] = op
             args[k, j, :len(a)] = a
     return geom, args, order
+
+
+def mirror_first(plan: "_Plan", geom: np.ndarray, out: np.ndarray) -> None:
+    """A flip before the geometry (plan.mirror): torchvision flips the image and crops the
+    flipped one at the drawn window; the kernel crops first and flips last, so each
+    flipped sample's window is mirrored in its frame, in place: a crop that is resized
+    (RandomResizedCrop's) in the image, a window of the resized image (RandomCrop's,
+    CenterCrop's, with their padding) in that resized image. `out`: the output's (h, w),
+    or each row's."""
+    for on, flag, (lo, ext, frame), (olo, oframe, oext) in (
+            (plan.mirror[0], fused.FLIP, (fused.LEFT, fused.BW, fused.W), (fused.OX, fused.VW, 1)),
+            (plan.mirror[1], fused.VFLIP, (fused.TOP, fused.BH, fused.H), (fused.OY, fused.VH, 0))):
+        if not on:
+            continue
+        rows = geom[:, flag] != 0
+        if plan.rrc:
+            geom[rows, lo] = geom[rows, frame] - geom[rows, lo] - geom[rows, ext]
+        else:
+            size = out[..., oext] if out.ndim == 1 else out[rows, oext]
+            geom[rows, olo] = geom[rows, oframe] - geom[rows, olo] - size
+
+
+def mirrored_windows(plan: "_Plan", boxes: Any, flips: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """The windows (top, left, height, width) [N, 4] a RandomResizedCrop's kernel reads
+    where a flip comes before it (mirror_first's, for the decoder): `flips` [N, 2]."""
+    boxes = np.array(boxes, np.int64).reshape(-1, 4)
+    for axis, on, column in ((1, plan.mirror[0], 0), (0, plan.mirror[1], 1)):  # (left: the flip's; top: the vflip's)
+        if on:
+            rows = np.asarray(flips[:, column], bool)
+            boxes[rows, axis] = sizes[rows, axis] - boxes[rows, axis] - boxes[rows, axis + 2]
+    return boxes
 
 
 def _check_reflection(plan: "_Plan", geom: np.ndarray) -> None:
@@ -283,6 +316,10 @@ def dict_boxes(plan: "_Plan", params: Sequence[dict], sizes: Sequence[tuple[int,
     to decode no more than that: RandomResizedCrop's crop; the whole image for
     Resize/CenterCrop (every source pixel can reach the output through the filter)."""
     if plan.rrc and plan.canvas is None:
+        if any(plan.mirror):  # (a flip before the crop: the window mirrored, as the kernel reads it)
+            flips = np.array([[p.get("flip", False), p.get("vflip", False)] for p in params], bool).reshape(-1, 2)
+            return [tuple(b) for b in mirrored_windows(plan, [p["crop"] for p in params], flips,
+                                                       np.array(sizes, np.int64).reshape(-1, 2)).tolist()]
         return [tuple(p["crop"]) for p in params]  # type: ignore[misc]
     if plan.rrc and getattr(plan.canvas, "places", False):  # (a crop of RandomZoomOut's canvas: the image's part in it)
         from .canvas import read_window
@@ -409,6 +446,9 @@ class Draws(Sequence[dict]):
         if self.columns is None:
             return np.asarray(dict_boxes(self.plan, self.dicts(), self.sizes), np.int64).reshape(-1, 4)
         if self.plan.rrc:
+            if any(self.plan.mirror):
+                ints = self.columns[0]
+                return mirrored_windows(self.plan, ints[:, _TOP:_CW + 1], ints[:, _FLIP:_VFLIP + 1], self.size_array)
             return self.columns[0][:, _TOP:_CW + 1]
         out = np.zeros((len(self.sizes), 4), np.int64)  # the whole image
         out[:, 2:] = self.size_array
@@ -451,6 +491,8 @@ class Draws(Sequence[dict]):
                 geom[:, fused.OY], geom[:, fused.OX] = ints[:, _TOP], ints[:, _LEFT]
         geom[:, fused.FLIP] = ints[:, _FLIP]
         geom[:, fused.VFLIP] = ints[:, _VFLIP]
+        if any(plan.mirror):
+            mirror_first(plan, geom, np.array([oh, ow]))
         geom[:, fused.FILTER] = plan.resample
         geom[:, fused.FILLR:fused.FILLB + 1] = plan.pad_fill
         geom[:, fused.PAD] = plan.pad_mode

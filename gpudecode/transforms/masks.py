@@ -117,35 +117,44 @@ def frame_indices(v: np.ndarray, size: np.ndarray, pad: np.ndarray) -> np.ndarra
 
 
 def _axis(n: int, flip: np.ndarray, offset: np.ndarray, vsize: np.ndarray, start: np.ndarray,
-          size: np.ndarray, own: np.ndarray, pad: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+          size: np.ndarray, own: np.ndarray, pad: np.ndarray | None = None,
+          first: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """One axis of mask_indices over the batch's `n`; `own`: each sample's own output size
     along it (0: the batch's), past which it is outside (a sample at the top-left of a
-    padded batch; a flip mirrors it within its own size)."""
+    padded batch; a flip mirrors it within its own size). `first`: the flip came before
+    the geometry (plan.mirror; the window mirrored in `offset` or `start`): a flipped
+    sample's mask is picked as torchvision picks it from the flipped mask, whose nearest
+    neighbours are not the mirror of the unflipped one's."""
     o = np.arange(n, dtype=np.int64)
     m = np.where(own > 0, own, n)[:, None]
-    v = np.where(flip[:, None] != 0, m - 1 - o, o) + offset[:, None]
+    flipped = flip[:, None] != 0
+    back = flipped & first  # (indices in the flipped frame, mirrored back at the end)
+    v = np.where(back, o + vsize[:, None] - m - offset[:, None],
+                 np.where(flipped, m - 1 - o, o) + offset[:, None])
     if pad is not None and (pad != 0).any():  # (a padding that reads the frame: where the kernel reads it)
         v = frame_indices(v, vsize[:, None], pad[:, None])
     inside = (v >= 0) & (v < vsize[:, None]) & (o < m)
     v = np.clip(v, 0, np.maximum(vsize - 1, 0)[:, None])
-    return start[:, None] + _nearest(v, size[:, None], vsize[:, None]), inside
+    near = _nearest(v, size[:, None], vsize[:, None])
+    return start[:, None] + np.where(back, size[:, None] - 1 - near, near), inside
 
 
-def mask_indices(geom: np.ndarray, out_size: tuple[int, int], placed: np.ndarray | None = None
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def mask_indices(geom: np.ndarray, out_size: tuple[int, int], placed: np.ndarray | None = None,
+                 mirror: tuple[bool, bool] = (False, False)) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """For each sample of the kernel's geometry `geom` [N, GEOM] and the output (h, w):
     the source row of each output row [N, h] and whether it is inside the resized image
     (not padding) [N, h], and the same for the columns [N, w] — the mask's rows and
     columns under the image's crop, resize, padding and flips (a sample of its own size,
     OH and OW, at the top-left of the batch's: outside past it). `placed` (places'): the
     geometry is of canvases, each image at its place on its own; a row or column of the
-    canvas around the image is outside too."""
+    canvas around the image is outside too. `mirror`: the plan's (a flip before the
+    geometry)."""
     g = np.asarray(geom, np.int64).reshape(-1, fused.GEOM)
     oh, ow = out_size
     rows, rin = _axis(oh, g[:, fused.VFLIP], g[:, fused.OY], g[:, fused.VH], g[:, fused.TOP], g[:, fused.BH],
-                      g[:, fused.OH], g[:, fused.PAD])
+                      g[:, fused.OH], g[:, fused.PAD], mirror[1])
     cols, cin = _axis(ow, g[:, fused.FLIP], g[:, fused.OX], g[:, fused.VW], g[:, fused.LEFT], g[:, fused.BW],
-                      g[:, fused.OW], g[:, fused.PAD])
+                      g[:, fused.OW], g[:, fused.PAD], mirror[0])
     if placed is not None:  # (canvas rows and columns to the image's own)
         rows, rin = _on_image(rows, rin, placed[:, 0], placed[:, 2])
         cols, cin = _on_image(cols, cin, placed[:, 1], placed[:, 3])
@@ -239,7 +248,7 @@ def warp_masks(plan: "_Plan", masks: Sequence[Any], draws: "Draws", *, fill: int
         return []
     geom = draws.encode()[0]
     out_size = batch_size(plan, draws)
-    rows, rin, cols, cin = mask_indices(geom, out_size, places(plan, draws))
+    rows, rin, cols, cin = mask_indices(geom, out_size, places(plan, draws), plan.mirror)
     before, after = drawn_warps(plan, draws)
     out = []
     for k, m in enumerate(ms):

@@ -57,6 +57,9 @@ class _Plan:
     # writes the first
     channels: int = field(default=3, repr=False)
     one_channel: tuple[int, int] | None = field(default=None, repr=False)
+    # (horizontal, vertical): that flip comes before the geometry (flip, then crop: the crop's window is of the flipped
+    # image). The kernel flips last, so a flipped sample reads the window mirrored in its frame (draws.mirror_first)
+    mirror: tuple[bool, bool] = field(default=(False, False), repr=False)
 
     @property
     def rrc(self) -> bool:
@@ -150,7 +153,12 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     box_format, box_sizes = box_settings(given, names)
     steps = [t for t in given if t.group != "targets"]  # (they change no pixel: what a Boxes field hands out)
     every, steps = steps, [t for t in steps if not isinstance(t, RGB)]  # (RGB: where the channels become three)
-    canvas: Any = steps[0] if steps and getattr(steps[0], "canvas", False) else None
+    lead = _leading_flips(steps, names)
+    if lead:
+        steps, every = steps[len(lead):], [t for t in every if all(t is not u for u in lead)]
+    canvas: Any = steps[0] if steps and (getattr(steps[0], "canvas", False) or (  # (a warp that keeps the size:
+        getattr(steps[0], "canvas_first", False) and len(steps) > 1 and steps[1].group == "geometry")) else None  # a
+    # canvas where a geometry step follows it, as torchvision warps the whole image before the crop)
     if canvas is not None and getattr(canvas, "after_kernel", False) and not (
             len(steps) > 1 and steps[1].group == "geometry"):  # no geometry after it: it warps the output
         canvas = None
@@ -159,6 +167,8 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         raise TransformError(f"{canvas!r} gives each image a canvas of its own size: a geometry step "
                              f"(RandomResizedCrop, Resize((h, w)), CenterCrop, RandomCrop) must follow it [{names}]")
     rest = _AfterGeometry(names)
+    for t in lead:
+        rest.add_flip(t)  # type: ignore[arg-type]
     front = _front(every, len(geometry) + (canvas is not None))  # (the canvas and geometry, with RGBs among them)
     if grey:  # (the images have one channel from the start: what fills them must be one value)
         for t in itertools.takewhile(lambda t: not isinstance(t, RGB), every[:front]):
@@ -189,7 +199,8 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
                  max([0, *(int(getattr(g, "pad_mode", 0)) for g in geometry)]), rest.linear,
                  channels=1 if rest.one_at is not None and rest.one_end is None else 3,
                  one_channel=None if rest.one_at is None else (rest.one_at, len(rest.program) if rest.one_end is None
-                                                               else rest.one_end))
+                                                               else rest.one_end),
+                 mirror=(any(t is rest.flip for t in lead), any(t is rest.vflip for t in lead)))
     if ragged and plan.channels == 1:
         raise TransformError(f"an output of one channel with ragged=True cannot be fused: give "
                              f"Grayscale(num_output_channels=3) and take images[:, :1] [{names}]")
@@ -232,6 +243,25 @@ def _fixed_size(geometry: Sequence[Transform]) -> tuple[int, int] | None:
     if isinstance(last, (_RandomSize, ResizeKeepRatio, RandomIoUCrop)) or isinstance(last.size, int):
         return None
     return int(last.size[0]), int(last.size[1])
+
+
+def _leading_flips(steps: list[Transform], names: str) -> list[Transform]:
+    """The flips before the geometry (many scripts flip first, then crop): taken as flips
+    of the crop's window mirrored (the same images, exactly); none where no geometry
+    follows them (they are the ordinary flips then)."""
+    n = next((i for i, t in enumerate(steps) if t.group != "flips"), len(steps))
+    if n == 0 or n == len(steps) or steps[n].group != "geometry":
+        return []
+    if getattr(steps[n], "reads_boxes", False):
+        raise TransformError(f"{type(steps[0]).__name__} before {type(steps[n]).__name__} cannot be fused: its crop "
+                             f"is drawn from the boxes where they stand; put the flip after it [{names}]")
+    geometry = itertools.takewhile(lambda t: t.group == "geometry", steps[n:])
+    nearest = next((t for t in geometry if any("nearest" in m for m in t.filter_modes)), None)
+    if nearest is not None:  # (a nearest pick is not mirror-symmetric: flipped first, other pixels are picked)
+        raise TransformError(f"{type(steps[0]).__name__} before {type(nearest).__name__} with nearest interpolation "
+                             f"cannot be fused: put the flip after it (the same images, drawn alike; nearest picks "
+                             f"other pixels of a flipped image) [{names}]")
+    return steps[:n]
 
 
 def _front(steps: list[Transform], n: int) -> int:
@@ -341,7 +371,7 @@ class _AfterGeometry:
         if t.group == "last":
             self.erase = t  # type: ignore[assignment]
         elif t.group == "flips":
-            self._flip(t)  # type: ignore[arg-type]
+            self.add_flip(t)  # type: ignore[arg-type]
         elif t.group in PROGRAM_GROUPS:
             self._step(t)  # type: ignore[arg-type]
         elif isinstance(t, Normalize):
@@ -378,7 +408,7 @@ class _AfterGeometry:
                 f"{'it' if len(steps) == 1 else 'them'} after the geometry and the flips (a colour step commutes with "
                 "crops and flips, not exactly with a resize's filter, nor with a contrast taken over the whole image)")
 
-    def _flip(self, t: _Flip) -> None:
+    def add_flip(self, t: _Flip) -> None:
         what = type(t).__name__
         if (self.vflip if isinstance(t, RandomVerticalFlip) else self.flip) is not None:
             raise TransformError(f"two {what}s [{self.names}]")

@@ -138,9 +138,11 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
     """torchvision's RandomRotation: the image rotated by an angle uniform in `degrees`
     (make_params: "rotation": {"angle"}), nearest or bilinear, `fill` (uint8 levels;
     torchvision's default 0) outside, about `center`. expand=False: a step of each
-    sample's program, the output keeps its size; expand=True: a canvas step (first, before
-    the geometry: transforms.canvas), the whole rotated image on a canvas of its bounding
-    box, as F.rotate(expand=True) makes it."""
+    sample's program, the output keeps its size, or, first and followed by a geometry step
+    (`[RandomRotation(30), RandomResizedCrop(224), ...]`), a canvas of the image's size
+    that the geometry crops, as torchvision rotates the whole image before its crop;
+    expand=True: a canvas step (first, before the geometry: transforms.canvas), the whole
+    rotated image on a canvas of its bounding box, as F.rotate(expand=True) makes it."""
 
     keys = ("rotation",)
 
@@ -161,6 +163,8 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
         """A canvas step (expand=True): the image's size changes, so it comes first."""
         return self.expand
 
+    canvas_first = True  # (expand=False first, before a geometry step: a canvas of the image's size, rotated whole)
+
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         return {"rotation": {"angle": rng.uniform(*self.degrees)}}
 
@@ -176,17 +180,21 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
         return [] if r is None else [rotation_drawn(r["angle"], size, self.center, self.expand)]
 
     def canvas_size(self, p: dict, size: tuple[int, int]) -> tuple[int, int]:
-        """The rotated image's (h, w) with expand=True, as F.rotate gives it."""
-        return expanded_rotation(p["rotation"]["angle"], size, self.center)[0]
+        """The rotated image's (h, w): with expand=True its bounding box's, as F.rotate
+        gives it; else the image's."""
+        return expanded_rotation(p["rotation"]["angle"], size, self.center)[0] if self.expand else size
 
     canvas_layout = "CHW"  # (grid_sample's: no transposing copy an image)
 
     def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict) -> None:
-        """F.rotate(expand=True) of `image` (uint8 HWC) into `canvas` (uint8 [3, h, w], its
-        size)."""
+        """F.rotate(expand=self.expand) of `image` (uint8 HWC) into `canvas` (uint8 [3, h,
+        w], canvas_size's)."""
         angle = p["rotation"]["angle"] % 360
-        matrix = rotation_matrix(angle, (int(image.shape[0]), int(image.shape[1])), self.center)
+        h, w = int(image.shape[0]), int(image.shape[1])
+        matrix = rotation_matrix(angle, (h, w), self.center)
         chw = image.permute(2, 0, 1)
+        if matrix is None and not self.expand and angle in (90.0, 270.0) and h != w:  # (a quarter turn keeps a
+            matrix = inverse_affine([0.0, 0.0], -angle, (0.0, 0.0), 1.0, (0.0, 0.0))  # square's size only)
         if matrix is None:  # torchvision's exact paths: a quarter turn, or none
             turns = int(angle) // 90
             canvas.copy_(torch.rot90(chw, k=turns, dims=(-2, -1)) if turns else chw)
