@@ -460,6 +460,25 @@ def test_the_recipes_bench_times_ten_crops_both_ways(tmp_path, monkeypatch, caps
     assert all(v > 0 for v in doc["img_per_s"].values())
 
 
+def test_the_recipes_bench_times_recipes_as_written(tmp_path, monkeypatch, capsys):
+    """bench/recipes.py --as-written: each recipe given to the Loader as torchvision's
+    Compose and run by the DataLoader, both rates and their ratio."""
+    import sys
+
+    from gpudecode.bench.suite import loader, recipes
+
+    monkeypatch.setattr(loader, "OUT", tmp_path)
+    monkeypatch.setattr("gpudecode.bench.suite.OUT", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["recipes", "--as-written", "--images", "16", "--batch", "8", "--repeat", "1",
+                                      "--threads", "1"])
+    recipes.main()
+    out = capsys.readouterr().out
+    doc = json.loads((tmp_path / "recipe_as_written.json").read_text())
+    assert len(doc["img_per_s"]) == 6 and all(v > 0 for v in doc["img_per_s"].values())
+    for name in recipes.as_written():
+        assert f"{name}: gpudecode / torchvision = " in out
+
+
 def test_the_captions_bench_runs_each_pipeline(tmp_path, monkeypatch, capsys):
     """bench/loader.py --captions: image-text pairs through the Loader (with and without
     its captions) and through webdataset's pipeline as OpenCLIP builds it, every rate in

@@ -179,3 +179,35 @@ def test_masks_and_boxes_follow_a_rotation_before_the_geometry(photo_batch):
         b = tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY", canvas_size=(h, w))
         b = F.crop(F.rotate(b, p["rotation"]["angle"]), *p["crop"])  # (empty ones kept: min_size=0)
         torch.testing.assert_close(moved[k]["boxes"], b.as_subclass(torch.Tensor).float(), atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("interpolation,fill", [("nearest", 0), ("bilinear", (30, 60, 90))])
+def test_an_affine_before_the_geometry_warps_the_whole_image(photo_batch, interpolation, fill):
+    """RandomAffine first, then a geometry step: a canvas of the image's size, F.affine's
+    uint8 image bit for bit (read back whole by a CenterCrop of its size), then cropped as
+    torchvision's Compose crops it; RandomPerspective there is still refused."""
+    mode = NEAREST if interpolation == "nearest" else BILINEAR
+    aff = T.RandomAffine(20, translate=(0.1, 0.2), scale=(0.8, 1.2), shear=(-5, 5, -3, 3),
+                         interpolation=interpolation, fill=fill)
+    for img in photo_batch[:3]:
+        size = tuple(img.shape[1:])
+        tf = T.Compose([aff, T.CenterCrop(size)])
+        assert tf.plan.canvas is aff and tf.plan.program == ()
+        for seed in range(3):
+            params = tf.make_params([size], seed)
+            a = params[0]["affine"]
+            want = F.affine(img, a["angle"], list(a["translate"]), a["scale"], list(a["shear"]), mode,
+                            fill=list(fill) if isinstance(fill, tuple) else fill)
+            assert torch.equal(tf([img], params)[0], want)
+    tf = T.Compose([aff, T.RandomResizedCrop(24), T.ToDtype(torch.float32, scale=True)])
+    sizes = [tuple(im.shape[1:]) for im in photo_batch]
+    params = tf.make_params(sizes, 1)
+    got = tf(photo_batch, params)
+    for k, (img, p) in enumerate(zip(photo_batch, params)):
+        a = p["affine"]
+        x = F.affine(img, a["angle"], list(a["translate"]), a["scale"], list(a["shear"]), mode,
+                     fill=list(fill) if isinstance(fill, tuple) else fill)
+        x = F.resized_crop(F.to_dtype(x, torch.float32, scale=True), *p["crop"], [24, 24], antialias=True)
+        assert float((got[k] - x).abs().max()) * 255 <= 1.0 + 1e-3, k
+    with pytest.raises(TransformError, match="after other steps"):
+        T.Compose([T.RandomPerspective(), T.RandomResizedCrop(24)])

@@ -3,9 +3,11 @@ uint8 image (a canvas) of its own size, which the geometry step then reads as it
 decoded image. RandomZoomOut (SSD's; torchvision's detection reference): the image
 padded with a fill onto a canvas up to `side_range` times its size; RandomRotation with
 expand=True (transforms.warps): the whole image rotated, on its bounding box;
-ElasticTransform (transforms.warps): the image displaced by a field of its size.
+ElasticTransform (transforms.warps): the image displaced by a field of its size; and,
+where a geometry step follows them, RandomRotation and RandomAffine at the image's size
+(`canvas_first`: elsewhere they are program steps).
 
-A canvas step declares `canvas` (True), `canvas_why` (why it must come first),
+A canvas step declares `canvas` (True; or `canvas_first`), `canvas_why` (why it must come first),
 `canvas_size(params, size)`, `canvas_layout` ("HWC" or "CHW") and `paint(canvas,
 image, params)`: the canvas made as
 torchvision makes it (F.pad of a uint8 image; F.rotate's and F.elastic's grid_sample,

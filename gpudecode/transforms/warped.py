@@ -26,7 +26,7 @@ import torch
 
 
 __all__ = ["Drawn", "rotate_shear", "forward_affine", "affine_grid", "perspective_grid", "identity_grid",
-           "nearest_sample", "warp_boxes_by"]
+           "nearest_sample", "warp_boxes_by", "perspective_coefficients"]
 
 _CORNERS = [[0, 1], [2, 1], [2, 3], [0, 3]]  # (XYXY columns: top-left, top-right, bottom-right, bottom-left)
 
@@ -239,3 +239,18 @@ def warp_boxes_by(xyxy: np.ndarray, drawn: Sequence[Drawn]) -> np.ndarray:
     for d in drawn:
         xyxy = d.boxes(xyxy)
     return xyxy
+
+
+def perspective_coefficients(startpoints: Sequence[Sequence[int]],
+                             endpoints: Sequence[Sequence[int]]) -> list[float]:
+    """torchvision's _get_perspective_coeffs: the 8 coefficients mapping output to input
+    pixels, (x, y) -> ((a x + b y + c) / (g x + h y + 1), (d x + e y + f) / (g x + h y + 1)),
+    solved in float64 from the four corners (startpoints: the input's, endpoints: where
+    they go), then rounded to float32 as torchvision rounds them."""
+    rows, rhs = [], []
+    for (x, y), (u, v) in zip(endpoints, startpoints):
+        rows.append([x, y, 1, 0, 0, 0, -u * x, -u * y])
+        rows.append([0, 0, 0, x, y, 1, -v * x, -v * y])
+        rhs += [u, v]
+    solution = np.linalg.lstsq(np.asarray(rows, np.float64), np.asarray(rhs, np.float64), rcond=None)[0]
+    return solution.astype(np.float32).tolist()

@@ -18,7 +18,7 @@ from ..kernels.ops import AFFINE, PERSPECTIVE
 from .base import Transform, _Step, in_fingerprint
 from .args import NEAREST, fill_rgb, on_device, warp_interpolation
 from .convert import warp_fill
-from .warped import Drawn, forward_affine, identity_grid, rotate_shear
+from .warped import Drawn, forward_affine, identity_grid, perspective_coefficients, rotate_shear
 
 
 INTEGER_MAP = 2.0  # AFFINE's interpolation argument (NEAREST, BILINEAR: args.py)
@@ -518,26 +518,24 @@ class RandomAffine(_Warp, converts="torchvision.RandomAffine"):
         inverse = inverse_affine(cf, a["angle"], translate, a["scale"], a["shear"])
         return [Drawn("affine", (h, w), (h, w), tuple(forward), tuple(inverse))]
 
+    canvas_first = True  # (first, before a geometry step: the whole image warped at its size, then cropped)
+    canvas_layout = "CHW"
+
+    def canvas_size(self, p: dict, size: tuple[int, int]) -> tuple[int, int]:
+        return size
+
+    def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict) -> None:
+        """F.affine of `image` (uint8 HWC) into `canvas` (uint8 [3, h, w], its size)."""
+        size = (int(image.shape[0]), int(image.shape[1]))
+        inverse = self.drawn(p, size)[0].inverse
+        assert inverse is not None  # (an affine warp always has one: no exact turn)
+        canvas.copy_(grid_warp(image.permute(2, 0, 1), inverse, size, self.interpolation, self.fill))
+
     def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
         a = p.get("affine")
         if a is not None:
             prog.append((AFFINE, warp_args(size, a["angle"], a["translate"], a["scale"], a["shear"],
                                            self.interpolation, self._fill, self.center)))
-
-
-def perspective_coefficients(startpoints: Sequence[Sequence[int]],
-                             endpoints: Sequence[Sequence[int]]) -> list[float]:
-    """torchvision's _get_perspective_coeffs: the 8 coefficients mapping output to input
-    pixels, (x, y) -> ((a x + b y + c) / (g x + h y + 1), (d x + e y + f) / (g x + h y + 1)),
-    solved in float64 from the four corners (startpoints: the input's, endpoints: where
-    they go), then rounded to float32 as torchvision rounds them."""
-    rows, rhs = [], []
-    for (x, y), (u, v) in zip(endpoints, startpoints):
-        rows.append([x, y, 1, 0, 0, 0, -u * x, -u * y])
-        rows.append([0, 0, 0, x, y, 1, -v * x, -v * y])
-        rhs += [u, v]
-    solution = np.linalg.lstsq(np.asarray(rows, np.float64), np.asarray(rhs, np.float64), rcond=None)[0]
-    return solution.astype(np.float32).tolist()
 
 
 class RandomPerspective(_Warp, converts="torchvision.RandomPerspective"):

@@ -26,13 +26,21 @@ images, gpudecode runs `Compose.from_torchvision` of it.
   RandAugment(2, 9) or AutoAugment(ImageNet), Normalize: gpudecode, the DataLoader with
   torchvision, and DALI's CPU pipeline with its auto_aug equivalents.
 
+- recipes as scripts write them (--as-written), each a v1 Compose on PIL images, given
+  to the Loader as it is: a course's `[RandomRotation(30), RandomResizedCrop(224),
+  RandomHorizontalFlip(), ToTensor(), Normalize]` (the whole image rotated first: a
+  canvas a sample, made with torch's ops on the images' device), the flip first
+  (`[RandomHorizontalFlip(), RandomResizedCrop(224), ...]`), and CLIP's preprocess
+  (bicubic Resize(224), CenterCrop, its RGB function, ToTensor, Normalize).
+
 - the batch step (--mixing): MixUp(0.2), CutMix(1.0) (gpudecode's, as the Loader runs
   torchvision's) and timm's Mixup (mixup 0.8, cutmix 1.0, label smoothing 0.1, as
   DeiT's and timm's recipes) alone on a float32 batch of 256 at 224 on the CPU with
   torch's default intra-op threads, ms an image; then the Loader's reference recipe with
   and without its batch step, alternated, and the difference an image.
 
-    python bench/recipes.py [--images 1024] [--threads 2] [--repeat 3] [--ops | --policies | --mixing | --crops]
+    python bench/recipes.py [--images 1024] [--threads 2] [--repeat 3]
+                            [--ops | --policies | --mixing | --crops | --as-written]
                             [--skip-dali]
 """
 from __future__ import annotations
@@ -204,6 +212,40 @@ def crops(shards, folder, a) -> dict[str, float]:
             "torchvision DataLoader, TenCrop": timed(_dataloader(folder, a.threads, a.batch, ten_crops()), a.repeat)}
 
 
+def _to_rgb(image):
+    """CLIP's `_convert_image_to_rgb`, as its preprocess holds it."""
+    return image.convert("RGB")
+
+
+def as_written() -> dict[str, object]:
+    """Recipes as scripts write them (see the module doc): v1 Composes on PIL images."""
+    import torchvision.transforms as v1
+
+    clip = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
+    tail = [v1.ToTensor(), v1.Normalize(MEAN, STD)]
+    return {
+        "a course's: RandomRotation(30) first, RRC(224), flip": v1.Compose(
+            [v1.RandomRotation(30), v1.RandomResizedCrop(224), v1.RandomHorizontalFlip(), *tail]),
+        "the flip first: flip, RRC(224)": v1.Compose([v1.RandomHorizontalFlip(), v1.RandomResizedCrop(224), *tail]),
+        "CLIP's preprocess: bicubic Resize(224), CenterCrop, RGB": v1.Compose(
+            [v1.Resize(224, interpolation=v1.InterpolationMode.BICUBIC), v1.CenterCrop(224), _to_rgb, v1.ToTensor(),
+             v1.Normalize(*clip)]),
+    }
+
+
+def written(shards, folder, a) -> dict[str, float]:
+    """Each recipe of as_written(): the Loader given the torchvision Compose as it is, then
+    the DataLoader running it."""
+    from gpudecode import Loader
+
+    rows = {}
+    for name, tf in as_written().items():
+        rows[f"{name}: gpudecode Loader"] = timed(epochs(Loader(shards, batch_size=a.batch, transform=tf,
+                                                                 device="cpu", num_workers=a.threads)), a.repeat)
+        rows[f"{name}: torchvision DataLoader"] = timed(_dataloader(folder, a.threads, a.batch, tf), a.repeat)
+    return rows
+
+
 def op_costs(shards, threads, batch, repeat) -> dict[str, float]:
     """img/s of the base recipe and of the base with each step added, in one run."""
 
@@ -326,8 +368,17 @@ def main() -> None:
     ap.add_argument("--policies", action="store_true",
                     help="only the auto-augment policies, gpudecode, torchvision and DALI side by side")
     ap.add_argument("--crops", action="store_true", help="only evaluation over ten crops, gpudecode and torchvision")
+    ap.add_argument("--as-written", action="store_true",
+                    help="only recipes as scripts write them (rotation or flip first, CLIP's preprocess)")
     a = ap.parse_args()
     shards, folder = build(a.images)
+    if a.as_written:
+        rows = written(shards, folder, a)
+        _table(a, "recipe_as_written", "recipe as written (v1, PIL)", rows)
+        values = list(rows.values())
+        for (name, _), ours, theirs in zip(as_written().items(), values[0::2], values[1::2]):
+            print(f"{name}: gpudecode / torchvision = {ours / theirs:.2f}x")
+        return
     if a.crops:
         rows = crops(shards, folder, a)
         _table(a, "recipe_crops", "Resize(256) + TenCrop(224) + Normalize", rows)
