@@ -211,3 +211,32 @@ def test_an_affine_before_the_geometry_warps_the_whole_image(photo_batch, interp
         assert float((got[k] - x).abs().max()) * 255 <= 1.0 + 1e-3, k
     with pytest.raises(TransformError, match="after other steps"):
         T.Compose([T.RandomPerspective(), T.RandomResizedCrop(24)])
+
+
+def test_a_window_of_a_warp_canvas_is_that_part_of_the_whole_canvas(photo_batch):
+    """A crop of a rotation's or affine's canvas paints only the crop's window (a
+    RandomResizedCrop reads about half its image): each window bit for bit the whole
+    canvas's part, for both interpolations, fills, expand and quarter turns."""
+    import random
+
+    from gpudecode.transforms.warps import grid_warp, rotation_matrix
+
+    img = photo_batch[2]
+    h, w = img.shape[1:]
+    rng = random.Random(0)
+    for interpolation, fill in (("nearest", 0), ("bilinear", (9, 80, 200)), ("bilinear", None)):
+        for angle in (13.7, -41.0, 90.0, 180.0):
+            for expand in (False, True):
+                rot = T.RandomRotation((angle, angle), interpolation, expand=expand, fill=fill)
+                p = {"rotation": {"angle": angle}}
+                ch, cw = rot.canvas_size(p, (h, w))
+                whole = torch.empty(3, ch, cw, dtype=torch.uint8)
+                rot.paint(whole, img.permute(1, 2, 0), p)
+                for _ in range(3):
+                    t, l = rng.randrange(ch), rng.randrange(cw)
+                    window = (t, l, rng.randint(1, ch - t), rng.randint(1, cw - l))
+                    part = torch.empty(3, window[2], window[3], dtype=torch.uint8)
+                    rot.paint(part, img.permute(1, 2, 0), p, window=window)
+                    assert torch.equal(part, whole[:, t:t + window[2], l:l + window[3]]), (angle, expand, window)
+    m = rotation_matrix(21.0, (h, w), None)
+    assert torch.equal(grid_warp(img, m, (h, w), 1.0, 0, (5, 7, 30, 41)), grid_warp(img, m, (h, w), 1.0, 0)[:, 5:35, 7:48])

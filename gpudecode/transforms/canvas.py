@@ -234,7 +234,9 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
     `windows` (int64 [len(rows), 4], top, left, height, width in each canvas), for a step
     that places the image (RandomZoomOut's `paint_window`): only those windows of the
     canvases are made (a crop of a canvas up to 16 times its image reads a part of it), of
-    the part of each image the decoder was asked for (read_window), where its box says."""
+    the part of each image the decoder was asked for (read_window), where its box says; for
+    a warp that `paints_window` (RandomRotation's, RandomAffine's), each window painted
+    from the whole image, as the whole canvas has it."""
     pixels = decoded.pixels
     if windows is not None:
         out_sizes = [(int(wh), int(ww)) for wh, ww in np.asarray(windows)[:, 2:].tolist()]
@@ -246,9 +248,10 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
     offsets = np.zeros(len(rows), np.int64)
     planar = step.canvas_layout == "CHW"
     at = 0
+    places = getattr(step, "places", False)
     for i, k in enumerate(rows.tolist()):
         h, w = sizes[k]
-        if windows is not None:
+        if windows is not None and places:
             offsets[i] = at
             at += _paint_part(step, decoded, k, params[k], (h, w), tuple(windows[i].tolist()), buf, at)
             continue
@@ -259,7 +262,8 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
         image = pixels.as_strided((h, w, 3), (sy, sx, sc), int(decoded.offsets[k]))
         ch, cw = out_sizes[i]
         region = buf[at:at + ch * cw * 3]
-        step.paint(region.view(3, ch, cw) if planar else region.view(ch, cw, 3), image, params[k])
+        part = {} if windows is None else {"window": tuple(windows[i].tolist())}  # (a warp's: the crop's part only)
+        step.paint(region.view(3, ch, cw) if planar else region.view(ch, cw, 3), image, params[k], **part)
         offsets[i] = at
         at += ch * cw * 3
     shapes = np.asarray(out_sizes, np.int64).reshape(-1, 2)

@@ -261,7 +261,8 @@ class Compose(Transform):
             geom[:, fused.TOP:fused.BW + 1] = decoded.boxes[pick]  # (the window the decoder gave)
         else:  # the kernel reads the canvases made from the decoded images, in them the boxes encoded
             # (a crop of a canvas that places its image, RandomZoomOut's: only the crop is made, and read whole)
-            windows = (geom[:, fused.TOP:fused.BW + 1].copy() if self.plan.rrc and getattr(self.plan.canvas, "places", False)
+            windows = (geom[:, fused.TOP:fused.BW + 1].copy() if self.plan.rrc and (
+                getattr(self.plan.canvas, "places", False) or getattr(self.plan.canvas, "paints_window", False))
                        else None)
             decoded = canvas.build(self.plan.canvas, decoded, params, sizes, idx, workspace, windows)
             if windows is not None:

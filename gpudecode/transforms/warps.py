@@ -186,21 +186,24 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
 
     canvas_layout = "CHW"  # (grid_sample's: no transposing copy an image)
 
-    def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict) -> None:
+    def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict,
+              window: Sequence[int] | None = None) -> None:
         """F.rotate(expand=self.expand) of `image` (uint8 HWC) into `canvas` (uint8 [3, h,
-        w], canvas_size's)."""
+        w], canvas_size's; with `window`, that part of it only: `paints_window`)."""
         angle = p["rotation"]["angle"] % 360
         h, w = int(image.shape[0]), int(image.shape[1])
         matrix = rotation_matrix(angle, (h, w), self.center)
         chw = image.permute(2, 0, 1)
         if matrix is None and not self.expand and angle in (90.0, 270.0) and h != w:  # (a quarter turn keeps a
             matrix = inverse_affine([0.0, 0.0], -angle, (0.0, 0.0), 1.0, (0.0, 0.0))  # square's size only)
+        t, l, ch, cw = (0, 0, *canvas.shape[1:]) if window is None else window
         if matrix is None:  # torchvision's exact paths: a quarter turn, or none
             turns = int(angle) // 90
-            canvas.copy_(torch.rot90(chw, k=turns, dims=(-2, -1)) if turns else chw)
+            canvas.copy_((torch.rot90(chw, k=turns, dims=(-2, -1)) if turns else chw)[:, t:t + ch, l:l + cw])
             return
-        size = (int(canvas.shape[1]), int(canvas.shape[2]))  # (canvas_size's: build made it so)
-        canvas.copy_(grid_warp(chw, matrix, size, self.interpolation, self.fill))
+        canvas.copy_(grid_warp(chw, matrix, self.canvas_size(p, (h, w)), self.interpolation, self.fill, window))
+
+    paints_window = True  # (paint(window=): the part of the canvas a crop reads, as the whole canvas has it)
 
 
 def rotation_matrix(angle: float, size: tuple[int, int], center: Sequence[float] | None) -> list[float] | None:
@@ -258,20 +261,23 @@ def expanded_rotation(angle: float, size: tuple[int, int], center: Sequence[floa
 
 
 def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int], interpolation: float,
-              fill: Any) -> torch.Tensor:
+              fill: Any, window: Sequence[int] | None = None) -> torch.Tensor:
     """An affine warp of a uint8 image [3, h, w] to [3, oh, ow] (`size`) as torchvision's
     tensor warps make it: the output pixels' centres through `matrix` (centred, scaled to
-    grid_sample's [-1, 1] by the input's half size), then `grid_sample_filled`."""
+    grid_sample's [-1, 1] by the input's half size), then `grid_sample_filled`. `window`
+    (top, left, height, width of the output): only those pixels, each as the whole
+    output's (its centre's coordinate taken from the whole output's linspace)."""
     h, w = chw.shape[-2:]
     oh, ow = size
+    t, l, wh, ww = (0, 0, oh, ow) if window is None else (int(v) for v in window)
     dev = chw.device
     theta = torch.tensor(matrix, dtype=torch.float32).reshape(1, 2, 3)
-    grid = torch.empty(1, oh, ow, 3, dtype=torch.float32, device=dev)
-    grid[..., 0].copy_(torch.linspace(-ow * 0.5 + 0.5, ow * 0.5 - 0.5, steps=ow, device=dev))
-    grid[..., 1].copy_(torch.linspace(-oh * 0.5 + 0.5, oh * 0.5 - 0.5, steps=oh, device=dev).unsqueeze_(-1))
+    grid = torch.empty(1, wh, ww, 3, dtype=torch.float32, device=dev)
+    grid[..., 0].copy_(torch.linspace(-ow * 0.5 + 0.5, ow * 0.5 - 0.5, steps=ow, device=dev)[l:l + ww])
+    grid[..., 1].copy_(torch.linspace(-oh * 0.5 + 0.5, oh * 0.5 - 0.5, steps=oh, device=dev)[t:t + wh].unsqueeze_(-1))
     grid[..., 2].fill_(1)
     scale = on_device(theta.transpose(1, 2).div(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32)), dev)
-    return grid_sample_filled(chw, grid.view(1, oh * ow, 3).bmm(scale).view(1, oh, ow, 2), interpolation, fill)
+    return grid_sample_filled(chw, grid.view(1, wh * ww, 3).bmm(scale).view(1, wh, ww, 2), interpolation, fill)
 
 
 def grid_sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: float, fill: Any) -> torch.Tensor:
@@ -306,8 +312,10 @@ def sample_filled_batch(images: torch.Tensor, grid: torch.Tensor, interpolation:
     if levels is not None:
         out, mask = out[:, :3], out[:, 3:].expand(n, 3, oh, ow)
         fill_img = on_device(torch.tensor(levels * (3 // len(levels)), dtype=torch.float32), dev).view(1, 3, 1, 1)
-        if mode == "nearest":
-            out = torch.where(mask < 0.5, fill_img.expand_as(out), out)
+        if mode == "nearest":  # (the fill where the coverage is under half: a mask of one channel, filled in place)
+            out, outside = out.contiguous(), mask[:, :1] < 0.5
+            for c, level in enumerate(levels * (3 // len(levels))):
+                out[:, c:c + 1].masked_fill_(outside, level)
         else:
             out = out.sub_(fill_img).mul_(mask).add_(fill_img)  # (in place: grid_sample's own output)
     return out
@@ -524,12 +532,16 @@ class RandomAffine(_Warp, converts="torchvision.RandomAffine"):
     def canvas_size(self, p: dict, size: tuple[int, int]) -> tuple[int, int]:
         return size
 
-    def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict) -> None:
-        """F.affine of `image` (uint8 HWC) into `canvas` (uint8 [3, h, w], its size)."""
+    paints_window = True
+
+    def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict,
+              window: Sequence[int] | None = None) -> None:
+        """F.affine of `image` (uint8 HWC) into `canvas` (uint8 [3, h, w], its size; or
+        `window` of it)."""
         size = (int(image.shape[0]), int(image.shape[1]))
         inverse = self.drawn(p, size)[0].inverse
         assert inverse is not None  # (an affine warp always has one: no exact turn)
-        canvas.copy_(grid_warp(image.permute(2, 0, 1), inverse, size, self.interpolation, self.fill))
+        canvas.copy_(grid_warp(image.permute(2, 0, 1), inverse, size, self.interpolation, self.fill, window))
 
     def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
         a = p.get("affine")
