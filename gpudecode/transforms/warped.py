@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
 
+from .args import NEAREST, on_device
+
 
 __all__ = ["Drawn", "rotate_shear", "forward_affine", "affine_grid", "perspective_grid", "identity_grid",
-           "nearest_sample", "warp_boxes_by", "perspective_coefficients"]
+           "nearest_sample", "warp_boxes_by", "perspective_coefficients", "grid_warp", "grid_sample_filled",
+           "sample_filled", "sample_filled_batch"]
 
 _CORNERS = [[0, 1], [2, 1], [2, 3], [0, 3]]  # (XYXY columns: top-left, top-right, bottom-right, bottom-left)
 
@@ -254,3 +257,67 @@ def perspective_coefficients(startpoints: Sequence[Sequence[int]],
         rhs += [u, v]
     solution = np.linalg.lstsq(np.asarray(rows, np.float64), np.asarray(rhs, np.float64), rcond=None)[0]
     return solution.astype(np.float32).tolist()
+
+
+def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int], interpolation: float,
+              fill: Any, window: Sequence[int] | None = None) -> torch.Tensor:
+    """An affine warp of a uint8 image [3, h, w] to [3, oh, ow] (`size`) as torchvision's
+    tensor warps make it: the output pixels' centres through `matrix` (centred, scaled to
+    grid_sample's [-1, 1] by the input's half size), then `grid_sample_filled`. `window`
+    (top, left, height, width of the output): only those pixels, each as the whole
+    output's (its centre's coordinate taken from the whole output's linspace)."""
+    h, w = chw.shape[-2:]
+    oh, ow = size
+    t, l, wh, ww = (0, 0, oh, ow) if window is None else (int(v) for v in window)
+    dev = chw.device
+    theta = torch.tensor(matrix, dtype=torch.float32).reshape(1, 2, 3)
+    grid = torch.empty(1, wh, ww, 3, dtype=torch.float32, device=dev)
+    grid[..., 0].copy_(torch.linspace(-ow * 0.5 + 0.5, ow * 0.5 - 0.5, steps=ow, device=dev)[l:l + ww])
+    grid[..., 1].copy_(torch.linspace(-oh * 0.5 + 0.5, oh * 0.5 - 0.5, steps=oh, device=dev)[t:t + wh].unsqueeze_(-1))
+    grid[..., 2].fill_(1)
+    scale = on_device(theta.transpose(1, 2).div(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32)), dev)
+    return grid_sample_filled(chw, grid.view(1, wh * ww, 3).bmm(scale).view(1, wh, ww, 2), interpolation, fill)
+
+
+def grid_sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: float, fill: Any) -> torch.Tensor:
+    """A uint8 image [3, h, w] sampled at `grid` ([1, oh, ow, 2], grid_sample's [-1, 1]
+    coordinates) as torchvision's tensor warps sample it: grid_sample (zeros outside), the
+    fill (levels; None: none) blended by the sampled coverage (nearest: where it is under
+    half), rounded to uint8 [3, oh, ow]."""
+    return sample_filled_batch(chw.unsqueeze(0), grid, interpolation, fill)[0].round_().to(torch.uint8)
+
+
+def sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: float, fill: Any,
+                  scale: float = 1.0) -> torch.Tensor:
+    """grid_sample_filled of a float image [3, h, w], unrounded: float32 [3, oh, ow]; the
+    fill's levels times `scale` (1/255 for an image on the [0, 1] scale)."""
+    return sample_filled_batch(chw.unsqueeze(0), grid, interpolation, fill, scale)[0]
+
+
+def sample_filled_batch(images: torch.Tensor, grid: torch.Tensor, interpolation: float, fill: Any,
+                        scale: float = 1.0) -> torch.Tensor:
+    """sample_filled of images [N, 3, h, w] (float, or uint8: converted as they are
+    copied) at grids [N, oh, ow, 2] in one grid_sample (each image's values as alone:
+    grid_sample and the fill's blend work pixel by pixel): float32 [N, 3, oh, ow]."""
+    n, _, h, w = images.shape
+    oh, ow = grid.shape[1:3]
+    dev = images.device
+    levels = None if fill is None else [float(v) * scale for v in (fill if isinstance(fill, Sequence) else [fill] * 3)]
+    if levels is not None:  # (a fourth channel of ones: the coverage the fill is blended by)
+        img = torch.empty((n, 4, h, w), dtype=torch.float32, device=dev)
+        img[:, :3].copy_(images)
+        img[:, 3].fill_(1)
+    else:
+        img = images.to(torch.float32)
+    mode = "nearest" if interpolation == NEAREST else "bilinear"
+    out = torch.nn.functional.grid_sample(img, grid, mode=mode, padding_mode="zeros", align_corners=False)
+    if levels is not None:
+        out, mask = out[:, :3], out[:, 3:].expand(n, 3, oh, ow)
+        fill_img = on_device(torch.tensor(levels * (3 // len(levels)), dtype=torch.float32), dev).view(1, 3, 1, 1)
+        if mode == "nearest":  # (the fill where the coverage is under half: a mask of one channel, filled in place)
+            out, outside = out.contiguous(), mask[:, :1] < 0.5
+            for c, level in enumerate(levels * (3 // len(levels))):
+                out[:, c:c + 1].masked_fill_(outside, level)
+        else:
+            out = out.sub_(fill_img).mul_(mask).add_(fill_img)  # (in place: grid_sample's own output)
+    return out

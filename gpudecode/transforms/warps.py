@@ -18,7 +18,8 @@ from ..kernels.ops import AFFINE, PERSPECTIVE
 from .base import Transform, _Step, in_fingerprint
 from .args import NEAREST, fill_rgb, on_device, warp_interpolation
 from .convert import warp_fill
-from .warped import Drawn, forward_affine, identity_grid, perspective_coefficients, rotate_shear
+from .warped import (Drawn, forward_affine, grid_sample_filled, grid_warp, identity_grid, perspective_coefficients,
+                     rotate_shear, sample_filled, sample_filled_batch)
 
 
 INTEGER_MAP = 2.0  # AFFINE's interpolation argument (NEAREST, BILINEAR: args.py)
@@ -258,67 +259,6 @@ def expanded_rotation(angle: float, size: tuple[int, int], center: Sequence[floa
     lo = (lo * 1e4).trunc() * 1e-4
     extent = hi.ceil() - lo.floor()
     return (int(extent[1]), int(extent[0])), matrix
-
-
-def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int], interpolation: float,
-              fill: Any, window: Sequence[int] | None = None) -> torch.Tensor:
-    """An affine warp of a uint8 image [3, h, w] to [3, oh, ow] (`size`) as torchvision's
-    tensor warps make it: the output pixels' centres through `matrix` (centred, scaled to
-    grid_sample's [-1, 1] by the input's half size), then `grid_sample_filled`. `window`
-    (top, left, height, width of the output): only those pixels, each as the whole
-    output's (its centre's coordinate taken from the whole output's linspace)."""
-    h, w = chw.shape[-2:]
-    oh, ow = size
-    t, l, wh, ww = (0, 0, oh, ow) if window is None else (int(v) for v in window)
-    dev = chw.device
-    theta = torch.tensor(matrix, dtype=torch.float32).reshape(1, 2, 3)
-    grid = torch.empty(1, wh, ww, 3, dtype=torch.float32, device=dev)
-    grid[..., 0].copy_(torch.linspace(-ow * 0.5 + 0.5, ow * 0.5 - 0.5, steps=ow, device=dev)[l:l + ww])
-    grid[..., 1].copy_(torch.linspace(-oh * 0.5 + 0.5, oh * 0.5 - 0.5, steps=oh, device=dev)[t:t + wh].unsqueeze_(-1))
-    grid[..., 2].fill_(1)
-    scale = on_device(theta.transpose(1, 2).div(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32)), dev)
-    return grid_sample_filled(chw, grid.view(1, wh * ww, 3).bmm(scale).view(1, wh, ww, 2), interpolation, fill)
-
-
-def grid_sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: float, fill: Any) -> torch.Tensor:
-    """A uint8 image [3, h, w] sampled at `grid` ([1, oh, ow, 2], grid_sample's [-1, 1]
-    coordinates) as torchvision's tensor warps sample it: grid_sample (zeros outside), the
-    fill (levels; None: none) blended by the sampled coverage (nearest: where it is under
-    half), rounded to uint8 [3, oh, ow]."""
-    return sample_filled(chw.to(torch.float32), grid, interpolation, fill).round_().to(torch.uint8)
-
-
-def sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: float, fill: Any,
-                  scale: float = 1.0) -> torch.Tensor:
-    """grid_sample_filled of a float image [3, h, w], unrounded: float32 [3, oh, ow]; the
-    fill's levels times `scale` (1/255 for an image on the [0, 1] scale)."""
-    return sample_filled_batch(chw.unsqueeze(0), grid, interpolation, fill, scale)[0]
-
-
-def sample_filled_batch(images: torch.Tensor, grid: torch.Tensor, interpolation: float, fill: Any,
-                        scale: float = 1.0) -> torch.Tensor:
-    """sample_filled of float images [N, 3, h, w] at grids [N, oh, ow, 2] in one
-    grid_sample (each image's values as alone: grid_sample and the fill's blend work pixel
-    by pixel): float32 [N, 3, oh, ow]."""
-    n, _, h, w = images.shape
-    oh, ow = grid.shape[1:3]
-    dev = images.device
-    img = images
-    levels = None if fill is None else [float(v) * scale for v in (fill if isinstance(fill, Sequence) else [fill] * 3)]
-    if levels is not None:
-        img = torch.cat((img, torch.ones((n, 1, h, w), dtype=torch.float32, device=dev)), dim=1)
-    mode = "nearest" if interpolation == NEAREST else "bilinear"
-    out = torch.nn.functional.grid_sample(img, grid, mode=mode, padding_mode="zeros", align_corners=False)
-    if levels is not None:
-        out, mask = out[:, :3], out[:, 3:].expand(n, 3, oh, ow)
-        fill_img = on_device(torch.tensor(levels * (3 // len(levels)), dtype=torch.float32), dev).view(1, 3, 1, 1)
-        if mode == "nearest":  # (the fill where the coverage is under half: a mask of one channel, filled in place)
-            out, outside = out.contiguous(), mask[:, :1] < 0.5
-            for c, level in enumerate(levels * (3 // len(levels))):
-                out[:, c:c + 1].masked_fill_(outside, level)
-        else:
-            out = out.sub_(fill_img).mul_(mask).add_(fill_img)  # (in place: grid_sample's own output)
-    return out
 
 
 def _pair(value: Any, name: str) -> tuple[float, float]:
