@@ -240,3 +240,19 @@ def test_a_window_of_a_warp_canvas_is_that_part_of_the_whole_canvas(photo_batch)
                     assert torch.equal(part, whole[:, t:t + window[2], l:l + window[3]]), (angle, expand, window)
     m = rotation_matrix(21.0, (h, w), None)
     assert torch.equal(grid_warp(img, m, (h, w), 1.0, 0, (5, 7, 30, 41)), grid_warp(img, m, (h, w), 1.0, 0)[:, 5:35, 7:48])
+
+
+def test_a_rotation_first_recipe_kept_resident_gives_the_streamed_batches(photo_batch):
+    """The Loader with a rotation canvas before the crop: keep="ram" gives the streamed
+    batches bit for bit (the same draws, the same canvases' windows)."""
+    from torch.utils.data import TensorDataset
+
+    import gpudecode
+
+    imgs = torch.stack([im[:, :48, :60] for im in photo_batch[:3]] * 4)
+    ds = TensorDataset(imgs, torch.arange(len(imgs)))
+    steps = tv.Compose([tv.RandomRotation(20), tv.RandomResizedCrop(24), tv.RandomHorizontalFlip(),
+                        tv.ToDtype(torch.float32, scale=True)])
+    streamed, kept = (torch.cat([b for b, _ in gpudecode.Loader(ds, transform=steps, batch_size=4, seed=1,
+                                                                 **kw)]) for kw in ({}, {"keep": "ram"}))
+    assert streamed.shape == (len(imgs), 3, 24, 24) and torch.equal(streamed, kept)
