@@ -169,6 +169,11 @@ def test_what_a_flip_first_refuses_and_what_it_leaves():
             (8, 8), interpolation=tv.InterpolationMode.NEAREST)]))
     with pytest.raises(TransformError, match="two RandomHorizontalFlips"):
         T.Compose([T.RandomHorizontalFlip(), T.RandomResizedCrop(8), T.RandomHorizontalFlip()])
+    flip = T.RandomHorizontalFlip()  # (one object twice: two flips, refused as two)
+    with pytest.raises(TransformError, match="two RandomHorizontalFlips"):
+        T.Compose([flip, T.RandomResizedCrop(8), flip])
+    # an RGB among the leading flips stays where it is: a grey image made three channels from the start
+    assert T.Compose([T.RandomHorizontalFlip(), T.RGB(), T.RandomResizedCrop(8)], grey=True).channels == 3
     # a flip with no geometry after it, or after the geometry: as before
     assert T.Compose([T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)]).plan.mirror == (False, False)
     assert T.Compose([T.RandomResizedCrop(8), T.RandomHorizontalFlip()]).plan.mirror == (False, False)

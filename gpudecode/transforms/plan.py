@@ -154,8 +154,9 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     steps = [t for t in given if t.group != "targets"]  # (they change no pixel: what a Boxes field hands out)
     every, steps = steps, [t for t in steps if not isinstance(t, RGB)]  # (RGB: where the channels become three)
     lead = _leading_flips(steps, names)
-    if lead:
-        steps, every = steps[len(lead):], [t for t in every if all(t is not u for u in lead)]
+    if lead:  # (out of both lists: the first len(lead) steps that are not RGB; an RGB among them stays)
+        at = _front(every, len(lead))
+        steps, every = steps[len(lead):], [t for t in every[:at] if isinstance(t, RGB)] + every[at:]
     canvas: Any = steps[0] if steps and (getattr(steps[0], "canvas", False) or (  # (a warp that keeps the size:
         getattr(steps[0], "canvas_first", False) and len(steps) > 1 and steps[1].group == "geometry")) else None  # a
     # canvas where a geometry step follows it, as torchvision warps the whole image before the crop)
