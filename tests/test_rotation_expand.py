@@ -185,7 +185,7 @@ def test_masks_and_boxes_follow_a_rotation_before_the_geometry(photo_batch):
 def test_an_affine_before_the_geometry_warps_the_whole_image(photo_batch, interpolation, fill):
     """RandomAffine first, then a geometry step: a canvas of the image's size, F.affine's
     uint8 image bit for bit (read back whole by a CenterCrop of its size), then cropped as
-    torchvision's Compose crops it; RandomPerspective there is still refused."""
+    torchvision's Compose crops it."""
     mode = NEAREST if interpolation == "nearest" else BILINEAR
     aff = T.RandomAffine(20, translate=(0.1, 0.2), scale=(0.8, 1.2), shear=(-5, 5, -3, 3),
                          interpolation=interpolation, fill=fill)
@@ -209,8 +209,37 @@ def test_an_affine_before_the_geometry_warps_the_whole_image(photo_batch, interp
                      fill=list(fill) if isinstance(fill, tuple) else fill)
         x = F.resized_crop(F.to_dtype(x, torch.float32, scale=True), *p["crop"], [24, 24], antialias=True)
         assert float((got[k] - x).abs().max()) * 255 <= 1.0 + 1e-3, k
-    with pytest.raises(TransformError, match="after other steps"):
-        T.Compose([T.RandomPerspective(), T.RandomResizedCrop(24)])
+
+
+@pytest.mark.parametrize("interpolation,fill", [("nearest", 0), ("bilinear", (30, 60, 90)), ("bilinear", None)])
+def test_a_perspective_before_the_geometry_warps_the_whole_image(photo_batch, interpolation, fill):
+    """RandomPerspective first, then a geometry step: a canvas of the image's size,
+    F.perspective's uint8 image bit for bit (its grid made with torchvision's float32
+    ops), the image as it is where the coin said no; then cropped."""
+    mode = NEAREST if interpolation == "nearest" else BILINEAR
+    per = T.RandomPerspective(0.6, 0.75, interpolation, fill)
+    tv_fill = list(fill) if isinstance(fill, tuple) else fill
+    coins = set()
+    for img in photo_batch[:3]:
+        size = tuple(img.shape[1:])
+        tf = T.Compose([per, T.CenterCrop(size)])
+        assert tf.plan.canvas is per and tf.plan.program == ()
+        for seed in range(4):
+            params = tf.make_params([size], seed)
+            d = params[0].get("perspective")
+            coins.add(d is not None)
+            want = img if d is None else F.perspective(img, None, None, mode, tv_fill, coefficients=d["coefficients"])
+            assert torch.equal(tf([img], params)[0], want), (seed, d)
+    assert coins == {True, False}
+    tf = T.Compose([per, T.RandomResizedCrop(24), T.ToDtype(torch.float32, scale=True)])
+    sizes = [tuple(im.shape[1:]) for im in photo_batch]
+    params = tf.make_params(sizes, 2)
+    got = tf(photo_batch, params)
+    for k, (img, p) in enumerate(zip(photo_batch, params)):
+        d = p.get("perspective")
+        x = img if d is None else F.perspective(img, None, None, mode, tv_fill, coefficients=d["coefficients"])
+        x = F.resized_crop(F.to_dtype(x, torch.float32, scale=True), *p["crop"], [24, 24], antialias=True)
+        assert float((got[k] - x).abs().max()) * 255 <= 1.0 + 1e-3, k
 
 
 def test_a_window_of_a_warp_canvas_is_that_part_of_the_whole_canvas(photo_batch):

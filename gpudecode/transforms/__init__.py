@@ -8,11 +8,12 @@ kernel cannot express is refused when the Compose is built, never approximated.
 What fuses, by place in a Compose (written by `make ops-table` from the classes' declarations):
     - canvas (first, before the geometry): RandomZoomOut, Pad, ElasticTransform,
       RandomRotation (expand=True, or any where a geometry step follows it: the whole image
-      rotated, then cropped), RandomAffine (where a geometry step follows it): each image
-      made anew from the decoded one (a canvas), which a geometry step must follow (Pad
-      before a RandomCrop folds into the crop's padding: no canvas; its edge, reflect and
-      symmetric modes only so); ElasticTransform also last, after the geometry and the
-      per-sample ops (then only Normalize, ToDtype, RandomErasing), on the kernel's output
+      rotated, then cropped), RandomAffine, RandomPerspective (where a geometry step follows
+      them): each image made anew from the decoded one (a canvas), which a geometry step
+      must follow (Pad before a RandomCrop folds into the crop's padding: no canvas; its
+      edge, reflect and symmetric modes only so); ElasticTransform also last, after the
+      geometry and the per-sample ops (then only Normalize, ToDtype, RandomErasing), on the
+      kernel's output
     - geometry (one, first or after the canvas): RandomResizedCrop, Resize, RandomResize,
       RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, RandomIoUCrop, FixedSizeCrop
       (the detection reference's), Resize + CenterCrop, CenterCrop + Resize (the crop inside

@@ -15,7 +15,7 @@ from ..kernels.ops import OPS_ARGS
 # place beside the names of the classes that declare it (ops_table.listing).
 GROUPS = {
     "canvas": ("canvas (first, before the geometry)", "{tv}, RandomRotation (expand=True, or any where a geometry "
-               "step follows it: the whole image rotated, then cropped), RandomAffine (where a geometry step follows it): each image made anew "
+               "step follows it: the whole image rotated, then cropped), RandomAffine, RandomPerspective (where a geometry step follows them): each image made anew "
                "from the decoded one (a canvas), which a geometry step must follow (Pad before a RandomCrop "
                "folds into the crop's padding: no canvas; its edge, reflect and symmetric modes only so); "
                "ElasticTransform also "

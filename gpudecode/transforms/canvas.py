@@ -4,7 +4,7 @@ decoded image. RandomZoomOut (SSD's; torchvision's detection reference): the ima
 padded with a fill onto a canvas up to `side_range` times its size; RandomRotation with
 expand=True (transforms.warps): the whole image rotated, on its bounding box;
 ElasticTransform (transforms.warps): the image displaced by a field of its size; and,
-where a geometry step follows them, RandomRotation and RandomAffine at the image's size
+where a geometry step follows them, RandomRotation, RandomAffine and RandomPerspective at the image's size
 (`canvas_first`: elsewhere they are program steps).
 
 A canvas step declares `canvas` (True; or `canvas_first`), `canvas_why` (why it must come first),

@@ -532,11 +532,46 @@ class RandomPerspective(_Warp, converts="torchvision.RandomPerspective"):
             return []
         return [Drawn("perspective", size, size, coefficients=tuple(float(v) for v in d["coefficients"]))]
 
+    canvas_first = True  # (first, before a geometry step: the whole image warped at its size, then cropped)
+    canvas_layout = "CHW"
+
+    def canvas_size(self, p: dict, size: tuple[int, int]) -> tuple[int, int]:
+        return size
+
+    def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict) -> None:
+        """F.perspective of `image` (uint8 HWC) into `canvas` (uint8 [3, h, w], its size),
+        or the image as it is where the coin said no."""
+        chw, d = image.permute(2, 0, 1), p.get("perspective")
+        if d is None:
+            canvas.copy_(chw)
+            return
+        grid = _perspective_image_grid(d["coefficients"], (int(chw.shape[1]), int(chw.shape[2])), chw.device)
+        canvas.copy_(grid_sample_filled(chw, grid, self.interpolation, self.fill))
+
     def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
         d = p.get("perspective")
         if d is not None:
             c = [float(v) for v in d["coefficients"]]
             fill = self._fill if self._fill is not None else (math.nan, math.nan, math.nan)
             prog.append((PERSPECTIVE, (*c[:6], float(self.interpolation), *fill, c[6], c[7])))
+
+
+def _perspective_image_grid(coefficients: Sequence[float], size: tuple[int, int], device: torch.device) -> torch.Tensor:
+    """F.perspective's sampling grid for an image of `size` [1, h, w, 2] (grid_sample's
+    coordinates), made with the same float32 ops as torchvision makes it: the pixel
+    centres through the numerator's and the denominator's rows by bmm, divided, less 1;
+    so grid_sample picks the pixels F.perspective picks."""
+    h, w = size
+    c = [float(v) for v in coefficients]
+    num = torch.tensor([[c[0], c[1], c[2]], [c[3], c[4], c[5]]], dtype=torch.float32, device=device)[None]
+    den = torch.tensor([[c[6], c[7], 1.0], [c[6], c[7], 1.0]], dtype=torch.float32, device=device)[None]
+    centres = torch.empty(1, h, w, 3, dtype=torch.float32, device=device)
+    centres[..., 0].copy_(torch.linspace(0.5, w - 0.5, steps=w, device=device))
+    centres[..., 1].copy_(torch.linspace(0.5, h - 0.5, steps=h, device=device).unsqueeze_(-1))
+    centres[..., 2].fill_(1)
+    flat = centres.view(1, h * w, 3)
+    scaled = num.transpose(1, 2).div_(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32, device=device))
+    return flat.bmm(scaled).div_(flat.bmm(den.transpose(1, 2))).sub_(1.0).view(1, h, w, 2)
+
 
 # ---- the policies: (op name, magnitude) lists, emitted as kernel ops -----------------------
