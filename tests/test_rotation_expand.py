@@ -181,64 +181,46 @@ def test_masks_and_boxes_follow_a_rotation_before_the_geometry(photo_batch):
         torch.testing.assert_close(moved[k]["boxes"], b.as_subclass(torch.Tensor).float(), atol=1e-3, rtol=0)
 
 
-@pytest.mark.parametrize("interpolation,fill", [("nearest", 0), ("bilinear", (30, 60, 90))])
-def test_an_affine_before_the_geometry_warps_the_whole_image(photo_batch, interpolation, fill):
-    """RandomAffine first, then a geometry step: a canvas of the image's size, F.affine's
-    uint8 image bit for bit (read back whole by a CenterCrop of its size), then cropped as
-    torchvision's Compose crops it."""
-    mode = NEAREST if interpolation == "nearest" else BILINEAR
-    aff = T.RandomAffine(20, translate=(0.1, 0.2), scale=(0.8, 1.2), shear=(-5, 5, -3, 3),
-                         interpolation=interpolation, fill=fill)
-    for img in photo_batch[:3]:
-        size = tuple(img.shape[1:])
-        tf = T.Compose([aff, T.CenterCrop(size)])
-        assert tf.plan.canvas is aff and tf.plan.program == ()
-        for seed in range(3):
-            params = tf.make_params([size], seed)
-            a = params[0]["affine"]
-            want = F.affine(img, a["angle"], list(a["translate"]), a["scale"], list(a["shear"]), mode,
-                            fill=list(fill) if isinstance(fill, tuple) else fill)
-            assert torch.equal(tf([img], params)[0], want)
-    tf = T.Compose([aff, T.RandomResizedCrop(24), T.ToDtype(torch.float32, scale=True)])
-    sizes = [tuple(im.shape[1:]) for im in photo_batch]
-    params = tf.make_params(sizes, 1)
-    got = tf(photo_batch, params)
-    for k, (img, p) in enumerate(zip(photo_batch, params)):
-        a = p["affine"]
-        x = F.affine(img, a["angle"], list(a["translate"]), a["scale"], list(a["shear"]), mode,
-                     fill=list(fill) if isinstance(fill, tuple) else fill)
-        x = F.resized_crop(F.to_dtype(x, torch.float32, scale=True), *p["crop"], [24, 24], antialias=True)
-        assert float((got[k] - x).abs().max()) * 255 <= 1.0 + 1e-3, k
+def _affine(img, p, mode, fill):
+    a = p["affine"]
+    return F.affine(img, a["angle"], list(a["translate"]), a["scale"], list(a["shear"]), mode, fill=fill)
+
+
+def _perspective(img, p, mode, fill):
+    d = p.get("perspective")  # (absent where the coin said no: the image as it is)
+    return img if d is None else F.perspective(img, None, None, mode, fill, coefficients=d["coefficients"])
+
+
+WARPS = {"affine": (lambda i, f: T.RandomAffine(20, translate=(0.1, 0.2), scale=(0.8, 1.2), shear=(-5, 5, -3, 3),
+                                                interpolation=i, fill=f), _affine),
+         "perspective": (lambda i, f: T.RandomPerspective(0.6, 0.75, i, f), _perspective)}
 
 
 @pytest.mark.parametrize("interpolation,fill", [("nearest", 0), ("bilinear", (30, 60, 90)), ("bilinear", None)])
-def test_a_perspective_before_the_geometry_warps_the_whole_image(photo_batch, interpolation, fill):
-    """RandomPerspective first, then a geometry step: a canvas of the image's size,
-    F.perspective's uint8 image bit for bit (its grid made with torchvision's float32
-    ops), the image as it is where the coin said no; then cropped."""
+@pytest.mark.parametrize("kind", list(WARPS))
+def test_a_warp_before_the_geometry_warps_the_whole_image(photo_batch, kind, interpolation, fill):
+    """RandomAffine or RandomPerspective first, then a geometry step: a canvas of the
+    image's size, F.affine's or F.perspective's uint8 image bit for bit (read back whole by
+    a CenterCrop of its size; the perspective's grid made with torchvision's float32 ops),
+    then cropped as torchvision's Compose crops it."""
     mode = NEAREST if interpolation == "nearest" else BILINEAR
-    per = T.RandomPerspective(0.6, 0.75, interpolation, fill)
-    tv_fill = list(fill) if isinstance(fill, tuple) else fill
-    coins = set()
+    make, replay = WARPS[kind]
+    warp, tv_fill = make(interpolation, fill), list(fill) if isinstance(fill, tuple) else fill
     for img in photo_batch[:3]:
         size = tuple(img.shape[1:])
-        tf = T.Compose([per, T.CenterCrop(size)])
-        assert tf.plan.canvas is per and tf.plan.program == ()
+        tf = T.Compose([warp, T.CenterCrop(size)])
+        assert tf.plan.canvas is warp and tf.plan.program == ()
         for seed in range(4):
             params = tf.make_params([size], seed)
-            d = params[0].get("perspective")
-            coins.add(d is not None)
-            want = img if d is None else F.perspective(img, None, None, mode, tv_fill, coefficients=d["coefficients"])
-            assert torch.equal(tf([img], params)[0], want), (seed, d)
-    assert coins == {True, False}
-    tf = T.Compose([per, T.RandomResizedCrop(24), T.ToDtype(torch.float32, scale=True)])
+            assert torch.equal(tf([img], params)[0], replay(img, params[0], mode, tv_fill)), (seed, params[0])
+    tf = T.Compose([warp, T.RandomResizedCrop(24), T.ToDtype(torch.float32, scale=True)])
     sizes = [tuple(im.shape[1:]) for im in photo_batch]
-    params = tf.make_params(sizes, 2)
-    got = tf(photo_batch, params)
-    for k, (img, p) in enumerate(zip(photo_batch, params)):
-        d = p.get("perspective")
-        x = img if d is None else F.perspective(img, None, None, mode, tv_fill, coefficients=d["coefficients"])
-        x = F.resized_crop(F.to_dtype(x, torch.float32, scale=True), *p["crop"], [24, 24], antialias=True)
+    params = tf.make_params(sizes * 2, 1)
+    assert kind == "affine" or len({"perspective" in p for p in params}) == 2  # (the coin both ways)
+    got = tf(photo_batch * 2, params)
+    for k, (img, p) in enumerate(zip(photo_batch * 2, params)):
+        x = F.to_dtype(replay(img, p, mode, tv_fill), torch.float32, scale=True)
+        x = F.resized_crop(x, *p["crop"], [24, 24], antialias=True)
         assert float((got[k] - x).abs().max()) * 255 <= 1.0 + 1e-3, k
 
 
