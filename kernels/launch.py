@@ -40,8 +40,9 @@ def launch(src, geom: np.ndarray, args: np.ndarray, order: np.ndarray, mean: np.
     """Runs the fused kernel on a packed uint8 tensor `src` (1-D, CPU or CUDA) with
     complete geom rows, writing the [N, 3, h, w] tensor `view` (any strides, on src's
     device; a channel stride of 0: one channel, the three equal values written to it): on
-    CUDA on `stream` (default: torch's current one), on the CPU with `num_threads` threads (default all cores). `workspace`: the buffers the kernel works in,
-    kept by the caller between launches; without one they are made for this call.
+    CUDA on `stream` (default: torch's current one), on the CPU with `num_threads` threads
+    (default all cores). `workspace`: the buffers the kernel works in, kept by the caller
+    between launches; without one they are made for this call.
 
     Raises:
         KernelLaunchError: the CUDA kernel could not be compiled or launched (names the

@@ -4,16 +4,16 @@ decoded image. RandomZoomOut (SSD's; torchvision's detection reference): the ima
 padded with a fill onto a canvas up to `side_range` times its size; RandomRotation with
 expand=True (transforms.warps): the whole image rotated, on its bounding box;
 ElasticTransform (transforms.warps): the image displaced by a field of its size; and,
-where a geometry step follows them, RandomRotation, RandomAffine and RandomPerspective at the image's size
-(`canvas_first`: elsewhere they are program steps).
+where a geometry step follows them, RandomRotation, RandomAffine and RandomPerspective
+at the image's size (`canvas_first`: elsewhere they are program steps).
 
-A canvas step declares `canvas` (True; or `canvas_first`), `canvas_why` (why it must come first),
-`canvas_size(params, size)`, `canvas_layout` ("HWC" or "CHW") and `paint(canvas,
-image, params)`: the canvas made as
-torchvision makes it (F.pad of a uint8 image; F.rotate's and F.elastic's grid_sample,
-fill and rounding to uint8), with torch's own ops on the
-images' device, then packed as a decoded batch; so the fused output equals torchvision's
-Compose from there on as it does for a decoded image. `build` is that step,
+A canvas step declares `canvas` (True; or `canvas_first`), `canvas_why` (why it must
+come first), `canvas_size(params, size)`, `canvas_layout` ("HWC" or "CHW") and
+`paint(canvas, image, params)`: the canvas made as torchvision makes it (F.pad of a
+uint8 image; F.rotate's, F.affine's, F.perspective's and F.elastic's grid_sample, fill
+and rounding to uint8), with torch's own ops on the images' device, then packed as a
+decoded batch; so the fused output equals torchvision's Compose from there on as it does
+for a decoded image. `build` is that step,
 `Compose.apply` calls it."""
 from __future__ import annotations
 

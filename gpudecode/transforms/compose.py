@@ -141,8 +141,9 @@ class Compose(Transform):
                     indices: Sequence[int] | None = None, boxes: Sequence[Any] | None = None) -> list[dict]:
         """One dict per image of size (height, width), with torchvision's names: `crop`
         (top, left, height, width) (for Resize + CenterCrop: in the resized image, whose
-        size is `resize`; after a flip before the geometry: in the flipped image), `flip`, `brightness`, `contrast`, `saturation`, `hue` (None
-        when off), `order` (torchvision's fn_idx). (seed, epoch, index) fixes each draw.
+        size is `resize`; after a flip before the geometry: in the flipped image), `flip`,
+        `brightness`, `contrast`, `saturation`, `hue` (None when off), `order`
+        (torchvision's fn_idx). (seed, epoch, index) fixes each draw.
         `boxes`: see draw_batch."""
         return self.draw_batch(sizes, seed, epoch=epoch, indices=indices, boxes=boxes).dicts()
 

@@ -29,7 +29,7 @@ from .args import NEAREST, on_device
 
 __all__ = ["Drawn", "rotate_shear", "forward_affine", "affine_grid", "perspective_grid", "identity_grid",
            "nearest_sample", "warp_boxes_by", "perspective_coefficients", "grid_warp", "grid_sample_filled",
-           "sample_filled", "sample_filled_batch"]
+           "sample_filled", "sample_filled_batch", "perspective_image_grid"]
 
 _CORNERS = [[0, 1], [2, 1], [2, 3], [0, 3]]  # (XYXY columns: top-left, top-right, bottom-right, bottom-left)
 
@@ -321,3 +321,22 @@ def sample_filled_batch(images: torch.Tensor, grid: torch.Tensor, interpolation:
         else:
             out = out.sub_(fill_img).mul_(mask).add_(fill_img)  # (in place: grid_sample's own output)
     return out
+
+
+def perspective_image_grid(coefficients: Sequence[float], size: tuple[int, int], device: torch.device) -> torch.Tensor:
+    """F.perspective's sampling grid for an image of `size` [1, h, w, 2] (grid_sample's
+    coordinates), made with the same float32 ops as torchvision makes it for an image: the
+    pixel centres through the numerator's and the denominator's rows by bmm, divided, less
+    1; so grid_sample picks the pixels F.perspective picks. (perspective_grid, the masks',
+    rounds otherwise: about 1e-4 of an image's pixels differ by a level through it.)"""
+    h, w = size
+    c = [float(v) for v in coefficients]
+    num = torch.tensor([[c[0], c[1], c[2]], [c[3], c[4], c[5]]], dtype=torch.float32, device=device)[None]
+    den = torch.tensor([[c[6], c[7], 1.0], [c[6], c[7], 1.0]], dtype=torch.float32, device=device)[None]
+    centres = torch.empty(1, h, w, 3, dtype=torch.float32, device=device)
+    centres[..., 0].copy_(torch.linspace(0.5, w - 0.5, steps=w, device=device))
+    centres[..., 1].copy_(torch.linspace(0.5, h - 0.5, steps=h, device=device).unsqueeze_(-1))
+    centres[..., 2].fill_(1)
+    flat = centres.view(1, h * w, 3)
+    scaled = num.transpose(1, 2).div_(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32, device=device))
+    return flat.bmm(scaled).div_(flat.bmm(den.transpose(1, 2))).sub_(1.0).view(1, h, w, 2)

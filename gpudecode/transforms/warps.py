@@ -19,6 +19,7 @@ from .base import Transform, _Step, in_fingerprint
 from .args import NEAREST, fill_rgb, on_device, warp_interpolation
 from .convert import warp_fill
 from .warped import (Drawn, forward_affine, grid_sample_filled, grid_warp, identity_grid, perspective_coefficients,
+                     perspective_image_grid,
                      rotate_shear, sample_filled, sample_filled_batch)
 
 
@@ -104,6 +105,14 @@ def warp_args(size: tuple[int, int], angle: float, translate: Sequence[float], s
 class _Warp(_Step):
     moves = True
     follows = True  # (boxes and masks follow it: `drawn`)
+    # first, before a geometry step, a warp is a canvas (transforms.canvas): the whole image warped as torchvision
+    # warps it, then cropped; elsewhere a step of the program. `paint` makes it, grid_sample's planar layout
+    canvas_first = True
+    canvas_layout = "CHW"
+
+    def canvas_size(self, p: dict, size: tuple[int, int]) -> tuple[int, int]:
+        """A canvas of the image's size (an expanded rotation's and the elastic field's say otherwise)."""
+        return size
 
     def _setup(self, interpolation: Any, fill: Any, center: Sequence[float] | None) -> None:
         self.interpolation = warp_interpolation(interpolation)
@@ -164,7 +173,6 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
         """A canvas step (expand=True): the image's size changes, so it comes first."""
         return self.expand
 
-    canvas_first = True  # (expand=False first, before a geometry step: a canvas of the image's size, rotated whole)
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         return {"rotation": {"angle": rng.uniform(*self.degrees)}}
@@ -184,8 +192,6 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
         """The rotated image's (h, w): with expand=True its bounding box's, as F.rotate
         gives it; else the image's."""
         return expanded_rotation(p["rotation"]["angle"], size, self.center)[0] if self.expand else size
-
-    canvas_layout = "CHW"  # (grid_sample's: no transposing copy an image)
 
     def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict,
               window: Sequence[int] | None = None) -> None:
@@ -366,8 +372,6 @@ class ElasticTransform(_Warp, converts="torchvision.ElasticTransform"):
         field = functools.cache(functools.partial(self.displacement, p, (h, w)))
         return [Drawn("field", (h, w), (h, w), displacement=field)]
 
-    canvas_layout = "CHW"  # (grid_sample's: no transposing copy an image)
-
     def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict) -> None:
         """F.elastic of `image` (uint8 HWC) with this field, into `canvas` (uint8 [3, h, w],
         its size)."""
@@ -466,12 +470,6 @@ class RandomAffine(_Warp, converts="torchvision.RandomAffine"):
         inverse = inverse_affine(cf, a["angle"], translate, a["scale"], a["shear"])
         return [Drawn("affine", (h, w), (h, w), tuple(forward), tuple(inverse))]
 
-    canvas_first = True  # (first, before a geometry step: the whole image warped at its size, then cropped)
-    canvas_layout = "CHW"
-
-    def canvas_size(self, p: dict, size: tuple[int, int]) -> tuple[int, int]:
-        return size
-
     paints_window = True
 
     def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict,
@@ -532,12 +530,6 @@ class RandomPerspective(_Warp, converts="torchvision.RandomPerspective"):
             return []
         return [Drawn("perspective", size, size, coefficients=tuple(float(v) for v in d["coefficients"]))]
 
-    canvas_first = True  # (first, before a geometry step: the whole image warped at its size, then cropped)
-    canvas_layout = "CHW"
-
-    def canvas_size(self, p: dict, size: tuple[int, int]) -> tuple[int, int]:
-        return size
-
     def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict) -> None:
         """F.perspective of `image` (uint8 HWC) into `canvas` (uint8 [3, h, w], its size),
         or the image as it is where the coin said no."""
@@ -545,7 +537,7 @@ class RandomPerspective(_Warp, converts="torchvision.RandomPerspective"):
         if d is None:
             canvas.copy_(chw)
             return
-        grid = _perspective_image_grid(d["coefficients"], (int(chw.shape[1]), int(chw.shape[2])), chw.device)
+        grid = perspective_image_grid(d["coefficients"], (int(chw.shape[1]), int(chw.shape[2])), chw.device)
         canvas.copy_(grid_sample_filled(chw, grid, self.interpolation, self.fill))
 
     def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
@@ -554,24 +546,6 @@ class RandomPerspective(_Warp, converts="torchvision.RandomPerspective"):
             c = [float(v) for v in d["coefficients"]]
             fill = self._fill if self._fill is not None else (math.nan, math.nan, math.nan)
             prog.append((PERSPECTIVE, (*c[:6], float(self.interpolation), *fill, c[6], c[7])))
-
-
-def _perspective_image_grid(coefficients: Sequence[float], size: tuple[int, int], device: torch.device) -> torch.Tensor:
-    """F.perspective's sampling grid for an image of `size` [1, h, w, 2] (grid_sample's
-    coordinates), made with the same float32 ops as torchvision makes it: the pixel
-    centres through the numerator's and the denominator's rows by bmm, divided, less 1;
-    so grid_sample picks the pixels F.perspective picks."""
-    h, w = size
-    c = [float(v) for v in coefficients]
-    num = torch.tensor([[c[0], c[1], c[2]], [c[3], c[4], c[5]]], dtype=torch.float32, device=device)[None]
-    den = torch.tensor([[c[6], c[7], 1.0], [c[6], c[7], 1.0]], dtype=torch.float32, device=device)[None]
-    centres = torch.empty(1, h, w, 3, dtype=torch.float32, device=device)
-    centres[..., 0].copy_(torch.linspace(0.5, w - 0.5, steps=w, device=device))
-    centres[..., 1].copy_(torch.linspace(0.5, h - 0.5, steps=h, device=device).unsqueeze_(-1))
-    centres[..., 2].fill_(1)
-    flat = centres.view(1, h * w, 3)
-    scaled = num.transpose(1, 2).div_(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32, device=device))
-    return flat.bmm(scaled).div_(flat.bmm(den.transpose(1, 2))).sub_(1.0).view(1, h, w, 2)
 
 
 # ---- the policies: (op name, magnitude) lists, emitted as kernel ops -----------------------
