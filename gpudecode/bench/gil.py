@@ -169,7 +169,7 @@ def loader_python_per_sample(urls: Sequence[str], transform: Any, *, batch_size:
     that runs it, in that thread's CPU time), per sample; the median of `epochs` epochs
     after a first one. The CPU decoder decodes on one native thread here (on the calling
     thread: its CPU time is then the decode's). {"python_us", "native_us", "gc_us" (of
-    python_us: Python's garbage collections, timed by gc.callbacks), "sys_us" (the process's
+    python_us: Python's garbage collections, timed by gc.callbacks in CPU time), "sys_us" (the process's
     system time a sample over all the epochs, native calls' included: reads, page faults,
     the threads' waits and wake-ups), "samples", "img_per_s"}."""
     import gc
@@ -186,10 +186,12 @@ def loader_python_per_sample(urls: Sequence[str], transform: Any, *, batch_size:
     collected = [0.0, 0.0]  # (seconds in collections, the one running's start)
 
     def on_gc(phase: str, info: dict) -> None:
+        # in the collecting thread's CPU time, like python_us (a collection holds the GIL:
+        # its start and stop come on one thread, none between)
         if phase == "start":
-            collected[1] = time.perf_counter()
+            collected[1] = time.thread_time()
         else:
-            collected[0] += time.perf_counter() - collected[1]
+            collected[0] += time.thread_time() - collected[1]
 
     runs = []
     gc.callbacks.append(on_gc)
