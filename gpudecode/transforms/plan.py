@@ -19,6 +19,7 @@ from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, Ra
                        ResizeKeepRatio, _Flip, _RandomSize)
 from .crops import CornerCrop
 from .iou_crop import RandomIoUCrop
+from .args import NEAREST
 from .output import LinearTransformation, Normalize, RandomErasing, ToDtype
 from .targets import box_settings
 
@@ -153,6 +154,9 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     box_format, box_sizes = box_settings(given, names)
     steps = [t for t in given if t.group != "targets"]  # (they change no pixel: what a Boxes field hands out)
     every, steps = steps, [t for t in steps if not isinstance(t, RGB)]  # (RGB: where the channels become three)
+    floats_first = _floats_first(steps)
+    if floats_first:  # (out of both lists: the float image is the kernel's from the start)
+        steps, every = [t for t in steps if t not in floats_first], [t for t in every if t not in floats_first]
     lead = _leading_flips(steps, names)
     if lead:  # (out of both lists: the first len(lead) steps that are not RGB; an RGB among them stays)
         at = _front(every, len(lead))
@@ -168,6 +172,9 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         raise TransformError(f"{canvas!r} gives each image a canvas of its own size: a geometry step "
                              f"(RandomResizedCrop, Resize((h, w)), CenterCrop, RandomCrop) must follow it [{names}]")
     rest = _AfterGeometry(names)
+    for t in floats_first:
+        rest.add(t)
+    _check_floats_first(floats_first, canvas, geometry, names)
     for t in lead:
         rest.add_flip(t)  # type: ignore[arg-type]
     front = _front(every, len(geometry) + (canvas is not None))  # (the canvas and geometry, with RGBs among them)
@@ -263,6 +270,40 @@ def _leading_flips(steps: list[Transform], names: str) -> list[Transform]:
                              f"cannot be fused: put the flip after it (the same images, drawn alike; nearest picks "
                              f"other pixels of a flipped image) [{names}]")
     return steps[:n]
+
+
+def _floats_first(steps: list[Transform]) -> list[Transform]:
+    """The float conversions before the geometry (ToTensor first, then the crop, as many
+    scripts write it): the kernel resamples in float, as torchvision resizes a float
+    image, so the output is float from the start; none where no geometry or canvas step
+    follows them (they are the output's dtype then, where they stand)."""
+    n = next((i for i, t in enumerate(steps) if t.group == "geometry" or getattr(t, "canvas", False)
+              or getattr(t, "canvas_first", False)), None)
+    return [] if n is None else [t for t in steps[:n] if isinstance(t, ToDtype) and t.dtype.is_floating_point]
+
+
+def _check_floats_first(floats_first: list[Transform], canvas: Any, geometry: list[Transform], names: str) -> None:
+    """Refuses what a float image before the geometry would make otherwise than the kernel
+    does: a bicubic resize (torchvision leaves a float image's overshoot past [0, 1]; the
+    kernel clamps, as it does for uint8), a canvas interpolated or filled between levels
+    (a canvas is made in uint8 levels)."""
+    if not floats_first:
+        return
+    what = "a float conversion (ToTensor, ToDtype)"
+    cubic = next((g for g in geometry if any("cubic" in m for m in g.filter_modes)), None)
+    if cubic is not None:
+        raise TransformError(f"{what} before a bicubic {type(cubic).__name__} cannot be fused: torchvision keeps a float "
+                             f"image's bicubic overshoot past [0, 1], the kernel clamps it; put the conversion after "
+                             f"the geometry, or use bilinear [{names}]")
+    if canvas is None:
+        return
+    fill = getattr(canvas, "fill", None)
+    fills = [] if fill is None or isinstance(fill, dict) else list(fill) if isinstance(fill, Sequence) else [fill]
+    interpolated = getattr(canvas, "interpolation", NEAREST) != NEAREST
+    if interpolated or any(float(f) != round(float(f)) for f in fills):
+        raise TransformError(f"{what} before {type(canvas).__name__} cannot be fused: its canvas is made in uint8 "
+                             f"levels, and a float image's {'interpolation' if interpolated else 'fill'} falls "
+                             f"between them; put the conversion after the geometry [{names}]")
 
 
 def _front(steps: list[Transform], n: int) -> int:
@@ -366,8 +407,8 @@ class _AfterGeometry:
         if getattr(t, "canvas", False):
             raise TransformError(f"{t!r} after other steps cannot be fused: {getattr(t, 'canvas_why', '')}, so it comes first, "
                                  f"before the geometry{self._move_hint()} [{names}]")
-        if self.normalize is not None and not isinstance(t, RandomErasing) and not (
-                isinstance(t, ToDtype) and t.dtype.is_floating_point):
+        if self.normalize is not None and not isinstance(t, RandomErasing) and t.group != "flips" and not (
+                isinstance(t, ToDtype) and t.dtype.is_floating_point):  # (a flip moves normalized pixels as any)
             raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
         if t.group == "last":
             self.erase = t  # type: ignore[assignment]

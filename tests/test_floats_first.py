@@ -1,0 +1,141 @@
+"""The float conversion before the geometry (`[ToTensor(), Resize((224, 224)), Normalize]`,
+as many scripts and notebooks write it): torchvision then resizes a float image, unrounded,
+which is what the kernel does in any order (it resamples in float and rounds nothing until
+a uint8 output). A flip after Normalize moves normalized pixels as it moves any. References:
+torchvision's functional ops replaying each sample's draws on the float image, on real
+photographs; the same Compose with ToTensor after the geometry (the same pixels)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as v1
+import torchvision.transforms.v2 as tv
+import torchvision.transforms.v2.functional as F
+from torch.utils.data import TensorDataset
+
+import gpudecode
+from gpudecode import transforms as T
+from gpudecode.errors import TransformError
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+F32 = T.ToDtype(torch.float32, scale=True)
+
+
+def chw(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1)))
+
+
+@pytest.fixture(scope="module")
+def images(photos):
+    """Real photographs at odd sizes."""
+    return [chw(np.ascontiguousarray(p[k:k + 81 + 2 * k, 2 * k:2 * k + 97 - k])) for k, p in enumerate(photos.values())]
+
+
+# each geometry: our steps, and torchvision's replay of one sample's draws on the float image
+GEOMETRIES = {
+    "RandomResizedCrop": ([T.RandomResizedCrop(24)],
+                          lambda x, p: F.resized_crop(x, *p["crop"], [24, 24], antialias=True)),
+    "RandomResizedCrop, no antialias": ([T.RandomResizedCrop(24, antialias=False)],
+                                        lambda x, p: F.resized_crop(x, *p["crop"], [24, 24], antialias=False)),
+    "RandomCrop, padding": ([T.RandomCrop(72, padding=(3, 1, 6, 2), fill=(9, 99, 200))],
+                            lambda x, p: F.crop(F.pad(x, [3, 1, 6, 2], fill=[9 / 255, 99 / 255, 200 / 255]),
+                                                p["crop"][0] + 1, p["crop"][1] + 3, 72, 72)),
+    "Resize + CenterCrop": ([T.Resize(37), T.CenterCrop(30)],
+                            lambda x, p: F.center_crop(F.resize(x, [37], antialias=True), [30, 30])),
+    "CenterCrop, padded": ([T.CenterCrop((90, 110))], lambda x, p: F.center_crop(x, [90, 110])),
+    "Resize((h, w)), nearest": ([T.Resize((33, 45), interpolation="nearest")],
+                                lambda x, p: F.resize(x, [33, 45], interpolation=F.InterpolationMode.NEAREST)),
+}
+
+
+@pytest.mark.parametrize("name", list(GEOMETRIES))
+def test_a_float_conversion_first_is_torchvisions_geometry_on_the_float_image(images, name):
+    geometry, replay = GEOMETRIES[name]
+    first = T.Compose([F32, *geometry, T.RandomHorizontalFlip(), T.Normalize(MEAN, STD)])
+    last = T.Compose([*geometry, T.RandomHorizontalFlip(), F32, T.Normalize(MEAN, STD)])
+    assert first.plan.dtype == torch.float32 and repr(first.plan) == repr(last.plan)
+    sizes = [tuple(i.shape[1:]) for i in images]
+    params = first.make_params(sizes, 3) + first.make_params(sizes, 4)
+    imgs = images + images
+    assert {p["flip"] for p in params} == {False, True}
+    got = first(imgs, params)
+    torch.testing.assert_close(got, last(imgs, params), atol=0, rtol=0)  # (one plan: one kernel call)
+    for k, (img, p) in enumerate(zip(imgs, params)):
+        x = replay(F.to_dtype(img, torch.float32, scale=True), p)
+        want = F.normalize(F.horizontal_flip(x) if p["flip"] else x, MEAN, STD)
+        assert want.shape == got[k].shape, (name, k)
+        err = float((got[k] - want).abs().max()) * 255 * 0.225  # (in grey levels before Normalize)
+        assert err < 1e-3, (name, k, p, err)
+
+
+def test_torchvisions_compose_with_totensor_first_converts_and_resumes_alike():
+    """The tutorials' orders convert, ToTensor taken where the geometry's float image needs
+    it: the plan (and a saved state's fingerprint) that of ToTensor after the geometry."""
+    cases = [
+        (v1.Compose([v1.ToTensor(), v1.Resize((224, 224)), v1.Normalize(MEAN, STD)]),
+         v1.Compose([v1.Resize((224, 224)), v1.ToTensor(), v1.Normalize(MEAN, STD)])),
+        (v1.Compose([v1.ToTensor(), v1.RandomCrop(32, padding=4), v1.RandomHorizontalFlip(), v1.Normalize(MEAN, STD)]),
+         v1.Compose([v1.RandomCrop(32, padding=4), v1.RandomHorizontalFlip(), v1.ToTensor(), v1.Normalize(MEAN, STD)])),
+        (tv.Compose([tv.ToImage(), tv.ToDtype(torch.float32, scale=True), tv.RandomResizedCrop(176),
+                     tv.RandomHorizontalFlip(), tv.Normalize(MEAN, STD)]),
+         tv.Compose([tv.RandomResizedCrop(176), tv.RandomHorizontalFlip(), tv.ToImage(),
+                     tv.ToDtype(torch.float32, scale=True), tv.Normalize(MEAN, STD)])),
+        (v1.Compose([v1.PILToTensor(), v1.ConvertImageDtype(torch.float32), v1.RandomHorizontalFlip(),
+                     v1.Resize(256), v1.CenterCrop(224)]),
+         v1.Compose([v1.RandomHorizontalFlip(), v1.Resize(256), v1.CenterCrop(224), v1.PILToTensor(),
+                     v1.ConvertImageDtype(torch.float32)])),
+        (v1.Compose([v1.RandomResizedCrop(224), v1.ToTensor(), v1.Normalize(MEAN, STD), v1.RandomHorizontalFlip()]),
+         v1.Compose([v1.RandomResizedCrop(224), v1.RandomHorizontalFlip(), v1.ToTensor(), v1.Normalize(MEAN, STD)])),
+    ]
+    for first, last in cases:
+        a, b = T.Compose.from_torchvision(first), T.Compose.from_torchvision(last)
+        assert repr(a.plan) == repr(b.plan) and a.plan.mirror == b.plan.mirror, first
+        assert a.native_spec == b.native_spec, first
+
+
+def test_a_nearest_canvas_after_the_float_conversion(images):
+    """ToTensor, then a nearest RandomRotation before the crop: the canvas's picks are the
+    float image's (F.rotate on it, then the crop); torchvision's fill on the float scale."""
+    tf = T.Compose.from_torchvision(v1.Compose([v1.ToTensor(), v1.RandomRotation(25, fill=(0.2, 0.4, 1.0)),
+                                                v1.CenterCrop(60)]))
+    assert tf.plan.canvas is not None and tf.plan.dtype == torch.float32
+    sizes = [tuple(i.shape[1:]) for i in images]
+    params = tf.make_params(sizes, 5)
+    got = tf(images, params)
+    for k, (img, p) in enumerate(zip(images, params)):
+        x = F.rotate(F.to_dtype(img, torch.float32, scale=True), p["rotation"]["angle"], fill=[0.2, 0.4, 1.0])
+        want = F.center_crop(x, [60, 60])
+        assert float((got[k] - want).abs().max()) < 1e-6, (k, p)
+
+
+@pytest.mark.parametrize("steps, match", [
+    ([v1.ToTensor(), v1.Resize((64, 64), interpolation=v1.InterpolationMode.BICUBIC)], "bicubic Resize"),
+    ([v1.ToTensor(), v1.RandomResizedCrop(64, interpolation=v1.InterpolationMode.BICUBIC)], "bicubic RandomResizedCrop"),
+    ([v1.ToTensor(), v1.RandomRotation(10, interpolation=v1.InterpolationMode.BILINEAR), v1.CenterCrop(32)],
+     "(?s)RandomRotation.*interpolation"),
+    ([v1.ToTensor(), v1.RandomRotation(10, fill=0.5), v1.CenterCrop(32)], "(?s)RandomRotation.*fill"),
+    ([v1.ToTensor(), v1.Normalize(MEAN, STD), v1.Resize((64, 64))], "geometry comes first"),
+])
+def test_what_a_float_image_first_would_make_otherwise_is_refused(steps, match):
+    with pytest.raises(TransformError, match=match):
+        T.Compose.from_torchvision(v1.Compose(steps))
+
+
+def test_the_loader_takes_totensor_first_as_written(images):
+    """A notebook's `[ToTensor(), RandomCrop(32, padding=4), RandomHorizontalFlip(),
+    Normalize]` in the Loader: each batch is torchvision's float crop, flip, normalize of
+    the sample with the Loader's draws."""
+    imgs = torch.stack([i[:, :40, :40] for i in images] * 3)
+    steps = v1.Compose([v1.ToTensor(), v1.RandomCrop(32, padding=4), v1.RandomHorizontalFlip(),
+                        v1.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))])
+    ld = gpudecode.Loader(TensorDataset(imgs, torch.arange(len(imgs))), transform=steps, batch_size=4, seed=2,
+                          shuffle=False)
+    got = torch.cat([b for b, _ in ld])
+    assert got.dtype == torch.float32
+    params = ld.transform.make_params([(40, 40)] * len(imgs), ld.seed, indices=list(range(len(imgs))))
+    for k, p in enumerate(params):
+        x = F.crop(F.pad(F.to_dtype(imgs[k], torch.float32, scale=True), [4]), p["crop"][0] + 4,
+                   p["crop"][1] + 4, 32, 32)
+        want = F.normalize(F.horizontal_flip(x) if p["flip"] else x, [0.5] * 3, [0.25] * 3)
+        assert (got[k] - want).abs().max() < 1e-5, (k, p)
