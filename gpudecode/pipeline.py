@@ -161,9 +161,10 @@ class Pipeline:
         return probe_batch(self.config, self.policy, chunk)
 
     def _one_size(self, probed: Probed) -> Probed:
-        """A transform without geometry: the images of the one size (see _same_size)."""
-        if self._size is not None and probed.heights.count(self._size[0]) == len(probed) \
-                and probed.widths.count(self._size[1]) == len(probed):
+        """A transform that leaves the size to the images: the images of the one output size
+        (see _same_size)."""
+        if self._size is not None and not self.transform.plan.geometry and \
+                probed.heights.count(self._size[0]) == len(probed) and probed.widths.count(self._size[1]) == len(probed):
             return probed
         keep = self._same_size(list(zip(probed.samples, probed.heights, probed.widths)))
         return probed if len(keep) == len(probed) else probed.keep(keep)
@@ -288,7 +289,7 @@ class Pipeline:
         at = np.arange(len(rows), dtype=np.int64) if places is None else np.asarray(places, np.int64)
         if self.transform.out_size is None and len(rows) and not self.config.each_size and not self.transform.ragged:
             # (a batch of the one size, the usual case, checked on the array: no Python a sample)
-            if self._size is None or not (shapes == self._size).all():
+            if self._size is None or self.transform.plan.geometry or not (shapes == self._size).all():
                 same = self._same_size([(s, h, w) for s, (h, w) in zip(samples, sizes)])
                 if len(same) < len(rows):
                     rows, samples, at, shapes = rows[same], [samples[k] for k in same], at[same], shapes[same]
@@ -336,15 +337,22 @@ class Pipeline:
                          keys=keys, fields=values, field_errors=failed)
 
     def _same_size(self, items: list[tuple[Any, int, int]]) -> list[int]:
-        """A transform without geometry keeps each image's size, and a batch has one: the
-        first image seen fixes it, an image of another size is a bad sample (named)."""
+        """A transform without geometry keeps each image's size, and one with a Resize of the
+        shorter side alone its shape; a batch has one size: the first image seen fixes it,
+        an image of another output size is a bad sample (named)."""
+        plan = self.transform.plan
+        outs = [plan.image_output(h, w) for _, h, w in items]
         if self._size is None:
-            self._size = (items[0][1], items[0][2])
+            self._size = outs[0]
         sh, sw = self._size
         keep = []
-        for k, (s, h, w) in enumerate(items):
-            if (h, w) == self._size:
+        for k, ((s, h, w), out) in enumerate(zip(items, outs)):
+            if out == self._size:
                 keep.append(k)
+            elif plan.geometry:
+                self.policy(DecodeError(f"image is {h}x{w}, resized to {out[0]}x{out[1]}, the others to {sh}x{sw}: "
+                                        f"{plan.one_size_why}, so all must have one ({plan.one_size_fix})",
+                                        shard=s.shard, key=s.key))
             else:
                 self.policy(DecodeError(f"image is {h}x{w}, the others {sh}x{sw}: the transform has no geometry "
                                         "step, so every image keeps its size and all must have one (add "

@@ -309,7 +309,7 @@ def test_no_geometry_keeps_the_size(photos):
     ([T.RandomResizedCrop(8), T.Normalize(MEAN, STD), T.ColorJitter(0.4)], "ColorJitter after Normalize"),
     ([T.RandomResizedCrop(8), T.RandomResizedCrop(8)], "RandomResizedCrop after other steps|unsupported geometry"),
     ([T.RandomResizedCrop(8), tv.GaussianBlur(3)], "GaussianBlur"),
-    ([T.Resize(32)], "Resize\\(int\\) alone"),
+    ([T.RandomShortestSize([24, 32])], "RandomShortestSize alone gives differently sized images"),
     ([T.RandomResizedCrop(8), T.ColorJitter(0.1), T.ColorJitter(0.2)], "two ColorJitters"),
     ([T.ColorJitter(0.2), T.RandomResizedCrop(8)], "RandomResizedCrop after other steps"),
     ([T.RandomHorizontalFlip(), T.ColorJitter(0.2), T.RandomResizedCrop(8)], "RandomResizedCrop after other steps"),

@@ -24,8 +24,8 @@ GROUPS = {
     "geometry": ("geometry (one, first or after the canvas)", "{tv}, FixedSizeCrop (the detection reference's), Resize + CenterCrop, CenterCrop + Resize (the crop inside "
                  "the image), Resize + RandomCrop or FixedSizeCrop (RandomResize, "
                  "RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h, w)) (its crop drawn from a "
-                 "Boxes field's boxes), or none; with Compose(ragged=True), images of their own sizes: also Resize(int), "
-                 "RandomResize, RandomShortestSize, ScaleJitter or RandomIoUCrop alone (bilinear or bicubic, "
+                 "Boxes field's boxes), Resize(int) alone (a batch of one output size), or none; with Compose(ragged=True), "
+                 "images of their own sizes: also Resize(int), RandomResize, RandomShortestSize, ScaleJitter or RandomIoUCrop alone (bilinear or bicubic, "
                  "antialiased, or nearest, nearest-exact, pil-nearest; a RandomCrop pads with a fill, the edge, or a "
                  "reflection: every padding_mode); timm's {timm}"),
     "flips": ("flips (any order; after the geometry, or first, before it)", "{tv} (first: flipped, then cropped, as "

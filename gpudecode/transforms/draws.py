@@ -127,7 +127,7 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
             p.update(plan.flip.draw(rng, size))
         if plan.vflip is not None:
             p.update(plan.vflip.draw(rng, size))
-        osize = sample_out(plan, p, size) if plan.ragged else plan.out_size or (int(hw[0]), int(hw[1]))  # what the program sees
+        osize = sample_out(plan, p, size) if plan.ragged else plan.image_output(int(hw[0]), int(hw[1]))  # what the program sees
         for step in plan.program:  # in the Compose's order
             p.update(step.draw(rng, osize))
         if plan.post is not None:  # (after the program's steps, as in the Compose)
@@ -468,7 +468,7 @@ class Draws(Sequence[dict]):
         n = len(ints)
         if plan.out_size is not None:
             oh, ow = plan.out_size
-        elif n and (sizes == sizes[0]).all():  # (no geometry: one size, the batch's)
+        elif n and not plan.geometry and (sizes == sizes[0]).all():  # (no geometry: one size, the batch's)
             oh, ow = sizes[0].tolist()
         else:  # (none, or several: output_size says what it makes of them)
             oh, ow = plan.output_size([tuple(s) for s in sizes.tolist()])

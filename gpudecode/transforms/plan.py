@@ -95,13 +95,34 @@ class _Plan:
             if self.geometry or self.canvas is not None:
                 raise ValueError("each image's output size comes from its draws here (Draws.out_sizes)")
             return (max([1, *(int(h) for h, _ in sizes)]), max([1, *(int(w) for _, w in sizes)]))
-        distinct = sorted(set(map(tuple, sizes)))
+        distinct = sorted({self.image_output(int(h), int(w)) for h, w in sizes})
         if len(distinct) > 1:
-            raise ValueError(f"images of {len(distinct)} sizes ({distinct[0]}, {distinct[1]}, ...): without a "
-                             "geometry step each image keeps its size, so a batch needs one size (add "
-                             "CenterCrop, RandomCrop or Resize; or Compose(..., ragged=True): a list of images of "
-                             "their own sizes, as detection models take them)")
-        return (int(distinct[0][0]), int(distinct[0][1])) if distinct else (1, 1)
+            raise ValueError(f"images of {len(distinct)} {'output ' if self.geometry else ''}sizes ({distinct[0]}, "
+                             f"{distinct[1]}, ...): {self.one_size_why}, so a batch needs one size ({self.one_size_fix})")
+        return distinct[0] if distinct else (1, 1)
+
+    def image_output(self, h: int, w: int) -> tuple[int, int]:
+        """The output (h, w) of an image of (h, w) where the plan leaves sizes to the images
+        (out_size None): itself, without geometry; a Resize of its shorter side's, alone.
+        A batch takes images of one output size (torchvision's collate stacks them)."""
+        if self.out_size is not None:
+            return self.out_size
+        if not self.geometry:
+            return h, w
+        oh, ow = self.geometry[0].output_size(h, w)  # type: ignore[attr-defined]
+        return int(oh), int(ow)
+
+    @property
+    def one_size_why(self) -> str:
+        """Why images of other sizes cannot share a batch here (for a message)."""
+        return f"{type(self.geometry[0]).__name__} alone keeps each image's shape" if self.geometry else \
+            "without a geometry step each image keeps its size"
+
+    @property
+    def one_size_fix(self) -> str:
+        return ("give Resize((h, w)), or add CenterCrop or RandomCrop" if self.geometry else
+                "add CenterCrop, RandomCrop or Resize") + "; or Compose(..., ragged=True): a list of images of " \
+            "their own sizes, as detection models take them"
 
     @functools.cached_property
     def native_spec(self) -> tuple | None:
@@ -168,6 +189,9 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
             len(steps) > 1 and steps[1].group == "geometry"):  # no geometry after it: it warps the output
         canvas = None
     geometry = _geometry(steps[1:] if canvas else steps, names, ragged)
+    if canvas is not None and geometry and _fixed_size(geometry) is None and not ragged:
+        raise TransformError(f"{canvas!r} before {type(geometry[0]).__name__} alone cannot be fused: each canvas "
+                             f"would give its own output size; give Resize((h, w)) or add a crop [{names}]")
     if canvas is not None and not geometry:
         raise TransformError(f"{canvas!r} gives each image a canvas of its own size: a geometry step "
                              f"(RandomResizedCrop, Resize((h, w)), CenterCrop, RandomCrop) must follow it [{names}]")
@@ -347,9 +371,6 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
                              f"RandomCrop after it (torchvision's references: RandomResize or RandomShortestSize, "
                              f"then RandomCrop), or Compose(..., ragged=True) for images of their own sizes "
                              f"[{names}]")
-    if kinds == [Resize] and (isinstance(geometry[0].size, int) or isinstance(geometry[0], ResizeKeepRatio)):  # type: ignore[attr-defined]
-        raise TransformError("Resize(int) alone gives differently sized images; add CenterCrop or give (h, w), or "
-                             "Compose(..., ragged=True) for images of their own sizes")
     return geometry
 
 

@@ -1,0 +1,105 @@
+"""A Resize of the shorter side alone (`[Resize(32), ToTensor(), Normalize(...)]` on MNIST,
+`[Resize(224), ToTensor(), ...]` on CIFAR for a pretrained model), as DataLoader takes it:
+each image resized keeping its shape, and a batch stacked where they share one output size
+(torchvision's collate raises otherwise: here the image of another size is its sample's
+error, named). References: torchvision's F.resize on real photographs; tarfile-made shards
+read by the Loader."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as v1
+import torchvision.transforms.v2.functional as F
+from conftest import encode, make_shard
+from PIL import Image
+from torch.utils.data import TensorDataset
+
+import gpudecode
+from gpudecode import DecodeError, TransformError
+from gpudecode import transforms as T
+
+
+def chw(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1)))
+
+
+@pytest.fixture(scope="module")
+def pairs(photos):
+    """Each photograph at two sizes of one shape (96x144, 48x72): one output size."""
+    out = []
+    for p in photos.values():
+        big = chw(np.ascontiguousarray(p[:96, :144]))
+        out += [big, F.resize(big, [48, 72], antialias=True)]
+    return out
+
+
+def test_a_resize_alone_is_torchvisions_resize_of_each_image(pairs):
+    tf = T.Compose.from_torchvision(v1.Compose([v1.Resize(32), v1.RandomHorizontalFlip(), v1.ToTensor(),
+                                                v1.Normalize((0.5,) * 3, (0.25,) * 3)]))
+    assert tf.plan.out_size is None and tf.native_spec is not None
+    sizes = [tuple(i.shape[1:]) for i in pairs]
+    params = tf.make_params(sizes, 1)
+    assert {p["flip"] for p in params} == {False, True}
+    got = tf(pairs, params)
+    assert got.shape == (len(pairs), 3, 32, 48)
+    torch.testing.assert_close(got, tf(pairs, tf._python_params(sizes, 1)), atol=0, rtol=0)  # (native = Python draws)
+    for k, (img, p) in enumerate(zip(pairs, params)):
+        x = F.resize(F.to_dtype(img, torch.float32, scale=True), [32], antialias=True)
+        want = F.normalize(F.horizontal_flip(x) if p["flip"] else x, [0.5] * 3, [0.25] * 3)
+        assert float((got[k] - want).abs().max()) * 255 * 0.25 < 1e-3, k
+
+
+def test_images_of_other_output_sizes_are_refused_in_one_call(pairs):
+    tf = T.Compose([T.Resize(16, max_size=20), T.ToDtype(torch.float32, scale=True)])
+    assert tf([pairs[0], pairs[1]]).shape == (2, 3, 13, 20)  # (max_size: the longer side 20)
+    with pytest.raises(ValueError, match=r"2 output sizes.*Resize alone keeps each image's shape"):
+        tf([pairs[0], pairs[0][:, :, :96]])
+
+
+@pytest.mark.parametrize("keep", [None, "ram"])
+def test_the_loader_takes_a_resize_alone_and_names_the_image_of_another_shape(tmp_path, photos, keep):
+    """JPEG shards of one shape and one square image: the square one is its sample's
+    error (shard and key named); skipped, the rest are torchvision's resize of the decode."""
+    arrays = [np.ascontiguousarray(p[:60, :90]) for p in photos.values()]
+    samples = [{"__key__": f"k{i}", "jpg": encode(a, quality=95), "cls": str(i).encode()} for i, a in enumerate(arrays)]
+    samples.insert(2, {"__key__": "square", "jpg": encode(arrays[0][:60, :60], quality=95), "cls": b"9"})
+    shard = make_shard(tmp_path / "s.tar", samples)
+    steps = v1.Compose([v1.Resize(24), v1.ToTensor()])
+    ld = gpudecode.Loader(shard, batch_size=3, transform=steps, shuffle=False, **({} if keep is None else {"keep": keep}))
+    with pytest.raises(DecodeError, match=r"(?s)60x60, resized to 24x24, the others to 24x36.*s.tar', key 'square'"):
+        list(ld)
+    ld = gpudecode.Loader(shard, batch_size=3, transform=steps, shuffle=False, on_error="skip",
+                          **({} if keep is None else {"keep": keep}))
+    got = [(b, y) for b, y in ld]
+    assert [s.key for s in ld.skipped] == ["square"]
+    images, labels = torch.cat([b for b, _ in got]), torch.cat([y for _, y in got])
+    assert images.shape == (len(arrays), 3, 24, 36) and labels.tolist() == list(range(len(arrays)))
+    for k in range(len(arrays)):
+        jpg = samples[k + (k >= 2)]["jpg"]  # (the square one is third)
+        decoded = torch.from_numpy(np.array(Image.open(io.BytesIO(jpg)).convert("RGB"))).permute(2, 0, 1)
+        want = F.resize(F.to_dtype(decoded, torch.float32, scale=True), [24], antialias=True)
+        assert float((images[k] - want).abs().max()) * 255 < 2.5, k  # (the two JPEG decoders: a level or two)
+
+
+def test_a_grey_set_resized_alone(photos):
+    """MNIST's LeNet recipe on images of one channel: one channel out."""
+    grey = torch.from_numpy(np.ascontiguousarray(next(iter(photos.values()))[:28, :28].mean(axis=2).astype(np.uint8)))
+    imgs = torch.stack([grey, grey.flip(0)])[:, None]
+    steps = v1.Compose([v1.Resize(32), v1.ToTensor(), v1.Normalize((0.1307,), (0.3081,))])
+    ld = gpudecode.Loader(TensorDataset(imgs, torch.arange(2)), transform=steps, batch_size=2, shuffle=False)
+    b, _ = next(iter(ld))
+    assert b.shape == (2, 1, 32, 32)
+    want = F.normalize(F.resize(F.to_dtype(imgs, torch.float32, scale=True), [32], antialias=True), [0.1307], [0.3081])
+    assert float((b - want).abs().max()) * 255 * 0.3081 < 1e-3
+
+
+@pytest.mark.parametrize("steps, match", [
+    ([T.RandomRotation(10), T.Resize(32)], "(?s)RandomRotation.*before Resize alone"),
+    ([T.RandomShortestSize([24, 32])], "RandomShortestSize alone gives differently sized images"),
+])
+def test_what_would_give_each_image_its_own_size_is_still_refused(steps, match):
+    with pytest.raises(TransformError, match=match):
+        T.Compose(steps)
