@@ -409,8 +409,8 @@ def test_refusals_name_what_is_supported():
         T.GaussianBlur(65)
     with pytest.raises(TransformError, match="half the kernel"):
         T.Compose([T.RandomResizedCrop(8), T.GaussianBlur(17)])
-    with pytest.raises(TransformError, match="RandomHorizontalFlip after RandomRotation"):
-        T.Compose([T.RandomResizedCrop(8), T.RandomRotation(10), T.RandomHorizontalFlip()])
+    with pytest.raises(TransformError, match="RandomHorizontalFlip after RandomPerspective"):
+        T.Compose([T.RandomResizedCrop(8), T.RandomPerspective(), T.RandomHorizontalFlip()])
     with pytest.raises(TransformError, match="two TrivialAugmentWides"):
         T.Compose([T.TrivialAugmentWide(), T.TrivialAugmentWide()])
     with pytest.raises(TransformError, match="nearest or bilinear"):

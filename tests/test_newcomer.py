@@ -57,7 +57,7 @@ REFUSALS = [
     lambda: T.Compose([T.RandomHorizontalFlip(), T.Resize((8, 8), interpolation="nearest")]),
     lambda: T.Compose([T.CenterCrop(8), T.RGB(), T.Grayscale()], grey=True),
     lambda: T.Compose([T.RandomResizedCrop(8), T.GaussianBlur(17)]),
-    lambda: T.Compose([T.RandomResizedCrop(8), T.RandomRotation(10), T.RandomHorizontalFlip()]),
+    lambda: T.Compose([T.RandomResizedCrop(8), T.RandomPerspective(), T.RandomHorizontalFlip()]),
     lambda: T.Compose([T.TrivialAugmentWide(), T.TrivialAugmentWide()]),
     lambda: T.Compose([T.RandomResizedCrop(8), T.RandomErasing(), T.ColorJitter(0.1)]),
     lambda: T.Compose([T.RandomResizedCrop(8), T.ToDtype(torch.uint8), T.Normalize(MEAN, STD)]),

@@ -27,7 +27,8 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad
     - flips (any order; after the geometry, or first, before it): RandomHorizontalFlip,
       RandomVerticalFlip (first: flipped, then cropped, as torchvision's; not before a
-      nearest resize)
+      nearest resize; after a RandomRotation or RandomAffine about the centre: its draw
+      mirrored, the same image)
     - per-sample ops (any order): ColorJitter, RandomChannelPermutation,
       RandomPhotometricDistort, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert,
       RandomPosterize, RandomAutocontrast, RandomEqualize, RandomAdjustSharpness,

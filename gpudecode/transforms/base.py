@@ -29,7 +29,8 @@ GROUPS = {
                  "antialiased, or nearest, nearest-exact, pil-nearest; a RandomCrop pads with a fill, the edge, or a "
                  "reflection: every padding_mode); timm's {timm}"),
     "flips": ("flips (any order; after the geometry, or first, before it)", "{tv} (first: flipped, then cropped, as "
-              "torchvision's; not before a nearest resize)"),
+              "torchvision's; not before a nearest resize; after a RandomRotation or RandomAffine about the centre: "
+              "its draw mirrored, the same image)"),
     "per-sample": ("per-sample ops (any order)", "{tv}"),
     "policies": ("policies", "{tv}; timm's {timm} (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 "
                  "and the like)"),

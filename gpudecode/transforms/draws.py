@@ -240,12 +240,12 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
         if program:
             prog: list = []
             if one is None:
-                for step in program:
-                    step.emit(p, so, prog)
+                for i, step in enumerate(program):
+                    step.emit(plan.step_params(i, p), so, prog)
             else:  # (the steps one[0] < i <= one[1] act on one channel)
                 for i, step in enumerate(program):
                     start = len(prog)
-                    step.emit(p, so, prog)
+                    step.emit(plan.step_params(i, p), so, prog)
                     if one[0] < i <= one[1]:
                         prog[start:] = one_channel(prog[start:])
             progs.append(prog)

@@ -94,7 +94,8 @@ def drawn_warps(plan: "_Plan", draws: "Draws") -> tuple[list[list[Drawn]] | None
             sizes = draws.sizes if canvas is None else [canvas.canvas_size(p, s) for p, s in zip(dicts, draws.sizes)]
             outs = [plan.output_size(sizes)] * len(dicts)
         post: Any = plan.post  # (last: ElasticTransform on the kernel's output, its field at the output's size)
-        after = [[d for t in plan.program for d in t.drawn(p, out)] + (post.drawn(p, out) if post is not None else [])
+        after = [[d for i, t in enumerate(plan.program) for d in t.drawn(plan.step_params(i, p), out)]
+                 + (post.drawn(p, out) if post is not None else [])
                  for p, out in zip(dicts, outs)]
     return before, after
 

@@ -61,6 +61,9 @@ class _Plan:
     # (horizontal, vertical): that flip comes before the geometry (flip, then crop: the crop's window is of the flipped
     # image). The kernel flips last, so a flipped sample reads the window mirrored in its frame (draws.mirror_first)
     mirror: tuple[bool, bool] = field(default=(False, False), repr=False)
+    # (horizontal, vertical): the program steps before that index come before that flip (a rotation or affine warp,
+    # then the flip: the kernel flips first, and those warps' draws are mirrored: step_params)
+    flip_at: tuple[int, int] = field(default=(0, 0), repr=False)
 
     @property
     def rrc(self) -> bool:
@@ -147,6 +150,18 @@ class _Plan:
     def pixel_ops(self) -> tuple[_PixelOp, ...]:
         return tuple(t for t in self.program if isinstance(t, _PixelOp))
 
+    def step_params(self, i: int, p: dict) -> dict:
+        """Program step i's view of a sample's draws `p`: a warp before a flip (flip_at) sees
+        its draw mirrored by that flip where the sample is flipped (_Warp.mirrored)."""
+        h, v = i < self.flip_at[0] and bool(p.get("flip")), i < self.flip_at[1] and bool(p.get("vflip"))
+        if not (h or v):
+            return p
+        for u in self.program[i].inner():
+            mirrored = getattr(u, "mirrored", None)  # (the warps'; a wrapper's are among its steps)
+            if mirrored is not None:
+                p = mirrored(p, h, v)
+        return p
+
 
 
 
@@ -232,7 +247,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
                  channels=1 if rest.one_at is not None and rest.one_end is None else 3,
                  one_channel=None if rest.one_at is None else (rest.one_at, len(rest.program) if rest.one_end is None
                                                                else rest.one_end),
-                 mirror=(any(t is rest.flip for t in lead), any(t is rest.vflip for t in lead)))
+                 mirror=(any(t is rest.flip for t in lead), any(t is rest.vflip for t in lead)), flip_at=rest.flip_at)
     if ragged and plan.channels == 1:
         raise TransformError(f"an output of one channel with ragged=True cannot be fused: give "
                              f"Grayscale(num_output_channels=3) and take images[:, :1] [{names}]")
@@ -391,6 +406,7 @@ class _AfterGeometry:
         self.post_levels = False
         self.one_at: int | None = None  # the program's Grayscale(1) (-1: images of one channel)
         self.one_end: int | None = None  # the Grayscale(3) that makes them three channels again
+        self.flip_at = (0, 0)  # (_Plan.flip_at)
 
     def add(self, t: Transform) -> None:
         what, names = type(t).__name__, self.names
@@ -475,14 +491,17 @@ class _AfterGeometry:
         what = type(t).__name__
         if (self.vflip if isinstance(t, RandomVerticalFlip) else self.flip) is not None:
             raise TransformError(f"two {what}s [{self.names}]")
-        moving = next((type(u).__name__ for u in self.program if u.moves), None)
-        if moving is not None:
-            raise TransformError(f"{what} after {moving} cannot be fused: the kernel flips while it resamples, "
-                                 f"before the program's warps (put the flip before {moving}) [{self.names}]")
+        moving = [u for s in self.program for u in s.inner() if u.moves and u.inner() == [u]]  # (not the wrappers)
+        stuck = next((type(u).__name__ for u in moving if not getattr(u, "mirrors", False)), None)
+        if stuck is not None:
+            raise TransformError(f"{what} after {stuck} cannot be fused: the kernel flips while it resamples, "
+                                 f"before the program's warps, and mirrors only a rotation or affine warp about the "
+                                 f"centre (put the flip before {stuck}) [{self.names}]")
+        at = len(self.program) if moving else 0  # (the warps before it see their draws mirrored)
         if isinstance(t, RandomVerticalFlip):
-            self.vflip = t
+            self.vflip, self.flip_at = t, (self.flip_at[0], at)
         else:
-            self.flip = t  # type: ignore[assignment]
+            self.flip, self.flip_at = t, (at, self.flip_at[1])  # type: ignore[assignment]
 
     def _step(self, t: _Step) -> None:
         if self.dtype == torch.uint8:

@@ -114,6 +114,18 @@ class _Warp(_Step):
         """A canvas of the image's size (an expanded rotation's and the elastic field's say otherwise)."""
         return size
 
+    @property
+    def mirrors(self) -> bool:
+        """A flip may follow it in the program (`mirrored`): a rotation or affine warp about
+        the image's centre."""
+        return False
+
+    def mirrored(self, p: dict, h: bool, v: bool) -> dict:
+        """The draws `p` with this warp's conjugated by the flips after it (`h`, `v`: the
+        sample is flipped so): the kernel flips first, and this warp after that flip gives
+        torchvision's warp, then flip (a mirror of a rotation turns the other way)."""
+        return p
+
     def _setup(self, interpolation: Any, fill: Any, center: Sequence[float] | None) -> None:
         self.interpolation = warp_interpolation(interpolation)
         self.fill = fill
@@ -187,6 +199,14 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
     def drawn(self, p: dict, size: tuple[int, int]) -> list[Drawn]:
         r = p.get("rotation")
         return [] if r is None else [rotation_drawn(r["angle"], size, self.center, self.expand)]
+
+    @property
+    def mirrors(self) -> bool:  # type: ignore[override]
+        return self.center is None and not self.expand
+
+    def mirrored(self, p: dict, h: bool, v: bool) -> dict:
+        r = p.get("rotation")
+        return p if r is None or h == v else {**p, "rotation": {**r, "angle": -r["angle"]}}
 
     def canvas_size(self, p: dict, size: tuple[int, int]) -> tuple[int, int]:
         """The rotated image's (h, w): with expand=True its bounding box's, as F.rotate
@@ -469,6 +489,21 @@ class RandomAffine(_Warp, converts="torchvision.RandomAffine"):
         cf = [0.0, 0.0] if center is None else [c - s * 0.5 for c, s in zip(center, (w, h))]
         inverse = inverse_affine(cf, a["angle"], translate, a["scale"], a["shear"])
         return [Drawn("affine", (h, w), (h, w), tuple(forward), tuple(inverse))]
+
+    @property
+    def mirrors(self) -> bool:  # type: ignore[override]
+        return self.center is None
+
+    def mirrored(self, p: dict, h: bool, v: bool) -> dict:
+        """(A mirror of either axis turns the angle and both shears the other way; the
+        translation changes sign along each mirrored axis.)"""
+        a = p.get("affine")
+        if a is None or not (h or v):
+            return p
+        one, (tx, ty), (sx, sy) = h != v, a["translate"], a["shear"]
+        return {**p, "affine": {**a, "angle": -a["angle"] if one else a["angle"],
+                                "translate": (-tx if h else tx, -ty if v else ty),
+                                "shear": (-sx, -sy) if one else (sx, sy)}}
 
     paints_window = True
 

@@ -30,8 +30,11 @@ images, gpudecode runs `Compose.from_torchvision` of it.
   to the Loader as it is: a course's `[RandomRotation(30), RandomResizedCrop(224),
   RandomHorizontalFlip(), ToTensor(), Normalize]` (the whole image rotated first: a
   canvas a sample, made with torch's ops on the images' device), the flip first
-  (`[RandomHorizontalFlip(), RandomResizedCrop(224), ...]`), and CLIP's preprocess
-  (bicubic Resize(224), CenterCrop, its RGB function, ToTensor, Normalize).
+  (`[RandomHorizontalFlip(), RandomResizedCrop(224), ...]`), CLIP's preprocess
+  (bicubic Resize(224), CenterCrop, its RGB function, ToTensor, Normalize), a notebook's
+  `[ToTensor(), Resize((224, 224)), Normalize]`, `[Resize((224, 224)),
+  RandomRotation(15), RandomHorizontalFlip(), ...]` (the flip after the rotation) and a
+  transfer-learning script's Resize(224) alone.
 
 - the batch step (--mixing): MixUp(0.2), CutMix(1.0) (gpudecode's, as the Loader runs
   torchvision's) and timm's Mixup (mixup 0.8, cutmix 1.0, label smoothing 0.1, as
@@ -230,6 +233,11 @@ def as_written() -> dict[str, object]:
         "CLIP's preprocess: bicubic Resize(224), CenterCrop, RGB": v1.Compose(
             [v1.Resize(224, interpolation=v1.InterpolationMode.BICUBIC), v1.CenterCrop(224), _to_rgb, v1.ToTensor(),
              v1.Normalize(*clip)]),
+        "a notebook's: ToTensor first, Resize((224, 224))": v1.Compose(
+            [v1.ToTensor(), v1.Resize((224, 224)), v1.Normalize(MEAN, STD)]),
+        "Resize((224, 224)), RandomRotation(15), then the flip": v1.Compose(
+            [v1.Resize((224, 224)), v1.RandomRotation(15), v1.RandomHorizontalFlip(), *tail]),
+        "transfer learning: Resize(224) alone": v1.Compose([v1.Resize(224), *tail]),
     }
 
 
@@ -369,7 +377,8 @@ def main() -> None:
                     help="only the auto-augment policies, gpudecode, torchvision and DALI side by side")
     ap.add_argument("--crops", action="store_true", help="only evaluation over ten crops, gpudecode and torchvision")
     ap.add_argument("--as-written", action="store_true",
-                    help="only recipes as scripts write them (rotation or flip first, CLIP's preprocess)")
+                    help="only recipes as scripts write them (rotation or flip first, CLIP's preprocess, "
+                         "ToTensor first, a flip after the rotation, Resize(int) alone)")
     a = ap.parse_args()
     shards, folder = build(a.images)
     if a.as_written:
