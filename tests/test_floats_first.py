@@ -139,3 +139,40 @@ def test_the_loader_takes_totensor_first_as_written(images):
                    p["crop"][1] + 4, 32, 32)
         want = F.normalize(F.horizontal_flip(x) if p["flip"] else x, [0.5] * 3, [0.25] * 3)
         assert (got[k] - want).abs().max() < 1e-5, (k, p)
+
+
+# ---- a grey conversion first (`[Grayscale(3), Resize(256), CenterCrop(224), ...]`, X-rays for ImageNet models) ----
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_a_grayscale_first_is_torchvisions_grey_image_resampled(images, channels):
+    """Grayscale before the geometry: a weighted sum of the channels, which a linear
+    resample commutes with, run as the program's first step: torchvision's grey float image
+    resized, cropped and flipped (to float32 rounding); one channel out for Grayscale(1)."""
+    tf = T.Compose.from_torchvision(v1.Compose([v1.Grayscale(channels), v1.RandomHorizontalFlip(), v1.Resize(40),
+                                                v1.RandomCrop(36, padding=3), v1.ToTensor(),
+                                                v1.Normalize([0.5] * channels, [0.25] * channels)]))
+    assert tf.plan.channels == channels
+    sizes = [tuple(i.shape[1:]) for i in images]
+    params = tf.make_params(sizes, 2) + tf.make_params(sizes, 3)
+    imgs = images + images
+    got = tf(imgs, params)
+    assert got.shape[1] == channels and {p["flip"] for p in params} == {False, True}
+    for k, (img, p) in enumerate(zip(imgs, params)):
+        x = F.rgb_to_grayscale(F.to_dtype(img, torch.float32, scale=True), channels)
+        x = F.resize(F.horizontal_flip(x) if p["flip"] else x, [40], antialias=True)
+        t, l = p["crop"][:2]
+        want = F.normalize(F.crop(x, t, l, 36, 36), [0.5] * channels, [0.25] * channels)
+        err = float((got[k] - want).abs().max()) * 255 * 0.25
+        assert err < 0.02, (k, p, err)  # (the kernel's grey weights, 0.2989 + 0.587 + 0.114, in float32)
+
+
+@pytest.mark.parametrize("steps, match", [
+    ([T.Grayscale(3), T.Resize((32, 32), interpolation="bicubic")], "bicubic Resize after it"),
+    ([T.Grayscale(3), T.RandomRotation(10), T.CenterCrop(32)], "RandomRotation.*after it"),
+    ([T.Grayscale(3), T.RandomCrop(32, padding=2, fill=(255, 0, 0))], r"a padding of colour \(255, 0, 0\)"),
+    ([T.Grayscale(3), T.ColorJitter(0.2), T.RandomResizedCrop(32)], "geometry comes first"),
+])
+def test_what_a_grey_image_first_would_make_otherwise_is_refused(steps, match):
+    with pytest.raises(TransformError, match=f"(?s){match}"):
+        T.Compose(steps)

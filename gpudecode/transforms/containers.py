@@ -5,6 +5,7 @@ import random
 from typing import Any, Sequence
 
 from .. import mixing
+from ..errors import TransformError
 from .base import Transform, _refuse, _Step, _Wrapper
 from .convert import inner
 
@@ -72,6 +73,12 @@ class SampleRandomChoice(_Wrapper, converts="torchvision.RandomChoice"):
         items = inner(t, floats)
         if items and all(isinstance(x, _Step) for x in items):
             return cls(items, t.p)
+        other = next((x for x in items if not isinstance(x, (_Step, mixing.BatchTransform))), None)
+        if other is not None:  # (a geometry step, a Compose of them, Normalize: one image's size or output)
+            raise TransformError(f"RandomChoice over {', '.join(type(x).__name__ for x in items)} cannot be fused: "
+                                 f"{type(other).__name__} in a choice would give each image its own plan; a choice "
+                                 f"among colour steps and warps (one per image), or among MixUp and CutMix (one per "
+                                 f"batch), fuses")
         batch: list[Any] = list(items)  # (MixUp, CutMix: a batch transform, refused inside a Compose)
         return mixing.RandomChoice(batch, t.p)  # type: ignore[return-value]
 

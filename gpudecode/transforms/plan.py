@@ -19,7 +19,7 @@ from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, Ra
                        ResizeKeepRatio, _Flip, _RandomSize)
 from .crops import CornerCrop
 from .iou_crop import RandomIoUCrop
-from .args import NEAREST
+from .leading import check_floats_first, check_greys_first, leading_flips, leading_floats, leading_greys
 from .output import LinearTransformation, Normalize, RandomErasing, ToDtype
 from .targets import box_settings
 
@@ -190,10 +190,13 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     box_format, box_sizes = box_settings(given, names)
     steps = [t for t in given if t.group != "targets"]  # (they change no pixel: what a Boxes field hands out)
     every, steps = steps, [t for t in steps if not isinstance(t, RGB)]  # (RGB: where the channels become three)
-    floats_first = _floats_first(steps)
+    floats_first = leading_floats(steps)
     if floats_first:  # (out of both lists: the float image is the kernel's from the start)
         steps, every = [t for t in steps if t not in floats_first], [t for t in every if t not in floats_first]
-    lead = _leading_flips(steps, names)
+    greys_first = leading_greys(steps)
+    if greys_first:  # (moved to the program's start: a grey image resampled is the resampled image made grey)
+        steps, every = [t for t in steps if t not in greys_first], [t for t in every if t not in greys_first]
+    lead = leading_flips(steps, names)
     if lead:  # (out of both lists: the first len(lead) steps that are not RGB; an RGB among them stays)
         at = _front(every, len(lead))
         steps, every = steps[len(lead):], [t for t in every[:at] if isinstance(t, RGB)] + every[at:]
@@ -213,7 +216,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     rest = _AfterGeometry(names)
     for t in floats_first:
         rest.add(t)
-    _check_floats_first(floats_first, canvas, geometry, names)
+    check_floats_first(floats_first, canvas, geometry, names)
     for t in lead:
         rest.add_flip(t)  # type: ignore[arg-type]
     front = _front(every, len(geometry) + (canvas is not None))  # (the canvas and geometry, with RGBs among them)
@@ -223,7 +226,8 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         rest.one_at = -1
         if any(isinstance(t, RGB) for t in every[:front]):
             rest.one_end = -1  # (three channels from the start: the kernel reads one as three already)
-    for t in every[front:]:
+    check_greys_first(greys_first, canvas, geometry, names)
+    for t in [*greys_first, *every[front:]]:
         rest.add(t)
     _one_draw_a_key(canvas, rest, names)
     folded = canvas.fold_into(geometry[0]) if len(geometry) == 1 and hasattr(canvas, "fold_into") else None
@@ -290,59 +294,6 @@ def _fixed_size(geometry: Sequence[Transform]) -> tuple[int, int] | None:
     if isinstance(last, (_RandomSize, ResizeKeepRatio, RandomIoUCrop)) or isinstance(last.size, int):
         return None
     return int(last.size[0]), int(last.size[1])
-
-
-def _leading_flips(steps: list[Transform], names: str) -> list[Transform]:
-    """The flips before the geometry (many scripts flip first, then crop): taken as flips
-    of the crop's window mirrored (the same images, exactly); none where no geometry
-    follows them (they are the ordinary flips then)."""
-    n = next((i for i, t in enumerate(steps) if t.group != "flips"), len(steps))
-    if n == 0 or n == len(steps) or steps[n].group != "geometry":
-        return []
-    if getattr(steps[n], "reads_boxes", False):
-        raise TransformError(f"{type(steps[0]).__name__} before {type(steps[n]).__name__} cannot be fused: its crop "
-                             f"is drawn from the boxes where they stand; put the flip after it [{names}]")
-    geometry = itertools.takewhile(lambda t: t.group == "geometry", steps[n:])
-    nearest = next((t for t in geometry if any("nearest" in m for m in t.filter_modes)), None)
-    if nearest is not None:  # (a nearest pick is not mirror-symmetric: flipped first, other pixels are picked)
-        raise TransformError(f"{type(steps[0]).__name__} before {type(nearest).__name__} with nearest interpolation "
-                             f"cannot be fused: put the flip after it (the same images, drawn alike; nearest picks "
-                             f"other pixels of a flipped image) [{names}]")
-    return steps[:n]
-
-
-def _floats_first(steps: list[Transform]) -> list[Transform]:
-    """The float conversions before the geometry (ToTensor first, then the crop, as many
-    scripts write it): the kernel resamples in float, as torchvision resizes a float
-    image, so the output is float from the start; none where no geometry or canvas step
-    follows them (they are the output's dtype then, where they stand)."""
-    n = next((i for i, t in enumerate(steps) if t.group == "geometry" or getattr(t, "canvas", False)
-              or getattr(t, "canvas_first", False)), None)
-    return [] if n is None else [t for t in steps[:n] if isinstance(t, ToDtype) and t.dtype.is_floating_point]
-
-
-def _check_floats_first(floats_first: list[Transform], canvas: Any, geometry: list[Transform], names: str) -> None:
-    """Refuses what a float image before the geometry would make otherwise than the kernel
-    does: a bicubic resize (torchvision leaves a float image's overshoot past [0, 1]; the
-    kernel clamps, as it does for uint8), a canvas interpolated or filled between levels
-    (a canvas is made in uint8 levels)."""
-    if not floats_first:
-        return
-    what = "a float conversion (ToTensor, ToDtype)"
-    cubic = next((g for g in geometry if any("cubic" in m for m in g.filter_modes)), None)
-    if cubic is not None:
-        raise TransformError(f"{what} before a bicubic {type(cubic).__name__} cannot be fused: torchvision keeps a float "
-                             f"image's bicubic overshoot past [0, 1], the kernel clamps it; put the conversion after "
-                             f"the geometry, or use bilinear [{names}]")
-    if canvas is None:
-        return
-    fill = getattr(canvas, "fill", None)
-    fills = [] if fill is None or isinstance(fill, dict) else list(fill) if isinstance(fill, Sequence) else [fill]
-    interpolated = getattr(canvas, "interpolation", NEAREST) != NEAREST
-    if interpolated or any(float(f) != round(float(f)) for f in fills):
-        raise TransformError(f"{what} before {type(canvas).__name__} cannot be fused: its canvas is made in uint8 "
-                             f"levels, and a float image's {'interpolation' if interpolated else 'fill'} falls "
-                             f"between them; put the conversion after the geometry [{names}]")
 
 
 def _front(steps: list[Transform], n: int) -> int:

@@ -1,0 +1,101 @@
+"""The steps a Compose may hold before its geometry that the plan takes elsewhere, as
+scripts write them: the flips (`[RandomHorizontalFlip(), RandomResizedCrop(224), ...]`:
+the crop's window mirrored), a float conversion (`[ToTensor(), Resize((224, 224)),
+...]`: the kernel resamples in float), a grey conversion (`[Grayscale(3), Resize(256),
+...]`: the program's first step), each checked where it would make other pixels than
+torchvision's order makes."""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Sequence
+
+from ..errors import TransformError
+from .args import NEAREST
+from .base import Transform
+from .colour import RandomGrayscale
+from .output import ToDtype
+
+
+def _before_geometry(steps: list[Transform]) -> int | None:
+    """Where the first geometry or canvas step stands (None: none)."""
+    return next((i for i, t in enumerate(steps) if t.group == "geometry" or getattr(t, "canvas", False)
+                 or getattr(t, "canvas_first", False)), None)
+
+
+def leading_flips(steps: list[Transform], names: str) -> list[Transform]:
+    """The flips before the geometry (many scripts flip first, then crop): taken as flips
+    of the crop's window mirrored (the same images, exactly); none where no geometry
+    follows them (they are the ordinary flips then)."""
+    n = next((i for i, t in enumerate(steps) if t.group != "flips"), len(steps))
+    if n == 0 or n == len(steps) or steps[n].group != "geometry":
+        return []
+    if getattr(steps[n], "reads_boxes", False):
+        raise TransformError(f"{type(steps[0]).__name__} before {type(steps[n]).__name__} cannot be fused: its crop "
+                             f"is drawn from the boxes where they stand; put the flip after it [{names}]")
+    geometry = itertools.takewhile(lambda t: t.group == "geometry", steps[n:])
+    nearest = next((t for t in geometry if any("nearest" in m for m in t.filter_modes)), None)
+    if nearest is not None:  # (a nearest pick is not mirror-symmetric: flipped first, other pixels are picked)
+        raise TransformError(f"{type(steps[0]).__name__} before {type(nearest).__name__} with nearest interpolation "
+                             f"cannot be fused: put the flip after it (the same images, drawn alike; nearest picks "
+                             f"other pixels of a flipped image) [{names}]")
+    return steps[:n]
+
+
+def leading_floats(steps: list[Transform]) -> list[Transform]:
+    """The float conversions before the geometry (ToTensor first, then the crop, as many
+    scripts write it): the kernel resamples in float, as torchvision resizes a float
+    image, so the output is float from the start; none where no geometry or canvas step
+    follows them (they are the output's dtype then, where they stand)."""
+    n = _before_geometry(steps)
+    return [] if n is None else [t for t in steps[:n] if isinstance(t, ToDtype) and t.dtype.is_floating_point]
+
+
+def leading_greys(steps: list[Transform]) -> list[Transform]:
+    """The Grayscale (or RandomGrayscale) steps before the geometry where nothing but flips
+    comes before it with them (`[Grayscale(3), Resize(256), CenterCrop(224), ...]` for
+    X-rays): a weighted sum of the channels, which a linear resample commutes with, taken
+    as the program's first steps."""
+    n = _before_geometry(steps)
+    if n is None or any(not isinstance(t, RandomGrayscale) and t.group != "flips" for t in steps[:n]):
+        return []
+    return [t for t in steps[:n] if isinstance(t, RandomGrayscale)]
+
+
+def check_greys_first(greys: list[Transform], canvas: Any, geometry: list[Transform], names: str) -> None:
+    """Refuses what a grey image before the geometry would make otherwise: a canvas, a
+    bicubic resize (clamped per channel before the grey), a padding of a colour (torchvision
+    pads the grey image with it; the kernel's padding would be made grey)."""
+    if not greys:
+        return
+    what = type(greys[0]).__name__
+    cubic = next((g for g in geometry if any("cubic" in m for m in g.filter_modes)), None)
+    fill = next((g.crop_fill for g in geometry if g.crop_fill is not None and len(set(g.crop_fill)) > 1), None)
+    why = (f"{canvas!r} after it" if canvas is not None else f"a bicubic {type(cubic).__name__} after it (clamped "
+           f"per channel)" if cubic is not None else f"a padding of colour {fill}" if fill is not None else "")
+    if why:
+        raise TransformError(f"{what} before the geometry cannot be fused with {why}: put {what} after the "
+                             f"geometry [{names}]")
+
+
+def check_floats_first(floats_first: list[Transform], canvas: Any, geometry: list[Transform], names: str) -> None:
+    """Refuses what a float image before the geometry would make otherwise than the kernel
+    does: a bicubic resize (torchvision leaves a float image's overshoot past [0, 1]; the
+    kernel clamps, as it does for uint8), a canvas interpolated or filled between levels
+    (a canvas is made in uint8 levels)."""
+    if not floats_first:
+        return
+    what = "a float conversion (ToTensor, ToDtype)"
+    cubic = next((g for g in geometry if any("cubic" in m for m in g.filter_modes)), None)
+    if cubic is not None:
+        raise TransformError(f"{what} before a bicubic {type(cubic).__name__} cannot be fused: torchvision keeps a float "
+                             f"image's bicubic overshoot past [0, 1], the kernel clamps it; put the conversion after "
+                             f"the geometry, or use bilinear [{names}]")
+    if canvas is None:
+        return
+    fill = getattr(canvas, "fill", None)
+    fills = [] if fill is None or isinstance(fill, dict) else list(fill) if isinstance(fill, Sequence) else [fill]
+    interpolated = getattr(canvas, "interpolation", NEAREST) != NEAREST
+    if interpolated or any(float(f) != round(float(f)) for f in fills):
+        raise TransformError(f"{what} before {type(canvas).__name__} cannot be fused: its canvas is made in uint8 "
+                             f"levels, and a float image's {'interpolation' if interpolated else 'fill'} falls "
+                             f"between them; put the conversion after the geometry [{names}]")
