@@ -103,3 +103,22 @@ def test_a_grey_set_resized_alone(photos):
 def test_what_would_give_each_image_its_own_size_is_still_refused(steps, match):
     with pytest.raises(TransformError, match=match):
         T.Compose(steps)
+
+
+def test_v2s_resize_of_the_longer_side(pairs):
+    """v2's Resize(None, max_size=m): the longer side to m, the shorter truncated, alone
+    (a batch of one output size) or before a crop; torchvision's sizes and pixels (within a
+    level: it rounds the uint8 image after resizing)."""
+    import torchvision.transforms.v2 as v2
+
+    for steps in ([v2.Resize(None, max_size=50)], [v2.Resize(None, max_size=50), v2.CenterCrop(30)]):
+        tv = v2.Compose([*steps, v2.ToImage(), v2.ToDtype(torch.float32, scale=True)])
+        tf = T.Compose.from_torchvision(tv)
+        got = tf(pairs[:2])
+        for k in range(2):
+            want = tv(pairs[k])
+            assert got[k].shape == want.shape, steps
+            assert float((got[k] - want).abs().max()) * 255 <= 1.0 + 1e-3, steps
+    assert T.Resize(None, max_size=50).output_size(30, 90) == (16, 50)
+    with pytest.raises(ValueError, match="max_size must be an integer when size is None"):
+        T.Resize(None)

@@ -173,7 +173,8 @@ def _shorter_side_to(height: int, width: int, size: int, max_size: int | None) -
 
 class Resize(Transform, converts="torchvision.Resize"):
     """torchvision's Resize: an int resizes the shorter side (the longer one keeps the
-    aspect ratio, capped by max_size); (h, w) resizes to exactly that."""
+    aspect ratio, capped by max_size); (h, w) resizes to exactly that; None (v2's, with
+    max_size) resizes the longer side to max_size."""
 
     group = "geometry"
 
@@ -181,16 +182,20 @@ class Resize(Transform, converts="torchvision.Resize"):
     def convert(cls, t: Any, floats: bool) -> Transform:
         return cls(t.size, t.interpolation, getattr(t, "max_size", None), antialias=bool(getattr(t, "antialias", True)))
 
-    def __init__(self, size: int | Sequence[int], interpolation: Any = "bilinear",
+    def __init__(self, size: int | Sequence[int] | None, interpolation: Any = "bilinear",
                  max_size: int | None = None, antialias: bool = True) -> None:
-        if isinstance(size, numbers.Integral) or (isinstance(size, Sequence) and len(size) == 1):
-            self.size: int | tuple[int, int] = int(size if isinstance(size, numbers.Integral) else size[0])
+        if size is None:
+            if isinstance(max_size, bool) or not isinstance(max_size, int) or max_size < 1:
+                raise ValueError(f"max_size must be an integer when size is None, but got {max_size} instead.")
+            self.size: int | tuple[int, int] | None = None
+        elif isinstance(size, numbers.Integral) or (isinstance(size, Sequence) and len(size) == 1):
+            self.size = int(size if isinstance(size, numbers.Integral) else size[0])
         else:
             self.size = _setup_size(size)
-        if max_size is not None and not isinstance(self.size, int):
+        if max_size is not None and self.size is not None and not isinstance(self.size, int):
             raise ValueError("max_size is only allowed when size is an int")
-        if max_size is not None and (isinstance(max_size, bool) or not isinstance(max_size, int)
-                                     or max_size <= self.size):  # type: ignore[operator]
+        if max_size is not None and self.size is not None and (
+                isinstance(max_size, bool) or not isinstance(max_size, int) or max_size <= self.size):  # type: ignore[operator]
             # (torchvision's F.resize refuses it so, at the first image)
             raise ValueError(f"max_size = {max_size} must be strictly greater than the requested size for the "
                              f"smaller edge size (size={self.size})")
@@ -216,6 +221,10 @@ class Resize(Transform, converts="torchvision.Resize"):
         return _resize_repr(self, self._modes)
 
     def output_size(self, height: int, width: int) -> tuple[int, int]:
+        if self.size is None:  # (the longer side to max_size, the shorter truncated: v2's)
+            short, long = (width, height) if width <= height else (height, width)
+            new_short = int(self.max_size * short / long)  # type: ignore[operator]
+            return (self.max_size, new_short) if width <= height else (new_short, self.max_size)  # type: ignore[return-value]
         if not isinstance(self.size, int):
             return self.size
         return _shorter_side_to(height, width, self.size, self.max_size)

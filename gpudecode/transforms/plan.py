@@ -291,7 +291,7 @@ def _fixed_size(geometry: Sequence[Transform]) -> tuple[int, int] | None:
     if len(geometry) == 2 and isinstance(geometry[0], CenterCrop) and type(last) is Resize:  # (the crop's, resized)
         out = last.output_size(*geometry[0].size)  # type: ignore[attr-defined]
         return int(out[0]), int(out[1])
-    if isinstance(last, (_RandomSize, ResizeKeepRatio, RandomIoUCrop)) or isinstance(last.size, int):
+    if isinstance(last, (_RandomSize, ResizeKeepRatio, RandomIoUCrop)) or not isinstance(last.size, tuple):
         return None
     return int(last.size[0]), int(last.size[1])
 
@@ -320,7 +320,7 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
     if ragged and kinds in ([Resize], [RandomIoUCrop]):
         return geometry
     if kinds and kinds[0] is RandomIoUCrop and not (kinds == [RandomIoUCrop, Resize] and type(geometry[1]) is Resize
-                                                    and not isinstance(geometry[1].size, int)):  # type: ignore[attr-defined]
+                                                    and isinstance(geometry[1].size, tuple)):  # type: ignore[attr-defined]
         raise TransformError(f"RandomIoUCrop gives differently sized images: a Resize((h, w)) follows it, so that a "
                              f"batch has one size (SSD trains at 300x300), or Compose(..., ragged=True) keeps each "
                              f"image's own [{names}]")
@@ -514,6 +514,8 @@ def native_spec(plan: _Plan) -> tuple | None:
         if kind is RandomResizedCrop:
             geometry.append((1, g.scale[0], g.scale[1], math.log(g.ratio[0]), math.log(g.ratio[1]), min(g.ratio), max(g.ratio)))
         elif kind is Resize:
+            if g.size is None:  # (the longer side to max_size: the Python path's)
+                return None
             size = (g.size, -1) if isinstance(g.size, int) else g.size
             geometry.append((2, *size, -1 if g.max_size is None else g.max_size))
         elif kind is CenterCrop:

@@ -33,8 +33,9 @@ images, gpudecode runs `Compose.from_torchvision` of it.
   (`[RandomHorizontalFlip(), RandomResizedCrop(224), ...]`), CLIP's preprocess
   (bicubic Resize(224), CenterCrop, its RGB function, ToTensor, Normalize), a notebook's
   `[ToTensor(), Resize((224, 224)), Normalize]`, `[Resize((224, 224)),
-  RandomRotation(15), RandomHorizontalFlip(), ...]` (the flip after the rotation) and a
-  transfer-learning script's Resize(224) alone.
+  RandomRotation(15), RandomHorizontalFlip(), ...]` (the flip after the rotation), a
+  transfer-learning script's Resize(224) alone and `[Grayscale(3), Resize(256),
+  CenterCrop(224), ...]`.
 
 - the batch step (--mixing): MixUp(0.2), CutMix(1.0) (gpudecode's, as the Loader runs
   torchvision's) and timm's Mixup (mixup 0.8, cutmix 1.0, label smoothing 0.1, as
@@ -238,6 +239,8 @@ def as_written() -> dict[str, object]:
         "Resize((224, 224)), RandomRotation(15), then the flip": v1.Compose(
             [v1.Resize((224, 224)), v1.RandomRotation(15), v1.RandomHorizontalFlip(), *tail]),
         "transfer learning: Resize(224) alone": v1.Compose([v1.Resize(224), *tail]),
+        "X-rays: Grayscale(3) first, Resize(256), CenterCrop(224)": v1.Compose(
+            [v1.Grayscale(3), v1.Resize(256), v1.CenterCrop(224), *tail]),
     }
 
 
@@ -378,7 +381,7 @@ def main() -> None:
     ap.add_argument("--crops", action="store_true", help="only evaluation over ten crops, gpudecode and torchvision")
     ap.add_argument("--as-written", action="store_true",
                     help="only recipes as scripts write them (rotation or flip first, CLIP's preprocess, "
-                         "ToTensor first, a flip after the rotation, Resize(int) alone)")
+                         "ToTensor first, a flip after the rotation, Resize(int) alone, Grayscale first)")
     a = ap.parse_args()
     shards, folder = build(a.images)
     if a.as_written:
