@@ -2,8 +2,9 @@
 scripts write them: the flips (`[RandomHorizontalFlip(), RandomResizedCrop(224), ...]`:
 the crop's window mirrored), a float conversion (`[ToTensor(), Resize((224, 224)),
 ...]`: the kernel resamples in float), a grey conversion (`[Grayscale(3), Resize(256),
-...]`: the program's first step), each checked where it would make other pixels than
-torchvision's order makes."""
+...]`: the program's first step), Normalize (`[ToTensor(), Normalize(...), Resize((224,
+224))]`: the output's), each checked where it would make other pixels than torchvision's
+order makes."""
 from __future__ import annotations
 
 import itertools
@@ -13,7 +14,9 @@ from ..errors import TransformError
 from .args import NEAREST
 from .base import Transform
 from .colour import RandomGrayscale
-from .output import ToDtype
+from .geometry import CenterCrop, RandomCrop, RandomResizedCrop, Resize
+from .iou_crop import RandomIoUCrop
+from .output import Normalize, ToDtype
 
 
 def _before_geometry(steps: list[Transform]) -> int | None:
@@ -99,3 +102,53 @@ def check_floats_first(floats_first: list[Transform], canvas: Any, geometry: lis
         raise TransformError(f"{what} before {type(canvas).__name__} cannot be fused: its canvas is made in uint8 "
                              f"levels, and a float image's {'interpolation' if interpolated else 'fill'} falls "
                              f"between them; put the conversion after the geometry [{names}]")
+
+
+def leading_normalize(steps: list[Transform]) -> list[Transform]:
+    """Normalize before the geometry where nothing but flips comes before it with it (the
+    float conversion taken already): a per-channel affine map, which a resample whose
+    weights sum to one commutes with; the output's normalization, as after the geometry."""
+    n = _before_geometry(steps)
+    if n is None or any(not isinstance(t, Normalize) and t.group != "flips" for t in steps[:n]):
+        return []
+    return [t for t in steps[:n] if isinstance(t, Normalize)]
+
+
+def check_normalize_first(norms: list[Transform], canvas: Any, geometry: list[Transform], names: str) -> None:
+    """Refuses what a normalized image before the geometry would make otherwise: a canvas
+    or a padding filled with a value (torchvision fills the normalized image, the kernel
+    the image before its Normalize), a bicubic resize (clamped to [0, 1] before it)."""
+    if not norms:
+        return
+    cubic = next((g for g in geometry if any("cubic" in m for m in g.filter_modes)), None)
+    padding = canvas if canvas is not None else _filled_padding(geometry)
+    if cubic is not None or padding is not None:
+        why = (f"a bicubic {type(cubic).__name__} after it (the kernel clamps its overshoot)" if cubic is not None else
+               f"{type(padding).__name__} after it, whose padding torchvision fills in normalized values")
+        raise TransformError(f"Normalize before the geometry cannot be fused with {why}: put Normalize after the "
+                             f"geometry [{names}]")
+
+
+def _filled_padding(geometry: list[Transform]) -> Transform | None:
+    """The geometry step that may pad with a fill value (None: none can): a RandomCrop
+    padded with a constant, a CenterCrop that may reach past its image, anything else not
+    known not to."""
+    for i, g in enumerate(geometry):
+        if type(g) in (RandomResizedCrop, Resize, RandomIoUCrop):
+            continue
+        if type(g) is RandomCrop:
+            if getattr(g, "pad_mode", 0) == 0 and (any(g.padding) or g.pad_if_needed):  # type: ignore[attr-defined]
+                return g
+            continue
+        if type(g) is CenterCrop:
+            before: Any = geometry[i - 1] if i else None
+            after: Any = geometry[i + 1] if i + 1 < len(geometry) else None
+            ch, cw = g.size  # type: ignore[attr-defined]
+            if type(after) is Resize:  # (the crop resized: it must lie inside the image)
+                continue
+            if type(before) is Resize and before.max_size is None and (
+                    (isinstance(before.size, int) and max(ch, cw) <= before.size)
+                    or (isinstance(before.size, tuple) and ch <= before.size[0] and cw <= before.size[1])):
+                continue
+        return g
+    return None

@@ -19,7 +19,8 @@ from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, Ra
                        ResizeKeepRatio, _Flip, _RandomSize)
 from .crops import CornerCrop
 from .iou_crop import RandomIoUCrop
-from .leading import check_floats_first, check_greys_first, leading_flips, leading_floats, leading_greys
+from .leading import (check_floats_first, check_greys_first, check_normalize_first, leading_flips, leading_floats,
+                      leading_greys, leading_normalize)
 from .output import LinearTransformation, Normalize, RandomErasing, ToDtype
 from .targets import box_settings
 
@@ -196,6 +197,9 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     greys_first = leading_greys(steps)
     if greys_first:  # (moved to the program's start: a grey image resampled is the resampled image made grey)
         steps, every = [t for t in steps if t not in greys_first], [t for t in every if t not in greys_first]
+    norms_first = leading_normalize(steps)
+    if norms_first:  # (the output's normalization, as after the geometry)
+        steps, every = [t for t in steps if t not in norms_first], [t for t in every if t not in norms_first]
     lead = leading_flips(steps, names)
     if lead:  # (out of both lists: the first len(lead) steps that are not RGB; an RGB among them stays)
         at = _front(every, len(lead))
@@ -214,9 +218,10 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         raise TransformError(f"{canvas!r} gives each image a canvas of its own size: a geometry step "
                              f"(RandomResizedCrop, Resize((h, w)), CenterCrop, RandomCrop) must follow it [{names}]")
     rest = _AfterGeometry(names)
-    for t in floats_first:
+    for t in [*floats_first, *norms_first]:
         rest.add(t)
     check_floats_first(floats_first, canvas, geometry, names)
+    check_normalize_first(norms_first, canvas, geometry, names)
     for t in lead:
         rest.add_flip(t)  # type: ignore[arg-type]
     front = _front(every, len(geometry) + (canvas is not None))  # (the canvas and geometry, with RGBs among them)
