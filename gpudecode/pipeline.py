@@ -340,13 +340,22 @@ class Pipeline:
         """A transform without geometry keeps each image's size, and one with a Resize of the
         shorter side alone its shape; a batch has one size: the first image seen fixes it,
         an image of another output size is a bad sample (named)."""
-        plan = self.transform.plan
+        plan, limit = self.transform.plan, self.config.max_pixels
         outs = [plan.image_output(h, w) for _, h, w in items]
+        big = [k for k, (oh, ow) in enumerate(outs) if limit and oh * ow > limit]  # (a sliver made huge by Resize(int))
+        for k in big:
+            s, h, w = items[k]
+            self.policy(DecodeError(f"image is {h}x{w}, resized to {outs[k][0]}x{outs[k][1]}: over the limit of {limit} "
+                                    "pixels (max_pixels)", shard=s.shard, key=s.key))
         if self._size is None:
-            self._size = outs[0]
+            self._size = next((o for k, o in enumerate(outs) if k not in big), None)
+        if self._size is None:
+            return []
         sh, sw = self._size
         keep = []
         for k, ((s, h, w), out) in enumerate(zip(items, outs)):
+            if k in big:
+                continue
             if out == self._size:
                 keep.append(k)
             elif plan.geometry:

@@ -122,3 +122,23 @@ def test_v2s_resize_of_the_longer_side(pairs):
     assert T.Resize(None, max_size=50).output_size(30, 90) == (16, 50)
     with pytest.raises(ValueError, match="max_size must be an integer when size is None"):
         T.Resize(None)
+
+
+@pytest.mark.parametrize("keep", [None, "ram"])
+def test_a_sliver_made_huge_by_the_resize_is_its_samples_error(tmp_path, photos, keep):
+    """A 2-pixel-high strip under Resize(24) would be 24 x 7,200: over max_pixels it is its
+    sample's error, named, before anything is made of it; skipped, the rest go on (a batch
+    of slivers only, skipped, yields nothing)."""
+    a = np.ascontiguousarray(next(iter(photos.values()))[:60, :90])
+    sliver = np.ascontiguousarray(np.tile(a[:2], (1, 7, 1))[:, :600])
+    samples = [{"__key__": "strip", "jpg": encode(sliver, quality=95), "cls": b"0"}, {"__key__": "strip2",
+               "jpg": encode(sliver, quality=95), "cls": b"0"}]
+    samples += [{"__key__": f"k{i}", "jpg": encode(a, quality=95), "cls": b"1"} for i in range(3)]
+    shard = make_shard(tmp_path / "s.tar", samples)
+    kw = {"batch_size": 2, "transform": v1.Compose([v1.Resize(24), v1.ToTensor()]), "shuffle": False,
+          "max_pixels": 100_000, **({} if keep is None else {"keep": keep})}
+    with pytest.raises(DecodeError, match=r"(?s)2x600, resized to 24x7200: over the limit of 100000.*key 'strip'"):
+        list(gpudecode.Loader(shard, **kw))
+    ld = gpudecode.Loader(shard, on_error="skip", **kw)
+    got = torch.cat([b for b, _ in ld])
+    assert got.shape == (3, 3, 24, 36) and [s.key for s in ld.skipped] == ["strip", "strip2"]
