@@ -39,11 +39,13 @@ def _clip_preprocess(n_px: int) -> v1.Compose:
 
 
 def test_which_functions_are_taken_for_rgb():
-    """By the function's bytecode: its whole body `return <argument>.convert("RGB")`,
-    under any name, as a function, a lambda, or either Lambda's; nothing else."""
+    """By the function's bytecode: its whole body `return <argument>.convert("RGB")` (or
+    `.repeat(3, 1, 1)`, `.expand(3, -1, -1)` of it), under any name, as a function, a
+    lambda, or either Lambda's; nothing else."""
     global_image = Image.new("RGB", (2, 2))
     yes = [_convert_image_to_rgb, _annotated, lambda img: img.convert("RGB"),
-           v1.Lambda(lambda x: x.convert("RGB")), tv.Lambda(_convert_image_to_rgb)]
+           v1.Lambda(lambda x: x.convert("RGB")), tv.Lambda(_convert_image_to_rgb),
+           v1.Lambda(lambda x: x.repeat(3, 1, 1)), lambda t: t.expand(3, -1, -1)]
     assert all(converts_to_rgb(f) for f in yes)
 
     def two_steps(image):
@@ -55,7 +57,8 @@ def test_which_functions_are_taken_for_rgb():
 
     no = [lambda img: img.convert("L"), lambda img: img.convert("RGB").rotate(90), lambda img: img,
           lambda img, mode="RGB": img.convert(mode), lambda img: global_image.convert("RGB"),
-          lambda *a: a[0].convert("RGB"), two_steps, keyword, v1.Lambda(lambda x: x.repeat(3, 1, 1)),
+          lambda *a: a[0].convert("RGB"), two_steps, keyword, v1.Lambda(lambda x: x.repeat(1, 1, 3)),
+          lambda x: x.repeat(3, 1), lambda x: x.expand(3, 8, 8), lambda x: x.repeat(3, 1, 1).float(),
           tv.CenterCrop(4), len, "RGB"]
     assert not any(converts_to_rgb(f) for f in no)
     with pytest.raises(TransformError, match=r"a Lambda runs Python per image"):
@@ -189,3 +192,17 @@ def test_rgb_keeps_the_fingerprint_states_were_saved_with():
     assert fingerprint_text(T.Compose(with_rgb)) == fingerprint_text(T.Compose(without))
     assert fingerprint_text(T.Compose(with_rgb, grey=True)) != fingerprint_text(T.Compose(without, grey=True))
     assert repr(T.Compose(with_rgb)).splitlines()[1] == "    RGB(),"
+
+
+def test_mnist_for_an_imagenet_model_repeats_its_channel(photos):
+    """MNIST given to a ResNet as scripts write it: `[Resize(224)..., ToTensor(), Lambda(x:
+    x.repeat(3, 1, 1)), Normalize(ImageNet's)]` on a grey set: torchvision's [3, h, w]."""
+    grey = _grey_set(photos, 1)
+    steps = v1.Compose([v1.Resize(36), v1.CenterCrop(32), v1.ToTensor(), v1.Lambda(lambda x: x.repeat(3, 1, 1)),
+                        v1.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
+    ld = gpudecode.Loader(TensorDataset(grey, torch.arange(len(grey))), transform=steps, batch_size=3, shuffle=False)
+    got = torch.cat([b for b, _ in ld])
+    want = torch.stack([steps(Image.fromarray(g.numpy())) for g in grey])  # (PIL "L" images, as MNIST gives them)
+    assert got.shape == want.shape == (len(grey), 3, 32, 32)
+    std = torch.tensor([0.229, 0.224, 0.225]).view(3, 1, 1)
+    assert float(((got - want) * std * 255).abs().max()) <= 1.0 + 1e-3  # (PIL's resize rounds to uint8)

@@ -221,7 +221,9 @@ class RGB(Transform, converts="torchvision.RGB"):
     in a Compose, and runs no op: the kernel holds one channel as three equal ones
     already, so it only sets how many the output has. from_torchvision also takes for it a
     function or Lambda that returns `img.convert("RGB")` and does nothing else (CLIP's
-    and open_clip's preprocess write it so)."""
+    and open_clip's preprocess write it so), or `x.repeat(3, 1, 1)` / `x.expand(3, -1, -1)`
+    (a grey tensor made three channels for an ImageNet model; on an image of three
+    channels, where torchvision's would make nine, it is taken as RGB too)."""
 
     group = "channels"
 

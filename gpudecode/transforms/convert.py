@@ -59,8 +59,9 @@ _NOT_STEPS = ("RESUME", "PRECALL", "PUSH_NULL", "CACHE", "NOP", "NOT_TAKEN")  # 
 def converts_to_rgb(t: Any) -> bool:
     """`t` is a function, or torchvision's Lambda of one, whose whole body is
     `return <its one argument>.convert("RGB")` (CLIP's `_convert_image_to_rgb`, open_clip's
-    `_convert_to_rgb`, and their copies, under any name): read from its bytecode, not its
-    name, so another body is never taken for it."""
+    `_convert_to_rgb`, and their copies, under any name), or `.repeat(3, 1, 1)` or
+    `.expand(3, -1, -1)` of it (a grey tensor made three channels for an ImageNet model):
+    read from its bytecode, not its name, so another body is never taken for it."""
     import dis
 
     fn = getattr(t, "lambd", None) if key(t) == "torchvision.Lambda" else t
@@ -69,12 +70,14 @@ def converts_to_rgb(t: Any) -> bool:
             and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)):
         return False
     steps = [(i.opname, i.argval) for i in dis.get_instructions(fn) if i.opname not in _NOT_STEPS]
-    if len(steps) != 5:
+    if len(steps) < 5 or steps[-1][0] != "RETURN_VALUE" or steps[-2][0] != "CALL":
         return False
-    (load, arg), (attr, name), (const, mode), (call, n), (ret, _) = steps
-    return (load.startswith("LOAD_FAST") and arg == code.co_varnames[0] and attr in ("LOAD_METHOD", "LOAD_ATTR")
-            and name == "convert" and const == "LOAD_CONST" and mode == "RGB" and call == "CALL" and n == 1
-            and ret == "RETURN_VALUE")
+    (load, arg), (attr, name), consts, (_, n) = steps[0], steps[1], steps[2:-2], steps[-2]
+    if not (load.startswith("LOAD_FAST") and arg == code.co_varnames[0] and attr in ("LOAD_METHOD", "LOAD_ATTR")
+            and all(op == "LOAD_CONST" for op, _ in consts) and n == len(consts)):
+        return False
+    args = tuple(v for _, v in consts)
+    return (name, args) in (("convert", ("RGB",)), ("repeat", (3, 1, 1)), ("expand", (3, -1, -1)))
 
 
 def carries_compose(t: Any) -> bool:
