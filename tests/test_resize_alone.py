@@ -96,8 +96,22 @@ def test_a_grey_set_resized_alone(photos):
     assert float((b - want).abs().max()) * 255 * 0.3081 < 1e-3
 
 
+def test_a_warp_of_the_images_size_before_a_resize_alone(pairs):
+    """[RandomRotation(20), Resize(24)]: the rotation's canvas has the image's size, so each
+    output is the image's resize: F.rotate, then F.resize (nearest picks: within a
+    rounding of a half-way, a pixel may differ)."""
+    tf = T.Compose([T.RandomRotation(20), T.Resize(24), T.ToDtype(torch.float32, scale=True)])
+    params = tf.make_params([tuple(i.shape[1:]) for i in pairs], 4)
+    got = tf(pairs, params)
+    assert got.shape == (len(pairs), 3, 24, 36)
+    for k, (img, p) in enumerate(zip(pairs, params)):
+        want = F.to_dtype(F.resize(F.rotate(img, p["rotation"]["angle"]), [24], antialias=True), torch.float32,
+                          scale=True)
+        assert float(((got[k] - want).abs() * 255 > 1 + 1e-3).float().mean()) <= 0.01, k
+
+
 @pytest.mark.parametrize("steps, match", [
-    ([T.RandomRotation(10), T.Resize(32)], "(?s)RandomRotation.*before Resize alone"),
+    ([T.RandomRotation(10, expand=True), T.Resize(32)], "(?s)RandomRotation.*before Resize alone"),
     ([T.RandomShortestSize([24, 32])], "RandomShortestSize alone gives differently sized images"),
 ])
 def test_what_would_give_each_image_its_own_size_is_still_refused(steps, match):

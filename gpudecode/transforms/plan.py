@@ -211,7 +211,8 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
             len(steps) > 1 and steps[1].group == "geometry"):  # no geometry after it: it warps the output
         canvas = None
     geometry = _geometry(steps[1:] if canvas else steps, names, ragged)
-    if canvas is not None and geometry and _fixed_size(geometry) is None and not ragged:
+    if canvas is not None and geometry and _fixed_size(geometry) is None and not ragged and \
+            not getattr(canvas, "keeps_size", False):  # (a warp at the image's size: the image's output size)
         raise TransformError(f"{canvas!r} before {type(geometry[0]).__name__} alone cannot be fused: each canvas "
                              f"would give its own output size; give Resize((h, w)) or add a crop [{names}]")
     if canvas is not None and not geometry:

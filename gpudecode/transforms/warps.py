@@ -115,6 +115,11 @@ class _Warp(_Step):
         return size
 
     @property
+    def keeps_size(self) -> bool:
+        """Its canvas has the image's size (a Resize of the shorter side alone may follow it)."""
+        return not getattr(self, "expand", False)
+
+    @property
     def mirrors(self) -> bool:
         """A flip may follow it in the program (`mirrored`): a rotation or affine warp about
         the image's centre."""
