@@ -342,8 +342,8 @@ class Pipeline:
         an image of another output size is a bad sample (named)."""
         plan, limit = self.transform.plan, self.config.max_pixels
         outs = [plan.image_output(h, w) for _, h, w in items]
-        big = [k for k, (oh, ow) in enumerate(outs) if limit and oh * ow > limit]  # (a sliver made huge by Resize(int))
-        for k in big:
+        big = {k for k, (oh, ow) in enumerate(outs) if limit and oh * ow > limit}  # (a sliver made huge by Resize(int))
+        for k in sorted(big):
             s, h, w = items[k]
             self.policy(DecodeError(f"image is {h}x{w}, resized to {outs[k][0]}x{outs[k][1]}: over the limit of {limit} "
                                     "pixels (max_pixels)", shard=s.shard, key=s.key))

@@ -25,6 +25,20 @@ def _before_geometry(steps: list[Transform]) -> int | None:
                  or getattr(t, "canvas_first", False)), None)
 
 
+def _bicubic(geometry: list[Transform]) -> Transform | None:
+    """The geometry step that resizes bicubically (it clamps its overshoot), or None."""
+    return next((g for g in geometry if any("cubic" in m for m in g.filter_modes)), None)
+
+
+def _alone_before_geometry(steps: list[Transform], kind: type) -> list[Transform]:
+    """The steps of `kind` before the geometry, where only they and flips stand there
+    (none else: another step before the geometry keeps its own refusal)."""
+    n = _before_geometry(steps)
+    if n is None or any(not isinstance(t, kind) and t.group != "flips" for t in steps[:n]):
+        return []
+    return [t for t in steps[:n] if isinstance(t, kind)]
+
+
 def leading_flips(steps: list[Transform], names: str) -> list[Transform]:
     """The flips before the geometry (many scripts flip first, then crop): taken as flips
     of the crop's window mirrored (the same images, exactly); none where no geometry
@@ -58,10 +72,7 @@ def leading_greys(steps: list[Transform]) -> list[Transform]:
     comes before it with them (`[Grayscale(3), Resize(256), CenterCrop(224), ...]` for
     X-rays): a weighted sum of the channels, which a linear resample commutes with, taken
     as the program's first steps."""
-    n = _before_geometry(steps)
-    if n is None or any(not isinstance(t, RandomGrayscale) and t.group != "flips" for t in steps[:n]):
-        return []
-    return [t for t in steps[:n] if isinstance(t, RandomGrayscale)]
+    return _alone_before_geometry(steps, RandomGrayscale)
 
 
 def check_greys_first(greys: list[Transform], canvas: Any, geometry: list[Transform], names: str) -> None:
@@ -71,7 +82,7 @@ def check_greys_first(greys: list[Transform], canvas: Any, geometry: list[Transf
     if not greys:
         return
     what = type(greys[0]).__name__
-    cubic = next((g for g in geometry if any("cubic" in m for m in g.filter_modes)), None)
+    cubic = _bicubic(geometry)
     fill = next((g.crop_fill for g in geometry if g.crop_fill is not None and len(set(g.crop_fill)) > 1), None)
     why = (f"{canvas!r} after it" if canvas is not None else f"a bicubic {type(cubic).__name__} after it (clamped "
            f"per channel)" if cubic is not None else f"a padding of colour {fill}" if fill is not None else "")
@@ -88,7 +99,7 @@ def check_floats_first(floats_first: list[Transform], canvas: Any, geometry: lis
     if not floats_first:
         return
     what = "a float conversion (ToTensor, ToDtype)"
-    cubic = next((g for g in geometry if any("cubic" in m for m in g.filter_modes)), None)
+    cubic = _bicubic(geometry)
     if cubic is not None:
         raise TransformError(f"{what} before a bicubic {type(cubic).__name__} cannot be fused: torchvision keeps a float "
                              f"image's bicubic overshoot past [0, 1], the kernel clamps it; put the conversion after "
@@ -108,10 +119,7 @@ def leading_normalize(steps: list[Transform]) -> list[Transform]:
     """Normalize before the geometry where nothing but flips comes before it with it (the
     float conversion taken already): a per-channel affine map, which a resample whose
     weights sum to one commutes with; the output's normalization, as after the geometry."""
-    n = _before_geometry(steps)
-    if n is None or any(not isinstance(t, Normalize) and t.group != "flips" for t in steps[:n]):
-        return []
-    return [t for t in steps[:n] if isinstance(t, Normalize)]
+    return _alone_before_geometry(steps, Normalize)
 
 
 def check_normalize_first(norms: list[Transform], canvas: Any, geometry: list[Transform], names: str) -> None:
@@ -120,7 +128,7 @@ def check_normalize_first(norms: list[Transform], canvas: Any, geometry: list[Tr
     the image before its Normalize), a bicubic resize (clamped to [0, 1] before it)."""
     if not norms:
         return
-    cubic = next((g for g in geometry if any("cubic" in m for m in g.filter_modes)), None)
+    cubic = _bicubic(geometry)
     padding = canvas if canvas is not None else _filled_padding(geometry)
     if cubic is not None or padding is not None:
         why = (f"a bicubic {type(cubic).__name__} after it (the kernel clamps its overshoot)" if cubic is not None else

@@ -191,15 +191,14 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     box_format, box_sizes = box_settings(given, names)
     steps = [t for t in given if t.group != "targets"]  # (they change no pixel: what a Boxes field hands out)
     every, steps = steps, [t for t in steps if not isinstance(t, RGB)]  # (RGB: where the channels become three)
-    floats_first = leading_floats(steps)
-    if floats_first:  # (out of both lists: the float image is the kernel's from the start)
-        steps, every = [t for t in steps if t not in floats_first], [t for t in every if t not in floats_first]
-    greys_first = leading_greys(steps)
-    if greys_first:  # (moved to the program's start: a grey image resampled is the resampled image made grey)
-        steps, every = [t for t in steps if t not in greys_first], [t for t in every if t not in greys_first]
-    norms_first = leading_normalize(steps)
-    if norms_first:  # (the output's normalization, as after the geometry)
-        steps, every = [t for t in steps if t not in norms_first], [t for t in every if t not in norms_first]
+    # taken out of both lists, in turn: the float conversions (the float image is the kernel's from the start), the
+    # greys (the program's first steps: a grey image resampled is the resampled image made grey), Normalize (the
+    # output's, as after the geometry)
+    taken = []
+    for leading in (leading_floats, leading_greys, leading_normalize):
+        taken.append(leading(steps))
+        steps, every = [t for t in steps if t not in taken[-1]], [t for t in every if t not in taken[-1]]
+    floats_first, greys_first, norms_first = taken
     lead = leading_flips(steps, names)
     if lead:  # (out of both lists: the first len(lead) steps that are not RGB; an RGB among them stays)
         at = _front(every, len(lead))
