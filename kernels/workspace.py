@@ -79,8 +79,17 @@ class Workspace:
         self._copied: Any = None  # the CUDA event after the last copy out of the pinned host buffers
         self._views: dict[tuple, tuple] = {}  # key -> (buffer, spec, view, converted)
         self._packed: dict[tuple, tuple] = {}  # (name, device) -> upload_packed's layout
+        self._children: dict[str, "Workspace"] = {}
         self.made = 0
         self.converted = 0  # views converted by a launch's `convert` (tests: none after a launch's first)
+
+    def child(self, name: str) -> "Workspace":
+        """A Workspace of its own kept as `name` (a launch before this one's, in the same
+        batch: a first pass's, whose buffers and uploads are not this one's)."""
+        held = self._children.get(name)
+        if held is None:
+            held = self._children[name] = Workspace()
+        return held
 
     def array(self, name: str, shape: tuple[int, ...], dtype: Any = np.float32) -> np.ndarray:
         """A numpy array of `shape` (contents undefined), a view of the buffer kept as `name`."""

@@ -29,10 +29,13 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       RandomVerticalFlip (first: flipped, then cropped, as torchvision's; not before a
       nearest resize; after a RandomRotation or RandomAffine about the centre: its draw
       mirrored, the same image)
-    - per-sample ops (any order): ColorJitter, RandomChannelPermutation,
-      RandomPhotometricDistort, RandomGrayscale, Grayscale, RandomSolarize, RandomInvert,
-      RandomPosterize, RandomAutocontrast, RandomEqualize, RandomAdjustSharpness,
-      GaussianBlur, GaussianNoise, RandomRotation, RandomAffine, RandomPerspective
+    - per-sample ops (any order; also before the geometry): ColorJitter,
+      RandomChannelPermutation, RandomPhotometricDistort, RandomGrayscale, Grayscale,
+      RandomSolarize, RandomInvert, RandomPosterize, RandomAutocontrast, RandomEqualize,
+      RandomAdjustSharpness, GaussianBlur, GaussianNoise, RandomRotation, RandomAffine,
+      RandomPerspective (written before the geometry, they run first, on each whole image at
+      its size, as torchvision runs them, and so do the policies and containers; the warps
+      there are canvas steps)
     - policies: TrivialAugmentWide, RandAugment, AutoAugment, AugMix; timm's RandAugment,
       AutoAugment, AugMixAugment (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3
       and the like)

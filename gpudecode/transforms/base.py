@@ -31,7 +31,9 @@ GROUPS = {
     "flips": ("flips (any order; after the geometry, or first, before it)", "{tv} (first: flipped, then cropped, as "
               "torchvision's; not before a nearest resize; after a RandomRotation or RandomAffine about the centre: "
               "its draw mirrored, the same image)"),
-    "per-sample": ("per-sample ops (any order)", "{tv}"),
+    "per-sample": ("per-sample ops (any order; also before the geometry)", "{tv} (written before the geometry, they "
+                   "run first, on each whole image at its size, as torchvision runs them, and so do the policies and "
+                   "containers; the warps there are canvas steps)"),
     "policies": ("policies", "{tv}; timm's {timm} (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 "
                  "and the like)"),
     "containers": ("containers", "{tv} over the per-sample ops"),

@@ -286,7 +286,9 @@ def _paint_part(step: Any, decoded: DecodedBatch, k: int, params: dict, size: tu
         TransformError: a part decoded at another size (a decoder that scaled it down)."""
     t, l, h, w = read_window(step, params, size, window)
     bt, bl, bh, bw = (int(v) for v in decoded.boxes[k])
-    if (bh, bw) != (h, w):
+    if (bh, bw) == tuple(size):  # (the whole image: a first pass's, or a decoder's)
+        t = l = 0
+    elif (bh, bw) != (h, w):
         raise TransformError(f"a canvas step needs its images at full scale: image {k}'s part {(t, l, h, w)} was "
                              f"decoded as {bh}x{bw}")
     sh, sw = (int(v) for v in decoded.shapes[k])

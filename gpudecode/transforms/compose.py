@@ -14,7 +14,7 @@ from ..errors import DecodeError
 from ..kernels import fused
 from ..kernels.launch import launch
 from ..kernels.workspace import Workspace, huge_pages
-from . import canvas
+from . import canvas, first
 from .base import Transform, in_fingerprint
 from .colour import RGB
 from .convert import convert
@@ -113,6 +113,18 @@ class Compose(Transform):
         ragged = ", ragged=True" if self._ragged else ""
         grey = ", grey=True" if self._grey else ""
         return f"Compose([\n{steps}]{layout}{ragged}{grey})"
+
+    @property
+    def first_pass(self) -> "Compose | None":
+        """The steps before the geometry that run first, on each whole image at its size
+        (plan.first; transforms.first), as a Compose of their own: no geometry, images of
+        several sizes in one launch (ragged), uint8; None without them."""
+        if not self.plan.first:
+            return None
+        made = self.__dict__.get("_first_pass")  # (made once; out of the repr, as every _ attribute)
+        if made is None:
+            made = self._first_pass = Compose(self.plan.first, ragged=True)
+        return made
 
     @property
     def rrc(self) -> bool:
@@ -257,17 +269,24 @@ class Compose(Transform):
             fused.reserve_cpu(workspace, num_threads or (os.cpu_count() or 1), int(hw[:, 1].max()),
                               tuple(view.shape), int(hw.max()))
         geom, args, order = draws.encode(None if rows is None else idx)
-        if self.plan.canvas is None:
+        if self.plan.canvas is None and not self.plan.first:
             read = pick
             geom[:, fused.TOP:fused.BW + 1] = decoded.boxes[pick]  # (the window the decoder gave)
-        else:  # the kernel reads the canvases made from the decoded images, in them the boxes encoded
-            # (a crop of a canvas that places its image, RandomZoomOut's: only the crop is made, and read whole)
-            windows = (geom[:, fused.TOP:fused.BW + 1].copy() if self.plan.rrc and (
-                getattr(self.plan.canvas, "places", False) or getattr(self.plan.canvas, "paints_window", False))
-                       else None)
-            decoded = canvas.build(self.plan.canvas, decoded, params, sizes, idx, workspace, windows)
-            if windows is not None:
-                geom[:, fused.TOP] = geom[:, fused.LEFT] = 0
+        else:  # the kernel reads the images the first pass or the canvas step made, in them the boxes encoded
+            made, made_params, made_sizes = idx, params, sizes
+            if self.plan.first:  # (each whole image through the steps before the geometry: transforms.first)
+                decoded = first.build(self.first_pass, decoded, draws.dicts(), sizes, idx, stream=stream,
+                                      num_threads=num_threads, workspace=workspace)
+                made, made_params, made_sizes = (np.arange(len(idx)), [draws[k] for k in idx.tolist()],
+                                                 [sizes[k] for k in idx.tolist()])
+            if self.plan.canvas is not None:
+                # (a crop of a canvas that places its image, RandomZoomOut's: only the crop is made, and read whole)
+                windows = (geom[:, fused.TOP:fused.BW + 1].copy() if self.plan.rrc and (
+                    getattr(self.plan.canvas, "places", False) or getattr(self.plan.canvas, "paints_window", False))
+                           else None)
+                decoded = canvas.build(self.plan.canvas, decoded, made_params, made_sizes, made, workspace, windows)
+                if windows is not None:
+                    geom[:, fused.TOP] = geom[:, fused.LEFT] = 0
             read = np.arange(len(idx))
         geom[:, fused.OFFSET] = decoded.offsets[read]
         geom[:, fused.H:fused.W + 1] = decoded.shapes[read]
@@ -354,7 +373,8 @@ class Compose(Transform):
         `num_threads` threads, default all cores; on CUDA on `stream`). `workspace`
         (kernels.workspace.Workspace): the buffers the kernel works in, kept by the caller
         between launches (a Pipeline holds one per view); without one they are made for
-        this call."""
+        this call. The kernel alone: what runs before it (a first pass, a canvas step) or
+        after it (a warp of the output, the erasing) is apply()'s."""
         mean, std = self._norm_arrays()
         launch(src, geom, args, order, mean, std, view, normalize=self.plan.normalize is not None,
                antialias=self.plan.antialias, stream=stream, num_threads=num_threads, workspace=workspace)

@@ -96,6 +96,8 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
         p: dict = {"flip": False, "brightness": None, "contrast": None, "saturation": None, "hue": None,
                    "order": [0, 1, 2, 3]}
         size = (h, w)
+        for step in plan.first:  # (the first pass: on the whole image, in the Compose's order)
+            p.update(step.draw(rng, size))
         if plan.canvas is not None:
             d = plan.canvas.draw(rng, size)
             size = plan.canvas.canvas_size(d, size)
@@ -315,17 +317,18 @@ def dict_boxes(plan: "_Plan", params: Sequence[dict], sizes: Sequence[tuple[int,
     """The window (top, left, height, width) of each image the kernel reads, for a decoder
     to decode no more than that: RandomResizedCrop's crop; the whole image for
     Resize/CenterCrop (every source pixel can reach the output through the filter)."""
-    if plan.rrc and plan.canvas is None:
+    if plan.rrc and plan.canvas is None and not plan.first:
         if any(plan.mirror):  # (a flip before the crop: the window mirrored, as the kernel reads it)
             flips = np.array([[p.get("flip", False), p.get("vflip", False)] for p in params], bool).reshape(-1, 2)
             return [tuple(b) for b in mirrored_windows(plan, [p["crop"] for p in params], flips,
                                                        np.array(sizes, np.int64).reshape(-1, 2)).tolist()]
         return [tuple(p["crop"]) for p in params]  # type: ignore[misc]
-    if plan.rrc and getattr(plan.canvas, "places", False):  # (a crop of RandomZoomOut's canvas: the image's part in it)
+    if plan.rrc and getattr(plan.canvas, "places", False) and not plan.first:  # (a crop of RandomZoomOut's canvas:
+        # the image's part in it; a first pass makes the whole image)
         from .canvas import read_window
 
         return [read_window(plan.canvas, p, (h, w), p["crop"]) for p, (h, w) in zip(params, sizes)]
-    return [(0, 0, h, w) for h, w in sizes]  # (a canvas made otherwise needs the whole image)
+    return [(0, 0, h, w) for h, w in sizes]  # (a canvas made otherwise, or a first pass, needs the whole image)
 
 
 def as_draws(plan: "_Plan", params: "Sequence[dict] | Draws", sizes: Sequence[tuple[int, int]]) -> "Draws":

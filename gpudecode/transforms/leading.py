@@ -4,7 +4,8 @@ the crop's window mirrored), a float conversion (`[ToTensor(), Resize((224, 224)
 ...]`: the kernel resamples in float), a grey conversion (`[Grayscale(3), Resize(256),
 ...]`: the program's first step), Normalize (`[ToTensor(), Normalize(...), Resize((224,
 224))]`: the output's), each checked where it would make other pixels than torchvision's
-order makes."""
+order makes; and the steps that move no pixel (ColorJitter first, then the crop: a first pass
+of the kernel at each image's size)."""
 from __future__ import annotations
 
 import itertools
@@ -12,7 +13,7 @@ from typing import Any, Sequence
 
 from ..errors import TransformError
 from .args import NEAREST
-from .base import Transform
+from .base import PROGRAM_GROUPS, Transform
 from .colour import RandomGrayscale
 from .geometry import CenterCrop, RandomCrop, RandomResizedCrop, Resize
 from .iou_crop import RandomIoUCrop
@@ -113,6 +114,44 @@ def check_floats_first(floats_first: list[Transform], canvas: Any, geometry: lis
         raise TransformError(f"{what} before {type(canvas).__name__} cannot be fused: its canvas is made in uint8 "
                              f"levels, and a float image's {'interpolation' if interpolated else 'fill'} falls "
                              f"between them; put the conversion after the geometry [{names}]")
+
+
+def leading_colours(steps: list[Transform]) -> list[Transform]:
+    """The per-sample steps and policies before the geometry (`[ColorJitter(...),
+    RandomResizedCrop(224), ...]`; SSD's RandomPhotometricDistort before RandomZoomOut;
+    `[RandAugment(), Resize((224, 224)), ...]`): run first, as torchvision runs them, on
+    each whole image at its size (the plan's first pass: transforms.first), whose output
+    the canvas or geometry reads; none where no geometry step follows them (they are the
+    program's steps then)."""
+    n = _before_geometry(steps)
+    if n is None or not any(t.group == "geometry" for t in steps[n:]):
+        return []
+    return [t for t in steps[:n] if t.group in PROGRAM_GROUPS]
+
+
+def check_colours_first(colours: list[Transform], floats_first: list[Transform], given: list[Transform], grey: bool,
+                        names: str) -> None:
+    """Refuses what a first pass would make otherwise than torchvision: a float image (a
+    conversion before such a step: the first pass writes uint8 levels), images of one
+    channel (it writes three), a flip before a step that moves pixels (the flip is the
+    crop's, after the first pass). `given`: the Compose's steps, in order."""
+    if not colours:
+        return
+    what = type(colours[0]).__name__
+    at = {id(t): i for i, t in enumerate(given)}
+    moving = next((t for t in colours if getattr(t, "moves", False)), None)
+    flip = next((t for t in given if t.group == "flips"), None)
+    if moving is not None and flip is not None and at[id(flip)] < at[id(moving)]:
+        raise TransformError(f"{type(flip).__name__} before {type(moving).__name__} before the geometry cannot be "
+                             f"fused: {type(moving).__name__} moves pixels, and the flip is made with the crop, after "
+                             f"it; put the flip after {type(moving).__name__} [{names}]")
+    if floats_first and min(at[id(t)] for t in floats_first) < max(at[id(t)] for t in colours):
+        raise TransformError(f"{what} on a float image before the geometry cannot be fused: it runs first at the "
+                             f"image's size and writes uint8 levels; put the float conversion (ToTensor, ToDtype) "
+                             f"after the geometry [{names}]")
+    if grey:
+        raise TransformError(f"{what} before the geometry on images of one channel cannot be fused: put it after "
+                             f"the geometry [{names}]")
 
 
 def leading_normalize(steps: list[Transform]) -> list[Transform]:

@@ -19,8 +19,8 @@ from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, Ra
                        ResizeKeepRatio, _Flip, _RandomSize)
 from .crops import CornerCrop
 from .iou_crop import RandomIoUCrop
-from .leading import (check_floats_first, check_greys_first, check_normalize_first, leading_flips, leading_floats,
-                      leading_greys, leading_normalize)
+from .leading import (check_colours_first, check_floats_first, check_greys_first, check_normalize_first, leading_colours,
+                      leading_flips, leading_floats, leading_greys, leading_normalize)
 from .output import LinearTransformation, Normalize, RandomErasing, ToDtype
 from .targets import box_settings
 
@@ -65,6 +65,9 @@ class _Plan:
     # (horizontal, vertical): the program steps before that index come before that flip (a rotation or affine warp,
     # then the flip: the kernel flips first, and those warps' draws are mirrored: step_params)
     flip_at: tuple[int, int] = field(default=(0, 0), repr=False)
+    # the steps before the geometry that move no pixel (ColorJitter, then the crop): a first pass of the kernel on each
+    # whole image at its size, whose uint8 output the canvas or the geometry reads (transforms.first)
+    first: tuple[_Step, ...] = field(default=(), repr=False)
 
     @property
     def rrc(self) -> bool:
@@ -193,12 +196,13 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     every, steps = steps, [t for t in steps if not isinstance(t, RGB)]  # (RGB: where the channels become three)
     # taken out of both lists, in turn: the float conversions (the float image is the kernel's from the start), the
     # greys (the program's first steps: a grey image resampled is the resampled image made grey), Normalize (the
-    # output's, as after the geometry)
+    # output's, as after the geometry), the other steps that move no pixel (a first pass at each image's size)
     taken = []
-    for leading in (leading_floats, leading_greys, leading_normalize):
+    for leading in (leading_floats, leading_greys, leading_normalize, leading_colours):
         taken.append(leading(steps))
         steps, every = [t for t in steps if t not in taken[-1]], [t for t in every if t not in taken[-1]]
-    floats_first, greys_first, norms_first = taken
+    floats_first, greys_first, norms_first, colours_first = taken
+    check_colours_first(colours_first, floats_first, given, grey, names)
     lead = leading_flips(steps, names)
     if lead:  # (out of both lists: the first len(lead) steps that are not RGB; an RGB among them stays)
         at = _front(every, len(lead))
@@ -218,6 +222,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         raise TransformError(f"{canvas!r} gives each image a canvas of its own size: a geometry step "
                              f"(RandomResizedCrop, Resize((h, w)), CenterCrop, RandomCrop) must follow it [{names}]")
     rest = _AfterGeometry(names)
+    first = _first_pass(colours_first, rest, names)
     for t in [*floats_first, *norms_first]:
         rest.add(t)
     check_floats_first(floats_first, canvas, geometry, names)
@@ -256,7 +261,8 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
                  channels=1 if rest.one_at is not None and rest.one_end is None else 3,
                  one_channel=None if rest.one_at is None else (rest.one_at, len(rest.program) if rest.one_end is None
                                                                else rest.one_end),
-                 mirror=(any(t is rest.flip for t in lead), any(t is rest.vflip for t in lead)), flip_at=rest.flip_at)
+                 mirror=(any(t is rest.flip for t in lead), any(t is rest.vflip for t in lead)), flip_at=rest.flip_at,
+                 first=first)
     if ragged and plan.channels == 1:
         raise TransformError(f"an output of one channel with ragged=True cannot be fused: give "
                              f"Grayscale(num_output_channels=3) and take images[:, :1] [{names}]")
@@ -274,6 +280,28 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         if plan.linear is not None:
             plan.linear.check_size(plan.out_size, plan.channels)
     return plan
+
+
+def _first_pass(colours: list[Transform], rest: "_AfterGeometry", names: str) -> tuple[_Step, ...]:
+    """The first pass's steps (leading_colours'), checked as a Compose of their own: their
+    draws' keys held in `rest`'s, so that a later step drawing one of them is refused."""
+    if not colours:
+        return ()
+    try:
+        plan = _plan(colours)
+    except TransformError as e:  # (named in the whole Compose)
+        raise TransformError(f"{str(e).rsplit(' [', 1)[0]} [{names}]") from None
+    if plan.channels == 1:
+        raise TransformError(f"Grayscale(num_output_channels=1) before the geometry with {_names(colours)} cannot be "
+                             f"fused: give Grayscale(num_output_channels=3), or put it after the geometry [{names}]")
+    steps = tuple(t for t in colours if isinstance(t, _Step))
+    if len(steps) != len(colours):  # (the program's groups are steps: a class that is not one is a bug, named)
+        raise TransformError(f"{next(t for t in colours if not isinstance(t, _Step))!r} is not a per-sample step")
+    for t in steps:
+        for u in t.inner():
+            for k in u.keys:
+                rest.keys.setdefault(k, type(u).__name__)
+    return steps
 
 
 def _one_draw_a_key(canvas: Any, rest: "_AfterGeometry", names: str) -> None:
@@ -383,7 +411,7 @@ class _AfterGeometry:
         if self.erase is not None:
             raise TransformError(f"{what} after RandomErasing cannot be fused: it erases the finished image [{names}]")
         if t.group == "geometry":
-            raise TransformError(f"{what} after other steps cannot be fused: geometry comes first{self._move_hint()} "
+            raise TransformError(f"{what} after other steps cannot be fused: geometry comes first "
                                  f"[{names}]")
         if self.post is not None and not isinstance(t, (Normalize, ToDtype, RandomErasing)):
             raise TransformError(f"{what} after {type(self.post).__name__} cannot be fused: there "
@@ -399,7 +427,7 @@ class _AfterGeometry:
             return
         if getattr(t, "canvas", False):
             raise TransformError(f"{t!r} after other steps cannot be fused: {getattr(t, 'canvas_why', '')}, so it comes first, "
-                                 f"before the geometry{self._move_hint()} [{names}]")
+                                 f"before the geometry [{names}]")
         if self.normalize is not None and not isinstance(t, RandomErasing) and t.group != "flips" and not (
                 isinstance(t, ToDtype) and t.dtype.is_floating_point):  # (a flip moves normalized pixels as any)
             raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
@@ -432,16 +460,6 @@ class _AfterGeometry:
             raise TransformError(f"RGB after {type(last).__name__} on an image of one channel cannot be fused: put it "
                                  f"before {type(last).__name__} [{self.names}]")
         self.one_end = len(self.program) - 1
-
-    def _move_hint(self) -> str:
-        """Where only colour steps came before a geometry or canvas step (torchvision's SSD
-        preset begins with RandomPhotometricDistort): how to write it so that it fuses."""
-        steps = [type(t).__name__ for t in self.program]
-        if not steps or self.flip or self.vflip or any(u.moves for t in self.program for u in t.inner()):
-            return ""
-        return (f"; {', '.join(dict.fromkeys(steps))} before it would run after the geometry here: put "
-                f"{'it' if len(steps) == 1 else 'them'} after the geometry and the flips (a colour step commutes with "
-                "crops and flips, not exactly with a resize's filter, nor with a contrast taken over the whole image)")
 
     def add_flip(self, t: _Flip) -> None:
         what = type(t).__name__
@@ -508,7 +526,7 @@ def native_spec(plan: _Plan) -> tuple | None:
     """The plan as _native.draw_batch reads it, or None when the Python path draws it."""
     if plan.ragged and plan.out_size is None:  # (each image's own output size: the Python path's)
         return None
-    if plan.erase is not None or plan.canvas is not None or plan.post is not None or plan.crop_resized:
+    if plan.erase is not None or plan.canvas is not None or plan.post is not None or plan.crop_resized or plan.first:
         return None
     geometry: list[tuple] = []
     g: Any

@@ -48,7 +48,8 @@ def runner(tf, packed, n: int):
     out, view = tf.new_output(n)
     ws = Workspace()
 
-    if tf.plan.canvas is not None or tf.plan.post is not None:  # (canvases and the post warp: in apply)
+    if tf.plan.canvas is not None or tf.plan.post is not None or tf.plan.first:  # (canvases, the post warp, the
+        # first pass: in apply)
         from gpudecode.decode._base import DecodedBatch
 
         shapes = np.asarray(sizes, np.int64)

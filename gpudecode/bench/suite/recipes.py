@@ -241,6 +241,8 @@ def as_written() -> dict[str, object]:
         "transfer learning: Resize(224) alone": v1.Compose([v1.Resize(224), *tail]),
         "X-rays: Grayscale(3) first, Resize(256), CenterCrop(224)": v1.Compose(
             [v1.Grayscale(3), v1.Resize(256), v1.CenterCrop(224), *tail]),
+        "ColorJitter first: ColorJitter(0.4, 0.4, 0.4, 0.1), RRC(224), flip": v1.Compose(
+            [v1.ColorJitter(0.4, 0.4, 0.4, 0.1), v1.RandomResizedCrop(224), v1.RandomHorizontalFlip(), *tail]),
     }
 
 
@@ -381,7 +383,8 @@ def main() -> None:
     ap.add_argument("--crops", action="store_true", help="only evaluation over ten crops, gpudecode and torchvision")
     ap.add_argument("--as-written", action="store_true",
                     help="only recipes as scripts write them (rotation or flip first, CLIP's preprocess, "
-                         "ToTensor first, a flip after the rotation, Resize(int) alone, Grayscale first)")
+                         "ToTensor first, a flip after the rotation, Resize(int) alone, Grayscale first, "
+                         "ColorJitter first)")
     a = ap.parse_args()
     shards, folder = build(a.images)
     if a.as_written:

@@ -1,0 +1,311 @@
+"""The first pass: the steps that move no pixel written before the geometry
+(`[ColorJitter(...), RandomResizedCrop(224), ...]`; SSD's preset, RandomPhotometricDistort
+before RandomZoomOut and RandomIoUCrop) run on each whole image at its size, as torchvision
+runs them, then the canvas and the geometry read their output. Pixels against
+torchvision's functional ops replaying our draws on real photographs (in float, the
+kernel's semantics: the first pass writes uint8 levels, so within a level); the SSD preset
+as written with its boxes; through the Loader (shards, the resident store); what the
+decoders are asked for; refusals."""
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms.v2 as tv
+import torchvision.transforms.v2.functional as F
+from PIL import Image
+from torchvision import tv_tensors
+
+import gpudecode
+from gpudecode import transforms as T
+from gpudecode.errors import TransformError
+from conftest import encode, make_shard
+from test_boxes import random_boxes, tv_sanitized
+
+OUT = (40, 44)
+JITTER = [("brightness", F.adjust_brightness), ("contrast", F.adjust_contrast),
+          ("saturation", F.adjust_saturation), ("hue", F.adjust_hue)]
+FILL = (123, 117, 104)
+
+
+@pytest.fixture(scope="module")
+def photo_batch(photos):
+    out = [torch.from_numpy(np.ascontiguousarray(p.transpose(2, 0, 1))) for p in photos.values()]
+    out.append(torch.from_numpy(np.ascontiguousarray(photos["coffee"][::3, ::2].transpose(2, 0, 1))))
+    out.append(torch.from_numpy(np.ascontiguousarray(photos["coffee"][::3, ::2].transpose(2, 0, 1))))  # (a size twice)
+    return out
+
+
+def _jitter(x: torch.Tensor, p: dict) -> torch.Tensor:
+    for op in p["order"]:
+        name, fn = JITTER[op]
+        if p.get(name) is not None:
+            x = fn(x, p[name])
+    return x
+
+
+def _photometric(x: torch.Tensor, p: dict) -> torch.Tensor:
+    params = {k: p[k] for k in T.RandomPhotometricDistort.keys}
+    perm = params["channel_permutation"]
+    params["channel_permutation"] = None if perm is None else torch.tensor(perm)
+    return tv.RandomPhotometricDistort().transform(x, params)
+
+
+STEPS = {  # a step, and torchvision's functional form of it replaying our draw
+    "jitter": (lambda: T.ColorJitter(0.4, 0.4, 0.4, 0.1), _jitter),
+    "photometric": (lambda: T.RandomPhotometricDistort(p=0.8), _photometric),
+    "blur": (lambda: T.GaussianBlur(5, (0.5, 2.0)), lambda x, p: F.gaussian_blur(x, [5, 5], p["sigma"])),
+    "sharpness": (lambda: T.RandomAdjustSharpness(2.5, p=1.0), lambda x, p: F.adjust_sharpness(x, 2.5)),
+    "grey then jitter": (lambda: [T.RandomGrayscale(0.5), T.ColorJitter(0.3, 0.3)],
+                         lambda x, p: _jitter(F.rgb_to_grayscale(x, 3) if p["grayscale"] else x, p)),
+}
+
+
+def _theirs(img: torch.Tensor, p: dict, colour, flip_first: bool = False) -> torch.Tensor:
+    """torchvision on the float image: the flip (first, where the Compose has it so), the
+    colour step on the whole image, the crop resized, the flip (after)."""
+    x = F.to_dtype(img, torch.float32, scale=True)
+    if flip_first and p["flip"]:
+        x = F.horizontal_flip(x)
+    x = colour(x, p).clamp(0, 1)
+    x = F.resized_crop(x, *p["crop"], list(OUT), antialias=True)
+    return F.horizontal_flip(x) if p["flip"] and not flip_first else x
+
+
+@pytest.mark.parametrize("name", list(STEPS))
+def test_a_step_before_the_crop_runs_on_the_whole_image_as_torchvisions(photo_batch, name):
+    make, colour = STEPS[name]
+    made = make()
+    first = made if isinstance(made, list) else [made]
+    tf = T.Compose([*first, T.RandomResizedCrop(OUT), T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)])
+    assert tf.plan.first == tuple(first) and tf.native_spec is None
+    sizes = [tuple(im.shape[1:]) for im in photo_batch]
+    worst, means = 0.0, []
+    for seed in range(3):
+        params = tf.make_params(sizes, seed)
+        got = tf(photo_batch, params)
+        for k, (img, p) in enumerate(zip(photo_batch, params)):
+            err = (got[k] - _theirs(img, p, colour)).abs() * 255
+            worst = max(worst, float(err.max()))
+            means.append(float(err.mean()))
+    # the first pass's uint8 levels: within one (its float value truncated once), a quarter level on average
+    assert worst <= 1.0 + 1e-3 and np.mean(means) < 0.35, (worst, np.mean(means))
+
+
+def test_a_policy_before_the_crop_warps_the_whole_image(photo_batch):
+    """TrivialAugmentWide before the crop: its op (a shear, a rotation, a colour op) on the
+    whole image at its size, as torchvision's, then the crop; within a level but for 1%
+    of values (the policies' own bound: nearest warps), and refused for boxes and masks."""
+    policy = tv.TrivialAugmentWide()
+
+    def theirs(x, p):
+        for name, m in p["trivial_augment"]:
+            x = policy._apply_image_or_video_transform(x, name, m, interpolation=policy.interpolation,
+                                                       fill=policy._fill)
+        return x
+
+    tf = T.Compose([T.TrivialAugmentWide(), T.RandomResizedCrop(OUT), T.RandomHorizontalFlip(),
+                    T.ToDtype(torch.float32, scale=True)])
+    sizes = [tuple(im.shape[1:]) for im in photo_batch]
+    names = set()
+    for seed in range(4):
+        params = tf.make_params(sizes, seed)
+        got = tf(photo_batch, params)
+        for k, (img, p) in enumerate(zip(photo_batch, params)):
+            err = (got[k] - _theirs(img, p, theirs)).abs() * 255
+            assert float((err > 1.0 + 1e-3).float().mean()) <= 0.01, (k, p["trivial_augment"])
+            names.update(n for n, _ in p["trivial_augment"])
+    assert len(names) >= 6
+    from gpudecode.transforms.masks import refusal
+
+    assert refusal(tf.plan) == "TrivialAugmentWide before the geometry moves pixels in each whole image"
+    assert refusal(T.Compose([T.ColorJitter(0.3), T.RandomResizedCrop(OUT)]).plan) is None
+
+
+def test_the_whole_images_mean_is_the_contrasts(photo_batch):
+    """A contrast before the crop blends with the whole image's grey mean (torchvision's);
+    after it, with the crop's: the two orders differ, and each is torchvision's."""
+    before = T.Compose([T.ColorJitter(contrast=(0.3, 0.3)), T.RandomResizedCrop(OUT, scale=(0.05, 0.1))])
+    after = T.Compose([T.RandomResizedCrop(OUT, scale=(0.05, 0.1)), T.ColorJitter(contrast=(0.3, 0.3))])
+    img = photo_batch[0]
+    p = before.make_params([tuple(img.shape[1:])], 0)
+    q = dict(p[0])
+    a, b = before(img, p), after(img, [q])
+    want = F.resized_crop(F.adjust_contrast(img, 0.3), *q["crop"], list(OUT), antialias=True)
+    assert (a.int() - want.int()).abs().max() <= 2  # (torchvision's uint8 blend truncates; the kernel's once)
+    assert (a.int() - b.int()).abs().float().mean() > 5
+
+
+def test_a_flip_before_the_colour_step_and_the_crop(photo_batch):
+    """[RandomHorizontalFlip(), ColorJitter, RandomResizedCrop]: flipped, jittered, then
+    the crop of the flipped image (the crop's window mirrored, as for a flip first)."""
+    tf = T.Compose([T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.RandomResizedCrop(OUT),
+                    T.ToDtype(torch.float32, scale=True)])
+    assert tf.plan.mirror == (True, False)
+    sizes = [tuple(im.shape[1:]) for im in photo_batch]
+    flipped = 0
+    for seed in range(3):
+        params = tf.make_params(sizes, seed)
+        got = tf(photo_batch, params)
+        for k, (img, p) in enumerate(zip(photo_batch, params)):
+            assert float(((got[k] - _theirs(img, p, _jitter, flip_first=True)).abs() * 255).max()) <= 1.0 + 1e-3
+            flipped += p["flip"]
+    assert flipped > 3
+
+
+def _ssd_chain(img: torch.Tensor, boxes: np.ndarray, p: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """torchvision's SSD preset replaying our draws on the float image and its boxes:
+    the distortion, RandomZoomOut's pad, RandomIoUCrop's crop, the flip, the sanitizing."""
+    x = tv_tensors.Image(_photometric(F.to_dtype(img, torch.float32, scale=True), p).clamp(0, 1))
+    b = tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY", canvas_size=tuple(img.shape[-2:]))
+    if "padding" in p:
+        x, b = F.pad(x, list(p["padding"]), fill=[v / 255 for v in FILL]), F.pad(b, list(p["padding"]))
+    x, b = F.crop(x, *p["crop"]), F.crop(b, *p["crop"])
+    if "inside" in p:
+        b[~torch.from_numpy(p["inside"])] = 0
+    if p["flip"]:
+        x, b = F.horizontal_flip(x), F.horizontal_flip(b)
+    return x.as_subclass(torch.Tensor), tv_sanitized(b)[0]
+
+
+def test_torchvisions_ssd_preset_as_written(photos):
+    """The detection reference's SSD preset, as it writes it (the distortion first, images
+    of their own sizes): within a level of torchvision's functional chain with our draws,
+    the boxes as torchvision moves them."""
+    fill = defaultdict(lambda: FILL, {tv_tensors.Mask: 0})
+    tf = T.Compose.from_torchvision(tv.Compose([
+        tv.RandomPhotometricDistort(p=1.0), tv.RandomZoomOut(fill=fill), tv.RandomIoUCrop(),
+        tv.RandomHorizontalFlip(p=0.5), tv.ToDtype(torch.float32, scale=True), tv.SanitizeBoundingBoxes()]),
+        ragged=True)
+    assert isinstance(tf.plan.first[0], T.RandomPhotometricDistort) and isinstance(tf.plan.canvas, T.RandomZoomOut)
+    rng = np.random.default_rng(3)
+    names = sorted(photos)
+    imgs, entries = [], []
+    for i in range(12):
+        h, w = int(rng.integers(30, 90)), int(rng.integers(30, 90))
+        imgs.append(torch.from_numpy(np.ascontiguousarray(photos[names[i % len(names)]][:h, :w])).permute(2, 0, 1))
+        boxes = random_boxes(rng, h, w, n=int(rng.integers(1, 6)))
+        entries.append({"boxes": boxes, "labels": np.arange(len(boxes))})
+    sizes = [tuple(im.shape[-2:]) for im in imgs]
+    zoomed = 0
+    for seed in range(3):
+        d = tf.draw_batch(sizes, seed, boxes=entries)
+        got = tf([im.contiguous() for im in imgs], d)
+        targets = tf.boxes(entries, d)
+        for k, (img, e, p) in enumerate(zip(imgs, entries, d)):
+            want, boxes = _ssd_chain(img, e["boxes"], p)
+            assert got[k].shape == want.shape
+            assert float(((got[k] - want).abs() * 255).max()) <= 1.0 + 1e-3, (seed, k)
+            torch.testing.assert_close(targets[k]["boxes"], boxes, rtol=0, atol=1e-4)
+            zoomed += "padding" in p
+    assert zoomed > 3
+
+
+@pytest.mark.parametrize("keep", [None, "ram"])
+def test_the_loader_gives_the_compose_on_the_decoded_images(tmp_path, photos, keep):
+    """Through the Loader (PNG shards: the decoder asked for whole images; and kept in RAM
+    after the first epoch): the Compose called on Pillow's decode with the Loader's draws,
+    value for value, on a batch of two sizes."""
+    imgs = [photos["astronaut"][::8, ::8], photos["coffee"][::7, ::9], photos["chelsea"][::5, ::6],
+            photos["astronaut"][1::8, ::8]]
+    shard = make_shard(tmp_path / "c-000000.tar", [{"__key__": f"{i:03d}", "png": encode(a, "PNG"), "cls": b"1"}
+                                                    for i, a in enumerate(imgs)])
+    tf = T.Compose([T.RandomApply([T.ColorJitter(0.4, 0.4, 0.4, 0.1)], p=0.8), T.RandomGrayscale(0.3),
+                    T.RandomResizedCrop(24), T.RandomHorizontalFlip()])
+    loader = gpudecode.Loader(shard, batch_size=4, transform=tf, device="cpu", shuffle=False, seed=7, keep=keep)
+    decoded = [torch.from_numpy(np.array(Image.open(io.BytesIO(encode(a, "PNG"))).convert("RGB"))).permute(2, 0, 1)
+               for a in imgs]
+    for epoch in (1, 2):
+        loader.set_epoch(epoch)
+        (images, labels), = list(loader)
+        assert images.shape == (4, 3, 24, 24) and labels.tolist() == [1] * 4
+        params = tf.make_params([tuple(d.shape[1:]) for d in decoded], 7, epoch=epoch, indices=[0, 1, 2, 3])
+        assert torch.equal(images, tf([d.contiguous() for d in decoded], params)), epoch
+
+
+def test_the_decoders_are_asked_for_whole_images():
+    """The crop's window alone is not enough: the step before it reads the whole image
+    (its contrast's mean, its blur's neighbours), so the decoders decode it whole."""
+    tf = T.Compose([T.ColorJitter(0.4, 0.4), T.RandomResizedCrop(16)])
+    sizes = [(40, 50), (33, 21)]
+    assert tf.decode_boxes(tf.make_params(sizes, 0), sizes) == [(0, 0, 40, 50), (0, 0, 33, 21)]
+    zoom = T.Compose([T.ColorJitter(0.4), T.RandomZoomOut(p=1.0), T.RandomResizedCrop(16, scale=(0.02, 0.1))])
+    assert zoom.decode_boxes(zoom.make_params(sizes, 0), sizes) == [(0, 0, 40, 50), (0, 0, 33, 21)]
+
+
+@pytest.mark.parametrize("steps,match", [
+    (lambda: [T.ToDtype(torch.float32, scale=True), T.ColorJitter(0.4), T.RandomResizedCrop(16)],
+     r"(?s)ColorJitter on a float image before the geometry.*writes\s+uint8\s+levels"),
+    (lambda: [T.ColorJitter(0.4), T.RandomResizedCrop(16), T.ColorJitter(0.2)], r"two ColorJitters"),
+    (lambda: [T.Grayscale(1), T.ColorJitter(0.4), T.Resize((16, 16))],
+     r"(?s)Grayscale\(num_output_channels=1\)\s+before\s+the\s+geometry"),
+    (lambda: [T.RandomHorizontalFlip(), T.RandAugment(), T.RandomResizedCrop(16)],
+     r"(?s)RandomHorizontalFlip before RandAugment.*moves\s+pixels.*put\s+the\s+flip\s+after\s+RandAugment"),
+])
+def test_what_it_cannot_take_is_refused(steps, match):
+    with pytest.raises(TransformError, match=match):
+        T.Compose(steps())
+
+
+def test_images_of_one_channel_are_refused():
+    with pytest.raises(TransformError, match=r"(?s)ColorJitter before the geometry on images of one channel"):
+        T.Compose([T.ColorJitter(0.4), T.Resize((16, 16))], grey=True)
+
+
+def test_a_float_conversion_after_it_and_no_geometry():
+    """A conversion after the first pass's steps is the output's (the same plan as
+    ToTensor after the crop); without a geometry step they are the program's."""
+    a = T.Compose([T.ColorJitter(0.4), T.ToDtype(torch.float32, scale=True), T.Resize((16, 16))])
+    assert a.plan.first and a.plan.dtype == torch.float32
+    b = T.Compose([T.ColorJitter(0.4), T.ToDtype(torch.float32, scale=True)])
+    assert not b.plan.first and len(b.plan.program) == 1
+
+
+def test_images_of_several_sizes_share_a_launch_within_the_memory_bound():
+    """first.groups: every image once, in a launch as large as its largest member, whose
+    memory is at most twice its images' pixels; one size, one launch; portrait and
+    landscape photographs of one size together."""
+    from gpudecode.transforms.first import groups
+
+    assert groups([(32, 32)] * 5) == [((32, 32), [0, 1, 2, 3, 4])]
+    assert groups([(375, 500), (500, 375)]) == [((500, 500), [0, 1])]
+    rng = np.random.default_rng(0)
+    for n in (1, 7, 64):
+        sizes = [(int(h), int(w)) for h, w in rng.integers(1, 900, (n, 2))]
+        launches = groups(sizes)
+        assert sorted(i for _, m in launches for i in m) == list(range(n))
+        for (h, w), members in launches:
+            assert all(sizes[i][0] <= h and sizes[i][1] <= w for i in members)
+            assert len(members) * h * w <= 2.0 * sum(sizes[i][0] * sizes[i][1] for i in members)
+            assert h == max(sizes[i][0] for i in members) and w == max(sizes[i][1] for i in members)
+    # a launch's pixels bounded (its float scratch): one size in several launches, a larger image alone
+    launches = groups([(100, 100)] * 10 + [(300, 300)], most=35_000)
+    assert launches == [((300, 300), [10]), ((100, 100), [0, 1, 2]), ((100, 100), [3, 4, 5]),
+                        ((100, 100), [6, 7, 8]), ((100, 100), [9])]
+
+
+def test_a_launch_of_large_images_takes_fewer_cpu_threads(photo_batch, monkeypatch):
+    """On the CPU each thread's work rows are image-sized: under a budget of a byte, every
+    launch runs on one thread, and the output is the one of all threads (it never depends
+    on their count)."""
+    from gpudecode.transforms import first
+
+    tf = T.Compose([T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.RandomResizedCrop(OUT)])
+    sizes = [tuple(im.shape[1:]) for im in photo_batch]
+    params = tf.make_params(sizes, 5)
+    want = tf(photo_batch, params)
+    seen = []
+    apply = type(tf).apply
+
+    def spy(self, *args, **kw):
+        seen.append(kw.get("num_threads"))
+        return apply(self, *args, **kw)
+
+    monkeypatch.setattr(first, "CPU_WORK_BYTES", 1)
+    monkeypatch.setattr(T.Compose, "apply", spy)
+    assert torch.equal(tf(photo_batch, params), want)
+    # (the main pass's call first, with the call's threads; within it, the first pass's launches)
+    assert len(seen) >= 3 and seen[0] == torch.get_num_threads() and seen[1:] == [1] * (len(seen) - 1)
