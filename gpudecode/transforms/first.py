@@ -1,8 +1,9 @@
-"""The first pass: the steps a Compose holds before its geometry that move no pixel
+"""The first pass: the per-sample steps and policies a Compose holds before its geometry
 (`[ColorJitter(...), RandomResizedCrop(224), ...]`; SSD's `[RandomPhotometricDistort(),
-RandomZoomOut(...), RandomIoUCrop(), ...]`), run as torchvision runs them: on each whole
-image at its size, before the crop. A contrast reads the whole image's mean, and a colour
-step does not commute with a resize's filter, so they cannot wait for the fused kernel's
+RandomZoomOut(...), RandomIoUCrop(), ...]`; `[RandAugment(), Resize((224, 224)), ...]`),
+run as torchvision runs them: on each whole image at its size, before the crop. A
+contrast reads the whole image's mean, a colour step does not commute with a resize's
+filter, a policy's warp turns the whole image, so they cannot wait for the fused kernel's
 program. The same kernel runs them first, as a Compose of their own without geometry
 (`Compose.first_pass`), into uint8 images [3, h, w] packed one after the other, which the
 canvas step or the geometry then reads as it reads decoded images. Images of several sizes

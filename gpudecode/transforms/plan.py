@@ -65,8 +65,8 @@ class _Plan:
     # (horizontal, vertical): the program steps before that index come before that flip (a rotation or affine warp,
     # then the flip: the kernel flips first, and those warps' draws are mirrored: step_params)
     flip_at: tuple[int, int] = field(default=(0, 0), repr=False)
-    # the steps before the geometry that move no pixel (ColorJitter, then the crop): a first pass of the kernel on each
-    # whole image at its size, whose uint8 output the canvas or the geometry reads (transforms.first)
+    # the per-sample steps and policies before the geometry (ColorJitter, then the crop): a first pass of the kernel on
+    # each whole image at its size, whose uint8 output the canvas or the geometry reads (transforms.first)
     first: tuple[_Step, ...] = field(default=(), repr=False)
 
     @property
@@ -196,7 +196,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     every, steps = steps, [t for t in steps if not isinstance(t, RGB)]  # (RGB: where the channels become three)
     # taken out of both lists, in turn: the float conversions (the float image is the kernel's from the start), the
     # greys (the program's first steps: a grey image resampled is the resampled image made grey), Normalize (the
-    # output's, as after the geometry), the other steps that move no pixel (a first pass at each image's size)
+    # output's, as after the geometry), the other per-sample steps and policies (a first pass at each image's size)
     taken = []
     for leading in (leading_floats, leading_greys, leading_normalize, leading_colours):
         taken.append(leading(steps))

@@ -271,12 +271,13 @@ def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int],
     t, l, wh, ww = (0, 0, oh, ow) if window is None else (int(v) for v in window)
     dev = chw.device
     theta = torch.tensor(matrix, dtype=torch.float32).reshape(1, 2, 3)
-    grid = torch.empty(1, wh, ww, 3, dtype=torch.float32, device=dev)
-    grid[..., 0].copy_(torch.linspace(-ow * 0.5 + 0.5, ow * 0.5 - 0.5, steps=ow, device=dev)[l:l + ww])
-    grid[..., 1].copy_(torch.linspace(-oh * 0.5 + 0.5, oh * 0.5 - 0.5, steps=oh, device=dev)[t:t + wh].unsqueeze_(-1))
-    grid[..., 2].fill_(1)
-    scale = on_device(theta.transpose(1, 2).div(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32)), dev)
-    return grid_sample_filled(chw, grid.view(1, wh * ww, 3).bmm(scale).view(1, wh, ww, 2), interpolation, fill)
+    xs = torch.linspace(-ow * 0.5 + 0.5, ow * 0.5 - 0.5, steps=ow, device=dev)[l:l + ww].view(1, 1, ww, 1)
+    ys = torch.linspace(-oh * 0.5 + 0.5, oh * 0.5 - 0.5, steps=oh, device=dev)[t:t + wh].view(1, wh, 1, 1)
+    scale = on_device(theta[0].t().div(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32)), dev)
+    # torchvision's grid is the centres [x, y, 1] times `scale` by bmm: here its three products, summed in that
+    # order, the same floats (tests/test_warps.py), made by rows and columns (a bmm of three is slow on the CPU)
+    grid = torch.add(xs * scale[0], ys * scale[1]).add_(scale[2])
+    return grid_sample_filled(chw, grid, interpolation, fill)
 
 
 def grid_sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: float, fill: Any) -> torch.Tensor:
@@ -303,13 +304,15 @@ def sample_filled_batch(images: torch.Tensor, grid: torch.Tensor, interpolation:
     oh, ow = grid.shape[1:3]
     dev = images.device
     levels = None if fill is None else [float(v) * scale for v in (fill if isinstance(fill, Sequence) else [fill] * 3)]
+    mode = "nearest" if interpolation == NEAREST else "bilinear"
+    if levels is not None and mode == "nearest" and not any(levels):  # (a zero fill where nearest picks outside:
+        levels = None  # grid_sample's zeros already, and the blend's coverage channel not sampled)
     if levels is not None:  # (a fourth channel of ones: the coverage the fill is blended by)
         img = torch.empty((n, 4, h, w), dtype=torch.float32, device=dev)
         img[:, :3].copy_(images)
         img[:, 3].fill_(1)
     else:
         img = images.to(torch.float32)
-    mode = "nearest" if interpolation == NEAREST else "bilinear"
     out = torch.nn.functional.grid_sample(img, grid, mode=mode, padding_mode="zeros", align_corners=False)
     if levels is not None:
         out, mask = out[:, :3], out[:, 3:].expand(n, 3, oh, ow)
