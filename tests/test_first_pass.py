@@ -309,3 +309,23 @@ def test_a_launch_of_large_images_takes_fewer_cpu_threads(photo_batch, monkeypat
     assert torch.equal(tf(photo_batch, params), want)
     # (the main pass's call first, with the call's threads; within it, the first pass's launches)
     assert len(seen) >= 3 and seen[0] == torch.get_num_threads() and seen[1:] == [1] * (len(seen) - 1)
+
+
+def test_an_image_too_small_for_a_first_pass_blur_is_its_samples_error(tmp_path):
+    """A blur first whose kernel reaches past a small image's reflection (torchvision's
+    F.gaussian_blur raises there) is that sample's DecodeError, naming the shard and key,
+    skipped under on_error="skip"; a 1x1 image through a ColorJitter first is an image."""
+    rng = np.random.default_rng(0)
+    imgs = {"a": (60, 80), "tiny": (1, 1), "small": (6, 9), "b": (70, 50)}
+    shard = make_shard(tmp_path / "h-000000.tar", [
+        {"__key__": k, "png": encode(rng.integers(0, 255, (*hw, 3), dtype=np.uint8), "PNG"), "cls": b"1"}
+        for k, hw in imgs.items()])
+    blur = T.Compose([T.GaussianBlur(23), T.RandomResizedCrop(16)])
+    with pytest.raises(gpudecode.DecodeError, match=r"(?s)GaussianBlur.*key 'tiny'"):
+        list(gpudecode.Loader(shard, batch_size=4, transform=blur, device="cpu", shuffle=False))
+    (images, _), = list(gpudecode.Loader(shard, batch_size=4, transform=blur, device="cpu", shuffle=False,
+                                         on_error="skip"))
+    assert images.shape == (2, 3, 16, 16)
+    jitter = T.Compose([T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.RandomResizedCrop(16)])
+    (images, _), = list(gpudecode.Loader(shard, batch_size=4, transform=jitter, device="cpu", shuffle=False))
+    assert images.shape == (4, 3, 16, 16)

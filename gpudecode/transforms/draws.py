@@ -98,6 +98,7 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
         size = (h, w)
         for step in plan.first:  # (the first pass: on the whole image, in the Compose's order)
             p.update(step.draw(rng, size))
+            _check_first(step, size)
         if plan.canvas is not None:
             d = plan.canvas.draw(rng, size)
             size = plan.canvas.canvas_size(d, size)
@@ -137,6 +138,16 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
         if plan.erase is not None:  # drawn last: the other steps' draws are unchanged
             p.update(plan.erase.draw(rng, osize))
     return out
+
+
+def _check_first(step: Any, size: tuple[int, int]) -> None:
+    """Raises the TransformError (a ValueError: its sample's error in a Loader) of an
+    image too small for a first-pass step (a blur's kernel past its reflection), drawn or
+    not, every epoch alike."""
+    for u in step.inner():
+        check = getattr(u, "check_size", None)
+        if check is not None:
+            check(size)
 
 
 def sample_out(plan: "_Plan", p: dict, size: tuple[int, int]) -> tuple[int, int]:
