@@ -329,3 +329,24 @@ def test_an_image_too_small_for_a_first_pass_blur_is_its_samples_error(tmp_path)
     jitter = T.Compose([T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.RandomResizedCrop(16)])
     (images, _), = list(gpudecode.Loader(shard, batch_size=4, transform=jitter, device="cpu", shuffle=False))
     assert images.shape == (4, 3, 16, 16)
+
+
+def test_views_one_with_a_first_pass(tmp_path, photos):
+    """Several views of each image (one decode for all): a view whose steps begin before
+    the geometry beside one that crops first; each equals its Compose on Pillow's decode
+    with the Loader's draws."""
+    from gpudecode.pipeline import view_seed
+
+    imgs = [photos["astronaut"][::8, ::8], photos["coffee"][::7, ::9], photos["chelsea"][::5, ::6]]
+    shard = make_shard(tmp_path / "v-000000.tar", [{"__key__": f"{i:03d}", "png": encode(a, "PNG"), "cls": b"1"}
+                                                    for i, a in enumerate(imgs)])
+    views = [T.Compose([T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.RandomResizedCrop(24)]),
+             T.Compose([T.RandomResizedCrop(16, scale=(0.05, 0.3)), T.RandomHorizontalFlip()])]
+    loader = gpudecode.Loader(shard, batch_size=3, transform=views, device="cpu", shuffle=False, seed=3)
+    (images, _), = list(loader)
+    decoded = [torch.from_numpy(np.array(Image.open(io.BytesIO(encode(a, "PNG"))).convert("RGB"))).permute(2, 0, 1)
+               for a in imgs]
+    sizes = [tuple(d.shape[1:]) for d in decoded]
+    for v, tf in enumerate(views):
+        params = tf.make_params(sizes, view_seed(3, v), epoch=0, indices=[0, 1, 2])
+        assert torch.equal(images[v], tf([d.contiguous() for d in decoded], params)), v
