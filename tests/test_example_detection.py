@@ -66,8 +66,9 @@ def test_the_example_trains_from_precached_tensor_shards(tmp_path):
 
 
 def test_the_example_trains_with_ssds_recipe(tmp_path):
-    """--recipe ssd: RandomZoomOut, RandomIoUCrop (its crop drawn from each sample's boxes),
-    Resize: every image once an epoch, boxes in the batches, a finite loss."""
+    """--recipe ssd: RandomPhotometricDistort first (on each whole image), RandomZoomOut,
+    RandomIoUCrop (its crop drawn from each sample's boxes), Resize: every image once an
+    epoch, boxes in the batches, a finite loss."""
     out = _run(tmp_path, "--epochs", "1", "--make-demo", str(tmp_path / "set"), "--recipe", "ssd")
     epochs = re.findall(r"epoch (\d): (\d+) images, (\d+) boxes", out)
     assert [(e, n) for e, n, _ in epochs] == [("0", "48")] and int(epochs[0][2]) > 24, out

@@ -12,12 +12,12 @@ batches of (images, targets) as torchvision's detection models take them.
 The transform is the large-scale-jitter recipe of torchvision's detection reference
 (references/detection/presets.py, "lsj") at the demo's size: ScaleJitter to the square,
 the reference's FixedSizeCrop (the image at the top-left, filled with the mean colour
-where it is smaller), RandomHorizontalFlip, then RandomPhotometricDistort; the boxes a crop leaves too small are dropped with their labels
-(SanitizeBoundingBoxes' rule). With `--recipe ssd`, SSD's ("ssd" in the same presets):
+where it is smaller), RandomHorizontalFlip; the boxes a crop leaves too small are dropped
+with their labels (SanitizeBoundingBoxes' rule). With `--recipe ssd`, SSD's ("ssd" in the
+same presets), in its order: RandomPhotometricDistort (first, on each whole image),
 RandomZoomOut onto a canvas of the mean colour, RandomIoUCrop (its crop drawn from the
 sample's boxes: the boxes whose centres it leaves out are dropped), a Resize to the square
-so that a batch has one size, the flip, then RandomPhotometricDistort (which the preset
-runs first; here after the geometry, where the kernel runs it). With `--recipe ssdlite`
+so that a batch has one size, then the flip. With `--recipe ssdlite`
 or `--recipe multiscale`, those presets as written (RandomIoUCrop alone;
 RandomShortestSize), each image at its own size: `Compose(..., ragged=True)`, a batch a
 `gpudecode.RaggedBatch` (a list of images, views of one padded batch), which the model
@@ -116,8 +116,9 @@ def main() -> None:
               f"{report.written} decoded now")
         data = out
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    if args.recipe == "ssd":
-        geometry = [T.RandomZoomOut(fill=(123, 117, 104)), T.RandomIoUCrop(), T.Resize((args.size, args.size))]
+    if args.recipe == "ssd":  # (the distortion first, as the preset has it: on each whole image)
+        geometry = [T.RandomPhotometricDistort(), T.RandomZoomOut(fill=(123, 117, 104)), T.RandomIoUCrop(),
+                    T.Resize((args.size, args.size))]
     elif args.recipe == "ssdlite":  # (its crop kept at its size: ragged=True below)
         geometry = [T.RandomIoUCrop()]
     elif args.recipe == "multiscale":  # (the reference's sizes, scaled to the demo's)
@@ -125,8 +126,7 @@ def main() -> None:
     else:
         geometry = [T.ScaleJitter((args.size, args.size), scale_range=(0.5, 1.5)),
                     T.FixedSizeCrop(args.size, fill=(123, 117, 104))]
-    colour = [T.RandomPhotometricDistort()] if args.recipe in ("lsj", "ssd") else []  # (as the presets)
-    train = T.Compose([*geometry, T.RandomHorizontalFlip(), *colour, T.ToDtype(torch.float32, scale=True)],
+    train = T.Compose([*geometry, T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)],
                       ragged=args.recipe in ("ssdlite", "multiscale"))
     loader = gpudecode.Loader(data, batch_size=args.batch_size, transform=train, device=device, labels=False,
                               fields={"json": gpudecode.Boxes("XYWH", out_format="XYXY")},

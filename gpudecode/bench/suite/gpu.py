@@ -25,8 +25,9 @@ Then PNG (issue 56): the same images as PNG shards through the two-halves engine
 
 Then today's recipes on the GPU (issue 19), each written as a torchvision Compose in
 bench/recipes.py: torchvision's reference recipe (TrivialAugmentWide, RandomErasing,
-MixUp/CutMix on the GPU batch) and DINO's 2 x 224 + 6 x 96 views with blur and solarize,
-with the CPU decoder and the first GPU decoder there is, img/s of the second epoch.
+MixUp/CutMix on the GPU batch), DINO's 2 x 224 + 6 x 96 views with blur and solarize, and
+ColorJitter before RandomResizedCrop (the first pass, on each whole image), with the CPU
+decoder and the first GPU decoder there is, img/s of the second epoch.
 
 Without a CUDA device it says so and runs the same pipelines on the CPU, small (every
 decoder there is, in its CPU build; the recipes; the classic DataLoader): a rehearsal of
@@ -295,18 +296,21 @@ def png_runs(shards, *, device: str, batch: int, threads: int) -> list[dict]:
 
 
 def recipe_runs(shards, *, decoders, batch, threads, device="cuda") -> list[dict]:
-    """The reference recipe and DINO's multi-crop through the Loader on `device`, per decoder."""
+    """The reference recipe, DINO's multi-crop and ColorJitter before the crop (the first
+    pass: transforms.first) through the Loader on `device`, per decoder."""
     import torch
 
     from gpudecode import Loader
     from gpudecode import transforms as T
-    from .recipes import dino_views, mix, reference_recipe
+    from .recipes import as_written, dino_views, mix, reference_recipe
 
     out = []
     for d in decoders:
         for name, kw in (("reference (TA, erasing, MixUp/CutMix)",
                           dict(transform=T.Compose.from_torchvision(reference_recipe()), batch_transform=mix())),
-                         ("DINO 2x224 + 6x96", dict(transform=[T.Compose.from_torchvision(v) for v in dino_views()]))):
+                         ("DINO 2x224 + 6x96", dict(transform=[T.Compose.from_torchvision(v) for v in dino_views()])),
+                         ("ColorJitter first, RRC(224), flip", dict(transform=T.Compose.from_torchvision(next(
+                             v for k, v in as_written().items() if k.startswith("ColorJitter first")))))):
             cuda = device.startswith("cuda")
             try:
                 ld = Loader(shards, batch_size=batch, device=device, decoder=d, num_workers=threads, seed=0, **kw)
