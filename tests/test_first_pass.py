@@ -244,6 +244,8 @@ def test_the_decoders_are_asked_for_whole_images():
      r"(?s)Grayscale\(num_output_channels=1\)\s+before\s+the\s+geometry"),
     (lambda: [T.RandomHorizontalFlip(), T.RandAugment(), T.RandomResizedCrop(16)],
      r"(?s)RandomHorizontalFlip before RandAugment.*moves\s+pixels.*put\s+the\s+flip\s+after\s+RandAugment"),
+    (lambda: [T.ColorJitter(0.2), T.RandomVerticalFlip(), T.TrivialAugmentWide(), T.RandomResizedCrop(16)],
+     r"(?s)RandomVerticalFlip before TrivialAugmentWide"),
 ])
 def test_what_it_cannot_take_is_refused(steps, match):
     with pytest.raises(TransformError, match=match):
@@ -253,6 +255,31 @@ def test_what_it_cannot_take_is_refused(steps, match):
 def test_images_of_one_channel_are_refused():
     with pytest.raises(TransformError, match=r"(?s)ColorJitter before the geometry on images of one channel"):
         T.Compose([T.ColorJitter(0.4), T.Resize((16, 16))], grey=True)
+
+
+def test_a_flip_after_a_policy_first_is_the_crops():
+    """[TrivialAugmentWide(), RandomHorizontalFlip(), RandomResizedCrop]: the policy on the
+    whole image, then the flip, then the crop of the flipped image (a flip first, after the
+    first pass): torchvision's order, within its bound."""
+    policy = tv.TrivialAugmentWide()
+    tf = T.Compose([T.TrivialAugmentWide(), T.RandomHorizontalFlip(), T.RandomResizedCrop(OUT),
+                    T.ToDtype(torch.float32, scale=True)])
+    assert tf.plan.mirror == (True, False) and tf.plan.first
+    img = torch.from_numpy(np.ascontiguousarray(np.random.default_rng(0).integers(0, 255, (60, 70, 3),
+                                                                                  dtype=np.uint8).transpose(2, 0, 1)))
+    flipped = 0
+    for seed in range(8):
+        p = tf.make_params([(60, 70)], seed)
+        x = F.to_dtype(img, torch.float32, scale=True)
+        for name, m in p[0]["trivial_augment"]:
+            x = policy._apply_image_or_video_transform(x, name, m, interpolation=policy.interpolation,
+                                                       fill=policy._fill)
+        x = F.horizontal_flip(x) if p[0]["flip"] else x
+        want = F.resized_crop(x.clamp(0, 1), *p[0]["crop"], list(OUT), antialias=True)
+        err = (tf(img, p) - want).abs() * 255
+        assert float((err > 1.0 + 1e-3).float().mean()) <= 0.01, (seed, p[0]["trivial_augment"])
+        flipped += p[0]["flip"]
+    assert 0 < flipped < 8
 
 
 def test_a_float_conversion_after_it_and_no_geometry():

@@ -4,8 +4,8 @@ the crop's window mirrored), a float conversion (`[ToTensor(), Resize((224, 224)
 ...]`: the kernel resamples in float), a grey conversion (`[Grayscale(3), Resize(256),
 ...]`: the program's first step), Normalize (`[ToTensor(), Normalize(...), Resize((224,
 224))]`: the output's), each checked where it would make other pixels than torchvision's
-order makes; and the steps that move no pixel (ColorJitter first, then the crop: a first pass
-of the kernel at each image's size)."""
+order makes; and the other per-sample steps and policies (`[ColorJitter(...),
+RandomResizedCrop(224), ...]`: a first pass of the kernel at each image's size)."""
 from __future__ import annotations
 
 import itertools
@@ -139,9 +139,10 @@ def check_colours_first(colours: list[Transform], floats_first: list[Transform],
         return
     what = type(colours[0]).__name__
     at = {id(t): i for i, t in enumerate(given)}
-    moving = next((t for t in colours if getattr(t, "moves", False)), None)
-    flip = next((t for t in given if t.group == "flips"), None)
-    if moving is not None and flip is not None and at[id(flip)] < at[id(moving)]:
+    moving = next((t for t in reversed(colours) if getattr(t, "moves", False)), None)  # (the last: a flip before it)
+    flip = None if moving is None else next((t for t in given if t.group == "flips" and at[id(t)] < at[id(moving)]),
+                                            None)
+    if moving is not None and flip is not None:
         raise TransformError(f"{type(flip).__name__} before {type(moving).__name__} before the geometry cannot be "
                              f"fused: {type(moving).__name__} moves pixels, and the flip is made with the crop, after "
                              f"it; put the flip after {type(moving).__name__} [{names}]")
