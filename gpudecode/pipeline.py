@@ -113,8 +113,7 @@ class Pipeline:
                                              # (no DCT scaling with several views: they share a window; nor
                                              # under a canvas step or a first pass, made of the whole image at
                                              # its size)
-                                             out_size=None if self.multi or self.transform.plan.canvas is not None
-                                             or self.transform.plan.first
+                                             out_size=None if self.multi or self.transform.plan.makes_images
                                              else self.transform.out_size)
             else:
                 self._decoder = self.config.decoder  # a decoder instance (e.g. DaliDecoder(device="cpu"))

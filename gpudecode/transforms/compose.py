@@ -269,7 +269,7 @@ class Compose(Transform):
             fused.reserve_cpu(workspace, num_threads or (os.cpu_count() or 1), int(hw[:, 1].max()),
                               tuple(view.shape), int(hw.max()))
         geom, args, order = draws.encode(None if rows is None else idx)
-        if self.plan.canvas is None and not self.plan.first:
+        if not self.plan.makes_images:
             read = pick
             geom[:, fused.TOP:fused.BW + 1] = decoded.boxes[pick]  # (the window the decoder gave)
         else:  # the kernel reads the images the first pass or the canvas step made, in them the boxes encoded

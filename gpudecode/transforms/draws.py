@@ -328,7 +328,7 @@ def dict_boxes(plan: "_Plan", params: Sequence[dict], sizes: Sequence[tuple[int,
     """The window (top, left, height, width) of each image the kernel reads, for a decoder
     to decode no more than that: RandomResizedCrop's crop; the whole image for
     Resize/CenterCrop (every source pixel can reach the output through the filter)."""
-    if plan.rrc and plan.canvas is None and not plan.first:
+    if plan.rrc and not plan.makes_images:
         if any(plan.mirror):  # (a flip before the crop: the window mirrored, as the kernel reads it)
             flips = np.array([[p.get("flip", False), p.get("vflip", False)] for p in params], bool).reshape(-1, 2)
             return [tuple(b) for b in mirrored_windows(plan, [p["crop"] for p in params], flips,

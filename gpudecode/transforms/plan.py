@@ -6,7 +6,7 @@ import functools
 import itertools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import torch
 
@@ -76,6 +76,13 @@ class _Plan:
         draws."""
         return bool(self.geometry) and (isinstance(self.geometry[0], (RandomResizedCrop, RandomIoUCrop))
                                         or self.crop_resized)
+
+    @property
+    def makes_images(self) -> bool:
+        """The kernel reads images made from the decoded ones before it (a canvas step's, a
+        first pass's): made of whole images at their sizes, so decoders decode them whole
+        (no crop window, no DCT scaling), and apply() makes them."""
+        return self.canvas is not None or bool(self.first)
 
     @property
     def crop_resized(self) -> bool:
@@ -294,9 +301,7 @@ def _first_pass(colours: list[Transform], rest: "_AfterGeometry", names: str) ->
     if plan.channels == 1:
         raise TransformError(f"Grayscale(num_output_channels=1) before the geometry with {_names(colours)} cannot be "
                              f"fused: give Grayscale(num_output_channels=3), or put it after the geometry [{names}]")
-    steps = tuple(t for t in colours if isinstance(t, _Step))
-    if len(steps) != len(colours):  # (the program's groups are steps: a class that is not one is a bug, named)
-        raise TransformError(f"{next(t for t in colours if not isinstance(t, _Step))!r} is not a per-sample step")
+    steps = cast(tuple[_Step, ...], tuple(colours))  # (the program's groups' classes are steps)
     for t in steps:
         for u in t.inner():
             for k in u.keys:
@@ -526,7 +531,7 @@ def native_spec(plan: _Plan) -> tuple | None:
     """The plan as _native.draw_batch reads it, or None when the Python path draws it."""
     if plan.ragged and plan.out_size is None:  # (each image's own output size: the Python path's)
         return None
-    if plan.erase is not None or plan.canvas is not None or plan.post is not None or plan.crop_resized or plan.first:
+    if plan.erase is not None or plan.makes_images or plan.post is not None or plan.crop_resized:
         return None
     geometry: list[tuple] = []
     g: Any

@@ -48,8 +48,7 @@ def runner(tf, packed, n: int):
     out, view = tf.new_output(n)
     ws = Workspace()
 
-    if tf.plan.canvas is not None or tf.plan.post is not None or tf.plan.first:  # (canvases, the post warp, the
-        # first pass: in apply)
+    if tf.plan.makes_images or tf.plan.post is not None:  # (canvases, the first pass, the post warp: in apply)
         from gpudecode.decode._base import DecodedBatch
 
         shapes = np.asarray(sizes, np.int64)
