@@ -11,7 +11,10 @@ aborts ("terminate called without an active exception").
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import queue
+import sys
 import threading
 import warnings
 import weakref
@@ -50,6 +53,60 @@ def get_until_stopped(q: queue.Queue, stop: threading.Event, *,
 
 
 STOPPED = _STOPPED
+
+_OPENMP: list[Any] | None = None  # omp_set_num_threads of each OpenMP runtime loaded, torch's first
+
+
+def _openmp_setters() -> list[Any]:
+    """omp_set_num_threads of the OpenMP runtimes this process has loaded (torch's own
+    first), found once; none where torch's CPU ops do not run on OpenMP."""
+    global _OPENMP
+    if _OPENMP is None:
+        import torch
+
+        found: list[Any] = []
+        if "parallel backend: OpenMP" in torch.__config__.parallel_info():
+            names = ("libgomp", "libiomp", "libomp")
+            here = os.path.join(os.path.dirname(torch.__file__), "lib")
+            paths = []
+            try:
+                with open("/proc/self/maps") as maps:
+                    paths = [line.split()[-1] for line in maps if any(n in line for n in names)]
+            except OSError:  # (no /proc: the runtimes torch ships)
+                if os.path.isdir(here):
+                    paths = [os.path.join(here, n) for n in sorted(os.listdir(here)) if n.startswith(names)]
+            for path in sorted(dict.fromkeys(paths), key=lambda p: not p.startswith(here)):
+                try:
+                    found.append(ctypes.CDLL(path).omp_set_num_threads)
+                except (OSError, AttributeError):
+                    continue
+        _OPENMP = found
+    return _OPENMP
+
+
+def one_torch_thread() -> bool:
+    """Makes the torch CPU ops this thread calls run on this thread alone, as DataLoader's
+    worker processes run theirs (each calls torch.set_num_threads(1)); True if they do.
+
+    A gpudecode thread that paints canvases or moves masks with torch's ops would otherwise
+    start torch's intra-op threads (one a core) beside the decoder's, on the same cores.
+    torch.set_num_threads cannot be called here: it also sets the count that threads made
+    later start with (the trainer's among them) and resizes a pool the process shares. The
+    OpenMP runtime keeps a count for each thread, which is set here. torch.get_num_threads
+    comes first: it is ATen's first-use set-up of this thread's count, which would
+    otherwise undo this one at the thread's first parallel op. Where torch's ops do not
+    run on OpenMP, or torch is not loaded (a reader's threads under `gpudecode inspect`), nothing
+    is changed (False)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    if torch.get_num_threads() == 1:
+        return True
+    for set_threads in _openmp_setters():
+        set_threads(1)
+        if torch.get_num_threads() == 1:
+            return True
+    return False
 
 _LIVE: "weakref.WeakSet[ThreadGroup]" = weakref.WeakSet()
 _HOOKED = False
@@ -112,7 +169,13 @@ class ThreadGroup:
             self._cancels[id(cancel)] = cancel
 
     def start(self, target: Callable[..., None], *args: Any, name: str) -> threading.Thread:
-        t = threading.Thread(target=target, args=args, daemon=True, name=f"gpudecode-{name}")
+        """Starts `target(*args)` on a thread of the group, its torch ops on one thread
+        (one_torch_thread)."""
+        def run() -> None:
+            one_torch_thread()
+            target(*args)
+
+        t = threading.Thread(target=run, daemon=True, name=f"gpudecode-{name}")
         self.threads.append(t)
         t.start()
         return t

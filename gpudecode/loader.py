@@ -103,7 +103,8 @@ class Loader:
             count. None: `torch.initial_seed()`, rank 0's broadcast when torch.distributed
             is initialized (otherwise give every rank the same seed).
         num_workers: CPU threads that decode and run the kernel (DataLoader's worker
-            processes become threads; default: all cores; 0 means 1).
+            processes become threads; default: all cores; 0 means 1). Torch's CPU ops
+            in the Loader's threads run on one thread each, as in a DataLoader worker.
         pin_memory: CPU batches in pinned memory (when CUDA is present).
         persistent_workers: accepted for DataLoader's sake (threads start per epoch).
         prefetch_factor: batches prepared ahead, for the whole loader (default 2).

@@ -25,6 +25,7 @@ import torch
 
 from ._builtins import import_numba
 from ._probe import Probed, probe_columns
+from ._threads import one_torch_thread
 from .batches import IN_FLIGHT, MID_QUEUE, Batch, PipelineConfig, Prepared, Ready, SizeRows
 from .decode import choose, make_decoder
 from .errors import DecodeError, ErrorPolicy, LabelError, Skipped
@@ -263,14 +264,16 @@ class Pipeline:
             done.set_result(read_fields(c.fields, samples, **kw))
             return done
         if self._fields_thread is None:
-            self._fields_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpudecode-fields")
+            self._fields_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="gpudecode-fields",
+                                                                     initializer=one_torch_thread)
         return self._fields_thread.submit(read_fields, c.fields, samples, **kw)
 
     def mask_pool(self) -> concurrent.futures.ThreadPoolExecutor | None:
         """The threads masks are decoded and moved on (made on first use; None with one thread)."""
         if self._mask_pool is None and self.config.num_threads > 1:
             self._mask_pool = concurrent.futures.ThreadPoolExecutor(self.config.num_threads,
-                                                                    thread_name_prefix="gpudecode-masks")
+                                                                    thread_name_prefix="gpudecode-masks",
+                                                                    initializer=one_torch_thread)
         return self._mask_pool
 
     def prepare_resident(self, rows: np.ndarray, store: Any, *, seed: int, epoch: int, position: int, rank: int = 0,

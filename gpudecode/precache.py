@@ -51,6 +51,7 @@ import torch
 
 from . import transforms as T
 from ._probe import DEFAULT_MAX_PIXELS
+from ._threads import one_torch_thread
 from .io.files import DEFAULT_IMAGE_EXTS
 from ._version import __version__
 from .decode import check_device, choose
@@ -581,7 +582,7 @@ def _run_local(settings: Settings, out: str, units: list[int], threads: int, dev
     from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
     workers = min(threads, len(units))
-    with ThreadPoolExecutor(workers, thread_name_prefix="gpudecode-precache") as pool:
+    with ThreadPoolExecutor(workers, thread_name_prefix="gpudecode-precache", initializer=one_torch_thread) as pool:
         futures = [pool.submit(run_unit, settings, out, u, threads=1, device=device, progress=tick) for u in units]
         wait(futures, return_when=FIRST_EXCEPTION)
         for f in futures:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -81,8 +81,48 @@ def _pool():
         if _POOL is None:
             from concurrent.futures import ThreadPoolExecutor
 
-            _POOL = ThreadPoolExecutor(max(1, os.cpu_count() or 1), thread_name_prefix="gpudecode-kernel")
+            from .._threads import one_torch_thread
+
+            _POOL = ThreadPoolExecutor(max(1, os.cpu_count() or 1), thread_name_prefix="gpudecode-kernel",
+                                       initializer=one_torch_thread)
         return _POOL
+
+
+def each_on_threads(work: Callable[[int], None], n: int, threads: int) -> None:
+    """work(0), ..., work(n - 1) on up to `threads` threads, the calling one among them
+    (the others the kernel's pool's, their torch ops on one thread each), each taking the
+    next index when it is free: for per-image work of uneven sizes (canvas.build's torch
+    warps). The first exception is raised once every thread has stopped; after it no
+    index is started."""
+    threads = max(1, min(threads, n))
+    if threads == 1:
+        for i in range(n):
+            work(i)
+        return
+    lock = threading.Lock()
+    left = iter(range(n))
+    failed = threading.Event()
+
+    def drain() -> None:
+        while not failed.is_set():
+            with lock:
+                i = next(left, None)
+            if i is None:
+                return
+            try:
+                work(i)
+            except BaseException:
+                failed.set()
+                raise
+
+    futures = [_pool().submit(drain) for _ in range(threads - 1)]
+    try:
+        drain()
+    finally:
+        errors = [f.exception() for f in futures]  # (waits for each: the buffers stay until then)
+    for error in errors:
+        if error is not None:
+            raise error
 
 
 def cpu_work_shape(threads: int, wide: int, out_shape: tuple[int, ...], direct: bool) -> tuple[int, int]:

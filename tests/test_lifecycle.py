@@ -295,6 +295,41 @@ def test_forked_children_work_or_are_told(shards, what):
     ld.close()
 
 
+def test_the_loaders_threads_run_torch_ops_on_one_thread(shards, monkeypatch):
+    """A Loader's threads run torch's CPU ops (a canvas's warp here) on themselves alone,
+    as DataLoader's workers run theirs, so they do not start torch's intra-op threads
+    beside the decoder's on the same cores; the trainer's thread, and threads made later,
+    keep torch's count."""
+    import torch
+
+    from gpudecode.transforms import canvas
+
+    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        pytest.skip("torch's CPU ops do not run on OpenMP here: their count is the process's")
+    seen: list = []
+    build = canvas.build
+
+    def spy(*args, **kwargs):
+        seen.append((threading.current_thread().name, torch.get_num_threads()))
+        return build(*args, **kwargs)
+
+    monkeypatch.setattr(canvas, "build", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # (more than one, whatever the machine)
+    try:
+        rotate = T.Compose([T.RandomRotation(30), T.RandomResizedCrop(32), T.Normalize([0.5] * 3, [0.25] * 3)])
+        with Loader(shards[:2], batch_size=8, transform=rotate, device="cpu", num_workers=2) as ld:
+            assert sum(len(b[0]) for b in ld) == 48
+        assert seen and {name for name, _ in seen} == {"gpudecode-augment"} and {n for _, n in seen} == {1}
+        later: list = []
+        t = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
+        t.start()
+        t.join()
+        assert torch.get_num_threads() == 2 and later == [2]
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_two_threads_one_loader(shards, monkeypatch):
     """Two threads asking iter(loader) at the same moment: both get one, and exactly one
     of them is active (ending the older and starting the newer are one step). next() on

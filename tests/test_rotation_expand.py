@@ -267,3 +267,40 @@ def test_a_rotation_first_recipe_kept_resident_gives_the_streamed_batches(photo_
     streamed, kept = (torch.cat([b for b, _ in gpudecode.Loader(ds, transform=steps, batch_size=4, seed=1,
                                                                  **kw)]) for kw in ({}, {"keep": "ram"}))
     assert streamed.shape == (len(imgs), 3, 24, 24) and torch.equal(streamed, kept)
+
+
+def test_canvases_and_post_warps_on_several_threads_are_one_threads(photo_batch, monkeypatch):
+    """On the CPU the canvases (a rotation's, before the geometry) and the warps after the
+    kernel (ElasticTransform's) are shared out to the call's threads, an image or a run of
+    samples each: the same bytes as on one thread, whatever the count; a paint that fails
+    is raised, once every thread has stopped."""
+    before = torch.get_num_threads()
+    norm = T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+    recipes = [T.Compose([T.RandomRotation(35, "bilinear", expand=True, fill=(9, 80, 200)), T.RandomResizedCrop(24)]),
+               T.Compose([T.RandomRotation(20), T.RandomResizedCrop(20), T.RandomHorizontalFlip(), norm]),
+               T.Compose([T.RandomResizedCrop(24), T.ElasticTransform(30.0, 3.0), norm])]
+    try:
+        for tf in recipes:
+            got = {}
+            for threads in (1, 2, 3, 7):
+                torch.set_num_threads(threads)  # (a direct call runs on torch.get_num_threads() threads)
+                got[threads] = tf(photo_batch, seed=11)
+            for threads in (2, 3, 7):
+                assert all(torch.equal(a, b) for a, b in zip(got[1], got[threads])), (tf, threads)
+        torch.set_num_threads(3)
+        paint = T.RandomRotation.paint
+        calls = []
+
+        def failing(self, out, image, params, **kw):
+            calls.append(1)
+            if len(calls) == 2:
+                raise RuntimeError("painting failed")
+            return paint(self, out, image, params, **kw)
+
+        monkeypatch.setattr(T.RandomRotation, "paint", failing)
+        with pytest.raises(RuntimeError, match="painting failed"):
+            recipes[1](photo_batch, seed=11)
+        # (after it, no thread takes another image: those in hand, or just taken, are all)
+        assert len(calls) <= 2 + 2 * 2 < len(photo_batch)
+    finally:
+        torch.set_num_threads(before)

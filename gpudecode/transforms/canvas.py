@@ -27,6 +27,7 @@ import torch
 
 from ..decode._base import DecodedBatch
 from ..errors import TransformError
+from ..kernels.cpu_twin import each_on_threads
 from ..kernels.workspace import Workspace
 from .base import Transform
 from .convert import levels
@@ -225,7 +226,8 @@ def read_window(step: Any, params: dict, size: tuple[int, int],
 
 
 def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes: Sequence[tuple[int, int]],
-          rows: np.ndarray, workspace: Workspace | None = None, windows: np.ndarray | None = None) -> DecodedBatch:
+          rows: np.ndarray, workspace: Workspace | None = None, windows: np.ndarray | None = None, *,
+          num_threads: int = 1) -> DecodedBatch:
     """The canvases `step` makes of images `rows` of `decoded` (whole images of `sizes`,
     drawn for with `params`), packed one after the other in one buffer on its device, each
     in the step's `canvas_layout` (HWC or CHW, said by the batch's strides), in `rows`'
@@ -236,7 +238,8 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
     canvases are made (a crop of a canvas up to 16 times its image reads a part of it), of
     the part of each image the decoder was asked for (read_window), where its box says; for
     a warp that `paints_window` (RandomRotation's, RandomAffine's), each window painted
-    from the whole image, as the whole canvas has it."""
+    from the whole image, as the whole canvas has it. On the CPU the images are painted on
+    up to `num_threads` threads, an image at a time each (torch's ops on one thread each)."""
     pixels = decoded.pixels
     if windows is not None:
         out_sizes = [(int(wh), int(ww)) for wh, ww in np.asarray(windows)[:, 2:].tolist()]
@@ -245,28 +248,32 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
     total = sum(h * w * 3 for h, w in out_sizes)
     buf = (workspace.tensor("canvas", (total,), torch.uint8, pixels.device) if workspace is not None
            else torch.empty(total, dtype=torch.uint8, device=pixels.device))
-    offsets = np.zeros(len(rows), np.int64)
+    shapes = np.asarray(out_sizes, np.int64).reshape(-1, 2)
+    offsets = np.concatenate([[0], np.cumsum(shapes[:, 0] * shapes[:, 1] * 3)[:-1]]).astype(np.int64)
     planar = step.canvas_layout == "CHW"
-    at = 0
     places = getattr(step, "places", False)
-    for i, k in enumerate(rows.tolist()):
+    ks = rows.tolist()
+    if not (windows is not None and places):
+        for k in ks:
+            h, w = sizes[k]
+            if tuple(decoded.boxes[k].tolist()) != (0, 0, h, w) or tuple(decoded.shapes[k].tolist()) != (h, w):
+                raise TransformError(f"a canvas step needs whole decoded images: image {k} is the {tuple(decoded.boxes[k].tolist())}"
+                                     f" window of {tuple(decoded.shapes[k].tolist())}")
+
+    def paint(i: int) -> None:
+        k, at = ks[i], int(offsets[i])
         h, w = sizes[k]
         if windows is not None and places:
-            offsets[i] = at
-            at += _paint_part(step, decoded, k, params[k], (h, w), tuple(windows[i].tolist()), buf, at)
-            continue
-        if tuple(decoded.boxes[k].tolist()) != (0, 0, h, w) or tuple(decoded.shapes[k].tolist()) != (h, w):
-            raise TransformError(f"a canvas step needs whole decoded images: image {k} is the "
-                                 f"{tuple(decoded.boxes[k].tolist())} window of {tuple(decoded.shapes[k].tolist())}")
+            _paint_part(step, decoded, k, params[k], (h, w), tuple(windows[i].tolist()), buf, at)
+            return
         sy, sx, sc = decoded.strides[k].tolist()
         image = pixels.as_strided((h, w, 3), (sy, sx, sc), int(decoded.offsets[k]))
         ch, cw = out_sizes[i]
         region = buf[at:at + ch * cw * 3]
         part = {} if windows is None else {"window": tuple(windows[i].tolist())}  # (a warp's: the crop's part only)
         step.paint(region.view(3, ch, cw) if planar else region.view(ch, cw, 3), image, params[k], **part)
-        offsets[i] = at
-        at += ch * cw * 3
-    shapes = np.asarray(out_sizes, np.int64).reshape(-1, 2)
+
+    each_on_threads(paint, len(ks), num_threads if pixels.device.type == "cpu" else 1)
     if planar:  # (row, column, channel) byte strides of [3, h, w]
         strides = np.stack([shapes[:, 1], np.ones(len(rows), np.int64), shapes[:, 0] * shapes[:, 1]], axis=1)
     else:

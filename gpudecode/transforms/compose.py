@@ -12,6 +12,7 @@ from ..decode._base import DecodedBatch, is_pil
 from ..decode._span import span
 from ..errors import DecodeError
 from ..kernels import fused
+from ..kernels.cpu_twin import each_on_threads
 from ..kernels.launch import launch
 from ..kernels.workspace import Workspace, huge_pages
 from . import canvas, first
@@ -284,7 +285,8 @@ class Compose(Transform):
                 windows = (geom[:, fused.TOP:fused.BW + 1].copy() if self.plan.rrc and (
                     getattr(self.plan.canvas, "places", False) or getattr(self.plan.canvas, "paints_window", False))
                            else None)
-                decoded = canvas.build(self.plan.canvas, decoded, made_params, made_sizes, made, workspace, windows)
+                decoded = canvas.build(self.plan.canvas, decoded, made_params, made_sizes, made, workspace, windows,
+                                      num_threads=num_threads or (os.cpu_count() or 1))
                 if windows is not None:
                     geom[:, fused.TOP] = geom[:, fused.LEFT] = 0
             read = np.arange(len(idx))
@@ -309,24 +311,36 @@ class Compose(Transform):
                        workspace: Workspace | None) -> None:
         """The kernel into float32 images on the [0, 1] scale, the plan's `post` warp of
         them (torch's ops on their device, on `stream`), then Normalize and the dtype as
-        the kernel writes them (kernels/_pixel.encode_output) into `view`."""
+        the kernel writes them (kernels/_pixel.encode_output) into `view`. On the CPU the
+        samples after the kernel are shared out to up to `num_threads` threads (torch's
+        ops on one thread each)."""
         n, _, oh, ow = view.shape
         images = (workspace.tensor("post-images", (n, 3, oh, ow), torch.float32, view.device) if workspace is not None
                   else torch.empty((n, 3, oh, ow), dtype=torch.float32, device=view.device))
         ones = np.ones(3, np.float32)
         launch(src, geom, args, order, np.zeros(3, np.float32), ones, images, normalize=False,
                antialias=self.plan.antialias, stream=stream, num_threads=num_threads, workspace=workspace)
-        with _on(stream, view.device):
-            self.plan.post.warp_output(images, params, self.plan.post_levels)  # type: ignore[union-attr]
+
+        def finish(a: int, b: int) -> None:  # (samples a to b - 1)
+            part, out = images[a:b], view[a:b]
+            self.plan.post.warp_output(part, params[a:b], self.plan.post_levels)  # type: ignore[union-attr]
             if self.plan.normalize is not None:
                 mean, inv = self._norm_tensors(view.device)
-                images.sub_(mean).mul_(inv)
+                part.sub_(mean).mul_(inv)
             elif view.dtype == torch.uint8:
-                images.mul_(255.999).floor_()
+                part.mul_(255.999).floor_()
             if self.plan.channels == 1:  # (the view's channels are one memory: the first written)
-                view[:, :1].copy_(images[:, :1])
+                out[:, :1].copy_(part[:, :1])
             else:
-                view.copy_(images)
+                out.copy_(part)
+
+        if view.device.type == "cpu":
+            threads = max(1, min(n, num_threads or (os.cpu_count() or 1)))
+            cuts = np.linspace(0, n, threads + 1).astype(int)
+            each_on_threads(lambda t: finish(int(cuts[t]), int(cuts[t + 1])), threads, threads)
+        else:
+            with _on(stream, view.device):
+                finish(0, n)
 
     def _norm_tensors(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalize's mean and 1/std as [1, 3, 1, 1] float32 tensors on `device`, made once
