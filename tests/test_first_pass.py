@@ -314,6 +314,48 @@ def test_images_of_several_sizes_share_a_launch_within_the_memory_bound():
                         ((100, 100), [6, 7, 8]), ((100, 100), [9])]
 
 
+def test_the_first_pass_on_the_cuda_kernel_under_the_simulator(photos, monkeypatch):
+    """The first pass's launch (whole images of three sizes in one ragged launch, uint8
+    out; RandomPhotometricDistort, a blur and a policy) through the
+    CUDA kernels under the simulator, each the CPU twin's byte for byte; then the crop of
+    its images, as the Compose gives it. (On a GPU, tests/test_gpu.py runs it for real.)"""
+    import os
+
+    from gpudecode.kernels import fused
+    from gpudecode.transforms import compose
+
+    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        pytest.skip("the simulator's form of a launch (on a GPU, tests/test_gpu.py launches for real)")
+    crops = [np.ascontiguousarray(p[50 + 7 * k:50 + 7 * k + h, 80:80 + w].transpose(2, 0, 1))
+             for k, (p, (h, w)) in enumerate(zip(photos.values(), [(14, 13), (11, 17), (14, 13), (8, 6)]))]
+    # (the images views of one buffer: a direct call reads them in place, and the simulator copies what it
+    # is given, all of it, back after the launch)
+    one = torch.from_numpy(np.concatenate([c.reshape(-1) for c in crops]))
+    at = np.cumsum([0] + [c.size for c in crops])
+    imgs = [one[at[k]:at[k + 1]].view(*c.shape) for k, c in enumerate(crops)]
+    launches: list = []
+    real = compose.launch
+
+    def both(src, geom, args, order, mean, std, out, **kw):
+        real(src, geom, args, order, mean, std, out, **kw)
+        if out.dtype == torch.uint8:  # (the first pass's: the crop's writes floats)
+            n, _, oh, ow = out.shape
+            rows, ragged = fused.own_sizes(geom.copy(), oh, ow)
+            got = np.full(tuple(out.shape), 7, np.uint8)
+            fused.fused_cuda(src.numpy().copy(), rows, args.copy(), order.copy(), mean, std, got,
+                             normalize=kw["normalize"], ragged=ragged)
+            launches.append((tuple(out.shape), ragged, fused.barrier_levels(order), np.array_equal(got, out.numpy())))
+
+    monkeypatch.setattr(compose, "launch", both)
+    tf = T.Compose([T.RandomPhotometricDistort(p=1.0), T.GaussianBlur(3, (0.5, 1.5)), T.RandAugment(1, 12),
+                    T.RandomResizedCrop((6, 7)), T.Normalize([0.5] * 3, [0.25] * 3)])
+    out = tf(imgs, seed=5)
+    assert out.shape == (4, 3, 6, 7) and torch.isfinite(out).all()
+    assert [(shape, ragged) for shape, ragged, _, _ in launches] == [((4, 3, 14, 17), True)]
+    assert all(levels >= 1 for _, _, levels, _ in launches)  # (the contrast's mean, the blur: barriers)
+    assert all(same for *_, same in launches), launches
+
+
 def test_a_launch_of_large_images_takes_fewer_cpu_threads(photo_batch, monkeypatch):
     """On the CPU each thread's work rows are image-sized: under a budget of a byte, every
     launch runs on one thread, and the output is the one of all threads (it never depends
