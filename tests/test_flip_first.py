@@ -48,6 +48,8 @@ GEOMETRIES = {
     "CenterCrop, padded": ([T.CenterCrop((90, 110))], lambda x, p: F.center_crop(x, [90, 110])),
     "CenterCrop + Resize": ([T.CenterCrop(61), T.Resize((20, 28))],
                             lambda x, p: F.resize(F.center_crop(x, [61, 61]), [20, 28], antialias=True)),
+    "RandomCrop + Resize": ([T.RandomCrop((52, 61)), T.Resize(26)],
+                            lambda x, p: F.resize(F.crop(x, *p["crop"]), [26], antialias=True)),
     "Resize((h, w))": ([T.Resize((33, 45))], lambda x, p: F.resize(x, [33, 45], antialias=True)),
 }
 

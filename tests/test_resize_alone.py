@@ -156,3 +156,54 @@ def test_a_sliver_made_huge_by_the_resize_is_its_samples_error(tmp_path, photos,
     ld = gpudecode.Loader(shard, on_error="skip", **kw)
     got = torch.cat([b for b, _ in ld])
     assert got.shape == (3, 3, 24, 36) and [s.key for s in ld.skipped] == ["strip", "strip2"]
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "bicubic"])
+def test_a_random_crop_then_a_resize_is_torchvisions(photos, mode):
+    """`[RandomCrop(300), Resize(224), ...]` (a crop of a fixed size at a random place,
+    then resized, as fine-tuning scripts write it): the crop resized in one pass of the
+    kernel, as CenterCrop + Resize is, and torchvision's F.crop then F.resize of the float
+    image replaying the same draws (bicubic's overshoot clamped, as torchvision's uint8 and
+    PIL images have it); the decoder asked for the crop alone. A crop larger than its
+    image (pad_if_needed) is that sample's error; a crop with padding is refused."""
+    interpolation = v1.InterpolationMode(mode)
+    tf = T.Compose.from_torchvision(v1.Compose([v1.RandomCrop((280, 330)), v1.Resize(150, interpolation=interpolation),
+                                                v1.ToTensor(), v1.Normalize((0.5,) * 3, (0.25,) * 3)]))
+    assert tf.plan.crop_resized and tf.plan.out_size == (150, 176)
+    imgs = [chw(p) for p in photos.values()]
+    sizes = [tuple(i.shape[1:]) for i in imgs]
+    params = tf.make_params(sizes, 4)
+    assert tf.decode_boxes(params, sizes) == [tuple(p["crop"]) for p in params]  # (the crop alone decoded)
+    got = tf(imgs, params)
+    for k, (img, p) in enumerate(zip(imgs, params)):
+        t, l, h, w = p["crop"]
+        assert (h, w) == (280, 330) and 0 <= t <= sizes[k][0] - h and 0 <= l <= sizes[k][1] - w
+        x = F.resize(F.crop(F.to_dtype(img, torch.float32, scale=True), t, l, h, w), [150], interpolation=interpolation,
+                     antialias=True).clamp(0, 1)
+        err = (got[k] - F.normalize(x, [0.5] * 3, [0.25] * 3)).abs() * 0.25 * 255
+        assert float(err.max()) < 1e-2, (k, float(err.max()))
+    small = T.Compose([T.RandomCrop(64, pad_if_needed=True), T.Resize(32), T.ToDtype(torch.float32, scale=True)])
+    assert small([imgs[0][:, :80, :90]]).shape == (1, 3, 32, 32)
+    with pytest.raises(ValueError, match=r"RandomCrop's 64x64 crop is larger than the 50x90 image, and a Resize"):
+        small([imgs[0][:, :50, :90]])
+    with pytest.raises(TransformError, match=r"(?s)Resize after RandomCrop cannot be fused: a Resize of the crop only, "
+                                             r"and a crop without padding"):
+        T.Compose([T.RandomCrop(64, padding=4), T.Resize(32)])
+
+
+def test_a_random_crop_then_a_resize_in_the_loader(tmp_path, photos):
+    """Through the Loader from PNG shards, two epochs: each batch the Compose's call on
+    Pillow's decode with the Loader's draws, value for value."""
+    imgs = [np.ascontiguousarray(p[:200, :260]) for p in photos.values()]
+    url = make_shard(tmp_path / "crop-000000.tar", [{"__key__": f"k{i:03d}", "png": encode(a, "PNG"),
+                                                     "cls": b"%d" % i} for i, a in enumerate(imgs)])
+    tf = T.Compose([T.RandomCrop((120, 150)), T.Resize((60, 64)), T.RandomHorizontalFlip(),
+                    T.ToDtype(torch.float32, scale=True)])
+    ld = gpudecode.Loader([url], batch_size=len(imgs), transform=tf, device="cpu", shuffle=False, seed=9)
+    decoded = [chw(np.asarray(Image.open(io.BytesIO(encode(a, "PNG"))).convert("RGB"))) for a in imgs]
+    for epoch in (0, 1):
+        ld.set_epoch(epoch)
+        (images, labels), = list(ld)
+        assert images.shape == (len(imgs), 3, 60, 64) and labels.tolist() == list(range(len(imgs)))
+        params = tf.make_params([tuple(d.shape[1:]) for d in decoded], 9, epoch=epoch, indices=range(len(imgs)))
+        assert torch.equal(images, tf(decoded, params)), epoch

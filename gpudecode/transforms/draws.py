@@ -115,7 +115,8 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
                 size = d["resize"]
             p.update(d)
         if plan.crop_resized and (p["crop"][0] < 0 or p["crop"][1] < 0):  # (the crop resized: inside the image)
-            raise ValueError(f"CenterCrop's {p['crop'][2]}x{p['crop'][3]} crop is larger than the {h}x{w} image, and "
+            raise ValueError(f"{type(geometry[0]).__name__}'s {p['crop'][2]}x{p['crop'][3]} crop is larger than the "
+                             f"{h}x{w} image, and "
                              f"a Resize of it follows: only a crop inside the image is resized here (torchvision "
                              f"pads it first)")
         out.append(p)

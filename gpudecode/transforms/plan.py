@@ -86,10 +86,10 @@ class _Plan:
 
     @property
     def crop_resized(self) -> bool:
-        """CenterCrop, then a Resize (CelebA's recipes): the centre crop, which must fit in
-        the image, resized to the output as a RandomResizedCrop's crop is."""
-        return len(self.geometry) == 2 and isinstance(self.geometry[0], CenterCrop) and \
-            type(self.geometry[1]) is Resize
+        """CenterCrop or RandomCrop, then a Resize (CelebA's recipes; a crop of a fixed size
+        at a random place, resized): the crop, which must fit in the image, resized to the
+        output as a RandomResizedCrop's crop is."""
+        return _crop_then_resize(self.geometry)
 
     @property
     def reads_boxes(self) -> bool:
@@ -320,13 +320,19 @@ def _one_draw_a_key(canvas: Any, rest: "_AfterGeometry", names: str) -> None:
                                  f"one of them per Compose [{names}]")
 
 
+def _crop_then_resize(geometry: Sequence[Transform]) -> bool:
+    """A crop of a fixed size (CenterCrop's, or RandomCrop's without padding), then a Resize."""
+    return len(geometry) == 2 and type(geometry[1]) is Resize and (
+        isinstance(geometry[0], CenterCrop) or (type(geometry[0]) is RandomCrop and not any(geometry[0].padding)))
+
+
 def _fixed_size(geometry: Sequence[Transform]) -> tuple[int, int] | None:
     """The one output size of the geometry; None where each image has its own (no geometry,
     a Resize of the shorter side, a RandomIoUCrop alone: under ragged=True)."""
     if not geometry:
         return None
     last: Any = geometry[-1]
-    if len(geometry) == 2 and isinstance(geometry[0], CenterCrop) and type(last) is Resize:  # (the crop's, resized)
+    if _crop_then_resize(geometry):  # (the crop's, resized)
         out = last.output_size(*geometry[0].size)  # type: ignore[attr-defined]
         return int(out[0]), int(out[1])
     if isinstance(last, (_RandomSize, ResizeKeepRatio, RandomIoUCrop)) or not isinstance(last.size, tuple):
@@ -362,14 +368,16 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
         raise TransformError(f"RandomIoUCrop gives differently sized images: a Resize((h, w)) follows it, so that a "
                              f"batch has one size (SSD trains at 300x300), or Compose(..., ragged=True) keeps each "
                              f"image's own [{names}]")
-    if kinds == [CenterCrop, Resize] and type(geometry[1]) is not Resize:
-        raise TransformError(f"{type(geometry[1]).__name__} after CenterCrop cannot be fused: a Resize of the crop "
-                             f"only [{names}]")
+    if kinds in ([CenterCrop, Resize], [RandomCrop, Resize]) and not _crop_then_resize(geometry):
+        crop: Any = geometry[0]
+        raise TransformError(f"{type(geometry[1]).__name__} after {type(crop).__name__} cannot be fused: a Resize of "
+                             f"the crop only" + (", and a crop without padding (pad_if_needed pads a smaller image)"
+                                                  if isinstance(crop, RandomCrop) else "") + f" [{names}]")
     if kinds not in ([], [RandomResizedCrop], [Resize], [CenterCrop], [RandomCrop], [Resize, CenterCrop],
-                     [Resize, RandomCrop], [RandomIoUCrop, Resize], [CenterCrop, Resize]):
+                     [Resize, RandomCrop], [RandomIoUCrop, Resize], [CenterCrop, Resize], [RandomCrop, Resize]):
         raise TransformError(f"unsupported geometry {[k.__name__ for k in kinds]} in [{names}]: use one of "
                              f"RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, CenterCrop + Resize, "
-                             f"Resize + RandomCrop, RandomIoUCrop + Resize((h, w)), or none")
+                             f"Resize + RandomCrop, RandomCrop + Resize, RandomIoUCrop + Resize((h, w)), or none")
     if kinds == [Resize] and isinstance(geometry[0], _RandomSize):
         raise TransformError(f"{type(geometry[0]).__name__} alone gives differently sized images: add CenterCrop or "
                              f"RandomCrop after it (torchvision's references: RandomResize or RandomShortestSize, "
