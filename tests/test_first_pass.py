@@ -14,6 +14,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 import torch
+import torchvision.transforms as tv1
 import torchvision.transforms.v2 as tv
 import torchvision.transforms.v2.functional as F
 from PIL import Image
@@ -236,7 +237,69 @@ def test_the_decoders_are_asked_for_whole_images():
     assert zoom.decode_boxes(zoom.make_params(sizes, 0), sizes) == [(0, 0, 40, 50), (0, 0, 33, 21)]
 
 
+def test_a_resize_before_the_random_resized_crop(photo_batch):
+    """`[Resize(256), RandomResizedCrop(224), ...]` (v1, as tutorials write it): each whole
+    image resized in the first pass, torchvision's Resize of a uint8 image bit for bit
+    (torch's own ops), the crop drawn in the resized image and read from it by the kernel;
+    with ColorJitter before the Resize, the jitter first, at the image's size. The
+    decoders decode whole images."""
+    tf = T.Compose.from_torchvision(tv1.Compose([tv1.Resize(96), tv1.RandomResizedCrop(64), tv1.RandomHorizontalFlip(),
+                                                 tv1.ToTensor()]))
+    assert isinstance(tf.plan.first[0], T.Resize) and isinstance(tf.plan.geometry[0], T.RandomResizedCrop)
+    sizes = [tuple(i.shape[1:]) for i in photo_batch]
+    params = tf.make_params(sizes, 3)
+    assert tf.decode_boxes(params, sizes) == [(0, 0, h, w) for h, w in sizes]
+    got = tf(photo_batch, params)
+    for k, (img, p) in enumerate(zip(photo_batch, params)):
+        resized = F.resize(img, [96], antialias=True)
+        assert tuple(p["resize"]) == tuple(resized.shape[1:])
+        t, l, h, w = p["crop"]
+        assert t + h <= resized.shape[1] and l + w <= resized.shape[2]
+        want = F.resized_crop(F.to_dtype(resized, torch.float32, scale=True), t, l, h, w, [64, 64], antialias=True)
+        want = F.horizontal_flip(want) if p["flip"] else want
+        err = (got[k] - want).abs() * 255
+        assert float(err.max()) < 1e-3, (k, float(err.max()))
+    assert {p["flip"] for p in params} == {False, True}
+    jitter = T.Compose([T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.Resize((80, 90)), T.RandomResizedCrop(48),
+                        T.ToDtype(torch.float32, scale=True)])
+    assert [type(t) for t in jitter.plan.first] == [T.ColorJitter, T.Resize]
+    params = jitter.make_params(sizes, 5)
+    got = jitter(photo_batch, params)
+    for k, (img, p) in enumerate(zip(photo_batch, params)):  # (the jitter of the float image, truncated once)
+        jittered = F.to_dtype(_jitter(F.to_dtype(img, torch.float32, scale=True), p), torch.uint8, scale=True)
+        resized = F.resize(jittered, [80, 90], antialias=True)
+        want = F.resized_crop(F.to_dtype(resized, torch.float32, scale=True), *p["crop"], [48, 48], antialias=True)
+        err = (got[k] - want).abs() * 255
+        assert float(err.max()) < 1.0 + 1e-3 and float((err > 0.5).float().mean()) < 0.01, k
+
+
+@pytest.mark.parametrize("keep", [None, "ram"])
+def test_a_resize_before_the_crop_through_the_loader(tmp_path, photos, keep):
+    """`[Resize(40), RandomResizedCrop(24), flip]` through the Loader (PNG shards, two
+    epochs, streamed and kept in RAM, images of two sizes): the Compose called on Pillow's
+    decode with the Loader's draws, value for value. Boxes and masks do not follow it."""
+    from gpudecode.transforms.masks import refusal
+
+    imgs = [photos["astronaut"][::8, ::8], photos["coffee"][::7, ::9], photos["chelsea"][::5, ::6]]
+    shard = make_shard(tmp_path / "r-000000.tar", [{"__key__": f"{i:03d}", "png": encode(a, "PNG"), "cls": b"2"}
+                                                    for i, a in enumerate(imgs)])
+    tf = T.Compose([T.Resize(40), T.RandomResizedCrop(24), T.RandomHorizontalFlip(),
+                    T.ToDtype(torch.float32, scale=True)])
+    assert refusal(tf.plan) == "Resize before RandomResizedCrop resizes each whole image first"
+    loader = gpudecode.Loader(shard, batch_size=3, transform=tf, device="cpu", shuffle=False, seed=4, keep=keep)
+    decoded = [torch.from_numpy(np.array(Image.open(io.BytesIO(encode(a, "PNG"))).convert("RGB"))).permute(2, 0, 1)
+               for a in imgs]
+    for epoch in (1, 2):
+        loader.set_epoch(epoch)
+        (images, labels), = list(loader)
+        assert images.shape == (3, 3, 24, 24) and labels.tolist() == [2] * 3
+        params = tf.make_params([tuple(d.shape[1:]) for d in decoded], 4, epoch=epoch, indices=[0, 1, 2])
+        assert torch.equal(images, tf([d.contiguous() for d in decoded], params)), epoch
+
+
 @pytest.mark.parametrize("steps,match", [
+    (lambda: [T.ToDtype(torch.float32, scale=True), T.Resize(32), T.RandomResizedCrop(16)],
+     r"(?s)Resize on a float image before the geometry.*writes\s+uint8\s+levels"),
     (lambda: [T.ToDtype(torch.float32, scale=True), T.ColorJitter(0.4), T.RandomResizedCrop(16)],
      r"(?s)ColorJitter on a float image before the geometry.*writes\s+uint8\s+levels"),
     (lambda: [T.ColorJitter(0.4), T.RandomResizedCrop(16), T.ColorJitter(0.2)], r"two ColorJitters"),

@@ -118,13 +118,15 @@ class Compose(Transform):
     @property
     def first_pass(self) -> "Compose | None":
         """The steps before the geometry that run first, on each whole image at its size
-        (plan.first; transforms.first), as a Compose of their own: no geometry, images of
+        (plan.first; transforms.first), as a Compose of their own: no geometry (a Resize
+        before a RandomResizedCrop is resized after them: first.resized_images), images of
         several sizes in one launch (ragged), uint8; None without them."""
-        if not self.plan.first:
+        steps = [t for t in self.plan.first if t.group != "geometry"]  # (its Resize: first.resized_images)
+        if not steps:
             return None
         made = self.__dict__.get("_first_pass")  # (made once; out of the repr, as every _ attribute)
         if made is None:
-            made = self._first_pass = Compose(self.plan.first, ragged=True)
+            made = self._first_pass = Compose(steps, ragged=True)
         return made
 
     @property
@@ -277,9 +279,10 @@ class Compose(Transform):
             made, made_params, made_sizes = idx, params, sizes
             if self.plan.first:  # (each whole image through the steps before the geometry: transforms.first)
                 decoded = first.build(self.first_pass, decoded, draws.dicts(), sizes, idx, stream=stream,
+                                      resize=next((t for t in self.plan.first if t.group == "geometry"), None),
                                       num_threads=num_threads, workspace=workspace)
                 made, made_params, made_sizes = (np.arange(len(idx)), [draws[k] for k in idx.tolist()],
-                                                 [sizes[k] for k in idx.tolist()])
+                                                 [(int(h), int(w)) for h, w in decoded.shapes.tolist()])
             if self.plan.canvas is not None:
                 # (a crop of a canvas that places its image, RandomZoomOut's: only the crop is made, and read whole)
                 windows = (geom[:, fused.TOP:fused.BW + 1].copy() if self.plan.rrc and (

@@ -97,8 +97,10 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
                    "order": [0, 1, 2, 3]}
         size = (h, w)
         for step in plan.first:  # (the first pass: on the whole image, in the Compose's order)
-            p.update(step.draw(rng, size))
+            d = step.draw(rng, size)
+            p.update(d)
             _check_first(step, size)
+            size = d.get("resize", size)  # (its Resize's: what the steps after it see)
         if plan.canvas is not None:
             d = plan.canvas.draw(rng, size)
             size = plan.canvas.canvas_size(d, size)
@@ -106,6 +108,7 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
                 raise ValueError(f"its canvas would be {size[0]}x{size[1]} pixels, over the limit of "
                                  f"{CANVAS_MAX_PIXELS:,} (a {h}x{w} image under {type(plan.canvas).__name__})")
             p.update(d)
+        frame = size  # (what the geometry's first step crops)
         for t in geometry:
             if getattr(t, "reads_boxes", False) and boxes is not None:  # (its key now; its crop with the batch's, below)
                 crops.append((i, rng.getrandbits(64), size, boxes[i], dict(p)))  # (where it sees them: below)
@@ -114,11 +117,11 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
             if "resize" in d:
                 size = d["resize"]
             p.update(d)
-        if plan.crop_resized and (p["crop"][0] < 0 or p["crop"][1] < 0):  # (the crop resized: inside the image)
+        if plan.crop_resized and not (0 <= p["crop"][0] <= frame[0] - p["crop"][2] and
+                                      0 <= p["crop"][1] <= frame[1] - p["crop"][3]):  # (the crop resized: in the image)
             raise ValueError(f"{type(geometry[0]).__name__}'s {p['crop'][2]}x{p['crop'][3]} crop is larger than the "
-                             f"{h}x{w} image, and "
-                             f"a Resize of it follows: only a crop inside the image is resized here (torchvision "
-                             f"pads it first)")
+                             f"{frame[0]}x{frame[1]} image, and a Resize of it follows: only a crop inside the image is "
+                             f"resized here (torchvision pads it first)")
         out.append(p)
         later.append((rng, size))
     if crops:  # (drawn for the batch at once; each sample's stream took its one number above)
@@ -139,6 +142,14 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
         if plan.erase is not None:  # drawn last: the other steps' draws are unchanged
             p.update(plan.erase.draw(rng, osize))
     return out
+
+
+def first_sizes(plan: "_Plan", params: Sequence[dict], sizes: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The sizes of the images the first pass makes of images of `sizes` under their draws
+    `params`: their own, or its Resize's (`[Resize(256), RandomResizedCrop(224)]`)."""
+    if not any(isinstance(t, Resize) for t in plan.first):
+        return list(sizes)
+    return [tuple(int(v) for v in p["resize"]) for p in params]  # type: ignore[misc]
 
 
 def _check_first(step: Any, size: tuple[int, int]) -> None:
@@ -210,6 +221,7 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
     order, K the longest program of the batch). `sizes`: the images' (before a canvas step,
     whose params give the canvas's)."""
     n = len(params)
+    sizes = first_sizes(plan, params, sizes)
     if plan.canvas is not None:
         sizes = [plan.canvas.canvas_size(p, s) for p, s in zip(params, sizes)]
     ragged = plan.ragged and plan.out_size is None

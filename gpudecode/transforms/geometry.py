@@ -177,6 +177,11 @@ class Resize(Transform, converts="torchvision.Resize"):
     max_size) resizes the longer side to max_size."""
 
     group = "geometry"
+    keys = ("resize",)  # (its make_params key: a first pass's Resize holds it there, as a step its keys)
+
+    def inner(self) -> list["Resize"]:
+        """Itself: a first pass reads its steps' keys through inner() (transforms.first)."""
+        return [self]
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:

@@ -214,6 +214,13 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     if lead:  # (out of both lists: the first len(lead) steps that are not RGB; an RGB among them stays)
         at = _front(every, len(lead))
         steps, every = steps[len(lead):], [t for t in every[:at] if isinstance(t, RGB)] + every[at:]
+    if len(steps) > 1 and isinstance(steps[0], Resize) and steps[0].filter_modes[0] != "pil-nearest" and \
+            type(steps[1]) is RandomResizedCrop and not ragged:
+        # (`[Resize(256), RandomResizedCrop(224), ...]`: each image resized in the first pass, as torchvision's
+        # Resize of a uint8 image, by torch's ops: transforms.first.resized_images; the crop drawn in it)
+        colours_first = [*colours_first, steps[0]]
+        steps, every = steps[1:], [t for t in every if t is not steps[0]]
+        check_colours_first(colours_first, floats_first, given, grey, names)
     canvas: Any = steps[0] if steps and (getattr(steps[0], "canvas", False) or (  # (a warp that keeps the size:
         getattr(steps[0], "canvas_first", False) and len(steps) > 1 and steps[1].group == "geometry")) else None  # a
     # canvas where a geometry step follows it, as torchvision warps the whole image before the crop)
@@ -301,7 +308,7 @@ def _first_pass(colours: list[Transform], rest: "_AfterGeometry", names: str) ->
     if plan.channels == 1:
         raise TransformError(f"Grayscale(num_output_channels=1) before the geometry with {_names(colours)} cannot be "
                              f"fused: give Grayscale(num_output_channels=3), or put it after the geometry [{names}]")
-    steps = cast(tuple[_Step, ...], tuple(colours))  # (the program's groups' classes are steps)
+    steps = cast(tuple[_Step, ...], tuple(colours))  # (the program's groups' classes are steps; and a Resize)
     for t in steps:
         for u in t.inner():
             for k in u.keys:

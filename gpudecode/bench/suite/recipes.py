@@ -35,7 +35,9 @@ images, gpudecode runs `Compose.from_torchvision` of it.
   `[ToTensor(), Resize((224, 224)), Normalize]`, `[Resize((224, 224)),
   RandomRotation(15), RandomHorizontalFlip(), ...]` (the flip after the rotation), a
   transfer-learning script's Resize(224) alone and `[Grayscale(3), Resize(256),
-  CenterCrop(224), ...]`.
+  CenterCrop(224), ...]`, ColorJitter first, a tutorial's `[Resize(256),
+  RandomResizedCrop(224), ...]` (each image resized first) and a fine-tuning script's
+  `[RandomCrop(300), Resize(224), ...]`.
 
 - the batch step (--mixing): MixUp(0.2), CutMix(1.0) (gpudecode's, as the Loader runs
   torchvision's) and timm's Mixup (mixup 0.8, cutmix 1.0, label smoothing 0.1, as
@@ -243,6 +245,10 @@ def as_written() -> dict[str, object]:
             [v1.Grayscale(3), v1.Resize(256), v1.CenterCrop(224), *tail]),
         "ColorJitter first: ColorJitter(0.4, 0.4, 0.4, 0.1), RRC(224), flip": v1.Compose(
             [v1.ColorJitter(0.4, 0.4, 0.4, 0.1), v1.RandomResizedCrop(224), v1.RandomHorizontalFlip(), *tail]),
+        "a tutorial's: Resize(256), RRC(224), flip": v1.Compose(
+            [v1.Resize(256), v1.RandomResizedCrop(224), v1.RandomHorizontalFlip(), *tail]),
+        "fine-tuning: RandomCrop(300), Resize(224), flip": v1.Compose(
+            [v1.RandomCrop(300), v1.Resize(224), v1.RandomHorizontalFlip(), *tail]),
     }
 
 
@@ -384,7 +390,7 @@ def main() -> None:
     ap.add_argument("--as-written", action="store_true",
                     help="only recipes as scripts write them (rotation or flip first, CLIP's preprocess, "
                          "ToTensor first, a flip after the rotation, Resize(int) alone, Grayscale first, "
-                         "ColorJitter first)")
+                         "ColorJitter first, a Resize before RRC, RandomCrop then Resize)")
     a = ap.parse_args()
     shards, folder = build(a.images)
     if a.as_written:
