@@ -189,6 +189,22 @@ def test_the_first_pass_on_cuda_equals_the_cpu_twin(photos):
         assert float(diff.mean()) <= 0.1 / 255, (tf, float(diff.max()))
 
 
+def test_a_resize_first_on_cuda_is_torchvisions_resize_there(photos):
+    """`[Resize(96), RandomResizedCrop(64), ...]` on CUDA tensors: each image resized first
+    as torchvision's F.resize of a uint8 CUDA image (the float resample rounded, bit for
+    bit), then the kernel's crop of it, the CPU twin's crop of that same resized image."""
+    tvf = pytest.importorskip("torchvision.transforms.v2.functional")
+    imgs = [torch.from_numpy(p).permute(2, 0, 1).contiguous() for p in photos.values()]
+    tf = T.Compose([T.Resize(96), T.RandomResizedCrop(64), T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)])
+    params = tf.make_params([tuple(i.shape[1:]) for i in imgs], 2)
+    gpu = tf([i.cuda() for i in imgs], params)
+    crop = T.Compose([T.RandomResizedCrop(64), T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)])
+    resized = [tvf.resize(i.cuda(), [96], antialias=True).cpu() for i in imgs]
+    assert [tuple(r.shape[1:]) for r in resized] == [tuple(p["resize"]) for p in params]
+    want = crop(resized, [{k: v for k, v in p.items() if k != "resize"} for p in params])
+    assert float((gpu.cpu() - want).abs().max()) <= 2e-4
+
+
 def test_one_channel_outputs_on_cuda_equal_the_cpu_twin(photos):
     """Grayscale(1) and grey images (Compose(grey=True)): the kernel writing one channel
     three times (a stride-0 view), the one-channel contrast and noise, the erasing and a
