@@ -260,6 +260,15 @@ def test_a_resize_before_the_random_resized_crop(photo_batch):
         err = (got[k] - want).abs() * 255
         assert float(err.max()) < 1e-3, (k, float(err.max()))
     assert {p["flip"] for p in params} == {False, True}
+    drawn = T.Compose([T.RandomShortestSize((80, 96, 112), max_size=200), T.RandomResizedCrop(48),
+                       T.ToDtype(torch.float32, scale=True)])  # (a size drawn an image: the crop drawn in it)
+    params = drawn.make_params(sizes, 1)
+    got = drawn(photo_batch, params)
+    for k, (img, p) in enumerate(zip(photo_batch, params)):
+        resized = F.resize(img, list(p["resize"]), antialias=True)
+        want = F.resized_crop(F.to_dtype(resized, torch.float32, scale=True), *p["crop"], [48, 48], antialias=True)
+        assert float((got[k] - want).abs().max()) * 255 < 1e-3, k
+    assert len({tuple(p["resize"]) for p in params}) > 1
     jitter = T.Compose([T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.Resize((80, 90)), T.RandomResizedCrop(48),
                         T.ToDtype(torch.float32, scale=True)])
     assert [type(t) for t in jitter.plan.first] == [T.ColorJitter, T.Resize]

@@ -301,8 +301,8 @@ def _first_pass(colours: list[Transform], rest: "_AfterGeometry", names: str) ->
     draws' keys held in `rest`'s, so that a later step drawing one of them is refused."""
     if not colours:
         return ()
-    try:
-        plan = _plan(colours)
+    try:  # (with a Resize among them, images of their own sizes: RandomShortestSize's too)
+        plan = _plan(colours, ragged=any(t.group == "geometry" for t in colours))
     except TransformError as e:  # (named in the whole Compose)
         raise TransformError(f"{str(e).rsplit(' [', 1)[0]} [{names}]") from None
     if plan.channels == 1:
