@@ -157,6 +157,23 @@ class DecodedBatch:
     # a split decoder's engines on this batch: name -> (images, seconds busy on the host, the batch's span)
     engines: dict[str, tuple[int, float, float]] | None = None
 
+    @classmethod
+    def made(cls, pixels: torch.Tensor, shapes: Any, layout: str = "CHW", *, offsets: np.ndarray | None = None,
+             strides: np.ndarray | None = None) -> "DecodedBatch":
+        """Whole images made by a step before the kernel (a canvas, a first pass), of
+        `shapes` (h, w), packed one after the other in `pixels` in `layout` ("CHW" or
+        "HWC"), or at the given `offsets` with the given `strides`."""
+        shapes = np.asarray(shapes, np.int64).reshape(-1, 2)
+        n, area = len(shapes), shapes[:, 0] * shapes[:, 1]
+        if offsets is None:
+            offsets = np.concatenate([[0], np.cumsum(area * 3)[:-1]]).astype(np.int64)
+        if strides is None:  # (row, column, channel) byte strides
+            strides = (np.stack([shapes[:, 1], np.ones(n, np.int64), area], axis=1) if layout == "CHW" else
+                       np.stack([shapes[:, 1] * 3, np.full(n, 3), np.ones(n, np.int64)], axis=1))
+        boxes = np.zeros((n, 4), np.int64)
+        boxes[:, 2:] = shapes
+        return cls(pixels, np.asarray(offsets, np.int64), shapes, np.asarray(strides, np.int64), boxes, [None] * n)
+
     def settle(self) -> "DecodedBatch":
         """Completes the decoder's deferred checks (on a GPU they run on the stream and are
         waited for here, when the pixels are about to be used): an image the decoder said it

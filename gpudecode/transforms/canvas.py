@@ -248,8 +248,8 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
     total = sum(h * w * 3 for h, w in out_sizes)
     buf = (workspace.tensor("canvas", (total,), torch.uint8, pixels.device) if workspace is not None
            else torch.empty(total, dtype=torch.uint8, device=pixels.device))
-    shapes = np.asarray(out_sizes, np.int64).reshape(-1, 2)
-    offsets = np.concatenate([[0], np.cumsum(shapes[:, 0] * shapes[:, 1] * 3)[:-1]]).astype(np.int64)
+    made = DecodedBatch.made(buf, out_sizes, step.canvas_layout)
+    offsets = made.offsets
     planar = step.canvas_layout == "CHW"
     places = getattr(step, "places", False)
     ks = rows.tolist()
@@ -274,13 +274,7 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
         step.paint(region.view(3, ch, cw) if planar else region.view(ch, cw, 3), image, params[k], **part)
 
     each_on_threads(paint, len(ks), num_threads if pixels.device.type == "cpu" else 1)
-    if planar:  # (row, column, channel) byte strides of [3, h, w]
-        strides = np.stack([shapes[:, 1], np.ones(len(rows), np.int64), shapes[:, 0] * shapes[:, 1]], axis=1)
-    else:
-        strides = np.stack([shapes[:, 1] * 3, np.full(len(rows), 3), np.ones(len(rows), np.int64)], axis=1)
-    boxes = np.zeros((len(rows), 4), np.int64)
-    boxes[:, 2:] = shapes
-    return DecodedBatch(buf, offsets, shapes, strides.astype(np.int64), boxes, [None] * len(rows))
+    return made
 
 
 def _paint_part(step: Any, decoded: DecodedBatch, k: int, params: dict, size: tuple[int, int],

@@ -121,7 +121,7 @@ class Compose(Transform):
         (plan.first; transforms.first), as a Compose of their own: no geometry (a Resize
         before a RandomResizedCrop is resized after them: first.resized_images), images of
         several sizes in one launch (ragged), uint8; None without them."""
-        steps = [t for t in self.plan.first if t.group != "geometry"]  # (its Resize: first.resized_images)
+        steps = [t for t in self.plan.first if t is not self.plan.first_resize]  # (first.resized_images')
         if not steps:
             return None
         made = self.__dict__.get("_first_pass")  # (made once; out of the repr, as every _ attribute)
@@ -279,7 +279,7 @@ class Compose(Transform):
             made, made_params, made_sizes = idx, params, sizes
             if self.plan.first:  # (each whole image through the steps before the geometry: transforms.first)
                 decoded = first.build(self.first_pass, decoded, draws.dicts(), sizes, idx, stream=stream,
-                                      resize=next((t for t in self.plan.first if t.group == "geometry"), None),
+                                      resize=self.plan.first_resize,
                                       num_threads=num_threads, workspace=workspace)
                 made, made_params, made_sizes = (np.arange(len(idx)), [draws[k] for k in idx.tolist()],
                                                  [(int(h), int(w)) for h, w in decoded.shapes.tolist()])

@@ -147,7 +147,7 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
 def first_sizes(plan: "_Plan", params: Sequence[dict], sizes: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
     """The sizes of the images the first pass makes of images of `sizes` under their draws
     `params`: their own, or its Resize's (`[Resize(256), RandomResizedCrop(224)]`)."""
-    if not any(isinstance(t, Resize) for t in plan.first):
+    if plan.first_resize is None:
         return list(sizes)
     return [tuple(int(v) for v in p["resize"]) for p in params]  # type: ignore[misc]
 

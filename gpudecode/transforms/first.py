@@ -90,15 +90,7 @@ def _kernel_pass(first: Any, decoded: DecodedBatch, params: Sequence[dict], size
         offsets[members] = at + np.arange(n, dtype=np.int64) * (3 * h * w)
         strides[members] = (w, 1, h * w)  # (row, column, channel) byte strides of the launch's [3, h, w]
         at += n * 3 * h * w
-    return _batch(buf, offsets, out_sizes, strides)
-
-
-def _batch(buf: torch.Tensor, offsets: np.ndarray, out_sizes: Sequence[tuple[int, int]],
-           strides: np.ndarray) -> DecodedBatch:
-    shapes = np.asarray(out_sizes, np.int64).reshape(-1, 2)
-    boxes = np.zeros((len(shapes), 4), np.int64)
-    boxes[:, 2:] = shapes
-    return DecodedBatch(buf, offsets, shapes, strides, boxes, [None] * len(shapes))
+    return DecodedBatch.made(buf, out_sizes, offsets=offsets, strides=strides)
 
 
 def resize_image(image: torch.Tensor, size: tuple[int, int], mode: str, antialias: bool) -> torch.Tensor:
@@ -128,13 +120,12 @@ def resized_images(resize: Any, decoded: DecodedBatch, out_sizes: Sequence[tuple
     workspace's "resized" buffer on their device; on the CPU on up to `num_threads`
     threads, an image at a time each."""
     out_sizes = [(int(h), int(w)) for h, w in out_sizes]
-    shapes = np.asarray(out_sizes, np.int64).reshape(-1, 2)
-    offsets = np.concatenate([[0], np.cumsum(shapes[:, 0] * shapes[:, 1] * 3)[:-1]]).astype(np.int64)
-    total = int((shapes[:, 0] * shapes[:, 1]).sum()) * 3
+    total = sum(h * w * 3 for h, w in out_sizes)
     device = decoded.pixels.device
     buf = (workspace.tensor("resized", (max(total, 1),), torch.uint8, device) if workspace is not None
            else torch.empty(max(total, 1), dtype=torch.uint8, device=device))
-    mode, ks = resize.filter_modes[0], rows.tolist()
+    made = DecodedBatch.made(buf, out_sizes)
+    offsets, mode, ks = made.offsets, resize.filter_modes[0], rows.tolist()
 
     def one(i: int) -> None:
         k = ks[i]
@@ -146,8 +137,7 @@ def resized_images(resize: Any, decoded: DecodedBatch, out_sizes: Sequence[tuple
             resize_image(image, (oh, ow), mode, resize.antialias))
 
     each_on_threads(one, len(ks), (num_threads or os.cpu_count() or 1) if device.type == "cpu" else 1)
-    strides = np.stack([shapes[:, 1], np.ones(len(ks), np.int64), shapes[:, 0] * shapes[:, 1]], axis=1)
-    return _batch(buf, offsets, out_sizes, strides.astype(np.int64))
+    return made
 
 
 def groups(sizes: Sequence[tuple[int, int]], waste: float = 2.0,

@@ -52,9 +52,8 @@ def refusal(plan: "_Plan") -> str | None:
     canvas = plan.canvas
     if canvas is not None and not (getattr(canvas, "places", False) or getattr(canvas, "follows", False)):
         return f"{type(canvas).__name__} makes each image a canvas of its own"
-    resized = next((type(t).__name__ for t in plan.first if t.group == "geometry"), None)
-    if resized is not None:
-        return f"{resized} before RandomResizedCrop resizes each whole image first"
+    if plan.first_resize is not None:
+        return f"{type(plan.first_resize).__name__} before RandomResizedCrop resizes each whole image first"
     moved = next((type(u).__name__ for t in plan.first for u in t.inner() if u.moves and len(u.inner()) == 1), None)
     if moved is not None:
         return f"{moved} before the geometry moves pixels in each whole image"

@@ -78,6 +78,12 @@ class _Plan:
                                         or self.crop_resized)
 
     @property
+    def first_resize(self) -> Resize | None:
+        """The first pass's Resize (`[Resize(256), RandomResizedCrop(224)]`), which resizes
+        each whole image after its other steps (transforms.first.resized_images)."""
+        return next((t for t in self.first if isinstance(t, Resize)), None)  # type: ignore[return-value]
+
+    @property
     def makes_images(self) -> bool:
         """The kernel reads images made from the decoded ones before it (a canvas step's, a
         first pass's): made of whole images at their sizes, so decoders decode them whole
