@@ -30,6 +30,10 @@ if "NUMBA_ENABLE_CUDASIM" not in os.environ:
             from numba.core import config
 
             config.reload_config()  # else numba.cuda reads the old value unless a compile reloaded it
+if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # (its scheduler yields to the block's threads: simulator.py)
+    import simulator
+
+    simulator.quicken()
 
 import numpy as np
 import pytest

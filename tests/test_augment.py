@@ -5,9 +5,6 @@ ops replaying the same parameters on real photographs, the CUDA kernel (simulato
 against the CPU twin, and the draws against torchvision's own draws."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -19,6 +16,7 @@ from scipy import stats
 
 from gpudecode import transforms as T
 from gpudecode.errors import TransformError
+from simulator import run_code
 from tvref import torchvision_apply
 
 OUT = (40, 40)
@@ -213,10 +211,7 @@ def test_cuda_kernel_equals_cpu_twin_under_the_simulator():
             assert big.mean() <= 0.01, (out_dtype, diff.max(), big.mean())
         print("ok")
         """)
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
-               PYTHONPATH=os.path.dirname(__file__) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
+    run_code(code, timeout=600)
 
 
 # ---- the draws, against torchvision's ---------------------------------------------------------

@@ -5,9 +5,6 @@ the noise and erasing are one channel's). The kernel holds the channel as three 
 and writes the first; torchvision's functional ops on the 1-channel image are the reference."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -20,6 +17,7 @@ from torch.utils.data import TensorDataset
 import gpudecode
 from gpudecode import transforms as T
 from gpudecode.errors import TransformError
+from simulator import run_code
 
 
 def chw(a: np.ndarray) -> torch.Tensor:
@@ -230,10 +228,7 @@ def test_the_one_channel_kernel_under_the_cuda_simulator_equals_the_cpu_twin():
         assert np.abs(out - cpu).max() < 1e-4, np.abs(out - cpu).max()
         print("ok")
         """)
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
-               PYTHONPATH=os.path.dirname(__file__) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
+    run_code(code, timeout=300)
 
 
 # -- images of one channel from the start: Compose(grey=True), a grey set's Loader ---------------

@@ -6,9 +6,6 @@ exactly, float to an ulp). And "pil-nearest", Pillow's NEAREST (timm's "nearest"
 to Pillow's resize the same ways."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
@@ -19,6 +16,7 @@ import torchvision.transforms.v2.functional as F
 
 from gpudecode import transforms as T
 from gpudecode.errors import TransformError
+from simulator import run_code
 
 MODES = {"nearest": tv.InterpolationMode.NEAREST, "nearest-exact": tv.InterpolationMode.NEAREST_EXACT}
 
@@ -189,7 +187,4 @@ def test_the_cuda_kernel_takes_the_same_pixel_under_the_simulator():
                 assert np.abs(out[k] - want / np.float32(255)).max() <= 1e-7, (mode, k)
         print("ok")
         """)
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
-               PYTHONPATH=os.path.dirname(__file__) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=600)
-    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
+    run_code(code, timeout=600)

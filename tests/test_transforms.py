@@ -15,6 +15,7 @@ from scipy import stats
 from gpudecode import DecodeError, TransformError
 from gpudecode import transforms as T
 
+from simulator import run_code
 from tvref import torchvision_apply
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -566,9 +567,6 @@ def test_pixel_ops_match_torchvision_on_real_photos(photo_batch, p):
 def test_pixel_ops_cuda_kernel_equals_cpu_twin_under_the_simulator():
     """Every op id of the program through the CUDA kernel (simulator) and the CPU twin, on
     crops of real photographs (the CPU twin is compared with torchvision above)."""
-    import os
-    import subprocess
-    import sys
     import textwrap
 
     code = textwrap.dedent("""
@@ -596,10 +594,7 @@ def test_pixel_ops_cuda_kernel_equals_cpu_twin_under_the_simulator():
         assert np.abs(out - cpu).max() < 1e-4, np.abs(out - cpu).max()
         print("ok")
         """)
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
-               PYTHONPATH=os.path.dirname(__file__) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
-    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
+    run_code(code, timeout=300)
 
 
 def test_pixel_ops_from_torchvision_and_where_they_may_stand():
