@@ -252,7 +252,7 @@ def test_a_resize_before_the_random_resized_crop(photo_batch):
     got = tf(photo_batch, params)
     for k, (img, p) in enumerate(zip(photo_batch, params)):
         resized = F.resize(img, [96], antialias=True)
-        assert tuple(p["resize"]) == tuple(resized.shape[1:])
+        assert tuple(p["first_resize"]) == tuple(resized.shape[1:])
         t, l, h, w = p["crop"]
         assert t + h <= resized.shape[1] and l + w <= resized.shape[2]
         want = F.resized_crop(F.to_dtype(resized, torch.float32, scale=True), t, l, h, w, [64, 64], antialias=True)
@@ -265,10 +265,10 @@ def test_a_resize_before_the_random_resized_crop(photo_batch):
     params = drawn.make_params(sizes, 1)
     got = drawn(photo_batch, params)
     for k, (img, p) in enumerate(zip(photo_batch, params)):
-        resized = F.resize(img, list(p["resize"]), antialias=True)
+        resized = F.resize(img, list(p["first_resize"]), antialias=True)
         want = F.resized_crop(F.to_dtype(resized, torch.float32, scale=True), *p["crop"], [48, 48], antialias=True)
         assert float((got[k] - want).abs().max()) * 255 < 1e-3, k
-    assert len({tuple(p["resize"]) for p in params}) > 1
+    assert len({tuple(p["first_resize"]) for p in params}) > 1
     jitter = T.Compose([T.ColorJitter(0.4, 0.4, 0.4, 0.1), T.Resize((80, 90)), T.RandomResizedCrop(48),
                         T.ToDtype(torch.float32, scale=True)])
     assert [type(t) for t in jitter.plan.first] == [T.ColorJitter, T.Resize]

@@ -200,8 +200,8 @@ def test_a_resize_first_on_cuda_is_torchvisions_resize_there(photos):
     gpu = tf([i.cuda() for i in imgs], params)
     crop = T.Compose([T.RandomResizedCrop(64), T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)])
     resized = [tvf.resize(i.cuda(), [96], antialias=True).cpu() for i in imgs]
-    assert [tuple(r.shape[1:]) for r in resized] == [tuple(p["resize"]) for p in params]
-    want = crop(resized, [{k: v for k, v in p.items() if k != "resize"} for p in params])
+    assert [tuple(r.shape[1:]) for r in resized] == [tuple(p["first_resize"]) for p in params]
+    want = crop(resized, [{k: v for k, v in p.items() if k != "first_resize"} for p in params])
     assert float((gpu.cpu() - want).abs().max()) <= 2e-4
 
 

@@ -191,6 +191,26 @@ def test_a_random_crop_then_a_resize_is_torchvisions(photos, mode):
         T.Compose([T.RandomCrop(64, padding=4), T.Resize(32)])
 
 
+def test_a_resize_then_a_random_crop_then_a_resize(photos):
+    """`[Resize(300), RandomCrop(256), Resize(224), ...]`: the first Resize of each whole
+    image (torchvision's F.resize of a uint8 image, bit for bit: torch's own ops), then its
+    crop resized by the kernel as above; its size drawn under a key of its own, so the
+    geometry's Resize does not take it. torchvision's ops replaying the draws."""
+    tf = T.Compose.from_torchvision(v1.Compose([v1.Resize(120), v1.RandomCrop((96, 100)), v1.Resize(64),
+                                                v1.ToTensor()]))
+    assert isinstance(tf.plan.first[0], T.Resize) and tf.plan.crop_resized and tf.plan.out_size == (64, 66)
+    imgs = [chw(p[::2, ::2]) for p in photos.values()]
+    sizes = [tuple(i.shape[1:]) for i in imgs]
+    params = tf.make_params(sizes, 7)
+    assert tf.decode_boxes(params, sizes) == [(0, 0, h, w) for h, w in sizes]  # (whole images: the first pass's)
+    got = tf(imgs, params)
+    for k, (img, p) in enumerate(zip(imgs, params)):
+        resized = F.resize(img, [120], antialias=True)
+        assert tuple(p["first_resize"]) == tuple(resized.shape[1:])
+        x = F.resize(F.crop(F.to_dtype(resized, torch.float32, scale=True), *p["crop"]), [64], antialias=True)
+        assert float((got[k] - x).abs().max()) * 255 < 1e-2, k
+
+
 def test_a_random_crop_then_a_resize_in_the_loader(tmp_path, photos):
     """Through the Loader from PNG shards, two epochs: each batch the Compose's call on
     Pillow's decode with the Loader's draws, value for value."""

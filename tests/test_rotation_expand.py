@@ -304,3 +304,44 @@ def test_canvases_and_post_warps_on_several_threads_are_one_threads(photo_batch,
         assert len(calls) <= 2 + 2 * 2 < len(photo_batch)
     finally:
         torch.set_num_threads(before)
+
+
+# -- a Resize before the warp (`[Resize(256), RandomRotation(15), CenterCrop(224)]`) ---------------------------
+
+@pytest.mark.parametrize("kind", ["rotation", *WARPS])
+def test_a_resize_then_a_warp_then_a_crop_as_fine_tuning_recipes_write_it(photo_batch, kind):
+    """A Resize, a warp, then a crop (v1, as fine-tuning recipes write it): each whole
+    image resized in the first pass (F.resize of a uint8 image), warped whole at its new
+    size (the warp's draws for that size: RandomAffine's translation), then cropped;
+    torchvision's functional ops replaying the draws, bit for bit; the same through a
+    Pad and a RandomCrop. The decoders decode whole images."""
+    import torchvision.transforms as v1
+
+    warp, replay, mode = {  # (v1's interpolations: nearest, but the perspective's bilinear)
+        "rotation": (v1.RandomRotation(25), lambda x, p, m, f: F.rotate(x, p["rotation"]["angle"], m, fill=f),
+                     NEAREST),
+        "affine": (v1.RandomAffine(20, translate=(0.1, 0.2), shear=(-5, 5)), _affine, NEAREST),
+        "perspective": (v1.RandomPerspective(0.6, 1.0), _perspective, BILINEAR)}[kind]
+    tf = T.Compose.from_torchvision(v1.Compose([v1.Resize(40), warp, v1.CenterCrop(32), v1.RandomHorizontalFlip(),
+                                                v1.PILToTensor()]))
+    assert isinstance(tf.plan.first[0], T.Resize) and tf.plan.canvas is not None and tf.plan.program == ()
+    sizes = [tuple(i.shape[1:]) for i in photo_batch]
+    params = tf.make_params(sizes * 2, 6)
+    assert tf.decode_boxes(params, sizes * 2) == [(0, 0, h, w) for h, w in sizes * 2]
+    got = tf(photo_batch * 2, params)
+    for k, (img, p) in enumerate(zip(photo_batch * 2, params)):
+        x = replay(F.resize(img, [40], antialias=True), p, mode, [0.0] * 3)  # (v1's fill=0: a fill given)
+        x = F.center_crop(x, [32, 32])
+        assert torch.equal(got[k], F.horizontal_flip(x) if p["flip"] else x), (k, p)
+    assert {p["flip"] for p in params} == {False, True}
+    pad = T.Compose([T.Resize((30, 36)), T.Pad(4, fill=(9, 80, 200)), T.RandomCrop(32)])
+    assert isinstance(pad.plan.first[0], T.Resize) and pad.plan.canvas is None  # (the Pad is the crop's padding)
+    centred = T.Compose([T.Resize(24), T.Pad((3, 5)), T.CenterCrop(30)])
+    for tf, pads in ((pad, [4, 4, 4, 4]), (centred, [3, 5, 3, 5])):
+        params = tf.make_params(sizes, 2)
+        for img, p, out in zip(photo_batch, params, tf(photo_batch, params)):
+            x = F.pad(F.resize(img, list(p["first_resize"]), antialias=True), pads,
+                      fill=[9, 80, 200] if tf is pad else 0)
+            t, l, h, w = p["crop"]  # (RandomCrop's offsets in the image before its padding)
+            want = F.crop(x, t + 4, l + 4, h, w) if tf is pad else F.center_crop(x, [30, 30])
+            assert torch.equal(out, want), p

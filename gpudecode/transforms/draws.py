@@ -98,9 +98,11 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
         size = (h, w)
         for step in plan.first:  # (the first pass: on the whole image, in the Compose's order)
             d = step.draw(rng, size)
-            p.update(d)
             _check_first(step, size)
-            size = d.get("resize", size)  # (its Resize's: what the steps after it see)
+            if step is plan.first_resize:  # (its Resize's size, what the steps after it see, under a key of its
+                d = {"first_resize": d["resize"]}  # own: a Resize of the geometry draws "resize")
+                size = d["first_resize"]
+            p.update(d)
         if plan.canvas is not None:
             d = plan.canvas.draw(rng, size)
             size = plan.canvas.canvas_size(d, size)
@@ -149,7 +151,7 @@ def first_sizes(plan: "_Plan", params: Sequence[dict], sizes: Sequence[tuple[int
     `params`: their own, or its Resize's (`[Resize(256), RandomResizedCrop(224)]`)."""
     if plan.first_resize is None:
         return list(sizes)
-    return [tuple(int(v) for v in p["resize"]) for p in params]  # type: ignore[misc]
+    return [tuple(int(v) for v in p["first_resize"]) for p in params]  # type: ignore[misc]
 
 
 def _check_first(step: Any, size: tuple[int, int]) -> None:

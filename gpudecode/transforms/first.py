@@ -38,7 +38,7 @@ def build(first: Any, decoded: DecodedBatch, params: Sequence[dict], sizes: Sequ
           workspace: Workspace | None = None) -> DecodedBatch:
     """Images `rows` of `decoded` (whole images of `sizes`, drawn for with `params`)
     through the Compose `first` (None: no such steps), then the first pass's `resize` (a
-    Resize before a RandomResizedCrop: resized_images), as a DecodedBatch of its outputs in
+    Resize before a RandomResizedCrop or a canvas step: resized_images), as a DecodedBatch of its outputs in
     `rows`' order: uint8 [3, h, w] each, in one buffer on the images' device (the
     workspace's "first" buffer, reused batch after batch; a new one without it), each at
     the top-left of its launch's size (`groups`): its strides say where its rows lie.
@@ -57,7 +57,7 @@ def build(first: Any, decoded: DecodedBatch, params: Sequence[dict], sizes: Sequ
         decoded = _kernel_pass(first, decoded, params, sizes, rows, stream, num_threads, workspace)
         params, sizes, rows = [params[k] for k in rows.tolist()], [sizes[k] for k in rows.tolist()], np.arange(len(rows))
     if resize is not None:
-        decoded = resized_images(resize, decoded, [tuple(params[k]["resize"]) for k in rows.tolist()], rows,
+        decoded = resized_images(resize, decoded, [tuple(params[k]["first_resize"]) for k in rows.tolist()], rows,
                                  num_threads=num_threads, workspace=workspace)
     return decoded
 

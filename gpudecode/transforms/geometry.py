@@ -177,7 +177,7 @@ class Resize(Transform, converts="torchvision.Resize"):
     max_size) resizes the longer side to max_size."""
 
     group = "geometry"
-    keys = ("resize",)  # (its make_params key: a first pass's Resize holds it there, as a step its keys)
+    keys = ("resize",)  # (its make_params key; a first pass's Resize draws "first_resize": draws.python_params)
 
     def inner(self) -> list["Resize"]:
         """Itself: a first pass reads its steps' keys through inner() (transforms.first)."""

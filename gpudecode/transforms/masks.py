@@ -53,7 +53,8 @@ def refusal(plan: "_Plan") -> str | None:
     if canvas is not None and not (getattr(canvas, "places", False) or getattr(canvas, "follows", False)):
         return f"{type(canvas).__name__} makes each image a canvas of its own"
     if plan.first_resize is not None:
-        return f"{type(plan.first_resize).__name__} before RandomResizedCrop resizes each whole image first"
+        return f"{type(plan.first_resize).__name__} before {type(plan.canvas or plan.geometry[0]).__name__} resizes " \
+            "each whole image first"
     moved = next((type(u).__name__ for t in plan.first for u in t.inner() if u.moves and len(u.inner()) == 1), None)
     if moved is not None:
         return f"{moved} before the geometry moves pixels in each whole image"

@@ -180,8 +180,6 @@ class _Plan:
         return p
 
 
-
-
 def _names(steps: Sequence[Any], width: int = 60) -> str:
     """The steps' class names for a message, shortened to about `width` characters."""
     names = [type(t).__name__ for t in steps]
@@ -221,9 +219,11 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         at = _front(every, len(lead))
         steps, every = steps[len(lead):], [t for t in every[:at] if isinstance(t, RGB)] + every[at:]
     if len(steps) > 1 and isinstance(steps[0], Resize) and steps[0].filter_modes[0] != "pil-nearest" and \
-            type(steps[1]) is RandomResizedCrop and not ragged:
-        # (`[Resize(256), RandomResizedCrop(224), ...]`: each image resized in the first pass, as torchvision's
-        # Resize of a uint8 image, by torch's ops: transforms.first.resized_images; the crop drawn in it)
+            not ragged and (type(steps[1]) is RandomResizedCrop or _crop_then_resize(steps[1:3])
+                            or (not lead and _canvas_then_geometry(steps[1:]))):  # (a flip first: not a warp's)
+        # (`[Resize(256), RandomResizedCrop(224)]`, `[Resize(300), RandomCrop(256), Resize(224)]`, `[Resize(256),
+        # RandomRotation(15), CenterCrop(224)]`: each image resized first, as torchvision's Resize of a uint8 image
+        # by torch's ops, transforms.first.resized_images; the crop, or the canvas step, drawn in it)
         colours_first = [*colours_first, steps[0]]
         steps, every = steps[1:], [t for t in every if t is not steps[0]]
         check_colours_first(colours_first, floats_first, given, grey, names)
@@ -337,6 +337,13 @@ def _crop_then_resize(geometry: Sequence[Transform]) -> bool:
     """A crop of a fixed size (CenterCrop's, or RandomCrop's without padding), then a Resize."""
     return len(geometry) == 2 and type(geometry[1]) is Resize and (
         isinstance(geometry[0], CenterCrop) or (type(geometry[0]) is RandomCrop and not any(geometry[0].padding)))
+
+
+def _canvas_then_geometry(steps: Sequence[Transform]) -> bool:
+    """A canvas step (one of its own, or a warp at the image's size) and a geometry step
+    after it: what follows a Resize that runs in the first pass."""
+    return len(steps) > 1 and (getattr(steps[0], "canvas", False) or getattr(steps[0], "canvas_first", False)) \
+        and steps[1].group == "geometry"
 
 
 def _fixed_size(geometry: Sequence[Transform]) -> tuple[int, int] | None:

@@ -249,6 +249,8 @@ def as_written() -> dict[str, object]:
             [v1.Resize(256), v1.RandomResizedCrop(224), v1.RandomHorizontalFlip(), *tail]),
         "fine-tuning: RandomCrop(300), Resize(224), flip": v1.Compose(
             [v1.RandomCrop(300), v1.Resize(224), v1.RandomHorizontalFlip(), *tail]),
+        "fine-tuning: Resize(256), RandomRotation(15), CenterCrop(224)": v1.Compose(
+            [v1.Resize(256), v1.RandomRotation(15), v1.CenterCrop(224), v1.RandomHorizontalFlip(), *tail]),
     }
 
 
@@ -390,7 +392,8 @@ def main() -> None:
     ap.add_argument("--as-written", action="store_true",
                     help="only recipes as scripts write them (rotation or flip first, CLIP's preprocess, "
                          "ToTensor first, a flip after the rotation, Resize(int) alone, Grayscale first, "
-                         "ColorJitter first, a Resize before RRC, RandomCrop then Resize)")
+                         "ColorJitter first, a Resize before RRC, RandomCrop then Resize, Resize then rotation then "
+                         "CenterCrop)")
     a = ap.parse_args()
     shards, folder = build(a.images)
     if a.as_written:
