@@ -10,7 +10,10 @@ half its time there. quicken() replaces that loop with one that yields the GIL o
 turn (time.sleep(0)) and is otherwise the same: the threads are released together when
 all live ones wait, the first exception aborts the others and is raised. It changes no
 thread's work, only when the scheduler looks; where numba's BlockManager is not the one
-it was written for (its attributes differ), it leaves numba's loop in place."""
+it was written for (its attributes differ), it leaves numba's loop in place. The block's
+threads run without a trace function: under coverage (which omits the kernels' device
+code, pyproject.toml) each Python call there would still reach its tracer, and the
+simulator makes many."""
 from __future__ import annotations
 
 import os
@@ -40,6 +43,7 @@ def quicken() -> bool:
 
     def run(self, grid_point, *args):  # (BlockManager.run's contract: run one block to its end)
         def target():
+            sys.settrace(None)  # (no line tracing of the device code: coverage omits it, pyproject.toml)
             self._f(*args)
 
         threads = [thread(target, self, grid_point, point, self._debug) for point in np.ndindex(*self._block_dim)]

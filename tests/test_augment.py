@@ -193,16 +193,16 @@ def test_cuda_kernel_equals_cpu_twin_under_the_simulator():
                  T.RandomPerspective(0.5, 0.5, "bilinear", fill=(20, 40, 60)),
                  T.RandomPhotometricDistort(p=0.7), T.RandomChannelPermutation(), T.GaussianNoise(sigma=0.05),
                  T.Normalize([0.5] * 3, [0.25] * 3)]
-        for out_dtype in ("float32", "uint8"):
+        for out_dtype, n in (("float32", 6), ("uint8", 2)):  # (uint8: the output's rounding, on fewer images)
             tf = T.Compose(steps if out_dtype == "float32" else steps[:-1])
-            sizes = [tuple(i.shape[1:]) for i in imgs]
+            sizes = [tuple(i.shape[1:]) for i in imgs[:n]]
             params = tf.make_params(sizes, 11)
-            cpu = tf(imgs, params).numpy().astype(np.float32)
+            cpu = tf(imgs[:n], params).numpy().astype(np.float32)
             geom, args, order = tf.encode(params, sizes)
             assert fused.barrier_levels(order) >= 4, order
-            src = pack_hwc(imgs, geom, sizes)
+            src = pack_hwc(imgs[:n], geom, sizes)
             mean, std = tf._norm_arrays()
-            out = np.zeros((6, 3, 12, 14), np.dtype(out_dtype))
+            out = np.zeros((n, 3, 12, 14), np.dtype(out_dtype))
             fused.fused_cuda(src, geom, args, order, mean, std, out, normalize=out_dtype == "float32")
             diff = np.abs(out.astype(np.float32) - cpu)
             # equalize: a value an ulp from a bin edge (the two targets sum the blur in

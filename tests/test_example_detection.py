@@ -22,8 +22,10 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "detection" / "trai
 
 
 def _run(tmp_path, *extra):
-    p = subprocess.run([sys.executable, str(EXAMPLE), *extra], cwd=tmp_path, capture_output=True, text=True,
-                       timeout=600)
+    """The example with `extra`, at 64 pixels (the model's work a quarter of the demo's 128:
+    the same steps, in a test's time)."""
+    p = subprocess.run([sys.executable, str(EXAMPLE), "--size", "64", *extra], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return p.stdout
 
