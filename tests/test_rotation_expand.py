@@ -13,6 +13,7 @@ import torchvision.transforms.v2.functional as F
 from scipy import stats
 
 from gpudecode import transforms as T
+from gpudecode.transforms import canvas
 from gpudecode.errors import TransformError
 
 NEAREST, BILINEAR = tv.InterpolationMode.NEAREST, tv.InterpolationMode.BILINEAR
@@ -334,6 +335,13 @@ def test_a_resize_then_a_warp_then_a_crop_as_fine_tuning_recipes_write_it(photo_
         x = F.center_crop(x, [32, 32])
         assert torch.equal(got[k], F.horizontal_flip(x) if p["flip"] else x), (k, p)
     assert {p["flip"] for p in params} == {False, True}
+    geom = tf.encode(params, sizes * 2)[0]  # (a rotation's and an affine's canvas: only the crop's part painted)
+    assert (canvas.windows(tf.plan, geom, (32, 32)) is not None) == (kind != "perspective")
+    crop = T.Compose.from_torchvision(v1.Compose([v1.Resize(40), warp, v1.RandomCrop((30, 34)), v1.PILToTensor()]))
+    params = crop.make_params(sizes, 2)
+    for img, p, out in zip(photo_batch, params, crop(photo_batch, params)):
+        x = replay(F.resize(img, [40], antialias=True), p, mode, [0.0] * 3)
+        assert torch.equal(out, F.crop(x, *p["crop"])), p
     pad = T.Compose([T.Resize((30, 36)), T.Pad(4, fill=(9, 80, 200)), T.RandomCrop(32)])
     assert isinstance(pad.plan.first[0], T.Resize) and pad.plan.canvas is None  # (the Pad is the crop's padding)
     centred = T.Compose([T.Resize(24), T.Pad((3, 5)), T.CenterCrop(30)])

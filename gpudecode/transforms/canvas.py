@@ -27,13 +27,15 @@ import torch
 
 from ..decode._base import DecodedBatch
 from ..errors import TransformError
+from ..kernels import fused
 from ..kernels.cpu_twin import each_on_threads
 from ..kernels.workspace import Workspace
 from .base import Transform
+from .geometry import CenterCrop, RandomCrop
 from .convert import levels
 from .args import on_device, pad_fill
 
-__all__ = ["CanvasStep", "Pad", "RandomZoomOut", "build"]
+__all__ = ["CanvasStep", "Pad", "RandomZoomOut", "build", "windows"]
 
 
 class CanvasStep(Protocol):
@@ -274,6 +276,34 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
         step.paint(region.view(3, ch, cw) if planar else region.view(ch, cw, 3), image, params[k], **part)
 
     each_on_threads(paint, len(ks), num_threads if pixels.device.type == "cpu" else 1)
+    return made
+
+
+def windows(plan: Any, geom: np.ndarray, out: tuple[int, int]) -> np.ndarray | None:
+    """The part of each canvas the geometry reads (int64 [N, 4]: top, left, height, width),
+    where only that part need be made (build's `windows`), else None: a crop resized
+    (RandomResizedCrop's) of a canvas that places its image or of a warp that paints a
+    window: the crop; a crop of the output's size (`out`) inside a warp's canvas
+    (CenterCrop's, RandomCrop's, read 1:1): that crop. `geom`'s columns are made those of
+    the window, read from its top-left."""
+    step, g = plan.canvas, geom
+    paints = getattr(step, "paints_window", False)
+    if plan.rrc and (paints or getattr(step, "places", False)):
+        made = g[:, fused.TOP:fused.BW + 1].copy()
+        g[:, fused.TOP] = g[:, fused.LEFT] = 0
+        return made
+    oh, ow = out
+    if not paints or plan.rrc or plan.ragged or len(plan.geometry) != 1 or \
+            type(plan.geometry[0]) not in (CenterCrop, RandomCrop):
+        return None
+    top, left = g[:, fused.OY], g[:, fused.OX]
+    if not ((g[:, fused.VH] == g[:, fused.H]) & (g[:, fused.VW] == g[:, fused.W]) & (top >= 0) & (left >= 0)
+            & (top + oh <= g[:, fused.VH]) & (left + ow <= g[:, fused.VW])).all():  # (a crop padded: the whole canvas)
+        return None
+    made = np.stack([top, left, np.full_like(top, oh), np.full_like(top, ow)], axis=1)
+    g[:, fused.TOP:fused.BW + 1] = (0, 0, oh, ow)
+    g[:, fused.VH], g[:, fused.VW] = oh, ow
+    g[:, fused.OY] = g[:, fused.OX] = 0
     return made
 
 

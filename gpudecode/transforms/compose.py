@@ -283,15 +283,10 @@ class Compose(Transform):
                                       num_threads=num_threads, workspace=workspace)
                 made, made_params, made_sizes = (np.arange(len(idx)), [draws[k] for k in idx.tolist()],
                                                  [(int(h), int(w)) for h, w in decoded.shapes.tolist()])
-            if self.plan.canvas is not None:
-                # (a crop of a canvas that places its image, RandomZoomOut's: only the crop is made, and read whole)
-                windows = (geom[:, fused.TOP:fused.BW + 1].copy() if self.plan.rrc and (
-                    getattr(self.plan.canvas, "places", False) or getattr(self.plan.canvas, "paints_window", False))
-                           else None)
+            if self.plan.canvas is not None:  # (only the part of each canvas the crop reads, where it can)
+                windows = canvas.windows(self.plan, geom, (int(view.shape[2]), int(view.shape[3])))
                 decoded = canvas.build(self.plan.canvas, decoded, made_params, made_sizes, made, workspace, windows,
                                       num_threads=num_threads or (os.cpu_count() or 1))
-                if windows is not None:
-                    geom[:, fused.TOP] = geom[:, fused.LEFT] = 0
             read = np.arange(len(idx))
         geom[:, fused.OFFSET] = decoded.offsets[read]
         geom[:, fused.H:fused.W + 1] = decoded.shapes[read]
