@@ -34,6 +34,9 @@ if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":  # (its scheduler yields to th
     import simulator
 
     simulator.quicken()
+import untraced  # noqa: E402  (numba's compiles without coverage's tracer: tests/untraced.py)
+
+untraced.untrace_compiles()
 
 import numpy as np
 import pytest
