@@ -362,6 +362,62 @@ def test_wrappers_run_their_steps_as_drawn(photo_batch):
         assert float(((got[k] - x).abs() * 255 > 1.0).float().mean()) <= 0.01, (k, p)
 
 
+def test_a_compose_inside_a_container_stays_one_item(photo_batch):
+    """torchvision's RandomChoice([Compose([a, b]), c]) runs a then b, or c; RandomOrder
+    shuffles the Compose as one item: converted, and written with our Compose, they keep
+    it whole (its steps were spread out, so RandomOrder shuffled a, b and c), against
+    torchvision's functional ops for the drawn choice and order."""
+    their = tv.Compose([tv.RandomResizedCrop(OUT),
+                        tv.RandomOrder([tv.Compose([tv.RandomEqualize(1.0), tv.RandomPosterize(3, 1.0)]),
+                                        tv.RandomInvert(1.0)]),
+                        tv.RandomChoice([tv.Compose([tv.RandomAutocontrast(1.0), tv.RandomSolarize(100, 1.0)]),
+                                         tv.RandomAdjustSharpness(2.5, 1.0)]),
+                        tv.ToDtype(torch.float32, scale=True)])
+    ours = T.Compose([T.RandomResizedCrop(OUT),
+                      T.RandomOrder([T.Compose([T.RandomEqualize(1.0), T.RandomPosterize(3, 1.0)]),
+                                     T.RandomInvert(1.0)]),
+                      T.RandomChoice([T.Compose([T.RandomAutocontrast(1.0), T.RandomSolarize(100, 1.0)]),
+                                      T.RandomAdjustSharpness(2.5, 1.0)]),
+                      T.ToDtype(torch.float32, scale=True)])
+    sizes = [tuple(im.shape[1:]) for im in photo_batch]
+    order = [lambda x: F.posterize(F.equalize(x), 3), F.invert]
+    choice = [lambda x: F.solarize(F.autocontrast(x), 100 / 255), lambda x: F.adjust_sharpness(x, 2.5)]
+    for tf in (T.Compose.from_torchvision(their), ours):
+        assert [len(step.transforms) for step in tf.plan.program] == [2, 2], tf
+        params = tf.make_params(sizes * 4, 5)
+        assert {tuple(p["random_order"]) for p in params} == {(0, 1), (1, 0)}
+        assert {p["choice"] for p in params} == {0, 1}
+        got = tf(photo_batch * 4, params)
+        for k, (img, p) in enumerate(zip(photo_batch * 4, params)):
+            x = torchvision_apply(img, {"crop": p["crop"]}, OUT)
+            for i in p["random_order"]:
+                x = order[i](x)
+            x = choice[p["choice"]](x)
+            assert float(((got[k] - x).abs() * 255 > 1.0).float().mean()) <= 0.01, (k, p)
+    assert repr(ours) == repr(eval(repr(ours), {"T": T, "torch": torch, **vars(T)}))  # (its repr makes it again)
+
+
+def test_a_compose_inside_a_compose_is_its_steps_in_place(photo_batch):
+    """Compose([Compose([Resize, CenterCrop]), flip, ...]) as torchvision runs it: the inner
+    steps in its place, the same images as the flat Compose's for a seed; options belong
+    to the outermost Compose; a choice among crops is refused with its reason."""
+    inner = T.Compose([T.Resize(44), T.CenterCrop(OUT)])
+    nested = T.Compose([inner, T.RandomHorizontalFlip(), T.Compose([T.ColorJitter(0.4, 0.4)]),
+                        T.Normalize([0.5] * 3, [0.25] * 3)])
+    flat = T.Compose([T.Resize(44), T.CenterCrop(OUT), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4),
+                      T.Normalize([0.5] * 3, [0.25] * 3)])
+    assert repr(nested) == repr(flat)
+    assert torch.equal(nested(photo_batch, seed=4), flat(photo_batch, seed=4))
+    with pytest.raises(TransformError, match="outermost"):
+        T.Compose([T.Compose([T.Resize(44)], layout="NHWC"), T.CenterCrop(OUT)])
+    with pytest.raises(TransformError, match=r"Compose\(\['Resize', 'CenterCrop'\]\) inside a container cannot"):
+        T.RandomChoice([T.RandomResizedCrop(OUT), T.Compose([T.Resize(44), T.CenterCrop(OUT)])])
+    with pytest.raises(TransformError, match=r"RandomResizedCrop in a choice would\s+give each image"):
+        T.RandomChoice([T.RandomResizedCrop(OUT), T.CenterCrop(OUT)])
+    with pytest.raises(TransformError, match=r"in a choice would\s+give each image"):
+        T.Compose.from_torchvision(tv.RandomChoice([tv.RandomResizedCrop(OUT), tv.CenterCrop(OUT)]))
+
+
 # ---- the recipes, converted --------------------------------------------------------------------
 
 def test_reference_timm_and_dino_recipes_convert(photo_batch):

@@ -40,7 +40,9 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
     - policies: TrivialAugmentWide, RandAugment, AutoAugment, AugMix; timm's RandAugment,
       AutoAugment, AugMixAugment (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3
       and the like)
-    - containers: RandomApply, RandomChoice, RandomOrder over the per-sample ops
+    - containers: RandomApply, RandomChoice, RandomOrder over the per-sample ops (a Compose
+      among their items: one item, its steps in order, as torchvision runs it; a Compose
+      inside a Compose: its steps in its place)
     - then: Normalize, ToTensor, ConvertImageDtype, ToDtype; then RandomErasing,
       LinearTransformation (last, in this order; LinearTransformation on a float output of
       one size); timm's ToTensor, MaybeToTensor, RandomErasing

@@ -37,7 +37,8 @@ GROUPS = {
                    "containers; the warps there are canvas steps)"),
     "policies": ("policies", "{tv}; timm's {timm} (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 "
                  "and the like)"),
-    "containers": ("containers", "{tv} over the per-sample ops"),
+    "containers": ("containers", "{tv} over the per-sample ops (a Compose among their items: one item, its steps "
+                   "in order, as torchvision runs it; a Compose inside a Compose: its steps in its place)"),
     "then": ("then", "{tv}; then {last} (last, in this order; LinearTransformation on a float output of one size); "
              "timm's {timm}, {timm_last}"),
     "last": None,  # (listed in "then"'s line)

@@ -10,7 +10,7 @@ import torch
 
 from ..decode._base import DecodedBatch, is_pil
 from ..decode._span import span
-from ..errors import DecodeError
+from ..errors import DecodeError, TransformError
 from ..kernels import fused
 from ..kernels.cpu_twin import each_on_threads
 from ..kernels.launch import launch
@@ -36,6 +36,22 @@ def _on(stream: Any, device: torch.device) -> Any:
     if device.type != "cuda" or stream is None:
         return contextlib.nullcontext()
     return torch.cuda.stream(stream)
+
+
+def _flat(transforms: Sequence[Transform]) -> list[Transform]:
+    """The steps, a Compose among them spread out in its place (torchvision's Compose in a
+    Compose runs its steps there, one after the other); its own layout, ragged and grey
+    are the outermost Compose's to give."""
+    out: list[Transform] = []
+    for t in transforms:
+        if isinstance(t, Compose):
+            if (t.layout, t.ragged, t.grey) != ("NCHW", False, False):
+                raise TransformError(f"a Compose inside a Compose takes steps only: give layout=, ragged= and grey= "
+                                     f"to the outermost one, not to {t!r}")
+            out.extend(t.transforms)
+        else:
+            out.append(t)
+    return out
 
 
 class Compose(Transform):
@@ -75,7 +91,7 @@ class Compose(Transform):
                  grey: bool = False) -> None:
         if layout not in ("NCHW", "NHWC"):
             raise ValueError("layout must be 'NCHW' or 'NHWC'")
-        self.transforms = list(transforms)
+        self.transforms = _flat(transforms)
         self.layout = layout
         self._ragged = bool(ragged)  # (in the plan: a saved state's fingerprint holds the steps)
         self._grey = bool(grey)

@@ -7,7 +7,7 @@ from typing import Any, Sequence
 from .. import mixing
 from ..errors import TransformError
 from .base import Transform, _refuse, _Step, _Wrapper
-from .convert import inner
+from .convert import convert, inner
 
 
 class RandomApply(_Wrapper, converts="torchvision.RandomApply"):
@@ -22,7 +22,7 @@ class RandomApply(_Wrapper, converts="torchvision.RandomApply"):
         return cls(inner(t, floats), t.p)
 
     def __init__(self, transforms: Sequence[Transform], p: float = 0.5) -> None:
-        steps = list(transforms)
+        steps = [_item(t) for t in transforms]
         if not 0.0 <= p <= 1.0:
             raise ValueError("probability should be between 0 and 1")
         if not steps or not all(isinstance(t, _Step) for t in steps):
@@ -50,12 +50,74 @@ class RandomApply(_Wrapper, converts="torchvision.RandomApply"):
 
 # ---- wrappers over per-sample steps -------------------------------------------------------
 
+class InOrder(_Wrapper):
+    """A Compose given as one option of RandomChoice or one item of RandomOrder (or of
+    RandomApply): its steps one after the other, as torchvision's Compose runs them there.
+    The option stays whole: RandomChoice([Compose([a, b]), c]) runs a then b, or c;
+    RandomOrder shuffles it as one item. Its steps are per-sample ones; no steps: the
+    image as it is (an option of torchvision's that only converted types)."""
+
+    def __init__(self, transforms: Sequence[Transform]) -> None:
+        steps: list[Any] = list(transforms)
+        if not all(isinstance(t, _Step) for t in steps):
+            raise _refuse(f"Compose({[type(t).__name__ for t in steps]}) inside a container cannot be fused: a "
+                          "container is fused over the per-sample ops only")
+        self.transforms = steps
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        out: dict = {}
+        for t in self.transforms:
+            out.update(t.draw(rng, size))
+        return out
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        for t in self.transforms:
+            t.emit(p, size, prog)
+
+    def drawn(self, p: dict, size: tuple[int, int]) -> list:
+        return [d for t in self.transforms for d in t.drawn(p, size)]
+
+    def __repr__(self) -> str:
+        return f"Compose({self.transforms!r})"
+
+
+def _item(t: Any) -> Any:
+    """One item of a container as given: a Compose (ours: a list of per-sample steps and
+    no options of its own) is one InOrder item, not its steps spread out."""
+    if isinstance(t, Transform) and type(t).__name__ == "Compose":
+        if getattr(t, "layout", "NCHW") != "NCHW" or getattr(t, "ragged", False) or getattr(t, "grey", False):
+            raise TransformError(f"a Compose inside a container takes steps only: give layout=, ragged= and grey= "
+                                 f"to the outermost Compose, not to {t!r}")
+        compose: Any = t  # (a Compose: its module imports this one)
+        steps = list(compose.transforms)
+        return InOrder(steps) if len(steps) != 1 else steps[0]
+    return t
+
+
+def converted_items(t: Any, floats: bool) -> list[Any]:
+    """A torchvision container's items, converted, each kept whole: a Compose among them
+    one InOrder item (convert.inner spreads its steps out, which changes RandomChoice's
+    and RandomOrder's meaning)."""
+    out: list[Any] = []
+    for u in t.transforms:
+        steps = convert(u, floats)
+        out.append(steps[0] if len(steps) == 1 else InOrder(steps))
+        floats = floats or any(getattr(x, "makes_floats", False) for x in steps)
+    return out
+
+
 def _steps(transforms: Sequence[Transform], wrapper: str) -> list[_Step]:
-    steps: list[Any] = list(transforms)
+    steps: list[Any] = [_item(t) for t in transforms]
     if not steps or not all(isinstance(t, _Step) for t in steps):
         raise _refuse(f"{wrapper}({[type(t).__name__ for t in steps]}) cannot be fused: {wrapper} is fused over the "
                       "per-sample ops only")
     return steps
+
+
+def _choice_refused(items: list[Any], other: Any) -> TransformError:
+    return TransformError(f"RandomChoice over {', '.join(type(x).__name__ for x in items)} cannot be fused: "
+                          f"{type(other).__name__} in a choice would give each image its own plan; a choice among "
+                          f"colour steps and warps (one per image), or among MixUp and CutMix (one per batch), fuses")
 
 
 class SampleRandomChoice(_Wrapper, converts="torchvision.RandomChoice"):
@@ -70,15 +132,12 @@ class SampleRandomChoice(_Wrapper, converts="torchvision.RandomChoice"):
     def convert(cls, t: Any, floats: bool) -> Transform:
         """Over per-sample steps, a step of each sample's program; over MixUp and CutMix, a
         batch transform (mixing.RandomChoice, for Loader(batch_transform=))."""
-        items = inner(t, floats)
+        items = converted_items(t, floats)
         if items and all(isinstance(x, _Step) for x in items):
             return cls(items, t.p)
         other = next((x for x in items if not isinstance(x, (_Step, mixing.BatchTransform))), None)
         if other is not None:  # (a geometry step, a Compose of them, Normalize: one image's size or output)
-            raise TransformError(f"RandomChoice over {', '.join(type(x).__name__ for x in items)} cannot be fused: "
-                                 f"{type(other).__name__} in a choice would give each image its own plan; a choice "
-                                 f"among colour steps and warps (one per image), or among MixUp and CutMix (one per "
-                                 f"batch), fuses")
+            raise _choice_refused(items, other)
         batch: list[Any] = list(items)  # (MixUp, CutMix: a batch transform, refused inside a Compose)
         return mixing.RandomChoice(batch, t.p)  # type: ignore[return-value]
 
@@ -116,7 +175,7 @@ class RandomOrder(_Wrapper, converts="torchvision.RandomOrder"):
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
-        return cls(inner(t, floats))
+        return cls(converted_items(t, floats))
 
     def __init__(self, transforms: Sequence[Transform]) -> None:
         self.transforms = _steps(transforms, "RandomOrder")
@@ -144,7 +203,10 @@ class RandomChoice:
     (mixing.RandomChoice, for Loader(batch_transform=))."""
 
     def __new__(cls, transforms: Sequence[Any], p: Sequence[float] | None = None) -> Any:  # type: ignore[misc]
-        items = list(transforms)
+        items = [_item(t) for t in transforms]
         if items and all(isinstance(t, _Step) for t in items):
             return SampleRandomChoice(items, p)
+        other = next((t for t in items if isinstance(t, Transform) and not isinstance(t, _Step)), None)
+        if other is not None:
+            raise _choice_refused(items, other)
         return mixing.RandomChoice(items, p)
