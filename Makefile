@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: setup setup-demo demo test bench sysdeps clean fuzz fuzz-replay gpu-check ops-table
+.PHONY: setup setup-demo demo test test-fuzz-replay test-types-and-kernels bench sysdeps clean fuzz fuzz-replay gpu-check ops-table
 
 # libjpeg-turbo's headers are needed to build gpudecode._native; libpng's are used where found.
 sysdeps:
@@ -60,15 +60,23 @@ TEST_WORKERS ?= 2
 TEST_CACHE := $(CURDIR)/bench/_out/test-kernel-cache
 test: setup
 	$(BIN)/ruff check gpudecode kernels tests bench examples
-	$(BIN)/mypy gpudecode kernels
-	$(BIN)/python tests/fuzz/run.py replay
 	rm -rf $(TEST_CACHE) .coverage
+	@# two at a time, a core each (each prints when it ends): the fuzz replay; mypy, then the CPU kernels
+	@# compiled into the run's cache (tests/warm_kernels.py), so that the tests load them
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-fuzz-replay test-types-and-kernels
 	cd tests && GPUDECODE_CACHE_DIR=$(TEST_CACHE) COVERAGE_FILE=../.coverage ../$(BIN)/python -m pytest -q -rs \
 	  -p no:cacheprovider --durations=25 -n $(TEST_WORKERS) --dist worksteal --cov --cov-config=../pyproject.toml \
 	  --cov-report=
 	$(BIN)/python -m coverage report --rcfile=pyproject.toml --data-file=.coverage | grep -E '^(Name|TOTAL)'
-	@# the GPU machine's first run rehearsed here: make gpu-check as it runs there, DALI and torchcodec hidden
-	GPUDECODE_CACHE_DIR=$(TEST_CACHE) $(BIN)/python bench/gpu_check.py --rehearse --out bench/_out/gpu-rehearsal
+
+# make test's steps before pytest (no set-up of their own: make test ran it). The GPU machine's
+# first run (make gpu-check, DALI and torchcodec hidden) is rehearsed in the suite:
+# tests/test_gpu_call.py.
+test-fuzz-replay:
+	$(call TIMED,$(BIN)/python tests/fuzz/run.py replay)
+test-types-and-kernels:
+	$(BIN)/mypy gpudecode kernels
+	GPUDECODE_CACHE_DIR=$(TEST_CACHE) $(BIN)/python tests/warm_kernels.py
 
 # The saved fuzzing inputs through the C++ harnesses under g++'s ASan + UBSan (also in `make test`).
 fuzz-replay: setup

@@ -121,15 +121,16 @@ def http_server():
 # `pytest -n 2` (make test) the other worker takes the many short ones meanwhile, and no
 # long one is left to run alone at the end.
 HEAVY_FIRST = (
-    "test_augment.py::test_cuda_kernel_equals_cpu_twin_under_the_simulator",
+    "test_gpu_call.py::", "test_kernels.py::test_the_cpu_kernel_reads_only_inside_each_image",
     "test_kernels.py::test_compile_ptx_sm80_sm90_and_ptxas",
-    "test_kernels.py::test_compiled_cpu_kernel_is_cached_on_disk",
-    "test_timm.py::test_warps_and_solarize_add_under_the_cuda_simulator_equal_the_cpu",
-    "test_augment.py::test_op_matches_torchvision_on_real_photos[affine-bilinear]",
-    "test_example_imagenet.py::", "test_precache_runs.py::test_sigkill_at_random_points_then_resume_is_byte_identical",
-    "test_example_elastic.py::", "test_example_lightning.py::", "test_plan.py::test_cli_the_issue_command",
+    "test_augment.py::test_cuda_kernel_equals_cpu_twin_under_the_simulator", "test_example_detection.py::",
+    "test_example_imagenet.py::", "test_ragged.py::test_cuda_kernels_run_each_sample_at_its_own_size",
+    "test_precache_runs.py::test_sigkill_at_random_points_then_resume_is_byte_identical",
+    "test_example_elastic.py::", "test_example_parquet.py::", "test_example_lightning.py::",
     "test_lifecycle.py::test_exit_with_an_unfinished_iterator_never_aborts",
-    "test_kernels.py::test_cuda_kernels_equal_cpu",
+    "test_png_halves.py::test_the_cuda_kernels_equal_the_cpu_twin_under_the_simulator",
+    "test_dataloader_promises.py::test_a_window_of_kept_batches_reuses_the_memory_it_lets_go",
+    "test_kernels.py::test_compiled_cpu_kernel_is_cached_on_disk", "test_plan.py::test_cli_the_issue_command",
 )
 
 

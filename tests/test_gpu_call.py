@@ -48,3 +48,31 @@ def test_the_prepared_gpu_call_runs_every_step_in_order_on_the_cpu(tmp_path):
     md = (out / "gpu-bench.md").read_text()
     assert md.count("# bench/gpu.py: no CUDA device") == 3 and "none is a GPU figure" in md
     assert len(list(out.iterdir())) <= 5  # (with on-device.sh's three: at most the eight files that come back)
+
+
+@pytest.mark.skipif(not (ROOT / "bench" / "gpu_check.py").exists(), reason="bench/ is not in this tree")
+def test_make_gpu_check_rehearsed_on_the_cpu(tmp_path):
+    """`make gpu-check` as a GPU machine runs it, rehearsed here (`--rehearse`: DALI and
+    torchcodec hidden, as that machine's image has neither; the CUDA tests skipped with
+    their reason; the bench small): the preflight finds the installed package, every part ends
+    ok, its tests pass or skip with their reasons, and the reports are where the call
+    fetches them from. (make test ran this after pytest, on one core; here it runs beside
+    the other tests.)"""
+    out = tmp_path / "out"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OUT": ""}
+    run = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_check.py"), "--rehearse", "--out", str(out)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    log = run.stdout + run.stderr
+    assert run.returncode == 0 and "gpu-check: ok" in log, log[-4000:]
+    report = json.loads((out / "gpu-check.json").read_text())
+    assert report["rehearse"] and not report.get("preflight_problem"), report
+    found = report["preflight"]["gpudecode"]  # (the installed package, not this source tree)
+    assert not found["source_tree"] and "site-packages" in found["path"], found
+    parts = report["parts"]
+    assert list(parts) == ["kernels", "pipeline", "bench", "cpu"] and all(p["ok"] and not p["cut"] for p in parts.values())
+    for name in ("kernels", "pipeline"):
+        assert parts[name]["passed"] > 0 and not parts[name]["failed"], parts[name]
+    skipped = [s["why"] for s in parts["pipeline"]["skipped"]]
+    assert any("hidden by GPUDECODE_HIDE" in why for why in skipped), skipped  # (DALI, torchcodec: hidden)
+    assert sorted(p.name for p in out.iterdir()) == ["gpu-check.json", "gpu-check.log", "gpu-check.md", "gpu.json",
+                                                     "gpu.md"]
