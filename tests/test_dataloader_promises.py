@@ -12,6 +12,7 @@ silent traps):
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
 import warnings
 
@@ -25,6 +26,21 @@ from gpudecode import transforms as T
 from conftest import encode, make_shard
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+@contextlib.contextmanager
+def counted_references_only():
+    """No cyclic collection within: a batch let go must be freed by its count of
+    references alone, as soon as the last one goes (nothing cyclic may hold a batch), not
+    whenever the collector happens to run. (gc.collect() after each batch asserted less
+    and took 0.3-1 s a call in a full test process.)"""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 @pytest.fixture(scope="module")
@@ -76,11 +92,11 @@ def test_the_usual_loop_reuses_the_ring(urls):
     after the first round, two epochs long."""
     ld = Loader(urls, batch_size=4, transform=tf(), device="cpu", seed=3, prefetch_factor=1)
     ptrs = set()
-    for _ in range(2):
-        for b in ld:
-            ptrs.add(b.images.data_ptr())
-            del b
-            gc.collect()  # (nothing cyclic holds a batch: this only makes the test independent of timing)
+    with counted_references_only():
+        for _ in range(2):
+            for b in ld:
+                ptrs.add(b.images.data_ptr())
+                del b
     assert ld.pipeline.ring.fresh_slots == 0 and len(ptrs) <= ld.pipeline.config.ring
 
 
@@ -101,17 +117,17 @@ def test_a_window_of_kept_batches_reuses_the_memory_it_lets_go(urls):
     ring = ld.pipeline.ring
     window: collections.deque = collections.deque(maxlen=3)
     ptrs, made = [], []  # each batch's memory; outputs made so far (not taken from the spares)
-    for epoch in range(2):
-        ld.set_epoch(epoch)
-        for b in ld:
-            window.append(b)
-            ptrs.append(b.images.data_ptr())
-            del b
-            gc.collect()
-            made.append(ld.pipeline.config.ring + ring.fresh_slots - ring.spares_reused)
-            first = len(ptrs) - len(window)
-            for j, kept in enumerate(window):  # nothing kept was written again
-                assert kept.keys == ref[first + j][0] and torch.equal(kept.images, ref[first + j][1])
+    with counted_references_only():
+        for epoch in range(2):
+            ld.set_epoch(epoch)
+            for b in ld:
+                window.append(b)
+                ptrs.append(b.images.data_ptr())
+                del b
+                made.append(ld.pipeline.config.ring + ring.fresh_slots - ring.spares_reused)
+                first = len(ptrs) - len(window)
+                for j, kept in enumerate(window):  # nothing kept was written again
+                    assert kept.keys == ref[first + j][0] and torch.equal(kept.images, ref[first + j][1])
     assert ld.pipeline.config.ring == 4 and len(ptrs) == len(ref) == 48
     assert ring.fresh_slots >= 8  # slots came round while their batch was kept ...
     assert made[-1] <= 4 + 4  # ... and took the spares' memory: the ring and at most as many spares made
@@ -159,11 +175,11 @@ def test_pinned_slots_wait_for_the_trainers_copies(urls, monkeypatch):
 
     monkeypatch.setattr(ring, "_output", counted)
     got = []
-    for b in ld:
-        received[0] += 1
-        got.append((b.keys, b.images.clone()))
-        del b
-        gc.collect()
+    with counted_references_only():
+        for b in ld:
+            received[0] += 1
+            got.append((b.keys, b.images.clone()))
+            del b
     ref = [(b.keys, b.images.clone()) for b in Loader(urls, batch_size=2, transform=tf(), device="cpu", seed=3)]
     assert [k for k, _ in got] == [k for k, _ in ref] and all(torch.equal(a, r) for (_, a), (_, r) in zip(got, ref))
     n = ld.pipeline.config.ring
