@@ -17,6 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # over a minute on 2 cores
 @pytest.mark.skipif(not (ROOT / "bench" / "gpu_call.sh").exists(), reason="bench/ is not in this tree")
 def test_the_prepared_gpu_call_runs_every_step_in_order_on_the_cpu(tmp_path):
     env = {**os.environ, "GPU_CALL_REHEARSE": "1", "PY": sys.executable, "OUT": str(tmp_path / "out"),
@@ -50,6 +51,7 @@ def test_the_prepared_gpu_call_runs_every_step_in_order_on_the_cpu(tmp_path):
     assert len(list(out.iterdir())) <= 5  # (with on-device.sh's three: at most the eight files that come back)
 
 
+@pytest.mark.slow  # about 2 minutes on 2 cores
 @pytest.mark.skipif(not (ROOT / "bench" / "gpu_check.py").exists(), reason="bench/ is not in this tree")
 def test_make_gpu_check_rehearsed_on_the_cpu(tmp_path):
     """`make gpu-check` as a GPU machine runs it, rehearsed here (`--rehearse`: DALI and
