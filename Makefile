@@ -58,12 +58,14 @@ demo: setup-demo
 # (the suite and the GPU check's rehearsal compile each kernel once between them).
 TEST_WORKERS ?= 2
 TEST_CACHE := $(CURDIR)/bench/_out/test-kernel-cache
+# each of make test's steps before pytest prints when it ends (GNU make 4.0 and later can)
+SYNC_OUTPUT := $(if $(filter output-sync,$(.FEATURES)),--output-sync=target,)
 test: setup
 	$(BIN)/ruff check gpudecode kernels tests bench examples
 	rm -rf $(TEST_CACHE) .coverage
 	@# two at a time, a core each (each prints when it ends): the fuzz replay; mypy, then the CPU kernels
 	@# compiled into the run's cache (tests/warm_kernels.py), so that the tests load them
-	@$(MAKE) --no-print-directory -j2 --output-sync=target test-fuzz-replay test-types-and-kernels
+	@$(MAKE) --no-print-directory -j2 $(SYNC_OUTPUT) test-fuzz-replay test-types-and-kernels
 	cd tests && GPUDECODE_CACHE_DIR=$(TEST_CACHE) COVERAGE_FILE=../.coverage ../$(BIN)/python -m pytest -q -rs \
 	  -p no:cacheprovider --durations=25 -n $(TEST_WORKERS) --dist worksteal --cov --cov-config=../pyproject.toml \
 	  --cov-report=
