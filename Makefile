@@ -55,7 +55,8 @@ demo: setup-demo
 
 # pytest runs on TEST_WORKERS processes (pytest-xdist; the longest tests first, see
 # tests/conftest.py), under coverage; one kernel cache for the run, made empty at its start
-# (the suite and the GPU check's rehearsal compile each kernel once between them).
+# (tests/warm_kernels.py compiles the main kernels into it first; the suite, its GPU rehearsal
+# and the scripts they start load them from there).
 TEST_WORKERS ?= 2
 TEST_CACHE := $(CURDIR)/bench/_out/test-kernel-cache
 # each of make test's steps before pytest prints when it ends (GNU make 4.0 and later can)
