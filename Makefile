@@ -83,7 +83,7 @@ test-types-and-kernels:
 
 # The saved fuzzing inputs through the C++ harnesses under g++'s ASan + UBSan (also in `make test`).
 fuzz-replay: setup
-	$(BIN)/python tests/fuzz/run.py replay
+	@$(MAKE) --no-print-directory test-fuzz-replay
 
 # libFuzzer (clang) and atheris harnesses, FUZZ_SECONDS each (tests/fuzz/run.py; needs clang and
 # libclang-rt-14-dev: apt-get install clang libclang-rt-14-dev).

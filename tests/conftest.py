@@ -130,7 +130,7 @@ HEAVY_FIRST = (
     "test_lifecycle.py::test_exit_with_an_unfinished_iterator_never_aborts",
     "test_png_halves.py::test_the_cuda_kernels_equal_the_cpu_twin_under_the_simulator",
     "test_dataloader_promises.py::test_a_window_of_kept_batches_reuses_the_memory_it_lets_go",
-    "test_kernels.py::test_compiled_cpu_kernel_is_cached_on_disk", "test_plan.py::test_cli_the_issue_command",
+    "test_plan.py::test_cli_the_issue_command",
 )
 
 

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 
-def _png(img: np.ndarray) -> bytes:
+def _png(img: np.ndarray) -> bytes:  # (conftest.encode's; importing conftest would choose the CUDA simulator)
     from PIL import Image
 
     buf = io.BytesIO()
