@@ -191,16 +191,30 @@ def nearest_of(ix, iy, near, oh, ow):
     return sx, sy, near and sx >= 0 and sx < ow and sy >= 0 and sy < oh
 
 
+def mirror_flags(mode):
+    """(x, y): whether a nearest warp is mirrored along each axis, from its interpolation
+    argument (-1 x, -2 y, -3 both; 0 neither). A mirrored warp is evaluated at the
+    mirrored output pixel and its source pixel mirrored back: on a flipped image, that is
+    torchvision's warp, then the flip, to the pixel (a half-way point rounds as round half
+    to even rounds it in the unflipped image, which a warp conjugated by the flip would
+    not)."""
+    return mode == float32(-1.0) or mode == float32(-3.0), mode <= float32(-2.0)
+
+
 def nearest_source(y, x, oh, ow, a):
-    """nearest_of output pixel (y, x) under AFFINE's args."""
-    ix, iy, near = affine_source(y, x, oh, ow, a)
-    return nearest_of(ix, iy, near, oh, ow)
+    """nearest_of output pixel (y, x) under AFFINE's args (mirrored: mirror_flags)."""
+    mx, my = mirror_flags(a[6])
+    ix, iy, near = affine_source(oh - 1 - y if my else y, ow - 1 - x if mx else x, oh, ow, a)
+    sx, sy, inside = nearest_of(ix, iy, near, oh, ow)
+    return ow - 1 - sx if mx else sx, oh - 1 - sy if my else sy, inside
 
 
 def perspective_nearest_source(y, x, oh, ow, a):
-    """nearest_of output pixel (y, x) under PERSPECTIVE's args."""
-    ix, iy, near = perspective_source(y, x, oh, ow, a)
-    return nearest_of(ix, iy, near, oh, ow)
+    """nearest_of output pixel (y, x) under PERSPECTIVE's args (mirrored: mirror_flags)."""
+    mx, my = mirror_flags(a[6])
+    ix, iy, near = perspective_source(oh - 1 - y if my else y, ow - 1 - x if mx else x, oh, ow, a)
+    sx, sy, inside = nearest_of(ix, iy, near, oh, ow)
+    return ow - 1 - sx if mx else sx, oh - 1 - sy if my else sy, inside
 
 
 def sample_nearest(img, sx, sy, inside, a):
@@ -271,8 +285,8 @@ def perspective_nearest(img, y, x, oh, ow, a):
 
 def perspective_pixel(img, y, x, oh, ow, a):
     """Output pixel (y, x) of torchvision's perspective warp of img [3, oh, ow] (same
-    size), with PERSPECTIVE's args: nearest (a[6] 0) or bilinear, the fill."""
-    if a[6] == float32(0.0):
+    size), with PERSPECTIVE's args: nearest (a[6] 0; mirrored, < 0) or bilinear, the fill."""
+    if a[6] <= float32(0.0):
         return perspective_nearest(img, y, x, oh, ow, a)
     return perspective_bilinear(img, y, x, oh, ow, a)
 
@@ -377,7 +391,7 @@ def affine_pixel(img, y, x, oh, ow, a):
     (or PIL's, interpolation 3 or 4)."""
     if a[6] == float32(2.0):
         return affine_integer(img, y, x, oh, ow, a)
-    if a[6] == float32(0.0):
+    if a[6] <= float32(0.0):  # (nearest; mirrored, < 0: nearest_source)
         return affine_nearest(img, y, x, oh, ow, a)
     if a[6] >= float32(3.0):
         return affine_pil(img, y, x, oh, ow, a)

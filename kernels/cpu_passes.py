@@ -354,7 +354,7 @@ def _warp_pass(px, px2, ow, oh, a, perspective):
         r0 = px[3 * x]
         r1 = px[3 * x + 1]
         r2 = px[3 * x + 2]
-        if mode == float32(0.0):  # (sample_nearest's, with the fill's test out of the loop: 10x faster)
+        if mode <= float32(0.0):  # (sample_nearest's, with the fill's test out of the loop: 10x faster; < 0: mirrored)
             for y in range(oh):
                 if perspective:
                     sx, sy, inside = perspective_nearest_source(y, x, oh, ow, a)

@@ -175,22 +175,24 @@ def test_rotation_fast_paths_are_exact_permutations():
 
 def test_cuda_kernel_equals_cpu_twin_under_the_simulator():
     """Every new op, and programs of several barriers (two equalizes, blur after affine,
-    RandAugment's three ops), through the CUDA kernels (simulator: kernel 1 and one
+    RandAugment's three ops; the warps before the flips mirrored), through the CUDA kernels (simulator: kernel 1 and one
     segment launch per barrier level) and the CPU twin, on crops of real photographs."""
     code = textwrap.dedent("""
         import numpy as np, torch
         from gpudecode import transforms as T
         from gpudecode.kernels import fused
+        from gpudecode.kernels.ops import OPS
         from skimage import data
         from tvref import pack_hwc
         photos = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket(), data.astronaut(), data.coffee()]
         imgs = [torch.from_numpy(np.ascontiguousarray(p[60 + 9 * k:80 + 10 * k, 90:113].transpose(2, 0, 1)))
                 for k, p in enumerate(photos)]
-        steps = [T.RandomResizedCrop((12, 14)), T.RandomHorizontalFlip(), T.RandomAutocontrast(0.5),
+        steps = [T.RandomResizedCrop((12, 14)), T.RandomAutocontrast(0.5),
                  T.RandomEqualize(0.5), T.RandAugment(3, 12), T.RandomAdjustSharpness(1.8, 0.5),
                  T.RandomAffine(15, (0.1, 0.1), (0.9, 1.1), 5, "bilinear", fill=(30, 60, 90)), T.GaussianBlur(5),
                  T.RandomApply([T.RandomRotation(20)], 0.5), T.AugMix(mixture_width=2, chain_depth=2),
                  T.RandomPerspective(0.5, 0.5, "bilinear", fill=(20, 40, 60)),
+                 T.RandomHorizontalFlip(), T.RandomVerticalFlip(),  # (after the warps: each mirrored, draws.mirror_ops)
                  T.RandomPhotometricDistort(p=0.7), T.RandomChannelPermutation(), T.GaussianNoise(sigma=0.05),
                  T.Normalize([0.5] * 3, [0.25] * 3)]
         for out_dtype, n in (("float32", 6), ("uint8", 2)):  # (uint8: the output's rounding, on fewer images)
@@ -200,6 +202,9 @@ def test_cuda_kernel_equals_cpu_twin_under_the_simulator():
             cpu = tf(imgs[:n], params).numpy().astype(np.float32)
             geom, args, order = tf.encode(params, sizes)
             assert fused.barrier_levels(order) >= 4, order
+            warps = np.isin(order, [OPS.index(o) for o in OPS if o.name in ("AFFINE", "PERSPECTIVE")])
+            modes = set(args[..., 6][warps].tolist())  # (the mirrored nearest warps: -1 x, -2 y, -3 both)
+            assert out_dtype == "uint8" or ({-2.0, -3.0} <= modes and {0.0, 1.0} <= modes), modes
             src = pack_hwc(imgs[:n], geom, sizes)
             mean, std = tf._norm_arrays()
             out = np.zeros((n, 3, 12, 14), np.dtype(out_dtype))
@@ -460,8 +465,8 @@ def test_refusals_name_what_is_supported():
         T.GaussianBlur(65)
     with pytest.raises(TransformError, match="half the kernel"):
         T.Compose([T.RandomResizedCrop(8), T.GaussianBlur(17)])
-    with pytest.raises(TransformError, match="RandomHorizontalFlip after RandomPerspective"):
-        T.Compose([T.RandomResizedCrop(8), T.RandomPerspective(), T.RandomHorizontalFlip()])
+    with pytest.raises(TransformError, match="RandomHorizontalFlip after ElasticTransform"):
+        T.Compose([T.RandomResizedCrop(8), T.ElasticTransform(), T.RandomHorizontalFlip()])
     with pytest.raises(TransformError, match="two TrivialAugmentWides"):
         T.Compose([T.TrivialAugmentWide(), T.TrivialAugmentWide()])
     with pytest.raises(TransformError, match="nearest or bilinear"):

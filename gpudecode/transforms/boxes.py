@@ -37,7 +37,7 @@ from ..errors import TransformError
 from ..kernels import fused
 from .iou_crop import emptied
 from .masks import drawn_warps, places, refusal
-from .warped import Drawn, warp_boxes_by
+from .warped import Drawn, Mirrored, warp_boxes_by
 
 if TYPE_CHECKING:
     from .draws import Draws
@@ -229,7 +229,7 @@ def kept(xyxy: np.ndarray, *, min_size: float = 1.0, min_area: float = 1.0) -> n
 
 
 def warped_boxes(xyxy: np.ndarray, counts: "Sequence[int] | np.ndarray",
-                 drawn: Sequence[Sequence[Drawn]]) -> np.ndarray:
+                 drawn: Sequence[Sequence[Drawn | Mirrored]]) -> np.ndarray:
     """XYXY boxes (float32 [K, 4], `counts` an image, in order) each through its image's
     warps (`drawn`: one list an image; warped.warp_boxes_by)."""
     out = np.asarray(xyxy, np.float32).reshape(-1, 4).copy()

@@ -22,10 +22,13 @@ import numpy as np
 from .. import _native
 from ..errors import TransformError
 from ..kernels import fused
-from ..kernels.ops import ARGS, CONTRAST, GRAYSCALE, JITTER_OPS, OPS, OPS_ARGS
+from ..kernels.ops import AFFINE, ARGS, CONTRAST, GRAYSCALE, JITTER_OPS, OPS, OPS_ARGS, PERSPECTIVE
+from .args import BILINEAR, NEAREST
 from .colour import NO_CHANGE_ON_ONE, ONE_CHANNEL_MEAN, Grayscale, one_channel
 from .geometry import CenterCrop, RandomCrop, RandomResizedCrop, Resize
 from .rng import _epoch_key, _SampleRandom
+from .warped import mirrored_perspective
+from .warps import INTEGER_MAP
 
 if TYPE_CHECKING:
     from .plan import _Plan
@@ -267,15 +270,14 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
         rows.append(g)
         if program:
             prog: list = []
-            if one is None:
-                for i, step in enumerate(program):
-                    step.emit(plan.step_params(i, p), so, prog)
-            else:  # (the steps one[0] < i <= one[1] act on one channel)
-                for i, step in enumerate(program):
-                    start = len(prog)
-                    step.emit(plan.step_params(i, p), so, prog)
-                    if one[0] < i <= one[1]:
-                        prog[start:] = one_channel(prog[start:])
+            for i, step in enumerate(program):
+                start = len(prog)
+                step.emit(p, so, prog)
+                h, v = plan.mirrored_at(i, p)
+                if h or v:  # (a warp before a flip the sample drew: the kernel flipped first)
+                    prog[start:] = mirror_ops(prog[start:], so, h, v)
+                if one is not None and one[0] < i <= one[1]:  # (the steps one[0] < i <= one[1] act on one channel)
+                    prog[start:] = one_channel(prog[start:])
             progs.append(prog)
     geom = np.array(rows, np.int64).reshape(n, G)
     if any(plan.mirror):
@@ -291,6 +293,43 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
             order[k, j] = op
             args[k, j, :len(a)] = a
     return geom, args, order
+
+
+def mirror_ops(prog: list, size: tuple[int, int], h: bool, v: bool) -> list:
+    """Program ops (op, args) of an image of `size` whose warps come before a flip along x
+    (`h`) or y (`v`), mirrored for the kernel, which flips first: each warp op becomes the
+    one that, on the flipped image, gives torchvision's warp, then the flip. A nearest warp
+    is marked (interpolation -1 x, -2 y, -3 both: the kernel evaluates it at the mirrored
+    pixel, kernels/_pixel.mirror_flags, so that even a half-way point picks torchvision's
+    pixel); a bilinear one is conjugated (theta's terms that change sign under the mirror,
+    in the centred frame, negated: within float32 rounding of the warp on the unflipped
+    image); an exact quarter turn's integer map is conjugated in whole pixels; a
+    perspective warp's coefficients are conjugated (warped.mirrored_perspective). The
+    other ops act alike on a flipped image."""
+    height, width = size
+    out = []
+    for op, a in prog:
+        if op in (AFFINE, PERSPECTIVE):
+            a, mode = list(a), a[6]
+            if mode == NEAREST:
+                a[6] = -float(h + 2 * v)
+            elif op == PERSPECTIVE:
+                c = mirrored_perspective([*a[:6], a[10], a[11]], size, h, v)
+                a[:6], a[10], a[11] = c[:6], c[6], c[7]
+            elif mode == BILINEAR:
+                for k in ((1, 2, 3) if h else ()) + ((1, 3, 5) if v else ()):
+                    a[k] = -a[k]
+            elif mode == INTEGER_MAP:  # (source = (a0 x + a1 y + a2, a3 x + a4 y + a5) in pixels)
+                if h:
+                    a[:6] = [a[0], -a[1], (width - 1) * (1 - a[0]) - a[2], -a[3], a[4], a[3] * (width - 1) + a[5]]
+                if v:
+                    a[:6] = [a[0], -a[1], a[1] * (height - 1) + a[2], -a[3], a[4], (height - 1) * (1 - a[4]) - a[5]]
+            else:
+                raise TransformError(f"a warp of interpolation {mode} cannot be mirrored for a flip after it")
+            out.append((op, tuple(a)))
+        else:
+            out.append((op, a))
+    return out
 
 
 def mirror_first(plan: "_Plan", geom: np.ndarray, out: np.ndarray) -> None:

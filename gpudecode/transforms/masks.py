@@ -30,7 +30,7 @@ import torch
 
 from ..errors import TransformError
 from ..kernels import fused
-from .warped import Drawn
+from .warped import Drawn, Mirrored, mirrored
 
 if TYPE_CHECKING:
     from .draws import Draws
@@ -80,7 +80,8 @@ def places(plan: "_Plan", draws: "Draws") -> np.ndarray | None:
     return out
 
 
-def drawn_warps(plan: "_Plan", draws: "Draws") -> tuple[list[list[Drawn]] | None, list[list[Drawn]] | None]:
+def drawn_warps(plan: "_Plan",
+                draws: "Draws") -> tuple[list[list[Drawn]] | None, list[list[Drawn | Mirrored]] | None]:
     """The warps each image's boxes and mask follow under `plan` and `draws`: (before the
     geometry, the canvas step's at the image's size: an expanded rotation; after it, the
     program's at the output's size, in order), one list an image, each None where the plan
@@ -100,7 +101,7 @@ def drawn_warps(plan: "_Plan", draws: "Draws") -> tuple[list[list[Drawn]] | None
             sizes = draws.sizes if canvas is None else [canvas.canvas_size(p, s) for p, s in zip(dicts, draws.sizes)]
             outs = [plan.output_size(sizes)] * len(dicts)
         post: Any = plan.post  # (last: ElasticTransform on the kernel's output, its field at the output's size)
-        after = [[d for i, t in enumerate(plan.program) for d in t.drawn(plan.step_params(i, p), out)]
+        after = [[mirrored(d, *plan.mirrored_at(i, p)) for i, t in enumerate(plan.program) for d in t.drawn(p, out)]
                  + (post.drawn(p, out) if post is not None else [])
                  for p, out in zip(dicts, outs)]
     return before, after
@@ -276,7 +277,7 @@ def batch_size(plan: "_Plan", draws: "Draws") -> tuple[int, int]:
 
 
 def move_mask(mask: torch.Tensor, index: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], fill: int,
-              before: Sequence[Drawn] | None = None, after: Sequence[Drawn] | None = None,
+              before: Sequence[Drawn] | None = None, after: Sequence[Drawn | Mirrored] | None = None,
               out: torch.Tensor | None = None) -> torch.Tensor:
     """One mask moved as its image: through the warps `before` the geometry (an expanded
     rotation's canvas), gathered at `index` (its rows of mask_indices: the crop, resize,
@@ -287,8 +288,8 @@ def move_mask(mask: torch.Tensor, index: tuple[np.ndarray, np.ndarray, np.ndarra
     if not after:
         return warp_mask(mask, *index, fill, out)
     moved = warp_mask(mask, *index, fill)
-    for d in after:
-        moved = d.mask(moved, fill)
+    for warp in after:
+        moved = warp.mask(moved, fill)
     return moved if out is None else out.copy_(moved)
 
 

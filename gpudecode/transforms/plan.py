@@ -62,8 +62,8 @@ class _Plan:
     # (horizontal, vertical): that flip comes before the geometry (flip, then crop: the crop's window is of the flipped
     # image). The kernel flips last, so a flipped sample reads the window mirrored in its frame (draws.mirror_first)
     mirror: tuple[bool, bool] = field(default=(False, False), repr=False)
-    # (horizontal, vertical): the program steps before that index come before that flip (a rotation or affine warp,
-    # then the flip: the kernel flips first, and those warps' draws are mirrored: step_params)
+    # (horizontal, vertical): the program steps before that index come before that flip (a warp, then the flip: the
+    # kernel flips first, and those warps' ops are mirrored on flipped samples: mirrored_at, draws.mirror_ops)
     flip_at: tuple[int, int] = field(default=(0, 0), repr=False)
     # the per-sample steps and policies before the geometry (ColorJitter, then the crop): a first pass of the kernel on
     # each whole image at its size, whose uint8 output the canvas or the geometry reads (transforms.first)
@@ -167,17 +167,11 @@ class _Plan:
     def pixel_ops(self) -> tuple[_PixelOp, ...]:
         return tuple(t for t in self.program if isinstance(t, _PixelOp))
 
-    def step_params(self, i: int, p: dict) -> dict:
-        """Program step i's view of a sample's draws `p`: a warp before a flip (flip_at) sees
-        its draw mirrored by that flip where the sample is flipped (_Warp.mirrored)."""
-        h, v = i < self.flip_at[0] and bool(p.get("flip")), i < self.flip_at[1] and bool(p.get("vflip"))
-        if not (h or v):
-            return p
-        for u in self.program[i].inner():
-            mirrored = getattr(u, "mirrored", None)  # (the warps'; a wrapper's are among its steps)
-            if mirrored is not None:
-                p = mirrored(p, h, v)
-        return p
+    def mirrored_at(self, i: int, p: dict) -> tuple[bool, bool]:
+        """(h, v): whether program step i's warps are mirrored along each axis for a sample
+        of draws `p`: they come before a flip (flip_at) that the sample drew, and the kernel
+        flips first (draws.mirror_ops; warped.Mirrored for its masks and boxes)."""
+        return i < self.flip_at[0] and bool(p.get("flip")), i < self.flip_at[1] and bool(p.get("vflip"))
 
 
 def _names(steps: Sequence[Any], width: int = 60) -> str:
@@ -502,8 +496,8 @@ class _AfterGeometry:
         stuck = next((type(u).__name__ for u in moving if not getattr(u, "mirrors", False)), None)
         if stuck is not None:
             raise TransformError(f"{what} after {stuck} cannot be fused: the kernel flips while it resamples, "
-                                 f"before the program's warps, and mirrors only a rotation or affine warp about the "
-                                 f"centre (put the flip before {stuck}) [{self.names}]")
+                                 f"before the program's warps, and mirrors only torchvision's (rotations, affine and "
+                                 f"perspective warps, its policies) (put the flip before {stuck}) [{self.names}]")
         at = len(self.program) if moving else 0  # (the warps before it see their draws mirrored)
         if isinstance(t, RandomVerticalFlip):
             self.vflip, self.flip_at = t, (self.flip_at[0], at)

@@ -137,6 +137,8 @@ class _TimmPolicy(_Policy):
         self.interpolation = 0.0  # (_Policy's; the warps here carry their own)
         self._fill = None
 
+    mirrors = False  # (PIL's warps, not mirrored here: a flip goes before timm's policies, as in timm's recipes)
+
     def draw_op(self, rng: random.Random, spec: Spec) -> tuple[str, float | None, str | None] | None:
         """timm's AugmentOp.__call__: (name, argument, warp mode), or None when its coin
         says no."""

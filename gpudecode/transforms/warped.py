@@ -231,12 +231,44 @@ class Drawn:
         return nearest_sample(mask, affine_grid(self.inverse, self.size, self.out, mask.device), fill)
 
 
+@dataclass(frozen=True)
+class Mirrored:
+    """A warp `drawn` of an image flipped after it (along x: `h`, y: `v`), applied where
+    the kernel has flipped the image already (it flips first, draws.mirror_ops): its masks
+    and boxes flipped back, warped, flipped again, which is torchvision's warp, then the
+    flips."""
+
+    drawn: Drawn
+    h: bool
+    v: bool
+
+    def _flipped(self, xyxy: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+        b = np.asarray(xyxy, np.float32).reshape(-1, 4).copy()
+        if self.h:
+            b[:, [0, 2]] = np.float32(size[1]) - b[:, [2, 0]]
+        if self.v:
+            b[:, [1, 3]] = np.float32(size[0]) - b[:, [3, 1]]
+        return b
+
+    def boxes(self, xyxy: np.ndarray) -> np.ndarray:
+        return self._flipped(self.drawn.boxes(self._flipped(xyxy, self.drawn.size)), self.drawn.out)
+
+    def mask(self, mask: torch.Tensor, fill: int) -> torch.Tensor:
+        dims = [d for d, on in ((0, self.v), (1, self.h)) if on]
+        return torch.flip(self.drawn.mask(torch.flip(mask, dims), fill), dims)
+
+
+def mirrored(drawn: Drawn, h: bool, v: bool) -> "Drawn | Mirrored":
+    """`drawn`, or its Mirrored where a flip along either axis follows it."""
+    return Mirrored(drawn, h, v) if h or v else drawn
+
+
 def _apply(m: np.ndarray, p: np.ndarray) -> np.ndarray:
     """Points [K, 2] through rows m [2, 3] (x' = m00 x + m01 y + m02, ...), in float32."""
     return p @ m[:, :2].T + m[:, 2]
 
 
-def warp_boxes_by(xyxy: np.ndarray, drawn: Sequence[Drawn]) -> np.ndarray:
+def warp_boxes_by(xyxy: np.ndarray, drawn: "Sequence[Drawn | Mirrored]") -> np.ndarray:
     """XYXY boxes (float32 [K, 4]) through each warp of `drawn` in turn, clamped after each
     as torchvision clamps after each transform."""
     for d in drawn:
@@ -324,6 +356,23 @@ def sample_filled_batch(images: torch.Tensor, grid: torch.Tensor, interpolation:
         else:
             out = out.sub_(fill_img).mul_(mask).add_(fill_img)  # (in place: grid_sample's own output)
     return out
+
+
+def mirrored_perspective(c: list[float], size: tuple[int, int], h: bool, v: bool) -> list[float]:
+    """torchvision's perspective coefficients `c` (a pixel (x, y) of the output, at its
+    centre x + 0.5, reads the input at ((c0 x + c1 y + c2) / D, (c3 x + c4 y + c5) / D),
+    D = c6 x + c7 y + 1) of the warp conjugated by a mirror of each axis `h` and `v` (x to
+    w - x, y to h - y on an image of `size`), scaled so that D's constant is 1 again."""
+    height, width = size
+    if h:
+        k, w = c[6] * width + 1.0, float(width)
+        c = [(c[0] - w * c[6]) / k, (w * c[7] - c[1]) / k, (w * k - c[0] * w - c[2]) / k, -c[3] / k, c[4] / k,
+             (c[3] * w + c[5]) / k, -c[6] / k, c[7] / k]
+    if v:
+        k, t = c[7] * height + 1.0, float(height)
+        c = [c[0] / k, -c[1] / k, (c[1] * t + c[2]) / k, (t * c[6] - c[3]) / k, (c[4] - t * c[7]) / k,
+             (t * k - c[4] * t - c[5]) / k, c[6] / k, -c[7] / k]
+    return c
 
 
 def perspective_image_grid(coefficients: Sequence[float], size: tuple[int, int], device: torch.device) -> torch.Tensor:

@@ -19,8 +19,7 @@ from .base import Transform, _Step, in_fingerprint
 from .args import NEAREST, fill_rgb, on_device, warp_interpolation
 from .convert import warp_fill
 from .warped import (Drawn, forward_affine, grid_sample_filled, grid_warp, identity_grid, perspective_coefficients,
-                     perspective_image_grid,
-                     rotate_shear, sample_filled, sample_filled_batch)
+                     perspective_image_grid, rotate_shear, sample_filled, sample_filled_batch)
 
 
 INTEGER_MAP = 2.0  # AFFINE's interpolation argument (NEAREST, BILINEAR: args.py)
@@ -121,15 +120,10 @@ class _Warp(_Step):
 
     @property
     def mirrors(self) -> bool:
-        """A flip may follow it in the program (`mirrored`): a rotation or affine warp about
-        the image's centre."""
-        return False
-
-    def mirrored(self, p: dict, h: bool, v: bool) -> dict:
-        """The draws `p` with this warp's conjugated by the flips after it (`h`, `v`: the
-        sample is flipped so): the kernel flips first, and this warp after that flip gives
-        torchvision's warp, then flip (a mirror of a rotation turns the other way)."""
-        return p
+        """A flip may follow it in the program: its op (AFFINE, PERSPECTIVE) is mirrored
+        where the sample is flipped (draws.mirror_ops), as the kernel flips first. Not an
+        expanded rotation (its canvas is not the image's size)."""
+        return self.keeps_size
 
     def _setup(self, interpolation: Any, fill: Any, center: Sequence[float] | None) -> None:
         self.interpolation = warp_interpolation(interpolation)
@@ -204,14 +198,6 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
     def drawn(self, p: dict, size: tuple[int, int]) -> list[Drawn]:
         r = p.get("rotation")
         return [] if r is None else [rotation_drawn(r["angle"], size, self.center, self.expand)]
-
-    @property
-    def mirrors(self) -> bool:  # type: ignore[override]
-        return self.center is None and not self.expand
-
-    def mirrored(self, p: dict, h: bool, v: bool) -> dict:
-        r = p.get("rotation")
-        return p if r is None or h == v else {**p, "rotation": {**r, "angle": -r["angle"]}}
 
     def canvas_size(self, p: dict, size: tuple[int, int]) -> tuple[int, int]:
         """The rotated image's (h, w): with expand=True its bounding box's, as F.rotate
@@ -320,6 +306,10 @@ class ElasticTransform(_Warp, converts="torchvision.ElasticTransform"):
     RandomErasing), or with no geometry, it warps the kernel's output instead
     (warp_output: the field drawn at the output's size). Masks and boxes follow it either
     way (`drawn`: the same field; transforms.warped)."""
+
+    @property
+    def mirrors(self) -> bool:  # (it warps the kernel's output, after the flips: only the output's steps follow it)
+        return False
 
     group = "canvas"
     canvas = True
@@ -495,20 +485,6 @@ class RandomAffine(_Warp, converts="torchvision.RandomAffine"):
         inverse = inverse_affine(cf, a["angle"], translate, a["scale"], a["shear"])
         return [Drawn("affine", (h, w), (h, w), tuple(forward), tuple(inverse))]
 
-    @property
-    def mirrors(self) -> bool:  # type: ignore[override]
-        return self.center is None
-
-    def mirrored(self, p: dict, h: bool, v: bool) -> dict:
-        """(A mirror of either axis turns the angle and both shears the other way; the
-        translation changes sign along each mirrored axis.)"""
-        a = p.get("affine")
-        if a is None or not (h or v):
-            return p
-        one, (tx, ty), (sx, sy) = h != v, a["translate"], a["shear"]
-        return {**p, "affine": {**a, "angle": -a["angle"] if one else a["angle"],
-                                "translate": (-tx if h else tx, -ty if v else ty),
-                                "shear": (-sx, -sy) if one else (sx, sy)}}
 
     paints_window = True
 
