@@ -448,3 +448,36 @@ def test_a_centre_crop_then_a_resize_as_celebas_recipes_write_it(photos, tmp_pat
     batches = list(ld)
     assert [b.keys for b in batches] == [["s0"]] and batches[0].images.shape == (1, 3, 64, 64)
     assert [s.key for s in ld.skipped] == ["s1"] and "larger than the 138x178 image" in ld.skipped[0].reason
+
+
+def test_a_flip_after_randaugment_as_scripts_write_it(shard):
+    """`[RandomResizedCrop, RandAugment(), RandomHorizontalFlip(), ...]` (the flip after
+    the policy, as many scripts write it) through the Loader: each batch is torchvision's
+    crop, policy, then flip, replaying the Loader's draws, within a level (nearest warps
+    to the pixel: the kernel mirrors them on flipped samples)."""
+    from test_augment import _policy_ref
+    from tvref import torchvision_apply
+
+    from gpudecode.transforms import Compose
+
+    path, imgs = shard
+    steps = tv.Compose([tv.RandomResizedCrop(48), tv.RandAugment(3, 12), tv.RandomHorizontalFlip(),
+                        tv.ToDtype(torch.float32, scale=True)])
+    ours = Compose.from_torchvision(steps)
+    assert ours.plan.flip_at == (1, 0)
+    ref_policy = _policy_ref(tv.RandAugment(3, 12))
+    tensors = [torch.from_numpy(im).permute(2, 0, 1).contiguous() for im in imgs]
+    flipped, pos = 0, 0
+    for seed in range(3):
+        pos = 0
+        for b in gpudecode.Loader(path, batch_size=2, transform=steps, device="cpu", shuffle=False, seed=seed):
+            batch = tensors[pos:pos + len(b.keys)]
+            params = ours.make_params([tuple(t.shape[1:]) for t in batch], seed, indices=list(range(pos, pos + len(batch))))
+            for got, img, p in zip(b.images, batch, params):
+                x = ref_policy(torchvision_apply(img, {**p, "flip": False}, (48, 48)), p["rand_augment"]).clamp(0, 1)
+                want = torch.flip(x, [-1]) if p["flip"] else x
+                assert float((got - want).abs().max()) * 255 <= 1.0 + 1e-3, (seed, pos, p)
+                flipped += bool(p["flip"]) and any(o[0] in ("ShearX", "ShearY", "TranslateX", "Rotate")
+                                                   for o in p["rand_augment"])
+            pos += len(batch)
+    assert pos == 4 and flipped >= 2
