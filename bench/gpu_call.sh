@@ -38,7 +38,9 @@ out=${OUT:-/tmp/out}
 mkdir -p "$out"
 small=${GPU_CALL_REHEARSE:-0}
 END=${END:-$(( $(date +%s) + 480 ))}
-export GPUDECODE_CACHE_DIR=${GPUDECODE_CACHE_DIR:-/tmp/gpudecode-call-kcache} GPUDECODE_BENCH_OUT=/tmp/gpudecode-call-bench
+work=$(mktemp -d /tmp/gpudecode-call.XXXXXX)  # (this call's own scratch: the sections' reports, the bench's files)
+trap 'rm -rf "$work"' EXIT
+export GPUDECODE_CACHE_DIR=${GPUDECODE_CACHE_DIR:-$work/kcache} GPUDECODE_BENCH_OUT=$work/bench
 export PYTHONUNBUFFERED=1
 PY=${PY:-python3}
 left() { echo $(( END - $(date +%s) )); }
@@ -64,11 +66,10 @@ section() {  # section NAME WANT KEEP ARGS...
   local name=$1 want=$2 keep=$3
   shift 3
   step "bench/gpu.py --sections $name"
-  rm -rf "/tmp/gpudecode-call-$name"
   (cd /tmp && timeout -s INT -k 10 "$(budget "$want" "$keep")" $PY -m gpudecode.bench.suite.gpu --sections "$name" \
-     --out "/tmp/gpudecode-call-$name" "$@") 2>&1
-  [ -f "/tmp/gpudecode-call-$name/gpu.json" ] && cp "/tmp/gpudecode-call-$name/gpu.json" "$out/gpu-$name.json"
-  [ -f "/tmp/gpudecode-call-$name/gpu.md" ] && cat "/tmp/gpudecode-call-$name/gpu.md" >> "$out/gpu-bench.md"
+     --out "$work/$name" "$@") 2>&1
+  [ -f "$work/$name/gpu.json" ] && cp "$work/$name/gpu.json" "$out/gpu-$name.json"
+  [ -f "$work/$name/gpu.md" ] && cat "$work/$name/gpu.md" >> "$out/gpu-bench.md"
 }
 if [ "$small" = 1 ]; then set=(--images 32 --batch-sizes 16 --threads 2); else
   set=(--images 1024 --batch-sizes 256 --threads 6); fi

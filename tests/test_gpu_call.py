@@ -23,9 +23,11 @@ def test_the_prepared_gpu_call_runs_every_step_in_order_on_the_cpu(tmp_path):
     env = {**os.environ, "GPU_CALL_REHEARSE": "1", "PY": sys.executable, "OUT": str(tmp_path / "out"),
            "END": str(int(time.time()) + 600), "CUDA_VISIBLE_DEVICES": ""}
     env.setdefault("GPUDECODE_CACHE_DIR", str(tmp_path / "kcache"))
+    scratch = set(Path("/tmp").glob("gpudecode-call.*"))
     run = subprocess.run(["bash", str(ROOT / "bench" / "gpu_call.sh")], cwd=ROOT, env=env, capture_output=True,
                          text=True, timeout=900)
     log = run.stdout + run.stderr
+    assert set(Path("/tmp").glob("gpudecode-call.*")) <= scratch  # (its scratch folder removed when it ends)
     assert run.returncode == 0, log[-3000:]
     steps = re.findall(r"^==> (.+?) \(\d+ s left\)$", log, re.M)
     assert steps == ["the machine", "tests/test_gpu.py: the PNG, resident, pinned-slot, strided-batch, mask and box tests", "bench/gpu.py --sections png",
