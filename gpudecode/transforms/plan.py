@@ -496,9 +496,9 @@ class _AfterGeometry:
         stuck = next((type(u).__name__ for u in moving if not getattr(u, "mirrors", False)), None)
         if stuck is not None:
             raise TransformError(f"{what} after {stuck} cannot be fused: the kernel flips while it resamples, "
-                                 f"before the program's warps, and mirrors only torchvision's (rotations, affine and "
-                                 f"perspective warps, its policies) (put the flip before {stuck}) [{self.names}]")
-        at = len(self.program) if moving else 0  # (the warps before it see their draws mirrored)
+                                 f"before the program's warps, and mirrors only torchvision's: rotations, affine and "
+                                 f"perspective warps, its policies (put the flip before {stuck}) [{self.names}]")
+        at = len(self.program) if moving else 0  # (the warps before it: their ops mirrored, draws.mirror_ops)
         if isinstance(t, RandomVerticalFlip):
             self.vflip, self.flip_at = t, (self.flip_at[0], at)
         else:

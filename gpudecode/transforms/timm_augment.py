@@ -125,6 +125,8 @@ class _TimmPolicy(_Policy):
     """What timm's policies share: its AugmentOp's draw, the warps' interpolation modes
     (one drawn a warp when there are two, as timm's "random") and the fill (levels)."""
 
+    mirrors = False  # (PIL's warps, not mirrored here: a flip goes before timm's policies, as in timm's recipes)
+
     def __init__(self, interpolation: Sequence[str], fill: Sequence[int], what: str) -> None:
         modes = tuple(interpolation)
         if not modes or any(m not in ("bilinear", "bicubic") for m in modes):
@@ -136,8 +138,6 @@ class _TimmPolicy(_Policy):
         self._fill3 = (self.fill[0] / 255.0, self.fill[1] / 255.0, self.fill[2] / 255.0)
         self.interpolation = 0.0  # (_Policy's; the warps here carry their own)
         self._fill = None
-
-    mirrors = False  # (PIL's warps, not mirrored here: a flip goes before timm's policies, as in timm's recipes)
 
     def draw_op(self, rng: random.Random, spec: Spec) -> tuple[str, float | None, str | None] | None:
         """timm's AugmentOp.__call__: (name, argument, warp mode), or None when its coin
