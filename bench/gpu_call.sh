@@ -75,7 +75,7 @@ if [ "$small" = 1 ]; then set=(--images 32 --batch-sizes 16 --threads 2); else
   set=(--images 1024 --batch-sizes 256 --threads 6); fi
 section png 100 380 "${set[@]}"
 step "bench/nvcomp_inflate.py: nvCOMP against zlib, and with more streams a call"
-if [ "$small" = 1 ]; then inflate=(--images 16 --calls 8,16 --threads 2 --repeats 1); else
+if [ "$small" = 1 ]; then inflate=(--images 16 --calls 8,16 --threads 2 --repeats 1 --levels 1,9); else
   inflate=(--images 1024 --calls 64,256,1024 --threads 6); fi
 (cd /tmp && timeout -s INT -k 10 "$(budget 45 330)" $PY "$here/bench/nvcomp_inflate.py" "${inflate[@]}" --out "$out") 2>&1
 section resident 70 260 "${set[@]}"

@@ -32,9 +32,10 @@ installed gpudecode, never the source tree.
 Without CUDA the kernels run under numba's CUDA simulator, the GPU decoders in their CPU
 builds, the tests that need a device are skipped with the reason, and the bench runs the
 same pipelines on the CPU, small. --rehearse runs it so in the shape of the GPU machine's
-image (DALI and torchcodec hidden, as it has neither; tests over 20 s on 2 cores, which
-touch no decoder backend and which the full suite runs, left out): `make test` runs that
-rehearsal, so the first real GPU run does not fail in its own tooling.
+image (DALI and torchcodec hidden, as it has neither) and small: of each part's tests, those
+that touch a GPU library or CUDA and take under 20 s on 2 cores (the full suite runs every
+one), the bench's sections on 32 images. `make test` runs that rehearsal, so the first real
+GPU run does not fail in its own tooling.
 
 Exit status: 0 when every test passed or was skipped with a reason, the bench ran
 without an error, and the preflight found the installed package; 1 otherwise.
@@ -58,6 +59,10 @@ PARTS = {
     "pipeline": ["test_gpu_design.py", "test_decode.py", "test_split.py", "test_loader.py"],
 }
 ORDER = ("kernels", "pipeline", "bench", "cpu")
+# The rehearsal checks this script and the GPU image's shape (DALI and torchcodec hidden), not the
+# tests themselves (make test runs every one of them): of each part, the tests that touch a GPU
+# library or CUDA, so a test that fails where DALI is absent is still seen here.
+REHEARSED = "gpu or cuda or dali or torchcodec or nvimgcodec or backend"
 HIDDEN = "nvidia.dali,torchcodec"
 GRACE = 20  # seconds before the deadline a cut part is interrupted, for its report  # what the GPU machine's image lacks (../shared/gpu/README.md)
 
@@ -345,10 +350,11 @@ def run_tests(part: str, *, env: dict, log: Log, deadline: float | None, rehears
     # from tests/ (python -m puts the working folder on the path: tests/, not the source tree's gpudecode)
     cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-p", "no:cacheprovider", f"--junitxml={xml}", "--durations=15"]
     if rehearse:
-        cmd += ["-m", "not slow"]
+        cmd += ["-m", "not slow", "-k", REHEARSED]
     cmd += PARTS[part]
     t = time.perf_counter()
-    log(f"==> gpu-check part {part!r}: pytest {' '.join(PARTS[part])}" + (" -m 'not slow'" if rehearse else ""))
+    log(f"==> gpu-check part {part!r}: pytest {' '.join(PARTS[part])}"
+        + (f" -m 'not slow' -k '{REHEARSED}'" if rehearse else ""))
     status, cut = run_streamed(cmd, cwd=ROOT / "tests", env=env, log=log, deadline=deadline)
     result: dict = {"status": status, "cut": cut, "seconds": round(time.perf_counter() - t)}
     if xml.exists():
@@ -359,13 +365,17 @@ def run_tests(part: str, *, env: dict, log: Log, deadline: float | None, rehears
     return result
 
 
-def run_bench(*, env: dict, log: Log, deadline: float | None, out: Path, images: int, work: Path) -> dict:
+def run_bench(*, env: dict, log: Log, deadline: float | None, out: Path, images: int, work: Path,
+              rehearse: bool) -> dict:
     t = time.perf_counter()
-    log(f"==> gpu-check part 'bench': python -m gpudecode.bench.suite.gpu --images {images}")
+    # (the rehearsal: every section, small, as bench/gpu_call.sh rehearses its own)
+    args = ["--images", str(images)] + (["--batch-sizes", "16", "--threads", "2", "--engine-threads", "2"]
+                                        if rehearse else [])
+    log(f"==> gpu-check part 'bench': python -m gpudecode.bench.suite.gpu {' '.join(args)}")
     benv = dict(env)
     benv["GPUDECODE_BENCH_OUT"] = str(work / "bench")  # its datasets: not in the reports' folder
-    status, cut = run_streamed([sys.executable, "-m", "gpudecode.bench.suite.gpu", "--out", str(out),
-                                "--images", str(images)], cwd=work, env=benv, log=log, deadline=deadline)
+    status, cut = run_streamed([sys.executable, "-m", "gpudecode.bench.suite.gpu", "--out", str(out), *args],
+                               cwd=work, env=benv, log=log, deadline=deadline)
     return {"status": status, "cut": cut, "seconds": round(time.perf_counter() - t), "ok": status == 0 and not cut,
             "report": "gpu.md"}
 
@@ -425,7 +435,8 @@ def main() -> int:
     ap.add_argument("--part", default="all", choices=["all", "preflight", *ORDER])
     ap.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "bench" / "_out" / "gpu"))
     ap.add_argument("--budget", type=float, default=None, help="seconds this call may take (parts past it are cut)")
-    ap.add_argument("--images", type=int, default=4096, help="images in the bench's dataset (without CUDA: <= 256)")
+    ap.add_argument("--images", type=int, default=None,
+                    help="images in the bench's dataset (default 4096, rehearsed 32; without CUDA: <= 256)")
     ap.add_argument("--rehearse", action="store_true", help="DALI and torchcodec hidden, slow tests left out")
     a = ap.parse_args()
     start = time.monotonic()
@@ -470,7 +481,8 @@ def main() -> int:
             ok = False
             continue
         if part == "bench":
-            r = run_bench(env=env, log=log, deadline=deadline, out=out, images=a.images, work=work)
+            images = a.images or (32 if a.rehearse else 4096)
+            r = run_bench(env=env, log=log, deadline=deadline, out=out, images=images, work=work, rehearse=a.rehearse)
         elif part == "cpu":
             r = run_cpu(env=env, log=log, deadline=deadline, work=work, rehearse=a.rehearse)
         else:

@@ -1,10 +1,10 @@
 """PNG's inflate half on the GPU (issue 56): nvCOMP's batched raw-Deflate decode of PNG
 IDAT streams, checked equal to zlib's and timed against zlib on the host's cores.
 
-    python bench/nvcomp_inflate.py [--images 256] [--threads 6] [--calls 64,256] [--out DIR]
+    python bench/nvcomp_inflate.py [--images 256] [--threads 6] [--calls 64,256] [--levels 0-9] [--out DIR]
 
 The corpus: scikit-image's photographs saved by Pillow as PNG in colour types 0, 2, 3, 4
-and 6, zlib levels 0-9, and a 500x375 batch of the photographs (the bench's JPEG set as
+and 6, zlib levels 0-9 (--levels: fewer, for a rehearsal), and a 500x375 batch of the photographs (the bench's JPEG set as
 PNG, level 6). For each PNG the host part only: walk the chunks, join the IDAT payloads,
 strip the zlib wrapper (2 header bytes, 4 Adler-32 bytes), gpudecode.decode.png.read_png's; nvCOMP inflates the raw
 streams as one batch on the GPU; every output must equal zlib.decompress of the same
@@ -37,7 +37,7 @@ class _NoDevice(RuntimeError):
     """No CUDA device here: nvCOMP is not measured (said in one line)."""
 
 
-def corpus(n_batch: int) -> list[tuple[str, bytes]]:
+def corpus(n_batch: int, levels: range | list[int] = range(10)) -> list[tuple[str, bytes]]:
     import numpy as np
     from PIL import Image
     from skimage import data
@@ -49,7 +49,7 @@ def corpus(n_batch: int) -> list[tuple[str, bytes]]:
         im = Image.fromarray(arr)
         for mode in ("L", "RGB", "P", "LA", "RGBA"):
             m = im.convert(mode) if mode != "P" else im.quantize(256)
-            for level in range(10):
+            for level in levels:
                 buf = io.BytesIO()
                 m.save(buf, "PNG", compress_level=level)
                 out.append((f"{name}-{mode}-z{level}", buf.getvalue()))
@@ -78,10 +78,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=6)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--calls", default="", help="streams in one nvCOMP call, comma-separated (at most --images)")
+    ap.add_argument("--levels", default="0-9", help="the zlib levels of the corpus: 0-9, or a comma-separated list")
     ap.add_argument("--out", default=os.environ.get("OUT") or "bench/_out")
     a = ap.parse_args(argv)
+    lo, _, hi = a.levels.partition("-")
+    levels = list(range(int(lo), int(hi) + 1)) if hi else [int(x) for x in a.levels.split(",")]
+    if not levels or any(not 0 <= x <= 9 for x in levels):
+        ap.error(f"--levels {a.levels!r}: zlib's levels are 0 to 9")
     report: dict = {}
-    items = corpus(a.images)
+    items = corpus(a.images, levels)
     from gpudecode.decode.png import read_png  # (the host half: chunks walked, IDATs joined)
 
     layouts = [read_png(b) for _, b in items]
