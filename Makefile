@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 
 FUZZ_SECONDS ?= 60
 
-.PHONY: setup setup-demo demo test test-fuzz-replay test-types-and-kernels bench sysdeps clean fuzz fuzz-replay gpu-check ops-table
+.PHONY: setup setup-demo demo test test-fuzz-replay test-fuzz-and-types test-kernels bench sysdeps clean fuzz fuzz-replay gpu-check ops-table
 
 # libjpeg-turbo's headers are needed to build gpudecode._native; libpng's are used where found.
 sysdeps:
@@ -64,9 +64,9 @@ SYNC_OUTPUT := $(if $(filter output-sync,$(.FEATURES)),--output-sync=target,)
 test: setup
 	$(BIN)/ruff check gpudecode kernels tests bench examples
 	rm -rf $(TEST_CACHE) .coverage
-	@# two at a time, a core each (each prints when it ends): the fuzz replay; mypy, then the CPU kernels
-	@# compiled into the run's cache (tests/warm_kernels.py), so that the tests load them
-	@$(MAKE) --no-print-directory -j2 $(SYNC_OUTPUT) test-fuzz-replay test-types-and-kernels
+	@# two at a time, a core each (each prints when it ends): the fuzz replay, then mypy; the CPU kernels
+	@# compiled into the run's cache (tests/warm_kernels.py), so that the tests load them (about as long)
+	@$(MAKE) --no-print-directory -j2 $(SYNC_OUTPUT) test-fuzz-and-types test-kernels
 	cd tests && GPUDECODE_CACHE_DIR=$(TEST_CACHE) COVERAGE_FILE=../.coverage ../$(BIN)/python -m pytest -q -rs \
 	  -p no:cacheprovider --durations=25 -n $(TEST_WORKERS) --dist worksteal --cov --cov-config=../pyproject.toml \
 	  --cov-report=
@@ -77,9 +77,10 @@ test: setup
 # tests/test_gpu_call.py.
 test-fuzz-replay:
 	$(call TIMED,$(BIN)/python tests/fuzz/run.py replay)
-test-types-and-kernels:
-	$(BIN)/mypy gpudecode kernels
-	GPUDECODE_CACHE_DIR=$(TEST_CACHE) $(BIN)/python tests/warm_kernels.py
+test-fuzz-and-types: test-fuzz-replay
+	$(call TIMED,$(BIN)/mypy gpudecode kernels)
+test-kernels:
+	$(call TIMED,GPUDECODE_CACHE_DIR=$(TEST_CACHE) $(BIN)/python tests/warm_kernels.py)
 
 # The saved fuzzing inputs through the C++ harnesses under g++'s ASan + UBSan (also in `make test`).
 fuzz-replay: setup
