@@ -33,8 +33,9 @@ Without CUDA the kernels run under numba's CUDA simulator, the GPU decoders in t
 builds, the tests that need a device are skipped with the reason, and the bench runs the
 same pipelines on the CPU, small. --rehearse runs it so in the shape of the GPU machine's
 image (DALI and torchcodec hidden, as it has neither) and small: of each part's tests, those
-that touch a GPU library or CUDA and take under 20 s on 2 cores (the full suite runs every
-one), the bench's sections on 32 images. `make test` runs that rehearsal, so the first real
+that touch a GPU library or CUDA, take under 20 s on 2 cores and are not the simulator's (the
+full suite runs every one); the bench's runs and recipes on 32 images (bench/gpu_call.sh's
+rehearsal runs its other sections). `make test` runs that rehearsal, so the first real
 GPU run does not fail in its own tooling.
 
 Exit status: 0 when every test passed or was skipped with a reason, the bench ran
@@ -61,8 +62,9 @@ PARTS = {
 ORDER = ("kernels", "pipeline", "bench", "cpu")
 # The rehearsal checks this script and the GPU image's shape (DALI and torchcodec hidden), not the
 # tests themselves (make test runs every one of them): of each part, the tests that touch a GPU
-# library or CUDA, so a test that fails where DALI is absent is still seen here.
-REHEARSED = "gpu or cuda or dali or torchcodec or nvimgcodec or backend"
+# library or CUDA, so a test that fails where DALI is absent is still seen here (the simulator's
+# tests left out: without CUDA they are the suite's own, run again).
+REHEARSED = "(gpu or cuda or dali or torchcodec or nvimgcodec or backend) and not simulator"
 HIDDEN = "nvidia.dali,torchcodec"
 GRACE = 20  # seconds before the deadline a cut part is interrupted, for its report  # what the GPU machine's image lacks (../shared/gpu/README.md)
 
@@ -368,8 +370,8 @@ def run_tests(part: str, *, env: dict, log: Log, deadline: float | None, rehears
 def run_bench(*, env: dict, log: Log, deadline: float | None, out: Path, images: int, work: Path,
               rehearse: bool) -> dict:
     t = time.perf_counter()
-    # (the rehearsal: every section, small, as bench/gpu_call.sh rehearses its own)
-    args = ["--images", str(images)] + (["--batch-sizes", "16", "--threads", "2", "--engine-threads", "2"]
+    # (the rehearsal: small, the sections bench/gpu_call.sh's rehearsal does not run)
+    args = ["--images", str(images)] + (["--batch-sizes", "16", "--threads", "2", "--sections", "runs,recipes"]
                                         if rehearse else [])
     log(f"==> gpu-check part 'bench': python -m gpudecode.bench.suite.gpu {' '.join(args)}")
     benv = dict(env)
