@@ -439,7 +439,7 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=None, help="seconds this call may take (parts past it are cut)")
     ap.add_argument("--images", type=int, default=None,
                     help="images in the bench's dataset (default 4096, rehearsed 32; without CUDA: <= 256)")
-    ap.add_argument("--rehearse", action="store_true", help="DALI and torchcodec hidden, slow tests left out")
+    ap.add_argument("--rehearse", action="store_true", help="DALI and torchcodec hidden; a subset of each part's tests, the bench small")
     a = ap.parse_args()
     start = time.monotonic()
     deadline = start + a.budget if a.budget else None
