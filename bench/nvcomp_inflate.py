@@ -81,8 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--levels", default="0-9", help="the zlib levels of the corpus: 0-9, or a comma-separated list")
     ap.add_argument("--out", default=os.environ.get("OUT") or "bench/_out")
     a = ap.parse_args(argv)
-    lo, _, hi = a.levels.partition("-")
-    levels = list(range(int(lo), int(hi) + 1)) if hi else [int(x) for x in a.levels.split(",")]
+    lo, dash, hi = a.levels.partition("-")
+    try:
+        levels = list(range(int(lo), int(hi) + 1)) if dash else [int(x) for x in a.levels.split(",")]
+    except ValueError:
+        levels = []
     if not levels or any(not 0 <= x <= 9 for x in levels):
         ap.error(f"--levels {a.levels!r}: zlib's levels are 0 to 9")
     report: dict = {}

@@ -51,7 +51,7 @@ def test_compile_ptx_sm80_sm90_and_ptxas(tmp_path):
     each sample's size: 3), so a change that costs occupancy is seen. Prints each kernel's registers
     (bench/RESULTS.md records them). One process for each compute capability, side by
     side: the device functions are compiled for it (_compile.compiling_for), about 7 s a
-    variant after the first."""
+    kernel and variant on a 2-core Zen 1."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     # sm_80: every output dtype and layout; sm_90: the two that differ most (float32 in NCHW, uint8
     # in NHWC: both layouts' index arithmetic, the widest and the narrowest store): its process a third as long
