@@ -7,12 +7,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
+
+import forkrun
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "examples", "cifar", "train.py")
 
@@ -88,8 +88,8 @@ def test_autoaugment_converts_with_its_cifar10_policy(example, data):
 
 
 def test_a_short_training_run_keeps_the_set_resident():
-    r = subprocess.run([sys.executable, SCRIPT, "--demo", "--epochs", "2", "--batch-size", "64", "--steps", "4",
-                        "--width", "8", "--device", "cpu"], capture_output=True, text=True, timeout=600)
+    r = forkrun.run([SCRIPT, "--demo", "--epochs", "2", "--batch-size", "64", "--steps", "4", "--width", "8",
+                     "--device", "cpu"], timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     epochs = re.findall(r"epoch (\d): loss ([\d.]+), [\d,]+ img/s \(training included\), kept in ram", r.stdout)
     assert [e for e, _ in epochs] == ["0", "1"], r.stdout

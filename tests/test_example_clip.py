@@ -4,18 +4,16 @@ caption that is not UTF-8 skipped and named, the rest trained on."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
+import forkrun
 from conftest import make_shard, tar_samples
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "clip" / "train.py"
 
 
 def _run(tmp_path, *extra):
-    p = subprocess.run([sys.executable, str(EXAMPLE), "--epochs", "2", *extra], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=600)
+    p = forkrun.run([EXAMPLE, "--epochs", "2", *extra], cwd=tmp_path, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return p.stdout
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import forkrun
 from conftest import make_shard, tar_samples
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "detection" / "train.py"
@@ -24,8 +23,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "detection" / "trai
 def _run(tmp_path, *extra):
     """The example with `extra`, at 64 pixels (the model's work a quarter of the demo's 128:
     the same steps, in a test's time)."""
-    p = subprocess.run([sys.executable, str(EXAMPLE), "--size", "64", *extra], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=600)
+    p = forkrun.run([EXAMPLE, "--size", "64", *extra], cwd=tmp_path, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return p.stdout
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import forkrun
 from conftest import encode
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "imagenet"
@@ -40,13 +40,11 @@ def data(photos, tmp_path_factory):
 
 
 def run(script, *args, cwd, torchrun=False):
-    cmd = [sys.executable]
-    if torchrun:
-        cmd += ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    cmd += [str(EXAMPLE / script), *map(str, args)]
+    cmd = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"] if torchrun else []
+    cmd += [EXAMPLE / script, *args]
     # torchrun's rendezvous leaves a torchelastic_* folder in TMPDIR: the test's own folder, not /tmp
     env = dict(os.environ, TMPDIR=str(cwd))
-    p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300, env=env)
+    p = forkrun.run(cmd, cwd=cwd, timeout=300, env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return p.stdout
 

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import forkrun
 from conftest import encode
 
 pytest.importorskip("lightning", reason="Lightning is in the [lightning] extra (make test installs it)")
@@ -33,9 +32,8 @@ def test_lightning_ddp_two_processes(photos, tmp_path):
                 t, l = int(rng.integers(0, h // 3)), int(rng.integers(0, w // 3))
                 (d / f"{k}.jpg").write_bytes(encode(np.ascontiguousarray(img[t:t + h // 2, l:l + w // 2])))
     env = dict(os.environ, TMPDIR=str(tmp_path))
-    p = subprocess.run([sys.executable, str(EXAMPLE), "--data", str(tmp_path / "data"), "--epochs", "2",
-                        "--accelerator", "cpu", "--devices", "2", "--strategy", "ddp", "--out", str(tmp_path / "logs")],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    p = forkrun.run([EXAMPLE, "--data", tmp_path / "data", "--epochs", "2", "--accelerator", "cpu", "--devices", "2",
+                     "--strategy", "ddp", "--out", tmp_path / "logs"], cwd=tmp_path, timeout=600, env=env)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     counts = re.findall(r"rank (\d) epoch (\d): (\d+) batches", p.stdout)
     # 30 images over 2 ranks in batches of 8: 15 a rank, 2 batches a rank, every epoch

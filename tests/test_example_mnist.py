@@ -8,11 +8,11 @@ import argparse
 import importlib.util
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
+
+import forkrun
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "examples", "mnist", "train.py")
 
@@ -71,8 +71,8 @@ def test_the_augmenting_transform_converts_and_keeps_one_channel(example, data):
 @pytest.mark.parametrize("way", ["gpudecode", "torchvision"])
 def test_a_short_training_run_each_way(way):
     extra = ["--torchvision", "--workers", "0"] if way == "torchvision" else []
-    r = subprocess.run([sys.executable, SCRIPT, "--demo", "--demo-size", "300", "--epochs", "2", "--steps", "3",
-                        "--device", "cpu", *extra], capture_output=True, text=True, timeout=600)
+    r = forkrun.run([SCRIPT, "--demo", "--demo-size", "300", "--epochs", "2", "--steps", "3", "--device", "cpu",
+                     *extra], timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     epochs = re.findall(r"epoch (\d): loss ([\d.]+), [\d,]+ img/s \(training included\), batches \[64, 1, 28, 28\]",
                         r.stdout)

@@ -4,11 +4,11 @@ loads: every row once an epoch, the head sized from the ClassLabel's names."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+import forkrun
 
 pytest.importorskip("datasets")
 
@@ -18,8 +18,7 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "parquet" / "train.
 def test_the_example_trains_from_files_and_from_a_dataset(tmp_path):
     runs = [["--make-demo", str(tmp_path / "set")], ["--data", str(tmp_path / "set"), "--as-dataset"]]
     for extra in runs:
-        p = subprocess.run([sys.executable, str(EXAMPLE), "--epochs", "2", *extra], cwd=tmp_path, capture_output=True,
-                           text=True, timeout=600)
+        p = forkrun.run([EXAMPLE, "--epochs", "2", *extra], cwd=tmp_path, timeout=600)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
         assert "72 images, 3 classes (astronaut, coffee, chelsea)" in p.stdout, p.stdout
         assert re.findall(r"epoch (\d): (\d+) images", p.stdout) == [("0", "72"), ("1", "72")], p.stdout

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
-import sys
 
 import pytest
+
+import forkrun
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "examples", "recipes.py")
 
@@ -18,8 +18,7 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "..", "examples", "recipes.py")
     ("dino", r"step 2: images \[\(8, 3, 48, 48\), \(8, 3, 48, 48\)(, \(8, 3, 20, 20\)){6}\] on cpu, labels \(8,\)"),
 ])
 def test_recipe_example_runs(recipe, want):
-    r = subprocess.run([sys.executable, SCRIPT, "--demo", "--recipe", recipe, "--size", "48", "--batch-size", "8"],
-                       capture_output=True, text=True, timeout=600)
+    r = forkrun.run([SCRIPT, "--demo", "--recipe", recipe, "--size", "48", "--batch-size", "8"], timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert re.search(want, r.stdout), r.stdout[-2000:]
     fused = ["TrivialAugmentWide", "RandomErasing"] if recipe == "reference" else ["RandomApply", "RandomSolarize"]

@@ -6,21 +6,19 @@ from __future__ import annotations
 
 import io
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 
+import forkrun
 from conftest import make_shard, tar_samples
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "segmentation" / "train.py"
 
 
 def _run(tmp_path, *extra):
-    p = subprocess.run([sys.executable, str(EXAMPLE), "--epochs", "2", *extra], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=600)
+    p = forkrun.run([EXAMPLE, "--epochs", "2", *extra], cwd=tmp_path, timeout=600)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     return p.stdout
 
