@@ -19,8 +19,8 @@ interpreter would:
 - numpy's global generator is seeded anew (Python's `random` reseeds itself at a fork).
 
 What a fork cannot give falls back to a plain `subprocess.run`:
-- an environment that differs from the server's (the first run's) in a variable read when
-  a library loads: OMP_*, MKL_*, KMP_*, CUDA_*, NUMBA_*, TORCH*, PYTORCH_*, LD_*, PYTHON*,
+- an environment that differs from the test process's in a variable read when a library
+  loads: OMP_*, MKL_*, KMP_*, CUDA_*, NUMBA_*, TORCH*, PYTORCH_*, LD_*, PYTHON*,
   NVIDIA_*;
 - a command that is neither a script, nor -m, nor -c;
 - GPUDECODE_TEST_FORK=0 in the environment, which runs every one as a plain subprocess.
@@ -42,22 +42,24 @@ import tempfile
 __all__ = ["run"]
 
 _READ_AT_LOAD = ("OMP_", "MKL_", "KMP_", "CUDA_", "NUMBA_", "TORCH", "PYTORCH_", "LD_", "PYTHON", "NVIDIA_")
-_servers: dict[tuple, subprocess.Popen] = {}  # (one: the test process's environment's)
+_servers: dict[tuple, subprocess.Popen] = {}  # (one: this process's environment's, while it keeps it)
 
 
 def _load_time_env(env) -> tuple:
     return tuple(sorted((k, v) for k, v in env.items() if k.startswith(_READ_AT_LOAD)))
 
 
-def _server(key: tuple, env: dict) -> subprocess.Popen | None:
+def _server(key: tuple) -> subprocess.Popen | None:
+    """The server of this process's environment, started on first use; None for a run whose
+    variables read at load differ from it (a server for it would cost a run's imports again)."""
+    if key != _load_time_env(os.environ):
+        return None
     srv = _servers.get(key)
     if srv is not None and srv.poll() is None:
         return srv
-    if _servers and key not in _servers:  # (a server for another environment would cost a run's imports again)
-        return None
     log = tempfile.TemporaryFile()
     srv = subprocess.Popen([sys.executable, os.path.abspath(__file__)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                           stderr=log, env=env, text=True)
+                           stderr=log, env=dict(os.environ), text=True)
     srv.log = log  # type: ignore[attr-defined]
     ready = srv.stdout.readline()  # type: ignore[union-attr]
     if ready.strip() != "ready":
@@ -87,7 +89,7 @@ def run(args: list, *, cwd=None, env=None, timeout: float | None = None) -> subp
     cmd = [sys.executable, *args]
     forkable = env.get("GPUDECODE_TEST_FORK", "1") != "0" and bool(args) and (
         args[0] in ("-m", "-c") and len(args) > 1 or not args[0].startswith("-"))
-    srv = _server(_load_time_env(env), env) if forkable else None
+    srv = _server(_load_time_env(env)) if forkable else None
     if srv is None:
         return subprocess.run(cmd, cwd=cwd, env=env, timeout=timeout, capture_output=True, text=True)
     with tempfile.TemporaryDirectory(prefix="forkrun-") as d:
