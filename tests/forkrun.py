@@ -7,7 +7,8 @@ for each test process, a server process that imported torch and torchvision (sta
 first use), and forks a child of it for each run. The child runs the command as a fresh
 interpreter would:
 
-- it takes the run's working directory and environment (os.environ replaced);
+- it takes the run's working directory and environment (os.environ replaced, tempfile's
+  folder chosen again from its TMPDIR);
 - stdin is /dev/null, stdout and stderr go to files that the caller reads;
 - it is the leader of its own process group: a timeout kills it and what it started;
 - `script args` runs the script as __main__ (runpy, sys.path[0] its folder), `-m mod args`
@@ -131,6 +132,9 @@ def _child(req: dict) -> None:
     os.chdir(req["cwd"])
     os.environ.clear()
     os.environ.update(req["env"])
+    import tempfile
+
+    tempfile.tempdir = None  # (the server's cached choice: the run's TMPDIR decides, as in a fresh process)
     import numpy as np
 
     np.random.seed()  # (a fresh interpreter seeds it from the OS; a fork would share the server's)

@@ -19,7 +19,9 @@ SCRIPT = textwrap.dedent("""\
     import atexit, os, sys, threading, time
     import numpy as np
     print("argv", sys.argv[1:], "cwd", os.getcwd(), "path0", sys.path[0] == os.path.dirname(os.path.abspath(__file__)))
+    import tempfile
     print("name", __name__, "env", os.environ.get("FORKRUN_PROBE"), "stdin", repr(sys.stdin.read()))
+    print("tempdir", tempfile.gettempdir())
     print("main", sys.modules["__main__"].__file__ == __file__, "numpy drawn", 0 <= np.random.rand() < 1)
     print("to stderr", file=sys.stderr)
     atexit.register(lambda: print("atexit ran"))
@@ -31,7 +33,7 @@ SCRIPT = textwrap.dedent("""\
 
 
 def both(args, **kw):
-    env = dict(os.environ, FORKRUN_PROBE="seen")
+    env = dict(os.environ, FORKRUN_PROBE="seen", TMPDIR=str(kw["cwd"]))  # (the run's own: not the server's)
     ref = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL, **kw)
     got = forkrun.run(args, env=env, **kw)
     return ref, got
@@ -44,7 +46,7 @@ def test_a_script_runs_as_python_runs_it(tmp_path, extra):
     ref, got = both([str(script), *extra], cwd=tmp_path)
     assert got.returncode == ref.returncode and got.stdout == ref.stdout and got.args == ref.args, (ref, got)
     assert got.stderr == ref.stderr, (ref.stderr, got.stderr)
-    assert "atexit ran" in got.stdout and "thread joined" in got.stdout and "argv" in got.stdout
+    assert "atexit ran" in got.stdout and "thread joined" in got.stdout and f"tempdir {tmp_path}" in got.stdout
     if extra == ["fail"]:
         assert got.returncode == 1 and "ValueError: on purpose" in got.stderr and "forkrun" not in got.stderr
 
