@@ -35,10 +35,10 @@ TEST_EXTRAS := test,gpu,dali,formats,lightning
 TIMED = start=$$(date +%s); $(1) && echo "==> done in $$(( $$(date +%s) - start )) s"
 
 # A real install (not editable): the tests import what `pip install .` produced, with every
-# optional backend (their CPU builds are tested here). The 18,000 modules' bytecode is compiled
-# after the install on every core (pip compiles on one: 93 s against 50 s on a 2-core Zen 1), not
-# left to the first imports (where PYTHONDONTWRITEBYTECODE is set, every process would compile
-# what it imports again); a file that does not compile is left to its import, as pip leaves it.
+# optional backend (their CPU builds are tested here). The modules' bytecode is compiled after the
+# install on every core (pip compiles on one), not left to the first imports (where
+# PYTHONDONTWRITEBYTECODE is set, every process would compile what it imports again); a file
+# that does not compile is left to its import, as pip leaves it (bench/RESULTS.md has the times).
 # A user's `pip install gpudecode` is the CPU path alone; extras: [gpu] (numba-cuda,
 # nvImageCodec, torchcodec), [dali].
 setup: sysdeps $(BIN)/python

@@ -11,11 +11,10 @@ import random
 import shutil
 import tempfile
 
-# OpenMP's idle threads sleep at once instead of spinning first (before torch loads its OpenMP,
-# which reads it): make test runs two test processes on two cores, each with torch's two threads,
-# and a process's threads spinning while the other's wait for a core cost the detection example's
-# five tests 113 s against 67 s with them asleep (74 s with one thread a process), a 2-core Zen 1.
-# The thread counts, and what the tests run on them, stay as they were.
+# OpenMP's idle threads sleep at once instead of spinning first (set before torch loads its OpenMP,
+# which reads it): make test runs two test processes on two cores, each with torch's threads, and
+# one process's spinning threads held the cores the other's working threads waited for
+# (bench/RESULTS.md, "forty-fifth session", has the cost). The thread counts stay as they were.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 # before anything imports gpudecode (its compiled-kernel cache is looked up on first use)
@@ -75,6 +74,16 @@ def encode(img: np.ndarray, fmt: str = "JPEG", **kw) -> bytes:
         im = im.convert(mode)
     im.save(b, format=fmt, **kw)
     return b.getvalue()
+
+
+def load_script(path, name: str):
+    """A script (an example's train.py) imported as module `name`, its main() not run."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(mod)  # type: ignore[union-attr]
+    return mod
 
 
 def make_shard(path, samples: list[dict]) -> str:

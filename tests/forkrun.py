@@ -1,8 +1,9 @@
 """Python scripts run by the tests in processes forked from one that imported torch once.
 
-The example tests start `python examples/.../train.py ...` about fifty times in a run. On a
-2-core Zen 1 each such process spent 6-7 s importing torch and torchvision before its
-first line of work (torchvision.ops imports torch._dynamo: about 4 s of it). `run()` keeps,
+The example tests start `python examples/.../train.py ...` about fifty times in a run, and
+each such process spent most of its time importing torch and torchvision (torchvision.ops
+imports torch._dynamo) and tearing the interpreter down (bench/RESULTS.md, "forty-fifth
+session", has the times). `run()` keeps,
 for each test process, a server process that imported torch and torchvision (started on
 first use), and forks a child of it for each run. The child runs the command as a fresh
 interpreter would:
@@ -16,7 +17,7 @@ interpreter would:
 - it ends as python does up to the interpreter's teardown: its non-daemon threads joined,
   its atexit handlers run, its output flushed, the status SystemExit's code gives (1 and
   the traceback for an exception); the teardown that follows (every module's objects
-  freed, 1.6-2 s with torch loaded) is skipped;
+  freed, seconds with torch loaded) is skipped;
 - numpy's global generator is seeded anew (Python's `random` reseeds itself at a fork).
 
 What a fork cannot give falls back to a plain `subprocess.run`:
@@ -175,7 +176,7 @@ def _child(req: dict) -> None:
 def _finish(code: object) -> int:
     """What python does at its end up to its teardown: joins the non-daemon threads, runs
     the atexit handlers, flushes; the exit status SystemExit's code gives. (The teardown
-    itself, the modules' objects freed one by one, took 1.6-2 s a run with torch loaded,
+    itself, the modules' objects freed one by one, takes seconds a run with torch loaded,
     and is skipped: os._exit follows.)"""
     import atexit
     import threading

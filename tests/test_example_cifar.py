@@ -4,7 +4,6 @@ by the Loader as torchvision's CIFAR10 feeds it, and a short training run with t
 kept resident."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 
@@ -13,16 +12,14 @@ import pytest
 import torch
 
 import forkrun
+from conftest import load_script
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "examples", "cifar", "train.py")
 
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("cifar_example", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+    return load_script(SCRIPT, "cifar_example")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ IoU crop; with --recipe ssdlite / multiscale, those presets as written (images o
 own sizes)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 from pathlib import Path
@@ -16,7 +15,7 @@ import numpy as np
 import pytest
 
 import forkrun
-from conftest import make_shard, tar_samples
+from conftest import load_script, make_shard, tar_samples
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "detection" / "train.py"
 
@@ -31,10 +30,7 @@ def _run(tmp_path, *extra):
 
 def _make_demo(out):
     """The example's own demo set (its make_demo), written here: 48 images in two shards."""
-    spec = importlib.util.spec_from_file_location("detection_example", EXAMPLE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod.make_demo(str(out))
+    return load_script(EXAMPLE, "detection_example").make_demo(str(out))
 
 
 def test_the_example_trains_on_boxes_and_skips_a_bad_annotation(tmp_path):

@@ -5,7 +5,6 @@ converted, and a short training run each way with batches of one channel."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 
@@ -13,16 +12,14 @@ import pytest
 import torch
 
 import forkrun
+from conftest import load_script
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "examples", "mnist", "train.py")
 
 
 @pytest.fixture(scope="module")
 def example():
-    spec = importlib.util.spec_from_file_location("mnist_example", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # type: ignore[union-attr]
-    return mod
+    return load_script(SCRIPT, "mnist_example")
 
 
 @pytest.fixture(scope="module")
