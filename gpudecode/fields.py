@@ -553,6 +553,7 @@ class _Geometry:
     after: list | None = None
     crops: list[dict] | None = None  # each image's draws, where its crop was drawn from its boxes (RandomIoUCrop)
     mirror: tuple[bool, bool] = (False, False)  # the plan's: a flip before the geometry (masks.mask_indices)
+    cropped: bool = False  # the plan's rrc: a crop resized, the boxes clamped to it (boxes.box_moves)
 
 
 def follow_targets(specs: Sequence[FieldSpec], values: list[list[Any]], errors: dict[int, FieldError],
@@ -565,7 +566,7 @@ def follow_targets(specs: Sequence[FieldSpec], values: list[list[Any]], errors: 
         return
     views = [_Geometry(d.encode()[0], places(plan, d), d.out_sizes() if plan.ragged else plan.output_size(d.sizes),
                        *drawn_warps(plan, d),
-                       crops=d.dicts() if plan.reads_boxes else None, mirror=plan.mirror)
+                       crops=d.dicts() if plan.reads_boxes else None, mirror=plan.mirror, cropped=plan.rrc)
              for plan, d in zip(plans, draws)]
     follow_masks(specs, values, errors, samples, views, pool=pool, on_host=on_host)
     follow_boxes(specs, values, errors, samples, views)
@@ -607,7 +608,7 @@ def _boxes_in_view(stored: list[Stored], rows: list[int], view: _Geometry, boxes
     if view.crops is not None:  # (RandomIoUCrop's: the boxes whose centres its crop leaves out, emptied)
         xyxy = np.concatenate([emptied(xyxy[start:start + n], view.crops[k])
                                for k, start, n in zip(rows, np.cumsum(counts) - counts, counts)]).reshape(-1, 4)
-    moved, ok = move_boxes(xyxy, np.repeat(box_moves(view.geom)[rows], counts, axis=0), out_size,
+    moved, ok = move_boxes(xyxy, np.repeat(box_moves(view.geom, view.cropped)[rows], counts, axis=0), out_size,
                            min_size=boxes.min_size, min_area=boxes.min_area)
     if view.after is not None:  # (the program's warps, then what SanitizeBoundingBoxes keeps)
         moved = warped_boxes(moved, counts, [view.after[k] for k in rows])

@@ -30,12 +30,13 @@ from test_masks import PLANS, centre, npy
 FORMATS = ("XYXY", "XYWH", "CXCYWH")
 
 
-def tv_boxes(boxes: np.ndarray, fmt: str, size, p: dict, out_size) -> tuple[torch.Tensor, torch.Tensor]:
+def tv_boxes(boxes: np.ndarray, fmt: str, size, p: dict, out_size, frame=None) -> tuple[torch.Tensor, torch.Tensor]:
     """torchvision.transforms.v2.functional on a tv_tensors.BoundingBoxes (of `fmt`) with
     the image's params, then as XYXY, clamped to the output and sanitized at its defaults:
     (the boxes kept, XYXY; which were kept). (The clamp at the end is the one difference
     from torchvision's own chain: see test_a_box_at_the_crops_edge_is_kept.)"""
-    x = tv_moved(tv_tensors.BoundingBoxes(torch.as_tensor(boxes), format=fmt, canvas_size=tuple(size)), p, out_size)
+    x = tv_moved(tv_tensors.BoundingBoxes(torch.as_tensor(boxes), format=fmt, canvas_size=tuple(size)), p, out_size,
+                 frame)
     return tv_sanitized(x)
 
 
@@ -47,21 +48,30 @@ def tv_sanitized(x) -> tuple[torch.Tensor, torch.Tensor]:
     return x.as_subclass(torch.Tensor)[keep], keep
 
 
-def tv_moved(x, p: dict, out_size):
+def _padded_crop(x, box):
+    """F.crop of `box` (top, left, h, w) of BoundingBoxes, padded where it reaches out."""
+    t, l, h, w = box
+    H, W = x.canvas_size
+    pad = [max(0, -l), max(0, -t), max(0, l + w - W), max(0, t + h - H)]
+    return F.crop(F.pad(x, pad), t + pad[1], l + pad[0], h, w)
+
+
+def tv_moved(x, p: dict, out_size, frame=None):
     """torchvision's functional ops on a BoundingBoxes with the image's params: the canvas
-    (RandomZoomOut's), the geometry, the flips."""
+    (RandomZoomOut's), the geometry, the flips; `frame`: RandomResizedCrop's size where a
+    crop of its output follows ("window")."""
     if "padding" in p:  # (RandomZoomOut's canvas)
         x = F.pad(x, list(p["padding"]))
     if "resize" in p:
         x = F.resize(x, list(p["resize"]))
     if "crop" in p:
         t, l, h, w = p["crop"]
-        if "resize" not in p and (h, w) != tuple(out_size):  # RandomResizedCrop
+        if "window" in p:  # RandomResizedCrop, then a crop of its output
+            x = _padded_crop(F.resized_crop(x, t, l, h, w, list(frame)), p["window"])
+        elif "resize" not in p and (h, w) != tuple(out_size):  # RandomResizedCrop
             x = F.resized_crop(x, t, l, h, w, list(out_size))
         else:  # a crop in the (resized) image's coordinates, padded where it reaches out
-            H, W = x.canvas_size
-            pad = [max(0, -l), max(0, -t), max(0, l + w - W), max(0, t + h - H)]
-            x = F.crop(F.pad(x, pad), t + pad[1], l + pad[0], h, w)
+            x = _padded_crop(x, p["crop"])
     if p.get("flip"):
         x = F.horizontal_flip(x)
     if p.get("vflip"):
@@ -104,7 +114,8 @@ def test_boxes_move_as_torchvision_moves_bounding_boxes():
                 out = tf.boxes(entries, d, format=fmt)
                 osz = tf.output_size(sz)
                 for k, (e, got) in enumerate(zip(entries, out)):
-                    ref, keep = tv_boxes(e["boxes"], fmt, sz[k], d[k], osz)
+                    ref, keep = tv_boxes(e["boxes"], fmt, sz[k], d[k], osz,
+                                         tf.plan.geometry[0].size if tf.plan.rrc_window else None)
                     assert got["labels"].tolist() == (torch.nonzero(keep)[:, 0] * 3).tolist(), (name, fmt, seed, k)
                     assert got["boxes"].dtype == torch.float32 and got["labels"].dtype == torch.int64
                     torch.testing.assert_close(as_xyxy(got["boxes"], fmt, osz), ref, rtol=0, atol=1e-4)
@@ -198,7 +209,7 @@ def _check(tf, refs, keys, targets, sizes, seed, epoch, positions):
     osz = tf.output_size(sizes)
     for i, (key, t) in enumerate(zip(keys, targets)):
         boxes, labels = refs[key]
-        ref, keep = tv_boxes(boxes, "XYXY", sizes[i], d[i], osz)
+        ref, keep = tv_boxes(boxes, "XYXY", sizes[i], d[i], osz, tf.plan.geometry[0].size if tf.plan.rrc_window else None)
         torch.testing.assert_close(t["boxes"], ref, rtol=0, atol=1e-4)
         if labels is None:
             assert "labels" not in t
@@ -213,7 +224,8 @@ def test_the_loaders_boxes_are_torchvisions_with_the_loaders_draws(det_shards, p
     urls, samples = det_shards
     refs = _reference(samples)
     sizes = {s["__key__"]: (36 + (i * 7) % 30, 40 + (i * 11) % 30) for i, s in enumerate(samples)}
-    for name in ("rrc+flips", "resize+centercrop(pad)", "randomcrop(padding)", "segmentation-reference"):
+    for name in ("rrc+flips", "resize+centercrop(pad)", "randomcrop(padding)", "segmentation-reference",
+                 "rrc+randomcrop(padding)"):
         tf = PLANS[name]()
         ld = Loader(urls, batch_size=8, transform=tf, device="cpu", shuffle=False, seed=5, labels=False,
                     fields={"boxes": Boxes()})
@@ -260,7 +272,7 @@ def test_a_box_lies_on_its_rectangle_through_every_geometry(rect_shards, keep):
                 outs.append(bright[outer].float().mean() if outer.any() else torch.tensor(0.0))
         return ins, outs
 
-    for name in ("rrc+flips", "randomcrop(padding)", "resize+centercrop(pad)", "zoomout+resize"):
+    for name in ("rrc+flips", "randomcrop(padding)", "resize+centercrop(pad)", "zoomout+resize", "rrc+centercrop"):
         tf = PLANS[name]()
         ld = Loader(rect_shards, batch_size=8, transform=tf, device="cpu", seed=1, num_workers=2, keep=keep,
                     keep_size=40 if keep else None, labels=False, image_ext="png",

@@ -51,6 +51,12 @@ GEOMETRIES = {
     "RandomCrop + Resize": ([T.RandomCrop((52, 61)), T.Resize(26)],
                             lambda x, p: F.resize(F.crop(x, *p["crop"]), [26], antialias=True)),
     "Resize((h, w))": ([T.Resize((33, 45))], lambda x, p: F.resize(x, [33, 45], antialias=True)),
+    "RandomResizedCrop + CenterCrop": ([T.RandomResizedCrop((30, 34)), T.CenterCrop((23, 28))],
+                                       lambda x, p: F.center_crop(F.resized_crop(x, *p["crop"], [30, 34], antialias=True),
+                                                                  [23, 28])),
+    "RandomResizedCrop + RandomCrop, padding": ([T.RandomResizedCrop(30), T.RandomCrop(28, padding=(3, 1, 0, 2))],
+                                                lambda x, p: F.crop(F.resized_crop(x, *p["crop"], [30, 30], antialias=True),
+                                                                    *p["window"])),
 }
 
 

@@ -43,11 +43,25 @@ PLANS = {
                                          T.RandomHorizontalFlip()]),
     "zoomout+rrc": lambda: T.Compose([T.RandomZoomOut(fill=0, side_range=(1.0, 3.0)),
                                       T.RandomResizedCrop(24, scale=(0.3, 1.0)), T.RandomVerticalFlip()]),
+    # a window of RandomResizedCrop's output: inside it, and past it (padded with the mask's fill)
+    "rrc+centercrop": lambda: T.Compose([T.RandomResizedCrop((26, 30)), T.CenterCrop((21, 24)),
+                                         T.RandomHorizontalFlip()]),
+    "rrc+randomcrop(padding)": lambda: T.Compose([T.RandomResizedCrop(24), T.RandomCrop(24, padding=(2, 3, 1, 0)),
+                                                  T.RandomVerticalFlip()]),
 }
 
 
-def tv_mask(mask: torch.Tensor, p: dict, out_size, fill: int) -> torch.Tensor:
-    """torchvision.transforms.v2.functional on a tv_tensors.Mask with the image's params."""
+def _padded_crop(m: torch.Tensor, box, fill: int) -> torch.Tensor:
+    """F.crop of `box` (top, left, h, w), the part past the mask padded with `fill`."""
+    t, l, h, w = box
+    H, W = m.shape[-2:]
+    pad = [max(0, -l), max(0, -t), max(0, l + w - W), max(0, t + h - H)]
+    return F.crop(F.pad(m, pad, fill=fill), t + pad[1], l + pad[0], h, w)
+
+
+def tv_mask(mask: torch.Tensor, p: dict, out_size, fill: int, frame=None) -> torch.Tensor:
+    """torchvision.transforms.v2.functional on a tv_tensors.Mask with the image's params;
+    `frame`: RandomResizedCrop's size where a crop of its output follows ("window")."""
     m = tv_tensors.Mask(mask[None])
     if "padding" in p:  # (RandomZoomOut's canvas, the mask's fill around it)
         m = F.pad(m, list(p["padding"]), fill=fill)
@@ -55,12 +69,12 @@ def tv_mask(mask: torch.Tensor, p: dict, out_size, fill: int) -> torch.Tensor:
         m = F.resize(m, list(p["resize"]))
     if "crop" in p:
         t, l, h, w = p["crop"]
-        if "resize" not in p and (h, w) != tuple(out_size):  # RandomResizedCrop
+        if "window" in p:  # RandomResizedCrop, then a crop of its output
+            m = _padded_crop(F.resized_crop(m, t, l, h, w, list(frame)), p["window"], fill)
+        elif "resize" not in p and (h, w) != tuple(out_size):  # RandomResizedCrop
             m = F.resized_crop(m, t, l, h, w, list(out_size))
         else:  # a crop in the (resized) image's coordinates, padded with the mask's fill
-            H, W = m.shape[-2:]
-            pad = [max(0, -l), max(0, -t), max(0, l + w - W), max(0, t + h - H)]
-            m = F.crop(F.pad(m, pad, fill=fill), t + pad[1], l + pad[0], h, w)
+            m = _padded_crop(m, p["crop"], fill)
     if p.get("flip"):
         m = F.horizontal_flip(m)
     if p.get("vflip"):
@@ -119,7 +133,8 @@ def test_masks_move_as_torchvision_moves_a_mask(photos):
             out = tf.masks(ms, d, fill=255)
             assert out.dtype == torch.uint8 and out.shape[1:] == tf.output_size(sz), name
             for k, m in enumerate(ms):
-                ref = tv_mask(m, d[k], out.shape[1:], 255)
+                ref = tv_mask(m, d[k], out.shape[1:], 255,
+                              frame=tf.plan.geometry[0].size if tf.plan.rrc_window else None)
                 assert torch.equal(out[k], ref), (name, seed, k, d[k])
         wide = tf.masks(ms, d, fill=-1, dtype=torch.int64)
         assert wide.dtype == torch.int64 and torch.equal(wide[wide != -1], out[wide != -1].long())

@@ -481,3 +481,48 @@ def test_a_flip_after_randaugment_as_scripts_write_it(shard):
                                                    for o in p["rand_augment"])
             pos += len(batch)
     assert pos == 4 and flipped >= 2
+
+
+@pytest.mark.parametrize("second", ["center", "center-larger", "random-padded", "random-reflect"])
+def test_a_crop_of_a_random_resized_crop_as_scripts_write_it(shard, second):
+    """`[RandomResizedCrop(s), CenterCrop(c)]` or `RandomCrop(c, padding=...)` (a window of
+    the resized crop, inside it or padded past it): each image is torchvision's resized
+    crop, then its crop, with the same draws, within a level on photographs; the decoder
+    is asked for the first crop alone; through the Loader, each batch is the Compose's call
+    with the Loader's draws."""
+    from torchvision import tv_tensors
+    import torchvision.transforms.v2.functional as F
+
+    from gpudecode.transforms import Compose
+
+    crop = {"center": tv.CenterCrop((40, 44)), "center-larger": tv.CenterCrop(56),
+            "random-padded": tv.RandomCrop(48, padding=(2, 5, 3, 1), fill=(10, 200, 30)),
+            "random-reflect": tv.RandomCrop((44, 48), padding=3, padding_mode="reflect")}[second]
+    steps = tv.Compose([tv.RandomResizedCrop((46, 50)), crop, tv.ToDtype(torch.float32, scale=True)])
+    ours = Compose.from_torchvision(steps)
+    path, imgs = shard
+    tensors = [tv_tensors.Image(torch.from_numpy(im).permute(2, 0, 1).contiguous()) for im in imgs]
+    sizes = [tuple(t.shape[1:]) for t in tensors]
+    params = ours.make_params(sizes * 4, 11)
+    got = ours(tensors * 4, params)
+    for k, (img, p) in enumerate(zip(tensors * 4, params)):
+        x = F.resized_crop(F.to_dtype(img, torch.float32, scale=True), *p["crop"], [46, 50], antialias=True)
+        if isinstance(crop, tv.CenterCrop):
+            assert p["window"][2:] == tuple(crop.size)
+            want = F.center_crop(x, list(crop.size))
+        else:  # (torchvision's RandomCrop: the padding, then the window at the drawn place in the padded image)
+            left, top, right, bottom = (2, 5, 3, 1) if second == "random-padded" else (3, 3, 3, 3)
+            fill = [10 / 255, 200 / 255, 30 / 255] if second == "random-padded" else 0
+            padded = F.pad(x, [left, top, right, bottom], fill=fill, padding_mode=crop.padding_mode)
+            want = F.crop(padded, p["window"][0] + top, p["window"][1] + left, *crop.size)
+        assert got[k].shape == want.shape
+        assert float((got[k] - want).abs().max()) * 255 <= 1.0 + 1e-3, (k, p)
+    assert ours.decode_boxes(params, sizes * 4) == [p["crop"] for p in params]
+    ld = gpudecode.Loader(path, batch_size=2, transform=steps, device="cpu", shuffle=False, seed=3)
+    pos = 0
+    for b in ld:
+        batch = tensors[pos:pos + len(b.keys)]
+        drawn = ours.make_params([tuple(t.shape[1:]) for t in batch], 3, indices=list(range(pos, pos + len(batch))))
+        torch.testing.assert_close(b.images, ours(batch, drawn), atol=0, rtol=0)
+        pos += len(batch)
+    assert pos == 4

@@ -17,15 +17,17 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
     - geometry (one, first or after the canvas): RandomResizedCrop, Resize, RandomResize,
       RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, RandomIoUCrop, FixedSizeCrop
       (the detection reference's), Resize + CenterCrop, CenterCrop or RandomCrop + Resize
-      (the crop inside the image), Resize + RandomResizedCrop (each image resized first, as
-      torchvision resizes a uint8 image), Resize + RandomCrop or FixedSizeCrop
-      (RandomResize, RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h,
-      w)) (its crop drawn from a Boxes field's boxes), Resize(int) alone (a batch of one
-      output size), or none; with Compose(ragged=True), images of their own sizes: also
-      Resize(int), RandomResize, RandomShortestSize, ScaleJitter or RandomIoUCrop alone
-      (bilinear or bicubic, antialiased, or nearest, nearest-exact, pil-nearest; a
-      RandomCrop pads with a fill, the edge, or a reflection: every padding_mode); timm's
-      RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad
+      (the crop inside the image), RandomResizedCrop + CenterCrop or RandomCrop (a window of
+      the resized crop, padded where it reaches past it), Resize + RandomResizedCrop (each
+      image resized first, as torchvision resizes a uint8 image), Resize + RandomCrop or
+      FixedSizeCrop (RandomResize, RandomShortestSize and ScaleJitter only so),
+      RandomIoUCrop + Resize((h, w)) (its crop drawn from a Boxes field's boxes),
+      Resize(int) alone (a batch of one output size), or none; with Compose(ragged=True),
+      images of their own sizes: also Resize(int), RandomResize, RandomShortestSize,
+      ScaleJitter or RandomIoUCrop alone (bilinear or bicubic, antialiased, or nearest,
+      nearest-exact, pil-nearest; a RandomCrop pads with a fill, the edge, or a reflection:
+      every padding_mode); timm's RandomResizedCropAndInterpolation, ResizeKeepRatio,
+      CenterCropOrPad
     - flips (any order; after the geometry, or first, before it): RandomHorizontalFlip,
       RandomVerticalFlip (first: flipped, then cropped, as torchvision's; not before a
       nearest resize; after torchvision's warps and policies: each warp mirrored where the

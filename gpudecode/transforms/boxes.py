@@ -173,13 +173,17 @@ def _has_bool(v: Any) -> bool:
     return False
 
 
-def box_moves(geom: np.ndarray) -> np.ndarray:
+def box_moves(geom: np.ndarray, cropped: bool = False) -> np.ndarray:
     """Each sample's map of box coordinates under the kernel's geometry `geom` [N, GEOM]:
-    [N, 8] float64 (scale x, scale y, left, top, flip, vflip, shift x, shift y): x_out =
-    (x - left) * scale x - shift x, then the clamp to the output and the flips. The scales
-    are float32 of the ratio (resized / source size), as torchvision makes them."""
+    [N, 10] float64 (scale x, scale y, left, top, flip, vflip, shift x, shift y, frame w,
+    frame h): x_out = (x - left) * scale x, clamped to the frame (the resized crop, where
+    `cropped`: a crop resized, which torchvision's crop and resize clamp to; else no
+    bound), - shift x, then the clamp to the output and the flips. The scales are float32
+    of the ratio (resized / source size), as torchvision makes them."""
     g = np.asarray(geom, np.int64).reshape(-1, fused.GEOM)
-    out = np.empty((len(g), 8), np.float64)
+    out = np.full((len(g), 10), np.inf, np.float64)
+    if cropped:
+        out[:, 8], out[:, 9] = g[:, fused.VW], g[:, fused.VH]
     out[:, 0] = (g[:, fused.VW] / np.maximum(g[:, fused.BW], 1)).astype(np.float32)
     out[:, 1] = (g[:, fused.VH] / np.maximum(g[:, fused.BH], 1)).astype(np.float32)
     out[:, 2], out[:, 3] = g[:, fused.LEFT], g[:, fused.TOP]
@@ -201,18 +205,24 @@ def on_canvas(xyxy: np.ndarray, placed: np.ndarray) -> np.ndarray:
 
 def move_boxes(xyxy: np.ndarray, move: np.ndarray, out_size: tuple[int, int], *, min_size: float = 1.0,
                min_area: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-    """XYXY boxes (float32 [K, 4]) moved by their samples' rows of box_moves (`move`: [K, 8],
-    one a box, or [8] for all): (the boxes moved, XYXY float32 [K, 4]; whether each is kept
+    """XYXY boxes (float32 [K, 4]) moved by their samples' rows of box_moves (`move`: [K, 10],
+    one a box, or [10] for all): (the boxes moved, XYXY float32 [K, 4]; whether each is kept
     [K], its width and height at least `min_size` and its area at least `min_area`, as
     SanitizeBoundingBoxes keeps it). Every box is clamped to the output (h, w) `out_size`
     (or [K, 2], each box's image's: images of their own sizes) after its scale, so a box
     that reaches the crop's edge ends on the output's, never a float32 rounding past it."""
-    m = np.broadcast_to(np.asarray(move, np.float64), (len(xyxy), 8)).astype(np.float32)
+    m = np.broadcast_to(np.asarray(move, np.float64), (len(xyxy), 10)).astype(np.float32)
     size = np.asarray(out_size, np.float32)
     oh, ow = (size[:, 0:1], size[:, 1:2]) if size.ndim == 2 else (size[0], size[1])
     b = np.asarray(xyxy, np.float32).reshape(-1, 4)
-    x = (b[:, 0::2] - m[:, 2:3]) * m[:, 0:1] - m[:, 6:7]
-    y = (b[:, 1::2] - m[:, 3:4]) * m[:, 1:2] - m[:, 7:8]
+    x = (b[:, 0::2] - m[:, 2:3]) * m[:, 0:1]
+    y = (b[:, 1::2] - m[:, 3:4]) * m[:, 1:2]
+    framed = np.isfinite(m[:, 8:9])
+    if framed.any():  # (a crop resized: clamped to its frame before a window of it is cut)
+        x = np.clip(x, np.where(framed, 0, -np.inf), m[:, 8:9])
+        y = np.clip(y, np.where(framed, 0, -np.inf), m[:, 9:10])
+    x -= m[:, 6:7]
+    y -= m[:, 7:8]
     np.clip(x, 0, ow, out=x)
     np.clip(y, 0, oh, out=y)
     x = np.where(m[:, 4:5] != 0, ow - x[:, ::-1], x)
@@ -265,7 +275,7 @@ def warp_boxes(plan: "_Plan", boxes: Sequence[Any], draws: "Draws", *, fmt: str 
         raise ValueError(f"{len(boxes)} entries of boxes for {len(draws)} images")
     if not len(boxes):
         return []
-    moves = box_moves(draws.encode()[0])
+    moves = box_moves(draws.encode()[0], plan.rrc)
     placed = places(plan, draws)
     before, after = drawn_warps(plan, draws)
     out_size: Any = draws.out_sizes() if plan.ragged else plan.output_size(draws.sizes)

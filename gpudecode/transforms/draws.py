@@ -122,6 +122,8 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
             if "resize" in d:
                 size = d["resize"]
             p.update(d)
+        if plan.rrc_window:  # (the second crop, of the first one's output: its window, under a key of its own)
+            p["window"] = plan.geometry[1].draw(rng, tuple(plan.geometry[0].size))["crop"]  # type: ignore[attr-defined]
         if plan.crop_resized and not (0 <= p["crop"][0] <= frame[0] - p["crop"][2] and
                                       0 <= p["crop"][1] <= frame[1] - p["crop"][3]):  # (the crop resized: in the image)
             raise ValueError(f"{type(geometry[0]).__name__}'s {p['crop'][2]}x{p['crop'][3]} crop is larger than the "
@@ -235,7 +237,8 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
         oh, ow = max([1, *(o[0] for o in outs)]), max([1, *(o[1] for o in outs)])
     else:
         oh, ow = plan.output_size(sizes)
-    rrc = plan.rrc
+    rrc, window = plan.rrc, plan.rrc_window
+    frame: tuple[int, int] = plan.geometry[0].size if window else (0, 0)  # type: ignore[attr-defined]
     program = plan.program
     one = plan.one_channel
     G, H, W, VH, VW, OY, OX = fused.GEOM, fused.H, fused.W, fused.VH, fused.VW, fused.OY, fused.OX
@@ -256,7 +259,11 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
             if t < 0 or l < 0 or bh <= 0 or bw <= 0 or t + bh > h or l + bw > w:
                 raise ValueError(f"crop {p['crop']} is outside the {h}x{w} image")
             g[box] = (t, l, bh, bw)
-            g[VH], g[VW] = so
+            if window:  # (resized to RandomResizedCrop's size; the output, the second crop's window of it)
+                g[VH], g[VW] = frame
+                g[OY], g[OX] = p["window"][0], p["window"][1]
+            else:
+                g[VH], g[VW] = so
         else:
             g[box] = (0, 0, h, w)
             g[VH], g[VW] = p.get("resize", (h, w))
@@ -337,8 +344,9 @@ def mirror_first(plan: "_Plan", geom: np.ndarray, out: np.ndarray) -> None:
     flipped one at the drawn window; the kernel crops first and flips last, so each
     flipped sample's window is mirrored in its frame, in place: a crop that is resized
     (RandomResizedCrop's) in the image, a window of the resized image (RandomCrop's,
-    CenterCrop's, with their padding) in that resized image. `out`: the output's (h, w),
-    or each row's."""
+    CenterCrop's, with their padding) in that resized image, and both for a
+    RandomResizedCrop followed by a crop (rrc_window). `out`: the output's (h, w), or each
+    row's."""
     for on, flag, (lo, ext, frame), (olo, oframe, oext) in (
             (plan.mirror[0], fused.FLIP, (fused.LEFT, fused.BW, fused.W), (fused.OX, fused.VW, 1)),
             (plan.mirror[1], fused.VFLIP, (fused.TOP, fused.BH, fused.H), (fused.OY, fused.VH, 0))):
@@ -347,7 +355,7 @@ def mirror_first(plan: "_Plan", geom: np.ndarray, out: np.ndarray) -> None:
         rows = geom[:, flag] != 0
         if plan.rrc:
             geom[rows, lo] = geom[rows, frame] - geom[rows, lo] - geom[rows, ext]
-        else:
+        if not plan.rrc or plan.rrc_window:  # (the window of the frame: a second crop's, after the first)
             size = out[..., oext] if out.ndim == 1 else out[rows, oext]
             geom[rows, olo] = geom[rows, oframe] - geom[rows, olo] - size
 

@@ -194,6 +194,8 @@ def _filled_padding(geometry: list[Transform]) -> Transform | None:
             ch, cw = g.size  # type: ignore[attr-defined]
             if type(after) is Resize:  # (the crop resized: it must lie inside the image)
                 continue
+            if isinstance(before, RandomResizedCrop) and ch <= before.size[0] and cw <= before.size[1]:
+                continue  # (a window of the resized crop, inside it)
             if type(before) is Resize and before.max_size is None and (
                     (isinstance(before.size, int) and max(ch, cw) <= before.size)
                     or (isinstance(before.size, tuple) and ch <= before.size[0] and cw <= before.size[1])):

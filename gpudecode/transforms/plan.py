@@ -78,6 +78,14 @@ class _Plan:
                                         or self.crop_resized)
 
     @property
+    def rrc_window(self) -> bool:
+        """A RandomResizedCrop, then a CenterCrop or RandomCrop of its output
+        (`[RandomResizedCrop(256), CenterCrop(224)]`): the kernel resizes the first crop to
+        a frame of RandomResizedCrop's size (VH, VW) and reads the second one's window of it
+        (OY, OX: its draw's "window"), padding it where the window reaches past the frame."""
+        return len(self.geometry) == 2 and isinstance(self.geometry[0], RandomResizedCrop)
+
+    @property
     def first_resize(self) -> Resize | None:
         """The first pass's Resize (`[Resize(256), RandomResizedCrop(224)]`), which resizes
         each whole image after its other steps (transforms.first.resized_images)."""
@@ -388,10 +396,12 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
                              f"the crop only" + (", and a crop without padding (pad_if_needed pads a smaller image)"
                                                   if isinstance(crop, RandomCrop) else "") + f" [{names}]")
     if kinds not in ([], [RandomResizedCrop], [Resize], [CenterCrop], [RandomCrop], [Resize, CenterCrop],
-                     [Resize, RandomCrop], [RandomIoUCrop, Resize], [CenterCrop, Resize], [RandomCrop, Resize]):
+                     [Resize, RandomCrop], [RandomIoUCrop, Resize], [CenterCrop, Resize], [RandomCrop, Resize],
+                     [RandomResizedCrop, CenterCrop], [RandomResizedCrop, RandomCrop]):
         raise TransformError(f"unsupported geometry {[k.__name__ for k in kinds]} in [{names}]: use one of "
                              f"RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, CenterCrop + Resize, "
-                             f"Resize + RandomCrop, RandomCrop + Resize, RandomIoUCrop + Resize((h, w)), or none")
+                             f"Resize + RandomCrop, RandomCrop + Resize, RandomResizedCrop + CenterCrop or RandomCrop, "
+                             f"RandomIoUCrop + Resize((h, w)), or none")
     if kinds == [Resize] and isinstance(geometry[0], _RandomSize):
         raise TransformError(f"{type(geometry[0]).__name__} alone gives differently sized images: add CenterCrop or "
                              f"RandomCrop after it (torchvision's references: RandomResize or RandomShortestSize, "
@@ -553,7 +563,7 @@ def native_spec(plan: _Plan) -> tuple | None:
     """The plan as _native.draw_batch reads it, or None when the Python path draws it."""
     if plan.ragged and plan.out_size is None:  # (each image's own output size: the Python path's)
         return None
-    if plan.erase is not None or plan.makes_images or plan.post is not None or plan.crop_resized:
+    if plan.erase is not None or plan.makes_images or plan.post is not None or plan.crop_resized or plan.rrc_window:
         return None
     geometry: list[tuple] = []
     g: Any

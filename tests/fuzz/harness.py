@@ -346,7 +346,7 @@ def boxes(data: bytes) -> None:
         xyxy = on_canvas(xyxy, np.array([top, left, h, w, h + top + bottom, w + left + right]))
         assert (xyxy[:, 0::2] >= 0).all() and (xyxy[:, 0::2] <= w + left + right).all(), "a box left its canvas"
         assert (xyxy[:, 1::2] >= 0).all() and (xyxy[:, 1::2] <= h + top + bottom).all(), "a box left its canvas"
-    moved, ok = move_boxes(xyxy, box_moves(g)[0], out_size, min_size=1.0, min_area=1.0)
+    moved, ok = move_boxes(xyxy, box_moves(g, bool(data[-1] & 2))[0], out_size, min_size=1.0, min_area=1.0)
     assert moved.shape == xyxy.shape and np.isfinite(moved).all()
     assert (moved[:, 0::2] >= 0).all() and (moved[:, 0::2] <= out_size[1]).all(), "a box left the output"
     assert (moved[:, 1::2] >= 0).all() and (moved[:, 1::2] <= out_size[0]).all(), "a box left the output"
