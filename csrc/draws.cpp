@@ -88,6 +88,12 @@ bool corner_crop(const GeomStep& g, int64_t height, int64_t width, int64_t* row)
   return true;
 }
 
+// A Pad ending the geometry (geometry.PadWindow): the window from (-top, -left), larger by the padding
+void pad_window(const GeomStep& g, int64_t height, int64_t width, int64_t* row) {
+  const int64_t left = int64_t(g.a[0]), top = int64_t(g.a[1]), right = int64_t(g.a[2]), bottom = int64_t(g.a[3]);
+  row[kTop] = -top, row[kLeft] = -left, row[kCropH] = height + top + bottom, row[kCropW] = width + left + right;
+}
+
 bool random_crop(const GeomStep& g, SplitMix& rng, int64_t height, int64_t width, int64_t* row) {
   const int64_t th = int64_t(g.a[0]), tw = int64_t(g.a[1]);
   int64_t left = int64_t(g.a[2]), top = int64_t(g.a[3]);
@@ -130,6 +136,7 @@ std::string draw_batch(const DrawPlan& plan, const int64_t* sizes, const int64_t
         case kRandomResizedCrop: random_resized_crop(g, rng, height, width, row); break;
         case kResize: resize(g, height, width, row); break;
         case kCenterCrop: center_crop(g, height, width, row); break;
+        case kPadWindow: pad_window(g, height, width, row); break;
         case kCornerCrop:
           if (!corner_crop(g, height, width, row)) return "the crop is larger than the image";
           break;

@@ -34,7 +34,9 @@ struct SplitMix {
 };
 
 // A geometry step (the plan's leading ones, in order).
-enum GeomKind : int { kRandomResizedCrop = 1, kResize = 2, kCenterCrop = 3, kRandomCrop = 4, kCornerCrop = 5 };
+enum GeomKind : int {
+  kRandomResizedCrop = 1, kResize = 2, kCenterCrop = 3, kRandomCrop = 4, kCornerCrop = 5, kPadWindow = 6
+};
 struct GeomStep {
   int kind = 0;
   // kRandomResizedCrop: scale lo, hi, log ratio lo, hi, ratio min, max
@@ -42,6 +44,7 @@ struct GeomStep {
   // kCenterCrop: h, w
   // kRandomCrop: h, w, padding left, top, right, bottom, pad_if_needed
   // kCornerCrop: h, w, corner (top-left, top-right, bottom-left, bottom-right, center), mirror (0, 1 h, 2 v)
+  // kPadWindow: padding left, top, right, bottom (the (resized) image's window larger by them: no draw)
   double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
 };
 

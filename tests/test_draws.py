@@ -33,6 +33,9 @@ def _geometry() -> st.SearchStrategy:
         st.builds(lambda s, m, c: [T.Resize(s, max_size=m), T.CenterCrop(c)], side,
                   st.one_of(st.none(), st.integers(301, 400)), size),
         st.builds(lambda s, c, p: [T.Resize(s), T.RandomCrop(c, padding=p, pad_if_needed=True)], side, size, pad),
+        st.builds(lambda p: [T.Pad(p)], st.integers(0, 9)),
+        st.builds(lambda s, p: [T.Resize(s), T.Pad(p)], st.one_of(side, st.tuples(side, side)),
+                  st.tuples(*[st.integers(0, 9)] * 4)),
     )
 
 
@@ -74,7 +77,7 @@ def _same_arrays(a: tuple, b: tuple) -> None:
        st.integers(0, 2 ** 64 - 1), st.integers(0, 7), st.integers(-(2 ** 62), 2 ** 62), st.data())
 def test_native_draws_are_the_python_paths(tf, sizes, seed, epoch, first, data):
     assert tf.native_spec is not None
-    if tf.plan.out_size is None:  # no geometry: a batch has one size
+    if tf.plan.out_size is None:  # no geometry (or a Pad alone, a Resize of the shorter side): a batch has one size
         sizes = [sizes[0]] * len(sizes)
     indices = [first + 3 * k for k in range(len(sizes))]
     drawn = tf.draw_batch(sizes, seed, epoch=epoch, indices=np.array(indices, np.int64))

@@ -129,7 +129,7 @@ def test_from_torchvision_v1_and_v2_and_refusals():
     with pytest.raises(ValueError, match="padding must be >= 0"):
         T.Pad((1, -2))
     with pytest.raises(TransformError, match=r"(?s)geometry step.*must follow\s+it"):
-        T.Compose([T.Pad(4), T.RandomHorizontalFlip()])
+        T.Compose([T.RandomZoomOut(), T.RandomHorizontalFlip()])
 
 
 def test_the_loader_takes_pad_and_crop_as_random_crops_padding(tmp_path, photos):
@@ -214,7 +214,8 @@ def test_a_crops_padding_mode_is_torchvisions_pad_on_real_photos(photo_batch, mo
 
 def test_the_cuda_kernel_reads_the_padding_as_the_twin_under_the_simulator():
     """The CUDA resample's padding (frame_index) against the CPU twin's, for each mode, a
-    flip and a crop reaching past every side of small images (the simulator's sizes)."""
+    flip and a crop reaching past every side of small images (the simulator's sizes); the
+    crop of a RandomResizedCrop's frame, and a Pad read as a window, alike."""
     import os
 
     from gpudecode.kernels import fused
@@ -223,9 +224,12 @@ def test_the_cuda_kernel_reads_the_padding_as_the_twin_under_the_simulator():
         pytest.skip("runs under numba's CUDA simulator (on a GPU, tests/test_gpu.py compares the targets)")
     rng = np.random.default_rng(5)
     imgs = [rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for h, w in ((9, 11), (12, 7), (10, 10))]
-    for mode in (1, 2, 3):
-        tf = T.Compose([T.RandomCrop((14, 16), padding=(5, 4, 6, 3), padding_mode=[*MODES][mode - 1]),
-                        T.RandomHorizontalFlip(), T.Normalize([0.5] * 3, [0.25] * 3)])
+    last = [T.RandomHorizontalFlip(), T.Normalize([0.5] * 3, [0.25] * 3)]
+    for mode, tf in [*((m, T.Compose([T.RandomCrop((14, 16), padding=(5, 4, 6, 3), padding_mode=[*MODES][m - 1]),
+                                      *last])) for m in (1, 2, 3)),
+                     (2, T.Compose([T.RandomResizedCrop((12, 13)), T.RandomCrop((14, 16), padding=(2, 1, 3, 2),
+                                                                               padding_mode="reflect"), *last])),
+                     (3, T.Compose([T.Resize((10, 12)), T.Pad((2, 1, 2, 3), padding_mode="symmetric"), *last]))]:
         sizes = [im.shape[:2] for im in imgs]
         geom, args, order = tf.encode(tf.make_params(sizes, mode), sizes)
         src = np.concatenate([im.reshape(-1) for im in imgs])
@@ -349,3 +353,93 @@ def test_frame_index_is_numpys_pad_for_every_mode_and_size():
                 assert [frame_index(int(i), n, mode) for i in v] == want.tolist(), (name, n, pad)
                 assert frame_indices(v, np.int64(n), np.int64(mode)).tolist() == want.tolist(), (name, n, pad)
     assert [frame_index(i, 5, 0) for i in (-3, 2, 7)] == [-3, 2, 7]  # (constant: as it is; the caller fills)
+
+
+# ---- Pad where it ends the geometry: a window of the image, padded (PadWindow) ------------
+
+@pytest.mark.parametrize("mode", ["constant", *MODES])
+def test_pad_alone_is_torchvisions_pad_byte_for_byte(photo_batch, mode):
+    """`[Pad(p)]` with nothing geometric after it (LeNet's `[Pad(2), ToTensor(), ...]`):
+    each image is torchvision's F.pad of it, byte for byte as uint8 and as floats, in every
+    padding mode and padding form; no canvas is made; images of several sizes with
+    ragged=True, each its own padded size; one size a batch otherwise (named)."""
+    for padding in (2, (1, 3), (4, 0, 2, 5)):
+        kw = {"fill": FILL} if mode == "constant" else {"padding_mode": mode}
+        steps = tv.Compose([tv.Pad(padding, **kw)])
+        ours = T.Compose.from_torchvision(steps)
+        assert ours.plan.canvas is None and ours.plan.makes_images is False
+        for img in photo_batch:
+            got = ours([img, img])
+            want = F.pad(img, list(T.Pad(padding).padding), fill=list(FILL) if mode == "constant" else 0,
+                         padding_mode=mode)
+            assert got.dtype == torch.uint8 and torch.equal(got[0], want) and torch.equal(got[1], want), (padding, mode)
+        floats = T.Compose.from_torchvision(tv.Compose([tv.Pad(padding, **kw), tv.ToDtype(torch.float32, scale=True)]))
+        img = photo_batch[0]
+        assert torch.equal(floats([img])[0], F.to_dtype(steps(img), torch.float32, scale=True))
+        ragged = T.Compose.from_torchvision(steps, ragged=True)
+        got = ragged(photo_batch)
+        assert [tuple(g.shape) for g in got] == [tuple(steps(i).shape) for i in photo_batch]
+        assert all(torch.equal(g, steps(i)) for g, i in zip(got, photo_batch))
+    with pytest.raises(ValueError, match=r"Pad\(padding=\[2, 2, 2, 2\].*keeps each image's shape, padded"):
+        T.Compose([T.Pad(2)])(photo_batch[:2])
+
+
+def test_pad_after_a_resize_or_a_random_resized_crop_and_after_flips(photo_batch):
+    """`[Resize((h, w)), Pad]`, `[Resize(s), Pad]` (one output size a batch of one image
+    size), `[RandomResizedCrop(s), Pad(reflect)]` (the crop's window, padded from it) and
+    flips before a Pad: torchvision's, replaying the draws, within a level where a resize
+    rounds (torchvision resizes the uint8 image) and exact otherwise."""
+    img = photo_batch[1]
+    for steps in ([tv.Resize((28, 30)), tv.Pad(2, fill=FILL)], [tv.Resize(28), tv.Pad((2, 3), padding_mode="edge")]):
+        tvc = tv.Compose([*steps, tv.ToDtype(torch.float32, scale=True)])
+        got = T.Compose.from_torchvision(tvc)([img, img])
+        want = tvc(img)
+        assert got.shape[1:] == want.shape and float((got[0] - want).abs().max()) * 255 <= 1.0 + 1e-3, steps
+    rrc = T.Compose([T.RandomResizedCrop((20, 24)), T.Pad((3, 1, 2, 4), padding_mode="reflect"),
+                     T.ToDtype(torch.float32, scale=True)])
+    assert rrc.plan.rrc_window and rrc.out_size == (25, 29)
+    params = rrc.make_params([tuple(img.shape[1:])] * 6, 4)
+    got = rrc([img] * 6, params)
+    for k, p in enumerate(params):
+        x = F.resized_crop(F.to_dtype(img, torch.float32, scale=True), *p["crop"], [20, 24], antialias=True)
+        want = F.pad(x, [3, 1, 2, 4], padding_mode="reflect")
+        assert float((got[k] - want).abs().max()) * 255 <= 1e-3, (k, p)
+    flipped = T.Compose.from_torchvision(tv1.Compose([tv1.RandomHorizontalFlip(), tv1.RandomVerticalFlip(),
+                                                      tv1.Pad((1, 2, 3, 4), fill=9)]))
+    assert flipped.plan.mirror == (True, True)
+    params = flipped.make_params([tuple(img.shape[1:])] * 8, 0)
+    assert len({(p["flip"], p["vflip"]) for p in params}) == 4
+    got = flipped([img] * 8, params)
+    for k, p in enumerate(params):
+        x = F.horizontal_flip(img) if p["flip"] else img
+        x = F.vertical_flip(x) if p["vflip"] else x
+        assert torch.equal(got[k], F.pad(x, [1, 2, 3, 4], fill=9)), p
+    folded = T.Compose.from_torchvision(tv1.Compose([tv1.RandomHorizontalFlip(), tv1.Pad(4), tv1.RandomCrop(32)]))
+    assert folded.plan.mirror == (True, False) and folded.plan.canvas is None
+    with pytest.raises(TransformError, match="RandomResize alone gives differently sized images"):
+        T.Compose([T.RandomResize(20, 30), T.Pad(2)])
+
+
+def test_pad_alone_moves_masks_and_boxes_as_torchvision(photo_batch):
+    """A mask and boxes through `[Pad, flip]` and `[Resize((h, w)), Pad]`: torchvision's
+    pad of a tv_tensors.Mask (its own fill) and of a BoundingBoxes, with the draws."""
+    img = photo_batch[2]
+    h, w = img.shape[1:]
+    mask = torch.from_numpy(np.random.default_rng(3).integers(0, 7, (h, w), dtype=np.uint8))
+    box = np.array([[3.0, 4.0, w - 2.0, h / 2], [w / 3, 1.0, w / 2, h - 3.0]], np.float32)
+    for steps in ([T.Pad((1, 2, 5, 3), fill=4), T.RandomHorizontalFlip()], [T.Resize((30, 34)), T.Pad(3)]):
+        tf = T.Compose(steps)
+        d = tf.draw_batch([(h, w)] * 4, 1)
+        masks = tf.masks([mask] * 4, d, fill=255)
+        targets = tf.boxes([box] * 4, d, min_size=0, min_area=0)
+        for k in range(4):
+            m = tv_tensors.Mask(mask[None])
+            b = tv_tensors.BoundingBoxes(torch.from_numpy(box), format="XYXY", canvas_size=(h, w))
+            if "resize" in d[k]:
+                m, b = F.resize(m, [30, 34]), F.resize(b, [30, 34])
+            pad = list(steps[-1].padding if isinstance(steps[-1], T.Pad) else steps[0].padding)
+            m, b = F.pad(m, pad, fill=255), F.pad(b, pad)
+            if d[k]["flip"]:
+                m, b = F.horizontal_flip(m), F.horizontal_flip(b)
+            assert torch.equal(masks[k], m[0].as_subclass(torch.Tensor)), (steps, k)
+            torch.testing.assert_close(targets[k]["boxes"], b.as_subclass(torch.Tensor), atol=1e-4, rtol=0)

@@ -20,7 +20,7 @@ import torchvision.transforms as tvt
 import torchvision.transforms.v2 as tv2
 from PIL import Image
 
-from gpudecode import Loader
+from gpudecode import Loader, TransformError
 from gpudecode import transforms as T
 
 from conftest import encode, make_shard
@@ -197,6 +197,24 @@ def test_mnist_grey_with_its_normalize_against_torchvision(mnist):
             name = ["brightness", "contrast", "saturation", "hue"][op]
             x = getattr(F, f"adjust_{name}")(x, p[name])
         assert (got[k] - x).abs().max() < 1e-5, (k, p)
+
+
+@pytest.mark.parametrize("keep", [None, "ram"])
+def test_mnist_padded_to_32_as_lenets_recipe_writes_it(mnist, keep):
+    """LeNet-5's MNIST transform, `[Pad(2), ToTensor(), Normalize]` (a 32x32 input): each
+    image is torchvision's ds[i], streamed and kept resident; a Pad of three different
+    fills on one channel is refused, as torchvision refuses it."""
+    root, _, labels = mnist
+    tv = tvt.Compose([tvt.Pad(2), tvt.ToTensor(), tvt.Normalize((0.1307,), (0.3081,))])
+    ds = torchvision.datasets.MNIST(root, train=True, transform=tv)
+    with Loader(ds, batch_size=8, device="cpu", shuffle=False, **({} if keep is None else {"keep": keep})) as ld:
+        keys, got, labs = _batches(ld)
+        assert ld.transform.channels == 1 and ld.transform.plan.canvas is None
+    assert got.shape == (40, 1, 32, 32) and labs.tolist() == labels.tolist()
+    torch.testing.assert_close(got, torch.stack([ds[i][0] for i in range(40)]), atol=1e-6, rtol=0)
+    bad = tvt.Compose([tvt.Pad(2, fill=(1, 2, 3)), tvt.ToTensor()])
+    with pytest.raises(TransformError, match="fill of three different values"):
+        Loader(torchvision.datasets.MNIST(root, train=True, transform=bad), batch_size=8, device="cpu")
 
 
 @pytest.mark.parametrize("copied", [True, False], ids=["made-hwc-once", "each-image-transposed"])

@@ -10,24 +10,25 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       RandomRotation (expand=True, or any where a geometry step follows it: the whole image
       rotated, then cropped), RandomAffine, RandomPerspective (where a geometry step follows
       them): each image made anew from the decoded one (a canvas), which a geometry step
-      must follow (Pad before a RandomCrop folds into the crop's padding: no canvas; its
-      edge, reflect and symmetric modes only so); ElasticTransform also last, after the
-      geometry and the per-sample ops (then only Normalize, ToDtype, RandomErasing), on the
-      kernel's output
+      must follow (Pad before a RandomCrop folds into the crop's padding, and Pad with no
+      geometry after it, or after Resize or RandomResizedCrop, is a window of the image
+      padded: no canvas; its edge, reflect and symmetric modes only so); ElasticTransform
+      also last, after the geometry and the per-sample ops (then only Normalize, ToDtype,
+      RandomErasing), on the kernel's output
     - geometry (one, first or after the canvas): RandomResizedCrop, Resize, RandomResize,
       RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, RandomIoUCrop, FixedSizeCrop
       (the detection reference's), Resize + CenterCrop, CenterCrop or RandomCrop + Resize
       (the crop inside the image), RandomResizedCrop + CenterCrop or RandomCrop (a window of
-      the resized crop, padded where it reaches past it), Resize + RandomResizedCrop (each
-      image resized first, as torchvision resizes a uint8 image), Resize + RandomCrop or
-      FixedSizeCrop (RandomResize, RandomShortestSize and ScaleJitter only so),
-      RandomIoUCrop + Resize((h, w)) (its crop drawn from a Boxes field's boxes),
-      Resize(int) alone (a batch of one output size), or none; with Compose(ragged=True),
-      images of their own sizes: also Resize(int), RandomResize, RandomShortestSize,
-      ScaleJitter or RandomIoUCrop alone (bilinear or bicubic, antialiased, or nearest,
-      nearest-exact, pil-nearest; a RandomCrop pads with a fill, the edge, or a reflection:
-      every padding_mode); timm's RandomResizedCropAndInterpolation, ResizeKeepRatio,
-      CenterCropOrPad
+      the resized crop, padded where it reaches past it), Pad alone, or after Resize or
+      RandomResizedCrop, Resize + RandomResizedCrop (each image resized first, as
+      torchvision resizes a uint8 image), Resize + RandomCrop or FixedSizeCrop
+      (RandomResize, RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h,
+      w)) (its crop drawn from a Boxes field's boxes), Resize(int) alone (a batch of one
+      output size), or none; with Compose(ragged=True), images of their own sizes: also
+      Resize(int), RandomResize, RandomShortestSize, ScaleJitter or RandomIoUCrop alone
+      (bilinear or bicubic, antialiased, or nearest, nearest-exact, pil-nearest; a
+      RandomCrop pads with a fill, the edge, or a reflection: every padding_mode); timm's
+      RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad
     - flips (any order; after the geometry, or first, before it): RandomHorizontalFlip,
       RandomVerticalFlip (first: flipped, then cropped, as torchvision's; not before a
       nearest resize; after torchvision's warps and policies: each warp mirrored where the

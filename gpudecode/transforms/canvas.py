@@ -195,6 +195,13 @@ class Pad(RandomZoomOut, converts="torchvision.Pad"):
         image lies; no random number is taken."""
         return {"padding": list(self.padding)}
 
+    def window(self) -> Transform:
+        """This Pad as the geometry's last step (geometry.PadWindow): a window of the
+        (resized) image larger by the padding, read 1:1; no canvas is made."""
+        from .geometry import PadWindow
+
+        return PadWindow(self.padding, self._fill, self.padding_mode, repr(self))
+
     def fold_into(self, crop: Any) -> Transform | None:
         """The RandomCrop that pads as this Pad and then `crop` do (their paddings added,
         the same draws: torchvision's RandomCrop draws over the padded size either way), or

@@ -25,7 +25,7 @@ from ..kernels import fused
 from ..kernels.ops import AFFINE, ARGS, CONTRAST, GRAYSCALE, JITTER_OPS, OPS, OPS_ARGS, PERSPECTIVE
 from .args import BILINEAR, NEAREST
 from .colour import NO_CHANGE_ON_ONE, ONE_CHANNEL_MEAN, Grayscale, one_channel
-from .geometry import CenterCrop, RandomCrop, RandomResizedCrop, Resize
+from .geometry import CenterCrop, PadWindow, RandomCrop, RandomResizedCrop, Resize
 from .rng import _epoch_key, _SampleRandom
 from .warped import mirrored_perspective
 from .warps import INTEGER_MAP
@@ -175,7 +175,7 @@ def sample_out(plan: "_Plan", p: dict, size: tuple[int, int]) -> tuple[int, int]
     (the image's, or its canvas's: what the geometry starts from)."""
     if plan.out_size is not None:
         return plan.out_size
-    if plan.rrc:
+    if plan.rrc or "crop" in p:  # (a crop read 1:1: a RandomIoUCrop's alone, a Pad's window)
         return int(p["crop"][2]), int(p["crop"][3])
     if "resize" in p:
         return int(p["resize"][0]), int(p["resize"][1])
@@ -474,7 +474,7 @@ class Draws(Sequence[dict]):
         plan = self.plan
         kinds = [type(g) for g in plan.geometry]
         resize = Resize in kinds
-        crop = any(issubclass(k, (RandomResizedCrop, CenterCrop, RandomCrop)) for k in kinds)
+        crop = any(issubclass(k, (RandomResizedCrop, CenterCrop, RandomCrop, PadWindow)) for k in kinds)
         jitter = any(type(t) is not Grayscale for t in plan.program)
         grey = len(plan.program) > int(jitter)  # (a Grayscale step: no draw, its key set)
         iv = ints.tolist()
@@ -563,7 +563,8 @@ class Draws(Sequence[dict]):
             geom[:, fused.BH], geom[:, fused.BW] = sizes[:, 0], sizes[:, 1]
             kinds = [g[0] for g in plan.native_spec[0]]  # type: ignore[index]
             geom[:, fused.VH:fused.VW + 1] = ints[:, _RH:_RW + 1] if 2 in kinds else sizes
-            if 3 in kinds or 4 in kinds or 5 in kinds:  # CenterCrop, RandomCrop, CornerCrop: the crop's offset
+            if 3 in kinds or 4 in kinds or 5 in kinds or 6 in kinds:  # CenterCrop, RandomCrop, CornerCrop, PadWindow:
+                # the crop's offset
                 geom[:, fused.OY], geom[:, fused.OX] = ints[:, _TOP], ints[:, _LEFT]
         geom[:, fused.FLIP] = ints[:, _FLIP]
         geom[:, fused.VFLIP] = ints[:, _VFLIP]

@@ -45,7 +45,7 @@ def leading_flips(steps: list[Transform], names: str) -> list[Transform]:
     of the crop's window mirrored (the same images, exactly); none where no geometry
     follows them (they are the ordinary flips then)."""
     n = next((i for i, t in enumerate(steps) if t.group != "flips"), len(steps))
-    if n == 0 or n == len(steps) or steps[n].group != "geometry":
+    if n == 0 or n == len(steps) or (steps[n].group != "geometry" and not _pad_read_as_window(steps[n:])):
         return []
     if getattr(steps[n], "reads_boxes", False):
         raise TransformError(f"{type(steps[0]).__name__} before {type(steps[n]).__name__} cannot be fused: its crop "
@@ -57,6 +57,18 @@ def leading_flips(steps: list[Transform], names: str) -> list[Transform]:
                              f"cannot be fused: put the flip after it (the same images, drawn alike; nearest picks "
                              f"other pixels of a flipped image) [{names}]")
     return steps[:n]
+
+
+def _pad_read_as_window(steps: list[Transform]) -> bool:
+    """A Pad that the plan reads as a window of the image, not a canvas: with no geometry
+    after it (PadWindow), or folded into the RandomCrop after it. A flip before it is then
+    a flip of that window mirrored, as for a crop (a canvas is made unflipped)."""
+    from .canvas import Pad
+
+    if type(steps[0]) is not Pad:
+        return False
+    after = steps[1] if len(steps) > 1 else None
+    return after is None or after.group != "geometry" or steps[0].fold_into(after) is not None
 
 
 def leading_floats(steps: list[Transform]) -> list[Transform]:

@@ -13,10 +13,10 @@ import torch
 from ..errors import TransformError
 from .base import PROGRAM_GROUPS, Transform, _PixelOp, _refuse, _Step
 from .colour import _JITTER_NAMES, RGB, ColorJitter, Grayscale
-from .canvas import CanvasStep
+from .canvas import CanvasStep, Pad
 from .convert import qualified
-from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize,
-                       ResizeKeepRatio, _Flip, _RandomSize)
+from .geometry import (FILTERS, CenterCrop, PadWindow, RandomCrop, RandomHorizontalFlip, RandomResizedCrop,
+                       RandomVerticalFlip, Resize, ResizeKeepRatio, _Flip, _RandomSize)
 from .crops import CornerCrop
 from .iou_crop import RandomIoUCrop
 from .leading import (check_colours_first, check_floats_first, check_greys_first, check_normalize_first, leading_colours,
@@ -135,16 +135,19 @@ class _Plan:
         A batch takes images of one output size (torchvision's collate stacks them)."""
         if self.out_size is not None:
             return self.out_size
-        if not self.geometry:
-            return h, w
-        oh, ow = self.geometry[0].output_size(h, w)  # type: ignore[attr-defined]
+        oh, ow = h, w
+        for g in self.geometry:  # (a Resize of the shorter side's; a Pad's after it, PadWindow)
+            oh, ow = g.output_size(oh, ow)  # type: ignore[attr-defined]
         return int(oh), int(ow)
 
     @property
     def one_size_why(self) -> str:
         """Why images of other sizes cannot share a batch here (for a message)."""
-        return f"{type(self.geometry[0]).__name__} alone keeps each image's shape" if self.geometry else \
-            "without a geometry step each image keeps its size"
+        if not self.geometry:
+            return "without a geometry step each image keeps its size"
+        if isinstance(self.geometry[-1], PadWindow):
+            return f"{self.geometry[-1]!r} keeps each {'resized ' if len(self.geometry) > 1 else ''}image's shape, padded"
+        return f"{type(self.geometry[0]).__name__} alone keeps each image's shape"
 
     @property
     def one_size_fix(self) -> str:
@@ -240,6 +243,8 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
             not getattr(canvas, "keeps_size", False):  # (a warp at the image's size: the image's output size)
         raise TransformError(f"{canvas!r} before {type(geometry[0]).__name__} alone cannot be fused: each canvas "
                              f"would give its own output size; give Resize((h, w)) or add a crop [{names}]")
+    if type(canvas) is Pad and not geometry:  # (`[Pad(2)]`: the padded window of each image, no canvas made)
+        canvas, geometry = None, [canvas.window()]
     if canvas is not None and not geometry:
         raise TransformError(f"{canvas!r} gives each image a canvas of its own size: a geometry step "
                              f"(RandomResizedCrop, Resize((h, w)), CenterCrop, RandomCrop) must follow it [{names}]")
@@ -354,6 +359,9 @@ def _fixed_size(geometry: Sequence[Transform]) -> tuple[int, int] | None:
     if not geometry:
         return None
     last: Any = geometry[-1]
+    if isinstance(last, PadWindow):  # (padded: the size before it, where there is one)
+        before = _fixed_size(geometry[:-1]) if len(geometry) > 1 else None
+        return None if before is None else last.output_size(*before)
     if _crop_then_resize(geometry):  # (the crop's, resized)
         out = last.output_size(*geometry[0].size)  # type: ignore[attr-defined]
         return int(out[0]), int(out[1])
@@ -379,6 +387,9 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
     geometry: list[Transform] = []
     for t in steps:
         if t.group != "geometry":
+            if type(t) is Pad and len(geometry) == 1 and (type(geometry[0]) is RandomResizedCrop or
+                                                         isinstance(geometry[0], Resize)):
+                geometry.append(t.window())  # (`[Resize((28, 28)), Pad(2)]`: a window of the resized image)
             break
         geometry.append(t)
     kinds = [Resize if isinstance(g, Resize) else RandomCrop if isinstance(g, RandomCrop) else
@@ -397,12 +408,13 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
                                                   if isinstance(crop, RandomCrop) else "") + f" [{names}]")
     if kinds not in ([], [RandomResizedCrop], [Resize], [CenterCrop], [RandomCrop], [Resize, CenterCrop],
                      [Resize, RandomCrop], [RandomIoUCrop, Resize], [CenterCrop, Resize], [RandomCrop, Resize],
-                     [RandomResizedCrop, CenterCrop], [RandomResizedCrop, RandomCrop]):
+                     [RandomResizedCrop, CenterCrop], [RandomResizedCrop, RandomCrop], [PadWindow],
+                     [Resize, PadWindow], [RandomResizedCrop, PadWindow]):
         raise TransformError(f"unsupported geometry {[k.__name__ for k in kinds]} in [{names}]: use one of "
                              f"RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, CenterCrop + Resize, "
                              f"Resize + RandomCrop, RandomCrop + Resize, RandomResizedCrop + CenterCrop or RandomCrop, "
-                             f"RandomIoUCrop + Resize((h, w)), or none")
-    if kinds == [Resize] and isinstance(geometry[0], _RandomSize):
+                             f"Pad alone or after Resize or RandomResizedCrop, RandomIoUCrop + Resize((h, w)), or none")
+    if kinds in ([Resize], [Resize, PadWindow]) and isinstance(geometry[0], _RandomSize) and not ragged:
         raise TransformError(f"{type(geometry[0]).__name__} alone gives differently sized images: add CenterCrop or "
                              f"RandomCrop after it (torchvision's references: RandomResize or RandomShortestSize, "
                              f"then RandomCrop), or Compose(..., ragged=True) for images of their own sizes "
@@ -584,6 +596,8 @@ def native_spec(plan: _Plan) -> tuple | None:
             geometry.append((5, *g.size, *g.native))
         elif kind is RandomCrop:
             geometry.append((4, *g.size, *g.padding, int(g.pad_if_needed)))
+        elif kind is PadWindow:
+            geometry.append((6, *g.padding))
         else:
             return None
         if any(abs(v) >= 2 ** 53 for v in geometry[-1]):  # (passed as doubles)
