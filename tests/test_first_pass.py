@@ -282,6 +282,42 @@ def test_a_resize_before_the_random_resized_crop(photo_batch):
         assert float(err.max()) < 1.0 + 1e-3 and float((err > 0.5).float().mean()) < 0.01, k
 
 
+def test_a_resize_then_a_resize(photo_batch, tmp_path, photos):
+    """`[Resize(s1), Resize(s2)]` (and a crop after them): the first resize of each whole
+    image in the first pass, torchvision's Resize of a uint8 image bit for bit, then the
+    kernel's of it, as torchvision's of the float image, and within a level of
+    torchvision's second resize of the uint8 one; a flip before them."""
+    f32 = tv.ToDtype(torch.float32, scale=True)
+    for steps, first, rest in (([tv.Resize(120), tv.Resize(64)], [120], [tv.Resize(64)]),
+                               ([tv.Resize((100, 90)), tv.Resize(50), tv.CenterCrop(48)], [100, 90],
+                                [tv.Resize(50), tv.CenterCrop(48)]),
+                               ([tv.RandomHorizontalFlip(), tv.Resize(100), tv.Resize((40, 60))], [100],
+                                [tv.Resize((40, 60))])):
+        ours = T.Compose.from_torchvision(tv.Compose([*steps, f32]))
+        assert isinstance(ours.plan.first[0], T.Resize) and isinstance(ours.plan.geometry[0], T.Resize)
+        for img in photo_batch:
+            params = ours.make_params([tuple(img.shape[1:])] * 2, 3)
+            got = ours([img, img], params)
+            for k, p in enumerate(params):  # (torchvision's: the flip, its Resize of the uint8 image, the rest)
+                resized = F.resize(F.horizontal_flip(img) if p["flip"] else img, first, antialias=True)
+                assert tuple(p["first_resize"]) == tuple(resized.shape[1:])
+                want = tv.Compose([f32, *rest])(resized)  # (the kernel resamples in float)
+                assert got[k].shape == want.shape and float((got[k] - want).abs().max()) * 255 < 1e-3, (steps, k)
+                rounded = tv.Compose([*rest, f32])(resized)  # (torchvision's resize of uint8 rounds: a level)
+                assert float((got[k] - rounded).abs().max()) * 255 <= 1.0 + 1e-3, (steps, k)
+    # through the Loader: the output's size that of the first resize's output resized
+    imgs = [np.ascontiguousarray(photos[n][:150, :200]) for n in ("coffee", "rocket", "chelsea")]
+    shard = make_shard(tmp_path / "rr-000000.tar", [{"__key__": f"{i:03d}", "png": encode(a, "PNG"), "cls": b"1"}
+                                                     for i, a in enumerate(imgs)])
+    tf = T.Compose([T.Resize(61), T.Resize(23), T.ToDtype(torch.float32, scale=True)])
+    batches = list(gpudecode.Loader(shard, batch_size=2, transform=tf, device="cpu", shuffle=False, seed=2))
+    decoded = [torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1))) for a in imgs]
+    assert [tuple(b.images.shape) for b in batches] == [(2, 3, 23, 30), (1, 3, 23, 30)]  # (61x81, then 23x30)
+    for b, chunk, at in zip(batches, (decoded[:2], decoded[2:]), (0, 2)):
+        params = tf.make_params([tuple(d.shape[1:]) for d in chunk], 2, indices=list(range(at, at + len(chunk))))
+        assert torch.equal(b.images, tf(chunk, params))
+
+
 @pytest.mark.parametrize("keep", [None, "ram"])
 def test_a_resize_before_the_crop_through_the_loader(tmp_path, photos, keep):
     """`[Resize(40), RandomResizedCrop(24), flip]` through the Loader (PNG shards, two

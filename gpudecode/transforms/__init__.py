@@ -20,7 +20,7 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       (the detection reference's), Resize + CenterCrop, CenterCrop or RandomCrop + Resize
       (the crop inside the image), RandomResizedCrop + CenterCrop or RandomCrop (a window of
       the resized crop, padded where it reaches past it), Pad alone, or after Resize or
-      RandomResizedCrop, Resize + RandomResizedCrop (each image resized first, as
+      RandomResizedCrop, Resize + RandomResizedCrop or Resize (each image resized first, as
       torchvision resizes a uint8 image), Resize + RandomCrop or FixedSizeCrop
       (RandomResize, RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h,
       w)) (its crop drawn from a Boxes field's boxes), Resize(int) alone (a batch of one

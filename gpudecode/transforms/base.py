@@ -25,7 +25,7 @@ GROUPS = {
                "on the kernel's output"),
     "geometry": ("geometry (one, first or after the canvas)", "{tv}, FixedSizeCrop (the detection reference's), Resize + CenterCrop, CenterCrop or RandomCrop + Resize (the "
                  "crop inside the image), RandomResizedCrop + CenterCrop or RandomCrop (a window of the resized crop, "
-                 "padded where it reaches past it), Pad alone, or after Resize or RandomResizedCrop, Resize + RandomResizedCrop (each image resized first, as "
+                 "padded where it reaches past it), Pad alone, or after Resize or RandomResizedCrop, Resize + RandomResizedCrop or Resize (each image resized first, as "
                  "torchvision resizes a uint8 image), Resize + RandomCrop or FixedSizeCrop (RandomResize, "
                  "RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h, w)) (its crop drawn from a "
                  "Boxes field's boxes), Resize(int) alone (a batch of one output size), or none; with Compose(ragged=True), "

@@ -228,15 +228,15 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
     order, K the longest program of the batch). `sizes`: the images' (before a canvas step,
     whose params give the canvas's)."""
     n = len(params)
-    sizes = first_sizes(plan, params, sizes)
+    given, sizes = sizes, first_sizes(plan, params, sizes)
     if plan.canvas is not None:
         sizes = [plan.canvas.canvas_size(p, s) for p, s in zip(params, sizes)]
     ragged = plan.ragged and plan.out_size is None
     if ragged:  # each image its own output size, in the top-left of the batch's (OH, OW)
         outs = [sample_out(plan, p, s) for p, s in zip(params, sizes)]
         oh, ow = max([1, *(o[0] for o in outs)]), max([1, *(o[1] for o in outs)])
-    else:
-        oh, ow = plan.output_size(sizes)
+    else:  # (of the images as given: output_size follows them through the first pass)
+        oh, ow = plan.output_size(given)
     rrc, window = plan.rrc, plan.rrc_window
     frame: tuple[int, int] = plan.geometry[0].size if window else (0, 0)  # type: ignore[attr-defined]
     program = plan.program

@@ -136,6 +136,8 @@ class _Plan:
         if self.out_size is not None:
             return self.out_size
         oh, ow = h, w
+        if self.first_resize is not None:  # (`[Resize(300), Resize(224)]`: the first pass's, then the geometry's)
+            oh, ow = self.first_resize.output_size(oh, ow)
         for g in self.geometry:  # (a Resize of the shorter side's; a Pad's after it, PadWindow)
             oh, ow = g.output_size(oh, ow)  # type: ignore[attr-defined]
         return int(oh), int(ow)
@@ -224,11 +226,12 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         at = _front(every, len(lead))
         steps, every = steps[len(lead):], [t for t in every[:at] if isinstance(t, RGB)] + every[at:]
     if len(steps) > 1 and isinstance(steps[0], Resize) and steps[0].filter_modes[0] != "pil-nearest" and \
-            not ragged and (type(steps[1]) is RandomResizedCrop or _crop_then_resize(steps[1:3])
-                            or (not lead and _canvas_then_geometry(steps[1:]))):  # (a flip first: not a warp's)
-        # (`[Resize(256), RandomResizedCrop(224)]`, `[Resize(300), RandomCrop(256), Resize(224)]`, `[Resize(256),
-        # RandomRotation(15), CenterCrop(224)]`: each image resized first, as torchvision's Resize of a uint8 image
-        # by torch's ops, transforms.first.resized_images; the crop, or the canvas step, drawn in it)
+            not ragged and (type(steps[1]) is RandomResizedCrop or _crop_then_resize(steps[1:3]) or
+                            type(steps[1]) is Resize or (not lead and _canvas_then_geometry(steps[1:]))):
+        # (`[Resize(256), RandomResizedCrop(224)]`, `[Resize(300), RandomCrop(256), Resize(224)]`, `[Resize(300),
+        # Resize(224)]`, `[Resize(256), RandomRotation(15), CenterCrop(224)]`: each image resized first, as
+        # torchvision's Resize of a uint8 image by torch's ops, transforms.first.resized_images; the crop, the second
+        # resize, or the canvas step, drawn in it; a flip first: not before a warp's canvas)
         colours_first = [*colours_first, steps[0]]
         steps, every = steps[1:], [t for t in every if t is not steps[0]]
         check_colours_first(colours_first, floats_first, given, grey, names)
@@ -275,6 +278,11 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
                              f"(padding_mode={canvas.padding_mode!r}) fuses only before a RandomCrop that pads no "
                              f"more (it becomes that crop's padding) [{names}]")
     out_size = _fixed_size(geometry)
+    drawn = next((t for t in first if isinstance(t, _RandomSize)), None)
+    if out_size is None and drawn is not None:  # (its size drawn an image, then a size of the image's)
+        raise TransformError(f"{type(drawn).__name__} before {type(geometry[0]).__name__ if geometry else 'no crop'} "
+                             f"gives differently sized images: add CenterCrop or RandomCrop after it, or give "
+                             f"Resize((h, w)) [{names}]")
     if ragged and rest.post is not None:
         raise TransformError(f"{type(rest.post).__name__} with ragged=True cannot be fused: it warps the padded batch, "
                              f"not each image at its size [{names}]")
