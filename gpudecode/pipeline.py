@@ -112,10 +112,8 @@ class Pipeline:
                 self._decoder = make_decoder(c.decoder, device=c.device, num_threads=c.num_threads,
                                              max_pixels=c.max_pixels, fast=c.fast_decode, buffers=self.in_flight,
                                              # (no DCT scaling with several views: they share a window; nor
-                                             # under a canvas step or a first pass, made of the whole image at
-                                             # its size)
-                                             out_size=None if self.multi or self.transform.plan.makes_images
-                                             else self.transform.out_size)
+                                             # where a box is not resized down: plan.decode_frame)
+                                             out_size=None if self.multi else self.transform.plan.decode_frame)
             else:
                 self._decoder = self.config.decoder  # a decoder instance (e.g. DaliDecoder(device="cpu"))
         buffers = getattr(self._decoder, "buffers", None)

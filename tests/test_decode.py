@@ -14,7 +14,7 @@ from gpudecode.decode import Request
 from gpudecode.decode.cpu import CpuDecoder
 from gpudecode import probe
 
-from conftest import GPU_BACKENDS, decoded_image, encode
+from conftest import GPU_BACKENDS, decoded_image, encode, make_shard
 
 
 def pil_rgb(data: bytes) -> np.ndarray:
@@ -153,6 +153,33 @@ def test_dct_scaling_window(photos):
     assert psnr(_window(out, 1), pil_rgb(data)[10:110, 20:110]) > 35  # the window at full scale
 
 
+def test_dct_scaling_only_where_the_kernel_resizes_the_box_down(photos, tmp_path):
+    """fast_decode's DCT scaling is bounded by the size each box is resized to (the plan's
+    decode_frame), not by the output: a crop read 1:1 (CenterCrop alone, a Pad) is never
+    scaled, a Resize's box only down to its size, a RandomResizedCrop's to its output (its
+    own size where a crop of it follows). Through the Loader, a CenterCrop(64) of a 512x512
+    JPEG is the exact decode's but for the fast IDCT (it was an 8x upscale of a 1/8 decode)."""
+    import torch
+
+    import gpudecode
+    from gpudecode import transforms as T
+
+    frames = {(T.CenterCrop(64),): None, (T.Pad(2),): None, (): None, (T.Resize(128), T.CenterCrop(100)): (128, 128),
+              (T.Resize((96, 80)), T.RandomCrop(64)): (96, 80), (T.RandomResizedCrop(64),): (64, 64),
+              (T.RandomResizedCrop(256), T.CenterCrop(224)): (256, 256), (T.RandomShortestSize([64, 96]),
+                                                                          T.RandomCrop(48)): None,
+              (T.ColorJitter(0.2), T.RandomResizedCrop(64)): None}
+    for steps, frame in frames.items():
+        assert T.Compose(list(steps)).plan.decode_frame == frame, steps
+    url = make_shard(tmp_path / "f-000000.tar", [{"__key__": "a", "jpg": encode(photos["astronaut"], "JPEG", quality=95),
+                                                 "cls": b"1"}])
+    tf = T.Compose([T.CenterCrop(64), T.ToDtype(torch.float32, scale=True)])
+    fast, exact = (next(iter(gpudecode.Loader(url, batch_size=1, transform=tf, device="cpu", fast_decode=f))).images
+                   for f in (True, False))
+    err = (fast - exact).abs() * 255
+    assert float(err.mean()) < 3.0, float(err.mean())  # (about 1.9 levels: the fast IDCT; 20.6 scaled by 1/8)
+
+
 # Every GPU backend built for the CPU gives the CPU decoder's pixels bit for bit, on crop
 # windows too, for every encoding here (measured: CMYK, palette, grey+alpha, WebP, 16-bit
 # PNG included) but one: DALI scales 16-bit PNG samples to 8 bits with rounding where the
@@ -283,8 +310,6 @@ def test_pillow_opens_only_image_formats(tmp_path, monkeypatch):
     from gpudecode import transforms as T
     from gpudecode.decode._base import PILLOW_FORMATS
     from gpudecode.folder import image_extension
-
-    from conftest import make_shard
 
     eps = b"%!PS-Adobe-3.0 EPSF-3.0\n%%BoundingBox: 0 0 16 16\n0 0 moveto 16 16 lineto stroke\nshowpage\n%%EOF\n"
     assert EpsImagePlugin._accept(eps)  # Pillow would take it for EPS

@@ -171,8 +171,8 @@ def make_decoder(name: Any, *, device: str, num_threads: int, max_pixels: int, f
     (decode/split.py). `num_threads`: the CPU threads the decode stage may use (the CPU
     decoder alone takes one more: the stage's own thread runs each batch's Python between
     decodes, and the extra native thread keeps the cores busy meanwhile); `buffers`: how
-    many results stay valid at once (Decoder.buffers); `out_size`: the output size, for the
-    CPU decoder's DCT scaling in fast mode; `zero_copy`: the CPU decoder reads tensor
+    many results stay valid at once (Decoder.buffers); `out_size`: the least size each box is
+    resized to (the plan's decode_frame), for the CPU decoder's DCT scaling in fast mode; `zero_copy`: the CPU decoder reads tensor
     samples in place (default: on the CPU; on a GPU they are packed for one upload).
     A GPU backend that cannot decode here (nvImageCodec without libnvjpeg) is passed over
     by "auto" with a warning saying why; `decoder.backend` says what decodes.

@@ -99,7 +99,8 @@ def host_rgb(r: Request, max_pixels: int) -> np.ndarray:
 
 
 def scale_for(box: tuple[int, int, int, int], out_size: tuple[int, int]) -> int:
-    """The largest DCT scaling denominator (8, 4, 2) the box allows: box >= s * output."""
+    """The largest DCT scaling denominator (8, 4, 2) the box allows: box >= s * `out_size`
+    (the least size the kernel resizes the box to: _Plan.decode_frame)."""
     for s in (8, 4, 2):
         if box[2] >= s * out_size[0] and box[3] >= s * out_size[1]:
             return s

@@ -86,6 +86,25 @@ class _Plan:
         return len(self.geometry) == 2 and isinstance(self.geometry[0], RandomResizedCrop)
 
     @property
+    def decode_frame(self) -> tuple[int, int] | None:
+        """The least size (h, w) the kernel resizes every decoded box to: a JPEG decoder may
+        scale a decode down (fast_decode's DCT scaling) only while the box stays at least
+        this large, so that the resample still shrinks it. RandomResizedCrop's output (its
+        own size where a crop of it follows); a Resize's size (the shorter side's, both
+        ways); None where a box is read 1:1 (a crop or a Pad alone, no geometry), the size
+        is drawn an image, or the kernel reads images made before it."""
+        if self.makes_images or not self.geometry:
+            return None
+        first: Any = self.geometry[0]
+        if self.rrc_window:
+            return int(first.size[0]), int(first.size[1])
+        if self.rrc:
+            return self.out_size
+        if type(first) is Resize and first.size is not None:
+            return (first.size, first.size) if isinstance(first.size, int) else (int(first.size[0]), int(first.size[1]))
+        return None
+
+    @property
     def first_resize(self) -> Resize | None:
         """The first pass's Resize (`[Resize(256), RandomResizedCrop(224)]`), which resizes
         each whole image after its other steps (transforms.first.resized_images)."""
