@@ -310,30 +310,58 @@ def compile_ptx_all(ccs=((8, 0), (9, 0)), *, text: bool = False, variants=None) 
     """Compiles both CUDA kernels to PTX for every compute capability in `ccs` and each
     output dtype and layout, with real type inference and code generation (no GPU
     needed; not under the simulator). Returns {(kernel, cc, variant): ptx length}, or
-    the PTX itself with `text` (for ptxas). `variants`: only these ("float32-C", "uint8-A", ...)."""
-    from numba import cuda, types as t
+    the PTX itself with `text` (for ptxas). `variants`: only these ("float32-C", "uint8-A", ...),
+    or a dict of them, each to the ccs it is made for (of `ccs`, in its order). Each
+    kernel and variant is typed and lowered once (for its first cc: about two thirds of
+    a compile) and its IR made PTX for each of its ccs by NVVM (_ptx_each_cc)."""
+    from numba import types as t
 
     sizes = {}
     common = (t.float32[:, :, ::1], t.int32[:, ::1])
     tail_in = (t.float32[:, :, :, :, ::1], t.float64[:, :, ::1], t.int32[:, :, :, ::1], t.float32[:, :, :, :, ::1],
                t.float32[::1], t.float32[::1], t.boolean, t.boolean)
-    for cc in ccs:
-        ns = _cuda_namespace(fresh=True)  # (device functions compiled for this cc)
-        resample, segment, ragged = ns["_resample_body"], ns["_segment_body"], ns["_segment_ragged"]
-        for out_t in (t.float32, t.float16, t.uint8):
-            for layout in ("C", "A"):  # contiguous NCHW, and strided (NHWC views)
-                if variants is not None and f"{out_t}-{layout}" not in variants:
-                    continue
-                out = out_t[:, :, :, ::1] if layout == "C" else out_t[:, :, :, :]
-                r_sig = (t.uint8[::1], t.int64[:, ::1], *common, t.boolean, *tail_in, out)
-                with _compile.compiling_for(cc):
-                    ptx, _ = cuda.compile_ptx(resample, r_sig, cc=cc)
-                sizes[("resample", cc, f"{out_t}-{layout}")] = ptx if text else len(ptx)
-                s_sig = (t.int64, t.int64[:, ::1], t.float32[:, :, :, :, ::1], *common, *tail_in[1:], out)
-                with _compile.compiling_for(cc):
-                    ptx, _ = cuda.compile_ptx(segment, s_sig, cc=cc)
-                sizes[("segment", cc, f"{out_t}-{layout}")] = ptx if text else len(ptx)
-                with _compile.compiling_for(cc):
-                    ptx, _ = cuda.compile_ptx(ragged, s_sig, cc=cc)
-                sizes[("segment_ragged", cc, f"{out_t}-{layout}")] = ptx if text else len(ptx)
+    ns = _cuda_namespace(fresh=True)  # (device functions compiled anew)
+    resample, segment, ragged = ns["_resample_body"], ns["_segment_body"], ns["_segment_ragged"]
+    for out_t in (t.float32, t.float16, t.uint8):
+        for layout in ("C", "A"):  # contiguous NCHW, and strided (NHWC views)
+            name = f"{out_t}-{layout}"
+            if variants is not None and name not in variants:
+                continue
+            these = tuple(cc for cc in ccs if cc in variants[name]) if isinstance(variants, dict) else tuple(ccs)
+            out = out_t[:, :, :, ::1] if layout == "C" else out_t[:, :, :, :]
+            r_sig = (t.uint8[::1], t.int64[:, ::1], *common, t.boolean, *tail_in, out)
+            s_sig = (t.int64, t.int64[:, ::1], t.float32[:, :, :, :, ::1], *common, *tail_in[1:], out)
+            for kernel, fn, sig in (("resample", resample, r_sig), ("segment", segment, s_sig),
+                                    ("segment_ragged", ragged, s_sig)):
+                for cc, ptx in _ptx_each_cc(fn, sig, these).items():
+                    sizes[(kernel, cc, name)] = ptx if text else len(ptx)
     return sizes
+
+
+def _ptx_each_cc(fn, sig, ccs) -> dict:
+    """{cc: PTX} of kernel `fn` for `sig`: typed and lowered once, for ccs[0] (its device
+    functions too: _compile.compiling_for), then NVVM of that IR for each cc. numba-cuda's
+    code library makes PTX for any cc from its IR; for these kernels on sm_90 it is a
+    compile_ptx for sm_90's text but for the numbering of the shared arrays' names
+    (checked when this was written, numba-cuda 0.30: bench/RESULTS.md). Where that
+    numba-cuda internal is not there, compile_ptx for each cc."""
+    from numba import cuda
+    from numba.core.compiler_lock import global_compiler_lock
+
+    try:
+        from numba.cuda.compiler import _compile_pyfunc_with_fixup
+    except ImportError:  # (another numba-cuda: a whole compile a cc)
+        out = {}
+        for cc in ccs:
+            with _compile.compiling_for(cc):
+                out[cc] = cuda.compile_ptx(fn, sig, cc=cc)[0]
+        return out
+    with global_compiler_lock, _compile.compiling_for(ccs[0]):
+        lib, _ = _compile_pyfunc_with_fixup(fn, sig, device=False, cc=ccs[0], abi="numba")
+        out = {}
+        for cc in ccs:
+            ptxs = lib.get_asm_strs(cc=cc)
+            if len(ptxs) != 1:
+                raise RuntimeError(f"{fn.__name__} compiled to {len(ptxs)} PTX modules for cc {cc}, not one")
+            out[cc] = ptxs[0]
+        return out
