@@ -349,7 +349,7 @@ def _ptx_each_cc(fn, sig, ccs) -> dict:
     from numba.core.compiler_lock import global_compiler_lock
 
     try:
-        from numba.cuda.compiler import _compile_pyfunc_with_fixup
+        from numba.cuda.compiler import _compile_pyfunc_with_fixup  # type: ignore[attr-defined]
     except ImportError:  # (another numba-cuda: a whole compile a cc)
         out = {}
         for cc in ccs:
