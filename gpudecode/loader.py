@@ -133,9 +133,8 @@ class Loader:
             by its global position, and a state resumes on another world size or batch
             size (gpudecode.io.epoch has the design and its costs).
         max_pixels: images with more pixels are refused (decompression bombs).
-        fast_decode: CPU JPEG decoding with the fast IDCT, and a JPEG whose needed part the
-            kernel shrinks 2x or more decoded at 1/2, 1/4 or 1/8 scale (DCT scaling, never
-            below the size it is resized to): not bit-exact.
+        fast_decode: CPU JPEG decoding with the fast IDCT, and DCT scaling where the kernel
+            shrinks the part it reads 2x or more (not bit-exact; docs/guide.md).
         remote: timeouts and retries for remote shards (`gpudecode.RemoteOptions`).
         cache_dir, cache_limit: a local copy of each remote shard in `cache_dir` (later
             epochs make no request), least recently used ones evicted past `cache_limit` bytes.

@@ -192,7 +192,7 @@ def test_cuda_kernel_equals_cpu_twin_under_the_simulator():
                  T.RandomAffine(15, (0.1, 0.1), (0.9, 1.1), 5, "bilinear", fill=(30, 60, 90)), T.GaussianBlur(5),
                  T.RandomApply([T.RandomRotation(20)], 0.5), T.AugMix(mixture_width=2, chain_depth=2),
                  T.RandomPerspective(0.5, 0.5, "bilinear", fill=(20, 40, 60)),
-                 T.RandomHorizontalFlip(), T.RandomVerticalFlip(),  # (after the warps: each mirrored, draws.mirror_ops)
+                 T.RandomHorizontalFlip(), T.RandomVerticalFlip(),  # (after the warps: each mirrored, mirrors.mirror_ops)
                  T.RandomPhotometricDistort(p=0.7), T.RandomChannelPermutation(), T.GaussianNoise(sigma=0.05),
                  T.Normalize([0.5] * 3, [0.25] * 3)]
         for out_dtype, n in (("float32", 6), ("uint8", 2)):  # (uint8: the output's rounding, on fewer images)

@@ -2,7 +2,7 @@
 ToTensor()]`, `[RandomResizedCrop(224), RandAugment(), RandomHorizontalFlip()]`, as many
 scripts write them): torchvision warps, then flips. The kernel flips first, while it
 resamples, so where a sample is flipped the warps before the flip are mirrored
-(draws.mirror_ops: a nearest warp evaluated at the mirrored pixel, a bilinear one
+(mirrors.mirror_ops: a nearest warp evaluated at the mirrored pixel, a bilinear one
 conjugated), which is the same image; its masks and boxes are flipped back, warped and
 flipped again (warped.Mirrored). References: torchvision's functional ops in the
 Compose's order replaying each sample's draws on the float image, a tv_tensors.Mask and

@@ -198,7 +198,7 @@ class Pad(RandomZoomOut, converts="torchvision.Pad"):
     def window(self) -> Transform:
         """This Pad as the geometry's last step (geometry.PadWindow): a window of the
         (resized) image larger by the padding, read 1:1; no canvas is made."""
-        from .geometry import PadWindow
+        from .pad_window import PadWindow
 
         return PadWindow(self.padding, self._fill, self.padding_mode, repr(self))
 

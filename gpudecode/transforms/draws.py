@@ -14,6 +14,7 @@ ColorJitter, RandomErasing, subclasses of the steps) are drawn by the Python pat
 """
 from __future__ import annotations
 
+import math
 import random
 from typing import TYPE_CHECKING, Any, Iterator, Sequence, overload
 
@@ -22,18 +23,18 @@ import numpy as np
 from .. import _native
 from ..errors import TransformError
 from ..kernels import fused
-from ..kernels.ops import AFFINE, ARGS, CONTRAST, GRAYSCALE, JITTER_OPS, OPS, OPS_ARGS, PERSPECTIVE
-from .args import BILINEAR, NEAREST
-from .colour import NO_CHANGE_ON_ONE, ONE_CHANNEL_MEAN, Grayscale, one_channel
-from .geometry import CenterCrop, PadWindow, RandomCrop, RandomResizedCrop, Resize
+from ..kernels.ops import ARGS, CONTRAST, GRAYSCALE, JITTER_OPS, OPS, OPS_ARGS
+from .colour import _JITTER_NAMES, NO_CHANGE_ON_ONE, ONE_CHANNEL_MEAN, ColorJitter, Grayscale, one_channel
+from .crops import CornerCrop
+from .geometry import CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize
+from .mirrors import mirror_first, mirror_ops, mirrored_windows
+from .pad_window import PadWindow
 from .rng import _epoch_key, _SampleRandom
-from .warped import mirrored_perspective
-from .warps import INTEGER_MAP
 
 if TYPE_CHECKING:
     from .plan import _Plan
 
-__all__ = ["Draws", "as_draws", "draw_batch", "python_params", "encode_dicts", "CANVAS_MAX_PIXELS"]
+__all__ = ["Draws", "as_draws", "draw_batch", "python_params", "encode_dicts", "native_spec", "CANVAS_MAX_PIXELS"]
 
 # The most pixels a canvas step may make of one image (Pillow's decompression-bomb limit, the
 # Loader's default max_pixels): a 65,000x1 image rotated with expand=True would need a canvas
@@ -302,75 +303,6 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
     return geom, args, order
 
 
-def mirror_ops(prog: list, size: tuple[int, int], h: bool, v: bool) -> list:
-    """Program ops (op, args) of an image of `size` whose warps come before a flip along x
-    (`h`) or y (`v`), mirrored for the kernel, which flips first: each warp op becomes the
-    one that, on the flipped image, gives torchvision's warp, then the flip. A nearest warp
-    is marked (interpolation -1 x, -2 y, -3 both: the kernel evaluates it at the mirrored
-    pixel, kernels/_pixel.mirror_flags, so that even a half-way point picks torchvision's
-    pixel); a bilinear one is conjugated (theta's terms that change sign under the mirror,
-    in the centred frame, negated: within float32 rounding of the warp on the unflipped
-    image); an exact quarter turn's integer map is conjugated in whole pixels; a
-    perspective warp's coefficients are conjugated (warped.mirrored_perspective). The
-    other ops act alike on a flipped image."""
-    height, width = size
-    out = []
-    for op, a in prog:
-        if op in (AFFINE, PERSPECTIVE):
-            a, mode = list(a), a[6]
-            if mode == NEAREST:
-                a[6] = -float(h + 2 * v)
-            elif op == PERSPECTIVE:
-                c = mirrored_perspective([*a[:6], a[10], a[11]], size, h, v)
-                a[:6], a[10], a[11] = c[:6], c[6], c[7]
-            elif mode == BILINEAR:
-                for k in ((1, 2, 3) if h else ()) + ((1, 3, 5) if v else ()):
-                    a[k] = -a[k]
-            elif mode == INTEGER_MAP:  # (source = (a0 x + a1 y + a2, a3 x + a4 y + a5) in pixels)
-                if h:
-                    a[:6] = [a[0], -a[1], (width - 1) * (1 - a[0]) - a[2], -a[3], a[4], a[3] * (width - 1) + a[5]]
-                if v:
-                    a[:6] = [a[0], -a[1], a[1] * (height - 1) + a[2], -a[3], a[4], (height - 1) * (1 - a[4]) - a[5]]
-            else:
-                raise TransformError(f"a warp of interpolation {mode} cannot be mirrored for a flip after it")
-            out.append((op, tuple(a)))
-        else:
-            out.append((op, a))
-    return out
-
-
-def mirror_first(plan: "_Plan", geom: np.ndarray, out: np.ndarray) -> None:
-    """A flip before the geometry (plan.mirror): torchvision flips the image and crops the
-    flipped one at the drawn window; the kernel crops first and flips last, so each
-    flipped sample's window is mirrored in its frame, in place: a crop that is resized
-    (RandomResizedCrop's) in the image, a window of the resized image (RandomCrop's,
-    CenterCrop's, with their padding) in that resized image, and both for a
-    RandomResizedCrop followed by a crop (rrc_window). `out`: the output's (h, w), or each
-    row's."""
-    for on, flag, (lo, ext, frame), (olo, oframe, oext) in (
-            (plan.mirror[0], fused.FLIP, (fused.LEFT, fused.BW, fused.W), (fused.OX, fused.VW, 1)),
-            (plan.mirror[1], fused.VFLIP, (fused.TOP, fused.BH, fused.H), (fused.OY, fused.VH, 0))):
-        if not on:
-            continue
-        rows = geom[:, flag] != 0
-        if plan.rrc:
-            geom[rows, lo] = geom[rows, frame] - geom[rows, lo] - geom[rows, ext]
-        if not plan.rrc or plan.rrc_window:  # (the window of the frame: a second crop's, after the first)
-            size = out[..., oext] if out.ndim == 1 else out[rows, oext]
-            geom[rows, olo] = geom[rows, oframe] - geom[rows, olo] - size
-
-
-def mirrored_windows(plan: "_Plan", boxes: Any, flips: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """The windows (top, left, height, width) [N, 4] a RandomResizedCrop's kernel reads
-    where a flip comes before it (mirror_first's, for the decoder): `flips` [N, 2]."""
-    boxes = np.array(boxes, np.int64).reshape(-1, 4)
-    for axis, on, column in ((1, plan.mirror[0], 0), (0, plan.mirror[1], 1)):  # (left: the flip's; top: the vflip's)
-        if on:
-            rows = np.asarray(flips[:, column], bool)
-            boxes[rows, axis] = sizes[rows, axis] - boxes[rows, axis] - boxes[rows, axis + 2]
-    return boxes
-
-
 def _check_reflection(plan: "_Plan", geom: np.ndarray) -> None:
     """Raises the draw's ValueError for the first sample whose crop pads past one
     reflection of its frame (the kernel's VH, VW: the image or its resize), as torch's pad
@@ -605,3 +537,49 @@ class Draws(Sequence[dict]):
             width = max(1, int((order >= 0).sum(axis=1).max()))
             order, args = np.ascontiguousarray(order[:, :width]), np.ascontiguousarray(args[:, :width])
         return geom, args, order
+
+
+def native_spec(plan: "_Plan") -> tuple | None:
+    """The plan as _native.draw_batch reads it, or None when the Python path draws it."""
+    if plan.ragged and plan.out_size is None:  # (each image's own output size: the Python path's)
+        return None
+    if plan.erase is not None or plan.makes_images or plan.post is not None or plan.crop_resized or plan.rrc_window:
+        return None
+    geometry: list[tuple] = []
+    g: Any
+    for g in plan.geometry:
+        kind = type(g)
+        if len(g.filter_modes) > 1:  # a mode drawn an image: the Python path draws it
+            return None
+        if kind is RandomResizedCrop:
+            geometry.append((1, g.scale[0], g.scale[1], math.log(g.ratio[0]), math.log(g.ratio[1]), min(g.ratio), max(g.ratio)))
+        elif kind is Resize:
+            if g.size is None:  # (the longer side to max_size: the Python path's)
+                return None
+            size = (g.size, -1) if isinstance(g.size, int) else g.size
+            geometry.append((2, *size, -1 if g.max_size is None else g.max_size))
+        elif kind is CenterCrop:
+            geometry.append((3, *g.size))
+        elif kind is CornerCrop:
+            geometry.append((5, *g.size, *g.native))
+        elif kind is RandomCrop:
+            geometry.append((4, *g.size, *g.padding, int(g.pad_if_needed)))
+        elif kind is PadWindow:
+            geometry.append((6, *g.padding))
+        else:
+            return None
+        if any(abs(v) >= 2 ** 53 for v in geometry[-1]):  # (passed as doubles)
+            return None
+    flips = []
+    for f, kind in ((plan.flip, RandomHorizontalFlip), (plan.vflip, RandomVerticalFlip)):
+        if f is not None and type(f) is not kind:
+            return None
+        flips.append(-1.0 if f is None else f.p)
+    jitter = None
+    drawn = [t for t in plan.program if type(t) is not Grayscale]  # (a Grayscale draws nothing: its op is encoded)
+    if drawn:
+        if len(drawn) != 1 or type(drawn[0]) is not ColorJitter:
+            return None
+        cj = drawn[0]
+        jitter = tuple(getattr(cj, name) for name in _JITTER_NAMES)
+    return (geometry, flips[0], flips[1], jitter)

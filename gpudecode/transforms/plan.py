@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import itertools
-import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence, cast
 
@@ -12,16 +11,17 @@ import torch
 
 from ..errors import TransformError
 from .base import PROGRAM_GROUPS, Transform, _PixelOp, _refuse, _Step
-from .colour import _JITTER_NAMES, RGB, ColorJitter, Grayscale
+from .colour import RGB, ColorJitter, Grayscale
 from .canvas import CanvasStep, Pad
 from .convert import qualified
-from .geometry import (FILTERS, CenterCrop, PadWindow, RandomCrop, RandomHorizontalFlip, RandomResizedCrop,
-                       RandomVerticalFlip, Resize, ResizeKeepRatio, _Flip, _RandomSize)
-from .crops import CornerCrop
+from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip,
+                       Resize, ResizeKeepRatio, _Flip, _RandomSize)
+from .draws import native_spec
 from .iou_crop import RandomIoUCrop
 from .leading import (check_colours_first, check_floats_first, check_greys_first, check_normalize_first, leading_colours,
                       leading_flips, leading_floats, leading_greys, leading_normalize)
 from .output import LinearTransformation, Normalize, RandomErasing, ToDtype
+from .pad_window import PadWindow
 from .targets import box_settings
 
 
@@ -60,10 +60,10 @@ class _Plan:
     channels: int = field(default=3, repr=False)
     one_channel: tuple[int, int] | None = field(default=None, repr=False)
     # (horizontal, vertical): that flip comes before the geometry (flip, then crop: the crop's window is of the flipped
-    # image). The kernel flips last, so a flipped sample reads the window mirrored in its frame (draws.mirror_first)
+    # image). The kernel flips last, so a flipped sample reads the window mirrored in its frame (mirrors.mirror_first)
     mirror: tuple[bool, bool] = field(default=(False, False), repr=False)
     # (horizontal, vertical): the program steps before that index come before that flip (a warp, then the flip: the
-    # kernel flips first, and those warps' ops are mirrored on flipped samples: mirrored_at, draws.mirror_ops)
+    # kernel flips first, and those warps' ops are mirrored on flipped samples: mirrored_at, mirrors.mirror_ops)
     flip_at: tuple[int, int] = field(default=(0, 0), repr=False)
     # the per-sample steps and policies before the geometry (ColorJitter, then the crop): a first pass of the kernel on
     # each whole image at its size, whose uint8 output the canvas or the geometry reads (transforms.first)
@@ -202,7 +202,7 @@ class _Plan:
     def mirrored_at(self, i: int, p: dict) -> tuple[bool, bool]:
         """(h, v): whether program step i's warps are mirrored along each axis for a sample
         of draws `p`: they come before a flip (flip_at) that the sample drew, and the kernel
-        flips first (draws.mirror_ops; warped.Mirrored for its masks and boxes)."""
+        flips first (mirrors.mirror_ops; warped.Mirrored for its masks and boxes)."""
         return i < self.flip_at[0] and bool(p.get("flip")), i < self.flip_at[1] and bool(p.get("vflip"))
 
 
@@ -547,7 +547,7 @@ class _AfterGeometry:
             raise TransformError(f"{what} after {stuck} cannot be fused: the kernel flips while it resamples, "
                                  f"before the program's warps, and mirrors only torchvision's: rotations, affine and "
                                  f"perspective warps, its policies (put the flip before {stuck}) [{self.names}]")
-        at = len(self.program) if moving else 0  # (the warps before it: their ops mirrored, draws.mirror_ops)
+        at = len(self.program) if moving else 0  # (the warps before it: their ops mirrored, mirrors.mirror_ops)
         if isinstance(t, RandomVerticalFlip):
             self.vflip, self.flip_at = t, (self.flip_at[0], at)
         else:
@@ -596,49 +596,3 @@ class _AfterGeometry:
             if (fill is not None and len(set(fill)) > 1) or (value is not None and len(set(value)) > 1):
                 raise TransformError(f"{type(u).__name__} with a fill of three different values {where}: the image "
                                      f"has one channel (give one value) [{self.names}]")
-
-
-def native_spec(plan: _Plan) -> tuple | None:
-    """The plan as _native.draw_batch reads it, or None when the Python path draws it."""
-    if plan.ragged and plan.out_size is None:  # (each image's own output size: the Python path's)
-        return None
-    if plan.erase is not None or plan.makes_images or plan.post is not None or plan.crop_resized or plan.rrc_window:
-        return None
-    geometry: list[tuple] = []
-    g: Any
-    for g in plan.geometry:
-        kind = type(g)
-        if len(g.filter_modes) > 1:  # a mode drawn an image: the Python path draws it
-            return None
-        if kind is RandomResizedCrop:
-            geometry.append((1, g.scale[0], g.scale[1], math.log(g.ratio[0]), math.log(g.ratio[1]), min(g.ratio), max(g.ratio)))
-        elif kind is Resize:
-            if g.size is None:  # (the longer side to max_size: the Python path's)
-                return None
-            size = (g.size, -1) if isinstance(g.size, int) else g.size
-            geometry.append((2, *size, -1 if g.max_size is None else g.max_size))
-        elif kind is CenterCrop:
-            geometry.append((3, *g.size))
-        elif kind is CornerCrop:
-            geometry.append((5, *g.size, *g.native))
-        elif kind is RandomCrop:
-            geometry.append((4, *g.size, *g.padding, int(g.pad_if_needed)))
-        elif kind is PadWindow:
-            geometry.append((6, *g.padding))
-        else:
-            return None
-        if any(abs(v) >= 2 ** 53 for v in geometry[-1]):  # (passed as doubles)
-            return None
-    flips = []
-    for f, kind in ((plan.flip, RandomHorizontalFlip), (plan.vflip, RandomVerticalFlip)):
-        if f is not None and type(f) is not kind:
-            return None
-        flips.append(-1.0 if f is None else f.p)
-    jitter = None
-    drawn = [t for t in plan.program if type(t) is not Grayscale]  # (a Grayscale draws nothing: its op is encoded)
-    if drawn:
-        if len(drawn) != 1 or type(drawn[0]) is not ColorJitter:
-            return None
-        cj = drawn[0]
-        jitter = tuple(getattr(cj, name) for name in _JITTER_NAMES)
-    return (geometry, flips[0], flips[1], jitter)

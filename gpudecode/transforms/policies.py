@@ -40,7 +40,7 @@ class _Policy(_Step):
     group = "policies"
 
     moves = True  # (Rotate, Shear, Translate)
-    mirrors = True  # (its warps are torchvision's affine warps: a flip may follow them, draws.mirror_ops)
+    mirrors = True  # (its warps are torchvision's affine warps: a flip may follow them, mirrors.mirror_ops)
     key = ""
     SIGNED = {"ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness", "Color", "Contrast", "Sharpness"}
 

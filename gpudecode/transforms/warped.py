@@ -234,7 +234,7 @@ class Drawn:
 @dataclass(frozen=True)
 class Mirrored:
     """A warp `drawn` of an image flipped after it (along x: `h`, y: `v`), applied where
-    the kernel has flipped the image already (it flips first, draws.mirror_ops): its masks
+    the kernel has flipped the image already (it flips first, mirrors.mirror_ops): its masks
     and boxes flipped back, warped, flipped again, which is torchvision's warp, then the
     flips."""
 

@@ -121,7 +121,7 @@ class _Warp(_Step):
     @property
     def mirrors(self) -> bool:
         """A flip may follow it in the program: its op (AFFINE, PERSPECTIVE) is mirrored
-        where the sample is flipped (draws.mirror_ops), as the kernel flips first. Not an
+        where the sample is flipped (mirrors.mirror_ops), as the kernel flips first. Not an
         expanded rotation (its canvas is not the image's size)."""
         return self.keeps_size
 
