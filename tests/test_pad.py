@@ -135,7 +135,7 @@ def test_from_torchvision_v1_and_v2_and_refusals():
 def test_the_loader_takes_pad_and_crop_as_random_crops_padding(tmp_path, photos):
     """Through the Loader, streamed and resident (keep="ram"): CIFAR's old recipe written
     with a Pad (torchvision's, converted) gives the batches RandomCrop(32, padding=4) gives,
-    bit for bit."""
+    bit for bit; with the flip between the Pad and the crop, a flip before them."""
     import gpudecode
     from conftest import encode, make_shard
 
@@ -152,9 +152,13 @@ def test_the_loader_takes_pad_and_crop_as_random_crops_padding(tmp_path, photos)
     theirs = tv.Compose([tv.Pad(4), tv.RandomCrop(32), tv.RandomHorizontalFlip(), tv.ToImage(),
                          tv.ToDtype(torch.float32, scale=True), tv.Normalize(*norm)])
     plain = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.Normalize(*norm)])
-    for keep in (None, "ram"):
+    # and with the flip between the Pad and the crop (a Lightning CIFAR module's): the flip first, padded alike
+    between = tv.Compose([tv.Pad(4), tv.RandomHorizontalFlip(), tv.RandomCrop(32), tv.ToImage(),
+                          tv.ToDtype(torch.float32, scale=True), tv.Normalize(*norm)])
+    first = T.Compose([T.RandomHorizontalFlip(), T.RandomCrop(32, padding=4), T.Normalize(*norm)])
+    for keep, (one, other) in ((None, (theirs, plain)), ("ram", (theirs, plain)), (None, (between, first))):
         got = [gpudecode.Loader(shard, batch_size=5, transform=t, device="cpu", seed=11, keep=keep)
-               for t in (theirs, plain)]
+               for t in (one, other)]
         for epoch in (0, 1):
             for ld in got:
                 ld.set_epoch(epoch)
@@ -162,6 +166,7 @@ def test_the_loader_takes_pad_and_crop_as_random_crops_padding(tmp_path, photos)
             assert len(a) == len(b) == 3
             for (xa, ya), (xb, yb) in zip(a, b):
                 assert torch.equal(xa, xb) and torch.equal(ya, yb), (keep, epoch)
+    assert got[0].describe()["transform"][:3] == ["Pad", "RandomHorizontalFlip", "RandomCrop"]
 
 
 # --- the padding modes that read the image's own pixels ------------------------------------
@@ -443,3 +448,57 @@ def test_pad_alone_moves_masks_and_boxes_as_torchvision(photo_batch):
                 m, b = F.horizontal_flip(m), F.horizontal_flip(b)
             assert torch.equal(masks[k], m[0].as_subclass(torch.Tensor)), (steps, k)
             torch.testing.assert_close(targets[k]["boxes"], b.as_subclass(torch.Tensor), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "symmetric"])
+def test_a_flip_between_pad_and_random_crop_is_torchvisions(photo_batch, mode):
+    """`[Pad(4), RandomHorizontalFlip(), RandomCrop(32)]` (CIFAR scripts write it so; so do
+    their Lightning modules): torchvision pads, flips the padded image and crops it. Fused as
+    the flip before the Pad (an even padding mirrored is itself): the crop's padding, the
+    native draws, torchvision's pixels bit for bit on real photographs in every padding
+    mode, a vertical flip too; masks and boxes as torchvision moves them; the steps kept as
+    written; an uneven padding refused by name."""
+    cifar = [im[:, :32, :32].contiguous() for im in photo_batch] * 3
+    sizes = [(32, 32)] * len(cifar)
+    fill = FILL if mode == "constant" else 0
+    both = [tv1.RandomHorizontalFlip(), tv1.RandomVerticalFlip()]
+    for flips, pad in (([tv1.RandomHorizontalFlip()], 4), (both, (4, 2))):
+        tvc = tv1.Compose([tv1.Pad(pad, fill=fill, padding_mode=mode), *flips, tv1.RandomCrop(32)])
+        ours = T.Compose.from_torchvision(tvc)
+        assert ours.plan.canvas is None and ours.native_spec is not None, (mode, pad)
+        assert [type(t).__name__ for t in ours.plan.steps] == [type(t).__name__ for t in tvc.transforms]
+        moved = T.Compose.from_torchvision(tv1.Compose([*flips, tv1.Pad(pad, fill=fill, padding_mode=mode),
+                                                        tv1.RandomCrop(32)]))
+        params = ours.make_params(sizes, 5)
+        assert params == moved.make_params(sizes, 5)
+        assert {(p["flip"], p.get("vflip", False)) for p in params} >= {(True, False), (False, False)}
+        got = ours(cifar, params)
+        left, top = T.Pad(pad).padding[:2]
+        for k, p in enumerate(params):  # torchvision's order: pad, flip the padded image, crop it
+            x = F.pad(cifar[k], list(T.Pad(pad).padding), fill=fill, padding_mode=mode)
+            x = F.horizontal_flip(x) if p["flip"] else x
+            x = F.vertical_flip(x) if p.get("vflip") else x
+            t, l, h, w = p["crop"]  # (in the image: the padding off)
+            assert torch.equal(got[k], F.crop(x, t + top, l + left, h, w)), (mode, pad, k, p)
+    tf = T.Compose([T.Pad(3, fill=4), T.RandomHorizontalFlip(), T.RandomCrop(30)])
+    img = cifar[1]
+    mask = torch.from_numpy(np.random.default_rng(5).integers(0, 7, (32, 32), dtype=np.uint8))
+    box = np.array([[3.0, 4.0, 30.0, 16.0], [10.0, 1.0, 16.0, 29.0]], np.float32)
+    d = tf.draw_batch([(32, 32)] * 6, 2)
+    masks, targets = tf.masks([mask] * 6, d, fill=255), tf.boxes([box] * 6, d, min_size=0, min_area=0)
+    for k in range(6):
+        m = F.pad(tv_tensors.Mask(mask[None]), [3], fill=255)
+        b = F.pad(tv_tensors.BoundingBoxes(torch.from_numpy(box), format="XYXY", canvas_size=(32, 32)), [3])
+        m, b = (F.horizontal_flip(m), F.horizontal_flip(b)) if d[k]["flip"] else (m, b)
+        t, l, h, w = d[k]["crop"]
+        m, b = F.crop(m, t + 3, l + 3, h, w), F.crop(b, t + 3, l + 3, h, w)
+        assert torch.equal(masks[k], m[0].as_subclass(torch.Tensor)), k
+        torch.testing.assert_close(targets[k]["boxes"], b.as_subclass(torch.Tensor), atol=1e-4, rtol=0)
+    assert tf(img[None]).shape == (1, 3, 30, 30)
+    with pytest.raises(TransformError, match=r"(?s)RandomHorizontalFlip after Pad\(padding=\[1, 2, 3, 4\].*"
+                                             r"differs\s+left\s+and\s+right"):
+        T.Compose([T.Pad((1, 2, 3, 4)), T.RandomHorizontalFlip(), T.RandomCrop(32)])
+    with pytest.raises(TransformError, match=r"(?s)differs top\s+and bottom"):
+        T.Compose([T.Pad((2, 1, 2, 3)), T.RandomHorizontalFlip(), T.RandomVerticalFlip(), T.RandomCrop(32)])
+    with pytest.raises(TransformError, match="CenterCrop after other steps"):  # (flipped first it is refused too)
+        T.Compose([T.Pad(4), T.RandomHorizontalFlip(), T.CenterCrop(32)])

@@ -31,8 +31,9 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad
     - flips (any order; after the geometry, or first, before it): RandomHorizontalFlip,
       RandomVerticalFlip (first: flipped, then cropped, as torchvision's; not before a
-      nearest resize; after torchvision's warps and policies: each warp mirrored where the
-      sample is flipped, the same image)
+      nearest resize; between an even Pad and a RandomCrop: before the Pad; after
+      torchvision's warps and policies: each warp mirrored where the sample is flipped, the
+      same image)
     - per-sample ops (any order; also before the geometry): ColorJitter,
       RandomChannelPermutation, RandomPhotometricDistort, RandomGrayscale, Grayscale,
       RandomSolarize, RandomInvert, RandomPosterize, RandomAutocontrast, RandomEqualize,

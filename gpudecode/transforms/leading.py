@@ -8,6 +8,7 @@ order makes; and the other per-sample steps and policies (`[ColorJitter(...),
 RandomResizedCrop(224), ...]`: a first pass of the kernel at each image's size)."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any, Sequence
 
@@ -214,3 +215,44 @@ def _filled_padding(geometry: list[Transform]) -> Transform | None:
                 continue
         return g
     return None
+
+
+def flips_before_pad(steps: Sequence[Transform]) -> list[Transform] | None:
+    """`[Pad(4), RandomHorizontalFlip(), RandomCrop(32)]` (CIFAR scripts) as `[RandomHorizontalFlip(),
+    Pad(4), RandomCrop(32)]`: the flips right after a Pad moved before it, where its padding
+    is the same on both ends of each flip's axis. The same images exactly: a padded image
+    mirrored is the mirrored image padded alike, in every padding mode, and its boxes move
+    alike; a Pad draws nothing, so every draw keeps its order. None where no flip follows
+    a Pad; refused where a flip's axis is padded unevenly (the flip moves the image)."""
+    from .canvas import Pad
+
+    out, moved = list(steps), False
+    for i in range(1, len(out)):
+        k = i
+        while k > 0 and getattr(out[k], "group", None) == "flips" and type(out[k - 1]) is Pad:
+            left, top, right, bottom = out[k - 1].padding  # type: ignore[attr-defined]
+            if (left != right) if out[k].key == "flip" else (top != bottom):  # type: ignore[attr-defined]
+                sides = "left and right" if out[k].key == "flip" else "top and bottom"  # type: ignore[attr-defined]
+                names = ", ".join(type(t).__name__ for t in steps)
+                raise TransformError(f"{type(out[k]).__name__} after {out[k - 1]!r} cannot be fused: the padding "
+                                     f"differs {sides}, so the flip moves the image in its canvas; pad both alike, "
+                                     f"or flip after the crop (images drawn alike) [{names}]")
+            out[k - 1], out[k] = out[k], out[k - 1]
+            k, moved = k - 1, True
+    return out if moved else None
+
+
+def with_flips_before_pad(plan_of: Any, steps: Sequence[Transform], *args: Any) -> Any:
+    """`plan_of(steps, *args)`; where that refuses and flips_before_pad moves a flip, the
+    plan of the moved steps (its `steps` the given ones), or else the first refusal."""
+    try:
+        return plan_of(steps, *args)
+    except TransformError as refused:
+        moved = flips_before_pad(steps)
+        if moved is None:
+            raise
+        try:
+            plan = plan_of(moved, *args)
+        except TransformError:
+            raise refused from None
+        return dataclasses.replace(plan, steps=tuple(steps))
