@@ -215,3 +215,63 @@ def test_normalize_first_is_torchvisions_geometry_on_the_normalized_image(images
         want = replay(F.normalize(F.to_dtype(img, torch.float32, scale=True), MEAN, STD), p)
         err = float((got[k] - want).abs().max()) * 255 * 0.225  # (in grey levels before Normalize)
         assert err < 2e-3, (name, k, p, err)
+
+
+MMDET_MEAN, MMDET_STD = [123.675, 116.28, 103.53], [58.395, 57.12, 57.375]
+
+
+def test_a_float_conversion_without_scale_is_torchvisions_levels(images, tmp_path):
+    """`ToDtype(torch.float32)` without scale (v2's default): torchvision's image.to(float),
+    floats of 0 to 255, with a Normalize of mean and std in levels after it (detection and
+    segmentation scripts write `[ToDtype(torch.float32), Normalize([123.675, ...],
+    [58.395, ...]), Resize(hw)]`), before or after the geometry, or alone: the kernel's
+    [0, 1] floats times 255, normalized on the levels. Against torchvision's functional ops
+    on real photographs, to float32 rounding (a resize of the uint8 image rounds to levels
+    in torchvision; the kernel's floats are unrounded: within a level there); a second
+    Normalize's numbers are the user's; what reads 0-to-1 floats after it is refused."""
+    sizes = [tuple(i.shape[1:]) for i in images]
+    before = T.Compose.from_torchvision(tv.Compose([tv.ToDtype(torch.float32), tv.Normalize(MMDET_MEAN, MMDET_STD),
+                                                    tv.Resize((40, 52), antialias=True)]))
+    assert before.plan.dtype == torch.float32 and not before.plan.normalize.levels
+    got = before(images)
+    for k, img in enumerate(images):
+        want = F.resize(F.normalize(img.to(torch.float32), MMDET_MEAN, MMDET_STD), [40, 52], antialias=True)
+        assert float((got[k] - want).abs().max()) * 58.395 < 2e-3, k  # (in levels)
+    for steps, levels in (([tv.RandomResizedCrop(24), tv.RandomHorizontalFlip(), tv.ToDtype(torch.float32)], 1.0),
+                          ([tv.ToDtype(torch.float32), tv.RandomResizedCrop(24), tv.RandomHorizontalFlip()], 2e-3),
+                          ([tv.RandomResizedCrop(24), tv.ToDtype(torch.float16), tv.Normalize(MMDET_MEAN, MMDET_STD),
+                            tv.RandomErasing(1.0)], 1.0)):
+        tf = T.Compose.from_torchvision(tv.Compose(steps))
+        params = tf.make_params(sizes, 5) + tf.make_params(sizes, 6)
+        got = tf(images + images, params)
+        assert got.dtype == (torch.float16 if len(steps) == 4 else torch.float32)
+        for k, (img, p) in enumerate(zip(images + images, params)):
+            x = img.to(torch.float32) if isinstance(steps[0], tv.ToDtype) else img
+            x = F.resized_crop(x, *p["crop"], [24, 24], antialias=True).to(torch.float32)
+            x = F.horizontal_flip(x) if p["flip"] else x
+            if len(steps) == 4:  # (normalized on the levels, then an erased box of zeros)
+                x = F.normalize(x, MMDET_MEAN, MMDET_STD) * torch.tensor(MMDET_STD).view(3, 1, 1)
+                e = p["erase"]
+                x[:, e["i"]:e["i"] + e["h"], e["j"]:e["j"] + e["w"]] = 0
+                y = got[k].float() * torch.tensor(MMDET_STD).view(3, 1, 1)
+            else:
+                y = got[k]
+            assert float((y - x).abs().max()) <= levels + 0.6 * (len(steps) == 4), (steps, k, p)
+    ours = T.Compose([T.RandomResizedCrop(24), T.ToDtype(torch.float32), T.Normalize(MMDET_MEAN, MMDET_STD)])
+    scaled = T.Compose([T.RandomResizedCrop(24), T.ToDtype(torch.float32, scale=True),
+                        T.Normalize([m / 255 for m in MMDET_MEAN], [s / 255 for s in MMDET_STD])])
+    params = ours.make_params(sizes, 1)
+    torch.testing.assert_close(ours(images, params), scaled(images, params), atol=0, rtol=0)  # (one plan)
+    with pytest.raises(TransformError, match=r"(?s)ColorJitter after ToDtype\(torch.float32\) without\s+scale=True"):
+        T.Compose([T.RandomResizedCrop(24), T.ToDtype(torch.float32), T.ColorJitter(0.2)])
+    with pytest.raises(TransformError, match="Normalize after Normalize cannot be fused"):
+        T.Compose([T.ToDtype(torch.float32), T.Normalize(MEAN, STD), T.Normalize(MEAN, STD), T.CenterCrop(8)])
+    # through the Loader: torchvision's v2 Compose as a detection script writes it
+    from conftest import encode, make_shard
+
+    shard = make_shard(tmp_path / "s.tar", [{"__key__": f"{k:03d}", "png": encode(img.permute(1, 2, 0).numpy(), "PNG"),
+                                             "cls": b"1"} for k, img in enumerate(images)])
+    tvc = tv.Compose([tv.ToDtype(torch.float32), tv.Normalize(MMDET_MEAN, MMDET_STD), tv.Resize((40, 52))])
+    batch = next(iter(gpudecode.Loader(shard, batch_size=len(images), transform=tvc, device="cpu", shuffle=False)))
+    for k, img in enumerate(images):
+        assert float((batch.images[k] - tvc(img)).abs().max()) * 58.395 < 2e-3, k

@@ -65,7 +65,7 @@ REFUSALS = [
     lambda: T.Compose([T.TrivialAugmentWide(), T.TrivialAugmentWide()]),
     lambda: T.Compose([T.RandomResizedCrop(8), T.RandomErasing(), T.ColorJitter(0.1)]),
     lambda: T.Compose([T.RandomResizedCrop(8), T.ToDtype(torch.uint8), T.Normalize(MEAN, STD)]),
-    lambda: T.Compose([T.RandomResizedCrop(8), T.ToDtype(torch.float32)]),
+    lambda: T.Compose([T.RandomResizedCrop(8), T.ToDtype(torch.float32), T.ColorJitter(0.1)]),
     lambda: T.RandomRotation(10, "bicubic"),
     lambda: T.Compose([T.RandomRotation(10, expand=True), T.ColorJitter(0.1)]),
     lambda: T.RandomCrop(8, padding=2, pad_if_needed=True, padding_mode="reflect"),

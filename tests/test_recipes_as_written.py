@@ -526,3 +526,33 @@ def test_a_crop_of_a_random_resized_crop_as_scripts_write_it(shard, second):
         torch.testing.assert_close(b.images, ours(batch, drawn), atol=0, rtol=0)
         pos += len(batch)
     assert pos == 4
+
+
+def test_torchvisions_v2_getting_started_recipe_as_written(shard):
+    """torchvision's v2 docs' classification pipeline, as they print it: ToImage, then
+    `ToDtype(torch.uint8, scale=True)` ("optional, most input are already uint8") before the
+    crop. On the uint8 images a Compose takes that is no step: the plan and every batch are
+    those of the Compose without it; the steps are named as written."""
+    path, imgs = shard
+    docs = tv.Compose([tv.ToImage(), tv.ToDtype(torch.uint8, scale=True), tv.RandomResizedCrop(size=(40, 40), antialias=True),
+                       tv.RandomHorizontalFlip(p=0.5), tv.ToDtype(torch.float32, scale=True), tv.Normalize(MEAN, STD)])
+    plain = tv.Compose([tv.RandomResizedCrop(size=(40, 40), antialias=True), tv.RandomHorizontalFlip(p=0.5),
+                        tv.ToDtype(torch.float32, scale=True), tv.Normalize(MEAN, STD)])
+    ours = gpudecode.transforms.Compose.from_torchvision(docs)
+    assert repr(ours.plan) == repr(gpudecode.transforms.Compose.from_torchvision(plain).plan)
+    a, b = _batches(path, docs), _batches(path, plain)
+    assert len(a) == 2 and all(torch.equal(x, y) for x, y in zip(a, b))
+    ld = gpudecode.Loader(path, batch_size=2, transform=docs, device="cpu")
+    assert ld.describe()["transform"][:2] == ["ToDtype", "RandomResizedCrop"]
+    # torchvision's own pixels, with our draws: the same crop and flip of each image
+    params = ours.make_params([im.shape[:2] for im in imgs], 3)
+    got = ours([torch.from_numpy(im).permute(2, 0, 1) for im in imgs], params)
+    for k, (im, p) in enumerate(zip(imgs, params)):
+        x = tv.functional.resized_crop(torch.from_numpy(im).permute(2, 0, 1), *p["crop"], [40, 40], antialias=True)
+        x = tv.functional.horizontal_flip(x) if p["flip"] else x
+        want = tv.functional.normalize(tv.functional.to_dtype(x, torch.float32, scale=True), MEAN, STD)
+        assert float((got[k] - want).abs().max()) * 255 * min(STD) <= 1 + 1e-3, k  # (a level: torchvision rounds)
+    with pytest.raises(TransformError, match="geometry comes first"):  # (after a float conversion it is one)
+        gpudecode.transforms.Compose([gpudecode.transforms.ToDtype(torch.float32, scale=True),
+                                      gpudecode.transforms.ToDtype(torch.uint8),
+                                      gpudecode.transforms.RandomResizedCrop(8)])

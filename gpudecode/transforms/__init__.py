@@ -47,7 +47,8 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
     - containers: RandomApply, RandomChoice, RandomOrder over the per-sample ops (a Compose
       among their items: one item, its steps in order, as torchvision runs it; a Compose
       inside a Compose: its steps in its place)
-    - then: Normalize, ToTensor, ConvertImageDtype, ToDtype; then RandomErasing,
+    - then: Normalize, ToTensor, ConvertImageDtype, ToDtype (a float ToDtype without scale:
+      floats of 0 to 255, a Normalize after it in levels); then RandomErasing,
       LinearTransformation (last, in this order; LinearTransformation on a float output of
       one size); timm's ToTensor, MaybeToTensor, RandomErasing
     - channels (anywhere): RGB: an image of one channel (a grey set's, or after

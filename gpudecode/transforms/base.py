@@ -42,7 +42,8 @@ GROUPS = {
                  "and the like)"),
     "containers": ("containers", "{tv} over the per-sample ops (a Compose among their items: one item, its steps "
                    "in order, as torchvision runs it; a Compose inside a Compose: its steps in its place)"),
-    "then": ("then", "{tv}; then {last} (last, in this order; LinearTransformation on a float output of one size); "
+    "then": ("then", "{tv} (a float ToDtype without scale: floats of 0 to 255, a Normalize after it in levels); "
+             "then {last} (last, in this order; LinearTransformation on a float output of one size); "
              "timm's {timm}, {timm_last}"),
     "last": None,  # (listed in "then"'s line)
     "channels": ("channels (anywhere)", "{tv}: an image of one channel (a grey set's, or after Grayscale(1)) made "

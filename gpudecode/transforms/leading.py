@@ -81,6 +81,20 @@ def leading_floats(steps: list[Transform]) -> list[Transform]:
     return [] if n is None else [t for t in steps[:n] if isinstance(t, ToDtype) and t.dtype.is_floating_point]
 
 
+def leading_uint8(steps: list[Transform]) -> list[Transform]:
+    """The ToDtype(torch.uint8) steps before the geometry with no float conversion before
+    them (torchvision's v2 docs write `[ToImage(), ToDtype(torch.uint8, scale=True),
+    RandomResizedCrop(...), ...]`): on the uint8 images a Compose takes, no step at all."""
+    n = _before_geometry(steps)
+    out = []
+    for t in steps[:n or 0]:
+        if isinstance(t, (ToDtype, Normalize)) and (not isinstance(t, ToDtype) or t.dtype.is_floating_point):
+            break
+        if isinstance(t, ToDtype):
+            out.append(t)
+    return out
+
+
 def leading_greys(steps: list[Transform]) -> list[Transform]:
     """The Grayscale (or RandomGrayscale) steps before the geometry where nothing but flips
     comes before it with them (`[Grayscale(3), Resize(256), CenterCrop(224), ...]` for

@@ -21,7 +21,8 @@ class Normalize(Transform, converts="torchvision.Normalize"):
     def convert(cls, t: Any, floats: bool) -> Transform:
         return cls(t.mean, t.std)
 
-    def __init__(self, mean: Sequence[float] | float, std: Sequence[float] | float, inplace: bool = False) -> None:
+    def __init__(self, mean: Sequence[float] | float, std: Sequence[float] | float, inplace: bool = False, *,
+                 levels: bool = False) -> None:
         mean, std = _per_channel(mean), _per_channel(std)
         if len(mean) != 3 or len(std) != 3:
             raise TransformError("Normalize needs three means and three stds (RGB), or one of each for all three")
@@ -29,6 +30,13 @@ class Normalize(Transform, converts="torchvision.Normalize"):
             raise ValueError("std evaluated to zero, leading to division by zero")
         self.mean = tuple(float(m) for m in mean)
         self.std = tuple(float(s) for s in std)
+        self._levels = levels  # (out of the repr)
+
+    @property
+    def levels(self) -> bool:
+        """The plan's own Normalize for ToDtype(float) without scale: the kernel's [0, 1]
+        floats made 0 to 255 (plan.after)."""
+        return self._levels
 
 
 def _per_channel(v: Sequence[float] | float) -> list[float]:

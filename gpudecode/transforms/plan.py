@@ -10,17 +10,18 @@ from typing import Any, Sequence, cast
 import torch
 
 from ..errors import TransformError
-from .base import PROGRAM_GROUPS, Transform, _PixelOp, _refuse, _Step
-from .colour import RGB, ColorJitter, Grayscale
+from .after import _AfterGeometry
+from .base import Transform, _PixelOp, _refuse, _Step
+from .colour import RGB, ColorJitter
 from .canvas import CanvasStep, Pad
 from .convert import qualified
 from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip,
-                       Resize, ResizeKeepRatio, _Flip, _RandomSize)
+                       Resize, ResizeKeepRatio, _RandomSize)
 from .draws import native_spec
 from .iou_crop import RandomIoUCrop
 from .leading import (check_colours_first, check_floats_first, check_greys_first, check_normalize_first, leading_colours,
-                      leading_flips, leading_floats, leading_greys, leading_normalize)
-from .output import LinearTransformation, Normalize, RandomErasing, ToDtype
+                      leading_flips, leading_floats, leading_greys, leading_normalize, leading_uint8)
+from .output import LinearTransformation, Normalize, RandomErasing
 from .pad_window import PadWindow
 from .targets import box_settings
 
@@ -234,11 +235,11 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     # taken out of both lists, in turn: the float conversions (the float image is the kernel's from the start), the
     # greys (the program's first steps: a grey image resampled is the resampled image made grey), Normalize (the
     # output's, as after the geometry), the other per-sample steps and policies (a first pass at each image's size)
-    taken = []
-    for leading in (leading_floats, leading_greys, leading_normalize, leading_colours):
+    taken = []  # (and first, a ToDtype(uint8) there, before any float conversion: no step on uint8 images)
+    for leading in (leading_uint8, leading_floats, leading_greys, leading_normalize, leading_colours):
         taken.append(leading(steps))
         steps, every = [t for t in steps if t not in taken[-1]], [t for t in every if t not in taken[-1]]
-    floats_first, greys_first, norms_first, colours_first = taken
+    _, floats_first, greys_first, norms_first, colours_first = taken
     check_colours_first(colours_first, floats_first, given, grey, names)
     lead = leading_flips(steps, names)
     if lead:  # (out of both lists: the first len(lead) steps that are not RGB; an RGB among them stays)
@@ -447,152 +448,3 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
                              f"then RandomCrop), or Compose(..., ragged=True) for images of their own sizes "
                              f"[{names}]")
     return geometry
-
-
-class _AfterGeometry:
-    """The steps after the geometry, taken one at a time and checked where they stand."""
-
-    def __init__(self, names: str) -> None:
-        self.names = names
-        self.flip: RandomHorizontalFlip | None = None
-        self.vflip: RandomVerticalFlip | None = None
-        self.program: list[_Step] = []
-        self.keys: dict[str, str] = {}  # make_params key -> the class that draws it
-        self.normalize: Normalize | None = None
-        self.dtype: torch.dtype | None = None
-        self.erase: RandomErasing | None = None
-        self.linear: LinearTransformation | None = None
-        self.post: Transform | None = None
-        self.post_levels = False
-        self.one_at: int | None = None  # the program's Grayscale(1) (-1: images of one channel)
-        self.one_end: int | None = None  # the Grayscale(3) that makes them three channels again
-        self.flip_at = (0, 0)  # (_Plan.flip_at)
-
-    def add(self, t: Transform) -> None:
-        what, names = type(t).__name__, self.names
-        if isinstance(t, RGB):
-            self._rgb()
-            return
-        if self.one_at is not None and self.one_end is None:
-            self.one_channel(t, "after Grayscale(num_output_channels=1)" if self.one_at >= 0 else
-                             "on images of one channel")
-        if self.linear is not None:
-            raise TransformError(f"{what} after LinearTransformation cannot be fused: it is the last step [{names}]")
-        if isinstance(t, LinearTransformation):
-            if self.dtype is None or not self.dtype.is_floating_point:
-                raise TransformError(f"LinearTransformation on uint8 images cannot be fused: give a float output "
-                                     f"before it (ToDtype(torch.float32, scale=True) or Normalize) [{names}]")
-            self.linear = t
-            return
-        if self.erase is not None:
-            raise TransformError(f"{what} after RandomErasing cannot be fused: it erases the finished image [{names}]")
-        if t.group == "geometry":
-            raise TransformError(f"{what} after other steps cannot be fused: geometry comes first "
-                                 f"[{names}]")
-        if self.post is not None and not isinstance(t, (Normalize, ToDtype, RandomErasing)):
-            raise TransformError(f"{what} after {type(self.post).__name__} cannot be fused: there "
-                                 f"{type(self.post).__name__} warps the kernel's output, so only Normalize, ToDtype and "
-                                 f"RandomErasing may follow it (or put it first, before a geometry step) [{names}]")
-        if getattr(t, "after_kernel", False):
-            if self.normalize is not None:
-                raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
-            if self.dtype == torch.uint8:
-                raise TransformError(f"{what} after ToDtype(uint8) cannot be fused [{names}]")
-            self.post = t
-            self.post_levels = self.dtype is None
-            return
-        if getattr(t, "canvas", False):
-            raise TransformError(f"{t!r} after other steps cannot be fused: {getattr(t, 'canvas_why', '')}, so it comes first, "
-                                 f"before the geometry [{names}]")
-        if self.normalize is not None and not isinstance(t, RandomErasing) and t.group != "flips" and not (
-                isinstance(t, ToDtype) and t.dtype.is_floating_point):  # (a flip moves normalized pixels as any)
-            raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
-        if t.group == "last":
-            self.erase = t  # type: ignore[assignment]
-        elif t.group == "flips":
-            self.add_flip(t)  # type: ignore[arg-type]
-        elif t.group in PROGRAM_GROUPS:
-            self._step(t)  # type: ignore[arg-type]
-        elif isinstance(t, Normalize):
-            if self.dtype == torch.uint8:
-                raise TransformError("Normalize needs a float dtype, not ToDtype(uint8)")
-            self.normalize = t
-            self.dtype = self.dtype or torch.float32
-        elif isinstance(t, ToDtype):
-            if t.dtype != torch.uint8 and self.normalize is None and not t.scale and not (
-                    self.dtype is not None and self.dtype.is_floating_point):  # (a float image made another float type)
-                raise TransformError("ToDtype(float) on uint8 images needs scale=True to be fused")
-            self.dtype = t.dtype
-        else:
-            raise _refuse(f"{what} cannot be fused there [{names}]")
-
-    def _rgb(self) -> None:
-        """RGB: one channel made three equal ones from here (the steps before it on one
-        channel; the program's next steps on three); on three channels it is no step."""
-        if self.one_at is None or self.one_end is not None:
-            return
-        last = self.linear or self.erase or self.post
-        if last is not None:
-            raise TransformError(f"RGB after {type(last).__name__} on an image of one channel cannot be fused: put it "
-                                 f"before {type(last).__name__} [{self.names}]")
-        self.one_end = len(self.program) - 1
-
-    def add_flip(self, t: _Flip) -> None:
-        what = type(t).__name__
-        if (self.vflip if isinstance(t, RandomVerticalFlip) else self.flip) is not None:
-            raise TransformError(f"two {what}s [{self.names}]")
-        moving = [u for s in self.program for u in s.inner() if u.moves and u.inner() == [u]]  # (not the wrappers)
-        stuck = next((type(u).__name__ for u in moving if not getattr(u, "mirrors", False)), None)
-        if stuck is not None:
-            raise TransformError(f"{what} after {stuck} cannot be fused: the kernel flips while it resamples, "
-                                 f"before the program's warps, and mirrors only torchvision's: rotations, affine and "
-                                 f"perspective warps, its policies (put the flip before {stuck}) [{self.names}]")
-        at = len(self.program) if moving else 0  # (the warps before it: their ops mirrored, mirrors.mirror_ops)
-        if isinstance(t, RandomVerticalFlip):
-            self.vflip, self.flip_at = t, (self.flip_at[0], at)
-        else:
-            self.flip, self.flip_at = t, (at, self.flip_at[1])  # type: ignore[assignment]
-
-    def _step(self, t: _Step) -> None:
-        if self.dtype == torch.uint8:
-            raise TransformError(f"{type(t).__name__} after ToDtype(uint8) cannot be fused [{self.names}]")
-        for u in t.inner():
-            if getattr(u, "canvas", False):  # (inside a container: it cannot come first)
-                raise TransformError(f"{u!r} inside {type(t).__name__} cannot be fused: {getattr(u, 'canvas_why', '')}, so it "
-                                     f"comes first, before the geometry, on its own [{self.names}]")
-            for k in u.keys:
-                if k in self.keys:
-                    raise TransformError(f"two {type(u).__name__}s [{self.names}]" if self.keys[k] == type(u).__name__
-                                         else f"{type(u).__name__} and {self.keys[k]} both draw {k!r}: one of them "
-                                         f"per Compose [{self.names}]")
-                self.keys[k] = type(u).__name__
-        one = self.one_at is not None and self.one_end is None  # (one channel before this step)
-        if isinstance(t, Grayscale) and one != (t.num_output_channels == 1):
-            if self.one_end is not None:
-                raise TransformError(f"{t!r} after RGB made three channels of one cannot be fused: one channel "
-                                     f"once a Compose [{self.names}]")
-            if one:
-                self.one_end = len(self.program)  # (three from here: torchvision repeats the channel)
-            else:
-                self.one_at = len(self.program)
-        elif any(isinstance(u, Grayscale) and one != (u.num_output_channels == 1) for u in t.inner()):
-            raise TransformError(f"{next(u for u in t.inner() if isinstance(u, Grayscale))!r} inside "
-                                 f"{type(t).__name__} cannot be fused: the images of a batch would have 1 or 3 "
-                                 f"channels [{self.names}]")
-        self.program.append(t)
-
-    def one_channel(self, t: Transform, where: str) -> None:
-        """A step on an image of one channel (after Grayscale(1), or a grey set's): a
-        Normalize of three different means or stds makes three channels of it, as
-        torchvision v2's broadcasts them (v1's raises); a fill or erasing value of three
-        different numbers is refused (torchvision's raise on one channel)."""
-        if isinstance(t, Normalize) and (len(set(t.mean)) > 1 or len(set(t.std)) > 1):
-            self.one_end = len(self.program)  # (every program step before it on one channel; three after)
-            return
-        inner = t.inner() if isinstance(t, _Step) else [t]
-        for u in inner:
-            fill = getattr(u, "_fill", None)
-            value = getattr(u, "value", None) if isinstance(u, RandomErasing) else None
-            if (fill is not None and len(set(fill)) > 1) or (value is not None and len(set(value)) > 1):
-                raise TransformError(f"{type(u).__name__} with a fill of three different values {where}: the image "
-                                     f"has one channel (give one value) [{self.names}]")

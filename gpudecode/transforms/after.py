@@ -1,0 +1,173 @@
+"""The steps after the geometry (the flips, each sample's program, the output's dtype and
+normalization, the erasing, a warp of the output), taken one at a time in the Compose's
+order and checked where they stand (plan._plan's `rest`)."""
+from __future__ import annotations
+
+import torch
+
+from ..errors import TransformError
+from .base import PROGRAM_GROUPS, Transform, _refuse, _Step
+from .colour import RGB, Grayscale
+from .geometry import RandomHorizontalFlip, RandomVerticalFlip, _Flip
+from .output import LinearTransformation, Normalize, RandomErasing, ToDtype
+
+
+class _AfterGeometry:
+    """The steps after the geometry, taken one at a time and checked where they stand."""
+
+    def __init__(self, names: str) -> None:
+        self.names = names
+        self.flip: RandomHorizontalFlip | None = None
+        self.vflip: RandomVerticalFlip | None = None
+        self.program: list[_Step] = []
+        self.keys: dict[str, str] = {}  # make_params key -> the class that draws it
+        self.normalize: Normalize | None = None
+        self.dtype: torch.dtype | None = None
+        self.erase: RandomErasing | None = None
+        self.linear: LinearTransformation | None = None
+        self.post: Transform | None = None
+        self.post_levels = False
+        self.one_at: int | None = None  # the program's Grayscale(1) (-1: images of one channel)
+        self.one_end: int | None = None  # the Grayscale(3) that makes them three channels again
+        self.flip_at = (0, 0)  # (_Plan.flip_at)
+        # ToDtype(float) without scale on uint8 images: floats of 0 to 255, torchvision's image.to(float); the kernel's
+        # [0, 1] floats times 255, a Normalize of mean 0 and std 1/255, or with the user's Normalize after it, that one
+        # on the levels (mean / 255, std / 255). True until that Normalize comes
+        self.levels = False
+
+    def add(self, t: Transform) -> None:
+        what, names = type(t).__name__, self.names
+        if isinstance(t, RGB):
+            self._rgb()
+            return
+        if self.dtype is not None and self.dtype.is_floating_point and self.normalize is not None and \
+                self.normalize.levels and not isinstance(t, (Normalize, ToDtype, RandomErasing, _Flip)):
+            raise TransformError(f"{what} after ToDtype({self.dtype}) without scale=True cannot be fused: its floats "
+                                 f"are levels (0 to 255) and torchvision's float ops read 0 to 1; give scale=True, or "
+                                 f"put {what} before it [{names}]")
+        if self.one_at is not None and self.one_end is None:
+            self.one_channel(t, "after Grayscale(num_output_channels=1)" if self.one_at >= 0 else
+                             "on images of one channel")
+        if self.linear is not None:
+            raise TransformError(f"{what} after LinearTransformation cannot be fused: it is the last step [{names}]")
+        if isinstance(t, LinearTransformation):
+            if self.dtype is None or not self.dtype.is_floating_point:
+                raise TransformError(f"LinearTransformation on uint8 images cannot be fused: give a float output "
+                                     f"before it (ToDtype(torch.float32, scale=True) or Normalize) [{names}]")
+            self.linear = t
+            return
+        if self.erase is not None:
+            raise TransformError(f"{what} after RandomErasing cannot be fused: it erases the finished image [{names}]")
+        if t.group == "geometry":
+            raise TransformError(f"{what} after other steps cannot be fused: geometry comes first "
+                                 f"[{names}]")
+        if self.post is not None and not isinstance(t, (Normalize, ToDtype, RandomErasing)):
+            raise TransformError(f"{what} after {type(self.post).__name__} cannot be fused: there "
+                                 f"{type(self.post).__name__} warps the kernel's output, so only Normalize, ToDtype and "
+                                 f"RandomErasing may follow it (or put it first, before a geometry step) [{names}]")
+        if getattr(t, "after_kernel", False):
+            if self.normalize is not None:
+                raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
+            if self.dtype == torch.uint8:
+                raise TransformError(f"{what} after ToDtype(uint8) cannot be fused [{names}]")
+            self.post = t
+            self.post_levels = self.dtype is None
+            return
+        if getattr(t, "canvas", False):
+            raise TransformError(f"{t!r} after other steps cannot be fused: {getattr(t, 'canvas_why', '')}, so it comes first, "
+                                 f"before the geometry [{names}]")
+        if self.normalize is not None and not isinstance(t, RandomErasing) and t.group != "flips" and not (
+                isinstance(t, ToDtype) and t.dtype.is_floating_point) and not (  # (a flip moves normalized pixels
+                isinstance(t, Normalize) and self.normalize.levels):  # as any; the levels' Normalize: the user's after)
+            raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
+        if t.group == "last":
+            self.erase = t  # type: ignore[assignment]
+        elif t.group == "flips":
+            self.add_flip(t)  # type: ignore[arg-type]
+        elif t.group in PROGRAM_GROUPS:
+            self._step(t)  # type: ignore[arg-type]
+        elif isinstance(t, Normalize):
+            if self.dtype == torch.uint8:
+                raise TransformError("Normalize needs a float dtype, not ToDtype(uint8)")
+            if self.normalize is not None:  # (on the levels: torchvision's (255 x - mean) / std)
+                t = Normalize([m / 255 for m in t.mean], [v / 255 for v in t.std])
+            self.normalize = t
+            self.dtype = self.dtype or torch.float32
+        elif isinstance(t, ToDtype):
+            if t.dtype != torch.uint8 and self.normalize is None and not t.scale and not (
+                    self.dtype is not None and self.dtype.is_floating_point):  # (uint8 made float: its levels)
+                self.normalize = Normalize(0.0, 1 / 255, levels=True)
+            self.dtype = t.dtype
+        else:
+            raise _refuse(f"{what} cannot be fused there [{names}]")
+
+    def _rgb(self) -> None:
+        """RGB: one channel made three equal ones from here (the steps before it on one
+        channel; the program's next steps on three); on three channels it is no step."""
+        if self.one_at is None or self.one_end is not None:
+            return
+        last = self.linear or self.erase or self.post
+        if last is not None:
+            raise TransformError(f"RGB after {type(last).__name__} on an image of one channel cannot be fused: put it "
+                                 f"before {type(last).__name__} [{self.names}]")
+        self.one_end = len(self.program) - 1
+
+    def add_flip(self, t: _Flip) -> None:
+        what = type(t).__name__
+        if (self.vflip if isinstance(t, RandomVerticalFlip) else self.flip) is not None:
+            raise TransformError(f"two {what}s [{self.names}]")
+        moving = [u for s in self.program for u in s.inner() if u.moves and u.inner() == [u]]  # (not the wrappers)
+        stuck = next((type(u).__name__ for u in moving if not getattr(u, "mirrors", False)), None)
+        if stuck is not None:
+            raise TransformError(f"{what} after {stuck} cannot be fused: the kernel flips while it resamples, "
+                                 f"before the program's warps, and mirrors only torchvision's: rotations, affine and "
+                                 f"perspective warps, its policies (put the flip before {stuck}) [{self.names}]")
+        at = len(self.program) if moving else 0  # (the warps before it: their ops mirrored, mirrors.mirror_ops)
+        if isinstance(t, RandomVerticalFlip):
+            self.vflip, self.flip_at = t, (self.flip_at[0], at)
+        else:
+            self.flip, self.flip_at = t, (at, self.flip_at[1])  # type: ignore[assignment]
+
+    def _step(self, t: _Step) -> None:
+        if self.dtype == torch.uint8:
+            raise TransformError(f"{type(t).__name__} after ToDtype(uint8) cannot be fused [{self.names}]")
+        for u in t.inner():
+            if getattr(u, "canvas", False):  # (inside a container: it cannot come first)
+                raise TransformError(f"{u!r} inside {type(t).__name__} cannot be fused: {getattr(u, 'canvas_why', '')}, so it "
+                                     f"comes first, before the geometry, on its own [{self.names}]")
+            for k in u.keys:
+                if k in self.keys:
+                    raise TransformError(f"two {type(u).__name__}s [{self.names}]" if self.keys[k] == type(u).__name__
+                                         else f"{type(u).__name__} and {self.keys[k]} both draw {k!r}: one of them "
+                                         f"per Compose [{self.names}]")
+                self.keys[k] = type(u).__name__
+        one = self.one_at is not None and self.one_end is None  # (one channel before this step)
+        if isinstance(t, Grayscale) and one != (t.num_output_channels == 1):
+            if self.one_end is not None:
+                raise TransformError(f"{t!r} after RGB made three channels of one cannot be fused: one channel "
+                                     f"once a Compose [{self.names}]")
+            if one:
+                self.one_end = len(self.program)  # (three from here: torchvision repeats the channel)
+            else:
+                self.one_at = len(self.program)
+        elif any(isinstance(u, Grayscale) and one != (u.num_output_channels == 1) for u in t.inner()):
+            raise TransformError(f"{next(u for u in t.inner() if isinstance(u, Grayscale))!r} inside "
+                                 f"{type(t).__name__} cannot be fused: the images of a batch would have 1 or 3 "
+                                 f"channels [{self.names}]")
+        self.program.append(t)
+
+    def one_channel(self, t: Transform, where: str) -> None:
+        """A step on an image of one channel (after Grayscale(1), or a grey set's): a
+        Normalize of three different means or stds makes three channels of it, as
+        torchvision v2's broadcasts them (v1's raises); a fill or erasing value of three
+        different numbers is refused (torchvision's raise on one channel)."""
+        if isinstance(t, Normalize) and (len(set(t.mean)) > 1 or len(set(t.std)) > 1):
+            self.one_end = len(self.program)  # (every program step before it on one channel; three after)
+            return
+        inner = t.inner() if isinstance(t, _Step) else [t]
+        for u in inner:
+            fill = getattr(u, "_fill", None)
+            value = getattr(u, "value", None) if isinstance(u, RandomErasing) else None
+            if (fill is not None and len(set(fill)) > 1) or (value is not None and len(set(value)) > 1):
+                raise TransformError(f"{type(u).__name__} with a fill of three different values {where}: the image "
+                                     f"has one channel (give one value) [{self.names}]")
