@@ -143,6 +143,20 @@ std::string draw_batch(const DrawPlan& plan, const int64_t* sizes, const int64_t
         case kRandomCrop:
           if (!random_crop(g, rng, height, width, row)) return "the image is smaller than RandomCrop's crop";
           break;
+        case kWindowCenter:
+        case kWindowRandom: {  // (of the RandomResizedCrop's output, whose crop stays in the crop columns)
+          GeomStep crop;
+          for (int k = 0; k + 2 < 10; ++k) crop.a[k] = g.a[k + 2];
+          const int64_t fh = int64_t(g.a[0]), fw = int64_t(g.a[1]);
+          int64_t window[kDrawCols] = {0};
+          if (g.kind == kWindowCenter) {
+            center_crop(crop, fh, fw, window);
+          } else if (!random_crop(crop, rng, fh, fw, window)) {
+            return "the image is smaller than RandomCrop's crop";
+          }
+          row[kWinTop] = window[kTop], row[kWinLeft] = window[kLeft];
+          break;
+        }
         default: return "unknown geometry step";
       }
     }

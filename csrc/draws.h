@@ -35,7 +35,8 @@ struct SplitMix {
 
 // A geometry step (the plan's leading ones, in order).
 enum GeomKind : int {
-  kRandomResizedCrop = 1, kResize = 2, kCenterCrop = 3, kRandomCrop = 4, kCornerCrop = 5, kPadWindow = 6
+  kRandomResizedCrop = 1, kResize = 2, kCenterCrop = 3, kRandomCrop = 4, kCornerCrop = 5, kPadWindow = 6,
+  kWindowCenter = 7, kWindowRandom = 8
 };
 struct GeomStep {
   int kind = 0;
@@ -45,7 +46,9 @@ struct GeomStep {
   // kRandomCrop: h, w, padding left, top, right, bottom, pad_if_needed
   // kCornerCrop: h, w, corner (top-left, top-right, bottom-left, bottom-right, center), mirror (0, 1 h, 2 v)
   // kPadWindow: padding left, top, right, bottom (the (resized) image's window larger by them: no draw)
-  double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  // kWindowCenter, kWindowRandom: a crop of a RandomResizedCrop's output (_Plan.rrc_window): that output's h, w,
+  //   then kCenterCrop's or kRandomCrop's numbers; its top and left in the window columns
+  double a[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 };
 
 struct DrawPlan {
@@ -57,9 +60,13 @@ struct DrawPlan {
 };
 
 // Columns of `ints` [N, kDrawCols]: the last crop (top, left, h, w), the last resize
-// (h, w), flip, vflip (0/1), the jitter's order (4). `factors` [N, 4]: the jitter's
-// factors (NaN where that range is off).
-enum : int { kTop = 0, kLeft, kCropH, kCropW, kResizeH, kResizeW, kFlip, kVflip, kOrder, kDrawCols = kOrder + 4 };
+// (h, w), flip, vflip (0/1), the jitter's order (4), a window's top and left (a crop of
+// the RandomResizedCrop's output). `factors` [N, 4]: the jitter's factors (NaN where that
+// range is off).
+enum : int {
+  kTop = 0, kLeft, kCropH, kCropW, kResizeH, kResizeW, kFlip, kVflip, kOrder, kWinTop = kOrder + 4, kWinLeft,
+  kDrawCols
+};
 
 // Draws sample i (sizes [N, 2] as height, width) from SplitMix::keyed(key, indices[i]).
 // "" on success, else why a sample cannot be drawn (its size; a crop larger than the

@@ -576,7 +576,7 @@ PYBIND11_MODULE(_native, m) {
           const auto t = step.cast<py::tuple>();
           GeomStep g;
           g.kind = t[0].cast<int>();
-          for (size_t k = 1; k < t.size() && k <= 8; ++k) g.a[k - 1] = t[k].cast<double>();
+          for (size_t k = 1; k < t.size() && k <= 10; ++k) g.a[k - 1] = t[k].cast<double>();
           plan.geometry.push_back(g);
         }
         plan.flip = spec[1].cast<double>();

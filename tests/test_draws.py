@@ -34,6 +34,10 @@ def _geometry() -> st.SearchStrategy:
                   st.one_of(st.none(), st.integers(301, 400)), size),
         st.builds(lambda s, c, p: [T.Resize(s), T.RandomCrop(c, padding=p, pad_if_needed=True)], side, size, pad),
         st.builds(lambda p: [T.Pad(p)], st.integers(0, 9)),
+        # (a crop of a RandomResizedCrop's output: its window, in columns of their own)
+        st.builds(lambda s, c: [T.RandomResizedCrop(s), T.CenterCrop(c)], size, size),
+        st.builds(lambda s, c, p: [T.RandomResizedCrop(s), T.RandomCrop(c, padding=p, pad_if_needed=True)], size, size,
+                  pad),
         st.builds(lambda s, p: [T.Resize(s), T.Pad(p)], st.one_of(side, st.tuples(side, side)),
                   st.tuples(*[st.integers(0, 9)] * 4)),
     )

@@ -42,7 +42,7 @@ __all__ = ["Draws", "as_draws", "draw_batch", "python_params", "encode_dicts", "
 CANVAS_MAX_PIXELS = 2 * 89_478_485
 
 # the columns of _native.draw_batch's ints (csrc/draws.h)
-_TOP, _LEFT, _CH, _CW, _RH, _RW, _FLIP, _VFLIP, _ORDER = 0, 1, 2, 3, 4, 5, 6, 7, 8
+_TOP, _LEFT, _CH, _CW, _RH, _RW, _FLIP, _VFLIP, _ORDER, _WTOP, _WLEFT = 0, 1, 2, 3, 4, 5, 6, 7, 8, 12, 13
 _JITTER_IDS = np.array(JITTER_OPS, np.int32)
 
 
@@ -351,7 +351,7 @@ class Draws(Sequence[dict]):
     Args:
         plan: the plan they were drawn for (a Compose's `plan`).
         sizes: the images' (height, width).
-        columns: (ints [N, 12], factors [N, 4]) from _native.draw_batch; or
+        columns: (ints [N, 14], factors [N, 4]) from _native.draw_batch; or
         dicts: the Python path's make_params.
         size_array: `sizes` as int64 [N, 2], where the caller has it.
     """
@@ -409,6 +409,7 @@ class Draws(Sequence[dict]):
         crop = any(issubclass(k, (RandomResizedCrop, CenterCrop, RandomCrop, PadWindow)) for k in kinds)
         jitter = any(type(t) is not Grayscale for t in plan.program)
         grey = len(plan.program) > int(jitter)  # (a Grayscale step: no draw, its key set)
+        window = tuple(plan.geometry[1].size) if plan.rrc_window else None  # type: ignore[attr-defined]
         iv = ints.tolist()
         fv = [[None if v != v else v for v in r] for r in factors.tolist()] if jitter else None  # (NaN: off)
         out = []
@@ -419,6 +420,8 @@ class Draws(Sequence[dict]):
                 p["resize"] = (r[_RH], r[_RW])
             if crop:
                 p["crop"] = (r[_TOP], r[_LEFT], r[_CH], r[_CW])
+            if window is not None:
+                p["window"] = (r[_WTOP], r[_WLEFT], *window)
             if plan.vflip is not None:
                 p["vflip"] = bool(r[_VFLIP])
             if jitter:
@@ -490,7 +493,11 @@ class Draws(Sequence[dict]):
                 h, w = sizes[k].tolist()
                 raise ValueError(f"crop {tuple(ints[k, _TOP:_CW + 1].tolist())} is outside the {h}x{w} image")
             geom[:, fused.TOP:fused.BW + 1] = ints[:, _TOP:_CW + 1]
-            geom[:, fused.VH], geom[:, fused.VW] = oh, ow
+            if plan.rrc_window:  # (resized to RandomResizedCrop's size; the output, the second crop's window of it)
+                geom[:, fused.VH], geom[:, fused.VW] = plan.geometry[0].size  # type: ignore[attr-defined]
+                geom[:, fused.OY], geom[:, fused.OX] = ints[:, _WTOP], ints[:, _WLEFT]
+            else:
+                geom[:, fused.VH], geom[:, fused.VW] = oh, ow
         else:
             geom[:, fused.BH], geom[:, fused.BW] = sizes[:, 0], sizes[:, 1]
             kinds = [g[0] for g in plan.native_spec[0]]  # type: ignore[index]
@@ -543,15 +550,20 @@ def native_spec(plan: "_Plan") -> tuple | None:
     """The plan as _native.draw_batch reads it, or None when the Python path draws it."""
     if plan.ragged and plan.out_size is None:  # (each image's own output size: the Python path's)
         return None
-    if plan.erase is not None or plan.makes_images or plan.post is not None or plan.crop_resized or plan.rrc_window:
+    if plan.erase is not None or plan.makes_images or plan.post is not None or plan.crop_resized or (
+            plan.rrc_window and plan.pad_mode >= 2):  # (a window padded by reflection: the Python path checks it)
         return None
     geometry: list[tuple] = []
     g: Any
-    for g in plan.geometry:
+    for at, g in enumerate(plan.geometry):
         kind = type(g)
         if len(g.filter_modes) > 1:  # a mode drawn an image: the Python path draws it
             return None
-        if kind is RandomResizedCrop:
+        if at == 1 and plan.rrc_window:  # (the crop of the RandomResizedCrop's output: its window)
+            frame = tuple(plan.geometry[0].size)  # type: ignore[attr-defined]
+            geometry.append((7, *frame, *g.size) if kind is CenterCrop else
+                            (8, *frame, *g.size, *g.padding, int(g.pad_if_needed)))
+        elif kind is RandomResizedCrop:
             geometry.append((1, g.scale[0], g.scale[1], math.log(g.ratio[0]), math.log(g.ratio[1]), min(g.ratio), max(g.ratio)))
         elif kind is Resize:
             if g.size is None:  # (the longer side to max_size: the Python path's)

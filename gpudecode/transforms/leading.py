@@ -86,7 +86,7 @@ def leading_uint8(steps: list[Transform]) -> list[Transform]:
     them (torchvision's v2 docs write `[ToImage(), ToDtype(torch.uint8, scale=True),
     RandomResizedCrop(...), ...]`): on the uint8 images a Compose takes, no step at all."""
     n = _before_geometry(steps)
-    out = []
+    out: list[Transform] = []
     for t in steps[:n or 0]:
         if isinstance(t, (ToDtype, Normalize)) and (not isinstance(t, ToDtype) or t.dtype.is_floating_point):
             break
