@@ -298,6 +298,13 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
                              f"(padding_mode={canvas.padding_mode!r}) fuses only before a RandomCrop that pads no "
                              f"more (it becomes that crop's padding) [{names}]")
     out_size = _fixed_size(geometry)
+    window = geometry[1] if len(geometry) == 2 and type(geometry[0]) is RandomResizedCrop else None
+    if type(window) is RandomCrop and not window.pad_if_needed:  # (of a frame of one size: it fits or it never does)
+        (fh, fw), (left, top, right, bottom) = geometry[0].size, window.padding  # type: ignore[attr-defined]
+        if fh + top + bottom < window.size[0] or fw + left + right < window.size[1]:
+            raise TransformError(f"{window!r} after RandomResizedCrop({fh}, {fw}) cannot take any image: its crop is "
+                                 f"larger than the {fh}x{fw} output, padded; give pad_if_needed=True, or a smaller "
+                                 f"crop [{names}]")
     drawn = next((t for t in first if isinstance(t, _RandomSize)), None)
     if out_size is None and drawn is not None:  # (its size drawn an image, then a size of the image's)
         raise TransformError(f"{type(drawn).__name__} before {type(geometry[0]).__name__ if geometry else 'no crop'} "
