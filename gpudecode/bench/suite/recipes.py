@@ -37,7 +37,11 @@ images, gpudecode runs `Compose.from_torchvision` of it.
   transfer-learning script's Resize(224) alone and `[Grayscale(3), Resize(256),
   CenterCrop(224), ...]`, ColorJitter first, a tutorial's `[Resize(256),
   RandomResizedCrop(224), ...]` (each image resized first) and a fine-tuning script's
-  `[RandomCrop(300), Resize(224), ...]`.
+  `[RandomCrop(300), Resize(224), ...]`; and two v2 Composes as written: torchvision's v2
+  docs' `[ToImage(), ToDtype(torch.uint8, scale=True), RandomResizedCrop(224),
+  RandomHorizontalFlip(), ToDtype(torch.float32, scale=True), Normalize]` and a detection
+  script's floats of 0 to 255, `[ToImage(), ToDtype(torch.float32), Normalize(levels),
+  Resize((224, 224))]`.
 
 - the batch step (--mixing): MixUp(0.2), CutMix(1.0) (gpudecode's, as the Loader runs
   torchvision's) and timm's Mixup (mixup 0.8, cutmix 1.0, label smoothing 0.1, as
@@ -225,7 +229,9 @@ def _to_rgb(image):
 
 def as_written() -> dict[str, object]:
     """Recipes as scripts write them (see the module doc): v1 Composes on PIL images."""
+    import torch
     import torchvision.transforms as v1
+    import torchvision.transforms.v2 as v2
 
     clip = ((0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711))
     tail = [v1.ToTensor(), v1.Normalize(MEAN, STD)]
@@ -251,6 +257,12 @@ def as_written() -> dict[str, object]:
             [v1.RandomCrop(300), v1.Resize(224), v1.RandomHorizontalFlip(), *tail]),
         "fine-tuning: Resize(256), RandomRotation(15), CenterCrop(224)": v1.Compose(
             [v1.Resize(256), v1.RandomRotation(15), v1.CenterCrop(224), v1.RandomHorizontalFlip(), *tail]),
+        "torchvision's v2 docs: ToImage, ToDtype(uint8), RRC(224), flip": v2.Compose(
+            [v2.ToImage(), v2.ToDtype(torch.uint8, scale=True), v2.RandomResizedCrop(224), v2.RandomHorizontalFlip(),
+             v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]),
+        "a detection script's levels: ToDtype(float32), Normalize(levels), Resize((224, 224))": v2.Compose(
+            [v2.ToImage(), v2.ToDtype(torch.float32), v2.Normalize([123.675, 116.28, 103.53], [58.395, 57.12, 57.375]),
+             v2.Resize((224, 224))]),
     }
 
 
