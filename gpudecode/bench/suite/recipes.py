@@ -228,7 +228,7 @@ def _to_rgb(image):
 
 
 def as_written() -> dict[str, object]:
-    """Recipes as scripts write them (see the module doc): v1 Composes on PIL images."""
+    """Recipes as scripts write them (see the module doc): v1 Composes, and two v2 ones, on PIL images."""
     import torch
     import torchvision.transforms as v1
     import torchvision.transforms.v2 as v2
@@ -410,7 +410,7 @@ def main() -> None:
     shards, folder = build(a.images)
     if a.as_written:
         rows = written(shards, folder, a)
-        _table(a, "recipe_as_written", "recipe as written (v1, PIL)", rows)
+        _table(a, "recipe_as_written", "recipe as written (on PIL images)", rows)
         values = list(rows.values())
         for (name, _), ours, theirs in zip(as_written().items(), values[0::2], values[1::2]):
             print(f"{name}: gpudecode / torchvision = {ours / theirs:.2f}x")
