@@ -257,6 +257,16 @@ def test_a_float_conversion_without_scale_is_torchvisions_levels(images, tmp_pat
             else:
                 y = got[k]
             assert float((y - x).abs().max()) <= levels + 0.6 * (len(steps) == 4), (steps, k, p)
+    # a fill after it is a level, as torchvision pads the 0-to-255 floats with it
+    padded = tv.Compose([tv.ToDtype(torch.float32), tv.RandomCrop(64, padding=4, fill=128)])
+    tf = T.Compose.from_torchvision(padded)
+    assert tf.plan.pad_fill == (128, 128, 128)
+    params = tf.make_params(sizes, 2)
+    got = tf(images, params)
+    for k, (img, p) in enumerate(zip(images, params)):
+        t, l, h, w = p["crop"]
+        want = F.crop(F.pad(img.to(torch.float32), [4], fill=128), t + 4, l + 4, h, w)
+        assert float((got[k] - want).abs().max()) < 1e-3, k
     ours = T.Compose([T.RandomResizedCrop(24), T.ToDtype(torch.float32), T.Normalize(MMDET_MEAN, MMDET_STD)])
     scaled = T.Compose([T.RandomResizedCrop(24), T.ToDtype(torch.float32, scale=True),
                         T.Normalize([m / 255 for m in MMDET_MEAN], [s / 255 for s in MMDET_STD])])

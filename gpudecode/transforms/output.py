@@ -76,7 +76,9 @@ class ToDtype(Transform, converts=("torchvision.ToTensor", "torchvision.ConvertI
 
     @property
     def makes_floats(self) -> bool:  # type: ignore[override]
-        return self.dtype.is_floating_point
+        """The steps after it see floats of 0 to 1 (their fills and thresholds are read so);
+        without scale, a uint8 image's levels stay 0 to 255 (a fill after it is a level)."""
+        return self.dtype.is_floating_point and self.scale
 
 
 class RandomErasing(Transform, converts=("torchvision.RandomErasing", "timm.RandomErasing")):
