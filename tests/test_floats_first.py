@@ -272,8 +272,10 @@ def test_a_float_conversion_without_scale_is_torchvisions_levels(images, tmp_pat
                         T.Normalize([m / 255 for m in MMDET_MEAN], [s / 255 for s in MMDET_STD])])
     params = ours.make_params(sizes, 1)
     torch.testing.assert_close(ours(images, params), scaled(images, params), atol=0, rtol=0)  # (one plan)
-    with pytest.raises(TransformError, match=r"(?s)ColorJitter after ToDtype\(torch.float32\) without\s+scale=True"):
-        T.Compose([T.RandomResizedCrop(24), T.ToDtype(torch.float32), T.ColorJitter(0.2)])
+    for after in (T.ColorJitter(0.2), T.ToDtype(torch.uint8)):
+        with pytest.raises(TransformError, match=rf"(?s){type(after).__name__} after ToDtype\(torch.float32\) without"
+                                                 r"\s+scale=True"):
+            T.Compose([T.RandomResizedCrop(24), T.ToDtype(torch.float32), after])
     with pytest.raises(TransformError, match="Normalize after Normalize cannot be fused"):
         T.Compose([T.ToDtype(torch.float32), T.Normalize(MEAN, STD), T.Normalize(MEAN, STD), T.CenterCrop(8)])
     # through the Loader: torchvision's v2 Compose as a detection script writes it

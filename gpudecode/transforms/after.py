@@ -41,7 +41,8 @@ class _AfterGeometry:
             self._rgb()
             return
         if self.dtype is not None and self.dtype.is_floating_point and self.normalize is not None and \
-                self.normalize.levels and not isinstance(t, (Normalize, ToDtype, RandomErasing, _Flip)):
+                self.normalize.levels and not isinstance(t, (Normalize, RandomErasing, _Flip)) and not (
+                isinstance(t, ToDtype) and t.dtype.is_floating_point):
             raise TransformError(f"{what} after ToDtype({self.dtype}) without scale=True cannot be fused: its floats "
                                  f"are levels (0 to 255) and torchvision's float ops read 0 to 1; give scale=True, or "
                                  f"put {what} before it [{names}]")
