@@ -188,3 +188,46 @@ def test_what_a_flip_first_refuses_and_what_it_leaves():
     both = T.Compose.from_torchvision(tv.Compose([tv.RandomVerticalFlip(), tv.RandomResizedCrop(8),
                                                   tv.RandomHorizontalFlip()]))
     assert both.plan.mirror == (False, True)
+
+
+def test_a_flip_between_a_random_resized_crop_and_its_crop(images, photos):
+    """`[RandomResizedCrop(s), RandomHorizontalFlip(), RandomVerticalFlip(), RandomCrop(c)]`
+    (a public repository's; and with CenterCrop): torchvision flips the resized crop, then
+    crops it at the drawn window. The kernel reads the window mirrored in the resized crop's
+    frame (the first crop as drawn) and flips last: torchvision's pixels to float32
+    rounding on real photographs, with padding and pad_if_needed; native draws equal to the
+    Python path's; masks and boxes as torchvision v2 moves them; the first crop (the
+    decoder's window) not mirrored."""
+    from torchvision import tv_tensors
+
+    sizes = [tuple(i.shape[1:]) for i in images] * 3
+    cases = [([T.RandomResizedCrop(40), T.RandomHorizontalFlip(), T.RandomVerticalFlip(),
+               T.RandomCrop(30, padding=(3, 1, 0, 2))], (40, 40)),
+             ([T.RandomResizedCrop((40, 36)), T.RandomHorizontalFlip(), T.CenterCrop((30, 44))], (40, 36)),
+             ([T.RandomResizedCrop(40), T.RandomVerticalFlip(), T.RandomCrop(44, pad_if_needed=True)], (40, 40))]
+    for steps, frame in cases:
+        tf = T.Compose([*steps, T.ToDtype(torch.float32, scale=True)])
+        assert tf.plan.rrc_window and any(tf.plan.window_mirror) and tf.plan.mirror == (False, False)
+        assert tf.native_spec is not None
+        d = tf.draw_batch(sizes, 3)
+        assert list(d) == tf._python_params(sizes, 3)
+        np.testing.assert_array_equal(d.boxes(), [p["crop"] for p in d])  # (the first crop as drawn)
+        assert len({(p["flip"], p.get("vflip", False)) for p in d}) >= 2
+        got = tf(images * 3, d)
+        for k, (img, p) in enumerate(zip(images * 3, d)):
+            x = F.resized_crop(F.to_dtype(img, torch.float32, scale=True), *p["crop"], list(frame), antialias=True)
+            want = F.crop(_flipped(x, p), *p["window"])  # (F.crop pads with zeros past the frame)
+            assert float((got[k] - want).abs().max()) < 1e-5, (steps, k, p)
+    img = chw(np.ascontiguousarray(list(photos.values())[1][:70, :90]))
+    mask = (img[0] // 32).to(torch.uint8)
+    boxes = [np.array([[5.0, 8.0, 60.0, 50.0], [30.0, 2.0, 88.0, 69.0], [40.5, 20.25, 47.0, 33.5]])] * 12
+    tf = T.Compose(cases[0][0])
+    d = tf.draw_batch([(70, 90)] * 12, 5)
+    masks, got = tf.masks([mask] * 12, d, fill=0), tf.boxes(boxes, d, min_size=0.0, min_area=0.0)
+    for k, p in enumerate(d):
+        m = F.crop(_flipped(F.resized_crop(tv_tensors.Mask(mask[None]), *p["crop"], [40, 40]), p), *p["window"])
+        assert torch.equal(masks[k], m[0].as_subclass(torch.Tensor)), (k, p)
+        b = tv_tensors.BoundingBoxes(torch.from_numpy(boxes[k]), format="XYXY", canvas_size=(70, 90))
+        b = F.crop(_flipped(F.resized_crop(b, *p["crop"], [40, 40]), p), *p["window"])  # (min_size 0: all kept)
+        torch.testing.assert_close(got[k]["boxes"].double(), b.as_subclass(torch.Tensor).double(), atol=1e-4, rtol=0)
+    assert {(p["flip"], p["vflip"]) for p in d} == {(False, False), (False, True), (True, False), (True, True)}

@@ -31,7 +31,8 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad
     - flips (any order; after the geometry, or first, before it): RandomHorizontalFlip,
       RandomVerticalFlip (first: flipped, then cropped, as torchvision's; not before a
-      nearest resize; between an even Pad and a RandomCrop: before the Pad; after
+      nearest resize; between an even Pad and a RandomCrop: before the Pad; between a
+      RandomResizedCrop and a crop of its output: that crop's window mirrored; after
       torchvision's warps and policies: each warp mirrored where the sample is flipped, the
       same image)
     - per-sample ops (any order; also before the geometry): ColorJitter,

@@ -288,7 +288,7 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
                     prog[start:] = one_channel(prog[start:])
             progs.append(prog)
     geom = np.array(rows, np.int64).reshape(n, G)
-    if any(plan.mirror):
+    if any(plan.mirror) or any(plan.window_mirror):
         mirror_first(plan, geom, geom[:, fused.OH:fused.OW + 1] if ragged else np.array([oh, ow]))
     _check_reflection(plan, geom)
     width = max([1, *map(len, progs)])
@@ -507,7 +507,7 @@ class Draws(Sequence[dict]):
                 geom[:, fused.OY], geom[:, fused.OX] = ints[:, _TOP], ints[:, _LEFT]
         geom[:, fused.FLIP] = ints[:, _FLIP]
         geom[:, fused.VFLIP] = ints[:, _VFLIP]
-        if any(plan.mirror):
+        if any(plan.mirror) or any(plan.window_mirror):
             mirror_first(plan, geom, np.array([oh, ow]))
         geom[:, fused.FILTER] = plan.resample
         geom[:, fused.FILLR:fused.FILLB + 1] = plan.pad_fill

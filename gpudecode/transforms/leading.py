@@ -60,6 +60,19 @@ def leading_flips(steps: list[Transform], names: str) -> list[Transform]:
     return steps[:n]
 
 
+def window_flips(steps: list[Transform], every: list[Transform]) -> list[Transform]:
+    """The flips between a RandomResizedCrop and a CenterCrop or RandomCrop of its output
+    (`[RandomResizedCrop(300), RandomHorizontalFlip(), RandomCrop(96)]`): torchvision crops
+    the flipped crop, so the kernel reads the second crop's window mirrored in the first
+    one's frame and flips last (the same pixels; the first crop as drawn). None where the
+    steps (`every`: with the RGB ones) are not so."""
+    n = next((i for i, t in enumerate(steps[1:], 1) if t.group != "flips"), len(steps))
+    if n == 1 or n == len(steps) or type(steps[0]) is not RandomResizedCrop or \
+            type(steps[n]) not in (CenterCrop, RandomCrop) or every[:n + 1] != steps[:n + 1]:
+        return []
+    return steps[1:n]
+
+
 def _pad_read_as_window(steps: list[Transform]) -> bool:
     """A Pad that the plan reads as a window of the image, not a canvas: with no geometry
     after it (PadWindow), or folded into the RandomCrop after it. A flip before it is then

@@ -64,13 +64,13 @@ def mirror_first(plan: "_Plan", geom: np.ndarray, out: np.ndarray) -> None:
     CenterCrop's, with their padding) in that resized image, and both for a
     RandomResizedCrop followed by a crop (rrc_window). `out`: the output's (h, w), or each
     row's."""
-    for on, flag, (lo, ext, frame), (olo, oframe, oext) in (
-            (plan.mirror[0], fused.FLIP, (fused.LEFT, fused.BW, fused.W), (fused.OX, fused.VW, 1)),
-            (plan.mirror[1], fused.VFLIP, (fused.TOP, fused.BH, fused.H), (fused.OY, fused.VH, 0))):
-        if not on:
+    for on, between, flag, (lo, ext, frame), (olo, oframe, oext) in (
+            (plan.mirror[0], plan.window_mirror[0], fused.FLIP, (fused.LEFT, fused.BW, fused.W), (fused.OX, fused.VW, 1)),
+            (plan.mirror[1], plan.window_mirror[1], fused.VFLIP, (fused.TOP, fused.BH, fused.H), (fused.OY, fused.VH, 0))):
+        if not (on or between):
             continue
         rows = geom[:, flag] != 0
-        if plan.rrc:
+        if plan.rrc and on:  # (a flip between the crops: the first one as drawn, its window mirrored)
             geom[rows, lo] = geom[rows, frame] - geom[rows, lo] - geom[rows, ext]
         if not plan.rrc or plan.rrc_window:  # (the window of the frame: a second crop's, after the first)
             size = out[..., oext] if out.ndim == 1 else out[rows, oext]

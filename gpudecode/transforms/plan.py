@@ -20,7 +20,7 @@ from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, Ra
 from .draws import native_spec
 from .iou_crop import RandomIoUCrop
 from .leading import (check_colours_first, check_floats_first, check_greys_first, check_normalize_first, leading_colours,
-                      leading_flips, leading_floats, leading_greys, leading_normalize, leading_uint8)
+                      leading_flips, leading_floats, leading_greys, leading_normalize, leading_uint8, window_flips)
 from .output import LinearTransformation, Normalize, RandomErasing
 from .pad_window import PadWindow
 from .targets import box_settings
@@ -63,6 +63,9 @@ class _Plan:
     # (horizontal, vertical): that flip comes before the geometry (flip, then crop: the crop's window is of the flipped
     # image). The kernel flips last, so a flipped sample reads the window mirrored in its frame (mirrors.mirror_first)
     mirror: tuple[bool, bool] = field(default=(False, False), repr=False)
+    # (horizontal, vertical): that flip comes between a RandomResizedCrop and the crop of its output (rrc_window): the
+    # window is of the flipped frame, so a flipped sample reads it mirrored in the frame (mirrors.mirror_first)
+    window_mirror: tuple[bool, bool] = field(default=(False, False), repr=False)
     # (horizontal, vertical): the program steps before that index come before that flip (a warp, then the flip: the
     # kernel flips first, and those warps' ops are mirrored on flipped samples: mirrored_at, mirrors.mirror_ops)
     flip_at: tuple[int, int] = field(default=(0, 0), repr=False)
@@ -255,6 +258,11 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         colours_first = [*colours_first, steps[0]]
         steps, every = steps[1:], [t for t in every if t is not steps[0]]
         check_colours_first(colours_first, floats_first, given, grey, names)
+    between = window_flips(steps, every)  # (`[RandomResizedCrop(300), flip, RandomCrop(96)]`: the flip's window)
+    if between:
+        n = len(between)
+        steps, every = [steps[0], steps[n + 1], *steps[1:n + 1], *steps[n + 2:]], [every[0], every[n + 1],
+                                                                                   *every[1:n + 1], *every[n + 2:]]
     canvas: Any = steps[0] if steps and (getattr(steps[0], "canvas", False) or (  # (a warp that keeps the size:
         getattr(steps[0], "canvas_first", False) and len(steps) > 1 and steps[1].group == "geometry")) else None  # a
     # canvas where a geometry step follows it, as torchvision warps the whole image before the crop)
@@ -324,6 +332,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
                  one_channel=None if rest.one_at is None else (rest.one_at, len(rest.program) if rest.one_end is None
                                                                else rest.one_end),
                  mirror=(any(t is rest.flip for t in lead), any(t is rest.vflip for t in lead)), flip_at=rest.flip_at,
+                 window_mirror=(any(t is rest.flip for t in between), any(t is rest.vflip for t in between)),
                  first=first)
     if ragged and plan.channels == 1:
         raise TransformError(f"an output of one channel with ragged=True cannot be fused: give "
