@@ -30,18 +30,21 @@ class _AfterGeometry:
         self.one_at: int | None = None  # the program's Grayscale(1) (-1: images of one channel)
         self.one_end: int | None = None  # the Grayscale(3) that makes them three channels again
         self.flip_at = (0, 0)  # (_Plan.flip_at)
-        # ToDtype(float) without scale on uint8 images: floats of 0 to 255, torchvision's image.to(float); the kernel's
-        # [0, 1] floats times 255, a Normalize of mean 0 and std 1/255, or with the user's Normalize after it, that one
-        # on the levels (mean / 255, std / 255). True until that Normalize comes
-        self.levels = False
+
+    @property
+    def on_levels(self) -> bool:
+        """A ToDtype(float) without scale made the uint8 image floats of 0 to 255, and no
+        Normalize came after it yet: the plan's Normalize is then its own, of mean 0 and
+        std 1/255 (the kernel's [0, 1] floats times 255); the user's Normalize after it is
+        taken on the levels (mean / 255, std / 255)."""
+        return self.normalize is not None and self.normalize.levels
 
     def add(self, t: Transform) -> None:
         what, names = type(t).__name__, self.names
         if isinstance(t, RGB):
             self._rgb()
             return
-        if self.dtype is not None and self.dtype.is_floating_point and self.normalize is not None and \
-                self.normalize.levels and not isinstance(t, (Normalize, RandomErasing, _Flip)) and not (
+        if self.on_levels and not isinstance(t, (Normalize, RandomErasing, _Flip)) and not (
                 isinstance(t, ToDtype) and t.dtype.is_floating_point):
             raise TransformError(f"{what} after ToDtype({self.dtype}) without scale=True cannot be fused: its floats "
                                  f"are levels (0 to 255) and torchvision's float ops read 0 to 1; give scale=True, or "
@@ -79,7 +82,7 @@ class _AfterGeometry:
                                  f"before the geometry [{names}]")
         if self.normalize is not None and not isinstance(t, RandomErasing) and t.group != "flips" and not (
                 isinstance(t, ToDtype) and t.dtype.is_floating_point) and not (  # (a flip moves normalized pixels
-                isinstance(t, Normalize) and self.normalize.levels):  # as any; the levels' Normalize: the user's after)
+                isinstance(t, Normalize) and self.on_levels):  # as any; the levels' Normalize: the user's after)
             raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
         if t.group == "last":
             self.erase = t  # type: ignore[assignment]
@@ -90,7 +93,7 @@ class _AfterGeometry:
         elif isinstance(t, Normalize):
             if self.dtype == torch.uint8:
                 raise TransformError("Normalize needs a float dtype, not ToDtype(uint8)")
-            if self.normalize is not None:  # (on the levels: torchvision's (255 x - mean) / std)
+            if self.on_levels:  # (on the levels: torchvision's (255 x - mean) / std)
                 t = Normalize([m / 255 for m in t.mean], [v / 255 for v in t.std])
             self.normalize = t
             self.dtype = self.dtype or torch.float32

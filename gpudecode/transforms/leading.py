@@ -101,7 +101,7 @@ def leading_uint8(steps: list[Transform]) -> list[Transform]:
     n = _before_geometry(steps)
     out: list[Transform] = []
     for t in steps[:n or 0]:
-        if isinstance(t, (ToDtype, Normalize)) and (not isinstance(t, ToDtype) or t.dtype.is_floating_point):
+        if isinstance(t, Normalize) or (isinstance(t, ToDtype) and t.dtype.is_floating_point):
             break
         if isinstance(t, ToDtype):
             out.append(t)

@@ -259,10 +259,9 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         steps, every = steps[1:], [t for t in every if t is not steps[0]]
         check_colours_first(colours_first, floats_first, given, grey, names)
     between = window_flips(steps, every)  # (`[RandomResizedCrop(300), flip, RandomCrop(96)]`: the flip's window)
-    if between:
+    if between:  # (the crop moved up beside the first: the flips after it, as the plan takes them)
         n = len(between)
-        steps, every = [steps[0], steps[n + 1], *steps[1:n + 1], *steps[n + 2:]], [every[0], every[n + 1],
-                                                                                   *every[1:n + 1], *every[n + 2:]]
+        steps, every = ([s[0], s[n + 1], *s[1:n + 1], *s[n + 2:]] for s in (steps, every))
     canvas: Any = steps[0] if steps and (getattr(steps[0], "canvas", False) or (  # (a warp that keeps the size:
         getattr(steps[0], "canvas_first", False) and len(steps) > 1 and steps[1].group == "geometry")) else None  # a
     # canvas where a geometry step follows it, as torchvision warps the whole image before the crop)
