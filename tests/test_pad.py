@@ -220,7 +220,8 @@ def test_a_crops_padding_mode_is_torchvisions_pad_on_real_photos(photo_batch, mo
 def test_the_cuda_kernel_reads_the_padding_as_the_twin_under_the_simulator():
     """The CUDA resample's padding (frame_index) against the CPU twin's, for each mode, a
     flip and a crop reaching past every side of small images (the simulator's sizes); the
-    crop of a RandomResizedCrop's frame, and a Pad read as a window, alike."""
+    crop of a RandomResizedCrop's frame (with flips between the crops too), and a Pad read
+    as a window, alike."""
     import os
 
     from gpudecode.kernels import fused
@@ -234,7 +235,9 @@ def test_the_cuda_kernel_reads_the_padding_as_the_twin_under_the_simulator():
                                       *last])) for m in (1, 2, 3)),
                      (2, T.Compose([T.RandomResizedCrop((12, 13)), T.RandomCrop((14, 16), padding=(2, 1, 3, 2),
                                                                                padding_mode="reflect"), *last])),
-                     (3, T.Compose([T.Resize((10, 12)), T.Pad((2, 1, 2, 3), padding_mode="symmetric"), *last]))]:
+                     (3, T.Compose([T.Resize((10, 12)), T.Pad((2, 1, 2, 3), padding_mode="symmetric"), *last])),
+                     (1, T.Compose([T.RandomResizedCrop((12, 13)), T.RandomHorizontalFlip(), T.RandomVerticalFlip(),
+                                    T.RandomCrop((14, 16), padding=(2, 1, 3, 2), padding_mode="edge"), last[-1]]))]:
         sizes = [im.shape[:2] for im in imgs]
         geom, args, order = tf.encode(tf.make_params(sizes, mode), sizes)
         src = np.concatenate([im.reshape(-1) for im in imgs])
