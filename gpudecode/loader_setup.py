@@ -593,6 +593,11 @@ def pipeline_config(transform: Any, batch_transform: Any, *, batch_size: int, de
         _boxes_follow(transform, step)
     _boxes_drawn_from(specs, transform)
     _ragged_alone(transform, step)
+    for v, tf in enumerate(transform if isinstance(transform, list) else [transform]):
+        why = tf.plan.over_limit(max_pixels)  # (the images' own sizes: each batch's, Pipeline._same_size)
+        if why is not None:
+            at = f"view {v}: " if isinstance(transform, list) else ""
+            raise TransformError(f"{at}{why} (max_pixels): raise the Loader's max_pixels to allow them")
     specs = _box_steps(specs, transform)
     return PipelineConfig(transform, batch_size=batch_size, device=device, decoder=decoder,
                           image_exts=image_exts, fields=specs,

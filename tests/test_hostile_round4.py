@@ -449,3 +449,49 @@ def test_repeated_augs_says_when_it_changes_an_epochs_size(tmp_path, photos):
         ld = Loader(tree, transform=_tf(), repeated_augs=3, **KW)
     assert len(ld) == 0
     ld.close()
+
+
+def _said(err) -> str:
+    """An error's message on one line (TransformError wraps it to 100 columns)."""
+    return " ".join(str(err.value).split())
+
+
+@pytest.mark.parametrize("steps, said", [
+    ([T.CenterCrop(60000)], "CenterCrop(size=(60000, 60000)) makes outputs of 60000x60000 pixels "
+                            "(3,600,000,000 an image, 10.1 GiB)"),
+    ([T.RandomResizedCrop(50000)], "makes outputs of 50000x50000 pixels (2,500,000,000 an image, 7.0 GiB)"),
+    ([T.Resize((20000, 20000)), T.ToDtype(torch.float32, scale=True)], "(400,000,000 an image, 4.5 GiB)"),
+    ([T.RandomCrop(30000, pad_if_needed=True), T.RandomHorizontalFlip()], "outputs of 30000x30000 pixels")])
+def test_an_output_over_the_pixel_limit_is_refused_when_the_compose_is_made(steps, said):
+    """A size of the transform's own making over twice Pillow's bomb limit (the Loader's
+    default max_pixels) is refused when the Compose is made, naming the step, the size and
+    its bytes: before this, the first batch asked numpy or torch for GiBs it may not have."""
+    with pytest.raises(T.TransformError) as e:
+        T.Compose(steps)
+    assert said in _said(e) and "over the limit of 178,956,970 pixels" in _said(e), _said(e)
+    T.Compose([T.RandomResizedCrop(50000), T.CenterCrop(32)])  # (only a window of it made: allowed)
+
+
+def test_an_output_that_the_images_make_too_large_is_refused_before_it_is_made():
+    """`Pad(30000)` keeps each image's size, padded: a 64x64 image would give 60064x60064
+    (40 GiB of float32): refused at the batch, before the allocation, as TransformError."""
+    tf = T.Compose([T.Pad(30000), T.ToDtype(torch.float32, scale=True)])
+    with pytest.raises(T.TransformError) as e:
+        tf([torch.zeros(3, 64, 64, dtype=torch.uint8)])
+    assert "outputs of 60064x60064 pixels (3,607,684,096 an image, 40.3 GiB), over the limit" in _said(e), _said(e)
+
+
+def test_an_output_over_max_pixels_is_refused_when_the_loader_is_made(tmp_path, photos):
+    """The Loader's max_pixels bounds what its transform makes as it bounds what it decodes:
+    a size of the transform's own over it is refused when the Loader is made, naming the
+    view and max_pixels (before this, each batch allocated it)."""
+    shard = _shard(tmp_path / "s.tar", photos, [0, 1])
+    with pytest.raises(T.TransformError) as e:
+        Loader(shard, transform=T.Compose([T.CenterCrop(400)]), max_pixels=100_000, **KW)
+    assert ("CenterCrop(size=(400, 400)) makes outputs of 400x400 pixels (160,000 an image, 0.5 MiB), over the limit "
+            "of 100,000 pixels (max_pixels): raise the Loader's max_pixels") in _said(e), _said(e)
+    views = [T.Compose([T.CenterCrop(24)]), T.Compose([T.RandomResizedCrop(320)])]
+    with pytest.raises(T.TransformError) as e:
+        Loader(shard, transform=views, max_pixels=100_000, **KW)
+    assert _said(e).startswith("view 1: RandomResizedCrop(size=(320, 320)") and "(max_pixels)" in _said(e), _said(e)
+    Loader(shard, transform=views, max_pixels=320 * 320, **KW).close()

@@ -19,7 +19,7 @@ from . import canvas, first
 from .base import Transform, in_fingerprint
 from .colour import RGB
 from .convert import convert
-from .draws import Draws, as_draws, draw_batch, encode_dicts, python_params
+from .draws import CANVAS_MAX_PIXELS, Draws, as_draws, draw_batch, encode_dicts, python_params
 from .boxes import check_format, entries, warp_boxes
 from .masks import warp_masks
 from .leading import with_flips_before_pad
@@ -97,6 +97,7 @@ class Compose(Transform):
         self._ragged = bool(ragged)  # (in the plan: a saved state's fingerprint holds the steps)
         self._grey = bool(grey)
         self.plan = with_flips_before_pad(_plan, self.transforms, self._ragged, self._grey)  # (`[Pad(4), flip, ...]`)
+        _fits(self.plan, None)
         self._rng = random.Random()
 
     @property
@@ -384,6 +385,7 @@ class Compose(Transform):
         if self.plan.out_size is None and size is None:
             raise ValueError("a Compose without a geometry step needs the images' size for its output")
         oh, ow = self.plan.out_size or size  # type: ignore[misc]
+        _fits(self.plan, (oh, ow))
         pin = pin_memory and torch.device(device).type == "cpu" and torch.cuda.is_available()
         # (a large host output in 2 MiB pages where the kernel gives them: kernels.workspace.huge_pages)
         c = self.plan.channels
@@ -574,3 +576,12 @@ def _sources(batch: Sequence[torch.Tensor], device: torch.device) -> tuple[torch
     offsets = np.zeros(n, np.int64)
     offsets[read] = rel
     return pixels, offsets, strides
+
+
+def _fits(plan: Any, size: tuple[int, int] | None) -> None:
+    """Outputs over CANVAS_MAX_PIXELS an image (twice Pillow's bomb limit, the Loader's
+    default max_pixels) refused before anything is made: when the Compose is made where
+    its size is its own, at the batch where the images give it (`Pad(30000)`)."""
+    why = plan.over_limit(CANVAS_MAX_PIXELS, size)
+    if why is not None:
+        raise TransformError(f"{why}, twice Pillow's decompression-bomb limit: crop to a smaller size")

@@ -165,6 +165,19 @@ class _Plan:
             oh, ow = g.output_size(oh, ow)  # type: ignore[attr-defined]
         return int(oh), int(ow)
 
+    def over_limit(self, limit: int, size: tuple[int, int] | None = None) -> str | None:
+        """Why outputs of the plan's one size (or of `size`, where the images give it) are
+        refused: over `limit` pixels an image, a bomb of the transform's making
+        (`CenterCrop(60000)` asks for 43 GB an image); None where they fit."""
+        oh, ow = self.out_size or size or (0, 0)
+        if not limit or oh * ow <= limit:
+            return None
+        made = ", ".join(repr(g) for g in self.geometry) or "the images"
+        nbytes = oh * ow * self.channels * self.dtype.itemsize
+        held = f"{nbytes / 2**30:,.1f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:,.1f} MiB"
+        return (f"{made} make{'s' if len(self.geometry) == 1 else ''} outputs of {oh}x{ow} pixels ({oh * ow:,} an "
+                f"image, {held}), over the limit of {limit:,} pixels")
+
     @property
     def one_size_why(self) -> str:
         """Why images of other sizes cannot share a batch here (for a message)."""
