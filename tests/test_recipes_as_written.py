@@ -556,3 +556,45 @@ def test_torchvisions_v2_getting_started_recipe_as_written(shard):
         gpudecode.transforms.Compose([gpudecode.transforms.ToDtype(torch.float32, scale=True),
                                       gpudecode.transforms.ToDtype(torch.uint8),
                                       gpudecode.transforms.RandomResizedCrop(8)])
+
+
+def test_a_random_order_of_the_two_flips_as_scripts_write_it(shard):
+    """`RandomOrder([RandomHorizontalFlip(), RandomVerticalFlip()])` (a public script's
+    recipe, refused before): mirrors commute, so every order gives one image and it is
+    those flips in a row, each with its own coin: torchvision's own Compose, run as
+    written, gives our pixels bit for bit where the flips are sure, and each image is one of
+    torchvision's four where they are drawn (within a level: torchvision rounds the resized
+    crop to uint8). A RandomOrder of a flip and another step is
+    refused, saying what fuses."""
+    path, imgs = shard
+    T = gpudecode.transforms
+    as_written = tv.Compose([tv.CenterCrop(40), tv.RandomOrder([tv.RandomHorizontalFlip(1.0), tv.RandomVerticalFlip(1.0)]),
+                             tv.ToDtype(torch.float32, scale=True)])
+    ours = T.Compose.from_torchvision(as_written)
+    assert [type(t).__name__ for t in ours.transforms] == ["CenterCrop", "RandomHorizontalFlip", "RandomVerticalFlip",
+                                                           "ToDtype"]
+    tensors = [torch.from_numpy(im).permute(2, 0, 1).contiguous() for im in imgs]
+    got = ours(tensors)
+    assert all(torch.equal(g, as_written(x)) for g, x in zip(got, tensors))
+    drawn = tv.Compose([tv.RandomResizedCrop(40), tv.RandomOrder([tv.RandomHorizontalFlip(), tv.RandomVerticalFlip(0.3)]),
+                        tv.ToDtype(torch.float32, scale=True)])
+    plain = tv.Compose([tv.RandomResizedCrop(40), tv.RandomHorizontalFlip(), tv.RandomVerticalFlip(0.3),
+                        tv.ToDtype(torch.float32, scale=True)])
+    assert repr(T.Compose.from_torchvision(drawn).plan) == repr(T.Compose.from_torchvision(plain).plan)
+    a, b = _batches(path, drawn), _batches(path, plain)
+    assert len(a) == 2 and all(torch.equal(x, y) for x, y in zip(a, b))
+    ours, seen = T.Compose.from_torchvision(drawn), set()
+    for seed in range(8):
+        params = ours.make_params([im.shape[:2] for im in imgs], seed)
+        for g, x, p in zip(ours(tensors, params), tensors, params):
+            crop = tv.functional.to_dtype(tv.functional.resized_crop(x, *p["crop"], [40, 40], antialias=True),
+                                          torch.float32, scale=True)
+            four = {(h, v): torch.flip(crop, [d for d, on in ((-1, h), (-2, v)) if on]) if h or v else crop
+                    for h in (False, True) for v in (False, True)}
+            dist = {k: float((g - want).abs().max()) * 255 for k, want in four.items()}
+            assert min(dist, key=dist.get) == (p["flip"], p["vflip"]) and min(dist.values()) <= 1 + 1e-3, (seed, dist)
+            seen.add((p["flip"], p["vflip"]))
+    assert len(seen) == 4  # (each flip its own coin: all four outcomes drawn)
+    with pytest.raises(TransformError, match=r"RandomOrder is fused over\s+the\s+per-sample\s+ops,\s+or\s+over\s+flips\s+alone"):
+        T.Compose.from_torchvision(tv.Compose([tv.RandomOrder([tv.RandomHorizontalFlip(), tv.RandomRotation(10)]),
+                                               tv.CenterCrop(20)]))

@@ -47,7 +47,8 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       and the like)
     - containers: RandomApply, RandomChoice, RandomOrder over the per-sample ops (a Compose
       among their items: one item, its steps in order, as torchvision runs it; a Compose
-      inside a Compose: its steps in its place)
+      inside a Compose: its steps in its place); RandomOrder over flips alone: the flips,
+      which commute
     - then: Normalize, ToTensor, ConvertImageDtype, ToDtype (a float ToDtype without scale:
       floats of 0 to 255, a Normalize after it in levels); then RandomErasing,
       LinearTransformation (last, in this order; LinearTransformation on a float output of

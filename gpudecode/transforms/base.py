@@ -41,7 +41,8 @@ GROUPS = {
     "policies": ("policies", "{tv}; timm's {timm} (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 "
                  "and the like)"),
     "containers": ("containers", "{tv} over the per-sample ops (a Compose among their items: one item, its steps "
-                   "in order, as torchvision runs it; a Compose inside a Compose: its steps in its place)"),
+                   "in order, as torchvision runs it; a Compose inside a Compose: its steps in its place); "
+                   "RandomOrder over flips alone: the flips, which commute"),
     "then": ("then", "{tv} (a float ToDtype without scale: floats of 0 to 255, a Normalize after it in levels); "
              "then {last} (last, in this order; LinearTransformation on a float output of one size); "
              "timm's {timm}, {timm_last}"),

@@ -106,11 +106,11 @@ def converted_items(t: Any, floats: bool) -> list[Any]:
     return out
 
 
-def _steps(transforms: Sequence[Transform], wrapper: str) -> list[_Step]:
+def _steps(transforms: Sequence[Transform], wrapper: str, also: str = "") -> list[_Step]:
     steps: list[Any] = [_item(t) for t in transforms]
     if not steps or not all(isinstance(t, _Step) for t in steps):
         raise _refuse(f"{wrapper}({[type(t).__name__ for t in steps]}) cannot be fused: {wrapper} is fused over the "
-                      "per-sample ops only")
+                      f"per-sample ops{also or ' only'}")
     return steps
 
 
@@ -169,7 +169,9 @@ class SampleRandomChoice(_Wrapper, converts="torchvision.RandomChoice"):
 class RandomOrder(_Wrapper, converts="torchvision.RandomOrder"):
     """torchvision's RandomOrder: its steps in a random order per image (drawn as they
     run); make_params: "random_order" (torchvision has no name for it; "permutation" is
-    RandomChannelPermutation's)."""
+    RandomChannelPermutation's). Over flips alone (`RandomOrder([RandomHorizontalFlip(),
+    RandomVerticalFlip()])`) it is those flips in a Compose: mirrors commute, so every
+    order gives the same image, and each flip keeps its own coin and probability."""
 
     keys = ("random_order",)
 
@@ -177,8 +179,17 @@ class RandomOrder(_Wrapper, converts="torchvision.RandomOrder"):
     def convert(cls, t: Any, floats: bool) -> Transform:
         return cls(converted_items(t, floats))
 
+    def __new__(cls, transforms: Sequence[Transform]) -> Any:  # type: ignore[misc]
+        from .compose import Compose  # (its module imports this one)
+        from .geometry import RandomHorizontalFlip, RandomVerticalFlip
+
+        items = [_item(t) for t in transforms]
+        if items and all(isinstance(t, (RandomHorizontalFlip, RandomVerticalFlip)) for t in items):
+            return Compose(items)
+        return super().__new__(cls)
+
     def __init__(self, transforms: Sequence[Transform]) -> None:
-        self.transforms = _steps(transforms, "RandomOrder")
+        self.transforms = _steps(transforms, "RandomOrder", ", or over flips alone (they commute)")
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         perm = list(range(len(self.transforms)))
