@@ -132,8 +132,7 @@ class Loader:
             epoch's global order depends on (seed, epoch, sources) alone, each sample draws
             by its global position, and a state resumes on another world size or batch
             size (gpudecode.io.epoch has the design and its costs).
-        max_pixels: images with more pixels are refused (decompression bombs), and so is a
-            transform whose outputs would have more (a TransformError, when it is made).
+        max_pixels: images with more pixels are refused (decompression bombs), as is a transform making more.
         fast_decode: CPU JPEG decoding with the fast IDCT, and DCT scaling where the kernel
             shrinks the part it reads 2x or more (not bit-exact; docs/guide.md).
         remote: timeouts and retries for remote shards (`gpudecode.RemoteOptions`).
