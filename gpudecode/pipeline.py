@@ -395,8 +395,35 @@ class Pipeline:
             xyxy = None if xyxy is None else [xyxy[i] for i in keep]
             params = [draw_batch(tf.plan, sizes, view_seed(seed, v), epoch=epoch, indices=indices, boxes=xyxy)
                       for v, tf in enumerate(self.views)]
+        big = self._too_large(params, sizes)  # (ragged: each image's output its own, drawn)
+        if big:
+            at = list(range(len(samples))) if keep is None else keep
+            for i, out in big.items():
+                s = samples[at[i]]
+                self.policy(DecodeError(f"image is {sizes[i][0]}x{sizes[i][1]}, made {out[0]}x{out[1]} by the transform: "
+                                        f"over the limit of {self.config.max_pixels} pixels (max_pixels)",
+                                        shard=s.shard, key=s.key))
+            rest = [i for i in range(len(sizes)) if i not in big]
+            keep, sizes = [at[i] for i in rest], [sizes[i] for i in rest]
+            indices = np.asarray([int(indices[i]) for i in rest], np.int64)
+            xyxy = None if xyxy is None else [xyxy[i] for i in rest]
+            params = [draw_batch(tf.plan, sizes, view_seed(seed, v), epoch=epoch, indices=indices, boxes=xyxy)
+                      for v, tf in enumerate(self.views)]
         view_boxes = [pv.boxes() for pv in params]  # [view]: int64 [N, 4] (top, left, height, width)
         return keep, params, view_boxes, view_boxes[0] if not self.multi else _union(view_boxes)
+
+    def _too_large(self, params: list[Draws], sizes: Sequence[tuple[int, int]]) -> dict[int, tuple[int, int]]:
+        """The images whose output, their own under a ragged view, is over max_pixels:
+        {place: (h, w)} (a Resize of a sliver's shorter side, as _same_size says it for
+        the plans of one size)."""
+        limit = self.config.max_pixels
+        big: dict[int, tuple[int, int]] = {}
+        for tf, pv in zip(self.views, params):
+            if limit and tf.plan.ragged and tf.plan.out_size is None and len(sizes):
+                for i, (oh, ow) in enumerate(pv.out_sizes().tolist()):
+                    if oh * ow > limit:
+                        big.setdefault(i, (oh, ow))
+        return big
 
     def finish(self, p: Prepared, even: str | None = None) -> Ready | None:
         """Stage B: the error policy, the fused kernel into the next output slot (the

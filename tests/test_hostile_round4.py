@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-from gpudecode import LabelError, Loader, ShardReadError, Source
+from gpudecode import DecodeError, LabelError, Loader, ShardReadError, Source
 from gpudecode import transforms as T
 
 from conftest import encode, make_shard
@@ -495,3 +495,27 @@ def test_an_output_over_max_pixels_is_refused_when_the_loader_is_made(tmp_path, 
         Loader(shard, transform=views, max_pixels=100_000, **KW)
     assert _said(e).startswith("view 1: RandomResizedCrop(size=(320, 320)") and "(max_pixels)" in _said(e), _said(e)
     Loader(shard, transform=views, max_pixels=320 * 320, **KW).close()
+
+
+@pytest.mark.parametrize("keep", [None, "ram"])
+def test_a_ragged_output_over_max_pixels_is_its_samples_error(tmp_path, keep):
+    """With ragged=True each image's output is its own: one that a Resize of its shorter side
+    makes larger than max_pixels (a 64x664 strip under Resize(300): 300x3112) is its
+    sample's DecodeError, named, as the plans of one size say it (before this it was made);
+    skipped, the rest are the batches they are without the limit."""
+    rng = torch.Generator().manual_seed(0)
+    strips = [torch.randint(0, 256, (64, 64 + 200 * i, 3), dtype=torch.uint8, generator=rng).numpy() for i in range(4)]
+    shard = make_shard(tmp_path / "s.tar", [{"__key__": f"k{i}", "jpg": encode(a, quality=95), "cls": b"0"}
+                                            for i, a in enumerate(strips)])
+    kw = {"batch_size": 2, "transform": T.Compose([T.Resize(300)], ragged=True), "device": "cpu", "shuffle": False,
+          **({} if keep is None else {"keep": keep})}
+    with pytest.raises(DecodeError) as e:
+        list(Loader(shard, max_pixels=400_000, **kw))
+    assert e.value.key == "k2" and e.value.shard == shard and "made 300x2175 by the transform: over the limit of " \
+        "400000 pixels (max_pixels)" in str(e.value), str(e.value)
+    ld = Loader(shard, max_pixels=400_000, on_error="skip", **kw)
+    got = [(k, x) for b in ld for k, x in zip(b.keys, b.images)]
+    assert [s.key for s in ld.skipped] == ["k2", "k3"] and [k for k, _ in got] == ["k0", "k1"]
+    want = [(k, x) for b in Loader(shard, **kw) for k, x in zip(b.keys, b.images)]
+    assert [k for k, _ in want] == ["k0", "k1", "k2", "k3"] and want[3][1].shape == (3, 300, 3112)
+    assert all(torch.equal(x, y) for (_, x), (_, y) in zip(got, want[:2]))
