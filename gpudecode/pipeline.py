@@ -390,11 +390,7 @@ class Pipeline:
             keep = _drawable(self.views, self.policy, samples, sizes, indices, seed, epoch, xyxy)
             if len(keep) == len(samples):
                 raise  # not one image's: the batch's own failure
-            sizes = [sizes[i] for i in keep]
-            indices = np.asarray([int(indices[i]) for i in keep], np.int64)
-            xyxy = None if xyxy is None else [xyxy[i] for i in keep]
-            params = [draw_batch(tf.plan, sizes, view_seed(seed, v), epoch=epoch, indices=indices, boxes=xyxy)
-                      for v, tf in enumerate(self.views)]
+            sizes, indices, xyxy, params = _redrawn(self.views, keep, sizes, indices, xyxy, seed, epoch)
         big = self._too_large(params, sizes)  # (ragged: each image's output its own, drawn)
         if big:
             at = list(range(len(samples))) if keep is None else keep
@@ -404,11 +400,8 @@ class Pipeline:
                                         f"over the limit of {self.config.max_pixels} pixels (max_pixels)",
                                         shard=s.shard, key=s.key))
             rest = [i for i in range(len(sizes)) if i not in big]
-            keep, sizes = [at[i] for i in rest], [sizes[i] for i in rest]
-            indices = np.asarray([int(indices[i]) for i in rest], np.int64)
-            xyxy = None if xyxy is None else [xyxy[i] for i in rest]
-            params = [draw_batch(tf.plan, sizes, view_seed(seed, v), epoch=epoch, indices=indices, boxes=xyxy)
-                      for v, tf in enumerate(self.views)]
+            keep = [at[i] for i in rest]
+            sizes, indices, xyxy, params = _redrawn(self.views, rest, sizes, indices, xyxy, seed, epoch)
         view_boxes = [pv.boxes() for pv in params]  # [view]: int64 [N, 4] (top, left, height, width)
         return keep, params, view_boxes, view_boxes[0] if not self.multi else _union(view_boxes)
 
@@ -527,6 +520,18 @@ def probe_batch(config: PipelineConfig, policy: ErrorPolicy, chunk: list[Sample]
     if offsets:  # a mixture's sources with label offsets (gpudecode.Source)
         probed.extras = [v + offsets.get(s.shard, 0) for v, s in zip(probed.extras, probed.samples)]
     return probed
+
+
+def _redrawn(views: Sequence[Compose], rows: list[int], sizes: Sequence[tuple[int, int]], indices: Any,
+             xyxy: list[np.ndarray] | None, seed: int, epoch: int) -> tuple[list[tuple[int, int]], np.ndarray, Any, list[Draws]]:
+    """The batch's images `rows` alone: their sizes, indices and boxes, and each view's
+    draws of them (the same draws as in the whole batch: each sample's are its own)."""
+    sizes = [sizes[i] for i in rows]
+    indices = np.asarray([int(indices[i]) for i in rows], np.int64)
+    xyxy = None if xyxy is None else [xyxy[i] for i in rows]
+    params = [draw_batch(tf.plan, sizes, view_seed(seed, v), epoch=epoch, indices=indices, boxes=xyxy)
+              for v, tf in enumerate(views)]
+    return sizes, indices, xyxy, params
 
 
 def _drawable(views: Sequence[Compose], policy: ErrorPolicy, samples: list[Sample], sizes: Sequence[tuple[int, int]],

@@ -598,3 +598,17 @@ def test_a_random_order_of_the_two_flips_as_scripts_write_it(shard):
     with pytest.raises(TransformError, match=r"RandomOrder is fused over\s+the\s+per-sample\s+ops,\s+or\s+over\s+flips\s+alone"):
         T.Compose.from_torchvision(tv.Compose([tv.RandomOrder([tv.RandomHorizontalFlip(), tv.RandomRotation(10)]),
                                                tv.CenterCrop(20)]))
+
+
+def test_a_random_order_pickles_and_copies_as_it_did():
+    """RandomOrder's own constructor (which gives flips alone as a Compose) still lets pickle
+    and deepcopy remake an instance over other steps (a Loader's transform sent to Ray, or
+    copied): they call it with no argument, then set its state."""
+    import copy
+    import pickle
+
+    T = gpudecode.transforms
+    tf = T.Compose([T.RandomResizedCrop(24), T.RandomOrder([T.RandomInvert(0.3), T.RandomEqualize(0.2)])])
+    for again in (copy.deepcopy(tf), pickle.loads(pickle.dumps(tf))):
+        assert isinstance(again.transforms[1], T.RandomOrder) and repr(again) == repr(tf)
+        assert again.make_params([(30, 40)], 5) == tf.make_params([(30, 40)], 5)

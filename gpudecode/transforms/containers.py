@@ -179,7 +179,8 @@ class RandomOrder(_Wrapper, converts="torchvision.RandomOrder"):
     def convert(cls, t: Any, floats: bool) -> Transform:
         return cls(converted_items(t, floats))
 
-    def __new__(cls, transforms: Sequence[Transform]) -> Any:  # type: ignore[misc]
+    def __new__(cls, transforms: Sequence[Transform] = ()) -> Any:  # type: ignore[misc]
+        # (no argument: pickle and deepcopy making the instance, whose state they then set)
         from .compose import Compose  # (its module imports this one)
         from .geometry import RandomHorizontalFlip, RandomVerticalFlip
 

@@ -168,7 +168,7 @@ class _Plan:
     def over_limit(self, limit: int, size: tuple[int, int] | None = None) -> str | None:
         """Why outputs of the plan's one size (or of `size`, where the images give it) are
         refused: over `limit` pixels an image, a bomb of the transform's making
-        (`CenterCrop(60000)` asks for 43 GB an image); None where they fit."""
+        (`CenterCrop(60000)` asks for 10 GiB of uint8 an image); None where they fit."""
         oh, ow = self.out_size or size or (0, 0)
         if not limit or oh * ow <= limit:
             return None
