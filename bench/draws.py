@@ -59,6 +59,11 @@ def recipes() -> dict:
         "hflip (flip; ragged)": (
             T.Compose([T.RandomHorizontalFlip(), f32[0]], ragged=True),
             tv.Compose([tv.RandomHorizontalFlip(), f32[1]])),
+        "choice (RRC 224 or CenterCrop 224, flip, ColorJitter)": (
+            T.Compose([T.RandomChoice([T.RandomResizedCrop(224), T.CenterCrop(224)]), T.RandomHorizontalFlip(),
+                       T.ColorJitter(0.4, 0.4, 0.4), f32[0]]),
+            tv.Compose([tv.RandomChoice([tv.RandomResizedCrop(224), tv.CenterCrop(224)]), tv.RandomHorizontalFlip(),
+                        tv.ColorJitter(0.4, 0.4, 0.4), f32[1]])),
         "classification (RandomResizedCrop 224, flip, ColorJitter)": (
             T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ColorJitter(0.4, 0.4, 0.4), f32[0]]),
             tv.Compose([tv.RandomResizedCrop(224), tv.RandomHorizontalFlip(), tv.ColorJitter(0.4, 0.4, 0.4), f32[1]])),
@@ -72,6 +77,8 @@ def tv_draws(tvc, flats: list) -> None:
 
     for flat in flats:
         for t in tvc.transforms:
+            if type(t).__name__ == "RandomChoice":  # (its pick, then the picked transform's draws)
+                t = t.transforms[int(torch.multinomial(torch.tensor(t.p), 1))]
             if hasattr(t, "p") and not hasattr(t, "p_brightness"):  # (_RandomApplyTransform's coin)
                 if torch.rand(1) >= t.p:
                     continue

@@ -52,6 +52,7 @@ from .errors import FieldError, TransformError
 from .io.members import split_exts
 from .labels import parse_text_int
 from .transforms.boxes import Stored, as_boxes, box_moves, check_format, kept, move_boxes, on_canvas, target, warped_boxes
+from .transforms.geometry_choice import crops_resized
 from .transforms.iou_crop import emptied
 from ._record import RECORD, Record, image_record
 from .transforms.stored import stored_boxes, stored_mask
@@ -553,7 +554,7 @@ class _Geometry:
     after: list | None = None
     crops: list[dict] | None = None  # each image's draws, where its crop was drawn from its boxes (RandomIoUCrop)
     mirror: tuple[bool, bool] = (False, False)  # the plan's: a flip before the geometry (masks.mask_indices)
-    cropped: bool = False  # the plan's rrc: a crop resized, the boxes clamped to it (boxes.box_moves)
+    cropped: Any = False  # the plan's rrc (one an image with a choice): a crop resized, the boxes clamped to it
 
 
 def follow_targets(specs: Sequence[FieldSpec], values: list[list[Any]], errors: dict[int, FieldError],
@@ -566,7 +567,7 @@ def follow_targets(specs: Sequence[FieldSpec], values: list[list[Any]], errors: 
         return
     views = [_Geometry(d.encode()[0], places(plan, d), d.out_sizes() if plan.ragged else plan.output_size(d.sizes),
                        *drawn_warps(plan, d),
-                       crops=d.dicts() if plan.reads_boxes else None, mirror=plan.mirror, cropped=plan.rrc)
+                       crops=d.dicts() if plan.reads_boxes else None, mirror=plan.mirror, cropped=crops_resized(plan, d))
              for plan, d in zip(plans, draws)]
     follow_masks(specs, values, errors, samples, views, pool=pool, on_host=on_host)
     follow_boxes(specs, values, errors, samples, views)

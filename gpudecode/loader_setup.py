@@ -27,7 +27,7 @@ from .io.reader import ShardReader, split_exts
 from .mixing import BatchTransform, CutMix, MixUp, RandomChoice, as_batch_transform
 from .pipeline import PipelineConfig
 from .transforms import Compose, Views
-from .transforms.base import fingerprint_text
+from .transforms.base import fingerprint_text, step_name
 from .transforms.convert import carries_compose
 from .transforms.masks import refusal as mask_refusal
 from .transforms.stored import RECORD
@@ -713,8 +713,8 @@ def describe(loader: Loader) -> dict:
             # the images' channels: 1 after a Grayscale(1), or for a grey set (MNIST's), as torchvision's; else 3
             "channels": [p.channels for p in plans] if multi else plans[0].channels,
             # what runs fused, per view (several views: one list each)
-            "transform": ([[type(t).__name__ for t in p.steps] for p in plans] if multi
-                          else [type(t).__name__ for t in plans[0].steps]),
+            "transform": ([[step_name(t) for t in p.steps] for p in plans] if multi
+                          else [step_name(t) for t in plans[0].steps]),
             "views": len(plans), "fast_decode": pipe.config.fast_decode,
             # each element of a batch, by name: images, labels, then each field (fields=)
             "batch": list(pipe.config.batch_names),

@@ -477,6 +477,10 @@ def test_the_recipes_bench_times_recipes_as_written(tmp_path, monkeypatch, capsy
     assert len(doc["img_per_s"]) == 2 * len(recipes.as_written()) and all(v > 0 for v in doc["img_per_s"].values())
     for name in recipes.as_written():
         assert f"{name}: gpudecode / torchvision = " in out
+    monkeypatch.setattr(sys, "argv", [*sys.argv, "--only", "RandomChoice"])  # (the recipes named so, alone)
+    recipes.main()
+    out = capsys.readouterr().out
+    assert out.count("gpudecode / torchvision = ") == 1 and "RandomChoice([RRC(224), CenterCrop(224)])" in out
 
 
 def test_the_captions_bench_runs_each_pipeline(tmp_path, monkeypatch, capsys):
@@ -664,6 +668,6 @@ def test_the_draws_bench_compares_each_recipe_with_torchvisions(capsys):
     out = capsys.readouterr().out
     doc = json.loads(out.strip().splitlines()[-1])
     rows = doc["us_an_image"]
-    assert len(rows) == 5 and all(v > 0 for row in rows.values() for v in row.values())
+    assert len(rows) == 6 and all(v > 0 for row in rows.values() for v in row.values())
     assert sum("iou crops, native" in row for row in rows.values()) == 2 and "family" in doc["machine"]
     assert "x" in out and "its IoU crops: native / the Python reference" in out

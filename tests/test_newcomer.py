@@ -59,7 +59,7 @@ REFUSALS = [
     lambda: T.Compose([T.CenterCrop(8), T.RGB(), T.Grayscale()], grey=True),
     lambda: T.Compose([T.RandomResizedCrop(8), T.GaussianBlur(17)]),
     lambda: T.Compose([T.RandomResizedCrop(8), T.ElasticTransform(), T.RandomHorizontalFlip()]),
-    lambda: T.Compose.from_torchvision(tv1.RandomChoice([tv1.RandomResizedCrop(8), tv1.CenterCrop(8)])),
+    lambda: T.Compose.from_torchvision(tv1.RandomChoice([tv1.RandomResizedCrop(8), tv1.CenterCrop(6)])),
     lambda: T.Compose([T.Grayscale(3), T.RandomRotation(10), T.CenterCrop(8)]),
     lambda: T.Compose.from_torchvision(tv1.Compose([tv1.ToTensor(), tv1.Resize(8, tv1.InterpolationMode.BICUBIC)])),
     lambda: T.Compose([T.TrivialAugmentWide(), T.TrivialAugmentWide()]),

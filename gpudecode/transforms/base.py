@@ -28,7 +28,9 @@ GROUPS = {
                  "padded where it reaches past it), Pad alone, or after Resize or RandomResizedCrop, Resize + RandomResizedCrop or Resize (each image resized first, as "
                  "torchvision resizes a uint8 image), Resize + RandomCrop or FixedSizeCrop (RandomResize, "
                  "RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h, w)) (its crop drawn from a "
-                 "Boxes field's boxes), Resize(int) alone (a batch of one output size), or none; with Compose(ragged=True), "
+                 "Boxes field's boxes), Resize(int) alone (a batch of one output size), RandomChoice over those that give "
+                 "one size (each image its option's; a Resize before it, or crops after it that end each option: "
+                 "RandomChoice([Resize(256), Resize(320)]) + RandomCrop(224)), or none; with Compose(ragged=True), "
                  "images of their own sizes: also Resize(int), RandomResize, RandomShortestSize, ScaleJitter or RandomIoUCrop alone (bilinear or bicubic, "
                  "antialiased, or nearest, nearest-exact, pil-nearest; a RandomCrop pads with a fill, the edge, or a "
                  "reflection: every padding_mode); timm's {timm}"),
@@ -42,6 +44,7 @@ GROUPS = {
                  "and the like)"),
     "containers": ("containers", "{tv} over the per-sample ops (a Compose among their items: one item, its steps "
                    "in order, as torchvision runs it; a Compose inside a Compose: its steps in its place); "
+                   "RandomChoice over geometries: the geometry (above); "
                    "RandomOrder over flips alone: the flips, which commute"),
     "then": ("then", "{tv} (a float ToDtype without scale: floats of 0 to 255, a Normalize after it in levels); "
              "then {last} (last, in this order; LinearTransformation on a float output of one size); "
@@ -131,6 +134,12 @@ class Transform:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({args})"
+
+
+def step_name(t: Any) -> str:
+    """A step's name as torchvision's user wrote it: its class's, or the one it stands for
+    (`shown_as`: RandomChoice, whichever of our forms it took)."""
+    return getattr(type(t), "shown_as", None) or type(t).__name__
 
 
 class _Step(Transform):

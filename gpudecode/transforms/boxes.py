@@ -35,6 +35,7 @@ import torch
 
 from ..errors import TransformError
 from ..kernels import fused
+from .geometry_choice import crops_resized
 from .iou_crop import emptied
 from .masks import drawn_warps, places, refusal
 from .warped import Drawn, Mirrored, warp_boxes_by
@@ -173,7 +174,7 @@ def _has_bool(v: Any) -> bool:
     return False
 
 
-def box_moves(geom: np.ndarray, cropped: bool = False) -> np.ndarray:
+def box_moves(geom: np.ndarray, cropped: Any = False) -> np.ndarray:
     """Each sample's map of box coordinates under the kernel's geometry `geom` [N, GEOM]:
     [N, 10] float64 (scale x, scale y, left, top, flip, vflip, shift x, shift y, frame w,
     frame h): x_out = (x - left) * scale x, clamped to the frame (the resized crop, where
@@ -182,8 +183,8 @@ def box_moves(geom: np.ndarray, cropped: bool = False) -> np.ndarray:
     of the ratio (resized / source size), as torchvision makes them."""
     g = np.asarray(geom, np.int64).reshape(-1, fused.GEOM)
     out = np.full((len(g), 10), np.inf, np.float64)
-    if cropped:
-        out[:, 8], out[:, 9] = g[:, fused.VW], g[:, fused.VH]
+    c = np.broadcast_to(np.asarray(cropped, bool), (len(g),))  # (one flag, or one an image: a choice of geometries)
+    out[c, 8], out[c, 9] = g[c, fused.VW], g[c, fused.VH]
     out[:, 0] = (g[:, fused.VW] / np.maximum(g[:, fused.BW], 1)).astype(np.float32)
     out[:, 1] = (g[:, fused.VH] / np.maximum(g[:, fused.BH], 1)).astype(np.float32)
     out[:, 2], out[:, 3] = g[:, fused.LEFT], g[:, fused.TOP]
@@ -275,7 +276,7 @@ def warp_boxes(plan: "_Plan", boxes: Sequence[Any], draws: "Draws", *, fmt: str 
         raise ValueError(f"{len(boxes)} entries of boxes for {len(draws)} images")
     if not len(boxes):
         return []
-    moves = box_moves(draws.encode()[0], plan.rrc)
+    moves = box_moves(draws.encode()[0], crops_resized(plan, draws.dicts()))
     placed = places(plan, draws)
     before, after = drawn_warps(plan, draws)
     out_size: Any = draws.out_sizes() if plan.ragged else plan.output_size(draws.sizes)

@@ -8,6 +8,7 @@ from .. import mixing
 from ..errors import TransformError
 from .base import Transform, _refuse, _Step, _Wrapper
 from .convert import convert, inner
+from .geometry_choice import GeometryChoice
 
 
 class RandomApply(_Wrapper, converts="torchvision.RandomApply"):
@@ -84,14 +85,19 @@ class InOrder(_Wrapper):
 def _item(t: Any) -> Any:
     """One item of a container as given: a Compose (ours: a list of per-sample steps and
     no options of its own) is one InOrder item, not its steps spread out."""
+    steps = _option(t)
+    return t if steps is None else InOrder(steps) if len(steps) != 1 else steps[0]
+
+
+def _option(t: Any) -> list[Any] | None:
+    """A Compose's steps, where `t` is one (ours: steps and no options of its own); else None."""
     if isinstance(t, Transform) and type(t).__name__ == "Compose":
         if getattr(t, "layout", "NCHW") != "NCHW" or getattr(t, "ragged", False) or getattr(t, "grey", False):
             raise TransformError(f"a Compose inside a container takes steps only: give layout=, ragged= and grey= "
                                  f"to the outermost Compose, not to {t!r}")
         compose: Any = t  # (a Compose: its module imports this one)
-        steps = list(compose.transforms)
-        return InOrder(steps) if len(steps) != 1 else steps[0]
-    return t
+        return list(compose.transforms)
+    return None
 
 
 def converted_items(t: Any, floats: bool) -> list[Any]:
@@ -127,11 +133,16 @@ class SampleRandomChoice(_Wrapper, converts="torchvision.RandomChoice"):
     CutMix, from what it is given."""
 
     keys = ("choice",)
+    shown_as = "RandomChoice"  # (base.step_name)
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
-        """Over per-sample steps, a step of each sample's program; over MixUp and CutMix, a
-        batch transform (mixing.RandomChoice, for Loader(batch_transform=))."""
+        """Over per-sample steps, a step of each sample's program; over geometries, the
+        geometry (GeometryChoice); over MixUp and CutMix, a batch transform
+        (mixing.RandomChoice, for Loader(batch_transform=))."""
+        options = [convert(u, floats) for u in t.transforms]
+        if any(x.group == "geometry" for o in options for x in o):
+            return GeometryChoice(options, t.p)
         items = converted_items(t, floats)
         if items and all(isinstance(x, _Step) for x in items):
             return cls(items, t.p)
@@ -211,10 +222,14 @@ class RandomOrder(_Wrapper, converts="torchvision.RandomOrder"):
 class RandomChoice:
     """torchvision's RandomChoice: one of `transforms` with probabilities `p`. Over
     per-sample steps (ops, policies) it is a step of each sample's program
-    (containers.SampleRandomChoice); over MixUp and CutMix, a batch transform
-    (mixing.RandomChoice, for Loader(batch_transform=))."""
+    (containers.SampleRandomChoice); over crops and resizes that give one size (an option
+    a Compose of them), the geometry (geometry_choice.GeometryChoice); over MixUp and
+    CutMix, a batch transform (mixing.RandomChoice, for Loader(batch_transform=))."""
 
     def __new__(cls, transforms: Sequence[Any], p: Sequence[float] | None = None) -> Any:  # type: ignore[misc]
+        options = [_option(t) or [t] for t in transforms]
+        if any(getattr(x, "group", None) == "geometry" for o in options for x in o):  # (crops, resizes: the geometry)
+            return GeometryChoice(options, p)
         items = [_item(t) for t in transforms]
         if items and all(isinstance(t, _Step) for t in items):
             return SampleRandomChoice(items, p)

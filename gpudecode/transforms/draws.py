@@ -26,6 +26,7 @@ from ..kernels import fused
 from ..kernels.ops import ARGS, CONTRAST, GRAYSCALE, JITTER_OPS, OPS, OPS_ARGS
 from .colour import _JITTER_NAMES, NO_CHANGE_ON_ONE, ONE_CHANNEL_MEAN, ColorJitter, Grayscale, one_channel
 from .crops import CornerCrop
+from .geometry_choice import GeometryChoice, chosen, geometry_draws, geometry_row
 from .geometry import CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize
 from .mirrors import mirror_first, mirror_ops, mirrored_windows
 from .pad_window import PadWindow
@@ -77,7 +78,6 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
     """make_params drawn in Python, a sample at a time: every plan (the reference of the
     native draws). Each step draws in the Compose's order; the erasing last. `boxes`: see
     draw_batch (a step that reads them sees them where it stands: on the canvas)."""
-    geometry = plan.geometry[:1] if plan.rrc else plan.geometry  # (a crop resized: its crop alone draws)
     if plan.reads_boxes:
         if boxes is None:
             raise TransformError(f"{type(plan.geometry[0]).__name__} draws its crop from each image's boxes: give "
@@ -114,22 +114,11 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
                 raise ValueError(f"its canvas would be {size[0]}x{size[1]} pixels, over the limit of "
                                  f"{CANVAS_MAX_PIXELS:,} (a {h}x{w} image under {type(plan.canvas).__name__})")
             p.update(d)
-        frame = size  # (what the geometry's first step crops)
-        for t in geometry:
-            if getattr(t, "reads_boxes", False) and boxes is not None:  # (its key now; its crop with the batch's, below)
-                crops.append((i, rng.getrandbits(64), size, boxes[i], dict(p)))  # (where it sees them: below)
-                continue
-            d = t.draw(rng, size)
-            if "resize" in d:
-                size = d["resize"]
+        if plan.reads_boxes:  # (its key now; its crop with the batch's, below, where it sees the boxes)
+            crops.append((i, rng.getrandbits(64), size, boxes[i], dict(p)))  # type: ignore[index]
+        else:
+            d, size = geometry_draws(plan, rng, size)
             p.update(d)
-        if plan.rrc_window:  # (the second crop, of the first one's output: its window, under a key of its own)
-            p["window"] = plan.geometry[1].draw(rng, tuple(plan.geometry[0].size))["crop"]  # type: ignore[attr-defined]
-        if plan.crop_resized and not (0 <= p["crop"][0] <= frame[0] - p["crop"][2] and
-                                      0 <= p["crop"][1] <= frame[1] - p["crop"][3]):  # (the crop resized: in the image)
-            raise ValueError(f"{type(geometry[0]).__name__}'s {p['crop'][2]}x{p['crop'][3]} crop is larger than the "
-                             f"{frame[0]}x{frame[1]} image, and a Resize of it follows: only a crop inside the image is "
-                             f"resized here (torchvision pads it first)")
         out.append(p)
         later.append((rng, size))
     if crops:  # (drawn for the batch at once; each sample's stream took its one number above)
@@ -238,14 +227,9 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
         oh, ow = max([1, *(o[0] for o in outs)]), max([1, *(o[1] for o in outs)])
     else:  # (of the images as given: output_size follows them through the first pass)
         oh, ow = plan.output_size(given)
-    rrc, window = plan.rrc, plan.rrc_window
-    frame: tuple[int, int] = plan.geometry[0].size if window else (0, 0)  # type: ignore[attr-defined]
     program = plan.program
     one = plan.one_channel
-    G, H, W, VH, VW, OY, OX = fused.GEOM, fused.H, fused.W, fused.VH, fused.VW, fused.OY, fused.OX
-    box, FLIP, VFLIP, FILTER = slice(fused.TOP, fused.BW + 1), fused.FLIP, fused.VFLIP, fused.FILTER
-    resample = plan.resample
-    FILL, fill = slice(fused.FILLR, fused.FILLB + 1), plan.pad_fill
+    G, H, W, FLIP, VFLIP = fused.GEOM, fused.H, fused.W, fused.FLIP, fused.VFLIP
     rows: list[list[int]] = []  # (built as lists: a numpy item assignment costs more than the list's)
     progs: list[list] = []
     OH, OW = fused.OH, fused.OW
@@ -255,26 +239,9 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
         so = outs[k] if ragged else (oh, ow)  # this image's output
         if ragged:
             g[OH], g[OW] = so
-        if rrc:
-            t, l, bh, bw = p["crop"]
-            if t < 0 or l < 0 or bh <= 0 or bw <= 0 or t + bh > h or l + bw > w:
-                raise ValueError(f"crop {p['crop']} is outside the {h}x{w} image")
-            g[box] = (t, l, bh, bw)
-            if window:  # (resized to RandomResizedCrop's size; the output, the second crop's window of it)
-                g[VH], g[VW] = frame
-                g[OY], g[OX] = p["window"][0], p["window"][1]
-            else:
-                g[VH], g[VW] = so
-        else:
-            g[box] = (0, 0, h, w)
-            g[VH], g[VW] = p.get("resize", (h, w))
-            if "crop" in p:
-                g[OY], g[OX] = p["crop"][0], p["crop"][1]
+        geometry_row(plan, g, p, h, w, so)
         g[FLIP] = 1 if p.get("flip", False) else 0
         g[VFLIP] = 1 if p.get("vflip", False) else 0
-        g[FILTER] = (1 if p["cubic"] else 0) if "cubic" in p else resample
-        g[FILL] = fill
-        g[fused.PAD] = plan.pad_mode
         rows.append(g)
         if program:
             prog: list = []
@@ -328,6 +295,8 @@ def dict_boxes(plan: "_Plan", params: Sequence[dict], sizes: Sequence[tuple[int,
             return [tuple(b) for b in mirrored_windows(plan, [p["crop"] for p in params], flips,
                                                        np.array(sizes, np.int64).reshape(-1, 2)).tolist()]
         return [tuple(p["crop"]) for p in params]  # type: ignore[misc]
+    if plan.geometry and isinstance(plan.geometry[0], GeometryChoice) and not plan.makes_images:  # (each its option's)
+        return [tuple(p["crop"]) if chosen(plan, p).rrc else (0, 0, h, w) for p, (h, w) in zip(params, sizes)]
     if plan.rrc and getattr(plan.canvas, "places", False) and not plan.first:  # (a crop of RandomZoomOut's canvas:
         # the image's part in it; a first pass makes the whole image)
         from .canvas import read_window
@@ -551,7 +520,8 @@ def native_spec(plan: "_Plan") -> tuple | None:
     if plan.ragged and plan.out_size is None:  # (each image's own output size: the Python path's)
         return None
     if plan.erase is not None or plan.makes_images or plan.post is not None or plan.crop_resized or (
-            plan.rrc_window and plan.pad_mode >= 2):  # (a window padded by reflection: the Python path checks it)
+            plan.rrc_window and plan.pad_mode >= 2) or any(isinstance(g, GeometryChoice) for g in plan.geometry):
+        # (a window padded by reflection: the Python path checks it; a choice: each image its option's draws)
         return None
     geometry: list[tuple] = []
     g: Any

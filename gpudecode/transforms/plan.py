@@ -11,13 +11,14 @@ import torch
 
 from ..errors import TransformError
 from .after import _AfterGeometry
-from .base import Transform, _PixelOp, _refuse, _Step
+from .base import Transform, _PixelOp, _refuse, _Step, step_name
 from .colour import RGB, ColorJitter
 from .canvas import CanvasStep, Pad
 from .convert import qualified
 from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip,
                        Resize, ResizeKeepRatio, _RandomSize)
 from .draws import native_spec
+from .geometry_choice import GeometryChoice
 from .iou_crop import RandomIoUCrop
 from .leading import (check_colours_first, check_floats_first, check_greys_first, check_normalize_first, leading_colours,
                       leading_flips, leading_floats, leading_greys, leading_normalize, leading_uint8, window_flips)
@@ -225,7 +226,7 @@ class _Plan:
 
 def _names(steps: Sequence[Any], width: int = 60) -> str:
     """The steps' class names for a message, shortened to about `width` characters."""
-    names = [type(t).__name__ for t in steps]
+    names = [step_name(t) for t in steps]
     text = ", ".join(names)
     while len(text) > width and len(names) > 3:
         names = names[:2] + names[3:] if names[1] == "..." else names[:1] + ["..."] + names[2:]
@@ -262,7 +263,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         at = _front(every, len(lead))
         steps, every = steps[len(lead):], [t for t in every[:at] if isinstance(t, RGB)] + every[at:]
     if len(steps) > 1 and isinstance(steps[0], Resize) and steps[0].filter_modes[0] != "pil-nearest" and \
-            not ragged and (type(steps[1]) is RandomResizedCrop or _crop_then_resize(steps[1:3]) or
+            not ragged and (type(steps[1]) in (RandomResizedCrop, GeometryChoice) or _crop_then_resize(steps[1:3]) or
                             type(steps[1]) is Resize or (not lead and _canvas_then_geometry(steps[1:]))):
         # (`[Resize(256), RandomResizedCrop(224)]`, `[Resize(300), RandomCrop(256), Resize(224)]`, `[Resize(300),
         # Resize(224)]`, `[Resize(256), RandomRotation(15), CenterCrop(224)]`: each image resized first, as
@@ -299,7 +300,8 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     check_normalize_first(norms_first, canvas, geometry, names)
     for t in lead:
         rest.add_flip(t)  # type: ignore[arg-type]
-    front = _front(every, len(geometry) + (canvas is not None))  # (the canvas and geometry, with RGBs among them)
+    made_of = sum(getattr(g, "taken", 1) for g in geometry)  # (the steps the geometry is made of: a choice holds
+    front = _front(every, made_of + (canvas is not None))  # those after it) (the canvas and geometry, with RGBs)
     if grey:  # (the images have one channel from the start: what fills them must be one value)
         for t in itertools.takewhile(lambda t: not isinstance(t, RGB), every[:front]):
             rest.one_channel(t, "on images of one channel")
@@ -346,6 +348,11 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
                  mirror=(any(t is rest.flip for t in lead), any(t is rest.vflip for t in lead)), flip_at=rest.flip_at,
                  window_mirror=(any(t is rest.flip for t in between), any(t is rest.vflip for t in between)),
                  first=first)
+    if isinstance(plan.geometry[:1] and plan.geometry[0], GeometryChoice) and (plan.canvas is not None or any(
+            plan.mirror)):  # (each option's window mirrored, or of a canvas: not taken yet)
+        raise TransformError(f"{plan.geometry[0]!r} after {'a flip' if any(plan.mirror) else type(plan.canvas).__name__}"
+                             f" cannot be fused: a choice of geometries comes first (or after a Resize)"
+                             f"{'; put the flips after it' if any(plan.mirror) else ''} [{names}]")
     if ragged and plan.channels == 1:
         raise TransformError(f"an output of one channel with ragged=True cannot be fused: give "
                              f"Grayscale(num_output_channels=3) and take images[:, :1] [{names}]")
@@ -363,6 +370,40 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         if plan.linear is not None:
             plan.linear.check_size(plan.out_size, plan.channels)
     return plan
+
+
+def check_choice(choice: GeometryChoice) -> None:
+    """Plans each option of a choice of geometries, and checks them: a geometry alone (no
+    flip, colour step, canvas or first pass; no padding by reflection), all of one output
+    size and antialias; sets the choice's plans.
+
+    Raises:
+        TransformError: the option that cannot stand in the choice, or why they differ."""
+    plans = []
+    for option in choice.options:
+        try:
+            plan = _plan(list(option))
+        except TransformError as e:  # (named by its steps, which the whole Compose's replace)
+            said, own = str(e), f" [{_names(option)}]"
+            raise choice.refusal(f"does not fuse alone: {said[:-len(own)] if said.endswith(own) else said}",
+                                 option) from None
+        if not plan.geometry or plan.program or plan.flip or plan.vflip or plan.normalize or plan.erase or \
+                plan.canvas is not None or plan.first or plan.post or plan.linear is not None or plan.reads_boxes \
+                or plan.channels != 3 or plan.dtype != torch.uint8:
+            raise choice.refusal("is not a geometry; a choice of geometries takes crops and resizes only "
+                                 "(RandomResizedCrop, Resize, CenterCrop, RandomCrop, and a Compose of them that fuses "
+                                 "alone); flips and colour steps go after the choice", option)
+        if plan.pad_mode >= 2:
+            raise choice.refusal("pads by reflection: a choice takes crops padded with a fill or the edge", option)
+        plans.append(plan)
+    made = list(dict.fromkeys(f"{p.out_size[0]}x{p.out_size[1]}" if p.out_size else "each image's own size"
+                              for p in plans))
+    if len(made) > 1 or plans[0].out_size is None:
+        raise choice.refusal(f"its options make outputs of {' and '.join(made)}, and a batch has one size; give "
+                             f"each option the same size, or a crop after the choice (RandomCrop, CenterCrop)")
+    if len({plan.antialias for plan in plans}) > 1:
+        raise choice.refusal("its options' resizes differ in antialias, which the kernel takes for the batch")
+    choice.planned(plans)
 
 
 def _first_pass(colours: list[Transform], rest: "_AfterGeometry", names: str) -> tuple[_Step, ...]:
@@ -448,6 +489,12 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
                 geometry.append(t.window())  # (`[Resize((28, 28)), Pad(2)]`: a window of the resized image)
             break
         geometry.append(t)
+    if geometry and isinstance(geometry[0], GeometryChoice):  # (the crops after it in each option; its options checked)
+        geometry = [geometry[0].then(geometry[1:]) if len(geometry) > 1 else geometry[0]]
+        try:
+            check_choice(geometry[0])  # type: ignore[arg-type]
+        except TransformError as e:
+            raise TransformError(f"{e} [{names}]") from None
     kinds = [Resize if isinstance(g, Resize) else RandomCrop if isinstance(g, RandomCrop) else
              CenterCrop if isinstance(g, CenterCrop) else type(g) for g in geometry]
     if ragged and kinds in ([Resize], [RandomIoUCrop]):
@@ -462,14 +509,15 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
         raise TransformError(f"{type(geometry[1]).__name__} after {type(crop).__name__} cannot be fused: a Resize of "
                              f"the crop only" + (", and a crop without padding (pad_if_needed pads a smaller image)"
                                                   if isinstance(crop, RandomCrop) else "") + f" [{names}]")
-    if kinds not in ([], [RandomResizedCrop], [Resize], [CenterCrop], [RandomCrop], [Resize, CenterCrop],
+    if kinds not in ([], [RandomResizedCrop], [GeometryChoice], [Resize], [CenterCrop], [RandomCrop], [Resize, CenterCrop],
                      [Resize, RandomCrop], [RandomIoUCrop, Resize], [CenterCrop, Resize], [RandomCrop, Resize],
                      [RandomResizedCrop, CenterCrop], [RandomResizedCrop, RandomCrop], [PadWindow],
                      [Resize, PadWindow], [RandomResizedCrop, PadWindow]):
         raise TransformError(f"unsupported geometry {[k.__name__ for k in kinds]} in [{names}]: use one of "
                              f"RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, CenterCrop + Resize, "
                              f"Resize + RandomCrop, RandomCrop + Resize, RandomResizedCrop + CenterCrop or RandomCrop, "
-                             f"Pad alone or after Resize or RandomResizedCrop, RandomIoUCrop + Resize((h, w)), or none")
+                             f"Pad alone or after Resize or RandomResizedCrop, RandomIoUCrop + Resize((h, w)), a "
+                             f"RandomChoice among them that gives one size, or none")
     if kinds in ([Resize], [Resize, PadWindow]) and isinstance(geometry[0], _RandomSize) and not ragged:
         raise TransformError(f"{type(geometry[0]).__name__} alone gives differently sized images: add CenterCrop or "
                              f"RandomCrop after it (torchvision's references: RandomResize or RandomShortestSize, "

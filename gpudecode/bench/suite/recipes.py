@@ -36,8 +36,9 @@ images, gpudecode runs `Compose.from_torchvision` of it.
   RandomRotation(15), RandomHorizontalFlip(), ...]` (the flip after the rotation), a
   transfer-learning script's Resize(224) alone and `[Grayscale(3), Resize(256),
   CenterCrop(224), ...]`, ColorJitter first, a tutorial's `[Resize(256),
-  RandomResizedCrop(224), ...]` (each image resized first) and a fine-tuning script's
-  `[RandomCrop(300), Resize(224), ...]`; and two v2 Composes as written: torchvision's v2
+  RandomResizedCrop(224), ...]` (each image resized first), fine-tuning scripts'
+  `[RandomCrop(300), Resize(224), ...]` and `[Resize(255), RandomChoice([RandomResizedCrop(224),
+  CenterCrop(224)]), ...]` (each image its option); and two v2 Composes as written: torchvision's v2
   docs' `[ToImage(), ToDtype(torch.uint8, scale=True), RandomResizedCrop(224),
   RandomHorizontalFlip(), ToDtype(torch.float32, scale=True), Normalize]` and a detection
   script's floats of 0 to 255, `[ToImage(), ToDtype(torch.float32), Normalize(levels),
@@ -255,6 +256,9 @@ def as_written() -> dict[str, object]:
             [v1.Resize(256), v1.RandomResizedCrop(224), v1.RandomHorizontalFlip(), *tail]),
         "fine-tuning: RandomCrop(300), Resize(224), flip": v1.Compose(
             [v1.RandomCrop(300), v1.Resize(224), v1.RandomHorizontalFlip(), *tail]),
+        "fine-tuning: Resize(255), RandomChoice([RRC(224), CenterCrop(224)]), flip": v1.Compose(
+            [v1.Resize(255), v1.RandomChoice([v1.RandomResizedCrop(224), v1.CenterCrop(224)]),
+             v1.RandomHorizontalFlip(), *tail]),
         "fine-tuning: Resize(256), RandomRotation(15), CenterCrop(224)": v1.Compose(
             [v1.Resize(256), v1.RandomRotation(15), v1.CenterCrop(224), v1.RandomHorizontalFlip(), *tail]),
         "torchvision's v2 docs: ToImage, ToDtype(uint8), RRC(224), flip": v2.Compose(
@@ -272,11 +276,16 @@ def written(shards, folder, a) -> dict[str, float]:
     from gpudecode import Loader
 
     rows = {}
-    for name, tf in as_written().items():
+    for name, tf in _picked(as_written(), a).items():
         rows[f"{name}: gpudecode Loader"] = timed(epochs(Loader(shards, batch_size=a.batch, transform=tf,
                                                                  device="cpu", num_workers=a.threads)), a.repeat)
         rows[f"{name}: torchvision DataLoader"] = timed(_dataloader(folder, a.threads, a.batch, tf), a.repeat)
     return rows
+
+
+def _picked(recipes: dict[str, object], a) -> dict[str, object]:
+    """The recipes whose names hold one of --only's strings (all, without it)."""
+    return {k: v for k, v in recipes.items() if not a.only or any(s in k for s in a.only)}
 
 
 def op_costs(shards, threads, batch, repeat) -> dict[str, float]:
@@ -405,14 +414,16 @@ def main() -> None:
                     help="only recipes as scripts write them (rotation or flip first, CLIP's preprocess, "
                          "ToTensor first, a flip after the rotation, Resize(int) alone, Grayscale first, "
                          "ColorJitter first, a Resize before RRC, RandomCrop then Resize, Resize then rotation then "
-                         "CenterCrop)")
+                         "CenterCrop, a RandomChoice of crops)")
+    ap.add_argument("--only", action="append", metavar="TEXT",
+                    help="with --as-written: only the recipes whose names hold TEXT (may be given again)")
     a = ap.parse_args()
     shards, folder = build(a.images)
     if a.as_written:
         rows = written(shards, folder, a)
         _table(a, "recipe_as_written", "recipe as written (on PIL images)", rows)
         values = list(rows.values())
-        for (name, _), ours, theirs in zip(as_written().items(), values[0::2], values[1::2]):
+        for (name, _), ours, theirs in zip(_picked(as_written(), a).items(), values[0::2], values[1::2]):
             print(f"{name}: gpudecode / torchvision = {ours / theirs:.2f}x")
         return
     if a.crops:

@@ -1,0 +1,207 @@
+"""RandomChoice over geometries of one output size (`RandomChoice([RandomResizedCrop(224),
+CenterCrop(224)])` after a Resize, as public fine-tuning scripts write it; refused before):
+each image draws one option, whose crop and resize the kernel's columns then hold. Pixels
+against torchvision's functional ops replaying each image's draws on real photographs;
+the draws' frequencies against p; the recipes as written; boxes against torchvision's
+BoundingBoxes; the Loader against the Compose with its draws; the refusals."""
+from __future__ import annotations
+
+import copy
+import pickle
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as tv1
+import torchvision.transforms.v2 as tv
+import torchvision.transforms.v2.functional as F
+
+import gpudecode
+from gpudecode import transforms as T
+from gpudecode.errors import TransformError
+from conftest import encode, make_shard
+from test_boxes import random_boxes, tv_boxes
+from test_masks import centre, slic_mask, tv_mask
+
+OUT = (40, 44)
+f32 = tv.ToDtype(torch.float32, scale=True)
+
+
+@pytest.fixture(scope="module")
+def photo_batch(photos):
+    """Each photograph twice, cut to differ in shape (every option drawn somewhere)."""
+    out = []
+    for k, p in enumerate(photos.values()):
+        out.append(torch.from_numpy(np.ascontiguousarray(p.transpose(2, 0, 1))))
+        out.append(torch.from_numpy(np.ascontiguousarray(p[k % 3::2, ::3].transpose(2, 0, 1))))
+    return out
+
+
+def _option_of(img: torch.Tensor, k: int, p: dict) -> torch.Tensor:
+    """torchvision on the float image (the kernel resamples in float) for option k of CHOICE."""
+    x = f32(img)
+    if k == 0:  # RandomResizedCrop
+        return F.resized_crop(x, *p["crop"], list(OUT), antialias=True)
+    if k == 1:  # Resize(60), CenterCrop
+        x = F.resize(x, [60], antialias=True)
+        assert tuple(p["resize"]) == tuple(x.shape[1:])
+        return F.center_crop(x, list(OUT))
+    if k == 2:  # CenterCrop (padded where the image is smaller)
+        return F.center_crop(x, list(OUT))
+    x = F.resize(x, [52, 70], antialias=True)  # Resize((52, 70)), RandomCrop(padding=3)
+    t, l, h, w = p["crop"]
+    return F.crop(x, t, l, h, w)  # (torchvision's crop pads with zeros past the image)
+
+
+def _choice(p=None):
+    return T.RandomChoice([T.RandomResizedCrop(OUT), T.Compose([T.Resize(60), T.CenterCrop(OUT)]), T.CenterCrop(OUT),
+                           T.Compose([T.Resize((52, 70)), T.RandomCrop(OUT, padding=3)])], p)
+
+
+def test_each_image_takes_the_option_it_drew_as_torchvisions_ops(photo_batch):
+    """Every option's pixels, within float rounding of torchvision's ops on the float image
+    replaying the image's draws, then the flip; the decoders asked for the crop where the
+    option is a crop resized, else the whole image; all four options drawn."""
+    tf = T.Compose([_choice(), T.RandomHorizontalFlip(), T.ToDtype(torch.float32, scale=True)])
+    assert tf.out_size == OUT and tf.plan.native_spec is None
+    sizes = [tuple(i.shape[1:]) for i in photo_batch]
+    seen = set()
+    for seed in range(3):
+        params = tf.make_params(sizes, seed)
+        got = tf(photo_batch, params)
+        boxes = tf.decode_boxes(params, sizes)
+        for k, (img, p) in enumerate(zip(photo_batch, params)):
+            c = p["geometry_choice"]
+            want = _option_of(img, c, p)
+            want = F.horizontal_flip(want) if p["flip"] else want
+            assert got[k].shape == want.shape and float((got[k] - want).abs().max()) * 255 < 1e-3, (seed, k, c)
+            assert boxes[k] == (tuple(p["crop"]) if c == 0 else (0, 0, *sizes[k]))
+            seen.add(c)
+    assert seen == {0, 1, 2, 3}
+
+
+def test_crops_after_the_choice_end_each_option(photo_batch):
+    """Geometry steps after the choice end each of its options, with the same draws:
+    multi-scale training's `[RandomChoice([Resize(48), Resize(64), Resize(80)]),
+    RandomCrop(40)]` (options of their own sizes, one after the crop), and a choice of
+    filters, `[RandomChoice([Resize((52, 70)), Resize((52, 70), bicubic)]), CenterCrop]`
+    (each image's filter in its row): as torchvision's ops replaying the draws."""
+    scales = T.Compose([T.RandomChoice([T.Resize(48), T.Resize(64), T.Resize(80)]), T.RandomCrop(40),
+                        T.ToDtype(torch.float32, scale=True)])
+    modes = T.Compose([T.RandomChoice([T.Resize((52, 70)), T.Resize((52, 70), interpolation="bicubic")]),
+                       T.CenterCrop(OUT), T.ToDtype(torch.float32, scale=True)])
+    assert scales.out_size == (40, 40) and modes.out_size == OUT
+    sizes, seen = [tuple(i.shape[1:]) for i in photo_batch], set()
+    for tf, of in ((scales, lambda p: ([(48, 64, 80)[p["geometry_choice"]]], "bilinear")),
+                   (modes, lambda p: ([52, 70], ("bilinear", "bicubic")[p["geometry_choice"]]))):
+        params = tf.make_params(sizes, 6)
+        got = tf(photo_batch, params)
+        assert len({p["geometry_choice"] for p in params}) == len(tf.plan.geometry[0].options)
+        for k, (img, p) in enumerate(zip(photo_batch, params)):
+            size, mode = of(p)
+            x = F.resize(f32(img), size, interpolation=tv.InterpolationMode(mode), antialias=True)
+            assert tuple(p["resize"]) == tuple(x.shape[1:])
+            want = F.crop(x, *p["crop"]).clamp(0, 1)  # (the kernel clips bicubic's overshoot, once, at the end)
+            assert float((got[k] - want).abs().max()) * 255 < 1e-3, (k, p)
+            seen.add(mode)
+    assert seen == {"bilinear", "bicubic"}
+
+
+def test_the_options_are_drawn_with_their_probabilities():
+    """p as torchvision's RandomChoice takes it (weights, normalized): 6,000 draws within
+    four standard errors of each; the same seed draws the same options."""
+    tf = T.Compose([_choice([1, 2, 3, 4])])
+    params = tf.make_params([(80, 90)] * 6000, 11)
+    counts = np.bincount([p["geometry_choice"] for p in params], minlength=4)
+    for n, p in zip(counts, np.array([1, 2, 3, 4]) / 10):
+        assert abs(n / 6000 - p) < 4 * np.sqrt(p * (1 - p) / 6000), counts
+    assert tf.make_params([(80, 90)] * 6000, 11) == params
+
+
+@pytest.mark.parametrize("v1", [True, False])
+def test_the_recipe_as_written_converts(photo_batch, v1):
+    """`[Resize(255), RandomChoice([RandomResizedCrop(224), CenterCrop(224)]), flip, ToTensor,
+    Normalize]` (a public fine-tuning script's, at smaller sizes), v1 on PIL images and v2:
+    the Resize of each whole image first (torchvision's uint8 resize, bit for bit), then
+    the option each image drew, as torchvision's ops on it."""
+    m = tv1 if v1 else tv
+    steps = [m.Resize(60), m.RandomChoice([m.RandomResizedCrop(40), m.CenterCrop(40)]), m.RandomHorizontalFlip()]
+    tail = [tv1.ToTensor()] if v1 else [tv.ToImage(), tv.ToDtype(torch.float32, scale=True)]
+    ours = T.Compose.from_torchvision(m.Compose([*steps, *tail, m.Normalize([0.5] * 3, [0.25] * 3)]))
+    assert isinstance(ours.plan.first[0], T.Resize) and ours.out_size == (40, 40)
+    sizes = [tuple(i.shape[1:]) for i in photo_batch]
+    params = ours.make_params(sizes, 4)
+    got = ours(photo_batch, params)
+    assert {p["geometry_choice"] for p in params} == {0, 1}
+    for k, (img, p) in enumerate(zip(photo_batch, params)):
+        resized = F.resize(img, [60], antialias=True)
+        assert tuple(p["first_resize"]) == tuple(resized.shape[1:])
+        x = f32(resized)
+        x = F.resized_crop(x, *p["crop"], [40, 40], antialias=True) if p["geometry_choice"] == 0 else \
+            F.center_crop(x, [40, 40])
+        want = F.normalize(F.horizontal_flip(x) if p["flip"] else x, [0.5] * 3, [0.25] * 3)
+        assert float((got[k] - want).abs().max()) * 255 * 0.25 < 1e-3, k
+
+
+def test_boxes_and_masks_follow_the_option_each_image_drew(photos):
+    """Compose.boxes and Compose.masks with a choice: each image's boxes and mask as
+    torchvision's functional ops move a BoundingBoxes and a Mask under its option and draws
+    (a crop resized clamps boxes to the crop, a crop of the resized image does not; masks
+    resized by nearest neighbour, padded with the fill), the same boxes kept."""
+    rng = np.random.default_rng(1)
+    window = T.Compose([T.RandomResizedCrop((36, 40)), T.CenterCrop(OUT)])  # (a window past the resized crop)
+    tf = T.Compose([T.RandomChoice([*(T.Compose(list(o)) for o in _choice().options), window]),
+                    T.RandomHorizontalFlip()])
+    sizes = [(37, 61), (50, 47), (64, 64), (31, 70), (45, 45), (52, 40)] * 4
+    params = tf.make_params(sizes, 2)
+    assert {p["geometry_choice"] for p in params} == {0, 1, 2, 3, 4}
+    boxes = [random_boxes(rng, h, w) for h, w in sizes]
+    got = tf.boxes(boxes, params, sizes=sizes)
+    names = sorted(photos)
+    masks = [torch.from_numpy(slic_mask(centre(photos[names[k % len(names)]], h, w))) for k, (h, w) in enumerate(sizes)]
+    moved = tf.masks(masks, params, fill=255)
+    for k, (b, p, size) in enumerate(zip(boxes, params, sizes)):
+        frame = (36, 40) if p["geometry_choice"] == 4 else None
+        want, _ = tv_boxes(b, "XYXY", size, p, OUT, frame)
+        assert torch.allclose(got[k]["boxes"], want, atol=1e-4), (k, p["geometry_choice"])
+        assert torch.equal(moved[k], tv_mask(masks[k], p, OUT, 255, frame)), (k, p["geometry_choice"])
+
+
+@pytest.mark.parametrize("keep", [None, "ram"])
+def test_the_loader_gives_the_composes_images_and_copies_keep_it(tmp_path, photos, keep):
+    """Through the Loader (a PNG shard, two epochs, streamed and kept in RAM): the Compose
+    called on Pillow's decode with the Loader's draws, value for value; describe() names
+    the choice as torchvision's; pickle and deepcopy give the same draws."""
+    imgs = [np.ascontiguousarray(photos[n][::4, ::3]) for n in ("astronaut", "coffee", "chelsea", "rocket")]
+    shard = make_shard(tmp_path / "c-000000.tar", [{"__key__": f"{i:03d}", "png": encode(a, "PNG"), "cls": b"1"}
+                                                    for i, a in enumerate(imgs)])
+    tf = T.Compose([_choice(), T.RandomHorizontalFlip(), T.ColorJitter(0.3, 0.3), T.Normalize([0.5] * 3, [0.25] * 3)])
+    decoded = [torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1))) for a in imgs]
+    loader = gpudecode.Loader(shard, batch_size=4, transform=tf, device="cpu", shuffle=False, seed=5, keep=keep)
+    assert loader.describe()["transform"] == ["RandomChoice", "RandomHorizontalFlip", "ColorJitter", "Normalize"]
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        (batch,) = list(loader)
+        params = tf.make_params([tuple(d.shape[1:]) for d in decoded], 5, epoch=epoch, indices=[0, 1, 2, 3])
+        assert torch.equal(batch.images, tf(decoded, params))
+    for again in (copy.deepcopy(tf), pickle.loads(pickle.dumps(tf))):
+        assert repr(again) == repr(tf) and again.make_params([(70, 80)] * 5, 3) == tf.make_params([(70, 80)] * 5, 3)
+
+
+def test_what_a_choice_of_geometries_refuses():
+    """Options of other sizes, an option with a colour step, a flip before the choice, a
+    crop padded by reflection, options that differ in antialias: each refused, saying why."""
+    with pytest.raises(TransformError, match=r"outputs\s+of\s+40x44\s+and\s+32x32,[\s\S]*\[RandomChoice, RandomHorizontalFlip\]"):
+        T.Compose([T.RandomChoice([T.RandomResizedCrop(OUT), T.CenterCrop(32)]), T.RandomHorizontalFlip()])
+    with pytest.raises(TransformError, match=r"outputs\s+of\s+40x44\s+and\s+each\s+image's\s+own\s+size,"):
+        T.Compose([T.RandomChoice([T.RandomResizedCrop(OUT), T.Resize(32)])])
+    with pytest.raises(TransformError, match=r"not\s+a\s+geometry;"):
+        T.Compose([T.RandomChoice([T.RandomResizedCrop(OUT), T.Compose([T.CenterCrop(OUT), T.ColorJitter(0.2)])])])
+    with pytest.raises(TransformError, match=r"after\s+a\s+flip\s+cannot\s+be\s+fused"):
+        T.Compose([T.RandomHorizontalFlip(), T.RandomChoice([T.RandomResizedCrop(OUT), T.CenterCrop(OUT)])])
+    with pytest.raises(TransformError, match=r"pads\s+by\s+reflection"):
+        T.Compose([T.RandomChoice([T.RandomResizedCrop(OUT), T.RandomCrop(OUT, padding=2, padding_mode="reflect")])])
+    with pytest.raises(TransformError, match=r"differ\s+in\s+antialias"):
+        T.Compose([T.RandomChoice([T.RandomResizedCrop(OUT), T.RandomResizedCrop(OUT, antialias=False)])])
+    with pytest.raises(TransformError, match=r"RandomRotation.*not a geometry|cannot be fused"):
+        T.Compose.from_torchvision(tv.RandomChoice([tv.RandomResizedCrop(40), tv.RandomRotation([-180, 180])]))
