@@ -205,3 +205,31 @@ def test_what_a_choice_of_geometries_refuses():
         T.Compose([T.RandomChoice([T.RandomResizedCrop(OUT), T.RandomResizedCrop(OUT, antialias=False)])])
     with pytest.raises(TransformError, match=r"RandomRotation.*not a geometry|cannot be fused"):
         T.Compose.from_torchvision(tv.RandomChoice([tv.RandomResizedCrop(40), tv.RandomRotation([-180, 180])]))
+
+
+def test_a_choice_of_fixed_rotations(photo_batch):
+    """`[flip, vflip, RandomChoice([RandomRotation((a, a)) for a in (0, 90, 180, 270)])]`
+    (satellite, microscopy and pathology scripts; refused before: its options all draw
+    "rotation", and one of them draws an image): torchvision's flips and rotation of the
+    uint8 image, bit for bit, on square and oblong photographs; every angle drawn, about
+    a quarter each; two rotations in a row still refused."""
+    tf = T.Compose.from_torchvision(tv1.Compose([
+        tv1.RandomHorizontalFlip(), tv1.RandomVerticalFlip(),
+        tv1.RandomChoice([tv1.RandomRotation((a, a)) for a in (0, 90, 180, 270)])]))
+    square = [x[:, :48, :48].contiguous() for x in photo_batch]
+    oblong = [x[:, :40, :56].contiguous() for x in photo_batch]
+    angles = []
+    for batch in (square, oblong):
+        for seed in range(6):
+            params = tf.make_params([tuple(x.shape[1:]) for x in batch], seed)
+            got = tf(batch, params)
+            for k, (img, p) in enumerate(zip(batch, params)):
+                x = F.horizontal_flip(img) if p["flip"] else img
+                x = F.vertical_flip(x) if p["vflip"] else x
+                angle = p["rotation"]["angle"]
+                assert torch.equal(got[k], F.rotate(x, angle)), (seed, k, angle)
+                angles.append(angle)
+    counts = np.unique(angles, return_counts=True)
+    assert counts[0].tolist() == [0, 90, 180, 270] and counts[1].min() > len(angles) / 8, counts
+    with pytest.raises(TransformError, match="two RandomRotations"):
+        T.Compose([T.RandomRotation(10), T.RandomChoice([T.RandomRotation((90, 90)), T.RandomInvert()])])

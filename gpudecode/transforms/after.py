@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import TransformError
-from .base import PROGRAM_GROUPS, Transform, _refuse, _Step
+from .base import PROGRAM_GROUPS, Transform, _refuse, _Step, _Wrapper
 from .colour import RGB, Grayscale
 from .geometry import RandomHorizontalFlip, RandomVerticalFlip, _Flip
 from .output import LinearTransformation, Normalize, RandomErasing, ToDtype
@@ -132,6 +132,29 @@ class _AfterGeometry:
         else:
             self.flip, self.flip_at = t, (at, self.flip_at[1])  # type: ignore[assignment]
 
+    def _claim(self, t: _Step) -> None:
+        """Takes the make_params keys `t` draws (and its steps') into `keys`, refusing a key
+        two steps would draw; the options of a RandomChoice (`exclusive`: one of them
+        draws an image) each against the keys before it, so that they may share one
+        (`RandomChoice([RandomRotation((a, a)) for a in (0, 90, 180, 270)])`)."""
+        for k in t.keys:
+            if k in self.keys:
+                raise TransformError(f"two {type(t).__name__}s [{self.names}]" if self.keys[k] == type(t).__name__
+                                     else f"{type(t).__name__} and {self.keys[k]} both draw {k!r}: one of them "
+                                     f"per Compose [{self.names}]")
+            self.keys[k] = type(t).__name__
+        steps = t.transforms if isinstance(t, _Wrapper) else []
+        if not getattr(t, "exclusive", False):
+            for u in steps:
+                self._claim(u)
+            return
+        before, drawn = self.keys, {}
+        for u in steps:
+            self.keys = dict(before)
+            self._claim(u)
+            drawn.update(self.keys)
+        self.keys = drawn
+
     def _step(self, t: _Step) -> None:
         if self.dtype == torch.uint8:
             raise TransformError(f"{type(t).__name__} after ToDtype(uint8) cannot be fused [{self.names}]")
@@ -139,12 +162,7 @@ class _AfterGeometry:
             if getattr(u, "canvas", False):  # (inside a container: it cannot come first)
                 raise TransformError(f"{u!r} inside {type(t).__name__} cannot be fused: {getattr(u, 'canvas_why', '')}, so it "
                                      f"comes first, before the geometry, on its own [{self.names}]")
-            for k in u.keys:
-                if k in self.keys:
-                    raise TransformError(f"two {type(u).__name__}s [{self.names}]" if self.keys[k] == type(u).__name__
-                                         else f"{type(u).__name__} and {self.keys[k]} both draw {k!r}: one of them "
-                                         f"per Compose [{self.names}]")
-                self.keys[k] = type(u).__name__
+        self._claim(t)
         one = self.one_at is not None and self.one_end is None  # (one channel before this step)
         if isinstance(t, Grayscale) and one != (t.num_output_channels == 1):
             if self.one_end is not None:

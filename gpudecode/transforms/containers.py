@@ -134,6 +134,7 @@ class SampleRandomChoice(_Wrapper, converts="torchvision.RandomChoice"):
 
     keys = ("choice",)
     shown_as = "RandomChoice"  # (base.step_name)
+    exclusive = True  # (one option draws an image: options may draw under one key; after._AfterGeometry._claim)
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
