@@ -50,7 +50,7 @@ REFUSALS = [
                        T.TrivialAugmentWide(), F32, T.Normalize(MEAN, STD), T.ColorJitter(0.4)]),
     lambda: T.Compose([T.RandomResizedCrop(8), T.RandomResizedCrop(8)]),
     lambda: T.Compose([T.RandomRotation(10, expand=True), T.Resize(32)]),
-    lambda: T.Compose([T.RandomCrop(8), T.CenterCrop(8)]),
+    lambda: T.Compose([T.RandomCrop(8), T.CenterCrop(10)]),
     lambda: T.Compose([T.RandomResizedCrop(8), T.ColorJitter(0.1), T.ColorJitter(0.2)]),
     lambda: T.Compose([F32, T.ColorJitter(0.2), T.RandomResizedCrop(8)]),
     lambda: T.Compose([T.RandomHorizontalFlip(), T.RandAugment(), T.RandomResizedCrop(8)]),

@@ -24,20 +24,22 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       torchvision resizes a uint8 image), Resize + RandomCrop or FixedSizeCrop
       (RandomResize, RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h,
       w)) (its crop drawn from a Boxes field's boxes), Resize(int) alone (a batch of one
-      output size), RandomChoice over those that give one size (each image its option's; a
-      Resize before it, or crops after it that end each option: RandomChoice([Resize(256),
-      Resize(320)]) + RandomCrop(224)), or none; with Compose(ragged=True), images of their
-      own sizes: also Resize(int), RandomResize, RandomShortestSize, ScaleJitter or
-      RandomIoUCrop alone (bilinear or bicubic, antialiased, or nearest, nearest-exact,
-      pil-nearest; a RandomCrop pads with a fill, the edge, or a reflection: every
-      padding_mode); timm's RandomResizedCropAndInterpolation, ResizeKeepRatio,
-      CenterCropOrPad
+      output size), a crop of a crop (CenterCrop or RandomCrop, then an unpadded one no
+      larger: one crop, the offsets added; a Resize before them), RandomChoice over those
+      that give one size (each image its option's; a Resize before it, or crops after it
+      that end each option: RandomChoice([Resize(256), Resize(320)]) + RandomCrop(224)), or
+      none; with Compose(ragged=True), images of their own sizes: also Resize(int),
+      RandomResize, RandomShortestSize, ScaleJitter or RandomIoUCrop alone (bilinear or
+      bicubic, antialiased, or nearest, nearest-exact, pil-nearest; a RandomCrop pads with a
+      fill, the edge, or a reflection: every padding_mode); timm's
+      RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad
     - flips (any order; after the geometry, or first, before it): RandomHorizontalFlip,
       RandomVerticalFlip (first: flipped, then cropped, as torchvision's; not before a
-      nearest resize; between an even Pad and a RandomCrop: before the Pad; between a
-      RandomResizedCrop and a crop of its output: that crop's window mirrored; after
-      torchvision's warps and policies: each warp mirrored where the sample is flipped, the
-      same image)
+      nearest resize; between an even Pad and a RandomCrop: before the Pad; between a Resize
+      and the crop: before the Resize (a resize of a mirrored image is the mirrored resize);
+      between a RandomResizedCrop and a crop of its output: that crop's window mirrored;
+      after torchvision's warps and policies: each warp mirrored where the sample is
+      flipped, the same image)
     - per-sample ops (any order; also before the geometry): ColorJitter,
       RandomChannelPermutation, RandomPhotometricDistort, RandomGrayscale, Grayscale,
       RandomSolarize, RandomInvert, RandomPosterize, RandomAutocontrast, RandomEqualize,
@@ -50,8 +52,10 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       and the like)
     - containers: RandomApply, RandomChoice, RandomOrder over the per-sample ops (a Compose
       among their items: one item, its steps in order, as torchvision runs it; a Compose
-      inside a Compose: its steps in its place); RandomChoice over geometries: the geometry
-      (above); RandomOrder over flips alone: the flips, which commute
+      inside a Compose: its steps in its place); RandomChoice's options may draw alike (one
+      of them draws an image: RandomChoice([RandomRotation((a, a)) for a in (0, 90, 180,
+      270)])); RandomChoice over geometries: the geometry (above); RandomOrder over flips
+      alone: the flips, which commute
     - then: Normalize, ToTensor, ConvertImageDtype, ToDtype (a float ToDtype without scale:
       floats of 0 to 255, a Normalize after it in levels); then RandomErasing,
       LinearTransformation (last, in this order; LinearTransformation on a float output of

@@ -28,14 +28,16 @@ GROUPS = {
                  "padded where it reaches past it), Pad alone, or after Resize or RandomResizedCrop, Resize + RandomResizedCrop or Resize (each image resized first, as "
                  "torchvision resizes a uint8 image), Resize + RandomCrop or FixedSizeCrop (RandomResize, "
                  "RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h, w)) (its crop drawn from a "
-                 "Boxes field's boxes), Resize(int) alone (a batch of one output size), RandomChoice over those that give "
+                 "Boxes field's boxes), Resize(int) alone (a batch of one output size), a crop of a crop (CenterCrop "
+                 "or RandomCrop, then an unpadded one no larger: one crop, the offsets added; a Resize before them), "
+                 "RandomChoice over those that give "
                  "one size (each image its option's; a Resize before it, or crops after it that end each option: "
                  "RandomChoice([Resize(256), Resize(320)]) + RandomCrop(224)), or none; with Compose(ragged=True), "
                  "images of their own sizes: also Resize(int), RandomResize, RandomShortestSize, ScaleJitter or RandomIoUCrop alone (bilinear or bicubic, "
                  "antialiased, or nearest, nearest-exact, pil-nearest; a RandomCrop pads with a fill, the edge, or a "
                  "reflection: every padding_mode); timm's {timm}"),
     "flips": ("flips (any order; after the geometry, or first, before it)", "{tv} (first: flipped, then cropped, as "
-              "torchvision's; not before a nearest resize; between an even Pad and a RandomCrop: before the Pad; between a RandomResizedCrop and a crop of its output: that crop's window mirrored; after torchvision's warps and policies: each warp mirrored "
+              "torchvision's; not before a nearest resize; between an even Pad and a RandomCrop: before the Pad; between a Resize and the crop: before the Resize (a resize of a mirrored image is the mirrored resize); between a RandomResizedCrop and a crop of its output: that crop's window mirrored; after torchvision's warps and policies: each warp mirrored "
               "where the sample is flipped, the same image)"),
     "per-sample": ("per-sample ops (any order; also before the geometry)", "{tv} (written before the geometry, they "
                    "run first, on each whole image at its size, as torchvision runs them, and so do the policies and "
@@ -44,7 +46,8 @@ GROUPS = {
                  "and the like)"),
     "containers": ("containers", "{tv} over the per-sample ops (a Compose among their items: one item, its steps "
                    "in order, as torchvision runs it; a Compose inside a Compose: its steps in its place); "
-                   "RandomChoice over geometries: the geometry (above); "
+                   "RandomChoice's options may draw alike (one of them draws an image: RandomChoice([RandomRotation("
+                   "(a, a)) for a in (0, 90, 180, 270)])); RandomChoice over geometries: the geometry (above); "
                    "RandomOrder over flips alone: the flips, which commute"),
     "then": ("then", "{tv} (a float ToDtype without scale: floats of 0 to 255, a Normalize after it in levels); "
              "then {last} (last, in this order; LinearTransformation on a float output of one size); "

@@ -247,16 +247,24 @@ def _filled_padding(geometry: list[Transform]) -> Transform | None:
 def flips_before_pad(steps: Sequence[Transform]) -> list[Transform] | None:
     """`[Pad(4), RandomHorizontalFlip(), RandomCrop(32)]` (CIFAR scripts) as `[RandomHorizontalFlip(),
     Pad(4), RandomCrop(32)]`: the flips right after a Pad moved before it, where its padding
-    is the same on both ends of each flip's axis. The same images exactly: a padded image
-    mirrored is the mirrored image padded alike, in every padding mode, and its boxes move
-    alike; a Pad draws nothing, so every draw keeps its order. None where no flip follows
-    a Pad; refused where a flip's axis is padded unevenly (the flip moves the image)."""
+    is the same on both ends of each flip's axis; and those right after a Resize
+    (`[Resize((256, 128)), RandomHorizontalFlip(), Pad(10), RandomCrop((256, 128))]`, person
+    re-identification's recipe) before it. The same images: a padded image mirrored is the
+    mirrored image padded alike, in every padding mode, and its boxes move alike; a resize
+    of a mirrored image is the mirrored resize (its filter and its grid are symmetric: a
+    nearest one is not, and the flips before it stay refused); neither draws, so every draw
+    keeps its order. None where no flip follows a Pad or a Resize; refused where a flip's
+    axis is padded unevenly (the flip moves the image)."""
     from .canvas import Pad
 
     out, moved = list(steps), False
     for i in range(1, len(out)):
         k = i
-        while k > 0 and getattr(out[k], "group", None) == "flips" and type(out[k - 1]) is Pad:
+        while k > 0 and getattr(out[k], "group", None) == "flips" and type(out[k - 1]) in (Pad, Resize):
+            if type(out[k - 1]) is Resize:
+                out[k - 1], out[k] = out[k], out[k - 1]
+                k, moved = k - 1, True
+                continue
             left, top, right, bottom = out[k - 1].padding  # type: ignore[attr-defined]
             if (left != right) if out[k].key == "flip" else (top != bottom):  # type: ignore[attr-defined]
                 sides = "left and right" if out[k].key == "flip" else "top and bottom"  # type: ignore[attr-defined]

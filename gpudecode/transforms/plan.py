@@ -20,6 +20,7 @@ from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, Ra
 from .draws import native_spec
 from .geometry_choice import GeometryChoice
 from .iou_crop import RandomIoUCrop
+from .nested_crops import CropOfCrop, nested
 from .leading import (check_colours_first, check_floats_first, check_greys_first, check_normalize_first, leading_colours,
                       leading_flips, leading_floats, leading_greys, leading_normalize, leading_uint8, window_flips)
 from .output import LinearTransformation, Normalize, RandomErasing
@@ -264,7 +265,8 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         steps, every = steps[len(lead):], [t for t in every[:at] if isinstance(t, RGB)] + every[at:]
     if len(steps) > 1 and isinstance(steps[0], Resize) and steps[0].filter_modes[0] != "pil-nearest" and \
             not ragged and (type(steps[1]) in (RandomResizedCrop, GeometryChoice) or _crop_then_resize(steps[1:3]) or
-                            type(steps[1]) is Resize or (not lead and _canvas_then_geometry(steps[1:]))):
+                            type(steps[1]) is Resize or ((not lead or type(steps[1]) is Pad) and
+                                                         _canvas_then_geometry(steps[1:]))):
         # (`[Resize(256), RandomResizedCrop(224)]`, `[Resize(300), RandomCrop(256), Resize(224)]`, `[Resize(300),
         # Resize(224)]`, `[Resize(256), RandomRotation(15), CenterCrop(224)]`: each image resized first, as
         # torchvision's Resize of a uint8 image by torch's ops, transforms.first.resized_images; the crop, the second
@@ -495,7 +497,8 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
             check_choice(geometry[0])  # type: ignore[arg-type]
         except TransformError as e:
             raise TransformError(f"{e} [{names}]") from None
-    kinds = [Resize if isinstance(g, Resize) else RandomCrop if isinstance(g, RandomCrop) else
+    geometry = nested(geometry)  # (`[CenterCrop(256), RandomCrop(224)]`: one crop, the offsets added)
+    kinds = [Resize if isinstance(g, Resize) else RandomCrop if isinstance(g, (RandomCrop, CropOfCrop)) else
              CenterCrop if isinstance(g, CenterCrop) else type(g) for g in geometry]
     if ragged and kinds in ([Resize], [RandomIoUCrop]):
         return geometry
@@ -513,11 +516,10 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
                      [Resize, RandomCrop], [RandomIoUCrop, Resize], [CenterCrop, Resize], [RandomCrop, Resize],
                      [RandomResizedCrop, CenterCrop], [RandomResizedCrop, RandomCrop], [PadWindow],
                      [Resize, PadWindow], [RandomResizedCrop, PadWindow]):
-        raise TransformError(f"unsupported geometry {[k.__name__ for k in kinds]} in [{names}]: use one of "
-                             f"RandomResizedCrop, Resize, CenterCrop, RandomCrop, Resize + CenterCrop, CenterCrop + Resize, "
-                             f"Resize + RandomCrop, RandomCrop + Resize, RandomResizedCrop + CenterCrop or RandomCrop, "
-                             f"Pad alone or after Resize or RandomResizedCrop, RandomIoUCrop + Resize((h, w)), a "
-                             f"RandomChoice among them that gives one size, or none")
+        raise TransformError(f"unsupported geometry {[k.__name__ for k in kinds]} in [{names}]: use one crop or "
+                             f"resize, or Resize + a crop, a crop + Resize, RandomResizedCrop + a crop, a crop of a "
+                             f"crop (unpadded, inside it), Pad after Resize or RandomResizedCrop, RandomIoUCrop + "
+                             f"Resize((h, w)), a RandomChoice of those of one size, or none (`gpudecode ops`)")
     if kinds in ([Resize], [Resize, PadWindow]) and isinstance(geometry[0], _RandomSize) and not ragged:
         raise TransformError(f"{type(geometry[0]).__name__} alone gives differently sized images: add CenterCrop or "
                              f"RandomCrop after it (torchvision's references: RandomResize or RandomShortestSize, "

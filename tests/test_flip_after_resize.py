@@ -1,0 +1,101 @@
+"""A flip between a Resize and the crop (person re-identification's `[Resize((256, 128)),
+RandomHorizontalFlip(), Pad(10), RandomCrop((256, 128)), ...]`, CIFAR scripts' `[Resize(32),
+RandomHorizontalFlip(), RandomCrop(32, padding=4)]`; refused before): a resize of a
+mirrored image is the mirrored resize, so the flip is taken before the Resize, where a
+flip first is fused (the crop's window mirrored, the flip last). Pixels against
+torchvision's ops in the Compose's order replaying each image's draws, on photographs;
+through the Loader; a nearest Resize still refused."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as tv1
+import torchvision.transforms.v2 as tv
+import torchvision.transforms.v2.functional as F
+
+import gpudecode
+from gpudecode import transforms as T
+from gpudecode.errors import TransformError
+from conftest import encode, make_shard
+
+f32 = tv.ToDtype(torch.float32, scale=True)
+
+
+@pytest.fixture(scope="module")
+def photo_batch(photos):
+    return [torch.from_numpy(np.ascontiguousarray(p[k::2, ::3].transpose(2, 0, 1))) for k, p in
+            enumerate(photos.values())] * 2
+
+
+def _flips(x: torch.Tensor, p: dict) -> torch.Tensor:
+    x = F.horizontal_flip(x) if p["flip"] else x
+    return F.vertical_flip(x) if p.get("vflip") else x
+
+
+def test_the_reid_recipe_is_torchvisions_bit_for_bit(photo_batch):
+    """`[Resize((64, 32)), flip, Pad(10), RandomCrop((64, 32))]` as written (v1): torchvision
+    resizes the uint8 image, flips it, pads it and crops it; ours, each whole image resized
+    first (torch's ops), the crop's padded window mirrored, the flip last: the same bytes.
+    The steps are kept as written; both flips drawn; so with a vertical flip too."""
+    for flips in ([tv1.RandomHorizontalFlip()], [tv1.RandomHorizontalFlip(), tv1.RandomVerticalFlip()]):
+        tvc = tv1.Compose([tv1.Resize((64, 32)), *flips, tv1.Pad(10), tv1.RandomCrop((64, 32))])
+        ours = T.Compose.from_torchvision(tvc)
+        assert [type(t).__name__ for t in ours.plan.steps] == [type(t).__name__ for t in tvc.transforms]
+        assert isinstance(ours.plan.first[0], T.Resize) and ours.plan.mirror[0]
+        sizes = [tuple(i.shape[1:]) for i in photo_batch]
+        params = ours.make_params(sizes, 3)
+        got = ours(photo_batch, params)
+        assert {p["flip"] for p in params} == {False, True}
+        for k, (img, p) in enumerate(zip(photo_batch, params)):
+            x = F.pad(_flips(F.resize(img, [64, 32], antialias=True), p), [10])
+            t, l, h, w = p["crop"]  # (in the resized image: the padding off)
+            assert torch.equal(got[k], F.crop(x, t + 10, l + 10, h, w)), (k, p)
+
+
+@pytest.mark.parametrize("name", ["RandomCrop, padding", "RandomResizedCrop", "CenterCrop"])
+def test_a_flip_after_the_resize_before_each_crop(photo_batch, name):
+    """The flip between a Resize and a RandomCrop with padding (the kernel resamples the
+    window), a RandomResizedCrop (each image resized first) or a CenterCrop: torchvision's
+    float ops in the Compose's order, within float rounding."""
+    crop, replay = {
+        "RandomCrop, padding": (T.RandomCrop(32, padding=4), lambda x, p: F.crop(x, *p["crop"])),
+        "RandomResizedCrop": (T.RandomResizedCrop(28), lambda x, p: F.resized_crop(x, *p["crop"], [28, 28],
+                                                                                     antialias=True)),
+        "CenterCrop": (T.CenterCrop((30, 26)), lambda x, p: F.center_crop(x, [30, 26])),
+    }[name]
+    resize = T.Resize((32, 32)) if name == "RandomCrop, padding" else T.Resize(36)
+    tf = T.Compose([resize, T.RandomHorizontalFlip(), T.RandomVerticalFlip(0.3), crop,
+                    T.ToDtype(torch.float32, scale=True)])
+    sizes = [tuple(i.shape[1:]) for i in photo_batch]
+    params = tf.make_params(sizes, 7)
+    got = tf(photo_batch, params)
+    for k, (img, p) in enumerate(zip(photo_batch, params)):
+        x = F.resize(img, resize.size if isinstance(resize.size, tuple) else [resize.size], antialias=True)
+        x = f32(x) if tf.plan.first else F.resize(f32(img), list(x.shape[1:]), antialias=True)
+        want = replay(_flips(x, p), p)
+        assert got[k].shape == want.shape and float((got[k] - want).abs().max()) * 255 < 1e-3, (name, k, p)
+
+
+def test_through_the_loader(tmp_path, photos):
+    """The re-identification recipe through the Loader (a PNG shard, two epochs): the
+    Compose called on Pillow's decode with the Loader's draws."""
+    imgs = [np.ascontiguousarray(photos[n][::3, ::5]) for n in ("astronaut", "coffee", "chelsea", "rocket")]
+    shard = make_shard(tmp_path / "r-000000.tar", [{"__key__": f"{i:03d}", "png": encode(a, "PNG"), "cls": b"3"}
+                                                    for i, a in enumerate(imgs)])
+    tf = T.Compose([T.Resize((48, 24)), T.RandomHorizontalFlip(), T.Pad(6), T.RandomCrop((48, 24)),
+                    T.ToDtype(torch.float32, scale=True), T.Normalize([0.5] * 3, [0.25] * 3), T.RandomErasing()])
+    decoded = [torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1))) for a in imgs]
+    loader = gpudecode.Loader(shard, batch_size=4, transform=tf, device="cpu", shuffle=False, seed=2)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        (batch,) = list(loader)
+        params = tf.make_params([tuple(d.shape[1:]) for d in decoded], 2, epoch=epoch, indices=[0, 1, 2, 3])
+        assert torch.equal(batch.images, tf(decoded, params))
+
+
+def test_a_nearest_resize_keeps_its_refusal():
+    """A nearest resize is not mirror-symmetric: the flip after it stays refused, saying
+    what it said before."""
+    with pytest.raises(TransformError, match=r"RandomCrop after other steps cannot be fused"):
+        T.Compose([T.Resize((32, 32), interpolation="nearest"), T.RandomHorizontalFlip(), T.RandomCrop(28)])
