@@ -567,7 +567,7 @@ def follow_targets(specs: Sequence[FieldSpec], values: list[list[Any]], errors: 
         return
     views = [_Geometry(d.encode()[0], places(plan, d), d.out_sizes() if plan.ragged else plan.output_size(d.sizes),
                        *drawn_warps(plan, d),
-                       crops=d.dicts() if plan.reads_boxes else None, mirror=plan.mirror, cropped=crops_resized(plan, d))
+                       crops=d.dicts() if plan.reads_boxes else None, mirror=plan.masks_mirrored, cropped=crops_resized(plan, d))
              for plan, d in zip(plans, draws)]
     follow_masks(specs, values, errors, samples, views, pool=pool, on_host=on_host)
     follow_boxes(specs, values, errors, samples, views)

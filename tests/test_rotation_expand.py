@@ -343,13 +343,14 @@ def test_a_resize_then_a_warp_then_a_crop_as_fine_tuning_recipes_write_it(photo_
         x = replay(F.resize(img, [40], antialias=True), p, mode, [0.0] * 3)
         assert torch.equal(out, F.crop(x, *p["crop"])), p
     pad = T.Compose([T.Resize((30, 36)), T.Pad(4, fill=(9, 80, 200)), T.RandomCrop(32)])
-    assert isinstance(pad.plan.first[0], T.Resize) and pad.plan.canvas is None  # (the Pad is the crop's padding)
+    assert not pad.plan.first and pad.plan.canvas is None  # (the Pad is the crop's padding: one pass, as
+    # `[Resize((30, 36)), RandomCrop(32, padding=4)]`: within a level of torchvision's uint8 resize)
     centred = T.Compose([T.Resize(24), T.Pad((3, 5)), T.CenterCrop(30)])
     for tf, pads in ((pad, [4, 4, 4, 4]), (centred, [3, 5, 3, 5])):
         params = tf.make_params(sizes, 2)
         for img, p, out in zip(photo_batch, params, tf(photo_batch, params)):
-            x = F.pad(F.resize(img, list(p["first_resize"]), antialias=True), pads,
+            x = F.pad(F.resize(img, list(p.get("first_resize", p.get("resize"))), antialias=True), pads,
                       fill=[9, 80, 200] if tf is pad else 0)
             t, l, h, w = p["crop"]  # (RandomCrop's offsets in the image before its padding)
             want = F.crop(x, t + 4, l + 4, h, w) if tf is pad else F.center_crop(x, [30, 30])
-            assert torch.equal(out, want), p
+            assert torch.equal(out, want) if tf is centred else int((out.int() - want.int()).abs().max()) <= 1, p

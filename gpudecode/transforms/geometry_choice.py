@@ -45,7 +45,7 @@ class GeometryChoice(Transform):
 
     group = "geometry"
     shown_as = "RandomChoice"  # (base.step_name)
-    taken = 1  # the Compose's steps it stands for: itself, and the geometry steps after it that end each option
+    _taken = 1  # the Compose's steps it stands for: itself, and the geometry steps after it that end each option
 
     def __init__(self, options: Sequence[Sequence[Transform]], p: Sequence[float] | None = None) -> None:
         self.options = [tuple(o) for o in options]
@@ -61,7 +61,7 @@ class GeometryChoice(Transform):
         """The choice followed by the geometry `steps` (`[RandomChoice([Resize(256),
         Resize(320)]), RandomCrop(224)]`): each option followed by them, the same draws."""
         out = GeometryChoice([[*o, *steps] for o in self.options], self.p)
-        out.taken = self.taken + len(steps)
+        out._taken = self._taken + len(steps)
         return out
 
     @property

@@ -244,7 +244,7 @@ def _filled_padding(geometry: list[Transform]) -> Transform | None:
     return None
 
 
-def flips_before_pad(steps: Sequence[Transform]) -> list[Transform] | None:
+def flips_before_pad(steps: Sequence[Transform], past_resize: list | None = None) -> list[Transform] | None:
     """`[Pad(4), RandomHorizontalFlip(), RandomCrop(32)]` (CIFAR scripts) as `[RandomHorizontalFlip(),
     Pad(4), RandomCrop(32)]`: the flips right after a Pad moved before it, where its padding
     is the same on both ends of each flip's axis; and those right after a Resize
@@ -254,7 +254,8 @@ def flips_before_pad(steps: Sequence[Transform]) -> list[Transform] | None:
     of a mirrored image is the mirrored resize (its filter and its grid are symmetric: a
     nearest one is not, and the flips before it stay refused); neither draws, so every draw
     keeps its order. None where no flip follows a Pad or a Resize; refused where a flip's
-    axis is padded unevenly (the flip moves the image)."""
+    axis is padded unevenly (the flip moves the image). `past_resize`: takes the flips
+    moved past a Resize (a mask's nearest pick of the resize is made before them)."""
     from .canvas import Pad
 
     out, moved = list(steps), False
@@ -262,6 +263,8 @@ def flips_before_pad(steps: Sequence[Transform]) -> list[Transform] | None:
         k = i
         while k > 0 and getattr(out[k], "group", None) == "flips" and type(out[k - 1]) in (Pad, Resize):
             if type(out[k - 1]) is Resize:
+                if past_resize is not None:
+                    past_resize.append(out[k])
                 out[k - 1], out[k] = out[k], out[k - 1]
                 k, moved = k - 1, True
                 continue
@@ -283,11 +286,13 @@ def with_flips_before_pad(plan_of: Any, steps: Sequence[Transform], *args: Any) 
     try:
         return plan_of(steps, *args)
     except TransformError as refused:
-        moved = flips_before_pad(steps)
+        past: list = []
+        moved = flips_before_pad(steps, past)
         if moved is None:
             raise
         try:
             plan = plan_of(moved, *args)
         except TransformError:
             raise refused from None
-        return dataclasses.replace(plan, steps=tuple(steps))
+        return dataclasses.replace(plan, steps=tuple(steps), mask_mirror=tuple(
+            on and not any(t is f for t in past) for on, f in zip(plan.mirror, (plan.flip, plan.vflip))))

@@ -256,7 +256,7 @@ def warp_masks(plan: "_Plan", masks: Sequence[Any], draws: "Draws", *, fill: int
         return []
     geom = draws.encode()[0]
     out_size = batch_size(plan, draws)
-    rows, rin, cols, cin = mask_indices(geom, out_size, places(plan, draws), plan.mirror)
+    rows, rin, cols, cin = mask_indices(geom, out_size, places(plan, draws), plan.masks_mirrored)
     before, after = drawn_warps(plan, draws)
     out = []
     for k, m in enumerate(ms):

@@ -24,7 +24,7 @@ class CropOfCrop(Transform):
     size; the padding (fill, mode) is the first's."""
 
     group = "geometry"
-    taken = 2  # (the Compose's steps it stands for: plan.py counts them)
+    _taken = 2  # (the Compose's steps it stands for: plan.py counts them)
 
     def __init__(self, first: Transform, second: Transform) -> None:
         self.first: Any = first

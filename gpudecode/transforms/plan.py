@@ -71,9 +71,18 @@ class _Plan:
     # (horizontal, vertical): the program steps before that index come before that flip (a warp, then the flip: the
     # kernel flips first, and those warps' ops are mirrored on flipped samples: mirrored_at, mirrors.mirror_ops)
     flip_at: tuple[int, int] = field(default=(0, 0), repr=False)
+    # (horizontal, vertical): a mask's nearest picks are of the flipped mask (plan.mirror's flips), or, for a flip
+    # written after a Resize and taken before it (leading.flips_before_pad), of the unflipped one; None: the mirror's
+    mask_mirror: tuple[bool, bool] | None = field(default=None, repr=False)
     # the per-sample steps and policies before the geometry (ColorJitter, then the crop): a first pass of the kernel on
     # each whole image at its size, whose uint8 output the canvas or the geometry reads (transforms.first)
     first: tuple[_Step, ...] = field(default=(), repr=False)
+
+    @property
+    def masks_mirrored(self) -> tuple[bool, bool]:
+        """(h, v): a flip before the geometry whose mask is picked from the flipped mask
+        (masks.mask_indices' `mirror`)."""
+        return self.mirror if self.mask_mirror is None else self.mask_mirror
 
     @property
     def rrc(self) -> bool:
@@ -265,8 +274,8 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         steps, every = steps[len(lead):], [t for t in every[:at] if isinstance(t, RGB)] + every[at:]
     if len(steps) > 1 and isinstance(steps[0], Resize) and steps[0].filter_modes[0] != "pil-nearest" and \
             not ragged and (type(steps[1]) in (RandomResizedCrop, GeometryChoice) or _crop_then_resize(steps[1:3]) or
-                            type(steps[1]) is Resize or ((not lead or type(steps[1]) is Pad) and
-                                                         _canvas_then_geometry(steps[1:]))):
+                            type(steps[1]) is Resize or (not lead and _canvas_then_geometry(steps[1:]) and
+                                                         _folds(steps[1:]) is None)):
         # (`[Resize(256), RandomResizedCrop(224)]`, `[Resize(300), RandomCrop(256), Resize(224)]`, `[Resize(300),
         # Resize(224)]`, `[Resize(256), RandomRotation(15), CenterCrop(224)]`: each image resized first, as
         # torchvision's Resize of a uint8 image by torch's ops, transforms.first.resized_images; the crop, the second
@@ -302,7 +311,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     check_normalize_first(norms_first, canvas, geometry, names)
     for t in lead:
         rest.add_flip(t)  # type: ignore[arg-type]
-    made_of = sum(getattr(g, "taken", 1) for g in geometry)  # (the steps the geometry is made of: a choice holds
+    made_of = sum(getattr(g, "_taken", 1) for g in geometry)  # (the steps the geometry is made of: a choice holds
     front = _front(every, made_of + (canvas is not None))  # those after it) (the canvas and geometry, with RGBs)
     if grey:  # (the images have one channel from the start: what fills them must be one value)
         for t in itertools.takewhile(lambda t: not isinstance(t, RGB), every[:front]):
@@ -445,6 +454,12 @@ def _crop_then_resize(geometry: Sequence[Transform]) -> bool:
         isinstance(geometry[0], CenterCrop) or (type(geometry[0]) is RandomCrop and not any(geometry[0].padding)))
 
 
+def _folds(steps: Sequence[Transform]) -> Transform | None:
+    """The RandomCrop a Pad and the RandomCrop after it make (canvas.Pad.fold_into), where
+    `steps` begin so; else None."""
+    return steps[0].fold_into(steps[1]) if type(steps[0]) is Pad and len(steps) > 1 else None  # type: ignore[attr-defined]
+
+
 def _canvas_then_geometry(steps: Sequence[Transform]) -> bool:
     """A canvas step (one of its own, or a warp at the image's size) and a geometry step
     after it: what follows a Resize that runs in the first pass."""
@@ -484,8 +499,14 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
     `ragged`, also those that leave each image a size of its own: a Resize of the shorter
     side, RandomShortestSize, RandomResize, ScaleJitter, RandomIoUCrop alone)."""
     geometry: list[Transform] = []
-    for t in steps:
+    for i, t in enumerate(steps):
         if t.group != "geometry":
+            folded = _folds(steps[i:]) if [type(g) for g in geometry] == [Resize] else None
+            if folded is not None:  # (`[Resize((256, 128)), Pad(10), RandomCrop((256, 128))]`: the crop's padding)
+                vars(folded)["_taken"] = 2  # (the Pad and the crop; private: out of its repr, a fingerprint)
+                geometry.append(folded)
+                geometry.extend(itertools.takewhile(lambda u: u.group == "geometry", steps[i + 2:]))
+                break
             if type(t) is Pad and len(geometry) == 1 and (type(geometry[0]) is RandomResizedCrop or
                                                          isinstance(geometry[0], Resize)):
                 geometry.append(t.window())  # (`[Resize((28, 28)), Pad(2)]`: a window of the resized image)
