@@ -60,6 +60,10 @@ class _AfterGeometry:
                                      f"before it (ToDtype(torch.float32, scale=True) or Normalize) [{names}]")
             self.linear = t
             return
+        if self.erase is not None and isinstance(t, Normalize) and self.normalize is None and \
+                self.dtype is not None and self.dtype.is_floating_point and not self.erase.normalized:
+            self.normalize, self.erase = t, self.erase.before_normalize(t)  # (the values it writes normalized)
+            return
         if self.erase is not None:
             raise TransformError(f"{what} after RandomErasing cannot be fused: it erases the finished image [{names}]")
         if t.group == "geometry":

@@ -50,7 +50,8 @@ GROUPS = {
                    "(a, a)) for a in (0, 90, 180, 270)])); RandomChoice over geometries: the geometry (above); "
                    "RandomOrder over flips alone: the flips, which commute"),
     "then": ("then", "{tv} (a float ToDtype without scale: floats of 0 to 255, a Normalize after it in levels); "
-             "then {last} (last, in this order; LinearTransformation on a float output of one size); "
+             "then {last} (last, in this order; RandomErasing also just before the Normalize, as scripts write it: "
+             "the values it writes normalized; LinearTransformation on a float output of one size); "
              "timm's {timm}, {timm_last}"),
     "last": None,  # (listed in "then"'s line)
     "channels": ("channels (anywhere)", "{tv}: an image of one channel (a grey set's, or after Grayscale(1)) made "

@@ -2,6 +2,7 @@
 RandomErasing on the kernel's output, last."""
 from __future__ import annotations
 
+import copy
 import math
 import random
 from typing import Any, Sequence
@@ -153,6 +154,29 @@ class RandomErasing(Transform, converts=("torchvision.RandomErasing", "timm.Rand
         if noise == "box" and self.value is not None:
             raise ValueError("noise='box' draws the value: give value='random'")
         self.noise = noise
+        self._normalized: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # (before_normalize)
+
+    def before_normalize(self, norm: "Normalize") -> "RandomErasing":
+        """This erasing where a Normalize follows it (`[ToTensor(), RandomErasing(),
+        Normalize(...)]`, as many scripts write it), made on the normalized output: each
+        value it writes (the fill, or the noise) is normalized as torchvision's Normalize
+        then makes it, (value - mean) / std in float32; the draws are the same."""
+        out = copy.copy(self)
+        vars(out)["_normalized"] = (norm.mean, norm.std)
+        return out
+
+    @property
+    def normalized(self) -> bool:
+        """A Normalize follows it (before_normalize)."""
+        return self._normalized is not None
+
+    def _as_normalized(self, v: torch.Tensor) -> torch.Tensor:
+        """`v` [c, ...] (float32) as the Normalize after this erasing makes it."""
+        if self._normalized is None:
+            return v
+        c = v.shape[0]
+        mean, std = (torch.tensor(x[:c], dtype=torch.float32).view(c, *[1] * (v.dim() - 1)) for x in self._normalized)
+        return (v - mean) / std
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         # torchvision: the coin (_RandomApplyTransform), then make_params' tries
@@ -213,14 +237,15 @@ class RandomErasing(Transform, converts=("torchvision.RandomErasing", "timm.Rand
     def _noise(self, e: dict, c: int = 3) -> torch.Tensor:
         g = torch.Generator().manual_seed(e["noise"])
         if self.noise == "box":  # one colour for the box (timm's "rand")
-            return torch.empty((c, 1, 1), dtype=torch.float32).normal_(generator=g).expand(c, e["h"], e["w"])
-        return torch.empty((c, e["h"], e["w"]), dtype=torch.float32).normal_(generator=g)
+            box = torch.empty((c, 1, 1), dtype=torch.float32).normal_(generator=g)
+            return self._as_normalized(box).expand(c, e["h"], e["w"])
+        return self._as_normalized(torch.empty((c, e["h"], e["w"]), dtype=torch.float32).normal_(generator=g))
 
     def _fill_values(self, c: int) -> torch.Tensor:
         """The fill of an image of c channels (one value repeated; after Grayscale(1) the
         plan has checked that the values are equal)."""
         values = self.value or [0.0]
-        return torch.tensor((values * 3 if len(values) == 1 else values)[:c], dtype=torch.float32)
+        return self._as_normalized(torch.tensor((values * 3 if len(values) == 1 else values)[:c], dtype=torch.float32))
 
     def erase_batch(self, view: torch.Tensor, params: Sequence[dict]) -> None:
         """erase() for a whole batch on its device without a host synchronization: the
