@@ -37,9 +37,11 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       RandomVerticalFlip (first: flipped, then cropped, as torchvision's; not before a
       nearest resize; between an even Pad and a RandomCrop: before the Pad; between a Resize
       and the crop: before the Resize (a resize of a mirrored image is the mirrored resize);
-      between a RandomResizedCrop and a crop of its output: that crop's window mirrored;
-      after torchvision's warps and policies: each warp mirrored where the sample is
-      flipped, the same image)
+      before a warp's canvas ([flip, RandomRotation(10), Resize((224, 224))]): each flipped
+      image flipped before its canvas is made (masks and boxes refused there); between a
+      RandomResizedCrop and a crop of its output: that crop's window mirrored; after
+      torchvision's warps and policies: each warp mirrored where the sample is flipped, the
+      same image)
     - per-sample ops (any order; also before the geometry): ColorJitter,
       RandomChannelPermutation, RandomPhotometricDistort, RandomGrayscale, Grayscale,
       RandomSolarize, RandomInvert, RandomPosterize, RandomAutocontrast, RandomEqualize,

@@ -236,7 +236,7 @@ def read_window(step: Any, params: dict, size: tuple[int, int],
 
 def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes: Sequence[tuple[int, int]],
           rows: np.ndarray, workspace: Workspace | None = None, windows: np.ndarray | None = None, *,
-          num_threads: int = 1) -> DecodedBatch:
+          num_threads: int = 1, flips: tuple[bool, bool] = (False, False)) -> DecodedBatch:
     """The canvases `step` makes of images `rows` of `decoded` (whole images of `sizes`,
     drawn for with `params`), packed one after the other in one buffer on its device, each
     in the step's `canvas_layout` (HWC or CHW, said by the batch's strides), in `rows`'
@@ -248,7 +248,9 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
     the part of each image the decoder was asked for (read_window), where its box says; for
     a warp that `paints_window` (RandomRotation's, RandomAffine's), each window painted
     from the whole image, as the whole canvas has it. On the CPU the images are painted on
-    up to `num_threads` threads, an image at a time each (torch's ops on one thread each)."""
+    up to `num_threads` threads, an image at a time each (torch's ops on one thread each).
+    `flips` (horizontal, vertical; plan.canvas_flip): a sample that drew that flip has its
+    image flipped before its canvas is made, as torchvision flips it before the warp."""
     pixels = decoded.pixels
     if windows is not None:
         out_sizes = [(int(wh), int(ww)) for wh, ww in np.asarray(windows)[:, 2:].tolist()]
@@ -277,6 +279,8 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
             return
         sy, sx, sc = decoded.strides[k].tolist()
         image = pixels.as_strided((h, w, 3), (sy, sx, sc), int(decoded.offsets[k]))
+        axes = [a for a, on, key in ((1, flips[0], "flip"), (0, flips[1], "vflip")) if on and params[k].get(key)]
+        image = image.flip(axes) if axes else image
         ch, cw = out_sizes[i]
         region = buf[at:at + ch * cw * 3]
         part = {} if windows is None else {"window": tuple(windows[i].tolist())}  # (a warp's: the crop's part only)

@@ -240,8 +240,8 @@ def encode_dicts(plan: "_Plan", params: Sequence[dict],
         if ragged:
             g[OH], g[OW] = so
         geometry_row(plan, g, p, h, w, so)
-        g[FLIP] = 1 if p.get("flip", False) else 0
-        g[VFLIP] = 1 if p.get("vflip", False) else 0
+        g[FLIP] = 1 if p.get("flip", False) and not plan.canvas_flip[0] else 0  # (a canvas flipped: the image was)
+        g[VFLIP] = 1 if p.get("vflip", False) and not plan.canvas_flip[1] else 0
         rows.append(g)
         if program:
             prog: list = []

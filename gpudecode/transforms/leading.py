@@ -60,6 +60,25 @@ def leading_flips(steps: list[Transform], names: str) -> list[Transform]:
     return steps[:n]
 
 
+def canvas_flips(steps: list[Transform]) -> list[Transform]:
+    """The flips before a warp that makes each image a canvas (`[RandomHorizontalFlip(),
+    RandomRotation(10), Resize((224, 224))]`, as many scripts write it): each flipped
+    sample's image is flipped before its canvas is made, as torchvision flips it before
+    the warp (the same images, exactly; the kernel does not flip it again). None where no
+    such warp follows them, or the canvas places the image (RandomZoomOut, Pad: a window
+    of the image is read)."""
+    n = next((i for i, t in enumerate(steps) if t.group != "flips"), len(steps))
+    if n == 0 or n == len(steps):
+        return []
+    warp = steps[n]
+    geometry_after = len(steps) > n + 1 and steps[n + 1].group == "geometry"
+    made = (getattr(warp, "canvas", False) and (geometry_after or not getattr(warp, "after_kernel", False))) or (
+        getattr(warp, "canvas_first", False) and geometry_after)  # (ElasticTransform alone warps the output)
+    if not made or getattr(warp, "places", False) or not getattr(warp, "moves", False):
+        return []
+    return steps[:n]
+
+
 def window_flips(steps: list[Transform], every: list[Transform]) -> list[Transform]:
     """The flips between a RandomResizedCrop and a CenterCrop or RandomCrop of its output
     (`[RandomResizedCrop(300), RandomHorizontalFlip(), RandomCrop(96)]`): torchvision crops

@@ -50,6 +50,8 @@ def refusal(plan: "_Plan") -> str | None:
     """Why a mask cannot follow images under `plan` (the step that moves pixels in a way
     the geometry columns do not say), or None where it can."""
     canvas = plan.canvas
+    if any(plan.canvas_flip):
+        return f"a flip before {type(canvas).__name__} flips each whole image first"
     if canvas is not None and not (getattr(canvas, "places", False) or getattr(canvas, "follows", False)):
         return f"{type(canvas).__name__} makes each image a canvas of its own"
     if plan.first_resize is not None:

@@ -21,8 +21,9 @@ from .draws import native_spec
 from .geometry_choice import GeometryChoice
 from .iou_crop import RandomIoUCrop
 from .nested_crops import CropOfCrop, nested
-from .leading import (check_colours_first, check_floats_first, check_greys_first, check_normalize_first, leading_colours,
-                      leading_flips, leading_floats, leading_greys, leading_normalize, leading_uint8, window_flips)
+from .leading import (canvas_flips, check_colours_first, check_floats_first, check_greys_first, check_normalize_first,
+                      leading_colours, leading_flips, leading_floats, leading_greys, leading_normalize, leading_uint8,
+                      window_flips)
 from .output import LinearTransformation, Normalize, RandomErasing
 from .pad_window import PadWindow
 from .targets import box_settings
@@ -71,6 +72,9 @@ class _Plan:
     # (horizontal, vertical): the program steps before that index come before that flip (a warp, then the flip: the
     # kernel flips first, and those warps' ops are mirrored on flipped samples: mirrored_at, mirrors.mirror_ops)
     flip_at: tuple[int, int] = field(default=(0, 0), repr=False)
+    # (horizontal, vertical): that flip comes before a warp's canvas (`[flip, RandomRotation(10), Resize(...)]`): a
+    # flipped sample's image is flipped before its canvas is made (canvas.build), and the kernel does not flip it again
+    canvas_flip: tuple[bool, bool] = field(default=(False, False), repr=False)
     # (horizontal, vertical): a mask's nearest picks are of the flipped mask (plan.mirror's flips), or, for a flip
     # written after a Resize and taken before it (leading.flips_before_pad), of the unflipped one; None: the mirror's
     mask_mirror: tuple[bool, bool] | None = field(default=None, repr=False)
@@ -269,6 +273,8 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     _, floats_first, greys_first, norms_first, colours_first = taken
     check_colours_first(colours_first, floats_first, given, grey, names)
     lead = leading_flips(steps, names)
+    flipped = [] if lead else canvas_flips(steps)  # (`[flip, RandomRotation(10), Resize((224, 224))]`: the image
+    lead = lead or flipped  # flipped before its canvas is made)
     if lead:  # (out of both lists: the first len(lead) steps that are not RGB; an RGB among them stays)
         at = _front(every, len(lead))
         steps, every = steps[len(lead):], [t for t in every[:at] if isinstance(t, RGB)] + every[at:]
@@ -356,7 +362,9 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
                  channels=1 if rest.one_at is not None and rest.one_end is None else 3,
                  one_channel=None if rest.one_at is None else (rest.one_at, len(rest.program) if rest.one_end is None
                                                                else rest.one_end),
-                 mirror=(any(t is rest.flip for t in lead), any(t is rest.vflip for t in lead)), flip_at=rest.flip_at,
+                 mirror=(any(t is rest.flip for t in lead) and not flipped, any(t is rest.vflip for t in lead) and not
+                         flipped), flip_at=rest.flip_at,
+                 canvas_flip=(any(t is rest.flip for t in flipped), any(t is rest.vflip for t in flipped)),
                  window_mirror=(any(t is rest.flip for t in between), any(t is rest.vflip for t in between)),
                  first=first)
     if isinstance(plan.geometry[:1] and plan.geometry[0], GeometryChoice) and (plan.canvas is not None or any(

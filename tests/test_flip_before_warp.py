@@ -1,0 +1,99 @@
+"""Flips before a warp that makes each image a canvas (`[RandomHorizontalFlip(),
+RandomRotation(10), Resize((224, 224)), ...]`, as many scripts write it; refused before):
+each flipped sample's image is flipped before its canvas is made, as torchvision flips it
+before the warp, and the kernel does not flip it again. Against torchvision's ops in the
+Compose's order replaying the draws, on photographs (bit for bit where the geometry reads
+the canvas 1:1); through the Loader; masks and boxes refused with the reason."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as tv1
+import torchvision.transforms.v2 as tv
+import torchvision.transforms.v2.functional as F
+
+import gpudecode
+from gpudecode import transforms as T
+from gpudecode.errors import TransformError
+from conftest import encode, make_shard
+from test_rotation_expand import _affine, _perspective
+
+NEAREST, BILINEAR = tv.InterpolationMode.NEAREST, tv.InterpolationMode.BILINEAR
+f32 = tv.ToDtype(torch.float32, scale=True)
+
+
+@pytest.fixture(scope="module")
+def photo_batch(photos):
+    return [torch.from_numpy(np.ascontiguousarray(p[k::3, ::4].transpose(2, 0, 1))) for k, p in
+            enumerate(photos.values())] * 2
+
+
+def _flips(x: torch.Tensor, p: dict) -> torch.Tensor:
+    x = F.horizontal_flip(x) if p.get("flip") else x
+    return F.vertical_flip(x) if p.get("vflip") else x
+
+
+WARPS = {  # v1's (nearest, but the perspective's bilinear), and torchvision's replay of one sample's draw
+    "rotation": (tv1.RandomRotation(25), lambda x, p: F.rotate(x, p["rotation"]["angle"], NEAREST)),
+    "affine": (tv1.RandomAffine(20, translate=(0.1, 0.2), shear=(-5, 5)), lambda x, p: _affine(x, p, NEAREST, None)),
+    "perspective": (tv1.RandomPerspective(0.6, 1.0), lambda x, p: _perspective(x, p, BILINEAR, None)),
+}
+
+
+@pytest.mark.parametrize("kind", list(WARPS))
+def test_flips_then_a_warp_then_a_crop_are_torchvisions(photo_batch, kind):
+    """`[flip, vflip, warp, CenterCrop(32)]` (v1): torchvision's flips of the uint8 image,
+    its warp and its crop, bit for bit; both flips drawn either way."""
+    warp, replay = WARPS[kind]
+    tf = T.Compose.from_torchvision(tv1.Compose([tv1.RandomHorizontalFlip(), tv1.RandomVerticalFlip(), warp,
+                                                 tv1.CenterCrop(32), tv1.PILToTensor()]))
+    assert tf.plan.canvas is not None and tf.plan.canvas_flip == (True, True) and tf.plan.mirror == (False, False)
+    sizes = [tuple(i.shape[1:]) for i in photo_batch]
+    params = tf.make_params(sizes, 5)
+    got = tf(photo_batch, params)
+    for k, (img, p) in enumerate(zip(photo_batch, params)):
+        want = F.center_crop(replay(_flips(img, p), p), [32, 32])
+        assert torch.equal(got[k], want), (kind, k, p["flip"], p["vflip"])
+    assert {p["flip"] for p in params} == {p["vflip"] for p in params} == {False, True}
+
+
+def test_the_recipe_as_written_resizes_the_flipped_warped_image(photo_batch):
+    """`[flip, RandomRotation(10), Resize((40, 44)), ToTensor()]`: torchvision's flip and
+    rotation of the uint8 image, then its resize of the float one, within float rounding;
+    and `[flip, RandomRotation(20), RandomResizedCrop(32)]`."""
+    for steps, size in (([tv1.Resize((40, 44))], (40, 44)), ([tv1.RandomResizedCrop(32)], (32, 32))):
+        tf = T.Compose.from_torchvision(tv1.Compose([tv1.RandomHorizontalFlip(), tv1.RandomRotation(15), *steps,
+                                                     tv1.ToTensor()]))
+        sizes = [tuple(i.shape[1:]) for i in photo_batch]
+        params = tf.make_params(sizes, 8)
+        got = tf(photo_batch, params)
+        for k, (img, p) in enumerate(zip(photo_batch, params)):
+            x = f32(F.rotate(_flips(img, p), p["rotation"]["angle"], NEAREST))
+            want = F.resized_crop(x, *p["crop"], list(size), antialias=True) if "crop" in p else \
+                F.resize(x, list(size), antialias=True)
+            assert float((got[k] - want).abs().max()) * 255 < 1e-3, (k, p)
+        assert {p["flip"] for p in params} == {False, True}
+
+
+def test_through_the_loader_and_what_it_refuses(tmp_path, photos):
+    """Through the Loader (a PNG shard, two epochs): the Compose called on Pillow's decode
+    with the Loader's draws. A mask or boxes with it are refused, saying why."""
+    from gpudecode.transforms.masks import refusal
+
+    imgs = [np.ascontiguousarray(photos[n][::4, ::3]) for n in ("astronaut", "coffee", "chelsea", "rocket")]
+    shard = make_shard(tmp_path / "w-000000.tar", [{"__key__": f"{i:03d}", "png": encode(a, "PNG"), "cls": b"1"}
+                                                    for i, a in enumerate(imgs)])
+    tf = T.Compose([T.RandomHorizontalFlip(), T.RandomRotation(10), T.Resize((40, 44)),
+                    T.ToDtype(torch.float32, scale=True), T.Normalize([0.5] * 3, [0.25] * 3)])
+    decoded = [torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1))) for a in imgs]
+    loader = gpudecode.Loader(shard, batch_size=4, transform=tf, device="cpu", shuffle=False, seed=6)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        (batch,) = list(loader)
+        params = tf.make_params([tuple(d.shape[1:]) for d in decoded], 6, epoch=epoch, indices=[0, 1, 2, 3])
+        assert torch.equal(batch.images, tf(decoded, params))
+    assert refusal(tf.plan) == "a flip before RandomRotation flips each whole image first"
+    with pytest.raises(TransformError, match="a flip before RandomRotation flips each whole image first"):
+        tf.masks([torch.zeros(d.shape[1:], dtype=torch.uint8) for d in decoded],
+                 tf.make_params([tuple(d.shape[1:]) for d in decoded], 0))
