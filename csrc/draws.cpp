@@ -157,6 +157,20 @@ std::string draw_batch(const DrawPlan& plan, const int64_t* sizes, const int64_t
           row[kWinTop] = window[kTop], row[kWinLeft] = window[kLeft];
           break;
         }
+        case kNestedCrop: {  // (of the crop just drawn: its offsets added, its size the crop's)
+          GeomStep second;
+          second.a[0] = g.a[3], second.a[1] = g.a[4];  // (no padding: it lies inside the first crop)
+          const int64_t fh = int64_t(g.a[0]), fw = int64_t(g.a[1]);
+          int64_t inner[kDrawCols] = {0};
+          if (int(g.a[2]) == kCenterCrop) {
+            center_crop(second, fh, fw, inner);
+          } else if (!random_crop(second, rng, fh, fw, inner)) {
+            return "the crop is larger than the crop before it";
+          }
+          row[kTop] += inner[kTop], row[kLeft] += inner[kLeft];
+          row[kCropH] = inner[kCropH], row[kCropW] = inner[kCropW];
+          break;
+        }
         default: return "unknown geometry step";
       }
     }

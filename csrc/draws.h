@@ -36,7 +36,7 @@ struct SplitMix {
 // A geometry step (the plan's leading ones, in order).
 enum GeomKind : int {
   kRandomResizedCrop = 1, kResize = 2, kCenterCrop = 3, kRandomCrop = 4, kCornerCrop = 5, kPadWindow = 6,
-  kWindowCenter = 7, kWindowRandom = 8
+  kWindowCenter = 7, kWindowRandom = 8, kNestedCrop = 9
 };
 struct GeomStep {
   int kind = 0;
@@ -48,6 +48,8 @@ struct GeomStep {
   // kPadWindow: padding left, top, right, bottom (the (resized) image's window larger by them: no draw)
   // kWindowCenter, kWindowRandom: a crop of a RandomResizedCrop's output (_Plan.rrc_window): that output's h, w,
   //   then kCenterCrop's or kRandomCrop's numbers; its top and left in the window columns
+  // kNestedCrop: a crop of the crop the step before drew (nested_crops.CropOfCrop: unpadded, inside it): that
+  //   crop's h, w, this one's kind (kCenterCrop or kRandomCrop), h, w; its offsets added to the crop columns
   double a[10] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
 };
 

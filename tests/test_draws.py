@@ -40,7 +40,17 @@ def _geometry() -> st.SearchStrategy:
                   pad),
         st.builds(lambda s, p: [T.Resize(s), T.Pad(p)], st.one_of(side, st.tuples(side, side)),
                   st.tuples(*[st.integers(0, 9)] * 4)),
+        # (a crop of a crop, unpadded and inside it: one crop, the offsets added; after a Resize too)
+        st.builds(_nested, size, pad, st.floats(0.05, 1.0), st.booleans(), st.booleans(), st.one_of(st.none(), side)),
     )
+
+
+def _nested(a, pad, part, centred_first, centred_second, resize):
+    a = (a, a) if isinstance(a, int) else a
+    first = T.CenterCrop(a) if centred_first else T.RandomCrop(a, padding=pad, pad_if_needed=True)
+    b = (max(1, int(a[0] * part)), max(1, int(a[1] * part)))
+    second = T.CenterCrop(b) if centred_second else T.RandomCrop(b)
+    return ([T.Resize(resize)] if resize else []) + [first, second]
 
 
 def _jitter() -> st.SearchStrategy:

@@ -29,6 +29,7 @@ from .crops import CornerCrop
 from .geometry_choice import GeometryChoice, chosen, geometry_draws, geometry_row
 from .geometry import CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip, Resize
 from .mirrors import mirror_first, mirror_ops, mirrored_windows
+from .nested_crops import CropOfCrop
 from .pad_window import PadWindow
 from .rng import _epoch_key, _SampleRandom
 
@@ -375,7 +376,7 @@ class Draws(Sequence[dict]):
         plan = self.plan
         kinds = [type(g) for g in plan.geometry]
         resize = Resize in kinds
-        crop = any(issubclass(k, (RandomResizedCrop, CenterCrop, RandomCrop, PadWindow)) for k in kinds)
+        crop = any(issubclass(k, (RandomResizedCrop, CenterCrop, RandomCrop, PadWindow, CropOfCrop)) for k in kinds)
         jitter = any(type(t) is not Grayscale for t in plan.program)
         grey = len(plan.program) > int(jitter)  # (a Grayscale step: no draw, its key set)
         window = tuple(plan.geometry[1].size) if plan.rrc_window else None  # type: ignore[attr-defined]
@@ -546,6 +547,10 @@ def native_spec(plan: "_Plan") -> tuple | None:
             geometry.append((5, *g.size, *g.native))
         elif kind is RandomCrop:
             geometry.append((4, *g.size, *g.padding, int(g.pad_if_needed)))
+        elif kind is CropOfCrop:  # (the first crop, then the second of its output: its offsets added)
+            a, b = g.first, g.second
+            geometry.append((3, *a.size) if type(a) is CenterCrop else (4, *a.size, *a.padding, int(a.pad_if_needed)))
+            geometry.append((9, *a.size, 3 if type(b) is CenterCrop else 4, *b.size))
         elif kind is PadWindow:
             geometry.append((6, *g.padding))
         else:
