@@ -34,10 +34,11 @@ def _flips(x: torch.Tensor, p: dict) -> torch.Tensor:
     return F.vertical_flip(x) if p.get("vflip") else x
 
 
-WARPS = {  # v1's (nearest, but the perspective's bilinear), and torchvision's replay of one sample's draw
-    "rotation": (tv1.RandomRotation(25), lambda x, p: F.rotate(x, p["rotation"]["angle"], NEAREST)),
-    "affine": (tv1.RandomAffine(20, translate=(0.1, 0.2), shear=(-5, 5)), lambda x, p: _affine(x, p, NEAREST, None)),
-    "perspective": (tv1.RandomPerspective(0.6, 1.0), lambda x, p: _perspective(x, p, BILINEAR, None)),
+WARPS = {  # v1's (nearest, but the perspective's bilinear; v1's fill=0: a fill given), and torchvision's replay
+    "rotation": (tv1.RandomRotation(25), lambda x, p: F.rotate(x, p["rotation"]["angle"], NEAREST, fill=[0.0] * 3)),
+    "affine": (tv1.RandomAffine(20, translate=(0.1, 0.2), shear=(-5, 5)),
+               lambda x, p: _affine(x, p, NEAREST, [0.0] * 3)),
+    "perspective": (tv1.RandomPerspective(0.6, 1.0), lambda x, p: _perspective(x, p, BILINEAR, [0.0] * 3)),
 }
 
 
@@ -97,3 +98,33 @@ def test_through_the_loader_and_what_it_refuses(tmp_path, photos):
     with pytest.raises(TransformError, match="a flip before RandomRotation flips each whole image first"):
         tf.masks([torch.zeros(d.shape[1:], dtype=torch.uint8) for d in decoded],
                  tf.make_params([tuple(d.shape[1:]) for d in decoded], 0))
+
+
+@pytest.mark.parametrize("kind", list(WARPS))
+def test_flips_after_the_warp_before_the_crop(photo_batch, kind):
+    """`[warp, flip, vflip, CenterCrop(32)]` (v1): torchvision's warp of the uint8 image,
+    its flips of the canvas and its crop, bit for bit (the crop's window mirrored in the
+    canvas, only that part painted, the flips last); `[warp, flip, Resize((40, 44))]` and
+    `[warp, flip, RandomResizedCrop(32)]` within float rounding; masks refused there."""
+    from gpudecode.transforms.masks import refusal
+
+    warp, replay = WARPS[kind]
+    tf = T.Compose.from_torchvision(tv1.Compose([warp, tv1.RandomHorizontalFlip(), tv1.RandomVerticalFlip(),
+                                                 tv1.CenterCrop(32), tv1.PILToTensor()]))
+    assert tf.plan.canvas is not None and tf.plan.mirror == (True, True) and tf.plan.canvas_flip == (False, False)
+    assert refusal(tf.plan) == f"a flip between {type(tf.plan.canvas).__name__} and the geometry flips each canvas"
+    sizes = [tuple(i.shape[1:]) for i in photo_batch]
+    params = tf.make_params(sizes, 3)
+    got = tf(photo_batch, params)
+    for k, (img, p) in enumerate(zip(photo_batch, params)):
+        assert torch.equal(got[k], F.center_crop(_flips(replay(img, p), p), [32, 32])), (kind, k)
+    assert {p["flip"] for p in params} == {p["vflip"] for p in params} == {False, True}
+    for steps, size in (([tv1.Resize((40, 44))], (40, 44)), ([tv1.RandomResizedCrop(32)], (32, 32))):
+        tf = T.Compose.from_torchvision(tv1.Compose([warp, tv1.RandomHorizontalFlip(), *steps, tv1.ToTensor()]))
+        params = tf.make_params(sizes, 4)
+        got = tf(photo_batch, params)
+        for k, (img, p) in enumerate(zip(photo_batch, params)):
+            x = f32(_flips(replay(img, p), p))
+            want = F.resized_crop(x, *p["crop"], list(size), antialias=True) if "crop" in p else \
+                F.resize(x, list(size), antialias=True)
+            assert float((got[k] - want).abs().max()) * 255 < 1e-3, (kind, k, p)

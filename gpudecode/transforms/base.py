@@ -37,7 +37,7 @@ GROUPS = {
                  "antialiased, or nearest, nearest-exact, pil-nearest; a RandomCrop pads with a fill, the edge, or a "
                  "reflection: every padding_mode); timm's {timm}"),
     "flips": ("flips (any order; after the geometry, or first, before it)", "{tv} (first: flipped, then cropped, as "
-              "torchvision's; not before a nearest resize; between an even Pad and a RandomCrop: before the Pad; between a Resize and the crop: before the Resize (a resize of a mirrored image is the mirrored resize); before a warp's canvas ([flip, RandomRotation(10), Resize((224, 224))]): each flipped image flipped before its canvas is made (masks and boxes refused there); between a RandomResizedCrop and a crop of its output: that crop's window mirrored; after torchvision's warps and policies: each warp mirrored "
+              "torchvision's; not before a nearest resize; between an even Pad and a RandomCrop: before the Pad; between a Resize and the crop: before the Resize (a resize of a mirrored image is the mirrored resize); before a warp's canvas ([flip, RandomRotation(10), Resize((224, 224))]): each flipped image flipped before its canvas is made (masks and boxes refused there); between a warp's canvas and the geometry: the crop's window mirrored in the canvas (masks and boxes refused there); between a RandomResizedCrop and a crop of its output: that crop's window mirrored; after torchvision's warps and policies: each warp mirrored "
               "where the sample is flipped, the same image)"),
     "per-sample": ("per-sample ops (any order; also before the geometry)", "{tv} (written before the geometry, they "
                    "run first, on each whole image at its size, as torchvision runs them, and so do the policies and "

@@ -79,6 +79,25 @@ def canvas_flips(steps: list[Transform]) -> list[Transform]:
     return steps[:n]
 
 
+def flips_after_canvas(steps: list[Transform]) -> list[Transform]:
+    """The flips between a warp that makes each image a canvas and the geometry after them
+    (`[RandomRotation(15), RandomHorizontalFlip(), Resize((224, 224))]`): torchvision flips
+    the warped image, then crops or resizes it, so the kernel reads the crop's window
+    mirrored in the canvas and flips last, as for flips before the geometry (the same
+    images; masks and boxes refused there). None where they are not so, or before a
+    nearest resize or a crop drawn from the boxes."""
+    if not steps or getattr(steps[0], "places", False) or not getattr(steps[0], "moves", False) or not (
+            getattr(steps[0], "canvas", False) or getattr(steps[0], "canvas_first", False)):
+        return []
+    n = next((i for i, t in enumerate(steps[1:], 1) if t.group != "flips"), len(steps))
+    if n == 1 or n == len(steps) or steps[n].group != "geometry" or getattr(steps[n], "reads_boxes", False):
+        return []
+    geometry = itertools.takewhile(lambda t: t.group == "geometry", steps[n:])
+    if any("nearest" in m for t in geometry for m in t.filter_modes):
+        return []
+    return steps[1:n]
+
+
 def window_flips(steps: list[Transform], every: list[Transform]) -> list[Transform]:
     """The flips between a RandomResizedCrop and a CenterCrop or RandomCrop of its output
     (`[RandomResizedCrop(300), RandomHorizontalFlip(), RandomCrop(96)]`): torchvision crops

@@ -52,6 +52,8 @@ def refusal(plan: "_Plan") -> str | None:
     canvas = plan.canvas
     if any(plan.canvas_flip):
         return f"a flip before {type(canvas).__name__} flips each whole image first"
+    if canvas is not None and any(plan.mirror):
+        return f"a flip between {type(canvas).__name__} and the geometry flips each canvas"
     if canvas is not None and not (getattr(canvas, "places", False) or getattr(canvas, "follows", False)):
         return f"{type(canvas).__name__} makes each image a canvas of its own"
     if plan.first_resize is not None:

@@ -22,8 +22,8 @@ from .geometry_choice import GeometryChoice
 from .iou_crop import RandomIoUCrop
 from .nested_crops import CropOfCrop, nested
 from .leading import (canvas_flips, check_colours_first, check_floats_first, check_greys_first, check_normalize_first,
-                      leading_colours, leading_flips, leading_floats, leading_greys, leading_normalize, leading_uint8,
-                      window_flips)
+                      flips_after_canvas, leading_colours, leading_flips, leading_floats, leading_greys,
+                      leading_normalize, leading_uint8, window_flips)
 from .output import LinearTransformation, Normalize, RandomErasing
 from .pad_window import PadWindow
 from .targets import box_settings
@@ -293,6 +293,10 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     if between:  # (the crop moved up beside the first: the flips after it, as the plan takes them)
         n = len(between)
         steps, every = ([s[0], s[n + 1], *s[1:n + 1], *s[n + 2:]] for s in (steps, every))
+    warped = [] if lead or between else flips_after_canvas(steps)  # (`[RandomRotation(15), flip, Resize((224,
+    if warped:  # 224))]`: the flips of the canvas, the crop's window mirrored in it, as for flips first)
+        steps, every = [steps[0], *steps[1 + len(warped):]], [t for t in every if all(t is not f for f in warped)]
+        lead = warped
     canvas: Any = steps[0] if steps and (getattr(steps[0], "canvas", False) or (  # (a warp that keeps the size:
         getattr(steps[0], "canvas_first", False) and len(steps) > 1 and steps[1].group == "geometry")) else None  # a
     # canvas where a geometry step follows it, as torchvision warps the whole image before the crop)
