@@ -1,9 +1,10 @@
 """Flips before a warp that makes each image a canvas (`[RandomHorizontalFlip(),
 RandomRotation(10), Resize((224, 224)), ...]`, as many scripts write it; refused before):
 each flipped sample's image is flipped before its canvas is made, as torchvision flips it
-before the warp, and the kernel does not flip it again. Against torchvision's ops in the
+before the warp, and the kernel does not flip it again; and flips after such a warp,
+before the geometry (the window mirrored in the canvas). Against torchvision's ops in the
 Compose's order replaying the draws, on photographs (bit for bit where the geometry reads
-the canvas 1:1); through the Loader; masks and boxes refused with the reason."""
+the canvas 1:1); masks and boxes against torchvision's Mask and BoundingBoxes; the Loader."""
 from __future__ import annotations
 
 import numpy as np
@@ -15,7 +16,6 @@ import torchvision.transforms.v2.functional as F
 
 import gpudecode
 from gpudecode import transforms as T
-from gpudecode.errors import TransformError
 from conftest import encode, make_shard
 from test_rotation_expand import _affine, _perspective
 
@@ -77,9 +77,9 @@ def test_the_recipe_as_written_resizes_the_flipped_warped_image(photo_batch):
         assert {p["flip"] for p in params} == {False, True}
 
 
-def test_through_the_loader_and_what_it_refuses(tmp_path, photos):
+def test_through_the_loader(tmp_path, photos):
     """Through the Loader (a PNG shard, two epochs): the Compose called on Pillow's decode
-    with the Loader's draws. A mask or boxes with it are refused, saying why."""
+    with the Loader's draws."""
     from gpudecode.transforms.masks import refusal
 
     imgs = [np.ascontiguousarray(photos[n][::4, ::3]) for n in ("astronaut", "coffee", "chelsea", "rocket")]
@@ -94,10 +94,7 @@ def test_through_the_loader_and_what_it_refuses(tmp_path, photos):
         (batch,) = list(loader)
         params = tf.make_params([tuple(d.shape[1:]) for d in decoded], 6, epoch=epoch, indices=[0, 1, 2, 3])
         assert torch.equal(batch.images, tf(decoded, params))
-    assert refusal(tf.plan) == "a flip before RandomRotation flips each whole image first"
-    with pytest.raises(TransformError, match="a flip before RandomRotation flips each whole image first"):
-        tf.masks([torch.zeros(d.shape[1:], dtype=torch.uint8) for d in decoded],
-                 tf.make_params([tuple(d.shape[1:]) for d in decoded], 0))
+    assert refusal(tf.plan) is None  # (masks and boxes follow it: test_masks_and_boxes_follow_the_flips)
 
 
 @pytest.mark.parametrize("kind", list(WARPS))
@@ -105,14 +102,11 @@ def test_flips_after_the_warp_before_the_crop(photo_batch, kind):
     """`[warp, flip, vflip, CenterCrop(32)]` (v1): torchvision's warp of the uint8 image,
     its flips of the canvas and its crop, bit for bit (the crop's window mirrored in the
     canvas, only that part painted, the flips last); `[warp, flip, Resize((40, 44))]` and
-    `[warp, flip, RandomResizedCrop(32)]` within float rounding; masks refused there."""
-    from gpudecode.transforms.masks import refusal
-
+    `[warp, flip, RandomResizedCrop(32)]` within float rounding."""
     warp, replay = WARPS[kind]
     tf = T.Compose.from_torchvision(tv1.Compose([warp, tv1.RandomHorizontalFlip(), tv1.RandomVerticalFlip(),
                                                  tv1.CenterCrop(32), tv1.PILToTensor()]))
     assert tf.plan.canvas is not None and tf.plan.mirror == (True, True) and tf.plan.canvas_flip == (False, False)
-    assert refusal(tf.plan) == f"a flip between {type(tf.plan.canvas).__name__} and the geometry flips each canvas"
     sizes = [tuple(i.shape[1:]) for i in photo_batch]
     params = tf.make_params(sizes, 3)
     got = tf(photo_batch, params)
@@ -128,3 +122,37 @@ def test_flips_after_the_warp_before_the_crop(photo_batch, kind):
             want = F.resized_crop(x, *p["crop"], list(size), antialias=True) if "crop" in p else \
                 F.resize(x, list(size), antialias=True)
             assert float((got[k] - want).abs().max()) * 255 < 1e-3, (kind, k, p)
+
+
+@pytest.mark.parametrize("after", [False, True])
+def test_masks_and_boxes_follow_the_flips(photos, after):
+    """`[flip, vflip, RandomRotation(25), CenterCrop(32)]` and `[RandomRotation(25), flip,
+    vflip, CenterCrop(32)]`: Compose.masks and Compose.boxes as torchvision's flips,
+    rotation and crop of a Mask and a BoundingBoxes, in the Compose's order."""
+    from torchvision import tv_tensors
+
+    from test_boxes import random_boxes, tv_sanitized
+    from test_masks import centre, slic_mask
+
+    flips, rot = [T.RandomHorizontalFlip(), T.RandomVerticalFlip()], T.RandomRotation(25)
+    tf = T.Compose([rot, *flips, T.CenterCrop(32)] if after else [*flips, rot, T.CenterCrop(32)])
+    rng = np.random.default_rng(2)
+    sizes = [(48, 40), (37, 61), (50, 50), (44, 36)] * 3
+    params = tf.make_params(sizes, 7)
+    names = sorted(photos)
+    masks = [torch.from_numpy(slic_mask(centre(photos[names[k % len(names)]], h, w))) for k, (h, w) in enumerate(sizes)]
+    boxes = [random_boxes(rng, h, w) for h, w in sizes]
+    moved, got = tf.masks(masks, params, fill=255), tf.boxes(boxes, params, sizes=sizes)
+    for k, (p, size) in enumerate(zip(params, sizes)):
+        m = tv_tensors.Mask(masks[k][None])
+        b = tv_tensors.BoundingBoxes(torch.as_tensor(boxes[k]), format="XYXY", canvas_size=size)
+        angle = p["rotation"]["angle"]
+        if after:
+            m, b = _flips(F.rotate(m, angle, fill=255), p), _flips(F.rotate(b, angle), p)
+        else:
+            m, b = F.rotate(_flips(m, p), angle, fill=255), F.rotate(_flips(b, p), angle)
+        m, b = F.center_crop(m, [32, 32]), F.center_crop(b, [32, 32])
+        assert torch.equal(moved[k], m[0].as_subclass(torch.Tensor)), (after, k)
+        want, _ = tv_sanitized(b)
+        assert torch.allclose(got[k]["boxes"], want, atol=1e-3), (after, k)
+    assert {p["flip"] for p in params} == {p["vflip"] for p in params} == {False, True}

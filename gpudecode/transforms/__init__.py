@@ -38,11 +38,10 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       nearest resize; between an even Pad and a RandomCrop: before the Pad; between a Resize
       and the crop: before the Resize (a resize of a mirrored image is the mirrored resize);
       before a warp's canvas ([flip, RandomRotation(10), Resize((224, 224))]): each flipped
-      image flipped before its canvas is made (masks and boxes refused there); between a
-      warp's canvas and the geometry: the crop's window mirrored in the canvas (masks and
-      boxes refused there); between a RandomResizedCrop and a crop of its output: that
-      crop's window mirrored; after torchvision's warps and policies: each warp mirrored
-      where the sample is flipped, the same image)
+      image flipped before its canvas is made; between a warp's canvas and the geometry: the
+      crop's window mirrored in the canvas; between a RandomResizedCrop and a crop of its
+      output: that crop's window mirrored; after torchvision's warps and policies: each warp
+      mirrored where the sample is flipped, the same image)
     - per-sample ops (any order; also before the geometry): ColorJitter,
       RandomChannelPermutation, RandomPhotometricDistort, RandomGrayscale, Grayscale,
       RandomSolarize, RandomInvert, RandomPosterize, RandomAutocontrast, RandomEqualize,

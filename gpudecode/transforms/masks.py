@@ -30,7 +30,7 @@ import torch
 
 from ..errors import TransformError
 from ..kernels import fused
-from .warped import Drawn, Mirrored, mirrored
+from .warped import Drawn, Flipped, Mirrored, mirrored
 
 if TYPE_CHECKING:
     from .draws import Draws
@@ -50,10 +50,6 @@ def refusal(plan: "_Plan") -> str | None:
     """Why a mask cannot follow images under `plan` (the step that moves pixels in a way
     the geometry columns do not say), or None where it can."""
     canvas = plan.canvas
-    if any(plan.canvas_flip):
-        return f"a flip before {type(canvas).__name__} flips each whole image first"
-    if canvas is not None and any(plan.mirror):
-        return f"a flip between {type(canvas).__name__} and the geometry flips each canvas"
     if canvas is not None and not (getattr(canvas, "places", False) or getattr(canvas, "follows", False)):
         return f"{type(canvas).__name__} makes each image a canvas of its own"
     if plan.first_resize is not None:
@@ -97,6 +93,11 @@ def drawn_warps(plan: "_Plan",
         return None, None
     dicts = draws.dicts()
     before = [canvas.drawn(p, (int(h), int(w))) for p, (h, w) in zip(dicts, draws.sizes)] if warps_canvas else None
+    if before is not None and any(plan.canvas_flip):  # (the image flipped before its canvas: its targets alike)
+        flips = [(plan.canvas_flip[0] and bool(p.get("flip")), plan.canvas_flip[1] and bool(p.get("vflip")))
+                 for p in dicts]
+        before = [[Flipped((int(h), int(w)), *f), *b] if any(f) else b
+                  for b, f, (h, w) in zip(before, flips, draws.sizes)]
     after = None
     if warps_after:
         if plan.ragged:  # (each image's own output size)

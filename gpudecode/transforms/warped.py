@@ -258,6 +258,28 @@ class Mirrored:
         return torch.flip(self.drawn.mask(torch.flip(mask, dims), fill), dims)
 
 
+@dataclass(frozen=True)
+class Flipped:
+    """An image of `size` (h, w) flipped (along x: `h`, y: `v`) before a warp makes its
+    canvas (plan.canvas_flip): its masks and boxes flipped alike, first."""
+
+    size: tuple[int, int]
+    h: bool
+    v: bool
+
+    def boxes(self, xyxy: np.ndarray) -> np.ndarray:
+        b = np.asarray(xyxy, np.float32).reshape(-1, 4).copy()
+        if self.h:
+            b[:, [0, 2]] = np.float32(self.size[1]) - b[:, [2, 0]]
+        if self.v:
+            b[:, [1, 3]] = np.float32(self.size[0]) - b[:, [3, 1]]
+        return b
+
+    def mask(self, mask: torch.Tensor, fill: int) -> torch.Tensor:
+        dims = [d for d, on in ((0, self.v), (1, self.h)) if on]
+        return torch.flip(mask, dims) if dims else mask
+
+
 def mirrored(drawn: Drawn, h: bool, v: bool) -> "Drawn | Mirrored":
     """`drawn`, or its Mirrored where a flip along either axis follows it."""
     return Mirrored(drawn, h, v) if h or v else drawn
