@@ -7,6 +7,7 @@ BoundingBoxes; the Loader against the Compose with its draws; the refusals."""
 from __future__ import annotations
 
 import copy
+import textwrap
 import pickle
 
 import numpy as np
@@ -233,3 +234,46 @@ def test_a_choice_of_fixed_rotations(photo_batch):
     assert counts[0].tolist() == [0, 90, 180, 270] and counts[1].min() > len(angles) / 8, counts
     with pytest.raises(TransformError, match="two RandomRotations"):
         T.Compose([T.RandomRotation(10), T.RandomChoice([T.RandomRotation((90, 90)), T.RandomInvert()])])
+
+
+def test_the_new_geometries_on_the_cuda_kernel_under_the_simulator():
+    """The kernel rows these recipes make (a choice whose images differ in box, frame, window,
+    filter and padding within one launch; a crop of a crop; the re-id recipe's padded crop
+    mirrored in the resize) through the CUDA kernel under the simulator, each the CPU
+    twin's (the Compose's call) within float rounding, on crops of real photographs."""
+    from simulator import run_code
+
+    code = textwrap.dedent("""
+        import numpy as np, torch
+        from gpudecode import transforms as T
+        from gpudecode.kernels import fused
+        from skimage import data
+        from tvref import pack_hwc
+        photos = [data.astronaut(), data.coffee(), data.chelsea(), data.rocket()] * 2
+        imgs = [torch.from_numpy(np.ascontiguousarray(p[60 + 5 * k:84 + 3 * k, 90:118 - k].transpose(2, 0, 1)))
+                for k, p in enumerate(photos)]
+        f32 = T.ToDtype(torch.float32, scale=True)
+        plans = {
+            "choice": T.Compose([T.RandomChoice([T.RandomResizedCrop((12, 14)),
+                                                 T.Compose([T.Resize(16, interpolation="bicubic"), T.CenterCrop((12, 14))]),
+                                                 T.RandomCrop((12, 14), padding=3, fill=(9, 80, 200)),
+                                                 T.Compose([T.RandomResizedCrop((16, 18)), T.CenterCrop((12, 14))])]),
+                                 T.RandomHorizontalFlip(), f32]),
+            "crop of a crop": T.Compose([T.Resize(20), T.CenterCrop(20), T.RandomCrop((12, 14)), f32]),
+            "re-id": T.Compose([T.Resize((14, 12)), T.RandomHorizontalFlip(), T.Pad(2), T.RandomCrop((14, 12)), f32]),
+        }
+        for name, tf in plans.items():
+            sizes = [tuple(i.shape[1:]) for i in imgs]
+            params = tf.make_params(sizes, 0)
+            if name == "choice":
+                assert {p["geometry_choice"] for p in params} == {0, 1, 2, 3}, params
+            cpu = tf(imgs, params).numpy()
+            geom, args, order = tf.encode(params, sizes)
+            src = pack_hwc(imgs, geom, sizes)
+            mean, std = tf._norm_arrays()
+            out = np.zeros(cpu.shape, np.float32)
+            fused.fused_cuda(src, geom, args, order, mean, std, out, normalize=True)
+            assert np.abs(out - cpu).max() < 1e-5, (name, np.abs(out - cpu).max())
+        print("ok")
+        """)
+    run_code(code, timeout=600)
