@@ -29,7 +29,8 @@ def photo_batch(photos):
 
 
 def _flips(x: torch.Tensor, p: dict) -> torch.Tensor:
-    x = F.horizontal_flip(x) if p["flip"] else x
+    """`x` (an image, a Mask, BoundingBoxes) flipped as the sample's draws `p` say."""
+    x = F.horizontal_flip(x) if p.get("flip") else x
     return F.vertical_flip(x) if p.get("vflip") else x
 
 

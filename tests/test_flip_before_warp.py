@@ -17,6 +17,7 @@ import torchvision.transforms.v2.functional as F
 import gpudecode
 from gpudecode import transforms as T
 from conftest import encode, make_shard
+from test_flip_after_resize import _flips
 from test_rotation_expand import _affine, _perspective
 
 NEAREST, BILINEAR = tv.InterpolationMode.NEAREST, tv.InterpolationMode.BILINEAR
@@ -27,11 +28,6 @@ f32 = tv.ToDtype(torch.float32, scale=True)
 def photo_batch(photos):
     return [torch.from_numpy(np.ascontiguousarray(p[k::3, ::4].transpose(2, 0, 1))) for k, p in
             enumerate(photos.values())] * 2
-
-
-def _flips(x: torch.Tensor, p: dict) -> torch.Tensor:
-    x = F.horizontal_flip(x) if p.get("flip") else x
-    return F.vertical_flip(x) if p.get("vflip") else x
 
 
 WARPS = {  # v1's (nearest, but the perspective's bilinear; v1's fill=0: a fill given), and torchvision's replay
@@ -63,18 +59,27 @@ def test_the_recipe_as_written_resizes_the_flipped_warped_image(photo_batch):
     """`[flip, RandomRotation(10), Resize((40, 44)), ToTensor()]`: torchvision's flip and
     rotation of the uint8 image, then its resize of the float one, within float rounding;
     and `[flip, RandomRotation(20), RandomResizedCrop(32)]`."""
+    for params in _then_resized(photo_batch, [tv1.RandomHorizontalFlip(), tv1.RandomRotation(15)], 8,
+                                lambda img, p: F.rotate(_flips(img, p), p["rotation"]["angle"], NEAREST)):
+        assert {p["flip"] for p in params} == {False, True}
+
+
+def _then_resized(photo_batch, before: list, seed: int, made) -> list[list[dict]]:
+    """`before` (v1 steps), then Resize((40, 44)) or RandomResizedCrop(32), then ToTensor():
+    torchvision's resize or resized crop of the float image `made(img, p)` makes of each
+    image (its uint8 image before them), within float rounding. Each Compose's draws."""
+    sizes, drawn = [tuple(i.shape[1:]) for i in photo_batch], []
     for steps, size in (([tv1.Resize((40, 44))], (40, 44)), ([tv1.RandomResizedCrop(32)], (32, 32))):
-        tf = T.Compose.from_torchvision(tv1.Compose([tv1.RandomHorizontalFlip(), tv1.RandomRotation(15), *steps,
-                                                     tv1.ToTensor()]))
-        sizes = [tuple(i.shape[1:]) for i in photo_batch]
-        params = tf.make_params(sizes, 8)
+        tf = T.Compose.from_torchvision(tv1.Compose([*before, *steps, tv1.ToTensor()]))
+        params = tf.make_params(sizes, seed)
         got = tf(photo_batch, params)
         for k, (img, p) in enumerate(zip(photo_batch, params)):
-            x = f32(F.rotate(_flips(img, p), p["rotation"]["angle"], NEAREST))
+            x = f32(made(img, p))
             want = F.resized_crop(x, *p["crop"], list(size), antialias=True) if "crop" in p else \
                 F.resize(x, list(size), antialias=True)
-            assert float((got[k] - want).abs().max()) * 255 < 1e-3, (k, p)
-        assert {p["flip"] for p in params} == {False, True}
+            assert float((got[k] - want).abs().max()) * 255 < 1e-3, (before, k, p)
+        drawn.append(params)
+    return drawn
 
 
 def test_through_the_loader(tmp_path, photos):
@@ -113,15 +118,7 @@ def test_flips_after_the_warp_before_the_crop(photo_batch, kind):
     for k, (img, p) in enumerate(zip(photo_batch, params)):
         assert torch.equal(got[k], F.center_crop(_flips(replay(img, p), p), [32, 32])), (kind, k)
     assert {p["flip"] for p in params} == {p["vflip"] for p in params} == {False, True}
-    for steps, size in (([tv1.Resize((40, 44))], (40, 44)), ([tv1.RandomResizedCrop(32)], (32, 32))):
-        tf = T.Compose.from_torchvision(tv1.Compose([warp, tv1.RandomHorizontalFlip(), *steps, tv1.ToTensor()]))
-        params = tf.make_params(sizes, 4)
-        got = tf(photo_batch, params)
-        for k, (img, p) in enumerate(zip(photo_batch, params)):
-            x = f32(_flips(replay(img, p), p))
-            want = F.resized_crop(x, *p["crop"], list(size), antialias=True) if "crop" in p else \
-                F.resize(x, list(size), antialias=True)
-            assert float((got[k] - want).abs().max()) * 255 < 1e-3, (kind, k, p)
+    _then_resized(photo_batch, [warp, tv1.RandomHorizontalFlip()], 4, lambda img, p: _flips(replay(img, p), p))
 
 
 @pytest.mark.parametrize("after", [False, True])

@@ -22,7 +22,7 @@ from .convert import convert
 from .draws import CANVAS_MAX_PIXELS, Draws, as_draws, draw_batch, encode_dicts, python_params
 from .boxes import check_format, entries, warp_boxes
 from .masks import warp_masks
-from .leading import with_flips_before_pad
+from .leading import with_flips_moved_back
 from .plan import _plan
 from .ragged import RaggedBatch
 
@@ -96,7 +96,7 @@ class Compose(Transform):
         self.layout = layout
         self._ragged = bool(ragged)  # (in the plan: a saved state's fingerprint holds the steps)
         self._grey = bool(grey)
-        self.plan = with_flips_before_pad(_plan, self.transforms, self._ragged, self._grey)  # (`[Pad(4), flip, ...]`)
+        self.plan = with_flips_moved_back(_plan, self.transforms, self._ragged, self._grey)  # (`[Pad(4), flip, ...]`)
         _fits(self.plan, None)
         self._rng = random.Random()
 

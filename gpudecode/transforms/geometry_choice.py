@@ -13,6 +13,8 @@ from __future__ import annotations
 import random
 from typing import TYPE_CHECKING, Any, Sequence
 
+import numpy as np
+
 from ..errors import TransformError
 from ..kernels import fused
 from .base import Transform
@@ -130,8 +132,6 @@ def crops_resized(plan: "_Plan", params: Sequence[dict] | None) -> Any:
     to it: boxes.box_moves): one bool, or with a choice one an image."""
     if not (plan.geometry and isinstance(plan.geometry[0], GeometryChoice)):
         return plan.rrc
-    import numpy as np
-
     return np.array([chosen(plan, p).rrc for p in params or ()], bool)
 
 

@@ -60,23 +60,26 @@ def leading_flips(steps: list[Transform], names: str) -> list[Transform]:
     return steps[:n]
 
 
+def _warps_a_canvas(t: Transform, geometry_after: bool) -> bool:
+    """`t` warps each whole image into a canvas of its own (`geometry_after`: a geometry step
+    follows it; ElasticTransform with none warps the output instead), and does not place
+    the image (RandomZoomOut, Pad: a window of the image is read)."""
+    if getattr(t, "places", False) or not getattr(t, "moves", False):
+        return False
+    return bool((getattr(t, "canvas", False) and (geometry_after or not getattr(t, "after_kernel", False))) or
+                (getattr(t, "canvas_first", False) and geometry_after))
+
+
 def canvas_flips(steps: list[Transform]) -> list[Transform]:
     """The flips before a warp that makes each image a canvas (`[RandomHorizontalFlip(),
     RandomRotation(10), Resize((224, 224))]`, as many scripts write it): each flipped
     sample's image is flipped before its canvas is made, as torchvision flips it before
     the warp (the same images, exactly; the kernel does not flip it again). None where no
-    such warp follows them, or the canvas places the image (RandomZoomOut, Pad: a window
-    of the image is read)."""
+    such warp follows them."""
     n = next((i for i, t in enumerate(steps) if t.group != "flips"), len(steps))
     if n == 0 or n == len(steps):
         return []
-    warp = steps[n]
-    geometry_after = len(steps) > n + 1 and steps[n + 1].group == "geometry"
-    made = (getattr(warp, "canvas", False) and (geometry_after or not getattr(warp, "after_kernel", False))) or (
-        getattr(warp, "canvas_first", False) and geometry_after)  # (ElasticTransform alone warps the output)
-    if not made or getattr(warp, "places", False) or not getattr(warp, "moves", False):
-        return []
-    return steps[:n]
+    return steps[:n] if _warps_a_canvas(steps[n], len(steps) > n + 1 and steps[n + 1].group == "geometry") else []
 
 
 def flips_after_canvas(steps: list[Transform]) -> list[Transform]:
@@ -84,10 +87,9 @@ def flips_after_canvas(steps: list[Transform]) -> list[Transform]:
     (`[RandomRotation(15), RandomHorizontalFlip(), Resize((224, 224))]`): torchvision flips
     the warped image, then crops or resizes it, so the kernel reads the crop's window
     mirrored in the canvas and flips last, as for flips before the geometry (the same
-    images; masks and boxes refused there). None where they are not so, or before a
-    nearest resize or a crop drawn from the boxes."""
-    if not steps or getattr(steps[0], "places", False) or not getattr(steps[0], "moves", False) or not (
-            getattr(steps[0], "canvas", False) or getattr(steps[0], "canvas_first", False)):
+    images). None where they are not so, or before a nearest resize or a crop drawn from
+    the boxes."""
+    if not steps or not _warps_a_canvas(steps[0], True):
         return []
     n = next((i for i, t in enumerate(steps[1:], 1) if t.group != "flips"), len(steps))
     if n == 1 or n == len(steps) or steps[n].group != "geometry" or getattr(steps[n], "reads_boxes", False):
@@ -282,7 +284,7 @@ def _filled_padding(geometry: list[Transform]) -> Transform | None:
     return None
 
 
-def flips_before_pad(steps: Sequence[Transform], past_resize: list | None = None) -> list[Transform] | None:
+def flips_moved_back(steps: Sequence[Transform], past_resize: list | None = None) -> list[Transform] | None:
     """`[Pad(4), RandomHorizontalFlip(), RandomCrop(32)]` (CIFAR scripts) as `[RandomHorizontalFlip(),
     Pad(4), RandomCrop(32)]`: the flips right after a Pad moved before it, where its padding
     is the same on both ends of each flip's axis; and those right after a Resize
@@ -318,14 +320,14 @@ def flips_before_pad(steps: Sequence[Transform], past_resize: list | None = None
     return out if moved else None
 
 
-def with_flips_before_pad(plan_of: Any, steps: Sequence[Transform], *args: Any) -> Any:
-    """`plan_of(steps, *args)`; where that refuses and flips_before_pad moves a flip, the
+def with_flips_moved_back(plan_of: Any, steps: Sequence[Transform], *args: Any) -> Any:
+    """`plan_of(steps, *args)`; where that refuses and flips_moved_back moves a flip, the
     plan of the moved steps (its `steps` the given ones), or else the first refusal."""
     try:
         return plan_of(steps, *args)
     except TransformError as refused:
         past: list = []
-        moved = flips_before_pad(steps, past)
+        moved = flips_moved_back(steps, past)
         if moved is None:
             raise
         try:

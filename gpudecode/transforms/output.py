@@ -97,6 +97,9 @@ class RandomErasing(Transform, converts=("torchvision.RandomErasing", "timm.Rand
     under "erase_boxes" (each {"i", "j", "h", "w", "noise"})."""
 
     group = "last"
+    # (mean, std) of the Normalize after it (before_normalize); a class default: an instance pickled before it
+    # existed reads None
+    _normalized: tuple[tuple[float, ...], tuple[float, ...]] | None = None
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
@@ -154,7 +157,6 @@ class RandomErasing(Transform, converts=("torchvision.RandomErasing", "timm.Rand
         if noise == "box" and self.value is not None:
             raise ValueError("noise='box' draws the value: give value='random'")
         self.noise = noise
-        self._normalized: tuple[tuple[float, ...], tuple[float, ...]] | None = None  # (before_normalize)
 
     def before_normalize(self, norm: "Normalize") -> "RandomErasing":
         """This erasing where a Normalize follows it (`[ToTensor(), RandomErasing(),

@@ -76,7 +76,7 @@ class _Plan:
     # flipped sample's image is flipped before its canvas is made (canvas.build), and the kernel does not flip it again
     canvas_flip: tuple[bool, bool] = field(default=(False, False), repr=False)
     # (horizontal, vertical): a mask's nearest picks are of the flipped mask (plan.mirror's flips), or, for a flip
-    # written after a Resize and taken before it (leading.flips_before_pad), of the unflipped one; None: the mirror's
+    # written after a Resize and taken before it (leading.flips_moved_back), of the unflipped one; None: the mirror's
     mask_mirror: tuple[bool, bool] | None = field(default=None, repr=False)
     # the per-sample steps and policies before the geometry (ColorJitter, then the crop): a first pass of the kernel on
     # each whole image at its size, whose uint8 output the canvas or the geometry reads (transforms.first)
