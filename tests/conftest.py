@@ -95,6 +95,26 @@ def make_shard(path, samples: list[dict]) -> str:
     return str(path)
 
 
+def loader_is_compose(tmp_path, imgs: list[np.ndarray], tf, seed: int, **kw):
+    """A PNG shard of `imgs` (HWC uint8) through a Loader with `tf` (their one batch, in
+    order, two epochs): each epoch's batch value for value the Compose's call on the images
+    (a PNG's pixels as given) with the Loader's draws. Returns the Loader (`kw`: its own)."""
+    import torch
+
+    import gpudecode
+
+    shard = make_shard(tmp_path / "l-000000.tar", [{"__key__": f"{i:03d}", "png": encode(a, "PNG"), "cls": b"1"}
+                                                    for i, a in enumerate(imgs)])
+    decoded = [torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1))) for a in imgs]
+    loader = gpudecode.Loader(shard, batch_size=len(imgs), transform=tf, device="cpu", shuffle=False, seed=seed, **kw)
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        (batch,) = list(loader)
+        params = tf.make_params([tuple(d.shape[1:]) for d in decoded], seed, epoch=epoch, indices=list(range(len(imgs))))
+        assert torch.equal(batch.images, tf(decoded, params)), epoch
+    return loader
+
+
 GPU_BACKENDS = ("nvimgcodec", "dali", "torchcodec")
 
 

@@ -14,10 +14,9 @@ import torchvision.transforms as tv1
 import torchvision.transforms.v2 as tv
 import torchvision.transforms.v2.functional as F
 
-import gpudecode
 from gpudecode import transforms as T
 from gpudecode.errors import TransformError
-from conftest import encode, make_shard
+from conftest import loader_is_compose
 
 f32 = tv.ToDtype(torch.float32, scale=True)
 
@@ -87,17 +86,9 @@ def test_through_the_loader(tmp_path, photos):
     """The re-identification recipe through the Loader (a PNG shard, two epochs): the
     Compose called on Pillow's decode with the Loader's draws."""
     imgs = [np.ascontiguousarray(photos[n][::3, ::5]) for n in ("astronaut", "coffee", "chelsea", "rocket")]
-    shard = make_shard(tmp_path / "r-000000.tar", [{"__key__": f"{i:03d}", "png": encode(a, "PNG"), "cls": b"3"}
-                                                    for i, a in enumerate(imgs)])
     tf = T.Compose([T.Resize((48, 24)), T.RandomHorizontalFlip(), T.Pad(6), T.RandomCrop((48, 24)),
                     T.ToDtype(torch.float32, scale=True), T.Normalize([0.5] * 3, [0.25] * 3), T.RandomErasing()])
-    decoded = [torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1))) for a in imgs]
-    loader = gpudecode.Loader(shard, batch_size=4, transform=tf, device="cpu", shuffle=False, seed=2)
-    for epoch in range(2):
-        loader.set_epoch(epoch)
-        (batch,) = list(loader)
-        params = tf.make_params([tuple(d.shape[1:]) for d in decoded], 2, epoch=epoch, indices=[0, 1, 2, 3])
-        assert torch.equal(batch.images, tf(decoded, params))
+    loader_is_compose(tmp_path, imgs, tf, 2)
 
 
 def test_a_nearest_resize_keeps_its_refusal():

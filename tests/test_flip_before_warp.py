@@ -14,9 +14,8 @@ import torchvision.transforms as tv1
 import torchvision.transforms.v2 as tv
 import torchvision.transforms.v2.functional as F
 
-import gpudecode
 from gpudecode import transforms as T
-from conftest import encode, make_shard
+from conftest import loader_is_compose
 from test_flip_after_resize import _flips
 from test_rotation_expand import _affine, _perspective
 
@@ -38,21 +37,31 @@ WARPS = {  # v1's (nearest, but the perspective's bilinear; v1's fill=0: a fill 
 }
 
 
+@pytest.mark.parametrize("after", [False, True])
 @pytest.mark.parametrize("kind", list(WARPS))
-def test_flips_then_a_warp_then_a_crop_are_torchvisions(photo_batch, kind):
-    """`[flip, vflip, warp, CenterCrop(32)]` (v1): torchvision's flips of the uint8 image,
-    its warp and its crop, bit for bit; both flips drawn either way."""
+def test_flips_around_a_warp_then_a_crop_are_torchvisions(photo_batch, kind, after):
+    """`[flip, vflip, warp, CenterCrop(32)]` and `[warp, flip, vflip, CenterCrop(32)]` (v1):
+    torchvision's flips and warp of the uint8 image, in the Compose's order, and its crop,
+    bit for bit (flips first: the image flipped before its canvas; after: the crop's window
+    mirrored in the canvas, only that part painted, the flips last); both flips drawn either
+    way. After the warp, `[warp, flip, Resize((40, 44))]` and `[warp, flip,
+    RandomResizedCrop(32)]` within float rounding."""
     warp, replay = WARPS[kind]
-    tf = T.Compose.from_torchvision(tv1.Compose([tv1.RandomHorizontalFlip(), tv1.RandomVerticalFlip(), warp,
-                                                 tv1.CenterCrop(32), tv1.PILToTensor()]))
-    assert tf.plan.canvas is not None and tf.plan.canvas_flip == (True, True) and tf.plan.mirror == (False, False)
+    flips = [tv1.RandomHorizontalFlip(), tv1.RandomVerticalFlip()]
+    tf = T.Compose.from_torchvision(tv1.Compose([*([warp, *flips] if after else [*flips, warp]), tv1.CenterCrop(32),
+                                                 tv1.PILToTensor()]))
+    assert tf.plan.canvas is not None
+    assert (tf.plan.mirror, tf.plan.canvas_flip) == (((True, True), (False, False)) if after else
+                                                     ((False, False), (True, True)))
     sizes = [tuple(i.shape[1:]) for i in photo_batch]
-    params = tf.make_params(sizes, 5)
+    params = tf.make_params(sizes, 3 if after else 5)
     got = tf(photo_batch, params)
     for k, (img, p) in enumerate(zip(photo_batch, params)):
-        want = F.center_crop(replay(_flips(img, p), p), [32, 32])
-        assert torch.equal(got[k], want), (kind, k, p["flip"], p["vflip"])
+        made = _flips(replay(img, p), p) if after else replay(_flips(img, p), p)
+        assert torch.equal(got[k], F.center_crop(made, [32, 32])), (kind, after, k, p["flip"], p["vflip"])
     assert {p["flip"] for p in params} == {p["vflip"] for p in params} == {False, True}
+    if after:
+        _then_resized(photo_batch, [warp, tv1.RandomHorizontalFlip()], 4, lambda img, p: _flips(replay(img, p), p))
 
 
 def test_the_recipe_as_written_resizes_the_flipped_warped_image(photo_batch):
@@ -88,37 +97,10 @@ def test_through_the_loader(tmp_path, photos):
     from gpudecode.transforms.masks import refusal
 
     imgs = [np.ascontiguousarray(photos[n][::4, ::3]) for n in ("astronaut", "coffee", "chelsea", "rocket")]
-    shard = make_shard(tmp_path / "w-000000.tar", [{"__key__": f"{i:03d}", "png": encode(a, "PNG"), "cls": b"1"}
-                                                    for i, a in enumerate(imgs)])
     tf = T.Compose([T.RandomHorizontalFlip(), T.RandomRotation(10), T.Resize((40, 44)),
                     T.ToDtype(torch.float32, scale=True), T.Normalize([0.5] * 3, [0.25] * 3)])
-    decoded = [torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1))) for a in imgs]
-    loader = gpudecode.Loader(shard, batch_size=4, transform=tf, device="cpu", shuffle=False, seed=6)
-    for epoch in range(2):
-        loader.set_epoch(epoch)
-        (batch,) = list(loader)
-        params = tf.make_params([tuple(d.shape[1:]) for d in decoded], 6, epoch=epoch, indices=[0, 1, 2, 3])
-        assert torch.equal(batch.images, tf(decoded, params))
+    loader_is_compose(tmp_path, imgs, tf, 6)
     assert refusal(tf.plan) is None  # (masks and boxes follow it: test_masks_and_boxes_follow_the_flips)
-
-
-@pytest.mark.parametrize("kind", list(WARPS))
-def test_flips_after_the_warp_before_the_crop(photo_batch, kind):
-    """`[warp, flip, vflip, CenterCrop(32)]` (v1): torchvision's warp of the uint8 image,
-    its flips of the canvas and its crop, bit for bit (the crop's window mirrored in the
-    canvas, only that part painted, the flips last); `[warp, flip, Resize((40, 44))]` and
-    `[warp, flip, RandomResizedCrop(32)]` within float rounding."""
-    warp, replay = WARPS[kind]
-    tf = T.Compose.from_torchvision(tv1.Compose([warp, tv1.RandomHorizontalFlip(), tv1.RandomVerticalFlip(),
-                                                 tv1.CenterCrop(32), tv1.PILToTensor()]))
-    assert tf.plan.canvas is not None and tf.plan.mirror == (True, True) and tf.plan.canvas_flip == (False, False)
-    sizes = [tuple(i.shape[1:]) for i in photo_batch]
-    params = tf.make_params(sizes, 3)
-    got = tf(photo_batch, params)
-    for k, (img, p) in enumerate(zip(photo_batch, params)):
-        assert torch.equal(got[k], F.center_crop(_flips(replay(img, p), p), [32, 32])), (kind, k)
-    assert {p["flip"] for p in params} == {p["vflip"] for p in params} == {False, True}
-    _then_resized(photo_batch, [warp, tv1.RandomHorizontalFlip()], 4, lambda img, p: _flips(replay(img, p), p))
 
 
 @pytest.mark.parametrize("after", [False, True])

@@ -14,10 +14,9 @@ import torchvision.transforms.v2 as tv
 import torchvision.transforms.v2.functional as F
 from torchvision import tv_tensors
 
-import gpudecode
 from gpudecode import transforms as T
 from gpudecode.errors import TransformError
-from conftest import encode, make_shard
+from conftest import loader_is_compose
 from test_boxes import _padded_crop as box_crop, random_boxes, tv_sanitized
 from test_masks import _padded_crop as mask_crop, centre, slic_mask
 
@@ -137,17 +136,9 @@ def test_through_the_loader(tmp_path, photos):
     """`[Resize(48), CenterCrop(48), RandomCrop(40), flip]` through the Loader (a PNG shard,
     two epochs): the Compose called on Pillow's decode with the Loader's draws."""
     imgs = [np.ascontiguousarray(photos[n][::5, ::4]) for n in ("astronaut", "coffee", "chelsea")]
-    shard = make_shard(tmp_path / "n-000000.tar", [{"__key__": f"{i:03d}", "png": encode(a, "PNG"), "cls": b"0"}
-                                                    for i, a in enumerate(imgs)])
     tf = T.Compose([T.Resize(48), T.CenterCrop(48), T.RandomCrop(40), T.RandomHorizontalFlip()])
-    decoded = [torch.from_numpy(np.ascontiguousarray(a.transpose(2, 0, 1))) for a in imgs]
-    loader = gpudecode.Loader(shard, batch_size=3, transform=tf, device="cpu", shuffle=False, seed=8)
+    loader = loader_is_compose(tmp_path, imgs, tf, 8)
     assert loader.describe()["transform"] == ["Resize", "CenterCrop", "RandomCrop", "RandomHorizontalFlip"]
-    for epoch in range(2):
-        loader.set_epoch(epoch)
-        (batch,) = list(loader)
-        params = tf.make_params([tuple(d.shape[1:]) for d in decoded], 8, epoch=epoch, indices=[0, 1, 2])
-        assert torch.equal(batch.images, tf(decoded, params))
 
 
 def test_what_a_crop_of_a_crop_refuses():
