@@ -503,5 +503,9 @@ def test_a_flip_between_pad_and_random_crop_is_torchvisions(photo_batch, mode):
         T.Compose([T.Pad((1, 2, 3, 4)), T.RandomHorizontalFlip(), T.RandomCrop(32)])
     with pytest.raises(TransformError, match=r"(?s)differs top\s+and bottom"):
         T.Compose([T.Pad((2, 1, 2, 3)), T.RandomHorizontalFlip(), T.RandomVerticalFlip(), T.RandomCrop(32)])
-    with pytest.raises(TransformError, match="CenterCrop after other steps"):  # (flipped first it is refused too)
-        T.Compose([T.Pad(4), T.RandomHorizontalFlip(), T.CenterCrop(32)])
+    centred = T.Compose([T.Pad(4), T.RandomHorizontalFlip(), T.CenterCrop(33)])  # (refused before: now the flip
+    params = centred.make_params([(32, 32)] * len(cifar), 1)  # first, the window mirrored in the Pad's canvas)
+    assert isinstance(centred.plan.canvas, T.Pad) and {p["flip"] for p in params} == {False, True}
+    for k, (got, p) in enumerate(zip(centred(cifar, params), params)):
+        x = F.pad(cifar[k], [4])
+        assert torch.equal(got, F.center_crop(F.horizontal_flip(x) if p["flip"] else x, [33, 33])), k

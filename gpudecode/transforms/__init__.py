@@ -18,8 +18,9 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
     - geometry (one, first or after the canvas): RandomResizedCrop, Resize, RandomResize,
       RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, RandomIoUCrop, FixedSizeCrop
       (the detection reference's), Resize + CenterCrop, CenterCrop or RandomCrop + Resize
-      (the crop inside the image), RandomResizedCrop + CenterCrop or RandomCrop (a window of
-      the resized crop, padded where it reaches past it), Pad alone, or after Resize or
+      (the crop inside the image, or padded by a fill: RandomCrop(32, padding=4) +
+      Resize(224), a Pad's canvas), RandomResizedCrop + CenterCrop or RandomCrop (a window
+      of the resized crop, padded where it reaches past it), Pad alone, or after Resize or
       RandomResizedCrop, Resize + RandomResizedCrop or Resize (each image resized first, as
       torchvision resizes a uint8 image), Resize + RandomCrop or FixedSizeCrop
       (RandomResize, RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h,
@@ -37,11 +38,13 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       RandomVerticalFlip (first: flipped, then cropped, as torchvision's; not before a
       nearest resize; between an even Pad and a RandomCrop: before the Pad; between a Resize
       and the crop: before the Resize (a resize of a mirrored image is the mirrored resize);
-      before a warp's canvas ([flip, RandomRotation(10), Resize((224, 224))]): each flipped
-      image flipped before its canvas is made; between a warp's canvas and the geometry: the
-      crop's window mirrored in the canvas; between a RandomResizedCrop and a crop of its
-      output: that crop's window mirrored; after torchvision's warps and policies: each warp
-      mirrored where the sample is flipped, the same image)
+      between a crop and its Resize: after the Resize; before an evenly padded Pad's canvas:
+      the crop's window mirrored in it; before a warp's canvas ([flip, RandomRotation(10),
+      Resize((224, 224))]): each flipped image flipped before its canvas is made; between a
+      warp's canvas and the geometry: the crop's window mirrored in the canvas; between a
+      RandomResizedCrop and a crop of its output: that crop's window mirrored; after
+      torchvision's warps and policies: each warp mirrored where the sample is flipped, the
+      same image)
     - per-sample ops (any order; also before the geometry): ColorJitter,
       RandomChannelPermutation, RandomPhotometricDistort, RandomGrayscale, Grayscale,
       RandomSolarize, RandomInvert, RandomPosterize, RandomAutocontrast, RandomEqualize,

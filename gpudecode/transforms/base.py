@@ -24,7 +24,7 @@ GROUPS = {
                "last, after the geometry and the per-sample ops (then only Normalize, ToDtype, RandomErasing), "
                "on the kernel's output"),
     "geometry": ("geometry (one, first or after the canvas)", "{tv}, FixedSizeCrop (the detection reference's), Resize + CenterCrop, CenterCrop or RandomCrop + Resize (the "
-                 "crop inside the image), RandomResizedCrop + CenterCrop or RandomCrop (a window of the resized crop, "
+                 "crop inside the image, or padded by a fill: RandomCrop(32, padding=4) + Resize(224), a Pad's canvas), RandomResizedCrop + CenterCrop or RandomCrop (a window of the resized crop, "
                  "padded where it reaches past it), Pad alone, or after Resize or RandomResizedCrop, Resize + RandomResizedCrop or Resize (each image resized first, as "
                  "torchvision resizes a uint8 image), Resize + RandomCrop or FixedSizeCrop (RandomResize, "
                  "RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h, w)) (its crop drawn from a "
@@ -37,7 +37,7 @@ GROUPS = {
                  "antialiased, or nearest, nearest-exact, pil-nearest; a RandomCrop pads with a fill, the edge, or a "
                  "reflection: every padding_mode); timm's {timm}"),
     "flips": ("flips (any order; after the geometry, or first, before it)", "{tv} (first: flipped, then cropped, as "
-              "torchvision's; not before a nearest resize; between an even Pad and a RandomCrop: before the Pad; between a Resize and the crop: before the Resize (a resize of a mirrored image is the mirrored resize); before a warp's canvas ([flip, RandomRotation(10), Resize((224, 224))]): each flipped image flipped before its canvas is made; between a warp's canvas and the geometry: the crop's window mirrored in the canvas; between a RandomResizedCrop and a crop of its output: that crop's window mirrored; after torchvision's warps and policies: each warp mirrored "
+              "torchvision's; not before a nearest resize; between an even Pad and a RandomCrop: before the Pad; between a Resize and the crop: before the Resize (a resize of a mirrored image is the mirrored resize); between a crop and its Resize: after the Resize; before an evenly padded Pad's canvas: the crop's window mirrored in it; before a warp's canvas ([flip, RandomRotation(10), Resize((224, 224))]): each flipped image flipped before its canvas is made; between a warp's canvas and the geometry: the crop's window mirrored in the canvas; between a RandomResizedCrop and a crop of its output: that crop's window mirrored; after torchvision's warps and policies: each warp mirrored "
               "where the sample is flipped, the same image)"),
     "per-sample": ("per-sample ops (any order; also before the geometry)", "{tv} (written before the geometry, they "
                    "run first, on each whole image at its size, as torchvision runs them, and so do the policies and "

@@ -302,7 +302,13 @@ def dict_boxes(plan: "_Plan", params: Sequence[dict], sizes: Sequence[tuple[int,
         # the image's part in it; a first pass makes the whole image)
         from .canvas import read_window
 
-        return [read_window(plan.canvas, p, (h, w), p["crop"]) for p, (h, w) in zip(params, sizes)]
+        crops = [p["crop"] for p in params]
+        if any(plan.mirror):  # (a flip before an evenly padded canvas: the crop mirrored in it, as the kernel reads it)
+            flips = np.array([[p.get("flip", False), p.get("vflip", False)] for p in params], bool).reshape(-1, 2)
+            step: Any = plan.canvas
+            frames = np.array([step.canvas_size(p, s) for p, s in zip(params, sizes)], np.int64).reshape(-1, 2)
+            crops = mirrored_windows(plan, crops, flips, frames).tolist()
+        return [read_window(plan.canvas, p, (h, w), c) for p, (h, w), c in zip(params, sizes, crops)]
     return [(0, 0, h, w) for h, w in sizes]  # (a canvas made otherwise, or a first pass, needs the whole image)
 
 

@@ -45,9 +45,13 @@ def leading_flips(steps: list[Transform], names: str) -> list[Transform]:
     """The flips before the geometry (many scripts flip first, then crop): taken as flips
     of the crop's window mirrored (the same images, exactly); none where no geometry
     follows them (they are the ordinary flips then)."""
+    from .canvas import Pad
+
     n = next((i for i, t in enumerate(steps) if t.group != "flips"), len(steps))
-    if n == 0 or n == len(steps) or (steps[n].group != "geometry" and not _pad_read_as_window(steps[n:])):
+    if n == 0 or n == len(steps) or (steps[n].group != "geometry" and type(steps[n]) is not Pad):
         return []
+    if type(steps[n]) is Pad and not _pad_read_as_window(steps[n:]):  # (a canvas: the mirrored image's canvas is
+        check_even(steps[:n], steps[n], steps)  # the mirrored canvas where each flip's axis is padded alike)
     if getattr(steps[n], "reads_boxes", False):
         raise TransformError(f"{type(steps[0]).__name__} before {type(steps[n]).__name__} cannot be fused: its crop "
                              f"is drawn from the boxes where they stand; put the flip after it [{names}]")
@@ -113,6 +117,41 @@ def window_flips(steps: list[Transform], every: list[Transform]) -> list[Transfo
     return steps[1:n]
 
 
+def crop_then_resize(steps: list[Transform], every: list[Transform]) -> tuple[list, list, list] | None:
+    """`[RandomCrop(32, padding=4), RandomHorizontalFlip(), Resize((224, 224))]` (CIFAR
+    upscaled for an ImageNet model) as `[Pad(4), RandomCrop(32), Resize((224, 224)),
+    RandomHorizontalFlip()]`, where `steps` (`every`: with the RGB ones) begin with a
+    CenterCrop or RandomCrop, flips, then a Resize: the flips moved after the Resize (a
+    resize of a mirrored image is the mirrored resize; a nearest one is not: left so), and
+    a RandomCrop's padding by a fill made a Pad's canvas before it (the kernel resizes a
+    crop inside its image; the same draws: torchvision draws the crop over the padded size
+    either way). (steps, every, the flips moved), or None where nothing is so changed."""
+    from .canvas import Pad
+
+    n = next((i for i, t in enumerate(steps[1:], 1) if t.group != "flips"), len(steps))
+    if n == len(steps) or type(steps[0]) not in (CenterCrop, RandomCrop) or type(steps[n]) is not Resize:
+        return None
+    crop: Any = steps[0]
+    flips = steps[1:n]
+    if flips and any("nearest" in m for m in steps[n].filter_modes):  # (not mirror-symmetric)
+        raise TransformError(f"{type(flips[0]).__name__} before {type(steps[n]).__name__} with nearest interpolation "
+                             f"cannot be fused: put the flip after it (the same images, drawn alike; nearest picks "
+                             f"other pixels of a flipped image) [{', '.join(type(t).__name__ for t in every)}]")
+    padded = type(crop) is RandomCrop and any(crop.padding) and crop.padding_mode == "constant" and \
+        not crop.pad_if_needed
+    if not flips and not padded:
+        return None
+    made = [Pad(list(crop.padding), list(crop.crop_fill)), RandomCrop(crop.size)] if padded else [crop]
+    out = []
+    for given in (steps, every):
+        rest = [t for t in given if all(t is not f for f in flips)]
+        at = next(i for i, t in enumerate(rest) if t is steps[n]) + 1  # (the flips right after the Resize)
+        rest[at:at] = flips
+        k = next(i for i, t in enumerate(rest) if t is crop)
+        out.append(rest[:k] + made + rest[k + 1:])
+    return out[0], out[1], flips
+
+
 def _pad_read_as_window(steps: list[Transform]) -> bool:
     """A Pad that the plan reads as a window of the image, not a canvas: with no geometry
     after it (PadWindow), or folded into the RandomCrop after it. A flip before it is then
@@ -122,7 +161,23 @@ def _pad_read_as_window(steps: list[Transform]) -> bool:
     if type(steps[0]) is not Pad:
         return False
     after = steps[1] if len(steps) > 1 else None
-    return after is None or after.group != "geometry" or steps[0].fold_into(after) is not None
+    return after is None or after.group != "geometry" or (steps[0].fold_into(after) is not None and not (
+        len(steps) > 2 and steps[2].group == "geometry"))  # (the plan folds it into a crop that is the geometry)
+
+
+def check_even(flips: Sequence[Transform], pad: Any, steps: Sequence[Transform], where: str = "before",
+               name: str | None = None) -> None:
+    """Refuses a flip before a Pad's canvas (or moved there) whose axis the Pad pads
+    unevenly: the flip would move the image in its canvas. `name`: the Pad's in the
+    message (its repr)."""
+    left, top, right, bottom = pad.padding
+    for flip in flips:
+        if (left != right) if flip.key == "flip" else (top != bottom):  # type: ignore[attr-defined]
+            sides = "left and right" if flip.key == "flip" else "top and bottom"  # type: ignore[attr-defined]
+            names = ", ".join(type(t).__name__ for t in steps)
+            raise TransformError(f"{type(flip).__name__} {where} {name or repr(pad)} cannot be fused: the padding differs "
+                                 f"{sides}, so the flip moves the image in its canvas; pad both alike, or flip "
+                                 f"after the crop (images drawn alike) [{names}]")
 
 
 def leading_floats(steps: list[Transform]) -> list[Transform]:
@@ -308,13 +363,7 @@ def flips_moved_back(steps: Sequence[Transform], past_resize: list | None = None
                 out[k - 1], out[k] = out[k], out[k - 1]
                 k, moved = k - 1, True
                 continue
-            left, top, right, bottom = out[k - 1].padding  # type: ignore[attr-defined]
-            if (left != right) if out[k].key == "flip" else (top != bottom):  # type: ignore[attr-defined]
-                sides = "left and right" if out[k].key == "flip" else "top and bottom"  # type: ignore[attr-defined]
-                names = ", ".join(type(t).__name__ for t in steps)
-                raise TransformError(f"{type(out[k]).__name__} after {out[k - 1]!r} cannot be fused: the padding "
-                                     f"differs {sides}, so the flip moves the image in its canvas; pad both alike, "
-                                     f"or flip after the crop (images drawn alike) [{names}]")
+            check_even([out[k]], out[k - 1], steps, "after")
             out[k - 1], out[k] = out[k], out[k - 1]
             k, moved = k - 1, True
     return out if moved else None
@@ -335,4 +384,4 @@ def with_flips_moved_back(plan_of: Any, steps: Sequence[Transform], *args: Any) 
         except TransformError:
             raise refused from None
         return dataclasses.replace(plan, steps=tuple(steps), mask_mirror=tuple(
-            on and not any(t is f for t in past) for on, f in zip(plan.mirror, (plan.flip, plan.vflip))))
+            on and not any(t is f for t in past) for on, f in zip(plan.masks_mirrored, (plan.flip, plan.vflip))))

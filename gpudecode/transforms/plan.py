@@ -2,6 +2,8 @@
 flips, each sample's program, the output's dtype and normalization, the erasing."""
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 import itertools
 from dataclasses import dataclass, field
@@ -24,6 +26,7 @@ from .nested_crops import CropOfCrop, nested
 from .leading import (canvas_flips, check_colours_first, check_floats_first, check_greys_first, check_normalize_first,
                       flips_after_canvas, leading_colours, leading_flips, leading_floats, leading_greys,
                       leading_normalize, leading_uint8, window_flips)
+from .leading import check_even, crop_then_resize
 from .output import LinearTransformation, Normalize, RandomErasing
 from .pad_window import PadWindow
 from .targets import box_settings
@@ -289,6 +292,10 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         colours_first = [*colours_first, steps[0]]
         steps, every = steps[1:], [t for t in every if t is not steps[0]]
         check_colours_first(colours_first, floats_first, given, grey, names)
+    moved = crop_then_resize(steps, every)  # (`[RandomCrop(32, padding=4), flip, Resize((224, 224))]`: a Pad's canvas,
+    steps, every, forward = moved if moved is not None else (steps, every, [])  # the crop, the Resize, the flip)
+    if moved is not None and lead and type(steps[0]) is Pad:  # (flips first: the crop's window mirrored in the canvas)
+        check_even(lead, steps[0], given, name=f"a RandomCrop padded by {list(steps[0].padding)}")
     between = window_flips(steps, every)  # (`[RandomResizedCrop(300), flip, RandomCrop(96)]`: the flip's window)
     if between:  # (the crop moved up beside the first: the flips after it, as the plan takes them)
         n = len(between)
@@ -371,6 +378,9 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
                  canvas_flip=(any(t is rest.flip for t in flipped), any(t is rest.vflip for t in flipped)),
                  window_mirror=(any(t is rest.flip for t in between), any(t is rest.vflip for t in between)),
                  first=first)
+    if forward:  # (moved past the Resize: a mask's nearest pick made of the flipped mask, as torchvision's)
+        h, v = (m or any(f is t for f in forward) for m, t in zip(plan.mirror, (plan.flip, plan.vflip)))
+        plan = dataclasses.replace(plan, mask_mirror=(h, v))
     if isinstance(plan.geometry[:1] and plan.geometry[0], GeometryChoice) and (plan.canvas is not None or any(
             plan.mirror)):  # (each option's window mirrored, or of a canvas: not taken yet)
         raise TransformError(f"{plan.geometry[0]!r} after {'a flip' if any(plan.mirror) else type(plan.canvas).__name__}"

@@ -39,7 +39,9 @@ images, gpudecode runs `Compose.from_torchvision` of it.
   RandomResizedCrop(224), ...]` (each image resized first) and `[Resize(256),
   CenterCrop(256), RandomCrop(224), ...]` (a crop of a crop), person re-identification's
   `[Resize((256, 128)), RandomHorizontalFlip(), Pad(10), RandomCrop((256, 128)), ...]` (a
-  flip between the Resize and the crop), fine-tuning scripts'
+  flip between the Resize and the crop), CIFAR upscaled for an ImageNet model,
+  `[RandomCrop(32, padding=4), RandomHorizontalFlip(), Resize(224), ...]` (a Pad's canvas
+  a sample, the flip after the Resize), fine-tuning scripts'
   `[RandomCrop(300), Resize(224), ...]` and `[Resize(255), RandomChoice([RandomResizedCrop(224),
   CenterCrop(224)]), ...]` (each image its option); and two v2 Composes as written: torchvision's v2
   docs' `[ToImage(), ToDtype(torch.uint8, scale=True), RandomResizedCrop(224),
@@ -263,6 +265,8 @@ def as_written() -> dict[str, object]:
             [v1.Resize(256), v1.CenterCrop(256), v1.RandomCrop(224), v1.RandomHorizontalFlip(), *tail]),
         "person re-id: Resize((256, 128)), flip, Pad(10), RandomCrop((256, 128))": v1.Compose(
             [v1.Resize((256, 128)), v1.RandomHorizontalFlip(), v1.Pad(10), v1.RandomCrop((256, 128)), *tail]),
+        "CIFAR upscaled: RandomCrop(32, padding=4), flip, Resize(224)": v1.Compose(
+            [v1.RandomCrop(32, padding=4), v1.RandomHorizontalFlip(), v1.Resize(224), *tail]),
         "fine-tuning: Resize(255), RandomChoice([RRC(224), CenterCrop(224)]), flip": v1.Compose(
             [v1.Resize(255), v1.RandomChoice([v1.RandomResizedCrop(224), v1.CenterCrop(224)]),
              v1.RandomHorizontalFlip(), *tail]),
