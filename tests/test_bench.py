@@ -615,6 +615,21 @@ def test_the_resident_benchs_cifar_part_with_autoaugment(tmp_path, monkeypatch):
     assert all(got[k] > 0 for k in ("torchvision_img_s", "ram_img_s", "stream_img_s", "given_img_s", "given_ram_img_s"))
 
 
+def test_the_resident_benchs_cifar_part_upscaled(tmp_path, monkeypatch):
+    """bench/resident.py --upscale 64: part 2 with a Resize(64) after the flip on both sides
+    (the Loader's a Pad's canvas, the crop, the Resize, the flip): every rate, and the
+    Loader's batches of 64x64."""
+    from gpudecode.bench.suite import resident
+    from gpudecode.transforms import Pad
+
+    monkeypatch.setattr(resident, "OUT", tmp_path)
+    tf = resident.cifar_set(300, tmp_path, upscale=64)[2]
+    assert isinstance(tf.plan.canvas, Pad) and tf.out_size == (64, 64)
+    got = resident.cifar_part(300, 1, 0, 1, upscale=64)
+    assert got["images"] == 300 and got["upscale"] == 64
+    assert all(got[k] > 0 for k in ("torchvision_img_s", "ram_img_s", "stream_img_s", "given_img_s", "given_ram_img_s"))
+
+
 def test_the_resident_benchs_mnist_part(tmp_path, monkeypatch):
     """bench/resident.py --mnist: part 4's grey set read by torchvision's MNIST class, the
     Loader's batches of one channel (three with Grayscale(3)), every rate."""
