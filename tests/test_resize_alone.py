@@ -165,7 +165,7 @@ def test_a_random_crop_then_a_resize_is_torchvisions(photos, mode):
     kernel, as CenterCrop + Resize is, and torchvision's F.crop then F.resize of the float
     image replaying the same draws (bicubic's overshoot clamped, as torchvision's uint8 and
     PIL images have it); the decoder asked for the crop alone. A crop larger than its
-    image (pad_if_needed) is that sample's error; a crop with padding is refused."""
+    image (pad_if_needed) is that sample's error; a crop padded with the edge is refused."""
     interpolation = v1.InterpolationMode(mode)
     tf = T.Compose.from_torchvision(v1.Compose([v1.RandomCrop((280, 330)), v1.Resize(150, interpolation=interpolation),
                                                 v1.ToTensor(), v1.Normalize((0.5,) * 3, (0.25,) * 3)]))
@@ -187,8 +187,8 @@ def test_a_random_crop_then_a_resize_is_torchvisions(photos, mode):
     with pytest.raises(ValueError, match=r"RandomCrop's 64x64 crop is larger than the 50x90 image, and a Resize"):
         small([imgs[0][:, :50, :90]])
     with pytest.raises(TransformError, match=r"(?s)Resize after RandomCrop cannot be fused: a Resize of the crop only, "
-                                             r"and a crop without padding"):
-        T.Compose([T.RandomCrop(64, padding=4), T.Resize(32)])
+                                             r"and a crop padded with a fill\s+alone"):
+        T.Compose([T.RandomCrop(64, padding=4, padding_mode="edge"), T.Resize(32)])  # (a fill: test_padded_crop_resized)
 
 
 def test_a_resize_then_a_random_crop_then_a_resize(photos):

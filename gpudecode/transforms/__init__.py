@@ -26,13 +26,13 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       (RandomResize, RandomShortestSize and ScaleJitter only so), RandomIoUCrop + Resize((h,
       w)) (its crop drawn from a Boxes field's boxes), Resize(int) alone (a batch of one
       output size), a crop of a crop (CenterCrop or RandomCrop, then an unpadded one no
-      larger: one crop, the offsets added; a Resize before them), RandomChoice over those
-      that give one size (each image its option's; a Resize before it, or crops after it
-      that end each option: RandomChoice([Resize(256), Resize(320)]) + RandomCrop(224)), or
-      none; with Compose(ragged=True), images of their own sizes: also Resize(int),
-      RandomResize, RandomShortestSize, ScaleJitter or RandomIoUCrop alone (bilinear or
-      bicubic, antialiased, or nearest, nearest-exact, pil-nearest; a RandomCrop pads with a
-      fill, the edge, or a reflection: every padding_mode); timm's
+      larger: one crop, the offsets added; a Resize before them), RandomChoice (or
+      RandomApply) over those that give one size (each image its option's; a Resize before
+      it, or crops after it that end each option: RandomChoice([Resize(256), Resize(320)]) +
+      RandomCrop(224)), or none; with Compose(ragged=True), images of their own sizes: also
+      Resize(int), RandomResize, RandomShortestSize, ScaleJitter or RandomIoUCrop alone
+      (bilinear or bicubic, antialiased, or nearest, nearest-exact, pil-nearest; a
+      RandomCrop pads with a fill, the edge, or a reflection: every padding_mode); timm's
       RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad
     - flips (any order; after the geometry, or first, before it): RandomHorizontalFlip,
       RandomVerticalFlip (first: flipped, then cropped, as torchvision's; not before a
@@ -59,8 +59,10 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       among their items: one item, its steps in order, as torchvision runs it; a Compose
       inside a Compose: its steps in its place); RandomChoice's options may draw alike (one
       of them draws an image: RandomChoice([RandomRotation((a, a)) for a in (0, 90, 180,
-      270)])); RandomChoice over geometries: the geometry (above); RandomOrder over flips
-      alone: the flips, which commute
+      270)])); RandomChoice over geometries: the geometry (above); RandomApply over crops
+      and resizes: the geometry, its steps or none ([RandomApply([RandomCrop(48)], p=0.4),
+      Resize((64, 64))]: the steps after it end both); RandomOrder over flips alone: the
+      flips, which commute
     - then: Normalize, ToTensor, ConvertImageDtype, ToDtype (a float ToDtype without scale:
       floats of 0 to 255, a Normalize after it in levels); then RandomErasing,
       LinearTransformation (last, in this order; RandomErasing also just before the

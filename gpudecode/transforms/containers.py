@@ -8,7 +8,7 @@ from .. import mixing
 from ..errors import TransformError
 from .base import Transform, _refuse, _Step, _Wrapper
 from .convert import convert, inner
-from .geometry_choice import GeometryChoice
+from .geometry_choice import AppliedGeometry, GeometryChoice
 
 
 class RandomApply(_Wrapper, converts="torchvision.RandomApply"):
@@ -16,11 +16,22 @@ class RandomApply(_Wrapper, converts="torchvision.RandomApply"):
     steps are any of the kernel program's (ColorJitter, the per-pixel ops, blur,
     sharpness, autocontrast, equalize, rotations and affine warps, the policies); the coin
     is drawn before the steps' own draws, as torchvision draws it, and a sample that
-    loses it runs none of them."""
+    loses it runs none of them. Over crops and resizes it is the geometry instead
+    (geometry_choice.AppliedGeometry: `__new__` makes that)."""
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
         return cls(inner(t, floats), t.p)
+
+    def __new__(cls, transforms: Sequence[Transform] = (), p: float = 0.5) -> Any:
+        """Over crops and resizes (`RandomApply([RandomCrop(48)], p=0.4)`), the geometry: a
+        choice between its steps and none (geometry_choice.AppliedGeometry)."""
+        steps = [x for t in transforms for x in (_option(t) or [t])]
+        if any(getattr(x, "group", None) == "geometry" for x in steps):
+            if not 0.0 <= p <= 1.0:
+                raise ValueError("probability should be between 0 and 1")
+            return AppliedGeometry.of(steps, float(p))
+        return super().__new__(cls)
 
     def __init__(self, transforms: Sequence[Transform], p: float = 0.5) -> None:
         steps = [_item(t) for t in transforms]

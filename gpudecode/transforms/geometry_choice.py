@@ -22,7 +22,7 @@ from .base import Transform
 if TYPE_CHECKING:
     from .plan import _Plan
 
-__all__ = ["GeometryChoice", "geometry_draws", "geometry_row", "chosen", "crops_resized"]
+__all__ = ["GeometryChoice", "AppliedGeometry", "geometry_draws", "geometry_row", "chosen", "crops_resized"]
 
 KEY = "geometry_choice"  # make_params: the index of the option an image drew
 
@@ -49,10 +49,12 @@ class GeometryChoice(Transform):
     shown_as = "RandomChoice"  # (base.step_name)
     _taken = 1  # the Compose's steps it stands for: itself, and the geometry steps after it that end each option
 
+    size_hint = "give each option the same size, or a crop after the choice (RandomCrop, CenterCrop)"
+
     def __init__(self, options: Sequence[Sequence[Transform]], p: Sequence[float] | None = None) -> None:
         self.options = [tuple(o) for o in options]
-        if not self.options or not all(self.options):
-            raise TransformError("RandomChoice needs at least one option, and an option at least one step")
+        if not self.options or not all(self.options[:1 if isinstance(self, AppliedGeometry) else None]):
+            raise TransformError(f"{self.shown_as} needs at least one option, and an option at least one step")
         if p is None:
             p = [1.0] * len(self.options)
         if len(p) != len(self.options) or any(x < 0 for x in p) or not sum(p) > 0:
@@ -62,8 +64,8 @@ class GeometryChoice(Transform):
     def then(self, steps: Sequence[Transform]) -> "GeometryChoice":
         """The choice followed by the geometry `steps` (`[RandomChoice([Resize(256),
         Resize(320)]), RandomCrop(224)]`): each option followed by them, the same draws."""
-        out = GeometryChoice([[*o, *steps] for o in self.options], self.p)
-        out._taken = self._taken + len(steps)
+        out = type(self)([[*o, *steps] for o in self.options], self.p)
+        vars(out)["_taken"] = self._taken + len(steps)
         return out
 
     @property
@@ -86,8 +88,9 @@ class GeometryChoice(Transform):
 
     @property
     def size(self) -> tuple[int, int]:
-        """The options' one output size (h, w)."""
-        return self.plans[0].out_size  # type: ignore[return-value]
+        """The options' one output size (h, w) (an option that leaves it to the image, as
+        Resize(int) or none does, must give it: `draw` checks)."""
+        return next(p.out_size for p in self.plans if p.out_size is not None)  # type: ignore[return-value]
 
     @property
     def antialias(self) -> bool:
@@ -109,15 +112,55 @@ class GeometryChoice(Transform):
         return max(int(getattr(g, "pad_mode", 0)) for o in self.options for g in o)
 
     def on_pil_images(self) -> Transform:
-        return GeometryChoice([[t.on_pil_images() for t in o] for o in self.options], self.p)
+        return type(self)([[t.on_pil_images() for t in o] for o in self.options], self.p)
 
     def output_size(self, height: int, width: int) -> tuple[int, int]:
         return self.size
 
+    def _through(self, k: int) -> str:
+        """Option k, as a message names it."""
+        return f"through {_shown(self.options[k])}"
+
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        for k, plan in enumerate(self.plans):  # (each image, whichever it draws: a batch of one size)
+            if plan.out_size is None and plan.image_output(*size) != self.size:
+                made = plan.image_output(*size)
+                raise ValueError(f"{self!r}: an image of {size[0]}x{size[1]} makes {made[0]}x{made[1]} "
+                                 f"{self._through(k)}, not the batch's {self.size[0]}x{self.size[1]} (give "
+                                 f"Resize((h, w)) for images of other shapes)")
         k = rng.choices(range(len(self.plans)), weights=self.p)[0]
         d, _ = geometry_draws(self.plans[k], rng, size)
         return {KEY: k, **d}
+
+
+class AppliedGeometry(GeometryChoice):
+    """torchvision's RandomApply over geometries (`[RandomApply([RandomCrop(48)], p=0.4),
+    Resize(64)]`, as scripts write it): a choice of two options, its steps with
+    probability p or none of them (an image that loses the coin keeps its size, so a
+    Resize((h, w)) or a crop after it must give the batch its one size: they end both
+    options). make_params: "geometry_choice" 0 where the steps ran, 1 where they did not."""
+
+    shown_as = "RandomApply"
+    size_hint = "an image that loses the coin keeps its own size; give a Resize((h, w)) or a crop after it"
+
+    @classmethod
+    def of(cls, steps: Sequence[Transform], p: float) -> "AppliedGeometry":
+        return cls([steps, ()], [p, 1.0 - p])
+
+    @property
+    def applied(self) -> tuple[Transform, ...]:
+        """The steps the coin applies (the first option, less the steps after it that end both)."""
+        return self.options[0][:len(self.options[0]) - len(self.options[1])]
+
+    def refusal(self, why: str, option: Sequence[Transform] = ()) -> TransformError:
+        return TransformError(f"RandomApply([{', '.join(type(t).__name__ for t in self.applied)}]) cannot be fused: "
+                              f"{f'applied, {_shown(option)} ' if option else ''}{why}")
+
+    def __repr__(self) -> str:
+        return f"RandomApply({list(self.applied)!r}, p={self.p[0]})"
+
+    def _through(self, k: int) -> str:
+        return "where it loses the coin" if k else "where it wins the coin"
 
 
 def chosen(plan: "_Plan", p: dict) -> "_Plan":

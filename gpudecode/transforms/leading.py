@@ -121,7 +121,8 @@ def crop_then_resize(steps: list[Transform], every: list[Transform]) -> tuple[li
     """`[RandomCrop(32, padding=4), RandomHorizontalFlip(), Resize((224, 224))]` (CIFAR
     upscaled for an ImageNet model) as `[Pad(4), RandomCrop(32), Resize((224, 224)),
     RandomHorizontalFlip()]`, where `steps` (`every`: with the RGB ones) begin with a
-    CenterCrop or RandomCrop, flips, then a Resize: the flips moved after the Resize (a
+    CenterCrop, a RandomCrop or a choice of geometries (`[RandomApply([RandomCrop(28)]),
+    flip, Resize(224)]`), flips, then a Resize: the flips moved after the Resize (a
     resize of a mirrored image is the mirrored resize; a nearest one is not: left so), and
     a RandomCrop's padding by a fill made a Pad's canvas before it (the kernel resizes a
     crop inside its image; the same draws: torchvision draws the crop over the padded size
@@ -129,7 +130,10 @@ def crop_then_resize(steps: list[Transform], every: list[Transform]) -> tuple[li
     from .canvas import Pad
 
     n = next((i for i, t in enumerate(steps[1:], 1) if t.group != "flips"), len(steps))
-    if n == len(steps) or type(steps[0]) not in (CenterCrop, RandomCrop) or type(steps[n]) is not Resize:
+    from .geometry_choice import GeometryChoice
+
+    if n == len(steps) or type(steps[n]) is not Resize or not (
+            type(steps[0]) in (CenterCrop, RandomCrop) or isinstance(steps[0], GeometryChoice)):
         return None
     crop: Any = steps[0]
     flips = steps[1:n]

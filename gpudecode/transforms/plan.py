@@ -282,7 +282,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         at = _front(every, len(lead))
         steps, every = steps[len(lead):], [t for t in every[:at] if isinstance(t, RGB)] + every[at:]
     if len(steps) > 1 and isinstance(steps[0], Resize) and steps[0].filter_modes[0] != "pil-nearest" and \
-            not ragged and (type(steps[1]) in (RandomResizedCrop, GeometryChoice) or _crop_then_resize(steps[1:3]) or
+            not ragged and (isinstance(steps[1], (RandomResizedCrop, GeometryChoice)) or _crop_then_resize(steps[1:3]) or
                             type(steps[1]) is Resize or (not lead and _canvas_then_geometry(steps[1:]) and
                                                          _folds(steps[1:]) is None)):
         # (`[Resize(256), RandomResizedCrop(224)]`, `[Resize(300), RandomCrop(256), Resize(224)]`, `[Resize(300),
@@ -420,7 +420,7 @@ def check_choice(choice: GeometryChoice) -> None:
             said, own = str(e), f" [{_names(option)}]"
             raise choice.refusal(f"does not fuse alone: {said[:-len(own)] if said.endswith(own) else said}",
                                  option) from None
-        if not plan.geometry or plan.program or plan.flip or plan.vflip or plan.normalize or plan.erase or \
+        if (not plan.geometry and option) or plan.program or plan.flip or plan.vflip or plan.normalize or plan.erase or \
                 plan.canvas is not None or plan.first or plan.post or plan.linear is not None or plan.reads_boxes \
                 or plan.channels != 3 or plan.dtype != torch.uint8:
             raise choice.refusal("is not a geometry; a choice of geometries takes crops and resizes only "
@@ -430,13 +430,25 @@ def check_choice(choice: GeometryChoice) -> None:
             raise choice.refusal("pads by reflection: a choice takes crops padded with a fill or the edge", option)
         plans.append(plan)
     made = list(dict.fromkeys(f"{p.out_size[0]}x{p.out_size[1]}" if p.out_size else "each image's own size"
-                              for p in plans))
-    if len(made) > 1 or plans[0].out_size is None:
-        raise choice.refusal(f"its options make outputs of {' and '.join(made)}, and a batch has one size; give "
-                             f"each option the same size, or a crop after the choice (RandomCrop, CenterCrop)")
+                              for p in plans))  # (an image's own: where it gives the others' size, checked as drawn)
+    fixed = {p.out_size for p in plans if p.out_size is not None}
+    if len(fixed) != 1 or not all(p.out_size is not None or _may_make(p, *fixed) for p in plans):
+        raise choice.refusal(f"its options make outputs of {' and '.join(made)}, and a batch has one size; "
+                             f"{choice.size_hint}")
     if len({plan.antialias for plan in plans}) > 1:
         raise choice.refusal("its options' resizes differ in antialias, which the kernel takes for the batch")
     choice.planned(plans)
+
+
+def _may_make(plan: _Plan, size: tuple[int, int]) -> bool:
+    """An option of a choice that leaves its output's size to the image (`plan`) may give
+    `size` (draws check each image): none at all (RandomApply's lost coin), or a Resize of
+    the shorter side to min(size)."""
+    if not plan.geometry:
+        return True
+    g: Any = plan.geometry[0]
+    return len(plan.geometry) == 1 and type(g) is Resize and isinstance(g.size, int) and g.max_size is None and \
+        g.size == min(size)
 
 
 def _first_pass(colours: list[Transform], rest: "_AfterGeometry", names: str) -> tuple[_Step, ...]:
@@ -542,7 +554,8 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
             raise TransformError(f"{e} [{names}]") from None
     geometry = nested(geometry)  # (`[CenterCrop(256), RandomCrop(224)]`: one crop, the offsets added)
     kinds = [Resize if isinstance(g, Resize) else RandomCrop if isinstance(g, (RandomCrop, CropOfCrop)) else
-             CenterCrop if isinstance(g, CenterCrop) else type(g) for g in geometry]
+             CenterCrop if isinstance(g, CenterCrop) else GeometryChoice if isinstance(g, GeometryChoice) else type(g)
+             for g in geometry]
     if ragged and kinds in ([Resize], [RandomIoUCrop]):
         return geometry
     if kinds and kinds[0] is RandomIoUCrop and not (kinds == [RandomIoUCrop, Resize] and type(geometry[1]) is Resize
@@ -553,7 +566,8 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
     if kinds in ([CenterCrop, Resize], [RandomCrop, Resize]) and not _crop_then_resize(geometry):
         crop: Any = geometry[0]
         raise TransformError(f"{type(geometry[1]).__name__} after {type(crop).__name__} cannot be fused: a Resize of "
-                             f"the crop only" + (", and a crop without padding (pad_if_needed pads a smaller image)"
+                             f"the crop only" + (", and a crop padded with a fill alone, and by no pad_if_needed (padding "
+                                                  f"with the edge or a reflection, or by the image's size)"
                                                   if isinstance(crop, RandomCrop) else "") + f" [{names}]")
     if kinds not in ([], [RandomResizedCrop], [GeometryChoice], [Resize], [CenterCrop], [RandomCrop], [Resize, CenterCrop],
                      [Resize, RandomCrop], [RandomIoUCrop, Resize], [CenterCrop, Resize], [RandomCrop, Resize],

@@ -41,8 +41,9 @@ images, gpudecode runs `Compose.from_torchvision` of it.
   `[Resize((256, 128)), RandomHorizontalFlip(), Pad(10), RandomCrop((256, 128)), ...]` (a
   flip between the Resize and the crop), CIFAR upscaled for an ImageNet model,
   `[RandomCrop(32, padding=4), RandomHorizontalFlip(), Resize(224), ...]` (a Pad's canvas
-  a sample, the flip after the Resize), fine-tuning scripts'
-  `[RandomCrop(300), Resize(224), ...]` and `[Resize(255), RandomChoice([RandomResizedCrop(224),
+  a sample, the flip after the Resize), `[RandomApply([RandomCrop(300)], p=0.5),
+  RandomHorizontalFlip(), Resize((224, 224)), ...]` (a crop or none, each image its own),
+  fine-tuning scripts' `[RandomCrop(300), Resize(224), ...]` and `[Resize(255), RandomChoice([RandomResizedCrop(224),
   CenterCrop(224)]), ...]` (each image its option); and two v2 Composes as written: torchvision's v2
   docs' `[ToImage(), ToDtype(torch.uint8, scale=True), RandomResizedCrop(224),
   RandomHorizontalFlip(), ToDtype(torch.float32, scale=True), Normalize]` and a detection
@@ -267,6 +268,8 @@ def as_written() -> dict[str, object]:
             [v1.Resize((256, 128)), v1.RandomHorizontalFlip(), v1.Pad(10), v1.RandomCrop((256, 128)), *tail]),
         "CIFAR upscaled: RandomCrop(32, padding=4), flip, Resize(224)": v1.Compose(
             [v1.RandomCrop(32, padding=4), v1.RandomHorizontalFlip(), v1.Resize(224), *tail]),
+        "RandomApply([RandomCrop(300)], p=0.5), flip, Resize((224, 224))": v1.Compose(
+            [v1.RandomApply([v1.RandomCrop(300)], p=0.5), v1.RandomHorizontalFlip(), v1.Resize((224, 224)), *tail]),
         "fine-tuning: Resize(255), RandomChoice([RRC(224), CenterCrop(224)]), flip": v1.Compose(
             [v1.Resize(255), v1.RandomChoice([v1.RandomResizedCrop(224), v1.CenterCrop(224)]),
              v1.RandomHorizontalFlip(), *tail]),
@@ -425,7 +428,7 @@ def main() -> None:
                     help="only recipes as scripts write them (rotation or flip first, CLIP's preprocess, "
                          "ToTensor first, a flip after the rotation, Resize(int) alone, Grayscale first, "
                          "ColorJitter first, a Resize before RRC, RandomCrop then Resize, Resize then rotation then "
-                         "CenterCrop, a RandomChoice of crops)")
+                         "CenterCrop, a RandomChoice of crops, a padded crop resized, a RandomApply of a crop)")
     ap.add_argument("--only", action="append", metavar="TEXT",
                     help="with --as-written: only the recipes whose names hold TEXT (may be given again)")
     a = ap.parse_args()

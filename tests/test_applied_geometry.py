@@ -1,0 +1,184 @@
+"""RandomApply over crops and resizes (`[RandomApply([RandomCrop(48)], p=0.4), Resize(64)]`,
+`[RandomApply([RandomCrop(28)]), RandomHorizontalFlip(), Resize(224)]`, as public training
+scripts write them; refused before): a choice of two geometries, the steps or none, each
+ended by the steps after it. Pixels against torchvision's functional ops replaying each
+image's draws on photographs; the coin's frequency against p; a Resize(int) that needs
+square images (refused by image where one is not); a Resize before it (the first pass);
+boxes and masks; the Loader; pickle; the refusals."""
+from __future__ import annotations
+
+import copy
+import pickle
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as tv1
+import torchvision.transforms.v2 as tv
+import torchvision.transforms.v2.functional as F
+from torchvision import tv_tensors
+
+from gpudecode import transforms as T
+from gpudecode.errors import TransformError
+from gpudecode.transforms.geometry_choice import AppliedGeometry
+from conftest import loader_is_compose
+from test_boxes import random_boxes, tv_sanitized
+from test_masks import centre, slic_mask
+
+f32 = tv.ToDtype(torch.float32, scale=True)
+
+
+@pytest.fixture(scope="module")
+def photo_batch(photos):
+    """Each photograph twice, cut to differ in shape."""
+    return [torch.from_numpy(np.ascontiguousarray(p[k::3, ::2].transpose(2, 0, 1))) for p in photos.values()
+            for k in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def squares(photos):
+    """Square cuts of the photographs (32x32, CIFAR's size), several a photograph."""
+    return [torch.from_numpy(np.ascontiguousarray(p[y:y + 256:8, x:x + 256:8].transpose(2, 0, 1)))
+            for p in photos.values() for y, x in ((0, 0), (40, 90))]
+
+
+def _flips(x, p: dict):
+    x = F.horizontal_flip(x) if p.get("flip") else x
+    return F.vertical_flip(x) if p.get("vflip") else x
+
+
+def test_a_crop_applied_or_not_then_resized_is_torchvisions(photo_batch):
+    """`[RandomApply([RandomCrop(48)], p=0.4), Resize((64, 56))]` (v1 and v2 as written): an
+    image that won the coin is cropped, then resized; one that lost it is resized whole;
+    torchvision's ops on the float image within float rounding; both drawn."""
+    for mod in (tv1, tv):
+        tvc = mod.Compose([mod.RandomApply([mod.RandomCrop(48)], p=0.4), mod.Resize((64, 56)),
+                           tv.ToDtype(torch.float32, scale=True)])
+        ours = T.Compose.from_torchvision(tvc)
+        applied = ours.plan.geometry[0]
+        assert isinstance(applied, AppliedGeometry) and applied.p == [0.4, 0.6] and ours.out_size == (64, 56)
+        assert repr(applied).startswith("RandomApply([RandomCrop(size=(48, 48)") and repr(applied).endswith("p=0.4)")
+        sizes = [tuple(i.shape[1:]) for i in photo_batch]
+        won = set()
+        for seed in range(3):
+            params = ours.make_params(sizes, seed)
+            got = ours(photo_batch, params)
+            for k, (img, p) in enumerate(zip(photo_batch, params)):
+                x = f32(img)
+                if p["geometry_choice"] == 0:
+                    x = F.crop(x, *p["crop"])
+                    assert tuple(p["crop"][2:]) == (48, 48)
+                want = F.resize(x, [64, 56], antialias=True)
+                assert float((got[k] - want).abs().max()) * 255 < 2e-3, (seed, k, p)
+                won.add(p["geometry_choice"])
+        assert won == {0, 1}
+
+
+def test_the_coin_falls_with_probability_p():
+    """Over 4,000 images the steps run on a share p of them (within four standard errors),
+    for p of 0, 0.25 and 1."""
+    n = 4000
+    for p in (0.0, 0.25, 1.0):
+        tf = T.Compose([T.RandomApply([T.CenterCrop(40)], p=p), T.Resize((32, 32))])
+        won = np.array([d["geometry_choice"] == 0 for d in tf.make_params([(50, 60)] * n, 9)])
+        assert abs(won.mean() - p) <= 4 * np.sqrt(p * (1 - p) / n) + 1e-9, (p, won.mean())
+
+
+def test_a_flip_between_and_a_resize_of_the_shorter_side(squares):
+    """`[RandomApply([RandomCrop(28)]), RandomHorizontalFlip(), Resize(64)]` (CIFAR scripts, a
+    Resize(int) of square images): the flip after the Resize; torchvision's crop or not,
+    flip and resize within float rounding. An image that is not square would make another
+    size where the coin is lost: its draw is refused, naming the sizes."""
+    ours = T.Compose([T.RandomApply([T.RandomCrop(28)]), T.RandomHorizontalFlip(), T.Resize(64),
+                      T.ToDtype(torch.float32, scale=True)])
+    assert ours.out_size == (64, 64) and ours.plan.masks_mirrored == (True, False)
+    sizes = [tuple(i.shape[1:]) for i in squares]
+    seen = set()
+    for seed in range(3):
+        params = ours.make_params(sizes, seed)
+        got = ours(squares, params)
+        for k, (img, p) in enumerate(zip(squares, params)):
+            x = f32(img)
+            x = F.crop(x, *p["crop"]) if p["geometry_choice"] == 0 else x
+            want = F.resize(_flips(x, p), [64, 64], antialias=True)
+            assert float((got[k] - want).abs().max()) * 255 < 2e-3, (seed, k, p)
+            seen.add((p["geometry_choice"], p["flip"]))
+    assert seen == {(0, False), (0, True), (1, False), (1, True)}
+    with pytest.raises(ValueError, match=r"an image of 32x40 makes 64x80 where it loses the coin, not the "
+                                         r"batch's 64x64"):
+        ours.make_params([(32, 40)], 0)
+
+
+def test_a_resize_first_then_a_random_resized_crop_applied_or_not(photo_batch):
+    """`[Resize((48, 40)), RandomApply([RandomResizedCrop((48, 40))], p=0.5)]`: each image
+    resized first (torchvision's uint8 resize, bit for bit: the first pass), then its crop
+    resized (within a level: the uint8 output rounded), or kept as it is (then bit for bit)."""
+    ours = T.Compose([T.Resize((48, 40)), T.RandomApply([T.RandomResizedCrop((48, 40))], p=0.5)])
+    assert ours.plan.first and ours.out_size == (48, 40)
+    sizes = [tuple(i.shape[1:]) for i in photo_batch]
+    params = ours.make_params(sizes, 4)
+    got = ours(photo_batch, params)
+    assert {p["geometry_choice"] for p in params} == {0, 1}
+    for k, (img, p) in enumerate(zip(photo_batch, params)):
+        x = F.resize(img, [48, 40], antialias=True)
+        if p["geometry_choice"] == 1:
+            assert torch.equal(got[k], x), k
+        else:
+            want = F.resized_crop(f32(x), *p["crop"], [48, 40], antialias=True)
+            assert float((f32(got[k]) - want).abs().max()) * 255 <= 1 + 1e-3, (k, p)  # (the output rounded)
+
+
+def test_boxes_and_masks_follow_the_coin(photos):
+    """Boxes and masks under `[RandomApply([RandomCrop(40)], p=0.5), flip, Resize((48, 40))]`:
+    torchvision crops (or not), flips and resizes a BoundingBoxes and a Mask (nearest: the
+    flip before the resize picks other pixels than one after it), the same boxes kept."""
+    rng = np.random.default_rng(8)
+    tf = T.Compose([T.RandomApply([T.RandomCrop(40)], p=0.5), T.RandomHorizontalFlip(), T.Resize((48, 40))])
+    sizes = [(50, 47), (64, 64), (45, 70), (41, 52)] * 4
+    params = tf.make_params(sizes, 3)
+    assert {(p["geometry_choice"], p["flip"]) for p in params} == {(0, False), (0, True), (1, False), (1, True)}
+    boxes = [random_boxes(rng, h, w) for h, w in sizes]
+    names = sorted(photos)
+    masks = [torch.from_numpy(slic_mask(centre(photos[names[k % len(names)]], h, w))) for k, (h, w) in enumerate(sizes)]
+    got, moved = tf.boxes(boxes, params, sizes=sizes), tf.masks(masks, params, fill=255)
+    for k, (p, size) in enumerate(zip(params, sizes)):
+        b = tv_tensors.BoundingBoxes(torch.as_tensor(boxes[k]), format="XYXY", canvas_size=size)
+        m = tv_tensors.Mask(masks[k][None])
+        if p["geometry_choice"] == 0:
+            b, m = F.crop(b, *p["crop"]), F.crop(m, *p["crop"])
+        b, m = (F.resize(_flips(x, p), [48, 40]) for x in (b, m))
+        want, _ = tv_sanitized(b)
+        assert torch.allclose(got[k]["boxes"], want, atol=1e-4), (k, p)
+        assert torch.equal(moved[k], m[0].as_subclass(torch.Tensor)), (k, p)
+
+
+def test_through_the_loader_and_copies(tmp_path, photos):
+    """Through the Loader (a PNG shard, two epochs): the Compose on Pillow's decode with the
+    Loader's draws; describe() names RandomApply; pickle and deepcopy draw alike."""
+    imgs = [np.ascontiguousarray(photos[n][::4, ::3]) for n in ("astronaut", "coffee", "chelsea", "rocket")]
+    tf = T.Compose([T.RandomApply([T.RandomCrop(60)], p=0.5), T.RandomHorizontalFlip(), T.Resize((48, 48)),
+                    T.ColorJitter(0.3, 0.3), T.Normalize([0.5] * 3, [0.25] * 3)])
+    loader = loader_is_compose(tmp_path, imgs, tf, 3)
+    assert loader.describe()["transform"] == ["RandomApply", "RandomHorizontalFlip", "Resize", "ColorJitter",
+                                              "Normalize"]
+    for again in (copy.deepcopy(tf), pickle.loads(pickle.dumps(tf))):
+        assert repr(again) == repr(tf) and again.make_params([(70, 80)] * 5, 3) == tf.make_params([(70, 80)] * 5, 3)
+
+
+def test_over_per_sample_steps_it_stays_a_step_and_refusals_say_why():
+    """RandomApply over colour steps is still a step of each sample's program; over a crop
+    and a colour step, after a flip: refused, saying why; over a crop with no size after it,
+    an image that the lost coin leaves at another size is refused as drawn."""
+    assert type(T.RandomApply([T.ColorJitter(0.2)], p=0.3)) is T.RandomApply
+    with pytest.raises(TransformError, match=r"(?s)RandomApply\(\[RandomCrop, ColorJitter\]\) cannot be fused: "
+                                             r"applied, Compose.*does\s+not\s+fuse\s+alone"):
+        T.Compose([T.RandomApply([T.RandomCrop(48), T.ColorJitter(0.2)], p=0.4), T.Resize((64, 64))])
+    alone = T.Compose([T.RandomApply([T.RandomCrop(48)]), T.RandomHorizontalFlip()])  # (images of 48x48 only)
+    assert alone.out_size == (48, 48) and len(alone.make_params([(48, 48)] * 4, 0)) == 4
+    with pytest.raises(ValueError, match=r"an image of 60x50 makes 60x50 where it loses the coin, not the batch's "
+                                         r"48x48"):
+        alone.make_params([(60, 50)], 0)
+    with pytest.raises(TransformError, match=r"after\s+a\s+flip\s+cannot\s+be\s+fused"):
+        T.Compose([T.RandomHorizontalFlip(), T.RandomApply([T.RandomCrop(48)]), T.Resize((64, 64))])
+    with pytest.raises(ValueError, match="probability should be between 0 and 1"):
+        T.RandomApply([T.RandomCrop(48)], p=1.5)
