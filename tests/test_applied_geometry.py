@@ -182,3 +182,108 @@ def test_over_per_sample_steps_it_stays_a_step_and_refusals_say_why():
         T.Compose([T.RandomHorizontalFlip(), T.RandomApply([T.RandomCrop(48)]), T.Resize((64, 64))])
     with pytest.raises(ValueError, match="probability should be between 0 and 1"):
         T.RandomApply([T.RandomCrop(48)], p=1.5)
+
+
+@pytest.mark.parametrize("canvas", ["rotation", "expand", "zoom", "pad"])
+def test_a_choice_after_a_canvas_step(photo_batch, canvas):
+    """A choice of geometries after a canvas step (`[RandomRotation(15), RandomApply(
+    [RandomCrop(...)]), Resize(...)]`, refused before): each whole canvas made, then the
+    option each image drew read of it; torchvision's rotation (or expanded rotation, zoom
+    out, Pad) then the option's ops, within float rounding; every option drawn."""
+    step = {"rotation": T.RandomRotation(15), "expand": T.RandomRotation(15, expand=True),
+            "zoom": T.RandomZoomOut(fill=9, p=1.0), "pad": T.Pad((3, 5, 7, 2), fill=9)}[canvas]
+    ours = T.Compose([step, T.RandomChoice([T.RandomResizedCrop((48, 56)), T.Compose([T.CenterCrop(70), T.Resize((48, 56))]),
+                                            T.Resize((48, 56))]), T.ToDtype(torch.float32, scale=True)])
+    assert ours.plan.canvas is step
+    sizes = [tuple(i.shape[1:]) for i in photo_batch]
+    seen = set()
+    for seed in range(2):
+        params = ours.make_params(sizes, seed)
+        got = ours(photo_batch, params)
+        for k, (img, p) in enumerate(zip(photo_batch, params)):
+            if "padding" in p:
+                x = F.pad(img, list(p["padding"]), fill=9)
+            else:
+                x = F.rotate(img, p["rotation"]["angle"], expand=canvas == "expand")
+            x, c = f32(x), p["geometry_choice"]
+            if c == 0:
+                x = F.resized_crop(x, *p["crop"], [48, 56], antialias=True)
+            else:
+                x = F.resize(F.center_crop(x, [70, 70]) if c == 1 else x, [48, 56], antialias=True)
+            assert float((got[k] - x).abs().max()) * 255 < 2e-3, (seed, k, p)
+            seen.add(c)
+    assert seen == {0, 1, 2}
+
+
+def test_boxes_and_masks_after_a_canvas_and_a_choice(photos):
+    """Boxes and masks under `[RandomZoomOut(p=1), RandomApply([RandomCrop(60)]), Resize((48,
+    40))]` and `[RandomRotation(20), ...]`: torchvision zooms out (or rotates), crops or not
+    and resizes a BoundingBoxes and a Mask, the same boxes kept."""
+    rng = np.random.default_rng(2)
+    sizes = [(50, 47), (64, 64), (45, 70), (61, 52)] * 3
+    names = sorted(photos)
+    for step in (T.RandomZoomOut(p=1.0), T.RandomRotation(20)):
+        tf = T.Compose([step, T.RandomApply([T.RandomCrop(40)]), T.Resize((48, 40))])
+        params = tf.make_params(sizes, 1)
+        assert {p["geometry_choice"] for p in params} == {0, 1}
+        boxes = [random_boxes(rng, h, w) for h, w in sizes]
+        masks = [torch.from_numpy(slic_mask(centre(photos[names[k % len(names)]], h, w)))
+                 for k, (h, w) in enumerate(sizes)]
+        got, moved = tf.boxes(boxes, params, sizes=sizes), tf.masks(masks, params, fill=255)
+        for k, (p, size) in enumerate(zip(params, sizes)):
+            b = tv_tensors.BoundingBoxes(torch.as_tensor(boxes[k]), format="XYXY", canvas_size=size)
+            m = tv_tensors.Mask(masks[k][None])
+            if "padding" in p:
+                b, m = F.pad(b, list(p["padding"])), F.pad(m, list(p["padding"]), fill=255)
+            else:
+                b, m = F.rotate(b, p["rotation"]["angle"]), F.rotate(m, p["rotation"]["angle"], fill=255)
+            if p["geometry_choice"] == 0:
+                b, m = F.crop(b, *p["crop"]), F.crop(m, *p["crop"])
+            b, m = F.resize(b, [48, 40]), F.resize(m, [48, 40])
+            want, _ = tv_sanitized(b)
+            assert torch.allclose(got[k]["boxes"], want, atol=1e-3), (step, k, p)
+            assert torch.equal(moved[k], m[0].as_subclass(torch.Tensor)), (step, k, p)
+
+
+def test_a_canvas_a_choice_a_flip_then_a_resize(photo_batch, photos):
+    """`[RandomRotation(15), RandomApply([RandomCrop(60)]), flip, Resize((64, 56))]` (a script's,
+    refused before): the flip after the Resize; torchvision's rotation, crop or not, flip and
+    resize within float rounding; masks as torchvision's nearest picks of the flipped mask."""
+    tf = T.Compose([T.RandomRotation(15), T.RandomApply([T.RandomCrop(60)]), T.RandomHorizontalFlip(),
+                    T.Resize((64, 56)), T.ToDtype(torch.float32, scale=True)])
+    assert tf.plan.masks_mirrored == (True, False)
+    sizes = [tuple(i.shape[1:]) for i in photo_batch]
+    params = tf.make_params(sizes, 6)
+    got = tf(photo_batch, params)
+    assert {(p["geometry_choice"], p["flip"]) for p in params} == {(0, False), (0, True), (1, False), (1, True)}
+    names = sorted(photos)
+    masks = [torch.from_numpy(slic_mask(centre(photos[names[k % len(names)]], h, w))) for k, (h, w) in enumerate(sizes)]
+    moved = tf.masks(masks, params, fill=255)
+    for k, (img, p) in enumerate(zip(photo_batch, params)):
+        x, m = f32(F.rotate(img, p["rotation"]["angle"])), F.rotate(tv_tensors.Mask(masks[k][None]),
+                                                                   p["rotation"]["angle"], fill=255)
+        if p["geometry_choice"] == 0:
+            x, m = F.crop(x, *p["crop"]), F.crop(m, *p["crop"])
+        want = F.resize(_flips(x, p), [64, 56], antialias=True)
+        assert float((got[k] - want).abs().max()) * 255 < 2e-3, (k, p)
+        assert torch.equal(moved[k], F.resize(_flips(m, p), [64, 56])[0].as_subclass(torch.Tensor)), (k, p)
+
+
+def test_a_resize_to_the_size_it_is_given_does_nothing(photo_batch):
+    """A Resize whose input already has its size returns it, as torchvision's does: `[RandomApply(
+    [RandomCrop((40, 30)), Resize((64, 48))], p=0.5), Resize((64, 48))]` (a script's, refused
+    before) is torchvision's crop and resize, or resize, within float rounding; `[CenterCrop(40),
+    Resize(40)]` is its CenterCrop, bit for bit, drawn natively."""
+    tf = T.Compose([T.RandomApply([T.RandomCrop((40, 30)), T.Resize((64, 48))], p=0.5), T.Resize((64, 48)),
+                    T.ToDtype(torch.float32, scale=True)])
+    sizes = [tuple(i.shape[1:]) for i in photo_batch]
+    params = tf.make_params(sizes, 1)
+    got = tf(photo_batch, params)
+    assert {p["geometry_choice"] for p in params} == {0, 1}
+    for k, (img, p) in enumerate(zip(photo_batch, params)):
+        x = f32(img)
+        x = F.resize(F.crop(x, *p["crop"]) if p["geometry_choice"] == 0 else x, [64, 48], antialias=True)
+        assert float((got[k] - x).abs().max()) * 255 < 2e-3, (k, p)
+    twice = T.Compose([T.CenterCrop(40), T.Resize(40)])
+    assert twice.native_spec is not None and [type(g) for g in twice.plan.geometry] == [T.CenterCrop]
+    assert torch.equal(twice(photo_batch), torch.stack([F.center_crop(i, [40, 40]) for i in photo_batch]))

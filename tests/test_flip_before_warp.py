@@ -64,6 +64,30 @@ def test_flips_around_a_warp_then_a_crop_are_torchvisions(photo_batch, kind, aft
         _then_resized(photo_batch, [warp, tv1.RandomHorizontalFlip()], 4, lambda img, p: _flips(replay(img, p), p))
 
 
+@pytest.mark.parametrize("after", [False, True])
+def test_a_resize_first_then_flips_around_a_warp_then_a_crop(photo_batch, after):
+    """`[Resize(48), flip, vflip, RandomRotation(25), CenterCrop(40)]` and `[Resize(48),
+    RandomRotation(25), flip, vflip, CenterCrop(40)]` (fine-tuning scripts; refused before):
+    each image resized first (torchvision's uint8 resize), then flipped and rotated in the
+    Compose's order and cropped: torchvision's ops, bit for bit; both flips drawn."""
+    flips = [tv1.RandomHorizontalFlip(), tv1.RandomVerticalFlip()]
+    warp = tv1.RandomRotation(25)
+    tf = T.Compose.from_torchvision(tv1.Compose([tv1.Resize(48), *([warp, *flips] if after else [*flips, warp]),
+                                                 tv1.CenterCrop(40), tv1.PILToTensor()]))
+    assert tf.plan.first and tf.plan.canvas is not None
+    assert (tf.plan.mirror, tf.plan.canvas_flip) == (((True, True), (False, False)) if after else
+                                                     ((False, False), (True, True)))
+    sizes = [tuple(i.shape[1:]) for i in photo_batch]
+    params = tf.make_params(sizes, 2)
+    got = tf(photo_batch, params)
+    for k, (img, p) in enumerate(zip(photo_batch, params)):
+        x = F.resize(img, [48], antialias=True)
+        x = _flips(F.rotate(x, p["rotation"]["angle"], NEAREST), p) if after else \
+            F.rotate(_flips(x, p), p["rotation"]["angle"], NEAREST)
+        assert torch.equal(got[k], F.center_crop(x, [40, 40])), (after, k, p)
+    assert {p["flip"] for p in params} == {p["vflip"] for p in params} == {False, True}
+
+
 def test_the_recipe_as_written_resizes_the_flipped_warped_image(photo_batch):
     """`[flip, RandomRotation(10), Resize((40, 44)), ToTensor()]`: torchvision's flip and
     rotation of the uint8 image, then its resize of the float one, within float rounding;

@@ -27,13 +27,15 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       w)) (its crop drawn from a Boxes field's boxes), Resize(int) alone (a batch of one
       output size), a crop of a crop (CenterCrop or RandomCrop, then an unpadded one no
       larger: one crop, the offsets added; a Resize before them), RandomChoice (or
-      RandomApply) over those that give one size (each image its option's; a Resize before
-      it, or crops after it that end each option: RandomChoice([Resize(256), Resize(320)]) +
-      RandomCrop(224)), or none; with Compose(ragged=True), images of their own sizes: also
-      Resize(int), RandomResize, RandomShortestSize, ScaleJitter or RandomIoUCrop alone
-      (bilinear or bicubic, antialiased, or nearest, nearest-exact, pil-nearest; a
-      RandomCrop pads with a fill, the edge, or a reflection: every padding_mode); timm's
-      RandomResizedCropAndInterpolation, ResizeKeepRatio, CenterCropOrPad
+      RandomApply) over those that give one size (each image its option's; a Resize or a
+      canvas step before it, or crops after it that end each option:
+      RandomChoice([Resize(256), Resize(320)]) + RandomCrop(224)), or none (a Resize to the
+      size its input already has does nothing, as torchvision's); with Compose(ragged=True),
+      images of their own sizes: also Resize(int), RandomResize, RandomShortestSize,
+      ScaleJitter or RandomIoUCrop alone (bilinear or bicubic, antialiased, or nearest,
+      nearest-exact, pil-nearest; a RandomCrop pads with a fill, the edge, or a reflection:
+      every padding_mode); timm's RandomResizedCropAndInterpolation, ResizeKeepRatio,
+      CenterCropOrPad
     - flips (any order; after the geometry, or first, before it): RandomHorizontalFlip,
       RandomVerticalFlip (first: flipped, then cropped, as torchvision's; not before a
       nearest resize; between an even Pad and a RandomCrop: before the Pad; between a Resize

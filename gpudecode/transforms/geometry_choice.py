@@ -41,9 +41,10 @@ class GeometryChoice(Transform):
     Compose of them) that each fuse alone and give one output size: one option an image,
     with probabilities `p` (default equal), then that option's draws (make_params:
     "geometry_choice", the option's index, and the option's own keys). RandomChoice
-    builds this where an option holds a geometry step. Not after a flip or a canvas step
-    (each option's window would be mirrored or made of its own canvas); a Resize before it
-    resizes every image first, as before a RandomResizedCrop."""
+    builds this where an option holds a geometry step. Not after a flip (each option's
+    window would be mirrored); after a canvas step (`[RandomRotation(15), RandomApply(
+    [RandomCrop(300)]), Resize((224, 224))]`) each whole canvas is made and the option read
+    of it; a Resize before it resizes every image first, as before a RandomResizedCrop."""
 
     group = "geometry"
     shown_as = "RandomChoice"  # (base.step_name)
@@ -161,6 +162,19 @@ class AppliedGeometry(GeometryChoice):
 
     def _through(self, k: int) -> str:
         return "where it loses the coin" if k else "where it wins the coin"
+
+
+def may_make(plan: "_Plan", size: tuple[int, int]) -> bool:
+    """An option of a choice that leaves its output's size to the image (`plan`) may give
+    `size` (draws check each image): none at all (RandomApply's lost coin), or a Resize of
+    the shorter side to min(size)."""
+    from .geometry import Resize
+
+    if not plan.geometry:
+        return True
+    g: Any = plan.geometry[0]
+    return len(plan.geometry) == 1 and type(g) is Resize and isinstance(g.size, int) and g.max_size is None and \
+        g.size == min(size)
 
 
 def chosen(plan: "_Plan", p: dict) -> "_Plan":

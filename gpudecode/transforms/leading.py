@@ -15,7 +15,7 @@ from typing import Any, Sequence
 from ..errors import TransformError
 from .args import NEAREST
 from .base import PROGRAM_GROUPS, Transform
-from .colour import RandomGrayscale
+from .colour import RGB, RandomGrayscale
 from .geometry import CenterCrop, RandomCrop, RandomResizedCrop, Resize
 from .iou_crop import RandomIoUCrop
 from .output import Normalize, ToDtype
@@ -126,23 +126,25 @@ def crop_then_resize(steps: list[Transform], every: list[Transform]) -> tuple[li
     resize of a mirrored image is the mirrored resize; a nearest one is not: left so), and
     a RandomCrop's padding by a fill made a Pad's canvas before it (the kernel resizes a
     crop inside its image; the same draws: torchvision draws the crop over the padded size
-    either way). (steps, every, the flips moved), or None where nothing is so changed."""
+    either way). After a canvas step (`[RandomRotation(15), RandomApply([RandomCrop(300)]),
+    flip, Resize((224, 224))]`) the flips are moved alike, the padding kept. (steps, every,
+    the flips moved), or None where nothing is so changed."""
     from .canvas import Pad
-
-    n = next((i for i, t in enumerate(steps[1:], 1) if t.group != "flips"), len(steps))
     from .geometry_choice import GeometryChoice
 
+    start = int(bool(steps) and (getattr(steps[0], "canvas", False) or getattr(steps[0], "canvas_first", False)))
+    n = next((i for i, t in enumerate(steps[start + 1:], start + 1) if t.group != "flips"), len(steps))
     if n == len(steps) or type(steps[n]) is not Resize or not (
-            type(steps[0]) in (CenterCrop, RandomCrop) or isinstance(steps[0], GeometryChoice)):
+            type(steps[start]) in (CenterCrop, RandomCrop) or isinstance(steps[start], GeometryChoice)):
         return None
-    crop: Any = steps[0]
-    flips = steps[1:n]
+    crop: Any = steps[start]
+    flips = steps[start + 1:n]
     if flips and any("nearest" in m for m in steps[n].filter_modes):  # (not mirror-symmetric)
         raise TransformError(f"{type(flips[0]).__name__} before {type(steps[n]).__name__} with nearest interpolation "
                              f"cannot be fused: put the flip after it (the same images, drawn alike; nearest picks "
                              f"other pixels of a flipped image) [{', '.join(type(t).__name__ for t in every)}]")
     padded = type(crop) is RandomCrop and any(crop.padding) and crop.padding_mode == "constant" and \
-        not crop.pad_if_needed
+        not crop.pad_if_needed and not start
     if not flips and not padded:
         return None
     made = [Pad(list(crop.padding), list(crop.crop_fill)), RandomCrop(crop.size)] if padded else [crop]
@@ -154,6 +156,25 @@ def crop_then_resize(steps: list[Transform], every: list[Transform]) -> tuple[li
         k = next(i for i, t in enumerate(rest) if t is crop)
         out.append(rest[:k] + made + rest[k + 1:])
     return out[0], out[1], flips
+
+
+def front_of(steps: list[Transform], n: int) -> int:
+    """Where the steps after the first `n` that are not RGB begin in `steps`."""
+    seen = 0
+    for k, t in enumerate(steps):
+        if seen == n:
+            return k
+        seen += not isinstance(t, RGB)
+    return len(steps)
+
+
+def without_front(steps: list[Transform], every: list[Transform], n: int) -> tuple[list[Transform], list[Transform]]:
+    """`steps` and `every` (with the RGB ones) without the first `n` steps that are not RGB
+    (an RGB among them stays)."""
+    if not n:
+        return steps, every
+    at = front_of(every, n)
+    return steps[n:], [t for t in every[:at] if isinstance(t, RGB)] + every[at:]
 
 
 def _pad_read_as_window(steps: list[Transform]) -> bool:

@@ -20,13 +20,13 @@ from .convert import qualified
 from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip,
                        Resize, ResizeKeepRatio, _RandomSize)
 from .draws import native_spec
-from .geometry_choice import GeometryChoice
+from .geometry_choice import GeometryChoice, may_make
 from .iou_crop import RandomIoUCrop
 from .nested_crops import CropOfCrop, nested
 from .leading import (canvas_flips, check_colours_first, check_floats_first, check_greys_first, check_normalize_first,
                       flips_after_canvas, leading_colours, leading_flips, leading_floats, leading_greys,
                       leading_normalize, leading_uint8, window_flips)
-from .leading import check_even, crop_then_resize
+from .leading import check_even, crop_then_resize, front_of, without_front
 from .output import LinearTransformation, Normalize, RandomErasing
 from .pad_window import PadWindow
 from .targets import box_settings
@@ -278,9 +278,9 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     lead = leading_flips(steps, names)
     flipped = [] if lead else canvas_flips(steps)  # (`[flip, RandomRotation(10), Resize((224, 224))]`: the image
     lead = lead or flipped  # flipped before its canvas is made)
-    if lead:  # (out of both lists: the first len(lead) steps that are not RGB; an RGB among them stays)
-        at = _front(every, len(lead))
-        steps, every = steps[len(lead):], [t for t in every[:at] if isinstance(t, RGB)] + every[at:]
+    steps, every = without_front(steps, every, len(lead))
+    alike = _resized_alike(steps)  # (`[RandomCrop((600, 300)), Resize((768, 384)), Resize((768, 384))]`: the second
+    steps, every = ([t for t in s if all(t is not u for u in alike)] for s in (steps, every))  # returns its input)
     if len(steps) > 1 and isinstance(steps[0], Resize) and steps[0].filter_modes[0] != "pil-nearest" and \
             not ragged and (isinstance(steps[1], (RandomResizedCrop, GeometryChoice)) or _crop_then_resize(steps[1:3]) or
                             type(steps[1]) is Resize or (not lead and _canvas_then_geometry(steps[1:]) and
@@ -292,6 +292,9 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         colours_first = [*colours_first, steps[0]]
         steps, every = steps[1:], [t for t in every if t is not steps[0]]
         check_colours_first(colours_first, floats_first, given, grey, names)
+        flipped = [] if lead else canvas_flips(steps)  # (`[Resize(256), flip, RandomRotation(15), CenterCrop(224)]`:
+        lead = lead or flipped  # the resized image flipped before its canvas is made)
+        steps, every = without_front(steps, every, len(flipped))
     moved = crop_then_resize(steps, every)  # (`[RandomCrop(32, padding=4), flip, Resize((224, 224))]`: a Pad's canvas,
     steps, every, forward = moved if moved is not None else (steps, every, [])  # the crop, the Resize, the flip)
     if moved is not None and lead and type(steps[0]) is Pad:  # (flips first: the crop's window mirrored in the canvas)
@@ -329,7 +332,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     for t in lead:
         rest.add_flip(t)  # type: ignore[arg-type]
     made_of = sum(getattr(g, "_taken", 1) for g in geometry)  # (the steps the geometry is made of: a choice holds
-    front = _front(every, made_of + (canvas is not None))  # those after it) (the canvas and geometry, with RGBs)
+    front = front_of(every, made_of + (canvas is not None))  # those after it) (the canvas and geometry, with RGBs)
     if grey:  # (the images have one channel from the start: what fills them must be one value)
         for t in itertools.takewhile(lambda t: not isinstance(t, RGB), every[:front]):
             rest.one_channel(t, "on images of one channel")
@@ -381,11 +384,10 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     if forward:  # (moved past the Resize: a mask's nearest pick made of the flipped mask, as torchvision's)
         h, v = (m or any(f is t for f in forward) for m, t in zip(plan.mirror, (plan.flip, plan.vflip)))
         plan = dataclasses.replace(plan, mask_mirror=(h, v))
-    if isinstance(plan.geometry[:1] and plan.geometry[0], GeometryChoice) and (plan.canvas is not None or any(
-            plan.mirror)):  # (each option's window mirrored, or of a canvas: not taken yet)
-        raise TransformError(f"{plan.geometry[0]!r} after {'a flip' if any(plan.mirror) else type(plan.canvas).__name__}"
-                             f" cannot be fused: a choice of geometries comes first (or after a Resize)"
-                             f"{'; put the flips after it' if any(plan.mirror) else ''} [{names}]")
+    if isinstance(plan.geometry[:1] and plan.geometry[0], GeometryChoice) and any(plan.mirror):  # (each option's
+        raise TransformError(f"{plan.geometry[0]!r} after a flip cannot be fused: a choice of geometries comes first "
+                             f"(or after a Resize or a canvas step); put the flips after it [{names}]")  # window mirrored:
+        # not taken yet; of a canvas, each whole canvas made and read as the option says)
     if ragged and plan.channels == 1:
         raise TransformError(f"an output of one channel with ragged=True cannot be fused: give "
                              f"Grayscale(num_output_channels=3) and take images[:, :1] [{names}]")
@@ -432,23 +434,12 @@ def check_choice(choice: GeometryChoice) -> None:
     made = list(dict.fromkeys(f"{p.out_size[0]}x{p.out_size[1]}" if p.out_size else "each image's own size"
                               for p in plans))  # (an image's own: where it gives the others' size, checked as drawn)
     fixed = {p.out_size for p in plans if p.out_size is not None}
-    if len(fixed) != 1 or not all(p.out_size is not None or _may_make(p, *fixed) for p in plans):
+    if len(fixed) != 1 or not all(p.out_size is not None or may_make(p, *fixed) for p in plans):
         raise choice.refusal(f"its options make outputs of {' and '.join(made)}, and a batch has one size; "
                              f"{choice.size_hint}")
     if len({plan.antialias for plan in plans}) > 1:
         raise choice.refusal("its options' resizes differ in antialias, which the kernel takes for the batch")
     choice.planned(plans)
-
-
-def _may_make(plan: _Plan, size: tuple[int, int]) -> bool:
-    """An option of a choice that leaves its output's size to the image (`plan`) may give
-    `size` (draws check each image): none at all (RandomApply's lost coin), or a Resize of
-    the shorter side to min(size)."""
-    if not plan.geometry:
-        return True
-    g: Any = plan.geometry[0]
-    return len(plan.geometry) == 1 and type(g) is Resize and isinstance(g.size, int) and g.max_size is None and \
-        g.size == min(size)
 
 
 def _first_pass(colours: list[Transform], rest: "_AfterGeometry", names: str) -> tuple[_Step, ...]:
@@ -482,6 +473,23 @@ def _one_draw_a_key(canvas: Any, rest: "_AfterGeometry", names: str) -> None:
                                  f"one of them per Compose [{names}]")
 
 
+def _resized_alike(steps: Sequence[Transform]) -> list[Transform]:
+    """The Resizes among the leading geometry steps whose input already has their size
+    (of a fixed size: `[RandomCrop((600, 300)), Resize((768, 384)), Resize((768, 384))]`'s
+    second): torchvision returns such an image as it is (v2's resize and PIL's resize do
+    nothing there, and a filter at scale 1 is the identity)."""
+    out: list[Transform] = []
+    run: list[Transform] = []
+    for t in itertools.takewhile(lambda u: u.group == "geometry" and not isinstance(u, GeometryChoice), steps):
+        size: Any = getattr(t, "size", None)
+        want = (size, size) if isinstance(size, int) and t.max_size is None else size  # type: ignore[attr-defined]
+        if type(t) is Resize and run and want is not None and _fixed_size(run) == tuple(want):
+            out.append(t)
+        else:
+            run.append(t)
+    return out
+
+
 def _crop_then_resize(geometry: Sequence[Transform]) -> bool:
     """A crop of a fixed size (CenterCrop's, or RandomCrop's without padding), then a Resize."""
     return len(geometry) == 2 and type(geometry[1]) is Resize and (
@@ -496,7 +504,10 @@ def _folds(steps: Sequence[Transform]) -> Transform | None:
 
 def _canvas_then_geometry(steps: Sequence[Transform]) -> bool:
     """A canvas step (one of its own, or a warp at the image's size) and a geometry step
-    after it: what follows a Resize that runs in the first pass."""
+    after it, flips before or after a warp's canvas taken as the plan takes them
+    (canvas_flips, flips_after_canvas): what follows a Resize that runs in the first pass."""
+    steps = steps[len(canvas_flips(list(steps))):]
+    steps = [steps[0], *steps[1 + len(flips_after_canvas(list(steps))):]] if steps else []
     return len(steps) > 1 and (getattr(steps[0], "canvas", False) or getattr(steps[0], "canvas_first", False)) \
         and steps[1].group == "geometry"
 
@@ -516,16 +527,6 @@ def _fixed_size(geometry: Sequence[Transform]) -> tuple[int, int] | None:
     if isinstance(last, (_RandomSize, ResizeKeepRatio, RandomIoUCrop)) or not isinstance(last.size, tuple):
         return None
     return int(last.size[0]), int(last.size[1])
-
-
-def _front(steps: list[Transform], n: int) -> int:
-    """Where the steps after the first `n` that are not RGB begin in `steps`."""
-    seen = 0
-    for k, t in enumerate(steps):
-        if seen == n:
-            return k
-        seen += not isinstance(t, RGB)
-    return len(steps)
 
 
 def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[Transform]:
@@ -567,7 +568,7 @@ def _geometry(steps: list[Transform], names: str, ragged: bool = False) -> list[
         crop: Any = geometry[0]
         raise TransformError(f"{type(geometry[1]).__name__} after {type(crop).__name__} cannot be fused: a Resize of "
                              f"the crop only" + (", and a crop padded with a fill alone, and by no pad_if_needed (padding "
-                                                  f"with the edge or a reflection, or by the image's size)"
+                                                  "with the edge or a reflection, or by the image's size)"
                                                   if isinstance(crop, RandomCrop) else "") + f" [{names}]")
     if kinds not in ([], [RandomResizedCrop], [GeometryChoice], [Resize], [CenterCrop], [RandomCrop], [Resize, CenterCrop],
                      [Resize, RandomCrop], [RandomIoUCrop, Resize], [CenterCrop, Resize], [RandomCrop, Resize],
