@@ -405,9 +405,9 @@ def test_a_compose_inside_a_container_stays_one_item(photo_batch):
 def test_a_compose_inside_a_compose_is_its_steps_in_place(photo_batch):
     """Compose([Compose([Resize, CenterCrop]), flip, ...]) as torchvision runs it: the inner
     steps in its place, the same images as the flat Compose's for a seed; options belong
-    to the outermost Compose; a Compose of crops in RandomApply, or a choice of an op and
-    Normalize, is refused with its reason (a choice among crops is the geometry:
-    test_geometry_choice.py)."""
+    to the outermost Compose; a Compose of an op and Normalize in RandomApply, or a choice
+    of an op and Normalize, is refused with its reason (a choice among crops, or RandomApply
+    over them, is the geometry: test_geometry_choice.py, test_applied_geometry.py)."""
     inner = T.Compose([T.Resize(44), T.CenterCrop(OUT)])
     nested = T.Compose([inner, T.RandomHorizontalFlip(), T.Compose([T.ColorJitter(0.4, 0.4)]),
                         T.Normalize([0.5] * 3, [0.25] * 3)])
@@ -417,8 +417,10 @@ def test_a_compose_inside_a_compose_is_its_steps_in_place(photo_batch):
     assert torch.equal(nested(photo_batch, seed=4), flat(photo_batch, seed=4))
     with pytest.raises(TransformError, match="outermost"):
         T.Compose([T.Compose([T.Resize(44)], layout="NHWC"), T.CenterCrop(OUT)])
-    with pytest.raises(TransformError, match=r"Compose\(\['Resize', 'CenterCrop'\]\) inside a container cannot"):
-        T.RandomApply([T.Compose([T.Resize(44), T.CenterCrop(OUT)])])
+    applied = T.RandomApply([T.Compose([T.Resize(44), T.CenterCrop(OUT)])])  # (crops: the geometry, its steps or
+    assert [type(t) for t in applied.applied] == [T.Resize, T.CenterCrop]  # none: test_applied_geometry.py)
+    with pytest.raises(TransformError, match=r"Compose\(\['ColorJitter', 'Normalize'\]\) inside a container cannot"):
+        T.RandomApply([T.Compose([T.ColorJitter(0.2), T.Normalize([0.5] * 3, [0.25] * 3)])])
     with pytest.raises(TransformError, match=r"Normalize in a choice would\s+give\s+each\s+image"):
         T.Compose.from_torchvision(tv.RandomChoice([tv.RandomInvert(), tv.Normalize([0.5] * 3, [0.2] * 3)]))
 
