@@ -595,7 +595,8 @@ def test_a_random_order_of_the_two_flips_as_scripts_write_it(shard):
             assert min(dist, key=dist.get) == (p["flip"], p["vflip"]) and min(dist.values()) <= 1 + 1e-3, (seed, dist)
             seen.add((p["flip"], p["vflip"]))
     assert len(seen) == 4  # (each flip its own coin: all four outcomes drawn)
-    with pytest.raises(TransformError, match=r"RandomOrder is fused over\s+the\s+per-sample\s+ops,\s+or\s+over\s+flips\s+alone"):
+    with pytest.raises(TransformError, match=r"RandomOrder\(\['RandomHorizontalFlip', 'RandomRotation'\]\) cannot\s+be\s+"
+                                             r"fused:\s+a\s+flip\s+and\s+a\s+warp\s+in\s+a\s+random\s+order"):
         T.Compose.from_torchvision(tv.Compose([tv.RandomOrder([tv.RandomHorizontalFlip(), tv.RandomRotation(10)]),
                                                tv.CenterCrop(20)]))
 

@@ -522,7 +522,10 @@ def test_random_apply_from_torchvision_and_refusals():
     with pytest.raises(TransformError, match=r"(?s)ElasticTransform\(.*inside\s+RandomApply\s+cannot"):
         T.Compose.from_torchvision(tv.RandomApply([tv.ElasticTransform()], p=0.5))
     with pytest.raises(TransformError, match=r"RandomApply is fused around\s+the per-sample"):
-        T.Compose.from_torchvision(tv.RandomApply([tv.RandomHorizontalFlip()], p=0.5))
+        T.Compose.from_torchvision(tv.RandomApply([tv.Normalize([0.5] * 3, [0.2] * 3)], p=0.5))
+    flipped = T.Compose.from_torchvision(tv.RandomApply([tv.RandomHorizontalFlip()], p=0.5))  # (a flip in it: drawn
+    share = np.mean([p["flip"] for p in flipped.make_params([(8, 8)] * 4000, 0)])  # by it, test_flips_in_containers)
+    assert flipped.plan.flip is None and abs(share - 0.25) < 0.03, share
     blur = T.Compose.from_torchvision(tv.RandomApply([tv.GaussianBlur(23)], p=0.5)).plan.program[0]
     assert isinstance(blur, T.RandomApply) and isinstance(blur.transforms[0], T.GaussianBlur)
     # a ColorJitter alone draws as before (no coin): the existing pipelines' draws are unchanged

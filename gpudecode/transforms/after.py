@@ -122,19 +122,25 @@ class _AfterGeometry:
 
     def add_flip(self, t: _Flip) -> None:
         what = type(t).__name__
-        if (self.vflip if isinstance(t, RandomVerticalFlip) else self.flip) is not None:
+        if (self.vflip if isinstance(t, RandomVerticalFlip) else self.flip) is not None or t.key in self.keys:
             raise TransformError(f"two {what}s [{self.names}]")
+        at = self._flip_place(what)
+        if isinstance(t, RandomVerticalFlip):
+            self.vflip, self.flip_at = t, (self.flip_at[0], at)
+        else:
+            self.flip, self.flip_at = t, (at, self.flip_at[1])  # type: ignore[assignment]
+
+    def _flip_place(self, what: str) -> int:
+        """The flip_at of a flip after the program so far: its length where a warp is in it
+        (their ops mirrored where a sample flips, mirrors.mirror_ops), else 0; refused where
+        a step that moves pixels cannot be mirrored."""
         moving = [u for s in self.program for u in s.inner() if u.moves and u.inner() == [u]]  # (not the wrappers)
         stuck = next((type(u).__name__ for u in moving if not getattr(u, "mirrors", False)), None)
         if stuck is not None:
             raise TransformError(f"{what} after {stuck} cannot be fused: the kernel flips while it resamples, "
                                  f"before the program's warps, and mirrors only torchvision's: rotations, affine and "
                                  f"perspective warps, its policies (put the flip before {stuck}) [{self.names}]")
-        at = len(self.program) if moving else 0  # (the warps before it: their ops mirrored, mirrors.mirror_ops)
-        if isinstance(t, RandomVerticalFlip):
-            self.vflip, self.flip_at = t, (self.flip_at[0], at)
-        else:
-            self.flip, self.flip_at = t, (at, self.flip_at[1])  # type: ignore[assignment]
+        return len(self.program) if moving else 0
 
     def _claim(self, t: _Step) -> None:
         """Takes the make_params keys `t` draws (and its steps') into `keys`, refusing a key
@@ -166,7 +172,14 @@ class _AfterGeometry:
             if getattr(u, "canvas", False):  # (inside a container: it cannot come first)
                 raise TransformError(f"{u!r} inside {type(t).__name__} cannot be fused: {getattr(u, 'canvas_why', '')}, so it "
                                      f"comes first, before the geometry, on its own [{self.names}]")
+        inner_flips = [u for u in t.inner() if type(u).__name__ == "FlipStep"]  # (containers.FlipStep: a flip at
+        for u in inner_flips:  # the container's place, drawn by it)
+            if (self.flip, self.vflip)[u.keys[0] == "vflip"] is not None:
+                raise TransformError(f"two {type(u.flip).__name__}s [{self.names}]")  # type: ignore[attr-defined]
         self._claim(t)
+        for u in inner_flips:
+            at = self._flip_place(f"{type(u.flip).__name__} in {type(t).__name__}")  # type: ignore[attr-defined]
+            self.flip_at = (at, self.flip_at[1]) if u.keys[0] == "flip" else (self.flip_at[0], at)
         one = self.one_at is not None and self.one_end is None  # (one channel before this step)
         if isinstance(t, Grayscale) and one != (t.num_output_channels == 1):
             if self.one_end is not None:

@@ -51,7 +51,10 @@ GROUPS = {
                    "(a, a)) for a in (0, 90, 180, 270)])); RandomChoice over geometries: the geometry (above); RandomApply over crops and resizes: the "
                    "geometry, its steps or none ([RandomApply([RandomCrop(48)], p=0.4), Resize((64, 64))]: the steps "
                    "after it end both); "
-                   "RandomOrder over flips alone: the flips, which commute"),
+                   "RandomOrder over flips alone: the flips, which commute; a flip among their items (RandomChoice(["
+                   "RandomHorizontalFlip(), RandomRotation(30), ColorJitter(...)])): drawn where the container runs "
+                   "it, the kernel's flip, the warps before the container mirrored (not before the geometry; in "
+                   "RandomOrder not with a warp)"),
     "then": ("then", "{tv} (a float ToDtype without scale: floats of 0 to 255, a Normalize after it in levels); "
              "then {last} (last, in this order; RandomErasing also just before the Normalize, as scripts write it: "
              "the values it writes normalized; LinearTransformation on a float output of one size); "

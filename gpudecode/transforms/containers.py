@@ -11,6 +11,35 @@ from .convert import convert, inner
 from .geometry_choice import AppliedGeometry, GeometryChoice
 
 
+class FlipStep(_Step):
+    """A flip inside a container (`RandomChoice([RandomHorizontalFlip(), RandomRotation(30),
+    ColorJitter(...)])`, `RandomApply([RandomVerticalFlip(p=1.0)])`): a step of the program
+    that draws the flip's coin under its key ("flip", "vflip") where the container runs it,
+    and emits no op: the kernel flips the output of a sample that drew it, as it does for
+    the flips after the geometry, the warps before the container mirrored
+    (_AfterGeometry._step sets the plan's flip_at to the container's place)."""
+
+    def __init__(self, flip: Any) -> None:
+        self.flip = flip
+        self.keys = (flip.key,)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        return self.flip.draw(rng, size)
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        pass  # (the kernel's flip columns say it)
+
+    def __repr__(self) -> str:
+        return repr(self.flip)
+
+
+def _flip_step(t: Any) -> Any:
+    """`t`, a flip made a FlipStep (an item of a container)."""
+    from .geometry import _Flip
+
+    return FlipStep(t) if isinstance(t, _Flip) else t
+
+
 class RandomApply(_Wrapper, converts="torchvision.RandomApply"):
     """torchvision's RandomApply: its steps with probability p, else none of them. The
     steps are any of the kernel program's (ColorJitter, the per-pixel ops, blur,
@@ -70,7 +99,7 @@ class InOrder(_Wrapper):
     image as it is (an option of torchvision's that only converted types)."""
 
     def __init__(self, transforms: Sequence[Transform]) -> None:
-        steps: list[Any] = list(transforms)
+        steps: list[Any] = [_flip_step(t) for t in transforms]
         if not all(isinstance(t, _Step) for t in steps):
             raise _refuse(f"Compose({[type(t).__name__ for t in steps]}) inside a container cannot be fused: a "
                           "container is fused over the per-sample ops only")
@@ -97,7 +126,7 @@ def _item(t: Any) -> Any:
     """One item of a container as given: a Compose (ours: a list of per-sample steps and
     no options of its own) is one InOrder item, not its steps spread out."""
     steps = _option(t)
-    return t if steps is None else InOrder(steps) if len(steps) != 1 else steps[0]
+    return _flip_step(t) if steps is None else InOrder(steps) if len(steps) != 1 else _flip_step(steps[0])
 
 
 def _option(t: Any) -> list[Any] | None:
@@ -118,7 +147,7 @@ def converted_items(t: Any, floats: bool) -> list[Any]:
     out: list[Any] = []
     for u in t.transforms:
         steps = convert(u, floats)
-        out.append(steps[0] if len(steps) == 1 else InOrder(steps))
+        out.append(_flip_step(steps[0]) if len(steps) == 1 else InOrder(steps))
         floats = floats or any(getattr(x, "makes_floats", False) for x in steps)
     return out
 
@@ -208,12 +237,17 @@ class RandomOrder(_Wrapper, converts="torchvision.RandomOrder"):
         from .geometry import RandomHorizontalFlip, RandomVerticalFlip
 
         items = [_item(t) for t in transforms]
-        if items and all(isinstance(t, (RandomHorizontalFlip, RandomVerticalFlip)) for t in items):
-            return Compose(items)
+        if items and all(isinstance(t, FlipStep) and isinstance(t.flip, (RandomHorizontalFlip, RandomVerticalFlip))
+                         for t in items):
+            return Compose([t.flip for t in items])
         return super().__new__(cls)
 
     def __init__(self, transforms: Sequence[Transform]) -> None:
         self.transforms = _steps(transforms, "RandomOrder", ", or over flips alone (they commute)")
+        if any(isinstance(t, FlipStep) for t in self.transforms) and self.moves:  # (a warp before or after the flip
+            raise _refuse(f"RandomOrder({[type(getattr(t, 'flip', t)).__name__ for t in self.transforms]}) cannot be "
+                          f"fused: a flip "  # as
+                          f"and a warp in a random order (the warp mirrored or not, by the order drawn)")  # drawn)
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         perm = list(range(len(self.transforms)))

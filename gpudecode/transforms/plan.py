@@ -447,6 +447,10 @@ def _first_pass(colours: list[Transform], rest: "_AfterGeometry", names: str) ->
     draws' keys held in `rest`'s, so that a later step drawing one of them is refused."""
     if not colours:
         return ()
+    held = next(((t, u) for t in colours for u in getattr(t, "inner", list)() if type(u).__name__ == "FlipStep"), None)
+    if held is not None:  # (the first pass would flip the image, and the kernel's columns again)
+        raise TransformError(f"{held[1]!r} inside {step_name(held[0])} before the geometry cannot be fused: put "
+                             f"{step_name(held[0])} after the geometry [{names}]")
     try:  # (with a Resize among them, images of their own sizes: RandomShortestSize's too)
         plan = _plan(colours, ragged=any(t.group == "geometry" for t in colours))
     except TransformError as e:  # (named in the whole Compose)
