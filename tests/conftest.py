@@ -10,6 +10,7 @@ import os
 import random
 import shutil
 import tempfile
+from collections.abc import Iterator
 
 # OpenMP's idle threads sleep at once instead of spinning first (set before torch loads its OpenMP,
 # which reads it): make test runs two test processes on two cores, each with torch's threads, and
@@ -93,6 +94,15 @@ def make_shard(path, samples: list[dict]) -> str:
         for s in samples:
             w.write(s)
     return str(path)
+
+
+def drawn_outputs(tf, images: list, seeds) -> Iterator[tuple]:
+    """(image, its draws, its output) for each of `images` (CHW tensors) through the Compose
+    `tf`, with each seed's draws in turn: what a test replays torchvision's ops against."""
+    sizes = [tuple(i.shape[1:]) for i in images]
+    for seed in seeds:
+        params = tf.make_params(sizes, seed)
+        yield from zip(images, params, tf(images, params))
 
 
 def loader_is_compose(tmp_path, imgs: list[np.ndarray], tf, seed: int, **kw):

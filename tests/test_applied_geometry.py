@@ -21,9 +21,11 @@ from torchvision import tv_tensors
 from gpudecode import transforms as T
 from gpudecode.errors import TransformError
 from gpudecode.transforms.geometry_choice import AppliedGeometry
-from conftest import loader_is_compose
-from test_boxes import random_boxes, tv_sanitized
+from conftest import drawn_outputs, loader_is_compose
+from test_boxes import moved_targets, tv_sanitized
+from test_flip_after_resize import _flips
 from test_masks import centre, slic_mask
+from test_padded_crop_resized import cifar_cuts
 
 f32 = tv.ToDtype(torch.float32, scale=True)
 
@@ -38,13 +40,7 @@ def photo_batch(photos):
 @pytest.fixture(scope="module")
 def squares(photos):
     """Square cuts of the photographs (32x32, CIFAR's size), several a photograph."""
-    return [torch.from_numpy(np.ascontiguousarray(p[y:y + 256:8, x:x + 256:8].transpose(2, 0, 1)))
-            for p in photos.values() for y, x in ((0, 0), (40, 90))]
-
-
-def _flips(x, p: dict):
-    x = F.horizontal_flip(x) if p.get("flip") else x
-    return F.vertical_flip(x) if p.get("vflip") else x
+    return cifar_cuts(photos)
 
 
 def test_a_crop_applied_or_not_then_resized_is_torchvisions(photo_batch):
@@ -58,19 +54,15 @@ def test_a_crop_applied_or_not_then_resized_is_torchvisions(photo_batch):
         applied = ours.plan.geometry[0]
         assert isinstance(applied, AppliedGeometry) and applied.p == [0.4, 0.6] and ours.out_size == (64, 56)
         assert repr(applied).startswith("RandomApply([RandomCrop(size=(48, 48)") and repr(applied).endswith("p=0.4)")
-        sizes = [tuple(i.shape[1:]) for i in photo_batch]
         won = set()
-        for seed in range(3):
-            params = ours.make_params(sizes, seed)
-            got = ours(photo_batch, params)
-            for k, (img, p) in enumerate(zip(photo_batch, params)):
-                x = f32(img)
-                if p["geometry_choice"] == 0:
-                    x = F.crop(x, *p["crop"])
-                    assert tuple(p["crop"][2:]) == (48, 48)
-                want = F.resize(x, [64, 56], antialias=True)
-                assert float((got[k] - want).abs().max()) * 255 < 2e-3, (seed, k, p)
-                won.add(p["geometry_choice"])
+        for img, p, got in drawn_outputs(ours, photo_batch, range(3)):
+            x = f32(img)
+            if p["geometry_choice"] == 0:
+                x = F.crop(x, *p["crop"])
+                assert tuple(p["crop"][2:]) == (48, 48)
+            want = F.resize(x, [64, 56], antialias=True)
+            assert float((got - want).abs().max()) * 255 < 2e-3, p
+            won.add(p["geometry_choice"])
         assert won == {0, 1}
 
 
@@ -92,17 +84,13 @@ def test_a_flip_between_and_a_resize_of_the_shorter_side(squares):
     ours = T.Compose([T.RandomApply([T.RandomCrop(28)]), T.RandomHorizontalFlip(), T.Resize(64),
                       T.ToDtype(torch.float32, scale=True)])
     assert ours.out_size == (64, 64) and ours.plan.masks_mirrored == (True, False)
-    sizes = [tuple(i.shape[1:]) for i in squares]
     seen = set()
-    for seed in range(3):
-        params = ours.make_params(sizes, seed)
-        got = ours(squares, params)
-        for k, (img, p) in enumerate(zip(squares, params)):
-            x = f32(img)
-            x = F.crop(x, *p["crop"]) if p["geometry_choice"] == 0 else x
-            want = F.resize(_flips(x, p), [64, 64], antialias=True)
-            assert float((got[k] - want).abs().max()) * 255 < 2e-3, (seed, k, p)
-            seen.add((p["geometry_choice"], p["flip"]))
+    for img, p, got in drawn_outputs(ours, squares, range(3)):
+        x = f32(img)
+        x = F.crop(x, *p["crop"]) if p["geometry_choice"] == 0 else x
+        want = F.resize(_flips(x, p), [64, 64], antialias=True)
+        assert float((got - want).abs().max()) * 255 < 2e-3, p
+        seen.add((p["geometry_choice"], p["flip"]))
     assert seen == {(0, False), (0, True), (1, False), (1, True)}
     with pytest.raises(ValueError, match=r"an image of 32x40 makes 64x80 where it loses the coin, not the "
                                          r"batch's 64x64"):
@@ -135,12 +123,8 @@ def test_boxes_and_masks_follow_the_coin(photos):
     rng = np.random.default_rng(8)
     tf = T.Compose([T.RandomApply([T.RandomCrop(40)], p=0.5), T.RandomHorizontalFlip(), T.Resize((48, 40))])
     sizes = [(50, 47), (64, 64), (45, 70), (41, 52)] * 4
-    params = tf.make_params(sizes, 3)
+    params, boxes, masks, got, moved = moved_targets(tf, photos, sizes, 3, rng)
     assert {(p["geometry_choice"], p["flip"]) for p in params} == {(0, False), (0, True), (1, False), (1, True)}
-    boxes = [random_boxes(rng, h, w) for h, w in sizes]
-    names = sorted(photos)
-    masks = [torch.from_numpy(slic_mask(centre(photos[names[k % len(names)]], h, w))) for k, (h, w) in enumerate(sizes)]
-    got, moved = tf.boxes(boxes, params, sizes=sizes), tf.masks(masks, params, fill=255)
     for k, (p, size) in enumerate(zip(params, sizes)):
         b = tv_tensors.BoundingBoxes(torch.as_tensor(boxes[k]), format="XYXY", canvas_size=size)
         m = tv_tensors.Mask(masks[k][None])
@@ -195,23 +179,19 @@ def test_a_choice_after_a_canvas_step(photo_batch, canvas):
     ours = T.Compose([step, T.RandomChoice([T.RandomResizedCrop((48, 56)), T.Compose([T.CenterCrop(70), T.Resize((48, 56))]),
                                             T.Resize((48, 56))]), T.ToDtype(torch.float32, scale=True)])
     assert ours.plan.canvas is step
-    sizes = [tuple(i.shape[1:]) for i in photo_batch]
     seen = set()
-    for seed in range(2):
-        params = ours.make_params(sizes, seed)
-        got = ours(photo_batch, params)
-        for k, (img, p) in enumerate(zip(photo_batch, params)):
-            if "padding" in p:
-                x = F.pad(img, list(p["padding"]), fill=9)
-            else:
-                x = F.rotate(img, p["rotation"]["angle"], expand=canvas == "expand")
-            x, c = f32(x), p["geometry_choice"]
-            if c == 0:
-                x = F.resized_crop(x, *p["crop"], [48, 56], antialias=True)
-            else:
-                x = F.resize(F.center_crop(x, [70, 70]) if c == 1 else x, [48, 56], antialias=True)
-            assert float((got[k] - x).abs().max()) * 255 < 2e-3, (seed, k, p)
-            seen.add(c)
+    for img, p, got in drawn_outputs(ours, photo_batch, range(2)):
+        if "padding" in p:
+            x = F.pad(img, list(p["padding"]), fill=9)
+        else:
+            x = F.rotate(img, p["rotation"]["angle"], expand=canvas == "expand")
+        x, c = f32(x), p["geometry_choice"]
+        if c == 0:
+            x = F.resized_crop(x, *p["crop"], [48, 56], antialias=True)
+        else:
+            x = F.resize(F.center_crop(x, [70, 70]) if c == 1 else x, [48, 56], antialias=True)
+        assert float((got - x).abs().max()) * 255 < 2e-3, p
+        seen.add(c)
     assert seen == {0, 1, 2}
 
 
@@ -221,15 +201,10 @@ def test_boxes_and_masks_after_a_canvas_and_a_choice(photos):
     and resizes a BoundingBoxes and a Mask, the same boxes kept."""
     rng = np.random.default_rng(2)
     sizes = [(50, 47), (64, 64), (45, 70), (61, 52)] * 3
-    names = sorted(photos)
     for step in (T.RandomZoomOut(p=1.0), T.RandomRotation(20)):
         tf = T.Compose([step, T.RandomApply([T.RandomCrop(40)]), T.Resize((48, 40))])
-        params = tf.make_params(sizes, 1)
+        params, boxes, masks, got, moved = moved_targets(tf, photos, sizes, 1, rng)
         assert {p["geometry_choice"] for p in params} == {0, 1}
-        boxes = [random_boxes(rng, h, w) for h, w in sizes]
-        masks = [torch.from_numpy(slic_mask(centre(photos[names[k % len(names)]], h, w)))
-                 for k, (h, w) in enumerate(sizes)]
-        got, moved = tf.boxes(boxes, params, sizes=sizes), tf.masks(masks, params, fill=255)
         for k, (p, size) in enumerate(zip(params, sizes)):
             b = tv_tensors.BoundingBoxes(torch.as_tensor(boxes[k]), format="XYXY", canvas_size=size)
             m = tv_tensors.Mask(masks[k][None])

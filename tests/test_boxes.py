@@ -90,6 +90,19 @@ def random_boxes(rng, h: int, w: int, n: int = 7) -> np.ndarray:
     return np.stack([x1, y1, x1 + rng.uniform(0, w, n), y1 + rng.uniform(0, h, n)], 1).astype(np.float32)
 
 
+def moved_targets(tf, photos, sizes: list, seed: int, rng) -> tuple[list, list, list, list, list]:
+    """Boxes (random_boxes, from `rng`) and masks (a photograph's superpixels) of images of
+    `sizes`, moved by the Compose `tf` with its draws for `seed`: (the draws, the boxes, the
+    masks, Compose.boxes' entries, Compose.masks' masks with the fill 255)."""
+    from test_masks import slic_mask
+
+    params = tf.make_params(sizes, seed)
+    boxes = [random_boxes(rng, h, w) for h, w in sizes]
+    names = sorted(photos)
+    masks = [torch.from_numpy(slic_mask(centre(photos[names[k % len(names)]], h, w))) for k, (h, w) in enumerate(sizes)]
+    return params, boxes, masks, tf.boxes(boxes, params, sizes=sizes), tf.masks(masks, params, fill=255)
+
+
 def in_format(xyxy: np.ndarray, fmt: str, size) -> np.ndarray:
     b = tv_tensors.BoundingBoxes(torch.from_numpy(xyxy), format="XYXY", canvas_size=tuple(size))
     return F.convert_bounding_box_format(b, new_format=fmt).as_subclass(torch.Tensor).numpy()

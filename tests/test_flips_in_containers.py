@@ -16,9 +16,8 @@ from torchvision import tv_tensors
 
 from gpudecode import transforms as T
 from gpudecode.errors import TransformError
-from conftest import loader_is_compose
-from test_boxes import random_boxes, tv_sanitized
-from test_masks import centre, slic_mask
+from conftest import drawn_outputs, loader_is_compose
+from test_boxes import moved_targets, tv_sanitized
 
 NEAREST = tv.InterpolationMode.NEAREST
 
@@ -40,26 +39,22 @@ def test_a_choice_of_a_flip_a_rotation_and_an_op_is_torchvisions(photo_batch):
                        tv.ToDtype(torch.float32, scale=True)])
     ours = T.Compose.from_torchvision(tvc)
     assert ours.plan.flip is None and ours.plan.vflip is None and ours.plan.flip_at == (0, 0)
-    sizes = [tuple(i.shape[1:]) for i in photo_batch]
     seen = set()
-    for seed in range(3):
-        params = ours.make_params(sizes, seed)
-        got = ours(photo_batch, params)
-        for k, (img, p) in enumerate(zip(photo_batch, params)):
-            x, c = F.resize(tv.ToDtype(torch.float32, scale=True)(img), [40, 44], antialias=True), p["choice"]
-            seen.add(c)
-            if c == 0:
-                assert p["flip"] is True
-                x = F.horizontal_flip(x)
-            elif c == 1:
-                assert p["vflip"] is True
-                x = F.vertical_flip(x)
-            elif c == 2:
-                x = F.rotate(x, p["rotation"]["angle"], NEAREST)
-            else:
-                x = F.invert(x)
-            assert float((got[k] - x).abs().max()) * 255 < 2e-3, (seed, k, c)
-            assert c == 0 or not p["flip"], p
+    for img, p, got in drawn_outputs(ours, photo_batch, range(3)):
+        x, c = F.resize(tv.ToDtype(torch.float32, scale=True)(img), [40, 44], antialias=True), p["choice"]
+        seen.add(c)
+        if c == 0:
+            assert p["flip"] is True
+            x = F.horizontal_flip(x)
+        elif c == 1:
+            assert p["vflip"] is True
+            x = F.vertical_flip(x)
+        elif c == 2:
+            x = F.rotate(x, p["rotation"]["angle"], NEAREST)
+        else:
+            x = F.invert(x)
+        assert float((got - x).abs().max()) * 255 < 2e-3, p
+        assert c == 0 or not p["flip"], p
     assert seen == {0, 1, 2, 3}
 
 
@@ -121,12 +116,8 @@ def test_masks_and_boxes_follow_a_chosen_flip(photos):
     tf = T.Compose([T.Resize((48, 40)), T.RandomRotation(20),
                     T.RandomChoice([T.RandomHorizontalFlip(), T.RandomVerticalFlip(), T.RandomInvert()])])
     sizes = [(50, 47), (64, 64), (45, 70), (61, 52)] * 3
-    params = tf.make_params(sizes, 5)
+    params, boxes, masks, got, moved = moved_targets(tf, photos, sizes, 5, rng)
     assert {p["flip"] for p in params} == {p.get("vflip", False) for p in params} == {False, True}
-    boxes = [random_boxes(rng, h, w) for h, w in sizes]
-    names = sorted(photos)
-    masks = [torch.from_numpy(slic_mask(centre(photos[names[k % len(names)]], h, w))) for k, (h, w) in enumerate(sizes)]
-    got, moved = tf.boxes(boxes, params, sizes=sizes), tf.masks(masks, params, fill=255)
     for k, (p, size) in enumerate(zip(params, sizes)):
         b = tv_tensors.BoundingBoxes(torch.as_tensor(boxes[k]), format="XYXY", canvas_size=size)
         b = F.clamp_bounding_boxes(F.resize(b, [48, 40]))  # (clamped before the warps: test_warped_targets.py)

@@ -18,9 +18,9 @@ from torchvision import tv_tensors
 
 from gpudecode import transforms as T
 from gpudecode.errors import TransformError
-from conftest import loader_is_compose
-from test_boxes import random_boxes, tv_sanitized
-from test_masks import centre, slic_mask
+from conftest import drawn_outputs, loader_is_compose
+from test_boxes import moved_targets, tv_sanitized
+from test_flip_after_resize import _flips
 
 f32 = tv.ToDtype(torch.float32, scale=True)
 FILL = (10, 200, 30)
@@ -29,31 +29,26 @@ FILL = (10, 200, 30)
 @pytest.fixture(scope="module")
 def cifar(photos):
     """Photographs cut to 32x32 (CIFAR's size), each of several places in them."""
+    return cifar_cuts(photos)
+
+
+def cifar_cuts(photos) -> list[torch.Tensor]:
+    """Each photograph's 32x32 cuts (every eighth pixel) at two places, CHW uint8."""
     return [torch.from_numpy(np.ascontiguousarray(p[y:y + 256:8, x:x + 256:8].transpose(2, 0, 1)))
             for p in photos.values() for y, x in ((0, 0), (40, 90))]
-
-
-def _flips(x, p: dict):
-    """`x` (an image, a Mask, BoundingBoxes) flipped as the sample's draws `p` say."""
-    x = F.horizontal_flip(x) if p.get("flip") else x
-    return F.vertical_flip(x) if p.get("vflip") else x
 
 
 def _check(ours, imgs, resize, pad, fill=(0, 0, 0), first=False, seeds=range(4)):
     """`ours` against torchvision's pad (the fill), crop at the drawn place (in the padded
     image), flips (before the pad with `first`, else after the crop) and float resize,
     within float rounding; each flip and several crop offsets drawn."""
-    sizes = [tuple(i.shape[1:]) for i in imgs]
     flipped, lefts = set(), set()
-    for seed in seeds:
-        params = ours.make_params(sizes, seed)
-        got = ours(imgs, params)
-        for k, (img, p) in enumerate(zip(imgs, params)):
-            x = F.pad(_flips(img, p) if first else img, list(pad), fill=list(fill))
-            x = F.crop(f32(x), *p["crop"])
-            x = F.resize(x if first else _flips(x, p), list(resize), antialias=True)
-            assert float((got[k] - x).abs().max()) * 255 < 2e-3, (seed, k, p)
-            flipped.add(p.get("flip")), lefts.add(p["crop"][1])
+    for img, p, got in drawn_outputs(ours, imgs, seeds):
+        x = F.pad(_flips(img, p) if first else img, list(pad), fill=list(fill))
+        x = F.crop(f32(x), *p["crop"])
+        x = F.resize(x if first else _flips(x, p), list(resize), antialias=True)
+        assert float((got - x).abs().max()) * 255 < 2e-3, p
+        flipped.add(p.get("flip")), lefts.add(p["crop"][1])
     assert flipped == {False, True} and len(lefts) >= min(5, pad[0] + pad[2] + 1)
 
 
@@ -138,12 +133,8 @@ def test_boxes_and_masks_follow_the_cifar_recipe(photos):
                     T.Resize((64, 48))])
     assert tf.plan.masks_mirrored == (True, True)
     sizes = [(32, 32), (36, 33), (40, 50)] * 4
-    params = tf.make_params(sizes, 3)
+    params, boxes, masks, got, moved = moved_targets(tf, photos, sizes, 3, rng)
     assert {p["flip"] for p in params} == {p["vflip"] for p in params} == {False, True}
-    boxes = [random_boxes(rng, h, w) for h, w in sizes]
-    names = sorted(photos)
-    masks = [torch.from_numpy(slic_mask(centre(photos[names[k % len(names)]], h, w))) for k, (h, w) in enumerate(sizes)]
-    got, moved = tf.boxes(boxes, params, sizes=sizes), tf.masks(masks, params, fill=255)
     for k, (p, size) in enumerate(zip(params, sizes)):
         b = F.pad(tv_tensors.BoundingBoxes(torch.as_tensor(boxes[k]), format="XYXY", canvas_size=size), [4])
         m = F.pad(tv_tensors.Mask(masks[k][None]), [4], fill=255)

@@ -43,6 +43,8 @@ images, gpudecode runs `Compose.from_torchvision` of it.
   `[RandomCrop(32, padding=4), RandomHorizontalFlip(), Resize(224), ...]` (a Pad's canvas
   a sample, the flip after the Resize), `[RandomApply([RandomCrop(300)], p=0.5),
   RandomHorizontalFlip(), Resize((224, 224)), ...]` (a crop or none, each image its own),
+  `[Resize((224, 224)), RandomChoice([RandomHorizontalFlip(), RandomRotation(30),
+  ColorJitter(...)]), ...]` (a flip among a choice's options),
   fine-tuning scripts' `[RandomCrop(300), Resize(224), ...]` and `[Resize(255), RandomChoice([RandomResizedCrop(224),
   CenterCrop(224)]), ...]` (each image its option); and two v2 Composes as written: torchvision's v2
   docs' `[ToImage(), ToDtype(torch.uint8, scale=True), RandomResizedCrop(224),
@@ -270,6 +272,9 @@ def as_written() -> dict[str, object]:
             [v1.RandomCrop(32, padding=4), v1.RandomHorizontalFlip(), v1.Resize(224), *tail]),
         "RandomApply([RandomCrop(300)], p=0.5), flip, Resize((224, 224))": v1.Compose(
             [v1.RandomApply([v1.RandomCrop(300)], p=0.5), v1.RandomHorizontalFlip(), v1.Resize((224, 224)), *tail]),
+        "Resize((224, 224)), RandomChoice([flip, RandomRotation(30), ColorJitter])": v1.Compose(
+            [v1.Resize((224, 224)), v1.RandomChoice([v1.RandomHorizontalFlip(), v1.RandomRotation(30),
+                                                     v1.ColorJitter(0.3, 0.2, 0.2, 0.1)]), *tail]),
         "fine-tuning: Resize(255), RandomChoice([RRC(224), CenterCrop(224)]), flip": v1.Compose(
             [v1.Resize(255), v1.RandomChoice([v1.RandomResizedCrop(224), v1.CenterCrop(224)]),
              v1.RandomHorizontalFlip(), *tail]),
@@ -428,7 +433,8 @@ def main() -> None:
                     help="only recipes as scripts write them (rotation or flip first, CLIP's preprocess, "
                          "ToTensor first, a flip after the rotation, Resize(int) alone, Grayscale first, "
                          "ColorJitter first, a Resize before RRC, RandomCrop then Resize, Resize then rotation then "
-                         "CenterCrop, a RandomChoice of crops, a padded crop resized, a RandomApply of a crop)")
+                         "CenterCrop, a RandomChoice of crops, a padded crop resized, a RandomApply of a crop, a flip in a "
+                         "RandomChoice)")
     ap.add_argument("--only", action="append", metavar="TEXT",
                     help="with --as-written: only the recipes whose names hold TEXT (may be given again)")
     a = ap.parse_args()
