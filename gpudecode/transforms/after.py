@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import TransformError
-from .base import PROGRAM_GROUPS, Transform, _refuse, _Step, _Wrapper
+from .base import PROGRAM_GROUPS, Transform, _refuse, _Step, _Wrapper, step_name
 from .colour import RGB, Grayscale
 from .geometry import RandomHorizontalFlip, RandomVerticalFlip, _Flip
 from .output import LinearTransformation, Normalize, RandomErasing, ToDtype
@@ -170,7 +170,7 @@ class _AfterGeometry:
             raise TransformError(f"{type(t).__name__} after ToDtype(uint8) cannot be fused [{self.names}]")
         for u in t.inner():
             if getattr(u, "canvas", False):  # (inside a container: it cannot come first)
-                raise TransformError(f"{u!r} inside {type(t).__name__} cannot be fused: {getattr(u, 'canvas_why', '')}, so it "
+                raise TransformError(f"{u!r} inside {step_name(t)} cannot be fused: {getattr(u, 'canvas_why', '')}, so it "
                                      f"comes first, before the geometry, on its own [{self.names}]")
         inner_flips = [u for u in t.inner() if type(u).__name__ == "FlipStep"]  # (containers.FlipStep: a flip at
         for u in inner_flips:  # the container's place, drawn by it)
