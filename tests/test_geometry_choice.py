@@ -230,8 +230,10 @@ def test_a_choice_of_fixed_rotations(photo_batch):
 def test_the_new_geometries_on_the_cuda_kernel_under_the_simulator():
     """The kernel rows these recipes make (a choice whose images differ in box, frame, window,
     filter and padding within one launch; a crop of a crop; the re-id recipe's padded crop
-    mirrored in the resize) through the CUDA kernel under the simulator, each the CPU
-    twin's (the Compose's call) within float rounding, on crops of real photographs."""
+    mirrored in the resize; RandomApply's crop or none, the flip after the resize; a flip
+    drawn in a RandomChoice after a rotation, the rotation mirrored) through the CUDA kernel
+    under the simulator, each the CPU twin's (the Compose's call) within float rounding, on
+    crops of real photographs."""
     from simulator import run_code
 
     code = textwrap.dedent("""
@@ -252,12 +254,18 @@ def test_the_new_geometries_on_the_cuda_kernel_under_the_simulator():
                                  T.RandomHorizontalFlip(), f32]),
             "crop of a crop": T.Compose([T.Resize(20), T.CenterCrop(20), T.RandomCrop((12, 14)), f32]),
             "re-id": T.Compose([T.Resize((14, 12)), T.RandomHorizontalFlip(), T.Pad(2), T.RandomCrop((14, 12)), f32]),
+            "applied": T.Compose([T.RandomApply([T.RandomCrop(9)]), T.RandomHorizontalFlip(), T.Resize((12, 14)), f32]),
+            "a flip in a choice": T.Compose([T.Resize((12, 14)), T.RandomRotation(30),
+                                             T.RandomChoice([T.RandomHorizontalFlip(p=1.0), T.RandomVerticalFlip(p=1.0)]),
+                                             f32]),
         }
         for name, tf in plans.items():
             sizes = [tuple(i.shape[1:]) for i in imgs]
             params = tf.make_params(sizes, 0)
             if name == "choice":
                 assert {p["geometry_choice"] for p in params} == {0, 1, 2, 3}, params
+            if name != "crop of a crop":  # (both flips drawn: a mirrored rotation, a flip after a resize)
+                assert {bool(p.get("flip")) for p in params} == {False, True}, (name, params)
             cpu = tf(imgs, params).numpy()
             geom, args, order = tf.encode(params, sizes)
             src = pack_hwc(imgs, geom, sizes)
