@@ -108,6 +108,29 @@ def test_apply_and_order_over_a_flip(photo_batch):
             assert torch.equal(got[k], x), (step, k, p)
 
 
+def test_a_flip_then_a_warp_in_one_option(photo_batch):
+    """`RandomChoice([Compose([RandomHorizontalFlip(p=1), RandomRotation(30)]), RandomInvert(p=1)])`:
+    the option flips, then rotates the flipped image, as torchvision's, bit for bit; the
+    other order in one option (a rotation, then the flip) is refused, since the kernel
+    flips first and mirrors only the warps before the container."""
+    ours = T.Compose([T.CenterCrop(40), T.RandomChoice([T.Compose([T.RandomHorizontalFlip(p=1.0), T.RandomRotation(30)]),
+                                                        T.RandomInvert(p=1.0)])])
+    seen = set()
+    for img, p, got in drawn_outputs(ours, photo_batch, range(2)):
+        x = F.center_crop(img, [40, 40])
+        x = F.rotate(F.horizontal_flip(x), p["rotation"]["angle"], NEAREST) if p["choice"] == 0 else F.invert(x)
+        assert torch.equal(got, x), p
+        seen.add(p["choice"])
+    assert seen == {0, 1}
+    with pytest.raises(TransformError, match=r"(?s)RandomHorizontalFlip\(p=1.0\) after RandomRotation in one "
+                                             r"RandomChoice cannot\s+be\s+fused"):
+        T.Compose([T.CenterCrop(40), T.RandomChoice([T.Compose([T.RandomRotation(30), T.RandomHorizontalFlip(p=1.0)]),
+                                                     T.RandomInvert(p=1.0)])])
+    with pytest.raises(TransformError, match=r"(?s)RandomVerticalFlip\(p=1.0\) after RandomRotation in one "
+                                             r"RandomApply"):
+        T.Compose([T.CenterCrop(40), T.RandomApply([T.RandomRotation(30), T.RandomVerticalFlip(p=1.0)])])
+
+
 def test_masks_and_boxes_follow_a_chosen_flip(photos):
     """Masks and boxes under `[Resize((48, 40)), RandomRotation(20), RandomChoice([flip,
     vflip, RandomInvert()])]`: torchvision's resize, rotation and the chosen flip of a Mask

@@ -173,7 +173,12 @@ class _AfterGeometry:
                 raise TransformError(f"{u!r} inside {step_name(t)} cannot be fused: {getattr(u, 'canvas_why', '')}, so it "
                                      f"comes first, before the geometry, on its own [{self.names}]")
         inner_flips = [u for u in t.inner() if type(u).__name__ == "FlipStep"]  # (containers.FlipStep: a flip at
-        for u in inner_flips:  # the container's place, drawn by it)
+        stuck = _warp_then_flip(t)  # the container's place, drawn by it)
+        if stuck is not None:
+            raise TransformError(f"{stuck[1]!r} after {type(stuck[0]).__name__} in one {step_name(t)} cannot be fused: "
+                                 f"the kernel flips first, and mirrors only the warps before the container; put the "
+                                 f"flip first in it [{self.names}]")
+        for u in inner_flips:
             if (self.flip, self.vflip)[u.keys[0] == "vflip"] is not None:
                 raise TransformError(f"two {type(u.flip).__name__}s [{self.names}]")  # type: ignore[attr-defined]
         self._claim(t)
@@ -210,3 +215,21 @@ class _AfterGeometry:
             if (fill is not None and len(set(fill)) > 1) or (value is not None and len(set(value)) > 1):
                 raise TransformError(f"{type(u).__name__} with a fill of three different values {where}: the image "
                                      f"has one channel (give one value) [{self.names}]")
+
+
+def _warp_then_flip(t: _Step) -> tuple[_Step, _Step] | None:
+    """(a step that moves pixels, a flip after it) in one run of steps inside `t` (a
+    RandomApply's steps, a Compose among a container's items), where `t` holds such; a
+    RandomChoice's options are not one run: one of them runs."""
+    runs = [t.transforms] if isinstance(t, _Wrapper) and step_name(t) in ("RandomApply", "InOrder") else []
+    for run in runs:
+        moved = None
+        for u in run:
+            if type(u).__name__ == "FlipStep" and moved is not None:
+                return moved, u
+            moved = moved or (u if u.moves else None)
+    for u in getattr(t, "transforms", []) if isinstance(t, _Wrapper) else []:
+        found = _warp_then_flip(u)
+        if found is not None:
+            return found
+    return None
