@@ -156,7 +156,8 @@ def test_through_the_loader(tmp_path, photos):
 def test_refusals_say_why():
     """A flip before a padding that differs on its axis moves the image in its canvas; a
     flip between the crop and a nearest Resize picks other pixels; a padding that reads
-    the image (reflect) before a Resize keeps its refusal."""
+    the image (reflect) before a Resize keeps its refusal; Normalize before the padded
+    crop, and a canvas over the pixel limit, are refused naming the RandomCrop's padding."""
     with pytest.raises(TransformError, match=r"(?s)RandomHorizontalFlip before a RandomCrop padded by \[1, 2, 3, 4\].*"
                                              r"differs\s+left\s+and right"):
         T.Compose([T.RandomHorizontalFlip(), T.RandomCrop(32, padding=(1, 2, 3, 4)), T.Resize(64)])
@@ -166,3 +167,8 @@ def test_refusals_say_why():
         T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.Resize(64, interpolation="nearest")])
     with pytest.raises(TransformError, match=r"(?s)Resize after RandomCrop cannot be fused"):
         T.Compose([T.RandomCrop(32, padding=4, padding_mode="reflect"), T.Resize(64)])
+    with pytest.raises(TransformError, match=r"(?s)with RandomCrop's padding after it, whose padding\s+torchvision fills"):
+        T.Compose.from_torchvision(tv1.Compose([tv1.ToTensor(), tv1.Normalize((0.13,), (0.3,)), tv1.RandomCrop(28, padding=4),
+                                                tv1.Resize(32)]), grey=True)  # (a public MNIST script's, refused: the
+    with pytest.raises(ValueError, match=r"under RandomCrop's padding"):  # messages name the user's step)
+        T.Compose([T.RandomCrop(32, padding=100000), T.Resize(64)]).make_params([(32, 32)], 0)

@@ -220,6 +220,12 @@ class Pad(RandomZoomOut, converts="torchvision.Pad"):
         return RandomCrop(crop.size, padding, crop.pad_if_needed, list(self._fill), self.padding_mode)
 
 
+def shown(step: Any) -> str:
+    """A canvas step's name as the user wrote it: its class's, or what made it (a Pad made of
+    a RandomCrop's padding: "RandomCrop's padding", leading.crop_then_resize)."""
+    return getattr(step, "written_as", None) or type(step).__name__
+
+
 def read_window(step: Any, params: dict, size: tuple[int, int],
                 window: Sequence[int]) -> tuple[int, int, int, int]:
     """The part of an image of `size` (top, left, height, width, in the image) that the

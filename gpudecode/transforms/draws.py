@@ -32,6 +32,7 @@ from .mirrors import mirror_first, mirror_ops, mirrored_windows
 from .nested_crops import CropOfCrop
 from .pad_window import PadWindow
 from .rng import _epoch_key, _SampleRandom
+from .canvas import shown
 
 if TYPE_CHECKING:
     from .plan import _Plan
@@ -113,7 +114,7 @@ def python_params(plan: "_Plan", sizes: Sequence[tuple[int, int]], seed: int, *,
             size = plan.canvas.canvas_size(d, size)
             if size[0] * size[1] > CANVAS_MAX_PIXELS:  # (refused before any allocation: that image's error)
                 raise ValueError(f"its canvas would be {size[0]}x{size[1]} pixels, over the limit of "
-                                 f"{CANVAS_MAX_PIXELS:,} (a {h}x{w} image under {type(plan.canvas).__name__})")
+                                 f"{CANVAS_MAX_PIXELS:,} (a {h}x{w} image under {shown(plan.canvas)})")
             p.update(d)
         if plan.reads_boxes:  # (its key now; its crop with the batch's, below, where it sees the boxes)
             crops.append((i, rng.getrandbits(64), size, boxes[i], dict(p)))  # type: ignore[index]

@@ -19,6 +19,7 @@ from .colour import RGB, RandomGrayscale
 from .geometry import CenterCrop, RandomCrop, RandomResizedCrop, Resize
 from .iou_crop import RandomIoUCrop
 from .output import Normalize, ToDtype
+from .canvas import shown
 
 
 def _before_geometry(steps: list[Transform]) -> int | None:
@@ -147,7 +148,11 @@ def crop_then_resize(steps: list[Transform], every: list[Transform]) -> tuple[li
         not crop.pad_if_needed and not start
     if not flips and not padded:
         return None
-    made = [Pad(list(crop.padding), list(crop.crop_fill)), RandomCrop(crop.size)] if padded else [crop]
+    made: list[Any] = [crop]
+    if padded:
+        pad = Pad(list(crop.padding), list(crop.crop_fill))
+        vars(pad)["written_as"] = f"{type(crop).__name__}'s padding"  # (messages name the user's step: canvas.shown)
+        made = [pad, RandomCrop(crop.size)]
     out = []
     for given in (steps, every):
         rest = [t for t in given if all(t is not f for f in flips)]
@@ -271,7 +276,7 @@ def check_floats_first(floats_first: list[Transform], canvas: Any, geometry: lis
     fills = [] if fill is None or isinstance(fill, dict) else list(fill) if isinstance(fill, Sequence) else [fill]
     interpolated = getattr(canvas, "interpolation", NEAREST) != NEAREST
     if interpolated or any(float(f) != round(float(f)) for f in fills):
-        raise TransformError(f"{what} before {type(canvas).__name__} cannot be fused: its canvas is made in uint8 "
+        raise TransformError(f"{what} before {shown(canvas)} cannot be fused: its canvas is made in uint8 "
                              f"levels, and a float image's {'interpolation' if interpolated else 'fill'} falls "
                              f"between them; put the conversion after the geometry [{names}]")
 
@@ -332,7 +337,7 @@ def check_normalize_first(norms: list[Transform], canvas: Any, geometry: list[Tr
     padding = canvas if canvas is not None else _filled_padding(geometry)
     if cubic is not None or padding is not None:
         why = (f"a bicubic {type(cubic).__name__} after it (the kernel clamps its overshoot)" if cubic is not None else
-               f"{type(padding).__name__} after it, whose padding torchvision fills in normalized values")
+               f"{shown(padding)} after it, whose padding torchvision fills in normalized values")
         raise TransformError(f"Normalize before the geometry cannot be fused with {why}: put Normalize after the "
                              f"geometry [{names}]")
 

@@ -31,6 +31,7 @@ import torch
 from ..errors import TransformError
 from ..kernels import fused
 from .warped import Drawn, Flipped, Mirrored, mirrored
+from .canvas import shown
 
 if TYPE_CHECKING:
     from .draws import Draws
@@ -51,7 +52,7 @@ def refusal(plan: "_Plan") -> str | None:
     the geometry columns do not say), or None where it can."""
     canvas = plan.canvas
     if canvas is not None and not (getattr(canvas, "places", False) or getattr(canvas, "follows", False)):
-        return f"{type(canvas).__name__} makes each image a canvas of its own"
+        return f"{shown(canvas)} makes each image a canvas of its own"
     if plan.first_resize is not None:
         return f"{type(plan.first_resize).__name__} before {type(plan.canvas or plan.geometry[0]).__name__} resizes " \
             "each whole image first"

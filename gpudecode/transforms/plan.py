@@ -15,7 +15,7 @@ from ..errors import TransformError
 from .after import _AfterGeometry
 from .base import Transform, _PixelOp, _refuse, _Step, step_name
 from .colour import RGB, ColorJitter
-from .canvas import CanvasStep, Pad
+from .canvas import CanvasStep, Pad, shown
 from .convert import qualified
 from .geometry import (FILTERS, CenterCrop, RandomCrop, RandomHorizontalFlip, RandomResizedCrop, RandomVerticalFlip,
                        Resize, ResizeKeepRatio, _RandomSize)
@@ -473,7 +473,7 @@ def _one_draw_a_key(canvas: Any, rest: "_AfterGeometry", names: str) -> None:
     later = {**rest.keys, **{k: type(rest.post).__name__ for k in getattr(rest.post, "keys", ())}}
     for k in getattr(canvas, "keys", ()) if canvas is not None else ():
         if k in later:
-            raise TransformError(f"{type(canvas).__name__} first and {later[k]} after the geometry both draw {k!r}: "
+            raise TransformError(f"{shown(canvas)} first and {later[k]} after the geometry both draw {k!r}: "
                                  f"one of them per Compose [{names}]")
 
 
