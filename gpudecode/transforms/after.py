@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..errors import TransformError
-from .base import PROGRAM_GROUPS, Transform, _refuse, _Step, _Wrapper, step_name
+from .base import PROGRAM_GROUPS, FlipStep, Transform, _refuse, _Step, _Wrapper, step_name
 from .colour import RGB, Grayscale
 from .geometry import RandomHorizontalFlip, RandomVerticalFlip, _Flip
 from .output import LinearTransformation, Normalize, RandomErasing, ToDtype
@@ -172,18 +172,18 @@ class _AfterGeometry:
             if getattr(u, "canvas", False):  # (inside a container: it cannot come first)
                 raise TransformError(f"{u!r} inside {step_name(t)} cannot be fused: {getattr(u, 'canvas_why', '')}, so it "
                                      f"comes first, before the geometry, on its own [{self.names}]")
-        inner_flips = [u for u in t.inner() if type(u).__name__ == "FlipStep"]  # (containers.FlipStep: a flip at
-        stuck = _warp_then_flip(t)  # the container's place, drawn by it)
+        inner_flips = [u for u in t.inner() if isinstance(u, FlipStep)]  # (a flip at the container's place, drawn by it)
+        stuck = _warp_then_flip(t)
         if stuck is not None:
             raise TransformError(f"{stuck[1]!r} after {type(stuck[0]).__name__} in one {step_name(t)} cannot be fused: "
                                  f"the kernel flips first, and mirrors only the warps before the container; put the "
                                  f"flip first in it [{self.names}]")
         for u in inner_flips:
             if (self.flip, self.vflip)[u.keys[0] == "vflip"] is not None:
-                raise TransformError(f"two {type(u.flip).__name__}s [{self.names}]")  # type: ignore[attr-defined]
+                raise TransformError(f"two {type(u.flip).__name__}s [{self.names}]")
         self._claim(t)
         for u in inner_flips:
-            at = self._flip_place(f"{type(u.flip).__name__} in {type(t).__name__}")  # type: ignore[attr-defined]
+            at = self._flip_place(f"{type(u.flip).__name__} in {type(t).__name__}")
             self.flip_at = (at, self.flip_at[1]) if u.keys[0] == "flip" else (self.flip_at[0], at)
         one = self.one_at is not None and self.one_end is None  # (one channel before this step)
         if isinstance(t, Grayscale) and one != (t.num_output_channels == 1):
@@ -221,14 +221,14 @@ def _warp_then_flip(t: _Step) -> tuple[_Step, _Step] | None:
     """(a step that moves pixels, a flip after it) in one run of steps inside `t` (a
     RandomApply's steps, a Compose among a container's items), where `t` holds such; a
     RandomChoice's options are not one run: one of them runs."""
-    runs = [t.transforms] if isinstance(t, _Wrapper) and step_name(t) in ("RandomApply", "InOrder") else []
-    for run in runs:
-        moved = None
-        for u in run:
-            if type(u).__name__ == "FlipStep" and moved is not None:
-                return moved, u
-            moved = moved or (u if u.moves else None)
-    for u in getattr(t, "transforms", []) if isinstance(t, _Wrapper) else []:
+    if not isinstance(t, _Wrapper):
+        return None
+    moved = None
+    for u in t.transforms if t.in_order else ():
+        if isinstance(u, FlipStep) and moved is not None:
+            return moved, u
+        moved = moved or (u if u.moves else None)
+    for u in t.transforms:
         found = _warp_then_flip(u)
         if found is not None:
             return found

@@ -183,6 +183,7 @@ class _Wrapper(_Step):
     if one of them does, and is made of them."""
 
     group = "containers"
+    in_order = False  # its steps run one after another, all of them (RandomApply's, a Compose among items)
 
     transforms: list[_Step]
 
@@ -196,6 +197,28 @@ class _Wrapper(_Step):
 
     def inner(self) -> list[_Step]:
         return [self, *(u for t in self.transforms for u in t.inner())]
+
+
+class FlipStep(_Step):
+    """A flip inside a container (`RandomChoice([RandomHorizontalFlip(), RandomRotation(30),
+    ColorJitter(...)])`, `RandomApply([RandomVerticalFlip(p=1.0)])`): a step of the program
+    that draws the flip's coin under its key ("flip", "vflip") where the container runs it,
+    and emits no op: the kernel flips the output of a sample that drew it, as it does for
+    the flips after the geometry, the warps before the container mirrored
+    (after._AfterGeometry._step sets the plan's flip_at to the container's place)."""
+
+    def __init__(self, flip: Any) -> None:
+        self.flip = flip
+        self.keys = (flip.key,)
+
+    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
+        return self.flip.draw(rng, size)
+
+    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
+        pass  # (the kernel's flip columns say it)
+
+    def __repr__(self) -> str:
+        return repr(self.flip)
 
 
 class _PixelOp(_Step):

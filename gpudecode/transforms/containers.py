@@ -6,31 +6,9 @@ from typing import Any, Sequence
 
 from .. import mixing
 from ..errors import TransformError
-from .base import Transform, _refuse, _Step, _Wrapper
+from .base import FlipStep, Transform, _refuse, _Step, _Wrapper
 from .convert import convert, inner
 from .geometry_choice import AppliedGeometry, GeometryChoice
-
-
-class FlipStep(_Step):
-    """A flip inside a container (`RandomChoice([RandomHorizontalFlip(), RandomRotation(30),
-    ColorJitter(...)])`, `RandomApply([RandomVerticalFlip(p=1.0)])`): a step of the program
-    that draws the flip's coin under its key ("flip", "vflip") where the container runs it,
-    and emits no op: the kernel flips the output of a sample that drew it, as it does for
-    the flips after the geometry, the warps before the container mirrored
-    (_AfterGeometry._step sets the plan's flip_at to the container's place)."""
-
-    def __init__(self, flip: Any) -> None:
-        self.flip = flip
-        self.keys = (flip.key,)
-
-    def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
-        return self.flip.draw(rng, size)
-
-    def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
-        pass  # (the kernel's flip columns say it)
-
-    def __repr__(self) -> str:
-        return repr(self.flip)
 
 
 def _flip_step(t: Any) -> Any:
@@ -47,6 +25,8 @@ class RandomApply(_Wrapper, converts="torchvision.RandomApply"):
     is drawn before the steps' own draws, as torchvision draws it, and a sample that
     loses it runs none of them. Over crops and resizes it is the geometry instead
     (geometry_choice.AppliedGeometry: `__new__` makes that)."""
+
+    in_order = True
 
     @classmethod
     def convert(cls, t: Any, floats: bool) -> Transform:
@@ -97,6 +77,8 @@ class InOrder(_Wrapper):
     The option stays whole: RandomChoice([Compose([a, b]), c]) runs a then b, or c;
     RandomOrder shuffles it as one item. Its steps are per-sample ones; no steps: the
     image as it is (an option of torchvision's that only converted types)."""
+
+    in_order = True
 
     def __init__(self, transforms: Sequence[Transform]) -> None:
         steps: list[Any] = [_flip_step(t) for t in transforms]

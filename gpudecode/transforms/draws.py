@@ -32,7 +32,7 @@ from .mirrors import mirror_first, mirror_ops, mirrored_windows
 from .nested_crops import CropOfCrop
 from .pad_window import PadWindow
 from .rng import _epoch_key, _SampleRandom
-from .canvas import shown
+from .canvas import read_window, shown
 
 if TYPE_CHECKING:
     from .plan import _Plan
@@ -301,8 +301,6 @@ def dict_boxes(plan: "_Plan", params: Sequence[dict], sizes: Sequence[tuple[int,
         return [tuple(p["crop"]) if chosen(plan, p).rrc else (0, 0, h, w) for p, (h, w) in zip(params, sizes)]
     if plan.rrc and getattr(plan.canvas, "places", False) and not plan.first:  # (a crop of RandomZoomOut's canvas:
         # the image's part in it; a first pass makes the whole image)
-        from .canvas import read_window
-
         crops = [p["crop"] for p in params]
         if any(plan.mirror):  # (a flip before an evenly padded canvas: the crop mirrored in it, as the kernel reads it)
             flips = np.array([[p.get("flip", False), p.get("vflip", False)] for p in params], bool).reshape(-1, 2)

@@ -51,10 +51,11 @@ class GeometryChoice(Transform):
     _taken = 1  # the Compose's steps it stands for: itself, and the geometry steps after it that end each option
 
     size_hint = "give each option the same size, or a crop after the choice (RandomCrop, CenterCrop)"
+    takes_none = False  # an option may hold no step (RandomApply's lost coin: AppliedGeometry)
 
     def __init__(self, options: Sequence[Sequence[Transform]], p: Sequence[float] | None = None) -> None:
         self.options = [tuple(o) for o in options]
-        if not self.options or not all(self.options[:1 if isinstance(self, AppliedGeometry) else None]):
+        if not self.options or not all(o or self.takes_none for o in self.options) or not any(self.options):
             raise TransformError(f"{self.shown_as} needs at least one option, and an option at least one step")
         if p is None:
             p = [1.0] * len(self.options)
@@ -142,6 +143,7 @@ class AppliedGeometry(GeometryChoice):
     options). make_params: "geometry_choice" 0 where the steps ran, 1 where they did not."""
 
     shown_as = "RandomApply"
+    takes_none = True
     size_hint = "an image that loses the coin keeps its own size; give a Resize((h, w)) or a crop after it"
 
     @classmethod

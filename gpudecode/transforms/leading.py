@@ -19,7 +19,8 @@ from .colour import RGB, RandomGrayscale
 from .geometry import CenterCrop, RandomCrop, RandomResizedCrop, Resize
 from .iou_crop import RandomIoUCrop
 from .output import Normalize, ToDtype
-from .canvas import shown
+from .canvas import Pad, shown
+from .geometry_choice import GeometryChoice
 
 
 def _before_geometry(steps: list[Transform]) -> int | None:
@@ -46,8 +47,6 @@ def leading_flips(steps: list[Transform], names: str) -> list[Transform]:
     """The flips before the geometry (many scripts flip first, then crop): taken as flips
     of the crop's window mirrored (the same images, exactly); none where no geometry
     follows them (they are the ordinary flips then)."""
-    from .canvas import Pad
-
     n = next((i for i, t in enumerate(steps) if t.group != "flips"), len(steps))
     if n == 0 or n == len(steps) or (steps[n].group != "geometry" and type(steps[n]) is not Pad):
         return []
@@ -130,9 +129,6 @@ def crop_then_resize(steps: list[Transform], every: list[Transform]) -> tuple[li
     either way). After a canvas step (`[RandomRotation(15), RandomApply([RandomCrop(300)]),
     flip, Resize((224, 224))]`) the flips are moved alike, the padding kept. (steps, every,
     the flips moved), or None where nothing is so changed."""
-    from .canvas import Pad
-    from .geometry_choice import GeometryChoice
-
     start = int(bool(steps) and (getattr(steps[0], "canvas", False) or getattr(steps[0], "canvas_first", False)))
     n = next((i for i, t in enumerate(steps[start + 1:], start + 1) if t.group != "flips"), len(steps))
     if n == len(steps) or type(steps[n]) is not Resize or not (
@@ -186,8 +182,6 @@ def _pad_read_as_window(steps: list[Transform]) -> bool:
     """A Pad that the plan reads as a window of the image, not a canvas: with no geometry
     after it (PadWindow), or folded into the RandomCrop after it. A flip before it is then
     a flip of that window mirrored, as for a crop (a canvas is made unflipped)."""
-    from .canvas import Pad
-
     if type(steps[0]) is not Pad:
         return False
     after = steps[1] if len(steps) > 1 else None
@@ -381,8 +375,6 @@ def flips_moved_back(steps: Sequence[Transform], past_resize: list | None = None
     keeps its order. None where no flip follows a Pad or a Resize; refused where a flip's
     axis is padded unevenly (the flip moves the image). `past_resize`: takes the flips
     moved past a Resize (a mask's nearest pick of the resize is made before them)."""
-    from .canvas import Pad
-
     out, moved = list(steps), False
     for i in range(1, len(out)):
         k = i

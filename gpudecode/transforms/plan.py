@@ -2,18 +2,16 @@
 flips, each sample's program, the output's dtype and normalization, the erasing."""
 from __future__ import annotations
 
-import dataclasses
-
 import functools
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence, cast
 
 import torch
 
 from ..errors import TransformError
 from .after import _AfterGeometry
-from .base import Transform, _PixelOp, _refuse, _Step, step_name
+from .base import FlipStep, Transform, _PixelOp, _refuse, _Step, step_name
 from .colour import RGB, ColorJitter
 from .canvas import CanvasStep, Pad, shown
 from .convert import qualified
@@ -23,10 +21,10 @@ from .draws import native_spec
 from .geometry_choice import GeometryChoice, may_make
 from .iou_crop import RandomIoUCrop
 from .nested_crops import CropOfCrop, nested
-from .leading import (canvas_flips, check_colours_first, check_floats_first, check_greys_first, check_normalize_first,
-                      flips_after_canvas, leading_colours, leading_flips, leading_floats, leading_greys,
-                      leading_normalize, leading_uint8, window_flips)
-from .leading import check_even, crop_then_resize, front_of, without_front
+from .leading import (canvas_flips, check_colours_first, check_even, check_floats_first, check_greys_first,
+                      check_normalize_first, crop_then_resize, flips_after_canvas, front_of, leading_colours,
+                      leading_flips, leading_floats, leading_greys, leading_normalize, leading_uint8, window_flips,
+                      without_front)
 from .output import LinearTransformation, Normalize, RandomErasing
 from .pad_window import PadWindow
 from .targets import box_settings
@@ -383,7 +381,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
                  first=first)
     if forward:  # (moved past the Resize: a mask's nearest pick made of the flipped mask, as torchvision's)
         h, v = (m or any(f is t for f in forward) for m, t in zip(plan.mirror, (plan.flip, plan.vflip)))
-        plan = dataclasses.replace(plan, mask_mirror=(h, v))
+        plan = replace(plan, mask_mirror=(h, v))
     if isinstance(plan.geometry[:1] and plan.geometry[0], GeometryChoice) and any(plan.mirror):  # (each option's
         raise TransformError(f"{plan.geometry[0]!r} after a flip cannot be fused: a choice of geometries comes first "
                              f"(or after a Resize or a canvas step); put the flips after it [{names}]")  # window mirrored:
@@ -447,7 +445,7 @@ def _first_pass(colours: list[Transform], rest: "_AfterGeometry", names: str) ->
     draws' keys held in `rest`'s, so that a later step drawing one of them is refused."""
     if not colours:
         return ()
-    held = next(((t, u) for t in colours for u in getattr(t, "inner", list)() if type(u).__name__ == "FlipStep"), None)
+    held = next(((t, u) for t in colours for u in getattr(t, "inner", list)() if isinstance(u, FlipStep)), None)
     if held is not None:  # (the first pass would flip the image, and the kernel's columns again)
         raise TransformError(f"{held[1]!r} inside {step_name(held[0])} before the geometry cannot be fused: put "
                              f"{step_name(held[0])} after the geometry [{names}]")
