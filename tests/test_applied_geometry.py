@@ -262,3 +262,29 @@ def test_a_resize_to_the_size_it_is_given_does_nothing(photo_batch):
     twice = T.Compose([T.CenterCrop(40), T.Resize(40)])
     assert twice.native_spec is not None and [type(g) for g in twice.plan.geometry] == [T.CenterCrop]
     assert torch.equal(twice(photo_batch), torch.stack([F.center_crop(i, [40, 40]) for i in photo_batch]))
+
+
+def test_an_image_of_another_shape_is_its_own_samples_error(tmp_path, photos):
+    """Through the Loader with on_error="skip": under `[RandomApply([RandomCrop(24)]), Resize(48)]`
+    an image that is not square (it would make another size where the coin is lost) is
+    skipped alone, named by its shard and key; the square ones are delivered, in order;
+    with on_error="raise" the error names the shard and key."""
+    from gpudecode import Loader
+    from gpudecode.errors import LocatedError
+
+    from conftest import encode, make_shard
+
+    square = [np.ascontiguousarray(p[:96:3, :96:3]) for p in photos.values()]
+    oblong = np.ascontiguousarray(photos["coffee"][:90:3, :120:3])
+    samples = [{"__key__": f"s{k}", "png": encode(a, "PNG"), "cls": b"1"} for k, a in enumerate(square)]
+    samples.insert(2, {"__key__": "oblong", "png": encode(oblong, "PNG"), "cls": b"1"})
+    url = make_shard(tmp_path / "shape-000000.tar", samples)
+    tf = T.Compose([T.RandomApply([T.RandomCrop(24)]), T.Resize(48)])
+    ld = Loader([url], batch_size=len(samples), transform=tf, device="cpu", shuffle=False, seed=1, on_error="skip")
+    (batch,) = list(ld)
+    assert list(batch.keys) == [f"s{k}" for k in range(len(square))] and batch.images.shape[1:] == (3, 48, 48)
+    (skipped,) = ld.skipped
+    assert skipped.shard == url and skipped.key == "oblong" and "makes 48x64 where it loses the coin" in skipped.reason
+    with pytest.raises(LocatedError, match="loses the coin") as e:
+        list(Loader([url], batch_size=len(samples), transform=tf, device="cpu", shuffle=False, seed=1))
+    assert e.value.shard == url and e.value.key == "oblong"
