@@ -24,6 +24,7 @@
 #endif
 #include "shuffle.h"
 #include "tar.h"
+#include "warp.h"
 
 namespace py = pybind11;
 using namespace gpudecode;
@@ -410,6 +411,36 @@ PYBIND11_MODULE(_native, m) {
       "The order 0..n-1 come out of gpudecode.io.planner._shuffled (a shuffle buffer of `size`, giving out once "
       "it holds `initial`) drawing from a random.Random whose getstate() is (3, (*state, index), None): the same "
       "order, computed at once with the GIL released (csrc/shuffle.h).");
+
+  m.attr("warp_nearest_exact") = py::bool_(warp_nearest_exact());
+  m.def(
+      "warp_affine_nearest",
+      [](const py::array& src, py::array_t<float, py::array::c_style> xs, py::array_t<float, py::array::c_style> ys,
+         py::array_t<float, py::array::c_style> scale, U8 fill, U8 out) {
+        if (!warp_nearest_exact())  // (its code is built for AVX2 and FMA)
+          throw py::value_error("warp_affine_nearest needs a CPU with AVX2 and FMA (warp_nearest_exact)");
+        if (!py::dtype::of<uint8_t>().is(src.dtype()) || src.ndim() != 3 || src.shape(0) != 3)
+          throw py::value_error("src must be a uint8 image [3, h, w]");
+        if (xs.ndim() != 1 || ys.ndim() != 1 || scale.size() != 6 || fill.size() != 3)
+          throw py::value_error("xs and ys must be 1-D, scale 6 floats, fill 3 levels");
+        if (out.ndim() != 3 || out.shape(0) != 3 || out.shape(1) != ys.size() || out.shape(2) != xs.size())
+          throw py::value_error("out must be uint8 [3, len(ys), len(xs)]");
+        const int64_t h = src.shape(1), w = src.shape(2);
+        if (h <= 0 || w <= 0) throw py::value_error("src must hold pixels");
+        const auto* base = static_cast<const uint8_t*>(src.data());
+        const int64_t sc = src.strides(0), sy = src.strides(1), sx = src.strides(2);
+        uint8_t* dst = out.mutable_data();
+        {
+          py::gil_scoped_release nogil;
+          warp_affine_nearest(base, h, w, sy, sx, sc, xs.data(), xs.size(), ys.data(), ys.size(), scale.data(),
+                              fill.data(), dst);
+        }
+      },
+      py::arg("src"), py::arg("xs"), py::arg("ys"), py::arg("scale"), py::arg("fill"), py::arg("out"),
+      "An affine warp's canvas (or a window of it) sampled by nearest neighbour into `out` as torch's CPU "
+      "grid_sample picks its pixels from the grid torchvision's warps make (csrc/warp.h): `src` uint8 [3, h, w] "
+      "at any strides, `xs`/`ys` the output's pixel centres, `scale` the inverse matrix over the half size "
+      "([3, 2]), `fill` where the grid leaves the image. Exact only where warp_nearest_exact is True.");
 
   m.def(
       "png_walk",

@@ -16,7 +16,7 @@ import harness  # noqa: E402
 
 # the C++ targets' inputs also exercise the Python side: (python target, bytes to skip)
 _FROM_CPP = {"tar": ("tar_stream", 0), "probe": ("image", 0), "jpeg": ("image", 8), "png": ("png_halves", 8),
-             "png_walk": ("png_halves", 0)}
+             "png_walk": ("png_halves", 0), "warp": ("warp_pick", 0)}
 
 
 def _inputs():

@@ -24,12 +24,16 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from .. import _native
 from .args import NEAREST, on_device
 
 
 __all__ = ["Drawn", "rotate_shear", "forward_affine", "affine_grid", "perspective_grid", "identity_grid",
            "nearest_sample", "warp_boxes_by", "perspective_coefficients", "grid_warp", "grid_sample_filled",
            "sample_filled", "sample_filled_batch", "perspective_image_grid"]
+
+# whether the native nearest warp picks torch's pixels here (nearest_is_exact): None until first asked
+_NEAREST_EXACT: bool | None = None
 
 _CORNERS = [[0, 1], [2, 1], [2, 3], [0, 3]]  # (XYXY columns: top-left, top-right, bottom-right, bottom-left)
 
@@ -314,24 +318,90 @@ def perspective_coefficients(startpoints: Sequence[Sequence[int]],
 
 
 def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int], interpolation: float,
-              fill: Any, window: Sequence[int] | None = None) -> torch.Tensor:
+              fill: Any, window: Sequence[int] | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """An affine warp of a uint8 image [3, h, w] to [3, oh, ow] (`size`) as torchvision's
     tensor warps make it: the output pixels' centres through `matrix` (centred, scaled to
     grid_sample's [-1, 1] by the input's half size), then `grid_sample_filled`. `window`
     (top, left, height, width of the output): only those pixels, each as the whole
-    output's (its centre's coordinate taken from the whole output's linspace)."""
+    output's (its centre's coordinate taken from the whole output's linspace). `out` (uint8
+    [3, wh, ww]): written and returned. A nearest warp on the CPU picks its pixels natively
+    (native_nearest), the same ones."""
     h, w = chw.shape[-2:]
     oh, ow = size
     t, l, wh, ww = (0, 0, oh, ow) if window is None else (int(v) for v in window)
     dev = chw.device
     theta = torch.tensor(matrix, dtype=torch.float32).reshape(1, 2, 3)
-    xs = torch.linspace(-ow * 0.5 + 0.5, ow * 0.5 - 0.5, steps=ow, device=dev)[l:l + ww].view(1, 1, ww, 1)
-    ys = torch.linspace(-oh * 0.5 + 0.5, oh * 0.5 - 0.5, steps=oh, device=dev)[t:t + wh].view(1, wh, 1, 1)
-    scale = on_device(theta[0].t().div(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32)), dev)
+    xs = torch.linspace(-ow * 0.5 + 0.5, ow * 0.5 - 0.5, steps=ow, device=dev)[l:l + ww]
+    ys = torch.linspace(-oh * 0.5 + 0.5, oh * 0.5 - 0.5, steps=oh, device=dev)[t:t + wh]
+    scale = theta[0].t().div(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32))
+    levels = native_nearest(chw, interpolation, fill)
+    if levels is not None:
+        made = torch.empty((3, wh, ww), dtype=torch.uint8) if out is None or not out.is_contiguous() else out
+        _native.warp_affine_nearest(chw.numpy(), xs.contiguous().numpy(), ys.contiguous().numpy(),
+                                    scale.contiguous().numpy(), levels, made.numpy())
+        return made if out is None else (out if made is out else out.copy_(made))
+    scale = on_device(scale, dev)
     # torchvision's grid is the centres [x, y, 1] times `scale` by bmm: here its three products, summed in that
-    # order, the same floats (tests/test_warps.py), made by rows and columns (a bmm of three is slow on the CPU)
-    grid = torch.add(xs * scale[0], ys * scale[1]).add_(scale[2])
-    return grid_sample_filled(chw, grid, interpolation, fill)
+    # order, the same floats (tests/test_rotation_expand.py), made by rows and columns (a bmm of three is slow on the CPU)
+    grid = torch.add(xs.view(1, 1, ww, 1) * scale[0], ys.view(1, wh, 1, 1) * scale[1]).add_(scale[2])
+    made = grid_sample_filled(chw, grid, interpolation, fill)
+    return made if out is None else out.copy_(made)
+
+
+def nearest_is_exact() -> bool:
+    """Whether `_native.warp_affine_nearest` picks the pixels torch's CPU grid_sample picks
+    here. torch's source unnormalizes a grid point as (g + 1) * size / 2 - 0.5; its x86
+    wheels' AVX2 and AVX-512 kernels round it as one fused multiply-subtract (measured:
+    tests/test_native_warp.py), and the native code fuses it alike on a CPU with FMA; a
+    torch built otherwise would round some points apart. So it is asked once: the CPU (AVX2 and FMA, and torch's own
+    capability), then a probe of points beside a size's pixel edges, one of them where the
+    two roundings pick another pixel (tests/test_native_warp.py), sampled both ways."""
+    global _NEAREST_EXACT
+    if _NEAREST_EXACT is None:
+        _NEAREST_EXACT = bool(getattr(_native, "warp_nearest_exact", False)) and \
+            torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") and _probe_agrees()
+    return _NEAREST_EXACT
+
+
+def _probe_agrees() -> bool:
+    """The native pick against grid_sample's on a row of 194 pixels, at each pixel edge's
+    grid point and 4 floats either side (at -0.9896907 an unfused unnormalize picks pixel 0,
+    a fused one pixel 1)."""
+    size = 194
+    edges = ((np.arange(-2, size + 1) + 1) / (size / 2) - 1).astype(np.float32)
+    points = [edges]
+    for toward in (-9.0, 9.0):
+        moved = edges
+        for _ in range(4):
+            moved = np.nextafter(moved, np.float32(toward))
+            points.append(moved)
+    xs, ys = np.concatenate(points), np.zeros(1, np.float32)
+    img = torch.arange(size, dtype=torch.uint8).view(1, 1, size).expand(3, 1, size)
+    got = np.empty((3, 1, len(xs)), np.uint8)
+    _native.warp_affine_nearest(img.numpy(), xs, ys, np.array([1, 0, 0, 1, 0, 0], np.float32),
+                                np.full(3, 255, np.uint8), got)
+    grid = torch.from_numpy(np.stack([xs, np.zeros_like(xs)], -1)).view(1, 1, -1, 2)
+    want = torch.nn.functional.grid_sample(img[:1].float()[None], grid, mode="nearest", padding_mode="zeros",
+                                           align_corners=False)[0, 0, 0]
+    inside = torch.nn.functional.grid_sample(torch.ones(1, 1, 1, size), grid, mode="nearest", padding_mode="zeros",
+                                             align_corners=False)[0, 0, 0] > 0.5
+    return bool(torch.equal(torch.from_numpy(got[0, 0]).float(), torch.where(inside, want, 255.0)))
+
+
+def native_nearest(chw: torch.Tensor, interpolation: float, fill: Any) -> np.ndarray | None:
+    """The fill's 3 levels (uint8) where `_native.warp_affine_nearest` picks torch's pixels
+    for this warp, else None: nearest, on the CPU, a fill of whole levels (none: zeros),
+    where torch's grid_sample fuses its unnormalizing multiply-add as the native code does
+    (AVX2 or AVX-512, on a CPU with FMA)."""
+    if interpolation != NEAREST or chw.device.type != "cpu" or chw.dtype != torch.uint8 or not nearest_is_exact():
+        return None
+    if fill is None:
+        return np.zeros(3, np.uint8)
+    levels = [float(v) for v in (fill if isinstance(fill, Sequence) else [fill])]
+    levels = levels * (3 // len(levels)) if len(levels) in (1, 3) else []
+    if len(levels) != 3 or any(v != int(v) or not 0 <= v <= 255 for v in levels):
+        return None
+    return np.array(levels, np.uint8)
 
 
 def grid_sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: float, fill: Any) -> torch.Tensor:

@@ -219,7 +219,7 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
             turns = int(angle) // 90
             canvas.copy_((torch.rot90(chw, k=turns, dims=(-2, -1)) if turns else chw)[:, t:t + ch, l:l + cw])
             return
-        canvas.copy_(grid_warp(chw, matrix, self.canvas_size(p, (h, w)), self.interpolation, self.fill, window))
+        grid_warp(chw, matrix, self.canvas_size(p, (h, w)), self.interpolation, self.fill, window, out=canvas)
 
     paints_window = True  # (paint(window=): the part of the canvas a crop reads, as the whole canvas has it)
 
@@ -495,7 +495,7 @@ class RandomAffine(_Warp, converts="torchvision.RandomAffine"):
         size = (int(image.shape[0]), int(image.shape[1]))
         inverse = self.drawn(p, size)[0].inverse
         assert inverse is not None  # (an affine warp always has one: no exact turn)
-        canvas.copy_(grid_warp(image.permute(2, 0, 1), inverse, size, self.interpolation, self.fill, window))
+        grid_warp(image.permute(2, 0, 1), inverse, size, self.interpolation, self.fill, window, out=canvas)
 
     def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
         a = p.get("affine")

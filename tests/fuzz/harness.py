@@ -42,6 +42,10 @@ Promises checked:
   drawn from the bytes, moved by it, lie in the stored image (a record of no step leaves
   them as they were, as no record does); a mask of its source size,
   where the record's sizes are small, comes out of the stored image's size.
+- warp_pick: the native nearest warp (a rotation's or affine's canvas on the CPU) picks
+  the pixel torch's grid_sample picks, or the fill where grid_sample leaves the image, at
+  every grid point the bytes make (read as warp_fuzzer.cpp reads them: NaN, infinities,
+  huge and tiny scales included), on a CPU where it is used (warped.nearest_is_exact).
 """
 from __future__ import annotations
 
@@ -53,7 +57,7 @@ import re
 import tempfile
 
 TARGETS = ("tar_stream", "gzip_path", "labels", "shard_list", "npy", "image", "png_halves", "parquet_pages", "fields",
-           "mask", "boxes", "record")
+           "mask", "boxes", "record", "warp_pick")
 
 
 def _stream_view(stream):
@@ -576,6 +580,44 @@ def parquet_pages(data: bytes) -> None:
             f.flush()
             got = parquet.plain_pages(parquet._FileRegion(f.fileno(), 0, len(chunk)), rows, max_def)
         assert all(np.array_equal(a, b) for a, b in zip(got, (offsets, lengths, heads))), "small reads disagree"
+
+
+def warp_pick(data: bytes) -> None:
+    import numpy as np
+    import torch
+
+    from gpudecode import _native
+    from gpudecode.transforms import warped
+
+    if not warped.nearest_is_exact():
+        return
+    data = bytes(data)
+    padded = data + bytes(5 + 4 * 6 + 4 * 80 + 3)  # (warp_fuzzer.cpp reads past the end as zeros)
+    h, w, wh, ww = 1 + padded[0] % 48, 1 + padded[1] % 48, 1 + padded[2] % 40, 1 + padded[3] % 40
+    planar = padded[4] & 1
+    at = 5
+    scale = np.frombuffer(padded, np.float32, 6, at)
+    xs = np.frombuffer(padded, np.float32, ww, at + 24)
+    ys = np.frombuffer(padded, np.float32, wh, at + 24 + 4 * ww)
+    at += 24 + 4 * (ww + wh)
+    fill = np.frombuffer(padded, np.uint8, 3, at).copy()
+    at += 3
+    src = ((np.arange(h * w * 3) * 7 + 1) & 0xFF).astype(np.uint8)
+    if at < len(data):
+        src[0] = data[at]
+    chw = src.reshape(3, h, w) if planar else src.reshape(h, w, 3).transpose(2, 0, 1)
+    got = np.empty((3, wh, ww), np.uint8)
+    _native.warp_affine_nearest(chw, xs, ys, scale, fill, got)
+    with np.errstate(all="ignore"):  # (the grid as the native code makes it: each product and sum rounded)
+        gx = ((xs * scale[0])[None, :] + (ys * scale[2])[:, None]) + scale[4]
+        gy = ((xs * scale[1])[None, :] + (ys * scale[3])[:, None]) + scale[5]
+    grid = torch.from_numpy(np.stack([gx, gy], -1).astype(np.float32))[None]
+    img = torch.from_numpy(np.ascontiguousarray(chw)).float()[None]
+    sampled = torch.nn.functional.grid_sample(img, grid, mode="nearest", padding_mode="zeros", align_corners=False)[0]
+    inside = torch.nn.functional.grid_sample(torch.ones(1, 1, h, w), grid, mode="nearest", padding_mode="zeros",
+                                             align_corners=False)[0] > 0.5
+    want = torch.where(inside, sampled, torch.from_numpy(fill).float().view(3, 1, 1)).to(torch.uint8)
+    assert torch.equal(torch.from_numpy(got), want), f"{int((torch.from_numpy(got) != want).sum())} pixels picked apart"
 
 
 def _decoder():

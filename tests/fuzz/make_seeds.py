@@ -103,7 +103,7 @@ def main(out: Path) -> None:
     imgs = images()
     dirs = {t: out / t for t in ("tar", "probe", "jpeg", "png", "batch", "tar_stream", "gzip_path", "labels",
                                  "shard_list", "npy", "image", "png_halves", "parquet_pages", "png_walk", "fields",
-                                 "mask", "boxes", "record")}
+                                 "mask", "boxes", "record", "warp", "warp_pick")}
     for d in dirs.values():
         d.mkdir(exist_ok=True)
     tars = [c.data[:1 << 15] for c in tarcorpus.cases()]
@@ -126,6 +126,9 @@ def main(out: Path) -> None:
             (dirs["png"] / name).write_bytes(bytes([1, 10, 20, 200, 200, 0, 0, 0]) + data)
             (dirs["png_halves"] / name).write_bytes(data)
             (dirs["png_walk"] / name).write_bytes(data)
+    for name, data in warp_seeds().items():
+        (dirs["warp"] / name).write_bytes(data)
+        (dirs["warp_pick"] / name).write_bytes(data)
     for name, data in parquet_chunks(imgs).items():
         (dirs["parquet_pages"] / name).write_bytes(data)
     for name, data in hand_pngs().items():  # colour types, bit depths, tRNS, Adam7
@@ -158,6 +161,26 @@ def main(out: Path) -> None:
     for name, body in record_seeds().items():
         (dirs["record"] / name).write_bytes(body)
     print(f"seeds in {out}")
+
+
+def warp_seeds() -> dict[str, bytes]:
+    """The native warp's inputs as warp_fuzzer.cpp reads them (sizes, layout, the scale,
+    the output's pixel centres, the fill): rotations and a zoom as the warps draw them,
+    and grids with a NaN and an infinity."""
+    import math
+
+    out = {}
+    for name, (h, w, wh, ww, angle, zoom) in {"rot30": (40, 30, 24, 36, 30.0, 1.0), "rot-100": (17, 45, 17, 45, -100.0, 1.0),
+                                              "zoom2": (9, 7, 9, 7, 0.0, 0.5), "tiny": (1, 1, 3, 2, 12.0, 1.0)}.items():
+        c, s = math.cos(math.radians(angle)) * zoom, math.sin(math.radians(angle)) * zoom
+        scale = np.array([c / (w / 2), -s / (h / 2), s / (w / 2), c / (h / 2), 0.0, 0.0], np.float32)
+        xs = np.linspace(-ww / 2 + 0.5, ww / 2 - 0.5, ww, dtype=np.float32)
+        ys = np.linspace(-wh / 2 + 0.5, wh / 2 - 0.5, wh, dtype=np.float32)
+        head = bytes([(h - 1) % 48, (w - 1) % 48, (wh - 1) % 40, (ww - 1) % 40, len(out) % 2])
+        out[name] = head + scale.tobytes() + xs.tobytes() + ys.tobytes() + bytes([0, 128, 255])
+    odd = np.array([np.nan, 1.0, np.inf, -np.inf, 1e30, -1e-30], np.float32)
+    out["nan-inf"] = bytes([7, 9, 3, 4, 1]) + odd.tobytes() + np.resize(odd, 9).tobytes() + bytes([1, 2, 3])
+    return out
 
 
 def field_seeds() -> list[tuple[int, bytes]]:

@@ -31,11 +31,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 FUZZ = ROOT / "tests" / "fuzz"
 BUILD = ROOT / "build" / "fuzz"
-SOURCES = [ROOT / "csrc" / n for n in ("tar.cpp", "probe.cpp", "jpeg_decode.cpp", "batch.cpp", "png_walk.cpp")]
-CPP = {"tar": 1 << 15, "probe": 4096, "jpeg": 1 << 15, "batch": 1 << 16, "png_walk": 1 << 15}  # target: -max_len
+SOURCES = [ROOT / "csrc" / n for n in ("tar.cpp", "probe.cpp", "jpeg_decode.cpp", "batch.cpp", "png_walk.cpp",
+                                                   "warp.cpp")]
+CPP = {"tar": 1 << 15, "probe": 4096, "jpeg": 1 << 15, "batch": 1 << 16, "png_walk": 1 << 15,  # target: -max_len
+       "warp": 512}
 PY = {"tar_stream": 1 << 14, "gzip_path": 1 << 14, "labels": 256, "shard_list": 256, "npy": 4096, "image": 1 << 15,
       "png_halves": 1 << 15, "parquet_pages": 1 << 15, "fields": 4096,
-      "mask": 1 << 13, "boxes": 2048, "record": 1024}
+      "mask": 1 << 13, "boxes": 2048, "record": 1024, "warp_pick": 512}
 FLAGS = ["-std=c++17", "-g", "-I", str(ROOT / "csrc")]
 LIBS = ["-ljpeg", "-lpthread"]
 
@@ -135,7 +137,7 @@ def saved(target: str) -> list[Path]:
 # a Python target that reads a C++ target's inputs as they are (tests/test_fuzz_corpus.py replays them
 # through it) starts from them too: the tar fuzzer's corpus found a stream-vs-native difference that
 # tar_stream, fuzzing from its own, had not
-SHARED = {"tar_stream": ("tar",), "image": ("probe",), "png_halves": ("png_walk",)}
+SHARED = {"tar_stream": ("tar",), "image": ("probe",), "png_halves": ("png_walk",), "warp_pick": ("warp",)}
 
 
 def _stats(log: str) -> dict:

@@ -29,7 +29,7 @@ images, gpudecode runs `Compose.from_torchvision` of it.
 - recipes as scripts write them (--as-written), each a v1 Compose on PIL images, given
   to the Loader as it is: a course's `[RandomRotation(30), RandomResizedCrop(224),
   RandomHorizontalFlip(), ToTensor(), Normalize]` (the whole image rotated first: a
-  canvas a sample, made with torch's ops on the images' device), the flip first
+  canvas a sample, on the CPU picked natively as torch's grid_sample picks it), the flip first
   (`[RandomHorizontalFlip(), RandomResizedCrop(224), ...]`), CLIP's preprocess
   (bicubic Resize(224), CenterCrop, its RGB function, ToTensor, Normalize), a notebook's
   `[ToTensor(), Resize((224, 224)), Normalize]`, `[Resize((224, 224)),

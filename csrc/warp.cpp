@@ -1,0 +1,71 @@
+// Built with -ffp-contract=off (CMakeLists.txt): each product and sum is rounded as torch's
+// elementwise ops round it; the one fused multiply-add is written as one.
+#include "warp.h"
+
+#include <cmath>
+#include <vector>
+
+namespace gpudecode {
+
+bool warp_nearest_exact() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+  return false;
+#endif
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#define GPUDECODE_FMA_TARGET __attribute__((target("avx2,fma")))
+#else
+#define GPUDECODE_FMA_TARGET
+#endif
+
+GPUDECODE_FMA_TARGET
+void warp_affine_nearest(const uint8_t* src, int64_t h, int64_t w, int64_t sy, int64_t sx, int64_t sc,
+                         const float* xs, int64_t ww, const float* ys, int64_t wh, const float* scale,
+                         const uint8_t* fill, uint8_t* out) {
+  // grid_sample's unnormalize (align_corners=False): (g + 1) * (size / 2) - 0.5, as one fma
+  const float half_w = float(w) / 2.0f, half_h = float(h) / 2.0f;
+  const float last_x = float(w - 1), last_y = float(h - 1);
+  // per column: the x products (xs[j] * scale[0], xs[j] * scale[1]); per row, the pixel each
+  // output pixel picks (its column and row, -1 outside), made in a loop the compiler vectorizes
+  std::vector<float> col_x(static_cast<size_t>(ww)), col_y(static_cast<size_t>(ww));
+  std::vector<int32_t> pick_x(static_cast<size_t>(ww)), pick_y(static_cast<size_t>(ww));
+  for (int64_t j = 0; j < ww; ++j) {
+    col_x[size_t(j)] = xs[j] * scale[0];
+    col_y[size_t(j)] = xs[j] * scale[1];
+  }
+  const int64_t plane = wh * ww;
+  for (int64_t i = 0; i < wh; ++i) {
+    const float row_x = ys[i] * scale[2], row_y = ys[i] * scale[3];
+    const float* cx = col_x.data();
+    const float* cy = col_y.data();
+    int32_t* px = pick_x.data();
+    int32_t* py = pick_y.data();
+    for (int64_t j = 0; j < ww; ++j) {
+      const float gx = (cx[j] + row_x) + scale[4];
+      const float gy = (cy[j] + row_y) + scale[5];
+      const float x = std::nearbyint(std::fma(gx + 1.0f, half_w, -0.5f));
+      const float y = std::nearbyint(std::fma(gy + 1.0f, half_h, -0.5f));
+      const bool inside = (x >= 0.0f) & (x <= last_x) & (y >= 0.0f) & (y <= last_y);  // (false for a NaN)
+      px[j] = inside ? int32_t(x) : -1;
+      py[j] = inside ? int32_t(y) : 0;
+    }
+    uint8_t* o = out + i * ww;
+    for (int64_t j = 0; j < ww; ++j) {
+      if (px[j] >= 0) {
+        const uint8_t* p = src + int64_t(py[j]) * sy + int64_t(px[j]) * sx;
+        o[j] = p[0];
+        o[plane + j] = p[sc];
+        o[2 * plane + j] = p[2 * sc];
+      } else {
+        o[j] = fill[0];
+        o[plane + j] = fill[1];
+        o[2 * plane + j] = fill[2];
+      }
+    }
+  }
+}
+
+}  // namespace gpudecode

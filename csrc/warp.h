@@ -1,0 +1,28 @@
+// A warp's canvas on the CPU, sampled by nearest neighbour as torch's CPU grid_sample samples
+// the grid torchvision's tensor warps make (F.rotate, F.affine; align_corners=False, zeros
+// outside, then the fill): the same pixel picked for every output pixel, without the float
+// image, the grid and the coverage channel torch's ops make on the way.
+#pragma once
+
+#include <cstdint>
+
+namespace gpudecode {
+
+// Whether warp_affine_nearest picks torch's pixels on this CPU: it needs FMA, as torch's
+// AVX2 and AVX-512 grid_sample fuse the unnormalizing multiply-add (the caller also checks
+// torch's own CPU capability).
+bool warp_nearest_exact();
+
+// out (uint8 [3, len(ys), len(xs)], planar, contiguous) = the image `src` (uint8, h x w x 3 at
+// byte strides sy, sx, sc) sampled at the grid of an affine warp: output pixel (i, j) reads
+// the grid point g = (xs[j] * scale[0] + ys[i] * scale[2]) + scale[4] (x) and
+// (xs[j] * scale[1] + ys[i] * scale[3]) + scale[5] (y), each product and sum rounded to
+// float as torch's ops round them; unnormalized as ((g + 1) * size / 2 - 0.5), fused; the
+// nearest pixel (half to even) where it lies in the image, else `fill` (3 levels).
+// `xs` and `ys` are the output's pixel centres (torch.linspace's floats), `scale` the
+// warp's inverse matrix divided by the image's half size, transposed ([3, 2] row by row).
+void warp_affine_nearest(const uint8_t* src, int64_t h, int64_t w, int64_t sy, int64_t sx, int64_t sc,
+                         const float* xs, int64_t ww, const float* ys, int64_t wh, const float* scale,
+                         const uint8_t* fill, uint8_t* out);
+
+}  // namespace gpudecode

@@ -1,0 +1,62 @@
+// libFuzzer harness: the native nearest warp (csrc/warp.h) over any floats its caller could
+// pass (NaN, infinities, huge or tiny scales and centres): it reads only the image's own
+// pixels (each image here is exactly its bytes, so AddressSanitizer sees a read past it),
+// and writes each output pixel as one of the image's pixels or the fill.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "warp.h"
+
+namespace {
+
+struct Bytes {
+  const uint8_t* data;
+  size_t size;
+  size_t at = 0;
+  uint8_t byte() { return at < size ? data[at++] : 0; }
+  float number() {  // four bytes as a float, any bit pattern
+    uint32_t bits = 0;
+    for (int k = 0; k < 4; ++k) bits |= uint32_t(byte()) << (8 * k);
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+  }
+};
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (!gpudecode::warp_nearest_exact()) return 0;  // (no AVX2 and FMA: never called here)
+  Bytes in{data, size};
+  const int64_t h = 1 + in.byte() % 48, w = 1 + in.byte() % 48, wh = 1 + in.byte() % 40, ww = 1 + in.byte() % 40;
+  const bool planar = in.byte() & 1;
+  float scale[6];
+  for (float& s : scale) s = in.number();
+  std::vector<float> xs(static_cast<size_t>(ww)), ys(static_cast<size_t>(wh));
+  for (float& x : xs) x = in.number();
+  for (float& y : ys) y = in.number();
+  const uint8_t fill[3] = {in.byte(), in.byte(), in.byte()};
+  std::vector<uint8_t> src(static_cast<size_t>(h * w * 3));
+  for (size_t k = 0; k < src.size(); ++k) src[k] = uint8_t(k * 7 + 1);
+  if (src.size() > 0 && in.at < size) src[0] = data[in.at];
+  const int64_t sy = planar ? w : w * 3, sx = planar ? 1 : 3, sc = planar ? h * w : 1;
+  std::vector<uint8_t> out(static_cast<size_t>(3 * wh * ww), 0xAB);
+  gpudecode::warp_affine_nearest(src.data(), h, w, sy, sx, sc, xs.data(), ww, ys.data(), wh, scale, fill, out.data());
+  const int64_t plane = wh * ww;
+  for (int64_t p = 0; p < plane; ++p) {  // each pixel: the fill, or some pixel of the image
+    const uint8_t r = out[size_t(p)], g = out[size_t(plane + p)], b = out[size_t(2 * plane + p)];
+    bool seen = r == fill[0] && g == fill[1] && b == fill[2];
+    for (int64_t y = 0; y < h && !seen; ++y)
+      for (int64_t x = 0; x < w && !seen; ++x) {
+        const uint8_t* q = src.data() + y * sy + x * sx;
+        seen = q[0] == r && q[sc] == g && q[2 * sc] == b;
+      }
+    if (!seen) {
+      std::fprintf(stderr, "warp_fuzzer: an output pixel neither the fill nor a pixel of the image\n");
+      std::abort();
+    }
+  }
+  return 0;
+}
