@@ -32,6 +32,7 @@ void warp_affine_nearest(const uint8_t* src, int64_t h, int64_t w, int64_t sy, i
   // output pixel picks (its column and row, -1 outside), made in a loop the compiler vectorizes
   std::vector<float> col_x(static_cast<size_t>(ww)), col_y(static_cast<size_t>(ww));
   std::vector<int32_t> pick_x(static_cast<size_t>(ww)), pick_y(static_cast<size_t>(ww));
+  std::vector<uint8_t> inside(static_cast<size_t>(ww));
   for (int64_t j = 0; j < ww; ++j) {
     col_x[size_t(j)] = xs[j] * scale[0];
     col_y[size_t(j)] = xs[j] * scale[1];
@@ -43,27 +44,24 @@ void warp_affine_nearest(const uint8_t* src, int64_t h, int64_t w, int64_t sy, i
     const float* cy = col_y.data();
     int32_t* px = pick_x.data();
     int32_t* py = pick_y.data();
+    uint8_t* in = inside.data();
     for (int64_t j = 0; j < ww; ++j) {
       const float gx = (cx[j] + row_x) + scale[4];
       const float gy = (cy[j] + row_y) + scale[5];
       const float x = std::nearbyint(std::fma(gx + 1.0f, half_w, -0.5f));
       const float y = std::nearbyint(std::fma(gy + 1.0f, half_h, -0.5f));
-      const bool inside = (x >= 0.0f) & (x <= last_x) & (y >= 0.0f) & (y <= last_y);  // (false for a NaN)
-      px[j] = inside ? int32_t(x) : -1;
-      py[j] = inside ? int32_t(y) : 0;
+      const bool here = (x >= 0.0f) & (x <= last_x) & (y >= 0.0f) & (y <= last_y);  // (false for a NaN)
+      px[j] = here ? int32_t(x) : 0;  // (outside: pixel (0, 0) read, the fill written)
+      py[j] = here ? int32_t(y) : 0;
+      in[j] = here;
     }
     uint8_t* o = out + i * ww;
-    for (int64_t j = 0; j < ww; ++j) {
-      if (px[j] >= 0) {
-        const uint8_t* p = src + int64_t(py[j]) * sy + int64_t(px[j]) * sx;
-        o[j] = p[0];
-        o[plane + j] = p[sc];
-        o[2 * plane + j] = p[2 * sc];
-      } else {
-        o[j] = fill[0];
-        o[plane + j] = fill[1];
-        o[2 * plane + j] = fill[2];
-      }
+    for (int64_t j = 0; j < ww; ++j) {  // (no branch: a rotation's window is part fill, at no fixed place)
+      const uint8_t* p = src + int64_t(py[j]) * sy + int64_t(px[j]) * sx;
+      const bool here = in[j];
+      o[j] = here ? p[0] : fill[0];
+      o[plane + j] = here ? p[sc] : fill[1];
+      o[2 * plane + j] = here ? p[2 * sc] : fill[2];
     }
   }
 }
