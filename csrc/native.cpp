@@ -416,7 +416,7 @@ PYBIND11_MODULE(_native, m) {
   m.def(
       "warp_affine_nearest",
       [](const py::array& src, py::array_t<float, py::array::c_style> xs, py::array_t<float, py::array::c_style> ys,
-         py::array_t<float, py::array::c_style> scale, U8 fill, U8 out) {
+         py::array_t<float, py::array::c_style> scale, U8 fill, U8 out, const py::object& part) {
         if (!warp_nearest_exact())  // (its code is built for AVX2 and FMA)
           throw py::value_error("warp_affine_nearest needs a CPU with AVX2 and FMA (warp_nearest_exact)");
         if (!py::dtype::of<uint8_t>().is(src.dtype()) || src.ndim() != 3 || src.shape(0) != 3)
@@ -425,22 +425,34 @@ PYBIND11_MODULE(_native, m) {
           throw py::value_error("xs and ys must be 1-D, scale 6 floats, fill 3 levels");
         if (out.ndim() != 3 || out.shape(0) != 3 || out.shape(1) != ys.size() || out.shape(2) != xs.size())
           throw py::value_error("out must be uint8 [3, len(ys), len(xs)]");
-        const int64_t h = src.shape(1), w = src.shape(2);
-        if (h <= 0 || w <= 0) throw py::value_error("src must hold pixels");
+        const int64_t ph = src.shape(1), pw = src.shape(2);
+        int64_t top = 0, left = 0, h = ph, w = pw;
+        if (!part.is_none()) {
+          auto p = part.cast<std::tuple<int64_t, int64_t, int64_t, int64_t>>();
+          top = std::get<0>(p), left = std::get<1>(p), h = std::get<2>(p), w = std::get<3>(p);
+        }
+        if (ph <= 0 || pw <= 0 || top < 0 || left < 0 || top + ph > h || left + pw > w || h >= (1 << 24) ||
+            w >= (1 << 24))
+          throw py::value_error("src must hold pixels, a part (top, left, height, width of the image) inside it");
         const auto* base = static_cast<const uint8_t*>(src.data());
         const int64_t sc = src.strides(0), sy = src.strides(1), sx = src.strides(2);
         uint8_t* dst = out.mutable_data();
+        int64_t missing;
         {
           py::gil_scoped_release nogil;
-          warp_affine_nearest(base, h, w, sy, sx, sc, xs.data(), xs.size(), ys.data(), ys.size(), scale.data(),
-                              fill.data(), dst);
+          missing = warp_affine_nearest(base, h, w, top, left, ph, pw, sy, sx, sc, xs.data(), xs.size(), ys.data(),
+                                        ys.size(), scale.data(), fill.data(), dst);
         }
+        return missing;
       },
       py::arg("src"), py::arg("xs"), py::arg("ys"), py::arg("scale"), py::arg("fill"), py::arg("out"),
+      py::arg("part") = py::none(),
       "An affine warp's canvas (or a window of it) sampled by nearest neighbour into `out` as torch's CPU "
       "grid_sample picks its pixels from the grid torchvision's warps make (csrc/warp.h): `src` uint8 [3, h, w] "
-      "at any strides, `xs`/`ys` the output's pixel centres, `scale` the inverse matrix over the half size "
-      "([3, 2]), `fill` where the grid leaves the image. Exact only where warp_nearest_exact is True.");
+      "at any strides (with `part` = (top, left, height, width): the part of an image of that size at (top, "
+      "left)), `xs`/`ys` the output's pixel centres, `scale` the inverse matrix over the half size ([3, 2]), "
+      "`fill` where the grid leaves the image. Returns how many pixels picked outside the part (written as the "
+      "fill). Exact only where warp_nearest_exact is True.");
 
   m.def(
       "png_walk",

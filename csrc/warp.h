@@ -13,16 +13,19 @@ namespace gpudecode {
 // torch's own CPU capability).
 bool warp_nearest_exact();
 
-// out (uint8 [3, len(ys), len(xs)], planar, contiguous) = the image `src` (uint8, h x w x 3 at
-// byte strides sy, sx, sc) sampled at the grid of an affine warp: output pixel (i, j) reads
-// the grid point g = (xs[j] * scale[0] + ys[i] * scale[2]) + scale[4] (x) and
+// out (uint8 [3, len(ys), len(xs)], planar, contiguous) = an image of h x w sampled at the grid
+// of an affine warp, of which `src` holds the part of ph x pw pixels from (top, left) (uint8 at
+// byte strides sy, sx, sc; the whole image where the part is): output pixel (i, j) reads the
+// grid point g = (xs[j] * scale[0] + ys[i] * scale[2]) + scale[4] (x) and
 // (xs[j] * scale[1] + ys[i] * scale[3]) + scale[5] (y), each product and sum rounded to
-// float as torch's ops round them; unnormalized as ((g + 1) * size / 2 - 0.5), fused; the
-// nearest pixel (half to even) where it lies in the image, else `fill` (3 levels).
-// `xs` and `ys` are the output's pixel centres (torch.linspace's floats), `scale` the
-// warp's inverse matrix divided by the image's half size, transposed ([3, 2] row by row).
-void warp_affine_nearest(const uint8_t* src, int64_t h, int64_t w, int64_t sy, int64_t sx, int64_t sc,
-                         const float* xs, int64_t ww, const float* ys, int64_t wh, const float* scale,
-                         const uint8_t* fill, uint8_t* out);
+// float as torch's ops round them; unnormalized by the image's size as ((g + 1) * size / 2 -
+// 0.5), fused; the nearest pixel (half to even) where it lies in the image, else `fill` (3
+// levels). `xs` and `ys` are the output's pixel centres (torch.linspace's floats), `scale`
+// the warp's inverse matrix divided by the image's half size, transposed ([3, 2] row by row).
+// Returns the number of output pixels that picked a pixel of the image outside the part
+// (written as the fill, nothing read outside `src`): 0 where the part holds every pick.
+int64_t warp_affine_nearest(const uint8_t* src, int64_t h, int64_t w, int64_t top, int64_t left, int64_t ph,
+                            int64_t pw, int64_t sy, int64_t sx, int64_t sc, const float* xs, int64_t ww,
+                            const float* ys, int64_t wh, const float* scale, const uint8_t* fill, uint8_t* out);
 
 }  // namespace gpudecode

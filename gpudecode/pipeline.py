@@ -402,7 +402,8 @@ class Pipeline:
             rest = [i for i in range(len(sizes)) if i not in big]
             keep = [at[i] for i in rest]
             sizes, indices, xyxy, params = _redrawn(self.views, rest, sizes, indices, xyxy, seed, epoch)
-        view_boxes = [pv.boxes() for pv in params]  # [view]: int64 [N, 4] (top, left, height, width)
+        # [view]: int64 [N, 4] (top, left, height, width); on the CPU a warp's canvas may read a part of each image
+        view_boxes = [pv.boxes(host=self.config.device == "cpu") for pv in params]
         return keep, params, view_boxes, view_boxes[0] if not self.multi else _union(view_boxes)
 
     def _too_large(self, params: list[Draws], sizes: Sequence[tuple[int, int]]) -> dict[int, tuple[int, int]]:

@@ -16,6 +16,7 @@ import torchvision.transforms.v2.functional as F
 from torchvision.transforms.v2 import InterpolationMode
 
 from gpudecode import _native
+from gpudecode.errors import TransformError
 from gpudecode.transforms import warped
 from gpudecode.transforms.args import BILINEAR, NEAREST  # (the interpolation codes the warps hold)
 from gpudecode.transforms.warps import inverse_affine, rotation_matrix
@@ -188,3 +189,127 @@ def test_the_native_call_refuses_what_does_not_fit():
         args = dict(src=src, xs=xs, ys=ys, scale=scale, fill=fill, out=np.empty((3, 2, 6), np.uint8)) | bad
         with pytest.raises(ValueError):
             _native.warp_affine_nearest(**args)
+
+
+def _part_case(rng: random.Random) -> tuple:
+    """An image, a warp's matrix, its canvas size and a window of the canvas."""
+    h, w = rng.randint(1, 120), rng.randint(1, 120)
+    img = torch.randint(0, 256, (h, w, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(rng.randrange(1 << 30)))
+    if rng.random() < 0.5:
+        m = rotation_matrix(rng.uniform(-180, 180), (h, w), None if rng.random() < 0.7 else [rng.uniform(0, w), rng.uniform(0, h)])
+    else:
+        m = inverse_affine([0.0, 0.0], rng.uniform(-40, 40), [float(rng.randint(-9, 9)), 0.0], rng.choice([0.5, 1.0, 2.5]),
+                           [rng.uniform(-15, 15), 0.0])
+    canvas = (h, w) if rng.random() < 0.6 else (rng.randint(1, 170), rng.randint(1, 170))  # (an expanded one's)
+    t, l = rng.randrange(canvas[0]), rng.randrange(canvas[1])
+    return img, m, canvas, (t, l, rng.randint(1, canvas[0] - t), rng.randint(1, canvas[1] - l))
+
+
+@exact
+def test_the_part_warp_read_box_says_gives_the_whole_images_window():
+    """A decoder asked for warp_read_box's part only: the window painted from that part is
+    the window painted from the whole image, byte for byte (no pick falls outside it)."""
+    rng = random.Random(5)
+    for k in range(400):
+        img, m, canvas, window = _part_case(rng)
+        if m is None:
+            continue
+        h, w = img.shape[:2]
+        t, l, ph, pw = warped.warp_read_box(m, (h, w), canvas, window)
+        assert 0 <= t and 0 <= l and ph >= 1 and pw >= 1 and t + ph <= h and l + pw <= w
+        whole = warped.grid_warp(img.permute(2, 0, 1), m, canvas, NEAREST, (1, 2, 3), window)
+        part = img[t:t + ph, l:l + pw].permute(2, 0, 1)
+        got = warped.grid_warp(part, m, canvas, NEAREST, (1, 2, 3), window, part=(t, l, h, w))
+        assert torch.equal(got, whole), (k, (h, w), m, canvas, window, (t, l, ph, pw))
+
+
+@exact
+def test_a_part_that_misses_picks_is_refused():
+    img = torch.randint(0, 256, (3, 40, 50), dtype=torch.uint8)
+    m = rotation_matrix(30.0, (40, 50), None)
+    with pytest.raises(TransformError, match=r"picked \d+ pixels outside the part \(10, 10, 40, 50\)"):
+        warped.grid_warp(img[:, 10:20, 10:20], m, (40, 50), NEAREST, 0, part=(10, 10, 40, 50))
+
+
+def test_a_part_where_the_native_pick_cannot_run_is_refused():
+    """Bilinear (torch's ops) samples the whole image: given a part, it says so."""
+    img = torch.randint(0, 256, (3, 40, 50), dtype=torch.uint8)
+    m = rotation_matrix(30.0, (40, 50), None)
+    with pytest.raises(TransformError, match="needs the whole image here"):
+        warped.grid_warp(img[:, 5:30, 5:30], m, (40, 50), BILINEAR, 0, part=(5, 5, 40, 50))
+    assert warped.grid_warp(img, m, (40, 50), BILINEAR, 0, part=(0, 0, 40, 50)).shape == (3, 40, 50)  # (the whole)
+
+
+def _photo_shard(tmp_path, photos) -> str:
+    from conftest import encode, make_shard
+
+    imgs = [photos[n][::3, ::3] for n in ("astronaut", "coffee", "chelsea")] * 3
+    return make_shard(tmp_path / "warp-000000.tar", [{"__key__": f"{i:03d}", "jpg": encode(np.ascontiguousarray(a)),
+                                                      "cls": b"1"} for i, a in enumerate(imgs)])
+
+
+@pytest.mark.parametrize("first", [
+    "RandomRotation(30)", "RandomRotation(45, fill=(10, 20, 30))", "RandomRotation(25, expand=True)",
+    "RandomAffine(20, translate=(0.1, 0.1), scale=(0.8, 1.2), shear=10)",
+])
+def test_the_loader_decodes_only_the_part_each_window_picks(tmp_path, photos, monkeypatch, first):
+    """`[RandomRotation(30), RandomResizedCrop(...), ...]` through the Loader on the CPU: each
+    JPEG decoded only where its crop's window picks (warp_read_box), the batches byte for
+    byte those of whole images painted by torch's ops; kept in RAM, the same again."""
+    import torchvision.transforms as v1
+
+    import gpudecode
+    from gpudecode.transforms import canvas, draws
+
+    shard = _photo_shard(tmp_path, photos)
+    tf = v1.Compose([eval(f"v1.{first}"), v1.RandomResizedCrop(48), v1.RandomHorizontalFlip(), v1.ToTensor()])
+    painted = []
+    real = canvas._paint_from_part
+    monkeypatch.setattr(canvas, "_paint_from_part", lambda *a: painted.append(1) or real(*a))
+
+    def epochs(**kw) -> list:
+        loader = gpudecode.Loader(shard, batch_size=4, transform=tf, device="cpu", seed=7, num_workers=2, **kw)
+        out = []
+        for epoch in range(2):
+            loader.set_epoch(epoch)
+            out += [b.images.clone() for b in loader]
+        return out
+
+    parts = epochs()
+    if warped.nearest_is_exact():
+        assert len(painted) > 9  # (most windows: a part; a window that needs all of it, the whole image)
+    kept = epochs(keep="ram")
+    with monkeypatch.context() as m:  # (whole images, torch's ops)
+        m.setattr(warped, "_NEAREST_EXACT", False)
+        m.setattr(draws, "reads_parts", lambda plan: False)
+        whole = epochs()
+    assert len(parts) == len(whole) == len(kept) == 6
+    for a, b, c in zip(parts, whole, kept):
+        assert torch.equal(a, b) and torch.equal(a, c)
+
+
+def test_views_decode_the_union_of_their_parts(tmp_path, photos, monkeypatch):
+    """Two views of each image (the course recipe's and a plain crop's): the decoder gives
+    the box around both views' parts, each view paints from its own part inside it; the
+    batches byte for byte those of whole images."""
+    import torchvision.transforms as v1
+
+    import gpudecode
+    from gpudecode.transforms import draws
+
+    shard = _photo_shard(tmp_path, photos)
+    views = [v1.Compose([v1.RandomRotation(30), v1.RandomResizedCrop(40), v1.ToTensor()]),
+             v1.Compose([v1.RandomResizedCrop(32, scale=(0.05, 0.2)), v1.ToTensor()])]
+
+    def batches() -> list:
+        loader = gpudecode.Loader(shard, batch_size=3, transform=views, device="cpu", seed=2, num_workers=2)
+        return [[v.clone() for v in b.images] for b in loader]
+
+    parts = batches()
+    with monkeypatch.context() as m:
+        m.setattr(warped, "_NEAREST_EXACT", False)
+        m.setattr(draws, "reads_parts", lambda plan: False)
+        whole = batches()
+    assert len(parts) == len(whole) == 3
+    for a, b in zip(parts, whole):
+        assert len(a) == 2 and all(torch.equal(x, y) for x, y in zip(a, b))

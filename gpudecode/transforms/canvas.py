@@ -34,8 +34,9 @@ from .base import Transform
 from .geometry import CenterCrop, RandomCrop
 from .convert import levels
 from .args import on_device, pad_fill
+from .warped import native_levels, warp_read_box
 
-__all__ = ["CanvasStep", "Pad", "RandomZoomOut", "build", "windows"]
+__all__ = ["CanvasStep", "Pad", "RandomZoomOut", "build", "windows", "reads_parts", "part_box"]
 
 
 class CanvasStep(Protocol):
@@ -240,9 +241,26 @@ def read_window(step: Any, params: dict, size: tuple[int, int],
     return (y0 - top, x0 - left, y1 - y0, x1 - x0)
 
 
+def reads_parts(plan: Any) -> bool:
+    """Whether a decoder need give only the part of each image that the crop's window of
+    a warp's canvas picks (part_box): a RandomResizedCrop of a rotation's or affine's
+    canvas (`[RandomRotation(30), RandomResizedCrop(224), ...]`; no first pass, no flip
+    before the canvas or the crop), nearest, where the CPU picks it natively, pixel for
+    pixel torch's (warped.native_levels). Only where the canvases are painted on the CPU."""
+    step = plan.canvas
+    return bool(plan.rrc and getattr(step, "paints_window", False) and not plan.first and not any(plan.canvas_flip)
+                and not any(plan.mirror) and native_levels(step.interpolation, step.fill) is not None)
+
+
+def part_box(step: Any, params: dict, size: tuple[int, int], window: Sequence[int]) -> tuple[int, int, int, int]:
+    """The part of an image of `size` (top, left, height, width) that `window` of the warp
+    `step`'s canvas picks from (warped.warp_read_box): what a decoder need decode of it."""
+    return warp_read_box(step.sampling_matrix(params, size), size, step.canvas_size(params, size), window)
+
+
 def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes: Sequence[tuple[int, int]],
           rows: np.ndarray, workspace: Workspace | None = None, windows: np.ndarray | None = None, *,
-          num_threads: int = 1, flips: tuple[bool, bool] = (False, False)) -> DecodedBatch:
+          num_threads: int = 1, flips: tuple[bool, bool] = (False, False), parts: bool = False) -> DecodedBatch:
     """The canvases `step` makes of images `rows` of `decoded` (whole images of `sizes`,
     drawn for with `params`), packed one after the other in one buffer on its device, each
     in the step's `canvas_layout` (HWC or CHW, said by the batch's strides), in `rows`'
@@ -256,7 +274,9 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
     from the whole image, as the whole canvas has it. On the CPU the images are painted on
     up to `num_threads` threads, an image at a time each (torch's ops on one thread each).
     `flips` (horizontal, vertical; plan.canvas_flip): a sample that drew that flip has its
-    image flipped before its canvas is made, as torchvision flips it before the warp."""
+    image flipped before its canvas is made, as torchvision flips it before the warp.
+    `parts` (reads_parts): a warp's image may be the part of it part_box says (a decoder's
+    window), its box in its pixels where the decoder's box says."""
     pixels = decoded.pixels
     if windows is not None:
         out_sizes = [(int(wh), int(ww)) for wh, ww in np.asarray(windows)[:, 2:].tolist()]
@@ -270,7 +290,7 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
     planar = step.canvas_layout == "CHW"
     places = getattr(step, "places", False)
     ks = rows.tolist()
-    if not (windows is not None and places):
+    if not (windows is not None and (places or parts)):
         for k in ks:
             h, w = sizes[k]
             if tuple(decoded.boxes[k].tolist()) != (0, 0, h, w) or tuple(decoded.shapes[k].tolist()) != (h, w):
@@ -284,6 +304,9 @@ def build(step: CanvasStep, decoded: DecodedBatch, params: Sequence[dict], sizes
             _paint_part(step, decoded, k, params[k], (h, w), tuple(windows[i].tolist()), buf, at)
             return
         sy, sx, sc = decoded.strides[k].tolist()
+        if windows is not None and parts and tuple(decoded.shapes[k].tolist()) != (h, w):
+            _paint_from_part(step, decoded, k, params[k], (h, w), tuple(windows[i].tolist()), buf, at)
+            return
         image = pixels.as_strided((h, w, 3), (sy, sx, sc), int(decoded.offsets[k]))
         axes = [a for a, on, key in ((1, flips[0], "flip"), (0, flips[1], "vflip")) if on and params[k].get(key)]
         image = image.flip(axes) if axes else image
@@ -322,6 +345,26 @@ def windows(plan: Any, geom: np.ndarray, out: tuple[int, int]) -> np.ndarray | N
     g[:, fused.VH], g[:, fused.VW] = oh, ow
     g[:, fused.OY] = g[:, fused.OX] = 0
     return made
+
+
+def _paint_from_part(step: Any, decoded: DecodedBatch, k: int, params: dict, size: tuple[int, int],
+                     window: tuple[int, int, int, int], buf: torch.Tensor, at: int) -> None:
+    """Window `window` of image k's warp canvas painted into `buf` at `at` (planar) from the
+    part of the image the decoder gave (part_box's; its box says where it lies in its pixels).
+
+    Raises:
+        TransformError: a part of another size than part_box's (a decoder that scaled it)."""
+    t, l, h, w = part_box(step, params, size, window)
+    bt, bl, bh, bw = (int(v) for v in decoded.boxes[k])
+    if (bh, bw) != (h, w):
+        raise TransformError(f"a warp's canvas needs its image's part {(t, l, h, w)} at full scale: image {k}'s was "
+                             f"decoded as {bh}x{bw}")
+    sh, sw = (int(v) for v in decoded.shapes[k])
+    sy, sx, sc = decoded.strides[k].tolist()
+    pixels = decoded.pixels.as_strided((sh, sw, 3), (sy, sx, sc), int(decoded.offsets[k]))
+    _, _, wh, ww = window
+    step.paint(buf[at:at + wh * ww * 3].view(3, wh, ww), pixels, params, window=window,
+               part=(t - bt, l - bl, size[0], size[1]))
 
 
 def _paint_part(step: Any, decoded: DecodedBatch, k: int, params: dict, size: tuple[int, int],

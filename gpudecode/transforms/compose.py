@@ -304,7 +304,8 @@ class Compose(Transform):
             if self.plan.canvas is not None:  # (only the part of each canvas the crop reads, where it can)
                 windows = canvas.windows(self.plan, geom, (int(view.shape[2]), int(view.shape[3])))
                 decoded = canvas.build(self.plan.canvas, decoded, made_params, made_sizes, made, workspace, windows,
-                                      num_threads=num_threads or (os.cpu_count() or 1), flips=self.plan.canvas_flip)
+                                      num_threads=num_threads or (os.cpu_count() or 1), flips=self.plan.canvas_flip,
+                                      parts=canvas.reads_parts(self.plan))
             read = np.arange(len(idx))
         geom[:, fused.OFFSET] = decoded.offsets[read]
         geom[:, fused.H:fused.W + 1] = decoded.shapes[read]

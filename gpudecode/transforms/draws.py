@@ -32,7 +32,7 @@ from .mirrors import mirror_first, mirror_ops, mirrored_windows
 from .nested_crops import CropOfCrop
 from .pad_window import PadWindow
 from .rng import _epoch_key, _SampleRandom
-from .canvas import read_window, shown
+from .canvas import part_box, read_window, reads_parts, shown
 
 if TYPE_CHECKING:
     from .plan import _Plan
@@ -287,10 +287,15 @@ def _check_reflection(plan: "_Plan", geom: np.ndarray) -> None:
         crop.draw(random.Random(0), tuple(geom[k, fused.VH:fused.VW + 1].tolist()))  # (raises its error)
 
 
-def dict_boxes(plan: "_Plan", params: Sequence[dict], sizes: Sequence[tuple[int, int]]) -> list[tuple[int, int, int, int]]:
+def dict_boxes(plan: "_Plan", params: Sequence[dict], sizes: Sequence[tuple[int, int]], *,
+               host: bool = False) -> list[tuple[int, int, int, int]]:
     """The window (top, left, height, width) of each image the kernel reads, for a decoder
     to decode no more than that: RandomResizedCrop's crop; the whole image for
-    Resize/CenterCrop (every source pixel can reach the output through the filter)."""
+    Resize/CenterCrop (every source pixel can reach the output through the filter).
+    `host`: the canvases are painted on the CPU, where a warp's canvas may be painted
+    from the part of the image its crop picks (canvas.reads_parts)."""
+    if host and plan.canvas is not None and reads_parts(plan):  # (`[RandomRotation(30), RRC(224), ...]`)
+        return [part_box(plan.canvas, p, (h, w), p["crop"]) for p, (h, w) in zip(params, sizes)]
     if plan.rrc and not plan.makes_images:
         if any(plan.mirror):  # (a flip before the crop: the window mirrored, as the kernel reads it)
             flips = np.array([[p.get("flip", False), p.get("vflip", False)] for p in params], bool).reshape(-1, 2)
@@ -426,11 +431,11 @@ class Draws(Sequence[dict]):
             self._own = own
         return self._own.copy() if rows is None else self._own[np.asarray(rows, np.int64)]
 
-    def boxes(self) -> np.ndarray:
+    def boxes(self, *, host: bool = False) -> np.ndarray:
         """Compose.decode_boxes as an int64 array [N, 4]: the window of each image the
-        kernel reads (top, left, height, width)."""
+        kernel reads (top, left, height, width); `host`: dict_boxes'."""
         if self.columns is None:
-            return np.asarray(dict_boxes(self.plan, self.dicts(), self.sizes), np.int64).reshape(-1, 4)
+            return np.asarray(dict_boxes(self.plan, self.dicts(), self.sizes, host=host), np.int64).reshape(-1, 4)
         if self.plan.rrc:
             if any(self.plan.mirror):
                 ints = self.columns[0]

@@ -25,12 +25,14 @@ import numpy as np
 import torch
 
 from .. import _native
+from ..errors import TransformError
 from .args import NEAREST, on_device
 
 
 __all__ = ["Drawn", "rotate_shear", "forward_affine", "affine_grid", "perspective_grid", "identity_grid",
            "nearest_sample", "warp_boxes_by", "perspective_coefficients", "grid_warp", "grid_sample_filled",
-           "sample_filled", "sample_filled_batch", "perspective_image_grid"]
+           "sample_filled", "sample_filled_batch", "perspective_image_grid", "warp_read_box", "native_nearest",
+           "native_levels", "nearest_is_exact"]
 
 # whether the native nearest warp picks torch's pixels here (nearest_is_exact): None until first asked
 _NEAREST_EXACT: bool | None = None
@@ -318,15 +320,20 @@ def perspective_coefficients(startpoints: Sequence[Sequence[int]],
 
 
 def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int], interpolation: float,
-              fill: Any, window: Sequence[int] | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+              fill: Any, window: Sequence[int] | None = None, out: torch.Tensor | None = None,
+              part: tuple[int, int, int, int] | None = None) -> torch.Tensor:
     """An affine warp of a uint8 image [3, h, w] to [3, oh, ow] (`size`) as torchvision's
     tensor warps make it: the output pixels' centres through `matrix` (centred, scaled to
     grid_sample's [-1, 1] by the input's half size), then `grid_sample_filled`. `window`
     (top, left, height, width of the output): only those pixels, each as the whole
     output's (its centre's coordinate taken from the whole output's linspace). `out` (uint8
     [3, wh, ww]): written and returned. A nearest warp on the CPU picks its pixels natively
-    (native_nearest), the same ones."""
-    h, w = chw.shape[-2:]
+    (native_nearest), the same ones; there `part` (top, left, height, width) says `chw` is
+    the part of an image of that size at (top, left) (a decoder's of `warp_read_box`).
+
+    Raises:
+        TransformError: a part where the native pick cannot run, or a pick outside it."""
+    h, w = chw.shape[-2:] if part is None else part[2:]
     oh, ow = size
     t, l, wh, ww = (0, 0, oh, ow) if window is None else (int(v) for v in window)
     dev = chw.device
@@ -337,15 +344,46 @@ def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int],
     levels = native_nearest(chw, interpolation, fill)
     if levels is not None:
         made = torch.empty((3, wh, ww), dtype=torch.uint8) if out is None or not out.is_contiguous() else out
-        _native.warp_affine_nearest(chw.numpy(), xs.contiguous().numpy(), ys.contiguous().numpy(),
-                                    scale.contiguous().numpy(), levels, made.numpy())
+        missing = _native.warp_affine_nearest(chw.numpy(), xs.contiguous().numpy(), ys.contiguous().numpy(),
+                                              scale.contiguous().numpy(), levels, made.numpy(), part)
+        if missing:
+            raise TransformError(f"a warp's window picked {missing} pixels outside the part {part} decoded of its image")
         return made if out is None else (out if made is out else out.copy_(made))
+    if part is not None and tuple(part) != (0, 0, *chw.shape[-2:]):
+        raise TransformError(f"a warp's canvas needs the whole image here (nearest on the CPU reads a part): "
+                             f"{tuple(chw.shape[-2:])} pixels of {tuple(part[2:])}")
     scale = on_device(scale, dev)
     # torchvision's grid is the centres [x, y, 1] times `scale` by bmm: here its three products, summed in that
-    # order, the same floats (tests/test_rotation_expand.py), made by rows and columns (a bmm of three is slow on the CPU)
+    # order, the same floats (tests/test_rotation_expand.py), made by rows and columns (a bmm of three is slow on the
+    # CPU)
     grid = torch.add(xs.view(1, 1, ww, 1) * scale[0], ys.view(1, wh, 1, 1) * scale[1]).add_(scale[2])
     made = grid_sample_filled(chw, grid, interpolation, fill)
     return made if out is None else out.copy_(made)
+
+
+def warp_read_box(matrix: Sequence[float] | None, size: tuple[int, int], canvas: tuple[int, int],
+                  window: Sequence[int]) -> tuple[int, int, int, int]:
+    """The part of an image of `size` (top, left, height, width) that the nearest picks of
+    `window` (top, left, height, width) of a warp's canvas of `canvas` size read, under
+    grid_warp's `matrix` (None: an exact quarter turn, which reads the whole image): the
+    box around the window's corners mapped into the image, a pixel wider each way than the
+    rounding can reach, inside the image; (0, 0, 1, 1) where the window picks none of it
+    (fill only). What a decoder need decode of it."""
+    h, w = size
+    if matrix is None:
+        return (0, 0, h, w)
+    a, b, c, d, e, f = (float(v) for v in matrix)
+    oh, ow = canvas
+    t, l, wh, ww = (int(v) for v in window)
+    xs = (l - ow * 0.5 + 0.5, l + ww - 1 - ow * 0.5 + 0.5)  # (the window's outer pixel centres, centred)
+    ys = (t - oh * 0.5 + 0.5, t + wh - 1 - oh * 0.5 + 0.5)
+    px = [x * a + y * b + c + w * 0.5 - 0.5 for x in xs for y in ys]  # (in the image's pixel units)
+    py = [x * d + y * e + f + h * 0.5 - 0.5 for x in xs for y in ys]
+    x0, x1 = max(0, math.floor(min(px)) - 1), min(w - 1, math.ceil(max(px)) + 1)
+    y0, y1 = max(0, math.floor(min(py)) - 1), min(h - 1, math.ceil(max(py)) + 1)
+    if x0 > x1 or y0 > y1:
+        return (0, 0, 1, 1)
+    return (y0, x0, y1 - y0 + 1, x1 - x0 + 1)
 
 
 def nearest_is_exact() -> bool:
@@ -390,10 +428,17 @@ def _probe_agrees() -> bool:
 
 def native_nearest(chw: torch.Tensor, interpolation: float, fill: Any) -> np.ndarray | None:
     """The fill's 3 levels (uint8) where `_native.warp_affine_nearest` picks torch's pixels
-    for this warp, else None: nearest, on the CPU, a fill of whole levels (none: zeros),
-    where torch's grid_sample fuses its unnormalizing multiply-add as the native code does
-    (AVX2 or AVX-512, on a CPU with FMA)."""
-    if interpolation != NEAREST or chw.device.type != "cpu" or chw.dtype != torch.uint8 or not nearest_is_exact():
+    for this warp of `chw`, else None: a uint8 image on the CPU, and native_levels'."""
+    if chw.device.type != "cpu" or chw.dtype != torch.uint8:
+        return None
+    return native_levels(interpolation, fill)
+
+
+def native_levels(interpolation: float, fill: Any) -> np.ndarray | None:
+    """The fill's 3 levels (uint8) where a warp of `interpolation` and `fill` of a uint8
+    image on the CPU is picked natively, else None: nearest, a fill of whole levels (none:
+    zeros), where the native pick is torch's (nearest_is_exact)."""
+    if interpolation != NEAREST or not nearest_is_exact():
         return None
     if fill is None:
         return np.zeros(3, np.uint8)

@@ -205,21 +205,30 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
         return expanded_rotation(p["rotation"]["angle"], size, self.center)[0] if self.expand else size
 
     def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict,
-              window: Sequence[int] | None = None) -> None:
+              window: Sequence[int] | None = None, part: tuple[int, int, int, int] | None = None) -> None:
         """F.rotate(expand=self.expand) of `image` (uint8 HWC) into `canvas` (uint8 [3, h,
-        w], canvas_size's; with `window`, that part of it only: `paints_window`)."""
-        angle = p["rotation"]["angle"] % 360
-        h, w = int(image.shape[0]), int(image.shape[1])
-        matrix = rotation_matrix(angle, (h, w), self.center)
+        w], canvas_size's; with `window`, that part of it only: `paints_window`). `part`
+        (top, left, height, width): `image` is that part of an image of that size (a nearest
+        warp on the CPU: grid_warp's)."""
+        size = part[2:] if part is not None else (int(image.shape[0]), int(image.shape[1]))
+        matrix = self.sampling_matrix(p, size)
         chw = image.permute(2, 0, 1)
-        if matrix is None and not self.expand and angle in (90.0, 270.0) and h != w:  # (a quarter turn keeps a
-            matrix = inverse_affine([0.0, 0.0], -angle, (0.0, 0.0), 1.0, (0.0, 0.0))  # square's size only)
         t, l, ch, cw = (0, 0, *canvas.shape[1:]) if window is None else window
-        if matrix is None:  # torchvision's exact paths: a quarter turn, or none
-            turns = int(angle) // 90
+        if matrix is None:  # torchvision's exact paths: a quarter turn, or none (of the whole image: warp_read_box)
+            turns = int(p["rotation"]["angle"] % 360) // 90
             canvas.copy_((torch.rot90(chw, k=turns, dims=(-2, -1)) if turns else chw)[:, t:t + ch, l:l + cw])
             return
-        grid_warp(chw, matrix, self.canvas_size(p, (h, w)), self.interpolation, self.fill, window, out=canvas)
+        grid_warp(chw, matrix, self.canvas_size(p, size), self.interpolation, self.fill, window, out=canvas, part=part)
+
+    def sampling_matrix(self, p: dict, size: tuple[int, int]) -> list[float] | None:
+        """The inverse matrix `paint` samples an image of `size` through (grid_warp's), or
+        None where torchvision turns it exactly (a quarter turn about the centre, or none)."""
+        angle = p["rotation"]["angle"] % 360
+        h, w = size
+        matrix = rotation_matrix(angle, (h, w), self.center)
+        if matrix is None and not self.expand and angle in (90.0, 270.0) and h != w:  # (a quarter turn keeps a
+            matrix = inverse_affine([0.0, 0.0], -angle, (0.0, 0.0), 1.0, (0.0, 0.0))  # square's size only)
+        return matrix
 
     paints_window = True  # (paint(window=): the part of the canvas a crop reads, as the whole canvas has it)
 
@@ -489,13 +498,18 @@ class RandomAffine(_Warp, converts="torchvision.RandomAffine"):
     paints_window = True
 
     def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict,
-              window: Sequence[int] | None = None) -> None:
+              window: Sequence[int] | None = None, part: tuple[int, int, int, int] | None = None) -> None:
         """F.affine of `image` (uint8 HWC) into `canvas` (uint8 [3, h, w], its size; or
-        `window` of it)."""
-        size = (int(image.shape[0]), int(image.shape[1]))
+        `window` of it); `part` as RandomRotation.paint's."""
+        size = part[2:] if part is not None else (int(image.shape[0]), int(image.shape[1]))
+        grid_warp(image.permute(2, 0, 1), self.sampling_matrix(p, size), size, self.interpolation, self.fill, window,
+                  out=canvas, part=part)
+
+    def sampling_matrix(self, p: dict, size: tuple[int, int]) -> list[float]:
+        """The inverse matrix `paint` samples an image of `size` through (grid_warp's)."""
         inverse = self.drawn(p, size)[0].inverse
         assert inverse is not None  # (an affine warp always has one: no exact turn)
-        grid_warp(image.permute(2, 0, 1), inverse, size, self.interpolation, self.fill, window, out=canvas)
+        return list(inverse)
 
     def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
         a = p.get("affine")

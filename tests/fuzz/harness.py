@@ -592,7 +592,7 @@ def warp_pick(data: bytes) -> None:
     if not warped.nearest_is_exact():
         return
     data = bytes(data)
-    padded = data + bytes(5 + 4 * 6 + 4 * 80 + 3)  # (warp_fuzzer.cpp reads past the end as zeros)
+    padded = data + bytes(5 + 4 * 6 + 4 * 80 + 8)  # (warp_fuzzer.cpp reads past the end as zeros)
     h, w, wh, ww = 1 + padded[0] % 48, 1 + padded[1] % 48, 1 + padded[2] % 40, 1 + padded[3] % 40
     planar = padded[4] & 1
     at = 5
@@ -602,21 +602,32 @@ def warp_pick(data: bytes) -> None:
     at += 24 + 4 * (ww + wh)
     fill = np.frombuffer(padded, np.uint8, 3, at).copy()
     at += 3
-    src = ((np.arange(h * w * 3) * 7 + 1) & 0xFF).astype(np.uint8)
+    top, left, ph, pw = 0, 0, h, w
+    if padded[at] & 1:  # (a part of the image)
+        top, left = padded[at + 1] % h, padded[at + 2] % w
+        ph, pw = 1 + padded[at + 3] % (h - top), 1 + padded[at + 4] % (w - left)
+        at += 4
+    at += 1
+    src = ((np.arange(ph * pw * 3) * 7 + 1) & 0xFF).astype(np.uint8)
     if at < len(data):
         src[0] = data[at]
-    chw = src.reshape(3, h, w) if planar else src.reshape(h, w, 3).transpose(2, 0, 1)
+    part = src.reshape(3, ph, pw) if planar else src.reshape(ph, pw, 3).transpose(2, 0, 1)
     got = np.empty((3, wh, ww), np.uint8)
-    _native.warp_affine_nearest(chw, xs, ys, scale, fill, got)
+    missing = _native.warp_affine_nearest(part, xs, ys, scale, fill, got, (top, left, h, w))
     with np.errstate(all="ignore"):  # (the grid as the native code makes it: each product and sum rounded)
         gx = ((xs * scale[0])[None, :] + (ys * scale[2])[:, None]) + scale[4]
         gy = ((xs * scale[1])[None, :] + (ys * scale[3])[:, None]) + scale[5]
     grid = torch.from_numpy(np.stack([gx, gy], -1).astype(np.float32))[None]
-    img = torch.from_numpy(np.ascontiguousarray(chw)).float()[None]
-    sampled = torch.nn.functional.grid_sample(img, grid, mode="nearest", padding_mode="zeros", align_corners=False)[0]
-    inside = torch.nn.functional.grid_sample(torch.ones(1, 1, h, w), grid, mode="nearest", padding_mode="zeros",
-                                             align_corners=False)[0] > 0.5
-    want = torch.where(inside, sampled, torch.from_numpy(fill).float().view(3, 1, 1)).to(torch.uint8)
+    # grid_sample of the whole image's pixel numbers (exact in float32): which pixel each point picks
+    number = torch.arange(1, h * w + 1, dtype=torch.float32).view(1, 1, h, w)
+    picked = torch.nn.functional.grid_sample(number, grid, mode="nearest", padding_mode="zeros",
+                                             align_corners=False)[0, 0].to(torch.int64) - 1
+    y, x = picked.div(w, rounding_mode="floor"), picked.remainder(w)
+    inside = picked >= 0
+    in_part = inside & (y >= top) & (y < top + ph) & (x >= left) & (x < left + pw)
+    assert missing == int((inside & ~in_part).sum()), (missing, int((inside & ~in_part).sum()))
+    values = torch.from_numpy(np.ascontiguousarray(part))[:, (y - top).clamp(0, ph - 1), (x - left).clamp(0, pw - 1)]
+    want = torch.where(in_part, values, torch.from_numpy(fill).view(3, 1, 1))
     assert torch.equal(torch.from_numpy(got), want), f"{int((torch.from_numpy(got) != want).sum())} pixels picked apart"
 
 

@@ -1,7 +1,8 @@
 // libFuzzer harness: the native nearest warp (csrc/warp.h) over any floats its caller could
-// pass (NaN, infinities, huge or tiny scales and centres): it reads only the image's own
-// pixels (each image here is exactly its bytes, so AddressSanitizer sees a read past it),
-// and writes each output pixel as one of the image's pixels or the fill.
+// pass (NaN, infinities, huge or tiny scales and centres), of a whole image or of a part of
+// it: it reads only the part's own pixels (each part here is exactly its bytes, so
+// AddressSanitizer sees a read past it), writes each output pixel as one of the part's
+// pixels or the fill, and counts no pixel missing from a whole image.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,23 +39,35 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (float& x : xs) x = in.number();
   for (float& y : ys) y = in.number();
   const uint8_t fill[3] = {in.byte(), in.byte(), in.byte()};
-  std::vector<uint8_t> src(static_cast<size_t>(h * w * 3));
+  int64_t top = 0, left = 0, ph = h, pw = w;
+  if (in.byte() & 1) {  // (a part of the image: what a decoder gave of a window's box)
+    top = in.byte() % h;
+    left = in.byte() % w;
+    ph = 1 + in.byte() % (h - top);
+    pw = 1 + in.byte() % (w - left);
+  }
+  std::vector<uint8_t> src(static_cast<size_t>(ph * pw * 3));
   for (size_t k = 0; k < src.size(); ++k) src[k] = uint8_t(k * 7 + 1);
   if (src.size() > 0 && in.at < size) src[0] = data[in.at];
-  const int64_t sy = planar ? w : w * 3, sx = planar ? 1 : 3, sc = planar ? h * w : 1;
+  const int64_t sy = planar ? pw : pw * 3, sx = planar ? 1 : 3, sc = planar ? ph * pw : 1;
   std::vector<uint8_t> out(static_cast<size_t>(3 * wh * ww), 0xAB);
-  gpudecode::warp_affine_nearest(src.data(), h, w, sy, sx, sc, xs.data(), ww, ys.data(), wh, scale, fill, out.data());
+  const int64_t missing = gpudecode::warp_affine_nearest(src.data(), h, w, top, left, ph, pw, sy, sx, sc, xs.data(),
+                                                         ww, ys.data(), wh, scale, fill, out.data());
+  if (missing < 0 || missing > wh * ww || (ph == h && pw == w && missing != 0)) {
+    std::fprintf(stderr, "warp_fuzzer: %lld pixels missing from the part\n", static_cast<long long>(missing));
+    std::abort();
+  }
   const int64_t plane = wh * ww;
-  for (int64_t p = 0; p < plane; ++p) {  // each pixel: the fill, or some pixel of the image
+  for (int64_t p = 0; p < plane; ++p) {  // each pixel: the fill, or some pixel of the part
     const uint8_t r = out[size_t(p)], g = out[size_t(plane + p)], b = out[size_t(2 * plane + p)];
     bool seen = r == fill[0] && g == fill[1] && b == fill[2];
-    for (int64_t y = 0; y < h && !seen; ++y)
-      for (int64_t x = 0; x < w && !seen; ++x) {
+    for (int64_t y = 0; y < ph && !seen; ++y)
+      for (int64_t x = 0; x < pw && !seen; ++x) {
         const uint8_t* q = src.data() + y * sy + x * sx;
         seen = q[0] == r && q[sc] == g && q[2 * sc] == b;
       }
     if (!seen) {
-      std::fprintf(stderr, "warp_fuzzer: an output pixel neither the fill nor a pixel of the image\n");
+      std::fprintf(stderr, "warp_fuzzer: an output pixel neither the fill nor a pixel of the part\n");
       std::abort();
     }
   }
