@@ -69,15 +69,7 @@ def _beside_edges(size: int, fused: bool) -> np.ndarray:
     coordinate is a half pixel; `fused`: only those where an unfused multiply and add
     ((g + 1) * size / 2, rounded, then - 0.5) round to another pixel than the fused one
     (emulated in extended precision)."""
-    k = np.arange(-2, size + 1)
-    g = ((k + 1) / (size / 2) - 1).astype(np.float32)
-    points = [g]
-    for toward in (-9.0, 9.0):
-        moved = g
-        for _ in range(4):
-            moved = np.nextafter(moved, np.float32(toward))
-            points.append(moved)
-    g = np.concatenate(points)
+    g = warped.edge_points(size)
     if not fused:
         return g
     half, one = np.float32(size / 2), np.float32(1)

@@ -32,7 +32,7 @@ from .args import NEAREST, on_device
 __all__ = ["Drawn", "rotate_shear", "forward_affine", "affine_grid", "perspective_grid", "identity_grid",
            "nearest_sample", "warp_boxes_by", "perspective_coefficients", "grid_warp", "grid_sample_filled",
            "sample_filled", "sample_filled_batch", "perspective_image_grid", "warp_read_box", "native_nearest",
-           "native_levels", "nearest_is_exact"]
+           "native_levels", "nearest_is_exact", "edge_points"]
 
 # whether the native nearest warp picks torch's pixels here (nearest_is_exact): None until first asked
 _NEAREST_EXACT: bool | None = None
@@ -401,19 +401,26 @@ def nearest_is_exact() -> bool:
     return _NEAREST_EXACT
 
 
+def edge_points(size: int, floats: int = 4) -> np.ndarray:
+    """grid_sample's coordinates (float32) where a side of `size` pixels has its pixels'
+    edges (each unnormalizes to a half pixel), and `floats` floats either side of each:
+    where a rounding apart picks the neighbouring pixel."""
+    edges = ((np.arange(-2, size + 1) + 1) / (size / 2) - 1).astype(np.float32)
+    points = [edges]
+    for toward in (-9.0, 9.0):
+        moved = edges
+        for _ in range(floats):
+            moved = np.nextafter(moved, np.float32(toward))
+            points.append(moved)
+    return np.concatenate(points)
+
+
 def _probe_agrees() -> bool:
     """The native pick against grid_sample's on a row of 194 pixels, at each pixel edge's
     grid point and 4 floats either side (at -0.9896907 an unfused unnormalize picks pixel 0,
     a fused one pixel 1)."""
     size = 194
-    edges = ((np.arange(-2, size + 1) + 1) / (size / 2) - 1).astype(np.float32)
-    points = [edges]
-    for toward in (-9.0, 9.0):
-        moved = edges
-        for _ in range(4):
-            moved = np.nextafter(moved, np.float32(toward))
-            points.append(moved)
-    xs, ys = np.concatenate(points), np.zeros(1, np.float32)
+    xs, ys = edge_points(size), np.zeros(1, np.float32)
     img = torch.arange(size, dtype=torch.uint8).view(1, 1, size).expand(3, 1, size)
     got = np.empty((3, 1, len(xs)), np.uint8)
     _native.warp_affine_nearest(img.numpy(), xs, ys, np.array([1, 0, 0, 1, 0, 0], np.float32),
