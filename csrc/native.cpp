@@ -455,6 +455,52 @@ PYBIND11_MODULE(_native, m) {
       "fill). Exact only where warp_nearest_exact is True.");
 
   m.def(
+      "warp_affine_bilinear",
+      [](const py::array& src, py::array_t<float, py::array::c_style> xs, py::array_t<float, py::array::c_style> ys,
+         py::array_t<float, py::array::c_style> scale, const py::object& fill, U8 out, const py::object& part) {
+        if (!warp_nearest_exact())  // (its code is built for AVX2 and FMA)
+          throw py::value_error("warp_affine_bilinear needs a CPU with AVX2 and FMA (warp_nearest_exact)");
+        if (!py::dtype::of<uint8_t>().is(src.dtype()) || src.ndim() != 3 || src.shape(0) != 3)
+          throw py::value_error("src must be a uint8 image [3, h, w]");
+        if (xs.ndim() != 1 || ys.ndim() != 1 || scale.size() != 6)
+          throw py::value_error("xs and ys must be 1-D, scale 6 floats");
+        if (out.ndim() != 3 || out.shape(0) != 3 || out.shape(1) != ys.size() || out.shape(2) != xs.size())
+          throw py::value_error("out must be uint8 [3, len(ys), len(xs)]");
+        float levels[3];
+        const bool filled = !fill.is_none();
+        if (filled) {
+          auto f = fill.cast<py::array_t<float, py::array::c_style | py::array::forcecast>>();
+          if (f.size() != 3) throw py::value_error("fill must be 3 levels, or None");
+          for (int c = 0; c < 3; ++c) levels[c] = f.data()[c];
+        }
+        const int64_t ph = src.shape(1), pw = src.shape(2);
+        int64_t top = 0, left = 0, h = ph, w = pw;
+        if (!part.is_none()) {
+          auto p = part.cast<std::tuple<int64_t, int64_t, int64_t, int64_t>>();
+          top = std::get<0>(p), left = std::get<1>(p), h = std::get<2>(p), w = std::get<3>(p);
+        }
+        if (ph <= 0 || pw <= 0 || top < 0 || left < 0 || top + ph > h || left + pw > w || h >= (1 << 24) ||
+            w >= (1 << 24))
+          throw py::value_error("src must hold pixels, a part (top, left, height, width of the image) inside it");
+        const auto* base = static_cast<const uint8_t*>(src.data());
+        const int64_t sc = src.strides(0), sy = src.strides(1), sx = src.strides(2);
+        uint8_t* dst = out.mutable_data();
+        int64_t missing;
+        {
+          py::gil_scoped_release nogil;
+          missing = warp_affine_bilinear(base, h, w, top, left, ph, pw, sy, sx, sc, xs.data(), xs.size(), ys.data(),
+                                         ys.size(), scale.data(), filled ? levels : nullptr, dst);
+        }
+        return missing;
+      },
+      py::arg("src"), py::arg("xs"), py::arg("ys"), py::arg("scale"), py::arg("fill"), py::arg("out"),
+      py::arg("part") = py::none(),
+      "warp_affine_nearest's warp sampled bilinearly as torch's CPU grid_sample interpolates, then made uint8 as "
+      "torchvision's warps make it (`fill`: 3 levels blended by the coverage, or None: zeros outside, no blend; "
+      "csrc/warp.h). Returns how many pixels had a tap outside the part. Exact only where warp_nearest_exact is "
+      "True and the probe agrees (transforms.warped).");
+
+  m.def(
       "png_walk",
       [](py::buffer data, long long max_pixels) {
         ByteView v = view_of(data);

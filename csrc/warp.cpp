@@ -94,4 +94,61 @@ int64_t warp_affine_nearest(const uint8_t* src, int64_t h, int64_t w, int64_t to
   return missing;
 }
 
+GPUDECODE_FMA_TARGET
+int64_t warp_affine_bilinear(const uint8_t* src, int64_t h, int64_t w, int64_t top, int64_t left, int64_t ph,
+                             int64_t pw, int64_t sy, int64_t sx, int64_t sc, const float* xs, int64_t ww,
+                             const float* ys, int64_t wh, const float* scale, const float* fill, uint8_t* out) {
+  const float half_w = float(w) / 2.0f, half_h = float(h) / 2.0f;
+  const float last_x = float(w - 1), last_y = float(h - 1);
+  const float part_x0 = float(left), part_y0 = float(top);
+  const float part_x1 = float(left + pw - 1), part_y1 = float(top + ph - 1);
+  std::vector<float> col_x(static_cast<size_t>(ww)), col_y(static_cast<size_t>(ww));
+  for (int64_t j = 0; j < ww; ++j) {
+    col_x[size_t(j)] = xs[j] * scale[0];
+    col_y[size_t(j)] = xs[j] * scale[1];
+  }
+  const int64_t plane = wh * ww;
+  int64_t missing = 0;
+  for (int64_t i = 0; i < wh; ++i) {
+    const float row_x = ys[i] * scale[2], row_y = ys[i] * scale[3];
+    uint8_t* o = out + i * ww;
+    for (int64_t j = 0; j < ww; ++j) {
+      const float gx = (col_x[size_t(j)] + row_x) + scale[4];
+      const float gy = (col_y[size_t(j)] + row_y) + scale[5];
+      const float x = std::fma(gx + 1.0f, half_w, -0.5f);
+      const float y = std::fma(gy + 1.0f, half_h, -0.5f);
+      const float x_w = std::floor(x), y_n = std::floor(y);
+      const float dx = x - x_w, e = 1.0f - dx, dy = y - y_n, s = 1.0f - dy;
+      const float weight[4] = {s * e, s * dx, dy * e, dy * dx};  // (nw, ne, sw, se)
+      float value[3][4] = {};
+      float cover[4] = {};
+      bool miss = false;
+      for (int t = 0; t < 4; ++t) {
+        const float tx = x_w + float(t & 1), ty = y_n + float(t >> 1);
+        if (!(tx >= 0.0f && tx <= last_x && ty >= 0.0f && ty <= last_y)) continue;  // (outside, or NaN: 0)
+        cover[t] = 1.0f;
+        if (!(tx >= part_x0 && tx <= part_x1 && ty >= part_y0 && ty <= part_y1)) {
+          miss = true;  // (in the image, not in the part: not read; the call is refused)
+          continue;
+        }
+        const uint8_t* p = src + int64_t(ty - part_y0) * sy + int64_t(tx - part_x0) * sx;
+        value[0][t] = float(p[0]);
+        value[1][t] = float(p[sc]);
+        value[2][t] = float(p[2 * sc]);
+      }
+      missing += miss;
+      const float coverage =
+          std::fma(cover[3], weight[3], std::fma(cover[2], weight[2], std::fma(cover[1], weight[1], cover[0] * weight[0])));
+      for (int c = 0; c < 3; ++c) {
+        const float* v = value[c];
+        float r = std::fma(v[3], weight[3], std::fma(v[2], weight[2], std::fma(v[1], weight[1], v[0] * weight[0])));
+        if (fill != nullptr) r = ((r - fill[c]) * coverage) + fill[c];
+        r = std::nearbyint(r);
+        o[c * plane + j] = uint8_t(std::min(255.0f, std::max(0.0f, r)));  // (NaN: 0)
+      }
+    }
+  }
+  return missing;
+}
+
 }  // namespace gpudecode

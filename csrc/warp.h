@@ -28,4 +28,16 @@ int64_t warp_affine_nearest(const uint8_t* src, int64_t h, int64_t w, int64_t to
                             int64_t pw, int64_t sy, int64_t sx, int64_t sc, const float* xs, int64_t ww,
                             const float* ys, int64_t wh, const float* scale, const uint8_t* fill, uint8_t* out);
 
+// The same warp sampled bilinearly, as torch's CPU grid_sample interpolates (the weights
+// (1 - dy)(1 - dx), (1 - dy) dx, dy (1 - dx), dy dx as its kernel forms them, the four taps
+// summed in that order, each after the first fused, as torch's x86 wheels fuse them; a tap
+// outside the image 0) a float image of the uint8 levels, then as torchvision's warps make
+// a uint8 image of it: `fill` (3 levels) blended by the coverage (the same interpolation of
+// ones: ((v - fill) * coverage) + fill, rounded apart), or none where `fill` is null; rounded
+// half to even. Returns the number of output pixels with a tap in the image outside the part
+// (their value not read: 0 where the part holds every tap).
+int64_t warp_affine_bilinear(const uint8_t* src, int64_t h, int64_t w, int64_t top, int64_t left, int64_t ph,
+                             int64_t pw, int64_t sy, int64_t sx, int64_t sc, const float* xs, int64_t ww,
+                             const float* ys, int64_t wh, const float* scale, const float* fill, uint8_t* out);
+
 }  // namespace gpudecode

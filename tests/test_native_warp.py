@@ -162,7 +162,9 @@ def test_the_native_path_is_taken_only_where_it_is_exact():
         assert warped.native_nearest(img, NEAREST, None).tolist() == [0, 0, 0]
         assert warped.native_nearest(img, NEAREST, 9).tolist() == [9, 9, 9]
         assert warped.native_nearest(img, NEAREST, (1, 2, 3)).tolist() == [1, 2, 3]
-    assert warped.native_nearest(img, BILINEAR, None) is None  # (bilinear: torch's weights and blend)
+    assert warped.native_nearest(img, BILINEAR, None) is None  # (bilinear: native_warp's other kind)
+    assert (warped.native_warp(BILINEAR, None) == (BILINEAR, None)) == warped.bilinear_is_exact()
+    assert warped.native_warp(BILINEAR, [300.0]) is None and warped.native_warp(2.0, None) is None
     assert warped.native_nearest(img, NEAREST, 12.5) is None  # (a fill torch rounds after the blend)
     assert warped.native_nearest(img, NEAREST, [300.0]) is None
     assert warped.native_nearest(img, NEAREST, [1.0, 2.0]) is None
@@ -216,20 +218,59 @@ def test_the_part_warp_read_box_says_gives_the_whole_images_window():
 
 
 @exact
-def test_a_part_that_misses_picks_is_refused():
+@exact
+@pytest.mark.parametrize("interpolation", [NEAREST, BILINEAR])
+def test_a_part_that_misses_picks_is_refused(interpolation):
     img = torch.randint(0, 256, (3, 40, 50), dtype=torch.uint8)
     m = rotation_matrix(30.0, (40, 50), None)
-    with pytest.raises(TransformError, match=r"picked \d+ pixels outside the part \(10, 10, 40, 50\)"):
-        warped.grid_warp(img[:, 10:20, 10:20], m, (40, 50), NEAREST, 0, part=(10, 10, 40, 50))
+    with pytest.raises(TransformError, match=r"read \d+ pixels outside the part \(10, 10, 40, 50\)"):
+        warped.grid_warp(img[:, 10:20, 10:20], m, (40, 50), interpolation, 0, part=(10, 10, 40, 50))
 
 
-def test_a_part_where_the_native_pick_cannot_run_is_refused():
-    """Bilinear (torch's ops) samples the whole image: given a part, it says so."""
+def test_a_part_where_the_native_warp_cannot_run_is_refused(monkeypatch):
+    """torch's ops sample the whole image: given a part, it says so."""
     img = torch.randint(0, 256, (3, 40, 50), dtype=torch.uint8)
     m = rotation_matrix(30.0, (40, 50), None)
-    with pytest.raises(TransformError, match="needs the whole image here"):
-        warped.grid_warp(img[:, 5:30, 5:30], m, (40, 50), BILINEAR, 0, part=(5, 5, 40, 50))
-    assert warped.grid_warp(img, m, (40, 50), BILINEAR, 0, part=(0, 0, 40, 50)).shape == (3, 40, 50)  # (the whole)
+    monkeypatch.setattr(warped, "_NEAREST_EXACT", False)
+    for interpolation in (NEAREST, BILINEAR):
+        with pytest.raises(TransformError, match="needs the whole image here"):
+            warped.grid_warp(img[:, 5:30, 5:30], m, (40, 50), interpolation, 0, part=(5, 5, 40, 50))
+        assert warped.grid_warp(img, m, (40, 50), interpolation, 0, part=(0, 0, 40, 50)).shape == (3, 40, 50)
+
+
+@pytest.mark.skipif(not warped.bilinear_is_exact(), reason="the native bilinear warp is not torch's here")
+def test_the_native_bilinear_warp_is_torchs(monkeypatch, photos):
+    """Bilinear: the native warp (the taps' weights and sum as torch's kernel forms them,
+    the fill blended by the coverage, rounded) against torch's ops on the same grid, on
+    random strided images, windows, fills and affine matrices, and against torchvision's
+    F.rotate and F.affine on a photograph; from a part, the whole image's window."""
+    rng = random.Random(11)
+    for k in range(200):
+        chw, m, size, window, fill = _case(rng)
+        fill = fill if rng.random() < 0.7 else (12.5, 200.25, 0.75)  # (fractional levels: blended as floats)
+        got = warped.grid_warp(chw, m, size, BILINEAR, fill, window)
+        want = _torch_path(monkeypatch, chw, m, size, BILINEAR, fill, window)
+        assert torch.equal(got, want), (k, tuple(chw.shape), m, size, window, fill, int((got != want).sum()))
+    img = torch.from_numpy(np.ascontiguousarray(photos["coffee"][::3, ::2])).permute(2, 0, 1)
+    h, w = img.shape[1:]
+    for angle, fill in ((30.0, None), (-12.25, [40, 50, 60]), (100.0, 0)):
+        want = F.rotate(img, angle, InterpolationMode.BILINEAR, fill=fill)
+        assert torch.equal(warped.grid_warp(img, rotation_matrix(angle, (h, w), None), (h, w), BILINEAR, fill),
+                           want), (angle, fill)
+    m = inverse_affine([0.0, 0.0], 10.0, [3.0, -7.0], 1.3, [5.0, -2.0])
+    want = F.affine(img, angle=10.0, translate=[3.0, -7.0], scale=1.3, shear=[5.0, -2.0],
+                    interpolation=InterpolationMode.BILINEAR)
+    assert torch.equal(warped.grid_warp(img, m, (h, w), BILINEAR, None), want)  # (F.affine's fill: None)
+    for k in range(150):
+        part_img, m, canvas, window = _part_case(rng)
+        if m is None:
+            continue
+        ph, pw = part_img.shape[:2]
+        t, l, bh, bw = warped.warp_read_box(m, (ph, pw), canvas, window)
+        whole = warped.grid_warp(part_img.permute(2, 0, 1), m, canvas, BILINEAR, (1, 2, 3), window)
+        got = warped.grid_warp(part_img[t:t + bh, l:l + bw].permute(2, 0, 1), m, canvas, BILINEAR, (1, 2, 3), window,
+                               part=(t, l, ph, pw))
+        assert torch.equal(got, whole), (k, m, canvas, window)
 
 
 def _photo_shard(tmp_path, photos) -> str:
@@ -243,6 +284,7 @@ def _photo_shard(tmp_path, photos) -> str:
 @pytest.mark.parametrize("first", [
     "RandomRotation(30)", "RandomRotation(45, fill=(10, 20, 30))", "RandomRotation(25, expand=True)",
     "RandomAffine(20, translate=(0.1, 0.1), scale=(0.8, 1.2), shear=10)",
+    "RandomRotation(15, interpolation=v1.InterpolationMode.BILINEAR)",
 ])
 def test_the_loader_decodes_only_the_part_each_window_picks(tmp_path, photos, monkeypatch, first):
     """`[RandomRotation(30), RandomResizedCrop(...), ...]` through the Loader on the CPU: each

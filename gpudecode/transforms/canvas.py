@@ -34,7 +34,7 @@ from .base import Transform
 from .geometry import CenterCrop, RandomCrop
 from .convert import levels
 from .args import on_device, pad_fill
-from .warped import native_levels, warp_read_box
+from .warped import native_warp, warp_read_box
 
 __all__ = ["CanvasStep", "Pad", "RandomZoomOut", "build", "windows", "reads_parts", "part_box"]
 
@@ -245,11 +245,12 @@ def reads_parts(plan: Any) -> bool:
     """Whether a decoder need give only the part of each image that the crop's window of
     a warp's canvas picks (part_box): a RandomResizedCrop of a rotation's or affine's
     canvas (`[RandomRotation(30), RandomResizedCrop(224), ...]`; no first pass, no flip
-    before the canvas or the crop), nearest, where the CPU picks it natively, pixel for
-    pixel torch's (warped.native_levels). Only where the canvases are painted on the CPU."""
+    before the canvas or the crop), where the CPU makes it natively, byte for byte torch's
+    (warped.native_warp: nearest, or bilinear). Only where the canvases are painted on the
+    CPU."""
     step = plan.canvas
     return bool(plan.rrc and getattr(step, "paints_window", False) and not plan.first and not any(plan.canvas_flip)
-                and not any(plan.mirror) and native_levels(step.interpolation, step.fill) is not None)
+                and not any(plan.mirror) and native_warp(step.interpolation, step.fill) is not None)
 
 
 def part_box(step: Any, params: dict, size: tuple[int, int], window: Sequence[int]) -> tuple[int, int, int, int]:

@@ -26,16 +26,17 @@ import torch
 
 from .. import _native
 from ..errors import TransformError
-from .args import NEAREST, on_device
+from .args import BILINEAR, NEAREST, on_device
 
 
 __all__ = ["Drawn", "rotate_shear", "forward_affine", "affine_grid", "perspective_grid", "identity_grid",
            "nearest_sample", "warp_boxes_by", "perspective_coefficients", "grid_warp", "grid_sample_filled",
            "sample_filled", "sample_filled_batch", "perspective_image_grid", "warp_read_box", "native_nearest",
-           "native_levels", "nearest_is_exact", "edge_points"]
+           "native_warp", "nearest_is_exact", "bilinear_is_exact", "edge_points"]
 
 # whether the native nearest warp picks torch's pixels here (nearest_is_exact): None until first asked
 _NEAREST_EXACT: bool | None = None
+_BILINEAR_EXACT: bool | None = None  # (bilinear_is_exact)
 
 _CORNERS = [[0, 1], [2, 1], [2, 3], [0, 3]]  # (XYXY columns: top-left, top-right, bottom-right, bottom-left)
 
@@ -341,16 +342,17 @@ def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int],
     xs = torch.linspace(-ow * 0.5 + 0.5, ow * 0.5 - 0.5, steps=ow, device=dev)[l:l + ww]
     ys = torch.linspace(-oh * 0.5 + 0.5, oh * 0.5 - 0.5, steps=oh, device=dev)[t:t + wh]
     scale = theta[0].t().div(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32))
-    levels = native_nearest(chw, interpolation, fill)
-    if levels is not None:
+    native = native_warp(interpolation, fill) if chw.device.type == "cpu" and chw.dtype == torch.uint8 else None
+    if native is not None:
         made = torch.empty((3, wh, ww), dtype=torch.uint8) if out is None or not out.is_contiguous() else out
-        missing = _native.warp_affine_nearest(chw.numpy(), xs.contiguous().numpy(), ys.contiguous().numpy(),
-                                              scale.contiguous().numpy(), levels, made.numpy(), part)
+        sample = _native.warp_affine_nearest if native[0] == NEAREST else _native.warp_affine_bilinear
+        missing = sample(chw.numpy(), xs.contiguous().numpy(), ys.contiguous().numpy(), scale.contiguous().numpy(),
+                         native[1], made.numpy(), part)
         if missing:
-            raise TransformError(f"a warp's window picked {missing} pixels outside the part {part} decoded of its image")
+            raise TransformError(f"a warp's window read {missing} pixels outside the part {part} decoded of its image")
         return made if out is None else (out if made is out else out.copy_(made))
     if part is not None and tuple(part) != (0, 0, *chw.shape[-2:]):
-        raise TransformError(f"a warp's canvas needs the whole image here (nearest on the CPU reads a part): "
+        raise TransformError(f"a warp's canvas needs the whole image here (the native warp on the CPU reads a part): "
                              f"{tuple(chw.shape[-2:])} pixels of {tuple(part[2:])}")
     scale = on_device(scale, dev)
     # torchvision's grid is the centres [x, y, 1] times `scale` by bmm: here its three products, summed in that
@@ -391,14 +393,26 @@ def nearest_is_exact() -> bool:
     here. torch's source unnormalizes a grid point as (g + 1) * size / 2 - 0.5; its x86
     wheels' AVX2 and AVX-512 kernels round it as one fused multiply-subtract (measured:
     tests/test_native_warp.py), and the native code fuses it alike on a CPU with FMA; a
-    torch built otherwise would round some points apart. So it is asked once: the CPU (AVX2 and FMA, and torch's own
-    capability), then a probe of points beside a size's pixel edges, one of them where the
-    two roundings pick another pixel (tests/test_native_warp.py), sampled both ways."""
+    torch built otherwise would round some points apart. So it is asked once: the CPU (AVX2
+    and FMA, and torch's own capability), then a probe of points beside a size's pixel
+    edges, one of them where the two roundings pick another pixel, sampled both ways."""
     global _NEAREST_EXACT
     if _NEAREST_EXACT is None:
         _NEAREST_EXACT = bool(getattr(_native, "warp_nearest_exact", False)) and \
             torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") and _probe_agrees()
     return _NEAREST_EXACT
+
+
+def bilinear_is_exact() -> bool:
+    """Whether `_native.warp_affine_bilinear` makes torch's bilinear warp here, byte for
+    byte: where the nearest pick is exact (nearest_is_exact) and a probe agrees (the four
+    taps summed as torch's wheels fuse them: measured, tests/test_native_warp.py)."""
+    global _BILINEAR_EXACT
+    if not nearest_is_exact():
+        return False
+    if _BILINEAR_EXACT is None:
+        _BILINEAR_EXACT = _bilinear_probe_agrees()
+    return _BILINEAR_EXACT
 
 
 def edge_points(size: int, floats: int = 4) -> np.ndarray:
@@ -433,27 +447,49 @@ def _probe_agrees() -> bool:
     return bool(torch.equal(torch.from_numpy(got[0, 0]).float(), torch.where(inside, want, 255.0)))
 
 
+def _bilinear_probe_agrees() -> bool:
+    """The native bilinear warp against torch's ops (grid_sample_filled) on a 37x53 image
+    of levels, at points beside its pixel edges and between them, with a fill and without."""
+    h, w = 37, 53
+    img = torch.arange(h * w * 3, dtype=torch.int64).mul_(7919).remainder_(256).to(torch.uint8).view(3, h, w)
+    xs, ys = edge_points(w, 2)[::3].copy(), edge_points(h, 2)[::2].copy()
+    grid = torch.stack(torch.broadcast_tensors(torch.from_numpy(xs).view(1, -1), torch.from_numpy(ys).view(-1, 1)), -1)
+    for fill in (None, (10.0, 20.0, 30.0)):
+        got = np.empty((3, len(ys), len(xs)), np.uint8)
+        _native.warp_affine_bilinear(img.numpy(), xs, ys, np.array([1, 0, 0, 1, 0, 0], np.float32),
+                                     None if fill is None else np.array(fill, np.float32), got)
+        if not torch.equal(torch.from_numpy(got), grid_sample_filled(img, grid[None], BILINEAR, fill)):
+            return False
+    return True
+
+
 def native_nearest(chw: torch.Tensor, interpolation: float, fill: Any) -> np.ndarray | None:
     """The fill's 3 levels (uint8) where `_native.warp_affine_nearest` picks torch's pixels
-    for this warp of `chw`, else None: a uint8 image on the CPU, and native_levels'."""
-    if chw.device.type != "cpu" or chw.dtype != torch.uint8:
+    for this warp of `chw`, else None: a uint8 image on the CPU, and native_warp's."""
+    if chw.device.type != "cpu" or chw.dtype != torch.uint8 or interpolation != NEAREST:
         return None
-    return native_levels(interpolation, fill)
+    native = native_warp(interpolation, fill)
+    return None if native is None else native[1]
 
 
-def native_levels(interpolation: float, fill: Any) -> np.ndarray | None:
-    """The fill's 3 levels (uint8) where a warp of `interpolation` and `fill` of a uint8
-    image on the CPU is picked natively, else None: nearest, a fill of whole levels (none:
-    zeros), where the native pick is torch's (nearest_is_exact)."""
-    if interpolation != NEAREST or not nearest_is_exact():
+def native_warp(interpolation: float, fill: Any) -> tuple[float, np.ndarray | None] | None:
+    """(interpolation, the fill's levels) where a warp of `interpolation` and `fill` of a
+    uint8 image on the CPU is made natively, else None: nearest (levels uint8 [3]; none:
+    zeros) where nearest_is_exact, a fill of whole levels; bilinear (levels float32 [3], or
+    None: no fill) where bilinear_is_exact; levels from 0 to 255."""
+    if interpolation not in (NEAREST, BILINEAR) or not nearest_is_exact():
+        return None
+    if interpolation == BILINEAR and not bilinear_is_exact():
         return None
     if fill is None:
-        return np.zeros(3, np.uint8)
+        return (interpolation, np.zeros(3, np.uint8) if interpolation == NEAREST else None)
     levels = [float(v) for v in (fill if isinstance(fill, Sequence) else [fill])]
     levels = levels * (3 // len(levels)) if len(levels) in (1, 3) else []
-    if len(levels) != 3 or any(v != int(v) or not 0 <= v <= 255 for v in levels):
+    if len(levels) != 3 or not all(0 <= v <= 255 for v in levels):
         return None
-    return np.array(levels, np.uint8)
+    if interpolation == BILINEAR:
+        return (interpolation, np.array(levels, np.float32))
+    return None if any(v != int(v) for v in levels) else (interpolation, np.array(levels, np.uint8))
 
 
 def grid_sample_filled(chw: torch.Tensor, grid: torch.Tensor, interpolation: float, fill: Any) -> torch.Tensor:

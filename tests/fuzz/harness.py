@@ -45,7 +45,9 @@ Promises checked:
 - warp_pick: the native nearest warp (a rotation's or affine's canvas on the CPU) picks
   the pixel torch's grid_sample picks, or the fill where grid_sample leaves the image, at
   every grid point the bytes make (read as warp_fuzzer.cpp reads them: NaN, infinities,
-  huge and tiny scales included), on a CPU where it is used (warped.nearest_is_exact).
+  huge and tiny scales included), on a CPU where it is used (warped.nearest_is_exact); the
+  native bilinear warp makes torch's ops' bytes (warped.grid_sample_filled) on a finite
+  grid where its part holds every tap, and counts the pixels whose taps it does not.
 """
 from __future__ import annotations
 
@@ -594,7 +596,7 @@ def warp_pick(data: bytes) -> None:
     data = bytes(data)
     padded = data + bytes(5 + 4 * 6 + 4 * 80 + 8)  # (warp_fuzzer.cpp reads past the end as zeros)
     h, w, wh, ww = 1 + padded[0] % 48, 1 + padded[1] % 48, 1 + padded[2] % 40, 1 + padded[3] % 40
-    planar = padded[4] & 1
+    planar, bilinear, no_fill = padded[4] & 1, padded[4] & 2, padded[4] & 4
     at = 5
     scale = np.frombuffer(padded, np.float32, 6, at)
     xs = np.frombuffer(padded, np.float32, ww, at + 24)
@@ -613,11 +615,24 @@ def warp_pick(data: bytes) -> None:
         src[0] = data[at]
     part = src.reshape(3, ph, pw) if planar else src.reshape(ph, pw, 3).transpose(2, 0, 1)
     got = np.empty((3, wh, ww), np.uint8)
-    missing = _native.warp_affine_nearest(part, xs, ys, scale, fill, got, (top, left, h, w))
     with np.errstate(all="ignore"):  # (the grid as the native code makes it: each product and sum rounded)
         gx = ((xs * scale[0])[None, :] + (ys * scale[2])[:, None]) + scale[4]
         gy = ((xs * scale[1])[None, :] + (ys * scale[3])[:, None]) + scale[5]
     grid = torch.from_numpy(np.stack([gx, gy], -1).astype(np.float32))[None]
+    if bilinear:
+        if not warped.bilinear_is_exact():
+            return
+        levels = None if no_fill else fill.astype(np.float32)
+        missing = _native.warp_affine_bilinear(part, xs, ys, scale, levels, got, (top, left, h, w))
+        assert 0 <= missing <= wh * ww and (missing == 0 or (ph, pw) != (h, w)), missing
+        if missing or not torch.isfinite(grid).all():
+            return
+        whole = torch.from_numpy(((np.arange(h * w * 3) * 13 + 5) & 0xFF).astype(np.uint8)).view(3, h, w)
+        whole[:, top:top + ph, left:left + pw] = torch.from_numpy(np.ascontiguousarray(part))
+        want = warped.grid_sample_filled(whole, grid, warped.BILINEAR, None if no_fill else fill.tolist())
+        assert torch.equal(torch.from_numpy(got), want), f"{int((torch.from_numpy(got) != want).sum())} pixels apart"
+        return
+    missing = _native.warp_affine_nearest(part, xs, ys, scale, fill, got, (top, left, h, w))
     # grid_sample of the whole image's pixel numbers (exact in float32): which pixel each point picks
     number = torch.arange(1, h * w + 1, dtype=torch.float32).view(1, 1, h, w)
     picked = torch.nn.functional.grid_sample(number, grid, mode="nearest", padding_mode="zeros",

@@ -1,8 +1,9 @@
-// libFuzzer harness: the native nearest warp (csrc/warp.h) over any floats its caller could
-// pass (NaN, infinities, huge or tiny scales and centres), of a whole image or of a part of
-// it: it reads only the part's own pixels (each part here is exactly its bytes, so
-// AddressSanitizer sees a read past it), writes each output pixel as one of the part's
-// pixels or the fill, and counts no pixel missing from a whole image.
+// libFuzzer harness: the native warps (csrc/warp.h: nearest, and bilinear with a fill or
+// none) over any floats their caller could pass (NaN, infinities, huge or tiny scales and
+// centres), of a whole image or of a part of it: they read only the part's own pixels (each
+// part here is exactly its bytes, so AddressSanitizer sees a read past it) and count no
+// pixel missing from a whole image; nearest writes each output pixel as one of the part's
+// pixels or the fill.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -32,7 +33,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!gpudecode::warp_nearest_exact()) return 0;  // (no AVX2 and FMA: never called here)
   Bytes in{data, size};
   const int64_t h = 1 + in.byte() % 48, w = 1 + in.byte() % 48, wh = 1 + in.byte() % 40, ww = 1 + in.byte() % 40;
-  const bool planar = in.byte() & 1;
+  const uint8_t flags = in.byte();  // (1: planar; 2: bilinear; 4: bilinear without a fill)
+  const bool planar = flags & 1, bilinear = flags & 2;
   float scale[6];
   for (float& s : scale) s = in.number();
   std::vector<float> xs(static_cast<size_t>(ww)), ys(static_cast<size_t>(wh));
@@ -51,12 +53,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (src.size() > 0 && in.at < size) src[0] = data[in.at];
   const int64_t sy = planar ? pw : pw * 3, sx = planar ? 1 : 3, sc = planar ? ph * pw : 1;
   std::vector<uint8_t> out(static_cast<size_t>(3 * wh * ww), 0xAB);
-  const int64_t missing = gpudecode::warp_affine_nearest(src.data(), h, w, top, left, ph, pw, sy, sx, sc, xs.data(),
-                                                         ww, ys.data(), wh, scale, fill, out.data());
+  const float levels[3] = {float(fill[0]), float(fill[1]), float(fill[2])};
+  const int64_t missing =
+      bilinear ? gpudecode::warp_affine_bilinear(src.data(), h, w, top, left, ph, pw, sy, sx, sc, xs.data(), ww,
+                                                 ys.data(), wh, scale, (flags & 4) ? nullptr : levels, out.data())
+               : gpudecode::warp_affine_nearest(src.data(), h, w, top, left, ph, pw, sy, sx, sc, xs.data(), ww,
+                                                ys.data(), wh, scale, fill, out.data());
   if (missing < 0 || missing > wh * ww || (ph == h && pw == w && missing != 0)) {
     std::fprintf(stderr, "warp_fuzzer: %lld pixels missing from the part\n", static_cast<long long>(missing));
     std::abort();
   }
+  if (bilinear) return 0;
   const int64_t plane = wh * ww;
   for (int64_t p = 0; p < plane; ++p) {  // each pixel: the fill, or some pixel of the part
     const uint8_t r = out[size_t(p)], g = out[size_t(plane + p)], b = out[size_t(2 * plane + p)];
