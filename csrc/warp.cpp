@@ -3,6 +3,9 @@
 #include "warp.h"
 
 #include <algorithm>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 #include <cmath>
 #include <cstdlib>
 #include <vector>
@@ -94,6 +97,18 @@ int64_t warp_affine_nearest(const uint8_t* src, int64_t h, int64_t w, int64_t to
   return missing;
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// lanes of v in [lo, hi] (all ones), ordered: false for a NaN
+GPUDECODE_FMA_TARGET static inline __m256 avx_within(__m256 v, __m256 lo, __m256 hi) {
+  return _mm256_and_ps(_mm256_cmp_ps(v, lo, _CMP_GE_OQ), _mm256_cmp_ps(v, hi, _CMP_LE_OQ));
+}
+
+// v clamped into [0, hi] (max first, NaN to 0, as std::max(0.0f, v) gives), as int32
+GPUDECODE_FMA_TARGET static inline __m256i avx_clamped(__m256 v, __m256 hi) {
+  return _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(v, _mm256_setzero_ps()), hi));
+}
+#endif
+
 GPUDECODE_FMA_TARGET
 int64_t warp_affine_bilinear(const uint8_t* src, int64_t h, int64_t w, int64_t top, int64_t left, int64_t ph,
                              int64_t pw, int64_t sy, int64_t sx, int64_t sc, const float* xs, int64_t ww,
@@ -102,49 +117,130 @@ int64_t warp_affine_bilinear(const uint8_t* src, int64_t h, int64_t w, int64_t t
   const float last_x = float(w - 1), last_y = float(h - 1);
   const float part_x0 = float(left), part_y0 = float(top);
   const float part_x1 = float(left + pw - 1), part_y1 = float(top + ph - 1);
-  std::vector<float> col_x(static_cast<size_t>(ww)), col_y(static_cast<size_t>(ww));
+  const float part_w = float(pw - 1), part_h = float(ph - 1);
+  const size_t n = static_cast<size_t>(ww);
+  std::vector<float> col_x(n), col_y(n);
   for (int64_t j = 0; j < ww; ++j) {
     col_x[size_t(j)] = xs[j] * scale[0];
     col_y[size_t(j)] = xs[j] * scale[1];
   }
+  // per row, in arrays of their own (a loop the compiler vectorizes): each output pixel's four
+  // taps' weights (nw, ne, sw, se) as torch's kernel forms them, each tap's keep (1 where it
+  // lies in the image and the part, else 0: torch reads 0 outside the image), the coverage,
+  // and the taps' byte offsets in the part (clamped into it: always a pixel to read)
+  std::vector<float> w_nw(n), w_ne(n), w_sw(n), w_se(n), k_nw(n), k_ne(n), k_sw(n), k_se(n), coverage(n);
+  std::vector<int32_t> x0(n), x1(n), y0(n), y1(n), miss(n);
+  const int64_t planes = std::abs(sc) * 2 < 64 ? 1 : 3;  // (the part read through first: warp_affine_nearest's)
+  const int64_t step = std::max<int64_t>(1, 64 / std::max<int64_t>(1, std::abs(sx)));
+  uint32_t touched = 0;
+  for (int64_t c = 0; c < planes; ++c)
+    for (int64_t y = 0; y < ph; ++y) {
+      const uint8_t* row = src + y * sy + c * sc;
+      for (int64_t x = 0; x < pw; x += step) touched += row[x * sx];
+    }
+  volatile uint32_t sink = touched;
+  (void)sink;
   const int64_t plane = wh * ww;
   int64_t missing = 0;
   for (int64_t i = 0; i < wh; ++i) {
     const float row_x = ys[i] * scale[2], row_y = ys[i] * scale[3];
-    uint8_t* o = out + i * ww;
-    for (int64_t j = 0; j < ww; ++j) {
-      const float gx = (col_x[size_t(j)] + row_x) + scale[4];
-      const float gy = (col_y[size_t(j)] + row_y) + scale[5];
+    const float *cx = col_x.data(), *cy = col_y.data();
+    float *anw = w_nw.data(), *ane = w_ne.data(), *asw = w_sw.data(), *ase = w_se.data();
+    float *bnw = k_nw.data(), *bne = k_ne.data(), *bsw = k_sw.data(), *bse = k_se.data(), *cov = coverage.data();
+    int32_t *ax0 = x0.data(), *ax1 = x1.data(), *ay0 = y0.data(), *ay1 = y1.data(), *am = miss.data();
+    int64_t j = 0;
+#if defined(__x86_64__) || defined(__i386__)
+    {  // eight pixels a step (the compiler does not vectorize floorf): the same operations as the loop below
+      const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps(), minus_half = _mm256_set1_ps(-0.5f);
+      const __m256 v_row_x = _mm256_set1_ps(row_x), v_row_y = _mm256_set1_ps(row_y);
+      const __m256 v_s4 = _mm256_set1_ps(scale[4]), v_s5 = _mm256_set1_ps(scale[5]);
+      const __m256 v_hw = _mm256_set1_ps(half_w), v_hh = _mm256_set1_ps(half_h);
+      const __m256 v_lx = _mm256_set1_ps(last_x), v_ly = _mm256_set1_ps(last_y);
+      const __m256 v_px0 = _mm256_set1_ps(part_x0), v_px1 = _mm256_set1_ps(part_x1);
+      const __m256 v_py0 = _mm256_set1_ps(part_y0), v_py1 = _mm256_set1_ps(part_y1);
+      const __m256 v_pw = _mm256_set1_ps(part_w), v_ph = _mm256_set1_ps(part_h);
+      for (; j + 8 <= ww; j += 8) {
+        const __m256 gx = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(cx + j), v_row_x), v_s4);
+        const __m256 gy = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(cy + j), v_row_y), v_s5);
+        const __m256 x = _mm256_fmadd_ps(_mm256_add_ps(gx, one), v_hw, minus_half);
+        const __m256 y = _mm256_fmadd_ps(_mm256_add_ps(gy, one), v_hh, minus_half);
+        const __m256 x_w = _mm256_floor_ps(x), y_n = _mm256_floor_ps(y);
+        const __m256 dx = _mm256_sub_ps(x, x_w), e = _mm256_sub_ps(one, dx);
+        const __m256 dy = _mm256_sub_ps(y, y_n), s = _mm256_sub_ps(one, dy);
+        const __m256 x_e = _mm256_add_ps(x_w, one), y_s = _mm256_add_ps(y_n, one);
+        const __m256 nw = _mm256_mul_ps(s, e), ne = _mm256_mul_ps(s, dx);
+        const __m256 sw = _mm256_mul_ps(dy, e), se = _mm256_mul_ps(dy, dx);
+        const __m256 iw = avx_within(x_w, zero, v_lx), ie = avx_within(x_e, zero, v_lx);
+        const __m256 in_ = avx_within(y_n, zero, v_ly), is = avx_within(y_s, zero, v_ly);
+        const __m256 pw_ = avx_within(x_w, v_px0, v_px1), pe = avx_within(x_e, v_px0, v_px1);
+        const __m256 pn = avx_within(y_n, v_py0, v_py1), ps = avx_within(y_s, v_py0, v_py1);
+        const __m256 tnw = _mm256_and_ps(iw, in_), tne = _mm256_and_ps(ie, in_);
+        const __m256 tsw = _mm256_and_ps(iw, is), tse = _mm256_and_ps(ie, is);
+        const __m256 knw = _mm256_and_ps(tnw, _mm256_and_ps(pw_, pn)), kne = _mm256_and_ps(tne, _mm256_and_ps(pe, pn));
+        const __m256 ksw = _mm256_and_ps(tsw, _mm256_and_ps(pw_, ps)), kse = _mm256_and_ps(tse, _mm256_and_ps(pe, ps));
+        const __m256 lost = _mm256_or_ps(_mm256_or_ps(_mm256_xor_ps(tnw, knw), _mm256_xor_ps(tne, kne)),
+                                         _mm256_or_ps(_mm256_xor_ps(tsw, ksw), _mm256_xor_ps(tse, kse)));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(am + j),
+                            _mm256_srli_epi32(_mm256_castps_si256(lost), 31));  // (1 where a tap is lost)
+        _mm256_storeu_ps(anw + j, nw), _mm256_storeu_ps(ane + j, ne);
+        _mm256_storeu_ps(asw + j, sw), _mm256_storeu_ps(ase + j, se);
+        _mm256_storeu_ps(bnw + j, _mm256_and_ps(knw, one)), _mm256_storeu_ps(bne + j, _mm256_and_ps(kne, one));
+        _mm256_storeu_ps(bsw + j, _mm256_and_ps(ksw, one)), _mm256_storeu_ps(bse + j, _mm256_and_ps(kse, one));
+        const __m256 cover = _mm256_fmadd_ps(
+            _mm256_and_ps(tse, one), se,
+            _mm256_fmadd_ps(_mm256_and_ps(tsw, one), sw,
+                            _mm256_fmadd_ps(_mm256_and_ps(tne, one), ne, _mm256_mul_ps(_mm256_and_ps(tnw, one), nw))));
+        _mm256_storeu_ps(cov + j, cover);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ax0 + j), avx_clamped(_mm256_sub_ps(x_w, v_px0), v_pw));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ax1 + j), avx_clamped(_mm256_sub_ps(x_e, v_px0), v_pw));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ay0 + j), avx_clamped(_mm256_sub_ps(y_n, v_py0), v_ph));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(ay1 + j), avx_clamped(_mm256_sub_ps(y_s, v_py0), v_ph));
+      }
+    }
+#endif
+    for (; j < ww; ++j) {
+      const float gx = (cx[j] + row_x) + scale[4];
+      const float gy = (cy[j] + row_y) + scale[5];
       const float x = std::fma(gx + 1.0f, half_w, -0.5f);
       const float y = std::fma(gy + 1.0f, half_h, -0.5f);
       const float x_w = std::floor(x), y_n = std::floor(y);
       const float dx = x - x_w, e = 1.0f - dx, dy = y - y_n, s = 1.0f - dy;
-      const float weight[4] = {s * e, s * dx, dy * e, dy * dx};  // (nw, ne, sw, se)
-      float value[3][4] = {};
-      float cover[4] = {};
-      bool miss = false;
-      for (int t = 0; t < 4; ++t) {
-        const float tx = x_w + float(t & 1), ty = y_n + float(t >> 1);
-        if (!(tx >= 0.0f && tx <= last_x && ty >= 0.0f && ty <= last_y)) continue;  // (outside, or NaN: 0)
-        cover[t] = 1.0f;
-        if (!(tx >= part_x0 && tx <= part_x1 && ty >= part_y0 && ty <= part_y1)) {
-          miss = true;  // (in the image, not in the part: not read; the call is refused)
-          continue;
-        }
-        const uint8_t* p = src + int64_t(ty - part_y0) * sy + int64_t(tx - part_x0) * sx;
-        value[0][t] = float(p[0]);
-        value[1][t] = float(p[sc]);
-        value[2][t] = float(p[2 * sc]);
-      }
-      missing += miss;
-      const float coverage =
-          std::fma(cover[3], weight[3], std::fma(cover[2], weight[2], std::fma(cover[1], weight[1], cover[0] * weight[0])));
+      const float x_e = x_w + 1.0f, y_s = y_n + 1.0f;
+      const float nw = s * e, ne = s * dx, sw = dy * e, se = dy * dx;
+      const int32_t iw = (x_w >= 0.0f) & (x_w <= last_x), ie = (x_e >= 0.0f) & (x_e <= last_x);  // (NaN: 0)
+      const int32_t in_ = (y_n >= 0.0f) & (y_n <= last_y), is = (y_s >= 0.0f) & (y_s <= last_y);
+      const int32_t pw_ = (x_w >= part_x0) & (x_w <= part_x1), pe = (x_e >= part_x0) & (x_e <= part_x1);
+      const int32_t pn = (y_n >= part_y0) & (y_n <= part_y1), ps = (y_s >= part_y0) & (y_s <= part_y1);
+      const int32_t tnw = iw & in_, tne = ie & in_, tsw = iw & is, tse = ie & is;
+      const int32_t knw = tnw & pw_ & pn, kne = tne & pe & pn, ksw = tsw & pw_ & ps, kse = tse & pe & ps;
+      am[j] = (tnw ^ knw) | (tne ^ kne) | (tsw ^ ksw) | (tse ^ kse);  // (a tap in the image, not the part)
+      anw[j] = nw, ane[j] = ne, asw[j] = sw, ase[j] = se;
+      bnw[j] = float(knw), bne[j] = float(kne), bsw[j] = float(ksw), bse[j] = float(kse);
+      cov[j] = std::fma(float(tse), se, std::fma(float(tsw), sw, std::fma(float(tne), ne, float(tnw) * nw)));
+      ax0[j] = int32_t(std::min(part_w, std::max(0.0f, x_w - part_x0)));  // (NaN: 0)
+      ax1[j] = int32_t(std::min(part_w, std::max(0.0f, x_e - part_x0)));
+      ay0[j] = int32_t(std::min(part_h, std::max(0.0f, y_n - part_y0)));
+      ay1[j] = int32_t(std::min(part_h, std::max(0.0f, y_s - part_y0)));
+    }
+    int32_t row_missing = 0;
+    for (int64_t j = 0; j < ww; ++j) row_missing += am[j];
+    missing += row_missing;
+    uint8_t* o = out + i * ww;
+    for (int64_t j = 0; j < ww; ++j) {
+      const uint8_t* t_nw = src + int64_t(ay0[j]) * sy + int64_t(ax0[j]) * sx;
+      const uint8_t* t_ne = src + int64_t(ay0[j]) * sy + int64_t(ax1[j]) * sx;
+      const uint8_t* t_sw = src + int64_t(ay1[j]) * sy + int64_t(ax0[j]) * sx;
+      const uint8_t* t_se = src + int64_t(ay1[j]) * sy + int64_t(ax1[j]) * sx;
+      const float wnw = anw[j], wne = ane[j], wsw = asw[j], wse = ase[j];
+      const float knw = bnw[j], kne = bne[j], ksw = bsw[j], kse = bse[j], cj = cov[j];
       for (int c = 0; c < 3; ++c) {
-        const float* v = value[c];
-        float r = std::fma(v[3], weight[3], std::fma(v[2], weight[2], std::fma(v[1], weight[1], v[0] * weight[0])));
-        if (fill != nullptr) r = ((r - fill[c]) * coverage) + fill[c];
-        r = std::nearbyint(r);
-        o[c * plane + j] = uint8_t(std::min(255.0f, std::max(0.0f, r)));  // (NaN: 0)
+        const int64_t at = c * sc;
+        float r = (float(t_nw[at]) * knw) * wnw;
+        r = std::fma(float(t_ne[at]) * kne, wne, r);
+        r = std::fma(float(t_sw[at]) * ksw, wsw, r);
+        r = std::fma(float(t_se[at]) * kse, wse, r);
+        if (fill != nullptr) r = ((r - fill[c]) * cj) + fill[c];
+        o[c * plane + j] = uint8_t(std::min(255.0f, std::max(0.0f, std::nearbyint(r))));  // (NaN: 0)
       }
     }
   }
