@@ -29,7 +29,9 @@ images, gpudecode runs `Compose.from_torchvision` of it.
 - recipes as scripts write them (--as-written), each a v1 Compose on PIL images, given
   to the Loader as it is: a course's `[RandomRotation(30), RandomResizedCrop(224),
   RandomHorizontalFlip(), ToTensor(), Normalize]` (the whole image rotated first: a
-  canvas a sample, on the CPU picked natively as torch's grid_sample picks it), the flip first
+  canvas a sample, on the CPU picked natively as torch's grid_sample picks it, from the
+  part of the image its crop reads; and a script's bilinear one, `RandomRotation(15,
+  interpolation=BILINEAR)` then `RandomResizedCrop(224, scale=(0.8, 1.0))`), the flip first
   (`[RandomHorizontalFlip(), RandomResizedCrop(224), ...]`), CLIP's preprocess
   (bicubic Resize(224), CenterCrop, its RGB function, ToTensor, Normalize), a notebook's
   `[ToTensor(), Resize((224, 224)), Normalize]`, `[Resize((224, 224)),
@@ -247,6 +249,9 @@ def as_written() -> dict[str, object]:
     return {
         "a course's: RandomRotation(30) first, RRC(224), flip": v1.Compose(
             [v1.RandomRotation(30), v1.RandomResizedCrop(224), v1.RandomHorizontalFlip(), *tail]),
+        "bilinear rotation first: RandomRotation(15, BILINEAR), RRC(224, scale=(0.8, 1)), flip": v1.Compose(
+            [v1.RandomRotation(15, interpolation=v1.InterpolationMode.BILINEAR),
+             v1.RandomResizedCrop(224, scale=(0.8, 1.0)), v1.RandomHorizontalFlip(), *tail]),
         "the flip first: flip, RRC(224)": v1.Compose([v1.RandomHorizontalFlip(), v1.RandomResizedCrop(224), *tail]),
         "CLIP's preprocess: bicubic Resize(224), CenterCrop, RGB": v1.Compose(
             [v1.Resize(224, interpolation=v1.InterpolationMode.BICUBIC), v1.CenterCrop(224), _to_rgb, v1.ToTensor(),
@@ -430,8 +435,8 @@ def main() -> None:
                     help="only the auto-augment policies, gpudecode, torchvision and DALI side by side")
     ap.add_argument("--crops", action="store_true", help="only evaluation over ten crops, gpudecode and torchvision")
     ap.add_argument("--as-written", action="store_true",
-                    help="only recipes as scripts write them (rotation or flip first, CLIP's preprocess, "
-                         "ToTensor first, a flip after the rotation, Resize(int) alone, Grayscale first, "
+                    help="only recipes as scripts write them (rotation, bilinear rotation or flip first, CLIP's "
+                         "preprocess, ToTensor first, a flip after the rotation, Resize(int) alone, Grayscale first, "
                          "ColorJitter first, a Resize before RRC, RandomCrop then Resize, Resize then rotation then "
                          "CenterCrop, a RandomChoice of crops, a padded crop resized, a RandomApply of a crop, a flip in a "
                          "RandomChoice)")
