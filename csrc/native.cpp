@@ -147,6 +147,36 @@ std::vector<std::string> run_decode_batch(const std::vector<py::buffer>& items, 
                       num_threads, flag);
 }
 
+// The native warps' common arguments, checked (warp_affine_nearest's and warp_affine_bilinear's): the image
+// (or its part) and where it lies, the output's pixel centres, the scale, the output.
+struct WarpCall {
+  const uint8_t* src;
+  int64_t h, w, top, left, ph, pw, sy, sx, sc;
+};
+
+WarpCall warp_call(const char* name, const py::array& src, const py::array_t<float, py::array::c_style>& xs,
+                   const py::array_t<float, py::array::c_style>& ys, const py::array_t<float, py::array::c_style>& scale,
+                   const U8& out, const py::object& part) {
+  if (!warp_nearest_exact())  // (its code is built for AVX2 and FMA)
+    throw py::value_error(std::string(name) + " needs a CPU with AVX2 and FMA (warp_nearest_exact)");
+  if (!py::dtype::of<uint8_t>().is(src.dtype()) || src.ndim() != 3 || src.shape(0) != 3)
+    throw py::value_error("src must be a uint8 image [3, h, w]");
+  if (xs.ndim() != 1 || ys.ndim() != 1 || scale.size() != 6) throw py::value_error("xs and ys must be 1-D, scale 6 floats");
+  if (out.ndim() != 3 || out.shape(0) != 3 || out.shape(1) != ys.size() || out.shape(2) != xs.size())
+    throw py::value_error("out must be uint8 [3, len(ys), len(xs)]");
+  WarpCall c{static_cast<const uint8_t*>(src.data()), 0, 0, 0, 0, src.shape(1), src.shape(2), src.strides(1),
+             src.strides(2), src.strides(0)};
+  c.h = c.ph, c.w = c.pw;
+  if (!part.is_none()) {
+    auto p = part.cast<std::tuple<int64_t, int64_t, int64_t, int64_t>>();
+    c.top = std::get<0>(p), c.left = std::get<1>(p), c.h = std::get<2>(p), c.w = std::get<3>(p);
+  }
+  if (c.ph <= 0 || c.pw <= 0 || c.top < 0 || c.left < 0 || c.top + c.ph > c.h || c.left + c.pw > c.w ||
+      c.h >= (1 << 24) || c.w >= (1 << 24))
+    throw py::value_error("src must hold pixels, a part (top, left, height, width of the image) inside it");
+  return c;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_native, m) {
@@ -417,31 +447,14 @@ PYBIND11_MODULE(_native, m) {
       "warp_affine_nearest",
       [](const py::array& src, py::array_t<float, py::array::c_style> xs, py::array_t<float, py::array::c_style> ys,
          py::array_t<float, py::array::c_style> scale, U8 fill, U8 out, const py::object& part) {
-        if (!warp_nearest_exact())  // (its code is built for AVX2 and FMA)
-          throw py::value_error("warp_affine_nearest needs a CPU with AVX2 and FMA (warp_nearest_exact)");
-        if (!py::dtype::of<uint8_t>().is(src.dtype()) || src.ndim() != 3 || src.shape(0) != 3)
-          throw py::value_error("src must be a uint8 image [3, h, w]");
-        if (xs.ndim() != 1 || ys.ndim() != 1 || scale.size() != 6 || fill.size() != 3)
-          throw py::value_error("xs and ys must be 1-D, scale 6 floats, fill 3 levels");
-        if (out.ndim() != 3 || out.shape(0) != 3 || out.shape(1) != ys.size() || out.shape(2) != xs.size())
-          throw py::value_error("out must be uint8 [3, len(ys), len(xs)]");
-        const int64_t ph = src.shape(1), pw = src.shape(2);
-        int64_t top = 0, left = 0, h = ph, w = pw;
-        if (!part.is_none()) {
-          auto p = part.cast<std::tuple<int64_t, int64_t, int64_t, int64_t>>();
-          top = std::get<0>(p), left = std::get<1>(p), h = std::get<2>(p), w = std::get<3>(p);
-        }
-        if (ph <= 0 || pw <= 0 || top < 0 || left < 0 || top + ph > h || left + pw > w || h >= (1 << 24) ||
-            w >= (1 << 24))
-          throw py::value_error("src must hold pixels, a part (top, left, height, width of the image) inside it");
-        const auto* base = static_cast<const uint8_t*>(src.data());
-        const int64_t sc = src.strides(0), sy = src.strides(1), sx = src.strides(2);
+        if (fill.size() != 3) throw py::value_error("fill must be 3 levels");
+        const WarpCall c = warp_call("warp_affine_nearest", src, xs, ys, scale, out, part);
         uint8_t* dst = out.mutable_data();
         int64_t missing;
         {
           py::gil_scoped_release nogil;
-          missing = warp_affine_nearest(base, h, w, top, left, ph, pw, sy, sx, sc, xs.data(), xs.size(), ys.data(),
-                                        ys.size(), scale.data(), fill.data(), dst);
+          missing = warp_affine_nearest(c.src, c.h, c.w, c.top, c.left, c.ph, c.pw, c.sy, c.sx, c.sc, xs.data(),
+                                        xs.size(), ys.data(), ys.size(), scale.data(), fill.data(), dst);
         }
         return missing;
       },
@@ -458,38 +471,20 @@ PYBIND11_MODULE(_native, m) {
       "warp_affine_bilinear",
       [](const py::array& src, py::array_t<float, py::array::c_style> xs, py::array_t<float, py::array::c_style> ys,
          py::array_t<float, py::array::c_style> scale, const py::object& fill, U8 out, const py::object& part) {
-        if (!warp_nearest_exact())  // (its code is built for AVX2 and FMA)
-          throw py::value_error("warp_affine_bilinear needs a CPU with AVX2 and FMA (warp_nearest_exact)");
-        if (!py::dtype::of<uint8_t>().is(src.dtype()) || src.ndim() != 3 || src.shape(0) != 3)
-          throw py::value_error("src must be a uint8 image [3, h, w]");
-        if (xs.ndim() != 1 || ys.ndim() != 1 || scale.size() != 6)
-          throw py::value_error("xs and ys must be 1-D, scale 6 floats");
-        if (out.ndim() != 3 || out.shape(0) != 3 || out.shape(1) != ys.size() || out.shape(2) != xs.size())
-          throw py::value_error("out must be uint8 [3, len(ys), len(xs)]");
         float levels[3];
         const bool filled = !fill.is_none();
         if (filled) {
           auto f = fill.cast<py::array_t<float, py::array::c_style | py::array::forcecast>>();
           if (f.size() != 3) throw py::value_error("fill must be 3 levels, or None");
-          for (int c = 0; c < 3; ++c) levels[c] = f.data()[c];
+          for (int k = 0; k < 3; ++k) levels[k] = f.data()[k];
         }
-        const int64_t ph = src.shape(1), pw = src.shape(2);
-        int64_t top = 0, left = 0, h = ph, w = pw;
-        if (!part.is_none()) {
-          auto p = part.cast<std::tuple<int64_t, int64_t, int64_t, int64_t>>();
-          top = std::get<0>(p), left = std::get<1>(p), h = std::get<2>(p), w = std::get<3>(p);
-        }
-        if (ph <= 0 || pw <= 0 || top < 0 || left < 0 || top + ph > h || left + pw > w || h >= (1 << 24) ||
-            w >= (1 << 24))
-          throw py::value_error("src must hold pixels, a part (top, left, height, width of the image) inside it");
-        const auto* base = static_cast<const uint8_t*>(src.data());
-        const int64_t sc = src.strides(0), sy = src.strides(1), sx = src.strides(2);
+        const WarpCall c = warp_call("warp_affine_bilinear", src, xs, ys, scale, out, part);
         uint8_t* dst = out.mutable_data();
         int64_t missing;
         {
           py::gil_scoped_release nogil;
-          missing = warp_affine_bilinear(base, h, w, top, left, ph, pw, sy, sx, sc, xs.data(), xs.size(), ys.data(),
-                                         ys.size(), scale.data(), filled ? levels : nullptr, dst);
+          missing = warp_affine_bilinear(c.src, c.h, c.w, c.top, c.left, c.ph, c.pw, c.sy, c.sx, c.sc, xs.data(),
+                                         xs.size(), ys.data(), ys.size(), scale.data(), filled ? levels : nullptr, dst);
         }
         return missing;
       },

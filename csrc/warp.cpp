@@ -26,30 +26,33 @@ bool warp_nearest_exact() {
 #define GPUDECODE_FMA_TARGET
 #endif
 
-GPUDECODE_FMA_TARGET
-int64_t warp_affine_nearest(const uint8_t* src, int64_t h, int64_t w, int64_t top, int64_t left, int64_t ph,
-                            int64_t pw, int64_t sy, int64_t sx, int64_t sc, const float* xs, int64_t ww,
-                            const float* ys, int64_t wh, const float* scale, const uint8_t* fill, uint8_t* out) {
-  // grid_sample's unnormalize (align_corners=False): (g + 1) * (size / 2) - 0.5, as one fma
-  const float half_w = float(w) / 2.0f, half_h = float(h) / 2.0f;
-  const float last_x = float(w - 1), last_y = float(h - 1);
-  // the part's columns and rows in the image (integers: exact as floats below 2 ** 24)
-  const float part_x0 = float(left), part_y0 = float(top);
-  const float part_x1 = float(left + pw - 1), part_y1 = float(top + ph - 1);
-  const float part_w = float(pw - 1), part_h = float(ph - 1);
-  // per column: the x products (xs[j] * scale[0], xs[j] * scale[1]); per row, the pixel each
-  // output pixel picks (in the part; -> (0, 0) where it picks none), made in a loop the
-  // compiler vectorizes
-  std::vector<float> col_x(static_cast<size_t>(ww)), col_y(static_cast<size_t>(ww));
-  std::vector<int32_t> pick_x(static_cast<size_t>(ww)), pick_y(static_cast<size_t>(ww));
-  std::vector<uint8_t> inside(static_cast<size_t>(ww));
+namespace {
+
+// What both warps read of the image and the grid: grid_sample's unnormalize (align_corners=False)
+// is (g + 1) * (size / 2) - 0.5, as one fma; the image's last column and row; the part's columns
+// and rows in the image (integers: exact as floats below 2 ** 24); per column, the x products
+// (xs[j] * scale[0], xs[j] * scale[1]).
+struct Frame {
+  float half_w, half_h, last_x, last_y, part_x0, part_y0, part_x1, part_y1, part_w, part_h;
+  std::vector<float> col_x, col_y;
+};
+
+GPUDECODE_FMA_TARGET Frame frame_of(int64_t h, int64_t w, int64_t top, int64_t left, int64_t ph, int64_t pw,
+                                    const float* xs, int64_t ww, const float* scale) {
+  Frame f{float(w) / 2.0f, float(h) / 2.0f, float(w - 1), float(h - 1), float(left), float(top),
+          float(left + pw - 1), float(top + ph - 1), float(pw - 1), float(ph - 1),
+          std::vector<float>(static_cast<size_t>(ww)), std::vector<float>(static_cast<size_t>(ww))};
   for (int64_t j = 0; j < ww; ++j) {
-    col_x[size_t(j)] = xs[j] * scale[0];
-    col_y[size_t(j)] = xs[j] * scale[1];
+    f.col_x[size_t(j)] = xs[j] * scale[0];
+    f.col_y[size_t(j)] = xs[j] * scale[1];
   }
-  // The part read through once in memory order first: a decoder has just written it, often
-  // on another core, and a rotation's picks walk across its rows, which the hardware's
-  // prefetchers do not follow; read in order it streams into this core's cache.
+  return f;
+}
+
+// The part read through once in memory order: a decoder has just written it, often on another
+// core, and a warp's picks walk across its rows, which the hardware's prefetchers do not follow;
+// read in order it streams into this core's cache.
+void read_through(const uint8_t* src, int64_t ph, int64_t pw, int64_t sy, int64_t sx, int64_t sc) {
   const int64_t step = std::max<int64_t>(1, 64 / std::max<int64_t>(1, std::abs(sx)));
   const int64_t planes = std::abs(sc) * 2 < 64 ? 1 : 3;  // (HWC: a pixel's channels share its line)
   uint32_t touched = 0;
@@ -60,12 +63,29 @@ int64_t warp_affine_nearest(const uint8_t* src, int64_t h, int64_t w, int64_t to
     }
   volatile uint32_t sink = touched;  // (kept: the reads are the point)
   (void)sink;
+}
+
+}  // namespace
+
+GPUDECODE_FMA_TARGET
+int64_t warp_affine_nearest(const uint8_t* src, int64_t h, int64_t w, int64_t top, int64_t left, int64_t ph,
+                            int64_t pw, int64_t sy, int64_t sx, int64_t sc, const float* xs, int64_t ww,
+                            const float* ys, int64_t wh, const float* scale, const uint8_t* fill, uint8_t* out) {
+  const Frame f = frame_of(h, w, top, left, ph, pw, xs, ww, scale);
+  const float half_w = f.half_w, half_h = f.half_h, last_x = f.last_x, last_y = f.last_y;
+  const float part_x0 = f.part_x0, part_y0 = f.part_y0, part_x1 = f.part_x1, part_y1 = f.part_y1;
+  const float part_w = f.part_w, part_h = f.part_h;
+  // per row, the pixel each output pixel picks (in the part; -> (0, 0) where it picks none), made in a
+  // loop the compiler vectorizes
+  std::vector<int32_t> pick_x(static_cast<size_t>(ww)), pick_y(static_cast<size_t>(ww));
+  std::vector<uint8_t> inside(static_cast<size_t>(ww));
+  read_through(src, ph, pw, sy, sx, sc);
   const int64_t plane = wh * ww;
   int64_t missing = 0;
   for (int64_t i = 0; i < wh; ++i) {
     const float row_x = ys[i] * scale[2], row_y = ys[i] * scale[3];
-    const float* cx = col_x.data();
-    const float* cy = col_y.data();
+    const float* cx = f.col_x.data();
+    const float* cy = f.col_y.data();
     int32_t* px = pick_x.data();
     int32_t* py = pick_y.data();
     uint8_t* in = inside.data();
@@ -113,38 +133,23 @@ GPUDECODE_FMA_TARGET
 int64_t warp_affine_bilinear(const uint8_t* src, int64_t h, int64_t w, int64_t top, int64_t left, int64_t ph,
                              int64_t pw, int64_t sy, int64_t sx, int64_t sc, const float* xs, int64_t ww,
                              const float* ys, int64_t wh, const float* scale, const float* fill, uint8_t* out) {
-  const float half_w = float(w) / 2.0f, half_h = float(h) / 2.0f;
-  const float last_x = float(w - 1), last_y = float(h - 1);
-  const float part_x0 = float(left), part_y0 = float(top);
-  const float part_x1 = float(left + pw - 1), part_y1 = float(top + ph - 1);
-  const float part_w = float(pw - 1), part_h = float(ph - 1);
+  const Frame f = frame_of(h, w, top, left, ph, pw, xs, ww, scale);
+  const float half_w = f.half_w, half_h = f.half_h, last_x = f.last_x, last_y = f.last_y;
+  const float part_x0 = f.part_x0, part_y0 = f.part_y0, part_x1 = f.part_x1, part_y1 = f.part_y1;
+  const float part_w = f.part_w, part_h = f.part_h;
   const size_t n = static_cast<size_t>(ww);
-  std::vector<float> col_x(n), col_y(n);
-  for (int64_t j = 0; j < ww; ++j) {
-    col_x[size_t(j)] = xs[j] * scale[0];
-    col_y[size_t(j)] = xs[j] * scale[1];
-  }
   // per row, in arrays of their own (a loop the compiler vectorizes): each output pixel's four
   // taps' weights (nw, ne, sw, se) as torch's kernel forms them, each tap's keep (1 where it
   // lies in the image and the part, else 0: torch reads 0 outside the image), the coverage,
   // and the taps' byte offsets in the part (clamped into it: always a pixel to read)
   std::vector<float> w_nw(n), w_ne(n), w_sw(n), w_se(n), k_nw(n), k_ne(n), k_sw(n), k_se(n), coverage(n);
   std::vector<int32_t> x0(n), x1(n), y0(n), y1(n), miss(n);
-  const int64_t planes = std::abs(sc) * 2 < 64 ? 1 : 3;  // (the part read through first: warp_affine_nearest's)
-  const int64_t step = std::max<int64_t>(1, 64 / std::max<int64_t>(1, std::abs(sx)));
-  uint32_t touched = 0;
-  for (int64_t c = 0; c < planes; ++c)
-    for (int64_t y = 0; y < ph; ++y) {
-      const uint8_t* row = src + y * sy + c * sc;
-      for (int64_t x = 0; x < pw; x += step) touched += row[x * sx];
-    }
-  volatile uint32_t sink = touched;
-  (void)sink;
+  read_through(src, ph, pw, sy, sx, sc);
   const int64_t plane = wh * ww;
   int64_t missing = 0;
   for (int64_t i = 0; i < wh; ++i) {
     const float row_x = ys[i] * scale[2], row_y = ys[i] * scale[3];
-    const float *cx = col_x.data(), *cy = col_y.data();
+    const float *cx = f.col_x.data(), *cy = f.col_y.data();
     float *anw = w_nw.data(), *ane = w_ne.data(), *asw = w_sw.data(), *ase = w_se.data();
     float *bnw = k_nw.data(), *bne = k_ne.data(), *bsw = k_sw.data(), *bse = k_se.data(), *cov = coverage.data();
     int32_t *ax0 = x0.data(), *ax1 = x1.data(), *ay0 = y0.data(), *ay1 = y1.data(), *am = miss.data();

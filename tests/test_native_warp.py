@@ -203,21 +203,25 @@ def _part_case(rng: random.Random) -> tuple:
 def test_the_part_warp_read_box_says_gives_the_whole_images_window():
     """A decoder asked for warp_read_box's part only: the window painted from that part is
     the window painted from the whole image, byte for byte (no pick falls outside it)."""
-    rng = random.Random(5)
-    for k in range(400):
+    _parts_paint_the_whole_images_window(random.Random(5), 400, NEAREST)
+
+
+def _parts_paint_the_whole_images_window(rng: random.Random, count: int, interpolation: float) -> None:
+    """`count` random cases: the window painted from warp_read_box's part is the whole
+    image's window (a fill of (1, 2, 3))."""
+    for k in range(count):
         img, m, canvas, window = _part_case(rng)
         if m is None:
             continue
         h, w = img.shape[:2]
         t, l, ph, pw = warped.warp_read_box(m, (h, w), canvas, window)
         assert 0 <= t and 0 <= l and ph >= 1 and pw >= 1 and t + ph <= h and l + pw <= w
-        whole = warped.grid_warp(img.permute(2, 0, 1), m, canvas, NEAREST, (1, 2, 3), window)
+        whole = warped.grid_warp(img.permute(2, 0, 1), m, canvas, interpolation, (1, 2, 3), window)
         part = img[t:t + ph, l:l + pw].permute(2, 0, 1)
-        got = warped.grid_warp(part, m, canvas, NEAREST, (1, 2, 3), window, part=(t, l, h, w))
+        got = warped.grid_warp(part, m, canvas, interpolation, (1, 2, 3), window, part=(t, l, h, w))
         assert torch.equal(got, whole), (k, (h, w), m, canvas, window, (t, l, ph, pw))
 
 
-@exact
 @exact
 @pytest.mark.parametrize("interpolation", [NEAREST, BILINEAR])
 def test_a_part_that_misses_picks_is_refused(interpolation):
@@ -261,16 +265,7 @@ def test_the_native_bilinear_warp_is_torchs(monkeypatch, photos):
     want = F.affine(img, angle=10.0, translate=[3.0, -7.0], scale=1.3, shear=[5.0, -2.0],
                     interpolation=InterpolationMode.BILINEAR)
     assert torch.equal(warped.grid_warp(img, m, (h, w), BILINEAR, None), want)  # (F.affine's fill: None)
-    for k in range(150):
-        part_img, m, canvas, window = _part_case(rng)
-        if m is None:
-            continue
-        ph, pw = part_img.shape[:2]
-        t, l, bh, bw = warped.warp_read_box(m, (ph, pw), canvas, window)
-        whole = warped.grid_warp(part_img.permute(2, 0, 1), m, canvas, BILINEAR, (1, 2, 3), window)
-        got = warped.grid_warp(part_img[t:t + bh, l:l + bw].permute(2, 0, 1), m, canvas, BILINEAR, (1, 2, 3), window,
-                               part=(t, l, ph, pw))
-        assert torch.equal(got, whole), (k, m, canvas, window)
+    _parts_paint_the_whole_images_window(rng, 150, BILINEAR)
 
 
 def _photo_shard(tmp_path, photos) -> str:
