@@ -348,6 +348,13 @@ def windows(plan: Any, geom: np.ndarray, out: tuple[int, int]) -> np.ndarray | N
     return made
 
 
+def _decoded_pixels(decoded: DecodedBatch, k: int) -> torch.Tensor:
+    """Image k's pixels as the decoder gave them (HWC at its strides: a part, or the whole)."""
+    sh, sw = (int(v) for v in decoded.shapes[k])
+    sy, sx, sc = decoded.strides[k].tolist()
+    return decoded.pixels.as_strided((sh, sw, 3), (sy, sx, sc), int(decoded.offsets[k]))
+
+
 def _paint_from_part(step: Any, decoded: DecodedBatch, k: int, params: dict, size: tuple[int, int],
                      window: tuple[int, int, int, int], buf: torch.Tensor, at: int) -> None:
     """Window `window` of image k's warp canvas painted into `buf` at `at` (planar) from the
@@ -360,11 +367,8 @@ def _paint_from_part(step: Any, decoded: DecodedBatch, k: int, params: dict, siz
     if (bh, bw) != (h, w):
         raise TransformError(f"a warp's canvas needs its image's part {(t, l, h, w)} at full scale: image {k}'s was "
                              f"decoded as {bh}x{bw}")
-    sh, sw = (int(v) for v in decoded.shapes[k])
-    sy, sx, sc = decoded.strides[k].tolist()
-    pixels = decoded.pixels.as_strided((sh, sw, 3), (sy, sx, sc), int(decoded.offsets[k]))
     _, _, wh, ww = window
-    step.paint(buf[at:at + wh * ww * 3].view(3, wh, ww), pixels, params, window=window,
+    step.paint(buf[at:at + wh * ww * 3].view(3, wh, ww), _decoded_pixels(decoded, k), params, window=window,
                part=(t - bt, l - bl, size[0], size[1]))
 
 
@@ -383,9 +387,7 @@ def _paint_part(step: Any, decoded: DecodedBatch, k: int, params: dict, size: tu
     elif (bh, bw) != (h, w):
         raise TransformError(f"a canvas step needs its images at full scale: image {k}'s part {(t, l, h, w)} was "
                              f"decoded as {bh}x{bw}")
-    sh, sw = (int(v) for v in decoded.shapes[k])
-    sy, sx, sc = decoded.strides[k].tolist()
-    pixels = decoded.pixels.as_strided((sh, sw, 3), (sy, sx, sc), int(decoded.offsets[k]))
+    pixels = _decoded_pixels(decoded, k)
     top, left = step.place(params)
     _, _, wh, ww = window
     step.paint_window(buf[at:at + wh * ww * 3].view(wh, ww, 3), pixels, (top + t - bt, left + l - bl), window)

@@ -342,7 +342,7 @@ def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int],
     xs = torch.linspace(-ow * 0.5 + 0.5, ow * 0.5 - 0.5, steps=ow, device=dev)[l:l + ww]
     ys = torch.linspace(-oh * 0.5 + 0.5, oh * 0.5 - 0.5, steps=oh, device=dev)[t:t + wh]
     scale = theta[0].t().div(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32))
-    native = native_warp(interpolation, fill) if chw.device.type == "cpu" and chw.dtype == torch.uint8 else None
+    native = _native_for(chw, interpolation, fill)
     if native is not None:
         made = torch.empty((3, wh, ww), dtype=torch.uint8) if out is None or not out.is_contiguous() else out
         sample = _native.warp_affine_nearest if native[0] == NEAREST else _native.warp_affine_bilinear
@@ -463,12 +463,15 @@ def _bilinear_probe_agrees() -> bool:
     return True
 
 
+def _native_for(chw: torch.Tensor, interpolation: float, fill: Any) -> tuple[float, np.ndarray | None] | None:
+    """native_warp's answer for a warp of `chw`: None unless it is a uint8 image on the CPU."""
+    return native_warp(interpolation, fill) if chw.device.type == "cpu" and chw.dtype == torch.uint8 else None
+
+
 def native_nearest(chw: torch.Tensor, interpolation: float, fill: Any) -> np.ndarray | None:
     """The fill's 3 levels (uint8) where `_native.warp_affine_nearest` picks torch's pixels
-    for this warp of `chw`, else None: a uint8 image on the CPU, and native_warp's."""
-    if chw.device.type != "cpu" or chw.dtype != torch.uint8 or interpolation != NEAREST:
-        return None
-    native = native_warp(interpolation, fill)
+    for this warp of `chw` (grid_warp's choice, for nearest), else None."""
+    native = _native_for(chw, interpolation, fill) if interpolation == NEAREST else None
     return None if native is None else native[1]
 
 
