@@ -89,7 +89,9 @@ def run_streamed(cmd: list[str], *, cwd: Path, env: dict, log: Log, deadline: fl
     proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace", start_new_session=True)
     cut = False
-    assert proc.stdout is not None
+    lines = proc.stdout
+    if lines is None:  # (never, with stdout=PIPE: for the type checker, and kept under python -O)
+        raise RuntimeError(f"no output pipe for {cmd[0]}")
     if deadline is not None:
         import threading
 
@@ -118,8 +120,8 @@ def run_streamed(cmd: list[str], *, cwd: Path, env: dict, log: Log, deadline: fl
                 time.sleep(0.5)
 
         threading.Thread(target=watchdog, daemon=True).start()
-    with proc.stdout:
-        for line in proc.stdout:
+    with lines:
+        for line in lines:
             log(line.rstrip("\n"))
     return proc.wait(), cut
 

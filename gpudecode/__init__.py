@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from . import _builtins  # noqa: F401  (the builtins as they are now: numba is imported with them, _builtins.py)
 from ._version import __version__
 from .errors import (BackendUnavailableError, ConcurrentIterationError, DecodeError, FieldError, GpuDecodeError,
-                     KernelLaunchError, LabelError, PlanError, ResourceError, ShardFormatError, ShardReadError,
+                     InternalError, KernelLaunchError, LabelError, PlanError, ResourceError, ShardFormatError, ShardReadError,
                      ShardWriteError, Skipped, TransformError)
 
 if TYPE_CHECKING:
@@ -67,6 +67,6 @@ def __dir__() -> list[str]:
 __all__ = [
     "__version__", "GpuDecodeError", "ShardFormatError", "ShardReadError", "ShardWriteError", "DecodeError",
     "LabelError", "FieldError", "BackendUnavailableError", "ResourceError", "KernelLaunchError", "TransformError", "ConcurrentIterationError",
-    "PlanError",
+    "PlanError", "InternalError",
     "Skipped", *_LAZY,
 ]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 
-from .errors import ErrorPolicy, ShardReadError
+from .errors import ErrorPolicy, ShardReadError, known
 from .fields import row
 from .io import shards as _shards
 from .decode.cpu import CpuDecoder
@@ -146,8 +146,7 @@ class ShardDataset(torch.utils.data.Dataset):
         pipe.fields_aside = False  # (one item: its fields read here, no thread made for them)
         pipe.ensure_decoder()
         ready = pipe.finish(pipe.prepare([s], seed=self.seed, epoch=0, position=index % self._total))
-        assert ready is not None  # (under "raise", a sample that fails raises)
-        batch = ready.batch
+        batch = known(ready, "a batch of one under on_error='raise'").batch  # (a sample that fails raises)
         label = int(batch.labels[0]) if batch.labels is not None else 0
         image = [out[0] for out in batch.images] if pipe.multi else batch.images[0]  # (several views: a list)
         if self.config.fields:  # (its fields after it, as a batch holds them)

@@ -75,7 +75,8 @@ def run_demo(workdir: str, *, images: int = 512, batch_size: int = 64, seed: int
         n = 0
         for images_, labels in loader:  # noqa: B007 (the last batch is reported below)
             n += images_.shape[0]
-            assert images_.shape[1:] == (3, 224, 224) and images_.dtype == torch.float32
+            if images_.shape[1:] != (3, 224, 224) or images_.dtype != torch.float32:
+                raise SystemExit(f"the demo's batch is {images_.dtype} {tuple(images_.shape)}, not float32 [N, 3, 224, 224]")
         dt = time.perf_counter() - t
         print(f"{what} epoch {epoch}: {n} images in {dt:.2f} s = {n / dt:.0f} img/s; "
               f"last batch mean {float(images_.mean()):+.3f}, labels {labels[:8].tolist()}")

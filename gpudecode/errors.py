@@ -9,7 +9,9 @@ from __future__ import annotations
 import errno
 import warnings
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
+
+_T = TypeVar("_T")
 
 
 class GpuDecodeError(Exception):
@@ -129,6 +131,19 @@ class Cancelled(GpuDecodeError, RuntimeError):
     Ctrl-C, while its decoder was busy): nothing about the data."""
 
 
+class InternalError(GpuDecodeError, RuntimeError):
+    """A state gpudecode's own code promised did not hold: a bug of ours, never a user's
+    input (report it with the traceback). What `assert` would say, kept under `python -O`."""
+
+
+def known(value: _T | None, what: str) -> _T:
+    """`value`, which the caller's state says is set; an InternalError naming `what` where
+    it is None."""
+    if value is None:
+        raise InternalError(f"{what} is unset here (a gpudecode bug: please report it)")
+    return value
+
+
 # -- the error policy ------------------------------------------------------------------------
 
 OnError = Literal["raise", "warn", "skip"]
@@ -218,5 +233,5 @@ __all__ = [
     "PlanError",
     "GpuDecodeError", "LocatedError", "ShardFormatError", "ShardReadError", "ShardWriteError", "DecodeError",
     "LabelError", "BackendUnavailableError", "ResourceError", "KernelLaunchError", "TransformError", "ConcurrentIterationError",
-    "OnError", "Skipped", "ErrorPolicy", "check_on_error", "record_failure", "wrap_data_error",
+    "InternalError", "known", "OnError", "Skipped", "ErrorPolicy", "check_on_error", "record_failure", "wrap_data_error",
 ]

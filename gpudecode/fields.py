@@ -48,7 +48,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 
-from .errors import FieldError, TransformError
+from .errors import FieldError, TransformError, known
 from .io.members import split_exts
 from .labels import parse_text_int
 from .transforms.boxes import Stored, as_boxes, box_moves, check_format, kept, move_boxes, on_canvas, target, warped_boxes
@@ -579,13 +579,10 @@ def follow_boxes(specs: Sequence[FieldSpec], values: list[list[Any]], errors: di
     moved as the kernel moves its image, those too small dropped with their labels
     (transforms.boxes): all the batch's boxes in one pass a view; under several views, a
     tuple of targets, one a view."""
-    fields = [f for f, spec in enumerate(specs) if spec.boxes is not None]
-    if not fields:
-        return
-    for f in fields:
-        spec, column = specs[f], values[f]
+    for spec, column in zip(specs, values):
         boxes = spec.boxes
-        assert boxes is not None
+        if boxes is None:
+            continue
         rows = [k for k in range(len(samples)) if k not in errors]
         if not rows:
             continue
@@ -641,12 +638,12 @@ def follow_masks(specs: Sequence[FieldSpec], values: list[list[Any]], errors: di
     moves = [(*mask_indices(v.geom, size, v.placed, v.mirror), v.before, v.after) for v, size in zip(views, sizes)]
     for f in masked:
         spec, column = specs[f], values[f]
-        mask = spec.mask
-        assert mask is not None
+        mask = known(spec.mask, "a Mask field's spec")
         rows = [k for k in range(len(samples)) if k not in errors]
         into = _batch_dtype(mask, [column[k].dtype for k in rows], on_host)
         outs = [torch.empty((len(samples), *size), dtype=into) for size in sizes] if into is not None else None
-        move = functools.partial(_moved, column=column, spec=spec, samples=samples, moves=moves, outs=outs)
+        move = functools.partial(_moved, column=column, name=spec.name, mask=mask, samples=samples, moves=moves,
+                                 outs=outs)
         for k, v in _parts_on(pool, move, rows):
             if isinstance(v, FieldError):
                 errors[k] = v
@@ -666,20 +663,18 @@ def _batch_dtype(mask: Mask, dtypes: list[torch.dtype], on_host: bool) -> torch.
     return mask.dtype
 
 
-def _moved(part: list[int], *, column: list[Any], spec: FieldSpec, samples: Sequence[Any],
+def _moved(part: list[int], *, column: list[Any], name: str, mask: Mask, samples: Sequence[Any],
            moves: Sequence[tuple[Any, ...]], outs: list[torch.Tensor] | None) -> list[tuple[int, Any]]:
-    """follow_masks for the rows `part` of a Mask field's column: (row, its mask moved, or
-    its FieldError), each written into row k of `outs` (one a view, converted as written)
+    """follow_masks for the rows `part` of Mask field `name`'s column: (row, its mask moved,
+    or its FieldError), each written into row k of `outs` (one a view, converted as written)
     where given."""
-    mask = spec.mask
-    assert mask is not None
     out: list[tuple[int, Any]] = []
     for k in part:
         m = column[k]
         held = outs[0].dtype if outs is not None else m.dtype  # (the dtype the fill is written in)
         if not fill_fits(mask.fill, held):
             s = samples[k]
-            out.append((k, FieldError(f"field .{spec.name} is a {held} mask, which cannot hold the fill "
+            out.append((k, FieldError(f"field .{name} is a {held} mask, which cannot hold the fill "
                                       f"{mask.fill}: give Mask(dtype=) one that does", shard=s.shard, key=s.key)))
             continue
         moved = tuple(move_mask(m, (r[k], ri[k], c[k], ci[k]), mask.fill, before and before[k], after and after[k],

@@ -46,6 +46,7 @@ import torch
 
 from .batches import Prepared
 from .decode import DecodedBatch, hwc_strides, make_decoder
+from .errors import known
 from .fields import read_fields
 from .stats import BatchTiming
 from .transforms.boxes import Stored, scale_boxes
@@ -474,8 +475,7 @@ class _Keep:
 
     def take(self, p: Prepared, ok: list[int], whole: bool, gpu: Any, *, images: "_Arena", kept: list,
              labels: list, fields: list, missing: dict) -> int:
-        decoded = p.decoded
-        assert decoded is not None
+        decoded = known(p.decoded, "a prepared batch's decoded pixels")
         good = set(ok)
         for k, s in enumerate(p.samples):
             if k not in good:

@@ -289,10 +289,10 @@ def image_arrays(plain: Any) -> FileList:
     images; else through `__getitem__` (items_of)."""
     from .decode.cpu import pil_pixels
 
-    arr = _array(plain.data)
-    assert arr is not None
-    n, name, split = len(arr), type(plain).__name__, _split(plain)
-    layout = _layout(arr, chw_first=False)
+    arr, name, split = _array(plain.data), type(plain).__name__, _split(plain)
+    if arr is None:  # (its data no longer an array of images: rebuilt after it changed)
+        return items_of(plain, name, split)
+    n, layout = len(arr), _layout(arr, chw_first=False)
     labels = label_attr(plain, n)
     if not layout or labels is False:
         return items_of(plain, name, split)

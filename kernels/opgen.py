@@ -29,8 +29,10 @@ MASKS = ("ARGS", "AUX_MASK", "BARRIER_MASK", "HISTOGRAM_MASK", "MEAN_MASK", "NUM
 def load_table(folder: str = HERE) -> ModuleType:
     """The op table as `folder`'s ops.py declares it (read from the file, so that `make
     ops-table` in a checkout generates from the checkout's table, not an installed one)."""
-    spec = importlib.util.spec_from_file_location("_op_table", os.path.join(folder, "ops.py"))
-    assert spec is not None and spec.loader is not None
+    path = os.path.join(folder, "ops.py")
+    spec = importlib.util.spec_from_file_location("_op_table", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"no op table to read at {path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

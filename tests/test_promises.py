@@ -33,6 +33,25 @@ def test_error_types_are_the_builtins_they_resemble():
     assert issubclass(ShardReadError, OSError) and issubclass(ShardReadError, GpuDecodeError)
     assert issubclass(LabelError, ValueError) and issubclass(DecodeError, ValueError)
     assert issubclass(ShardWriteError, OSError)
+    assert issubclass(gpudecode.InternalError, RuntimeError) and issubclass(gpudecode.InternalError, GpuDecodeError)
+
+
+def test_our_own_promises_are_checked_under_python_O_too():
+    """The library has no `assert` (ruff's S101 holds it): a state its own code promised
+    that did not hold is an InternalError naming what was unset, also where `python -O`
+    would have dropped an assert."""
+    import subprocess
+    import sys
+
+    from gpudecode.errors import known
+
+    assert known(0, "x") == 0  # (only None is unset)
+    with pytest.raises(gpudecode.InternalError, match="the sources' mixture is unset here"):
+        known(None, "the sources' mixture")
+    code = ("import gpudecode.errors as e\n"
+            "try:\n    e.known(None, 'a thing')\nexcept e.InternalError as x:\n    print(type(x).__name__, x)")
+    out = subprocess.run([sys.executable, "-O", "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("InternalError a thing is unset here"), out
 
 
 def test_a_damaged_shard_names_shard_key_and_offset_and_keeps_the_cause(tmp_path):

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from .. import _native
-from ..errors import Cancelled
+from ..errors import Cancelled, known
 from ..kernels.workspace import huge_pages
 from ..tensors import npy_layout, npy_rgb
 from ._base import DecodedBatch, Request, Requests, hwc_strides, pillow_formats
@@ -74,8 +74,7 @@ def _png_backend() -> str:
     """What decodes a PNG here, with the libpng that runs and how it came in."""
     if not _native.has_png:
         return "pyspng"
-    v = _native.libpng
-    assert v is not None  # (a build with libpng has its versions)
+    v = known(_native.libpng, "the versions of the libpng built in")
     how = "linked in" if v["linked_in"] else "shared"
     if v["running"] != v["built"]:  # (a shared libpng of the same SONAME was loaded first)
         how += f", built against {v['built']}"

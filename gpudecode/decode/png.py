@@ -601,8 +601,8 @@ class PngDecoder:
             except Exception:
                 if kept is None:
                     raise
-                assert self._sizes is not None
-                self._sizes.pop(wants, None)  # a stream these sizes do not fit: its own found
+                if self._sizes is not None:
+                    self._sizes.pop(wants, None)  # a stream these sizes do not fit: its own found
                 outs = self._nvcomp.decode(batch)
                 views = [outs[i] for i in range(len(raws))]
             else:

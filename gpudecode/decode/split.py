@@ -65,7 +65,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
-from ..errors import Cancelled
+from ..errors import Cancelled, known
 from ._base import DecodedBatch, Decoder, Request, Requests
 from ._span import span
 from ._upload import UploadRing
@@ -375,8 +375,7 @@ class SplitDecoder:
         with self._lock:  # (two host engines upload at once: each its own turn)
             self._turn = (self._turn + 1) % self.ring
             k = self._turn
-        assert self._uploads is not None
-        dev, host = self._uploads.upload(decoded.pixels, k, stage=not decoded.pixels.is_pinned())
+        dev, host = known(self._uploads, "a device decoder's upload ring").upload(decoded.pixels, k, stage=not decoded.pixels.is_pinned())
         return DecodedBatch(dev, decoded.offsets, decoded.shapes, decoded.strides, decoded.boxes, decoded.errors,
                             owner=(decoded.owner, decoded.pixels, host), pending=decoded.pending)
 
@@ -487,8 +486,7 @@ def _join(rq: Requests, parts: list[_Part], device: torch.device) -> DecodedBatc
     base = {id(p): int(r) for p, r in zip(held, rel)}
     pending = []
     for p in parts:
-        d = p.decoded
-        assert d is not None  # (a failed part was retried or made an error part)
+        d = known(p.decoded, "a part's pixels")  # (a failed part was retried or made an error part)
         offsets[p.rows] = d.offsets + base.get(id(p), 0)
         shapes[p.rows], strides[p.rows], boxes[p.rows] = d.shapes, d.strides, d.boxes
         for j, k in enumerate(p.rows.tolist()):

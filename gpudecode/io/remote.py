@@ -151,7 +151,8 @@ class HttpStream(io.RawIOBase):
             self._sock = conn.sock
         return conn
 
-    def _open(self) -> None:
+    def _open(self) -> http.client.HTTPResponse:
+        """The body's answer, from self._pos on (also kept as self._resp)."""
         url = self.url
         for _ in range(_MAX_REDIRECTS + 1):
             parts = urllib.parse.urlsplit(url)
@@ -205,7 +206,7 @@ class HttpStream(io.RawIOBase):
                 _close(resp, conn)
                 raise self._fail(f"HTTP {status} {resp.reason}")
             self._conn, self._resp = conn, resp
-            return
+            return resp
         raise self._fail(f"more than {_MAX_REDIRECTS} redirects")
 
     def _close_conn(self) -> None:
@@ -229,10 +230,7 @@ class HttpStream(io.RawIOBase):
         return self._with_retries(lambda: self._readinto(b))
 
     def _readinto(self, b) -> int:
-        if self._resp is None:
-            self._open()
-        resp = self._resp
-        assert resp is not None
+        resp = self._resp if self._resp is not None else self._open()
         try:
             while self._skip:
                 dropped = resp.read(min(self._skip, 1 << 20))

@@ -15,7 +15,7 @@ import os
 from typing import Any, Sequence
 
 from .._text import plural
-from ..errors import GpuDecodeError, ShardReadError
+from ..errors import GpuDecodeError, ShardReadError, known
 from . import epoch as _epoch
 from . import shards as _shards
 from .files import PREFIX as _files_prefix, FileList, shifted
@@ -153,9 +153,9 @@ class Sources:
 
     def mixture_counts(self, counts: dict[str, int]) -> tuple[list[int], list[int]]:
         """(samples per source, samples an epoch draws from each) for a mixture's counts."""
-        assert self.mixture is not None
+        mixture = known(self.mixture, "the sources' mixture")
         sizes = [sum(counts[u] for u in g) for g in self.source_urls]
-        return sizes, _epoch.mixture_counts(sizes, self.mixture, self.epoch_size)
+        return sizes, _epoch.mixture_counts(sizes, mixture, self.epoch_size)
 
     def _check_classes(self) -> None:
         # one label means one class: trees with other class folders would mix them up (within

@@ -20,7 +20,7 @@ import tarfile
 from types import TracebackType
 from typing import Any, BinaryIO, Callable
 
-from ..errors import ShardWriteError
+from ..errors import ShardWriteError, known
 from .pattern import ShardPattern
 
 
@@ -218,8 +218,7 @@ class ShardWriter:
         self.counts.append(self._count)
 
     def _put(self, data: bytes | memoryview) -> None:
-        assert self._file is not None
-        self._file.write(data)
+        known(self._file, "the open shard's file").write(data)
         self._hash.update(data)
 
     def write(self, sample: dict) -> None:

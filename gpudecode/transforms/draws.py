@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence, overload
 import numpy as np
 
 from .. import _native
-from ..errors import TransformError
+from ..errors import TransformError, known
 from ..kernels import fused
 from ..kernels.ops import ARGS, CONTRAST, GRAYSCALE, JITTER_OPS, OPS, OPS_ARGS
 from .colour import _JITTER_NAMES, NO_CHANGE_ON_ONE, ONE_CHANNEL_MEAN, ColorJitter, Grayscale, one_channel
@@ -381,8 +381,7 @@ class Draws(Sequence[dict]):
         return self._dicts
 
     def _from_columns(self) -> list[dict]:
-        assert self.columns is not None
-        ints, factors = self.columns
+        ints, factors = known(self.columns, "the draws' columns")
         plan = self.plan
         kinds = [type(g) for g in plan.geometry]
         resize = Resize in kinds

@@ -101,7 +101,8 @@ def timm_op(name: str, v: float | None, mode: str | None, size: tuple[int, int],
         return AFFINE, (*m, PIL_BICUBIC if mode == "bicubic" else PIL_BILINEAR, *fill)
     if name in NO_ARGUMENT:
         return NO_ARGUMENT[name], ()
-    assert v is not None
+    if v is None:
+        raise TransformError(f"timm's {name} needs a magnitude, and none was given")
     if name.startswith("Posterize"):
         return None if v >= 8 else (POSTERIZE, (float(1 << int(v)),))
     if name in ("Solarize", "SolarizeIncreasing"):

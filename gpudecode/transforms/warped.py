@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from .. import _native
-from ..errors import TransformError
+from ..errors import TransformError, known
 from .args import BILINEAR, NEAREST, on_device
 
 
@@ -197,9 +197,8 @@ class Drawn:
         return moved.astype(np.float32)
 
     def _field_points(self, p: np.ndarray) -> np.ndarray:
-        assert self.displacement is not None
         h, w = self.size
-        inverse = identity_grid(h, w).sub_(self.displacement())
+        inverse = identity_grid(h, w).sub_(known(self.displacement, "an elastic warp's field")())
         at = torch.from_numpy(np.ceil(p)).to(torch.int64)
         x, y = at[:, 0].clamp(0, w - 1), at[:, 1].clamp(0, h - 1)
         half = torch.tensor([w, h], dtype=torch.float32) * 0.5
@@ -228,8 +227,8 @@ class Drawn:
             raise ValueError(f"a {mask.shape[0]}x{mask.shape[1]} mask for a warp of a {self.size[0]}x{self.size[1]} "
                              "image")
         if self.kind == "field":
-            assert self.displacement is not None
-            grid = identity_grid(*self.size, device=mask.device).add_(self.displacement().to(mask.device))[0]
+            field = known(self.displacement, "an elastic warp's field")()
+            grid = identity_grid(*self.size, device=mask.device).add_(field.to(mask.device))[0]
             return nearest_sample(mask, (grid[..., 0], grid[..., 1]), fill)
         if self.kind == "perspective":
             return nearest_sample(mask, perspective_grid(self.coefficients, self.size, mask.device), fill)

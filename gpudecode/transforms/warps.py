@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ..errors import TransformError
+from ..errors import TransformError, known
 from ..kernels.cpu_twin import blur_field
 from ..kernels.ops import AFFINE, PERSPECTIVE
 from .base import Transform, _Step, in_fingerprint
@@ -507,9 +507,7 @@ class RandomAffine(_Warp, converts="torchvision.RandomAffine"):
 
     def sampling_matrix(self, p: dict, size: tuple[int, int]) -> list[float]:
         """The inverse matrix `paint` samples an image of `size` through (grid_warp's)."""
-        inverse = self.drawn(p, size)[0].inverse
-        assert inverse is not None  # (an affine warp always has one: no exact turn)
-        return list(inverse)
+        return list(known(self.drawn(p, size)[0].inverse, "an affine warp's inverse"))  # (one always: no exact turn)
 
     def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
         a = p.get("affine")
