@@ -8,10 +8,12 @@ kernel cannot express is refused when the Compose is built, never approximated.
 What fuses, by place in a Compose (written by `make ops-table` from the classes' declarations):
     - canvas (first, before the geometry): RandomZoomOut, Pad, ElasticTransform,
       RandomRotation (expand=True, or any where a geometry step follows it: the whole image
-      rotated, then cropped), RandomAffine, RandomPerspective (where a geometry step follows
-      them): each image made anew from the decoded one (a canvas), which a geometry step
-      must follow (Pad before a RandomCrop folds into the crop's padding, and Pad with no
-      geometry after it, or after Resize or RandomResizedCrop, is a window of the image
+      rotated, then cropped; an exact quarter turn expanded, RandomRotation((90, 90),
+      expand=True), also after a geometry that makes squares, as the turn it is there, and
+      an exact half turn anywhere), RandomAffine, RandomPerspective (where a geometry step
+      follows them): each image made anew from the decoded one (a canvas), which a geometry
+      step must follow (Pad before a RandomCrop folds into the crop's padding, and Pad with
+      no geometry after it, or after Resize or RandomResizedCrop, is a window of the image
       padded: no canvas; its edge, reflect and symmetric modes only so); ElasticTransform
       also last, after the geometry and the per-sample ops (then only Normalize, ToDtype,
       RandomErasing), on the kernel's output
@@ -61,13 +63,14 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       among their items: one item, its steps in order, as torchvision runs it; a Compose
       inside a Compose: its steps in its place); RandomChoice's options may draw alike (one
       of them draws an image: RandomChoice([RandomRotation((a, a)) for a in (0, 90, 180,
-      270)])); RandomChoice over geometries: the geometry (above); RandomApply over crops
-      and resizes: the geometry, its steps or none ([RandomApply([RandomCrop(48)], p=0.4),
-      Resize((64, 64))]: the steps after it end both); RandomOrder over flips alone: the
-      flips, which commute; a flip among their items (RandomChoice([RandomHorizontalFlip(),
-      RandomRotation(30), ColorJitter(...)])): drawn where the container runs it, the
-      kernel's flip, the warps before the container mirrored (not before the geometry; in
-      RandomOrder not with a warp)
+      270)])); several RandomChoices in a Compose (the second draws under "choice2", the
+      third "choice3"); RandomChoice over geometries: the geometry (above); RandomApply over
+      crops and resizes: the geometry, its steps or none ([RandomApply([RandomCrop(48)],
+      p=0.4), Resize((64, 64))]: the steps after it end both); RandomOrder over flips alone:
+      the flips, which commute; a flip among their items
+      (RandomChoice([RandomHorizontalFlip(), RandomRotation(30), ColorJitter(...)])): drawn
+      where the container runs it, the kernel's flip, the warps before the container
+      mirrored (not before the geometry; in RandomOrder not with a warp)
     - then: Normalize, ToTensor, ConvertImageDtype, ToDtype (a float ToDtype without scale:
       floats of 0 to 255, a Normalize after it in levels); then RandomErasing,
       LinearTransformation (last, in this order; RandomErasing also just before the

@@ -15,8 +15,9 @@ from .output import LinearTransformation, Normalize, RandomErasing, ToDtype
 class _AfterGeometry:
     """The steps after the geometry, taken one at a time and checked where they stand."""
 
-    def __init__(self, names: str) -> None:
+    def __init__(self, names: str, size: tuple[int, int] | None = None) -> None:
         self.names = names
+        self.size = size  # (the geometry's output size, where it has one)
         self.flip: RandomHorizontalFlip | None = None
         self.vflip: RandomVerticalFlip | None = None
         self.program: list[_Step] = []
@@ -81,8 +82,8 @@ class _AfterGeometry:
             self.post = t
             self.post_levels = self.dtype is None
             return
-        if getattr(t, "canvas", False):
-            raise TransformError(f"{t!r} after other steps cannot be fused: {getattr(t, 'canvas_why', '')}, so it comes first, "
+        if self._canvas(t):
+            raise TransformError(f"{t!r} after other steps cannot be fused: {self._why(t)}, so it comes first, "
                                  f"before the geometry [{names}]")
         if self.normalize is not None and not isinstance(t, RandomErasing) and t.group != "flips" and not (
                 isinstance(t, ToDtype) and t.dtype.is_floating_point) and not (  # (a flip moves normalized pixels
@@ -120,6 +121,21 @@ class _AfterGeometry:
                                  f"before {type(last).__name__} [{self.names}]")
         self.one_end = len(self.program) - 1
 
+    def _square(self, t: Transform) -> bool:
+        """An expanded exact quarter turn of the geometry's square output: its size kept, so a
+        turn as the non-expanded one (torch.rot90's pixels either way)."""
+        return getattr(t, "square_turn", False) and self.size is not None and self.size[0] == self.size[1]
+
+    def _canvas(self, t: Transform) -> bool:
+        """A step that changes the image's size, so a canvas step (first, before the geometry)."""
+        return getattr(t, "canvas", False) and not self._square(t)
+
+    @staticmethod
+    def _why(t: Transform) -> str:
+        why = getattr(t, "canvas_why", "")
+        return f"{why} (a quarter turn keeps a square's: give a square size first)" if getattr(
+            t, "square_turn", False) else why
+
     def add_flip(self, t: _Flip) -> None:
         what = type(t).__name__
         if (self.vflip if isinstance(t, RandomVerticalFlip) else self.flip) is not None or t.key in self.keys:
@@ -135,7 +151,7 @@ class _AfterGeometry:
         (their ops mirrored where a sample flips, mirrors.mirror_ops), else 0; refused where
         a step that moves pixels cannot be mirrored."""
         moving = [u for s in self.program for u in s.inner() if u.moves and u.inner() == [u]]  # (not the wrappers)
-        stuck = next((type(u).__name__ for u in moving if not getattr(u, "mirrors", False)), None)
+        stuck = next((type(u).__name__ for u in moving if not (getattr(u, "mirrors", False) or self._square(u))), None)
         if stuck is not None:
             raise TransformError(f"{what} after {stuck} cannot be fused: the kernel flips while it resamples, "
                                  f"before the program's warps, and mirrors only torchvision's: rotations, affine and "
@@ -148,6 +164,10 @@ class _AfterGeometry:
         draws an image) each against the keys before it, so that they may share one
         (`RandomChoice([RandomRotation((a, a)) for a in (0, 90, 180, 270)])`)."""
         for k in t.keys:
+            if k in self.keys and getattr(t, "keyed", None) is not None:  # (the Compose's own: _own_key)
+                raise TransformError(f"a RandomChoice inside another container beside another RandomChoice cannot be "
+                                     f"fused: only the Compose's own RandomChoices draw under keys of their own "
+                                     f"[{self.names}]")
             if k in self.keys:
                 raise TransformError(f"two {type(t).__name__}s [{self.names}]" if self.keys[k] == type(t).__name__
                                      else f"{type(t).__name__} and {self.keys[k]} both draw {k!r}: one of them "
@@ -165,12 +185,23 @@ class _AfterGeometry:
             drawn.update(self.keys)
         self.keys = drawn
 
+    def _own_key(self, t: _Step) -> _Step:
+        """`t`, or, where it is a later RandomChoice of the Compose (its key taken by one
+        before it), the same choice drawing under a key of its own ("choice2", ...)."""
+        keyed = getattr(t, "keyed", None)
+        if keyed is None or t.keys[0] not in self.keys:
+            return t
+        n = 2
+        while f"{t.keys[0]}{n}" in self.keys:
+            n += 1
+        return keyed(f"{t.keys[0]}{n}")
+
     def _step(self, t: _Step) -> None:
         if self.dtype == torch.uint8:
             raise TransformError(f"{type(t).__name__} after ToDtype(uint8) cannot be fused [{self.names}]")
         for u in t.inner():
-            if getattr(u, "canvas", False):  # (inside a container: it cannot come first)
-                raise TransformError(f"{u!r} inside {step_name(t)} cannot be fused: {getattr(u, 'canvas_why', '')}, so it "
+            if self._canvas(u):  # (inside a container: it cannot come first)
+                raise TransformError(f"{u!r} inside {step_name(t)} cannot be fused: {self._why(u)}, so it "
                                      f"comes first, before the geometry, on its own [{self.names}]")
         inner_flips = [u for u in t.inner() if isinstance(u, FlipStep)]  # (a flip at the container's place, drawn by it)
         stuck = _warp_then_flip(t)
@@ -181,6 +212,7 @@ class _AfterGeometry:
         for u in inner_flips:
             if (self.flip, self.vflip)[u.keys[0] == "vflip"] is not None:
                 raise TransformError(f"two {type(u.flip).__name__}s [{self.names}]")
+        t = self._own_key(t)
         self._claim(t)
         for u in inner_flips:
             at = self._flip_place(f"{type(u.flip).__name__} in {type(t).__name__}")

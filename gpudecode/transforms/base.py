@@ -15,7 +15,9 @@ from ..kernels.ops import OPS_ARGS
 # place beside the names of the classes that declare it (ops_table.listing).
 GROUPS = {
     "canvas": ("canvas (first, before the geometry)", "{tv}, RandomRotation (expand=True, or any where a geometry "
-               "step follows it: the whole image rotated, then cropped), RandomAffine, RandomPerspective (where a geometry step follows them): each image made anew "
+               "step follows it: the whole image rotated, then cropped; an exact quarter turn expanded, "
+               "RandomRotation((90, 90), expand=True), also after a geometry that makes squares, as the turn it is "
+               "there, and an exact half turn anywhere), RandomAffine, RandomPerspective (where a geometry step follows them): each image made anew "
                "from the decoded one (a canvas), which a geometry step must follow (Pad before a RandomCrop "
                "folds into the crop's padding, and Pad with no geometry after it, or after Resize or "
                "RandomResizedCrop, is a window of the image padded: no canvas; its edge, reflect and symmetric "
@@ -48,7 +50,8 @@ GROUPS = {
     "containers": ("containers", "{tv} over the per-sample ops (a Compose among their items: one item, its steps "
                    "in order, as torchvision runs it; a Compose inside a Compose: its steps in its place); "
                    "RandomChoice's options may draw alike (one of them draws an image: RandomChoice([RandomRotation("
-                   "(a, a)) for a in (0, 90, 180, 270)])); RandomChoice over geometries: the geometry (above); RandomApply over crops and resizes: the "
+                   "(a, a)) for a in (0, 90, 180, 270)])); several RandomChoices in a Compose (the second draws "
+                   "under \"choice2\", the third \"choice3\"); RandomChoice over geometries: the geometry (above); RandomApply over crops and resizes: the "
                    "geometry, its steps or none ([RandomApply([RandomCrop(48)], p=0.4), Resize((64, 64))]: the steps "
                    "after it end both); "
                    "RandomOrder over flips alone: the flips, which commute; a flip among their items (RandomChoice(["

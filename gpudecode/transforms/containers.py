@@ -1,6 +1,7 @@
 """Steps over steps, with torchvision's names: RandomApply, RandomChoice, RandomOrder."""
 from __future__ import annotations
 
+import copy
 import random
 from typing import Any, Sequence
 
@@ -150,11 +151,12 @@ def _choice_refused(items: list[Any], other: Any) -> TransformError:
 
 class SampleRandomChoice(_Wrapper, converts="torchvision.RandomChoice"):
     """torchvision's RandomChoice over per-sample steps: one of them per image, with
-    probabilities `p` (default equal); make_params: "choice": its index (and its draws).
+    probabilities `p` (default equal); make_params: "choice": its index (and its draws;
+    a Compose's second RandomChoice draws under "choice2", its third "choice3": `keyed`).
     gpudecode.transforms.RandomChoice builds this, or the batch transform over MixUp and
     CutMix, from what it is given."""
 
-    keys = ("choice",)
+    key = "choice"
     shown_as = "RandomChoice"  # (base.step_name)
     exclusive = True  # (one option draws an image: options may draw under one key; after._AfterGeometry._claim)
 
@@ -183,17 +185,28 @@ class SampleRandomChoice(_Wrapper, converts="torchvision.RandomChoice"):
             raise ValueError("Length of p doesn't match the number of transforms")
         self.p = [float(x) / sum(p) for x in p]
 
+    @property
+    def keys(self) -> tuple[str, ...]:  # type: ignore[override]
+        return (self.key,)
+
+    def keyed(self, key: str) -> "SampleRandomChoice":
+        """This choice drawing its index under `key` (a Compose's later RandomChoices: each
+        its own key in a sample's make_params)."""
+        out = copy.copy(self)
+        out.key = key
+        return out
+
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         k = rng.choices(range(len(self.transforms)), weights=self.p)[0]
-        return {"choice": k, **self.transforms[k].draw(rng, size)}
+        return {self.key: k, **self.transforms[k].draw(rng, size)}
 
     def emit(self, p: dict, size: tuple[int, int], prog: list) -> None:
-        k = p.get("choice")
+        k = p.get(self.key)
         if k is not None:
             self.transforms[k].emit(p, size, prog)
 
     def drawn(self, p: dict, size: tuple[int, int]) -> list:
-        k = p.get("choice")
+        k = p.get(self.key)
         return [] if k is None else self.transforms[k].drawn(p, size)
 
     def __repr__(self) -> str:

@@ -321,7 +321,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     if canvas is not None and not geometry:
         raise TransformError(f"{canvas!r} gives each image a canvas of its own size: a geometry step "
                              f"(RandomResizedCrop, Resize((h, w)), CenterCrop, RandomCrop) must follow it [{names}]")
-    rest = _AfterGeometry(names)
+    rest = _AfterGeometry(names, None if ragged else _fixed_size(geometry))
     first = _first_pass(colours_first, rest, names)
     for t in [*floats_first, *norms_first]:
         rest.add(t)

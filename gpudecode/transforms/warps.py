@@ -180,9 +180,28 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
     canvas_why = "it changes the image's size"
 
     @property
+    def turns(self) -> int | None:
+        """The quarter turns of the one angle it draws, where F.rotate turns the image exactly
+        (no centre, degrees (a, a), a a multiple of 90: torch.rot90's pixels, expanded or
+        not); else None."""
+        a, b = self.degrees
+        return int(a % 360) // 90 if self.center is None and a == b and a % 90 == 0 else None
+
+    @property
     def canvas(self) -> bool:
-        """A canvas step (expand=True): the image's size changes, so it comes first."""
-        return self.expand
+        """A canvas step (expand=True): the image's size changes, so it comes first. Not an
+        exact half turn (or none), which keeps every image's size."""
+        return self.expand and self.turns not in (0, 2)
+
+    @property
+    def keeps_size(self) -> bool:
+        return not self.canvas
+
+    @property
+    def square_turn(self) -> bool:
+        """An exact quarter turn, expanded: a square image keeps its size (after a geometry step
+        that makes squares, as a non-expanded turn: after._AfterGeometry)."""
+        return self.expand and self.turns in (1, 3)
 
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
