@@ -72,10 +72,13 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       where the container runs it, the kernel's flip, the warps before the container
       mirrored (not before the geometry; in RandomOrder not with a warp)
     - then: Normalize, ToTensor, ConvertImageDtype, ToDtype (a float ToDtype without scale:
-      floats of 0 to 255, a Normalize after it in levels); then RandomErasing,
-      LinearTransformation (last, in this order; RandomErasing also just before the
-      Normalize, as scripts write it: the values it writes normalized; LinearTransformation
-      on a float output of one size); timm's ToTensor, MaybeToTensor, RandomErasing
+      floats of 0 to 255, a Normalize after it in levels; after Normalize, flips and nearest
+      warps filling 0, as MNIST scripts write them, [ToTensor(), Normalize(...),
+      RandomRotation(10)]: the image warped before it, filled with its mean); then
+      RandomErasing, LinearTransformation (last, in this order; RandomErasing also just
+      before the Normalize, as scripts write it: the values it writes normalized;
+      LinearTransformation on a float output of one size); timm's ToTensor, MaybeToTensor,
+      RandomErasing
     - channels (anywhere): RGB: an image of one channel (a grey set's, or after
       Grayscale(1)) made three equal ones, an RGB one as it is; so is a function or Lambda
       that returns img.convert("RGB") and nothing else (CLIP's preprocess)

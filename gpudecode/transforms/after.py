@@ -3,9 +3,12 @@ normalization, the erasing, a warp of the output), taken one at a time in the Co
 order and checked where they stand (plan._plan's `rest`)."""
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from ..errors import TransformError
+from .args import NEAREST
 from .base import PROGRAM_GROUPS, FlipStep, Transform, _refuse, _Step, _Wrapper, step_name
 from .colour import RGB, Grayscale
 from .geometry import RandomHorizontalFlip, RandomVerticalFlip, _Flip
@@ -88,7 +91,11 @@ class _AfterGeometry:
         if self.normalize is not None and not isinstance(t, RandomErasing) and t.group != "flips" and not (
                 isinstance(t, ToDtype) and t.dtype.is_floating_point) and not (  # (a flip moves normalized pixels
                 isinstance(t, Normalize) and self.on_levels):  # as any; the levels' Normalize: the user's after)
-            raise TransformError(f"{what} after Normalize cannot be fused [{names}]")
+            warped = self._warped_normalized(t)
+            if warped is None:
+                raise TransformError(f"{what} after Normalize cannot be fused" + (
+                    " (a warp, but for a nearest one filling 0)" if getattr(t, "moves", False) else "") + f" [{names}]")
+            t = warped
         if t.group == "last":
             self.erase = t  # type: ignore[assignment]
         elif t.group == "flips":
@@ -184,6 +191,30 @@ class _AfterGeometry:
             self._claim(u)
             drawn.update(self.keys)
         self.keys = drawn
+
+    def _warped_normalized(self, t: Transform) -> Transform | None:
+        """`t` where it only moves the normalized image's pixels (nearest warps filling 0,
+        flips, containers of them: `[ToTensor(), Normalize(...), RandomRotation(10)]`, as MNIST
+        scripts write it), each warp's fill, the normalized image's 0, taken back to the image
+        before the Normalize (its mean), where the kernel warps: a pick and a per-channel
+        affine map commute. Not a bilinear warp: torchvision blends its edge as (zero-padded
+        sample) x coverage + (1 - coverage) x fill, which commutes with no fill. Not another
+        fill: its units (levels or [0, 1]) depend on the float conversion before. None where
+        `t` does more."""
+        norm = self.normalize
+        if norm is None or norm.levels or not isinstance(t, _Step):
+            return None
+        steps = [u for u in t.inner() if u.inner() == [u]]  # (not the wrappers)
+        if not steps or any(not (isinstance(u, FlipStep) or (
+                u.moves and getattr(u, "canvas_first", False) and getattr(u, "interpolation", None) == NEAREST and
+                not any(getattr(u, "_fill", None) or ()))) for u in steps):
+            return None
+        mean = tuple(norm.mean) * (3 // len(norm.mean))
+        out = copy.deepcopy(t)
+        for u in out.inner():
+            if not isinstance(u, FlipStep) and u.inner() == [u]:
+                setattr(u, "_fill", mean)  # noqa: B010 (a warp of this copy: its kernel fill, _Warp._setup's)
+        return out
 
     def _own_key(self, t: _Step) -> _Step:
         """`t`, or, where it is a later RandomChoice of the Compose (its key taken by one

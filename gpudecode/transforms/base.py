@@ -58,7 +58,9 @@ GROUPS = {
                    "RandomHorizontalFlip(), RandomRotation(30), ColorJitter(...)])): drawn where the container runs "
                    "it, the kernel's flip, the warps before the container mirrored (not before the geometry; in "
                    "RandomOrder not with a warp)"),
-    "then": ("then", "{tv} (a float ToDtype without scale: floats of 0 to 255, a Normalize after it in levels); "
+    "then": ("then", "{tv} (a float ToDtype without scale: floats of 0 to 255, a Normalize after it in levels; "
+             "after Normalize, flips and nearest warps filling 0, as MNIST scripts write them, [ToTensor(), "
+             "Normalize(...), RandomRotation(10)]: the image warped before it, filled with its mean); "
              "then {last} (last, in this order; RandomErasing also just before the Normalize, as scripts write it: "
              "the values it writes normalized; LinearTransformation on a float output of one size); "
              "timm's {timm}, {timm_last}"),

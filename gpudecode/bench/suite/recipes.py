@@ -286,6 +286,8 @@ def as_written() -> dict[str, object]:
         "dihedral: Resize((224, 224)), RandomChoice([flips]), RandomChoice([expanded quarter turns])": v1.Compose(
             [v1.Resize((224, 224)), v1.RandomChoice([v1.RandomHorizontalFlip(), v1.RandomVerticalFlip()]),
              v1.RandomChoice([v1.RandomRotation((a, a), expand=True) for a in (90, 180, 270)]), *tail]),
+        "MNIST scripts': ToTensor, Normalize, flip, RandomRotation(10) (no crop)": v1.Compose(
+            [*tail, v1.RandomHorizontalFlip(), v1.RandomRotation(10)]),
         "fine-tuning: Resize(256), RandomRotation(15), CenterCrop(224)": v1.Compose(
             [v1.Resize(256), v1.RandomRotation(15), v1.CenterCrop(224), v1.RandomHorizontalFlip(), *tail]),
         "torchvision's v2 docs: ToImage, ToDtype(uint8), RRC(224), flip": v2.Compose(
