@@ -161,7 +161,8 @@ WarpCall warp_call(const char* name, const py::array& src, const py::array_t<flo
     throw py::value_error(std::string(name) + " needs a CPU with AVX2 and FMA (warp_nearest_exact)");
   if (!py::dtype::of<uint8_t>().is(src.dtype()) || src.ndim() != 3 || src.shape(0) != 3)
     throw py::value_error("src must be a uint8 image [3, h, w]");
-  if (xs.ndim() != 1 || ys.ndim() != 1 || scale.size() != 6) throw py::value_error("xs and ys must be 1-D, scale 6 floats");
+  if (xs.ndim() != 1 || ys.ndim() != 1 || (scale.size() != 6 && scale.size() != 9))
+    throw py::value_error("xs and ys must be 1-D, scale 6 floats (an affine warp) or 9 (a perspective warp)");
   if (out.ndim() != 3 || out.shape(0) != 3 || out.shape(1) != ys.size() || out.shape(2) != xs.size())
     throw py::value_error("out must be uint8 [3, len(ys), len(xs)]");
   WarpCall c{static_cast<const uint8_t*>(src.data()), 0, 0, 0, 0, src.shape(1), src.shape(2), src.strides(1),
@@ -175,6 +176,11 @@ WarpCall warp_call(const char* name, const py::array& src, const py::array_t<flo
       c.h >= (1 << 24) || c.w >= (1 << 24))
     throw py::value_error("src must hold pixels, a part (top, left, height, width of the image) inside it");
   return c;
+}
+
+// A perspective warp's denominator (scale's last 3 floats), or null (an affine warp's 6).
+const float* denominator(const py::array_t<float, py::array::c_style>& scale) {
+  return scale.size() == 9 ? scale.data() + 6 : nullptr;
 }
 
 }  // namespace
@@ -454,7 +460,8 @@ PYBIND11_MODULE(_native, m) {
         {
           py::gil_scoped_release nogil;
           missing = warp_affine_nearest(c.src, c.h, c.w, c.top, c.left, c.ph, c.pw, c.sy, c.sx, c.sc, xs.data(),
-                                        xs.size(), ys.data(), ys.size(), scale.data(), fill.data(), dst);
+                                        xs.size(), ys.data(), ys.size(), scale.data(), denominator(scale), fill.data(),
+                                        dst);
         }
         return missing;
       },
@@ -464,8 +471,9 @@ PYBIND11_MODULE(_native, m) {
       "grid_sample picks its pixels from the grid torchvision's warps make (csrc/warp.h): `src` uint8 [3, h, w] "
       "at any strides (with `part` = (top, left, height, width): the part of an image of that size at (top, "
       "left)), `xs`/`ys` the output's pixel centres, `scale` the inverse matrix over the half size ([3, 2]), "
-      "`fill` where the grid leaves the image. Returns how many pixels picked outside the part (written as the "
-      "fill). Exact only where warp_nearest_exact is True.");
+      "`fill` where the grid leaves the image; `scale` of 9 floats: a perspective warp (its numerator's, then "
+      "the denominator's [c6, c7, 1]; xs and ys its centres from 0.5). Returns how many pixels picked outside the "
+      "part (written as the fill). Exact only where warp_nearest_exact is True.");
 
   m.def(
       "warp_affine_bilinear",
@@ -484,7 +492,8 @@ PYBIND11_MODULE(_native, m) {
         {
           py::gil_scoped_release nogil;
           missing = warp_affine_bilinear(c.src, c.h, c.w, c.top, c.left, c.ph, c.pw, c.sy, c.sx, c.sc, xs.data(),
-                                         xs.size(), ys.data(), ys.size(), scale.data(), filled ? levels : nullptr, dst);
+                                         xs.size(), ys.data(), ys.size(), scale.data(), denominator(scale),
+                                         filled ? levels : nullptr, dst);
         }
         return missing;
       },

@@ -31,22 +31,52 @@ namespace {
 // What both warps read of the image and the grid: grid_sample's unnormalize (align_corners=False)
 // is (g + 1) * (size / 2) - 0.5, as one fma; the image's last column and row; the part's columns
 // and rows in the image (integers: exact as floats below 2 ** 24); per column, the x products
-// (xs[j] * scale[0], xs[j] * scale[1]).
+// (xs[j] * scale[0], xs[j] * scale[1]; a perspective warp's xs[j] * den[0] too); a row's grid
+// points (row_grid's).
 struct Frame {
   float half_w, half_h, last_x, last_y, part_x0, part_y0, part_x1, part_y1, part_w, part_h;
-  std::vector<float> col_x, col_y;
+  std::vector<float> col_x, col_y, col_d, gx, gy;
 };
 
 GPUDECODE_FMA_TARGET Frame frame_of(int64_t h, int64_t w, int64_t top, int64_t left, int64_t ph, int64_t pw,
-                                    const float* xs, int64_t ww, const float* scale) {
+                                    const float* xs, int64_t ww, const float* scale, const float* den) {
+  const size_t n = static_cast<size_t>(ww);
   Frame f{float(w) / 2.0f, float(h) / 2.0f, float(w - 1), float(h - 1), float(left), float(top),
           float(left + pw - 1), float(top + ph - 1), float(pw - 1), float(ph - 1),
-          std::vector<float>(static_cast<size_t>(ww)), std::vector<float>(static_cast<size_t>(ww))};
+          std::vector<float>(n), std::vector<float>(n), std::vector<float>(den != nullptr ? n : 0),
+          std::vector<float>(n), std::vector<float>(n)};
   for (int64_t j = 0; j < ww; ++j) {
     f.col_x[size_t(j)] = xs[j] * scale[0];
     f.col_y[size_t(j)] = xs[j] * scale[1];
   }
+  if (den != nullptr)
+    for (int64_t j = 0; j < ww; ++j) f.col_d[size_t(j)] = xs[j] * den[0];
   return f;
+}
+
+// The grid points of the output row whose pixel centre is y, into f.gx and f.gy: an affine warp's
+// (xs[j] * scale[0] + y * scale[2]) + scale[4] (and the y's alike), as torchvision's grid is the
+// centres [x, y, 1] by bmm (these sums in its order: the same floats); a perspective warp's that
+// numerator over its denominator (xs[j] * den[0] + y * den[1]) + den[2], less 1, as F.perspective's
+// grid. Each product, sum and quotient rounded apart (this file's -ffp-contract=off).
+GPUDECODE_FMA_TARGET void row_grid(Frame& f, const float* scale, const float* den, float y, int64_t ww) {
+  const float row_x = y * scale[2], row_y = y * scale[3];
+  const float *cx = f.col_x.data(), *cy = f.col_y.data();
+  float *gx = f.gx.data(), *gy = f.gy.data();
+  if (den == nullptr) {
+    for (int64_t j = 0; j < ww; ++j) {
+      gx[j] = (cx[j] + row_x) + scale[4];
+      gy[j] = (cy[j] + row_y) + scale[5];
+    }
+    return;
+  }
+  const float row_d = y * den[1];
+  const float* cd = f.col_d.data();
+  for (int64_t j = 0; j < ww; ++j) {
+    const float d = (cd[j] + row_d) + den[2];
+    gx[j] = ((cx[j] + row_x) + scale[4]) / d - 1.0f;
+    gy[j] = ((cy[j] + row_y) + scale[5]) / d - 1.0f;
+  }
 }
 
 // The part read through once in memory order: a decoder has just written it, often on another
@@ -70,8 +100,9 @@ void read_through(const uint8_t* src, int64_t ph, int64_t pw, int64_t sy, int64_
 GPUDECODE_FMA_TARGET
 int64_t warp_affine_nearest(const uint8_t* src, int64_t h, int64_t w, int64_t top, int64_t left, int64_t ph,
                             int64_t pw, int64_t sy, int64_t sx, int64_t sc, const float* xs, int64_t ww,
-                            const float* ys, int64_t wh, const float* scale, const uint8_t* fill, uint8_t* out) {
-  const Frame f = frame_of(h, w, top, left, ph, pw, xs, ww, scale);
+                            const float* ys, int64_t wh, const float* scale, const float* den, const uint8_t* fill,
+                            uint8_t* out) {
+  Frame f = frame_of(h, w, top, left, ph, pw, xs, ww, scale, den);
   const float half_w = f.half_w, half_h = f.half_h, last_x = f.last_x, last_y = f.last_y;
   const float part_x0 = f.part_x0, part_y0 = f.part_y0, part_x1 = f.part_x1, part_y1 = f.part_y1;
   const float part_w = f.part_w, part_h = f.part_h;
@@ -83,18 +114,15 @@ int64_t warp_affine_nearest(const uint8_t* src, int64_t h, int64_t w, int64_t to
   const int64_t plane = wh * ww;
   int64_t missing = 0;
   for (int64_t i = 0; i < wh; ++i) {
-    const float row_x = ys[i] * scale[2], row_y = ys[i] * scale[3];
-    const float* cx = f.col_x.data();
-    const float* cy = f.col_y.data();
+    row_grid(f, scale, den, ys[i], ww);
+    const float *cgx = f.gx.data(), *cgy = f.gy.data();
     int32_t* px = pick_x.data();
     int32_t* py = pick_y.data();
     uint8_t* in = inside.data();
     int32_t row_missing = 0;  // (a row's: ww < 2 ** 31)
     for (int64_t j = 0; j < ww; ++j) {
-      const float gx = (cx[j] + row_x) + scale[4];
-      const float gy = (cy[j] + row_y) + scale[5];
-      const float x = std::nearbyint(std::fma(gx + 1.0f, half_w, -0.5f));
-      const float y = std::nearbyint(std::fma(gy + 1.0f, half_h, -0.5f));
+      const float x = std::nearbyint(std::fma(cgx[j] + 1.0f, half_w, -0.5f));
+      const float y = std::nearbyint(std::fma(cgy[j] + 1.0f, half_h, -0.5f));
       const int32_t image = (x >= 0.0f) & (x <= last_x) & (y >= 0.0f) & (y <= last_y);  // (0 for a NaN)
       const int32_t here = image & (x >= part_x0) & (x <= part_x1) & (y >= part_y0) & (y <= part_y1);
       // (clamped into the part first, NaN to 0: no float outside int32's range is converted; outside the part, pixel
@@ -132,8 +160,9 @@ GPUDECODE_FMA_TARGET static inline __m256i avx_clamped(__m256 v, __m256 hi) {
 GPUDECODE_FMA_TARGET
 int64_t warp_affine_bilinear(const uint8_t* src, int64_t h, int64_t w, int64_t top, int64_t left, int64_t ph,
                              int64_t pw, int64_t sy, int64_t sx, int64_t sc, const float* xs, int64_t ww,
-                             const float* ys, int64_t wh, const float* scale, const float* fill, uint8_t* out) {
-  const Frame f = frame_of(h, w, top, left, ph, pw, xs, ww, scale);
+                             const float* ys, int64_t wh, const float* scale, const float* den, const float* fill,
+                             uint8_t* out) {
+  Frame f = frame_of(h, w, top, left, ph, pw, xs, ww, scale, den);
   const float half_w = f.half_w, half_h = f.half_h, last_x = f.last_x, last_y = f.last_y;
   const float part_x0 = f.part_x0, part_y0 = f.part_y0, part_x1 = f.part_x1, part_y1 = f.part_y1;
   const float part_w = f.part_w, part_h = f.part_h;
@@ -148,8 +177,8 @@ int64_t warp_affine_bilinear(const uint8_t* src, int64_t h, int64_t w, int64_t t
   const int64_t plane = wh * ww;
   int64_t missing = 0;
   for (int64_t i = 0; i < wh; ++i) {
-    const float row_x = ys[i] * scale[2], row_y = ys[i] * scale[3];
-    const float *cx = f.col_x.data(), *cy = f.col_y.data();
+    row_grid(f, scale, den, ys[i], ww);
+    const float *cgx = f.gx.data(), *cgy = f.gy.data();
     float *anw = w_nw.data(), *ane = w_ne.data(), *asw = w_sw.data(), *ase = w_se.data();
     float *bnw = k_nw.data(), *bne = k_ne.data(), *bsw = k_sw.data(), *bse = k_se.data(), *cov = coverage.data();
     int32_t *ax0 = x0.data(), *ax1 = x1.data(), *ay0 = y0.data(), *ay1 = y1.data(), *am = miss.data();
@@ -157,16 +186,13 @@ int64_t warp_affine_bilinear(const uint8_t* src, int64_t h, int64_t w, int64_t t
 #if defined(__x86_64__) || defined(__i386__)
     {  // eight pixels a step (the compiler does not vectorize floorf): the same operations as the loop below
       const __m256 one = _mm256_set1_ps(1.0f), zero = _mm256_setzero_ps(), minus_half = _mm256_set1_ps(-0.5f);
-      const __m256 v_row_x = _mm256_set1_ps(row_x), v_row_y = _mm256_set1_ps(row_y);
-      const __m256 v_s4 = _mm256_set1_ps(scale[4]), v_s5 = _mm256_set1_ps(scale[5]);
       const __m256 v_hw = _mm256_set1_ps(half_w), v_hh = _mm256_set1_ps(half_h);
       const __m256 v_lx = _mm256_set1_ps(last_x), v_ly = _mm256_set1_ps(last_y);
       const __m256 v_px0 = _mm256_set1_ps(part_x0), v_px1 = _mm256_set1_ps(part_x1);
       const __m256 v_py0 = _mm256_set1_ps(part_y0), v_py1 = _mm256_set1_ps(part_y1);
       const __m256 v_pw = _mm256_set1_ps(part_w), v_ph = _mm256_set1_ps(part_h);
       for (; j + 8 <= ww; j += 8) {
-        const __m256 gx = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(cx + j), v_row_x), v_s4);
-        const __m256 gy = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(cy + j), v_row_y), v_s5);
+        const __m256 gx = _mm256_loadu_ps(cgx + j), gy = _mm256_loadu_ps(cgy + j);
         const __m256 x = _mm256_fmadd_ps(_mm256_add_ps(gx, one), v_hw, minus_half);
         const __m256 y = _mm256_fmadd_ps(_mm256_add_ps(gy, one), v_hh, minus_half);
         const __m256 x_w = _mm256_floor_ps(x), y_n = _mm256_floor_ps(y);
@@ -204,10 +230,8 @@ int64_t warp_affine_bilinear(const uint8_t* src, int64_t h, int64_t w, int64_t t
     }
 #endif
     for (; j < ww; ++j) {
-      const float gx = (cx[j] + row_x) + scale[4];
-      const float gy = (cy[j] + row_y) + scale[5];
-      const float x = std::fma(gx + 1.0f, half_w, -0.5f);
-      const float y = std::fma(gy + 1.0f, half_h, -0.5f);
+      const float x = std::fma(cgx[j] + 1.0f, half_w, -0.5f);
+      const float y = std::fma(cgy[j] + 1.0f, half_h, -0.5f);
       const float x_w = std::floor(x), y_n = std::floor(y);
       const float dx = x - x_w, e = 1.0f - dx, dy = y - y_n, s = 1.0f - dy;
       const float x_e = x_w + 1.0f, y_s = y_n + 1.0f;

@@ -22,11 +22,15 @@ bool warp_nearest_exact();
 // 0.5), fused; the nearest pixel (half to even) where it lies in the image, else `fill` (3
 // levels). `xs` and `ys` are the output's pixel centres (torch.linspace's floats), `scale`
 // the warp's inverse matrix divided by the image's half size, transposed ([3, 2] row by row).
+// A perspective warp (`den` not null: 3 floats, [c6, c7, 1]): g is that numerator over the
+// denominator (xs[j] * den[0] + ys[i] * den[1]) + den[2], less 1, as F.perspective's grid (its
+// bmm's floats), `xs` and `ys` its pixel centres from 0.5, `scale` its numerator's matrix so.
 // Returns the number of output pixels that picked a pixel of the image outside the part
 // (written as the fill, nothing read outside `src`): 0 where the part holds every pick.
 int64_t warp_affine_nearest(const uint8_t* src, int64_t h, int64_t w, int64_t top, int64_t left, int64_t ph,
                             int64_t pw, int64_t sy, int64_t sx, int64_t sc, const float* xs, int64_t ww,
-                            const float* ys, int64_t wh, const float* scale, const uint8_t* fill, uint8_t* out);
+                            const float* ys, int64_t wh, const float* scale, const float* den, const uint8_t* fill,
+                            uint8_t* out);
 
 // The same warp sampled bilinearly, as torch's CPU grid_sample interpolates (the weights
 // (1 - dy)(1 - dx), (1 - dy) dx, dy (1 - dx), dy dx as its kernel forms them, the four taps
@@ -38,6 +42,7 @@ int64_t warp_affine_nearest(const uint8_t* src, int64_t h, int64_t w, int64_t to
 // (their value not read: 0 where the part holds every tap).
 int64_t warp_affine_bilinear(const uint8_t* src, int64_t h, int64_t w, int64_t top, int64_t left, int64_t ph,
                              int64_t pw, int64_t sy, int64_t sx, int64_t sc, const float* xs, int64_t ww,
-                             const float* ys, int64_t wh, const float* scale, const float* fill, uint8_t* out);
+                             const float* ys, int64_t wh, const float* scale, const float* den, const float* fill,
+                             uint8_t* out);
 
 }  // namespace gpudecode

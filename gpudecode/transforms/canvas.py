@@ -249,7 +249,8 @@ def reads_parts(plan: Any) -> bool:
     (warped.native_warp: nearest, or bilinear). Only where the canvases are painted on the
     CPU."""
     step = plan.canvas
-    return bool(plan.rrc and getattr(step, "paints_window", False) and not plan.first and not any(plan.canvas_flip)
+    return bool(plan.rrc and getattr(step, "paints_window", False) and hasattr(step, "sampling_matrix") and
+                not plan.first and not any(plan.canvas_flip)
                 and not any(plan.mirror) and native_warp(step.interpolation, step.fill) is not None)
 
 

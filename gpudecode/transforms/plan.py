@@ -28,6 +28,7 @@ from .leading import (canvas_flips, check_colours_first, check_even, check_float
 from .output import LinearTransformation, Normalize, RandomErasing
 from .pad_window import PadWindow
 from .targets import box_settings
+from .warp_chain import chain_warps
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         taken.append(leading(steps))
         steps, every = [t for t in steps if t not in taken[-1]], [t for t in every if t not in taken[-1]]
     _, floats_first, greys_first, norms_first, colours_first = taken
+    steps, every = chain_warps(steps, every)  # (`[RandomRotation(15), RandomAffine(...), RandomCrop(28), ...]`)
     check_colours_first(colours_first, floats_first, given, grey, names)
     lead = leading_flips(steps, names)
     flipped = [] if lead else canvas_flips(steps)  # (`[flip, RandomRotation(10), Resize((224, 224))]`: the image

@@ -18,6 +18,7 @@ from ..kernels.ops import AFFINE, PERSPECTIVE
 from .base import Transform, _Step, in_fingerprint
 from .args import NEAREST, fill_rgb, on_device, warp_interpolation
 from .convert import warp_fill
+from .perspective import native_perspective
 from .warped import (Drawn, forward_affine, grid_sample_filled, grid_warp, identity_grid, perspective_coefficients,
                      perspective_image_grid, rotate_shear, sample_filled, sample_filled_batch)
 
@@ -202,7 +203,6 @@ class RandomRotation(_Warp, converts="torchvision.RandomRotation"):
         """An exact quarter turn, expanded: a square image keeps its size (after a geometry step
         that makes squares, as a non-expanded turn: after._AfterGeometry)."""
         return self.expand and self.turns in (1, 3)
-
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         return {"rotation": {"angle": rng.uniform(*self.degrees)}}
@@ -583,6 +583,8 @@ class RandomPerspective(_Warp, converts="torchvision.RandomPerspective"):
         chw, d = image.permute(2, 0, 1), p.get("perspective")
         if d is None:
             canvas.copy_(chw)
+            return
+        if native_perspective(chw, d["coefficients"], self.interpolation, self.fill, canvas):
             return
         grid = perspective_image_grid(d["coefficients"], (int(chw.shape[1]), int(chw.shape[2])), chw.device)
         canvas.copy_(grid_sample_filled(chw, grid, self.interpolation, self.fill))

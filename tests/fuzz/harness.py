@@ -47,7 +47,8 @@ Promises checked:
   every grid point the bytes make (read as warp_fuzzer.cpp reads them: NaN, infinities,
   huge and tiny scales included), on a CPU where it is used (warped.nearest_is_exact); the
   native bilinear warp makes torch's ops' bytes (warped.grid_sample_filled) on a finite
-  grid where its part holds every tap, and counts the pixels whose taps it does not.
+  grid where its part holds every tap, and counts the pixels whose taps it does not. A
+  perspective warp's grid (a denominator: flags bit 8) alike, its quotients rounded apart.
 """
 from __future__ import annotations
 
@@ -594,14 +595,15 @@ def warp_pick(data: bytes) -> None:
     if not warped.nearest_is_exact():
         return
     data = bytes(data)
-    padded = data + bytes(5 + 4 * 6 + 4 * 80 + 8)  # (warp_fuzzer.cpp reads past the end as zeros)
+    padded = data + bytes(5 + 4 * 9 + 4 * 80 + 8)  # (warp_fuzzer.cpp reads past the end as zeros)
     h, w, wh, ww = 1 + padded[0] % 48, 1 + padded[1] % 48, 1 + padded[2] % 40, 1 + padded[3] % 40
-    planar, bilinear, no_fill = padded[4] & 1, padded[4] & 2, padded[4] & 4
+    planar, bilinear, no_fill, perspective = padded[4] & 1, padded[4] & 2, padded[4] & 4, padded[4] & 8
     at = 5
-    scale = np.frombuffer(padded, np.float32, 6, at)
-    xs = np.frombuffer(padded, np.float32, ww, at + 24)
-    ys = np.frombuffer(padded, np.float32, wh, at + 24 + 4 * ww)
-    at += 24 + 4 * (ww + wh)
+    scale = np.frombuffer(padded, np.float32, 9 if perspective else 6, at)  # (a perspective's: its denominator too)
+    at += 4 * len(scale)
+    xs = np.frombuffer(padded, np.float32, ww, at)
+    ys = np.frombuffer(padded, np.float32, wh, at + 4 * ww)
+    at += 4 * (ww + wh)
     fill = np.frombuffer(padded, np.uint8, 3, at).copy()
     at += 3
     top, left, ph, pw = 0, 0, h, w
@@ -615,9 +617,12 @@ def warp_pick(data: bytes) -> None:
         src[0] = data[at]
     part = src.reshape(3, ph, pw) if planar else src.reshape(ph, pw, 3).transpose(2, 0, 1)
     got = np.empty((3, wh, ww), np.uint8)
-    with np.errstate(all="ignore"):  # (the grid as the native code makes it: each product and sum rounded)
+    with np.errstate(all="ignore"):  # (the grid as the native code makes it: each product, sum, quotient rounded)
         gx = ((xs * scale[0])[None, :] + (ys * scale[2])[:, None]) + scale[4]
         gy = ((xs * scale[1])[None, :] + (ys * scale[3])[:, None]) + scale[5]
+        if perspective:
+            den = ((xs * scale[6])[None, :] + (ys * scale[7])[:, None]) + scale[8]
+            gx, gy = gx / den - np.float32(1), gy / den - np.float32(1)
     grid = torch.from_numpy(np.stack([gx, gy], -1).astype(np.float32))[None]
     if bilinear:
         if not warped.bilinear_is_exact():

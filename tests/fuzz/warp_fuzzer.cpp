@@ -1,5 +1,5 @@
 // libFuzzer harness: the native warps (csrc/warp.h: nearest, and bilinear with a fill or
-// none) over any floats their caller could pass (NaN, infinities, huge or tiny scales and
+// none; affine, or perspective: a denominator) over any floats their caller could pass (NaN, infinities, huge or tiny scales and
 // centres), of a whole image or of a part of it: they read only the part's own pixels (each
 // part here is exactly its bytes, so AddressSanitizer sees a read past it) and count no
 // pixel missing from a whole image; nearest writes each output pixel as one of the part's
@@ -33,10 +33,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!gpudecode::warp_nearest_exact()) return 0;  // (no AVX2 and FMA: never called here)
   Bytes in{data, size};
   const int64_t h = 1 + in.byte() % 48, w = 1 + in.byte() % 48, wh = 1 + in.byte() % 40, ww = 1 + in.byte() % 40;
-  const uint8_t flags = in.byte();  // (1: planar; 2: bilinear; 4: bilinear without a fill)
+  const uint8_t flags = in.byte();  // (1: planar; 2: bilinear; 4: bilinear without a fill; 8: perspective)
   const bool planar = flags & 1, bilinear = flags & 2;
-  float scale[6];
+  float scale[6], den[3];
   for (float& s : scale) s = in.number();
+  if (flags & 8)
+    for (float& d : den) d = in.number();
+  const float* denominator = (flags & 8) ? den : nullptr;
   std::vector<float> xs(static_cast<size_t>(ww)), ys(static_cast<size_t>(wh));
   for (float& x : xs) x = in.number();
   for (float& y : ys) y = in.number();
@@ -56,9 +59,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const float levels[3] = {float(fill[0]), float(fill[1]), float(fill[2])};
   const int64_t missing =
       bilinear ? gpudecode::warp_affine_bilinear(src.data(), h, w, top, left, ph, pw, sy, sx, sc, xs.data(), ww,
-                                                 ys.data(), wh, scale, (flags & 4) ? nullptr : levels, out.data())
+                                                 ys.data(), wh, scale, denominator, (flags & 4) ? nullptr : levels,
+                                                 out.data())
                : gpudecode::warp_affine_nearest(src.data(), h, w, top, left, ph, pw, sy, sx, sc, xs.data(), ww,
-                                                ys.data(), wh, scale, fill, out.data());
+                                                ys.data(), wh, scale, denominator, fill, out.data());
   if (missing < 0 || missing > wh * ww || (ph == h && pw == w && missing != 0)) {
     std::fprintf(stderr, "warp_fuzzer: %lld pixels missing from the part\n", static_cast<long long>(missing));
     std::abort();

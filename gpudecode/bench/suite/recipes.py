@@ -286,6 +286,10 @@ def as_written() -> dict[str, object]:
         "dihedral: Resize((224, 224)), RandomChoice([flips]), RandomChoice([expanded quarter turns])": v1.Compose(
             [v1.Resize((224, 224)), v1.RandomChoice([v1.RandomHorizontalFlip(), v1.RandomVerticalFlip()]),
              v1.RandomChoice([v1.RandomRotation((a, a), expand=True) for a in (90, 180, 270)]), *tail]),
+        "two warps first: RandomPerspective(0.19, p=0.65), RandomAffine(4, ...), Resize((224, 224))": v1.Compose(
+            [v1.RandomPerspective(distortion_scale=0.19, p=0.65),
+             v1.RandomAffine(degrees=4.0, translate=(0.06, 0.06), scale=(0.9, 1.1), shear=2.5),
+             v1.Resize((224, 224), antialias=True), *tail]),
         "MNIST scripts': ToTensor, Normalize, flip, RandomRotation(10) (no crop)": v1.Compose(
             [*tail, v1.RandomHorizontalFlip(), v1.RandomRotation(10)]),
         "fine-tuning: Resize(256), RandomRotation(15), CenterCrop(224)": v1.Compose(
