@@ -160,14 +160,12 @@ def test_the_udacity_recipe_as_written_matches_torchvision(photo_batch):
             assert (err > 1 + 1e-3).float().mean() <= 0.001 and float(err.max()) <= 16, (k, float(err.max()))
 
 
-def test_masks_and_boxes_follow_a_rotation_before_the_geometry(photo_batch):
-    """A mask and boxes through the rotation canvas and the crop: torchvision's F.rotate of
-    the tv_tensors, then its crop, with the same draws."""
+def targets_follow(img, tf, warp) -> None:
+    """A mask and boxes of `img` through `tf` (warps, then a RandomCrop): torchvision's ops
+    on the tv_tensors (`warp(x, p)`, then its crop) with the same draws, six draws."""
     from torchvision import tv_tensors
 
-    img = photo_batch[1]
     h, w = img.shape[1:]
-    tf = T.Compose([T.RandomRotation(25), T.RandomCrop((40, 44))])
     sizes = [(h, w)] * 6
     params = tf.make_params(sizes, 3)
     mask = (img[0] // 40).to(torch.uint8)
@@ -175,11 +173,18 @@ def test_masks_and_boxes_follow_a_rotation_before_the_geometry(photo_batch):
     boxes = np.array([[4.0, 6.0, 30.0, 28.0], [20.0, 10.0, w - 2.0, h - 3.0]], np.float32)
     moved = tf.boxes([boxes] * 6, params, sizes=sizes, min_size=0.0, min_area=0.0)
     for k, p in enumerate(params):
-        m = F.rotate(tv_tensors.Mask(mask[None]), p["rotation"]["angle"])
+        m = warp(tv_tensors.Mask(mask[None]), p)
         assert torch.equal(got[k], F.crop(m, *p["crop"])[0].as_subclass(torch.Tensor)), k
         b = tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY", canvas_size=(h, w))
-        b = F.crop(F.rotate(b, p["rotation"]["angle"]), *p["crop"])  # (empty ones kept: min_size=0)
+        b = F.crop(warp(b, p), *p["crop"])  # (empty ones kept: min_size=0)
         torch.testing.assert_close(moved[k]["boxes"], b.as_subclass(torch.Tensor).float(), atol=1e-3, rtol=0)
+
+
+def test_masks_and_boxes_follow_a_rotation_before_the_geometry(photo_batch):
+    """A mask and boxes through the rotation canvas and the crop: torchvision's F.rotate of
+    the tv_tensors, then its crop, with the same draws."""
+    targets_follow(photo_batch[1], T.Compose([T.RandomRotation(25), T.RandomCrop((40, 44))]),
+                   lambda x, p: F.rotate(x, p["rotation"]["angle"]))
 
 
 def _affine(img, p, mode, fill):

@@ -85,23 +85,10 @@ def test_a_resized_crop_of_the_warps(imgs):
 def test_masks_and_boxes_follow_each_warp(imgs):
     """A mask and boxes through the two warps and the crop: torchvision's ops on the
     tv_tensors with the same draws."""
-    from torchvision import tv_tensors
+    from test_rotation_expand import targets_follow
 
-    img = imgs[1]
-    h, w = img.shape[1:]
-    tf = T.Compose([T.RandomRotation(25), T.RandomAffine(0, (0.1, 0.1)), T.RandomCrop((36, 40))])
-    sizes = [(h, w)] * 6
-    params = tf.make_params(sizes, 3)
-    mask = (img[0] // 40).to(torch.uint8)
-    got = tf.masks([mask] * 6, params)
-    boxes = np.array([[4.0, 6.0, 30.0, 28.0], [20.0, 10.0, w - 2.0, h - 3.0]], np.float32)
-    moved = tf.boxes([boxes] * 6, params, sizes=sizes, min_size=0.0, min_area=0.0)
-    for k, p in enumerate(params):
-        m = _rot_affine(tv_tensors.Mask(mask[None]), p)
-        assert torch.equal(got[k], F.crop(m, *p["crop"])[0].as_subclass(torch.Tensor)), k
-        b = tv_tensors.BoundingBoxes(torch.from_numpy(boxes), format="XYXY", canvas_size=(h, w))
-        b = F.crop(_rot_affine(b, p), *p["crop"])
-        torch.testing.assert_close(moved[k]["boxes"], b.as_subclass(torch.Tensor).float(), atol=1e-3, rtol=0)
+    targets_follow(imgs[1], T.Compose([T.RandomRotation(25), T.RandomAffine(0, (0.1, 0.1)), T.RandomCrop((36, 40))]),
+                   _rot_affine)
 
 
 def test_the_loader_gives_the_composes_batches(tmp_path, photos):
