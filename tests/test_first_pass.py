@@ -348,8 +348,6 @@ def test_a_resize_before_the_crop_through_the_loader(tmp_path, photos, keep):
     (lambda: [T.ToDtype(torch.float32, scale=True), T.ColorJitter(0.4), T.RandomResizedCrop(16)],
      r"(?s)ColorJitter on a float image before the geometry.*writes\s+uint8\s+levels"),
     (lambda: [T.ColorJitter(0.4), T.RandomResizedCrop(16), T.ColorJitter(0.2)], r"two ColorJitters"),
-    (lambda: [T.Grayscale(1), T.ColorJitter(0.4), T.Resize((16, 16))],
-     r"(?s)Grayscale\(num_output_channels=1\)\s+before\s+the\s+geometry"),
     (lambda: [T.RandomHorizontalFlip(), T.RandAugment(), T.RandomResizedCrop(16)],
      r"(?s)RandomHorizontalFlip before RandAugment.*moves\s+pixels.*put\s+the\s+flip\s+after\s+RandAugment"),
     (lambda: [T.ColorJitter(0.2), T.RandomVerticalFlip(), T.TrivialAugmentWide(), T.RandomResizedCrop(16)],
@@ -360,9 +358,11 @@ def test_what_it_cannot_take_is_refused(steps, match):
         T.Compose(steps())
 
 
-def test_images_of_one_channel_are_refused():
-    with pytest.raises(TransformError, match=r"(?s)ColorJitter before the geometry on images of one channel"):
-        T.Compose([T.ColorJitter(0.4), T.Resize((16, 16))], grey=True)
+def test_images_of_one_channel_take_a_first_pass_of_one_channel():
+    """(Refused before.) A grey set's first pass runs on its one channel, which the geometry
+    reads as three: tests/test_grey_first.py checks the pixels."""
+    tf = T.Compose([T.ColorJitter(0.4), T.Resize((16, 16))], grey=True)
+    assert tf.plan.first and tf.first_pass is not None and tf.first_pass.plan.channels == 1 and tf.plan.channels == 1
 
 
 def test_a_flip_after_a_policy_first_is_the_crops():

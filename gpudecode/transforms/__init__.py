@@ -56,8 +56,9 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       RandomSolarize, RandomInvert, RandomPosterize, RandomAutocontrast, RandomEqualize,
       RandomAdjustSharpness, GaussianBlur, GaussianNoise, RandomRotation, RandomAffine,
       RandomPerspective (written before the geometry, they run first, on each whole image at
-      its size, as torchvision runs them, and so do the policies and containers; the warps
-      there are canvas steps)
+      its size, as torchvision runs them, and so do the policies and containers, on one
+      channel after a Grayscale(1) or of a grey set's images; the warps there are canvas
+      steps)
     - policies: TrivialAugmentWide, RandAugment, AutoAugment, AugMix; timm's RandAugment,
       AutoAugment, AugMixAugment (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3
       and the like)

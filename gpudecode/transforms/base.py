@@ -46,7 +46,8 @@ GROUPS = {
               "where the sample is flipped, the same image)"),
     "per-sample": ("per-sample ops (any order; also before the geometry)", "{tv} (written before the geometry, they "
                    "run first, on each whole image at its size, as torchvision runs them, and so do the policies and "
-                   "containers; the warps there are canvas steps)"),
+                   "containers, on one channel after a Grayscale(1) or of a grey set's images; the warps there are "
+                   "canvas steps)"),
     "policies": ("policies", "{tv}; timm's {timm} (create_transform's rand-m9-mstd0.5-inc1, v0, augmix-m5-w3 "
                  "and the like)"),
     "containers": ("containers", "{tv} over the per-sample ops (a Compose among their items: one item, its steps "

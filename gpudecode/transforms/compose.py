@@ -89,14 +89,15 @@ class Compose(Transform):
     """
 
     def __init__(self, transforms: Sequence[Transform], *, layout: Layout = "NCHW", ragged: bool = False,
-                 grey: bool = False) -> None:
+                 grey: bool = False, _inner: bool = False) -> None:
         if layout not in ("NCHW", "NHWC"):
             raise ValueError("layout must be 'NCHW' or 'NHWC'")
         self.transforms = _flat(transforms)
         self.layout = layout
         self._ragged = bool(ragged)  # (in the plan: a saved state's fingerprint holds the steps)
         self._grey = bool(grey)
-        self.plan = with_flips_moved_back(_plan, self.transforms, self._ragged, self._grey)  # (`[Pad(4), flip, ...]`)
+        self.plan = with_flips_moved_back(_plan, self.transforms, self._ragged, self._grey,  # (`[Pad(4), flip, ...]`)
+                                          _inner)  # (a first pass's: transforms.first)
         _fits(self.plan, None)
         self._rng = random.Random()
 
@@ -144,7 +145,7 @@ class Compose(Transform):
             return None
         made = self.__dict__.get("_first_pass")  # (made once; out of the repr, as every _ attribute)
         if made is None:
-            made = self._first_pass = Compose(steps, ragged=True)
+            made = self._first_pass = Compose(steps, ragged=True, grey=self._grey, _inner=True)
         return made
 
     @property

@@ -88,7 +88,9 @@ def _kernel_pass(first: Any, decoded: DecodedBatch, params: Sequence[dict], size
         first.apply(decoded, params, sizes, view, rows=rows[members], stream=stream, num_threads=threads,
                     workspace=own)
         offsets[members] = at + np.arange(n, dtype=np.int64) * (3 * h * w)
-        strides[members] = (w, 1, h * w)  # (row, column, channel) byte strides of the launch's [3, h, w]
+        # (row, column, channel) byte strides of the launch's [3, h, w]; one channel read as three where the pass
+        # writes one (after a Grayscale(1), or of a grey set)
+        strides[members] = (w, 1, h * w if first.plan.channels == 3 else 0)
         at += n * 3 * h * w
     return DecodedBatch.made(buf, out_sizes, offsets=offsets, strides=strides)
 

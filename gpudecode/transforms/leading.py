@@ -231,8 +231,10 @@ def leading_greys(steps: list[Transform]) -> list[Transform]:
     """The Grayscale (or RandomGrayscale) steps before the geometry where nothing but flips
     comes before it with them (`[Grayscale(3), Resize(256), CenterCrop(224), ...]` for
     X-rays): a weighted sum of the channels, which a linear resample commutes with, taken
-    as the program's first steps."""
-    return _alone_before_geometry(steps, RandomGrayscale)
+    as the program's first steps. Not before a canvas step (`[Grayscale(), RandomRotation(10),
+    Resize((48, 48))]`): the first pass makes the image grey there (leading_colours)."""
+    n = _before_geometry(steps)
+    return [] if n is not None and steps[n].group != "geometry" else _alone_before_geometry(steps, RandomGrayscale)
 
 
 def check_greys_first(greys: list[Transform], canvas: Any, geometry: list[Transform], names: str) -> None:
@@ -288,12 +290,12 @@ def leading_colours(steps: list[Transform]) -> list[Transform]:
     return [t for t in steps[:n] if t.group in PROGRAM_GROUPS]
 
 
-def check_colours_first(colours: list[Transform], floats_first: list[Transform], given: list[Transform], grey: bool,
+def check_colours_first(colours: list[Transform], floats_first: list[Transform], given: list[Transform],
                         names: str) -> None:
     """Refuses what a first pass would make otherwise than torchvision: a float image (a
-    conversion before such a step: the first pass writes uint8 levels), images of one
-    channel (it writes three), a flip before a step that moves pixels (the flip is the
-    crop's, after the first pass). `given`: the Compose's steps, in order."""
+    conversion before such a step: the first pass writes uint8 levels), a flip before a
+    step that moves pixels (the flip is the crop's, after the first pass). `given`: the
+    Compose's steps, in order."""
     if not colours:
         return
     what = type(colours[0]).__name__
@@ -309,9 +311,6 @@ def check_colours_first(colours: list[Transform], floats_first: list[Transform],
         raise TransformError(f"{what} on a float image before the geometry cannot be fused: it runs first at the "
                              f"image's size and writes uint8 levels; put the float conversion (ToTensor, ToDtype) "
                              f"after the geometry [{names}]")
-    if grey:
-        raise TransformError(f"{what} before the geometry on images of one channel cannot be fused: put it after "
-                             f"the geometry [{names}]")
 
 
 def leading_normalize(steps: list[Transform]) -> list[Transform]:

@@ -250,7 +250,9 @@ def _names(steps: Sequence[Any], width: int = 60) -> str:
     return text
 
 
-def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = False) -> _Plan:
+def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = False, inner: bool = False) -> _Plan:
+    """The plan of a Compose's steps (`inner`: a first pass's, whose one channel is handed on
+    as three, not a user's ragged output)."""
     given = list(transforms)
     names = _names(given)
     for i, t in enumerate(given):
@@ -274,7 +276,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         steps, every = [t for t in steps if t not in taken[-1]], [t for t in every if t not in taken[-1]]
     _, floats_first, greys_first, norms_first, colours_first = taken
     steps, every = chain_warps(steps, every)  # (`[RandomRotation(15), RandomAffine(...), RandomCrop(28), ...]`)
-    check_colours_first(colours_first, floats_first, given, grey, names)
+    check_colours_first(colours_first, floats_first, given, names)
     lead = leading_flips(steps, names)
     flipped = [] if lead else canvas_flips(steps)  # (`[flip, RandomRotation(10), Resize((224, 224))]`: the image
     lead = lead or flipped  # flipped before its canvas is made)
@@ -291,7 +293,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         # resize, or the canvas step, drawn in it; a flip first: not before a warp's canvas)
         colours_first = [*colours_first, steps[0]]
         steps, every = steps[1:], [t for t in every if t is not steps[0]]
-        check_colours_first(colours_first, floats_first, given, grey, names)
+        check_colours_first(colours_first, floats_first, given, names)
         flipped = [] if lead else canvas_flips(steps)  # (`[Resize(256), flip, RandomRotation(15), CenterCrop(224)]`:
         lead = lead or flipped  # the resized image flipped before its canvas is made)
         steps, every = without_front(steps, every, len(flipped))
@@ -324,7 +326,8 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         raise TransformError(f"{canvas!r} gives each image a canvas of its own size: a geometry step "
                              f"(RandomResizedCrop, Resize((h, w)), CenterCrop, RandomCrop) must follow it [{names}]")
     rest = _AfterGeometry(names, None if ragged else _fixed_size(geometry))
-    first = _first_pass(colours_first, rest, names)
+    first, first_channels = _first_pass(colours_first, rest, names, grey)
+    grey = first_channels == 1 if first else grey  # (a first pass's one channel: images of one channel from there)
     for t in [*floats_first, *norms_first]:
         rest.add(t)
     check_floats_first(floats_first, canvas, geometry, names)
@@ -388,7 +391,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         raise TransformError(f"{plan.geometry[0]!r} after a flip cannot be fused: a choice of geometries comes first "
                              f"(or after a Resize or a canvas step); put the flips after it [{names}]")  # window mirrored:
         # not taken yet; of a canvas, each whole canvas made and read as the option says)
-    if ragged and plan.channels == 1:
+    if ragged and plan.channels == 1 and not inner:
         raise TransformError(f"an output of one channel with ragged=True cannot be fused: give "
                              f"Grayscale(num_output_channels=3) and take images[:, :1] [{names}]")
     if ragged and plan.linear is not None:
@@ -442,28 +445,28 @@ def check_choice(choice: GeometryChoice) -> None:
     choice.planned(plans)
 
 
-def _first_pass(colours: list[Transform], rest: "_AfterGeometry", names: str) -> tuple[_Step, ...]:
-    """The first pass's steps (leading_colours'), checked as a Compose of their own: their
-    draws' keys held in `rest`'s, so that a later step drawing one of them is refused."""
+def _first_pass(colours: list[Transform], rest: "_AfterGeometry", names: str,
+                grey: bool) -> tuple[tuple[_Step, ...], int]:
+    """The first pass's steps (leading_colours'), checked as a Compose of their own (`grey`:
+    on images of one channel), and the channels it writes (1: after a Grayscale(1), or of a
+    grey set with no RGB step; transforms.first then hands its one channel on as three):
+    their draws' keys held in `rest`'s, so that a later step drawing one of them is refused."""
     if not colours:
-        return ()
+        return (), 3
     held = next(((t, u) for t in colours for u in getattr(t, "inner", list)() if isinstance(u, FlipStep)), None)
     if held is not None:  # (the first pass would flip the image, and the kernel's columns again)
         raise TransformError(f"{held[1]!r} inside {step_name(held[0])} before the geometry cannot be fused: put "
                              f"{step_name(held[0])} after the geometry [{names}]")
     try:  # (with a Resize among them, images of their own sizes: RandomShortestSize's too)
-        plan = _plan(colours, ragged=any(t.group == "geometry" for t in colours))
+        plan = _plan(colours, ragged=any(t.group == "geometry" for t in colours), grey=grey, inner=True)
     except TransformError as e:  # (named in the whole Compose)
         raise TransformError(f"{str(e).rsplit(' [', 1)[0]} [{names}]") from None
-    if plan.channels == 1:
-        raise TransformError(f"Grayscale(num_output_channels=1) before the geometry with {_names(colours)} cannot be "
-                             f"fused: give Grayscale(num_output_channels=3), or put it after the geometry [{names}]")
     steps = cast(tuple[_Step, ...], tuple(colours))  # (the program's groups' classes are steps; and a Resize)
     for t in steps:
         for u in t.inner():
             for k in u.keys:
                 rest.keys.setdefault(k, type(u).__name__)
-    return steps
+    return steps, plan.channels
 
 
 def _one_draw_a_key(canvas: Any, rest: "_AfterGeometry", names: str) -> None:

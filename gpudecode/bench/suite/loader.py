@@ -42,14 +42,17 @@ from . import OUT, pipeline_args, save
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
-def build(n: int) -> tuple[list[str], str]:
+def build(n: int, size: tuple[int, int] = (500, 375), grey: bool = False) -> tuple[list[str], str]:
+    """`n` JPEGs of `size` (width, height; `grey`: of one channel, as FER2013's 48x48 faces)
+    cut from scikit-image's photographs, as shards and as an ImageFolder tree."""
     import numpy as np
     from PIL import Image
     from skimage import data
 
     from gpudecode.io.writer import ShardWriter
 
-    root = OUT / f"loader_{n}"
+    root = OUT / (f"loader_{n}" if (size, grey) == ((500, 375), False) else
+                  f"loader_{n}_{size[0]}x{size[1]}{'_grey' if grey else ''}")
     folder = root / "folder"
     shards = sorted(str(p) for p in root.glob("train-*.tar"))
     if shards and folder.exists():
@@ -61,7 +64,8 @@ def build(n: int) -> tuple[list[str], str]:
             img = base[k % len(base)]
             h, wd = img.shape[:2]
             t, l = int(rng.integers(0, h // 4)), int(rng.integers(0, wd // 4))
-            im = Image.fromarray(img[t:, l:]).resize((500, 375), Image.Resampling.BILINEAR)
+            im = Image.fromarray(img[t:, l:]).resize(size, Image.Resampling.BILINEAR)
+            im = im.convert("L") if grey else im
             b = io.BytesIO()
             im.save(b, format="JPEG", quality=90)
             cls = k % len(base)

@@ -290,6 +290,12 @@ def as_written() -> dict[str, object]:
             [v1.RandomPerspective(distortion_scale=0.19, p=0.65),
              v1.RandomAffine(degrees=4.0, translate=(0.06, 0.06), scale=(0.9, 1.1), shear=2.5),
              v1.Resize((224, 224), antialias=True), *tail]),
+        "emotion recognition's: Grayscale first, RandomApply([rotation]), RandomApply([perspective]), flip, "
+        "Resize((48, 48))": v1.Compose(
+            [v1.Grayscale(), v1.RandomApply([v1.RandomRotation(45)], p=0.6),
+             v1.RandomApply([v1.RandomPerspective(distortion_scale=0.3)], p=0.5), v1.RandomHorizontalFlip(),
+             v1.Resize((48, 48)), v1.RandomApply([v1.GaussianBlur(3)], p=0.3), v1.ToTensor(),
+             v1.Normalize((0.5,), (0.5,))]),
         "MNIST scripts': ToTensor, Normalize, flip, RandomRotation(10) (no crop)": v1.Compose(
             [*tail, v1.RandomHorizontalFlip(), v1.RandomRotation(10)]),
         "fine-tuning: Resize(256), RandomRotation(15), CenterCrop(224)": v1.Compose(
@@ -425,7 +431,8 @@ def _table(a, name: str | None, title: str, rows: dict[str, float], *, added: bo
     """Prints rows of img/s (and, with `added`, each row's us an image over the first's);
     saves them as bench/_out/<name>.json when named."""
     width = max(len(title), *map(len, rows)) + 2
-    print(f"{a.images} JPEGs 500x375 q90, batch {a.batch}, {a.threads} threads/workers, {os.cpu_count()} cores")
+    kind = f"{getattr(a, 'image_size', '500x375')}{' grey' if getattr(a, 'grey', False) else ''}"
+    print(f"{a.images} JPEGs {kind} q90, batch {a.batch}, {a.threads} threads/workers, {os.cpu_count()} cores")
     print(f"{title:{width}s} {'img/s':>8s}" + (f" {'added us/img':>13s}" if added else ""))
     base = next(iter(rows.values()))
     for row, r in rows.items():
@@ -451,8 +458,11 @@ def main() -> None:
                          "RandomChoice)")
     ap.add_argument("--only", action="append", metavar="TEXT",
                     help="with --as-written: only the recipes whose names hold TEXT (may be given again)")
+    ap.add_argument("--image-size", default="500x375", metavar="WxH", help="the JPEGs' size (default 500x375)")
+    ap.add_argument("--grey", action="store_true", help="JPEGs of one channel (FER2013's faces: --image-size 48x48)")
     a = ap.parse_args()
-    shards, folder = build(a.images)
+    width, height = (int(v) for v in a.image_size.lower().split("x"))
+    shards, folder = build(a.images, (width, height), a.grey)
     if a.as_written:
         rows = written(shards, folder, a)
         _table(a, "recipe_as_written", "recipe as written (on PIL images)", rows)
