@@ -82,40 +82,6 @@ def test_a_resized_crop_of_the_warps(imgs):
         assert float((got[k] - want).abs().max()) * 255 <= 1.0 + 1e-3, k
 
 
-def test_warps_in_random_applies(imgs):
-    """`[RandomApply([RandomRotation(45)], p=0.6), RandomApply([RandomPerspective(0.3)],
-    p=0.5), CenterCrop(36)]` (an emotion-recognition script's) and a RandomApply of one warp
-    before a RandomResizedCrop: one canvas, each warp where its coin (and the perspective's
-    own) said so, torchvision's bit for bit (within a level after the resize); each coin both
-    ways."""
-    nearest = tv1.InterpolationMode.NEAREST
-    tf = T.Compose.from_torchvision(tv1.Compose([tv1.RandomApply([tv1.RandomRotation(45)], p=0.6),
-                                                 tv1.RandomApply([tv1.RandomPerspective(0.3, interpolation=nearest)],
-                                                                 p=0.5), tv1.CenterCrop(36)]))
-    assert isinstance(tf.plan.canvas, WarpChain) and not tf.plan.first
-    drew = set()
-
-    def replay(x, p):
-        drew.add(("rotation" in p, "perspective" in p))
-        x = F.rotate(x, p["rotation"]["angle"]) if "rotation" in p else x
-        if "perspective" in p:
-            x = F.perspective(x, None, None, coefficients=p["perspective"]["coefficients"], interpolation=nearest,
-                              fill=[0.0] * 3)
-        return F.center_crop(x, [36, 36])
-
-    _check(tf, imgs, replay, seeds=6)
-    assert drew == {(a, b) for a in (True, False) for b in (True, False)}, drew
-    tf = T.Compose.from_torchvision(tv1.Compose([tv1.RandomApply([tv1.RandomRotation(20)], p=0.5),
-                                                 tv1.RandomResizedCrop(24), tv1.ToTensor()]))
-    assert isinstance(tf.plan.canvas, WarpChain) and not tf.plan.first
-    params = tf.make_params([tuple(x.shape[1:]) for x in imgs] * 2, 5)
-    got = tf(imgs * 2, params)
-    for k, (img, p) in enumerate(zip(imgs * 2, params)):
-        x = F.rotate(img, p["rotation"]["angle"]) if "rotation" in p else img
-        want = F.resized_crop(F.to_dtype(x, torch.float32, scale=True), *p["crop"], [24, 24], antialias=True)
-        assert float((got[k] - want).abs().max()) * 255 <= 1.0 + 1e-3, k
-
-
 def test_masks_and_boxes_follow_each_warp(imgs):
     """A mask and boxes through the two warps and the crop: torchvision's ops on the
     tv_tensors with the same draws."""
@@ -123,8 +89,6 @@ def test_masks_and_boxes_follow_each_warp(imgs):
 
     targets_follow(imgs[1], T.Compose([T.RandomRotation(25), T.RandomAffine(0, (0.1, 0.1)), T.RandomCrop((36, 40))]),
                    _rot_affine)
-    targets_follow(imgs[2], T.Compose([T.RandomApply([T.RandomRotation(25)], p=0.5), T.RandomCrop((36, 40))]),
-                   lambda x, p: F.rotate(x, p["rotation"]["angle"]) if "rotation" in p else x)
 
 
 def test_the_loader_gives_the_composes_batches(tmp_path, photos):

@@ -13,14 +13,12 @@ What fuses, by place in a Compose (written by `make ops-table` from the classes'
       an exact half turn anywhere), RandomAffine, RandomPerspective (where a geometry step
       follows them; several in a row, each made of the one before, as torchvision warps a
       warped image: [RandomRotation(15), RandomAffine(0, translate=(0.1, 0.1)),
-      RandomCrop(28, padding=2)]; and in a RandomApply, the warps its coin drew:
-      [RandomApply([RandomRotation(45)], p=0.6), Resize((48, 48))]): each image made anew
-      from the decoded one (a canvas), which a geometry step must follow (Pad before a
-      RandomCrop folds into the crop's padding, and Pad with no geometry after it, or after
-      Resize or RandomResizedCrop, is a window of the image padded: no canvas; its edge,
-      reflect and symmetric modes only so); ElasticTransform also last, after the geometry
-      and the per-sample ops (then only Normalize, ToDtype, RandomErasing), on the kernel's
-      output
+      RandomCrop(28, padding=2)]): each image made anew from the decoded one (a canvas),
+      which a geometry step must follow (Pad before a RandomCrop folds into the crop's
+      padding, and Pad with no geometry after it, or after Resize or RandomResizedCrop, is a
+      window of the image padded: no canvas; its edge, reflect and symmetric modes only so);
+      ElasticTransform also last, after the geometry and the per-sample ops (then only
+      Normalize, ToDtype, RandomErasing), on the kernel's output
     - geometry (one, first or after the canvas): RandomResizedCrop, Resize, RandomResize,
       RandomShortestSize, ScaleJitter, CenterCrop, RandomCrop, RandomIoUCrop, FixedSizeCrop
       (the detection reference's), Resize + CenterCrop, CenterCrop or RandomCrop + Resize

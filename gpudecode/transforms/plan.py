@@ -267,7 +267,6 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
     box_format, box_sizes = box_settings(given, names)
     steps = [t for t in given if t.group != "targets"]  # (they change no pixel: what a Boxes field hands out)
     every, steps = steps, [t for t in steps if not isinstance(t, RGB)]  # (RGB: where the channels become three)
-    steps, every = chain_warps(steps, every)  # (`[RandomRotation(15), RandomAffine(...), RandomCrop(28), ...]`)
     # taken out of both lists, in turn: the float conversions (the float image is the kernel's from the start), the
     # greys (the program's first steps: a grey image resampled is the resampled image made grey), Normalize (the
     # output's, as after the geometry), the other per-sample steps and policies (a first pass at each image's size)
@@ -276,6 +275,7 @@ def _plan(transforms: Sequence[Transform], ragged: bool = False, grey: bool = Fa
         taken.append(leading(steps))
         steps, every = [t for t in steps if t not in taken[-1]], [t for t in every if t not in taken[-1]]
     _, floats_first, greys_first, norms_first, colours_first = taken
+    steps, every = chain_warps(steps, every)  # (`[RandomRotation(15), RandomAffine(...), RandomCrop(28), ...]`)
     check_colours_first(colours_first, floats_first, given, names)
     lead = leading_flips(steps, names)
     flipped = [] if lead else canvas_flips(steps)  # (`[flip, RandomRotation(10), Resize((224, 224))]`: the image

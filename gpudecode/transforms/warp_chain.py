@@ -1,13 +1,11 @@
 """Warps in a row before the geometry (`[RandomRotation(15), RandomAffine(0, translate=(0.1,
 0.1)), RandomCrop(28, padding=2), ...]`, as MNIST scripts write them; `[RandomPerspective(),
-RandomAffine(...), Resize((224, 224))]`), each maybe in a RandomApply (`[RandomApply(
-[RandomRotation(45)], p=0.6), RandomApply([RandomPerspective()]), Resize((48, 48))]`):
-torchvision warps the whole image, then warps that image, then crops. One canvas step
-(`WarpChain`) stands for them: each image's canvas made by the first warp it drew, the next
-made of that, and so on, each as the warp alone makes its canvas (transforms.warps: natively
-on the CPU where that is exact), so each is torchvision's, byte for byte; only the last is
-made for the window the geometry reads. A warp that did not draw (its RandomApply's coin or
-its own said no) leaves the image as it is. Its boxes and masks follow each warp in turn."""
+RandomAffine(...), Resize((224, 224))]`): torchvision warps the whole image, then warps that
+image, then crops. One canvas step (`WarpChain`) stands for them: each image's canvas made
+by the first warp, the next warp made of that, and so on, each with torch's ops as the warp
+alone makes its canvas (transforms.warps), so each is torchvision's, byte for byte; only the
+last is made for the window the geometry reads. Its boxes and masks follow each warp in
+turn."""
 from __future__ import annotations
 
 import random
@@ -16,7 +14,7 @@ from typing import Any, Sequence
 import torch
 
 from ..errors import TransformError
-from .base import Transform, _Wrapper
+from .base import Transform
 
 __all__ = ["WarpChain", "chained", "chain_warps"]
 
@@ -33,24 +31,26 @@ class WarpChain(Transform):
     keeps_size = True
     mirrors = False  # (a flip after it in the program: refused; between it and the geometry: leading.flips_after_canvas)
 
-    paints_window = True  # (the last warp it drew: that window; the warps before it, whole)
-
     def __init__(self, warps: Sequence[Any]) -> None:
-        self.warps = list(warps)  # (warps, and RandomApplys of warps: what draws)
-        self.leaves: list[Any] = [u for w in self.warps for u in (w.transforms if isinstance(w, _Wrapper) else [w])]
-        keys = [k for w in self.leaves for k in w.keys]
+        self.warps = list(warps)
+        keys = [k for w in self.warps for k in w.keys]
         twice = next((k for k in keys if keys.count(k) > 1), None)
         if twice is not None:
-            raise TransformError(f"two warps that draw {twice!r} in a row ({', '.join(type(w).__name__ for w in self.leaves)}) "
+            raise TransformError(f"two warps that draw {twice!r} in a row ({', '.join(type(w).__name__ for w in self.warps)}) "
                                  f"cannot be fused: one of them per Compose")
         self.keys = tuple(keys)
 
     @property
     def follows(self) -> bool:
-        return all(w.follows for w in self.leaves)
+        return all(w.follows for w in self.warps)
+
+    @property
+    def paints_window(self) -> bool:
+        """The last warp paints the window the geometry reads (the warps before it, whole)."""
+        return bool(getattr(self.warps[-1], "paints_window", False))
 
     def inner(self) -> list:
-        return [self, *self.leaves]
+        return [self, *self.warps]
 
     def draw(self, rng: random.Random, size: tuple[int, int]) -> dict:
         out: dict = {}
@@ -62,56 +62,38 @@ class WarpChain(Transform):
         return size
 
     def drawn(self, p: dict, size: tuple[int, int]) -> list:
-        return [d for w in self.leaves for d in w.drawn(p, size)]
+        return [d for w in self.warps for d in w.drawn(p, size)]
 
     def paint(self, canvas: torch.Tensor, image: torch.Tensor, p: dict, window: Sequence[int] | None = None) -> None:
-        """The warps `p` drew of `image` (uint8 HWC) in turn, the last into `canvas` (uint8 [3,
-        h, w], the image's size; with `window`, that part of it only); the image as it is
-        where none did."""
+        """The warps of `image` (uint8 HWC) in turn, the last into `canvas` (uint8 [3, h, w],
+        the image's size; with `window`, that part of it only)."""
         h, w = int(image.shape[0]), int(image.shape[1])
-        drawn = [u for u in self.leaves if u.keys[0] in p]
-        t, l, ch, cw = (0, 0, h, w) if window is None else (int(v) for v in window)
-        if not drawn:
-            canvas.copy_(image.permute(2, 0, 1)[:, t:t + ch, l:l + cw])
-            return
-        for warp in drawn[:-1]:
+        for warp in self.warps[:-1]:
             made = torch.empty((3, h, w), dtype=torch.uint8, device=image.device)
             warp.paint(made, image, p)
             image = made.permute(1, 2, 0)  # (HWC at CHW's strides: what paint reads)
-        last = drawn[-1]
-        if window is None or getattr(last, "paints_window", False):
-            last.paint(canvas, image, p, **({} if window is None else {"window": window}))
-            return
-        made = torch.empty((3, h, w), dtype=torch.uint8, device=image.device)  # (a perspective's: whole, then cut)
-        last.paint(made, image, p)
-        canvas.copy_(made[:, t:t + ch, l:l + cw])
+        self.warps[-1].paint(canvas, image, p, **({} if window is None else {"window": window}))
 
     def __repr__(self) -> str:
         return " then ".join(repr(w) for w in self.warps)
 
 
-def _warp(t: Any) -> bool:
-    """A warp that keeps the image's size (a canvas of the image's size first), which a warp
-    may follow in a canvas."""
+def _chains(t: Transform) -> bool:
+    """A warp that keeps the image's size, which a warp may follow in a canvas."""
     return bool(getattr(t, "canvas_first", False) and getattr(t, "keeps_size", False) and getattr(t, "moves", False)
-                and not getattr(t, "canvas", False) and not isinstance(t, (WarpChain, _Wrapper)))
-
-
-def _applied(t: Any) -> bool:
-    """A RandomApply of such warps alone (its coin drawn first, then theirs)."""
-    return type(t).__name__ == "RandomApply" and isinstance(t, _Wrapper) and all(_warp(u) for u in t.transforms)
+                and not getattr(t, "canvas", False) and not isinstance(t, WarpChain))
 
 
 def chained(steps: list[Transform]) -> list[Transform]:
-    """`steps` with each run of warps that keep the size (two or more, or one in a
-    RandomApply), followed by a geometry step (flips between them: leading.flips_after_canvas),
-    made one WarpChain (the steps' own objects otherwise)."""
+    """`steps` with each run of two or more warps that keep the size, followed by a geometry
+    step (flips between them: leading.flips_after_canvas), made one WarpChain (the steps' own
+    objects otherwise)."""
     out: list[Transform] = []
     i = 0
     while i < len(steps):
-        n = next((j for j in range(i, len(steps)) if not (_warp(steps[j]) or _applied(steps[j]))), len(steps))
+        n = next((j for j in range(i, len(steps)) if not _chains(steps[j])), len(steps))
         after = next((j for j in range(n, len(steps)) if steps[j].group != "flips"), len(steps))
-        if (n - i > 1 or (n > i and _applied(steps[i]))) and after < len(steps) and steps[after].group == "geometry":
+        if n - i > 1 and after < len(steps) and steps[after].group == "geometry":
             out.append(WarpChain(steps[i:n]))
             i = n
             continue
@@ -124,7 +106,7 @@ def chain_warps(steps: list[Transform], every: list[Transform]) -> tuple[list[Tr
     """`steps` and `every` (a Compose's, with its RGB steps) with each run of warps before a
     geometry step made one canvas step (chained)."""
     made = chained(steps)
-    if not any(isinstance(c, WarpChain) for c in made):
+    if len(made) == len(steps):
         return steps, every
     out = []
     for t in every:
