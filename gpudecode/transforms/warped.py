@@ -17,6 +17,7 @@ A `Drawn` is one warp as drawn for one image; the warp steps make them (warps.py
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -337,19 +338,20 @@ def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int],
     oh, ow = size
     t, l, wh, ww = (0, 0, oh, ow) if window is None else (int(v) for v in window)
     dev = chw.device
-    theta = torch.tensor(matrix, dtype=torch.float32).reshape(1, 2, 3)
-    xs = torch.linspace(-ow * 0.5 + 0.5, ow * 0.5 - 0.5, steps=ow, device=dev)[l:l + ww]
-    ys = torch.linspace(-oh * 0.5 + 0.5, oh * 0.5 - 0.5, steps=oh, device=dev)[t:t + wh]
-    scale = theta[0].t().div(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32))
     native = _native_for(chw, interpolation, fill)
-    if native is not None:
+    if native is not None:  # (the same floats as below, made in numpy: a small image's warp is mostly this call's)
+        scale_np = np.asarray(matrix, np.float32).reshape(2, 3).T / np.array([0.5 * w, 0.5 * h], np.float32)
         made = torch.empty((3, wh, ww), dtype=torch.uint8) if out is None or not out.is_contiguous() else out
         sample = _native.warp_affine_nearest if native[0] == NEAREST else _native.warp_affine_bilinear
-        missing = sample(chw.numpy(), xs.contiguous().numpy(), ys.contiguous().numpy(), scale.contiguous().numpy(),
+        missing = sample(chw.numpy(), _centres(ow)[l:l + ww], _centres(oh)[t:t + wh], np.ascontiguousarray(scale_np),
                          native[1], made.numpy(), part)
         if missing:
             raise TransformError(f"a warp's window read {missing} pixels outside the part {part} decoded of its image")
         return made if out is None else (out if made is out else out.copy_(made))
+    theta = torch.tensor(matrix, dtype=torch.float32).reshape(1, 2, 3)
+    xs = torch.linspace(-ow * 0.5 + 0.5, ow * 0.5 - 0.5, steps=ow, device=dev)[l:l + ww]
+    ys = torch.linspace(-oh * 0.5 + 0.5, oh * 0.5 - 0.5, steps=oh, device=dev)[t:t + wh]
+    scale = theta[0].t().div(torch.tensor([0.5 * w, 0.5 * h], dtype=torch.float32))
     if part is not None and tuple(part) != (0, 0, *chw.shape[-2:]):
         raise TransformError(f"a warp's canvas needs the whole image here (the native warp on the CPU reads a part): "
                              f"{tuple(chw.shape[-2:])} pixels of {tuple(part[2:])}")
@@ -360,6 +362,15 @@ def grid_warp(chw: torch.Tensor, matrix: Sequence[float], size: tuple[int, int],
     grid = torch.add(xs.view(1, 1, ww, 1) * scale[0], ys.view(1, wh, 1, 1) * scale[1]).add_(scale[2])
     made = grid_sample_filled(chw, grid, interpolation, fill)
     return made if out is None else out.copy_(made)
+
+
+@functools.lru_cache(maxsize=512)
+def _centres(n: int) -> np.ndarray:
+    """The pixel centres of a side of `n`, centred (torch.linspace's floats, as grid_warp's
+    grid has them), read-only: kept for the next warp of that size."""
+    out = torch.linspace(-n * 0.5 + 0.5, n * 0.5 - 0.5, steps=n).numpy()
+    out.setflags(write=False)
+    return out
 
 
 def warp_read_box(matrix: Sequence[float] | None, size: tuple[int, int], canvas: tuple[int, int],
