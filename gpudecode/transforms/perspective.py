@@ -20,7 +20,7 @@ import torch
 
 from .. import _native
 from .args import BILINEAR, NEAREST
-from .warped import grid_sample_filled, native_warp, perspective_coefficients, perspective_image_grid
+from .warped import grid_sample_filled, native_warp, perspective_coefficients, perspective_image_grid, probe_image
 
 _EXACT: dict[float, bool] = {}  # interpolation -> whether the probe agreed (perspective_is_exact)
 
@@ -54,7 +54,7 @@ def perspective_is_exact(interpolation: float) -> bool:
         ok = native_warp(interpolation, 0) is not None
         if ok:
             h, w = 37, 53
-            img = torch.arange(h * w * 3, dtype=torch.int64).mul_(7919).remainder_(256).to(torch.uint8).view(3, h, w)
+            img = probe_image(h, w)
             start = [[0, 0], [w - 1, 0], [w - 1, h - 1], [0, h - 1]]
             for seed, fill in ((0, None), (1, (10, 200, 30)), (2, 0)):
                 rng = random.Random(seed)

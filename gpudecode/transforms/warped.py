@@ -457,11 +457,17 @@ def _probe_agrees() -> bool:
     return bool(torch.equal(torch.from_numpy(got[0, 0]).float(), torch.where(inside, want, 255.0)))
 
 
+def probe_image(h: int, w: int) -> torch.Tensor:
+    """The native warps' probes' image: uint8 [3, h, w] of levels scattered over 0-255
+    (each pixel's own, no run of equal neighbours), so that a tap or pick apart shows."""
+    return torch.arange(h * w * 3, dtype=torch.int64).mul_(7919).remainder_(256).to(torch.uint8).view(3, h, w)
+
+
 def _bilinear_probe_agrees() -> bool:
     """The native bilinear warp against torch's ops (grid_sample_filled) on a 37x53 image
     of levels, at points beside its pixel edges and between them, with a fill and without."""
     h, w = 37, 53
-    img = torch.arange(h * w * 3, dtype=torch.int64).mul_(7919).remainder_(256).to(torch.uint8).view(3, h, w)
+    img = probe_image(h, w)
     xs, ys = edge_points(w, 2)[::3].copy(), edge_points(h, 2)[::2].copy()
     grid = torch.stack(torch.broadcast_tensors(torch.from_numpy(xs).view(1, -1), torch.from_numpy(ys).view(-1, 1)), -1)
     for fill in (None, (10.0, 20.0, 30.0)):
